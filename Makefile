@@ -1,0 +1,73 @@
+# meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench
+CC      ?= gcc
+OPT     ?= -O2 -march=native
+CFLAGS  ?= $(OPT)
+CFLAGS  += -std=c11 -Wall -Wextra -D_GNU_SOURCE -fopenmp -I.
+LDLIBS  := -lm
+
+# OpenBLAS: pkg-config, else -lopenblas if it links, else the portable matmul (the
+# trainer says so at start-up).
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+ifeq ($(BLAS_LIBS),)
+  BLAS_LIBS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -lopenblas -o /dev/null 2>/dev/null && echo -lopenblas)
+endif
+ifeq ($(BLAS_LIBS),)
+  CFLAGS += -DMESHMOE_NO_BLAS
+  $(info meshmoe: OpenBLAS not found, building the portable matmul (install libopenblas-dev for speed))
+endif
+CFLAGS += $(BLAS_CFLAGS)
+LDLIBS += $(BLAS_LIBS)
+
+# BUILD: where objects go (build/, or build/asan for the sanitizer build); OUT: the trainer.
+BUILD   ?= build
+OUT     ?= train
+LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard data/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
+
+.PHONY: all run test unit asan tsan parity bench clean corpus
+all: train
+
+$(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h data/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+train: $(BUILD)/train.o $(LIB_OBJ)
+	$(CC) $(CFLAGS) $^ -o $(OUT) $(LDLIBS)
+
+build/test_%: tests/test_%.c $(LIB_OBJ) tests/test.h tests/gradcheck.h
+	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
+
+# The default corpus needs no download: the project's own README and C sources.
+build/corpus.txt: $(wildcard README.md *.c model/*.[ch] sharding/*.[ch] data/*.[ch])
+	@mkdir -p build
+	cat $^ > $@
+
+corpus: build/corpus.txt
+
+run: train build/corpus.txt
+	./train configs/mixtral-tiny.yml dataset_path=build/corpus.txt
+
+unit: $(TESTS)
+	@for t in $(TESTS); do echo "== $$t"; ./$$t || exit 1; done
+
+# Everything: unit tests, end-to-end tests, the sanitizer run, and the JAX parity cases
+# (skipped with a reason when Python packages cannot be had).
+test: train $(TESTS)
+	bash tests/run_all.sh
+
+# AddressSanitizer + UBSan build of the trainer, running a short training.
+SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+asan:
+	$(MAKE) -s train BUILD=build/asan OUT=build/asan/train OPT="$(SAN)"
+	bash tests/asan_run.sh build/asan/train
+
+parity: train
+	bash tests/parity/run_parity.sh
+
+bench: train
+	bash tests/bench.sh
+
+clean:
+	rm -rf build train

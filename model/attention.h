@@ -1,0 +1,26 @@
+// model/attention.h: causal grouped-query attention (Mixtral), MODEL_SPEC.md "Attention, Mixtral".
+#ifndef MESHMOE_ATTENTION_H
+#define MESHMOE_ATTENTION_H
+#include "model/config.h"
+#include "model/params.h"
+
+// What the forward pass keeps for the backward pass (allocated by attention_forward from
+// the current device, tag MEM_ACTIVATIONS; freed by attention_backward).
+typedef struct {
+    float *q;      // (B,S,N,Dh)   after RoPE
+    float *k;      // (B,S,Nkv,Dh) after RoPE
+    float *v;      // (B,S,Nkv,Dh)
+    float *o;      // (B,S,N,Dh)   attention output before the out projection
+    float *stats;  // (B,N,S,2)    per query row: max score m and sum of exp(s - m)
+} AttentionSaved;
+
+// out (B*S, D) = Attention(x); x (B*S, D) is the normed layer input (kept by the caller).
+void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+                       float *out, const float *x, int B, int S);
+// dx (B*S, D) += d/dx; g->* += weight gradients (canonical leaf tree); frees s.
+void attention_backward(const Config *c, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
+                        float *dx, const float *dout, const float *x, int B, int S);
+// Free whatever s still holds and clear it (safe after attention_backward, or on a zeroed
+// struct): drops the saved state of a forward pass that gets no backward (eval, sampling).
+void attention_saved_free(AttentionSaved *s);
+#endif

@@ -1,0 +1,365 @@
+// model/config.c: the table of every config key, the preset-file reader, overrides and
+// the consistency checks. One key, one row: adding a switch means adding a row here and
+// reading the field in exactly one place.
+#include "model/config.h"
+#include "common.h"
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+
+typedef enum { K_INT, K_FLOAT, K_BOOL, K_STR } KeyType;
+
+typedef struct {
+    const char *name;
+    KeyType type;
+    size_t offset;      // offsetof(Config, field)
+    const char *dflt;   // default, as it would be written in a preset
+    const char *help;   // one line of meaning
+} KeyDef;
+
+#define KEY(field, type, dflt, help) { #field, type, offsetof(Config, field), dflt, help }
+
+static const KeyDef KEYS[] = {
+    // model shape
+    KEY(decoder_block, K_STR, "mixtral", "model family: mixtral (GQA + softmax top-k MoE) or deepseek (MLA + sigmoid routing)"),
+    KEY(attention_type, K_STR, "global", "global = grouped-query attention; mla = DeepSeek multi-head latent attention"),
+    KEY(base_emb_dim, K_INT, "64", "D, the model (embedding) width"),
+    KEY(base_num_query_heads, K_INT, "4", "N, query heads"),
+    KEY(base_num_kv_heads, K_INT, "2", "Nkv, key/value heads (GQA: query head h uses kv head h/(N/Nkv))"),
+    KEY(head_dim, K_INT, "16", "Dh, width of one attention head (GQA)"),
+    KEY(base_mlp_dim, K_INT, "128", "dense SwiGLU width; also the expert width for Mixtral"),
+    KEY(base_moe_mlp_dim, K_INT, "64", "expert width for DeepSeek"),
+    KEY(base_num_decoder_layers, K_INT, "2", "L, decoder layers"),
+    KEY(vocab_size, K_INT, "256", "V; 256 for byte-level text"),
+    KEY(max_target_length, K_INT, "64", "S, tokens per training sequence"),
+    KEY(normalization_layer_epsilon, K_FLOAT, "1e-5", "RMSNorm epsilon (Mixtral 1e-5, DeepSeek 1e-6)"),
+    KEY(rope_min_timescale, K_FLOAT, "1", "RoPE shortest timescale"),
+    KEY(rope_max_timescale, K_FLOAT, "10000", "RoPE longest timescale (Mixtral uses 1e6)"),
+    // MLA
+    KEY(q_lora_rank, K_INT, "0", "MLA: rank of the query down-projection (0 = full query projection)"),
+    KEY(kv_lora_rank, K_INT, "32", "MLA: width of the compressed key/value latent"),
+    KEY(qk_nope_head_dim, K_INT, "16", "MLA: per-head query/key width without RoPE"),
+    KEY(qk_rope_head_dim, K_INT, "8", "MLA: per-head query/key width with RoPE (key part shared by all heads)"),
+    KEY(v_head_dim, K_INT, "16", "MLA: per-head value width"),
+    // MoE
+    KEY(num_experts, K_INT, "4", "E, routed experts per MoE layer"),
+    KEY(num_experts_per_tok, K_INT, "2", "K, experts each token is sent to"),
+    KEY(capacity_factor, K_FLOAT, "-1", "dense path only: drop tokens beyond capacity_factor * S*K/E per expert and sequence (<= 0: no dropping)"),
+    KEY(sparse_matmul, K_BOOL, "true", "true: sort tokens by expert and run one matmul per expert (dropless); false: every expert on every token"),
+    KEY(load_balance_loss_weight, K_FLOAT, "0", "weight of the Switch/Mixtral load-balance loss (0 = off)"),
+    KEY(routed_score_func, K_STR, "softmax", "softmax: Mixtral routing (top-k, softmax over the K); sigmoid: DeepSeek routing"),
+    KEY(routed_bias, K_BOOL, "false", "DeepSeek: a per-expert bias added to the scores for selection only"),
+    KEY(routed_bias_update_rate, K_FLOAT, "0", "DeepSeek aux-loss-free balancing: bias step per optimizer step (0 = off)"),
+    KEY(routed_scaling_factor, K_FLOAT, "1", "DeepSeek: multiplies the normalised routing weights"),
+    KEY(n_routing_groups, K_INT, "0", "DeepSeek: expert groups for group-limited routing (0 = off)"),
+    KEY(topk_routing_group, K_INT, "0", "DeepSeek: groups kept per token"),
+    KEY(shared_experts, K_INT, "0", "DeepSeek: shared experts (a dense SwiGLU of width shared_experts*base_moe_mlp_dim)"),
+    KEY(first_num_dense_layers, K_INT, "0", "DeepSeek: the first layers use a dense SwiGLU FFN instead of MoE"),
+    // training
+    KEY(per_device_batch_size, K_INT, "8", "B, sequences per device per microbatch"),
+    KEY(gradient_accumulation_steps, K_INT, "1", "A, microbatches summed into one optimizer step"),
+    KEY(steps, K_INT, "100", "optimizer steps (also the length of the learning-rate schedule)"),
+    KEY(learning_rate, K_FLOAT, "3e-3", "peak learning rate"),
+    KEY(warmup_steps_fraction, K_FLOAT, "0.1", "share of steps spent in linear warm-up from 0"),
+    KEY(cosine_learning_rate_final_fraction, K_FLOAT, "0.1", "final learning rate as a share of the peak"),
+    KEY(adam_b1, K_FLOAT, "0.9", "AdamW first-moment decay"),
+    KEY(adam_b2, K_FLOAT, "0.95", "AdamW second-moment decay"),
+    KEY(adam_eps, K_FLOAT, "1e-8", "AdamW epsilon"),
+    KEY(adam_weight_decay, K_FLOAT, "0.1", "AdamW decoupled weight decay (every trained parameter)"),
+    KEY(gradient_clipping_threshold, K_FLOAT, "1.0", "clip the global gradient norm to this (0 = off)"),
+    KEY(z_loss_multiplier, K_FLOAT, "0", "adds z_loss_multiplier * logsumexp(z)^2 per token"),
+    KEY(seed, K_INT, "0", "weight-initialisation seed (MaxText: init_weights_seed)"),
+    KEY(dtype, K_STR, "float32", "activation precision: float32"),
+    // data, eval, output
+    KEY(dataset_path, K_STR, "synthetic", "training text (bytes are tokens), an llm.c token file, or 'synthetic'"),
+    KEY(eval_fraction, K_FLOAT, "0.1", "share of the data held out for the eval loss"),
+    KEY(eval_interval, K_INT, "0", "compute the eval loss every N steps (0 = at the start and end only)"),
+    KEY(eval_steps, K_INT, "4", "batches of per_device_batch_size sequences per eval"),
+    KEY(log_period, K_INT, "1", "print a step line every N steps"),
+    KEY(metrics_file, K_STR, "", "write one JSON object per step to this file"),
+    KEY(save_checkpoint, K_STR, "", "write a safetensors checkpoint here (atomically) at the end"),
+    KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position)"),
+    KEY(checkpoint_period, K_INT, "0", "also save every N steps (0 = only at the end)"),
+    KEY(sample_length, K_INT, "200", "bytes of text sampled from the model at the end (0 = none)"),
+    KEY(sample_temperature, K_FLOAT, "0.8", "sampling temperature"),
+    KEY(dump_parity, K_STR, "", "write a parity dump for the JAX reference into this directory and exit"),
+    KEY(parity_steps, K_INT, "10", "optimizer steps recorded in the parity dump"),
+    KEY(reduce_leaf_tokens, K_INT, "0", "tokens per leaf of the canonical gradient-sum tree (0 = one sequence)"),
+    KEY(num_threads, K_INT, "0", "compute threads (0 = all cores)"),
+    KEY(dry_run, K_BOOL, "false", "build everything, print the memory plan, do not train"),
+};
+#define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
+
+static const KeyDef *find_key(const char *name) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+// Edit distance, to suggest the closest valid key for a typo.
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            d[i][j] = MM_MIN(sub, MM_MIN(d[i - 1][j] + 1, d[i][j - 1] + 1));
+        }
+    return d[la][lb];
+}
+
+static const char *closest_key(const char *name) {
+    int best = 1 << 30;
+    const char *bestname = KEYS[0].name;
+    for (int i = 0; i < NKEYS; i++) {
+        int d = edit_distance(name, KEYS[i].name);
+        if (d < best) { best = d; bestname = KEYS[i].name; }
+    }
+    return bestname;
+}
+
+static void set_value(Config *c, const KeyDef *k, const char *v, const char *where) {
+    char *end;
+    void *field = (char *)c + k->offset;
+    switch (k->type) {
+    case K_INT: {
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (*v == '\0' || *end != '\0' || errno || x < -2147483647L || x > 2147483647L)
+            die("%s: key '%s' wants an integer, got '%s'", where, k->name, v);
+        *(int *)field = (int)x;
+        break;
+    }
+    case K_FLOAT: {
+        errno = 0;
+        double x = strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || errno || !isfinite(x))
+            die("%s: key '%s' wants a number, got '%s'", where, k->name, v);
+        *(float *)field = (float)x;
+        break;
+    }
+    case K_BOOL:
+        if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) *(int *)field = 1;
+        else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) *(int *)field = 0;
+        else die("%s: key '%s' wants true or false, got '%s'", where, k->name, v);
+        break;
+    case K_STR:
+        if (strlen(v) >= CFG_STR) die("%s: value of '%s' is longer than %d characters", where, k->name, CFG_STR - 1);
+        strcpy((char *)field, v);
+        break;
+    }
+}
+
+void config_set(Config *c, const char *key, const char *value, const char *where) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)",
+                where, key, closest_key(key));
+    set_value(c, k, value, where);
+}
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof(*c));
+    for (int i = 0; i < NKEYS; i++) set_value(c, &KEYS[i], KEYS[i].dflt, "default");
+}
+
+// Strip spaces at both ends, and matching quotes around a value.
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    size_t n = strlen(s);
+    if (n >= 2 && (s[0] == '"' || s[0] == '\'') && s[n - 1] == s[0]) { s[n - 1] = '\0'; s++; }
+    return s;
+}
+
+void config_load_file(Config *c, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) die("cannot open config file '%s': %s", path, strerror(errno));
+    char line[1024], where[1100];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (!strchr(line, '\n') && !feof(f)) { fclose(f); die("%s: line too long", where); }
+        // A '#' starts a comment unless it is inside quotes (values here never contain '#').
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (*s == '\0') continue;
+        char *colon = strchr(s, ':');
+        if (!colon) { fclose(f); die("%s: expected 'key: value', got '%s'", where, s); }
+        *colon = '\0';
+        char *key = trim(s), *val = trim(colon + 1);
+        const KeyDef *k = find_key(key);
+        if (!k) {
+            fclose(f);
+            die("%s: unknown config key '%s' (did you mean '%s'?)", where, key, closest_key(key));
+        }
+        set_value(c, k, val, where);
+    }
+    fclose(f);
+}
+
+static int divides(int a, int b) { return a > 0 && b % a == 0; }
+
+void config_validate(const Config *c) {
+    if (strcmp(c->decoder_block, "mixtral") && strcmp(c->decoder_block, "deepseek"))
+        die("decoder_block must be 'mixtral' or 'deepseek', got '%s'", c->decoder_block);
+    if (strcmp(c->attention_type, "global") && strcmp(c->attention_type, "mla"))
+        die("attention_type must be 'global' or 'mla', got '%s'", c->attention_type);
+    if (strcmp(c->routed_score_func, "softmax") && strcmp(c->routed_score_func, "sigmoid"))
+        die("routed_score_func must be 'softmax' or 'sigmoid', got '%s'", c->routed_score_func);
+    if (strcmp(c->dtype, "float32"))
+        die("dtype '%s' is not supported yet: use dtype=float32", c->dtype);
+    struct { const char *name; int v; } pos[] = {
+        {"base_emb_dim", c->base_emb_dim}, {"base_num_query_heads", c->base_num_query_heads},
+        {"base_num_decoder_layers", c->base_num_decoder_layers}, {"vocab_size", c->vocab_size},
+        {"max_target_length", c->max_target_length}, {"per_device_batch_size", c->per_device_batch_size},
+        {"gradient_accumulation_steps", c->gradient_accumulation_steps}, {"steps", c->steps},
+        {"num_experts", c->num_experts}, {"num_experts_per_tok", c->num_experts_per_tok},
+        {"eval_steps", c->eval_steps}, {"log_period", c->log_period}, {"parity_steps", c->parity_steps},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0) die("%s must be positive, got %d", pos[i].name, pos[i].v);
+    if (c->vocab_size > 65536) die("vocab_size %d does not fit uint16 token files (max 65536)", c->vocab_size);
+    if (cfg_is_mla(c)) {
+        if (c->kv_lora_rank <= 0 || c->qk_nope_head_dim <= 0 || c->v_head_dim <= 0)
+            die("attention_type=mla needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0 "
+                "(got %d, %d, %d)", c->kv_lora_rank, c->qk_nope_head_dim, c->v_head_dim);
+        if (c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2)
+            die("qk_rope_head_dim must be positive and even (RoPE rotates pairs), got %d", c->qk_rope_head_dim);
+        if (c->q_lora_rank < 0) die("q_lora_rank must be >= 0, got %d", c->q_lora_rank);
+    } else {
+        if (c->base_num_kv_heads <= 0 || c->head_dim <= 0)
+            die("base_num_kv_heads and head_dim must be positive (got %d, %d)", c->base_num_kv_heads, c->head_dim);
+        if (!divides(c->base_num_kv_heads, c->base_num_query_heads))
+            die("base_num_kv_heads (%d) must divide base_num_query_heads (%d)",
+                c->base_num_kv_heads, c->base_num_query_heads);
+        if (c->head_dim % 2) die("head_dim must be even (RoPE rotates pairs), got %d", c->head_dim);
+    }
+    if (c->num_experts_per_tok > c->num_experts)
+        die("num_experts_per_tok (%d) cannot exceed num_experts (%d)", c->num_experts_per_tok, c->num_experts);
+    if (cfg_expert_dim(c) <= 0) die("expert width must be positive (base_mlp_dim / base_moe_mlp_dim)");
+    if (c->first_num_dense_layers < 0 || c->first_num_dense_layers > c->base_num_decoder_layers)
+        die("first_num_dense_layers (%d) must be between 0 and base_num_decoder_layers (%d)",
+            c->first_num_dense_layers, c->base_num_decoder_layers);
+    if (c->first_num_dense_layers > 0 && c->base_mlp_dim <= 0)
+        die("dense layers need base_mlp_dim > 0, got %d", c->base_mlp_dim);
+    if (c->n_routing_groups > 0) {
+        if (!cfg_sigmoid_router(c)) die("n_routing_groups needs routed_score_func=sigmoid (DeepSeek routing)");
+        if (c->num_experts % c->n_routing_groups)
+            die("n_routing_groups (%d) must divide num_experts (%d)", c->n_routing_groups, c->num_experts);
+        if (c->num_experts / c->n_routing_groups < 2)
+            die("each routing group needs at least 2 experts (group score = sum of its top 2); "
+                "num_experts %d / n_routing_groups %d < 2", c->num_experts, c->n_routing_groups);
+        if (c->topk_routing_group <= 0 || c->topk_routing_group > c->n_routing_groups)
+            die("topk_routing_group (%d) must be between 1 and n_routing_groups (%d)",
+                c->topk_routing_group, c->n_routing_groups);
+        if (c->topk_routing_group * (c->num_experts / c->n_routing_groups) < c->num_experts_per_tok)
+            die("topk_routing_group %d groups of %d experts hold fewer than num_experts_per_tok (%d) experts",
+                c->topk_routing_group, c->num_experts / c->n_routing_groups, c->num_experts_per_tok);
+    }
+    if (c->routed_bias && !cfg_sigmoid_router(c))
+        die("routed_bias needs routed_score_func=sigmoid (DeepSeek routing)");
+    if (c->shared_experts < 0) die("shared_experts must be >= 0, got %d", c->shared_experts);
+    if (c->capacity_factor > 0 && c->sparse_matmul)
+        die("capacity_factor=%g drops tokens only on the dense path: set sparse_matmul=false "
+            "(the sparse path is dropless)", c->capacity_factor);
+    int leaf = cfg_leaf_tokens(c);
+    if (!divides(leaf, c->max_target_length))
+        die("reduce_leaf_tokens (%d) must divide max_target_length (%d)", leaf, c->max_target_length);
+    if (c->eval_fraction <= 0 || c->eval_fraction >= 1)
+        die("eval_fraction must be between 0 and 1, got %g", c->eval_fraction);
+    if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
+    if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
+        die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+}
+
+void config_print_help(void) {
+    printf("%-36s %-10s %s\n", "key", "default", "meaning");
+    for (int i = 0; i < NKEYS; i++)
+        printf("%-36s %-10s %s\n", KEYS[i].name, KEYS[i].dflt[0] ? KEYS[i].dflt : "\"\"", KEYS[i].help);
+}
+
+// Append to buf with bounds checking.
+static void jcat(char *buf, int cap, int *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#include <stdarg.h>
+static void jcat(char *buf, int cap, int *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *len, (size_t)(cap - *len), fmt, ap);
+    va_end(ap);
+    if (n < 0 || *len + n >= cap) die("internal: config JSON buffer too small (%d bytes)", cap);
+    *len += n;
+}
+
+int config_to_json(const Config *c, char *buf, int cap) {
+    int len = 0;
+    jcat(buf, cap, &len, "{");
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDef *k = &KEYS[i];
+        const void *field = (const char *)c + k->offset;
+        jcat(buf, cap, &len, "%s\"%s\": ", i ? ", " : "", k->name);
+        switch (k->type) {
+        case K_INT: jcat(buf, cap, &len, "%d", *(const int *)field); break;
+        case K_FLOAT: jcat(buf, cap, &len, "%.9g", (double)*(const float *)field); break;
+        case K_BOOL: jcat(buf, cap, &len, "%s", *(const int *)field ? "true" : "false"); break;
+        case K_STR: {
+            jcat(buf, cap, &len, "\"");
+            for (const char *p = (const char *)field; *p; p++) {
+                if (*p == '"' || *p == '\\') jcat(buf, cap, &len, "\\%c", *p);
+                else if ((unsigned char)*p < 0x20) jcat(buf, cap, &len, "\\u%04x", *p);
+                else jcat(buf, cap, &len, "%c", *p);
+            }
+            jcat(buf, cap, &len, "\"");
+            break;
+        }
+        }
+    }
+    jcat(buf, cap, &len, "}");
+    return len;
+}
+
+// Reads the flat object written by config_to_json: "key": value pairs, values are numbers,
+// true/false or strings with \" \\ \uXXXX escapes.
+void config_from_json(Config *c, const char *json, const char *where) {
+    const char *p = json;
+    char key[128], val[CFG_STR + 8];
+    while (*p && *p != '{') p++;
+    if (*p != '{') die("%s: config metadata is not a JSON object", where);
+    p++;
+    for (;;) {
+        while (isspace((unsigned char)*p) || *p == ',') p++;
+        if (*p == '}') return;
+        if (*p != '"') die("%s: malformed config metadata near '%.20s'", where, p);
+        int n = 0;
+        for (p++; *p && *p != '"'; p++) if (n < 127) key[n++] = *p;
+        key[n] = '\0';
+        if (*p != '"') die("%s: malformed config metadata", where);
+        p++;
+        while (isspace((unsigned char)*p) || *p == ':') p++;
+        n = 0;
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++) {
+                char ch = *p;
+                if (ch == '\\') {
+                    p++;
+                    if (*p == 'u') { ch = (char)strtol((char[]){p[1], p[2], p[3], p[4], 0}, NULL, 16); p += 4; }
+                    else ch = *p;
+                }
+                if (n < CFG_STR) val[n++] = ch;
+            }
+            if (*p != '"') die("%s: malformed config metadata", where);
+            p++;
+        } else {
+            while (*p && *p != ',' && *p != '}' && !isspace((unsigned char)*p)) if (n < CFG_STR) val[n++] = *p++; else p++;
+        }
+        val[n] = '\0';
+        const KeyDef *k = find_key(key);
+        if (!k) die("%s: config metadata has unknown key '%s' (written by another version of meshmoe?)", where, key);
+        set_value(c, k, val, where);
+    }
+}

@@ -1,0 +1,102 @@
+// model/config.h: every run-time setting of meshmoe, under MaxText's key names.
+// A run is `./train CONFIG.yml [key=value ...]`: the preset file is read first, then the
+// overrides. Every key is declared once, in the table in config.c, with its type, default
+// and one line of meaning (`./train --help-config` prints that table).
+#ifndef MESHMOE_CONFIG_H
+#define MESHMOE_CONFIG_H
+
+#define CFG_STR 256
+
+typedef struct {
+    // ---- model shape (MaxText names) ----
+    char decoder_block[CFG_STR];     // "mixtral" or "deepseek"
+    char attention_type[CFG_STR];    // "global" (GQA) or "mla"
+    int base_emb_dim;                // D
+    int base_num_query_heads;        // N
+    int base_num_kv_heads;           // Nkv
+    int head_dim;                    // Dh
+    int base_mlp_dim;                // dense SwiGLU width (and Mixtral expert width)
+    int base_moe_mlp_dim;            // DeepSeek expert width
+    int base_num_decoder_layers;     // L
+    int vocab_size;                  // V
+    int max_target_length;           // S
+    float normalization_layer_epsilon;
+    float rope_min_timescale, rope_max_timescale;
+    // ---- MLA (attention_type=mla) ----
+    int q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    // ---- MoE ----
+    int num_experts;                 // E
+    int num_experts_per_tok;         // K
+    float capacity_factor;           // <= 0: dropless
+    int sparse_matmul;               // 1: grouped GEMM over sorted tokens; 0: every expert on every token
+    float load_balance_loss_weight;
+    char routed_score_func[CFG_STR]; // "softmax" (Mixtral) or "sigmoid" (DeepSeek)
+    int routed_bias;
+    float routed_bias_update_rate;
+    float routed_scaling_factor;
+    int n_routing_groups, topk_routing_group;
+    int shared_experts;
+    int first_num_dense_layers;
+    // ---- training ----
+    int per_device_batch_size;       // B (sequences per device per microbatch)
+    int gradient_accumulation_steps; // A
+    int steps;
+    float learning_rate;
+    float warmup_steps_fraction;
+    float cosine_learning_rate_final_fraction;
+    float adam_b1, adam_b2, adam_eps, adam_weight_decay;
+    float gradient_clipping_threshold;
+    float z_loss_multiplier;
+    int seed;                        // init_weights_seed in MaxText
+    char dtype[CFG_STR];             // "float32" (bfloat16 arrives with the parity issue)
+    // ---- data, evaluation, output ----
+    char dataset_path[CFG_STR];      // text file, token file, or "synthetic"
+    float eval_fraction;             // held-out share of the data
+    int eval_interval;               // steps between eval losses (0: only at the end)
+    int eval_steps;                  // eval batches per evaluation
+    int log_period;                  // print every N steps
+    char metrics_file[CFG_STR];
+    char save_checkpoint[CFG_STR];
+    char load_checkpoint[CFG_STR];
+    int checkpoint_period;           // save every N steps (0: only at the end)
+    int sample_length;               // bytes of text generated at the end (0: none)
+    float sample_temperature;
+    char dump_parity[CFG_STR];       // directory for the JAX parity dump ("" = off)
+    int parity_steps;
+    // ---- canonical reduction (DESIGN.md principle 2) ----
+    int reduce_leaf_tokens;          // tokens per leaf of the gradient-sum tree (0 = S)
+    // ---- run control ----
+    int num_threads;                 // OpenMP/BLAS threads (0 = all cores)
+    int dry_run;
+} Config;
+
+// Fill every field with its default.
+void config_defaults(Config *c);
+// Read a preset file (flat YAML subset: `key: value`, `#` comments). Dies on a bad line.
+void config_load_file(Config *c, const char *path);
+// Apply one `key=value` override. Dies naming the closest valid key if unknown.
+void config_set(Config *c, const char *key, const char *value, const char *where);
+// Check consistency of shapes and values; dies with a message naming the numbers.
+void config_validate(const Config *c);
+// Print every key, its default and its meaning.
+void config_print_help(void);
+// Write the whole config as a JSON object into buf (for checkpoint and dump metadata).
+// Returns the length; dies if buf is too small.
+int config_to_json(const Config *c, char *buf, int cap);
+// Overwrite c from a JSON object written by config_to_json (checkpoint loading).
+void config_from_json(Config *c, const char *json, const char *where);
+
+// Derived quantities, used everywhere.
+static inline int cfg_is_deepseek(const Config *c) { return c->decoder_block[0] == 'd'; }
+static inline int cfg_is_mla(const Config *c) { return c->attention_type[0] == 'm'; }
+static inline int cfg_sigmoid_router(const Config *c) { return c->routed_score_func[0] == 's'; }
+// Expert hidden width H: base_mlp_dim for Mixtral, base_moe_mlp_dim for DeepSeek.
+static inline int cfg_expert_dim(const Config *c) {
+    return cfg_is_deepseek(c) ? c->base_moe_mlp_dim : c->base_mlp_dim;
+}
+static inline int cfg_layer_is_moe(const Config *c, int l) { return l >= c->first_num_dense_layers; }
+static inline int cfg_leaf_tokens(const Config *c) {
+    return c->reduce_leaf_tokens > 0 ? c->reduce_leaf_tokens : c->max_target_length;
+}
+
+#endif

@@ -1,0 +1,20 @@
+// model/mlp.h: the dense SwiGLU feed-forward, y = (silu(x wi_0) * (x wi_1)) wo.
+#ifndef MESHMOE_MLP_H
+#define MESHMOE_MLP_H
+#include "model/params.h"
+
+typedef struct {
+    float *h0;   // (T,F) x @ wi_0 (before silu)
+    float *h1;   // (T,F) x @ wi_1
+} MlpSaved;
+
+// out (T,D) = SwiGLU(x (T,D)); F is the hidden width. s gets MEM_ACTIVATIONS buffers.
+void mlp_forward(const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F);
+// dx (T,D) += ; g->* += weight gradients (canonical tree over `leaf`-token leaves); frees s.
+void mlp_backward(const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
+                  const float *x, int T, int D, int F, int leaf);
+
+// The SwiGLU nonlinearity on (n) elements, and its backward.
+void swiglu_forward(float *act, const float *h0, const float *h1, long n);        // act = silu(h0)*h1
+void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n);
+#endif

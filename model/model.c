@@ -1,0 +1,336 @@
+// model/model.c: parameter layout and initialisation, and the decoder stack's forward
+// and backward passes for one microbatch.
+//
+//   x = Embed(ids)
+//   for each layer:  h = x + Attention(RMSNorm_pre(x));  x = h + FFN(RMSNorm_post(h))
+//   logits = RMSNorm_final(x) @ W_out;   loss = CE(logits, targets) (+ z-loss, + aux)
+#include "model/model.h"
+#include "model/embedding.h"
+#include "model/rmsnorm.h"
+#include "model/matmul.h"
+#include "model/loss.h"
+#include "sharding/memory.h"
+#include "common.h"
+#include <stdarg.h>
+
+// ---------------------------------------------------------------------------------------
+// Layout: every trained tensor, in one fixed order. This walk is the only place that
+// knows the order; it both records the specs and binds a Params struct to a flat buffer.
+
+typedef struct {
+    ParamSpec *specs;   // where to record (may be NULL)
+    int n;              // tensors so far
+    size_t off;         // floats so far
+    float *base;        // flat buffer to bind pointers into (may be NULL)
+} Walk;
+
+static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *fmt, ...) {
+    size_t size = 1;
+    for (int i = 0; i < ndim; i++) size *= (size_t)shape[i];
+    if (w->specs) {
+        ParamSpec *s = &w->specs[w->n];
+        memset(s, 0, sizeof(*s));
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->name, sizeof s->name, fmt, ap);
+        va_end(ap);
+        s->ndim = ndim;
+        for (int i = 0; i < ndim; i++) s->shape[i] = shape[i];
+        s->offset = w->off;
+        s->size = size;
+        s->init_std = std;
+        s->init_const = cst;
+        s->truncated = 1;
+    }
+    float *ptr = w->base ? w->base + w->off : NULL;
+    w->n++;
+    w->off += size;
+    return ptr;
+}
+
+#define SHAPE(...) (int[]){__VA_ARGS__}
+#define NDIM(...) ((int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)))
+// A kernel whose input width is fan_in: truncated normal with std 1/sqrt(fan_in).
+#define KERNEL(w, fan_in, name_fmt, ...) \
+    take(w, 1.0f / sqrtf((float)(fan_in)), 0.0f, NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__), name_fmt, l)
+#define SCALE(w, n, name_fmt) take(w, 0.0f, 1.0f, 1, SHAPE(n), name_fmt, l)
+
+static void swiglu_layout(Walk *w, MlpParams *p, int l, int D, int F, const char *prefix) {
+    char f0[96], f1[96], f2[96];
+    snprintf(f0, sizeof f0, "decoder/layers_%%d/%s/wi_0/kernel", prefix);
+    snprintf(f1, sizeof f1, "decoder/layers_%%d/%s/wi_1/kernel", prefix);
+    snprintf(f2, sizeof f2, "decoder/layers_%%d/%s/wo/kernel", prefix);
+    #pragma GCC diagnostic push
+    #pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    p->wi_0 = KERNEL(w, D, f0, D, F);
+    p->wi_1 = KERNEL(w, D, f1, D, F);
+    p->wo = KERNEL(w, F, f2, F, D);
+    #pragma GCC diagnostic pop
+}
+
+static void walk_layout(const Config *c, Walk *w, Params *p) {
+    int D = c->base_emb_dim, V = c->vocab_size, N = c->base_num_query_heads;
+    int L = c->base_num_decoder_layers, E = c->num_experts, H = cfg_expert_dim(c);
+    int l = 0;   // used by the name formats below
+    p->embedding = take(w, 1.0f, 0.0f, 2, SHAPE(V, D), "token_embedder/embedding");
+    w->specs ? (void)(w->specs[w->n - 1].truncated = 0) : (void)0;   // plain normal(0,1)
+    for (l = 0; l < L; l++) {
+        LayerParams *lp = &p->layers[l];
+        memset(lp, 0, sizeof(*lp));
+        lp->pre_norm = SCALE(w, D, "decoder/layers_%d/pre_self_attention_layer_norm/scale");
+        if (!cfg_is_mla(c)) {
+            int Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+            // MaxText folds attention's 1/sqrt(Dh) into the query kernel's init.
+            lp->attn.wq = take(w, 1.0f / sqrtf((float)D) / sqrtf((float)Dh), 0.0f, 3, SHAPE(D, N, Dh),
+                               "decoder/layers_%d/self_attention/query/kernel", l);
+            lp->attn.wk = KERNEL(w, D, "decoder/layers_%d/self_attention/key/kernel", D, Nkv, Dh);
+            lp->attn.wv = KERNEL(w, D, "decoder/layers_%d/self_attention/value/kernel", D, Nkv, Dh);
+            lp->attn.wo = KERNEL(w, N * Dh, "decoder/layers_%d/self_attention/out/kernel", N, Dh, D);
+        } else {
+            int Qk = c->qk_nope_head_dim + c->qk_rope_head_dim, R = c->kv_lora_rank, Q = c->q_lora_rank;
+            MLAParams *a = &lp->mla;
+            if (Q > 0) {
+                a->wq_a = KERNEL(w, D, "decoder/layers_%d/self_attention/wq_a/kernel", D, Q);
+                a->q_norm = SCALE(w, Q, "decoder/layers_%d/self_attention/q_norm/scale");
+                a->wq_b = KERNEL(w, Q, "decoder/layers_%d/self_attention/wq_b/kernel", Q, N, Qk);
+            } else {
+                a->wq = KERNEL(w, D, "decoder/layers_%d/self_attention/query/kernel", D, N, Qk);
+            }
+            a->wkv_a = KERNEL(w, D, "decoder/layers_%d/self_attention/wkv_a/kernel", D, R + c->qk_rope_head_dim);
+            a->kv_norm = SCALE(w, R, "decoder/layers_%d/self_attention/kv_norm/scale");
+            a->wkv_b = KERNEL(w, R, "decoder/layers_%d/self_attention/wkv_b/kernel", R, N,
+                              c->qk_nope_head_dim + c->v_head_dim);
+            a->wo = KERNEL(w, N * c->v_head_dim, "decoder/layers_%d/self_attention/out/kernel", N, c->v_head_dim, D);
+        }
+        lp->post_norm = SCALE(w, D, "decoder/layers_%d/post_self_attention_layer_norm/scale");
+        if (!cfg_layer_is_moe(c, l)) {
+            swiglu_layout(w, &lp->mlp, l, D, c->base_mlp_dim, "mlp");
+        } else {
+            MoeParams *mp = &lp->moe;
+            mp->gate = KERNEL(w, D, "decoder/layers_%d/MoeBlock_0/gate/kernel", D, E);
+            mp->wi_0 = KERNEL(w, D, "decoder/layers_%d/MoeBlock_0/wi_0", E, D, H);
+            mp->wi_1 = KERNEL(w, D, "decoder/layers_%d/MoeBlock_0/wi_1", E, D, H);
+            mp->wo = KERNEL(w, H, "decoder/layers_%d/MoeBlock_0/wo", E, H, D);
+            if (c->shared_experts > 0)
+                swiglu_layout(w, &mp->shared, l, D, c->shared_experts * H, "shared_experts");
+        }
+    }
+    p->final_norm = take(w, 0.0f, 1.0f, 1, SHAPE(D), "decoder/decoder_norm/scale");
+    p->logits = take(w, 1.0f / sqrtf((float)D), 0.0f, 2, SHAPE(D, V), "decoder/logits_dense/kernel");
+}
+
+int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
+    Walk w = {specs, 0, 0, NULL};
+    Params p;
+    LayerParams *layers = calloc((size_t)c->base_num_decoder_layers, sizeof(LayerParams));
+    p.layers = layers;
+    walk_layout(c, &w, &p);
+    free(layers);
+    if (nparams) *nparams = w.off;
+    return w.n;
+}
+
+void model_bind(const Model *m, Params *p, float *base) {
+    Walk w = {NULL, 0, 0, base};
+    walk_layout(&m->cfg, &w, p);
+}
+
+int model_num_moe_layers(const Config *c) {
+    return c->base_num_decoder_layers - c->first_num_dense_layers;
+}
+
+// ---------------------------------------------------------------------------------------
+// Initialisation from global coordinates: element i of tensor `name` is a function of
+// (seed, name, i) only, so every device of any mesh draws the same value for it.
+
+static uint64_t mix64(uint64_t z) {   // splitmix64 finaliser
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint64_t hash_name(const char *s) {   // FNV-1a
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+// Standard normal from a counter (Box-Muller on two hashed uniforms). `draw` lets the
+// truncated normal redraw without leaving the element's own stream.
+static float normal_at(uint64_t key, uint64_t i, uint64_t draw) {
+    uint64_t a = mix64(key ^ mix64(i * 0x9E3779B97F4A7C15ull + draw * 2));
+    uint64_t b = mix64(key ^ mix64(i * 0x9E3779B97F4A7C15ull + draw * 2 + 1));
+    double u1 = ((a >> 11) + 1.0) / 9007199254740993.0;   // (0, 1]
+    double u2 = (b >> 11) / 9007199254740992.0;           // [0, 1)
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+static void init_tensor(float *x, const ParamSpec *s, int seed) {
+    uint64_t key = mix64(hash_name(s->name) ^ mix64((uint64_t)seed + 0x1234567ull));
+    for (size_t i = 0; i < s->size; i++) {
+        if (s->init_std == 0.0f) { x[i] = s->init_const; continue; }
+        float z = normal_at(key, i, 0);
+        for (uint64_t d = 1; s->truncated && fabsf(z) > 2.0f; d++) z = normal_at(key, i, d);
+        x[i] = s->init_std * z;
+    }
+}
+
+void model_init(Model *m, const Config *c) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *c;
+    int L = c->base_num_decoder_layers;
+    m->ntensors = model_layout(c, NULL, NULL);
+    m->specs = calloc((size_t)m->ntensors, sizeof(ParamSpec));
+    model_layout(c, m->specs, &m->nparams);
+    m->params_mem = mem_floats(MEM_PARAMS, m->nparams, "params");
+    m->grads_mem = mem_floats(MEM_GRADS, m->nparams, "grads");
+    m->m_mem = mem_floats(MEM_OPTIMIZER, m->nparams, "adam mu");
+    m->v_mem = mem_floats(MEM_OPTIMIZER, m->nparams, "adam nu");
+    m->params.layers = calloc((size_t)L, sizeof(LayerParams));
+    m->grads.layers = calloc((size_t)L, sizeof(LayerParams));
+    m->acts = calloc((size_t)L, sizeof(LayerActs));
+    model_bind(m, &m->params, m->params_mem);
+    model_bind(m, &m->grads, m->grads_mem);
+    for (int i = 0; i < m->ntensors; i++)
+        init_tensor(m->params_mem + m->specs[i].offset, &m->specs[i], c->seed);
+    if (c->routed_bias)   // starts at zero; changed only by the aux-loss-free update
+        m->router_bias = mem_floats(MEM_PARAMS, (size_t)L * c->num_experts, "router bias");
+}
+
+void model_free(Model *m) {
+    mem_free(m->params_mem);
+    mem_free(m->grads_mem);
+    mem_free(m->m_mem);
+    mem_free(m->v_mem);
+    mem_free(m->router_bias);
+    free(m->params.layers);
+    free(m->grads.layers);
+    free(m->acts);
+    free(m->specs);
+    memset(m, 0, sizeof(*m));
+}
+
+float model_lb_coef(const Config *c, int global_seqs) {
+    if (c->load_balance_loss_weight <= 0.0f) return 0.0f;
+    // L_lb = w * E^2 * mean_{b,e}(f*Pbar), then the mean over MoE layers.
+    float E = (float)c->num_experts;
+    return c->load_balance_loss_weight * E * E / ((float)global_seqs * E * (float)model_num_moe_layers(c));
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward and backward of one microbatch.
+
+static float *bias_of(const Model *m, int l) {
+    return m->router_bias ? m->router_bias + (size_t)l * m->cfg.num_experts : NULL;
+}
+
+void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
+    const Config *c = &m->cfg;
+    int T = B * S, D = c->base_emb_dim, V = c->vocab_size, L = c->base_num_decoder_layers;
+    float eps = c->normalization_layer_epsilon;
+    m->B = B; m->S = S; m->ids = ids; m->targets = targets;
+
+    float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+    embedding_forward(x, ids, m->params.embedding, T, D);      // (T,D)
+    for (int l = 0; l < L; l++) {
+        LayerParams *p = &m->params.layers[l];
+        LayerActs *a = &m->acts[l];
+        a->x = x;
+        // h = x + Attention(RMSNorm_pre(x))
+        a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
+        a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
+        rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps);
+        a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
+        if (cfg_is_mla(c)) mla_forward(c, &p->mla, &a->mla, a->h, a->n1, B, S);
+        else attention_forward(c, &p->attn, &a->attn, a->h, a->n1, B, S);
+        for (size_t i = 0; i < (size_t)T * D; i++) a->h[i] += x[i];
+        // x' = h + FFN(RMSNorm_post(h))
+        a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
+        a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
+        rmsnorm_forward(a->n2, a->rstd2, a->h, p->post_norm, T, D, eps);
+        float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+        if (cfg_layer_is_moe(c, l)) {
+            long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
+            double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
+            moe_forward(c, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+        } else {
+            mlp_forward(&p->mlp, &a->mlp, xn, a->n2, T, D, c->base_mlp_dim);
+        }
+        for (size_t i = 0; i < (size_t)T * D; i++) xn[i] += a->h[i];
+        x = xn;
+    }
+    // logits = RMSNorm_final(x) @ W_out
+    m->xL = x;
+    m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
+    m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
+    rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, eps);
+    m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
+    matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
+    m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
+    st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, V, c->z_loss_multiplier,
+                             cfg_leaf_tokens(c));
+}
+
+// Free what model_forward kept (the layers' own saved state is freed by their backward
+// or by model_discard).
+static void free_stack_acts(Model *m) {
+    for (int l = 0; l < m->cfg.base_num_decoder_layers; l++) {
+        LayerActs *a = &m->acts[l];
+        mem_free(a->x); mem_free(a->n1); mem_free(a->rstd1);
+        mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
+        a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = NULL;
+    }
+    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse);
+    m->xL = m->nf = m->rstdf = m->logits = m->lse = NULL;
+}
+
+void model_backward(Model *m, float scale, float lb_coef) {
+    const Config *c = &m->cfg;
+    int B = m->B, S = m->S, T = B * S, D = c->base_emb_dim, V = c->vocab_size;
+    int L = c->base_num_decoder_layers, leaf = cfg_leaf_tokens(c);
+    Params *g = &m->grads;
+
+    // Loss and output head.
+    loss_backward(m->logits, m->lse, m->targets, T, V, c->z_loss_multiplier, scale);  // logits := dlogits
+    float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
+    matmul_backward(dnf, g->logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
+    float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
+    rmsnorm_backward(dx, g->final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf);
+    float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
+    float *dn = dnf;   // reused: gradient of a norm's output
+    for (int l = L - 1; l >= 0; l--) {
+        LayerParams *p = &m->params.layers[l], *gl = &g->layers[l];
+        LayerActs *a = &m->acts[l];
+        // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
+        memcpy(dh, dx, sizeof(float) * T * D);
+        memset(dn, 0, sizeof(float) * T * D);
+        if (cfg_layer_is_moe(c, l)) {
+            moe_backward(c, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+            moe_saved_free(&a->moe);
+        } else {
+            mlp_backward(&p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, c->base_mlp_dim, leaf);
+        }
+        rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf);
+        // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
+        memcpy(dx, dh, sizeof(float) * T * D);
+        memset(dn, 0, sizeof(float) * T * D);
+        if (cfg_is_mla(c)) mla_backward(c, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
+        else attention_backward(c, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
+        rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf);
+    }
+    embedding_backward(g->embedding, dx, m->ids, T, D, V, leaf);
+    mem_free(dnf); mem_free(dx); mem_free(dh);
+    free_stack_acts(m);
+}
+
+void model_discard(Model *m) {
+    const Config *c = &m->cfg;
+    for (int l = 0; l < c->base_num_decoder_layers; l++) {
+        LayerActs *a = &m->acts[l];
+        if (cfg_is_mla(c)) mla_saved_free(&a->mla);
+        else attention_saved_free(&a->attn);
+        if (cfg_layer_is_moe(c, l)) moe_saved_free(&a->moe);
+        else mlp_saved_free(&a->mlp);
+    }
+    free_stack_acts(m);
+}

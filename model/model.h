@@ -1,0 +1,87 @@
+// model/model.h: the decoder stack, its parameter layout and one training step's
+// forward and backward passes (MODEL_SPEC.md "Decoder stack").
+#ifndef MESHMOE_MODEL_H
+#define MESHMOE_MODEL_H
+#include <stddef.h>
+#include "model/config.h"
+#include "model/params.h"
+#include "model/attention.h"
+#include "model/mla.h"
+#include "model/mlp.h"
+#include "model/moe.h"
+
+// One tensor of the layout: its MaxText-style name, shape, place in the flat buffer and init.
+typedef struct {
+    char name[112];     // e.g. "decoder/layers_0/self_attention/query/kernel"
+    int ndim;
+    int shape[4];
+    size_t offset;      // in floats, from the start of the flat buffer
+    size_t size;        // floats
+    float init_std;     // > 0: truncated normal(0, std) (normal for the embedding); 0: constant
+    float init_const;   // the constant (1 for norm scales)
+    int truncated;      // 1: truncated to +-2 std
+} ParamSpec;
+
+// What one layer's forward pass keeps for its backward pass.
+typedef struct {
+    float *x;           // (T,D) layer input (the residual stream)
+    float *n1, *rstd1;  // (T,D), (T) pre-attention RMSNorm output and its 1/rms
+    AttentionSaved attn;
+    MLASaved mla;
+    float *h;           // (T,D) residual after attention
+    float *n2, *rstd2;  // (T,D), (T) post-attention RMSNorm
+    MlpSaved mlp;
+    MoeSaved moe;
+} LayerActs;
+
+typedef struct {
+    Config cfg;
+    int ntensors;
+    ParamSpec *specs;       // (ntensors) the layout, in order
+    size_t nparams;         // floats in the flat buffer
+    float *params_mem, *grads_mem, *m_mem, *v_mem;   // (nparams) each
+    Params params, grads;   // pointers into params_mem / grads_mem
+    float *router_bias;     // (L, E) DeepSeek selection bias (non-trained state), or NULL
+    int step;               // optimizer updates done
+    // One microbatch's forward state.
+    int B, S;
+    const int *ids;         // (B,S)
+    const int *targets;     // (B,S)
+    LayerActs *acts;        // (L)
+    float *xL, *nf, *rstdf; // (T,D) final residual, final norm output, (T)
+    float *logits;          // (T,V) logits, overwritten by dlogits in the backward pass
+    float *lse;             // (T)
+} Model;
+
+// Where one forward pass writes its statistics. Loss and aux loss are kept per leaf and
+// per sequence so that the step can add them along the canonical tree (model/treesum.h):
+// the printed loss is then bit-identical however the batch is split.
+typedef struct {
+    double *loss_leaf;      // (T/leaf) written: sum of token losses per leaf
+    double *aux_seq;        // (n_moe, stride) written: load-balance loss per MoE layer and sequence
+    int aux_stride;         // sequences per row of aux_seq (the global batch)
+    long ntok;              // += tokens with a target
+    long *expert_counts;    // (L, E) += assignments per expert, or NULL
+} FwdStats;
+
+// Fill the layout of every tensor for cfg. Returns the count; specs may be NULL to count.
+int model_layout(const Config *c, ParamSpec *specs, size_t *nparams);
+// Allocate parameters (MEM_PARAMS), gradients (MEM_GRADS), AdamW moments (MEM_OPTIMIZER)
+// on the current device and initialise the weights from the seed.
+void model_init(Model *m, const Config *c);
+void model_free(Model *m);
+// Bind the struct of pointers `p` to a flat buffer laid out by model_layout.
+void model_bind(const Model *m, Params *p, float *base);
+int model_num_moe_layers(const Config *c);
+
+// Forward pass over B sequences of S tokens (ids, targets: (B,S)). Keeps the activations
+// for model_backward. lb_coef: see moe_forward; global_seqs: sequences in the whole step.
+void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st);
+// Backward pass of the last forward; grads += d(loss)/d(params) with the loss scaled by
+// `scale` (1 / tokens in the global batch). Frees the activations.
+void model_backward(Model *m, float scale, float lb_coef);
+// Drop the activations of the last forward without a backward pass (eval, sampling).
+void model_discard(Model *m);
+// Coefficient of sum_{b,e} f*Pbar for the load-balance loss (0 when off).
+float model_lb_coef(const Config *c, int global_seqs);
+#endif

@@ -1,0 +1,49 @@
+// model/optimizer.c: schedule, clipping, AdamW, and the routing-bias update.
+#include "model/optimizer.h"
+#include "common.h"
+
+float lr_schedule(const Config *c, int step) {
+    float lr = c->learning_rate;
+    int warmup = (int)(c->warmup_steps_fraction * c->steps);
+    if (step < warmup) return lr * (float)step / (float)warmup;   // optax.linear_schedule from 0
+    int n = c->steps - warmup, k = step - warmup;
+    float pct = n > 1 ? (float)k / (float)(n - 1) : 0.0f;
+    if (pct > 1.0f) pct = 1.0f;
+    float a = 0.5f * (cosf((float)M_PI * pct) + 1.0f);
+    return lr * a + c->cosine_learning_rate_final_fraction * lr * (1.0f - a);
+}
+
+float grad_global_norm(const float *g, size_t n) {
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    return (float)sqrt(ss);
+}
+
+void grad_clip(float *g, size_t n, float norm, float threshold) {
+    if (threshold <= 0.0f || norm < threshold) return;
+    #pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) g[i] = (g[i] / norm) * threshold;   // optax's order of operations
+}
+
+void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c) {
+    float b1 = c->adam_b1, b2 = c->adam_b2, eps = c->adam_eps, wd = c->adam_weight_decay;
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    #pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        m[i] = (1.0f - b1) * g[i] + b1 * m[i];
+        v[i] = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];
+        float mhat = m[i] / c1, vhat = v[i] / c2;
+        float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
+        u = u + wd * p[i];                      // add_decayed_weights
+        p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
+    }
+}
+
+void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate) {
+    float target = (float)tokens * K / E;   // the count every expert would get if balanced
+    for (int e = 0; e < E; e++) {
+        float diff = target - (float)counts[e];
+        float sign = diff > 0 ? 1.0f : diff < 0 ? -1.0f : 0.0f;
+        bias[e] += rate * sign;
+    }
+}

@@ -1,0 +1,43 @@
+// model/rmsnorm.c: RMSNorm forward and backward, in float32.
+#include "model/rmsnorm.h"
+#include "model/treesum.h"
+#include "common.h"
+
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps) {
+    #pragma omp parallel for if (T * D > 32768)
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * D;
+        float *ot = out + (size_t)t * D;
+        float ss = 0.0f;                           // mean of squares, float32 as in MaxText
+        for (int i = 0; i < D; i++) ss += xt[i] * xt[i];
+        float r = 1.0f / sqrtf(ss / D + eps);
+        rstd[t] = r;
+        for (int i = 0; i < D; i++) ot[i] = (xt[i] * r) * scale[i];
+    }
+}
+
+// With n = x * r (the normalised value) and y = n * scale:
+//   dscale = sum_t dy * n
+//   dx = r * (dy*scale - n * mean(dy*scale * n))
+void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
+                      const float *rstd, int T, int D, int leaf) {
+    #pragma omp parallel for if (T * D > 32768)
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D;
+        float r = rstd[t], dot = 0.0f;
+        for (int i = 0; i < D; i++) dot += dyt[i] * scale[i] * (xt[i] * r);
+        dot /= D;
+        for (int i = 0; i < D; i++)
+            dx[(size_t)t * D + i] += r * (dyt[i] * scale[i] - (xt[i] * r) * dot);
+    }
+    if (!dscale) return;
+    TreeSum ts;
+    treesum_begin(&ts, (size_t)D, MEM_TEMP, "rmsnorm dscale leaf");
+    for (int t0 = 0; t0 < T; t0 += leaf) {
+        float *g = treesum_leaf(&ts);
+        for (int t = t0; t < MM_MIN(T, t0 + leaf); t++)
+            for (int i = 0; i < D; i++) g[i] += dout[(size_t)t * D + i] * (x[(size_t)t * D + i] * rstd[t]);
+        treesum_push(&ts);
+    }
+    treesum_end(&ts, dscale);
+}

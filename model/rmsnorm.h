@@ -1,0 +1,10 @@
+// model/rmsnorm.h: y = x * rsqrt(mean(x^2) + eps) * scale (MODEL_SPEC.md "RMSNorm").
+#ifndef MESHMOE_RMSNORM_H
+#define MESHMOE_RMSNORM_H
+
+// out (T,D), rstd (T) saved for the backward pass; x (T,D); scale (D).
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps);
+// dx (T,D) += ; dscale (D) += sum over tokens (canonical tree over `leaf`-token leaves).
+void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
+                      const float *rstd, int T, int D, int leaf);
+#endif

@@ -1,0 +1,10 @@
+// model/rope.h: rotary position embedding, half-split layout (MODEL_SPEC.md "Rotary position embedding").
+#ifndef MESHMOE_ROPE_H
+#define MESHMOE_ROPE_H
+
+// Rotates, in place, the first Dr entries of each of H heads of every token:
+// x (B,S,H,stride), the rotated part is x[b,s,h,0:Dr]; position of token (b,s) is s.
+void rope_forward(float *x, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts);
+// The backward of a rotation is the rotation by -theta, applied in place to the gradient.
+void rope_backward(float *dx, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts);
+#endif

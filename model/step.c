@@ -1,0 +1,101 @@
+// model/step.c: the optimizer step. The gradient of the global batch is the sum of the
+// microbatches' gradients along the canonical tree, divided once by the global token
+// count (the division is folded into the loss gradient's scale).
+#include "model/step.h"
+#include "model/optimizer.h"
+#include "model/treesum.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+// Tokens with a target: the loss is their mean, over the whole global batch.
+static long count_targets(const int *targets, long n) {
+    long k = 0;
+    for (long i = 0; i < n; i++) k += targets[i] >= 0;
+    return k;
+}
+
+// The step's loss from its per-leaf sums and per-sequence aux terms, both in tree order.
+static void finish_loss(const Config *c, StepResult *r, const double *loss_leaf, long nleaves,
+                        const double *aux_seq, int nseq) {
+    double ce = tree_sum_double(loss_leaf, nleaves) / (double)MM_MAX(r->ntok, 1);
+    double aux = 0.0;
+    if (c->load_balance_loss_weight > 0)
+        for (int j = 0; j < model_num_moe_layers(c); j++) aux += tree_sum_double(aux_seq + (size_t)j * nseq, nseq);
+    r->ce_loss = (float)ce;
+    r->aux_loss = (float)aux;
+    r->loss = (float)(ce + aux);
+}
+
+void compute_gradients(Model *m, const int *ids, const int *targets, int A, int B, int S,
+                       StepResult *r, long *expert_counts, MicrobatchHook hook, void *hook_ctx) {
+    const Config *c = &m->cfg;
+    int nseq = A * B, leaf = cfg_leaf_tokens(c);
+    long leaves_per_mb = (long)B * S / leaf;
+    r->ntok = count_targets(targets, (long)nseq * S);
+    float scale = 1.0f / (float)MM_MAX(r->ntok, 1);
+    float lb_coef = model_lb_coef(c, nseq);
+    double *loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * leaves_per_mb * A, "loss per leaf");
+    int nmoe = model_num_moe_layers(c);
+    double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * nseq, "aux per sequence");
+
+    memset(m->grads_mem, 0, sizeof(float) * m->nparams);
+    // With several microbatches, each one's gradient is a leaf block of the tree; its
+    // buffer is a second gradient-sized allocation (that is what accumulation costs).
+    TreeSum acc;
+    if (A > 1) treesum_begin(&acc, m->nparams, MEM_GRADS, "microbatch grads");
+    for (int mb = 0; mb < A; mb++) {
+        const int *mids = ids + (size_t)mb * B * S, *mtg = targets + (size_t)mb * B * S;
+        FwdStats st = {loss_leaf + mb * leaves_per_mb, aux_seq + (size_t)mb * B, nseq, 0, expert_counts};
+        model_forward(m, mids, mtg, B, S, lb_coef, &st);
+        if (hook) hook(m, mb, hook_ctx);
+        if (A > 1) model_bind(m, &m->grads, treesum_leaf(&acc));
+        model_backward(m, scale, lb_coef);
+        if (A > 1) treesum_push(&acc);
+    }
+    if (A > 1) {
+        treesum_end(&acc, m->grads_mem);
+        model_bind(m, &m->grads, m->grads_mem);
+    }
+    finish_loss(c, r, loss_leaf, leaves_per_mb * A, aux_seq, nseq);
+    r->grad_norm = grad_global_norm(m->grads_mem, m->nparams);
+    mem_free(loss_leaf);
+    mem_free(aux_seq);
+}
+
+void apply_update(Model *m, StepResult *r, const long *expert_counts, long tokens) {
+    const Config *c = &m->cfg;
+    r->lr = lr_schedule(c, m->step);
+    grad_clip(m->grads_mem, m->nparams, r->grad_norm, c->gradient_clipping_threshold);
+    adamw_update(m->params_mem, m->grads_mem, m->m_mem, m->v_mem, m->nparams, r->lr, m->step + 1, c);
+    if (m->router_bias && c->routed_bias_update_rate > 0)
+        for (int l = c->first_num_dense_layers; l < c->base_num_decoder_layers; l++)
+            router_bias_update(m->router_bias + (size_t)l * c->num_experts, expert_counts + (size_t)l * c->num_experts,
+                               tokens, c->num_experts, c->num_experts_per_tok, c->routed_bias_update_rate);
+    m->step++;
+}
+
+void train_step(Model *m, const int *ids, const int *targets, int A, int B, int S, StepResult *r) {
+    const Config *c = &m->cfg;
+    size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
+    long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
+    compute_gradients(m, ids, targets, A, B, S, r, counts, NULL, NULL);
+    apply_update(m, r, counts, (long)A * B * S);
+    mem_free(counts);
+}
+
+float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
+    const Config *c = &m->cfg;
+    int leaf = cfg_leaf_tokens(c), nmoe = model_num_moe_layers(c);
+    long nleaves = (long)B * S / leaf;
+    double *loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * nleaves, "eval loss per leaf");
+    double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * B, "eval aux");
+    FwdStats st = {loss_leaf, aux_seq, B, 0, NULL};
+    model_forward(m, ids, targets, B, S, model_lb_coef(c, B), &st);
+    model_discard(m);
+    StepResult r = {0};
+    r.ntok = st.ntok;
+    finish_loss(c, &r, loss_leaf, nleaves, aux_seq, B);
+    mem_free(loss_leaf);
+    mem_free(aux_seq);
+    return r.loss;
+}

@@ -1,0 +1,30 @@
+// model/step.h: one optimizer step (gradient accumulation, clipping, AdamW, routing-bias
+// update) and the eval loss.
+#ifndef MESHMOE_STEP_H
+#define MESHMOE_STEP_H
+#include "model/model.h"
+
+typedef struct {
+    float loss;         // total loss: CE (+ z-loss) mean over tokens + aux loss
+    float ce_loss;      // CE (+ z-loss) mean
+    float aux_loss;     // load-balance loss (mean over MoE layers)
+    float grad_norm;    // global gradient norm before clipping
+    float lr;           // learning rate used by this update
+    long ntok;          // tokens with a target in the global batch
+} StepResult;
+
+// Hooks for the parity dump: called after each microbatch's forward pass, before its
+// backward pass overwrites the logits. NULL when not dumping.
+typedef void (*MicrobatchHook)(Model *m, int microbatch, void *ctx);
+
+// Forward + backward over A microbatches of B sequences (ids, targets: (A*B, S)), leaving
+// the summed gradient of the mean loss in m->grads_mem (not yet clipped). Fills r except lr.
+void compute_gradients(Model *m, const int *ids, const int *targets, int A, int B, int S,
+                       StepResult *r, long *expert_counts, MicrobatchHook hook, void *hook_ctx);
+// Clip, AdamW update and routing-bias update; increments m->step.
+void apply_update(Model *m, StepResult *r, const long *expert_counts, long tokens);
+// compute_gradients + apply_update.
+void train_step(Model *m, const int *ids, const int *targets, int A, int B, int S, StepResult *r);
+// Mean loss (CE + z-loss + aux) of B sequences without updating anything.
+float eval_loss(Model *m, const int *ids, const int *targets, int B, int S);
+#endif

@@ -1,0 +1,199 @@
+// tests/test_core.c: the pieces every layer relies on: the canonical gradient sum, the
+// small layers (RMSNorm, embedding, loss, matmul) checked against finite differences,
+// the schedule and AdamW against hand-computed values, and the config's JSON round trip.
+#include "common.h"
+#include "model/config.h"
+#include "model/treesum.h"
+#include "model/rmsnorm.h"
+#include "model/embedding.h"
+#include "model/loss.h"
+#include "model/matmul.h"
+#include "model/optimizer.h"
+#include "sharding/memory.h"
+#include "tests/gradcheck.h"
+
+// ---- treesum: the sum must not depend on how the leaves are split ----
+static void test_treesum(void) {
+    enum { N = 5, LEAVES = 8 };
+    float leaf[LEAVES][N];
+    uint64_t seed = 7;
+    for (int l = 0; l < LEAVES; l++) gc_fill(leaf[l], N, &seed, 1000.0f);
+    // All 8 leaves in one tree.
+    float whole[N] = {0};
+    TreeSum t;
+    treesum_begin(&t, N, MEM_TEMP, "test");
+    for (int l = 0; l < LEAVES; l++) { memcpy(treesum_leaf(&t), leaf[l], sizeof leaf[l]); treesum_push(&t); }
+    treesum_end(&t, whole);
+    // Two "devices" of 4 leaves, then their roots added: must be bit-identical.
+    float half[2][N] = {{0}};
+    for (int d = 0; d < 2; d++) {
+        treesum_begin(&t, N, MEM_TEMP, "test");
+        for (int l = 4 * d; l < 4 * d + 4; l++) { memcpy(treesum_leaf(&t), leaf[l], sizeof leaf[l]); treesum_push(&t); }
+        treesum_end(&t, half[d]);
+    }
+    float split[N];
+    for (int i = 0; i < N; i++) split[i] = half[0][i] + half[1][i];
+    CHECK(memcmp(whole, split, sizeof whole) == 0, "treesum: 8 leaves vs 2 subtrees of 4 differ");
+    // The explicit tree ((0+1)+(2+3)) + ((4+5)+(6+7)).
+    float byhand[N];
+    for (int i = 0; i < N; i++)
+        byhand[i] = ((leaf[0][i] + leaf[1][i]) + (leaf[2][i] + leaf[3][i])) +
+                    ((leaf[4][i] + leaf[5][i]) + (leaf[6][i] + leaf[7][i]));
+    CHECK(memcmp(whole, byhand, sizeof whole) == 0, "treesum: not the pairwise tree");
+    // A sequential sum is (almost surely) different: the test can fail.
+    float seq[N] = {0};
+    for (int l = 0; l < LEAVES; l++) for (int i = 0; i < N; i++) seq[i] += leaf[l][i];
+    printf("  treesum 8 leaves: tree %.9g, sequential %.9g (element 0)\n", whole[0], seq[0]);
+    // 7 leaves: (0..3) + ((4+5)+6), the same rule as tree_sum_double.
+    float seven[N] = {0};
+    treesum_begin(&t, N, MEM_TEMP, "test");
+    for (int l = 0; l < 7; l++) { memcpy(treesum_leaf(&t), leaf[l], sizeof leaf[l]); treesum_push(&t); }
+    treesum_end(&t, seven);
+    for (int i = 0; i < N; i++)
+        byhand[i] = ((leaf[0][i] + leaf[1][i]) + (leaf[2][i] + leaf[3][i])) + ((leaf[4][i] + leaf[5][i]) + leaf[6][i]);
+    CHECK(memcmp(seven, byhand, sizeof seven) == 0, "treesum: 7 leaves not (0..3)+((4+5)+6)");
+    double xd[7];
+    for (int l = 0; l < 7; l++) xd[l] = leaf[l][0];
+    double td = tree_sum_double(xd, 7);
+    double hd = ((xd[0] + xd[1]) + (xd[2] + xd[3])) + ((xd[4] + xd[5]) + xd[6]);
+    CHECK(td == hd, "tree_sum_double: %.17g vs %.17g", td, hd);
+}
+
+// ---- small layers against finite differences ----
+enum { T = 6, D = 8, V = 11, LEAF = 3 };
+static float X[T * D], SC[D], R[T * D], OUT[T * D], RSTD[T], TABLE[V * D], W[D * V], LOGITS[T * V];
+static int IDS[T] = {3, 1, 3, 10, 0, 3}, TGT[T] = {2, 5, -1, 7, 7, 0};
+
+static double rmsnorm_loss(void *ctx) {
+    (void)ctx;
+    rmsnorm_forward(OUT, RSTD, X, SC, T, D, 1e-5f);
+    return gc_dot(OUT, R, T * D);
+}
+static double embed_loss(void *ctx) {
+    (void)ctx;
+    embedding_forward(OUT, IDS, TABLE, T, D);
+    return gc_dot(OUT, R, T * D);
+}
+static double matmul_loss(void *ctx) {
+    (void)ctx;
+    matmul_forward(LOGITS, X, W, T, D, V, 0);
+    float r2[T * V];
+    uint64_t s = 99;
+    gc_fill(r2, T * V, &s, 1.0f);
+    return gc_dot(LOGITS, r2, T * V);
+}
+static double ce_loss(void *ctx) {
+    float lse[T];
+    double sums[T / LEAF];
+    float zmul = *(float *)ctx;
+    loss_forward(lse, sums, LOGITS, TGT, T, V, zmul, LEAF);
+    return sums[0] + sums[1];
+}
+
+static void test_layers(void) {
+    uint64_t seed = 1;
+    gc_fill(X, T * D, &seed, 1.0f);
+    gc_fill(SC, D, &seed, 1.0f);
+    gc_fill(R, T * D, &seed, 1.0f);
+    gc_fill(TABLE, V * D, &seed, 1.0f);
+    gc_fill(W, D * V, &seed, 0.5f);
+    // RMSNorm: dx and dscale.
+    float dx[T * D] = {0}, dsc[D] = {0};
+    rmsnorm_forward(OUT, RSTD, X, SC, T, D, 1e-5f);
+    rmsnorm_backward(dx, dsc, R, X, SC, RSTD, T, D, LEAF);
+    gradcheck("rmsnorm dx", X, T * D, dx, rmsnorm_loss, NULL, 1e-2, 1e-2);
+    gradcheck("rmsnorm dscale", SC, D, dsc, rmsnorm_loss, NULL, 1e-2, 1e-2);
+    // Embedding: the scatter-add, with a repeated id.
+    float dtab[V * D] = {0};
+    embedding_backward(dtab, R, IDS, T, D, V, LEAF);
+    gradcheck("embedding dtable", TABLE, V * D, dtab, embed_loss, NULL, 1e-2, 1e-2);
+    // Matmul: dinp and dw.
+    float r2[T * V], dX[T * D] = {0}, dW[D * V] = {0};
+    uint64_t s = 99;
+    gc_fill(r2, T * V, &s, 1.0f);
+    matmul_backward(dX, dW, r2, X, W, T, D, V, LEAF);
+    gradcheck("matmul dinp", X, T * D, dX, matmul_loss, NULL, 1e-2, 1e-2);
+    gradcheck("matmul dw", W, D * V, dW, matmul_loss, NULL, 1e-2, 1e-2);
+    // Cross-entropy with z-loss; token 2 is ignored (target -1).
+    for (int zi = 0; zi < 2; zi++) {
+        float zmul = zi ? 1e-2f : 0.0f;
+        matmul_forward(LOGITS, X, W, T, D, V, 0);
+        float lse[T], dz[T * V];
+        double sums[T / LEAF];
+        long n = loss_forward(lse, sums, LOGITS, TGT, T, V, zmul, LEAF);
+        CHECK(n == 5, "loss counted %ld tokens, want 5 (one ignored)", n);
+        memcpy(dz, LOGITS, sizeof dz);
+        loss_backward(dz, lse, TGT, T, V, zmul, 1.0f);
+        int zero = 1;
+        for (int v = 0; v < V; v++) zero &= dz[2 * V + v] == 0.0f;
+        CHECK(zero, "ignored token has a non-zero gradient");
+        gradcheck(zi ? "cross-entropy + z-loss" : "cross-entropy", LOGITS, T * V, dz, ce_loss, &zmul, 1e-2, 1e-2);
+    }
+    // Cross-entropy of uniform logits is log(V) per token.
+    memset(LOGITS, 0, sizeof LOGITS);
+    float lse[T];
+    double sums[T / LEAF];
+    loss_forward(lse, sums, LOGITS, TGT, T, V, 0.0f, LEAF);
+    CHECK_CLOSE((sums[0] + sums[1]) / 5, log(11.0), 1e-6, "uniform logits give log(V)");
+}
+
+// ---- schedule and AdamW, against values worked out by hand ----
+static void test_optimizer(void) {
+    Config c;
+    config_defaults(&c);
+    c.learning_rate = 1.0f; c.steps = 11; c.warmup_steps_fraction = 0.1f; c.cosine_learning_rate_final_fraction = 0.1f;
+    // warmup = int(0.1*11) = 1 step: lr(0) = 0. Cosine over n = 10 steps, k = step-1,
+    // pct = k/9: lr(1) = 1 (a = 1), lr(10) = 0.1 (a = 0), lr(5.5...) midpoint:
+    CHECK_CLOSE(lr_schedule(&c, 0), 0.0, 0, "lr at step 0 (warm-up starts at 0)");
+    CHECK_CLOSE(lr_schedule(&c, 1), 1.0, 1e-7, "lr after warm-up");
+    CHECK_CLOSE(lr_schedule(&c, 10), 0.1, 1e-7, "final lr");
+    // k = 3: pct = 1/3, a = 0.5*(cos(pi/3)+1) = 0.75, lr = 0.75 + 0.1*0.25 = 0.775
+    CHECK_CLOSE(lr_schedule(&c, 4), 0.775, 1e-6, "cosine at pct 1/3");
+    // AdamW, one step from m = v = 0 with g = 0.5, p = 2, lr = 0.1, wd = 0.1:
+    // mhat = g, vhat = g^2, u = g/(|g| + eps) ~= 1, p = 2 - 0.1*(1 + 0.2) = 1.88
+    float p = 2.0f, g = 0.5f, m = 0, v = 0;
+    adamw_update(&p, &g, &m, &v, 1, 0.1f, 1, &c);
+    CHECK_CLOSE(p, 1.88, 1e-6, "AdamW first step");
+    CHECK_CLOSE(m, 0.05, 1e-7, "AdamW mu = (1-b1) g");
+    CHECK_CLOSE(v, 0.0125, 1e-8, "AdamW nu = (1-b2) g^2");
+    // Clipping: norm 5 with threshold 1 scales by 1/5; below the threshold nothing changes.
+    float gr[2] = {3.0f, 4.0f};
+    float n = grad_global_norm(gr, 2);
+    CHECK_CLOSE(n, 5.0, 0, "global norm");
+    grad_clip(gr, 2, n, 1.0f);
+    CHECK_CLOSE(gr[0], 0.6, 1e-7, "clipped gradient");
+    grad_clip(gr, 2, 1.0f - 1e-6f, 1.0f);
+    CHECK_CLOSE(gr[0], 0.6, 1e-7, "no clip below the threshold");
+    // Routing bias: target = T*K/E = 8*2/4 = 4 per expert.
+    float bias[4] = {0};
+    long counts[4] = {8, 4, 3, 1};
+    router_bias_update(bias, counts, 8, 4, 2, 0.01f);
+    CHECK(bias[0] == -0.01f && bias[1] == 0.0f && bias[2] == 0.01f && bias[3] == 0.01f,
+          "bias update: got %g %g %g %g", bias[0], bias[1], bias[2], bias[3]);
+}
+
+static void test_config_json(void) {
+    Config a, b;
+    config_defaults(&a);
+    config_set(&a, "decoder_block", "deepseek", "test");
+    config_set(&a, "capacity_factor", "1.25", "test");
+    config_set(&a, "sparse_matmul", "false", "test");
+    config_set(&a, "metrics_file", "a \"quoted\" path\\x", "test");
+    char json[16384];
+    config_to_json(&a, json, sizeof json);
+    config_defaults(&b);
+    config_from_json(&b, json, "test");
+    CHECK(memcmp(&a, &b, sizeof a) == 0, "config JSON round trip changed the config");
+}
+
+int main(void) {
+    Device dev;
+    device_init(&dev, 0, 0);
+    mem_set_device(&dev);
+    test_treesum();
+    test_layers();
+    test_optimizer();
+    test_config_json();
+    CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);
+    TEST_SUMMARY();
+}
