@@ -138,7 +138,8 @@ int main(int argc, char **argv) {
     // 4. The training loop.
     float first_eval = evaluate(&m, &dl, ids, targets);
     printf("step %5d | eval loss %.4f\n", m.step, first_eval);
-    while (m.step < c.steps) {
+    int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
+    while (m.step < stop) {
         int step = m.step;
         fetch_batch(&dl, step, A * B, S, ids, targets);
         mem_reset_peak(&dev);

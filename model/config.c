@@ -80,6 +80,7 @@ static const KeyDef KEYS[] = {
     KEY(save_checkpoint, K_STR, "", "write a safetensors checkpoint here (atomically) at the end"),
     KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position)"),
     KEY(checkpoint_period, K_INT, "0", "also save every N steps (0 = only at the end)"),
+    KEY(run_steps, K_INT, "0", "stop this run after N optimizer steps, schedule unchanged (0 = run to steps); for resuming"),
     KEY(sample_length, K_INT, "200", "bytes of text sampled from the model at the end (0 = none)"),
     KEY(sample_temperature, K_FLOAT, "0.8", "sampling temperature"),
     KEY(dump_parity, K_STR, "", "write a parity dump for the JAX reference into this directory and exit"),

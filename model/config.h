@@ -59,6 +59,7 @@ typedef struct {
     char save_checkpoint[CFG_STR];
     char load_checkpoint[CFG_STR];
     int checkpoint_period;           // save every N steps (0: only at the end)
+    int run_steps;                   // stop this run after N updates (0: run to `steps`)
     int sample_length;               // bytes of text generated at the end (0: none)
     float sample_temperature;
     char dump_parity[CFG_STR];       // directory for the JAX parity dump ("" = off)

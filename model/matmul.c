@@ -32,13 +32,42 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
 #endif
 }
 
+// Row-stable products. OpenBLAS picks its inner kernels by how many rows are left in a
+// block, and those kernels add a row's products in different orders: the same token can
+// get different bits in a 10-row GEMM than in a 64-row one. A result that depends on how
+// many other tokens share the call would break DESIGN.md principle 2 (splitting the batch
+// over devices, or routing a different number of tokens to an expert, would change the
+// numbers). So every row-wise product runs in blocks of exactly MM_ROW_BLOCK rows; the last
+// partial block is copied into a zero-padded block first. A row's result then depends on
+// that row alone (tested in tests/test_core.c).
+#define MM_ROW_BLOCK 64
+
+// out (T,OC) = beta*out + inp (T,C) @ op(w); op(w) = w (C,OC) or, with transW, w^T for w (OC,C).
+static void rows_gemm(float *out, const float *inp, const float *w, int T, int C, int OC, int transW, float beta) {
+    int ldw = transW ? C : OC;
+    int full = T / MM_ROW_BLOCK * MM_ROW_BLOCK;
+    for (int t0 = 0; t0 < full; t0 += MM_ROW_BLOCK)
+        gemm(0, transW, MM_ROW_BLOCK, OC, C, 1.0f, inp + (size_t)t0 * C, C, w, ldw, beta, out + (size_t)t0 * OC, OC);
+    int rest = T - full;
+    if (rest == 0) return;
+    float *pin = mem_floats(MEM_TEMP, (size_t)MM_ROW_BLOCK * C, "matmul padded rows");
+    float *pout = mem_floats(MEM_TEMP, (size_t)MM_ROW_BLOCK * OC, "matmul padded rows out");
+    memcpy(pin, inp + (size_t)full * C, sizeof(float) * rest * C);
+    if (beta != 0.0f) memcpy(pout, out + (size_t)full * OC, sizeof(float) * rest * OC);
+    gemm(0, transW, MM_ROW_BLOCK, OC, C, 1.0f, pin, C, w, ldw, beta, pout, OC);
+    memcpy(out + (size_t)full * OC, pout, sizeof(float) * rest * OC);
+    mem_device()->flops -= 2.0 * (MM_ROW_BLOCK - rest) * OC * C;   // count only the real rows
+    mem_free(pin);
+    mem_free(pout);
+}
+
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
-    gemm(0, 0, T, OC, C, 1.0f, inp, C, w, OC, accumulate ? 1.0f : 0.0f, out, OC);
+    rows_gemm(out, inp, w, T, C, OC, 0, accumulate ? 1.0f : 0.0f);
 }
 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, int leaf) {
-    if (dinp) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);   // (T,OC)@(OC,C)
+    if (dinp) rows_gemm(dinp, dout, w, T, OC, C, 1, 1.0f);   // (T,OC) @ (OC,C)
     if (dw) {
         TreeSum ts;
         treesum_begin(&ts, (size_t)C * OC, MEM_TEMP, "matmul dw leaf");

@@ -13,6 +13,8 @@ void mlp_forward(const MlpParams *p, MlpSaved *s, float *out, const float *x, in
 // dx (T,D) += ; g->* += weight gradients (canonical tree over `leaf`-token leaves); frees s.
 void mlp_backward(const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, int leaf);
+// Free what mlp_forward saved (safe on a cleared struct): a forward without a backward.
+void mlp_saved_free(MlpSaved *s);
 
 // The SwiGLU nonlinearity on (n) elements, and its backward.
 void swiglu_forward(float *act, const float *h0, const float *h1, long n);        // act = silu(h0)*h1

@@ -6,15 +6,28 @@
 #include "model/params.h"
 #include "model/mlp.h"
 
+// What moe_forward keeps (MEM_ACTIVATIONS). T = B*S tokens, A = T*K assignments
+// (token t, slot k) numbered a = t*K + k. The experts' rows ("expert rows") are:
+//   sparse path: the A assignments sorted by expert (then token, then slot), so expert e
+//                owns rows [row_start[e], row_start[e+1]);
+//   dense path:  every expert on every token, expert e owns rows [e*T, (e+1)*T).
 typedef struct {
-    // Routing, kept for the backward pass and for the parity dump.
+    // Routing (also read by the parity dump).
+    float *logits;     // (T,E) gate logits
+    float *scores;     // (T,E) selection scores: gate logits (softmax router) or s + bias (sigmoid)
     int *top_idx;      // (T,K) chosen experts, in top-k order
     float *top_w;      // (T,K) routing weights (before capacity dropping)
-    float *scores;     // (T,E) selection scores (softmax router: gate logits; sigmoid: s + bias)
-    float *logits;     // (T,E) gate logits
-    // Everything else the implementation keeps (expert activations, sort order, ...).
-    void *bufs[16];
-    MlpSaved shared;   // the shared experts' saved activations (DeepSeek)
+    float *w_eff;      // (T,K) weights used by the combine: top_w, or 0 where dropped
+    float *probs;      // (T,E) softmax(logits) for the load-balance loss, or NULL
+    float *lb_f;       // (B,E) f[b,e]: share of sequence b's assignments that went to e, or NULL
+    // Experts.
+    int nrows;         // expert rows in total (A sparse, E*T dense)
+    int *row_start;    // (E+1) first row of each expert
+    int *row_token;    // (nrows) the token of each row
+    int *assign_row;   // (A) the row of each assignment
+    float *h0, *h1;    // (nrows,H) x wi_0, x wi_1 per row
+    float *y;          // (nrows,D) expert outputs
+    MlpSaved shared;   // DeepSeek's shared experts
 } MoeSaved;
 
 // out (T,D) = MoE(x (T,D)), T = B*S. bias (E) is the DeepSeek selection bias or NULL.
@@ -25,19 +38,24 @@ typedef struct {
 // update), or NULL.
 void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
                  const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts);
-// dx (T,D) += ; g->* += gradients (canonical tree); frees s's buffers except the routing
-// arrays, which stay until moe_saved_free().
+// dx (T,D) += ; g->* += gradients (canonical tree); frees the experts' saved buffers. The
+// routing arrays stay until moe_saved_free().
 void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,
                   const float *dout, const float *x, int B, int S, float lb_coef);
+// Free everything s holds (safe on a cleared struct and after moe_backward).
 void moe_saved_free(MoeSaved *s);
 
-// Routing alone (tested by hand-computed cases): fills top_idx, top_w, scores for T tokens
-// from gate logits (T,E).
+// Routing alone (tested by hand-computed cases).
+// Mixtral: idx = top_k(logits, K) (ties: lower index first), w = softmax of the K chosen
+// logits; scores = logits.
 void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K);
+// DeepSeek: s = sigmoid(logits), scores = s + bias (bias may be NULL), group-limited
+// selection on the scores, weights from the unbiased s, normalised and scaled.
 void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits,
                     const float *bias, int T);
-// Capacity dropping on the dense path: keep[t*K+k] = 1 if assignment (t,k) fits its
-// expert's capacity within its sequence (s-major priority), else 0.
-int moe_capacity(const Config *c);
+// Capacity of one expert per sequence on the dense path: int(max(ceil(S*K/E) * cf, cf)).
+int moe_capacity(const Config *c, int S);
+// keep (B*S*K) = 1 if assignment (b,s,k) is within its expert's capacity in sequence b,
+// counting assignments in (s, k) order; else 0.
 void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity);
 #endif

@@ -137,6 +137,34 @@ static void test_layers(void) {
     CHECK_CLOSE((sums[0] + sums[1]) / 5, log(11.0), 1e-6, "uniform logits give log(V)");
 }
 
+// ---- row-stable matmul: a row's result must not depend on the other rows in the call ----
+static void test_row_stable_matmul(void) {
+    enum { TT = 200, CC = 96, OO = 80 };
+    float *inp = malloc(sizeof(float) * TT * CC), *w = malloc(sizeof(float) * CC * OO);
+    float *full = malloc(sizeof(float) * TT * OO), *part = malloc(sizeof(float) * TT * OO);
+    float *dfull = calloc(TT * CC, sizeof(float)), *dpart = calloc(TT * CC, sizeof(float));
+    uint64_t seed = 5;
+    gc_fill(inp, TT * CC, &seed, 1.0f);
+    gc_fill(w, CC * OO, &seed, 1.0f);
+    matmul_forward(full, inp, w, TT, CC, OO, 0);
+    matmul_backward(dfull, NULL, full, NULL, w, TT, CC, OO, TT);
+    int starts[5] = {0, 5, 64, 3, 70}, counts[5] = {1, 7, 64, 65, 130};
+    int same = 1, dsame = 1;
+    for (int i = 0; i < 5; i++) {
+        int t0 = starts[i], n = counts[i];
+        matmul_forward(part, inp + (size_t)t0 * CC, w, n, CC, OO, 0);
+        same &= memcmp(part, full + (size_t)t0 * OO, sizeof(float) * n * OO) == 0;
+        memset(dpart, 0, sizeof(float) * TT * CC);
+        matmul_backward(dpart, NULL, full + (size_t)t0 * OO, NULL, w, n, CC, OO, n);
+        dsame &= memcmp(dpart, dfull + (size_t)t0 * CC, sizeof(float) * n * CC) == 0;
+    }
+    CHECK(same, "matmul_forward: a row's bits depend on the rows around it");
+    CHECK(dsame, "matmul_backward dinp: a row's bits depend on the rows around it");
+    printf("  row-stable matmul: rows computed in calls of 1, 7, 64, 65, 130 rows equal the 200-row call: %s\n",
+           same && dsame ? "bit for bit" : "NO");
+    free(inp); free(w); free(full); free(part); free(dfull); free(dpart);
+}
+
 // ---- schedule and AdamW, against values worked out by hand ----
 static void test_optimizer(void) {
     Config c;
@@ -192,6 +220,7 @@ int main(void) {
     mem_set_device(&dev);
     test_treesum();
     test_layers();
+    test_row_stable_matmul();
     test_optimizer();
     test_config_json();
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);

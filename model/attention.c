@@ -1,0 +1,77 @@
+// model/attention.c: causal grouped-query attention (Mixtral), MODEL_SPEC.md "Attention,
+// Mixtral (GQA)":
+//     q = RoPE(x Wq)  (T,N,Dh)      k = RoPE(x Wk)  (T,Nkv,Dh)      v = x Wv  (T,Nkv,Dh)
+//     o = causal softmax attention (model/attn_core.c), query head h reads kv head h/(N/Nkv)
+//     out = o Wo  (T,D)
+// No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/model.c).
+#include "model/attention.h"
+#include "model/attn_core.h"
+#include "model/rope.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+                       float *out, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim;
+    int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+
+    // Projections, one GEMM per sequence (see attn_matmul_forward in model/attn_core.h).
+    s->q = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention q");     // (B,S,N,Dh)
+    s->k = mem_floats(MEM_ACTIVATIONS, (size_t)T * Nkv * Dh, "attention k");   // (B,S,Nkv,Dh)
+    s->v = mem_floats(MEM_ACTIVATIONS, (size_t)T * Nkv * Dh, "attention v");   // (B,S,Nkv,Dh)
+    attn_matmul_forward(s->q, x, p->wq, B, S, D, N * Dh);
+    attn_matmul_forward(s->k, x, p->wk, B, S, D, Nkv * Dh);
+    attn_matmul_forward(s->v, x, p->wv, B, S, D, Nkv * Dh);
+    // Rotary position embedding over the whole head (Dr = Dh), on queries and keys.
+    rope_forward(s->q, B, S, N, Dh, Dh, lo, hi);
+    rope_forward(s->k, B, S, Nkv, Dh, Dh, lo, hi);
+
+    // o = softmax(mask(q k^T)) v, keeping only per-row statistics for the backward pass.
+    s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention o");            // (B,S,N,Dh)
+    s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
+    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, Nkv, Dh, Dh);
+
+    // out = o Wo, Wo (N*Dh, D)
+    attn_matmul_forward(out, s->o, p->wo, B, S, N * Dh, D);
+}
+
+void attention_backward(const Config *c, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
+                        float *dx, const float *dout, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, leaf = cfg_leaf_tokens(c);
+    int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+
+    // out = o Wo:  do = dout Wo^T,  dWo += o^T dout
+    float *dO = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d o");   // (B,S,N,Dh)
+    attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dh, D, leaf);
+
+    // Through the softmax attention to dq, dk, dv (dk, dv summed over each group's heads).
+    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d q");     // (B,S,N,Dh)
+    float *dk = mem_floats(MEM_TEMP, (size_t)T * Nkv * Dh, "attention d k");   // (B,S,Nkv,Dh)
+    float *dv = mem_floats(MEM_TEMP, (size_t)T * Nkv * Dh, "attention d v");   // (B,S,Nkv,Dh)
+    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, Nkv, Dh, Dh);
+    mem_free(dO);
+    attention_saved_free(s);   // q, k, v, o are no longer needed: free them before the weight grads
+
+    // RoPE was applied after the projections: rotate the gradients back first.
+    rope_backward(dq, B, S, N, Dh, Dh, lo, hi);
+    rope_backward(dk, B, S, Nkv, Dh, Dh, lo, hi);
+
+    // q = x Wq, k = x Wk, v = x Wv:  dx += dq Wq^T + dk Wk^T + dv Wv^T, dW += x^T d(.)
+    attn_matmul_backward(dx, g->wq, dq, x, p->wq, B, S, D, N * Dh, leaf);
+    attn_matmul_backward(dx, g->wk, dk, x, p->wk, B, S, D, Nkv * Dh, leaf);
+    attn_matmul_backward(dx, g->wv, dv, x, p->wv, B, S, D, Nkv * Dh, leaf);
+    mem_free(dq);
+    mem_free(dk);
+    mem_free(dv);
+}
+
+void attention_saved_free(AttentionSaved *s) {
+    mem_free(s->q);
+    mem_free(s->k);
+    mem_free(s->v);
+    mem_free(s->o);
+    mem_free(s->stats);
+    memset(s, 0, sizeof(*s));
+}

@@ -1,0 +1,128 @@
+// model/attn_core.c: causal softmax attention on projected q, k, v, forward and backward.
+// Plain loops, one (sequence, head) per OpenMP work item; see model/attn_core.h.
+#include "model/attn_core.h"
+#include "model/matmul.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+static float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
+// y += a * x
+static void axpy(float *y, float a, const float *x, int n) {
+    for (int d = 0; d < n; d++) y[d] += a * x[d];
+}
+
+static void check_heads(int N, int Nkv) {
+    if (Nkv <= 0 || N % Nkv != 0)
+        die("attention: base_num_query_heads (%d) must be a multiple of base_num_kv_heads (%d)", N, Nkv);
+}
+
+void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
+                       int B, int S, int N, int Nkv, int Dqk, int Dv) {
+    check_heads(N, Nkv);
+    int group = N / Nkv;   // query heads per kv head
+    // One row of scores per (b, h) work item, so threads never share scratch and the
+    // memory used does not depend on the thread count.
+    float *rows = mem_floats(MEM_TEMP, (size_t)B * N * S, "attention score rows");   // (B,N,S)
+    // Visible (query, key) pairs: S(S+1)/2 per head; each costs a Dqk dot and a Dv axpy.
+    mem_device()->flops += 2.0 * B * N * (S * (S + 1.0) / 2) * (Dqk + Dv);
+
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * S * (Dqk + Dv) > 1e5)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < N; h++) {
+            int g = h / group;
+            float *e = rows + ((size_t)b * N + h) * S;   // (S) scores, then exp(s - m)
+            for (int i = 0; i < S; i++) {
+                const float *qi = q + (((size_t)b * S + i) * N + h) * Dqk;   // (Dqk)
+                float *oi = o + (((size_t)b * S + i) * N + h) * Dv;          // (Dv)
+                // Scores of the visible keys j <= i. The masked ones (j > i) hold
+                // ATTN_MASK_VALUE by definition; they cannot be the max (key 0 is always
+                // visible) and exp(ATTN_MASK_VALUE - m) is exactly 0 in float32, so they
+                // add nothing to l or to o: skipping them gives the very same numbers.
+                float m = ATTN_MASK_VALUE;
+                for (int j = 0; j <= i; j++) {
+                    const float *kj = k + (((size_t)b * S + j) * Nkv + g) * Dqk;   // (Dqk)
+                    e[j] = dot(qi, kj, Dqk);
+                    if (e[j] > m) m = e[j];
+                }
+                // o_i = (sum_j e_j v_j) / l, e_j = exp(s_j - m), l = sum_j e_j
+                float l = 0.0f;
+                for (int d = 0; d < Dv; d++) oi[d] = 0.0f;
+                for (int j = 0; j <= i; j++) {
+                    const float *vj = v + (((size_t)b * S + j) * Nkv + g) * Dv;   // (Dv)
+                    e[j] = expf(e[j] - m);
+                    l += e[j];
+                    axpy(oi, e[j], vj, Dv);
+                }
+                for (int d = 0; d < Dv; d++) oi[d] = oi[d] / l;
+                float *st = stats + (((size_t)b * N + h) * S + i) * 2;
+                st[0] = m;
+                st[1] = l;
+            }
+        }
+    mem_free(rows);
+}
+
+// With P[i][j] = e[i][j] / l[i] (recomputed from q, k, m, l) and dO = dout:
+//     dv_j += P_ij dO_i
+//     dP_ij = dO_i . v_j
+//     dS_ij = P_ij (dP_ij - D_i),   D_i = sum_j P_ij dP_ij = dO_i . o_i
+//     dq_i += dS_ij k_j,   dk_j += dS_ij q_i
+// (the max m cancels out of the math: it needs no gradient; masked pairs get none.)
+void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
+                        const float *q, const float *k, const float *v, const float *o, const float *stats,
+                        int B, int S, int N, int Nkv, int Dqk, int Dv) {
+    check_heads(N, Nkv);
+    int group = N / Nkv;
+    // Per visible pair: two dots (s, dP) and three axpys (dv, dq, dk).
+    mem_device()->flops += 2.0 * B * N * (S * (S + 1.0) / 2) * (3.0 * Dqk + 2.0 * Dv);
+
+    // One work item per (sequence, kv head): it owns dk and dv of that kv head and dq of
+    // the query heads of its group, which it visits in order. No two items write the same
+    // float, and each float is summed in the same order whatever the thread count.
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * S * (Dqk + Dv) > 1e5)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < Nkv; g++) {
+            for (int j = 0; j < S; j++) {
+                memset(dk + (((size_t)b * S + j) * Nkv + g) * Dqk, 0, sizeof(float) * Dqk);
+                memset(dv + (((size_t)b * S + j) * Nkv + g) * Dv, 0, sizeof(float) * Dv);
+            }
+            for (int h = g * group; h < (g + 1) * group; h++)
+                for (int i = 0; i < S; i++) {
+                    size_t qrow = ((size_t)b * S + i) * N + h;
+                    const float *qi = q + qrow * Dqk, *doi = dout + qrow * Dv, *oi = o + qrow * Dv;
+                    float *dqi = dq + qrow * Dqk;                                  // (Dqk)
+                    const float *st = stats + (((size_t)b * N + h) * S + i) * 2;
+                    float m = st[0], l = st[1];
+                    float Di = dot(doi, oi, Dv);
+                    for (int d = 0; d < Dqk; d++) dqi[d] = 0.0f;
+                    for (int j = 0; j <= i; j++) {
+                        size_t krow = ((size_t)b * S + j) * Nkv + g;
+                        const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
+                        float p = expf(dot(qi, kj, Dqk) - m) / l;
+                        float ds = p * (dot(doi, vj, Dv) - Di);
+                        axpy(dv + krow * Dv, p, doi, Dv);
+                        axpy(dqi, ds, kj, Dqk);
+                        axpy(dk + krow * Dqk, ds, qi, Dqk);
+                    }
+                }
+        }
+}
+
+void attn_matmul_forward(float *out, const float *inp, const float *w, int B, int S, int C, int OC) {
+    for (int b = 0; b < B; b++)
+        matmul_forward(out + (size_t)b * S * OC, inp + (size_t)b * S * C, w, S, C, OC, 0);
+}
+
+void attn_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          int B, int S, int C, int OC, int leaf) {
+    if (dinp)
+        for (int b = 0; b < B; b++)
+            matmul_backward(dinp + (size_t)b * S * C, NULL, dout + (size_t)b * S * OC, NULL, w, S, C, OC, leaf);
+    // The weight gradient is already summed leaf by leaf, whatever B is.
+    if (dw) matmul_backward(NULL, dw, dout, inp, w, B * S, C, OC, leaf);
+}

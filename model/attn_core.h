@@ -1,0 +1,48 @@
+// model/attn_core.h: the part both attention kinds share: causal softmax attention given
+// q, k, v (projected, RoPE applied, any scaling already folded in), for any head widths and
+// a grouped kv-head mapping. GQA (model/attention.c) and MLA (model/mla.c) call it.
+//
+// The math (MODEL_SPEC.md "Attention, Mixtral (GQA)"), per sequence b and query head h,
+// with g = h / (N/Nkv) the kv head it reads:
+//     s[i][j] = q[b,i,h] . k[b,j,g]                (no 1/sqrt(d) here)
+//     s[i][j] = -0.7 * FLT_MAX  where j > i        (the causal mask, by replacement)
+//     m[i]    = max_j s[i][j],   e[i][j] = exp(s[i][j] - m[i]),   l[i] = sum_j e[i][j]
+//     o[b,i,h] = (sum_j e[i][j] v[b,j,g]) / l[i]   (the division after the product with v)
+// Probabilities are never stored: the backward pass recomputes them from q, k and the
+// per-row statistics (m, l), so memory grows with S, not S*S.
+#ifndef MESHMOE_ATTN_CORE_H
+#define MESHMOE_ATTN_CORE_H
+#include <float.h>
+
+// The mask value of MaxText, DEFAULT_MASK_VALUE = -0.7 * float(jnp.finfo(float32).max): a
+// Python double rounded once to float32. Finite, so that max and exp stay well defined, and
+// so negative that exp(mask - m) is exactly 0 in float32.
+#define ATTN_MASK_VALUE ((float)(-0.7 * (double)FLT_MAX))
+
+// o (B,S,N,Dv) and stats (B,N,S,2) (per query row: m and l) are written.
+// q (B,S,N,Dqk), k (B,S,Nkv,Dqk), v (B,S,Nkv,Dv). N must be a multiple of Nkv.
+void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
+                       int B, int S, int N, int Nkv, int Dqk, int Dv);
+
+// Backward of attn_core_forward given dout = dL/do (B,S,N,Dv) and what the forward saw and
+// wrote. dq (B,S,N,Dqk), dk (B,S,Nkv,Dqk), dv (B,S,Nkv,Dv) are overwritten (not +=).
+// dk and dv of a kv head sum over the query heads of its group, in head order, so the
+// result does not depend on the number of threads.
+void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
+                        const float *q, const float *k, const float *v, const float *o, const float *stats,
+                        int B, int S, int N, int Nkv, int Dqk, int Dv);
+
+// The projections of both attention kinds, run as one GEMM per sequence.
+// Why: OpenBLAS (0.3.21, Haswell kernels) handles the rows of a GEMM in blocks whose kernel
+// depends on how many rows are left, and those kernels add a row's products in different
+// orders, so the same token gets different bits in a 10-row GEMM than in a 5-row one
+// (measured: tests/test_attention.c, check 6). One GEMM per sequence makes every token's
+// result depend on its own sequence only, never on the batch size or on how the batch is
+// split over devices (DESIGN.md principle 2).
+// out (B*S, OC) = inp (B*S, C) @ w (C, OC)
+void attn_matmul_forward(float *out, const float *inp, const float *w, int B, int S, int C, int OC);
+// dinp (B*S, C) += dout @ w^T, one GEMM per sequence (dinp may be NULL);
+// dw (C, OC) += inp^T dout along the canonical leaf tree (model/matmul.c does it; may be NULL).
+void attn_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          int B, int S, int C, int OC, int leaf);
+#endif

@@ -1,0 +1,163 @@
+// model/mla.c: DeepSeek multi-head latent attention, MODEL_SPEC.md "Attention, DeepSeek
+// (MLA)". Keys and values are made from a small per-token latent instead of full heads:
+//     query:  q = x Wq                               (q_lora_rank == 0)
+//             q = RMSNorm_q(x Wq_a) Wq_b             (q_lora_rank  > 0)
+//             per head q = [q_nope (Dn), q_rope (Dr)]
+//     kv:     [latent (R), k_rope (Dr)] = x Wkv_a    (k_rope: one head, shared by all heads)
+//             per head [k_nope (Dn), v (Dv)] = RMSNorm_kv(latent) Wkv_b
+//     RoPE on q_rope (every head) and on k_rope;  k = [k_nope, k_rope]  (broadcast over heads)
+//     q *= (Dn + Dr)^-0.5  (after RoPE)
+//     o = causal softmax attention (model/attn_core.c) with N kv heads;  out = o Wo
+#include "model/mla.h"
+#include "model/attn_core.h"
+#include "model/rmsnorm.h"
+#include "model/rope.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+// The runtime query scale: MaxText's `self.qk_head_dim ** -0.5` is a Python double,
+// rounded once to float32 when it multiplies the float32 query.
+static float mla_scale(const Config *c) {
+    return (float)pow((double)(c->qk_nope_head_dim + c->qk_rope_head_dim), -0.5);
+}
+
+void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads;
+    int Q = c->q_lora_rank, R = c->kv_lora_rank;
+    int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
+    float eps = c->normalization_layer_epsilon, lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    memset(s, 0, sizeof(*s));
+
+    // ---- query: q (T, N*Qk) ----
+    s->q = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla q");   // (B,S,N,Qk)
+    if (Q > 0) {
+        s->qa = mem_floats(MEM_ACTIVATIONS, (size_t)T * Q, "mla q down");          // (T,Q)
+        s->qa_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla q_norm rstd");    // (T)
+        s->qn = mem_floats(MEM_ACTIVATIONS, (size_t)T * Q, "mla q_norm out");      // (T,Q)
+        attn_matmul_forward(s->qa, x, p->wq_a, B, S, D, Q);
+        rmsnorm_forward(s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q, eps);
+        attn_matmul_forward(s->q, s->qn, p->wq_b, B, S, Q, N * Qk);
+    } else {
+        attn_matmul_forward(s->q, x, p->wq, B, S, D, N * Qk);
+    }
+    // RoPE on the last Dr entries of every head (the q_rope part), then the scale.
+    rope_forward(s->q + Dn, B, S, N, Qk, Dr, lo, hi);
+    float scale = mla_scale(c);
+    for (size_t i = 0; i < (size_t)T * N * Qk; i++) s->q[i] *= scale;
+
+    // ---- keys and values ----
+    // ckv (T, R+Dr) = x Wkv_a: per token the latent, then the shared k_rope.
+    float *ckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla kv down");   // (T,R+Dr)
+    attn_matmul_forward(ckv, x, p->wkv_a, B, S, D, R + Dr);
+    rope_forward(ckv + R, B, S, 1, R + Dr, Dr, lo, hi);   // one rope head per token
+    // The latent is strided inside ckv: copy it out so RMSNorm sees contiguous rows.
+    s->latent = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
+    s->kv_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
+    s->latn = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
+    for (int t = 0; t < T; t++) memcpy(s->latent + (size_t)t * R, ckv + (size_t)t * (R + Dr), sizeof(float) * R);
+    rmsnorm_forward(s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R, eps);
+    // kv (T, N*(Dn+Dv)) = latn Wkv_b: per head k_nope then v.
+    float *kv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
+    attn_matmul_forward(kv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv));
+    // Assemble k = [k_nope, k_rope] per head and v.
+    s->k = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla k");   // (B,S,N,Qk)
+    s->v = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla v");   // (B,S,N,Dv)
+    for (int t = 0; t < T; t++) {
+        const float *k_rope = ckv + (size_t)t * (R + Dr) + R;   // (Dr) shared by all heads
+        for (int h = 0; h < N; h++) {
+            const float *kvh = kv + ((size_t)t * N + h) * (Dn + Dv);   // (Dn+Dv)
+            float *kh = s->k + ((size_t)t * N + h) * Qk;               // (Qk)
+            memcpy(kh, kvh, sizeof(float) * Dn);
+            memcpy(kh + Dn, k_rope, sizeof(float) * Dr);
+            memcpy(s->v + ((size_t)t * N + h) * Dv, kvh + Dn, sizeof(float) * Dv);
+        }
+    }
+    mem_free(ckv);
+    mem_free(kv);
+
+    // ---- attention (every query head has its own kv head) and the out projection ----
+    s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
+    s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
+    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, N, Qk, Dv);
+    attn_matmul_forward(out, s->o, p->wo, B, S, N * Dv, D);
+}
+
+void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s,
+                  float *dx, const float *dout, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads, leaf = cfg_leaf_tokens(c);
+    int Q = c->q_lora_rank, R = c->kv_lora_rank;
+    int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
+    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+
+    // out = o Wo
+    float *dO = mem_floats(MEM_TEMP, (size_t)T * N * Dv, "mla d o");   // (B,S,N,Dv)
+    attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dv, D, leaf);
+
+    // Attention core -> dq, dk, dv (per head).
+    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");   // (B,S,N,Qk)
+    float *dk = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d k");   // (B,S,N,Qk)
+    float *dv = mem_floats(MEM_TEMP, (size_t)T * N * Dv, "mla d v");   // (B,S,N,Dv)
+    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, N, Qk, Dv);
+    mem_free(dO);
+    // q, k, v, o and the statistics are no longer needed.
+    mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
+    s->q = s->k = s->v = s->o = s->stats = NULL;
+
+    // ---- keys and values ----
+    // dkv (T,N,Dn+Dv) = per head [dk_nope, dv]; the shared k_rope gets the sum over heads
+    // of dk_rope (in head order), written into dckv (T,R+Dr) after the latent's slot.
+    float *dkv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla d kv up");   // (T,N,Dn+Dv)
+    float *dckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla d kv down");     // (T,R+Dr)
+    for (int t = 0; t < T; t++) {
+        float *dk_rope = dckv + (size_t)t * (R + Dr) + R;   // (Dr)
+        for (int h = 0; h < N; h++) {
+            const float *dkh = dk + ((size_t)t * N + h) * Qk;   // (Qk)
+            float *dkvh = dkv + ((size_t)t * N + h) * (Dn + Dv);
+            memcpy(dkvh, dkh, sizeof(float) * Dn);
+            memcpy(dkvh + Dn, dv + ((size_t)t * N + h) * Dv, sizeof(float) * Dv);
+            for (int d = 0; d < Dr; d++) dk_rope[d] += dkh[Dn + d];
+        }
+    }
+    mem_free(dk);
+    mem_free(dv);
+    rope_backward(dckv + R, B, S, 1, R + Dr, Dr, lo, hi);
+    // kv = latn Wkv_b, latn = RMSNorm_kv(latent)
+    float *dlatn = mem_floats(MEM_TEMP, (size_t)T * R, "mla d kv_norm out");   // (T,R)
+    attn_matmul_backward(dlatn, g->wkv_b, dkv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv), leaf);
+    mem_free(dkv);
+    float *dlat = mem_floats(MEM_TEMP, (size_t)T * R, "mla d latent");         // (T,R)
+    rmsnorm_backward(dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kv_rstd, T, R, leaf);
+    for (int t = 0; t < T; t++) memcpy(dckv + (size_t)t * (R + Dr), dlat + (size_t)t * R, sizeof(float) * R);
+    mem_free(dlatn);
+    mem_free(dlat);
+    // ckv = x Wkv_a
+    attn_matmul_backward(dx, g->wkv_a, dckv, x, p->wkv_a, B, S, D, R + Dr, leaf);
+    mem_free(dckv);
+
+    // ---- query ----
+    // q = [q_nope, RoPE(q_rope)] * scale: undo the scale, then the rotation.
+    float scale = mla_scale(c);
+    for (size_t i = 0; i < (size_t)T * N * Qk; i++) dq[i] *= scale;
+    rope_backward(dq + Dn, B, S, N, Qk, Dr, lo, hi);
+    if (Q > 0) {
+        // q = qn Wq_b, qn = RMSNorm_q(qa), qa = x Wq_a
+        float *dqn = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q_norm out");   // (T,Q)
+        attn_matmul_backward(dqn, g->wq_b, dq, s->qn, p->wq_b, B, S, Q, N * Qk, leaf);
+        float *dqa = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q down");       // (T,Q)
+        rmsnorm_backward(dqa, g->q_norm, dqn, s->qa, p->q_norm, s->qa_rstd, T, Q, leaf);
+        attn_matmul_backward(dx, g->wq_a, dqa, x, p->wq_a, B, S, D, Q, leaf);
+        mem_free(dqn);
+        mem_free(dqa);
+    } else {
+        attn_matmul_backward(dx, g->wq, dq, x, p->wq, B, S, D, N * Qk, leaf);
+    }
+    mem_free(dq);
+    mla_saved_free(s);
+}
+
+void mla_saved_free(MLASaved *s) {
+    mem_free(s->qa); mem_free(s->qa_rstd); mem_free(s->qn);
+    mem_free(s->latent); mem_free(s->kv_rstd); mem_free(s->latn);
+    mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
+    memset(s, 0, sizeof(*s));
+}

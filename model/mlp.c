@@ -1,0 +1,62 @@
+// model/mlp.c: the dense SwiGLU feed-forward (DeepSeek's dense first layers and shared
+// experts), and the SwiGLU nonlinearity that the MoE experts use too:
+//     h0 = x wi_0,  h1 = x wi_1          (T,F)
+//     act = silu(h0) * h1                (T,F),  silu(z) = z * sigmoid(z)
+//     out = act wo                       (T,D)
+#include "model/mlp.h"
+#include "model/matmul.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+void swiglu_forward(float *act, const float *h0, const float *h1, long n) {
+    #pragma omp parallel for if (n > 65536)
+    for (long i = 0; i < n; i++) act[i] = h0[i] * sigmoidf(h0[i]) * h1[i];
+}
+
+// d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
+void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {
+    #pragma omp parallel for if (n > 65536)
+    for (long i = 0; i < n; i++) {
+        float sg = sigmoidf(h0[i]), silu = h0[i] * sg;
+        dh1[i] = dact[i] * silu;
+        dh0[i] = dact[i] * h1[i] * sg * (1.0f + h0[i] * (1.0f - sg));
+    }
+}
+
+void mlp_forward(const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
+    s->h0 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F)
+    s->h1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
+    matmul_forward(s->h0, x, p->wi_0, T, D, F, 0);
+    matmul_forward(s->h1, x, p->wi_1, T, D, F, 0);
+    // The activation is recomputed in the backward pass from h0, h1: a temporary here.
+    float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F)
+    swiglu_forward(act, s->h0, s->h1, (long)T * F);
+    matmul_forward(out, act, p->wo, T, F, D, 0);
+    mem_free(act);
+}
+
+void mlp_backward(const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
+                  const float *x, int T, int D, int F, int leaf) {
+    float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed
+    swiglu_forward(act, s->h0, s->h1, (long)T * F);
+    float *dact = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d activation"); // (T,F)
+    matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
+    mem_free(act);
+    float *dh0 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h0");
+    float *dh1 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h1");
+    swiglu_backward(dh0, dh1, dact, s->h0, s->h1, (long)T * F);
+    mem_free(dact);
+    mlp_saved_free(s);
+    matmul_backward(dx, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);
+    matmul_backward(dx, g->wi_1, dh1, x, p->wi_1, T, D, F, leaf);
+    mem_free(dh0);
+    mem_free(dh1);
+}
+
+void mlp_saved_free(MlpSaved *s) {
+    mem_free(s->h0);
+    mem_free(s->h1);
+    s->h0 = s->h1 = NULL;
+}

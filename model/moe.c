@@ -1,0 +1,400 @@
+// model/moe.c: the mixture-of-experts block, MODEL_SPEC.md "MoE block".
+//
+//   logits = x Wg                                  (T,E) gate
+//   idx, w = route(logits)                         (T,K) Mixtral or DeepSeek routing
+//   y_e    = SwiGLU_e(x)                           each expert on the tokens sent to it
+//   out[t] = sum_k w[t,k] * y_{idx[t,k]}[t]        the combine (ascending expert order)
+//          (+ SwiGLU_shared(x) for DeepSeek)
+//
+// Two ways to run the experts (sparse_matmul):
+//   sparse: sort the T*K (token, slot) assignments by expert and run one matmul per expert
+//           over exactly its rows (a grouped GEMM): dropless, no wasted work;
+//   dense:  every expert runs on every token; the combine weight is 0 where a token did not
+//           pick the expert. With capacity_factor > 0, assignments beyond an expert's
+//           capacity in a sequence are dropped (weight 0).
+// Both paths share the row bookkeeping of MoeSaved (model/moe.h): each expert owns a
+// contiguous range of rows, sorted by token, so its weight gradient can be summed leaf by
+// leaf in the canonical order (model/treesum.h) whatever the routing.
+#include "model/moe.h"
+#include "model/matmul.h"
+#include "model/treesum.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+// ---------------------------------------------------------------------------------------
+// Routing
+
+// idx (k) = the k largest entries of v (n), largest first; ties go to the lower index
+// (as jax.lax.top_k). -inf entries are only picked when nothing else is left.
+static void topk_desc(const float *v, int n, int k, int *idx) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= idx[q] == i;
+            if (taken) continue;
+            if (best < 0 || v[i] > v[best]) best = i;
+        }
+        idx[j] = best;
+    }
+}
+
+void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K) {
+    for (int t = 0; t < T; t++) {
+        const float *l = logits + (size_t)t * E;
+        int *idx = top_idx + (size_t)t * K;
+        float *w = top_w + (size_t)t * K;
+        memcpy(scores + (size_t)t * E, l, sizeof(float) * E);
+        topk_desc(l, E, K, idx);
+        // softmax over the K chosen logits only; the first is the largest
+        float m = l[idx[0]], sum = 0.0f;
+        for (int k = 0; k < K; k++) { w[k] = expf(l[idx[k]] - m); sum += w[k]; }
+        for (int k = 0; k < K; k++) w[k] /= sum;
+    }
+}
+
+void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits,
+                    const float *bias, int T) {
+    int E = c->num_experts, K = c->num_experts_per_tok;
+    int G = c->n_routing_groups, keep_groups = c->topk_routing_group;
+    float masked[E], s[E];
+    for (int t = 0; t < T; t++) {
+        const float *l = logits + (size_t)t * E;
+        float *sel = scores + (size_t)t * E;
+        int *idx = top_idx + (size_t)t * K;
+        float *w = top_w + (size_t)t * K;
+        // 1. s = sigmoid(logits); selection scores s' = s + bias (selection only).
+        for (int e = 0; e < E; e++) {
+            s[e] = 1.0f / (1.0f + expf(-l[e]));
+            sel[e] = s[e] + (bias ? bias[e] : 0.0f);
+            masked[e] = sel[e];
+        }
+        // 2. Group-limited routing: a group's score is the sum of its two best s'; only the
+        //    best keep_groups groups stay eligible.
+        if (G > 0) {
+            int per = E / G, top2[2], best[G];
+            float gscore[G];
+            for (int g = 0; g < G; g++) {
+                topk_desc(sel + g * per, per, 2, top2);
+                gscore[g] = sel[g * per + top2[0]] + sel[g * per + top2[1]];
+            }
+            topk_desc(gscore, G, keep_groups, best);
+            for (int g = 0; g < G; g++) {
+                int kept = 0;
+                for (int j = 0; j < keep_groups; j++) kept |= best[j] == g;
+                if (!kept)
+                    for (int e = g * per; e < (g + 1) * per; e++) masked[e] = -INFINITY;
+            }
+        }
+        // 3. The K best eligible experts; weights from the unbiased s, normalised, scaled.
+        topk_desc(masked, E, K, idx);
+        float sum = 0.0f;
+        for (int k = 0; k < K; k++) { w[k] = s[idx[k]]; sum += w[k]; }
+        for (int k = 0; k < K; k++) w[k] = w[k] / (sum + 1e-20f) * c->routed_scaling_factor;
+    }
+}
+
+int moe_capacity(const Config *c, int S) {
+    double per_expert = ceil((double)S * c->num_experts_per_tok / c->num_experts);
+    return (int)fmax(per_expert * c->capacity_factor, c->capacity_factor);
+}
+
+void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity) {
+    int used[E];
+    for (int b = 0; b < B; b++) {
+        memset(used, 0, sizeof used);
+        // priority: (s, k) order within the sequence, s-major
+        for (size_t a = (size_t)b * S * K; a < (size_t)(b + 1) * S * K; a++)
+            keep[a] = ++used[top_idx[a]] <= capacity;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Load-balance loss (Switch/Mixtral form, MODEL_SPEC.md "Load-balance loss"):
+//   P = softmax(logits) (T,E);  f[b,e] = (1/S) #assignments of sequence b to e;
+//   Pbar[b,e] = (1/S) sum_s P[b,s,e];  lb_seq[b] = lb_coef * sum_e f[b,e] * Pbar[b,e]
+
+static void load_balance_forward(MoeSaved *s, double *lb_seq, int B, int S, int E, int K, float lb_coef) {
+    size_t T = (size_t)B * S;
+    s->probs = mem_floats(MEM_ACTIVATIONS, T * E, "moe router probs");   // (T,E)
+    s->lb_f = mem_floats(MEM_ACTIVATIONS, (size_t)B * E, "moe lb f");    // (B,E)
+    for (size_t t = 0; t < T; t++) {
+        const float *l = s->logits + t * E;
+        float *p = s->probs + t * E, m = l[0], sum = 0.0f;
+        for (int e = 1; e < E; e++) m = fmaxf(m, l[e]);
+        for (int e = 0; e < E; e++) { p[e] = expf(l[e] - m); sum += p[e]; }
+        for (int e = 0; e < E; e++) p[e] /= sum;
+    }
+    for (int b = 0; b < B; b++) {
+        float *f = s->lb_f + (size_t)b * E;
+        for (size_t a = (size_t)b * S * K; a < (size_t)(b + 1) * S * K; a++) f[s->top_idx[a]] += 1.0f;
+        double acc = 0.0;
+        for (int e = 0; e < E; e++) {
+            f[e] /= (float)S;
+            double pbar = 0.0;
+            for (int t = b * S; t < (b + 1) * S; t++) pbar += s->probs[(size_t)t * E + e];
+            acc += (double)f[e] * (pbar / S);
+        }
+        lb_seq[b] = lb_coef * acc;
+    }
+}
+
+// dlogits (T,E) += softmax backward of dP[t,e] = lb_coef * f[b,e] / S.
+static void load_balance_backward(float *dlogits, const MoeSaved *s, int B, int S, int E, float lb_coef) {
+    for (int t = 0; t < B * S; t++) {
+        const float *p = s->probs + (size_t)t * E, *f = s->lb_f + (size_t)(t / S) * E;
+        float dot = 0.0f;
+        for (int e = 0; e < E; e++) dot += p[e] * (lb_coef * f[e] / S);
+        for (int e = 0; e < E; e++) dlogits[(size_t)t * E + e] += p[e] * (lb_coef * f[e] / S - dot);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Expert rows: which rows each expert runs on (see MoeSaved in model/moe.h).
+
+static void build_rows(MoeSaved *s, int sparse, int T, int E, int K) {
+    size_t A = (size_t)T * K;
+    s->nrows = sparse ? (int)A : E * T;
+    s->row_start = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (E + 1), "moe row start");
+    s->row_token = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * s->nrows, "moe row token");
+    s->assign_row = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * A, "moe assignment row");
+    if (!sparse) {
+        for (int e = 0; e <= E; e++) s->row_start[e] = e * T;
+        for (int e = 0; e < E; e++)
+            for (int t = 0; t < T; t++) s->row_token[e * T + t] = t;
+        for (size_t a = 0; a < A; a++) s->assign_row[a] = s->top_idx[a] * T + (int)(a / K);
+        return;
+    }
+    // A counting sort of the assignments by expert, keeping (token, slot) order inside.
+    int fill[E];
+    memset(fill, 0, sizeof fill);
+    for (size_t a = 0; a < A; a++) fill[s->top_idx[a]]++;
+    s->row_start[0] = 0;
+    for (int e = 0; e < E; e++) { s->row_start[e + 1] = s->row_start[e] + fill[e]; fill[e] = 0; }
+    for (size_t a = 0; a < A; a++) {
+        int e = s->top_idx[a], r = s->row_start[e] + fill[e]++;
+        s->row_token[r] = (int)(a / K);
+        s->assign_row[a] = r;
+    }
+}
+
+// xs (n,D) = x rows of the tokens of rows [r0, r0+n)
+static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
+    #pragma omp parallel for if ((long)n * D > 65536)
+    for (int i = 0; i < n; i++)
+        memcpy(xs + (size_t)i * D, x + (size_t)row_token[r0 + i] * D, sizeof(float) * D);
+}
+
+// dw (C,OC) += sum over rows of inp[r]^T dout[r], one leaf per `leaf` tokens. An expert's
+// rows are sorted by token, so each leaf's rows are contiguous; every leaf is pushed (an
+// empty one adds zero) so the tree has the same shape whatever the routing.
+static void expert_dw(float *dw, const float *inp, const float *dout, const int *row_token, int n,
+                      int C, int OC, int leaf, int nleaves) {
+    TreeSum ts;
+    treesum_begin(&ts, (size_t)C * OC, MEM_TEMP, "expert dw leaf");
+    int r = 0;
+    for (int lf = 0; lf < nleaves; lf++) {
+        int r0 = r;
+        while (r < n && row_token[r] / leaf == lf) r++;
+        float *g = treesum_leaf(&ts);
+        if (r > r0) gemm(1, 0, C, OC, r - r0, 1.0f, inp + (size_t)r0 * C, C, dout + (size_t)r0 * OC, OC, 0.0f, g, OC);
+        treesum_push(&ts);
+    }
+    treesum_end(&ts, dw);
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward
+
+void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
+                 const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts) {
+    int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = cfg_expert_dim(c);
+    size_t A = (size_t)T * K;
+    memset(s, 0, sizeof(*s));
+
+    // Gate and routing.
+    s->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * E, "moe gate logits");    // (T,E)
+    s->scores = mem_floats(MEM_ACTIVATIONS, (size_t)T * E, "moe router scores");  // (T,E)
+    s->top_idx = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * A, "moe top-k experts");  // (T,K)
+    s->top_w = mem_floats(MEM_ACTIVATIONS, A, "moe top-k weights");               // (T,K)
+    s->w_eff = mem_floats(MEM_ACTIVATIONS, A, "moe combine weights");             // (T,K)
+    matmul_forward(s->logits, x, p->gate, T, D, E, 0);
+    if (cfg_sigmoid_router(c)) route_deepseek(c, s->top_idx, s->top_w, s->scores, s->logits, bias, T);
+    else route_mixtral(s->top_idx, s->top_w, s->scores, s->logits, T, E, K);
+    memcpy(s->w_eff, s->top_w, sizeof(float) * A);
+    if (!c->sparse_matmul && c->capacity_factor > 0) {
+        int *keep = (int *)mem_alloc(MEM_TEMP, sizeof(int) * A, "moe capacity keep");
+        capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S));
+        for (size_t a = 0; a < A; a++) s->w_eff[a] *= (float)keep[a];
+        mem_free(keep);
+    }
+    if (expert_counts)
+        for (size_t a = 0; a < A; a++) expert_counts[s->top_idx[a]]++;
+    if (lb_coef > 0) load_balance_forward(s, lb_seq, B, S, E, K, lb_coef);
+
+    // Experts: y = SwiGLU_e(x) on each expert's rows.
+    build_rows(s, c->sparse_matmul, T, E, K);
+    size_t R = (size_t)s->nrows;
+    s->h0 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");   // (R,H)
+    s->h1 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");   // (R,H)
+    s->y = mem_floats(MEM_ACTIVATIONS, R * D, "moe expert out");         // (R,D)
+    for (int e = 0; e < E; e++) {
+        int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
+        if (n == 0) continue;
+        const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
+        const float *wo = p->wo + (size_t)e * H * D;
+        float *h0 = s->h0 + (size_t)r0 * H, *h1 = s->h1 + (size_t)r0 * H;
+        float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");   // (n,D)
+        gather_rows(xs, x, s->row_token, r0, n, D);
+        matmul_forward(h0, xs, wi0, n, D, H, 0);
+        matmul_forward(h1, xs, wi1, n, D, H, 0);
+        mem_free(xs);
+        float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H)
+        swiglu_forward(act, h0, h1, (long)n * H);
+        matmul_forward(s->y + (size_t)r0 * D, act, wo, n, H, D, 0);
+        mem_free(act);
+    }
+
+    // Combine, each token's experts in ascending expert order (the order of the dense
+    // path's sum over E), so both paths add the same terms in the same order.
+    #pragma omp parallel for if ((long)T * D * K > 65536)
+    for (int t = 0; t < T; t++) {
+        int ord[K];
+        for (int k = 0; k < K; k++) ord[k] = k;
+        for (int i = 1; i < K; i++)   // insertion sort of the slots by expert index
+            for (int j = i; j > 0 && s->top_idx[(size_t)t * K + ord[j]] < s->top_idx[(size_t)t * K + ord[j - 1]]; j--) {
+                int tmp = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = tmp;
+            }
+        float *o = out + (size_t)t * D;
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            size_t a = (size_t)t * K + ord[k];
+            const float *y = s->y + (size_t)s->assign_row[a] * D;
+            float w = s->w_eff[a];
+            for (int d = 0; d < D; d++) o[d] += w * y[d];
+        }
+    }
+
+    // DeepSeek's shared experts: a dense SwiGLU on every token, added to the routed output.
+    if (p->shared.wi_0) {
+        float *sh = mem_floats(MEM_TEMP, (size_t)T * D, "moe shared expert out");
+        mlp_forward(&p->shared, &s->shared, sh, x, T, D, c->shared_experts * H);
+        for (size_t i = 0; i < (size_t)T * D; i++) out[i] += sh[i];
+        mem_free(sh);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward
+
+// dlogits (T,E) += the routing weights' gradient dw (T,K) pulled back through the router.
+static void router_backward(const Config *c, float *dlogits, const float *dw, const MoeSaved *s, int T) {
+    int E = c->num_experts, K = c->num_experts_per_tok;
+    for (int t = 0; t < T; t++) {
+        const int *idx = s->top_idx + (size_t)t * K;
+        const float *w = s->top_w + (size_t)t * K, *g = dw + (size_t)t * K, *l = s->logits + (size_t)t * E;
+        float *dl = dlogits + (size_t)t * E;
+        if (!cfg_sigmoid_router(c)) {
+            // w = softmax(chosen logits): dl_k = w_k (g_k - sum_j w_j g_j)
+            float dot = 0.0f;
+            for (int k = 0; k < K; k++) dot += w[k] * g[k];
+            for (int k = 0; k < K; k++) dl[idx[k]] += w[k] * (g[k] - dot);
+        } else {
+            // w_k = scale * s_k / Z, Z = sum_j s_j + 1e-20, s = sigmoid(logit):
+            // ds_j = scale * (g_j / Z - sum_k g_k s_k / Z^2);  dl_j = ds_j * s_j (1 - s_j)
+            float sg[K], Z = 0.0f, gs = 0.0f;
+            for (int k = 0; k < K; k++) { sg[k] = 1.0f / (1.0f + expf(-l[idx[k]])); Z += sg[k]; }
+            Z += 1e-20f;
+            for (int k = 0; k < K; k++) gs += g[k] * sg[k];
+            for (int k = 0; k < K; k++) {
+                float ds = c->routed_scaling_factor * (g[k] / Z - gs / (Z * Z));
+                dl[idx[k]] += ds * sg[k] * (1.0f - sg[k]);
+            }
+        }
+    }
+}
+
+void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,
+                  const float *dout, const float *x, int B, int S, float lb_coef) {
+    int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = cfg_expert_dim(c);
+    int leaf = cfg_leaf_tokens(c), nleaves = T / leaf;
+    size_t A = (size_t)T * K, R = (size_t)s->nrows;
+
+    // Shared experts: out += SwiGLU_shared(x).
+    if (p->shared.wi_0) mlp_backward(&p->shared, &g->shared, &s->shared, dx, dout, x, T, D, c->shared_experts * H, leaf);
+
+    // Combine: out[t] = sum_k w_eff[t,k] y[row(t,k)]
+    //   dy[row] = w_eff * dout[t];  dw[t,k] = dout[t] . y[row]  (0 where the assignment was dropped)
+    float *dy = mem_floats(MEM_TEMP, R * D, "moe d expert out");   // (R,D), zero on unused dense rows
+    float *dw = mem_floats(MEM_TEMP, A, "moe d routing weights");  // (T,K)
+    #pragma omp parallel for if ((long)A * D > 65536)
+    for (size_t a = 0; a < A; a++) {
+        const float *dt = dout + (a / K) * D, *y = s->y + (size_t)s->assign_row[a] * D;
+        float *dyr = dy + (size_t)s->assign_row[a] * D, w = s->w_eff[a], dot = 0.0f;
+        for (int d = 0; d < D; d++) { dyr[d] = w * dt[d]; dot += dt[d] * y[d]; }
+        // w_eff = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
+        dw[a] = (w == 0.0f && s->top_w[a] != 0.0f) ? 0.0f : dot;
+    }
+
+    // Experts, in ascending order; each adds its rows' input gradient into dx.
+    for (int e = 0; e < E; e++) {
+        int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
+        const int *rt = s->row_token + r0;
+        if (n == 0) {   // still push the (empty) leaves: nothing to add, so skip entirely
+            continue;
+        }
+        const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
+        const float *wo = p->wo + (size_t)e * H * D;
+        const float *h0 = s->h0 + (size_t)r0 * H, *h1 = s->h1 + (size_t)r0 * H, *dye = dy + (size_t)r0 * D;
+        // y = act wo:  dact = dy wo^T,  dwo += act^T dy
+        float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H) recomputed
+        swiglu_forward(act, h0, h1, (long)n * H);
+        float *dact = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d activation");
+        matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
+        expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf, nleaves);
+        mem_free(act);
+        // act = silu(h0) * h1
+        float *dh0 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h0");
+        float *dh1 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h1");
+        swiglu_backward(dh0, dh1, dact, h0, h1, (long)n * H);
+        mem_free(dact);
+        // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
+        float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");
+        gather_rows(xs, x, s->row_token, r0, n, D);
+        float *dxs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert d input");
+        matmul_backward(dxs, NULL, dh0, NULL, wi0, n, D, H, leaf);
+        matmul_backward(dxs, NULL, dh1, NULL, wi1, n, D, H, leaf);
+        expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf, nleaves);
+        expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf, nleaves);
+        // Rows of one expert are distinct tokens: no two iterations write the same dx row.
+        #pragma omp parallel for if ((long)n * D > 65536)
+        for (int i = 0; i < n; i++)
+            for (int d = 0; d < D; d++) dx[(size_t)rt[i] * D + d] += dxs[(size_t)i * D + d];
+        mem_free(xs); mem_free(dxs); mem_free(dh0); mem_free(dh1);
+    }
+    mem_free(dy);
+
+    // Router and load-balance loss to the gate logits, then the gate matmul.
+    float *dlogits = mem_floats(MEM_TEMP, (size_t)T * E, "moe d gate logits");   // (T,E)
+    router_backward(c, dlogits, dw, s, T);
+    mem_free(dw);
+    if (lb_coef > 0) load_balance_backward(dlogits, s, B, S, E, lb_coef);
+    matmul_backward(dx, g->gate, dlogits, x, p->gate, T, D, E, leaf);
+    mem_free(dlogits);
+
+    // The experts' saved rows are done; the routing stays for the dump until moe_saved_free.
+    mem_free(s->h0); mem_free(s->h1); mem_free(s->y);
+    mem_free(s->row_start); mem_free(s->row_token); mem_free(s->assign_row);
+    mem_free(s->probs); mem_free(s->lb_f);
+    s->h0 = s->h1 = s->y = s->probs = s->lb_f = NULL;
+    s->row_start = s->row_token = s->assign_row = NULL;
+}
+
+void moe_saved_free(MoeSaved *s) {
+    mem_free(s->logits); mem_free(s->scores); mem_free(s->top_idx); mem_free(s->top_w); mem_free(s->w_eff);
+    mem_free(s->probs); mem_free(s->lb_f);
+    mem_free(s->h0); mem_free(s->h1); mem_free(s->y);
+    mem_free(s->row_start); mem_free(s->row_token); mem_free(s->assign_row);
+    mlp_saved_free(&s->shared);
+    memset(s, 0, sizeof(*s));
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# tests/asan_run.sh BINARY: a short training of both presets (both MoE paths, with
+# checkpoint save + resume and gradient accumulation) under AddressSanitizer + UBSan.
+# Any report makes the run exit non-zero.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+BIN=$1
+T=$(mktemp -d /tmp/meshmoe-asan.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=23 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+A="per_device_batch_size=2 max_target_length=32 eval_steps=1 sample_length=16 log_period=100"
+for preset in mixtral-tiny deepseek-tiny; do
+    for sparse in true false; do
+        check "asan: $preset sparse_matmul=$sparse, 3 steps, accumulation 2, checkpoint" \
+            $BIN configs/$preset.yml $A steps=3 sparse_matmul=$sparse gradient_accumulation_steps=2 \
+            save_checkpoint=$T/ck.safetensors
+        check "asan: $preset resume" $BIN configs/$preset.yml $A steps=4 sparse_matmul=$sparse \
+            load_checkpoint=$T/ck.safetensors
+    done
+done
+check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0
+check "asan: load-balance and z-loss" $BIN configs/mixtral-tiny.yml $A steps=2 load_balance_loss_weight=0.01 z_loss_multiplier=1e-4
+summary

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# tests/e2e.sh: end-to-end tests of ./train: learning, checkpoint/resume, gradient
+# accumulation, data formats, and every kind of bad input.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+T=$(mktemp -d /tmp/meshmoe-e2e.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+TRAIN=${TRAIN:-./train}
+# Short runs: small batches and few steps keep the whole script around a minute or two.
+FAST="per_device_batch_size=4 max_target_length=64 eval_steps=2 sample_length=0 log_period=100"
+
+echo "== loss decreases (first vs last eval loss), both presets, both MoE paths"
+for preset in mixtral-tiny deepseek-tiny; do
+    for sparse in true false; do
+        out=$($TRAIN configs/$preset.yml $FAST steps=60 sparse_matmul=$sparse learning_rate=1e-2 2>&1)
+        line=$(printf '%s\n' "$out" | grep 'eval loss .* (first')
+        first=$(printf '%s' "$line" | sed 's/.*(first \([0-9.]*\)).*/\1/')
+        last=$(printf '%s' "$line" | sed 's/.*eval loss \([0-9.]*\) .*/\1/')
+        check "$preset sparse_matmul=$sparse: eval loss $first -> $last (must fall below 0.75x)" \
+            awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.75 * a) }'
+    done
+done
+
+echo "== checkpoint: resume gives a bit-identical loss trajectory"
+for preset in mixtral-tiny deepseek-tiny; do
+    $TRAIN configs/$preset.yml $FAST steps=8 metrics_file=$T/full.jsonl >/dev/null 2>&1
+    $TRAIN configs/$preset.yml $FAST steps=8 run_steps=4 save_checkpoint=$T/ck.safetensors \
+        metrics_file=$T/part.jsonl >/dev/null 2>&1
+    $TRAIN configs/$preset.yml $FAST steps=8 load_checkpoint=$T/ck.safetensors \
+        metrics_file=$T/part.jsonl >/dev/null 2>&1
+    check "$preset: 8 losses of the resumed run equal the uninterrupted run's (to the last digit of %.9g)" \
+        cmp -s <(losses $T/full.jsonl) <(losses $T/part.jsonl)
+    check "$preset: resumed run has all 8 steps" [ "$(losses $T/part.jsonl | wc -l)" -eq 8 ]
+    check "$preset: no temporary file left" [ ! -e $T/ck.safetensors.tmp ]
+done
+if [ -n "${PYTHON:-}" ] && "$PYTHON" -c 'import safetensors' 2>/dev/null; then
+    check "checkpoint readable by Python safetensors" "$PYTHON" -c "
+from safetensors.numpy import load_file; from safetensors import safe_open
+import json, sys
+t = load_file('$T/ck.safetensors'); m = safe_open('$T/ck.safetensors', 'np').metadata()
+cfg = json.loads(m['config']); e = t['params/token_embedder/embedding']
+assert e.shape == (cfg['vocab_size'], cfg['base_emb_dim']) and m['step'] == '8', (e.shape, m)
+print('   python read', len(t), 'tensors, step', m['step'])"
+fi
+
+echo "== gradient accumulation: 2 microbatches of 2 == 1 batch of 4, bit for bit"
+for preset in mixtral-tiny deepseek-tiny; do
+    $TRAIN configs/$preset.yml $FAST steps=4 per_device_batch_size=4 metrics_file=$T/a1.jsonl >/dev/null 2>&1
+    $TRAIN configs/$preset.yml $FAST steps=4 per_device_batch_size=2 gradient_accumulation_steps=2 \
+        metrics_file=$T/a2.jsonl >/dev/null 2>&1
+    check "$preset: losses $(losses $T/a1.jsonl | tr '\n' ' ')identical with accumulation" \
+        cmp -s <(losses $T/a1.jsonl) <(losses $T/a2.jsonl)
+done
+
+echo "== data formats"
+head -c 20000 README.md > $T/text.txt 2>/dev/null || true
+printf 'hello meshmoe %.0s' $(seq 1 2000) >> $T/text.txt
+check "prepare writes a token file" $TRAIN prepare $T/text.txt $T/tok.bin
+out=$($TRAIN configs/mixtral-tiny.yml $FAST steps=2 dataset_path=$T/tok.bin 2>&1)
+check "trains on the token file" grep -q "eval loss" <<<"$out"
+out2=$($TRAIN configs/mixtral-tiny.yml $FAST steps=2 dataset_path=$T/text.txt 2>&1)
+check "token file and raw text give the same losses" \
+    cmp -s <(grep '^step' <<<"$out" | sed 's/|[^|]*ms.*//') <(grep '^step' <<<"$out2" | sed 's/|[^|]*ms.*//')
+
+echo "== bad input: one clear message, exit 1, nothing half-written"
+C=configs/mixtral-tiny.yml
+expect_error "unknown key" "did you mean 'num_experts_per_tok'" $TRAIN $C num_expert_per_tok=2
+expect_error "unknown key in a preset" "did you mean 'base_emb_dim'" bash -c "printf 'base_emb_dims: 64\n' > $T/bad.yml; $TRAIN $T/bad.yml"
+expect_error "wrong value type" "wants an integer" $TRAIN $C base_emb_dim=big
+expect_error "wrong bool" "wants true or false" $TRAIN $C sparse_matmul=maybe
+expect_error "heads not dividing" "must divide base_num_query_heads" $TRAIN $C base_num_kv_heads=3
+expect_error "K > E" "cannot exceed num_experts" $TRAIN $C num_experts_per_tok=5
+expect_error "groups not dividing E" "must divide num_experts" $TRAIN configs/deepseek-tiny.yml n_routing_groups=3
+expect_error "missing config file" "cannot open config file" $TRAIN $T/nope.yml
+expect_error "missing data file" "nope.bin" $TRAIN $C dataset_path=$T/nope.bin
+python3 - "$T" <<'PY'
+import struct, sys
+d = sys.argv[1]
+hdr = [0] * 256; hdr[0] = 20240520; hdr[1] = 1; hdr[2] = 5000
+open(f"{d}/trunc.bin", "wb").write(struct.pack("256i", *hdr) + b"\x01\x00" * 100)
+hdr[0] = 12345; hdr[2] = 100
+open(f"{d}/magic.bin", "wb").write(struct.pack("256i", *hdr) + b"\x01\x00" * 100)
+PY
+expect_error "truncated token file" "trunc.bin" $TRAIN $C dataset_path=$T/trunc.bin
+expect_error "wrong magic" "magic" $TRAIN $C dataset_path=$T/magic.bin
+$TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/small.safetensors >/dev/null 2>&1
+expect_error "checkpoint from another config" "another config" $TRAIN $C $FAST base_emb_dim=64 load_checkpoint=$T/small.safetensors
+expect_error "checkpoint that is not one" "checkpoint" $TRAIN $C $FAST load_checkpoint=$T/text.txt
+rm -f $T/good.safetensors
+expect_error "non-finite loss names the step" "non-finite loss at step" \
+    $TRAIN $C $FAST steps=20 learning_rate=1e30 warmup_steps_fraction=0 save_checkpoint=$T/good.safetensors checkpoint_period=1
+check "the last good checkpoint is kept and loads" $TRAIN $C $FAST steps=1 load_checkpoint=$T/good.safetensors
+check "no temporary checkpoint left after the failure" [ ! -e $T/good.safetensors.tmp ]
+
+summary

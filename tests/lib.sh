@@ -1,0 +1,26 @@
+# tests/lib.sh: helpers for the shell tests. Each check prints PASS/FAIL with what it
+# compared; summary prints "N passed, N failed" like the C tests.
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "  ok   $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "  FAIL $*"; }
+check() { # check DESCRIPTION COMMAND...: passes if the command succeeds
+    local what=$1; shift
+    if "$@"; then pass "$what"; else fail "$what"; fi
+}
+summary() { echo "$PASSED passed, $FAILED failed"; [ "$FAILED" -eq 0 ]; }
+# expect_error DESCRIPTION PHRASE COMMAND...: the command must exit non-zero, print exactly
+# one "meshmoe:" line on stderr containing PHRASE, and not crash (exit 1, no signal).
+expect_error() {
+    local what=$1 phrase=$2; shift 2
+    local err rc
+    err=$("$@" 2>&1 >/dev/null); rc=$?
+    local lines; lines=$(printf '%s\n' "$err" | grep -c '^meshmoe:')
+    if [ "$rc" -eq 1 ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -qF -- "$phrase"; then
+        pass "$what: $(printf '%s' "$err" | grep '^meshmoe:' | head -1 | cut -c1-150)"
+    else
+        fail "$what: exit $rc, wanted exit 1 and one message containing '$phrase'; got: $err"
+    fi
+}
+# losses FILE: the "loss" field of every line of a metrics file, as printed (%.9g of a float).
+losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Compare the C trainer's parity results with the JAX reference's.
+
+Usage:  compare.py DUMP.safetensors JAX_OUT.safetensors --case NAME [--dtype float32|bfloat16]
+
+DUMP holds the C results (`c/...`), JAX_OUT the reference's (`jax/...`, from
+reference.py). Prints one row per tensor: name, shape, max abs diff, max rel diff
+(= max abs diff / max |ref|, ref = JAX), tolerance and status, then one summary line
+`case NAME: PASS` or `case NAME: FAIL (n tensors)`. Exit status 1 on any FAIL.
+
+Status: PASS / FAIL against the tolerance; REPORT = shown, never fails (final weights
+beyond 1e-4, and everything but the losses in bfloat16 mode); TIE = router sets differ
+only at tied scores (reported, not a failure); MISSING = the C dump lacks a result the
+reference wrote (FAIL).
+
+Tolerances, float32: loss, ce_loss, aux_loss relative 1e-5; logits max abs 1e-4; each
+gradient max abs / max |ref| 1e-4; grad_norm relative 1e-4; each parity step's loss
+relative 1e-4; router weights and scores 1e-4 relative to max |ref|; router sets must
+match except at ties (scores equal within 1e-6 relative). Final weights 1e-4 relative to
+max |ref|, REPORT beyond (AdamW's normalisation amplifies tiny gradient differences).
+bfloat16: loss, ce_loss and each step loss relative 1e-2; the rest REPORT.
+"""
+
+import argparse
+import json
+import sys
+
+import numpy as np
+from safetensors import safe_open
+
+TIE_RTOL = 1e-6
+
+
+def load(path):
+    with safe_open(path, framework="numpy") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, (f.metadata() or {})
+
+
+def diffs(c, j):
+    """(max abs diff, max abs diff / max |ref|) with ref = JAX."""
+    c, j = np.asarray(c, np.float64), np.asarray(j, np.float64)
+    if c.size == 0:
+        return 0.0, 0.0
+    d = float(np.max(np.abs(c - j)))
+    scale = float(np.max(np.abs(j)))
+    return d, (d / scale if scale > 0 else (0.0 if d == 0 else float("inf")))
+
+
+def group_score(row, e, G):
+    """DeepSeek group score of expert e's group: sum of the top-2 selection scores."""
+    E = row.shape[-1]
+    g = row.reshape(G, E // G)[e // (E // G)]
+    return float(np.sum(np.sort(g)[-2:]))
+
+
+def close(a, b):
+    return abs(a - b) <= TIE_RTOL * max(abs(a), abs(b), 1e-30)
+
+
+def is_tie(scores_rows, a, b, G):
+    """Experts a (chosen by C only) and b (chosen by JAX only) tie in either side's scores,
+    directly or (group-limited routing) through equal group scores."""
+    for row in scores_rows:
+        if close(float(row[a]), float(row[b])):
+            return True
+        if G > 0 and close(group_score(row, a, G), group_score(row, b, G)):
+            return True
+    return False
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+        self.failed = []
+
+    def add(self, name, shape, absd, reld, tol, status):
+        self.rows.append((name, shape, absd, reld, tol, status))
+        if status in ("FAIL", "MISSING"):
+            self.failed.append(name)
+
+    def print(self):
+        w = max([len(r[0]) for r in self.rows] + [4])
+        print(f"{'name':<{w}}  {'shape':<16} {'max abs diff':>12} {'max rel diff':>12}  {'tolerance':<14} status")
+        for name, shape, absd, reld, tol, status in self.rows:
+            a = f"{absd:12.3e}" if isinstance(absd, float) else f"{absd:>12}"
+            r = f"{reld:12.3e}" if isinstance(reld, float) else f"{reld:>12}"
+            print(f"{name:<{w}}  {str(list(shape)):<16} {a} {r}  {tol:<14} {status}")
+
+
+def compare_router(t, name, cres, jres, cfg, bf16):
+    """Router choices: sets per token, ties detected and reported; then weights, scores."""
+    pre = name  # router/layers_i
+    ci, ji = cres[f"c/{pre}/indices"], jres[f"jax/{pre}/indices"]
+    if ci.shape != ji.shape:
+        t.add(f"{pre}/indices", ci.shape, "shape", "differs", "-", "FAIL")
+        return
+    G = int(cfg.get("n_routing_groups", -1)) if cfg.get("routed_score_func") == "sigmoid" else -1
+    cs, js = cres.get(f"c/{pre}/scores"), jres[f"jax/{pre}/scores"]
+    K = ci.shape[-1]
+    cf, jf = ci.reshape(-1, K), ji.reshape(-1, K)
+    rows_c = cs.reshape(-1, cs.shape[-1]) if cs is not None else None
+    rows_j = js.reshape(-1, js.shape[-1])
+    n_diff = n_tie = 0
+    same = np.zeros(cf.shape[0], bool)
+    for n in range(cf.shape[0]):
+        sc, sj = set(cf[n].tolist()), set(jf[n].tolist())
+        if sc == sj:
+            same[n] = True
+            continue
+        n_diff += 1
+        rows = [rows_j[n]] + ([rows_c[n]] if rows_c is not None else [])
+        if all(is_tie(rows, a, b, G) for a in sc - sj for b in sj - sc):
+            n_tie += 1
+    nontie = n_diff - n_tie
+    status = "PASS" if n_diff == 0 else ("REPORT" if bf16 else ("FAIL" if nontie else "TIE"))
+    t.add(f"{pre}/indices", ci.shape, f"{n_diff} tok", f"{n_tie} ties", "sets equal", status)
+
+    # weights, compared per expert on tokens whose sets agree
+    cw, jw = cres.get(f"c/{pre}/weights"), jres[f"jax/{pre}/weights"]
+    if cw is None:
+        t.add(f"{pre}/weights", jw.shape, "-", "-", "-", "MISSING")
+    else:
+        oc = np.argsort(cf, axis=-1, kind="stable")
+        oj = np.argsort(jf, axis=-1, kind="stable")
+        wc = np.take_along_axis(cw.reshape(-1, K), oc, axis=-1)[same]
+        wj = np.take_along_axis(jw.reshape(-1, K), oj, axis=-1)[same]
+        a, r = diffs(wc, wj)
+        t.add(f"{pre}/weights", cw.shape, a, r, "rel 1e-04", "REPORT" if bf16 else ("PASS" if r <= 1e-4 else "FAIL"))
+    if cs is None:
+        t.add(f"{pre}/scores", js.shape, "-", "-", "-", "MISSING")
+    else:
+        a, r = diffs(cs, js)
+        t.add(f"{pre}/scores", cs.shape, a, r, "rel 1e-04", "REPORT" if bf16 else ("PASS" if r <= 1e-4 else "FAIL"))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dump")
+    ap.add_argument("jax_out")
+    ap.add_argument("--case", required=True)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    args = ap.parse_args(argv)
+
+    cres, meta = load(args.dump)
+    jres, _ = load(args.jax_out)
+    cfg = json.loads(meta.get("config", "{}"))
+    dtype = args.dtype or cfg.get("dtype", "float32")
+    bf16 = dtype == "bfloat16"
+    loss_tol = 1e-2 if bf16 else 1e-5
+    step_tol = 1e-2 if bf16 else 1e-4
+
+    print(f"== case {args.case}: {cfg.get('decoder_block')} dtype={dtype} sparse_matmul={cfg.get('sparse_matmul')} "
+          f"capacity_factor={cfg.get('capacity_factor')} A={cfg.get('gradient_accumulation_steps')} "
+          f"parity_steps={cfg.get('parity_steps')}")
+    t = Table()
+    jnames = sorted(k[4:] for k in jres if k.startswith("jax/"))
+    routers = sorted({n.rsplit("/", 1)[0] for n in jnames if n.startswith("router/")},
+                     key=lambda s: int(s.split("_")[-1]))
+    for n in jnames:
+        if n.startswith("router/"):
+            continue
+        j = jres["jax/" + n]
+        if "c/" + n not in cres:
+            t.add(n, j.shape, "-", "-", "-", "MISSING")
+            continue
+        c = cres["c/" + n]
+        if c.shape != j.shape:
+            t.add(n, c.shape, "shape", f"jax {list(j.shape)}", "-", "FAIL")
+            continue
+        if n == "step_losses":
+            for s in range(j.shape[0]):
+                a, r = diffs(c[s], j[s])
+                t.add(f"step_losses[{s}]", (), a, r, f"rel {step_tol:.0e}", "PASS" if r <= step_tol else "FAIL")
+            continue
+        a, r = diffs(c, j)
+        if n in ("loss", "ce_loss"):
+            tol, ok, report = f"rel {loss_tol:.0e}", r <= loss_tol, False
+        elif n == "aux_loss":
+            tol, ok, report = f"rel {loss_tol:.0e}", r <= loss_tol, bf16
+        elif n == "logits":
+            tol, ok, report = "abs 1e-04", a <= 1e-4, bf16
+        elif n.startswith("grad/") or n == "grad_norm":
+            tol, ok, report = "rel 1e-04", r <= 1e-4, bf16
+        elif n.startswith("final/") or n.startswith("final_state/"):
+            tol, ok, report = "rel 1e-04", r <= 1e-4, True
+        else:
+            tol, ok, report = "-", True, True
+        if report and bf16:
+            status = "REPORT"
+        elif report:
+            status = "PASS" if ok else "REPORT"
+        else:
+            status = "PASS" if ok else "FAIL"
+        t.add(n, c.shape, a, r, tol, status)
+    for pre in routers:
+        compare_router(t, pre, cres, jres, cfg, bf16)
+    extra = sorted(k for k in cres if k.startswith("c/") and "jax/" + k[2:] not in jres)
+    for k in extra:
+        t.add(k[2:], cres[k].shape, "-", "-", "-", "EXTRA")
+    t.print()
+    if t.failed:
+        print(f"case {args.case}: FAIL ({len(t.failed)} tensors)")
+        return 1
+    print(f"case {args.case}: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

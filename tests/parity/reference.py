@@ -1,0 +1,661 @@
+#!/usr/bin/env python3
+"""Independent JAX reference for meshmoe (Mixtral- and DeepSeek-style MoE decoders).
+
+Usage:  reference.py DUMP.safetensors OUT.safetensors
+
+Reads a dump written by the C trainer (`./train CONFIG dump_parity=DIR`, format in
+tests/parity/README.md), rebuilds the model from the config stored in the dump's
+metadata, runs the same forward, backward and `parity_steps` optimizer updates, and
+writes its results under the names the C side uses, with prefix `jax/` instead of `c/`.
+
+The math is /work/shared/MODEL_SPEC.md (a copy of the facts it took from MaxText). Each
+function below names the MODEL_SPEC section it implements. Nothing here is translated
+from the C code: both sides were written from the spec.
+
+How numbers are represented
+---------------------------
+Every tensor in this program is stored as float32 (float64 in selftest.py). In bfloat16
+mode a value is "rounded to bf16" by `rb(x) = x.astype(bfloat16).astype(float32)`
+(round to nearest even), so a bf16 tensor is a float32 tensor whose values are exactly
+representable in bf16. Products of two bf16 values are exact in float32, so a matmul of
+bf16-valued float32 operands at HIGHEST precision *is* "bf16 inputs, float32
+accumulation". Every place where a value is rounded is one call to a `Casts` helper, and
+the complete list is here. In float32 mode every helper is the identity.
+
+Cast points in bfloat16 mode (`dtype == "bfloat16"`; rb = round to bf16)
+------------------------------------------------------------------------
+ 1. Weights: every float32 master parameter is rounded once per step before use:
+    W = rb(W_master) (embedding, norm scales, all kernels). The master copy, its
+    gradient and the optimizer state stay float32.
+    Exception: the router gate kernel, when `float32_gate_logits` is true, is used
+    unrounded (float32 master), as MaxText's float32 GateLogit does.
+ 2. Embedding: output = rows of rb(table); no further rounding (already bf16).
+ 3. RMSNorm (also q_norm / kv_norm in MLA): ms = mean(x^2) in float32;
+    y = rb(x * rsqrt(ms + eps)); out = rb(y * scale).
+ 4. Matmuls (q/k/v/out projections, MLA wq_a/wq_b/wkv_a/wkv_b/out, dense and shared
+    MLP wi_0/wi_1/wo, expert wi_0/wi_1/wo, the logits head): bf16 operands, float32
+    accumulation, out = rb(x @ W).
+ 5. Gate logits: logits = x @ Wg accumulated in float32, then rb() unless
+    `float32_gate_logits` (then kept float32, with Wg unrounded: see 1).
+    "gate dtype rounding" gd(v) below means rb(v) unless float32_gate_logits, else v.
+ 6. RoPE: cos and sin computed in float32 then rb(); out = rb(x*cos + rotate_half(x)*sin)
+    (both products and the sum in float32, one rounding).
+ 7. MLA query scale: q = rb(concat(q_nope, q_rope) * rb(scale)), scale =
+    (qk_nope_head_dim + qk_rope_head_dim)^-0.5 (the constant itself is rounded to bf16,
+    as JAX's weak typing does for bf16_array * python_float). Splits, concatenations and
+    the broadcast of k_rope are exact.
+ 8. Attention scores: s = q.k accumulated in float32; s = rb(s) unless
+    `float32_qk_product`.
+ 9. Attention softmax (statistics always float32): mask by replacement in float32;
+    m = max(s); e = exp(s - m) in float32; if not `float32_logits`: e = rb(e);
+    l = sum(e) in float32 (of the e actually used); num = e @ v accumulated in float32;
+    if not `float32_logits`: num = rb(num); out = rb(num / l).
+10. Residual adds: h = rb(x + attn), x = rb(h + ffn).
+11. SwiGLU (experts, dense MLP, shared experts): a = rb(x@wi_0), b = rb(x@wi_1) (point 4);
+    h = rb(silu(a) * b) (silu and product in float32, one rounding); out = rb(h@wo).
+12. Mixtral router weights: w = rb(softmax_f32(top-K logits)).
+13. DeepSeek router: s = gd(sigmoid(logits)) (sigmoid in float32); bias b = gd(b);
+    s' = gd(s + b) (the selection scores); group score = float32 sum of the top-2 s' in
+    the group; weights w = rb(routed_scaling_factor * s[idx] / (sum_k s[idx] + 1e-20))
+    (computed in float32, one rounding).
+14. MoE combine (both dispatch paths; dropped assignments have weight 0):
+    float32_weight_sum = true:  out = rb(sum_k w_k * y_k) in float32 from the bf16 values.
+    float32_weight_sum = false: every product and every partial sum is rounded to bf16,
+      accumulated over the selected experts in ascending expert index:
+      acc = 0; for e ascending: acc = rb(acc + rb(w_e * y_e)); out = acc.
+15. Shared experts: out = rb(routed + shared).
+16. Logits: point 4 (bf16), then promoted to float32 (exact) for the loss
+    (`cast_logits_to_fp32`; when it is false this reference still computes the loss in
+    float32 from the same bf16 logits).
+17. Loss: cross entropy, z-loss, load-balance loss (P = softmax of the gate logits in
+    float32) and all optimizer arithmetic in float32.
+18. Backward: plain JAX autodiff of the above. Each rb() in the forward rounds the
+    incoming cotangent to bf16 in the backward (the transpose of a convert), so the
+    gradient of each master weight is the bf16-rounded gradient of its bf16 copy, stored
+    as float32 (grad_dtype float32).
+"""
+
+import os
+
+# Keep every explicit f32->bf16->f32 rounding: never let XLA drop a convert pair.
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_allow_excess_precision=false").strip()
+
+import argparse
+import json
+import math
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+jax.config.update("jax_enable_x64", False)
+jax.config.update("jax_default_matmul_precision", "highest")
+
+HIGHEST = jax.lax.Precision.HIGHEST
+# Causal mask value (MODEL_SPEC "Attention"): replacement by -0.7 * FLT_MAX, not -inf.
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+
+
+# ----------------------------------------------------------------------------------------
+# Precision helpers: one line per cast point (see the list in the module docstring).
+# ----------------------------------------------------------------------------------------
+class Casts:
+    """The rounding helpers of the cast-point list. Identity in float32 mode.
+
+    `base` is the storage/compute dtype: float32 here, float64 in selftest.py.
+    """
+
+    def __init__(self, cfg, base=jnp.float32):
+        self.base = base
+        self.bf16 = cfg["dtype"] == "bfloat16"
+        self.f32_gate = bool(cfg.get("float32_gate_logits", False))
+        self.f32_qk = bool(cfg.get("float32_qk_product", False))
+        self.f32_logits = bool(cfg.get("float32_logits", False))
+        self.f32_wsum = bool(cfg.get("float32_weight_sum", True))
+
+    def rb(self, x):
+        """Round to bf16 (kept in `base` storage). Cast points 2-4, 6-16."""
+        if not self.bf16:
+            return x
+        return x.astype(jnp.bfloat16).astype(self.base)
+
+    def weight(self, w):
+        """Cast point 1: master weight -> the copy used in the forward."""
+        return self.rb(w)
+
+    def gate(self, x):
+        """Cast points 5, 13: gate dtype rounding gd()."""
+        return x if self.f32_gate else self.rb(x)
+
+    def scores(self, s):
+        """Cast point 8: attention scores."""
+        return s if self.f32_qk else self.rb(s)
+
+    def attn_probs(self, x):
+        """Cast point 9: exp weights and the unnormalised e @ v."""
+        return x if self.f32_logits else self.rb(x)
+
+
+def mm(spec, x, w, c):
+    """Cast point 4: matmul with float32 accumulation, output rounded to bf16."""
+    return c.rb(jnp.einsum(spec, x, w, precision=HIGHEST, preferred_element_type=c.base))
+
+
+# ----------------------------------------------------------------------------------------
+# Layers
+# ----------------------------------------------------------------------------------------
+def rms_norm(x, scale, eps, c):
+    """MODEL_SPEC "RMSNorm": y = x * rsqrt(mean(x^2) + eps) * scale (statistics in f32).
+
+    bf16 (cast point 3): the normalised value is rounded before the multiply by the
+    (bf16) scale, and the product is rounded again.
+    """
+    ms = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+    y = c.rb(x * jax.lax.rsqrt(ms + eps))
+    return c.rb(y * scale)
+
+
+def rope(x, min_timescale, max_timescale, c):
+    """MODEL_SPEC "Rotary position embedding (half-split layout)".
+
+    x: [B, S, H, Dr]; positions are 0..S-1 in every sequence.
+    timescale_i = min * (max/min)^(2i/Dr), theta = pos / timescale_i,
+    out = x*[cos,cos] + rotate_half(x)*[sin,sin], rotate_half([x1,x2]) = [-x2, x1].
+    bf16: cast point 6.
+    """
+    S, Dr = x.shape[1], x.shape[-1]
+    half = Dr // 2
+    fraction = 2.0 * jnp.arange(half, dtype=jnp.float32) / Dr
+    timescale = min_timescale * (max_timescale / min_timescale) ** fraction  # float32
+    pos = jnp.arange(S, dtype=jnp.float32)
+    theta = pos[:, None] / timescale[None, :]  # [S, half], float32
+    cos = c.rb(jnp.cos(theta).astype(c.base))
+    sin = c.rb(jnp.sin(theta).astype(c.base))
+    cos = jnp.concatenate([cos, cos], axis=-1)[None, :, None, :]  # [1, S, 1, Dr]
+    sin = jnp.concatenate([sin, sin], axis=-1)[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    rot = jnp.concatenate([-x2, x1], axis=-1)
+    return c.rb(x * cos + rot * sin)
+
+
+def causal_attention(q, k, v, c):
+    """MODEL_SPEC "Attention": causal softmax attention, split as MaxText does it.
+
+    q: [B, S, N, Dq], k: [B, S, N, Dq], v: [B, S, N, Dv] (kv already expanded per head).
+    scores s = q.k (no runtime scale here), mask by replacement where(col <= row, s,
+    -0.7*FLT_MAX), m = max(s), e = exp(s - m), out = (e @ v) / sum(e).
+    bf16: cast points 8, 9.
+    """
+    S = q.shape[1]
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=HIGHEST, preferred_element_type=c.base)
+    s = c.scores(s)
+    row = jnp.arange(S)[:, None]
+    col = jnp.arange(S)[None, :]
+    s = jnp.where(col <= row, s, jnp.asarray(MASK_VALUE, c.base))
+    m = jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    e = c.attn_probs(jnp.exp(s - m))
+    denom = jnp.sum(e, axis=-1, keepdims=True)  # [B, N, S, 1]
+    num = c.attn_probs(jnp.einsum("bhqk,bkhd->bqhd", e, v, precision=HIGHEST, preferred_element_type=c.base))
+    return c.rb(num / jnp.transpose(denom, (0, 2, 1, 3)))
+
+
+def gqa_attention(x, p, pre, cfg, c):
+    """MODEL_SPEC "Attention, Mixtral (GQA)".
+
+    q = x Wq [D,N,Dh], k = x Wk [D,Nkv,Dh], v = x Wv [D,Nkv,Dh]; RoPE on q and k; query
+    head h uses kv head h // (N/Nkv); no runtime 1/sqrt(Dh); out = o Wo [N,Dh,D].
+    """
+    N, Nkv = cfg["base_num_query_heads"], cfg["base_num_kv_heads"]
+    q = mm("bsd,dnh->bsnh", x, p[pre + "query/kernel"], c)
+    k = mm("bsd,dnh->bsnh", x, p[pre + "key/kernel"], c)
+    v = mm("bsd,dnh->bsnh", x, p[pre + "value/kernel"], c)
+    q = rope(q, cfg["rope_min_timescale"], cfg["rope_max_timescale"], c)
+    k = rope(k, cfg["rope_min_timescale"], cfg["rope_max_timescale"], c)
+    group = N // Nkv
+    k = jnp.repeat(k, group, axis=2)  # head h -> kv head h // group
+    v = jnp.repeat(v, group, axis=2)
+    o = causal_attention(q, k, v, c)
+    return mm("bsnh,nhd->bsd", o, p[pre + "out/kernel"], c)
+
+
+def mla_attention(x, p, pre, cfg, c):
+    """MODEL_SPEC "Attention, DeepSeek (MLA)".
+
+    query: x Wq (q_lora_rank == 0) or RMSNorm_q(x Wq_a) Wq_b; last axis nope then rope.
+    kv: c = x Wkv_a -> [latent | k_rope]; kv = RMSNorm_kv(latent) Wkv_b -> per head
+    [k_nope | v]; k_rope is one head shared by all heads. RoPE on q_rope and k_rope.
+    q = concat(q_nope, q_rope) * (nope + rope)^-0.5; k = concat(k_nope, k_rope).
+    """
+    nope, rdim = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
+    kv_rank, eps = cfg["kv_lora_rank"], cfg["normalization_layer_epsilon"]
+    mn, mx = cfg["rope_min_timescale"], cfg["rope_max_timescale"]
+    if cfg["q_lora_rank"] > 0:
+        low = mm("bsd,dr->bsr", x, p[pre + "wq_a/kernel"], c)
+        low = rms_norm(low, p[pre + "q_norm/scale"], eps, c)
+        q = mm("bsr,rnh->bsnh", low, p[pre + "wq_b/kernel"], c)
+    else:
+        q = mm("bsd,dnh->bsnh", x, p[pre + "query/kernel"], c)
+    q_nope, q_rope = q[..., :nope], q[..., nope:]
+    q_rope = rope(q_rope, mn, mx, c)
+    scale = (nope + rdim) ** -0.5
+    q = c.rb(jnp.concatenate([q_nope, q_rope], axis=-1) * c.rb(jnp.asarray(scale, c.base)))  # cast point 7
+
+    ckv = mm("bsd,dr->bsr", x, p[pre + "wkv_a/kernel"], c)
+    latent, k_rope = ckv[..., :kv_rank], ckv[..., kv_rank:]
+    latent = rms_norm(latent, p[pre + "kv_norm/scale"], eps, c)
+    kv = mm("bsr,rnh->bsnh", latent, p[pre + "wkv_b/kernel"], c)
+    k_nope, v = kv[..., :nope], kv[..., nope:]
+    k_rope = rope(k_rope[:, :, None, :], mn, mx, c)  # one head: [B, S, 1, rope]
+    k_rope = jnp.broadcast_to(k_rope, k_nope.shape[:3] + (rdim,))
+    k = jnp.concatenate([k_nope, k_rope], axis=-1)
+    o = causal_attention(q, k, v, c)
+    return mm("bsnh,nhd->bsd", o, p[pre + "out/kernel"], c)
+
+
+def swiglu(x, wi0, wi1, wo, c):
+    """MODEL_SPEC "MoE block", expert FFN: (silu(x wi_0) * (x wi_1)) wo.
+
+    Also the dense MLP and the shared experts. bf16: cast point 11.
+    """
+    a = mm("...d,dh->...h", x, wi0, c)
+    b = mm("...d,dh->...h", x, wi1, c)
+    h = c.rb(jax.nn.silu(a) * b)
+    return mm("...h,hd->...d", h, wo, c)
+
+
+# ----------------------------------------------------------------------------------------
+# Routing
+# ----------------------------------------------------------------------------------------
+def route_mixtral(logits, K, c):
+    """MODEL_SPEC "MoE block", Mixtral routing.
+
+    w, idx = top_k(logits, K) (ties: lower index first); w = softmax over the K
+    selected logits only, in float32. Returns (weights [..,K], idx [..,K], scores) where
+    scores (for tie detection) are the gate logits. bf16: cast point 12.
+    """
+    top, idx = jax.lax.top_k(logits, K)
+    w = c.rb(jax.nn.softmax(top, axis=-1))
+    return w, idx, logits
+
+
+def route_deepseek(logits, bias, cfg, c):
+    """MODEL_SPEC "MoE block", DeepSeek routing (routed_score_func = sigmoid).
+
+    s = sigmoid(logits); s' = s + b (selection only, no gradient through b);
+    group-limited: reshape s' to [G, E/G], group score = sum of top-2, keep the best
+    `topk_routing_group` groups (others -inf); idx = top_k(s', K); w = s[idx] (unbiased,
+    gradient flows through s); w = w / (sum(w) + 1e-20) * routed_scaling_factor.
+    Returns (weights, idx, selection scores s'). bf16: cast point 13.
+    """
+    E, K = logits.shape[-1], cfg["num_experts_per_tok"]
+    s = c.gate(jax.nn.sigmoid(logits))
+    sel = c.gate(s + c.gate(jax.lax.stop_gradient(bias)))
+    sel = jax.lax.stop_gradient(sel)  # selection is not differentiated
+    G, topg = cfg["n_routing_groups"], cfg["topk_routing_group"]
+    masked = sel
+    if G > 0:
+        grouped = sel.reshape(sel.shape[:-1] + (G, E // G))
+        top2, _ = jax.lax.top_k(grouped, 2)
+        group_score = jnp.sum(top2, axis=-1)  # [.., G]
+        _, gidx = jax.lax.top_k(group_score, topg)
+        gmask = jnp.sum(jax.nn.one_hot(gidx, G, dtype=c.base), axis=-2) > 0  # [.., G]
+        emask = jnp.repeat(gmask, E // G, axis=-1)  # [.., E]
+        masked = jnp.where(emask, sel, -jnp.inf)
+    _, idx = jax.lax.top_k(masked, K)
+    w = jnp.take_along_axis(s, idx, axis=-1)
+    w = w / (jnp.sum(w, axis=-1, keepdims=True) + 1e-20)
+    w = c.rb(w * cfg["routed_scaling_factor"])
+    return w, idx, sel
+
+
+def capacity_keep(idx, E, cf):
+    """MODEL_SPEC "MoE block", dense path with capacity_factor > 0 (token dropping).
+
+    idx [B, S, K]. C = int(max(ceil(S*K/E)*cf, cf)); within each sequence, the position
+    of assignment (s, k) for its expert is the running count over the flattened (s, k)
+    order, s-major; keep it if that 1-based position is <= C. Returns keep [B, S, K].
+    """
+    B, S, K = idx.shape
+    cap = int(max(math.ceil(S * K / E) * cf, cf))
+    onehot = jax.nn.one_hot(idx.reshape(B, S * K), E, dtype=jnp.int32)  # [B, S*K, E]
+    position = jnp.sum(jnp.cumsum(onehot, axis=1) * onehot, axis=-1)  # 1-based, [B, S*K]
+    return (position <= cap).reshape(B, S, K)
+
+
+# ----------------------------------------------------------------------------------------
+# Expert dispatch and combine
+# ----------------------------------------------------------------------------------------
+def combine_sequential_bf16(w, y, c):
+    """Cast point 14, float32_weight_sum = false: bf16 products and bf16 running sum.
+
+    w [..., J], y [..., J, D], with the J axis already in ascending expert order.
+    """
+    acc = jnp.zeros(y.shape[:-2] + y.shape[-1:], c.base)
+    for j in range(w.shape[-1]):
+        acc = c.rb(acc + c.rb(w[..., j, None] * y[..., j, :]))
+    return acc
+
+
+def moe_dense(x, w_bse, wi0, wi1, wo, c):
+    """MODEL_SPEC "MoE block", dense path (sparse_matmul = false).
+
+    Every expert runs on every token; the combine weights w_bse [B,S,E] (zeros for
+    unselected and dropped assignments) multiply the expert outputs and the combine is
+    a sum over E.
+    """
+    a = mm("bsd,edh->bseh", x, wi0, c)
+    b = mm("bsd,edh->bseh", x, wi1, c)
+    h = c.rb(jax.nn.silu(a) * b)
+    y = mm("bseh,ehd->bsed", h, wo, c)  # [B, S, E, D]
+    if c.bf16 and not c.f32_wsum:
+        return combine_sequential_bf16(w_bse, y, c)  # E axis is ascending expert order
+    return c.rb(jnp.einsum("bsed,bse->bsd", y, w_bse, precision=HIGHEST))
+
+
+def moe_sparse(x, idx, w, wi0, wi1, wo, c):
+    """MODEL_SPEC "MoE block", sparse path (sparse_matmul = true, dropless).
+
+    Sort the (token, slot) pairs by expert (stable argsort), run one grouped matmul per
+    expert (jax.lax.ragged_dot), unsort, combine over K with the routing weights.
+    """
+    B, S, D = x.shape
+    K, E = idx.shape[-1], wi0.shape[0]
+    T = B * S
+    flat = idx.reshape(T * K)
+    order = jnp.argsort(flat, stable=True)  # sorted position -> (token, slot)
+    group_sizes = jnp.bincount(flat, length=E).astype(jnp.int32)
+    x_rep = jnp.repeat(x.reshape(T, D), K, axis=0)[order]  # [T*K, D], grouped by expert
+
+    def gmm(lhs, rhs):
+        return c.rb(jax.lax.ragged_dot(lhs, rhs, group_sizes, precision=HIGHEST, preferred_element_type=c.base))
+
+    h = c.rb(jax.nn.silu(gmm(x_rep, wi0)) * gmm(x_rep, wi1))
+    y_sorted = gmm(h, wo)  # [T*K, D]
+    y = jnp.zeros_like(y_sorted).at[order].set(y_sorted).reshape(T, K, D)  # unsort
+    wt = w.reshape(T, K)
+    if c.bf16 and not c.f32_wsum:
+        slot_order = jnp.argsort(idx.reshape(T, K), axis=-1, stable=True)  # ascending expert
+        wt = jnp.take_along_axis(wt, slot_order, axis=-1)
+        y = jnp.take_along_axis(y, slot_order[..., None], axis=1)
+        out = combine_sequential_bf16(wt, y, c)
+    else:
+        out = c.rb(jnp.einsum("tkd,tk->td", y, wt, precision=HIGHEST))
+    return out.reshape(B, S, D)
+
+
+def load_balance_loss(logits, idx, E, weight):
+    """MODEL_SPEC "Load-balance loss" (used for both families).
+
+    P = softmax(gate logits) over all E (float32); f[b,e] = (1/S) sum_s sum_k 1[idx=e];
+    Pbar[b,e] = (1/S) sum_s P; L = weight * E^2 * mean_{b,e}(f * Pbar), over every
+    sequence of the global batch. f uses the selection before capacity dropping.
+    """
+    P = jax.nn.softmax(logits, axis=-1)
+    f = jnp.mean(jnp.sum(jax.nn.one_hot(idx, E, dtype=logits.dtype), axis=-2), axis=1)  # [B, E]
+    pbar = jnp.mean(P, axis=1)  # [B, E]
+    return weight * E * E * jnp.mean(f * pbar)
+
+
+def moe_block(x, p, master, state, pre, cfg, c):
+    """MODEL_SPEC "MoE block": gate, routing, dispatch (dense or sparse), shared experts.
+
+    Returns (out, info) where info holds the routing choices, the per-expert counts and
+    the load-balance loss of this layer.
+    """
+    E, K = cfg["num_experts"], cfg["num_experts_per_tok"]
+    mb = pre + "MoeBlock_0/"
+    wg = c.gate(master[mb + "gate/kernel"])  # cast point 1 exception / 5
+    logits = c.gate(jnp.einsum("bsd,de->bse", x, wg, precision=HIGHEST, preferred_element_type=c.base))
+    if cfg["routed_score_func"] == "sigmoid":
+        bias = state.get(mb + "gate/bias")  # state/<...>/MoeBlock_0/gate/bias, absent -> 0
+        if bias is None:
+            bias = jnp.zeros((E,), c.base)
+        w, idx, scores = route_deepseek(logits, bias, cfg, c)
+    else:
+        w, idx, scores = route_mixtral(logits, K, c)
+
+    wi0, wi1, wo = p[mb + "wi_0"], p[mb + "wi_1"], p[mb + "wo"]
+    if cfg["sparse_matmul"]:
+        out = moe_sparse(x, idx, w, wi0, wi1, wo, c)
+    else:
+        w_kept = w
+        if cfg["capacity_factor"] > 0:
+            w_kept = w * capacity_keep(idx, E, cfg["capacity_factor"]).astype(w.dtype)
+        w_bse = jnp.sum(jax.nn.one_hot(idx, E, dtype=w.dtype) * w_kept[..., None], axis=-2)
+        out = moe_dense(x, w_bse, wi0, wi1, wo, c)
+
+    if cfg["decoder_block"] == "deepseek" and cfg["shared_experts"] > 0:
+        sh = pre + "shared_experts/"
+        shared = swiglu(x, p[sh + "wi_0/kernel"], p[sh + "wi_1/kernel"], p[sh + "wo/kernel"], c)
+        out = c.rb(out + shared)  # cast point 15
+
+    lb = jnp.zeros((), c.base)
+    if cfg["load_balance_loss_weight"] > 0:
+        lb = load_balance_loss(logits, idx, E, cfg["load_balance_loss_weight"])
+    counts = jnp.bincount(idx.reshape(-1), length=E)
+    info = {"indices": idx, "weights": w, "scores": scores, "counts": counts, "lb": lb}
+    return out, info
+
+
+# ----------------------------------------------------------------------------------------
+# Decoder
+# ----------------------------------------------------------------------------------------
+def is_moe_layer(i, cfg):
+    """Layer i has an MoE FFN unless i < first_num_dense_layers (MODEL_SPEC "Decoder")."""
+    return i >= cfg.get("first_num_dense_layers", 0)
+
+
+def decoder_layer(x, i, p, master, state, cfg, c):
+    """MODEL_SPEC "Decoder stack": h = x + Attn(RMSNorm_pre(x)); x = h + FFN(RMSNorm_post(h))."""
+    pre = f"decoder/layers_{i}/"
+    eps = cfg["normalization_layer_epsilon"]
+    y = rms_norm(x, p[pre + "pre_self_attention_layer_norm/scale"], eps, c)
+    if cfg["attention_type"] == "mla":
+        a = mla_attention(y, p, pre + "self_attention/", cfg, c)
+    else:
+        a = gqa_attention(y, p, pre + "self_attention/", cfg, c)
+    h = c.rb(x + a)  # cast point 10
+    y = rms_norm(h, p[pre + "post_self_attention_layer_norm/scale"], eps, c)
+    info = None
+    if is_moe_layer(i, cfg):
+        f, info = moe_block(y, p, master, state, pre, cfg, c)
+    else:
+        f = swiglu(y, p[pre + "mlp/wi_0/kernel"], p[pre + "mlp/wi_1/kernel"], p[pre + "mlp/wo/kernel"], c)
+    return c.rb(h + f), info  # cast point 10
+
+
+def forward(params, state, inputs, cfg, base=jnp.float32):
+    """MODEL_SPEC "Decoder stack" and "Embedding": ids [R, S] -> logits [R, S, V] (float32).
+
+    Returns (logits, infos) with infos[i] the routing info of MoE layer i (None for a
+    dense layer).
+    """
+    c = Casts(cfg, base)
+    p = {k: c.weight(v) for k, v in params.items()}  # cast point 1
+    x = jnp.take(p["token_embedder/embedding"], inputs, axis=0)  # cast point 2
+    infos = []
+    for i in range(cfg["base_num_decoder_layers"]):
+        x, info = decoder_layer(x, i, p, params, state, cfg, c)
+        infos.append(info)
+    x = rms_norm(x, p["decoder/decoder_norm/scale"], cfg["normalization_layer_epsilon"], c)
+    logits = mm("bsd,dv->bsv", x, p["decoder/logits_dense/kernel"], c)  # cast point 16
+    return logits, infos
+
+
+def loss_terms(params, state, inputs, targets, cfg, base=jnp.float32):
+    """Unnormalised loss terms of one (micro)batch, for gradient accumulation checks.
+
+    Returns dict: ce_sum (sum of per-token losses over valid targets), n_tokens,
+    lb_seq_sums (per MoE layer: sum over sequences of L_lb per sequence, i.e.
+    weight*E^2*mean_e(f*Pbar) summed over b), n_seqs, plus logits and infos.
+    """
+    logits, infos = forward(params, state, inputs, cfg, base)
+    z = logits.astype(base)
+    lse = jax.nn.logsumexp(z, axis=-1)
+    valid = targets >= 0
+    z_t = jnp.take_along_axis(z, jnp.maximum(targets, 0)[..., None], axis=-1)[..., 0]
+    per_tok = lse - z_t + cfg["z_loss_multiplier"] * jnp.square(lse)
+    ce_sum = jnp.sum(jnp.where(valid, per_tok, 0.0))
+    n_tok = jnp.sum(valid).astype(base)
+    lbs = [inf["lb"] * inputs.shape[0] for inf in infos if inf is not None]
+    return {"ce_sum": ce_sum, "n_tokens": n_tok, "lb_seq_sums": lbs, "n_seqs": inputs.shape[0],
+            "logits": logits, "infos": infos}
+
+
+def loss_fn(params, state, inputs, targets, cfg, base=jnp.float32):
+    """MODEL_SPEC "Loss": total = CE mean + aux.
+
+    Per token l = lse(z) - z_target + z_loss_multiplier * lse^2 over targets >= 0; the
+    mean is over all valid tokens of the global batch (all microbatches: gradient
+    accumulation is one forward over the A*B rows, which is the same math as summing
+    and dividing once). aux = mean over MoE layers of L_lb.
+    Returns (total, aux dict).
+    """
+    t = loss_terms(params, state, inputs, targets, cfg, base)
+    ce = t["ce_sum"] / jnp.maximum(t["n_tokens"], 1.0)
+    lbs = [s / t["n_seqs"] for s in t["lb_seq_sums"]]
+    aux_loss = sum(lbs) / len(lbs) if (lbs and cfg["load_balance_loss_weight"] > 0) else jnp.zeros((), base)
+    total = ce + aux_loss
+    router = {}
+    for i, inf in enumerate(t["infos"]):
+        if inf is not None:
+            router[i] = {k: inf[k] for k in ("indices", "weights", "scores", "counts")}
+    return total, {"ce_loss": ce, "aux_loss": aux_loss, "logits": t["logits"], "router": router}
+
+
+# ----------------------------------------------------------------------------------------
+# Optimizer
+# ----------------------------------------------------------------------------------------
+def lr_schedule(cfg):
+    """MODEL_SPEC "Optimizer and schedule": linear warm-up then cosine.
+
+    warmup = int(warmup_steps_fraction * steps); step k < warmup: lr * k / warmup;
+    then n = steps - warmup, k' = k - warmup, pct = k'/(n-1) (0 if n == 1),
+    a = 0.5*(cos(pi*pct)+1), lr_k = lr*a + final_fraction*lr*(1-a).
+    optax calls it with the update count t = 0, 1, ... (update t uses lr(t)).
+    """
+    lr = float(cfg["learning_rate"])
+    steps = int(cfg["steps"])
+    warm = int(cfg["warmup_steps_fraction"] * steps)
+    n = steps - warm
+    final = float(cfg["cosine_learning_rate_final_fraction"]) * lr
+
+    def schedule(count):
+        k = jnp.asarray(count, jnp.float32)
+        warm_lr = lr * k / max(warm, 1)
+        pct = (k - warm) / (n - 1) if n > 1 else jnp.zeros_like(k)
+        a = 0.5 * (jnp.cos(jnp.pi * pct) + 1.0)
+        cos_lr = lr * a + final * (1.0 - a)
+        return jnp.where(k < warm, warm_lr, cos_lr)
+
+    return schedule
+
+
+def make_optimizer(cfg):
+    """MODEL_SPEC "Optimizer and schedule": global-norm clipping, then AdamW (optax).
+
+    optax.adamw: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t);
+    vhat = v/(1-b2^t); p += -lr * (mhat/(sqrt(vhat)+eps) + wd*p). No mask: every trained
+    parameter decays. The routing bias is not an optax parameter.
+    """
+    adamw = optax.adamw(lr_schedule(cfg), b1=cfg["adam_b1"], b2=cfg["adam_b2"], eps=cfg["adam_eps"],
+                        weight_decay=cfg["adam_weight_decay"])
+    thr = cfg["gradient_clipping_threshold"]
+    if thr > 0:
+        return optax.chain(optax.clip_by_global_norm(thr), adamw)
+    return adamw
+
+
+def bias_update(state, router, cfg):
+    """MODEL_SPEC "MoE block" step 5: aux-loss-free balancing, after each optimizer step.
+
+    b_e += rate * sign(T*K/E - count_e), count over the step's whole global batch.
+    """
+    rate = cfg.get("routed_bias_update_rate", 0.0)
+    if not (cfg.get("routed_bias", False) and rate > 0):
+        return state
+    E = cfg["num_experts"]
+    new = dict(state)
+    for i, r in router.items():
+        name = f"decoder/layers_{i}/MoeBlock_0/gate/bias"
+        counts = r["counts"].astype(jnp.float32)
+        target = jnp.sum(counts) / E  # = T*K/E, T = tokens in the global batch
+        new[name] = state[name] + rate * jnp.sign(target - counts)
+    return new
+
+
+# ----------------------------------------------------------------------------------------
+# Dump I/O and driver
+# ----------------------------------------------------------------------------------------
+def load_dump(path):
+    """Read a dump: (cfg dict, params {name: f32}, state {name: f32}, inputs, targets, rest)."""
+    with safe_open(path, framework="numpy") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    cfg = json.loads(meta["config"])
+    params = {k[len("param/"):]: v.astype(np.float32) for k, v in tensors.items() if k.startswith("param/")}
+    state = {k[len("state/"):]: v.astype(np.float32) for k, v in tensors.items() if k.startswith("state/")}
+    return cfg, params, state, tensors["batch/inputs"], tensors["batch/targets"], tensors
+
+
+def run_reference(cfg, params, state, inputs, targets):
+    """Run step 0 (forward + backward) and `parity_steps` updates; return {name: array}."""
+    P = int(cfg["parity_steps"])
+    assert inputs.shape[0] >= P, "batch/inputs has fewer than parity_steps batches"
+    params = {k: jnp.asarray(v) for k, v in params.items()}
+    state = {k: jnp.asarray(v) for k, v in state.items()}
+
+    def f(prm, st, x, y):
+        return loss_fn(prm, st, x, y, cfg)
+
+    grad_fn = jax.jit(jax.value_and_grad(f, has_aux=True))
+    opt = make_optimizer(cfg)
+    opt_state = opt.init(params)
+    update = jax.jit(opt.update)
+
+    out, step_losses = {}, []
+    for t in range(P):
+        (loss, aux), grads = grad_fn(params, state, jnp.asarray(inputs[t]), jnp.asarray(targets[t]))
+        step_losses.append(float(loss))
+        if t == 0:
+            out["jax/logits"] = np.asarray(aux["logits"], np.float32)
+            out["jax/loss"] = np.asarray(loss, np.float32)
+            out["jax/ce_loss"] = np.asarray(aux["ce_loss"], np.float32)
+            out["jax/aux_loss"] = np.asarray(aux["aux_loss"], np.float32)
+            for i, r in aux["router"].items():
+                out[f"jax/router/layers_{i}/indices"] = np.asarray(r["indices"], np.int32)
+                out[f"jax/router/layers_{i}/weights"] = np.asarray(r["weights"], np.float32)
+                out[f"jax/router/layers_{i}/scores"] = np.asarray(r["scores"], np.float32)
+            for k, g in grads.items():
+                out["jax/grad/" + k] = np.asarray(g, np.float32)
+            out["jax/grad_norm"] = np.asarray(optax.global_norm(grads), np.float32)
+        updates, opt_state = update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        state = bias_update(state, aux["router"], cfg)
+    out["jax/step_losses"] = np.asarray(step_losses, np.float32)
+    for k, v in params.items():
+        out["jax/final/" + k] = np.asarray(v, np.float32)
+    for k, v in state.items():
+        out["jax/final_state/" + k] = np.asarray(v, np.float32)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dump")
+    ap.add_argument("out")
+    args = ap.parse_args(argv)
+    cfg, params, state, inputs, targets, _ = load_dump(args.dump)
+    out = run_reference(cfg, params, state, inputs, targets)
+    out = {k: np.asarray(v, order="C") for k, v in out.items()}
+    save_file(out, args.out, metadata={"config": json.dumps(cfg), "written_by": "tests/parity/reference.py"})
+    steps = " ".join(f"{x:.7f}" for x in out["jax/step_losses"].tolist())
+    print(f"reference: {cfg['decoder_block']} dtype={cfg['dtype']} step losses [{steps}] -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tests/run_all.sh: what `make test` runs. Each part prints its own checks and a line
+# "N passed, N failed"; this script adds them up and prints the total the same way.
+set -u
+cd "$(dirname "$0")/.."
+total_pass=0; total_fail=0; broken=()
+run_part() {   # run_part NAME COMMAND...
+    local name=$1; shift
+    echo "==== $name"
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    local line; line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1)
+    if [ -z "$line" ]; then
+        broken+=("$name (exit $rc, no summary line)"); total_fail=$((total_fail + 1)); return
+    fi
+    total_pass=$((total_pass + $(echo "$line" | cut -d' ' -f1)))
+    total_fail=$((total_fail + $(echo "$line" | cut -d' ' -f3)))
+    if [ "$rc" -ne 0 ] && [ "$(echo "$line" | cut -d' ' -f3)" -eq 0 ]; then
+        broken+=("$name (exit $rc)"); total_fail=$((total_fail + 1))
+    fi
+}
+for t in build/test_*; do run_part "$t" "./$t"; done
+run_part "end-to-end" bash tests/e2e.sh
+run_part "sanitizers (make asan)" make -s asan
+if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then
+    run_part "parity against JAX (make parity)" env PYTHON="$PYTHON" bash tests/parity/run_parity.sh
+else
+    echo "SKIPPED: parity ($(tail -1 /tmp/meshmoe-venv.log))"
+fi
+echo "===="
+for b in "${broken[@]}"; do echo "broken: $b"; done
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

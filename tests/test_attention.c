@@ -1,0 +1,426 @@
+// tests/test_attention.c: RoPE, grouped-query attention (Mixtral) and multi-head latent
+// attention (DeepSeek, with and without the query low-rank path):
+//   1. RoPE keeps pair norms, its backward undoes it, and a value at position 1 by hand;
+//   2. causality: changing token j changes no output at tokens i < j (bit for bit);
+//   3. forward equals a naive double-precision reference written from the definition
+//      (full S x S scores, masked entries replaced by -0.7*FLT_MAX);
+//   4. gradcheck of the input and of every weight, one tensor at a time;
+//   5. nothing leaks: no activations or temporaries live after the backward pass;
+//   6. a batch of 2 gives, row for row, the bits of each sequence run alone; and the
+//      forward and backward give the same bits with 1 and 2 OpenMP threads.
+#include "common.h"
+#include "sharding/memory.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/attention.h"
+#include "model/mla.h"
+#include "model/rope.h"
+#include "tests/test.h"
+#include "tests/gradcheck.h"
+#include <float.h>
+#include <omp.h>
+
+#define D 12   // model width of every case
+
+static Device dev;
+
+static float *falloc(long n) {
+    float *p = calloc((size_t)n, sizeof(float));
+    if (!p) die("test: out of host memory");
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------
+// A layer under test: GQA or MLA, its config, parameters, gradients and inputs.
+
+typedef struct { char name[48]; float *p, *g; long n; } Tensor;
+
+typedef struct {
+    const char *name;
+    Config c;
+    int mla, B, S;
+    AttentionParams ap, ag;
+    MLAParams mp, mg;
+    AttentionSaved as;
+    MLASaved ms;
+    Tensor t[10];
+    int nt;
+    float *x, *dx;   // (B*S, D) input and its gradient (tensor 0)
+    float *R;        // (B*S, D) fixed projection: loss = sum(out * R)
+    float *out;      // (B*S, D)
+} Case;
+
+// Random tensor around `base` (weights: 0 +- scale; norm scales: 1 +- scale) and its grad.
+static void add_tensor(Case *k, const char *name, float **p, float **g, long n, float base, float scale,
+                       uint64_t *seed) {
+    *p = falloc(n);
+    *g = falloc(n);
+    for (long i = 0; i < n; i++) (*p)[i] = base + scale * gc_uniform(seed);
+    Tensor *t = &k->t[k->nt++];
+    snprintf(t->name, sizeof t->name, "%s %s", k->name, name);
+    t->p = *p; t->g = *g; t->n = n;
+}
+
+static void setup(Case *k, const char *name, int mla, int q_lora, int B, int S) {
+    memset(k, 0, sizeof(*k));
+    k->name = name; k->mla = mla; k->B = B; k->S = S;
+    Config *c = &k->c;
+    config_defaults(c);
+    c->base_emb_dim = D;
+    c->base_num_query_heads = 4;
+    c->base_num_kv_heads = 2;
+    c->head_dim = 6;
+    c->max_target_length = S;
+    c->per_device_batch_size = B;
+    if (mla) {
+        strcpy(c->decoder_block, "deepseek");
+        strcpy(c->attention_type, "mla");
+        c->q_lora_rank = q_lora;
+        c->kv_lora_rank = 8;
+        c->qk_nope_head_dim = 4;
+        c->qk_rope_head_dim = 4;
+        c->v_head_dim = 6;
+        c->normalization_layer_epsilon = 1e-6f;
+    }
+    int N = c->base_num_query_heads, T = B * S;
+    uint64_t seed = 1000 + 10 * mla + q_lora;
+    add_tensor(k, "x", &k->x, &k->dx, (long)T * D, 0.0f, 1.0f, &seed);
+    if (!mla) {
+        int Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+        add_tensor(k, "wq", &k->ap.wq, &k->ag.wq, (long)D * N * Dh, 0.0f, 0.3f, &seed);
+        add_tensor(k, "wk", &k->ap.wk, &k->ag.wk, (long)D * Nkv * Dh, 0.0f, 0.3f, &seed);
+        add_tensor(k, "wv", &k->ap.wv, &k->ag.wv, (long)D * Nkv * Dh, 0.0f, 0.3f, &seed);
+        add_tensor(k, "wo", &k->ap.wo, &k->ag.wo, (long)N * Dh * D, 0.0f, 0.3f, &seed);
+    } else {
+        int Q = q_lora, R = c->kv_lora_rank, Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim;
+        int Dv = c->v_head_dim, Qk = Dn + Dr;
+        MLAParams *p = &k->mp, *g = &k->mg;
+        if (Q > 0) {
+            add_tensor(k, "wq_a", &p->wq_a, &g->wq_a, (long)D * Q, 0.0f, 0.3f, &seed);
+            add_tensor(k, "q_norm", &p->q_norm, &g->q_norm, Q, 1.0f, 0.3f, &seed);
+            add_tensor(k, "wq_b", &p->wq_b, &g->wq_b, (long)Q * N * Qk, 0.0f, 0.3f, &seed);
+        } else {
+            add_tensor(k, "wq", &p->wq, &g->wq, (long)D * N * Qk, 0.0f, 0.3f, &seed);
+        }
+        add_tensor(k, "wkv_a", &p->wkv_a, &g->wkv_a, (long)D * (R + Dr), 0.0f, 0.3f, &seed);
+        add_tensor(k, "kv_norm", &p->kv_norm, &g->kv_norm, R, 1.0f, 0.3f, &seed);
+        add_tensor(k, "wkv_b", &p->wkv_b, &g->wkv_b, (long)R * N * (Dn + Dv), 0.0f, 0.3f, &seed);
+        add_tensor(k, "wo", &p->wo, &g->wo, (long)N * Dv * D, 0.0f, 0.3f, &seed);
+    }
+    k->R = falloc((long)T * D);
+    gc_fill(k->R, (long)T * D, &seed, 1.0f);
+    k->out = falloc((long)T * D);
+}
+
+static void teardown(Case *k) {
+    for (int i = 0; i < k->nt; i++) { free(k->t[i].p); free(k->t[i].g); }
+    free(k->R);
+    free(k->out);
+}
+
+// out (B*S, D) = layer(x) for B sequences; keep = 1 keeps the saved state for backward.
+static void forward(Case *k, float *out, const float *x, int B, int keep) {
+    if (k->mla) {
+        mla_forward(&k->c, &k->mp, &k->ms, out, x, B, k->S);
+        if (!keep) mla_saved_free(&k->ms);
+    } else {
+        attention_forward(&k->c, &k->ap, &k->as, out, x, B, k->S);
+        if (!keep) attention_saved_free(&k->as);
+    }
+}
+
+// Zero every gradient, then forward + backward of loss = sum(out * R).
+static void forward_backward(Case *k) {
+    for (int i = 0; i < k->nt; i++) memset(k->t[i].g, 0, sizeof(float) * k->t[i].n);
+    forward(k, k->out, k->x, k->B, 1);
+    if (k->mla) mla_backward(&k->c, &k->mp, &k->mg, &k->ms, k->dx, k->R, k->x, k->B, k->S);
+    else attention_backward(&k->c, &k->ap, &k->ag, &k->as, k->dx, k->R, k->x, k->B, k->S);
+}
+
+static double loss_fn(void *ctx) {
+    Case *k = ctx;
+    forward(k, k->out, k->x, k->B, 0);
+    return gc_dot(k->out, k->R, (long)k->B * k->S * D);
+}
+
+// ---------------------------------------------------------------------------------------
+// The naive reference, in double, written straight from MODEL_SPEC.md.
+
+static double *dalloc(long n) {
+    double *p = calloc((size_t)n, sizeof(double));
+    if (!p) die("test: out of host memory");
+    return p;
+}
+
+// out (T,OC) = in (T,C) @ w (C,OC)
+static void ref_matmul(double *out, const double *in, const float *w, int T, int C, int OC) {
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int i = 0; i < C; i++) s += in[(size_t)t * C + i] * w[(size_t)i * OC + o];
+            out[(size_t)t * OC + o] = s;
+        }
+}
+
+// x (T,H,stride): rotate [0,Dr) of every head; token t sits at position t % S.
+static void ref_rope(double *x, int T, int S, int H, int stride, int Dr, double lo, double hi) {
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < Dr / 2; i++) {
+                double th = (t % S) / (lo * pow(hi / lo, 2.0 * i / Dr));
+                double *p = x + ((size_t)t * H + h) * stride;
+                double a = p[i], b = p[i + Dr / 2];
+                p[i] = a * cos(th) - b * sin(th);
+                p[i + Dr / 2] = b * cos(th) + a * sin(th);
+            }
+}
+
+static void ref_rmsnorm(double *out, const double *x, const float *scale, int T, int C, double eps) {
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int i = 0; i < C; i++) ss += x[(size_t)t * C + i] * x[(size_t)t * C + i];
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) out[(size_t)t * C + i] = x[(size_t)t * C + i] * r * scale[i];
+    }
+}
+
+// o (B,S,N,Dv) from q (B,S,N,Dqk), k (B,S,Nkv,Dqk), v (B,S,Nkv,Dv): full S x S scores,
+// masked ones replaced by -0.7*FLT_MAX, m = max, e = exp(s - m), o = (e @ v) / sum(e).
+static void ref_core(double *o, const double *q, const double *k, const double *v,
+                     int B, int S, int N, int Nkv, int Dqk, int Dv) {
+    double *sc = dalloc(S);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < N; h++) {
+            int g = h / (N / Nkv);
+            for (int i = 0; i < S; i++) {
+                double m = -INFINITY, l = 0;
+                for (int j = 0; j < S; j++) {
+                    double s = 0;
+                    for (int d = 0; d < Dqk; d++)
+                        s += q[(((size_t)b * S + i) * N + h) * Dqk + d] * k[(((size_t)b * S + j) * Nkv + g) * Dqk + d];
+                    sc[j] = j <= i ? s : -0.7 * (double)FLT_MAX;
+                    m = fmax(m, sc[j]);
+                }
+                double *oi = o + (((size_t)b * S + i) * N + h) * Dv;
+                for (int d = 0; d < Dv; d++) oi[d] = 0;
+                for (int j = 0; j < S; j++) {
+                    double e = exp(sc[j] - m);
+                    l += e;
+                    for (int d = 0; d < Dv; d++) oi[d] += e * v[(((size_t)b * S + j) * Nkv + g) * Dv + d];
+                }
+                for (int d = 0; d < Dv; d++) oi[d] /= l;
+            }
+        }
+    free(sc);
+}
+
+static void ref_forward(const Case *k, double *out) {
+    const Config *c = &k->c;
+    int B = k->B, S = k->S, T = B * S, N = c->base_num_query_heads;
+    double lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    double *x = dalloc(T * D);
+    for (int i = 0; i < T * D; i++) x[i] = k->x[i];
+    if (!k->mla) {
+        int Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+        double *q = dalloc(T * N * Dh), *o = dalloc(T * N * Dh);
+        double *kk = dalloc(T * Nkv * Dh), *v = dalloc(T * Nkv * Dh);
+        ref_matmul(q, x, k->ap.wq, T, D, N * Dh);
+        ref_matmul(kk, x, k->ap.wk, T, D, Nkv * Dh);
+        ref_matmul(v, x, k->ap.wv, T, D, Nkv * Dh);
+        ref_rope(q, T, S, N, Dh, Dh, lo, hi);
+        ref_rope(kk, T, S, Nkv, Dh, Dh, lo, hi);
+        ref_core(o, q, kk, v, B, S, N, Nkv, Dh, Dh);
+        ref_matmul(out, o, k->ap.wo, T, N * Dh, D);
+        free(q); free(kk); free(v); free(o);
+    } else {
+        const MLAParams *p = &k->mp;
+        int Q = c->q_lora_rank, R = c->kv_lora_rank, Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim;
+        int Dv = c->v_head_dim, Qk = Dn + Dr;
+        double eps = c->normalization_layer_epsilon;
+        double *q = dalloc(T * N * Qk), *kk = dalloc(T * N * Qk);
+        double *v = dalloc(T * N * Dv), *o = dalloc(T * N * Dv);
+        double *ckv = dalloc(T * (R + Dr)), *lat = dalloc(T * R);
+        double *latn = dalloc(T * R), *kv = dalloc(T * N * (Dn + Dv));
+        if (Q > 0) {
+            double *qa = dalloc(T * Q), *qn = dalloc(T * Q);
+            ref_matmul(qa, x, p->wq_a, T, D, Q);
+            ref_rmsnorm(qn, qa, p->q_norm, T, Q, eps);
+            ref_matmul(q, qn, p->wq_b, T, Q, N * Qk);
+            free(qa); free(qn);
+        } else {
+            ref_matmul(q, x, p->wq, T, D, N * Qk);
+        }
+        ref_rope(q + Dn, T, S, N, Qk, Dr, lo, hi);
+        for (int i = 0; i < T * N * Qk; i++) q[i] /= sqrt((double)Qk);
+        ref_matmul(ckv, x, p->wkv_a, T, D, R + Dr);
+        ref_rope(ckv + R, T, S, 1, R + Dr, Dr, lo, hi);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < R; i++) lat[t * R + i] = ckv[t * (R + Dr) + i];
+        ref_rmsnorm(latn, lat, p->kv_norm, T, R, eps);
+        ref_matmul(kv, latn, p->wkv_b, T, R, N * (Dn + Dv));
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < N; h++) {
+                for (int d = 0; d < Dn; d++) kk[(t * N + h) * Qk + d] = kv[(t * N + h) * (Dn + Dv) + d];
+                for (int d = 0; d < Dr; d++) kk[(t * N + h) * Qk + Dn + d] = ckv[t * (R + Dr) + R + d];
+                for (int d = 0; d < Dv; d++) v[(t * N + h) * Dv + d] = kv[(t * N + h) * (Dn + Dv) + Dn + d];
+            }
+        ref_core(o, q, kk, v, B, S, N, N, Qk, Dv);
+        ref_matmul(out, o, p->wo, T, N * Dv, D);
+        free(q); free(kk); free(v); free(o); free(ckv); free(lat); free(latn); free(kv);
+    }
+    free(x);
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. RoPE
+
+static void test_rope(void) {
+    printf("rope\n");
+    enum { RB = 2, RS = 5, H = 3, STRIDE = 7, DR = 6 };   // entry 6 of each head is not rotated
+    long n = (long)RB * RS * H * STRIDE;
+    float *x = falloc(n), *y = falloc(n);
+    uint64_t seed = 7;
+    gc_fill(x, n, &seed, 1.0f);
+    memcpy(y, x, sizeof(float) * n);
+    rope_forward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f);
+    double worst_norm = 0, worst_inv = 0;
+    int untouched = 1;
+    for (long hd = 0; hd < n / STRIDE; hd++) {
+        const float *a = x + hd * STRIDE, *b = y + hd * STRIDE;
+        for (int i = 0; i < DR / 2; i++) {
+            double na = hypot(a[i], a[i + DR / 2]), nb = hypot(b[i], b[i + DR / 2]);
+            worst_norm = fmax(worst_norm, fabs(na - nb) / fmax(na, 1e-30));
+        }
+        untouched &= a[DR] == b[DR];
+    }
+    rope_backward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f);
+    for (long i = 0; i < n; i++) worst_inv = fmax(worst_inv, fabs(y[i] - x[i]));
+    printf("  pair norm rel change %.2e, backward(forward(x)) - x max %.2e\n", worst_norm, worst_inv);
+    CHECK(worst_norm <= 1e-6, "rope changes a pair's norm by %.3e", worst_norm);
+    CHECK(worst_inv <= 1e-6, "rope_backward(rope_forward(x)) differs from x by %.3e", worst_inv);
+    CHECK(untouched, "rope touched an entry beyond Dr");
+    free(x); free(y);
+
+    // By hand: Dr = 4, timescales 1 and 10000^(2/4) = 100; at position 1 the angles are 1
+    // and 0.01. Position 0 is the identity.
+    float h[2 * 4] = {1, 2, 3, 4, 1, 2, 3, 4};   // (B=1, S=2, H=1, 4)
+    rope_forward(h, 1, 2, 1, 4, 4, 1.0f, 10000.0f);
+    double want[4] = {1 * cos(1.0) - 3 * sin(1.0), 2 * cos(0.01) - 4 * sin(0.01),
+                      3 * cos(1.0) + 1 * sin(1.0), 4 * cos(0.01) + 2 * sin(0.01)};
+    CHECK(h[0] == 1 && h[1] == 2 && h[2] == 3 && h[3] == 4, "rope at position 0 is not the identity");
+    for (int i = 0; i < 4; i++) CHECK_CLOSE(h[4 + i], want[i], 1e-6, "rope at position 1");
+}
+
+// ---------------------------------------------------------------------------------------
+// 2-6 for one case.
+
+static void test_case(const char *name, int mla, int q_lora) {
+    printf("%s\n", name);
+    Case k;
+    setup(&k, name, mla, q_lora, 2, 5);
+    int B = k.B, S = k.S, T = B * S;
+    size_t row = sizeof(float) * D;
+    float *out0 = falloc((long)T * D), *out1 = falloc((long)T * D), *xs = falloc((long)T * D);
+
+    // 3. against the double reference.
+    double *ref = dalloc(T * D);
+    forward(&k, out0, k.x, B, 0);
+    ref_forward(&k, ref);
+    double diff = 0, mag = 0;
+    for (int i = 0; i < T * D; i++) { diff = fmax(diff, fabs(out0[i] - ref[i])); mag = fmax(mag, fabs(ref[i])); }
+    printf("  forward vs double reference: max abs diff %.2e (max |out| %.2f)\n", diff, mag);
+    CHECK(diff <= 1e-5, "%s forward differs from the reference by %.3e", name, diff);
+    free(ref);
+
+    // 2. causality: perturb token j of sequence b; rows i < j of b and every row of the
+    // other sequence must keep their bits, row j must change.
+    int causal = 1, moved = 1;
+    for (int b = 0; b < B; b++)
+        for (int j = 1; j < S; j++) {
+            memcpy(xs, k.x, sizeof(float) * T * D);
+            for (int d = 0; d < D; d++) xs[((size_t)b * S + j) * D + d] += 0.5f;
+            forward(&k, out1, xs, B, 0);
+            for (int bb = 0; bb < B; bb++)
+                for (int i = 0; i < S; i++) {
+                    size_t r = ((size_t)bb * S + i) * D;
+                    int same = memcmp(out0 + r, out1 + r, row) == 0;
+                    if (bb != b || i < j) causal &= same;
+                    if (bb == b && i == j) moved &= !same;
+                }
+        }
+    CHECK(causal, "%s: changing a later token changed an earlier output", name);
+    CHECK(moved, "%s: changing token j did not change output j", name);
+
+    // 6a. per-row results do not depend on the batch size.
+    int batch_same = 1;
+    for (int b = 0; b < B; b++) {
+        forward(&k, out1, k.x + (size_t)b * S * D, 1, 0);
+        batch_same &= memcmp(out1, out0 + (size_t)b * S * D, row * S) == 0;
+    }
+    CHECK(batch_same, "%s: forward of B=2 differs from each sequence alone", name);
+    // ... and neither do the input gradients of the backward pass (weight gradients do:
+    // they are sums over the batch).
+    forward_backward(&k);
+    memcpy(xs, k.dx, sizeof(float) * T * D);   // dx of the batch of 2
+    Case one = k;                              // the same layer, pointed at one sequence
+    one.B = 1;
+    for (int b = 0; b < B; b++) {
+        one.x = k.x + (size_t)b * S * D;
+        one.dx = k.dx + (size_t)b * S * D;
+        one.R = k.R + (size_t)b * S * D;
+        one.out = k.out + (size_t)b * S * D;
+        forward_backward(&one);   // zeroes all of k.dx, then writes sequence b's rows
+        batch_same &= memcmp(one.dx, xs + (size_t)b * S * D, row * S) == 0;
+    }
+    CHECK(batch_same, "%s: dx of B=2 differs from each sequence alone", name);
+    CHECK(dev.live[MEM_ACTIVATIONS] == 0 && dev.live[MEM_TEMP] == 0, "%s: forward-only leaks", name);
+
+    // 4. gradcheck of every tensor; 5. nothing left live after the backward pass.
+    forward_backward(&k);
+    CHECK(dev.live[MEM_ACTIVATIONS] == 0 && dev.live[MEM_TEMP] == 0,
+          "%s: live after backward: activations %zu B, temp %zu B", name, dev.live[MEM_ACTIVATIONS],
+          dev.live[MEM_TEMP]);
+    for (int i = 0; i < k.nt; i++) gradcheck(k.t[i].name, k.t[i].p, k.t[i].n, k.t[i].g, loss_fn, &k, 1e-2, 2e-2);
+
+    free(out0); free(out1); free(xs);
+    teardown(&k);
+}
+
+// 6b. Same bits with 1 and 2 threads, on a size where the OpenMP loops do run in parallel.
+static void test_threads(const char *name, int mla, int q_lora) {
+    Case k;
+    setup(&k, name, mla, q_lora, 2, 64);
+    long T = (long)k.B * k.S;
+    float *out = falloc(T * D), *grads[10];
+    omp_set_num_threads(1);
+    forward_backward(&k);
+    memcpy(out, k.out, sizeof(float) * T * D);
+    for (int i = 0; i < k.nt; i++) {
+        grads[i] = falloc(k.t[i].n);
+        memcpy(grads[i], k.t[i].g, sizeof(float) * k.t[i].n);
+    }
+    omp_set_num_threads(2);
+    forward_backward(&k);
+    int same = memcmp(out, k.out, sizeof(float) * T * D) == 0;
+    for (int i = 0; i < k.nt; i++) {
+        same &= memcmp(grads[i], k.t[i].g, sizeof(float) * k.t[i].n) == 0;
+        free(grads[i]);
+    }
+    printf("%s, S=64: output and all gradients with 1 vs 2 threads: %s\n", name, same ? "identical" : "DIFFER");
+    CHECK(same, "%s: results depend on the thread count", name);
+    free(out);
+    teardown(&k);
+}
+
+int main(void) {
+    device_init(&dev, 0, 0);
+    mem_set_device(&dev);
+    test_rope();
+    test_case("gqa", 0, 0);
+    test_case("mla q_lora=0", 1, 0);
+    test_case("mla q_lora=6", 1, 6);
+    test_threads("gqa", 0, 0);
+    test_threads("mla q_lora=6", 1, 6);
+    CHECK(dev.live[MEM_ACTIVATIONS] == 0 && dev.live[MEM_TEMP] == 0, "leak at the end");
+    TEST_SUMMARY();
+}

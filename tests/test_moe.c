@@ -1,0 +1,224 @@
+// tests/test_moe.c: the MoE block. Routing against cases worked out by hand (top-k order
+// and ties, group masking, bias used for selection only, capacity dropping), every
+// gradient of the block (both routers, both dispatch paths, dropping, load-balance loss,
+// shared experts) and of the dense SwiGLU against finite differences, and the dense and
+// sparse paths against each other.
+#include "common.h"
+#include "model/config.h"
+#include "model/moe.h"
+#include "model/mlp.h"
+#include "sharding/memory.h"
+#include "tests/gradcheck.h"
+
+static float sig(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+// ---- routing, by hand ----
+static void test_routing(void) {
+    // Mixtral: top-2 of [1, 3, 2, 3]: the tie at 3 goes to the lower index first, and the
+    // weights are the softmax of the two chosen logits only: [0.5, 0.5].
+    {
+        float logits[4] = {1, 3, 2, 3}, w[2], sc[4];
+        int idx[2];
+        route_mixtral(idx, w, sc, logits, 1, 4, 2);
+        CHECK(idx[0] == 1 && idx[1] == 3, "mixtral tie: idx %d %d, want 1 3", idx[0], idx[1]);
+        CHECK_CLOSE(w[0], 0.5, 1e-7, "mixtral tie weight");
+        float l2[4] = {0.5f, -1, 2, 1};
+        route_mixtral(idx, w, sc, l2, 1, 4, 2);
+        // softmax([2, 1]) = [e/(e+1), 1/(e+1)] = [0.7310586, 0.2689414]
+        CHECK(idx[0] == 2 && idx[1] == 3, "mixtral top-2 order: %d %d, want 2 3", idx[0], idx[1]);
+        CHECK_CLOSE(w[0], 0.7310586, 1e-6, "mixtral weight 0");
+        CHECK_CLOSE(w[1], 0.2689414, 1e-6, "mixtral weight 1");
+    }
+    // DeepSeek: 8 experts in 4 groups of 2, keep 2 groups, top-2, scaling 2.5.
+    // s = sigmoid([0, 2, 1, 1, -1, 3, .5, .5]) = [.5, .881, .731, .731, .269, .953, .622, .622]
+    // group scores (sum of both): g0 1.381, g1 1.462, g2 1.222, g3 1.245 -> keep g1, g0.
+    // Expert 5 has the best score but its group is dropped. Among experts 0..3: 1 (.881),
+    // then 2 (.731, tied with 3: lower index). w = 2.5 * [s1, s2] / (s1 + s2).
+    Config c;
+    config_defaults(&c);
+    c.num_experts = 8; c.num_experts_per_tok = 2; c.n_routing_groups = 4; c.topk_routing_group = 2;
+    c.routed_scaling_factor = 2.5f;
+    float logits[8] = {0, 2, 1, 1, -1, 3, 0.5f, 0.5f}, w[2], sc[8];
+    int idx[2];
+    route_deepseek(&c, idx, w, sc, logits, NULL, 1);
+    CHECK(idx[0] == 1 && idx[1] == 2, "deepseek group masking: idx %d %d, want 1 2", idx[0], idx[1]);
+    CHECK_CLOSE(w[0], 2.5 * sig(2) / (sig(2) + sig(1)), 1e-6, "deepseek weight 0");
+    CHECK_CLOSE(w[1], 2.5 * sig(1) / (sig(2) + sig(1)), 1e-6, "deepseek weight 1");
+    // Without groups expert 5 wins.
+    c.n_routing_groups = 0;
+    route_deepseek(&c, idx, w, sc, logits, NULL, 1);
+    CHECK(idx[0] == 5 && idx[1] == 1, "deepseek no groups: idx %d %d, want 5 1", idx[0], idx[1]);
+    // Bias for selection only: +0.5 on expert 3 makes it first (s' = 1.231), but its
+    // weight still comes from the unbiased s3 = .731.
+    c.n_routing_groups = 4;
+    float bias[8] = {0, 0, 0, 0.5f, 0, 0, 0, 0};
+    route_deepseek(&c, idx, w, sc, logits, bias, 1);
+    CHECK(idx[0] == 3 && idx[1] == 1, "deepseek bias: idx %d %d, want 3 1", idx[0], idx[1]);
+    CHECK_CLOSE(w[0], 2.5 * sig(1) / (sig(1) + sig(2)), 1e-6, "deepseek biased pick keeps the unbiased weight");
+    CHECK_CLOSE(sc[3], sig(1) + 0.5, 1e-6, "selection score = s + bias");
+    // Capacity: C = int(max(ceil(S*K/E) * cf, cf)).
+    c.num_experts = 2; c.num_experts_per_tok = 1; c.capacity_factor = 1.0f;
+    CHECK(moe_capacity(&c, 4) == 2, "capacity S=4 K=1 E=2 cf=1: %d, want 2", moe_capacity(&c, 4));
+    c.capacity_factor = 1.5f;
+    CHECK(moe_capacity(&c, 4) == 3, "capacity cf=1.5: %d, want 3", moe_capacity(&c, 4));
+    c.capacity_factor = 0.25f;
+    CHECK(moe_capacity(&c, 1) == 0, "capacity S=1 cf=0.25: %d, want int(0.25) = 0", moe_capacity(&c, 1));
+    // Dropping, (s, k) order s-major within each sequence, counted per sequence:
+    // sequence 0: (s0: e0, e1) (s1: e0, e1) (s2: e1, e0); capacity 1 keeps only s0's two.
+    // sequence 1 starts counting again.
+    int top[12] = {0, 1, 0, 1, 1, 0, /* seq 1 */ 1, 0, 0, 1, 1, 0}, keep[12];
+    capacity_mask(keep, top, 2, 3, 2, 2, 1);
+    int want[12] = {1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0};
+    CHECK(memcmp(keep, want, sizeof want) == 0, "capacity mask capacity 1");
+    capacity_mask(keep, top, 2, 3, 2, 2, 2);
+    int want2[12] = {1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0};
+    CHECK(memcmp(keep, want2, sizeof want2) == 0, "capacity mask capacity 2");
+}
+
+// ---- gradients of the whole block ----
+enum { B = 2, S = 4, T = B * S, D = 8, E = 4, K = 2, H = 6, FS = 6 };
+static Config C;
+static MoeParams P, G;
+static float X[T * D], DX[T * D], OUT[T * D], R[T * D], BIAS[E];
+static float LB_COEF;
+
+static double moe_loss(void *ctx) {
+    (void)ctx;
+    MoeSaved s;
+    double lb[B] = {0};
+    moe_forward(&C, &P, cfg_sigmoid_router(&C) ? BIAS : NULL, &s, OUT, X, B, S, LB_COEF, lb, NULL);
+    moe_saved_free(&s);
+    return gc_dot(OUT, R, T * D) + (LB_COEF > 0 ? lb[0] + lb[1] : 0.0);
+}
+
+static float *filled(size_t n, uint64_t *seed, float scale) {
+    float *x = calloc(n, sizeof(float));
+    gc_fill(x, (long)n, seed, scale);
+    return x;
+}
+
+static void moe_case(const char *name, int deepseek, int sparse, float cf, float lb) {
+    config_defaults(&C);
+    C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
+    C.base_mlp_dim = H; C.base_moe_mlp_dim = H; C.sparse_matmul = sparse; C.capacity_factor = cf;
+    if (deepseek) {
+        strcpy(C.decoder_block, "deepseek"); strcpy(C.routed_score_func, "sigmoid");
+        C.n_routing_groups = 2; C.topk_routing_group = 1; C.routed_scaling_factor = 2.5f;
+        C.shared_experts = 1;
+    }
+    LB_COEF = lb;
+    uint64_t seed = 42;
+    memset(&P, 0, sizeof P); memset(&G, 0, sizeof G);
+    P.gate = filled(D * E, &seed, 1.0f);
+    P.wi_0 = filled(E * D * H, &seed, 0.5f); P.wi_1 = filled(E * D * H, &seed, 0.5f);
+    P.wo = filled(E * H * D, &seed, 0.5f);
+    G.gate = calloc(D * E, 4); G.wi_0 = calloc(E * D * H, 4); G.wi_1 = calloc(E * D * H, 4); G.wo = calloc(E * H * D, 4);
+    if (deepseek) {
+        P.shared.wi_0 = filled(D * FS, &seed, 0.5f); P.shared.wi_1 = filled(D * FS, &seed, 0.5f);
+        P.shared.wo = filled(FS * D, &seed, 0.5f);
+        G.shared.wi_0 = calloc(D * FS, 4); G.shared.wi_1 = calloc(D * FS, 4); G.shared.wo = calloc(FS * D, 4);
+    }
+    gc_fill(X, T * D, &seed, 1.0f);
+    gc_fill(R, T * D, &seed, 1.0f);
+    gc_fill(BIAS, E, &seed, 0.05f);
+    memset(DX, 0, sizeof DX);
+
+    MoeSaved s;
+    double lbs[B] = {0};
+    long counts[E] = {0};
+    moe_forward(&C, &P, deepseek ? BIAS : NULL, &s, OUT, X, B, S, lb, lbs, counts);
+    long total = 0;
+    for (int e = 0; e < E; e++) total += counts[e];
+    CHECK(total == T * K, "%s: expert counts add to %ld, want %d", name, total, T * K);
+    if (cf > 0) {
+        int dropped = 0;
+        for (int a = 0; a < T * K; a++) dropped += s.w_eff[a] == 0.0f;
+        printf("  %s: %d of %d assignments dropped at capacity %d\n", name, dropped, T * K, moe_capacity(&C, S));
+        CHECK(dropped > 0, "%s: the capacity case drops nothing, so it tests nothing", name);
+    }
+    moe_backward(&C, &P, &G, &s, DX, R, X, B, S, lb);
+    moe_saved_free(&s);
+    char what[96];
+    #define GC(field, n) snprintf(what, sizeof what, "%s %s", name, #field); \
+        gradcheck(what, P.field, n, G.field, moe_loss, NULL, 1e-3, 2e-2)
+    gradcheck(name, X, T * D, DX, moe_loss, NULL, 1e-3, 2e-2);
+    GC(gate, D * E);
+    GC(wi_0, E * D * H);
+    GC(wi_1, E * D * H);
+    GC(wo, E * H * D);
+    if (deepseek) { GC(shared.wi_0, D * FS); GC(shared.wo, FS * D); }
+    #undef GC
+    free(P.gate); free(P.wi_0); free(P.wi_1); free(P.wo);
+    free(G.gate); free(G.wi_0); free(G.wi_1); free(G.wo);
+    free(P.shared.wi_0); free(P.shared.wi_1); free(P.shared.wo);
+    free(G.shared.wi_0); free(G.shared.wi_1); free(G.shared.wo);
+}
+
+// Without dropping, the dense path (every expert on every token, zero weights elsewhere)
+// and the sparse path compute the same rows in the same order: equal bit for bit, since
+// the matmuls are row-stable (model/matmul.c).
+static void test_dense_equals_sparse(int deepseek) {
+    float out_sparse[T * D], out_dense[T * D];
+    for (int sparse = 1; sparse >= 0; sparse--) {
+        config_defaults(&C);
+        C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
+        C.base_mlp_dim = H; C.base_moe_mlp_dim = H; C.sparse_matmul = sparse;
+        if (deepseek) { strcpy(C.decoder_block, "deepseek"); strcpy(C.routed_score_func, "sigmoid"); }
+        uint64_t seed = 7;
+        memset(&P, 0, sizeof P);
+        P.gate = filled(D * E, &seed, 1.0f);
+        P.wi_0 = filled(E * D * H, &seed, 0.5f); P.wi_1 = filled(E * D * H, &seed, 0.5f);
+        P.wo = filled(E * H * D, &seed, 0.5f);
+        gc_fill(X, T * D, &seed, 1.0f);
+        MoeSaved s;
+        moe_forward(&C, &P, NULL, &s, sparse ? out_sparse : out_dense, X, B, S, 0.0f, NULL, NULL);
+        moe_saved_free(&s);
+        free(P.gate); free(P.wi_0); free(P.wi_1); free(P.wo);
+    }
+    CHECK(memcmp(out_sparse, out_dense, sizeof out_dense) == 0, "%s: dense and sparse paths differ",
+          deepseek ? "deepseek" : "mixtral");
+}
+
+// ---- the dense SwiGLU ----
+static MlpParams MP, MG;
+static double mlp_loss(void *ctx) {
+    (void)ctx;
+    MlpSaved s;
+    mlp_forward(&MP, &s, OUT, X, T, D, FS);
+    mlp_saved_free(&s);
+    return gc_dot(OUT, R, T * D);
+}
+static void test_mlp(void) {
+    uint64_t seed = 3;
+    MP.wi_0 = filled(D * FS, &seed, 0.5f); MP.wi_1 = filled(D * FS, &seed, 0.5f); MP.wo = filled(FS * D, &seed, 0.5f);
+    MG.wi_0 = calloc(D * FS, 4); MG.wi_1 = calloc(D * FS, 4); MG.wo = calloc(FS * D, 4);
+    gc_fill(X, T * D, &seed, 1.0f);
+    gc_fill(R, T * D, &seed, 1.0f);
+    memset(DX, 0, sizeof DX);
+    MlpSaved s;
+    mlp_forward(&MP, &s, OUT, X, T, D, FS);
+    mlp_backward(&MP, &MG, &s, DX, R, X, T, D, FS, S);
+    gradcheck("mlp dx", X, T * D, DX, mlp_loss, NULL, 1e-3, 1e-2);
+    gradcheck("mlp wi_0", MP.wi_0, D * FS, MG.wi_0, mlp_loss, NULL, 1e-3, 1e-2);
+    gradcheck("mlp wi_1", MP.wi_1, D * FS, MG.wi_1, mlp_loss, NULL, 1e-3, 1e-2);
+    gradcheck("mlp wo", MP.wo, FS * D, MG.wo, mlp_loss, NULL, 1e-3, 1e-2);
+    free(MP.wi_0); free(MP.wi_1); free(MP.wo); free(MG.wi_0); free(MG.wi_1); free(MG.wo);
+}
+
+int main(void) {
+    Device dev;
+    device_init(&dev, 0, 0);
+    mem_set_device(&dev);
+    test_routing();
+    test_mlp();
+    moe_case("mixtral sparse", 0, 1, -1, 0);
+    moe_case("mixtral dense", 0, 0, -1, 0);
+    moe_case("mixtral dense capacity 0.5", 0, 0, 0.5f, 0);
+    moe_case("mixtral sparse + load-balance", 0, 1, -1, 0.5f);
+    moe_case("deepseek sparse (groups, shared)", 1, 1, -1, 0);
+    moe_case("deepseek dense + load-balance", 1, 0, -1, 0.5f);
+    test_dense_equals_sparse(0);
+    test_dense_equals_sparse(1);
+    CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);
+    TEST_SUMMARY();
+}
