@@ -8,16 +8,15 @@
 #include <cblas.h>
 #endif
 
-void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-          const float *B, int ldb, float beta, float *C, int ldc) {
-    if (M == 0 || N == 0) return;
-    mem_device()->flops += 2.0 * M * N * K;
+// sgemm_raw: C = alpha * op(A) @ op(B) + beta * C, no bookkeeping (safe to call from any
+// thread: OpenBLAS runs single-threaded here, see blas_set_threads).
+static void sgemm_raw(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
 #ifndef MESHMOE_NO_BLAS
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #else
     // Portable fallback: each output element is one dot product over K, in order.
-    #pragma omp parallel for collapse(2) if ((double)M * N * K > 1e5)
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             float acc = 0.0f;
@@ -30,6 +29,13 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
             *c = alpha * acc + (beta == 0.0f ? 0.0f : beta * *c);
         }
 #endif
+}
+
+void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+          const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M == 0 || N == 0) return;
+    mem_device()->flops += 2.0 * M * N * K;
+    sgemm_raw(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // Row-stable products. OpenBLAS picks its inner kernels by how many rows are left in a
@@ -46,8 +52,11 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
 static void rows_gemm(float *out, const float *inp, const float *w, int T, int C, int OC, int transW, float beta) {
     int ldw = transW ? C : OC;
     int full = T / MM_ROW_BLOCK * MM_ROW_BLOCK;
+    // Row blocks are independent, so they run in parallel (OpenMP), one BLAS call each.
+    mem_device()->flops += 2.0 * full * OC * C;
+    #pragma omp parallel for schedule(static) if (full > MM_ROW_BLOCK)
     for (int t0 = 0; t0 < full; t0 += MM_ROW_BLOCK)
-        gemm(0, transW, MM_ROW_BLOCK, OC, C, 1.0f, inp + (size_t)t0 * C, C, w, ldw, beta, out + (size_t)t0 * OC, OC);
+        sgemm_raw(0, transW, MM_ROW_BLOCK, OC, C, 1.0f, inp + (size_t)t0 * C, C, w, ldw, beta, out + (size_t)t0 * OC, OC);
     int rest = T - full;
     if (rest == 0) return;
     float *pin = mem_floats(MEM_TEMP, (size_t)MM_ROW_BLOCK * C, "matmul padded rows");

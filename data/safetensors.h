@@ -1,0 +1,55 @@
+// data/safetensors.h: the safetensors file format, written and read without any library.
+//
+// A file is: 8 bytes (little-endian u64) N, then N bytes of JSON (padded with spaces to a
+// multiple of 8), then the raw tensor bytes. The JSON maps each tensor name to
+//   {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}
+// (offsets relative to the end of the header), plus an optional "__metadata__" object of
+// string -> string. Python's `safetensors` package reads what we write, and we read what
+// it writes.
+#ifndef MESHMOE_SAFETENSORS_H
+#define MESHMOE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { ST_F32, ST_I32, ST_BF16, ST_F16, ST_I64, ST_F64, ST_U8, ST_I8, ST_U16, ST_I16, ST_NDTYPES } StDtype;
+
+// Bytes per element and the format's dtype name ("F32", ...).
+size_t st_dtype_size(StDtype d);
+const char *st_dtype_name(StDtype d);
+
+// ---- writing ----
+typedef struct StWriter StWriter;
+StWriter *st_writer_new(void);
+// Adds a metadata entry; key and value are copied.
+void st_writer_meta(StWriter *w, const char *key, const char *value);
+// Adds a tensor. ndim 0 is a scalar (shape may be NULL). The name is copied; the data is
+// NOT copied and must stay valid until st_write_file returns.
+void st_writer_add(StWriter *w, const char *name, StDtype dtype, int ndim, const int64_t *shape,
+                   const void *data);
+// Writes PATH atomically: PATH.tmp, fsync, rename. On any error it dies with a message and
+// leaves neither PATH.tmp nor a partial PATH behind.
+void st_write_file(StWriter *w, const char *path);
+void st_writer_free(StWriter *w);
+
+// ---- reading ----
+typedef struct {
+    char *name;
+    StDtype dtype;
+    int ndim;
+    int64_t shape[8];
+    const void *data;   // points into the file's buffer
+    size_t nbytes;
+} StTensor;
+
+typedef struct StFile StFile;
+// Opens and validates a file. On failure returns NULL and writes the reason (naming the
+// path) into err.
+StFile *st_open_try(const char *path, char *err, size_t cap);
+const StTensor *st_get(const StFile *f, const char *name);   // NULL when absent
+const StTensor *st_tensor(const StFile *f, int i);           // i-th tensor, in file order
+int st_count(const StFile *f);
+const char *st_meta(const StFile *f, const char *key);      // NULL when absent
+void st_close(StFile *f);
+
+#endif
