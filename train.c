@@ -150,9 +150,9 @@ int main(int argc, char **argv) {
         long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
         compute_gradients(&m, ids, targets, A, B, S, &r, counts, NULL, NULL);
         if (!isfinite(r.loss) || !isfinite(r.grad_norm))
-            die("non-finite loss at step %d (loss %g, grad norm %g): stopped before the update, so "
+            die("non-finite %s at step %d (loss %g, grad norm %g): stopped before the update, so "
                 "the last checkpoint written (if any) is the last good state; lower learning_rate "
-                "or check the data", step, r.loss, r.grad_norm);
+                "or check the data", isfinite(r.loss) ? "gradient" : "loss", step, r.loss, r.grad_norm);
         apply_update(&m, &r, counts, (long)A * B * S);
         mem_free(counts);
         double ms = now_ms() - t0, gflops = (dev.flops - flops0) / (ms * 1e6);
