@@ -126,6 +126,7 @@ void blas_set_threads(int n) {
 // choice is read from OPENBLAS_CORETYPE when the library loads, so if the CPU has
 // AVX-512 and the variable is unset, we set it and re-execute ourselves once.
 // Set OPENBLAS_CORETYPE yourself to override (e.g. OPENBLAS_CORETYPE=Haswell).
+#ifndef MESHMOE_NO_BLAS
 static int cpu_has_avx512(void) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return 0;
@@ -140,6 +141,7 @@ static int cpu_has_avx512(void) {
     fclose(f);
     return ok;
 }
+#endif
 
 #include <unistd.h>
 void blas_prefer_fast_kernels(char **argv) {
