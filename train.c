@@ -20,6 +20,8 @@
 #include "data/tokens.h"
 #include "data/loader.h"
 #include "sharding/memory.h"
+#include "sharding/mesh.h"
+#include "sharding/collectives.h"
 #include <time.h>
 #include <errno.h>
 #ifdef _OPENMP
@@ -32,35 +34,64 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// Fill the step's global batch: sequence i of step `step` is training window
-// g = step * (A*B) + i, a pure function of (step, i) (data/loader.h).
-static void fetch_batch(const DataLoader *dl, int step, int nseq, int S, int *ids, int *targets) {
-    for (int i = 0; i < nseq; i++)
-        loader_train_sequence(dl, (int64_t)step * nseq + i, ids + (size_t)i * S, targets + (size_t)i * S);
+// This device's part of the step's batch. The global batch is A microbatches of
+// Bg = B * nbatch sequences; sequence i of microbatch mb is training window
+// g = step * A*Bg + mb*Bg + i, a pure function of its place (data/loader.h), and this
+// device takes i in [brank*B, (brank+1)*B) of every microbatch.
+static void fetch_batch(const Model *m, const DataLoader *dl, int step, int A, int B, int *ids, int *targets) {
+    int S = m->cfg.max_target_length, Bg = B * m->shard.nbatch;
+    for (int mb = 0; mb < A; mb++)
+        for (int i = 0; i < B; i++) {
+            int64_t g = (int64_t)step * A * Bg + (int64_t)mb * Bg + (int64_t)m->shard.brank * B + i;
+            size_t at = ((size_t)mb * B + i) * S;
+            loader_train_sequence(dl, g, ids + at, targets + at);
+        }
 }
 
-// Mean eval loss over eval_steps batches of B held-out windows.
-static float evaluate(Model *m, const DataLoader *dl, int *ids, int *targets) {
+// Mean eval loss over eval_steps batches of Bg held-out windows (B on this device).
+static float evaluate(Model *m, const DataLoader *dl, int B, int *ids, int *targets) {
     const Config *c = &m->cfg;
-    int B = c->per_device_batch_size, S = c->max_target_length;
+    int S = c->max_target_length, Bg = B * m->shard.nbatch;
     int64_t nwin = loader_num_eval_windows(dl);
     double sum = 0;
     for (int k = 0; k < c->eval_steps; k++) {
         for (int i = 0; i < B; i++)
-            loader_eval_sequence(dl, ((int64_t)k * B + i) % nwin, ids + (size_t)i * S, targets + (size_t)i * S);
+            loader_eval_sequence(dl, ((int64_t)k * Bg + (int64_t)m->shard.brank * B + i) % nwin,
+                                 ids + (size_t)i * S, targets + (size_t)i * S);
         sum += eval_loss(m, ids, targets, B, S);
     }
     return (float)(sum / c->eval_steps);
 }
 
+// What each device reports after a step (gathered to every device by mesh_stats).
+typedef struct {
+    size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS];
+    size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
+} DevStats;
+
 static void write_metrics(FILE *f, int step, const StepResult *r, double ms, double tok_s, double gflops,
-                          const Device *d) {
-    fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"ce_loss\": %.9g, \"aux_loss\": %.9g, \"lr\": %.9g, "
-            "\"grad_norm\": %.9g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.3f, "
+                          const DevStats *ds, int ndev) {
+    union { float f; uint32_t u; } bits = {r->loss};
+    size_t peak = 0;
+    for (int d = 0; d < ndev; d++) peak = MM_MAX(peak, ds[d].peak_total);
+    fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"loss_bits\": \"0x%08x\", \"ce_loss\": %.9g, \"aux_loss\": %.9g, "
+            "\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.3f, "
             "\"peak_bytes\": %zu, \"peak_bytes_by_tag\": {",
-            step, r->loss, r->ce_loss, r->aux_loss, r->lr, r->grad_norm, ms, tok_s, gflops, d->peak_total);
-    for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], d->peak[t]);
-    fprintf(f, "}}\n");
+            step, r->loss, bits.u, r->ce_loss, r->aux_loss, r->lr, r->grad_norm, ms, tok_s, gflops, peak);
+    for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[0].peak[t]);
+    fprintf(f, "}, \"devices\": [");
+    for (int d = 0; d < ndev; d++) {
+        fprintf(f, "%s{\"device\": %d, \"peak_bytes\": %zu, \"peak_bytes_by_tag\": {", d ? ", " : "", d, ds[d].peak_total);
+        for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[d].peak[t]);
+        fprintf(f, "}, \"live_bytes_by_tag\": {");
+        for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[d].live[t]);
+        fprintf(f, "}, \"comm_bytes_sent\": {");
+        for (int k = 0; k < COLL_NKINDS; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", COLL_NAMES[k], ds[d].sent[k]);
+        fprintf(f, "}, \"comm_bytes_received\": {");
+        for (int k = 0; k < COLL_NKINDS; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", COLL_NAMES[k], ds[d].recv[k]);
+        fprintf(f, "}}");
+    }
+    fprintf(f, "]}\n");
     fflush(f);
 }
 
@@ -72,6 +103,125 @@ static int cmd_prepare(int argc, char **argv) {
     printf("wrote %zu tokens (byte-level, vocab 256) to %s\n", n, argv[3]);
     free(tok);
     return 0;
+}
+
+typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; } Run;
+
+// Every device's figures, on every device (a collective: all devices call it).
+static void mesh_stats(const Mesh *mesh, const Device *dev, DevStats *all) {
+    Group *g = mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1);
+    DevStats mine;
+    memset(&mine, 0, sizeof mine);
+    mine.peak_total = dev->peak_total;
+    memcpy(mine.peak, dev->peak, sizeof mine.peak);
+    memcpy(mine.live, dev->live, sizeof mine.live);
+    for (int k = 0; k < COLL_NKINDS; k++) { mine.sent[k] = dev->comm_sent[k]; mine.recv[k] = dev->comm_recv[k]; }
+    coll_all_gather(g, &mine, all, sizeof mine);
+}
+
+// What every device runs: the same program on its own share (SPMD). Device 0 talks.
+static void device_main(int dev_id, void *arg) {
+    const Run *run = (const Run *)arg;
+    Config c = *run->c;
+    const Mesh *mesh = run->mesh;
+    const DataLoader *dl = run->dl;
+    Device *dev = mem_device();
+    int talk = dev_id == 0;
+#ifdef _OPENMP
+    // The cores are shared out over the devices (at least one thread each).
+    omp_set_num_threads(c.num_threads > 0 ? c.num_threads : MM_MAX(1, omp_get_num_procs() / mesh->ndev));
+#endif
+    Model m;
+    model_init(&m, &c);
+    // The global batch is per_device_batch_size * num_devices sequences (as in MaxText),
+    // split over the devices that share the batch.
+    int A = c.gradient_accumulation_steps, S = c.max_target_length;
+    int Bg = c.per_device_batch_size * mesh->ndev;
+    if (Bg % m.shard.nbatch) die("internal: global batch %d does not split over %d devices", Bg, m.shard.nbatch);
+    int B = Bg / m.shard.nbatch;
+    char b1[32], b2[64];
+    if (talk) {
+        printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
+               c.decoder_block, c.base_num_decoder_layers, m.nparams, mem_fmt(m.nparams * 4, b1, sizeof b1),
+               c.num_experts, c.num_experts_per_tok, c.sparse_matmul ? "sparse (grouped)" : "dense");
+        printf("BLAS: %s\n", blas_description());
+        printf("mesh: %s (%d device%s, one thread each)\n", mesh_describe(mesh, b2, sizeof b2), mesh->ndev,
+               mesh->ndev > 1 ? "s" : "");
+        printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
+               run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
+    }
+    int sharded = shard_is_split(&m.shard);
+    if ((c.load_checkpoint[0] || c.save_checkpoint[0] || c.dump_parity[0]) && sharded)
+        die("checkpoints and parity dumps are not yet supported with sharded state (fsdp > 1 or "
+            "shard_optimizer_over_data): use data parallelism or one device for them");
+    if (c.load_checkpoint[0]) {
+        checkpoint_load(&m, c.load_checkpoint);
+        if (talk) printf("resumed from %s at step %d\n", c.load_checkpoint, m.step);
+    }
+    if (c.dump_parity[0]) {
+        if (mesh->ndev > 1) die("dump_parity runs on one device: drop the ici_* keys");
+        parity_dump(&m, dl, c.dump_parity);
+        model_free(&m);
+        return;
+    }
+
+    int *ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * S, "batch ids");
+    int *targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * S, "batch targets");
+    FILE *metrics = NULL;
+    if (talk && c.metrics_file[0] && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
+        die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
+
+    // 4. The training loop.
+    DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
+    float first_eval = evaluate(&m, dl, B, ids, targets);
+    if (talk) printf("step %5d | eval loss %.4f\n", m.step, first_eval);
+    int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
+    while (m.step < stop) {
+        int step = m.step;
+        fetch_batch(&m, dl, step, A, B, ids, targets);
+        mem_reset_peak(dev);
+        double flops0 = dev->flops, t0 = now_ms();
+        StepResult r;
+        size_t ncount = (size_t)c.base_num_decoder_layers * c.num_experts;
+        long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
+        compute_gradients(&m, ids, targets, A, B, S, &r, counts, NULL, NULL);
+        if (!isfinite(r.loss) || !isfinite(r.grad_norm))
+            die("non-finite %s at step %d (loss %g, grad norm %g): stopped before the update, so "
+                "the last checkpoint written (if any) is the last good state; lower learning_rate "
+                "or check the data", isfinite(r.loss) ? "gradient" : "loss", step, r.loss, r.grad_norm);
+        apply_update(&m, &r, counts, (long)A * Bg * S);
+        mem_free(counts);
+        double ms = now_ms() - t0, gflops = (dev->flops - flops0) * mesh->ndev / (ms * 1e6);
+        double tok_s = (double)A * Bg * S / (ms / 1e3);
+        mesh_stats(mesh, dev, stats);
+        size_t peak = 0;
+        for (int d = 0; d < mesh->ndev; d++) peak = MM_MAX(peak, stats[d].peak_total);
+        if (talk && (step % c.log_period == 0 || step == c.steps - 1))
+            printf("step %5d | loss %.4f | aux %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %8.0f tok/s | "
+                   "%6.1f GFLOP/s | peak %s\n", step, r.loss, r.aux_loss, r.lr, r.grad_norm, ms, tok_s, gflops,
+                   mem_fmt(peak, b1, sizeof b1));
+        if (metrics) write_metrics(metrics, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
+        if (c.eval_interval > 0 && m.step % c.eval_interval == 0 && m.step < c.steps) {
+            float e = evaluate(&m, dl, B, ids, targets);
+            if (talk) printf("step %5d | eval loss %.4f\n", m.step, e);
+        }
+        if (talk && c.save_checkpoint[0] && c.checkpoint_period > 0 && m.step % c.checkpoint_period == 0)
+            checkpoint_save(&m, c.save_checkpoint);
+    }
+
+    // 5. Final eval, checkpoint, sample.
+    float last_eval = evaluate(&m, dl, B, ids, targets);
+    if (talk) printf("step %5d | eval loss %.4f (first %.4f)\n", m.step, last_eval, first_eval);
+    if (talk && c.save_checkpoint[0]) {
+        checkpoint_save(&m, c.save_checkpoint);
+        printf("saved checkpoint %s (step %d)\n", c.save_checkpoint, m.step);
+    }
+    if (c.sample_length > 0) sample_print(&m, dl, c.sample_length, c.sample_temperature);
+    if (metrics) fclose(metrics);
+    free(stats);
+    mem_free(ids);
+    mem_free(targets);
+    model_free(&m);
 }
 
 int main(int argc, char **argv) {
@@ -95,92 +245,26 @@ int main(int argc, char **argv) {
         config_set(&c, argv[i], eq + 1, "command line");
     }
     config_validate(&c);
-#ifdef _OPENMP
-    if (c.num_threads > 0) omp_set_num_threads(c.num_threads);
-#endif
+    // 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h).
+    Mesh mesh;
+    mesh_init(&mesh, &c);
     // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
     // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
     // step ~2.5x slower on 2 cores (measured: 525 -> 240 ms/step on mixtral-tiny).
     blas_set_threads(1);
 
-    // 2. The device and its allocator.
-    Device dev;
-    device_init(&dev, 0, 0);
-    mem_set_device(&dev);
-
-    // 3. Data and model.
-    int A = c.gradient_accumulation_steps, B = c.per_device_batch_size, S = c.max_target_length;
+    // 3. Data: read once, shared read-only by the devices.
     size_t ntok;
     uint16_t *tokens = data_load(c.dataset_path, &ntok);
     data_check_vocab(tokens, ntok, c.vocab_size, c.dataset_path);
     DataLoader dl;
-    loader_init(&dl, tokens, ntok, S, c.eval_fraction);
-    Model m;
-    model_init(&m, &c);
-    char b1[32];
-    printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
-           c.decoder_block, c.base_num_decoder_layers, m.nparams, mem_fmt(m.nparams * 4, b1, sizeof b1),
-           c.num_experts, c.num_experts_per_tok, c.sparse_matmul ? "sparse (grouped)" : "dense");
-    printf("BLAS: %s\n", blas_description());
-    printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path, ntok,
-           dl.train_end - dl.train_begin, dl.eval_end - dl.eval_begin, A, B, S);
-    if (c.load_checkpoint[0]) {
-        checkpoint_load(&m, c.load_checkpoint);
-        printf("resumed from %s at step %d\n", c.load_checkpoint, m.step);
-    }
-    if (c.dump_parity[0]) { parity_dump(&m, &dl, c.dump_parity); return 0; }
+    loader_init(&dl, tokens, ntok, c.max_target_length, c.eval_fraction);
 
-    int *ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * S, "batch ids");
-    int *targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * S, "batch targets");
-    FILE *metrics = NULL;
-    if (c.metrics_file[0] && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
-        die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
+    Run run = {&c, &mesh, &dl, ntok};
+    mesh_run(&mesh, device_main, &run);
 
-    // 4. The training loop.
-    float first_eval = evaluate(&m, &dl, ids, targets);
-    printf("step %5d | eval loss %.4f\n", m.step, first_eval);
-    int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
-    while (m.step < stop) {
-        int step = m.step;
-        fetch_batch(&dl, step, A * B, S, ids, targets);
-        mem_reset_peak(&dev);
-        double flops0 = dev.flops, t0 = now_ms();
-        StepResult r;
-        size_t ncount = (size_t)c.base_num_decoder_layers * c.num_experts;
-        long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
-        compute_gradients(&m, ids, targets, A, B, S, &r, counts, NULL, NULL);
-        if (!isfinite(r.loss) || !isfinite(r.grad_norm))
-            die("non-finite %s at step %d (loss %g, grad norm %g): stopped before the update, so "
-                "the last checkpoint written (if any) is the last good state; lower learning_rate "
-                "or check the data", isfinite(r.loss) ? "gradient" : "loss", step, r.loss, r.grad_norm);
-        apply_update(&m, &r, counts, (long)A * B * S);
-        mem_free(counts);
-        double ms = now_ms() - t0, gflops = (dev.flops - flops0) / (ms * 1e6);
-        double tok_s = (double)A * B * S / (ms / 1e3);
-        if (step % c.log_period == 0 || step == c.steps - 1)
-            printf("step %5d | loss %.4f | aux %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %8.0f tok/s | "
-                   "%6.1f GFLOP/s | peak %s\n", step, r.loss, r.aux_loss, r.lr, r.grad_norm, ms, tok_s, gflops,
-                   mem_fmt(dev.peak_total, b1, sizeof b1));
-        if (metrics) write_metrics(metrics, step, &r, ms, tok_s, gflops, &dev);
-        if (c.eval_interval > 0 && m.step % c.eval_interval == 0 && m.step < c.steps)
-            printf("step %5d | eval loss %.4f\n", m.step, evaluate(&m, &dl, ids, targets));
-        if (c.save_checkpoint[0] && c.checkpoint_period > 0 && m.step % c.checkpoint_period == 0)
-            checkpoint_save(&m, c.save_checkpoint);
-    }
-
-    // 5. Final eval, checkpoint, sample, memory.
-    float last_eval = evaluate(&m, &dl, ids, targets);
-    printf("step %5d | eval loss %.4f (first %.4f)\n", m.step, last_eval, first_eval);
-    if (c.save_checkpoint[0]) {
-        checkpoint_save(&m, c.save_checkpoint);
-        printf("saved checkpoint %s (step %d)\n", c.save_checkpoint, m.step);
-    }
-    if (c.sample_length > 0) sample_print(&m, &dl, c.sample_length, c.sample_temperature);
-    mem_print_report(&dev);
-    if (metrics) fclose(metrics);
-    mem_free(ids);
-    mem_free(targets);
-    model_free(&m);
+    for (int d = 0; d < mesh.ndev; d++) mem_print_report(&mesh.devices[d]);
+    mesh_free(&mesh);
     free(tokens);
     return 0;
 }

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stddef.h>
 
-typedef enum { K_INT, K_FLOAT, K_BOOL, K_STR } KeyType;
+typedef enum { K_INT, K_FLOAT, K_BOOL, K_STR, K_BYTES } KeyType;
 
 typedef struct {
     const char *name;
@@ -86,7 +86,18 @@ static const KeyDef KEYS[] = {
     KEY(dump_parity, K_STR, "", "write a parity dump for the JAX reference into this directory and exit"),
     KEY(parity_steps, K_INT, "10", "optimizer steps recorded in the parity dump"),
     KEY(reduce_leaf_tokens, K_INT, "0", "tokens per leaf of the canonical gradient-sum tree (0 = one sequence)"),
-    KEY(num_threads, K_INT, "0", "compute threads (0 = all cores)"),
+    KEY(num_threads, K_INT, "0", "compute threads per device (0 = the cores shared out over the devices)"),
+    // the mesh (sharding/mesh.c): MaxText's ici_<axis>_parallelism; -1 fills the rest
+    KEY(num_devices, K_INT, "0", "simulated devices (threads); 0 = the product of the ici_* sizes"),
+    KEY(ici_data_parallelism, K_INT, "1", "devices along 'data': batch split, weights replicated, grads all-reduced"),
+    KEY(ici_fsdp_parallelism, K_INT, "1", "devices along 'fsdp': batch split, weights/grads/optimizer sharded"),
+    KEY(ici_tensor_parallelism, K_INT, "1", "devices along 'tensor' (heads, MLP width, vocab)"),
+    KEY(ici_expert_parallelism, K_INT, "1", "devices along 'expert' (experts; tokens exchanged by all-to-all)"),
+    KEY(ici_context_parallelism, K_INT, "1", "devices along 'context' (the sequence)"),
+    KEY(ici_pipeline_parallelism, K_INT, "1", "devices along 'stage' (pipeline stages)"),
+    KEY(shard_optimizer_over_data, K_BOOL, "false", "ZeRO-1: AdamW moments sharded over 'data' too"),
+    KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
+    KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     KEY(dry_run, K_BOOL, "false", "build everything, print the memory plan, do not train"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
@@ -147,6 +158,19 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
         else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) *(int *)field = 0;
         else die("%s: key '%s' wants true or false, got '%s'", where, k->name, v);
         break;
+    case K_BYTES: {   // a count of bytes, with an optional KB/MB/GB (1e3) or KiB/MiB/GiB (2^10) suffix
+        errno = 0;
+        double x = strtod(v, &end);
+        const char *units[] = {"", "B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"};
+        const double mult[] = {1, 1, 1e3, 1e6, 1e9, 1e12, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0};
+        int u = -1;
+        for (int i = 0; i < 10; i++)
+            if (!strcmp(end, units[i])) u = i;
+        if (*v == '\0' || u < 0 || errno || !(x >= 0) || x * mult[u] > 9e18)
+            die("%s: key '%s' wants a byte count such as 80GB, 512MiB or 1000000, got '%s'", where, k->name, v);
+        *(int64_t *)field = (int64_t)(x * mult[u]);
+        break;
+    }
     case K_STR:
         if (strlen(v) >= CFG_STR) die("%s: value of '%s' is longer than %d characters", where, k->name, CFG_STR - 1);
         strcpy((char *)field, v);
@@ -307,6 +331,7 @@ int config_to_json(const Config *c, char *buf, int cap) {
         switch (k->type) {
         case K_INT: jcat(buf, cap, &len, "%d", *(const int *)field); break;
         case K_FLOAT: jcat(buf, cap, &len, "%.9g", (double)*(const float *)field); break;
+        case K_BYTES: jcat(buf, cap, &len, "%lld", (long long)*(const int64_t *)field); break;
         case K_BOOL: jcat(buf, cap, &len, "%s", *(const int *)field ? "true" : "false"); break;
         case K_STR: {
             jcat(buf, cap, &len, "\"");

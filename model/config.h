@@ -5,6 +5,8 @@
 #ifndef MESHMOE_CONFIG_H
 #define MESHMOE_CONFIG_H
 
+#include <stdint.h>
+
 #define CFG_STR 256
 
 typedef struct {
@@ -67,7 +69,14 @@ typedef struct {
     // ---- canonical reduction (DESIGN.md principle 2) ----
     int reduce_leaf_tokens;          // tokens per leaf of the gradient-sum tree (0 = S)
     // ---- run control ----
-    int num_threads;                 // OpenMP/BLAS threads (0 = all cores)
+    int num_threads;                 // OpenMP threads per device (0 = cores / devices)
+    // ---- the mesh (sharding/) ----
+    int num_devices;
+    int ici_data_parallelism, ici_fsdp_parallelism, ici_tensor_parallelism;
+    int ici_expert_parallelism, ici_context_parallelism, ici_pipeline_parallelism;
+    int shard_optimizer_over_data;   // ZeRO-1
+    int64_t hbm_capacity;            // bytes per device (0 = unlimited)
+    int print_sharding;
     int dry_run;
 } Config;
 

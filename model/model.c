@@ -10,6 +10,7 @@
 #include "model/matmul.h"
 #include "model/loss.h"
 #include "sharding/memory.h"
+#include "sharding/fsdp.h"
 #include "common.h"
 #include <stdarg.h>
 
@@ -22,6 +23,7 @@ typedef struct {
     int n;              // tensors so far
     size_t off;         // floats so far
     float *base;        // flat buffer to bind pointers into (may be NULL)
+    size_t lo;          // base holds the floats from offset lo of the layout on
 } Walk;
 
 static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *fmt, ...)
@@ -44,7 +46,7 @@ static float *take(Walk *w, float std, float cst, int ndim, const int *shape, co
         s->init_const = cst;
         s->truncated = 1;
     }
-    float *ptr = w->base ? w->base + w->off : NULL;
+    float *ptr = w->base && w->off >= w->lo ? w->base + (w->off - w->lo) : NULL;
     w->n++;
     w->off += size;
     return ptr;
@@ -122,7 +124,7 @@ static void walk_layout(const Config *c, Walk *w, Params *p) {
 }
 
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
-    Walk w = {specs, 0, 0, NULL};
+    Walk w = {specs, 0, 0, NULL, 0};
     Params p;
     LayerParams *layers = calloc((size_t)c->base_num_decoder_layers, sizeof(LayerParams));
     p.layers = layers;
@@ -133,8 +135,29 @@ int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
 }
 
 void model_bind(const Model *m, Params *p, float *base) {
-    Walk w = {NULL, 0, 0, base};
+    Walk w = {NULL, 0, 0, base, 0};
     walk_layout(&m->cfg, &w, p);
+}
+
+int model_unit_of(const Config *c, const char *name) {
+    int l;
+    if (!strncmp(name, "token_embedder/", 15)) return 0;
+    if (sscanf(name, "decoder/layers_%d/", &l) == 1) return 1 + l;
+    return c->base_num_decoder_layers + 1;   // decoder_norm and logits_dense: the head
+}
+
+void model_bind_unit(const Model *m, Params *p, int u, float *buf) {
+    const Config *c = &m->cfg;
+    int L = c->base_num_decoder_layers;
+    Params tmp;
+    LayerParams *layers = calloc((size_t)L, sizeof(LayerParams));
+    tmp.layers = layers;
+    Walk w = {NULL, 0, 0, buf, m->shard.unit_off[u]};
+    walk_layout(c, &w, &tmp);
+    if (u == 0) p->embedding = tmp.embedding;
+    else if (u <= L) p->layers[u - 1] = tmp.layers[u - 1];
+    else { p->final_norm = tmp.final_norm; p->logits = tmp.logits; }
+    free(layers);
 }
 
 int model_num_moe_layers(const Config *c) {
@@ -165,13 +188,14 @@ static float normal_at(uint64_t key, uint64_t i, uint64_t draw) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
-static void init_tensor(float *x, const ParamSpec *s, int seed) {
+// Elements [i0, i1) of tensor s into x[0 .. i1-i0).
+static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_t i1) {
     uint64_t key = mix64(hash_name(s->name) ^ mix64((uint64_t)seed + 0x1234567ull));
-    for (size_t i = 0; i < s->size; i++) {
-        if (s->init_std == 0.0f) { x[i] = s->init_const; continue; }
+    for (size_t i = i0; i < i1; i++) {
+        if (s->init_std == 0.0f) { x[i - i0] = s->init_const; continue; }
         float z = normal_at(key, i, 0);
         for (uint64_t d = 1; s->truncated && fabsf(z) > 2.0f; d++) z = normal_at(key, i, d);
-        x[i] = s->init_std * z;
+        x[i - i0] = s->init_std * z;
     }
 }
 
@@ -182,17 +206,39 @@ void model_init(Model *m, const Config *c) {
     m->ntensors = model_layout(c, NULL, NULL);
     m->specs = calloc((size_t)m->ntensors, sizeof(ParamSpec));
     model_layout(c, m->specs, &m->nparams);
-    m->params_mem = mem_floats(MEM_PARAMS, m->nparams, "params");
-    m->grads_mem = mem_floats(MEM_GRADS, m->nparams, "grads");
-    m->m_mem = mem_floats(MEM_OPTIMIZER, m->nparams, "adam mu");
-    m->v_mem = mem_floats(MEM_OPTIMIZER, m->nparams, "adam nu");
+    // This device's share of the state (sharding/fsdp.h): everything on one device.
+    int *unit = malloc(sizeof(int) * (size_t)m->ntensors);
+    size_t *off = malloc(sizeof(size_t) * (size_t)m->ntensors), *size = malloc(sizeof(size_t) * (size_t)m->ntensors);
+    for (int i = 0; i < m->ntensors; i++) {
+        unit[i] = model_unit_of(c, m->specs[i].name);
+        off[i] = m->specs[i].offset;
+        size[i] = m->specs[i].size;
+    }
+    shard_init(&m->shard, c, unit, off, size, m->ntensors);
+    const StateShard *sh = &m->shard;
+    m->params_mem = mem_floats(MEM_PARAMS, sh->local_n, "params");
+    m->grads_mem = mem_floats(MEM_GRADS, sh->local_n, "grads");
+    m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
+    m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
     m->params.layers = calloc((size_t)L, sizeof(LayerParams));
     m->grads.layers = calloc((size_t)L, sizeof(LayerParams));
     m->acts = calloc((size_t)L, sizeof(LayerActs));
-    model_bind(m, &m->params, m->params_mem);
-    model_bind(m, &m->grads, m->grads_mem);
-    for (int i = 0; i < m->ntensors; i++)
-        init_tensor(m->params_mem + m->specs[i].offset, &m->specs[i], c->seed);
+    // Each weight element is drawn from its global coordinates, so a shard holds exactly
+    // the values the same elements have on one device.
+    for (int u = 0; u < sh->nunits; u++) {
+        size_t g0 = shard_first(sh, u), g1 = g0 + shard_len(sh, u);
+        for (int i = 0; i < m->ntensors; i++) {
+            const ParamSpec *s = &m->specs[i];
+            size_t a = MM_MAX(g0, s->offset), b = MM_MIN(g1, s->offset + s->size);
+            if (unit[i] == u && a < b)
+                init_tensor(m->params_mem + sh->local_off[u] + (a - g0), s, c->seed, a - s->offset, b - s->offset);
+        }
+    }
+    free(unit); free(off); free(size);
+    m->gathered = calloc((size_t)sh->nunits * 2, sizeof(float *));
+    if (sh->F == 1)   // whole units on this device: bind once (FSDP binds at each gather)
+        for (int u = 0; u < sh->nunits; u++) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
+    fsdp_set_grad_target(m, m->grads_mem);
     if (c->routed_bias)   // starts at zero; changed only by the aux-loss-free update
         m->router_bias = mem_floats(MEM_PARAMS, (size_t)L * c->num_experts, "router bias");
 }
@@ -207,6 +253,8 @@ void model_free(Model *m) {
     free(m->grads.layers);
     free(m->acts);
     free(m->specs);
+    free(m->gathered);
+    shard_free(&m->shard);
     memset(m, 0, sizeof(*m));
 }
 
@@ -230,9 +278,14 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     float eps = c->normalization_layer_epsilon;
     m->B = B; m->S = S; m->ids = ids; m->targets = targets;
 
+    // Units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head. Under FSDP each
+    // is all-gathered just before use and freed right after.
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+    fsdp_acquire(m, 0);
     embedding_forward(x, ids, m->params.embedding, T, D);      // (T,D)
+    fsdp_release(m, 0);
     for (int l = 0; l < L; l++) {
+        fsdp_acquire(m, 1 + l);
         LayerParams *p = &m->params.layers[l];
         LayerActs *a = &m->acts[l];
         a->x = x;
@@ -258,14 +311,17 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
         }
         for (size_t i = 0; i < (size_t)T * D; i++) xn[i] += a->h[i];
         x = xn;
+        fsdp_release(m, 1 + l);
     }
     // logits = RMSNorm_final(x) @ W_out
     m->xL = x;
+    fsdp_acquire(m, L + 1);
     m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
     m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
     rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, eps);
     m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
+    fsdp_release(m, L + 1);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, V, c->z_loss_multiplier,
                              cfg_leaf_tokens(c));
@@ -291,14 +347,20 @@ void model_backward(Model *m, float scale, float lb_coef) {
     Params *g = &m->grads;
 
     // Loss and output head.
+    fsdp_acquire(m, L + 1);
+    fsdp_grad_begin(m, L + 1);
     loss_backward(m->logits, m->lse, m->targets, T, V, c->z_loss_multiplier, scale);  // logits := dlogits
     float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
     matmul_backward(dnf, g->logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
     rmsnorm_backward(dx, g->final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf);
+    fsdp_grad_end(m, L + 1);
+    fsdp_release(m, L + 1);
     float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
     float *dn = dnf;   // reused: gradient of a norm's output
     for (int l = L - 1; l >= 0; l--) {
+        fsdp_acquire(m, 1 + l);
+        fsdp_grad_begin(m, 1 + l);
         LayerParams *p = &m->params.layers[l], *gl = &g->layers[l];
         LayerActs *a = &m->acts[l];
         // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
@@ -317,8 +379,12 @@ void model_backward(Model *m, float scale, float lb_coef) {
         if (cfg_is_mla(c)) mla_backward(c, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
         else attention_backward(c, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
         rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf);
+        fsdp_grad_end(m, 1 + l);
+        fsdp_release(m, 1 + l);
     }
+    fsdp_grad_begin(m, 0);
     embedding_backward(g->embedding, dx, m->ids, T, D, V, leaf);
+    fsdp_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
     free_stack_acts(m);
 }

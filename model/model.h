@@ -9,6 +9,7 @@
 #include "model/mla.h"
 #include "model/mlp.h"
 #include "model/moe.h"
+#include "sharding/fsdp.h"
 
 // One tensor of the layout: its MaxText-style name, shape, place in the flat buffer and init.
 typedef struct {
@@ -34,12 +35,16 @@ typedef struct {
     MoeSaved moe;
 } LayerActs;
 
-typedef struct {
+typedef struct Model {
     Config cfg;
     int ntensors;
     ParamSpec *specs;       // (ntensors) the layout, in order
     size_t nparams;         // floats in the flat buffer
-    float *params_mem, *grads_mem, *m_mem, *v_mem;   // (nparams) each
+    StateShard shard;       // this device's share of the state (sharding/fsdp.h)
+    float *params_mem, *grads_mem;   // (shard.local_n) each: nparams on one device
+    float *m_mem, *v_mem;   // (shard.local_n / shard.Z) AdamW moments
+    float *grad_dst;        // where finished gradients go (grads_mem, or a microbatch's buffer)
+    float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
     Params params, grads;   // pointers into params_mem / grads_mem
     float *router_bias;     // (L, E) DeepSeek selection bias (non-trained state), or NULL
     int step;               // optimizer updates done
@@ -72,6 +77,10 @@ void model_init(Model *m, const Config *c);
 void model_free(Model *m);
 // Bind the struct of pointers `p` to a flat buffer laid out by model_layout.
 void model_bind(const Model *m, Params *p, float *base);
+// The unit (sharding/fsdp.h) a tensor belongs to: 0 embedding, 1+l layer l, L+1 head.
+int model_unit_of(const Config *c, const char *name);
+// Bind only unit u's pointers of `p`, to buf holding that unit's floats.
+void model_bind_unit(const Model *m, Params *p, int u, float *buf);
 int model_num_moe_layers(const Config *c);
 
 // Forward pass over B sequences of S tokens (ids, targets: (B,S)). Keeps the activations

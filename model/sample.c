@@ -3,9 +3,15 @@
 // show what was learned, not to be fast).
 #include "model/sample.h"
 #include "sharding/memory.h"
+#include "sharding/mesh.h"
 #include "common.h"
 
+// Every device of a mesh runs the sampling loop (the forward pass is a collective under
+// FSDP); only device 0 prints.
+static int talk(void) { return mesh_device_id() == 0; }
+
 static void print_token(int tok, int vocab) {
+    if (!talk()) return;
     if (vocab != 256) { printf("[%d]", tok); return; }
     if (tok == '\n' || tok == '\t' || (tok >= 32 && tok < 127)) putchar(tok);
     else printf("\\x%02x", tok);
@@ -24,10 +30,10 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
     double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(1, model_num_moe_layers(c)), "sample aux");
     float *p = mem_floats(MEM_TEMP, (size_t)V, "sample probs");
     uint64_t rng = 0x5eed1234u + (uint64_t)c->seed;
-    printf("---- sample (prompt from the held-out text, then %d generated tokens, temperature %.2f) ----\n",
+    if (talk()) printf("---- sample (prompt from the held-out text, then %d generated tokens, temperature %.2f) ----\n",
            len, temperature);
     for (int i = 0; i < prompt; i++) print_token(seq[i], V);
-    printf("%s", V == 256 ? "" : " |");
+    if (talk()) printf("%s", V == 256 ? "" : " |");
     for (int n = prompt; n < total; n++) {
         int ctx = MM_MIN(n, S), start = n - ctx;
         FwdStats st = {leaf_sums, aux, 1, 0, NULL};
@@ -50,6 +56,6 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         seq[n] = tok;
         print_token(tok, V);
     }
-    printf("\n----\n");
+    if (talk()) printf("\n----\n");
     mem_free(seq); mem_free(tg); mem_free(leaf_sums); mem_free(aux); mem_free(p);
 }

@@ -5,6 +5,7 @@
 #include "model/optimizer.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
+#include "sharding/collectives.h"
 #include "common.h"
 
 // Tokens with a target: the loss is their mean, over the whole global batch.
@@ -26,38 +27,59 @@ static void finish_loss(const Config *c, StepResult *r, const double *loss_leaf,
     r->loss = (float)(ce + aux);
 }
 
+// Sums over the devices that share the batch (exact: every entry is written by one device
+// and is zero on the others, and x + 0 == x).
+static void batch_sum_double(const Model *m, double *x, size_t n) {
+    if (m->shard.batch && group_size(m->shard.batch) > 1) coll_all_reduce_double(m->shard.batch, x, n);
+}
+static void batch_sum_long(const Model *m, long *x, size_t n) {
+    if (m->shard.batch && group_size(m->shard.batch) > 1) coll_all_reduce_long(m->shard.batch, x, n);
+}
+
+// The global batch of a step is A microbatches of B*nbatch sequences; this device holds
+// sequences [brank*B, (brank+1)*B) of each microbatch (ids, targets: (A*B, S) here).
 void compute_gradients(Model *m, const int *ids, const int *targets, int A, int B, int S,
                        StepResult *r, long *expert_counts, MicrobatchHook hook, void *hook_ctx) {
     const Config *c = &m->cfg;
-    int nseq = A * B, leaf = cfg_leaf_tokens(c);
-    long leaves_per_mb = (long)B * S / leaf;
-    r->ntok = count_targets(targets, (long)nseq * S);
+    const StateShard *sh = &m->shard;
+    int Bg = B * sh->nbatch, nseq = A * Bg, leaf = cfg_leaf_tokens(c);
+    long leaves_per_seq = S / leaf, leaves_per_mb = (long)Bg * leaves_per_seq;
+    // The loss is the mean over the global batch's tokens: count them first.
+    long ntok = count_targets(targets, (long)A * B * S);
+    batch_sum_long(m, &ntok, 1);
+    r->ntok = ntok;
     float scale = 1.0f / (float)MM_MAX(r->ntok, 1);
     float lb_coef = model_lb_coef(c, nseq);
     double *loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * leaves_per_mb * A, "loss per leaf");
     int nmoe = model_num_moe_layers(c);
     double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * nseq, "aux per sequence");
+    size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
+    if (expert_counts) memset(expert_counts, 0, sizeof(long) * ncount);
 
-    memset(m->grads_mem, 0, sizeof(float) * m->nparams);
+    memset(m->grads_mem, 0, sizeof(float) * sh->local_n);
     // With several microbatches, each one's gradient is a leaf block of the tree; its
     // buffer is a second gradient-sized allocation (that is what accumulation costs).
     TreeSum acc;
-    if (A > 1) treesum_begin(&acc, m->nparams, MEM_GRADS, "microbatch grads");
+    if (A > 1) treesum_begin(&acc, sh->local_n, MEM_GRADS, "microbatch grads");
     for (int mb = 0; mb < A; mb++) {
         const int *mids = ids + (size_t)mb * B * S, *mtg = targets + (size_t)mb * B * S;
-        FwdStats st = {loss_leaf + mb * leaves_per_mb, aux_seq + (size_t)mb * B, nseq, 0, expert_counts};
+        long first_seq = (long)mb * Bg + (long)sh->brank * B;   // this device's first sequence
+        FwdStats st = {loss_leaf + first_seq * leaves_per_seq, aux_seq + first_seq, nseq, 0, expert_counts};
         model_forward(m, mids, mtg, B, S, lb_coef, &st);
         if (hook) hook(m, mb, hook_ctx);
-        if (A > 1) model_bind(m, &m->grads, treesum_leaf(&acc));
+        if (A > 1) fsdp_set_grad_target(m, treesum_leaf(&acc));
         model_backward(m, scale, lb_coef);
         if (A > 1) treesum_push(&acc);
     }
     if (A > 1) {
         treesum_end(&acc, m->grads_mem);
-        model_bind(m, &m->grads, m->grads_mem);
+        fsdp_set_grad_target(m, m->grads_mem);
     }
+    batch_sum_double(m, loss_leaf, (size_t)leaves_per_mb * A);
+    batch_sum_double(m, aux_seq, (size_t)MM_MAX(nmoe, 1) * nseq);
+    if (expert_counts) batch_sum_long(m, expert_counts, ncount);
     finish_loss(c, r, loss_leaf, leaves_per_mb * A, aux_seq, nseq);
-    r->grad_norm = grad_global_norm(m->grads_mem, m->nparams);
+    r->grad_norm = fsdp_grad_norm(m);
     mem_free(loss_leaf);
     mem_free(aux_seq);
 }
@@ -65,8 +87,8 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
 void apply_update(Model *m, StepResult *r, const long *expert_counts, long tokens) {
     const Config *c = &m->cfg;
     r->lr = lr_schedule(c, m->step);
-    grad_clip(m->grads_mem, m->nparams, r->grad_norm, c->gradient_clipping_threshold);
-    adamw_update(m->params_mem, m->grads_mem, m->m_mem, m->v_mem, m->nparams, r->lr, m->step + 1, c);
+    grad_clip(m->grads_mem, m->shard.local_n, r->grad_norm, c->gradient_clipping_threshold);
+    fsdp_adamw(m, r->lr, m->step + 1);
     if (m->router_bias && c->routed_bias_update_rate > 0)
         for (int l = c->first_num_dense_layers; l < c->base_num_decoder_layers; l++)
             router_bias_update(m->router_bias + (size_t)l * c->num_experts, expert_counts + (size_t)l * c->num_experts,
@@ -74,27 +96,33 @@ void apply_update(Model *m, StepResult *r, const long *expert_counts, long token
     m->step++;
 }
 
+// tokens: the global batch's tokens (A * B * nbatch * S).
 void train_step(Model *m, const int *ids, const int *targets, int A, int B, int S, StepResult *r) {
     const Config *c = &m->cfg;
     size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
     long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
     compute_gradients(m, ids, targets, A, B, S, r, counts, NULL, NULL);
-    apply_update(m, r, counts, (long)A * B * S);
+    apply_update(m, r, counts, (long)A * B * m->shard.nbatch * S);
     mem_free(counts);
 }
 
+// B: this device's sequences; the eval batch is B * nbatch sequences.
 float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
     const Config *c = &m->cfg;
-    int leaf = cfg_leaf_tokens(c), nmoe = model_num_moe_layers(c);
-    long nleaves = (long)B * S / leaf;
+    int leaf = cfg_leaf_tokens(c), nmoe = model_num_moe_layers(c), Bg = B * m->shard.nbatch;
+    long leaves_per_seq = S / leaf, nleaves = (long)Bg * leaves_per_seq;
     double *loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * nleaves, "eval loss per leaf");
-    double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * B, "eval aux");
-    FwdStats st = {loss_leaf, aux_seq, B, 0, NULL};
-    model_forward(m, ids, targets, B, S, model_lb_coef(c, B), &st);
+    double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * Bg, "eval aux");
+    long first_seq = (long)m->shard.brank * B;
+    FwdStats st = {loss_leaf + first_seq * leaves_per_seq, aux_seq + first_seq, Bg, 0, NULL};
+    model_forward(m, ids, targets, B, S, model_lb_coef(c, Bg), &st);
     model_discard(m);
     StepResult r = {0};
     r.ntok = st.ntok;
-    finish_loss(c, &r, loss_leaf, nleaves, aux_seq, B);
+    batch_sum_long(m, &r.ntok, 1);
+    batch_sum_double(m, loss_leaf, (size_t)nleaves);
+    batch_sum_double(m, aux_seq, (size_t)MM_MAX(nmoe, 1) * Bg);
+    finish_loss(c, &r, loss_leaf, nleaves, aux_seq, Bg);
     mem_free(loss_leaf);
     mem_free(aux_seq);
     return r.loss;

@@ -29,6 +29,7 @@ typedef struct Device {
     size_t at_peak[MEM_NTAGS];        // per-tag breakdown at the moment of peak_total
     long nallocs;                     // allocations made (for the planner)
     double flops;                     // floating-point operations done by this device's matmuls
+    size_t comm_sent[8], comm_recv[8];// bytes sent / received, per kind of collective (CollKind)
     MemBlock *head;                   // live blocks, most recent first
 } Device;
 

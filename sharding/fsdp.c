@@ -1,0 +1,143 @@
+// sharding/fsdp.c: the units and each device's share of them (see fsdp.h).
+#include "sharding/fsdp.h"
+#include "common.h"
+
+void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size_t *spec_off,
+                const size_t *spec_size, int nspecs) {
+    memset(s, 0, sizeof *s);
+    const Mesh *mesh = mesh_current();
+    int dev = mesh ? mesh_device_id() : 0;
+    s->F = mesh ? mesh->size[AX_FSDP] : 1;
+    s->frank = mesh ? mesh_coord(mesh, dev, AX_FSDP) : 0;
+    int D = mesh ? mesh->size[AX_DATA] : 1;
+    s->Z = c->shard_optimizer_over_data ? D : 1;
+    s->zrank = c->shard_optimizer_over_data && mesh ? mesh_coord(mesh, dev, AX_DATA) : 0;
+    s->nbatch = D * s->F;
+    s->brank = mesh ? mesh_rank(mesh, dev, AXIS_BIT(AX_DATA) | AXIS_BIT(AX_FSDP)) : 0;
+    if (mesh) {
+        s->fsdp = mesh_group(mesh, dev, AXIS_BIT(AX_FSDP));
+        s->data = mesh_group(mesh, dev, AXIS_BIT(AX_DATA));
+        s->batch = mesh_group(mesh, dev, AXIS_BIT(AX_DATA) | AXIS_BIT(AX_FSDP));
+    }
+    s->nunits = spec_unit[nspecs - 1] + 1;
+    s->unit_off = calloc((size_t)s->nunits, sizeof(size_t));
+    s->unit_size = calloc((size_t)s->nunits, sizeof(size_t));
+    s->unit_pad = calloc((size_t)s->nunits, sizeof(size_t));
+    s->local_off = calloc((size_t)s->nunits, sizeof(size_t));
+    for (int i = nspecs - 1; i >= 0; i--) s->unit_off[spec_unit[i]] = spec_off[i];   // first spec wins
+    for (int i = 0; i < nspecs; i++) s->unit_size[spec_unit[i]] += spec_size[i];
+    // Pad only when something is split, so a 1-device (or plain DP) layout is the global one.
+    size_t mult = shard_is_split(s) ? (size_t)s->F * s->Z * NORM_CHUNK : 1;
+    size_t local = 0;
+    for (int u = 0; u < s->nunits; u++) {
+        s->unit_pad[u] = (s->unit_size[u] + mult - 1) / mult * mult;
+        s->local_off[u] = local;
+        local += s->unit_pad[u] / s->F;
+    }
+    s->local_n = local;
+}
+
+void shard_free(StateShard *s) {
+    free(s->unit_off); free(s->unit_size); free(s->unit_pad); free(s->local_off);
+    memset(s, 0, sizeof *s);
+}
+
+size_t shard_len(const StateShard *s, int u) { return s->unit_pad[u] / s->F; }
+size_t shard_first(const StateShard *s, int u) { return s->unit_off[u] + (size_t)s->frank * shard_len(s, u); }
+
+// ---------------------------------------------------------------------------------------
+// What the model calls.
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "model/treesum.h"
+
+void fsdp_acquire(Model *m, int u) {
+    const StateShard *s = &m->shard;
+    if (s->F == 1) return;
+    float *full = mem_floats(MEM_PARAMS, s->unit_pad[u], "all-gathered weights (fsdp)");
+    coll_all_gather(s->fsdp, m->params_mem + s->local_off[u], full, sizeof(float) * shard_len(s, u));
+    model_bind_unit(m, &m->params, u, full);
+    m->gathered[2 * u] = full;
+}
+
+void fsdp_release(Model *m, int u) {
+    if (m->shard.F == 1) return;
+    mem_free(m->gathered[2 * u]);
+    m->gathered[2 * u] = NULL;
+}
+
+void fsdp_set_grad_target(Model *m, float *buf) {
+    const StateShard *s = &m->shard;
+    m->grad_dst = buf;
+    if (s->F == 1)   // whole units here: the backward pass writes straight into buf
+        for (int u = 0; u < s->nunits; u++) model_bind_unit(m, &m->grads, u, buf + s->local_off[u]);
+}
+
+void fsdp_grad_begin(Model *m, int u) {
+    const StateShard *s = &m->shard;
+    if (s->F == 1) return;
+    float *full = mem_floats(MEM_GRADS, s->unit_pad[u], "unsharded grads of one unit (fsdp)");
+    model_bind_unit(m, &m->grads, u, full);
+    m->gathered[2 * u + 1] = full;
+}
+
+void fsdp_grad_end(Model *m, int u) {
+    const StateShard *s = &m->shard;
+    float *dst = m->grad_dst + s->local_off[u];
+    if (s->F > 1) {
+        // Sum over the batch devices along the canonical tree: first over fsdp (each device
+        // keeps its shard), then over data (fsdp is the faster-varying batch axis).
+        coll_reduce_scatter(s->fsdp, m->gathered[2 * u + 1], dst, shard_len(s, u));
+        mem_free(m->gathered[2 * u + 1]);
+        m->gathered[2 * u + 1] = NULL;
+    }
+    if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, dst, shard_len(s, u));
+}
+
+float fsdp_grad_norm(Model *m) {
+    const StateShard *s = &m->shard;
+    double *unit_ss = malloc(sizeof(double) * (size_t)s->nunits);
+    for (int u = 0; u < s->nunits; u++) {
+        // Chunks of the unit: of its padded size when split, else of its size (the last
+        // chunk shorter). Both give the same partials: padding adds zero chunks at the end.
+        size_t len = shard_is_split(s) ? shard_len(s, u) : s->unit_size[u];
+        size_t mine = (len + NORM_CHUNK - 1) / NORM_CHUNK, all = mine * (size_t)s->F;
+        double *part = (double *)mem_alloc(MEM_TEMP, sizeof(double) * all, "grad norm partials");
+        const float *g = m->grads_mem + s->local_off[u];
+        for (size_t k = 0; k < mine; k++) {
+            double ss = 0.0;
+            for (size_t i = k * NORM_CHUNK; i < MM_MIN(len, (k + 1) * NORM_CHUNK); i++) ss += (double)g[i] * g[i];
+            part[(size_t)s->frank * mine + k] = ss;
+        }
+        if (s->F > 1) {
+            double *mypart = (double *)mem_alloc(MEM_COMM, sizeof(double) * mine, "grad norm partials (mine)");
+            memcpy(mypart, part + (size_t)s->frank * mine, sizeof(double) * mine);
+            coll_all_gather(s->fsdp, mypart, part, sizeof(double) * mine);
+            mem_free(mypart);
+        }
+        unit_ss[u] = tree_sum_double(part, (long)all);
+        mem_free(part);
+    }
+    double total = tree_sum_double(unit_ss, s->nunits);
+    free(unit_ss);
+    return (float)sqrt(total);
+}
+
+void fsdp_adamw(Model *m, float lr, int t) {
+    const StateShard *s = &m->shard;
+    if (s->Z == 1) {
+        adamw_update(m->params_mem, m->grads_mem, m->m_mem, m->v_mem, s->local_n, lr, t, &m->cfg);
+        return;
+    }
+    // ZeRO-1: this data rank updates piece zrank of each unit's shard, then the data
+    // replicas exchange their pieces so that all hold the whole updated shard again.
+    for (int u = 0; u < s->nunits; u++) {
+        size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
+        size_t mo = s->local_off[u] / s->Z;
+        adamw_update(m->params_mem + at, m->grads_mem + at, m->m_mem + mo, m->v_mem + mo, piece, lr, t, &m->cfg);
+        float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
+        coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
+        memcpy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
+        mem_free(full);
+    }
+}

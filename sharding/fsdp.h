@@ -1,0 +1,68 @@
+// sharding/fsdp.h: where the model state lives on a mesh: data parallelism (DP), fully
+// sharded data parallelism (FSDP, ZeRO-3) and ZeRO-1.
+//
+// The parameters are cut into units: the embedding, each decoder layer, and the output
+// head (final norm + logits kernel). A unit is a contiguous run of the flat layout
+// (model/model.c). With FSDP over F devices each unit is padded with zeros to a multiple
+// of F*NORM_CHUNK floats and cut into F equal shards: device f of the `fsdp` axis keeps
+// shard f of every unit's parameters, gradients and AdamW moments (16 bytes per parameter
+// / F). Just before a unit is used it is all-gathered into a full buffer and freed right
+// after; its gradient is computed in full, then reduce-scattered (and all-reduced over
+// `data`) so that each device keeps the sum for its own shard. ZeRO-1
+// (shard_optimizer_over_data) also cuts each shard into `data` pieces for the moments:
+// every data replica updates its piece and the pieces are all-gathered.
+//
+// The batch is split over data*fsdp devices; every sum over devices goes along the
+// canonical tree (sharding/collectives.h), so the loss is bit-identical to one device
+// as long as the sequences per device and the fsdp size are powers of two.
+#ifndef MESHMOE_FSDP_H
+#define MESHMOE_FSDP_H
+#include <stddef.h>
+#include "sharding/mesh.h"
+#include "sharding/collectives.h"
+
+// Gradient-norm partial sums are taken over chunks of this many floats (model/step.c).
+#define NORM_CHUNK 256
+
+typedef struct {
+    int nunits;
+    size_t *unit_off;        // (nunits) first float of the unit in the global flat layout
+    size_t *unit_size;       // (nunits) floats in the unit
+    size_t *unit_pad;        // (nunits) padded size (a multiple of F*Z*NORM_CHUNK, or = size)
+    size_t *local_off;       // (nunits) where this device's shard of the unit starts locally
+    size_t local_n;          // floats of params (and of grads) held per device
+    int F, frank;            // fsdp size and this device's rank along it
+    int Z, zrank;            // ZeRO-1: pieces of each shard (data size) and this device's piece
+    int nbatch, brank;       // devices sharing the batch (data*fsdp) and this device's rank
+    Group *fsdp, *data, *batch;
+} StateShard;
+
+// The units of the layout and this device's share (mesh_current(), or one device).
+void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size_t *spec_off,
+                const size_t *spec_size, int nspecs);
+void shard_free(StateShard *s);
+static inline int shard_is_split(const StateShard *s) { return s->F * s->Z > 1; }
+// The shard of unit u's parameters this device holds: global elements [first, first+n).
+size_t shard_first(const StateShard *s, int u);
+size_t shard_len(const StateShard *s, int u);
+
+// ---- used by the model (model/model.c, model/step.c) ----
+struct Model;
+// Before / after unit u's weights are used: under FSDP, all-gather them into a full buffer
+// (tag params) and bind the model's pointers to it; then free it.
+void fsdp_acquire(struct Model *m, int u);
+void fsdp_release(struct Model *m, int u);
+// Around the backward pass of unit u: under FSDP the unit's gradient is computed in a full
+// buffer (tag grads), then reduce-scattered over fsdp; with data > 1 it is all-reduced over
+// data. The result lands in m->grad_dst.
+void fsdp_grad_begin(struct Model *m, int u);
+void fsdp_grad_end(struct Model *m, int u);
+// Where finished gradients go (the gradient buffer, or a microbatch's leaf buffer).
+void fsdp_set_grad_target(struct Model *m, float *buf);
+// The global gradient norm in the canonical order: squares summed over chunks of
+// NORM_CHUNK floats (in double), the chunks of a unit added along the tree, then the units.
+float fsdp_grad_norm(struct Model *m);
+// AdamW on this device's share (ZeRO-1: its piece, then an all-gather over data).
+void fsdp_adamw(struct Model *m, float lr, int t);
+
+#endif

@@ -1,0 +1,47 @@
+// sharding/mesh.h: the simulated device mesh. Devices are real threads (DESIGN.md
+// principle 3), each with its own allocator (sharding/memory.h), laid out on a grid whose
+// axes carry MaxText's names. A device's id is its row-major index over the axes in the
+// order below (the last axis varies fastest), as in MaxText's mesh_axes.
+//
+// Groups: for any set of axes, the devices that differ only along those axes form a group;
+// collectives (sharding/collectives.h) run over a group, and a member's rank in it is its
+// row-major index over the chosen axes.
+#ifndef MESHMOE_MESH_H
+#define MESHMOE_MESH_H
+#include "model/config.h"
+#include "sharding/memory.h"
+
+typedef enum { AX_DATA, AX_STAGE, AX_FSDP, AX_CONTEXT, AX_TENSOR, AX_EXPERT, MESH_NAXES } MeshAxis;
+extern const char *const MESH_AXIS_NAMES[MESH_NAXES];   // "data", "stage", "fsdp", ...
+#define AXIS_BIT(a) (1u << (a))
+
+typedef struct Group Group;   // defined in collectives.c
+
+typedef struct Mesh {
+    int size[MESH_NAXES];     // devices along each axis
+    int ndev;                 // product of the sizes
+    Device *devices;          // (ndev)
+    Group **groups;           // (1 << MESH_NAXES, ndev): groups[mask * ndev + dev]
+} Mesh;
+
+// Sizes from ici_<axis>_parallelism (-1 = whatever is left of num_devices). Dies with a
+// message naming the numbers if they do not multiply to the device count.
+void mesh_init(Mesh *mesh, const Config *c);
+void mesh_free(Mesh *mesh);
+int mesh_coord(const Mesh *mesh, int dev, MeshAxis axis);
+// The group of `dev` along the axes in `mask`, and dev's rank in it.
+Group *mesh_group(const Mesh *mesh, int dev, unsigned mask);
+int mesh_rank(const Mesh *mesh, int dev, unsigned mask);
+// "data=2 fsdp=4" (axes of size 1 left out; "1 device" when all are 1).
+const char *mesh_describe(const Mesh *mesh, char *buf, size_t cap);
+
+// Runs fn(dev, arg) on one thread per device, each with its device set as the thread's
+// current device, and returns when all have finished.
+void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg);
+
+// The calling thread's mesh and device id (set by mesh_run; 1-device runs set them too).
+const Mesh *mesh_current(void);
+int mesh_device_id(void);
+void mesh_set_current(const Mesh *mesh, int dev);
+
+#endif
