@@ -252,6 +252,7 @@ int main(int argc, char **argv) {
     // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
     // step ~2.5x slower on 2 cores (measured: 525 -> 240 ms/step on mixtral-tiny).
     blas_set_threads(1);
+    matmul_set_impl(c.matmul_impl);
 
     // 3. Data: read once, shared read-only by the devices.
     size_t ntok;

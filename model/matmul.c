@@ -1,4 +1,4 @@
-// model/matmul.c: GEMM through OpenBLAS (or a portable fallback) and the matmul layer.
+// model/matmul.c: the ordered GEMM every layer uses (or OpenBLAS, on request) and the matmul layer.
 #include "model/matmul.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
@@ -8,75 +8,148 @@
 #include <cblas.h>
 #endif
 
-// sgemm_raw: C = alpha * op(A) @ op(B) + beta * C, no bookkeeping (safe to call from any
-// thread: OpenBLAS runs single-threaded here, see blas_set_threads).
-static void sgemm_raw(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, float *C, int ldc) {
+// ---------------------------------------------------------------------------------------
+// The ordered GEMM: every output element is one chain of fused multiply-adds over k,
+// in order, C[i][j] = fma(A[i][K-1], B[K-1][j], ... fma(A[i][0], B[0][j], 0)). Nothing
+// else takes part in it: not the other rows, not the other columns, not how many rows or
+// columns share the call, not where the row sits in its buffer. That is what sharding
+// needs (DESIGN.md principle 2): a token routed to an expert together with 3 others or
+// with 300, a column computed on one device or on a tensor-parallel slice, get the same
+// bits. OpenBLAS does not promise that: its kernels add a row's products in an order
+// that depends on the row's place in its register tile (measured here: a row copied to
+// each of the 64 positions of a 64-row block gives 3 different results on the Zen/Haswell
+// kernels). OpenBLAS stays available as `matmul_impl=openblas` (faster, about 2-3x on 2
+// cores, but then only the dense path splits the batch bit-identically).
+//
+// The kernel: 6 rows x 16 columns of C held in twelve 8-wide registers while k runs;
+// the rows and columns left over go through the same chain one element at a time (the
+// scalar fmaf rounds exactly like one lane of the vector FMA).
+
+static int use_openblas = 0;
+
+void matmul_set_impl(const char *impl) {
+    if (!strcmp(impl, "ordered")) use_openblas = 0;
+    else if (!strcmp(impl, "openblas")) {
+#ifdef MESHMOE_NO_BLAS
+        die("matmul_impl=openblas, but this build has no OpenBLAS (install libopenblas-dev and rebuild)");
+#endif
+        use_openblas = 1;
+    } else die("matmul_impl '%s' is not one of: ordered, openblas", impl);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define ORDERED_SIMD 1
+#endif
+#if defined(ORDERED_SIMD) || defined(FP_FAST_FMAF)
+#define MADD(a, b, acc) fmaf((a), (b), (acc))
+#else
+#define MADD(a, b, acc) ((acc) + (a) * (b))   // no FMA here: the vector path is off too
+#endif
+
+// One element: sum over k of A(i,k) B(k,j); A(i,k) = A[i*ai + k*ak], B(k,j) = B[k*ldb + j].
+static inline float ordered_dot(const float *A, size_t ai, size_t ak, const float *B, int ldb, int i, int j, int K) {
+    float acc = 0.0f;
+    const float *a = A + (size_t)i * ai;
+    for (int k = 0; k < K; k++) acc = MADD(a[(size_t)k * ak], B[(size_t)k * ldb + j], acc);
+    return acc;
+}
+
+// Rows [i0, i1) of C (M,N) (+)= A @ B with B (K,N) row-major (ldb); A addressed as above.
+static void ordered_rows(int i0, int i1, int N, int K, const float *A, size_t ai, size_t ak,
+                         const float *B, int ldb, int accumulate, float *C, int ldc) {
+    int j = 0;
+#ifdef ORDERED_SIMD
+    for (; j + 16 <= N; j += 16) {
+        int i = i0;
+        for (; i + 6 <= i1; i += 6) {
+            __m256 c[6][2];
+            for (int r = 0; r < 6; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
+            const float *a = A + (size_t)i * ai, *b = B + j;
+            for (int k = 0; k < K; k++, b += ldb) {
+                __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+                for (int r = 0; r < 6; r++) {
+                    __m256 x = _mm256_broadcast_ss(a + (size_t)r * ai + (size_t)k * ak);
+                    c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);
+                    c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);
+                }
+            }
+            for (int r = 0; r < 6; r++) {
+                float *o = C + (size_t)(i + r) * ldc + j;
+                if (accumulate) {
+                    c[r][0] = _mm256_add_ps(_mm256_loadu_ps(o), c[r][0]);
+                    c[r][1] = _mm256_add_ps(_mm256_loadu_ps(o + 8), c[r][1]);
+                }
+                _mm256_storeu_ps(o, c[r][0]);
+                _mm256_storeu_ps(o + 8, c[r][1]);
+            }
+        }
+        for (; i < i1; i++)   // the rows left over, one element at a time
+            for (int jj = j; jj < j + 16; jj++) {
+                float v = ordered_dot(A, ai, ak, B, ldb, i, jj, K);
+                float *o = C + (size_t)i * ldc + jj;
+                *o = accumulate ? *o + v : v;
+            }
+    }
+#endif
+    for (; j < N; j++)   // the columns left over (all of them without AVX2)
+        for (int i = i0; i < i1; i++) {
+            float v = ordered_dot(A, ai, ak, B, ldb, i, j, K);
+            float *o = C + (size_t)i * ldc + j;
+            *o = accumulate ? *o + v : v;
+        }
+}
+
+// C (M,N) = op(A) @ op(B) (+ C when accumulate), row-major, in the ordered way.
+static void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, int accumulate, float *C, int ldc) {
+    // op(B) must be k-major for the vector loads: a transposed B is copied once (a temporary).
+    float *Bt = NULL;
+    if (transB) {
+        Bt = mem_floats(MEM_TEMP, (size_t)K * N, "matmul transposed weight");
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++) Bt[(size_t)k * N + n] = B[(size_t)n * ldb + k];
+        B = Bt;
+        ldb = N;
+    }
+    size_t ai = transA ? 1 : (size_t)lda, ak = transA ? (size_t)lda : 1;
+    // Row blocks are independent, so they run in parallel; the split changes no bits.
+    int nblk = (M + 23) / 24;
+    #pragma omp parallel for schedule(static) if ((double)M * N * K > 1e6 && nblk > 1)
+    for (int b = 0; b < nblk; b++)
+        ordered_rows(b * 24, MM_MIN(M, b * 24 + 24), N, K, A, ai, ak, B, ldb, accumulate, C, ldc);
+    mem_free(Bt);
+}
+
+// C = alpha * op(A) @ op(B) + beta * C through OpenBLAS (matmul_impl=openblas).
+static void sgemm_blas(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
 #ifndef MESHMOE_NO_BLAS
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #else
-    // Portable fallback: each output element is one dot product over K, in order.
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (int k = 0; k < K; k++) {
-                float a = transA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
-                float b = transB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
-                acc += a * b;
-            }
-            float *c = &C[(size_t)i * ldc + j];
-            *c = alpha * acc + (beta == 0.0f ? 0.0f : beta * *c);
-        }
+    (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)alpha; (void)A; (void)lda;
+    (void)B; (void)ldb; (void)beta; (void)C; (void)ldc;
+    die("internal: OpenBLAS called in a build without it");
 #endif
 }
 
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
           const float *B, int ldb, float beta, float *C, int ldc) {
     if (M == 0 || N == 0) return;
+    if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) die("internal: gemm takes alpha 1 and beta 0 or 1");
     mem_device()->flops += 2.0 * M * N * K;
-    sgemm_raw(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-// Row-stable products. OpenBLAS picks its inner kernels by how many rows are left in a
-// block, and those kernels add a row's products in different orders: the same token can
-// get different bits in a 10-row GEMM than in a 64-row one. A result that depends on how
-// many other tokens share the call would break DESIGN.md principle 2 (splitting the batch
-// over devices, or routing a different number of tokens to an expert, would change the
-// numbers). So every row-wise product runs in blocks of exactly MM_ROW_BLOCK rows; the last
-// partial block is copied into a zero-padded block first. A row's result then depends on
-// that row alone (tested in tests/test_core.c).
-#define MM_ROW_BLOCK 64
-
-// out (T,OC) = beta*out + inp (T,C) @ op(w); op(w) = w (C,OC) or, with transW, w^T for w (OC,C).
-static void rows_gemm(float *out, const float *inp, const float *w, int T, int C, int OC, int transW, float beta) {
-    int ldw = transW ? C : OC;
-    int full = T / MM_ROW_BLOCK * MM_ROW_BLOCK;
-    // Row blocks are independent, so they run in parallel (OpenMP), one BLAS call each.
-    mem_device()->flops += 2.0 * full * OC * C;
-    #pragma omp parallel for schedule(static) if (full > MM_ROW_BLOCK)
-    for (int t0 = 0; t0 < full; t0 += MM_ROW_BLOCK)
-        sgemm_raw(0, transW, MM_ROW_BLOCK, OC, C, 1.0f, inp + (size_t)t0 * C, C, w, ldw, beta, out + (size_t)t0 * OC, OC);
-    int rest = T - full;
-    if (rest == 0) return;
-    float *pin = mem_floats(MEM_TEMP, (size_t)MM_ROW_BLOCK * C, "matmul padded rows");
-    float *pout = mem_floats(MEM_TEMP, (size_t)MM_ROW_BLOCK * OC, "matmul padded rows out");
-    memcpy(pin, inp + (size_t)full * C, sizeof(float) * rest * C);
-    if (beta != 0.0f) memcpy(pout, out + (size_t)full * OC, sizeof(float) * rest * OC);
-    gemm(0, transW, MM_ROW_BLOCK, OC, C, 1.0f, pin, C, w, ldw, beta, pout, OC);
-    memcpy(out + (size_t)full * OC, pout, sizeof(float) * rest * OC);
-    mem_device()->flops -= 2.0 * (MM_ROW_BLOCK - rest) * OC * C;   // count only the real rows
-    mem_free(pin);
-    mem_free(pout);
+    if (use_openblas) sgemm_blas(transA, transB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    else ordered_gemm(transA, transB, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
 }
 
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
-    rows_gemm(out, inp, w, T, C, OC, 0, accumulate ? 1.0f : 0.0f);
+    gemm(0, 0, T, OC, C, 1.0f, inp, C, w, OC, accumulate ? 1.0f : 0.0f, out, OC);
 }
 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, int leaf) {
-    if (dinp) rows_gemm(dinp, dout, w, T, OC, C, 1, 1.0f);   // (T,OC) @ (OC,C)
+    if (dinp) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);   // (T,OC) @ (OC,C)
     if (dw) {
         TreeSum ts;
         treesum_begin(&ts, (size_t)C * OC, MEM_TEMP, "matmul dw leaf");

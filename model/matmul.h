@@ -1,7 +1,8 @@
 // model/matmul.h: the one matrix multiply every layer uses, with its backward.
 // Weights are stored as MaxText kernels: w is (C, OC) row-major and out = inp @ w.
-// OpenBLAS does the work when it is linked; otherwise a portable loop (slower, same
-// math up to rounding) runs and the trainer says so at start-up.
+// Every product is computed by the ordered kernel of matmul.c, where each output element
+// is one fused multiply-add chain over k in order, whatever the shapes around it; with
+// matmul_impl=openblas OpenBLAS does the work instead (faster, not row-stable).
 #ifndef MESHMOE_MATMUL_H
 #define MESHMOE_MATMUL_H
 
@@ -15,7 +16,11 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, int leaf);
 
+// "ordered" (default) or "openblas" (config key matmul_impl); dies on anything else.
+void matmul_set_impl(const char *impl);
+
 // The raw GEMM: C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
+// alpha must be 1 and beta 0 or 1 (all the model needs).
 // lda/ldb/ldc are the row strides of A, B, C as stored.
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
           const float *B, int ldb, float beta, float *C, int ldc);

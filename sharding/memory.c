@@ -44,10 +44,8 @@ const char *mem_fmt(size_t bytes, char *buf, size_t cap) {
 // Out of memory: name the device, the buffer, and the largest live buffers by tag.
 static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
     char a[32], b[32], c[32];
-    fprintf(stderr, "meshmoe: device %d out of memory: '%s' (%s, %s) does not fit: "
-            "%s live of %s capacity\n", d->id, name, MEM_TAG_NAMES[tag], mem_fmt(bytes, a, sizeof a),
-            mem_fmt(d->live_total, b, sizeof b), mem_fmt(d->capacity, c, sizeof c));
-    fprintf(stderr, "  live by tag:");
+    // The details first, then the one-line message (die) that says what happened.
+    fprintf(stderr, "  live by tag on device %d:", d->id);
     for (int t = 0; t < MEM_NTAGS; t++) fprintf(stderr, " %s %s", MEM_TAG_NAMES[t], mem_fmt(d->live[t], a, sizeof a));
     fprintf(stderr, "\n  largest live buffers:\n");
     // Print the five largest without sorting the list: pick the largest below the last one.
@@ -60,7 +58,10 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
         fprintf(stderr, "    %-40s %-12s %s\n", best->name, MEM_TAG_NAMES[best->tag], mem_fmt(best->bytes, a, sizeof a));
         below = best->bytes;
     }
-    die("raise hbm_capacity, or shard more (fsdp, tensor, expert), or lower per_device_batch_size");
+    die("device %d out of memory: '%s' (%s, %s) does not fit: %s live of %s capacity (largest buffers "
+        "above); raise hbm_capacity, or shard more (fsdp, tensor, expert), or lower per_device_batch_size",
+        d->id, name, MEM_TAG_NAMES[tag], mem_fmt(bytes, a, sizeof a), mem_fmt(d->live_total, b, sizeof b),
+        mem_fmt(d->capacity, c, sizeof c));
 }
 
 void *mem_alloc(MemTag tag, size_t bytes, const char *name) {

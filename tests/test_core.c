@@ -148,20 +148,35 @@ static void test_row_stable_matmul(void) {
     gc_fill(w, CC * OO, &seed, 1.0f);
     matmul_forward(full, inp, w, TT, CC, OO, 0);
     matmul_backward(dfull, NULL, full, NULL, w, TT, CC, OO, TT);
-    int starts[5] = {0, 5, 64, 3, 70}, counts[5] = {1, 7, 64, 65, 130};
-    int same = 1, dsame = 1;
-    for (int i = 0; i < 5; i++) {
-        int t0 = starts[i], n = counts[i];
-        matmul_forward(part, inp + (size_t)t0 * CC, w, n, CC, OO, 0);
-        same &= memcmp(part, full + (size_t)t0 * OO, sizeof(float) * n * OO) == 0;
-        memset(dpart, 0, sizeof(float) * TT * CC);
-        matmul_backward(dpart, NULL, full + (size_t)t0 * OO, NULL, w, n, CC, OO, n);
-        dsame &= memcmp(dpart, dfull + (size_t)t0 * CC, sizeof(float) * n * CC) == 0;
+    // Every start offset in 0..47 (a row lands on every place of a register tile), and a
+    // few lengths: each sub-call must reproduce its rows of the 200-row call bit for bit.
+    int counts[5] = {1, 7, 37, 64, 130}, same = 1, dsame = 1;
+    for (int i = 0; i < 5; i++)
+        for (int t0 = 0; t0 < 48; t0++) {
+            int n = counts[i];
+            matmul_forward(part, inp + (size_t)t0 * CC, w, n, CC, OO, 0);
+            same &= memcmp(part, full + (size_t)t0 * OO, sizeof(float) * n * OO) == 0;
+            memset(dpart, 0, sizeof(float) * TT * CC);
+            matmul_backward(dpart, NULL, full + (size_t)t0 * OO, NULL, w, n, CC, OO, n);
+            dsame &= memcmp(dpart, dfull + (size_t)t0 * CC, sizeof(float) * n * CC) == 0;
+        }
+    // Column-stable too (tensor parallelism computes a slice of the columns): the columns
+    // [j0, j0+nc) of w alone give the same bits as those columns of the full product.
+    int csame = 1;
+    float *wc = malloc(sizeof(float) * CC * OO), *pc = malloc(sizeof(float) * TT * OO);
+    int cj[4][2] = {{0, 16}, {16, 40}, {3, 5}, {37, 43}};
+    for (int i = 0; i < 4; i++) {
+        int j0 = cj[i][0], nc = cj[i][1];
+        for (int k = 0; k < CC; k++) memcpy(wc + (size_t)k * nc, w + (size_t)k * OO + j0, sizeof(float) * nc);
+        matmul_forward(pc, inp, wc, TT, CC, nc, 0);
+        for (int t = 0; t < TT; t++) csame &= memcmp(pc + (size_t)t * nc, full + (size_t)t * OO + j0, sizeof(float) * nc) == 0;
     }
+    free(wc); free(pc);
     CHECK(same, "matmul_forward: a row's bits depend on the rows around it");
     CHECK(dsame, "matmul_backward dinp: a row's bits depend on the rows around it");
-    printf("  row-stable matmul: rows computed in calls of 1, 7, 64, 65, 130 rows equal the 200-row call: %s\n",
-           same && dsame ? "bit for bit" : "NO");
+    CHECK(csame, "matmul_forward: a column's bits depend on the columns around it");
+    printf("  row-stable matmul: calls of 1, 7, 37, 64, 130 rows at every offset 0..47, and 4 column slices, "
+           "equal the full product: %s\n", same && dsame && csame ? "bit for bit" : "NO");
     free(inp); free(w); free(full); free(part); free(dfull); free(dpart);
 }
 

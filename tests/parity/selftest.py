@@ -299,7 +299,9 @@ def test_compare():
         save_file(fake_c, dump, metadata=meta)
         r = subprocess.run([py, os.path.join(HERE, "compare.py"), dump, jout, "--case", "self"], capture_output=True, text=True)
         check("identical results PASS", r.returncode == 0 and "case self: PASS" in r.stdout, r.stdout.strip().splitlines()[-1])
-        # a tie: C picked another expert whose selection score equals the replaced one's
+        # a tie: C picked another expert whose selection score equals the replaced one's.
+        # A real tie is seen by both sides (their scores agree to rounding), so the tied
+        # score goes into both files; otherwise the scores row itself (rightly) FAILs.
         idx, sc = "c/router/layers_1/indices", "c/router/layers_1/scores"
         fake_c[idx], fake_c[sc] = fake_c[idx].copy(), fake_c[sc].copy()
         tok = fake_c[idx][0, 0]
@@ -307,6 +309,8 @@ def test_compare():
         fake_c[sc][0, 0, other] = fake_c[sc][0, 0, tok[-1]]
         tok[-1] = other
         save_file(fake_c, dump, metadata=meta)
+        j["jax/router/layers_1/scores"] = fake_c[sc].copy()
+        save_file(j, jout)
         r = subprocess.run([py, os.path.join(HERE, "compare.py"), dump, jout, "--case", "self"], capture_output=True, text=True)
         tie_row = [ln for ln in r.stdout.splitlines() if ln.startswith("router/layers_1/indices")]
         check("router difference at a tie is TIE, case PASS",

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tests/mesh.sh: the same 5 training steps on several meshes must give bit-identical
+# losses (DESIGN.md principle 2). The global batch is 8 sequences everywhere
+# (per_device_batch_size * num_devices); each config's losses are printed as float32 bits.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-mesh.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=5 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
+
+run_losses() {   # run_losses NAME ARGS...: prints the loss bits of every step
+    local name=$1; shift
+    if ! $TRAIN "$@" $FAST metrics_file=$T/$name.jsonl > $T/$name.out 2>&1; then
+        echo "run failed: $(tail -1 $T/$name.out)"; return 1
+    fi
+    grep -o '"loss_bits": "[^"]*"' $T/$name.jsonl | cut -d'"' -f4 | tr '\n' ' '
+}
+
+for preset in mixtral-tiny deepseek-tiny; do
+    C=configs/$preset.yml
+    echo "== $preset"
+    base=$(run_losses base $C per_device_batch_size=8)
+    echo "  1 device                        $base"
+    while read -r name args; do
+        got=$(run_losses x $C $args)
+        printf '  %-31s %s\n' "$name" "$got"
+        check "$preset $name: 5 losses bit-identical to 1 device" [ "$got" = "$base" ]
+    done <<'MESHES'
+data=2                   ici_data_parallelism=2 per_device_batch_size=4
+fsdp=2                   ici_fsdp_parallelism=2 per_device_batch_size=4
+fsdp=4                   ici_fsdp_parallelism=4 per_device_batch_size=2
+data=2,fsdp=2            ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+fsdp=8                   ici_fsdp_parallelism=8 per_device_batch_size=1
+data=2+zero1             ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=4
+data=2,fsdp=2+zero1      ici_data_parallelism=2 ici_fsdp_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2
+fsdp=-1,num_devices=4    ici_fsdp_parallelism=-1 num_devices=4 per_device_batch_size=2
+MESHES
+    # Gradient accumulation: 2 microbatches of 4 on one device = of 2 per device on data=2.
+    acc1=$(run_losses acc1 $C per_device_batch_size=4 gradient_accumulation_steps=2)
+    acc2=$(run_losses acc2 $C per_device_batch_size=2 gradient_accumulation_steps=2 ici_fsdp_parallelism=2)
+    echo "  accumulation 2, 1 device        $acc1"
+    echo "  accumulation 2, fsdp=2          $acc2"
+    check "$preset: accumulation 2 on fsdp=2 bit-identical to 1 device" [ "$acc1" = "$acc2" ]
+done
+
+echo "== impossible meshes and out-of-memory: one clear message"
+C=configs/mixtral-tiny.yml
+expect_error "axes do not multiply to num_devices" "multiply to 4 devices but num_devices is 8" \
+    $TRAIN $C ici_fsdp_parallelism=4 num_devices=8
+expect_error "-1 cannot fill" "num_devices (6) is not a multiple of the other axes' product (4)" \
+    $TRAIN $C ici_data_parallelism=4 ici_fsdp_parallelism=-1 num_devices=6
+expect_error "axis not yet built" "not implemented yet" $TRAIN $C ici_tensor_parallelism=2
+expect_error "simulated out of memory names the device and buffer" "device 0 out of memory" \
+    $TRAIN $C $FAST hbm_capacity=20MB
+expect_error "bad byte count" "wants a byte count" $TRAIN $C hbm_capacity=lots
+summary

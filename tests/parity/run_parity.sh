@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# tests/parity/run_parity.sh: the float32 parity cases against the JAX reference (make parity).
+#
+# For each case: ./train CONFIG dump_parity=DIR (weights, batches and the C results of step
+# 0 and of parity_steps AdamW steps), reference.py on the dump (the same computation in
+# JAX), compare.py (one row per tensor against the tolerances of tests/parity/README.md).
+# A case passes when compare.py exits 0. The self-tests of the reference run first, as
+# one more case. Ends with `N passed, M failed`; exit status 1 if any case failed.
+#
+# PYTHON: the interpreter with jax/optax/numpy/safetensors (default: the .venv that
+# tests/parity/ensure_venv.sh creates from tests/parity/requirements.txt).
+set -u
+cd "$(dirname "$0")/../.."
+
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=$(bash tests/parity/ensure_venv.sh) || { echo "run_parity: no Python environment (see above)"; exit 1; }
+fi
+[ -x ./train ] || { echo "run_parity: ./train is not built (run make)"; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/meshmoe-parity.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+trap 'exit 130' INT TERM
+
+# Small and fast: the configs' model sizes, 2 sequences of 32 tokens per microbatch, and a
+# 10-step schedule (1 warm-up step, then the cosine) so the 10 parity steps cover it all.
+COMMON=(steps=10 parity_steps=10 per_device_batch_size=2 max_target_length=32)
+MIXTRAL=configs/mixtral-tiny.yml
+DEEPSEEK=configs/deepseek-tiny.yml
+
+passed=0
+failed=0
+failed_names=()
+
+pass() { passed=$((passed + 1)); echo "== $1: PASS ($2 s)"; echo; }
+fail() { failed=$((failed + 1)); failed_names+=("$1"); echo "== $1: FAIL ($2)"; echo; }
+
+# Counts the (token, slot) assignments that capacity dropping removes in step 0 of a dump
+# (from the C side's router choices, MODEL_SPEC "MoE block", dense path); fails if none,
+# so that the capacity case really exercises dropping.
+count_drops() {
+    "$PYTHON" - "$1" <<'EOF'
+import json, math, sys
+import numpy as np
+from safetensors import safe_open
+with safe_open(sys.argv[1], framework="numpy") as f:
+    cfg = json.loads(f.metadata()["config"])
+    idx = [f.get_tensor(k) for k in f.keys() if k.startswith("c/router/") and k.endswith("/indices")]
+E, K, S, cf = cfg["num_experts"], cfg["num_experts_per_tok"], cfg["max_target_length"], cfg["capacity_factor"]
+cap = int(max(math.ceil(S * K / E) * cf, cf))
+dropped = total = 0
+for a in idx:                                   # [A*B, S, K] per MoE layer
+    for seq in a:
+        counts = np.bincount(seq.reshape(-1), minlength=E)
+        dropped += int(np.sum(np.maximum(counts - cap, 0)))
+        total += seq.size
+print(f"capacity {cap} per expert and sequence: {dropped} of {total} assignments dropped in step 0")
+sys.exit(0 if dropped > 0 else 1)
+EOF
+}
+
+# run_case NAME CONFIG [key=value ...]
+run_case() {
+    local name=$1 cfg=$2
+    shift 2
+    local dir=$TMP/$name t0=$SECONDS
+    echo "== $name: ./train $cfg ${COMMON[*]} $*"
+    if ! ./train "$cfg" dump_parity="$dir" "${COMMON[@]}" "$@" >"$TMP/$name.train.log" 2>&1; then
+        tail -5 "$TMP/$name.train.log"
+        fail "$name" "./train failed"
+        return
+    fi
+    grep -E '^(parity step|wrote)' "$TMP/$name.train.log" | sed -n '1p;$p'
+    if [[ "$name" == *capacity* ]] && ! count_drops "$dir/dump.safetensors"; then
+        fail "$name" "no assignment was dropped: lower capacity_factor"
+        return
+    fi
+    if ! "$PYTHON" tests/parity/reference.py "$dir/dump.safetensors" "$dir/jax.safetensors"; then
+        fail "$name" "reference.py failed"
+        return
+    fi
+    if "$PYTHON" tests/parity/compare.py "$dir/dump.safetensors" "$dir/jax.safetensors" --case "$name"; then
+        pass "$name" $((SECONDS - t0))
+    else
+        fail "$name" "compare.py: tensors beyond tolerance, see the table"
+    fi
+    rm -rf "$dir"
+}
+
+start=$SECONDS
+echo "== selftest: $PYTHON tests/parity/selftest.py"
+t0=$SECONDS
+if "$PYTHON" tests/parity/selftest.py; then pass selftest $((SECONDS - t0)); else fail selftest "self-tests of the reference"; fi
+
+run_case mixtral-sparse   "$MIXTRAL"  sparse_matmul=true
+run_case mixtral-dense    "$MIXTRAL"  sparse_matmul=false
+run_case mixtral-capacity "$MIXTRAL"  sparse_matmul=false capacity_factor=1.0
+run_case mixtral-lb       "$MIXTRAL"  sparse_matmul=true load_balance_loss_weight=0.01
+run_case mixtral-zloss    "$MIXTRAL"  sparse_matmul=true z_loss_multiplier=1e-3
+run_case mixtral-ga2      "$MIXTRAL"  sparse_matmul=true gradient_accumulation_steps=2
+run_case deepseek-sparse  "$DEEPSEEK" sparse_matmul=true
+run_case deepseek-dense   "$DEEPSEEK" sparse_matmul=false
+run_case deepseek-qlora0  "$DEEPSEEK" sparse_matmul=true q_lora_rank=0
+run_case deepseek-ga2-lb  "$DEEPSEEK" sparse_matmul=true gradient_accumulation_steps=2 load_balance_loss_weight=0.01
+
+echo "parity: $((SECONDS - start)) s${failed_names[*]:+; failed: ${failed_names[*]}}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
