@@ -150,10 +150,10 @@ static void device_main(int dev_id, void *arg) {
         printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
                run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
     }
-    int sharded = shard_is_split(&m.shard);
+    int sharded = shard_is_split(&m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1;
     if ((c.load_checkpoint[0] || c.save_checkpoint[0] || c.dump_parity[0]) && sharded)
-        die("checkpoints and parity dumps are not yet supported with sharded state (fsdp > 1 or "
-            "shard_optimizer_over_data): use data parallelism or one device for them");
+        die("checkpoints and parity dumps are not yet supported with sharded state (fsdp, tensor or "
+            "expert > 1, or shard_optimizer_over_data): use data parallelism or one device for them");
     if (c.load_checkpoint[0]) {
         checkpoint_load(&m, c.load_checkpoint);
         if (talk) printf("resumed from %s at step %d\n", c.load_checkpoint, m.step);

@@ -4,9 +4,12 @@
 //     o = causal softmax attention (model/attn_core.c), query head h reads kv head h/(N/Nkv)
 //     out = o Wo  (T,D)
 // No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/model.c).
+// Tensor parallelism (sharding/tensor.h): c is the device's local config, so N and Nkv are
+// this device's heads; Wq, Wk, Wv are column-parallel and Wo row-parallel.
 #include "model/attention.h"
 #include "model/attn_core.h"
 #include "model/rope.h"
+#include "sharding/tensor.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -32,8 +35,8 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
     attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, Nkv, Dh, Dh);
 
-    // out = o Wo, Wo (N*Dh, D)
-    attn_matmul_forward(out, s->o, p->wo, B, S, N * Dh, D);
+    // out = o Wo, Wo (N*Dh, D): a sum over heads, split over the tensor axis
+    tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dh, D);
 }
 
 void attention_backward(const Config *c, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
@@ -58,10 +61,14 @@ void attention_backward(const Config *c, const AttentionParams *p, AttentionPara
     rope_backward(dq, B, S, N, Dh, Dh, lo, hi);
     rope_backward(dk, B, S, Nkv, Dh, Dh, lo, hi);
 
-    // q = x Wq, k = x Wk, v = x Wv:  dx += dq Wq^T + dk Wk^T + dv Wv^T, dW += x^T d(.)
-    attn_matmul_backward(dx, g->wq, dq, x, p->wq, B, S, D, N * Dh, leaf);
-    attn_matmul_backward(dx, g->wk, dk, x, p->wk, B, S, D, Nkv * Dh, leaf);
-    attn_matmul_backward(dx, g->wv, dv, x, p->wv, B, S, D, Nkv * Dh, leaf);
+    // q = x Wq, k = x Wk, v = x Wv:  dW += x^T d(.),  dx += dq Wq^T + dk Wk^T + dv Wv^T
+    // (each a sum over heads, split over the tensor axis)
+    attn_matmul_backward(NULL, g->wq, dq, x, p->wq, B, S, D, N * Dh, leaf);
+    attn_matmul_backward(NULL, g->wk, dk, x, p->wk, B, S, D, Nkv * Dh, leaf);
+    attn_matmul_backward(NULL, g->wv, dv, x, p->wv, B, S, D, Nkv * Dh, leaf);
+    tp_colpar_dinp(c, dx, dq, p->wq, T, D, N * Dh);
+    tp_colpar_dinp(c, dx, dk, p->wk, T, D, Nkv * Dh);
+    tp_colpar_dinp(c, dx, dv, p->wv, T, D, Nkv * Dh);
     mem_free(dq);
     mem_free(dk);
     mem_free(dv);

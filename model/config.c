@@ -86,6 +86,7 @@ static const KeyDef KEYS[] = {
     KEY(dump_parity, K_STR, "", "write a parity dump for the JAX reference into this directory and exit"),
     KEY(parity_steps, K_INT, "10", "optimizer steps recorded in the parity dump"),
     KEY(reduce_leaf_tokens, K_INT, "0", "tokens per leaf of the canonical gradient-sum tree (0 = one sequence)"),
+    KEY(tensor_reduce_chunks, K_INT, "4", "pieces every tensor-parallel sum (heads, MLP width, vocab) is cut into and added along the canonical tree; the tensor size must divide it"),
     KEY(matmul_impl, K_STR, "ordered", "ordered: each output element one in-order FMA chain (bit-identical under any sharding); openblas: faster, not row-stable"),
     KEY(num_threads, K_INT, "0", "compute threads per device (0 = the cores shared out over the devices)"),
     // the mesh (sharding/mesh.c): MaxText's ici_<axis>_parallelism; -1 fills the rest

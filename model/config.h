@@ -68,6 +68,7 @@ typedef struct {
     int parity_steps;
     // ---- canonical reduction (DESIGN.md principle 2) ----
     int reduce_leaf_tokens;          // tokens per leaf of the gradient-sum tree (0 = S)
+    int tensor_reduce_chunks;        // pieces of every tensor-parallel sum (sharding/tensor.h)
     char matmul_impl[CFG_STR];       // "ordered" (row-stable, model/matmul.c) or "openblas"
     // ---- run control ----
     int num_threads;                 // OpenMP threads per device (0 = cores / devices)

@@ -1,9 +1,12 @@
 // model/embedding.h: token embedding lookup (MODEL_SPEC.md "Embedding"): no sqrt(D) scaling.
+// Vocabulary-parallel: the device holds rows v0 .. v0+V-1 of the table (sharding/tensor.h).
 #ifndef MESHMOE_EMBEDDING_H
 #define MESHMOE_EMBEDDING_H
 
-// out (T,D) = table (V,D) [ids (T)]
-void embedding_forward(float *out, const int *ids, const float *table, int T, int D);
-// dtable (V,D) += scatter-add of dout (T,D) by ids, leaf by leaf along the canonical tree.
-void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int leaf);
+// out (T,D) = table (V,D) [ids (T) - v0] for the ids this device holds, 0 for the others
+// (summed over the tensor axis by the caller: exactly one device contributes each row).
+void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0);
+// dtable (V,D) += scatter-add of dout (T,D) by the ids this device holds, leaf by leaf along
+// the canonical tree.
+void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0, int leaf);
 #endif

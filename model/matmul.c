@@ -164,6 +164,34 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
     }
 }
 
+void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
+    if (chunks < 1 || C % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", C, chunks);
+    int Cc = C / chunks;
+    TreeSum ts;
+    treesum_begin(&ts, (size_t)T * OC, MEM_TEMP, "matmul partial product");
+    for (int r = 0; r < chunks; r++) {
+        float *part = treesum_leaf(&ts);   // (T,OC) = inp[:, piece r] @ w[piece r, :]
+        gemm(0, 0, T, OC, Cc, 1.0f, inp + (size_t)r * Cc, C, w + (size_t)r * Cc * OC, OC, 0.0f, part, OC);
+        treesum_push(&ts);
+    }
+    memset(out, 0, sizeof(float) * T * OC);
+    treesum_end(&ts, out);
+}
+
+void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks) {
+    if (chunks < 1 || OC % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", OC, chunks);
+    int Oc = OC / chunks;
+    TreeSum ts;
+    treesum_begin(&ts, (size_t)T * C, MEM_TEMP, "matmul partial input grad");
+    for (int r = 0; r < chunks; r++) {
+        float *part = treesum_leaf(&ts);   // (T,C) = dout[:, piece r] @ w[:, piece r]^T
+        gemm(0, 1, T, C, Oc, 1.0f, dout + (size_t)r * Oc, OC, w + (size_t)r * Oc, OC, 0.0f, part, C);
+        treesum_push(&ts);
+    }
+    memset(dinp, 0, sizeof(float) * T * C);
+    treesum_end(&ts, dinp);
+}
+
 #ifndef MESHMOE_NO_BLAS
 // Declared by OpenBLAS (not in every cblas.h).
 extern char *openblas_get_config(void);

@@ -19,6 +19,16 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
 // "ordered" (default) or "openblas" (config key matmul_impl); dies on anything else.
 void matmul_set_impl(const char *impl);
 
+// The same products with one contraction cut into `chunks` equal pieces whose partial
+// products are added along the canonical tree (model/treesum.h). Tensor parallelism
+// (sharding/tensor.c) gives each device a whole subtree of pieces, so the all-reduce of the
+// devices' partials adds them in the same order as one device does: the sum is
+// bit-identical to the single-device one.
+// out (T,OC) = inp (T,C) @ w (C,OC), the sum over C in `chunks` pieces (out is overwritten).
+void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks);
+// dinp (T,C) = dout (T,OC) @ w^T, the sum over OC in `chunks` pieces (dinp is overwritten).
+void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks);
+
 // The raw GEMM: C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
 // alpha must be 1 and beta 0 or 1 (all the model needs).
 // lda/ldb/ldc are the row strides of A, B, C as stored.

@@ -8,10 +8,15 @@
 //     RoPE on q_rope (every head) and on k_rope;  k = [k_nope, k_rope]  (broadcast over heads)
 //     q *= (Dn + Dr)^-0.5  (after RoPE)
 //     o = causal softmax attention (model/attn_core.c) with N kv heads;  out = o Wo
+// Tensor parallelism (sharding/tensor.h): N is this device's heads (c is the local config);
+// Wq/Wq_b and Wkv_b are column-parallel, Wo row-parallel; the low-rank Wq_a, Wkv_a and
+// the norms are replicated (every tensor device computes them whole).
 #include "model/mla.h"
 #include "model/attn_core.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
+#include "model/treesum.h"
+#include "sharding/tensor.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -79,7 +84,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
     attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, N, Qk, Dv);
-    attn_matmul_forward(out, s->o, p->wo, B, S, N * Dv, D);
+    tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
 }
 
 void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s,
@@ -104,26 +109,40 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     s->q = s->k = s->v = s->o = s->stats = NULL;
 
     // ---- keys and values ----
-    // dkv (T,N,Dn+Dv) = per head [dk_nope, dv]; the shared k_rope gets the sum over heads
-    // of dk_rope (in head order), written into dckv (T,R+Dr) after the latent's slot.
+    // dkv (T,N,Dn+Dv) = per head [dk_nope, dv]. The shared k_rope gets the sum over heads
+    // of dk_rope: a sum over the tensor-split heads, so it is cut into the pieces of
+    // sharding/tensor.h (each a run of heads, added in head order) added along the tree,
+    // then over the tensor axis; it goes into dckv (T,R+Dr) after the latent's slot.
     float *dkv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla d kv up");   // (T,N,Dn+Dv)
     float *dckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla d kv down");     // (T,R+Dr)
-    for (int t = 0; t < T; t++) {
-        float *dk_rope = dckv + (size_t)t * (R + Dr) + R;   // (Dr)
+    for (int t = 0; t < T; t++)
         for (int h = 0; h < N; h++) {
-            const float *dkh = dk + ((size_t)t * N + h) * Qk;   // (Qk)
             float *dkvh = dkv + ((size_t)t * N + h) * (Dn + Dv);
-            memcpy(dkvh, dkh, sizeof(float) * Dn);
+            memcpy(dkvh, dk + ((size_t)t * N + h) * Qk, sizeof(float) * Dn);
             memcpy(dkvh + Dn, dv + ((size_t)t * N + h) * Dv, sizeof(float) * Dv);
-            for (int d = 0; d < Dr; d++) dk_rope[d] += dkh[Dn + d];
         }
+    int pieces = tp_local_chunks(c), hp = N / pieces;
+    float *dk_rope = mem_floats(MEM_TEMP, (size_t)T * Dr, "mla d k_rope");   // (T,Dr)
+    TreeSum ts;
+    treesum_begin(&ts, (size_t)T * Dr, MEM_TEMP, "mla d k_rope piece");
+    for (int r = 0; r < pieces; r++) {
+        float *piece = treesum_leaf(&ts);   // (T,Dr): heads r*hp .. (r+1)*hp-1
+        for (int t = 0; t < T; t++)
+            for (int h = r * hp; h < (r + 1) * hp; h++)
+                for (int d = 0; d < Dr; d++) piece[(size_t)t * Dr + d] += dk[((size_t)t * N + h) * Qk + Dn + d];
+        treesum_push(&ts);
     }
+    treesum_end(&ts, dk_rope);
+    tp_all_reduce(dk_rope, (size_t)T * Dr);
+    for (int t = 0; t < T; t++) memcpy(dckv + (size_t)t * (R + Dr) + R, dk_rope + (size_t)t * Dr, sizeof(float) * Dr);
+    mem_free(dk_rope);
     mem_free(dk);
     mem_free(dv);
     rope_backward(dckv + R, B, S, 1, R + Dr, Dr, lo, hi);
     // kv = latn Wkv_b, latn = RMSNorm_kv(latent)
     float *dlatn = mem_floats(MEM_TEMP, (size_t)T * R, "mla d kv_norm out");   // (T,R)
-    attn_matmul_backward(dlatn, g->wkv_b, dkv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv), leaf);
+    attn_matmul_backward(NULL, g->wkv_b, dkv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv), leaf);
+    tp_colpar_dinp(c, dlatn, dkv, p->wkv_b, T, R, N * (Dn + Dv));   // a sum over heads (tensor-split)
     mem_free(dkv);
     float *dlat = mem_floats(MEM_TEMP, (size_t)T * R, "mla d latent");         // (T,R)
     rmsnorm_backward(dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kv_rstd, T, R, leaf);
@@ -142,14 +161,16 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     if (Q > 0) {
         // q = qn Wq_b, qn = RMSNorm_q(qa), qa = x Wq_a
         float *dqn = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q_norm out");   // (T,Q)
-        attn_matmul_backward(dqn, g->wq_b, dq, s->qn, p->wq_b, B, S, Q, N * Qk, leaf);
+        attn_matmul_backward(NULL, g->wq_b, dq, s->qn, p->wq_b, B, S, Q, N * Qk, leaf);
+        tp_colpar_dinp(c, dqn, dq, p->wq_b, T, Q, N * Qk);   // a sum over heads (tensor-split)
         float *dqa = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q down");       // (T,Q)
         rmsnorm_backward(dqa, g->q_norm, dqn, s->qa, p->q_norm, s->qa_rstd, T, Q, leaf);
         attn_matmul_backward(dx, g->wq_a, dqa, x, p->wq_a, B, S, D, Q, leaf);
         mem_free(dqn);
         mem_free(dqa);
     } else {
-        attn_matmul_backward(dx, g->wq, dq, x, p->wq, B, S, D, N * Qk, leaf);
+        attn_matmul_backward(NULL, g->wq, dq, x, p->wq, B, S, D, N * Qk, leaf);
+        tp_colpar_dinp(c, dx, dq, p->wq, T, D, N * Qk);   // a sum over heads (tensor-split)
     }
     mem_free(dq);
     mla_saved_free(s);

@@ -3,8 +3,11 @@
 //     h0 = x wi_0,  h1 = x wi_1          (T,F)
 //     act = silu(h0) * h1                (T,F),  silu(z) = z * sigmoid(z)
 //     out = act wo                       (T,D)
+// Under tensor parallelism F is this device's slice of the width: wi_0, wi_1 are
+// column-parallel and wo row-parallel (sharding/tensor.h).
 #include "model/mlp.h"
 #include "model/matmul.h"
+#include "sharding/tensor.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -25,7 +28,7 @@ void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0,
     }
 }
 
-void mlp_forward(const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
+void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
     s->h0 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F)
     s->h1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
     matmul_forward(s->h0, x, p->wi_0, T, D, F, 0);
@@ -33,11 +36,11 @@ void mlp_forward(const MlpParams *p, MlpSaved *s, float *out, const float *x, in
     // The activation is recomputed in the backward pass from h0, h1: a temporary here.
     float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F)
     swiglu_forward(act, s->h0, s->h1, (long)T * F);
-    matmul_forward(out, act, p->wo, T, F, D, 0);
+    tp_rowpar_forward(c, out, act, p->wo, T, F, D);   // a sum over F, split over the tensor axis
     mem_free(act);
 }
 
-void mlp_backward(const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
+void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, int leaf) {
     float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed
     swiglu_forward(act, s->h0, s->h1, (long)T * F);
@@ -49,8 +52,10 @@ void mlp_backward(const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, cons
     swiglu_backward(dh0, dh1, dact, s->h0, s->h1, (long)T * F);
     mem_free(dact);
     mlp_saved_free(s);
-    matmul_backward(dx, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);
-    matmul_backward(dx, g->wi_1, dh1, x, p->wi_1, T, D, F, leaf);
+    matmul_backward(NULL, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);
+    matmul_backward(NULL, g->wi_1, dh1, x, p->wi_1, T, D, F, leaf);
+    tp_colpar_dinp(c, dx, dh0, p->wi_0, T, D, F);   // sums over F, split over the tensor axis
+    tp_colpar_dinp(c, dx, dh1, p->wi_1, T, D, F);
     mem_free(dh0);
     mem_free(dh1);
 }

@@ -2,16 +2,18 @@
 #ifndef MESHMOE_MLP_H
 #define MESHMOE_MLP_H
 #include "model/params.h"
+#include "model/config.h"
 
 typedef struct {
     float *h0;   // (T,F) x @ wi_0 (before silu)
     float *h1;   // (T,F) x @ wi_1
 } MlpSaved;
 
-// out (T,D) = SwiGLU(x (T,D)); F is the hidden width. s gets MEM_ACTIVATIONS buffers.
-void mlp_forward(const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F);
+// out (T,D) = SwiGLU(x (T,D)); F is the hidden width (this device's slice of it under
+// tensor parallelism; c gives tensor_reduce_chunks). s gets MEM_ACTIVATIONS buffers.
+void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F);
 // dx (T,D) += ; g->* += weight gradients (canonical tree over `leaf`-token leaves); frees s.
-void mlp_backward(const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
+void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, int leaf);
 // Free what mlp_forward saved (safe on a cleared struct): a forward without a backward.
 void mlp_saved_free(MlpSaved *s);

@@ -11,6 +11,8 @@
 #include "model/loss.h"
 #include "sharding/memory.h"
 #include "sharding/fsdp.h"
+#include "sharding/partition.h"
+#include "sharding/tensor.h"
 #include "common.h"
 #include <stdarg.h>
 
@@ -21,25 +23,48 @@
 typedef struct {
     ParamSpec *specs;   // where to record (may be NULL)
     int n;              // tensors so far
-    size_t off;         // floats so far
+    size_t off;         // floats so far (of this device's local layout)
     float *base;        // flat buffer to bind pointers into (may be NULL)
     size_t lo;          // base holds the floats from offset lo of the layout on
+    const Mesh *mesh;   // the mesh whose tensor/expert axes cut the shapes (NULL: none)
+    int dev;            // this device
 } Walk;
 
-static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *fmt, ...) {
+// One tensor: its global shape, the logical name of each dimension (sharding/partition.h),
+// its init, its name. Records the spec with this device's local shape (the global one cut
+// along the tensor and expert axes) and returns where the tensor lives in `base`.
+static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *const *logical,
+                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *const *logical,
+                   const char *fmt, ...) {
+    char name[112];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    PartSpec part = partition_spec(w->mesh, ndim, logical);
+    int local[PART_MAX_DIMS];
     size_t size = 1;
-    for (int i = 0; i < ndim; i++) size *= (size_t)shape[i];
+    for (int i = 0; i < ndim; i++) {
+        int pieces = w->mesh ? partition_local_pieces(w->mesh, &part, i) : 1;
+        if (shape[i] % pieces)
+            die("%s: its dimension %d ('%s', size %d) is split over %d devices, which does not divide it; "
+                "choose a mesh whose tensor/expert sizes divide it", name, i, logical[i], shape[i], pieces);
+        local[i] = shape[i] / pieces;
+        size *= (size_t)local[i];
+    }
     if (w->specs) {
         ParamSpec *s = &w->specs[w->n];
         memset(s, 0, sizeof(*s));
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(s->name, sizeof s->name, fmt, ap);
-        va_end(ap);
+        snprintf(s->name, sizeof s->name, "%s", name);
         s->ndim = ndim;
-        for (int i = 0; i < ndim; i++) s->shape[i] = shape[i];
+        s->part = part;
+        for (int i = 0; i < ndim; i++) {
+            s->gshape[i] = shape[i];
+            s->shape[i] = local[i];
+            s->lindex[i] = w->mesh ? partition_local_index(w->mesh, w->dev, &part, i) : 0;
+            s->logical[i] = logical[i];
+        }
         s->offset = w->off;
         s->size = size;
         s->init_std = std;
@@ -53,11 +78,11 @@ static float *take(Walk *w, float std, float cst, int ndim, const int *shape, co
 }
 
 #define SHAPE(...) (int[]){__VA_ARGS__}
-#define NDIM(...) ((int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)))
+#define AXES(...) (const char *const[]){__VA_ARGS__}
 // A kernel whose input width is fan_in: truncated normal with std 1/sqrt(fan_in).
-#define KERNEL(w, fan_in, name_fmt, ...) \
-    take(w, 1.0f / sqrtf((float)(fan_in)), 0.0f, NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__), name_fmt, l)
-#define SCALE(w, n, name_fmt) take(w, 0.0f, 1.0f, 1, SHAPE(n), name_fmt, l)
+#define KERNEL(w, fan_in, axes, name_fmt, ndim, ...) \
+    take(w, 1.0f / sqrtf((float)(fan_in)), 0.0f, ndim, SHAPE(__VA_ARGS__), axes, name_fmt, l)
+#define SCALE(w, n, name_fmt) take(w, 0.0f, 1.0f, 1, SHAPE(n), AXES("norm"), name_fmt, l)
 
 static void swiglu_layout(Walk *w, MlpParams *p, int l, int D, int F, const char *prefix) {
     char f0[96], f1[96], f2[96];
@@ -66,17 +91,20 @@ static void swiglu_layout(Walk *w, MlpParams *p, int l, int D, int F, const char
     snprintf(f2, sizeof f2, "decoder/layers_%%d/%s/wo/kernel", prefix);
     #pragma GCC diagnostic push
     #pragma GCC diagnostic ignored "-Wformat-nonliteral"
-    p->wi_0 = KERNEL(w, D, f0, D, F);
-    p->wi_1 = KERNEL(w, D, f1, D, F);
-    p->wo = KERNEL(w, F, f2, F, D);
+    p->wi_0 = KERNEL(w, D, AXES("embed", "mlp"), f0, 2, D, F);
+    p->wi_1 = KERNEL(w, D, AXES("embed", "mlp"), f1, 2, D, F);
+    p->wo = KERNEL(w, F, AXES("mlp", "embed"), f2, 2, F, D);
     #pragma GCC diagnostic pop
 }
 
+// The whole layout, with MaxText's names and logical axes. Sharded dimensions:
+// heads and MLP widths (dense, shared and expert) and the vocabulary over `tensor`
+// (Megatron: column-parallel in, row-parallel out), experts over `expert`.
 static void walk_layout(const Config *c, Walk *w, Params *p) {
     int D = c->base_emb_dim, V = c->vocab_size, N = c->base_num_query_heads;
     int L = c->base_num_decoder_layers, E = c->num_experts, H = cfg_expert_dim(c);
     int l = 0;   // used by the name formats below
-    p->embedding = take(w, 1.0f, 0.0f, 2, SHAPE(V, D), "token_embedder/embedding");
+    p->embedding = take(w, 1.0f, 0.0f, 2, SHAPE(V, D), AXES("vocab", "embed"), "token_embedder/embedding");
     w->specs ? (void)(w->specs[w->n - 1].truncated = 0) : (void)0;   // plain normal(0,1)
     for (l = 0; l < L; l++) {
         LayerParams *lp = &p->layers[l];
@@ -86,45 +114,52 @@ static void walk_layout(const Config *c, Walk *w, Params *p) {
             int Nkv = c->base_num_kv_heads, Dh = c->head_dim;
             // MaxText folds attention's 1/sqrt(Dh) into the query kernel's init.
             lp->attn.wq = take(w, 1.0f / sqrtf((float)D) / sqrtf((float)Dh), 0.0f, 3, SHAPE(D, N, Dh),
-                               "decoder/layers_%d/self_attention/query/kernel", l);
-            lp->attn.wk = KERNEL(w, D, "decoder/layers_%d/self_attention/key/kernel", D, Nkv, Dh);
-            lp->attn.wv = KERNEL(w, D, "decoder/layers_%d/self_attention/value/kernel", D, Nkv, Dh);
-            lp->attn.wo = KERNEL(w, N * Dh, "decoder/layers_%d/self_attention/out/kernel", N, Dh, D);
+                               AXES("embed", "q_heads", "kv"), "decoder/layers_%d/self_attention/query/kernel", l);
+            lp->attn.wk = KERNEL(w, D, AXES("embed", "kv_heads", "kv_head_dim"),
+                                 "decoder/layers_%d/self_attention/key/kernel", 3, D, Nkv, Dh);
+            lp->attn.wv = KERNEL(w, D, AXES("embed", "kv_heads", "kv_head_dim"),
+                                 "decoder/layers_%d/self_attention/value/kernel", 3, D, Nkv, Dh);
+            lp->attn.wo = KERNEL(w, N * Dh, AXES("heads", "kv", "embed"),
+                                 "decoder/layers_%d/self_attention/out/kernel", 3, N, Dh, D);
         } else {
             int Qk = c->qk_nope_head_dim + c->qk_rope_head_dim, R = c->kv_lora_rank, Q = c->q_lora_rank;
             MLAParams *a = &lp->mla;
             if (Q > 0) {
-                a->wq_a = KERNEL(w, D, "decoder/layers_%d/self_attention/wq_a/kernel", D, Q);
+                a->wq_a = KERNEL(w, D, AXES("embed", "q_lora"), "decoder/layers_%d/self_attention/wq_a/kernel", 2, D, Q);
                 a->q_norm = SCALE(w, Q, "decoder/layers_%d/self_attention/q_norm/scale");
-                a->wq_b = KERNEL(w, Q, "decoder/layers_%d/self_attention/wq_b/kernel", Q, N, Qk);
+                a->wq_b = KERNEL(w, Q, AXES("q_lora", "q_heads", "kv"), "decoder/layers_%d/self_attention/wq_b/kernel",
+                                 3, Q, N, Qk);
             } else {
-                a->wq = KERNEL(w, D, "decoder/layers_%d/self_attention/query/kernel", D, N, Qk);
+                a->wq = KERNEL(w, D, AXES("embed", "q_heads", "kv"), "decoder/layers_%d/self_attention/query/kernel",
+                               3, D, N, Qk);
             }
-            a->wkv_a = KERNEL(w, D, "decoder/layers_%d/self_attention/wkv_a/kernel", D, R + c->qk_rope_head_dim);
+            a->wkv_a = KERNEL(w, D, AXES("embed", "kv_lora"), "decoder/layers_%d/self_attention/wkv_a/kernel",
+                              2, D, R + c->qk_rope_head_dim);
             a->kv_norm = SCALE(w, R, "decoder/layers_%d/self_attention/kv_norm/scale");
-            a->wkv_b = KERNEL(w, R, "decoder/layers_%d/self_attention/wkv_b/kernel", R, N,
-                              c->qk_nope_head_dim + c->v_head_dim);
-            a->wo = KERNEL(w, N * c->v_head_dim, "decoder/layers_%d/self_attention/out/kernel", N, c->v_head_dim, D);
+            a->wkv_b = KERNEL(w, R, AXES("kv_lora", "kv_heads", "kv_head_dim"),
+                              "decoder/layers_%d/self_attention/wkv_b/kernel", 3, R, N, c->qk_nope_head_dim + c->v_head_dim);
+            a->wo = KERNEL(w, N * c->v_head_dim, AXES("heads", "kv", "embed"), "decoder/layers_%d/self_attention/out/kernel",
+                           3, N, c->v_head_dim, D);
         }
         lp->post_norm = SCALE(w, D, "decoder/layers_%d/post_self_attention_layer_norm/scale");
         if (!cfg_layer_is_moe(c, l)) {
             swiglu_layout(w, &lp->mlp, l, D, c->base_mlp_dim, "mlp");
         } else {
             MoeParams *mp = &lp->moe;
-            mp->gate = KERNEL(w, D, "decoder/layers_%d/MoeBlock_0/gate/kernel", D, E);
-            mp->wi_0 = KERNEL(w, D, "decoder/layers_%d/MoeBlock_0/wi_0", E, D, H);
-            mp->wi_1 = KERNEL(w, D, "decoder/layers_%d/MoeBlock_0/wi_1", E, D, H);
-            mp->wo = KERNEL(w, H, "decoder/layers_%d/MoeBlock_0/wo", E, H, D);
+            mp->gate = KERNEL(w, D, AXES("embed", "kv"), "decoder/layers_%d/MoeBlock_0/gate/kernel", 2, D, E);
+            mp->wi_0 = KERNEL(w, D, AXES("exp", "embed_no_exp", "mlp"), "decoder/layers_%d/MoeBlock_0/wi_0", 3, E, D, H);
+            mp->wi_1 = KERNEL(w, D, AXES("exp", "embed_no_exp", "mlp"), "decoder/layers_%d/MoeBlock_0/wi_1", 3, E, D, H);
+            mp->wo = KERNEL(w, H, AXES("exp", "mlp", "embed_no_exp"), "decoder/layers_%d/MoeBlock_0/wo", 3, E, H, D);
             if (c->shared_experts > 0)
                 swiglu_layout(w, &mp->shared, l, D, c->shared_experts * H, "shared_experts");
         }
     }
-    p->final_norm = take(w, 0.0f, 1.0f, 1, SHAPE(D), "decoder/decoder_norm/scale");
-    p->logits = take(w, 1.0f / sqrtf((float)D), 0.0f, 2, SHAPE(D, V), "decoder/logits_dense/kernel");
+    p->final_norm = take(w, 0.0f, 1.0f, 1, SHAPE(D), AXES("norm"), "decoder/decoder_norm/scale");
+    p->logits = take(w, 1.0f / sqrtf((float)D), 0.0f, 2, SHAPE(D, V), AXES("embed", "vocab"), "decoder/logits_dense/kernel");
 }
 
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
-    Walk w = {specs, 0, 0, NULL, 0};
+    Walk w = {specs, 0, 0, NULL, 0, mesh_current(), mesh_device_id()};
     Params p;
     LayerParams *layers = calloc((size_t)c->base_num_decoder_layers, sizeof(LayerParams));
     p.layers = layers;
@@ -135,7 +170,7 @@ int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
 }
 
 void model_bind(const Model *m, Params *p, float *base) {
-    Walk w = {NULL, 0, 0, base, 0};
+    Walk w = {NULL, 0, 0, base, 0, mesh_current(), mesh_device_id()};
     walk_layout(&m->cfg, &w, p);
 }
 
@@ -152,7 +187,7 @@ void model_bind_unit(const Model *m, Params *p, int u, float *buf) {
     Params tmp;
     LayerParams *layers = calloc((size_t)L, sizeof(LayerParams));
     tmp.layers = layers;
-    Walk w = {NULL, 0, 0, buf, m->shard.unit_off[u]};
+    Walk w = {NULL, 0, 0, buf, m->shard.unit_off[u], mesh_current(), mesh_device_id()};
     walk_layout(c, &w, &tmp);
     if (u == 0) p->embedding = tmp.embedding;
     else if (u <= L) p->layers[u - 1] = tmp.layers[u - 1];
@@ -188,14 +223,28 @@ static float normal_at(uint64_t key, uint64_t i, uint64_t draw) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
-// Elements [i0, i1) of tensor s into x[0 .. i1-i0).
+// The global flat index of local element i of tensor s: its local coordinates, shifted by
+// this device's piece of each cut dimension, in the global row-major shape.
+static size_t global_index(const ParamSpec *s, size_t i) {
+    size_t g = 0, stride = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        size_t local = i % (size_t)s->shape[d];
+        i /= (size_t)s->shape[d];
+        g += ((size_t)s->lindex[d] * (size_t)s->shape[d] + local) * stride;
+        stride *= (size_t)s->gshape[d];
+    }
+    return g;
+}
+
+// Local elements [i0, i1) of tensor s into x[0 .. i1-i0).
 static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_t i1) {
     uint64_t key = mix64(hash_name(s->name) ^ mix64((uint64_t)seed + 0x1234567ull));
-    for (size_t i = i0; i < i1; i++) {
-        if (s->init_std == 0.0f) { x[i - i0] = s->init_const; continue; }
+    for (size_t li = i0; li < i1; li++) {
+        size_t i = global_index(s, li), at = li - i0;
+        if (s->init_std == 0.0f) { x[at] = s->init_const; continue; }
         float z = normal_at(key, i, 0);
         for (uint64_t d = 1; s->truncated && fabsf(z) > 2.0f; d++) z = normal_at(key, i, d);
-        x[i - i0] = s->init_std * z;
+        x[at] = s->init_std * z;
     }
 }
 
@@ -203,6 +252,11 @@ void model_init(Model *m, const Config *c) {
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
     int L = c->base_num_decoder_layers;
+    // Tensor parallelism: this device's heads and widths, and its slice of the vocabulary.
+    tp_check(c, tp_size());
+    m->lcfg = tp_local_config(c);
+    m->vocab_local = c->vocab_size / tp_size();
+    m->vocab_first = tp_rank() * m->vocab_local;
     m->ntensors = model_layout(c, NULL, NULL);
     m->specs = calloc((size_t)m->ntensors, sizeof(ParamSpec));
     model_layout(c, m->specs, &m->nparams);
@@ -274,7 +328,9 @@ static float *bias_of(const Model *m, int l) {
 
 void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
     const Config *c = &m->cfg;
-    int T = B * S, D = c->base_emb_dim, V = c->vocab_size, L = c->base_num_decoder_layers;
+    const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
+    int T = B * S, D = c->base_emb_dim, L = c->base_num_decoder_layers;
+    int V = m->vocab_local, v0 = m->vocab_first;   // this device's slice of the vocabulary
     float eps = c->normalization_layer_epsilon;
     m->B = B; m->S = S; m->ids = ids; m->targets = targets;
 
@@ -282,7 +338,8 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     // is all-gathered just before use and freed right after.
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
     fsdp_acquire(m, 0);
-    embedding_forward(x, ids, m->params.embedding, T, D);      // (T,D)
+    embedding_forward(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
+    tp_all_reduce(x, (size_t)T * D);   // vocabulary-parallel: each row comes from one device
     fsdp_release(m, 0);
     for (int l = 0; l < L; l++) {
         fsdp_acquire(m, 1 + l);
@@ -294,8 +351,8 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
         a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
         rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps);
         a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
-        if (cfg_is_mla(c)) mla_forward(c, &p->mla, &a->mla, a->h, a->n1, B, S);
-        else attention_forward(c, &p->attn, &a->attn, a->h, a->n1, B, S);
+        if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
+        else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
         for (size_t i = 0; i < (size_t)T * D; i++) a->h[i] += x[i];
         // x' = h + FFN(RMSNorm_post(h))
         a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
@@ -305,9 +362,9 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
         if (cfg_layer_is_moe(c, l)) {
             long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
             double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
-            moe_forward(c, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
         } else {
-            mlp_forward(&p->mlp, &a->mlp, xn, a->n2, T, D, c->base_mlp_dim);
+            mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
         }
         for (size_t i = 0; i < (size_t)T * D; i++) xn[i] += a->h[i];
         x = xn;
@@ -323,8 +380,8 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
     fsdp_release(m, L + 1);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
-    st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, V, c->z_loss_multiplier,
-                             cfg_leaf_tokens(c));
+    st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, V, v0, tp_local_chunks(c),
+                             c->z_loss_multiplier, cfg_leaf_tokens(c));
 }
 
 // Free what model_forward kept (the layers' own saved state is freed by their backward
@@ -342,16 +399,19 @@ static void free_stack_acts(Model *m) {
 
 void model_backward(Model *m, float scale, float lb_coef) {
     const Config *c = &m->cfg;
-    int B = m->B, S = m->S, T = B * S, D = c->base_emb_dim, V = c->vocab_size;
+    const Config *lc = &m->lcfg;
+    int B = m->B, S = m->S, T = B * S, D = c->base_emb_dim;
+    int V = m->vocab_local, v0 = m->vocab_first;
     int L = c->base_num_decoder_layers, leaf = cfg_leaf_tokens(c);
     Params *g = &m->grads;
 
     // Loss and output head.
     fsdp_acquire(m, L + 1);
     fsdp_grad_begin(m, L + 1);
-    loss_backward(m->logits, m->lse, m->targets, T, V, c->z_loss_multiplier, scale);  // logits := dlogits
+    loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
     float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-    matmul_backward(dnf, g->logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
+    matmul_backward(NULL, g->logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
+    tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
     rmsnorm_backward(dx, g->final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf);
     fsdp_grad_end(m, L + 1);
@@ -367,23 +427,23 @@ void model_backward(Model *m, float scale, float lb_coef) {
         memcpy(dh, dx, sizeof(float) * T * D);
         memset(dn, 0, sizeof(float) * T * D);
         if (cfg_layer_is_moe(c, l)) {
-            moe_backward(c, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+            moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
             moe_saved_free(&a->moe);
         } else {
-            mlp_backward(&p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, c->base_mlp_dim, leaf);
+            mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
         }
         rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf);
         // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
         memcpy(dx, dh, sizeof(float) * T * D);
         memset(dn, 0, sizeof(float) * T * D);
-        if (cfg_is_mla(c)) mla_backward(c, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
-        else attention_backward(c, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
+        if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
+        else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
         rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf);
         fsdp_grad_end(m, 1 + l);
         fsdp_release(m, 1 + l);
     }
     fsdp_grad_begin(m, 0);
-    embedding_backward(g->embedding, dx, m->ids, T, D, V, leaf);
+    embedding_backward(g->embedding, dx, m->ids, T, D, V, v0, leaf);
     fsdp_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
     free_stack_acts(m);

@@ -10,12 +10,18 @@
 #include "model/mlp.h"
 #include "model/moe.h"
 #include "sharding/fsdp.h"
+#include "sharding/partition.h"
 
 // One tensor of the layout: its MaxText-style name, shape, place in the flat buffer and init.
+// Under tensor or expert parallelism `shape` is this device's piece of `gshape`.
 typedef struct {
     char name[112];     // e.g. "decoder/layers_0/self_attention/query/kernel"
     int ndim;
-    int shape[4];
+    int shape[4];       // local shape (what this device holds)
+    int gshape[4];      // global shape
+    int lindex[4];      // this device's piece along each dimension
+    const char *logical[4];   // logical axis names (sharding/partition.h)
+    PartSpec part;      // the partition spec those names give on this mesh
     size_t offset;      // in floats, from the start of the flat buffer
     size_t size;        // floats
     float init_std;     // > 0: truncated normal(0, std) (normal for the embedding); 0: constant
@@ -37,6 +43,8 @@ typedef struct {
 
 typedef struct Model {
     Config cfg;
+    Config lcfg;            // the config as this device's layers see it (sharding/tensor.h)
+    int vocab_local, vocab_first;   // this device's slice of the vocabulary
     int ntensors;
     ParamSpec *specs;       // (ntensors) the layout, in order
     size_t nparams;         // floats in the flat buffer

@@ -17,6 +17,7 @@
 // leaf in the canonical order (model/treesum.h) whatever the routing.
 #include "model/moe.h"
 #include "model/matmul.h"
+#include "sharding/tensor.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "common.h"
@@ -251,7 +252,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
         mem_free(xs);
         float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H)
         swiglu_forward(act, h0, h1, (long)n * H);
-        matmul_forward(s->y + (size_t)r0 * D, act, wo, n, H, D, 0);
+        tp_rowpar_forward(c, s->y + (size_t)r0 * D, act, wo, n, H, D);   // a sum over H (tensor-split)
         mem_free(act);
     }
 
@@ -278,7 +279,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     // DeepSeek's shared experts: a dense SwiGLU on every token, added to the routed output.
     if (p->shared.wi_0) {
         float *sh = mem_floats(MEM_TEMP, (size_t)T * D, "moe shared expert out");
-        mlp_forward(&p->shared, &s->shared, sh, x, T, D, c->shared_experts * H);
+        mlp_forward(c, &p->shared, &s->shared, sh, x, T, D, c->shared_experts * H);
         for (size_t i = 0; i < (size_t)T * D; i++) out[i] += sh[i];
         mem_free(sh);
     }
@@ -321,7 +322,7 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     size_t A = (size_t)T * K, R = (size_t)s->nrows;
 
     // Shared experts: out += SwiGLU_shared(x).
-    if (p->shared.wi_0) mlp_backward(&p->shared, &g->shared, &s->shared, dx, dout, x, T, D, c->shared_experts * H, leaf);
+    if (p->shared.wi_0) mlp_backward(c, &p->shared, &g->shared, &s->shared, dx, dout, x, T, D, c->shared_experts * H, leaf);
 
     // Combine: out[t] = sum_k w_eff[t,k] y[row(t,k)]
     //   dy[row] = w_eff * dout[t];  dw[t,k] = dout[t] . y[row]  (0 where the assignment was dropped)
@@ -362,8 +363,8 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
         float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");
         gather_rows(xs, x, s->row_token, r0, n, D);
         float *dxs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert d input");
-        matmul_backward(dxs, NULL, dh0, NULL, wi0, n, D, H, leaf);
-        matmul_backward(dxs, NULL, dh1, NULL, wi1, n, D, H, leaf);
+        tp_colpar_dinp(c, dxs, dh0, wi0, n, D, H);   // sums over H (tensor-split)
+        tp_colpar_dinp(c, dxs, dh1, wi1, n, D, H);
         expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf, nleaves);
         expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf, nleaves);
         // Rows of one expert are distinct tokens: no two iterations write the same dx row.

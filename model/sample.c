@@ -4,6 +4,7 @@
 #include "model/sample.h"
 #include "sharding/memory.h"
 #include "sharding/mesh.h"
+#include "sharding/tensor.h"
 #include "common.h"
 
 // Every device of a mesh runs the sampling loop (the forward pass is a collective under
@@ -38,15 +39,20 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         int ctx = MM_MIN(n, S), start = n - ctx;
         FwdStats st = {leaf_sums, aux, 1, 0, NULL};
         // The forward pass wants a whole number of leaves; the positions are 0..ctx-1.
-        Config saved = m->cfg;
-        m->cfg.reduce_leaf_tokens = ctx;
+        Config saved = m->cfg, lsaved = m->lcfg;
+        m->cfg.reduce_leaf_tokens = m->lcfg.reduce_leaf_tokens = ctx;
         model_forward(m, seq + start, tg, 1, ctx, 0.0f, &st);
         m->cfg = saved;
-        const float *z = m->logits + (size_t)(ctx - 1) * V;
+        m->lcfg = lsaved;
+        // The last position's logits over the whole vocabulary (gathered from the tensor
+        // devices when the vocabulary is split over them).
+        float *z = mem_floats(MEM_TEMP, (size_t)V, "sample logits");
+        tp_all_gather(m->logits + (size_t)(ctx - 1) * m->vocab_local, z, (size_t)m->vocab_local);
         float mx = z[0];
         for (int v = 1; v < V; v++) mx = fmaxf(mx, z[v]);
         double sum = 0;
         for (int v = 0; v < V; v++) { p[v] = expf((z[v] - mx) / fmaxf(temperature, 1e-6f)); sum += p[v]; }
+        mem_free(z);
         model_discard(m);
         // xorshift64 for a uniform draw
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;

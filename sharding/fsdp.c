@@ -94,33 +94,57 @@ void fsdp_grad_end(Model *m, int u) {
     if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, dst, shard_len(s, u));
 }
 
+// The global gradient norm, the same bits on every mesh. Each device adds the squares of
+// the gradient elements it owns into an integer: each square, a float32 squared and so
+// exact in double, is scaled by 2^64 and truncated to an integer (a 128-bit fixed-point
+// number with 64 fraction bits). Integer addition does not depend on the order, so
+// neither does the total, however the elements are spread over devices. What a device
+// owns: its fsdp shard of each unit; of a tensor split over `tensor` or `expert`, its
+// piece; of a tensor replicated along an axis, only the copy at coordinate 0 of that axis
+// (and only the copy at data/context coordinate 0: those axes hold replicas).
+__extension__ typedef __int128 fixed128;
+#define NORM_FRAC_BITS 64
+
+static int owns_tensor(const Mesh *mesh, int dev, const ParamSpec *sp) {
+    if (!mesh) return 1;
+    unsigned split = 0;
+    for (int d = 0; d < sp->ndim; d++) split |= sp->part.axes[d];
+    const MeshAxis replicas[] = {AX_DATA, AX_CONTEXT, AX_TENSOR, AX_EXPERT};
+    for (int i = 0; i < 4; i++)
+        if (!(split & AXIS_BIT(replicas[i])) && mesh_coord(mesh, dev, replicas[i]) != 0) return 0;
+    return 1;
+}
+
 float fsdp_grad_norm(Model *m) {
     const StateShard *s = &m->shard;
-    double *unit_ss = malloc(sizeof(double) * (size_t)s->nunits);
-    for (int u = 0; u < s->nunits; u++) {
-        // Chunks of the unit: of its padded size when split, else of its size (the last
-        // chunk shorter). Both give the same partials: padding adds zero chunks at the end.
-        size_t len = shard_is_split(s) ? shard_len(s, u) : s->unit_size[u];
-        size_t mine = (len + NORM_CHUNK - 1) / NORM_CHUNK, all = mine * (size_t)s->F;
-        double *part = (double *)mem_alloc(MEM_TEMP, sizeof(double) * all, "grad norm partials");
+    const Mesh *mesh = mesh_current();
+    int dev = mesh_device_id();
+    const double scale = 18446744073709551616.0;   // 2^NORM_FRAC_BITS
+    struct { fixed128 sum; int bad; } mine = {0, 0}, *each;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *sp = &m->specs[i];
+        if (!owns_tensor(mesh, dev, sp)) continue;
+        int u = model_unit_of(&m->cfg, sp->name);
+        // The part of this tensor inside this device's shard of unit u.
+        size_t g0 = shard_first(s, u), g1 = g0 + shard_len(s, u);
+        size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
         const float *g = m->grads_mem + s->local_off[u];
-        for (size_t k = 0; k < mine; k++) {
-            double ss = 0.0;
-            for (size_t i = k * NORM_CHUNK; i < MM_MIN(len, (k + 1) * NORM_CHUNK); i++) ss += (double)g[i] * g[i];
-            part[(size_t)s->frank * mine + k] = ss;
+        for (size_t k = a; k < b; k++) {
+            double sq = (double)g[k - g0] * g[k - g0] * scale;   // exact (a power-of-two scale)
+            if (!(sq < 0x1p100)) { mine.bad = 1; continue; }      // non-finite or absurdly large
+            mine.sum += (fixed128)sq;                              // truncated to the fixed-point grid
         }
-        if (s->F > 1) {
-            double *mypart = (double *)mem_alloc(MEM_COMM, sizeof(double) * mine, "grad norm partials (mine)");
-            memcpy(mypart, part + (size_t)s->frank * mine, sizeof(double) * mine);
-            coll_all_gather(s->fsdp, mypart, part, sizeof(double) * mine);
-            mem_free(mypart);
-        }
-        unit_ss[u] = tree_sum_double(part, (long)all);
-        mem_free(part);
     }
-    double total = tree_sum_double(unit_ss, s->nunits);
-    free(unit_ss);
-    return (float)sqrt(total);
+    int n = mesh ? mesh->ndev : 1;
+    each = mem_alloc(MEM_COMM, sizeof mine * (size_t)n, "grad norm sums");
+    if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), &mine, each, sizeof mine);
+    else each[0] = mine;
+    fixed128 total = 0;
+    int bad = 0;
+    for (int d = 0; d < n; d++) { total += each[d].sum; bad |= each[d].bad; }
+    mem_free(each);
+    if (bad) return NAN;   // the training loop stops on it, naming a non-finite gradient
+    return (float)sqrt((double)total / scale);
 }
 
 void fsdp_adamw(Model *m, float lr, int t) {

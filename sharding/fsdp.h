@@ -21,7 +21,7 @@
 #include "sharding/mesh.h"
 #include "sharding/collectives.h"
 
-// Gradient-norm partial sums are taken over chunks of this many floats (model/step.c).
+// Units are padded to a multiple of F*Z*NORM_CHUNK floats when split (a round size).
 #define NORM_CHUNK 256
 
 typedef struct {
@@ -59,8 +59,8 @@ void fsdp_grad_begin(struct Model *m, int u);
 void fsdp_grad_end(struct Model *m, int u);
 // Where finished gradients go (the gradient buffer, or a microbatch's leaf buffer).
 void fsdp_set_grad_target(struct Model *m, float *buf);
-// The global gradient norm in the canonical order: squares summed over chunks of
-// NORM_CHUNK floats (in double), the chunks of a unit added along the tree, then the units.
+// The global gradient norm, the same bits on every mesh: the squares of the elements each
+// device owns are added in 128-bit fixed point, where addition is exact (fsdp.c).
 float fsdp_grad_norm(struct Model *m);
 // AdamW on this device's share (ZeRO-1: its piece, then an all-gather over data).
 void fsdp_adamw(struct Model *m, float lr, int t);
