@@ -1,5 +1,7 @@
 // common.c: die() and its clean-up hook.
 #include "common.h"
+#include <stdatomic.h>
+#include <unistd.h>
 #include <stdarg.h>
 
 static void (*cleanup_fn)(void *);
@@ -11,6 +13,10 @@ void die_set_cleanup(void (*fn)(void *), void *arg) {
 }
 
 void die(const char *fmt, ...) {
+    // Devices are threads: when several find the same fault (a shape every device checks),
+    // the first one reports it and exits; the others wait for the exit.
+    static atomic_int dying = 0;
+    if (atomic_exchange(&dying, 1)) for (;;) pause();
     fflush(stdout);
     va_list ap;
     va_start(ap, fmt);

@@ -36,6 +36,9 @@ fsdp=8                   ici_fsdp_parallelism=8 per_device_batch_size=1
 data=2+zero1             ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=4
 data=2,fsdp=2+zero1      ici_data_parallelism=2 ici_fsdp_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2
 fsdp=-1,num_devices=4    ici_fsdp_parallelism=-1 num_devices=4 per_device_batch_size=2
+tensor=2                 ici_tensor_parallelism=2 per_device_batch_size=4
+data=2,tensor=2          ici_data_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2
+fsdp=2,tensor=2          ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2
 MESHES
     # Gradient accumulation: 2 microbatches of 4 on one device = of 2 per device on data=2.
     acc1=$(run_losses acc1 $C per_device_batch_size=4 gradient_accumulation_steps=2)
@@ -51,7 +54,11 @@ expect_error "axes do not multiply to num_devices" "multiply to 4 devices but nu
     $TRAIN $C ici_fsdp_parallelism=4 num_devices=8
 expect_error "-1 cannot fill" "num_devices (6) is not a multiple of the other axes' product (4)" \
     $TRAIN $C ici_data_parallelism=4 ici_fsdp_parallelism=-1 num_devices=6
-expect_error "axis not yet built" "not implemented yet" $TRAIN $C ici_tensor_parallelism=2
+expect_error "axis not yet built" "not implemented yet" $TRAIN $C ici_pipeline_parallelism=2
+expect_error "tensor size must divide the kv heads" "key/kernel: its dimension 1 ('kv_heads', size 2) is split over 4 devices" \
+    $TRAIN $C $FAST ici_tensor_parallelism=4
+expect_error "tensor size must divide tensor_reduce_chunks" "ici_tensor_parallelism=2 must divide tensor_reduce_chunks (1)" \
+    $TRAIN $C $FAST ici_tensor_parallelism=2 tensor_reduce_chunks=1
 expect_error "simulated out of memory names the device and buffer" "device 0 out of memory" \
     $TRAIN $C $FAST hbm_capacity=20MB
 expect_error "bad byte count" "wants a byte count" $TRAIN $C hbm_capacity=lots
