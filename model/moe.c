@@ -18,6 +18,7 @@
 #include "model/moe.h"
 #include "model/matmul.h"
 #include "sharding/tensor.h"
+#include "sharding/expert.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "common.h"
@@ -205,6 +206,98 @@ static void expert_dw(float *dw, const float *inp, const float *dout, const int 
 }
 
 // ---------------------------------------------------------------------------------------
+// One expert, forward and backward, on n rows. e is the expert's index in this device's
+// share of the expert weights (all of them without expert parallelism).
+
+// h0, h1 (n,H) = xs wi_0, xs wi_1 (kept);  y (n,D) = (silu(h0) * h1) wo
+static void expert_forward(const Config *c, const MoeParams *p, int e, const float *xs, int n,
+                           float *h0, float *h1, float *y) {
+    int D = c->base_emb_dim, H = cfg_expert_dim(c);
+    matmul_forward(h0, xs, p->wi_0 + (size_t)e * D * H, n, D, H, 0);
+    matmul_forward(h1, xs, p->wi_1 + (size_t)e * D * H, n, D, H, 0);
+    float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H)
+    swiglu_forward(act, h0, h1, (long)n * H);
+    tp_rowpar_forward(c, y, act, p->wo + (size_t)e * H * D, n, H, D);   // a sum over H (tensor-split)
+    mem_free(act);
+}
+
+// Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over
+// nleaves leaves), dxs (n,D) = the rows' input gradient (overwritten).
+static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, int e, const float *xs,
+                            const float *h0, const float *h1, const float *dye, const int *rt, int n,
+                            int nleaves, float *dxs) {
+    int D = c->base_emb_dim, H = cfg_expert_dim(c), leaf = cfg_leaf_tokens(c);
+    const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
+    const float *wo = p->wo + (size_t)e * H * D;
+    // y = act wo:  dact = dy wo^T,  dwo += act^T dy
+    float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H) recomputed
+    swiglu_forward(act, h0, h1, (long)n * H);
+    float *dact = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d activation");
+    matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
+    expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf, nleaves);
+    mem_free(act);
+    // act = silu(h0) * h1
+    float *dh0 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h0");
+    float *dh1 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h1");
+    swiglu_backward(dh0, dh1, dact, h0, h1, (long)n * H);
+    mem_free(dact);
+    // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
+    memset(dxs, 0, sizeof(float) * (size_t)n * D);
+    tp_colpar_dinp(c, dxs, dh0, wi0, n, D, H);   // sums over H (tensor-split)
+    tp_colpar_dinp(c, dxs, dh1, wi1, n, D, H);
+    expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf, nleaves);
+    expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf, nleaves);
+    mem_free(dh0); mem_free(dh1);
+}
+
+// Expert parallelism (sharding/expert.h): send each expert's rows to the device that owns
+// it, run the local experts on what arrived, send the outputs back into s->y.
+static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSaved *s, const float *x, int T) {
+    int D = c->base_emb_dim, H = cfg_expert_dim(c);
+    if (!c->sparse_matmul) die("expert parallelism runs the dropless sparse path: set sparse_matmul=true");
+    float *rows = mem_floats(MEM_TEMP, (size_t)s->nrows * D, "moe rows to send");   // (R,D)
+    gather_rows(rows, x, s->row_token, 0, s->nrows, D);
+    ExpertDispatch *d = s->ep = ep_plan(s->row_start, s->row_token, c->num_experts, T);
+    size_t n = (size_t)MM_MAX(d->nrecv, 1);
+    d->x = mem_floats(MEM_ACTIVATIONS, n * D, "moe received rows (expert parallel)");   // (nrecv,D)
+    d->h0 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_0 out");
+    d->h1 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_1 out");
+    ep_send(d, rows, d->x, D);
+    mem_free(rows);
+    float *y = mem_floats(MEM_TEMP, n * D, "moe expert out (expert parallel)");   // (nrecv,D)
+    for (int e = 0; e < d->El; e++) {
+        int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
+        if (m > 0)
+            expert_forward(c, p, e, d->x + (size_t)r0 * D, m, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
+                           y + (size_t)r0 * D);
+    }
+    ep_return(d, y, s->y, D);
+    mem_free(y);
+}
+
+// Backward of experts_forward_parallel: dy (R,D) goes to the owners, dxs (R,D) comes back.
+static void experts_backward_parallel(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s,
+                                      const float *dy, float *dxs_rows, int T) {
+    int D = c->base_emb_dim, H = cfg_expert_dim(c), leaf = cfg_leaf_tokens(c);
+    ExpertDispatch *d = s->ep;
+    size_t n = (size_t)MM_MAX(d->nrecv, 1);
+    float *dye = mem_floats(MEM_TEMP, n * D, "moe d expert out (expert parallel)");   // (nrecv,D)
+    float *dxs = mem_floats(MEM_TEMP, n * D, "moe expert d input (expert parallel)");
+    ep_send(d, dy, dye, D);
+    // The leaves of the whole expert group: its ep devices hold consecutive sequences.
+    int nleaves = d->ep * T / leaf;
+    for (int e = 0; e < d->El; e++) {
+        int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
+        if (m > 0)
+            expert_backward(c, p, g, e, d->x + (size_t)r0 * D, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
+                            dye + (size_t)r0 * D, d->row_token + r0, m, nleaves, dxs + (size_t)r0 * D);
+    }
+    ep_return(d, dxs, dxs_rows, D);
+    mem_free(dye);
+    mem_free(dxs);
+}
+
+// ---------------------------------------------------------------------------------------
 // Forward
 
 void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
@@ -236,24 +329,20 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     // Experts: y = SwiGLU_e(x) on each expert's rows.
     build_rows(s, c->sparse_matmul, T, E, K);
     size_t R = (size_t)s->nrows;
-    s->h0 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");   // (R,H)
-    s->h1 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");   // (R,H)
     s->y = mem_floats(MEM_ACTIVATIONS, R * D, "moe expert out");         // (R,D)
-    for (int e = 0; e < E; e++) {
-        int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
-        if (n == 0) continue;
-        const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
-        const float *wo = p->wo + (size_t)e * H * D;
-        float *h0 = s->h0 + (size_t)r0 * H, *h1 = s->h1 + (size_t)r0 * H;
-        float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");   // (n,D)
-        gather_rows(xs, x, s->row_token, r0, n, D);
-        matmul_forward(h0, xs, wi0, n, D, H, 0);
-        matmul_forward(h1, xs, wi1, n, D, H, 0);
-        mem_free(xs);
-        float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H)
-        swiglu_forward(act, h0, h1, (long)n * H);
-        tp_rowpar_forward(c, s->y + (size_t)r0 * D, act, wo, n, H, D);   // a sum over H (tensor-split)
-        mem_free(act);
+    if (ep_size() > 1) {
+        experts_forward_parallel(c, p, s, x, T);
+    } else {
+        s->h0 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");   // (R,H)
+        s->h1 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");   // (R,H)
+        for (int e = 0; e < E; e++) {
+            int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
+            if (n == 0) continue;
+            float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");   // (n,D)
+            gather_rows(xs, x, s->row_token, r0, n, D);
+            expert_forward(c, p, e, xs, n, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, s->y + (size_t)r0 * D);
+            mem_free(xs);
+        }
     }
 
     // Combine, each token's experts in ascending expert order (the order of the dense
@@ -337,42 +426,29 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
         dw[a] = (w == 0.0f && s->top_w[a] != 0.0f) ? 0.0f : dot;
     }
 
-    // Experts, in ascending order; each adds its rows' input gradient into dx.
+    // Experts; each row's input gradient is added into dx in row order (ascending expert).
+    float *dxs = mem_floats(MEM_TEMP, R * D, "moe expert d input");   // (R,D)
+    if (s->ep) {
+        experts_backward_parallel(c, p, g, s, dy, dxs, T);
+    } else {
+        for (int e = 0; e < E; e++) {
+            int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
+            if (n == 0) continue;
+            float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");
+            gather_rows(xs, x, s->row_token, r0, n, D);
+            expert_backward(c, p, g, e, xs, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, dy + (size_t)r0 * D,
+                            s->row_token + r0, n, nleaves, dxs + (size_t)r0 * D);
+            mem_free(xs);
+        }
+    }
+    // A token's rows belong to distinct experts: add them expert by expert, as one device does.
     for (int e = 0; e < E; e++) {
         int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
-        const int *rt = s->row_token + r0;
-        if (n == 0) {   // still push the (empty) leaves: nothing to add, so skip entirely
-            continue;
-        }
-        const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
-        const float *wo = p->wo + (size_t)e * H * D;
-        const float *h0 = s->h0 + (size_t)r0 * H, *h1 = s->h1 + (size_t)r0 * H, *dye = dy + (size_t)r0 * D;
-        // y = act wo:  dact = dy wo^T,  dwo += act^T dy
-        float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H) recomputed
-        swiglu_forward(act, h0, h1, (long)n * H);
-        float *dact = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d activation");
-        matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
-        expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf, nleaves);
-        mem_free(act);
-        // act = silu(h0) * h1
-        float *dh0 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h0");
-        float *dh1 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h1");
-        swiglu_backward(dh0, dh1, dact, h0, h1, (long)n * H);
-        mem_free(dact);
-        // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
-        float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");
-        gather_rows(xs, x, s->row_token, r0, n, D);
-        float *dxs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert d input");
-        tp_colpar_dinp(c, dxs, dh0, wi0, n, D, H);   // sums over H (tensor-split)
-        tp_colpar_dinp(c, dxs, dh1, wi1, n, D, H);
-        expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf, nleaves);
-        expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf, nleaves);
-        // Rows of one expert are distinct tokens: no two iterations write the same dx row.
         #pragma omp parallel for if ((long)n * D > 65536)
         for (int i = 0; i < n; i++)
-            for (int d = 0; d < D; d++) dx[(size_t)rt[i] * D + d] += dxs[(size_t)i * D + d];
-        mem_free(xs); mem_free(dxs); mem_free(dh0); mem_free(dh1);
+            for (int d = 0; d < D; d++) dx[(size_t)s->row_token[r0 + i] * D + d] += dxs[(size_t)(r0 + i) * D + d];
     }
+    mem_free(dxs);
     mem_free(dy);
 
     // Router and load-balance loss to the gate logits, then the gate matmul.
@@ -387,8 +463,10 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     mem_free(s->h0); mem_free(s->h1); mem_free(s->y);
     mem_free(s->row_start); mem_free(s->row_token); mem_free(s->assign_row);
     mem_free(s->probs); mem_free(s->lb_f);
+    ep_free(s->ep);
     s->h0 = s->h1 = s->y = s->probs = s->lb_f = NULL;
     s->row_start = s->row_token = s->assign_row = NULL;
+    s->ep = NULL;
 }
 
 void moe_saved_free(MoeSaved *s) {
@@ -397,5 +475,6 @@ void moe_saved_free(MoeSaved *s) {
     mem_free(s->h0); mem_free(s->h1); mem_free(s->y);
     mem_free(s->row_start); mem_free(s->row_token); mem_free(s->assign_row);
     mlp_saved_free(&s->shared);
+    ep_free(s->ep);
     memset(s, 0, sizeof(*s));
 }

@@ -28,6 +28,9 @@ typedef struct {
     float *h0, *h1;    // (nrows,H) x wi_0, x wi_1 per row
     float *y;          // (nrows,D) expert outputs
     MlpSaved shared;   // DeepSeek's shared experts
+    // Expert parallelism (sharding/expert.h): the rows this device's experts ran on, and
+    // the exchange plan; h0 and h1 above stay NULL then. NULL without expert parallelism.
+    struct ExpertDispatch *ep;
 } MoeSaved;
 
 // out (T,D) = MoE(x (T,D)), T = B*S. bias (E) is the DeepSeek selection bias or NULL.

@@ -12,12 +12,17 @@ void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size
     int D = mesh ? mesh->size[AX_DATA] : 1;
     s->Z = c->shard_optimizer_over_data ? D : 1;
     s->zrank = c->shard_optimizer_over_data && mesh ? mesh_coord(mesh, dev, AX_DATA) : 0;
-    s->nbatch = D * s->F;
-    s->brank = mesh ? mesh_rank(mesh, dev, AXIS_BIT(AX_DATA) | AXIS_BIT(AX_FSDP)) : 0;
+    // The batch is split over data, fsdp and expert (MaxText's activation_batch); expert
+    // varies fastest, then fsdp, then data, so a device's sequences are one block.
+    int EP = mesh ? mesh->size[AX_EXPERT] : 1;
+    unsigned batch_axes = AXIS_BIT(AX_DATA) | AXIS_BIT(AX_FSDP) | AXIS_BIT(AX_EXPERT);
+    s->nbatch = D * s->F * EP;
+    s->brank = mesh ? mesh_rank(mesh, dev, batch_axes) : 0;
     if (mesh) {
         s->fsdp = mesh_group(mesh, dev, AXIS_BIT(AX_FSDP));
         s->data = mesh_group(mesh, dev, AXIS_BIT(AX_DATA));
-        s->batch = mesh_group(mesh, dev, AXIS_BIT(AX_DATA) | AXIS_BIT(AX_FSDP));
+        s->expert = mesh_group(mesh, dev, AXIS_BIT(AX_EXPERT));
+        s->batch = mesh_group(mesh, dev, batch_axes);
     }
     s->nunits = spec_unit[nspecs - 1] + 1;
     s->unit_off = calloc((size_t)s->nunits, sizeof(size_t));
@@ -81,9 +86,25 @@ void fsdp_grad_begin(Model *m, int u) {
     m->gathered[2 * u + 1] = full;
 }
 
+// Expert parallelism: the weights that are not split over `expert` (all but the experts'
+// own) saw only this device's tokens; add the expert group's contributions. Expert is the
+// fastest-varying batch axis, so this is the first level of the tree over devices.
+static void expert_reduce(Model *m, int u, float *unit_grad) {
+    const StateShard *s = &m->shard;
+    if (!s->expert || group_size(s->expert) == 1) return;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *sp = &m->specs[i];
+        unsigned split = 0;
+        for (int d = 0; d < sp->ndim; d++) split |= sp->part.axes[d];
+        if ((split & AXIS_BIT(AX_EXPERT)) || model_unit_of(&m->cfg, sp->name) != u) continue;
+        coll_all_reduce(s->expert, unit_grad + (sp->offset - s->unit_off[u]), sp->size);
+    }
+}
+
 void fsdp_grad_end(Model *m, int u) {
     const StateShard *s = &m->shard;
     float *dst = m->grad_dst + s->local_off[u];
+    expert_reduce(m, u, s->F > 1 ? m->gathered[2 * u + 1] : dst);
     if (s->F > 1) {
         // Sum over the batch devices along the canonical tree: first over fsdp (each device
         // keeps its shard), then over data (fsdp is the faster-varying batch axis).

@@ -33,8 +33,8 @@ typedef struct {
     size_t local_n;          // floats of params (and of grads) held per device
     int F, frank;            // fsdp size and this device's rank along it
     int Z, zrank;            // ZeRO-1: pieces of each shard (data size) and this device's piece
-    int nbatch, brank;       // devices sharing the batch (data*fsdp) and this device's rank
-    Group *fsdp, *data, *batch;
+    int nbatch, brank;       // devices sharing the batch (data*fsdp*expert) and this device's rank
+    Group *fsdp, *data, *expert, *batch;
 } StateShard;
 
 // The units of the layout and this device's share (mesh_current(), or one device).

@@ -63,8 +63,8 @@ void mesh_init(Mesh *mesh, const Config *c) {
     // Tensor, expert, context and pipeline parallelism are not built yet: refuse them
     // rather than run every device on the same work and call it sharded.
     for (int a = 0; a < MESH_NAXES; a++)
-        if (a != AX_DATA && a != AX_FSDP && a != AX_TENSOR && want[a] > 1)
-            die("%s=%d: the '%s' axis is not implemented yet (this build shards over data, fsdp and tensor)",
+        if (a != AX_DATA && a != AX_FSDP && a != AX_TENSOR && a != AX_EXPERT && want[a] > 1)
+            die("%s=%d: the '%s' axis is not implemented yet (this build shards over data, fsdp, tensor and expert)",
                 keys[a], want[a], MESH_AXIS_NAMES[a]);
     if (n > 256) die("num_devices (%d) is more than this simulator runs (256 threads)", n);
     for (int a = 0; a < MESH_NAXES; a++) mesh->size[a] = want[a];

@@ -39,6 +39,11 @@ fsdp=-1,num_devices=4    ici_fsdp_parallelism=-1 num_devices=4 per_device_batch_
 tensor=2                 ici_tensor_parallelism=2 per_device_batch_size=4
 data=2,tensor=2          ici_data_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2
 fsdp=2,tensor=2          ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2
+expert=2                 ici_expert_parallelism=2 per_device_batch_size=4
+expert=4                 ici_expert_parallelism=4 per_device_batch_size=2
+data=2,expert=2          ici_data_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+fsdp=2,expert=2          ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+fsdp=2,expert=2,tensor=2 ici_fsdp_parallelism=2 ici_expert_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1
 MESHES
     # Gradient accumulation: 2 microbatches of 4 on one device = of 2 per device on data=2.
     acc1=$(run_losses acc1 $C per_device_batch_size=4 gradient_accumulation_steps=2)
@@ -59,6 +64,10 @@ expect_error "tensor size must divide the kv heads" "key/kernel: its dimension 1
     $TRAIN $C $FAST ici_tensor_parallelism=4
 expect_error "tensor size must divide tensor_reduce_chunks" "ici_tensor_parallelism=2 must divide tensor_reduce_chunks (1)" \
     $TRAIN $C $FAST ici_tensor_parallelism=2 tensor_reduce_chunks=1
+expect_error "expert size must divide the experts" "MoeBlock_0/wi_0: its dimension 0 ('exp', size 4) is split over 8 devices" \
+    $TRAIN $C $FAST ici_expert_parallelism=8 per_device_batch_size=1
+expect_error "expert parallelism needs the sparse path" "expert parallelism runs the dropless sparse path" \
+    $TRAIN $C $FAST ici_expert_parallelism=2 sparse_matmul=false
 expect_error "simulated out of memory names the device and buffer" "device 0 out of memory" \
     $TRAIN $C $FAST hbm_capacity=20MB
 expect_error "bad byte count" "wants a byte count" $TRAIN $C hbm_capacity=lots
