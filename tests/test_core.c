@@ -71,7 +71,7 @@ static double rmsnorm_loss(void *ctx) {
 }
 static double embed_loss(void *ctx) {
     (void)ctx;
-    embedding_forward(OUT, IDS, TABLE, T, D);
+    embedding_forward(OUT, IDS, TABLE, T, D, V, 0);
     return gc_dot(OUT, R, T * D);
 }
 static double matmul_loss(void *ctx) {
@@ -86,7 +86,7 @@ static double ce_loss(void *ctx) {
     float lse[T];
     double sums[T / LEAF];
     float zmul = *(float *)ctx;
-    loss_forward(lse, sums, LOGITS, TGT, T, V, zmul, LEAF);
+    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAF);
     return sums[0] + sums[1];
 }
 
@@ -105,7 +105,7 @@ static void test_layers(void) {
     gradcheck("rmsnorm dscale", SC, D, dsc, rmsnorm_loss, NULL, 1e-2, 1e-2);
     // Embedding: the scatter-add, with a repeated id.
     float dtab[V * D] = {0};
-    embedding_backward(dtab, R, IDS, T, D, V, LEAF);
+    embedding_backward(dtab, R, IDS, T, D, V, 0, LEAF);
     gradcheck("embedding dtable", TABLE, V * D, dtab, embed_loss, NULL, 1e-2, 1e-2);
     // Matmul: dinp and dw.
     float r2[T * V], dX[T * D] = {0}, dW[D * V] = {0};
@@ -120,10 +120,10 @@ static void test_layers(void) {
         matmul_forward(LOGITS, X, W, T, D, V, 0);
         float lse[T], dz[T * V];
         double sums[T / LEAF];
-        long n = loss_forward(lse, sums, LOGITS, TGT, T, V, zmul, LEAF);
+        long n = loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAF);
         CHECK(n == 5, "loss counted %ld tokens, want 5 (one ignored)", n);
         memcpy(dz, LOGITS, sizeof dz);
-        loss_backward(dz, lse, TGT, T, V, zmul, 1.0f);
+        loss_backward(dz, lse, TGT, T, V, 0, zmul, 1.0f);
         int zero = 1;
         for (int v = 0; v < V; v++) zero &= dz[2 * V + v] == 0.0f;
         CHECK(zero, "ignored token has a non-zero gradient");
@@ -133,7 +133,7 @@ static void test_layers(void) {
     memset(LOGITS, 0, sizeof LOGITS);
     float lse[T];
     double sums[T / LEAF];
-    loss_forward(lse, sums, LOGITS, TGT, T, V, 0.0f, LEAF);
+    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, 0.0f, LEAF);
     CHECK_CLOSE((sums[0] + sums[1]) / 5, log(11.0), 1e-6, "uniform logits give log(V)");
 }
 

@@ -99,6 +99,7 @@ static float *filled(size_t n, uint64_t *seed, float scale) {
 
 static void moe_case(const char *name, int deepseek, int sparse, float cf, float lb) {
     config_defaults(&C);
+    C.tensor_reduce_chunks = 2;   // widths of 6: split sums in 2 pieces
     C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
     C.base_mlp_dim = H; C.base_moe_mlp_dim = H; C.sparse_matmul = sparse; C.capacity_factor = cf;
     if (deepseek) {
@@ -161,6 +162,7 @@ static void test_dense_equals_sparse(int deepseek) {
     float out_sparse[T * D], out_dense[T * D];
     for (int sparse = 1; sparse >= 0; sparse--) {
         config_defaults(&C);
+        C.tensor_reduce_chunks = 2;
         C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
         C.base_mlp_dim = H; C.base_moe_mlp_dim = H; C.sparse_matmul = sparse;
         if (deepseek) { strcpy(C.decoder_block, "deepseek"); strcpy(C.routed_score_func, "sigmoid"); }
@@ -184,20 +186,22 @@ static MlpParams MP, MG;
 static double mlp_loss(void *ctx) {
     (void)ctx;
     MlpSaved s;
-    mlp_forward(&MP, &s, OUT, X, T, D, FS);
+    mlp_forward(&C, &MP, &s, OUT, X, T, D, FS);
     mlp_saved_free(&s);
     return gc_dot(OUT, R, T * D);
 }
 static void test_mlp(void) {
     uint64_t seed = 3;
+    config_defaults(&C);
+    C.tensor_reduce_chunks = 2;   // the sum over FS = 6 is cut into 2 pieces
     MP.wi_0 = filled(D * FS, &seed, 0.5f); MP.wi_1 = filled(D * FS, &seed, 0.5f); MP.wo = filled(FS * D, &seed, 0.5f);
     MG.wi_0 = calloc(D * FS, 4); MG.wi_1 = calloc(D * FS, 4); MG.wo = calloc(FS * D, 4);
     gc_fill(X, T * D, &seed, 1.0f);
     gc_fill(R, T * D, &seed, 1.0f);
     memset(DX, 0, sizeof DX);
     MlpSaved s;
-    mlp_forward(&MP, &s, OUT, X, T, D, FS);
-    mlp_backward(&MP, &MG, &s, DX, R, X, T, D, FS, S);
+    mlp_forward(&C, &MP, &s, OUT, X, T, D, FS);
+    mlp_backward(&C, &MP, &MG, &s, DX, R, X, T, D, FS, S);
     gradcheck("mlp dx", X, T * D, DX, mlp_loss, NULL, 1e-3, 1e-2);
     gradcheck("mlp wi_0", MP.wi_0, D * FS, MG.wi_0, mlp_loss, NULL, 1e-3, 1e-2);
     gradcheck("mlp wi_1", MP.wi_1, D * FS, MG.wi_1, mlp_loss, NULL, 1e-3, 1e-2);
