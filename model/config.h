@@ -6,6 +6,7 @@
 #define MESHMOE_CONFIG_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define CFG_STR 256
 
@@ -99,9 +100,10 @@ int config_to_json(const Config *c, char *buf, int cap);
 void config_from_json(Config *c, const char *json, const char *where);
 
 // Derived quantities, used everywhere.
-static inline int cfg_is_deepseek(const Config *c) { return c->decoder_block[0] == 'd'; }
-static inline int cfg_is_mla(const Config *c) { return c->attention_type[0] == 'm'; }
-static inline int cfg_sigmoid_router(const Config *c) { return c->routed_score_func[0] == 's'; }
+static inline int cfg_is_deepseek(const Config *c) { return strcmp(c->decoder_block, "deepseek") == 0; }
+static inline int cfg_is_mla(const Config *c) { return strcmp(c->attention_type, "mla") == 0; }
+// (not a first-letter test: "softmax" and "sigmoid" both start with 's')
+static inline int cfg_sigmoid_router(const Config *c) { return strcmp(c->routed_score_func, "sigmoid") == 0; }
 // Expert hidden width H: base_mlp_dim for Mixtral, base_moe_mlp_dim for DeepSeek.
 static inline int cfg_expert_dim(const Config *c) {
     return cfg_is_deepseek(c) ? c->base_moe_mlp_dim : c->base_mlp_dim;

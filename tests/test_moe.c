@@ -209,11 +209,37 @@ static void test_mlp(void) {
     free(MP.wi_0); free(MP.wi_1); free(MP.wo); free(MG.wi_0); free(MG.wi_1); free(MG.wo);
 }
 
+// moe_forward on the default (Mixtral) config must weight each token's experts by the
+// softmax of its K chosen gate logits, not by normalised sigmoids (a first-letter test of
+// "softmax" vs "sigmoid" once picked the DeepSeek router here).
+static void test_mixtral_router_in_block(void) {
+    moe_case("mixtral router in the block", 0, 1, -1, 0);
+    CHECK(!cfg_sigmoid_router(&C), "the default routed_score_func 'softmax' is taken for sigmoid");
+    float x[T * D], out[T * D];
+    uint64_t seed = 11;
+    gc_fill(x, T * D, &seed, 1.0f);
+    MoeSaved s;
+    moe_forward(&C, &P, NULL, &s, out, x, B, S, 0.0f, NULL, NULL);
+    int ok = 1;
+    for (int t = 0; t < T; t++) {
+        const float *l = s.logits + t * E;
+        const int *idx = s.top_idx + t * K;
+        float m = l[idx[0]], z = 0.0f, want[K];
+        for (int k = 0; k < K; k++) { want[k] = expf(l[idx[k]] - m); z += want[k]; }
+        for (int k = 0; k < K; k++) ok &= fabsf(s.top_w[t * K + k] - want[k] / z) < 1e-6f;
+    }
+    CHECK(ok, "Mixtral block: routing weights are not the softmax of the chosen logits");
+    moe_saved_free(&s);
+    free(P.gate); free(P.wi_0); free(P.wi_1); free(P.wo);
+    free(G.gate); free(G.wi_0); free(G.wi_1); free(G.wo);
+}
+
 int main(void) {
     Device dev;
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
     test_routing();
+    test_mixtral_router_in_block();
     test_mlp();
     moe_case("mixtral sparse", 0, 1, -1, 0);
     moe_case("mixtral dense", 0, 0, -1, 0);
