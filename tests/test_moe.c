@@ -213,10 +213,17 @@ static void test_mlp(void) {
 // softmax of its K chosen gate logits, not by normalised sigmoids (a first-letter test of
 // "softmax" vs "sigmoid" once picked the DeepSeek router here).
 static void test_mixtral_router_in_block(void) {
-    moe_case("mixtral router in the block", 0, 1, -1, 0);
+    config_defaults(&C);
+    C.tensor_reduce_chunks = 2;
+    C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
+    C.base_mlp_dim = H; C.base_moe_mlp_dim = H;
     CHECK(!cfg_sigmoid_router(&C), "the default routed_score_func 'softmax' is taken for sigmoid");
-    float x[T * D], out[T * D];
     uint64_t seed = 11;
+    memset(&P, 0, sizeof P);
+    P.gate = filled(D * E, &seed, 1.0f);
+    P.wi_0 = filled(E * D * H, &seed, 0.5f); P.wi_1 = filled(E * D * H, &seed, 0.5f);
+    P.wo = filled(E * H * D, &seed, 0.5f);
+    float x[T * D], out[T * D];
     gc_fill(x, T * D, &seed, 1.0f);
     MoeSaved s;
     moe_forward(&C, &P, NULL, &s, out, x, B, S, 0.0f, NULL, NULL);
@@ -231,7 +238,6 @@ static void test_mixtral_router_in_block(void) {
     CHECK(ok, "Mixtral block: routing weights are not the softmax of the chosen logits");
     moe_saved_free(&s);
     free(P.gate); free(P.wi_0); free(P.wi_1); free(P.wo);
-    free(G.gate); free(G.wi_0); free(G.wi_1); free(G.wo);
 }
 
 int main(void) {
