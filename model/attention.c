@@ -9,6 +9,7 @@
 #include "model/attention.h"
 #include "model/attn_core.h"
 #include "model/rope.h"
+#include "model/precision.h"
 #include "sharding/tensor.h"
 #include "sharding/memory.h"
 #include "common.h"
@@ -26,17 +27,26 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
     attn_matmul_forward(s->q, x, p->wq, B, S, D, N * Dh);
     attn_matmul_forward(s->k, x, p->wk, B, S, D, Nkv * Dh);
     attn_matmul_forward(s->v, x, p->wv, B, S, D, Nkv * Dh);
+    prec_round(c, s->q, (size_t)T * N * Dh);     // bf16 matmul outputs (model/precision.h)
+    prec_round(c, s->k, (size_t)T * Nkv * Dh);
+    prec_round(c, s->v, (size_t)T * Nkv * Dh);
     // Rotary position embedding over the whole head (Dr = Dh), on queries and keys.
-    rope_forward(s->q, B, S, N, Dh, Dh, lo, hi);
-    rope_forward(s->k, B, S, Nkv, Dh, Dh, lo, hi);
+    rope_forward(s->q, B, S, N, Dh, Dh, lo, hi, cfg_bf16(c));
+    rope_forward(s->k, B, S, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
 
     // o = softmax(mask(q k^T)) v, keeping only per-row statistics for the backward pass.
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention o");            // (B,S,N,Dh)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
-    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, Nkv, Dh, Dh);
+    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, Nkv, Dh, Dh, attn_rounding(c));
 
     // out = o Wo, Wo (N*Dh, D): a sum over heads, split over the tensor axis
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dh, D);
+    prec_round(c, out, (size_t)T * D);
+    // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
+    act_pack(c, &s->q, (size_t)T * N * Dh);
+    act_pack(c, &s->k, (size_t)T * Nkv * Dh);
+    act_pack(c, &s->v, (size_t)T * Nkv * Dh);
+    act_pack(c, &s->o, (size_t)T * N * Dh);
 }
 
 void attention_backward(const Config *c, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
@@ -44,22 +54,33 @@ void attention_backward(const Config *c, const AttentionParams *p, AttentionPara
     int T = B * S, D = c->base_emb_dim, leaf = cfg_leaf_tokens(c);
     int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    act_unpack(c, &s->q, (size_t)T * N * Dh);
+    act_unpack(c, &s->k, (size_t)T * Nkv * Dh);
+    act_unpack(c, &s->v, (size_t)T * Nkv * Dh);
+    act_unpack(c, &s->o, (size_t)T * N * Dh);
 
     // out = o Wo:  do = dout Wo^T,  dWo += o^T dout
     float *dO = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d o");   // (B,S,N,Dh)
     attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dh, D, leaf);
+    prec_round(c, dO, (size_t)T * N * Dh);   // bf16: o was rounded, so is its gradient
 
     // Through the softmax attention to dq, dk, dv (dk, dv summed over each group's heads).
     float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d q");     // (B,S,N,Dh)
     float *dk = mem_floats(MEM_TEMP, (size_t)T * Nkv * Dh, "attention d k");   // (B,S,Nkv,Dh)
     float *dv = mem_floats(MEM_TEMP, (size_t)T * Nkv * Dh, "attention d v");   // (B,S,Nkv,Dh)
-    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, Nkv, Dh, Dh);
+    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, Nkv, Dh, Dh, attn_rounding(c));
     mem_free(dO);
     attention_saved_free(s);   // q, k, v, o are no longer needed: free them before the weight grads
 
-    // RoPE was applied after the projections: rotate the gradients back first.
-    rope_backward(dq, B, S, N, Dh, Dh, lo, hi);
-    rope_backward(dk, B, S, Nkv, Dh, Dh, lo, hi);
+    // RoPE was applied after the projections: rotate the gradients back first (bf16: the
+    // rotated outputs and the projections were rounded, so are their gradients).
+    prec_round(c, dq, (size_t)T * N * Dh);
+    prec_round(c, dk, (size_t)T * Nkv * Dh);
+    prec_round(c, dv, (size_t)T * Nkv * Dh);
+    rope_backward(dq, B, S, N, Dh, Dh, lo, hi, cfg_bf16(c));
+    rope_backward(dk, B, S, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
+    prec_round(c, dq, (size_t)T * N * Dh);
+    prec_round(c, dk, (size_t)T * Nkv * Dh);
 
     // q = x Wq, k = x Wk, v = x Wv:  dW += x^T d(.),  dx += dq Wq^T + dk Wk^T + dv Wv^T
     // (each a sum over heads, split over the tensor axis)

@@ -2,6 +2,7 @@
 // Plain loops, one (sequence, head) per OpenMP work item; see model/attn_core.h.
 #include "model/attn_core.h"
 #include "model/matmul.h"
+#include "model/precision.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -21,8 +22,13 @@ static void check_heads(int N, int Nkv) {
         die("attention: base_num_query_heads (%d) must be a multiple of base_num_kv_heads (%d)", N, Nkv);
 }
 
+AttnRounding attn_rounding(const Config *c) {
+    int bf16 = cfg_bf16(c);
+    return (AttnRounding){bf16 && !c->float32_qk_product, bf16 && !c->float32_logits, bf16};
+}
+
 void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
-                       int B, int S, int N, int Nkv, int Dqk, int Dv) {
+                       int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
     check_heads(N, Nkv);
     int group = N / Nkv;   // query heads per kv head
     // One row of scores per (b, h) work item, so threads never share scratch and the
@@ -47,6 +53,7 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 for (int j = 0; j <= i; j++) {
                     const float *kj = k + (((size_t)b * S + j) * Nkv + g) * Dqk;   // (Dqk)
                     e[j] = dot(qi, kj, Dqk);
+                    if (rnd.scores) e[j] = bf16_round(e[j]);
                     if (e[j] > m) m = e[j];
                 }
                 // o_i = (sum_j e_j v_j) / l, e_j = exp(s_j - m), l = sum_j e_j
@@ -55,10 +62,14 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 for (int j = 0; j <= i; j++) {
                     const float *vj = v + (((size_t)b * S + j) * Nkv + g) * Dv;   // (Dv)
                     e[j] = expf(e[j] - m);
+                    if (rnd.probs) e[j] = bf16_round(e[j]);
                     l += e[j];
                     axpy(oi, e[j], vj, Dv);
                 }
-                for (int d = 0; d < Dv; d++) oi[d] = oi[d] / l;
+                for (int d = 0; d < Dv; d++) {
+                    float num = rnd.probs ? bf16_round(oi[d]) : oi[d];
+                    oi[d] = rnd.out ? bf16_round(num / l) : num / l;
+                }
                 float *st = stats + (((size_t)b * N + h) * S + i) * 2;
                 st[0] = m;
                 st[1] = l;
@@ -75,7 +86,7 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
 // (the max m cancels out of the math: it needs no gradient; masked pairs get none.)
 void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
-                        int B, int S, int N, int Nkv, int Dqk, int Dv) {
+                        int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
     check_heads(N, Nkv);
     int group = N / Nkv;
     // Per visible pair: two dots (s, dP) and three axpys (dv, dq, dk).
@@ -103,7 +114,11 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                     for (int j = 0; j <= i; j++) {
                         size_t krow = ((size_t)b * S + j) * Nkv + g;
                         const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
-                        float p = expf(dot(qi, kj, Dqk) - m) / l;
+                        float s = dot(qi, kj, Dqk);
+                        if (rnd.scores) s = bf16_round(s);
+                        float e = expf(s - m);
+                        if (rnd.probs) e = bf16_round(e);
+                        float p = e / l;
                         float ds = p * (dot(doi, vj, Dv) - Di);
                         axpy(dv + krow * Dv, p, doi, Dv);
                         axpy(dqi, ds, kj, Dqk);

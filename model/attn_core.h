@@ -13,6 +13,13 @@
 #ifndef MESHMOE_ATTN_CORE_H
 #define MESHMOE_ATTN_CORE_H
 #include <float.h>
+#include "model/config.h"
+
+// The bf16 rounding points inside attention (model/precision.h, cast points 8 and 9):
+// scores = rb(q.k); e = rb(exp(s - m)) and num = rb(sum_j e_j v_j); out = rb(num / l).
+// All 0 in float32 mode; float32_qk_product and float32_logits switch the first two off.
+typedef struct { int scores, probs, out; } AttnRounding;
+AttnRounding attn_rounding(const Config *c);
 
 // The mask value of MaxText, DEFAULT_MASK_VALUE = -0.7 * float(jnp.finfo(float32).max): a
 // Python double rounded once to float32. Finite, so that max and exp stay well defined, and
@@ -22,15 +29,16 @@
 // o (B,S,N,Dv) and stats (B,N,S,2) (per query row: m and l) are written.
 // q (B,S,N,Dqk), k (B,S,Nkv,Dqk), v (B,S,Nkv,Dv). N must be a multiple of Nkv.
 void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
-                       int B, int S, int N, int Nkv, int Dqk, int Dv);
+                       int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
 
 // Backward of attn_core_forward given dout = dL/do (B,S,N,Dv) and what the forward saw and
 // wrote. dq (B,S,N,Dqk), dk (B,S,Nkv,Dqk), dv (B,S,Nkv,Dv) are overwritten (not +=).
 // dk and dv of a kv head sum over the query heads of its group, in head order, so the
 // result does not depend on the number of threads.
+// The probabilities are recomputed with the forward's rounding (rnd).
 void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
-                        int B, int S, int N, int Nkv, int Dqk, int Dv);
+                        int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
 
 // The projections of both attention kinds, run as one GEMM per sequence.
 // Why: OpenBLAS (0.3.21, Haswell kernels) handles the rows of a GEMM in blocks whose kernel

@@ -69,7 +69,14 @@ static const KeyDef KEYS[] = {
     KEY(gradient_clipping_threshold, K_FLOAT, "1.0", "clip the global gradient norm to this (0 = off)"),
     KEY(z_loss_multiplier, K_FLOAT, "0", "adds z_loss_multiplier * logsumexp(z)^2 per token"),
     KEY(seed, K_INT, "0", "weight-initialisation seed (MaxText: init_weights_seed)"),
-    KEY(dtype, K_STR, "float32", "activation precision: float32"),
+    KEY(dtype, K_STR, "float32", "activation precision: float32, or bfloat16 (bf16 activations, float32 master weights; model/precision.h)"),
+    KEY(weight_dtype, K_STR, "float32", "master weights and optimizer state: float32"),
+    KEY(grad_dtype, K_STR, "float32", "gradients: float32"),
+    KEY(float32_weight_sum, K_BOOL, "true", "bf16: the MoE combine sums in float32 and rounds once (false: every product and partial sum in bf16)"),
+    KEY(float32_gate_logits, K_BOOL, "false", "bf16: the router's gate kernel and logits stay float32"),
+    KEY(float32_logits, K_BOOL, "false", "bf16: attention's exp weights and e@v stay float32"),
+    KEY(float32_qk_product, K_BOOL, "false", "bf16: attention scores q.k stay float32"),
+    KEY(cast_logits_to_fp32, K_BOOL, "true", "the loss reads the (bf16) logits as float32; false is refused: this trainer's loss is float32 only"),
     // data, eval, output
     KEY(dataset_path, K_STR, "synthetic", "training text (bytes are tokens), an llm.c token file, or 'synthetic'"),
     KEY(eval_fraction, K_FLOAT, "0.1", "share of the data held out for the eval loss"),
@@ -239,8 +246,13 @@ void config_validate(const Config *c) {
         die("attention_type must be 'global' or 'mla', got '%s'", c->attention_type);
     if (strcmp(c->routed_score_func, "softmax") && strcmp(c->routed_score_func, "sigmoid"))
         die("routed_score_func must be 'softmax' or 'sigmoid', got '%s'", c->routed_score_func);
-    if (strcmp(c->dtype, "float32"))
-        die("dtype '%s' is not supported yet: use dtype=float32", c->dtype);
+    if (strcmp(c->dtype, "float32") && strcmp(c->dtype, "bfloat16"))
+        die("dtype must be 'float32' or 'bfloat16', got '%s'", c->dtype);
+    if (strcmp(c->weight_dtype, "float32") || strcmp(c->grad_dtype, "float32"))
+        die("weight_dtype and grad_dtype must be float32 (master weights, gradients and optimizer state "
+            "stay float32 in every mode), got '%s' and '%s'", c->weight_dtype, c->grad_dtype);
+    if (!c->cast_logits_to_fp32)
+        die("cast_logits_to_fp32=false is not supported: the loss is computed in float32 from the logits");
     struct { const char *name; int v; } pos[] = {
         {"base_emb_dim", c->base_emb_dim}, {"base_num_query_heads", c->base_num_query_heads},
         {"base_num_decoder_layers", c->base_num_decoder_layers}, {"vocab_size", c->vocab_size},

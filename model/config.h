@@ -51,7 +51,9 @@ typedef struct {
     float gradient_clipping_threshold;
     float z_loss_multiplier;
     int seed;                        // init_weights_seed in MaxText
-    char dtype[CFG_STR];             // "float32" (bfloat16 arrives with the parity issue)
+    char dtype[CFG_STR];             // "float32" or "bfloat16" (model/precision.h)
+    char weight_dtype[CFG_STR], grad_dtype[CFG_STR];   // "float32"
+    int float32_weight_sum, float32_gate_logits, float32_logits, float32_qk_product, cast_logits_to_fp32;
     // ---- data, evaluation, output ----
     char dataset_path[CFG_STR];      // text file, token file, or "synthetic"
     float eval_fraction;             // held-out share of the data

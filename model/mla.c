@@ -15,6 +15,7 @@
 #include "model/attn_core.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
+#include "model/precision.h"
 #include "model/treesum.h"
 #include "sharding/tensor.h"
 #include "sharding/memory.h"
@@ -23,7 +24,8 @@
 // The runtime query scale: MaxText's `self.qk_head_dim ** -0.5` is a Python double,
 // rounded once to float32 when it multiplies the float32 query.
 static float mla_scale(const Config *c) {
-    return (float)pow((double)(c->qk_nope_head_dim + c->qk_rope_head_dim), -0.5);
+    float s = (float)pow((double)(c->qk_nope_head_dim + c->qk_rope_head_dim), -0.5);
+    return cfg_bf16(c) ? bf16_round(s) : s;   // bf16: the constant meets a bf16 array (cast point 7)
 }
 
 void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, const float *x, int B, int S) {
@@ -40,30 +42,36 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
         s->qa_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla q_norm rstd");    // (T)
         s->qn = mem_floats(MEM_ACTIVATIONS, (size_t)T * Q, "mla q_norm out");      // (T,Q)
         attn_matmul_forward(s->qa, x, p->wq_a, B, S, D, Q);
-        rmsnorm_forward(s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q, eps);
+        prec_round(c, s->qa, (size_t)T * Q);
+        rmsnorm_forward(s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q, eps, cfg_bf16(c));
         attn_matmul_forward(s->q, s->qn, p->wq_b, B, S, Q, N * Qk);
     } else {
         attn_matmul_forward(s->q, x, p->wq, B, S, D, N * Qk);
     }
-    // RoPE on the last Dr entries of every head (the q_rope part), then the scale.
-    rope_forward(s->q + Dn, B, S, N, Qk, Dr, lo, hi);
+    prec_round(c, s->q, (size_t)T * N * Qk);
+    // RoPE on the last Dr entries of every head (the q_rope part), then the scale (bf16:
+    // the constant is rounded too, cast point 7).
+    rope_forward(s->q + Dn, B, S, N, Qk, Dr, lo, hi, cfg_bf16(c));
     float scale = mla_scale(c);
     for (size_t i = 0; i < (size_t)T * N * Qk; i++) s->q[i] *= scale;
+    prec_round(c, s->q, (size_t)T * N * Qk);
 
     // ---- keys and values ----
     // ckv (T, R+Dr) = x Wkv_a: per token the latent, then the shared k_rope.
     float *ckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla kv down");   // (T,R+Dr)
     attn_matmul_forward(ckv, x, p->wkv_a, B, S, D, R + Dr);
-    rope_forward(ckv + R, B, S, 1, R + Dr, Dr, lo, hi);   // one rope head per token
+    prec_round(c, ckv, (size_t)T * (R + Dr));
+    rope_forward(ckv + R, B, S, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));   // one rope head per token
     // The latent is strided inside ckv: copy it out so RMSNorm sees contiguous rows.
     s->latent = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
     s->kv_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
     s->latn = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
     for (int t = 0; t < T; t++) memcpy(s->latent + (size_t)t * R, ckv + (size_t)t * (R + Dr), sizeof(float) * R);
-    rmsnorm_forward(s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R, eps);
+    rmsnorm_forward(s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R, eps, cfg_bf16(c));
     // kv (T, N*(Dn+Dv)) = latn Wkv_b: per head k_nope then v.
     float *kv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
     attn_matmul_forward(kv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv));
+    prec_round(c, kv, (size_t)T * N * (Dn + Dv));
     // Assemble k = [k_nope, k_rope] per head and v.
     s->k = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla k");   // (B,S,N,Qk)
     s->v = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla v");   // (B,S,N,Dv)
@@ -83,8 +91,18 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     // ---- attention (every query head has its own kv head) and the out projection ----
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
-    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, N, Qk, Dv);
+    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, N, Qk, Dv, attn_rounding(c));
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
+    prec_round(c, out, (size_t)T * D);
+    // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
+    act_pack(c, &s->qa, (size_t)T * Q);
+    act_pack(c, &s->qn, (size_t)T * Q);
+    act_pack(c, &s->latent, (size_t)T * R);
+    act_pack(c, &s->latn, (size_t)T * R);
+    act_pack(c, &s->q, (size_t)T * N * Qk);
+    act_pack(c, &s->k, (size_t)T * N * Qk);
+    act_pack(c, &s->v, (size_t)T * N * Dv);
+    act_pack(c, &s->o, (size_t)T * N * Dv);
 }
 
 void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s,
@@ -93,16 +111,28 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    act_unpack(c, &s->qa, (size_t)T * Q);
+    act_unpack(c, &s->qn, (size_t)T * Q);
+    act_unpack(c, &s->latent, (size_t)T * R);
+    act_unpack(c, &s->latn, (size_t)T * R);
+    act_unpack(c, &s->q, (size_t)T * N * Qk);
+    act_unpack(c, &s->k, (size_t)T * N * Qk);
+    act_unpack(c, &s->v, (size_t)T * N * Dv);
+    act_unpack(c, &s->o, (size_t)T * N * Dv);
 
     // out = o Wo
     float *dO = mem_floats(MEM_TEMP, (size_t)T * N * Dv, "mla d o");   // (B,S,N,Dv)
     attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dv, D, leaf);
+    prec_round(c, dO, (size_t)T * N * Dv);   // bf16: where the forward rounded, so is the gradient
 
     // Attention core -> dq, dk, dv (per head).
     float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");   // (B,S,N,Qk)
     float *dk = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d k");   // (B,S,N,Qk)
     float *dv = mem_floats(MEM_TEMP, (size_t)T * N * Dv, "mla d v");   // (B,S,N,Dv)
-    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, N, Qk, Dv);
+    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, N, Qk, Dv, attn_rounding(c));
+    prec_round(c, dq, (size_t)T * N * Qk);
+    prec_round(c, dk, (size_t)T * N * Qk);
+    prec_round(c, dv, (size_t)T * N * Dv);
     mem_free(dO);
     // q, k, v, o and the statistics are no longer needed.
     mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
@@ -138,18 +168,20 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     mem_free(dk_rope);
     mem_free(dk);
     mem_free(dv);
-    rope_backward(dckv + R, B, S, 1, R + Dr, Dr, lo, hi);
+    rope_backward(dckv + R, B, S, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));
     // kv = latn Wkv_b, latn = RMSNorm_kv(latent)
     float *dlatn = mem_floats(MEM_TEMP, (size_t)T * R, "mla d kv_norm out");   // (T,R)
     attn_matmul_backward(NULL, g->wkv_b, dkv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv), leaf);
     tp_colpar_dinp(c, dlatn, dkv, p->wkv_b, T, R, N * (Dn + Dv));   // a sum over heads (tensor-split)
+    prec_round(c, dlatn, (size_t)T * R);
     mem_free(dkv);
     float *dlat = mem_floats(MEM_TEMP, (size_t)T * R, "mla d latent");         // (T,R)
-    rmsnorm_backward(dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kv_rstd, T, R, leaf);
+    rmsnorm_backward(dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kv_rstd, T, R, leaf, cfg_bf16(c));
     for (int t = 0; t < T; t++) memcpy(dckv + (size_t)t * (R + Dr), dlat + (size_t)t * R, sizeof(float) * R);
     mem_free(dlatn);
     mem_free(dlat);
-    // ckv = x Wkv_a
+    // ckv = x Wkv_a (bf16: ckv was rounded, so is its gradient)
+    prec_round(c, dckv, (size_t)T * (R + Dr));
     attn_matmul_backward(dx, g->wkv_a, dckv, x, p->wkv_a, B, S, D, R + Dr, leaf);
     mem_free(dckv);
 
@@ -157,14 +189,18 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // q = [q_nope, RoPE(q_rope)] * scale: undo the scale, then the rotation.
     float scale = mla_scale(c);
     for (size_t i = 0; i < (size_t)T * N * Qk; i++) dq[i] *= scale;
-    rope_backward(dq + Dn, B, S, N, Qk, Dr, lo, hi);
+    prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
+    rope_backward(dq + Dn, B, S, N, Qk, Dr, lo, hi, cfg_bf16(c));
+    prec_round(c, dq, (size_t)T * N * Qk);
     if (Q > 0) {
         // q = qn Wq_b, qn = RMSNorm_q(qa), qa = x Wq_a
         float *dqn = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q_norm out");   // (T,Q)
         attn_matmul_backward(NULL, g->wq_b, dq, s->qn, p->wq_b, B, S, Q, N * Qk, leaf);
         tp_colpar_dinp(c, dqn, dq, p->wq_b, T, Q, N * Qk);   // a sum over heads (tensor-split)
         float *dqa = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q down");       // (T,Q)
-        rmsnorm_backward(dqa, g->q_norm, dqn, s->qa, p->q_norm, s->qa_rstd, T, Q, leaf);
+        prec_round(c, dqn, (size_t)T * Q);
+        rmsnorm_backward(dqa, g->q_norm, dqn, s->qa, p->q_norm, s->qa_rstd, T, Q, leaf, cfg_bf16(c));
+        prec_round(c, dqa, (size_t)T * Q);
         attn_matmul_backward(dx, g->wq_a, dqa, x, p->wq_a, B, S, D, Q, leaf);
         mem_free(dqn);
         mem_free(dqa);

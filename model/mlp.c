@@ -7,15 +7,17 @@
 // column-parallel and wo row-parallel (sharding/tensor.h).
 #include "model/mlp.h"
 #include "model/matmul.h"
+#include "model/precision.h"
 #include "sharding/tensor.h"
 #include "sharding/memory.h"
 #include "common.h"
 
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-void swiglu_forward(float *act, const float *h0, const float *h1, long n) {
+void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
     #pragma omp parallel for if (n > 65536)
     for (long i = 0; i < n; i++) act[i] = h0[i] * sigmoidf(h0[i]) * h1[i];
+    round_bf16(act, (size_t)n, bf16);   // cast point 11 (model/precision.h)
 }
 
 // d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
@@ -33,23 +35,33 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     s->h1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
     matmul_forward(s->h0, x, p->wi_0, T, D, F, 0);
     matmul_forward(s->h1, x, p->wi_1, T, D, F, 0);
+    prec_round(c, s->h0, (size_t)T * F);
+    prec_round(c, s->h1, (size_t)T * F);
     // The activation is recomputed in the backward pass from h0, h1: a temporary here.
     float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F)
-    swiglu_forward(act, s->h0, s->h1, (long)T * F);
+    swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
     tp_rowpar_forward(c, out, act, p->wo, T, F, D);   // a sum over F, split over the tensor axis
+    prec_round(c, out, (size_t)T * D);
     mem_free(act);
+    act_pack(c, &s->h0, (size_t)T * F);   // kept as 16-bit numbers in bf16 mode
+    act_pack(c, &s->h1, (size_t)T * F);
 }
 
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, int leaf) {
+    act_unpack(c, &s->h0, (size_t)T * F);
+    act_unpack(c, &s->h1, (size_t)T * F);
     float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed
-    swiglu_forward(act, s->h0, s->h1, (long)T * F);
+    swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
     float *dact = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d activation"); // (T,F)
     matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
+    prec_round(c, dact, (size_t)T * F);   // bf16: act was rounded, so is its gradient
     mem_free(act);
     float *dh0 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h0");
     float *dh1 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h1");
     swiglu_backward(dh0, dh1, dact, s->h0, s->h1, (long)T * F);
+    prec_round(c, dh0, (size_t)T * F);
+    prec_round(c, dh1, (size_t)T * F);
     mem_free(dact);
     mlp_saved_free(s);
     matmul_backward(NULL, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);

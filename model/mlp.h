@@ -19,6 +19,6 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
 void mlp_saved_free(MlpSaved *s);
 
 // The SwiGLU nonlinearity on (n) elements, and its backward.
-void swiglu_forward(float *act, const float *h0, const float *h1, long n);        // act = silu(h0)*h1
+void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16);   // act = silu(h0)*h1 (rb in bf16)
 void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n);
 #endif

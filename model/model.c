@@ -8,6 +8,7 @@
 #include "model/embedding.h"
 #include "model/rmsnorm.h"
 #include "model/matmul.h"
+#include "model/precision.h"
 #include "model/loss.h"
 #include "sharding/memory.h"
 #include "sharding/fsdp.h"
@@ -290,6 +291,7 @@ void model_init(Model *m, const Config *c) {
     }
     free(unit); free(off); free(size);
     m->gathered = calloc((size_t)sh->nunits * 2, sizeof(float *));
+    m->bf16_copy = calloc((size_t)sh->nunits, sizeof(float *));
     if (sh->F == 1)   // whole units on this device: bind once (FSDP binds at each gather)
         for (int u = 0; u < sh->nunits; u++) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
     fsdp_set_grad_target(m, m->grads_mem);
@@ -308,6 +310,7 @@ void model_free(Model *m) {
     free(m->acts);
     free(m->specs);
     free(m->gathered);
+    free(m->bf16_copy);
     shard_free(&m->shard);
     memset(m, 0, sizeof(*m));
 }
@@ -322,6 +325,39 @@ float model_lb_coef(const Config *c, int global_seqs) {
 // ---------------------------------------------------------------------------------------
 // Forward and backward of one microbatch.
 
+// Before / after unit u's weights are used (sharding/fsdp.h: all-gathered under FSDP). In
+// bf16 mode the layers use a copy of the unit's master weights rounded to bf16 (cast point
+// 1 of model/precision.h), made here and dropped after: the master copy, its gradient and
+// the optimizer state stay float32. The gate kernel stays unrounded with float32_gate_logits.
+static void unit_acquire(Model *m, int u) {
+    fsdp_acquire(m, u);
+    const Config *c = &m->cfg;
+    if (!cfg_bf16(c)) return;
+    const StateShard *sh = &m->shard;
+    const float *w = sh->F > 1 ? m->gathered[2 * u] : m->params_mem + sh->local_off[u];
+    size_t n = sh->unit_size[u];
+    float *copy = mem_floats(MEM_PARAMS, n, "bf16-rounded weights of one unit (float32 storage)");
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *s = &m->specs[i];
+        if (model_unit_of(c, s->name) != u) continue;
+        size_t at = s->offset - sh->unit_off[u];
+        memcpy(copy + at, w + at, sizeof(float) * s->size);
+        round_bf16(copy + at, s->size, !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel")));
+    }
+    model_bind_unit(m, &m->params, u, copy);
+    m->bf16_copy[u] = copy;
+}
+
+static void unit_release(Model *m, int u) {
+    if (m->bf16_copy[u]) {
+        mem_free(m->bf16_copy[u]);
+        m->bf16_copy[u] = NULL;
+        // Without FSDP the pointers go back to the master weights (FSDP rebinds at each gather).
+        if (m->shard.F == 1) model_bind_unit(m, &m->params, u, m->params_mem + m->shard.local_off[u]);
+    }
+    fsdp_release(m, u);
+}
+
 static float *bias_of(const Model *m, int l) {
     return m->router_bias ? m->router_bias + (size_t)l * m->cfg.num_experts : NULL;
 }
@@ -332,32 +368,34 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     int T = B * S, D = c->base_emb_dim, L = c->base_num_decoder_layers;
     int V = m->vocab_local, v0 = m->vocab_first;   // this device's slice of the vocabulary
     float eps = c->normalization_layer_epsilon;
+    int bf16 = cfg_bf16(c);
     m->B = B; m->S = S; m->ids = ids; m->targets = targets;
 
     // Units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head. Under FSDP each
     // is all-gathered just before use and freed right after.
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
-    fsdp_acquire(m, 0);
+    unit_acquire(m, 0);
     embedding_forward(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
     tp_all_reduce(x, (size_t)T * D);   // vocabulary-parallel: each row comes from one device
-    fsdp_release(m, 0);
+    unit_release(m, 0);
     for (int l = 0; l < L; l++) {
-        fsdp_acquire(m, 1 + l);
+        unit_acquire(m, 1 + l);
         LayerParams *p = &m->params.layers[l];
         LayerActs *a = &m->acts[l];
         a->x = x;
         // h = x + Attention(RMSNorm_pre(x))
         a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
         a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
-        rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps);
+        rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps, bf16);
         a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
         if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
         else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
         for (size_t i = 0; i < (size_t)T * D; i++) a->h[i] += x[i];
+        round_bf16(a->h, (size_t)T * D, bf16);   // residual (cast point 10)
         // x' = h + FFN(RMSNorm_post(h))
         a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
         a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
-        rmsnorm_forward(a->n2, a->rstd2, a->h, p->post_norm, T, D, eps);
+        rmsnorm_forward(a->n2, a->rstd2, a->h, p->post_norm, T, D, eps, bf16);
         float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
         if (cfg_layer_is_moe(c, l)) {
             long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
@@ -367,18 +405,27 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
             mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
         }
         for (size_t i = 0; i < (size_t)T * D; i++) xn[i] += a->h[i];
+        round_bf16(xn, (size_t)T * D, bf16);     // residual (cast point 10)
         x = xn;
-        fsdp_release(m, 1 + l);
+        // What this layer's backward reads, kept as 16-bit numbers in bf16 mode.
+        act_pack(c, &a->x, (size_t)T * D);
+        act_pack(c, &a->n1, (size_t)T * D);
+        act_pack(c, &a->h, (size_t)T * D);
+        act_pack(c, &a->n2, (size_t)T * D);
+        unit_release(m, 1 + l);
     }
     // logits = RMSNorm_final(x) @ W_out
     m->xL = x;
-    fsdp_acquire(m, L + 1);
+    unit_acquire(m, L + 1);
     m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
     m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
-    rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, eps);
+    rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, eps, bf16);
     m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
-    fsdp_release(m, L + 1);
+    round_bf16(m->logits, (size_t)T * V, bf16);   // cast point 16; the loss reads them as float32
+    unit_release(m, L + 1);
+    act_pack(c, &m->xL, (size_t)T * D);
+    act_pack(c, &m->nf, (size_t)T * D);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, V, v0, tp_local_chunks(c),
                              c->z_loss_multiplier, cfg_leaf_tokens(c));
@@ -405,25 +452,36 @@ void model_backward(Model *m, float scale, float lb_coef) {
     int L = c->base_num_decoder_layers, leaf = cfg_leaf_tokens(c);
     Params *g = &m->grads;
 
+    act_unpack(c, &m->xL, (size_t)T * D);
+    act_unpack(c, &m->nf, (size_t)T * D);
     // Loss and output head.
-    fsdp_acquire(m, L + 1);
+    unit_acquire(m, L + 1);
     fsdp_grad_begin(m, L + 1);
     loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
+    // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
+    // transposes a cast); here and at each such point below.
+    prec_round(c, m->logits, (size_t)T * V);
     float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
     matmul_backward(NULL, g->logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
     tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
+    prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
-    rmsnorm_backward(dx, g->final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf);
+    rmsnorm_backward(dx, g->final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf, cfg_bf16(c));
     fsdp_grad_end(m, L + 1);
-    fsdp_release(m, L + 1);
+    unit_release(m, L + 1);
     float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
     float *dn = dnf;   // reused: gradient of a norm's output
     for (int l = L - 1; l >= 0; l--) {
-        fsdp_acquire(m, 1 + l);
+        unit_acquire(m, 1 + l);
         fsdp_grad_begin(m, 1 + l);
         LayerParams *p = &m->params.layers[l], *gl = &g->layers[l];
         LayerActs *a = &m->acts[l];
+        act_unpack(c, &a->x, (size_t)T * D);
+        act_unpack(c, &a->n1, (size_t)T * D);
+        act_unpack(c, &a->h, (size_t)T * D);
+        act_unpack(c, &a->n2, (size_t)T * D);
         // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
+        prec_round(c, dx, (size_t)T * D);
         memcpy(dh, dx, sizeof(float) * T * D);
         memset(dn, 0, sizeof(float) * T * D);
         if (cfg_layer_is_moe(c, l)) {
@@ -432,15 +490,18 @@ void model_backward(Model *m, float scale, float lb_coef) {
         } else {
             mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
         }
-        rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf);
+        prec_round(c, dn, (size_t)T * D);
+        rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf, cfg_bf16(c));
+        prec_round(c, dh, (size_t)T * D);
         // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
         memcpy(dx, dh, sizeof(float) * T * D);
         memset(dn, 0, sizeof(float) * T * D);
         if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
         else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
-        rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf);
+        prec_round(c, dn, (size_t)T * D);
+        rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf, cfg_bf16(c));
         fsdp_grad_end(m, 1 + l);
-        fsdp_release(m, 1 + l);
+        unit_release(m, 1 + l);
     }
     fsdp_grad_begin(m, 0);
     embedding_backward(g->embedding, dx, m->ids, T, D, V, v0, leaf);

@@ -53,6 +53,7 @@ typedef struct Model {
     float *m_mem, *v_mem;   // (shard.local_n / shard.Z) AdamW moments
     float *grad_dst;        // where finished gradients go (grads_mem, or a microbatch's buffer)
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
+    float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
     Params params, grads;   // pointers into params_mem / grads_mem
     float *router_bias;     // (L, E) DeepSeek selection bias (non-trained state), or NULL
     int step;               // optimizer updates done

@@ -17,11 +17,17 @@
 // leaf in the canonical order (model/treesum.h) whatever the routing.
 #include "model/moe.h"
 #include "model/matmul.h"
+#include "model/precision.h"
 #include "sharding/tensor.h"
 #include "sharding/expert.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "common.h"
+
+static void moe_saved_pack(const Config *c, MoeSaved *s, int pack);
+
+// bf16 mode: the gate logits and the router's scores are rounded unless float32_gate_logits.
+static int gate_rounds(const Config *c) { return cfg_bf16(c) && !c->float32_gate_logits; }
 
 // ---------------------------------------------------------------------------------------
 // Routing
@@ -66,9 +72,13 @@ void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, 
         int *idx = top_idx + (size_t)t * K;
         float *w = top_w + (size_t)t * K;
         // 1. s = sigmoid(logits); selection scores s' = s + bias (selection only).
+        // (bf16, cast point 13: s, the bias and s' are rounded like the gate logits)
+        int gr = gate_rounds(c);
         for (int e = 0; e < E; e++) {
             s[e] = 1.0f / (1.0f + expf(-l[e]));
-            sel[e] = s[e] + (bias ? bias[e] : 0.0f);
+            if (gr) s[e] = bf16_round(s[e]);
+            float b = bias ? (gr ? bf16_round(bias[e]) : bias[e]) : 0.0f;
+            sel[e] = gr ? bf16_round(s[e] + b) : s[e] + b;
             masked[e] = sel[e];
         }
         // 2. Group-limited routing: a group's score is the sum of its two best s'; only the
@@ -93,6 +103,7 @@ void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, 
         float sum = 0.0f;
         for (int k = 0; k < K; k++) { w[k] = s[idx[k]]; sum += w[k]; }
         for (int k = 0; k < K; k++) w[k] = w[k] / (sum + 1e-20f) * c->routed_scaling_factor;
+        round_bf16(w, (size_t)K, cfg_bf16(c));
     }
 }
 
@@ -215,9 +226,12 @@ static void expert_forward(const Config *c, const MoeParams *p, int e, const flo
     int D = c->base_emb_dim, H = cfg_expert_dim(c);
     matmul_forward(h0, xs, p->wi_0 + (size_t)e * D * H, n, D, H, 0);
     matmul_forward(h1, xs, p->wi_1 + (size_t)e * D * H, n, D, H, 0);
+    prec_round(c, h0, (size_t)n * H);
+    prec_round(c, h1, (size_t)n * H);
     float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H)
-    swiglu_forward(act, h0, h1, (long)n * H);
+    swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
     tp_rowpar_forward(c, y, act, p->wo + (size_t)e * H * D, n, H, D);   // a sum over H (tensor-split)
+    prec_round(c, y, (size_t)n * D);
     mem_free(act);
 }
 
@@ -231,15 +245,18 @@ static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, i
     const float *wo = p->wo + (size_t)e * H * D;
     // y = act wo:  dact = dy wo^T,  dwo += act^T dy
     float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H) recomputed
-    swiglu_forward(act, h0, h1, (long)n * H);
+    swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
     float *dact = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d activation");
     matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
+    prec_round(c, dact, (size_t)n * H);   // bf16: act was rounded, so is its gradient
     expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf, nleaves);
     mem_free(act);
     // act = silu(h0) * h1
     float *dh0 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h0");
     float *dh1 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h1");
     swiglu_backward(dh0, dh1, dact, h0, h1, (long)n * H);
+    prec_round(c, dh0, (size_t)n * H);
+    prec_round(c, dh1, (size_t)n * H);
     mem_free(dact);
     // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
     memset(dxs, 0, sizeof(float) * (size_t)n * D);
@@ -313,8 +330,13 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     s->top_w = mem_floats(MEM_ACTIVATIONS, A, "moe top-k weights");               // (T,K)
     s->w_eff = mem_floats(MEM_ACTIVATIONS, A, "moe combine weights");             // (T,K)
     matmul_forward(s->logits, x, p->gate, T, D, E, 0);
-    if (cfg_sigmoid_router(c)) route_deepseek(c, s->top_idx, s->top_w, s->scores, s->logits, bias, T);
-    else route_mixtral(s->top_idx, s->top_w, s->scores, s->logits, T, E, K);
+    round_bf16(s->logits, (size_t)T * E, gate_rounds(c));   // cast point 5
+    if (cfg_sigmoid_router(c)) {
+        route_deepseek(c, s->top_idx, s->top_w, s->scores, s->logits, bias, T);
+    } else {
+        route_mixtral(s->top_idx, s->top_w, s->scores, s->logits, T, E, K);
+        prec_round(c, s->top_w, A);   // cast point 12
+    }
     memcpy(s->w_eff, s->top_w, sizeof(float) * A);
     if (!c->sparse_matmul && c->capacity_factor > 0) {
         int *keep = (int *)mem_alloc(MEM_TEMP, sizeof(int) * A, "moe capacity keep");
@@ -347,6 +369,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
 
     // Combine, each token's experts in ascending expert order (the order of the dense
     // path's sum over E), so both paths add the same terms in the same order.
+    int bf16_sum = cfg_bf16(c) && !c->float32_weight_sum;
     #pragma omp parallel for if ((long)T * D * K > 65536)
     for (int t = 0; t < T; t++) {
         int ord[K];
@@ -361,8 +384,12 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
             size_t a = (size_t)t * K + ord[k];
             const float *y = s->y + (size_t)s->assign_row[a] * D;
             float w = s->w_eff[a];
-            for (int d = 0; d < D; d++) o[d] += w * y[d];
+            if (bf16_sum)   // cast point 14, float32_weight_sum=false: each product and partial sum in bf16
+                for (int d = 0; d < D; d++) o[d] = bf16_round(o[d] + bf16_round(w * y[d]));
+            else
+                for (int d = 0; d < D; d++) o[d] += w * y[d];
         }
+        if (!bf16_sum) round_bf16(o, (size_t)D, cfg_bf16(c));   // float32_weight_sum: one rounding
     }
 
     // DeepSeek's shared experts: a dense SwiGLU on every token, added to the routed output.
@@ -370,8 +397,11 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
         float *sh = mem_floats(MEM_TEMP, (size_t)T * D, "moe shared expert out");
         mlp_forward(c, &p->shared, &s->shared, sh, x, T, D, c->shared_experts * H);
         for (size_t i = 0; i < (size_t)T * D; i++) out[i] += sh[i];
+        prec_round(c, out, (size_t)T * D);   // cast point 15
         mem_free(sh);
     }
+    // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
+    moe_saved_pack(c, s, 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -392,13 +422,21 @@ static void router_backward(const Config *c, float *dlogits, const float *dw, co
         } else {
             // w_k = scale * s_k / Z, Z = sum_j s_j + 1e-20, s = sigmoid(logit):
             // ds_j = scale * (g_j / Z - sum_k g_k s_k / Z^2);  dl_j = ds_j * s_j (1 - s_j)
-            float sg[K], Z = 0.0f, gs = 0.0f;
-            for (int k = 0; k < K; k++) { sg[k] = 1.0f / (1.0f + expf(-l[idx[k]])); Z += sg[k]; }
+            // bf16: the forward used rb(sigmoid) (unless float32_gate_logits); its gradient
+            // is rounded the same way, and sigmoid' uses the unrounded value.
+            int gr = gate_rounds(c);
+            float sg[K], sig[K], Z = 0.0f, gs = 0.0f;
+            for (int k = 0; k < K; k++) {
+                sig[k] = 1.0f / (1.0f + expf(-l[idx[k]]));
+                sg[k] = gr ? bf16_round(sig[k]) : sig[k];
+                Z += sg[k];
+            }
             Z += 1e-20f;
             for (int k = 0; k < K; k++) gs += g[k] * sg[k];
             for (int k = 0; k < K; k++) {
                 float ds = c->routed_scaling_factor * (g[k] / Z - gs / (Z * Z));
-                dl[idx[k]] += ds * sg[k] * (1.0f - sg[k]);
+                if (gr) ds = bf16_round(ds);
+                dl[idx[k]] += ds * sig[k] * (1.0f - sig[k]);
             }
         }
     }
@@ -409,6 +447,7 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = cfg_expert_dim(c);
     int leaf = cfg_leaf_tokens(c), nleaves = T / leaf;
     size_t A = (size_t)T * K, R = (size_t)s->nrows;
+    moe_saved_pack(c, s, 0);
 
     // Shared experts: out += SwiGLU_shared(x).
     if (p->shared.wi_0) mlp_backward(c, &p->shared, &g->shared, &s->shared, dx, dout, x, T, D, c->shared_experts * H, leaf);
@@ -425,6 +464,8 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
         // w_eff = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
         dw[a] = (w == 0.0f && s->top_w[a] != 0.0f) ? 0.0f : dot;
     }
+    prec_round(c, dy, R * D);   // bf16: y and the weights were rounded, so are their gradients
+    prec_round(c, dw, A);
 
     // Experts; each row's input gradient is added into dx in row order (ascending expert).
     float *dxs = mem_floats(MEM_TEMP, R * D, "moe expert d input");   // (R,D)
@@ -467,6 +508,21 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     s->h0 = s->h1 = s->y = s->probs = s->lb_f = NULL;
     s->row_start = s->row_token = s->assign_row = NULL;
     s->ep = NULL;
+}
+
+// bf16 mode: the experts' saved rows as 16-bit numbers (pack) or back to floats (unpack).
+static void moe_saved_pack(const Config *c, MoeSaved *s, int pack) {
+    void (*f)(const Config *, float **, size_t) = pack ? act_pack : act_unpack;
+    size_t D = (size_t)c->base_emb_dim, H = (size_t)cfg_expert_dim(c), R = (size_t)s->nrows;
+    f(c, &s->y, R * D);
+    f(c, &s->h0, R * H);
+    f(c, &s->h1, R * H);
+    if (s->ep) {
+        size_t n = (size_t)MM_MAX(s->ep->nrecv, 1);
+        f(c, &s->ep->x, n * D);
+        f(c, &s->ep->h0, n * H);
+        f(c, &s->ep->h1, n * H);
+    }
 }
 
 void moe_saved_free(MoeSaved *s) {

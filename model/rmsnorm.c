@@ -1,9 +1,10 @@
 // model/rmsnorm.c: RMSNorm forward and backward, in float32.
 #include "model/rmsnorm.h"
 #include "model/treesum.h"
+#include "model/precision.h"
 #include "common.h"
 
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps) {
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps, int bf16) {
     #pragma omp parallel for if (T * D > 32768)
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * D;
@@ -12,23 +13,31 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale
         for (int i = 0; i < D; i++) ss += xt[i] * xt[i];
         float r = 1.0f / sqrtf(ss / D + eps);
         rstd[t] = r;
-        for (int i = 0; i < D; i++) ot[i] = (xt[i] * r) * scale[i];
+        if (!bf16) for (int i = 0; i < D; i++) ot[i] = (xt[i] * r) * scale[i];
+        else for (int i = 0; i < D; i++) ot[i] = bf16_round(bf16_round(xt[i] * r) * scale[i]);   // cast point 3
     }
 }
 
 // With n = x * r (the normalised value) and y = n * scale:
 //   dscale = sum_t dy * n
 //   dx = r * (dy*scale - n * mean(dy*scale * n))
+// bf16 (the forward rounded n and n*scale): the gradient of n is rounded too, g = rb(dy*scale),
+// and dscale sums dy * rb(n).
 void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
-                      const float *rstd, int T, int D, int leaf) {
+                      const float *rstd, int T, int D, int leaf, int bf16) {
     #pragma omp parallel for if (T * D > 32768)
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D;
         float r = rstd[t], dot = 0.0f;
-        for (int i = 0; i < D; i++) dot += dyt[i] * scale[i] * (xt[i] * r);
+        for (int i = 0; i < D; i++) {
+            float g = bf16 ? bf16_round(dyt[i] * scale[i]) : dyt[i] * scale[i];
+            dot += g * (xt[i] * r);
+        }
         dot /= D;
-        for (int i = 0; i < D; i++)
-            dx[(size_t)t * D + i] += r * (dyt[i] * scale[i] - (xt[i] * r) * dot);
+        for (int i = 0; i < D; i++) {
+            float g = bf16 ? bf16_round(dyt[i] * scale[i]) : dyt[i] * scale[i];
+            dx[(size_t)t * D + i] += r * (g - (xt[i] * r) * dot);
+        }
     }
     if (!dscale) return;
     TreeSum ts;
@@ -36,7 +45,10 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
     for (int t0 = 0; t0 < T; t0 += leaf) {
         float *g = treesum_leaf(&ts);
         for (int t = t0; t < MM_MIN(T, t0 + leaf); t++)
-            for (int i = 0; i < D; i++) g[i] += dout[(size_t)t * D + i] * (x[(size_t)t * D + i] * rstd[t]);
+            for (int i = 0; i < D; i++) {
+                float n = x[(size_t)t * D + i] * rstd[t];
+                g[i] += dout[(size_t)t * D + i] * (bf16 ? bf16_round(n) : n);
+            }
         treesum_push(&ts);
     }
     treesum_end(&ts, dscale);

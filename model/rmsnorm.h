@@ -3,8 +3,9 @@
 #define MESHMOE_RMSNORM_H
 
 // out (T,D), rstd (T) saved for the backward pass; x (T,D); scale (D).
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps);
+// bf16: out = rb(rb(x * rstd) * scale) (model/precision.h, cast point 3).
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps, int bf16);
 // dx (T,D) += ; dscale (D) += sum over tokens (canonical tree over `leaf`-token leaves).
 void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
-                      const float *rstd, int T, int D, int leaf);
+                      const float *rstd, int T, int D, int leaf, int bf16);
 #endif

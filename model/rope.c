@@ -5,6 +5,7 @@
 //     out2 = x2*cos + x1*sin
 // A rotation keeps the length of every pair; its backward is the rotation by -theta.
 #include "model/rope.h"
+#include "model/precision.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -15,7 +16,7 @@
 //     timescale = min_ts * (max_ts / min_ts) ** fraction               # float32
 //     sinusoid  = position / timescale                                 # int32 / float32 -> float32
 //     sin, cos  = jnp.sin(sinusoid), jnp.cos(sinusoid)
-static void rope_table(float *sn, float *cs, int S, int Dr, float min_ts, float max_ts) {
+static void rope_table(float *sn, float *cs, int S, int Dr, float min_ts, float max_ts, int bf16) {
     int half = Dr / 2;
     // max_ts / min_ts are Python floats in MaxText: divided in double, then rounded once to
     // float32 when they meet the float32 array (a weakly typed scalar).
@@ -25,20 +26,22 @@ static void rope_table(float *sn, float *cs, int S, int Dr, float min_ts, float 
         float timescale = min_ts * powf(ratio, fraction);
         for (int s = 0; s < S; s++) {
             float theta = (float)s / timescale;
-            sn[(size_t)s * half + i] = sinf(theta);
-            cs[(size_t)s * half + i] = cosf(theta);
+            // bf16 mode (cast point 6): sin and cos are rounded to bf16
+            sn[(size_t)s * half + i] = bf16 ? bf16_round(sinf(theta)) : sinf(theta);
+            cs[(size_t)s * half + i] = bf16 ? bf16_round(cosf(theta)) : cosf(theta);
         }
     }
 }
 
 // Rotate every head of every token by +theta (dir = +1) or by -theta (dir = -1).
-static void rope_apply(float *x, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts, int dir) {
+static void rope_apply(float *x, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts, int dir,
+                       int bf16) {
     if (Dr % 2 != 0) die("rope: the rotated width must be even, got %d", Dr);
     if (Dr > stride) die("internal: rope width %d exceeds the head stride %d", Dr, stride);
     int half = Dr / 2;
     float *sn = mem_floats(MEM_TEMP, (size_t)S * half, "rope sin");   // (S, Dr/2)
     float *cs = mem_floats(MEM_TEMP, (size_t)S * half, "rope cos");   // (S, Dr/2)
-    rope_table(sn, cs, S, Dr, min_ts, max_ts);
+    rope_table(sn, cs, S, Dr, min_ts, max_ts, bf16);
     #pragma omp parallel for collapse(2) if ((long)B * S * H * Dr > 65536)
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) {
@@ -51,6 +54,7 @@ static void rope_apply(float *x, int B, int S, int H, int stride, int Dr, float 
                     float a = x1[i], bb = x2[i];
                     x1[i] = a * c - bb * sgn_sin;
                     x2[i] = bb * c + a * sgn_sin;
+                    if (bf16 && dir > 0) { x1[i] = bf16_round(x1[i]); x2[i] = bf16_round(x2[i]); }   // cast point 6
                 }
             }
         }
@@ -58,12 +62,12 @@ static void rope_apply(float *x, int B, int S, int H, int stride, int Dr, float 
     mem_free(cs);
 }
 
-void rope_forward(float *x, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts) {
-    rope_apply(x, B, S, H, stride, Dr, min_ts, max_ts, +1);
+void rope_forward(float *x, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts, int bf16) {
+    rope_apply(x, B, S, H, stride, Dr, min_ts, max_ts, +1, bf16);
 }
 
 // y = R(theta) x, so dx = R(theta)^T dy = R(-theta) dy:
 //     dx1 = dy1*cos + dy2*sin,  dx2 = dy2*cos - dy1*sin
-void rope_backward(float *dx, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts) {
-    rope_apply(dx, B, S, H, stride, Dr, min_ts, max_ts, -1);
+void rope_backward(float *dx, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts, int bf16) {
+    rope_apply(dx, B, S, H, stride, Dr, min_ts, max_ts, -1, bf16);
 }

@@ -86,6 +86,10 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     return raw + HEADER;
 }
 
+const char *mem_name(const void *p) {
+    return ((const MemBlock *)((const char *)p - HEADER))->name;
+}
+
 float *mem_floats(MemTag tag, size_t n, const char *name) {
     return (float *)mem_alloc(tag, n * sizeof(float), name);
 }

@@ -46,6 +46,8 @@ Device *mem_device(void);
 void *mem_alloc(MemTag tag, size_t bytes, const char *name);
 float *mem_floats(MemTag tag, size_t n, const char *name);
 void mem_free(void *p);
+// The name a buffer was allocated with.
+const char *mem_name(const void *p);
 // Reset the peak counters to the live figures (e.g. to measure one step's peak).
 void mem_reset_peak(Device *d);
 // Print the device's peak per tag and total.

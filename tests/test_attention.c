@@ -282,7 +282,7 @@ static void test_rope(void) {
     uint64_t seed = 7;
     gc_fill(x, n, &seed, 1.0f);
     memcpy(y, x, sizeof(float) * n);
-    rope_forward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f);
+    rope_forward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f, 0);
     double worst_norm = 0, worst_inv = 0;
     int untouched = 1;
     for (long hd = 0; hd < n / STRIDE; hd++) {
@@ -293,7 +293,7 @@ static void test_rope(void) {
         }
         untouched &= a[DR] == b[DR];
     }
-    rope_backward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f);
+    rope_backward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f, 0);
     for (long i = 0; i < n; i++) worst_inv = fmax(worst_inv, fabs(y[i] - x[i]));
     printf("  pair norm rel change %.2e, backward(forward(x)) - x max %.2e\n", worst_norm, worst_inv);
     CHECK(worst_norm <= 1e-6, "rope changes a pair's norm by %.3e", worst_norm);
@@ -304,7 +304,7 @@ static void test_rope(void) {
     // By hand: Dr = 4, timescales 1 and 10000^(2/4) = 100; at position 1 the angles are 1
     // and 0.01. Position 0 is the identity.
     float h[2 * 4] = {1, 2, 3, 4, 1, 2, 3, 4};   // (B=1, S=2, H=1, 4)
-    rope_forward(h, 1, 2, 1, 4, 4, 1.0f, 10000.0f);
+    rope_forward(h, 1, 2, 1, 4, 4, 1.0f, 10000.0f, 0);
     double want[4] = {1 * cos(1.0) - 3 * sin(1.0), 2 * cos(0.01) - 4 * sin(0.01),
                       3 * cos(1.0) + 1 * sin(1.0), 4 * cos(0.01) + 2 * sin(0.01)};
     CHECK(h[0] == 1 && h[1] == 2 && h[2] == 3 && h[3] == 4, "rope at position 0 is not the identity");

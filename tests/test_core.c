@@ -9,6 +9,7 @@
 #include "model/loss.h"
 #include "model/matmul.h"
 #include "model/optimizer.h"
+#include "model/precision.h"
 #include "sharding/memory.h"
 #include "tests/gradcheck.h"
 
@@ -66,7 +67,7 @@ static int IDS[T] = {3, 1, 3, 10, 0, 3}, TGT[T] = {2, 5, -1, 7, 7, 0};
 
 static double rmsnorm_loss(void *ctx) {
     (void)ctx;
-    rmsnorm_forward(OUT, RSTD, X, SC, T, D, 1e-5f);
+    rmsnorm_forward(OUT, RSTD, X, SC, T, D, 1e-5f, 0);
     return gc_dot(OUT, R, T * D);
 }
 static double embed_loss(void *ctx) {
@@ -99,8 +100,8 @@ static void test_layers(void) {
     gc_fill(W, D * V, &seed, 0.5f);
     // RMSNorm: dx and dscale.
     float dx[T * D] = {0}, dsc[D] = {0};
-    rmsnorm_forward(OUT, RSTD, X, SC, T, D, 1e-5f);
-    rmsnorm_backward(dx, dsc, R, X, SC, RSTD, T, D, LEAF);
+    rmsnorm_forward(OUT, RSTD, X, SC, T, D, 1e-5f, 0);
+    rmsnorm_backward(dx, dsc, R, X, SC, RSTD, T, D, LEAF, 0);
     gradcheck("rmsnorm dx", X, T * D, dx, rmsnorm_loss, NULL, 1e-2, 1e-2);
     gradcheck("rmsnorm dscale", SC, D, dsc, rmsnorm_loss, NULL, 1e-2, 1e-2);
     // Embedding: the scatter-add, with a repeated id.
@@ -229,11 +230,54 @@ static void test_config_json(void) {
     CHECK(memcmp(&a, &b, sizeof a) == 0, "config JSON round trip changed the config");
 }
 
+// ---- bf16: round to nearest even, and saved activations that really take 2 bytes ----
+static void test_bf16(void) {
+    // (input bits, expected bf16 bits), worked out by hand: the upper 16 bits, rounded on
+    // the lower 16 (0x8000 is the halfway point; ties go to the even upper half).
+    uint32_t cases[][2] = {
+        {0x3f800000u, 0x3f80},   // 1.0 exact
+        {0x3f808000u, 0x3f80},   // halfway, upper half even: stays
+        {0x3f818000u, 0x3f82},   // halfway, upper half odd: up to even
+        {0x3f808001u, 0x3f81},   // just above halfway: up
+        {0x3f807fffu, 0x3f80},   // just below: down
+        {0xbf818000u, 0xbf82},   // negative, halfway to even (away from zero here)
+        {0x7f7fffffu, 0x7f80},   // largest float rounds to +inf
+        {0x7f800000u, 0x7f80},   // +inf stays
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float f;
+        memcpy(&f, &cases[i][0], 4);
+        ok &= bf16_bits(f) == cases[i][1];
+    }
+    float nan = NAN;
+    ok &= isnan(bf16_round(nan));
+    CHECK(ok, "bf16 rounding is not round-to-nearest-even on the hand-worked cases");
+    // act_pack: n bf16-valued floats become 2n bytes under the same tag, and come back exactly.
+    Config c;
+    config_defaults(&c);
+    strcpy(c.dtype, "bfloat16");
+    size_t n = 1000;
+    Device *d = mem_device();
+    size_t before = d->live[MEM_ACTIVATIONS];
+    float *x = mem_floats(MEM_ACTIVATIONS, n, "test activation"), ref[1000];
+    for (size_t i = 0; i < n; i++) ref[i] = x[i] = bf16_round((float)i * 0.37f - 100.0f);
+    act_pack(&c, &x, n);
+    size_t packed = d->live[MEM_ACTIVATIONS] - before;
+    act_unpack(&c, &x, n);
+    CHECK(packed == 2 * n, "a packed activation holds %zu bytes, want %zu", packed, 2 * n);
+    CHECK(memcmp(x, ref, sizeof ref) == 0, "pack/unpack changed a bf16 value");
+    mem_free(x);
+    printf("  bf16: round-to-nearest-even on 9 hand-worked cases; a saved activation of %zu values takes %zu bytes\n",
+           n, packed);
+}
+
 int main(void) {
     Device dev;
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
     test_treesum();
+    test_bf16();
     test_layers();
     test_row_stable_matmul();
     test_optimizer();

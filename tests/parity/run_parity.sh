@@ -15,7 +15,8 @@ cd "$(dirname "$0")/../.."
 if [ -z "${PYTHON:-}" ]; then
     PYTHON=$(bash tests/parity/ensure_venv.sh) || { echo "run_parity: no Python environment (see above)"; exit 1; }
 fi
-[ -x ./train ] || { echo "run_parity: ./train is not built (run make)"; exit 1; }
+TRAIN=${TRAIN:-./train}
+[ -x "$TRAIN" ] || { echo "run_parity: $TRAIN is not built (run make)"; exit 1; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/meshmoe-parity.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
@@ -64,7 +65,7 @@ run_case() {
     shift 2
     local dir=$TMP/$name t0=$SECONDS
     echo "== $name: ./train $cfg ${COMMON[*]} $*"
-    if ! ./train "$cfg" dump_parity="$dir" "${COMMON[@]}" "$@" >"$TMP/$name.train.log" 2>&1; then
+    if ! "$TRAIN" "$cfg" dump_parity="$dir" "${COMMON[@]}" "$@" >"$TMP/$name.train.log" 2>&1; then
         tail -5 "$TMP/$name.train.log"
         fail "$name" "./train failed"
         return
@@ -78,6 +79,9 @@ run_case() {
         fail "$name" "reference.py failed"
         return
     fi
+    # Step-0 losses of both sides, for the float32_weight_sum comparison below.
+    "$PYTHON" -c 'import sys; from safetensors.numpy import load_file as l; c, j = l(sys.argv[1]), l(sys.argv[2]); print(float(c["c/loss"]), float(j["jax/loss"]))' \
+        "$dir/dump.safetensors" "$dir/jax.safetensors" > "$TMP/$name.losses"
     if "$PYTHON" tests/parity/compare.py "$dir/dump.safetensors" "$dir/jax.safetensors" --case "$name"; then
         pass "$name" $((SECONDS - t0))
     else
@@ -101,6 +105,25 @@ run_case deepseek-sparse  "$DEEPSEEK" sparse_matmul=true
 run_case deepseek-dense   "$DEEPSEEK" sparse_matmul=false
 run_case deepseek-qlora0  "$DEEPSEEK" sparse_matmul=true q_lora_rank=0
 run_case deepseek-ga2-lb  "$DEEPSEEK" sparse_matmul=true gradient_accumulation_steps=2 load_balance_loss_weight=0.01
+
+# bfloat16: the MoE combine in float32 (float32_weight_sum=true, the default) or in bf16.
+# Both presets, both settings; the flag must move C and JAX the same way.
+BF16=(dtype=bfloat16 sparse_matmul=true)
+run_case mixtral-bf16-wsum32   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true
+run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
+run_case deepseek-bf16-wsum32  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true
+run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
+echo "== float32_weight_sum: step-0 loss with the float32 combine minus with the bf16 combine"
+for p in mixtral deepseek; do
+    if [ -f "$TMP/$p-bf16-wsum32.losses" ] && [ -f "$TMP/$p-bf16-wsum16.losses" ]; then
+        read -r c32 j32 < "$TMP/$p-bf16-wsum32.losses"
+        read -r c16 j16 < "$TMP/$p-bf16-wsum16.losses"
+        awk -v p="$p" -v c32="$c32" -v c16="$c16" -v j32="$j32" -v j16="$j16" 'BEGIN {
+            dc = c32 - c16; dj = j32 - j16;
+            printf "  %-8s C: %.7f - %.7f = %+.3e   JAX: %.7f - %.7f = %+.3e   %s\n", p, c32, c16, dc, j32, j16, dj,
+                   (dc * dj > 0 || (dc == 0 && dj == 0)) ? "same direction" : "OPPOSITE"; }'
+    fi
+done
 
 echo "parity: $((SECONDS - start)) s${failed_names[*]:+; failed: ${failed_names[*]}}"
 echo "$passed passed, $failed failed"
