@@ -22,6 +22,7 @@
 #include "sharding/memory.h"
 #include "sharding/mesh.h"
 #include "sharding/collectives.h"
+#include "sharding/print.h"
 #include <time.h>
 #include <errno.h>
 #ifdef _OPENMP
@@ -141,14 +142,17 @@ static void device_main(int dev_id, void *arg) {
     int B = Bg / m.shard.nbatch;
     char b1[32], b2[64];
     if (talk) {
+        size_t P = sharding_global_params(&m);
         printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
-               c.decoder_block, c.base_num_decoder_layers, m.nparams, mem_fmt(m.nparams * 4, b1, sizeof b1),
+               c.decoder_block, c.base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
                c.num_experts, c.num_experts_per_tok, c.sparse_matmul ? "sparse (grouped)" : "dense");
         printf("BLAS: %s\n", blas_description());
         printf("mesh: %s (%d device%s, one thread each)\n", mesh_describe(mesh, b2, sizeof b2), mesh->ndev,
                mesh->ndev > 1 ? "s" : "");
         printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
                run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
+        sharding_print_state(&m);
+        if (c.print_sharding) sharding_print(&m, Bg, S);
     }
     int sharded = shard_is_split(&m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1;
     if ((c.load_checkpoint[0] || c.save_checkpoint[0] || c.dump_parity[0]) && sharded)

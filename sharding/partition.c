@@ -19,6 +19,7 @@ static const Rule RULES[] = {
     {"activation_mlp", {AX_TENSOR}, 1},
     {"activation_vocab", {AX_TENSOR}, 1},
     {"activation_exp", {AX_EXPERT}, 1},
+    {"activation_kv", {0}, 0},         // the head dimension of q, k, v
     {"activation_embed", {0}, 0},      // MaxText: tensor (sequence-parallel norms); here replicated
     // weights
     {"vocab", {AX_TENSOR}, 1},

@@ -53,6 +53,24 @@ MESHES
     check "$preset: accumulation 2 on fsdp=2 bit-identical to 1 device" [ "$acc1" = "$acc2" ]
 done
 
+echo "== print_sharding=true: rules, every tensor's spec and per-device shape, activations, then training"
+C=configs/mixtral-tiny.yml
+out=$($TRAIN $C $FAST steps=1 ici_tensor_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 print_sharding=true 2>&1)
+row() { grep -E "^ +$1 " <<<"$out" | head -1 | tr -s ' ' | sed 's/^ //'; }
+q=$(row decoder/layers_0/self_attention/query/kernel)
+echo "  $q"
+check "query kernel: (128, 4, 32) [embed, q_heads, kv] -> (fsdp, tensor, -), local (128, 2, 32), 1/2 of its unit" \
+    [ "$q" = "decoder/layers_0/self_attention/query/kernel (128, 4, 32) [embed, q_heads, kv] (fsdp, tensor, -) (128, 2, 32) 32.0 KiB 1/2 of unit 1" ]
+x=$(row "residual stream x")
+echo "  $x"
+check "residual stream: (8, 64, 128) -> (fsdp, -, -), (4, 64, 128) per device" \
+    grep -qF "[activation_batch, activation_length, activation_embed] (8, 64, 128) (fsdp, -, -) (4, 64, 128)" <<<"$x"
+check "logits: (8, 64, 256) -> (fsdp, -, tensor), (4, 64, 128) per device" \
+    grep -qF "[activation_batch, activation_length, activation_vocab] (8, 64, 256) (fsdp, -, tensor) (4, 64, 128)" <<<"$(row logits)"
+check "rule table printed (embed -> fsdp)" grep -qE '^  embed +-> fsdp$' <<<"$out"
+check "printed before step 0, and training proceeds" \
+    awk '/^---- sharding/ { s = NR } /^step +0 \| loss/ { t = NR } END { exit !(s && t && s < t) }' <<<"$out"
+
 echo "== impossible meshes and out-of-memory: one clear message"
 C=configs/mixtral-tiny.yml
 expect_error "axes do not multiply to num_devices" "multiply to 4 devices but num_devices is 8" \
