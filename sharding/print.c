@@ -121,6 +121,9 @@ static void print_params(const Model *m, const Mesh *mesh) {
     if (Z > 1)
         printf("\nZeRO-1: the AdamW moments of each stored shard are cut again into data=%d pieces.", Z);
     if (mesh->size[AX_DATA] > 1) printf("\ndata=%d holds replicas of the weights (it splits the batch).", mesh->size[AX_DATA]);
+    if (mesh->size[AX_EXPERT] > 1)
+        printf("\nexpert=%d cuts the experts and holds replicas of the other weights (it splits the batch).",
+               mesh->size[AX_EXPERT]);
     if (mesh->size[AX_CONTEXT] > 1)
         printf("\ncontext=%d holds replicas of the weights (it splits the sequence).", mesh->size[AX_CONTEXT]);
     printf("\n");
@@ -215,7 +218,10 @@ static void print_activations(const Model *m, const Mesh *mesh, int Bg, int S) {
                           "wi_0 and wi_1 outputs each"};
     if (c->sparse_matmul)
         acts[n++] = (Act){"MoE expert hidden", 3, {Bg, S * K, H}, {B_, L_, "activation_mlp"},
-                          "wi_0 and wi_1 outputs each; S*K: each token's K routed rows, grouped by expert"};
+                          mesh->size[AX_EXPERT] > 1
+                              ? "wi_0 and wi_1 outputs each; S*K: each token's K routed rows; a device computes the rows "
+                                "its experts get from the expert group (all-to-all): this many on average"
+                              : "wi_0 and wi_1 outputs each; S*K: each token's K routed rows, grouped by expert"};
     else
         acts[n++] = (Act){"MoE expert hidden", 4, {E, Bg, S, H}, {"activation_exp", B_, L_, "activation_mlp"},
                           "wi_0 and wi_1 outputs each; dense path: every expert on every token"};

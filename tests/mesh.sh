@@ -70,6 +70,13 @@ check "logits: (8, 64, 256) -> (fsdp, -, tensor), (4, 64, 128) per device" \
 check "rule table printed (embed -> fsdp)" grep -qE '^  embed +-> fsdp$' <<<"$out"
 check "printed before step 0, and training proceeds" \
     awk '/^---- sharding/ { s = NR } /^step +0 \| loss/ { t = NR } END { exit !(s && t && s < t) }' <<<"$out"
+out=$($TRAIN $C $FAST steps=1 ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 print_sharding=true 2>&1)
+w=$(row decoder/layers_0/MoeBlock_0/wi_0)
+echo "  $w"
+check "expert=2 fsdp=2: wi_0 [exp, embed_no_exp, mlp] -> (expert, fsdp, -), local (2, 128, 256)" \
+    [ "$w" = "decoder/layers_0/MoeBlock_0/wi_0 (4, 128, 256) [exp, embed_no_exp, mlp] (expert, fsdp, -) (2, 128, 256) 256.0 KiB 1/2 of unit 1" ]
+check "expert=2 fsdp=2: residual stream (8, 64, 128) -> (fsdp+expert, -, -), (2, 64, 128) per device" \
+    grep -qF "(8, 64, 128) (fsdp+expert, -, -) (2, 64, 128)" <<<"$(row "residual stream x")"
 
 echo "== impossible meshes and out-of-memory: one clear message"
 C=configs/mixtral-tiny.yml
