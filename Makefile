@@ -63,8 +63,8 @@ asan:
 	$(MAKE) -s train BUILD=build/asan OUT=build/asan/train OPT="$(SAN)"
 	bash tests/asan_run.sh build/asan/train
 
-# ThreadSanitizer build of the trainer (the devices are threads), running 2 steps on an
-# 8-device mesh (tests/tsan_run.sh says why with one OpenMP thread per device).
+# ThreadSanitizer build of the trainer (the devices are threads), running 2 steps on
+# 8-device meshes (tests/tsan_run.sh says why with one OpenMP thread per device).
 TSAN := -O2 -march=native -g -fsanitize=thread
 tsan:
 	$(MAKE) -s train BUILD=build/tsan OUT=build/tsan/train OPT="$(TSAN)"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tests/tsan_run.sh BINARY: 2 training steps on 8 devices (data=2 fsdp=2 tensor=2, ZeRO-1)
-# of both presets under ThreadSanitizer. The devices are threads that share the data, the
-# config and the collectives' slots: any data race between them is reported, and a report
-# stops the run with exit code 66 (a failed check).
+# tests/tsan_run.sh BINARY: 2 training steps on 8 devices under ThreadSanitizer: Mixtral on
+# fsdp=2 tensor=2 expert=2 (the experts' all-to-all), DeepSeek on data=2 fsdp=2 tensor=2 with
+# ZeRO-1. The devices are threads that share the data, the config and the collectives'
+# slots: any data race between them is reported, and a report stops the run with exit
+# code 66 (a failed check).
 #
 # num_threads=1: OpenMP's runtime (libgomp) is not built with TSan, so TSan cannot see the
 # synchronisation inside its thread pool and reports the workers of any `omp parallel` loop
@@ -15,14 +16,16 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 BIN=$1
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
-A="ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true
-   per_device_batch_size=1 max_target_length=32 steps=2 eval_steps=1 eval_interval=0 sample_length=0
+A="per_device_batch_size=1 max_target_length=32 steps=2 eval_steps=1 eval_interval=0 sample_length=0
    log_period=1 num_threads=1"
-for preset in mixtral-tiny deepseek-tiny; do
+while read -r preset mesh; do
     t0=$(date +%s)
-    out=$($BIN configs/$preset.yml $A 2>&1); rc=$?
+    out=$($BIN configs/$preset.yml $mesh $A 2>&1); rc=$?
     printf '%s\n' "$out" | grep -E '^(mesh:|step) ' | sed 's/^/    /'
     printf '%s\n' "$out" | grep -A20 -m1 'WARNING: ThreadSanitizer' | sed 's/^/    /'
     check "tsan: $preset, 8 devices, 2 steps, no report (exit $rc, $(($(date +%s) - t0)) s)" [ "$rc" -eq 0 ]
-done
+done <<'RUNS'
+mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2
+deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true
+RUNS
 summary
