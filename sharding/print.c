@@ -5,6 +5,7 @@
 #include "sharding/print.h"
 #include "sharding/partition.h"
 #include "sharding/memory.h"
+#include "model/precision.h"
 #include "common.h"
 
 // "(256, 128)"
@@ -173,12 +174,13 @@ typedef struct {
     int shape[4];
     const char *logical[4];
     const char *note;
+    int packed;         // kept as 16-bit numbers in bf16 mode (the layers' act_pack calls)
 } Act;
 
-static void act_row(Table *t, const Mesh *mesh, const Act *a) {
+static void act_row(Table *t, const Mesh *mesh, const Act *a, int bf16) {
     PartSpec p = partition_spec(mesh, a->ndim, a->logical);
     char gs[64], ax[112], sp[64], ls[64], lb[32];
-    size_t at = 0, bytes = sizeof(float);
+    size_t at = 0, bytes = bf16 && a->packed ? 2 : sizeof(float);
     at += (size_t)snprintf(ls, sizeof ls, "(");
     for (int d = 0; d < a->ndim; d++) {
         int n = a->shape[d], k = p.pieces[d];
@@ -200,40 +202,43 @@ static void print_activations(const Model *m, const Mesh *mesh, int Bg, int S) {
     const char *B_ = "activation_batch", *L_ = "activation_length";   // every activation starts with these
     Act acts[12];
     int n = 0;
-    acts[n++] = (Act){"residual stream x", 3, {Bg, S, D}, {B_, L_, "activation_embed"}, "per layer"};
+    acts[n++] = (Act){"residual stream x", 3, {Bg, S, D}, {B_, L_, "activation_embed"}, "per layer", 1};
     if (!cfg_is_mla(c)) {
         int Nkv = c->base_num_kv_heads, Dh = c->head_dim;
-        acts[n++] = (Act){"attention q", 4, {Bg, S, N, Dh}, {B_, L_, "activation_heads", "activation_kv"}, NULL};
-        acts[n++] = (Act){"attention k, v", 4, {Bg, S, Nkv, Dh}, {B_, L_, "activation_kv_heads", "activation_kv"}, "each"};
+        acts[n++] = (Act){"attention q", 4, {Bg, S, N, Dh}, {B_, L_, "activation_heads", "activation_kv"}, NULL, 1};
+        acts[n++] = (Act){"attention k, v", 4, {Bg, S, Nkv, Dh}, {B_, L_, "activation_kv_heads", "activation_kv"}, "each", 1};
         acts[n++] = (Act){"attention output", 4, {Bg, S, N, Dh}, {B_, L_, "activation_heads", "activation_kv"},
-                          "before the out projection"};
+                          "before the out projection", 1};
     } else {
         int Qk = c->qk_nope_head_dim + c->qk_rope_head_dim, Dv = c->v_head_dim;
         acts[n++] = (Act){"attention q, k", 4, {Bg, S, N, Qk}, {B_, L_, "activation_heads", "activation_kv"},
-                          "each; MLA: k per head after wkv_b"};
-        acts[n++] = (Act){"attention v", 4, {Bg, S, N, Dv}, {B_, L_, "activation_heads", "activation_kv"}, NULL};
+                          "each; MLA: k per head after wkv_b", 1};
+        acts[n++] = (Act){"attention v", 4, {Bg, S, N, Dv}, {B_, L_, "activation_heads", "activation_kv"}, NULL, 1};
     }
     if (c->first_num_dense_layers > 0)
         acts[n++] = (Act){"dense MLP hidden", 3, {Bg, S, c->base_mlp_dim}, {B_, L_, "activation_mlp"},
-                          "wi_0 and wi_1 outputs each"};
+                          "wi_0 and wi_1 outputs each", 1};
     if (c->sparse_matmul)
         acts[n++] = (Act){"MoE expert hidden", 3, {Bg, S * K, H}, {B_, L_, "activation_mlp"},
                           mesh->size[AX_EXPERT] > 1
                               ? "wi_0 and wi_1 outputs each; S*K: each token's K routed rows; a device computes the rows "
                                 "its experts get from the expert group (all-to-all): this many on average"
-                              : "wi_0 and wi_1 outputs each; S*K: each token's K routed rows, grouped by expert"};
+                              : "wi_0 and wi_1 outputs each; S*K: each token's K routed rows, grouped by expert",
+                          0};
     else
         acts[n++] = (Act){"MoE expert hidden", 4, {E, Bg, S, H}, {"activation_exp", B_, L_, "activation_mlp"},
-                          "wi_0 and wi_1 outputs each; dense path: every expert on every token"};
+                          "wi_0 and wi_1 outputs each; dense path: every expert on every token", 0};
     if (c->shared_experts > 0)
         acts[n++] = (Act){"shared expert hidden", 3, {Bg, S, c->shared_experts * H}, {B_, L_, "activation_mlp"},
-                          "wi_0 and wi_1 outputs each"};
-    acts[n++] = (Act){"logits", 3, {Bg, S, V}, {B_, L_, "activation_vocab"}, NULL};
-    printf("activations of one microbatch (%d sequences x %d tokens), spec over every mesh axis:\n", Bg, S);
+                          "wi_0 and wi_1 outputs each", 1};
+    acts[n++] = (Act){"logits", 3, {Bg, S, V}, {B_, L_, "activation_vocab"}, NULL, 0};
+    int bf16 = cfg_bf16(c);
+    printf("activations of one microbatch (%d sequences x %d tokens), spec over every mesh axis%s:\n", Bg, S,
+           bf16 ? " (dtype=bfloat16: those the layers save as 16-bit numbers count 2 bytes each)" : "");
     Table t;
     table_init(&t, 7, n + 1);
     table_row(&t, (const char *const[]){"name", "logical axes", "global shape", "spec", "per-device shape", "bytes", ""});
-    for (int i = 0; i < n; i++) act_row(&t, mesh, &acts[i]);
+    for (int i = 0; i < n; i++) act_row(&t, mesh, &acts[i], bf16);
     table_print(&t, 1u << 5);
 }
 
