@@ -293,7 +293,8 @@ void model_init(Model *m, const Config *c) {
     m->gathered = calloc((size_t)sh->nunits * 2, sizeof(float *));
     m->bf16_copy = calloc((size_t)sh->nunits, sizeof(float *));
     if (sh->F == 1)   // whole units on this device: bind once (FSDP binds at each gather)
-        for (int u = 0; u < sh->nunits; u++) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
+        for (int u = 0; u < sh->nunits; u++)
+            if (sh->here[u]) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
     fsdp_set_grad_target(m, m->grads_mem);
     if (c->routed_bias)   // starts at zero; changed only by the aux-loss-free update
         m->router_bias = mem_floats(MEM_PARAMS, (size_t)L * c->num_experts, "router bias");
