@@ -30,18 +30,18 @@ PipeShape pipeline_shape(const Config *c, int stages) {
     if (lps == 0) {
         if (Lp % (S * R))
             die("the %d pipelined layers (base_num_decoder_layers %d - first_num_dense_layers %d) do not split into "
-                "%d stages x %d repeats", Lp, L, p.first, S, R);
+                "%d stages x num_pipeline_repeats=%d", Lp, L, p.first, S, R);
         lps = Lp / (S * R);
     }
     if (R == -1) {
         if (Lp % (S * lps))
             die("the %d pipelined layers (base_num_decoder_layers %d - first_num_dense_layers %d) do not split into "
-                "%d stages x %d layers per stage (num_layers_per_pipeline_stage)", Lp, L, p.first, S, lps);
+                "%d stages x num_layers_per_pipeline_stage=%d", Lp, L, p.first, S, lps);
         R = Lp / (S * lps);
     }
     if (lps * S * R != Lp)
         die("the %d pipelined layers (base_num_decoder_layers %d - first_num_dense_layers %d) are not %d stages x "
-            "%d layers per stage x %d repeats = %d", Lp, L, p.first, S, lps, R, lps * S * R);
+            "num_layers_per_pipeline_stage=%d x num_pipeline_repeats=%d = %d", Lp, L, p.first, S, lps, R, lps * S * R);
     p.lps = lps;
     p.R = R;
     return p;

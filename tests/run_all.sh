@@ -23,6 +23,7 @@ run_part() {   # run_part NAME COMMAND...
 for t in build/test_*; do run_part "$t" "./$t"; done
 run_part "end-to-end" bash tests/e2e.sh
 run_part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
+run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
 run_part "sanitizers (make asan)" make -s asan
 if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then
     run_part "parity against JAX (make parity)" env PYTHON="$PYTHON" bash tests/parity/run_parity.sh
