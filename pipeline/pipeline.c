@@ -19,7 +19,7 @@
 
 // What this stage does at tick t: its task, then the two rotations.
 static void run_tick(Pipe *P, int t) {
-    int S = P->p.S, M = P->p.M, R = P->p.R, s = P->s;
+    int S = P->p.S, R = P->p.R, s = P->s;
     const PipeTask *k = schedule_at(&P->sc, t, s);
     float *fout = NULL, *bout = NULL;
     if (k->op == PP_F) {
@@ -72,11 +72,9 @@ static void run_tick(Pipe *P, int t) {
         float *got = shift_rotate(&P->bwd, bout, bsend);
         if (got) P->grad_in[pipe_job(P, q->mb, q->rep - (s == S - 1))] = got;
     }
-    (void)M;
 }
 
 static void run_loop(Pipe *P) {
-    Model *m = P->m;
     int S = P->p.S, M = P->p.M, R = P->p.R, s = P->s, impl = P->p.shift;
     size_t n = (size_t)P->Tm * P->D;
     if (P->sc.kind == PP_1F1B) {
@@ -108,7 +106,6 @@ static void run_loop(Pipe *P) {
             stage_embed_backward(P, mb, P->state_io[mb]);
             P->state_io[mb] = NULL;
         }
-    (void)m;
 }
 
 // Set up, run, and hand the results over: gradients into m->grad_dst, statistics summed
@@ -158,7 +155,13 @@ static void run(Model *m, const int *ids, const int *targets, int B, int Sq, int
     if (train)
         for (int u = 0; u < sh->nunits; u++)
             if (sh->here[u]) gradtree_begin(&P.tree[u], M, shard_len(sh, u));
-    // pipeline_fsdp_ag_once: the stage's own layers, all repeats, gathered once.
+    // pipeline_fsdp_ag_once: the stage's own layers, all repeats, gathered once and held
+    // for the whole loop (tag params), instead of an all-gather at every tick that uses
+    // them (forward, and again for the backward's recomputation). MaxText also keeps the
+    // gradients gathered and reduce-scatters them once; here each microbatch's gradient is
+    // still reduced as soon as it is made, because the canonical tree adds the batch
+    // devices' shares of a microbatch before the microbatches (pipeline.h). So the switch
+    // trades the gathered weights' memory for the all-gathers' bytes and time.
     if (P.p.ag_once && sh->F > 1)
         for (int u = 1 + P.p.first; u <= L; u++)
             if (sh->here[u]) { fsdp_acquire(m, u); P.held[u] = 1; }
