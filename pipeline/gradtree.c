@@ -3,10 +3,11 @@
 #include "sharding/memory.h"
 #include "common.h"
 
-void gradtree_begin(GradTree *t, int n, size_t len) {
+void gradtree_begin(GradTree *t, int n, size_t len, float *dst) {
     memset(t, 0, sizeof *t);
     t->n = n;
     t->len = len;
+    t->home = dst;
     int depth = 0;
     while ((1 << depth) < n) depth++;
     t->nslots = 1 << (depth + 2);   // the tree is at most depth + 1 levels deep
@@ -19,6 +20,11 @@ static int split(int lo, int hi) {
     int h = 1;
     while (2 * h < hi - lo) h *= 2;
     return lo + h;
+}
+
+float *gradtree_buffer(GradTree *t, const char *name) {
+    if (!t->home_lent) { t->home_lent = 1; return t->home; }
+    return mem_floats(MEM_GRADS, t->len, name);
 }
 
 void gradtree_push(GradTree *t, int leaf, float *buf) {
@@ -38,6 +44,7 @@ void gradtree_push(GradTree *t, int leaf, float *buf) {
         if (!t->wait[sibling]) { t->wait[id] = cur; t->pushed++; return; }
         float *other = t->wait[sibling];
         t->wait[sibling] = NULL;
+        if (cur == t->home) { float *x = cur; cur = other; other = x; }   // the sum stays in the destination
         #pragma omp parallel for if (t->len > 65536)
         for (size_t i = 0; i < t->len; i++) other[i] += cur[i];   // left + right == right + left
         mem_free(cur);
@@ -48,10 +55,8 @@ void gradtree_push(GradTree *t, int leaf, float *buf) {
     t->pushed++;
 }
 
-void gradtree_end(GradTree *t, float *dst) {
-    if (t->pushed != t->n || !t->root) die("internal: gradient tree has %d of %d leaves", t->pushed, t->n);
-    for (size_t i = 0; i < t->len; i++) dst[i] += t->root[i];
-    mem_free(t->root);
+void gradtree_end(GradTree *t) {
+    if (t->pushed != t->n || t->root != t->home) die("internal: gradient tree has %d of %d leaves", t->pushed, t->n);
     free(t->wait);
     memset(t, 0, sizeof *t);
 }

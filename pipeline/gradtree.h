@@ -10,7 +10,9 @@
 // node's two children are both complete they are added (float addition is commutative,
 // so which buffer receives the sum does not change a bit) and the sum moves up; a child
 // whose sibling is not there yet waits. Leaves in order need log2(n)+1 buffers at most,
-// as TreeSum; in reverse order the same.
+// as TreeSum; in reverse order the same. One of them is the destination itself: the first
+// leaf is computed straight into it (it starts at zero), and every sum that involves it
+// stays in it, so the total ends there without a copy.
 #ifndef MESHMOE_GRADTREE_H
 #define MESHMOE_GRADTREE_H
 #include <stddef.h>
@@ -21,13 +23,18 @@ typedef struct {
     int nslots;         // node ids (heap numbering: children of i are 2i+1, 2i+2)
     float **wait;       // (nslots) a complete subtree waiting for its sibling, or NULL
     float *root;        // the total, once every leaf is in
+    float *home;        // the destination (zero at the start), lent to the first leaf
+    int home_lent;
     int pushed;
 } GradTree;
 
-void gradtree_begin(GradTree *t, int n, size_t len);
-// Leaf `leaf` (0 .. n-1) of len floats; the tree takes the buffer (mem_floats) over.
+// dst (len floats, all zero) receives the total.
+void gradtree_begin(GradTree *t, int n, size_t len, float *dst);
+// A zeroed buffer of len floats for the next leaf: dst the first time, then mem_floats.
+float *gradtree_buffer(GradTree *t, const char *name);
+// Leaf `leaf` (0 .. n-1) in a buffer from gradtree_buffer; the tree takes it over.
 void gradtree_push(GradTree *t, int leaf, float *buf);
-// dst[i] += total[i] (exact when dst is zero); frees everything.
-void gradtree_end(GradTree *t, float *dst);
+// Checks that every leaf came; the total is in dst. Frees everything.
+void gradtree_end(GradTree *t);
 
 #endif

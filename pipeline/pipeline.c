@@ -154,7 +154,7 @@ static void run(Model *m, const int *ids, const int *targets, int B, int Sq, int
     P.held = calloc((size_t)sh->nunits, 1);
     if (train)
         for (int u = 0; u < sh->nunits; u++)
-            if (sh->here[u]) gradtree_begin(&P.tree[u], M, shard_len(sh, u));
+            if (sh->here[u]) gradtree_begin(&P.tree[u], M, shard_len(sh, u), m->grad_dst + sh->local_off[u]);
     // pipeline_fsdp_ag_once: the stage's own layers, all repeats, gathered once and held
     // for the whole loop (tag params), instead of an all-gather at every tick that uses
     // them (forward, and again for the backward's recomputation). MaxText also keeps the
@@ -170,7 +170,7 @@ static void run(Model *m, const int *ids, const int *targets, int B, int Sq, int
 
     for (int u = 0; u < sh->nunits; u++) {
         if (P.held[u]) fsdp_release(m, u);
-        if (train && sh->here[u]) gradtree_end(&P.tree[u], m->grad_dst + sh->local_off[u]);
+        if (train && sh->here[u]) gradtree_end(&P.tree[u]);
     }
     if (train) fsdp_set_grad_target(m, m->grad_dst);   // the leaves were bound in turn: back to the target
     for (int j = 0; j < J; j++)

@@ -32,11 +32,12 @@ static FwdStats mb_stats(Pipe *P, int mb) {
     return st;
 }
 
-// One microbatch's gradient of unit u: into a fresh leaf (FSDP: the full unit, reduced
-// into the leaf by fsdp_grad_end_into), then into the unit's tree.
+// One microbatch's gradient of unit u: into a leaf buffer of the unit's tree (the first
+// one is the gradient's destination itself; FSDP: the full unit, reduced into the leaf by
+// fsdp_grad_end_into), then into the tree.
 static float *leaf_begin(Pipe *P, int u) {
     Model *m = P->m;
-    float *leaf = mem_floats(MEM_GRADS, shard_len(&m->shard, u), "pipeline microbatch grads");
+    float *leaf = gradtree_buffer(&P->tree[u], "pipeline microbatch grads");
     if (m->shard.F == 1) model_bind_unit(m, &m->grads, u, leaf);   // the backward writes straight into it
     fsdp_grad_begin(m, u);
     return leaf;

@@ -29,15 +29,15 @@ static void test_gradtree(void) {
         for (int order = 0; order < 3; order++) {   // in order, reversed, scrambled
             float got[LEN] = {0};
             GradTree gt;
-            gradtree_begin(&gt, n, LEN);
+            gradtree_begin(&gt, n, LEN, got);
             for (int k = 0; k < n; k++) {
                 int i = order == 0 ? k : order == 1 ? n - 1 - k : (k * 5 + 3) % n;
                 if (order == 2 && n % 5 == 0) i = (k * 3 + 1) % n;   // 5 must be prime to n
-                float *b = mem_floats(MEM_TEMP, LEN, "test leaf");
+                float *b = gradtree_buffer(&gt, "test leaf");
                 memcpy(b, leaf[i], sizeof leaf[i]);
                 gradtree_push(&gt, i, b);
             }
-            gradtree_end(&gt, got);
+            gradtree_end(&gt);
             CHECK(memcmp(got, want, sizeof got) == 0, "gradtree: %d leaves in order %d differ from TreeSum", n, order);
         }
     }
