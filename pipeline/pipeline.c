@@ -63,13 +63,13 @@ static void run_tick(Pipe *P, int t) {
     if (anyf) {   // from stage s-1; from the last stage it is the microbatch's next repeat
         int from = (s - 1 + S) % S;
         const PipeTask *q = schedule_at(&P->sc, t, from);
-        float *got = shift_rotate(&P->fwd, fout, fsend);
+        float *got = shift_rotate(&P->fwd, fout, fsend, s == 0 ? "circ_storage" : "shift");
         if (got) P->shift_in[pipe_job(P, q->mb, q->rep + (s == 0))] = got;   // s == 0: circ_storage
     }
     if (anyb) {   // from stage s+1; from stage 0 it is the microbatch's previous repeat
         int from = (s + 1) % S;
         const PipeTask *q = schedule_at(&P->sc, t, from);
-        float *got = shift_rotate(&P->bwd, bout, bsend);
+        float *got = shift_rotate(&P->bwd, bout, bsend, s == S - 1 ? "circ_storage grad" : "shift grad");
         if (got) P->grad_in[pipe_job(P, q->mb, q->rep - (s == S - 1))] = got;
     }
 }
@@ -78,8 +78,8 @@ static void run_loop(Pipe *P) {
     int S = P->p.S, M = P->p.M, R = P->p.R, s = P->s, impl = P->p.shift;
     size_t n = (size_t)P->Tm * P->D;
     if (P->sc.kind == PP_1F1B) {
-        shift_init(&P->fwd, impl, P->stage, S, s, +1, n, "shift");
-        shift_init(&P->bwd, impl, P->stage, S, s, -1, n, "shift grad");
+        shift_init(&P->fwd, impl, P->stage, S, s, +1, n);
+        shift_init(&P->bwd, impl, P->stage, S, s, -1, n);
         for (int t = 0; t < P->sc.nticks; t++) run_tick(P, t);
         shift_free(&P->fwd);
         shift_free(&P->bwd);
@@ -88,7 +88,7 @@ static void run_loop(Pipe *P) {
     // MaxText's loop: the whole batch is embedded first (state_io holds the inputs).
     if (s == 0)
         for (int mb = 0; mb < M; mb++) P->state_io[mb] = stage_embed(P, mb);
-    shift_init(&P->fwd, impl, P->stage, S, s, +1, n, "shift");
+    shift_init(&P->fwd, impl, P->stage, S, s, +1, n);
     for (int t = 0; t < P->sc.nfwd; t++) run_tick(P, t);
     shift_free(&P->fwd);
     // The head and the loss on the outputs, which give the backward loop its gradients.
@@ -98,7 +98,7 @@ static void run_loop(Pipe *P) {
             P->state_io[mb] = NULL;
         }
     if (!P->train) return;
-    shift_init(&P->bwd, impl, P->stage, S, s, -1, n, "shift grad");
+    shift_init(&P->bwd, impl, P->stage, S, s, -1, n);
     for (int t = P->sc.nfwd; t < P->sc.nticks; t++) run_tick(P, t);
     shift_free(&P->bwd);
     if (s == 0)

@@ -4,7 +4,7 @@
 #include "sharding/memory.h"
 #include "common.h"
 
-void shift_init(Shift *sh, int impl, Group *group, int S, int s, int dir, size_t n, const char *name) {
+void shift_init(Shift *sh, int impl, Group *group, int S, int s, int dir, size_t n) {
     memset(sh, 0, sizeof *sh);
     sh->impl = impl;
     sh->group = group;
@@ -12,7 +12,6 @@ void shift_init(Shift *sh, int impl, Group *group, int S, int s, int dir, size_t
     sh->s = s;
     sh->dir = dir;
     sh->n = n;
-    sh->name = name;
     if (impl == PP_PPERMUTE) {   // held in the loop state for the loop's whole life
         sh->send = mem_floats(MEM_COMM, n, dir > 0 ? "ppermute send (shift)" : "ppermute send (shift grad)");
         sh->recv = mem_floats(MEM_COMM, n, dir > 0 ? "ppermute recv (shift)" : "ppermute recv (shift grad)");
@@ -25,14 +24,14 @@ void shift_free(Shift *sh) {
     memset(sh, 0, sizeof *sh);
 }
 
-float *shift_rotate(Shift *sh, float *out, const int *sends) {
+float *shift_rotate(Shift *sh, float *out, const int *sends, const char *name) {
     int S = sh->S, from = (sh->s - sh->dir + S) % S;
     int perm[256];   // the mesh has at most 256 devices
     for (int r = 0; r < S; r++) perm[r] = sends[r] ? (r + sh->dir + S) % S : -1;
     if (!!out != !!sends[sh->s]) die("internal: stage %d %s a shift output it was not scheduled to", sh->s,
                                      out ? "has" : "lacks");
     size_t bytes = sizeof(float) * sh->n;
-    float *got = sends[from] ? mem_floats(MEM_ACTIVATIONS, sh->n, sh->name) : NULL;
+    float *got = sends[from] ? mem_floats(MEM_ACTIVATIONS, sh->n, name) : NULL;
     if (sh->impl == PP_PPERMUTE) {
         if (out) { memcpy(sh->send, out, bytes); mem_free(out); }
         coll_ppermute(sh->group, sh->send, sh->recv, bytes, perm);

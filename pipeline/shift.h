@@ -29,15 +29,14 @@ typedef struct {
     int dir;            // +1: to the next stage (forward), -1: to the previous (gradients)
     size_t n;           // floats per message
     float *send, *recv; // ppermute: the loop state's buffers (comm); slice: NULL
-    const char *name;   // what arrives ("shift", "shift grad")
 } Shift;
 
-void shift_init(Shift *sh, int impl, Group *group, int S, int s, int dir, size_t n, const char *name);
+void shift_init(Shift *sh, int impl, Group *group, int S, int s, int dir, size_t n);
 void shift_free(Shift *sh);
 // One rotation, made by every stage device at the same tick. sends[r]: whether stage r
 // sends (every device passes the same flags); out: this stage's output when it sends (the
-// shift takes it over and frees it). Returns a new buffer (tag activations) with what the
-// neighbour sent, or NULL when it sent nothing.
-float *shift_rotate(Shift *sh, float *out, const int *sends);
+// shift takes it over and frees it). Returns a new buffer (tag activations, called `name`)
+// with what the neighbour sent, or NULL when it sent nothing.
+float *shift_rotate(Shift *sh, float *out, const int *sends, const char *name);
 
 #endif
