@@ -3,9 +3,10 @@
 # 5 training steps on pipelined meshes give every step's loss with the same bits (float32,
 # hex) as one device with the same global batch; across stage counts, microbatch counts
 # (M = S and 2S), repeats (R = 1 and 2), both rotations (ppermute, slice), both schedules
-# (gpipe, 1f1b), both remat save-lists, and stage=2 combined with fsdp=2 (and ag_once) and
-# with expert=2. Then the printed schedule, each stage's share of the weights, and the
-# configurations the pipeline refuses, each with one clear message.
+# (gpipe, 1f1b), both remat save-lists, and stage=2 combined with fsdp=2 (and ag_once), with
+# expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation. Then the printed
+# schedule, each stage's share of the weights, and the configurations the pipeline
+# refuses, each with one clear message.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -49,6 +50,8 @@ S=2,fsdp=2,M=2,R=2,gpipe,ag_once             ici_pipeline_parallelism=2 ici_fsdp
 S=2,fsdp=2,M=4,R=1,1f1b,slice                ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice
 S=2,expert=2,M=2,R=2,gpipe                   ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
 S=2,expert=2,M=4,R=1,1f1b,slice              ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice
+S=2,tensor=2,M=4,R=2,gpipe                   ici_pipeline_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4
+S=2,data=2,zero1,M=2,R=2,1f1b                ici_pipeline_parallelism=2 ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2 pipeline_schedule=1f1b
 RUNS
 
 # DeepSeek: the dense first layer runs on stage 0 before the pipeline, the 3 MoE layers
