@@ -164,12 +164,12 @@ static void run(Model *m, const int *ids, const int *targets, int B, int Sq, int
     // trades the gathered weights' memory for the all-gathers' bytes and time.
     if (P.p.ag_once && sh->F > 1)
         for (int u = 1 + P.p.first; u <= L; u++)
-            if (sh->here[u]) { fsdp_acquire(m, u); P.held[u] = 1; }
+            if (sh->here[u]) { model_unit_acquire(m, u); P.held[u] = 1; }
 
     run_loop(&P);
 
     for (int u = 0; u < sh->nunits; u++) {
-        if (P.held[u]) fsdp_release(m, u);
+        if (P.held[u]) model_unit_release(m, u);
         if (train && sh->here[u]) gradtree_end(&P.tree[u]);
     }
     if (train) fsdp_set_grad_target(m, m->grad_dst);   // the leaves were bound in turn: back to the target

@@ -17,13 +17,14 @@
 // over the batch devices as model_backward does, and put at leaf `microbatch` of the
 // unit's tree (pipeline/gradtree.h).
 #include "pipeline/pipe.h"
+#include "model/precision.h"
 #include "sharding/memory.h"
 #include "common.h"
 
 // Weights: gathered per use, except the stage's own layers under pipeline_fsdp_ag_once,
 // which were gathered once before the loop.
-static void acquire(Pipe *P, int u) { if (!P->held[u]) fsdp_acquire(P->m, u); }
-static void release(Pipe *P, int u) { if (!P->held[u]) fsdp_release(P->m, u); }
+static void acquire(Pipe *P, int u) { if (!P->held[u]) model_unit_acquire(P->m, u); }
+static void release(Pipe *P, int u) { if (!P->held[u]) model_unit_release(P->m, u); }
 
 // Where microbatch mb's statistics go: its sequences' places in the batch.
 static FwdStats mb_stats(Pipe *P, int mb) {
@@ -52,14 +53,14 @@ float *stage_embed(Pipe *P, int mb) {
     int T = P->Tm, first = P->p.first;
     FwdStats st = mb_stats(P, mb);
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * P->D, "x (layer input)");   // (T,D)
-    fsdp_acquire(m, 0);
+    model_unit_acquire(m, 0);
     model_embed_forward(m, x, P->ids + (size_t)mb * T, T);
-    fsdp_release(m, 0);
+    model_unit_release(m, 0);
     for (int l = 0; l < first; l++) {   // DeepSeek's dense layers: saved whole, as model_forward does
         LayerActs *a = &P->dense[(size_t)mb * first + l];
-        fsdp_acquire(m, 1 + l);
+        model_unit_acquire(m, 1 + l);
         float *y = model_layer_forward(m, l, a, x, P->Bm, P->Sq, P->lb_coef, &st);
-        fsdp_release(m, 1 + l);
+        model_unit_release(m, 1 + l);
         if (!P->train) model_layer_free(m, l, a);
         x = y;
     }
@@ -73,11 +74,11 @@ void stage_embed_backward(Pipe *P, int mb, float *dx) {
     float *dn = mem_floats(MEM_TEMP, (size_t)T * P->D, "d norm out");
     for (int l = first - 1; l >= 0; l--) {
         LayerActs *a = &P->dense[(size_t)mb * first + l];
-        fsdp_acquire(m, 1 + l);
+        model_unit_acquire(m, 1 + l);
         float *leaf = leaf_begin(P, 1 + l);
         model_layer_backward(m, l, a, dx, dh, dn, P->Bm, P->Sq, P->lb_coef);
         leaf_end(P, 1 + l, mb, leaf);
-        fsdp_release(m, 1 + l);
+        model_unit_release(m, 1 + l);
         model_layer_free(m, l, a);
     }
     float *leaf = leaf_begin(P, 0);
@@ -90,19 +91,19 @@ float *stage_head(Pipe *P, int mb, float *y) {
     Model *m = P->m;
     int T = P->Tm, L = m->cfg.base_num_decoder_layers;
     FwdStats st = mb_stats(P, mb);
-    fsdp_acquire(m, L + 1);
+    model_unit_acquire(m, L + 1);
     model_head_forward(m, y, T);
-    fsdp_release(m, L + 1);
+    model_unit_release(m, L + 1);
     model_loss_forward(m, P->targets + (size_t)mb * T, T, &st);
     P->ntok += st.ntok;
     float *dx = NULL;
     if (P->train) {
-        fsdp_acquire(m, L + 1);
-        float *leaf = leaf_begin(P, L + 1);
-        float *dnf = mem_floats(MEM_TEMP, (size_t)T * P->D, "d final norm out");
-        dx = model_head_backward(m, dnf, T, P->scale);   // (T,D) d loss / d output
+        model_head_unpack(m, T);
+        model_unit_acquire(m, L + 1);
+        float *leaf = leaf_begin(P, L + 1), *dnf;
+        dx = model_head_backward(m, T, P->scale, &dnf);   // (T,D) d loss / d output
         leaf_end(P, L + 1, mb, leaf);
-        fsdp_release(m, L + 1);
+        model_unit_release(m, L + 1);
         mem_free(dnf);
     }
     model_head_free(m);   // y too: it was the head's input
@@ -111,28 +112,31 @@ float *stage_head(Pipe *P, int mb, float *y) {
 
 float *stage_forward(Pipe *P, int mb, int rep, float *x) {
     Model *m = P->m;
+    const Config *c = &m->cfg;
     int j = pipe_job(P, mb, rep), lps = P->p.lps;
+    size_t n = (size_t)P->Tm * P->D;
     FwdStats st = mb_stats(P, mb);
-    if (P->train) P->saved[j] = x;   // iteration_input
     float *cur = x;
     for (int i = 0; i < lps; i++) {
         int l = pipeline_layer(&P->p, P->s, rep, i);
-        int keep = P->train && (i == 0 || P->p.save_dli);   // cur stays saved after this layer
-        if (P->train && P->p.save_dli) {   // decoder_layer_input
-            float *copy = cur;
-            if (i == 0) {   // the chunk's input is saved a second time, in the second stacked buffer
-                copy = mem_floats(MEM_ACTIVATIONS, (size_t)P->Tm * P->D, "decoder_layer_input");
-                memcpy(copy, cur, sizeof(float) * P->Tm * P->D);
-            }
-            P->dli[(size_t)j * lps + i] = copy;
+        int keep = P->train && (i == 0 || P->p.save_dli);   // this layer's input stays saved
+        float *copy = NULL;
+        if (P->train && P->p.save_dli && i == 0) {   // the chunk's input a second time: the second stacked buffer
+            copy = mem_floats(MEM_ACTIVATIONS, n, "decoder_layer_input");
+            memcpy(copy, cur, sizeof(float) * n);
+            act_pack(c, &copy, n);   // stored as the activations are (16-bit in bf16 mode)
         }
         LayerActs a;
         memset(&a, 0, sizeof a);
         acquire(P, 1 + l);
         float *y = model_layer_forward(m, l, &a, cur, P->Bm, P->Sq, P->lb_coef, &st);
         release(P, 1 + l);
-        if (keep) a.x = NULL;
-        model_layer_free(m, l, &a);   // remat: recomputed by the backward
+        if (keep) {   // a.x is the layer's input as the layer keeps it (16-bit in bf16 mode)
+            if (i == 0) P->saved[j] = a.x;   // iteration_input
+            if (P->p.save_dli) P->dli[(size_t)j * lps + i] = i == 0 ? copy : a.x;   // decoder_layer_input
+            a.x = NULL;
+        }
+        model_layer_free(m, l, &a);   // remat: the rest is recomputed by the backward
         cur = y;
     }
     return cur;
@@ -154,8 +158,10 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
             int l = pipeline_layer(&P->p, P->s, rep, i);
             LayerActs a;
             memset(&a, 0, sizeof a);
+            float *in = P->dli[(size_t)j * lps + i];
+            act_unpack(c, &in, (size_t)T * P->D);
             acquire(P, 1 + l);
-            mem_free(model_layer_forward(m, l, &a, P->dli[(size_t)j * lps + i], Bm, Sq, P->lb_coef, &rs));
+            mem_free(model_layer_forward(m, l, &a, in, Bm, Sq, P->lb_coef, &rs));
             float *leaf = leaf_begin(P, 1 + l);
             model_layer_backward(m, l, &a, dy, dh, dn, Bm, Sq, P->lb_coef);
             leaf_end(P, 1 + l, mb, leaf);
@@ -168,6 +174,7 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
         // The whole chunk from the iteration_input, every layer's activations held.
         LayerActs *a = calloc((size_t)lps, sizeof(LayerActs));
         float *cur = P->saved[j];
+        act_unpack(c, &cur, (size_t)T * P->D);
         for (int i = 0; i < lps; i++) {
             int l = pipeline_layer(&P->p, P->s, rep, i);
             acquire(P, 1 + l);

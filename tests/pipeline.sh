@@ -4,9 +4,9 @@
 # hex) as one device with the same global batch; across stage counts, microbatch counts
 # (M = S and 2S), repeats (R = 1 and 2), both rotations (ppermute, slice), both schedules
 # (gpipe, 1f1b), both remat save-lists, and stage=2 combined with fsdp=2 (and ag_once), with
-# expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation. Then the printed
-# schedule, each stage's share of the weights, and the configurations the pipeline
-# refuses, each with one clear message.
+# expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation; in bf16 mode too.
+# Then the printed schedule, each stage's share of the weights, and the configurations
+# the pipeline refuses, each with one clear message.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -74,6 +74,17 @@ S=2,M=4,R=1,1f1b,slice,no-dli                ici_pipeline_parallelism=2 per_devi
 S=4,M=8,R=1,gpipe,slice                      ici_pipeline_parallelism=4 per_device_batch_size=2 num_pipeline_microbatches=8 pipeline_shift_impl=slice
 S=2,fsdp=2,M=2,R=1,1f1b                      ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_repeats=1 pipeline_schedule=1f1b
 S=2,expert=2,M=4,R=2,gpipe,slice             ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 pipeline_shift_impl=slice
+RUNS
+
+# bf16 mode: the saved iteration_input and decoder_layer_input are 16-bit like the other
+# saved activations; the numbers are still those of one device.
+C=configs/mixtral-tiny.yml
+echo "== mixtral-tiny, dtype=bfloat16"
+base=$(run_losses base $C dtype=bfloat16 per_device_batch_size=8)
+echo "  1 device                                     $base"
+compare mixtral-bf16 "$base" $C dtype=bfloat16 <<'RUNS'
+S=2,M=4,R=2,gpipe,ppermute                   ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4
+S=2,fsdp=2,M=2,R=1,1f1b,slice,no-dli,ag_once ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false pipeline_fsdp_ag_once=true
 RUNS
 
 echo "== the printed schedule and each stage's weights"
