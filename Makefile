@@ -22,14 +22,14 @@ LDLIBS += $(BLAS_LIBS)
 # BUILD: where objects go (build/, or build/asan for the sanitizer build); OUT: the trainer.
 BUILD   ?= build
 OUT     ?= train
-LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard data/*.c)
+LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pipeline/*.c) $(wildcard data/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
 .PHONY: all run test unit asan tsan parity bench clean corpus
 all: train
 
-$(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h data/*.h)
+$(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -40,7 +40,7 @@ build/test_%: tests/test_%.c $(LIB_OBJ) tests/test.h tests/gradcheck.h
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
 
 # The default corpus needs no download: the project's own README and C sources.
-build/corpus.txt: $(wildcard README.md *.c model/*.[ch] sharding/*.[ch] data/*.[ch])
+build/corpus.txt: $(wildcard README.md *.c model/*.[ch] sharding/*.[ch] pipeline/*.[ch] data/*.[ch])
 	@mkdir -p build
 	cat $^ > $@
 

@@ -23,6 +23,7 @@
 #include "sharding/mesh.h"
 #include "sharding/collectives.h"
 #include "sharding/print.h"
+#include "pipeline/pipeline.h"
 #include <time.h>
 #include <errno.h>
 #ifdef _OPENMP
@@ -38,12 +39,15 @@ static double now_ms(void) {
 // This device's part of the step's batch. The global batch is A microbatches of
 // Bg = B * nbatch sequences; sequence i of microbatch mb is training window
 // g = step * A*Bg + mb*Bg + i, a pure function of its place (data/loader.h), and this
-// device takes i in [brank*B, (brank+1)*B) of every microbatch.
+// device takes i in [brank*B, (brank+1)*B) of every microbatch. A pipeline cuts each
+// microbatch again into P pipeline microbatches of Bg/P sequences, and the device takes
+// its piece of each: i in [p*Bg/P + brank*B/P, ...) for p = 0..P-1 (pipeline/pipeline.h).
 static void fetch_batch(const Model *m, const DataLoader *dl, int step, int A, int B, int *ids, int *targets) {
-    int S = m->cfg.max_target_length, Bg = B * m->shard.nbatch;
+    int S = m->cfg.max_target_length, Bg = B * m->shard.nbatch, P = pipeline_microbatches(&m->cfg), Bp = B / P;
     for (int mb = 0; mb < A; mb++)
         for (int i = 0; i < B; i++) {
-            int64_t g = (int64_t)step * A * Bg + (int64_t)mb * Bg + (int64_t)m->shard.brank * B + i;
+            int64_t g = (int64_t)step * A * Bg + (int64_t)mb * Bg + (int64_t)(i / Bp) * (Bg / P) +
+                        (int64_t)m->shard.brank * Bp + i % Bp;
             size_t at = ((size_t)mb * B + i) * S;
             loader_train_sequence(dl, g, ids + at, targets + at);
         }
@@ -153,11 +157,13 @@ static void device_main(int dev_id, void *arg) {
                run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
         sharding_print_state(&m);
         if (c.print_sharding) sharding_print(&m, Bg, S);
+        if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(&c, mesh->size[AX_STAGE]);
     }
-    int sharded = shard_is_split(&m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1;
+    int sharded = shard_is_split(&m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1 ||
+                  mesh->size[AX_STAGE] > 1;
     if ((c.load_checkpoint[0] || c.save_checkpoint[0] || c.dump_parity[0]) && sharded)
-        die("checkpoints and parity dumps are not yet supported with sharded state (fsdp, tensor or "
-            "expert > 1, or shard_optimizer_over_data): use data parallelism or one device for them");
+        die("checkpoints and parity dumps are not yet supported with sharded state (fsdp, tensor, expert or "
+            "stage > 1, or shard_optimizer_over_data): use data parallelism or one device for them");
     if (c.load_checkpoint[0]) {
         checkpoint_load(&m, c.load_checkpoint);
         if (talk) printf("resumed from %s at step %d\n", c.load_checkpoint, m.step);
@@ -220,7 +226,12 @@ static void device_main(int dev_id, void *arg) {
         checkpoint_save(&m, c.save_checkpoint);
         printf("saved checkpoint %s (step %d)\n", c.save_checkpoint, m.step);
     }
-    if (c.sample_length > 0) sample_print(&m, dl, c.sample_length, c.sample_temperature);
+    if (c.sample_length > 0 && mesh->size[AX_STAGE] > 1) {
+        if (talk) printf("sample: skipped (sampling runs the whole stack on every device; a pipeline stage holds "
+                         "only its layers)\n");
+    } else if (c.sample_length > 0) {
+        sample_print(&m, dl, c.sample_length, c.sample_temperature);
+    }
     if (metrics) fclose(metrics);
     free(stats);
     mem_free(ids);

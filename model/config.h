@@ -80,6 +80,14 @@ typedef struct {
     int ici_data_parallelism, ici_fsdp_parallelism, ici_tensor_parallelism;
     int ici_expert_parallelism, ici_context_parallelism, ici_pipeline_parallelism;
     int shard_optimizer_over_data;   // ZeRO-1
+    // ---- pipeline parallelism over 'stage' (pipeline/) ----
+    int num_pipeline_microbatches;   // M per step (per accumulation microbatch); -1 = the stage count
+    int num_pipeline_repeats;        // R (circular pipeline); -1 = derived from the layers
+    int num_layers_per_pipeline_stage; // layers a stage runs per repeat; 0 = derived (1 if R is not given)
+    char pipeline_schedule[CFG_STR]; // "gpipe" (MaxText's loop) or "1f1b"
+    char pipeline_shift_impl[CFG_STR]; // "ppermute" or "slice": how stage outputs rotate to the next stage
+    int pipeline_save_decoder_layer_input; // remat in the pipeline also saves each layer's input
+    int pipeline_fsdp_ag_once;       // all-gather the stage's weights once before the loop
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     int dry_run;

@@ -293,7 +293,8 @@ void model_init(Model *m, const Config *c) {
     m->gathered = calloc((size_t)sh->nunits * 2, sizeof(float *));
     m->bf16_copy = calloc((size_t)sh->nunits, sizeof(float *));
     if (sh->F == 1)   // whole units on this device: bind once (FSDP binds at each gather)
-        for (int u = 0; u < sh->nunits; u++) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
+        for (int u = 0; u < sh->nunits; u++)
+            if (sh->here[u]) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
     fsdp_set_grad_target(m, m->grads_mem);
     if (c->routed_bias)   // starts at zero; changed only by the aux-loss-free update
         m->router_bias = mem_floats(MEM_PARAMS, (size_t)L * c->num_experts, "router bias");
@@ -329,7 +330,7 @@ float model_lb_coef(const Config *c, int global_seqs) {
 // bf16 mode the layers use a copy of the unit's master weights rounded to bf16 (cast point
 // 1 of model/precision.h), made here and dropped after: the master copy, its gradient and
 // the optimizer state stay float32. The gate kernel stays unrounded with float32_gate_logits.
-static void unit_acquire(Model *m, int u) {
+void model_unit_acquire(Model *m, int u) {
     fsdp_acquire(m, u);
     const Config *c = &m->cfg;
     if (!cfg_bf16(c)) return;
@@ -348,7 +349,7 @@ static void unit_acquire(Model *m, int u) {
     m->bf16_copy[u] = copy;
 }
 
-static void unit_release(Model *m, int u) {
+void model_unit_release(Model *m, int u) {
     if (m->bf16_copy[u]) {
         mem_free(m->bf16_copy[u]);
         m->bf16_copy[u] = NULL;
@@ -362,162 +363,205 @@ static float *bias_of(const Model *m, int l) {
     return m->router_bias ? m->router_bias + (size_t)l * m->cfg.num_experts : NULL;
 }
 
-void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
+// The pieces of the stack, each a pure computation on weights that are already in place
+// (the caller acquires and releases the units and brackets a backward piece with the
+// gradient reduction), so that model_forward/model_backward below and the pipeline
+// (pipeline/) share them.
+
+void model_embed_forward(Model *m, float *x, const int *ids, int T) {
+    embedding_forward(x, ids, m->params.embedding, T, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first);  // (T,D)
+    tp_all_reduce(x, (size_t)T * m->cfg.base_emb_dim);   // vocabulary-parallel: each row comes from one device
+}
+
+void model_embed_backward(Model *m, const float *dx, const int *ids, int T) {
+    embedding_backward(m->grads.embedding, dx, ids, T, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first,
+                       cfg_leaf_tokens(&m->cfg));
+}
+
+float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
-    int T = B * S, D = c->base_emb_dim, L = c->base_num_decoder_layers;
-    int V = m->vocab_local, v0 = m->vocab_first;   // this device's slice of the vocabulary
+    int T = B * S, D = c->base_emb_dim;
     float eps = c->normalization_layer_epsilon;
     int bf16 = cfg_bf16(c);
+    LayerParams *p = &m->params.layers[l];
+    a->x = x;
+    // h = x + Attention(RMSNorm_pre(x))
+    a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
+    a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
+    rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps, bf16);
+    a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
+    if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
+    else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
+    for (size_t i = 0; i < (size_t)T * D; i++) a->h[i] += x[i];
+    round_bf16(a->h, (size_t)T * D, bf16);   // residual (cast point 10)
+    // x' = h + FFN(RMSNorm_post(h))
+    a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
+    a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
+    rmsnorm_forward(a->n2, a->rstd2, a->h, p->post_norm, T, D, eps, bf16);
+    float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+    if (cfg_layer_is_moe(c, l)) {
+        long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
+        double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
+        moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+    } else {
+        mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
+    }
+    for (size_t i = 0; i < (size_t)T * D; i++) xn[i] += a->h[i];
+    round_bf16(xn, (size_t)T * D, bf16);     // residual (cast point 10)
+    // What this layer's backward reads, kept as 16-bit numbers in bf16 mode.
+    act_pack(c, &a->x, (size_t)T * D);
+    act_pack(c, &a->n1, (size_t)T * D);
+    act_pack(c, &a->h, (size_t)T * D);
+    act_pack(c, &a->n2, (size_t)T * D);
+    return xn;
+}
+
+void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, float *dn, int B, int S, float lb_coef) {
+    const Config *c = &m->cfg;
+    const Config *lc = &m->lcfg;
+    int T = B * S, D = c->base_emb_dim, leaf = cfg_leaf_tokens(c);
+    LayerParams *p = &m->params.layers[l], *gl = &m->grads.layers[l];
+    act_unpack(c, &a->x, (size_t)T * D);
+    act_unpack(c, &a->n1, (size_t)T * D);
+    act_unpack(c, &a->h, (size_t)T * D);
+    act_unpack(c, &a->n2, (size_t)T * D);
+    // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
+    prec_round(c, dx, (size_t)T * D);
+    memcpy(dh, dx, sizeof(float) * T * D);
+    memset(dn, 0, sizeof(float) * T * D);
+    if (cfg_layer_is_moe(c, l)) {
+        moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+        moe_saved_free(&a->moe);
+    } else {
+        mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
+    }
+    prec_round(c, dn, (size_t)T * D);
+    rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf, cfg_bf16(c));
+    prec_round(c, dh, (size_t)T * D);
+    // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
+    memcpy(dx, dh, sizeof(float) * T * D);
+    memset(dn, 0, sizeof(float) * T * D);
+    if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
+    else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
+    prec_round(c, dn, (size_t)T * D);
+    rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf, cfg_bf16(c));
+}
+
+void model_layer_free(Model *m, int l, LayerActs *a) {
+    if (cfg_is_mla(&m->cfg)) mla_saved_free(&a->mla);
+    else attention_saved_free(&a->attn);
+    if (cfg_layer_is_moe(&m->cfg, l)) moe_saved_free(&a->moe);
+    else mlp_saved_free(&a->mlp);
+    mem_free(a->x); mem_free(a->n1); mem_free(a->rstd1);
+    mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
+    a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = NULL;
+}
+
+void model_head_forward(Model *m, float *x, int T) {
+    const Config *c = &m->cfg;
+    int D = c->base_emb_dim, V = m->vocab_local;
+    // logits = RMSNorm_final(x) @ W_out
+    m->xL = x;
+    m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
+    m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
+    rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, c->normalization_layer_epsilon, cfg_bf16(c));
+    m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
+    matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
+    round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // cast point 16; the loss reads them as float32
+}
+
+void model_loss_forward(Model *m, const int *targets, int T, FwdStats *st) {
+    const Config *c = &m->cfg;
+    m->targets = targets;
+    // What the head's backward reads, kept as 16-bit numbers in bf16 mode.
+    act_pack(c, &m->xL, (size_t)T * c->base_emb_dim);
+    act_pack(c, &m->nf, (size_t)T * c->base_emb_dim);
+    m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
+    st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, m->vocab_local, m->vocab_first,
+                             tp_local_chunks(c), c->z_loss_multiplier, cfg_leaf_tokens(c));
+}
+
+void model_head_unpack(Model *m, int T) {
+    act_unpack(&m->cfg, &m->xL, (size_t)T * m->cfg.base_emb_dim);
+    act_unpack(&m->cfg, &m->nf, (size_t)T * m->cfg.base_emb_dim);
+}
+
+float *model_head_backward(Model *m, int T, float scale, float **dnf_out) {
+    const Config *c = &m->cfg;
+    int D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first, leaf = cfg_leaf_tokens(c);
+    loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
+    // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
+    // transposes a cast); here and at each such point in the layers' backward.
+    prec_round(c, m->logits, (size_t)T * V);
+    float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
+    matmul_backward(NULL, m->grads.logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
+    tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
+    prec_round(c, dnf, (size_t)T * D);
+    float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
+    rmsnorm_backward(dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf, cfg_bf16(c));
+    *dnf_out = dnf;
+    return dx;
+}
+
+void model_head_free(Model *m) {
+    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse);
+    m->xL = m->nf = m->rstdf = m->logits = m->lse = NULL;
+}
+
+void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
+    const Config *c = &m->cfg;
+    int T = B * S, D = c->base_emb_dim, L = c->base_num_decoder_layers;
     m->B = B; m->S = S; m->ids = ids; m->targets = targets;
 
     // Units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head. Under FSDP each
     // is all-gathered just before use and freed right after.
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
-    unit_acquire(m, 0);
-    embedding_forward(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
-    tp_all_reduce(x, (size_t)T * D);   // vocabulary-parallel: each row comes from one device
-    unit_release(m, 0);
+    model_unit_acquire(m, 0);
+    model_embed_forward(m, x, ids, T);
+    model_unit_release(m, 0);
     for (int l = 0; l < L; l++) {
-        unit_acquire(m, 1 + l);
-        LayerParams *p = &m->params.layers[l];
-        LayerActs *a = &m->acts[l];
-        a->x = x;
-        // h = x + Attention(RMSNorm_pre(x))
-        a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
-        a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
-        rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps, bf16);
-        a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
-        if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
-        else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
-        for (size_t i = 0; i < (size_t)T * D; i++) a->h[i] += x[i];
-        round_bf16(a->h, (size_t)T * D, bf16);   // residual (cast point 10)
-        // x' = h + FFN(RMSNorm_post(h))
-        a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
-        a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
-        rmsnorm_forward(a->n2, a->rstd2, a->h, p->post_norm, T, D, eps, bf16);
-        float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
-        if (cfg_layer_is_moe(c, l)) {
-            long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
-            double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
-            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
-        } else {
-            mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
-        }
-        for (size_t i = 0; i < (size_t)T * D; i++) xn[i] += a->h[i];
-        round_bf16(xn, (size_t)T * D, bf16);     // residual (cast point 10)
-        x = xn;
-        // What this layer's backward reads, kept as 16-bit numbers in bf16 mode.
-        act_pack(c, &a->x, (size_t)T * D);
-        act_pack(c, &a->n1, (size_t)T * D);
-        act_pack(c, &a->h, (size_t)T * D);
-        act_pack(c, &a->n2, (size_t)T * D);
-        unit_release(m, 1 + l);
+        model_unit_acquire(m, 1 + l);
+        x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
+        model_unit_release(m, 1 + l);
     }
-    // logits = RMSNorm_final(x) @ W_out
-    m->xL = x;
-    unit_acquire(m, L + 1);
-    m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
-    m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
-    rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, eps, bf16);
-    m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
-    matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
-    round_bf16(m->logits, (size_t)T * V, bf16);   // cast point 16; the loss reads them as float32
-    unit_release(m, L + 1);
-    act_pack(c, &m->xL, (size_t)T * D);
-    act_pack(c, &m->nf, (size_t)T * D);
-    m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
-    st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, V, v0, tp_local_chunks(c),
-                             c->z_loss_multiplier, cfg_leaf_tokens(c));
-}
-
-// Free what model_forward kept (the layers' own saved state is freed by their backward
-// or by model_discard).
-static void free_stack_acts(Model *m) {
-    for (int l = 0; l < m->cfg.base_num_decoder_layers; l++) {
-        LayerActs *a = &m->acts[l];
-        mem_free(a->x); mem_free(a->n1); mem_free(a->rstd1);
-        mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
-        a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = NULL;
-    }
-    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse);
-    m->xL = m->nf = m->rstdf = m->logits = m->lse = NULL;
+    model_unit_acquire(m, L + 1);
+    model_head_forward(m, x, T);
+    model_unit_release(m, L + 1);
+    model_loss_forward(m, targets, T, st);
 }
 
 void model_backward(Model *m, float scale, float lb_coef) {
     const Config *c = &m->cfg;
-    const Config *lc = &m->lcfg;
     int B = m->B, S = m->S, T = B * S, D = c->base_emb_dim;
-    int V = m->vocab_local, v0 = m->vocab_first;
-    int L = c->base_num_decoder_layers, leaf = cfg_leaf_tokens(c);
-    Params *g = &m->grads;
+    int L = c->base_num_decoder_layers;
 
-    act_unpack(c, &m->xL, (size_t)T * D);
-    act_unpack(c, &m->nf, (size_t)T * D);
     // Loss and output head.
-    unit_acquire(m, L + 1);
+    model_head_unpack(m, T);
+    model_unit_acquire(m, L + 1);
     fsdp_grad_begin(m, L + 1);
-    loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
-    // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
-    // transposes a cast); here and at each such point below.
-    prec_round(c, m->logits, (size_t)T * V);
-    float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-    matmul_backward(NULL, g->logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
-    tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
-    prec_round(c, dnf, (size_t)T * D);
-    float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
-    rmsnorm_backward(dx, g->final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf, cfg_bf16(c));
+    float *dnf;
+    float *dx = model_head_backward(m, T, scale, &dnf);
     fsdp_grad_end(m, L + 1);
-    unit_release(m, L + 1);
+    model_unit_release(m, L + 1);
     float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
     float *dn = dnf;   // reused: gradient of a norm's output
     for (int l = L - 1; l >= 0; l--) {
-        unit_acquire(m, 1 + l);
+        model_unit_acquire(m, 1 + l);
         fsdp_grad_begin(m, 1 + l);
-        LayerParams *p = &m->params.layers[l], *gl = &g->layers[l];
-        LayerActs *a = &m->acts[l];
-        act_unpack(c, &a->x, (size_t)T * D);
-        act_unpack(c, &a->n1, (size_t)T * D);
-        act_unpack(c, &a->h, (size_t)T * D);
-        act_unpack(c, &a->n2, (size_t)T * D);
-        // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
-        prec_round(c, dx, (size_t)T * D);
-        memcpy(dh, dx, sizeof(float) * T * D);
-        memset(dn, 0, sizeof(float) * T * D);
-        if (cfg_layer_is_moe(c, l)) {
-            moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
-            moe_saved_free(&a->moe);
-        } else {
-            mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
-        }
-        prec_round(c, dn, (size_t)T * D);
-        rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf, cfg_bf16(c));
-        prec_round(c, dh, (size_t)T * D);
-        // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
-        memcpy(dx, dh, sizeof(float) * T * D);
-        memset(dn, 0, sizeof(float) * T * D);
-        if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
-        else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
-        prec_round(c, dn, (size_t)T * D);
-        rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf, cfg_bf16(c));
+        model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
         fsdp_grad_end(m, 1 + l);
-        unit_release(m, 1 + l);
+        model_unit_release(m, 1 + l);
     }
     fsdp_grad_begin(m, 0);
-    embedding_backward(g->embedding, dx, m->ids, T, D, V, v0, leaf);
+    model_embed_backward(m, dx, m->ids, T);
     fsdp_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
-    free_stack_acts(m);
+    for (int l = 0; l < L; l++) model_layer_free(m, l, &m->acts[l]);
+    model_head_free(m);
 }
 
 void model_discard(Model *m) {
-    const Config *c = &m->cfg;
-    for (int l = 0; l < c->base_num_decoder_layers; l++) {
-        LayerActs *a = &m->acts[l];
-        if (cfg_is_mla(c)) mla_saved_free(&a->mla);
-        else attention_saved_free(&a->attn);
-        if (cfg_layer_is_moe(c, l)) moe_saved_free(&a->moe);
-        else mlp_saved_free(&a->mlp);
-    }
-    free_stack_acts(m);
+    for (int l = 0; l < m->cfg.base_num_decoder_layers; l++) model_layer_free(m, l, &m->acts[l]);
+    model_head_free(m);
 }

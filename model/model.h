@@ -100,6 +100,36 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
 void model_backward(Model *m, float scale, float lb_coef);
 // Drop the activations of the last forward without a backward pass (eval, sampling).
 void model_discard(Model *m);
+
+// The pieces model_forward and model_backward are made of, also run one by one by the
+// pipeline (pipeline/). Each is pure computation: the caller puts the weights in place
+// (model_unit_acquire) and brackets a backward piece with fsdp_grad_begin/end. T = B*S.
+// Unit u's weights ready for use / done with: the FSDP all-gather, and in bf16 mode the
+// rounded copy the layers compute with (model/precision.h).
+void model_unit_acquire(Model *m, int u);
+void model_unit_release(Model *m, int u);
+// x (T,D) = Embed(ids); grads.embedding += the embedding's gradient from dx (T,D).
+void model_embed_forward(Model *m, float *x, const int *ids, int T);
+void model_embed_backward(Model *m, const float *dx, const int *ids, int T);
+// Decoder layer l on x (T,D), which `a` takes over (a->x = x; in bf16 mode replaced by a
+// 16-bit copy, as the layer's other saved activations); keeps its activations in a and
+// returns its output (T,D) (MEM_ACTIVATIONS). st: aux loss and expert counts.
+float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st);
+// dx (T,D): on entry d loss/d(layer output), on return d loss/d(layer input); dh, dn:
+// (T,D) scratch. grads.layers[l] += the layer's weight gradients.
+void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, float *dn, int B, int S, float lb_coef);
+// Free everything `a` holds, a->x included (after the backward, or instead of it).
+void model_layer_free(Model *m, int l, LayerActs *a);
+// Output head on the final residual x (T,D) (taken over as m->xL): final norm and logits
+// (needs the head's weights); then the loss against targets (T), its leaves into st.
+void model_head_forward(Model *m, float *x, int T);
+void model_loss_forward(Model *m, const int *targets, int T, FwdStats *st);
+// Loss and head backward, after model_head_unpack (bf16 mode: the saved activations back
+// to floats): grads of the head +=; returns d loss/d xL (T,D) and in *dnf the final norm's
+// output gradient (T,D), both MEM_TEMP for the caller to free.
+void model_head_unpack(Model *m, int T);
+float *model_head_backward(Model *m, int T, float scale, float **dnf);
+void model_head_free(Model *m);
 // Coefficient of sum_{b,e} f*Pbar for the load-balance loss (0 when off).
 float model_lb_coef(const Config *c, int global_seqs);
 #endif

@@ -6,6 +6,7 @@
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "sharding/collectives.h"
+#include "pipeline/pipeline.h"
 #include "common.h"
 
 // Tokens with a target: the loss is their mean, over the whole global batch.
@@ -63,6 +64,13 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     if (A > 1) treesum_begin(&acc, sh->local_n, MEM_GRADS, "microbatch grads");
     for (int mb = 0; mb < A; mb++) {
         const int *mids = ids + (size_t)mb * B * S, *mtg = targets + (size_t)mb * B * S;
+        if (pipeline_active()) {   // the stage's layers, microbatch by microbatch (pipeline/)
+            FwdStats st = {loss_leaf + mb * leaves_per_mb, aux_seq + (long)mb * Bg, nseq, 0, expert_counts};
+            if (A > 1) fsdp_set_grad_target(m, treesum_leaf(&acc));
+            pipeline_train(m, mids, mtg, B, S, scale, lb_coef, &st);
+            if (A > 1) treesum_push(&acc);
+            continue;
+        }
         long first_seq = (long)mb * Bg + (long)sh->brank * B;   // this device's first sequence
         FwdStats st = {loss_leaf + first_seq * leaves_per_seq, aux_seq + first_seq, nseq, 0, expert_counts};
         model_forward(m, mids, mtg, B, S, lb_coef, &st);
@@ -115,8 +123,14 @@ float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
     double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * Bg, "eval aux");
     long first_seq = (long)m->shard.brank * B;
     FwdStats st = {loss_leaf + first_seq * leaves_per_seq, aux_seq + first_seq, Bg, 0, NULL};
-    model_forward(m, ids, targets, B, S, model_lb_coef(c, Bg), &st);
-    model_discard(m);
+    if (pipeline_active()) {   // the pipeline places its sequences' statistics itself
+        FwdStats whole = {loss_leaf, aux_seq, Bg, 0, NULL};
+        pipeline_eval(m, ids, targets, B, S, model_lb_coef(c, Bg), &whole);
+        st.ntok = whole.ntok;
+    } else {
+        model_forward(m, ids, targets, B, S, model_lb_coef(c, Bg), &st);
+        model_discard(m);
+    }
     StepResult r = {0};
     r.ntok = st.ntok;
     batch_sum_long(m, &r.ntok, 1);

@@ -188,7 +188,7 @@ void coll_ppermute(Group *g, const void *send, void *recv, size_t bytes, const i
             if (q != r) got = bytes;
         }
     coll_barrier(g);
-    count(COLL_PPERMUTE, perm[r] != r ? bytes : 0, got);
+    count(COLL_PPERMUTE, perm[r] >= 0 && perm[r] != r ? bytes : 0, got);
 }
 
 void coll_broadcast(Group *g, void *buf, size_t bytes, int root) {

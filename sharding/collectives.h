@@ -36,8 +36,8 @@ void coll_all_reduce_double(Group *g, double *buf, size_t n);
 // and receives recv_bytes[q] bytes from rank q at recv + recv_off[q]. Sizes must agree.
 void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const size_t *send_bytes,
                      void *recv, const size_t *recv_off, const size_t *recv_bytes);
-// Rank r sends `bytes` from send to rank perm[r]; recv gets what arrives (or is left
-// untouched if nobody sends to r).
+// Rank r sends `bytes` from send to rank perm[r] (perm[r] = -1: sends nothing); recv gets
+// what arrives (or is left untouched if nobody sends to r).
 void coll_ppermute(Group *g, const void *send, void *recv, size_t bytes, const int *perm);
 // buf on every rank = buf of rank `root`.
 void coll_broadcast(Group *g, void *buf, size_t bytes, int root);

@@ -1,5 +1,6 @@
 // sharding/fsdp.c: the units and each device's share of them (see fsdp.h).
 #include "sharding/fsdp.h"
+#include "pipeline/pipeline.h"
 #include "common.h"
 
 void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size_t *spec_off,
@@ -29,6 +30,9 @@ void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size
     s->unit_size = calloc((size_t)s->nunits, sizeof(size_t));
     s->unit_pad = calloc((size_t)s->nunits, sizeof(size_t));
     s->local_off = calloc((size_t)s->nunits, sizeof(size_t));
+    s->here = calloc((size_t)s->nunits, 1);
+    int stages = mesh ? mesh->size[AX_STAGE] : 1, stage = mesh ? mesh_coord(mesh, dev, AX_STAGE) : 0;
+    for (int u = 0; u < s->nunits; u++) s->here[u] = pipeline_stage_of_unit(c, stages, u) == stage;
     for (int i = nspecs - 1; i >= 0; i--) s->unit_off[spec_unit[i]] = spec_off[i];   // first spec wins
     for (int i = 0; i < nspecs; i++) s->unit_size[spec_unit[i]] += spec_size[i];
     // Pad only when something is split, so a 1-device (or plain DP) layout is the global one.
@@ -37,17 +41,17 @@ void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size
     for (int u = 0; u < s->nunits; u++) {
         s->unit_pad[u] = (s->unit_size[u] + mult - 1) / mult * mult;
         s->local_off[u] = local;
-        local += s->unit_pad[u] / s->F;
+        local += shard_len(s, u);
     }
     s->local_n = local;
 }
 
 void shard_free(StateShard *s) {
-    free(s->unit_off); free(s->unit_size); free(s->unit_pad); free(s->local_off);
+    free(s->unit_off); free(s->unit_size); free(s->unit_pad); free(s->local_off); free(s->here);
     memset(s, 0, sizeof *s);
 }
 
-size_t shard_len(const StateShard *s, int u) { return s->unit_pad[u] / s->F; }
+size_t shard_len(const StateShard *s, int u) { return s->here[u] ? s->unit_pad[u] / s->F : 0; }
 size_t shard_first(const StateShard *s, int u) { return s->unit_off[u] + (size_t)s->frank * shard_len(s, u); }
 
 // ---------------------------------------------------------------------------------------
@@ -75,7 +79,8 @@ void fsdp_set_grad_target(Model *m, float *buf) {
     const StateShard *s = &m->shard;
     m->grad_dst = buf;
     if (s->F == 1)   // whole units here: the backward pass writes straight into buf
-        for (int u = 0; u < s->nunits; u++) model_bind_unit(m, &m->grads, u, buf + s->local_off[u]);
+        for (int u = 0; u < s->nunits; u++)
+            if (s->here[u]) model_bind_unit(m, &m->grads, u, buf + s->local_off[u]);
 }
 
 void fsdp_grad_begin(Model *m, int u) {
@@ -102,8 +107,11 @@ static void expert_reduce(Model *m, int u, float *unit_grad) {
 }
 
 void fsdp_grad_end(Model *m, int u) {
+    fsdp_grad_end_into(m, u, m->grad_dst + m->shard.local_off[u]);
+}
+
+void fsdp_grad_end_into(Model *m, int u, float *dst) {
     const StateShard *s = &m->shard;
-    float *dst = m->grad_dst + s->local_off[u];
     expert_reduce(m, u, s->F > 1 ? m->gathered[2 * u + 1] : dst);
     if (s->F > 1) {
         // Sum over the batch devices along the canonical tree: first over fsdp (each device

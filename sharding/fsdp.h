@@ -34,6 +34,8 @@ typedef struct {
     int F, frank;            // fsdp size and this device's rank along it
     int Z, zrank;            // ZeRO-1: pieces of each shard (data size) and this device's piece
     int nbatch, brank;       // devices sharing the batch (data*fsdp*expert) and this device's rank
+    unsigned char *here;     // (nunits) 1 if this device holds the unit: all of them, except under
+                             // pipeline parallelism, where a stage holds its own (pipeline/)
     Group *fsdp, *data, *expert, *batch;
 } StateShard;
 
@@ -42,7 +44,8 @@ void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size
                 const size_t *spec_size, int nspecs);
 void shard_free(StateShard *s);
 static inline int shard_is_split(const StateShard *s) { return s->F * s->Z > 1; }
-// The shard of unit u's parameters this device holds: global elements [first, first+n).
+// The shard of unit u's parameters this device holds: global elements [first, first+n)
+// (n = 0 for a unit on another pipeline stage).
 size_t shard_first(const StateShard *s, int u);
 size_t shard_len(const StateShard *s, int u);
 
@@ -57,6 +60,9 @@ void fsdp_release(struct Model *m, int u);
 // data. The result lands in m->grad_dst.
 void fsdp_grad_begin(struct Model *m, int u);
 void fsdp_grad_end(struct Model *m, int u);
+// The same with the result in dst (shard_len floats) instead of m->grad_dst; with FSDP off the
+// caller has bound the unit's gradients to dst (the pipeline's per-microbatch leaves).
+void fsdp_grad_end_into(struct Model *m, int u, float *dst);
 // Where finished gradients go (the gradient buffer, or a microbatch's leaf buffer).
 void fsdp_set_grad_target(struct Model *m, float *buf);
 // The global gradient norm, the same bits on every mesh: the squares of the elements each

@@ -21,4 +21,9 @@ for preset in mixtral-tiny deepseek-tiny; do
 done
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0
 check "asan: load-balance and z-loss" $BIN configs/mixtral-tiny.yml $A steps=2 load_balance_loss_weight=0.01 z_loss_multiplier=1e-4
+check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance loss" \
+    $BIN configs/mixtral-tiny.yml $A steps=2 ici_pipeline_parallelism=2 num_pipeline_microbatches=4 \
+    pipeline_schedule=1f1b pipeline_shift_impl=slice load_balance_loss_weight=0.01
+check "asan: pipeline, deepseek 3 stages, gpipe" \
+    $BIN configs/deepseek-tiny.yml $A steps=2 ici_pipeline_parallelism=3 num_pipeline_microbatches=6
 summary

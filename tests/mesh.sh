@@ -84,7 +84,7 @@ expect_error "axes do not multiply to num_devices" "multiply to 4 devices but nu
     $TRAIN $C ici_fsdp_parallelism=4 num_devices=8
 expect_error "-1 cannot fill" "num_devices (6) is not a multiple of the other axes' product (4)" \
     $TRAIN $C ici_data_parallelism=4 ici_fsdp_parallelism=-1 num_devices=6
-expect_error "axis not yet built" "not implemented yet" $TRAIN $C ici_pipeline_parallelism=2
+expect_error "axis not yet built" "not implemented yet" $TRAIN $C ici_context_parallelism=2
 expect_error "tensor size must divide the kv heads" "key/kernel: its dimension 1 ('kv_heads', size 2) is split over 4 devices" \
     $TRAIN $C $FAST ici_tensor_parallelism=4
 expect_error "tensor size must divide tensor_reduce_chunks" "ici_tensor_parallelism=2 must divide tensor_reduce_chunks (1)" \

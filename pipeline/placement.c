@@ -1,0 +1,88 @@
+// pipeline/placement.c: the pipeline's shape from the config keys, which stage holds which
+// unit of the model, and the checks (one clear line each) of what cannot be pipelined.
+#include "pipeline/pipeline.h"
+#include "common.h"
+
+PipeShape pipeline_shape(const Config *c, int stages) {
+    PipeShape p;
+    memset(&p, 0, sizeof p);
+    p.S = stages;
+    p.first = c->first_num_dense_layers;
+    p.schedule = strcmp(c->pipeline_schedule, "1f1b") == 0 ? PP_1F1B : PP_GPIPE;
+    p.shift = strcmp(c->pipeline_shift_impl, "slice") == 0 ? PP_SLICE : PP_PPERMUTE;
+    p.save_dli = c->pipeline_save_decoder_layer_input;
+    p.ag_once = c->pipeline_fsdp_ag_once;
+    int L = c->base_num_decoder_layers, Lp = L - p.first, S = stages;
+    // MaxText: num_pipeline_microbatches -1 means one per stage.
+    p.M = c->num_pipeline_microbatches == -1 ? S : c->num_pipeline_microbatches;
+    if (p.M < 1) die("num_pipeline_microbatches must be positive or -1 (one per stage), got %d", p.M);
+    if (p.M % S)
+        die("num_pipeline_microbatches (%d) must be a multiple of ici_pipeline_parallelism (%d): the loop hands "
+            "each stage the microbatches in groups of one per stage", p.M, S);
+    if (Lp < 1)
+        die("nothing to pipeline: base_num_decoder_layers %d minus first_num_dense_layers %d leaves no layer for "
+            "the %d stages", L, p.first, S);
+    // Layers per stage and repeats: give one (or neither: MaxText's 1 layer per stage).
+    int lps = c->num_layers_per_pipeline_stage, R = c->num_pipeline_repeats;
+    if (lps < 0) die("num_layers_per_pipeline_stage must be positive (or 0: derived), got %d", lps);
+    if (R == 0 || R < -1) die("num_pipeline_repeats must be positive or -1 (derived), got %d", R);
+    if (lps == 0 && R == -1) lps = 1;
+    if (lps == 0) {
+        if (Lp % (S * R))
+            die("the %d pipelined layers (base_num_decoder_layers %d - first_num_dense_layers %d) do not split into "
+                "%d stages x num_pipeline_repeats=%d", Lp, L, p.first, S, R);
+        lps = Lp / (S * R);
+    }
+    if (R == -1) {
+        if (Lp % (S * lps))
+            die("the %d pipelined layers (base_num_decoder_layers %d - first_num_dense_layers %d) do not split into "
+                "%d stages x num_layers_per_pipeline_stage=%d", Lp, L, p.first, S, lps);
+        R = Lp / (S * lps);
+    }
+    if (lps * S * R != Lp)
+        die("the %d pipelined layers (base_num_decoder_layers %d - first_num_dense_layers %d) are not %d stages x "
+            "num_layers_per_pipeline_stage=%d x num_pipeline_repeats=%d = %d", Lp, L, p.first, S, lps, R, lps * S * R);
+    p.lps = lps;
+    p.R = R;
+    return p;
+}
+
+void pipeline_check(const Config *c, const int size[MESH_NAXES], int ndev) {
+    if (strcmp(c->pipeline_schedule, "gpipe") && strcmp(c->pipeline_schedule, "1f1b"))
+        die("pipeline_schedule must be 'gpipe' or '1f1b', got '%s'", c->pipeline_schedule);
+    if (strcmp(c->pipeline_shift_impl, "ppermute") && strcmp(c->pipeline_shift_impl, "slice"))
+        die("pipeline_shift_impl must be 'ppermute' or 'slice', got '%s'", c->pipeline_shift_impl);
+    int S = size[AX_STAGE];
+    if (S == 1) return;
+    PipeShape p = pipeline_shape(c, S);
+    if (size[AX_CONTEXT] > 1)
+        die("ici_pipeline_parallelism=%d with ici_context_parallelism=%d is not supported: the pipeline cuts the "
+            "batch into microbatches of whole sequences", S, size[AX_CONTEXT]);
+    // The devices along `stage` share one batch: B sequences each (train.c's split).
+    int nbatch = size[AX_DATA] * size[AX_FSDP] * size[AX_EXPERT];
+    int Bg = c->per_device_batch_size * ndev, B = Bg / nbatch;
+    if (B % p.M)
+        die("the %d sequences each pipeline runs per step (per_device_batch_size %d x %d devices / %d devices "
+            "sharing the batch) do not split into num_pipeline_microbatches=%d", B, c->per_device_batch_size,
+            ndev, nbatch, p.M);
+}
+
+int pipeline_stage_of_unit(const Config *c, int stages, int u) {
+    int L = c->base_num_decoder_layers;
+    if (stages == 1) return 0;
+    PipeShape p = pipeline_shape(c, stages);
+    if (u <= p.first) return 0;           // the embedding and the dense first layers
+    if (u == L + 1) return stages - 1;    // the final norm and the logits
+    return ((u - 1 - p.first) / p.lps) % stages;
+}
+
+int pipeline_active(void) {
+    const Mesh *mesh = mesh_current();
+    return mesh && mesh->size[AX_STAGE] > 1;
+}
+
+int pipeline_microbatches(const Config *c) {
+    const Mesh *mesh = mesh_current();
+    if (!mesh || mesh->size[AX_STAGE] == 1) return 1;
+    return pipeline_shape(c, mesh->size[AX_STAGE]).M;
+}
