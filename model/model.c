@@ -428,7 +428,7 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     act_pack(c, &m->nf, (size_t)T * D);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, V, v0, tp_local_chunks(c),
-                             c->z_loss_multiplier, cfg_leaf_tokens(c));
+                             c->z_loss_multiplier, leaves_of(c, B, S));
 }
 
 // Free what model_forward kept (the layers' own saved state is freed by their backward
@@ -449,7 +449,8 @@ void model_backward(Model *m, float scale, float lb_coef) {
     const Config *lc = &m->lcfg;
     int B = m->B, S = m->S, T = B * S, D = c->base_emb_dim;
     int V = m->vocab_local, v0 = m->vocab_first;
-    int L = c->base_num_decoder_layers, leaf = cfg_leaf_tokens(c);
+    int L = c->base_num_decoder_layers;
+    Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
     Params *g = &m->grads;
 
     act_unpack(c, &m->xL, (size_t)T * D);
