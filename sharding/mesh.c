@@ -2,6 +2,7 @@
 // threads that run the devices.
 #include "sharding/mesh.h"
 #include "sharding/collectives.h"
+#include "sharding/context.h"
 #include "common.h"
 #include <pthread.h>
 
@@ -60,12 +61,13 @@ void mesh_init(Mesh *mesh, const Config *c) {
     } else if (n != known) {
         die("the mesh axes multiply to %d devices but num_devices is %d", known, n);
     }
-    // Tensor, expert, context and pipeline parallelism are not built yet: refuse them
+    // Pipeline parallelism is not built yet: refuse it
     // rather than run every device on the same work and call it sharded.
     for (int a = 0; a < MESH_NAXES; a++)
-        if (a != AX_DATA && a != AX_FSDP && a != AX_TENSOR && a != AX_EXPERT && want[a] > 1)
-            die("%s=%d: the '%s' axis is not implemented yet (this build shards over data, fsdp, tensor and expert)",
+        if (a != AX_DATA && a != AX_FSDP && a != AX_TENSOR && a != AX_EXPERT && a != AX_CONTEXT && want[a] > 1)
+            die("%s=%d: the '%s' axis is not implemented yet (this build shards over data, fsdp, context, tensor and expert)",
                 keys[a], want[a], MESH_AXIS_NAMES[a]);
+    cp_check(c, want[AX_CONTEXT]);
     if (n > 256) die("num_devices (%d) is more than this simulator runs (256 threads)", n);
     for (int a = 0; a < MESH_NAXES; a++) mesh->size[a] = want[a];
     mesh->ndev = n;

@@ -49,7 +49,21 @@ expert=4                 ici_expert_parallelism=4 per_device_batch_size=2
 data=2,expert=2          ici_data_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
 fsdp=2,expert=2          ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
 fsdp=2,expert=2,tensor=2 ici_fsdp_parallelism=2 ici_expert_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1
+context=2                ici_context_parallelism=2 per_device_batch_size=4
+data=2,context=2         ici_data_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+fsdp=2,context=2         ici_fsdp_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+tensor=2,context=2       ici_tensor_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+expert=2,context=2       ici_expert_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+context=2,accumulation=2 ici_context_parallelism=2 per_device_batch_size=2 gradient_accumulation_steps=2
 MESHES
+    # context=4 needs 4 chunks per sequence (the context size must divide
+    # context_reduce_chunks, default 2), so one device runs with 4 chunks too.
+    base4=$(run_losses base4 $C per_device_batch_size=8 context_reduce_chunks=4)
+    ctx4=$(run_losses ctx4 $C ici_context_parallelism=4 per_device_batch_size=2 context_reduce_chunks=4)
+    echo "  1 device, 4 chunks              $base4"
+    echo "  context=4, 4 chunks             $ctx4"
+    check "$preset context=4: 5 losses and grad norms bit-identical to 1 device with 4 chunks" \
+        same_as ctx4 "$ctx4" "$base4" base4
     # Gradient accumulation: 2 microbatches of 4 on one device = of 2 per device on data=2.
     acc1=$(run_losses acc1 $C per_device_batch_size=4 gradient_accumulation_steps=2)
     acc2=$(run_losses acc2 $C per_device_batch_size=2 gradient_accumulation_steps=2 ici_fsdp_parallelism=2)
@@ -73,6 +87,8 @@ expect_error "expert size must divide the experts" "MoeBlock_0/wi_0: its dimensi
     $TRAIN $C $FAST ici_expert_parallelism=8 per_device_batch_size=1
 expect_error "expert parallelism needs the sparse path" "expert parallelism runs the dropless sparse path" \
     $TRAIN $C $FAST ici_expert_parallelism=2 sparse_matmul=false
+expect_error "context size not dividing the chunks" "ici_context_parallelism=4 must divide context_reduce_chunks (2)" \
+    $TRAIN $C ici_context_parallelism=4
 expect_error "chunks not dividing the sequence" "context_reduce_chunks (4) must divide max_target_length (66)" \
     $TRAIN $C context_reduce_chunks=4 max_target_length=66
 expect_error "leaf spanning two chunks" "reduce_leaf_tokens (128) must divide the chunk length" \

@@ -10,7 +10,8 @@
 //      forward and backward give the same bits with 1 and 2 OpenMP threads;
 //   7. context parallelism (sharding/context.h): the attention core run in parts (each
 //      part's queries against all parts' keys, dK/dV summed over the parts along the tree)
-//      gives one device's o, dq, dk, dv bit for bit.
+//      gives one device's o, dq, dk, dv bit for bit; and both layers on a real mesh of 2
+//      and 4 context devices (threads) give one device's output, dx and weight gradients.
 // The cases use S = 6 with the default context_reduce_chunks = 2, so the gradient checks
 // run through the chunked dK/dV sum (two query chunks of 3 rows).
 #include "common.h"
@@ -21,6 +22,7 @@
 #include "model/mla.h"
 #include "model/rope.h"
 #include "model/attn_core.h"
+#include "sharding/mesh.h"
 #include "sharding/collectives.h"
 #include "tests/test.h"
 #include "tests/gradcheck.h"
@@ -495,6 +497,92 @@ static void test_core_parts(const char *name, int N, int Nkv, int Dqk, int Dv, A
     free(q); free(k); free(v); free(dout); free(o); free(st); free(dq); free(dk); free(dv);
 }
 
+// The layer on a real mesh of P context devices (threads): device r gets positions
+// [r*S/P, (r+1)*S/P) of both sequences; its output and dx rows and, added over the devices
+// along the tree, its weight gradients must equal one device's.
+typedef struct {
+    Case *k;
+    int P;
+    float *out, *dx;      // (B,S,D) assembled from the devices' rows
+    float *g[4][10];      // per device, per tensor (tensor 0, x, unused)
+} CpRun;
+
+// p's float* fields that point at one of k's gradient buffers are re-pointed at dev's own.
+static void repoint(float **fields, int nfields, const Case *k, float **dev_g) {
+    for (int f = 0; f < nfields; f++)
+        for (int i = 1; i < k->nt; i++)
+            if (fields[f] && fields[f] == k->t[i].g) fields[f] = dev_g[i];
+}
+
+static void cp_device(int dev, void *arg) {
+    CpRun *run = arg;
+    Case *k = run->k;
+    int B = k->B, S = k->S, P = run->P, Sl = S / P;
+    long n = (long)B * Sl * D;
+    float *x = falloc(n), *R = falloc(n), *out = falloc(n), *dx = falloc(n);
+    take_rows(x, k->x, B, S, Sl, dev, D);
+    take_rows(R, k->R, B, S, Sl, dev, D);
+    for (int i = 1; i < k->nt; i++) run->g[dev][i] = falloc(k->t[i].n);
+    if (k->mla) {
+        MLAParams g = k->mg;
+        MLASaved s;
+        repoint((float **)&g, (int)(sizeof g / sizeof(float *)), k, run->g[dev]);
+        mla_forward(&k->c, &k->mp, &s, out, x, B, Sl);
+        mla_backward(&k->c, &k->mp, &g, &s, dx, R, x, B, Sl);
+    } else {
+        AttentionParams g = k->ag;
+        AttentionSaved s;
+        repoint((float **)&g, (int)(sizeof g / sizeof(float *)), k, run->g[dev]);
+        attention_forward(&k->c, &k->ap, &s, out, x, B, Sl);
+        attention_backward(&k->c, &k->ap, &g, &s, dx, R, x, B, Sl);
+    }
+    for (int b = 0; b < B; b++) {   // this device's rows into the assembled arrays
+        memcpy(run->out + ((size_t)b * S + (size_t)dev * Sl) * D, out + (size_t)b * Sl * D, sizeof(float) * Sl * D);
+        memcpy(run->dx + ((size_t)b * S + (size_t)dev * Sl) * D, dx + (size_t)b * Sl * D, sizeof(float) * Sl * D);
+    }
+    free(x); free(R); free(out); free(dx);
+}
+
+static void test_layer_mesh(const char *name, int mla, int q_lora) {
+    Case k;
+    setup(&k, name, mla, q_lora, 2, 8);
+    k.c.context_reduce_chunks = 4;   // chunks of 2 positions: 2 per device on P = 2, 1 on P = 4
+    forward_backward(&k);            // one device: k.out, k.dx, k.t[i].g
+    long T = (long)k.B * k.S;
+    for (int P = 2; P <= 4; P *= 2) {
+        Config mc = k.c;
+        mc.ici_context_parallelism = P;
+        Mesh mesh;
+        mesh_init(&mesh, &mc);
+        CpRun run = {&k, P, falloc(T * D), falloc(T * D), {{0}}};
+        mesh_run(&mesh, cp_device, &run);
+        mesh_set_current(NULL, 0);   // back to no mesh on this thread
+        mem_set_device(&dev);
+        int same = memcmp(run.out, k.out, sizeof(float) * T * D) == 0 && memcmp(run.dx, k.dx, sizeof(float) * T * D) == 0;
+        int gsame = 1, leak = 0;
+        size_t comm = 0;
+        for (int i = 1; i < k.nt; i++) {
+            float *stage = falloc((long)P * k.t[i].n);
+            for (int r = 0; r < P; r++) memcpy(stage + (size_t)r * k.t[i].n, run.g[r][i], sizeof(float) * k.t[i].n);
+            tree_reduce_inplace(stage, P, (size_t)k.t[i].n);   // the all-reduce over context
+            gsame &= memcmp(stage, k.t[i].g, sizeof(float) * k.t[i].n) == 0;
+            free(stage);
+            for (int r = 0; r < P; r++) free(run.g[r][i]);
+        }
+        for (int r = 0; r < P; r++) {
+            leak |= mesh.devices[r].live_total != 0;
+            comm += mesh.devices[r].comm_recv[COLL_ALL_GATHER] + mesh.devices[r].comm_recv[COLL_REDUCE_SCATTER];
+        }
+        printf("%s on %d context devices: output and dx %s, weight gradients %s (%zu bytes received)\n", name, P,
+               same ? "identical" : "DIFFER", gsame ? "identical" : "DIFFER", comm);
+        CHECK(same && gsame, "%s: context=%d differs from one device", name, P);
+        CHECK(!leak && comm > 0, "%s: context=%d leaked device memory or moved no K/V", name, P);
+        free(run.out); free(run.dx);
+        mesh_free(&mesh);
+    }
+    teardown(&k);
+}
+
 int main(void) {
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
@@ -507,6 +595,8 @@ int main(void) {
     test_core_parts("gqa", 4, 2, 6, 6, (AttnRounding){0, 0, 0});
     test_core_parts("mla", 4, 4, 8, 6, (AttnRounding){0, 0, 0});
     test_core_parts("gqa bf16 rounding", 4, 2, 6, 6, (AttnRounding){1, 1, 1});
+    test_layer_mesh("gqa", 0, 0);
+    test_layer_mesh("mla q_lora=6", 1, 6);
     CHECK(dev.live[MEM_ACTIVATIONS] == 0 && dev.live[MEM_TEMP] == 0, "leak at the end");
     TEST_SUMMARY();
 }
