@@ -42,29 +42,44 @@ static double now_ms(void) {
 // device takes i in [brank*B, (brank+1)*B) of every microbatch. A pipeline cuts each
 // microbatch again into P pipeline microbatches of Bg/P sequences, and the device takes
 // its piece of each: i in [p*Bg/P + brank*B/P, ...) for p = 0..P-1 (pipeline/pipeline.h).
+// Under context parallelism it takes part crank of each sequence: its Sl = S/nctx tokens
+// from position crank*Sl on.
+static void take_part(const Model *m, const int *seq_ids, const int *seq_tg, int *ids, int *targets) {
+    int S = m->cfg.max_target_length, Sl = S / m->shard.nctx, p0 = m->shard.crank * Sl;
+    memcpy(ids, seq_ids + p0, sizeof(int) * Sl);
+    memcpy(targets, seq_tg + p0, sizeof(int) * Sl);
+}
+
 static void fetch_batch(const Model *m, const DataLoader *dl, int step, int A, int B, int *ids, int *targets) {
-    int S = m->cfg.max_target_length, Bg = B * m->shard.nbatch, P = pipeline_microbatches(&m->cfg), Bp = B / P;
+    int S = m->cfg.max_target_length, Sl = S / m->shard.nctx, Bg = B * m->shard.nbatch;
+    int P = pipeline_microbatches(&m->cfg), Bp = B / P;
+    int *seq = (int *)mem_alloc(MEM_TEMP, sizeof(int) * 2 * S, "one sequence");   // ids, then targets
     for (int mb = 0; mb < A; mb++)
         for (int i = 0; i < B; i++) {
             int64_t g = (int64_t)step * A * Bg + (int64_t)mb * Bg + (int64_t)(i / Bp) * (Bg / P) +
                         (int64_t)m->shard.brank * Bp + i % Bp;
-            size_t at = ((size_t)mb * B + i) * S;
-            loader_train_sequence(dl, g, ids + at, targets + at);
+            size_t at = ((size_t)mb * B + i) * Sl;
+            loader_train_sequence(dl, g, seq, seq + S);
+            take_part(m, seq, seq + S, ids + at, targets + at);
         }
+    mem_free(seq);
 }
 
 // Mean eval loss over eval_steps batches of Bg held-out windows (B on this device).
 static float evaluate(Model *m, const DataLoader *dl, int B, int *ids, int *targets) {
     const Config *c = &m->cfg;
-    int S = c->max_target_length, Bg = B * m->shard.nbatch;
+    int S = c->max_target_length, Sl = S / m->shard.nctx, Bg = B * m->shard.nbatch;
     int64_t nwin = loader_num_eval_windows(dl);
+    int *seq = (int *)mem_alloc(MEM_TEMP, sizeof(int) * 2 * S, "one sequence");   // ids, then targets
     double sum = 0;
     for (int k = 0; k < c->eval_steps; k++) {
-        for (int i = 0; i < B; i++)
-            loader_eval_sequence(dl, ((int64_t)k * Bg + (int64_t)m->shard.brank * B + i) % nwin,
-                                 ids + (size_t)i * S, targets + (size_t)i * S);
-        sum += eval_loss(m, ids, targets, B, S);
+        for (int i = 0; i < B; i++) {
+            loader_eval_sequence(dl, ((int64_t)k * Bg + (int64_t)m->shard.brank * B + i) % nwin, seq, seq + S);
+            take_part(m, seq, seq + S, ids + (size_t)i * Sl, targets + (size_t)i * Sl);
+        }
+        sum += eval_loss(m, ids, targets, B, Sl);
     }
+    mem_free(seq);
     return (float)(sum / c->eval_steps);
 }
 
@@ -144,6 +159,7 @@ static void device_main(int dev_id, void *arg) {
     int Bg = c.per_device_batch_size * mesh->ndev;
     if (Bg % m.shard.nbatch) die("internal: global batch %d does not split over %d devices", Bg, m.shard.nbatch);
     int B = Bg / m.shard.nbatch;
+    int Sl = S / m.shard.nctx;   // tokens of each sequence on this device (context parallelism)
     char b1[32], b2[64];
     if (talk) {
         size_t P = sharding_global_params(&m);
@@ -175,8 +191,8 @@ static void device_main(int dev_id, void *arg) {
         return;
     }
 
-    int *ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * S, "batch ids");
-    int *targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * S, "batch targets");
+    int *ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch ids");
+    int *targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch targets");
     FILE *metrics = NULL;
     if (talk && c.metrics_file[0] && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
         die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
@@ -194,7 +210,7 @@ static void device_main(int dev_id, void *arg) {
         StepResult r;
         size_t ncount = (size_t)c.base_num_decoder_layers * c.num_experts;
         long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
-        compute_gradients(&m, ids, targets, A, B, S, &r, counts, NULL, NULL);
+        compute_gradients(&m, ids, targets, A, B, Sl, &r, counts, NULL, NULL);
         if (!isfinite(r.loss) || !isfinite(r.grad_norm))
             die("non-finite %s at step %d (loss %g, grad norm %g): stopped before the update, so "
                 "the last checkpoint written (if any) is the last good state; lower learning_rate "
@@ -229,6 +245,9 @@ static void device_main(int dev_id, void *arg) {
     if (c.sample_length > 0 && mesh->size[AX_STAGE] > 1) {
         if (talk) printf("sample: skipped (sampling runs the whole stack on every device; a pipeline stage holds "
                          "only its layers)\n");
+    } else if (c.sample_length > 0 && m.shard.nctx > 1) {
+        if (talk) printf("sample: skipped under context parallelism (ici_context_parallelism=%d): sampling runs "
+                         "one growing sequence; use sample_length=0 to silence this\n", m.shard.nctx);
     } else if (c.sample_length > 0) {
         sample_print(&m, dl, c.sample_length, c.sample_temperature);
     }

@@ -6,11 +6,14 @@
 // No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/model.c).
 // Tensor parallelism (sharding/tensor.h): c is the device's local config, so N and Nkv are
 // this device's heads; Wq, Wk, Wv are column-parallel and Wo row-parallel.
+// Context parallelism (sharding/context.h): S is this device's part of each sequence, at
+// positions p0 = rank*S ..; its queries attend to the keys and values of all parts.
 #include "model/attention.h"
 #include "model/attn_core.h"
 #include "model/rope.h"
 #include "model/precision.h"
 #include "sharding/tensor.h"
+#include "sharding/context.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -30,14 +33,21 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
     prec_round(c, s->q, (size_t)T * N * Dh);     // bf16 matmul outputs (model/precision.h)
     prec_round(c, s->k, (size_t)T * Nkv * Dh);
     prec_round(c, s->v, (size_t)T * Nkv * Dh);
-    // Rotary position embedding over the whole head (Dr = Dh), on queries and keys.
-    rope_forward(s->q, B, S, N, Dh, Dh, lo, hi, cfg_bf16(c));
-    rope_forward(s->k, B, S, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
+    // Rotary position embedding over the whole head (Dr = Dh), on queries and keys, at the
+    // global positions of this device's part.
+    int p0 = cp_rank() * S;
+    rope_forward(s->q, B, S, p0, N, Dh, Dh, lo, hi, cfg_bf16(c));
+    rope_forward(s->k, B, S, p0, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
 
     // o = softmax(mask(q k^T)) v, keeping only per-row statistics for the backward pass.
+    // The keys and values of every part of the sequence (all-gathered over `context`).
+    float *k_all = cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
+    float *v_all = cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention o");            // (B,S,N,Dh)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
-    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, Nkv, Dh, Dh, attn_rounding(c));
+    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, B, S, p0, N, Nkv, Dh, Dh, attn_rounding(c));
+    cp_gather_free(k_all, s->k);
+    cp_gather_free(v_all, s->v);
 
     // out = o Wo, Wo (N*Dh, D): a sum over heads, split over the tensor axis
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dh, D);
@@ -51,9 +61,10 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
 
 void attention_backward(const Config *c, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
                         float *dx, const float *dout, const float *x, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, leaf = cfg_leaf_tokens(c);
+    int T = B * S, D = c->base_emb_dim, P = cp_size(), p0 = cp_rank() * S;
     int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    Leaves leaf = leaves_of(c, B, S);
     act_unpack(c, &s->q, (size_t)T * N * Dh);
     act_unpack(c, &s->k, (size_t)T * Nkv * Dh);
     act_unpack(c, &s->v, (size_t)T * Nkv * Dh);
@@ -64,12 +75,21 @@ void attention_backward(const Config *c, const AttentionParams *p, AttentionPara
     attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dh, D, leaf);
     prec_round(c, dO, (size_t)T * N * Dh);   // bf16: o was rounded, so is its gradient
 
-    // Through the softmax attention to dq, dk, dv (dk, dv summed over each group's heads).
-    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d q");     // (B,S,N,Dh)
-    float *dk = mem_floats(MEM_TEMP, (size_t)T * Nkv * Dh, "attention d k");   // (B,S,Nkv,Dh)
-    float *dv = mem_floats(MEM_TEMP, (size_t)T * Nkv * Dh, "attention d v");   // (B,S,Nkv,Dh)
-    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, Nkv, Dh, Dh, attn_rounding(c));
+    // Through the softmax attention to dq, dk, dv (dk, dv summed over each group's heads),
+    // against the keys and values of every part, gathered again; each part's dk, dv go back
+    // to the device that holds it (reduce-scatter over `context`): dk, dv become (B,S,Nkv,Dh).
+    float *k_all = cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
+    float *v_all = cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
+    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d q");         // (B,S,N,Dh)
+    float *dk = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d k");   // (P,B,S,Nkv,Dh)
+    float *dv = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d v");   // (P,B,S,Nkv,Dh)
+    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh,
+                       attn_rounding(c));
     mem_free(dO);
+    cp_gather_free(k_all, s->k);
+    cp_gather_free(v_all, s->v);
+    cp_reduce_scatter(dk, (size_t)T * Nkv * Dh);
+    cp_reduce_scatter(dv, (size_t)T * Nkv * Dh);
     attention_saved_free(s);   // q, k, v, o are no longer needed: free them before the weight grads
 
     // RoPE was applied after the projections: rotate the gradients back first (bf16: the
@@ -77,8 +97,8 @@ void attention_backward(const Config *c, const AttentionParams *p, AttentionPara
     prec_round(c, dq, (size_t)T * N * Dh);
     prec_round(c, dk, (size_t)T * Nkv * Dh);
     prec_round(c, dv, (size_t)T * Nkv * Dh);
-    rope_backward(dq, B, S, N, Dh, Dh, lo, hi, cfg_bf16(c));
-    rope_backward(dk, B, S, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
+    rope_backward(dq, B, S, p0, N, Dh, Dh, lo, hi, cfg_bf16(c));
+    rope_backward(dk, B, S, p0, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
     prec_round(c, dq, (size_t)T * N * Dh);
     prec_round(c, dk, (size_t)T * Nkv * Dh);
 

@@ -3,6 +3,7 @@
 #include "model/attn_core.h"
 #include "model/matmul.h"
 #include "model/precision.h"
+#include "model/treesum.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -27,31 +28,38 @@ AttnRounding attn_rounding(const Config *c) {
     return (AttnRounding){bf16 && !c->float32_qk_product, bf16 && !c->float32_logits, bf16};
 }
 
+// The row, in k (P,B,S,Nkv,.) or v, of key position j of sequence b: part j/S, row j%S.
+static inline size_t key_row(int b, int j, int B, int S) {
+    return ((size_t)(j / S) * B + b) * S + j % S;
+}
+
 void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
-                       int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
+                       int B, int S, int q0, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
     check_heads(N, Nkv);
     int group = N / Nkv;   // query heads per kv head
+    int W = q0 + S;        // keys of the whole sequence up to this device's last position
     // One row of scores per (b, h) work item, so threads never share scratch and the
     // memory used does not depend on the thread count.
-    float *rows = mem_floats(MEM_TEMP, (size_t)B * N * S, "attention score rows");   // (B,N,S)
-    // Visible (query, key) pairs: S(S+1)/2 per head; each costs a Dqk dot and a Dv axpy.
-    mem_device()->flops += 2.0 * B * N * (S * (S + 1.0) / 2) * (Dqk + Dv);
+    float *rows = mem_floats(MEM_TEMP, (size_t)B * N * W, "attention score rows");   // (B,N,W)
+    // Visible (query, key) pairs: q0+i+1 for row i; each costs a Dqk dot and a Dv axpy.
+    mem_device()->flops += 2.0 * B * N * (S * (double)q0 + S * (S + 1.0) / 2) * (Dqk + Dv);
 
-    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * S * (Dqk + Dv) > 1e5)
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * W * (Dqk + Dv) > 1e5)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < N; h++) {
             int g = h / group;
-            float *e = rows + ((size_t)b * N + h) * S;   // (S) scores, then exp(s - m)
+            float *e = rows + ((size_t)b * N + h) * W;   // (W) scores, then exp(s - m)
             for (int i = 0; i < S; i++) {
+                int pos = q0 + i;                                             // global position
                 const float *qi = q + (((size_t)b * S + i) * N + h) * Dqk;   // (Dqk)
                 float *oi = o + (((size_t)b * S + i) * N + h) * Dv;          // (Dv)
-                // Scores of the visible keys j <= i. The masked ones (j > i) hold
+                // Scores of the visible keys j <= pos. The masked ones (j > pos) hold
                 // ATTN_MASK_VALUE by definition; they cannot be the max (key 0 is always
                 // visible) and exp(ATTN_MASK_VALUE - m) is exactly 0 in float32, so they
                 // add nothing to l or to o: skipping them gives the very same numbers.
                 float m = ATTN_MASK_VALUE;
-                for (int j = 0; j <= i; j++) {
-                    const float *kj = k + (((size_t)b * S + j) * Nkv + g) * Dqk;   // (Dqk)
+                for (int j = 0; j <= pos; j++) {
+                    const float *kj = k + (key_row(b, j, B, S) * Nkv + g) * Dqk;   // (Dqk)
                     e[j] = dot(qi, kj, Dqk);
                     if (rnd.scores) e[j] = bf16_round(e[j]);
                     if (e[j] > m) m = e[j];
@@ -59,8 +67,8 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 // o_i = (sum_j e_j v_j) / l, e_j = exp(s_j - m), l = sum_j e_j
                 float l = 0.0f;
                 for (int d = 0; d < Dv; d++) oi[d] = 0.0f;
-                for (int j = 0; j <= i; j++) {
-                    const float *vj = v + (((size_t)b * S + j) * Nkv + g) * Dv;   // (Dv)
+                for (int j = 0; j <= pos; j++) {
+                    const float *vj = v + (key_row(b, j, B, S) * Nkv + g) * Dv;    // (Dv)
                     e[j] = expf(e[j] - m);
                     if (rnd.probs) e[j] = bf16_round(e[j]);
                     l += e[j];
@@ -86,46 +94,56 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
 // (the max m cancels out of the math: it needs no gradient; masked pairs get none.)
 void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
-                        int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
+                        int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
     check_heads(N, Nkv);
-    int group = N / Nkv;
+    if (chunk <= 0 || S % chunk) die("internal: attention rows (%d) cannot be cut into chunks of %d", S, chunk);
+    int group = N / Nkv, nq = S / chunk;
+    size_t nk = (size_t)P * B * S * Nkv;   // key rows (of one head) of every part
     // Per visible pair: two dots (s, dP) and three axpys (dv, dq, dk).
-    mem_device()->flops += 2.0 * B * N * (S * (S + 1.0) / 2) * (3.0 * Dqk + 2.0 * Dv);
+    mem_device()->flops += 2.0 * B * N * (S * (double)q0 + S * (S + 1.0) / 2) * (3.0 * Dqk + 2.0 * Dv);
+    memset(dk, 0, sizeof(float) * nk * Dqk);
+    memset(dv, 0, sizeof(float) * nk * Dv);
 
-    // One work item per (sequence, kv head): it owns dk and dv of that kv head and dq of
-    // the query heads of its group, which it visits in order. No two items write the same
-    // float, and each float is summed in the same order whatever the thread count.
-    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * S * (Dqk + Dv) > 1e5)
-    for (int b = 0; b < B; b++)
-        for (int g = 0; g < Nkv; g++) {
-            for (int j = 0; j < S; j++) {
-                memset(dk + (((size_t)b * S + j) * Nkv + g) * Dqk, 0, sizeof(float) * Dqk);
-                memset(dv + (((size_t)b * S + j) * Nkv + g) * Dv, 0, sizeof(float) * Dv);
-            }
-            for (int h = g * group; h < (g + 1) * group; h++)
-                for (int i = 0; i < S; i++) {
-                    size_t qrow = ((size_t)b * S + i) * N + h;
-                    const float *qi = q + qrow * Dqk, *doi = dout + qrow * Dv, *oi = o + qrow * Dv;
-                    float *dqi = dq + qrow * Dqk;                                  // (Dqk)
-                    const float *st = stats + (((size_t)b * N + h) * S + i) * 2;
-                    float m = st[0], l = st[1];
-                    float Di = dot(doi, oi, Dv);
-                    for (int d = 0; d < Dqk; d++) dqi[d] = 0.0f;
-                    for (int j = 0; j <= i; j++) {
-                        size_t krow = ((size_t)b * S + j) * Nkv + g;
-                        const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
-                        float s = dot(qi, kj, Dqk);
-                        if (rnd.scores) s = bf16_round(s);
-                        float e = expf(s - m);
-                        if (rnd.probs) e = bf16_round(e);
-                        float p = e / l;
-                        float ds = p * (dot(doi, vj, Dv) - Di);
-                        axpy(dv + krow * Dv, p, doi, Dv);
-                        axpy(dqi, ds, kj, Dqk);
-                        axpy(dk + krow * Dqk, ds, qi, Dqk);
+    // Query chunk by query chunk: each chunk's dK, dV go into a leaf of the tree over the
+    // chunks (straight into dk, dv when there is one chunk).
+    TreeSum tk, tv;
+    treesum_begin(&tk, nk * Dqk, MEM_TEMP, "attention d k, one query chunk");
+    treesum_begin(&tv, nk * Dv, MEM_TEMP, "attention d v, one query chunk");
+    for (int qc = 0; qc < nq; qc++) {
+        float *ck = nq > 1 ? treesum_leaf(&tk) : dk, *cv = nq > 1 ? treesum_leaf(&tv) : dv;
+        // One work item per (sequence, kv head): it owns dk and dv of that kv head and dq
+        // of the query heads of its group, which it visits in order. No two items write
+        // the same float, and each float is summed in the same order whatever the thread
+        // count.
+        #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * chunk * (q0 + S) * (Dqk + Dv) > 1e5)
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < Nkv; g++)
+                for (int h = g * group; h < (g + 1) * group; h++)
+                    for (int i = qc * chunk; i < (qc + 1) * chunk; i++) {
+                        size_t qrow = ((size_t)b * S + i) * N + h;
+                        const float *qi = q + qrow * Dqk, *doi = dout + qrow * Dv, *oi = o + qrow * Dv;
+                        float *dqi = dq + qrow * Dqk;                                  // (Dqk)
+                        const float *st = stats + (((size_t)b * N + h) * S + i) * 2;
+                        float m = st[0], l = st[1];
+                        float Di = dot(doi, oi, Dv);
+                        for (int d = 0; d < Dqk; d++) dqi[d] = 0.0f;
+                        for (int j = 0; j <= q0 + i; j++) {
+                            size_t krow = key_row(b, j, B, S) * Nkv + g;
+                            const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
+                            float s = dot(qi, kj, Dqk);
+                            if (rnd.scores) s = bf16_round(s);
+                            float e = expf(s - m);
+                            if (rnd.probs) e = bf16_round(e);
+                            float p = e / l;
+                            float ds = p * (dot(doi, vj, Dv) - Di);
+                            axpy(cv + krow * Dv, p, doi, Dv);
+                            axpy(dqi, ds, kj, Dqk);
+                            axpy(ck + krow * Dqk, ds, qi, Dqk);
+                        }
                     }
-                }
-        }
+        if (nq > 1) { treesum_push(&tk); treesum_push(&tv); }
+    }
+    if (nq > 1) { treesum_end(&tk, dk); treesum_end(&tv, dv); }
 }
 
 void attn_matmul_forward(float *out, const float *inp, const float *w, int B, int S, int C, int OC) {
@@ -134,7 +152,7 @@ void attn_matmul_forward(float *out, const float *inp, const float *w, int B, in
 }
 
 void attn_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                          int B, int S, int C, int OC, int leaf) {
+                          int B, int S, int C, int OC, Leaves leaf) {
     if (dinp)
         for (int b = 0; b < B; b++)
             matmul_backward(dinp + (size_t)b * S * C, NULL, dout + (size_t)b * S * OC, NULL, w, S, C, OC, leaf);

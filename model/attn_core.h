@@ -10,10 +10,17 @@
 //     o[b,i,h] = (sum_j e[i][j] v[b,j,g]) / l[i]   (the division after the product with v)
 // Probabilities are never stored: the backward pass recomputes them from q, k and the
 // per-row statistics (m, l), so memory grows with S, not S*S.
+//
+// Context parallelism (sharding/context.h): a device holds S positions q0 .. q0+S-1 of
+// every sequence (its part; q0 = 0 on one device) and runs its queries against the keys
+// and values of all P parts, gathered from the context group: k (P,B,S,Nkv,Dqk), part p
+// holding positions p*S .. p*S+S-1 (P = 1 is the plain (B,S,Nkv,Dqk)). The mask compares
+// global positions: key j is visible to the query at position q0+i when j <= q0+i.
 #ifndef MESHMOE_ATTN_CORE_H
 #define MESHMOE_ATTN_CORE_H
 #include <float.h>
 #include "model/config.h"
+#include "sharding/context.h"
 
 // The bf16 rounding points inside attention (model/precision.h, cast points 8 and 9):
 // scores = rb(q.k); e = rb(exp(s - m)) and num = rb(sum_j e_j v_j); out = rb(num / l).
@@ -27,18 +34,24 @@ AttnRounding attn_rounding(const Config *c);
 #define ATTN_MASK_VALUE ((float)(-0.7 * (double)FLT_MAX))
 
 // o (B,S,N,Dv) and stats (B,N,S,2) (per query row: m and l) are written.
-// q (B,S,N,Dqk), k (B,S,Nkv,Dqk), v (B,S,Nkv,Dv). N must be a multiple of Nkv.
+// q (B,S,N,Dqk) at positions q0.., k (P,B,S,Nkv,Dqk), v (P,B,S,Nkv,Dv) with P*S > q0 (the
+// parts after the queries' own are never read). N must be a multiple of Nkv.
 void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
-                       int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
+                       int B, int S, int q0, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
 
 // Backward of attn_core_forward given dout = dL/do (B,S,N,Dv) and what the forward saw and
-// wrote. dq (B,S,N,Dqk), dk (B,S,Nkv,Dqk), dv (B,S,Nkv,Dv) are overwritten (not +=).
-// dk and dv of a kv head sum over the query heads of its group, in head order, so the
-// result does not depend on the number of threads.
+// wrote. dq (B,S,N,Dqk), dk (P,B,S,Nkv,Dqk), dv (P,B,S,Nkv,Dv) are overwritten (not +=):
+// dk and dv hold this device's contribution to the keys of every part (0 where its queries
+// do not see them). A key's gradient sums over the query rows that see it: the rows are
+// cut into chunks of `chunk` rows (the reduce chunks of sharding/context.h); within a chunk
+// the rows are added in (head of the group, row) order, and the chunks along the pairwise
+// tree, on one device too, so that the reduce-scatter over the context group (a tree over
+// the devices' whole subtrees of chunks) gives the same bits as one device. dq sums over
+// keys in position order. Nothing depends on the number of threads.
 // The probabilities are recomputed with the forward's rounding (rnd).
 void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
-                        int B, int S, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
+                        int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
 
 // The projections of both attention kinds, run as one GEMM per sequence.
 // Why: OpenBLAS (0.3.21, Haswell kernels) handles the rows of a GEMM in blocks whose kernel
@@ -52,5 +65,5 @@ void attn_matmul_forward(float *out, const float *inp, const float *w, int B, in
 // dinp (B*S, C) += dout @ w^T, one GEMM per sequence (dinp may be NULL);
 // dw (C, OC) += inp^T dout along the canonical leaf tree (model/matmul.c does it; may be NULL).
 void attn_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                          int B, int S, int C, int OC, int leaf);
+                          int B, int S, int C, int OC, Leaves leaf);
 #endif

@@ -92,7 +92,8 @@ static const KeyDef KEYS[] = {
     KEY(sample_temperature, K_FLOAT, "0.8", "sampling temperature"),
     KEY(dump_parity, K_STR, "", "write a parity dump for the JAX reference into this directory and exit"),
     KEY(parity_steps, K_INT, "10", "optimizer steps recorded in the parity dump"),
-    KEY(reduce_leaf_tokens, K_INT, "0", "tokens per leaf of the canonical gradient-sum tree (0 = one sequence)"),
+    KEY(reduce_leaf_tokens, K_INT, "0", "tokens per leaf of the canonical gradient-sum tree (0 = one chunk, see context_reduce_chunks)"),
+    KEY(context_reduce_chunks, K_INT, "0", "chunks each sequence is cut into for the canonical sums over tokens, chunk outermost (sharding/context.h); a power of two that ici_context_parallelism divides; 0 = ici_context_parallelism (1 without context parallelism)"),
     KEY(tensor_reduce_chunks, K_INT, "4", "pieces every tensor-parallel sum (heads, MLP width, vocab) is cut into and added along the canonical tree; the tensor size must divide it"),
     KEY(matmul_impl, K_STR, "ordered", "ordered: each output element one in-order FMA chain (bit-identical under any sharding); openblas: faster, not row-stable"),
     KEY(num_threads, K_INT, "0", "compute threads per device (0 = the cores shared out over the devices)"),
@@ -315,9 +316,17 @@ void config_validate(const Config *c) {
     if (c->capacity_factor > 0 && c->sparse_matmul)
         die("capacity_factor=%g drops tokens only on the dense path: set sparse_matmul=false "
             "(the sparse path is dropless)", c->capacity_factor);
+    int chunks = cfg_context_chunks(c);
+    if (chunks < 1 || (chunks & (chunks - 1)))
+        die("context_reduce_chunks must be a power of two (the chunks of a sequence form a pairwise tree), got %d",
+            chunks);
+    if (!divides(chunks, c->max_target_length))
+        die("context_reduce_chunks (%d) must divide max_target_length (%d): every sequence is cut into that many "
+            "equal chunks", chunks, c->max_target_length);
     int leaf = cfg_leaf_tokens(c);
-    if (!divides(leaf, c->max_target_length))
-        die("reduce_leaf_tokens (%d) must divide max_target_length (%d)", leaf, c->max_target_length);
+    if (!divides(leaf, cfg_chunk_tokens(c)))
+        die("reduce_leaf_tokens (%d) must divide the chunk length, max_target_length / context_reduce_chunks = "
+            "%d / %d = %d: a leaf never spans two chunks", leaf, c->max_target_length, chunks, cfg_chunk_tokens(c));
     if (c->eval_fraction <= 0 || c->eval_fraction >= 1)
         die("eval_fraction must be between 0 and 1, got %g", c->eval_fraction);
     if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);

@@ -70,7 +70,8 @@ typedef struct {
     char dump_parity[CFG_STR];       // directory for the JAX parity dump ("" = off)
     int parity_steps;
     // ---- canonical reduction (DESIGN.md principle 2) ----
-    int reduce_leaf_tokens;          // tokens per leaf of the gradient-sum tree (0 = S)
+    int reduce_leaf_tokens;          // tokens per leaf of the gradient-sum tree (0 = one chunk)
+    int context_reduce_chunks;       // chunks every sequence is cut into for sums over tokens (sharding/context.h)
     int tensor_reduce_chunks;        // pieces of every tensor-parallel sum (sharding/tensor.h)
     char matmul_impl[CFG_STR];       // "ordered" (row-stable, model/matmul.c) or "openblas"
     // ---- run control ----
@@ -119,8 +120,19 @@ static inline int cfg_expert_dim(const Config *c) {
     return cfg_is_deepseek(c) ? c->base_moe_mlp_dim : c->base_mlp_dim;
 }
 static inline int cfg_layer_is_moe(const Config *c, int l) { return l >= c->first_num_dense_layers; }
+// Tokens per chunk of a sequence in the canonical sums (sharding/context.h), and per leaf.
+// The chunks each sequence is cut into for sums over tokens (sharding/context.h). The key's
+// default 0 means one per context device (1 without context parallelism), so that a context
+// run is bit-identical to a one-device run given the same context_reduce_chunks.
+static inline int cfg_context_chunks(const Config *c) {
+    if (c->context_reduce_chunks != 0) return c->context_reduce_chunks;
+    return c->ici_context_parallelism > 1 ? c->ici_context_parallelism : 1;
+}
+static inline int cfg_chunk_tokens(const Config *c) {
+    return c->max_target_length / cfg_context_chunks(c);
+}
 static inline int cfg_leaf_tokens(const Config *c) {
-    return c->reduce_leaf_tokens > 0 ? c->reduce_leaf_tokens : c->max_target_length;
+    return c->reduce_leaf_tokens > 0 ? c->reduce_leaf_tokens : cfg_chunk_tokens(c);
 }
 
 #endif

@@ -1,6 +1,5 @@
 // model/embedding.c: embedding gather and its scatter-add backward.
 #include "model/embedding.h"
-#include "model/treesum.h"
 #include "common.h"
 
 void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {
@@ -11,21 +10,22 @@ void embedding_forward(float *out, const int *ids, const float *table, int T, in
     }
 }
 
-void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0, int leaf) {
+void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0, Leaves leaf) {
     // Each leaf scatters its tokens' gradients into a (V,D) buffer; the leaves are then
     // added along the canonical tree, so the result does not depend on how the tokens
     // were split over devices or microbatches.
-    TreeSum ts;
-    treesum_begin(&ts, (size_t)V * D, MEM_TEMP, "embedding grad leaf");
-    for (int t0 = 0; t0 < T; t0 += leaf) {
-        float *g = treesum_leaf(&ts);
-        for (int t = t0; t < MM_MIN(T, t0 + leaf); t++) {
+    (void)T;   // = leaf.B * leaf.S
+    LeafSum ls;
+    leafsum_begin(&ls, leaf, dtable, (size_t)V * D, "embedding grad leaf");
+    for (long l = 0; l < leaf.n; l++) {
+        float *g = leafsum_leaf(&ls);
+        for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++) {
             if (ids[t] < v0 || ids[t] >= v0 + V) continue;   // another device's row
             float *row = g + (size_t)(ids[t] - v0) * D;
             const float *d = dout + (size_t)t * D;
             for (int i = 0; i < D; i++) row[i] += d[i];
         }
-        treesum_push(&ts);
+        leafsum_push(&ls);
     }
-    treesum_end(&ts, dtable);
+    leafsum_end(&ls);
 }

@@ -2,11 +2,12 @@
 // Vocabulary-parallel: the device holds rows v0 .. v0+V-1 of the table (sharding/tensor.h).
 #ifndef MESHMOE_EMBEDDING_H
 #define MESHMOE_EMBEDDING_H
+#include "sharding/context.h"
 
 // out (T,D) = table (V,D) [ids (T) - v0] for the ids this device holds, 0 for the others
 // (summed over the tensor axis by the caller: exactly one device contributes each row).
 void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0);
 // dtable (V,D) += scatter-add of dout (T,D) by the ids this device holds, leaf by leaf along
 // the canonical tree.
-void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0, int leaf);
+void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0, Leaves leaf);
 #endif

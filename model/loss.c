@@ -6,7 +6,7 @@
 #include "common.h"
 
 long loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
-                  int T, int V, int v0, int chunks, float zmul, int leaf) {
+                  int T, int V, int v0, int chunks, float zmul, Leaves leaf) {
     if (chunks < 1 || V % chunks) die("internal: %d logits cannot be cut into %d pieces", V, chunks);
     int Vc = V / chunks;
     // m = max over the whole vocabulary (a max is exact in any order).
@@ -46,15 +46,15 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
     for (int t = 0; t < T; t++) lse[t] = m[t] + logf(sum[t]);
     // Per-leaf sums in token order (double), so they do not depend on the thread count.
     long n = 0;
-    for (int t0 = 0; t0 < T; t0 += leaf) {
+    for (long l = 0; l < leaf.n; l++) {
         double s = 0.0;
-        for (int t = t0; t < MM_MIN(T, t0 + leaf); t++) {
+        for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++) {
             if (targets[t] < 0) continue;
             float l = lse[t] - zt[t] + zmul * lse[t] * lse[t];
             s += l;
             n++;
         }
-        leaf_sums[t0 / leaf] = s;
+        leaf_sums[l] = s;
     }
     mem_free(m);
     mem_free(sum);

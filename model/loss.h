@@ -6,14 +6,16 @@
 // not depend on how many devices share the vocabulary.
 #ifndef MESHMOE_LOSS_H
 #define MESHMOE_LOSS_H
+#include "sharding/context.h"
 
 // Per token with target >= 0: l = lse(z) - z_target + zmul * lse^2. Saves lse (T).
 // logits (T,V) are this device's columns v0 .. v0+V-1; chunks must divide V.
-// leaf_sums (T/leaf) = the sum of l over each leaf of `leaf` tokens, in token order, in
-// double; the caller adds the leaves along the canonical tree (tree_sum_double), so the
-// total does not depend on how the batch was split. Returns the tokens with a target.
+// leaf_sums (leaf.n) = the sum of l over each leaf, in tree order (sharding/context.h), each
+// in token order, in double; the caller adds the leaves along the canonical tree
+// (tree_sum_double), so the total does not depend on how the batch was split. Returns the
+// tokens with a target.
 long loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
-                  int T, int V, int v0, int chunks, float zmul, int leaf);
+                  int T, int V, int v0, int chunks, float zmul, Leaves leaf);
 // dlogits (T,V) = scale * dl/dz, written in place over the logits (they are not needed after).
 // dl/dz = softmax(z) * (1 + 2*zmul*lse) - onehot(target); zero for ignored tokens.
 void loss_backward(float *logits_to_dlogits, const float *lse, const int *targets, int T, int V, int v0,

@@ -148,19 +148,20 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
 }
 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                     int T, int C, int OC, int leaf) {
+                     int T, int C, int OC, Leaves leaf) {
     if (dinp) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);   // (T,OC) @ (OC,C)
     if (dw) {
-        TreeSum ts;
-        treesum_begin(&ts, (size_t)C * OC, MEM_TEMP, "matmul dw leaf");
-        for (int t0 = 0; t0 < T; t0 += leaf) {
-            float *g = treesum_leaf(&ts);
-            int n = MM_MIN(leaf, T - t0);
-            // g (C,OC) = inp[t0:t0+n]^T (C,n) @ dout[t0:t0+n] (n,OC)
-            gemm(1, 0, C, OC, n, 1.0f, inp + (size_t)t0 * C, C, dout + (size_t)t0 * OC, OC, 0.0f, g, OC);
-            treesum_push(&ts);
+        if ((long)leaf.B * leaf.S != T) die("internal: matmul_backward of %d tokens given leaves of %d", T, leaf.B * leaf.S);
+        LeafSum ls;
+        leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "matmul dw leaf");
+        for (long i = 0; i < leaf.n; i++) {
+            float *g = leafsum_leaf(&ls);
+            long t0 = leaf_token(leaf, i);
+            // g (C,OC) = inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
+            gemm(1, 0, C, OC, leaf.len, 1.0f, inp + (size_t)t0 * C, C, dout + (size_t)t0 * OC, OC, 0.0f, g, OC);
+            leafsum_push(&ls);
         }
-        treesum_end(&ts, dw);
+        leafsum_end(&ls);
     }
 }
 

@@ -5,16 +5,17 @@
 // matmul_impl=openblas OpenBLAS does the work instead (faster, not row-stable).
 #ifndef MESHMOE_MATMUL_H
 #define MESHMOE_MATMUL_H
+#include "sharding/context.h"
 
 // out (T,OC) = inp (T,C) @ w (C,OC), or out += ... when accumulate is 1.
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate);
 
 // Backward of matmul_forward. Either output may be NULL (not needed).
 //   dinp (T,C)  += dout (T,OC) @ w^T
-//   dw   (C,OC) += sum over tokens of inp^T dout, summed leaf by leaf (`leaf` tokens each)
-//                  along the canonical tree of model/treesum.h.
+//   dw   (C,OC) += sum over tokens of inp^T dout, summed leaf by leaf along the canonical
+//                  tree (the leaves of the T = leaf.B * leaf.S tokens: sharding/context.h).
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                     int T, int C, int OC, int leaf);
+                     int T, int C, int OC, Leaves leaf);
 
 // "ordered" (default) or "openblas" (config key matmul_impl); dies on anything else.
 void matmul_set_impl(const char *impl);

@@ -11,6 +11,9 @@
 // Tensor parallelism (sharding/tensor.h): N is this device's heads (c is the local config);
 // Wq/Wq_b and Wkv_b are column-parallel, Wo row-parallel; the low-rank Wq_a, Wkv_a and
 // the norms are replicated (every tensor device computes them whole).
+// Context parallelism (sharding/context.h): S is this device's part of each sequence, at
+// positions p0 = rank*S ..; the assembled per-head keys (k_nope with the shared k_rope)
+// and values of all parts are gathered for attention, and their gradients sent back.
 #include "model/mla.h"
 #include "model/attn_core.h"
 #include "model/rmsnorm.h"
@@ -18,6 +21,7 @@
 #include "model/precision.h"
 #include "model/treesum.h"
 #include "sharding/tensor.h"
+#include "sharding/context.h"
 #include "sharding/memory.h"
 #include "common.h"
 
@@ -33,6 +37,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
     float eps = c->normalization_layer_epsilon, lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    int p0 = cp_rank() * S;   // global position of this device's first token
     memset(s, 0, sizeof(*s));
 
     // ---- query: q (T, N*Qk) ----
@@ -51,7 +56,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     prec_round(c, s->q, (size_t)T * N * Qk);
     // RoPE on the last Dr entries of every head (the q_rope part), then the scale (bf16:
     // the constant is rounded too, cast point 7).
-    rope_forward(s->q + Dn, B, S, N, Qk, Dr, lo, hi, cfg_bf16(c));
+    rope_forward(s->q + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     float scale = mla_scale(c);
     for (size_t i = 0; i < (size_t)T * N * Qk; i++) s->q[i] *= scale;
     prec_round(c, s->q, (size_t)T * N * Qk);
@@ -61,7 +66,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     float *ckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla kv down");   // (T,R+Dr)
     attn_matmul_forward(ckv, x, p->wkv_a, B, S, D, R + Dr);
     prec_round(c, ckv, (size_t)T * (R + Dr));
-    rope_forward(ckv + R, B, S, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));   // one rope head per token
+    rope_forward(ckv + R, B, S, p0, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));   // one rope head per token
     // The latent is strided inside ckv: copy it out so RMSNorm sees contiguous rows.
     s->latent = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
     s->kv_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
@@ -89,9 +94,14 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     mem_free(kv);
 
     // ---- attention (every query head has its own kv head) and the out projection ----
+    // The keys and values of every part of the sequence (all-gathered over `context`).
+    float *k_all = cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
+    float *v_all = cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
-    attn_core_forward(s->o, s->stats, s->q, s->k, s->v, B, S, N, N, Qk, Dv, attn_rounding(c));
+    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
+    cp_gather_free(k_all, s->k);
+    cp_gather_free(v_all, s->v);
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
     prec_round(c, out, (size_t)T * D);
     // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
@@ -107,10 +117,11 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
 
 void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s,
                   float *dx, const float *dout, const float *x, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads, leaf = cfg_leaf_tokens(c);
+    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads, P = cp_size(), p0 = cp_rank() * S;
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    Leaves leaf = leaves_of(c, B, S);
     act_unpack(c, &s->qa, (size_t)T * Q);
     act_unpack(c, &s->qn, (size_t)T * Q);
     act_unpack(c, &s->latent, (size_t)T * R);
@@ -125,15 +136,24 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dv, D, leaf);
     prec_round(c, dO, (size_t)T * N * Dv);   // bf16: where the forward rounded, so is the gradient
 
-    // Attention core -> dq, dk, dv (per head).
-    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");   // (B,S,N,Qk)
-    float *dk = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d k");   // (B,S,N,Qk)
-    float *dv = mem_floats(MEM_TEMP, (size_t)T * N * Dv, "mla d v");   // (B,S,N,Dv)
-    attn_core_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, N, Qk, Dv, attn_rounding(c));
+    // Attention core -> dq, dk, dv (per head), against the keys and values of every part,
+    // gathered again; each part's dk, dv go back to the device that holds it (reduce-scatter
+    // over `context`, before the bf16 rounding): dk, dv become (B,S,N,.).
+    float *k_all = cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
+    float *v_all = cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
+    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");       // (B,S,N,Qk)
+    float *dk = mem_floats(MEM_TEMP, (size_t)P * T * N * Qk, "mla d k");   // (P,B,S,N,Qk)
+    float *dv = mem_floats(MEM_TEMP, (size_t)P * T * N * Dv, "mla d v");   // (P,B,S,N,Dv)
+    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, B, S, p0, P, leaf.chunk, N, N, Qk, Dv,
+                       attn_rounding(c));
+    mem_free(dO);
+    cp_gather_free(k_all, s->k);
+    cp_gather_free(v_all, s->v);
+    cp_reduce_scatter(dk, (size_t)T * N * Qk);
+    cp_reduce_scatter(dv, (size_t)T * N * Dv);
     prec_round(c, dq, (size_t)T * N * Qk);
     prec_round(c, dk, (size_t)T * N * Qk);
     prec_round(c, dv, (size_t)T * N * Dv);
-    mem_free(dO);
     // q, k, v, o and the statistics are no longer needed.
     mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
     s->q = s->k = s->v = s->o = s->stats = NULL;
@@ -168,7 +188,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     mem_free(dk_rope);
     mem_free(dk);
     mem_free(dv);
-    rope_backward(dckv + R, B, S, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));
+    rope_backward(dckv + R, B, S, p0, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));
     // kv = latn Wkv_b, latn = RMSNorm_kv(latent)
     float *dlatn = mem_floats(MEM_TEMP, (size_t)T * R, "mla d kv_norm out");   // (T,R)
     attn_matmul_backward(NULL, g->wkv_b, dkv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv), leaf);
@@ -190,7 +210,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     float scale = mla_scale(c);
     for (size_t i = 0; i < (size_t)T * N * Qk; i++) dq[i] *= scale;
     prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
-    rope_backward(dq + Dn, B, S, N, Qk, Dr, lo, hi, cfg_bf16(c));
+    rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     prec_round(c, dq, (size_t)T * N * Qk);
     if (Q > 0) {
         // q = qn Wq_b, qn = RMSNorm_q(qa), qa = x Wq_a

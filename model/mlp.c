@@ -48,7 +48,7 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
 }
 
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
-                  const float *x, int T, int D, int F, int leaf) {
+                  const float *x, int T, int D, int F, Leaves leaf) {
     act_unpack(c, &s->h0, (size_t)T * F);
     act_unpack(c, &s->h1, (size_t)T * F);
     float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed

@@ -14,6 +14,7 @@
 #include "sharding/fsdp.h"
 #include "sharding/partition.h"
 #include "sharding/tensor.h"
+#include "sharding/context.h"
 #include "common.h"
 #include <stdarg.h>
 
@@ -368,6 +369,12 @@ static float *bias_of(const Model *m, int l) {
 // gradient reduction), so that model_forward/model_backward below and the pipeline
 // (pipeline/) share them.
 
+// The leaves of T token rows: whole sequences of this device's part (S / context) each.
+static Leaves token_leaves(const Model *m, int T) {
+    int S = m->cfg.max_target_length / cp_size();
+    return leaves_of(&m->cfg, T / S, S);
+}
+
 void model_embed_forward(Model *m, float *x, const int *ids, int T) {
     embedding_forward(x, ids, m->params.embedding, T, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first);  // (T,D)
     tp_all_reduce(x, (size_t)T * m->cfg.base_emb_dim);   // vocabulary-parallel: each row comes from one device
@@ -375,7 +382,7 @@ void model_embed_forward(Model *m, float *x, const int *ids, int T) {
 
 void model_embed_backward(Model *m, const float *dx, const int *ids, int T) {
     embedding_backward(m->grads.embedding, dx, ids, T, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first,
-                       cfg_leaf_tokens(&m->cfg));
+                       token_leaves(m, T));
 }
 
 float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {
@@ -420,7 +427,8 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
 void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, float *dn, int B, int S, float lb_coef) {
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;
-    int T = B * S, D = c->base_emb_dim, leaf = cfg_leaf_tokens(c);
+    int T = B * S, D = c->base_emb_dim;
+    Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
     LayerParams *p = &m->params.layers[l], *gl = &m->grads.layers[l];
     act_unpack(c, &a->x, (size_t)T * D);
     act_unpack(c, &a->n1, (size_t)T * D);
@@ -479,7 +487,7 @@ void model_loss_forward(Model *m, const int *targets, int T, FwdStats *st) {
     act_pack(c, &m->nf, (size_t)T * c->base_emb_dim);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, m->vocab_local, m->vocab_first,
-                             tp_local_chunks(c), c->z_loss_multiplier, cfg_leaf_tokens(c));
+                             tp_local_chunks(c), c->z_loss_multiplier, token_leaves(m, T));
 }
 
 void model_head_unpack(Model *m, int T) {
@@ -489,7 +497,8 @@ void model_head_unpack(Model *m, int T) {
 
 float *model_head_backward(Model *m, int T, float scale, float **dnf_out) {
     const Config *c = &m->cfg;
-    int D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first, leaf = cfg_leaf_tokens(c);
+    int D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
+    Leaves leaf = token_leaves(m, T);
     loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
     // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
     // transposes a cast); here and at each such point in the layers' backward.

@@ -52,6 +52,7 @@ typedef struct Model {
     float *params_mem, *grads_mem;   // (shard.local_n) each: nparams on one device
     float *m_mem, *v_mem;   // (shard.local_n / shard.Z) AdamW moments
     float *grad_dst;        // where finished gradients go (grads_mem, or a microbatch's buffer)
+    int grad_partial;       // 1: grad_dst is a microbatch's, per chunk slot (sharding/fsdp.h)
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
     float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
     Params params, grads;   // pointers into params_mem / grads_mem
@@ -71,7 +72,7 @@ typedef struct Model {
 // per sequence so that the step can add them along the canonical tree (model/treesum.h):
 // the printed loss is then bit-identical however the batch is split.
 typedef struct {
-    double *loss_leaf;      // (T/leaf) written: sum of token losses per leaf
+    double *loss_leaf;      // (leaves_of(c,B,S).n) written: sum of token losses per leaf, tree order
     double *aux_seq;        // (n_moe, stride) written: load-balance loss per MoE layer and sequence
     int aux_stride;         // sequences per row of aux_seq (the global batch)
     long ntok;              // += tokens with a target
@@ -92,7 +93,8 @@ int model_unit_of(const Config *c, const char *name);
 void model_bind_unit(const Model *m, Params *p, int u, float *buf);
 int model_num_moe_layers(const Config *c);
 
-// Forward pass over B sequences of S tokens (ids, targets: (B,S)). Keeps the activations
+// Forward pass over B sequences of S tokens (ids, targets: (B,S); under context parallelism
+// S is this device's part of each sequence, sharding/context.h). Keeps the activations
 // for model_backward. lb_coef: see moe_forward; global_seqs: sequences in the whole step.
 void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st);
 // Backward pass of the last forward; grads += d(loss)/d(params) with the loss scaled by

@@ -15,11 +15,14 @@
 // Both paths share the row bookkeeping of MoeSaved (model/moe.h): each expert owns a
 // contiguous range of rows, sorted by token, so its weight gradient can be summed leaf by
 // leaf in the canonical order (model/treesum.h) whatever the routing.
+// Context parallelism (sharding/context.h): S is this device's part of each sequence; the
+// per-sequence statistics (load-balance loss, capacity) are combined over the context group.
 #include "model/moe.h"
 #include "model/matmul.h"
 #include "model/precision.h"
 #include "sharding/tensor.h"
 #include "sharding/expert.h"
+#include "sharding/context.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "common.h"
@@ -112,10 +115,11 @@ int moe_capacity(const Config *c, int S) {
     return (int)fmax(per_expert * c->capacity_factor, c->capacity_factor);
 }
 
-void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity) {
+void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity, const int *before) {
     int used[E];
     for (int b = 0; b < B; b++) {
-        memset(used, 0, sizeof used);
+        if (before) memcpy(used, before + (size_t)b * E, sizeof used);
+        else memset(used, 0, sizeof used);
         // priority: (s, k) order within the sequence, s-major
         for (size_t a = (size_t)b * S * K; a < (size_t)(b + 1) * S * K; a++)
             keep[a] = ++used[top_idx[a]] <= capacity;
@@ -126,8 +130,13 @@ void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, in
 // Load-balance loss (Switch/Mixtral form, MODEL_SPEC.md "Load-balance loss"):
 //   P = softmax(logits) (T,E);  f[b,e] = (1/S) #assignments of sequence b to e;
 //   Pbar[b,e] = (1/S) sum_s P[b,s,e];  lb_seq[b] = lb_coef * sum_e f[b,e] * Pbar[b,e]
+// S is the whole sequence. The counts and the sums of P are taken chunk by chunk (the
+// chunks of sharding/context.h, each in position order, in double) and the chunks added
+// along the tree over the sequence's chunks, gathered from the context group when this
+// device holds only its part: the same numbers on any mesh (the counts are exact).
 
-static void load_balance_forward(MoeSaved *s, double *lb_seq, int B, int S, int E, int K, float lb_coef) {
+static void load_balance_forward(MoeSaved *s, double *lb_seq, Leaves lv, int E, int K, float lb_coef) {
+    int B = lv.B, S = lv.S, Sg = S * cp_size();   // this device's part, the whole sequence
     size_t T = (size_t)B * S;
     s->probs = mem_floats(MEM_ACTIVATIONS, T * E, "moe router probs");   // (T,E)
     s->lb_f = mem_floats(MEM_ACTIVATIONS, (size_t)B * E, "moe lb f");    // (B,E)
@@ -138,27 +147,41 @@ static void load_balance_forward(MoeSaved *s, double *lb_seq, int B, int S, int 
         for (int e = 0; e < E; e++) { p[e] = expf(l[e] - m); sum += p[e]; }
         for (int e = 0; e < E; e++) p[e] /= sum;
     }
+    // part (B,nchunks,2E): per sequence and chunk, the assignment count of each expert,
+    // then the sum of P of each expert.
+    double *part = (double *)mem_alloc(MEM_TEMP, sizeof(double) * B * lv.nchunks * 2 * E, "moe lb chunk sums");
+    double *tot = (double *)mem_alloc(MEM_TEMP, sizeof(double) * B * 2 * E, "moe lb sequence sums");
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < lv.nchunks; j++) {
+            double *cnt = part + ((size_t)b * lv.nchunks + j) * 2 * E, *psum = cnt + E;
+            for (int t = b * S + j * lv.chunk; t < b * S + (j + 1) * lv.chunk; t++)
+                for (int k = 0; k < K; k++) cnt[s->top_idx[(size_t)t * K + k]] += 1.0;
+            for (int e = 0; e < E; e++)
+                for (int t = b * S + j * lv.chunk; t < b * S + (j + 1) * lv.chunk; t++) psum[e] += s->probs[(size_t)t * E + e];
+        }
+    cp_chunk_tree(tot, part, B, lv.nchunks, 2 * E);
     for (int b = 0; b < B; b++) {
         float *f = s->lb_f + (size_t)b * E;
-        for (size_t a = (size_t)b * S * K; a < (size_t)(b + 1) * S * K; a++) f[s->top_idx[a]] += 1.0f;
+        const double *cnt = tot + (size_t)b * 2 * E, *pbar = cnt + E;
         double acc = 0.0;
         for (int e = 0; e < E; e++) {
-            f[e] /= (float)S;
-            double pbar = 0.0;
-            for (int t = b * S; t < (b + 1) * S; t++) pbar += s->probs[(size_t)t * E + e];
-            acc += (double)f[e] * (pbar / S);
+            f[e] = (float)cnt[e] / (float)Sg;
+            acc += (double)f[e] * (pbar[e] / Sg);
         }
         lb_seq[b] = lb_coef * acc;
     }
+    mem_free(part);
+    mem_free(tot);
 }
 
-// dlogits (T,E) += softmax backward of dP[t,e] = lb_coef * f[b,e] / S.
-static void load_balance_backward(float *dlogits, const MoeSaved *s, int B, int S, int E, float lb_coef) {
+// dlogits (T,E) += softmax backward of dP[t,e] = lb_coef * f[b,e] / Sg (S tokens of each
+// sequence here, Sg in the whole sequence).
+static void load_balance_backward(float *dlogits, const MoeSaved *s, int B, int S, int Sg, int E, float lb_coef) {
     for (int t = 0; t < B * S; t++) {
         const float *p = s->probs + (size_t)t * E, *f = s->lb_f + (size_t)(t / S) * E;
         float dot = 0.0f;
-        for (int e = 0; e < E; e++) dot += p[e] * (lb_coef * f[e] / S);
-        for (int e = 0; e < E; e++) dlogits[(size_t)t * E + e] += p[e] * (lb_coef * f[e] / S - dot);
+        for (int e = 0; e < E; e++) dot += p[e] * (lb_coef * f[e] / Sg);
+        for (int e = 0; e < E; e++) dlogits[(size_t)t * E + e] += p[e] * (lb_coef * f[e] / Sg - dot);
     }
 }
 
@@ -198,22 +221,32 @@ static void gather_rows(float *xs, const float *x, const int *row_token, int r0,
         memcpy(xs + (size_t)i * D, x + (size_t)row_token[r0 + i] * D, sizeof(float) * D);
 }
 
-// dw (C,OC) += sum over rows of inp[r]^T dout[r], one leaf per `leaf` tokens. An expert's
-// rows are sorted by token, so each leaf's rows are contiguous; every leaf is pushed (an
-// empty one adds zero) so the tree has the same shape whatever the routing.
-static void expert_dw(float *dw, const float *inp, const float *dout, const int *row_token, int n,
-                      int C, int OC, int leaf, int nleaves) {
-    TreeSum ts;
-    treesum_begin(&ts, (size_t)C * OC, MEM_TEMP, "expert dw leaf");
-    int r = 0;
-    for (int lf = 0; lf < nleaves; lf++) {
-        int r0 = r;
-        while (r < n && row_token[r] / leaf == lf) r++;
-        float *g = treesum_leaf(&ts);
-        if (r > r0) gemm(1, 0, C, OC, r - r0, 1.0f, inp + (size_t)r0 * C, C, dout + (size_t)r0 * OC, OC, 0.0f, g, OC);
-        treesum_push(&ts);
+// The first of the n rows (sorted by token) whose token is >= t.
+static int first_row_from(const int *row_token, int n, long t) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (row_token[mid] < t) lo = mid + 1; else hi = mid;
     }
-    treesum_end(&ts, dw);
+    return lo;
+}
+
+// dw (C,OC) += sum over rows of inp[r]^T dout[r], leaf by leaf in tree order (the leaves of
+// sharding/context.h). An expert's rows are sorted by token, so a leaf's rows (those of
+// its tokens t0 .. t0+len-1) are contiguous; every leaf is pushed (an empty one adds
+// zero) so the tree has the same shape whatever the routing.
+static void expert_dw(float *dw, const float *inp, const float *dout, const int *row_token, int n,
+                      int C, int OC, Leaves leaf) {
+    LeafSum ls;
+    leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "expert dw leaf");
+    for (long l = 0; l < leaf.n; l++) {
+        long t0 = leaf_token(leaf, l);
+        int r0 = first_row_from(row_token, n, t0), r1 = first_row_from(row_token, n, t0 + leaf.len);
+        float *g = leafsum_leaf(&ls);
+        if (r1 > r0) gemm(1, 0, C, OC, r1 - r0, 1.0f, inp + (size_t)r0 * C, C, dout + (size_t)r0 * OC, OC, 0.0f, g, OC);
+        leafsum_push(&ls);
+    }
+    leafsum_end(&ls);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -235,12 +268,12 @@ static void expert_forward(const Config *c, const MoeParams *p, int e, const flo
     mem_free(act);
 }
 
-// Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over
-// nleaves leaves), dxs (n,D) = the rows' input gradient (overwritten).
+// Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over the
+// leaves of the tokens those are numbered in), dxs (n,D) = the rows' input gradient (overwritten).
 static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, int e, const float *xs,
                             const float *h0, const float *h1, const float *dye, const int *rt, int n,
-                            int nleaves, float *dxs) {
-    int D = c->base_emb_dim, H = cfg_expert_dim(c), leaf = cfg_leaf_tokens(c);
+                            Leaves leaf, float *dxs) {
+    int D = c->base_emb_dim, H = cfg_expert_dim(c);
     const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
     const float *wo = p->wo + (size_t)e * H * D;
     // y = act wo:  dact = dy wo^T,  dwo += act^T dy
@@ -249,7 +282,7 @@ static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, i
     float *dact = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d activation");
     matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
     prec_round(c, dact, (size_t)n * H);   // bf16: act was rounded, so is its gradient
-    expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf, nleaves);
+    expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf);
     mem_free(act);
     // act = silu(h0) * h1
     float *dh0 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h0");
@@ -262,8 +295,8 @@ static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, i
     memset(dxs, 0, sizeof(float) * (size_t)n * D);
     tp_colpar_dinp(c, dxs, dh0, wi0, n, D, H);   // sums over H (tensor-split)
     tp_colpar_dinp(c, dxs, dh1, wi1, n, D, H);
-    expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf, nleaves);
-    expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf, nleaves);
+    expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf);
+    expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf);
     mem_free(dh0); mem_free(dh1);
 }
 
@@ -294,20 +327,20 @@ static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSav
 
 // Backward of experts_forward_parallel: dy (R,D) goes to the owners, dxs (R,D) comes back.
 static void experts_backward_parallel(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s,
-                                      const float *dy, float *dxs_rows, int T) {
-    int D = c->base_emb_dim, H = cfg_expert_dim(c), leaf = cfg_leaf_tokens(c);
+                                      const float *dy, float *dxs_rows, int B, int S) {
+    int D = c->base_emb_dim, H = cfg_expert_dim(c);
     ExpertDispatch *d = s->ep;
     size_t n = (size_t)MM_MAX(d->nrecv, 1);
     float *dye = mem_floats(MEM_TEMP, n * D, "moe d expert out (expert parallel)");   // (nrecv,D)
     float *dxs = mem_floats(MEM_TEMP, n * D, "moe expert d input (expert parallel)");
     ep_send(d, dy, dye, D);
     // The leaves of the whole expert group: its ep devices hold consecutive sequences.
-    int nleaves = d->ep * T / leaf;
+    Leaves group = leaves_of(c, d->ep * B, S);   // a row's token: rank * B*S + token
     for (int e = 0; e < d->El; e++) {
         int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
         if (m > 0)
             expert_backward(c, p, g, e, d->x + (size_t)r0 * D, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
-                            dye + (size_t)r0 * D, d->row_token + r0, m, nleaves, dxs + (size_t)r0 * D);
+                            dye + (size_t)r0 * D, d->row_token + r0, m, group, dxs + (size_t)r0 * D);
     }
     ep_return(d, dxs, dxs_rows, D);
     mem_free(dye);
@@ -340,13 +373,21 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     memcpy(s->w_eff, s->top_w, sizeof(float) * A);
     if (!c->sparse_matmul && c->capacity_factor > 0) {
         int *keep = (int *)mem_alloc(MEM_TEMP, sizeof(int) * A, "moe capacity keep");
-        capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S));
+        // The priority runs over the whole sequence: the assignments of the parts before this
+        // device's (context parallelism) count first, per sequence and expert.
+        int *mine = (int *)mem_alloc(MEM_TEMP, sizeof(int) * B * E, "moe capacity counts");      // (B,E)
+        int *before = (int *)mem_alloc(MEM_TEMP, sizeof(int) * B * E, "moe capacity counts before");
+        for (size_t a = 0; a < A; a++) mine[(a / K / S) * E + s->top_idx[a]]++;
+        cp_counts_before(before, mine, (size_t)B * E);
+        capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S * cp_size()), before);
         for (size_t a = 0; a < A; a++) s->w_eff[a] *= (float)keep[a];
         mem_free(keep);
+        mem_free(mine);
+        mem_free(before);
     }
     if (expert_counts)
         for (size_t a = 0; a < A; a++) expert_counts[s->top_idx[a]]++;
-    if (lb_coef > 0) load_balance_forward(s, lb_seq, B, S, E, K, lb_coef);
+    if (lb_coef > 0) load_balance_forward(s, lb_seq, leaves_of(c, B, S), E, K, lb_coef);
 
     // Experts: y = SwiGLU_e(x) on each expert's rows.
     build_rows(s, c->sparse_matmul, T, E, K);
@@ -445,7 +486,7 @@ static void router_backward(const Config *c, float *dlogits, const float *dw, co
 void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,
                   const float *dout, const float *x, int B, int S, float lb_coef) {
     int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = cfg_expert_dim(c);
-    int leaf = cfg_leaf_tokens(c), nleaves = T / leaf;
+    Leaves leaf = leaves_of(c, B, S);
     size_t A = (size_t)T * K, R = (size_t)s->nrows;
     moe_saved_pack(c, s, 0);
 
@@ -470,7 +511,7 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     // Experts; each row's input gradient is added into dx in row order (ascending expert).
     float *dxs = mem_floats(MEM_TEMP, R * D, "moe expert d input");   // (R,D)
     if (s->ep) {
-        experts_backward_parallel(c, p, g, s, dy, dxs, T);
+        experts_backward_parallel(c, p, g, s, dy, dxs, B, S);
     } else {
         for (int e = 0; e < E; e++) {
             int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
@@ -478,7 +519,7 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
             float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");
             gather_rows(xs, x, s->row_token, r0, n, D);
             expert_backward(c, p, g, e, xs, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, dy + (size_t)r0 * D,
-                            s->row_token + r0, n, nleaves, dxs + (size_t)r0 * D);
+                            s->row_token + r0, n, leaf, dxs + (size_t)r0 * D);
             mem_free(xs);
         }
     }
@@ -496,7 +537,7 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     float *dlogits = mem_floats(MEM_TEMP, (size_t)T * E, "moe d gate logits");   // (T,E)
     router_backward(c, dlogits, dw, s, T);
     mem_free(dw);
-    if (lb_coef > 0) load_balance_backward(dlogits, s, B, S, E, lb_coef);
+    if (lb_coef > 0) load_balance_backward(dlogits, s, B, S, S * cp_size(), E, lb_coef);
     matmul_backward(dx, g->gate, dlogits, x, p->gate, T, D, E, leaf);
     mem_free(dlogits);
 

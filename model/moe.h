@@ -59,6 +59,7 @@ void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, 
 // Capacity of one expert per sequence on the dense path: int(max(ceil(S*K/E) * cf, cf)).
 int moe_capacity(const Config *c, int S);
 // keep (B*S*K) = 1 if assignment (b,s,k) is within its expert's capacity in sequence b,
-// counting assignments in (s, k) order; else 0.
-void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity);
+// counting assignments in (s, k) order; else 0. before (B,E): assignments of the earlier
+// positions of each sequence (the earlier parts under context parallelism), or NULL.
+void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity, const int *before);
 #endif

@@ -24,7 +24,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale
 // bf16 (the forward rounded n and n*scale): the gradient of n is rounded too, g = rb(dy*scale),
 // and dscale sums dy * rb(n).
 void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
-                      const float *rstd, int T, int D, int leaf, int bf16) {
+                      const float *rstd, int T, int D, Leaves leaf, int bf16) {
     #pragma omp parallel for if (T * D > 32768)
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D;
@@ -40,16 +40,16 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
         }
     }
     if (!dscale) return;
-    TreeSum ts;
-    treesum_begin(&ts, (size_t)D, MEM_TEMP, "rmsnorm dscale leaf");
-    for (int t0 = 0; t0 < T; t0 += leaf) {
-        float *g = treesum_leaf(&ts);
-        for (int t = t0; t < MM_MIN(T, t0 + leaf); t++)
+    LeafSum ls;
+    leafsum_begin(&ls, leaf, dscale, (size_t)D, "rmsnorm dscale leaf");
+    for (long l = 0; l < leaf.n; l++) {
+        float *g = leafsum_leaf(&ls);
+        for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++)
             for (int i = 0; i < D; i++) {
                 float n = x[(size_t)t * D + i] * rstd[t];
                 g[i] += dout[(size_t)t * D + i] * (bf16 ? bf16_round(n) : n);
             }
-        treesum_push(&ts);
+        leafsum_push(&ls);
     }
-    treesum_end(&ts, dscale);
+    leafsum_end(&ls);
 }

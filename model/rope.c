@@ -9,14 +9,14 @@
 #include "sharding/memory.h"
 #include "common.h"
 
-// sn, cs (S, Dr/2): sin and cos of theta(s, i) for positions s < S, computed in float32
+// sn, cs (S, Dr/2): sin and cos of theta(s, i) for positions pos0 + s, s < S, computed in float32
 // step by step as MaxText's RotaryEmbedding does it in JAX, so both sides get the same bits
 // (up to the last-ulp differences between XLA's and libm's pow/sin/cos):
 //     fraction  = 2 * jnp.arange(0, Dr // 2) / Dr                      # int32 / int -> float32
 //     timescale = min_ts * (max_ts / min_ts) ** fraction               # float32
 //     sinusoid  = position / timescale                                 # int32 / float32 -> float32
 //     sin, cos  = jnp.sin(sinusoid), jnp.cos(sinusoid)
-static void rope_table(float *sn, float *cs, int S, int Dr, float min_ts, float max_ts, int bf16) {
+static void rope_table(float *sn, float *cs, int S, int pos0, int Dr, float min_ts, float max_ts, int bf16) {
     int half = Dr / 2;
     // max_ts / min_ts are Python floats in MaxText: divided in double, then rounded once to
     // float32 when they meet the float32 array (a weakly typed scalar).
@@ -25,7 +25,7 @@ static void rope_table(float *sn, float *cs, int S, int Dr, float min_ts, float 
         float fraction = (float)(2 * i) / (float)Dr;
         float timescale = min_ts * powf(ratio, fraction);
         for (int s = 0; s < S; s++) {
-            float theta = (float)s / timescale;
+            float theta = (float)(pos0 + s) / timescale;
             // bf16 mode (cast point 6): sin and cos are rounded to bf16
             sn[(size_t)s * half + i] = bf16 ? bf16_round(sinf(theta)) : sinf(theta);
             cs[(size_t)s * half + i] = bf16 ? bf16_round(cosf(theta)) : cosf(theta);
@@ -34,14 +34,14 @@ static void rope_table(float *sn, float *cs, int S, int Dr, float min_ts, float 
 }
 
 // Rotate every head of every token by +theta (dir = +1) or by -theta (dir = -1).
-static void rope_apply(float *x, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts, int dir,
+static void rope_apply(float *x, int B, int S, int pos0, int H, int stride, int Dr, float min_ts, float max_ts, int dir,
                        int bf16) {
     if (Dr % 2 != 0) die("rope: the rotated width must be even, got %d", Dr);
     if (Dr > stride) die("internal: rope width %d exceeds the head stride %d", Dr, stride);
     int half = Dr / 2;
     float *sn = mem_floats(MEM_TEMP, (size_t)S * half, "rope sin");   // (S, Dr/2)
     float *cs = mem_floats(MEM_TEMP, (size_t)S * half, "rope cos");   // (S, Dr/2)
-    rope_table(sn, cs, S, Dr, min_ts, max_ts, bf16);
+    rope_table(sn, cs, S, pos0, Dr, min_ts, max_ts, bf16);
     #pragma omp parallel for collapse(2) if ((long)B * S * H * Dr > 65536)
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) {
@@ -62,12 +62,12 @@ static void rope_apply(float *x, int B, int S, int H, int stride, int Dr, float 
     mem_free(cs);
 }
 
-void rope_forward(float *x, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts, int bf16) {
-    rope_apply(x, B, S, H, stride, Dr, min_ts, max_ts, +1, bf16);
+void rope_forward(float *x, int B, int S, int pos0, int H, int stride, int Dr, float min_ts, float max_ts, int bf16) {
+    rope_apply(x, B, S, pos0, H, stride, Dr, min_ts, max_ts, +1, bf16);
 }
 
 // y = R(theta) x, so dx = R(theta)^T dy = R(-theta) dy:
 //     dx1 = dy1*cos + dy2*sin,  dx2 = dy2*cos - dy1*sin
-void rope_backward(float *dx, int B, int S, int H, int stride, int Dr, float min_ts, float max_ts, int bf16) {
-    rope_apply(dx, B, S, H, stride, Dr, min_ts, max_ts, -1, bf16);
+void rope_backward(float *dx, int B, int S, int pos0, int H, int stride, int Dr, float min_ts, float max_ts, int bf16) {
+    rope_apply(dx, B, S, pos0, H, stride, Dr, min_ts, max_ts, -1, bf16);
 }

@@ -38,9 +38,11 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
     for (int n = prompt; n < total; n++) {
         int ctx = MM_MIN(n, S), start = n - ctx;
         FwdStats st = {leaf_sums, aux, 1, 0, NULL};
-        // The forward pass wants a whole number of leaves; the positions are 0..ctx-1.
+        // The forward pass wants a whole number of chunks and leaves: one of each, of ctx
+        // tokens (positions 0..ctx-1).
         Config saved = m->cfg, lsaved = m->lcfg;
         m->cfg.reduce_leaf_tokens = m->lcfg.reduce_leaf_tokens = ctx;
+        m->cfg.context_reduce_chunks = m->lcfg.context_reduce_chunks = 1;
         model_forward(m, seq + start, tg, 1, ctx, 0.0f, &st);
         m->cfg = saved;
         m->lcfg = lsaved;

@@ -28,30 +28,41 @@ static void finish_loss(const Config *c, StepResult *r, const double *loss_leaf,
     r->loss = (float)(ce + aux);
 }
 
-// Sums over the devices that share the batch (exact: every entry is written by one device
-// and is zero on the others, and x + 0 == x).
-static void batch_sum_double(const Model *m, double *x, size_t n) {
-    if (m->shard.batch && group_size(m->shard.batch) > 1) coll_all_reduce_double(m->shard.batch, x, n);
+// Sums over a group of devices (exact: every entry is written by one device of the group
+// and is zero on the others, and x + 0 == x). The group: sh->batch for what is per
+// sequence (context devices hold the same value), sh->tokens for what is per token.
+static void group_sum_double(Group *g, double *x, size_t n) {
+    if (g && group_size(g) > 1) coll_all_reduce_double(g, x, n);
 }
-static void batch_sum_long(const Model *m, long *x, size_t n) {
-    if (m->shard.batch && group_size(m->shard.batch) > 1) coll_all_reduce_long(m->shard.batch, x, n);
+static void group_sum_long(Group *g, long *x, size_t n) {
+    if (g && group_size(g) > 1) coll_all_reduce_long(g, x, n);
+}
+
+// The loss sums of this device's leaves (tree order, lv.n) into their places among the
+// leaves of the step (sharding/context.h): chunk, then sequence of the step's nseq (all
+// microbatches: this device's first is first_seq), then leaf.
+static void place_leaves(double *all, const double *mine, Leaves lv, int nseq, long first_seq, const StateShard *sh) {
+    for (long i = 0; i < lv.n; i++) all[leaf_global(lv, i, nseq, first_seq, sh->crank * lv.nchunks)] = mine[i];
 }
 
 // The global batch of a step is A microbatches of B*nbatch sequences; this device holds
-// sequences [brank*B, (brank+1)*B) of each microbatch (ids, targets: (A*B, S) here).
+// sequences [brank*B, (brank+1)*B) of each microbatch (ids, targets: (A*B, S) here), and of
+// each, part crank of nctx (S tokens) under context parallelism.
 void compute_gradients(Model *m, const int *ids, const int *targets, int A, int B, int S,
                        StepResult *r, long *expert_counts, MicrobatchHook hook, void *hook_ctx) {
     const Config *c = &m->cfg;
     const StateShard *sh = &m->shard;
-    int Bg = B * sh->nbatch, nseq = A * Bg, leaf = cfg_leaf_tokens(c);
-    long leaves_per_seq = S / leaf, leaves_per_mb = (long)Bg * leaves_per_seq;
+    Leaves lv = leaves_of(c, B, S);
+    int Bg = B * sh->nbatch, nseq = A * Bg;
+    long leaves_per_mb = lv.n * sh->nbatch * sh->nctx;   // leaves of one microbatch, all devices
     // The loss is the mean over the global batch's tokens: count them first.
     long ntok = count_targets(targets, (long)A * B * S);
-    batch_sum_long(m, &ntok, 1);
+    group_sum_long(sh->tokens, &ntok, 1);
     r->ntok = ntok;
     float scale = 1.0f / (float)MM_MAX(r->ntok, 1);
     float lb_coef = model_lb_coef(c, nseq);
     double *loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * leaves_per_mb * A, "loss per leaf");
+    double *mine = (double *)mem_alloc(MEM_TEMP, sizeof(double) * lv.n, "loss per leaf (this device)");
     int nmoe = model_num_moe_layers(c);
     double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * nseq, "aux per sequence");
     size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
@@ -59,9 +70,11 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
 
     memset(m->grads_mem, 0, sizeof(float) * sh->local_n);
     // With several microbatches, each one's gradient is a leaf block of the tree; its
-    // buffer is a second gradient-sized allocation (that is what accumulation costs).
+    // buffer is a second gradient-sized allocation (that is what accumulation costs), one
+    // per chunk slot: the chunks are the tree's outermost level, above the microbatches.
     TreeSum acc;
-    if (A > 1) treesum_begin(&acc, sh->local_n, MEM_GRADS, "microbatch grads");
+    size_t nacc = sh->local_n * (size_t)sh->grad_slots;
+    if (A > 1) treesum_begin(&acc, nacc, MEM_GRADS, "microbatch grads");
     for (int mb = 0; mb < A; mb++) {
         const int *mids = ids + (size_t)mb * B * S, *mtg = targets + (size_t)mb * B * S;
         if (pipeline_active()) {   // the stage's layers, microbatch by microbatch (pipeline/)
@@ -72,23 +85,29 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
             continue;
         }
         long first_seq = (long)mb * Bg + (long)sh->brank * B;   // this device's first sequence
-        FwdStats st = {loss_leaf + first_seq * leaves_per_seq, aux_seq + first_seq, nseq, 0, expert_counts};
+        FwdStats st = {mine, aux_seq + first_seq, nseq, 0, expert_counts};
         model_forward(m, mids, mtg, B, S, lb_coef, &st);
+        place_leaves(loss_leaf, mine, lv, nseq, first_seq, sh);
         if (hook) hook(m, mb, hook_ctx);
-        if (A > 1) fsdp_set_grad_target(m, treesum_leaf(&acc));
+        if (A > 1) fsdp_set_grad_partial(m, treesum_leaf(&acc));
         model_backward(m, scale, lb_coef);
         if (A > 1) treesum_push(&acc);
     }
     if (A > 1) {
-        treesum_end(&acc, m->grads_mem);
+        // The microbatches' sum per chunk slot, then the chunks and context (fsdp_grad_finish).
+        float *sum = sh->grad_slots > 1 ? mem_floats(MEM_GRADS, nacc, "microbatch grads, per chunk") : m->grads_mem;
+        treesum_end(&acc, sum);
+        fsdp_grad_finish(m, sum);
+        if (sum != m->grads_mem) mem_free(sum);
         fsdp_set_grad_target(m, m->grads_mem);
     }
-    batch_sum_double(m, loss_leaf, (size_t)leaves_per_mb * A);
-    batch_sum_double(m, aux_seq, (size_t)MM_MAX(nmoe, 1) * nseq);
-    if (expert_counts) batch_sum_long(m, expert_counts, ncount);
+    group_sum_double(sh->tokens, loss_leaf, (size_t)leaves_per_mb * A);
+    group_sum_double(sh->batch, aux_seq, (size_t)MM_MAX(nmoe, 1) * nseq);
+    if (expert_counts) group_sum_long(sh->tokens, expert_counts, ncount);
     finish_loss(c, r, loss_leaf, leaves_per_mb * A, aux_seq, nseq);
     r->grad_norm = fsdp_grad_norm(m);
     mem_free(loss_leaf);
+    mem_free(mine);
     mem_free(aux_seq);
 }
 
@@ -104,25 +123,28 @@ void apply_update(Model *m, StepResult *r, const long *expert_counts, long token
     m->step++;
 }
 
-// tokens: the global batch's tokens (A * B * nbatch * S).
+// tokens: the global batch's tokens (A * B * nbatch * S * nctx).
 void train_step(Model *m, const int *ids, const int *targets, int A, int B, int S, StepResult *r) {
     const Config *c = &m->cfg;
     size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
     long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
     compute_gradients(m, ids, targets, A, B, S, r, counts, NULL, NULL);
-    apply_update(m, r, counts, (long)A * B * m->shard.nbatch * S);
+    apply_update(m, r, counts, (long)A * B * m->shard.nbatch * S * m->shard.nctx);
     mem_free(counts);
 }
 
-// B: this device's sequences; the eval batch is B * nbatch sequences.
+// B: this device's sequences (S tokens of each: its part); the eval batch is B * nbatch sequences.
 float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
     const Config *c = &m->cfg;
-    int leaf = cfg_leaf_tokens(c), nmoe = model_num_moe_layers(c), Bg = B * m->shard.nbatch;
-    long leaves_per_seq = S / leaf, nleaves = (long)Bg * leaves_per_seq;
+    const StateShard *sh = &m->shard;
+    Leaves lv = leaves_of(c, B, S);
+    int nmoe = model_num_moe_layers(c), Bg = B * sh->nbatch;
+    long nleaves = lv.n * sh->nbatch * sh->nctx;
     double *loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * nleaves, "eval loss per leaf");
+    double *mine = (double *)mem_alloc(MEM_TEMP, sizeof(double) * lv.n, "eval loss per leaf (this device)");
     double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * Bg, "eval aux");
-    long first_seq = (long)m->shard.brank * B;
-    FwdStats st = {loss_leaf + first_seq * leaves_per_seq, aux_seq + first_seq, Bg, 0, NULL};
+    long first_seq = (long)sh->brank * B;
+    FwdStats st = {mine, aux_seq + first_seq, Bg, 0, NULL};
     if (pipeline_active()) {   // the pipeline places its sequences' statistics itself
         FwdStats whole = {loss_leaf, aux_seq, Bg, 0, NULL};
         pipeline_eval(m, ids, targets, B, S, model_lb_coef(c, Bg), &whole);
@@ -130,14 +152,16 @@ float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
     } else {
         model_forward(m, ids, targets, B, S, model_lb_coef(c, Bg), &st);
         model_discard(m);
+        place_leaves(loss_leaf, mine, lv, Bg, first_seq, sh);
     }
     StepResult r = {0};
     r.ntok = st.ntok;
-    batch_sum_long(m, &r.ntok, 1);
-    batch_sum_double(m, loss_leaf, (size_t)nleaves);
-    batch_sum_double(m, aux_seq, (size_t)MM_MAX(nmoe, 1) * Bg);
+    group_sum_long(sh->tokens, &r.ntok, 1);
+    group_sum_double(sh->tokens, loss_leaf, (size_t)nleaves);
+    group_sum_double(sh->batch, aux_seq, (size_t)MM_MAX(nmoe, 1) * Bg);
     finish_loss(c, &r, loss_leaf, nleaves, aux_seq, Bg);
     mem_free(loss_leaf);
+    mem_free(mine);
     mem_free(aux_seq);
     return r.loss;
 }

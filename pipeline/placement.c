@@ -58,6 +58,10 @@ void pipeline_check(const Config *c, const int size[MESH_NAXES], int ndev) {
     if (size[AX_CONTEXT] > 1)
         die("ici_pipeline_parallelism=%d with ici_context_parallelism=%d is not supported: the pipeline cuts the "
             "batch into microbatches of whole sequences", S, size[AX_CONTEXT]);
+    if (cfg_context_chunks(c) > 1)
+        die("ici_pipeline_parallelism=%d with context_reduce_chunks=%d is not supported: the pipeline's gradient "
+            "tree has microbatches of whole sequences as its leaves; use context_reduce_chunks=1", S,
+            cfg_context_chunks(c));
     // The devices along `stage` share one batch: B sequences each (train.c's split).
     int nbatch = size[AX_DATA] * size[AX_FSDP] * size[AX_EXPERT];
     int Bg = c->per_device_batch_size * ndev, B = Bg / nbatch;

@@ -1,6 +1,7 @@
 // sharding/fsdp.c: the units and each device's share of them (see fsdp.h).
 #include "sharding/fsdp.h"
 #include "pipeline/pipeline.h"
+#include "sharding/context.h"
 #include "common.h"
 
 void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size_t *spec_off,
@@ -14,17 +15,29 @@ void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size
     s->Z = c->shard_optimizer_over_data ? D : 1;
     s->zrank = c->shard_optimizer_over_data && mesh ? mesh_coord(mesh, dev, AX_DATA) : 0;
     // The batch is split over data, fsdp and expert (MaxText's activation_batch); expert
-    // varies fastest, then fsdp, then data, so a device's sequences are one block.
+    // varies fastest, then fsdp, then data, so a device's sequences are one block. Context
+    // splits every sequence instead (sharding/context.h).
     int EP = mesh ? mesh->size[AX_EXPERT] : 1;
     unsigned batch_axes = AXIS_BIT(AX_DATA) | AXIS_BIT(AX_FSDP) | AXIS_BIT(AX_EXPERT);
     s->nbatch = D * s->F * EP;
     s->brank = mesh ? mesh_rank(mesh, dev, batch_axes) : 0;
+    s->nctx = mesh ? mesh->size[AX_CONTEXT] : 1;
+    s->crank = mesh ? mesh_coord(mesh, dev, AX_CONTEXT) : 0;
     if (mesh) {
         s->fsdp = mesh_group(mesh, dev, AXIS_BIT(AX_FSDP));
         s->data = mesh_group(mesh, dev, AXIS_BIT(AX_DATA));
         s->expert = mesh_group(mesh, dev, AXIS_BIT(AX_EXPERT));
         s->batch = mesh_group(mesh, dev, batch_axes);
+        s->context = mesh_group(mesh, dev, AXIS_BIT(AX_CONTEXT));
+        s->tokens = mesh_group(mesh, dev, batch_axes | AXIS_BIT(AX_CONTEXT));
     }
+    // A device that holds several chunks of its sequences while other devices (or other
+    // microbatches) hold other sequences of the same chunks cannot add its chunks before
+    // those are added in: it keeps one gradient per chunk (sharding/context.h, "what the
+    // default costs").
+    int chunks_here = cfg_context_chunks(c) / s->nctx;
+    int others = s->nbatch > 1 || c->gradient_accumulation_steps > 1;
+    s->grad_slots = others && chunks_here > 1 ? chunks_here : 1;
     s->nunits = spec_unit[nspecs - 1] + 1;
     s->unit_off = calloc((size_t)s->nunits, sizeof(size_t));
     s->unit_size = calloc((size_t)s->nunits, sizeof(size_t));
@@ -75,19 +88,35 @@ void fsdp_release(Model *m, int u) {
     m->gathered[2 * u] = NULL;
 }
 
-void fsdp_set_grad_target(Model *m, float *buf) {
+static void set_target(Model *m, float *buf, int partial) {
     const StateShard *s = &m->shard;
     m->grad_dst = buf;
+    m->grad_partial = partial;
     if (s->F == 1)   // whole units here: the backward pass writes straight into buf
         for (int u = 0; u < s->nunits; u++)
             if (s->here[u]) model_bind_unit(m, &m->grads, u, buf + s->local_off[u]);
 }
+void fsdp_set_grad_target(Model *m, float *buf) { set_target(m, buf, 0); }
+void fsdp_set_grad_partial(Model *m, float *buf) { set_target(m, buf, 1); }
+
+void fsdp_grad_finish(Model *m, float *buf) {
+    const StateShard *s = &m->shard;
+    if (buf != m->grads_mem) {   // the chunk slots along the tree over this device's chunks
+        tree_reduce_inplace(buf, s->grad_slots, s->local_n);
+        memcpy(m->grads_mem, buf, sizeof(float) * s->local_n);
+    }
+    if (s->nctx > 1)
+        for (int u = 0; u < s->nunits; u++) coll_all_reduce(s->context, m->grads_mem + s->local_off[u], shard_len(s, u));
+}
 
 void fsdp_grad_begin(Model *m, int u) {
     const StateShard *s = &m->shard;
-    if (s->F == 1) return;
-    float *full = mem_floats(MEM_GRADS, s->unit_pad[u], "unsharded grads of one unit (fsdp)");
+    int slots = s->grad_slots;
+    if (s->F == 1 && slots == 1) return;
+    float *full = mem_floats(MEM_GRADS, s->unit_pad[u] * slots,
+                             slots > 1 ? "unit grads, one per chunk (context_reduce_chunks)" : "unsharded grads of one unit (fsdp)");
     model_bind_unit(m, &m->grads, u, full);
+    cp_set_grad_slots(slots > 1 ? s->unit_pad[u] : 0);   // chunk j of every tensor: + j * unit_pad
     m->gathered[2 * u + 1] = full;
 }
 
@@ -112,15 +141,41 @@ void fsdp_grad_end(Model *m, int u) {
 
 void fsdp_grad_end_into(Model *m, int u, float *dst) {
     const StateShard *s = &m->shard;
-    expert_reduce(m, u, s->F > 1 ? m->gathered[2 * u + 1] : dst);
-    if (s->F > 1) {
-        // Sum over the batch devices along the canonical tree: first over fsdp (each device
-        // keeps its shard), then over data (fsdp is the faster-varying batch axis).
-        coll_reduce_scatter(s->fsdp, m->gathered[2 * u + 1], dst, shard_len(s, u));
-        mem_free(m->gathered[2 * u + 1]);
+    size_t len = shard_len(s, u);
+    float *full = m->gathered[2 * u + 1];
+    if (full) {
+        // Sum over the batch devices along the canonical tree: first over expert, then over
+        // fsdp (each device keeps its shard), then over data (the batch axes from the fastest
+        // varying); chunk slot by chunk slot. Then the slots along the tree over this
+        // device's chunks, or, while accumulating, each slot into its own copy of the target.
+        int slots = s->grad_slots;
+        cp_set_grad_slots(0);
+        // Where slot j's shard lands: piece + j * stride.
+        float *piece = m->grad_partial || slots == 1 ? dst
+                     : s->F > 1 ? mem_floats(MEM_GRADS, len * slots, "grad shards, one per chunk") : full;
+        size_t stride = m->grad_partial ? s->local_n : piece == full ? s->unit_pad[u] : len;
+        for (int j = 0; j < slots; j++) {
+            float *fj = full + (size_t)j * s->unit_pad[u], *pj = piece + (size_t)j * stride;
+            expert_reduce(m, u, fj);
+            if (s->F > 1) coll_reduce_scatter(s->fsdp, fj, pj, len);
+            else if (pj != fj) memcpy(pj, fj, sizeof(float) * len);
+            if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, pj, len);
+        }
+        if (!m->grad_partial && slots > 1) {
+            tree_reduce_inplace(piece, slots, len);
+            memcpy(dst, piece, sizeof(float) * len);
+            if (piece != full) mem_free(piece);
+        }
+        mem_free(full);
         m->gathered[2 * u + 1] = NULL;
+        if (s->F == 1) model_bind_unit(m, &m->grads, u, dst);   // back to the gradient buffer
+    } else {
+        expert_reduce(m, u, dst);
+        if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, dst, len);
     }
-    if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, dst, shard_len(s, u));
+    // Over context last: each context device holds whole chunks, the tree's outermost level
+    // (after the microbatches, in fsdp_grad_finish, while accumulating).
+    if (!m->grad_partial && s->nctx > 1) coll_all_reduce(s->context, dst, len);
 }
 
 // The global gradient norm, the same bits on every mesh. Each device adds the squares of

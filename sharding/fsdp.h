@@ -36,7 +36,10 @@ typedef struct {
     int nbatch, brank;       // devices sharing the batch (data*fsdp*expert) and this device's rank
     unsigned char *here;     // (nunits) 1 if this device holds the unit: all of them, except under
                              // pipeline parallelism, where a stage holds its own (pipeline/)
-    Group *fsdp, *data, *expert, *batch;
+    int nctx, crank;         // devices sharing each sequence (context) and this device's part
+    int grad_slots;          // gradients kept per unit: one per chunk (sharding/context.h), or 1
+    Group *fsdp, *data, *expert, *batch, *context;
+    Group *tokens;           // every device with tokens of the step: data x fsdp x expert x context
 } StateShard;
 
 // The units of the layout and this device's share (mesh_current(), or one device).
@@ -57,14 +60,26 @@ void fsdp_acquire(struct Model *m, int u);
 void fsdp_release(struct Model *m, int u);
 // Around the backward pass of unit u: under FSDP the unit's gradient is computed in a full
 // buffer (tag grads), then reduce-scattered over fsdp; with data > 1 it is all-reduced over
-// data. The result lands in m->grad_dst.
+// data; with context > 1, over context last (the outermost level of the canonical tree).
+// With chunk slots (grad_slots > 1, sharding/context.h) the full buffer holds one gradient
+// per chunk this device holds, each reduced over fsdp and data, then added along the tree.
+// The result lands in m->grad_dst.
 void fsdp_grad_begin(struct Model *m, int u);
 void fsdp_grad_end(struct Model *m, int u);
 // The same with the result in dst (shard_len floats) instead of m->grad_dst; with FSDP off the
 // caller has bound the unit's gradients to dst (the pipeline's per-microbatch leaves).
 void fsdp_grad_end_into(struct Model *m, int u, float *dst);
-// Where finished gradients go (the gradient buffer, or a microbatch's leaf buffer).
+// Where finished gradients go (the gradient buffer summed over every device, or the
+// pipeline's per-microbatch leaf buffer).
 void fsdp_set_grad_target(struct Model *m, float *buf);
+// While accumulating microbatches, where one microbatch's gradient goes: buf holds
+// grad_slots copies of the local layout, one per chunk slot, each summed over the batch
+// devices; the chunks and the context devices come after the microbatches (chunk
+// outermost, sharding/context.h): fsdp_grad_finish adds the slots of the microbatches'
+// sum buf along the tree into m->grads_mem (buf may be grads_mem with one slot) and sums
+// over context.
+void fsdp_set_grad_partial(struct Model *m, float *buf);
+void fsdp_grad_finish(struct Model *m, float *buf);
 // The global gradient norm, the same bits on every mesh: the squares of the elements each
 // device owns are added in 128-bit fixed point, where addition is exact (fsdp.c).
 float fsdp_grad_norm(struct Model *m);

@@ -3,6 +3,7 @@
 #include "sharding/mesh.h"
 #include "sharding/collectives.h"
 #include "pipeline/pipeline.h"
+#include "sharding/context.h"
 #include "common.h"
 #include <pthread.h>
 
@@ -61,12 +62,7 @@ void mesh_init(Mesh *mesh, const Config *c) {
     } else if (n != known) {
         die("the mesh axes multiply to %d devices but num_devices is %d", known, n);
     }
-    // Context parallelism is not built yet: refuse it rather than run every device on the
-    // same work and call it sharded.
-    for (int a = 0; a < MESH_NAXES; a++)
-        if (a == AX_CONTEXT && want[a] > 1)
-            die("%s=%d: the '%s' axis is not implemented yet (this build shards over data, stage, fsdp, tensor "
-                "and expert)", keys[a], want[a], MESH_AXIS_NAMES[a]);
+    cp_check(c, want[AX_CONTEXT]);
     pipeline_check(c, want, n);
     if (n > 256) die("num_devices (%d) is more than this simulator runs (256 threads)", n);
     for (int a = 0; a < MESH_NAXES; a++) mesh->size[a] = want[a];

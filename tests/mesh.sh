@@ -2,6 +2,8 @@
 # tests/mesh.sh: the same 5 training steps on several meshes must give bit-identical
 # losses (DESIGN.md principle 2). The global batch is 8 sequences everywhere
 # (per_device_batch_size * num_devices); each config's losses are printed as float32 bits.
+# The grad norms of the 5 steps must be equal too: the loss's float32 rounding can hide a
+# difference in the last bits of the gradients, the grad norm of step 0 shows it.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -17,6 +19,9 @@ run_losses() {   # run_losses NAME ARGS...: prints the loss bits of every step
     fi
     grep -o '"loss_bits": "[^"]*"' $T/$name.jsonl | cut -d'"' -f4 | tr '\n' ' '
 }
+norms() { grep -o '"grad_norm": [^,]*' $T/$1.jsonl 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }
+# same_as NAME GOT WANT WANT_NAME: the losses printed are equal and so are the grad norms.
+same_as() { [ "$2" = "$3" ] && [ -n "$(norms $1)" ] && [ "$(norms $1)" = "$(norms $4)" ]; }
 
 for preset in mixtral-tiny deepseek-tiny; do
     C=configs/$preset.yml
@@ -26,7 +31,7 @@ for preset in mixtral-tiny deepseek-tiny; do
     while read -r name args; do
         got=$(run_losses x $C $args)
         printf '  %-31s %s\n' "$name" "$got"
-        check "$preset $name: 5 losses bit-identical to 1 device" [ "$got" = "$base" ]
+        check "$preset $name: 5 losses and grad norms bit-identical to 1 device" same_as x "$got" "$base" base
     done <<'MESHES'
 data=2                   ici_data_parallelism=2 per_device_batch_size=4
 fsdp=2                   ici_fsdp_parallelism=2 per_device_batch_size=4
@@ -45,12 +50,39 @@ data=2,expert=2          ici_data_parallelism=2 ici_expert_parallelism=2 per_dev
 fsdp=2,expert=2          ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
 fsdp=2,expert=2,tensor=2 ici_fsdp_parallelism=2 ici_expert_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1
 MESHES
+    # Context parallelism: every sum over tokens is cut into context_reduce_chunks chunks of
+    # each sequence, chunk outermost (sharding/context.h); its default is one chunk per
+    # context device, so context=2 runs with 2 chunks and is compared, bit for bit, with
+    # one device run with context_reduce_chunks=2 (the same canonical order).
+    base2=$(run_losses base2 $C per_device_batch_size=8 context_reduce_chunks=2)
+    echo "  1 device, 2 chunks              $base2"
+    while read -r name args; do
+        got=$(run_losses x $C $args)
+        printf '  %-31s %s\n' "$name" "$got"
+        check "$preset $name: 5 losses and grad norms bit-identical to 1 device with 2 chunks" \
+            same_as x "$got" "$base2" base2
+    done <<'MESHES'
+context=2                ici_context_parallelism=2 per_device_batch_size=4
+data=2,context=2         ici_data_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+fsdp=2,context=2         ici_fsdp_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+tensor=2,context=2       ici_tensor_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+expert=2,context=2       ici_expert_parallelism=2 ici_context_parallelism=2 per_device_batch_size=2
+context=2,accumulation=2 ici_context_parallelism=2 per_device_batch_size=2 gradient_accumulation_steps=2
+data=2,chunks=2          ici_data_parallelism=2 per_device_batch_size=4 context_reduce_chunks=2
+MESHES
+    # context=4: 4 chunks per sequence, on one device too.
+    base4=$(run_losses base4 $C per_device_batch_size=8 context_reduce_chunks=4)
+    ctx4=$(run_losses ctx4 $C ici_context_parallelism=4 per_device_batch_size=2 context_reduce_chunks=4)
+    echo "  1 device, 4 chunks              $base4"
+    echo "  context=4, 4 chunks             $ctx4"
+    check "$preset context=4: 5 losses and grad norms bit-identical to 1 device with 4 chunks" \
+        same_as ctx4 "$ctx4" "$base4" base4
     # Gradient accumulation: 2 microbatches of 4 on one device = of 2 per device on data=2.
     acc1=$(run_losses acc1 $C per_device_batch_size=4 gradient_accumulation_steps=2)
     acc2=$(run_losses acc2 $C per_device_batch_size=2 gradient_accumulation_steps=2 ici_fsdp_parallelism=2)
     echo "  accumulation 2, 1 device        $acc1"
     echo "  accumulation 2, fsdp=2          $acc2"
-    check "$preset: accumulation 2 on fsdp=2 bit-identical to 1 device" [ "$acc1" = "$acc2" ]
+    check "$preset: accumulation 2 on fsdp=2 bit-identical to 1 device" same_as acc2 "$acc2" "$acc1" acc1
 done
 
 echo "== print_sharding=true: rules, every tensor's spec and per-device shape, activations, then training"
@@ -84,7 +116,6 @@ expect_error "axes do not multiply to num_devices" "multiply to 4 devices but nu
     $TRAIN $C ici_fsdp_parallelism=4 num_devices=8
 expect_error "-1 cannot fill" "num_devices (6) is not a multiple of the other axes' product (4)" \
     $TRAIN $C ici_data_parallelism=4 ici_fsdp_parallelism=-1 num_devices=6
-expect_error "axis not yet built" "not implemented yet" $TRAIN $C ici_context_parallelism=2
 expect_error "tensor size must divide the kv heads" "key/kernel: its dimension 1 ('kv_heads', size 2) is split over 4 devices" \
     $TRAIN $C $FAST ici_tensor_parallelism=4
 expect_error "tensor size must divide tensor_reduce_chunks" "ici_tensor_parallelism=2 must divide tensor_reduce_chunks (1)" \
@@ -93,6 +124,12 @@ expect_error "expert size must divide the experts" "MoeBlock_0/wi_0: its dimensi
     $TRAIN $C $FAST ici_expert_parallelism=8 per_device_batch_size=1
 expect_error "expert parallelism needs the sparse path" "expert parallelism runs the dropless sparse path" \
     $TRAIN $C $FAST ici_expert_parallelism=2 sparse_matmul=false
+expect_error "context size not dividing the chunks" "ici_context_parallelism=4 must divide context_reduce_chunks (2)" \
+    $TRAIN $C ici_context_parallelism=4 context_reduce_chunks=2
+expect_error "chunks not dividing the sequence" "context_reduce_chunks (4) must divide max_target_length (66)" \
+    $TRAIN $C context_reduce_chunks=4 max_target_length=66
+expect_error "leaf spanning two chunks" "reduce_leaf_tokens (128) must divide the chunk length" \
+    $TRAIN $C reduce_leaf_tokens=128 context_reduce_chunks=2
 expect_error "simulated out of memory names the device and buffer" "device 0 out of memory" \
     $TRAIN $C $FAST hbm_capacity=20MB
 expect_error "bad byte count" "wants a byte count" $TRAIN $C hbm_capacity=lots

@@ -7,7 +7,13 @@
 //   4. gradcheck of the input and of every weight, one tensor at a time;
 //   5. nothing leaks: no activations or temporaries live after the backward pass;
 //   6. a batch of 2 gives, row for row, the bits of each sequence run alone; and the
-//      forward and backward give the same bits with 1 and 2 OpenMP threads.
+//      forward and backward give the same bits with 1 and 2 OpenMP threads;
+//   7. context parallelism (sharding/context.h): the attention core run in parts (each
+//      part's queries against all parts' keys, dK/dV summed over the parts along the tree)
+//      gives one device's o, dq, dk, dv bit for bit; and both layers on a real mesh of 2
+//      and 4 context devices (threads) give one device's output, dx and weight gradients.
+// The cases use S = 6 with context_reduce_chunks = 2, so the gradient checks
+// run through the chunked dK/dV sum (two query chunks of 3 rows).
 #include "common.h"
 #include "sharding/memory.h"
 #include "model/config.h"
@@ -15,6 +21,9 @@
 #include "model/attention.h"
 #include "model/mla.h"
 #include "model/rope.h"
+#include "model/attn_core.h"
+#include "sharding/mesh.h"
+#include "sharding/collectives.h"
 #include "tests/test.h"
 #include "tests/gradcheck.h"
 #include <float.h>
@@ -71,6 +80,7 @@ static void setup(Case *k, const char *name, int mla, int q_lora, int B, int S) 
     c->base_num_kv_heads = 2;
     c->head_dim = 6;
     c->max_target_length = S;
+    c->context_reduce_chunks = 2;   // two query chunks, see the header
     c->per_device_batch_size = B;
     if (mla) {
         strcpy(c->decoder_block, "deepseek");
@@ -282,7 +292,7 @@ static void test_rope(void) {
     uint64_t seed = 7;
     gc_fill(x, n, &seed, 1.0f);
     memcpy(y, x, sizeof(float) * n);
-    rope_forward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f, 0);
+    rope_forward(y, RB, RS, 0, H, STRIDE, DR, 1.0f, 10000.0f, 0);
     double worst_norm = 0, worst_inv = 0;
     int untouched = 1;
     for (long hd = 0; hd < n / STRIDE; hd++) {
@@ -293,7 +303,7 @@ static void test_rope(void) {
         }
         untouched &= a[DR] == b[DR];
     }
-    rope_backward(y, RB, RS, H, STRIDE, DR, 1.0f, 10000.0f, 0);
+    rope_backward(y, RB, RS, 0, H, STRIDE, DR, 1.0f, 10000.0f, 0);
     for (long i = 0; i < n; i++) worst_inv = fmax(worst_inv, fabs(y[i] - x[i]));
     printf("  pair norm rel change %.2e, backward(forward(x)) - x max %.2e\n", worst_norm, worst_inv);
     CHECK(worst_norm <= 1e-6, "rope changes a pair's norm by %.3e", worst_norm);
@@ -304,11 +314,20 @@ static void test_rope(void) {
     // By hand: Dr = 4, timescales 1 and 10000^(2/4) = 100; at position 1 the angles are 1
     // and 0.01. Position 0 is the identity.
     float h[2 * 4] = {1, 2, 3, 4, 1, 2, 3, 4};   // (B=1, S=2, H=1, 4)
-    rope_forward(h, 1, 2, 1, 4, 4, 1.0f, 10000.0f, 0);
+    rope_forward(h, 1, 2, 0, 1, 4, 4, 1.0f, 10000.0f, 0);
     double want[4] = {1 * cos(1.0) - 3 * sin(1.0), 2 * cos(0.01) - 4 * sin(0.01),
                       3 * cos(1.0) + 1 * sin(1.0), 4 * cos(0.01) + 2 * sin(0.01)};
     CHECK(h[0] == 1 && h[1] == 2 && h[2] == 3 && h[3] == 4, "rope at position 0 is not the identity");
     for (int i = 0; i < 4; i++) CHECK_CLOSE(h[4 + i], want[i], 1e-6, "rope at position 1");
+    // A part of the sequence (context parallelism) starting at position 5 gets the rotation
+    // of positions 5, 6, 7 of the whole sequence, bit for bit.
+    float whole[8 * 6], part[3 * 6];
+    uint64_t s2 = 3;
+    gc_fill(whole, 8 * 6, &s2, 1.0f);
+    memcpy(part, whole + 5 * 6, sizeof part);
+    rope_forward(whole, 1, 8, 0, 1, 6, 6, 1.0f, 1e6f, 0);
+    rope_forward(part, 1, 3, 5, 1, 6, 6, 1.0f, 1e6f, 0);
+    CHECK(memcmp(part, whole + 5 * 6, sizeof part) == 0, "rope of positions 5.. differs from the whole sequence's");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -317,7 +336,7 @@ static void test_rope(void) {
 static void test_case(const char *name, int mla, int q_lora) {
     printf("%s\n", name);
     Case k;
-    setup(&k, name, mla, q_lora, 2, 5);
+    setup(&k, name, mla, q_lora, 2, 6);
     int B = k.B, S = k.S, T = B * S;
     size_t row = sizeof(float) * D;
     float *out0 = falloc((long)T * D), *out1 = falloc((long)T * D), *xs = falloc((long)T * D);
@@ -412,6 +431,159 @@ static void test_threads(const char *name, int mla, int q_lora) {
     teardown(&k);
 }
 
+// ---------------------------------------------------------------------------------------
+// 7. Context parallelism.
+
+// (B,S,H,d) rows of positions [p*Sl, (p+1)*Sl) of every sequence <-> part p (B,Sl,H,d).
+static void take_rows(float *part, const float *whole, int B, int S, int Sl, int p, long row) {
+    for (int b = 0; b < B; b++)
+        memcpy(part + (size_t)b * Sl * row, whole + ((size_t)b * S + (size_t)p * Sl) * row, sizeof(float) * Sl * row);
+}
+static int same_rows(const float *part, const float *whole, int B, int S, int Sl, int p, long row) {
+    int same = 1;
+    for (int b = 0; b < B; b++)
+        same &= memcmp(part + (size_t)b * Sl * row, whole + ((size_t)b * S + (size_t)p * Sl) * row, sizeof(float) * Sl * row) == 0;
+    return same;
+}
+
+// The core alone: one device (its rows cut into C = 4 query chunks for dK/dV) against
+// P = 2 and 4 parts, each part's queries against every part's keys; dK and dV of part p
+// are the tree over the parts' contributions (what the reduce-scatter adds).
+static void test_core_parts(const char *name, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
+    enum { CB = 2, CS = 8, CHUNKS = 4 };
+    int chunk = CS / CHUNKS;
+    long nq = (long)CB * CS * N, nk = (long)CB * CS * Nkv;
+    float *q = falloc(nq * Dqk), *k = falloc(nk * Dqk), *v = falloc(nk * Dv), *dout = falloc(nq * Dv);
+    float *o = falloc(nq * Dv), *st = falloc(nq * 2), *dq = falloc(nq * Dqk), *dk = falloc(nk * Dqk), *dv = falloc(nk * Dv);
+    uint64_t seed = 77;
+    gc_fill(q, nq * Dqk, &seed, 1.0f); gc_fill(k, nk * Dqk, &seed, 1.0f);
+    gc_fill(v, nk * Dv, &seed, 1.0f); gc_fill(dout, nq * Dv, &seed, 1.0f);
+    attn_core_forward(o, st, q, k, v, CB, CS, 0, N, Nkv, Dqk, Dv, rnd);
+    attn_core_backward(dq, dk, dv, dout, q, k, v, o, st, CB, CS, 0, 1, chunk, N, Nkv, Dqk, Dv, rnd);
+    for (int P = 2; P <= 4; P *= 2) {
+        int Sl = CS / P;
+        long pq = (long)CB * Sl * N, pk = (long)CB * Sl * Nkv;   // rows of one part
+        float *kp = falloc(P * pk * Dqk), *vp = falloc(P * pk * Dv);   // (P,B,Sl,Nkv,.)
+        float *dkp = falloc((long)P * P * pk * Dqk), *dvp = falloc((long)P * P * pk * Dv);   // per device
+        for (int p = 0; p < P; p++) {
+            take_rows(kp + p * pk * Dqk, k, CB, CS, Sl, p, (long)Nkv * Dqk);
+            take_rows(vp + p * pk * Dv, v, CB, CS, Sl, p, (long)Nkv * Dv);
+        }
+        int fwd = 1, dqs = 1, dks = 1;
+        float *qr = falloc(pq * Dqk), *dor = falloc(pq * Dv), *or = falloc(pq * Dv), *sr = falloc(pq * 2), *dqr = falloc(pq * Dqk);
+        for (int r = 0; r < P; r++) {   // device r: queries at positions r*Sl ..
+            take_rows(qr, q, CB, CS, Sl, r, (long)N * Dqk);
+            take_rows(dor, dout, CB, CS, Sl, r, (long)N * Dv);
+            attn_core_forward(or, sr, qr, kp, vp, CB, Sl, r * Sl, N, Nkv, Dqk, Dv, rnd);
+            fwd &= same_rows(or, o, CB, CS, Sl, r, (long)N * Dv);
+            attn_core_backward(dqr, dkp + (long)r * P * pk * Dqk, dvp + (long)r * P * pk * Dv, dor, qr, kp, vp, or, sr,
+                               CB, Sl, r * Sl, P, chunk, N, Nkv, Dqk, Dv, rnd);
+            dqs &= same_rows(dqr, dq, CB, CS, Sl, r, (long)N * Dqk);
+        }
+        // Part p's dK, dV: device r's piece p, added over r along the tree.
+        float *stage = falloc(P * pk * (Dqk > Dv ? Dqk : Dv));
+        for (int p = 0; p < P; p++) {
+            for (int r = 0; r < P; r++) memcpy(stage + r * pk * Dqk, dkp + ((long)r * P + p) * pk * Dqk, sizeof(float) * pk * Dqk);
+            tree_reduce_inplace(stage, P, (size_t)pk * Dqk);
+            dks &= same_rows(stage, dk, CB, CS, Sl, p, (long)Nkv * Dqk);
+            for (int r = 0; r < P; r++) memcpy(stage + r * pk * Dv, dvp + ((long)r * P + p) * pk * Dv, sizeof(float) * pk * Dv);
+            tree_reduce_inplace(stage, P, (size_t)pk * Dv);
+            dks &= same_rows(stage, dv, CB, CS, Sl, p, (long)Nkv * Dv);
+        }
+        printf("%s core in %d parts (4 query chunks): o %s, dq %s, dk and dv %s\n", name, P, fwd ? "identical" : "DIFFER",
+               dqs ? "identical" : "DIFFER", dks ? "identical" : "DIFFER");
+        CHECK(fwd && dqs && dks, "%s: the attention core in %d parts differs from one device", name, P);
+        free(kp); free(vp); free(dkp); free(dvp); free(qr); free(dor); free(or); free(sr); free(dqr); free(stage);
+    }
+    free(q); free(k); free(v); free(dout); free(o); free(st); free(dq); free(dk); free(dv);
+}
+
+// The layer on a real mesh of P context devices (threads): device r gets positions
+// [r*S/P, (r+1)*S/P) of both sequences; its output and dx rows and, added over the devices
+// along the tree, its weight gradients must equal one device's.
+typedef struct {
+    Case *k;
+    int P;
+    float *out, *dx;      // (B,S,D) assembled from the devices' rows
+    float *g[4][10];      // per device, per tensor (tensor 0, x, unused)
+} CpRun;
+
+// p's float* fields that point at one of k's gradient buffers are re-pointed at dev's own.
+static void repoint(float **fields, int nfields, const Case *k, float **dev_g) {
+    for (int f = 0; f < nfields; f++)
+        for (int i = 1; i < k->nt; i++)
+            if (fields[f] && fields[f] == k->t[i].g) fields[f] = dev_g[i];
+}
+
+static void cp_device(int dev, void *arg) {
+    CpRun *run = arg;
+    Case *k = run->k;
+    int B = k->B, S = k->S, P = run->P, Sl = S / P;
+    long n = (long)B * Sl * D;
+    float *x = falloc(n), *R = falloc(n), *out = falloc(n), *dx = falloc(n);
+    take_rows(x, k->x, B, S, Sl, dev, D);
+    take_rows(R, k->R, B, S, Sl, dev, D);
+    for (int i = 1; i < k->nt; i++) run->g[dev][i] = falloc(k->t[i].n);
+    if (k->mla) {
+        MLAParams g = k->mg;
+        MLASaved s;
+        repoint((float **)&g, (int)(sizeof g / sizeof(float *)), k, run->g[dev]);
+        mla_forward(&k->c, &k->mp, &s, out, x, B, Sl);
+        mla_backward(&k->c, &k->mp, &g, &s, dx, R, x, B, Sl);
+    } else {
+        AttentionParams g = k->ag;
+        AttentionSaved s;
+        repoint((float **)&g, (int)(sizeof g / sizeof(float *)), k, run->g[dev]);
+        attention_forward(&k->c, &k->ap, &s, out, x, B, Sl);
+        attention_backward(&k->c, &k->ap, &g, &s, dx, R, x, B, Sl);
+    }
+    for (int b = 0; b < B; b++) {   // this device's rows into the assembled arrays
+        memcpy(run->out + ((size_t)b * S + (size_t)dev * Sl) * D, out + (size_t)b * Sl * D, sizeof(float) * Sl * D);
+        memcpy(run->dx + ((size_t)b * S + (size_t)dev * Sl) * D, dx + (size_t)b * Sl * D, sizeof(float) * Sl * D);
+    }
+    free(x); free(R); free(out); free(dx);
+}
+
+static void test_layer_mesh(const char *name, int mla, int q_lora) {
+    Case k;
+    setup(&k, name, mla, q_lora, 2, 8);
+    k.c.context_reduce_chunks = 4;   // chunks of 2 positions: 2 per device on P = 2, 1 on P = 4
+    forward_backward(&k);            // one device: k.out, k.dx, k.t[i].g
+    long T = (long)k.B * k.S;
+    for (int P = 2; P <= 4; P *= 2) {
+        Config mc = k.c;
+        mc.ici_context_parallelism = P;
+        Mesh mesh;
+        mesh_init(&mesh, &mc);
+        CpRun run = {&k, P, falloc(T * D), falloc(T * D), {{0}}};
+        mesh_run(&mesh, cp_device, &run);
+        mesh_set_current(NULL, 0);   // back to no mesh on this thread
+        mem_set_device(&dev);
+        int same = memcmp(run.out, k.out, sizeof(float) * T * D) == 0 && memcmp(run.dx, k.dx, sizeof(float) * T * D) == 0;
+        int gsame = 1, leak = 0;
+        size_t comm = 0;
+        for (int i = 1; i < k.nt; i++) {
+            float *stage = falloc((long)P * k.t[i].n);
+            for (int r = 0; r < P; r++) memcpy(stage + (size_t)r * k.t[i].n, run.g[r][i], sizeof(float) * k.t[i].n);
+            tree_reduce_inplace(stage, P, (size_t)k.t[i].n);   // the all-reduce over context
+            gsame &= memcmp(stage, k.t[i].g, sizeof(float) * k.t[i].n) == 0;
+            free(stage);
+            for (int r = 0; r < P; r++) free(run.g[r][i]);
+        }
+        for (int r = 0; r < P; r++) {
+            leak |= mesh.devices[r].live_total != 0;
+            comm += mesh.devices[r].comm_recv[COLL_ALL_GATHER] + mesh.devices[r].comm_recv[COLL_REDUCE_SCATTER];
+        }
+        printf("%s on %d context devices: output and dx %s, weight gradients %s (%zu bytes received)\n", name, P,
+               same ? "identical" : "DIFFER", gsame ? "identical" : "DIFFER", comm);
+        CHECK(same && gsame, "%s: context=%d differs from one device", name, P);
+        CHECK(!leak && comm > 0, "%s: context=%d leaked device memory or moved no K/V", name, P);
+        free(run.out); free(run.dx);
+        mesh_free(&mesh);
+    }
+    teardown(&k);
+}
+
 int main(void) {
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
@@ -421,6 +593,11 @@ int main(void) {
     test_case("mla q_lora=6", 1, 6);
     test_threads("gqa", 0, 0);
     test_threads("mla q_lora=6", 1, 6);
+    test_core_parts("gqa", 4, 2, 6, 6, (AttnRounding){0, 0, 0});
+    test_core_parts("mla", 4, 4, 8, 6, (AttnRounding){0, 0, 0});
+    test_core_parts("gqa bf16 rounding", 4, 2, 6, 6, (AttnRounding){1, 1, 1});
+    test_layer_mesh("gqa", 0, 0);
+    test_layer_mesh("mla q_lora=6", 1, 6);
     CHECK(dev.live[MEM_ACTIVATIONS] == 0 && dev.live[MEM_TEMP] == 0, "leak at the end");
     TEST_SUMMARY();
 }

@@ -1,5 +1,6 @@
-// tests/test_core.c: the pieces every layer relies on: the canonical gradient sum, the
-// small layers (RMSNorm, embedding, loss, matmul) checked against finite differences,
+// tests/test_core.c: the pieces every layer relies on: the canonical gradient sum and the
+// leaf order (chunk outermost, sharding/context.h), the small layers (RMSNorm, embedding,
+// loss, matmul) checked against finite differences,
 // the schedule and AdamW against hand-computed values, and the config's JSON round trip.
 #include "common.h"
 #include "model/config.h"
@@ -11,6 +12,7 @@
 #include "model/optimizer.h"
 #include "model/precision.h"
 #include "sharding/memory.h"
+#include "sharding/context.h"
 #include "tests/gradcheck.h"
 
 // ---- treesum: the sum must not depend on how the leaves are split ----
@@ -60,8 +62,53 @@ static void test_treesum(void) {
     CHECK(td == hd, "tree_sum_double: %.17g vs %.17g", td, hd);
 }
 
+// ---- the leaf order: chunk, then sequence, then leaf ----
+static void test_leaf_order(void) {
+    // 2 sequences of 8 tokens, chunks of 4, leaves of 2.
+    Config c;
+    config_defaults(&c);
+    c.max_target_length = 8; c.context_reduce_chunks = 2; c.reduce_leaf_tokens = 2;
+    Leaves lv = leaves_of(&c, 2, 8);
+    long want[8] = {0, 2, 8, 10, 4, 6, 12, 14};   // chunk 0 of sequence 0, of sequence 1; chunk 1
+    int order = lv.n == 8 && lv.nchunks == 2;
+    for (int i = 0; i < 8 && order; i++) order &= leaf_token(lv, i) == want[i];
+    CHECK(order, "leaf order: not (chunk, sequence, leaf)");
+    // matmul's dw is the tree over the chunks of the tree over each chunk's leaves:
+    // ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), leaf i = rows want[i], want[i]+1.
+    enum { TT = 16, CC = 3, OO = 5 };
+    float inp[TT * CC], dout[TT * OO], dw[CC * OO] = {0}, leaf[8][CC * OO], byhand[CC * OO];
+    uint64_t seed = 11;
+    gc_fill(inp, TT * CC, &seed, 100.0f);
+    gc_fill(dout, TT * OO, &seed, 100.0f);
+    matmul_backward(NULL, dw, dout, inp, NULL, TT, CC, OO, lv);
+    for (int i = 0; i < 8; i++)
+        gemm(1, 0, CC, OO, 2, 1.0f, inp + want[i] * CC, CC, dout + want[i] * OO, OO, 0.0f, leaf[i], OO);
+    for (int k = 0; k < CC * OO; k++)
+        byhand[k] = ((leaf[0][k] + leaf[1][k]) + (leaf[2][k] + leaf[3][k])) +
+                    ((leaf[4][k] + leaf[5][k]) + (leaf[6][k] + leaf[7][k]));
+    CHECK(memcmp(dw, byhand, sizeof dw) == 0, "matmul dw: not the tree over chunks of the trees over leaves");
+    // Two context devices, each with one chunk of both sequences (tokens 4r .. 4r+3 of each):
+    // each adds a subtree, and the two roots added give the same bits.
+    float part[2][CC * OO], pin[8 * CC], pout[8 * OO];
+    Leaves half = {2, 4, 2, 4, 1, 4};   // what leaves_of gives a device of context=2
+    for (int r = 0; r < 2; r++) {
+        for (int b = 0; b < 2; b++) {
+            memcpy(pin + b * 4 * CC, inp + (b * 8 + 4 * r) * CC, sizeof(float) * 4 * CC);
+            memcpy(pout + b * 4 * OO, dout + (b * 8 + 4 * r) * OO, sizeof(float) * 4 * OO);
+        }
+        memset(part[r], 0, sizeof part[r]);
+        matmul_backward(NULL, part[r], pout, pin, NULL, 8, CC, OO, half);
+    }
+    int same = 1;
+    for (int k = 0; k < CC * OO; k++) same &= part[0][k] + part[1][k] == dw[k];
+    CHECK(same, "matmul dw: two context devices' subtrees do not add up to the one-device tree");
+    printf("  leaf order (chunk, sequence, leaf) and its tree: one device = two context devices: %s\n",
+           same ? "bit for bit" : "NO");
+}
+
 // ---- small layers against finite differences ----
 enum { T = 6, D = 8, V = 11, LEAF = 3 };
+#define LEAVES leaves_flat(T, LEAF)   // T tokens of one sequence, leaves of LEAF
 static float X[T * D], SC[D], R[T * D], OUT[T * D], RSTD[T], TABLE[V * D], W[D * V], LOGITS[T * V];
 static int IDS[T] = {3, 1, 3, 10, 0, 3}, TGT[T] = {2, 5, -1, 7, 7, 0};
 
@@ -87,7 +134,7 @@ static double ce_loss(void *ctx) {
     float lse[T];
     double sums[T / LEAF];
     float zmul = *(float *)ctx;
-    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAF);
+    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAVES);
     return sums[0] + sums[1];
 }
 
@@ -101,18 +148,18 @@ static void test_layers(void) {
     // RMSNorm: dx and dscale.
     float dx[T * D] = {0}, dsc[D] = {0};
     rmsnorm_forward(OUT, RSTD, X, SC, T, D, 1e-5f, 0);
-    rmsnorm_backward(dx, dsc, R, X, SC, RSTD, T, D, LEAF, 0);
+    rmsnorm_backward(dx, dsc, R, X, SC, RSTD, T, D, LEAVES, 0);
     gradcheck("rmsnorm dx", X, T * D, dx, rmsnorm_loss, NULL, 1e-2, 1e-2);
     gradcheck("rmsnorm dscale", SC, D, dsc, rmsnorm_loss, NULL, 1e-2, 1e-2);
     // Embedding: the scatter-add, with a repeated id.
     float dtab[V * D] = {0};
-    embedding_backward(dtab, R, IDS, T, D, V, 0, LEAF);
+    embedding_backward(dtab, R, IDS, T, D, V, 0, LEAVES);
     gradcheck("embedding dtable", TABLE, V * D, dtab, embed_loss, NULL, 1e-2, 1e-2);
     // Matmul: dinp and dw.
     float r2[T * V], dX[T * D] = {0}, dW[D * V] = {0};
     uint64_t s = 99;
     gc_fill(r2, T * V, &s, 1.0f);
-    matmul_backward(dX, dW, r2, X, W, T, D, V, LEAF);
+    matmul_backward(dX, dW, r2, X, W, T, D, V, LEAVES);
     gradcheck("matmul dinp", X, T * D, dX, matmul_loss, NULL, 1e-2, 1e-2);
     gradcheck("matmul dw", W, D * V, dW, matmul_loss, NULL, 1e-2, 1e-2);
     // Cross-entropy with z-loss; token 2 is ignored (target -1).
@@ -121,7 +168,7 @@ static void test_layers(void) {
         matmul_forward(LOGITS, X, W, T, D, V, 0);
         float lse[T], dz[T * V];
         double sums[T / LEAF];
-        long n = loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAF);
+        long n = loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAVES);
         CHECK(n == 5, "loss counted %ld tokens, want 5 (one ignored)", n);
         memcpy(dz, LOGITS, sizeof dz);
         loss_backward(dz, lse, TGT, T, V, 0, zmul, 1.0f);
@@ -134,7 +181,7 @@ static void test_layers(void) {
     memset(LOGITS, 0, sizeof LOGITS);
     float lse[T];
     double sums[T / LEAF];
-    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, 0.0f, LEAF);
+    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, 0.0f, LEAVES);
     CHECK_CLOSE((sums[0] + sums[1]) / 5, log(11.0), 1e-6, "uniform logits give log(V)");
 }
 
@@ -148,7 +195,7 @@ static void test_row_stable_matmul(void) {
     gc_fill(inp, TT * CC, &seed, 1.0f);
     gc_fill(w, CC * OO, &seed, 1.0f);
     matmul_forward(full, inp, w, TT, CC, OO, 0);
-    matmul_backward(dfull, NULL, full, NULL, w, TT, CC, OO, TT);
+    matmul_backward(dfull, NULL, full, NULL, w, TT, CC, OO, leaves_flat(TT, TT));
     // Every start offset in 0..47 (a row lands on every place of a register tile), and a
     // few lengths: each sub-call must reproduce its rows of the 200-row call bit for bit.
     int counts[5] = {1, 7, 37, 64, 130}, same = 1, dsame = 1;
@@ -158,7 +205,7 @@ static void test_row_stable_matmul(void) {
             matmul_forward(part, inp + (size_t)t0 * CC, w, n, CC, OO, 0);
             same &= memcmp(part, full + (size_t)t0 * OO, sizeof(float) * n * OO) == 0;
             memset(dpart, 0, sizeof(float) * TT * CC);
-            matmul_backward(dpart, NULL, full + (size_t)t0 * OO, NULL, w, n, CC, OO, n);
+            matmul_backward(dpart, NULL, full + (size_t)t0 * OO, NULL, w, n, CC, OO, leaves_flat(n, n));
             dsame &= memcmp(dpart, dfull + (size_t)t0 * CC, sizeof(float) * n * CC) == 0;
         }
     // Column-stable too (tensor parallelism computes a slice of the columns): the columns
@@ -277,6 +324,7 @@ int main(void) {
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
     test_treesum();
+    test_leaf_order();
     test_bf16();
     test_layers();
     test_row_stable_matmul();

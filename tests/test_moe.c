@@ -67,12 +67,18 @@ static void test_routing(void) {
     // sequence 0: (s0: e0, e1) (s1: e0, e1) (s2: e1, e0); capacity 1 keeps only s0's two.
     // sequence 1 starts counting again.
     int top[12] = {0, 1, 0, 1, 1, 0, /* seq 1 */ 1, 0, 0, 1, 1, 0}, keep[12];
-    capacity_mask(keep, top, 2, 3, 2, 2, 1);
+    capacity_mask(keep, top, 2, 3, 2, 2, 1, NULL);
     int want[12] = {1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0};
     CHECK(memcmp(keep, want, sizeof want) == 0, "capacity mask capacity 1");
-    capacity_mask(keep, top, 2, 3, 2, 2, 2);
+    capacity_mask(keep, top, 2, 3, 2, 2, 2, NULL);
     int want2[12] = {1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0};
     CHECK(memcmp(keep, want2, sizeof want2) == 0, "capacity mask capacity 2");
+    // The same sequences as the second part of longer ones (context parallelism): the
+    // earlier part sent 1 assignment to e0 and 2 to e1 in sequence 0, 2 and 0 in sequence 1.
+    int before[4] = {1, 2, 2, 0};
+    capacity_mask(keep, top, 2, 3, 2, 2, 2, before);
+    int want3[12] = {1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0};
+    CHECK(memcmp(keep, want3, sizeof want3) == 0, "capacity mask capacity 2 after an earlier part");
 }
 
 // ---- gradients of the whole block ----
@@ -201,7 +207,7 @@ static void test_mlp(void) {
     memset(DX, 0, sizeof DX);
     MlpSaved s;
     mlp_forward(&C, &MP, &s, OUT, X, T, D, FS);
-    mlp_backward(&C, &MP, &MG, &s, DX, R, X, T, D, FS, S);
+    mlp_backward(&C, &MP, &MG, &s, DX, R, X, T, D, FS, leaves_flat(T, S));
     gradcheck("mlp dx", X, T * D, DX, mlp_loss, NULL, 1e-3, 1e-2);
     gradcheck("mlp wi_0", MP.wi_0, D * FS, MG.wi_0, mlp_loss, NULL, 1e-3, 1e-2);
     gradcheck("mlp wi_1", MP.wi_1, D * FS, MG.wi_1, mlp_loss, NULL, 1e-3, 1e-2);
