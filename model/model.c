@@ -369,20 +369,14 @@ static float *bias_of(const Model *m, int l) {
 // gradient reduction), so that model_forward/model_backward below and the pipeline
 // (pipeline/) share them.
 
-// The leaves of T token rows: whole sequences of this device's part (S / context) each.
-static Leaves token_leaves(const Model *m, int T) {
-    int S = m->cfg.max_target_length / cp_size();
-    return leaves_of(&m->cfg, T / S, S);
-}
-
 void model_embed_forward(Model *m, float *x, const int *ids, int T) {
     embedding_forward(x, ids, m->params.embedding, T, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first);  // (T,D)
     tp_all_reduce(x, (size_t)T * m->cfg.base_emb_dim);   // vocabulary-parallel: each row comes from one device
 }
 
-void model_embed_backward(Model *m, const float *dx, const int *ids, int T) {
-    embedding_backward(m->grads.embedding, dx, ids, T, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first,
-                       token_leaves(m, T));
+void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int S) {
+    embedding_backward(m->grads.embedding, dx, ids, B * S, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first,
+                       leaves_of(&m->cfg, B, S));
 }
 
 float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {
@@ -479,15 +473,16 @@ void model_head_forward(Model *m, float *x, int T) {
     round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // cast point 16; the loss reads them as float32
 }
 
-void model_loss_forward(Model *m, const int *targets, int T, FwdStats *st) {
+void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st) {
     const Config *c = &m->cfg;
+    int T = B * S;
     m->targets = targets;
     // What the head's backward reads, kept as 16-bit numbers in bf16 mode.
     act_pack(c, &m->xL, (size_t)T * c->base_emb_dim);
     act_pack(c, &m->nf, (size_t)T * c->base_emb_dim);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, m->vocab_local, m->vocab_first,
-                             tp_local_chunks(c), c->z_loss_multiplier, token_leaves(m, T));
+                             tp_local_chunks(c), c->z_loss_multiplier, leaves_of(c, B, S));
 }
 
 void model_head_unpack(Model *m, int T) {
@@ -495,10 +490,10 @@ void model_head_unpack(Model *m, int T) {
     act_unpack(&m->cfg, &m->nf, (size_t)T * m->cfg.base_emb_dim);
 }
 
-float *model_head_backward(Model *m, int T, float scale, float **dnf_out) {
+float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out) {
     const Config *c = &m->cfg;
-    int D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
-    Leaves leaf = token_leaves(m, T);
+    int T = B * S, D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
+    Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
     loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
     // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
     // transposes a cast); here and at each such point in the layers' backward.
@@ -537,7 +532,7 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     model_unit_acquire(m, L + 1);
     model_head_forward(m, x, T);
     model_unit_release(m, L + 1);
-    model_loss_forward(m, targets, T, st);
+    model_loss_forward(m, targets, B, S, st);
 }
 
 void model_backward(Model *m, float scale, float lb_coef) {
@@ -550,7 +545,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
     model_unit_acquire(m, L + 1);
     fsdp_grad_begin(m, L + 1);
     float *dnf;
-    float *dx = model_head_backward(m, T, scale, &dnf);
+    float *dx = model_head_backward(m, B, S, scale, &dnf);
     fsdp_grad_end(m, L + 1);
     model_unit_release(m, L + 1);
     float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
@@ -563,7 +558,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
         model_unit_release(m, 1 + l);
     }
     fsdp_grad_begin(m, 0);
-    model_embed_backward(m, dx, m->ids, T);
+    model_embed_backward(m, dx, m->ids, B, S);
     fsdp_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
     for (int l = 0; l < L; l++) model_layer_free(m, l, &m->acts[l]);

@@ -112,7 +112,7 @@ void model_unit_acquire(Model *m, int u);
 void model_unit_release(Model *m, int u);
 // x (T,D) = Embed(ids); grads.embedding += the embedding's gradient from dx (T,D).
 void model_embed_forward(Model *m, float *x, const int *ids, int T);
-void model_embed_backward(Model *m, const float *dx, const int *ids, int T);
+void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int S);
 // Decoder layer l on x (T,D), which `a` takes over (a->x = x; in bf16 mode replaced by a
 // 16-bit copy, as the layer's other saved activations); keeps its activations in a and
 // returns its output (T,D) (MEM_ACTIVATIONS). st: aux loss and expert counts.
@@ -125,12 +125,12 @@ void model_layer_free(Model *m, int l, LayerActs *a);
 // Output head on the final residual x (T,D) (taken over as m->xL): final norm and logits
 // (needs the head's weights); then the loss against targets (T), its leaves into st.
 void model_head_forward(Model *m, float *x, int T);
-void model_loss_forward(Model *m, const int *targets, int T, FwdStats *st);
+void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st);
 // Loss and head backward, after model_head_unpack (bf16 mode: the saved activations back
 // to floats): grads of the head +=; returns d loss/d xL (T,D) and in *dnf the final norm's
 // output gradient (T,D), both MEM_TEMP for the caller to free.
 void model_head_unpack(Model *m, int T);
-float *model_head_backward(Model *m, int T, float scale, float **dnf);
+float *model_head_backward(Model *m, int B, int S, float scale, float **dnf);
 void model_head_free(Model *m);
 // Coefficient of sum_{b,e} f*Pbar for the load-balance loss (0 when off).
 float model_lb_coef(const Config *c, int global_seqs);

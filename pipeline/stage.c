@@ -82,7 +82,7 @@ void stage_embed_backward(Pipe *P, int mb, float *dx) {
         model_layer_free(m, l, a);
     }
     float *leaf = leaf_begin(P, 0);
-    model_embed_backward(m, dx, P->ids + (size_t)mb * T, T);
+    model_embed_backward(m, dx, P->ids + (size_t)mb * T, P->Bm, P->Sq);
     leaf_end(P, 0, mb, leaf);
     mem_free(dh); mem_free(dn); mem_free(dx);
 }
@@ -94,14 +94,14 @@ float *stage_head(Pipe *P, int mb, float *y) {
     model_unit_acquire(m, L + 1);
     model_head_forward(m, y, T);
     model_unit_release(m, L + 1);
-    model_loss_forward(m, P->targets + (size_t)mb * T, T, &st);
+    model_loss_forward(m, P->targets + (size_t)mb * T, P->Bm, P->Sq, &st);
     P->ntok += st.ntok;
     float *dx = NULL;
     if (P->train) {
         model_head_unpack(m, T);
         model_unit_acquire(m, L + 1);
         float *leaf = leaf_begin(P, L + 1), *dnf;
-        dx = model_head_backward(m, T, P->scale, &dnf);   // (T,D) d loss / d output
+        dx = model_head_backward(m, P->Bm, P->Sq, P->scale, &dnf);   // (T,D) d loss / d output
         leaf_end(P, L + 1, mb, leaf);
         model_unit_release(m, L + 1);
         mem_free(dnf);

@@ -7,9 +7,10 @@ total_pass=0; total_fail=0; broken=()
 run_part() {   # run_part NAME COMMAND...
     local name=$1; shift
     echo "==== $name"
-    local out rc
+    local out rc t0=$SECONDS
     out=$("$@" 2>&1); rc=$?
     printf '%s\n' "$out"
+    echo "(took $((SECONDS - t0)) s)"
     local line; line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1)
     if [ -z "$line" ]; then
         broken+=("$name (exit $rc, no summary line)"); total_fail=$((total_fail + 1)); return
