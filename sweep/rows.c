@@ -45,7 +45,8 @@ static const SweepRow ROWS[] = {
     {"9", "pipeline_save_decoder_layer_input", "true,false", "ici_pipeline_parallelism=@stages", SW_BIT,
      "remat in the pipeline saves iteration_input only (false) or also every layer's input (a second stacked "
      "checkpoint buffer); false recomputes the layer inputs in the backward pass",
-     "with one layer per stage and repeat the layer input is the iteration input, so the second buffer is tiny"},
+     "with one layer per stage and iteration the layer input is the iteration input, so the second buffer is "
+     "one more copy of it, which may be alive after the peak"},
     {"10", "moe_reshard_io", "false,true", "", SW_BIT,
      "the DeepSeek MoE block reshards its input and output around the block: two activation-sized copies",
      "the two copies are temporaries freed before the peak"},
@@ -133,7 +134,9 @@ static const SweepRow ROWS[] = {
     {"33", "pipeline_fsdp_ag_once", "false,true", "ici_pipeline_parallelism=@stages ici_fsdp_parallelism=2", SW_BIT,
      "true all-gathers every stage's weights over fsdp once before the pipeline loop and holds them; false "
      "gathers them at every iteration (more bytes sent, less held)",
-     ""},
+     "the highest device is stage 0, which also runs the embedding (and DeepSeek's dense first layer) outside "
+     "the loop; its peak comes when the weights held for the loop are not what differs: its params tag rises, "
+     "its total does not"},
     {"34", "shard_mode", "auto,explicit", "ici_tensor_parallelism=2", SW_BIT,
      "where reshards are inserted: by the runtime at op boundaries (auto) vs declared per op (explicit)",
      "the reshard temporaries are freed before the peak"},

@@ -75,7 +75,11 @@ static void read_line(char *line, RunResult *r) {
         char *dend = next ? next : end;
         size_t peak = (size_t)num_after(dev, dend, "\"peak_bytes\": ");
         r->peak = MM_MAX(r->peak, peak);
-        r->peak_min_dev = r->peak_min_dev ? MM_MIN(r->peak_min_dev, peak) : peak;
+        int d = (int)num_after(dev, dend, "{\"device\": ");
+        if (d >= 0 && d < SW_MAXDEV) {
+            r->dev_peak[d] = MM_MAX(r->dev_peak[d], peak);
+            r->ndev_seen = MM_MAX(r->ndev_seen, d + 1);
+        }
         read_object(after(dev, dend, "\"peak_bytes_by_tag\": "), r, 1);
         comm += read_object(after(dev, dend, "\"comm_bytes_sent\": "), r, 0);
         // host memory reported as its own field rather than a tag
@@ -134,6 +138,8 @@ void sweep_run(const char *exe, int argc, char **argv, const char *log, const ch
         free(line);
         fclose(f);
     }
+    for (int d = 0; d < r->ndev_seen; d++)
+        r->peak_min_dev = d ? MM_MIN(r->peak_min_dev, r->dev_peak[d]) : r->dev_peak[d];
     int exited_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (exited_ok) { r->status = RUN_OK; return; }
     last_message(log, r->message, sizeof r->message);

@@ -7,6 +7,7 @@
 #define SW_MAXSTEPS 64
 #define SW_MAXTAGS 16
 #define SW_MAXARGS 96
+#define SW_MAXDEV 256
 
 typedef enum {
     RUN_OK,        // every step's metrics line written
@@ -22,7 +23,9 @@ typedef struct {
     float loss[SW_MAXSTEPS], grad_norm[SW_MAXSTEPS];
     double ms[SW_MAXSTEPS];
     size_t peak;                  // highest device peak over the steps and devices
-    size_t peak_min_dev;          // the lowest device's peak (devices differ on pipelines)
+    size_t peak_min_dev;          // the lowest device's peak (devices differ: pipeline, experts)
+    int ndev_seen;
+    size_t dev_peak[SW_MAXDEV];   // each device's highest peak over the steps
     int ntags;                    // tags seen in "peak_bytes_by_tag", in order
     char tag[SW_MAXTAGS][32];
     size_t tag_peak[SW_MAXTAGS];  // highest per-device peak of each tag over steps and devices

@@ -343,7 +343,8 @@ int cmd_sweep(int argc, char **argv) {
     printf("## `./train sweep %s`: %d steps per run, %d sequences of %d tokens per step\n\n", sw->config_path,
            sw->cfg.sweep_steps, sw->global_batch, sw->cfg.max_target_length);
     printf("Peak = the highest per-device peak of the steps (bytes, all tags); step time = the lowest step "
-           "time of the toggled run over the baseline's.\n\n");
+           "time of the toggled run over the baseline's (a machine shared with other work makes it noisy: rerun a row "
+           "before trusting a ratio far from 1).\n\n");
     printf("| # | key | value tried | mesh | class | result | peak device bytes: baseline -> toggled | host bytes "
            "| step time | what moved (per-device peak by tag) | why |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
