@@ -41,11 +41,12 @@ table() {
     echo "Measured by \`make docs\`: \`./train sweep configs/$preset.yml $SETTINGS\`."
     echo
     awk -v rows=" $rows " '
-        /^\| # \|/ || /^\|---/ && !inmesh { print; next }
-        /^\| [0-9]+ \|/ { split($0, f, " "); if (index(rows, " " f[2] " ")) print; next }
         /^### Row 18/ { if (index(rows, " 18 ")) { inmesh = 1; print "" } }
         inmesh && /^sweep:/ { inmesh = 0 }
-        inmesh { print }
+        inmesh { print; next }
+        /^\| # \|/ { print; header = 1; next }
+        header && /^\|---/ { print; header = 0; next }
+        /^\| [0-9]+ \|/ { split($0, f, " "); if (index(rows, " " f[2] " ")) print; next }
     ' $OUT/$preset.md
 }
 

@@ -87,8 +87,9 @@ static const SweepRow ROWS[] = {
      "sqrt(L) checkpointing: keep only block-boundary inputs, recompute inside the block",
      "with few layers the block boundaries are most of the layers"},
     {"21", "gradient_accumulation_steps", "2", "", SW_BIT,
-     "the same global batch in 2 microbatches of half the sequences: activation memory halves, the sum over "
-     "microbatches keeps the canonical order",
+     "the same global batch in 2 microbatches of half the sequences: saved activations and temporaries halve; "
+     "the microbatch gradients are kept to be added along the canonical tree (the grads tag grows), so the "
+     "total falls only where activations outweigh the gradients",
      ""},
     {"22", "donate_buffers", "true,false", "", SW_BIT,
      "parameters updated in place vs a new model-sized copy written each step",
