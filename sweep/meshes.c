@@ -45,10 +45,9 @@ void sweep_meshes(Sweep *sw, const SweepRow *row) {
             sw->global_batch);
     fprintf(t, "| mesh | devices | result vs 1 device | peak bytes | params | grads | optimizer | activations | "
             "temp | sent per step | step ms (vs 1 device) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-    const RunResult *base = sweep_config(sw, "");
-    RunResult b = *base;   // the run cache may move as runs are added
+    const RunResult *b = sweep_config(sw, "");
     int same_dummy, bad;
-    mesh_line(t, "1 device (baseline)", &b, &b, &same_dummy, &bad);
+    mesh_line(t, "1 device (baseline)", b, b, &same_dummy, &bad);
     int meshes = 0, identical = 0, refused = 0, failed = 0;
     size_t lo = 0, hi = 0;
     int f[4];
@@ -69,7 +68,7 @@ void sweep_meshes(Sweep *sw, const SweepRow *row) {
                     sweep_describe_mesh(&c, mesh, sizeof mesh);
                     const RunResult *r = sweep_config(sw, args);
                     int same;
-                    mesh_line(t, mesh, &b, r, &same, &bad);
+                    mesh_line(t, mesh, b, r, &same, &bad);
                     meshes++;
                     identical += same;
                     refused += r->status == RUN_REFUSED;
@@ -87,7 +86,7 @@ void sweep_meshes(Sweep *sw, const SweepRow *row) {
     snprintf(value, sizeof value, "every factorisation of %d", N);
     snprintf(result, sizeof result, "%d of %d meshes bit-identical to 1 device%s (%d not possible on this model); "
              "table below", identical, meshes - refused, failed ? " **NOT all**" : "", refused);
-    if (hi) snprintf(mem, sizeof mem, "%zu -> %zu .. %zu", b.peak, lo, hi);
+    if (hi) snprintf(mem, sizeof mem, "%zu -> %zu .. %zu", b->peak, lo, hi);
     else snprintf(mem, sizeof mem, "-");
     printf("| %s | `%s` | %s | %d devices | %s | %s | %s | - | - | see the table | %s |\n", row->num, row->key, value,
            N, sweep_class_name(row->cls), result, mem, row->why);

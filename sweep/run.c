@@ -31,8 +31,8 @@ static int tag_index(RunResult *r, const char *name) {
     return r->ntags++;
 }
 
-// Walks a flat object {"name": number, ...} at p; calls back for each entry. Returns the
-// sum of its numbers.
+// Walks a flat object {"name": number, ...} at p and returns the sum of its numbers; with
+// keep_tags, each entry also raises that tag's peak (tags named host* are host memory).
 static size_t read_object(const char *p, RunResult *r, int keep_tags) {
     size_t sum = 0;
     if (!p || *p != '{') return 0;

@@ -220,8 +220,7 @@ static void run_row(Sweep *sw, const SweepRow *row) {
     for (char *save = NULL, *v = strtok_r(values, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
         if (config_value_is(&base_cfg, row->key, v)) continue;
         tried++;
-        const RunResult *base = sweep_config(sw, mesh_args);
-        RunResult base_copy = *base;   // the cache may move as runs are added
+        const RunResult *base = sweep_config(sw, mesh_args);   // runs[] never moves: pointers stay valid
         snprintf(args, sizeof args, "%s%s%s=%s", mesh_args, mesh_args[0] ? " " : "", row->key, v);
         const RunResult *tog = sweep_config(sw, args);
         Config tog_cfg = base_cfg;
@@ -234,26 +233,26 @@ static void run_row(Sweep *sw, const SweepRow *row) {
         if (strcmp(bm, tm)) snprintf(mesh, sizeof mesh, "%s -> %s", bm, tm);
         else snprintf(mesh, sizeof mesh, "%s", bm);
         int bad;
-        sweep_result_cell(&base_copy, tog, row->cls, result, sizeof result, &bad);
+        sweep_result_cell(base, tog, row->cls, result, sizeof result, &bad);
         sw->failures += bad;
-        sw->refused += base_copy.status == RUN_REFUSED || tog->status == RUN_REFUSED;
+        sw->refused += base->status == RUN_REFUSED || tog->status == RUN_REFUSED;
         char why[700];
         snprintf(why, sizeof why, "%s", row->why);
-        if (base_copy.status != RUN_OK || tog->status != RUN_OK) {
+        if (base->status != RUN_OK || tog->status != RUN_OK) {
             snprintf(mem, sizeof mem, "-");
             snprintf(host, sizeof host, "-");
             snprintf(time, sizeof time, "-");
             snprintf(moved, sizeof moved, "-");
         } else {
-            sweep_bytes_change(base_copy.peak, tog->peak, mem, sizeof mem);
-            if (base_copy.host_peak || tog->host_peak) sweep_bytes_change(base_copy.host_peak, tog->host_peak, host, sizeof host);
+            sweep_bytes_change(base->peak, tog->peak, mem, sizeof mem);
+            if (base->host_peak || tog->host_peak) sweep_bytes_change(base->host_peak, tog->host_peak, host, sizeof host);
             else snprintf(host, sizeof host, "-");
-            snprintf(time, sizeof time, "x%.2f", run_min_ms(tog) / MM_MAX(run_min_ms(&base_copy), 1e-9));
-            moved_cell(&base_copy, tog, moved, sizeof moved);
-            if (base_copy.peak == tog->peak)
+            snprintf(time, sizeof time, "x%.2f", run_min_ms(tog) / MM_MAX(run_min_ms(base), 1e-9));
+            moved_cell(base, tog, moved, sizeof moved);
+            if (base->peak == tog->peak)
                 snprintf(why, sizeof why, "%s. Peak unchanged: %s", row->why,
                          row->why_same[0] ? row->why_same : "NOT EXPLAINED (expected to move)");
-            if (base_copy.batch != sw->global_batch || tog->batch != sw->global_batch) {
+            if (base->batch != sw->global_batch || tog->batch != sw->global_batch) {
                 size_t l = strlen(why);
                 snprintf(why + l, sizeof why - l, " (global batch %d sequences: %d does not split over this mesh)",
                          tog->batch, sw->global_batch);
