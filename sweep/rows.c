@@ -63,7 +63,7 @@ static const SweepRow ROWS[] = {
     {"14", "shard_optimizer_over_data", "true,false", "ici_data_parallelism=2", SW_BIT,
      "ZeRO-1: the AdamW moments sharded over 'data' as well, halving optimizer bytes per device on data=2",
      ""},
-    {"15", "remat_policy", "full,minimal,save_qkv_proj,save_dot_except_mlp,save_out_proj,none", "", SW_BIT,
+    {"15", "remat_policy", "full,minimal,save_dot_except_mlp,save_qkv_proj,save_out_proj,none", "", SW_BIT,
      "what the backward pass keeps vs recomputes (MaxText's named checkpoints): fewer saved activations, more "
      "recomputation",
      "the policy's saved tensors are not the ones at the peak"},
@@ -83,7 +83,7 @@ static const SweepRow ROWS[] = {
     {"19", "scan_layers", "true,false", "", SW_BIT,
      "one set of per-layer temporaries reused by every layer vs a set per layer",
      "the per-layer temporaries are freed before the peak"},
-    {"20", "remat_nested_block", "true,false", "", SW_BIT,
+    {"20", "remat_nested_block", "2", "", SW_BIT,
      "sqrt(L) checkpointing: keep only block-boundary inputs, recompute inside the block",
      "with few layers the block boundaries are most of the layers"},
     {"21", "gradient_accumulation_steps", "2", "", SW_BIT,

@@ -68,7 +68,7 @@ static void read_line(char *line, RunResult *r) {
     r->loss[s] = bits.f;
     r->grad_norm[s] = (float)num_after(line, end, "\"grad_norm\": ");
     r->ms[s] = num_after(line, end, "\"ms\": ");
-    size_t comm = 0;
+    size_t comm = 0, copied = 0;
     char *dev = strstr(line, "{\"device\": ");
     while (dev) {
         char *next = strstr(dev + 1, "{\"device\": ");
@@ -85,8 +85,10 @@ static void read_line(char *line, RunResult *r) {
         // host memory reported as its own field rather than a tag
         const char *h = after(dev, dend, "\"host_peak_bytes\": ");
         if (h) r->host_peak = MM_MAX(r->host_peak, (size_t)strtoull(h, NULL, 10));
+        copied += (size_t)num_after(dev, dend, "\"to_host\": ") + (size_t)num_after(dev, dend, "\"to_device\": ");
         dev = next;
     }
+    r->host_copied = MM_MAX(r->host_copied, copied);
     if (s == 0) r->comm_first = comm;
     r->comm_last = comm;
 }

@@ -29,7 +29,8 @@ typedef struct {
     int ntags;                    // tags seen in "peak_bytes_by_tag", in order
     char tag[SW_MAXTAGS][32];
     size_t tag_peak[SW_MAXTAGS];  // highest per-device peak of each tag over steps and devices
-    size_t host_peak;             // tags named host*: host memory (0 when the build has none)
+    size_t host_peak;             // host memory (offload), highest device; 0 when the build has none
+    size_t host_copied;           // bytes copied between host and device in a step, all devices, highest step
     size_t comm_first, comm_last; // bytes sent, all devices, all kinds: after step 0 and the last step
 } RunResult;
 

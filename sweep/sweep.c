@@ -174,6 +174,15 @@ static void moved_cell(const RunResult *a, const RunResult *b, char *buf, size_t
     if (!len) snprintf(buf, cap, "-");
 }
 
+// Host memory (offload rows): the highest device's host peak, and the bytes copied
+// between host and device per step; "-" when neither run used host memory.
+static void host_cell(const RunResult *a, const RunResult *b, char *buf, size_t cap) {
+    if (!a->host_peak && !b->host_peak && !a->host_copied && !b->host_copied) { snprintf(buf, cap, "-"); return; }
+    char peak[96];
+    sweep_bytes_change(a->host_peak, b->host_peak, peak, sizeof peak);
+    snprintf(buf, cap, "%s; copied/step %zu -> %zu", peak, a->host_copied, b->host_copied);
+}
+
 // ---- one row ----
 
 static void print_row_line(const char *num, const char *key, const char *value, const char *mesh,
@@ -226,7 +235,7 @@ static void run_row(Sweep *sw, const SweepRow *row) {
         Config tog_cfg = base_cfg;
         apply_args(&tog_cfg, args);
 
-        char value[160], mesh[160], bm[64], tm[64], result[512], mem[96], host[96], time[32], moved[512];
+        char value[160], mesh[160], bm[64], tm[64], result[512], mem[96], host[200], time[32], moved[512];
         snprintf(value, sizeof value, "%s (baseline %s)", v, base_value);
         sweep_describe_mesh(&base_cfg, bm, sizeof bm);
         sweep_describe_mesh(&tog_cfg, tm, sizeof tm);
@@ -245,8 +254,7 @@ static void run_row(Sweep *sw, const SweepRow *row) {
             snprintf(moved, sizeof moved, "-");
         } else {
             sweep_bytes_change(base->peak, tog->peak, mem, sizeof mem);
-            if (base->host_peak || tog->host_peak) sweep_bytes_change(base->host_peak, tog->host_peak, host, sizeof host);
-            else snprintf(host, sizeof host, "-");
+            host_cell(base, tog, host, sizeof host);
             snprintf(time, sizeof time, "x%.2f", run_min_ms(tog) / MM_MAX(run_min_ms(base), 1e-9));
             moved_cell(base, tog, moved, sizeof moved);
             if (base->peak == tog->peak)
