@@ -156,7 +156,8 @@ void sweep_result_cell(const RunResult *base, const RunResult *tog, SweepClass c
 
 void sweep_bytes_change(size_t a, size_t b, char *buf, size_t cap) {
     if (a == b) snprintf(buf, cap, "%zu -> %zu (same)", a, b);
-    else snprintf(buf, cap, "%zu -> %zu (%+.1f%%)", a, b, a ? 100.0 * ((double)b - (double)a) / (double)a : 0.0);
+    else if (!a) snprintf(buf, cap, "0 -> %zu", b);
+    else snprintf(buf, cap, "%zu -> %zu (%+.1f%%)", a, b, 100.0 * ((double)b - (double)a) / (double)a);
 }
 
 // "tag a -> b; ..." for every tag whose per-device peak moved, and the bytes sent per step.
