@@ -50,12 +50,13 @@ static const SweepRow ROWS[] = {
     {"10", "moe_reshard_io", "false,true", "", SW_BIT,
      "the DeepSeek MoE block reshards its input and output around the block: two activation-sized copies",
      "the two copies are temporaries freed before the peak"},
-    {"11", "grad_dtype_cast_guard", "true,false", "", SW_BIT,
+    {"11", "skip_noop_grad_cast", "true,false", "", SW_BIT,
      "skip the gradient cast to grad_dtype when it is a no-op (float32 to float32); off, one gradient-sized copy",
      "the gradient copy is freed before the peak"},
     {"12", "shard_variables_at_init", "false,true", "ici_fsdp_parallelism=2", SW_BIT,
      "a sharding constraint on every variable at creation (copies) vs only where asked: an init-time cost",
-     "the step peak is measured after initialisation, so an init-time copy does not show in it"},
+     "the step peak is measured after initialisation, so an init-time copy does not show in it (the init peak, "
+     "where the run prints one, is in the moved column)"},
     {"13", "ici_fsdp_parallelism", "2", "", SW_BIT,
      "FSDP: parameters, gradients and AdamW moments sharded over 'fsdp'; units all-gathered before use and "
      "gradients reduce-scattered, so model state per device halves (the batch is split too)",
@@ -114,7 +115,8 @@ static const SweepRow ROWS[] = {
      ""},
     {"28", "eval_per_device_batch_size", "2", "", SW_BIT,
      "the eval batch set apart from the training batch, so eval can run smaller",
-     "the sweep measures the training step's peak; the eval peak is apart from it"},
+     "the sweep measures the training step's peak; the eval peak is apart from it (where the run prints one, "
+     "it is in the moved column)"},
     {"29", "ici_context_parallelism", "2", "context_reduce_chunks=2", SW_BIT,
      "each sequence cut over 'context': activations per device halve, K/V all-gathered for attention and "
      "dK/dV reduce-scattered; the baseline is one device with the same 2 reduction chunks",

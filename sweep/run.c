@@ -93,6 +93,21 @@ static void read_line(char *line, RunResult *r) {
     r->comm_last = comm;
 }
 
+// The init and eval peaks a run prints ("init peak N bytes ...", "eval peak N bytes ..."),
+// where the build measures them: they are outside the training step the metrics cover.
+static void read_printed_peaks(const char *log, RunResult *r) {
+    FILE *f = fopen(log, "r");
+    if (!f) return;
+    char *line = NULL;
+    size_t n = 0;
+    while (getline(&line, &n, f) >= 0) {
+        if (!strncmp(line, "init peak ", 10)) r->init_peak = MM_MAX(r->init_peak, (size_t)strtoull(line + 10, NULL, 10));
+        if (!strncmp(line, "eval peak ", 10)) r->eval_peak = MM_MAX(r->eval_peak, (size_t)strtoull(line + 10, NULL, 10));
+    }
+    free(line);
+    fclose(f);
+}
+
 // The last "meshmoe:" line of the log (the reason a run stopped), or its last line.
 static void last_message(const char *log, char *out, size_t cap) {
     FILE *f = fopen(log, "r");
@@ -142,6 +157,7 @@ void sweep_run(const char *exe, int argc, char **argv, const char *log, const ch
     }
     for (int d = 0; d < r->ndev_seen; d++)
         r->peak_min_dev = d ? MM_MIN(r->peak_min_dev, r->dev_peak[d]) : r->dev_peak[d];
+    read_printed_peaks(log, r);
     int exited_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (exited_ok) { r->status = RUN_OK; return; }
     last_message(log, r->message, sizeof r->message);

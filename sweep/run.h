@@ -31,6 +31,7 @@ typedef struct {
     size_t tag_peak[SW_MAXTAGS];  // highest per-device peak of each tag over steps and devices
     size_t host_peak;             // host memory (offload), highest device; 0 when the build has none
     size_t host_copied;           // bytes copied between host and device in a step, all devices, highest step
+    size_t init_peak, eval_peak;  // "init peak N bytes" / "eval peak N bytes" lines of the output, if any
     size_t comm_first, comm_last; // bytes sent, all devices, all kinds: after step 0 and the last step
 } RunResult;
 

@@ -160,7 +160,8 @@ void sweep_bytes_change(size_t a, size_t b, char *buf, size_t cap) {
     else snprintf(buf, cap, "%zu -> %zu (%+.1f%%)", a, b, 100.0 * ((double)b - (double)a) / (double)a);
 }
 
-// "tag a -> b; ..." for every tag whose per-device peak moved, and the bytes sent per step.
+// "tag a -> b; ..." for every tag whose per-device peak moved, the bytes sent per step, and
+// the init and eval peaks where the runs print them.
 static void moved_cell(const RunResult *a, const RunResult *b, char *buf, size_t cap) {
     size_t len = 0;
     buf[0] = '\0';
@@ -172,6 +173,11 @@ static void moved_cell(const RunResult *a, const RunResult *b, char *buf, size_t
     size_t ca = run_comm_per_step(a), cb = run_comm_per_step(b);
     if (ca != cb && len < cap)
         len += (size_t)snprintf(buf + len, cap - len, "%ssent/step %zu -> %zu", len ? "; " : "", ca, cb);
+    const char *what[2] = {"init peak", "eval peak"};
+    size_t was[2] = {a->init_peak, a->eval_peak}, now[2] = {b->init_peak, b->eval_peak};
+    for (int k = 0; k < 2; k++)
+        if (was[k] != now[k] && len < cap)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s %zu -> %zu", len ? "; " : "", what[k], was[k], now[k]);
     if (!len) snprintf(buf, cap, "-");
 }
 
