@@ -49,7 +49,8 @@ static const SweepRow ROWS[] = {
      "one more copy of it, which may be alive after the peak"},
     {"10", "moe_reshard_io", "false,true", "", SW_BIT,
      "the DeepSeek MoE block reshards its input and output around the block: two activation-sized copies",
-     "the two copies are temporaries freed before the peak"},
+     "the two copies are temporaries freed before the peak; Mixtral has no DeepSeek MoE block, so there the "
+     "switch changes nothing"},
     {"11", "skip_noop_grad_cast", "true,false", "", SW_BIT,
      "skip the gradient cast to grad_dtype when it is a no-op (float32 to float32); off, one gradient-sized copy",
      "the gradient copy is freed before the peak"},
