@@ -1,4 +1,5 @@
-# meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench
+# meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
+# make sweep, make docs
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
@@ -22,14 +23,14 @@ LDLIBS += $(BLAS_LIBS)
 # BUILD: where objects go (build/, or build/asan for the sanitizer build); OUT: the trainer.
 BUILD   ?= build
 OUT     ?= train
-LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pipeline/*.c) $(wildcard data/*.c)
+LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pipeline/*.c) $(wildcard data/*.c) $(wildcard sweep/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity bench clean corpus
+.PHONY: all run test unit asan tsan parity bench clean corpus sweep docs
 all: train
 
-$(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h)
+$(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -75,6 +76,17 @@ parity: train
 
 bench: train
 	bash tests/bench.sh
+
+# Every optimization of OPTIMIZATIONS.md toggled against the baseline on both tiny presets:
+# losses compared bit for bit, per-device memory measured (sweep/sweep.c). Fails if a "bit"
+# row is not bit-identical.
+sweep: train
+	./train sweep configs/mixtral-tiny.yml
+	./train sweep configs/deepseek-tiny.yml
+
+# Regenerates the measured tables of docs/ from real sweep runs (docs/generate.sh).
+docs: train
+	bash docs/generate.sh
 
 clean:
 	rm -rf build train

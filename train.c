@@ -2,6 +2,7 @@
 //
 //   ./train CONFIG.yml [key=value ...]   train (see ./train --help-config for the keys)
 //   ./train prepare IN.txt OUT.bin       write a byte-level text as an llm.c token file
+//   ./train sweep CONFIG.yml [key=value]  every optimization toggled: losses and memory (sweep/)
 //   ./train --help-config                list every config key with its default
 //
 // 1. read the config (preset file, then overrides) and check it;
@@ -24,6 +25,7 @@
 #include "sharding/collectives.h"
 #include "sharding/print.h"
 #include "pipeline/pipeline.h"
+#include "sweep/sweep.h"
 #include <time.h>
 #include <errno.h>
 #ifdef _OPENMP
@@ -262,11 +264,12 @@ int main(int argc, char **argv) {
     blas_prefer_fast_kernels(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
-               "       ./train --help-config\n");
+               "       ./train sweep CONFIG.yml [key=value ...]\n       ./train --help-config\n");
         return argc < 2;
     }
     if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
+    if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
 
     // 1. Config.
     Config c;

@@ -117,6 +117,10 @@ static const KeyDef KEYS[] = {
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     KEY(dry_run, K_BOOL, "false", "build everything, print the memory plan, do not train"),
+    // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
+    KEY(sweep_steps, K_INT, "5", "sweep: training steps of every run the sweep compares"),
+    KEY(sweep_only, K_STR, "", "sweep: run only the rows of these keys (comma-separated; a catalog row number or 'mesh' works too)"),
+    KEY(sweep_num_devices, K_INT, "4", "sweep: devices of the mesh-shape sweep (row 18: every data x fsdp x tensor x expert factorisation)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -201,6 +205,31 @@ void config_set(Config *c, const char *key, const char *value, const char *where
     if (!k) die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)",
                 where, key, closest_key(key));
     set_value(c, k, value, where);
+}
+
+// ---- branch sweep: questions about the key table, so that the sweep's row list can be
+// data (a row whose key this build lacks is reported as not implemented, never faked).
+int config_has_key(const char *key) { return find_key(key) != NULL; }
+
+int config_value_is(const Config *c, const char *key, const char *value) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("internal: config_value_is: unknown key '%s'", key);
+    Config t = *c;
+    set_value(&t, k, value, "sweep");
+    return memcmp(&t, c, sizeof t) == 0;
+}
+
+void config_format_value(const Config *c, const char *key, char *buf, int cap) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("internal: config_format_value: unknown key '%s'", key);
+    const void *field = (const char *)c + k->offset;
+    switch (k->type) {
+    case K_INT: snprintf(buf, (size_t)cap, "%d", *(const int *)field); break;
+    case K_FLOAT: snprintf(buf, (size_t)cap, "%g", (double)*(const float *)field); break;
+    case K_BYTES: snprintf(buf, (size_t)cap, "%lld", (long long)*(const int64_t *)field); break;
+    case K_BOOL: snprintf(buf, (size_t)cap, "%s", *(const int *)field ? "true" : "false"); break;
+    case K_STR: snprintf(buf, (size_t)cap, "%s", (const char *)field); break;
+    }
 }
 
 void config_defaults(Config *c) {

@@ -92,6 +92,10 @@ typedef struct {
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     int dry_run;
+    // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
+    int sweep_steps;                 // steps of every run the sweep compares
+    char sweep_only[CFG_STR];        // comma-separated keys (or row numbers, or "mesh"): the rows to run
+    int sweep_num_devices;           // devices of the mesh-shape sweep (row 18)
 } Config;
 
 // Fill every field with its default.
@@ -109,6 +113,14 @@ void config_print_help(void);
 int config_to_json(const Config *c, char *buf, int cap);
 // Overwrite c from a JSON object written by config_to_json (checkpoint loading).
 void config_from_json(Config *c, const char *json, const char *where);
+
+// ---- branch sweep: the key table as data (sweep/) ----
+// Whether this build has a key.
+int config_has_key(const char *key);
+// Whether setting key=value would leave c unchanged (value parsed as the key's type).
+int config_value_is(const Config *c, const char *key, const char *value);
+// The key's value in c, written as a preset would write it.
+void config_format_value(const Config *c, const char *key, char *buf, int cap);
 
 // Derived quantities, used everywhere.
 static inline int cfg_is_deepseek(const Config *c) { return strcmp(c->decoder_block, "deepseek") == 0; }
