@@ -116,7 +116,9 @@ static const KeyDef KEYS[] = {
     KEY(pipeline_fsdp_ag_once, K_BOOL, "false", "pipeline: all-gather the stage's weights over fsdp once before the loop, not at every iteration"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
-    KEY(dry_run, K_BOOL, "false", "build everything, print the memory plan, do not train"),
+    // ---- branch planner: the dry-run planner and the memory timeline (sharding/plan.h) ----
+    KEY(dry_run, K_BOOL, "false", "walk one training step's allocations without computing, print each device's memory plan and whether it fits hbm_capacity"),
+    KEY(memory_trace, K_STR, "", "write each device's live bytes by tag over the first step, one CSV row per alloc/free/phase (./train plot TRACE DIR draws it)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 

@@ -5,6 +5,7 @@
 #include "common.h"
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps, int bf16) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     #pragma omp parallel for if (T * D > 32768)
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * D;
@@ -25,6 +26,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale
 // and dscale sums dy * rb(n).
 void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
                       const float *rstd, int T, int D, Leaves leaf, int bf16) {
+    if (mem_dry()) T = 0;   // dry run: no rows to compute, the leaves are still allocated
     #pragma omp parallel for if (T * D > 32768)
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D;

@@ -4,6 +4,8 @@
 // the largest live buffers.
 #include "sharding/memory.h"
 #include "common.h"
+#include <stdarg.h>
+#include <sys/mman.h>
 
 const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm"};
 
@@ -15,10 +17,26 @@ struct MemBlock {
     Device *dev;
     const char *name;
     MemBlock *prev, *next;
+    int mapped;          // dry run: address space from mmap, no memory behind it
 };
 _Static_assert(sizeof(MemBlock) <= HEADER, "header must fit in front of the data");
 
 static _Thread_local Device *current;
+static int dry;   // dry_run (set once before the devices start)
+
+#define DRY_REAL_BELOW (1u << 20)   // dry run: buffers under 1 MiB are real memory
+
+void mem_set_dry(int on) { dry = on; }
+int mem_dry(void) { return dry; }
+
+void mem_phase(const char *fmt, ...) {
+    Device *d = mem_device();
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->phase, sizeof d->phase, fmt, ap);
+    va_end(ap);
+    if (d->hook) d->hook(d, 0, MEM_TEMP, 0, d->phase);
+}
 
 void device_init(Device *d, int id, size_t capacity) {
     memset(d, 0, sizeof(*d));
@@ -48,31 +66,45 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
     fprintf(stderr, "  live by tag on device %d:", d->id);
     for (int t = 0; t < MEM_NTAGS; t++) fprintf(stderr, " %s %s", MEM_TAG_NAMES[t], mem_fmt(d->live[t], a, sizeof a));
     fprintf(stderr, "\n  largest live buffers:\n");
-    // Print the five largest without sorting the list: pick the largest below the last one.
-    size_t below = (size_t)-1;
-    for (int k = 0; k < 5; k++) {
-        MemBlock *best = NULL;
-        for (MemBlock *m = d->head; m; m = m->next)
-            if (m->bytes < below && (!best || m->bytes > best->bytes)) best = m;
-        if (!best) break;
-        fprintf(stderr, "    %-40s %-12s %s\n", best->name, MEM_TAG_NAMES[best->tag], mem_fmt(best->bytes, a, sizeof a));
-        below = best->bytes;
-    }
+    const char *nm[5];
+    MemTag tg[5];
+    size_t by[5];
+    int n = mem_largest_live(d, 5, nm, tg, by);
+    for (int k = 0; k < n; k++) fprintf(stderr, "    %-40s %-12s %s\n", nm[k], MEM_TAG_NAMES[tg[k]], mem_fmt(by[k], a, sizeof a));
     die("device %d out of memory: '%s' (%s, %s) does not fit: %s live of %s capacity (largest buffers "
         "above); raise hbm_capacity, or shard more (fsdp, tensor, expert), or lower per_device_batch_size",
         d->id, name, MEM_TAG_NAMES[tag], mem_fmt(bytes, a, sizeof a), mem_fmt(d->live_total, b, sizeof b),
         mem_fmt(d->capacity, c, sizeof c));
 }
 
+int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes) {
+    // Pick the largest below the last one picked (no sorting of the list); a tie with the
+    // last one is skipped, which is fine for a report.
+    size_t below = (size_t)-1;
+    int n = 0;
+    for (; n < k; n++) {
+        const MemBlock *best = NULL;
+        for (const MemBlock *m = d->head; m; m = m->next)
+            if (m->bytes < below && (!best || m->bytes > best->bytes)) best = m;
+        if (!best) break;
+        name[n] = best->name; tag[n] = best->tag; bytes[n] = best->bytes;
+        below = best->bytes;
+    }
+    return n;
+}
+
 void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     Device *d = mem_device();
     if (d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    char *raw = aligned_alloc(64, HEADER + rounded);
+    int mapped = dry && bytes >= DRY_REAL_BELOW;
+    char *raw = mapped ? mmap(NULL, HEADER + rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                       : aligned_alloc(64, HEADER + rounded);
+    if (mapped && raw == MAP_FAILED) raw = NULL;
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
-    memset(raw + HEADER, 0, rounded);
+    if (!mapped) memset(raw + HEADER, 0, rounded);   // (fresh mapped pages are zero already)
     MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, NULL, d->head};
+    *m = (MemBlock){bytes, tag, d, name, NULL, d->head, mapped};
     if (d->head) d->head->prev = m;
     d->head = m;
     d->live[tag] += bytes;
@@ -81,8 +113,11 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     if (d->live_total > d->peak_total) {
         d->peak_total = d->live_total;
         memcpy(d->at_peak, d->live, sizeof d->live);
+        memcpy(d->peak_phase, d->phase, sizeof d->phase);
+        d->peak_name = name;
     }
     d->nallocs++;
+    if (d->hook) d->hook(d, 1, tag, bytes, name);
     return raw + HEADER;
 }
 
@@ -102,7 +137,9 @@ void mem_free(void *p) {
     d->live_total -= m->bytes;
     if (m->prev) m->prev->next = m->next; else d->head = m->next;
     if (m->next) m->next->prev = m->prev;
-    free(m);
+    if (d->hook) d->hook(d, -1, m->tag, m->bytes, m->name);
+    if (m->mapped) munmap(m, HEADER + ((m->bytes + 63) & ~(size_t)63));
+    else free(m);
 }
 
 void device_release_all(Device *d) {
@@ -113,6 +150,8 @@ void mem_reset_peak(Device *d) {
     memcpy(d->peak, d->live, sizeof d->live);
     d->peak_total = d->live_total;
     memcpy(d->at_peak, d->live, sizeof d->live);
+    memcpy(d->peak_phase, d->phase, sizeof d->phase);
+    d->peak_name = "(live at the start of the step)";
 }
 
 void mem_print_report(const Device *d) {
