@@ -46,7 +46,7 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
     leafsum_begin(&ls, leaf, dscale, (size_t)D, "rmsnorm dscale leaf");
     for (long l = 0; l < leaf.n; l++) {
         float *g = leafsum_leaf(&ls);
-        for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++)
+        for (long t = leaf_token(leaf, l); t < (mem_dry() ? 0 : leaf_token(leaf, l) + leaf.len); t++)
             for (int i = 0; i < D; i++) {
                 float n = x[(size_t)t * D + i] * rstd[t];
                 g[i] += dout[(size_t)t * D + i] * (bf16 ? bf16_round(n) : n);

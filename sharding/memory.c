@@ -78,17 +78,19 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
 }
 
 int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes) {
-    // Pick the largest below the last one picked (no sorting of the list); a tie with the
-    // last one is skipped, which is fine for a report.
-    size_t below = (size_t)-1;
+    // Pick the largest after the last one picked, in the order (bytes, address) descending
+    // (no sorting of the list).
+    const MemBlock *last = NULL;
     int n = 0;
     for (; n < k; n++) {
         const MemBlock *best = NULL;
-        for (const MemBlock *m = d->head; m; m = m->next)
-            if (m->bytes < below && (!best || m->bytes > best->bytes)) best = m;
+        for (const MemBlock *m = d->head; m; m = m->next) {
+            int after = !last || m->bytes < last->bytes || (m->bytes == last->bytes && m < last);
+            if (after && (!best || m->bytes > best->bytes || (m->bytes == best->bytes && m > best))) best = m;
+        }
         if (!best) break;
         name[n] = best->name; tag[n] = best->tag; bytes[n] = best->bytes;
-        below = best->bytes;
+        last = best;
     }
     return n;
 }
