@@ -110,16 +110,6 @@ void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, 
     }
 }
 
-// Dry run (the planner, sharding/memory.h): no logits to route on, so token t's slot k goes
-// to expert (t*K + k) mod E, a balanced routing. Every size that depends on the routing is
-// allocated for a bound (see expert_forward), so the plan does not depend on this choice.
-static void route_dry(int *top_idx, float *top_w, int T, int E, int K) {
-    for (size_t a = 0; a < (size_t)T * K; a++) {
-        top_idx[a] = (int)(a % (size_t)E);
-        top_w[a] = 1.0f / (float)K;
-    }
-}
-
 int moe_capacity(const Config *c, int S) {
     double per_expert = ceil((double)S * c->num_experts_per_tok / c->num_experts);
     return (int)fmax(per_expert * c->capacity_factor, c->capacity_factor);
@@ -161,7 +151,7 @@ static void load_balance_forward(MoeSaved *s, double *lb_seq, Leaves lv, int E, 
     // then the sum of P of each expert.
     double *part = (double *)mem_alloc(MEM_TEMP, sizeof(double) * B * lv.nchunks * 2 * E, "moe lb chunk sums");
     double *tot = (double *)mem_alloc(MEM_TEMP, sizeof(double) * B * 2 * E, "moe lb sequence sums");
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < (mem_dry() ? 0 : B); b++)
         for (int j = 0; j < lv.nchunks; j++) {
             double *cnt = part + ((size_t)b * lv.nchunks + j) * 2 * E, *psum = cnt + E;
             for (int t = b * S + j * lv.chunk; t < b * S + (j + 1) * lv.chunk; t++)
@@ -206,9 +196,19 @@ static void build_rows(MoeSaved *s, int sparse, int T, int E, int K) {
     s->assign_row = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * A, "moe assignment row");
     if (!sparse) {
         for (int e = 0; e <= E; e++) s->row_start[e] = e * T;
+        if (mem_dry()) return;   // (a dry run needs the counts only)
         for (int e = 0; e < E; e++)
             for (int t = 0; t < T; t++) s->row_token[e * T + t] = t;
         for (size_t a = 0; a < A; a++) s->assign_row[a] = s->top_idx[a] * T + (int)(a / K);
+        return;
+    }
+    if (mem_dry()) {
+        // Dry run (the planner, sharding/memory.h): there are no logits to route on. Only
+        // the experts' row counts are needed (the all-to-all sizes); they are those of a
+        // balanced routing, assignment a to expert a mod E. Every buffer whose size depends
+        // on the routing is allocated for its bound (see expert_forward), so the plan does
+        // not depend on this choice. The other routing arrays stay as allocated (zero).
+        for (int e = 0; e <= E; e++) s->row_start[e] = (int)(A / E * e + MM_MIN((size_t)e, A % E));
         return;
     }
     // A counting sort of the assignments by expert, keeping (token, slot) order inside.
@@ -380,7 +380,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     matmul_forward(s->logits, x, p->gate, T, D, E, 0);
     round_bf16(s->logits, (size_t)T * E, gate_rounds(c));   // cast point 5
     if (mem_dry()) {
-        route_dry(s->top_idx, s->top_w, T, E, K);
+        // no routing: see build_rows
     } else if (cfg_sigmoid_router(c)) {
         route_deepseek(c, s->top_idx, s->top_w, s->scores, s->logits, bias, T);
     } else {
@@ -388,21 +388,21 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
         prec_round(c, s->top_w, A);   // cast point 12
     }
     mem_copy(s->w_eff, s->top_w, sizeof(float) * A);
-    if (!c->sparse_matmul && c->capacity_factor > 0) {
+    if (!c->sparse_matmul && c->capacity_factor > 0) {   // (a dry run allocates, does not count)
         int *keep = (int *)mem_alloc(MEM_TEMP, sizeof(int) * A, "moe capacity keep");
         // The priority runs over the whole sequence: the assignments of the parts before this
         // device's (context parallelism) count first, per sequence and expert.
         int *mine = (int *)mem_alloc(MEM_TEMP, sizeof(int) * B * E, "moe capacity counts");      // (B,E)
         int *before = (int *)mem_alloc(MEM_TEMP, sizeof(int) * B * E, "moe capacity counts before");
-        for (size_t a = 0; a < A; a++) mine[(a / K / S) * E + s->top_idx[a]]++;
+        for (size_t a = 0; a < (mem_dry() ? 0 : A); a++) mine[(a / K / S) * E + s->top_idx[a]]++;
         cp_counts_before(before, mine, (size_t)B * E);
-        capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S * cp_size()), before);
+        if (!mem_dry()) capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S * cp_size()), before);
         for (size_t a = 0; a < A; a++) s->w_eff[a] *= (float)keep[a];
         mem_free(keep);
         mem_free(mine);
         mem_free(before);
     }
-    if (expert_counts)
+    if (expert_counts && !mem_dry())   // (a dry run does not route: build_rows)
         for (size_t a = 0; a < A; a++) expert_counts[s->top_idx[a]]++;
     if (lb_coef > 0) load_balance_forward(s, lb_seq, leaves_of(c, B, S), E, K, lb_coef);
 

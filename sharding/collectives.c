@@ -60,11 +60,11 @@ void coll_barrier(Group *g) {
 }
 
 // A dry run (sharding/memory.h) moves no payload: the buffers hold nothing. The staging
-// buffers are still allocated and the bytes counted; copies under 64 KiB still happen,
+// buffers are still allocated and the bytes counted; copies under 4 KiB still happen,
 // since those are the small exchanges of counts (the expert all-to-all's sizes) that
 // decide the sizes of later buffers.
 static void move(void *dst, const void *src, size_t bytes) {
-    if (!(mem_dry() && bytes >= 65536)) memcpy(dst, src, bytes);
+    if (!(mem_dry() && bytes >= 4096)) memcpy(dst, src, bytes);
 }
 
 static void count(CollKind k, size_t sent, size_t recv) {

@@ -74,6 +74,7 @@ ExpertDispatch *ep_plan(const int *row_start, const int *row_token, int E, int K
             int at = (int)(r_off[p] / sizeof(int));   // rank p's block, then its experts before e
             for (int e2 = 0; e2 < e; e2++) at += d->recv_count[p * El + e2];
             for (int i = 0; i < d->recv_count[p * El + e]; i++, r++) {
+                if (mem_dry()) continue;   // a dry run needs the counts only
                 d->from[r] = at + i;
                 d->row_token[r] = p * T + tok[at + i];
             }

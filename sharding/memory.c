@@ -6,6 +6,7 @@
 #include "common.h"
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <pthread.h>
 
 const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm"};
 
@@ -17,16 +18,56 @@ struct MemBlock {
     Device *dev;
     const char *name;
     MemBlock *prev, *next;
-    int mapped;          // dry run: address space from mmap, no memory behind it
+    unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
 };
 _Static_assert(sizeof(MemBlock) <= HEADER, "header must fit in front of the data");
 
 static _Thread_local Device *current;
 static int dry;   // dry_run (set once before the devices start)
 
-#define DRY_REAL_BELOW (1u << 20)   // dry run: buffers under 1 MiB are real memory
+#define DRY_REAL_BELOW (1u << 16)   // dry run: buffers under 64 KiB are real memory
 
-void mem_set_dry(int on) { dry = on; }
+// A dry run's large buffers all point into one reservation of address space, "the void",
+// each at its own 64-byte step, so they overlap and nothing backs them: whatever the plan's
+// size, the void costs no memory and one mapping. Their headers live apart, found from the
+// slot (the step). A buffer that is written anyway (control data is real memory, below
+// 64 KiB) touches the void's pages that all buffers share, so the memory stays bounded.
+#define VOID_SLOTS (1u << 22)               // large buffers live at once, all devices
+#define VOID_BYTES ((size_t)1 << 42)        // 4 TiB of address space
+static char *void_base;
+static MemBlock **void_hdr;                 // (VOID_SLOTS) the header of the buffer at each slot
+static unsigned *void_free, void_nfree;     // a stack of the free slots
+static pthread_mutex_t void_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void mem_set_dry(int on) {
+    dry = on;
+    if (!on || void_base) return;
+    void_base = mmap(NULL, VOID_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (void_base == MAP_FAILED) die("dry run: cannot reserve %zu bytes of address space", VOID_BYTES);
+    void_hdr = calloc(VOID_SLOTS, sizeof *void_hdr);
+    void_free = malloc(VOID_SLOTS * sizeof *void_free);
+    if (!void_hdr || !void_free) die("dry run: host out of memory");
+    for (unsigned i = 0; i < VOID_SLOTS; i++) void_free[i] = VOID_SLOTS - 1 - i;
+    void_nfree = VOID_SLOTS;
+}
+
+// The header of buffer p (in front of it, or in the void's table).
+static MemBlock *block_of(const void *p) {
+    const char *c = (const char *)p;
+    if (void_base && c >= void_base && c < void_base + VOID_BYTES) return void_hdr[(size_t)(c - void_base) / 64];
+    return (MemBlock *)(c - HEADER);
+}
+
+static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
+    if (bytes > VOID_BYTES - (size_t)VOID_SLOTS * 64) die("dry run: '%s' (%zu bytes) is larger than the planner's address space", name, bytes);
+    pthread_mutex_lock(&void_lock);
+    if (!void_nfree) die("dry run: more than %u large buffers live at once", VOID_SLOTS);
+    unsigned slot = void_free[--void_nfree];
+    void_hdr[slot] = m;
+    pthread_mutex_unlock(&void_lock);
+    m->slot = slot + 1;
+    return void_base + (size_t)slot * 64;
+}
 int mem_dry(void) { return dry; }
 
 void mem_phase(const char *fmt, ...) {
@@ -99,14 +140,13 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     Device *d = mem_device();
     if (d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    int mapped = dry && bytes >= DRY_REAL_BELOW;
-    char *raw = mapped ? mmap(NULL, HEADER + rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                       : aligned_alloc(64, HEADER + rounded);
-    if (mapped && raw == MAP_FAILED) raw = NULL;
+    int in_void = dry && bytes >= DRY_REAL_BELOW;
+    char *raw = in_void ? malloc(sizeof(MemBlock)) : aligned_alloc(64, HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
-    if (!mapped) memset(raw + HEADER, 0, rounded);   // (fresh mapped pages are zero already)
     MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, NULL, d->head, mapped};
+    *m = (MemBlock){bytes, tag, d, name, NULL, d->head, 0};
+    char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
+    if (!in_void) memset(data, 0, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
     d->live[tag] += bytes;
@@ -120,11 +160,11 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     }
     d->nallocs++;
     if (d->hook) d->hook(d, 1, tag, bytes, name);
-    return raw + HEADER;
+    return data;
 }
 
 const char *mem_name(const void *p) {
-    return ((const MemBlock *)((const char *)p - HEADER))->name;
+    return block_of(p)->name;
 }
 
 float *mem_floats(MemTag tag, size_t n, const char *name) {
@@ -133,19 +173,23 @@ float *mem_floats(MemTag tag, size_t n, const char *name) {
 
 void mem_free(void *p) {
     if (!p) return;
-    MemBlock *m = (MemBlock *)((char *)p - HEADER);
+    MemBlock *m = block_of(p);
     Device *d = m->dev;
     d->live[m->tag] -= m->bytes;
     d->live_total -= m->bytes;
     if (m->prev) m->prev->next = m->next; else d->head = m->next;
     if (m->next) m->next->prev = m->prev;
     if (d->hook) d->hook(d, -1, m->tag, m->bytes, m->name);
-    if (m->mapped) munmap(m, HEADER + ((m->bytes + 63) & ~(size_t)63));
-    else free(m);
+    if (m->slot) {
+        pthread_mutex_lock(&void_lock);
+        void_free[void_nfree++] = m->slot - 1;
+        pthread_mutex_unlock(&void_lock);
+    }
+    free(m);
 }
 
 void device_release_all(Device *d) {
-    while (d->head) mem_free((char *)d->head + HEADER);
+    while (d->head) mem_free(d->head->slot ? void_base + (size_t)(d->head->slot - 1) * 64 : (char *)d->head + HEADER);
 }
 
 void mem_reset_peak(Device *d) {

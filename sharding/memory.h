@@ -60,7 +60,7 @@ const char *mem_name(const void *p);
 // Dry run (dry_run=true, the planner): allocations are counted exactly as in a real run,
 // but large buffers get address space without memory behind it (untouched pages cost
 // nothing) and the compute kernels return at once when mem_dry() is set, so nothing
-// touches them. Small buffers (< 1 MiB) are real: routing counts and plans live there.
+// touches them. Small buffers (< 64 KiB) are real: routing counts and plans live there.
 void mem_set_dry(int on);
 int mem_dry(void);
 // memset / memcpy of a buffer's contents, skipped in a dry run (nothing to move).
