@@ -27,7 +27,7 @@ LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pi
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity bench clean corpus sweep docs
+.PHONY: all run test unit asan tsan parity bench clean corpus sweep docs plots
 all: train
 
 $(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
@@ -87,6 +87,13 @@ sweep: train
 # Regenerates the measured tables of docs/ from real sweep runs (docs/generate.sh).
 docs: train
 	bash docs/generate.sh
+
+# The memory timeline of one step of mixtral-tiny on fsdp=2, one SVG per device in build/plots/.
+plots: train
+	@mkdir -p build/plots
+	./train configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4 steps=1 eval_steps=1 \
+	    sample_length=0 memory_trace=build/plots/mixtral-tiny-fsdp2.csv
+	./train plot build/plots/mixtral-tiny-fsdp2.csv build/plots
 
 clean:
 	rm -rf build train

@@ -4,6 +4,8 @@
 //   ./train prepare IN.txt OUT.bin       write a byte-level text as an llm.c token file
 //   ./train sweep CONFIG.yml [key=value]  every optimization toggled: losses and memory (sweep/)
 //   ./train --help-config                list every config key with its default
+//   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
+//   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
 //
 // 1. read the config (preset file, then overrides) and check it;
 // 2. make the device (one thread here; the mesh comes in sharding/) and its allocator;
@@ -26,6 +28,7 @@
 #include "sharding/print.h"
 #include "pipeline/pipeline.h"
 #include "sweep/sweep.h"
+#include "sharding/plan.h"
 #include <time.h>
 #include <errno.h>
 #ifdef _OPENMP
@@ -199,31 +202,41 @@ static void device_main(int dev_id, void *arg) {
     if (talk && c.metrics_file[0] && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
         die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
 
-    // 4. The training loop.
+    // 4. The training loop. A dry run (the planner, sharding/plan.h) runs one step that
+    // makes every allocation of a real step and computes nothing: no data, no evaluation.
     DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
-    float first_eval = evaluate(&m, dl, B, ids, targets);
-    if (talk) printf("step %5d | eval loss %.4f\n", m.step, first_eval);
+    float first_eval = c.dry_run ? 0.0f : evaluate(&m, dl, B, ids, targets);
+    if (talk && !c.dry_run) printf("step %5d | eval loss %.4f\n", m.step, first_eval);
     int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
+    if (c.dry_run) stop = m.step + 1;
+    int first = m.step;
     while (m.step < stop) {
         int step = m.step;
-        fetch_batch(&m, dl, step, A, B, ids, targets);
+        if (!c.dry_run) fetch_batch(&m, dl, step, A, B, ids, targets);
         mem_reset_peak(dev);
+        // The planner and the memory trace watch the first step of the run.
+        if (step == first && (c.dry_run || c.memory_trace[0])) plan_watch_begin(dev, c.memory_trace[0] != 0);
         double flops0 = dev->flops, t0 = now_ms();
         StepResult r;
         size_t ncount = (size_t)c.base_num_decoder_layers * c.num_experts;
         long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
         compute_gradients(&m, ids, targets, A, B, Sl, &r, counts, NULL, NULL);
-        if (!isfinite(r.loss) || !isfinite(r.grad_norm))
+        if (!c.dry_run && (!isfinite(r.loss) || !isfinite(r.grad_norm)))
             die("non-finite %s at step %d (loss %g, grad norm %g): stopped before the update, so "
                 "the last checkpoint written (if any) is the last good state; lower learning_rate "
                 "or check the data", isfinite(r.loss) ? "gradient" : "loss", step, r.loss, r.grad_norm);
         apply_update(&m, &r, counts, (long)A * Bg * S);
         mem_free(counts);
+        plan_watch_end(dev);
         double ms = now_ms() - t0, gflops = (dev->flops - flops0) * mesh->ndev / (ms * 1e6);
         double tok_s = (double)A * Bg * S / (ms / 1e3);
         mesh_stats(mesh, dev, stats);
         size_t peak = 0;
         for (int d = 0; d < mesh->ndev; d++) peak = MM_MAX(peak, stats[d].peak_total);
+        if (c.dry_run) {   // the plan itself is printed by main once every device is done
+            if (metrics) write_metrics(metrics, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
+            break;
+        }
         if (talk && (step % c.log_period == 0 || step == c.steps - 1))
             printf("step %5d | loss %.4f | aux %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %8.0f tok/s | "
                    "%6.1f GFLOP/s | peak %s\n", step, r.loss, r.aux_loss, r.lr, r.grad_norm, ms, tok_s, gflops,
@@ -238,6 +251,14 @@ static void device_main(int dev_id, void *arg) {
     }
 
     // 5. Final eval, checkpoint, sample.
+    if (c.dry_run) {
+        if (metrics) fclose(metrics);
+        free(stats);
+        mem_free(ids);
+        mem_free(targets);
+        model_free(&m);
+        return;
+    }
     float last_eval = evaluate(&m, dl, B, ids, targets);
     if (talk) printf("step %5d | eval loss %.4f (first %.4f)\n", m.step, last_eval, first_eval);
     if (talk && c.save_checkpoint[0]) {
@@ -270,6 +291,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
     if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
+    if (!strcmp(argv[1], "plot")) {
+        if (argc != 4) die("usage: ./train plot TRACE.csv OUT_DIR");
+        return plot_trace(argv[2], argv[3]);
+    }
 
     // 1. Config.
     Config c;
@@ -299,9 +324,25 @@ int main(int argc, char **argv) {
     loader_init(&dl, tokens, ntok, c.max_target_length, c.eval_fraction);
 
     Run run = {&c, &mesh, &dl, ntok};
+    mem_set_dry(c.dry_run);
+    // The planner reports a device that does not fit instead of stopping at its first
+    // allocation that does not: its devices have no capacity limit.
+    for (int d = 0; c.dry_run && d < mesh.ndev; d++) mesh.devices[d].capacity = 0;
+    if (c.dry_run)
+        printf("dry run: one training step's allocations, nothing computed (the MoE routing is replaced by a "
+               "balanced one; every routing-dependent buffer is allocated for its bound, so the plan equals a "
+               "real step's measured peaks)\n");
     mesh_run(&mesh, device_main, &run);
 
-    for (int d = 0; d < mesh.ndev; d++) mem_print_report(&mesh.devices[d]);
+    if (c.memory_trace[0]) {
+        plan_trace_write(&mesh, c.memory_trace);
+        printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c.memory_trace,
+               c.memory_trace);
+    }
+    if (c.dry_run) plan_print(&mesh, (size_t)c.hbm_capacity);
+    else
+        for (int d = 0; d < mesh.ndev; d++) mem_print_report(&mesh.devices[d]);
+    plan_free(&mesh);
     mesh_free(&mesh);
     free(tokens);
     return 0;

@@ -43,6 +43,7 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
     float *rows = mem_floats(MEM_TEMP, (size_t)B * N * W, "attention score rows");   // (B,N,W)
     // Visible (query, key) pairs: q0+i+1 for row i; each costs a Dqk dot and a Dv axpy.
     mem_device()->flops += 2.0 * B * N * (S * (double)q0 + S * (S + 1.0) / 2) * (Dqk + Dv);
+    if (mem_dry()) B = 0;   // dry run: the scratch is allocated, nothing computed
 
     #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * W * (Dqk + Dv) > 1e5)
     for (int b = 0; b < B; b++)
@@ -101,8 +102,9 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
     size_t nk = (size_t)P * B * S * Nkv;   // key rows (of one head) of every part
     // Per visible pair: two dots (s, dP) and three axpys (dv, dq, dk).
     mem_device()->flops += 2.0 * B * N * (S * (double)q0 + S * (S + 1.0) / 2) * (3.0 * Dqk + 2.0 * Dv);
-    memset(dk, 0, sizeof(float) * nk * Dqk);
-    memset(dv, 0, sizeof(float) * nk * Dv);
+    mem_zero(dk, sizeof(float) * nk * Dqk);
+    mem_zero(dv, sizeof(float) * nk * Dv);
+    int Bc = mem_dry() ? 0 : B;   // dry run: the chunk leaves are allocated, nothing computed
 
     // Query chunk by query chunk: each chunk's dK, dV go into a leaf of the tree over the
     // chunks (straight into dk, dv when there is one chunk).
@@ -116,7 +118,7 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
         // the same float, and each float is summed in the same order whatever the thread
         // count.
         #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * chunk * (q0 + S) * (Dqk + Dv) > 1e5)
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < Bc; b++)
             for (int g = 0; g < Nkv; g++)
                 for (int h = g * group; h < (g + 1) * group; h++)
                     for (int i = qc * chunk; i < (qc + 1) * chunk; i++) {

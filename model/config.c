@@ -116,11 +116,13 @@ static const KeyDef KEYS[] = {
     KEY(pipeline_fsdp_ag_once, K_BOOL, "false", "pipeline: all-gather the stage's weights over fsdp once before the loop, not at every iteration"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
-    KEY(dry_run, K_BOOL, "false", "build everything, print the memory plan, do not train"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
     KEY(sweep_steps, K_INT, "5", "sweep: training steps of every run the sweep compares"),
     KEY(sweep_only, K_STR, "", "sweep: run only the rows of these keys (comma-separated; a catalog row number or 'mesh' works too)"),
     KEY(sweep_num_devices, K_INT, "4", "sweep: devices of the mesh-shape sweep (row 18: every data x fsdp x tensor x expert factorisation)"),
+    // ---- branch planner: the dry-run planner and the memory timeline (sharding/plan.h) ----
+    KEY(dry_run, K_BOOL, "false", "walk one training step's allocations without computing, print each device's memory plan and whether it fits hbm_capacity"),
+    KEY(memory_trace, K_STR, "", "write each device's live bytes by tag over the first step, one CSV row per alloc/free/phase (./train plot TRACE DIR draws it)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -301,7 +303,9 @@ void config_validate(const Config *c) {
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v <= 0) die("%s must be positive, got %d", pos[i].name, pos[i].v);
-    if (c->vocab_size > 65536) die("vocab_size %d does not fit uint16 token files (max 65536)", c->vocab_size);
+    // (a dry run reads no tokens: the planner takes DeepSeek-V3's 129280)
+    if (c->vocab_size > 65536 && !c->dry_run)
+        die("vocab_size %d does not fit uint16 token files (max 65536); only dry_run=true plans such a model", c->vocab_size);
     if (cfg_is_mla(c)) {
         if (c->kv_lora_rank <= 0 || c->qk_nope_head_dim <= 0 || c->v_head_dim <= 0)
             die("attention_type=mla needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0 "

@@ -91,11 +91,13 @@ typedef struct {
     int pipeline_fsdp_ag_once;       // all-gather the stage's weights once before the loop
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
-    int dry_run;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
     int sweep_steps;                 // steps of every run the sweep compares
     char sweep_only[CFG_STR];        // comma-separated keys (or row numbers, or "mesh"): the rows to run
     int sweep_num_devices;           // devices of the mesh-shape sweep (row 18)
+    // ---- branch planner ----
+    int dry_run;                     // the planner: allocate, do not compute (sharding/plan.h)
+    char memory_trace[CFG_STR];      // CSV of every device's allocations over the first step ("" = off)
 } Config;
 
 // Fill every field with its default.

@@ -11,7 +11,8 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
     int Vc = V / chunks;
     // m = max over the whole vocabulary (a max is exact in any order).
     float *m = mem_floats(MEM_TEMP, (size_t)T, "loss max");              // (T)
-    for (int t = 0; t < T; t++) {
+    int Tc = mem_dry() ? 0 : T;   // dry run: the buffers are allocated, nothing computed
+    for (int t = 0; t < Tc; t++) {
         const float *z = logits + (size_t)t * V;
         float mx = z[0];
         for (int i = 1; i < V; i++) mx = fmaxf(mx, z[i]);
@@ -26,7 +27,7 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
     for (int r = 0; r < chunks; r++) {
         float *piece = treesum_leaf(&ts);   // (T)
         #pragma omp parallel for if (T * Vc > 65536)
-        for (int t = 0; t < T; t++) {
+        for (int t = 0; t < Tc; t++) {
             const float *z = logits + (size_t)t * V + (size_t)r * Vc;
             float s = 0.0f;
             for (int i = 0; i < Vc; i++) s += expf(z[i] - m[t]);
@@ -38,15 +39,15 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
     tp_all_reduce(sum, (size_t)T);
     // The target's logit, from the device that holds it (the others add an exact zero).
     float *zt = mem_floats(MEM_TEMP, (size_t)T, "loss target logit");   // (T)
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < Tc; t++) {
         int y = targets[t] - v0;
         zt[t] = targets[t] >= 0 && y >= 0 && y < V ? logits[(size_t)t * V + y] : 0.0f;
     }
     tp_all_reduce(zt, (size_t)T);
-    for (int t = 0; t < T; t++) lse[t] = m[t] + logf(sum[t]);
+    for (int t = 0; t < Tc; t++) lse[t] = m[t] + logf(sum[t]);
     // Per-leaf sums in token order (double), so they do not depend on the thread count.
     long n = 0;
-    for (long l = 0; l < leaf.n; l++) {
+    for (long l = 0; l < (mem_dry() ? 0 : leaf.n); l++) {
         double s = 0.0;
         for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++) {
             if (targets[t] < 0) continue;
@@ -63,6 +64,7 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
 }
 
 void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul, float scale) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     #pragma omp parallel for if (T * V > 65536)
     for (int t = 0; t < T; t++) {
         float *z = dz + (size_t)t * V;

@@ -107,14 +107,14 @@ static void ordered_gemm(int transA, int transB, int M, int N, int K, const floa
     float *Bt = NULL;
     if (transB) {
         Bt = mem_floats(MEM_TEMP, (size_t)K * N, "matmul transposed weight");
-        for (int k = 0; k < K; k++)
+        for (int k = 0; k < (mem_dry() ? 0 : K); k++)   // (a dry run allocates, computes nothing)
             for (int n = 0; n < N; n++) Bt[(size_t)k * N + n] = B[(size_t)n * ldb + k];
         B = Bt;
         ldb = N;
     }
     size_t ai = transA ? 1 : (size_t)lda, ak = transA ? (size_t)lda : 1;
     // Row blocks are independent, so they run in parallel; the split changes no bits.
-    int nblk = (M + 23) / 24;
+    int nblk = mem_dry() ? 0 : (M + 23) / 24;
     #pragma omp parallel for schedule(static) if ((double)M * N * K > 1e6 && nblk > 1)
     for (int b = 0; b < nblk; b++)
         ordered_rows(b * 24, MM_MIN(M, b * 24 + 24), N, K, A, ai, ak, B, ldb, accumulate, C, ldc);
@@ -139,8 +139,8 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
     if (M == 0 || N == 0) return;
     if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) die("internal: gemm takes alpha 1 and beta 0 or 1");
     mem_device()->flops += 2.0 * M * N * K;
-    if (use_openblas) sgemm_blas(transA, transB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-    else ordered_gemm(transA, transB, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
+    if (use_openblas && !mem_dry()) sgemm_blas(transA, transB, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    else if (!use_openblas) ordered_gemm(transA, transB, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
 }
 
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
@@ -166,30 +166,38 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
 }
 
 void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
+    matmul_forward_chunked_cap(out, inp, w, T, T, C, OC, chunks);
+}
+
+void matmul_forward_chunked_cap(float *out, const float *inp, const float *w, int T, int cap, int C, int OC, int chunks) {
     if (chunks < 1 || C % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", C, chunks);
     int Cc = C / chunks;
     TreeSum ts;
-    treesum_begin(&ts, (size_t)T * OC, MEM_TEMP, "matmul partial product");
+    treesum_begin_cap(&ts, (size_t)T * OC, (size_t)cap * OC, MEM_TEMP, "matmul partial product");
     for (int r = 0; r < chunks; r++) {
         float *part = treesum_leaf(&ts);   // (T,OC) = inp[:, piece r] @ w[piece r, :]
         gemm(0, 0, T, OC, Cc, 1.0f, inp + (size_t)r * Cc, C, w + (size_t)r * Cc * OC, OC, 0.0f, part, OC);
         treesum_push(&ts);
     }
-    memset(out, 0, sizeof(float) * T * OC);
+    mem_zero(out, sizeof(float) * T * OC);
     treesum_end(&ts, out);
 }
 
 void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks) {
+    matmul_dinp_chunked_cap(dinp, dout, w, T, T, C, OC, chunks);
+}
+
+void matmul_dinp_chunked_cap(float *dinp, const float *dout, const float *w, int T, int cap, int C, int OC, int chunks) {
     if (chunks < 1 || OC % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", OC, chunks);
     int Oc = OC / chunks;
     TreeSum ts;
-    treesum_begin(&ts, (size_t)T * C, MEM_TEMP, "matmul partial input grad");
+    treesum_begin_cap(&ts, (size_t)T * C, (size_t)cap * C, MEM_TEMP, "matmul partial input grad");
     for (int r = 0; r < chunks; r++) {
         float *part = treesum_leaf(&ts);   // (T,C) = dout[:, piece r] @ w[:, piece r]^T
         gemm(0, 1, T, C, Oc, 1.0f, dout + (size_t)r * Oc, OC, w + (size_t)r * Oc, OC, 0.0f, part, C);
         treesum_push(&ts);
     }
-    memset(dinp, 0, sizeof(float) * T * C);
+    mem_zero(dinp, sizeof(float) * T * C);
     treesum_end(&ts, dinp);
 }
 

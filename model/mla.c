@@ -58,7 +58,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     // the constant is rounded too, cast point 7).
     rope_forward(s->q + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     float scale = mla_scale(c);
-    for (size_t i = 0; i < (size_t)T * N * Qk; i++) s->q[i] *= scale;
+    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * N * Qk); i++) s->q[i] *= scale;
     prec_round(c, s->q, (size_t)T * N * Qk);
 
     // ---- keys and values ----
@@ -71,7 +71,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     s->latent = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
     s->kv_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
     s->latn = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
-    for (int t = 0; t < T; t++) memcpy(s->latent + (size_t)t * R, ckv + (size_t)t * (R + Dr), sizeof(float) * R);
+    for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(s->latent + (size_t)t * R, ckv + (size_t)t * (R + Dr), sizeof(float) * R);
     rmsnorm_forward(s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R, eps, cfg_bf16(c));
     // kv (T, N*(Dn+Dv)) = latn Wkv_b: per head k_nope then v.
     float *kv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
@@ -80,7 +80,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     // Assemble k = [k_nope, k_rope] per head and v.
     s->k = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla k");   // (B,S,N,Qk)
     s->v = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla v");   // (B,S,N,Dv)
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < (mem_dry() ? 0 : T); t++) {
         const float *k_rope = ckv + (size_t)t * (R + Dr) + R;   // (Dr) shared by all heads
         for (int h = 0; h < N; h++) {
             const float *kvh = kv + ((size_t)t * N + h) * (Dn + Dv);   // (Dn+Dv)
@@ -165,7 +165,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // then over the tensor axis; it goes into dckv (T,R+Dr) after the latent's slot.
     float *dkv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla d kv up");   // (T,N,Dn+Dv)
     float *dckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla d kv down");     // (T,R+Dr)
-    for (int t = 0; t < T; t++)
+    for (int t = 0; t < (mem_dry() ? 0 : T); t++)
         for (int h = 0; h < N; h++) {
             float *dkvh = dkv + ((size_t)t * N + h) * (Dn + Dv);
             memcpy(dkvh, dk + ((size_t)t * N + h) * Qk, sizeof(float) * Dn);
@@ -184,7 +184,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     }
     treesum_end(&ts, dk_rope);
     tp_all_reduce(dk_rope, (size_t)T * Dr);
-    for (int t = 0; t < T; t++) memcpy(dckv + (size_t)t * (R + Dr) + R, dk_rope + (size_t)t * Dr, sizeof(float) * Dr);
+    for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(dckv + (size_t)t * (R + Dr) + R, dk_rope + (size_t)t * Dr, sizeof(float) * Dr);
     mem_free(dk_rope);
     mem_free(dk);
     mem_free(dv);
@@ -197,7 +197,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     mem_free(dkv);
     float *dlat = mem_floats(MEM_TEMP, (size_t)T * R, "mla d latent");         // (T,R)
     rmsnorm_backward(dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kv_rstd, T, R, leaf, cfg_bf16(c));
-    for (int t = 0; t < T; t++) memcpy(dckv + (size_t)t * (R + Dr), dlat + (size_t)t * R, sizeof(float) * R);
+    for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(dckv + (size_t)t * (R + Dr), dlat + (size_t)t * R, sizeof(float) * R);
     mem_free(dlatn);
     mem_free(dlat);
     // ckv = x Wkv_a (bf16: ckv was rounded, so is its gradient)
@@ -208,7 +208,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // ---- query ----
     // q = [q_nope, RoPE(q_rope)] * scale: undo the scale, then the rotation.
     float scale = mla_scale(c);
-    for (size_t i = 0; i < (size_t)T * N * Qk; i++) dq[i] *= scale;
+    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * N * Qk); i++) dq[i] *= scale;
     prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
     rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     prec_round(c, dq, (size_t)T * N * Qk);

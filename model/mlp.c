@@ -15,6 +15,7 @@
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     #pragma omp parallel for if (n > 65536)
     for (long i = 0; i < n; i++) act[i] = h0[i] * sigmoidf(h0[i]) * h1[i];
     round_bf16(act, (size_t)n, bf16);   // cast point 11 (model/precision.h)
@@ -22,6 +23,7 @@ void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf
 
 // d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
 void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     #pragma omp parallel for if (n > 65536)
     for (long i = 0; i < n; i++) {
         float sg = sigmoidf(h0[i]), silu = h0[i] * sg;

@@ -240,6 +240,7 @@ static size_t global_index(const ParamSpec *s, size_t i) {
 
 // Local elements [i0, i1) of tensor s into x[0 .. i1-i0).
 static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_t i1) {
+    if (mem_dry()) return;   // dry run: weights are never read (sharding/memory.h)
     uint64_t key = mix64(hash_name(s->name) ^ mix64((uint64_t)seed + 0x1234567ull));
     for (size_t li = i0; li < i1; li++) {
         size_t i = global_index(s, li), at = li - i0;
@@ -343,7 +344,7 @@ void model_unit_acquire(Model *m, int u) {
         const ParamSpec *s = &m->specs[i];
         if (model_unit_of(c, s->name) != u) continue;
         size_t at = s->offset - sh->unit_off[u];
-        memcpy(copy + at, w + at, sizeof(float) * s->size);
+        mem_copy(copy + at, w + at, sizeof(float) * s->size);
         round_bf16(copy + at, s->size, !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel")));
     }
     model_bind_unit(m, &m->params, u, copy);
@@ -394,7 +395,7 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
     a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
     if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
     else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
-    for (size_t i = 0; i < (size_t)T * D; i++) a->h[i] += x[i];
+    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) a->h[i] += x[i];
     round_bf16(a->h, (size_t)T * D, bf16);   // residual (cast point 10)
     // x' = h + FFN(RMSNorm_post(h))
     a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
@@ -408,7 +409,7 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
     } else {
         mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
     }
-    for (size_t i = 0; i < (size_t)T * D; i++) xn[i] += a->h[i];
+    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) xn[i] += a->h[i];
     round_bf16(xn, (size_t)T * D, bf16);     // residual (cast point 10)
     // What this layer's backward reads, kept as 16-bit numbers in bf16 mode.
     act_pack(c, &a->x, (size_t)T * D);
@@ -430,8 +431,8 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     act_unpack(c, &a->n2, (size_t)T * D);
     // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
     prec_round(c, dx, (size_t)T * D);
-    memcpy(dh, dx, sizeof(float) * T * D);
-    memset(dn, 0, sizeof(float) * T * D);
+    mem_copy(dh, dx, sizeof(float) * T * D);
+    mem_zero(dn, sizeof(float) * T * D);
     if (cfg_layer_is_moe(c, l)) {
         moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
         moe_saved_free(&a->moe);
@@ -442,8 +443,8 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf, cfg_bf16(c));
     prec_round(c, dh, (size_t)T * D);
     // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
-    memcpy(dx, dh, sizeof(float) * T * D);
-    memset(dn, 0, sizeof(float) * T * D);
+    mem_copy(dx, dh, sizeof(float) * T * D);
+    mem_zero(dn, sizeof(float) * T * D);
     if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
     else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
     prec_round(c, dn, (size_t)T * D);
@@ -520,15 +521,18 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
 
     // Units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head. Under FSDP each
     // is all-gathered just before use and freed right after.
+    mem_phase("forward embedding");   // phases name the moments of the memory timeline (sharding/plan.h)
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
     model_unit_acquire(m, 0);
     model_embed_forward(m, x, ids, T);
     model_unit_release(m, 0);
     for (int l = 0; l < L; l++) {
+        mem_phase("forward layer %d", l);
         model_unit_acquire(m, 1 + l);
         x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
         model_unit_release(m, 1 + l);
     }
+    mem_phase("forward head and loss");
     model_unit_acquire(m, L + 1);
     model_head_forward(m, x, T);
     model_unit_release(m, L + 1);
@@ -541,6 +545,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
     int L = c->base_num_decoder_layers;
 
     // Loss and output head.
+    mem_phase("backward head and loss");
     model_head_unpack(m, T);
     model_unit_acquire(m, L + 1);
     fsdp_grad_begin(m, L + 1);
@@ -551,12 +556,14 @@ void model_backward(Model *m, float scale, float lb_coef) {
     float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
     float *dn = dnf;   // reused: gradient of a norm's output
     for (int l = L - 1; l >= 0; l--) {
+        mem_phase("backward layer %d", l);
         model_unit_acquire(m, 1 + l);
         fsdp_grad_begin(m, 1 + l);
         model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
         fsdp_grad_end(m, 1 + l);
         model_unit_release(m, 1 + l);
     }
+    mem_phase("backward embedding");
     fsdp_grad_begin(m, 0);
     model_embed_backward(m, dx, m->ids, B, S);
     fsdp_grad_end(m, 0);

@@ -140,7 +140,7 @@ static void load_balance_forward(MoeSaved *s, double *lb_seq, Leaves lv, int E, 
     size_t T = (size_t)B * S;
     s->probs = mem_floats(MEM_ACTIVATIONS, T * E, "moe router probs");   // (T,E)
     s->lb_f = mem_floats(MEM_ACTIVATIONS, (size_t)B * E, "moe lb f");    // (B,E)
-    for (size_t t = 0; t < T; t++) {
+    for (size_t t = 0; t < (mem_dry() ? 0 : T); t++) {   // (a dry run computes nothing)
         const float *l = s->logits + t * E;
         float *p = s->probs + t * E, m = l[0], sum = 0.0f;
         for (int e = 1; e < E; e++) m = fmaxf(m, l[e]);
@@ -151,7 +151,7 @@ static void load_balance_forward(MoeSaved *s, double *lb_seq, Leaves lv, int E, 
     // then the sum of P of each expert.
     double *part = (double *)mem_alloc(MEM_TEMP, sizeof(double) * B * lv.nchunks * 2 * E, "moe lb chunk sums");
     double *tot = (double *)mem_alloc(MEM_TEMP, sizeof(double) * B * 2 * E, "moe lb sequence sums");
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < (mem_dry() ? 0 : B); b++)
         for (int j = 0; j < lv.nchunks; j++) {
             double *cnt = part + ((size_t)b * lv.nchunks + j) * 2 * E, *psum = cnt + E;
             for (int t = b * S + j * lv.chunk; t < b * S + (j + 1) * lv.chunk; t++)
@@ -177,7 +177,7 @@ static void load_balance_forward(MoeSaved *s, double *lb_seq, Leaves lv, int E, 
 // dlogits (T,E) += softmax backward of dP[t,e] = lb_coef * f[b,e] / Sg (S tokens of each
 // sequence here, Sg in the whole sequence).
 static void load_balance_backward(float *dlogits, const MoeSaved *s, int B, int S, int Sg, int E, float lb_coef) {
-    for (int t = 0; t < B * S; t++) {
+    for (int t = 0; t < (mem_dry() ? 0 : B * S); t++) {
         const float *p = s->probs + (size_t)t * E, *f = s->lb_f + (size_t)(t / S) * E;
         float dot = 0.0f;
         for (int e = 0; e < E; e++) dot += p[e] * (lb_coef * f[e] / Sg);
@@ -196,9 +196,19 @@ static void build_rows(MoeSaved *s, int sparse, int T, int E, int K) {
     s->assign_row = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * A, "moe assignment row");
     if (!sparse) {
         for (int e = 0; e <= E; e++) s->row_start[e] = e * T;
+        if (mem_dry()) return;   // (a dry run needs the counts only)
         for (int e = 0; e < E; e++)
             for (int t = 0; t < T; t++) s->row_token[e * T + t] = t;
         for (size_t a = 0; a < A; a++) s->assign_row[a] = s->top_idx[a] * T + (int)(a / K);
+        return;
+    }
+    if (mem_dry()) {
+        // Dry run (the planner, sharding/memory.h): there are no logits to route on. Only
+        // the experts' row counts are needed (the all-to-all sizes); they are those of a
+        // balanced routing, assignment a to expert a mod E. Every buffer whose size depends
+        // on the routing is allocated for its bound (see expert_forward), so the plan does
+        // not depend on this choice. The other routing arrays stay as allocated (zero).
+        for (int e = 0; e <= E; e++) s->row_start[e] = (int)(A / E * e + MM_MIN((size_t)e, A % E));
         return;
     }
     // A counting sort of the assignments by expert, keeping (token, slot) order inside.
@@ -217,7 +227,7 @@ static void build_rows(MoeSaved *s, int sparse, int T, int E, int K) {
 // xs (n,D) = x rows of the tokens of rows [r0, r0+n)
 static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
     #pragma omp parallel for if ((long)n * D > 65536)
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < (mem_dry() ? 0 : n); i++)
         memcpy(xs + (size_t)i * D, x + (size_t)row_token[r0 + i] * D, sizeof(float) * D);
 }
 
@@ -253,17 +263,22 @@ static void expert_dw(float *dw, const float *inp, const float *dout, const int 
 // One expert, forward and backward, on n rows. e is the expert's index in this device's
 // share of the expert weights (all of them without expert parallelism).
 
+// The per-expert temporaries are allocated for `cap` rows, the most the expert can get
+// (one row per token it can see), not for its n rows of this batch: so the memory a step
+// needs does not depend on the routing, and the dry-run planner (which does not route)
+// allocates exactly what a real step does.
+//
 // h0, h1 (n,H) = xs wi_0, xs wi_1 (kept);  y (n,D) = (silu(h0) * h1) wo
-static void expert_forward(const Config *c, const MoeParams *p, int e, const float *xs, int n,
+static void expert_forward(const Config *c, const MoeParams *p, int e, const float *xs, int n, int cap,
                            float *h0, float *h1, float *y) {
     int D = c->base_emb_dim, H = cfg_expert_dim(c);
     matmul_forward(h0, xs, p->wi_0 + (size_t)e * D * H, n, D, H, 0);
     matmul_forward(h1, xs, p->wi_1 + (size_t)e * D * H, n, D, H, 0);
     prec_round(c, h0, (size_t)n * H);
     prec_round(c, h1, (size_t)n * H);
-    float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H)
+    float *act = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) of (cap,H)
     swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
-    tp_rowpar_forward(c, y, act, p->wo + (size_t)e * H * D, n, H, D);   // a sum over H (tensor-split)
+    tp_rowpar_forward_cap(c, y, act, p->wo + (size_t)e * H * D, n, cap, H, D);   // a sum over H (tensor-split)
     prec_round(c, y, (size_t)n * D);
     mem_free(act);
 }
@@ -271,30 +286,30 @@ static void expert_forward(const Config *c, const MoeParams *p, int e, const flo
 // Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over the
 // leaves of the tokens those are numbered in), dxs (n,D) = the rows' input gradient (overwritten).
 static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, int e, const float *xs,
-                            const float *h0, const float *h1, const float *dye, const int *rt, int n,
+                            const float *h0, const float *h1, const float *dye, const int *rt, int n, int cap,
                             Leaves leaf, float *dxs) {
     int D = c->base_emb_dim, H = cfg_expert_dim(c);
     const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
     const float *wo = p->wo + (size_t)e * H * D;
     // y = act wo:  dact = dy wo^T,  dwo += act^T dy
-    float *act = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert activation");   // (n,H) recomputed
+    float *act = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
     swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
-    float *dact = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d activation");
+    float *dact = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d activation");
     matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
     prec_round(c, dact, (size_t)n * H);   // bf16: act was rounded, so is its gradient
     expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf);
     mem_free(act);
     // act = silu(h0) * h1
-    float *dh0 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h0");
-    float *dh1 = mem_floats(MEM_TEMP, (size_t)n * H, "moe expert d h1");
+    float *dh0 = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d h0");
+    float *dh1 = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d h1");
     swiglu_backward(dh0, dh1, dact, h0, h1, (long)n * H);
     prec_round(c, dh0, (size_t)n * H);
     prec_round(c, dh1, (size_t)n * H);
     mem_free(dact);
     // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
-    memset(dxs, 0, sizeof(float) * (size_t)n * D);
-    tp_colpar_dinp(c, dxs, dh0, wi0, n, D, H);   // sums over H (tensor-split)
-    tp_colpar_dinp(c, dxs, dh1, wi1, n, D, H);
+    mem_zero(dxs, sizeof(float) * (size_t)n * D);
+    tp_colpar_dinp_cap(c, dxs, dh0, wi0, n, cap, D, H);   // sums over H (tensor-split)
+    tp_colpar_dinp_cap(c, dxs, dh1, wi1, n, cap, D, H);
     expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf);
     expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf);
     mem_free(dh0); mem_free(dh1);
@@ -307,8 +322,8 @@ static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSav
     if (!c->sparse_matmul) die("expert parallelism runs the dropless sparse path: set sparse_matmul=true");
     float *rows = mem_floats(MEM_TEMP, (size_t)s->nrows * D, "moe rows to send");   // (R,D)
     gather_rows(rows, x, s->row_token, 0, s->nrows, D);
-    ExpertDispatch *d = s->ep = ep_plan(s->row_start, s->row_token, c->num_experts, T);
-    size_t n = (size_t)MM_MAX(d->nrecv, 1);
+    ExpertDispatch *d = s->ep = ep_plan(s->row_start, s->row_token, c->num_experts, c->num_experts_per_tok, T);
+    size_t n = (size_t)d->cap;   // the receive bound (sharding/expert.h), not nrecv: see expert_forward
     d->x = mem_floats(MEM_ACTIVATIONS, n * D, "moe received rows (expert parallel)");   // (nrecv,D)
     d->h0 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_0 out");
     d->h1 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_1 out");
@@ -318,7 +333,7 @@ static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSav
     for (int e = 0; e < d->El; e++) {
         int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
         if (m > 0)
-            expert_forward(c, p, e, d->x + (size_t)r0 * D, m, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
+            expert_forward(c, p, e, d->x + (size_t)r0 * D, m, d->ep * T, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
                            y + (size_t)r0 * D);
     }
     ep_return(d, y, s->y, D);
@@ -330,7 +345,7 @@ static void experts_backward_parallel(const Config *c, const MoeParams *p, MoePa
                                       const float *dy, float *dxs_rows, int B, int S) {
     int D = c->base_emb_dim, H = cfg_expert_dim(c);
     ExpertDispatch *d = s->ep;
-    size_t n = (size_t)MM_MAX(d->nrecv, 1);
+    size_t n = (size_t)d->cap;
     float *dye = mem_floats(MEM_TEMP, n * D, "moe d expert out (expert parallel)");   // (nrecv,D)
     float *dxs = mem_floats(MEM_TEMP, n * D, "moe expert d input (expert parallel)");
     ep_send(d, dy, dye, D);
@@ -340,7 +355,7 @@ static void experts_backward_parallel(const Config *c, const MoeParams *p, MoePa
         int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
         if (m > 0)
             expert_backward(c, p, g, e, d->x + (size_t)r0 * D, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
-                            dye + (size_t)r0 * D, d->row_token + r0, m, group, dxs + (size_t)r0 * D);
+                            dye + (size_t)r0 * D, d->row_token + r0, m, d->ep * B * S, group, dxs + (size_t)r0 * D);
     }
     ep_return(d, dxs, dxs_rows, D);
     mem_free(dye);
@@ -364,28 +379,30 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     s->w_eff = mem_floats(MEM_ACTIVATIONS, A, "moe combine weights");             // (T,K)
     matmul_forward(s->logits, x, p->gate, T, D, E, 0);
     round_bf16(s->logits, (size_t)T * E, gate_rounds(c));   // cast point 5
-    if (cfg_sigmoid_router(c)) {
+    if (mem_dry()) {
+        // no routing: see build_rows
+    } else if (cfg_sigmoid_router(c)) {
         route_deepseek(c, s->top_idx, s->top_w, s->scores, s->logits, bias, T);
     } else {
         route_mixtral(s->top_idx, s->top_w, s->scores, s->logits, T, E, K);
         prec_round(c, s->top_w, A);   // cast point 12
     }
-    memcpy(s->w_eff, s->top_w, sizeof(float) * A);
-    if (!c->sparse_matmul && c->capacity_factor > 0) {
+    mem_copy(s->w_eff, s->top_w, sizeof(float) * A);
+    if (!c->sparse_matmul && c->capacity_factor > 0) {   // (a dry run allocates, does not count)
         int *keep = (int *)mem_alloc(MEM_TEMP, sizeof(int) * A, "moe capacity keep");
         // The priority runs over the whole sequence: the assignments of the parts before this
         // device's (context parallelism) count first, per sequence and expert.
         int *mine = (int *)mem_alloc(MEM_TEMP, sizeof(int) * B * E, "moe capacity counts");      // (B,E)
         int *before = (int *)mem_alloc(MEM_TEMP, sizeof(int) * B * E, "moe capacity counts before");
-        for (size_t a = 0; a < A; a++) mine[(a / K / S) * E + s->top_idx[a]]++;
+        for (size_t a = 0; a < (mem_dry() ? 0 : A); a++) mine[(a / K / S) * E + s->top_idx[a]]++;
         cp_counts_before(before, mine, (size_t)B * E);
-        capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S * cp_size()), before);
+        if (!mem_dry()) capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S * cp_size()), before);
         for (size_t a = 0; a < A; a++) s->w_eff[a] *= (float)keep[a];
         mem_free(keep);
         mem_free(mine);
         mem_free(before);
     }
-    if (expert_counts)
+    if (expert_counts && !mem_dry())   // (a dry run does not route: build_rows)
         for (size_t a = 0; a < A; a++) expert_counts[s->top_idx[a]]++;
     if (lb_coef > 0) load_balance_forward(s, lb_seq, leaves_of(c, B, S), E, K, lb_coef);
 
@@ -401,9 +418,9 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
         for (int e = 0; e < E; e++) {
             int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
             if (n == 0) continue;
-            float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");   // (n,D)
+            float *xs = mem_floats(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D): see expert_forward
             gather_rows(xs, x, s->row_token, r0, n, D);
-            expert_forward(c, p, e, xs, n, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, s->y + (size_t)r0 * D);
+            expert_forward(c, p, e, xs, n, T, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, s->y + (size_t)r0 * D);
             mem_free(xs);
         }
     }
@@ -412,7 +429,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     // path's sum over E), so both paths add the same terms in the same order.
     int bf16_sum = cfg_bf16(c) && !c->float32_weight_sum;
     #pragma omp parallel for if ((long)T * D * K > 65536)
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < (mem_dry() ? 0 : T); t++) {   // (a dry run computes nothing)
         int ord[K];
         for (int k = 0; k < K; k++) ord[k] = k;
         for (int i = 1; i < K; i++)   // insertion sort of the slots by expert index
@@ -437,7 +454,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     if (p->shared.wi_0) {
         float *sh = mem_floats(MEM_TEMP, (size_t)T * D, "moe shared expert out");
         mlp_forward(c, &p->shared, &s->shared, sh, x, T, D, c->shared_experts * H);
-        for (size_t i = 0; i < (size_t)T * D; i++) out[i] += sh[i];
+        for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) out[i] += sh[i];
         prec_round(c, out, (size_t)T * D);   // cast point 15
         mem_free(sh);
     }
@@ -451,7 +468,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
 // dlogits (T,E) += the routing weights' gradient dw (T,K) pulled back through the router.
 static void router_backward(const Config *c, float *dlogits, const float *dw, const MoeSaved *s, int T) {
     int E = c->num_experts, K = c->num_experts_per_tok;
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < (mem_dry() ? 0 : T); t++) {
         const int *idx = s->top_idx + (size_t)t * K;
         const float *w = s->top_w + (size_t)t * K, *g = dw + (size_t)t * K, *l = s->logits + (size_t)t * E;
         float *dl = dlogits + (size_t)t * E;
@@ -498,7 +515,7 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     float *dy = mem_floats(MEM_TEMP, R * D, "moe d expert out");   // (R,D), zero on unused dense rows
     float *dw = mem_floats(MEM_TEMP, A, "moe d routing weights");  // (T,K)
     #pragma omp parallel for if ((long)A * D > 65536)
-    for (size_t a = 0; a < A; a++) {
+    for (size_t a = 0; a < (mem_dry() ? 0 : A); a++) {
         const float *dt = dout + (a / K) * D, *y = s->y + (size_t)s->assign_row[a] * D;
         float *dyr = dy + (size_t)s->assign_row[a] * D, w = s->w_eff[a], dot = 0.0f;
         for (int d = 0; d < D; d++) { dyr[d] = w * dt[d]; dot += dt[d] * y[d]; }
@@ -516,10 +533,10 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
         for (int e = 0; e < E; e++) {
             int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
             if (n == 0) continue;
-            float *xs = mem_floats(MEM_TEMP, (size_t)n * D, "moe expert input");
+            float *xs = mem_floats(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D)
             gather_rows(xs, x, s->row_token, r0, n, D);
             expert_backward(c, p, g, e, xs, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, dy + (size_t)r0 * D,
-                            s->row_token + r0, n, leaf, dxs + (size_t)r0 * D);
+                            s->row_token + r0, n, T, leaf, dxs + (size_t)r0 * D);
             mem_free(xs);
         }
     }
@@ -527,7 +544,7 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     for (int e = 0; e < E; e++) {
         int r0 = s->row_start[e], n = s->row_start[e + 1] - r0;
         #pragma omp parallel for if ((long)n * D > 65536)
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < (mem_dry() ? 0 : n); i++)
             for (int d = 0; d < D; d++) dx[(size_t)s->row_token[r0 + i] * D + d] += dxs[(size_t)(r0 + i) * D + d];
     }
     mem_free(dxs);
@@ -559,7 +576,7 @@ static void moe_saved_pack(const Config *c, MoeSaved *s, int pack) {
     f(c, &s->h0, R * H);
     f(c, &s->h1, R * H);
     if (s->ep) {
-        size_t n = (size_t)MM_MAX(s->ep->nrecv, 1);
+        size_t n = (size_t)s->ep->cap;
         f(c, &s->ep->x, n * D);
         f(c, &s->ep->h0, n * H);
         f(c, &s->ep->h1, n * H);

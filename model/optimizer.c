@@ -1,5 +1,6 @@
 // model/optimizer.c: schedule, clipping, AdamW, and the routing-bias update.
 #include "model/optimizer.h"
+#include "sharding/memory.h"
 #include "common.h"
 
 float lr_schedule(const Config *c, int step) {
@@ -14,18 +15,21 @@ float lr_schedule(const Config *c, int step) {
 }
 
 float grad_global_norm(const float *g, size_t n) {
+    if (mem_dry()) return 0.0f;   // dry run (sharding/memory.h)
     double ss = 0.0;
     for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
     return (float)sqrt(ss);
 }
 
 void grad_clip(float *g, size_t n, float norm, float threshold) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     if (threshold <= 0.0f || norm < threshold) return;
     #pragma omp parallel for if (n > 65536)
     for (size_t i = 0; i < n; i++) g[i] = (g[i] / norm) * threshold;   // optax's order of operations
 }
 
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     float b1 = c->adam_b1, b2 = c->adam_b2, eps = c->adam_eps, wd = c->adam_weight_decay;
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
     #pragma omp parallel for if (n > 65536)

@@ -5,6 +5,7 @@
 #include "common.h"
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps, int bf16) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     #pragma omp parallel for if (T * D > 32768)
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * D;
@@ -25,6 +26,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale
 // and dscale sums dy * rb(n).
 void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
                       const float *rstd, int T, int D, Leaves leaf, int bf16) {
+    if (mem_dry()) T = 0;   // dry run: no rows to compute, the leaves are still allocated
     #pragma omp parallel for if (T * D > 32768)
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D;
@@ -44,7 +46,7 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
     leafsum_begin(&ls, leaf, dscale, (size_t)D, "rmsnorm dscale leaf");
     for (long l = 0; l < leaf.n; l++) {
         float *g = leafsum_leaf(&ls);
-        for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++)
+        for (long t = leaf_token(leaf, l); t < (mem_dry() ? 0 : leaf_token(leaf, l) + leaf.len); t++)
             for (int i = 0; i < D; i++) {
                 float n = x[(size_t)t * D + i] * rstd[t];
                 g[i] += dout[(size_t)t * D + i] * (bf16 ? bf16_round(n) : n);

@@ -68,7 +68,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
     if (expert_counts) memset(expert_counts, 0, sizeof(long) * ncount);
 
-    memset(m->grads_mem, 0, sizeof(float) * sh->local_n);
+    mem_zero(m->grads_mem, sizeof(float) * sh->local_n);
     // With several microbatches, each one's gradient is a leaf block of the tree; its
     // buffer is a second gradient-sized allocation (that is what accumulation costs), one
     // per chunk slot: the chunks are the tree's outermost level, above the microbatches.
@@ -105,6 +105,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     group_sum_double(sh->batch, aux_seq, (size_t)MM_MAX(nmoe, 1) * nseq);
     if (expert_counts) group_sum_long(sh->tokens, expert_counts, ncount);
     finish_loss(c, r, loss_leaf, leaves_per_mb * A, aux_seq, nseq);
+    mem_phase("gradient norm");
     r->grad_norm = fsdp_grad_norm(m);
     mem_free(loss_leaf);
     mem_free(mine);
@@ -114,6 +115,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
 void apply_update(Model *m, StepResult *r, const long *expert_counts, long tokens) {
     const Config *c = &m->cfg;
     r->lr = lr_schedule(c, m->step);
+    mem_phase("optimizer");
     grad_clip(m->grads_mem, m->shard.local_n, r->grad_norm, c->gradient_clipping_threshold);
     fsdp_adamw(m, r->lr, m->step + 1);
     if (m->router_bias && c->routed_bias_update_rate > 0)

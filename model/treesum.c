@@ -4,24 +4,30 @@
 
 void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name) {
     memset(t, 0, sizeof(*t));
-    t->n = n;
+    t->n = t->alloc = n;
     t->tag = tag;
     t->name = name;
+}
+
+void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const char *name) {
+    treesum_begin(t, n, tag, name);
+    t->alloc = alloc;
 }
 
 float *treesum_leaf(TreeSum *t) {
     if (t->spare) {
         t->leaf = t->spare;
         t->spare = NULL;
-        memset(t->leaf, 0, t->n * sizeof(float));
+        mem_zero(t->leaf, t->n * sizeof(float));
     } else {
-        t->leaf = mem_floats(t->tag, t->n, t->name);
+        t->leaf = mem_floats(t->tag, t->alloc, t->name);
     }
     return t->leaf;
 }
 
 // left[i] += right[i]: the left operand is always the earlier block of leaves.
 static void add_into(float *left, const float *right, size_t n) {
+    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     #pragma omp parallel for if (n > 65536)
     for (size_t i = 0; i < n; i++) left[i] += right[i];
 }

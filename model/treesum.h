@@ -22,6 +22,7 @@
 
 typedef struct {
     size_t n;                          // floats per contribution
+    size_t alloc;                      // floats allocated per buffer (>= n)
     MemTag tag;
     const char *name;
     float *level[TREESUM_LEVELS];      // level[k]: the sum of a block of 2^k leaves, or NULL
@@ -31,6 +32,8 @@ typedef struct {
 } TreeSum;
 
 void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name);
+// The same with buffers of `alloc` >= n floats (a size bound that does not depend on the data).
+void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const char *name);
 float *treesum_leaf(TreeSum *t);       // a zeroed buffer of n floats for the next leaf
 void treesum_push(TreeSum *t);         // add the leaf into the tree
 void treesum_end(TreeSum *t, float *dst);  // dst[i] += total[i]; frees the buffers

@@ -11,6 +11,7 @@
 // that holds every piece, tagged `comm`. That is the direct algorithm; a ring would hold
 // two pieces, but would add them in an order that depends on the mesh.
 #include "sharding/collectives.h"
+#include "sharding/memory.h"
 #include "common.h"
 #include <pthread.h>
 
@@ -58,6 +59,14 @@ void coll_barrier(Group *g) {
     if (g->n > 1) pthread_barrier_wait(&g->barrier);
 }
 
+// A dry run (sharding/memory.h) moves no payload: the buffers hold nothing. The staging
+// buffers are still allocated and the bytes counted; copies under 4 KiB still happen,
+// since those are the small exchanges of counts (the expert all-to-all's sizes) that
+// decide the sizes of later buffers.
+static void move(void *dst, const void *src, size_t bytes) {
+    if (!(mem_dry() && bytes >= 4096)) memcpy(dst, src, bytes);
+}
+
 static void count(CollKind k, size_t sent, size_t recv) {
     Device *d = mem_device();
     d->comm_sent[k] += sent;
@@ -66,7 +75,7 @@ static void count(CollKind k, size_t sent, size_t recv) {
 
 // x[0] = tree sum of x[0..n); the left subtree is the largest power of two below n.
 void tree_reduce_inplace(float *x, int n, size_t len) {
-    if (n <= 1) return;
+    if (n <= 1 || mem_dry()) return;
     int p = 1;
     while (2 * p < n) p *= 2;
     tree_reduce_inplace(x, p, len);
@@ -88,22 +97,22 @@ void coll_all_gather(Group *g, const void *send, void *recv, size_t bytes_each) 
     int r = my_rank(g);
     g->slot[r] = send;
     coll_barrier(g);
-    for (int q = 0; q < g->n; q++) memcpy((char *)recv + (size_t)q * bytes_each, g->slot[q], bytes_each);
+    for (int q = 0; q < g->n; q++) move((char *)recv + (size_t)q * bytes_each, g->slot[q], bytes_each);
     coll_barrier(g);
     count(COLL_ALL_GATHER, bytes_each * (size_t)(g->n - 1), bytes_each * (size_t)(g->n - 1));
 }
 
 void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each) {
     int r = my_rank(g);
-    if (g->n == 1) { memcpy(recv, send, sizeof(float) * n_each); return; }
+    if (g->n == 1) { move(recv, send, sizeof(float) * n_each); return; }
     g->slot[r] = send;
     float *stage = mem_floats(MEM_COMM, (size_t)g->n * n_each, "reduce-scatter pieces");
     coll_barrier(g);
     for (int q = 0; q < g->n; q++)
-        memcpy(stage + (size_t)q * n_each, (const float *)g->slot[q] + (size_t)r * n_each, sizeof(float) * n_each);
+        move(stage + (size_t)q * n_each, (const float *)g->slot[q] + (size_t)r * n_each, sizeof(float) * n_each);
     coll_barrier(g);
     tree_reduce_inplace(stage, g->n, n_each);
-    memcpy(recv, stage, sizeof(float) * n_each);
+    move(recv, stage, sizeof(float) * n_each);
     mem_free(stage);
     size_t b = sizeof(float) * n_each * (size_t)(g->n - 1);
     count(COLL_REDUCE_SCATTER, b, b);
@@ -115,10 +124,10 @@ void coll_all_reduce(Group *g, float *buf, size_t n) {
     g->slot[r] = buf;
     float *stage = mem_floats(MEM_COMM, (size_t)g->n * n, "all-reduce pieces");
     coll_barrier(g);
-    for (int q = 0; q < g->n; q++) memcpy(stage + (size_t)q * n, g->slot[q], sizeof(float) * n);
+    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * n, g->slot[q], sizeof(float) * n);
     coll_barrier(g);
     tree_reduce_inplace(stage, g->n, n);
-    memcpy(buf, stage, sizeof(float) * n);
+    move(buf, stage, sizeof(float) * n);
     mem_free(stage);
     size_t b = sizeof(float) * n * (size_t)(g->n - 1);
     count(COLL_ALL_REDUCE, b, b);
@@ -169,7 +178,7 @@ void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const s
         if (g->slot_bytes[q][r] != recv_bytes[q])
             die("internal: all-to-all size mismatch: rank %d sends %zu bytes to rank %d, which expects %zu",
                 q, g->slot_bytes[q][r], r, recv_bytes[q]);
-        memcpy((char *)recv + recv_off[q], (const char *)g->slot[q] + g->slot_off[q][r], recv_bytes[q]);
+        move((char *)recv + recv_off[q], (const char *)g->slot[q] + g->slot_off[q][r], recv_bytes[q]);
         if (q != r) { got += recv_bytes[q]; sent += send_bytes[q]; }
     }
     coll_barrier(g);
@@ -184,7 +193,7 @@ void coll_ppermute(Group *g, const void *send, void *recv, size_t bytes, const i
     size_t got = 0;
     for (int q = 0; q < g->n; q++)
         if (g->perm[q] == r) {
-            memcpy(recv, g->slot[q], bytes);
+            move(recv, g->slot[q], bytes);
             if (q != r) got = bytes;
         }
     coll_barrier(g);
@@ -195,7 +204,7 @@ void coll_broadcast(Group *g, void *buf, size_t bytes, int root) {
     int r = my_rank(g);
     if (r == root) g->slot[0] = buf;
     coll_barrier(g);
-    if (r != root) memcpy(buf, g->slot[0], bytes);
+    if (r != root) move(buf, g->slot[0], bytes);
     coll_barrier(g);
     count(COLL_BROADCAST, r == root ? bytes * (size_t)(g->n - 1) : 0, r == root ? 0 : bytes);
 }

@@ -29,6 +29,10 @@ typedef struct ExpertDispatch {
     size_t *recv_rows;          // (ep) rows received from each rank
     int *recv_count;            // (ep*El) rows from rank p for local expert e, at [p*El + e]
     int nrecv;                  // rows received in all
+    int cap;                    // the most rows that can arrive, ep * T * min(K, El): what the
+                                // receive buffers are allocated for, so that their size does not
+                                // depend on the routing (MaxText's ragged all-to-all buffer is
+                                // ep * B * S * K rows for the same reason)
     int *row_start;             // (El+1) expert-major layout: local expert e owns rows [row_start[e], row_start[e+1])
     int *from;                  // (nrecv) expert-major row -> its place in the receive buffer
     int *row_token;             // (nrecv) the row's token numbered across the group: rank * T + token
@@ -39,8 +43,8 @@ typedef struct ExpertDispatch {
 int ep_size(void);
 int ep_rank(void);
 // Plan the exchange for this device's sorted rows: row_start (E+1), row_token (the local
-// token of each row). Exchanges the counts and the tokens (an all-to-all each).
-ExpertDispatch *ep_plan(const int *row_start, const int *row_token, int E, int T);
+// token of each row), K experts per token. Exchanges the counts and the tokens (an all-to-all each).
+ExpertDispatch *ep_plan(const int *row_start, const int *row_token, int E, int K, int T);
 // Send: rows (this device's sorted rows, w floats each) -> out (nrecv, w) on the owners,
 // expert-major.
 void ep_send(ExpertDispatch *d, const float *rows, float *out, int w);

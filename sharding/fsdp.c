@@ -103,7 +103,7 @@ void fsdp_grad_finish(Model *m, float *buf) {
     const StateShard *s = &m->shard;
     if (buf != m->grads_mem) {   // the chunk slots along the tree over this device's chunks
         tree_reduce_inplace(buf, s->grad_slots, s->local_n);
-        memcpy(m->grads_mem, buf, sizeof(float) * s->local_n);
+        mem_copy(m->grads_mem, buf, sizeof(float) * s->local_n);
     }
     if (s->nctx > 1)
         for (int u = 0; u < s->nunits; u++) coll_all_reduce(s->context, m->grads_mem + s->local_off[u], shard_len(s, u));
@@ -158,12 +158,12 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
             float *fj = full + (size_t)j * s->unit_pad[u], *pj = piece + (size_t)j * stride;
             expert_reduce(m, u, fj);
             if (s->F > 1) coll_reduce_scatter(s->fsdp, fj, pj, len);
-            else if (pj != fj) memcpy(pj, fj, sizeof(float) * len);
+            else if (pj != fj) mem_copy(pj, fj, sizeof(float) * len);
             if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, pj, len);
         }
         if (!m->grad_partial && slots > 1) {
             tree_reduce_inplace(piece, slots, len);
-            memcpy(dst, piece, sizeof(float) * len);
+            mem_copy(dst, piece, sizeof(float) * len);
             if (piece != full) mem_free(piece);
         }
         mem_free(full);
@@ -213,7 +213,7 @@ float fsdp_grad_norm(Model *m) {
         size_t g0 = shard_first(s, u), g1 = g0 + shard_len(s, u);
         size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
         const float *g = m->grads_mem + s->local_off[u];
-        for (size_t k = a; k < b; k++) {
+        for (size_t k = a; k < (mem_dry() ? a : b); k++) {   // (a dry run sums nothing)
             double sq = (double)g[k - g0] * g[k - g0] * scale;   // exact (a power-of-two scale)
             if (!(sq < 0x1p100)) { mine.bad = 1; continue; }      // non-finite or absurdly large
             mine.sum += (fixed128)sq;                              // truncated to the fixed-point grid
@@ -245,7 +245,7 @@ void fsdp_adamw(Model *m, float lr, int t) {
         adamw_update(m->params_mem + at, m->grads_mem + at, m->m_mem + mo, m->v_mem + mo, piece, lr, t, &m->cfg);
         float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
         coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
-        memcpy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
+        mem_copy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
         mem_free(full);
     }
 }

@@ -4,6 +4,9 @@
 // the largest live buffers.
 #include "sharding/memory.h"
 #include "common.h"
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <pthread.h>
 
 const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm"};
 
@@ -15,10 +18,66 @@ struct MemBlock {
     Device *dev;
     const char *name;
     MemBlock *prev, *next;
+    unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
 };
 _Static_assert(sizeof(MemBlock) <= HEADER, "header must fit in front of the data");
 
 static _Thread_local Device *current;
+static int dry;   // dry_run (set once before the devices start)
+
+#define DRY_REAL_BELOW (1u << 16)   // dry run: buffers under 64 KiB are real memory
+
+// A dry run's large buffers all point into one reservation of address space, "the void",
+// each at its own 64-byte step, so they overlap and nothing backs them: whatever the plan's
+// size, the void costs no memory and one mapping. Their headers live apart, found from the
+// slot (the step). A buffer that is written anyway (control data is real memory, below
+// 64 KiB) touches the void's pages that all buffers share, so the memory stays bounded.
+#define VOID_SLOTS (1u << 22)               // large buffers live at once, all devices
+#define VOID_BYTES ((size_t)1 << 42)        // 4 TiB of address space
+static char *void_base;
+static MemBlock **void_hdr;                 // (VOID_SLOTS) the header of the buffer at each slot
+static unsigned *void_free, void_nfree;     // a stack of the free slots
+static pthread_mutex_t void_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void mem_set_dry(int on) {
+    dry = on;
+    if (!on || void_base) return;
+    void_base = mmap(NULL, VOID_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (void_base == MAP_FAILED) die("dry run: cannot reserve %zu bytes of address space", VOID_BYTES);
+    void_hdr = calloc(VOID_SLOTS, sizeof *void_hdr);
+    void_free = malloc(VOID_SLOTS * sizeof *void_free);
+    if (!void_hdr || !void_free) die("dry run: host out of memory");
+    for (unsigned i = 0; i < VOID_SLOTS; i++) void_free[i] = VOID_SLOTS - 1 - i;
+    void_nfree = VOID_SLOTS;
+}
+
+// The header of buffer p (in front of it, or in the void's table).
+static MemBlock *block_of(const void *p) {
+    const char *c = (const char *)p;
+    if (void_base && c >= void_base && c < void_base + VOID_BYTES) return void_hdr[(size_t)(c - void_base) / 64];
+    return (MemBlock *)(c - HEADER);
+}
+
+static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
+    if (bytes > VOID_BYTES - (size_t)VOID_SLOTS * 64) die("dry run: '%s' (%zu bytes) is larger than the planner's address space", name, bytes);
+    pthread_mutex_lock(&void_lock);
+    if (!void_nfree) die("dry run: more than %u large buffers live at once", VOID_SLOTS);
+    unsigned slot = void_free[--void_nfree];
+    void_hdr[slot] = m;
+    pthread_mutex_unlock(&void_lock);
+    m->slot = slot + 1;
+    return void_base + (size_t)slot * 64;
+}
+int mem_dry(void) { return dry; }
+
+void mem_phase(const char *fmt, ...) {
+    Device *d = mem_device();
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->phase, sizeof d->phase, fmt, ap);
+    va_end(ap);
+    if (d->hook) d->hook(d, 0, MEM_TEMP, 0, d->phase);
+}
 
 void device_init(Device *d, int id, size_t capacity) {
     memset(d, 0, sizeof(*d));
@@ -48,31 +107,46 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
     fprintf(stderr, "  live by tag on device %d:", d->id);
     for (int t = 0; t < MEM_NTAGS; t++) fprintf(stderr, " %s %s", MEM_TAG_NAMES[t], mem_fmt(d->live[t], a, sizeof a));
     fprintf(stderr, "\n  largest live buffers:\n");
-    // Print the five largest without sorting the list: pick the largest below the last one.
-    size_t below = (size_t)-1;
-    for (int k = 0; k < 5; k++) {
-        MemBlock *best = NULL;
-        for (MemBlock *m = d->head; m; m = m->next)
-            if (m->bytes < below && (!best || m->bytes > best->bytes)) best = m;
-        if (!best) break;
-        fprintf(stderr, "    %-40s %-12s %s\n", best->name, MEM_TAG_NAMES[best->tag], mem_fmt(best->bytes, a, sizeof a));
-        below = best->bytes;
-    }
+    const char *nm[5];
+    MemTag tg[5];
+    size_t by[5];
+    int n = mem_largest_live(d, 5, nm, tg, by);
+    for (int k = 0; k < n; k++) fprintf(stderr, "    %-40s %-12s %s\n", nm[k], MEM_TAG_NAMES[tg[k]], mem_fmt(by[k], a, sizeof a));
     die("device %d out of memory: '%s' (%s, %s) does not fit: %s live of %s capacity (largest buffers "
         "above); raise hbm_capacity, or shard more (fsdp, tensor, expert), or lower per_device_batch_size",
         d->id, name, MEM_TAG_NAMES[tag], mem_fmt(bytes, a, sizeof a), mem_fmt(d->live_total, b, sizeof b),
         mem_fmt(d->capacity, c, sizeof c));
 }
 
+int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes) {
+    // Pick the largest after the last one picked, in the order (bytes, address) descending
+    // (no sorting of the list).
+    const MemBlock *last = NULL;
+    int n = 0;
+    for (; n < k; n++) {
+        const MemBlock *best = NULL;
+        for (const MemBlock *m = d->head; m; m = m->next) {
+            int after = !last || m->bytes < last->bytes || (m->bytes == last->bytes && m < last);
+            if (after && (!best || m->bytes > best->bytes || (m->bytes == best->bytes && m > best))) best = m;
+        }
+        if (!best) break;
+        name[n] = best->name; tag[n] = best->tag; bytes[n] = best->bytes;
+        last = best;
+    }
+    return n;
+}
+
 void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     Device *d = mem_device();
     if (d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    char *raw = aligned_alloc(64, HEADER + rounded);
+    int in_void = dry && bytes >= DRY_REAL_BELOW;
+    char *raw = in_void ? malloc(sizeof(MemBlock)) : aligned_alloc(64, HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
-    memset(raw + HEADER, 0, rounded);
     MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, NULL, d->head};
+    *m = (MemBlock){bytes, tag, d, name, NULL, d->head, 0};
+    char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
+    if (!in_void) memset(data, 0, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
     d->live[tag] += bytes;
@@ -81,13 +155,16 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     if (d->live_total > d->peak_total) {
         d->peak_total = d->live_total;
         memcpy(d->at_peak, d->live, sizeof d->live);
+        memcpy(d->peak_phase, d->phase, sizeof d->phase);
+        d->peak_name = name;
     }
     d->nallocs++;
-    return raw + HEADER;
+    if (d->hook) d->hook(d, 1, tag, bytes, name);
+    return data;
 }
 
 const char *mem_name(const void *p) {
-    return ((const MemBlock *)((const char *)p - HEADER))->name;
+    return block_of(p)->name;
 }
 
 float *mem_floats(MemTag tag, size_t n, const char *name) {
@@ -96,23 +173,31 @@ float *mem_floats(MemTag tag, size_t n, const char *name) {
 
 void mem_free(void *p) {
     if (!p) return;
-    MemBlock *m = (MemBlock *)((char *)p - HEADER);
+    MemBlock *m = block_of(p);
     Device *d = m->dev;
     d->live[m->tag] -= m->bytes;
     d->live_total -= m->bytes;
     if (m->prev) m->prev->next = m->next; else d->head = m->next;
     if (m->next) m->next->prev = m->prev;
+    if (d->hook) d->hook(d, -1, m->tag, m->bytes, m->name);
+    if (m->slot) {
+        pthread_mutex_lock(&void_lock);
+        void_free[void_nfree++] = m->slot - 1;
+        pthread_mutex_unlock(&void_lock);
+    }
     free(m);
 }
 
 void device_release_all(Device *d) {
-    while (d->head) mem_free((char *)d->head + HEADER);
+    while (d->head) mem_free(d->head->slot ? void_base + (size_t)(d->head->slot - 1) * 64 : (char *)d->head + HEADER);
 }
 
 void mem_reset_peak(Device *d) {
     memcpy(d->peak, d->live, sizeof d->live);
     d->peak_total = d->live_total;
     memcpy(d->at_peak, d->live, sizeof d->live);
+    memcpy(d->peak_phase, d->phase, sizeof d->phase);
+    d->peak_name = "(live at the start of the step)";
 }
 
 void mem_print_report(const Device *d) {

@@ -5,6 +5,7 @@
 #ifndef MESHMOE_MEMORY_H
 #define MESHMOE_MEMORY_H
 #include <stddef.h>
+#include <string.h>
 
 typedef enum {
     MEM_PARAMS,       // model weights (and non-trained state such as the routing bias)
@@ -31,6 +32,14 @@ typedef struct Device {
     double flops;                     // floating-point operations done by this device's matmuls
     size_t comm_sent[8], comm_recv[8];// bytes sent / received, per kind of collective (CollKind)
     MemBlock *head;                   // live blocks, most recent first
+    // The planner and the memory trace (sharding/plan.h): what the device is doing now (a
+    // phase such as "forward layer 3"), where the total peak was reached, and a hook called
+    // after every allocation (+1), free (-1) and phase change (0).
+    char phase[48];
+    char peak_phase[48];              // the phase of the allocation that made peak_total
+    const char *peak_name;            // and that buffer's name
+    void (*hook)(struct Device *d, int sign, MemTag tag, size_t bytes, const char *name);
+    void *hook_ctx;
 } Device;
 
 void device_init(Device *d, int id, size_t capacity);
@@ -48,6 +57,19 @@ float *mem_floats(MemTag tag, size_t n, const char *name);
 void mem_free(void *p);
 // The name a buffer was allocated with.
 const char *mem_name(const void *p);
+// Dry run (dry_run=true, the planner): allocations are counted exactly as in a real run,
+// but large buffers get address space without memory behind it (untouched pages cost
+// nothing) and the compute kernels return at once when mem_dry() is set, so nothing
+// touches them. Small buffers (< 64 KiB) are real: routing counts and plans live there.
+void mem_set_dry(int on);
+int mem_dry(void);
+// memset / memcpy of a buffer's contents, skipped in a dry run (nothing to move).
+static inline void mem_zero(void *p, size_t n) { if (!mem_dry()) memset(p, 0, n); }
+static inline void mem_copy(void *dst, const void *src, size_t n) { if (!mem_dry()) memcpy(dst, src, n); }
+// Name the phase the device is in (printf format), for the planner and the memory trace.
+void mem_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// The k largest live buffers (name, tag, bytes), largest first; returns how many.
+int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes);
 // Reset the peak counters to the live figures (e.g. to measure one step's peak).
 void mem_reset_peak(Device *d);
 // Print the device's peak per tag and total.

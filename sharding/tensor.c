@@ -67,7 +67,7 @@ void tp_all_reduce(float *x, size_t n) {
 void tp_all_gather(const float *x, float *all, size_t n) {
     Group *g = tensor_group();
     if (g) coll_all_gather(g, x, all, sizeof(float) * n);
-    else memcpy(all, x, sizeof(float) * n);
+    else mem_copy(all, x, sizeof(float) * n);
 }
 
 void tp_all_reduce_max(float *x, size_t n) {
@@ -76,20 +76,28 @@ void tp_all_reduce_max(float *x, size_t n) {
     int t = group_size(g);
     float *all = mem_floats(MEM_COMM, (size_t)t * n, "tensor max (all-gathered)");
     coll_all_gather(g, x, all, sizeof(float) * n);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < (mem_dry() ? 0 : n); i++)
         for (int r = 0; r < t; r++) x[i] = fmaxf(x[i], all[(size_t)r * n + i]);
     mem_free(all);
 }
 
 void tp_rowpar_forward(const Config *c, float *out, const float *inp, const float *w, int T, int Cl, int OC) {
-    matmul_forward_chunked(out, inp, w, T, Cl, OC, tp_local_chunks(c));
+    tp_rowpar_forward_cap(c, out, inp, w, T, T, Cl, OC);
+}
+
+void tp_rowpar_forward_cap(const Config *c, float *out, const float *inp, const float *w, int T, int cap, int Cl, int OC) {
+    matmul_forward_chunked_cap(out, inp, w, T, cap, Cl, OC, tp_local_chunks(c));
     tp_all_reduce(out, (size_t)T * OC);
 }
 
 void tp_colpar_dinp(const Config *c, float *dinp, const float *dout, const float *w, int T, int C, int OCl) {
-    float *part = mem_floats(MEM_TEMP, (size_t)T * C, "tensor-split input grad");   // (T,C)
-    matmul_dinp_chunked(part, dout, w, T, C, OCl, tp_local_chunks(c));
+    tp_colpar_dinp_cap(c, dinp, dout, w, T, T, C, OCl);
+}
+
+void tp_colpar_dinp_cap(const Config *c, float *dinp, const float *dout, const float *w, int T, int cap, int C, int OCl) {
+    float *part = mem_floats(MEM_TEMP, (size_t)cap * C, "tensor-split input grad");   // (T,C) of (cap,C)
+    matmul_dinp_chunked_cap(part, dout, w, T, cap, C, OCl, tp_local_chunks(c));
     tp_all_reduce(part, (size_t)T * C);
-    for (size_t i = 0; i < (size_t)T * C; i++) dinp[i] += part[i];
+    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * C); i++) dinp[i] += part[i];
     mem_free(part);
 }

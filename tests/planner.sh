@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# tests/planner.sh: the dry-run planner (dry_run=true) against measurement, and the memory
+# trace and its SVG. For each case, a dry run and a real run of one step write metrics
+# files; every device's peak bytes, peak bytes by tag and live bytes by tag after the step
+# must be equal, byte for byte (DESIGN.md principle 1). (The -small presets and context
+# parallelism pass too; left out here to keep the test under a minute.) Then memory_trace: the trace's
+# largest total equals the measured peak of each device, and `./train plot` writes one
+# well-formed SVG per device.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+# Each device's peaks and live bytes, one line per device.
+peaks() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}, "live_bytes_by_tag": {[^}]*}' "$1"; }
+
+plan_equals_measured() {   # plan_equals_measured ARGS...
+    ./train "$@" steps=1 dry_run=true metrics_file="$T/dry.json" > "$T/dry.out" 2>&1 || { cat "$T/dry.out"; return 1; }
+    ./train "$@" steps=1 eval_steps=1 sample_length=0 metrics_file="$T/real.json" > /dev/null 2>&1 || return 1
+    local a b
+    a=$(peaks "$T/dry.json"); b=$(peaks "$T/real.json")
+    [ -n "$a" ] && [ "$a" = "$b" ] && grep -q '^plan: ' "$T/dry.out" || { echo "plan:     $a"; echo "measured: $b"; return 1; }
+    echo "    $(echo "$b" | head -1 | cut -c1-150)..."
+}
+
+for args in "configs/mixtral-tiny.yml" \
+            "configs/deepseek-tiny.yml" \
+            "configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4" \
+            "configs/mixtral-tiny.yml ici_expert_parallelism=2 per_device_batch_size=4" \
+            "configs/deepseek-tiny.yml ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2" \
+            "configs/deepseek-tiny.yml ici_tensor_parallelism=2 per_device_batch_size=4" \
+            "configs/mixtral-tiny.yml dtype=bfloat16 gradient_accumulation_steps=2 per_device_batch_size=4" \
+            "configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0"; do
+    # shellcheck disable=SC2086
+    check "dry-run plan equals the measured step, byte for byte: $args" plan_equals_measured $args
+done
+
+# The plan says whether it fits, with the bytes.
+out=$(./train configs/mixtral-tiny.yml dry_run=true hbm_capacity=40MiB 2>&1)
+check "a plan over hbm_capacity says by how many bytes" grep -q '^plan: DOES NOT FIT: .* by [0-9]* bytes' <<< "$out"
+out=$(./train configs/mixtral-tiny.yml dry_run=true hbm_capacity=1GiB 2>&1)
+check "a plan under hbm_capacity says it fits" grep -q '^plan: FITS' <<< "$out"
+
+# memory_trace and the SVG, mixtral-tiny on fsdp=2.
+./train configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4 steps=1 eval_steps=1 sample_length=0 \
+    memory_trace="$T/trace.csv" metrics_file="$T/m.json" > /dev/null 2>&1
+trace_max_is_peak() {
+    for d in 0 1; do
+        local tmax peak
+        tmax=$(awk -F, -v d=$d 'NR > 1 && $1 == d && $12 + 0 > m { m = $12 + 0 } END { print m }' "$T/trace.csv")
+        peak=$(grep -o "\"device\": $d, \"peak_bytes\": [0-9]*" "$T/m.json" | grep -o '[0-9]*$')
+        echo "    device $d: trace maximum $tmax, measured peak $peak"
+        [ -n "$peak" ] && [ "$tmax" = "$peak" ] || return 1
+    done
+}
+check "the trace's largest total equals each device's measured peak" trace_max_is_peak
+svg_ok() {
+    ./train plot "$T/trace.csv" "$T/plots" > /dev/null || return 1
+    for d in 0 1; do
+        local f="$T/plots/memory_device_$d.svg"
+        if command -v xmllint > /dev/null; then xmllint --noout "$f" || return 1
+        elif command -v python3 > /dev/null; then python3 -c "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])" "$f" || return 1
+        else grep -q '^<svg ' "$f" && tail -1 "$f" | grep -q '^</svg>$' || return 1; fi
+        grep -q '>peak ' "$f" && grep -q '>backward<' "$f" || return 1
+    done
+}
+check "./train plot writes a well-formed SVG per device, with the peak and the passes marked" svg_ok
+expect_error "plot of a file that is not a trace" "not a memory_trace file" ./train plot configs/mixtral-tiny.yml "$T/p2"
+summary
