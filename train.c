@@ -85,7 +85,7 @@ static float evaluate(Model *m, const DataLoader *dl, int B, int *ids, int *targ
 
 // What each device reports after a step (gathered to every device by mesh_stats).
 typedef struct {
-    size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS];
+    size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS], fwd_peak[MEM_NTAGS];
     size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
 } DevStats;
 
@@ -99,6 +99,8 @@ static void write_metrics(FILE *f, int step, const StepResult *r, double ms, dou
             "\"peak_bytes\": %zu, \"peak_bytes_by_tag\": {",
             step, r->loss, bits.u, r->ce_loss, r->aux_loss, r->lr, r->grad_norm, ms, tok_s, gflops, peak);
     for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[0].peak[t]);
+    fprintf(f, "}, \"forward_peak_bytes_by_tag\": {");   // device 0's forward passes (not under a pipeline)
+    for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[0].fwd_peak[t]);
     fprintf(f, "}, \"devices\": [");
     for (int d = 0; d < ndev; d++) {
         fprintf(f, "%s{\"device\": %d, \"peak_bytes\": %zu, \"peak_bytes_by_tag\": {", d ? ", " : "", d, ds[d].peak_total);
@@ -128,13 +130,14 @@ static int cmd_prepare(int argc, char **argv) {
 typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; } Run;
 
 // Every device's figures, on every device (a collective: all devices call it).
-static void mesh_stats(const Mesh *mesh, const Device *dev, DevStats *all) {
+static void mesh_stats(const Mesh *mesh, const Device *dev, const StepResult *r, DevStats *all) {
     Group *g = mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1);
     DevStats mine;
     memset(&mine, 0, sizeof mine);
     mine.peak_total = dev->peak_total;
     memcpy(mine.peak, dev->peak, sizeof mine.peak);
     memcpy(mine.live, dev->live, sizeof mine.live);
+    memcpy(mine.fwd_peak, r->fwd_peak, sizeof mine.fwd_peak);
     for (int k = 0; k < COLL_NKINDS; k++) { mine.sent[k] = dev->comm_sent[k]; mine.recv[k] = dev->comm_recv[k]; }
     coll_all_gather(g, &mine, all, sizeof mine);
 }
@@ -219,7 +222,7 @@ static void device_main(int dev_id, void *arg) {
         mem_free(counts);
         double ms = now_ms() - t0, gflops = (dev->flops - flops0) * mesh->ndev / (ms * 1e6);
         double tok_s = (double)A * Bg * S / (ms / 1e3);
-        mesh_stats(mesh, dev, stats);
+        mesh_stats(mesh, dev, &r, stats);
         size_t peak = 0;
         for (int d = 0; d < mesh->ndev; d++) peak = MM_MAX(peak, stats[d].peak_total);
         if (talk && (step % c.log_period == 0 || step == c.steps - 1))

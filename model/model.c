@@ -389,14 +389,13 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
     int T = B * S, D = c->base_emb_dim;
-    float eps = c->normalization_layer_epsilon;
     int bf16 = cfg_bf16(c);
     LayerParams *p = &m->params.layers[l];
     a->x = x;
     // h = x + Attention(RMSNorm_pre(x))
     a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
     a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
-    rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps, bf16);
+    a->scale1 = rmsnorm_forward_cfg(c, a->n1, a->rstd1, x, p->pre_norm, T, D);
     a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
     if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
     else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
@@ -405,7 +404,7 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
     // x' = h + FFN(RMSNorm_post(h))
     a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
     a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
-    rmsnorm_forward(a->n2, a->rstd2, a->h, p->post_norm, T, D, eps, bf16);
+    a->scale2 = rmsnorm_forward_cfg(c, a->n2, a->rstd2, a->h, p->post_norm, T, D);
     float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
     if (cfg_layer_is_moe(c, l)) {
         long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
@@ -445,7 +444,7 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
         mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
     }
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf, cfg_bf16(c));
+    rmsnorm_backward_cfg(c, dh, gl->post_norm, dn, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
     prec_round(c, dh, (size_t)T * D);
     // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
     memcpy(dx, dh, sizeof(float) * T * D);
@@ -453,7 +452,7 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
     else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf, cfg_bf16(c));
+    rmsnorm_backward_cfg(c, dx, gl->pre_norm, dn, a->x, p->pre_norm, a->scale1, a->rstd1, T, D, leaf);
 }
 
 void model_layer_free(Model *m, int l, LayerActs *a) {
@@ -463,7 +462,8 @@ void model_layer_free(Model *m, int l, LayerActs *a) {
     else mlp_saved_free(&a->mlp);
     mem_free(a->x); mem_free(a->n1); mem_free(a->rstd1);
     mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
-    a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = NULL;
+    mem_free(a->scale1); mem_free(a->scale2);
+    a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = a->scale1 = a->scale2 = NULL;
 }
 
 void model_head_forward(Model *m, float *x, int T) {
@@ -473,7 +473,7 @@ void model_head_forward(Model *m, float *x, int T) {
     m->xL = x;
     m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
     m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
-    rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, c->normalization_layer_epsilon, cfg_bf16(c));
+    m->scalef = rmsnorm_forward_cfg(c, m->nf, m->rstdf, x, m->params.final_norm, T, D);
     m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
     round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // cast point 16; the loss reads them as float32
@@ -508,14 +508,14 @@ float *model_head_backward(Model *m, int T, float scale, float **dnf_out) {
     tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
     prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
-    rmsnorm_backward(dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf, cfg_bf16(c));
+    rmsnorm_backward_cfg(c, dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->scalef, m->rstdf, T, D, leaf);
     *dnf_out = dnf;
     return dx;
 }
 
 void model_head_free(Model *m) {
-    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse);
-    m->xL = m->nf = m->rstdf = m->logits = m->lse = NULL;
+    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse); mem_free(m->scalef);
+    m->xL = m->nf = m->rstdf = m->logits = m->lse = m->scalef = NULL;
 }
 
 void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {

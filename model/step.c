@@ -69,6 +69,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     if (expert_counts) memset(expert_counts, 0, sizeof(long) * ncount);
 
     memset(m->grads_mem, 0, sizeof(float) * sh->local_n);
+    memset(r->fwd_peak, 0, sizeof r->fwd_peak);
     // With several microbatches, each one's gradient is a leaf block of the tree; its
     // buffer is a second gradient-sized allocation (that is what accumulation costs), one
     // per chunk slot: the chunks are the tree's outermost level, above the microbatches.
@@ -86,7 +87,11 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
         }
         long first_seq = (long)mb * Bg + (long)sh->brank * B;   // this device's first sequence
         FwdStats st = {mine, aux_seq + first_seq, nseq, 0, expert_counts};
+        // The forward pass's own peak (mem_mark_reset): a forward-only temporary shows here
+        // even when the backward pass sets the step's peak.
+        mem_mark_reset(mem_device());
         model_forward(m, mids, mtg, B, S, lb_coef, &st);
+        for (int t = 0; t < MEM_NTAGS; t++) r->fwd_peak[t] = MM_MAX(r->fwd_peak[t], mem_device()->mark[t]);
         place_leaves(loss_leaf, mine, lv, nseq, first_seq, sh);
         if (hook) hook(m, mb, hook_ctx);
         if (A > 1) fsdp_set_grad_partial(m, treesum_leaf(&acc));
