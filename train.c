@@ -194,15 +194,32 @@ static void device_main(int dev_id, void *arg) {
         return;
     }
 
+    // eval_per_device_batch_size (OPTIMIZATIONS.md row 28), read here only: the eval batch
+    // is set apart from the training batch, so a small eval batch bounds the eval peak (its
+    // forward activations) whatever the training batch; training is unchanged.
+    int Be = B;
+    if (c.eval_per_device_batch_size > 0) {
+        int Beg = c.eval_per_device_batch_size * mesh->ndev;
+        if (mesh->size[AX_STAGE] > 1) die("eval_per_device_batch_size is not supported with a pipeline (stage > 1)");
+        if (Beg % m.shard.nbatch)
+            die("eval_per_device_batch_size %d x %d devices = %d eval sequences do not split over the %d devices "
+                "that share the batch", c.eval_per_device_batch_size, mesh->ndev, Beg, m.shard.nbatch);
+        Be = Beg / m.shard.nbatch;
+    }
     int *ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch ids");
     int *targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch targets");
+    int *eval_ids = ids, *eval_targets = targets;   // the training batch's buffers, unless set apart
+    if (c.eval_per_device_batch_size > 0) {
+        eval_ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)Be * Sl, "eval batch ids");
+        eval_targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)Be * Sl, "eval batch targets");
+    }
     FILE *metrics = NULL;
     if (talk && c.metrics_file[0] && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
         die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
 
     // 4. The training loop.
     DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
-    float first_eval = evaluate(&m, dl, B, ids, targets);
+    float first_eval = evaluate(&m, dl, Be, eval_ids, eval_targets);
     if (talk) printf("step %5d | eval loss %.4f\n", m.step, first_eval);
     int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
     while (m.step < stop) {
@@ -231,7 +248,7 @@ static void device_main(int dev_id, void *arg) {
                    mem_fmt(peak, b1, sizeof b1));
         if (metrics) write_metrics(metrics, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
         if (c.eval_interval > 0 && m.step % c.eval_interval == 0 && m.step < c.steps) {
-            float e = evaluate(&m, dl, B, ids, targets);
+            float e = evaluate(&m, dl, Be, eval_ids, eval_targets);
             if (talk) printf("step %5d | eval loss %.4f\n", m.step, e);
         }
         if (talk && c.save_checkpoint[0] && c.checkpoint_period > 0 && m.step % c.checkpoint_period == 0)
@@ -239,8 +256,12 @@ static void device_main(int dev_id, void *arg) {
     }
 
     // 5. Final eval, checkpoint, sample.
-    float last_eval = evaluate(&m, dl, B, ids, targets);
+    mem_mark_reset(dev);   // the eval's own peak, next to the last step's
+    float last_eval = evaluate(&m, dl, Be, eval_ids, eval_targets);
     if (talk) printf("step %5d | eval loss %.4f (first %.4f)\n", m.step, last_eval, first_eval);
+    if (talk) printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device; "
+                     "last training step peak %zu bytes\n", dev->mark_total, dev->mark[MEM_TEMP],
+                     dev->mark[MEM_ACTIVATIONS], Be, dev->peak_total);
     if (talk && c.save_checkpoint[0]) {
         checkpoint_save(&m, c.save_checkpoint);
         printf("saved checkpoint %s (step %d)\n", c.save_checkpoint, m.step);
@@ -258,6 +279,7 @@ static void device_main(int dev_id, void *arg) {
     free(stats);
     mem_free(ids);
     mem_free(targets);
+    if (eval_ids != ids) { mem_free(eval_ids); mem_free(eval_targets); }
     model_free(&m);
 }
 

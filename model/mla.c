@@ -99,7 +99,9 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     float *v_all = cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
-    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
+    unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
+    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
+    mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
@@ -144,9 +146,11 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");       // (B,S,N,Qk)
     float *dk = mem_floats(MEM_TEMP, (size_t)P * T * N * Qk, "mla d k");   // (P,B,S,N,Qk)
     float *dv = mem_floats(MEM_TEMP, (size_t)P * T * N * Dv, "mla d v");   // (P,B,S,N,Dv)
-    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, B, S, p0, P, leaf.chunk, N, N, Qk, Dv,
+    unsigned char *mask = attn_causal_mask(c, B, S, p0);
+    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, N, Qk, Dv,
                        attn_rounding(c));
     mem_free(dO);
+    mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
     cp_reduce_scatter(dk, (size_t)T * N * Qk);
