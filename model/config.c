@@ -119,6 +119,7 @@ static const KeyDef KEYS[] = {
     KEY(rmsnorm_fused_scale, K_BOOL, "true", "RMSNorm multiplies by its scale inside the loop; false: the einsum form materialises the broadcast [B,S,D] scale first (one activation-sized temporary)"),
     KEY(implicit_causal_mask, K_BOOL, "true", "attention masks keys by comparing positions; false: a [B,1,S,S] boolean causal mask is materialised and read, forward and backward"),
     KEY(moe_skip_redundant_cast, K_BOOL, "true", "skip the no-op float32 cast of the expert intermediate; false: an extra [tokens,H] copy (and of its gradient)"),
+    KEY(moe_reshard_io, K_BOOL, "false", "DeepSeek MoE layers: reshard the block's input and output, two activation-sized copies (MaxText before its temp-memory change); false: none"),
     KEY(skip_noop_grad_cast, K_BOOL, "true", "skip the gradient cast to grad_dtype when it is a no-op (float32 -> float32); false: one gradient-sized copy read by the optimizer"),
     KEY(donate_buffers, K_BOOL, "true", "AdamW updates the parameters in place (donated); false: each step writes a new parameter buffer (one model-sized copy)"),
     KEY(eval_per_device_batch_size, K_INT, "0", "sequences per device in an eval batch (0 = per_device_batch_size); eval only, training is unchanged"),

@@ -385,6 +385,22 @@ void model_embed_backward(Model *m, const float *dx, const int *ids, int T) {
                        token_leaves(m, T));
 }
 
+// moe_reshard_io (OPTIMIZATIONS.md row 10), read here only. MaxText's DeepSeek MoE layer
+// once resharded the block's input and output (sharding constraints between the attention
+// part and the MoE block) where the layout was already right; XLA materialised each as a
+// copy. On: the block reads a copy of its input and writes into a fresh output buffer that
+// is then copied into the residual stream, two activation-sized (T,D) temporaries held
+// across the block (MEM_TEMP), and the backward pass copies the two gradients likewise.
+// Copies change no value: the same bits. Off (the default, MaxText after the change): none.
+static int moe_reshards(const Config *c, int l) {
+    return c->moe_reshard_io && cfg_is_deepseek(c) && cfg_layer_is_moe(c, l);
+}
+static float *reshard_copy(const float *x, size_t n, const char *name) {
+    float *y = mem_floats(MEM_TEMP, n, name);
+    memcpy(y, x, sizeof(float) * n);
+    return y;
+}
+
 float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
@@ -409,7 +425,17 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
     if (cfg_layer_is_moe(c, l)) {
         long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
         double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
-        moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+        if (moe_reshards(c, l)) {
+            size_t n = (size_t)T * D;
+            float *in = reshard_copy(a->n2, n, "moe block input, resharded (a copy)");
+            float *out = mem_floats(MEM_TEMP, n, "moe block output, before its reshard");
+            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, out, in, B, S, lb_coef, lb, counts);
+            memcpy(xn, out, sizeof(float) * n);
+            mem_free(in);
+            mem_free(out);
+        } else {
+            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+        }
     } else {
         mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
     }
@@ -438,7 +464,17 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     memcpy(dh, dx, sizeof(float) * T * D);
     memset(dn, 0, sizeof(float) * T * D);
     if (cfg_layer_is_moe(c, l)) {
-        moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+        if (moe_reshards(c, l)) {   // the reshards' transposes: copies of both gradients
+            size_t n = (size_t)T * D;
+            float *dout = reshard_copy(dx, n, "moe block d output, resharded (a copy)");
+            float *din = mem_floats(MEM_TEMP, n, "moe block d input, before its reshard");
+            moe_backward(lc, &p->moe, &gl->moe, &a->moe, din, dout, a->n2, B, S, lb_coef);
+            memcpy(dn, din, sizeof(float) * n);   // dn was zero, as din
+            mem_free(dout);
+            mem_free(din);
+        } else {
+            moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+        }
         moe_saved_free(&a->moe);
     } else {
         mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/switches.sh: the "temporaries and fused ops" switches of OPTIMIZATIONS.md (rows 4,
-# 6, 7, 11, 22, 28). For each: 3 steps with the switch at its default and flipped, on a
+# 6, 7, 10, 11, 22, 28). For each: 3 steps with the switch at its default and flipped, on a
 # tiny preset; the loss trajectories must be bit-identical, and the costlier side's
 # measured peak must exceed the default's by at least the buffer it adds, worked out here
 # from the test's own shapes (not from the code under test).
@@ -42,6 +42,15 @@ run ds_norm configs/deepseek-tiny.yml $TINY rmsnorm_fused_scale=false
 check "rmsnorm_fused_scale=false, deepseek: losses bit-identical" same_bits ds ds_norm
 check "rmsnorm_fused_scale=false, deepseek: + q_norm (T,64) and kv_norm (T,32) per layer" \
     grows ds ds_norm peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4 + L * T * (64 + 32) * 4))
+
+# Row 10, moe_reshard_io=true: DeepSeek's MoE block reads a copy of its input and writes
+# into an output buffer copied afterwards: two (T,D) copies held across the block. Wider
+# experts, so that the MoE block holds the step's temp peak.
+run ds_wide configs/deepseek-tiny.yml $TINY base_moe_mlp_dim=256
+run ds_reshard configs/deepseek-tiny.yml $TINY base_moe_mlp_dim=256 moe_reshard_io=true
+check "moe_reshard_io=true, deepseek: losses bit-identical" same_bits ds_wide ds_reshard
+check "moe_reshard_io=true, deepseek: two (T,D) copies around the block" \
+    grows ds_wide ds_reshard peak_bytes_by_tag temp $((2 * T * D * 4))
 
 # Row 7, moe_skip_redundant_cast=false: a (rows,H) copy of the expert intermediate while
 # the expert's wo product runs; the largest expert has at least T*K/E rows.
