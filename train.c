@@ -155,7 +155,9 @@ static void device_main(int dev_id, void *arg) {
     omp_set_num_threads(c.num_threads > 0 ? c.num_threads : MM_MAX(1, omp_get_num_procs() / mesh->ndev));
 #endif
     Model m;
+    mem_mark_reset(dev);
     model_init(&m, &c);
+    size_t init_peak = dev->mark_total, init_temp = dev->mark[MEM_TEMP];
     // The global batch is per_device_batch_size * num_devices sequences (as in MaxText),
     // split over the devices that share the batch.
     int A = c.gradient_accumulation_steps, S = c.max_target_length;
@@ -175,6 +177,7 @@ static void device_main(int dev_id, void *arg) {
         printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
                run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
         sharding_print_state(&m);
+        printf("init peak %zu bytes (temp %zu)\n", init_peak, init_temp);
         if (c.print_sharding) sharding_print(&m, Bg, S);
         if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(&c, mesh->size[AX_STAGE]);
     }

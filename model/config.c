@@ -120,6 +120,7 @@ static const KeyDef KEYS[] = {
     KEY(implicit_causal_mask, K_BOOL, "true", "attention masks keys by comparing positions; false: a [B,1,S,S] boolean causal mask is materialised and read, forward and backward"),
     KEY(moe_skip_redundant_cast, K_BOOL, "true", "skip the no-op float32 cast of the expert intermediate; false: an extra [tokens,H] copy (and of its gradient)"),
     KEY(moe_reshard_io, K_BOOL, "false", "DeepSeek MoE layers: reshard the block's input and output, two activation-sized copies (MaxText before its temp-memory change); false: none"),
+    KEY(shard_variables_at_init, K_BOOL, "false", "a sharding constraint on every variable as it is created: each is made whole, then copied into its shard (raises the init-time peak by the largest variable); false: only where asked"),
     KEY(skip_noop_grad_cast, K_BOOL, "true", "skip the gradient cast to grad_dtype when it is a no-op (float32 -> float32); false: one gradient-sized copy read by the optimizer"),
     KEY(donate_buffers, K_BOOL, "true", "AdamW updates the parameters in place (donated); false: each step writes a new parameter buffer (one model-sized copy)"),
     KEY(eval_per_device_batch_size, K_INT, "0", "sequences per device in an eval batch (0 = per_device_batch_size); eval only, training is unchanged"),

@@ -94,6 +94,7 @@ typedef struct {
     int implicit_causal_mask;        // attention masks from positions (false: a materialised [B,1,S,S] mask)
     int moe_skip_redundant_cast;     // no copy of the expert intermediate for a float32->float32 cast
     int moe_reshard_io;              // DeepSeek MoE block: copies of its input and output (reshards) around it
+    int shard_variables_at_init;     // a sharding constraint (a copy) on every variable at creation
     int skip_noop_grad_cast;         // no gradient-sized copy for the float32->float32 grad_dtype cast
     int donate_buffers;              // AdamW updates the parameters in place (false: a new copy each step)
     int eval_per_device_batch_size;  // eval sequences per device (0 = per_device_batch_size)

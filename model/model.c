@@ -286,8 +286,21 @@ void model_init(Model *m, const Config *c) {
         for (int i = 0; i < m->ntensors; i++) {
             const ParamSpec *s = &m->specs[i];
             size_t a = MM_MAX(g0, s->offset), b = MM_MIN(g1, s->offset + s->size);
-            if (unit[i] == u && a < b)
-                init_tensor(m->params_mem + sh->local_off[u] + (a - g0), s, c->seed, a - s->offset, b - s->offset);
+            if (unit[i] != u || a >= b) continue;
+            float *dst = m->params_mem + sh->local_off[u] + (a - g0);
+            if (!c->shard_variables_at_init) {
+                init_tensor(dst, s, c->seed, a - s->offset, b - s->offset);
+                continue;
+            }
+            // shard_variables_at_init (OPTIMIZATIONS.md row 12), read here only: a sharding
+            // constraint on every variable as it is created. The variable is created whole
+            // (this device's tensor/expert piece of it) and the constraint copies the part
+            // this device keeps into place: one whole variable (MEM_TEMP) at a time on top of
+            // the state, so the init-time peak grows by the largest one. Same values.
+            float *whole = mem_floats(MEM_TEMP, s->size, "variable at creation, before its sharding constraint");
+            init_tensor(whole, s, c->seed, 0, s->size);
+            memcpy(dst, whole + (a - s->offset), sizeof(float) * (b - a));
+            mem_free(whole);
         }
     }
     free(unit); free(off); free(size);

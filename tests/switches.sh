@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/switches.sh: the "temporaries and fused ops" switches of OPTIMIZATIONS.md (rows 4,
-# 6, 7, 10, 11, 22, 28). For each: 3 steps with the switch at its default and flipped, on a
+# 6, 7, 10, 11, 12, 22, 28). For each: 3 steps with the switch at its default and flipped, on a
 # tiny preset; the loss trajectories must be bit-identical, and the costlier side's
 # measured peak must exceed the default's by at least the buffer it adds, worked out here
 # from the test's own shapes (not from the code under test).
@@ -69,6 +69,16 @@ check "donate_buffers=false: losses bit-identical" same_bits base donate
 check "donate_buffers=false: one parameter copy ($P floats)" grows base donate peak_bytes_by_tag params $((P * 4))
 run donate_fsdp configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_fsdp_parallelism=2 donate_buffers=false
 check "donate_buffers=false under fsdp=2: losses of one device" same_bits base donate_fsdp
+
+# Row 12, shard_variables_at_init=true: each variable created whole, then copied into its
+# shard: the init-time peak grows by the largest variable, an expert kernel (E,D,H).
+init_peak() { sed -n 's/^init peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
+run initc configs/mixtral-tiny.yml $TINY shard_variables_at_init=true
+check "shard_variables_at_init=true: losses bit-identical" same_bits base initc
+init_grows() { [ -n "$(init_peak base)" ] && [ $(($(init_peak initc) - $(init_peak base))) -ge $((E * D * H * 4)) ]; }
+check "shard_variables_at_init=true: init peak $(init_peak base) -> $(init_peak initc), at least +$((E * D * H * 4))" init_grows
+run initc_fsdp configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_fsdp_parallelism=2 shard_variables_at_init=true
+check "shard_variables_at_init=true under fsdp=2: losses of one device" same_bits base initc_fsdp
 
 # Row 6, implicit_causal_mask=false: a (B,1,S,S) boolean mask read by attention. Long
 # sequences and narrow layers, so that attention's buffers dominate the forward pass: the
