@@ -90,7 +90,7 @@ static float evaluate(Model *m, const DataLoader *dl, int B, int *ids, int *targ
 
 // What each device reports after a step (gathered to every device by mesh_stats).
 typedef struct {
-    size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS];
+    size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS], fwd_peak[MEM_NTAGS];
     size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
 } DevStats;
 
@@ -104,6 +104,8 @@ static void write_metrics(FILE *f, int step, const StepResult *r, double ms, dou
             "\"peak_bytes\": %zu, \"peak_bytes_by_tag\": {",
             step, r->loss, bits.u, r->ce_loss, r->aux_loss, r->lr, r->grad_norm, ms, tok_s, gflops, peak);
     for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[0].peak[t]);
+    fprintf(f, "}, \"forward_peak_bytes_by_tag\": {");   // device 0's forward passes (not under a pipeline)
+    for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[0].fwd_peak[t]);
     fprintf(f, "}, \"devices\": [");
     for (int d = 0; d < ndev; d++) {
         fprintf(f, "%s{\"device\": %d, \"peak_bytes\": %zu, \"peak_bytes_by_tag\": {", d ? ", " : "", d, ds[d].peak_total);
@@ -133,13 +135,14 @@ static int cmd_prepare(int argc, char **argv) {
 typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; } Run;
 
 // Every device's figures, on every device (a collective: all devices call it).
-static void mesh_stats(const Mesh *mesh, const Device *dev, DevStats *all) {
+static void mesh_stats(const Mesh *mesh, const Device *dev, const StepResult *r, DevStats *all) {
     Group *g = mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1);
     DevStats mine;
     memset(&mine, 0, sizeof mine);
     mine.peak_total = dev->peak_total;
     memcpy(mine.peak, dev->peak, sizeof mine.peak);
     memcpy(mine.live, dev->live, sizeof mine.live);
+    memcpy(mine.fwd_peak, r->fwd_peak, sizeof mine.fwd_peak);
     for (int k = 0; k < COLL_NKINDS; k++) { mine.sent[k] = dev->comm_sent[k]; mine.recv[k] = dev->comm_recv[k]; }
     coll_all_gather(g, &mine, all, sizeof mine);
 }
@@ -157,7 +160,9 @@ static void device_main(int dev_id, void *arg) {
     omp_set_num_threads(c.num_threads > 0 ? c.num_threads : MM_MAX(1, omp_get_num_procs() / mesh->ndev));
 #endif
     Model m;
+    mem_mark_reset(dev);
     model_init(&m, &c);
+    size_t init_peak = dev->mark_total, init_temp = dev->mark[MEM_TEMP];
     // The global batch is per_device_batch_size * num_devices sequences (as in MaxText),
     // split over the devices that share the batch.
     int A = c.gradient_accumulation_steps, S = c.max_target_length;
@@ -177,6 +182,7 @@ static void device_main(int dev_id, void *arg) {
         printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
                run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
         sharding_print_state(&m);
+        printf("init peak %zu bytes (temp %zu)\n", init_peak, init_temp);
         if (c.print_sharding) sharding_print(&m, Bg, S);
         if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(&c, mesh->size[AX_STAGE]);
     }
@@ -196,8 +202,25 @@ static void device_main(int dev_id, void *arg) {
         return;
     }
 
+    // eval_per_device_batch_size (OPTIMIZATIONS.md row 28), read here only: the eval batch
+    // is set apart from the training batch, so a small eval batch bounds the eval peak (its
+    // forward activations) whatever the training batch; training is unchanged.
+    int Be = B;
+    if (c.eval_per_device_batch_size > 0) {
+        int Beg = c.eval_per_device_batch_size * mesh->ndev;
+        if (mesh->size[AX_STAGE] > 1) die("eval_per_device_batch_size is not supported with a pipeline (stage > 1)");
+        if (Beg % m.shard.nbatch)
+            die("eval_per_device_batch_size %d x %d devices = %d eval sequences do not split over the %d devices "
+                "that share the batch", c.eval_per_device_batch_size, mesh->ndev, Beg, m.shard.nbatch);
+        Be = Beg / m.shard.nbatch;
+    }
     int *ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch ids");
     int *targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch targets");
+    int *eval_ids = ids, *eval_targets = targets;   // the training batch's buffers, unless set apart
+    if (c.eval_per_device_batch_size > 0) {
+        eval_ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)Be * Sl, "eval batch ids");
+        eval_targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)Be * Sl, "eval batch targets");
+    }
     FILE *metrics = NULL;
     if (talk && c.metrics_file[0] && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
         die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
@@ -205,7 +228,7 @@ static void device_main(int dev_id, void *arg) {
     // 4. The training loop. A dry run (the planner, sharding/plan.h) runs one step that
     // makes every allocation of a real step and computes nothing: no data, no evaluation.
     DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
-    float first_eval = c.dry_run ? 0.0f : evaluate(&m, dl, B, ids, targets);
+    float first_eval = c.dry_run ? 0.0f : evaluate(&m, dl, Be, eval_ids, eval_targets);
     if (talk && !c.dry_run) printf("step %5d | eval loss %.4f\n", m.step, first_eval);
     int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
     if (c.dry_run) stop = m.step + 1;
@@ -230,7 +253,7 @@ static void device_main(int dev_id, void *arg) {
         plan_watch_end(dev);
         double ms = now_ms() - t0, gflops = (dev->flops - flops0) * mesh->ndev / (ms * 1e6);
         double tok_s = (double)A * Bg * S / (ms / 1e3);
-        mesh_stats(mesh, dev, stats);
+        mesh_stats(mesh, dev, &r, stats);
         size_t peak = 0;
         for (int d = 0; d < mesh->ndev; d++) peak = MM_MAX(peak, stats[d].peak_total);
         if (c.dry_run) {   // the plan itself is printed by main once every device is done
@@ -243,7 +266,7 @@ static void device_main(int dev_id, void *arg) {
                    mem_fmt(peak, b1, sizeof b1));
         if (metrics) write_metrics(metrics, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
         if (c.eval_interval > 0 && m.step % c.eval_interval == 0 && m.step < c.steps) {
-            float e = evaluate(&m, dl, B, ids, targets);
+            float e = evaluate(&m, dl, Be, eval_ids, eval_targets);
             if (talk) printf("step %5d | eval loss %.4f\n", m.step, e);
         }
         if (talk && c.save_checkpoint[0] && c.checkpoint_period > 0 && m.step % c.checkpoint_period == 0)
@@ -254,13 +277,18 @@ static void device_main(int dev_id, void *arg) {
     if (c.dry_run) {
         if (metrics) fclose(metrics);
         free(stats);
+        if (eval_ids != ids) { mem_free(eval_ids); mem_free(eval_targets); }
         mem_free(ids);
         mem_free(targets);
         model_free(&m);
         return;
     }
-    float last_eval = evaluate(&m, dl, B, ids, targets);
+    mem_mark_reset(dev);   // the eval's own peak, next to the last step's
+    float last_eval = evaluate(&m, dl, Be, eval_ids, eval_targets);
     if (talk) printf("step %5d | eval loss %.4f (first %.4f)\n", m.step, last_eval, first_eval);
+    if (talk) printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device; "
+                     "last training step peak %zu bytes\n", dev->mark_total, dev->mark[MEM_TEMP],
+                     dev->mark[MEM_ACTIVATIONS], Be, dev->peak_total);
     if (talk && c.save_checkpoint[0]) {
         checkpoint_save(&m, c.save_checkpoint);
         printf("saved checkpoint %s (step %d)\n", c.save_checkpoint, m.step);
@@ -278,6 +306,7 @@ static void device_main(int dev_id, void *arg) {
     free(stats);
     mem_free(ids);
     mem_free(targets);
+    if (eval_ids != ids) { mem_free(eval_ids); mem_free(eval_targets); }
     model_free(&m);
 }
 
@@ -285,7 +314,8 @@ int main(int argc, char **argv) {
     blas_prefer_fast_kernels(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
-               "       ./train sweep CONFIG.yml [key=value ...]\n       ./train --help-config\n");
+               "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
+               "       ./train --help-config\n");
         return argc < 2;
     }
     if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }

@@ -45,7 +45,9 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
     float *v_all = cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention o");            // (B,S,N,Dh)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
-    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, B, S, p0, N, Nkv, Dh, Dh, attn_rounding(c));
+    unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
+    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, Nkv, Dh, Dh, attn_rounding(c));
+    mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
 
@@ -83,9 +85,11 @@ void attention_backward(const Config *c, const AttentionParams *p, AttentionPara
     float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d q");         // (B,S,N,Dh)
     float *dk = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d k");   // (P,B,S,Nkv,Dh)
     float *dv = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d v");   // (P,B,S,Nkv,Dh)
-    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh,
+    unsigned char *mask = attn_causal_mask(c, B, S, p0);
+    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh,
                        attn_rounding(c));
     mem_free(dO);
+    mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
     cp_reduce_scatter(dk, (size_t)T * Nkv * Dh);

@@ -28,13 +28,33 @@ AttnRounding attn_rounding(const Config *c) {
     return (AttnRounding){bf16 && !c->float32_qk_product, bf16 && !c->float32_logits, bf16};
 }
 
+unsigned char *attn_causal_mask(const Config *c, int B, int S, int q0) {
+    if (c->implicit_causal_mask) return NULL;   // read here only
+    int W = q0 + S;
+    unsigned char *mask = (unsigned char *)mem_alloc(MEM_TEMP, (size_t)B * S * W, "causal mask (B,1,S,S)");
+    for (int b = 0; b < (mem_dry() ? 0 : B); b++)
+        for (int i = 0; i < S; i++)
+            for (int j = 0; j < W; j++) mask[((size_t)b * S + i) * W + j] = j <= q0 + i;
+    return mask;
+}
+
+// Does query row i of sequence b see key position j? From the materialised mask if there
+// is one (which then decides), else from the positions.
+static inline int visible(const unsigned char *mask, int b, int i, int j, int S, int q0) {
+    return mask ? mask[((size_t)b * S + i) * (q0 + S) + j] : j <= q0 + i;
+}
+// The keys a query row scans: up to its own position, or every key when a mask decides.
+static inline int keys_scanned(const unsigned char *mask, int i, int S, int q0) {
+    return mask ? q0 + S : q0 + i + 1;
+}
+
 // The row, in k (P,B,S,Nkv,.) or v, of key position j of sequence b: part j/S, row j%S.
 static inline size_t key_row(int b, int j, int B, int S) {
     return ((size_t)(j / S) * B + b) * S + j % S;
 }
 
 void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
-                       int B, int S, int q0, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
+                       const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
     check_heads(N, Nkv);
     int group = N / Nkv;   // query heads per kv head
     int W = q0 + S;        // keys of the whole sequence up to this device's last position
@@ -51,7 +71,6 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
             int g = h / group;
             float *e = rows + ((size_t)b * N + h) * W;   // (W) scores, then exp(s - m)
             for (int i = 0; i < S; i++) {
-                int pos = q0 + i;                                             // global position
                 const float *qi = q + (((size_t)b * S + i) * N + h) * Dqk;   // (Dqk)
                 float *oi = o + (((size_t)b * S + i) * N + h) * Dv;          // (Dv)
                 // Scores of the visible keys j <= pos. The masked ones (j > pos) hold
@@ -59,7 +78,9 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 // visible) and exp(ATTN_MASK_VALUE - m) is exactly 0 in float32, so they
                 // add nothing to l or to o: skipping them gives the very same numbers.
                 float m = ATTN_MASK_VALUE;
-                for (int j = 0; j <= pos; j++) {
+                int nj = keys_scanned(mask, i, S, q0);
+                for (int j = 0; j < nj; j++) {
+                    if (!visible(mask, b, i, j, S, q0)) continue;
                     const float *kj = k + (key_row(b, j, B, S) * Nkv + g) * Dqk;   // (Dqk)
                     e[j] = dot(qi, kj, Dqk);
                     if (rnd.scores) e[j] = bf16_round(e[j]);
@@ -68,7 +89,8 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 // o_i = (sum_j e_j v_j) / l, e_j = exp(s_j - m), l = sum_j e_j
                 float l = 0.0f;
                 for (int d = 0; d < Dv; d++) oi[d] = 0.0f;
-                for (int j = 0; j <= pos; j++) {
+                for (int j = 0; j < nj; j++) {
+                    if (!visible(mask, b, i, j, S, q0)) continue;
                     const float *vj = v + (key_row(b, j, B, S) * Nkv + g) * Dv;    // (Dv)
                     e[j] = expf(e[j] - m);
                     if (rnd.probs) e[j] = bf16_round(e[j]);
@@ -95,7 +117,7 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
 // (the max m cancels out of the math: it needs no gradient; masked pairs get none.)
 void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
-                        int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
+                        const unsigned char *mask, int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
     check_heads(N, Nkv);
     if (chunk <= 0 || S % chunk) die("internal: attention rows (%d) cannot be cut into chunks of %d", S, chunk);
     int group = N / Nkv, nq = S / chunk;
@@ -129,7 +151,8 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         float m = st[0], l = st[1];
                         float Di = dot(doi, oi, Dv);
                         for (int d = 0; d < Dqk; d++) dqi[d] = 0.0f;
-                        for (int j = 0; j <= q0 + i; j++) {
+                        for (int j = 0; j < keys_scanned(mask, i, S, q0); j++) {
+                            if (!visible(mask, b, i, j, S, q0)) continue;
                             size_t krow = key_row(b, j, B, S) * Nkv + g;
                             const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
                             float s = dot(qi, kj, Dqk);

@@ -33,11 +33,18 @@ AttnRounding attn_rounding(const Config *c);
 // so negative that exp(mask - m) is exactly 0 in float32.
 #define ATTN_MASK_VALUE ((float)(-0.7 * (double)FLT_MAX))
 
+// implicit_causal_mask (OPTIMIZATIONS.md row 6): NULL, the mask comes from comparing
+// positions (j <= q0+i); or, with implicit_causal_mask=false, a materialised boolean mask
+// (B,1,S,q0+S) (MEM_TEMP, 1 byte per entry) as MaxText builds it, which both passes read
+// to decide which keys a query sees. The same keys either way, so the same bits. Free with mem_free.
+unsigned char *attn_causal_mask(const Config *c, int B, int S, int q0);
+
 // o (B,S,N,Dv) and stats (B,N,S,2) (per query row: m and l) are written.
 // q (B,S,N,Dqk) at positions q0.., k (P,B,S,Nkv,Dqk), v (P,B,S,Nkv,Dv) with P*S > q0 (the
 // parts after the queries' own are never read). N must be a multiple of Nkv.
 void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
-                       int B, int S, int q0, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
+                       const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
+                       AttnRounding rnd);
 
 // Backward of attn_core_forward given dout = dL/do (B,S,N,Dv) and what the forward saw and
 // wrote. dq (B,S,N,Dqk), dk (P,B,S,Nkv,Dqk), dv (P,B,S,Nkv,Dv) are overwritten (not +=):
@@ -51,7 +58,7 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
 // The probabilities are recomputed with the forward's rounding (rnd).
 void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
-                        int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
+                        const unsigned char *mask, int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
 
 // The projections of both attention kinds, run as one GEMM per sequence.
 // Why: OpenBLAS (0.3.21, Haswell kernels) handles the rows of a GEMM in blocks whose kernel

@@ -114,6 +114,16 @@ static const KeyDef KEYS[] = {
     KEY(pipeline_shift_impl, K_STR, "ppermute", "pipeline: ppermute (collective with its own buffers in the loop state) or slice (the stacked state's rows, shifted)"),
     KEY(pipeline_save_decoder_layer_input, K_BOOL, "true", "pipeline remat: also save every layer's input (a second stacked buffer) besides iteration_input"),
     KEY(pipeline_fsdp_ag_once, K_BOOL, "false", "pipeline: all-gather the stage's weights over fsdp once before the loop, not at every iteration"),
+    // temporaries and fused ops (branch temps): each switch's costlier side really allocates
+    // and uses the buffer it names (model/temps.c), so the figures measured are real.
+    KEY(rmsnorm_fused_scale, K_BOOL, "true", "RMSNorm multiplies by its scale inside the loop; false: the einsum form materialises the broadcast [B,S,D] scale first (one activation-sized temporary)"),
+    KEY(implicit_causal_mask, K_BOOL, "true", "attention masks keys by comparing positions; false: a [B,1,S,S] boolean causal mask is materialised and read, forward and backward"),
+    KEY(moe_skip_redundant_cast, K_BOOL, "true", "skip the no-op float32 cast of the expert intermediate; false: an extra [tokens,H] copy (and of its gradient)"),
+    KEY(moe_reshard_io, K_BOOL, "false", "DeepSeek MoE layers: reshard the block's input and output, two activation-sized copies (MaxText before its temp-memory change); false: none"),
+    KEY(shard_variables_at_init, K_BOOL, "false", "a sharding constraint on every variable as it is created: each is made whole, then copied into its shard (raises the init-time peak by the largest variable); false: only where asked"),
+    KEY(skip_noop_grad_cast, K_BOOL, "true", "skip the gradient cast to grad_dtype when it is a no-op (float32 -> float32); false: one gradient-sized copy read by the optimizer"),
+    KEY(donate_buffers, K_BOOL, "true", "AdamW updates the parameters in place (donated); false: each step writes a new parameter buffer (one model-sized copy)"),
+    KEY(eval_per_device_batch_size, K_INT, "0", "sequences per device in an eval batch (0 = per_device_batch_size); eval only, training is unchanged"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -362,6 +372,8 @@ void config_validate(const Config *c) {
             "%d / %d = %d: a leaf never spans two chunks", leaf, c->max_target_length, chunks, cfg_chunk_tokens(c));
     if (c->eval_fraction <= 0 || c->eval_fraction >= 1)
         die("eval_fraction must be between 0 and 1, got %g", c->eval_fraction);
+    if (c->eval_per_device_batch_size < 0)
+        die("eval_per_device_batch_size must be >= 0 (0 = per_device_batch_size), got %d", c->eval_per_device_batch_size);
     if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
     if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);

@@ -89,6 +89,15 @@ typedef struct {
     char pipeline_shift_impl[CFG_STR]; // "ppermute" or "slice": how stage outputs rotate to the next stage
     int pipeline_save_decoder_layer_input; // remat in the pipeline also saves each layer's input
     int pipeline_fsdp_ag_once;       // all-gather the stage's weights once before the loop
+    // ---- temporaries and fused ops (branch temps; OPTIMIZATIONS.md rows 4, 6, 7, 11, 22, 28) ----
+    int rmsnorm_fused_scale;         // RMSNorm multiplies by its scale in the loop (false: a broadcast [T,D] scale)
+    int implicit_causal_mask;        // attention masks from positions (false: a materialised [B,1,S,S] mask)
+    int moe_skip_redundant_cast;     // no copy of the expert intermediate for a float32->float32 cast
+    int moe_reshard_io;              // DeepSeek MoE block: copies of its input and output (reshards) around it
+    int shard_variables_at_init;     // a sharding constraint (a copy) on every variable at creation
+    int skip_noop_grad_cast;         // no gradient-sized copy for the float32->float32 grad_dtype cast
+    int donate_buffers;              // AdamW updates the parameters in place (false: a new copy each step)
+    int eval_per_device_batch_size;  // eval sequences per device (0 = per_device_batch_size)
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

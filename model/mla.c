@@ -36,7 +36,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads;
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
-    float eps = c->normalization_layer_epsilon, lo = c->rope_min_timescale, hi = c->rope_max_timescale;
+    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
     int p0 = cp_rank() * S;   // global position of this device's first token
     memset(s, 0, sizeof(*s));
 
@@ -48,7 +48,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
         s->qn = mem_floats(MEM_ACTIVATIONS, (size_t)T * Q, "mla q_norm out");      // (T,Q)
         attn_matmul_forward(s->qa, x, p->wq_a, B, S, D, Q);
         prec_round(c, s->qa, (size_t)T * Q);
-        rmsnorm_forward(s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q, eps, cfg_bf16(c));
+        s->qn_scale = rmsnorm_forward_cfg(c, s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q);
         attn_matmul_forward(s->q, s->qn, p->wq_b, B, S, Q, N * Qk);
     } else {
         attn_matmul_forward(s->q, x, p->wq, B, S, D, N * Qk);
@@ -72,7 +72,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     s->kv_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
     s->latn = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
     for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(s->latent + (size_t)t * R, ckv + (size_t)t * (R + Dr), sizeof(float) * R);
-    rmsnorm_forward(s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R, eps, cfg_bf16(c));
+    s->kvn_scale = rmsnorm_forward_cfg(c, s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R);
     // kv (T, N*(Dn+Dv)) = latn Wkv_b: per head k_nope then v.
     float *kv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
     attn_matmul_forward(kv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv));
@@ -99,7 +99,9 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     float *v_all = cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
-    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
+    unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
+    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
+    mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
@@ -144,9 +146,11 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");       // (B,S,N,Qk)
     float *dk = mem_floats(MEM_TEMP, (size_t)P * T * N * Qk, "mla d k");   // (P,B,S,N,Qk)
     float *dv = mem_floats(MEM_TEMP, (size_t)P * T * N * Dv, "mla d v");   // (P,B,S,N,Dv)
-    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, B, S, p0, P, leaf.chunk, N, N, Qk, Dv,
+    unsigned char *mask = attn_causal_mask(c, B, S, p0);
+    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, N, Qk, Dv,
                        attn_rounding(c));
     mem_free(dO);
+    mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
     cp_reduce_scatter(dk, (size_t)T * N * Qk);
@@ -196,7 +200,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     prec_round(c, dlatn, (size_t)T * R);
     mem_free(dkv);
     float *dlat = mem_floats(MEM_TEMP, (size_t)T * R, "mla d latent");         // (T,R)
-    rmsnorm_backward(dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kv_rstd, T, R, leaf, cfg_bf16(c));
+    rmsnorm_backward_cfg(c, dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kvn_scale, s->kv_rstd, T, R, leaf);
     for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(dckv + (size_t)t * (R + Dr), dlat + (size_t)t * R, sizeof(float) * R);
     mem_free(dlatn);
     mem_free(dlat);
@@ -219,7 +223,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
         tp_colpar_dinp(c, dqn, dq, p->wq_b, T, Q, N * Qk);   // a sum over heads (tensor-split)
         float *dqa = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q down");       // (T,Q)
         prec_round(c, dqn, (size_t)T * Q);
-        rmsnorm_backward(dqa, g->q_norm, dqn, s->qa, p->q_norm, s->qa_rstd, T, Q, leaf, cfg_bf16(c));
+        rmsnorm_backward_cfg(c, dqa, g->q_norm, dqn, s->qa, p->q_norm, s->qn_scale, s->qa_rstd, T, Q, leaf);
         prec_round(c, dqa, (size_t)T * Q);
         attn_matmul_backward(dx, g->wq_a, dqa, x, p->wq_a, B, S, D, Q, leaf);
         mem_free(dqn);
@@ -235,6 +239,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
 void mla_saved_free(MLASaved *s) {
     mem_free(s->qa); mem_free(s->qa_rstd); mem_free(s->qn);
     mem_free(s->latent); mem_free(s->kv_rstd); mem_free(s->latn);
+    mem_free(s->qn_scale); mem_free(s->kvn_scale);
     mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
     memset(s, 0, sizeof(*s));
 }

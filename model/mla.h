@@ -13,6 +13,7 @@ typedef struct {
     float *latent;   // (T,R)     the latent part of x @ wkv_a, the input of kv_norm
     float *kv_rstd;  // (T)       kv_norm's 1/rms
     float *latn;     // (T,R)     kv_norm output, the input of wkv_b
+    float *qn_scale, *kvn_scale;   // the norms' broadcast scales, rmsnorm_fused_scale=false only (model/rmsnorm.h)
     float *q;        // (B,S,N,Qk)  [q_nope, RoPE(q_rope)] * Qk^-0.5
     float *k;        // (B,S,N,Qk)  [k_nope, RoPE(k_rope) broadcast to every head]
     float *v;        // (B,S,N,Dv)

@@ -287,8 +287,21 @@ void model_init(Model *m, const Config *c) {
         for (int i = 0; i < m->ntensors; i++) {
             const ParamSpec *s = &m->specs[i];
             size_t a = MM_MAX(g0, s->offset), b = MM_MIN(g1, s->offset + s->size);
-            if (unit[i] == u && a < b)
-                init_tensor(m->params_mem + sh->local_off[u] + (a - g0), s, c->seed, a - s->offset, b - s->offset);
+            if (unit[i] != u || a >= b) continue;
+            float *dst = m->params_mem + sh->local_off[u] + (a - g0);
+            if (!c->shard_variables_at_init) {
+                init_tensor(dst, s, c->seed, a - s->offset, b - s->offset);
+                continue;
+            }
+            // shard_variables_at_init (OPTIMIZATIONS.md row 12), read here only: a sharding
+            // constraint on every variable as it is created. The variable is created whole
+            // (this device's tensor/expert piece of it) and the constraint copies the part
+            // this device keeps into place: one whole variable (MEM_TEMP) at a time on top of
+            // the state, so the init-time peak grows by the largest one. Same values.
+            float *whole = mem_floats(MEM_TEMP, s->size, "variable at creation, before its sharding constraint");
+            init_tensor(whole, s, c->seed, 0, s->size);
+            mem_copy(dst, whole + (a - s->offset), sizeof(float) * (b - a));
+            mem_free(whole);
         }
     }
     free(unit); free(off); free(size);
@@ -380,18 +393,33 @@ void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int 
                        leaves_of(&m->cfg, B, S));
 }
 
+// moe_reshard_io (OPTIMIZATIONS.md row 10), read here only. MaxText's DeepSeek MoE layer
+// once resharded the block's input and output (sharding constraints between the attention
+// part and the MoE block) where the layout was already right; XLA materialised each as a
+// copy. On: the block reads a copy of its input and writes into a fresh output buffer that
+// is then copied into the residual stream, two activation-sized (T,D) temporaries held
+// across the block (MEM_TEMP), and the backward pass copies the two gradients likewise.
+// Copies change no value: the same bits. Off (the default, MaxText after the change): none.
+static int moe_reshards(const Config *c, int l) {
+    return c->moe_reshard_io && cfg_is_deepseek(c) && cfg_layer_is_moe(c, l);
+}
+static float *reshard_copy(const float *x, size_t n, const char *name) {
+    float *y = mem_floats(MEM_TEMP, n, name);
+    mem_copy(y, x, sizeof(float) * n);
+    return y;
+}
+
 float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
     int T = B * S, D = c->base_emb_dim;
-    float eps = c->normalization_layer_epsilon;
     int bf16 = cfg_bf16(c);
     LayerParams *p = &m->params.layers[l];
     a->x = x;
     // h = x + Attention(RMSNorm_pre(x))
     a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
     a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
-    rmsnorm_forward(a->n1, a->rstd1, x, p->pre_norm, T, D, eps, bf16);
+    a->scale1 = rmsnorm_forward_cfg(c, a->n1, a->rstd1, x, p->pre_norm, T, D);
     a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
     if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
     else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
@@ -400,12 +428,22 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
     // x' = h + FFN(RMSNorm_post(h))
     a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
     a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
-    rmsnorm_forward(a->n2, a->rstd2, a->h, p->post_norm, T, D, eps, bf16);
+    a->scale2 = rmsnorm_forward_cfg(c, a->n2, a->rstd2, a->h, p->post_norm, T, D);
     float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
     if (cfg_layer_is_moe(c, l)) {
         long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
         double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
-        moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+        if (moe_reshards(c, l)) {
+            size_t n = (size_t)T * D;
+            float *in = reshard_copy(a->n2, n, "moe block input, resharded (a copy)");
+            float *out = mem_floats(MEM_TEMP, n, "moe block output, before its reshard");
+            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, out, in, B, S, lb_coef, lb, counts);
+            mem_copy(xn, out, sizeof(float) * n);
+            mem_free(in);
+            mem_free(out);
+        } else {
+            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+        }
     } else {
         mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
     }
@@ -434,13 +472,23 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     mem_copy(dh, dx, sizeof(float) * T * D);
     mem_zero(dn, sizeof(float) * T * D);
     if (cfg_layer_is_moe(c, l)) {
-        moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+        if (moe_reshards(c, l)) {   // the reshards' transposes: copies of both gradients
+            size_t n = (size_t)T * D;
+            float *dout = reshard_copy(dx, n, "moe block d output, resharded (a copy)");
+            float *din = mem_floats(MEM_TEMP, n, "moe block d input, before its reshard");
+            moe_backward(lc, &p->moe, &gl->moe, &a->moe, din, dout, a->n2, B, S, lb_coef);
+            mem_copy(dn, din, sizeof(float) * n);   // dn was zero, as din
+            mem_free(dout);
+            mem_free(din);
+        } else {
+            moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+        }
         moe_saved_free(&a->moe);
     } else {
         mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
     }
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf, cfg_bf16(c));
+    rmsnorm_backward_cfg(c, dh, gl->post_norm, dn, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
     prec_round(c, dh, (size_t)T * D);
     // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
     mem_copy(dx, dh, sizeof(float) * T * D);
@@ -448,7 +496,7 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
     else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward(dx, gl->pre_norm, dn, a->x, p->pre_norm, a->rstd1, T, D, leaf, cfg_bf16(c));
+    rmsnorm_backward_cfg(c, dx, gl->pre_norm, dn, a->x, p->pre_norm, a->scale1, a->rstd1, T, D, leaf);
 }
 
 void model_layer_free(Model *m, int l, LayerActs *a) {
@@ -458,7 +506,8 @@ void model_layer_free(Model *m, int l, LayerActs *a) {
     else mlp_saved_free(&a->mlp);
     mem_free(a->x); mem_free(a->n1); mem_free(a->rstd1);
     mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
-    a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = NULL;
+    mem_free(a->scale1); mem_free(a->scale2);
+    a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = a->scale1 = a->scale2 = NULL;
 }
 
 void model_head_forward(Model *m, float *x, int T) {
@@ -468,7 +517,7 @@ void model_head_forward(Model *m, float *x, int T) {
     m->xL = x;
     m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
     m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
-    rmsnorm_forward(m->nf, m->rstdf, x, m->params.final_norm, T, D, c->normalization_layer_epsilon, cfg_bf16(c));
+    m->scalef = rmsnorm_forward_cfg(c, m->nf, m->rstdf, x, m->params.final_norm, T, D);
     m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
     round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // cast point 16; the loss reads them as float32
@@ -504,14 +553,14 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
     tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
     prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
-    rmsnorm_backward(dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->rstdf, T, D, leaf, cfg_bf16(c));
+    rmsnorm_backward_cfg(c, dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->scalef, m->rstdf, T, D, leaf);
     *dnf_out = dnf;
     return dx;
 }
 
 void model_head_free(Model *m) {
-    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse);
-    m->xL = m->nf = m->rstdf = m->logits = m->lse = NULL;
+    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse); mem_free(m->scalef);
+    m->xL = m->nf = m->rstdf = m->logits = m->lse = m->scalef = NULL;
 }
 
 void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {

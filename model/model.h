@@ -37,6 +37,7 @@ typedef struct {
     MLASaved mla;
     float *h;           // (T,D) residual after attention
     float *n2, *rstd2;  // (T,D), (T) post-attention RMSNorm
+    float *scale1, *scale2;   // the norms' broadcast scales, rmsnorm_fused_scale=false only (model/rmsnorm.h)
     MlpSaved mlp;
     MoeSaved moe;
 } LayerActs;
@@ -64,6 +65,7 @@ typedef struct Model {
     const int *targets;     // (B,S)
     LayerActs *acts;        // (L)
     float *xL, *nf, *rstdf; // (T,D) final residual, final norm output, (T)
+    float *scalef;          // the final norm's broadcast scale (rmsnorm_fused_scale=false), or NULL
     float *logits;          // (T,V) logits, overwritten by dlogits in the backward pass
     float *lse;             // (T)
 } Model;

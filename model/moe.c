@@ -268,6 +268,22 @@ static void expert_dw(float *dw, const float *inp, const float *dout, const int 
 // needs does not depend on the routing, and the dry-run planner (which does not route)
 // allocates exactly what a real step does.
 //
+// moe_skip_redundant_cast (OPTIMIZATIONS.md row 7), read here only. MaxText casts the
+// expert intermediate silu(h0)*h1 (rows,H) to the activation dtype before the wo matmul
+// (and autodiff casts its gradient back); with float32 activations both casts are no-ops,
+// and the skip drops them. Without it each cast writes a copy (MEM_TEMP) that the next
+// op reads while the uncast buffer is still held: one more (rows,H) buffer, same bits.
+// Like the other per-expert temporaries it is allocated for `cap` rows; n are copied.
+static float *intermediate_cast(const Config *c, float *x, size_t n, size_t cap, const char *name) {
+    if (c->moe_skip_redundant_cast) return x;
+    float *copy = mem_floats(MEM_TEMP, cap, name);
+    mem_copy(copy, x, sizeof(float) * n);
+    return copy;
+}
+static void intermediate_cast_free(float *copy, const float *x) {
+    if (copy != x) mem_free(copy);
+}
+
 // h0, h1 (n,H) = xs wi_0, xs wi_1 (kept);  y (n,D) = (silu(h0) * h1) wo
 static void expert_forward(const Config *c, const MoeParams *p, int e, const float *xs, int n, int cap,
                            float *h0, float *h1, float *y) {
@@ -278,8 +294,10 @@ static void expert_forward(const Config *c, const MoeParams *p, int e, const flo
     prec_round(c, h1, (size_t)n * H);
     float *act = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) of (cap,H)
     swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
-    tp_rowpar_forward_cap(c, y, act, p->wo + (size_t)e * H * D, n, cap, H, D);   // a sum over H (tensor-split)
+    float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
+    tp_rowpar_forward_cap(c, y, actc, p->wo + (size_t)e * H * D, n, cap, H, D);   // a sum over H (tensor-split)
     prec_round(c, y, (size_t)n * D);
+    intermediate_cast_free(actc, act);
     mem_free(act);
 }
 
@@ -297,12 +315,16 @@ static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, i
     float *dact = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d activation");
     matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
     prec_round(c, dact, (size_t)n * H);   // bf16: act was rounded, so is its gradient
-    expert_dw(g->wo + (size_t)e * H * D, act, dye, rt, n, H, D, leaf);
+    float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
+    expert_dw(g->wo + (size_t)e * H * D, actc, dye, rt, n, H, D, leaf);
+    intermediate_cast_free(actc, act);
     mem_free(act);
     // act = silu(h0) * h1
     float *dh0 = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d h0");
     float *dh1 = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d h1");
-    swiglu_backward(dh0, dh1, dact, h0, h1, (long)n * H);
+    float *dactc = intermediate_cast(c, dact, (size_t)n * H, (size_t)cap * H, "moe expert d activation, cast back (a no-op copy)");
+    swiglu_backward(dh0, dh1, dactc, h0, h1, (long)n * H);
+    intermediate_cast_free(dactc, dact);
     prec_round(c, dh0, (size_t)n * H);
     prec_round(c, dh1, (size_t)n * H);
     mem_free(dact);

@@ -69,6 +69,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     if (expert_counts) memset(expert_counts, 0, sizeof(long) * ncount);
 
     mem_zero(m->grads_mem, sizeof(float) * sh->local_n);
+    memset(r->fwd_peak, 0, sizeof r->fwd_peak);
     // With several microbatches, each one's gradient is a leaf block of the tree; its
     // buffer is a second gradient-sized allocation (that is what accumulation costs), one
     // per chunk slot: the chunks are the tree's outermost level, above the microbatches.
@@ -86,7 +87,11 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
         }
         long first_seq = (long)mb * Bg + (long)sh->brank * B;   // this device's first sequence
         FwdStats st = {mine, aux_seq + first_seq, nseq, 0, expert_counts};
+        // The forward pass's own peak (mem_mark_reset): a forward-only temporary shows here
+        // even when the backward pass sets the step's peak.
+        mem_mark_reset(mem_device());
         model_forward(m, mids, mtg, B, S, lb_coef, &st);
+        for (int t = 0; t < MEM_NTAGS; t++) r->fwd_peak[t] = MM_MAX(r->fwd_peak[t], mem_device()->mark[t]);
         place_leaves(loss_leaf, mine, lv, nseq, first_seq, sh);
         if (hook) hook(m, mb, hook_ctx);
         if (A > 1) fsdp_set_grad_partial(m, treesum_leaf(&acc));
@@ -112,12 +117,50 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     mem_free(aux_seq);
 }
 
+// skip_noop_grad_cast (OPTIMIZATIONS.md row 11), read here only. MaxText casts the
+// gradients to grad_dtype before the optimizer; with float32 gradients and grad_dtype
+// float32 the cast changes nothing, and the guard skips it. Without the guard the cast
+// writes a gradient-sized copy (MEM_GRADS) that clipping and AdamW then read: the same
+// values, so the same bits, for one more gradient buffer during the update.
+static float *grad_dtype_cast(Model *m) {
+    if (m->cfg.skip_noop_grad_cast) return NULL;
+    float *cast = mem_floats(MEM_GRADS, m->shard.local_n, "grads cast to grad_dtype (a no-op copy)");
+    mem_copy(cast, m->grads_mem, sizeof(float) * m->shard.local_n);
+    float *orig = m->grads_mem;
+    m->grads_mem = cast;   // what the optimizer reads
+    return orig;
+}
+
+// donate_buffers (OPTIMIZATIONS.md row 22), read here only. MaxText donates the train
+// state to the step, so XLA updates the parameters in place. Without donation the update
+// writes the new parameters into a new buffer (MEM_PARAMS) while the old ones are still
+// held, and drops the old after: one model-sized copy at the update. Same arithmetic, same bits.
+static float *params_undonated(Model *m) {
+    if (m->cfg.donate_buffers) return NULL;
+    const StateShard *sh = &m->shard;
+    float *fresh = mem_floats(MEM_PARAMS, sh->local_n, "params, new copy (buffers not donated)");
+    mem_copy(fresh, m->params_mem, sizeof(float) * sh->local_n);   // AdamW then updates this copy
+    float *old = m->params_mem;
+    m->params_mem = fresh;
+    if (sh->F == 1)   // whole units here: the layers' pointers move to the new buffer (FSDP binds at each gather)
+        for (int u = 0; u < sh->nunits; u++)
+            if (sh->here[u]) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
+    return old;
+}
+
 void apply_update(Model *m, StepResult *r, const long *expert_counts, long tokens) {
     const Config *c = &m->cfg;
     r->lr = lr_schedule(c, m->step);
     mem_phase("optimizer");
+    float *grads_before_cast = grad_dtype_cast(m);
     grad_clip(m->grads_mem, m->shard.local_n, r->grad_norm, c->gradient_clipping_threshold);
+    float *old_params = params_undonated(m);
     fsdp_adamw(m, r->lr, m->step + 1);
+    mem_free(old_params);
+    if (grads_before_cast) {   // the cast copy is dropped; the next step accumulates into the original
+        mem_free(m->grads_mem);
+        m->grads_mem = grads_before_cast;
+    }
     if (m->router_bias && c->routed_bias_update_rate > 0)
         for (int l = c->first_num_dense_layers; l < c->base_num_decoder_layers; l++)
             router_bias_update(m->router_bias + (size_t)l * c->num_experts, expert_counts + (size_t)l * c->num_experts,

@@ -11,6 +11,7 @@ typedef struct {
     float grad_norm;    // global gradient norm before clipping
     float lr;           // learning rate used by this update
     long ntok;          // tokens with a target in the global batch
+    size_t fwd_peak[MEM_NTAGS];   // this device's peak bytes per tag during the forward passes
 } StepResult;
 
 // Hooks for the parity dump: called after each microbatch's forward pass, before its

@@ -152,6 +152,8 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
     d->live[tag] += bytes;
     d->live_total += bytes;
     if (d->live[tag] > d->peak[tag]) d->peak[tag] = d->live[tag];
+    if (d->live[tag] > d->mark[tag]) d->mark[tag] = d->live[tag];
+    if (d->live_total > d->mark_total) d->mark_total = d->live_total;
     if (d->live_total > d->peak_total) {
         d->peak_total = d->live_total;
         memcpy(d->at_peak, d->live, sizeof d->live);
@@ -198,6 +200,11 @@ void mem_reset_peak(Device *d) {
     memcpy(d->at_peak, d->live, sizeof d->live);
     memcpy(d->peak_phase, d->phase, sizeof d->phase);
     d->peak_name = "(live at the start of the step)";
+}
+
+void mem_mark_reset(Device *d) {
+    memcpy(d->mark, d->live, sizeof d->live);
+    d->mark_total = d->live_total;
 }
 
 void mem_print_report(const Device *d) {

@@ -28,6 +28,7 @@ typedef struct Device {
     size_t peak[MEM_NTAGS];           // highest live bytes seen, per tag
     size_t live_total, peak_total;    // all tags together
     size_t at_peak[MEM_NTAGS];        // per-tag breakdown at the moment of peak_total
+    size_t mark[MEM_NTAGS], mark_total; // highest live bytes since mem_mark_reset: one phase's peak
     long nallocs;                     // allocations made (for the planner)
     double flops;                     // floating-point operations done by this device's matmuls
     size_t comm_sent[8], comm_recv[8];// bytes sent / received, per kind of collective (CollKind)
@@ -72,6 +73,9 @@ void mem_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes);
 // Reset the peak counters to the live figures (e.g. to measure one step's peak).
 void mem_reset_peak(Device *d);
+// Start measuring one phase (a forward pass, an eval, the init): the mark counters restart
+// from the live figures and follow the peak until the next reset; the step's peak is untouched.
+void mem_mark_reset(Device *d);
 // Print the device's peak per tag and total.
 void mem_print_report(const Device *d);
 // Human-readable byte count into buf ("12.3 MiB").

@@ -31,7 +31,8 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/deepseek-tiny.yml ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2" \
             "configs/deepseek-tiny.yml ici_tensor_parallelism=2 per_device_batch_size=4" \
             "configs/mixtral-tiny.yml dtype=bfloat16 gradient_accumulation_steps=2 per_device_batch_size=4" \
-            "configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0"; do
+            "configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0" \
+            "configs/deepseek-tiny.yml rmsnorm_fused_scale=false implicit_causal_mask=false moe_skip_redundant_cast=false moe_reshard_io=true skip_noop_grad_cast=false donate_buffers=false"; do
     # shellcheck disable=SC2086
     check "dry-run plan equals the measured step, byte for byte: $args" plan_equals_measured $args
 done

@@ -458,8 +458,8 @@ static void test_core_parts(const char *name, int N, int Nkv, int Dqk, int Dv, A
     uint64_t seed = 77;
     gc_fill(q, nq * Dqk, &seed, 1.0f); gc_fill(k, nk * Dqk, &seed, 1.0f);
     gc_fill(v, nk * Dv, &seed, 1.0f); gc_fill(dout, nq * Dv, &seed, 1.0f);
-    attn_core_forward(o, st, q, k, v, CB, CS, 0, N, Nkv, Dqk, Dv, rnd);
-    attn_core_backward(dq, dk, dv, dout, q, k, v, o, st, CB, CS, 0, 1, chunk, N, Nkv, Dqk, Dv, rnd);
+    attn_core_forward(o, st, q, k, v, NULL, CB, CS, 0, N, Nkv, Dqk, Dv, rnd);
+    attn_core_backward(dq, dk, dv, dout, q, k, v, o, st, NULL, CB, CS, 0, 1, chunk, N, Nkv, Dqk, Dv, rnd);
     for (int P = 2; P <= 4; P *= 2) {
         int Sl = CS / P;
         long pq = (long)CB * Sl * N, pk = (long)CB * Sl * Nkv;   // rows of one part
@@ -474,10 +474,10 @@ static void test_core_parts(const char *name, int N, int Nkv, int Dqk, int Dv, A
         for (int r = 0; r < P; r++) {   // device r: queries at positions r*Sl ..
             take_rows(qr, q, CB, CS, Sl, r, (long)N * Dqk);
             take_rows(dor, dout, CB, CS, Sl, r, (long)N * Dv);
-            attn_core_forward(or, sr, qr, kp, vp, CB, Sl, r * Sl, N, Nkv, Dqk, Dv, rnd);
+            attn_core_forward(or, sr, qr, kp, vp, NULL, CB, Sl, r * Sl, N, Nkv, Dqk, Dv, rnd);
             fwd &= same_rows(or, o, CB, CS, Sl, r, (long)N * Dv);
             attn_core_backward(dqr, dkp + (long)r * P * pk * Dqk, dvp + (long)r * P * pk * Dv, dor, qr, kp, vp, or, sr,
-                               CB, Sl, r * Sl, P, chunk, N, Nkv, Dqk, Dv, rnd);
+                               NULL, CB, Sl, r * Sl, P, chunk, N, Nkv, Dqk, Dv, rnd);
             dqs &= same_rows(dqr, dq, CB, CS, Sl, r, (long)N * Dqk);
         }
         // Part p's dK, dV: device r's piece p, added over r along the tree.

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# tests/switches.sh: the "temporaries and fused ops" switches of OPTIMIZATIONS.md (rows 4,
+# 6, 7, 10, 11, 12, 22, 28). For each: 3 steps with the switch at its default and flipped, on a
+# tiny preset; the loss trajectories must be bit-identical, and the costlier side's
+# measured peak must exceed the default's by at least the buffer it adds, worked out here
+# from the test's own shapes (not from the code under test).
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+make -s train >/dev/null || { echo "build failed"; exit 1; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# Mixtral shapes of the runs below (configs/mixtral-tiny.yml with these overrides).
+B=2 S=32 L=2 D=128 V=256 N=4 Nkv=2 Dh=32 E=4 K=2 H=256
+T=$((B * S))
+TINY="steps=3 per_device_batch_size=$B max_target_length=$S base_num_decoder_layers=$L sample_length=0 eval_steps=1"
+
+# run NAME PRESET ARGS...: train into $dir/NAME.json
+run() { local name=$1 preset=$2; shift 2; ./train "$preset" "$@" metrics_file="$dir/$name.json" >"$dir/$name.out" 2>&1; }
+# field NAME KEY [TAG]: KEY (or KEY's TAG) of the last metrics line of run NAME
+field() { python3 -c "import json,sys; d=json.loads(open(sys.argv[1]).readlines()[-1])[sys.argv[2]]; print(d[sys.argv[3]] if len(sys.argv) > 3 else d)" "$dir/$1.json" "${@:2}"; }
+bits() { grep -o '"loss_bits": "[^"]*"' "$dir/$1.json" | tr '\n' ' '; }
+same_bits() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
+# grows NAME_ON NAME_OFF KEY TAG BYTES: off's KEY[TAG] >= on's + BYTES
+grows() {
+    local on off; on=$(field "$1" "$3" "$4"); off=$(field "$2" "$3" "$4")
+    echo "       $3.$4: $on -> $off (+$((off - on)), at least +$5 expected)"
+    [ $((off - on)) -ge "$5" ]
+}
+
+# Row 4, rmsnorm_fused_scale=false: a broadcast (T,D) scale per norm call (2 per layer and
+# the final norm; DeepSeek's MLA adds q_norm (T,q_lora_rank) and kv_norm (T,kv_lora_rank)),
+# kept from the forward to the backward pass: all live at the end of the forward pass.
+run base configs/mixtral-tiny.yml $TINY
+run norm configs/mixtral-tiny.yml $TINY rmsnorm_fused_scale=false
+check "rmsnorm_fused_scale=false: losses bit-identical" same_bits base norm
+check "rmsnorm_fused_scale=false: (2L+1) broadcast (T,D) scales saved" \
+    grows base norm peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4))
+run ds configs/deepseek-tiny.yml $TINY
+run ds_norm configs/deepseek-tiny.yml $TINY rmsnorm_fused_scale=false
+check "rmsnorm_fused_scale=false, deepseek: losses bit-identical" same_bits ds ds_norm
+check "rmsnorm_fused_scale=false, deepseek: + q_norm (T,64) and kv_norm (T,32) per layer" \
+    grows ds ds_norm peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4 + L * T * (64 + 32) * 4))
+
+# Row 10, moe_reshard_io=true: DeepSeek's MoE block reads a copy of its input and writes
+# into an output buffer copied afterwards: two (T,D) copies held across the block. Wider
+# experts, so that the MoE block holds the step's temp peak.
+run ds_wide configs/deepseek-tiny.yml $TINY base_moe_mlp_dim=256
+run ds_reshard configs/deepseek-tiny.yml $TINY base_moe_mlp_dim=256 moe_reshard_io=true
+check "moe_reshard_io=true, deepseek: losses bit-identical" same_bits ds_wide ds_reshard
+check "moe_reshard_io=true, deepseek: two (T,D) copies around the block" \
+    grows ds_wide ds_reshard peak_bytes_by_tag temp $((2 * T * D * 4))
+
+# Row 7, moe_skip_redundant_cast=false: a (rows,H) copy of the expert intermediate while
+# the expert's wo product runs; the largest expert has at least T*K/E rows.
+run cast configs/mixtral-tiny.yml $TINY moe_skip_redundant_cast=false
+check "moe_skip_redundant_cast=false: losses bit-identical" same_bits base cast
+check "moe_skip_redundant_cast=false: a (T*K/E, H) copy in the forward pass" \
+    grows base cast forward_peak_bytes_by_tag temp $((T * K / E * H * 4))
+
+# Rows 11 and 22: one gradient-sized and one parameter-sized buffer during the update.
+P=$((V * D + L * (2 * D + D * N * Dh + 2 * D * Nkv * Dh + N * Dh * D + D * E + 3 * E * D * H) + D + D * V))
+run gcast configs/mixtral-tiny.yml $TINY skip_noop_grad_cast=false
+check "skip_noop_grad_cast=false: losses bit-identical" same_bits base gcast
+check "skip_noop_grad_cast=false: one gradient copy ($P floats)" grows base gcast peak_bytes_by_tag grads $((P * 4))
+run donate configs/mixtral-tiny.yml $TINY donate_buffers=false
+check "donate_buffers=false: losses bit-identical" same_bits base donate
+check "donate_buffers=false: one parameter copy ($P floats)" grows base donate peak_bytes_by_tag params $((P * 4))
+run donate_fsdp configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_fsdp_parallelism=2 donate_buffers=false
+check "donate_buffers=false under fsdp=2: losses of one device" same_bits base donate_fsdp
+
+# Row 12, shard_variables_at_init=true: each variable created whole, then copied into its
+# shard: the init-time peak grows by the largest variable, an expert kernel (E,D,H).
+init_peak() { sed -n 's/^init peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
+run initc configs/mixtral-tiny.yml $TINY shard_variables_at_init=true
+check "shard_variables_at_init=true: losses bit-identical" same_bits base initc
+init_grows() { [ -n "$(init_peak base)" ] && [ $(($(init_peak initc) - $(init_peak base))) -ge $((E * D * H * 4)) ]; }
+check "shard_variables_at_init=true: init peak $(init_peak base) -> $(init_peak initc), at least +$((E * D * H * 4))" init_grows
+run initc_fsdp configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_fsdp_parallelism=2 shard_variables_at_init=true
+check "shard_variables_at_init=true under fsdp=2: losses of one device" same_bits base initc_fsdp
+
+# Row 6, implicit_causal_mask=false: a (B,1,S,S) boolean mask read by attention. Long
+# sequences and narrow layers, so that attention's buffers dominate the forward pass: the
+# forward peak must hold the mask (B*S*S bytes) next to the score rows (B*N*S floats).
+MB=1 MS=512 MN=2
+MASK="steps=3 per_device_batch_size=$MB max_target_length=$MS base_num_decoder_layers=1 base_emb_dim=16 base_mlp_dim=8 head_dim=8 base_num_query_heads=$MN base_num_kv_heads=1 sample_length=0 eval_steps=1"
+run mask_on configs/mixtral-tiny.yml $MASK
+run mask_off configs/mixtral-tiny.yml $MASK implicit_causal_mask=false
+check "implicit_causal_mask=false: losses bit-identical" same_bits mask_on mask_off
+check "implicit_causal_mask=false: the forward peak grows" grows mask_on mask_off forward_peak_bytes_by_tag temp 1
+holds_mask() { [ "$(field mask_off forward_peak_bytes_by_tag temp)" -ge $((MB * MS * MS + MB * MN * MS * 4)) ]; }
+check "implicit_causal_mask=false: forward peak holds the mask and the score rows" holds_mask
+run ds_mask configs/deepseek-tiny.yml $TINY implicit_causal_mask=false
+check "implicit_causal_mask=false, deepseek (MLA): losses bit-identical" same_bits ds ds_mask
+
+# Row 28, eval_per_device_batch_size: training unchanged, the eval peak smaller.
+run evalb configs/mixtral-tiny.yml $TINY eval_per_device_batch_size=1
+check "eval_per_device_batch_size=1: training losses bit-identical" same_bits base evalb
+eval_peak() { sed -n 's/^eval peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
+smaller_eval() { [ -n "$(eval_peak evalb)" ] && [ "$(eval_peak evalb)" -lt "$(eval_peak base)" ]; }
+check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak evalb) bytes" smaller_eval
+
+expect_error "a bad switch value" "wants true or false" ./train configs/mixtral-tiny.yml rmsnorm_fused_scale=maybe
+expect_error "a negative eval batch" "eval_per_device_batch_size must be >= 0" \
+    ./train configs/mixtral-tiny.yml eval_per_device_batch_size=-1
+summary
