@@ -89,6 +89,16 @@ typedef struct {
     char pipeline_shift_impl[CFG_STR]; // "ppermute" or "slice": how stage outputs rotate to the next stage
     int pipeline_save_decoder_layer_input; // remat in the pipeline also saves each layer's input
     int pipeline_fsdp_ag_once;       // all-gather the stage's weights once before the loop
+    // ---- branch remat: rematerialisation, host offload, EMA, optimizer type (model/remat.h,
+    //      sharding/offload.h) ----
+    char remat_policy[CFG_STR];      // none, minimal, save_dot_except_mlp, full, custom, minimal_offloaded
+    char decoder_layer_input[CFG_STR], query_proj[CFG_STR], key_proj[CFG_STR], value_proj[CFG_STR];
+    char context[CFG_STR], out_proj[CFG_STR], mlpwi[CFG_STR], mlpwo[CFG_STR];   // custom: device/offload/remat
+    int remat_nested_block;          // layers per remat block (sqrt(L) checkpointing); 0 = off
+    int optimizer_memory_host_offload, parameter_memory_host_offload;
+    float ema_decay;                 // 0 = no EMA copy of the weights
+    int ema_host_offload;            // the EMA copy lives in host memory
+    char opt_type[CFG_STR];          // adamw or sgd
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     int dry_run;

@@ -14,6 +14,7 @@ struct MemBlock {
     MemTag tag;
     Device *dev;
     const char *name;
+    int host;             // 1: in the device's host memory (not counted in its HBM)
     MemBlock *prev, *next;
 };
 _Static_assert(sizeof(MemBlock) <= HEADER, "header must fit in front of the data");
@@ -53,7 +54,7 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
     for (int k = 0; k < 5; k++) {
         MemBlock *best = NULL;
         for (MemBlock *m = d->head; m; m = m->next)
-            if (m->bytes < below && (!best || m->bytes > best->bytes)) best = m;
+            if (!m->host && m->bytes < below && (!best || m->bytes > best->bytes)) best = m;
         if (!best) break;
         fprintf(stderr, "    %-40s %-12s %s\n", best->name, MEM_TAG_NAMES[best->tag], mem_fmt(best->bytes, a, sizeof a));
         below = best->bytes;
@@ -64,17 +65,26 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
         mem_fmt(d->capacity, c, sizeof c));
 }
 
-void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
+// One block of `bytes` on the device (host = 0) or in its host memory (host = 1).
+static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     Device *d = mem_device();
-    if (d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
+    if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
     char *raw = aligned_alloc(64, HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
     memset(raw + HEADER, 0, rounded);
     MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, NULL, d->head};
+    *m = (MemBlock){bytes, tag, d, name, host, NULL, d->head};
     if (d->head) d->head->prev = m;
     d->head = m;
+    d->nallocs++;
+    if (host) {   // the host account: its own live and peak, per tag and in all
+        d->host_live[tag] += bytes;
+        d->host_live_total += bytes;
+        if (d->host_live[tag] > d->host_peak[tag]) d->host_peak[tag] = d->host_live[tag];
+        if (d->host_live_total > d->host_peak_total) d->host_peak_total = d->host_live_total;
+        return raw + HEADER;
+    }
     d->live[tag] += bytes;
     d->live_total += bytes;
     if (d->live[tag] > d->peak[tag]) d->peak[tag] = d->live[tag];
@@ -82,12 +92,37 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
         d->peak_total = d->live_total;
         memcpy(d->at_peak, d->live, sizeof d->live);
     }
-    d->nallocs++;
     return raw + HEADER;
 }
 
+void *mem_alloc(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0); }
+void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 1); }
+
+static MemBlock *block_of(const void *p) { return (MemBlock *)((char *)p - HEADER); }
+
+int mem_is_host(const void *p) { return p && block_of(p)->host; }
+
+void mem_copy(void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    MemBlock *d = block_of(dst), *s = block_of(src);
+    if (d->host && !s->host) d->dev->to_host_bytes += bytes;
+    if (!d->host && s->host) d->dev->to_device_bytes += bytes;
+}
+
+// Copy a buffer to the other memory kind and free the original.
+static void *move_block(void *p, int host) {
+    if (!p || block_of(p)->host == host) return p;
+    MemBlock *m = block_of(p);
+    void *q = alloc_block(m->tag, m->bytes, m->name, host);
+    mem_copy(q, p, m->bytes);
+    mem_free(p);
+    return q;
+}
+void *mem_to_host(void *p) { return move_block(p, 1); }
+void *mem_to_device(void *p) { return move_block(p, 0); }
+
 const char *mem_name(const void *p) {
-    return ((const MemBlock *)((const char *)p - HEADER))->name;
+    return block_of(p)->name;
 }
 
 float *mem_floats(MemTag tag, size_t n, const char *name) {
@@ -96,10 +131,15 @@ float *mem_floats(MemTag tag, size_t n, const char *name) {
 
 void mem_free(void *p) {
     if (!p) return;
-    MemBlock *m = (MemBlock *)((char *)p - HEADER);
+    MemBlock *m = block_of(p);
     Device *d = m->dev;
-    d->live[m->tag] -= m->bytes;
-    d->live_total -= m->bytes;
+    if (m->host) {
+        d->host_live[m->tag] -= m->bytes;
+        d->host_live_total -= m->bytes;
+    } else {
+        d->live[m->tag] -= m->bytes;
+        d->live_total -= m->bytes;
+    }
     if (m->prev) m->prev->next = m->next; else d->head = m->next;
     if (m->next) m->next->prev = m->prev;
     free(m);
@@ -113,6 +153,9 @@ void mem_reset_peak(Device *d) {
     memcpy(d->peak, d->live, sizeof d->live);
     d->peak_total = d->live_total;
     memcpy(d->at_peak, d->live, sizeof d->live);
+    memcpy(d->host_peak, d->host_live, sizeof d->host_live);
+    d->host_peak_total = d->host_live_total;
+    d->to_host_bytes = d->to_device_bytes = 0;
 }
 
 void mem_print_report(const Device *d) {
@@ -120,5 +163,12 @@ void mem_print_report(const Device *d) {
     printf("device %d peak %s:", d->id, mem_fmt(d->peak_total, a, sizeof a));
     for (int t = 0; t < MEM_NTAGS; t++)
         if (d->peak[t]) printf(" %s %s", MEM_TAG_NAMES[t], mem_fmt(d->peak[t], a, sizeof a));
+    if (d->host_peak_total) {   // offload: the host memory, and the copies of the last step
+        printf(" | host peak %s:", mem_fmt(d->host_peak_total, a, sizeof a));
+        for (int t = 0; t < MEM_NTAGS; t++)
+            if (d->host_peak[t]) printf(" %s %s", MEM_TAG_NAMES[t], mem_fmt(d->host_peak[t], a, sizeof a));
+        printf(" | copied to host %s,", mem_fmt(d->to_host_bytes, a, sizeof a));
+        printf(" to device %s", mem_fmt(d->to_device_bytes, a, sizeof a));
+    }
     printf("\n");
 }

@@ -30,6 +30,11 @@ typedef struct Device {
     long nallocs;                     // allocations made (for the planner)
     double flops;                     // floating-point operations done by this device's matmuls
     size_t comm_sent[8], comm_recv[8];// bytes sent / received, per kind of collective (CollKind)
+    // Host memory, the device's second memory kind (offload): counted per tag on its own,
+    // never in live_total / peak_total nor against capacity; and the bytes copied each way.
+    size_t host_live[MEM_NTAGS], host_peak[MEM_NTAGS];
+    size_t host_live_total, host_peak_total;
+    size_t to_host_bytes, to_device_bytes;
     MemBlock *head;                   // live blocks, most recent first
 } Device;
 
@@ -46,9 +51,20 @@ Device *mem_device(void);
 void *mem_alloc(MemTag tag, size_t bytes, const char *name);
 float *mem_floats(MemTag tag, size_t n, const char *name);
 void mem_free(void *p);
+// The same in the device's host memory (pinned host RAM next to the accelerator).
+void *mem_alloc_host(MemTag tag, size_t bytes, const char *name);
+// Move a buffer to host memory / back to the device: a new buffer of the same tag, name and
+// size on the other side, the bytes copied (counted in to_host_bytes / to_device_bytes), the
+// old one freed. Returns the new pointer; a buffer already on that side is returned as is.
+void *mem_to_host(void *p);
+void *mem_to_device(void *p);
+int mem_is_host(const void *p);
+// memcpy between two allocator buffers; bytes that cross between host and device are counted.
+void mem_copy(void *dst, const void *src, size_t bytes);
 // The name a buffer was allocated with.
 const char *mem_name(const void *p);
-// Reset the peak counters to the live figures (e.g. to measure one step's peak).
+// Reset the peak counters to the live figures and the transfer counts to zero (e.g. to
+// measure one step).
 void mem_reset_peak(Device *d);
 // Print the device's peak per tag and total.
 void mem_print_report(const Device *d);
