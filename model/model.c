@@ -584,12 +584,12 @@ void model_backward(Model *m, float scale, float lb_coef) {
         model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
         fsdp_grad_end(m, 1 + l);
         model_unit_release(m, 1 + l);
+        model_layer_free(m, l, &m->acts[l]);   // done with: the layers below need only their own
     }
     fsdp_grad_begin(m, 0);
     model_embed_backward(m, dx, m->ids, T);
     fsdp_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
-    for (int l = 0; l < L; l++) model_layer_free(m, l, &m->acts[l]);
     model_head_free(m);
 }
 

@@ -71,7 +71,9 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
 
     state_params_in(m);   // parameter_memory_host_offload: the weights onto the device for the step
     memset(m->grads_mem, 0, sizeof(float) * sh->local_n);
-    m->training = 1;   // the forwards below apply the remat policy (model/remat.h)
+    // The forwards below apply the remat policy (model/remat.h), except with a hook: the
+    // parity dump's reads every layer's saved routing between forward and backward.
+    m->training = !hook;
     // With several microbatches, each one's gradient is a leaf block of the tree; its
     // buffer is a second gradient-sized allocation (that is what accumulation costs), one
     // per chunk slot: the chunks are the tree's outermost level, above the microbatches.
