@@ -25,6 +25,7 @@ run_part "end-to-end" bash tests/e2e.sh
 run_part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
 run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh
 run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
+run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
 run_part "sanitizers (make asan)" make -s asan
 run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
 if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then
