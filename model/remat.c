@@ -65,8 +65,7 @@ RematPlan remat_plan(const Config *c) {
     if (r.block > 1 && keeps_more)
         die("remat_nested_block=%d needs remat_policy=full (or custom with every checkpoint remat): only the "
             "block's first input is kept, and each layer is recomputed from its input", r.block);
-    int offload = r.x == KEEP_HOST || r.attn == KEEP_HOST || r.h == KEEP_HOST || r.ffn == KEEP_HOST;
-    if (offload && r.ffn == KEEP_HOST && c->ici_expert_parallelism > 1)
+    if (r.ffn == KEEP_HOST && c->ici_expert_parallelism > 1)
         die("offloading the FFN's tensors (mlpwi/mlpwo=offload, minimal_offloaded) with expert parallelism is not "
             "supported: the exchange plan stays on the device; use ici_expert_parallelism=1 or mlpwi=mlpwo=remat");
     if (c->ici_pipeline_parallelism > 1 && (strcmp(p, "full") || r.block > 1))

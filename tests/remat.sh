@@ -59,6 +59,13 @@ for preset in mixtral-tiny deepseek-tiny; do
     check "no host memory without offload" test "$(host_tag minimal_$preset activations)" -eq 0 -a "$(moved minimal_$preset to_host)" -eq 0
 done
 
+echo "== bfloat16 (16-bit saved activations, unpacked for the recomputation)"
+run bf_none mixtral-tiny dtype=bfloat16 remat_policy=none
+for p in full minimal_offloaded; do
+    run bf_$p mixtral-tiny dtype=bfloat16 remat_policy=$p
+    check "bf16 remat_policy=$p: $(bits bf_$p)" same bf_$p bf_none
+done
+
 echo "== model state in host memory, the EMA copy (mixtral-tiny, default remat_policy=full)"
 base=full_mixtral-tiny
 run popt mixtral-tiny optimizer_memory_host_offload=true
