@@ -117,7 +117,7 @@ static const KeyDef KEYS[] = {
     KEY(pipeline_save_decoder_layer_input, K_BOOL, "true", "pipeline remat: also save every layer's input (a second stacked buffer) besides iteration_input"),
     KEY(pipeline_fsdp_ag_once, K_BOOL, "false", "pipeline: all-gather the stage's weights over fsdp once before the loop, not at every iteration"),
     // ---- branch remat: rematerialisation, host offload, EMA, optimizer type ----
-    KEY(remat_policy, K_STR, "full", "what the backward keeps (model/remat.c): none (everything), minimal (all but the norm outputs), save_dot_except_mlp (attention kept, FFN recomputed), full (only each layer's input), custom (the keys below), minimal_offloaded (minimal, kept tensors in host memory)"),
+    KEY(remat_policy, K_STR, "full", "what the backward keeps (model/remat.c): none (everything), minimal (all but the norm outputs), save_dot_except_mlp (attention kept, FFN recomputed), save_out_proj (x and the residual after out_proj kept, both blocks recomputed), full (only each layer's input), custom (the keys below), minimal_offloaded (minimal, kept tensors in host memory)"),
     KEY(decoder_layer_input, K_STR, "device", "remat_policy=custom: each layer's input: device or offload"),
     KEY(query_proj, K_STR, "remat", "remat_policy=custom: attention's saved q (device, offload or remat; query_proj, key_proj, value_proj and context are one block here and must agree)"),
     KEY(key_proj, K_STR, "remat", "remat_policy=custom: attention's saved k (see query_proj)"),

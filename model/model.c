@@ -452,9 +452,9 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     int T = B * S, D = c->base_emb_dim;
     Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
     LayerParams *p = &m->params.layers[l], *gl = &m->grads.layers[l];
-    // Everything the backward reads, on the device and as floats: what the remat policy
-    // offloaded is copied back, what it dropped is recomputed (model/remat.h).
-    remat_restore(m, l, a, B, S, lb_coef);
+    // Everything each half of the backward reads, on the device and as floats: what the
+    // remat policy offloaded is copied back, what it dropped is recomputed (model/remat.h).
+    remat_restore_ffn(m, l, a, B, S, lb_coef);
     // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
     prec_round(c, dx, (size_t)T * D);
     memcpy(dh, dx, sizeof(float) * T * D);
@@ -469,6 +469,7 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     rmsnorm_backward(dh, gl->post_norm, dn, a->h, p->post_norm, a->rstd2, T, D, leaf, cfg_bf16(c));
     prec_round(c, dh, (size_t)T * D);
     // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
+    remat_restore_attn(m, l, a, B, S);
     memcpy(dx, dh, sizeof(float) * T * D);
     memset(dn, 0, sizeof(float) * T * D);
     if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);

@@ -5,12 +5,15 @@
 // tensors, the residual h and the FFN's tensors (model/model.h LayerActs). Keeping all of
 // them costs memory; dropping some costs a second forward of that block in the backward;
 // offloading costs copies to host memory and back. The recomputation is the same
-// arithmetic on the same inputs and weights, so every policy gives the same bits.
+// arithmetic on the same inputs and weights, so every policy gives the same bits. The
+// backward recomputes a block just before its half of the backward needs it (the FFN's
+// first, then attention's), so with h kept only one block's tensors are live at a time.
 //
 //   policy               x      norms  attention  h (out_proj)  FFN
 //   none                 device device device     device        device
 //   minimal              device remat  device     device        device
 //   save_dot_except_mlp  device remat  device     device        remat
+//   save_out_proj        device remat  remat      device        remat
 //   full (MaxText's default) device remat remat   remat         remat
 //   minimal_offloaded    device remat  host       host          host
 //   custom               decoder_layer_input, query_proj.., out_proj, mlpwi.. = device/offload/remat
@@ -33,6 +36,7 @@ RematPlan remat_plan(const Config *c) {
     if (!strcmp(p, "none")) r.norms = KEEP_DEVICE;
     else if (!strcmp(p, "minimal")) {}
     else if (!strcmp(p, "save_dot_except_mlp")) r.ffn = RECOMPUTE;
+    else if (!strcmp(p, "save_out_proj")) r.attn = r.ffn = RECOMPUTE;
     else if (!strcmp(p, "full")) r.attn = r.h = r.ffn = RECOMPUTE;
     else if (!strcmp(p, "minimal_offloaded")) r.attn = r.h = r.ffn = KEEP_HOST;
     else if (!strcmp(p, "custom")) {
@@ -51,14 +55,15 @@ RematPlan remat_plan(const Config *c) {
         if (keep_of("mlpwo", c->mlpwo) != r.ffn)
             die("mlpwi and mlpwo must have the same value (got %s, %s): this trainer keeps or recomputes the FFN as "
                 "one block", c->mlpwi, c->mlpwo);
-    } else if (!strcmp(p, "save_qkv_proj") || !strcmp(p, "qkv_proj_offloaded") || !strcmp(p, "save_out_proj") ||
+    } else if (!strcmp(p, "save_qkv_proj") || !strcmp(p, "qkv_proj_offloaded") ||
                !strcmp(p, "minimal_with_context") || !strcmp(p, "save_dot_with_context_except_mlp") ||
                !strcmp(p, "save_dot_except_mlpwi") || !strcmp(p, "minimal_flash")) {
         die("remat_policy=%s is MaxText's but not implemented here: it saves single products inside attention, and "
-            "this trainer recomputes attention as a whole; use none, minimal, save_dot_except_mlp, full, "
-            "minimal_offloaded or custom", p);
+            "this trainer recomputes attention as a whole; use none, minimal, save_dot_except_mlp, save_out_proj, "
+            "full, minimal_offloaded or custom", p);
     } else {
-        die("remat_policy must be none, minimal, save_dot_except_mlp, full, minimal_offloaded or custom, got '%s'", p);
+        die("remat_policy must be none, minimal, save_dot_except_mlp, save_out_proj, full, minimal_offloaded or custom, "
+            "got '%s'", p);
     }
     int keeps_more = r.norms != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE || r.ffn != RECOMPUTE;
     if (r.block < 0) die("remat_nested_block must be >= 0 (layers per block), got %d", r.block);
@@ -150,32 +155,32 @@ static void norm_recompute(const Config *c, float **n, float **rstd, const float
     rmsnorm_forward(*n, *rstd, in, scale, T, D, c->normalization_layer_epsilon, cfg_bf16(c));
 }
 
-void remat_restore(Model *m, int l, LayerActs *a, int B, int S, float lb_coef) {
+// The attention block recomputed from x: its norm output, attention's tensors and h (kept
+// when out_proj was saved: the recomputed copy is the same).
+static void attn_recompute(Model *m, int l, LayerActs *a, int B, int S) {
+    free_ptr(&a->n1); free_ptr(&a->rstd1);
+    float *h = model_attn_block_forward(m, l, a, a->x, B, S);
+    if (a->h) mem_free(h);
+    else a->h = h;
+}
+
+static int attn_gone(const Config *c, const LayerActs *a) { return cfg_is_mla(c) ? !a->mla.q : !a->attn.q; }
+
+void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coef) {
     const Config *c = &m->cfg;
-    const LayerParams *p = &m->params.layers[l];
     int T = B * S;
     size_t n = (size_t)T * c->base_emb_dim;
-    // Offloaded tensors back to the device (a no-op for those that stayed).
     void *q[16];
-    move_all(q, attn_ptrs(c, a, q), 0);
-    move_all(q, ffn_ptrs(c, l, a, q), 0);
-    a->x = mem_to_device(a->x);
+    move_all(q, ffn_ptrs(c, l, a, q), 0);   // offloaded tensors back (a no-op for those that stayed)
     a->h = mem_to_device(a->h);
-    act_unpack(c, &a->x, n);
-    act_unpack(c, &a->n1, n);
     act_unpack(c, &a->h, n);
     act_unpack(c, &a->n2, n);
-    // Dropped blocks, recomputed from their inputs in the forward's order.
-    int attn_gone = cfg_is_mla(c) ? !a->mla.q : !a->attn.q;
-    int ffn_gone = cfg_layer_is_moe(c, l) ? !a->moe.logits : !a->mlp.h0;
-    if (attn_gone) {
-        free_ptr(&a->n1); free_ptr(&a->rstd1);
-        float *h = model_attn_block_forward(m, l, a, a->x, B, S);
-        if (a->h) mem_free(h);   // out_proj was kept: the recomputed copy is the same
-        else a->h = h;
-    } else if (!a->n1) {
-        norm_recompute(c, &a->n1, &a->rstd1, a->x, p->pre_norm, T);
+    if (!a->h) {   // out_proj dropped: the attention block runs again now (full)
+        a->x = mem_to_device(a->x);
+        act_unpack(c, &a->x, n);
+        attn_recompute(m, l, a, B, S);
     }
+    int ffn_gone = cfg_layer_is_moe(c, l) ? !a->moe.logits : !a->mlp.h0;
     if (ffn_gone) {
         free_ptr(&a->n2); free_ptr(&a->rstd2);
         double *aux = scratch_aux(c, B);
@@ -183,8 +188,21 @@ void remat_restore(Model *m, int l, LayerActs *a, int B, int S, float lb_coef) {
         mem_free(model_ffn_block_forward(m, l, a, a->h, B, S, lb_coef, &rs));
         mem_free(aux);
     } else if (!a->n2) {
-        norm_recompute(c, &a->n2, &a->rstd2, a->h, p->post_norm, T);
+        norm_recompute(c, &a->n2, &a->rstd2, a->h, m->params.layers[l].post_norm, T);
     }
+}
+
+void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S) {
+    const Config *c = &m->cfg;
+    int T = B * S;
+    size_t n = (size_t)T * c->base_emb_dim;
+    void *q[16];
+    move_all(q, attn_ptrs(c, a, q), 0);
+    a->x = mem_to_device(a->x);
+    act_unpack(c, &a->x, n);
+    act_unpack(c, &a->n1, n);
+    if (attn_gone(c, a)) attn_recompute(m, l, a, B, S);
+    else if (!a->n1) norm_recompute(c, &a->n1, &a->rstd1, a->x, m->params.layers[l].pre_norm, T);
 }
 
 void remat_block_inputs(Model *m, int l, int B, int S, float lb_coef) {

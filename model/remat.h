@@ -23,9 +23,13 @@ typedef struct {
 RematPlan remat_plan(const Config *c);
 // Right after layer l's forward: drop or offload what the plan says.
 void remat_after_forward(Model *m, int l, LayerActs *a);
-// At the start of layer l's backward (weights in place): offloaded tensors back to the
-// device, 16-bit ones unpacked, dropped ones recomputed (no statistics are counted again).
-void remat_restore(Model *m, int l, LayerActs *a, int B, int S, float lb_coef);
+// Inside layer l's backward (weights in place), just before each half needs its tensors:
+// offloaded ones back to the device, 16-bit ones unpacked, dropped ones recomputed (no
+// statistics counted again). The FFN half first: it recomputes the attention block too
+// when h was dropped (full); with h kept (save_out_proj) attention is recomputed only
+// when its half of the backward starts, after the FFN's tensors are freed.
+void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coef);
+void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S);
 // Nested checkpointing, before layer l's backward (its unit not yet acquired): if its input
 // was dropped, recompute the inputs of its block's layers from the block's first input.
 void remat_block_inputs(Model *m, int l, int B, int S, float lb_coef);

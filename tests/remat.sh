@@ -34,7 +34,7 @@ same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset: every policy gives the losses of remat_policy=none, bit for bit"
     run none_$preset $preset remat_policy=none
-    for p in minimal save_dot_except_mlp full minimal_offloaded; do
+    for p in minimal save_dot_except_mlp save_out_proj full minimal_offloaded; do
         run ${p}_$preset $preset remat_policy=$p
         check "$preset remat_policy=$p: $(bits ${p}_$preset)" same ${p}_$preset none_$preset
     done
@@ -47,9 +47,11 @@ for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset: saved-activation peaks (bytes): none > minimal > save_dot_except_mlp > full > nested"
     a_none=$(dev_tag none_$preset activations); a_min=$(dev_tag minimal_$preset activations)
     a_sdem=$(dev_tag save_dot_except_mlp_$preset activations); a_full=$(dev_tag full_$preset activations)
-    a_nest=$(dev_tag nested_$preset activations)
+    a_nest=$(dev_tag nested_$preset activations); a_sop=$(dev_tag save_out_proj_$preset activations)
     check "activations $a_none > $a_min > $a_sdem > $a_full > $a_nest" \
         test "$a_none" -gt "$a_min" -a "$a_min" -gt "$a_sdem" -a "$a_sdem" -gt "$a_full" -a "$a_full" -gt "$a_nest"
+
+    check "save_out_proj: $a_sop < none's $a_none" test "$a_sop" -lt "$a_none"
 
     echo "== $preset: minimal_offloaded keeps minimal's tensors in host memory"
     a_off=$(dev_tag minimal_offloaded_$preset activations); h_off=$(host_tag minimal_offloaded_$preset activations)
