@@ -126,7 +126,7 @@ static const KeyDef KEYS[] = {
     KEY(out_proj, K_STR, "remat", "remat_policy=custom: the residual after attention's out projection (device, offload or remat)"),
     KEY(mlpwi, K_STR, "remat", "remat_policy=custom: the FFN's wi products and routing (device, offload or remat; must agree with mlpwo)"),
     KEY(mlpwo, K_STR, "remat", "remat_policy=custom: the experts' wo outputs (see mlpwi)"),
-    KEY(remat_nested_block, K_INT, "0", "sqrt(L) checkpointing: keep only the input of every block of N layers, recompute the block's layer inputs in the backward (0 = off; needs remat_policy=full)"),
+    KEY(remat_nested_block, K_INT, "0", "sqrt(L) checkpointing: keep only the input of every block of N layers, recompute the block's layer inputs in the backward (0 = off, -1 = round(sqrt(L)); needs remat_policy=full)"),
     KEY(optimizer_memory_host_offload, K_BOOL, "false", "optimizer state lives in host memory between updates, copied to the device for the update"),
     KEY(parameter_memory_host_offload, K_BOOL, "false", "weights live in host memory between steps, copied to the device for the step"),
     KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),

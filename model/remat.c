@@ -66,7 +66,8 @@ RematPlan remat_plan(const Config *c) {
             "got '%s'", p);
     }
     int keeps_more = r.norms != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE || r.ffn != RECOMPUTE;
-    if (r.block < 0) die("remat_nested_block must be >= 0 (layers per block), got %d", r.block);
+    if (r.block == -1) r.block = (int)lround(sqrt((double)c->base_num_decoder_layers));   // sqrt(L) blocks of sqrt(L)
+    if (r.block < -1) die("remat_nested_block must be >= 0 (layers per block) or -1 (sqrt of the layers), got %d", r.block);
     if (r.block > 1 && keeps_more)
         die("remat_nested_block=%d needs remat_policy=full (or custom with every checkpoint remat): only the "
             "block's first input is kept, and each layer is recomputed from its input", r.block);
@@ -207,7 +208,7 @@ void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S) {
 
 void remat_block_inputs(Model *m, int l, int B, int S, float lb_coef) {
     const Config *c = &m->cfg;
-    int k = m->cfg.remat_nested_block;
+    int k = remat_plan(c).block;
     if (k <= 1 || m->acts[l].x) return;
     int b0 = l - l % k;
     size_t n = (size_t)B * S * c->base_emb_dim, bytes = (cfg_bf16(c) ? sizeof(uint16_t) : sizeof(float)) * n;
