@@ -58,8 +58,8 @@ RematPlan remat_plan(const Config *c) {
     } else if (!strcmp(p, "save_qkv_proj") || !strcmp(p, "qkv_proj_offloaded") ||
                !strcmp(p, "minimal_with_context") || !strcmp(p, "save_dot_with_context_except_mlp") ||
                !strcmp(p, "save_dot_except_mlpwi") || !strcmp(p, "minimal_flash")) {
-        die("remat_policy=%s is MaxText's but not implemented here: it saves single products inside attention, and "
-            "this trainer recomputes attention as a whole; use none, minimal, save_dot_except_mlp, save_out_proj, "
+        die("remat_policy=%s is MaxText's but not implemented here: it saves single products inside a block, and "
+            "this trainer keeps or recomputes attention and the FFN each as a whole; use none, minimal, save_dot_except_mlp, save_out_proj, "
             "full, minimal_offloaded or custom", p);
     } else {
         die("remat_policy must be none, minimal, save_dot_except_mlp, save_out_proj, full, minimal_offloaded or custom, "
