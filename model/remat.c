@@ -156,6 +156,12 @@ static void norm_recompute(const Config *c, float **n, float **rstd, const float
     rmsnorm_forward(*n, *rstd, in, scale, T, D, c->normalization_layer_epsilon, cfg_bf16(c));
 }
 
+// bf16 mode: a saved (T,D) tensor back to floats, unless it is already (the FFN half may
+// have unpacked x, or recomputed n1, before the attention half runs).
+static void unpack(const Config *c, float **p, size_t n) {
+    if (*p && mem_size(*p) < n * sizeof(float)) act_unpack(c, p, n);
+}
+
 // The attention block recomputed from x: its norm output, attention's tensors and h (kept
 // when out_proj was saved: the recomputed copy is the same).
 static void attn_recompute(Model *m, int l, LayerActs *a, int B, int S) {
@@ -174,11 +180,11 @@ void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coe
     void *q[16];
     move_all(q, ffn_ptrs(c, l, a, q), 0);   // offloaded tensors back (a no-op for those that stayed)
     a->h = mem_to_device(a->h);
-    act_unpack(c, &a->h, n);
-    act_unpack(c, &a->n2, n);
+    unpack(c, &a->h, n);
+    unpack(c, &a->n2, n);
     if (!a->h) {   // out_proj dropped: the attention block runs again now (full)
         a->x = mem_to_device(a->x);
-        act_unpack(c, &a->x, n);
+        unpack(c, &a->x, n);
         attn_recompute(m, l, a, B, S);
     }
     int ffn_gone = cfg_layer_is_moe(c, l) ? !a->moe.logits : !a->mlp.h0;
@@ -200,8 +206,8 @@ void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S) {
     void *q[16];
     move_all(q, attn_ptrs(c, a, q), 0);
     a->x = mem_to_device(a->x);
-    act_unpack(c, &a->x, n);
-    act_unpack(c, &a->n1, n);
+    unpack(c, &a->x, n);
+    unpack(c, &a->n1, n);
     if (attn_gone(c, a)) attn_recompute(m, l, a, B, S);
     else if (!a->n1) norm_recompute(c, &a->n1, &a->rstd1, a->x, m->params.layers[l].pre_norm, T);
 }

@@ -125,6 +125,8 @@ const char *mem_name(const void *p) {
     return block_of(p)->name;
 }
 
+size_t mem_size(const void *p) { return block_of(p)->bytes; }
+
 float *mem_floats(MemTag tag, size_t n, const char *name) {
     return (float *)mem_alloc(tag, n * sizeof(float), name);
 }

@@ -61,8 +61,9 @@ void *mem_to_device(void *p);
 int mem_is_host(const void *p);
 // memcpy between two allocator buffers; bytes that cross between host and device are counted.
 void mem_copy(void *dst, const void *src, size_t bytes);
-// The name a buffer was allocated with.
+// The name a buffer was allocated with, and its size in bytes.
 const char *mem_name(const void *p);
+size_t mem_size(const void *p);
 // Reset the peak counters to the live figures and the transfer counts to zero (e.g. to
 // measure one step).
 void mem_reset_peak(Device *d);

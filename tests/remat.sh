@@ -63,7 +63,7 @@ done
 
 echo "== bfloat16 (16-bit saved activations, unpacked for the recomputation)"
 run bf_none mixtral-tiny dtype=bfloat16 remat_policy=none
-for p in full minimal_offloaded; do
+for p in full save_out_proj minimal_offloaded; do
     run bf_$p mixtral-tiny dtype=bfloat16 remat_policy=$p
     check "bf16 remat_policy=$p: $(bits bf_$p)" same bf_$p bf_none
 done
