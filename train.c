@@ -26,6 +26,7 @@
 #include "sharding/mesh.h"
 #include "sharding/collectives.h"
 #include "sharding/print.h"
+#include "sharding/offload.h"
 #include "pipeline/pipeline.h"
 #include "sweep/sweep.h"
 #include "sharding/plan.h"
@@ -92,6 +93,7 @@ static float evaluate(Model *m, const DataLoader *dl, int B, int *ids, int *targ
 typedef struct {
     size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS], fwd_peak[MEM_NTAGS];
     size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
+    size_t host_peak_total, host_peak[MEM_NTAGS], to_host, to_device;   // host memory (offload)
 } DevStats;
 
 static void write_metrics(FILE *f, int step, const StepResult *r, double ms, double tok_s, double gflops,
@@ -116,7 +118,9 @@ static void write_metrics(FILE *f, int step, const StepResult *r, double ms, dou
         for (int k = 0; k < COLL_NKINDS; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", COLL_NAMES[k], ds[d].sent[k]);
         fprintf(f, "}, \"comm_bytes_received\": {");
         for (int k = 0; k < COLL_NKINDS; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", COLL_NAMES[k], ds[d].recv[k]);
-        fprintf(f, "}}");
+        fprintf(f, "}, \"host_peak_bytes\": %zu, \"host_peak_bytes_by_tag\": {", ds[d].host_peak_total);
+        for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[d].host_peak[t]);
+        fprintf(f, "}, \"host_transfer_bytes\": {\"to_host\": %zu, \"to_device\": %zu}}", ds[d].to_host, ds[d].to_device);
     }
     fprintf(f, "]}\n");
     fflush(f);
@@ -144,6 +148,10 @@ static void mesh_stats(const Mesh *mesh, const Device *dev, const StepResult *r,
     memcpy(mine.live, dev->live, sizeof mine.live);
     memcpy(mine.fwd_peak, r->fwd_peak, sizeof mine.fwd_peak);
     for (int k = 0; k < COLL_NKINDS; k++) { mine.sent[k] = dev->comm_sent[k]; mine.recv[k] = dev->comm_recv[k]; }
+    mine.host_peak_total = dev->host_peak_total;
+    memcpy(mine.host_peak, dev->host_peak, sizeof mine.host_peak);
+    mine.to_host = dev->to_host_bytes;
+    mine.to_device = dev->to_device_bytes;
     coll_all_gather(g, &mine, all, sizeof mine);
 }
 
@@ -300,7 +308,9 @@ static void device_main(int dev_id, void *arg) {
         if (talk) printf("sample: skipped under context parallelism (ici_context_parallelism=%d): sampling runs "
                          "one growing sequence; use sample_length=0 to silence this\n", m.shard.nctx);
     } else if (c.sample_length > 0) {
+        state_params_in(&m);   // weights kept in host memory come to the device to sample
         sample_print(&m, dl, c.sample_length, c.sample_temperature);
+        state_params_out(&m);
     }
     if (metrics) fclose(metrics);
     free(stats);

@@ -2,6 +2,8 @@
 // the consistency checks. One key, one row: adding a switch means adding a row here and
 // reading the field in exactly one place.
 #include "model/config.h"
+#include "model/remat.h"
+#include "sharding/offload.h"
 #include "common.h"
 #include <ctype.h>
 #include <errno.h>
@@ -124,6 +126,22 @@ static const KeyDef KEYS[] = {
     KEY(skip_noop_grad_cast, K_BOOL, "true", "skip the gradient cast to grad_dtype when it is a no-op (float32 -> float32); false: one gradient-sized copy read by the optimizer"),
     KEY(donate_buffers, K_BOOL, "true", "AdamW updates the parameters in place (donated); false: each step writes a new parameter buffer (one model-sized copy)"),
     KEY(eval_per_device_batch_size, K_INT, "0", "sequences per device in an eval batch (0 = per_device_batch_size); eval only, training is unchanged"),
+    // ---- branch remat: rematerialisation, host offload, EMA, optimizer type ----
+    KEY(remat_policy, K_STR, "full", "what the backward keeps (model/remat.c): none (everything), minimal (all but the norm outputs), save_dot_except_mlp (attention kept, FFN recomputed), save_out_proj (x and the residual after out_proj kept, both blocks recomputed), full (only each layer's input), custom (the keys below), minimal_offloaded (minimal, kept tensors in host memory)"),
+    KEY(decoder_layer_input, K_STR, "device", "remat_policy=custom: each layer's input: device or offload"),
+    KEY(query_proj, K_STR, "remat", "remat_policy=custom: attention's saved q (device, offload or remat; query_proj, key_proj, value_proj and context are one block here and must agree)"),
+    KEY(key_proj, K_STR, "remat", "remat_policy=custom: attention's saved k (see query_proj)"),
+    KEY(value_proj, K_STR, "remat", "remat_policy=custom: attention's saved v (see query_proj)"),
+    KEY(context, K_STR, "remat", "remat_policy=custom: attention's output before out_proj and its softmax stats (see query_proj)"),
+    KEY(out_proj, K_STR, "remat", "remat_policy=custom: the residual after attention's out projection (device, offload or remat)"),
+    KEY(mlpwi, K_STR, "remat", "remat_policy=custom: the FFN's wi products and routing (device, offload or remat; must agree with mlpwo)"),
+    KEY(mlpwo, K_STR, "remat", "remat_policy=custom: the experts' wo outputs (see mlpwi)"),
+    KEY(remat_nested_block, K_INT, "0", "sqrt(L) checkpointing: keep only the input of every block of N layers, recompute the block's layer inputs in the backward (0 = off, -1 = round(sqrt(L)); needs remat_policy=full)"),
+    KEY(optimizer_memory_host_offload, K_BOOL, "false", "optimizer state lives in host memory between updates, copied to the device for the update"),
+    KEY(parameter_memory_host_offload, K_BOOL, "false", "weights live in host memory between steps, copied to the device for the step"),
+    KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),
+    KEY(ema_host_offload, K_BOOL, "false", "the EMA copy lives in host memory (the weights are copied there for its update)"),
+    KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight) or sgd (plain, no state)"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -377,6 +395,8 @@ void config_validate(const Config *c) {
     if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
     if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+    remat_plan(c);        // branch remat: dies on a bad remat_policy or checkpoint value
+    state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }
 
 void config_print_help(void) {

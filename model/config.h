@@ -98,6 +98,16 @@ typedef struct {
     int skip_noop_grad_cast;         // no gradient-sized copy for the float32->float32 grad_dtype cast
     int donate_buffers;              // AdamW updates the parameters in place (false: a new copy each step)
     int eval_per_device_batch_size;  // eval sequences per device (0 = per_device_batch_size)
+    // ---- branch remat: rematerialisation, host offload, EMA, optimizer type (model/remat.h,
+    //      sharding/offload.h) ----
+    char remat_policy[CFG_STR];      // none, minimal, save_dot_except_mlp, full, custom, minimal_offloaded
+    char decoder_layer_input[CFG_STR], query_proj[CFG_STR], key_proj[CFG_STR], value_proj[CFG_STR];
+    char context[CFG_STR], out_proj[CFG_STR], mlpwi[CFG_STR], mlpwo[CFG_STR];   // custom: device/offload/remat
+    int remat_nested_block;          // layers per remat block (sqrt(L) checkpointing); 0 = off
+    int optimizer_memory_host_offload, parameter_memory_host_offload;
+    float ema_decay;                 // 0 = no EMA copy of the weights
+    int ema_host_offload;            // the EMA copy lives in host memory
+    char opt_type[CFG_STR];          // adamw or sgd
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

@@ -10,6 +10,9 @@
 #include "model/matmul.h"
 #include "model/precision.h"
 #include "model/loss.h"
+#include "model/remat.h"
+#include "model/optimizer.h"
+#include "sharding/offload.h"
 #include "sharding/memory.h"
 #include "sharding/fsdp.h"
 #include "sharding/partition.h"
@@ -275,8 +278,10 @@ void model_init(Model *m, const Config *c) {
     const StateShard *sh = &m->shard;
     m->params_mem = mem_floats(MEM_PARAMS, sh->local_n, "params");
     m->grads_mem = mem_floats(MEM_GRADS, sh->local_n, "grads");
-    m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
-    m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
+    if (optimizer_state_floats(c) == 2) {   // adamw's moments (sgd keeps none)
+        m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
+        m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
+    }
     m->params.layers = calloc((size_t)L, sizeof(LayerParams));
     m->grads.layers = calloc((size_t)L, sizeof(LayerParams));
     m->acts = calloc((size_t)L, sizeof(LayerActs));
@@ -313,6 +318,7 @@ void model_init(Model *m, const Config *c) {
     fsdp_set_grad_target(m, m->grads_mem);
     if (c->routed_bias)   // starts at zero; changed only by the aux-loss-free update
         m->router_bias = mem_floats(MEM_PARAMS, (size_t)L * c->num_experts, "router bias");
+    state_offload_init(m);   // host offload of weights / optimizer state, the EMA copy (sharding/offload.h)
 }
 
 void model_free(Model *m) {
@@ -321,6 +327,7 @@ void model_free(Model *m) {
     mem_free(m->m_mem);
     mem_free(m->v_mem);
     mem_free(m->router_bias);
+    mem_free(m->ema);
     free(m->params.layers);
     free(m->grads.layers);
     free(m->acts);
@@ -409,26 +416,33 @@ static float *reshard_copy(const float *x, size_t n, const char *name) {
     return y;
 }
 
-float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {
+float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S) {
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
-    int T = B * S, D = c->base_emb_dim;
-    int bf16 = cfg_bf16(c);
+    int T = B * S, D = c->base_emb_dim, bf16 = cfg_bf16(c);
     LayerParams *p = &m->params.layers[l];
-    a->x = x;
     // h = x + Attention(RMSNorm_pre(x))
     a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
     a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
     a->scale1 = rmsnorm_forward_cfg(c, a->n1, a->rstd1, x, p->pre_norm, T, D);
-    a->h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
-    if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, a->h, a->n1, B, S);
-    else attention_forward(lc, &p->attn, &a->attn, a->h, a->n1, B, S);
-    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) a->h[i] += x[i];
-    round_bf16(a->h, (size_t)T * D, bf16);   // residual (cast point 10)
+    float *h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
+    if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, h, a->n1, B, S);
+    else attention_forward(lc, &p->attn, &a->attn, h, a->n1, B, S);
+    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) h[i] += x[i];
+    round_bf16(h, (size_t)T * D, bf16);   // residual (cast point 10)
+    return h;
+}
+
+float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
+                               FwdStats *st) {
+    const Config *c = &m->cfg;
+    const Config *lc = &m->lcfg;
+    int T = B * S, D = c->base_emb_dim, bf16 = cfg_bf16(c);
+    LayerParams *p = &m->params.layers[l];
     // x' = h + FFN(RMSNorm_post(h))
     a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
     a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
-    a->scale2 = rmsnorm_forward_cfg(c, a->n2, a->rstd2, a->h, p->post_norm, T, D);
+    a->scale2 = rmsnorm_forward_cfg(c, a->n2, a->rstd2, h, p->post_norm, T, D);
     float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
     if (cfg_layer_is_moe(c, l)) {
         long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
@@ -447,8 +461,17 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
     } else {
         mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
     }
-    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) xn[i] += a->h[i];
+    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) xn[i] += h[i];
     round_bf16(xn, (size_t)T * D, bf16);     // residual (cast point 10)
+    return xn;
+}
+
+float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {
+    const Config *c = &m->cfg;
+    int T = B * S, D = c->base_emb_dim;
+    a->x = x;
+    a->h = model_attn_block_forward(m, l, a, x, B, S);
+    float *xn = model_ffn_block_forward(m, l, a, a->h, B, S, lb_coef, st);
     // What this layer's backward reads, kept as 16-bit numbers in bf16 mode.
     act_pack(c, &a->x, (size_t)T * D);
     act_pack(c, &a->n1, (size_t)T * D);
@@ -463,10 +486,9 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     int T = B * S, D = c->base_emb_dim;
     Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
     LayerParams *p = &m->params.layers[l], *gl = &m->grads.layers[l];
-    act_unpack(c, &a->x, (size_t)T * D);
-    act_unpack(c, &a->n1, (size_t)T * D);
-    act_unpack(c, &a->h, (size_t)T * D);
-    act_unpack(c, &a->n2, (size_t)T * D);
+    // Everything each half of the backward reads, on the device and as floats: what the
+    // remat policy offloaded is copied back, what it dropped is recomputed (model/remat.h).
+    remat_restore_ffn(m, l, a, B, S, lb_coef);
     // x' = h + FFN(n2), n2 = RMSNorm_post(h):  dh = dx' + dFFN/dh
     prec_round(c, dx, (size_t)T * D);
     mem_copy(dh, dx, sizeof(float) * T * D);
@@ -491,6 +513,7 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     rmsnorm_backward_cfg(c, dh, gl->post_norm, dn, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
     prec_round(c, dh, (size_t)T * D);
     // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
+    remat_restore_attn(m, l, a, B, S);
     mem_copy(dx, dh, sizeof(float) * T * D);
     mem_zero(dn, sizeof(float) * T * D);
     if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
@@ -580,6 +603,7 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
         model_unit_acquire(m, 1 + l);
         x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
         model_unit_release(m, 1 + l);
+        remat_after_forward(m, l, &m->acts[l]);   // what the backward will recompute or fetch (model/remat.h)
     }
     mem_phase("forward head and loss");
     model_unit_acquire(m, L + 1);
@@ -606,18 +630,19 @@ void model_backward(Model *m, float scale, float lb_coef) {
     float *dn = dnf;   // reused: gradient of a norm's output
     for (int l = L - 1; l >= 0; l--) {
         mem_phase("backward layer %d", l);
+        remat_block_inputs(m, l, B, S, lb_coef);   // remat_nested_block: the block's layer inputs
         model_unit_acquire(m, 1 + l);
         fsdp_grad_begin(m, 1 + l);
         model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
         fsdp_grad_end(m, 1 + l);
         model_unit_release(m, 1 + l);
+        model_layer_free(m, l, &m->acts[l]);   // done with: the layers below need only their own
     }
     mem_phase("backward embedding");
     fsdp_grad_begin(m, 0);
     model_embed_backward(m, dx, m->ids, B, S);
     fsdp_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
-    for (int l = 0; l < L; l++) model_layer_free(m, l, &m->acts[l]);
     model_head_free(m);
 }
 

@@ -58,7 +58,9 @@ typedef struct Model {
     float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
     Params params, grads;   // pointers into params_mem / grads_mem
     float *router_bias;     // (L, E) DeepSeek selection bias (non-trained state), or NULL
+    float *ema;             // (shard.local_n) EMA of the weights (ema_decay > 0), or NULL
     int step;               // optimizer updates done
+    int training;           // 1 while compute_gradients runs: forwards keep what a backward reads per remat_policy
     // One microbatch's forward state.
     int B, S;
     const int *ids;         // (B,S)
@@ -119,8 +121,16 @@ void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int 
 // 16-bit copy, as the layer's other saved activations); keeps its activations in a and
 // returns its output (T,D) (MEM_ACTIVATIONS). st: aux loss and expert counts.
 float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st);
+// The layer's two halves (what model_layer_forward runs, and what a remat policy recomputes):
+// the attention block h = x + Attention(RMSNorm_pre(x)) keeps n1, rstd1 and attention's
+// saved tensors in a and returns h (T,D); the FFN block x' = h + FFN(RMSNorm_post(h)) keeps
+// n2, rstd2 and the FFN's saved tensors and returns x' (T,D). Both MEM_ACTIVATIONS.
+float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S);
+float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
+                               FwdStats *st);
 // dx (T,D): on entry d loss/d(layer output), on return d loss/d(layer input); dh, dn:
-// (T,D) scratch. grads.layers[l] += the layer's weight gradients.
+// (T,D) scratch. grads.layers[l] += the layer's weight gradients. `a` may hold less than the
+// forward saved (a remat policy, or the pipeline's: at least a->x): the rest is recomputed.
 void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, float *dn, int B, int S, float lb_coef);
 // Free everything `a` holds, a->x included (after the backward, or instead of it).
 void model_layer_free(Model *m, int l, LayerActs *a);

@@ -43,6 +43,21 @@ void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float 
     }
 }
 
+int optimizer_state_floats(const Config *c) {
+    if (!strcmp(c->opt_type, "adamw")) return 2;
+    if (!strcmp(c->opt_type, "sgd")) return 0;   // no state: that is what it saves
+    if (!strcmp(c->opt_type, "adafactor") || !strcmp(c->opt_type, "adam_pax") || !strcmp(c->opt_type, "muon"))
+        die("opt_type=%s is MaxText's but not implemented here (adafactor's factored second moment needs each "
+            "tensor's rows and columns, which the flat sharded state does not keep); use adamw or sgd", c->opt_type);
+    die("opt_type must be 'adamw' or 'sgd', got '%s'", c->opt_type);
+}
+
+void optimizer_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c) {
+    if (optimizer_state_floats(c) == 2) { adamw_update(p, g, m, v, n, lr, t, c); return; }
+    #pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * g[i];   // scale_by_learning_rate, apply_updates
+}
+
 void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate) {
     float target = (float)tokens * K / E;   // the count every expert would get if balanced
     for (int e = 0; e < E; e++) {

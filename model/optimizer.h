@@ -17,6 +17,13 @@ void grad_clip(float *g, size_t n, float norm, float threshold);
 // One AdamW update of n parameters; t is the 1-based update count (bias correction).
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c);
 
+// opt_type (the one place it is read): the optimizer state kept per weight, in floats:
+// 2 for adamw (mu and nu), 0 for sgd. Dies on another name.
+int optimizer_state_floats(const Config *c);
+// One update of n parameters with the optimizer opt_type names: adamw_update, or plain SGD
+// (optax.sgd without momentum: p -= lr * g; m and v unused and may be NULL).
+void optimizer_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c);
+
 // DeepSeek aux-loss-free balancing: bias[e] += rate * sign(T*K/E - counts[e]).
 void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate);
 #endif

@@ -6,6 +6,7 @@
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "sharding/collectives.h"
+#include "sharding/offload.h"
 #include "pipeline/pipeline.h"
 #include "common.h"
 
@@ -68,8 +69,12 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
     if (expert_counts) memset(expert_counts, 0, sizeof(long) * ncount);
 
+    state_params_in(m);   // parameter_memory_host_offload: the weights onto the device for the step
     mem_zero(m->grads_mem, sizeof(float) * sh->local_n);
     memset(r->fwd_peak, 0, sizeof r->fwd_peak);
+    // The forwards below apply the remat policy (model/remat.h), except with a hook: the
+    // parity dump's reads every layer's saved routing between forward and backward.
+    m->training = !hook;
     // With several microbatches, each one's gradient is a leaf block of the tree; its
     // buffer is a second gradient-sized allocation (that is what accumulation costs), one
     // per chunk slot: the chunks are the tree's outermost level, above the microbatches.
@@ -106,6 +111,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
         if (sum != m->grads_mem) mem_free(sum);
         fsdp_set_grad_target(m, m->grads_mem);
     }
+    m->training = 0;
     group_sum_double(sh->tokens, loss_leaf, (size_t)leaves_per_mb * A);
     group_sum_double(sh->batch, aux_seq, (size_t)MM_MAX(nmoe, 1) * nseq);
     if (expert_counts) group_sum_long(sh->tokens, expert_counts, ncount);
@@ -155,7 +161,7 @@ void apply_update(Model *m, StepResult *r, const long *expert_counts, long token
     float *grads_before_cast = grad_dtype_cast(m);
     grad_clip(m->grads_mem, m->shard.local_n, r->grad_norm, c->gradient_clipping_threshold);
     float *old_params = params_undonated(m);
-    fsdp_adamw(m, r->lr, m->step + 1);
+    state_update(m, r->lr, m->step + 1);   // the optimizer (opt_type), its state on the device meanwhile
     mem_free(old_params);
     if (grads_before_cast) {   // the cast copy is dropped; the next step accumulates into the original
         mem_free(m->grads_mem);
@@ -166,6 +172,8 @@ void apply_update(Model *m, StepResult *r, const long *expert_counts, long token
             router_bias_update(m->router_bias + (size_t)l * c->num_experts, expert_counts + (size_t)l * c->num_experts,
                                tokens, c->num_experts, c->num_experts_per_tok, c->routed_bias_update_rate);
     m->step++;
+    ema_update(m);
+    state_params_out(m);   // parameter_memory_host_offload: back to host memory until the next step
 }
 
 // tokens: the global batch's tokens (A * B * nbatch * S * nctx).
@@ -190,6 +198,7 @@ float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
     double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * Bg, "eval aux");
     long first_seq = (long)sh->brank * B;
     FwdStats st = {mine, aux_seq + first_seq, Bg, 0, NULL};
+    state_params_in(m);
     if (pipeline_active()) {   // the pipeline places its sequences' statistics itself
         FwdStats whole = {loss_leaf, aux_seq, Bg, 0, NULL};
         pipeline_eval(m, ids, targets, B, S, model_lb_coef(c, Bg), &whole);
@@ -199,6 +208,7 @@ float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
         model_discard(m);
         place_leaves(loss_leaf, mine, lv, Bg, first_seq, sh);
     }
+    state_params_out(m);
     StepResult r = {0};
     r.ntok = st.ntok;
     group_sum_long(sh->tokens, &r.ntok, 1);

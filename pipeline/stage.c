@@ -148,20 +148,15 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
     int j = pipe_job(P, mb, rep), lps = P->p.lps, T = P->Tm, Bm = P->Bm, Sq = P->Sq;
     float *dh = mem_floats(MEM_TEMP, (size_t)T * P->D, "d h");
     float *dn = mem_floats(MEM_TEMP, (size_t)T * P->D, "d norm out");
-    // The recomputation's statistics go to scratch (the forward counted them already).
-    int nmoe = MM_MAX(1, model_num_moe_layers(c));
-    double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)nmoe * Bm, "recompute aux (discarded)");
-    FwdStats rs = {NULL, aux, Bm, 0, NULL};
     if (P->p.save_dli) {
-        // One layer at a time, from its own saved input.
+        // One layer at a time: the layer's backward recomputes it from its own saved input
+        // (model/remat.h remat_restore, as remat_policy=full does without a pipeline).
         for (int i = lps - 1; i >= 0; i--) {
             int l = pipeline_layer(&P->p, P->s, rep, i);
             LayerActs a;
             memset(&a, 0, sizeof a);
-            float *in = P->dli[(size_t)j * lps + i];
-            act_unpack(c, &in, (size_t)T * P->D);
+            a.x = P->dli[(size_t)j * lps + i];
             acquire(P, 1 + l);
-            mem_free(model_layer_forward(m, l, &a, in, Bm, Sq, P->lb_coef, &rs));
             float *leaf = leaf_begin(P, 1 + l);
             model_layer_backward(m, l, &a, dy, dh, dn, Bm, Sq, P->lb_coef);
             leaf_end(P, 1 + l, mb, leaf);
@@ -171,7 +166,11 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
         }
         mem_free(P->saved[j]);
     } else {
-        // The whole chunk from the iteration_input, every layer's activations held.
+        // The whole chunk from the iteration_input, every layer's activations held. The
+        // recomputation's statistics go to scratch (the forward counted them already).
+        int nmoe = MM_MAX(1, model_num_moe_layers(c));
+        double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)nmoe * Bm, "recompute aux (discarded)");
+        FwdStats rs = {NULL, aux, Bm, 0, NULL};
         LayerActs *a = calloc((size_t)lps, sizeof(LayerActs));
         float *cur = P->saved[j];
         act_unpack(c, &cur, (size_t)T * P->D);
@@ -190,8 +189,9 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
             model_layer_free(m, l, &a[i]);   // a[0].x is the iteration_input
         }
         free(a);
+        mem_free(aux);
     }
     P->saved[j] = NULL;
-    mem_free(dh); mem_free(dn); mem_free(aux);
+    mem_free(dh); mem_free(dn);
     return dy;   // now d loss / d(chunk input)
 }

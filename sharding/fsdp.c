@@ -234,7 +234,7 @@ float fsdp_grad_norm(Model *m) {
 void fsdp_adamw(Model *m, float lr, int t) {
     const StateShard *s = &m->shard;
     if (s->Z == 1) {
-        adamw_update(m->params_mem, m->grads_mem, m->m_mem, m->v_mem, s->local_n, lr, t, &m->cfg);
+        optimizer_update(m->params_mem, m->grads_mem, m->m_mem, m->v_mem, s->local_n, lr, t, &m->cfg);
         return;
     }
     // ZeRO-1: this data rank updates piece zrank of each unit's shard, then the data
@@ -242,7 +242,8 @@ void fsdp_adamw(Model *m, float lr, int t) {
     for (int u = 0; u < s->nunits; u++) {
         size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
         size_t mo = s->local_off[u] / s->Z;
-        adamw_update(m->params_mem + at, m->grads_mem + at, m->m_mem + mo, m->v_mem + mo, piece, lr, t, &m->cfg);
+        float *mu = m->m_mem ? m->m_mem + mo : NULL, *nu = m->v_mem ? m->v_mem + mo : NULL;   // NULL: sgd
+        optimizer_update(m->params_mem + at, m->grads_mem + at, mu, nu, piece, lr, t, &m->cfg);
         float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
         coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
         mem_copy(m->params_mem + s->local_off[u], full, sizeof(float) * len);

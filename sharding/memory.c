@@ -17,6 +17,7 @@ struct MemBlock {
     MemTag tag;
     Device *dev;
     const char *name;
+    int host;             // 1: in the device's host memory (not counted in its HBM)
     MemBlock *prev, *next;
     unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
 };
@@ -120,14 +121,14 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
 
 int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes) {
     // Pick the largest after the last one picked, in the order (bytes, address) descending
-    // (no sorting of the list).
+    // (no sorting of the list). Host-memory blocks are not the device's.
     const MemBlock *last = NULL;
     int n = 0;
     for (; n < k; n++) {
         const MemBlock *best = NULL;
         for (const MemBlock *m = d->head; m; m = m->next) {
             int after = !last || m->bytes < last->bytes || (m->bytes == last->bytes && m < last);
-            if (after && (!best || m->bytes > best->bytes || (m->bytes == best->bytes && m > best))) best = m;
+            if (!m->host && after && (!best || m->bytes > best->bytes || (m->bytes == best->bytes && m > best))) best = m;
         }
         if (!best) break;
         name[n] = best->name; tag[n] = best->tag; bytes[n] = best->bytes;
@@ -136,19 +137,28 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
     return n;
 }
 
-void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
+// One block of `bytes` on the device (host = 0) or in its host memory (host = 1).
+static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     Device *d = mem_device();
-    if (d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
+    if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
     int in_void = dry && bytes >= DRY_REAL_BELOW;
     char *raw = in_void ? malloc(sizeof(MemBlock)) : aligned_alloc(64, HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
     MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, NULL, d->head, 0};
+    *m = (MemBlock){bytes, tag, d, name, host, NULL, d->head, 0};
     char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
     if (!in_void) memset(data, 0, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
+    d->nallocs++;
+    if (host) {   // the host account: its own live and peak, per tag and in all
+        d->host_live[tag] += bytes;
+        d->host_live_total += bytes;
+        if (d->host_live[tag] > d->host_peak[tag]) d->host_peak[tag] = d->host_live[tag];
+        if (d->host_live_total > d->host_peak_total) d->host_peak_total = d->host_live_total;
+        return data;
+    }
     d->live[tag] += bytes;
     d->live_total += bytes;
     if (d->live[tag] > d->peak[tag]) d->peak[tag] = d->live[tag];
@@ -160,14 +170,41 @@ void *mem_alloc(MemTag tag, size_t bytes, const char *name) {
         memcpy(d->peak_phase, d->phase, sizeof d->phase);
         d->peak_name = name;
     }
-    d->nallocs++;
     if (d->hook) d->hook(d, 1, tag, bytes, name);
     return data;
 }
 
+void *mem_alloc(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0); }
+void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 1); }
+
+int mem_is_host(const void *p) { return p && block_of(p)->host; }
+
+void mem_transfer(void *dst, const void *src, size_t bytes) {
+    MemBlock *d = block_of(dst), *s = block_of(src);
+    // A dry run copies only real memory: the small control buffers (routing plans) that
+    // offloading moves must arrive with their contents; the void has none.
+    if (!dry || (!d->slot && !s->slot)) memcpy(dst, src, bytes);
+    if (d->host && !s->host) d->dev->to_host_bytes += bytes;
+    if (!d->host && s->host) d->dev->to_device_bytes += bytes;
+}
+
+// Copy a buffer to the other memory kind and free the original.
+static void *move_block(void *p, int host) {
+    if (!p || block_of(p)->host == host) return p;
+    MemBlock *m = block_of(p);
+    void *q = alloc_block(m->tag, m->bytes, m->name, host);
+    mem_transfer(q, p, m->bytes);
+    mem_free(p);
+    return q;
+}
+void *mem_to_host(void *p) { return move_block(p, 1); }
+void *mem_to_device(void *p) { return move_block(p, 0); }
+
 const char *mem_name(const void *p) {
     return block_of(p)->name;
 }
+
+size_t mem_size(const void *p) { return block_of(p)->bytes; }
 
 float *mem_floats(MemTag tag, size_t n, const char *name) {
     return (float *)mem_alloc(tag, n * sizeof(float), name);
@@ -177,8 +214,13 @@ void mem_free(void *p) {
     if (!p) return;
     MemBlock *m = block_of(p);
     Device *d = m->dev;
-    d->live[m->tag] -= m->bytes;
-    d->live_total -= m->bytes;
+    if (m->host) {
+        d->host_live[m->tag] -= m->bytes;
+        d->host_live_total -= m->bytes;
+    } else {
+        d->live[m->tag] -= m->bytes;
+        d->live_total -= m->bytes;
+    }
     if (m->prev) m->prev->next = m->next; else d->head = m->next;
     if (m->next) m->next->prev = m->prev;
     if (d->hook) d->hook(d, -1, m->tag, m->bytes, m->name);
@@ -200,6 +242,9 @@ void mem_reset_peak(Device *d) {
     memcpy(d->at_peak, d->live, sizeof d->live);
     memcpy(d->peak_phase, d->phase, sizeof d->phase);
     d->peak_name = "(live at the start of the step)";
+    memcpy(d->host_peak, d->host_live, sizeof d->host_live);
+    d->host_peak_total = d->host_live_total;
+    d->to_host_bytes = d->to_device_bytes = 0;
 }
 
 void mem_mark_reset(Device *d) {
@@ -212,5 +257,12 @@ void mem_print_report(const Device *d) {
     printf("device %d peak %s:", d->id, mem_fmt(d->peak_total, a, sizeof a));
     for (int t = 0; t < MEM_NTAGS; t++)
         if (d->peak[t]) printf(" %s %s", MEM_TAG_NAMES[t], mem_fmt(d->peak[t], a, sizeof a));
+    if (d->host_peak_total) {   // offload: the host memory, and the copies of the last step
+        printf(" | host peak %s:", mem_fmt(d->host_peak_total, a, sizeof a));
+        for (int t = 0; t < MEM_NTAGS; t++)
+            if (d->host_peak[t]) printf(" %s %s", MEM_TAG_NAMES[t], mem_fmt(d->host_peak[t], a, sizeof a));
+        printf(" | copied to host %s,", mem_fmt(d->to_host_bytes, a, sizeof a));
+        printf(" to device %s", mem_fmt(d->to_device_bytes, a, sizeof a));
+    }
     printf("\n");
 }

@@ -32,6 +32,11 @@ typedef struct Device {
     long nallocs;                     // allocations made (for the planner)
     double flops;                     // floating-point operations done by this device's matmuls
     size_t comm_sent[8], comm_recv[8];// bytes sent / received, per kind of collective (CollKind)
+    // Host memory, the device's second memory kind (offload): counted per tag on its own,
+    // never in live_total / peak_total nor against capacity; and the bytes copied each way.
+    size_t host_live[MEM_NTAGS], host_peak[MEM_NTAGS];
+    size_t host_live_total, host_peak_total;
+    size_t to_host_bytes, to_device_bytes;
     MemBlock *head;                   // live blocks, most recent first
     // The planner and the memory trace (sharding/plan.h): what the device is doing now (a
     // phase such as "forward layer 3"), where the total peak was reached, and a hook called
@@ -56,8 +61,20 @@ Device *mem_device(void);
 void *mem_alloc(MemTag tag, size_t bytes, const char *name);
 float *mem_floats(MemTag tag, size_t n, const char *name);
 void mem_free(void *p);
-// The name a buffer was allocated with.
+// The same in the device's host memory (pinned host RAM next to the accelerator).
+void *mem_alloc_host(MemTag tag, size_t bytes, const char *name);
+// Move a buffer to host memory / back to the device: a new buffer of the same tag, name and
+// size on the other side, the bytes copied (counted in to_host_bytes / to_device_bytes), the
+// old one freed. Returns the new pointer; a buffer already on that side is returned as is.
+void *mem_to_host(void *p);
+void *mem_to_device(void *p);
+int mem_is_host(const void *p);
+// Copy between two whole allocator buffers (pointers as returned by the allocator); bytes
+// that cross between host and device are counted. Skipped in a dry run like mem_copy.
+void mem_transfer(void *dst, const void *src, size_t bytes);
+// The name a buffer was allocated with, and its size in bytes.
 const char *mem_name(const void *p);
+size_t mem_size(const void *p);
 // Dry run (dry_run=true, the planner): allocations are counted exactly as in a real run,
 // but large buffers get address space without memory behind it (untouched pages cost
 // nothing) and the compute kernels return at once when mem_dry() is set, so nothing
@@ -71,7 +88,8 @@ static inline void mem_copy(void *dst, const void *src, size_t n) { if (!mem_dry
 void mem_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // The k largest live buffers (name, tag, bytes), largest first; returns how many.
 int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes);
-// Reset the peak counters to the live figures (e.g. to measure one step's peak).
+// Reset the peak counters to the live figures and the transfer counts to zero (e.g. to
+// measure one step).
 void mem_reset_peak(Device *d);
 // Start measuring one phase (a forward pass, an eval, the init): the mark counters restart
 // from the live figures and follow the peak until the next reset; the step's peak is untouched.

@@ -6,6 +6,7 @@
 #include "sharding/partition.h"
 #include "sharding/memory.h"
 #include "model/precision.h"
+#include "model/optimizer.h"
 #include "common.h"
 
 // "(256, 128)"
@@ -91,9 +92,10 @@ void sharding_print_state(const Model *m) {
     // parameter-tagged state), grads, and AdamW's two moments.
     size_t bias = m->router_bias ? sizeof(float) * (size_t)m->cfg.base_num_decoder_layers * m->cfg.num_experts : 0;
     size_t pb = sizeof(float) * s->local_n + bias, gb = sizeof(float) * s->local_n;
-    size_t ob = 2 * sizeof(float) * (s->local_n / s->Z);
-    printf("model state per device: params %s + grads %s + optimizer %s (AdamW mu, nu) = %s\n", mem_fmt(pb, a, sizeof a),
-           mem_fmt(gb, b, sizeof b), mem_fmt(ob, c, sizeof c), mem_fmt(pb + gb + ob, d, sizeof d));
+    size_t ob = (size_t)optimizer_state_floats(&m->cfg) * sizeof(float) * (s->local_n / s->Z);
+    printf("model state per device: params %s + grads %s + optimizer %s (%s) = %s\n", mem_fmt(pb, a, sizeof a),
+           mem_fmt(gb, b, sizeof b), mem_fmt(ob, c, sizeof c), ob ? "AdamW mu, nu" : "sgd: none",
+           mem_fmt(pb + gb + ob, d, sizeof d));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -31,17 +31,23 @@ grows() {
 
 # Row 4, rmsnorm_fused_scale=false: a broadcast (T,D) scale per norm call (2 per layer and
 # the final norm; DeepSeek's MLA adds q_norm (T,q_lora_rank) and kv_norm (T,kv_lora_rank)),
-# kept from the forward to the backward pass: all live at the end of the forward pass.
+# kept from the forward to the backward pass: all live at the end of the forward pass when
+# nothing is rematerialised (remat_policy=none; under the default, full, a layer's scales
+# are dropped with its other saved tensors and rebuilt by the recomputation).
 run base configs/mixtral-tiny.yml $TINY
 run norm configs/mixtral-tiny.yml $TINY rmsnorm_fused_scale=false
 check "rmsnorm_fused_scale=false: losses bit-identical" same_bits base norm
-check "rmsnorm_fused_scale=false: (2L+1) broadcast (T,D) scales saved" \
-    grows base norm peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4))
+run base_keep configs/mixtral-tiny.yml $TINY remat_policy=none
+run norm_keep configs/mixtral-tiny.yml $TINY remat_policy=none rmsnorm_fused_scale=false
+check "rmsnorm_fused_scale=false, remat_policy=none: (2L+1) broadcast (T,D) scales saved" \
+    grows base_keep norm_keep peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4))
 run ds configs/deepseek-tiny.yml $TINY
 run ds_norm configs/deepseek-tiny.yml $TINY rmsnorm_fused_scale=false
 check "rmsnorm_fused_scale=false, deepseek: losses bit-identical" same_bits ds ds_norm
-check "rmsnorm_fused_scale=false, deepseek: + q_norm (T,64) and kv_norm (T,32) per layer" \
-    grows ds ds_norm peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4 + L * T * (64 + 32) * 4))
+run ds_keep configs/deepseek-tiny.yml $TINY remat_policy=none
+run ds_norm_keep configs/deepseek-tiny.yml $TINY remat_policy=none rmsnorm_fused_scale=false
+check "rmsnorm_fused_scale=false, deepseek, remat_policy=none: + q_norm (T,64) and kv_norm (T,32) per layer" \
+    grows ds_keep ds_norm_keep peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4 + L * T * (64 + 32) * 4))
 
 # Row 10, moe_reshard_io=true: DeepSeek's MoE block reads a copy of its input and writes
 # into an output buffer copied afterwards: two (T,D) copies held across the block. Wider

@@ -1,0 +1,244 @@
+// model/remat.c: rematerialisation policies (MaxText's remat_policy), their offloaded
+// variants, and sqrt(L) nested checkpointing.
+//
+// A layer's forward saves, for its backward: its input x, the norm outputs, attention's
+// tensors, the residual h and the FFN's tensors (model/model.h LayerActs). Keeping all of
+// them costs memory; dropping some costs a second forward of that block in the backward;
+// offloading costs copies to host memory and back. The recomputation is the same
+// arithmetic on the same inputs and weights, so every policy gives the same bits. The
+// backward recomputes a block just before its half of the backward needs it (the FFN's
+// first, then attention's), so with h kept only one block's tensors are live at a time.
+//
+//   policy               x      norms  attention  h (out_proj)  FFN
+//   none                 device device device     device        device
+//   minimal              device remat  device     device        device
+//   save_dot_except_mlp  device remat  device     device        remat
+//   save_out_proj        device remat  remat      device        remat
+//   full (MaxText's default) device remat remat   remat         remat
+//   minimal_offloaded    device remat  host       host          host
+//   custom               decoder_layer_input, query_proj.., out_proj, mlpwi.. = device/offload/remat
+#include "model/remat.h"
+#include "model/rmsnorm.h"
+#include "model/precision.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+static Keep keep_of(const char *key, const char *v) {
+    if (!strcmp(v, "device")) return KEEP_DEVICE;
+    if (!strcmp(v, "offload")) return KEEP_HOST;
+    if (!strcmp(v, "remat")) return RECOMPUTE;
+    die("%s must be 'device', 'offload' or 'remat', got '%s'", key, v);
+}
+
+RematPlan remat_plan(const Config *c) {
+    const char *p = c->remat_policy;
+    RematPlan r = {KEEP_DEVICE, RECOMPUTE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, c->remat_nested_block};
+    if (!strcmp(p, "none")) r.norms = KEEP_DEVICE;
+    else if (!strcmp(p, "minimal")) {}
+    else if (!strcmp(p, "save_dot_except_mlp")) r.ffn = RECOMPUTE;
+    else if (!strcmp(p, "save_out_proj")) r.attn = r.ffn = RECOMPUTE;
+    else if (!strcmp(p, "full")) r.attn = r.h = r.ffn = RECOMPUTE;
+    else if (!strcmp(p, "minimal_offloaded")) r.attn = r.h = r.ffn = KEEP_HOST;
+    else if (!strcmp(p, "custom")) {
+        r.x = keep_of("decoder_layer_input", c->decoder_layer_input);
+        if (r.x == RECOMPUTE) die("decoder_layer_input=remat: the layer input is what a recomputation starts from; use device or offload");
+        r.attn = keep_of("query_proj", c->query_proj);
+        if (keep_of("key_proj", c->key_proj) != r.attn || keep_of("value_proj", c->value_proj) != r.attn ||
+            keep_of("context", c->context) != r.attn)
+            die("query_proj, key_proj, value_proj and context must have the same value (got %s, %s, %s, %s): this "
+                "trainer keeps or recomputes attention as one block", c->query_proj, c->key_proj, c->value_proj, c->context);
+        r.h = keep_of("out_proj", c->out_proj);
+        if (r.h == RECOMPUTE && r.attn != RECOMPUTE)
+            die("out_proj=remat recomputes the attention block, so query_proj, key_proj, value_proj and context must "
+                "be remat too (got %s)", c->query_proj);
+        r.ffn = keep_of("mlpwi", c->mlpwi);
+        if (keep_of("mlpwo", c->mlpwo) != r.ffn)
+            die("mlpwi and mlpwo must have the same value (got %s, %s): this trainer keeps or recomputes the FFN as "
+                "one block", c->mlpwi, c->mlpwo);
+    } else if (!strcmp(p, "save_qkv_proj") || !strcmp(p, "qkv_proj_offloaded") ||
+               !strcmp(p, "minimal_with_context") || !strcmp(p, "save_dot_with_context_except_mlp") ||
+               !strcmp(p, "save_dot_except_mlpwi") || !strcmp(p, "minimal_flash")) {
+        die("remat_policy=%s is MaxText's but not implemented here: it saves single products inside a block, and "
+            "this trainer keeps or recomputes attention and the FFN each as a whole; use none, minimal, save_dot_except_mlp, save_out_proj, "
+            "full, minimal_offloaded or custom", p);
+    } else {
+        die("remat_policy must be none, minimal, save_dot_except_mlp, save_out_proj, full, minimal_offloaded or custom, "
+            "got '%s'", p);
+    }
+    int keeps_more = r.norms != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE || r.ffn != RECOMPUTE;
+    if (r.block == -1) r.block = (int)lround(sqrt((double)c->base_num_decoder_layers));   // sqrt(L) blocks of sqrt(L)
+    if (r.block < -1) die("remat_nested_block must be >= 0 (layers per block) or -1 (sqrt of the layers), got %d", r.block);
+    if (r.block > 1 && keeps_more)
+        die("remat_nested_block=%d needs remat_policy=full (or custom with every checkpoint remat): only the "
+            "block's first input is kept, and each layer is recomputed from its input", r.block);
+    if (r.ffn == KEEP_HOST && c->ici_expert_parallelism > 1)
+        die("offloading the FFN's tensors (mlpwi/mlpwo=offload, minimal_offloaded) with expert parallelism is not "
+            "supported: the exchange plan stays on the device; use ici_expert_parallelism=1 or mlpwi=mlpwo=remat");
+    if (c->ici_pipeline_parallelism > 1 && (strcmp(p, "full") || r.block > 1))
+        die("remat_policy=%s%s with ici_pipeline_parallelism=%d: the pipeline has its own remat (iteration_input, "
+            "pipeline_save_decoder_layer_input); keep remat_policy=full and remat_nested_block=0", p,
+            r.block > 1 ? " and remat_nested_block" : "", c->ici_pipeline_parallelism);
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------
+// The groups' buffers, as addresses of their pointers (to drop, move or bring back).
+
+static int attn_ptrs(const Config *c, LayerActs *a, void **p) {
+    int n = 0;
+    if (cfg_is_mla(c)) {
+        MLASaved *s = &a->mla;
+        void *q[] = {&s->qa, &s->qa_rstd, &s->qn, &s->qn_scale, &s->latent, &s->kv_rstd, &s->latn, &s->kvn_scale,
+                     &s->q, &s->k, &s->v, &s->o, &s->stats};
+        for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) p[n++] = q[i];
+    } else {
+        AttentionSaved *s = &a->attn;
+        void *q[] = {&s->q, &s->k, &s->v, &s->o, &s->stats};
+        for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) p[n++] = q[i];
+    }
+    return n;
+}
+
+static int ffn_ptrs(const Config *c, int l, LayerActs *a, void **p) {
+    int n = 0;
+    if (cfg_layer_is_moe(c, l)) {
+        MoeSaved *s = &a->moe;
+        void *q[] = {&s->logits, &s->scores, &s->top_idx, &s->top_w, &s->w_eff, &s->probs, &s->lb_f, &s->row_start,
+                     &s->row_token, &s->assign_row, &s->h0, &s->h1, &s->y, &s->shared.h0, &s->shared.h1};
+        for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) p[n++] = q[i];
+    } else {
+        p[n++] = &a->mlp.h0;
+        p[n++] = &a->mlp.h1;
+    }
+    return n;
+}
+
+// Move the buffers at the addresses p[0..n) to host memory (host = 1) or to the device.
+static void move_all(void **p, int n, int host) {
+    for (int i = 0; i < n; i++) {
+        void **q = (void **)p[i];
+        *q = host ? mem_to_host(*q) : mem_to_device(*q);
+    }
+}
+
+static void free_ptr(float **p) { mem_free(*p); *p = NULL; }
+
+void remat_after_forward(Model *m, int l, LayerActs *a) {
+    const Config *c = &m->cfg;
+    if (!m->training) return;   // eval and sampling: no backward follows, model_discard frees all
+    RematPlan r = remat_plan(c);
+    void *p[16];
+    if (r.norms == RECOMPUTE) {   // with each norm its broadcast scale (rmsnorm_fused_scale=false)
+        free_ptr(&a->n1); free_ptr(&a->rstd1); free_ptr(&a->scale1);
+        free_ptr(&a->n2); free_ptr(&a->rstd2); free_ptr(&a->scale2);
+    }
+    if (r.attn == RECOMPUTE) {
+        if (cfg_is_mla(c)) mla_saved_free(&a->mla);
+        else attention_saved_free(&a->attn);
+    } else if (r.attn == KEEP_HOST) move_all(p, attn_ptrs(c, a, p), 1);
+    if (r.h == RECOMPUTE) free_ptr(&a->h);
+    else if (r.h == KEEP_HOST) a->h = mem_to_host(a->h);
+    if (r.ffn == RECOMPUTE) {
+        if (cfg_layer_is_moe(c, l)) moe_saved_free(&a->moe);
+        else mlp_saved_free(&a->mlp);
+    } else if (r.ffn == KEEP_HOST) move_all(p, ffn_ptrs(c, l, a, p), 1);
+    // Nested checkpointing: inside a block only its first layer's input stays.
+    if (r.block > 1 && l % r.block) free_ptr(&a->x);
+    else if (r.x == KEEP_HOST) a->x = mem_to_host(a->x);
+}
+
+// Statistics of a recomputation go to scratch: the forward counted them already.
+static double *scratch_aux(const Config *c, int B) {
+    return (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(1, model_num_moe_layers(c)) * B,
+                               "recompute aux (discarded)");
+}
+
+static void norm_recompute(const Config *c, float **n, float **rstd, float **bcast, const float *in,
+                           const float *scale, int T) {
+    int D = c->base_emb_dim;
+    *n = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "norm out (recomputed)");
+    *rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "norm rstd (recomputed)");
+    *bcast = rmsnorm_forward_cfg(c, *n, *rstd, in, scale, T, D);
+}
+
+// bf16 mode: a saved (T,D) tensor back to floats, unless it is already (the FFN half may
+// have unpacked x, or recomputed n1, before the attention half runs).
+static void unpack(const Config *c, float **p, size_t n) {
+    if (*p && mem_size(*p) < n * sizeof(float)) act_unpack(c, p, n);
+}
+
+// The attention block recomputed from x: its norm output, attention's tensors and h (kept
+// when out_proj was saved: the recomputed copy is the same).
+static void attn_recompute(Model *m, int l, LayerActs *a, int B, int S) {
+    free_ptr(&a->n1); free_ptr(&a->rstd1); free_ptr(&a->scale1);
+    float *h = model_attn_block_forward(m, l, a, a->x, B, S);
+    if (a->h) mem_free(h);
+    else a->h = h;
+}
+
+static int attn_gone(const Config *c, const LayerActs *a) { return cfg_is_mla(c) ? !a->mla.q : !a->attn.q; }
+
+void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coef) {
+    const Config *c = &m->cfg;
+    int T = B * S;
+    size_t n = (size_t)T * c->base_emb_dim;
+    void *q[16];
+    move_all(q, ffn_ptrs(c, l, a, q), 0);   // offloaded tensors back (a no-op for those that stayed)
+    a->h = mem_to_device(a->h);
+    unpack(c, &a->h, n);
+    unpack(c, &a->n2, n);
+    if (!a->h) {   // out_proj dropped: the attention block runs again now (full)
+        a->x = mem_to_device(a->x);
+        unpack(c, &a->x, n);
+        attn_recompute(m, l, a, B, S);
+    }
+    int ffn_gone = cfg_layer_is_moe(c, l) ? !a->moe.logits : !a->mlp.h0;
+    if (ffn_gone) {
+        free_ptr(&a->n2); free_ptr(&a->rstd2); free_ptr(&a->scale2);
+        double *aux = scratch_aux(c, B);
+        FwdStats rs = {NULL, aux, B, 0, NULL};
+        mem_free(model_ffn_block_forward(m, l, a, a->h, B, S, lb_coef, &rs));
+        mem_free(aux);
+    } else if (!a->n2) {
+        norm_recompute(c, &a->n2, &a->rstd2, &a->scale2, a->h, m->params.layers[l].post_norm, T);
+    }
+}
+
+void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S) {
+    const Config *c = &m->cfg;
+    int T = B * S;
+    size_t n = (size_t)T * c->base_emb_dim;
+    void *q[16];
+    move_all(q, attn_ptrs(c, a, q), 0);
+    a->x = mem_to_device(a->x);
+    unpack(c, &a->x, n);
+    unpack(c, &a->n1, n);
+    if (attn_gone(c, a)) attn_recompute(m, l, a, B, S);
+    else if (!a->n1) norm_recompute(c, &a->n1, &a->rstd1, &a->scale1, a->x, m->params.layers[l].pre_norm, T);
+}
+
+void remat_block_inputs(Model *m, int l, int B, int S, float lb_coef) {
+    const Config *c = &m->cfg;
+    int k = remat_plan(c).block;
+    if (k <= 1 || m->acts[l].x) return;
+    int b0 = l - l % k;
+    size_t n = (size_t)B * S * c->base_emb_dim, bytes = (cfg_bf16(c) ? sizeof(uint16_t) : sizeof(float)) * n;
+    m->acts[b0].x = mem_to_device(m->acts[b0].x);
+    double *aux = scratch_aux(c, B);
+    FwdStats rs = {NULL, aux, B, 0, NULL};
+    for (int j = b0; j < l; j++) {
+        // Layer j forward on a copy of its input; only its output, layer j+1's input, stays.
+        float *in = (float *)mem_alloc(MEM_ACTIVATIONS, bytes, "x (layer input)");
+        mem_copy(in, m->acts[j].x, bytes);
+        act_unpack(c, &in, n);
+        LayerActs t;
+        memset(&t, 0, sizeof t);
+        model_unit_acquire(m, 1 + j);
+        float *y = model_layer_forward(m, j, &t, in, B, S, lb_coef, &rs);
+        model_unit_release(m, 1 + j);
+        model_layer_free(m, j, &t);
+        act_pack(c, &y, n);
+        m->acts[j + 1].x = y;
+    }
+    mem_free(aux);
+}

@@ -1,0 +1,22 @@
+// sharding/offload.h: where the model state lives between steps. With
+// parameter_memory_host_offload / optimizer_memory_host_offload the weights / optimizer
+// state stay in the device's host memory and are copied to the device only while a step
+// (or the update) uses them; the EMA copy of the weights (ema_decay) lives on the device
+// or, with ema_host_offload, in host memory.
+#ifndef MESHMOE_OFFLOAD_H
+#define MESHMOE_OFFLOAD_H
+#include "model/config.h"
+
+struct Model;
+// Checks opt_type, ema_decay and the offload keys (called by config_validate).
+void state_offload_check(const Config *c);
+// End of model_init: the EMA copy made, the offloaded state moved to host memory.
+void state_offload_init(struct Model *m);
+// The weights on the device for a step or an eval (a no-op without the offload), and back.
+void state_params_in(struct Model *m);
+void state_params_out(struct Model *m);
+// The optimizer update with its state on the device: copied in and back out around it.
+void state_update(struct Model *m, float lr, int t);
+// ema = ema_decay * ema + (1 - ema_decay) * params, after an update (a no-op when off).
+void ema_update(struct Model *m);
+#endif

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# tests/remat.sh: rematerialisation, host offload, EMA and opt_type (model/remat.c,
+# sharding/offload.c). Every remat policy, offload and nested block gives the losses of
+# remat_policy=none bit for bit; the saved activations shrink in the expected order; offload
+# really moves bytes to host memory (device peak down, host peak up, copies counted); the
+# EMA copy is model-sized on the device or the host; sgd keeps no optimizer state and its
+# losses do not depend on the mesh; bad values give one clear message.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-remat.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=64"
+
+# run NAME PRESET ARGS...: train into $T/NAME.jsonl.
+run() {
+    local name=$1 preset=$2; shift 2
+    if ! $TRAIN configs/$preset.yml $FAST "$@" metrics_file=$T/$name.jsonl > $T/$name.out 2>&1; then
+        fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
+    fi
+}
+bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
+# The last step's figures of device 0: peak_bytes (the device), a tag of peak_bytes_by_tag,
+# host_peak_bytes_by_tag, or host_transfer_bytes.
+last() { tail -1 "$T/$1.jsonl"; }
+dev_peak() { last "$1" | grep -o '"devices": \[{"device": 0, "peak_bytes": [0-9]*' | grep -o '[0-9]*$'; }
+dev_tag() { last "$1" | grep -o '"devices": \[{"device": 0, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' |
+    grep -o "\"$2\": [0-9]*" | grep -o '[0-9]*$'; }
+host_tag() { last "$1" | grep -o '"host_peak_bytes_by_tag": {[^}]*}' | head -1 | grep -o "\"$2\": [0-9]*" | grep -o '[0-9]*$'; }
+moved() { last "$1" | grep -o "\"$2\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
+same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
+
+for preset in mixtral-tiny deepseek-tiny; do
+    echo "== $preset: every policy gives the losses of remat_policy=none, bit for bit"
+    run none_$preset $preset remat_policy=none
+    for p in minimal save_dot_except_mlp save_out_proj full minimal_offloaded; do
+        run ${p}_$preset $preset remat_policy=$p
+        check "$preset remat_policy=$p: $(bits ${p}_$preset)" same ${p}_$preset none_$preset
+    done
+    run custom_$preset $preset remat_policy=custom decoder_layer_input=offload query_proj=device key_proj=device \
+        value_proj=device context=device out_proj=offload mlpwi=remat mlpwo=remat
+    check "$preset custom (x, h offloaded, attention on device, FFN remat)" same custom_$preset none_$preset
+    run nested_$preset $preset remat_nested_block=2
+    check "$preset remat_nested_block=2" same nested_$preset none_$preset
+
+    echo "== $preset: saved-activation peaks (bytes): none > minimal > save_dot_except_mlp > full > nested"
+    a_none=$(dev_tag none_$preset activations); a_min=$(dev_tag minimal_$preset activations)
+    a_sdem=$(dev_tag save_dot_except_mlp_$preset activations); a_full=$(dev_tag full_$preset activations)
+    a_nest=$(dev_tag nested_$preset activations); a_sop=$(dev_tag save_out_proj_$preset activations)
+    check "activations $a_none > $a_min > $a_sdem > $a_full > $a_nest" \
+        test "$a_none" -gt "$a_min" -a "$a_min" -gt "$a_sdem" -a "$a_sdem" -gt "$a_full" -a "$a_full" -gt "$a_nest"
+
+    check "save_out_proj: $a_sop < none's $a_none" test "$a_sop" -lt "$a_none"
+
+    echo "== $preset: minimal_offloaded keeps minimal's tensors in host memory"
+    a_off=$(dev_tag minimal_offloaded_$preset activations); h_off=$(host_tag minimal_offloaded_$preset activations)
+    up=$(moved minimal_offloaded_$preset to_host); down=$(moved minimal_offloaded_$preset to_device)
+    check "device activations $a_off < minimal's $a_min" test "$a_off" -lt "$a_min"
+    check "host activations $h_off > 0, copied to host $up = back $down > 0" test "$h_off" -gt 0 -a "$up" -gt 0 -a "$up" -eq "$down"
+    check "no host memory without offload" test "$(host_tag minimal_$preset activations)" -eq 0 -a "$(moved minimal_$preset to_host)" -eq 0
+done
+
+echo "== bfloat16 (16-bit saved activations, unpacked for the recomputation)"
+run bf_none mixtral-tiny dtype=bfloat16 remat_policy=none
+for p in full save_out_proj minimal_offloaded; do
+    run bf_$p mixtral-tiny dtype=bfloat16 remat_policy=$p
+    check "bf16 remat_policy=$p: $(bits bf_$p)" same bf_$p bf_none
+done
+
+echo "== model state in host memory, the EMA copy (mixtral-tiny, default remat_policy=full)"
+base=full_mixtral-tiny
+run popt mixtral-tiny optimizer_memory_host_offload=true
+run ppar mixtral-tiny parameter_memory_host_offload=true
+run ema mixtral-tiny ema_decay=0.99
+run emah mixtral-tiny ema_decay=0.99 ema_host_offload=true
+for r in popt ppar ema emah; do check "$r: losses bit-identical" same $r $base; done
+opt=$(dev_tag $base optimizer); par=$(dev_tag $base params)
+check "optimizer offload: device peak $(dev_peak popt) < $(dev_peak $base), host optimizer $(host_tag popt optimizer) = $opt, copied $(moved popt to_host) each way" \
+    test "$(dev_peak popt)" -lt "$(dev_peak $base)" -a "$(host_tag popt optimizer)" -eq "$opt" -a "$(moved popt to_host)" -eq "$opt" -a "$(moved popt to_device)" -eq "$opt"
+check "parameter offload: host params $(host_tag ppar params) = $par, copied $(moved ppar to_host) each way per step" \
+    test "$(host_tag ppar params)" -eq "$par" -a "$(moved ppar to_host)" -eq "$par" -a "$(moved ppar to_device)" -eq "$par"
+check "EMA on device: params peak $(dev_tag ema params) = 2 x $par" test "$(dev_tag ema params)" -eq $((2 * par))
+check "EMA on host: device params $(dev_tag emah params) = $par, host params $(host_tag emah params) >= $par, copied $(moved emah to_host)" \
+    test "$(dev_tag emah params)" -eq "$par" -a "$(host_tag emah params)" -ge "$par" -a "$(moved emah to_host)" -eq "$par"
+
+echo "== opt_type=sgd: no optimizer state; the same losses on one device, fsdp=2 and data=2 + ZeRO-1"
+run sgd mixtral-tiny opt_type=sgd
+run sgd_fsdp mixtral-tiny opt_type=sgd per_device_batch_size=4 ici_fsdp_parallelism=2
+run sgd_zero mixtral-tiny opt_type=sgd per_device_batch_size=4 ici_data_parallelism=2 shard_optimizer_over_data=true
+check "sgd: optimizer bytes $(dev_tag sgd optimizer) = 0" test "$(dev_tag sgd optimizer)" -eq 0
+check "sgd fsdp=2: $(bits sgd_fsdp)" same sgd_fsdp sgd
+check "sgd data=2 ZeRO-1: $(bits sgd_zero)" same sgd_zero sgd
+check "sgd and adamw differ after the first update" test "$(bits sgd)" != "$(bits $base)"
+
+echo "== bad values: one clear message"
+expect_error "unknown policy" "remat_policy must be" $TRAIN configs/mixtral-tiny.yml remat_policy=most
+expect_error "MaxText policy not implemented" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=save_qkv_proj
+expect_error "custom value" "must be 'device', 'offload' or 'remat'" $TRAIN configs/mixtral-tiny.yml remat_policy=custom mlpwi=host
+expect_error "custom block mismatch" "same value" $TRAIN configs/mixtral-tiny.yml remat_policy=custom query_proj=device
+expect_error "nested block without full" "needs remat_policy=full" $TRAIN configs/mixtral-tiny.yml remat_nested_block=2 remat_policy=none
+expect_error "pipeline with a policy" "the pipeline has its own remat" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal ici_pipeline_parallelism=2
+expect_error "adafactor" "opt_type=adafactor" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor
+expect_error "ema host without ema" "needs an EMA" $TRAIN configs/mixtral-tiny.yml ema_host_offload=true
+expect_error "optimizer offload with sgd" "no optimizer state to offload" $TRAIN configs/mixtral-tiny.yml opt_type=sgd optimizer_memory_host_offload=true
+summary
