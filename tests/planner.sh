@@ -2,8 +2,8 @@
 # tests/planner.sh: the dry-run planner (dry_run=true) against measurement, and the memory
 # trace and its SVG. For each case, a dry run and a real run of one step write metrics
 # files; every device's peak bytes, peak bytes by tag and live bytes by tag after the step
-# must be equal, byte for byte (DESIGN.md principle 1). (The -small presets and context
-# parallelism pass too; left out here to keep the test under a minute.) Then memory_trace: the trace's
+# must be equal, byte for byte (DESIGN.md principle 1): the tiny presets on several meshes
+# and switches, and the -small presets (short sequences, to stay quick). Then memory_trace: the trace's
 # largest total equals the measured peak of each device, and `./train plot` writes one
 # well-formed SVG per device.
 set -u
@@ -26,6 +26,8 @@ plan_equals_measured() {   # plan_equals_measured ARGS...
 
 for args in "configs/mixtral-tiny.yml" \
             "configs/deepseek-tiny.yml" \
+            "configs/mixtral-small.yml per_device_batch_size=1 max_target_length=64" \
+            "configs/deepseek-small.yml per_device_batch_size=1 max_target_length=64" \
             "configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4" \
             "configs/mixtral-tiny.yml ici_expert_parallelism=2 per_device_batch_size=4" \
             "configs/deepseek-tiny.yml ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2" \
