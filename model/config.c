@@ -142,6 +142,8 @@ static const KeyDef KEYS[] = {
     KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),
     KEY(ema_host_offload, K_BOOL, "false", "the EMA copy lives in host memory (the weights are copied there for its update)"),
     KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight) or sgd (plain, no state)"),
+    // ---- branch scan: scanned vs unrolled layers (OPTIMIZATIONS.md row 19) ----
+    KEY(scan_layers, K_BOOL, "true", "the layers reuse one set of temporaries (MaxText's scanned layer stack); false: unrolled, each layer's temporaries (forward and backward) are its own and stay allocated until the step's backward pass ends"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -319,6 +321,10 @@ void config_validate(const Config *c) {
     if (strcmp(c->weight_dtype, "float32") || strcmp(c->grad_dtype, "float32"))
         die("weight_dtype and grad_dtype must be float32 (master weights, gradients and optimizer state "
             "stay float32 in every mode), got '%s' and '%s'", c->weight_dtype, c->grad_dtype);
+    if (!c->scan_layers && c->ici_pipeline_parallelism > 1)
+        die("scan_layers=false is not supported with a pipeline (ici_pipeline_parallelism=%d): the pipeline "
+            "runs its stage's layers in its own loop; use scan_layers=true or ici_pipeline_parallelism=1",
+            c->ici_pipeline_parallelism);
     if (!c->cast_logits_to_fp32)
         die("cast_logits_to_fp32=false is not supported: the loss is computed in float32 from the logits");
     struct { const char *name; int v; } pos[] = {

@@ -586,6 +586,28 @@ void model_head_free(Model *m) {
     m->xL = m->nf = m->rstdf = m->logits = m->lse = m->scalef = NULL;
 }
 
+// scan_layers (OPTIMIZATIONS.md row 19), read here only. MaxText scans its decoder layers by
+// default (true): one compiled layer body run L times, whose temporaries every layer reuses,
+// as the loops below do when each layer frees its own before the next begins. Unrolled
+// (false), each layer is separate code and XLA gives each its own temporaries: a set per
+// layer. Within one layer buffers are reused as in the scanned body; across layers they are
+// not. So each layer's forward (with what remat keeps or drops) and each layer's backward
+// (with its recomputation) measures its set, the high-water of its temporaries above what
+// was live when it began, and leaves a buffer of that size allocated until the step's
+// backward pass ends: the temp peak grows by about one forward set and one backward set per
+// layer. Same arithmetic, same bits.
+static size_t layer_temps_begin(const Model *m) {
+    if (m->cfg.scan_layers) return 0;
+    mem_temp_hw_reset();
+    return mem_temp_live();
+}
+
+static void layer_temps_end(const Model *m, size_t base, const char *name) {
+    if (m->cfg.scan_layers) return;
+    size_t set = mem_temp_hw() - base;
+    if (set) mem_hold(mem_alloc(MEM_TEMP, set, name));   // freed by mem_release_held
+}
+
 void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
     const Config *c = &m->cfg;
     int T = B * S, D = c->base_emb_dim, L = c->base_num_decoder_layers;
@@ -600,10 +622,12 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     model_unit_release(m, 0);
     for (int l = 0; l < L; l++) {
         mem_phase("forward layer %d", l);
+        size_t base = layer_temps_begin(m);
         model_unit_acquire(m, 1 + l);
         x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
         model_unit_release(m, 1 + l);
         remat_after_forward(m, l, &m->acts[l]);   // what the backward will recompute or fetch (model/remat.h)
+        layer_temps_end(m, base, "a layer's forward temporaries (scan_layers=false)");
     }
     mem_phase("forward head and loss");
     model_unit_acquire(m, L + 1);
@@ -630,6 +654,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
     float *dn = dnf;   // reused: gradient of a norm's output
     for (int l = L - 1; l >= 0; l--) {
         mem_phase("backward layer %d", l);
+        size_t base = layer_temps_begin(m);
         remat_block_inputs(m, l, B, S, lb_coef);   // remat_nested_block: the block's layer inputs
         model_unit_acquire(m, 1 + l);
         fsdp_grad_begin(m, 1 + l);
@@ -637,6 +662,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
         fsdp_grad_end(m, 1 + l);
         model_unit_release(m, 1 + l);
         model_layer_free(m, l, &m->acts[l]);   // done with: the layers below need only their own
+        layer_temps_end(m, base, "a layer's backward temporaries (scan_layers=false)");
     }
     mem_phase("backward embedding");
     fsdp_grad_begin(m, 0);
@@ -644,9 +670,11 @@ void model_backward(Model *m, float scale, float lb_coef) {
     fsdp_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
     model_head_free(m);
+    mem_release_held();   // scan_layers=false: every layer's temporaries, kept until now
 }
 
 void model_discard(Model *m) {
     for (int l = 0; l < m->cfg.base_num_decoder_layers; l++) model_layer_free(m, l, &m->acts[l]);
     model_head_free(m);
+    mem_release_held();
 }

@@ -18,6 +18,7 @@ struct MemBlock {
     Device *dev;
     const char *name;
     int host;             // 1: in the device's host memory (not counted in its HBM)
+    int held;             // 1: kept until mem_release_held (mem_hold)
     MemBlock *prev, *next;
     unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
 };
@@ -146,7 +147,7 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     char *raw = in_void ? malloc(sizeof(MemBlock)) : aligned_alloc(64, HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
     MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, host, NULL, d->head, 0};
+    *m = (MemBlock){bytes, tag, d, name, host, 0, NULL, d->head, 0};
     char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
     if (!in_void) memset(data, 0, rounded);
     if (d->head) d->head->prev = m;
@@ -162,6 +163,7 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     d->live[tag] += bytes;
     d->live_total += bytes;
     if (d->live[tag] > d->peak[tag]) d->peak[tag] = d->live[tag];
+    if (tag == MEM_TEMP && d->live[tag] > d->temp_hw) d->temp_hw = d->live[tag];
     if (d->live[tag] > d->mark[tag]) d->mark[tag] = d->live[tag];
     if (d->live_total > d->mark_total) d->mark_total = d->live_total;
     if (d->live_total > d->peak_total) {
@@ -210,9 +212,8 @@ float *mem_floats(MemTag tag, size_t n, const char *name) {
     return (float *)mem_alloc(tag, n * sizeof(float), name);
 }
 
-void mem_free(void *p) {
-    if (!p) return;
-    MemBlock *m = block_of(p);
+// Give block m back: uncount it, unlink it, tell the hook.
+static void free_block(MemBlock *m) {
     Device *d = m->dev;
     if (m->host) {
         d->host_live[m->tag] -= m->bytes;
@@ -230,6 +231,30 @@ void mem_free(void *p) {
         pthread_mutex_unlock(&void_lock);
     }
     free(m);
+}
+
+void mem_free(void *p) {
+    if (!p) return;
+    free_block(block_of(p));
+}
+
+void mem_temp_hw_reset(void) {
+    Device *d = mem_device();
+    d->temp_hw = d->live[MEM_TEMP];
+}
+size_t mem_temp_live(void) { return mem_device()->live[MEM_TEMP]; }
+size_t mem_temp_hw(void) { return mem_device()->temp_hw; }
+
+void mem_hold(void *p) { if (p) block_of(p)->held = 1; }
+
+void mem_release_held(void) {
+    Device *d = mem_device();
+    MemBlock *m = d->head;
+    while (m) {
+        MemBlock *next = m->next;
+        if (m->held) free_block(m);
+        m = next;
+    }
 }
 
 void device_release_all(Device *d) {

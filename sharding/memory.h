@@ -38,6 +38,7 @@ typedef struct Device {
     size_t host_live_total, host_peak_total;
     size_t to_host_bytes, to_device_bytes;
     MemBlock *head;                   // live blocks, most recent first
+    size_t temp_hw;                   // highest live MEM_TEMP bytes since mem_temp_hw_reset
     // The planner and the memory trace (sharding/plan.h): what the device is doing now (a
     // phase such as "forward layer 3"), where the total peak was reached, and a hook called
     // after every allocation (+1), free (-1) and phase change (0).
@@ -61,6 +62,15 @@ Device *mem_device(void);
 void *mem_alloc(MemTag tag, size_t bytes, const char *name);
 float *mem_floats(MemTag tag, size_t n, const char *name);
 void mem_free(void *p);
+// Unrolled layers (scan_layers=false, model/model.c), on the current device: the live
+// MEM_TEMP bytes now, and their high-water mark since mem_temp_hw_reset (a layer's set of
+// temporaries is the high-water minus the live bytes at its start); mem_hold(p) marks
+// buffer p to be freed by the next mem_release_held(), which frees every marked buffer.
+size_t mem_temp_live(void);
+void mem_temp_hw_reset(void);
+size_t mem_temp_hw(void);
+void mem_hold(void *p);
+void mem_release_held(void);
 // The same in the device's host memory (pinned host RAM next to the accelerator).
 void *mem_alloc_host(MemTag tag, size_t bytes, const char *name);
 // Move a buffer to host memory / back to the device: a new buffer of the same tag, name and

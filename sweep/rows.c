@@ -83,8 +83,9 @@ static const SweepRow ROWS[] = {
      "communicated and step time, each compared with one device (the table below)",
      ""},
     {"19", "scan_layers", "true,false", "", SW_BIT,
-     "one set of per-layer temporaries reused by every layer vs a set per layer",
-     "the per-layer temporaries are freed before the peak"},
+     "one set of per-layer temporaries reused by every layer vs a set per layer (unrolled: each layer's forward "
+     "and backward sets stay allocated until the backward ends, so the temp peak grows with the layers)",
+     ""},
     {"20", "remat_nested_block", "2", "", SW_BIT,
      "sqrt(L) checkpointing: keep only block-boundary inputs, recompute inside the block",
      "with few layers the block boundaries are most of the layers"},
