@@ -142,6 +142,8 @@ static const KeyDef KEYS[] = {
     KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),
     KEY(ema_host_offload, K_BOOL, "false", "the EMA copy lives in host memory (the weights are copied there for its update)"),
     KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight) or sgd (plain, no state)"),
+    // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
+    KEY(overlap_collectives, K_BOOL, "false", "under FSDP, all-gather the next layer's weights on a helper thread while this layer computes (forward and backward): faster when the gather waits, one more unit of gathered weights held; same losses"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

@@ -108,6 +108,8 @@ typedef struct {
     float ema_decay;                 // 0 = no EMA copy of the weights
     int ema_host_offload;            // the EMA copy lives in host memory
     char opt_type[CFG_STR];          // adamw or sgd
+    // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
+    int overlap_collectives;         // prefetch the next FSDP unit's all-gather on a helper thread
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
