@@ -144,6 +144,8 @@ static const KeyDef KEYS[] = {
     KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight) or sgd (plain, no state)"),
     // ---- branch scan: scanned vs unrolled layers (OPTIMIZATIONS.md row 19) ----
     KEY(scan_layers, K_BOOL, "true", "the layers reuse one set of temporaries (MaxText's scanned layer stack); false: unrolled, each layer's temporaries (forward and backward) are its own and stay allocated until the step's backward pass ends"),
+    // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
+    KEY(overlap_collectives, K_BOOL, "false", "under FSDP, all-gather the next layer's weights on a helper thread while this layer computes (forward and backward): faster when the gather waits, one more unit of gathered weights held; same losses"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

@@ -110,6 +110,8 @@ typedef struct {
     char opt_type[CFG_STR];          // adamw or sgd
     // ---- branch scan: scanned vs unrolled layers ----
     int scan_layers;                 // one set of layer temporaries reused by every layer (false: a set per layer)
+    // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
+    int overlap_collectives;         // prefetch the next FSDP unit's all-gather on a helper thread
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

@@ -15,6 +15,7 @@
 #include "sharding/offload.h"
 #include "sharding/memory.h"
 #include "sharding/fsdp.h"
+#include "sharding/overlap.h"
 #include "sharding/partition.h"
 #include "sharding/tensor.h"
 #include "sharding/context.h"
@@ -332,6 +333,7 @@ void model_free(Model *m) {
     free(m->grads.layers);
     free(m->acts);
     free(m->specs);
+    overlap_free(m);
     free(m->gathered);
     free(m->bf16_copy);
     shard_free(&m->shard);
@@ -617,13 +619,17 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     // is all-gathered just before use and freed right after.
     mem_phase("forward embedding");   // phases name the moments of the memory timeline (sharding/plan.h)
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+    // overlap_collectives (sharding/overlap.h): while a unit computes, the next one is
+    // gathered on a helper thread.
     model_unit_acquire(m, 0);
+    overlap_prefetch(m, 1);
     model_embed_forward(m, x, ids, T);
     model_unit_release(m, 0);
     for (int l = 0; l < L; l++) {
         mem_phase("forward layer %d", l);
         size_t base = layer_temps_begin(m);
         model_unit_acquire(m, 1 + l);
+        overlap_prefetch(m, 2 + l);   // the next layer's unit, or the head's
         x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
         model_unit_release(m, 1 + l);
         remat_after_forward(m, l, &m->acts[l]);   // what the backward will recompute or fetch (model/remat.h)
@@ -633,6 +639,7 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     model_unit_acquire(m, L + 1);
     model_head_forward(m, x, T);
     model_unit_release(m, L + 1);
+    overlap_drain(m);   // (nothing is left in flight: each prefetch was taken)
     model_loss_forward(m, targets, B, S, st);
 }
 
@@ -645,6 +652,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
     mem_phase("backward head and loss");
     model_head_unpack(m, T);
     model_unit_acquire(m, L + 1);
+    overlap_prefetch(m, L);   // the backward walks the units down: the last layer's next
     fsdp_grad_begin(m, L + 1);
     float *dnf;
     float *dx = model_head_backward(m, B, S, scale, &dnf);
@@ -657,6 +665,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
         size_t base = layer_temps_begin(m);
         remat_block_inputs(m, l, B, S, lb_coef);   // remat_nested_block: the block's layer inputs
         model_unit_acquire(m, 1 + l);
+        if (l > 0) overlap_prefetch(m, l);   // layer l-1's unit (the embedding's backward needs no weights)
         fsdp_grad_begin(m, 1 + l);
         model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
         fsdp_grad_end(m, 1 + l);
@@ -665,6 +674,7 @@ void model_backward(Model *m, float scale, float lb_coef) {
         layer_temps_end(m, base, "a layer's backward temporaries (scan_layers=false)");
     }
     mem_phase("backward embedding");
+    overlap_drain(m);
     fsdp_grad_begin(m, 0);
     model_embed_backward(m, dx, m->ids, B, S);
     fsdp_grad_end(m, 0);

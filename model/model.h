@@ -56,6 +56,7 @@ typedef struct Model {
     int grad_partial;       // 1: grad_dst is a microbatch's, per chunk slot (sharding/fsdp.h)
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
     float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
+    struct Prefetch *prefetch; // overlap_collectives: the unit gathered in the background (sharding/overlap.h)
     Params params, grads;   // pointers into params_mem / grads_mem
     float *router_bias;     // (L, E) DeepSeek selection bias (non-trained state), or NULL
     float *ema;             // (shard.local_n) EMA of the weights (ema_decay > 0), or NULL

@@ -67,10 +67,12 @@ static void move(void *dst, const void *src, size_t bytes) {
     if (!(mem_dry() && bytes >= 4096)) memcpy(dst, src, bytes);
 }
 
+// Atomic: a device's prefetch helper thread (sharding/overlap.h) counts its all-gathers on
+// the device while the device thread counts its own collectives.
 static void count(CollKind k, size_t sent, size_t recv) {
     Device *d = mem_device();
-    d->comm_sent[k] += sent;
-    d->comm_recv[k] += recv;
+    __atomic_fetch_add(&d->comm_sent[k], sent, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&d->comm_recv[k], recv, __ATOMIC_RELAXED);
 }
 
 // x[0] = tree sum of x[0..n); the left subtree is the largest power of two below n.

@@ -72,12 +72,16 @@ size_t shard_first(const StateShard *s, int u) { return s->unit_off[u] + (size_t
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "model/treesum.h"
+#include "sharding/overlap.h"
 
 void fsdp_acquire(Model *m, int u) {
     const StateShard *s = &m->shard;
     if (s->F == 1) return;
-    float *full = mem_floats(MEM_PARAMS, s->unit_pad[u], "all-gathered weights (fsdp)");
-    coll_all_gather(s->fsdp, m->params_mem + s->local_off[u], full, sizeof(float) * shard_len(s, u));
+    float *full = overlap_take(m, u);   // gathered in the background already (overlap_collectives)
+    if (!full) {
+        full = mem_floats(MEM_PARAMS, s->unit_pad[u], "all-gathered weights (fsdp)");
+        coll_all_gather(s->fsdp, m->params_mem + s->local_off[u], full, sizeof(float) * shard_len(s, u));
+    }
     model_bind_unit(m, &m->params, u, full);
     m->gathered[2 * u] = full;
 }

@@ -36,6 +36,8 @@ Group *mesh_group(const Mesh *mesh, int dev, unsigned mask) {
     return mesh->groups[(size_t)mask * mesh->ndev + dev];
 }
 
+Group *mesh_prefetch_group(const Mesh *mesh, int dev) { return mesh->prefetch[dev]; }
+
 void mesh_init(Mesh *mesh, const Config *c) {
     memset(mesh, 0, sizeof *mesh);
     int want[MESH_NAXES] = {c->ici_data_parallelism, c->ici_pipeline_parallelism, c->ici_fsdp_parallelism,
@@ -72,6 +74,7 @@ void mesh_init(Mesh *mesh, const Config *c) {
     // Groups: for each axis mask, the devices that share all coordinates outside the mask.
     unsigned nmask = 1u << MESH_NAXES;
     mesh->groups = calloc((size_t)nmask * n, sizeof(Group *));
+    mesh->prefetch = calloc((size_t)n, sizeof(Group *));
     int *members = malloc(sizeof(int) * (size_t)n);
     for (unsigned mask = 0; mask < nmask; mask++)
         for (int d = 0; d < n; d++) {
@@ -90,6 +93,10 @@ void mesh_init(Mesh *mesh, const Config *c) {
             }
             Group *g = group_new(k, members);
             for (int i = 0; i < k; i++) mesh->groups[(size_t)mask * n + members[i]] = g;
+            if (mask == AXIS_BIT(AX_FSDP)) {   // its twin for the prefetch helpers
+                Group *twin = group_new(k, members);
+                for (int i = 0; i < k; i++) mesh->prefetch[members[i]] = twin;
+            }
         }
     free(members);
 }
@@ -101,7 +108,10 @@ void mesh_free(Mesh *mesh) {
             Group *g = mesh->groups[(size_t)mask * mesh->ndev + d];
             if (g && mesh_rank(mesh, d, mask) == 0) group_free(g);
         }
+    for (int d = 0; d < mesh->ndev; d++)
+        if (mesh_rank(mesh, d, AXIS_BIT(AX_FSDP)) == 0) group_free(mesh->prefetch[d]);
     free(mesh->groups);
+    free(mesh->prefetch);
     free(mesh->devices);
     memset(mesh, 0, sizeof *mesh);
 }

@@ -22,6 +22,8 @@ typedef struct Mesh {
     int ndev;                 // product of the sizes
     Device *devices;          // (ndev)
     Group **groups;           // (1 << MESH_NAXES, ndev): groups[mask * ndev + dev]
+    Group **prefetch;         // (ndev) a second fsdp group for the prefetch helper threads
+                              // (sharding/overlap.h): its own barrier and slots
 } Mesh;
 
 // Sizes from ici_<axis>_parallelism (-1 = whatever is left of num_devices). Dies with a
@@ -32,6 +34,10 @@ int mesh_coord(const Mesh *mesh, int dev, MeshAxis axis);
 // The group of `dev` along the axes in `mask`, and dev's rank in it.
 Group *mesh_group(const Mesh *mesh, int dev, unsigned mask);
 int mesh_rank(const Mesh *mesh, int dev, unsigned mask);
+// The same members as the fsdp group of dev, but a group of its own: the helper threads of
+// overlap_collectives gather over it, so their all-gathers never share a barrier with the
+// collectives the device threads run meanwhile (a reduce-scatter over fsdp, say).
+Group *mesh_prefetch_group(const Mesh *mesh, int dev);
 // "data=2 fsdp=4" (axes of size 1 left out; "1 device" when all are 1).
 const char *mesh_describe(const Mesh *mesh, char *buf, size_t cap);
 
