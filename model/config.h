@@ -108,6 +108,10 @@ typedef struct {
     float ema_decay;                 // 0 = no EMA copy of the weights
     int ema_host_offload;            // the EMA copy lives in host memory
     char opt_type[CFG_STR];          // adamw or sgd
+    // ---- branch specs: sharding constraints on activations (sharding/constraint.h) ----
+    int skip_trivial_specs;          // an all-unsharded constraint emits no copy (false: one activation copy)
+    int remove_size_one_mesh_axis;   // specs drop size-1 mesh axes (false: naming one is an identity reshard, a copy)
+    char shard_mode[CFG_STR];        // "auto" or "explicit": where reshards of matmul outputs happen
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
