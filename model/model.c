@@ -523,16 +523,25 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
         mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
     }
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward_cfg(c, dh, gl->post_norm, dn, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
+    // The forward's constraints transpose to constraints on the gradients at the same points
+    // (sharding/constraint.h), each a copy or nothing: here d(mlp input), as the post-norm's
+    // backward reads it.
+    const float *dnc = constraint_apply(c, dn, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d mlp input");
+    rmsnorm_backward_cfg(c, dh, gl->post_norm, dnc, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
+    constraint_end(dnc, dn);
     prec_round(c, dh, (size_t)T * D);
     // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
     remat_restore_attn(m, l, a, B, S);
-    mem_copy(dx, dh, sizeof(float) * T * D);
+    const float *dhc = constraint_apply(c, dh, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d attention output");
+    mem_copy(dx, dhc, sizeof(float) * T * D);
     mem_zero(dn, sizeof(float) * T * D);
-    if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
-    else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
+    if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dhc, a->n1, B, S);
+    else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dhc, a->n1, B, S);
+    constraint_end(dhc, dh);
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward_cfg(c, dx, gl->pre_norm, dn, a->x, p->pre_norm, a->scale1, a->rstd1, T, D, leaf);
+    dnc = constraint_apply(c, dn, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d attention input");
+    rmsnorm_backward_cfg(c, dx, gl->pre_norm, dnc, a->x, p->pre_norm, a->scale1, a->rstd1, T, D, leaf);
+    constraint_end(dnc, dn);
 }
 
 void model_layer_free(Model *m, int l, LayerActs *a) {
@@ -591,8 +600,11 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
     // transposes a cast); here and at each such point in the layers' backward.
     prec_round(c, m->logits, (size_t)T * V);
     float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-    matmul_backward(NULL, m->grads.logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
-    tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
+    // The logits' constraint transposed: one on d logits (sharding/constraint.h).
+    const float *dlc = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
+    matmul_backward(NULL, m->grads.logits, dlc, m->nf, m->params.logits, T, D, V, leaf);
+    tp_colpar_dinp(c, dnf, dlc, m->params.logits, T, D, V);   // a sum over the vocabulary
+    constraint_end(dlc, m->logits);
     prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
     rmsnorm_backward_cfg(c, dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->scalef, m->rstdf, T, D, leaf);
