@@ -115,6 +115,11 @@ run bf configs/mixtral-tiny.yml $TINY dtype=bfloat16
 run bf_all configs/mixtral-tiny.yml $TINY dtype=bfloat16 skip_trivial_specs=false remove_size_one_mesh_axis=false
 check "dtype=bfloat16, both constraint switches flipped: losses bit-identical" same_bits bf bf_all
 
+# print_sharding says what the constraints cost on the mesh.
+out=$(./train configs/mixtral-tiny.yml $TINY steps=1 ici_tensor_parallelism=2 skip_trivial_specs=false print_sharding=true 2>&1)
+check "print_sharding, tensor=2, skip_trivial_specs=false: the residual's (-, -, -) copies, the logits' (-, -, tensor) do not" \
+    grep -q '^sharding constraints .*: each copies the residual, no copies of the logits' <<<"$out"
+
 expect_error "shard_mode=manual" "shard_mode must be 'auto' or 'explicit'" ./train configs/mixtral-tiny.yml shard_mode=manual
 expect_error "skip_trivial_specs=maybe" "skip_trivial_specs" ./train configs/mixtral-tiny.yml skip_trivial_specs=maybe
 summary
