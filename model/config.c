@@ -146,6 +146,10 @@ static const KeyDef KEYS[] = {
     KEY(scan_layers, K_BOOL, "true", "the layers reuse one set of temporaries (MaxText's scanned layer stack); false: unrolled, each layer's temporaries (forward and backward) are its own and stay allocated until the step's backward pass ends"),
     // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
     KEY(overlap_collectives, K_BOOL, "false", "under FSDP, all-gather the next layer's weights on a helper thread while this layer computes (forward and backward): faster when the gather waits, one more unit of gathered weights held; same losses"),
+    // ---- branch specs: sharding constraints on activations (sharding/constraint.h) ----
+    KEY(skip_trivial_specs, K_BOOL, "true", "a sharding constraint whose spec is all-unsharded on this mesh emits no copy; false: it materialises an activation-sized copy that the next op reads (as XLA does)"),
+    KEY(remove_size_one_mesh_axis, K_BOOL, "true", "partition specs drop mesh axes of size 1; false: a constraint whose spec names a size-1 axis is an identity reshard that copies the tensor"),
+    KEY(shard_mode, K_STR, "auto", "auto: the runtime places reshards (a row-parallel matmul's partial sums are all-reduced in its output); explicit: each matmul declares its output sharding, the partial sums are reduced in a temporary and resharded into the output"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -316,6 +320,8 @@ void config_validate(const Config *c) {
         die("decoder_block must be 'mixtral' or 'deepseek', got '%s'", c->decoder_block);
     if (strcmp(c->attention_type, "global") && strcmp(c->attention_type, "mla"))
         die("attention_type must be 'global' or 'mla', got '%s'", c->attention_type);
+    if (strcmp(c->shard_mode, "auto") && strcmp(c->shard_mode, "explicit"))
+        die("shard_mode must be 'auto' or 'explicit', got '%s'", c->shard_mode);
     if (strcmp(c->routed_score_func, "softmax") && strcmp(c->routed_score_func, "sigmoid"))
         die("routed_score_func must be 'softmax' or 'sigmoid', got '%s'", c->routed_score_func);
     if (strcmp(c->dtype, "float32") && strcmp(c->dtype, "bfloat16"))

@@ -112,6 +112,10 @@ typedef struct {
     int scan_layers;                 // one set of layer temporaries reused by every layer (false: a set per layer)
     // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
     int overlap_collectives;         // prefetch the next FSDP unit's all-gather on a helper thread
+    // ---- branch specs: sharding constraints on activations (sharding/constraint.h) ----
+    int skip_trivial_specs;          // an all-unsharded constraint emits no copy (false: one activation copy)
+    int remove_size_one_mesh_axis;   // specs drop size-1 mesh axes (false: naming one is an identity reshard, a copy)
+    char shard_mode[CFG_STR];        // "auto" or "explicit": where reshards of matmul outputs happen
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

@@ -19,6 +19,7 @@
 #include "sharding/partition.h"
 #include "sharding/tensor.h"
 #include "sharding/context.h"
+#include "sharding/constraint.h"
 #include "common.h"
 #include <stdarg.h>
 
@@ -426,10 +427,16 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
     // h = x + Attention(RMSNorm_pre(x))
     a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
     a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
-    a->scale1 = rmsnorm_forward_cfg(c, a->n1, a->rstd1, x, p->pre_norm, T, D);
+    // Sharding constraints (sharding/constraint.h): on the layer's input as the pre-norm
+    // reads it, and on the norm's output as attention reads it; each a copy or nothing.
+    const float *xc = constraint_apply(c, x, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: decoder layer input");
+    a->scale1 = rmsnorm_forward_cfg(c, a->n1, a->rstd1, xc, p->pre_norm, T, D);
+    constraint_end(xc, x);
     float *h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
-    if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, h, a->n1, B, S);
-    else attention_forward(lc, &p->attn, &a->attn, h, a->n1, B, S);
+    const float *n1c = constraint_apply(c, a->n1, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: attention input");
+    if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, h, n1c, B, S);
+    else attention_forward(lc, &p->attn, &a->attn, h, n1c, B, S);
+    constraint_end(n1c, a->n1);
     for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) h[i] += x[i];
     round_bf16(h, (size_t)T * D, bf16);   // residual (cast point 10)
     return h;
@@ -444,25 +451,31 @@ float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, in
     // x' = h + FFN(RMSNorm_post(h))
     a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
     a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
-    a->scale2 = rmsnorm_forward_cfg(c, a->n2, a->rstd2, h, p->post_norm, T, D);
+    // Sharding constraints: on the residual after attention as the post-norm reads it, and
+    // on the norm's output as the MLP/MoE block reads it.
+    const float *hc = constraint_apply(c, h, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: attention output (residual)");
+    a->scale2 = rmsnorm_forward_cfg(c, a->n2, a->rstd2, hc, p->post_norm, T, D);
+    constraint_end(hc, h);
     float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+    const float *n2c = constraint_apply(c, a->n2, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: mlp input");
     if (cfg_layer_is_moe(c, l)) {
         long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
         double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
         if (moe_reshards(c, l)) {
             size_t n = (size_t)T * D;
-            float *in = reshard_copy(a->n2, n, "moe block input, resharded (a copy)");
+            float *in = reshard_copy(n2c, n, "moe block input, resharded (a copy)");
             float *out = mem_floats(MEM_TEMP, n, "moe block output, before its reshard");
             moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, out, in, B, S, lb_coef, lb, counts);
             mem_copy(xn, out, sizeof(float) * n);
             mem_free(in);
             mem_free(out);
         } else {
-            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, a->n2, B, S, lb_coef, lb, counts);
+            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, n2c, B, S, lb_coef, lb, counts);
         }
     } else {
-        mlp_forward(lc, &p->mlp, &a->mlp, xn, a->n2, T, D, lc->base_mlp_dim);
+        mlp_forward(lc, &p->mlp, &a->mlp, xn, n2c, T, D, lc->base_mlp_dim);
     }
+    constraint_end(n2c, a->n2);
     for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) xn[i] += h[i];
     round_bf16(xn, (size_t)T * D, bf16);     // residual (cast point 10)
     return xn;
@@ -512,16 +525,25 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
         mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
     }
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward_cfg(c, dh, gl->post_norm, dn, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
+    // The forward's constraints transpose to constraints on the gradients at the same points
+    // (sharding/constraint.h), each a copy or nothing: here d(mlp input), as the post-norm's
+    // backward reads it.
+    const float *dnc = constraint_apply(c, dn, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d mlp input");
+    rmsnorm_backward_cfg(c, dh, gl->post_norm, dnc, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
+    constraint_end(dnc, dn);
     prec_round(c, dh, (size_t)T * D);
     // h = x + Attention(n1), n1 = RMSNorm_pre(x):  dx = dh + dAttention/dx
     remat_restore_attn(m, l, a, B, S);
-    mem_copy(dx, dh, sizeof(float) * T * D);
+    const float *dhc = constraint_apply(c, dh, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d attention output");
+    mem_copy(dx, dhc, sizeof(float) * T * D);
     mem_zero(dn, sizeof(float) * T * D);
-    if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dh, a->n1, B, S);
-    else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dh, a->n1, B, S);
+    if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dhc, a->n1, B, S);
+    else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dhc, a->n1, B, S);
+    constraint_end(dhc, dh);
     prec_round(c, dn, (size_t)T * D);
-    rmsnorm_backward_cfg(c, dx, gl->pre_norm, dn, a->x, p->pre_norm, a->scale1, a->rstd1, T, D, leaf);
+    dnc = constraint_apply(c, dn, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d attention input");
+    rmsnorm_backward_cfg(c, dx, gl->pre_norm, dnc, a->x, p->pre_norm, a->scale1, a->rstd1, T, D, leaf);
+    constraint_end(dnc, dn);
 }
 
 void model_layer_free(Model *m, int l, LayerActs *a) {
@@ -542,7 +564,10 @@ void model_head_forward(Model *m, float *x, int T) {
     m->xL = x;
     m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
     m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
-    m->scalef = rmsnorm_forward_cfg(c, m->nf, m->rstdf, x, m->params.final_norm, T, D);
+    // Sharding constraint on the decoder's output as the final norm reads it.
+    const float *xc = constraint_apply(c, x, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: decoder output");
+    m->scalef = rmsnorm_forward_cfg(c, m->nf, m->rstdf, xc, m->params.final_norm, T, D);
+    constraint_end(xc, x);
     m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
     round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // cast point 16; the loss reads them as float32
@@ -556,8 +581,11 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
     act_pack(c, &m->xL, (size_t)T * c->base_emb_dim);
     act_pack(c, &m->nf, (size_t)T * c->base_emb_dim);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
-    st->ntok += loss_forward(m->lse, st->loss_leaf, m->logits, targets, T, m->vocab_local, m->vocab_first,
+    // Sharding constraint on the logits as the loss reads them ((T, V/tensor) on a device).
+    const float *lc = constraint_apply(c, m->logits, (size_t)T * m->vocab_local, &SPEC_LOGITS, "constraint copy: logits");
+    st->ntok += loss_forward(m->lse, st->loss_leaf, lc, targets, T, m->vocab_local, m->vocab_first,
                              tp_local_chunks(c), c->z_loss_multiplier, leaves_of(c, B, S));
+    constraint_end(lc, m->logits);
 }
 
 void model_head_unpack(Model *m, int T) {
@@ -574,8 +602,11 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
     // transposes a cast); here and at each such point in the layers' backward.
     prec_round(c, m->logits, (size_t)T * V);
     float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-    matmul_backward(NULL, m->grads.logits, m->logits, m->nf, m->params.logits, T, D, V, leaf);
-    tp_colpar_dinp(c, dnf, m->logits, m->params.logits, T, D, V);   // a sum over the vocabulary
+    // The logits' constraint transposed: one on d logits (sharding/constraint.h).
+    const float *dlc = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
+    matmul_backward(NULL, m->grads.logits, dlc, m->nf, m->params.logits, T, D, V, leaf);
+    tp_colpar_dinp(c, dnf, dlc, m->params.logits, T, D, V);   // a sum over the vocabulary
+    constraint_end(dlc, m->logits);
     prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
     rmsnorm_backward_cfg(c, dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->scalef, m->rstdf, T, D, leaf);

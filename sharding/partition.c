@@ -39,6 +39,21 @@ static const Rule RULES[] = {
 };
 #define NRULES ((int)(sizeof RULES / sizeof RULES[0]))
 
+static const Rule *rule_of(const char *logical) {
+    for (int i = 0; i < NRULES; i++)
+        if (!strcmp(RULES[i].logical, logical)) return &RULES[i];
+    die("internal: logical axis '%s' has no rule in sharding/partition.c", logical);
+}
+
+unsigned partition_named_axes(int ndim, const char *const *logical) {
+    unsigned named = 0;
+    for (int d = 0; d < ndim; d++) {
+        const Rule *r = rule_of(logical[d]);
+        for (int k = 0; k < r->naxes; k++) named |= AXIS_BIT(r->axes[k]);
+    }
+    return named;
+}
+
 PartSpec partition_spec(const Mesh *mesh, int ndim, const char *const *logical) {
     PartSpec p;
     memset(&p, 0, sizeof p);
@@ -46,10 +61,7 @@ PartSpec partition_spec(const Mesh *mesh, int ndim, const char *const *logical) 
     unsigned used = 0;
     for (int d = 0; d < ndim; d++) {
         p.pieces[d] = 1;
-        const Rule *r = NULL;
-        for (int i = 0; i < NRULES && !r; i++)
-            if (!strcmp(RULES[i].logical, logical[d])) r = &RULES[i];
-        if (!r) die("internal: logical axis '%s' has no rule in sharding/partition.c", logical[d]);
+        const Rule *r = rule_of(logical[d]);
         for (int k = 0; k < r->naxes; k++) {
             MeshAxis a = r->axes[k];
             int size = mesh ? mesh->size[a] : 1;

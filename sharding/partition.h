@@ -32,6 +32,9 @@ typedef struct {
 // The partition of a tensor whose dimensions have the given logical names, on `mesh`
 // (NULL: one device, nothing split).
 PartSpec partition_spec(const Mesh *mesh, int ndim, const char *const *logical);
+// Every mesh axis the rules name for these logical axes, whatever its size (a bit mask of
+// MeshAxis): the spec before size-1 axes are dropped (remove_size_one_mesh_axis=false).
+unsigned partition_named_axes(int ndim, const char *const *logical);
 // The pieces of dimension d that are really cut in the device's local shape (tensor and
 // expert axes; fsdp is flat, data and context do not cut weights).
 int partition_local_pieces(const Mesh *mesh, const PartSpec *p, int d);

@@ -5,6 +5,7 @@
 #include "sharding/print.h"
 #include "sharding/partition.h"
 #include "sharding/memory.h"
+#include "sharding/constraint.h"
 #include "model/precision.h"
 #include "model/optimizer.h"
 #include "common.h"
@@ -204,7 +205,8 @@ static void print_activations(const Model *m, const Mesh *mesh, int Bg, int S) {
     const char *B_ = "activation_batch", *L_ = "activation_length";   // every activation starts with these
     Act acts[12];
     int n = 0;
-    acts[n++] = (Act){"residual stream x", 3, {Bg, S, D}, {B_, L_, "activation_embed"}, "per layer", 1};
+    const LogicalSpec *R = &SPEC_RESIDUAL, *G = &SPEC_LOGITS;   // the constraints' specs (sharding/constraint.h)
+    acts[n++] = (Act){"residual stream x", 3, {Bg, S, D}, {R->logical[0], R->logical[1], R->logical[2]}, "per layer", 1};
     if (!cfg_is_mla(c)) {
         int Nkv = c->base_num_kv_heads, Dh = c->head_dim;
         acts[n++] = (Act){"attention q", 4, {Bg, S, N, Dh}, {B_, L_, "activation_heads", "activation_kv"}, NULL, 1};
@@ -233,7 +235,7 @@ static void print_activations(const Model *m, const Mesh *mesh, int Bg, int S) {
     if (c->shared_experts > 0)
         acts[n++] = (Act){"shared expert hidden", 3, {Bg, S, c->shared_experts * H}, {B_, L_, "activation_mlp"},
                           "wi_0 and wi_1 outputs each", 1};
-    acts[n++] = (Act){"logits", 3, {Bg, S, V}, {B_, L_, "activation_vocab"}, NULL, 0};
+    acts[n++] = (Act){"logits", 3, {Bg, S, V}, {G->logical[0], G->logical[1], G->logical[2]}, NULL, 0};
     int bf16 = cfg_bf16(c);
     printf("activations of one microbatch (%d sequences x %d tokens), spec over every mesh axis%s:\n", Bg, S,
            bf16 ? " (dtype=bfloat16: those the layers save as 16-bit numbers count 2 bytes each)" : "");
@@ -242,6 +244,12 @@ static void print_activations(const Model *m, const Mesh *mesh, int Bg, int S) {
     table_row(&t, (const char *const[]){"name", "logical axes", "global shape", "spec", "per-device shape", "bytes", ""});
     for (int i = 0; i < n; i++) act_row(&t, mesh, &acts[i], bf16);
     table_print(&t, 1u << 5);
+    // What the sharding constraints on these two specs cost on this mesh (rows 2 and 3).
+    printf("sharding constraints (residual stream and norm outputs, logits; and their gradients): %s, %s "
+           "(skip_trivial_specs=%s, remove_size_one_mesh_axis=%s)\n",
+           constraint_copies(c, R) ? "each copies the residual" : "no copies of the residual",
+           constraint_copies(c, G) ? "each copies the logits" : "no copies of the logits",
+           c->skip_trivial_specs ? "true" : "false", c->remove_size_one_mesh_axis ? "true" : "false");
 }
 
 void sharding_print(const Model *m, int Bg, int S) {

@@ -85,7 +85,27 @@ void tp_rowpar_forward(const Config *c, float *out, const float *inp, const floa
     tp_rowpar_forward_cap(c, out, inp, w, T, T, Cl, OC);
 }
 
+// shard_mode (OPTIMIZATIONS.md row 34), read here only. The row-parallel product's result
+// on each device is a partial sum (MaxText/JAX: an "unreduced" value); its output sharding
+// (replicated over tensor: activation_embed) is reached by an all-reduce.
+//   auto (default): the runtime places that reshard and fuses it into the product: the
+//     partial sums are written into `out` and all-reduced in place.
+//   explicit: the matmul declares its output sharding (MaxText's explicit mode: einsum
+//     out_sharding / reshard), so the unreduced result is a value of its own: a (T,OC)
+//     temporary, all-reduced there and then resharded (copied) into `out` at the declared
+//     point. With tensor=1 there is no partial sum and nothing to reshard: the same code.
+// The same sums in the same tree order either way: the same bits.
+static int explicit_reshard(const Config *c) { return tp_size() > 1 && !strcmp(c->shard_mode, "explicit"); }
+
 void tp_rowpar_forward_cap(const Config *c, float *out, const float *inp, const float *w, int T, int cap, int Cl, int OC) {
+    if (explicit_reshard(c)) {
+        float *part = mem_floats(MEM_TEMP, (size_t)cap * OC, "row-parallel partial sums (shard_mode=explicit)");
+        matmul_forward_chunked_cap(part, inp, w, T, cap, Cl, OC, tp_local_chunks(c));
+        tp_all_reduce(part, (size_t)T * OC);
+        mem_copy(out, part, sizeof(float) * (size_t)T * OC);   // the declared reshard into the output
+        mem_free(part);
+        return;
+    }
     matmul_forward_chunked_cap(out, inp, w, T, cap, Cl, OC, tp_local_chunks(c));
     tp_all_reduce(out, (size_t)T * OC);
 }

@@ -143,7 +143,8 @@ static const SweepRow ROWS[] = {
      "the loop; its peak comes when the weights held for the loop are not what differs: its params tag rises, "
      "its total does not"},
     {"34", "shard_mode", "auto,explicit", "ici_tensor_parallelism=2", SW_BIT,
-     "where reshards are inserted: by the runtime at op boundaries (auto) vs declared per op (explicit)",
+     "where reshards are inserted: by the runtime at op boundaries (auto) vs declared per op (explicit: each "
+     "row-parallel matmul's partial sums are all-reduced in a temporary and resharded into its output)",
      "the reshard temporaries are freed before the peak"},
 };
 
