@@ -108,6 +108,10 @@ typedef struct {
     float ema_decay;                 // 0 = no EMA copy of the weights
     int ema_host_offload;            // the EMA copy lives in host memory
     char opt_type[CFG_STR];          // adamw or sgd
+    // ---- branch vocab: vocabulary tiling and the one-hot embedding ----
+    int num_vocab_tiling;            // token tiles of the output head + loss (1 = whole logits)
+    int use_iota_embed;              // embedding as one-hot @ table instead of a gather
+    int64_t iota_embed_max_bytes;    // use_iota_embed falls back to the gather above this one-hot size
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
