@@ -150,6 +150,10 @@ static const KeyDef KEYS[] = {
     KEY(skip_trivial_specs, K_BOOL, "true", "a sharding constraint whose spec is all-unsharded on this mesh emits no copy; false: it materialises an activation-sized copy that the next op reads (as XLA does)"),
     KEY(remove_size_one_mesh_axis, K_BOOL, "true", "partition specs drop mesh axes of size 1; false: a constraint whose spec names a size-1 axis is an identity reshard that copies the tensor"),
     KEY(shard_mode, K_STR, "auto", "auto: the runtime places reshards (a row-parallel matmul's partial sums are all-reduced in its output); explicit: each matmul declares its output sharding, the partial sums are reduced in a temporary and resharded into the output"),
+    // ---- branch vocab: vocabulary tiling and the one-hot embedding (model/vocab_tiling.c, model/embedding.c) ----
+    KEY(num_vocab_tiling, K_INT, "1", "output head + cross-entropy in this many token tiles: only a [T/n, V] logits tile exists at a time, forward and backward (recomputed), never the [B,S,V] logits; must divide this device's leaves (1 = off)"),
+    KEY(use_iota_embed, K_BOOL, "false", "embedding lookup as a one-hot [B,S,V] matrix times the table instead of a gather (same bits; costs the one-hot tensor)"),
+    KEY(iota_embed_max_bytes, K_BYTES, "2GiB", "use_iota_embed guard: when this device's one-hot tensor would exceed this many bytes, the gather is used instead"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -409,6 +413,8 @@ void config_validate(const Config *c) {
     if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
     if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+    if (c->num_vocab_tiling < 1)
+        die("num_vocab_tiling must be >= 1 (1 = the whole logits at once), got %d", c->num_vocab_tiling);
     remat_plan(c);        // branch remat: dies on a bad remat_policy or checkpoint value
     state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }

@@ -116,6 +116,10 @@ typedef struct {
     int skip_trivial_specs;          // an all-unsharded constraint emits no copy (false: one activation copy)
     int remove_size_one_mesh_axis;   // specs drop size-1 mesh axes (false: naming one is an identity reshard, a copy)
     char shard_mode[CFG_STR];        // "auto" or "explicit": where reshards of matmul outputs happen
+    // ---- branch vocab: vocabulary tiling and the one-hot embedding ----
+    int num_vocab_tiling;            // token tiles of the output head + loss (1 = whole logits)
+    int use_iota_embed;              // embedding as one-hot @ table instead of a gather
+    int64_t iota_embed_max_bytes;    // use_iota_embed falls back to the gather above this one-hot size
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

@@ -67,6 +67,9 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     int A = c->gradient_accumulation_steps, B = c->per_device_batch_size, S = c->max_target_length;
     int P = c->parity_steps, V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
     int L = c->base_num_decoder_layers, nmoe = model_num_moe_layers(c), nseq = A * B;
+    if (c->num_vocab_tiling > 1)   // the dump compares the whole (B,S,V) logits, which tiling never holds
+        die("the parity dump writes the logits, which num_vocab_tiling=%d never holds whole: run the dump with "
+            "num_vocab_tiling=1 (tiling gives the same losses and gradients bit for bit)", c->num_vocab_tiling);
     if (mkdir(dir, 0777) && errno != EEXIST) die("cannot create dump directory '%s': %s", dir, strerror(errno));
     size_t nb = (size_t)P * nseq * S, bias_n = (size_t)L * E;
 

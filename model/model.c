@@ -11,6 +11,7 @@
 #include "model/precision.h"
 #include "model/loss.h"
 #include "model/remat.h"
+#include "model/vocab_tiling.h"
 #include "model/optimizer.h"
 #include "sharding/offload.h"
 #include "sharding/memory.h"
@@ -393,14 +394,27 @@ static float *bias_of(const Model *m, int l) {
 // gradient reduction), so that model_forward/model_backward below and the pipeline
 // (pipeline/) share them.
 
+// use_iota_embed + iota_embed_max_bytes (OPTIMIZATIONS.md row 5), read here only. MaxText's
+// iota embedding looks the tokens up as onehot(ids) @ table instead of a gather: on an
+// accelerator a matmul can beat a gather, at the cost of a (T,V) one-hot tensor (this
+// device's slice of the vocabulary), which the guard caps: above iota_embed_max_bytes the
+// gather is used. Forward and backward give the gather's bits (model/embedding.c).
+static int iota_embed(const Model *m, int T) {
+    return m->cfg.use_iota_embed && (int64_t)T * m->vocab_local * (int64_t)sizeof(float) <= m->cfg.iota_embed_max_bytes;
+}
+
 void model_embed_forward(Model *m, float *x, const int *ids, int T) {
-    embedding_forward(x, ids, m->params.embedding, T, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first);  // (T,D)
-    tp_all_reduce(x, (size_t)T * m->cfg.base_emb_dim);   // vocabulary-parallel: each row comes from one device
+    int D = m->cfg.base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
+    if (iota_embed(m, T)) embedding_forward_onehot(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
+    else embedding_forward(x, ids, m->params.embedding, T, D, V, v0);
+    tp_all_reduce(x, (size_t)T * D);   // vocabulary-parallel: each row comes from one device
 }
 
 void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int S) {
-    embedding_backward(m->grads.embedding, dx, ids, B * S, m->cfg.base_emb_dim, m->vocab_local, m->vocab_first,
-                       leaves_of(&m->cfg, B, S));
+    int D = m->cfg.base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
+    if (iota_embed(m, B * S))
+        embedding_backward_onehot(m->grads.embedding, dx, ids, B * S, D, V, v0, leaves_of(&m->cfg, B, S));
+    else embedding_backward(m->grads.embedding, dx, ids, B * S, D, V, v0, leaves_of(&m->cfg, B, S));
 }
 
 // moe_reshard_io (OPTIMIZATIONS.md row 10), read here only. MaxText's DeepSeek MoE layer
@@ -568,6 +582,7 @@ void model_head_forward(Model *m, float *x, int T) {
     const float *xc = constraint_apply(c, x, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: decoder output");
     m->scalef = rmsnorm_forward_cfg(c, m->nf, m->rstdf, xc, m->params.final_norm, T, D);
     constraint_end(xc, x);
+    if (vocab_tiled(c)) return;   // num_vocab_tiling: the logits come tile by tile with the loss (model/vocab_tiling.h)
     m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
     round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // cast point 16; the loss reads them as float32
@@ -577,9 +592,11 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
     const Config *c = &m->cfg;
     int T = B * S;
     m->targets = targets;
+    if (vocab_tiled(c)) vocab_tiled_loss_forward(m, targets, B, S, st);   // needs nf as floats
     // What the head's backward reads, kept as 16-bit numbers in bf16 mode.
     act_pack(c, &m->xL, (size_t)T * c->base_emb_dim);
     act_pack(c, &m->nf, (size_t)T * c->base_emb_dim);
+    if (vocab_tiled(c)) return;
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     // Sharding constraint on the logits as the loss reads them ((T, V/tensor) on a device).
     const float *lc = constraint_apply(c, m->logits, (size_t)T * m->vocab_local, &SPEC_LOGITS, "constraint copy: logits");
@@ -597,16 +614,21 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
     const Config *c = &m->cfg;
     int T = B * S, D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
     Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
-    loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
-    // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
-    // transposes a cast); here and at each such point in the layers' backward.
-    prec_round(c, m->logits, (size_t)T * V);
-    float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-    // The logits' constraint transposed: one on d logits (sharding/constraint.h).
-    const float *dlc = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
-    matmul_backward(NULL, m->grads.logits, dlc, m->nf, m->params.logits, T, D, V, leaf);
-    tp_colpar_dinp(c, dnf, dlc, m->params.logits, T, D, V);   // a sum over the vocabulary
-    constraint_end(dlc, m->logits);
+    float *dnf;
+    if (vocab_tiled(c)) {
+        dnf = vocab_tiled_head_backward(m, B, S, scale);   // the same, tile by tile (model/vocab_tiling.h)
+    } else {
+        loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
+        // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
+        // transposes a cast); here and at each such point in the layers' backward.
+        prec_round(c, m->logits, (size_t)T * V);
+        dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
+        // The logits' constraint transposed: one on d logits (sharding/constraint.h).
+        const float *dlc = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
+        matmul_backward(NULL, m->grads.logits, dlc, m->nf, m->params.logits, T, D, V, leaf);
+        tp_colpar_dinp(c, dnf, dlc, m->params.logits, T, D, V);   // a sum over the vocabulary
+        constraint_end(dlc, m->logits);
+    }
     prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
     rmsnorm_backward_cfg(c, dx, m->grads.final_norm, dnf, m->xL, m->params.final_norm, m->scalef, m->rstdf, T, D, leaf);

@@ -69,7 +69,7 @@ typedef struct Model {
     LayerActs *acts;        // (L)
     float *xL, *nf, *rstdf; // (T,D) final residual, final norm output, (T)
     float *scalef;          // the final norm's broadcast scale (rmsnorm_fused_scale=false), or NULL
-    float *logits;          // (T,V) logits, overwritten by dlogits in the backward pass
+    float *logits;          // (T,V) logits, overwritten by dlogits in the backward pass (NULL with num_vocab_tiling > 1)
     float *lse;             // (T)
 } Model;
 

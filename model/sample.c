@@ -43,6 +43,7 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         Config saved = m->cfg, lsaved = m->lcfg;
         m->cfg.reduce_leaf_tokens = m->lcfg.reduce_leaf_tokens = ctx;
         m->cfg.context_reduce_chunks = m->lcfg.context_reduce_chunks = 1;
+        m->cfg.num_vocab_tiling = m->lcfg.num_vocab_tiling = 1;   // sampling reads the whole logits
         model_forward(m, seq + start, tg, 1, ctx, 0.0f, &st);
         m->cfg = saved;
         m->lcfg = lsaved;

@@ -40,7 +40,8 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/mixtral-tiny.yml remat_policy=none parameter_memory_host_offload=true opt_type=sgd" \
             "configs/deepseek-tiny.yml scan_layers=false ici_expert_parallelism=2 per_device_batch_size=4" \
             "configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4 overlap_collectives=true" \
-            "configs/deepseek-tiny.yml ici_tensor_parallelism=2 per_device_batch_size=4 skip_trivial_specs=false remove_size_one_mesh_axis=false shard_mode=explicit"; do
+            "configs/deepseek-tiny.yml ici_tensor_parallelism=2 per_device_batch_size=4 skip_trivial_specs=false remove_size_one_mesh_axis=false shard_mode=explicit" \
+            "configs/mixtral-tiny.yml num_vocab_tiling=4 use_iota_embed=true ici_fsdp_parallelism=2 per_device_batch_size=4 context_reduce_chunks=2"; do
     # shellcheck disable=SC2086
     check "dry-run plan equals the measured step, byte for byte: $args" plan_equals_measured $args
 done

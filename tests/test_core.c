@@ -185,6 +185,27 @@ static void test_layers(void) {
     CHECK_CLOSE((sums[0] + sums[1]) / 5, log(11.0), 1e-6, "uniform logits give log(V)");
 }
 
+// ---- use_iota_embed: the one-hot matmul gives the gather's bits, forward and backward ----
+static void test_iota_embed(void) {
+    enum { IT = 40, ID = 40, IV = 25, IV0 = 10, ILEAF = 8 };   // this device holds rows 10..34 of 50
+    static float table[IV * ID], dout[IT * ID], a[IT * ID], b[IT * ID], ga[IV * ID], gb[IV * ID];
+    int ids[IT];
+    uint64_t seed = 7;
+    gc_fill(table, IV * ID, &seed, 1.0f);
+    gc_fill(dout, IT * ID, &seed, 1.0f);
+    gc_fill(ga, IV * ID, &seed, 1.0f);   // a gradient already holding something (+=)
+    memcpy(gb, ga, sizeof ga);
+    for (int t = 0; t < IT; t++) ids[t] = (t * 7 + t / 3) % 50;   // repeats, and ids of other devices
+    embedding_forward(a, ids, table, IT, ID, IV, IV0);
+    embedding_forward_onehot(b, ids, table, IT, ID, IV, IV0);
+    CHECK(!memcmp(a, b, sizeof a), "one-hot embedding forward differs from the gather");
+    embedding_backward(ga, dout, ids, IT, ID, IV, IV0, leaves_flat(IT, ILEAF));
+    embedding_backward_onehot(gb, dout, ids, IT, ID, IV, IV0, leaves_flat(IT, ILEAF));
+    CHECK(!memcmp(ga, gb, sizeof ga), "one-hot embedding backward differs from the scatter-add");
+    printf("  use_iota_embed: one-hot @ table = gather, onehot^T @ dout = scatter-add (leaves of %d): bit for bit\n",
+           ILEAF);
+}
+
 // ---- row-stable matmul: a row's result must not depend on the other rows in the call ----
 static void test_row_stable_matmul(void) {
     enum { TT = 200, CC = 96, OO = 80 };
@@ -328,6 +349,7 @@ int main(void) {
     test_bf16();
     test_layers();
     test_row_stable_matmul();
+    test_iota_embed();
     test_optimizer();
     test_config_json();
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);
