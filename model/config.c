@@ -142,6 +142,11 @@ static const KeyDef KEYS[] = {
     KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),
     KEY(ema_host_offload, K_BOOL, "false", "the EMA copy lives in host memory (the weights are copied there for its update)"),
     KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight) or sgd (plain, no state)"),
+    // ---- branch flash: blocked online-softmax attention (model/attn_flash.c) ----
+    KEY(attention, K_STR, "dot_product", "dot_product: each query row scores its keys in one pass (model/attn_core.c); flash: blocked online softmax over key blocks, forward and backward (model/attn_flash.c)"),
+    KEY(attn_block_q, K_INT, "64", "attention=flash: query rows per block (any value >= 1; a last, shorter block takes the remainder)"),
+    KEY(attn_block_kv, K_INT, "64", "attention=flash: keys per block (any value >= 1; a last, shorter block takes the remainder)"),
+    KEY(attn_block_autotune, K_BOOL, "false", "attention=flash: before training, time a few (attn_block_q, attn_block_kv) pairs on the first step's shapes, print the table and use the fastest"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -395,6 +400,11 @@ void config_validate(const Config *c) {
     if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
     if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+    // branch flash
+    if (strcmp(c->attention, "dot_product") && strcmp(c->attention, "flash"))
+        die("attention must be 'dot_product' or 'flash', got '%s'", c->attention);
+    if (c->attn_block_q < 1 || c->attn_block_kv < 1)
+        die("attn_block_q and attn_block_kv must be >= 1, got %d and %d", c->attn_block_q, c->attn_block_kv);
     remat_plan(c);        // branch remat: dies on a bad remat_policy or checkpoint value
     state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }

@@ -108,6 +108,10 @@ typedef struct {
     float ema_decay;                 // 0 = no EMA copy of the weights
     int ema_host_offload;            // the EMA copy lives in host memory
     char opt_type[CFG_STR];          // adamw or sgd
+    // ---- branch flash: blocked online-softmax attention (model/attn_flash.h) ----
+    char attention[CFG_STR];         // "dot_product" or "flash"
+    int attn_block_q, attn_block_kv; // flash: query rows / keys per block
+    int attn_block_autotune;         // flash: time a few block pairs before training, use the fastest
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
