@@ -4,6 +4,7 @@
 #   - with one key block covering every key (the default 64/64 at S=64) the losses are the
 #     dot-product's bit for bit; with smaller blocks, dividing S or not (16x24, 24x40),
 #     within a relative 2e-6 at step 0 and 2e-5 over the steps (float32), 2e-2 in bf16;
+#     the gradient norms within a relative 2e-5;
 #   - context parallelism: flash with ici_context_parallelism=2 context_reduce_chunks=2 gives
 #     the bits of flash on one device with context_reduce_chunks=2;
 #   - memory (from memory_trace): the flash score scratch is B*N*bkv*4 bytes and no
@@ -36,6 +37,14 @@ close() {
         END { printf "max rel diff %.2e over %d steps", m, n; exit (bad || n == 0) }'
 }
 closeq() { close "$@" > /dev/null; }
+# gclose A B TOL: the gradient norms' relative difference <= TOL at every step.
+gnorms() { sed -n 's/.*"grad_norm": \([^,]*\),.*/\1/p' "$1"; }
+gclose() {
+    paste <(gnorms "$T/$1.jsonl") <(gnorms "$T/$2.jsonl") | awk -v t="$3" '
+        { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > m) m = d; if (d > t) bad = 1; n++ }
+        END { printf "grad_norm max rel diff %.2e over %d steps", m, n; exit (bad || n == 0) }'
+}
+gcloseq() { gclose "$@" > /dev/null; }
 # The (name, bytes) of every allocation of the first step but the score buffers and the
 # flash backward's rowsum(dO*O) block: the same set?
 allocs() { grep ',alloc,' "$T/$1.csv" | grep -vE 'score|flash attention' | awk -F, '{ print $NF, $5 }' | sort -u; }
@@ -53,9 +62,10 @@ for preset in mixtral-tiny deepseek-tiny; do
     run f16_$preset $preset attention=flash attn_block_q=16 attn_block_kv=24
     check "$preset flash 16x24 (24 does not divide $S): $(close f16_$preset dot_$preset 2e-6 2e-5)" \
         closeq f16_$preset dot_$preset 2e-6 2e-5
+    check "$preset flash 16x24 gradients: $(gclose f16_$preset dot_$preset 2e-5)" gcloseq f16_$preset dot_$preset 2e-5
     ss=$((B * N * S * S * 4)); blk=$((B * N * 24 * 4)); row=$((B * N * S * 4))
     fb=$(largest f16_$preset 'flash attention score block'); dr=$(largest dot_$preset 'attention score rows')
-    check "$preset flash score scratch $fb bytes = B*N*bkv*4 = $blk (of [B,N,S,S]*4 = $ss: $((100 * blk / ss))%); dot-product's rows $dr = B*N*S*4 = $row" \
+    check "$preset flash score scratch $fb bytes = B*N*bkv*4 = $blk ($(awk -v a=$blk -v b=$ss 'BEGIN { printf "%.2f%%", 100 * a / b }') of [B,N,S,S]*4 = $ss); dot-product's rows $dr = B*N*S*4 = $row" \
         test "$fb" -eq "$blk" -a "$dr" -eq "$row" -a "$fb" -lt $((ss / 16))
     dsum=$(largest f16_$preset 'rowsum'); want=$((B * NKV * 16 * 4))
     check "$preset flash backward's rowsum(dO*O) block $dsum bytes = B*Nkv*bq*4 = $want" test "$dsum" -eq "$want"

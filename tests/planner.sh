@@ -36,7 +36,7 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/deepseek-tiny.yml remat_policy=minimal_offloaded rmsnorm_fused_scale=false" \
             "configs/mixtral-tiny.yml remat_policy=full remat_nested_block=2 optimizer_memory_host_offload=true ema_decay=0.99 ema_host_offload=true" \
             "configs/mixtral-tiny.yml remat_policy=none parameter_memory_host_offload=true opt_type=sgd" \
-            "configs/deepseek-tiny.yml attention=flash attn_block_q=24 attn_block_kv=40 ici_context_parallelism=2 per_device_batch_size=4" \
+            "configs/deepseek-tiny.yml attention=flash attn_block_q=24 attn_block_kv=40" \
             "configs/mixtral-tiny.yml attention=flash attn_block_q=16 attn_block_kv=16 implicit_causal_mask=false dtype=bfloat16"; do
     # shellcheck disable=SC2086
     check "dry-run plan equals the measured step, byte for byte: $args" plan_equals_measured $args
