@@ -29,6 +29,7 @@
 #include "sharding/offload.h"
 #include "pipeline/pipeline.h"
 #include "sweep/sweep.h"
+#include "model/attn_flash.h"
 #include "sharding/plan.h"
 #include <time.h>
 #include <errno.h>
@@ -347,6 +348,9 @@ int main(int argc, char **argv) {
         config_set(&c, argv[i], eq + 1, "command line");
     }
     config_validate(&c);
+    // attn_block_autotune (OPTIMIZATIONS.md row 31): the block sizes, chosen before the mesh
+    // starts so that every device uses the same ones.
+    if (c.attn_block_autotune && !strcmp(c.attention, "flash") && !c.dry_run) attn_block_autotune(&c);
     // 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h).
     Mesh mesh;
     mesh_init(&mesh, &c);

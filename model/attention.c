@@ -10,6 +10,7 @@
 // positions p0 = rank*S ..; its queries attend to the keys and values of all parts.
 #include "model/attention.h"
 #include "model/attn_core.h"
+#include "model/attn_flash.h"
 #include "model/rope.h"
 #include "model/precision.h"
 #include "sharding/tensor.h"
@@ -46,7 +47,7 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention o");            // (B,S,N,Dh)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
-    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, Nkv, Dh, Dh, attn_rounding(c));
+    attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, Nkv, Dh, Dh);
     mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
@@ -86,8 +87,7 @@ void attention_backward(const Config *c, const AttentionParams *p, AttentionPara
     float *dk = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d k");   // (P,B,S,Nkv,Dh)
     float *dv = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d v");   // (P,B,S,Nkv,Dh)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);
-    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh,
-                       attn_rounding(c));
+    attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh);
     mem_free(dO);
     mem_free(mask);
     cp_gather_free(k_all, s->k);

@@ -7,18 +7,7 @@
 #include "sharding/memory.h"
 #include "common.h"
 
-static float dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int d = 0; d < n; d++) s += a[d] * b[d];
-    return s;
-}
-
-// y += a * x
-static void axpy(float *y, float a, const float *x, int n) {
-    for (int d = 0; d < n; d++) y[d] += a * x[d];
-}
-
-static void check_heads(int N, int Nkv) {
+void attn_check_heads(int N, int Nkv) {
     if (Nkv <= 0 || N % Nkv != 0)
         die("attention: base_num_query_heads (%d) must be a multiple of base_num_kv_heads (%d)", N, Nkv);
 }
@@ -38,24 +27,14 @@ unsigned char *attn_causal_mask(const Config *c, int B, int S, int q0) {
     return mask;
 }
 
-// Does query row i of sequence b see key position j? From the materialised mask if there
-// is one (which then decides), else from the positions.
-static inline int visible(const unsigned char *mask, int b, int i, int j, int S, int q0) {
-    return mask ? mask[((size_t)b * S + i) * (q0 + S) + j] : j <= q0 + i;
-}
 // The keys a query row scans: up to its own position, or every key when a mask decides.
 static inline int keys_scanned(const unsigned char *mask, int i, int S, int q0) {
     return mask ? q0 + S : q0 + i + 1;
 }
 
-// The row, in k (P,B,S,Nkv,.) or v, of key position j of sequence b: part j/S, row j%S.
-static inline size_t key_row(int b, int j, int B, int S) {
-    return ((size_t)(j / S) * B + b) * S + j % S;
-}
-
 void attn_core_forward(float *o, float *stats, const float *q, const float *k, const float *v,
                        const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
-    check_heads(N, Nkv);
+    attn_check_heads(N, Nkv);
     int group = N / Nkv;   // query heads per kv head
     int W = q0 + S;        // keys of the whole sequence up to this device's last position
     // One row of scores per (b, h) work item, so threads never share scratch and the
@@ -80,9 +59,9 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 float m = ATTN_MASK_VALUE;
                 int nj = keys_scanned(mask, i, S, q0);
                 for (int j = 0; j < nj; j++) {
-                    if (!visible(mask, b, i, j, S, q0)) continue;
-                    const float *kj = k + (key_row(b, j, B, S) * Nkv + g) * Dqk;   // (Dqk)
-                    e[j] = dot(qi, kj, Dqk);
+                    if (!attn_visible(mask, b, i, j, S, q0)) continue;
+                    const float *kj = k + (attn_key_row(b, j, B, S) * Nkv + g) * Dqk;   // (Dqk)
+                    e[j] = attn_dot(qi, kj, Dqk);
                     if (rnd.scores) e[j] = bf16_round(e[j]);
                     if (e[j] > m) m = e[j];
                 }
@@ -90,12 +69,12 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 float l = 0.0f;
                 for (int d = 0; d < Dv; d++) oi[d] = 0.0f;
                 for (int j = 0; j < nj; j++) {
-                    if (!visible(mask, b, i, j, S, q0)) continue;
-                    const float *vj = v + (key_row(b, j, B, S) * Nkv + g) * Dv;    // (Dv)
+                    if (!attn_visible(mask, b, i, j, S, q0)) continue;
+                    const float *vj = v + (attn_key_row(b, j, B, S) * Nkv + g) * Dv;    // (Dv)
                     e[j] = expf(e[j] - m);
                     if (rnd.probs) e[j] = bf16_round(e[j]);
                     l += e[j];
-                    axpy(oi, e[j], vj, Dv);
+                    attn_axpy(oi, e[j], vj, Dv);
                 }
                 for (int d = 0; d < Dv; d++) {
                     float num = rnd.probs ? bf16_round(oi[d]) : oi[d];
@@ -118,7 +97,7 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
 void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
                         const unsigned char *mask, int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
-    check_heads(N, Nkv);
+    attn_check_heads(N, Nkv);
     if (chunk <= 0 || S % chunk) die("internal: attention rows (%d) cannot be cut into chunks of %d", S, chunk);
     int group = N / Nkv, nq = S / chunk;
     size_t nk = (size_t)P * B * S * Nkv;   // key rows (of one head) of every part
@@ -149,21 +128,21 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         float *dqi = dq + qrow * Dqk;                                  // (Dqk)
                         const float *st = stats + (((size_t)b * N + h) * S + i) * 2;
                         float m = st[0], l = st[1];
-                        float Di = dot(doi, oi, Dv);
+                        float Di = attn_dot(doi, oi, Dv);
                         for (int d = 0; d < Dqk; d++) dqi[d] = 0.0f;
                         for (int j = 0; j < keys_scanned(mask, i, S, q0); j++) {
-                            if (!visible(mask, b, i, j, S, q0)) continue;
-                            size_t krow = key_row(b, j, B, S) * Nkv + g;
+                            if (!attn_visible(mask, b, i, j, S, q0)) continue;
+                            size_t krow = attn_key_row(b, j, B, S) * Nkv + g;
                             const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
-                            float s = dot(qi, kj, Dqk);
+                            float s = attn_dot(qi, kj, Dqk);
                             if (rnd.scores) s = bf16_round(s);
                             float e = expf(s - m);
                             if (rnd.probs) e = bf16_round(e);
                             float p = e / l;
-                            float ds = p * (dot(doi, vj, Dv) - Di);
-                            axpy(cv + krow * Dv, p, doi, Dv);
-                            axpy(dqi, ds, kj, Dqk);
-                            axpy(ck + krow * Dqk, ds, qi, Dqk);
+                            float ds = p * (attn_dot(doi, vj, Dv) - Di);
+                            attn_axpy(cv + krow * Dv, p, doi, Dv);
+                            attn_axpy(dqi, ds, kj, Dqk);
+                            attn_axpy(ck + krow * Dqk, ds, qi, Dqk);
                         }
                     }
         if (nq > 1) { treesum_push(&tk); treesum_push(&tv); }

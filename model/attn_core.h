@@ -60,6 +60,28 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         const float *q, const float *k, const float *v, const float *o, const float *stats,
                         const unsigned char *mask, int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd);
 
+// Small pieces shared with the blocked kernel (model/attn_flash.c).
+static inline float attn_dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+// y += a * x
+static inline void attn_axpy(float *y, float a, const float *x, int n) {
+    for (int d = 0; d < n; d++) y[d] += a * x[d];
+}
+// Does query row i of sequence b see key position j? From the materialised mask if there
+// is one (which then decides), else from the positions.
+static inline int attn_visible(const unsigned char *mask, int b, int i, int j, int S, int q0) {
+    return mask ? mask[((size_t)b * S + i) * (q0 + S) + j] : j <= q0 + i;
+}
+// The row, in k (P,B,S,Nkv,.) or v, of key position j of sequence b: part j/S, row j%S.
+static inline size_t attn_key_row(int b, int j, int B, int S) {
+    return ((size_t)(j / S) * B + b) * S + j % S;
+}
+// Dies unless N is a multiple of Nkv.
+void attn_check_heads(int N, int Nkv);
+
 // The projections of both attention kinds, run as one GEMM per sequence.
 // Why: OpenBLAS (0.3.21, Haswell kernels) handles the rows of a GEMM in blocks whose kernel
 // depends on how many rows are left, and those kernels add a row's products in different

@@ -154,6 +154,11 @@ static const KeyDef KEYS[] = {
     KEY(num_vocab_tiling, K_INT, "1", "output head + cross-entropy in this many token tiles: only a [T/n, V] logits tile exists at a time, forward and backward (recomputed), never the [B,S,V] logits; must divide this device's leaves (1 = off)"),
     KEY(use_iota_embed, K_BOOL, "false", "embedding lookup as a one-hot [B,S,V] matrix times the table instead of a gather (same bits; costs the one-hot tensor)"),
     KEY(iota_embed_max_bytes, K_BYTES, "2GiB", "use_iota_embed guard: when this device's one-hot tensor would exceed this many bytes, the gather is used instead"),
+    // ---- branch flash: blocked online-softmax attention (model/attn_flash.c) ----
+    KEY(attention, K_STR, "dot_product", "dot_product: each query row scores its keys in one pass (model/attn_core.c); flash: blocked online softmax over key blocks, forward and backward (model/attn_flash.c)"),
+    KEY(attn_block_q, K_INT, "64", "attention=flash: query rows per block (any value >= 1; a last, shorter block takes the remainder)"),
+    KEY(attn_block_kv, K_INT, "64", "attention=flash: keys per block (any value >= 1; a last, shorter block takes the remainder)"),
+    KEY(attn_block_autotune, K_BOOL, "false", "attention=flash: before training, time a few (attn_block_q, attn_block_kv) pairs on the first step's shapes, print the table and use the fastest"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -415,6 +420,11 @@ void config_validate(const Config *c) {
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
     if (c->num_vocab_tiling < 1)
         die("num_vocab_tiling must be >= 1 (1 = the whole logits at once), got %d", c->num_vocab_tiling);
+    // branch flash
+    if (strcmp(c->attention, "dot_product") && strcmp(c->attention, "flash"))
+        die("attention must be 'dot_product' or 'flash', got '%s'", c->attention);
+    if (c->attn_block_q < 1 || c->attn_block_kv < 1)
+        die("attn_block_q and attn_block_kv must be >= 1, got %d and %d", c->attn_block_q, c->attn_block_kv);
     remat_plan(c);        // branch remat: dies on a bad remat_policy or checkpoint value
     state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }

@@ -120,6 +120,10 @@ typedef struct {
     int num_vocab_tiling;            // token tiles of the output head + loss (1 = whole logits)
     int use_iota_embed;              // embedding as one-hot @ table instead of a gather
     int64_t iota_embed_max_bytes;    // use_iota_embed falls back to the gather above this one-hot size
+    // ---- branch flash: blocked online-softmax attention (model/attn_flash.h) ----
+    char attention[CFG_STR];         // "dot_product" or "flash"
+    int attn_block_q, attn_block_kv; // flash: query rows / keys per block
+    int attn_block_autotune;         // flash: time a few block pairs before training, use the fastest
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

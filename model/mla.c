@@ -16,6 +16,7 @@
 // and values of all parts are gathered for attention, and their gradients sent back.
 #include "model/mla.h"
 #include "model/attn_core.h"
+#include "model/attn_flash.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 #include "model/precision.h"
@@ -100,7 +101,7 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
-    attn_core_forward(s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
+    attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, N, Qk, Dv);
     mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
@@ -147,8 +148,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     float *dk = mem_floats(MEM_TEMP, (size_t)P * T * N * Qk, "mla d k");   // (P,B,S,N,Qk)
     float *dv = mem_floats(MEM_TEMP, (size_t)P * T * N * Dv, "mla d v");   // (P,B,S,N,Dv)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);
-    attn_core_backward(dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, N, Qk, Dv,
-                       attn_rounding(c));
+    attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, N, Qk, Dv);
     mem_free(dO);
     mem_free(mask);
     cp_gather_free(k_all, s->k);
