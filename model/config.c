@@ -142,6 +142,8 @@ static const KeyDef KEYS[] = {
     KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),
     KEY(ema_host_offload, K_BOOL, "false", "the EMA copy lives in host memory (the weights are copied there for its update)"),
     KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight) or sgd (plain, no state)"),
+    // ---- branch ring: ring attention over the context axis (model/attn_ring.h) ----
+    KEY(context_parallel_strategy, K_STR, "all_gather", "how attention reaches the other context devices' keys and values: all_gather (gather every part's K/V, reduce-scatter dK/dV) or ring (pass one K/V block at a time round the context devices, log-sum-exp merge; dK/dV travel back round the ring)"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -395,6 +397,8 @@ void config_validate(const Config *c) {
     if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
     if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+    if (strcmp(c->context_parallel_strategy, "all_gather") && strcmp(c->context_parallel_strategy, "ring"))
+        die("context_parallel_strategy must be 'all_gather' or 'ring', got '%s'", c->context_parallel_strategy);
     remat_plan(c);        // branch remat: dies on a bad remat_policy or checkpoint value
     state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }

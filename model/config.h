@@ -108,6 +108,8 @@ typedef struct {
     float ema_decay;                 // 0 = no EMA copy of the weights
     int ema_host_offload;            // the EMA copy lives in host memory
     char opt_type[CFG_STR];          // adamw or sgd
+    // ---- branch ring: ring attention over the context axis (model/attn_ring.h) ----
+    char context_parallel_strategy[CFG_STR];   // all_gather (K/V gathered) or ring (K/V passed round)
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
