@@ -35,7 +35,8 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/deepseek-tiny.yml rmsnorm_fused_scale=false implicit_causal_mask=false moe_skip_redundant_cast=false moe_reshard_io=true skip_noop_grad_cast=false donate_buffers=false" \
             "configs/deepseek-tiny.yml remat_policy=minimal_offloaded rmsnorm_fused_scale=false" \
             "configs/mixtral-tiny.yml remat_policy=full remat_nested_block=2 optimizer_memory_host_offload=true ema_decay=0.99 ema_host_offload=true" \
-            "configs/mixtral-tiny.yml remat_policy=none parameter_memory_host_offload=true opt_type=sgd"; do
+            "configs/mixtral-tiny.yml remat_policy=none parameter_memory_host_offload=true opt_type=sgd" \
+            "configs/deepseek-tiny.yml ici_context_parallelism=4 context_parallel_strategy=ring per_device_batch_size=2 base_num_decoder_layers=2"; do
     # shellcheck disable=SC2086
     check "dry-run plan equals the measured step, byte for byte: $args" plan_equals_measured $args
 done

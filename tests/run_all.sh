@@ -30,6 +30,7 @@ run_part "sweep: the optimization table" bash tests/sweep.sh
 run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
 run_part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
 run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
+run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh
 run_part "sanitizers (make asan)" make -s asan
 run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
 if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then
