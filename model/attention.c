@@ -11,6 +11,7 @@
 #include "model/attention.h"
 #include "model/attn_core.h"
 #include "model/attn_flash.h"
+#include "model/attn_ring.h"
 #include "model/rope.h"
 #include "model/precision.h"
 #include "sharding/tensor.h"
@@ -41,13 +42,16 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
     rope_forward(s->k, B, S, p0, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
 
     // o = softmax(mask(q k^T)) v, keeping only per-row statistics for the backward pass.
-    // The keys and values of every part of the sequence (all-gathered over `context`).
-    float *k_all = cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
-    float *v_all = cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
+    // The keys and values of every part of the sequence (all-gathered over `context`), or
+    // with context_parallel_strategy=ring only this device's, the others passed round.
+    int ring = attn_ring_on(c);
+    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
+    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention o");            // (B,S,N,Dh)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
-    attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, Nkv, Dh, Dh);
+    if (ring) attn_ring_forward(s->o, s->stats, s->q, s->k, s->v, mask, B, S, p0, N, Nkv, Dh, Dh, attn_rounding(c));
+    else attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, Nkv, Dh, Dh);
     mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
@@ -81,19 +85,23 @@ void attention_backward(const Config *c, const AttentionParams *p, AttentionPara
     // Through the softmax attention to dq, dk, dv (dk, dv summed over each group's heads),
     // against the keys and values of every part, gathered again; each part's dk, dv go back
     // to the device that holds it (reduce-scatter over `context`): dk, dv become (B,S,Nkv,Dh).
-    float *k_all = cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
-    float *v_all = cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
+    // (ring: no gather, dk and dv are this device's part's whole gradient, model/attn_ring.h)
+    int ring = attn_ring_on(c), parts = ring ? 1 : P;
+    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
+    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
     float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d q");         // (B,S,N,Dh)
-    float *dk = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d k");   // (P,B,S,Nkv,Dh)
-    float *dv = mem_floats(MEM_TEMP, (size_t)P * T * Nkv * Dh, "attention d v");   // (P,B,S,Nkv,Dh)
+    float *dk = mem_floats(MEM_TEMP, (size_t)parts * T * Nkv * Dh, "attention d k");   // (P,B,S,Nkv,Dh)
+    float *dv = mem_floats(MEM_TEMP, (size_t)parts * T * Nkv * Dh, "attention d v");   // (P,B,S,Nkv,Dh)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);
-    attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh);
+    if (ring) attn_ring_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, mask, B, S, p0, N, Nkv, Dh, Dh,
+                                 attn_rounding(c));
+    else attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh);
     mem_free(dO);
     mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
-    cp_reduce_scatter(dk, (size_t)T * Nkv * Dh);
-    cp_reduce_scatter(dv, (size_t)T * Nkv * Dh);
+    if (!ring) cp_reduce_scatter(dk, (size_t)T * Nkv * Dh);
+    if (!ring) cp_reduce_scatter(dv, (size_t)T * Nkv * Dh);
     attention_saved_free(s);   // q, k, v, o are no longer needed: free them before the weight grads
 
     // RoPE was applied after the projections: rotate the gradients back first (bf16: the

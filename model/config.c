@@ -159,6 +159,8 @@ static const KeyDef KEYS[] = {
     KEY(attn_block_q, K_INT, "64", "attention=flash: query rows per block (any value >= 1; a last, shorter block takes the remainder)"),
     KEY(attn_block_kv, K_INT, "64", "attention=flash: keys per block (any value >= 1; a last, shorter block takes the remainder)"),
     KEY(attn_block_autotune, K_BOOL, "false", "attention=flash: before training, time a few (attn_block_q, attn_block_kv) pairs on the first step's shapes, print the table and use the fastest"),
+    // ---- branch ring: ring attention over the context axis (model/attn_ring.h) ----
+    KEY(context_parallel_strategy, K_STR, "all_gather", "how attention reaches the other context devices' keys and values: all_gather (gather every part's K/V, reduce-scatter dK/dV) or ring (pass one K/V block at a time round the context devices, log-sum-exp merge; dK/dV travel back round the ring)"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
@@ -425,6 +427,11 @@ void config_validate(const Config *c) {
         die("attention must be 'dot_product' or 'flash', got '%s'", c->attention);
     if (c->attn_block_q < 1 || c->attn_block_kv < 1)
         die("attn_block_q and attn_block_kv must be >= 1, got %d and %d", c->attn_block_q, c->attn_block_kv);
+    if (strcmp(c->context_parallel_strategy, "all_gather") && strcmp(c->context_parallel_strategy, "ring"))
+        die("context_parallel_strategy must be 'all_gather' or 'ring', got '%s'", c->context_parallel_strategy);
+    if (!strcmp(c->context_parallel_strategy, "ring") && !strcmp(c->attention, "flash"))
+        die("context_parallel_strategy=ring with attention=flash is not supported: the ring already runs attention "
+            "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
     remat_plan(c);        // branch remat: dies on a bad remat_policy or checkpoint value
     state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }

@@ -124,6 +124,8 @@ typedef struct {
     char attention[CFG_STR];         // "dot_product" or "flash"
     int attn_block_q, attn_block_kv; // flash: query rows / keys per block
     int attn_block_autotune;         // flash: time a few block pairs before training, use the fastest
+    // ---- branch ring: ring attention over the context axis (model/attn_ring.h) ----
+    char context_parallel_strategy[CFG_STR];   // all_gather (K/V gathered) or ring (K/V passed round)
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
     // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----

@@ -17,6 +17,7 @@
 #include "model/mla.h"
 #include "model/attn_core.h"
 #include "model/attn_flash.h"
+#include "model/attn_ring.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 #include "model/precision.h"
@@ -95,13 +96,16 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     mem_free(kv);
 
     // ---- attention (every query head has its own kv head) and the out projection ----
-    // The keys and values of every part of the sequence (all-gathered over `context`).
-    float *k_all = cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
-    float *v_all = cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
+    // The keys and values of every part of the sequence (all-gathered over `context`), or
+    // with context_parallel_strategy=ring only this device's, the others passed round.
+    int ring = attn_ring_on(c);
+    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
+    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
     s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
     s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
-    attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, N, Qk, Dv);
+    if (ring) attn_ring_forward(s->o, s->stats, s->q, s->k, s->v, mask, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
+    else attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, N, Qk, Dv);
     mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
@@ -142,19 +146,23 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // Attention core -> dq, dk, dv (per head), against the keys and values of every part,
     // gathered again; each part's dk, dv go back to the device that holds it (reduce-scatter
     // over `context`, before the bf16 rounding): dk, dv become (B,S,N,.).
-    float *k_all = cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
-    float *v_all = cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
+    // (ring: no gather, dk and dv are this device's part's whole gradient, model/attn_ring.h)
+    int ring = attn_ring_on(c), parts = ring ? 1 : P;
+    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
+    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
     float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");       // (B,S,N,Qk)
-    float *dk = mem_floats(MEM_TEMP, (size_t)P * T * N * Qk, "mla d k");   // (P,B,S,N,Qk)
-    float *dv = mem_floats(MEM_TEMP, (size_t)P * T * N * Dv, "mla d v");   // (P,B,S,N,Dv)
+    float *dk = mem_floats(MEM_TEMP, (size_t)parts * T * N * Qk, "mla d k");   // (P,B,S,N,Qk)
+    float *dv = mem_floats(MEM_TEMP, (size_t)parts * T * N * Dv, "mla d v");   // (P,B,S,N,Dv)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);
-    attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, N, Qk, Dv);
+    if (ring) attn_ring_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, mask, B, S, p0, N, N, Qk, Dv,
+                                 attn_rounding(c));
+    else attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, N, Qk, Dv);
     mem_free(dO);
     mem_free(mask);
     cp_gather_free(k_all, s->k);
     cp_gather_free(v_all, s->v);
-    cp_reduce_scatter(dk, (size_t)T * N * Qk);
-    cp_reduce_scatter(dv, (size_t)T * N * Dv);
+    if (!ring) cp_reduce_scatter(dk, (size_t)T * N * Qk);
+    if (!ring) cp_reduce_scatter(dv, (size_t)T * N * Dv);
     prec_round(c, dq, (size_t)T * N * Qk);
     prec_round(c, dk, (size_t)T * N * Qk);
     prec_round(c, dv, (size_t)T * N * Dv);

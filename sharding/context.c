@@ -115,6 +115,14 @@ void cp_reduce_scatter(float *all, size_t n) {
                                                   // it is written after every member has read
 }
 
+void cp_ring_pass(const float *send, float *recv, size_t n) {
+    Group *g = context_group();
+    if (!g) die("internal: a ring pass without a context group");
+    int P = group_size(g), perm[P];
+    for (int q = 0; q < P; q++) perm[q] = (q + 1) % P;   // every member's destination
+    coll_ppermute(g, send, recv, sizeof(float) * n, perm);
+}
+
 // ---------------------------------------------------------------------------------------
 // Per-sequence statistics
 

@@ -123,6 +123,11 @@ void cp_gather_free(float *all, const float *local);
 // ranks (a reduce-scatter). Nothing to do when P = 1.
 void cp_reduce_scatter(float *all, size_t n);
 
+// context_parallel_strategy=ring (model/attn_ring.c): one hop round the ring of the context
+// group. Every device sends n floats from `send` to the next rank (r+1 mod P) and receives
+// the previous rank's n floats in `recv` (a ppermute; send and recv must not overlap).
+void cp_ring_pass(const float *send, float *recv, size_t n);
+
 // ---------------------------------------------------------------------------------------
 // Per-sequence statistics.
 
