@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/adafactor.sh: opt_type=adafactor (model/adafactor.c, OPTIMIZATIONS.md row 23).
 # The loss goes down; the losses are the same bits on one device, fsdp=2, data=2,
-# data=2 x fsdp=2 and with the state offloaded to the host; the optimizer bytes of every
+# data=2 x fsdp=2, context=2, 2 pipeline stages and with the state offloaded to the host; the optimizer bytes of every
 # device equal what optax's rule gives from the tensors' shapes (a factored tensor keeps
 # lead * (rows + cols) floats, the rest one per element), computed here from the shapes
 # and fsdp's even split of each padded unit; bad combinations give one clear message.
@@ -11,7 +11,7 @@ source tests/lib.sh
 TRAIN=${TRAIN:-./train}
 T=$(mktemp -d /tmp/meshmoe-adafactor.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=32 opt_type=adafactor"
+FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=32 opt_type=adafactor"
 
 run() {   # run NAME PRESET ARGS...: train into $T/NAME.jsonl
     local name=$1 preset=$2; shift 2
@@ -31,13 +31,17 @@ run fsdp mixtral-tiny per_device_batch_size=2 ici_fsdp_parallelism=2
 run data mixtral-tiny per_device_batch_size=2 ici_data_parallelism=2
 run dfsdp mixtral-tiny per_device_batch_size=1 ici_data_parallelism=2 ici_fsdp_parallelism=2
 run off mixtral-tiny per_device_batch_size=4 optimizer_memory_host_offload=true
+run ctx mixtral-tiny per_device_batch_size=2 ici_context_parallelism=2
+run pp mixtral-tiny per_device_batch_size=2 ici_pipeline_parallelism=2
 first=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | head -1 | grep -o '[0-9.]*$')
 lastl=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | tail -1 | grep -o '[0-9.]*$')
-check "loss $first -> $lastl over 4 steps" awk -v a="$first" -v b="$lastl" 'BEGIN { exit !(b < a - 0.3) }'
+check "loss $first -> $lastl over 3 steps" awk -v a="$first" -v b="$lastl" 'BEGIN { exit !(b < a - 0.3) }'
 check "fsdp=2: $(bits fsdp)" same fsdp one
 check "data=2: $(bits data)" same data one
 check "data=2 x fsdp=2" same dfsdp one
 check "optimizer_memory_host_offload" same off one
+check "context=2" same ctx one
+check "pipeline stages=2" same pp one
 run adamw mixtral-tiny per_device_batch_size=4 opt_type=adamw
 check "adafactor and adamw differ" test "$(bits one)" != "$(bits adamw)"
 
