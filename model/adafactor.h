@@ -10,7 +10,9 @@
 // the whole tensor and gives the same bits on any mesh: the row and column sums are taken
 // over the tensor's gradient gathered whole (fsdp), in index order; the RMS of the update
 // and of the parameter add each device's squares in 128-bit fixed point (exact, like the
-// gradient norm in sharding/fsdp.c). Supported meshes: data, fsdp, context, stage (and
+// gradient norm in sharding/fsdp.c). Under fsdp the update gathers, one unit at a time, the
+// gradient of each unit holding a factored tensor (MEM_COMM, one padded unit), and a device
+// holding part of a factored tensor keeps its whole row/column state. Supported meshes: data, fsdp, context, stage (and
 // their mixes); tensor and expert parallelism and ZeRO-1 are refused in config_validate.
 #ifndef MESHMOE_ADAFACTOR_H
 #define MESHMOE_ADAFACTOR_H
