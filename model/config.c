@@ -141,7 +141,7 @@ static const KeyDef KEYS[] = {
     KEY(parameter_memory_host_offload, K_BOOL, "false", "weights live in host memory between steps, copied to the device for the step"),
     KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),
     KEY(ema_host_offload, K_BOOL, "false", "the EMA copy lives in host memory (the weights are copied there for its update)"),
-    KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight) or sgd (plain, no state)"),
+    KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight), sgd (plain, no state) or adafactor (optax defaults: factored second moment for tensors with two dims >= 128)"),
     // ---- branch scan: scanned vs unrolled layers (OPTIMIZATIONS.md row 19) ----
     KEY(scan_layers, K_BOOL, "true", "the layers reuse one set of temporaries (MaxText's scanned layer stack); false: unrolled, each layer's temporaries (forward and backward) are its own and stay allocated until the step's backward pass ends"),
     // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----

@@ -107,7 +107,7 @@ typedef struct {
     int optimizer_memory_host_offload, parameter_memory_host_offload;
     float ema_decay;                 // 0 = no EMA copy of the weights
     int ema_host_offload;            // the EMA copy lives in host memory
-    char opt_type[CFG_STR];          // adamw or sgd
+    char opt_type[CFG_STR];          // adamw, sgd or adafactor
     // ---- branch scan: scanned vs unrolled layers ----
     int scan_layers;                 // one set of layer temporaries reused by every layer (false: a set per layer)
     // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----

@@ -13,6 +13,7 @@
 #include "model/remat.h"
 #include "model/vocab_tiling.h"
 #include "model/optimizer.h"
+#include "model/adafactor.h"
 #include "sharding/offload.h"
 #include "sharding/memory.h"
 #include "sharding/fsdp.h"
@@ -285,6 +286,8 @@ void model_init(Model *m, const Config *c) {
         m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
         m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
     }
+    if (!strcmp(c->opt_type, "adafactor"))   // per tensor: row and column means, or one per element
+        m->v_mem = mem_floats(MEM_OPTIMIZER, adafactor_state_floats(m), "adafactor second moments");
     m->params.layers = calloc((size_t)L, sizeof(LayerParams));
     m->grads.layers = calloc((size_t)L, sizeof(LayerParams));
     m->acts = calloc((size_t)L, sizeof(LayerActs));

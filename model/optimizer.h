@@ -18,7 +18,8 @@ void grad_clip(float *g, size_t n, float norm, float threshold);
 void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c);
 
 // opt_type (the one place it is read): the optimizer state kept per weight, in floats:
-// 2 for adamw (mu and nu), 0 for sgd. Dies on another name.
+// 2 for adamw (mu and nu), 0 for sgd, 1 for adafactor (at most one: its state is per tensor,
+// sized by adafactor_state_floats, model/adafactor.h). Dies on another name.
 int optimizer_state_floats(const Config *c);
 // One update of n parameters with the optimizer opt_type names: adamw_update, or plain SGD
 // (optax.sgd without momentum: p -= lr * g; m and v unused and may be NULL).

@@ -10,7 +10,7 @@
 typedef enum {
     MEM_PARAMS,       // model weights (and non-trained state such as the routing bias)
     MEM_GRADS,        // gradients
-    MEM_OPTIMIZER,    // AdamW moments
+    MEM_OPTIMIZER,    // AdamW moments, adafactor state
     MEM_ACTIVATIONS,  // activations saved by the forward pass for the backward pass
     MEM_TEMP,         // temporaries that live inside one layer call
     MEM_COMM,         // buffers of collectives

@@ -7,13 +7,15 @@
 #include "sharding/memory.h"
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "model/adafactor.h"
 #include "common.h"
 
 void state_offload_check(const Config *c) {
     int moments = optimizer_state_floats(c);   // dies on a bad opt_type
-    if (!moments && (c->save_checkpoint[0] || c->load_checkpoint[0]))
-        die("opt_type=%s keeps no optimizer state, and checkpoints hold AdamW's moments: use opt_type=adamw to "
-            "save or load checkpoints", c->opt_type);
+    if (moments != 2 && (c->save_checkpoint[0] || c->load_checkpoint[0]))
+        die("opt_type=%s keeps %s, and checkpoints hold AdamW's moments: use opt_type=adamw to "
+            "save or load checkpoints", c->opt_type, moments ? "its state per tensor" : "no optimizer state");
+    adafactor_check(c);
     if (!moments && c->optimizer_memory_host_offload)
         die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload", c->opt_type);
     if (c->ema_decay < 0 || c->ema_decay >= 1) die("ema_decay must be in [0, 1) (0 = off), got %g", c->ema_decay);
@@ -59,7 +61,8 @@ void state_offload_init(Model *m) {
 void state_update(Model *m, float lr, int t) {
     int off = m->cfg.optimizer_memory_host_offload;
     if (off) { m->m_mem = mem_to_device(m->m_mem); m->v_mem = mem_to_device(m->v_mem); }
-    fsdp_adamw(m, lr, t);
+    if (!strcmp(m->cfg.opt_type, "adafactor")) adafactor_update(m, lr, t);
+    else fsdp_adamw(m, lr, t);
     if (off) { m->m_mem = mem_to_host(m->m_mem); m->v_mem = mem_to_host(m->v_mem); }
 }
 

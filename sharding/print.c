@@ -8,6 +8,7 @@
 #include "sharding/constraint.h"
 #include "model/precision.h"
 #include "model/optimizer.h"
+#include "model/adafactor.h"
 #include "common.h"
 
 // "(256, 128)"
@@ -93,9 +94,11 @@ void sharding_print_state(const Model *m) {
     // parameter-tagged state), grads, and AdamW's two moments.
     size_t bias = m->router_bias ? sizeof(float) * (size_t)m->cfg.base_num_decoder_layers * m->cfg.num_experts : 0;
     size_t pb = sizeof(float) * s->local_n + bias, gb = sizeof(float) * s->local_n;
-    size_t ob = (size_t)optimizer_state_floats(&m->cfg) * sizeof(float) * (s->local_n / s->Z);
+    int adafactor = !strcmp(m->cfg.opt_type, "adafactor");
+    size_t ob = adafactor ? sizeof(float) * adafactor_state_floats(m)
+                          : (size_t)optimizer_state_floats(&m->cfg) * sizeof(float) * (s->local_n / s->Z);
     printf("model state per device: params %s + grads %s + optimizer %s (%s) = %s\n", mem_fmt(pb, a, sizeof a),
-           mem_fmt(gb, b, sizeof b), mem_fmt(ob, c, sizeof c), ob ? "AdamW mu, nu" : "sgd: none",
+           mem_fmt(gb, b, sizeof b), mem_fmt(ob, c, sizeof c), adafactor ? "adafactor v_row, v_col / v" : ob ? "AdamW mu, nu" : "sgd: none",
            mem_fmt(pb + gb + ob, d, sizeof d));
 }
 

@@ -10,6 +10,7 @@
 #include "model/loss.h"
 #include "model/matmul.h"
 #include "model/optimizer.h"
+#include "model/adafactor.h"
 #include "model/precision.h"
 #include "sharding/memory.h"
 #include "sharding/context.h"
@@ -340,6 +341,24 @@ static void test_bf16(void) {
            n, packed);
 }
 
+// ---- adafactor: which dims optax factors over (np.argsort: ties go to the later index) ----
+static void test_adafactor_dims(void) {
+    struct { int nd, shape[3], factored, row, col; } cases[] = {
+        {2, {256, 128}, 1, 1, 0},      // embedding (V, D): rows D, columns V
+        {2, {128, 128}, 1, 0, 1},      // a tie: the later dim is the larger
+        {3, {4, 128, 256}, 1, 1, 2},   // expert stack (E, D, F): per expert, rows D, columns F
+        {3, {128, 4, 32}, 0, 0, 0},    // second largest 32 < 128: full second moment
+        {2, {128, 127}, 0, 0, 0},
+        {1, {4096}, 0, 0, 0},          // vectors are never factored
+        {3, {256, 256, 256}, 1, 1, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int r = -1, c = -1, f = adafactor_factored_dims(cases[i].shape, cases[i].nd, &r, &c);
+        CHECK(f == cases[i].factored && (!f || (r == cases[i].row && c == cases[i].col)),
+              "adafactor dims case %zu: factored %d rows %d cols %d", i, f, r, c);
+    }
+}
+
 int main(void) {
     Device dev;
     device_init(&dev, 0, 0);
@@ -351,6 +370,7 @@ int main(void) {
     test_row_stable_matmul();
     test_iota_embed();
     test_optimizer();
+    test_adafactor_dims();
     test_config_json();
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);
     TEST_SUMMARY();

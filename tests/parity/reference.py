@@ -556,14 +556,19 @@ def lr_schedule(cfg):
 
 
 def make_optimizer(cfg):
-    """MODEL_SPEC "Optimizer and schedule": global-norm clipping, then AdamW (optax).
+    """MODEL_SPEC "Optimizer and schedule": global-norm clipping, then AdamW (optax), or
+    optax.adafactor with its defaults when the config says opt_type=adafactor.
 
     optax.adamw: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t);
     vhat = v/(1-b2^t); p += -lr * (mhat/(sqrt(vhat)+eps) + wd*p). No mask: every trained
     parameter decays. The routing bias is not an optax parameter.
     """
-    adamw = optax.adamw(lr_schedule(cfg), b1=cfg["adam_b1"], b2=cfg["adam_b2"], eps=cfg["adam_eps"],
-                        weight_decay=cfg["adam_weight_decay"])
+    if cfg.get("opt_type", "adamw") == "adafactor":
+        # MaxText's opt_type=adafactor: optax.adafactor(learning_rate=schedule), optax's defaults.
+        adamw = optax.adafactor(learning_rate=lr_schedule(cfg))
+    else:
+        adamw = optax.adamw(lr_schedule(cfg), b1=cfg["adam_b1"], b2=cfg["adam_b2"], eps=cfg["adam_eps"],
+                            weight_decay=cfg["adam_weight_decay"])
     thr = cfg["gradient_clipping_threshold"]
     if thr > 0:
         return optax.chain(optax.clip_by_global_norm(thr), adamw)

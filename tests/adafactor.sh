@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# tests/adafactor.sh: opt_type=adafactor (model/adafactor.c, OPTIMIZATIONS.md row 23).
+# The loss goes down; the losses are the same bits on one device, fsdp=2, data=2,
+# data=2 x fsdp=2, context=2, 2 pipeline stages and with the state offloaded to the host; the optimizer bytes of every
+# device equal what optax's rule gives from the tensors' shapes (a factored tensor keeps
+# lead * (rows + cols) floats, the rest one per element), computed here from the shapes
+# and fsdp's even split of each padded unit; bad combinations give one clear message.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-adafactor.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=32 opt_type=adafactor"
+
+run() {   # run NAME PRESET ARGS...: train into $T/NAME.jsonl
+    local name=$1 preset=$2; shift 2
+    if ! $TRAIN configs/$preset.yml $FAST "$@" metrics_file=$T/$name.jsonl > $T/$name.out 2>&1; then
+        fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
+    fi
+}
+bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
+same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
+# optimizer bytes of device D in the last line of NAME's metrics
+opt_bytes() { tail -1 "$T/$1.jsonl" | grep -o "\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {[^}]*}" |
+    grep -o '"optimizer": [0-9]*' | grep -o '[0-9]*$'; }
+
+echo "== mixtral-tiny: the loss goes down; the same bits on every supported mesh"
+run one mixtral-tiny per_device_batch_size=4
+run fsdp mixtral-tiny per_device_batch_size=2 ici_fsdp_parallelism=2
+run data mixtral-tiny per_device_batch_size=2 ici_data_parallelism=2
+run dfsdp mixtral-tiny per_device_batch_size=1 ici_data_parallelism=2 ici_fsdp_parallelism=2
+run off mixtral-tiny per_device_batch_size=4 optimizer_memory_host_offload=true
+run ctx mixtral-tiny per_device_batch_size=2 ici_context_parallelism=2
+run pp mixtral-tiny per_device_batch_size=2 ici_pipeline_parallelism=2
+first=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | head -1 | grep -o '[0-9.]*$')
+lastl=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | tail -1 | grep -o '[0-9.]*$')
+check "loss $first -> $lastl over 3 steps" awk -v a="$first" -v b="$lastl" 'BEGIN { exit !(b < a - 0.3) }'
+check "fsdp=2: $(bits fsdp)" same fsdp one
+check "data=2: $(bits data)" same data one
+check "data=2 x fsdp=2" same dfsdp one
+check "optimizer_memory_host_offload" same off one
+check "context=2" same ctx one
+check "pipeline stages=2" same pp one
+run adamw mixtral-tiny per_device_batch_size=4 opt_type=adamw
+check "adafactor and adamw differ" test "$(bits one)" != "$(bits adamw)"
+
+echo "== mixtral-tiny: optimizer bytes from the shapes (D=128 H=4 KV=2 hd=32 F=256 E=4 V=256 L=4)"
+# The layout in order, one tensor a line: unit and shape (model/model.c, MaxText's names).
+layout() {
+    echo "0 256 128"                                      # token_embedder/embedding
+    for l in 1 2 3 4; do
+        echo "$l 128"; echo "$l 128 4 32"; echo "$l 128 2 32"; echo "$l 128 2 32"; echo "$l 4 32 128"  # norm, q, k, v, out
+        echo "$l 128"; echo "$l 128 4"                    # post norm, router gate
+        echo "$l 4 128 256"; echo "$l 4 128 256"; echo "$l 4 256 128"   # wi_0, wi_1, wo
+    done
+    echo "5 128"; echo "5 128 256"                        # decoder_norm, logits_dense
+}
+# expected F DEVICE: adafactor's state bytes on fsdp rank DEVICE of F. A unit is padded to a
+# multiple of F*256 floats (F > 1) and cut into F equal pieces; a factored tensor (its two
+# largest dims >= 128) keeps lead*(R+C) floats on every device holding part of it, another
+# tensor one float per element held.
+expected() {
+    layout | awk -v F="$1" -v f="$2" '
+    { u = $1; n = 1; for (i = 2; i <= NF; i++) { s[i-1] = $i; n *= $i } nd = NF - 1
+      # the two largest dims (the later one wins a tie, as a stable argsort)
+      c = 1; for (i = 2; i <= nd; i++) if (s[i] >= s[c]) c = i
+      r = (c == 1) ? 2 : 1; for (i = 1; i <= nd; i++) if (i != c && s[i] >= s[r]) r = i
+      fact = nd >= 2 && s[r] >= 128
+      k = ++cnt; unit[k] = u; size[k] = n; st[k] = fact ? n / (s[r] * s[c]) * (s[r] + s[c]) : -1
+      off[k] = used[u]; used[u] += n }
+    END { total = 0
+      for (k = 1; k <= cnt; k++) {
+        u = unit[k]; pad = F > 1 ? int((used[u] + F * 256 - 1) / (F * 256)) * F * 256 : used[u]
+        lo = f * pad / F; hi = lo + pad / F
+        a = off[k] > lo ? off[k] : lo; b = off[k] + size[k] < hi ? off[k] + size[k] : hi
+        if (a >= b) continue
+        total += st[k] >= 0 ? st[k] : b - a }
+      print total * 4 }'
+}
+e1=$(expected 1 0); a1=$(opt_bytes one 0); adam=$(opt_bytes adamw 0)
+check "1 device: optimizer $a1 B = $e1 B from the shapes (adamw: $adam B)" test -n "$a1" -a "$a1" = "$e1"
+check "adafactor keeps under a quarter of adamw's bytes" test $((a1 * 4)) -lt "$adam"
+check "data=2: each device $(opt_bytes data 0) B = $e1 B" test "$(opt_bytes data 0)" = "$e1" -a "$(opt_bytes data 1)" = "$e1"
+for d in 0 1; do
+    e=$(expected 2 $d); a=$(opt_bytes fsdp $d)
+    check "fsdp=2 device $d: optimizer $a B = $e B from the shapes" test -n "$a" -a "$a" = "$e"
+done
+
+echo "== deepseek-tiny (MLA, shared expert, dense first layer, routing bias): the same bits on 1 device, fsdp=2, data=2"
+run ds deepseek-tiny per_device_batch_size=4
+run ds_fsdp deepseek-tiny per_device_batch_size=2 ici_fsdp_parallelism=2
+run ds_data deepseek-tiny per_device_batch_size=2 ici_data_parallelism=2
+check "deepseek fsdp=2: $(bits ds_fsdp)" same ds_fsdp ds
+check "deepseek data=2" same ds_data ds
+
+echo "== bad combinations: one clear message"
+expect_error "tensor parallelism" "ici_tensor_parallelism=2" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor ici_tensor_parallelism=2
+expect_error "expert parallelism" "ici_expert_parallelism=2" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor ici_expert_parallelism=2
+expect_error "ZeRO-1" "shard_optimizer_over_data" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor ici_data_parallelism=2 shard_optimizer_over_data=true
+expect_error "checkpoints" "checkpoints hold AdamW's moments" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor save_checkpoint=$T/ck
+summary
