@@ -2,6 +2,7 @@
 # compared; summary prints "N passed, N failed" like the C tests.
 PASSED=0
 FAILED=0
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # idle OpenMP threads sleep (tests/run_all.sh says why)
 pass() { PASSED=$((PASSED + 1)); echo "  ok   $*"; }
 fail() { FAILED=$((FAILED + 1)); echo "  FAIL $*"; }
 check() { # check DESCRIPTION COMMAND...: passes if the command succeeds
