@@ -30,6 +30,7 @@ run_part "sweep: the optimization table" bash tests/sweep.sh
 run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
 run_part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
 run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
+run_part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
 run_part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
 run_part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
 run_part "sharding constraints and shard_mode" bash tests/specs.sh
