@@ -21,6 +21,12 @@
 
 void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
                        float *out, const float *x, int B, int S) {
+    attention_proj_forward(c, p, s, x, B, S);
+    attention_core_forward(c, p, s, out, B, S);
+}
+
+void attention_proj_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+                            const float *x, int B, int S) {
     int T = B * S, D = c->base_emb_dim;
     int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
@@ -40,6 +46,17 @@ void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved
     int p0 = cp_rank() * S;
     rope_forward(s->q, B, S, p0, N, Dh, Dh, lo, hi, cfg_bf16(c));
     rope_forward(s->k, B, S, p0, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
+}
+
+void attention_core_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+                            float *out, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, p0 = cp_rank() * S;
+    int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+    // bf16 mode, recomputation: q, k, v saved as 16-bit numbers (exact: bf16 values) back
+    // to floats; straight from attention_proj_forward they are floats already.
+    act_unpack_if_packed(c, &s->q, (size_t)T * N * Dh);
+    act_unpack_if_packed(c, &s->k, (size_t)T * Nkv * Dh);
+    act_unpack_if_packed(c, &s->v, (size_t)T * Nkv * Dh);
 
     // o = softmax(mask(q k^T)) v, keeping only per-row statistics for the backward pass.
     // The keys and values of every part of the sequence (all-gathered over `context`), or

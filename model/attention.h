@@ -17,6 +17,16 @@ typedef struct {
 // out (B*S, D) = Attention(x); x (B*S, D) is the normed layer input (kept by the caller).
 void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
                        float *out, const float *x, int B, int S);
+// The forward's two parts, attention_forward = proj then core (remat_policy=save_qkv_proj
+// keeps what the first leaves and runs the second again in the backward, model/remat.c):
+// proj: s->q, s->k, s->v from x (the projections, RoPE applied; floats);
+// core: s->o, s->stats and out (B*S, D) = o Wo from s->q, s->k, s->v (floats, or 16-bit
+// as a bf16-mode forward saved them), gathering or passing round the other context parts'
+// keys and values; then q, k, v, o are saved (16-bit in bf16 mode).
+void attention_proj_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+                            const float *x, int B, int S);
+void attention_core_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+                            float *out, int B, int S);
 // dx (B*S, D) += d/dx; g->* += weight gradients (canonical leaf tree); frees s.
 void attention_backward(const Config *c, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
                         float *dx, const float *dout, const float *x, int B, int S);

@@ -35,6 +35,11 @@ static float mla_scale(const Config *c) {
 }
 
 void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, const float *x, int B, int S) {
+    mla_proj_forward(c, p, s, x, B, S);
+    mla_core_forward(c, p, s, out, B, S);
+}
+
+void mla_proj_forward(const Config *c, const MLAParams *p, MLASaved *s, const float *x, int B, int S) {
     int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads;
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
@@ -94,6 +99,15 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     }
     mem_free(ckv);
     mem_free(kv);
+}
+
+void mla_core_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads, p0 = cp_rank() * S;
+    int Q = c->q_lora_rank, R = c->kv_lora_rank, Dv = c->v_head_dim, Qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    // bf16 mode, recomputation: q, k, v saved as 16-bit numbers (exact) back to floats.
+    act_unpack_if_packed(c, &s->q, (size_t)T * N * Qk);
+    act_unpack_if_packed(c, &s->k, (size_t)T * N * Qk);
+    act_unpack_if_packed(c, &s->v, (size_t)T * N * Dv);
 
     // ---- attention (every query head has its own kv head) and the out projection ----
     // The keys and values of every part of the sequence (all-gathered over `context`), or
@@ -111,11 +125,12 @@ void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, c
     cp_gather_free(v_all, s->v);
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
     prec_round(c, out, (size_t)T * D);
-    // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
-    act_pack(c, &s->qa, (size_t)T * Q);
-    act_pack(c, &s->qn, (size_t)T * Q);
-    act_pack(c, &s->latent, (size_t)T * R);
-    act_pack(c, &s->latn, (size_t)T * R);
+    // What the backward pass reads, kept as 16-bit numbers in bf16 mode (the low-rank
+    // intermediates are 16-bit already when this is a recomputation from them).
+    act_pack_if_float(c, &s->qa, (size_t)T * Q);
+    act_pack_if_float(c, &s->qn, (size_t)T * Q);
+    act_pack_if_float(c, &s->latent, (size_t)T * R);
+    act_pack_if_float(c, &s->latn, (size_t)T * R);
     act_pack(c, &s->q, (size_t)T * N * Qk);
     act_pack(c, &s->k, (size_t)T * N * Qk);
     act_pack(c, &s->v, (size_t)T * N * Dv);

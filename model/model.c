@@ -436,10 +436,21 @@ static float *reshard_copy(const float *x, size_t n, const char *name) {
     return y;
 }
 
+// h (T,D) = x + (attention core and out projection) of the q, k, v in a.
+static void attn_core_residual(Model *m, int l, LayerActs *a, float *h, const float *x, int B, int S) {
+    const Config *c = &m->cfg;
+    size_t n = (size_t)B * S * c->base_emb_dim;
+    LayerParams *p = &m->params.layers[l];
+    if (cfg_is_mla(c)) mla_core_forward(&m->lcfg, &p->mla, &a->mla, h, B, S);
+    else attention_core_forward(&m->lcfg, &p->attn, &a->attn, h, B, S);
+    for (size_t i = 0; i < (mem_dry() ? 0 : n); i++) h[i] += x[i];
+    round_bf16(h, n, cfg_bf16(c));   // residual (cast point 10)
+}
+
 float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S) {
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
-    int T = B * S, D = c->base_emb_dim, bf16 = cfg_bf16(c);
+    int T = B * S, D = c->base_emb_dim;
     LayerParams *p = &m->params.layers[l];
     // h = x + Attention(RMSNorm_pre(x))
     a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
@@ -451,11 +462,18 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
     constraint_end(xc, x);
     float *h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
     const float *n1c = constraint_apply(c, a->n1, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: attention input");
-    if (cfg_is_mla(c)) mla_forward(lc, &p->mla, &a->mla, h, n1c, B, S);
-    else attention_forward(lc, &p->attn, &a->attn, h, n1c, B, S);
+    // Attention in its two parts: the q/k/v projections, then the core and out projection
+    // (the part remat_policy=save_qkv_proj recomputes, model_attn_core_forward).
+    if (cfg_is_mla(c)) mla_proj_forward(lc, &p->mla, &a->mla, n1c, B, S);
+    else attention_proj_forward(lc, &p->attn, &a->attn, n1c, B, S);
+    attn_core_residual(m, l, a, h, x, B, S);
     constraint_end(n1c, a->n1);
-    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) h[i] += x[i];
-    round_bf16(h, (size_t)T * D, bf16);   // residual (cast point 10)
+    return h;
+}
+
+float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S) {
+    float *h = mem_floats(MEM_ACTIVATIONS, (size_t)B * S * m->cfg.base_emb_dim, "h (after attention)");
+    attn_core_residual(m, l, a, h, x, B, S);
     return h;
 }
 

@@ -127,6 +127,9 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
 // saved tensors in a and returns h (T,D); the FFN block x' = h + FFN(RMSNorm_post(h)) keeps
 // n2, rstd2 and the FFN's saved tensors and returns x' (T,D). Both MEM_ACTIVATIONS.
 float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S);
+// The attention block's second part alone: h = x + Wo attention(q, k, v) from the q, k, v
+// (and MLA's intermediates) that `a` kept (remat_policy=save_qkv_proj); sets o and stats.
+float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S);
 float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
                                FwdStats *st);
 // dx (T,D): on entry d loss/d(layer output), on return d loss/d(layer input); dh, dn:

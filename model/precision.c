@@ -25,3 +25,11 @@ void act_unpack(const Config *c, float **p, size_t n) {
     mem_free(*p);
     *p = f;
 }
+
+void act_unpack_if_packed(const Config *c, float **p, size_t n) {
+    if (*p && mem_size(*p) < sizeof(float) * MM_MAX(n, 1)) act_unpack(c, p, n);
+}
+
+void act_pack_if_float(const Config *c, float **p, size_t n) {
+    if (*p && mem_size(*p) >= sizeof(float) * MM_MAX(n, 1)) act_pack(c, p, n);
+}

@@ -66,5 +66,10 @@ static inline void prec_round(const Config *c, float *x, size_t n) { round_bf16(
 // do nothing in float32 mode or on NULL. A packed pointer must not be read as floats.
 void act_pack(const Config *c, float **p, size_t n);
 void act_unpack(const Config *c, float **p, size_t n);
+// act_unpack unless *p already holds n floats (a tensor that is either fresh from a
+// forward or a 16-bit saved copy, as a remat recomputation finds it).
+void act_unpack_if_packed(const Config *c, float **p, size_t n);
+// act_pack unless *p is already 16-bit (packed by an earlier forward, kept for a recomputation).
+void act_pack_if_float(const Config *c, float **p, size_t n);
 
 #endif

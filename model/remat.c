@@ -9,14 +9,27 @@
 // backward recomputes a block just before its half of the backward needs it (the FFN's
 // first, then attention's), so with h kept only one block's tensors are live at a time.
 //
-//   policy               x      norms  attention  h (out_proj)  FFN
-//   none                 device device device     device        device
-//   minimal              device remat  device     device        device
-//   save_dot_except_mlp  device remat  device     device        remat
-//   save_out_proj        device remat  remat      device        remat
-//   full (MaxText's default) device remat remat   remat         remat
-//   minimal_offloaded    device remat  host       host          host
-//   custom               decoder_layer_input, query_proj.., out_proj, mlpwi.. = device/offload/remat
+//   policy               x      norms  q,k,v   context  h (out_proj)  FFN
+//   none                 device device device  device   device        device
+//   minimal              device remat  device  device   device        device
+//   save_dot_except_mlp  device remat  device  device   device        remat
+//   save_qkv_proj        device remat  device  remat    remat         remat
+//   save_out_proj        device remat  remat   remat    device        remat
+//   full (MaxText's default) device remat remat remat  remat         remat
+//   minimal_offloaded    device remat  host    host     host          host
+//   qkv_proj_offloaded   device remat  host    remat    remat         remat
+//   custom               decoder_layer_input, query_proj.., context, out_proj, mlpwi.. = device/offload/remat
+//
+// q,k,v (query_proj, key_proj, value_proj) are what attention's projections leave, RoPE
+// applied (the same bytes as the projections: RoPE is a rotation in place). For MLA they
+// are the whole projection chain: q, k, v and the low-rank intermediates qa, qa_rstd, qn,
+// latent, kv_rstd, latn (and the norms' broadcast scales) that the projections' backward
+// reads; keeping only q, k, v would mean recomputing that chain, i.e. the projections.
+// context is the attention core's output o and its softmax statistics. With q, k, v kept
+// and context dropped, the backward recomputes only the core and the out projection (h),
+// from the kept q, k, v: with context parallelism through the same gather or ring as the
+// forward (model_attn_core_forward); the pre-norm's output n1, the projections' input, is
+// recomputed as with minimal.
 #include "model/remat.h"
 #include "model/rmsnorm.h"
 #include "model/precision.h"
@@ -32,40 +45,45 @@ static Keep keep_of(const char *key, const char *v) {
 
 RematPlan remat_plan(const Config *c) {
     const char *p = c->remat_policy;
-    RematPlan r = {KEEP_DEVICE, RECOMPUTE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, c->remat_nested_block};
+    //             x            norms      qkv          attn         h            ffn
+    RematPlan r = {KEEP_DEVICE, RECOMPUTE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, c->remat_nested_block};
     if (!strcmp(p, "none")) r.norms = KEEP_DEVICE;
     else if (!strcmp(p, "minimal")) {}
     else if (!strcmp(p, "save_dot_except_mlp")) r.ffn = RECOMPUTE;
-    else if (!strcmp(p, "save_out_proj")) r.attn = r.ffn = RECOMPUTE;
-    else if (!strcmp(p, "full")) r.attn = r.h = r.ffn = RECOMPUTE;
-    else if (!strcmp(p, "minimal_offloaded")) r.attn = r.h = r.ffn = KEEP_HOST;
+    else if (!strcmp(p, "save_qkv_proj")) r.attn = r.h = r.ffn = RECOMPUTE;
+    else if (!strcmp(p, "save_out_proj")) r.qkv = r.attn = r.ffn = RECOMPUTE;
+    else if (!strcmp(p, "full")) r.qkv = r.attn = r.h = r.ffn = RECOMPUTE;
+    else if (!strcmp(p, "minimal_offloaded")) r.qkv = r.attn = r.h = r.ffn = KEEP_HOST;
+    else if (!strcmp(p, "qkv_proj_offloaded")) { r.qkv = KEEP_HOST; r.attn = r.h = r.ffn = RECOMPUTE; }
     else if (!strcmp(p, "custom")) {
         r.x = keep_of("decoder_layer_input", c->decoder_layer_input);
         if (r.x == RECOMPUTE) die("decoder_layer_input=remat: the layer input is what a recomputation starts from; use device or offload");
-        r.attn = keep_of("query_proj", c->query_proj);
-        if (keep_of("key_proj", c->key_proj) != r.attn || keep_of("value_proj", c->value_proj) != r.attn ||
-            keep_of("context", c->context) != r.attn)
-            die("query_proj, key_proj, value_proj and context must have the same value (got %s, %s, %s, %s): this "
-                "trainer keeps or recomputes attention as one block", c->query_proj, c->key_proj, c->value_proj, c->context);
+        r.qkv = keep_of("query_proj", c->query_proj);
+        if (keep_of("key_proj", c->key_proj) != r.qkv || keep_of("value_proj", c->value_proj) != r.qkv)
+            die("query_proj, key_proj and value_proj must have the same value (got %s, %s, %s): this trainer keeps "
+                "or recomputes attention's projections as one block", c->query_proj, c->key_proj, c->value_proj);
+        r.attn = keep_of("context", c->context);
+        if (r.attn != r.qkv && r.attn != RECOMPUTE)
+            die("context=%s with query_proj=key_proj=value_proj=%s: context must equal them, or be remat with them "
+                "device or offload (save_qkv_proj, qkv_proj_offloaded); the attention core's backward reads q, k, v "
+                "with its output", c->context, c->query_proj);
         r.h = keep_of("out_proj", c->out_proj);
         if (r.h == RECOMPUTE && r.attn != RECOMPUTE)
-            die("out_proj=remat recomputes the attention block, so query_proj, key_proj, value_proj and context must "
-                "be remat too (got %s)", c->query_proj);
+            die("out_proj=remat recomputes the attention core, so context must be remat too (got %s)", c->context);
         r.ffn = keep_of("mlpwi", c->mlpwi);
         if (keep_of("mlpwo", c->mlpwo) != r.ffn)
             die("mlpwi and mlpwo must have the same value (got %s, %s): this trainer keeps or recomputes the FFN as "
                 "one block", c->mlpwi, c->mlpwo);
-    } else if (!strcmp(p, "save_qkv_proj") || !strcmp(p, "qkv_proj_offloaded") ||
-               !strcmp(p, "minimal_with_context") || !strcmp(p, "save_dot_with_context_except_mlp") ||
+    } else if (!strcmp(p, "minimal_with_context") || !strcmp(p, "save_dot_with_context_except_mlp") ||
                !strcmp(p, "save_dot_except_mlpwi") || !strcmp(p, "minimal_flash")) {
         die("remat_policy=%s is MaxText's but not implemented here: it saves single products inside a block, and "
-            "this trainer keeps or recomputes attention and the FFN each as a whole; use none, minimal, save_dot_except_mlp, save_out_proj, "
-            "full, minimal_offloaded or custom", p);
+            "this trainer keeps or recomputes the attention core and the FFN each as a whole; use none, minimal, "
+            "save_dot_except_mlp, save_qkv_proj, save_out_proj, full, minimal_offloaded, qkv_proj_offloaded or custom", p);
     } else {
-        die("remat_policy must be none, minimal, save_dot_except_mlp, save_out_proj, full, minimal_offloaded or custom, "
-            "got '%s'", p);
+        die("remat_policy must be none, minimal, save_dot_except_mlp, save_qkv_proj, save_out_proj, full, "
+            "minimal_offloaded, qkv_proj_offloaded or custom, got '%s'", p);
     }
-    int keeps_more = r.norms != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE || r.ffn != RECOMPUTE;
+    int keeps_more = r.norms != RECOMPUTE || r.qkv != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE || r.ffn != RECOMPUTE;
     if (r.block == -1) r.block = (int)lround(sqrt((double)c->base_num_decoder_layers));   // sqrt(L) blocks of sqrt(L)
     if (r.block < -1) die("remat_nested_block must be >= 0 (layers per block) or -1 (sqrt of the layers), got %d", r.block);
     if (r.block > 1 && keeps_more)
@@ -84,19 +102,31 @@ RematPlan remat_plan(const Config *c) {
 // ---------------------------------------------------------------------------------------
 // The groups' buffers, as addresses of their pointers (to drop, move or bring back).
 
-static int attn_ptrs(const Config *c, LayerActs *a, void **p) {
+// query_proj, key_proj, value_proj: the projections' outputs (MLA: and their intermediates).
+static int qkv_ptrs(const Config *c, LayerActs *a, void **p) {
     int n = 0;
     if (cfg_is_mla(c)) {
         MLASaved *s = &a->mla;
         void *q[] = {&s->qa, &s->qa_rstd, &s->qn, &s->qn_scale, &s->latent, &s->kv_rstd, &s->latn, &s->kvn_scale,
-                     &s->q, &s->k, &s->v, &s->o, &s->stats};
+                     &s->q, &s->k, &s->v};
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) p[n++] = q[i];
     } else {
         AttentionSaved *s = &a->attn;
-        void *q[] = {&s->q, &s->k, &s->v, &s->o, &s->stats};
-        for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) p[n++] = q[i];
+        p[n++] = &s->q; p[n++] = &s->k; p[n++] = &s->v;
     }
     return n;
+}
+
+// context: the attention core's output and softmax statistics.
+static int ctx_ptrs(const Config *c, LayerActs *a, void **p) {
+    if (cfg_is_mla(c)) { p[0] = &a->mla.o; p[1] = &a->mla.stats; }
+    else { p[0] = &a->attn.o; p[1] = &a->attn.stats; }
+    return 2;
+}
+
+static int attn_ptrs(const Config *c, LayerActs *a, void **p) {
+    int n = qkv_ptrs(c, a, p);
+    return n + ctx_ptrs(c, a, p + n);
 }
 
 static int ffn_ptrs(const Config *c, int l, LayerActs *a, void **p) {
@@ -132,10 +162,16 @@ void remat_after_forward(Model *m, int l, LayerActs *a) {
         free_ptr(&a->n1); free_ptr(&a->rstd1); free_ptr(&a->scale1);
         free_ptr(&a->n2); free_ptr(&a->rstd2); free_ptr(&a->scale2);
     }
-    if (r.attn == RECOMPUTE) {
+    if (r.qkv == RECOMPUTE) {   // then context too (remat_plan): attention's tensors all go
         if (cfg_is_mla(c)) mla_saved_free(&a->mla);
         else attention_saved_free(&a->attn);
-    } else if (r.attn == KEEP_HOST) move_all(p, attn_ptrs(c, a, p), 1);
+    } else {
+        if (r.qkv == KEEP_HOST) move_all(p, qkv_ptrs(c, a, p), 1);
+        int n = ctx_ptrs(c, a, p);
+        for (int i = 0; i < n; i++)
+            if (r.attn == RECOMPUTE) free_ptr((float **)p[i]);   // save_qkv_proj: o and stats
+        if (r.attn == KEEP_HOST) move_all(p, n, 1);
+    }
     if (r.h == RECOMPUTE) free_ptr(&a->h);
     else if (r.h == KEEP_HOST) a->h = mem_to_host(a->h);
     if (r.ffn == RECOMPUTE) {
@@ -167,16 +203,26 @@ static void unpack(const Config *c, float **p, size_t n) {
     if (*p && mem_size(*p) < n * sizeof(float)) act_unpack(c, p, n);
 }
 
-// The attention block recomputed from x: its norm output, attention's tensors and h (kept
-// when out_proj was saved: the recomputed copy is the same).
+static int attn_gone(const Config *c, const LayerActs *a) { return cfg_is_mla(c) ? !a->mla.q : !a->attn.q; }
+static int ctx_gone(const Config *c, const LayerActs *a) { return cfg_is_mla(c) ? !a->mla.o : !a->attn.o; }
+
+// The attention block recomputed from x (x on the device, as floats): its norm output,
+// attention's tensors and h; or with q, k, v kept (save_qkv_proj) only the core and out
+// projection, from them. h is kept when out_proj was saved (the recomputed copy is the same).
 static void attn_recompute(Model *m, int l, LayerActs *a, int B, int S) {
-    free_ptr(&a->n1); free_ptr(&a->rstd1); free_ptr(&a->scale1);
-    float *h = model_attn_block_forward(m, l, a, a->x, B, S);
+    const Config *c = &m->cfg;
+    float *h;
+    if (attn_gone(c, a)) {
+        free_ptr(&a->n1); free_ptr(&a->rstd1); free_ptr(&a->scale1);
+        h = model_attn_block_forward(m, l, a, a->x, B, S);
+    } else {
+        void *q[16];
+        move_all(q, qkv_ptrs(c, a, q), 0);   // qkv_proj_offloaded: back from the host
+        h = model_attn_core_forward(m, l, a, a->x, B, S);
+    }
     if (a->h) mem_free(h);
     else a->h = h;
 }
-
-static int attn_gone(const Config *c, const LayerActs *a) { return cfg_is_mla(c) ? !a->mla.q : !a->attn.q; }
 
 void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coef) {
     const Config *c = &m->cfg;
@@ -187,7 +233,7 @@ void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coe
     a->h = mem_to_device(a->h);
     unpack(c, &a->h, n);
     unpack(c, &a->n2, n);
-    if (!a->h) {   // out_proj dropped: the attention block runs again now (full)
+    if (!a->h) {   // out_proj dropped: the attention block (full) or its core (save_qkv_proj) runs again now
         a->x = mem_to_device(a->x);
         unpack(c, &a->x, n);
         attn_recompute(m, l, a, B, S);
@@ -213,8 +259,8 @@ void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S) {
     a->x = mem_to_device(a->x);
     unpack(c, &a->x, n);
     unpack(c, &a->n1, n);
-    if (attn_gone(c, a)) attn_recompute(m, l, a, B, S);
-    else if (!a->n1) norm_recompute(c, &a->n1, &a->rstd1, &a->scale1, a->x, m->params.layers[l].pre_norm, T);
+    if (attn_gone(c, a) || ctx_gone(c, a)) attn_recompute(m, l, a, B, S);
+    if (!a->n1) norm_recompute(c, &a->n1, &a->rstd1, &a->scale1, a->x, m->params.layers[l].pre_norm, T);
 }
 
 void remat_block_inputs(Model *m, int l, int B, int S, float lb_coef) {

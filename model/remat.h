@@ -8,11 +8,14 @@
 typedef enum { KEEP_DEVICE, KEEP_HOST, RECOMPUTE } Keep;
 
 // A layer's saved tensors in the groups a policy decides on. A group is recomputed as a
-// whole: this trainer recomputes an attention block or an FFN block, not single products.
+// whole: this trainer recomputes the attention block, its core (from kept q, k, v), or the
+// FFN block, not single products.
 typedef struct {
     Keep x;       // decoder_layer_input: the layer input (device or host: the remat boundary)
     Keep norms;   // the RMSNorm outputs n1, n2 and their 1/rms (device or recomputed)
-    Keep attn;    // query_proj, key_proj, value_proj, context: attention's q, k, v, o, softmax stats
+    Keep qkv;     // query_proj, key_proj, value_proj: attention's q, k, v (MLA: and the low-rank
+                  // intermediates of its projections, model/remat.c); == attn, or kept with attn remat
+    Keep attn;    // context: attention's output o (before out_proj) and its softmax stats
     Keep h;       // out_proj: the residual after attention's out projection
     Keep ffn;     // mlpwi, mlpwo: the FFN's products, routing and expert outputs
     int block;    // remat_nested_block: layers per block (0 or 1: every layer input kept)
@@ -26,8 +29,9 @@ void remat_after_forward(Model *m, int l, LayerActs *a);
 // Inside layer l's backward (weights in place), just before each half needs its tensors:
 // offloaded ones back to the device, 16-bit ones unpacked, dropped ones recomputed (no
 // statistics counted again). The FFN half first: it recomputes the attention block too
-// when h was dropped (full); with h kept (save_out_proj) attention is recomputed only
-// when its half of the backward starts, after the FFN's tensors are freed.
+// when h was dropped (full; save_qkv_proj: only the core and out projection, from the kept
+// q, k, v); with h kept (save_out_proj) attention is recomputed only when its half of the
+// backward starts, after the FFN's tensors are freed.
 void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coef);
 void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S);
 // Nested checkpointing, before layer l's backward (its unit not yet acquired): if its input

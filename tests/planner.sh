@@ -46,7 +46,11 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/mixtral-tiny.yml attention=flash attn_block_q=16 attn_block_kv=16 implicit_causal_mask=false dtype=bfloat16" \
             "configs/deepseek-tiny.yml ici_context_parallelism=4 context_parallel_strategy=ring per_device_batch_size=2 base_num_decoder_layers=2" \
             "configs/mixtral-tiny.yml opt_type=adafactor ici_fsdp_parallelism=2 per_device_batch_size=4" \
-            "configs/deepseek-tiny.yml opt_type=adafactor ici_data_parallelism=2 per_device_batch_size=4 optimizer_memory_host_offload=true"; do
+            "configs/deepseek-tiny.yml opt_type=adafactor ici_data_parallelism=2 per_device_batch_size=4 optimizer_memory_host_offload=true" \
+            "configs/mixtral-tiny.yml remat_policy=save_qkv_proj ici_context_parallelism=2 dtype=bfloat16" \
+            "configs/mixtral-tiny.yml remat_policy=qkv_proj_offloaded ici_fsdp_parallelism=2 per_device_batch_size=4" \
+            "configs/deepseek-tiny.yml remat_policy=save_qkv_proj rmsnorm_fused_scale=false ici_tensor_parallelism=2 per_device_batch_size=4" \
+            "configs/deepseek-tiny.yml remat_policy=qkv_proj_offloaded ici_context_parallelism=2 context_parallel_strategy=ring dtype=bfloat16"; do
     # shellcheck disable=SC2086
     check "dry-run plan equals the measured step, byte for byte: $args" plan_equals_measured $args
 done

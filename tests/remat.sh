@@ -95,7 +95,7 @@ check "sgd and adamw differ after the first update" test "$(bits sgd)" != "$(bit
 
 echo "== bad values: one clear message"
 expect_error "unknown policy" "remat_policy must be" $TRAIN configs/mixtral-tiny.yml remat_policy=most
-expect_error "MaxText policy not implemented" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=save_qkv_proj
+expect_error "MaxText policy not implemented" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal_with_context
 expect_error "custom value" "must be 'device', 'offload' or 'remat'" $TRAIN configs/mixtral-tiny.yml remat_policy=custom mlpwi=host
 expect_error "custom block mismatch" "same value" $TRAIN configs/mixtral-tiny.yml remat_policy=custom query_proj=device
 expect_error "nested block without full" "needs remat_policy=full" $TRAIN configs/mixtral-tiny.yml remat_nested_block=2 remat_policy=none
