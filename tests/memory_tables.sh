@@ -51,6 +51,8 @@ for name in names:
 EOF
 }
 
+PARTS=${TABLES:-fsdp pipeline}   # TABLES=fsdp or TABLES=pipeline: one table only
+if [[ " $PARTS " == *" fsdp "* ]]; then
 echo "## FSDP on mixtral-small (global batch 8 x $S tokens, $STEPS steps; MiB per device, the largest)"
 echo
 run "1 device" per_device_batch_size=8
@@ -59,6 +61,8 @@ echo "| mesh | peak | params | grads | optimizer | activations | temp | comm | s
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 table fsdp "1 device" "fsdp=2" "fsdp=4" "fsdp=8"
 echo
+fi
+[[ " $PARTS " == *" pipeline "* ]] || exit 0
 
 echo "## Pipeline, mixtral-small on 4 stages (8 microbatches of 1 sequence x $S tokens; MiB)"
 echo
@@ -67,7 +71,7 @@ run "gpipe ppermute" $P
 run "gpipe slice" $P pipeline_shift_impl=slice
 run "save-list off" $P pipeline_save_decoder_layer_input=false
 run "1f1b" $P pipeline_schedule=1f1b
-Q="ici_pipeline_parallelism=4 ici_fsdp_parallelism=2 per_device_batch_size=1 num_pipeline_microbatches=8"
+Q="ici_pipeline_parallelism=4 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=8"   # 16 sequences, 8 per fsdp shard
 run "fsdp=2 ag_once off" $Q
 run "fsdp=2 ag_once on" $Q pipeline_fsdp_ag_once=true
 run "1 device (reference)" per_device_batch_size=8
