@@ -83,7 +83,7 @@ echo "1 device, same batch: loss bits (last step) $(grep -o '"loss_bits": "[^"]*
 echo
 echo "Schedules and bubbles as the trainer prints them:"
 for name in "gpipe ppermute" "1f1b"; do grep -A1 -E "^pipeline:|bubble" "$T/$name.log" | grep -E "^pipeline:|bubble" ; done
-"$TRAIN" $C $P num_pipeline_repeats=2 num_pipeline_microbatches=8 base_num_decoder_layers=8 steps=0 max_target_length=$S \
+"$TRAIN" $C $P num_pipeline_repeats=2 num_pipeline_microbatches=8 base_num_decoder_layers=8 steps=1 dry_run=true max_target_length=$S \
     eval_steps=1 sample_length=0 2>&1 | grep -E "^pipeline:|bubble"
-"$TRAIN" $C $P num_pipeline_repeats=2 num_pipeline_microbatches=8 base_num_decoder_layers=8 steps=0 max_target_length=$S \
+"$TRAIN" $C $P num_pipeline_repeats=2 num_pipeline_microbatches=8 base_num_decoder_layers=8 steps=1 dry_run=true max_target_length=$S \
     eval_steps=1 sample_length=0 pipeline_schedule=1f1b 2>&1 | grep -E "^pipeline:|bubble"
