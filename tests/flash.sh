@@ -28,8 +28,6 @@ run() {   # run NAME PRESET ARGS...: train into $T/NAME.jsonl, trace of the firs
         fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
     fi
 }
-bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
-same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
 # close A B TOL0 TOL: relative loss difference <= TOL0 at step 0 and <= TOL at every step.
 close() {
     paste <(losses "$T/$1.jsonl") <(losses "$T/$2.jsonl") | awk -v t0="$3" -v t="$4" '

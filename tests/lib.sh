@@ -25,3 +25,14 @@ expect_error() {
 }
 # losses FILE: the "loss" field of every line of a metrics file, as printed (%.9g of a float).
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+
+# For the scripts that keep each run's metrics in $T/NAME.jsonl and pass the flags $FAST
+# (set both before calling; a script may define its own versions after sourcing this):
+run() {   # run NAME PRESET ARGS...: $TRAIN configs/PRESET.yml $FAST ARGS into $T/NAME.jsonl
+    local name=$1 preset=$2; shift 2
+    if ! $TRAIN configs/$preset.yml $FAST "$@" metrics_file=$T/$name.jsonl > $T/$name.out 2>&1; then
+        fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
+    fi
+}
+bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }   # every step's loss bits
+same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }   # the same loss bits, and some

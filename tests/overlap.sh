@@ -19,8 +19,6 @@ run() {   # run NAME ARGS...: mixtral-tiny into $T/NAME.jsonl
         fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
     fi
 }
-bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
-same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
 # Device D's peak of tag TAG in the last step; and its all-gather bytes received.
 tag() { tail -1 "$T/$1.jsonl" | grep -o "\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {[^}]*}" |
     grep -o "\"$3\": [0-9]*" | grep -o '[0-9]*$'; }

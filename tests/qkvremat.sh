@@ -16,14 +16,6 @@ T=$(mktemp -d /tmp/meshmoe-qkvremat.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=2 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=64"
 
-run() {   # run NAME PRESET ARGS...: train into $T/NAME.jsonl
-    local name=$1 preset=$2; shift 2
-    if ! $TRAIN configs/$preset.yml $FAST "$@" metrics_file=$T/$name.jsonl > $T/$name.out 2>&1; then
-        fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
-    fi
-}
-bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
-same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
 last() { tail -1 "$T/$1.jsonl"; }
 num() { grep -o "\"$1\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
 dev_act() { last "$1" | grep -o '"devices": \[{"device": 0, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' | num activations; }

@@ -20,7 +20,6 @@ run() {
         fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
     fi
 }
-bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
 # The last step's figures of device 0: peak_bytes (the device), a tag of peak_bytes_by_tag,
 # host_peak_bytes_by_tag, or host_transfer_bytes.
 last() { tail -1 "$T/$1.jsonl"; }
@@ -29,7 +28,6 @@ dev_tag() { last "$1" | grep -o '"devices": \[{"device": 0, "peak_bytes": [0-9]*
     grep -o "\"$2\": [0-9]*" | grep -o '[0-9]*$'; }
 host_tag() { last "$1" | grep -o '"host_peak_bytes_by_tag": {[^}]*}' | head -1 | grep -o "\"$2\": [0-9]*" | grep -o '[0-9]*$'; }
 moved() { last "$1" | grep -o "\"$2\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
-same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
 
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset: every policy gives the losses of remat_policy=none, bit for bit"

@@ -22,8 +22,6 @@ run() {
         fail "$name: run failed: $(tail -1 $T/$name.out)"; : > $T/$name.jsonl
     fi
 }
-bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
-same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
 # temp NAME: device 0's peak temp bytes in the last step.
 temp() { tail -1 "$T/$1.jsonl" | grep -o '"devices": \[{"device": 0, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' |
     grep -o '"temp": [0-9]*' | grep -o '[0-9]*$'; }

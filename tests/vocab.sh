@@ -28,8 +28,6 @@ run() {   # run NAME PRESET ARGS...: train into $T/NAME.jsonl
         fail "$name: run failed: $(tail -n 1 $T/$name.out)"; : > $T/$name.jsonl
     fi
 }
-bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }
-same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }
 last() { tail -n 1 "$T/$1.jsonl"; }
 # Device 0's step peak, a tag of its step peak, a tag of the step's forward peak.
 dev_peak() { last "$1" | grep -o '"devices": \[{"device": 0, "peak_bytes": [0-9]*' | grep -o '[0-9]*$'; }
