@@ -77,7 +77,7 @@ parity: train
 bench: train
 	bash tests/bench.sh
 
-# Every optimization of OPTIMIZATIONS.md toggled against the baseline on both tiny presets:
+# Every optimization of docs/optimizations.md toggled against the baseline on both tiny presets:
 # losses compared bit for bit, per-device memory measured (sweep/sweep.c). Fails if a "bit"
 # row is not bit-identical.
 sweep: train

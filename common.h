@@ -1,5 +1,5 @@
 // common.h: the few helpers every file of meshmoe uses.
-// Errors: a single clear message on stderr and a non-zero exit (DESIGN.md, principle 6).
+// Errors: a single clear message on stderr and a non-zero exit, before anything is half-written.
 #ifndef MESHMOE_COMMON_H
 #define MESHMOE_COMMON_H
 

@@ -211,7 +211,7 @@ static void device_main(int dev_id, void *arg) {
         return;
     }
 
-    // eval_per_device_batch_size (OPTIMIZATIONS.md row 28), read here only: the eval batch
+    // eval_per_device_batch_size (docs/optimizations.md#eval_per_device_batch_size), read here only: the eval batch
     // is set apart from the training batch, so a small eval batch bounds the eval peak (its
     // forward activations) whatever the training batch; training is unchanged.
     int Be = B;
@@ -348,7 +348,7 @@ int main(int argc, char **argv) {
         config_set(&c, argv[i], eq + 1, "command line");
     }
     config_validate(&c);
-    // attn_block_autotune (OPTIMIZATIONS.md row 31): the block sizes, chosen before the mesh
+    // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen before the mesh
     // starts so that every device uses the same ones.
     if (c.attn_block_autotune && !strcmp(c.attention, "flash") && !c.dry_run) attn_block_autotune(&c);
     // 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h).

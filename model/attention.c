@@ -1,5 +1,5 @@
-// model/attention.c: causal grouped-query attention (Mixtral), MODEL_SPEC.md "Attention,
-// Mixtral (GQA)":
+// model/attention.c: causal grouped-query attention (Mixtral),
+// docs/model.md#gqa-attention:
 //     q = RoPE(x Wq)  (T,N,Dh)      k = RoPE(x Wk)  (T,Nkv,Dh)      v = x Wv  (T,Nkv,Dh)
 //     o = causal softmax attention (model/attn_core.c), query head h reads kv head h/(N/Nkv)
 //     out = o Wo  (T,D)

@@ -1,4 +1,4 @@
-// model/attention.h: causal grouped-query attention (Mixtral), MODEL_SPEC.md "Attention, Mixtral".
+// model/attention.h: causal grouped-query attention (Mixtral), docs/model.md#gqa-attention.
 #ifndef MESHMOE_ATTENTION_H
 #define MESHMOE_ATTENTION_H
 #include "model/config.h"

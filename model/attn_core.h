@@ -2,7 +2,7 @@
 // q, k, v (projected, RoPE applied, any scaling already folded in), for any head widths and
 // a grouped kv-head mapping. GQA (model/attention.c) and MLA (model/mla.c) call it.
 //
-// The math (MODEL_SPEC.md "Attention, Mixtral (GQA)"), per sequence b and query head h,
+// The math (docs/model.md#gqa-attention), per sequence b and query head h,
 // with g = h / (N/Nkv) the kv head it reads:
 //     s[i][j] = q[b,i,h] . k[b,j,g]                (no 1/sqrt(d) here)
 //     s[i][j] = -0.7 * FLT_MAX  where j > i        (the causal mask, by replacement)
@@ -33,7 +33,7 @@ AttnRounding attn_rounding(const Config *c);
 // so negative that exp(mask - m) is exactly 0 in float32.
 #define ATTN_MASK_VALUE ((float)(-0.7 * (double)FLT_MAX))
 
-// implicit_causal_mask (OPTIMIZATIONS.md row 6): NULL, the mask comes from comparing
+// implicit_causal_mask (docs/optimizations.md#implicit_causal_mask): NULL, the mask comes from comparing
 // positions (j <= q0+i); or, with implicit_causal_mask=false, a materialised boolean mask
 // (B,1,S,q0+S) (MEM_TEMP, 1 byte per entry) as MaxText builds it, which both passes read
 // to decide which keys a query sees. The same keys either way, so the same bits. Free with mem_free.
@@ -88,7 +88,7 @@ void attn_check_heads(int N, int Nkv);
 // orders, so the same token gets different bits in a 10-row GEMM than in a 5-row one
 // (measured: tests/test_attention.c, check 6). One GEMM per sequence makes every token's
 // result depend on its own sequence only, never on the batch size or on how the batch is
-// split over devices (DESIGN.md principle 2).
+// split over devices (docs/model.md#summation-order).
 // out (B*S, OC) = inp (B*S, C) @ w (C, OC)
 void attn_matmul_forward(float *out, const float *inp, const float *w, int B, int S, int C, int OC);
 // dinp (B*S, C) += dout @ w^T, one GEMM per sequence (dinp may be NULL);

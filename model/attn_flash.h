@@ -1,5 +1,5 @@
-// model/attn_flash.h: blocked online-softmax attention (attention=flash, OPTIMIZATIONS.md
-// rows 25 and 31), the FlashAttention way of computing what model/attn_core.c computes.
+// model/attn_flash.h: blocked online-softmax attention (attention=flash,
+// docs/optimizations.md#attention), the FlashAttention way of computing what model/attn_core.c computes.
 //
 // Forward, per (sequence b, query head h), query block by query block (attn_block_q rows),
 // key block by key block (attn_block_kv keys), for each row i a running max m, sum l and
@@ -50,7 +50,7 @@ void attn_backward_cfg(const Config *c, float *dq, float *dk, float *dv, const f
                        const unsigned char *mask, int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk,
                        int Dv);
 
-// attn_block_autotune=true (row 31): times forward + backward of a few (bq, bkv) candidates
+// attn_block_autotune=true (docs/optimizations.md#attn_block_autotune): times forward + backward of a few (bq, bkv) candidates
 // on random inputs of the first step's per-device shapes (on a scratch device of its own,
 // before training), prints one line per candidate and sets c->attn_block_q, attn_block_kv
 // to the fastest.

@@ -1,7 +1,7 @@
 // model/attn_ring.h: ring attention over the context axis (context_parallel_strategy=ring,
-// OPTIMIZATIONS.md row 29), the other way to reach the keys and values of the other parts
-// of a sequence (sharding/context.h). The math is model/attn_core.h's; only the order of
-// its sums changes.
+// docs/optimizations.md#context_parallel_strategy), the other way to reach the keys and
+// values of the other parts of a sequence (sharding/context.h). The math is
+// model/attn_core.h's; only the order of its sums changes.
 //
 // Instead of all-gathering every part's K/V, each of the P context devices keeps its own
 // block (B,S,Nkv,.) and the blocks travel round the ring r -> r+1 (mod P): at step t device

@@ -116,8 +116,8 @@ static const KeyDef KEYS[] = {
     KEY(pipeline_shift_impl, K_STR, "ppermute", "pipeline: ppermute (collective with its own buffers in the loop state) or slice (the stacked state's rows, shifted)"),
     KEY(pipeline_save_decoder_layer_input, K_BOOL, "true", "pipeline remat: also save every layer's input (a second stacked buffer) besides iteration_input"),
     KEY(pipeline_fsdp_ag_once, K_BOOL, "false", "pipeline: all-gather the stage's weights over fsdp once before the loop, not at every iteration"),
-    // temporaries and fused ops (branch temps): each switch's costlier side really allocates
-    // and uses the buffer it names (model/temps.c), so the figures measured are real.
+    // temporaries and fused ops (docs/temporaries-and-fused-ops.md): each switch's costlier side really
+    // allocates and uses the buffer it names, so the figures measured are real.
     KEY(rmsnorm_fused_scale, K_BOOL, "true", "RMSNorm multiplies by its scale inside the loop; false: the einsum form materialises the broadcast [B,S,D] scale first (one activation-sized temporary)"),
     KEY(implicit_causal_mask, K_BOOL, "true", "attention masks keys by comparing positions; false: a [B,1,S,S] boolean causal mask is materialised and read, forward and backward"),
     KEY(moe_skip_redundant_cast, K_BOOL, "true", "skip the no-op float32 cast of the expert intermediate; false: an extra [tokens,H] copy (and of its gradient)"),
@@ -126,7 +126,7 @@ static const KeyDef KEYS[] = {
     KEY(skip_noop_grad_cast, K_BOOL, "true", "skip the gradient cast to grad_dtype when it is a no-op (float32 -> float32); false: one gradient-sized copy read by the optimizer"),
     KEY(donate_buffers, K_BOOL, "true", "AdamW updates the parameters in place (donated); false: each step writes a new parameter buffer (one model-sized copy)"),
     KEY(eval_per_device_batch_size, K_INT, "0", "sequences per device in an eval batch (0 = per_device_batch_size); eval only, training is unchanged"),
-    // ---- branch remat: rematerialisation, host offload, EMA, optimizer type ----
+    // ---- rematerialisation, host offload, EMA, optimizer type ----
     KEY(remat_policy, K_STR, "full", "what the backward keeps (model/remat.c): none (everything), minimal (all but the norm outputs), save_dot_except_mlp (attention kept, FFN recomputed), save_qkv_proj (x and attention's q, k, v kept; the attention core, out_proj, norms and FFN recomputed), save_out_proj (x and the residual after out_proj kept, both blocks recomputed), full (only each layer's input), custom (the keys below), minimal_offloaded (minimal, kept tensors in host memory), qkv_proj_offloaded (save_qkv_proj, q, k, v in host memory)"),
     KEY(decoder_layer_input, K_STR, "device", "remat_policy=custom: each layer's input: device or offload"),
     KEY(query_proj, K_STR, "remat", "remat_policy=custom: attention's saved q (device, offload or remat; MLA: with the projections' low-rank intermediates). query_proj, key_proj and value_proj must agree; context equals them or is remat"),
@@ -142,32 +142,32 @@ static const KeyDef KEYS[] = {
     KEY(ema_decay, K_FLOAT, "0", "keep an EMA copy of the weights: ema = decay*ema + (1-decay)*params after each update (0 = off)"),
     KEY(ema_host_offload, K_BOOL, "false", "the EMA copy lives in host memory (the weights are copied there for its update)"),
     KEY(opt_type, K_STR, "adamw", "optimizer: adamw (two moments per weight), sgd (plain, no state) or adafactor (optax defaults: factored second moment for tensors with two dims >= 128)"),
-    // ---- branch scan: scanned vs unrolled layers (OPTIMIZATIONS.md row 19) ----
+    // ---- scanned vs unrolled layers (docs/optimizations.md#scan_layers) ----
     KEY(scan_layers, K_BOOL, "true", "the layers reuse one set of temporaries (MaxText's scanned layer stack); false: unrolled, each layer's temporaries (forward and backward) are its own and stay allocated until the step's backward pass ends"),
-    // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
+    // ---- collectives overlapping compute (sharding/overlap.h) ----
     KEY(overlap_collectives, K_BOOL, "false", "under FSDP, all-gather the next layer's weights on a helper thread while this layer computes (forward and backward): faster when the gather waits, one more unit of gathered weights held; same losses"),
-    // ---- branch specs: sharding constraints on activations (sharding/constraint.h) ----
+    // ---- sharding constraints on activations (sharding/constraint.h) ----
     KEY(skip_trivial_specs, K_BOOL, "true", "a sharding constraint whose spec is all-unsharded on this mesh emits no copy; false: it materialises an activation-sized copy that the next op reads (as XLA does)"),
     KEY(remove_size_one_mesh_axis, K_BOOL, "true", "partition specs drop mesh axes of size 1; false: a constraint whose spec names a size-1 axis is an identity reshard that copies the tensor"),
     KEY(shard_mode, K_STR, "auto", "auto: the runtime places reshards (a row-parallel matmul's partial sums are all-reduced in its output); explicit: each matmul declares its output sharding, the partial sums are reduced in a temporary and resharded into the output"),
-    // ---- branch vocab: vocabulary tiling and the one-hot embedding (model/vocab_tiling.c, model/embedding.c) ----
+    // ---- vocabulary tiling and the one-hot embedding (model/vocab_tiling.c, model/embedding.c) ----
     KEY(num_vocab_tiling, K_INT, "1", "output head + cross-entropy in this many token tiles: only a [T/n, V] logits tile exists at a time, forward and backward (recomputed), never the [B,S,V] logits; must divide this device's leaves (1 = off)"),
     KEY(use_iota_embed, K_BOOL, "false", "embedding lookup as a one-hot [B,S,V] matrix times the table instead of a gather (same bits; costs the one-hot tensor)"),
     KEY(iota_embed_max_bytes, K_BYTES, "2GiB", "use_iota_embed guard: when this device's one-hot tensor would exceed this many bytes, the gather is used instead"),
-    // ---- branch flash: blocked online-softmax attention (model/attn_flash.c) ----
+    // ---- blocked online-softmax attention (model/attn_flash.c) ----
     KEY(attention, K_STR, "dot_product", "dot_product: each query row scores its keys in one pass (model/attn_core.c); flash: blocked online softmax over key blocks, forward and backward (model/attn_flash.c)"),
     KEY(attn_block_q, K_INT, "64", "attention=flash: query rows per block (any value >= 1; a last, shorter block takes the remainder)"),
     KEY(attn_block_kv, K_INT, "64", "attention=flash: keys per block (any value >= 1; a last, shorter block takes the remainder)"),
     KEY(attn_block_autotune, K_BOOL, "false", "attention=flash: before training, time a few (attn_block_q, attn_block_kv) pairs on the first step's shapes, print the table and use the fastest"),
-    // ---- branch ring: ring attention over the context axis (model/attn_ring.h) ----
+    // ---- ring attention over the context axis (model/attn_ring.h) ----
     KEY(context_parallel_strategy, K_STR, "all_gather", "how attention reaches the other context devices' keys and values: all_gather (gather every part's K/V, reduce-scatter dK/dV) or ring (pass one K/V block at a time round the context devices, log-sum-exp merge; dK/dV travel back round the ring)"),
     KEY(hbm_capacity, K_BYTES, "0", "bytes of memory per device, e.g. 80GB or 512MiB (0 = unlimited)"),
     KEY(print_sharding, K_BOOL, "false", "print every tensor's global shape, sharding and per-device shape"),
-    // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
+    // ---- `./train sweep` (sweep/sweep.c) ----
     KEY(sweep_steps, K_INT, "5", "sweep: training steps of every run the sweep compares"),
     KEY(sweep_only, K_STR, "", "sweep: run only the rows of these keys (comma-separated; a catalog row number or 'mesh' works too)"),
-    KEY(sweep_num_devices, K_INT, "4", "sweep: devices of the mesh-shape sweep (row 18: every data x fsdp x tensor x expert factorisation)"),
-    // ---- branch planner: the dry-run planner and the memory timeline (sharding/plan.h) ----
+    KEY(sweep_num_devices, K_INT, "4", "sweep: devices of the mesh-shape sweep (every data x fsdp x tensor x expert factorisation)"),
+    // ---- the dry-run planner and the memory timeline (sharding/plan.h) ----
     KEY(dry_run, K_BOOL, "false", "walk one training step's allocations without computing, print each device's memory plan and whether it fits hbm_capacity"),
     KEY(memory_trace, K_STR, "", "write each device's live bytes by tag over the first step, one CSV row per alloc/free/phase (./train plot TRACE DIR draws it)"),
 };
@@ -256,7 +256,7 @@ void config_set(Config *c, const char *key, const char *value, const char *where
     set_value(c, k, value, where);
 }
 
-// ---- branch sweep: questions about the key table, so that the sweep's row list can be
+// ---- for the sweep: questions about the key table, so that the sweep's row list can be
 // data (a row whose key this build lacks is reported as not implemented, never faked).
 int config_has_key(const char *key) { return find_key(key) != NULL; }
 
@@ -422,7 +422,7 @@ void config_validate(const Config *c) {
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
     if (c->num_vocab_tiling < 1)
         die("num_vocab_tiling must be >= 1 (1 = the whole logits at once), got %d", c->num_vocab_tiling);
-    // branch flash
+    // attention kernels and context parallelism
     if (strcmp(c->attention, "dot_product") && strcmp(c->attention, "flash"))
         die("attention must be 'dot_product' or 'flash', got '%s'", c->attention);
     if (c->attn_block_q < 1 || c->attn_block_kv < 1)
@@ -432,7 +432,7 @@ void config_validate(const Config *c) {
     if (!strcmp(c->context_parallel_strategy, "ring") && !strcmp(c->attention, "flash"))
         die("context_parallel_strategy=ring with attention=flash is not supported: the ring already runs attention "
             "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
-    remat_plan(c);        // branch remat: dies on a bad remat_policy or checkpoint value
+    remat_plan(c);        // dies on a bad remat_policy or checkpoint value
     state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }
 

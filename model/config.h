@@ -57,7 +57,7 @@ typedef struct {
     // ---- data, evaluation, output ----
     char dataset_path[CFG_STR];      // text file, token file, or "synthetic"
     float eval_fraction;             // held-out share of the data
-    int eval_interval;               // steps between eval losses (0: only at the end)
+    int eval_interval;               // steps between eval losses (0: at the start and the end only)
     int eval_steps;                  // eval batches per evaluation
     int log_period;                  // print every N steps
     char metrics_file[CFG_STR];
@@ -69,7 +69,7 @@ typedef struct {
     float sample_temperature;
     char dump_parity[CFG_STR];       // directory for the JAX parity dump ("" = off)
     int parity_steps;
-    // ---- canonical reduction (DESIGN.md principle 2) ----
+    // ---- canonical reduction (docs/model.md#summation-order) ----
     int reduce_leaf_tokens;          // tokens per leaf of the gradient-sum tree (0 = one chunk)
     int context_reduce_chunks;       // chunks every sequence is cut into for sums over tokens (sharding/context.h)
     int tensor_reduce_chunks;        // pieces of every tensor-parallel sum (sharding/tensor.h)
@@ -89,7 +89,7 @@ typedef struct {
     char pipeline_shift_impl[CFG_STR]; // "ppermute" or "slice": how stage outputs rotate to the next stage
     int pipeline_save_decoder_layer_input; // remat in the pipeline also saves each layer's input
     int pipeline_fsdp_ag_once;       // all-gather the stage's weights once before the loop
-    // ---- temporaries and fused ops (branch temps; OPTIMIZATIONS.md rows 4, 6, 7, 11, 22, 28) ----
+    // ---- temporaries and fused ops (docs/temporaries-and-fused-ops.md) ----
     int rmsnorm_fused_scale;         // RMSNorm multiplies by its scale in the loop (false: a broadcast [T,D] scale)
     int implicit_causal_mask;        // attention masks from positions (false: a materialised [B,1,S,S] mask)
     int moe_skip_redundant_cast;     // no copy of the expert intermediate for a float32->float32 cast
@@ -98,41 +98,42 @@ typedef struct {
     int skip_noop_grad_cast;         // no gradient-sized copy for the float32->float32 grad_dtype cast
     int donate_buffers;              // AdamW updates the parameters in place (false: a new copy each step)
     int eval_per_device_batch_size;  // eval sequences per device (0 = per_device_batch_size)
-    // ---- branch remat: rematerialisation, host offload, EMA, optimizer type (model/remat.h,
+    // ---- rematerialisation, host offload, EMA, optimizer type (model/remat.h,
     //      sharding/offload.h) ----
-    char remat_policy[CFG_STR];      // none, minimal, save_dot_except_mlp, full, custom, minimal_offloaded
+    char remat_policy[CFG_STR];      // none, minimal, save_dot_except_mlp, save_qkv_proj, save_out_proj, full,
+                                     // minimal_offloaded, qkv_proj_offloaded or custom (model/remat.c:remat_plan)
     char decoder_layer_input[CFG_STR], query_proj[CFG_STR], key_proj[CFG_STR], value_proj[CFG_STR];
     char context[CFG_STR], out_proj[CFG_STR], mlpwi[CFG_STR], mlpwo[CFG_STR];   // custom: device/offload/remat
-    int remat_nested_block;          // layers per remat block (sqrt(L) checkpointing); 0 = off
+    int remat_nested_block;          // layers per remat block (sqrt(L) checkpointing); 0 = off, -1 = round(sqrt(L))
     int optimizer_memory_host_offload, parameter_memory_host_offload;
     float ema_decay;                 // 0 = no EMA copy of the weights
     int ema_host_offload;            // the EMA copy lives in host memory
     char opt_type[CFG_STR];          // adamw, sgd or adafactor
-    // ---- branch scan: scanned vs unrolled layers ----
+    // ---- scanned vs unrolled layers ----
     int scan_layers;                 // one set of layer temporaries reused by every layer (false: a set per layer)
-    // ---- branch overlap: collectives overlapping compute (sharding/overlap.h) ----
+    // ---- collectives overlapping compute (sharding/overlap.h) ----
     int overlap_collectives;         // prefetch the next FSDP unit's all-gather on a helper thread
-    // ---- branch specs: sharding constraints on activations (sharding/constraint.h) ----
+    // ---- sharding constraints on activations (sharding/constraint.h) ----
     int skip_trivial_specs;          // an all-unsharded constraint emits no copy (false: one activation copy)
     int remove_size_one_mesh_axis;   // specs drop size-1 mesh axes (false: naming one is an identity reshard, a copy)
     char shard_mode[CFG_STR];        // "auto" or "explicit": where reshards of matmul outputs happen
-    // ---- branch vocab: vocabulary tiling and the one-hot embedding ----
+    // ---- vocabulary tiling and the one-hot embedding ----
     int num_vocab_tiling;            // token tiles of the output head + loss (1 = whole logits)
     int use_iota_embed;              // embedding as one-hot @ table instead of a gather
     int64_t iota_embed_max_bytes;    // use_iota_embed falls back to the gather above this one-hot size
-    // ---- branch flash: blocked online-softmax attention (model/attn_flash.h) ----
+    // ---- blocked online-softmax attention (model/attn_flash.h) ----
     char attention[CFG_STR];         // "dot_product" or "flash"
     int attn_block_q, attn_block_kv; // flash: query rows / keys per block
     int attn_block_autotune;         // flash: time a few block pairs before training, use the fastest
-    // ---- branch ring: ring attention over the context axis (model/attn_ring.h) ----
+    // ---- ring attention over the context axis (model/attn_ring.h) ----
     char context_parallel_strategy[CFG_STR];   // all_gather (K/V gathered) or ring (K/V passed round)
     int64_t hbm_capacity;            // bytes per device (0 = unlimited)
     int print_sharding;
-    // ---- branch sweep: `./train sweep` (sweep/sweep.c) ----
+    // ---- `./train sweep` (sweep/sweep.c) ----
     int sweep_steps;                 // steps of every run the sweep compares
     char sweep_only[CFG_STR];        // comma-separated keys (or row numbers, or "mesh"): the rows to run
-    int sweep_num_devices;           // devices of the mesh-shape sweep (row 18)
-    // ---- branch planner ----
+    int sweep_num_devices;           // devices of the mesh-shape sweep
+    // ---- the dry-run planner and the memory timeline (sharding/plan.h) ----
     int dry_run;                     // the planner: allocate, do not compute (sharding/plan.h)
     char memory_trace[CFG_STR];      // CSV of every device's allocations over the first step ("" = off)
 } Config;
@@ -153,7 +154,7 @@ int config_to_json(const Config *c, char *buf, int cap);
 // Overwrite c from a JSON object written by config_to_json (checkpoint loading).
 void config_from_json(Config *c, const char *json, const char *where);
 
-// ---- branch sweep: the key table as data (sweep/) ----
+// ---- for the sweep: the key table as data (sweep/) ----
 // Whether this build has a key.
 int config_has_key(const char *key);
 // Whether setting key=value would leave c unchanged (value parsed as the key's type).

@@ -1,4 +1,4 @@
-// model/embedding.h: token embedding lookup (MODEL_SPEC.md "Embedding"): no sqrt(D) scaling.
+// model/embedding.h: token embedding lookup (docs/model.md#embedding): no sqrt(D) scaling.
 // Vocabulary-parallel: the device holds rows v0 .. v0+V-1 of the table (sharding/tensor.h).
 #ifndef MESHMOE_EMBEDDING_H
 #define MESHMOE_EMBEDDING_H
@@ -11,7 +11,7 @@ void embedding_forward(float *out, const int *ids, const float *table, int T, in
 // the canonical tree.
 void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0, Leaves leaf);
 
-// use_iota_embed (OPTIMIZATIONS.md row 5): the same lookup as a matmul, MaxText's iota
+// use_iota_embed (docs/optimizations.md#use_iota_embed): the same lookup as a matmul, MaxText's iota
 // embedding: onehot (T,V) with onehot[t][ids[t]-v0] = 1 (a row of zeros for another
 // device's ids), out = onehot @ table. The one-hot tensor is a (T,V) MEM_TEMP buffer.
 void embedding_forward_onehot(float *out, const int *ids, const float *table, int T, int D, int V, int v0);

@@ -1,4 +1,4 @@
-// model/loss.h: cross-entropy with z-loss (MODEL_SPEC.md "Loss").
+// model/loss.h: cross-entropy with z-loss (docs/model.md#output-head-and-loss).
 // Vocabulary-parallel: under tensor parallelism each device holds the logits of its slice
 // [v0, v0+V) of the vocabulary (sharding/tensor.h); the max, the sum of exponentials and
 // the target's logit are combined over the tensor axis. The sum of exponentials is always

@@ -13,7 +13,7 @@
 // in order, C[i][j] = fma(A[i][K-1], B[K-1][j], ... fma(A[i][0], B[0][j], 0)). Nothing
 // else takes part in it: not the other rows, not the other columns, not how many rows or
 // columns share the call, not where the row sits in its buffer. That is what sharding
-// needs (DESIGN.md principle 2): a token routed to an expert together with 3 others or
+// needs (docs/model.md#summation-order): a token routed to an expert together with 3 others or
 // with 300, a column computed on one device or on a tensor-parallel slice, get the same
 // bits. OpenBLAS does not promise that: its kernels add a row's products in an order
 // that depends on the row's place in its register tile (measured here: a row copied to
@@ -232,7 +232,7 @@ void blas_set_threads(int n) {
 }
 
 // Debian's OpenBLAS 0.3.21 picks its Haswell (AVX2) kernels on AMD Zen 4/5 CPUs that
-// have AVX-512; its SkylakeX kernels are about 2x faster there (DESIGN.md, facts). The
+// have AVX-512; its SkylakeX kernels are about 2x faster there (measured sgemm). The
 // choice is read from OPENBLAS_CORETYPE when the library loads, so if the CPU has
 // AVX-512 and the variable is unset, we set it and re-execute ourselves once.
 // Set OPENBLAS_CORETYPE yourself to override (e.g. OPENBLAS_CORETYPE=Haswell).

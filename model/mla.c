@@ -1,5 +1,5 @@
-// model/mla.c: DeepSeek multi-head latent attention, MODEL_SPEC.md "Attention, DeepSeek
-// (MLA)". Keys and values are made from a small per-token latent instead of full heads:
+// model/mla.c: DeepSeek multi-head latent attention (docs/model.md#mla).
+// Keys and values are made from a small per-token latent instead of full heads:
 //     query:  q = x Wq                               (q_lora_rank == 0)
 //             q = RMSNorm_q(x Wq_a) Wq_b             (q_lora_rank  > 0)
 //             per head q = [q_nope (Dn), q_rope (Dr)]

@@ -1,4 +1,4 @@
-// model/mla.h: DeepSeek multi-head latent attention, MODEL_SPEC.md "Attention, DeepSeek (MLA)".
+// model/mla.h: DeepSeek multi-head latent attention, docs/model.md#mla.
 #ifndef MESHMOE_MLA_H
 #define MESHMOE_MLA_H
 #include "model/config.h"

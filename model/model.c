@@ -304,7 +304,7 @@ void model_init(Model *m, const Config *c) {
                 init_tensor(dst, s, c->seed, a - s->offset, b - s->offset);
                 continue;
             }
-            // shard_variables_at_init (OPTIMIZATIONS.md row 12), read here only: a sharding
+            // shard_variables_at_init (docs/optimizations.md#shard_variables_at_init), read here only: a sharding
             // constraint on every variable as it is created. The variable is created whole
             // (this device's tensor/expert piece of it) and the constraint copies the part
             // this device keeps into place: one whole variable (MEM_TEMP) at a time on top of
@@ -397,7 +397,7 @@ static float *bias_of(const Model *m, int l) {
 // gradient reduction), so that model_forward/model_backward below and the pipeline
 // (pipeline/) share them.
 
-// use_iota_embed + iota_embed_max_bytes (OPTIMIZATIONS.md row 5), read here only. MaxText's
+// use_iota_embed + iota_embed_max_bytes (docs/optimizations.md#use_iota_embed), read here only. MaxText's
 // iota embedding looks the tokens up as onehot(ids) @ table instead of a gather: on an
 // accelerator a matmul can beat a gather, at the cost of a (T,V) one-hot tensor (this
 // device's slice of the vocabulary), which the guard caps: above iota_embed_max_bytes the
@@ -420,7 +420,7 @@ void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int 
     else embedding_backward(m->grads.embedding, dx, ids, B * S, D, V, v0, leaves_of(&m->cfg, B, S));
 }
 
-// moe_reshard_io (OPTIMIZATIONS.md row 10), read here only. MaxText's DeepSeek MoE layer
+// moe_reshard_io (docs/optimizations.md#moe_reshard_io), read here only. MaxText's DeepSeek MoE layer
 // once resharded the block's input and output (sharding constraints between the attention
 // part and the MoE block) where the layout was already right; XLA materialised each as a
 // copy. On: the block reads a copy of its input and writes into a fresh output buffer that
@@ -662,7 +662,7 @@ void model_head_free(Model *m) {
     m->xL = m->nf = m->rstdf = m->logits = m->lse = m->scalef = NULL;
 }
 
-// scan_layers (OPTIMIZATIONS.md row 19), read here only. MaxText scans its decoder layers by
+// scan_layers (docs/optimizations.md#scan_layers), read here only. MaxText scans its decoder layers by
 // default (true): one compiled layer body run L times, whose temporaries every layer reuses,
 // as the loops below do when each layer frees its own before the next begins. Unrolled
 // (false), each layer is separate code and XLA gives each its own temporaries: a set per

@@ -1,5 +1,5 @@
 // model/model.h: the decoder stack, its parameter layout and one training step's
-// forward and backward passes (MODEL_SPEC.md "Decoder stack").
+// forward and backward passes (docs/model.md#decoder-stack).
 #ifndef MESHMOE_MODEL_H
 #define MESHMOE_MODEL_H
 #include <stddef.h>

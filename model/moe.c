@@ -1,4 +1,4 @@
-// model/moe.c: the mixture-of-experts block, MODEL_SPEC.md "MoE block".
+// model/moe.c: the mixture-of-experts block (docs/model.md#moe-routing, #expert-dispatch).
 //
 //   logits = x Wg                                  (T,E) gate
 //   idx, w = route(logits)                         (T,K) Mixtral or DeepSeek routing
@@ -127,7 +127,7 @@ void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, in
 }
 
 // ---------------------------------------------------------------------------------------
-// Load-balance loss (Switch/Mixtral form, MODEL_SPEC.md "Load-balance loss"):
+// Load-balance loss (Switch/Mixtral form, docs/model.md#load-balance-loss):
 //   P = softmax(logits) (T,E);  f[b,e] = (1/S) #assignments of sequence b to e;
 //   Pbar[b,e] = (1/S) sum_s P[b,s,e];  lb_seq[b] = lb_coef * sum_e f[b,e] * Pbar[b,e]
 // S is the whole sequence. The counts and the sums of P are taken chunk by chunk (the
@@ -268,7 +268,7 @@ static void expert_dw(float *dw, const float *inp, const float *dout, const int 
 // needs does not depend on the routing, and the dry-run planner (which does not route)
 // allocates exactly what a real step does.
 //
-// moe_skip_redundant_cast (OPTIMIZATIONS.md row 7), read here only. MaxText casts the
+// moe_skip_redundant_cast (docs/optimizations.md#moe_skip_redundant_cast), read here only. MaxText casts the
 // expert intermediate silu(h0)*h1 (rows,H) to the activation dtype before the wo matmul
 // (and autodiff casts its gradient back); with float32 activations both casts are no-ops,
 // and the skip drops them. Without it each cast writes a copy (MEM_TEMP) that the next

@@ -1,5 +1,5 @@
 // model/moe.h: the mixture-of-experts block: router (Mixtral or DeepSeek) and experts
-// (dense path or sparse grouped path), MODEL_SPEC.md "MoE block" and "Load-balance loss".
+// (dense path or sparse grouped path): docs/model.md#moe-routing, #expert-dispatch, #load-balance-loss.
 #ifndef MESHMOE_MOE_H
 #define MESHMOE_MOE_H
 #include "model/config.h"

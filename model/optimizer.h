@@ -1,5 +1,5 @@
 // model/optimizer.h: learning-rate schedule, global-norm clipping and AdamW as optax does
-// them (MODEL_SPEC.md "Optimizer and schedule").
+// them (docs/model.md#optimizer-and-schedule).
 #ifndef MESHMOE_OPTIMIZER_H
 #define MESHMOE_OPTIMIZER_H
 #include <stddef.h>

@@ -1,4 +1,4 @@
-// model/precision.h: bfloat16 mode (dtype=bfloat16), MODEL_SPEC.md "Precision modes".
+// model/precision.h: bfloat16 mode (dtype=bfloat16), docs/model.md#bf16-cast-points.
 //
 // Master weights, gradients and optimizer state stay float32 (weight_dtype, grad_dtype).
 // Activations are bf16: every value is rounded to bf16 (round to nearest even) where the

@@ -72,7 +72,7 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
     rmsnorm_backward_rows(dx, dscale, dout, x, scale, 0, rstd, T, D, leaf, bf16);
 }
 
-// rmsnorm_fused_scale (OPTIMIZATIONS.md row 4), read here only. MaxText's fused form
+// rmsnorm_fused_scale (docs/optimizations.md#rmsnorm_fused_scale), read here only. MaxText's fused form
 // multiplies each normalised row by the (D) scale as it goes. The einsum form
 // ("bsd,bsd->bsd" against jnp.broadcast_to(scale, x.shape)) materialises the broadcast
 // scale, and since it is an operand of the product, autodiff keeps it for the backward

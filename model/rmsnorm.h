@@ -1,4 +1,4 @@
-// model/rmsnorm.h: y = x * rsqrt(mean(x^2) + eps) * scale (MODEL_SPEC.md "RMSNorm").
+// model/rmsnorm.h: y = x * rsqrt(mean(x^2) + eps) * scale (docs/model.md#rmsnorm).
 #ifndef MESHMOE_RMSNORM_H
 #define MESHMOE_RMSNORM_H
 #include "sharding/context.h"

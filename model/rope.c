@@ -1,5 +1,5 @@
-// model/rope.c: rotary position embedding, half-split layout (MODEL_SPEC.md "Rotary
-// position embedding"). Each head's first Dr entries are cut into two halves x1, x2 and
+// model/rope.c: rotary position embedding, half-split layout (docs/model.md#rope).
+// Each head's first Dr entries are cut into two halves x1, x2 and
 // pair i = (x1[i], x2[i]) is rotated by the angle theta_i = pos / timescale_i:
 //     out1 = x1*cos - x2*sin
 //     out2 = x2*cos + x1*sin

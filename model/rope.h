@@ -1,4 +1,4 @@
-// model/rope.h: rotary position embedding, half-split layout (MODEL_SPEC.md "Rotary position embedding").
+// model/rope.h: rotary position embedding, half-split layout (docs/model.md#rope).
 #ifndef MESHMOE_ROPE_H
 #define MESHMOE_ROPE_H
 

@@ -123,7 +123,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     mem_free(aux_seq);
 }
 
-// skip_noop_grad_cast (OPTIMIZATIONS.md row 11), read here only. MaxText casts the
+// skip_noop_grad_cast (docs/optimizations.md#skip_noop_grad_cast), read here only. MaxText casts the
 // gradients to grad_dtype before the optimizer; with float32 gradients and grad_dtype
 // float32 the cast changes nothing, and the guard skips it. Without the guard the cast
 // writes a gradient-sized copy (MEM_GRADS) that clipping and AdamW then read: the same
@@ -137,7 +137,7 @@ static float *grad_dtype_cast(Model *m) {
     return orig;
 }
 
-// donate_buffers (OPTIMIZATIONS.md row 22), read here only. MaxText donates the train
+// donate_buffers (docs/optimizations.md#donate_buffers), read here only. MaxText donates the train
 // state to the step, so XLA updates the parameters in place. Without donation the update
 // writes the new parameters into a new buffer (MEM_PARAMS) while the old ones are still
 // held, and drops the old after: one model-sized copy at the update. Same arithmetic, same bits.

@@ -2,7 +2,7 @@
 //
 // A weight gradient is a sum over tokens. If one device adds tokens 0..T-1 in a row and
 // two devices each add half and then add the halves, the float32 results differ in the
-// last bits. meshmoe therefore fixes the order once and for all (DESIGN.md principle 2):
+// last bits. meshmoe therefore fixes the order once and for all (docs/model.md#summation-order):
 // tokens are cut into leaves of `reduce_leaf_tokens` tokens (default: one sequence); each
 // leaf's contribution is computed on its own, and leaves are added along a fixed pairwise
 // tree: leaf0+leaf1, leaf2+leaf3, then (01)+(23), ... The tree depends only on the leaf

@@ -1,4 +1,4 @@
-// model/vocab_tiling.h: num_vocab_tiling (OPTIMIZATIONS.md row 24), MaxText's vocabulary
+// model/vocab_tiling.h: num_vocab_tiling (docs/optimizations.md#num_vocab_tiling), MaxText's vocabulary
 // tiling: the output head and the cross-entropy computed tile by tile over the tokens, so
 // that only one (T/n, V) logits tile exists at a time, never the (B,S,V) logits. The
 // forward pass keeps the logsumexp per token (T floats) and the final norm's output, which

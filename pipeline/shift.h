@@ -1,6 +1,6 @@
 // pipeline/shift.h: moving each stage's output to the next stage (`shift` in MaxText's
 // loop state), in the two ways pipeline_shift_impl selects. Both give the same numbers;
-// they differ in the buffers that hold the data (OPTIMIZATIONS.md row 8).
+// they differ in the buffers that hold the data (docs/optimizations.md#pipeline_shift_impl).
 //
 //   ppermute  MaxText's explicit-sharding loop (shard_map + jax.lax.ppermute): the loop
 //             state carries the collective's own buffers. Here: a send and a receive

@@ -6,7 +6,7 @@
 // memory a collective needs is measured like any other. Bytes sent and received are
 // counted per device and per kind of collective.
 //
-// Sums are done in the canonical order (DESIGN.md principle 2): the members' contributions
+// Sums are done in the canonical order (docs/model.md#summation-order): the members' contributions
 // are added along the fixed pairwise tree over ranks (model/treesum.h), whatever the mesh,
 // so that a sum over 4 devices equals the sum of the two 2-device sums bit for bit.
 //

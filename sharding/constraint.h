@@ -1,5 +1,6 @@
 // sharding/constraint.h: sharding constraints on activations (MaxText's
-// nn.with_logical_constraint / maybe_shard_with_logical), OPTIMIZATIONS.md rows 2 and 3.
+// nn.with_logical_constraint / maybe_shard_with_logical): skip_trivial_specs and
+// remove_size_one_mesh_axis (docs/optimizations.md#skip_trivial_specs).
 //
 // MaxText's model code pins the layout of activations at layer boundaries: the residual
 // stream entering each decoder layer, the attention and MLP inputs (the norm outputs), the

@@ -14,7 +14,7 @@
 //   - the MoE block's per-sequence statistics (load-balance loss, capacity).
 //   - every sum over tokens: the weight gradients, dK/dV, the loss.
 //
-// The canonical order (DESIGN.md principle 2). Whatever the mesh, one device too, every
+// The canonical order (docs/model.md#summation-order). Whatever the mesh, one device too, every
 // sequence is cut into `context_reduce_chunks` (C, a power of two) chunks of S/C tokens,
 // and every sum over tokens is "chunk outermost": the pairwise tree (model/treesum.h) over
 // the C chunks of, per chunk, the pairwise tree over that chunk's leaves in (sequence,

@@ -1,6 +1,6 @@
 // sharding/memory.h: the per-device allocator. Every buffer meshmoe uses comes from here,
 // tagged with what it holds, so that each device's live and peak bytes are measured, not
-// estimated (DESIGN.md principle 1). A device is the thread that owns the allocator; the
+// estimated (the dry-run planner walks the same allocations). A device is the thread that owns the allocator; the
 // thread's current device is set with mem_set_device().
 #ifndef MESHMOE_MEMORY_H
 #define MESHMOE_MEMORY_H

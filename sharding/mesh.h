@@ -1,5 +1,5 @@
-// sharding/mesh.h: the simulated device mesh. Devices are real threads (DESIGN.md
-// principle 3), each with its own allocator (sharding/memory.h), laid out on a grid whose
+// sharding/mesh.h: the simulated device mesh. Devices are real threads,
+// each with its own allocator (sharding/memory.h), laid out on a grid whose
 // axes carry MaxText's names. A device's id is its row-major index over the axes in the
 // order below (the last axis varies fastest), as in MaxText's mesh_axes.
 //

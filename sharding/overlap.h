@@ -1,5 +1,5 @@
-// sharding/overlap.h: collectives overlapping compute (overlap_collectives, OPTIMIZATIONS.md
-// row 32). Under FSDP every unit's weights are all-gathered just before use
+// sharding/overlap.h: collectives overlapping compute (overlap_collectives,
+// docs/optimizations.md#overlap_collectives). Under FSDP every unit's weights are all-gathered just before use
 // (sharding/fsdp.h), and the device waits for the gather. With overlap_collectives the
 // gather of the NEXT unit is started on a helper thread while the current unit computes:
 // a prefetch. The forward prefetches unit u+1 while unit u runs, the backward unit u-1.

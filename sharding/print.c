@@ -247,7 +247,7 @@ static void print_activations(const Model *m, const Mesh *mesh, int Bg, int S) {
     table_row(&t, (const char *const[]){"name", "logical axes", "global shape", "spec", "per-device shape", "bytes", ""});
     for (int i = 0; i < n; i++) act_row(&t, mesh, &acts[i], bf16);
     table_print(&t, 1u << 5);
-    // What the sharding constraints on these two specs cost on this mesh (rows 2 and 3).
+    // What the sharding constraints on these two specs cost on this mesh (skip_trivial_specs, remove_size_one_mesh_axis).
     printf("sharding constraints (residual stream and norm outputs, logits; and their gradients): %s, %s "
            "(skip_trivial_specs=%s, remove_size_one_mesh_axis=%s)\n",
            constraint_copies(c, R) ? "each copies the residual" : "no copies of the residual",

@@ -85,7 +85,7 @@ void tp_rowpar_forward(const Config *c, float *out, const float *inp, const floa
     tp_rowpar_forward_cap(c, out, inp, w, T, T, Cl, OC);
 }
 
-// shard_mode (OPTIMIZATIONS.md row 34), read here only. The row-parallel product's result
+// shard_mode (docs/optimizations.md#shard_mode), read here only. The row-parallel product's result
 // on each device is a partial sum (MaxText/JAX: an "unreduced" value); its output sharding
 // (replicated over tensor: activation_embed) is reached by an all-reduce.
 //   auto (default): the runtime places that reshard and fuses it into the product: the

@@ -1,4 +1,4 @@
-// sweep/meshes.c: row 18 of the catalog, the mesh-shape sweep.
+// sweep/meshes.c: the mesh-shape sweep (docs/optimizations.md#mesh-shape-sweep).
 //
 // Every way of writing sweep_num_devices (N) as data x fsdp x tensor x expert, each run
 // for sweep_steps steps with the same global batch as one device, and compared with one

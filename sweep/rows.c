@@ -1,4 +1,4 @@
-// sweep/rows.c: every row of the optimization catalog (OPTIMIZATIONS.md), as data.
+// sweep/rows.c: every row of the optimization catalog (docs/optimizations.md), as data.
 //
 // A row names the config key it toggles and the values it tries; the sweep runs the
 // baseline (every key as the preset and the command line leave it) and one run per value,
@@ -6,8 +6,8 @@
 // (or a key its mesh sets) is unknown to this build is printed as "not implemented in
 // this build": adding the key to model/config.c is what makes the row run.
 //
-// Key names follow MaxText where MaxText has the switch. For the rows still being built
-// the names here are the catalog's; a key added under another name must be renamed here.
+// Key names follow MaxText where MaxText has the switch; a row's key must be the name
+// model/config.c gives it, or the row reads "not implemented in this build".
 #include "sweep/rows.h"
 
 static const SweepRow ROWS[] = {

@@ -1,4 +1,4 @@
-// sweep/rows.h: one row of the optimization catalog (../OPTIMIZATIONS.md) as data: the key
+// sweep/rows.h: one row of the optimization catalog (docs/optimizations.md) as data: the key
 // the sweep toggles, the values it tries, the mesh that exercises it, its numerics class
 // and a line of why. sweep/rows.c holds the table; sweep/sweep.c runs it.
 #ifndef MESHMOE_SWEEP_ROWS_H
@@ -12,7 +12,7 @@ typedef enum {
 
 typedef struct {
     const char *num;       // the catalog's row number ("29" may have several entries)
-    const char *key;       // the config key toggled; "mesh" for row 18, the mesh-shape sweep
+    const char *key;       // the config key toggled; "mesh" for the mesh-shape sweep
     const char *values;    // comma-separated values tried; one equal to the baseline's is skipped
     const char *mesh;      // space-separated key=value set on both runs: the mesh that exercises
                            // the switch and any prerequisite ("@stages": the pipeline's stage count)

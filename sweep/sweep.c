@@ -6,7 +6,7 @@
 // and prints one markdown table line: the value tried, the numerics class, the result
 // (bit-identical, or the largest relative loss difference), the highest per-device peak
 // baseline -> toggled, host memory, the step-time ratio, the tags whose peak moved, and why.
-// Row 18 is the mesh-shape sweep (sweep/meshes.c), printed as a second table.
+// The row with key "mesh" is the mesh-shape sweep (sweep/meshes.c), printed as a second table.
 //
 // Every run of a sweep takes the same global batch (per_device_batch_size of the preset,
 // as on one device): a run on n devices with A accumulation steps gets
@@ -284,7 +284,7 @@ static void run_row(Sweep *sw, const SweepRow *row) {
 
 // ---- the command ----
 
-// Whether the row is selected by sweep_only (its key, its catalog number, or "mesh" for row 18).
+// Whether the row is selected by sweep_only (its key, its catalog number, or "mesh" for the mesh-shape sweep).
 static int selected(const char *only, const SweepRow *row) {
     if (!only[0]) return 1;
     char buf[CFG_STR];

@@ -25,7 +25,7 @@ typedef struct {
     SweepRun runs[SW_MAXRUNS]; // every configuration run so far (a baseline is shared by rows)
     int nruns;
     int rows_run, unimplemented, refused, failures;
-    char *mesh_table;          // row 18's table, printed after the main one
+    char *mesh_table;          // the mesh-shape sweep's table, printed after the main one
 } Sweep;
 
 // Runs the configuration "k=v k=v" (on top of the preset and command line), or returns
