@@ -5,7 +5,7 @@
 # marker comments
 #     <!-- sweep: PRESET -->  ...  <!-- /sweep: PRESET -->
 # of that chapter. Nothing in between the markers is written by hand. The rows of each
-# chapter are listed below (catalog row numbers of OPTIMIZATIONS.md). Exits non-zero if a
+# chapter are listed below (the row numbers of docs/optimizations.md, the `#` column). Exits non-zero if a
 # sweep failed (a "bit" row not bit-identical, or a run that failed); the tables are
 # written anyway, with the failure in them.
 set -u
@@ -35,7 +35,7 @@ for preset in mixtral-tiny deepseek-tiny; do
 done
 
 # table PRESET "ROW ROW ...": the header and the chapter's lines of the preset's sweep, and
-# the mesh-shape table when row 18 is among them.
+# the mesh-shape table when row 18 (the mesh-shape sweep) is among them.
 table() {
     local preset=$1 rows=$2
     echo "Measured by \`make docs\`: \`./train sweep configs/$preset.yml $SETTINGS\`."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/flash.sh: attention=flash (OPTIMIZATIONS.md rows 25 and 31, model/attn_flash.c) in
+# tests/flash.sh: attention=flash (docs/optimizations.md#attention, #attn_block_q, model/attn_flash.c) in
 # the trainer, GQA (mixtral-tiny) and MLA (deepseek-tiny):
 #   - with one key block covering every key (the default 64/64 at S=64) the losses are the
 #     dot-product's bit for bit; with smaller blocks, dividing S or not (16x24, 24x40),

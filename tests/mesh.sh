@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/mesh.sh: the same 5 training steps on several meshes must give bit-identical
-# losses (DESIGN.md principle 2). The global batch is 8 sequences everywhere
+# losses (docs/model.md#summation-order). The global batch is 8 sequences everywhere
 # (per_device_batch_size * num_devices); each config's losses are printed as float32 bits.
 # The grad norms of the 5 steps must be equal too: the loss's float32 rounding can hide a
 # difference in the last bits of the gradients, the grad norm of step 0 shows it.

@@ -2,7 +2,7 @@
 # tests/planner.sh: the dry-run planner (dry_run=true) against measurement, and the memory
 # trace and its SVG. For each case, a dry run and a real run of one step write metrics
 # files; every device's peak bytes, peak bytes by tag and live bytes by tag after the step
-# must be equal, byte for byte (DESIGN.md principle 1): the tiny presets on several meshes
+# must be equal, byte for byte (the planner walks the allocations a step makes): the tiny presets on several meshes
 # and switches, and the -small presets (short sequences, to stay quick). Then memory_trace: the trace's
 # largest total equals the measured peak of each device, and `./train plot` writes one
 # well-formed SVG per device.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/scan.sh: scan_layers (OPTIMIZATIONS.md row 19, model/model.c). Scanned layers (true,
+# tests/scan.sh: scan_layers (docs/optimizations.md#scan_layers, model/model.c). Scanned layers (true,
 # the default) reuse one set of temporaries; unrolled (false) keep a set per layer until the
 # step's backward pass ends. Checks: the losses are the same bits either way (mixtral-tiny
 # with 2 and 4 layers, deepseek-tiny, bf16, fsdp); scanned, the temp peak does not grow with

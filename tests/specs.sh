@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/specs.sh: sharding constraints on activations and where reshards happen
-# (OPTIMIZATIONS.md rows 2, 3 and 34; sharding/constraint.h, sharding/tensor.c).
+# (skip_trivial_specs, remove_size_one_mesh_axis and shard_mode in docs/optimizations.md;
+# sharding/constraint.h, sharding/tensor.c).
 #   skip_trivial_specs=false: a constraint whose spec splits nothing on the mesh copies
 #     the tensor (on one device every spec is trivial; on fsdp=2 the batch is split, so none is);
 #   remove_size_one_mesh_axis=false: a spec that keeps a size-1 mesh axis copies (an
@@ -74,8 +75,8 @@ check "remove_size_one_mesh_axis=false: copies at every constraint point" \
 check "remove_size_one_mesh_axis=false: the forward temp peak grows by a (T,D) copy" \
     grows base one forward_peak_bytes_by_tag temp $((T * D * 4))
 
-# fsdp=2: the batch is split, so no spec is trivial (row 2 changes nothing), but each names
-# data and expert, both of size 1 (row 3 copies). A device holds B sequences.
+# fsdp=2: the batch is split, so no spec is trivial (skip_trivial_specs changes nothing), but each names
+# data and expert, both of size 1 (remove_size_one_mesh_axis=false copies). A device holds B sequences.
 trace f2 configs/mixtral-tiny.yml $TINY ici_fsdp_parallelism=2
 trace f2_triv configs/mixtral-tiny.yml $TINY ici_fsdp_parallelism=2 skip_trivial_specs=false
 trace f2_one configs/mixtral-tiny.yml $TINY ici_fsdp_parallelism=2 remove_size_one_mesh_axis=false

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/switches.sh: the "temporaries and fused ops" switches of OPTIMIZATIONS.md (rows 4,
-# 6, 7, 10, 11, 12, 22, 28). For each: 3 steps with the switch at its default and flipped, on a
+# tests/switches.sh: the "temporaries and fused ops" switches of docs/optimizations.md
+# (rmsnorm_fused_scale, implicit_causal_mask, moe_skip_redundant_cast, moe_reshard_io,
+# skip_noop_grad_cast, shard_variables_at_init, donate_buffers, eval_per_device_batch_size). For each: 3 steps with the switch at its default and flipped, on a
 # tiny preset; the loss trajectories must be bit-identical, and the costlier side's
 # measured peak must exceed the default's by at least the buffer it adds, worked out here
 # from the test's own shapes (not from the code under test).

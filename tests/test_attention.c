@@ -154,7 +154,7 @@ static double loss_fn(void *ctx) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The naive reference, in double, written straight from MODEL_SPEC.md.
+// The naive reference, in double, written straight from docs/model.md#gqa-attention.
 
 static double *dalloc(long n) {
     double *p = calloc((size_t)n, sizeof(double));

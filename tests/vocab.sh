@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/vocab.sh: the vocabulary-sized tensors (OPTIMIZATIONS.md rows 24 and 5).
+# tests/vocab.sh: the vocabulary-sized tensors (docs/optimizations.md#num_vocab_tiling, #use_iota_embed).
 #   num_vocab_tiling: the output head + loss in token tiles gives the losses of
 #     num_vocab_tiling=1 bit for bit (one device, tiles that are not contiguous rows, bf16,
 #     tensor (vocabulary) parallelism, fsdp, the pipeline, eval), and the logits tensor
@@ -39,7 +39,7 @@ ge() { [ -n "$1" ] && [ -n "$2" ] && [ "$1" -ge "$2" ]; }       # numbers, $1 >=
 eval_line() { grep -o 'step *[0-9]* | eval loss [0-9.]*' "$T/$1.out" | tr '\n' ' '; }
 
 TOK=$((B * S)); LOGITS=$((TOK * V * 4))   # the (T,V) float32 logits / one-hot tensor per device
-echo "== num_vocab_tiling (row 24): T=$TOK tokens, V=$V: the logits tensor is $LOGITS bytes per device"
+echo "== num_vocab_tiling: T=$TOK tokens, V=$V: the logits tensor is $LOGITS bytes per device"
 run base mixtral-tiny
 n=4
 run tile$n mixtral-tiny num_vocab_tiling=$n
@@ -84,7 +84,7 @@ expect_error "num_vocab_tiling=0" "num_vocab_tiling must be >= 1" $TRAIN configs
 expect_error "parity dump with tiling" "run the dump with num_vocab_tiling=1" \
     $TRAIN configs/mixtral-tiny.yml $FAST num_vocab_tiling=2 dump_parity=$T/dump
 
-echo "== use_iota_embed (row 5): the one-hot tensor is T*V*4 = $LOGITS bytes per device"
+echo "== use_iota_embed: the one-hot tensor is T*V*4 = $LOGITS bytes per device"
 run iota mixtral-tiny use_iota_embed=true
 check "use_iota_embed: every step's loss bit-identical to the gather (forward and backward): $(bits iota)" same iota base
 t0=$(fwd_tag base temp); t1=$(fwd_tag iota temp)

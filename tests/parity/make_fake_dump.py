@@ -15,7 +15,7 @@ keys are not config keys and are not written to the config:
   bias_std=X         initialise the routing biases with normal(0, X) instead of zeros,
                      to exercise the bias path (default 0)
   ignore_fraction=X  fraction of targets set to -1 (ignored), default 0.1
-Initialisation follows MODEL_SPEC "Initialisation" (normal, std 1/sqrt(fan_in), Wq also
+Initialisation follows docs/model.md#initialisation (normal, std 1/sqrt(fan_in), Wq also
 divided by sqrt(head_dim), embedding normal(0,1), norm scales ones, bias zeros).
 """
 

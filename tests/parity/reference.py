@@ -8,9 +8,9 @@ tests/parity/README.md), rebuilds the model from the config stored in the dump's
 metadata, runs the same forward, backward and `parity_steps` optimizer updates, and
 writes its results under the names the C side uses, with prefix `jax/` instead of `c/`.
 
-The math is /work/shared/MODEL_SPEC.md (a copy of the facts it took from MaxText). Each
-function below names the MODEL_SPEC section it implements. Nothing here is translated
-from the C code: both sides were written from the spec.
+The math is docs/model.md (MaxText's definitions, which both programs implement). Each
+function below names the docs/model.md section it implements. Nothing here is translated
+from the C code: both sides were written from MaxText's definitions.
 
 How numbers are represented
 ---------------------------
@@ -96,7 +96,7 @@ jax.config.update("jax_enable_x64", False)
 jax.config.update("jax_default_matmul_precision", "highest")
 
 HIGHEST = jax.lax.Precision.HIGHEST
-# Causal mask value (MODEL_SPEC "Attention"): replacement by -0.7 * FLT_MAX, not -inf.
+# Causal mask value (docs/model.md#gqa-attention): replacement by -0.7 * FLT_MAX, not -inf.
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
 
@@ -149,7 +149,7 @@ def mm(spec, x, w, c):
 # Layers
 # ----------------------------------------------------------------------------------------
 def rms_norm(x, scale, eps, c):
-    """MODEL_SPEC "RMSNorm": y = x * rsqrt(mean(x^2) + eps) * scale (statistics in f32).
+    """docs/model.md#rmsnorm: y = x * rsqrt(mean(x^2) + eps) * scale (statistics in f32).
 
     bf16 (cast point 3): the normalised value is rounded before the multiply by the
     (bf16) scale, and the product is rounded again.
@@ -160,7 +160,7 @@ def rms_norm(x, scale, eps, c):
 
 
 def rope(x, min_timescale, max_timescale, c):
-    """MODEL_SPEC "Rotary position embedding (half-split layout)".
+    """docs/model.md#rope (half-split layout).
 
     x: [B, S, H, Dr]; positions are 0..S-1 in every sequence.
     timescale_i = min * (max/min)^(2i/Dr), theta = pos / timescale_i,
@@ -183,7 +183,7 @@ def rope(x, min_timescale, max_timescale, c):
 
 
 def causal_attention(q, k, v, c):
-    """MODEL_SPEC "Attention": causal softmax attention, split as MaxText does it.
+    """docs/model.md#gqa-attention: causal softmax attention, split as MaxText does it.
 
     q: [B, S, N, Dq], k: [B, S, N, Dq], v: [B, S, N, Dv] (kv already expanded per head).
     scores s = q.k (no runtime scale here), mask by replacement where(col <= row, s,
@@ -204,7 +204,7 @@ def causal_attention(q, k, v, c):
 
 
 def gqa_attention(x, p, pre, cfg, c):
-    """MODEL_SPEC "Attention, Mixtral (GQA)".
+    """docs/model.md#gqa-attention (Mixtral).
 
     q = x Wq [D,N,Dh], k = x Wk [D,Nkv,Dh], v = x Wv [D,Nkv,Dh]; RoPE on q and k; query
     head h uses kv head h // (N/Nkv); no runtime 1/sqrt(Dh); out = o Wo [N,Dh,D].
@@ -223,7 +223,7 @@ def gqa_attention(x, p, pre, cfg, c):
 
 
 def mla_attention(x, p, pre, cfg, c):
-    """MODEL_SPEC "Attention, DeepSeek (MLA)".
+    """docs/model.md#mla (DeepSeek).
 
     query: x Wq (q_lora_rank == 0) or RMSNorm_q(x Wq_a) Wq_b; last axis nope then rope.
     kv: c = x Wkv_a -> [latent | k_rope]; kv = RMSNorm_kv(latent) Wkv_b -> per head
@@ -257,7 +257,7 @@ def mla_attention(x, p, pre, cfg, c):
 
 
 def swiglu(x, wi0, wi1, wo, c):
-    """MODEL_SPEC "MoE block", expert FFN: (silu(x wi_0) * (x wi_1)) wo.
+    """docs/model.md#swiglu, expert FFN: (silu(x wi_0) * (x wi_1)) wo.
 
     Also the dense MLP and the shared experts. bf16: cast point 11.
     """
@@ -271,7 +271,7 @@ def swiglu(x, wi0, wi1, wo, c):
 # Routing
 # ----------------------------------------------------------------------------------------
 def route_mixtral(logits, K, c):
-    """MODEL_SPEC "MoE block", Mixtral routing.
+    """docs/model.md#moe-routing, Mixtral routing.
 
     w, idx = top_k(logits, K) (ties: lower index first); w = softmax over the K
     selected logits only, in float32. Returns (weights [..,K], idx [..,K], scores) where
@@ -283,7 +283,7 @@ def route_mixtral(logits, K, c):
 
 
 def route_deepseek(logits, bias, cfg, c):
-    """MODEL_SPEC "MoE block", DeepSeek routing (routed_score_func = sigmoid).
+    """docs/model.md#moe-routing, DeepSeek routing (routed_score_func = sigmoid).
 
     s = sigmoid(logits); s' = s + b (selection only, no gradient through b);
     group-limited: reshape s' to [G, E/G], group score = sum of top-2, keep the best
@@ -313,7 +313,7 @@ def route_deepseek(logits, bias, cfg, c):
 
 
 def capacity_keep(idx, E, cf):
-    """MODEL_SPEC "MoE block", dense path with capacity_factor > 0 (token dropping).
+    """docs/model.md#dense-path-and-capacity-dropping (capacity_factor > 0).
 
     idx [B, S, K]. C = int(max(ceil(S*K/E)*cf, cf)); within each sequence, the position
     of assignment (s, k) for its expert is the running count over the flattened (s, k)
@@ -341,7 +341,7 @@ def combine_sequential_bf16(w, y, c):
 
 
 def moe_dense(x, w_bse, wi0, wi1, wo, c):
-    """MODEL_SPEC "MoE block", dense path (sparse_matmul = false).
+    """docs/model.md#dense-path-and-capacity-dropping (sparse_matmul = false).
 
     Every expert runs on every token; the combine weights w_bse [B,S,E] (zeros for
     unselected and dropped assignments) multiply the expert outputs and the combine is
@@ -357,7 +357,7 @@ def moe_dense(x, w_bse, wi0, wi1, wo, c):
 
 
 def moe_sparse(x, idx, w, wi0, wi1, wo, c):
-    """MODEL_SPEC "MoE block", sparse path (sparse_matmul = true, dropless).
+    """docs/model.md#sparse-path-dropless (sparse_matmul = true).
 
     Sort the (token, slot) pairs by expert (stable argsort), run one grouped matmul per
     expert (jax.lax.ragged_dot), unsort, combine over K with the routing weights.
@@ -388,7 +388,7 @@ def moe_sparse(x, idx, w, wi0, wi1, wo, c):
 
 
 def load_balance_loss(logits, idx, E, weight):
-    """MODEL_SPEC "Load-balance loss" (used for both families).
+    """docs/model.md#load-balance-loss (used for both families).
 
     P = softmax(gate logits) over all E (float32); f[b,e] = (1/S) sum_s sum_k 1[idx=e];
     Pbar[b,e] = (1/S) sum_s P; L = weight * E^2 * mean_{b,e}(f * Pbar), over every
@@ -401,7 +401,7 @@ def load_balance_loss(logits, idx, E, weight):
 
 
 def moe_block(x, p, master, state, pre, cfg, c):
-    """MODEL_SPEC "MoE block": gate, routing, dispatch (dense or sparse), shared experts.
+    """docs/model.md#moe-routing, #expert-dispatch, #shared-experts: the whole MoE block.
 
     Returns (out, info) where info holds the routing choices, the per-expert counts and
     the load-balance loss of this layer.
@@ -445,12 +445,12 @@ def moe_block(x, p, master, state, pre, cfg, c):
 # Decoder
 # ----------------------------------------------------------------------------------------
 def is_moe_layer(i, cfg):
-    """Layer i has an MoE FFN unless i < first_num_dense_layers (MODEL_SPEC "Decoder")."""
+    """Layer i has an MoE FFN unless i < first_num_dense_layers (docs/model.md#decoder-stack)."""
     return i >= cfg.get("first_num_dense_layers", 0)
 
 
 def decoder_layer(x, i, p, master, state, cfg, c):
-    """MODEL_SPEC "Decoder stack": h = x + Attn(RMSNorm_pre(x)); x = h + FFN(RMSNorm_post(h))."""
+    """docs/model.md#decoder-stack: h = x + Attn(RMSNorm_pre(x)); x = h + FFN(RMSNorm_post(h))."""
     pre = f"decoder/layers_{i}/"
     eps = cfg["normalization_layer_epsilon"]
     y = rms_norm(x, p[pre + "pre_self_attention_layer_norm/scale"], eps, c)
@@ -469,7 +469,7 @@ def decoder_layer(x, i, p, master, state, cfg, c):
 
 
 def forward(params, state, inputs, cfg, base=jnp.float32):
-    """MODEL_SPEC "Decoder stack" and "Embedding": ids [R, S] -> logits [R, S, V] (float32).
+    """docs/model.md#decoder-stack and #embedding: ids [R, S] -> logits [R, S, V] (float32).
 
     Returns (logits, infos) with infos[i] the routing info of MoE layer i (None for a
     dense layer).
@@ -507,7 +507,7 @@ def loss_terms(params, state, inputs, targets, cfg, base=jnp.float32):
 
 
 def loss_fn(params, state, inputs, targets, cfg, base=jnp.float32):
-    """MODEL_SPEC "Loss": total = CE mean + aux.
+    """docs/model.md#output-head-and-loss: total = CE mean + aux.
 
     Per token l = lse(z) - z_target + z_loss_multiplier * lse^2 over targets >= 0; the
     mean is over all valid tokens of the global batch (all microbatches: gradient
@@ -531,7 +531,7 @@ def loss_fn(params, state, inputs, targets, cfg, base=jnp.float32):
 # Optimizer
 # ----------------------------------------------------------------------------------------
 def lr_schedule(cfg):
-    """MODEL_SPEC "Optimizer and schedule": linear warm-up then cosine.
+    """docs/model.md#optimizer-and-schedule: linear warm-up then cosine.
 
     warmup = int(warmup_steps_fraction * steps); step k < warmup: lr * k / warmup;
     then n = steps - warmup, k' = k - warmup, pct = k'/(n-1) (0 if n == 1),
@@ -556,7 +556,7 @@ def lr_schedule(cfg):
 
 
 def make_optimizer(cfg):
-    """MODEL_SPEC "Optimizer and schedule": global-norm clipping, then AdamW (optax), or
+    """docs/model.md#optimizer-and-schedule: global-norm clipping, then AdamW (optax), or
     optax.adafactor with its defaults when the config says opt_type=adafactor.
 
     optax.adamw: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t);
@@ -576,7 +576,7 @@ def make_optimizer(cfg):
 
 
 def bias_update(state, router, cfg):
-    """MODEL_SPEC "MoE block" step 5: aux-loss-free balancing, after each optimizer step.
+    """docs/model.md#moe-routing, the selection-only bias: aux-loss-free balancing, after each optimizer step.
 
     b_e += rate * sign(T*K/E - count_e), count over the step's whole global batch.
     """

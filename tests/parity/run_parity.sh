@@ -36,7 +36,7 @@ pass() { passed=$((passed + 1)); echo "== $1: PASS ($2 s)"; echo; }
 fail() { failed=$((failed + 1)); failed_names+=("$1"); echo "== $1: FAIL ($2)"; echo; }
 
 # Counts the (token, slot) assignments that capacity dropping removes in step 0 of a dump
-# (from the C side's router choices, MODEL_SPEC "MoE block", dense path); fails if none,
+# (from the C side's router choices, docs/model.md#dense-path-and-capacity-dropping); fails if none,
 # so that the capacity case really exercises dropping.
 count_drops() {
     "$PYTHON" - "$1" <<'EOF'

@@ -12,7 +12,7 @@ Usage:  selftest.py            (about a minute on 2 cores; tiny configs only)
 5. Dense and sparse dispatch agree (float32, capacity off): logits, loss and gradients.
 6. Gradient accumulation: a loop over microbatches that sums unnormalised terms and
    divides once equals loss_fn on the whole global batch (loss and gradients).
-7. Learning-rate schedule against the MODEL_SPEC formula; one optax update against a
+7. Learning-rate schedule against the formula of docs/model.md#optimizer-and-schedule; one optax update against a
    hand-written clip + AdamW step.
 8. Aux-loss-free bias update rule.
 9. bf16 mode: values are bf16-representable, the loss is close to float32, and
