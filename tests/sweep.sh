@@ -24,7 +24,8 @@ done
 check "the table has exactly 3 result lines" [ "$(grep -c '^| [0-9]' $T/out.md)" -eq 3 ]
 check "6 runs: 3 baselines + 3 toggles (stage=2, 1 device, data=2 baselines)" [ "$(grep -c '^sweep: run' $T/err)" -eq 6 ]
 
-# Row 2 is data: it runs when the build knows its key, and says so when it does not.
+# The skip_trivial_specs row, selected by its catalog number (2), is data: it runs when the
+# build knows its key, and says so when it does not.
 $TRAIN sweep configs/mixtral-tiny.yml sweep_only=2 $SMALL > $T/row2.md 2>&1
 if $TRAIN --help-config | grep -q '^skip_trivial_specs '; then
     check "skip_trivial_specs exists: its row ran" grep -q '| 2 | `skip_trivial_specs` | [a-z]* (baseline' $T/row2.md
