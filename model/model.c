@@ -421,12 +421,12 @@ void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int 
 }
 
 // moe_reshard_io (docs/optimizations.md#moe_reshard_io), read here only. MaxText's DeepSeek MoE layer
-// once resharded the block's input and output (sharding constraints between the attention
+// can reshard the block's input and output (sharding constraints between the attention
 // part and the MoE block) where the layout was already right; XLA materialised each as a
 // copy. On: the block reads a copy of its input and writes into a fresh output buffer that
 // is then copied into the residual stream, two activation-sized (T,D) temporaries held
 // across the block (MEM_TEMP), and the backward pass copies the two gradients likewise.
-// Copies change no value: the same bits. Off (the default, MaxText after the change): none.
+// Copies change no value: the same bits. Off (the default, as in MaxText's layer): none.
 static int moe_reshards(const Config *c, int l) {
     return c->moe_reshard_io && cfg_is_deepseek(c) && cfg_layer_is_moe(c, l);
 }

@@ -28,8 +28,8 @@
 // 15 shared experts: rb(routed + shared)                       (moe.c)
 // 16 logits: point 4, then read as float32 by the loss (cast_logits_to_fp32)
 // The backward pass runs in float32 on the bf16 values it saved (the reference's autodiff
-// also rounds each cotangent to bf16 where the forward rounded; the parity table shows
-// that difference in the gradients, which the issue asks to report, not to bound).
+// also rounds each cotangent to bf16 where the forward rounded; the parity table reports
+// that difference in the gradients without a bound).
 #ifndef MESHMOE_PRECISION_H
 #define MESHMOE_PRECISION_H
 #include <stddef.h>

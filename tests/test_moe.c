@@ -216,8 +216,8 @@ static void test_mlp(void) {
 }
 
 // moe_forward on the default (Mixtral) config must weight each token's experts by the
-// softmax of its K chosen gate logits, not by normalised sigmoids (a first-letter test of
-// "softmax" vs "sigmoid" once picked the DeepSeek router here).
+// softmax of its K chosen gate logits, not by normalised sigmoids (a test of the first
+// letter alone cannot tell "softmax" from "sigmoid").
 static void test_mixtral_router_in_block(void) {
     config_defaults(&C);
     C.tensor_reduce_chunks = 2;
