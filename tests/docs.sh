@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tests/docs.sh: the documentation points at things that exist. Every markdown link and
+# every `docs/NAME.md#section` cited from code, scripts or docs names a file of the
+# repository and a heading in it; every `file.c:function` that the docs cite names a
+# function defined in that file; no doc cites code by line number; every key of the
+# sweep's table (sweep/rows.c) has its section in docs/optimizations.md. No build needed.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+
+# slugs FILE: the anchors of FILE's headings, one a line, as GitHub makes them (lower case,
+# punctuation other than '-' and '_' dropped, spaces as '-').
+slugs() {
+    awk '/^```/ { code = !code } !code && /^#+ / {
+        h = tolower($0); sub(/^#+ +/, "", h); gsub(/[^a-z0-9_ -]/, "", h); gsub(/ /, "-", h); print h }' "$1"
+}
+# has_anchor FILE ANCHOR: FILE exists and has a heading whose anchor is ANCHOR.
+has_anchor() { [ -f "$1" ] && slugs "$1" | grep -qxF -- "$2"; }
+
+FILES=$(git ls-files 2>/dev/null || find . -type f -not -path './.git/*' -not -path './build/*' | sed 's|^\./||')
+MD=$(printf '%s\n' "$FILES" | grep '\.md$')
+
+# 1. Markdown links between the repository's files: ](path) and ](path#anchor).
+bad=(); n=0
+for f in $MD; do
+    dir=$(dirname "$f")
+    while IFS= read -r target; do
+        n=$((n + 1))
+        path=${target%%#*}; anchor=; [ "$path" != "$target" ] && anchor=${target#*#}
+        [ -z "$path" ] && path=$(basename "$f")
+        full=$dir/$path
+        if [ ! -e "$full" ]; then bad+=("$f -> $target (no such file)"); continue; fi
+        if [ -n "$anchor" ] && ! has_anchor "$full" "$anchor"; then bad+=("$f -> $target (no such heading)"); fi
+    done < <(grep -oE '\]\([^) ]+\)' "$f" | sed 's/^](//; s/)$//' | grep -vE '^(https?|mailto):')
+done
+check "$n markdown links lead to a file of the repository (and a heading in it): ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
+
+# 2. docs/NAME.md#anchor cited anywhere (comments, scripts, docs).
+bad=(); n=0
+while IFS=: read -r f doc anchor; do
+    n=$((n + 1))
+    has_anchor "$doc" "$anchor" || bad+=("$f cites $doc#$anchor")
+done < <(printf '%s\n' "$FILES" | grep -vE '\.(bin|png|svg|safetensors)$' | xargs grep -oE 'docs/[a-z_-]+\.md#[A-Za-z0-9_-]+' 2>/dev/null |
+         sed -E 's/^([^:]*):(docs\/[a-z_-]+\.md)#(.*)$/\1:\2:\3/')
+check "$n citations of docs/NAME.md#section name a heading that exists: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
+
+# 3. Code cited as file:function in the docs: the function is defined (or declared) in the file.
+DOCS="README.md $(printf '%s\n' $MD | grep '^docs/')"
+bad=(); n=0
+while IFS=: read -r src fn; do
+    n=$((n + 1))
+    [ -f "$src" ] && grep -qE "^[^ /#].*\b$fn\(" "$src" || bad+=("$src:$fn")
+done < <(grep -vh '^|' $DOCS | grep -oE '\b[a-z_]+(/[a-z_]+)*\.[ch]:[a-z_][a-z_0-9]*' | sort -u)
+check "$n file:function citations in README.md and docs/ name a function of that file: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
+
+# 4. No citation by line number in the docs (outside the measured tables).
+lines=$(grep -nHE '\.[ch]:[0-9]+|\blines? [0-9]+' $DOCS | grep -vE '^[^:]+:[0-9]+:\|' || true)
+check "README.md and docs/ cite code by function, not by line number${lines:+: $lines}" [ -z "$lines" ]
+
+# 5. Every key of the sweep's table has its section in the catalog.
+missing=()
+for key in $(grep -oE '^    \{"[0-9]+", "[a-z0-9_]+"' sweep/rows.c | sed -E 's/.*"([a-z0-9_]+)"$/\1/' | sort -u); do
+    [ "$key" = mesh ] && key=mesh-shape-sweep
+    has_anchor docs/optimizations.md "$key" || missing+=("$key")
+done
+check "every key of sweep/rows.c has a section in docs/optimizations.md: ${missing[*]:-all do}" [ ${#missing[@]} -eq 0 ]
+
+summary
