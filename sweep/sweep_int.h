@@ -40,7 +40,7 @@ int sweep_bit_identical(const RunResult *a, const RunResult *b);
 void sweep_result_cell(const RunResult *base, const RunResult *tog, SweepClass cls, char *buf, size_t cap, int *bad);
 // "a -> b (+x.x%)".
 void sweep_bytes_change(size_t a, size_t b, char *buf, size_t cap);
-// Row 18: every factorisation of sweep_num_devices over data/fsdp/tensor/expert
+// The mesh-shape sweep: every factorisation of sweep_num_devices over data/fsdp/tensor/expert
 // (sweep/meshes.c); prints its line of the main table and fills sw->mesh_table.
 void sweep_meshes(Sweep *sw, const SweepRow *row);
 

@@ -55,7 +55,7 @@ sizes() { grep "^0,[0-9]*,alloc,temp,.*\"$2" "$dir/$1.csv" | cut -d, -f5 | sort 
 at_least() { echo "       $1 (at least $2 expected)"; [ "$1" -ge "$2" ]; }
 equals() { echo "       '$1' (expected '$2')"; [ "$1" = "$2" ]; }
 
-# Row 2 on one device: every spec is trivial, so every constraint copies.
+# skip_trivial_specs=false on one device: every spec is trivial, so every constraint copies.
 trace base configs/mixtral-tiny.yml $TINY
 trace triv configs/mixtral-tiny.yml $TINY skip_trivial_specs=false
 check "skip_trivial_specs=false: losses bit-identical" same_bits base triv
@@ -67,7 +67,7 @@ check "skip_trivial_specs=false: the copies are (T,D) and (T,V) floats" equals "
 check "skip_trivial_specs=false: the forward temp peak grows by a (T,D) copy" \
     grows base triv forward_peak_bytes_by_tag temp $((T * D * 4))
 
-# Row 3 on one device: the same points copy, as identity reshards.
+# remove_size_one_mesh_axis=false on one device: the same points copy, as identity reshards.
 trace one configs/mixtral-tiny.yml $TINY remove_size_one_mesh_axis=false
 check "remove_size_one_mesh_axis=false: losses bit-identical" same_bits base one
 check "remove_size_one_mesh_axis=false: copies at every constraint point" \
@@ -89,7 +89,7 @@ check "fsdp=2, remove_size_one_mesh_axis=false: copies at every constraint point
 check "fsdp=2, remove_size_one_mesh_axis=false: the forward temp peak grows by a (T,D) copy" \
     grows f2 f2_one forward_peak_bytes_by_tag temp $((T * D * 4))
 
-# Row 34 on tensor=2: the batch is not split over tensor, so a device holds all 2*B
+# shard_mode=explicit on tensor=2: the batch is not split over tensor, so a device holds all 2*B
 # sequences (Tt tokens). Each row-parallel product (attention's out projection and each
 # expert's wo; the experts' temporaries are sized for their bound of Tt rows) reduces its
 # (Tt,D) partial sums in a temporary under explicit.

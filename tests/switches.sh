@@ -30,7 +30,7 @@ grows() {
     [ $((off - on)) -ge "$5" ]
 }
 
-# Row 4, rmsnorm_fused_scale=false: a broadcast (T,D) scale per norm call (2 per layer and
+# rmsnorm_fused_scale=false: a broadcast (T,D) scale per norm call (2 per layer and
 # the final norm; DeepSeek's MLA adds q_norm (T,q_lora_rank) and kv_norm (T,kv_lora_rank)),
 # kept from the forward to the backward pass: all live at the end of the forward pass when
 # nothing is rematerialised (remat_policy=none; under the default, full, a layer's scales
@@ -50,7 +50,7 @@ run ds_norm_keep configs/deepseek-tiny.yml $TINY remat_policy=none rmsnorm_fused
 check "rmsnorm_fused_scale=false, deepseek, remat_policy=none: + q_norm (T,64) and kv_norm (T,32) per layer" \
     grows ds_keep ds_norm_keep peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4 + L * T * (64 + 32) * 4))
 
-# Row 10, moe_reshard_io=true: DeepSeek's MoE block reads a copy of its input and writes
+# moe_reshard_io=true: DeepSeek's MoE block reads a copy of its input and writes
 # into an output buffer copied afterwards: two (T,D) copies held across the block. Wider
 # experts, so that the MoE block holds the step's temp peak.
 run ds_wide configs/deepseek-tiny.yml $TINY base_moe_mlp_dim=256
@@ -59,14 +59,14 @@ check "moe_reshard_io=true, deepseek: losses bit-identical" same_bits ds_wide ds
 check "moe_reshard_io=true, deepseek: two (T,D) copies around the block" \
     grows ds_wide ds_reshard peak_bytes_by_tag temp $((2 * T * D * 4))
 
-# Row 7, moe_skip_redundant_cast=false: a (rows,H) copy of the expert intermediate while
+# moe_skip_redundant_cast=false: a (rows,H) copy of the expert intermediate while
 # the expert's wo product runs; the largest expert has at least T*K/E rows.
 run cast configs/mixtral-tiny.yml $TINY moe_skip_redundant_cast=false
 check "moe_skip_redundant_cast=false: losses bit-identical" same_bits base cast
 check "moe_skip_redundant_cast=false: a (T*K/E, H) copy in the forward pass" \
     grows base cast forward_peak_bytes_by_tag temp $((T * K / E * H * 4))
 
-# Rows 11 and 22: one gradient-sized and one parameter-sized buffer during the update.
+# skip_noop_grad_cast=false and donate_buffers=false: one gradient-sized and one parameter-sized buffer during the update.
 P=$((V * D + L * (2 * D + D * N * Dh + 2 * D * Nkv * Dh + N * Dh * D + D * E + 3 * E * D * H) + D + D * V))
 run gcast configs/mixtral-tiny.yml $TINY skip_noop_grad_cast=false
 check "skip_noop_grad_cast=false: losses bit-identical" same_bits base gcast
@@ -77,7 +77,7 @@ check "donate_buffers=false: one parameter copy ($P floats)" grows base donate p
 run donate_fsdp configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_fsdp_parallelism=2 donate_buffers=false
 check "donate_buffers=false under fsdp=2: losses of one device" same_bits base donate_fsdp
 
-# Row 12, shard_variables_at_init=true: each variable created whole, then copied into its
+# shard_variables_at_init=true: each variable created whole, then copied into its
 # shard: the init-time peak grows by the largest variable, an expert kernel (E,D,H).
 init_peak() { sed -n 's/^init peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
 run initc configs/mixtral-tiny.yml $TINY shard_variables_at_init=true
@@ -87,7 +87,7 @@ check "shard_variables_at_init=true: init peak $(init_peak base) -> $(init_peak 
 run initc_fsdp configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_fsdp_parallelism=2 shard_variables_at_init=true
 check "shard_variables_at_init=true under fsdp=2: losses of one device" same_bits base initc_fsdp
 
-# Row 6, implicit_causal_mask=false: a (B,1,S,S) boolean mask read by attention. Long
+# implicit_causal_mask=false: a (B,1,S,S) boolean mask read by attention. Long
 # sequences and narrow layers, so that attention's buffers dominate the forward pass: the
 # forward peak must hold the mask (B*S*S bytes) next to the score rows (B*N*S floats).
 MB=1 MS=512 MN=2
@@ -101,7 +101,7 @@ check "implicit_causal_mask=false: forward peak holds the mask and the score row
 run ds_mask configs/deepseek-tiny.yml $TINY implicit_causal_mask=false
 check "implicit_causal_mask=false, deepseek (MLA): losses bit-identical" same_bits ds ds_mask
 
-# Row 28, eval_per_device_batch_size: training unchanged, the eval peak smaller.
+# eval_per_device_batch_size: training unchanged, the eval peak smaller.
 run evalb configs/mixtral-tiny.yml $TINY eval_per_device_batch_size=1
 check "eval_per_device_batch_size=1: training losses bit-identical" same_bits base evalb
 eval_peak() { sed -n 's/^eval peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
