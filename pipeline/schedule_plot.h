@@ -5,7 +5,7 @@
 #define MESHMOE_SCHEDULE_PLOT_H
 #include "pipeline/schedule.h"
 
-// title: the figure's first line (what was run).
+// title: what was run (the command), under the schedule's own heading.
 void schedule_plot(const Schedule *sc, const char *title, const char *path);
 
 #endif

@@ -73,7 +73,7 @@ static void fig_schedule(int argc, char **argv) {
     config_defaults(&c);
     config_load_file(&c, argv[4]);
     char title[512];
-    size_t len = (size_t)snprintf(title, sizeof title, "%s", argv[4]);
+    size_t len = (size_t)snprintf(title, sizeof title, "./train %s", argv[4]);
     for (int i = 5; i < argc; i++) {
         char key[128];
         const char *eq = strchr(argv[i], '=');
