@@ -24,8 +24,8 @@ void schedule_plot(const Schedule *sc, const char *title, const char *path) {
     long idle = schedule_idle(sc), all = (long)sc->nticks * sc->S;
     int num = sc->S - 1, den = sc->R * sc->M + sc->S - 1;
     svg_text(&s, 20, 26, "start", "font-size=\"17\" font-weight=\"bold\"",
-             "%s schedule: %d stages, %d microbatches, %d repeat%s: %d ticks", sc->kind == PP_1F1B ? "1f1b" : "gpipe",
-             sc->S, sc->M, sc->R, sc->R > 1 ? "s" : "", sc->nticks);
+             "%s schedule%s: %d stages, %d microbatches, %d repeat%s: %d ticks", sc->kind == PP_1F1B ? "1f1b" : "gpipe",
+             sc->R > 1 ? " (circular)" : "", sc->S, sc->M, sc->R, sc->R > 1 ? "s" : "", sc->nticks);
     svg_text(&s, 20, 48, "start", "fill=\"#555\" font-size=\"12\"", "%s", title);
     svg_text(&s, 20, 70, "start", "font-weight=\"bold\" fill=\"#a03030\"",
              "bubble: %ld of %ld stage-ticks idle = %.1f%%  (S-1)/(R*M+S-1) = %d/%d = %.1f%%", idle, all,

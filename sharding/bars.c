@@ -51,6 +51,7 @@ void bars_draw(Svg *s, const BarChart *c, double x, double y, double label_w, do
         if (label_w > 0)
             svg_text(s, x0 - 8, ry + (rh - GAP) / 2 + 4, "end", "", "%s", row->label);
         if (r) svg_line(s, x - (label_w > 0 ? 0 : 8), ry - GAP / 2, x0 + w, ry - GAP / 2, "#eee", "");
+        double ly = ry + (rh - GAP) / 2 + 4;   // the value's line: the middle, or the longest bar's
         if (!row->missing) {
             double sum = 0;
             for (int k = 0; k < c->nseries; k++) {
@@ -61,13 +62,12 @@ void bars_draw(Svg *s, const BarChart *c, double x, double y, double label_w, do
                     end = XB(sum);
                 } else {
                     svg_rect(s, x0, by + k * bh, XB(v) - x0, bh - 1, c->colors[k], "");
-                    end = MM_MAX(end, XB(v));
-                    sum = MM_MAX(sum, v);
+                    if (v > sum || !k) sum = v, end = XB(v), ly = by + k * bh + bh / 2 + 4;
                 }
             }
             if (c->label_values) {
                 mem_fmt((size_t)sum, a, sizeof a);
-                svg_text(s, end + 6, ry + (rh - GAP) / 2 + 4, "start", "", "%s%s%s", a, row->note[0] ? "  " : "",
+                svg_text(s, end + 6, ly, "start", "", "%s%s%s", a, row->note[0] ? "  " : "",
                          row->note);
                 continue;
             }

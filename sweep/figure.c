@@ -140,7 +140,7 @@ static void fig_meshes(int argc, char **argv) {
     for (char *b = head; *b; b++) if (*b == '`') memmove(b, b + 1, strlen(b)), b--;
     // Left: the peak and each tag's own peak; right: the bytes sent, the same rows.
     BarChart peak = {.title = "per-device peak, and each tag's own peak", .axis = "bytes (the highest device)",
-                     .nseries = 6, .nrows = n, .rows = rows,
+                     .nseries = 6, .nrows = n, .rows = rows, .label_values = 1,
                      .series = {"peak (all tags)", "params", "grads", "optimizer", "activations", "temp"},
                      .colors = {"#444444", SVG_TAG_COLORS[0], SVG_TAG_COLORS[1], SVG_TAG_COLORS[2],
                                 SVG_TAG_COLORS[3], SVG_TAG_COLORS[4]}};
@@ -148,7 +148,7 @@ static void fig_meshes(int argc, char **argv) {
     for (int k = 0; k < n; k++) {
         sent[k] = rows[k];
         sent[k].value[0] = rows[k].value[6];
-        sent[k].note[0] = '\0';
+        if (!rows[k].missing) sent[k].note[0] = '\0';
     }
     BarChart comm = {.title = "bytes sent per step, all devices", .axis = "bytes per step", .nseries = 1,
                      .nrows = n, .rows = sent, .series = {"sent"}, .colors = {SVG_TAG_COLORS[MEM_COMM]},
