@@ -6,6 +6,7 @@
 //   ./train --help-config                list every config key with its default
 //   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
+//   ./train figure KIND OUT.svg ...      the figures of docs/ (sweep/figure.c)
 //
 // 1. read the config (preset file, then overrides) and check it;
 // 2. make the device (one thread here; the mesh comes in sharding/) and its allocator;
