@@ -146,7 +146,7 @@ figures() {
             memory_trace=$OUT/fsdp$n.csv && bars+=("$([ $n = 1 ] && echo "1 device" || echo "fsdp=$n")" $OUT/fsdp$n.csv)
     done
     $TRAIN figure peaks $FIG/fsdp-peak.svg \
-        "mixtral-tiny, FSDP: the per-device peak against the number of devices (8 sequences per step in all)" \
+        "mixtral-tiny under FSDP: the per-device peak against the device count" \
         "${bars[@]}" >&2 || fail "the FSDP figure failed"
     end
 

@@ -64,7 +64,8 @@ void schedule_plot(const Schedule *sc, const char *title, const char *path) {
     svg_text(&s, L + gw / 2, yb + 36, "middle", "fill=\"#555\"", "tick (every stage runs at most one task per tick)");
     // Legend.
     double ly = yb + 62;
-    const char *col[3] = {"#5b93cf", "#ee9a45", "url(#idle)"};
+    const PipeTask f0 = {PP_F, 0, 0}, b0 = {PP_B, 0, 0};   // the first repeat's shades
+    const char *col[3] = {cell_color(&f0), cell_color(&b0), "url(#idle)"};
     const char *lab[3] = {sc->R > 1 ? "F m.r: forward of microbatch m, repeat r (darker: later repeat)"
                                     : "F m: forward of microbatch m",
                           sc->R > 1 ? "B m.r: backward of microbatch m, repeat r" : "B m: backward of microbatch m",

@@ -58,7 +58,7 @@ static void fig_peaks(int argc, char **argv) {
     BarChart c = {.title = "bytes live on the highest device at its peak, by tag", .axis = "bytes per device",
                   .nseries = MEM_NTAGS, .stacked = 1, .label_values = 1, .nrows = n, .rows = rows};
     for (int tg = 0; tg < MEM_NTAGS; tg++) c.series[tg] = MEM_TAG_NAMES[tg], c.colors[tg] = SVG_TAG_COLORS[tg];
-    double W = 1000, LW = 150, H = 110 + bars_height(&c);
+    double W = MM_MAX(1000, 10.5 * strlen(argv[4]) + 40), LW = 150, H = 110 + bars_height(&c);
     Svg s;
     svg_open(&s, argv[3], (int)W, (int)H);
     svg_text(&s, 20, 26, "start", "font-size=\"18\" font-weight=\"bold\"", "%s", argv[4]);
