@@ -42,7 +42,7 @@ declare -A ROWS=(
 PRESETS="mixtral-tiny deepseek-tiny"
 REMAT="none minimal save_dot_except_mlp save_qkv_proj save_out_proj full minimal_offloaded qkv_proj_offloaded"
 FSDP="1 2 4 8"
-ONE_STEP="steps=1 eval_steps=1 eval_interval=0 sample_length=0"
+ONE_STEP="steps=1 eval_steps=1 eval_interval=0 sample_length=0 max_target_length=64"
 
 # ---- progress ----
 STEPS=0
@@ -132,8 +132,10 @@ figures() {
     begin "memory timelines of one step under ${REMAT// /, }"
     local panels=()
     for p in $REMAT; do
-        run remat-$p configs/mixtral-tiny.yml remat_policy=$p $ONE_STEP memory_trace=$OUT/remat-$p.csv &&
-            panels+=("remat_policy=$p" $OUT/remat-$p.csv)
+        run remat-$p configs/mixtral-tiny.yml remat_policy=$p $ONE_STEP memory_trace=$OUT/remat-$p.csv || continue
+        # The trace holds device memory; the offloaded policies' host peak, as the run printed it.
+        local host=$(grep -o 'host peak [0-9.]* [KMG]*i*B' $OUT/remat-$p.log | head -1)
+        panels+=("remat_policy=$p${host:+, $host}" $OUT/remat-$p.csv)
     done
     $TRAIN figure timelines $FIG/remat-timelines.svg "mixtral-tiny, one device: one training step under each remat_policy" \
         "${panels[@]}" >&2 || fail "the remat timelines figure failed"
@@ -168,9 +170,9 @@ figures() {
 
     begin "the figures into their chapters"
     figure remat-timelines rematerialisation-and-offload "Memory timelines under each remat_policy" \
-        "Figure: live bytes by tag over one training step of mixtral-tiny on one device under each \`remat_policy\` (the same byte scale in every panel; host memory of the offloaded policies is not drawn). Drawn by \`make docs\` from \`./train configs/mixtral-tiny.yml remat_policy=P $ONE_STEP memory_trace=...\` and \`./train figure timelines\`."
+        "Figure: live bytes by tag over one training step of mixtral-tiny on one device under each \`remat_policy\` (the same byte scale in every panel; the offloaded policies' host memory is not drawn, its peak is in the panel's title). The runs use the tables' sequence length, so each peak can be read against the table's bytes for that policy. Drawn by \`make docs\` from \`./train configs/mixtral-tiny.yml remat_policy=P $ONE_STEP memory_trace=...\` and \`./train figure timelines\`."
     figure fsdp-peak sharding "FSDP peak per device against the number of devices" \
-        "Figure: the per-device peak of mixtral-tiny under FSDP on 1, 2, 4 and 8 devices, each bar the bytes live at the peak by tag (the global batch stays 8 sequences). Drawn by \`make docs\` from \`./train configs/mixtral-tiny.yml ici_fsdp_parallelism=N per_device_batch_size=8/N $ONE_STEP memory_trace=...\` and \`./train figure peaks\`."
+        "Figure: the per-device peak of mixtral-tiny under FSDP on 1, 2, 4 and 8 devices, each bar the bytes live at the peak by tag (the global batch stays 8 sequences, of the tables' length: fsdp=2 and fsdp=4 are the table's rows). Drawn by \`make docs\` from \`./train configs/mixtral-tiny.yml ici_fsdp_parallelism=N per_device_batch_size=8/N $ONE_STEP memory_trace=...\` and \`./train figure peaks\`."
     for preset in $PRESETS; do
         figure meshes-$preset sharding "The $preset mesh-shape sweep as bars" \
             "Figure: the $preset table above as bars: each mesh's per-device peak and each tag's own peak (left), and the bytes all devices sent per step (right). Drawn by \`make docs\` from the sweep's output with \`./train figure meshes\`."
