@@ -84,7 +84,8 @@ sweep: train
 	./train sweep configs/mixtral-tiny.yml
 	./train sweep configs/deepseek-tiny.yml
 
-# Regenerates the measured tables of docs/ from real sweep runs (docs/generate.sh).
+# Regenerates the measured tables and the figures (docs/figures/*.svg) of docs/ from real
+# runs (docs/generate.sh; progress on stderr). DOCS_PARTS=figures redraws the figures alone.
 docs: train
 	bash docs/generate.sh
 

@@ -6,6 +6,7 @@
 //   ./train --help-config                list every config key with its default
 //   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
+//   ./train figure KIND OUT.svg ...      the figures of docs/ (sweep/figure.c)
 //
 // 1. read the config (preset file, then overrides) and check it;
 // 2. make the device (one thread here; the mesh comes in sharding/) and its allocator;
@@ -326,12 +327,14 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
+               "       ./train figure timelines|peaks|schedule|meshes OUT.svg ...\n"
                "       ./train --help-config\n");
         return argc < 2;
     }
     if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
     if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
+    if (!strcmp(argv[1], "figure")) return cmd_figure(argc, argv);
     if (!strcmp(argv[1], "plot")) {
         if (argc != 4) die("usage: ./train plot TRACE.csv OUT_DIR");
         return plot_trace(argv[2], argv[3]);

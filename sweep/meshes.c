@@ -33,6 +33,36 @@ static void mesh_line(FILE *t, const char *mesh, const RunResult *base, const Ru
             run_min_ms(r) / MM_MAX(run_min_ms(base), 1e-9));
 }
 
+int sweep_mesh_shapes(const Sweep *sw, char args[SW_MAXSHAPES][256]) {
+    int N = sw->cfg.sweep_num_devices, n = 0, f[4];
+    for (f[0] = 1; f[0] <= N; f[0]++)
+        for (f[1] = 1; f[1] <= N; f[1]++)
+            for (f[2] = 1; f[2] <= N; f[2]++)
+                for (f[3] = 1; f[3] <= N; f[3]++) {
+                    if (f[0] * f[1] * f[2] * f[3] != N || N == 1) continue;
+                    if (n == SW_MAXSHAPES)
+                        die("sweep: %d devices have more than %d meshes; choose a smaller sweep_num_devices", N,
+                            SW_MAXSHAPES);
+                    size_t len = 0;
+                    args[n][0] = '\0';
+                    for (int a = 0; a < 4; a++)
+                        if (f[a] > 1) len += (size_t)snprintf(args[n] + len, 256 - len, "%s%s=%d", len ? " " : "",
+                                                              AXES[a], f[a]);
+                    n++;
+                }
+    return n;
+}
+
+// Sets the four axes of c from a shape's arguments (the axes it leaves out are 1).
+static void apply_shape(Config *c, const char *args) {
+    int *field[4] = {&c->ici_data_parallelism, &c->ici_fsdp_parallelism, &c->ici_tensor_parallelism,
+                     &c->ici_expert_parallelism};
+    for (int a = 0; a < 4; a++) {
+        const char *at = strstr(args, AXES[a]);
+        *field[a] = at ? atoi(at + strlen(AXES[a]) + 1) : 1;
+    }
+}
+
 void sweep_meshes(Sweep *sw, const SweepRow *row) {
     int N = sw->cfg.sweep_num_devices;
     char *text = NULL;
@@ -50,34 +80,25 @@ void sweep_meshes(Sweep *sw, const SweepRow *row) {
     mesh_line(t, "1 device (baseline)", b, b, &same_dummy, &bad);
     int meshes = 0, identical = 0, refused = 0, failed = 0;
     size_t lo = 0, hi = 0;
-    int f[4];
-    for (f[0] = 1; f[0] <= N; f[0]++)
-        for (f[1] = 1; f[1] <= N; f[1]++)
-            for (f[2] = 1; f[2] <= N; f[2]++)
-                for (f[3] = 1; f[3] <= N; f[3]++) {
-                    if (f[0] * f[1] * f[2] * f[3] != N || N == 1) continue;
-                    char args[256], mesh[64];
-                    size_t len = 0;
-                    args[0] = '\0';
-                    for (int a = 0; a < 4; a++)
-                        if (f[a] > 1) len += (size_t)snprintf(args + len, sizeof args - len, "%s%s=%d",
-                                                              len ? " " : "", AXES[a], f[a]);
-                    Config c = sw->cfg;
-                    c.ici_data_parallelism = f[0], c.ici_fsdp_parallelism = f[1];
-                    c.ici_tensor_parallelism = f[2], c.ici_expert_parallelism = f[3];
-                    sweep_describe_mesh(&c, mesh, sizeof mesh);
-                    const RunResult *r = sweep_config(sw, args);
-                    int same;
-                    mesh_line(t, mesh, b, r, &same, &bad);
-                    meshes++;
-                    identical += same;
-                    refused += r->status == RUN_REFUSED;
-                    failed += bad;
-                    if (r->status == RUN_OK) {
-                        lo = lo ? MM_MIN(lo, r->peak) : r->peak;
-                        hi = MM_MAX(hi, r->peak);
-                    }
-                }
+    char args[SW_MAXSHAPES][256];
+    int nshapes = sweep_mesh_shapes(sw, args);
+    for (int k = 0; k < nshapes; k++) {
+        Config c = sw->cfg;
+        apply_shape(&c, args[k]);
+        char mesh[64];
+        sweep_describe_mesh(&c, mesh, sizeof mesh);
+        const RunResult *r = sweep_config(sw, args[k]);
+        int same;
+        mesh_line(t, mesh, b, r, &same, &bad);
+        meshes++;
+        identical += same;
+        refused += r->status == RUN_REFUSED;
+        failed += bad;
+        if (r->status == RUN_OK) {
+            lo = lo ? MM_MIN(lo, r->peak) : r->peak;
+            hi = MM_MAX(hi, r->peak);
+        }
+    }
     fclose(t);
     sw->mesh_table = text;
     sw->failures += failed;

@@ -102,8 +102,8 @@ const RunResult *sweep_config(Sweep *sw, const char *args) {
 
     char mesh[64];
     sweep_describe_mesh(&c, mesh, sizeof mesh);
-    fprintf(stderr, "sweep: run %d: %s%s[%s, %d sequences]\n", sw->nruns, args, args[0] ? " " : "", mesh,
-            run->r.batch);
+    fprintf(stderr, "sweep: run %d of %d: %s%s[%s, %d sequences]\n", sw->nruns + 1, sw->progress.runs_total, args,
+            args[0] ? " " : "", mesh, run->r.batch);
     sweep_run(sw->exe, n, argv, log, metrics, &run->r);
     unlink(metrics);
     unlink(log);
@@ -217,6 +217,11 @@ static int row_args(const Sweep *sw, const SweepRow *row, char *buf, size_t cap)
     return 1;
 }
 
+// The toggled configuration of value v: the row's mesh arguments, then key=v.
+static void toggle_args(const char *mesh_args, const SweepRow *row, const char *v, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s%s=%s", mesh_args, mesh_args[0] ? " " : "", row->key, v);
+}
+
 static void run_row(Sweep *sw, const SweepRow *row) {
     char args[700], missing[64], mesh_args[400];
     if (!config_has_key(row->key)) { print_unimplemented(sw, row, row->key); return; }
@@ -237,7 +242,7 @@ static void run_row(Sweep *sw, const SweepRow *row) {
         if (config_value_is(&base_cfg, row->key, v)) continue;
         tried++;
         const RunResult *base = sweep_config(sw, mesh_args);   // runs[] never moves: pointers stay valid
-        snprintf(args, sizeof args, "%s%s%s=%s", mesh_args, mesh_args[0] ? " " : "", row->key, v);
+        toggle_args(mesh_args, row, v, args, sizeof args);
         const RunResult *tog = sweep_config(sw, args);
         Config tog_cfg = base_cfg;
         apply_args(&tog_cfg, args);
@@ -306,6 +311,52 @@ static void check_only(const char *only, const SweepRow *rows, int nrows) {
     }
 }
 
+// ---- the runs ahead, for the progress lines ----
+
+typedef struct {
+    char (*args)[700];
+    int n;
+} Planned;
+
+static void plan_add(Planned *p, const char *args) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->args[i], args)) return;
+    if (p->n < SW_MAXRUNS) snprintf(p->args[p->n++], sizeof p->args[0], "%s", args);
+}
+
+// The child runs the selected rows will ask sweep_config for, each configuration once (as
+// run_row and sweep_meshes will): the baseline and the toggle of every value tried.
+static int planned_runs(const Sweep *sw, const SweepRow *rows, int nrows) {
+    Planned p = {calloc(SW_MAXRUNS, sizeof *p.args), 0};
+    if (!p.args) die("sweep: out of memory");
+    for (int i = 0; i < nrows; i++) {
+        const SweepRow *row = &rows[i];
+        char missing[64], mesh_args[400], values[256], args[700];
+        if (!selected(sw->cfg.sweep_only, row)) continue;
+        if (!strcmp(row->key, "mesh")) {
+            char shapes[SW_MAXSHAPES][256];
+            int n = sweep_mesh_shapes(sw, shapes);
+            plan_add(&p, "");
+            for (int k = 0; k < n; k++) plan_add(&p, shapes[k]);
+            continue;
+        }
+        if (!config_has_key(row->key) || !sweep_args_known(row->mesh, missing, sizeof missing) ||
+            !row_args(sw, row, mesh_args, sizeof mesh_args))
+            continue;
+        Config base = sw->cfg;
+        apply_args(&base, mesh_args);
+        snprintf(values, sizeof values, "%s", row->values);
+        for (char *save = NULL, *v = strtok_r(values, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
+            if (config_value_is(&base, row->key, v)) continue;
+            plan_add(&p, mesh_args);
+            toggle_args(mesh_args, row, v, args, sizeof args);
+            plan_add(&p, args);
+        }
+    }
+    free(p.args);
+    return p.n;
+}
+
 // The stage count of the pipeline rows: the smallest count >= 2 that divides the
 // pipelined layers (all of Mixtral's, DeepSeek's MoE layers); 0 when there is none.
 static int pipeline_stages(const Config *c) {
@@ -362,10 +413,17 @@ int cmd_sweep(int argc, char **argv) {
     printf("| # | key | value tried | mesh | class | result | peak device bytes: baseline -> toggled | host bytes "
            "| step time | what moved (per-device peak by tag) | why |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    int nselected = 0;
+    for (int i = 0; i < nrows; i++) nselected += selected(sw->cfg.sweep_only, &rows[i]);
+    progress_start(&sw->progress, nselected, planned_runs(sw, rows, nrows));
     for (int i = 0; i < nrows; i++) {
         if (!selected(sw->cfg.sweep_only, &rows[i])) continue;
+        char what[160];
+        snprintf(what, sizeof what, "row %s %s", rows[i].num, rows[i].key);
+        progress_item_begin(&sw->progress, what);
         if (!strcmp(rows[i].key, "mesh")) sweep_meshes(sw, &rows[i]);
         else run_row(sw, &rows[i]);
+        progress_item_end(&sw->progress, what, sw->nruns);
     }
     if (sw->mesh_table) { printf("\n%s", sw->mesh_table); free(sw->mesh_table); }
     printf("\nsweep: %d comparisons run, %d rows not implemented in this build, %d refused by this build, "

@@ -7,4 +7,7 @@
 // is bit-identical and no run failed.
 int cmd_sweep(int argc, char **argv);
 
+// argv[1] is "figure": `./train figure KIND OUT.svg ...`, the figures of docs/ (sweep/figure.c).
+int cmd_figure(int argc, char **argv);
+
 #endif

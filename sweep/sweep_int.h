@@ -3,10 +3,12 @@
 #define MESHMOE_SWEEP_INT_H
 #include "sweep/rows.h"
 #include "sweep/run.h"
+#include "sweep/progress.h"
 #include "model/config.h"
 #include <stddef.h>
 
 #define SW_MAXRUNS 160
+#define SW_MAXSHAPES SW_MAXRUNS   // meshes of the mesh-shape sweep (each one run)
 
 typedef struct {
     char args[700];   // the row's key=value arguments (the cache key)
@@ -26,6 +28,7 @@ typedef struct {
     int nruns;
     int rows_run, unimplemented, refused, failures;
     char *mesh_table;          // the mesh-shape sweep's table, printed after the main one
+    Progress progress;         // the progress lines on stderr
 } Sweep;
 
 // Runs the configuration "k=v k=v" (on top of the preset and command line), or returns
@@ -40,6 +43,10 @@ int sweep_bit_identical(const RunResult *a, const RunResult *b);
 void sweep_result_cell(const RunResult *base, const RunResult *tog, SweepClass cls, char *buf, size_t cap, int *bad);
 // "a -> b (+x.x%)".
 void sweep_bytes_change(size_t a, size_t b, char *buf, size_t cap);
+// The mesh-shape sweep's meshes as run arguments ("ici_fsdp_parallelism=2
+// ici_tensor_parallelism=2"): every factorisation of sweep_num_devices over data, fsdp,
+// tensor and expert. Returns their count.
+int sweep_mesh_shapes(const Sweep *sw, char args[SW_MAXSHAPES][256]);
 // The mesh-shape sweep: every factorisation of sweep_num_devices over data/fsdp/tensor/expert
 // (sweep/meshes.c); prints its line of the main table and fills sw->mesh_table.
 void sweep_meshes(Sweep *sw, const SweepRow *row);

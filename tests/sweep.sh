@@ -23,6 +23,13 @@ for key in pipeline_shift_impl shard_optimizer_over_data ici_fsdp_parallelism; d
 done
 check "the table has exactly 3 result lines" [ "$(grep -c '^| [0-9]' $T/out.md)" -eq 3 ]
 check "6 runs: 3 baselines + 3 toggles (stage=2, 1 device, data=2 baselines)" [ "$(grep -c '^sweep: run' $T/err)" -eq 6 ]
+# Progress on stderr: each row started and finished, the runs counted ahead equal to the
+# runs made; nothing of it on stdout.
+check "progress: 3 rows started" [ "$(grep -c '^\[[1-3]/3\] row [0-9]* [a-z_]* \.\.\.$' $T/err)" -eq 3 ]
+check "progress: 3 rows done, with the time so far" [ "$(grep -c '^\[[1-3]/3\] row .* done in [0-9.]* s, elapsed ' $T/err)" -eq 3 ]
+check "progress: the 6 runs were counted ahead (run 6 of 6, nothing left)" \
+    bash -c "grep -q '^sweep: run 6 of 6: ' $T/err && tail -1 $T/err | grep -q 'nothing left\$'"
+check "progress: none of it on stdout" bash -c "! grep -q -e '^\[' -e '^sweep: run' $T/out.md"
 
 # The skip_trivial_specs row, selected by its catalog number (2), is data: it runs when the
 # build knows its key, and says so when it does not.
