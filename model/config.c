@@ -281,6 +281,22 @@ void config_format_value(const Config *c, const char *key, char *buf, int cap) {
     }
 }
 
+int config_num_keys(void) { return NKEYS; }
+const char *config_key_name(int i) { return i >= 0 && i < NKEYS ? KEYS[i].name : NULL; }
+
+int config_key_equal(const Config *a, const Config *b, const char *key) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("internal: config_key_equal: unknown key '%s'", key);
+    const void *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+    switch (k->type) {
+    case K_INT: case K_BOOL: return *(const int *)fa == *(const int *)fb;
+    case K_FLOAT: return memcmp(fa, fb, sizeof(float)) == 0;
+    case K_BYTES: return *(const int64_t *)fa == *(const int64_t *)fb;
+    case K_STR: return strcmp((const char *)fa, (const char *)fb) == 0;
+    }
+    return 0;
+}
+
 void config_defaults(Config *c) {
     memset(c, 0, sizeof(*c));
     for (int i = 0; i < NKEYS; i++) set_value(c, &KEYS[i], KEYS[i].dflt, "default");
