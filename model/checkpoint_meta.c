@@ -73,7 +73,7 @@ void checkpoint_check_config(const Config *ck, const Config *run, const char *pa
             run->gradient_accumulation_steps, run->per_device_batch_size, devices_of(run));
     // The chunks every sum over a sequence's tokens is cut into (0 = one per context device).
     if (cfg_context_chunks(ck) != cfg_context_chunks(run))
-        die("load_checkpoint %s: sums over tokens use %d chunks per sequence in the checkpoint, %d in this run "
-            "(context_reduce_chunks, whose 0 means ici_context_parallelism: set context_reduce_chunks=%d)",
-            path, cfg_context_chunks(ck), cfg_context_chunks(run), cfg_context_chunks(ck));
+        die("load_checkpoint %s: sums over tokens use %d chunk(s) per sequence in the checkpoint, %d in this run "
+            "(context_reduce_chunks; its 0 means one per context device)", path, cfg_context_chunks(ck),
+            cfg_context_chunks(run));
 }
