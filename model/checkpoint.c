@@ -111,6 +111,9 @@ static int held(const Model *m, int i, int Z, int zr, size_t *a, size_t *b, size
 // consecutive: fn(ctx, global index, local element, count).
 typedef void (*RunFn)(void *ctx, size_t g, size_t li, size_t n);
 static void each_run(const ParamSpec *s, size_t a, size_t b, RunFn fn, void *ctx) {
+    int cut = 0;
+    for (int d = 0; d < s->ndim; d++) cut |= s->shape[d] != s->gshape[d];
+    if (!cut) { fn(ctx, a, a, b - a); return; }   // the whole tensor here: local = global
     for (size_t li = a; li < b;) {
         size_t g = model_global_index(s, li), n = 1;
         while (li + n < b && model_global_index(s, li + n) == g + n) n++;
