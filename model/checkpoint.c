@@ -28,16 +28,19 @@ typedef struct {
 static const char *const PREFIX[] = {"params/", "opt_state/mu/", "opt_state/nu/", "opt_state/v/",
                                      "opt_state/v_row/", "opt_state/v_col/", "state/"};
 
-static int add_entry(Entry *out, int k, EntryKind kind, int spec, const ParamSpec *s, int drop) {
+// Entry k of the file: tensor `name` under the kind's prefix, of the given global shape
+// without dimension `drop` (-1: none). out NULL: only counted.
+static int add_entry(Entry *out, int k, EntryKind kind, int spec, const char *name, int ndim, const int *shape,
+                     int drop) {
     if (!out) return k + 1;
     Entry *e = &out[k];
     memset(e, 0, sizeof *e);
     e->kind = kind;
     e->spec = spec;
-    snprintf(e->name, sizeof e->name, "%s%s", PREFIX[kind], s->name);
+    snprintf(e->name, sizeof e->name, "%s%s", PREFIX[kind], name);
     e->n = 1;
-    for (int d = 0; d < s->ndim; d++)
-        if (d != drop) { e->shape[e->ndim++] = s->gshape[d]; e->n *= (size_t)s->gshape[d]; }
+    for (int d = 0; d < ndim; d++)
+        if (d != drop) { e->shape[e->ndim++] = shape[d]; e->n *= (size_t)shape[d]; }
     e->off = k ? out[k - 1].off + out[k - 1].n : 0;
     return k + 1;
 }
@@ -47,35 +50,27 @@ static int add_entry(Entry *out, int k, EntryKind kind, int spec, const ParamSpe
 // after its gate kernel, ".../gate/kernel" -> "state/.../gate/bias".
 static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *out) {
     int k = 0, adamw = optimizer_state_floats(c) == 2, adafactor = !strcmp(c->opt_type, "adafactor");
-    for (int i = 0; i < n; i++) k = add_entry(out, k, E_PARAMS, i, &specs[i], -1);
-    for (int i = 0; adamw && i < n; i++) k = add_entry(out, k, E_MU, i, &specs[i], -1);
-    for (int i = 0; adamw && i < n; i++) k = add_entry(out, k, E_NU, i, &specs[i], -1);
+    for (int kind = E_PARAMS; kind <= E_NU; kind++)
+        for (int i = 0; i < n && (kind == E_PARAMS || adamw); i++)
+            k = add_entry(out, k, (EntryKind)kind, i, specs[i].name, specs[i].ndim, specs[i].gshape, -1);
     for (int i = 0; adafactor && i < n; i++) {
+        const ParamSpec *s = &specs[i];
         int drow, dcol;
-        if (!adafactor_factored_dims(specs[i].gshape, specs[i].ndim, &drow, &dcol)) {
-            k = add_entry(out, k, E_V, i, &specs[i], -1);
+        if (!adafactor_factored_dims(s->gshape, s->ndim, &drow, &dcol)) {
+            k = add_entry(out, k, E_V, i, s->name, s->ndim, s->gshape, -1);
             continue;
         }
-        k = add_entry(out, k, E_V_ROW, i, &specs[i], dcol);   // a mean over the columns: one per row
-        k = add_entry(out, k, E_V_COL, i, &specs[i], drow);
+        k = add_entry(out, k, E_V_ROW, i, s->name, s->ndim, s->gshape, dcol);   // a mean over the columns: one per row
+        k = add_entry(out, k, E_V_COL, i, s->name, s->ndim, s->gshape, drow);
     }
     const char *gate = "/gate/kernel";
     for (int i = 0; c->routed_bias && i < n; i++) {
         size_t len = strlen(specs[i].name), glen = strlen(gate);
         if (len < glen || strcmp(specs[i].name + len - glen, gate)) continue;
-        if (out) {
-            Entry *e = &out[k];
-            memset(e, 0, sizeof *e);
-            e->kind = E_BIAS;
-            e->spec = i;
-            e->layer = model_unit_of(c, specs[i].name) - 1;
-            snprintf(e->name, sizeof e->name, "%s%.*sbias", PREFIX[E_BIAS], (int)(len - strlen("kernel")), specs[i].name);
-            e->ndim = 1;
-            e->shape[0] = c->num_experts;
-            e->n = (size_t)c->num_experts;
-            e->off = k ? out[k - 1].off + out[k - 1].n : 0;
-        }
-        k++;
+        char name[sizeof specs[i].name + 8];
+        snprintf(name, sizeof name, "%.*sbias", (int)(len - strlen("kernel")), specs[i].name);
+        k = add_entry(out, k, E_BIAS, i, name, 1, &c->num_experts, -1);
+        if (out) out[k - 1].layer = model_unit_of(c, specs[i].name) - 1;
     }
     return k;
 }

@@ -87,7 +87,7 @@ static const KeyDef KEYS[] = {
     KEY(log_period, K_INT, "1", "print a step line every N steps"),
     KEY(metrics_file, K_STR, "", "write one JSON object per step to this file"),
     KEY(save_checkpoint, K_STR, "", "write a safetensors checkpoint here (atomically) at the end"),
-    KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position)"),
+    KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position), saved on any mesh; every key that changes the math must hold the checkpoint's value"),
     KEY(checkpoint_period, K_INT, "0", "also save every N steps (0 = only at the end)"),
     KEY(run_steps, K_INT, "0", "stop this run after N optimizer steps, schedule unchanged (0 = run to steps); for resuming"),
     KEY(sample_length, K_INT, "200", "bytes of text sampled from the model at the end (0 = none)"),

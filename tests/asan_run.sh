@@ -13,10 +13,11 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=23 UBSAN_OPTIONS=ha
 A="per_device_batch_size=2 max_target_length=32 eval_steps=1 sample_length=16 log_period=100"
 for preset in mixtral-tiny deepseek-tiny; do
     for sparse in true false; do
-        check "asan: $preset sparse_matmul=$sparse, 3 steps, accumulation 2, checkpoint" \
-            $BIN configs/$preset.yml $A steps=3 sparse_matmul=$sparse gradient_accumulation_steps=2 \
+        check "asan: $preset sparse_matmul=$sparse, 3 of 4 steps, accumulation 2, checkpoint" \
+            $BIN configs/$preset.yml $A steps=4 run_steps=3 sparse_matmul=$sparse gradient_accumulation_steps=2 \
             save_checkpoint=$T/ck.safetensors
-        check "asan: $preset resume" $BIN configs/$preset.yml $A steps=4 sparse_matmul=$sparse \
+        check "asan: $preset resume for the 4th step, the same global batch in one microbatch" \
+            $BIN configs/$preset.yml $A steps=4 sparse_matmul=$sparse per_device_batch_size=4 \
             load_checkpoint=$T/ck.safetensors
     done
 done

@@ -53,9 +53,16 @@ REF=-af roundtrip mixtral-tiny af-1-to-fsdp2 "per_device_batch_size=4" "ici_fsdp
     opt_type=adafactor head_dim=128
 out=$($ST same $T/mixtral-tiny-af-1-to-fsdp2.st $T/mixtral-tiny-af-fsdp2-to-1.st 2>&1); rc=$?
 check "mixtral-tiny adafactor: tensors saved on fsdp=2 = saved on 1 device: $out" [ "$rc" -eq 0 ]
+out=$($ST factored $T/mixtral-tiny-af-1-to-fsdp2.st 2>&1); rc=$?
+check "mixtral-tiny adafactor: v_row, v_col in optax's layout (per leading index, C sum v_row = R sum v_col): $out" \
+    [ "$rc" -eq 0 ]
 run mixtral-tiny-ref-sgd mixtral-tiny per_device_batch_size=4 opt_type=sgd
 REF=-sgd roundtrip mixtral-tiny sgd-fsdp2-to-1 "ici_fsdp_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4" \
     opt_type=sgd
+echo "== mixtral-tiny: context=2 -> data=2 x fsdp=2, both with 2 reduction chunks per sequence"
+run mixtral-tiny-ref-c2 mixtral-tiny per_device_batch_size=4 context_reduce_chunks=2
+REF=-c2 roundtrip mixtral-tiny context2-to-data2-fsdp2 "ici_context_parallelism=2 per_device_batch_size=2" \
+    "ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=1" context_reduce_chunks=2
 echo "== deepseek-tiny: pipeline stage=3 -> 1 device (global batch 6)"
 run deepseek-tiny-ref6 deepseek-tiny per_device_batch_size=6
 REF=6 roundtrip deepseek-tiny stage3-to-1 "ici_pipeline_parallelism=3 per_device_batch_size=2" "per_device_batch_size=6"
