@@ -21,9 +21,9 @@ for preset in mixtral-tiny deepseek-tiny; do
             load_checkpoint=$T/ck.safetensors
     done
 done
-check "asan: deepseek saved on fsdp=2 x tensor=2" $BIN configs/deepseek-tiny.yml $A steps=3 run_steps=2 \
+check "asan: deepseek saved on fsdp=2 x tensor=2" $BIN configs/deepseek-tiny.yml $A steps=2 run_steps=1 \
     ici_fsdp_parallelism=2 ici_tensor_parallelism=2 save_checkpoint=$T/mesh.safetensors
-check "asan: deepseek resumed on data=2 (ZeRO-1) x expert=2" $BIN configs/deepseek-tiny.yml $A steps=3 \
+check "asan: deepseek resumed on data=2 (ZeRO-1) x expert=2" $BIN configs/deepseek-tiny.yml $A steps=2 \
     ici_data_parallelism=2 shard_optimizer_over_data=true ici_expert_parallelism=2 load_checkpoint=$T/mesh.safetensors
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0
 check "asan: load-balance and z-loss" $BIN configs/mixtral-tiny.yml $A steps=2 load_balance_loss_weight=0.01 z_loss_multiplier=1e-4
