@@ -23,6 +23,12 @@ roundtrip() {
     run $name $preset $b "$@" load_checkpoint=$T/$name.st
     check "$name: 2 + 2 steps = 4 losses of one device, bit for bit: $(bits $name)" same $name $preset-ref${REF:-}
 }
+same_file() {   # same_file LABEL A B: $T/A.st and $T/B.st hold the same tensors, bit for bit
+    local out rc
+    out=$($ST same $T/$2.st $T/$3.st 2>&1); rc=$?
+    check "$1: $out" [ "$rc" -eq 0 ]
+}
+
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset: global batch 4, saved after 2 steps, resumed for 2"
     run $preset-ref $preset per_device_batch_size=4
@@ -32,8 +38,7 @@ for preset in mixtral-tiny deepseek-tiny; do
     roundtrip $preset zero1-to-expert2 "ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2" \
         "ici_expert_parallelism=2 per_device_batch_size=2"
     for f in fsdp4-to-1 zero1-to-expert2; do
-        out=$($ST same $T/$preset-1-to-fsdp2-tensor2.st $T/$preset-$f.st 2>&1); rc=$?
-        check "$preset: tensors saved on ${f%%-to-*} = saved on 1 device: $out" [ "$rc" -eq 0 ]
+        same_file "$preset: tensors saved on ${f%%-to-*} = saved on 1 device" $preset-1-to-fsdp2-tensor2 $preset-$f
     done
     # Mixtral with head_dim=128: the query, key and value kernels (128, heads, 128) are
     # factored over dims 0 and 2, so their row means are stored (128, heads), not in the
@@ -47,12 +52,12 @@ done
 
 echo "== mixtral-tiny: pipeline stage=2 -> 1 device; adafactor 1 device -> fsdp=2; sgd fsdp=2 -> 1 device"
 roundtrip mixtral-tiny stage2-to-1 "ici_pipeline_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4"
-out=$($ST same $T/mixtral-tiny-1-to-fsdp2-tensor2.st $T/mixtral-tiny-stage2-to-1.st 2>&1); rc=$?
-check "mixtral-tiny: tensors saved on stage=2 = saved on 1 device: $out" [ "$rc" -eq 0 ]
+same_file "mixtral-tiny: tensors saved on stage=2 = saved on 1 device" mixtral-tiny-1-to-fsdp2-tensor2 \
+    mixtral-tiny-stage2-to-1
 REF=-af roundtrip mixtral-tiny af-1-to-fsdp2 "per_device_batch_size=4" "ici_fsdp_parallelism=2 per_device_batch_size=2" \
     opt_type=adafactor head_dim=128
-out=$($ST same $T/mixtral-tiny-af-1-to-fsdp2.st $T/mixtral-tiny-af-fsdp2-to-1.st 2>&1); rc=$?
-check "mixtral-tiny adafactor: tensors saved on fsdp=2 = saved on 1 device: $out" [ "$rc" -eq 0 ]
+same_file "mixtral-tiny adafactor: tensors saved on fsdp=2 = saved on 1 device" mixtral-tiny-af-1-to-fsdp2 \
+    mixtral-tiny-af-fsdp2-to-1
 out=$($ST factored $T/mixtral-tiny-af-1-to-fsdp2.st 2>&1); rc=$?
 check "mixtral-tiny adafactor: v_row, v_col in optax's layout (per leading index, C sum v_row = R sum v_col): $out" \
     [ "$rc" -eq 0 ]
