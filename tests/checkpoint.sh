@@ -94,5 +94,8 @@ expect_error "the global batch" "load_checkpoint $CK: the global batch is 4 sequ
     $TRAIN $C ici_fsdp_parallelism=2 load_checkpoint=$CK
 expect_error "the reduction chunks" "load_checkpoint $CK: sums over tokens use 1 chunk(s) per sequence in the checkpoint, 2 in this run" \
     $TRAIN $C context_reduce_chunks=2 load_checkpoint=$CK
+$ST add-tensor $CK $T/extra.st opt_state/v/stray
+expect_error "a tensor the run has no use for" "load_checkpoint $T/extra.st: tensor 'opt_state/v/stray' is not one of this run's (opt_type=adamw)" \
+    $TRAIN $C load_checkpoint=$T/extra.st
 expect_error "a missing file" "load_checkpoint: cannot open '$T/nope.st'" $TRAIN $C load_checkpoint=$T/nope.st
 summary

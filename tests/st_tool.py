@@ -5,6 +5,7 @@
                                     shapes, and bytes compared bit for bit), whatever their
                                     metadata; prints the count, or the first difference
   st_tool.py set-meta IN OUT K V    write IN with metadata key K set to V as OUT
+  st_tool.py add-tensor IN OUT N    write IN with one more tensor N (F32, shape [1]) as OUT
   st_tool.py factored FILE          check that every opt_state/v_row and v_col pair is laid
                                     out as optax's FactoredState (below); prints the largest
                                     relative difference found
@@ -50,14 +51,24 @@ def same(a, b):
     return 0
 
 
-def set_meta(src, dst, key, value):
-    header, data = read(src)
-    header.setdefault("__metadata__", {})[key] = value
+def write(dst, header, data):
     h = json.dumps(header).encode()
     h += b" " * (-len(h) % 8)
     with open(dst, "wb") as f:
         f.write(struct.pack("<Q", len(h)) + h + data)
     return 0
+
+
+def set_meta(src, dst, key, value):
+    header, data = read(src)
+    header.setdefault("__metadata__", {})[key] = value
+    return write(dst, header, data)
+
+
+def add_tensor(src, dst, name):
+    header, data = read(src)
+    header[name] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+    return write(dst, header, data + struct.pack("<f", 1.0))
 
 
 def factored(path):
@@ -109,6 +120,8 @@ if __name__ == "__main__":
         sys.exit(0 if pairs and worst < 1e-4 else 1)
     if len(sys.argv) == 4 and sys.argv[1] == "same":
         sys.exit(same(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 5 and sys.argv[1] == "add-tensor":
+        sys.exit(add_tensor(*sys.argv[2:]))
     if len(sys.argv) == 6 and sys.argv[1] == "set-meta":
         sys.exit(set_meta(*sys.argv[2:]))
     sys.exit(__doc__)
