@@ -6,6 +6,8 @@
 #include "common.h"
 #include <errno.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 static const char *DTYPE_NAMES[ST_NDTYPES] = {"F32", "I32", "BF16", "F16", "I64", "F64", "U8", "I8", "U16", "I16"};
 static const size_t DTYPE_SIZES[ST_NDTYPES] = {4, 4, 2, 2, 8, 8, 1, 1, 2, 2};
@@ -178,6 +180,9 @@ struct StFile {
     unsigned char *buf;  size_t size;
     StTensor *t;  int nt;
     char **keys, **vals;  int nm;
+    int fd;              // st_open_header_try: the open file, read piece by piece (-1 otherwise)
+    const char *path;    // st_open_header_try: for the read errors' messages
+    size_t *file_off;    // st_open_header_try: (nt) where each tensor's bytes start in the file
 };
 
 typedef struct { const char *p, *end; char *err; size_t cap; const char *path; } Parser;
@@ -386,6 +391,7 @@ StFile *st_open_try(const char *path, char *err, size_t cap) {
     if (!fp) { snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
     StFile *f = xmalloc(sizeof *f);
     memset(f, 0, sizeof *f);
+    f->fd = -1;
     fseek(fp, 0, SEEK_END);
     long sz = ftell(fp);
     fseek(fp, 0, SEEK_SET);
@@ -432,5 +438,64 @@ void st_close(StFile *f) {
     for (int i = 0; i < f->nt; i++) free(f->t[i].name);
     for (int i = 0; i < f->nm; i++) { free(f->keys[i]); free(f->vals[i]); }
     free(f->t); free(f->keys); free(f->vals); free(f->buf);
+    if (f->fd >= 0) close(f->fd);
+    free(f->file_off); free((char *)f->path);
     free(f);
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading piece by piece: the header parsed, the tensor bytes read where they are needed.
+
+StFile *st_open_header_try(const char *path, char *err, size_t cap) {
+    err[0] = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
+    StFile *f = xmalloc(sizeof *f);
+    memset(f, 0, sizeof *f);
+    f->fd = fd;
+    f->path = xstrdup(path);
+    struct stat sb;
+    unsigned char le[8];
+    uint64_t hn = 0;
+    if (fstat(fd, &sb) != 0) snprintf(err, cap, "cannot read '%s': %s", path, strerror(errno));
+    else if (sb.st_size < 8 || pread(fd, le, 8, 0) != 8)
+        snprintf(err, cap, "'%s' is not a safetensors file (%lld bytes, too short)", path, (long long)sb.st_size);
+    else {
+        for (int i = 0; i < 8; i++) hn |= (uint64_t)le[i] << (8 * i);
+        if (hn < 2 || hn > (uint64_t)sb.st_size - 8)
+            snprintf(err, cap, "'%s' is not a safetensors file (its first 8 bytes do not give a JSON header length)", path);
+    }
+    if (!err[0]) {
+        f->buf = xmalloc((size_t)hn);
+        f->size = (size_t)hn;
+        if (pread(fd, f->buf, (size_t)hn, 8) != (ssize_t)hn) snprintf(err, cap, "cannot read '%s': short header", path);
+        else if (f->buf[0] != '{')
+            snprintf(err, cap, "'%s' is not a safetensors file (its first 8 bytes do not give a JSON header length)", path);
+    }
+    if (!err[0]) {
+        Parser ps = {(const char *)f->buf, (const char *)f->buf + hn, err, cap, path};
+        if (parse_header(&ps, f, (size_t)sb.st_size - 8 - (size_t)hn)) {
+            f->file_off = xmalloc(sizeof(size_t) * (size_t)(f->nt ? f->nt : 1));
+            for (int i = 0; i < f->nt; i++) {
+                f->file_off[i] = 8 + (size_t)hn + (uintptr_t)f->t[i].data;
+                f->t[i].data = NULL;   // not in memory: st_read_at reads it
+            }
+        }
+    }
+    if (err[0]) { st_close(f); return NULL; }
+    return f;
+}
+
+void st_read_at(const StFile *f, const StTensor *t, size_t byte_off, void *dst, size_t nbytes) {
+    int i = (int)(t - f->t);
+    if (f->fd < 0 || i < 0 || i >= f->nt) die("internal: st_read_at needs a tensor of a file opened by st_open_header_try");
+    if (byte_off > t->nbytes || nbytes > t->nbytes - byte_off)
+        die("internal: st_read_at: bytes [%zu, %zu) are outside tensor '%s' (%zu bytes)", byte_off, byte_off + nbytes,
+            t->name, t->nbytes);
+    size_t done = 0;
+    while (done < nbytes) {
+        ssize_t got = pread(f->fd, (char *)dst + done, nbytes - done, (off_t)(f->file_off[i] + byte_off + done));
+        if (got <= 0) die("cannot read tensor '%s' of '%s': %s", t->name, f->path, got ? strerror(errno) : "file truncated");
+        done += (size_t)got;
+    }
 }

@@ -52,4 +52,13 @@ int st_count(const StFile *f);
 const char *st_meta(const StFile *f, const char *key);      // NULL when absent
 void st_close(StFile *f);
 
+// ---- reading piece by piece (each device of a mesh reads only its slices) ----
+// Opens a file and validates its header (every tensor inside the file) without reading the
+// tensor bytes: the tensors' `data` is NULL. st_get, st_tensor, st_count, st_meta and
+// st_close work as above. NULL and a reason in err on failure.
+StFile *st_open_header_try(const char *path, char *err, size_t cap);
+// Reads bytes [byte_off, byte_off + nbytes) of tensor t (of f) into dst. Dies naming the
+// tensor and the file if the read fails. Safe to call from several threads at once.
+void st_read_at(const StFile *f, const StTensor *t, size_t byte_off, void *dst, size_t nbytes);
+
 #endif

@@ -81,6 +81,16 @@ size_t adafactor_state_floats(const Model *m) {
     return n;
 }
 
+int adafactor_slot(const Model *m, int i, AdafactorSlot *slot) {
+    TensorPart t;
+    size_t off = 0;
+    for (int j = 0; j < i; j++)
+        if (tensor_part(m, j, &t)) off += part_state(&t);
+    if (!tensor_part(m, i, &t)) return 0;
+    *slot = (AdafactorSlot){off, t.k0, t.k1, t.R, t.C, t.lead, t.factored, t.drow, t.dcol};
+    return 1;
+}
+
 // Element k of a factored tensor: its leading index, row and column.
 static void element_coords(const TensorPart *t, size_t k, size_t *lead, size_t *r, size_t *col) {
     const ParamSpec *sp = t->sp;

@@ -28,6 +28,13 @@ void adafactor_check(const Config *c);
 int adafactor_factored_dims(const int *shape, int ndim, int *drow, int *dcol);
 // Floats of adafactor state this device keeps (its MEM_OPTIMIZER allocation).
 size_t adafactor_state_floats(const struct Model *m);
+// Where tensor i's state lies in this device's m->v_mem (checkpoints read and write it):
+// 0 if the device holds no element of the tensor. Factored: lead*(R+C) floats from `off`,
+// the row means v_row[l*R + r] then the column means v_col[l*C + c], where l runs over
+// the dimensions other than drow and dcol in order; otherwise the running mean of elements
+// [k0, k1) of the tensor (row-major over its whole shape), one float each, from `off`.
+typedef struct { size_t off, k0, k1, R, C, lead; int factored, drow, dcol; } AdafactorSlot;
+int adafactor_slot(const struct Model *m, int i, AdafactorSlot *slot);
 // One update of this device's parameters (m->v_mem holds the state); t is 1-based.
 void adafactor_update(struct Model *m, float lr, int t);
 

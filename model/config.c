@@ -87,7 +87,7 @@ static const KeyDef KEYS[] = {
     KEY(log_period, K_INT, "1", "print a step line every N steps"),
     KEY(metrics_file, K_STR, "", "write one JSON object per step to this file"),
     KEY(save_checkpoint, K_STR, "", "write a safetensors checkpoint here (atomically) at the end"),
-    KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position)"),
+    KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position), saved on any mesh; every key that changes the math must hold the checkpoint's value"),
     KEY(checkpoint_period, K_INT, "0", "also save every N steps (0 = only at the end)"),
     KEY(run_steps, K_INT, "0", "stop this run after N optimizer steps, schedule unchanged (0 = run to steps); for resuming"),
     KEY(sample_length, K_INT, "200", "bytes of text sampled from the model at the end (0 = none)"),
@@ -279,6 +279,22 @@ void config_format_value(const Config *c, const char *key, char *buf, int cap) {
     case K_BOOL: snprintf(buf, (size_t)cap, "%s", *(const int *)field ? "true" : "false"); break;
     case K_STR: snprintf(buf, (size_t)cap, "%s", (const char *)field); break;
     }
+}
+
+int config_num_keys(void) { return NKEYS; }
+const char *config_key_name(int i) { return i >= 0 && i < NKEYS ? KEYS[i].name : NULL; }
+
+int config_key_equal(const Config *a, const Config *b, const char *key) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("internal: config_key_equal: unknown key '%s'", key);
+    const void *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+    switch (k->type) {
+    case K_INT: case K_BOOL: return *(const int *)fa == *(const int *)fb;
+    case K_FLOAT: return memcmp(fa, fb, sizeof(float)) == 0;
+    case K_BYTES: return *(const int64_t *)fa == *(const int64_t *)fb;
+    case K_STR: return strcmp((const char *)fa, (const char *)fb) == 0;
+    }
+    return 0;
 }
 
 void config_defaults(Config *c) {

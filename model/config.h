@@ -162,6 +162,12 @@ int config_value_is(const Config *c, const char *key, const char *value);
 // The key's value in c, written as a preset would write it.
 void config_format_value(const Config *c, const char *key, char *buf, int cap);
 
+// The key table walked in order (checkpoint metadata checks): key i's name (NULL past the
+// end), and whether a key holds the same value in a and b (floats compared bit for bit).
+int config_num_keys(void);
+const char *config_key_name(int i);
+int config_key_equal(const Config *a, const Config *b, const char *key);
+
 // Derived quantities, used everywhere.
 static inline int cfg_is_deepseek(const Config *c) { return strcmp(c->decoder_block, "deepseek") == 0; }
 static inline int cfg_is_mla(const Config *c) { return strcmp(c->attention_type, "mla") == 0; }

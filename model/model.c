@@ -234,7 +234,7 @@ static float normal_at(uint64_t key, uint64_t i, uint64_t draw) {
 
 // The global flat index of local element i of tensor s: its local coordinates, shifted by
 // this device's piece of each cut dimension, in the global row-major shape.
-static size_t global_index(const ParamSpec *s, size_t i) {
+size_t model_global_index(const ParamSpec *s, size_t i) {
     size_t g = 0, stride = 1;
     for (int d = s->ndim - 1; d >= 0; d--) {
         size_t local = i % (size_t)s->shape[d];
@@ -250,7 +250,7 @@ static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_
     if (mem_dry()) return;   // dry run: weights are never read (sharding/memory.h)
     uint64_t key = mix64(hash_name(s->name) ^ mix64((uint64_t)seed + 0x1234567ull));
     for (size_t li = i0; li < i1; li++) {
-        size_t i = global_index(s, li), at = li - i0;
+        size_t i = model_global_index(s, li), at = li - i0;
         if (s->init_std == 0.0f) { x[at] = s->init_const; continue; }
         float z = normal_at(key, i, 0);
         for (uint64_t d = 1; s->truncated && fabsf(z) > 2.0f; d++) z = normal_at(key, i, d);

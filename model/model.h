@@ -97,6 +97,9 @@ int model_unit_of(const Config *c, const char *name);
 // Bind only unit u's pointers of `p`, to buf holding that unit's floats.
 void model_bind_unit(const Model *m, Params *p, int u, float *buf);
 int model_num_moe_layers(const Config *c);
+// The global row-major index (in gshape) of element i of tensor s as this device holds it
+// (row-major in its local shape): the device's piece of each cut dimension, shifted.
+size_t model_global_index(const ParamSpec *s, size_t i);
 
 // Forward pass over B sequences of S tokens (ids, targets: (B,S); under context parallelism
 // S is this device's part of each sequence, sharding/context.h). Keeps the activations

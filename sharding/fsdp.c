@@ -193,14 +193,18 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
 __extension__ typedef __int128 fixed128;
 #define NORM_FRAC_BITS 64
 
-static int owns_tensor(const Mesh *mesh, int dev, const ParamSpec *sp) {
+int shard_first_copy(const Mesh *mesh, int dev, unsigned split) {
     if (!mesh) return 1;
-    unsigned split = 0;
-    for (int d = 0; d < sp->ndim; d++) split |= sp->part.axes[d];
     const MeshAxis replicas[] = {AX_DATA, AX_CONTEXT, AX_TENSOR, AX_EXPERT};
     for (int i = 0; i < 4; i++)
         if (!(split & AXIS_BIT(replicas[i])) && mesh_coord(mesh, dev, replicas[i]) != 0) return 0;
     return 1;
+}
+
+static int owns_tensor(const Mesh *mesh, int dev, const ParamSpec *sp) {
+    unsigned split = 0;
+    for (int d = 0; d < sp->ndim; d++) split |= sp->part.axes[d];
+    return shard_first_copy(mesh, dev, split);
 }
 
 float fsdp_grad_norm(Model *m) {

@@ -51,6 +51,10 @@ static inline int shard_is_split(const StateShard *s) { return s->F * s->Z > 1; 
 // (n = 0 for a unit on another pipeline stage).
 size_t shard_first(const StateShard *s, int u);
 size_t shard_len(const StateShard *s, int u);
+// Whether `dev` holds the first copy of something split over the mesh axes in `split` (a
+// bit mask): coordinate 0 along every axis that holds replicas of it (data, context,
+// tensor, expert). One device per distinct piece answers yes (mesh NULL: one device).
+int shard_first_copy(const Mesh *mesh, int dev, unsigned split);
 
 // ---- used by the model (model/model.c, model/step.c) ----
 struct Model;

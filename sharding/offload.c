@@ -12,9 +12,6 @@
 
 void state_offload_check(const Config *c) {
     int moments = optimizer_state_floats(c);   // dies on a bad opt_type
-    if (moments != 2 && (c->save_checkpoint[0] || c->load_checkpoint[0]))
-        die("opt_type=%s keeps %s, and checkpoints hold AdamW's moments: use opt_type=adamw to "
-            "save or load checkpoints", c->opt_type, moments ? "its state per tensor" : "no optimizer state");
     adafactor_check(c);
     if (!moments && c->optimizer_memory_host_offload)
         die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload", c->opt_type);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/asan_run.sh BINARY: a short training of both presets (both MoE paths, with
-# checkpoint save + resume and gradient accumulation) under AddressSanitizer + UBSan.
+# checkpoint save + resume and gradient accumulation, and a checkpoint saved on one
+# 4-device mesh and resumed on another) under AddressSanitizer + UBSan.
 # Any report makes the run exit non-zero.
 set -u
 cd "$(dirname "$0")/.."
@@ -12,13 +13,18 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=23 UBSAN_OPTIONS=ha
 A="per_device_batch_size=2 max_target_length=32 eval_steps=1 sample_length=16 log_period=100"
 for preset in mixtral-tiny deepseek-tiny; do
     for sparse in true false; do
-        check "asan: $preset sparse_matmul=$sparse, 3 steps, accumulation 2, checkpoint" \
-            $BIN configs/$preset.yml $A steps=3 sparse_matmul=$sparse gradient_accumulation_steps=2 \
+        check "asan: $preset sparse_matmul=$sparse, 3 of 4 steps, accumulation 2, checkpoint" \
+            $BIN configs/$preset.yml $A steps=4 run_steps=3 sparse_matmul=$sparse gradient_accumulation_steps=2 \
             save_checkpoint=$T/ck.safetensors
-        check "asan: $preset resume" $BIN configs/$preset.yml $A steps=4 sparse_matmul=$sparse \
+        check "asan: $preset resume for the 4th step, the same global batch in one microbatch" \
+            $BIN configs/$preset.yml $A steps=4 sparse_matmul=$sparse per_device_batch_size=4 \
             load_checkpoint=$T/ck.safetensors
     done
 done
+check "asan: deepseek saved on fsdp=2 x tensor=2" $BIN configs/deepseek-tiny.yml $A steps=2 run_steps=1 \
+    ici_fsdp_parallelism=2 ici_tensor_parallelism=2 save_checkpoint=$T/mesh.safetensors
+check "asan: deepseek resumed on data=2 (ZeRO-1) x expert=2" $BIN configs/deepseek-tiny.yml $A steps=2 \
+    ici_data_parallelism=2 shard_optimizer_over_data=true ici_expert_parallelism=2 load_checkpoint=$T/mesh.safetensors
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0
 check "asan: load-balance and z-loss" $BIN configs/mixtral-tiny.yml $A steps=2 load_balance_loss_weight=0.01 z_loss_multiplier=1e-4
 check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance loss" \

@@ -93,12 +93,16 @@ PY
 expect_error "truncated token file" "trunc.bin" $TRAIN $C dataset_path=$T/trunc.bin
 expect_error "wrong magic" "magic" $TRAIN $C dataset_path=$T/magic.bin
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/small.safetensors >/dev/null 2>&1
-expect_error "checkpoint from another config" "another config" $TRAIN $C $FAST base_emb_dim=64 load_checkpoint=$T/small.safetensors
+expect_error "checkpoint from another config" "base_emb_dim is 128 in the checkpoint, 64 in this run" \
+    $TRAIN $C $FAST steps=1 base_emb_dim=64 load_checkpoint=$T/small.safetensors
 expect_error "checkpoint that is not one" "checkpoint" $TRAIN $C $FAST load_checkpoint=$T/text.txt
 rm -f $T/good.safetensors
 expect_error "non-finite loss or gradient names the step" "at step 1 (loss" \
     $TRAIN $C $FAST steps=20 learning_rate=1e30 warmup_steps_fraction=0 save_checkpoint=$T/good.safetensors checkpoint_period=1
-check "the last good checkpoint is kept and loads" $TRAIN $C $FAST steps=1 load_checkpoint=$T/good.safetensors
+# It loads with the run's own config (checkpoint_check), and the resumed run meets the same step.
+out=$($TRAIN $C $FAST steps=20 learning_rate=1e30 warmup_steps_fraction=0 load_checkpoint=$T/good.safetensors 2>&1); rc=$?
+check "the last good checkpoint is kept and loads: resumed at step 1, stopped again at step 1 (exit $rc)" \
+    bash -c '[ "$1" -eq 1 ] && grep -q "resumed from .* at step 1$" <<<"$2" && grep -q "at step 1 (loss" <<<"$2"' _ "$rc" "$out"
 check "no temporary checkpoint left after the failure" [ ! -e $T/good.safetensors.tmp ]
 
 summary

@@ -119,6 +119,4 @@ expect_error "schedule name" "pipeline_schedule must be 'gpipe' or '1f1b', got '
     $TRAIN $C $FAST ici_pipeline_parallelism=2 pipeline_schedule=zb
 expect_error "shift name" "pipeline_shift_impl must be 'ppermute' or 'slice', got 'psum'" \
     $TRAIN $C $FAST pipeline_shift_impl=psum
-expect_error "checkpoints" "not yet supported with sharded state (fsdp, tensor, expert or stage > 1" \
-    $TRAIN $C $FAST ici_pipeline_parallelism=2 save_checkpoint=$T/ck.safetensors
 summary

@@ -130,6 +130,30 @@ static void check_refused(const char *name, const void *bytes, size_t n, const c
     CHECK(r == NULL && strstr(err, phrase) && strstr(err, name), "%s refused with '%s': got '%s'", name, phrase, r ? "(accepted)" : err);
     if (r) st_close(r);
     else printf("  ok   %s: %s\n", name, err);
+    r = st_open_header_try(path, err, sizeof err);   // the same checks when only the header is read
+    CHECK(r == NULL && strstr(err, phrase) && strstr(err, name), "%s refused by st_open_header_try with '%s': got '%s'",
+          name, phrase, r ? "(accepted)" : err);
+    if (r) st_close(r);
+}
+
+// Reading piece by piece (checkpoints on a mesh): the header alone, then byte ranges.
+static void test_safetensors_pieces(void) {
+    char path[256], err[256];
+    path_in(path, sizeof path, "rt.safetensors");   // written by test_safetensors_roundtrip
+    StFile *r = st_open_header_try(path, err, sizeof err);
+    CHECK(r != NULL, "header of rt.safetensors: %s", err);
+    if (!r) return;
+    const StTensor *ta = st_get(r, "params/a"), *tb = st_get(r, "b \"quoted\"");
+    CHECK(ta && tb && ta->data == NULL && ta->nbytes == 24 && ta->shape[1] == 3, "params/a: 24 bytes, not in memory");
+    CHECK(st_meta(r, "step") && !strcmp(st_meta(r, "step"), "42"), "metadata step");
+    float got[3], want[3] = {3.25f, 1e-30f, -0.0f};   // elements 2..4 of params/a
+    int32_t last;
+    if (ta && tb) {
+        st_read_at(r, ta, 8, got, sizeof got);
+        st_read_at(r, tb, 8, &last, sizeof last);
+        CHECK(!memcmp(got, want, sizeof got) && last == 2147483647, "bytes [8, 20) of params/a and [8, 12) of b, bit for bit");
+    }
+    st_close(r);
 }
 
 static void test_safetensors_malformed(void) {
@@ -293,6 +317,7 @@ int main(void) {
     test_safetensors_roundtrip();
     test_safetensors_by_hand();
     test_safetensors_malformed();
+    test_safetensors_pieces();
     expect_die("writing into a missing directory", write_into_missing_dir, NULL, "cannot write");
     test_tokfile();
     make_bad_tokfiles();

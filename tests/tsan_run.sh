@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/tsan_run.sh BINARY: 2 training steps on 8 devices under ThreadSanitizer: Mixtral on
-# fsdp=2 tensor=2 expert=2 (the experts' all-to-all), DeepSeek on data=2 fsdp=2 tensor=2 with
-# ZeRO-1. The devices are threads that share the data, the config and the collectives'
+# fsdp=2 tensor=2 expert=2 (the experts' all-to-all) for 1 step, saving a checkpoint (every
+# device copies its slices into the host image of the file), then resuming it on data=2
+# fsdp=4 for the second (every device reads its slices); DeepSeek on data=2 fsdp=2 tensor=2
+# with ZeRO-1. The devices are threads that share the data, the config and the collectives'
 # slots: any data race between them is reported, and a report stops the run with exit
 # code 66 (a failed check).
 #
@@ -15,6 +17,8 @@ set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
 BIN=$1
+T=$(mktemp -d /tmp/meshmoe-tsan.XXXXXX)
+trap 'rm -rf "$T"' EXIT
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 A="per_device_batch_size=1 max_target_length=32 steps=2 eval_steps=1 eval_interval=0 sample_length=0
    log_period=1 num_threads=1"
@@ -23,9 +27,11 @@ while read -r preset mesh; do
     out=$($BIN configs/$preset.yml $mesh $A 2>&1); rc=$?
     printf '%s\n' "$out" | grep -E '^(mesh:|step) ' | sed 's/^/    /'
     printf '%s\n' "$out" | grep -A20 -m1 'WARNING: ThreadSanitizer' | sed 's/^/    /'
-    check "tsan: $preset, 8 devices, 2 steps, no report (exit $rc, $(($(date +%s) - t0)) s)" [ "$rc" -eq 0 ]
-done <<'RUNS'
-mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2
+    check "tsan: $preset, 8 devices, $(sed 's/ici_//g; s/_parallelism//g; s#=/[^ ]*/#=#g' <<<"$mesh"), no report (exit $rc, $(($(date +%s) - t0)) s)" \
+        [ "$rc" -eq 0 ]
+done <<RUNS
+mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 run_steps=1 save_checkpoint=$T/ck.st
 deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true
+mixtral-tiny  ici_data_parallelism=2 ici_fsdp_parallelism=4 load_checkpoint=$T/ck.st
 RUNS
 summary

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# tests/checkpoint.sh: checkpoints saved on one mesh and resumed on another (model/checkpoint.h).
+# Each round trip trains 2 of 4 steps on mesh A and saves, then resumes on mesh B for the
+# last 2; the 4 losses (float32 bits) must equal those of one device running all 4 steps
+# without a stop. The files saved after the same 2 steps on different meshes must hold the
+# same tensors, bit for bit (their config metadata names the mesh, so the tensors are
+# compared, by tests/st_tool.py). Then the metadata a load refuses, each with one message.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-ckpt.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100"
+ST="python3 tests/st_tool.py"
+
+# roundtrip PRESET NAME "MESH A" "MESH B" [KEY=VALUE...]: save after 2 steps on A into
+# $T/PRESET-NAME.st, resume on B (the metrics file gets the 2 steps of each run), compare
+# with the uninterrupted run $T/PRESET-ref$REF.jsonl.
+roundtrip() {
+    local preset=$1 name=$1-$2 a=$3 b=$4; shift 4
+    run $name $preset $a "$@" run_steps=2 save_checkpoint=$T/$name.st
+    run $name $preset $b "$@" load_checkpoint=$T/$name.st
+    check "$name: 2 + 2 steps = 4 losses of one device, bit for bit: $(bits $name)" same $name $preset-ref${REF:-}
+}
+same_file() {   # same_file LABEL A B: $T/A.st and $T/B.st hold the same tensors, bit for bit
+    local out rc
+    out=$($ST same $T/$2.st $T/$3.st 2>&1); rc=$?
+    check "$1: $out" [ "$rc" -eq 0 ]
+}
+
+for preset in mixtral-tiny deepseek-tiny; do
+    echo "== $preset: global batch 4, saved after 2 steps, resumed for 2"
+    run $preset-ref $preset per_device_batch_size=4
+    roundtrip $preset fsdp4-to-1 "ici_fsdp_parallelism=4 per_device_batch_size=1" "per_device_batch_size=4"
+    roundtrip $preset 1-to-fsdp2-tensor2 "per_device_batch_size=4" \
+        "ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1 remat_policy=minimal num_vocab_tiling=2"
+    roundtrip $preset zero1-to-expert2 "ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2" \
+        "ici_expert_parallelism=2 per_device_batch_size=2"
+    for f in fsdp4-to-1 zero1-to-expert2; do
+        same_file "$preset: tensors saved on ${f%%-to-*} = saved on 1 device" $preset-1-to-fsdp2-tensor2 $preset-$f
+    done
+    # Mixtral with head_dim=128: the query, key and value kernels (128, heads, 128) are
+    # factored over dims 0 and 2, so their row means are stored (128, heads), not in the
+    # device's (heads, 128) order: the file's layout is really reordered and back.
+    af="opt_type=adafactor"
+    [ $preset = mixtral-tiny ] && af="opt_type=adafactor head_dim=128"
+    echo "== $preset: $af, fsdp=2 -> 1 device"
+    run $preset-ref-af $preset per_device_batch_size=4 $af
+    REF=-af roundtrip $preset af-fsdp2-to-1 "ici_fsdp_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4" $af
+done
+
+echo "== mixtral-tiny: pipeline stage=2 -> 1 device; adafactor 1 device -> fsdp=2; sgd fsdp=2 -> 1 device"
+roundtrip mixtral-tiny stage2-to-1 "ici_pipeline_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4"
+same_file "mixtral-tiny: tensors saved on stage=2 = saved on 1 device" mixtral-tiny-1-to-fsdp2-tensor2 \
+    mixtral-tiny-stage2-to-1
+REF=-af roundtrip mixtral-tiny af-1-to-fsdp2 "per_device_batch_size=4" "ici_fsdp_parallelism=2 per_device_batch_size=2" \
+    opt_type=adafactor head_dim=128
+same_file "mixtral-tiny adafactor: tensors saved on fsdp=2 = saved on 1 device" mixtral-tiny-af-1-to-fsdp2 \
+    mixtral-tiny-af-fsdp2-to-1
+out=$($ST factored $T/mixtral-tiny-af-1-to-fsdp2.st 2>&1); rc=$?
+check "mixtral-tiny adafactor: v_row, v_col in optax's layout (per leading index, C sum v_row = R sum v_col): $out" \
+    [ "$rc" -eq 0 ]
+run mixtral-tiny-ref-sgd mixtral-tiny per_device_batch_size=4 opt_type=sgd
+REF=-sgd roundtrip mixtral-tiny sgd-fsdp2-to-1 "ici_fsdp_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4" \
+    opt_type=sgd
+echo "== mixtral-tiny: context=2 -> data=2 x fsdp=2, both with 2 reduction chunks per sequence"
+run mixtral-tiny-ref-c2 mixtral-tiny per_device_batch_size=4 context_reduce_chunks=2
+REF=-c2 roundtrip mixtral-tiny context2-to-data2-fsdp2 "ici_context_parallelism=2 per_device_batch_size=2" \
+    "ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=1" context_reduce_chunks=2
+echo "== deepseek-tiny: pipeline stage=3 -> 1 device (global batch 6)"
+run deepseek-tiny-ref6 deepseek-tiny per_device_batch_size=6
+REF=6 roundtrip deepseek-tiny stage3-to-1 "ici_pipeline_parallelism=3 per_device_batch_size=2" "per_device_batch_size=6"
+
+echo "== metadata a load refuses: one message naming the key and the file"
+C="configs/mixtral-tiny.yml $FAST per_device_batch_size=4"
+CK=$T/mixtral-tiny-1-to-fsdp2-tensor2.st
+$ST set-meta $CK $T/neg.st step -5
+$ST set-meta $CK $T/abc.st step abc
+$ST set-meta $CK $T/big.st step 99
+expect_error "step -5" "load_checkpoint $T/neg.st: metadata key 'step' must be a non-negative integer, got '-5'" \
+    $TRAIN $C load_checkpoint=$T/neg.st
+expect_error "step abc" "load_checkpoint $T/abc.st: metadata key 'step' must be a non-negative integer, got 'abc'" \
+    $TRAIN $C load_checkpoint=$T/abc.st
+expect_error "step past the run's steps" "load_checkpoint $T/big.st: step 99 is past this run's steps (4)" \
+    $TRAIN $C load_checkpoint=$T/big.st
+expect_error "a shape key" "load_checkpoint $CK: base_emb_dim is 128 in the checkpoint, 64 in this run" \
+    $TRAIN $C base_emb_dim=64 load_checkpoint=$CK
+expect_error "a math key that keeps the shapes" "load_checkpoint $CK: learning_rate is 0.003 in the checkpoint, 0.001 in this run" \
+    $TRAIN $C learning_rate=1e-3 load_checkpoint=$CK
+expect_error "the optimizer" "load_checkpoint $CK: opt_type is adamw in the checkpoint, adafactor in this run" \
+    $TRAIN $C opt_type=adafactor load_checkpoint=$CK
+expect_error "the global batch" "load_checkpoint $CK: the global batch is 4 sequences per step in the checkpoint" \
+    $TRAIN $C ici_fsdp_parallelism=2 load_checkpoint=$CK
+expect_error "the reduction chunks" "load_checkpoint $CK: sums over tokens use 1 chunk(s) per sequence in the checkpoint, 2 in this run" \
+    $TRAIN $C context_reduce_chunks=2 load_checkpoint=$CK
+$ST add-tensor $CK $T/extra.st opt_state/v/stray
+expect_error "a tensor the run has no use for" "load_checkpoint $T/extra.st: tensor 'opt_state/v/stray' is not one of this run's (opt_type=adamw)" \
+    $TRAIN $C load_checkpoint=$T/extra.st
+expect_error "a missing file" "load_checkpoint: cannot open '$T/nope.st'" $TRAIN $C load_checkpoint=$T/nope.st
+summary
