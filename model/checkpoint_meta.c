@@ -32,9 +32,19 @@ static const char *const MAY_DIFFER[] = {
     "print_sharding", "dry_run", "memory_trace", "sweep_steps", "sweep_only", "sweep_num_devices",
 };
 
+// Keys a user changes on purpose when resuming (a lower learning rate after a loss that
+// went non-finite, as train.c's message advises): allowed, and said at start-up, since the
+// resumed run then leaves the uninterrupted run's trajectory.
+static const char *const MAY_CHANGE[] = { "learning_rate" };
+
+static int listed(const char *const *list, size_t n, const char *key) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], key)) return 1;
+    return 0;
+}
+
 int checkpoint_key_may_differ(const char *key) {
-    for (size_t i = 0; i < sizeof MAY_DIFFER / sizeof MAY_DIFFER[0]; i++)
-        if (!strcmp(MAY_DIFFER[i], key)) return 1;
+    if (listed(MAY_DIFFER, sizeof MAY_DIFFER / sizeof MAY_DIFFER[0], key)) return 1;
     // A switch of the optimization sweep whose every row is "bit" (sweep/rows.c).
     int n, bit = 0, other = 0;
     const SweepRow *rows = sweep_rows(&n);
@@ -60,6 +70,10 @@ void checkpoint_check_config(const Config *ck, const Config *run, const char *pa
         if (checkpoint_key_may_differ(key) || config_key_equal(ck, run, key)) continue;
         config_format_value(ck, key, a, sizeof a);
         config_format_value(run, key, b, sizeof b);
+        if (listed(MAY_CHANGE, sizeof MAY_CHANGE / sizeof MAY_CHANGE[0], key)) {
+            printf("load_checkpoint %s: %s is %s in the checkpoint; this run continues with %s\n", path, key, a, b);
+            continue;
+        }
         die("load_checkpoint %s: %s is %s in the checkpoint, %s in this run (a key that changes the math must "
             "keep the checkpoint's value; the mesh and the switches that keep the bits may differ)", path, key, a, b);
     }
