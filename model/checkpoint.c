@@ -3,10 +3,6 @@
 #include "data/safetensors.h"
 #include "common.h"
 
-// Names of the gate bias of layer l ("decoder/layers_<l>/MoeBlock_0/gate/bias").
-static void bias_name(char *buf, size_t cap, const char *prefix, int l) {
-    snprintf(buf, cap, "%sdecoder/layers_%d/MoeBlock_0/gate/bias", prefix, l);
-}
 
 void checkpoint_save(const Model *m, const char *path) {
     const Config *c = &m->cfg;
@@ -35,7 +31,7 @@ void checkpoint_save(const Model *m, const char *path) {
     if (m->router_bias)
         for (int l = c->first_num_dense_layers; l < c->base_num_decoder_layers; l++) {
             int64_t shape[1] = {c->num_experts};
-            bias_name(names[k], sizeof names[k], "state/", l);
+            model_bias_name(c, l, "state/", names[k], sizeof names[k]);
             st_writer_add(w, names[k++], ST_F32, 1, shape, m->router_bias + (size_t)l * c->num_experts);
         }
     st_write_file(w, path);
@@ -83,7 +79,7 @@ void checkpoint_load(Model *m, const char *path) {
             path, st_count(f), expected);
     if (m->router_bias)
         for (int l = m->cfg.first_num_dense_layers; l < m->cfg.base_num_decoder_layers; l++) {
-            bias_name(name, sizeof name, "state/", l);
+            model_bias_name(&m->cfg, l, "state/", name, sizeof name);
             restore(f, path, name, m->router_bias + (size_t)l * m->cfg.num_experts, 1, &m->cfg.num_experts);
         }
     m->step = atoi(step);
