@@ -6,6 +6,7 @@
 //   ./train --help-config                list every config key with its default
 //   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
+//   ./train export-hf CKPT OUT_DIR       a checkpoint as a Hugging Face model (model/hf.h)
 //
 // 1. read the config (preset file, then overrides) and check it;
 // 2. make the device (one thread here; the mesh comes in sharding/) and its allocator;
@@ -19,6 +20,7 @@
 #include "model/matmul.h"
 #include "model/checkpoint.h"
 #include "model/dump.h"
+#include "model/hf.h"
 #include "model/sample.h"
 #include "data/tokens.h"
 #include "data/loader.h"
@@ -197,12 +199,16 @@ static void device_main(int dev_id, void *arg) {
     }
     int sharded = shard_is_split(&m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1 ||
                   mesh->size[AX_STAGE] > 1;
-    if ((c.load_checkpoint[0] || c.save_checkpoint[0] || c.dump_parity[0]) && sharded)
+    if ((c.load_checkpoint[0] || c.load_hf[0] || c.save_checkpoint[0] || c.dump_parity[0]) && sharded)
         die("checkpoints and parity dumps are not yet supported with sharded state (fsdp, tensor, expert or "
             "stage > 1, or shard_optimizer_over_data): use data parallelism or one device for them");
     if (c.load_checkpoint[0]) {
         checkpoint_load(&m, c.load_checkpoint);
         if (talk) printf("resumed from %s at step %d\n", c.load_checkpoint, m.step);
+    }
+    if (c.load_hf[0]) {
+        if (c.load_checkpoint[0]) die("load_hf and load_checkpoint both given: a run starts from one of them");
+        hf_load(&m, c.load_hf);
     }
     if (c.dump_parity[0]) {
         if (mesh->ndev > 1) die("dump_parity runs on one device: drop the ici_* keys");
@@ -326,11 +332,16 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
+               "       ./train export-hf CKPT.safetensors OUT_DIR\n"
                "       ./train --help-config\n");
         return argc < 2;
     }
     if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
+    if (!strcmp(argv[1], "export-hf")) {
+        if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
+        return hf_export(argv[2], argv[3]);
+    }
     if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
     if (!strcmp(argv[1], "plot")) {
         if (argc != 4) die("usage: ./train plot TRACE.csv OUT_DIR");

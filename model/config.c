@@ -88,6 +88,7 @@ static const KeyDef KEYS[] = {
     KEY(metrics_file, K_STR, "", "write one JSON object per step to this file"),
     KEY(save_checkpoint, K_STR, "", "write a safetensors checkpoint here (atomically) at the end"),
     KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position)"),
+    KEY(load_hf, K_STR, "", "start from a Hugging Face model directory written by ./train export-hf (weights only, step 0)"),
     KEY(checkpoint_period, K_INT, "0", "also save every N steps (0 = only at the end)"),
     KEY(run_steps, K_INT, "0", "stop this run after N optimizer steps, schedule unchanged (0 = run to steps); for resuming"),
     KEY(sample_length, K_INT, "200", "bytes of text sampled from the model at the end (0 = none)"),

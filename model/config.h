@@ -63,6 +63,7 @@ typedef struct {
     char metrics_file[CFG_STR];
     char save_checkpoint[CFG_STR];
     char load_checkpoint[CFG_STR];
+    char load_hf[CFG_STR];
     int checkpoint_period;           // save every N steps (0: only at the end)
     int run_steps;                   // stop this run after N updates (0: run to `steps`)
     int sample_length;               // bytes of text generated at the end (0: none)
