@@ -37,34 +37,35 @@ typedef struct {
     const char *hf;        // HF's name (after "model.layers.<l>." for a layer's tensor)
     Move move;
     int part, parts;       // rows [part*C, (part+1)*C) of an HF tensor of parts*C rows (gate_up_proj)
+    int in_dims;           // the kernel's input dimensions (R is their product): 2 for out/kernel [N,Dh,D]
 } Rule;
 
 static const Rule RULES[] = {
-    {"token_embedder/embedding", "model.embed_tokens.weight", COPY, 0, 1},
-    {"decoder/decoder_norm/scale", "model.norm.weight", COPY, 0, 1},
-    {"decoder/logits_dense/kernel", "lm_head.weight", TRANSPOSE, 0, 1},
-    {"pre_self_attention_layer_norm/scale", "input_layernorm.weight", COPY, 0, 1},
-    {"post_self_attention_layer_norm/scale", "post_attention_layernorm.weight", COPY, 0, 1},
-    {"self_attention/query/kernel", "self_attn.q_proj.weight", TRANSPOSE, 0, 1},   // GQA: times sqrt(Dh)
-    {"self_attention/key/kernel", "self_attn.k_proj.weight", TRANSPOSE, 0, 1},
-    {"self_attention/value/kernel", "self_attn.v_proj.weight", TRANSPOSE, 0, 1},
-    {"self_attention/out/kernel", "self_attn.o_proj.weight", TRANSPOSE, 0, 1},
-    {"self_attention/wq_a/kernel", "self_attn.q_a_proj.weight", TRANSPOSE, 0, 1},
-    {"self_attention/q_norm/scale", "self_attn.q_a_layernorm.weight", COPY, 0, 1},
-    {"self_attention/wq_b/kernel", "self_attn.q_b_proj.weight", TRANSPOSE, 0, 1},
-    {"self_attention/wkv_a/kernel", "self_attn.kv_a_proj_with_mqa.weight", TRANSPOSE, 0, 1},
-    {"self_attention/kv_norm/scale", "self_attn.kv_a_layernorm.weight", COPY, 0, 1},
-    {"self_attention/wkv_b/kernel", "self_attn.kv_b_proj.weight", TRANSPOSE, 0, 1},
-    {"mlp/wi_0/kernel", "mlp.gate_proj.weight", TRANSPOSE, 0, 1},
-    {"mlp/wi_1/kernel", "mlp.up_proj.weight", TRANSPOSE, 0, 1},
-    {"mlp/wo/kernel", "mlp.down_proj.weight", TRANSPOSE, 0, 1},
-    {"MoeBlock_0/gate/kernel", "mlp.gate.weight", TRANSPOSE, 0, 1},
-    {"MoeBlock_0/wi_0", "mlp.experts.gate_up_proj", EXPERT_TRANSPOSE, 0, 2},   // [E,D,H] -> rows 0..H-1 of [E,2H,D]
-    {"MoeBlock_0/wi_1", "mlp.experts.gate_up_proj", EXPERT_TRANSPOSE, 1, 2},   // -> rows H..2H-1
-    {"MoeBlock_0/wo", "mlp.experts.down_proj", EXPERT_TRANSPOSE, 0, 1},        // [E,H,D] -> [E,D,H]
-    {"shared_experts/wi_0/kernel", "mlp.shared_experts.gate_proj.weight", TRANSPOSE, 0, 1},
-    {"shared_experts/wi_1/kernel", "mlp.shared_experts.up_proj.weight", TRANSPOSE, 0, 1},
-    {"shared_experts/wo/kernel", "mlp.shared_experts.down_proj.weight", TRANSPOSE, 0, 1},
+    {"token_embedder/embedding", "model.embed_tokens.weight", COPY, 0, 1, 1},
+    {"decoder/decoder_norm/scale", "model.norm.weight", COPY, 0, 1, 1},
+    {"decoder/logits_dense/kernel", "lm_head.weight", TRANSPOSE, 0, 1, 1},
+    {"pre_self_attention_layer_norm/scale", "input_layernorm.weight", COPY, 0, 1, 1},
+    {"post_self_attention_layer_norm/scale", "post_attention_layernorm.weight", COPY, 0, 1, 1},
+    {"self_attention/query/kernel", "self_attn.q_proj.weight", TRANSPOSE, 0, 1, 1},   // GQA: times sqrt(Dh)
+    {"self_attention/key/kernel", "self_attn.k_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/value/kernel", "self_attn.v_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/out/kernel", "self_attn.o_proj.weight", TRANSPOSE, 0, 1, 2},
+    {"self_attention/wq_a/kernel", "self_attn.q_a_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/q_norm/scale", "self_attn.q_a_layernorm.weight", COPY, 0, 1, 1},
+    {"self_attention/wq_b/kernel", "self_attn.q_b_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/wkv_a/kernel", "self_attn.kv_a_proj_with_mqa.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/kv_norm/scale", "self_attn.kv_a_layernorm.weight", COPY, 0, 1, 1},
+    {"self_attention/wkv_b/kernel", "self_attn.kv_b_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"mlp/wi_0/kernel", "mlp.gate_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"mlp/wi_1/kernel", "mlp.up_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"mlp/wo/kernel", "mlp.down_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"MoeBlock_0/gate/kernel", "mlp.gate.weight", TRANSPOSE, 0, 1, 1},
+    {"MoeBlock_0/wi_0", "mlp.experts.gate_up_proj", EXPERT_TRANSPOSE, 0, 2, 1},   // [E,D,H] -> rows 0..H-1 of [E,2H,D]
+    {"MoeBlock_0/wi_1", "mlp.experts.gate_up_proj", EXPERT_TRANSPOSE, 1, 2, 1},   // -> rows H..2H-1
+    {"MoeBlock_0/wo", "mlp.experts.down_proj", EXPERT_TRANSPOSE, 0, 1, 1},        // [E,H,D] -> [E,D,H]
+    {"shared_experts/wi_0/kernel", "mlp.shared_experts.gate_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"shared_experts/wi_1/kernel", "mlp.shared_experts.up_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"shared_experts/wo/kernel", "mlp.shared_experts.down_proj.weight", TRANSPOSE, 0, 1, 1},
 };
 #define NRULES ((int)(sizeof RULES / sizeof RULES[0]))
 // DeepSeek's routing bias (non-trained state, model_bias_name) -> the router's buffer.
@@ -84,22 +85,23 @@ static const Rule *rule_for(const char *key, char *hf, size_t cap) {
     die("internal: no Hugging Face name for '%s'", key);
 }
 
-// A tensor of the layout as (batch, R, C): batch = experts for an expert stack, R its first
-// other dimension, C the product of the rest.
+// A tensor of the layout as (batch, R, C): batch = experts for an expert stack, R the
+// product of the input dimensions after it, C the product of the rest (the outputs).
 typedef struct { int batch, R, C; } View;
-static View view_of(const ParamSpec *s, Move mv) {
-    View v = {1, s->gshape[0], 1};
-    int d0 = 1;
-    if (mv == EXPERT_TRANSPOSE) { v.batch = s->gshape[0]; v.R = s->gshape[1]; d0 = 2; }
-    for (int d = d0; d < s->ndim; d++) v.C *= s->gshape[d];
-    if (mv == COPY) { v.C *= v.R; v.R = 1; }
+static View view_of(const ParamSpec *s, const Rule *r) {
+    View v = {1, 1, 1};
+    int d = 0, in = r->in_dims ? r->in_dims : 1;
+    if (r->move == EXPERT_TRANSPOSE) v.batch = s->gshape[d++];
+    for (int i = 0; i < in; i++) v.R *= s->gshape[d++];
+    for (; d < s->ndim; d++) v.C *= s->gshape[d];
+    if (r->move == COPY) { v.C *= v.R; v.R = 1; }
     return v;
 }
 
 // HF's shape of the tensor a rule writes: COPY keeps the layout's, TRANSPOSE (parts*C, R),
 // EXPERT_TRANSPOSE (batch, parts*C, R).
 static int hf_shape(const ParamSpec *s, const Rule *r, int64_t *shape) {
-    View v = view_of(s, r->move);
+    View v = view_of(s, r);
     if (r->move == COPY) {
         for (int d = 0; d < s->ndim; d++) shape[d] = s->gshape[d];
         return s->ndim;
@@ -114,7 +116,7 @@ static int hf_shape(const ParamSpec *s, const Rule *r, int64_t *shape) {
 // meshmoe (batch, R, C) <-> HF (batch, parts*C, R) rows [part*C, (part+1)*C): dir 1 writes hf
 // from mm, dir 0 writes mm from hf.
 static void move_tensor(float *mm, float *hf, const ParamSpec *s, const Rule *r, int dir) {
-    View v = view_of(s, r->move);
+    View v = view_of(s, r);
     size_t n = (size_t)v.batch * v.R * v.C;
     if (r->move == COPY) {
         if (dir) memcpy(hf, mm, sizeof(float) * n);
@@ -144,7 +146,7 @@ static int scale_is_exact(const Config *c) {   // sqrt(Dh) a power of two
 // ---------------------------------------------------------------------------------------
 // config.json: every key HF's config class reads that this model fixes. Values are JSON text.
 
-typedef struct { const char *key; char val[96]; } HfKey;
+typedef struct { const char *key, *mm; char val[96]; } HfKey;   // HF key, meshmoe key(s), value
 
 // The shortest decimal that reads back as the same float.
 static void fmt_float(char *buf, size_t cap, float x) {
@@ -162,8 +164,8 @@ static void refuse(const char *why, const char *key, const char *value) {
 static int hf_config(const Config *c, HfKey *k) {
     int n = 0;
     char f[48];
-#define PUT(name, ...) do { k[n].key = name; snprintf(k[n].val, sizeof k[n].val, __VA_ARGS__); n++; } while (0)
-#define PUTF(name, x) do { fmt_float(f, sizeof f, x); PUT(name, "%s", f); } while (0)
+#define PUT(name, mmkey, ...) do { k[n].key = name; k[n].mm = mmkey; snprintf(k[n].val, sizeof k[n].val, __VA_ARGS__); n++; } while (0)
+#define PUTF(name, mmkey, x) do { fmt_float(f, sizeof f, x); PUT(name, mmkey, "%s", f); } while (0)
     char v[48];
     fmt_float(v, sizeof v, c->rope_min_timescale);
     if (c->rope_min_timescale != 1.0f) refuse("HF's RoPE has no minimum timescale (it is 1)", "rope_min_timescale", v);
@@ -176,26 +178,26 @@ static int hf_config(const Config *c, HfKey *k) {
         if (c->normalization_layer_epsilon != 1e-6f)
             refuse("DeepseekV3's q_a_layernorm and kv_a_layernorm use epsilon 1e-6 whatever the config",
                    "normalization_layer_epsilon", v);
-        PUT("architectures", "[\"DeepseekV3ForCausalLM\"]");
-        PUT("model_type", "\"deepseek_v3\"");
-        PUT("intermediate_size", "%d", c->base_mlp_dim);
-        PUT("moe_intermediate_size", "%d", cfg_expert_dim(c));
-        PUT("num_key_value_heads", "%d", c->base_num_query_heads);
-        PUT("n_shared_experts", "%d", c->shared_experts);
-        PUT("n_routed_experts", "%d", c->num_experts);
-        PUTF("routed_scaling_factor", c->routed_scaling_factor);
-        PUT("kv_lora_rank", "%d", c->kv_lora_rank);
-        if (c->q_lora_rank > 0) PUT("q_lora_rank", "%d", c->q_lora_rank);
-        else PUT("q_lora_rank", "null");
-        PUT("qk_rope_head_dim", "%d", c->qk_rope_head_dim);
-        PUT("qk_nope_head_dim", "%d", c->qk_nope_head_dim);
-        PUT("v_head_dim", "%d", c->v_head_dim);
-        PUT("n_group", "%d", c->n_routing_groups > 0 ? c->n_routing_groups : 1);   // groups off: one group
-        PUT("topk_group", "%d", c->n_routing_groups > 0 ? c->topk_routing_group : 1);
-        PUT("first_k_dense_replace", "%d", c->first_num_dense_layers);
-        PUT("norm_topk_prob", "true");
-        PUT("rope_interleave", "false");   // meshmoe's RoPE is the half-split (rotate_half) layout
-        PUT("attention_bias", "false");
+        PUT("architectures", "decoder_block", "[\"DeepseekV3ForCausalLM\"]");
+        PUT("model_type", "decoder_block", "\"deepseek_v3\"");
+        PUT("intermediate_size", "base_mlp_dim", "%d", c->base_mlp_dim);
+        PUT("moe_intermediate_size", "base_moe_mlp_dim", "%d", cfg_expert_dim(c));
+        PUT("num_key_value_heads", "base_num_query_heads", "%d", c->base_num_query_heads);
+        PUT("n_shared_experts", "shared_experts", "%d", c->shared_experts);
+        PUT("n_routed_experts", "num_experts", "%d", c->num_experts);
+        PUTF("routed_scaling_factor", "routed_scaling_factor", c->routed_scaling_factor);
+        PUT("kv_lora_rank", "kv_lora_rank", "%d", c->kv_lora_rank);
+        if (c->q_lora_rank > 0) PUT("q_lora_rank", "q_lora_rank", "%d", c->q_lora_rank);
+        else PUT("q_lora_rank", "q_lora_rank", "null");
+        PUT("qk_rope_head_dim", "qk_rope_head_dim", "%d", c->qk_rope_head_dim);
+        PUT("qk_nope_head_dim", "qk_nope_head_dim", "%d", c->qk_nope_head_dim);
+        PUT("v_head_dim", "v_head_dim", "%d", c->v_head_dim);
+        PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups > 0 ? c->n_routing_groups : 1);   // groups off: one group
+        PUT("topk_group", "topk_routing_group", "%d", c->n_routing_groups > 0 ? c->topk_routing_group : 1);
+        PUT("first_k_dense_replace", "first_num_dense_layers", "%d", c->first_num_dense_layers);
+        PUT("norm_topk_prob", "sigmoid weights are normalised", "true");
+        PUT("rope_interleave", "meshmoe's RoPE is half-split", "false");   // rotate_half, model/rope.c
+        PUT("attention_bias", "meshmoe has no attention bias", "false");
     } else {
         if (cfg_is_mla(c)) refuse("Mixtral uses grouped-query attention", "attention_type", c->attention_type);
         if (cfg_sigmoid_router(c) || c->routed_bias)
@@ -204,28 +206,28 @@ static int hf_config(const Config *c, HfKey *k) {
         if (c->shared_experts) refuse("Mixtral has no shared experts", "shared_experts", v);
         snprintf(v, sizeof v, "%d", c->first_num_dense_layers);
         if (c->first_num_dense_layers) refuse("every Mixtral layer is MoE", "first_num_dense_layers", v);
-        PUT("architectures", "[\"MixtralForCausalLM\"]");
-        PUT("model_type", "\"mixtral\"");
-        PUT("intermediate_size", "%d", cfg_expert_dim(c));
-        PUT("num_key_value_heads", "%d", c->base_num_kv_heads);
-        PUT("head_dim", "%d", c->head_dim);
-        PUT("num_local_experts", "%d", c->num_experts);
-        PUT("sliding_window", "null");
-        PUT("router_jitter_noise", "0.0");
+        PUT("architectures", "decoder_block", "[\"MixtralForCausalLM\"]");
+        PUT("model_type", "decoder_block", "\"mixtral\"");
+        PUT("intermediate_size", "base_mlp_dim", "%d", cfg_expert_dim(c));
+        PUT("num_key_value_heads", "base_num_kv_heads", "%d", c->base_num_kv_heads);
+        PUT("head_dim", "head_dim", "%d", c->head_dim);
+        PUT("num_local_experts", "num_experts", "%d", c->num_experts);
+        PUT("sliding_window", "meshmoe has no sliding window", "null");
+        PUT("router_jitter_noise", "meshmoe has no router jitter", "0.0");
     }
-    PUT("vocab_size", "%d", c->vocab_size);
-    PUT("hidden_size", "%d", c->base_emb_dim);
-    PUT("num_hidden_layers", "%d", c->base_num_decoder_layers);
-    PUT("num_attention_heads", "%d", c->base_num_query_heads);
-    PUT("num_experts_per_tok", "%d", c->num_experts_per_tok);
-    PUT("hidden_act", "\"silu\"");
-    PUT("max_position_embeddings", "%d", c->max_target_length);
-    PUTF("rms_norm_eps", c->normalization_layer_epsilon);
+    PUT("vocab_size", "vocab_size", "%d", c->vocab_size);
+    PUT("hidden_size", "base_emb_dim", "%d", c->base_emb_dim);
+    PUT("num_hidden_layers", "base_num_decoder_layers", "%d", c->base_num_decoder_layers);
+    PUT("num_attention_heads", "base_num_query_heads", "%d", c->base_num_query_heads);
+    PUT("num_experts_per_tok", "num_experts_per_tok", "%d", c->num_experts_per_tok);
+    PUT("hidden_act", "meshmoe's FFNs are SwiGLU", "\"silu\"");
+    PUT("max_position_embeddings", "max_target_length", "%d", c->max_target_length);
+    PUTF("rms_norm_eps", "normalization_layer_epsilon", c->normalization_layer_epsilon);
     fmt_float(f, sizeof f, c->rope_max_timescale);
-    PUT("rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": %s}", f);
-    PUT("tie_word_embeddings", "false");
-    PUT("attention_dropout", "0.0");
-    PUT("dtype", "\"float32\"");
+    PUT("rope_parameters", "rope_max_timescale", "{\"rope_type\": \"default\", \"rope_theta\": %s}", f);
+    PUT("tie_word_embeddings", "meshmoe's head is untied", "false");
+    PUT("attention_dropout", "meshmoe has no dropout", "0.0");
+    PUT("dtype", "float32 weights", "\"float32\"");
 #undef PUT
 #undef PUTF
     return n;
@@ -466,10 +468,10 @@ static void check_config(const Config *c, const char *dir) {
         // The context length and the dtype the weights are used at are the run's own choice.
         if (!strcmp(keys[i].key, "max_position_embeddings") || !strcmp(keys[i].key, "dtype")) continue;
         if (!json_member(text, keys[i].key, got, sizeof got))
-            die("load_hf: %s has no \"%s\"; this run's config gives %s", path, keys[i].key, keys[i].val);
+            die("load_hf: %s has no \"%s\"; this run's config (%s) gives %s", path, keys[i].key, keys[i].mm, keys[i].val);
         if (!json_same(keys[i].val, got))
-            die("load_hf: %s says \"%s\": %s, this run's config gives %s (set the run's keys to match the model)",
-                path, keys[i].key, got, keys[i].val);
+            die("load_hf: %s says \"%s\": %s, this run's config gives %s (%s)", path, keys[i].key, got,
+                keys[i].val, keys[i].mm);
     }
     free(text);
 }
