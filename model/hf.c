@@ -200,8 +200,9 @@ static int hf_config(const Config *c, HfKey *k) {
         PUT("attention_bias", "meshmoe has no attention bias", "false");
     } else {
         if (cfg_is_mla(c)) refuse("Mixtral uses grouped-query attention", "attention_type", c->attention_type);
-        if (cfg_sigmoid_router(c) || c->routed_bias)
-            refuse("Mixtral routes by a softmax over the top-k logits", "routed_score_func", c->routed_score_func);
+        if (c->routed_score_func[0] || c->routed_bias)
+            refuse("Mixtral weights the top-k experts by a softmax of their logits (routed_score_func \"\")",
+                   "routed_score_func", c->routed_score_func);
         snprintf(v, sizeof v, "%d", c->shared_experts);
         if (c->shared_experts) refuse("Mixtral has no shared experts", "shared_experts", v);
         snprintf(v, sizeof v, "%d", c->first_num_dense_layers);
