@@ -53,7 +53,7 @@ Cast points in bfloat16 mode (`dtype == "bfloat16"`; rb = round to bf16)
 10. Residual adds: h = rb(x + attn), x = rb(h + ffn).
 11. SwiGLU (experts, dense MLP, shared experts): a = rb(x@wi_0), b = rb(x@wi_1) (point 4);
     h = rb(silu(a) * b) (silu and product in float32, one rounding); out = rb(h@wo).
-12. Mixtral router weights: w = rb(softmax_f32(top-K logits)).
+12. Router weights, routed_score_func "" (Mixtral) and softmax: w = rb(the float32 weights).
 13. DeepSeek router: s = gd(sigmoid(logits)) (sigmoid in float32); bias b = gd(b);
     s' = gd(s + b) (the selection scores); group score = float32 sum of the top-2 s' in
     the group; weights w = rb(routed_scaling_factor * s[idx] / (sum_k s[idx] + 1e-20))
