@@ -208,7 +208,9 @@ static void device_main(int dev_id, void *arg) {
     }
     if (c.load_hf[0]) {
         if (c.load_checkpoint[0]) die("load_hf and load_checkpoint both given: a run starts from one of them");
-        hf_load(&m, c.load_hf);
+        int exact = hf_load(&m, c.load_hf);
+        if (talk) printf("loaded the Hugging Face model %s%s\n", c.load_hf,
+                         exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "");
     }
     if (c.dump_parity[0]) {
         if (mesh->ndev > 1) die("dump_parity runs on one device: drop the ici_* keys");

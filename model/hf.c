@@ -477,7 +477,7 @@ static void check_config(const Config *c, const char *dir) {
     free(text);
 }
 
-void hf_load(Model *m, const char *dir) {
+int hf_load(Model *m, const char *dir) {
     const Config *c = &m->cfg;
     check_config(c, dir);
     char path[CFG_STR + 64], err[512], hf[128];
@@ -517,8 +517,7 @@ void hf_load(Model *m, const char *dir) {
     if (st_count(f) != expected)
         die("load_hf: %s holds %d tensors, this config maps to %d: it was written for another model", path,
             st_count(f), expected);
-    printf("loaded %s (%d tensors)%s\n", dir, st_count(f),
-           used ? "; the query kernels exactly, from " SIDECAR : "");
     if (side) st_close(side);
     st_close(f);
+    return used;
 }

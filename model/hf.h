@@ -10,5 +10,6 @@
 int hf_export(const char *ckpt, const char *dir);
 // load_hf=DIR: m's weights (and routing biases) from DIR, after checking that its
 // config.json says what m's config says, key by key. The optimizer state stays as init.
-void hf_load(Model *m, const char *dir);
+// Returns how many query kernels came exactly from meshmoe_query_kernels.safetensors.
+int hf_load(Model *m, const char *dir);
 #endif
