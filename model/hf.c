@@ -6,8 +6,9 @@
 // Mixtral exports as `MixtralForCausalLM`, DeepSeek as `DeepseekV3ForCausalLM` (transformers
 // 5.x: the experts of a layer are two fused 3-D tensors). meshmoe stores kernels as MaxText
 // does, [in, out] and used as x @ kernel; torch's Linear stores [out, in]. So almost every
-// tensor is a transpose: the kernel viewed as (R, C) (R its first dimension, C the product of
-// the others, per expert for expert stacks) becomes (C, R). Transposes are exact, both ways.
+// tensor is a transpose: the kernel viewed as (R, C) (R the product of its input dimensions,
+// C of its output ones, per expert for expert stacks) becomes (C, R). Transposes are exact,
+// both ways.
 //
 // One value is not: GQA's query. MaxText folds attention's 1/sqrt(head_dim) into the query
 // kernel (model/attention.c applies no scale); HF scales the scores at run time, so HF's
@@ -90,9 +91,9 @@ static const Rule *rule_for(const char *key, char *hf, size_t cap) {
 typedef struct { int batch, R, C; } View;
 static View view_of(const ParamSpec *s, const Rule *r) {
     View v = {1, 1, 1};
-    int d = 0, in = r->in_dims ? r->in_dims : 1;
+    int d = 0;
     if (r->move == EXPERT_TRANSPOSE) v.batch = s->gshape[d++];
-    for (int i = 0; i < in; i++) v.R *= s->gshape[d++];
+    for (int i = 0; i < r->in_dims; i++) v.R *= s->gshape[d++];
     for (; d < s->ndim; d++) v.C *= s->gshape[d];
     if (r->move == COPY) { v.C *= v.R; v.R = 1; }
     return v;
