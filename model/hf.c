@@ -442,8 +442,10 @@ int hf_export(const char *ckpt, const char *dir) {
 // ---------------------------------------------------------------------------------------
 // Load
 
-// The float32 data of HF tensor `name`, checked against the shape the mapping gives.
-static float *hf_tensor(const StFile *f, const char *path, const char *name, int ndim, const int64_t *shape) {
+// The float32 data of HF tensor `name`, checked against the shape the mapping gives; a
+// bfloat16 tensor (as many published models are) is widened, exactly, into `scratch`.
+static float *hf_tensor(const StFile *f, const char *path, const char *name, int ndim, const int64_t *shape,
+                        float **scratch) {
     const StTensor *t = st_get(f, name);
     if (!t) die("load_hf: '%s' has no tensor '%s': it was written for another model or config", path, name);
     int same = t->ndim == ndim;
@@ -454,8 +456,17 @@ static float *hf_tensor(const StFile *f, const char *path, const char *name, int
         for (int d = 0; d < t->ndim; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
         die("load_hf: '%s': tensor '%s' has shape [%s], this config needs [%s]", path, name, got, want);
     }
-    if (t->dtype != ST_F32) die("load_hf: '%s': tensor '%s' is %s; only F32 is read", path, name, st_dtype_name(t->dtype));
-    return (float *)t->data;
+    if (t->dtype == ST_F32) return (float *)t->data;
+    if (t->dtype != ST_BF16) die("load_hf: '%s': tensor '%s' is %s; F32 and BF16 are read", path, name, st_dtype_name(t->dtype));
+    size_t n = t->nbytes / 2;
+    float *w = realloc(*scratch, sizeof(float) * (n ? n : 1));
+    if (!w) die("load_hf: out of memory");
+    const uint16_t *b = t->data;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)b[i] << 16;
+        memcpy(&w[i], &u, 4);
+    }
+    return *scratch = w;
 }
 
 // config.json must say what the run's config says, key by key.
@@ -483,8 +494,13 @@ int hf_load(Model *m, const char *dir) {
     check_config(c, dir);
     char path[CFG_STR + 64], err[512], hf[128];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char index[CFG_STR + 64];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    if (access(path, R_OK) && !access(index, R_OK))
+        die("load_hf: %s holds a sharded model (%s); load_hf reads a single model.safetensors", dir, index);
     StFile *f = st_open_try(path, err, sizeof err);
     if (!f) die("load_hf: %s", err);
+    float *scratch = NULL;
     char spath[CFG_STR + 64];
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
     StFile *side = access(spath, R_OK) ? NULL : st_open_try(spath, err, sizeof err);
@@ -494,7 +510,7 @@ int hf_load(Model *m, const char *dir) {
         const Rule *r = rule_for(s->key, hf, sizeof hf);
         int64_t shape[4];
         int nd = hf_shape(s, r, shape);
-        float *src = hf_tensor(f, path, hf, nd, shape), *dst = m->params_mem + s->offset;
+        float *src = hf_tensor(f, path, hf, nd, shape, &scratch), *dst = m->params_mem + s->offset;
         expected += r->part == 0;
         move_tensor(dst, src, s, r, 0);
         if (!is_gqa_query(c, r)) continue;
@@ -508,7 +524,7 @@ int hf_load(Model *m, const char *dir) {
     for (int l = c->first_num_dense_layers; cfg_is_deepseek(c) && l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
-        const float *b = hf_tensor(f, path, hf, 1, shape);
+        const float *b = hf_tensor(f, path, hf, 1, shape, &scratch);
         expected++;
         if (m->router_bias) { memcpy(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
         for (int e = 0; e < c->num_experts; e++)
@@ -518,6 +534,7 @@ int hf_load(Model *m, const char *dir) {
     if (st_count(f) != expected)
         die("load_hf: %s holds %d tensors, this config maps to %d: it was written for another model", path,
             st_count(f), expected);
+    free(scratch);
     if (side) st_close(side);
     st_close(f);
     return used;

@@ -5,7 +5,8 @@
 # (the parity dump's `param/` and `state/` tensors: the state before any step) with the
 # checkpoint's, bit for bit. mixtral-tiny's head_dim 32 makes HF's query kernel inexact
 # (times sqrt(32)), so this also covers the exact kernels written beside it; without them
-# load_hf divides, and the kernels come back within 1 ulp. Then the refusals.
+# load_hf divides, and the kernels come back within 1 ulp. DeepSeek's export is also cut to
+# bfloat16 (as published models often are) and loaded. Then the refusals.
 # Needs python3 (standard library only). Does not need transformers: make hf-check does.
 set -u
 cd "$(dirname "$0")/.."
@@ -62,6 +63,36 @@ for preset in mixtral-tiny deepseek-tiny; do
     if [ $preset = deepseek-tiny ]; then
         r=$(compare $T/ck.safetensors state/ $T/d/dump.safetensors state/ 2>&1)
         check "$preset: and every routing bias: $r" grep -q "bit-identical" <<<"$r"
+        # A bfloat16 model (as many published ones are): every tensor cut to its top 16 bits.
+        python3 - $T/hf/model.safetensors <<'EOF2'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); meta = h.pop("__metadata__", None)
+out, data = {}, b""
+for k, v in h.items():
+    raw = b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+    half = b"".join(raw[i + 2:i + 4] for i in range(0, len(raw), 4))   # little-endian: the high half
+    out[k] = {"dtype": "BF16", "shape": v["shape"], "data_offsets": [len(data), len(data) + len(half)]}
+    data += half
+if meta: out["__metadata__"] = meta
+head = json.dumps(out).encode(); head += b" " * (-len(head) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(head)) + head + data)
+EOF2
+        $TRAIN $C $FAST $extra load_hf=$T/hf dump_parity=$T/d parity_steps=1 > $T/load.out 2>&1 || fail "$preset: load_hf bf16: $(tail -1 $T/load.out)"
+        r=$(python3 - $T/d/dump.safetensors <<'EOF2'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+words = [w for k, v in h.items() if k.startswith("param/")
+         for w in struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}I", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])]
+print(f"{len(words)} weights, {sum(w & 0xFFFF != 0 for w in words)} of them with low bits set")
+EOF2
+)
+        check "$preset: a bfloat16 export loads, each weight a bf16 value widened: $r" grep -q " 0 of them" <<<"$r"
+        r=$(compare $T/ck.safetensors params/ $T/d/dump.safetensors param/ 65535 2>&1)
+        check "$preset: ... the checkpoint's weights cut to bf16 (under 2^16 float32 ulps): $r" grep -q "tensors, at most" <<<"$r"
     else
         check "$preset: head_dim 32: the exact query kernels written beside" [ -s $T/hf/meshmoe_query_kernels.safetensors ]
         rm $T/hf/meshmoe_query_kernels.safetensors
