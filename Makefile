@@ -1,5 +1,5 @@
 # meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
-# make sweep, make docs
+# make sweep, make docs, make hf-check
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
@@ -27,7 +27,7 @@ LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pi
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity bench clean corpus sweep docs plots
+.PHONY: all run test unit asan tsan parity hf-check bench clean corpus sweep docs plots
 all: train
 
 $(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
@@ -73,6 +73,11 @@ tsan:
 
 parity: train
 	bash tests/parity/run_parity.sh
+
+# Export both tiny presets to Hugging Face transformers and compare its logits and expert
+# choices with meshmoe's (creates .venv-hf with torch and transformers on first use).
+hf-check: train
+	bash tests/hf/check.sh
 
 bench: train
 	bash tests/bench.sh

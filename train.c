@@ -7,6 +7,7 @@
 //   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
 //   ./train figure KIND OUT.svg ...      the figures of docs/ (sweep/figure.c)
+//   ./train export-hf CKPT OUT_DIR       a checkpoint as a Hugging Face model (model/hf.h)
 //
 // 1. read the config (preset file, then overrides) and check it;
 // 2. make the device (one thread here; the mesh comes in sharding/) and its allocator;
@@ -20,6 +21,7 @@
 #include "model/matmul.h"
 #include "model/checkpoint.h"
 #include "model/dump.h"
+#include "model/hf.h"
 #include "model/sample.h"
 #include "data/tokens.h"
 #include "data/loader.h"
@@ -196,9 +198,18 @@ static void device_main(int dev_id, void *arg) {
         if (c.print_sharding) sharding_print(&m, Bg, S);
         if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(&c, mesh->size[AX_STAGE]);
     }
+    if (c.load_hf[0] && (shard_is_split(&m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1 ||
+                         mesh->size[AX_STAGE] > 1))
+        die("load_hf reads whole tensors on one device or a data-parallel mesh: load it there, save_checkpoint, "
+            "then load_checkpoint on any mesh");
     if (c.load_checkpoint[0] && !c.dry_run) {   // every device reads its own slices
         checkpoint_load(&m, c.load_checkpoint);
         if (talk) printf("resumed from %s at step %d\n", c.load_checkpoint, m.step);
+    }
+    if (c.load_hf[0]) {
+        int exact = hf_load(&m, c.load_hf);
+        if (talk) printf("loaded the Hugging Face model %s%s\n", c.load_hf,
+                         exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "");
     }
     if (c.dump_parity[0]) {
         if (mesh->ndev > 1)
@@ -324,11 +335,16 @@ int main(int argc, char **argv) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
                "       ./train figure timelines|peaks|schedule|meshes OUT.svg ...\n"
+               "       ./train export-hf CKPT.safetensors OUT_DIR\n"
                "       ./train --help-config\n");
         return argc < 2;
     }
     if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
+    if (!strcmp(argv[1], "export-hf")) {
+        if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
+        return hf_export(argv[2], argv[3]);
+    }
     if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
     if (!strcmp(argv[1], "figure")) return cmd_figure(argc, argv);
     if (!strcmp(argv[1], "plot")) {
@@ -353,6 +369,7 @@ int main(int argc, char **argv) {
     // 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h).
     Mesh mesh;
     mesh_init(&mesh, &c);
+    if (c.load_hf[0] && c.load_checkpoint[0]) die("load_hf and load_checkpoint both given: a run starts from one of them");
     if (c.load_checkpoint[0]) checkpoint_check(&c, c.load_checkpoint);   // its metadata and tensors, before training
     // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
     // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every

@@ -46,8 +46,8 @@ static int add_entry(Entry *out, int k, EntryKind kind, int spec, const char *na
 }
 
 // The file's tensors for config c and its layout, in file order (out NULL: only counted).
-// Names come from the layout (model/model.c); the routing bias of a MoE layer is named
-// after its gate kernel, ".../gate/kernel" -> "state/.../gate/bias".
+// Names come from the layout (model/model.c); the routing bias of a MoE layer from
+// model/model.c:model_bias_name, under "state/".
 static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *out) {
     int k = 0, adamw = optimizer_state_floats(c) == 2, adafactor = !strcmp(c->opt_type, "adafactor");
     for (int kind = E_PARAMS; kind <= E_NU; kind++)
@@ -63,14 +63,11 @@ static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *o
         k = add_entry(out, k, E_V_ROW, i, s->name, s->ndim, s->gshape, dcol);   // a mean over the columns: one per row
         k = add_entry(out, k, E_V_COL, i, s->name, s->ndim, s->gshape, drow);
     }
-    const char *gate = "/gate/kernel";
-    for (int i = 0; c->routed_bias && i < n; i++) {
-        size_t len = strlen(specs[i].name), glen = strlen(gate);
-        if (len < glen || strcmp(specs[i].name + len - glen, gate)) continue;
-        char name[sizeof specs[i].name + 8];
-        snprintf(name, sizeof name, "%.*sbias", (int)(len - strlen("kernel")), specs[i].name);
-        k = add_entry(out, k, E_BIAS, i, name, 1, &c->num_experts, -1);
-        if (out) out[k - 1].layer = model_unit_of(c, specs[i].name) - 1;
+    for (int l = c->first_num_dense_layers; c->routed_bias && l < c->base_num_decoder_layers; l++) {
+        char name[160];
+        model_bias_name(c, l, "", name, sizeof name);
+        k = add_entry(out, k, E_BIAS, -1, name, 1, &c->num_experts, -1);
+        if (out) out[k - 1].layer = l;
     }
     return k;
 }

@@ -49,12 +49,12 @@ static const KeyDef KEYS[] = {
     KEY(capacity_factor, K_FLOAT, "-1", "dense path only: drop tokens beyond capacity_factor * S*K/E per expert and sequence (<= 0: no dropping)"),
     KEY(sparse_matmul, K_BOOL, "true", "true: sort tokens by expert and run one matmul per expert (dropless); false: every expert on every token"),
     KEY(load_balance_loss_weight, K_FLOAT, "0", "weight of the Switch/Mixtral load-balance loss (0 = off)"),
-    KEY(routed_score_func, K_STR, "softmax", "softmax: Mixtral routing (top-k, softmax over the K); sigmoid: DeepSeek routing"),
+    KEY(routed_score_func, K_STR, "", "\"\": Mixtral's rule (top-k of the gate logits, softmax over the k); softmax: softmax over all experts, then top-k (weights: a softmax of the k probabilities, or for deepseek the k probabilities times routed_scaling_factor); sigmoid: DeepSeek routing"),
     KEY(routed_bias, K_BOOL, "false", "DeepSeek: a per-expert bias added to the scores for selection only"),
     KEY(routed_bias_update_rate, K_FLOAT, "0", "DeepSeek aux-loss-free balancing: bias step per optimizer step (0 = off)"),
     KEY(routed_scaling_factor, K_FLOAT, "1", "DeepSeek: multiplies the normalised routing weights"),
-    KEY(n_routing_groups, K_INT, "0", "DeepSeek: expert groups for group-limited routing (0 = off)"),
-    KEY(topk_routing_group, K_INT, "0", "DeepSeek: groups kept per token"),
+    KEY(n_routing_groups, K_INT, "-1", "DeepSeek: expert groups for group-limited routing (-1 = off)"),
+    KEY(topk_routing_group, K_INT, "-1", "DeepSeek: groups kept per token (-1 with the groups off)"),
     KEY(shared_experts, K_INT, "0", "DeepSeek: shared experts (a dense SwiGLU of width shared_experts*base_moe_mlp_dim)"),
     KEY(first_num_dense_layers, K_INT, "0", "DeepSeek: the first layers use a dense SwiGLU FFN instead of MoE"),
     // training
@@ -88,6 +88,7 @@ static const KeyDef KEYS[] = {
     KEY(metrics_file, K_STR, "", "write one JSON object per step to this file"),
     KEY(save_checkpoint, K_STR, "", "write a safetensors checkpoint here (atomically) at the end"),
     KEY(load_checkpoint, K_STR, "", "resume from this checkpoint (weights, optimizer, step, data position), saved on any mesh; every key that changes the math must hold the checkpoint's value"),
+    KEY(load_hf, K_STR, "", "start from a Hugging Face model directory written by ./train export-hf (weights only, step 0)"),
     KEY(checkpoint_period, K_INT, "0", "also save every N steps (0 = only at the end)"),
     KEY(run_steps, K_INT, "0", "stop this run after N optimizer steps, schedule unchanged (0 = run to steps); for resuming"),
     KEY(sample_length, K_INT, "200", "bytes of text sampled from the model at the end (0 = none)"),
@@ -243,6 +244,12 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
         break;
     }
     case K_STR:
+        if (strlen(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[strlen(v) - 1] == v[0]) {   // a quoted value: "" is empty
+            char q[CFG_STR + 2];
+            snprintf(q, sizeof q, "%.*s", (int)strlen(v) - 2, v + 1);
+            set_value(c, k, q, where);
+            return;
+        }
         if (strlen(v) >= CFG_STR) die("%s: value of '%s' is longer than %d characters", where, k->name, CFG_STR - 1);
         strcpy((char *)field, v);
         break;
@@ -277,7 +284,7 @@ void config_format_value(const Config *c, const char *key, char *buf, int cap) {
     case K_FLOAT: snprintf(buf, (size_t)cap, "%g", (double)*(const float *)field); break;
     case K_BYTES: snprintf(buf, (size_t)cap, "%lld", (long long)*(const int64_t *)field); break;
     case K_BOOL: snprintf(buf, (size_t)cap, "%s", *(const int *)field ? "true" : "false"); break;
-    case K_STR: snprintf(buf, (size_t)cap, "%s", (const char *)field); break;
+    case K_STR: snprintf(buf, (size_t)cap, "%s", *(const char *)field ? (const char *)field : "\"\""); break;   // "" shown as such
     }
 }
 
@@ -349,8 +356,10 @@ void config_validate(const Config *c) {
         die("attention_type must be 'global' or 'mla', got '%s'", c->attention_type);
     if (strcmp(c->shard_mode, "auto") && strcmp(c->shard_mode, "explicit"))
         die("shard_mode must be 'auto' or 'explicit', got '%s'", c->shard_mode);
-    if (strcmp(c->routed_score_func, "softmax") && strcmp(c->routed_score_func, "sigmoid"))
-        die("routed_score_func must be 'softmax' or 'sigmoid', got '%s'", c->routed_score_func);
+    if (c->routed_score_func[0] && !cfg_softmax_router(c) && !cfg_sigmoid_router(c))
+        die("routed_score_func must be \"\" (Mixtral's rule), 'softmax' or 'sigmoid', got '%s'", c->routed_score_func);
+    if (c->n_routing_groups == 0 || c->n_routing_groups < -1)
+        die("n_routing_groups must be -1 (groups off) or positive, got %d", c->n_routing_groups);
     if (strcmp(c->dtype, "float32") && strcmp(c->dtype, "bfloat16"))
         die("dtype must be 'float32' or 'bfloat16', got '%s'", c->dtype);
     if (strcmp(c->weight_dtype, "float32") || strcmp(c->grad_dtype, "float32"))

@@ -33,7 +33,7 @@ typedef struct {
     float capacity_factor;           // <= 0: dropless
     int sparse_matmul;               // 1: grouped GEMM over sorted tokens; 0: every expert on every token
     float load_balance_loss_weight;
-    char routed_score_func[CFG_STR]; // "softmax" (Mixtral) or "sigmoid" (DeepSeek)
+    char routed_score_func[CFG_STR]; // MaxText's: "" (Mixtral's rule), "softmax" (over all experts first) or "sigmoid" (DeepSeek)
     int routed_bias;
     float routed_bias_update_rate;
     float routed_scaling_factor;
@@ -63,6 +63,7 @@ typedef struct {
     char metrics_file[CFG_STR];
     char save_checkpoint[CFG_STR];
     char load_checkpoint[CFG_STR];
+    char load_hf[CFG_STR];
     int checkpoint_period;           // save every N steps (0: only at the end)
     int run_steps;                   // stop this run after N updates (0: run to `steps`)
     int sample_length;               // bytes of text generated at the end (0: none)
@@ -173,6 +174,7 @@ static inline int cfg_is_deepseek(const Config *c) { return strcmp(c->decoder_bl
 static inline int cfg_is_mla(const Config *c) { return strcmp(c->attention_type, "mla") == 0; }
 // (not a first-letter test: "softmax" and "sigmoid" both start with 's')
 static inline int cfg_sigmoid_router(const Config *c) { return strcmp(c->routed_score_func, "sigmoid") == 0; }
+static inline int cfg_softmax_router(const Config *c) { return strcmp(c->routed_score_func, "softmax") == 0; }
 // Expert hidden width H: base_mlp_dim for Mixtral, base_moe_mlp_dim for DeepSeek.
 static inline int cfg_expert_dim(const Config *c) {
     return cfg_is_deepseek(c) ? c->base_moe_mlp_dim : c->base_mlp_dim;

@@ -57,7 +57,7 @@ static void add_biases(StWriter *w, const Model *m, const float *bias, const cha
     if (!bias) return;
     for (int l = c->first_num_dense_layers; l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
-        snprintf(names[l], 160, "%sdecoder/layers_%d/MoeBlock_0/gate/bias", prefix, l);
+        model_bias_name(c, l, prefix, names[l], 160);
         st_writer_add(w, names[l], ST_F32, 1, shape, bias + (size_t)l * c->num_experts);
     }
 }

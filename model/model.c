@@ -37,7 +37,41 @@ typedef struct {
     size_t lo;          // base holds the floats from offset lo of the layout on
     const Mesh *mesh;   // the mesh whose tensor/expert axes cut the shapes (NULL: none)
     int dev;            // this device
+    const Config *cfg;  // the model (its family names the layers)
 } Walk;
+
+// MaxText's unscanned parameter paths. The layout below names every tensor by a key of one
+// form for both families, "decoder/layers_<l>/<rest>" with l counted over the whole stack;
+// the key also seeds the tensor's init (model_init), so it never changes. Mixtral's paths
+// are the keys. DeepSeek's decoder names its dense and MoE layers apart, each counted from
+// 0, and puts the MoE block inside DeepSeekMoeBlock_0:
+//   decoder/dense_layers_<l>/...                                    l < first_num_dense_layers
+//   decoder/moe_layers_<l - first>/DeepSeekMoeBlock_0/{MoeBlock_0,shared_experts}/...
+static void layer_path(const Config *c, int l, char *buf, size_t cap) {
+    if (!cfg_is_deepseek(c)) snprintf(buf, cap, "decoder/layers_%d", l);
+    else if (l < c->first_num_dense_layers) snprintf(buf, cap, "decoder/dense_layers_%d", l);
+    else snprintf(buf, cap, "decoder/moe_layers_%d", l - c->first_num_dense_layers);
+}
+
+void model_maxtext_name(const Config *c, const char *key, char *name, size_t cap) {
+    int l, n = 0;
+    if (sscanf(key, "decoder/layers_%d/%n", &l, &n) != 1 || n == 0) {   // embedding, final norm, head
+        snprintf(name, cap, "%s", key);
+        return;
+    }
+    const char *rest = key + n;
+    char path[64];
+    layer_path(c, l, path, sizeof path);
+    int in_moe = !strncmp(rest, "MoeBlock_0/", 11) || !strncmp(rest, "shared_experts/", 15);
+    snprintf(name, cap, "%s/%s%s", path, cfg_is_deepseek(c) && in_moe ? "DeepSeekMoeBlock_0/" : "", rest);
+}
+
+void model_bias_name(const Config *c, int l, const char *prefix, char *buf, size_t cap) {
+    char key[96], name[128];
+    snprintf(key, sizeof key, "decoder/layers_%d/MoeBlock_0/gate/bias", l);
+    model_maxtext_name(c, key, name, sizeof name);
+    snprintf(buf, cap, "%s%s", prefix, name);
+}
 
 // One tensor: its global shape, the logical name of each dimension (sharding/partition.h),
 // its init, its name. Records the spec with this device's local shape (the global one cut
@@ -46,11 +80,12 @@ static float *take(Walk *w, float std, float cst, int ndim, const int *shape, co
                    const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *const *logical,
                    const char *fmt, ...) {
-    char name[112];
+    char key[112], name[112];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    vsnprintf(key, sizeof key, fmt, ap);
     va_end(ap);
+    model_maxtext_name(w->cfg, key, name, sizeof name);
     PartSpec part = partition_spec(w->mesh, ndim, logical);
     int local[PART_MAX_DIMS];
     size_t size = 1;
@@ -66,6 +101,7 @@ static float *take(Walk *w, float std, float cst, int ndim, const int *shape, co
         ParamSpec *s = &w->specs[w->n];
         memset(s, 0, sizeof(*s));
         snprintf(s->name, sizeof s->name, "%s", name);
+        snprintf(s->key, sizeof s->key, "%s", key);
         s->ndim = ndim;
         s->part = part;
         for (int i = 0; i < ndim; i++) {
@@ -168,7 +204,7 @@ static void walk_layout(const Config *c, Walk *w, Params *p) {
 }
 
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
-    Walk w = {specs, 0, 0, NULL, 0, mesh_current(), mesh_device_id()};
+    Walk w = {specs, 0, 0, NULL, 0, mesh_current(), mesh_device_id(), c};
     Params p;
     LayerParams *layers = calloc((size_t)c->base_num_decoder_layers, sizeof(LayerParams));
     p.layers = layers;
@@ -179,7 +215,7 @@ int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
 }
 
 void model_bind(const Model *m, Params *p, float *base) {
-    Walk w = {NULL, 0, 0, base, 0, mesh_current(), mesh_device_id()};
+    Walk w = {NULL, 0, 0, base, 0, mesh_current(), mesh_device_id(), &m->cfg};
     walk_layout(&m->cfg, &w, p);
 }
 
@@ -187,6 +223,8 @@ int model_unit_of(const Config *c, const char *name) {
     int l;
     if (!strncmp(name, "token_embedder/", 15)) return 0;
     if (sscanf(name, "decoder/layers_%d/", &l) == 1) return 1 + l;
+    if (sscanf(name, "decoder/dense_layers_%d/", &l) == 1) return 1 + l;
+    if (sscanf(name, "decoder/moe_layers_%d/", &l) == 1) return 1 + c->first_num_dense_layers + l;
     return c->base_num_decoder_layers + 1;   // decoder_norm and logits_dense: the head
 }
 
@@ -196,7 +234,7 @@ void model_bind_unit(const Model *m, Params *p, int u, float *buf) {
     Params tmp;
     LayerParams *layers = calloc((size_t)L, sizeof(LayerParams));
     tmp.layers = layers;
-    Walk w = {NULL, 0, 0, buf, m->shard.unit_off[u], mesh_current(), mesh_device_id()};
+    Walk w = {NULL, 0, 0, buf, m->shard.unit_off[u], mesh_current(), mesh_device_id(), c};
     walk_layout(c, &w, &tmp);
     if (u == 0) p->embedding = tmp.embedding;
     else if (u <= L) p->layers[u - 1] = tmp.layers[u - 1];
@@ -248,7 +286,7 @@ size_t model_global_index(const ParamSpec *s, size_t i) {
 // Local elements [i0, i1) of tensor s into x[0 .. i1-i0).
 static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_t i1) {
     if (mem_dry()) return;   // dry run: weights are never read (sharding/memory.h)
-    uint64_t key = mix64(hash_name(s->name) ^ mix64((uint64_t)seed + 0x1234567ull));
+    uint64_t key = mix64(hash_name(s->key) ^ mix64((uint64_t)seed + 0x1234567ull));
     for (size_t li = i0; li < i1; li++) {
         size_t i = model_global_index(s, li), at = li - i0;
         if (s->init_std == 0.0f) { x[at] = s->init_const; continue; }

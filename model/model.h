@@ -15,7 +15,8 @@
 // One tensor of the layout: its MaxText-style name, shape, place in the flat buffer and init.
 // Under tensor or expert parallelism `shape` is this device's piece of `gshape`.
 typedef struct {
-    char name[112];     // e.g. "decoder/layers_0/self_attention/query/kernel"
+    char name[112];     // MaxText's path, e.g. "decoder/layers_0/self_attention/query/kernel"
+    char key[112];      // the family-independent key "decoder/layers_<l>/..." that seeds the init
     int ndim;
     int shape[4];       // local shape (what this device holds)
     int gshape[4];      // global shape
@@ -84,6 +85,10 @@ typedef struct {
     long *expert_counts;    // (L, E) += assignments per expert, or NULL
 } FwdStats;
 
+// MaxText's unscanned path of the tensor whose layout key (ParamSpec.key) is `key`.
+void model_maxtext_name(const Config *c, const char *key, char *name, size_t cap);
+// prefix + the path of layer l's routing bias (the gate's bias, DeepSeek's selection bias).
+void model_bias_name(const Config *c, int l, const char *prefix, char *buf, size_t cap);
 // Fill the layout of every tensor for cfg. Returns the count; specs may be NULL to count.
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams);
 // Allocate parameters (MEM_PARAMS), gradients (MEM_GRADS), AdamW moments (MEM_OPTIMIZER)

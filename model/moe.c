@@ -64,6 +64,28 @@ void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logit
     }
 }
 
+void route_softmax(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits, int T) {
+    int E = c->num_experts, K = c->num_experts_per_tok;
+    for (int t = 0; t < T; t++) {
+        const float *l = logits + (size_t)t * E;
+        float *p = scores + (size_t)t * E, *w = top_w + (size_t)t * K;
+        int *idx = top_idx + (size_t)t * K;
+        // p = softmax over all E experts; the K largest p are chosen
+        float m = l[0], z = 0.0f;
+        for (int e = 1; e < E; e++) m = fmaxf(m, l[e]);
+        for (int e = 0; e < E; e++) { p[e] = expf(l[e] - m); z += p[e]; }
+        for (int e = 0; e < E; e++) p[e] /= z;
+        topk_desc(p, E, K, idx);
+        if (cfg_is_deepseek(c)) {   // the chosen probabilities, scaled
+            for (int k = 0; k < K; k++) w[k] = p[idx[k]] * c->routed_scaling_factor;
+        } else {                    // a softmax over the K chosen probabilities; the first is the largest
+            float sum = 0.0f;
+            for (int k = 0; k < K; k++) { w[k] = expf(p[idx[k]] - p[idx[0]]); sum += w[k]; }
+            for (int k = 0; k < K; k++) w[k] /= sum;
+        }
+    }
+}
+
 void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits,
                     const float *bias, int T) {
     int E = c->num_experts, K = c->num_experts_per_tok;
@@ -405,6 +427,9 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
         // no routing: see build_rows
     } else if (cfg_sigmoid_router(c)) {
         route_deepseek(c, s->top_idx, s->top_w, s->scores, s->logits, bias, T);
+    } else if (cfg_softmax_router(c)) {
+        route_softmax(c, s->top_idx, s->top_w, s->scores, s->logits, T);
+        prec_round(c, s->top_w, A);   // cast point 12
     } else {
         route_mixtral(s->top_idx, s->top_w, s->scores, s->logits, T, E, K);
         prec_round(c, s->top_w, A);   // cast point 12
@@ -494,7 +519,21 @@ static void router_backward(const Config *c, float *dlogits, const float *dw, co
         const int *idx = s->top_idx + (size_t)t * K;
         const float *w = s->top_w + (size_t)t * K, *g = dw + (size_t)t * K, *l = s->logits + (size_t)t * E;
         float *dl = dlogits + (size_t)t * E;
-        if (!cfg_sigmoid_router(c)) {
+        if (cfg_softmax_router(c)) {
+            // p = softmax(logits) (the selection scores, s->scores); w from the chosen p:
+            //   mixtral:  w = softmax(p[idx]):  dp_idx[k] = w_k (g_k - sum_j w_j g_j)
+            //   deepseek: w = scale * p[idx]:   dp_idx[k] = scale * g_k
+            // then through the softmax over all E: dl_e = p_e (dp_e - sum_j p_j dp_j).
+            const float *p = s->scores + (size_t)t * E;
+            float dp[E], dot = 0.0f;
+            for (int e = 0; e < E; e++) dp[e] = 0.0f;
+            for (int k = 0; k < K; k++) dot += w[k] * g[k];
+            for (int k = 0; k < K; k++)
+                dp[idx[k]] = cfg_is_deepseek(c) ? c->routed_scaling_factor * g[k] : w[k] * (g[k] - dot);
+            float pdp = 0.0f;
+            for (int e = 0; e < E; e++) pdp += p[e] * dp[e];
+            for (int e = 0; e < E; e++) dl[e] += p[e] * (dp[e] - pdp);
+        } else if (!cfg_sigmoid_router(c)) {
             // w = softmax(chosen logits): dl_k = w_k (g_k - sum_j w_j g_j)
             float dot = 0.0f;
             for (int k = 0; k < K; k++) dot += w[k] * g[k];

@@ -14,7 +14,7 @@
 typedef struct {
     // Routing (also read by the parity dump).
     float *logits;     // (T,E) gate logits
-    float *scores;     // (T,E) selection scores: gate logits (softmax router) or s + bias (sigmoid)
+    float *scores;     // (T,E) selection scores: gate logits (""), softmax(logits) (softmax) or s + bias (sigmoid)
     int *top_idx;      // (T,K) chosen experts, in top-k order
     float *top_w;      // (T,K) routing weights (before capacity dropping)
     float *w_eff;      // (T,K) weights used by the combine: top_w, or 0 where dropped
@@ -49,9 +49,13 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
 void moe_saved_free(MoeSaved *s);
 
 // Routing alone (tested by hand-computed cases).
-// Mixtral: idx = top_k(logits, K) (ties: lower index first), w = softmax of the K chosen
-// logits; scores = logits.
+// routed_score_func="" (Mixtral's rule): idx = top_k(logits, K) (ties: lower index first),
+// w = softmax of the K chosen logits; scores = logits.
 void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K);
+// routed_score_func=softmax (MaxText's meaning): p = softmax(logits) over all experts
+// (scores = p), idx = top_k(p, K); w = softmax of the K chosen p (decoder_block=mixtral) or
+// the K chosen p times routed_scaling_factor (deepseek).
+void route_softmax(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits, int T);
 // DeepSeek: s = sigmoid(logits), scores = s + bias (bias may be NULL), group-limited
 // selection on the scores, weights from the unbiased s, normalised and scaled.
 void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits,

@@ -86,8 +86,8 @@ expect_error "step past the run's steps" "load_checkpoint $T/big.st: step 99 is 
     $TRAIN $C load_checkpoint=$T/big.st
 expect_error "a shape key" "load_checkpoint $CK: base_emb_dim is 128 in the checkpoint, 64 in this run" \
     $TRAIN $C base_emb_dim=64 load_checkpoint=$CK
-expect_error "a math key that keeps the shapes" "load_checkpoint $CK: learning_rate is 0.003 in the checkpoint, 0.001 in this run" \
-    $TRAIN $C learning_rate=1e-3 load_checkpoint=$CK
+expect_error "a math key that keeps the shapes" "load_checkpoint $CK: z_loss_multiplier is 0 in the checkpoint, 0.001 in this run" \
+    $TRAIN $C z_loss_multiplier=1e-3 load_checkpoint=$CK
 expect_error "the optimizer" "load_checkpoint $CK: opt_type is adamw in the checkpoint, adafactor in this run" \
     $TRAIN $C opt_type=adafactor load_checkpoint=$CK
 expect_error "the global batch" "load_checkpoint $CK: the global batch is 4 sequences per step in the checkpoint" \

@@ -45,12 +45,18 @@ run_part "vocabulary tiling and the one-hot embedding" bash tests/vocab.sh
 run_part "flash attention: tolerance, block sizes, context parallelism, memory" bash tests/flash.sh
 run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh
 run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
+run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
 run_part "sanitizers (make asan)" make -s asan
 run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
 if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then
     run_part "parity against JAX (make parity)" env PYTHON="$PYTHON" bash tests/parity/run_parity.sh
 else
     echo "SKIPPED: parity ($(tail -1 /tmp/meshmoe-venv.log))"
+fi
+if PYTHON=$(bash tests/hf/ensure_venv.sh 2>/tmp/meshmoe-venv-hf.log); then
+    run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$PYTHON" bash tests/hf/check.sh
+else
+    echo "SKIPPED: hf-check ($(tail -1 /tmp/meshmoe-venv-hf.log))"
 fi
 echo "===="
 for b in "${broken[@]}"; do echo "broken: $b"; done

@@ -45,7 +45,7 @@ static void test_routing(void) {
     CHECK_CLOSE(w[0], 2.5 * sig(2) / (sig(2) + sig(1)), 1e-6, "deepseek weight 0");
     CHECK_CLOSE(w[1], 2.5 * sig(1) / (sig(2) + sig(1)), 1e-6, "deepseek weight 1");
     // Without groups expert 5 wins.
-    c.n_routing_groups = 0;
+    c.n_routing_groups = -1;
     route_deepseek(&c, idx, w, sc, logits, NULL, 1);
     CHECK(idx[0] == 5 && idx[1] == 1, "deepseek no groups: idx %d %d, want 5 1", idx[0], idx[1]);
     // Bias for selection only: +0.5 on expert 3 makes it first (s' = 1.231), but its
@@ -56,6 +56,24 @@ static void test_routing(void) {
     CHECK(idx[0] == 3 && idx[1] == 1, "deepseek bias: idx %d %d, want 3 1", idx[0], idx[1]);
     CHECK_CLOSE(w[0], 2.5 * sig(1) / (sig(1) + sig(2)), 1e-6, "deepseek biased pick keeps the unbiased weight");
     CHECK_CLOSE(sc[3], sig(1) + 0.5, 1e-6, "selection score = s + bias");
+    // routed_score_func=softmax: p = softmax([1, 3, 2, 0]) = [e, e^3, e^2, 1] / Z; top-2 is
+    // experts 1, 2. Mixtral block: w = softmax([p1, p2]); DeepSeek block: 2.5 * [p1, p2].
+    {
+        Config cs;
+        config_defaults(&cs);
+        strcpy(cs.routed_score_func, "softmax");
+        cs.num_experts = 4; cs.num_experts_per_tok = 2; cs.routed_scaling_factor = 2.5f;
+        float l4[4] = {1, 3, 2, 0}, w4[2], p4[4];
+        int i4[2];
+        double Z = exp(1) + exp(3) + exp(2) + 1, p1 = exp(3) / Z, p2 = exp(2) / Z;
+        route_softmax(&cs, i4, w4, p4, l4, 1);
+        CHECK(i4[0] == 1 && i4[1] == 2, "softmax routing: idx %d %d, want 1 2", i4[0], i4[1]);
+        CHECK_CLOSE(p4[3], 1 / Z, 1e-7, "softmax routing: the scores are the probabilities");
+        CHECK_CLOSE(w4[0], 1 / (1 + exp(p2 - p1)), 1e-6, "softmax routing, mixtral block: softmax of the probabilities");
+        strcpy(cs.decoder_block, "deepseek");
+        route_softmax(&cs, i4, w4, p4, l4, 1);
+        CHECK_CLOSE(w4[1], 2.5 * p2, 1e-6, "softmax routing, deepseek block: the probability, scaled");
+    }
     // Capacity: C = int(max(ceil(S*K/E) * cf, cf)).
     c.num_experts = 2; c.num_experts_per_tok = 1; c.capacity_factor = 1.0f;
     CHECK(moe_capacity(&c, 4) == 2, "capacity S=4 K=1 E=2 cf=1: %d, want 2", moe_capacity(&c, 4));
@@ -103,7 +121,7 @@ static float *filled(size_t n, uint64_t *seed, float scale) {
     return x;
 }
 
-static void moe_case(const char *name, int deepseek, int sparse, float cf, float lb) {
+static void moe_case(const char *name, int deepseek, const char *router, int sparse, float cf, float lb) {
     config_defaults(&C);
     C.tensor_reduce_chunks = 2;   // widths of 6: split sums in 2 pieces
     C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
@@ -113,6 +131,8 @@ static void moe_case(const char *name, int deepseek, int sparse, float cf, float
         C.n_routing_groups = 2; C.topk_routing_group = 1; C.routed_scaling_factor = 2.5f;
         C.shared_experts = 1;
     }
+    if (router) strcpy(C.routed_score_func, router);
+    if (router && strcmp(router, "sigmoid")) C.n_routing_groups = -1;   // groups need sigmoid scores
     LB_COEF = lb;
     uint64_t seed = 42;
     memset(&P, 0, sizeof P); memset(&G, 0, sizeof G);
@@ -216,14 +236,14 @@ static void test_mlp(void) {
 }
 
 // moe_forward on the default (Mixtral) config must weight each token's experts by the
-// softmax of its K chosen gate logits, not by normalised sigmoids (a test of the first
-// letter alone cannot tell "softmax" from "sigmoid").
+// softmax of its K chosen gate logits, not by normalised sigmoids (a first-letter test of
+// "softmax" vs "sigmoid" could pick the DeepSeek router here).
 static void test_mixtral_router_in_block(void) {
     config_defaults(&C);
     C.tensor_reduce_chunks = 2;
     C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
     C.base_mlp_dim = H; C.base_moe_mlp_dim = H;
-    CHECK(!cfg_sigmoid_router(&C), "the default routed_score_func 'softmax' is taken for sigmoid");
+    CHECK(!cfg_sigmoid_router(&C) && !cfg_softmax_router(&C), "the default routed_score_func \"\" is taken for another router");
     uint64_t seed = 11;
     memset(&P, 0, sizeof P);
     P.gate = filled(D * E, &seed, 1.0f);
@@ -253,12 +273,15 @@ int main(void) {
     test_routing();
     test_mixtral_router_in_block();
     test_mlp();
-    moe_case("mixtral sparse", 0, 1, -1, 0);
-    moe_case("mixtral dense", 0, 0, -1, 0);
-    moe_case("mixtral dense capacity 0.5", 0, 0, 0.5f, 0);
-    moe_case("mixtral sparse + load-balance", 0, 1, -1, 0.5f);
-    moe_case("deepseek sparse (groups, shared)", 1, 1, -1, 0);
-    moe_case("deepseek dense + load-balance", 1, 0, -1, 0.5f);
+    moe_case("mixtral sparse", 0, NULL, 1, -1, 0);
+    moe_case("mixtral dense", 0, NULL, 0, -1, 0);
+    moe_case("mixtral dense capacity 0.5", 0, NULL, 0, 0.5f, 0);
+    moe_case("mixtral sparse + load-balance", 0, NULL, 1, -1, 0.5f);
+    moe_case("deepseek sparse (groups, shared)", 1, NULL, 1, -1, 0);
+    moe_case("deepseek dense + load-balance", 1, NULL, 0, -1, 0.5f);
+    moe_case("mixtral sparse, softmax over all experts", 0, "softmax", 1, -1, 0);
+    moe_case("mixtral dense, softmax over all experts + load-balance", 0, "softmax", 0, -1, 0.5f);
+    moe_case("deepseek sparse, softmax over all experts (shared)", 1, "softmax", 1, -1, 0);
     test_dense_equals_sparse(0);
     test_dense_equals_sparse(1);
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);

@@ -69,7 +69,7 @@ PRESETS = {
         "base_num_decoder_layers": 2,
         "num_experts": 4,
         "num_experts_per_tok": 2,
-        "routed_score_func": "softmax",
+        "routed_score_func": "",
         "routed_bias": False,
         "routed_bias_update_rate": 0.0,
         "routed_scaling_factor": 1.0,
@@ -134,8 +134,16 @@ def param_shapes(cfg):
     H = cfg["base_moe_mlp_dim"] if cfg["decoder_block"] == "deepseek" else cfg["base_mlp_dim"]
     F = cfg["base_mlp_dim"]
     shapes = {"token_embedder/embedding": ((V, D), None, 1.0)}
+    first = cfg["first_num_dense_layers"]
     for i in range(L):
-        pre = f"decoder/layers_{i}/"
+        # MaxText's unscanned paths: DeepSeek counts dense and MoE layers apart
+        if cfg["decoder_block"] != "deepseek":
+            pre = moe = f"decoder/layers_{i}/"
+        elif i < first:
+            pre = moe = f"decoder/dense_layers_{i}/"
+        else:
+            pre = f"decoder/moe_layers_{i - first}/"
+            moe = pre + "DeepSeekMoeBlock_0/"
         shapes[pre + "pre_self_attention_layer_norm/scale"] = ((D,), None, 1.0)
         shapes[pre + "post_self_attention_layer_norm/scale"] = ((D,), None, 1.0)
         sa = pre + "self_attention/"
@@ -162,14 +170,14 @@ def param_shapes(cfg):
             shapes[pre + "mlp/wi_1/kernel"] = ((D, F), D, 1.0)
             shapes[pre + "mlp/wo/kernel"] = ((F, D), F, 1.0)
         else:
-            mb = pre + "MoeBlock_0/"
+            mb = moe + "MoeBlock_0/"
             shapes[mb + "gate/kernel"] = ((D, E), D, 1.0)
             shapes[mb + "wi_0"] = ((E, D, H), D, 1.0)
             shapes[mb + "wi_1"] = ((E, D, H), D, 1.0)
             shapes[mb + "wo"] = ((E, H, D), H, 1.0)
             if cfg["decoder_block"] == "deepseek" and cfg["shared_experts"] > 0:
                 SH = cfg["shared_experts"] * cfg["base_moe_mlp_dim"]
-                sh = pre + "shared_experts/"
+                sh = moe + "shared_experts/"
                 shapes[sh + "wi_0/kernel"] = ((D, SH), D, 1.0)
                 shapes[sh + "wi_1/kernel"] = ((D, SH), D, 1.0)
                 shapes[sh + "wo/kernel"] = ((SH, D), SH, 1.0)
@@ -193,7 +201,10 @@ def make_dump(cfg, seed=0, bias_std=0.0, ignore_fraction=0.1):
     if cfg["routed_bias"]:
         for i in range(cfg["first_num_dense_layers"], cfg["base_num_decoder_layers"]):
             b = (rng.standard_normal(cfg["num_experts"]) * bias_std).astype(np.float32)
-            tensors[f"state/decoder/layers_{i}/MoeBlock_0/gate/bias"] = b
+            moe = f"decoder/layers_{i}/"
+            if cfg["decoder_block"] == "deepseek":
+                moe = f"decoder/moe_layers_{i - cfg['first_num_dense_layers']}/DeepSeekMoeBlock_0/"
+            tensors[f"state/{moe}MoeBlock_0/gate/bias"] = b
     P = cfg["parity_steps"]
     R = cfg["gradient_accumulation_steps"] * cfg["per_device_batch_size"]
     S, V = cfg["max_target_length"], cfg["vocab_size"]

@@ -53,7 +53,7 @@ Cast points in bfloat16 mode (`dtype == "bfloat16"`; rb = round to bf16)
 10. Residual adds: h = rb(x + attn), x = rb(h + ffn).
 11. SwiGLU (experts, dense MLP, shared experts): a = rb(x@wi_0), b = rb(x@wi_1) (point 4);
     h = rb(silu(a) * b) (silu and product in float32, one rounding); out = rb(h@wo).
-12. Mixtral router weights: w = rb(softmax_f32(top-K logits)).
+12. Router weights, routed_score_func "" (Mixtral) and softmax: w = rb(the float32 weights).
 13. DeepSeek router: s = gd(sigmoid(logits)) (sigmoid in float32); bias b = gd(b);
     s' = gd(s + b) (the selection scores); group score = float32 sum of the top-2 s' in
     the group; weights w = rb(routed_scaling_factor * s[idx] / (sum_k s[idx] + 1e-20))
@@ -282,6 +282,22 @@ def route_mixtral(logits, K, c):
     return w, idx, logits
 
 
+def route_softmax(logits, cfg, c):
+    """MaxText's routed_score_func = "softmax": a softmax over all experts before the top-k.
+
+    p = softmax(logits) in float32; idx = top_k(p, K); the weights are, for the Mixtral
+    block, a softmax over the K chosen p, and for the DeepSeek block the K chosen p times
+    routed_scaling_factor. Returns (weights, idx, p). bf16: cast point 12 on the weights.
+    """
+    p = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    top, idx = jax.lax.top_k(p, cfg["num_experts_per_tok"])
+    if cfg["decoder_block"] == "deepseek":
+        w = top * cfg["routed_scaling_factor"]
+    else:
+        w = jax.nn.softmax(top, axis=-1)
+    return c.rb(w), idx, p
+
+
 def route_deepseek(logits, bias, cfg, c):
     """docs/model.md#moe-routing, DeepSeek routing (routed_score_func = sigmoid).
 
@@ -400,14 +416,14 @@ def load_balance_loss(logits, idx, E, weight):
     return weight * E * E * jnp.mean(f * pbar)
 
 
-def moe_block(x, p, master, state, pre, cfg, c):
+def moe_block(x, p, master, state, moe_pre, cfg, c):
     """docs/model.md#moe-routing, #expert-dispatch, #shared-experts: the whole MoE block.
 
     Returns (out, info) where info holds the routing choices, the per-expert counts and
     the load-balance loss of this layer.
     """
     E, K = cfg["num_experts"], cfg["num_experts_per_tok"]
-    mb = pre + "MoeBlock_0/"
+    mb = moe_pre + "MoeBlock_0/"
     wg = c.gate(master[mb + "gate/kernel"])  # cast point 1 exception / 5
     logits = c.gate(jnp.einsum("bsd,de->bse", x, wg, precision=HIGHEST, preferred_element_type=c.base))
     if cfg["routed_score_func"] == "sigmoid":
@@ -415,7 +431,9 @@ def moe_block(x, p, master, state, pre, cfg, c):
         if bias is None:
             bias = jnp.zeros((E,), c.base)
         w, idx, scores = route_deepseek(logits, bias, cfg, c)
-    else:
+    elif cfg["routed_score_func"] == "softmax":
+        w, idx, scores = route_softmax(logits, cfg, c)
+    else:  # "": Mixtral's rule
         w, idx, scores = route_mixtral(logits, K, c)
 
     wi0, wi1, wo = p[mb + "wi_0"], p[mb + "wi_1"], p[mb + "wo"]
@@ -429,7 +447,7 @@ def moe_block(x, p, master, state, pre, cfg, c):
         out = moe_dense(x, w_bse, wi0, wi1, wo, c)
 
     if cfg["decoder_block"] == "deepseek" and cfg["shared_experts"] > 0:
-        sh = pre + "shared_experts/"
+        sh = moe_pre + "shared_experts/"
         shared = swiglu(x, p[sh + "wi_0/kernel"], p[sh + "wi_1/kernel"], p[sh + "wo/kernel"], c)
         out = c.rb(out + shared)  # cast point 15
 
@@ -449,9 +467,26 @@ def is_moe_layer(i, cfg):
     return i >= cfg.get("first_num_dense_layers", 0)
 
 
+def layer_prefixes(i, cfg):
+    """MaxText's unscanned parameter paths of layer i: (the layer's prefix, its MoE block's).
+
+    Mixtral: decoder/layers_<i>/ for both. DeepSeek counts its dense and MoE layers apart:
+    decoder/dense_layers_<i>/ below first_num_dense_layers, else
+    decoder/moe_layers_<i - first_num_dense_layers>/, whose MoE block (routed and shared
+    experts) sits under DeepSeekMoeBlock_0/.
+    """
+    if cfg.get("decoder_block") != "deepseek":
+        return f"decoder/layers_{i}/", f"decoder/layers_{i}/"
+    first = cfg.get("first_num_dense_layers", 0)
+    if i < first:
+        return f"decoder/dense_layers_{i}/", f"decoder/dense_layers_{i}/"
+    pre = f"decoder/moe_layers_{i - first}/"
+    return pre, pre + "DeepSeekMoeBlock_0/"
+
+
 def decoder_layer(x, i, p, master, state, cfg, c):
     """docs/model.md#decoder-stack: h = x + Attn(RMSNorm_pre(x)); x = h + FFN(RMSNorm_post(h))."""
-    pre = f"decoder/layers_{i}/"
+    pre, moe_pre = layer_prefixes(i, cfg)
     eps = cfg["normalization_layer_epsilon"]
     y = rms_norm(x, p[pre + "pre_self_attention_layer_norm/scale"], eps, c)
     if cfg["attention_type"] == "mla":
@@ -462,7 +497,7 @@ def decoder_layer(x, i, p, master, state, cfg, c):
     y = rms_norm(h, p[pre + "post_self_attention_layer_norm/scale"], eps, c)
     info = None
     if is_moe_layer(i, cfg):
-        f, info = moe_block(y, p, master, state, pre, cfg, c)
+        f, info = moe_block(y, p, master, state, moe_pre, cfg, c)
     else:
         f = swiglu(y, p[pre + "mlp/wi_0/kernel"], p[pre + "mlp/wi_1/kernel"], p[pre + "mlp/wo/kernel"], c)
     return c.rb(h + f), info  # cast point 10
@@ -586,7 +621,7 @@ def bias_update(state, router, cfg):
     E = cfg["num_experts"]
     new = dict(state)
     for i, r in router.items():
-        name = f"decoder/layers_{i}/MoeBlock_0/gate/bias"
+        name = layer_prefixes(i, cfg)[1] + "MoeBlock_0/gate/bias"
         counts = r["counts"].astype(jnp.float32)
         target = jnp.sum(counts) / E  # = T*K/E, T = tokens in the global batch
         new[name] = state[name] + rate * jnp.sign(target - counts)

@@ -318,7 +318,7 @@ def test_compare():
         # a non-tie router difference and a gradient off by 1e-3 of its max
         tok = fake_c[idx][1, 2]
         tok[:] = [e for e in range(cfg["num_experts"]) if e not in tok][: len(tok)]
-        name = "c/grad/decoder/layers_1/MoeBlock_0/wi_0"
+        name = "c/grad/decoder/moe_layers_0/DeepSeekMoeBlock_0/MoeBlock_0/wi_0"
         fake_c[name] = fake_c[name] + 1e-3 * np.abs(fake_c[name]).max()
         save_file(fake_c, dump, metadata=meta)
         r = subprocess.run([py, os.path.join(HERE, "compare.py"), dump, jout, "--case", "self"], capture_output=True, text=True)

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# tests/hf.sh: ./train export-hf and load_hf=DIR (model/hf.c). For both tiny presets: train
+# 3 steps (DeepSeek with a fast routing-bias update, so the biases are far from 0), export,
+# load the export into a fresh run and compare every weight and routing bias it starts from
+# (the parity dump's `param/` and `state/` tensors: the state before any step) with the
+# checkpoint's, bit for bit. mixtral-tiny's head_dim 32 makes HF's query kernel inexact
+# (times sqrt(32)), so this also covers the exact kernels written beside it; without them
+# load_hf divides, and the kernels come back within 1 ulp. DeepSeek's export is also cut to
+# bfloat16 (as published models often are) and loaded. Then the refusals.
+# Needs python3 (standard library only). Does not need transformers: make hf-check does.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-hf.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 per_device_batch_size=2 log_period=100"
+
+# compare A.safetensors PREFIX_A B.safetensors PREFIX_B [ulps]: every tensor of A named
+# PREFIX_A* (but opt_state) is in B as PREFIX_B* with the same dtype, shape and bytes (or,
+# with ulps, float32 values at most that many units in the last place apart). Prints the count.
+compare() {
+    python3 - "$@" <<'EOF'
+import json, struct, sys
+def read(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+a, pa, b, pb = read(sys.argv[1]), sys.argv[2], read(sys.argv[3]), sys.argv[4]
+ulps = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+n = worst = 0
+for k, (dt, sh, data) in a.items():
+    if not k.startswith(pa):
+        continue
+    other = b.get(pb + k[len(pa):])
+    if other is None or other[:2] != (dt, sh):
+        sys.exit(f"{k}: missing or another dtype/shape in {sys.argv[3]}")
+    if other[2] != data:
+        if not ulps:
+            sys.exit(f"{k}: the bytes differ")
+        x, y = struct.unpack(f"<{len(data) // 4}i", data), struct.unpack(f"<{len(data) // 4}i", other[2])
+        worst = max(worst, max(abs(u - v) for u, v in zip(x, y)))   # same-sign floats: ulps apart
+        if worst > ulps:
+            sys.exit(f"{k}: {worst} ulps apart")
+    n += 1
+if n == 0:
+    sys.exit("no tensor compared")
+print(n, "tensors" + (f", at most {worst} ulp apart" if ulps else " bit-identical"))
+EOF
+}
+
+for preset in mixtral-tiny deepseek-tiny; do
+    echo "== $preset"
+    C=configs/$preset.yml
+    extra=""; [ $preset = deepseek-tiny ] && extra="routed_bias_update_rate=0.05"
+    $TRAIN $C $FAST $extra save_checkpoint=$T/ck.safetensors > $T/train.out 2>&1 || fail "$preset: training: $(tail -1 $T/train.out)"
+    out=$($TRAIN export-hf $T/ck.safetensors $T/hf 2>&1); echo "  $out"
+    check "$preset: export-hf wrote config.json and model.safetensors" [ -s $T/hf/config.json -a -s $T/hf/model.safetensors ]
+    $TRAIN $C $FAST $extra load_hf=$T/hf dump_parity=$T/d parity_steps=1 > $T/load.out 2>&1 || fail "$preset: load_hf: $(tail -1 $T/load.out)"
+    r=$(compare $T/ck.safetensors params/ $T/d/dump.safetensors param/ 2>&1)
+    check "$preset: load_hf gives back every weight: $r" grep -q "bit-identical" <<<"$r"
+    if [ $preset = deepseek-tiny ]; then
+        r=$(compare $T/ck.safetensors state/ $T/d/dump.safetensors state/ 2>&1)
+        check "$preset: and every routing bias: $r" grep -q "bit-identical" <<<"$r"
+        # A bfloat16 model (as many published ones are): every tensor cut to its top 16 bits.
+        python3 - $T/hf/model.safetensors <<'EOF2'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); meta = h.pop("__metadata__", None)
+out, data = {}, b""
+for k, v in h.items():
+    raw = b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+    half = b"".join(raw[i + 2:i + 4] for i in range(0, len(raw), 4))   # little-endian: the high half
+    out[k] = {"dtype": "BF16", "shape": v["shape"], "data_offsets": [len(data), len(data) + len(half)]}
+    data += half
+if meta: out["__metadata__"] = meta
+head = json.dumps(out).encode(); head += b" " * (-len(head) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(head)) + head + data)
+EOF2
+        $TRAIN $C $FAST $extra load_hf=$T/hf dump_parity=$T/d parity_steps=1 > $T/load.out 2>&1 || fail "$preset: load_hf bf16: $(tail -1 $T/load.out)"
+        r=$(python3 - $T/d/dump.safetensors <<'EOF2'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+words = [w for k, v in h.items() if k.startswith("param/")
+         for w in struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}I", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])]
+print(f"{len(words)} weights, {sum(w & 0xFFFF != 0 for w in words)} of them with low bits set")
+EOF2
+)
+        check "$preset: a bfloat16 export loads, each weight a bf16 value widened: $r" grep -q " 0 of them" <<<"$r"
+        r=$(compare $T/ck.safetensors params/ $T/d/dump.safetensors param/ 65535 2>&1)
+        check "$preset: ... the checkpoint's weights cut to bf16 (under 2^16 float32 ulps): $r" grep -q "tensors, at most" <<<"$r"
+    else
+        check "$preset: head_dim 32: the exact query kernels written beside" [ -s $T/hf/meshmoe_query_kernels.safetensors ]
+        rm $T/hf/meshmoe_query_kernels.safetensors
+        $TRAIN $C $FAST load_hf=$T/hf dump_parity=$T/d parity_steps=1 > $T/load.out 2>&1
+        r=$(compare $T/ck.safetensors params/ $T/d/dump.safetensors param/ 1 2>&1)
+        check "$preset: without them, q_proj / sqrt(32) comes back within 1 ulp: $r" grep -q "at most [01] ulp" <<<"$r"
+    fi
+    rm -rf $T/hf $T/d
+done
+
+echo "== refusals: one clear message, exit 1"
+$TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/mx.safetensors > /dev/null 2>&1
+$TRAIN export-hf $T/mx.safetensors $T/hf > /dev/null 2>&1
+expect_error "config.json against the run's config" '"num_experts_per_tok": 2, this run' \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/hf num_experts_per_tok=1
+expect_error "a Mixtral export loaded as DeepSeek" '"architectures"' $TRAIN configs/deepseek-tiny.yml $FAST load_hf=$T/hf
+expect_error "no such directory" "$T/none/config.json" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/none
+expect_error "load_hf with load_checkpoint" "load_hf and load_checkpoint" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/hf load_checkpoint=$T/mx.safetensors
+$TRAIN configs/mixtral-tiny.yml $FAST steps=1 rope_min_timescale=2 save_checkpoint=$T/r.safetensors > /dev/null 2>&1
+expect_error "a model HF cannot express" "rope_min_timescale=2" $TRAIN export-hf $T/r.safetensors $T/r
+check "  ... and nothing written for it" [ ! -e $T/r ]
+expect_error "not a checkpoint" "$T/none.safetensors" $TRAIN export-hf $T/none.safetensors $T/x
+summary

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tests/hf/check.sh: what `make hf-check` runs. For both tiny presets: train 3 steps
+# (DeepSeek with routed_bias_update_rate=0.05, so the routing biases are far from 0), export
+# with ./train export-hf, dump meshmoe's own logits and expert choices on one batch from the
+# same checkpoint (dump_parity, parity_steps=1), and let tests/hf/check.py run the export in
+# transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare.
+# PYTHON: an interpreter with torch, transformers, safetensors (default: the .venv-hf that
+# tests/hf/ensure_venv.sh creates). Ends with `N passed, N failed`.
+set -u
+cd "$(dirname "$0")/../.."
+source tests/lib.sh
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=$(bash tests/hf/ensure_venv.sh) || { echo "hf-check: no Python environment (see above)"; exit 1; }
+fi
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-hfcheck.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 per_device_batch_size=2 log_period=100"
+for preset in mixtral-tiny deepseek-tiny; do
+    echo "== $preset"
+    C=configs/$preset.yml
+    extra=""; [ $preset = deepseek-tiny ] && extra="routed_bias_update_rate=0.05"
+    if ! { $TRAIN $C $FAST $extra save_checkpoint=$T/ck.safetensors && $TRAIN export-hf $T/ck.safetensors $T/hf &&
+           $TRAIN $C $FAST $extra load_checkpoint=$T/ck.safetensors dump_parity=$T/d parity_steps=1; } > $T/run.out 2>&1; then
+        fail "$preset: $(tail -1 $T/run.out)"; continue
+    fi
+    out=$("$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors 2>&1)
+    printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
+    [ -n "$line" ] || { fail "$preset: check.py did not finish"; continue; }
+    PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
+    rm -rf $T/hf $T/d
+done
+summary
