@@ -4,6 +4,7 @@
 // and the phases marked, the peak marked and labelled. Plain SVG 1.1, opens in a browser.
 #include "sharding/plan.h"
 #include "common.h"
+#include "data/paths.h"
 #include <sys/stat.h>
 #include <errno.h>
 
@@ -58,8 +59,7 @@ static void xml_text(FILE *f, const char *s) {
 #define BOT 60
 
 static void plot_device(const Rows *rows, int dev, const char *trace, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) die("plot: cannot write '%s': %s", path, strerror(errno));
+    FILE *f = atomic_file_open(path);   // a partial SVG is never left (data/paths.h)
     size_t n = rows->n, peak_i = 0;
     for (size_t i = 0; i < n; i++) if (rows->r[i].total > rows->r[peak_i].total) peak_i = i;
     double ymax = rows->r[peak_i].total * 1.12 + 1, pw = W - L - R, ph = H - TOP - BOT;
@@ -165,10 +165,12 @@ static void plot_device(const Rows *rows, int dev, const char *trace, const char
     fprintf(f, "</svg>\n");
     #undef X
     #undef Y
-    if (fclose(f)) die("plot: cannot write '%s'", path);
+    atomic_file_commit(f);
 }
 
 int plot_trace(const char *trace, const char *out_dir) {
+    check_input_file("plot trace", trace);
+    check_output_dir("plot output directory", out_dir);
     FILE *f = fopen(trace, "r");
     if (!f) die("plot: cannot open trace '%s': %s", trace, strerror(errno));
     if (mkdir(out_dir, 0777) && errno != EEXIST) die("plot: cannot create '%s': %s", out_dir, strerror(errno));
