@@ -2,6 +2,8 @@
 #include "model/checkpoint.h"
 #include "data/safetensors.h"
 #include "common.h"
+#include <errno.h>
+#include <limits.h>
 
 // Names of the gate bias of layer l ("decoder/layers_<l>/MoeBlock_0/gate/bias").
 static void bias_name(char *buf, size_t cap, const char *prefix, int l) {
@@ -86,6 +88,21 @@ void checkpoint_load(Model *m, const char *path) {
             bias_name(name, sizeof name, "state/", l);
             restore(f, path, name, m->router_bias + (size_t)l * m->cfg.num_experts, 1, &m->cfg.num_experts);
         }
-    m->step = atoi(step);
+    // The step is trusted with nothing: a whole number, from 0 to this run's steps.
+    char *end;
+    errno = 0;
+    long at = strtol(step, &end, 10);
+    if (!*step || *end || errno || at < 0 || at > INT_MAX) {
+        char shown[48];
+        snprintf(shown, sizeof shown, "%s", step);
+        st_close(f);
+        die("checkpoint '%s': its step metadata '%s' is not a step number (a whole number >= 0)", path, shown);
+    }
+    if (at > m->cfg.steps) {
+        st_close(f);
+        die("checkpoint '%s' is at step %ld, past this run's steps=%d: nothing is left to train (raise steps)", path,
+            at, m->cfg.steps);
+    }
+    m->step = (int)at;
     st_close(f);
 }
