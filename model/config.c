@@ -201,11 +201,24 @@ static int edit_distance(const char *a, const char *b) {
 static const char *closest_key(const char *name) {
     int best = 1 << 30;
     const char *bestname = KEYS[0].name;
+    int n = (int)strlen(name);
     for (int i = 0; i < NKEYS; i++) {
+        if (abs(n - (int)strlen(KEYS[i].name)) >= best) continue;   // the distance is at least that
         int d = edit_distance(name, KEYS[i].name);
         if (d < best) { best = d; bestname = KEYS[i].name; }
     }
     return bestname;
+}
+
+// An unknown key: the closest valid one is suggested when the name could be a key at all
+// (lowercase letters, digits and '_'), so that a stray byte is not compared with every key.
+static void die_unknown_key(const char *where, const char *key) {
+    size_t n = strlen(key);
+    if (n > 0 && n < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_") == n)
+        die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)", where, key,
+            closest_key(key));
+    die("%s: unknown config key '%.100s' (keys are lowercase letters, digits and '_'; ./train --help-config lists "
+        "them all)", where, key);
 }
 
 static void set_value(Config *c, const KeyDef *k, const char *v, const char *where) {
@@ -260,8 +273,7 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
 
 void config_set(Config *c, const char *key, const char *value, const char *where) {
     const KeyDef *k = find_key(key);
-    if (!k) die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)",
-                where, key, closest_key(key));
+    if (!k) die_unknown_key(where, key);
     set_value(c, k, value, where);
 }
 
@@ -329,7 +341,7 @@ static void load_line(Config *c, char *line, const char *path, int lineno, int *
     *colon = '\0';
     char *key = trim(s), *val = trim(colon + 1);
     const KeyDef *k = find_key(key);
-    if (!k) die("%s: unknown config key '%.100s' (did you mean '%s'?)", where, key, closest_key(key));
+    if (!k) die_unknown_key(where, key);
     if (seen[k - KEYS])
         die("%s: key '%s' is set twice in this file, on lines %d and %d (a preset sets each key once; "
             "the command line may override it)", path, key, seen[k - KEYS], lineno);
