@@ -183,7 +183,7 @@ void config_check_sizes(const Config *c) {
     int64_t host = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
     int64_t need = largest * (int64_t)sizeof(float) * ndev;
     if (!c->dry_run && host > 0 && need > host)
-        die("%s alone takes %lld bytes on each of the %lld devices, %lld bytes in all: more than this host's "
+        die("%s alone would take %lld bytes on each of the %lld devices, %lld bytes in all: more than this host's "
             "%lld bytes of memory (the simulated devices are threads sharing it); dry_run=true plans such a run "
             "without computing it", largest_what, (long long)(largest * (int64_t)sizeof(float)), (long long)ndev,
             (long long)need, (long long)host);
