@@ -80,6 +80,7 @@ FUZZ_CFLAGS := -O1 -g -std=c11 -D_GNU_SOURCE -I. -DMESHMOE_NO_BLAS -Wno-unknown-
                -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_OBJ    := $(LIB_SRC:%.c=build/fuzz/%.o)
 FUZZERS     := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+.SECONDARY: $(FUZZ_OBJ)   # kept between runs (make would delete them as intermediates)
 build/fuzz/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -c $< -o $@
