@@ -152,17 +152,21 @@ void config_check_sizes(const Config *c) {
     // device) is split over data, fsdp and expert only, so tensor and stage devices each hold
     // more sequences; context cuts sequences and multiplies them by the same factor.
     int64_t T = (int64_t)c->per_device_batch_size * c->max_target_length * tp * stage;
+    // A pipeline runs the step in microbatches of T / M tokens; only its state of every
+    // microbatch's [tokens, emb] activations spans all T.
+    int64_t M = c->num_pipeline_microbatches > 0 ? c->num_pipeline_microbatches : stage;
+    int64_t Tm = stage > 1 ? T / M : T;
     int64_t heads = cfg_is_mla(c) ? (int64_t)c->base_num_query_heads * (c->qk_nope_head_dim + c->qk_rope_head_dim)
                                   : (int64_t)c->base_num_query_heads * c->head_dim;
     struct { const char *what; int64_t n; } t[] = {
-        {"the [tokens, vocab] logits", T / c->num_vocab_tiling * ((c->vocab_size + tp - 1) / tp)},
+        {"the [tokens, vocab] logits", Tm / c->num_vocab_tiling * ((c->vocab_size + tp - 1) / tp)},
         {"a [tokens, emb] activation", T * c->base_emb_dim},
-        {"a [tokens, heads x head width] attention activation", T * heads},
-        {"the [tokens, mlp] dense activation", T * ((MM_MAX(c->base_mlp_dim, 1) + tp - 1) / tp)},
+        {"a [tokens, heads x head width] attention activation", Tm * heads},
+        {"the [tokens, mlp] dense activation", Tm * ((MM_MAX(c->base_mlp_dim, 1) + tp - 1) / tp)},
         {"the [tokens x experts_per_tok, expert width] routed rows",
-         T * c->num_experts_per_tok * ((cfg_expert_dim(c) + tp - 1) / tp)},
-        {"the [tokens, experts] router scores", T * c->num_experts},
-        {"the materialised [batch, 1, seq, seq] causal mask", c->implicit_causal_mask ? 0 : T * c->max_target_length},
+         Tm * c->num_experts_per_tok * ((cfg_expert_dim(c) + tp - 1) / tp)},
+        {"the [tokens, experts] router scores", Tm * c->num_experts},
+        {"the materialised [batch, 1, seq, seq] causal mask", c->implicit_causal_mask ? 0 : Tm * c->max_target_length},
     };
     int64_t largest = 0;
     const char *largest_what = t[0].what;
