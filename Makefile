@@ -1,5 +1,5 @@
 # meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
-# make sweep, make docs, make hf-check
+# make sweep, make docs, make hf-check, make fuzz
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
@@ -27,7 +27,7 @@ LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pi
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity hf-check bench clean corpus sweep docs plots
+.PHONY: all run test unit asan tsan parity hf-check bench clean corpus sweep docs plots fuzz
 all: train
 
 $(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
@@ -70,6 +70,24 @@ TSAN := -O2 -march=native -g -fsanitize=thread
 tsan:
 	$(MAKE) -s train BUILD=build/tsan OUT=build/tsan/train OPT="$(TSAN)"
 	bash tests/tsan_run.sh build/tsan/train
+
+# libFuzzer harnesses (tests/fuzz/) for the preset parser and overrides, the config JSON of
+# checkpoints, token files and safetensors headers, built with clang, ASan and UBSan; each
+# runs FUZZ_SECONDS from its committed seeds (tests/fuzz/run.sh). The library is built
+# without OpenMP and BLAS: the parsers use neither.
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -O1 -g -std=c11 -D_GNU_SOURCE -I. -DMESHMOE_NO_BLAS -Wno-unknown-pragmas \
+               -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_OBJ    := $(LIB_SRC:%.c=build/fuzz/%.o)
+FUZZERS     := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+.SECONDARY: $(FUZZ_OBJ)   # kept between runs (make would delete them as intermediates)
+build/fuzz/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -c $< -o $@
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJ)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_OBJ) -o $@ -lm -lpthread
+fuzz: $(FUZZERS)
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 parity: train
 	bash tests/parity/run_parity.sh

@@ -34,8 +34,10 @@
 #include "sweep/sweep.h"
 #include "model/attn_flash.h"
 #include "sharding/plan.h"
+#include "data/paths.h"
 #include <time.h>
 #include <errno.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -98,11 +100,15 @@ typedef struct {
     size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS], fwd_peak[MEM_NTAGS];
     size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
     size_t host_peak_total, host_peak[MEM_NTAGS], to_host, to_device;   // host memory (offload)
+    int stop;   // the signal that asked this run to stop after this step (data/paths.h), or 0
 } DevStats;
 
-static void write_metrics(FILE *f, int step, const StepResult *r, double ms, double tok_s, double gflops,
+// One JSON line per step. A write that fails (a full disk, `ulimit -f`) stops the run naming
+// the path and the reason, and the unfinished line is cut off: the file keeps whole lines.
+static void write_metrics(FILE *f, const char *path, int step, const StepResult *r, double ms, double tok_s, double gflops,
                           const DevStats *ds, int ndev) {
     union { float f; uint32_t u; } bits = {r->loss};
+    long at = ftell(f);
     size_t peak = 0;
     for (int d = 0; d < ndev; d++) peak = MM_MAX(peak, ds[d].peak_total);
     fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"loss_bits\": \"0x%08x\", \"ce_loss\": %.9g, \"aux_loss\": %.9g, "
@@ -127,11 +133,18 @@ static void write_metrics(FILE *f, int step, const StepResult *r, double ms, dou
         fprintf(f, "}, \"host_transfer_bytes\": {\"to_host\": %zu, \"to_device\": %zu}}", ds[d].to_host, ds[d].to_device);
     }
     fprintf(f, "]}\n");
-    fflush(f);
+    if (fflush(f) != 0 || ferror(f)) {
+        int err = errno;
+        if (at >= 0 && ftruncate(fileno(f), at) != 0) err = errno;
+        die("cannot write metrics_file '%s': %s (stopped at step %d; the lines of earlier steps are kept)", path,
+            strerror(err), step);
+    }
 }
 
 static int cmd_prepare(int argc, char **argv) {
     if (argc != 4) die("usage: ./train prepare IN.txt OUT.bin");
+    check_input_file("prepare input", argv[2]);
+    check_output_path("prepare output", argv[3]);
     size_t n;
     uint16_t *tok = text_read_bytes(argv[2], &n);
     tokfile_write(argv[3], tok, n);
@@ -156,6 +169,7 @@ static void mesh_stats(const Mesh *mesh, const Device *dev, const StepResult *r,
     memcpy(mine.host_peak, dev->host_peak, sizeof mine.host_peak);
     mine.to_host = dev->to_host_bytes;
     mine.to_device = dev->to_device_bytes;
+    mine.stop = signals_stop_requested();
     coll_all_gather(g, &mine, all, sizeof mine);
 }
 
@@ -250,7 +264,11 @@ static void device_main(int dev_id, void *arg) {
     int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
     if (c.dry_run) stop = m.step + 1;
     int first = m.step;
-    while (m.step < stop) {
+    // SIGINT/SIGTERM during the loop: the step finishes, and every device sees the signal in the
+    // same gathered stats, so all stop after the same step (data/paths.h).
+    int stop_sig = 0;
+    if (talk) signals_allow_stop(1);
+    while (m.step < stop && !stop_sig) {
         int step = m.step;
         if (!c.dry_run) fetch_batch(&m, dl, step, A, B, ids, targets);
         mem_reset_peak(dev);
@@ -273,15 +291,16 @@ static void device_main(int dev_id, void *arg) {
         mesh_stats(mesh, dev, &r, stats);
         size_t peak = 0;
         for (int d = 0; d < mesh->ndev; d++) peak = MM_MAX(peak, stats[d].peak_total);
+        for (int d = 0; d < mesh->ndev; d++) stop_sig = MM_MAX(stop_sig, stats[d].stop);
         if (c.dry_run) {   // the plan itself is printed by main once every device is done
-            if (metrics) write_metrics(metrics, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
+            if (metrics) write_metrics(metrics, c.metrics_file, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
             break;
         }
         if (talk && (step % c.log_period == 0 || step == c.steps - 1))
             printf("step %5d | loss %.4f | aux %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %8.0f tok/s | "
                    "%6.1f GFLOP/s | peak %s\n", step, r.loss, r.aux_loss, r.lr, r.grad_norm, ms, tok_s, gflops,
                    mem_fmt(peak, b1, sizeof b1));
-        if (metrics) write_metrics(metrics, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
+        if (metrics) write_metrics(metrics, c.metrics_file, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
         if (c.eval_interval > 0 && m.step % c.eval_interval == 0 && m.step < c.steps) {
             float e = evaluate(&m, dl, Be, eval_ids, eval_targets);
             if (talk) printf("step %5d | eval loss %.4f\n", m.step, e);
@@ -290,8 +309,16 @@ static void device_main(int dev_id, void *arg) {
             checkpoint_save(&m, c.save_checkpoint);   // every device (a collective)
     }
 
-    // 5. Final eval, checkpoint, sample.
-    if (c.dry_run) {
+    // 5. Final eval, checkpoint, sample. A run stopped by a signal saves its checkpoint and ends.
+    if (talk) signals_allow_stop(0);
+    if (stop_sig && !c.dry_run && talk) {
+        if (c.save_checkpoint[0]) checkpoint_save(&m, c.save_checkpoint);
+        fflush(stdout);
+        fprintf(stderr, "meshmoe: stopped by %s after step %d of %d; %s%s\n", signal_name(stop_sig), m.step, c.steps,
+                c.save_checkpoint[0] ? "checkpoint saved to " : "no checkpoint saved (save_checkpoint is not set)",
+                c.save_checkpoint);
+    }
+    if (c.dry_run || stop_sig) {
         if (metrics) fclose(metrics);
         free(stats);
         if (eval_ids != ids) { mem_free(eval_ids); mem_free(eval_targets); }
@@ -340,6 +367,7 @@ int main(int argc, char **argv) {
         return argc < 2;
     }
     if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }
+    signals_install();
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
     if (!strcmp(argv[1], "export-hf")) {
         if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
@@ -363,6 +391,7 @@ int main(int argc, char **argv) {
         config_set(&c, argv[i], eq + 1, "command line");
     }
     config_validate(&c);
+    config_check_paths(&c);   // every file named is readable or writable, before any work
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen before the mesh
     // starts so that every device uses the same ones.
     if (c.attn_block_autotune && !strcmp(c.attention, "flash") && !c.dry_run) attn_block_autotune(&c);
@@ -406,5 +435,6 @@ int main(int argc, char **argv) {
     plan_free(&mesh);
     mesh_free(&mesh);
     free(tokens);
-    return 0;
+    int sig = signals_stop_requested();
+    return sig ? 128 + sig : 0;
 }

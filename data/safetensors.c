@@ -3,6 +3,7 @@
 // are small, and it keeps the code short. The buffer is host staging memory, not device
 // memory, so it does not go through sharding/memory.c.
 #include "data/safetensors.h"
+#include "data/paths.h"
 #include "common.h"
 #include <errno.h>
 #include <unistd.h>
@@ -109,8 +110,6 @@ static void buf_json_string(Buf *b, const char *s) {
     buf_put(b, "\"", 1);
 }
 
-static void remove_tmp(void *path) { unlink((const char *)path); }
-
 void st_write_file(StWriter *w, const char *path) {
     Buf h = {0};
     buf_put(&h, "{", 1);
@@ -140,28 +139,14 @@ void st_write_file(StWriter *w, const char *path) {
     buf_put(&h, "}", 1);
     while (h.n % 8) buf_put(&h, " ", 1);   // the data starts 8-byte aligned
 
-    size_t plen = strlen(path);
-    char *tmp = xmalloc(plen + 5);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) die("cannot write '%s': %s", tmp, strerror(errno));
-    die_set_cleanup(remove_tmp, tmp);
+    FILE *fp = atomic_file_open(path);
     uint64_t hn = h.n;
     unsigned char le[8];
     for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hn >> (8 * i));
-    int ok = fwrite(le, 1, 8, fp) == 8 && fwrite(h.s, 1, h.n, fp) == h.n;
-    for (int i = 0; ok && i < w->nt; i++) {
-        size_t nb = wtensor_bytes(&w->t[i]);
-        ok = fwrite(w->t[i].data, 1, nb, fp) == nb;
-    }
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int err = errno;
-    if (fclose(fp) != 0 && ok) { ok = 0; err = errno; }
-    if (!ok) die("cannot write '%s': %s", tmp, strerror(err));
-    if (rename(tmp, path) != 0) die("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    die_set_cleanup(NULL, NULL);
-    free(tmp);
+    fwrite(le, 1, 8, fp);
+    fwrite(h.s, 1, h.n, fp);
+    for (int i = 0; i < w->nt; i++) fwrite(w->t[i].data, 1, wtensor_bytes(&w->t[i]), fp);
+    atomic_file_commit(fp);   // checks every write above: the stream's error flag is sticky
     free(h.s);
 }
 
@@ -389,14 +374,16 @@ StFile *st_open_try(const char *path, char *err, size_t cap) {
     err[0] = 0;
     FILE *fp = fopen(path, "rb");
     if (!fp) { snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, cap, "'%s' is %s, not a safetensors file", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+        fclose(fp);
+        return NULL;
+    }
     StFile *f = xmalloc(sizeof *f);
     memset(f, 0, sizeof *f);
-    f->fd = -1;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    if (sz < 0) sz = 0;
-    f->size = (size_t)sz;
+    f->size = (size_t)st.st_size;
     f->buf = xmalloc(f->size);
     size_t got = fread(f->buf, 1, f->size, fp);
     fclose(fp);

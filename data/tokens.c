@@ -1,7 +1,9 @@
 // data/tokens.c: byte-level text, llm.c token files and the synthetic corpus.
 // Token arrays are host memory (the data set, not a device tensor), so plain malloc.
 #include "data/tokens.h"
+#include "data/paths.h"
 #include "common.h"
+#include <sys/stat.h>
 #include <errno.h>
 #include <unistd.h>
 
@@ -17,21 +19,24 @@ static FILE *open_data(const char *path) {
     return fp;
 }
 
-static size_t file_size(FILE *fp) {
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    return n < 0 ? 0 : (size_t)n;
+// The size of a regular file; anything else (a directory, a pipe) is refused by name.
+static size_t file_size(FILE *fp, const char *path) {
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) die("cannot read data file '%s': %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) { fclose(fp); die("data file '%s' is a directory; dataset_path must name a file", path); }
+    if (!S_ISREG(st.st_mode)) { fclose(fp); die("data file '%s' is not a regular file", path); }
+    return (size_t)st.st_size;
 }
 
 uint16_t *text_read_bytes(const char *path, size_t *n) {
     FILE *fp = open_data(path);
-    size_t sz = file_size(fp);
-    if (sz == 0) die("data file '%s' is empty", path);
+    size_t sz = file_size(fp, path);
+    if (sz == 0) { fclose(fp); die("data file '%s' is empty", path); }
     unsigned char *bytes = malloc(sz);
-    if (!bytes) die("out of host memory reading '%s'", path);
-    if (fread(bytes, 1, sz, fp) != sz) die("cannot read '%s'", path);
+    if (!bytes) { fclose(fp); die("out of host memory reading '%s' (%zu bytes)", path, sz); }
+    size_t got = fread(bytes, 1, sz, fp);
     fclose(fp);
+    if (got != sz) { free(bytes); die("cannot read '%s'", path); }
     uint16_t *tok = alloc_tokens(sz);
     for (size_t i = 0; i < sz; i++) tok[i] = bytes[i];
     free(bytes);
@@ -39,43 +44,55 @@ uint16_t *text_read_bytes(const char *path, size_t *n) {
     return tok;
 }
 
-static void remove_tmp(void *path) { unlink((const char *)path); }
-
 void tokfile_write(const char *path, const uint16_t *tok, size_t n) {
     if (n > INT32_MAX) die("too many tokens (%zu) for an llm.c token file", n);
     int32_t hdr[TOKFILE_HEADER_INTS] = {TOKFILE_MAGIC, TOKFILE_VERSION, (int32_t)n};
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) die("cannot write '%s': %s", tmp, strerror(errno));
-    die_set_cleanup(remove_tmp, tmp);
+    FILE *fp = atomic_file_open(path);
     // The format is little-endian; so is every machine this runs on (x86-64, arm64).
-    int ok = fwrite(hdr, sizeof hdr, 1, fp) == 1 && fwrite(tok, sizeof(uint16_t), n, fp) == n;
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    if (fclose(fp) != 0) ok = 0;
-    if (!ok) die("cannot write '%s': %s", tmp, strerror(errno));
-    if (rename(tmp, path) != 0) die("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    die_set_cleanup(NULL, NULL);
+    fwrite(hdr, sizeof hdr, 1, fp);
+    fwrite(tok, sizeof(uint16_t), n, fp);
+    atomic_file_commit(fp);   // checks both writes: the stream's error flag is sticky
+}
+
+// Why a token file of sz bytes with this header cannot be read (a message naming the path),
+// or NULL when it can.
+static const char *tokfile_check(const int32_t *hdr, size_t sz, const char *path) {
+    static _Thread_local char msg[600];
+    size_t hb = sizeof(int32_t) * TOKFILE_HEADER_INTS;
+    if (sz < hb)
+        snprintf(msg, sizeof msg, "token file '%s' is truncated: %zu bytes, shorter than the %zu-byte header", path, sz, hb);
+    else if (hdr[0] != TOKFILE_MAGIC)
+        snprintf(msg, sizeof msg, "'%s' is not an llm.c token file: magic number %d, expected %d", path, hdr[0], TOKFILE_MAGIC);
+    else if (hdr[1] != TOKFILE_VERSION)
+        snprintf(msg, sizeof msg, "token file '%s' has version %d; this reader knows version %d (uint16 tokens)", path,
+                 hdr[1], TOKFILE_VERSION);
+    else if (hdr[2] <= 0)
+        snprintf(msg, sizeof msg, "token file '%s' says it holds %d tokens", path, hdr[2]);
+    else if ((sz - hb) % sizeof(uint16_t))
+        snprintf(msg, sizeof msg, "token file '%s' has %zu bytes after its header, an odd number: tokens are 2 bytes "
+                 "each, so the file is cut or has a stray byte", path, sz - hb);
+    else if ((sz - hb) / sizeof(uint16_t) != (size_t)hdr[2])
+        snprintf(msg, sizeof msg, "token file '%s' is %s: the header says %d tokens, the file holds %zu", path,
+                 (sz - hb) / sizeof(uint16_t) < (size_t)hdr[2] ? "truncated" : "longer than its header says", hdr[2],
+                 (sz - hb) / sizeof(uint16_t));
+    else
+        return NULL;
+    return msg;
 }
 
 uint16_t *tokfile_read(const char *path, size_t *n) {
     FILE *fp = open_data(path);
-    size_t sz = file_size(fp);
-    int32_t hdr[TOKFILE_HEADER_INTS];
-    if (sz < sizeof hdr || fread(hdr, sizeof hdr, 1, fp) != 1)
-        die("token file '%s' is truncated: %zu bytes, shorter than the %zu-byte header", path, sz, sizeof hdr);
-    if (hdr[0] != TOKFILE_MAGIC)
-        die("'%s' is not an llm.c token file: magic number %d, expected %d", path, hdr[0], TOKFILE_MAGIC);
-    if (hdr[1] != TOKFILE_VERSION)
-        die("token file '%s' has version %d; this reader knows version %d (uint16 tokens)", path, hdr[1], TOKFILE_VERSION);
-    if (hdr[2] <= 0) die("token file '%s' says it holds %d tokens", path, hdr[2]);
-    size_t count = (size_t)hdr[2], have = (sz - sizeof hdr) / sizeof(uint16_t);
-    if (have != count)
-        die("token file '%s' is %s: the header says %zu tokens, the file holds %zu", path,
-            have < count ? "truncated" : "longer than its header says", count, have);
-    uint16_t *tok = alloc_tokens(count);
-    if (fread(tok, sizeof(uint16_t), count, fp) != count) die("cannot read '%s'", path);
+    size_t sz = file_size(fp, path);
+    int32_t hdr[TOKFILE_HEADER_INTS] = {0};
+    if (sz >= sizeof hdr && fread(hdr, sizeof hdr, 1, fp) != 1) { fclose(fp); die("cannot read '%s'", path); }
+    const char *bad = tokfile_check(hdr, sz, path);
+    if (bad) { fclose(fp); die("%s", bad); }
+    size_t count = (size_t)hdr[2];
+    uint16_t *tok = malloc(sizeof(uint16_t) * count);
+    if (!tok) { fclose(fp); die("out of host memory for the %zu tokens of '%s'", count, path); }
+    size_t got = fread(tok, sizeof(uint16_t), count, fp);
     fclose(fp);
+    if (got != count) { free(tok); die("cannot read '%s'", path); }
     *n = count;
     return tok;
 }

@@ -11,6 +11,8 @@
 #include "data/safetensors.h"
 #include "sharding/collectives.h"
 #include "common.h"
+#include <errno.h>
+#include <limits.h>
 
 // What a tensor of the file holds.
 typedef enum { E_PARAMS, E_MU, E_NU, E_V, E_V_ROW, E_V_COL, E_BIAS } EntryKind;

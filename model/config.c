@@ -5,7 +5,11 @@
 #include "model/remat.h"
 #include "sharding/offload.h"
 #include "common.h"
+#include "data/paths.h"
 #include <ctype.h>
+#include <float.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <stddef.h>
 
@@ -198,11 +202,24 @@ static int edit_distance(const char *a, const char *b) {
 static const char *closest_key(const char *name) {
     int best = 1 << 30;
     const char *bestname = KEYS[0].name;
+    int n = (int)strlen(name);
     for (int i = 0; i < NKEYS; i++) {
+        if (abs(n - (int)strlen(KEYS[i].name)) >= best) continue;   // the distance is at least that
         int d = edit_distance(name, KEYS[i].name);
         if (d < best) { best = d; bestname = KEYS[i].name; }
     }
     return bestname;
+}
+
+// An unknown key: the closest valid one is suggested when the name could be a key at all
+// (lowercase letters, digits and '_'), so that a stray byte is not compared with every key.
+static void die_unknown_key(const char *where, const char *key) {
+    size_t n = strlen(key);
+    if (n > 0 && n < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_") == n)
+        die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)", where, key,
+            closest_key(key));
+    die("%s: unknown config key '%.100s' (keys are lowercase letters, digits and '_'; ./train --help-config lists "
+        "them all)", where, key);
 }
 
 static void set_value(Config *c, const KeyDef *k, const char *v, const char *where) {
@@ -217,11 +234,16 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
         *(int *)field = (int)x;
         break;
     }
-    case K_FLOAT: {
+    case K_FLOAT: {   // a 32-bit float: a value it cannot hold is refused, never rounded to inf or 0
         errno = 0;
         double x = strtod(v, &end);
-        if (*v == '\0' || *end != '\0' || errno || !isfinite(x))
+        if (*v == '\0' || *end != '\0' || isnan(x))
             die("%s: key '%s' wants a number, got '%s'", where, k->name, v);
+        if ((errno == ERANGE && x != 0) || fabs(x) > FLT_MAX)
+            die("%s: key '%s' = %s is too large for a 32-bit float (largest %g)", where, k->name, v, (double)FLT_MAX);
+        if (errno == ERANGE || (x != 0 && fabs(x) < FLT_MIN))
+            die("%s: key '%s' = %s is too small for a 32-bit float (smallest nonzero %g)", where, k->name, v,
+                (double)FLT_MIN);
         *(float *)field = (float)x;
         break;
     }
@@ -258,8 +280,7 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
 
 void config_set(Config *c, const char *key, const char *value, const char *where) {
     const KeyDef *k = find_key(key);
-    if (!k) die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)",
-                where, key, closest_key(key));
+    if (!k) die_unknown_key(where, key);
     set_value(c, k, value, where);
 }
 
@@ -319,32 +340,76 @@ static char *trim(char *s) {
     return s;
 }
 
+// A '#' starts a comment at the start of a line or after a space or tab, outside a quoted
+// value; elsewhere it is part of the value (dataset_path: runs/data#1.txt).
+static void strip_comment(char *s) {
+    char quote = 0;
+    for (char *p = s; *p; p++) {
+        int after_blank = p == s || p[-1] == ' ' || p[-1] == '\t';
+        if (quote) { if (*p == quote) quote = 0; }
+        else if ((*p == '"' || *p == '\'') && (after_blank || p[-1] == ':')) quote = *p;
+        else if (*p == '#' && after_blank) { *p = '\0'; return; }
+    }
+}
+
+// One `key: value` line. seen[k] is the line that set key k in this file (0: none yet).
+static void load_line(Config *c, char *line, const char *path, int lineno, int *seen) {
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s:%d", path, lineno);
+    strip_comment(line);
+    char *s = trim(line);
+    if (*s == '\0') return;
+    char *colon = strchr(s, ':');
+    if (!colon) die("%s: expected 'key: value', got '%.200s'", where, s);
+    *colon = '\0';
+    char *key = trim(s), *val = trim(colon + 1);
+    const KeyDef *k = find_key(key);
+    if (!k) die_unknown_key(where, key);
+    if (seen[k - KEYS])
+        die("%s: key '%s' is set twice in this file, on lines %d and %d (a preset sets each key once; "
+            "the command line may override it)", path, key, seen[k - KEYS], lineno);
+    seen[k - KEYS] = lineno;
+    set_value(c, k, val, where);
+}
+
+void config_load_text(Config *c, const char *text, size_t n, const char *path) {
+    int seen[NKEYS];
+    memset(seen, 0, sizeof seen);
+    size_t i = 0;
+    if (n >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) i = 3;   // a UTF-8 byte-order mark is skipped
+    char line[1024];
+    for (int lineno = 1; i < n; lineno++) {
+        const char *nl = memchr(text + i, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - (text + i)) : n - i;
+        if (len >= sizeof line) die("%s:%d: line too long (%zu bytes, at most %zu)", path, lineno, len, sizeof line - 1);
+        if (memchr(text + i, '\0', len)) die("%s:%d: the line holds a NUL byte (is this a text file?)", path, lineno);
+        memcpy(line, text + i, len);
+        line[len] = '\0';
+        i += len + 1;
+        load_line(c, line, path, lineno, seen);
+    }
+}
+
 void config_load_file(Config *c, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) die("cannot open config file '%s': %s", path, strerror(errno));
-    char line[1024], where[1100];
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        snprintf(where, sizeof where, "%s:%d", path, lineno);
-        if (!strchr(line, '\n') && !feof(f)) { fclose(f); die("%s: line too long", where); }
-        // A '#' starts a comment unless it is inside quotes (values here never contain '#').
-        char *hash = strchr(line, '#');
-        if (hash) *hash = '\0';
-        char *s = trim(line);
-        if (*s == '\0') continue;
-        char *colon = strchr(s, ':');
-        if (!colon) { fclose(f); die("%s: expected 'key: value', got '%s'", where, s); }
-        *colon = '\0';
-        char *key = trim(s), *val = trim(colon + 1);
-        const KeyDef *k = find_key(key);
-        if (!k) {
-            fclose(f);
-            die("%s: unknown config key '%s' (did you mean '%s'?)", where, key, closest_key(key));
-        }
-        set_value(c, k, val, where);
+    struct stat st;
+    const size_t max = 1 << 20;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+        fclose(f);
+        if (S_ISDIR(st.st_mode)) die("config file '%s' is a directory; give a preset such as configs/mixtral-tiny.yml", path);
+        if (!S_ISREG(st.st_mode)) die("config file '%s' is not a regular file", path);
+        die("config file '%s' is %lld bytes, too large for a preset (at most %zu)", path, (long long)st.st_size, max);
     }
+    char *text = malloc((size_t)st.st_size + 1);
+    size_t n = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
+    int bad = !text || ferror(f);
     fclose(f);
+    if (bad) { free(text); die("cannot read config file '%s'", path); }
+    die_set_cleanup(free, text);
+    config_load_text(c, text, n, path);
+    die_set_cleanup(NULL, NULL);
+    free(text);
 }
 
 static int divides(int a, int b) { return a > 0 && b % a == 0; }
@@ -457,14 +522,31 @@ void config_validate(const Config *c) {
     if (!strcmp(c->context_parallel_strategy, "ring") && !strcmp(c->attention, "flash"))
         die("context_parallel_strategy=ring with attention=flash is not supported: the ring already runs attention "
             "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
+    config_check_ranges(c);   // every numeric key inside its range (model/config_ranges.c)
+    config_check_sizes(c);
     remat_plan(c);        // dies on a bad remat_policy or checkpoint value
     state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
 }
 
 void config_print_help(void) {
     printf("%-36s %-10s %s\n", "key", "default", "meaning");
-    for (int i = 0; i < NKEYS; i++)
-        printf("%-36s %-10s %s\n", KEYS[i].name, KEYS[i].dflt[0] ? KEYS[i].dflt : "\"\"", KEYS[i].help);
+    char range[200];
+    for (int i = 0; i < NKEYS; i++) {
+        printf("%-36s %-10s %s", KEYS[i].name, KEYS[i].dflt[0] ? KEYS[i].dflt : "\"\"", KEYS[i].help);
+        if (config_range_text(KEYS[i].name, range, sizeof range)) printf(" [range: %s]", range);
+        else if (KEYS[i].type == K_INT || KEYS[i].type == K_FLOAT || KEYS[i].type == K_BYTES) printf(" [range: none declared]");
+        printf("\n");
+    }
+}
+
+// The files the run reads and writes, checked before anything is computed (data/paths.h).
+void config_check_paths(const Config *c) {
+    if (strcmp(c->dataset_path, "synthetic")) check_input_file("dataset_path", c->dataset_path);
+    if (c->load_checkpoint[0]) check_input_file("load_checkpoint", c->load_checkpoint);
+    if (c->save_checkpoint[0]) check_output_path("save_checkpoint", c->save_checkpoint);
+    if (c->metrics_file[0]) check_output_path("metrics_file", c->metrics_file);
+    if (c->memory_trace[0]) check_output_path("memory_trace", c->memory_trace);
+    if (c->dump_parity[0]) check_output_dir("dump_parity", c->dump_parity);
 }
 
 // Append to buf with bounds checking.
@@ -488,7 +570,10 @@ int config_to_json(const Config *c, char *buf, int cap) {
         jcat(buf, cap, &len, "%s\"%s\": ", i ? ", " : "", k->name);
         switch (k->type) {
         case K_INT: jcat(buf, cap, &len, "%d", *(const int *)field); break;
-        case K_FLOAT: jcat(buf, cap, &len, "%.9g", (double)*(const float *)field); break;
+        case K_FLOAT:   // JSON has no inf or nan; set_value never lets one in
+            if (!isfinite(*(const float *)field)) die("internal: config key '%s' is not finite", k->name);
+            jcat(buf, cap, &len, "%.9g", (double)*(const float *)field);
+            break;
         case K_BYTES: jcat(buf, cap, &len, "%lld", (long long)*(const int64_t *)field); break;
         case K_BOOL: jcat(buf, cap, &len, "%s", *(const int *)field ? "true" : "false"); break;
         case K_STR: {
@@ -531,8 +616,16 @@ void config_from_json(Config *c, const char *json, const char *where) {
                 char ch = *p;
                 if (ch == '\\') {
                     p++;
-                    if (*p == 'u') { ch = (char)strtol((char[]){p[1], p[2], p[3], p[4], 0}, NULL, 16); p += 4; }
-                    else ch = *p;
+                    if (*p == 'u') {   // \uXXXX: four hex digits, all before the end of the text
+                        for (int d = 1; d <= 4; d++)
+                            if (!isxdigit((unsigned char)p[d])) die("%s: malformed \\u escape in config metadata", where);
+                        ch = (char)strtol((char[]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
+                        p += 4;
+                    } else if (*p == '\0') {
+                        break;   // a '\\' ending the text: reported as unterminated below
+                    } else {
+                        ch = *p;
+                    }
                 }
                 if (n < CFG_STR) val[n++] = ch;
             }

@@ -5,6 +5,7 @@
 #ifndef MESHMOE_CONFIG_H
 #define MESHMOE_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -141,13 +142,26 @@ typedef struct {
 
 // Fill every field with its default.
 void config_defaults(Config *c);
-// Read a preset file (flat YAML subset: `key: value`, `#` comments). Dies on a bad line.
+// Read a preset file (flat YAML subset: `key: value` lines). Dies on a bad line, on a key set
+// twice (naming both lines), on a directory. A UTF-8 byte-order mark is skipped. A `#` starts a
+// comment at the start of a line or after a space or tab, outside a quoted value; elsewhere it
+// belongs to the value (`dataset_path: data#1.txt`).
 void config_load_file(Config *c, const char *path);
+// The same from text in memory (n bytes; the name is used in messages).
+void config_load_text(Config *c, const char *text, size_t n, const char *name);
 // Apply one `key=value` override. Dies naming the closest valid key if unknown.
 void config_set(Config *c, const char *key, const char *value, const char *where);
 // Check consistency of shapes and values; dies with a message naming the numbers.
 void config_validate(const Config *c);
-// Print every key, its default and its meaning.
+// Every numeric key inside its range (model/config_ranges.c), and the sizes a run reaches
+// within what 32-bit indices and this host's memory can hold; each dies naming the figures.
+void config_check_ranges(const Config *c);
+void config_check_sizes(const Config *c);
+// A key's range as text ("> 0", "in [0, 1)"); 0 when the key has none.
+int config_range_text(const char *key, char *buf, int cap);
+// Every file the run reads or writes, checked before training (data/paths.h).
+void config_check_paths(const Config *c);
+// Print every key, its default, its meaning and its range.
 void config_print_help(void);
 // Write the whole config as a JSON object into buf (for checkpoint and dump metadata).
 // Returns the length; dies if buf is too small.

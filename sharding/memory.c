@@ -105,7 +105,9 @@ const char *mem_fmt(size_t bytes, char *buf, size_t cap) {
 // Out of memory: name the device, the buffer, and the largest live buffers by tag.
 static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
     char a[32], b[32], c[32];
-    // The details first, then the one-line message (die) that says what happened.
+    // The details first, then the one-line message (die) that says what happened; claimed
+    // first, so that devices that run out at once do not interleave their reports.
+    die_claim();
     fprintf(stderr, "  live by tag on device %d:", d->id);
     for (int t = 0; t < MEM_NTAGS; t++) fprintf(stderr, " %s %s", MEM_TAG_NAMES[t], mem_fmt(d->live[t], a, sizeof a));
     fprintf(stderr, "\n  largest live buffers:\n");

@@ -1,6 +1,7 @@
 // sharding/plan.c: the planner's report and the memory trace (see plan.h).
 #include "sharding/plan.h"
 #include "common.h"
+#include "data/paths.h"
 
 #define PLAN_TOP 6   // largest live buffers shown at the peak
 
@@ -122,8 +123,7 @@ int plan_print(const Mesh *mesh, size_t capacity) {
 }
 
 void plan_trace_write(const Mesh *mesh, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) die("cannot open memory_trace '%s' for writing", path);
+    FILE *f = atomic_file_open(path);   // a partial CSV is never left (data/paths.h)
     fprintf(f, "device,index,event,tag,bytes");
     for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, ",%s", MEM_TAG_NAMES[t]);
     fprintf(f, ",total,name\n");
@@ -140,7 +140,7 @@ void plan_trace_write(const Mesh *mesh, const char *path) {
             fprintf(f, "\"\n");
         }
     }
-    if (fclose(f)) die("cannot write memory_trace '%s'", path);
+    atomic_file_commit(f);   // dies naming the path and the reason if any write failed
 }
 
 void plan_free(const Mesh *mesh) {

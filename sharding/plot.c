@@ -6,6 +6,7 @@
 #include "sharding/svg.h"
 #include "sharding/trace.h"
 #include "common.h"
+#include "data/paths.h"
 #include <sys/stat.h>
 #include <errno.h>
 
@@ -124,9 +125,11 @@ static void plot_device(const TraceDevice *d, const char *trace, const char *pat
 }
 
 int plot_trace(const char *trace, const char *out_dir) {
+    check_input_file("plot trace", trace);
     Trace t;
     trace_read(&t, trace);
     if (mkdir(out_dir, 0777) && errno != EEXIST) die("plot: cannot create '%s': %s", out_dir, strerror(errno));
+    check_output_dir("plot output directory", out_dir);
     for (int i = 0; i < t.ndev; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/memory_device_%d.svg", out_dir, t.dev[i].device);

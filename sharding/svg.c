@@ -1,6 +1,7 @@
 // sharding/svg.c: the SVG pieces of svg.h.
 #include "sharding/svg.h"
 #include "common.h"
+#include "data/paths.h"
 #include <errno.h>
 #include <stdarg.h>
 
@@ -8,8 +9,7 @@ const char *const SVG_TAG_COLORS[MEM_NTAGS] = {"#4e79a7", "#f28e2b", "#e15759", 
 
 void svg_open(Svg *s, const char *path, int w, int h) {
     snprintf(s->path, sizeof s->path, "%s", path);
-    s->f = fopen(path, "w");
-    if (!s->f) die("figure: cannot write '%s': %s", path, strerror(errno));
+    s->f = atomic_file_open(path);   // a partial SVG is never left (data/paths.h)
     fprintf(s->f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                   "font-family=\"sans-serif\" font-size=\"13\">\n", w, h, w, h);
@@ -18,7 +18,7 @@ void svg_open(Svg *s, const char *path, int w, int h) {
 
 void svg_close(Svg *s) {
     fprintf(s->f, "</svg>\n");
-    if (fclose(s->f)) die("figure: cannot write '%s'", s->path);
+    atomic_file_commit(s->f);
     s->f = NULL;
 }
 

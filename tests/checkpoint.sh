@@ -97,5 +97,5 @@ expect_error "the reduction chunks" "load_checkpoint $CK: sums over tokens use 1
 $ST add-tensor $CK $T/extra.st opt_state/v/stray
 expect_error "a tensor the run has no use for" "load_checkpoint $T/extra.st: tensor 'opt_state/v/stray' is not one of this run's (opt_type=adamw)" \
     $TRAIN $C load_checkpoint=$T/extra.st
-expect_error "a missing file" "load_checkpoint: cannot open '$T/nope.st'" $TRAIN $C load_checkpoint=$T/nope.st
+expect_error "a missing file" "cannot open load_checkpoint '$T/nope.st'" $TRAIN $C load_checkpoint=$T/nope.st
 summary

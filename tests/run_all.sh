@@ -46,6 +46,8 @@ run_part "flash attention: tolerance, block sizes, context parallelism, memory" 
 run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh
 run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
 run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
+run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
+run_part "fuzzing: preset, config JSON, token files, safetensors (60 s each, two at a time)" make -s fuzz FUZZ_SECONDS=60
 run_part "sanitizers (make asan)" make -s asan
 run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
 if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# tests/inputs.sh: every bad input is refused with one message that names the key or the
+# path, exit status 1, before training starts (nothing trained, nothing written); a full disk
+# and a signal are reported at the moment they happen, and leave nothing half-written. The
+# table of docs/reliability.md is written from the messages this script actually got.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-inputs.XXXXXX)
+trap 'umount "$T/ro" 2>/dev/null; rm -rf "$T"' EXIT
+C=configs/mixtral-tiny.yml
+FAST="steps=1 eval_steps=1 sample_length=0 per_device_batch_size=1 max_target_length=16 log_period=1"
+OUT=$T/out          # every output path of the cases points in here: it must stay empty
+mkdir -p "$OUT"
+ROWS=$T/rows.md
+
+# row INPUT WHEN MESSAGE: one line of the table. What differs from run to run is named, so
+# that the table changes only when a message does: this run's scratch directory is DIR, the
+# step a signal stopped at N, this host's memory HOST, the device that reported first D.
+row() {
+    local msg input=${1//$T/DIR}
+    msg=$(printf '%s' "${3//$T/DIR}" | sed -e 's/after step [0-9]* of/after step N of/' \
+          -e "s/this host's [0-9]* bytes/this host's HOST bytes/" -e 's/^meshmoe: device [0-9]* out/meshmoe: device D out/')
+    printf '| `%s` | %s | `%s` |\n' "${input//|/\\|}" "$2" "${msg//|/\\|}" >> "$ROWS"
+}
+
+# refused INPUT PHRASE COMMAND...: exit 1, exactly one "meshmoe:" line containing PHRASE, no
+# step trained, and nothing left in $OUT. INPUT is how the table shows the case.
+refused() {
+    local input=$1 phrase=$2; shift 2
+    local err rc
+    err=$("$@" 2>&1 >"$T/stdout"); rc=$?
+    local msg; msg=$(printf '%s\n' "$err" | grep '^meshmoe:' | head -1)
+    local lines; lines=$(printf '%s\n' "$err" | grep -c '^meshmoe:')
+    local left; left=$(ls -A "$OUT")
+    if [ "$rc" -eq 1 ] && [ "$lines" -eq 1 ] && [[ "$msg" == *"$phrase"* ]] && ! grep -q '| loss' "$T/stdout" &&
+       [ -z "$left" ]; then
+        pass "$input: ${msg:0:160}"
+        row "$input" "before training" "$msg"
+    else
+        fail "$input: exit $rc, wanted 1; $lines messages, wanted one containing '$phrase'; trained: \
+$(grep -c '| loss' "$T/stdout") steps; left behind: '$left'; stderr: $err"
+        rm -rf "${OUT:?}"/* "$OUT"/.[!.]* 2>/dev/null
+    fi
+}
+
+echo "-- output paths, checked before the first step"
+refused "save_checkpoint=/nonexistent/ck.safetensors" "directory '/nonexistent' does not exist" \
+    $TRAIN $C $FAST steps=300 save_checkpoint=/nonexistent/ck.safetensors
+refused "save_checkpoint=DIRECTORY" "is a directory" $TRAIN $C $FAST save_checkpoint=$OUT
+refused "save_checkpoint=/dev/null" "exists and is not a regular file" $TRAIN $C $FAST save_checkpoint=/dev/null
+check "/dev/null is still a character device" test -c /dev/null
+refused "prepare README.md /dev/full" "exists and is not a regular file" $TRAIN prepare README.md /dev/full
+check "/dev/full is still a character device" test -c /dev/full
+refused "metrics_file=$OUT/" "names a directory" $TRAIN $C $FAST metrics_file=$OUT/
+refused "memory_trace=/nonexistent/trace.csv" "directory '/nonexistent' does not exist" \
+    $TRAIN $C $FAST memory_trace=/nonexistent/trace.csv
+refused "dump_parity=/dev/null" "exists and is not a directory" $TRAIN $C $FAST dump_parity=/dev/null
+# A read-only directory: root writes through permission bits, so as root a read-only mount.
+mkdir -p "$T/ro"
+if [ "$(id -u)" -ne 0 ]; then chmod 555 "$T/ro"; ro=1
+elif mount -t tmpfs -o ro,size=64k tmpfs "$T/ro" 2>/dev/null; then ro=1
+else ro=0; echo "  SKIPPED read-only directory: running as root and no read-only tmpfs can be mounted here"; fi
+[ "$ro" -eq 1 ] && refused "save_checkpoint=READ-ONLY-DIR/ck.safetensors" "cannot create a file in directory" \
+    $TRAIN $C $FAST save_checkpoint=$T/ro/ck.safetensors
+
+echo "-- input paths"
+refused "./train configs (a directory as the config)" "config file 'configs' is a directory" $TRAIN configs
+refused "dataset_path=configs" "dataset_path 'configs' is a directory" $TRAIN $C $FAST dataset_path=configs
+refused "load_checkpoint=configs" "load_checkpoint 'configs' is a directory" $TRAIN $C $FAST load_checkpoint=configs
+refused "load_checkpoint=MISSING" "No such file or directory" $TRAIN $C $FAST load_checkpoint=$T/missing.safetensors
+head -c 3000 README.md > "$T/text.txt"
+$TRAIN prepare "$T/text.txt" "$T/tok.bin" > /dev/null
+cp "$T/tok.bin" "$T/stray.bin"; printf 'x' >> "$T/stray.bin"
+refused "dataset_path=TOKENS+1 byte" "an odd number" $TRAIN $C $FAST dataset_path=$T/stray.bin
+
+echo "-- preset files"
+printf '\xef\xbb\xbfsteps: 0\n' > "$T/bom.yml"
+refused "a preset starting with a UTF-8 BOM, then 'steps: 0'" "steps must be positive, got 0" $TRAIN "$T/bom.yml"
+printf 'steps: 5\nseed: 1\nsteps: 6\n' > "$T/dup.yml"
+refused "a preset setting 'steps' on lines 1 and 3" "set twice in this file, on lines 1 and 3" $TRAIN "$T/dup.yml"
+printf 'steps: 5\n' > "$T/five.yml"
+check "the command line may override a preset's key" $TRAIN "$T/five.yml" dry_run=true steps=3 > /dev/null
+cp "$T/text.txt" "$T/a#b.txt"
+printf 'dataset_path: %s # the text\nsteps: 1\n' "$T/a#b.txt" > "$T/hash.yml"
+out=$($TRAIN "$T/hash.yml" eval_steps=1 sample_length=0 per_device_batch_size=1 max_target_length=16 2>&1)
+check "'#' inside a value is kept, after a blank it starts a comment: $(printf '%s' "$out" | grep '^data:' | cut -c1-90)" \
+    grep -qF "data: $T/a#b.txt, " <<< "$out"
+
+echo "-- numbers"
+refused "adam_eps=0" "adam_eps must be > 0" $TRAIN $C $FAST adam_eps=0
+refused "adam_b2=1" "adam_b2 must be in [0, 1)" $TRAIN $C $FAST adam_b2=1
+refused "rope_max_timescale=0" "rope_max_timescale must be > 0" $TRAIN $C $FAST rope_max_timescale=0
+refused "normalization_layer_epsilon=-1" "normalization_layer_epsilon must be > 0" $TRAIN $C $FAST normalization_layer_epsilon=-1
+refused "learning_rate=1e39" "too large for a 32-bit float" $TRAIN $C $FAST learning_rate=1e39
+refused "adam_eps=1e-50" "too small for a 32-bit float" $TRAIN $C $FAST adam_eps=1e-50
+refused "num_threads=100000" "num_threads must be in [0, 1024]" $TRAIN $C $FAST num_threads=100000
+refused "num_threads=1024 ici_data_parallelism=8" "more than the 4096" $TRAIN $C $FAST num_threads=1024 ici_data_parallelism=8
+refused "dry_run=true per_device_batch_size=4096 max_target_length=65536" "int indices reach" \
+    $TRAIN $C dry_run=true per_device_batch_size=4096 max_target_length=65536
+# 256 devices each holding an 8 GB tensor (the routed rows, 2^31 - 1 elements at most): 2 TB in all.
+refused "ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262144" "more than this host's" \
+    $TRAIN $C ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262144
+check "--help-config gives every numeric key a range" bash -c "! $TRAIN --help-config | grep -q 'range: none declared'"
+
+echo "-- checkpoint metadata"
+$TRAIN $C $FAST save_checkpoint=$T/ck.safetensors > /dev/null 2>&1
+set_step() {   # set_step IN OUT VALUE: a copy of checkpoint IN whose step metadata is VALUE
+    python3 - "$@" <<'EOF'
+import json, struct, sys
+src, dst, step = sys.argv[1:]
+b = open(src, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h['__metadata__']['step'] = step
+j = json.dumps(h, separators=(',', ':')).encode()
+j += b' ' * (-len(j) % 8)
+open(dst, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
+EOF
+}
+set_step "$T/ck.safetensors" "$T/neg.safetensors" -5
+set_step "$T/ck.safetensors" "$T/abc.safetensors" abc
+refused "checkpoint step '-5'" "metadata key 'step' must be a non-negative integer" $TRAIN $C $FAST load_checkpoint=$T/neg.safetensors
+refused "checkpoint step 'abc'" "metadata key 'step' must be a non-negative integer" $TRAIN $C $FAST load_checkpoint=$T/abc.safetensors
+set_step "$T/ck.safetensors" "$T/late.safetensors" 50
+refused "checkpoint at step 50, steps=1" "step 50 is past this run's steps (1)" $TRAIN $C $FAST load_checkpoint=$T/late.safetensors
+
+echo "-- a mesh that runs out of memory"
+err=$($TRAIN $C $FAST ici_data_parallelism=4 hbm_capacity=20MiB 2>&1 >/dev/null); rc=$?
+n_reports=$(printf '%s\n' "$err" | grep -c 'live by tag on device')
+n_msgs=$(printf '%s\n' "$err" | grep -c '^meshmoe:')
+msg=$(printf '%s\n' "$err" | grep '^meshmoe:')
+check "4 devices out of memory at once: one device's report ($n_reports), one message ($n_msgs), exit $rc" \
+    test "$rc" -eq 1 -a "$n_reports" -eq 1 -a "$n_msgs" -eq 1
+row "ici_data_parallelism=4 hbm_capacity=20MiB" "at the allocation" "$msg"
+
+echo "-- full disks (ulimit -f: a write past it fails with EFBIG, as on a full disk)"
+# when_it_happens INPUT PHRASE COMMAND...: exit 1 with one message containing PHRASE.
+when_it_happens() {
+    local input=$1 phrase=$2; shift 2
+    local err rc
+    err=$("$@" 2>&1 >/dev/null); rc=$?
+    local msg; msg=$(printf '%s\n' "$err" | grep '^meshmoe:' | head -1)
+    if [ "$rc" -eq 1 ] && [ "$(printf '%s\n' "$err" | grep -c '^meshmoe:')" -eq 1 ] && [[ "$msg" == *"$phrase"* ]]; then
+        pass "$input: ${msg:0:160}"; row "$input" "when it happens" "$msg"
+    else
+        fail "$input: exit $rc, wanted 1 and one message containing '$phrase'; got: $err"
+    fi
+}
+when_it_happens "metrics_file on a full disk" "cannot write metrics_file" \
+    bash -c "ulimit -f 4; exec $TRAIN $C $FAST steps=20 metrics_file=$OUT/m.jsonl"
+check "the metrics file keeps whole lines only ($(grep -c . "$OUT/m.jsonl") of them)" \
+    python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]; assert open(sys.argv[1]).read().endswith('}\n')" "$OUT/m.jsonl"
+rm -f "$OUT/m.jsonl"
+when_it_happens "memory_trace on a full disk" "File too large" \
+    bash -c "ulimit -f 8; exec $TRAIN $C $FAST memory_trace=$OUT/trace.csv"
+when_it_happens "save_checkpoint on a full disk" "File too large" \
+    bash -c "ulimit -f 1024; exec $TRAIN $C $FAST save_checkpoint=$OUT/ck.safetensors"
+check "nothing left behind by the failed saves: '$(ls -A "$OUT")'" test -z "$(ls -A "$OUT")"
+
+echo "-- signals and a second writer"
+cc -shared -fPIC -o "$T/shim.so" tests/inputs_shim.c -ldl
+# SIGTERM in the middle of a save (raised in its fsync, once every byte is written).
+cp "$T/ck.safetensors" "$OUT/ck.safetensors"
+err=$(MESHMOE_SHIM=term LD_PRELOAD=$T/shim.so $TRAIN $C $FAST save_checkpoint=$OUT/ck.safetensors 2>&1 >/dev/null); rc=$?
+msg=$(printf '%s\n' "$err" | grep '^meshmoe:')
+check "SIGTERM during a save: exit $rc (143), the older checkpoint unchanged, no temporary: '$(ls -A "$OUT")'" \
+    test "$rc" -eq 143 -a "$(ls -A "$OUT")" = ck.safetensors
+check "  ...and one message: ${msg:0:150}" cmp -s "$T/ck.safetensors" "$OUT/ck.safetensors"
+[ "$rc" -eq 143 ] && row "SIGTERM while save_checkpoint is written" "when it happens" "$msg"
+rm -f "$OUT/ck.safetensors"
+err=$(MESHMOE_SHIM=term LD_PRELOAD=$T/shim.so $TRAIN prepare "$T/text.txt" "$OUT/tok.bin" 2>&1 >/dev/null); rc=$?
+check "SIGTERM during './train prepare': exit $rc (143), nothing left: '$(ls -A "$OUT")'" \
+    test "$rc" -eq 143 -a -z "$(ls -A "$OUT")"
+# SIGINT between steps: the step finishes, the checkpoint is saved, and a resume goes on from it.
+$TRAIN $C $FAST steps=100000 save_checkpoint=$OUT/stop.safetensors > "$T/sig.out" 2> "$T/sig.err" &
+pid=$!
+for _ in $(seq 1 600); do grep -q '| loss' "$T/sig.out" && break; sleep 0.1; done
+kill -INT $pid; wait $pid; rc=$?
+msg=$(grep '^meshmoe:' "$T/sig.err")
+at=$(sed -n 's/.*stopped by SIGINT after step \([0-9]*\).*/\1/p' "$T/sig.err")
+check "SIGINT during training: exit $rc (130): ${msg:0:150}" test "$rc" -eq 130 -a -n "$at"
+row "SIGINT during training, save_checkpoint set" "between steps" "$msg"
+check "  ...and the saved checkpoint resumes at step $at" \
+    grep -q "resumed from .* at step $at\$" <<< "$($TRAIN $C $FAST steps=100000 run_steps=1 load_checkpoint=$OUT/stop.safetensors 2>&1)"
+rm -f "$OUT/stop.safetensors"
+# Two runs saving to one path at once: each writes its own temporary file, and the path ends up
+# holding one of the two whole files.
+printf 'the first text, saved by one run.\n%.0s' $(seq 1 50) > "$T/one.txt"
+printf 'a second, longer text from another run.\n%.0s' $(seq 1 80) > "$T/two.txt"
+$TRAIN prepare "$T/one.txt" "$T/one.bin" > /dev/null; $TRAIN prepare "$T/two.txt" "$T/two.bin" > /dev/null
+MESHMOE_SHIM=sleep LD_PRELOAD=$T/shim.so $TRAIN prepare "$T/one.txt" "$OUT/same.bin" > /dev/null 2>&1 & p1=$!
+MESHMOE_SHIM=sleep LD_PRELOAD=$T/shim.so $TRAIN prepare "$T/two.txt" "$OUT/same.bin" > /dev/null 2>&1 & p2=$!
+wait $p1; r1=$?; wait $p2; r2=$?
+check "two overlapping saves to one path: both succeed ($r1, $r2), one whole file and no temporary remain" \
+    bash -c "[ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ \"\$(ls -A $OUT)\" = same.bin ] && (cmp -s $OUT/same.bin $T/one.bin || cmp -s $OUT/same.bin $T/two.bin)"
+
+# docs/reliability.md: the table between its markers is these rows.
+if [ "$FAILED" -eq 0 ]; then
+    awk -v rows="$ROWS" '
+        /^<!-- refusals: begin/ { print; print "| input | when | message |"; print "|---|---|---|";
+                                  while ((getline l < rows) > 0) print l; skip = 1; next }
+        /^<!-- refusals: end/ { skip = 0 }
+        !skip' docs/reliability.md > "$T/reliability.md" && cp "$T/reliability.md" docs/reliability.md
+    echo "docs/reliability.md: $(wc -l < "$ROWS") rows written from these messages"
+fi
+summary
