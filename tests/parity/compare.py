@@ -18,7 +18,11 @@ gradient max abs / max |ref| 1e-4; grad_norm relative 1e-4; each parity step's l
 relative 1e-4; router weights and scores 1e-4 relative to max |ref|; router sets must
 match except at ties (scores equal within 1e-6 relative). Final weights 1e-4 relative to
 max |ref|, REPORT beyond (AdamW's normalisation amplifies tiny gradient differences).
-bfloat16: loss, ce_loss and each step loss relative 1e-2; the rest REPORT.
+Teacher-forced rows (`steps/...`: JAX's step t from C's weights before step t): loss
+relative 1e-5, gradient norm relative 1e-4, router sets equal except at ties.
+bfloat16: loss and ce_loss relative 1e-2; teacher-forced loss and gradient norm
+TF_LOSS_TOL_BF16 and TF_NORM_TOL_BF16; the free-running step losses FREE_STEP_TOL_BF16;
+the rest REPORT.
 """
 
 import argparse
@@ -29,10 +33,21 @@ import numpy as np
 from safetensors import safe_open
 
 TIE_RTOL = 1e-6
-# bfloat16 bounds, set from measurements (tests/parity/spread.py and the teacher-forced
-# rows of make parity); see tests/parity/README.md "bfloat16".
-TF_LOSS_TOL_BF16 = 1e-3
-TF_NORM_TOL_BF16 = 2e-3
+# bfloat16 bounds, from measurements of the four bf16 cases of run_parity.sh (10 steps)
+# on an AMD EPYC Zen 4 (AVX-512), jax 0.10.2, under XLA's default code path (the same
+# bits as --xla_cpu_max_isa=AVX2 there), =AVX (no FMA) and =SSE4_2; tests/parity/README.md
+# "bfloat16" has the table.
+# Teacher-forced (both sides from C's weights of the step), C against JAX, relative:
+# loss at most 2.5e-4 and gradient norm at most 7.7e-4 in the steps where the routing
+# agrees; one token of one layer routed differently (deepseek-bf16-wsum16 under =AVX,
+# step 4: 1 of 192 token-layers) moved that step's loss by 8.4e-4. The bounds allow
+# several such flips in a step and stay 10 times tighter than the free-running bound.
+TF_LOSS_TOL_BF16 = 5e-3
+TF_NORM_TOL_BF16 = 5e-3
+# Free-running: C against JAX up to 1.8e-2 (deepseek-bf16-wsum32, step 9). The JAX
+# trajectory alone moves as far: up to 2.3e-2 under one-ulp gradient noise (spread.py,
+# 8 seeds) and 1.6e-2 between XLA code paths, so a bound must clear that spread; it is
+# about twice the largest spread measured.
 FREE_STEP_TOL_BF16 = 5e-2
 
 
