@@ -34,9 +34,9 @@ from safetensors import safe_open
 
 TIE_RTOL = 1e-6
 # bfloat16 bounds, from measurements of the four bf16 cases of run_parity.sh (10 steps)
-# on an AMD EPYC Zen 4 (AVX-512), jax 0.10.2, under XLA's default code path (the same
-# bits as --xla_cpu_max_isa=AVX2 there), =AVX (no FMA) and =SSE4_2; tests/parity/README.md
-# "bfloat16" has the table.
+# on an AMD EPYC Zen 4 (AVX-512), jax 0.10.2, under XLA's default code path,
+# --xla_cpu_max_isa=AVX2, =AVX (no FMA) and =SSE4_2; tests/parity/README.md "bfloat16"
+# has the table.
 # Teacher-forced (both sides from C's weights of the step), C against JAX, relative:
 # loss at most 2.5e-4 and gradient norm at most 7.7e-4 in the steps where the routing
 # agrees; one token of one layer routed differently (deepseek-bf16-wsum16 under =AVX,
