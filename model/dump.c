@@ -112,6 +112,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     float *init = copy_floats(m->params_mem, m->nparams);
     float *init_bias = m->router_bias ? copy_floats(m->router_bias, bias_n) : NULL;
     int *ids = malloc(sizeof(int) * nb), *tg = malloc(sizeof(int) * nb);
+    if (!ids || !tg) die("out of host memory for the parity dump's batches");
     for (int t = 0; t < P; t++)
         for (int i = 0; i < nseq; i++)
             loader_train_sequence(dl, (int64_t)t * nseq + i, ids + ((size_t)t * nseq + i) * S,
@@ -128,7 +129,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     float *steps_bias = m->router_bias ? malloc(sizeof(float) * (size_t)P * bias_n) : NULL;
     float *grad0 = NULL, *step_losses = malloc(sizeof(float) * P), *step_gnorms = malloc(sizeof(float) * P);
     if (!cp.logits || !cp.idx || !cp.w || !cp.scores || !steps_params || (m->router_bias && !steps_bias) ||
-        !step_losses || !step_gnorms || !ids || !tg)
+        !step_losses || !step_gnorms)
         die("out of host memory for the parity dump (parity_steps=%d snapshots of %zu weights)", P, m->nparams);
     StepResult r0 = {0};
     long *counts = calloc(bias_n, sizeof(long));
