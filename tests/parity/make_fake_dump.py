@@ -5,7 +5,9 @@ Usage:  make_fake_dump.py OUT.safetensors --preset mixtral|deepseek [key=value .
 
 The file has exactly the layout `./train CONFIG dump_parity=DIR` writes (see README.md):
 metadata `config` (JSON), `param/...`, `state/...` (routing biases), `batch/inputs` and
-`batch/targets` [P, A*B, S] int32, and no `c/` results. It lets reference.py and
+`batch/targets` [P, A*B, S] int32, the per-step starting points `steps/param/...` [P, ...]
+and `steps/state/...` [P, E] (step 0 = `param/`, `state/`; later steps: those plus
+small noise, standing in for C's trained weights), and no `c/` results. It lets reference.py and
 compare.py be tested before the C trainer exists.
 
 key=value overrides any config key (values parsed as JSON when possible, so
@@ -214,6 +216,11 @@ def make_dump(cfg, seed=0, bias_std=0.0, ignore_fraction=0.1):
     targets[rng.random(targets.shape) < ignore_fraction] = -1
     tensors["batch/inputs"] = np.asarray(inputs, order="C")
     tensors["batch/targets"] = np.asarray(targets, order="C")
+    for k in [k for k in tensors if k.startswith("param/") or k.startswith("state/")]:
+        v = tensors[k]
+        noise = 1e-2 * rng.standard_normal((P,) + v.shape) * (np.abs(v).max() + 1e-3)
+        noise[0] = 0.0
+        tensors["steps/" + k] = np.asarray(v[None] + noise, np.float32, order="C")
     return tensors
 
 

@@ -642,8 +642,11 @@ def load_dump(path):
     return cfg, params, state, tensors["batch/inputs"], tensors["batch/targets"], tensors
 
 
-def run_reference(cfg, params, state, inputs, targets):
-    """Run step 0 (forward + backward) and `parity_steps` updates; return {name: array}."""
+def run_reference(cfg, params, state, inputs, targets, steps=None):
+    """Run step 0 (forward + backward) and `parity_steps` updates; return {name: array}.
+
+    With `steps` (the dump's per-step C weights, see teacher_forced), also recompute every
+    step from C's starting point."""
     P = int(cfg["parity_steps"])
     assert inputs.shape[0] >= P, "batch/inputs has fewer than parity_steps batches"
     params = {k: jnp.asarray(v) for k, v in params.items()}
@@ -681,6 +684,40 @@ def run_reference(cfg, params, state, inputs, targets):
         out["jax/final/" + k] = np.asarray(v, np.float32)
     for k, v in state.items():
         out["jax/final_state/" + k] = np.asarray(v, np.float32)
+    if steps is not None:
+        out.update(teacher_forced(grad_fn, steps, inputs, targets))
+    return out
+
+
+def dump_steps(tensors):
+    """The dump's per-step C starting points: ({name: [P, ...]} weights, {name: [P, E]}
+    routing biases) from `steps/param/...` and `steps/state/...`; None if the dump has none."""
+    prm = {k[len("steps/param/"):]: v for k, v in tensors.items() if k.startswith("steps/param/")}
+    st = {k[len("steps/state/"):]: v for k, v in tensors.items() if k.startswith("steps/state/")}
+    return (prm, st) if prm else None
+
+
+def teacher_forced(grad_fn, steps, inputs, targets):
+    """Every parity step again, each from C's weights and routing bias before that step
+    (teacher forcing), so that rounding differences do not compound over steps: the loss,
+    the gradient norm and the routing of step t from the same starting point as C's.
+    Returns jax/steps/loss [P], jax/steps/grad_norm [P], jax/steps/router/layers_<i>/
+    {indices [P, A*B, S, K], scores [P, A*B, S, E]}."""
+    prm_steps, st_steps = steps
+    P = next(iter(prm_steps.values())).shape[0]
+    losses, norms, router = [], [], {}
+    for t in range(P):
+        prm = {k: jnp.asarray(v[t], jnp.float32) for k, v in prm_steps.items()}
+        st = {k: jnp.asarray(v[t], jnp.float32) for k, v in st_steps.items()}
+        (loss, aux), grads = grad_fn(prm, st, jnp.asarray(inputs[t]), jnp.asarray(targets[t]))
+        losses.append(float(loss))
+        norms.append(float(optax.global_norm(grads)))
+        for i, r in aux["router"].items():
+            router.setdefault(i, []).append((np.asarray(r["indices"], np.int32), np.asarray(r["scores"], np.float32)))
+    out = {"jax/steps/loss": np.asarray(losses, np.float32), "jax/steps/grad_norm": np.asarray(norms, np.float32)}
+    for i, rs in router.items():
+        out[f"jax/steps/router/layers_{i}/indices"] = np.stack([r[0] for r in rs])
+        out[f"jax/steps/router/layers_{i}/scores"] = np.stack([r[1] for r in rs])
     return out
 
 
@@ -689,8 +726,8 @@ def main(argv=None):
     ap.add_argument("dump")
     ap.add_argument("out")
     args = ap.parse_args(argv)
-    cfg, params, state, inputs, targets, _ = load_dump(args.dump)
-    out = run_reference(cfg, params, state, inputs, targets)
+    cfg, params, state, inputs, targets, tensors = load_dump(args.dump)
+    out = run_reference(cfg, params, state, inputs, targets, dump_steps(tensors))
     out = {k: np.asarray(v, order="C") for k, v in out.items()}
     save_file(out, args.out, metadata={"config": json.dumps(cfg), "written_by": "tests/parity/reference.py"})
     steps = " ".join(f"{x:.7f}" for x in out["jax/step_losses"].tolist())

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# tests/parity/run_parity.sh: the float32 parity cases against the JAX reference (make parity).
+# tests/parity/run_parity.sh: the float32 and bfloat16 parity cases against the JAX
+# reference (make parity).
 #
 # For each case: ./train CONFIG dump_parity=DIR (weights, batches and the C results of step
-# 0 and of parity_steps AdamW steps), reference.py on the dump (the same computation in
-# JAX), compare.py (one row per tensor against the tolerances of tests/parity/README.md).
-# A case passes when compare.py exits 0. The self-tests of the reference run first, as
-# one more case. Ends with `N passed, M failed`; exit status 1 if any case failed.
+# 0 and of parity_steps AdamW steps, with the weights before each step), reference.py on
+# the dump (the same computation in JAX, free-running and teacher-forced from C's weights
+# of each step), compare.py (one row per tensor against the tolerances of
+# tests/parity/README.md). A case passes when compare.py exits 0. The self-tests of the
+# reference run first, as one more case. Ends with `N passed, M failed`; exit status 1 if
+# any case failed.
 #
 # PYTHON: the interpreter with jax/optax/numpy/safetensors (default: the .venv that
 # tests/parity/ensure_venv.sh creates from tests/parity/requirements.txt).
+# XLA_FLAGS is passed on to the reference: XLA_FLAGS=--xla_cpu_max_isa=AVX2 keeps XLA's
+# CPU code generation to AVX2 on an AVX-512 machine (README.md "bfloat16").
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -93,6 +98,8 @@ run_case() {
 }
 
 start=$SECONDS
+isa=$(grep -q -w avx512f /proc/cpuinfo && echo AVX-512 || (grep -q -w avx2 /proc/cpuinfo && echo AVX2 || echo "no AVX2"))
+echo "== cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs), $isa; XLA_FLAGS=${XLA_FLAGS:-(none)}"
 echo "== selftest: $PYTHON tests/parity/selftest.py"
 t0=$SECONDS
 if [ -n "${PARITY_ONLY:-}" ]; then echo "(skipped: PARITY_ONLY=$PARITY_ONLY)"

@@ -17,7 +17,8 @@ Usage:  selftest.py            (about a minute on 2 cores; tiny configs only)
 8. Aux-loss-free bias update rule.
 9. bf16 mode: values are bf16-representable, the loss is close to float32, and
    float32_weight_sum changes the result.
-10. compare.py: PASS on a dump whose c/ results are the JAX ones, FAIL when perturbed.
+10. compare.py: PASS on a dump whose c/ results are the JAX ones, FAIL when perturbed;
+    the per-step bounds (teacher-forced and free-running, float32 and bfloat16).
 """
 
 import json
@@ -280,6 +281,36 @@ def test_bf16():
               dw != 0.0 and df32 == 0.0)
 
 
+def check_step_bounds(py, dump, jout, meta, fake_c):
+    """The per-step rows of compare.py: teacher-forced losses (float32 1e-5, bfloat16
+    TF_LOSS_TOL_BF16) and the free-running bfloat16 trajectory (FREE_STEP_TOL_BF16), each
+    passing inside its bound and failing outside; a bf16 dump without them fails."""
+    import compare
+
+    def verdict(dtype, changes, drop=""):
+        c = {k: v for k, v in fake_c.items() if not (drop and k.startswith(drop))}
+        c.update(changes)
+        save_file(c, dump, metadata=meta)
+        r = subprocess.run([py, os.path.join(HERE, "compare.py"), dump, jout, "--case", "self", "--dtype", dtype],
+                           capture_output=True, text=True)
+        return r.returncode, r.stdout.splitlines()[-1], r.stdout
+
+    def off(name, step, rel):
+        a = fake_c[name].copy()
+        a[step] *= 1.0 + rel
+        return {name: a}
+
+    one_fail = (1, "case self: FAIL (1 tensors)")
+    check("float32: teacher-forced step-1 loss off by 2e-5 FAILs", verdict("float32", off("c/steps/loss", 1, 2e-5))[:2] == one_fail)
+    tf, free = compare.TF_LOSS_TOL_BF16, compare.FREE_STEP_TOL_BF16
+    check(f"bfloat16: teacher-forced step-1 loss off by {tf / 2:.0e} PASSes", verdict("bfloat16", off("c/steps/loss", 1, tf / 2))[0] == 0)
+    check(f"bfloat16: ... off by {2 * tf:.0e} FAILs", verdict("bfloat16", off("c/steps/loss", 1, 2 * tf))[:2] == one_fail)
+    check(f"bfloat16: free-running step-1 loss off by {free / 2:.0e} PASSes", verdict("bfloat16", off("c/step_losses", 1, free / 2))[0] == 0)
+    check(f"bfloat16: ... off by {2 * free:.0e} FAILs", verdict("bfloat16", off("c/step_losses", 1, 2 * free))[:2] == one_fail)
+    rc, _, out = verdict("bfloat16", {}, drop="c/steps/")
+    check("bfloat16: C results without the teacher-forced steps FAIL (MISSING)", rc == 1 and " MISSING" in out)
+
+
 def test_compare():
     print("10. compare.py on a self-made C result")
     with tempfile.TemporaryDirectory() as d:
@@ -299,6 +330,8 @@ def test_compare():
         save_file(fake_c, dump, metadata=meta)
         r = subprocess.run([py, os.path.join(HERE, "compare.py"), dump, jout, "--case", "self"], capture_output=True, text=True)
         check("identical results PASS", r.returncode == 0 and "case self: PASS" in r.stdout, r.stdout.strip().splitlines()[-1])
+        check_step_bounds(py, dump, jout, meta, fake_c)
+        save_file(fake_c, dump, metadata=meta)
         # a tie: C picked another expert whose selection score equals the replaced one's.
         # A real tie is seen by both sides (their scores agree to rounding), so the tied
         # score goes into both files; otherwise the scores row itself (rightly) FAILs.
