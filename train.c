@@ -183,10 +183,6 @@ static void device_main(int dev_id, void *arg) {
     const DataLoader *dl = run->dl;
     Device *dev = mem_device();
     int talk = dev_id == 0;
-#ifdef _OPENMP
-    // The cores are shared out over the devices (at least one thread each).
-    omp_set_num_threads(c.num_threads > 0 ? c.num_threads : MM_MAX(1, omp_get_num_procs() / mesh->ndev));
-#endif
     Model m;
     mem_mark_reset(dev);
     model_init(&m, &c);
@@ -205,8 +201,12 @@ static void device_main(int dev_id, void *arg) {
                c.decoder_block, c.base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
                c.num_experts, c.num_experts_per_tok, c.sparse_matmul ? "sparse (grouped)" : "dense");
         printf("BLAS: %s\n", blas_description());
-        printf("mesh: %s (%d device%s, one thread each)\n", mesh_describe(mesh, b2, sizeof b2), mesh->ndev,
-               mesh->ndev > 1 ? "s" : "");
+        int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
+        char nt[32];
+        if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
+        else snprintf(nt, sizeof nt, "%d", most);
+        printf("mesh: %s (%d device%s, one thread each, with %s OpenMP thread%s)\n", mesh_describe(mesh, b2, sizeof b2),
+               mesh->ndev, mesh->ndev > 1 ? "s" : "", nt, most > 1 ? "s" : "");
         printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
                run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
         sharding_print_state(&m);

@@ -8,6 +8,9 @@
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 const char *const MESH_AXIS_NAMES[MESH_NAXES] = {"data", "stage", "fsdp", "context", "tensor", "expert"};
 
@@ -71,6 +74,7 @@ void mesh_init(Mesh *mesh, const Config *c) {
     if (n > 256) die("num_devices (%d) is more than this simulator runs (256 threads)", n);
     for (int a = 0; a < MESH_NAXES; a++) mesh->size[a] = want[a];
     mesh->ndev = n;
+    mesh->num_threads = c->num_threads;
     mesh->devices = calloc((size_t)n, sizeof(Device));
     for (int d = 0; d < n; d++) device_init(&mesh->devices[d], d, (size_t)c->hbm_capacity);
     // Groups: for each axis mask, the devices that share all coordinates outside the mask.
@@ -137,10 +141,25 @@ typedef struct {
 
 typedef struct { Mesh *mesh; int dev; void (*fn)(int, void *); void *arg; Tally *tally; } Launch;
 
+int mesh_threads_of(const Mesh *mesh, int dev) {
+    if (mesh->num_threads > 0) return mesh->num_threads;
+#ifdef _OPENMP
+    int cores = omp_get_num_procs(), n = mesh->ndev;
+    return MM_MAX(1, cores / n + (dev < cores % n));
+#else
+    (void)dev;
+    return 1;
+#endif
+}
+
 static void *device_main(void *p) {
     Launch *l = (Launch *)p;
     mem_set_device(&l->mesh->devices[l->dev]);
     mesh_set_current(l->mesh, l->dev);
+#ifdef _OPENMP
+    omp_set_num_threads(mesh_threads_of(l->mesh, l->dev));
+    omp_set_max_active_levels(1);
+#endif
     l->fn(l->dev, l->arg);
     if (l->tally) {
         pthread_mutex_lock(&l->tally->lock);

@@ -29,6 +29,7 @@ typedef struct Mesh {
     int *rep;                 // (ndev)
     int nclasses;
     int solo;
+    int num_threads;          // the num_threads key: OpenMP threads per device (0 = shared out)
 } Mesh;
 
 // Sizes from ici_<axis>_parallelism (-1 = whatever is left of num_devices). Dies with a
@@ -46,8 +47,15 @@ Group *mesh_prefetch_group(const Mesh *mesh, int dev);
 // "data=2 fsdp=4" (axes of size 1 left out; "1 device" when all are 1).
 const char *mesh_describe(const Mesh *mesh, char *buf, size_t cap);
 
+// The OpenMP threads of device dev: num_threads if set, else the C cores shared out over the
+// N devices, C/N each and one more for the first C mod N, at least one: the devices' threads
+// together are never more than the cores (unless there are more devices than cores).
+int mesh_threads_of(const Mesh *mesh, int dev);
+
 // Runs fn(dev, arg) on one thread per device, each with its device set as the thread's
-// current device, and returns when all have finished.
+// current device and its OpenMP threads set (mesh_threads_of; nested parallel regions off:
+// a parallel loop inside another runs on the thread that reaches it), and returns when all
+// have finished.
 void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg);
 
 // Dry run (the planner): devices whose plans are equal form a class, and only the first
