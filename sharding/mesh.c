@@ -75,6 +75,7 @@ void mesh_init(Mesh *mesh, const Config *c) {
     for (int a = 0; a < MESH_NAXES; a++) mesh->size[a] = want[a];
     mesh->ndev = n;
     mesh->num_threads = c->num_threads;
+    mesh->adafactor = !strcmp(c->opt_type, "adafactor");
     mesh->devices = calloc((size_t)n, sizeof(Device));
     for (int d = 0; d < n; d++) device_init(&mesh->devices[d], d, (size_t)c->hbm_capacity);
     // Groups: for each axis mask, the devices that share all coordinates outside the mask.
@@ -193,7 +194,9 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
 // build_rows). Of the coordinates:
 //   data, fsdp  choose the device's sequences and its slice of each unit, which is padded to
 //               a multiple of fsdp x data so that every slice has the same length
-//               (sharding/fsdp.c shard_init); ZeRO-1's piece of the slice likewise;
+//               (sharding/fsdp.c shard_init); ZeRO-1's piece of the slice likewise; but
+//               adafactor keeps state per tensor that meets the slice (model/adafactor.c), so
+//               with opt_type=adafactor the fsdp rank changes its size;
 //   tensor      chooses its heads, widths and vocabulary slice, all of one size since the
 //               mesh must divide every split dimension (model/model.c);
 // so these change which bytes, never how many, and devices that differ only there share a
@@ -206,11 +209,11 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
 //               kernels skip those: kept apart so as not to rely on them allocating the same.
 // tests/planner.sh plans meshes both ways (dry_run_all_devices) and compares every figure.
 static int class_rep(const Mesh *mesh, int d) {
+    unsigned apart = AXIS_BIT(AX_STAGE) | AXIS_BIT(AX_EXPERT) | AXIS_BIT(AX_CONTEXT) |
+                     (mesh->adafactor ? AXIS_BIT(AX_FSDP) : 0);
     int id = 0;
-    for (int a = 0; a < MESH_NAXES; a++) {
-        int apart = a == AX_STAGE || a == AX_EXPERT || a == AX_CONTEXT;
-        id = id * mesh->size[a] + (apart ? mesh_coord(mesh, d, (MeshAxis)a) : 0);
-    }
+    for (int a = 0; a < MESH_NAXES; a++)
+        id = id * mesh->size[a] + (apart & AXIS_BIT(a) ? mesh_coord(mesh, d, (MeshAxis)a) : 0);
     return id;
 }
 

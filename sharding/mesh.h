@@ -29,6 +29,7 @@ typedef struct Mesh {
     int *rep;                 // (ndev)
     int nclasses;
     int solo;
+    int adafactor;            // opt_type=adafactor: its state's size depends on the fsdp rank
     int num_threads;          // the num_threads key: OpenMP threads per device (0 = shared out)
 } Mesh;
 
