@@ -153,38 +153,53 @@ static int cmd_prepare(int argc, char **argv) {
     return 0;
 }
 
-typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; } Run;
+// A dry run's step: device 0's result and each planned device's figures after the step,
+// for main to write once every device has its plan (sharding/mesh.h, mesh_run_classes).
+typedef struct { int step; StepResult r; double ms, tok_s, gflops; DevStats *stats; } DryStep;
+
+typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; DryStep dry; } Run;
+
+static void device_stats(const Device *dev, const StepResult *r, DevStats *s) {
+    memset(s, 0, sizeof *s);
+    s->peak_total = dev->peak_total;
+    memcpy(s->peak, dev->peak, sizeof s->peak);
+    memcpy(s->live, dev->live, sizeof s->live);
+    memcpy(s->fwd_peak, r->fwd_peak, sizeof s->fwd_peak);
+    for (int k = 0; k < COLL_NKINDS; k++) { s->sent[k] = dev->comm_sent[k]; s->recv[k] = dev->comm_recv[k]; }
+    s->host_peak_total = dev->host_peak_total;
+    memcpy(s->host_peak, dev->host_peak, sizeof s->host_peak);
+    s->to_host = dev->to_host_bytes;
+    s->to_device = dev->to_device_bytes;
+    s->stop = signals_stop_requested();
+}
 
 // Every device's figures, on every device (a collective: all devices call it).
 static void mesh_stats(const Mesh *mesh, const Device *dev, const StepResult *r, DevStats *all) {
     Group *g = mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1);
     DevStats mine;
-    memset(&mine, 0, sizeof mine);
-    mine.peak_total = dev->peak_total;
-    memcpy(mine.peak, dev->peak, sizeof mine.peak);
-    memcpy(mine.live, dev->live, sizeof mine.live);
-    memcpy(mine.fwd_peak, r->fwd_peak, sizeof mine.fwd_peak);
-    for (int k = 0; k < COLL_NKINDS; k++) { mine.sent[k] = dev->comm_sent[k]; mine.recv[k] = dev->comm_recv[k]; }
-    mine.host_peak_total = dev->host_peak_total;
-    memcpy(mine.host_peak, dev->host_peak, sizeof mine.host_peak);
-    mine.to_host = dev->to_host_bytes;
-    mine.to_device = dev->to_device_bytes;
-    mine.stop = signals_stop_requested();
+    device_stats(dev, r, &mine);
     coll_all_gather(g, &mine, all, sizeof mine);
+}
+
+// The dry run's metrics line: every device has the figures of its class's representative.
+static void write_dry_metrics(const Config *c, const Mesh *mesh, const DryStep *dry) {
+    FILE *f = fopen(c->metrics_file, dry->step ? "a" : "w");
+    if (!f) die("cannot open metrics_file '%s': %s", c->metrics_file, strerror(errno));
+    DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
+    for (int d = 0; d < mesh->ndev; d++) stats[d] = dry->stats[mesh->rep[d]];
+    write_metrics(f, c->metrics_file, dry->step, &dry->r, dry->ms, dry->tok_s, dry->gflops, stats, mesh->ndev);
+    free(stats);
+    fclose(f);
 }
 
 // What every device runs: the same program on its own share (SPMD). Device 0 talks.
 static void device_main(int dev_id, void *arg) {
-    const Run *run = (const Run *)arg;
+    Run *run = (Run *)arg;
     Config c = *run->c;
     const Mesh *mesh = run->mesh;
     const DataLoader *dl = run->dl;
     Device *dev = mem_device();
     int talk = dev_id == 0;
-#ifdef _OPENMP
-    // The cores are shared out over the devices (at least one thread each).
-    omp_set_num_threads(c.num_threads > 0 ? c.num_threads : MM_MAX(1, omp_get_num_procs() / mesh->ndev));
-#endif
     Model m;
     mem_mark_reset(dev);
     model_init(&m, &c);
@@ -203,8 +218,12 @@ static void device_main(int dev_id, void *arg) {
                c.decoder_block, c.base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
                c.num_experts, c.num_experts_per_tok, c.sparse_matmul ? "sparse (grouped)" : "dense");
         printf("BLAS: %s\n", blas_description());
-        printf("mesh: %s (%d device%s, one thread each)\n", mesh_describe(mesh, b2, sizeof b2), mesh->ndev,
-               mesh->ndev > 1 ? "s" : "");
+        int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
+        char nt[32];
+        if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
+        else snprintf(nt, sizeof nt, "%d", most);
+        printf("mesh: %s (%d device%s, one thread each, with %s OpenMP thread%s)\n", mesh_describe(mesh, b2, sizeof b2),
+               mesh->ndev, mesh->ndev > 1 ? "s" : "", nt, most > 1 ? "s" : "");
         printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
                run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
         sharding_print_state(&m);
@@ -253,7 +272,7 @@ static void device_main(int dev_id, void *arg) {
         eval_targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)Be * Sl, "eval batch targets");
     }
     FILE *metrics = NULL;
-    if (talk && c.metrics_file[0] && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
+    if (talk && c.metrics_file[0] && !c.dry_run && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
         die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
 
     // 4. The training loop. A dry run (the planner, sharding/plan.h) runs one step that
@@ -288,14 +307,15 @@ static void device_main(int dev_id, void *arg) {
         plan_watch_end(dev);
         double ms = now_ms() - t0, gflops = (dev->flops - flops0) * mesh->ndev / (ms * 1e6);
         double tok_s = (double)A * Bg * S / (ms / 1e3);
+        if (c.dry_run) {   // the plan and its metrics are written by main once every device has its plan
+            device_stats(dev, &r, &run->dry.stats[dev_id]);
+            if (talk) { run->dry.step = step; run->dry.r = r; run->dry.ms = ms; run->dry.tok_s = tok_s; run->dry.gflops = gflops; }
+            break;
+        }
         mesh_stats(mesh, dev, &r, stats);
         size_t peak = 0;
         for (int d = 0; d < mesh->ndev; d++) peak = MM_MAX(peak, stats[d].peak_total);
         for (int d = 0; d < mesh->ndev; d++) stop_sig = MM_MAX(stop_sig, stats[d].stop);
-        if (c.dry_run) {   // the plan itself is printed by main once every device is done
-            if (metrics) write_metrics(metrics, c.metrics_file, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
-            break;
-        }
         if (talk && (step % c.log_period == 0 || step == c.steps - 1))
             printf("step %5d | loss %.4f | aux %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %8.0f tok/s | "
                    "%6.1f GFLOP/s | peak %s\n", step, r.loss, r.aux_loss, r.lr, r.grad_norm, ms, tok_s, gflops,
@@ -311,12 +331,14 @@ static void device_main(int dev_id, void *arg) {
 
     // 5. Final eval, checkpoint, sample. A run stopped by a signal saves its checkpoint and ends.
     if (talk) signals_allow_stop(0);
-    if (stop_sig && !c.dry_run && talk) {
-        if (c.save_checkpoint[0]) checkpoint_save(&m, c.save_checkpoint);
-        fflush(stdout);
-        fprintf(stderr, "meshmoe: stopped by %s after step %d of %d; %s%s\n", signal_name(stop_sig), m.step, c.steps,
-                c.save_checkpoint[0] ? "checkpoint saved to " : "no checkpoint saved (save_checkpoint is not set)",
-                c.save_checkpoint);
+    if (stop_sig && !c.dry_run) {
+        if (c.save_checkpoint[0]) checkpoint_save(&m, c.save_checkpoint);   // every device (a collective)
+        if (talk) {
+            fflush(stdout);
+            fprintf(stderr, "meshmoe: stopped by %s after step %d of %d; %s%s\n", signal_name(stop_sig), m.step,
+                    c.steps, c.save_checkpoint[0] ? "checkpoint saved to " : "no checkpoint saved (save_checkpoint is not set)",
+                    c.save_checkpoint);
+        }
     }
     if (c.dry_run || stop_sig) {
         if (metrics) fclose(metrics);
@@ -413,7 +435,7 @@ int main(int argc, char **argv) {
     DataLoader dl;
     loader_init(&dl, tokens, ntok, c.max_target_length, c.eval_fraction);
 
-    Run run = {&c, &mesh, &dl, ntok};
+    Run run = {&c, &mesh, &dl, ntok, {0}};
     mem_set_dry(c.dry_run);
     // The planner reports a device that does not fit instead of stopping at its first
     // allocation that does not: its devices have no capacity limit.
@@ -422,17 +444,21 @@ int main(int argc, char **argv) {
         printf("dry run: one training step's allocations, nothing computed (the MoE routing is replaced by a "
                "balanced one; every routing-dependent buffer is allocated for its bound, so the plan equals a "
                "real step's measured peaks)\n");
-    mesh_run(&mesh, device_main, &run);
+    if (c.dry_run) run.dry.stats = calloc((size_t)mesh.ndev, sizeof(DevStats));
+    if (c.dry_run) mesh_run_classes(&mesh, device_main, &run, c.dry_run_all_devices);
+    else mesh_run(&mesh, device_main, &run);
 
     if (c.memory_trace[0]) {
         plan_trace_write(&mesh, c.memory_trace);
         printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c.memory_trace,
                c.memory_trace);
     }
+    if (c.dry_run && c.metrics_file[0]) write_dry_metrics(&c, &mesh, &run.dry);
     if (c.dry_run) plan_print(&mesh, (size_t)c.hbm_capacity);
     else
         for (int d = 0; d < mesh.ndev; d++) mem_print_report(&mesh.devices[d]);
     plan_free(&mesh);
+    free(run.dry.stats);
     mesh_free(&mesh);
     free(tokens);
     int sig = signals_stop_requested();

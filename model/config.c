@@ -174,6 +174,7 @@ static const KeyDef KEYS[] = {
     KEY(sweep_num_devices, K_INT, "4", "sweep: devices of the mesh-shape sweep (every data x fsdp x tensor x expert factorisation)"),
     // ---- the dry-run planner and the memory timeline (sharding/plan.h) ----
     KEY(dry_run, K_BOOL, "false", "walk one training step's allocations without computing, print each device's memory plan and whether it fits hbm_capacity"),
+    KEY(dry_run_all_devices, K_BOOL, "false", "dry run: plan every device (every thread runs the step) instead of one device per class of devices whose plans are equal (sharding/mesh.h); the same figures, slower"),
     KEY(memory_trace, K_STR, "", "write each device's live bytes by tag over the first step, one CSV row per alloc/free/phase (./train plot TRACE DIR draws it)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))

@@ -137,6 +137,7 @@ typedef struct {
     int sweep_num_devices;           // devices of the mesh-shape sweep
     // ---- the dry-run planner and the memory timeline (sharding/plan.h) ----
     int dry_run;                     // the planner: allocate, do not compute (sharding/plan.h)
+    int dry_run_all_devices;         // plan every device, not one per class (sharding/mesh.h)
     char memory_trace[CFG_STR];      // CSV of every device's allocations over the first step ("" = off)
 } Config;
 

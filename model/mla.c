@@ -204,7 +204,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     treesum_begin(&ts, (size_t)T * Dr, MEM_TEMP, "mla d k_rope piece");
     for (int r = 0; r < pieces; r++) {
         float *piece = treesum_leaf(&ts);   // (T,Dr): heads r*hp .. (r+1)*hp-1
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < (mem_dry() ? 0 : T); t++)   // (a dry run computes nothing)
             for (int h = r * hp; h < (r + 1) * hp; h++)
                 for (int d = 0; d < Dr; d++) piece[(size_t)t * Dr + d] += dk[((size_t)t * N + h) * Qk + Dn + d];
         treesum_push(&ts);

@@ -41,8 +41,8 @@ static void rope_apply(float *x, int B, int S, int pos0, int H, int stride, int 
     int half = Dr / 2;
     float *sn = mem_floats(MEM_TEMP, (size_t)S * half, "rope sin");   // (S, Dr/2)
     float *cs = mem_floats(MEM_TEMP, (size_t)S * half, "rope cos");   // (S, Dr/2)
-    rope_table(sn, cs, S, pos0, Dr, min_ts, max_ts, bf16);
-    if (mem_dry()) B = 0;   // dry run: nothing to rotate
+    if (mem_dry()) B = 0;   // dry run: no table to fill, nothing to rotate
+    else rope_table(sn, cs, S, pos0, Dr, min_ts, max_ts, bf16);
     #pragma omp parallel for collapse(2) if ((long)B * S * H * Dr > 65536)
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) {

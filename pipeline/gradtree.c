@@ -45,8 +45,9 @@ void gradtree_push(GradTree *t, int leaf, float *buf) {
         float *other = t->wait[sibling];
         t->wait[sibling] = NULL;
         if (cur == t->home) { float *x = cur; cur = other; other = x; }   // the sum stays in the destination
-        #pragma omp parallel for if (t->len > 65536)
-        for (size_t i = 0; i < t->len; i++) other[i] += cur[i];   // left + right == right + left
+        size_t len = mem_dry() ? 0 : t->len;   // (a dry run adds nothing)
+        #pragma omp parallel for if (len > 65536)
+        for (size_t i = 0; i < len; i++) other[i] += cur[i];   // left + right == right + left
         mem_free(cur);
         cur = other;
         id = path[--depth];

@@ -33,9 +33,9 @@ float *shift_rotate(Shift *sh, float *out, const int *sends, const char *name) {
     size_t bytes = sizeof(float) * sh->n;
     float *got = sends[from] ? mem_floats(MEM_ACTIVATIONS, sh->n, name) : NULL;
     if (sh->impl == PP_PPERMUTE) {
-        if (out) { memcpy(sh->send, out, bytes); mem_free(out); }
+        if (out) { mem_copy(sh->send, out, bytes); mem_free(out); }
         coll_ppermute(sh->group, sh->send, sh->recv, bytes, perm);
-        if (got) memcpy(got, sh->recv, bytes);
+        if (got) mem_copy(got, sh->recv, bytes);
     } else {
         // The old row goes straight into the neighbour's new row; then the old row is gone.
         coll_ppermute(sh->group, out, got, bytes, perm);

@@ -123,7 +123,7 @@ float *stage_forward(Pipe *P, int mb, int rep, float *x) {
         float *copy = NULL;
         if (P->train && P->p.save_dli && i == 0) {   // the chunk's input a second time: the second stacked buffer
             copy = mem_floats(MEM_ACTIVATIONS, n, "decoder_layer_input");
-            memcpy(copy, cur, sizeof(float) * n);
+            mem_copy(copy, cur, sizeof(float) * n);
             act_pack(c, &copy, n);   // stored as the activations are (16-bit in bf16 mode)
         }
         LayerActs a;

@@ -55,8 +55,18 @@ static int my_rank(const Group *g) {
     die("internal: device %d called a collective of a group it is not in", dev);
 }
 
+// A dry run that plans one device per class (sharding/mesh.h, mesh_run_classes) runs each
+// representative alone: its collectives wait for nobody, and every member is taken to post
+// what the caller posts (in a dry run only sizes travel, and those are the same on every
+// member of a group: sharding/mesh.c says why). posted(g, q, mine) is what member q posted.
+static int solo(void) {
+    const Mesh *m = mesh_current();
+    return m && m->solo;
+}
+static const void *posted(const Group *g, int q, const void *mine) { return solo() ? mine : g->slot[q]; }
+
 void coll_barrier(Group *g) {
-    if (g->n > 1) pthread_barrier_wait(&g->barrier);
+    if (g->n > 1 && !solo()) pthread_barrier_wait(&g->barrier);
 }
 
 // A dry run (sharding/memory.h) moves no payload: the buffers hold nothing. The staging
@@ -64,7 +74,7 @@ void coll_barrier(Group *g) {
 // since those are the small exchanges of counts (the expert all-to-all's sizes) that
 // decide the sizes of later buffers.
 static void move(void *dst, const void *src, size_t bytes) {
-    if (!(mem_dry() && bytes >= 4096)) memcpy(dst, src, bytes);
+    if (dst != src && !(mem_dry() && bytes >= 4096)) memcpy(dst, src, bytes);
 }
 
 // Atomic: a device's prefetch helper thread (sharding/overlap.h) counts its all-gathers on
@@ -99,7 +109,7 @@ void coll_all_gather(Group *g, const void *send, void *recv, size_t bytes_each) 
     int r = my_rank(g);
     g->slot[r] = send;
     coll_barrier(g);
-    for (int q = 0; q < g->n; q++) move((char *)recv + (size_t)q * bytes_each, g->slot[q], bytes_each);
+    for (int q = 0; q < g->n; q++) move((char *)recv + (size_t)q * bytes_each, posted(g, q, send), bytes_each);
     coll_barrier(g);
     count(COLL_ALL_GATHER, bytes_each * (size_t)(g->n - 1), bytes_each * (size_t)(g->n - 1));
 }
@@ -111,7 +121,7 @@ void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each
     float *stage = mem_floats(MEM_COMM, (size_t)g->n * n_each, "reduce-scatter pieces");
     coll_barrier(g);
     for (int q = 0; q < g->n; q++)
-        move(stage + (size_t)q * n_each, (const float *)g->slot[q] + (size_t)r * n_each, sizeof(float) * n_each);
+        move(stage + (size_t)q * n_each, (const float *)posted(g, q, send) + (size_t)r * n_each, sizeof(float) * n_each);
     coll_barrier(g);
     tree_reduce_inplace(stage, g->n, n_each);
     move(recv, stage, sizeof(float) * n_each);
@@ -126,7 +136,7 @@ void coll_all_reduce(Group *g, float *buf, size_t n) {
     g->slot[r] = buf;
     float *stage = mem_floats(MEM_COMM, (size_t)g->n * n, "all-reduce pieces");
     coll_barrier(g);
-    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * n, g->slot[q], sizeof(float) * n);
+    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * n, posted(g, q, buf), sizeof(float) * n);
     coll_barrier(g);
     tree_reduce_inplace(stage, g->n, n);
     move(buf, stage, sizeof(float) * n);
@@ -141,7 +151,7 @@ void coll_all_reduce_double(Group *g, double *buf, size_t n) {
     g->slot[r] = buf;
     double *stage = (double *)mem_alloc(MEM_COMM, sizeof(double) * (size_t)g->n * n, "all-reduce pieces");
     coll_barrier(g);
-    for (int q = 0; q < g->n; q++) memcpy(stage + (size_t)q * n, g->slot[q], sizeof(double) * n);
+    for (int q = 0; q < g->n; q++) memcpy(stage + (size_t)q * n, posted(g, q, buf), sizeof(double) * n);
     coll_barrier(g);
     tree_reduce_double(stage, g->n, n);
     memcpy(buf, stage, sizeof(double) * n);
@@ -156,7 +166,7 @@ void coll_all_reduce_long(Group *g, long *buf, size_t n) {
     g->slot[r] = buf;
     long *stage = (long *)mem_alloc(MEM_COMM, sizeof(long) * (size_t)g->n * n, "all-reduce pieces");
     coll_barrier(g);
-    for (int q = 0; q < g->n; q++) memcpy(stage + (size_t)q * n, g->slot[q], sizeof(long) * n);
+    for (int q = 0; q < g->n; q++) memcpy(stage + (size_t)q * n, posted(g, q, buf), sizeof(long) * n);
     coll_barrier(g);
     for (size_t i = 0; i < n; i++) {   // integer sums are exact in any order
         long s = 0;
@@ -177,10 +187,17 @@ void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const s
     coll_barrier(g);
     size_t sent = 0, got = 0;
     for (int q = 0; q < g->n; q++) {
-        if (g->slot_bytes[q][r] != recv_bytes[q])
-            die("internal: all-to-all size mismatch: rank %d sends %zu bytes to rank %d, which expects %zu",
-                q, g->slot_bytes[q][r], r, recv_bytes[q]);
-        move((char *)recv + recv_off[q], (const char *)g->slot[q] + g->slot_off[q][r], recv_bytes[q]);
+        if (solo()) {
+            // Member q sends r what r sends itself, as much as r expects: that is q's part
+            // where it does not depend on the sender (the expert row counts); elsewhere the
+            // bytes are only counted (a dry run moves no payload).
+            move((char *)recv + recv_off[q], (const char *)send + send_off[r], MM_MIN(recv_bytes[q], send_bytes[r]));
+        } else {
+            if (g->slot_bytes[q][r] != recv_bytes[q])
+                die("internal: all-to-all size mismatch: rank %d sends %zu bytes to rank %d, which expects %zu",
+                    q, g->slot_bytes[q][r], r, recv_bytes[q]);
+            move((char *)recv + recv_off[q], (const char *)g->slot[q] + g->slot_off[q][r], recv_bytes[q]);
+        }
         if (q != r) { got += recv_bytes[q]; sent += send_bytes[q]; }
     }
     coll_barrier(g);
@@ -193,9 +210,10 @@ void coll_ppermute(Group *g, const void *send, void *recv, size_t bytes, const i
     if (r == 0) g->perm = perm;
     coll_barrier(g);
     size_t got = 0;
+    const int *pm = solo() ? perm : g->perm;
     for (int q = 0; q < g->n; q++)
-        if (g->perm[q] == r) {
-            move(recv, g->slot[q], bytes);
+        if (pm[q] == r) {
+            move(recv, posted(g, q, send), bytes);
             if (q != r) got = bytes;
         }
     coll_barrier(g);
@@ -206,7 +224,7 @@ void coll_broadcast(Group *g, void *buf, size_t bytes, int root) {
     int r = my_rank(g);
     if (r == root) g->slot[0] = buf;
     coll_barrier(g);
-    if (r != root) move(buf, g->slot[0], bytes);
+    if (r != root) move(buf, posted(g, 0, buf), bytes);
     coll_barrier(g);
     count(COLL_BROADCAST, r == root ? bytes * (size_t)(g->n - 1) : 0, r == root ? 0 : bytes);
 }

@@ -17,10 +17,11 @@ struct MemBlock {
     MemTag tag;
     Device *dev;
     const char *name;
-    int host;             // 1: in the device's host memory (not counted in its HBM)
-    int held;             // 1: kept until mem_release_held (mem_hold)
+    unsigned char host;   // 1: in the device's host memory (not counted in its HBM)
+    unsigned char held;   // 1: kept until mem_release_held (mem_hold)
     MemBlock *prev, *next;
     unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
+    unsigned seq;        // the device's allocation count when it was made: orders equal sizes
 };
 _Static_assert(sizeof(MemBlock) <= HEADER, "header must fit in front of the data");
 
@@ -123,15 +124,17 @@ static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
 }
 
 int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes) {
-    // Pick the largest after the last one picked, in the order (bytes, address) descending
-    // (no sorting of the list). Host-memory blocks are not the device's.
+    // Pick the largest after the last one picked, in the order (bytes, allocation) descending:
+    // of equal sizes the later allocation first (no sorting of the list). Host-memory blocks
+    // are not the device's.
     const MemBlock *last = NULL;
     int n = 0;
     for (; n < k; n++) {
         const MemBlock *best = NULL;
         for (const MemBlock *m = d->head; m; m = m->next) {
-            int after = !last || m->bytes < last->bytes || (m->bytes == last->bytes && m < last);
-            if (!m->host && after && (!best || m->bytes > best->bytes || (m->bytes == best->bytes && m > best))) best = m;
+            int after = !last || m->bytes < last->bytes || (m->bytes == last->bytes && m->seq < last->seq);
+            if (!m->host && after && (!best || m->bytes > best->bytes || (m->bytes == best->bytes && m->seq > best->seq)))
+                best = m;
         }
         if (!best) break;
         name[n] = best->name; tag[n] = best->tag; bytes[n] = best->bytes;
@@ -149,7 +152,7 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     char *raw = in_void ? malloc(sizeof(MemBlock)) : aligned_alloc(64, HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
     MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, host, 0, NULL, d->head, 0};
+    *m = (MemBlock){bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
     char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
     if (!in_void) memset(data, 0, rounded);
     if (d->head) d->head->prev = m;

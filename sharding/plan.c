@@ -146,11 +146,11 @@ void plan_trace_write(const Mesh *mesh, const char *path) {
 void plan_free(const Mesh *mesh) {
     for (int i = 0; i < mesh->ndev; i++) {
         Watch *w = (Watch *)mesh->devices[i].hook_ctx;
-        if (!w) continue;
+        mesh->devices[i].hook_ctx = NULL;
+        if (!w || (mesh->rep && mesh->rep[i] != i)) continue;   // a class's watch is its representative's
         for (size_t k = 0; k < w->nphases; k++) free(w->phases[k]);
         free(w->phases);
         free(w->ev);
         free(w);
-        mesh->devices[i].hook_ctx = NULL;
     }
 }
