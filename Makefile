@@ -97,3 +97,7 @@ plots: train
 
 clean:
 	rm -rf build train
+
+# GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
+build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
+	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)

@@ -1,30 +1,36 @@
 // model/gemm.c: the ordered GEMM (model/gemm.h): packed panels, cache blocks, and a
 // register-tile micro-kernel per instruction set (AVX-512, AVX2, scalar) chosen at run time.
 //
-// How the chain survives the blocking. C is cut into blocks of MC x NC, each computed by one
-// thread; the contraction into K blocks of KC. A K block continues every element's chain
-// where the previous one stopped: the micro-kernel loads the partial chain from C into its
-// accumulators (instead of 0) and goes on with k in order, so the chain is the same whatever
-// KC is. With accumulate, C's old value is added only to the finished chain: when K takes
-// more than one block, the block's old values are first copied aside (`save`), the chains
+// How the chain survives the blocking. C is cut into column blocks of NC and the
+// contraction into K blocks of KC (the whole of K up to 1024, so the layers of the presets
+// run one K block). Per (column block, K block) the threads first pack the B block
+// together, then each takes row blocks of C: it packs its A rows and runs the micro-kernel
+// over every tile. A K block continues every element's chain where the previous one
+// stopped: the micro-kernel loads the partial chain from C into its accumulators (instead
+// of 0) and goes on with k in order, so the chain is the same whatever KC is. With
+// accumulate, C's old value is added only to the finished chain: when K takes more than
+// one block, the column block's old values are first copied aside (`save`), the chains
 // are built in C, and the last K block adds the saved values. Rows and columns past the
 // edge of C are zero-padded in the panels and computed in a tile on the stack; a lane's
 // chain never looks at its neighbours, so the padding changes nothing.
 //
-// The packing buffers (at most MC*KC + KC*NC + MC*NC floats, 0.8 MB, per thread) belong
-// to the kernel, like a BLAS library's own buffers, not to the model: they are plain heap
-// memory outside the device's tagged allocator. transB needs no transposed copy: the B
-// panels are packed from either layout.
+// The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
+// MC x KC, 384 KiB, per thread; and the saved M x NC old values when accumulating over
+// more than one K block) belong to the kernel, like a BLAS library's own buffers, not to
+// the model: they are plain heap memory outside the device's tagged allocator. transB
+// needs no transposed copy: the B panels are packed from either layout.
 #include "model/gemm.h"
 #include "sharding/memory.h"
 #include "common.h"
 #include <immintrin.h>
+#include <omp.h>
 #include <stdlib.h>
 
-// Cache blocks: an A block (MC x KC, 144 KiB) and a B block (KC x NC, 384 KiB) stay in a
-// 1 MiB L2 while the micro-kernel sweeps them; MC and NC are multiples of every kernel's
-// tile so that only the edges of C are partial tiles.
-enum { MC = 96, NC = 256, KC = 384, MR_MAX = 12, NR_MAX = 32 };
+// Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
+// micro-kernel sweeps the B panels (KC x 32) across it. MC and NC are multiples of every
+// kernel's tile so that only the edges of C are partial tiles; MC shrinks for small M so
+// that every thread gets row blocks.
+enum { MC = 96, NC = 512, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
 // The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr) and a packed B
 // panel Bp (kc, nr), both k-major. The accumulators start at 0 (load = 0) or at the partial
@@ -201,35 +207,34 @@ typedef struct {
     float *C;
 } GemmArgs;
 
-// The block of C rows [i0, i0+mc), columns [j0, j0+nc), all of K.
-static void gemm_block(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, int j0, int nc,
-                       float *Ap, float *Bp, float *save) {
-    int mr = kn->mr, nr = kn->nr, split = g->K > KC;
-    float *Cb = g->C + (size_t)i0 * g->ldc + j0;
-    if (g->accumulate && split)   // the old values, added once the chains are finished
-        for (int r = 0; r < mc; r++)
-            for (int c = 0; c < nc; c++) save[(size_t)r * nc + c] = Cb[(size_t)r * g->ldc + c];
-    for (int k0 = 0; k0 < g->K; k0 += KC) {
-        int kc = imin(KC, g->K - k0), last = k0 + kc == g->K;
-        for (int jr = 0; jr < nc; jr += nr)
-            pack_b(Bp + (size_t)jr * kc, g->B, g->bk, g->bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
-        for (int ir = 0; ir < mc; ir += mr)
-            pack_a(Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
-        for (int jr = 0; jr < nc; jr += nr)
-            for (int ir = 0; ir < mc; ir += mr) {
-                float *c = Cb + (size_t)ir * g->ldc + jr;
-                const float *old = NULL;
-                int ldo = g->ldc;
-                if (last && g->accumulate) {
-                    old = split ? save + (size_t)ir * nc + jr : c;
-                    ldo = split ? nc : g->ldc;
-                }
-                int rows = imin(mr, mc - ir), cols = imin(nr, nc - jr);
-                const float *a = Ap + (size_t)ir * kc, *b = Bp + (size_t)jr * kc;
-                if (rows == mr && cols == nr) kn->fn(kc, a, b, c, g->ldc, k0 > 0, old, ldo);
-                else edge_tile(kn, kc, a, b, c, g->ldc, rows, cols, k0 > 0, old, ldo);
+// Rows [i0, i0+mc) by columns [j0, j0+nc) of C, K block [k0, k0+kc), the B block packed in
+// Bp (nc/nr panels of kc x nr); Ap is this thread's A buffer; save (row stride nc) holds the
+// old values of C's column block when accumulate takes more than one K block.
+static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, int j0, int nc, int k0, int kc,
+                      const float *Bp, float *Ap, const float *save) {
+    int mr = kn->mr, nr = kn->nr, last = k0 + kc == g->K, split = g->K > kc || k0 > 0;
+    for (int ir = 0; ir < mc; ir += mr)
+        pack_a(Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
+    for (int jr = 0; jr < nc; jr += nr)
+        for (int ir = 0; ir < mc; ir += mr) {
+            float *c = g->C + (size_t)(i0 + ir) * g->ldc + j0 + jr;
+            const float *old = NULL;
+            int ldo = g->ldc;
+            if (last && g->accumulate) {
+                old = split ? save + (size_t)(i0 + ir) * nc + jr : c;
+                ldo = split ? nc : g->ldc;
             }
-    }
+            int rows = imin(mr, mc - ir), cols = imin(nr, nc - jr);
+            const float *a = Ap + (size_t)ir * kc, *b = Bp + (size_t)jr * kc;
+            if (rows == mr && cols == nr) kn->fn(kc, a, b, c, g->ldc, k0 > 0, old, ldo);
+            else edge_tile(kn, kc, a, b, c, g->ldc, rows, cols, k0 > 0, old, ldo);
+        }
+}
+
+static float *buffer(size_t floats) {
+    float *p = aligned_alloc(64, (sizeof(float) * floats + 63) / 64 * 64);
+    if (!p) die("out of host memory for the GEMM's packing buffers (%zu floats)", floats);
+    return p;
 }
 
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
@@ -247,22 +252,38 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     GemmArgs g = {M, N, K, accumulate, ldc, A, B,
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
-    int mb = (M + MC - 1) / MC, nb = (N + NC - 1) / NC, nblk = mb * nb;
-    int kmax = imin(K, KC);
+    int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
+    int par = (double)M * N * K > 1e6;
+    // Row blocks: about 4 per thread when M is small (never fewer rows than a tile).
+    int threads = par ? omp_get_max_threads() : 1;
+    int mc = (M + 4 * threads - 1) / (4 * threads);
+    mc = imin(MC, (mc + mr - 1) / mr * mr);
+    int nrb = (M + mc - 1) / mc;
+    float *Bp = buffer((size_t)kmax * ((nmax + nr - 1) / nr * nr));
+    float *save = accumulate && split ? buffer((size_t)M * nmax) : NULL;
     // Blocks of C are independent, so they run in parallel; the split changes no bits.
-    #pragma omp parallel if ((double)M * N * K > 1e6 && nblk > 1)
+    #pragma omp parallel if (par)
     {
-        float *Ap = aligned_alloc(64, sizeof(float) * MC * kmax);
-        float *Bp = aligned_alloc(64, sizeof(float) * NC * kmax);
-        float *save = accumulate && K > KC ? aligned_alloc(64, sizeof(float) * MC * NC) : NULL;
-        if (!Ap || !Bp || (accumulate && K > KC && !save)) die("out of host memory for the GEMM's packing buffers");
-        #pragma omp for schedule(dynamic)
-        for (int blk = 0; blk < nblk; blk++) {
-            int i0 = blk / nb * MC, j0 = blk % nb * NC;
-            gemm_block(kn, &g, i0, imin(MC, M - i0), j0, imin(NC, N - j0), Ap, Bp, save);
+        float *Ap = buffer((size_t)mc * kmax);
+        for (int j0 = 0; j0 < N; j0 += NC) {
+            int nc = imin(NC, N - j0);
+            for (int k0 = 0; k0 < K; k0 += KC) {
+                int kc = imin(KC, K - k0);
+                if (save && k0 == 0) {   // the old values, added once the chains are finished
+                    #pragma omp for schedule(static)
+                    for (int i = 0; i < M; i++)
+                        memcpy(save + (size_t)i * nc, C + (size_t)i * ldc + j0, sizeof(float) * nc);
+                }
+                #pragma omp for schedule(static)
+                for (int jr = 0; jr < nc; jr += nr)
+                    pack_b(Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
+                #pragma omp for schedule(dynamic)
+                for (int rb = 0; rb < nrb; rb++)
+                    gemm_rows(kn, &g, rb * mc, imin(mc, M - rb * mc), j0, nc, k0, kc, Bp, Ap, save);
+            }
         }
         free(Ap);
-        free(Bp);
-        free(save);
     }
+    free(Bp);
+    free(save);
 }
