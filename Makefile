@@ -27,7 +27,7 @@ LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pi
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity bench clean corpus sweep docs plots
+.PHONY: all run test unit asan tsan parity bench bench-peers clean corpus sweep docs plots
 all: train
 
 $(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
@@ -74,8 +74,15 @@ tsan:
 parity: train
 	bash tests/parity/run_parity.sh
 
-bench: train
+bench: train build/gemm_bench
 	bash tests/bench.sh
+
+# The peers of make bench in .venv-peers (git-ignored): the pinned JAX stack of the parity
+# tests, torch and transformers. PyPI's Linux torch wheel is the CUDA build (about 0.5 GB,
+# 6 GB with the CUDA libraries it imports); a CPU-only wheel is not on PyPI.
+bench-peers:
+	test -x .venv-peers/bin/python || python3 -m venv .venv-peers
+	.venv-peers/bin/pip install --quiet -r tests/parity/requirements.txt torch transformers
 
 # Every optimization of OPTIMIZATIONS.md toggled against the baseline on both tiny presets:
 # losses compared bit for bit, per-device memory measured (sweep/sweep.c). Fails if a "bit"
