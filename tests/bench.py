@@ -86,10 +86,12 @@ def sgemm_peak():
     ordered GEMM's {threads: GFLOP/s} on the same product."""
     out = sh(["build/gemm_bench", "2048"]).stdout
     peak = {int(t): float(g) for t, g in re.findall(r"sgemm_peak threads=(\d) n=2048 GFLOP/s ([\d.]+)", out)}
-    ordered = {int(t): float(g) for t, g in re.findall(r"^ordered threads=(\d) n=2048 GFLOP/s ([\d.]+)", out, re.M)}
+    ordered = {int(t): (g, c) for t, g, c in
+               re.findall(r"^ordered threads=(\d) n=2048 GFLOP/s ([\d.]+) per-CPU-second ([\d.]+)", out, re.M)}
+    peak_cpu = {int(t): c for t, c in re.findall(r"sgemm_peak threads=(\d) n=2048 GFLOP/s [\d.]+ per-CPU-second ([\d.]+)", out)}
     lib = (re.search(r"BLAS: (.*)", out) or [None, "?"])[1]
-    shapes = re.findall(r"^ordered threads=2 (\S.*\S) +GFLOP/s ([\d.]+)", out, re.M)
-    shapes = [(w, g) for w, g in shapes if not w.startswith("n=")]
+    shapes = re.findall(r"^ordered threads=2 (\S.*\S) +GFLOP/s ([\d.]+) per-CPU-second ([\d.]+)", out, re.M)
+    shapes = [(w, g, c) for w, g, c in shapes if not w.startswith("n=")]
     if not peak:   # no OpenBLAS in this build: numpy's bundled OpenBLAS
         code = ("import numpy as np, time\nn=2048\na=np.random.rand(n,n).astype(np.float32)\n"
                 "b=np.random.rand(n,n).astype(np.float32)\na@b\nbest=1e9\n"
@@ -107,7 +109,7 @@ def sgemm_peak():
                     lib = f"OpenBLAS bundled with numpy {ver} ({py}); this build has no OpenBLAS"
             if peak:
                 break
-    return peak, lib, ordered, shapes
+    return peak, peak_cpu, lib, ordered, shapes
 
 
 def run_meshmoe(preset):
@@ -130,15 +132,18 @@ def run_peer(which, dump):
 
 def main():
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)")
-    peak, lib, ordered, shapes = sgemm_peak()
+    peak, peak_cpu, lib, ordered, shapes = sgemm_peak()
     p2 = peak.get(2)
     print(f"sgemm peak, n=2048 ({lib}): " +
           (", ".join(f"{t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s" for t, g in sorted(peak.items()))
            if peak else "not measured (no OpenBLAS here and no venv with numpy)"))
-    print("ordered GEMM, n=2048: " + ", ".join(f"{t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s"
-                                               for t, g in sorted(ordered.items())))
-    for w, g in shapes:
-        print(f"  ordered GEMM, 2 threads, {w}: {g} GFLOP/s")
+    if peak_cpu:
+        print("  per CPU-second (the process's CPU time): " + ", ".join(f"{t} thread{'s' if t > 1 else ''} {c}"
+                                                                        for t, c in sorted(peak_cpu.items())))
+    print("ordered GEMM, n=2048: " + ", ".join(f"{t} thread{'s' if t > 1 else ''} {g} GFLOP/s ({c} per CPU-second)"
+                                               for t, (g, c) in sorted(ordered.items())))
+    for w, g, c in shapes:
+        print(f"  ordered GEMM, 2 threads, {w}: {g} GFLOP/s ({c} per CPU-second)")
     print(FLOPS_FORMULA)
     peers = os.path.exists(PEERS)
     print()
