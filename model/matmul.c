@@ -19,8 +19,8 @@
 // bits. OpenBLAS does not promise that: its kernels add a row's products in an order
 // that depends on the row's place in its register tile (measured here: a row copied to
 // each of the 64 positions of a 64-row block gives 3 different results on the Zen/Haswell
-// kernels). OpenBLAS stays available as `matmul_impl=openblas` (faster, about 2-3x on 2
-// cores, but then only the dense path splits the batch bit-identically).
+// kernels). OpenBLAS stays available as `matmul_impl=openblas` (but then only the dense
+// path splits the batch bit-identically).
 //
 // The kernel (model/gemm.c): packed panels, cache blocks and a register-tile micro-kernel
 // for AVX-512, AVX2 or plain C, chosen at run time; all three give the same bits.
