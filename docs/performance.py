@@ -4,8 +4,8 @@
     python3 docs/performance.py            # prints the two tables, writes docs/performance-scaling.svg
 
 Each point trains mixtral-small (per_device_batch_size=2, fp32, sparse experts, 1 device) for
-1 and for 3 steps; a step's cost is half the difference of the two runs' CPU time (all
-threads, user + system), so start-up, initialisation and the evals cancel. CPU time, not the
+1 and for 2 steps; a step's cost is the difference of the two runs' CPU time (all threads,
+user + system), so start-up, initialisation and the evals cancel. CPU time, not the
 clock, because the machine these figures come from is shared: the clock would measure the
 other users. On an idle 2-core machine a step takes about half its CPU time. GFLOP per
 CPU-second uses the model FLOPs of tests/bench.py (3 x forward, attention over all S keys).
@@ -37,13 +37,13 @@ def cpu_seconds(args):
 def step_cost(overrides):
     """CPU seconds of one step, and the model GFLOP of one step."""
     one = cpu_seconds(overrides + ["steps=1"])
-    three = cpu_seconds(overrides + ["steps=3"])
+    two = cpu_seconds(overrides + ["steps=2"])
     cfg = bench.read_config("mixtral-small")
     for kv in overrides + BASE:
         k, v = kv.split("=")
         cfg[k] = int(v)
     flops, tokens = bench.model_flops(cfg)
-    return (three - one) / 2, flops / 1e9, tokens
+    return two - one, flops / 1e9, tokens
 
 
 def sweep(name, key, values, extra):
