@@ -5,7 +5,7 @@
 // (munmap, or trimming the heap) and the next allocation of the same size gets fresh pages:
 // a page fault and a page cleared for every 4 KiB, every time. Measured on mixtral-small
 // (3 steps): 1.83 million page faults and 28.2 s of CPU; with the settings below 0.29
-// million and 25.1 s. Freed blocks up to 32 MiB (glibc's largest mmap threshold) now stay
+// million and 25.1 s. Freed blocks up to 32 MiB (glibc's largest mmap threshold) stay
 // in the process and are reused. This changes no number the trainer computes or reports:
 // device memory is counted by the tagged allocator (sharding/memory.c), not by the host's.
 #include <malloc.h>

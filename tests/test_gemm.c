@@ -1,6 +1,6 @@
 // tests/test_gemm.c: the ordered GEMM (model/gemm.c) on ragged shapes, every layout and
-// every micro-kernel this CPU runs: bit for bit against the simple kernel it replaced (kept
-// below as the reference of the bits), and against a double-precision product.
+// every micro-kernel this CPU runs: bit for bit against a simple ordered kernel (below, the
+// reference of the bits), and against a double-precision product.
 #include "common.h"
 #include "model/gemm.h"
 #include "model/matmul.h"
