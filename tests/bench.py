@@ -5,7 +5,8 @@ Prints, in one run on this machine:
   1. the sgemm peak: OpenBLAS sgemm n=2048 on 1 and 2 threads (build/gemm_bench when the
      build has OpenBLAS, else numpy's bundled OpenBLAS from a venv), and the ordered GEMM
      on the same product;
-  2. for mixtral-small and deepseek-small (fp32, sparse experts, 1 device): meshmoe, PyTorch
+  2. for mixtral-small and deepseek-small (fp32, sparse experts, 1 device): meshmoe (as the
+     preset says, and with remat_policy=none: no recomputation, as the peers run), PyTorch
      eager and JAX jit training the same model on the same batch (tests/bench_peers.py),
      run in turn ROUNDS times; per system the median step time over every step but the
      first of each run, tokens/s, model GFLOP/s, % of the 2-thread sgemm peak, and the
@@ -112,8 +113,8 @@ def sgemm_peak():
     return peak, peak_cpu, lib, ordered, shapes
 
 
-def run_meshmoe(preset):
-    r = sh([TRAIN, f"configs/{preset}.yml", f"steps={STEPS}", "log_period=1", "eval_steps=1"])
+def run_meshmoe(preset, *extra):
+    r = sh([TRAIN, f"configs/{preset}.yml", f"steps={STEPS}", "log_period=1", "eval_steps=1", *extra])
     ms = [float(x) for x in re.findall(r"^step +\d+ \| loss .*?\| +([\d.]+) ms \|", r.stdout, re.M)]
     if r.returncode or len(ms) < 2:
         sys.exit(f"bench: {TRAIN} {preset} failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}")
@@ -151,7 +152,9 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for preset in PRESETS:
         flops, tokens = model_flops(read_config(preset))
-        times = {"meshmoe": [], "PyTorch eager": [], "JAX jit": []}
+        # meshmoe runs the preset (remat_policy=full, MaxText's default: the backward
+        # recomputes each layer's forward) and, like the peers, with nothing recomputed.
+        times = {"meshmoe": [], "meshmoe remat_policy=none": [], "PyTorch eager": [], "JAX jit": []}
         notes = {}
         with tempfile.TemporaryDirectory(prefix="meshmoe-bench.") as tmp:
             dump = os.path.join(tmp, "dump.safetensors")
@@ -165,6 +168,7 @@ def main():
                 peers_here = False
             for _ in range(ROUNDS):   # interleaved: each system once per round
                 times["meshmoe"] += run_meshmoe(preset)
+                times["meshmoe remat_policy=none"] += run_meshmoe(preset, "remat_policy=none")
                 if peers_here:
                     for name, which in (("PyTorch eager", "torch"), ("JAX jit", "jax")):
                         t, info = run_peer(which, dump)
