@@ -27,12 +27,16 @@ LIB_SRC := common.c $(wildcard model/*.c) $(wildcard sharding/*.c) $(wildcard pi
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity hf-check bench clean corpus sweep docs plots fuzz
+.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz
 all: train
 
 $(BUILD)/%.o: %.c $(wildcard *.h model/*.h sharding/*.h pipeline/*.h data/*.h sweep/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# AdamW's loop in vector instructions needs sqrtf without its errno branch (the same bits:
+# the square root is exactly rounded either way; model/optimizer.c).
+$(BUILD)/model/optimizer.o: CFLAGS += -fno-math-errno
 
 train: $(BUILD)/train.o $(LIB_OBJ)
 	$(CC) $(CFLAGS) $^ -o $(OUT) $(LDLIBS)
@@ -97,8 +101,16 @@ parity: train
 hf-check: train
 	bash tests/hf/check.sh
 
-bench: train
+bench: train build/gemm_bench
 	bash tests/bench.sh
+
+# The peers of make bench in .venv-peers (git-ignored): the pinned JAX stack of the parity
+# tests and the pinned torch and transformers of the Hugging Face check. PyPI's Linux torch
+# wheel is the CUDA build (about 0.5 GB, 6 GB with the CUDA libraries it imports); a
+# CPU-only wheel is not on PyPI.
+bench-peers:
+	test -x .venv-peers/bin/python || python3 -m venv .venv-peers
+	.venv-peers/bin/pip install --quiet -r tests/parity/requirements.txt -r tests/hf/requirements.txt
 
 # Every optimization of docs/optimizations.md toggled against the baseline on both tiny presets:
 # losses compared bit for bit, per-device memory measured (sweep/sweep.c). Fails if a "bit"
@@ -121,3 +133,7 @@ plots: train
 
 clean:
 	rm -rf build train
+
+# GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
+build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
+	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)

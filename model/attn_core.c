@@ -58,12 +58,16 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
                 // add nothing to l or to o: skipping them gives the very same numbers.
                 float m = ATTN_MASK_VALUE;
                 int nj = keys_scanned(mask, i, S, q0);
-                for (int j = 0; j < nj; j++) {
-                    if (!attn_visible(mask, b, i, j, S, q0)) continue;
-                    const float *kj = k + (attn_key_row(b, j, B, S) * Nkv + g) * Dqk;   // (Dqk)
-                    e[j] = attn_dot(qi, kj, Dqk);
-                    if (rnd.scores) e[j] = bf16_round(e[j]);
-                    if (e[j] > m) m = e[j];
+                for (int j0 = 0; j0 < nj; j0 += 8) {   // 8 keys' dots at a time
+                    const float *kr[8];
+                    float s8[8];
+                    attn_rows8(kr, k, b, j0, nj, B, S, Nkv, g, Dqk);
+                    attn_dot8(s8, qi, kr, Dqk);
+                    for (int j = j0; j < j0 + 8 && j < nj; j++) {
+                        if (!attn_visible(mask, b, i, j, S, q0)) continue;
+                        e[j] = rnd.scores ? bf16_round(s8[j - j0]) : s8[j - j0];
+                        if (e[j] > m) m = e[j];
+                    }
                 }
                 // o_i = (sum_j e_j v_j) / l, e_j = exp(s_j - m), l = sum_j e_j
                 float l = 0.0f;
@@ -130,19 +134,26 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
                         float m = st[0], l = st[1];
                         float Di = attn_dot(doi, oi, Dv);
                         for (int d = 0; d < Dqk; d++) dqi[d] = 0.0f;
-                        for (int j = 0; j < keys_scanned(mask, i, S, q0); j++) {
-                            if (!attn_visible(mask, b, i, j, S, q0)) continue;
-                            size_t krow = attn_key_row(b, j, B, S) * Nkv + g;
-                            const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
-                            float s = attn_dot(qi, kj, Dqk);
-                            if (rnd.scores) s = bf16_round(s);
-                            float e = expf(s - m);
-                            if (rnd.probs) e = bf16_round(e);
-                            float p = e / l;
-                            float ds = p * (attn_dot(doi, vj, Dv) - Di);
-                            attn_axpy(cv + krow * Dv, p, doi, Dv);
-                            attn_axpy(dqi, ds, kj, Dqk);
-                            attn_axpy(ck + krow * Dqk, ds, qi, Dqk);
+                        int nj = keys_scanned(mask, i, S, q0);
+                        for (int j0 = 0; j0 < nj; j0 += 8) {   // 8 keys' dots at a time
+                            const float *kr[8], *vr[8];
+                            float s8[8], dp8[8];
+                            attn_rows8(kr, k, b, j0, nj, B, S, Nkv, g, Dqk);
+                            attn_rows8(vr, v, b, j0, nj, B, S, Nkv, g, Dv);
+                            attn_dot8(s8, qi, kr, Dqk);
+                            attn_dot8(dp8, doi, vr, Dv);
+                            for (int j = j0; j < j0 + 8 && j < nj; j++) {
+                                if (!attn_visible(mask, b, i, j, S, q0)) continue;
+                                size_t krow = attn_key_row(b, j, B, S) * Nkv + g;
+                                float s = rnd.scores ? bf16_round(s8[j - j0]) : s8[j - j0];
+                                float e = expf(s - m);
+                                if (rnd.probs) e = bf16_round(e);
+                                float p = e / l;
+                                float ds = p * (dp8[j - j0] - Di);
+                                attn_axpy(cv + krow * Dv, p, doi, Dv);
+                                attn_axpy(dqi, ds, kr[j - j0], Dqk);
+                                attn_axpy(ck + krow * Dqk, ds, qi, Dqk);
+                            }
                         }
                     }
         if (nq > 1) { treesum_push(&tk); treesum_push(&tv); }

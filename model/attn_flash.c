@@ -60,13 +60,18 @@ void attn_flash_forward(float *o, float *stats, const float *q, const float *k, 
                         float *st = stats + (((size_t)b * N + h) * S + i) * 2;
                         float m = st[0], l = st[1], bm = ATTN_MASK_VALUE;
                         int seen = 0;
-                        for (int j = j0; j < jn; j++) {
-                            if (!attn_visible(mask, b, i, j, S, q0)) continue;
-                            float s = attn_dot(qi, k + (attn_key_row(b, j, B, S) * Nkv + g) * Dqk, Dqk);
-                            if (rnd.scores) s = bf16_round(s);
-                            e[j - j0] = s;
-                            if (s > bm) bm = s;
-                            seen = 1;
+                        for (int jb = j0; jb < jn; jb += 8) {   // 8 keys' dots at a time
+                            const float *kr[8];
+                            float s8[8];
+                            attn_rows8(kr, k, b, jb, jn, B, S, Nkv, g, Dqk);
+                            attn_dot8(s8, qi, kr, Dqk);
+                            for (int j = jb; j < jb + 8 && j < jn; j++) {
+                                if (!attn_visible(mask, b, i, j, S, q0)) continue;
+                                float s = rnd.scores ? bf16_round(s8[j - jb]) : s8[j - jb];
+                                e[j - j0] = s;
+                                if (s > bm) bm = s;
+                                seen = 1;
+                            }
                         }
                         if (!seen) continue;   // a materialised mask hides the whole block
                         // New max: rescale what was summed so far by exp(m - m') (0 on the
@@ -149,20 +154,26 @@ void attn_flash_backward(float *dq, float *dk, float *dv, const float *dout,
                                 const float *st = stats + (((size_t)b * N + h) * S + i) * 2;
                                 float m = st[0], l = st[1];
                                 int jn = row_key_end(mask, i, j1, q0);
-                                for (int j = j0; j < jn; j++) {
-                                    if (!attn_visible(mask, b, i, j, S, q0)) continue;
-                                    size_t krow = attn_key_row(b, j, B, S) * Nkv + g;
-                                    const float *kj = k + krow * Dqk, *vj = v + krow * Dv;
-                                    // p from the saved (m, l): the block's scores recomputed
-                                    float s = attn_dot(qi, kj, Dqk);
-                                    if (rnd.scores) s = bf16_round(s);
-                                    float e = expf(s - m);
-                                    if (rnd.probs) e = bf16_round(e);
-                                    float p = e / l;
-                                    float ds = p * (attn_dot(doi, vj, Dv) - Di[i - i0]);
-                                    attn_axpy(cv + krow * Dv, p, doi, Dv);
-                                    attn_axpy(dqi, ds, kj, Dqk);
-                                    attn_axpy(ck + krow * Dqk, ds, qi, Dqk);
+                                for (int jb = j0; jb < jn; jb += 8) {   // 8 keys' dots at a time
+                                    const float *kr[8], *vr[8];
+                                    float s8[8], dp8[8];
+                                    attn_rows8(kr, k, b, jb, jn, B, S, Nkv, g, Dqk);
+                                    attn_rows8(vr, v, b, jb, jn, B, S, Nkv, g, Dv);
+                                    attn_dot8(s8, qi, kr, Dqk);
+                                    attn_dot8(dp8, doi, vr, Dv);
+                                    for (int j = jb; j < jb + 8 && j < jn; j++) {
+                                        if (!attn_visible(mask, b, i, j, S, q0)) continue;
+                                        size_t krow = attn_key_row(b, j, B, S) * Nkv + g;
+                                        // p from the saved (m, l): the block's scores recomputed
+                                        float s = rnd.scores ? bf16_round(s8[j - jb]) : s8[j - jb];
+                                        float e = expf(s - m);
+                                        if (rnd.probs) e = bf16_round(e);
+                                        float p = e / l;
+                                        float ds = p * (dp8[j - jb] - Di[i - i0]);
+                                        attn_axpy(cv + krow * Dv, p, doi, Dv);
+                                        attn_axpy(dqi, ds, kr[j - jb], Dqk);
+                                        attn_axpy(ck + krow * Dqk, ds, qi, Dqk);
+                                    }
                                 }
                             }
                         }

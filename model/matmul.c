@@ -1,5 +1,6 @@
 // model/matmul.c: the ordered GEMM every layer uses (or OpenBLAS, on request) and the matmul layer.
 #include "model/matmul.h"
+#include "model/gemm.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "common.h"
@@ -18,12 +19,11 @@
 // bits. OpenBLAS does not promise that: its kernels add a row's products in an order
 // that depends on the row's place in its register tile (measured here: a row copied to
 // each of the 64 positions of a 64-row block gives 3 different results on the Zen/Haswell
-// kernels). OpenBLAS stays available as `matmul_impl=openblas` (faster, about 2-3x on 2
-// cores, but then only the dense path splits the batch bit-identically).
+// kernels). OpenBLAS stays available as `matmul_impl=openblas` (but then only the dense
+// path splits the batch bit-identically).
 //
-// The kernel: 6 rows x 16 columns of C held in twelve 8-wide registers while k runs;
-// the rows and columns left over go through the same chain one element at a time (the
-// scalar fmaf rounds exactly like one lane of the vector FMA).
+// The kernel (model/gemm.c): packed panels, cache blocks and a register-tile micro-kernel
+// for AVX-512, AVX2 or plain C, chosen at run time; all three give the same bits.
 
 static int use_openblas = 0;
 
@@ -35,90 +35,6 @@ void matmul_set_impl(const char *impl) {
 #endif
         use_openblas = 1;
     } else die("matmul_impl '%s' is not one of: ordered, openblas", impl);
-}
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define ORDERED_SIMD 1
-#endif
-#if defined(ORDERED_SIMD) || defined(FP_FAST_FMAF)
-#define MADD(a, b, acc) fmaf((a), (b), (acc))
-#else
-#define MADD(a, b, acc) ((acc) + (a) * (b))   // no FMA here: the vector path is off too
-#endif
-
-// One element: sum over k of A(i,k) B(k,j); A(i,k) = A[i*ai + k*ak], B(k,j) = B[k*ldb + j].
-static inline float ordered_dot(const float *A, size_t ai, size_t ak, const float *B, int ldb, int i, int j, int K) {
-    float acc = 0.0f;
-    const float *a = A + (size_t)i * ai;
-    for (int k = 0; k < K; k++) acc = MADD(a[(size_t)k * ak], B[(size_t)k * ldb + j], acc);
-    return acc;
-}
-
-// Rows [i0, i1) of C (M,N) (+)= A @ B with B (K,N) row-major (ldb); A addressed as above.
-static void ordered_rows(int i0, int i1, int N, int K, const float *A, size_t ai, size_t ak,
-                         const float *B, int ldb, int accumulate, float *C, int ldc) {
-    int j = 0;
-#ifdef ORDERED_SIMD
-    for (; j + 16 <= N; j += 16) {
-        int i = i0;
-        for (; i + 6 <= i1; i += 6) {
-            __m256 c[6][2];
-            for (int r = 0; r < 6; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
-            const float *a = A + (size_t)i * ai, *b = B + j;
-            for (int k = 0; k < K; k++, b += ldb) {
-                __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-                for (int r = 0; r < 6; r++) {
-                    __m256 x = _mm256_broadcast_ss(a + (size_t)r * ai + (size_t)k * ak);
-                    c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);
-                    c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);
-                }
-            }
-            for (int r = 0; r < 6; r++) {
-                float *o = C + (size_t)(i + r) * ldc + j;
-                if (accumulate) {
-                    c[r][0] = _mm256_add_ps(_mm256_loadu_ps(o), c[r][0]);
-                    c[r][1] = _mm256_add_ps(_mm256_loadu_ps(o + 8), c[r][1]);
-                }
-                _mm256_storeu_ps(o, c[r][0]);
-                _mm256_storeu_ps(o + 8, c[r][1]);
-            }
-        }
-        for (; i < i1; i++)   // the rows left over, one element at a time
-            for (int jj = j; jj < j + 16; jj++) {
-                float v = ordered_dot(A, ai, ak, B, ldb, i, jj, K);
-                float *o = C + (size_t)i * ldc + jj;
-                *o = accumulate ? *o + v : v;
-            }
-    }
-#endif
-    for (; j < N; j++)   // the columns left over (all of them without AVX2)
-        for (int i = i0; i < i1; i++) {
-            float v = ordered_dot(A, ai, ak, B, ldb, i, j, K);
-            float *o = C + (size_t)i * ldc + j;
-            *o = accumulate ? *o + v : v;
-        }
-}
-
-// C (M,N) = op(A) @ op(B) (+ C when accumulate), row-major, in the ordered way.
-static void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
-                         const float *B, int ldb, int accumulate, float *C, int ldc) {
-    // op(B) must be k-major for the vector loads: a transposed B is copied once (a temporary).
-    float *Bt = NULL;
-    if (transB) {
-        Bt = mem_floats(MEM_TEMP, (size_t)K * N, "matmul transposed weight");
-        for (int k = 0; k < (mem_dry() ? 0 : K); k++)   // (a dry run allocates, computes nothing)
-            for (int n = 0; n < N; n++) Bt[(size_t)k * N + n] = B[(size_t)n * ldb + k];
-        B = Bt;
-        ldb = N;
-    }
-    size_t ai = transA ? 1 : (size_t)lda, ak = transA ? (size_t)lda : 1;
-    // Row blocks are independent, so they run in parallel; the split changes no bits.
-    int nblk = mem_dry() ? 0 : (M + 23) / 24;
-    #pragma omp parallel for schedule(static) if ((double)M * N * K > 1e6 && nblk > 1)
-    for (int b = 0; b < nblk; b++)
-        ordered_rows(b * 24, MM_MIN(M, b * 24 + 24), N, K, A, ai, ak, B, ldb, accumulate, C, ldc);
-    mem_free(Bt);
 }
 
 // C = alpha * op(A) @ op(B) + beta * C through OpenBLAS (matmul_impl=openblas).

@@ -1,8 +1,9 @@
 // model/matmul.h: the one matrix multiply every layer uses, with its backward.
 // Weights are stored as MaxText kernels: w is (C, OC) row-major and out = inp @ w.
 // Every product is computed by the ordered kernel of matmul.c, where each output element
-// is one fused multiply-add chain over k in order, whatever the shapes around it; with
-// matmul_impl=openblas OpenBLAS does the work instead (faster, not row-stable).
+// is one fused multiply-add chain over k in order, whatever the shapes around it (the
+// kernel: model/gemm.c); with matmul_impl=openblas OpenBLAS does the work instead (not
+// row-stable).
 #ifndef MESHMOE_MATMUL_H
 #define MESHMOE_MATMUL_H
 #include "sharding/context.h"

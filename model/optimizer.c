@@ -32,7 +32,10 @@ void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float 
     if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     float b1 = c->adam_b1, b2 = c->adam_b2, eps = c->adam_eps, wd = c->adam_weight_decay;
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    #pragma omp parallel for if (n > 65536)
+    // Element by element, so vector instructions (IEEE division and square root, exactly
+    // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
+    // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
+    #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) {
         m[i] = (1.0f - b1) * g[i] + b1 * m[i];
         v[i] = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];

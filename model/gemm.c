@@ -1,0 +1,289 @@
+// model/gemm.c: the ordered GEMM (model/gemm.h): packed panels, cache blocks, and a
+// register-tile micro-kernel per instruction set (AVX-512, AVX2, scalar) chosen at run time.
+//
+// How the chain survives the blocking. C is cut into column blocks of NC and the
+// contraction into K blocks of KC (the whole of K up to 1024, so the layers of the presets
+// run one K block). Per (column block, K block) the threads first pack the B block
+// together, then each takes row blocks of C: it packs its A rows and runs the micro-kernel
+// over every tile. A K block continues every element's chain where the previous one
+// stopped: the micro-kernel loads the partial chain from C into its accumulators (instead
+// of 0) and goes on with k in order, so the chain is the same whatever KC is. With
+// accumulate, C's old value is added only to the finished chain: when K takes more than
+// one block, the column block's old values are first copied aside (`save`), the chains
+// are built in C, and the last K block adds the saved values. Rows and columns past the
+// edge of C are zero-padded in the panels and computed in a tile on the stack; a lane's
+// chain never looks at its neighbours, so the padding changes nothing.
+//
+// The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
+// MC x KC, 384 KiB, per thread; and the saved M x NC old values when accumulating over
+// more than one K block) belong to the kernel, like a BLAS library's own buffers, not to
+// the model: they are plain heap memory outside the device's tagged allocator. transB
+// needs no transposed copy: the B panels are packed from either layout.
+#include "model/gemm.h"
+#include "sharding/memory.h"
+#include "common.h"
+#include <immintrin.h>
+#include <omp.h>
+#include <stdlib.h>
+
+// Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
+// micro-kernel sweeps the B panels (KC x 32) across it. MC and NC are multiples of every
+// kernel's tile so that only the edges of C are partial tiles; MC shrinks for small M so
+// that every thread gets row blocks.
+enum { MC = 96, NC = 512, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
+
+// The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr) and a packed B
+// panel Bp (kc, nr), both k-major. The accumulators start at 0 (load = 0) or at the partial
+// chains held in C (load = 1); after kc steps the tile is stored, plus old (row stride ldo)
+// when old is not NULL.
+typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+                            const float *old, int ldo);
+
+static void kernel_scalar(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+                          const float *old, int ldo) {
+    float c[4][8];
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 8; j++) c[r][j] = load ? C[(size_t)r * ldc + j] : 0.0f;
+    for (int k = 0; k < kc; k++, Ap += 4, Bp += 8)
+        for (int r = 0; r < 4; r++)
+            for (int j = 0; j < 8; j++) c[r][j] = fmaf(Ap[r], Bp[j], c[r][j]);
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 8; j++)
+            C[(size_t)r * ldc + j] = old ? old[(size_t)r * ldo + j] + c[r][j] : c[r][j];
+}
+
+// 6 rows x 16 columns in twelve 8-wide registers.
+__attribute__((target("avx2,fma")))
+static void kernel_avx2(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+                        const float *old, int ldo) {
+    __m256 c[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        c[r][0] = load ? _mm256_loadu_ps(C + (size_t)r * ldc) : _mm256_setzero_ps();
+        c[r][1] = load ? _mm256_loadu_ps(C + (size_t)r * ldc + 8) : _mm256_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++, Ap += 6, Bp += 16) {
+        __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            __m256 a = _mm256_broadcast_ss(Ap + r);
+            c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        float *o = C + (size_t)r * ldc;
+        if (old) {
+            c[r][0] = _mm256_add_ps(_mm256_loadu_ps(old + (size_t)r * ldo), c[r][0]);
+            c[r][1] = _mm256_add_ps(_mm256_loadu_ps(old + (size_t)r * ldo + 8), c[r][1]);
+        }
+        _mm256_storeu_ps(o, c[r][0]);
+        _mm256_storeu_ps(o + 8, c[r][1]);
+    }
+}
+
+// 12 rows x 32 columns in twenty-four 16-wide registers.
+__attribute__((target("avx512f")))
+static void kernel_avx512(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+                          const float *old, int ldo) {
+    __m512 c[12][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        c[r][0] = load ? _mm512_loadu_ps(C + (size_t)r * ldc) : _mm512_setzero_ps();
+        c[r][1] = load ? _mm512_loadu_ps(C + (size_t)r * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++, Ap += 12, Bp += 32) {
+        __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            __m512 a = _mm512_set1_ps(Ap[r]);
+            c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        float *o = C + (size_t)r * ldc;
+        if (old) {
+            c[r][0] = _mm512_add_ps(_mm512_loadu_ps(old + (size_t)r * ldo), c[r][0]);
+            c[r][1] = _mm512_add_ps(_mm512_loadu_ps(old + (size_t)r * ldo + 16), c[r][1]);
+        }
+        _mm512_storeu_ps(o, c[r][0]);
+        _mm512_storeu_ps(o + 16, c[r][1]);
+    }
+}
+
+typedef struct { MicroKernel fn; int mr, nr; const char *name; } KernelInfo;
+static const KernelInfo kernels[] = {
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8"},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16"},
+    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32"},
+};
+static GemmKernel forced = GEMM_KERNEL_AUTO;
+
+int gemm_kernel_available(GemmKernel k) {
+    switch (k) {
+    case GEMM_KERNEL_AVX512: return __builtin_cpu_supports("avx512f");
+    case GEMM_KERNEL_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    default: return 1;
+    }
+}
+
+void gemm_force_kernel(GemmKernel k) {
+    if (!gemm_kernel_available(k)) die("internal: gemm kernel %d is not supported by this CPU", (int)k);
+    forced = k;
+}
+
+static const KernelInfo *kernel_pick(void) {
+    if (forced != GEMM_KERNEL_AUTO) return &kernels[forced];
+    if (gemm_kernel_available(GEMM_KERNEL_AVX512)) return &kernels[GEMM_KERNEL_AVX512];
+    if (gemm_kernel_available(GEMM_KERNEL_AVX2)) return &kernels[GEMM_KERNEL_AVX2];
+    return &kernels[GEMM_KERNEL_SCALAR];
+}
+
+const char *gemm_kernel_name(void) { return kernel_pick()->name; }
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+// Ap (kc, mr) k-major: Ap[k*mr + r] = op(A)(i0+r, k0+k), 0 for r >= rows.
+// op(A)(i, k) = A[i*ai + k*ak].
+static void pack_a(float *Ap, const float *A, size_t ai, size_t ak, int i0, int rows, int k0, int kc, int mr) {
+    for (int r = rows; r < mr; r++)
+        for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + r] = 0.0f;
+    if (ai == 1)   // op(A) = A^T: a k is a contiguous run of rows
+        for (int k = 0; k < kc; k++) {
+            const float *a = A + (size_t)(k0 + k) * ak + i0;
+            for (int r = 0; r < rows; r++) Ap[(size_t)k * mr + r] = a[r];
+        }
+    else
+        for (int r = 0; r < rows; r++) {
+            const float *a = A + (size_t)(i0 + r) * ai + (size_t)k0 * ak;
+            for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + r] = a[(size_t)k * ak];
+        }
+}
+
+// Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols.
+// op(B)(k, j) = B[k*bk + j*bj].
+static void pack_b(float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0, int kc, int nr) {
+    if (bj == 1)   // op(B) = B: a k is a contiguous run of columns
+        for (int k = 0; k < kc; k++) {
+            const float *b = B + (size_t)(k0 + k) * bk + j0;
+            float *p = Bp + (size_t)k * nr;
+            for (int c = 0; c < cols; c++) p[c] = b[c];
+            for (int c = cols; c < nr; c++) p[c] = 0.0f;
+        }
+    else {   // op(B) = B^T: a column is a contiguous run of k
+        for (int c = 0; c < cols; c++) {
+            const float *b = B + (size_t)(j0 + c) * bj + (size_t)k0 * bk;
+            for (int k = 0; k < kc; k++) Bp[(size_t)k * nr + c] = b[k];
+        }
+        for (int k = 0; k < kc; k++)
+            for (int c = cols; c < nr; c++) Bp[(size_t)k * nr + c] = 0.0f;
+    }
+}
+
+// A tile at the edge of C (rows < mr or cols < nr): the kernel runs on a full tile on the
+// stack, holding the valid elements' partial chains and old values, and the valid ones are
+// copied back.
+static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float *Bp, float *C, int ldc,
+                      int rows, int cols, int load, const float *old, int ldo) {
+    float tile[MR_MAX * NR_MAX] = {0}, otile[MR_MAX * NR_MAX] = {0};
+    int nr = kn->nr;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            if (load) tile[r * nr + c] = C[(size_t)r * ldc + c];
+            if (old) otile[r * nr + c] = old[(size_t)r * ldo + c];
+        }
+    kn->fn(kc, Ap, Bp, tile, nr, load, old ? otile : NULL, nr);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) C[(size_t)r * ldc + c] = tile[r * nr + c];
+}
+
+typedef struct {
+    int M, N, K, accumulate, ldc;
+    const float *A, *B;
+    size_t ai, ak, bk, bj;
+    float *C;
+} GemmArgs;
+
+// Rows [i0, i0+mc) by columns [j0, j0+nc) of C, K block [k0, k0+kc), the B block packed in
+// Bp (nc/nr panels of kc x nr); Ap is this thread's A buffer; save (row stride nc) holds the
+// old values of C's column block when accumulate takes more than one K block.
+static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, int j0, int nc, int k0, int kc,
+                      const float *Bp, float *Ap, const float *save) {
+    int mr = kn->mr, nr = kn->nr, last = k0 + kc == g->K, split = g->K > kc || k0 > 0;
+    for (int ir = 0; ir < mc; ir += mr)
+        pack_a(Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
+    for (int jr = 0; jr < nc; jr += nr)
+        for (int ir = 0; ir < mc; ir += mr) {
+            float *c = g->C + (size_t)(i0 + ir) * g->ldc + j0 + jr;
+            const float *old = NULL;
+            int ldo = g->ldc;
+            if (last && g->accumulate) {
+                old = split ? save + (size_t)(i0 + ir) * nc + jr : c;
+                ldo = split ? nc : g->ldc;
+            }
+            int rows = imin(mr, mc - ir), cols = imin(nr, nc - jr);
+            const float *a = Ap + (size_t)ir * kc, *b = Bp + (size_t)jr * kc;
+            if (rows == mr && cols == nr) kn->fn(kc, a, b, c, g->ldc, k0 > 0, old, ldo);
+            else edge_tile(kn, kc, a, b, c, g->ldc, rows, cols, k0 > 0, old, ldo);
+        }
+}
+
+static float *buffer(size_t floats) {
+    float *p = aligned_alloc(64, (sizeof(float) * floats + 63) / 64 * 64);
+    if (!p) die("out of host memory for the GEMM's packing buffers (%zu floats)", floats);
+    return p;
+}
+
+void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, int accumulate, float *C, int ldc) {
+    if (mem_dry() || M <= 0 || N <= 0) return;   // (a dry run computes nothing)
+    if (K <= 0) {   // empty chains: 0, plus the old value
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float *o = C + (size_t)i * ldc + j;
+                *o = accumulate ? *o + 0.0f : 0.0f;
+            }
+        return;
+    }
+    const KernelInfo *kn = kernel_pick();
+    GemmArgs g = {M, N, K, accumulate, ldc, A, B,
+                  transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
+                  transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
+    int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
+    int par = (double)M * N * K > 1e6;
+    // Row blocks: about 4 per thread when M is small (never fewer rows than a tile).
+    int threads = par ? omp_get_max_threads() : 1;
+    int mc = (M + 4 * threads - 1) / (4 * threads);
+    mc = imin(MC, (mc + mr - 1) / mr * mr);
+    int nrb = (M + mc - 1) / mc;
+    float *Bp = buffer((size_t)kmax * ((nmax + nr - 1) / nr * nr));
+    float *save = accumulate && split ? buffer((size_t)M * nmax) : NULL;
+    // Blocks of C are independent, so they run in parallel; the split changes no bits.
+    #pragma omp parallel if (par)
+    {
+        float *Ap = buffer((size_t)mc * kmax);
+        for (int j0 = 0; j0 < N; j0 += NC) {
+            int nc = imin(NC, N - j0);
+            for (int k0 = 0; k0 < K; k0 += KC) {
+                int kc = imin(KC, K - k0);
+                if (save && k0 == 0) {   // the old values, added once the chains are finished
+                    #pragma omp for schedule(static)
+                    for (int i = 0; i < M; i++)
+                        memcpy(save + (size_t)i * nc, C + (size_t)i * ldc + j0, sizeof(float) * nc);
+                }
+                #pragma omp for schedule(static)
+                for (int jr = 0; jr < nc; jr += nr)
+                    pack_b(Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
+                #pragma omp for schedule(dynamic)
+                for (int rb = 0; rb < nrb; rb++)
+                    gemm_rows(kn, &g, rb * mc, imin(mc, M - rb * mc), j0, nc, k0, kc, Bp, Ap, save);
+            }
+        }
+        free(Ap);
+    }
+    free(Bp);
+    free(save);
+}

@@ -1,0 +1,24 @@
+// model/gemm.h: the ordered GEMM kernel behind gemm() (model/matmul.h).
+//
+// Every output element is one chain of fused multiply-adds over k, in order, starting from
+// 0.0f:  C[i][j] = fma(A[i][K-1], B[K-1][j], ... fma(A[i][0], B[0][j], 0.0f));
+// with accumulate the finished chain is then added to C's old value (one add). The chain
+// of an element involves nothing else: not the other rows or columns, not the shapes or
+// strides, not the block it falls in, not the thread that computes it, not the kernel
+// (a lane of a vector FMA rounds exactly like the scalar fmaf).
+#ifndef MESHMOE_GEMM_H
+#define MESHMOE_GEMM_H
+
+// C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate is 1; row-major with row
+// strides lda, ldb, ldc as stored; op(X) = X^T when transX. Nothing is computed in a dry run.
+void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, int accumulate, float *C, int ldc);
+
+// The micro-kernels, chosen once at run time from what the CPU supports (the fastest
+// available); all give the same bits. A test can force one to compare them.
+typedef enum { GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512 } GemmKernel;
+int gemm_kernel_available(GemmKernel k);    // 1 if this CPU runs it (AUTO and SCALAR always)
+void gemm_force_kernel(GemmKernel k);       // dies if not available; AUTO: back to the fastest
+const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "scalar 4x8"
+
+#endif

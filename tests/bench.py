@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""`make bench` (tests/bench.sh runs this with the system python; standard library only).
+
+Prints, in one run on this machine:
+  1. the sgemm peak: OpenBLAS sgemm n=2048 on 1 and 2 threads (build/gemm_bench when the
+     build has OpenBLAS, else numpy's bundled OpenBLAS from a venv), and the ordered GEMM
+     on the same product;
+  2. for mixtral-small and deepseek-small (fp32, sparse experts, 1 device): meshmoe (as the
+     preset says, and with remat_policy=none: no recomputation, as the peers run), PyTorch
+     eager and JAX jit training the same model on the same batch (tests/bench_peers.py),
+     run in turn ROUNDS times; per system the median step time over every step but the
+     first of each run, tokens/s, model GFLOP/s, % of the 2-thread sgemm peak, and the
+     step time over meshmoe's.
+Environment: STEPS (steps per run, default 4), ROUNDS (default 2), PRESETS, PEERS (the
+peers' python, default .venv-peers/bin/python), TRAIN (default ./train).
+"""
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = os.environ.get("TRAIN", "./train")
+STEPS = int(os.environ.get("STEPS", "4"))
+ROUNDS = int(os.environ.get("ROUNDS", "2"))
+PRESETS = os.environ.get("PRESETS", "mixtral-small deepseek-small").split()
+PEERS = os.environ.get("PEERS", os.path.join(ROOT, ".venv-peers", "bin", "python"))
+ENV = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+
+FLOPS_FORMULA = ("model FLOPs per step = 3 x forward, forward = 2 x tokens x (matmul weights a token "
+                 "meets: attention projections, router, the K routed experts' and the shared "
+                 "experts' or dense MLP's three matrices, output head) + 2 x B x N x S^2 x (Dqk + Dv) "
+                 "per layer (attention scores and values over all S keys)")
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
+
+
+def load_average():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def read_config(preset):
+    """The flat YAML preset as a dict of numbers and strings (the keys the formula needs)."""
+    cfg = {}
+    with open(os.path.join(ROOT, "configs", preset + ".yml")) as f:
+        for line in f:
+            line = line.split("#")[0].strip()
+            if ":" in line:
+                k, v = (s.strip() for s in line.split(":", 1))
+                try:
+                    cfg[k] = float(v) if any(c in v for c in ".e") and not v.isalpha() else int(v)
+                except ValueError:
+                    cfg[k] = v
+    return cfg
+
+
+def model_flops(c):
+    """FLOPS_FORMULA for a preset's config (defaults where the preset leaves a key out)."""
+    D, N, L = c["base_emb_dim"], c["base_num_query_heads"], c["base_num_decoder_layers"]
+    B, S, V = c["per_device_batch_size"], c["max_target_length"], c["vocab_size"]
+    E, K = c["num_experts"], c["num_experts_per_tok"]
+    if c.get("attention_type") == "mla":
+        dn, dr, dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+        qr, kr = c.get("q_lora_rank", 0), c["kv_lora_rank"]
+        q = D * qr + qr * N * (dn + dr) if qr else D * N * (dn + dr)
+        attn_w = q + D * (kr + dr) + kr * N * (dn + dv) + N * dv * D
+        dqk = dn + dr
+    else:
+        hd, Nkv = c["head_dim"], c.get("base_num_kv_heads", N)
+        attn_w = D * N * hd * 2 + D * Nkv * hd * 2
+        dqk = dv = hd
+    moe_h = c.get("base_moe_mlp_dim", c["base_mlp_dim"])
+    dense = c.get("first_num_dense_layers", 0)
+    ffn_moe = D * E + K * 3 * D * moe_h + c.get("shared_experts", 0) * 3 * D * moe_h
+    weights = L * attn_w + dense * 3 * D * c["base_mlp_dim"] + (L - dense) * ffn_moe + D * V
+    fwd = 2.0 * B * S * weights + L * 2.0 * B * N * S * S * (dqk + dv)
+    return 3 * fwd, B * S
+
+
+def sgemm_peak():
+    """{threads: GFLOP/s} of OpenBLAS sgemm n=2048, the library that measured it, and the
+    ordered GEMM's {threads: GFLOP/s} on the same product."""
+    out = sh(["build/gemm_bench", "2048"]).stdout
+    peak = {int(t): float(g) for t, g in re.findall(r"sgemm_peak threads=(\d) n=2048 GFLOP/s ([\d.]+)", out)}
+    ordered = {int(t): (g, c) for t, g, c in
+               re.findall(r"^ordered threads=(\d) n=2048 GFLOP/s ([\d.]+) per-CPU-second ([\d.]+)", out, re.M)}
+    peak_cpu = {int(t): c for t, c in re.findall(r"sgemm_peak threads=(\d) n=2048 GFLOP/s [\d.]+ per-CPU-second ([\d.]+)", out)}
+    lib = (re.search(r"BLAS: (.*)", out) or [None, "?"])[1]
+    shapes = re.findall(r"^ordered threads=2 (\S.*\S) +GFLOP/s ([\d.]+) per-CPU-second ([\d.]+)", out, re.M)
+    shapes = [(w, g, c) for w, g, c in shapes if not w.startswith("n=")]
+    if not peak:   # no OpenBLAS in this build: numpy's bundled OpenBLAS
+        code = ("import numpy as np, time\nn=2048\na=np.random.rand(n,n).astype(np.float32)\n"
+                "b=np.random.rand(n,n).astype(np.float32)\na@b\nbest=1e9\n"
+                "for i in range(4):\n t=time.perf_counter(); a@b; best=min(best,time.perf_counter()-t)\n"
+                "print(2*n**3/best/1e9, np.__version__)\n")
+        for py in (PEERS, os.path.join(ROOT, ".venv", "bin", "python")):
+            if not os.path.exists(py):
+                continue
+            for t in (1, 2):
+                r = subprocess.run([py, "-c", code], env=dict(ENV, OPENBLAS_NUM_THREADS=str(t)),
+                                   capture_output=True, text=True)
+                if r.returncode == 0:
+                    g, ver = r.stdout.split()
+                    peak[t] = float(g)
+                    lib = f"OpenBLAS bundled with numpy {ver} ({py}); this build has no OpenBLAS"
+            if peak:
+                break
+    return peak, peak_cpu, lib, ordered, shapes
+
+
+def run_meshmoe(preset, *extra):
+    r = sh([TRAIN, f"configs/{preset}.yml", f"steps={STEPS}", "log_period=1", "eval_steps=1", *extra])
+    ms = [float(x) for x in re.findall(r"^step +\d+ \| loss .*?\| +([\d.]+) ms \|", r.stdout, re.M)]
+    if r.returncode or len(ms) < 2:
+        sys.exit(f"bench: {TRAIN} {preset} failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}")
+    return [m / 1000 for m in ms[1:]]
+
+
+def run_peer(which, dump):
+    r = subprocess.run([PEERS, os.path.join(ROOT, "tests", "bench_peers.py"), which, dump, str(STEPS)],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True)
+    s = [float(x) for x in re.findall(r"^step \d+ seconds ([\d.]+)", r.stdout, re.M)]
+    n = re.search(r"^params (\d+)", r.stdout, re.M)
+    if r.returncode or len(s) < 2:
+        return None, (r.stdout + r.stderr).strip().splitlines()[-1:]
+    return s[1:], int(n[1])
+
+
+def main():
+    print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)")
+    peak, peak_cpu, lib, ordered, shapes = sgemm_peak()
+    p2 = peak.get(2)
+    print(f"sgemm peak, n=2048 ({lib}): " +
+          (", ".join(f"{t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s" for t, g in sorted(peak.items()))
+           if peak else "not measured (no OpenBLAS here and no venv with numpy)"))
+    if peak_cpu:
+        print("  per CPU-second (the process's CPU time): " + ", ".join(f"{t} thread{'s' if t > 1 else ''} {c}"
+                                                                        for t, c in sorted(peak_cpu.items())))
+    print("ordered GEMM, n=2048: " + ", ".join(f"{t} thread{'s' if t > 1 else ''} {g} GFLOP/s ({c} per CPU-second)"
+                                               for t, (g, c) in sorted(ordered.items())))
+    for w, g, c in shapes:
+        print(f"  ordered GEMM, 2 threads, {w}: {g} GFLOP/s ({c} per CPU-second)")
+    print(FLOPS_FORMULA)
+    peers = os.path.exists(PEERS)
+    print()
+    print("| preset | system | s/step (median) | tokens/s | model GFLOP/s | % of 2-thread sgemm peak | step time / meshmoe's |")
+    print("|---|---|---|---|---|---|---|")
+    for preset in PRESETS:
+        flops, tokens = model_flops(read_config(preset))
+        # meshmoe runs the preset (remat_policy=full, MaxText's default: the backward
+        # recomputes each layer's forward) and, like the peers, with nothing recomputed.
+        times = {"meshmoe": [], "meshmoe remat_policy=none": [], "PyTorch eager": [], "JAX jit": []}
+        notes = {}
+        with tempfile.TemporaryDirectory(prefix="meshmoe-bench.") as tmp:
+            dump = os.path.join(tmp, "dump.safetensors")
+            if peers:
+                r = sh([TRAIN, f"configs/{preset}.yml", f"dump_parity={tmp}", "parity_steps=1"])
+                if r.returncode:
+                    peers_here, notes["peers"] = False, "the parity dump failed"
+                else:
+                    peers_here = True
+            else:
+                peers_here = False
+            for _ in range(ROUNDS):   # interleaved: each system once per round
+                times["meshmoe"] += run_meshmoe(preset)
+                times["meshmoe remat_policy=none"] += run_meshmoe(preset, "remat_policy=none")
+                if peers_here:
+                    for name, which in (("PyTorch eager", "torch"), ("JAX jit", "jax")):
+                        t, info = run_peer(which, dump)
+                        if t is None:
+                            notes[name] = f"failed: {info}"
+                        else:
+                            times[name] += t
+                            notes.setdefault(name + " params", info)
+        base = statistics.median(times["meshmoe"])
+        for name, t in times.items():
+            if not t:
+                why = notes.get(name) or ("not run (make bench-peers)" if not peers else notes.get("peers", "not run"))
+                print(f"| {preset} | {name} | {why} | | | | |")
+                continue
+            s = statistics.median(t)
+            gf = flops / s / 1e9
+            pct = f"{100 * gf / p2:.0f}%" if p2 else "-"
+            print(f"| {preset} | {name} | {s:.3f} | {tokens / s:.0f} | {gf:.1f} | {pct} | {s / base:.2f} |")
+        print(f"|  | ({preset}: {flops / 1e9:.1f} GFLOP per step, {tokens} tokens; "
+              f"{len(times['meshmoe'])} meshmoe steps" +
+              (f"; parameters: PyTorch {notes.get('PyTorch eager params')}, JAX {notes.get('JAX jit params')}"
+               if peers_here else "") + ") | | | | | |")
+    print()
+    print(f"load average at end: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()

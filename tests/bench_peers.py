@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The same training step as meshmoe in PyTorch eager and in JAX jit, for `make bench`.
+
+Usage:  bench_peers.py {torch,jax} DUMP STEPS
+
+DUMP is a parity dump of the C trainer (`./train CONFIG dump_parity=DIR parity_steps=1`):
+its config gives the model's dimensions and its first batch the tokens, so both peers
+train the very model and batch that meshmoe trains. Prints one line per step,
+`step N seconds T`, then `params P` (the trained parameter count, to check the mapping).
+
+torch: transformers' MixtralForCausalLM or DeepseekV3ForCausalLM with the dimensions
+mapped from the config, float32, train mode, loss.backward(), gradient clipping at the
+config's threshold, torch.optim.AdamW; `torch.set_num_threads(2)`, PyTorch's default
+attention implementation.
+jax: tests/parity/reference.py's model (the JAX reference of the parity tests), one
+jax.jit of value_and_grad + optax's clip and AdamW (make_optimizer), float32.
+"""
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def torch_model(cfg):
+    import torch
+    import transformers as tf
+
+    common = dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["base_emb_dim"],
+                  num_hidden_layers=cfg["base_num_decoder_layers"],
+                  num_attention_heads=cfg["base_num_query_heads"],
+                  max_position_embeddings=cfg["max_target_length"],
+                  rms_norm_eps=cfg["normalization_layer_epsilon"], tie_word_embeddings=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_max_timescale"]},
+                  num_experts_per_tok=cfg["num_experts_per_tok"], use_cache=False)
+    if cfg["decoder_block"] == "deepseek":
+        conf = tf.DeepseekV3Config(
+            intermediate_size=cfg["base_mlp_dim"], moe_intermediate_size=cfg["base_moe_mlp_dim"],
+            num_key_value_heads=cfg["base_num_query_heads"], n_shared_experts=cfg["shared_experts"],
+            n_routed_experts=cfg["num_experts"], routed_scaling_factor=cfg["routed_scaling_factor"],
+            kv_lora_rank=cfg["kv_lora_rank"], q_lora_rank=cfg["q_lora_rank"] or None,
+            qk_rope_head_dim=cfg["qk_rope_head_dim"], v_head_dim=cfg["v_head_dim"],
+            qk_nope_head_dim=cfg["qk_nope_head_dim"], n_group=cfg["n_routing_groups"],
+            topk_group=cfg["topk_routing_group"], first_k_dense_replace=cfg["first_num_dense_layers"],
+            **common)
+        model = tf.DeepseekV3ForCausalLM(conf)
+    else:
+        conf = tf.MixtralConfig(
+            intermediate_size=cfg["base_mlp_dim"], num_key_value_heads=cfg["base_num_kv_heads"],
+            head_dim=cfg["head_dim"], num_local_experts=cfg["num_experts"], **common)
+        model = tf.MixtralForCausalLM(conf)
+    return model.to(torch.float32).train()
+
+
+def run_torch(cfg, inputs, steps):
+    import torch
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = torch_model(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["learning_rate"], betas=(cfg["adam_b1"], cfg["adam_b2"]),
+                            eps=cfg["adam_eps"], weight_decay=cfg["adam_weight_decay"])
+    x = torch.from_numpy(inputs.astype("int64"))
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        if cfg["gradient_clipping_threshold"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["gradient_clipping_threshold"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+    return times, sum(p.numel() for p in model.parameters())
+
+
+def run_jax(cfg, params, state, inputs, targets, steps):
+    sys.path.insert(0, os.path.join(HERE, "parity"))
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import reference as ref
+
+    params = {k: jnp.asarray(v) for k, v in params.items()}
+    state = {k: jnp.asarray(v) for k, v in state.items()}
+    opt = ref.make_optimizer(cfg)
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(p, o, x, y):
+        (loss, _), grads = jax.value_and_grad(lambda q: ref.loss_fn(q, state, x, y, cfg), has_aux=True)(p)
+        updates, o = opt.update(grads, o, p)
+        return optax.apply_updates(p, updates), o, loss
+
+    x, y = jnp.asarray(inputs), jnp.asarray(targets)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        params, opt_state, loss = step(params, opt_state, x, y)
+        loss.block_until_ready()
+        times.append(time.perf_counter() - t0)
+    return times, sum(int(v.size) for v in params.values())
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("torch", "jax"):
+        sys.exit("usage: bench_peers.py {torch,jax} DUMP STEPS")
+    which, dump, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    sys.path.insert(0, os.path.join(HERE, "parity"))
+    from safetensors import safe_open
+    import json
+    with safe_open(dump, framework="numpy") as f:
+        cfg = json.loads(f.metadata()["config"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    params = {k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")}
+    state = {k[len("state/"):]: v for k, v in tensors.items() if k.startswith("state/")}
+    inputs, targets = tensors["batch/inputs"][0], tensors["batch/targets"][0]
+    if which == "torch":
+        times, n = run_torch(cfg, inputs, steps)
+    else:
+        times, n = run_jax(cfg, params, state, inputs, targets, steps)
+    for i, t in enumerate(times):
+        print(f"step {i} seconds {t:.4f}")
+    print(f"params {n}")
+
+
+if __name__ == "__main__":
+    main()

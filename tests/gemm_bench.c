@@ -1,0 +1,92 @@
+// tests/gemm_bench.c (build/gemm_bench, run by tests/bench.sh): GFLOP/s of a square
+// n x n x n product on 1 and 2 threads, by OpenBLAS's sgemm (this machine's peak, when the
+// build has OpenBLAS) and by the ordered GEMM; then the ordered GEMM at the shapes the
+// -small presets run. Each figure is the best of a few repeats (2 M N K flops per product),
+// by the clock and per CPU-second (the process's CPU time, all threads): on a machine shared
+// with other work the clock says what this run got, the CPU time what the kernel does.
+//   build/gemm_bench [n]        (n = 2048 by default)
+#include "common.h"
+#include "model/gemm.h"
+#include "model/matmul.h"
+#include "sharding/memory.h"
+#include <omp.h>
+#include <time.h>
+
+#ifndef MESHMOE_NO_BLAS
+#include <cblas.h>
+#endif
+
+static double now(clockid_t c) {
+    struct timespec t;
+    clock_gettime(c, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static float *filled(size_t n) {
+    float *x = malloc(sizeof(float) * n);
+    if (!x) die("gemm_bench: out of memory");
+    for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    return x;
+}
+
+typedef struct { double wall, cpu; } Rate;   // GFLOP per second, per CPU-second
+
+// C (M,N) = op(A) @ op(B), best of `reps` (after one warm-up); blas picks OpenBLAS.
+static Rate gflops(int blas __attribute__((unused)), int tA, int tB, int M, int N, int K, int reps) {
+    float *A = filled((size_t)M * K), *B = filled((size_t)K * N), *C = filled((size_t)M * N);
+    double best = 1e30, best_cpu = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+#ifndef MESHMOE_NO_BLAS
+        if (blas)
+            cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, M, N, K,
+                        1.0f, A, tA ? M : K, B, tB ? K : N, 0.0f, C, N);
+        else
+#endif
+            ordered_gemm(tA, tB, M, N, K, A, tA ? M : K, B, tB ? K : N, 0, C, N);
+        double t = now(CLOCK_MONOTONIC) - t0, c = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        if (r > 0 && t < best) best = t;
+        if (r > 0 && c < best_cpu) best_cpu = c;
+    }
+    free(A); free(B); free(C);
+    double f = 2.0 * M * N * K / 1e9;
+    return (Rate){f / best, f / best_cpu};
+}
+
+static Device dev;
+
+int main(int argc, char **argv) {
+    blas_prefer_fast_kernels(argv);
+    device_init(&dev, 0, 0);
+    mem_set_device(&dev);
+    int n = argc > 1 ? atoi(argv[1]) : 2048;
+    if (n < 16) die("gemm_bench: n must be at least 16");
+    printf("gemm kernel: %s; BLAS: %s\n", gemm_kernel_name(), blas_description());
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        blas_set_threads(th);
+#ifndef MESHMOE_NO_BLAS
+        Rate b = gflops(1, 0, 0, n, n, n, 3);
+        printf("sgemm_peak threads=%d n=%d GFLOP/s %.1f per-CPU-second %.1f\n", th, n, b.wall, b.cpu);
+#endif
+        Rate o = gflops(0, 0, 0, n, n, n, 3);
+        printf("ordered threads=%d n=%d GFLOP/s %.1f per-CPU-second %.1f\n", th, n, o.wall, o.cpu);
+    }
+    // The products of one layer of the -small presets (d 512, heads 8 x 64, expert width
+    // 1024 or 384, 256 tokens per sequence), forward and both backward forms, 2 threads.
+    omp_set_num_threads(2);
+    struct { const char *what; int tA, tB, M, N, K; } shapes[] = {
+        {"q projection, one sequence (256,512)@(512,512)", 0, 0, 256, 512, 512},
+        {"expert up, 512 rows (512,512)@(512,1024)", 0, 0, 512, 1024, 512},
+        {"expert down, 512 rows (512,1024)@(1024,512)", 0, 0, 512, 512, 1024},
+        {"expert dinp, dout@w^T (512,1024)@(1024,512)^T", 0, 1, 512, 512, 1024},
+        {"expert dw leaf, inp^T@dout (512,256)@(256,1024)", 1, 0, 512, 1024, 256},
+        {"deepseek expert up (512,512)@(512,384)", 0, 0, 512, 384, 512},
+        {"head (2048,512)@(512,256)", 0, 0, 2048, 256, 512},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        Rate o = gflops(0, shapes[s].tA, shapes[s].tB, shapes[s].M, shapes[s].N, shapes[s].K, 5);
+        printf("ordered threads=2 %-50s GFLOP/s %.1f per-CPU-second %.1f\n", shapes[s].what, o.wall, o.cpu);
+    }
+    return 0;
+}

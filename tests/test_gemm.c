@@ -1,0 +1,165 @@
+// tests/test_gemm.c: the ordered GEMM (model/gemm.c) on ragged shapes, every layout and
+// every micro-kernel this CPU runs: bit for bit against a simple ordered kernel (below, the
+// reference of the bits), and against a double-precision product.
+#include "common.h"
+#include "model/gemm.h"
+#include "model/matmul.h"
+#include "sharding/memory.h"
+#include "tests/test.h"
+#include <immintrin.h>
+
+// ---- The reference of the bits: the simple ordered kernel, 6x16 AVX2 tiles and one
+// element at a time for the rest, every element one fmaf chain over k from 0.0f. ----
+static float ref_dot(const float *A, size_t ai, size_t ak, const float *B, int ldb, int i, int j, int K) {
+    float acc = 0.0f;
+    const float *a = A + (size_t)i * ai;
+    for (int k = 0; k < K; k++) acc = fmaf(a[(size_t)k * ak], B[(size_t)k * ldb + j], acc);
+    return acc;
+}
+
+__attribute__((target("avx2,fma")))
+static void ref_rows_avx2(int i0, int i1, int j, int K, const float *A, size_t ai, size_t ak,
+                          const float *B, int ldb, int accumulate, float *C, int ldc) {
+    for (int i = i0; i + 6 <= i1; i += 6) {
+        __m256 c[6][2];
+        for (int r = 0; r < 6; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
+        const float *a = A + (size_t)i * ai, *b = B + j;
+        for (int k = 0; k < K; k++, b += ldb) {
+            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+            for (int r = 0; r < 6; r++) {
+                __m256 x = _mm256_broadcast_ss(a + (size_t)r * ai + (size_t)k * ak);
+                c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);
+                c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);
+            }
+        }
+        for (int r = 0; r < 6; r++) {
+            float *o = C + (size_t)(i + r) * ldc + j;
+            if (accumulate) {
+                c[r][0] = _mm256_add_ps(_mm256_loadu_ps(o), c[r][0]);
+                c[r][1] = _mm256_add_ps(_mm256_loadu_ps(o + 8), c[r][1]);
+            }
+            _mm256_storeu_ps(o, c[r][0]);
+            _mm256_storeu_ps(o + 8, c[r][1]);
+        }
+    }
+}
+
+static void ref_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                     const float *B, int ldb, int accumulate, float *C, int ldc) {
+    float *Bt = NULL;
+    if (transB) {   // the simple kernel read op(B) k-major: a transposed copy
+        Bt = malloc(sizeof(float) * ((size_t)K * N + 1));
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++) Bt[(size_t)k * N + n] = B[(size_t)n * ldb + k];
+        B = Bt;
+        ldb = N;
+    }
+    size_t ai = transA ? 1 : (size_t)lda, ak = transA ? (size_t)lda : 1;
+    int simd = gemm_kernel_available(GEMM_KERNEL_AVX2), j = 0;
+    for (; simd && j + 16 <= N; j += 16) {
+        int full = M / 6 * 6;
+        ref_rows_avx2(0, full, j, K, A, ai, ak, B, ldb, accumulate, C, ldc);
+        for (int i = full; i < M; i++)
+            for (int jj = j; jj < j + 16; jj++) {
+                float v = ref_dot(A, ai, ak, B, ldb, i, jj, K), *o = C + (size_t)i * ldc + jj;
+                *o = accumulate ? *o + v : v;
+            }
+    }
+    for (; j < N; j++)
+        for (int i = 0; i < M; i++) {
+            float v = ref_dot(A, ai, ak, B, ldb, i, j, K), *o = C + (size_t)i * ldc + j;
+            *o = accumulate ? *o + v : v;
+        }
+    free(Bt);
+}
+
+static uint64_t rng = 12345;
+static float uniform(void) {   // in [-1, 1)
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng >> 40) * (1.0 / (1 << 24)) * 2.0 - 1.0);
+}
+
+// One case: every kernel against the reference bits, and the auto kernel against doubles.
+// Returns the largest error relative to the bound seen.
+static double one_case(int tA, int tB, int M, int N, int K, int acc) {
+    int lda = (tA ? M : K) + 3, ldb = (tB ? K : N) + 5, ldc = N + 7;   // strides wider than the rows
+    size_t na = (size_t)(tA ? K : M) * lda, nb = (size_t)(tB ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(sizeof(float) * (na + 1)), *B = malloc(sizeof(float) * (nb + 1));
+    float *C0 = malloc(sizeof(float) * nc), *want = malloc(sizeof(float) * nc), *got = malloc(sizeof(float) * nc);
+    for (size_t i = 0; i < na; i++) A[i] = uniform();
+    for (size_t i = 0; i < nb; i++) B[i] = uniform();
+    for (size_t i = 0; i < nc; i++) C0[i] = uniform();
+    memcpy(want, C0, sizeof(float) * nc);
+    ref_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, want, ldc);
+    const GemmKernel kinds[] = {GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
+    for (int t = 0; t < 3; t++) {
+        if (!gemm_kernel_available(kinds[t])) continue;
+        gemm_force_kernel(kinds[t]);
+        memcpy(got, C0, sizeof(float) * nc);
+        ordered_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
+        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s: M=%d N=%d K=%d transA=%d transB=%d accumulate=%d: "
+              "not the reference bits", gemm_kernel_name(), M, N, K, tA, tB, acc);
+    }
+    gemm_force_kernel(GEMM_KERNEL_AUTO);
+    // Against double precision: a chain of K fmas is off by at most gamma_K sum_k |a_k b_k|,
+    // gamma_K = K u / (1 - K u) <= (K+1) u here (u = 2^-24, the textbook bound of a recursive
+    // dot product); the add of the old value costs u |C| more, and that alone nearly
+    // reaches the bound when |C| dwarfs the product (measured: 0.94 of it at K = 1).
+    double worst = 0.0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0, mag = 0.0;
+            for (int k = 0; k < K; k++) {
+                double a = tA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                double b = tB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                s += a * b;
+                mag += fabs(a * b);
+            }
+            double old = acc ? C0[(size_t)i * ldc + j] : 0.0, exact = old + s;
+            double bound = ((K + 1) * mag + fabs(exact)) * 0x1p-24 + 1e-30;
+            double err = fabs(got[(size_t)i * ldc + j] - exact) / bound;
+            if (err > worst) worst = err;
+        }
+    CHECK(worst <= 1.0, "M=%d N=%d K=%d transA=%d transB=%d accumulate=%d: error %.3g of the bound", M, N, K,
+          tA, tB, acc, worst);
+    // Untouched: the padding between rows of C.
+    int pad_ok = 1;
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++) pad_ok &= got[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
+    CHECK(pad_ok, "M=%d N=%d K=%d: wrote past the N columns of a row", M, N, K);
+    free(A); free(B); free(C0); free(want); free(got);
+    return worst;
+}
+
+static Device dev;
+
+int main(void) {
+    device_init(&dev, 0, 0);
+    mem_set_device(&dev);
+    printf("  kernels on this CPU: scalar%s%s; auto picks %s\n",
+           gemm_kernel_available(GEMM_KERNEL_AVX2) ? ", avx2" : "",
+           gemm_kernel_available(GEMM_KERNEL_AVX512) ? ", avx512" : "", gemm_kernel_name());
+    // Shapes: every remainder of the register tiles (12, 6, 4 rows; 32, 16, 8 columns), the
+    // cache blocks (96 rows, 512 columns, 1024 of K: one, several, and a ragged last block).
+    int shapes[][3] = {
+        {1, 1, 1}, {1, 40, 3}, {13, 1, 5}, {2, 33, 7}, {3, 31, 16}, {5, 17, 9}, {7, 15, 11},
+        {11, 9, 20}, {12, 32, 1}, {13, 47, 33}, {23, 63, 40}, {25, 65, 64}, {97, 257, 100},
+        {100, 300, 383}, {96, 256, 384}, {50, 70, 385}, {37, 41, 800}, {130, 520, 769}, {96, 512, 1024}, {29, 45, 1025}, {101, 530, 2100},
+    };
+    double worst = 0.0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tA = 0; tA < 2; tA++)
+            for (int tB = 0; tB < 2; tB++)
+                for (int acc = 0; acc < 2; acc++) {
+                    double w = one_case(tA, tB, shapes[s][0], shapes[s][1], shapes[s][2], acc);
+                    if (w > worst) worst = w;
+                }
+    printf("  largest error against double precision: %.3f of the bound (K+1) u sum|a b| + u |C|\n", worst);
+    // K = 0: the empty chain is 0 (plus the old value).
+    float c[4] = {1.5f, -2.0f, 3.0f, 4.0f}, a[1] = {0}, b[1] = {0};
+    ordered_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 1, c, 2);
+    CHECK(c[0] == 1.5f && c[3] == 4.0f, "K=0 accumulate changed C: %g %g", c[0], c[3]);
+    ordered_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 0, c, 2);
+    CHECK(c[0] == 0.0f && c[3] == 0.0f, "K=0 did not write 0: %g %g", c[0], c[3]);
+    TEST_SUMMARY();
+}
