@@ -16,39 +16,8 @@ T=$(mktemp -d /tmp/meshmoe-hf.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 per_device_batch_size=2 log_period=100"
 
-# compare A.safetensors PREFIX_A B.safetensors PREFIX_B [ulps]: every tensor of A named
-# PREFIX_A* (but opt_state) is in B as PREFIX_B* with the same dtype, shape and bytes (or,
-# with ulps, float32 values at most that many units in the last place apart). Prints the count.
-compare() {
-    python3 - "$@" <<'EOF'
-import json, struct, sys
-def read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
-a, pa, b, pb = read(sys.argv[1]), sys.argv[2], read(sys.argv[3]), sys.argv[4]
-ulps = int(sys.argv[5]) if len(sys.argv) > 5 else 0
-n = worst = 0
-for k, (dt, sh, data) in a.items():
-    if not k.startswith(pa):
-        continue
-    other = b.get(pb + k[len(pa):])
-    if other is None or other[:2] != (dt, sh):
-        sys.exit(f"{k}: missing or another dtype/shape in {sys.argv[3]}")
-    if other[2] != data:
-        if not ulps:
-            sys.exit(f"{k}: the bytes differ")
-        x, y = struct.unpack(f"<{len(data) // 4}i", data), struct.unpack(f"<{len(data) // 4}i", other[2])
-        worst = max(worst, max(abs(u - v) for u, v in zip(x, y)))   # same-sign floats: ulps apart
-        if worst > ulps:
-            sys.exit(f"{k}: {worst} ulps apart")
-    n += 1
-if n == 0:
-    sys.exit("no tensor compared")
-print(n, "tensors" + (f", at most {worst} ulp apart" if ulps else " bit-identical"))
-EOF
-}
+# compare A PREFIX_A B PREFIX_B [ulps]: tests/st_tool.py's `match` (see there).
+compare() { python3 tests/st_tool.py match "$@"; }
 
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset"

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""tests/st_tool.py: safetensors files read with the standard library only (tests/checkpoint.sh).
+"""tests/st_tool.py: safetensors files read with the standard library only (tests/checkpoint.sh,
+tests/hf.sh).
 
   st_tool.py same A B               exit 0 if A and B hold the same tensors (names, dtypes,
                                     shapes, and bytes compared bit for bit), whatever their
                                     metadata; prints the count, or the first difference
+  st_tool.py match A PA B PB [U]    every tensor of A named PA* is in B as
+                                    PB* with the same dtype, shape and bytes (or, with U,
+                                    float32 values at most U units in the last place apart);
+                                    prints the count
   st_tool.py set-meta IN OUT K V    write IN with metadata key K set to V as OUT
   st_tool.py add-tensor IN OUT N    write IN with one more tensor N (F32, shape [1]) as OUT
   st_tool.py factored FILE          check that every opt_state/v_row and v_col pair is laid
@@ -48,6 +53,34 @@ def same(a, b):
             print(f"{name}: {da} {sa} vs {db} {sb}, first differing byte {at}")
             return 1
     print(f"{len(ta)} tensors, the same bytes")
+    return 0
+
+
+def match(a, pa, b, pb, ulps=0):
+    ta, tb = tensors(a), tensors(b)
+    n = worst = 0
+    for k, (dt, sh, data) in ta.items():
+        if not k.startswith(pa):
+            continue
+        other = tb.get(pb + k[len(pa):])
+        if other is None or other[:2] != (dt, sh):
+            print(f"{k}: missing or another dtype/shape in {b}")
+            return 1
+        if other[2] != data:
+            if not ulps:
+                print(f"{k}: the bytes differ")
+                return 1
+            x = struct.unpack(f"<{len(data) // 4}i", data)
+            y = struct.unpack(f"<{len(data) // 4}i", other[2])
+            worst = max(worst, max(abs(u - v) for u, v in zip(x, y)))   # same-sign floats: ulps apart
+            if worst > ulps:
+                print(f"{k}: {worst} ulps apart")
+                return 1
+        n += 1
+    if n == 0:
+        print("no tensor compared")
+        return 1
+    print(n, "tensors" + (f", at most {worst} ulp apart" if ulps else " bit-identical"))
     return 0
 
 
@@ -120,6 +153,8 @@ if __name__ == "__main__":
         sys.exit(0 if pairs and worst < 1e-4 else 1)
     if len(sys.argv) == 4 and sys.argv[1] == "same":
         sys.exit(same(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "match":
+        sys.exit(match(*sys.argv[2:6], *(int(u) for u in sys.argv[6:])))
     if len(sys.argv) == 5 and sys.argv[1] == "add-tensor":
         sys.exit(add_tensor(*sys.argv[2:]))
     if len(sys.argv) == 6 and sys.argv[1] == "set-meta":
