@@ -23,7 +23,9 @@
 #include "sharding/memory.h"
 #include "common.h"
 #include <immintrin.h>
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 #include <stdlib.h>
 
 // Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
@@ -255,7 +257,10 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
     int par = (double)M * N * K > 1e6;
     // Row blocks: about 4 per thread when M is small (never fewer rows than a tile).
-    int threads = par ? omp_get_max_threads() : 1;
+    int threads = 1;
+#ifdef _OPENMP
+    if (par) threads = omp_get_max_threads();
+#endif
     int mc = (M + 4 * threads - 1) / (4 * threads);
     mc = imin(MC, (mc + mr - 1) / mr * mr);
     int nrb = (M + mc - 1) / mc;
