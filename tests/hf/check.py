@@ -53,7 +53,9 @@ def main():
     biases = [b.detach().abs().max().item() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias")]
     if biases:   # DeepSeek: the selection bias must matter for this check to test it
         check(max(biases) >= 0.05, f"{name}: routing biases up to {max(biases):.3f} in magnitude (at least 0.05)")
-    layers = sorted(int(k.split("/")[2].split("_")[1]) for k in dump if k.endswith("/indices"))
+    # The dump's step-0 routing: c/router/layers_<i>/indices (c/steps/... holds every step's).
+    layers = sorted(int(k.split("/")[2].split("_")[1]) for k in dump
+                    if k.startswith("c/router/") and k.endswith("/indices"))
     check(sorted(chosen) == layers, f"{name}: HF routed in layers {sorted(chosen)}, meshmoe in {layers}")
     for i in layers:
         if i not in chosen:

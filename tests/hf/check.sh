@@ -27,7 +27,7 @@ for preset in mixtral-tiny deepseek-tiny; do
     out=$("$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors 2>&1)
     printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
-    [ -n "$line" ] || { fail "$preset: check.py did not finish"; continue; }
+    [ -n "$line" ] || { fail "$preset: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; continue; }
     PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
     rm -rf $T/hf $T/d
 done
