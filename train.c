@@ -15,6 +15,7 @@
 // 4. loop: fetch the step's batch, forward + backward, clip + AdamW, log;
 // 5. evaluate, save, and print a sample of what the model learned.
 #include "common.h"
+#include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/step.h"
@@ -437,6 +438,7 @@ int main(int argc, char **argv) {
 
     Run run = {&c, &mesh, &dl, ntok, {0}};
     mem_set_dry(c.dry_run);
+    kern_use_default(c.dry_run ? &backend_dry : &backend_cpu);   // the kernels every device runs (kernels/kernels.h)
     // The planner reports a device that does not fit instead of stopping at its first
     // allocation that does not: its devices have no capacity limit.
     for (int d = 0; c.dry_run && d < mesh.ndev; d++) mesh.devices[d].capacity = 0;

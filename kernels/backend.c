@@ -1,0 +1,9 @@
+// kernels/backend.c: which backend a device computes with (kernels/kernels.h).
+#include "kernels/kernels.h"
+
+static const Backend *process_default = &backend_cpu;
+static _Thread_local const Backend *mine;
+
+const Backend *kern(void) { return mine ? mine : process_default; }
+void kern_use_default(const Backend *b) { process_default = b; }
+void kern_use(const Backend *b) { mine = b; }

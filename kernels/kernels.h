@@ -1,0 +1,40 @@
+// kernels/kernels.h: the seam between the layers and the arithmetic.
+//
+// A kernel is a function of pointers and integer dimensions only (shapes in the comment
+// beside it, llm.c style): it reads no Config and no mesh state and allocates nothing.
+// The layers (model/*.c) orchestrate: they read their dimensions and switches once,
+// allocate from the tagged allocator, and call kernels and collectives.
+//
+// Kernels are grouped in families. Each family is a table of function pointers declared in
+// its own header (kernels/norm.h, ...); a backend is one table per family:
+//   cpu  kernels/cpu/*.c   the arithmetic (the bits every test pins)
+//   dry  kernels/dry.c     the planner (dry_run=true): every kernel returns at once, so the
+//                          layers allocate exactly as in a real run and nothing is computed
+//   a GPU backend adds its twins under gpu/ with the same kernel names and argument order.
+// Each device picks its backend once at start-up (kern_use); layers reach it by kern():
+//     kern()->norm->rmsnorm_forward(out, rstd, x, scale, 0, T, D, eps, bf16);
+#ifndef MESHMOE_KERNELS_H
+#define MESHMOE_KERNELS_H
+#include <stddef.h>
+#include "kernels/norm.h"
+
+typedef struct Backend {
+    const char *name;                 // "cpu", "dry"
+    int computes;                     // 0 for the planner: buffers hold no values
+
+    const NormKernels *norm;          // RMSNorm (kernels/norm.h)
+
+} Backend;
+
+extern const Backend backend_cpu;     // kernels/cpu/backend.c
+extern const Backend backend_dry;     // kernels/dry.c
+
+// The backend of the calling device (thread), or the process's default when the thread
+// has not chosen one.
+const Backend *kern(void);
+// Choose the process's default backend (train.c, once, before the devices start).
+void kern_use_default(const Backend *b);
+// Choose the calling device's backend (for a device thread that differs from the default).
+void kern_use(const Backend *b);
+
+#endif
