@@ -3,6 +3,11 @@
 // step holds, and nothing is computed. Same names and argument order as the CPU kernels;
 // the arguments are unused by design (this file builds with -Wno-unused-parameter).
 #include "kernels/kernels.h"
+#include <string.h>
+
+// The planner's small buffers are real memory (sharding/memory.h), so what a dry kernel
+// wrote there (a balanced routing's counts) reads back as on the CPU.
+static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, src, bytes); }
 
 // norm
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
@@ -19,6 +24,7 @@ static const NormKernels norm_dry = {rmsnorm_forward, rmsnorm_backward_dx, rmsno
 const Backend backend_dry = {
     .name = "dry",
     .computes = 0,
+    .to_host = to_host,
 
     .norm = &norm_dry,
 

@@ -21,6 +21,10 @@
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
     int computes;                     // 0 for the planner: buffers hold no values
+    // The one way a layer reads device data on the host to decide something (expert row
+    // counts for the sparse path): host (bytes) = src (bytes). A GPU backend synchronises
+    // here; on the CPU it is a copy.
+    void (*to_host)(void *host, const void *src, size_t bytes);
 
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)
 

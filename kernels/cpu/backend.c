@@ -1,9 +1,13 @@
 // kernels/cpu/backend.c: the CPU backend, one table per kernel family (kernels/kernels.h).
 #include "kernels/kernels.h"
+#include <string.h>
+
+static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, src, bytes); }
 
 const Backend backend_cpu = {
     .name = "cpu",
     .computes = 1,
+    .to_host = to_host,
 
     .norm = &norm_cpu,
 
