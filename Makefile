@@ -26,7 +26,7 @@ OUT     ?= train
 # Every folder of the library (README.md#layers gives their order).
 SRC_DIRS := model kernels kernels/cpu sharding pipeline data sweep
 LIB_SRC := common.c $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
-HDRS    := $(wildcard *.h) $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h))
+HDRS    := $(wildcard *.h) $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 

@@ -216,7 +216,7 @@ static void device_main(int dev_id, void *arg) {
     if (talk) {
         size_t P = sharding_global_params(&m);
         printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
-               c.decoder_block, c.base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
+               decoder_block_name(c.decoder_block), c.base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
                c.num_experts, c.num_experts_per_tok, c.sparse_matmul ? "sparse (grouped)" : "dense");
         printf("BLAS: %s\n", blas_description());
         int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
@@ -389,7 +389,7 @@ int main(int argc, char **argv) {
                "       ./train --help-config\n");
         return argc < 2;
     }
-    if (!strcmp(argv[1], "--help-config")) { config_print_help(); return 0; }
+    if (!strcmp(argv[1], "--help-config")) { config_print_help(argc > 2 && !strcmp(argv[2], "--markdown")); return 0; }
     signals_install();
     if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
     if (!strcmp(argv[1], "export-hf")) {
@@ -417,7 +417,7 @@ int main(int argc, char **argv) {
     config_check_paths(&c);   // every file named is readable or writable, before any work
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen before the mesh
     // starts so that every device uses the same ones.
-    if (c.attn_block_autotune && !strcmp(c.attention, "flash") && !c.dry_run) attn_block_autotune(&c);
+    if (c.attn_block_autotune && c.attention == ATTENTION_FLASH && !c.dry_run) attn_block_autotune(&c);
     // 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h).
     Mesh mesh;
     mesh_init(&mesh, &c);
@@ -427,7 +427,7 @@ int main(int argc, char **argv) {
     // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
     // step ~2.5x slower on 2 cores (measured: 525 -> 240 ms/step on mixtral-tiny).
     blas_set_threads(1);
-    matmul_set_impl(c.matmul_impl);
+    matmul_set_impl(matmul_impl_name(c.matmul_impl));
 
     // 3. Data: read once, shared read-only by the devices.
     size_t ntok;

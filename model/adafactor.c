@@ -15,7 +15,7 @@ __extension__ typedef __int128 fx128;   // 64 fractional bits: sums of squares, 
 #define FX_SCALE 18446744073709551616.0 // 2^64
 
 void adafactor_check(const Config *c) {
-    if (strcmp(c->opt_type, "adafactor")) return;
+    if (c->opt_type != OPT_ADAFACTOR) return;
     if (c->ici_tensor_parallelism > 1 || c->ici_expert_parallelism > 1)
         die("opt_type=adafactor with ici_tensor_parallelism=%d ici_expert_parallelism=%d: the factored second "
             "moment needs each tensor's rows and columns whole, and tensor/expert pieces are not gathered for it "

@@ -185,7 +185,7 @@ void attn_flash_backward(float *dq, float *dk, float *dv, const float *dout,
     mem_free(Dblk);
 }
 
-static int is_flash(const Config *c) { return strcmp(c->attention, "flash") == 0; }
+static int is_flash(const Config *c) { return c->attention == ATTENTION_FLASH; }
 
 void attn_forward_cfg(const Config *c, float *o, float *stats, const float *q, const float *k, const float *v,
                       const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv) {

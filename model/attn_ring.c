@@ -7,7 +7,7 @@
 #include "common.h"
 
 int attn_ring_on(const Config *c) {
-    return !strcmp(c->context_parallel_strategy, "ring") && cp_size() > 1;
+    return c->context_parallel_strategy == CP_RING && cp_size() > 1;
 }
 
 static float dot(const float *a, const float *b, int n) {

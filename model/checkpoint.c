@@ -51,7 +51,7 @@ static int add_entry(Entry *out, int k, EntryKind kind, int spec, const char *na
 // Names come from the layout (model/model.c); the routing bias of a MoE layer from
 // model/model.c:model_bias_name, under "state/".
 static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *out) {
-    int k = 0, adamw = optimizer_state_floats(c) == 2, adafactor = !strcmp(c->opt_type, "adafactor");
+    int k = 0, adamw = optimizer_state_floats(c) == 2, adafactor = c->opt_type == OPT_ADAFACTOR;
     for (int kind = E_PARAMS; kind <= E_NU; kind++)
         for (int i = 0; i < n && (kind == E_PARAMS || adamw); i++)
             k = add_entry(out, k, (EntryKind)kind, i, specs[i].name, specs[i].ndim, specs[i].gshape, -1);
@@ -285,7 +285,7 @@ void checkpoint_check(const Config *c, const char *path) {
         const char *name = st_tensor(f, i)->name;
         int known = 0;
         for (int k = 0; k < ne && !known; k++) known = !strcmp(e[k].name, name);
-        if (!known) die("load_checkpoint %s: tensor '%s' is not one of this run's (opt_type=%s)", path, name, c->opt_type);
+        if (!known) die("load_checkpoint %s: tensor '%s' is not one of this run's (opt_type=%s)", path, name, opt_type_name(c->opt_type));
     }
     free(e);
     free(specs);

@@ -1,5 +1,5 @@
-// model/config_ranges.c: the values every numeric key may take, and the sizes a run may
-// reach. A value outside its range would end in a NaN, a crash or a run that cannot
+// model/config_ranges.c: the values every numeric key may take (the ranges written in
+// model/config_keys.def), and the sizes a run may reach. A value outside its range would end in a NaN, a crash or a run that cannot
 // finish; each is refused before anything starts, with a message that names the key, the
 // range and the value (`adam_eps must be > 0, got 0`). `./train --help-config` prints
 // each key's range.
@@ -10,75 +10,39 @@
 #include <stddef.h>
 #include <unistd.h>
 
-typedef enum { R_INT, R_FLOAT, R_BYTES } RangeType;
+typedef enum { R_INT, R_FLOAT, R_BOOL, R_STR, R_BYTES } RangeType;
 
 typedef struct {
     const char *name;
     RangeType type;
     size_t offset;
-    double lo, hi;          // the bounds; -INFINITY / INFINITY for none
-    int lo_open, hi_open;   // 1: the bound itself is excluded
+    int has;                // 0: the key declares no range (booleans, strings)
+    double lo;              // the bounds; -INFINITY / INFINITY for none
+    int lo_open;            // 1: the bound itself is excluded
+    double hi;
+    int hi_open;
     int also;               // an int sentinel also allowed (-1 = "derive it"), or 0 for none
     const char *note;       // why the range is what it is, when it is not plain
 } Range;
 
-#define RTYPE(field) _Generic(((Config *)0)->field, int: R_INT, float: R_FLOAT, int64_t: R_BYTES)
-#define RANGE(field, lo, lo_open, hi, hi_open, also, note) \
-    { #field, RTYPE(field), offsetof(Config, field), lo, hi, lo_open, hi_open, also, note }
-// The common shapes of range: [lo, hi], (lo, hi), lo or more, more than lo.
-#define IN(f, lo, hi) RANGE(f, lo, 0, hi, 0, 0, NULL)
-#define ATLEAST(f, lo) RANGE(f, lo, 0, INFINITY, 0, 0, NULL)
-#define ABOVE(f, lo) RANGE(f, lo, 1, INFINITY, 0, 0, NULL)
+// The range forms of model/config_keys.def: [lo, hi], lo or more, more than lo, any form, none.
+#define RANGE(lo, lo_open, hi, hi_open, also, note) 1, lo, lo_open, hi, hi_open, also, note
+#define IN(lo, hi) RANGE(lo, 0, hi, 0, 0, NULL)
+#define ATLEAST(lo) RANGE(lo, 0, INFINITY, 0, 0, NULL)
+#define ABOVE(lo) RANGE(lo, 1, INFINITY, 0, 0, NULL)
+#define NONE 0, 0, 0, 0, 0, 0, NULL
 #define DIM (1 << 20)        // any model dimension: 1M
 #define DEVICES 256          // sharding/mesh.c runs at most 256 device threads
 
 static const Range RANGES[] = {
-    IN(base_emb_dim, 1, DIM), IN(base_num_query_heads, 1, 65536), IN(base_num_kv_heads, 1, 65536),
-    IN(head_dim, 1, DIM), IN(base_mlp_dim, 0, DIM), IN(base_moe_mlp_dim, 0, DIM),
-    IN(base_num_decoder_layers, 1, 65536), IN(vocab_size, 1, DIM), IN(max_target_length, 1, DIM),
-    RANGE(normalization_layer_epsilon, 0, 1, INFINITY, 0, 0, "RMSNorm divides by sqrt(mean(x^2) + epsilon)"),
-    RANGE(rope_min_timescale, 0, 1, INFINITY, 0, 0, "RoPE divides positions by timescales"),
-    RANGE(rope_max_timescale, 0, 1, INFINITY, 0, 0, "RoPE divides positions by timescales"),
-    IN(q_lora_rank, 0, DIM), IN(kv_lora_rank, 0, DIM), IN(qk_nope_head_dim, 0, DIM), IN(qk_rope_head_dim, 0, DIM),
-    IN(v_head_dim, 0, DIM),
-    IN(num_experts, 1, 65536), IN(num_experts_per_tok, 1, 65536),
-    RANGE(capacity_factor, -INFINITY, 0, INFINITY, 0, 0, "<= 0: dropless"),
-    ATLEAST(load_balance_loss_weight, 0), ATLEAST(routed_bias_update_rate, 0), ABOVE(routed_scaling_factor, 0),
-    RANGE(n_routing_groups, 1, 0, 65536, 0, -1, "-1: groups off"),
-    RANGE(topk_routing_group, 1, 0, 65536, 0, -1, "-1: groups off"), IN(shared_experts, 0, 65536),
-    IN(first_num_dense_layers, 0, 65536),
-    IN(per_device_batch_size, 1, DIM), IN(gradient_accumulation_steps, 1, DIM), IN(steps, 1, INT_MAX),
-    ATLEAST(learning_rate, 0), IN(warmup_steps_fraction, 0, 1), IN(cosine_learning_rate_final_fraction, 0, 1),
-    RANGE(adam_b1, 0, 0, 1, 1, 0, "AdamW divides by 1 - b1^t"),
-    RANGE(adam_b2, 0, 0, 1, 1, 0, "AdamW divides by 1 - b2^t"),
-    RANGE(adam_eps, 0, 1, INFINITY, 0, 0, "AdamW divides by sqrt(nu) + eps, and nu can be 0"),
-    ATLEAST(adam_weight_decay, 0), ATLEAST(gradient_clipping_threshold, 0), ATLEAST(z_loss_multiplier, 0),
-    IN(seed, INT_MIN, INT_MAX),
-    RANGE(eval_fraction, 0, 1, 1, 1, 0, NULL), ATLEAST(eval_interval, 0), IN(eval_steps, 1, DIM), ATLEAST(log_period, 1),
-    ATLEAST(checkpoint_period, 0), ATLEAST(run_steps, 0), IN(sample_length, 0, DIM), ABOVE(sample_temperature, 0),
-    IN(parity_steps, 1, 65536), ATLEAST(reduce_leaf_tokens, 0), ATLEAST(context_reduce_chunks, 0),
-    IN(tensor_reduce_chunks, 1, 65536),
-    RANGE(num_threads, 0, 0, 1024, 0, 0, "threads per device; 0 = the cores shared out"),
-    IN(num_devices, 0, DEVICES),
-    RANGE(ici_data_parallelism, 1, 0, DEVICES, 0, -1, "-1 = the devices left over"),
-    RANGE(ici_fsdp_parallelism, 1, 0, DEVICES, 0, -1, "-1 = the devices left over"),
-    RANGE(ici_tensor_parallelism, 1, 0, DEVICES, 0, -1, "-1 = the devices left over"),
-    RANGE(ici_expert_parallelism, 1, 0, DEVICES, 0, -1, "-1 = the devices left over"),
-    RANGE(ici_context_parallelism, 1, 0, DEVICES, 0, -1, "-1 = the devices left over"),
-    RANGE(ici_pipeline_parallelism, 1, 0, DEVICES, 0, -1, "-1 = the devices left over"),
-    RANGE(num_pipeline_microbatches, 1, 0, DIM, 0, -1, "-1 = the stage count"),
-    RANGE(num_pipeline_repeats, 1, 0, 65536, 0, -1, "-1 = derived from the layers"),
-    IN(num_layers_per_pipeline_stage, 0, 65536), IN(eval_per_device_batch_size, 0, DIM),
-    RANGE(remat_nested_block, 0, 0, 65536, 0, -1, "-1 = round(sqrt(layers))"),
-    RANGE(ema_decay, 0, 0, 1, 1, 0, "0 = off"),
-    IN(num_vocab_tiling, 1, DIM), ATLEAST(iota_embed_max_bytes, 0), IN(attn_block_q, 1, DIM), IN(attn_block_kv, 1, DIM),
-    ATLEAST(hbm_capacity, 0), IN(sweep_steps, 1, 100000), IN(sweep_num_devices, 1, DEVICES),
+#define KEY(type, name, dflt, range, help) {#name, R_##type, offsetof(Config, name), range},
+#include "model/config_keys.def"
 };
 #define NRANGES ((int)(sizeof RANGES / sizeof RANGES[0]))
 
 static const Range *find_range(const char *key) {
     for (int i = 0; i < NRANGES; i++)
-        if (!strcmp(RANGES[i].name, key)) return &RANGES[i];
+        if (RANGES[i].has && !strcmp(RANGES[i].name, key)) return &RANGES[i];
     return NULL;
 }
 
@@ -119,6 +83,7 @@ void config_check_ranges(const Config *c) {
     char text[160];
     for (int i = 0; i < NRANGES; i++) {
         const Range *r = &RANGES[i];
+        if (!r->has) continue;
         const void *field = (const char *)c + r->offset;
         double v = r->type == R_INT ? *(const int *)field : r->type == R_FLOAT ? *(const float *)field
                                                                              : (double)*(const int64_t *)field;

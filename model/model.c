@@ -324,7 +324,7 @@ void model_init(Model *m, const Config *c) {
         m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
         m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
     }
-    if (!strcmp(c->opt_type, "adafactor"))   // per tensor: row and column means, or one per element
+    if (c->opt_type == OPT_ADAFACTOR)   // per tensor: row and column means, or one per element
         m->v_mem = mem_floats(MEM_OPTIMIZER, adafactor_state_floats(m), "adafactor second moments");
     m->params.layers = calloc((size_t)L, sizeof(LayerParams));
     m->grads.layers = calloc((size_t)L, sizeof(LayerParams));

@@ -47,12 +47,10 @@ void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float 
 }
 
 int optimizer_state_floats(const Config *c) {
-    if (!strcmp(c->opt_type, "adamw")) return 2;
-    if (!strcmp(c->opt_type, "sgd")) return 0;   // no state: that is what it saves
-    if (!strcmp(c->opt_type, "adafactor")) return 1;   // at most one: per tensor (model/adafactor.h)
-    if (!strcmp(c->opt_type, "adam_pax") || !strcmp(c->opt_type, "muon"))
-        die("opt_type=%s is MaxText's but not implemented here; use adamw, sgd or adafactor", c->opt_type);
-    die("opt_type must be 'adamw', 'sgd' or 'adafactor', got '%s'", c->opt_type);
+    if (c->opt_type == OPT_ADAMW) return 2;
+    if (c->opt_type == OPT_SGD) return 0;   // no state: that is what it saves
+    if (c->opt_type == OPT_ADAFACTOR) return 1;   // at most one: per tensor (model/adafactor.h)
+    die("internal: opt_type %d has no state size", (int)c->opt_type);
 }
 
 void optimizer_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c) {

@@ -37,7 +37,7 @@
 #include <string.h>
 #include "model/config.h"
 
-static inline int cfg_bf16(const Config *c) { return strcmp(c->dtype, "bfloat16") == 0; }
+static inline int cfg_bf16(const Config *c) { return c->dtype == DTYPE_BFLOAT16; }
 
 // float -> bf16 bits, round to nearest even (NaN stays NaN); bf16 bits -> float (exact).
 static inline uint16_t bf16_bits(float f) {

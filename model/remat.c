@@ -36,52 +36,44 @@
 #include "sharding/memory.h"
 #include "common.h"
 
-static Keep keep_of(const char *key, const char *v) {
-    if (!strcmp(v, "device")) return KEEP_DEVICE;
-    if (!strcmp(v, "offload")) return KEEP_HOST;
-    if (!strcmp(v, "remat")) return RECOMPUTE;
-    die("%s must be 'device', 'offload' or 'remat', got '%s'", key, v);
+// Where remat_policy=custom's key puts its checkpoint.
+static Keep keep_of(CheckpointPlace v) {
+    return v == PLACE_DEVICE ? KEEP_DEVICE : v == PLACE_OFFLOAD ? KEEP_HOST : RECOMPUTE;
 }
 
 RematPlan remat_plan(const Config *c) {
-    const char *p = c->remat_policy;
+    RematPolicy p = c->remat_policy;
     //             x            norms      qkv          attn         h            ffn
     RematPlan r = {KEEP_DEVICE, RECOMPUTE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, c->remat_nested_block};
-    if (!strcmp(p, "none")) r.norms = KEEP_DEVICE;
-    else if (!strcmp(p, "minimal")) {}
-    else if (!strcmp(p, "save_dot_except_mlp")) r.ffn = RECOMPUTE;
-    else if (!strcmp(p, "save_qkv_proj")) r.attn = r.h = r.ffn = RECOMPUTE;
-    else if (!strcmp(p, "save_out_proj")) r.qkv = r.attn = r.ffn = RECOMPUTE;
-    else if (!strcmp(p, "full")) r.qkv = r.attn = r.h = r.ffn = RECOMPUTE;
-    else if (!strcmp(p, "minimal_offloaded")) r.qkv = r.attn = r.h = r.ffn = KEEP_HOST;
-    else if (!strcmp(p, "qkv_proj_offloaded")) { r.qkv = KEEP_HOST; r.attn = r.h = r.ffn = RECOMPUTE; }
-    else if (!strcmp(p, "custom")) {
-        r.x = keep_of("decoder_layer_input", c->decoder_layer_input);
+    if (p == REMAT_NONE) r.norms = KEEP_DEVICE;
+    else if (p == REMAT_MINIMAL) {}
+    else if (p == REMAT_SAVE_DOT_EXCEPT_MLP) r.ffn = RECOMPUTE;
+    else if (p == REMAT_SAVE_QKV_PROJ) r.attn = r.h = r.ffn = RECOMPUTE;
+    else if (p == REMAT_SAVE_OUT_PROJ) r.qkv = r.attn = r.ffn = RECOMPUTE;
+    else if (p == REMAT_FULL) r.qkv = r.attn = r.h = r.ffn = RECOMPUTE;
+    else if (p == REMAT_MINIMAL_OFFLOADED) r.qkv = r.attn = r.h = r.ffn = KEEP_HOST;
+    else if (p == REMAT_QKV_PROJ_OFFLOADED) { r.qkv = KEEP_HOST; r.attn = r.h = r.ffn = RECOMPUTE; }
+    else if (p == REMAT_CUSTOM) {
+        r.x = keep_of(c->decoder_layer_input);
         if (r.x == RECOMPUTE) die("decoder_layer_input=remat: the layer input is what a recomputation starts from; use device or offload");
-        r.qkv = keep_of("query_proj", c->query_proj);
-        if (keep_of("key_proj", c->key_proj) != r.qkv || keep_of("value_proj", c->value_proj) != r.qkv)
+        r.qkv = keep_of(c->query_proj);
+        if (keep_of(c->key_proj) != r.qkv || keep_of(c->value_proj) != r.qkv)
             die("query_proj, key_proj and value_proj must have the same value (got %s, %s, %s): this trainer keeps "
-                "or recomputes attention's projections as one block", c->query_proj, c->key_proj, c->value_proj);
-        r.attn = keep_of("context", c->context);
+                "or recomputes attention's projections as one block", checkpoint_place_name(c->query_proj),
+                checkpoint_place_name(c->key_proj), checkpoint_place_name(c->value_proj));
+        r.attn = keep_of(c->context);
         if (r.attn != r.qkv && r.attn != RECOMPUTE)
             die("context=%s with query_proj=key_proj=value_proj=%s: context must equal them, or be remat with them "
                 "device or offload (save_qkv_proj, qkv_proj_offloaded); the attention core's backward reads q, k, v "
-                "with its output", c->context, c->query_proj);
-        r.h = keep_of("out_proj", c->out_proj);
+                "with its output", checkpoint_place_name(c->context), checkpoint_place_name(c->query_proj));
+        r.h = keep_of(c->out_proj);
         if (r.h == RECOMPUTE && r.attn != RECOMPUTE)
-            die("out_proj=remat recomputes the attention core, so context must be remat too (got %s)", c->context);
-        r.ffn = keep_of("mlpwi", c->mlpwi);
-        if (keep_of("mlpwo", c->mlpwo) != r.ffn)
+            die("out_proj=remat recomputes the attention core, so context must be remat too (got %s)",
+                checkpoint_place_name(c->context));
+        r.ffn = keep_of(c->mlpwi);
+        if (keep_of(c->mlpwo) != r.ffn)
             die("mlpwi and mlpwo must have the same value (got %s, %s): this trainer keeps or recomputes the FFN as "
-                "one block", c->mlpwi, c->mlpwo);
-    } else if (!strcmp(p, "minimal_with_context") || !strcmp(p, "save_dot_with_context_except_mlp") ||
-               !strcmp(p, "save_dot_except_mlpwi") || !strcmp(p, "minimal_flash")) {
-        die("remat_policy=%s is MaxText's but not implemented here: it saves single products inside a block, and "
-            "this trainer keeps or recomputes the attention core and the FFN each as a whole; use none, minimal, "
-            "save_dot_except_mlp, save_qkv_proj, save_out_proj, full, minimal_offloaded, qkv_proj_offloaded or custom", p);
-    } else {
-        die("remat_policy must be none, minimal, save_dot_except_mlp, save_qkv_proj, save_out_proj, full, "
-            "minimal_offloaded, qkv_proj_offloaded or custom, got '%s'", p);
+                "one block", checkpoint_place_name(c->mlpwi), checkpoint_place_name(c->mlpwo));
     }
     int keeps_more = r.norms != RECOMPUTE || r.qkv != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE || r.ffn != RECOMPUTE;
     if (r.block == -1) r.block = (int)lround(sqrt((double)c->base_num_decoder_layers));   // sqrt(L) blocks of sqrt(L)
@@ -92,9 +84,9 @@ RematPlan remat_plan(const Config *c) {
     if (r.ffn == KEEP_HOST && c->ici_expert_parallelism > 1)
         die("offloading the FFN's tensors (mlpwi/mlpwo=offload, minimal_offloaded) with expert parallelism is not "
             "supported: the exchange plan stays on the device; use ici_expert_parallelism=1 or mlpwi=mlpwo=remat");
-    if (c->ici_pipeline_parallelism > 1 && (strcmp(p, "full") || r.block > 1))
+    if (c->ici_pipeline_parallelism > 1 && (p != REMAT_FULL || r.block > 1))
         die("remat_policy=%s%s with ici_pipeline_parallelism=%d: the pipeline has its own remat (iteration_input, "
-            "pipeline_save_decoder_layer_input); keep remat_policy=full and remat_nested_block=0", p,
+            "pipeline_save_decoder_layer_input); keep remat_policy=full and remat_nested_block=0", remat_policy_name(p),
             r.block > 1 ? " and remat_nested_block" : "", c->ici_pipeline_parallelism);
     return r;
 }

@@ -8,8 +8,8 @@ PipeShape pipeline_shape(const Config *c, int stages) {
     memset(&p, 0, sizeof p);
     p.S = stages;
     p.first = c->first_num_dense_layers;
-    p.schedule = strcmp(c->pipeline_schedule, "1f1b") == 0 ? PP_1F1B : PP_GPIPE;
-    p.shift = strcmp(c->pipeline_shift_impl, "slice") == 0 ? PP_SLICE : PP_PPERMUTE;
+    p.schedule = c->pipeline_schedule == SCHEDULE_1F1B ? PP_1F1B : PP_GPIPE;
+    p.shift = c->pipeline_shift_impl == SHIFT_SLICE ? PP_SLICE : PP_PPERMUTE;
     p.save_dli = c->pipeline_save_decoder_layer_input;
     p.ag_once = c->pipeline_fsdp_ag_once;
     int L = c->base_num_decoder_layers, Lp = L - p.first, S = stages;
@@ -48,10 +48,6 @@ PipeShape pipeline_shape(const Config *c, int stages) {
 }
 
 void pipeline_check(const Config *c, const int size[MESH_NAXES], int ndev) {
-    if (strcmp(c->pipeline_schedule, "gpipe") && strcmp(c->pipeline_schedule, "1f1b"))
-        die("pipeline_schedule must be 'gpipe' or '1f1b', got '%s'", c->pipeline_schedule);
-    if (strcmp(c->pipeline_shift_impl, "ppermute") && strcmp(c->pipeline_shift_impl, "slice"))
-        die("pipeline_shift_impl must be 'ppermute' or 'slice', got '%s'", c->pipeline_shift_impl);
     int S = size[AX_STAGE];
     if (S == 1) return;
     PipeShape p = pipeline_shape(c, S);

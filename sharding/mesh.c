@@ -75,7 +75,7 @@ void mesh_init(Mesh *mesh, const Config *c) {
     for (int a = 0; a < MESH_NAXES; a++) mesh->size[a] = want[a];
     mesh->ndev = n;
     mesh->num_threads = c->num_threads;
-    mesh->adafactor = !strcmp(c->opt_type, "adafactor");
+    mesh->adafactor = c->opt_type == OPT_ADAFACTOR;
     mesh->devices = calloc((size_t)n, sizeof(Device));
     for (int d = 0; d < n; d++) device_init(&mesh->devices[d], d, (size_t)c->hbm_capacity);
     // Groups: for each axis mask, the devices that share all coordinates outside the mask.

@@ -14,7 +14,7 @@ void state_offload_check(const Config *c) {
     int moments = optimizer_state_floats(c);   // dies on a bad opt_type
     adafactor_check(c);
     if (!moments && c->optimizer_memory_host_offload)
-        die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload", c->opt_type);
+        die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload", opt_type_name(c->opt_type));
     if (c->ema_decay < 0 || c->ema_decay >= 1) die("ema_decay must be in [0, 1) (0 = off), got %g", c->ema_decay);
     if (c->ema_host_offload && c->ema_decay == 0)
         die("ema_host_offload=true needs an EMA: set ema_decay (e.g. 0.999)");
@@ -58,7 +58,7 @@ void state_offload_init(Model *m) {
 void state_update(Model *m, float lr, int t) {
     int off = m->cfg.optimizer_memory_host_offload;
     if (off) { m->m_mem = mem_to_device(m->m_mem); m->v_mem = mem_to_device(m->v_mem); }
-    if (!strcmp(m->cfg.opt_type, "adafactor")) adafactor_update(m, lr, t);
+    if (m->cfg.opt_type == OPT_ADAFACTOR) adafactor_update(m, lr, t);
     else fsdp_adamw(m, lr, t);
     if (off) { m->m_mem = mem_to_host(m->m_mem); m->v_mem = mem_to_host(m->v_mem); }
 }

@@ -94,7 +94,7 @@ void sharding_print_state(const Model *m) {
     // parameter-tagged state), grads, and AdamW's two moments.
     size_t bias = m->router_bias ? sizeof(float) * (size_t)m->cfg.base_num_decoder_layers * m->cfg.num_experts : 0;
     size_t pb = sizeof(float) * s->local_n + bias, gb = sizeof(float) * s->local_n;
-    int adafactor = !strcmp(m->cfg.opt_type, "adafactor");
+    int adafactor = m->cfg.opt_type == OPT_ADAFACTOR;
     size_t ob = adafactor ? sizeof(float) * adafactor_state_floats(m)
                           : (size_t)optimizer_state_floats(&m->cfg) * sizeof(float) * (s->local_n / s->Z);
     printf("model state per device: params %s + grads %s + optimizer %s (%s) = %s\n", mem_fmt(pb, a, sizeof a),

@@ -95,7 +95,7 @@ void tp_rowpar_forward(const Config *c, float *out, const float *inp, const floa
 //     temporary, all-reduced there and then resharded (copied) into `out` at the declared
 //     point. With tensor=1 there is no partial sum and nothing to reshard: the same code.
 // The same sums in the same tree order either way: the same bits.
-static int explicit_reshard(const Config *c) { return tp_size() > 1 && !strcmp(c->shard_mode, "explicit"); }
+static int explicit_reshard(const Config *c) { return tp_size() > 1 && c->shard_mode == SHARD_MODE_EXPLICIT; }
 
 void tp_rowpar_forward_cap(const Config *c, float *out, const float *inp, const float *w, int T, int cap, int Cl, int OC) {
     if (explicit_reshard(c)) {

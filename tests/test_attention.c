@@ -83,8 +83,8 @@ static void setup(Case *k, const char *name, int mla, int q_lora, int B, int S) 
     c->context_reduce_chunks = 2;   // two query chunks, see the header
     c->per_device_batch_size = B;
     if (mla) {
-        strcpy(c->decoder_block, "deepseek");
-        strcpy(c->attention_type, "mla");
+        c->decoder_block = DECODER_DEEPSEEK;
+        c->attention_type = ATTENTION_MLA;
         c->q_lora_rank = q_lora;
         c->kv_lora_rank = 8;
         c->qk_nope_head_dim = 4;

@@ -325,7 +325,7 @@ static void test_bf16(void) {
     // act_pack: n bf16-valued floats become 2n bytes under the same tag, and come back exactly.
     Config c;
     config_defaults(&c);
-    strcpy(c.dtype, "bfloat16");
+    c.dtype = DTYPE_BFLOAT16;
     size_t n = 1000;
     Device *d = mem_device();
     size_t before = d->live[MEM_ACTIVATIONS];

@@ -61,7 +61,7 @@ static void test_routing(void) {
     {
         Config cs;
         config_defaults(&cs);
-        strcpy(cs.routed_score_func, "softmax");
+        cs.routed_score_func = SCORE_FUNC_SOFTMAX;
         cs.num_experts = 4; cs.num_experts_per_tok = 2; cs.routed_scaling_factor = 2.5f;
         float l4[4] = {1, 3, 2, 0}, w4[2], p4[4];
         int i4[2];
@@ -70,7 +70,7 @@ static void test_routing(void) {
         CHECK(i4[0] == 1 && i4[1] == 2, "softmax routing: idx %d %d, want 1 2", i4[0], i4[1]);
         CHECK_CLOSE(p4[3], 1 / Z, 1e-7, "softmax routing: the scores are the probabilities");
         CHECK_CLOSE(w4[0], 1 / (1 + exp(p2 - p1)), 1e-6, "softmax routing, mixtral block: softmax of the probabilities");
-        strcpy(cs.decoder_block, "deepseek");
+        cs.decoder_block = DECODER_DEEPSEEK;
         route_softmax(&cs, i4, w4, p4, l4, 1);
         CHECK_CLOSE(w4[1], 2.5 * p2, 1e-6, "softmax routing, deepseek block: the probability, scaled");
     }
@@ -127,11 +127,11 @@ static void moe_case(const char *name, int deepseek, const char *router, int spa
     C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
     C.base_mlp_dim = H; C.base_moe_mlp_dim = H; C.sparse_matmul = sparse; C.capacity_factor = cf;
     if (deepseek) {
-        strcpy(C.decoder_block, "deepseek"); strcpy(C.routed_score_func, "sigmoid");
+        C.decoder_block = DECODER_DEEPSEEK; C.routed_score_func = SCORE_FUNC_SIGMOID;
         C.n_routing_groups = 2; C.topk_routing_group = 1; C.routed_scaling_factor = 2.5f;
         C.shared_experts = 1;
     }
-    if (router) strcpy(C.routed_score_func, router);
+    if (router) config_set(&C, "routed_score_func", router, "test");
     if (router && strcmp(router, "sigmoid")) C.n_routing_groups = -1;   // groups need sigmoid scores
     LB_COEF = lb;
     uint64_t seed = 42;
@@ -191,7 +191,7 @@ static void test_dense_equals_sparse(int deepseek) {
         C.tensor_reduce_chunks = 2;
         C.base_emb_dim = D; C.num_experts = E; C.num_experts_per_tok = K; C.max_target_length = S;
         C.base_mlp_dim = H; C.base_moe_mlp_dim = H; C.sparse_matmul = sparse;
-        if (deepseek) { strcpy(C.decoder_block, "deepseek"); strcpy(C.routed_score_func, "sigmoid"); }
+        if (deepseek) { C.decoder_block = DECODER_DEEPSEEK; C.routed_score_func = SCORE_FUNC_SIGMOID; }
         uint64_t seed = 7;
         memset(&P, 0, sizeof P);
         P.gate = filled(D * E, &seed, 1.0f);
