@@ -15,16 +15,20 @@
 #     <!-- figure: NAME -->  ...  <!-- /figure: NAME -->
 # as an image link and a caption that says what was run.
 #
+# Keys: the table of every config key in docs/config.md, between
+#     <!-- keys -->  ...  <!-- /keys -->
+# as `./train --help-config --markdown` prints it (tests/docs.sh checks that they agree).
+#
 # Nothing between the markers is written by hand. Progress goes to stderr: each part as
-# it starts and ends ([k/N]), and the sweeps' own row-by-row lines. DOCS_PARTS="tables
-# figures" (the default) picks the parts; the mesh figures need the sweep outputs of
+# it starts and ends ([k/N]), and the sweeps' own row-by-row lines. DOCS_PARTS="keys
+# tables figures" (the default) picks the parts; the mesh figures need the sweep outputs of
 # build/docs/ (this run's, or an earlier one's). Exits non-zero if a sweep or a figure
 # failed; the tables are written anyway, with the failure in them.
 set -u
 cd "$(dirname "$0")/.."
 TRAIN=${TRAIN:-./train}
 SETTINGS=${DOCS_SWEEP_SETTINGS:-"sweep_steps=3 max_target_length=64"}
-PARTS=${DOCS_PARTS:-"tables figures"}
+PARTS=${DOCS_PARTS:-"keys tables figures"}
 OUT=build/docs
 FIG=docs/figures
 mkdir -p $OUT $FIG
@@ -47,6 +51,7 @@ ONE_STEP="steps=1 eval_steps=1 eval_interval=0 sample_length=0 max_target_length
 # ---- progress ----
 STEPS=0
 for part in $PARTS; do
+    [ "$part" = keys ] && STEPS=$((STEPS + 1))
     [ "$part" = tables ] && STEPS=$((STEPS + 3))    # two sweeps, then the tables written
     [ "$part" = figures ] && STEPS=$((STEPS + 5))   # remat, fsdp, schedules, meshes, figures written
 done
@@ -186,11 +191,21 @@ figures() {
     end
 }
 
+# ---- keys ----
+
+keys() {
+    begin "the key table of docs/config.md"
+    $TRAIN --help-config --markdown > $OUT/keys.md && replace docs/config.md "<!-- keys -->" "<!-- /keys -->" $OUT/keys.md ||
+        fail "the key table of docs/config.md was not written"
+    end
+}
+
 for part in $PARTS; do
     case $part in
+        keys) keys ;;
         tables) tables ;;
         figures) figures ;;
-        *) fail "DOCS_PARTS: '$part' is neither 'tables' nor 'figures'" ;;
+        *) fail "DOCS_PARTS: '$part' is not 'keys', 'tables' or 'figures'" ;;
     esac
 done
 exit $status

@@ -424,8 +424,8 @@ void config_validate(const Config *c) {
             "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
     config_check_ranges(c);   // every numeric key inside its range (model/config_ranges.c)
     config_check_sizes(c);
-    remat_plan(c);        // dies on a bad remat_policy or checkpoint value
-    state_offload_check(c);   // and on a bad opt_type, ema_decay or offload combination
+    remat_plan(c);        // dies on a remat combination that cannot run
+    state_offload_check(c);   // and on a bad ema_decay or offload combination
 }
 
 // What a key's value may be: its range, or its enum's names; "" for strings and booleans.

@@ -49,7 +49,7 @@ static const Range *find_range(const char *key) {
 static void bound_text(char *buf, size_t cap, double v) {
     if (v == (double)INT_MAX) snprintf(buf, cap, "2147483647");
     else if (v == (double)INT_MIN) snprintf(buf, cap, "-2147483648");
-    else snprintf(buf, cap, "%g", v);
+    else snprintf(buf, cap, "%.10g", v);
 }
 
 static void range_text(const Range *r, char *buf, size_t cap) {

@@ -172,7 +172,8 @@ static int hf_config(const Config *c, HfKey *k) {
     if (c->rope_min_timescale != 1.0f) refuse("HF's RoPE has no minimum timescale (it is 1)", "rope_min_timescale", v);
     if (cfg_is_deepseek(c)) {
         if (!cfg_is_mla(c)) refuse("DeepseekV3 uses MLA", "attention_type", attention_type_name(c->attention_type));
-        if (!cfg_sigmoid_router(c)) refuse("DeepseekV3 routes by sigmoid scores", "routed_score_func", score_func_name(c->routed_score_func));
+        if (!cfg_sigmoid_router(c))
+            refuse("DeepseekV3 routes by sigmoid scores", "routed_score_func", score_func_name(c->routed_score_func));
         snprintf(v, sizeof v, "%d", c->shared_experts);
         if (c->shared_experts < 1) refuse("DeepseekV3 has at least one shared expert", "shared_experts", v);
         fmt_float(v, sizeof v, c->normalization_layer_epsilon);
@@ -200,7 +201,8 @@ static int hf_config(const Config *c, HfKey *k) {
         PUT("rope_interleave", "meshmoe's RoPE is half-split", "false");   // rotate_half, model/rope.c
         PUT("attention_bias", "meshmoe has no attention bias", "false");
     } else {
-        if (cfg_is_mla(c)) refuse("Mixtral uses grouped-query attention", "attention_type", attention_type_name(c->attention_type));
+        if (cfg_is_mla(c))
+            refuse("Mixtral uses grouped-query attention", "attention_type", attention_type_name(c->attention_type));
         if (c->routed_score_func != SCORE_FUNC_MIXTRAL || c->routed_bias)
             refuse("Mixtral weights the top-k experts by a softmax of their logits (routed_score_func \"\")",
                    "routed_score_func", score_func_name(c->routed_score_func));

@@ -11,10 +11,11 @@
 #include "common.h"
 
 void state_offload_check(const Config *c) {
-    int moments = optimizer_state_floats(c);   // dies on a bad opt_type
+    int moments = optimizer_state_floats(c);
     adafactor_check(c);
     if (!moments && c->optimizer_memory_host_offload)
-        die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload", opt_type_name(c->opt_type));
+        die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload",
+            opt_type_name(c->opt_type));
     if (c->ema_decay < 0 || c->ema_decay >= 1) die("ema_decay must be in [0, 1) (0 = off), got %g", c->ema_decay);
     if (c->ema_host_offload && c->ema_decay == 0)
         die("ema_host_offload=true needs an EMA: set ema_decay (e.g. 0.999)");

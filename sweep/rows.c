@@ -4,10 +4,10 @@
 // baseline (every key as the preset and the command line leave it) and one run per value,
 // on the mesh the row names, and compares losses and per-device memory. A row whose key
 // (or a key its mesh sets) is unknown to this build is printed as "not implemented in
-// this build": adding the key to model/config.c is what makes the row run.
+// this build": adding the key to model/config_keys.def is what makes the row run.
 //
 // Key names follow MaxText where MaxText has the switch; a row's key must be the name
-// model/config.c gives it, or the row reads "not implemented in this build".
+// model/config_keys.def gives it, or the row reads "not implemented in this build".
 #include "sweep/rows.h"
 
 static const SweepRow ROWS[] = {

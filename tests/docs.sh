@@ -3,7 +3,9 @@
 # every `docs/NAME.md#section` cited from code, scripts or docs names a file of the
 # repository and a heading in it; every `file.c:function` that the docs cite names a
 # function defined in that file; no doc cites code by line number; every key of the
-# sweep's table (sweep/rows.c) has its section in docs/optimizations.md. No build needed.
+# sweep's table (sweep/rows.c) has its section in docs/optimizations.md; and the key table
+# of docs/config.md is what ./train --help-config --markdown prints (the one check that
+# needs the build).
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -64,5 +66,13 @@ for key in $(grep -oE '^    \{"[0-9]+", "[a-z0-9_]+"' sweep/rows.c | sed -E 's/.
     has_anchor docs/optimizations.md "$key" || missing+=("$key")
 done
 check "every key of sweep/rows.c has a section in docs/optimizations.md: ${missing[*]:-all do}" [ ${#missing[@]} -eq 0 ]
+
+# 6. The key table of docs/config.md, from model/config_keys.def through the binary.
+TRAIN=${TRAIN:-./train}
+written=$(awk '$0 == "<!-- /keys -->" { on = 0 } on { print } $0 == "<!-- keys -->" { on = 1 }' docs/config.md)
+printed=$($TRAIN --help-config --markdown 2>&1)
+first=$(diff <(printf '%s\n' "$written") <(printf '%s\n' "$printed") | grep -m2 '^[<>]' | cut -c1-160 | tr '\n' ' ')
+check "docs/config.md's key table is what $TRAIN --help-config --markdown prints (DOCS_PARTS=keys make docs rewrites it)${first:+: $first}" \
+    [ -n "$printed" -a "$written" = "$printed" ]
 
 summary

@@ -104,6 +104,15 @@ refused "ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262
     $TRAIN $C ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262144
 check "--help-config gives every numeric key a range" bash -c "! $TRAIN --help-config | grep -q 'range: none declared'"
 
+echo "-- names (the enum-valued keys: model/config_keys.def)"
+printf 'steps: 5\ndecoder_block: mistral\n' > "$T/name.yml"
+refused "a preset with 'decoder_block: mistral' on line 2" \
+    "name.yml:2: decoder_block must be 'mixtral' or 'deepseek', got 'mistral'" $TRAIN "$T/name.yml"
+refused "routed_score_func=topk" "routed_score_func must be \"\", 'softmax' or 'sigmoid', got 'topk'" \
+    $TRAIN $C $FAST routed_score_func=topk
+refused "opt_type=muon" "opt_type=muon is MaxText's but not implemented here" $TRAIN $C $FAST opt_type=muon
+check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor\]$'"
+
 echo "-- checkpoint metadata"
 $TRAIN $C $FAST save_checkpoint=$T/ck.safetensors > /dev/null 2>&1
 set_step() {   # set_step IN OUT VALUE: a copy of checkpoint IN whose step metadata is VALUE
