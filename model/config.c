@@ -126,6 +126,13 @@ static int enum_value(const KeyDef *k, const char *v, const char *where) {
         if (NOT_HERES[i].names == k->names && has_word(NOT_HERES[i].refused, v))
             die("%s: %s=%s is MaxText's but not implemented here: %s; use %s", where, k->name, v, NOT_HERES[i].why,
                 names);
+    int best = 3, near = -1;   // a name within two edits is suggested
+    for (int i = 0; i < k->nnames; i++) {
+        int d = edit_distance(v, k->names[i]);
+        if (d < best) { best = d; near = i; }
+    }
+    if (near >= 0 && k->names[near][0])
+        die("%s: %s must be %s, got '%.200s' (did you mean '%s'?)", where, k->name, names, v, k->names[near]);
     die("%s: %s must be %s, got '%.200s'", where, k->name, names, v);
 }
 

@@ -110,6 +110,8 @@ refused "a preset with 'decoder_block: mistral' on line 2" \
     "name.yml:2: decoder_block must be 'mixtral' or 'deepseek', got 'mistral'" $TRAIN "$T/name.yml"
 refused "routed_score_func=topk" "routed_score_func must be \"\", 'softmax' or 'sigmoid', got 'topk'" \
     $TRAIN $C $FAST routed_score_func=topk
+refused "remat_policy=ful" "remat_policy must be 'none', 'minimal', 'save_dot_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full', 'minimal_offloaded', 'qkv_proj_offloaded' or 'custom', got 'ful' (did you mean 'full'?)" \
+    $TRAIN $C $FAST remat_policy=ful
 refused "opt_type=muon" "opt_type=muon is MaxText's but not implemented here" $TRAIN $C $FAST opt_type=muon
 check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor\]$'"
 
