@@ -25,11 +25,14 @@ typedef struct {
     const char *note;       // why the range is what it is, when it is not plain
 } Range;
 
-// The range forms of model/config_keys.def: [lo, hi], lo or more, more than lo, any form, none.
+// The range forms of model/config_keys.def (its first comment says what each means).
 #define RANGE(lo, lo_open, hi, hi_open, also, note) 1, lo, lo_open, hi, hi_open, also, note
 #define IN(lo, hi) RANGE(lo, 0, hi, 0, 0, NULL)
 #define ATLEAST(lo) RANGE(lo, 0, INFINITY, 0, 0, NULL)
 #define ABOVE(lo) RANGE(lo, 1, INFINITY, 0, 0, NULL)
+#define IN_OR(lo, hi, also, note) RANGE(lo, 0, hi, 0, also, note)
+#define POSITIVE(note) RANGE(0, 1, INFINITY, 0, 0, note)
+#define UNIT(note) RANGE(0, 0, 1, 1, 0, note)
 #define NONE 0, 0, 0, 0, 0, 0, NULL
 #define DIM (1 << 20)        // any model dimension: 1M
 #define DEVICES 256          // sharding/mesh.c runs at most 256 device threads
