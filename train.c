@@ -93,8 +93,10 @@ typedef struct {
     Device *dev;
     int id;                  // this device's number on the mesh
     int talk;                // device 0 prints
-    int A, B, Bg, Be, S, Sl; // microbatches, sequences here / in the global batch / in an eval batch here,
-                             // tokens of a sequence / of its part here (context parallelism)
+    int A;                   // microbatches per step (gradient_accumulation_steps)
+    int B, Bg;               // sequences per microbatch: on this device, in the global batch
+    int Be;                  // eval sequences on this device
+    int S, Sl;               // tokens per sequence: all of them, this device's part (context parallelism)
     int *ids, *targets;              // (A*B, Sl) the step's batch
     int *eval_ids, *eval_targets;    // (Be, Sl) the training batch's buffers, unless set apart
     FILE *metrics;                   // metrics_file on device 0, else NULL
