@@ -69,7 +69,8 @@ static void read_config(Config *c, int argc, char **argv) {
 // that starts from saved weights has them checked against the config here, before training.
 static void start_mesh(Mesh *mesh, const Config *c) {
     mesh_init(mesh, c);
-    if (c->load_hf[0] && c->load_checkpoint[0]) die("load_hf and load_checkpoint both given: a run starts from one of them");
+    if (c->load_hf[0] && c->load_checkpoint[0])
+        die("load_hf and load_checkpoint both given: a run starts from one of them");
     if (c->load_checkpoint[0]) checkpoint_check(c, c->load_checkpoint);   // its metadata and tensors
     // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
     // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
@@ -112,7 +113,8 @@ static void batch_shape(DeviceRun *d) {
     d->A = c->gradient_accumulation_steps;
     d->S = c->max_target_length;
     d->Bg = c->per_device_batch_size * d->run->mesh->ndev;
-    if (d->Bg % d->m.shard.nbatch) die("internal: global batch %d does not split over %d devices", d->Bg, d->m.shard.nbatch);
+    if (d->Bg % d->m.shard.nbatch)
+        die("internal: global batch %d does not split over %d devices", d->Bg, d->m.shard.nbatch);
     d->B = d->Bg / d->m.shard.nbatch;
     d->Sl = d->S / d->m.shard.nctx;
 }
