@@ -83,13 +83,14 @@ static void start_mesh(Mesh *mesh, const Config *c) {
 // for main to write once every device has its plan (sharding/mesh.h, mesh_run_classes).
 typedef struct { int step; StepResult r; StepTime t; DevStats *stats; } DryStep;
 
-// What main hands every device: the config, the mesh, the data (3).
+// What main hands every device: the config, the mesh, the data (3); in a dry run, what the
+// devices leave for main to write.
 typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; DryStep dry; } Run;
 
 // One device's run (4-6): its model, its share of the batch, and where it reports.
 typedef struct {
     Run *run;
-    Config c;
+    Config c;                // this device's copy
     Model m;
     Device *dev;
     int id;                  // this device's number on the mesh
