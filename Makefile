@@ -24,7 +24,7 @@ LDLIBS += $(BLAS_LIBS)
 BUILD   ?= build
 OUT     ?= train
 # Every folder of the library (README.md#layers gives their order).
-SRC_DIRS := model kernels kernels/cpu sharding pipeline data sweep
+SRC_DIRS := model kernels kernels/cpu sharding pipeline data sweep trainer
 LIB_SRC := common.c $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
 HDRS    := $(wildcard *.h) $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

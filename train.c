@@ -9,11 +9,15 @@
 //   ./train figure KIND OUT.svg ...      the figures of docs/ (sweep/figure.c)
 //   ./train export-hf CKPT OUT_DIR       a checkpoint as a Hugging Face model (model/hf.h)
 //
-// 1. read the config (preset file, then overrides) and check it;
-// 2. make the device (one thread here; the mesh comes in sharding/) and its allocator;
-// 3. load the data, build the model (or resume from a checkpoint);
-// 4. loop: fetch the step's batch, forward + backward, clip + AdamW, log;
-// 5. evaluate, save, and print a sample of what the model learned.
+// A training run, in the order of the functions below (main, at the end, calls them):
+// 1. read the config (preset file, then overrides) and check it, every path included;
+// 2. start the mesh: one thread per device, each with its own allocator;
+// 3. load the data, once, shared read-only by every device;
+// 4. on every device: build the model, or resume it from a checkpoint;
+// 5. loop: fetch the step's batch, train_step (forward + backward, clip, optimizer), log,
+//    evaluate and save every so often;
+// 6. evaluate, save, and print a sample of what the model learned;
+// 7. report each device's memory (or, in a dry run, the plan of one step).
 #include "common.h"
 #include "kernels/kernels.h"
 #include "model/config.h"
@@ -28,7 +32,6 @@
 #include "data/loader.h"
 #include "sharding/memory.h"
 #include "sharding/mesh.h"
-#include "sharding/collectives.h"
 #include "sharding/print.h"
 #include "sharding/offload.h"
 #include "pipeline/pipeline.h"
@@ -36,12 +39,8 @@
 #include "model/attn_flash.h"
 #include "sharding/plan.h"
 #include "data/paths.h"
+#include "trainer/metrics.h"
 #include <time.h>
-#include <errno.h>
-#include <unistd.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static double now_ms(void) {
     struct timespec ts;
@@ -49,97 +48,401 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// This device's part of the step's batch. The global batch is A microbatches of
-// Bg = B * nbatch sequences; sequence i of microbatch mb is training window
-// g = step * A*Bg + mb*Bg + i, a pure function of its place (data/loader.h), and this
-// device takes i in [brank*B, (brank+1)*B) of every microbatch. A pipeline cuts each
-// microbatch again into P pipeline microbatches of Bg/P sequences, and the device takes
-// its piece of each: i in [p*Bg/P + brank*B/P, ...) for p = 0..P-1 (pipeline/pipeline.h).
-// Under context parallelism it takes part crank of each sequence: its Sl = S/nctx tokens
-// from position crank*Sl on.
-static void take_part(const Model *m, const int *seq_ids, const int *seq_tg, int *ids, int *targets) {
-    int S = m->cfg.max_target_length, Sl = S / m->shard.nctx, p0 = m->shard.crank * Sl;
-    memcpy(ids, seq_ids + p0, sizeof(int) * Sl);
-    memcpy(targets, seq_tg + p0, sizeof(int) * Sl);
+// 1. The config: the preset file, then the key=value overrides, checked before any work.
+static void read_config(Config *c, int argc, char **argv) {
+    config_defaults(c);
+    config_load_file(c, argv[1]);
+    for (int i = 2; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (!eq) die("argument '%s' is not key=value", argv[i]);
+        *eq = '\0';
+        config_set(c, argv[i], eq + 1, "command line");
+    }
+    config_validate(c);
+    config_check_paths(c);   // every file named is readable or writable, before any work
+    // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
+    // before the mesh starts so that every device uses the same ones.
+    if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) attn_block_autotune(c);
 }
 
-static void fetch_batch(const Model *m, const DataLoader *dl, int step, int A, int B, int *ids, int *targets) {
-    int S = m->cfg.max_target_length, Sl = S / m->shard.nctx, Bg = B * m->shard.nbatch;
-    int P = pipeline_microbatches(&m->cfg), Bp = B / P;
+// 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h). A run
+// that starts from saved weights has them checked against the config here, before training.
+static void start_mesh(Mesh *mesh, const Config *c) {
+    mesh_init(mesh, c);
+    if (c->load_hf[0] && c->load_checkpoint[0])
+        die("load_hf and load_checkpoint both given: a run starts from one of them");
+    if (c->load_checkpoint[0]) checkpoint_check(c, c->load_checkpoint);   // its metadata and tensors
+    // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
+    // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
+    // step ~2.5x slower on 2 cores (measured: 525 -> 240 ms/step on mixtral-tiny).
+    blas_set_threads(1);
+    matmul_set_impl(matmul_impl_name(c->matmul_impl));
+}
+
+// A dry run's step: device 0's result and each planned device's figures after the step,
+// for main to write once every device has its plan (sharding/mesh.h, mesh_run_classes).
+typedef struct { int step; StepResult r; StepTime t; DevStats *stats; } DryStep;
+
+// What main hands every device: the config, the mesh, the data (3); in a dry run, what the
+// devices leave for main to write.
+typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; DryStep dry; } Run;
+
+// One device's run (4-6): its model, its share of the batch, and where it reports.
+typedef struct {
+    Run *run;
+    Config c;                // this device's copy
+    Model m;
+    Device *dev;
+    int id;                  // this device's number on the mesh
+    int talk;                // device 0 prints
+    int A;                   // microbatches per step (gradient_accumulation_steps)
+    int B, Bg;               // sequences per microbatch: on this device, in the global batch
+    int Be;                  // eval sequences on this device
+    int S, Sl;               // tokens per sequence: all of them, this device's part (context parallelism)
+    int *ids, *targets;              // (A*B, Sl) the step's batch
+    int *eval_ids, *eval_targets;    // (Be, Sl) the training batch's buffers, unless set apart
+    FILE *metrics;                   // metrics_file on device 0, else NULL
+    DevStats *stats;                 // (ndev) every device's figures after the step
+    float first_eval;
+} DeviceRun;
+
+// The step's batch: the global batch is per_device_batch_size * num_devices sequences (as in
+// MaxText), split over the devices that share the batch; under context parallelism each of
+// them holds Sl = S / nctx tokens of every sequence.
+static void batch_shape(DeviceRun *d) {
+    const Config *c = &d->c;
+    d->A = c->gradient_accumulation_steps;
+    d->S = c->max_target_length;
+    d->Bg = c->per_device_batch_size * d->run->mesh->ndev;
+    if (d->Bg % d->m.shard.nbatch)
+        die("internal: global batch %d does not split over %d devices", d->Bg, d->m.shard.nbatch);
+    d->B = d->Bg / d->m.shard.nbatch;
+    d->Sl = d->S / d->m.shard.nctx;
+}
+
+// Device 0's start-up lines: the model, the BLAS, the mesh, the data, where the state lives.
+static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) {
+    const Config *c = &d->c;
+    const Mesh *mesh = d->run->mesh;
+    const DataLoader *dl = d->run->dl;
+    char b1[32], b2[64], nt[32];
+    size_t P = sharding_global_params(&d->m);
+    printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
+           decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
+           c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense");
+    printf("BLAS: %s\n", blas_description());
+    int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
+    if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
+    else snprintf(nt, sizeof nt, "%d", most);
+    printf("mesh: %s (%d device%s, one thread each, with %s OpenMP thread%s)\n", mesh_describe(mesh, b2, sizeof b2),
+           mesh->ndev, mesh->ndev > 1 ? "s" : "", nt, most > 1 ? "s" : "");
+    printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c->dataset_path,
+           d->run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, d->A, d->Bg, d->S);
+    sharding_print_state(&d->m);
+    printf("init peak %zu bytes (temp %zu)\n", init_peak, init_temp);
+    if (c->print_sharding) sharding_print(&d->m, d->Bg, d->S);
+    if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(c, mesh->size[AX_STAGE]);
+}
+
+// Weights from a checkpoint (every device reads its own slices) or a Hugging Face export.
+static void load_weights(DeviceRun *d) {
+    const Config *c = &d->c;
+    const Mesh *mesh = d->run->mesh;
+    if (c->load_hf[0] && (shard_is_split(&d->m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1 ||
+                          mesh->size[AX_STAGE] > 1))
+        die("load_hf reads whole tensors on one device or a data-parallel mesh: load it there, save_checkpoint, "
+            "then load_checkpoint on any mesh");
+    if (c->load_checkpoint[0] && !c->dry_run) {
+        checkpoint_load(&d->m, c->load_checkpoint);
+        if (d->talk) printf("resumed from %s at step %d\n", c->load_checkpoint, d->m.step);
+    }
+    if (c->load_hf[0]) {
+        int exact = hf_load(&d->m, c->load_hf);
+        if (d->talk) printf("loaded the Hugging Face model %s%s\n", c->load_hf,
+                            exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "");
+    }
+}
+
+// 4. The model on this device: initialised from global coordinates, then loaded if asked.
+static void model_start(DeviceRun *d, Run *run, int dev_id) {
+    memset(d, 0, sizeof *d);
+    d->run = run;
+    d->c = *run->c;
+    d->dev = mem_device();
+    d->id = dev_id;
+    d->talk = dev_id == 0;
+    mem_mark_reset(d->dev);
+    model_init(&d->m, &d->c);
+    size_t init_peak = d->dev->mark_total, init_temp = d->dev->mark[MEM_TEMP];
+    batch_shape(d);
+    if (d->talk) print_start(d, init_peak, init_temp);
+    load_weights(d);
+}
+
+// eval_per_device_batch_size (docs/optimizations.md#eval_per_device_batch_size), read here
+// only: the eval batch is set apart from the training batch, so a small eval batch bounds the
+// eval peak (its forward activations) whatever the training batch; training is unchanged.
+static int eval_batch(const DeviceRun *d) {
+    const Config *c = &d->c;
+    const Mesh *mesh = d->run->mesh;
+    if (c->eval_per_device_batch_size <= 0) return d->B;
+    int Beg = c->eval_per_device_batch_size * mesh->ndev;
+    if (mesh->size[AX_STAGE] > 1) die("eval_per_device_batch_size is not supported with a pipeline (stage > 1)");
+    if (Beg % d->m.shard.nbatch)
+        die("eval_per_device_batch_size %d x %d devices = %d eval sequences do not split over the %d devices "
+            "that share the batch", c->eval_per_device_batch_size, mesh->ndev, Beg, d->m.shard.nbatch);
+    return Beg / d->m.shard.nbatch;
+}
+
+// What the loop needs: the batch buffers, the metrics file, the gathered figures.
+static void loop_begin(DeviceRun *d) {
+    const Config *c = &d->c;
+    d->Be = eval_batch(d);
+    size_t n = (size_t)d->A * d->B * d->Sl, ne = (size_t)d->Be * d->Sl;
+    d->ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * n, "batch ids");
+    d->targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * n, "batch targets");
+    d->eval_ids = d->ids;
+    d->eval_targets = d->targets;
+    if (c->eval_per_device_batch_size > 0) {
+        d->eval_ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * ne, "eval batch ids");
+        d->eval_targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * ne, "eval batch targets");
+    }
+    if (d->talk && c->metrics_file[0] && !c->dry_run) d->metrics = metrics_open(c->metrics_file, d->m.step);
+    d->stats = calloc((size_t)d->run->mesh->ndev, sizeof(DevStats));
+}
+
+static void loop_end(DeviceRun *d) {
+    if (d->metrics) fclose(d->metrics);
+    free(d->stats);
+    if (d->eval_ids != d->ids) { mem_free(d->eval_ids); mem_free(d->eval_targets); }
+    mem_free(d->ids);
+    mem_free(d->targets);
+}
+
+// This device's part of a sequence: under context parallelism part crank of nctx, its Sl
+// tokens from position crank*Sl on.
+static void take_part(const DeviceRun *d, const int *seq_ids, const int *seq_tg, int *ids, int *targets) {
+    int p0 = d->m.shard.crank * d->Sl;
+    memcpy(ids, seq_ids + p0, sizeof(int) * d->Sl);
+    memcpy(targets, seq_tg + p0, sizeof(int) * d->Sl);
+}
+
+// This device's part of the step's batch. The global batch is A microbatches of Bg
+// sequences; sequence i of microbatch mb is training window g = step * A*Bg + mb*Bg + i, a
+// pure function of its place (data/loader.h), and this device takes i in [brank*B,
+// (brank+1)*B) of every microbatch. A pipeline cuts each microbatch again into M pipeline
+// microbatches of Bg/M sequences, and the device takes its piece of each: i in
+// [k*Bg/M + brank*B/M, ...) for k = 0..M-1 (pipeline/pipeline.h).
+static void fetch_batch(const DeviceRun *d, int step) {
+    int A = d->A, B = d->B, Bg = d->Bg, S = d->S, M = pipeline_microbatches(&d->c), Bm = B / M;
     int *seq = (int *)mem_alloc(MEM_TEMP, sizeof(int) * 2 * S, "one sequence");   // ids, then targets
     for (int mb = 0; mb < A; mb++)
         for (int i = 0; i < B; i++) {
-            int64_t g = (int64_t)step * A * Bg + (int64_t)mb * Bg + (int64_t)(i / Bp) * (Bg / P) +
-                        (int64_t)m->shard.brank * Bp + i % Bp;
-            size_t at = ((size_t)mb * B + i) * Sl;
-            loader_train_sequence(dl, g, seq, seq + S);
-            take_part(m, seq, seq + S, ids + at, targets + at);
+            int64_t g = (int64_t)step * A * Bg + (int64_t)mb * Bg + (int64_t)(i / Bm) * (Bg / M) +
+                        (int64_t)d->m.shard.brank * Bm + i % Bm;
+            size_t at = ((size_t)mb * B + i) * d->Sl;
+            loader_train_sequence(d->run->dl, g, seq, seq + S);
+            take_part(d, seq, seq + S, d->ids + at, d->targets + at);
         }
     mem_free(seq);
 }
 
-// Mean eval loss over eval_steps batches of Bg held-out windows (B on this device).
-static float evaluate(Model *m, const DataLoader *dl, int B, int *ids, int *targets) {
-    const Config *c = &m->cfg;
-    int S = c->max_target_length, Sl = S / m->shard.nctx, Bg = B * m->shard.nbatch;
+// Mean eval loss over eval_steps batches of Be * nbatch held-out windows (Be on this device).
+static float evaluate(DeviceRun *d) {
+    const DataLoader *dl = d->run->dl;
+    int S = d->S, Be = d->Be, Beg = Be * d->m.shard.nbatch, steps = d->c.eval_steps;
     int64_t nwin = loader_num_eval_windows(dl);
     int *seq = (int *)mem_alloc(MEM_TEMP, sizeof(int) * 2 * S, "one sequence");   // ids, then targets
     double sum = 0;
-    for (int k = 0; k < c->eval_steps; k++) {
-        for (int i = 0; i < B; i++) {
-            loader_eval_sequence(dl, ((int64_t)k * Bg + (int64_t)m->shard.brank * B + i) % nwin, seq, seq + S);
-            take_part(m, seq, seq + S, ids + (size_t)i * Sl, targets + (size_t)i * Sl);
+    for (int k = 0; k < steps; k++) {
+        for (int i = 0; i < Be; i++) {
+            loader_eval_sequence(dl, ((int64_t)k * Beg + (int64_t)d->m.shard.brank * Be + i) % nwin, seq, seq + S);
+            take_part(d, seq, seq + S, d->eval_ids + (size_t)i * d->Sl, d->eval_targets + (size_t)i * d->Sl);
         }
-        sum += eval_loss(m, ids, targets, B, Sl);
+        sum += eval_loss(&d->m, d->eval_ids, d->eval_targets, Be, d->Sl);
     }
     mem_free(seq);
-    return (float)(sum / c->eval_steps);
+    return (float)(sum / steps);
 }
 
-// What each device reports after a step (gathered to every device by mesh_stats).
-typedef struct {
-    size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS], fwd_peak[MEM_NTAGS];
-    size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
-    size_t host_peak_total, host_peak[MEM_NTAGS], to_host, to_device;   // host memory (offload)
-    int stop;   // the signal that asked this run to stop after this step (data/paths.h), or 0
-} DevStats;
+// One training step, timed. The planner and the memory trace watch the run's first step.
+static StepTime timed_step(DeviceRun *d, int first, StepResult *r) {
+    const Config *c = &d->c;
+    Device *dev = d->dev;
+    if (!c->dry_run) fetch_batch(d, d->m.step);
+    mem_reset_peak(dev);
+    if (first && (c->dry_run || c->memory_trace[0])) plan_watch_begin(dev, c->memory_trace[0] != 0);
+    double flops0 = dev->flops, t0 = now_ms();
+    train_step(&d->m, d->ids, d->targets, d->A, d->B, d->Sl, r);
+    plan_watch_end(dev);
+    StepTime t;
+    t.ms = now_ms() - t0;
+    t.gflops = (dev->flops - flops0) * d->run->mesh->ndev / (t.ms * 1e6);
+    t.tok_s = (double)d->A * d->Bg * d->S / (t.ms / 1e3);
+    return t;
+}
 
-// One JSON line per step. A write that fails (a full disk, `ulimit -f`) stops the run naming
-// the path and the reason, and the unfinished line is cut off: the file keeps whole lines.
-static void write_metrics(FILE *f, const char *path, int step, const StepResult *r, double ms, double tok_s, double gflops,
-                          const DevStats *ds, int ndev) {
-    union { float f; uint32_t u; } bits = {r->loss};
-    long at = ftell(f);
-    size_t peak = 0;
-    for (int d = 0; d < ndev; d++) peak = MM_MAX(peak, ds[d].peak_total);
-    fprintf(f, "{\"step\": %d, \"loss\": %.9g, \"loss_bits\": \"0x%08x\", \"ce_loss\": %.9g, \"aux_loss\": %.9g, "
-            "\"lr\": %.9g, \"grad_norm\": %.9g, \"ms\": %.3f, \"tokens_per_s\": %.1f, \"gflops\": %.3f, "
-            "\"peak_bytes\": %zu, \"peak_bytes_by_tag\": {",
-            step, r->loss, bits.u, r->ce_loss, r->aux_loss, r->lr, r->grad_norm, ms, tok_s, gflops, peak);
-    for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[0].peak[t]);
-    fprintf(f, "}, \"forward_peak_bytes_by_tag\": {");   // device 0's forward passes (not under a pipeline)
-    for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[0].fwd_peak[t]);
-    fprintf(f, "}, \"devices\": [");
-    for (int d = 0; d < ndev; d++) {
-        fprintf(f, "%s{\"device\": %d, \"peak_bytes\": %zu, \"peak_bytes_by_tag\": {", d ? ", " : "", d, ds[d].peak_total);
-        for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[d].peak[t]);
-        fprintf(f, "}, \"live_bytes_by_tag\": {");
-        for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[d].live[t]);
-        fprintf(f, "}, \"comm_bytes_sent\": {");
-        for (int k = 0; k < COLL_NKINDS; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", COLL_NAMES[k], ds[d].sent[k]);
-        fprintf(f, "}, \"comm_bytes_received\": {");
-        for (int k = 0; k < COLL_NKINDS; k++) fprintf(f, "%s\"%s\": %zu", k ? ", " : "", COLL_NAMES[k], ds[d].recv[k]);
-        fprintf(f, "}, \"host_peak_bytes\": %zu, \"host_peak_bytes_by_tag\": {", ds[d].host_peak_total);
-        for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, "%s\"%s\": %zu", t ? ", " : "", MEM_TAG_NAMES[t], ds[d].host_peak[t]);
-        fprintf(f, "}, \"host_transfer_bytes\": {\"to_host\": %zu, \"to_device\": %zu}}", ds[d].to_host, ds[d].to_device);
+// The step's line on device 0 (every log_period steps and the last), and its metrics line.
+static void log_step(const DeviceRun *d, int step, const StepResult *r, StepTime t) {
+    const Config *c = &d->c;
+    int ndev = d->run->mesh->ndev;
+    char b[32];
+    if (d->talk && (step % c->log_period == 0 || step == c->steps - 1))
+        printf("step %5d | loss %.4f | aux %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %8.0f tok/s | "
+               "%6.1f GFLOP/s | peak %s\n", step, r->loss, r->aux_loss, r->lr, r->grad_norm, t.ms, t.tok_s, t.gflops,
+               mem_fmt(metrics_peak(d->stats, ndev), b, sizeof b));
+    if (d->metrics) metrics_write(d->metrics, c->metrics_file, step, r, t, d->stats, ndev);
+}
+
+// 5. The training loop, from the model's step to run_steps or steps. A dry run (the planner,
+// sharding/plan.h) runs one step that makes every allocation of a real step and computes
+// nothing: no data, no evaluation; its figures are kept for main. SIGINT/SIGTERM during the
+// loop: the step finishes, and every device sees the signal in the same gathered figures, so
+// all stop after the same step (data/paths.h). Returns that signal, or 0.
+static int train_loop(DeviceRun *d) {
+    const Config *c = &d->c;
+    Model *m = &d->m;
+    d->first_eval = c->dry_run ? 0.0f : evaluate(d);
+    if (d->talk && !c->dry_run) printf("step %5d | eval loss %.4f\n", m->step, d->first_eval);
+    int stop = c->run_steps > 0 ? MM_MIN(c->steps, m->step + c->run_steps) : c->steps;
+    if (c->dry_run) stop = m->step + 1;
+    int first = m->step, stop_sig = 0;
+    if (d->talk) signals_allow_stop(1);
+    while (m->step < stop && !stop_sig) {
+        int step = m->step;
+        StepResult r;
+        StepTime t = timed_step(d, step == first, &r);
+        if (c->dry_run) {
+            DryStep *dry = &d->run->dry;
+            metrics_device(d->dev, &r, &dry->stats[d->id]);
+            if (d->talk) { dry->step = step; dry->r = r; dry->t = t; }
+            break;
+        }
+        metrics_gather(d->run->mesh, d->dev, &r, d->stats);
+        for (int i = 0; i < d->run->mesh->ndev; i++) stop_sig = MM_MAX(stop_sig, d->stats[i].stop);
+        log_step(d, step, &r, t);
+        if (c->eval_interval > 0 && m->step % c->eval_interval == 0 && m->step < c->steps) {
+            float e = evaluate(d);
+            if (d->talk) printf("step %5d | eval loss %.4f\n", m->step, e);
+        }
+        if (c->save_checkpoint[0] && c->checkpoint_period > 0 && m->step % c->checkpoint_period == 0)
+            checkpoint_save(m, c->save_checkpoint);   // every device (a collective)
     }
-    fprintf(f, "]}\n");
-    if (fflush(f) != 0 || ferror(f)) {
-        int err = errno;
-        if (at >= 0 && ftruncate(fileno(f), at) != 0) err = errno;
-        die("cannot write metrics_file '%s': %s (stopped at step %d; the lines of earlier steps are kept)", path,
-            strerror(err), step);
+    if (d->talk) signals_allow_stop(0);
+    return stop_sig;
+}
+
+// A run stopped by a signal saves its checkpoint and ends.
+static void stop_on_signal(const DeviceRun *d, int sig) {
+    const Config *c = &d->c;
+    if (c->save_checkpoint[0]) checkpoint_save(&d->m, c->save_checkpoint);   // every device (a collective)
+    if (!d->talk) return;
+    fflush(stdout);
+    fprintf(stderr, "meshmoe: stopped by %s after step %d of %d; %s%s\n", signal_name(sig), d->m.step, c->steps,
+            c->save_checkpoint[0] ? "checkpoint saved to " : "no checkpoint saved (save_checkpoint is not set)",
+            c->save_checkpoint);
+}
+
+// A sample from the model, where the whole stack runs on one device with whole sequences.
+static void sample(DeviceRun *d) {
+    const Config *c = &d->c;
+    if (c->sample_length <= 0) return;
+    if (d->run->mesh->size[AX_STAGE] > 1) {
+        if (d->talk) printf("sample: skipped (sampling runs the whole stack on every device; a pipeline stage holds "
+                            "only its layers)\n");
+    } else if (d->m.shard.nctx > 1) {
+        if (d->talk) printf("sample: skipped under context parallelism (ici_context_parallelism=%d): sampling runs "
+                            "one growing sequence; use sample_length=0 to silence this\n", d->m.shard.nctx);
+    } else {
+        state_params_in(&d->m);   // weights kept in host memory come to the device to sample
+        sample_print(&d->m, d->run->dl, c->sample_length, c->sample_temperature);
+        state_params_out(&d->m);
     }
+}
+
+// 6. The end of a run: the final eval (its own peak, next to the last step's), the
+// checkpoint, a sample.
+static void run_end(DeviceRun *d) {
+    const Config *c = &d->c;
+    Device *dev = d->dev;
+    mem_mark_reset(dev);
+    float last_eval = evaluate(d);
+    if (d->talk) {
+        printf("step %5d | eval loss %.4f (first %.4f)\n", d->m.step, last_eval, d->first_eval);
+        printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device; "
+               "last training step peak %zu bytes\n", dev->mark_total, dev->mark[MEM_TEMP],
+               dev->mark[MEM_ACTIVATIONS], d->Be, dev->peak_total);
+    }
+    if (c->save_checkpoint[0]) {
+        checkpoint_save(&d->m, c->save_checkpoint);
+        if (d->talk) printf("saved checkpoint %s (step %d)\n", c->save_checkpoint, d->m.step);
+    }
+    sample(d);
+}
+
+// What every device runs (4-6): the same program on its own share (SPMD). Device 0 talks.
+static void device_main(int dev_id, void *arg) {
+    DeviceRun d;
+    model_start(&d, (Run *)arg, dev_id);
+    if (d.c.dump_parity[0]) {   // the parity test's tool (model/dump.h): its own steps and files
+        if (d.run->mesh->ndev > 1)
+            die("dump_parity runs on one device (it is the parity test's tool, not a checkpoint): drop the ici_* keys");
+        parity_dump(&d.m, d.run->dl, d.c.dump_parity);
+    } else {
+        loop_begin(&d);
+        int sig = train_loop(&d);
+        if (sig) stop_on_signal(&d, sig);
+        else if (!d.c.dry_run) run_end(&d);
+        loop_end(&d);
+    }
+    model_free(&d.m);
+}
+
+// 4-6 on every device. A dry run plans one device per class of equal plans.
+static void run_devices(Run *run) {
+    const Config *c = run->c;
+    Mesh *mesh = run->mesh;
+    mem_set_dry(c->dry_run);
+    kern_use_default(c->dry_run ? &backend_dry : &backend_cpu);   // the kernels every device runs (kernels/kernels.h)
+    if (!c->dry_run) {
+        mesh_run(mesh, device_main, run);
+        return;
+    }
+    // The planner reports a device that does not fit instead of stopping at its first
+    // allocation that does not: its devices have no capacity limit.
+    for (int d = 0; d < mesh->ndev; d++) mesh->devices[d].capacity = 0;
+    printf("dry run: one training step's allocations, nothing computed (the MoE routing is replaced by a "
+           "balanced one; every routing-dependent buffer is allocated for its bound, so the plan equals a "
+           "real step's measured peaks)\n");
+    run->dry.stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
+    mesh_run_classes(mesh, device_main, run, c->dry_run_all_devices);
+}
+
+// The dry run's metrics line: every device has the figures of its class's representative.
+static void write_dry_metrics(const Config *c, const Mesh *mesh, const DryStep *dry) {
+    FILE *f = metrics_open(c->metrics_file, dry->step);
+    DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
+    for (int d = 0; d < mesh->ndev; d++) stats[d] = dry->stats[mesh->rep[d]];
+    metrics_write(f, c->metrics_file, dry->step, &dry->r, dry->t, stats, mesh->ndev);
+    free(stats);
+    fclose(f);
+}
+
+// 7. What the run measured: the memory trace if asked, then each device's memory report,
+// or the plan of a dry run (with its metrics line).
+static void report(const Run *run) {
+    const Config *c = run->c;
+    const Mesh *mesh = run->mesh;
+    if (c->memory_trace[0]) {
+        plan_trace_write(mesh, c->memory_trace);
+        printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c->memory_trace,
+               c->memory_trace);
+    }
+    if (c->dry_run && c->metrics_file[0]) write_dry_metrics(c, mesh, &run->dry);
+    if (c->dry_run) plan_print(mesh, (size_t)c->hbm_capacity);
+    else
+        for (int d = 0; d < mesh->ndev; d++) mem_print_report(&mesh->devices[d]);
+    plan_free(mesh);
 }
 
 static int cmd_prepare(int argc, char **argv) {
@@ -154,229 +457,19 @@ static int cmd_prepare(int argc, char **argv) {
     return 0;
 }
 
-// A dry run's step: device 0's result and each planned device's figures after the step,
-// for main to write once every device has its plan (sharding/mesh.h, mesh_run_classes).
-typedef struct { int step; StepResult r; double ms, tok_s, gflops; DevStats *stats; } DryStep;
-
-typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; DryStep dry; } Run;
-
-static void device_stats(const Device *dev, const StepResult *r, DevStats *s) {
-    memset(s, 0, sizeof *s);
-    s->peak_total = dev->peak_total;
-    memcpy(s->peak, dev->peak, sizeof s->peak);
-    memcpy(s->live, dev->live, sizeof s->live);
-    memcpy(s->fwd_peak, r->fwd_peak, sizeof s->fwd_peak);
-    for (int k = 0; k < COLL_NKINDS; k++) { s->sent[k] = dev->comm_sent[k]; s->recv[k] = dev->comm_recv[k]; }
-    s->host_peak_total = dev->host_peak_total;
-    memcpy(s->host_peak, dev->host_peak, sizeof s->host_peak);
-    s->to_host = dev->to_host_bytes;
-    s->to_device = dev->to_device_bytes;
-    s->stop = signals_stop_requested();
-}
-
-// Every device's figures, on every device (a collective: all devices call it).
-static void mesh_stats(const Mesh *mesh, const Device *dev, const StepResult *r, DevStats *all) {
-    Group *g = mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1);
-    DevStats mine;
-    device_stats(dev, r, &mine);
-    coll_all_gather(g, &mine, all, sizeof mine);
-}
-
-// The dry run's metrics line: every device has the figures of its class's representative.
-static void write_dry_metrics(const Config *c, const Mesh *mesh, const DryStep *dry) {
-    FILE *f = fopen(c->metrics_file, dry->step ? "a" : "w");
-    if (!f) die("cannot open metrics_file '%s': %s", c->metrics_file, strerror(errno));
-    DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
-    for (int d = 0; d < mesh->ndev; d++) stats[d] = dry->stats[mesh->rep[d]];
-    write_metrics(f, c->metrics_file, dry->step, &dry->r, dry->ms, dry->tok_s, dry->gflops, stats, mesh->ndev);
-    free(stats);
-    fclose(f);
-}
-
-// What every device runs: the same program on its own share (SPMD). Device 0 talks.
-static void device_main(int dev_id, void *arg) {
-    Run *run = (Run *)arg;
-    Config c = *run->c;
-    const Mesh *mesh = run->mesh;
-    const DataLoader *dl = run->dl;
-    Device *dev = mem_device();
-    int talk = dev_id == 0;
-    Model m;
-    mem_mark_reset(dev);
-    model_init(&m, &c);
-    size_t init_peak = dev->mark_total, init_temp = dev->mark[MEM_TEMP];
-    // The global batch is per_device_batch_size * num_devices sequences (as in MaxText),
-    // split over the devices that share the batch.
-    int A = c.gradient_accumulation_steps, S = c.max_target_length;
-    int Bg = c.per_device_batch_size * mesh->ndev;
-    if (Bg % m.shard.nbatch) die("internal: global batch %d does not split over %d devices", Bg, m.shard.nbatch);
-    int B = Bg / m.shard.nbatch;
-    int Sl = S / m.shard.nctx;   // tokens of each sequence on this device (context parallelism)
-    char b1[32], b2[64];
-    if (talk) {
-        size_t P = sharding_global_params(&m);
-        printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
-               decoder_block_name(c.decoder_block), c.base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
-               c.num_experts, c.num_experts_per_tok, c.sparse_matmul ? "sparse (grouped)" : "dense");
-        printf("BLAS: %s\n", blas_description());
-        int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
-        char nt[32];
-        if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
-        else snprintf(nt, sizeof nt, "%d", most);
-        printf("mesh: %s (%d device%s, one thread each, with %s OpenMP thread%s)\n", mesh_describe(mesh, b2, sizeof b2),
-               mesh->ndev, mesh->ndev > 1 ? "s" : "", nt, most > 1 ? "s" : "");
-        printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c.dataset_path,
-               run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, A, Bg, S);
-        sharding_print_state(&m);
-        printf("init peak %zu bytes (temp %zu)\n", init_peak, init_temp);
-        if (c.print_sharding) sharding_print(&m, Bg, S);
-        if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(&c, mesh->size[AX_STAGE]);
-    }
-    if (c.load_hf[0] && (shard_is_split(&m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1 ||
-                         mesh->size[AX_STAGE] > 1))
-        die("load_hf reads whole tensors on one device or a data-parallel mesh: load it there, save_checkpoint, "
-            "then load_checkpoint on any mesh");
-    if (c.load_checkpoint[0] && !c.dry_run) {   // every device reads its own slices
-        checkpoint_load(&m, c.load_checkpoint);
-        if (talk) printf("resumed from %s at step %d\n", c.load_checkpoint, m.step);
-    }
-    if (c.load_hf[0]) {
-        int exact = hf_load(&m, c.load_hf);
-        if (talk) printf("loaded the Hugging Face model %s%s\n", c.load_hf,
-                         exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "");
-    }
-    if (c.dump_parity[0]) {
-        if (mesh->ndev > 1)
-            die("dump_parity runs on one device (it is the parity test's tool, not a checkpoint): drop the ici_* keys");
-        parity_dump(&m, dl, c.dump_parity);
-        model_free(&m);
-        return;
-    }
-
-    // eval_per_device_batch_size (docs/optimizations.md#eval_per_device_batch_size), read here only: the eval batch
-    // is set apart from the training batch, so a small eval batch bounds the eval peak (its
-    // forward activations) whatever the training batch; training is unchanged.
-    int Be = B;
-    if (c.eval_per_device_batch_size > 0) {
-        int Beg = c.eval_per_device_batch_size * mesh->ndev;
-        if (mesh->size[AX_STAGE] > 1) die("eval_per_device_batch_size is not supported with a pipeline (stage > 1)");
-        if (Beg % m.shard.nbatch)
-            die("eval_per_device_batch_size %d x %d devices = %d eval sequences do not split over the %d devices "
-                "that share the batch", c.eval_per_device_batch_size, mesh->ndev, Beg, m.shard.nbatch);
-        Be = Beg / m.shard.nbatch;
-    }
-    int *ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch ids");
-    int *targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)A * B * Sl, "batch targets");
-    int *eval_ids = ids, *eval_targets = targets;   // the training batch's buffers, unless set apart
-    if (c.eval_per_device_batch_size > 0) {
-        eval_ids = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)Be * Sl, "eval batch ids");
-        eval_targets = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * (size_t)Be * Sl, "eval batch targets");
-    }
-    FILE *metrics = NULL;
-    if (talk && c.metrics_file[0] && !c.dry_run && !(metrics = fopen(c.metrics_file, m.step ? "a" : "w")))
-        die("cannot open metrics_file '%s': %s", c.metrics_file, strerror(errno));
-
-    // 4. The training loop. A dry run (the planner, sharding/plan.h) runs one step that
-    // makes every allocation of a real step and computes nothing: no data, no evaluation.
-    DevStats *stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
-    float first_eval = c.dry_run ? 0.0f : evaluate(&m, dl, Be, eval_ids, eval_targets);
-    if (talk && !c.dry_run) printf("step %5d | eval loss %.4f\n", m.step, first_eval);
-    int stop = c.run_steps > 0 ? MM_MIN(c.steps, m.step + c.run_steps) : c.steps;
-    if (c.dry_run) stop = m.step + 1;
-    int first = m.step;
-    // SIGINT/SIGTERM during the loop: the step finishes, and every device sees the signal in the
-    // same gathered stats, so all stop after the same step (data/paths.h).
-    int stop_sig = 0;
-    if (talk) signals_allow_stop(1);
-    while (m.step < stop && !stop_sig) {
-        int step = m.step;
-        if (!c.dry_run) fetch_batch(&m, dl, step, A, B, ids, targets);
-        mem_reset_peak(dev);
-        // The planner and the memory trace watch the first step of the run.
-        if (step == first && (c.dry_run || c.memory_trace[0])) plan_watch_begin(dev, c.memory_trace[0] != 0);
-        double flops0 = dev->flops, t0 = now_ms();
-        StepResult r;
-        size_t ncount = (size_t)c.base_num_decoder_layers * c.num_experts;
-        long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
-        compute_gradients(&m, ids, targets, A, B, Sl, &r, counts, NULL, NULL);
-        if (!c.dry_run && (!isfinite(r.loss) || !isfinite(r.grad_norm)))
-            die("non-finite %s at step %d (loss %g, grad norm %g): stopped before the update, so "
-                "the last checkpoint written (if any) is the last good state; lower learning_rate "
-                "or check the data", isfinite(r.loss) ? "gradient" : "loss", step, r.loss, r.grad_norm);
-        apply_update(&m, &r, counts, (long)A * Bg * S);
-        mem_free(counts);
-        plan_watch_end(dev);
-        double ms = now_ms() - t0, gflops = (dev->flops - flops0) * mesh->ndev / (ms * 1e6);
-        double tok_s = (double)A * Bg * S / (ms / 1e3);
-        if (c.dry_run) {   // the plan and its metrics are written by main once every device has its plan
-            device_stats(dev, &r, &run->dry.stats[dev_id]);
-            if (talk) { run->dry.step = step; run->dry.r = r; run->dry.ms = ms; run->dry.tok_s = tok_s; run->dry.gflops = gflops; }
-            break;
-        }
-        mesh_stats(mesh, dev, &r, stats);
-        size_t peak = 0;
-        for (int d = 0; d < mesh->ndev; d++) peak = MM_MAX(peak, stats[d].peak_total);
-        for (int d = 0; d < mesh->ndev; d++) stop_sig = MM_MAX(stop_sig, stats[d].stop);
-        if (talk && (step % c.log_period == 0 || step == c.steps - 1))
-            printf("step %5d | loss %.4f | aux %.4f | lr %.2e | grad norm %.3f | %7.1f ms | %8.0f tok/s | "
-                   "%6.1f GFLOP/s | peak %s\n", step, r.loss, r.aux_loss, r.lr, r.grad_norm, ms, tok_s, gflops,
-                   mem_fmt(peak, b1, sizeof b1));
-        if (metrics) write_metrics(metrics, c.metrics_file, step, &r, ms, tok_s, gflops, stats, mesh->ndev);
-        if (c.eval_interval > 0 && m.step % c.eval_interval == 0 && m.step < c.steps) {
-            float e = evaluate(&m, dl, Be, eval_ids, eval_targets);
-            if (talk) printf("step %5d | eval loss %.4f\n", m.step, e);
-        }
-        if (c.save_checkpoint[0] && c.checkpoint_period > 0 && m.step % c.checkpoint_period == 0)
-            checkpoint_save(&m, c.save_checkpoint);   // every device (a collective)
-    }
-
-    // 5. Final eval, checkpoint, sample. A run stopped by a signal saves its checkpoint and ends.
-    if (talk) signals_allow_stop(0);
-    if (stop_sig && !c.dry_run) {
-        if (c.save_checkpoint[0]) checkpoint_save(&m, c.save_checkpoint);   // every device (a collective)
-        if (talk) {
-            fflush(stdout);
-            fprintf(stderr, "meshmoe: stopped by %s after step %d of %d; %s%s\n", signal_name(stop_sig), m.step,
-                    c.steps, c.save_checkpoint[0] ? "checkpoint saved to " : "no checkpoint saved (save_checkpoint is not set)",
-                    c.save_checkpoint);
-        }
-    }
-    if (c.dry_run || stop_sig) {
-        if (metrics) fclose(metrics);
-        free(stats);
-        if (eval_ids != ids) { mem_free(eval_ids); mem_free(eval_targets); }
-        mem_free(ids);
-        mem_free(targets);
-        model_free(&m);
-        return;
-    }
-    mem_mark_reset(dev);   // the eval's own peak, next to the last step's
-    float last_eval = evaluate(&m, dl, Be, eval_ids, eval_targets);
-    if (talk) printf("step %5d | eval loss %.4f (first %.4f)\n", m.step, last_eval, first_eval);
-    if (talk) printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device; "
-                     "last training step peak %zu bytes\n", dev->mark_total, dev->mark[MEM_TEMP],
-                     dev->mark[MEM_ACTIVATIONS], Be, dev->peak_total);
-    if (c.save_checkpoint[0]) {
-        checkpoint_save(&m, c.save_checkpoint);
-        if (talk) printf("saved checkpoint %s (step %d)\n", c.save_checkpoint, m.step);
-    }
-    if (c.sample_length > 0 && mesh->size[AX_STAGE] > 1) {
-        if (talk) printf("sample: skipped (sampling runs the whole stack on every device; a pipeline stage holds "
-                         "only its layers)\n");
-    } else if (c.sample_length > 0 && m.shard.nctx > 1) {
-        if (talk) printf("sample: skipped under context parallelism (ici_context_parallelism=%d): sampling runs "
-                         "one growing sequence; use sample_length=0 to silence this\n", m.shard.nctx);
-    } else if (c.sample_length > 0) {
-        state_params_in(&m);   // weights kept in host memory come to the device to sample
-        sample_print(&m, dl, c.sample_length, c.sample_temperature);
-        state_params_out(&m);
-    }
-    if (metrics) fclose(metrics);
-    free(stats);
-    mem_free(ids);
-    mem_free(targets);
-    if (eval_ids != ids) { mem_free(eval_ids); mem_free(eval_targets); }
-    model_free(&m);
+// The subcommands other than training: 1 with *rc set when argv names one.
+static int subcommand(int argc, char **argv, int *rc) {
+    if (!strcmp(argv[1], "prepare")) *rc = cmd_prepare(argc, argv);
+    else if (!strcmp(argv[1], "export-hf")) {
+        if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
+        *rc = hf_export(argv[2], argv[3]);
+    } else if (!strcmp(argv[1], "sweep")) *rc = cmd_sweep(argc, argv);
+    else if (!strcmp(argv[1], "figure")) *rc = cmd_figure(argc, argv);
+    else if (!strcmp(argv[1], "plot")) {
+        if (argc != 4) die("usage: ./train plot TRACE.csv OUT_DIR");
+        *rc = plot_trace(argv[2], argv[3]);
+    } else return 0;
+    return 1;
 }
 
 int main(int argc, char **argv) {
@@ -391,75 +484,21 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help-config")) { config_print_help(argc > 2 && !strcmp(argv[2], "--markdown")); return 0; }
     signals_install();
-    if (!strcmp(argv[1], "prepare")) return cmd_prepare(argc, argv);
-    if (!strcmp(argv[1], "export-hf")) {
-        if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
-        return hf_export(argv[2], argv[3]);
-    }
-    if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
-    if (!strcmp(argv[1], "figure")) return cmd_figure(argc, argv);
-    if (!strcmp(argv[1], "plot")) {
-        if (argc != 4) die("usage: ./train plot TRACE.csv OUT_DIR");
-        return plot_trace(argv[2], argv[3]);
-    }
+    int rc;
+    if (subcommand(argc, argv, &rc)) return rc;
 
-    // 1. Config.
     Config c;
-    config_defaults(&c);
-    config_load_file(&c, argv[1]);
-    for (int i = 2; i < argc; i++) {
-        char *eq = strchr(argv[i], '=');
-        if (!eq) die("argument '%s' is not key=value", argv[i]);
-        *eq = '\0';
-        config_set(&c, argv[i], eq + 1, "command line");
-    }
-    config_validate(&c);
-    config_check_paths(&c);   // every file named is readable or writable, before any work
-    // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen before the mesh
-    // starts so that every device uses the same ones.
-    if (c.attn_block_autotune && c.attention == ATTENTION_FLASH && !c.dry_run) attn_block_autotune(&c);
-    // 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h).
+    read_config(&c, argc, argv);                                          // 1
     Mesh mesh;
-    mesh_init(&mesh, &c);
-    if (c.load_hf[0] && c.load_checkpoint[0]) die("load_hf and load_checkpoint both given: a run starts from one of them");
-    if (c.load_checkpoint[0]) checkpoint_check(&c, c.load_checkpoint);   // its metadata and tensors, before training
-    // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
-    // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
-    // step ~2.5x slower on 2 cores (measured: 525 -> 240 ms/step on mixtral-tiny).
-    blas_set_threads(1);
-    matmul_set_impl(matmul_impl_name(c.matmul_impl));
-
-    // 3. Data: read once, shared read-only by the devices.
+    start_mesh(&mesh, &c);                                                // 2
     size_t ntok;
-    uint16_t *tokens = data_load(c.dataset_path, &ntok);
+    uint16_t *tokens = data_load(c.dataset_path, &ntok);                  // 3
     data_check_vocab(tokens, ntok, c.vocab_size, c.dataset_path);
     DataLoader dl;
     loader_init(&dl, tokens, ntok, c.max_target_length, c.eval_fraction);
-
     Run run = {&c, &mesh, &dl, ntok, {0}};
-    mem_set_dry(c.dry_run);
-    kern_use_default(c.dry_run ? &backend_dry : &backend_cpu);   // the kernels every device runs (kernels/kernels.h)
-    // The planner reports a device that does not fit instead of stopping at its first
-    // allocation that does not: its devices have no capacity limit.
-    for (int d = 0; c.dry_run && d < mesh.ndev; d++) mesh.devices[d].capacity = 0;
-    if (c.dry_run)
-        printf("dry run: one training step's allocations, nothing computed (the MoE routing is replaced by a "
-               "balanced one; every routing-dependent buffer is allocated for its bound, so the plan equals a "
-               "real step's measured peaks)\n");
-    if (c.dry_run) run.dry.stats = calloc((size_t)mesh.ndev, sizeof(DevStats));
-    if (c.dry_run) mesh_run_classes(&mesh, device_main, &run, c.dry_run_all_devices);
-    else mesh_run(&mesh, device_main, &run);
-
-    if (c.memory_trace[0]) {
-        plan_trace_write(&mesh, c.memory_trace);
-        printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c.memory_trace,
-               c.memory_trace);
-    }
-    if (c.dry_run && c.metrics_file[0]) write_dry_metrics(&c, &mesh, &run.dry);
-    if (c.dry_run) plan_print(&mesh, (size_t)c.hbm_capacity);
-    else
-        for (int d = 0; d < mesh.ndev; d++) mem_print_report(&mesh.devices[d]);
-    plan_free(&mesh);
+    run_devices(&run);                                                    // 4-6
+    report(&run);                                                         // 7
     free(run.dry.stats);
     mesh_free(&mesh);
     free(tokens);

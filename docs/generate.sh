@@ -185,9 +185,9 @@ figures() {
     figure pipeline-gpipe pipeline "The gpipe schedule" \
         "Figure: \`./train figure schedule $pipe\`: the gpipe schedule the trainer runs (pipeline/schedule.c:build_gpipe), every forward, the head, then every backward."
     figure pipeline-1f1b pipeline "The 1f1b schedule" \
-        "Figure: the same with \`pipeline_schedule=1f1b\` (pipeline/schedule.c:build_1f1b): as many idle ticks, but a stage holds at most S - s microbatches at once."
+        "Figure: the same with \`pipeline_schedule=1f1b\` (pipeline/schedule.c:build_1f1b): as many idle ticks, but a stage holds at most P - s microbatches at once."
     figure pipeline-circular pipeline "The circular schedule" \
-        "Figure: \`./train figure schedule $circ\`: two repeats (a circular pipeline); the bubble falls to (S-1)/(R*M+S-1)."
+        "Figure: \`./train figure schedule $circ\`: two repeats (a circular pipeline); the bubble falls to (P-1)/(R*M+P-1)."
     end
 }
 

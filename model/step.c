@@ -176,12 +176,18 @@ void apply_update(Model *m, StepResult *r, const long *expert_counts, long token
     state_params_out(m);   // parameter_memory_host_offload: back to host memory until the next step
 }
 
-// tokens: the global batch's tokens (A * B * nbatch * S * nctx).
+// One training step: the gradients, then the update. A non-finite loss or gradient stops the
+// run before the update (a dry run computes nothing to check). The routing-bias update counts
+// the global batch's tokens: A * B * nbatch sequences of S * nctx tokens.
 void train_step(Model *m, const int *ids, const int *targets, int A, int B, int S, StepResult *r) {
     const Config *c = &m->cfg;
     size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
     long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "expert counts");
     compute_gradients(m, ids, targets, A, B, S, r, counts, NULL, NULL);
+    if (!c->dry_run && (!isfinite(r->loss) || !isfinite(r->grad_norm)))
+        die("non-finite %s at step %d (loss %g, grad norm %g): stopped before the update, so "
+            "the last checkpoint written (if any) is the last good state; lower learning_rate "
+            "or check the data", isfinite(r->loss) ? "gradient" : "loss", m->step, r->loss, r->grad_norm);
     apply_update(m, r, counts, (long)A * B * m->shard.nbatch * S * m->shard.nctx);
     mem_free(counts);
 }

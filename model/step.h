@@ -24,7 +24,9 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
                        StepResult *r, long *expert_counts, MicrobatchHook hook, void *hook_ctx);
 // Clip, AdamW update and routing-bias update; increments m->step.
 void apply_update(Model *m, StepResult *r, const long *expert_counts, long tokens);
-// compute_gradients + apply_update.
+// One training step of the trainer (train.c): compute_gradients, then apply_update; dies
+// naming the step on a non-finite loss or gradient norm, before the update. ids, targets:
+// (A*B, S) this device's sequences (S: the tokens of each held here).
 void train_step(Model *m, const int *ids, const int *targets, int A, int B, int S, StepResult *r);
 // Mean loss (CE + z-loss + aux) of B sequences without updating anything.
 float eval_loss(Model *m, const int *ids, const int *targets, int B, int S);

@@ -11,7 +11,7 @@
 //                    waiting for the job that uses it: one tick in MaxText's loop, longer
 //                    under 1F1B.
 //   circ_storage     the same on stage 0 for repeats after the first: the last stage's
-//                    outputs wait there for their next pass (M - S ticks when M > S).
+//                    outputs wait there for their next pass (M - P ticks when M > P).
 //   iteration_input  the saved input of every job (remat: the backward recomputes the
 //                    chunk from it), and decoder_layer_input: every layer's input, saved
 //                    as well when pipeline_save_decoder_layer_input is on.
@@ -29,8 +29,8 @@ typedef struct {
     int s;                  // this device's stage
     Group *stage;           // the devices along `stage` (same data/fsdp/expert/tensor coordinates)
     int train;              // 0: forward only (eval)
-    int Bm, Sq, Tm, D;      // sequences per microbatch, tokens per sequence, Bm*Sq, model width
-    const int *ids, *targets;   // (M*Bm, Sq) this device's rows, microbatch k first
+    int Bm, S, Tm, D;       // sequences per microbatch, tokens per sequence, Bm*S, model width
+    const int *ids, *targets;   // (M*Bm, S) this device's rows, microbatch k first
     float scale, lb_coef;
     // Statistics of the batch (summed over `stage` at the end: every entry has one writer).
     long seq0, stride;      // microbatch k, row i is sequence seq0 + k*stride + i of the batch

@@ -2,7 +2,7 @@
 //
 //   gpipe (MaxText's loop)                        1f1b
 //   stage 0 embeds every microbatch (state_io)    one loop over the 1F1B table: stage 0
-//   forward loop: M*R + S - 1 ticks               embeds a microbatch at its first F, the
+//   forward loop: M*R + P - 1 ticks               embeds a microbatch at its first F, the
 //   last stage: head + loss of every output       last stage runs the head as soon as an
 //   backward loop: the same ticks reversed        output leaves, stage 0 the embedding's
 //   stage 0: dense layers + embedding backward    backward as soon as a gradient arrives
@@ -19,7 +19,7 @@
 
 // What this stage does at tick t: its task, then the two rotations.
 static void run_tick(Pipe *P, int t) {
-    int S = P->p.S, R = P->p.R, s = P->s;
+    int nstages = P->p.nstages, R = P->p.R, s = P->s;
     const PipeTask *k = schedule_at(&P->sc, t, s);
     float *fout = NULL, *bout = NULL;
     if (k->op == PP_F) {
@@ -34,7 +34,7 @@ static void run_tick(Pipe *P, int t) {
         }
         if (!x) die("internal: stage %d has no input for microbatch %d repeat %d at tick %d", s, k->mb, k->rep, t);
         fout = stage_forward(P, k->mb, k->rep, x);
-        if (s == S - 1 && k->rep == R - 1) {   // leaves the pipeline
+        if (s == nstages - 1 && k->rep == R - 1) {   // leaves the pipeline
             if (P->sc.kind == PP_GPIPE) P->state_io[k->mb] = fout;   // the head runs after the loop
             else P->grad_in[j] = stage_head(P, k->mb, fout);
             fout = NULL;
@@ -53,33 +53,33 @@ static void run_tick(Pipe *P, int t) {
     }
     // The rotations of this tick, if any stage sends.
     int fsend[256], bsend[256], anyf = 0, anyb = 0;
-    for (int r = 0; r < S; r++) {
+    for (int r = 0; r < nstages; r++) {
         const PipeTask *q = schedule_at(&P->sc, t, r);
-        fsend[r] = q->op == PP_F && !(r == S - 1 && q->rep == R - 1);
+        fsend[r] = q->op == PP_F && !(r == nstages - 1 && q->rep == R - 1);
         bsend[r] = q->op == PP_B && !(r == 0 && q->rep == 0);
         anyf |= fsend[r];
         anyb |= bsend[r];
     }
     if (anyf) {   // from stage s-1; from the last stage it is the microbatch's next repeat
-        int from = (s - 1 + S) % S;
+        int from = (s - 1 + nstages) % nstages;
         const PipeTask *q = schedule_at(&P->sc, t, from);
         float *got = shift_rotate(&P->fwd, fout, fsend, s == 0 ? "circ_storage" : "shift");
         if (got) P->shift_in[pipe_job(P, q->mb, q->rep + (s == 0))] = got;   // s == 0: circ_storage
     }
     if (anyb) {   // from stage s+1; from stage 0 it is the microbatch's previous repeat
-        int from = (s + 1) % S;
+        int from = (s + 1) % nstages;
         const PipeTask *q = schedule_at(&P->sc, t, from);
-        float *got = shift_rotate(&P->bwd, bout, bsend, s == S - 1 ? "circ_storage grad" : "shift grad");
-        if (got) P->grad_in[pipe_job(P, q->mb, q->rep - (s == S - 1))] = got;
+        float *got = shift_rotate(&P->bwd, bout, bsend, s == nstages - 1 ? "circ_storage grad" : "shift grad");
+        if (got) P->grad_in[pipe_job(P, q->mb, q->rep - (s == nstages - 1))] = got;
     }
 }
 
 static void run_loop(Pipe *P) {
-    int S = P->p.S, M = P->p.M, R = P->p.R, s = P->s, impl = P->p.shift;
+    int nstages = P->p.nstages, M = P->p.M, R = P->p.R, s = P->s, impl = P->p.shift;
     size_t n = (size_t)P->Tm * P->D;
     if (P->sc.kind == PP_1F1B) {
-        shift_init(&P->fwd, impl, P->stage, S, s, +1, n);
-        shift_init(&P->bwd, impl, P->stage, S, s, -1, n);
+        shift_init(&P->fwd, impl, P->stage, nstages, s, +1, n);
+        shift_init(&P->bwd, impl, P->stage, nstages, s, -1, n);
         for (int t = 0; t < P->sc.nticks; t++) run_tick(P, t);
         shift_free(&P->fwd);
         shift_free(&P->bwd);
@@ -88,17 +88,17 @@ static void run_loop(Pipe *P) {
     // MaxText's loop: the whole batch is embedded first (state_io holds the inputs).
     if (s == 0)
         for (int mb = 0; mb < M; mb++) P->state_io[mb] = stage_embed(P, mb);
-    shift_init(&P->fwd, impl, P->stage, S, s, +1, n);
+    shift_init(&P->fwd, impl, P->stage, nstages, s, +1, n);
     for (int t = 0; t < P->sc.nfwd; t++) run_tick(P, t);
     shift_free(&P->fwd);
     // The head and the loss on the outputs, which give the backward loop its gradients.
-    if (s == S - 1)
+    if (s == nstages - 1)
         for (int mb = 0; mb < M; mb++) {
             P->grad_in[pipe_job(P, mb, R - 1)] = stage_head(P, mb, P->state_io[mb]);
             P->state_io[mb] = NULL;
         }
     if (!P->train) return;
-    shift_init(&P->bwd, impl, P->stage, S, s, -1, n);
+    shift_init(&P->bwd, impl, P->stage, nstages, s, -1, n);
     for (int t = P->sc.nfwd; t < P->sc.nticks; t++) run_tick(P, t);
     shift_free(&P->bwd);
     if (s == 0)
@@ -110,7 +110,7 @@ static void run_loop(Pipe *P) {
 
 // Set up, run, and hand the results over: gradients into m->grad_dst, statistics summed
 // over `stage` into st.
-static void run(Model *m, const int *ids, const int *targets, int B, int Sq, int train, float scale,
+static void run(Model *m, const int *ids, const int *targets, int B, int S, int train, float scale,
                 float lb_coef, FwdStats *st, long seq0_of_device, int nseq) {
     const Mesh *mesh = mesh_current();
     const Config *c = &m->cfg;
@@ -123,11 +123,11 @@ static void run(Model *m, const int *ids, const int *targets, int B, int Sq, int
     P.s = mesh_coord(mesh, dev, AX_STAGE);
     P.stage = mesh_group(mesh, dev, AXIS_BIT(AX_STAGE));
     P.train = train;
-    schedule_build(&P.sc, train ? P.p.schedule : PP_GPIPE, P.p.S, P.p.M, P.p.R, !train);
+    schedule_build(&P.sc, train ? P.p.schedule : PP_GPIPE, P.p.nstages, P.p.M, P.p.R, !train);
     int M = P.p.M, J = M * P.p.R;
     P.Bm = B / M;
-    P.Sq = Sq;
-    P.Tm = P.Bm * Sq;
+    P.S = S;
+    P.Tm = P.Bm * S;
     P.D = c->base_emb_dim;
     P.ids = ids;
     P.targets = targets;
@@ -138,7 +138,7 @@ static void run(Model *m, const int *ids, const int *targets, int B, int Sq, int
     P.seq0 = seq0_of_device;
     P.stride = train ? nseq / M : P.Bm;
     P.nseq = nseq;
-    P.leaves_per_seq = Sq / cfg_leaf_tokens(c);
+    P.leaves_per_seq = S / cfg_leaf_tokens(c);
     int nmoe = MM_MAX(1, model_num_moe_layers(c));
     size_t nleaf = (size_t)nseq * P.leaves_per_seq, ncount = (size_t)L * c->num_experts;
     P.loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * nleaf, "pipeline loss per leaf");

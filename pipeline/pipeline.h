@@ -3,9 +3,10 @@
 //
 // The decoder layers that are pipelined (all of Mixtral's; DeepSeek's MoE layers, not its
 // dense first layers) are cut into chunks of `num_layers_per_pipeline_stage` layers; chunk
-// k runs on stage k mod S, so with R = num_pipeline_repeats > 1 every stage holds R chunks
-// and a microbatch goes round the stages R times (a circular pipeline): pipelined layer p
-// runs on stage (p / layers_per_stage) mod S. A stage device holds only the weights (and
+// k runs on stage k mod P (P = ici_pipeline_parallelism stages), so with R =
+// num_pipeline_repeats > 1 every stage holds R chunks and a microbatch goes round the
+// stages R times (a circular pipeline): pipelined layer p runs on stage
+// (p / layers_per_stage) mod P. A stage device holds only the weights (and
 // gradients and AdamW moments) of its own layers, and its fsdp/expert share of them.
 //
 // Where the parts outside the pipeline run (this trainer's choice, Megatron's placement):
@@ -38,7 +39,7 @@ enum { PP_PPERMUTE, PP_SLICE };      // pipeline_shift_impl
 
 // The pipeline's shape, derived from the keys (pipeline/placement.c).
 typedef struct {
-    int S;              // stages (ici_pipeline_parallelism)
+    int nstages;        // P: stages (ici_pipeline_parallelism)
     int M;              // microbatches per step (per accumulation microbatch)
     int R;              // repeats: chunks per stage
     int lps;            // layers per chunk (num_layers_per_pipeline_stage)
@@ -58,7 +59,7 @@ void pipeline_check(const Config *c, const int size[MESH_NAXES], int ndev);
 int pipeline_stage_of_unit(const Config *c, int stages, int u);
 // The model layer run by stage s in repeat r, at place j of its chunk.
 static inline int pipeline_layer(const PipeShape *p, int s, int r, int j) {
-    return p->first + (r * p->S + s) * p->lps + j;
+    return p->first + (r * p->nstages + s) * p->lps + j;
 }
 
 // For the running device (mesh_current()): 1 when its mesh has more than one stage.
@@ -77,7 +78,7 @@ void pipeline_train(Model *m, const int *ids, const int *targets, int B, int S, 
 void pipeline_eval(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st);
 
 // Prints the schedule (per stage one row of F/B/idle per tick) and the bubble fraction
-// measured next to (S-1)/(R*M+S-1).
+// measured next to (P-1)/(R*M+P-1).
 void pipeline_print_schedule(const Config *c, int stages);
 
 #endif

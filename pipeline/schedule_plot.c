@@ -15,22 +15,22 @@ void schedule_plot(const Schedule *sc, const char *title, const char *path) {
     const double L = 90, TOP = 96, CH = 34;
     double cw = sc->R > 1 ? 30 : 28;   // room for "12" or "12'" in a cell
     int gap = sc->nfwd ? 1 : 0;         // gpipe: one column between the loops, where the head runs
-    double gw = cw * (sc->nticks + gap), W = MM_MAX(L + gw + 30, 7.0 * strlen(title) + 40), H = TOP + sc->S * CH + 130;
+    double gw = cw * (sc->nticks + gap), W = MM_MAX(L + gw + 30, 7.0 * strlen(title) + 40), H = TOP + sc->nstages * CH + 130;
     Svg s;
     svg_open(&s, path, (int)W, (int)H);
     fprintf(s.f, "<defs><pattern id=\"idle\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
                  "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f4f4f4\"/>"
                  "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#c8c8c8\" stroke-width=\"2\"/></pattern></defs>\n");
-    long idle = schedule_idle(sc), all = (long)sc->nticks * sc->S;
-    int num = sc->S - 1, den = sc->R * sc->M + sc->S - 1;
+    long idle = schedule_idle(sc), all = (long)sc->nticks * sc->nstages;
+    int num = sc->nstages - 1, den = sc->R * sc->M + sc->nstages - 1;
     svg_text(&s, 20, 26, "start", "font-size=\"17\" font-weight=\"bold\"",
              "%s schedule%s: %d stages, %d microbatches, %d repeat%s: %d ticks", sc->kind == PP_1F1B ? "1f1b" : "gpipe",
-             sc->R > 1 ? " (circular)" : "", sc->S, sc->M, sc->R, sc->R > 1 ? "s" : "", sc->nticks);
+             sc->R > 1 ? " (circular)" : "", sc->nstages, sc->M, sc->R, sc->R > 1 ? "s" : "", sc->nticks);
     svg_text(&s, 20, 48, "start", "fill=\"#555\" font-size=\"12\"", "%s", title);
     svg_text(&s, 20, 70, "start", "font-weight=\"bold\" fill=\"#a03030\"",
-             "bubble: %ld of %ld stage-ticks idle = %.1f%%  (S-1)/(R*M+S-1) = %d/%d = %.1f%%", idle, all,
+             "bubble: %ld of %ld stage-ticks idle = %.1f%%  (P-1)/(R*M+P-1) = %d/%d = %.1f%%", idle, all,
              100.0 * idle / all, num, den, 100.0 * num / den);
-    for (int st = 0; st < sc->S; st++) {
+    for (int st = 0; st < sc->nstages; st++) {
         double y = TOP + st * CH;
         svg_text(&s, L - 10, y + CH / 2 + 5, "end", "", "stage %d", st);
         for (int t = 0; t < sc->nticks; t++) {
@@ -49,10 +49,10 @@ void schedule_plot(const Schedule *sc, const char *title, const char *path) {
                 svg_text(&s, x + cw / 2, y + CH / 2 + 12, "middle", "font-size=\"11\"", "%d", k->mb);
         }
     }
-    double yb = TOP + sc->S * CH;
+    double yb = TOP + sc->nstages * CH;
     if (gap) {   // gpipe: the head and loss run between the forward loop and its transpose
         double x = L + cw * sc->nfwd;
-        svg_rect(&s, x, TOP, cw, sc->S * CH, "#fff", "stroke=\"#888\" stroke-dasharray=\"3,3\"");
+        svg_rect(&s, x, TOP, cw, sc->nstages * CH, "#fff", "stroke=\"#888\" stroke-dasharray=\"3,3\"");
         svg_vtext(&s, x + cw / 2 + 5, TOP + 4, "font-size=\"11\" fill=\"#555\"", "head, loss");
     }
     // The tick axis: a number every 5 ticks.

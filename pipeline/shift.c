@@ -4,11 +4,11 @@
 #include "sharding/memory.h"
 #include "common.h"
 
-void shift_init(Shift *sh, int impl, Group *group, int S, int s, int dir, size_t n) {
+void shift_init(Shift *sh, int impl, Group *group, int P, int s, int dir, size_t n) {
     memset(sh, 0, sizeof *sh);
     sh->impl = impl;
     sh->group = group;
-    sh->S = S;
+    sh->nstages = P;
     sh->s = s;
     sh->dir = dir;
     sh->n = n;
@@ -25,9 +25,9 @@ void shift_free(Shift *sh) {
 }
 
 float *shift_rotate(Shift *sh, float *out, const int *sends, const char *name) {
-    int S = sh->S, from = (sh->s - sh->dir + S) % S;
+    int P = sh->nstages, from = (sh->s - sh->dir + P) % P;
     int perm[256];   // the mesh has at most 256 devices
-    for (int r = 0; r < S; r++) perm[r] = sends[r] ? (r + sh->dir + S) % S : -1;
+    for (int r = 0; r < P; r++) perm[r] = sends[r] ? (r + sh->dir + P) % P : -1;
     if (!!out != !!sends[sh->s]) die("internal: stage %d %s a shift output it was not scheduled to", sh->s,
                                      out ? "has" : "lacks");
     size_t bytes = sizeof(float) * sh->n;

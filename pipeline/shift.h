@@ -8,7 +8,7 @@
 //             allocated when the loop starts and held until it ends. A stage copies its
 //             output into the send buffer, coll_ppermute moves it into the next stage's
 //             receive buffer, and that stage copies it out into a buffer of its own.
-//   slice     MaxText's later loop: the shift is a stage-stacked array [S, T, D] sharded
+//   slice     MaxText's later loop: the shift is a stage-stacked array [P, T, D] sharded
 //             over `stage`, rotated with slice/pad/concatenate (jnp ops, no collective in
 //             the program). A device holds its row of that array, which is the stage's
 //             output itself; the rotation gives each device a new row, the previous
@@ -25,13 +25,13 @@
 typedef struct {
     int impl;           // PP_PPERMUTE or PP_SLICE
     Group *group;       // the devices along `stage` (rank = stage)
-    int S, s;           // stages, this device's stage
+    int nstages, s;     // stages (P), this device's stage
     int dir;            // +1: to the next stage (forward), -1: to the previous (gradients)
     size_t n;           // floats per message
     float *send, *recv; // ppermute: the loop state's buffers (comm); slice: NULL
 } Shift;
 
-void shift_init(Shift *sh, int impl, Group *group, int S, int s, int dir, size_t n);
+void shift_init(Shift *sh, int impl, Group *group, int P, int s, int dir, size_t n);
 void shift_free(Shift *sh);
 // One rotation, made by every stage device at the same tick. sends[r]: whether stage r
 // sends (every device passes the same flags); out: this stage's output when it sends (the

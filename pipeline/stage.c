@@ -59,7 +59,7 @@ float *stage_embed(Pipe *P, int mb) {
     for (int l = 0; l < first; l++) {   // DeepSeek's dense layers: saved whole, as model_forward does
         LayerActs *a = &P->dense[(size_t)mb * first + l];
         model_unit_acquire(m, 1 + l);
-        float *y = model_layer_forward(m, l, a, x, P->Bm, P->Sq, P->lb_coef, &st);
+        float *y = model_layer_forward(m, l, a, x, P->Bm, P->S, P->lb_coef, &st);
         model_unit_release(m, 1 + l);
         if (!P->train) model_layer_free(m, l, a);
         x = y;
@@ -76,13 +76,13 @@ void stage_embed_backward(Pipe *P, int mb, float *dx) {
         LayerActs *a = &P->dense[(size_t)mb * first + l];
         model_unit_acquire(m, 1 + l);
         float *leaf = leaf_begin(P, 1 + l);
-        model_layer_backward(m, l, a, dx, dh, dn, P->Bm, P->Sq, P->lb_coef);
+        model_layer_backward(m, l, a, dx, dh, dn, P->Bm, P->S, P->lb_coef);
         leaf_end(P, 1 + l, mb, leaf);
         model_unit_release(m, 1 + l);
         model_layer_free(m, l, a);
     }
     float *leaf = leaf_begin(P, 0);
-    model_embed_backward(m, dx, P->ids + (size_t)mb * T, P->Bm, P->Sq);
+    model_embed_backward(m, dx, P->ids + (size_t)mb * T, P->Bm, P->S);
     leaf_end(P, 0, mb, leaf);
     mem_free(dh); mem_free(dn); mem_free(dx);
 }
@@ -94,14 +94,14 @@ float *stage_head(Pipe *P, int mb, float *y) {
     model_unit_acquire(m, L + 1);
     model_head_forward(m, y, T);
     model_unit_release(m, L + 1);
-    model_loss_forward(m, P->targets + (size_t)mb * T, P->Bm, P->Sq, &st);
+    model_loss_forward(m, P->targets + (size_t)mb * T, P->Bm, P->S, &st);
     P->ntok += st.ntok;
     float *dx = NULL;
     if (P->train) {
         model_head_unpack(m, T);
         model_unit_acquire(m, L + 1);
         float *leaf = leaf_begin(P, L + 1), *dnf;
-        dx = model_head_backward(m, P->Bm, P->Sq, P->scale, &dnf);   // (T,D) d loss / d output
+        dx = model_head_backward(m, P->Bm, P->S, P->scale, &dnf);   // (T,D) d loss / d output
         leaf_end(P, L + 1, mb, leaf);
         model_unit_release(m, L + 1);
         mem_free(dnf);
@@ -129,7 +129,7 @@ float *stage_forward(Pipe *P, int mb, int rep, float *x) {
         LayerActs a;
         memset(&a, 0, sizeof a);
         acquire(P, 1 + l);
-        float *y = model_layer_forward(m, l, &a, cur, P->Bm, P->Sq, P->lb_coef, &st);
+        float *y = model_layer_forward(m, l, &a, cur, P->Bm, P->S, P->lb_coef, &st);
         release(P, 1 + l);
         if (keep) {   // a.x is the layer's input as the layer keeps it (16-bit in bf16 mode)
             if (i == 0) P->saved[j] = a.x;   // iteration_input
@@ -145,7 +145,7 @@ float *stage_forward(Pipe *P, int mb, int rep, float *x) {
 float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
     Model *m = P->m;
     const Config *c = &m->cfg;
-    int j = pipe_job(P, mb, rep), lps = P->p.lps, T = P->Tm, Bm = P->Bm, Sq = P->Sq;
+    int j = pipe_job(P, mb, rep), lps = P->p.lps, T = P->Tm, Bm = P->Bm, S = P->S;
     float *dh = mem_floats(MEM_TEMP, (size_t)T * P->D, "d h");
     float *dn = mem_floats(MEM_TEMP, (size_t)T * P->D, "d norm out");
     if (P->p.save_dli) {
@@ -158,7 +158,7 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
             a.x = P->dli[(size_t)j * lps + i];
             acquire(P, 1 + l);
             float *leaf = leaf_begin(P, 1 + l);
-            model_layer_backward(m, l, &a, dy, dh, dn, Bm, Sq, P->lb_coef);
+            model_layer_backward(m, l, &a, dy, dh, dn, Bm, S, P->lb_coef);
             leaf_end(P, 1 + l, mb, leaf);
             release(P, 1 + l);
             model_layer_free(m, l, &a);   // and the saved input with it
@@ -177,13 +177,13 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
         for (int i = 0; i < lps; i++) {
             int l = pipeline_layer(&P->p, P->s, rep, i);
             acquire(P, 1 + l);
-            cur = model_layer_forward(m, l, &a[i], cur, Bm, Sq, P->lb_coef, &rs);
+            cur = model_layer_forward(m, l, &a[i], cur, Bm, S, P->lb_coef, &rs);
         }
         mem_free(cur);   // the chunk's output is not needed for its backward
         for (int i = lps - 1; i >= 0; i--) {
             int l = pipeline_layer(&P->p, P->s, rep, i);
             float *leaf = leaf_begin(P, 1 + l);
-            model_layer_backward(m, l, &a[i], dy, dh, dn, Bm, Sq, P->lb_coef);
+            model_layer_backward(m, l, &a[i], dy, dh, dn, Bm, S, P->lb_coef);
             leaf_end(P, 1 + l, mb, leaf);
             release(P, 1 + l);
             model_layer_free(m, l, &a[i]);   // a[0].x is the iteration_input

@@ -86,7 +86,7 @@ static void fig_schedule(int argc, char **argv) {
     if (c.ici_pipeline_parallelism < 2) die("figure schedule: ici_pipeline_parallelism must be at least 2");
     PipeShape p = pipeline_shape(&c, c.ici_pipeline_parallelism);
     Schedule sc;
-    schedule_build(&sc, p.schedule, p.S, p.M, p.R, 0);
+    schedule_build(&sc, p.schedule, p.nstages, p.M, p.R, 0);
     schedule_plot(&sc, title, argv[3]);
     schedule_free(&sc);
 }

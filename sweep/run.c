@@ -3,7 +3,7 @@
 // Each configuration of the sweep is a fresh process, so that nothing (allocator peaks,
 // the mesh's threads, OpenBLAS state) leaks from one run into the next, and a run the
 // config refuses stops only itself. The metrics file has one JSON object per step
-// (train.c: write_metrics); only the fields the sweep needs are read, with a small scanner.
+// (trainer/metrics.c:metrics_write); only the fields the sweep needs are read, with a small scanner.
 #include "sweep/run.h"
 #include "common.h"
 #include <errno.h>

@@ -2,8 +2,8 @@
 # tests/figures.sh: `./train figure` (sweep/figure.c), the figures of the course. Each kind
 # is drawn from a real one-step run (or a schedule) and must be well-formed XML whose
 # numbers are the run's own: the peaks drawn equal the peaks the metrics measured, the
-# schedule's cells and bubble equal the closed form for gpipe (idle 2*S*(S-1) of
-# 2*S*(M+S-1) stage-ticks). Bad input: one message, no SVG written.
+# schedule's cells and bubble equal the closed form for gpipe (idle 2*P*(P-1) of
+# 2*P*(M+P-1) stage-ticks). Bad input: one message, no SVG written.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -38,12 +38,12 @@ check "peaks: well-formed SVG" xml_ok $T/pk.svg
 check "peaks: each bar ends with the measured peak ($p1, $p2)" \
     bash -c "grep -q '>$p1<' $T/pk.svg && grep -q '>$p2  (x' $T/pk.svg"
 
-# gpipe, S=4 stages, M=8 microbatches: 2*(M+S-1) = 22 ticks, 24 of 88 stage-ticks idle,
+# gpipe, P=4 stages, M=8 microbatches: 2*(M+P-1) = 22 ticks, 24 of 88 stage-ticks idle,
 # 32 forward and 32 backward cells.
 $TRAIN figure schedule $T/gp.svg configs/mixtral-tiny.yml ici_pipeline_parallelism=4 num_pipeline_microbatches=8 \
     per_device_batch_size=2 > /dev/null
 check "schedule: well-formed SVG" xml_ok $T/gp.svg
-check "schedule: gpipe S=4 M=8 has 22 ticks and a bubble of 24 of 88 = 27.3%" \
+check "schedule: gpipe P=4 M=8 has 22 ticks and a bubble of 24 of 88 = 27.3%" \
     bash -c "grep -q '22 ticks<' $T/gp.svg && grep -q 'bubble: 24 of 88 stage-ticks idle = 27.3%' $T/gp.svg"
 cells() { grep -c "$1" $T/gp.svg; }
 check "schedule: 24 idle cells, 32 F and 32 B" \

@@ -2,7 +2,7 @@
 # tests/pipeline.sh: pipeline parallelism over 'stage' (pipeline/) must not change the math:
 # 5 training steps on pipelined meshes give every step's loss with the same bits (float32,
 # hex) as one device with the same global batch; across stage counts, microbatch counts
-# (M = S and 2S), repeats (R = 1 and 2), both rotations (ppermute, slice), both schedules
+# (M = P and 2P), repeats (R = 1 and 2), both rotations (ppermute, slice), both schedules
 # (gpipe, 1f1b), both remat save-lists, and stage=2 combined with fsdp=2 (and ag_once), with
 # expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation; in bf16 mode too.
 # Then the printed schedule, each stage's share of the weights, and the configurations
@@ -39,19 +39,19 @@ echo "== mixtral-tiny (4 layers)"
 base=$(run_losses mixtral $C per_device_batch_size=8)
 echo "  1 device                                     $base"
 compare mixtral-tiny "$base" $C <<'RUNS'
-S=2,M=2,R=1,gpipe,ppermute                   ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_repeats=1
-S=2,M=4,R=2,gpipe,slice,no-dli               ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4 pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false
-S=2,M=2,R=2,1f1b,ppermute                    ici_pipeline_parallelism=2 per_device_batch_size=4 pipeline_schedule=1f1b
-S=2,M=4,R=1,1f1b,slice,no-dli                ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4 num_layers_per_pipeline_stage=2 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false
-S=4,M=4,R=1,1f1b,slice                       ici_pipeline_parallelism=4 per_device_batch_size=2 pipeline_schedule=1f1b pipeline_shift_impl=slice
-S=4,M=8,R=1,gpipe,ppermute                   ici_pipeline_parallelism=4 per_device_batch_size=2 num_pipeline_microbatches=8
-S=2,M=2,R=1,accumulation=2                   ici_pipeline_parallelism=2 per_device_batch_size=2 gradient_accumulation_steps=2 num_pipeline_repeats=1
-S=2,fsdp=2,M=2,R=2,gpipe,ag_once             ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 pipeline_fsdp_ag_once=true
-S=2,fsdp=2,M=4,R=1,1f1b,slice                ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice
-S=2,expert=2,M=2,R=2,gpipe                   ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
-S=2,expert=2,M=4,R=1,1f1b,slice              ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice
-S=2,tensor=2,M=4,R=2,gpipe                   ici_pipeline_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4
-S=2,data=2,zero1,M=2,R=2,1f1b                ici_pipeline_parallelism=2 ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2 pipeline_schedule=1f1b
+P=2,M=2,R=1,gpipe,ppermute                   ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_repeats=1
+P=2,M=4,R=2,gpipe,slice,no-dli               ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4 pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false
+P=2,M=2,R=2,1f1b,ppermute                    ici_pipeline_parallelism=2 per_device_batch_size=4 pipeline_schedule=1f1b
+P=2,M=4,R=1,1f1b,slice,no-dli                ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4 num_layers_per_pipeline_stage=2 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false
+P=4,M=4,R=1,1f1b,slice                       ici_pipeline_parallelism=4 per_device_batch_size=2 pipeline_schedule=1f1b pipeline_shift_impl=slice
+P=4,M=8,R=1,gpipe,ppermute                   ici_pipeline_parallelism=4 per_device_batch_size=2 num_pipeline_microbatches=8
+P=2,M=2,R=1,accumulation=2                   ici_pipeline_parallelism=2 per_device_batch_size=2 gradient_accumulation_steps=2 num_pipeline_repeats=1
+P=2,fsdp=2,M=2,R=2,gpipe,ag_once             ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 pipeline_fsdp_ag_once=true
+P=2,fsdp=2,M=4,R=1,1f1b,slice                ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice
+P=2,expert=2,M=2,R=2,gpipe                   ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+P=2,expert=2,M=4,R=1,1f1b,slice              ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice
+P=2,tensor=2,M=4,R=2,gpipe                   ici_pipeline_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4
+P=2,data=2,zero1,M=2,R=2,1f1b                ici_pipeline_parallelism=2 ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2 pipeline_schedule=1f1b
 RUNS
 
 # DeepSeek: the dense first layer runs on stage 0 before the pipeline, the 3 MoE layers
@@ -62,18 +62,18 @@ echo "== deepseek-tiny (1 dense + 3 MoE layers): 3 stages"
 base=$(run_losses base $C per_device_batch_size=6)
 echo "  1 device                                     $base"
 compare deepseek-tiny "$base" $C <<'RUNS'
-S=3,M=3,R=1,gpipe,ppermute                   ici_pipeline_parallelism=3 per_device_batch_size=2
-S=3,M=6,R=1,1f1b,slice                       ici_pipeline_parallelism=3 per_device_batch_size=2 num_pipeline_microbatches=6 pipeline_schedule=1f1b pipeline_shift_impl=slice
+P=3,M=3,R=1,gpipe,ppermute                   ici_pipeline_parallelism=3 per_device_batch_size=2
+P=3,M=6,R=1,1f1b,slice                       ici_pipeline_parallelism=3 per_device_batch_size=2 num_pipeline_microbatches=6 pipeline_schedule=1f1b pipeline_shift_impl=slice
 RUNS
 echo "== deepseek-tiny with 5 layers (1 dense + 4 MoE)"
 base=$(run_losses base $C base_num_decoder_layers=5 per_device_batch_size=8)
 echo "  1 device                                     $base"
 compare deepseek-5 "$base" $C base_num_decoder_layers=5 <<'RUNS'
-S=2,M=2,R=2,gpipe,ppermute                   ici_pipeline_parallelism=2 per_device_batch_size=4
-S=2,M=4,R=1,1f1b,slice,no-dli                ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false
-S=4,M=8,R=1,gpipe,slice                      ici_pipeline_parallelism=4 per_device_batch_size=2 num_pipeline_microbatches=8 pipeline_shift_impl=slice
-S=2,fsdp=2,M=2,R=1,1f1b                      ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_repeats=1 pipeline_schedule=1f1b
-S=2,expert=2,M=4,R=2,gpipe,slice             ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 pipeline_shift_impl=slice
+P=2,M=2,R=2,gpipe,ppermute                   ici_pipeline_parallelism=2 per_device_batch_size=4
+P=2,M=4,R=1,1f1b,slice,no-dli                ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false
+P=4,M=8,R=1,gpipe,slice                      ici_pipeline_parallelism=4 per_device_batch_size=2 num_pipeline_microbatches=8 pipeline_shift_impl=slice
+P=2,fsdp=2,M=2,R=1,1f1b                      ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_repeats=1 pipeline_schedule=1f1b
+P=2,expert=2,M=4,R=2,gpipe,slice             ici_pipeline_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 pipeline_shift_impl=slice
 RUNS
 
 # bf16 mode: the saved iteration_input and decoder_layer_input are 16-bit like the other
@@ -83,8 +83,8 @@ echo "== mixtral-tiny, dtype=bfloat16"
 base=$(run_losses base $C dtype=bfloat16 per_device_batch_size=8)
 echo "  1 device                                     $base"
 compare mixtral-bf16 "$base" $C dtype=bfloat16 <<'RUNS'
-S=2,M=4,R=2,gpipe,ppermute                   ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4
-S=2,fsdp=2,M=2,R=1,1f1b,slice,no-dli,ag_once ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false pipeline_fsdp_ag_once=true
+P=2,M=4,R=2,gpipe,ppermute                   ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4
+P=2,fsdp=2,M=2,R=1,1f1b,slice,no-dli,ag_once ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false pipeline_fsdp_ag_once=true
 RUNS
 
 echo "== the printed schedule and each stage's weights"
@@ -92,8 +92,8 @@ C=configs/mixtral-tiny.yml
 $TRAIN $C $FAST ici_pipeline_parallelism=4 per_device_batch_size=2 num_pipeline_microbatches=8 \
     metrics_file=$T/four.jsonl > $T/sched.out 2>&1
 sed -n '/^pipeline:/,/bubble/p' $T/sched.out
-check "gpipe S=4 M=8: the bubble measured is the formula's 3/11" grep -q "idle = 0.2727; (S-1)/(R\*M+S-1) = 3/11 = 0.2727" $T/sched.out
-check "gpipe S=4 M=8: every stage row has 22 ticks" \
+check "gpipe P=4 M=8: the bubble measured is the formula's 3/11" grep -q "idle = 0.2727; (P-1)/(R\*M+P-1) = 3/11 = 0.2727" $T/sched.out
+check "gpipe P=4 M=8: every stage row has 22 ticks" \
     [ "$(grep -c '^  stage [0-3] |\( ..\)\{11\} |\( ..\)\{11\}$' $T/sched.out)" = 4 ]
 # The params tag's peak of each device in the first step's metrics.
 params_of() { sed -n 1p "$1" | grep -o "{\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {\"params\": [0-9]*" | grep -o '[0-9]*$'; }
@@ -105,7 +105,7 @@ check "stage=4: each stage holds its own weights, together the model's (no copy)
     [ "$sum" = "$one" -a "${p[1]}" -lt "$one" -a "${p[0]}" -gt "${p[1]}" -a "${p[3]}" -gt "${p[1]}" ]
 
 echo "== what the pipeline refuses: one clear message"
-expect_error "M a multiple of S" "num_pipeline_microbatches (3) must be a multiple of ici_pipeline_parallelism (2)" \
+expect_error "M a multiple of P" "num_pipeline_microbatches (3) must be a multiple of ici_pipeline_parallelism (2)" \
     $TRAIN $C $FAST ici_pipeline_parallelism=2 num_pipeline_microbatches=3
 expect_error "layers divisible" "the 4 pipelined layers (base_num_decoder_layers 4 - first_num_dense_layers 0) do not split into 4 stages x num_layers_per_pipeline_stage=2" \
     $TRAIN $C $FAST ici_pipeline_parallelism=4 num_layers_per_pipeline_stage=2

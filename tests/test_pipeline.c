@@ -47,26 +47,26 @@ static void test_gradtree(void) {
 // Checks one table: every F and B once per (stage, job), in dependency order; returns the
 // most jobs a stage holds between their F and B (live saved activations).
 static int check_table(const Schedule *sc, const char *what) {
-    int S = sc->S, M = sc->M, R = sc->R, J = M * R, ok = 1, most = 0;
-    int *ft = malloc(sizeof(int) * S * J), *bt = malloc(sizeof(int) * S * J);
-    for (int i = 0; i < S * J; i++) ft[i] = bt[i] = -1;
+    int P = sc->nstages, M = sc->M, R = sc->R, J = M * R, ok = 1, most = 0;
+    int *ft = malloc(sizeof(int) * P * J), *bt = malloc(sizeof(int) * P * J);
+    for (int i = 0; i < P * J; i++) ft[i] = bt[i] = -1;
     for (int t = 0; t < sc->nticks; t++)
-        for (int s = 0; s < S; s++) {
+        for (int s = 0; s < P; s++) {
             const PipeTask *k = schedule_at(sc, t, s);
             int j = k->rep * M + k->mb;
             if (k->op == PP_F) { ok &= ft[s * J + j] < 0; ft[s * J + j] = t; }
             if (k->op == PP_B) { ok &= bt[s * J + j] < 0; bt[s * J + j] = t; }
         }
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < P; s++)
         for (int j = 0; j < J; j++) {
             int f = ft[s * J + j], b = bt[s * J + j], rep = j / M;
             ok &= f >= 0 && b > f;
             if (s > 0) ok &= ft[(s - 1) * J + j] < f;               // the previous stage's output
-            else if (rep > 0) ok &= ft[(S - 1) * J + j - M] < f;    // the last stage's, a repeat before
-            if (s < S - 1) ok &= bt[(s + 1) * J + j] < b;           // the next stage's gradient
+            else if (rep > 0) ok &= ft[(P - 1) * J + j - M] < f;    // the last stage's, a repeat before
+            if (s < P - 1) ok &= bt[(s + 1) * J + j] < b;           // the next stage's gradient
             else if (rep < R - 1) ok &= bt[j + M] < b;              // stage 0's, a repeat after
         }
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < P; s++)
         for (int t = 0; t < sc->nticks; t++) {
             int live = 0;
             for (int j = 0; j < J; j++) live += ft[s * J + j] <= t && bt[s * J + j] > t;
@@ -81,23 +81,23 @@ static int check_table(const Schedule *sc, const char *what) {
 static void test_schedules(void) {
     int shapes[][3] = {{2, 2, 1}, {2, 4, 2}, {4, 4, 1}, {4, 8, 1}, {4, 8, 2}, {3, 6, 1}, {2, 2, 2}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int S = shapes[i][0], M = shapes[i][1], R = shapes[i][2];
+        int P = shapes[i][0], M = shapes[i][1], R = shapes[i][2];
         char what[64];
         Schedule g, f;
-        schedule_build(&g, PP_GPIPE, S, M, R, 0);
-        schedule_build(&f, PP_1F1B, S, M, R, 0);
-        snprintf(what, sizeof what, "gpipe S=%d M=%d R=%d", S, M, R);
+        schedule_build(&g, PP_GPIPE, P, M, R, 0);
+        schedule_build(&f, PP_1F1B, P, M, R, 0);
+        snprintf(what, sizeof what, "gpipe P=%d M=%d R=%d", P, M, R);
         int live_g = check_table(&g, what);
-        snprintf(what, sizeof what, "1f1b S=%d M=%d R=%d", S, M, R);
+        snprintf(what, sizeof what, "1f1b P=%d M=%d R=%d", P, M, R);
         int live_f = check_table(&f, what);
-        // MaxText's loop: 2(MR+S-1) ticks, 2(S-1) idle per stage, all M*R jobs live at once.
-        CHECK(g.nticks == 2 * (M * R + S - 1) && schedule_idle(&g) == 2L * S * (S - 1) && live_g == M * R,
-              "gpipe S=%d M=%d R=%d: %d ticks, %ld idle, %d live", S, M, R, g.nticks, schedule_idle(&g), live_g);
-        if (R == 1)   // 1F1B: the same ticks and bubble, at most S jobs live (stage 0)
-            CHECK(f.nticks == g.nticks && schedule_idle(&f) == schedule_idle(&g) && live_f == MM_MIN(S, M),
-                  "1f1b S=%d M=%d: %d ticks, %ld idle, %d live", S, M, f.nticks, schedule_idle(&f), live_f);
+        // MaxText's loop: 2(MR+P-1) ticks, 2(P-1) idle per stage, all M*R jobs live at once.
+        CHECK(g.nticks == 2 * (M * R + P - 1) && schedule_idle(&g) == 2L * P * (P - 1) && live_g == M * R,
+              "gpipe P=%d M=%d R=%d: %d ticks, %ld idle, %d live", P, M, R, g.nticks, schedule_idle(&g), live_g);
+        if (R == 1)   // 1F1B: the same ticks and bubble, at most P jobs live (stage 0)
+            CHECK(f.nticks == g.nticks && schedule_idle(&f) == schedule_idle(&g) && live_f == MM_MIN(P, M),
+                  "1f1b P=%d M=%d: %d ticks, %ld idle, %d live", P, M, f.nticks, schedule_idle(&f), live_f);
         else
-            CHECK(live_f < live_g || M == S, "1f1b S=%d M=%d R=%d: %d live, gpipe %d", S, M, R, live_f, live_g);
+            CHECK(live_f < live_g || M == P, "1f1b P=%d M=%d R=%d: %d live, gpipe %d", P, M, R, live_f, live_g);
         schedule_free(&g);
         schedule_free(&f);
     }
