@@ -17,6 +17,10 @@
 // leaf in the canonical order (model/treesum.h) whatever the routing.
 // Context parallelism (sharding/context.h): S is this device's part of each sequence; the
 // per-sequence statistics (load-balance loss, capacity) are combined over the context group.
+// This file orchestrates: it reads the switches, allocates, calls the collectives and reads
+// the rows' layout back to the host once per pass (rows_to_host); the arithmetic is in the
+// kernels of kernels/router.h (routing, capacity, load-balance loss) and kernels/moe.h
+// (row layout, gather, combine).
 #include "model/moe.h"
 #include "model/matmul.h"
 #include "model/precision.h"
