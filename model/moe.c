@@ -153,7 +153,9 @@ static int first_row_from(const int *row_token, int n, long t) {
 // dw (C,OC) += sum over rows of inp[r]^T dout[r], leaf by leaf in tree order (the leaves of
 // sharding/context.h). An expert's rows are sorted by token, so a leaf's rows (those of
 // its tokens t0 .. t0+len-1) are contiguous; every leaf is pushed (an empty one adds
-// zero) so the tree has the same shape whatever the routing.
+// zero) so the tree has the same shape whatever the routing. row_token (n) is read on the
+// host, to find each leaf's rows: the copy that rows_to_host made (or, under expert
+// parallelism, the plan's, sharding/expert.h).
 static void expert_dw(float *dw, const float *inp, const float *dout, const int *row_token, int n,
                       int C, int OC, Leaves leaf) {
     LeafSum ls;
