@@ -332,7 +332,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
 
     // Experts: y = SwiGLU_e(x) on each expert's rows.
     build_rows(s, c->sparse_matmul, T, E, K);
-    int row_start[E + 1];
+    int row_start[E + 1];   // the forward's read-back (the planner's: a balanced routing, kernels/dry.c)
     rows_to_host(s, E, row_start, NULL);
     size_t R = (size_t)s->nrows;
     s->y = mem_floats(MEM_ACTIVATIONS, R * D, "moe expert out");         // (R,D)
@@ -390,8 +390,9 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     Leaves leaf = leaves_of(c, B, S);
     size_t A = (size_t)T * K, R = (size_t)s->nrows;
     moe_saved_pack(c, s, 0);
-    // The rows' layout on the host; the tokens of the rows only where this device runs the
-    // experts on its own rows (under expert parallelism the owner's plan holds them).
+    // The backward's read-back: the rows' layout; the tokens of the rows only where this
+    // device runs the experts on its own rows (under expert parallelism the owner's plan
+    // holds them).
     int row_start[E + 1], *row_token = s->ep ? NULL : (int *)malloc(sizeof(int) * R);
     rows_to_host(s, E, row_start, row_token);
 
