@@ -3,6 +3,7 @@
 // step holds, and nothing is computed. Same names and argument order as the CPU kernels;
 // the arguments are unused by design (this file builds with -Wno-unused-parameter).
 #include "kernels/kernels.h"
+#include "common.h"
 #include <string.h>
 
 // The planner's small buffers are real memory (sharding/memory.h), so what a dry kernel
@@ -19,6 +20,65 @@ static void rmsnorm_dscale_leaf(float *dscale, const float *dout, const float *x
 static void broadcast_rows(float *out, const float *row, int T, int D) {}
 static const NormKernels norm_dry = {rmsnorm_forward, rmsnorm_backward_dx, rmsnorm_dscale_leaf, broadcast_rows};
 
+// router
+static void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K) {}
+static void route_softmax(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K,
+                          int scaled, float routed_scaling_factor) {}
+static void route_deepseek(int *top_idx, float *top_w, float *scores, const float *logits, const float *bias,
+                           int T, int E, int K, int G, int keep_groups, float routed_scaling_factor,
+                           int gate_round, int bf16) {}
+static void count_sequence_assignments(int *counts, const int *top_idx, int B, int S, int E, int K) {}
+static void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity, const int *before) {}
+static void drop_weights(float *w, const int *keep, size_t A) {}
+static void count_experts(long *counts, const int *top_idx, size_t A) {}
+static void router_probs(float *probs, const float *logits, int T, int E) {}
+static void lb_chunk_sums(double *part, const int *top_idx, const float *probs, int B, int S, int nchunks,
+                          int chunk, int E, int K) {}
+static void lb_loss(float *f, double *lb_seq, const double *tot, int B, int E, int Sg, float lb_coef) {}
+static void lb_backward(float *dlogits, const float *probs, const float *f, int B, int S, int Sg, int E, float lb_coef) {}
+static void router_mixtral_backward(float *dlogits, const float *dw, const int *top_idx, const float *top_w,
+                                    int T, int E, int K) {}
+static void router_softmax_backward(float *dlogits, const float *dw, const int *top_idx, const float *top_w,
+                                    const float *probs, int T, int E, int K, int scaled, float routed_scaling_factor) {}
+static void router_deepseek_backward(float *dlogits, const float *dw, const int *top_idx, const float *logits,
+                                     int T, int E, int K, float routed_scaling_factor, int gate_round) {}
+static const RouterKernels router_dry = {
+    route_mixtral, route_softmax, route_deepseek,
+    count_sequence_assignments, capacity_mask, drop_weights, count_experts,
+    router_probs, lb_chunk_sums, lb_loss, lb_backward,
+    router_mixtral_backward, router_softmax_backward, router_deepseek_backward,
+};
+
+// moe
+// The planner has no logits to route on: the rows are those of a balanced routing,
+// assignment a to expert a mod E. The layer reads back only the row starts (the experts'
+// row counts, the all-to-all's sizes); every buffer whose size depends on the routing is
+// allocated for its bound (model/moe.c:expert_forward), so the plan does not depend on
+// this choice. row_token and assign_row stay as allocated (zero).
+static void sort_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
+    size_t A = (size_t)T * K;
+    for (int e = 0; e <= E; e++) row_start[e] = (int)(A / E * e + MM_MIN((size_t)e, A % E));
+}
+static void dense_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
+    for (int e = 0; e <= E; e++) row_start[e] = e * T;
+}
+static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {}
+static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {}
+static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
+                            int T, int D, int K, int bf16_sum, int bf16) {}
+static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
+                             const float *top_w, const int *assign_row, size_t A, int D, int K) {}
+static void add_shared(float *out, const float *shared, size_t n) {}
+static const MoeKernels moe_dry = {
+    sort_rows, dense_rows, gather_rows, scatter_add_rows,
+    combine_forward, combine_backward, add_shared,
+};
+
+// mlp
+static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {}
+static void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {}
+static const MlpKernels mlp_dry = {swiglu_forward, swiglu_backward};
+
 
 
 const Backend backend_dry = {
@@ -27,5 +87,8 @@ const Backend backend_dry = {
     .to_host = to_host,
 
     .norm = &norm_dry,
+    .router = &router_dry,
+    .moe = &moe_dry,
+    .mlp = &mlp_dry,
 
 };

@@ -17,6 +17,9 @@
 #define MESHMOE_KERNELS_H
 #include <stddef.h>
 #include "kernels/norm.h"
+#include "kernels/router.h"
+#include "kernels/moe.h"
+#include "kernels/mlp.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -27,6 +30,9 @@ typedef struct Backend {
     void (*to_host)(void *host, const void *src, size_t bytes);
 
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)
+    const RouterKernels *router;      // MoE routing, capacity, load-balance loss (kernels/router.h)
+    const MoeKernels *moe;            // MoE row layout, gather, combine (kernels/moe.h)
+    const MlpKernels *mlp;            // SwiGLU (kernels/mlp.h)
 
 } Backend;
 

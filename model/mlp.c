@@ -1,5 +1,5 @@
 // model/mlp.c: the dense SwiGLU feed-forward (DeepSeek's dense first layers and shared
-// experts), and the SwiGLU nonlinearity that the MoE experts use too:
+// experts); the SwiGLU nonlinearity, which the MoE experts use too, is kernels/mlp.h:
 //     h0 = x wi_0,  h1 = x wi_1          (T,F)
 //     act = silu(h0) * h1                (T,F),  silu(z) = z * sigmoid(z)
 //     out = act wo                       (T,D)
@@ -10,27 +10,8 @@
 #include "model/precision.h"
 #include "sharding/tensor.h"
 #include "sharding/memory.h"
+#include "kernels/kernels.h"
 #include "common.h"
-
-static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
-
-void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
-    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
-    #pragma omp parallel for if (n > 65536)
-    for (long i = 0; i < n; i++) act[i] = h0[i] * sigmoidf(h0[i]) * h1[i];
-    round_bf16(act, (size_t)n, bf16);   // cast point 11 (model/precision.h)
-}
-
-// d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
-void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {
-    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
-    #pragma omp parallel for if (n > 65536)
-    for (long i = 0; i < n; i++) {
-        float sg = sigmoidf(h0[i]), silu = h0[i] * sg;
-        dh1[i] = dact[i] * silu;
-        dh0[i] = dact[i] * h1[i] * sg * (1.0f + h0[i] * (1.0f - sg));
-    }
-}
 
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
     s->h0 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F)
@@ -41,7 +22,7 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     prec_round(c, s->h1, (size_t)T * F);
     // The activation is recomputed in the backward pass from h0, h1: a temporary here.
     float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F)
-    swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
+    kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
     tp_rowpar_forward(c, out, act, p->wo, T, F, D);   // a sum over F, split over the tensor axis
     prec_round(c, out, (size_t)T * D);
     mem_free(act);
@@ -54,14 +35,14 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
     act_unpack(c, &s->h0, (size_t)T * F);
     act_unpack(c, &s->h1, (size_t)T * F);
     float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed
-    swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
+    kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
     float *dact = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d activation"); // (T,F)
     matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
     prec_round(c, dact, (size_t)T * F);   // bf16: act was rounded, so is its gradient
     mem_free(act);
     float *dh0 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h0");
     float *dh1 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h1");
-    swiglu_backward(dh0, dh1, dact, s->h0, s->h1, (long)T * F);
+    kern()->mlp->swiglu_backward(dh0, dh1, dact, s->h0, s->h1, (long)T * F);
     prec_round(c, dh0, (size_t)T * F);
     prec_round(c, dh1, (size_t)T * F);
     mem_free(dact);

@@ -19,7 +19,4 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
 // Free what mlp_forward saved (safe on a cleared struct): a forward without a backward.
 void mlp_saved_free(MlpSaved *s);
 
-// The SwiGLU nonlinearity on (n) elements, and its backward.
-void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16);   // act = silu(h0)*h1 (rb in bf16)
-void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n);
 #endif

@@ -48,7 +48,8 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
 // Free everything s holds (safe on a cleared struct and after moe_backward).
 void moe_saved_free(MoeSaved *s);
 
-// Routing alone (tested by hand-computed cases).
+// Routing alone, from the config's switches to the kernels of kernels/router.h (tested by
+// hand-computed cases).
 // routed_score_func="" (Mixtral's rule): idx = top_k(logits, K) (ties: lower index first),
 // w = softmax of the K chosen logits; scores = logits.
 void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K);

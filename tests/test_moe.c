@@ -8,6 +8,7 @@
 #include "model/moe.h"
 #include "model/mlp.h"
 #include "sharding/memory.h"
+#include "kernels/kernels.h"
 #include "tests/gradcheck.h"
 
 static float sig(float z) { return 1.0f / (1.0f + expf(-z)); }
@@ -97,6 +98,30 @@ static void test_routing(void) {
     capacity_mask(keep, top, 2, 3, 2, 2, 2, before);
     int want3[12] = {1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0};
     CHECK(memcmp(keep, want3, sizeof want3) == 0, "capacity mask capacity 2 after an earlier part");
+}
+
+// ---- the sparse path's row layout, by hand ----
+static void test_row_layout(void) {
+    // T=3 tokens, K=2, E=3: top_idx = [[1,0],[1,2],[0,1]], assignments a = t*K + k.
+    // Expert 0 gets a1 (t0), a4 (t2); expert 1 gets a0 (t0), a2 (t1), a5 (t2); expert 2
+    // gets a3 (t1): each expert's rows in token order, row_start = 0, 2, 5, 6.
+    int top[6] = {1, 0, 1, 2, 0, 1}, start[4], token[6], arow[6];
+    kern()->moe->sort_rows(start, token, arow, top, 3, 3, 2);
+    int want_start[4] = {0, 2, 5, 6}, want_token[6] = {0, 2, 0, 1, 2, 1}, want_arow[6] = {2, 0, 3, 5, 1, 4};
+    CHECK(memcmp(start, want_start, sizeof start) == 0, "sort_rows row starts: %d %d %d %d, want 0 2 5 6",
+          start[0], start[1], start[2], start[3]);
+    CHECK(memcmp(token, want_token, sizeof token) == 0, "sort_rows: each expert's rows in token order");
+    CHECK(memcmp(arow, want_arow, sizeof arow) == 0, "sort_rows: the row of each assignment");
+    // The planner's twin routes nothing: the row starts of a balanced routing (assignment a
+    // to expert a mod E): A=10 over E=4 gives 3, 3, 2, 2 rows; the other arrays untouched.
+    int dstart[5], dtoken[10], darow[10], dtop[10] = {0};
+    memset(dtoken, 0x7f, sizeof dtoken);
+    memcpy(darow, dtoken, sizeof darow);
+    backend_dry.moe->sort_rows(dstart, dtoken, darow, dtop, 5, 4, 2);
+    int want_d[5] = {0, 3, 6, 8, 10};
+    CHECK(memcmp(dstart, want_d, sizeof dstart) == 0, "dry sort_rows: %d %d %d %d %d, want 0 3 6 8 10",
+          dstart[0], dstart[1], dstart[2], dstart[3], dstart[4]);
+    CHECK(dtoken[0] == 0x7f7f7f7f && darow[9] == 0x7f7f7f7f, "dry sort_rows writes only the row starts");
 }
 
 // ---- gradients of the whole block ----
@@ -271,6 +296,7 @@ int main(void) {
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
     test_routing();
+    test_row_layout();
     test_mixtral_router_in_block();
     test_mlp();
     moe_case("mixtral sparse", 0, NULL, 1, -1, 0);

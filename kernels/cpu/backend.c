@@ -10,5 +10,8 @@ const Backend backend_cpu = {
     .to_host = to_host,
 
     .norm = &norm_cpu,
+    .router = &router_cpu,
+    .moe = &moe_cpu,
+    .mlp = &mlp_cpu,
 
 };

@@ -1,0 +1,86 @@
+// kernels/cpu/moe.c: the MoE block's row layout, gather and combine on the CPU (the
+// arithmetic of kernels/moe.h).
+#include "kernels/moe.h"
+#include "model/precision.h"
+#include <string.h>
+
+static void sort_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
+    size_t A = (size_t)T * K;
+    int fill[E];
+    memset(fill, 0, sizeof fill);
+    for (size_t a = 0; a < A; a++) fill[top_idx[a]]++;
+    row_start[0] = 0;
+    for (int e = 0; e < E; e++) { row_start[e + 1] = row_start[e] + fill[e]; fill[e] = 0; }
+    for (size_t a = 0; a < A; a++) {
+        int e = top_idx[a], r = row_start[e] + fill[e]++;
+        row_token[r] = (int)(a / K);
+        assign_row[a] = r;
+    }
+}
+
+static void dense_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
+    size_t A = (size_t)T * K;
+    for (int e = 0; e <= E; e++) row_start[e] = e * T;
+    for (int e = 0; e < E; e++)
+        for (int t = 0; t < T; t++) row_token[e * T + t] = t;
+    for (size_t a = 0; a < A; a++) assign_row[a] = top_idx[a] * T + (int)(a / K);
+}
+
+static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
+    #pragma omp parallel for if ((long)n * D > 65536)
+    for (int i = 0; i < n; i++)
+        memcpy(xs + (size_t)i * D, x + (size_t)row_token[r0 + i] * D, sizeof(float) * D);
+}
+
+static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
+    #pragma omp parallel for if ((long)n * D > 65536)
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < D; d++) dx[(size_t)row_token[r0 + i] * D + d] += dxs[(size_t)(r0 + i) * D + d];
+}
+
+static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
+                            int T, int D, int K, int bf16_sum, int bf16) {
+    #pragma omp parallel for if ((long)T * D * K > 65536)
+    for (int t = 0; t < T; t++) {
+        int ord[K];
+        for (int k = 0; k < K; k++) ord[k] = k;
+        for (int i = 1; i < K; i++)   // insertion sort of the slots by expert index
+            for (int j = i; j > 0 && top_idx[(size_t)t * K + ord[j]] < top_idx[(size_t)t * K + ord[j - 1]]; j--) {
+                int tmp = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = tmp;
+            }
+        float *o = out + (size_t)t * D;
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            size_t a = (size_t)t * K + ord[k];
+            const float *ya = y + (size_t)assign_row[a] * D;
+            float wa = w[a];
+            if (bf16_sum)
+                for (int d = 0; d < D; d++) o[d] = bf16_round(o[d] + bf16_round(wa * ya[d]));
+            else
+                for (int d = 0; d < D; d++) o[d] += wa * ya[d];
+        }
+        if (!bf16_sum && bf16)   // float32_weight_sum: one rounding
+            for (int d = 0; d < D; d++) o[d] = bf16_round(o[d]);
+    }
+}
+
+static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
+                             const float *top_w, const int *assign_row, size_t A, int D, int K) {
+    #pragma omp parallel for if ((long)A * D > 65536)
+    for (size_t a = 0; a < A; a++) {
+        const float *dt = dout + (a / K) * D, *ya = y + (size_t)assign_row[a] * D;
+        float *dyr = dy + (size_t)assign_row[a] * D, wa = w[a], dot = 0.0f;
+        for (int d = 0; d < D; d++) { dyr[d] = wa * dt[d]; dot += dt[d] * ya[d]; }
+        // w = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
+        dw[a] = (wa == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot;
+    }
+}
+
+static void add_shared(float *out, const float *shared, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] += shared[i];
+}
+
+const MoeKernels moe_cpu = {
+    sort_rows, dense_rows, gather_rows, scatter_add_rows,
+    combine_forward, combine_backward, add_shared,
+};

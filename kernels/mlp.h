@@ -1,0 +1,16 @@
+// kernels/mlp.h: the SwiGLU nonlinearity (docs/model.md#swiglu), used by the dense MLP
+// (model/mlp.c) and by every MoE expert (model/moe.c).
+#ifndef MESHMOE_KERNELS_MLP_H
+#define MESHMOE_KERNELS_MLP_H
+
+typedef struct MlpKernels {
+    // act (n) = silu(h0) * h1, silu(z) = z * sigmoid(z); h0, h1 (n).
+    // bf16: act rounded to bf16 (cast point 11).
+    void (*swiglu_forward)(float *act, const float *h0, const float *h1, long n, int bf16);
+    // dh0, dh1 (n) = the gradients of h0, h1 given dact (n).
+    void (*swiglu_backward)(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n);
+} MlpKernels;
+
+extern const MlpKernels mlp_cpu;   // kernels/cpu/mlp.c
+
+#endif
