@@ -17,6 +17,11 @@
 #define MESHMOE_KERNELS_H
 #include <stddef.h>
 #include "kernels/norm.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+#include "kernels/embedding.h"
+#include "kernels/loss.h"
+#include "kernels/cast.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -27,6 +32,11 @@ typedef struct Backend {
     void (*to_host)(void *host, const void *src, size_t bytes);
 
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)
+    const MatmulKernels *matmul;      // matrix products (kernels/matmul.h)
+    const RopeKernels *rope;          // RoPE tables and rotation (kernels/rope.h)
+    const EmbeddingKernels *embedding;   // token embedding (kernels/embedding.h)
+    const LossKernels *loss;          // cross-entropy, vocabulary tiles (kernels/loss.h)
+    const CastKernels *cast;          // bf16 rounding and packing (kernels/cast.h)
 
 } Backend;
 

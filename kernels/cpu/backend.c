@@ -10,5 +10,10 @@ const Backend backend_cpu = {
     .to_host = to_host,
 
     .norm = &norm_cpu,
+    .matmul = &matmul_cpu,
+    .rope = &rope_cpu,
+    .embedding = &embedding_cpu,
+    .loss = &loss_cpu,
+    .cast = &cast_cpu,
 
 };
