@@ -33,7 +33,6 @@
 #ifndef MESHMOE_PRECISION_H
 #define MESHMOE_PRECISION_H
 #include <stddef.h>
-#include <stdint.h>
 #include <string.h>
 #include "model/config.h"
 #include "kernels/bf16.h"   // bf16_bits, bf16_float, bf16_round
