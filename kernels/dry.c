@@ -78,6 +78,47 @@ static const MoeKernels moe_dry = {
 static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {}
 static void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {}
 static const MlpKernels mlp_dry = {swiglu_forward, swiglu_backward};
+// matmul
+static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {}
+static void matmul_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {}
+static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {}
+static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                 const float *B, int ldb, int accumulate, float *C, int ldc) {}
+static const MatmulKernels matmul_dry = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm};
+
+// rope
+static void rope_table(float *sn, float *cs, int S, int pos0, int Dr, float min_ts, float max_ts, int bf16) {}
+static void rope_rotate(float *x, const float *sn, const float *cs, int B, int S, int H, int stride, int Dr,
+                        int dir, int bf16) {}
+static const RopeKernels rope_dry = {rope_table, rope_rotate};
+
+// embedding
+static void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {}
+static void embedding_backward_leaf(float *dtable, const float *dout, const int *ids, long t0, long len,
+                                    int D, int V, int v0) {}
+static void embedding_onehot(float *onehot, const int *ids, int T, int V, int v0) {}
+static const EmbeddingKernels embedding_dry = {embedding_forward, embedding_backward_leaf, embedding_onehot};
+
+// loss (a leaf's sum is left unwritten and counts no tokens: the planner has no loss)
+static void loss_row_max(float *m, const float *logits, int T, int V) {}
+static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {}
+static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {}
+static void loss_lse(float *lse, const float *m, const float *sum, int T) {}
+static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+                          float zmul) { return 0; }
+static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
+                          float scale) {}
+static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {}
+static void tile_scatter_rows(float *dst, const float *src, long t0, int len, int w) {}
+static void tile_gather_targets(int *dst, const int *src, long t0, int len) {}
+static const LossKernels loss_dry = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum,
+                                     loss_backward, tile_gather_rows, tile_scatter_rows, tile_gather_targets};
+
+// cast
+static void round_to_bf16(float *x, size_t n) {}
+static void pack_bf16(uint16_t *h, const float *x, size_t n) {}
+static void unpack_bf16(float *x, const uint16_t *h, size_t n) {}
+static const CastKernels cast_dry = {round_to_bf16, pack_bf16, unpack_bf16};
 
 
 
@@ -90,5 +131,10 @@ const Backend backend_dry = {
     .router = &router_dry,
     .moe = &moe_dry,
     .mlp = &mlp_dry,
+    .matmul = &matmul_dry,
+    .rope = &rope_dry,
+    .embedding = &embedding_dry,
+    .loss = &loss_dry,
+    .cast = &cast_dry,
 
 };

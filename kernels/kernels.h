@@ -20,6 +20,11 @@
 #include "kernels/router.h"
 #include "kernels/moe.h"
 #include "kernels/mlp.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+#include "kernels/embedding.h"
+#include "kernels/loss.h"
+#include "kernels/cast.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -33,6 +38,11 @@ typedef struct Backend {
     const RouterKernels *router;      // MoE routing, capacity, load-balance loss (kernels/router.h)
     const MoeKernels *moe;            // MoE row layout, gather, combine (kernels/moe.h)
     const MlpKernels *mlp;            // SwiGLU (kernels/mlp.h)
+    const MatmulKernels *matmul;      // matrix products (kernels/matmul.h)
+    const RopeKernels *rope;          // RoPE tables and rotation (kernels/rope.h)
+    const EmbeddingKernels *embedding;   // token embedding (kernels/embedding.h)
+    const LossKernels *loss;          // cross-entropy, vocabulary tiles (kernels/loss.h)
+    const CastKernels *cast;          // bf16 rounding and packing (kernels/cast.h)
 
 } Backend;
 

@@ -1,16 +1,13 @@
 // model/embedding.c: embedding gather and its scatter-add backward, or the same as a
-// one-hot matmul (use_iota_embed).
+// one-hot matmul (use_iota_embed); the loops over tokens are kernels (kernels/embedding.h).
 #include "model/embedding.h"
 #include "model/matmul.h"
+#include "kernels/kernels.h"
+#include "sharding/memory.h"
 #include "common.h"
 
 void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {
-    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
-    for (int t = 0; t < T; t++) {
-        int row = ids[t] - v0;
-        if (row >= 0 && row < V) memcpy(out + (size_t)t * D, table + (size_t)row * D, sizeof(float) * D);
-        else memset(out + (size_t)t * D, 0, sizeof(float) * D);
-    }
+    kern()->embedding->embedding_forward(out, ids, table, T, D, V, v0);
 }
 
 void embedding_backward(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0, Leaves leaf) {
@@ -22,13 +19,7 @@ void embedding_backward(float *dtable, const float *dout, const int *ids, int T,
     leafsum_begin(&ls, leaf, dtable, (size_t)V * D, "embedding grad leaf");
     for (long l = 0; l < leaf.n; l++) {
         float *g = leafsum_leaf(&ls);
-        if (!mem_dry())
-        for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++) {
-            if (ids[t] < v0 || ids[t] >= v0 + V) continue;   // another device's row
-            float *row = g + (size_t)(ids[t] - v0) * D;
-            const float *d = dout + (size_t)t * D;
-            for (int i = 0; i < D; i++) row[i] += d[i];
-        }
+        kern()->embedding->embedding_backward_leaf(g, dout, ids, leaf_token(leaf, l), leaf.len, D, V, v0);
         leafsum_push(&ls);
     }
     leafsum_end(&ls);
@@ -36,7 +27,7 @@ void embedding_backward(float *dtable, const float *dout, const int *ids, int T,
 
 // ---------------------------------------------------------------------------------------
 // The one-hot form (use_iota_embed). Why it gives the gather's bits with the ordered GEMM
-// (model/matmul.c), where each output element is one chain of fused multiply-adds over k
+// (kernels/matmul.h), where each output element is one chain of fused multiply-adds over k
 // in order, starting from 0:
 //   forward  out[t][d] = sum_k onehot[t][k] * table[k][d]: every term but one is 0 * w,
 //            an exact zero that leaves the chain unchanged, and the one term 1 * w adds w
@@ -51,8 +42,7 @@ void embedding_backward(float *dtable, const float *dout, const int *ids, int T,
 // onehot (T,V) for the ids this device holds; MEM_TEMP, the caller frees it.
 static float *onehot_of(const int *ids, int T, int V, int v0) {
     float *oh = mem_floats(MEM_TEMP, (size_t)T * V, "one-hot tokens (use_iota_embed)");   // zeroed
-    for (int t = 0; t < (mem_dry() ? 0 : T); t++)
-        if (ids[t] >= v0 && ids[t] < v0 + V) oh[(size_t)t * V + (ids[t] - v0)] = 1.0f;
+    kern()->embedding->embedding_onehot(oh, ids, T, V, v0);
     return oh;
 }
 

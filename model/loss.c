@@ -1,6 +1,9 @@
-// model/loss.c: softmax cross-entropy and z-loss, forward and backward, in float32.
+// model/loss.c: softmax cross-entropy and z-loss, forward and backward, in float32: the
+// statistics combined over the tensor axis, the pieces and leaves summed along the
+// canonical tree; the loops over logits are kernels (kernels/loss.h).
 #include "model/loss.h"
 #include "model/treesum.h"
+#include "kernels/kernels.h"
 #include "sharding/tensor.h"
 #include "sharding/memory.h"
 #include "common.h"
@@ -8,16 +11,11 @@
 long loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
                   int T, int V, int v0, int chunks, float zmul, Leaves leaf) {
     if (chunks < 1 || V % chunks) die("internal: %d logits cannot be cut into %d pieces", V, chunks);
+    const LossKernels *k = kern()->loss;
     int Vc = V / chunks;
     // m = max over the whole vocabulary (a max is exact in any order).
     float *m = mem_floats(MEM_TEMP, (size_t)T, "loss max");              // (T)
-    int Tc = mem_dry() ? 0 : T;   // dry run: the buffers are allocated, nothing computed
-    for (int t = 0; t < Tc; t++) {
-        const float *z = logits + (size_t)t * V;
-        float mx = z[0];
-        for (int i = 1; i < V; i++) mx = fmaxf(mx, z[i]);
-        m[t] = mx;
-    }
+    k->loss_row_max(m, logits, T, V);
     tp_all_reduce_max(m, (size_t)T);
     // sum_i exp(z_i - m): piece by piece, the pieces along the canonical tree, then over
     // the devices that share the vocabulary.
@@ -26,37 +24,20 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
     treesum_begin(&ts, (size_t)T, MEM_TEMP, "loss piece sums");
     for (int r = 0; r < chunks; r++) {
         float *piece = treesum_leaf(&ts);   // (T)
-        #pragma omp parallel for if (T * Vc > 65536)
-        for (int t = 0; t < Tc; t++) {
-            const float *z = logits + (size_t)t * V + (size_t)r * Vc;
-            float s = 0.0f;
-            for (int i = 0; i < Vc; i++) s += expf(z[i] - m[t]);
-            piece[t] = s;
-        }
+        k->loss_sum_exp(piece, logits, m, T, V, r * Vc, Vc);
         treesum_push(&ts);
     }
     treesum_end(&ts, sum);
     tp_all_reduce(sum, (size_t)T);
     // The target's logit, from the device that holds it (the others add an exact zero).
     float *zt = mem_floats(MEM_TEMP, (size_t)T, "loss target logit");   // (T)
-    for (int t = 0; t < Tc; t++) {
-        int y = targets[t] - v0;
-        zt[t] = targets[t] >= 0 && y >= 0 && y < V ? logits[(size_t)t * V + y] : 0.0f;
-    }
+    k->loss_target_logit(zt, logits, targets, T, V, v0);
     tp_all_reduce(zt, (size_t)T);
-    for (int t = 0; t < Tc; t++) lse[t] = m[t] + logf(sum[t]);
+    k->loss_lse(lse, m, sum, T);
     // Per-leaf sums in token order (double), so they do not depend on the thread count.
     long n = 0;
-    for (long l = 0; l < (mem_dry() ? 0 : leaf.n); l++) {
-        double s = 0.0;
-        for (long t = leaf_token(leaf, l); t < leaf_token(leaf, l) + leaf.len; t++) {
-            if (targets[t] < 0) continue;
-            float l = lse[t] - zt[t] + zmul * lse[t] * lse[t];
-            s += l;
-            n++;
-        }
-        leaf_sums[l] = s;
-    }
+    for (long l = 0; l < leaf.n; l++)
+        n += k->loss_leaf_sum(&leaf_sums[l], lse, zt, targets, leaf_token(leaf, l), leaf.len, zmul);
     mem_free(m);
     mem_free(sum);
     mem_free(zt);
@@ -64,14 +45,5 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
 }
 
 void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul, float scale) {
-    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
-    #pragma omp parallel for if (T * V > 65536)
-    for (int t = 0; t < T; t++) {
-        float *z = dz + (size_t)t * V;
-        if (targets[t] < 0) { memset(z, 0, sizeof(float) * V); continue; }
-        float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
-        for (int i = 0; i < V; i++) z[i] = scale * (expf(z[i] - lse[t]) * coef);
-        int y = targets[t] - v0;
-        if (y >= 0 && y < V) z[y] -= scale;
-    }
+    kern()->loss->loss_backward(dz, lse, targets, T, V, v0, zmul, scale);
 }

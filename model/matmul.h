@@ -1,12 +1,13 @@
 // model/matmul.h: the one matrix multiply every layer uses, with its backward.
 // Weights are stored as MaxText kernels: w is (C, OC) row-major and out = inp @ w.
-// Every product is computed by the ordered kernel of matmul.c, where each output element
-// is one fused multiply-add chain over k in order, whatever the shapes around it (the
-// kernel: model/gemm.c); with matmul_impl=openblas OpenBLAS does the work instead (not
-// row-stable).
+// Every product is a kernel (kernels/matmul.h): on the CPU the ordered GEMM, where each
+// output element is one fused multiply-add chain over k in order, whatever the shapes
+// around it (kernels/cpu/gemm.c); with matmul_impl=openblas OpenBLAS does the work instead
+// (not row-stable).
 #ifndef MESHMOE_MATMUL_H
 #define MESHMOE_MATMUL_H
 #include "sharding/context.h"
+#include "kernels/matmul.h"   // blas_description, blas_set_threads, blas_prefer_fast_kernels
 
 // out (T,OC) = inp (T,C) @ w (C,OC), or out += ... when accumulate is 1.
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate);
@@ -18,7 +19,8 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, Leaves leaf);
 
-// "ordered" (default) or "openblas" (config key matmul_impl); dies on anything else.
+// "ordered" (default) or "openblas" (config key matmul_impl), the CPU backend's choice made
+// once at start-up; dies on anything else.
 void matmul_set_impl(const char *impl);
 
 // The same products with one contraction cut into `chunks` equal pieces whose partial
@@ -40,12 +42,5 @@ void matmul_dinp_chunked_cap(float *dinp, const float *dout, const float *w, int
 // lda/ldb/ldc are the row strides of A, B, C as stored.
 void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
           const float *B, int ldb, float beta, float *C, int ldc);
-
-// Which BLAS runs, for the start-up line (e.g. "OpenBLAS 0.3.21, kernels SkylakeX").
-const char *blas_description(void);
-void blas_set_threads(int n);
-// Re-executes the program with OPENBLAS_CORETYPE=SkylakeX when OpenBLAS picked slower
-// AVX2 kernels on a CPU with AVX-512 (see matmul.c). Call first thing in main().
-void blas_prefer_fast_kernels(char **argv);
 
 #endif

@@ -1,18 +1,19 @@
-// model/precision.c: bf16 rounding and the 16-bit storage of saved activations.
+// model/precision.c: where bf16 rounding applies and the 16-bit storage of saved
+// activations; the loops over the values are kernels (kernels/cast.h).
 #include "model/precision.h"
+#include "kernels/kernels.h"
 #include "sharding/memory.h"
 #include "common.h"
 
 void round_bf16(float *x, size_t n, int on) {
-    if (!on || mem_dry()) return;
-    #pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+    if (!on) return;
+    kern()->cast->round_to_bf16(x, n);
 }
 
 void act_pack(const Config *c, float **p, size_t n) {
     if (!cfg_bf16(c) || !*p) return;
     uint16_t *h = (uint16_t *)mem_alloc(MEM_ACTIVATIONS, sizeof(uint16_t) * MM_MAX(n, 1), mem_name(*p));
-    for (size_t i = 0; i < (mem_dry() ? 0 : n); i++) h[i] = bf16_bits((*p)[i]);   // exact: the values are bf16 already
+    kern()->cast->pack_bf16(h, *p, n);   // exact: the values are bf16 already
     mem_free(*p);
     *p = (float *)(void *)h;
 }
@@ -21,7 +22,7 @@ void act_unpack(const Config *c, float **p, size_t n) {
     if (!cfg_bf16(c) || !*p) return;
     const uint16_t *h = (const uint16_t *)(void *)*p;
     float *f = mem_floats(MEM_ACTIVATIONS, MM_MAX(n, 1), mem_name(*p));
-    for (size_t i = 0; i < (mem_dry() ? 0 : n); i++) f[i] = bf16_float(h[i]);
+    kern()->cast->unpack_bf16(f, h, n);
     mem_free(*p);
     *p = f;
 }

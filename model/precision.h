@@ -33,29 +33,14 @@
 #ifndef MESHMOE_PRECISION_H
 #define MESHMOE_PRECISION_H
 #include <stddef.h>
-#include <stdint.h>
 #include <string.h>
 #include "model/config.h"
+#include "kernels/bf16.h"   // bf16_bits, bf16_float, bf16_round
 
 static inline int cfg_bf16(const Config *c) { return c->dtype == DTYPE_BFLOAT16; }
 
-// float -> bf16 bits, round to nearest even (NaN stays NaN); bf16 bits -> float (exact).
-static inline uint16_t bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static inline float bf16_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline float bf16_round(float f) { return bf16_float(bf16_bits(f)); }
-
-// x[0..n) = rb(x) when `on` (a rounding point that a flag may switch off), else unchanged.
+// x[0..n) = rb(x) when `on` (a rounding point that a flag may switch off), else unchanged
+// (the kernel: kernels/cast.h).
 void round_bf16(float *x, size_t n, int on);
 // The same, when c is in bfloat16 mode.
 static inline void prec_round(const Config *c, float *x, size_t n) { round_bf16(x, n, cfg_bf16(c)); }

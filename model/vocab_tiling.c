@@ -9,6 +9,7 @@
 #include "model/matmul.h"
 #include "model/loss.h"
 #include "model/precision.h"
+#include "kernels/kernels.h"
 #include "sharding/memory.h"
 #include "sharding/tensor.h"
 #include "common.h"
@@ -27,8 +28,9 @@ static Leaves tiled_leaves(const Config *c, int B, int S) {
 }
 
 // One tile: leaves [l0, l0+nl) in tree order, R = nl*len rows; row r is token
-// leaf_token(lv, l0 + r/len) + r%len. Contiguous when those tokens are consecutive rows
-// (always without context chunks: tree order is then token order).
+// leaf_token(lv, l0 + r/len) + r%len, so each leaf's len rows are consecutive on both
+// sides. Contiguous when all the tile's tokens are consecutive rows (always without context
+// chunks: tree order is then token order).
 typedef struct { Leaves lv; long l0, nl; int R; int contiguous; long row0; } Tile;
 
 static Tile tile_of(Leaves lv, int nt, int k) {
@@ -39,21 +41,34 @@ static Tile tile_of(Leaves lv, int nt, int k) {
         if (leaf_token(lv, t.l0 + i) != t.row0 + i * lv.len) t.contiguous = 0;
     return t;
 }
-static long tile_row(const Tile *t, int r) { return leaf_token(t->lv, t->l0 + r / t->lv.len) + r % t->lv.len; }
+
+// dst (R,w) = the tile's rows of src (T,w), leaf by leaf.
+static void tile_gather(const Tile *t, float *dst, const float *src, int w) {
+    int len = t->lv.len;
+    for (long i = 0; i < t->nl; i++)
+        kern()->loss->tile_gather_rows(dst + (size_t)i * len * w, src, leaf_token(t->lv, t->l0 + i), len, w);
+}
+// The tile's rows of dst (T,w) = src (R,w), leaf by leaf.
+static void tile_scatter(const Tile *t, float *dst, const float *src, int w) {
+    int len = t->lv.len;
+    for (long i = 0; i < t->nl; i++)
+        kern()->loss->tile_scatter_rows(dst, src + (size_t)i * len * w, leaf_token(t->lv, t->l0 + i), len, w);
+}
 
 // The tile's rows of src (T,w): src itself when contiguous, else a copy in *own (MEM_TEMP).
 static const float *tile_rows(const Tile *t, const float *src, int w, float **own, const char *name) {
     *own = NULL;
     if (t->contiguous) return src + (size_t)t->row0 * w;
     *own = mem_floats(MEM_TEMP, (size_t)t->R * w, name);
-    for (int r = 0; r < (mem_dry() ? 0 : t->R); r++)
-        memcpy(*own + (size_t)r * w, src + (size_t)tile_row(t, r) * w, sizeof(float) * w);
+    tile_gather(t, *own, src, w);
     return *own;
 }
 // The tile's targets (R), MEM_TEMP (small).
 static int *tile_targets(const Tile *t, const int *targets) {
     int *tg = (int *)mem_alloc(MEM_TEMP, sizeof(int) * (size_t)t->R, "targets of one vocab tile");
-    for (int r = 0; r < (mem_dry() ? 0 : t->R); r++) tg[r] = targets[tile_row(t, r)];
+    int len = t->lv.len;
+    for (long i = 0; i < t->nl; i++)
+        kern()->loss->tile_gather_targets(tg + (size_t)i * len, targets, leaf_token(t->lv, t->l0 + i), len);
     return tg;
 }
 
@@ -83,7 +98,7 @@ void vocab_tiled_loss_forward(Model *m, const int *targets, int B, int S, FwdSta
         // The tile's leaves are leaves l0.. of the device: their sums go to those places.
         st->ntok += loss_forward(lse, st->loss_leaf + t.l0, z, tg, t.R, V, m->vocab_first, tp_local_chunks(c),
                                  c->z_loss_multiplier, leaves_flat(t.R, lv.len));
-        for (int r = 0; r < (mem_dry() ? 0 : t.R); r++) m->lse[tile_row(&t, r)] = lse[r];
+        tile_scatter(&t, m->lse, lse, 1);
         mem_free(lse); mem_free(z); mem_free(tg); mem_free(own);
     }
     model_unit_release(m, L + 1);
@@ -118,8 +133,7 @@ float *vocab_tiled_head_backward(Model *m, int B, int S, float scale) {
                                  : mem_floats(MEM_TEMP, (size_t)t.R * D, "d final norm out of one vocab tile");
         tp_colpar_dinp(c, dt, z, m->params.logits, t.R, D, V);
         if (!t.contiguous) {
-            for (int r = 0; r < (mem_dry() ? 0 : t.R); r++)
-                memcpy(dnf + (size_t)tile_row(&t, r) * D, dt + (size_t)r * D, sizeof(float) * D);
+            tile_scatter(&t, dnf, dt, D);
             mem_free(dt);
         }
         mem_free(z); mem_free(tg); mem_free(own_lse); mem_free(own);

@@ -6,7 +6,7 @@
 //
 // Tiles follow the canonical tree (sharding/context.h): tile k is the leaves
 // [k*n/nt, (k+1)*n/nt) of this device's n leaves, in tree order. Every logit is one
-// ordered dot product (model/matmul.c), whatever rows share the call; the loss is summed
+// ordered dot product (kernels/matmul.h), whatever rows share the call; the loss is summed
 // per leaf as before; the head's weight gradient is the same per-leaf products pushed into
 // the same LeafSum in the same order; d(final norm output) is per token. So the loss and
 // every gradient are bit-identical to num_vocab_tiling=1 (with the default ordered matmul).

@@ -6,7 +6,7 @@
 // with other work the clock says what this run got, the CPU time what the kernel does.
 //   build/gemm_bench [n]        (n = 2048 by default)
 #include "common.h"
-#include "model/gemm.h"
+#include "kernels/cpu/gemm.h"
 #include "model/matmul.h"
 #include "sharding/memory.h"
 #include <omp.h>

@@ -13,5 +13,10 @@ const Backend backend_cpu = {
     .router = &router_cpu,
     .moe = &moe_cpu,
     .mlp = &mlp_cpu,
+    .matmul = &matmul_cpu,
+    .rope = &rope_cpu,
+    .embedding = &embedding_cpu,
+    .loss = &loss_cpu,
+    .cast = &cast_cpu,
 
 };

@@ -1,6 +1,6 @@
 // kernels/cpu/norm.c: RMSNorm on the CPU, in float32 (the arithmetic of kernels/norm.h).
 #include "kernels/norm.h"
-#include "model/precision.h"
+#include "kernels/bf16.h"
 #include <math.h>
 #include <string.h>
 

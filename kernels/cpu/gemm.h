@@ -1,4 +1,4 @@
-// model/gemm.h: the ordered GEMM kernel behind gemm() (model/matmul.h).
+// kernels/cpu/gemm.h: the ordered GEMM, the CPU backend's matmul kernel (kernels/matmul.h).
 //
 // Every output element is one chain of fused multiply-adds over k, in order, starting from
 // 0.0f:  C[i][j] = fma(A[i][K-1], B[K-1][j], ... fma(A[i][0], B[0][j], 0.0f));
@@ -6,11 +6,11 @@
 // of an element involves nothing else: not the other rows or columns, not the shapes or
 // strides, not the block it falls in, not the thread that computes it, not the kernel
 // (a lane of a vector FMA rounds exactly like the scalar fmaf).
-#ifndef MESHMOE_GEMM_H
-#define MESHMOE_GEMM_H
+#ifndef MESHMOE_KERNELS_CPU_GEMM_H
+#define MESHMOE_KERNELS_CPU_GEMM_H
 
 // C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate is 1; row-major with row
-// strides lda, ldb, ldc as stored; op(X) = X^T when transX. Nothing is computed in a dry run.
+// strides lda, ldb, ldc as stored; op(X) = X^T when transX.
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, int accumulate, float *C, int ldc);
 

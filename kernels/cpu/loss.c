@@ -1,0 +1,79 @@
+// kernels/cpu/loss.c: softmax cross-entropy and z-loss in float32 on the CPU, and the row
+// moves of vocabulary tiling (kernels/loss.h).
+#include "kernels/loss.h"
+#include <stddef.h>
+#include <string.h>
+#include <math.h>
+
+static void loss_row_max(float *m, const float *logits, int T, int V) {
+    for (int t = 0; t < T; t++) {
+        const float *z = logits + (size_t)t * V;
+        float mx = z[0];
+        for (int i = 1; i < V; i++) mx = fmaxf(mx, z[i]);
+        m[t] = mx;
+    }
+}
+
+static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+    #pragma omp parallel for if (T * Vc > 65536)
+    for (int t = 0; t < T; t++) {
+        const float *z = logits + (size_t)t * V + (size_t)c0;
+        float s = 0.0f;
+        for (int i = 0; i < Vc; i++) s += expf(z[i] - m[t]);
+        piece[t] = s;
+    }
+}
+
+static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
+    for (int t = 0; t < T; t++) {
+        int y = targets[t] - v0;
+        zt[t] = targets[t] >= 0 && y >= 0 && y < V ? logits[(size_t)t * V + y] : 0.0f;
+    }
+}
+
+static void loss_lse(float *lse, const float *m, const float *sum, int T) {
+    for (int t = 0; t < T; t++) lse[t] = m[t] + logf(sum[t]);
+}
+
+// In double and token order, so that the sum does not depend on the thread count.
+static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+                          float zmul) {
+    long n = 0;
+    double s = 0.0;
+    for (long t = t0; t < t0 + len; t++) {
+        if (targets[t] < 0) continue;
+        float l = lse[t] - zt[t] + zmul * lse[t] * lse[t];
+        s += l;
+        n++;
+    }
+    *sum = s;
+    return n;
+}
+
+static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
+                          float scale) {
+    #pragma omp parallel for if (T * V > 65536)
+    for (int t = 0; t < T; t++) {
+        float *z = dz + (size_t)t * V;
+        if (targets[t] < 0) { memset(z, 0, sizeof(float) * V); continue; }
+        float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
+        for (int i = 0; i < V; i++) z[i] = scale * (expf(z[i] - lse[t]) * coef);
+        int y = targets[t] - v0;
+        if (y >= 0 && y < V) z[y] -= scale;
+    }
+}
+
+static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
+    for (int r = 0; r < len; r++) memcpy(dst + (size_t)r * w, src + (size_t)(t0 + r) * w, sizeof(float) * w);
+}
+
+static void tile_scatter_rows(float *dst, const float *src, long t0, int len, int w) {
+    for (int r = 0; r < len; r++) memcpy(dst + (size_t)(t0 + r) * w, src + (size_t)r * w, sizeof(float) * w);
+}
+
+static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
+    for (int r = 0; r < len; r++) dst[r] = src[t0 + r];
+}
+
+const LossKernels loss_cpu = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum, loss_backward,
+                              tile_gather_rows, tile_scatter_rows, tile_gather_targets};

@@ -1,0 +1,136 @@
+// kernels/cpu/matmul.c: the CPU matrix products (kernels/matmul.h): the ordered GEMM, or
+// OpenBLAS on request, and OpenBLAS's set-up.
+//
+// Why ordered. Every output element of the ordered GEMM is one chain of fused
+// multiply-adds over k, in order, C[i][j] = fma(A[i][K-1], B[K-1][j], ... fma(A[i][0],
+// B[0][j], 0)). Nothing else takes part in it: not the other rows, not the other columns,
+// not how many rows or columns share the call, not where the row sits in its buffer. That
+// is what sharding needs (docs/model.md#summation-order): a token routed to an expert
+// together with 3 others or with 300, a column computed on one device or on a
+// tensor-parallel slice, get the same bits. OpenBLAS does not promise that: its kernels
+// add a row's products in an order that depends on the row's place in its register tile
+// (measured here: a row copied to each of the 64 positions of a 64-row block gives 3
+// different results on the Zen/Haswell kernels). OpenBLAS stays available as
+// `matmul_impl=openblas` (but then only the dense path splits the batch bit-identically).
+//
+// The ordered GEMM (kernels/cpu/gemm.c): packed panels, cache blocks and a register-tile
+// micro-kernel for AVX-512, AVX2 or plain C, chosen at run time; all three give the same bits.
+#include "kernels/matmul.h"
+#include "kernels/cpu/gemm.h"
+#include "common.h"
+
+#ifndef MESHMOE_NO_BLAS
+#include <cblas.h>
+#endif
+
+static int use_openblas = 0;   // matmul_impl, set once at start-up
+
+void matmul_cpu_use_openblas(int on) {
+#ifdef MESHMOE_NO_BLAS
+    if (on) die("matmul_impl=openblas, but this build has no OpenBLAS (install libopenblas-dev and rebuild)");
+#endif
+    use_openblas = on;
+}
+
+// C = op(A) @ op(B) (+ C when accumulate) through OpenBLAS (matmul_impl=openblas).
+static void sgemm_blas(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                       const float *B, int ldb, int accumulate, float *C, int ldc) {
+#ifndef MESHMOE_NO_BLAS
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                M, N, K, 1.0f, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+#else
+    (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)A; (void)lda;
+    (void)B; (void)ldb; (void)accumulate; (void)C; (void)ldc;
+    die("internal: OpenBLAS called in a build without it");
+#endif
+}
+
+static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                 const float *B, int ldb, int accumulate, float *C, int ldc) {
+    if (M == 0 || N == 0) return;
+    if (use_openblas) sgemm_blas(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+    else ordered_gemm(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+}
+
+static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
+    gemm(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);   // (T,C) @ (C,OC)
+}
+
+static void matmul_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
+    gemm(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);   // (T,OC) @ (OC,C)
+}
+
+static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {
+    gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);   // (C,len) @ (len,OC)
+}
+
+const MatmulKernels matmul_cpu = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm};
+
+// ---------------------------------------------------------------------------------------
+// OpenBLAS's set-up: what the start-up line says, its thread count, and its kernel choice.
+#ifndef MESHMOE_NO_BLAS
+// Declared by OpenBLAS (not in every cblas.h).
+extern char *openblas_get_config(void);
+extern char *openblas_get_corename(void);
+extern void openblas_set_num_threads(int);
+#endif
+
+const char *blas_description(void) {
+    static char buf[256];
+#ifndef MESHMOE_NO_BLAS
+    const char *picked = getenv("MESHMOE_BLAS_PICKED");
+    if (picked)
+        snprintf(buf, sizeof buf, "%s (kernels: %s; OpenBLAS picked %s, but this CPU has AVX-512)",
+                 openblas_get_config(), openblas_get_corename(), picked);
+    else
+        snprintf(buf, sizeof buf, "%s (kernels: %s)", openblas_get_config(), openblas_get_corename());
+#else
+    snprintf(buf, sizeof buf, "portable C matmul (OpenBLAS not found at build time: slow; install libopenblas-dev and rebuild)");
+#endif
+    return buf;
+}
+
+void blas_set_threads(int n) {
+#ifndef MESHMOE_NO_BLAS
+    openblas_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+// Debian's OpenBLAS 0.3.21 picks its Haswell (AVX2) kernels on AMD Zen 4/5 CPUs that
+// have AVX-512; its SkylakeX kernels are about 2x faster there (measured sgemm). The
+// choice is read from OPENBLAS_CORETYPE when the library loads, so if the CPU has
+// AVX-512 and the variable is unset, we set it and re-execute ourselves once.
+// Set OPENBLAS_CORETYPE yourself to override (e.g. OPENBLAS_CORETYPE=Haswell).
+#ifndef MESHMOE_NO_BLAS
+static int cpu_has_avx512(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[8192];
+    int ok = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5)) {
+            ok = strstr(line, " avx512f") && strstr(line, " avx512bw") && strstr(line, " avx512vl") &&
+                 strstr(line, " avx512dq");
+            break;
+        }
+    fclose(f);
+    return ok;
+}
+#endif
+
+#include <unistd.h>
+void blas_prefer_fast_kernels(char **argv) {
+#ifndef MESHMOE_NO_BLAS
+    if (getenv("OPENBLAS_CORETYPE") || !cpu_has_avx512()) return;
+    const char *core = openblas_get_corename();
+    if (strcmp(core, "Haswell") && strcmp(core, "Zen")) return;
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    setenv("MESHMOE_BLAS_PICKED", core, 1);   // so the start-up line can say what changed
+    execv("/proc/self/exe", argv);
+    // If re-executing failed, carry on with the kernels we have.
+#else
+    (void)argv;
+#endif
+}

@@ -1,0 +1,42 @@
+// kernels/matmul.h: the matrix products (docs/model.md#summation-order); the layer, which
+// counts the flops and adds the weight gradient's leaves along the canonical tree, is
+// model/matmul.c. Weights are stored as MaxText kernels: w is (C,OC) row-major and
+// out = inp @ w. All arrays are row-major float32.
+//
+// On the CPU every product is the ordered GEMM (kernels/cpu/gemm.h): each output element
+// is one chain of fused multiply-adds over the contraction in order, whatever rows and
+// columns share the call, so sharding never changes a bit. With matmul_impl=openblas the
+// CPU backend calls OpenBLAS instead (faster, not row-stable).
+#ifndef MESHMOE_KERNELS_MATMUL_H
+#define MESHMOE_KERNELS_MATMUL_H
+
+typedef struct MatmulKernels {
+    // out (T,OC) = inp (T,C) @ w (C,OC), or out += ... when accumulate is 1.
+    void (*matmul_forward)(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate);
+    // dinp (T,C) += dout (T,OC) @ w^T; w (C,OC).
+    void (*matmul_backward_dinp)(float *dinp, const float *dout, const float *w, int T, int C, int OC);
+    // dw (C,OC) = inp^T @ dout over len tokens: inp (len,C), dout (len,OC). One leaf of the
+    // weight gradient (overwritten, not added to).
+    void (*matmul_backward_dw)(float *dw, const float *inp, const float *dout, int len, int C, int OC);
+    // The general product for strided operands (a piece of a contraction, one expert's rows):
+    // C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate is 1; op(X) = X^T
+    // when transX; lda, ldb, ldc are the row strides of A, B, C as stored.
+    void (*gemm)(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                 const float *B, int ldb, int accumulate, float *C, int ldc);
+} MatmulKernels;
+
+extern const MatmulKernels matmul_cpu;   // kernels/cpu/matmul.c
+
+// The CPU backend's choice of library (config key matmul_impl), made once at start-up:
+// 0 the ordered GEMM (the default), 1 OpenBLAS (dies in a build without it).
+void matmul_cpu_use_openblas(int on);
+
+// OpenBLAS, as the CPU backend sets it up (kernels/cpu/matmul.c).
+// Which BLAS runs, for the start-up line (e.g. "OpenBLAS 0.3.21, kernels SkylakeX").
+const char *blas_description(void);
+void blas_set_threads(int n);
+// Re-executes the program with OPENBLAS_CORETYPE=SkylakeX when OpenBLAS picked slower
+// AVX2 kernels on a CPU with AVX-512. Call first thing in main().
+void blas_prefer_fast_kernels(char **argv);
+
+#endif
