@@ -17,6 +17,9 @@
 #define MESHMOE_KERNELS_H
 #include <stddef.h>
 #include "kernels/norm.h"
+#include "kernels/optim.h"
+#include "kernels/sum.h"
+#include "kernels/init.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -27,6 +30,9 @@ typedef struct Backend {
     void (*to_host)(void *host, const void *src, size_t bytes);
 
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)
+    const OptimKernels *optim;        // optimizer updates, clipping, EMA, sums of squares (kernels/optim.h)
+    const SumKernels *sum;            // tree-sum merges and residual adds (kernels/sum.h)
+    const InitKernels *init;          // parameter initialisation (kernels/init.h)
 
 } Backend;
 

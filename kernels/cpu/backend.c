@@ -10,5 +10,8 @@ const Backend backend_cpu = {
     .to_host = to_host,
 
     .norm = &norm_cpu,
+    .optim = &optim_cpu,
+    .sum = &sum_cpu,
+    .init = &init_cpu,
 
 };
