@@ -92,58 +92,62 @@ int adafactor_slot(const Model *m, int i, AdafactorSlot *slot) {
 // Per tensor, the sums of squares of its update and of its parameter (kernels/optim.h).
 typedef struct { Squares u, p; } TensorSquares;
 
-void adafactor_update(Model *m, float lr, int t) {
-    const StateShard *s = &m->shard;
-    int n = m->ntensors;
-    float decay = 1.0f - powf((float)t, -AF_DECAY_EXP);
-    TensorPart *parts = calloc((size_t)n, sizeof(TensorPart));
-    unsigned char *has = calloc((size_t)n, 1);
-    size_t *soff = calloc((size_t)n, sizeof(size_t));
+// Every tensor's part on this device (has[i] = 0: none) and where its state starts in v_mem.
+typedef struct { int n; TensorPart *parts; unsigned char *has; size_t *soff; } Parts;
+
+static Parts parts_of(const Model *m) {
+    Parts ps = {m->ntensors, calloc((size_t)m->ntensors, sizeof(TensorPart)), calloc((size_t)m->ntensors, 1),
+                calloc((size_t)m->ntensors, sizeof(size_t))};
+    if (!ps.parts || !ps.has || !ps.soff) die("host out of memory (adafactor)");
     size_t at = 0;
-    for (int i = 0; i < n; i++) {
-        has[i] = (unsigned char)tensor_part(m, i, &parts[i]);
-        soff[i] = at;
-        if (has[i]) at += part_state(&parts[i]);
+    for (int i = 0; i < ps.n; i++) {
+        ps.has[i] = (unsigned char)tensor_part(m, i, &ps.parts[i]);
+        ps.soff[i] = at;
+        if (ps.has[i]) at += part_state(&ps.parts[i]);
     }
-    // 1. The factored tensors' row and column means, from their whole gradients (gathered
-    //    over fsdp unit by unit: every fsdp device takes part in the same gathers).
-    for (int u = 0; u < s->nunits; u++) {
-        if (!s->here[u]) continue;
-        int any = 0;
-        for (int i = 0; i < n; i++) {
-            int r, c;
-            any |= model_unit_of(&m->cfg, m->specs[i].name) == u &&
-                   adafactor_factored_dims(m->specs[i].gshape, m->specs[i].ndim, &r, &c);
-        }
-        if (!any) continue;
-        const float *unit_g = m->grads_mem + s->local_off[u];   // (unit_pad) the unit's gradient, whole
-        float *full = NULL;
-        if (s->F > 1) {
-            size_t len = shard_len(s, u);
-            full = mem_floats(MEM_COMM, len * (size_t)s->F, "adafactor: unit gradient gathered");
-            coll_all_gather(s->fsdp, m->grads_mem + s->local_off[u], full, sizeof(float) * len);
-            unit_g = full;
-        }
-        for (int i = 0; i < n; i++) {
-            TensorPart *tp = &parts[i];
-            if (!has[i] || tp->unit != u || !tp->factored) continue;
-            // the sums over columns and over rows, in double (kernels/optim.h)
-            double *sums = mem_alloc(MEM_TEMP, sizeof(double) * tp->lead * (tp->R + tp->C), "adafactor: row and column sums");
-            float *vrow = m->v_mem + soff[i], *vcol = vrow + tp->lead * tp->R;
-            kern()->optim->adafactor_factored_moments(vrow, vcol, sums, sums + tp->lead * tp->R,
-                                                      unit_g + (tp->sp->offset - s->unit_off[u]), tp->sp->gshape,
-                                                      tp->sp->ndim, tp->drow, tp->dcol, decay, AF_EPS);
-            mem_free(sums);
-        }
-        mem_free(full);
+    return ps;
+}
+
+// 1. The row and column means of unit u's factored tensors, from their whole gradients
+//    (gathered over fsdp: every fsdp device takes part in the same gathers).
+static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
+    const StateShard *s = &m->shard;
+    int any = 0;
+    for (int i = 0; i < ps->n; i++) {
+        int r, c;
+        any |= model_unit_of(&m->cfg, m->specs[i].name) == u &&
+               adafactor_factored_dims(m->specs[i].gshape, m->specs[i].ndim, &r, &c);
     }
-    // 2. Each tensor's update for the elements held here, written over the gradient, and
-    //    the squares of the update and of the parameter, in fixed point.
-    TensorSquares *mine = mem_alloc(MEM_COMM, sizeof(TensorSquares) * (size_t)n, "adafactor: sums of squares");
-    for (int i = 0; i < n; i++) {
-        if (!has[i]) continue;
-        TensorPart *tp = &parts[i];
-        float *g = m->grads_mem + tp->at, *p = m->params_mem + tp->at, *st = m->v_mem + soff[i];
+    if (!any) return;
+    const float *unit_g = m->grads_mem + s->local_off[u];   // (unit_pad) the unit's gradient, whole
+    float *full = NULL;
+    if (s->F > 1) {
+        size_t len = shard_len(s, u);
+        full = mem_floats(MEM_COMM, len * (size_t)s->F, "adafactor: unit gradient gathered");
+        coll_all_gather(s->fsdp, m->grads_mem + s->local_off[u], full, sizeof(float) * len);
+        unit_g = full;
+    }
+    for (int i = 0; i < ps->n; i++) {
+        const TensorPart *tp = &ps->parts[i];
+        if (!ps->has[i] || tp->unit != u || !tp->factored) continue;
+        size_t LR = tp->lead * tp->R;
+        double *sums = mem_alloc(MEM_TEMP, sizeof(double) * (LR + tp->lead * tp->C), "adafactor: row and column sums");
+        float *vrow = m->v_mem + ps->soff[i];
+        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR,
+                                                  unit_g + (tp->sp->offset - s->unit_off[u]), tp->sp->gshape,
+                                                  tp->sp->ndim, tp->drow, tp->dcol, decay, AF_EPS);
+        mem_free(sums);
+    }
+    mem_free(full);
+}
+
+// 2. Each tensor's update for the elements held here, written over the gradient, and the
+//    squares of the update and of the parameter into mine (n).
+static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares *mine) {
+    for (int i = 0; i < ps->n; i++) {
+        if (!ps->has[i]) continue;
+        const TensorPart *tp = &ps->parts[i];
+        float *g = m->grads_mem + tp->at, *p = m->params_mem + tp->at, *st = m->v_mem + ps->soff[i];
         size_t cnt = tp->k1 - tp->k0;
         if (tp->factored) {
             float *f = mem_floats(MEM_TEMP, part_state(tp), "adafactor: row and column factors");
@@ -156,16 +160,22 @@ void adafactor_update(Model *m, float lr, int t) {
         kern()->optim->squares_add(&mine[i].u, g, cnt);
         kern()->optim->squares_add(&mine[i].p, p, cnt);
     }
-    // 3. The sums over the fsdp devices (the data/context replicas hold the same ones), read
-    //    back to the host, where each tensor's scales are decided.
+}
+
+// 3. The sums over the fsdp devices (the data/context replicas hold the same ones), read
+//    back to the host, where each tensor's scales are decided: (n) host entries, to free.
+static TensorSquares *sums_on_host(Model *m, TensorSquares *mine, int n) {
+    const StateShard *s = &m->shard;
+    size_t all_n = (size_t)n * (size_t)s->F;
     TensorSquares *all = mine;
     if (s->F > 1) {
-        all = mem_alloc(MEM_COMM, sizeof(TensorSquares) * (size_t)n * (size_t)s->F, "adafactor: sums of every fsdp device");
+        all = mem_alloc(MEM_COMM, sizeof(TensorSquares) * all_n, "adafactor: sums of every fsdp device");
         coll_all_gather(s->fsdp, mine, all, sizeof(TensorSquares) * (size_t)n);
     }
-    TensorSquares *sq = malloc(sizeof(TensorSquares) * (size_t)n * (size_t)s->F);
+    TensorSquares *sq = malloc(sizeof(TensorSquares) * all_n);
     if (!sq) die("host out of memory (adafactor sums)");
-    kern()->to_host(sq, all, sizeof(TensorSquares) * (size_t)n * (size_t)s->F);
+    kern()->to_host(sq, all, sizeof(TensorSquares) * all_n);
+    if (all != mine) mem_free(all);
     for (int q = 1; q < s->F; q++)
         for (int i = 0; i < n; i++) {
             const TensorSquares *o = &sq[(size_t)q * n + i];
@@ -174,20 +184,31 @@ void adafactor_update(Model *m, float lr, int t) {
             sq[i].u.bad |= o->u.bad;
             sq[i].p.bad |= o->p.bad;
         }
+    return sq;
+}
+
+void adafactor_update(Model *m, float lr, int t) {
+    const StateShard *s = &m->shard;
+    float decay = 1.0f - powf((float)t, -AF_DECAY_EXP);
+    Parts ps = parts_of(m);
+    for (int u = 0; u < s->nunits; u++)
+        if (s->here[u]) unit_moments(m, &ps, u, decay);
+    TensorSquares *mine = mem_alloc(MEM_COMM, sizeof(TensorSquares) * (size_t)ps.n, "adafactor: sums of squares");
+    scaled_updates(m, &ps, decay, mine);
+    TensorSquares *sq = sums_on_host(m, mine, ps.n);
     // 4. Clip each tensor's update to RMS 1, scale by lr and by the parameter's RMS, apply.
-    for (int i = 0; i < n; i++) {
-        if (!has[i]) continue;
-        TensorPart *tp = &parts[i];
+    for (int i = 0; i < ps.n; i++) {
+        if (!ps.has[i]) continue;
+        const TensorPart *tp = &ps.parts[i];
         double N = (double)tp->sp->size;
         float rms_u = (float)sqrt((double)sq[i].u.sum / SQUARES_SCALE / N);
         float rms_p = (float)sqrt((double)sq[i].p.sum / SQUARES_SCALE / N);
         if (sq[i].u.bad || sq[i].p.bad) rms_u = rms_p = NAN;   // a non-finite update: the loss shows it
         float clip = fmaxf(1.0f, rms_u / AF_CLIP);
-        float ps = rms_p <= AF_MIN_SCALE ? AF_MIN_SCALE : rms_p;
-        kern()->optim->adafactor_apply(m->params_mem + tp->at, m->grads_mem + tp->at, tp->k1 - tp->k0, clip, lr, ps);
+        float scale = rms_p <= AF_MIN_SCALE ? AF_MIN_SCALE : rms_p;
+        kern()->optim->adafactor_apply(m->params_mem + tp->at, m->grads_mem + tp->at, tp->k1 - tp->k0, clip, lr, scale);
     }
     free(sq);
-    if (all != mine) mem_free(all);
     mem_free(mine);
-    free(parts); free(has); free(soff);
+    free(ps.parts); free(ps.has); free(ps.soff);
 }
