@@ -26,7 +26,7 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
 static void sgd_update(float *p, const float *g, size_t n, float lr) {}
 static void clip_scale(float *g, size_t n, float norm, float threshold) {}
 static void ema_update(float *ema, const float *p, size_t n, float decay) {}
-static void squares_add(Squares *acc, const float *x, size_t n) {}
+static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {}
 static void adafactor_factored_moments(float *vrow, float *vcol, double *rs, double *cs, const float *g,
                                        const int *shape, int ndim, int drow, int dcol, float decay, float eps) {}
 static void adafactor_factors(float *f, const float *vrow, const float *vcol, size_t L, size_t R, size_t C) {}

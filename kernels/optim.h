@@ -9,9 +9,10 @@
 // A sum of squares that does not depend on the order of its terms: each square, a float32
 // squared and so exact in double, is scaled by 2^64 (SQUARES_SCALE) and truncated to an
 // integer, a 128-bit fixed-point number with 64 fraction bits. Integer addition is exact,
-// so devices can add their parts in any order. bad: a term was non-finite or >= 2^36.
+// so devices can add their parts in any order. A square that is non-finite or >= 2^36 is
+// not added: it sets a flag instead.
 __extension__ typedef __int128 fixed128;
-typedef struct { fixed128 sum; int bad; } Squares;
+typedef struct { fixed128 sum; int bad; } Squares;   // a sum and its flag
 #define SQUARES_SCALE 18446744073709551616.0   // 2^64
 
 typedef struct OptimKernels {
@@ -27,8 +28,9 @@ typedef struct OptimKernels {
     void (*clip_scale)(float *g, size_t n, float norm, float threshold);
     // ema (n) = decay * ema + (1 - decay) * p (n).
     void (*ema_update)(float *ema, const float *p, size_t n, float decay);
-    // acc += the squares of x (n), in fixed point (Squares above).
-    void (*squares_add)(Squares *acc, const float *x, size_t n);
+    // *sum += the squares of x (n), in fixed point; *bad = 1 if one is non-finite or too
+    // large (Squares above).
+    void (*squares_add)(fixed128 *sum, int *bad, const float *x, size_t n);
 
     // Adafactor (model/adafactor.h). A factored tensor of global shape `shape` (ndim dims)
     // keeps its second moment as row means vrow (L,R) and column means vcol (L,C): R rows

@@ -89,8 +89,9 @@ int adafactor_slot(const Model *m, int i, AdafactorSlot *slot) {
     return 1;
 }
 
-// Per tensor, the sums of squares of its update and of its parameter (kernels/optim.h).
-typedef struct { Squares u, p; } TensorSquares;
+// Per tensor, the sums of squares of its update and of its parameter (kernels/optim.h),
+// and whether a square was non-finite.
+typedef struct { fixed128 u, p; int bad; } TensorSquares;
 
 // Every tensor's part on this device (has[i] = 0: none) and where its state starts in v_mem.
 typedef struct { int n; TensorPart *parts; unsigned char *has; size_t *soff; } Parts;
@@ -157,8 +158,8 @@ static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares
         } else {
             kern()->optim->adafactor_scale_full(g, st, cnt, decay, AF_EPS);
         }
-        kern()->optim->squares_add(&mine[i].u, g, cnt);
-        kern()->optim->squares_add(&mine[i].p, p, cnt);
+        kern()->optim->squares_add(&mine[i].u, &mine[i].bad, g, cnt);
+        kern()->optim->squares_add(&mine[i].p, &mine[i].bad, p, cnt);
     }
 }
 
@@ -179,10 +180,9 @@ static TensorSquares *sums_on_host(Model *m, TensorSquares *mine, int n) {
     for (int q = 1; q < s->F; q++)
         for (int i = 0; i < n; i++) {
             const TensorSquares *o = &sq[(size_t)q * n + i];
-            sq[i].u.sum += o->u.sum;
-            sq[i].p.sum += o->p.sum;
-            sq[i].u.bad |= o->u.bad;
-            sq[i].p.bad |= o->p.bad;
+            sq[i].u += o->u;
+            sq[i].p += o->p;
+            sq[i].bad |= o->bad;
         }
     return sq;
 }
@@ -201,9 +201,9 @@ void adafactor_update(Model *m, float lr, int t) {
         if (!ps.has[i]) continue;
         const TensorPart *tp = &ps.parts[i];
         double N = (double)tp->sp->size;
-        float rms_u = (float)sqrt((double)sq[i].u.sum / SQUARES_SCALE / N);
-        float rms_p = (float)sqrt((double)sq[i].p.sum / SQUARES_SCALE / N);
-        if (sq[i].u.bad || sq[i].p.bad) rms_u = rms_p = NAN;   // a non-finite update: the loss shows it
+        float rms_u = (float)sqrt((double)sq[i].u / SQUARES_SCALE / N);
+        float rms_p = (float)sqrt((double)sq[i].p / SQUARES_SCALE / N);
+        if (sq[i].bad) rms_u = rms_p = NAN;   // a non-finite update: the loss shows it
         float clip = fmaxf(1.0f, rms_u / AF_CLIP);
         float scale = rms_p <= AF_MIN_SCALE ? AF_MIN_SCALE : rms_p;
         kern()->optim->adafactor_apply(m->params_mem + tp->at, m->grads_mem + tp->at, tp->k1 - tp->k0, clip, lr, scale);

@@ -218,7 +218,7 @@ float fsdp_grad_norm(Model *m) {
         // The part of this tensor inside this device's shard of unit u.
         size_t g0 = shard_first(s, u), g1 = g0 + shard_len(s, u);
         size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
-        if (a < b) kern()->optim->squares_add(mine, m->grads_mem + s->local_off[u] + (a - g0), b - a);
+        if (a < b) kern()->optim->squares_add(&mine->sum, &mine->bad, m->grads_mem + s->local_off[u] + (a - g0), b - a);
     }
     if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), mine, each, sizeof(Squares));
     Squares *host = malloc(sizeof(Squares) * (size_t)n);

@@ -274,12 +274,12 @@ static void test_optimizer(void) {
     // The norm's sum of squares in fixed point: 9 + 16 = 25 exactly, 2^64 per unit.
     float gr[2] = {3.0f, 4.0f};
     Squares sq = {0, 0};
-    kern()->optim->squares_add(&sq, gr, 2);
+    kern()->optim->squares_add(&sq.sum, &sq.bad, gr, 2);
     CHECK(sq.sum == (fixed128)25 << 64 && !sq.bad, "fixed-point squares of 3, 4: %g", (double)sq.sum / SQUARES_SCALE);
     float n = (float)sqrt((double)sq.sum / SQUARES_SCALE);
     CHECK_CLOSE(n, 5.0, 0, "global norm");
     float inf[1] = {INFINITY};
-    kern()->optim->squares_add(&sq, inf, 1);
+    kern()->optim->squares_add(&sq.sum, &sq.bad, inf, 1);
     CHECK(sq.bad && sq.sum == (fixed128)25 << 64, "a non-finite gradient is flagged, not added");
     grad_clip(gr, 2, n, 1.0f);
     CHECK_CLOSE(gr[0], 0.6, 1e-7, "clipped gradient");

@@ -35,11 +35,11 @@ static void ema_update(float *ema, const float *p, size_t n, float d) {
     for (size_t i = 0; i < n; i++) ema[i] = d * ema[i] + (1.0f - d) * p[i];
 }
 
-static void squares_add(Squares *acc, const float *x, size_t n) {
+static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
     for (size_t k = 0; k < n; k++) {
         double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
-        if (!(sq < 0x1p100)) { acc->bad = 1; continue; }    // non-finite or absurdly large
-        acc->sum += (fixed128)sq;                            // truncated to the fixed-point grid
+        if (!(sq < 0x1p100)) { *bad = 1; continue; }        // non-finite or absurdly large
+        *sum += (fixed128)sq;                                // truncated to the fixed-point grid
     }
 }
 
