@@ -38,8 +38,8 @@ $(BUILD)/%.o: %.c $(HDRS)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 # AdamW's loop in vector instructions needs sqrtf without its errno branch (the same bits:
-# the square root is exactly rounded either way; model/optimizer.c).
-$(BUILD)/model/optimizer.o: CFLAGS += -fno-math-errno
+# the square root is exactly rounded either way; kernels/cpu/optim.c).
+$(BUILD)/kernels/cpu/optim.o: CFLAGS += -fno-math-errno
 # The planner's kernels take the CPU kernels' arguments and use none of them (kernels/dry.c).
 $(BUILD)/kernels/dry.o: CFLAGS += -Wno-unused-parameter
 

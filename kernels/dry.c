@@ -121,6 +121,33 @@ static void unpack_bf16(float *x, const uint16_t *h, size_t n) {}
 static const CastKernels cast_dry = {round_to_bf16, pack_bf16, unpack_bf16};
 
 
+// optim
+static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
+                         float b1, float b2, float eps, float weight_decay) {}
+static void sgd_update(float *p, const float *g, size_t n, float lr) {}
+static void clip_scale(float *g, size_t n, float norm, float threshold) {}
+static void ema_update(float *ema, const float *p, size_t n, float decay) {}
+static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {}
+static void adafactor_factored_moments(float *vrow, float *vcol, double *rs, double *cs, const float *g,
+                                       const int *shape, int ndim, int drow, int dcol, float decay, float eps) {}
+static void adafactor_factors(float *f, const float *vrow, const float *vcol, size_t L, size_t R, size_t C) {}
+static void adafactor_scale_factored(float *g, const float *f, size_t k0, size_t n, const int *shape, int ndim,
+                                     int drow, int dcol) {}
+static void adafactor_scale_full(float *g, float *v, size_t n, float decay, float eps) {}
+static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float param_scale) {}
+static const OptimKernels optim_dry = {adamw_update, sgd_update, clip_scale, ema_update, squares_add,
+                                       adafactor_factored_moments, adafactor_factors, adafactor_scale_factored,
+                                       adafactor_scale_full, adafactor_apply};
+
+// sum
+static void tree_add(float *left, const float *right, size_t n) {}
+static void residual_add(float *h, const float *x, size_t n) {}
+static const SumKernels sum_dry = {tree_add, residual_add};
+
+// init
+static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int seed, float std, float constant,
+                       int truncated, const int *shape, const int *lindex, const int *gshape, int ndim) {}
+static const InitKernels init_dry = {param_init};
 
 const Backend backend_dry = {
     .name = "dry",
@@ -136,5 +163,8 @@ const Backend backend_dry = {
     .embedding = &embedding_dry,
     .loss = &loss_dry,
     .cast = &cast_dry,
+    .optim = &optim_dry,
+    .sum = &sum_dry,
+    .init = &init_dry,
 
 };

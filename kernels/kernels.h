@@ -25,6 +25,9 @@
 #include "kernels/embedding.h"
 #include "kernels/loss.h"
 #include "kernels/cast.h"
+#include "kernels/optim.h"
+#include "kernels/sum.h"
+#include "kernels/init.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -43,6 +46,9 @@ typedef struct Backend {
     const EmbeddingKernels *embedding;   // token embedding (kernels/embedding.h)
     const LossKernels *loss;          // cross-entropy, vocabulary tiles (kernels/loss.h)
     const CastKernels *cast;          // bf16 rounding and packing (kernels/cast.h)
+    const OptimKernels *optim;        // optimizer updates, clipping, EMA, sums of squares (kernels/optim.h)
+    const SumKernels *sum;            // tree-sum merges and residual adds (kernels/sum.h)
+    const InitKernels *init;          // parameter initialisation (kernels/init.h)
 
 } Backend;
 

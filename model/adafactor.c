@@ -3,6 +3,7 @@
 #include "model/model.h"
 #include "sharding/memory.h"
 #include "sharding/collectives.h"
+#include "kernels/kernels.h"
 #include "common.h"
 
 #define AF_MIN_DIM 128          // min_dim_size_to_factor
@@ -10,9 +11,6 @@
 #define AF_EPS 1e-30f           // eps, added to every g^2
 #define AF_CLIP 1.0f            // clipping_threshold on each tensor's update RMS
 #define AF_MIN_SCALE 1e-3f      // scale_by_param_block_rms's floor on RMS(param)
-
-__extension__ typedef __int128 fx128;   // 64 fractional bits: sums of squares, exact
-#define FX_SCALE 18446744073709551616.0 // 2^64
 
 void adafactor_check(const Config *c) {
     if (c->opt_type != OPT_ADAFACTOR) return;
@@ -91,160 +89,126 @@ int adafactor_slot(const Model *m, int i, AdafactorSlot *slot) {
     return 1;
 }
 
-// Element k of a factored tensor: its leading index, row and column.
-static void element_coords(const TensorPart *t, size_t k, size_t *lead, size_t *r, size_t *col) {
-    const ParamSpec *sp = t->sp;
-    size_t rest = k, coord[4];
-    for (int d = sp->ndim - 1; d >= 0; d--) {
-        coord[d] = rest % (size_t)sp->gshape[d];
-        rest /= (size_t)sp->gshape[d];
+// Per tensor, the sums of squares of its update and of its parameter (kernels/optim.h),
+// and whether a square was non-finite.
+typedef struct { fixed128 u, p; int bad; } TensorSquares;
+
+// Every tensor's part on this device (has[i] = 0: none) and where its state starts in v_mem.
+typedef struct { int n; TensorPart *parts; unsigned char *has; size_t *soff; } Parts;
+
+static Parts parts_of(const Model *m) {
+    Parts ps = {m->ntensors, calloc((size_t)m->ntensors, sizeof(TensorPart)), calloc((size_t)m->ntensors, 1),
+                calloc((size_t)m->ntensors, sizeof(size_t))};
+    if (!ps.parts || !ps.has || !ps.soff) die("host out of memory (adafactor)");
+    size_t at = 0;
+    for (int i = 0; i < ps.n; i++) {
+        ps.has[i] = (unsigned char)tensor_part(m, i, &ps.parts[i]);
+        ps.soff[i] = at;
+        if (ps.has[i]) at += part_state(&ps.parts[i]);
     }
-    size_t l = 0;
-    for (int d = 0; d < sp->ndim; d++)
-        if (d != t->drow && d != t->dcol) l = l * (size_t)sp->gshape[d] + coord[d];
-    *lead = l;
-    *r = coord[t->drow];
-    *col = coord[t->dcol];
+    return ps;
 }
 
-// The running row and column means of a factored tensor from its whole gradient g (the
-// tensor's elements in row-major order): v_row = decay v_row + (1-decay) mean_col(g^2+eps),
-// v_col likewise over rows. Sums in double, in element order: the same on every mesh.
-static void factored_moments(const TensorPart *t, const float *g, float *state, float decay) {
-    size_t R = t->R, C = t->C, L = t->lead, n = t->sp->size;
-    double *rs = calloc(L * (R + C), sizeof(double)), *cs = rs + L * R;
-    for (size_t k = 0; k < n; k++) {
-        size_t l, r, col;
-        element_coords(t, k, &l, &r, &col);
-        float sq = g[k] * g[k] + AF_EPS;
-        rs[l * R + r] += sq;
-        cs[l * C + col] += sq;
+// 1. The row and column means of unit u's factored tensors, from their whole gradients
+//    (gathered over fsdp: every fsdp device takes part in the same gathers).
+static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
+    const StateShard *s = &m->shard;
+    int any = 0;
+    for (int i = 0; i < ps->n; i++) {
+        int r, c;
+        any |= model_unit_of(&m->cfg, m->specs[i].name) == u &&
+               adafactor_factored_dims(m->specs[i].gshape, m->specs[i].ndim, &r, &c);
     }
-    float *vrow = state, *vcol = state + L * R;
-    for (size_t j = 0; j < L * R; j++) vrow[j] = decay * vrow[j] + (1.0f - decay) * (float)(rs[j] / (double)C);
-    for (size_t j = 0; j < L * C; j++) vcol[j] = decay * vcol[j] + (1.0f - decay) * (float)(cs[j] / (double)R);
-    free(rs);
+    if (!any) return;
+    const float *unit_g = m->grads_mem + s->local_off[u];   // (unit_pad) the unit's gradient, whole
+    float *full = NULL;
+    if (s->F > 1) {
+        size_t len = shard_len(s, u);
+        full = mem_floats(MEM_COMM, len * (size_t)s->F, "adafactor: unit gradient gathered");
+        coll_all_gather(s->fsdp, m->grads_mem + s->local_off[u], full, sizeof(float) * len);
+        unit_g = full;
+    }
+    for (int i = 0; i < ps->n; i++) {
+        const TensorPart *tp = &ps->parts[i];
+        if (!ps->has[i] || tp->unit != u || !tp->factored) continue;
+        size_t LR = tp->lead * tp->R;
+        double *sums = mem_alloc(MEM_TEMP, sizeof(double) * (LR + tp->lead * tp->C), "adafactor: row and column sums");
+        float *vrow = m->v_mem + ps->soff[i];
+        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR,
+                                                  unit_g + (tp->sp->offset - s->unit_off[u]), tp->sp->gshape,
+                                                  tp->sp->ndim, tp->drow, tp->dcol, decay, AF_EPS);
+        mem_free(sums);
+    }
+    mem_free(full);
 }
 
-// Row factors (v_row / mean over rows of v_row)^-1/2 and column factors v_col^-1/2 into f.
-static void factored_scales(const TensorPart *t, const float *state, float *f) {
-    size_t R = t->R, C = t->C, L = t->lead;
-    const float *vrow = state, *vcol = state + L * R;
-    for (size_t l = 0; l < L; l++) {
-        double s = 0.0;
-        for (size_t r = 0; r < R; r++) s += vrow[l * R + r];
-        float mean = (float)(s / (double)R);
-        for (size_t r = 0; r < R; r++) f[l * R + r] = 1.0f / sqrtf(vrow[l * R + r] / mean);
+// 2. Each tensor's update for the elements held here, written over the gradient, and the
+//    squares of the update and of the parameter into mine (n).
+static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares *mine) {
+    for (int i = 0; i < ps->n; i++) {
+        if (!ps->has[i]) continue;
+        const TensorPart *tp = &ps->parts[i];
+        float *g = m->grads_mem + tp->at, *p = m->params_mem + tp->at, *st = m->v_mem + ps->soff[i];
+        size_t cnt = tp->k1 - tp->k0;
+        if (tp->factored) {
+            float *f = mem_floats(MEM_TEMP, part_state(tp), "adafactor: row and column factors");
+            kern()->optim->adafactor_factors(f, st, st + tp->lead * tp->R, tp->lead, tp->R, tp->C);
+            kern()->optim->adafactor_scale_factored(g, f, tp->k0, cnt, tp->sp->gshape, tp->sp->ndim, tp->drow, tp->dcol);
+            mem_free(f);
+        } else {
+            kern()->optim->adafactor_scale_full(g, st, cnt, decay, AF_EPS);
+        }
+        kern()->optim->squares_add(&mine[i].u, &mine[i].bad, g, cnt);
+        kern()->optim->squares_add(&mine[i].p, &mine[i].bad, p, cnt);
     }
-    for (size_t j = 0; j < L * C; j++) f[L * R + j] = 1.0f / sqrtf(vcol[j]);
 }
 
-typedef struct { fx128 u2, p2; int bad; } Sums;
-
-static void add_square(fx128 *acc, float x, int *bad) {
-    double sq = (double)x * x * FX_SCALE;   // exact: a float squared fits a double, times 2^64
-    if (!(sq < 0x1p100)) { *bad = 1; return; }
-    *acc += (fx128)sq;                       // truncated to the fixed-point grid
+// 3. The sums over the fsdp devices (the data/context replicas hold the same ones), read
+//    back to the host, where each tensor's scales are decided: (n) host entries, to free.
+static TensorSquares *sums_on_host(Model *m, TensorSquares *mine, int n) {
+    const StateShard *s = &m->shard;
+    size_t all_n = (size_t)n * (size_t)s->F;
+    TensorSquares *all = mine;
+    if (s->F > 1) {
+        all = mem_alloc(MEM_COMM, sizeof(TensorSquares) * all_n, "adafactor: sums of every fsdp device");
+        coll_all_gather(s->fsdp, mine, all, sizeof(TensorSquares) * (size_t)n);
+    }
+    TensorSquares *sq = malloc(sizeof(TensorSquares) * all_n);
+    if (!sq) die("host out of memory (adafactor sums)");
+    kern()->to_host(sq, all, sizeof(TensorSquares) * all_n);
+    if (all != mine) mem_free(all);
+    for (int q = 1; q < s->F; q++)
+        for (int i = 0; i < n; i++) {
+            const TensorSquares *o = &sq[(size_t)q * n + i];
+            sq[i].u += o->u;
+            sq[i].p += o->p;
+            sq[i].bad |= o->bad;
+        }
+    return sq;
 }
 
 void adafactor_update(Model *m, float lr, int t) {
     const StateShard *s = &m->shard;
-    int n = m->ntensors, dry = mem_dry();
     float decay = 1.0f - powf((float)t, -AF_DECAY_EXP);
-    TensorPart *parts = calloc((size_t)n, sizeof(TensorPart));
-    unsigned char *has = calloc((size_t)n, 1);
-    size_t *soff = calloc((size_t)n, sizeof(size_t));
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
-        has[i] = (unsigned char)tensor_part(m, i, &parts[i]);
-        soff[i] = at;
-        if (has[i]) at += part_state(&parts[i]);
-    }
-    // 1. The factored tensors' row and column means, from their whole gradients (gathered
-    //    over fsdp unit by unit: every fsdp device takes part in the same gathers).
-    for (int u = 0; u < s->nunits; u++) {
-        if (!s->here[u]) continue;
-        int any = 0;
-        for (int i = 0; i < n; i++) {
-            int r, c;
-            any |= model_unit_of(&m->cfg, m->specs[i].name) == u &&
-                   adafactor_factored_dims(m->specs[i].gshape, m->specs[i].ndim, &r, &c);
-        }
-        if (!any) continue;
-        const float *unit_g = m->grads_mem + s->local_off[u];   // (unit_pad) the unit's gradient, whole
-        float *full = NULL;
-        if (s->F > 1) {
-            size_t len = shard_len(s, u);
-            full = mem_floats(MEM_COMM, len * (size_t)s->F, "adafactor: unit gradient gathered");
-            coll_all_gather(s->fsdp, m->grads_mem + s->local_off[u], full, sizeof(float) * len);
-            unit_g = full;
-        }
-        for (int i = 0; i < n && !dry; i++)
-            if (has[i] && parts[i].unit == u && parts[i].factored)
-                factored_moments(&parts[i], unit_g + (m->specs[i].offset - s->unit_off[u]), m->v_mem + soff[i], decay);
-        mem_free(full);
-    }
-    // 2. Each tensor's update for the elements held here, written over the gradient, and
-    //    the squares of the update and of the parameter, in fixed point.
-    Sums *mine = mem_alloc(MEM_COMM, sizeof(Sums) * (size_t)n, "adafactor: sums of squares");
-    for (int i = 0; i < n; i++) {
-        if (!has[i]) continue;
-        TensorPart *tp = &parts[i];
-        float *g = m->grads_mem + tp->at, *p = m->params_mem + tp->at, *st = m->v_mem + soff[i];
-        size_t cnt = tp->k1 - tp->k0;
-        float *f = tp->factored ? mem_floats(MEM_TEMP, part_state(tp), "adafactor: row and column factors") : NULL;
-        if (!dry) {
-            if (tp->factored) {
-                factored_scales(tp, st, f);
-                for (size_t j = 0; j < cnt; j++) {
-                    size_t l, r, col;
-                    element_coords(tp, tp->k0 + j, &l, &r, &col);
-                    g[j] = g[j] * f[l * tp->R + r] * f[tp->lead * tp->R + l * tp->C + col];
-                }
-            } else {
-                for (size_t j = 0; j < cnt; j++) {
-                    st[j] = decay * st[j] + (1.0f - decay) * (g[j] * g[j] + AF_EPS);
-                    g[j] = g[j] * (1.0f / sqrtf(st[j]));
-                }
-            }
-            for (size_t j = 0; j < cnt; j++) {
-                add_square(&mine[i].u2, g[j], &mine[i].bad);
-                add_square(&mine[i].p2, p[j], &mine[i].bad);
-            }
-        }
-        mem_free(f);
-    }
-    // 3. The sums over the fsdp devices (the data/context replicas hold the same ones).
-    Sums *all = mine;
-    if (s->F > 1) {
-        all = mem_alloc(MEM_COMM, sizeof(Sums) * (size_t)n * (size_t)s->F, "adafactor: sums of every fsdp device");
-        coll_all_gather(s->fsdp, mine, all, sizeof(Sums) * (size_t)n);
-        for (int q = 1; q < s->F && !dry; q++)
-            for (int i = 0; i < n; i++) {
-                all[i].u2 += all[(size_t)q * n + i].u2;
-                all[i].p2 += all[(size_t)q * n + i].p2;
-                all[i].bad |= all[(size_t)q * n + i].bad;
-            }
-    }
+    Parts ps = parts_of(m);
+    for (int u = 0; u < s->nunits; u++)
+        if (s->here[u]) unit_moments(m, &ps, u, decay);
+    TensorSquares *mine = mem_alloc(MEM_COMM, sizeof(TensorSquares) * (size_t)ps.n, "adafactor: sums of squares");
+    scaled_updates(m, &ps, decay, mine);
+    TensorSquares *sq = sums_on_host(m, mine, ps.n);
     // 4. Clip each tensor's update to RMS 1, scale by lr and by the parameter's RMS, apply.
-    for (int i = 0; i < n && !dry; i++) {
-        if (!has[i]) continue;
-        TensorPart *tp = &parts[i];
+    for (int i = 0; i < ps.n; i++) {
+        if (!ps.has[i]) continue;
+        const TensorPart *tp = &ps.parts[i];
         double N = (double)tp->sp->size;
-        float rms_u = (float)sqrt((double)all[i].u2 / FX_SCALE / N);
-        float rms_p = (float)sqrt((double)all[i].p2 / FX_SCALE / N);
-        if (all[i].bad) rms_u = rms_p = NAN;   // a non-finite update: the loss shows it
+        float rms_u = (float)sqrt((double)sq[i].u / SQUARES_SCALE / N);
+        float rms_p = (float)sqrt((double)sq[i].p / SQUARES_SCALE / N);
+        if (sq[i].bad) rms_u = rms_p = NAN;   // a non-finite update: the loss shows it
         float clip = fmaxf(1.0f, rms_u / AF_CLIP);
-        float ps = rms_p <= AF_MIN_SCALE ? AF_MIN_SCALE : rms_p;
-        float *g = m->grads_mem + tp->at, *p = m->params_mem + tp->at;
-        for (size_t j = 0; j < tp->k1 - tp->k0; j++) {
-            float u = g[j] / clip;   // clip_by_block_rms
-            u = u * lr;              // scale_by_learning_rate
-            u = u * ps;              // scale_by_param_block_rms
-            p[j] = p[j] - u;         // scale(-1), apply_updates
-        }
+        float scale = rms_p <= AF_MIN_SCALE ? AF_MIN_SCALE : rms_p;
+        kern()->optim->adafactor_apply(m->params_mem + tp->at, m->grads_mem + tp->at, tp->k1 - tp->k0, clip, lr, scale);
     }
-    if (all != mine) mem_free(all);
+    free(sq);
     mem_free(mine);
-    free(parts); free(has); free(soff);
+    free(ps.parts); free(ps.has); free(ps.soff);
 }

@@ -13,7 +13,6 @@
 #include "model/remat.h"
 #include "model/vocab_tiling.h"
 #include "model/optimizer.h"
-#include "model/adafactor.h"
 #include "sharding/offload.h"
 #include "sharding/memory.h"
 #include "sharding/fsdp.h"
@@ -22,6 +21,7 @@
 #include "sharding/tensor.h"
 #include "sharding/context.h"
 #include "sharding/constraint.h"
+#include "kernels/kernels.h"
 #include "common.h"
 #include <stdarg.h>
 
@@ -250,50 +250,20 @@ int model_num_moe_layers(const Config *c) {
 // Initialisation from global coordinates: element i of tensor `name` is a function of
 // (seed, name, i) only, so every device of any mesh draws the same value for it.
 
-static uint64_t mix64(uint64_t z) {   // splitmix64 finaliser
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 static uint64_t hash_name(const char *s) {   // FNV-1a
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
-// Standard normal from a counter (Box-Muller on two hashed uniforms). `draw` lets the
-// truncated normal redraw without leaving the element's own stream.
-static float normal_at(uint64_t key, uint64_t i, uint64_t draw) {
-    uint64_t a = mix64(key ^ mix64(i * 0x9E3779B97F4A7C15ull + draw * 2));
-    uint64_t b = mix64(key ^ mix64(i * 0x9E3779B97F4A7C15ull + draw * 2 + 1));
-    double u1 = ((a >> 11) + 1.0) / 9007199254740993.0;   // (0, 1]
-    double u2 = (b >> 11) / 9007199254740992.0;           // [0, 1)
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-}
 
-// The global flat index of local element i of tensor s: its local coordinates, shifted by
-// this device's piece of each cut dimension, in the global row-major shape.
 size_t model_global_index(const ParamSpec *s, size_t i) {
-    size_t g = 0, stride = 1;
-    for (int d = s->ndim - 1; d >= 0; d--) {
-        size_t local = i % (size_t)s->shape[d];
-        i /= (size_t)s->shape[d];
-        g += ((size_t)s->lindex[d] * (size_t)s->shape[d] + local) * stride;
-        stride *= (size_t)s->gshape[d];
-    }
-    return g;
+    return global_index(s->shape, s->lindex, s->gshape, s->ndim, i);
 }
 
-// Local elements [i0, i1) of tensor s into x[0 .. i1-i0).
+// Local elements [i0, i1) of tensor s into x[0 .. i1-i0) (kernels/init.h).
 static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_t i1) {
-    if (mem_dry()) return;   // dry run: weights are never read (sharding/memory.h)
-    uint64_t key = mix64(hash_name(s->key) ^ mix64((uint64_t)seed + 0x1234567ull));
-    for (size_t li = i0; li < i1; li++) {
-        size_t i = model_global_index(s, li), at = li - i0;
-        if (s->init_std == 0.0f) { x[at] = s->init_const; continue; }
-        float z = normal_at(key, i, 0);
-        for (uint64_t d = 1; s->truncated && fabsf(z) > 2.0f; d++) z = normal_at(key, i, d);
-        x[at] = s->init_std * z;
-    }
+    kern()->init->param_init(x, i0, i1 - i0, hash_name(s->key), seed, s->init_std, s->init_const, s->truncated,
+                             s->shape, s->lindex, s->gshape, s->ndim);
 }
 
 void model_init(Model *m, const Config *c) {
@@ -320,12 +290,7 @@ void model_init(Model *m, const Config *c) {
     const StateShard *sh = &m->shard;
     m->params_mem = mem_floats(MEM_PARAMS, sh->local_n, "params");
     m->grads_mem = mem_floats(MEM_GRADS, sh->local_n, "grads");
-    if (optimizer_state_floats(c) == 2) {   // adamw's moments (sgd keeps none)
-        m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
-        m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
-    }
-    if (c->opt_type == OPT_ADAFACTOR)   // per tensor: row and column means, or one per element
-        m->v_mem = mem_floats(MEM_OPTIMIZER, adafactor_state_floats(m), "adafactor second moments");
+    optimizer_state_alloc(m);   // the state opt_type keeps (model/optimizer.h)
     m->params.layers = calloc((size_t)L, sizeof(LayerParams));
     m->grads.layers = calloc((size_t)L, sizeof(LayerParams));
     m->acts = calloc((size_t)L, sizeof(LayerActs));
@@ -481,7 +446,7 @@ static void attn_core_residual(Model *m, int l, LayerActs *a, float *h, const fl
     LayerParams *p = &m->params.layers[l];
     if (cfg_is_mla(c)) mla_core_forward(&m->lcfg, &p->mla, &a->mla, h, B, S);
     else attention_core_forward(&m->lcfg, &p->attn, &a->attn, h, B, S);
-    for (size_t i = 0; i < (mem_dry() ? 0 : n); i++) h[i] += x[i];
+    kern()->sum->residual_add(h, x, n);
     round_bf16(h, n, cfg_bf16(c));   // residual (cast point 10)
 }
 
@@ -549,7 +514,7 @@ float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, in
         mlp_forward(lc, &p->mlp, &a->mlp, xn, n2c, T, D, lc->base_mlp_dim);
     }
     constraint_end(n2c, a->n2);
-    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * D); i++) xn[i] += h[i];
+    kern()->sum->residual_add(xn, h, (size_t)T * D);
     round_bf16(xn, (size_t)T * D, bf16);     // residual (cast point 10)
     return xn;
 }

@@ -1,6 +1,12 @@
-// model/optimizer.c: schedule, clipping, AdamW, and the routing-bias update.
+// model/optimizer.c: the optimizer step, chosen here once by opt_type; the schedule,
+// clipping and the routing-bias update. The updates' arithmetic is in kernels/optim.h.
 #include "model/optimizer.h"
+#include "model/model.h"
+#include "model/adafactor.h"
 #include "sharding/memory.h"
+#include "sharding/collectives.h"
+#include "sharding/offload.h"
+#include "kernels/kernels.h"
 #include "common.h"
 
 float lr_schedule(const Config *c, int step) {
@@ -14,36 +20,9 @@ float lr_schedule(const Config *c, int step) {
     return lr * a + c->cosine_learning_rate_final_fraction * lr * (1.0f - a);
 }
 
-float grad_global_norm(const float *g, size_t n) {
-    if (mem_dry()) return 0.0f;   // dry run (sharding/memory.h)
-    double ss = 0.0;
-    for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
-    return (float)sqrt(ss);
-}
-
 void grad_clip(float *g, size_t n, float norm, float threshold) {
-    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
     if (threshold <= 0.0f || norm < threshold) return;
-    #pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < n; i++) g[i] = (g[i] / norm) * threshold;   // optax's order of operations
-}
-
-void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c) {
-    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
-    float b1 = c->adam_b1, b2 = c->adam_b2, eps = c->adam_eps, wd = c->adam_weight_decay;
-    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    // Element by element, so vector instructions (IEEE division and square root, exactly
-    // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
-    // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
-    #pragma omp parallel for simd if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        m[i] = (1.0f - b1) * g[i] + b1 * m[i];
-        v[i] = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];
-        float mhat = m[i] / c1, vhat = v[i] / c2;
-        float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
-        u = u + wd * p[i];                      // add_decayed_weights
-        p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
-    }
+    kern()->optim->clip_scale(g, n, norm, threshold);
 }
 
 int optimizer_state_floats(const Config *c) {
@@ -53,10 +32,55 @@ int optimizer_state_floats(const Config *c) {
     die("internal: opt_type %d has no state size", (int)c->opt_type);
 }
 
-void optimizer_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, const Config *c) {
-    if (optimizer_state_floats(c) == 2) { adamw_update(p, g, m, v, n, lr, t, c); return; }
-    #pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * g[i];   // scale_by_learning_rate, apply_updates
+void optimizer_state_alloc(Model *m) {
+    const StateShard *sh = &m->shard;
+    switch (optimizer_state_floats(&m->cfg)) {
+    case 2:   // adamw's moments, one of each per weight of this device's shard (or ZeRO-1 piece)
+        m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
+        m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
+        break;
+    case 1:   // adafactor, per tensor: row and column means, or one per element
+        m->v_mem = mem_floats(MEM_OPTIMIZER, adafactor_state_floats(m), "adafactor second moments");
+        break;
+    }
+}
+
+// AdamW (or SGD) on n weights of the local layout from `at`, their moments from `mo`.
+static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float lr, int t) {
+    const Config *c = &m->cfg;
+    float *p = m->params_mem + at;
+    const float *g = m->grads_mem + at;
+    if (sgd) kern()->optim->sgd_update(p, g, n, lr);
+    else kern()->optim->adamw_update(p, g, m->m_mem + mo, m->v_mem + mo, n, lr, t, c->adam_b1, c->adam_b2,
+                                     c->adam_eps, c->adam_weight_decay);
+}
+
+// The elementwise optimizers (adamw, sgd) over this device's shard of every unit. ZeRO-1
+// (shard_optimizer_over_data, sharding/fsdp.h): this data rank holds the moments of piece
+// zrank of each unit's shard and updates that piece; the data replicas then all-gather
+// their pieces, so that all hold the whole updated shard again.
+static void update_shard(Model *m, int sgd, float lr, int t) {
+    const StateShard *s = &m->shard;
+    if (s->Z == 1) {
+        update_run(m, sgd, 0, 0, s->local_n, lr, t);
+        return;
+    }
+    for (int u = 0; u < s->nunits; u++) {
+        size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
+        update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t);
+        float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
+        coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
+        mem_copy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
+        mem_free(full);
+    }
+}
+
+void optimizer_step(Model *m, float lr, int t) {
+    const Config *c = &m->cfg;
+    state_optimizer_in(m);
+    if (c->opt_type == OPT_ADAFACTOR) adafactor_update(m, lr, t);   // per tensor (model/adafactor.c)
+    else update_shard(m, c->opt_type == OPT_SGD, lr, t);
+    state_optimizer_out(m);
 }
 
 void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate) {

@@ -161,7 +161,7 @@ void apply_update(Model *m, StepResult *r, const long *expert_counts, long token
     float *grads_before_cast = grad_dtype_cast(m);
     grad_clip(m->grads_mem, m->shard.local_n, r->grad_norm, c->gradient_clipping_threshold);
     float *old_params = params_undonated(m);
-    state_update(m, r->lr, m->step + 1);   // the optimizer (opt_type), its state on the device meanwhile
+    optimizer_step(m, r->lr, m->step + 1);   // the optimizer opt_type names (model/optimizer.c)
     mem_free(old_params);
     if (grads_before_cast) {   // the cast copy is dropped; the next step accumulates into the original
         mem_free(m->grads_mem);

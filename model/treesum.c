@@ -1,5 +1,7 @@
-// model/treesum.c: pairwise summation of leaf contributions in a fixed tree order.
+// model/treesum.c: pairwise summation of leaf contributions in a fixed tree order; each
+// merge adds the later block into the earlier one (kernels/sum.h:tree_add).
 #include "model/treesum.h"
+#include "kernels/kernels.h"
 #include "common.h"
 
 void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name) {
@@ -25,13 +27,6 @@ float *treesum_leaf(TreeSum *t) {
     return t->leaf;
 }
 
-// left[i] += right[i]: the left operand is always the earlier block of leaves.
-static void add_into(float *left, const float *right, size_t n) {
-    if (mem_dry()) return;   // dry run: nothing to compute (sharding/memory.h)
-    #pragma omp parallel for simd if (n > 65536)   // (element by element: vectors change no bits)
-    for (size_t i = 0; i < n; i++) left[i] += right[i];
-}
-
 void treesum_push(TreeSum *t) {
     // Like incrementing a binary counter: while a block of the same size is waiting,
     // merge (earlier + later) and carry the result one level up.
@@ -39,7 +34,7 @@ void treesum_push(TreeSum *t) {
     t->leaf = NULL;
     int k = 0;
     while (t->level[k]) {
-        add_into(t->level[k], carry, t->n);
+        kern()->sum->tree_add(t->level[k], carry, t->n);
         if (t->spare) mem_free(t->spare);
         t->spare = carry;
         carry = t->level[k];
@@ -59,11 +54,11 @@ void treesum_end(TreeSum *t, float *dst) {
     float *acc = NULL;
     for (int k = 0; k < TREESUM_LEVELS; k++) {
         if (!t->level[k]) continue;
-        if (acc) { add_into(t->level[k], acc, t->n); mem_free(acc); }
+        if (acc) { kern()->sum->tree_add(t->level[k], acc, t->n); mem_free(acc); }
         acc = t->level[k];
         t->level[k] = NULL;
     }
-    if (acc) { add_into(dst, acc, t->n); mem_free(acc); }
+    if (acc) { kern()->sum->tree_add(dst, acc, t->n); mem_free(acc); }
     mem_free(t->spare);
     mem_free(t->leaf);
     t->spare = t->leaf = NULL;

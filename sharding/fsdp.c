@@ -70,7 +70,7 @@ size_t shard_first(const StateShard *s, int u) { return s->unit_off[u] + (size_t
 // ---------------------------------------------------------------------------------------
 // What the model calls.
 #include "model/model.h"
-#include "model/optimizer.h"
+#include "kernels/kernels.h"
 #include "model/treesum.h"
 #include "sharding/overlap.h"
 
@@ -183,16 +183,12 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
 }
 
 // The global gradient norm, the same bits on every mesh. Each device adds the squares of
-// the gradient elements it owns into an integer: each square, a float32 squared and so
-// exact in double, is scaled by 2^64 and truncated to an integer (a 128-bit fixed-point
-// number with 64 fraction bits). Integer addition does not depend on the order, so
-// neither does the total, however the elements are spread over devices. What a device
-// owns: its fsdp shard of each unit; of a tensor split over `tensor` or `expert`, its
-// piece; of a tensor replicated along an axis, only the copy at coordinate 0 of that axis
-// (and only the copy at data/context coordinate 0: those axes hold replicas).
-__extension__ typedef __int128 fixed128;
-#define NORM_FRAC_BITS 64
-
+// the gradient elements it owns in 128-bit fixed point (kernels/optim.h:squares_add),
+// where addition is exact: the total does not depend on the order, so neither on how the
+// elements are spread over devices. What a device owns: its fsdp shard of each unit; of a
+// tensor split over `tensor` or `expert`, its piece; of a tensor replicated along an axis,
+// only the copy at coordinate 0 of that axis (and only the copy at data/context coordinate
+// 0: those axes hold replicas).
 int shard_first_copy(const Mesh *mesh, int dev, unsigned split) {
     if (!mesh) return 1;
     const MeshAxis replicas[] = {AX_DATA, AX_CONTEXT, AX_TENSOR, AX_EXPERT};
@@ -210,9 +206,11 @@ static int owns_tensor(const Mesh *mesh, int dev, const ParamSpec *sp) {
 float fsdp_grad_norm(Model *m) {
     const StateShard *s = &m->shard;
     const Mesh *mesh = mesh_current();
-    int dev = mesh_device_id();
-    const double scale = 18446744073709551616.0;   // 2^NORM_FRAC_BITS
-    struct { fixed128 sum; int bad; } mine = {0, 0}, *each;
+    int dev = mesh_device_id(), n = mesh ? mesh->ndev : 1;
+    // (n) every device's sum; this device's is entry 0 until the all-gather places them.
+    Squares *each = mem_alloc(MEM_COMM, sizeof(Squares) * (size_t)n, "grad norm sums");
+    Squares *mine = each;
+    if (n > 1) mine = mem_alloc(MEM_COMM, sizeof(Squares), "grad norm sum (this device)");
     for (int i = 0; i < m->ntensors; i++) {
         const ParamSpec *sp = &m->specs[i];
         if (!owns_tensor(mesh, dev, sp)) continue;
@@ -220,41 +218,18 @@ float fsdp_grad_norm(Model *m) {
         // The part of this tensor inside this device's shard of unit u.
         size_t g0 = shard_first(s, u), g1 = g0 + shard_len(s, u);
         size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
-        const float *g = m->grads_mem + s->local_off[u];
-        for (size_t k = a; k < (mem_dry() ? a : b); k++) {   // (a dry run sums nothing)
-            double sq = (double)g[k - g0] * g[k - g0] * scale;   // exact (a power-of-two scale)
-            if (!(sq < 0x1p100)) { mine.bad = 1; continue; }      // non-finite or absurdly large
-            mine.sum += (fixed128)sq;                              // truncated to the fixed-point grid
-        }
+        if (a < b) kern()->optim->squares_add(&mine->sum, &mine->bad, m->grads_mem + s->local_off[u] + (a - g0), b - a);
     }
-    int n = mesh ? mesh->ndev : 1;
-    each = mem_alloc(MEM_COMM, sizeof mine * (size_t)n, "grad norm sums");
-    if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), &mine, each, sizeof mine);
-    else each[0] = mine;
+    if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), mine, each, sizeof(Squares));
+    Squares *host = malloc(sizeof(Squares) * (size_t)n);
+    if (!host) die("host out of memory (grad norm sums)");
+    kern()->to_host(host, each, sizeof(Squares) * (size_t)n);
     fixed128 total = 0;
     int bad = 0;
-    for (int d = 0; d < n; d++) { total += each[d].sum; bad |= each[d].bad; }
+    for (int d = 0; d < n; d++) { total += host[d].sum; bad |= host[d].bad; }
+    free(host);
+    if (mine != each) mem_free(mine);
     mem_free(each);
     if (bad) return NAN;   // the training loop stops on it, naming a non-finite gradient
-    return (float)sqrt((double)total / scale);
-}
-
-void fsdp_adamw(Model *m, float lr, int t) {
-    const StateShard *s = &m->shard;
-    if (s->Z == 1) {
-        optimizer_update(m->params_mem, m->grads_mem, m->m_mem, m->v_mem, s->local_n, lr, t, &m->cfg);
-        return;
-    }
-    // ZeRO-1: this data rank updates piece zrank of each unit's shard, then the data
-    // replicas exchange their pieces so that all hold the whole updated shard again.
-    for (int u = 0; u < s->nunits; u++) {
-        size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
-        size_t mo = s->local_off[u] / s->Z;
-        float *mu = m->m_mem ? m->m_mem + mo : NULL, *nu = m->v_mem ? m->v_mem + mo : NULL;   // NULL: sgd
-        optimizer_update(m->params_mem + at, m->grads_mem + at, mu, nu, piece, lr, t, &m->cfg);
-        float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
-        coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
-        mem_copy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
-        mem_free(full);
-    }
+    return (float)sqrt((double)total / SQUARES_SCALE);
 }

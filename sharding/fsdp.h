@@ -87,7 +87,5 @@ void fsdp_grad_finish(struct Model *m, float *buf);
 // The global gradient norm, the same bits on every mesh: the squares of the elements each
 // device owns are added in 128-bit fixed point, where addition is exact (fsdp.c).
 float fsdp_grad_norm(struct Model *m);
-// AdamW on this device's share (ZeRO-1: its piece, then an all-gather over data).
-void fsdp_adamw(struct Model *m, float lr, int t);
 
 #endif

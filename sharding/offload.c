@@ -3,11 +3,11 @@
 // weights. Every move is a real copy through sharding/memory.h, counted in the device's
 // host-transfer bytes; the values are copied exactly, so the losses are unchanged.
 #include "sharding/offload.h"
-#include "sharding/fsdp.h"
 #include "sharding/memory.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "model/adafactor.h"
+#include "kernels/kernels.h"
 #include "common.h"
 
 void state_offload_check(const Config *c) {
@@ -50,18 +50,19 @@ void state_offload_init(Model *m) {
         mem_transfer(m->ema, m->params_mem, sizeof(float) * n);
     }
     state_params_out(m);
-    if (c->optimizer_memory_host_offload) {
-        m->m_mem = mem_to_host(m->m_mem);
-        m->v_mem = mem_to_host(m->v_mem);
-    }
+    state_optimizer_out(m);
 }
 
-void state_update(Model *m, float lr, int t) {
-    int off = m->cfg.optimizer_memory_host_offload;
-    if (off) { m->m_mem = mem_to_device(m->m_mem); m->v_mem = mem_to_device(m->v_mem); }
-    if (m->cfg.opt_type == OPT_ADAFACTOR) adafactor_update(m, lr, t);
-    else fsdp_adamw(m, lr, t);
-    if (off) { m->m_mem = mem_to_host(m->m_mem); m->v_mem = mem_to_host(m->v_mem); }
+void state_optimizer_in(Model *m) {
+    if (!m->cfg.optimizer_memory_host_offload) return;
+    m->m_mem = mem_to_device(m->m_mem);
+    m->v_mem = mem_to_device(m->v_mem);
+}
+
+void state_optimizer_out(Model *m) {
+    if (!m->cfg.optimizer_memory_host_offload) return;
+    m->m_mem = mem_to_host(m->m_mem);
+    m->v_mem = mem_to_host(m->v_mem);
 }
 
 void ema_update(Model *m) {
@@ -76,8 +77,6 @@ void ema_update(Model *m) {
         mem_transfer(staged, p, sizeof(float) * n);
         p = staged;
     }
-    float d = c->ema_decay;
-    #pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < (mem_dry() ? 0 : n); i++) m->ema[i] = d * m->ema[i] + (1.0f - d) * p[i];
+    kern()->optim->ema_update(m->ema, p, n, c->ema_decay);
     mem_free(staged);
 }

@@ -15,8 +15,10 @@ void state_offload_init(struct Model *m);
 // The weights on the device for a step or an eval (a no-op without the offload), and back.
 void state_params_in(struct Model *m);
 void state_params_out(struct Model *m);
-// The optimizer update with its state on the device: copied in and back out around it.
-void state_update(struct Model *m, float lr, int t);
+// The optimizer state on the device for the update (a no-op without the offload), and back
+// (model/optimizer.c:optimizer_step).
+void state_optimizer_in(struct Model *m);
+void state_optimizer_out(struct Model *m);
 // ema = ema_decay * ema + (1 - ema_decay) * params, after an update (a no-op when off).
 void ema_update(struct Model *m);
 #endif

@@ -12,6 +12,7 @@
 #include "model/optimizer.h"
 #include "model/adafactor.h"
 #include "model/precision.h"
+#include "kernels/kernels.h"
 #include "sharding/memory.h"
 #include "sharding/context.h"
 #include "tests/gradcheck.h"
@@ -265,14 +266,21 @@ static void test_optimizer(void) {
     // AdamW, one step from m = v = 0 with g = 0.5, p = 2, lr = 0.1, wd = 0.1:
     // mhat = g, vhat = g^2, u = g/(|g| + eps) ~= 1, p = 2 - 0.1*(1 + 0.2) = 1.88
     float p = 2.0f, g = 0.5f, m = 0, v = 0;
-    adamw_update(&p, &g, &m, &v, 1, 0.1f, 1, &c);
+    kern()->optim->adamw_update(&p, &g, &m, &v, 1, 0.1f, 1, c.adam_b1, c.adam_b2, c.adam_eps, c.adam_weight_decay);
     CHECK_CLOSE(p, 1.88, 1e-6, "AdamW first step");
     CHECK_CLOSE(m, 0.05, 1e-7, "AdamW mu = (1-b1) g");
     CHECK_CLOSE(v, 0.0125, 1e-8, "AdamW nu = (1-b2) g^2");
     // Clipping: norm 5 with threshold 1 scales by 1/5; below the threshold nothing changes.
+    // The norm's sum of squares in fixed point: 9 + 16 = 25 exactly, 2^64 per unit.
     float gr[2] = {3.0f, 4.0f};
-    float n = grad_global_norm(gr, 2);
+    Squares sq = {0, 0};
+    kern()->optim->squares_add(&sq.sum, &sq.bad, gr, 2);
+    CHECK(sq.sum == (fixed128)25 << 64 && !sq.bad, "fixed-point squares of 3, 4: %g", (double)sq.sum / SQUARES_SCALE);
+    float n = (float)sqrt((double)sq.sum / SQUARES_SCALE);
     CHECK_CLOSE(n, 5.0, 0, "global norm");
+    float inf[1] = {INFINITY};
+    kern()->optim->squares_add(&sq.sum, &sq.bad, inf, 1);
+    CHECK(sq.bad && sq.sum == (fixed128)25 << 64, "a non-finite gradient is flagged, not added");
     grad_clip(gr, 2, n, 1.0f);
     CHECK_CLOSE(gr[0], 0.6, 1e-7, "clipped gradient");
     grad_clip(gr, 2, 1.0f - 1e-6f, 1.0f);

@@ -18,5 +18,8 @@ const Backend backend_cpu = {
     .embedding = &embedding_cpu,
     .loss = &loss_cpu,
     .cast = &cast_cpu,
+    .optim = &optim_cpu,
+    .sum = &sum_cpu,
+    .init = &init_cpu,
 
 };

@@ -1,0 +1,121 @@
+// kernels/cpu/optim.c: the optimizer's arithmetic on the CPU (kernels/optim.h).
+#include "kernels/optim.h"
+#include <math.h>
+#include <string.h>
+
+static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
+                         float b1, float b2, float eps, float wd) {
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    // Element by element, so vector instructions (IEEE division and square root, exactly
+    // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
+    // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
+    #pragma omp parallel for simd if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        m[i] = (1.0f - b1) * g[i] + b1 * m[i];
+        v[i] = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];
+        float mhat = m[i] / c1, vhat = v[i] / c2;
+        float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
+        u = u + wd * p[i];                      // add_decayed_weights
+        p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
+    }
+}
+
+static void sgd_update(float *p, const float *g, size_t n, float lr) {
+    #pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * g[i];   // scale_by_learning_rate, apply_updates
+}
+
+static void clip_scale(float *g, size_t n, float norm, float threshold) {
+    #pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) g[i] = (g[i] / norm) * threshold;   // optax's order of operations
+}
+
+static void ema_update(float *ema, const float *p, size_t n, float d) {
+    #pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) ema[i] = d * ema[i] + (1.0f - d) * p[i];
+}
+
+static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
+        if (!(sq < 0x1p100)) { *bad = 1; continue; }        // non-finite or absurdly large
+        *sum += (fixed128)sq;                                // truncated to the fixed-point grid
+    }
+}
+
+// Element k of a factored tensor (row-major over shape): its leading index (over the dims
+// other than drow and dcol, in order), row and column.
+static void element_coords(size_t k, const int *shape, int ndim, int drow, int dcol,
+                           size_t *lead, size_t *r, size_t *col) {
+    size_t rest = k, coord[4];
+    for (int d = ndim - 1; d >= 0; d--) {
+        coord[d] = rest % (size_t)shape[d];
+        rest /= (size_t)shape[d];
+    }
+    size_t l = 0;
+    for (int d = 0; d < ndim; d++)
+        if (d != drow && d != dcol) l = l * (size_t)shape[d] + coord[d];
+    *lead = l;
+    *r = coord[drow];
+    *col = coord[dcol];
+}
+
+static void adafactor_factored_moments(float *vrow, float *vcol, double *rs, double *cs, const float *g,
+                                       const int *shape, int ndim, int drow, int dcol, float decay, float eps) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    size_t R = (size_t)shape[drow], C = (size_t)shape[dcol], L = n / (R * C);
+    memset(rs, 0, sizeof(double) * L * R);
+    memset(cs, 0, sizeof(double) * L * C);
+    for (size_t k = 0; k < n; k++) {
+        size_t l, r, col;
+        element_coords(k, shape, ndim, drow, dcol, &l, &r, &col);
+        float sq = g[k] * g[k] + eps;
+        rs[l * R + r] += sq;
+        cs[l * C + col] += sq;
+    }
+    for (size_t j = 0; j < L * R; j++) vrow[j] = decay * vrow[j] + (1.0f - decay) * (float)(rs[j] / (double)C);
+    for (size_t j = 0; j < L * C; j++) vcol[j] = decay * vcol[j] + (1.0f - decay) * (float)(cs[j] / (double)R);
+}
+
+static void adafactor_factors(float *f, const float *vrow, const float *vcol, size_t L, size_t R, size_t C) {
+    for (size_t l = 0; l < L; l++) {
+        double s = 0.0;
+        for (size_t r = 0; r < R; r++) s += vrow[l * R + r];
+        float mean = (float)(s / (double)R);
+        for (size_t r = 0; r < R; r++) f[l * R + r] = 1.0f / sqrtf(vrow[l * R + r] / mean);
+    }
+    for (size_t j = 0; j < L * C; j++) f[L * R + j] = 1.0f / sqrtf(vcol[j]);
+}
+
+static void adafactor_scale_factored(float *g, const float *f, size_t k0, size_t n, const int *shape, int ndim,
+                                     int drow, int dcol) {
+    size_t size = 1;
+    for (int d = 0; d < ndim; d++) size *= (size_t)shape[d];
+    size_t R = (size_t)shape[drow], C = (size_t)shape[dcol], L = size / (R * C);
+    for (size_t j = 0; j < n; j++) {
+        size_t l, r, col;
+        element_coords(k0 + j, shape, ndim, drow, dcol, &l, &r, &col);
+        g[j] = g[j] * f[l * R + r] * f[L * R + l * C + col];
+    }
+}
+
+static void adafactor_scale_full(float *g, float *v, size_t n, float decay, float eps) {
+    for (size_t j = 0; j < n; j++) {
+        v[j] = decay * v[j] + (1.0f - decay) * (g[j] * g[j] + eps);
+        g[j] = g[j] * (1.0f / sqrtf(v[j]));
+    }
+}
+
+static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float ps) {
+    for (size_t j = 0; j < n; j++) {
+        float u = g[j] / clip;   // clip_by_block_rms
+        u = u * lr;              // scale_by_learning_rate
+        u = u * ps;              // scale_by_param_block_rms
+        p[j] = p[j] - u;         // scale(-1), apply_updates
+    }
+}
+
+const OptimKernels optim_cpu = {adamw_update, sgd_update, clip_scale, ema_update, squares_add,
+                                adafactor_factored_moments, adafactor_factors, adafactor_scale_factored,
+                                adafactor_scale_full, adafactor_apply};

@@ -1,0 +1,59 @@
+// kernels/optim.h: the optimizer's kernels (docs/model.md#optimizer-and-schedule): AdamW,
+// SGD and Adafactor's updates, gradient clipping, the EMA of the weights, and sums of
+// squares in fixed point. The orchestration (which shard, which tensor, the state's moves
+// to and from host memory) is model/optimizer.c, model/adafactor.c and sharding/offload.c.
+#ifndef MESHMOE_KERNELS_OPTIM_H
+#define MESHMOE_KERNELS_OPTIM_H
+#include <stddef.h>
+
+// A sum of squares that does not depend on the order of its terms: each square, a float32
+// squared and so exact in double, is scaled by 2^64 (SQUARES_SCALE) and truncated to an
+// integer, a 128-bit fixed-point number with 64 fraction bits. Integer addition is exact,
+// so devices can add their parts in any order. A square that is non-finite or >= 2^36 is
+// not added: it sets a flag instead.
+__extension__ typedef __int128 fixed128;
+typedef struct { fixed128 sum; int bad; } Squares;   // a sum and its flag
+#define SQUARES_SCALE 18446744073709551616.0   // 2^64
+
+typedef struct OptimKernels {
+    // AdamW as optax chains it (scale_by_adam, add_decayed_weights, scale_by_learning_rate),
+    // at 1-based update t: m, v (n) the first and second moments, updated; p (n) -= lr * u.
+    // p, g, m, v (n).
+    void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
+                         float b1, float b2, float eps, float weight_decay);
+    // Plain SGD (optax.sgd without momentum): p (n) += -lr * g (n).
+    void (*sgd_update)(float *p, const float *g, size_t n, float lr);
+    // optax.clip_by_global_norm's scaling, for a norm at or above the threshold:
+    // g (n) = g / norm * threshold.
+    void (*clip_scale)(float *g, size_t n, float norm, float threshold);
+    // ema (n) = decay * ema + (1 - decay) * p (n).
+    void (*ema_update)(float *ema, const float *p, size_t n, float decay);
+    // *sum += the squares of x (n), in fixed point; *bad = 1 if one is non-finite or too
+    // large (Squares above).
+    void (*squares_add)(fixed128 *sum, int *bad, const float *x, size_t n);
+
+    // Adafactor (model/adafactor.h). A factored tensor of global shape `shape` (ndim dims)
+    // keeps its second moment as row means vrow (L,R) and column means vcol (L,C): R rows
+    // along dim drow, C columns along dim dcol, L the product of the other dims.
+    // g (the whole tensor, row-major): vrow = decay * vrow + (1-decay) * mean over columns
+    // of g^2 + eps, vcol likewise over rows; the sums in double, in element order, into
+    // rs (L*R) and cs (L*C), scratch that this kernel zeroes first.
+    void (*adafactor_factored_moments)(float *vrow, float *vcol, double *rs, double *cs, const float *g,
+                                       const int *shape, int ndim, int drow, int dcol, float decay, float eps);
+    // f (L*R + L*C): the row factors (vrow / mean over rows of vrow)^-1/2, then the column
+    // factors vcol^-1/2; vrow (L,R), vcol (L,C).
+    void (*adafactor_factors)(float *f, const float *vrow, const float *vcol, size_t L, size_t R, size_t C);
+    // g (n) *= the row and column factors f of its element: g[j] is element k0 + j of the
+    // factored tensor (shape, drow, dcol as above).
+    void (*adafactor_scale_factored)(float *g, const float *f, size_t k0, size_t n, const int *shape, int ndim,
+                                     int drow, int dcol);
+    // An unfactored tensor: v (n) = decay * v + (1-decay) * (g^2 + eps); g (n) /= sqrt(v).
+    void (*adafactor_scale_full)(float *g, float *v, size_t n, float decay, float eps);
+    // p (n) -= g / clip * lr * param_scale (clip_by_block_rms, scale_by_learning_rate,
+    // scale_by_param_block_rms, in optax's order); g (n) the scaled update.
+    void (*adafactor_apply)(float *p, const float *g, size_t n, float clip, float lr, float param_scale);
+} OptimKernels;
+
+extern const OptimKernels optim_cpu;    // kernels/cpu/optim.c
+
+#endif
