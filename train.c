@@ -203,7 +203,7 @@ static void device_main(int dev_id, void *arg) {
     int talk = dev_id == 0;
     Model m;
     mem_mark_reset(dev);
-    model_init(&m, &c);
+    step_init(&m, &c);
     size_t init_peak = dev->mark_total, init_temp = dev->mark[MEM_TEMP];
     // The global batch is per_device_batch_size * num_devices sequences (as in MaxText),
     // split over the devices that share the batch.
