@@ -16,6 +16,7 @@
 #include "sharding/memory.h"
 #include "sharding/partition.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "sharding/context.h"
 #include "sharding/constraint.h"
 #include "common.h"

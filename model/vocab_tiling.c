@@ -11,6 +11,7 @@
 #include "model/precision.h"
 #include "sharding/memory.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "common.h"
 
 int vocab_tiled(const Config *c) { return c->num_vocab_tiling > 1; }
