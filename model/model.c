@@ -12,7 +12,6 @@
 #include "model/loss.h"
 #include "model/remat.h"
 #include "model/vocab_tiling.h"
-#include "sharding/offload.h"
 #include "sharding/memory.h"
 #include "sharding/partition.h"
 #include "sharding/tensor.h"
