@@ -14,7 +14,7 @@
 
 // What the model's walk calls (model/model.h ShardHooks), FSDP's and overlap_collectives'.
 static const ShardHooks fsdp_hooks = {
-    .gather = fsdp_acquire, .release = fsdp_release,
+    .gather = fsdp_all_gather, .release = fsdp_free_gathered,
     .prefetch = overlap_prefetch, .drain = overlap_drain,
     .grad_begin = fsdp_grad_begin, .grad_end = fsdp_grad_end,
     .detach = overlap_free,
@@ -22,7 +22,7 @@ static const ShardHooks fsdp_hooks = {
 
 void fsdp_attach(Model *m) { m->hooks = &fsdp_hooks; }
 
-void fsdp_acquire(Model *m, int u) {
+void fsdp_all_gather(Model *m, int u) {
     const StateShard *s = &m->shard;
     if (s->F == 1) return;
     float *full = overlap_take(m, u);   // gathered in the background already (overlap_collectives)
@@ -34,7 +34,7 @@ void fsdp_acquire(Model *m, int u) {
     m->gathered[2 * u] = full;
 }
 
-void fsdp_release(Model *m, int u) {
+void fsdp_free_gathered(Model *m, int u) {
     if (m->shard.F == 1) return;
     mem_free(m->gathered[2 * u]);
     m->gathered[2 * u] = NULL;

@@ -26,8 +26,8 @@ struct Model;
 void fsdp_attach(struct Model *m);
 // Before / after unit u's weights are used: under FSDP, all-gather them into a full buffer
 // (tag params) and bind the model's pointers to it; then free it.
-void fsdp_acquire(struct Model *m, int u);
-void fsdp_release(struct Model *m, int u);
+void fsdp_all_gather(struct Model *m, int u);
+void fsdp_free_gathered(struct Model *m, int u);
 // Around the backward pass of unit u: under FSDP the unit's gradient is computed in a full
 // buffer (tag grads), then reduce-scattered over fsdp; with data > 1 it is all-reduced over
 // data; with context > 1, over context last (the outermost level of the canonical tree).
