@@ -172,7 +172,7 @@ static void model_start(DeviceRun *d, Run *run, int dev_id) {
     d->id = dev_id;
     d->talk = dev_id == 0;
     mem_mark_reset(d->dev);
-    model_init(&d->m, &d->c);
+    step_init(&d->m, &d->c);
     size_t init_peak = d->dev->mark_total, init_temp = d->dev->mark[MEM_TEMP];
     batch_shape(d);
     if (d->talk) print_start(d, init_peak, init_temp);

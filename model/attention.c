@@ -15,6 +15,7 @@
 #include "model/rope.h"
 #include "model/precision.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "sharding/context.h"
 #include "sharding/memory.h"
 #include "common.h"

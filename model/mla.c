@@ -23,6 +23,7 @@
 #include "model/precision.h"
 #include "model/treesum.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "sharding/context.h"
 #include "sharding/memory.h"
 #include "common.h"

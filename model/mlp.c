@@ -9,6 +9,7 @@
 #include "model/matmul.h"
 #include "model/precision.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "sharding/memory.h"
 #include "kernels/kernels.h"
 #include "common.h"

@@ -12,13 +12,10 @@
 #include "model/loss.h"
 #include "model/remat.h"
 #include "model/vocab_tiling.h"
-#include "model/optimizer.h"
-#include "sharding/offload.h"
 #include "sharding/memory.h"
-#include "sharding/fsdp.h"
-#include "sharding/overlap.h"
 #include "sharding/partition.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "sharding/context.h"
 #include "sharding/constraint.h"
 #include "kernels/kernels.h"
@@ -266,10 +263,9 @@ static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_
                              s->shape, s->lindex, s->gshape, s->ndim);
 }
 
-void model_init(Model *m, const Config *c) {
+void model_init_layout(Model *m, const Config *c) {
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
-    int L = c->base_num_decoder_layers;
     // Tensor parallelism: this device's heads and widths, and its slice of the vocabulary.
     tp_check(c, tp_size());
     m->lcfg = tp_local_config(c);
@@ -290,7 +286,13 @@ void model_init(Model *m, const Config *c) {
     const StateShard *sh = &m->shard;
     m->params_mem = mem_floats(MEM_PARAMS, sh->local_n, "params");
     m->grads_mem = mem_floats(MEM_GRADS, sh->local_n, "grads");
-    optimizer_state_alloc(m);   // the state opt_type keeps (model/optimizer.h)
+    free(unit); free(off); free(size);
+}
+
+void model_init_weights(Model *m) {
+    const Config *c = &m->cfg;
+    const StateShard *sh = &m->shard;
+    int L = c->base_num_decoder_layers;
     m->params.layers = calloc((size_t)L, sizeof(LayerParams));
     m->grads.layers = calloc((size_t)L, sizeof(LayerParams));
     m->acts = calloc((size_t)L, sizeof(LayerActs));
@@ -301,7 +303,7 @@ void model_init(Model *m, const Config *c) {
         for (int i = 0; i < m->ntensors; i++) {
             const ParamSpec *s = &m->specs[i];
             size_t a = MM_MAX(g0, s->offset), b = MM_MIN(g1, s->offset + s->size);
-            if (unit[i] != u || a >= b) continue;
+            if (model_unit_of(c, s->name) != u || a >= b) continue;
             float *dst = m->params_mem + sh->local_off[u] + (a - g0);
             if (!c->shard_variables_at_init) {
                 init_tensor(dst, s, c->seed, a - s->offset, b - s->offset);
@@ -318,17 +320,26 @@ void model_init(Model *m, const Config *c) {
             mem_free(whole);
         }
     }
-    free(unit); free(off); free(size);
     m->gathered = calloc((size_t)sh->nunits * 2, sizeof(float *));
     m->bf16_copy = calloc((size_t)sh->nunits, sizeof(float *));
     if (sh->F == 1)   // whole units on this device: bind once (FSDP binds at each gather)
         for (int u = 0; u < sh->nunits; u++)
             if (sh->here[u]) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
-    fsdp_set_grad_target(m, m->grads_mem);
+    model_set_grad_target(m, m->grads_mem);
     if (c->routed_bias)   // starts at zero; changed only by the aux-loss-free update
         m->router_bias = mem_floats(MEM_PARAMS, (size_t)L * c->num_experts, "router bias");
-    state_offload_init(m);   // host offload of weights / optimizer state, the EMA copy (sharding/offload.h)
 }
+
+static void set_grad_target(Model *m, float *buf, int partial) {
+    const StateShard *s = &m->shard;
+    m->grad_dst = buf;
+    m->grad_partial = partial;
+    if (s->F == 1)   // whole units here: the backward pass writes straight into buf
+        for (int u = 0; u < s->nunits; u++)
+            if (s->here[u]) model_bind_unit(m, &m->grads, u, buf + s->local_off[u]);
+}
+void model_set_grad_target(Model *m, float *buf) { set_grad_target(m, buf, 0); }
+void model_set_grad_partial(Model *m, float *buf) { set_grad_target(m, buf, 1); }
 
 void model_free(Model *m) {
     mem_free(m->params_mem);
@@ -341,7 +352,7 @@ void model_free(Model *m) {
     free(m->grads.layers);
     free(m->acts);
     free(m->specs);
-    overlap_free(m);
+    if (m->hooks && m->hooks->detach) m->hooks->detach(m);
     free(m->gathered);
     free(m->bf16_copy);
     shard_free(&m->shard);
@@ -363,7 +374,7 @@ float model_lb_coef(const Config *c, int global_seqs) {
 // 1 of model/precision.h), made here and dropped after: the master copy, its gradient and
 // the optimizer state stay float32. The gate kernel stays unrounded with float32_gate_logits.
 void model_unit_acquire(Model *m, int u) {
-    fsdp_acquire(m, u);
+    if (m->hooks && m->hooks->gather) m->hooks->gather(m, u);
     const Config *c = &m->cfg;
     if (!cfg_bf16(c)) return;
     const StateShard *sh = &m->shard;
@@ -388,7 +399,23 @@ void model_unit_release(Model *m, int u) {
         // Without FSDP the pointers go back to the master weights (FSDP rebinds at each gather).
         if (m->shard.F == 1) model_bind_unit(m, &m->params, u, m->params_mem + m->shard.local_off[u]);
     }
-    fsdp_release(m, u);
+    if (m->hooks && m->hooks->release) m->hooks->release(m, u);
+}
+
+void model_grad_begin(Model *m, int u) {
+    if (m->hooks && m->hooks->grad_begin) m->hooks->grad_begin(m, u);
+}
+
+void model_grad_end(Model *m, int u) {
+    if (m->hooks && m->hooks->grad_end) m->hooks->grad_end(m, u);
+}
+
+static void unit_prefetch(Model *m, int u) {
+    if (m->hooks && m->hooks->prefetch) m->hooks->prefetch(m, u);
+}
+
+static void units_drain(Model *m) {
+    if (m->hooks && m->hooks->drain) m->hooks->drain(m);
 }
 
 static float *bias_of(const Model *m, int l) {
@@ -699,14 +726,14 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     // overlap_collectives (sharding/overlap.h): while a unit computes, the next one is
     // gathered on a helper thread.
     model_unit_acquire(m, 0);
-    overlap_prefetch(m, 1);
+    unit_prefetch(m, 1);
     model_embed_forward(m, x, ids, T);
     model_unit_release(m, 0);
     for (int l = 0; l < L; l++) {
         mem_phase("forward layer %d", l);
         size_t base = layer_temps_begin(m);
         model_unit_acquire(m, 1 + l);
-        overlap_prefetch(m, 2 + l);   // the next layer's unit, or the head's
+        unit_prefetch(m, 2 + l);   // the next layer's unit, or the head's
         x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
         model_unit_release(m, 1 + l);
         remat_after_forward(m, l, &m->acts[l]);   // what the backward will recompute or fetch (model/remat.h)
@@ -716,7 +743,7 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
     model_unit_acquire(m, L + 1);
     model_head_forward(m, x, T);
     model_unit_release(m, L + 1);
-    overlap_drain(m);   // (nothing is left in flight: each prefetch was taken)
+    units_drain(m);   // (nothing is left in flight: each prefetch was taken)
     model_loss_forward(m, targets, B, S, st);
 }
 
@@ -729,11 +756,11 @@ void model_backward(Model *m, float scale, float lb_coef) {
     mem_phase("backward head and loss");
     model_head_unpack(m, T);
     model_unit_acquire(m, L + 1);
-    overlap_prefetch(m, L);   // the backward walks the units down: the last layer's next
-    fsdp_grad_begin(m, L + 1);
+    unit_prefetch(m, L);   // the backward walks the units down: the last layer's next
+    model_grad_begin(m, L + 1);
     float *dnf;
     float *dx = model_head_backward(m, B, S, scale, &dnf);
-    fsdp_grad_end(m, L + 1);
+    model_grad_end(m, L + 1);
     model_unit_release(m, L + 1);
     float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
     float *dn = dnf;   // reused: gradient of a norm's output
@@ -742,19 +769,19 @@ void model_backward(Model *m, float scale, float lb_coef) {
         size_t base = layer_temps_begin(m);
         remat_block_inputs(m, l, B, S, lb_coef);   // remat_nested_block: the block's layer inputs
         model_unit_acquire(m, 1 + l);
-        if (l > 0) overlap_prefetch(m, l);   // layer l-1's unit (the embedding's backward needs no weights)
-        fsdp_grad_begin(m, 1 + l);
+        if (l > 0) unit_prefetch(m, l);   // layer l-1's unit (the embedding's backward needs no weights)
+        model_grad_begin(m, 1 + l);
         model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
-        fsdp_grad_end(m, 1 + l);
+        model_grad_end(m, 1 + l);
         model_unit_release(m, 1 + l);
         model_layer_free(m, l, &m->acts[l]);   // done with: the layers below need only their own
         layer_temps_end(m, base, "a layer's backward temporaries (scan_layers=false)");
     }
     mem_phase("backward embedding");
-    overlap_drain(m);
-    fsdp_grad_begin(m, 0);
+    units_drain(m);
+    model_grad_begin(m, 0);
     model_embed_backward(m, dx, m->ids, B, S);
-    fsdp_grad_end(m, 0);
+    model_grad_end(m, 0);
     mem_free(dnf); mem_free(dx); mem_free(dh);
     model_head_free(m);
     mem_release_held();   // scan_layers=false: every layer's temporaries, kept until now

@@ -9,7 +9,7 @@
 #include "model/mla.h"
 #include "model/mlp.h"
 #include "model/moe.h"
-#include "sharding/fsdp.h"
+#include "sharding/shard.h"
 #include "sharding/partition.h"
 
 // One tensor of the layout: its MaxText-style name, shape, place in the flat buffer and init.
@@ -43,6 +43,21 @@ typedef struct {
     MoeSaved moe;
 } LayerActs;
 
+// What a sharding strategy does around the model's walk over its units. The model does not
+// know the strategy: sharding/fsdp.c fills these in (fsdp_attach) and the model calls them
+// at the moments named below; NULL members, or no hooks at all, do nothing: the weights
+// are the model's own and gradients land where model_set_grad_target bound them.
+struct Model;
+typedef struct ShardHooks {
+    void (*gather)(struct Model *m, int u);       // unit u's weights whole on this device, bound
+    void (*release)(struct Model *m, int u);      // unit u's gathered weights no longer needed
+    void (*prefetch)(struct Model *m, int u);     // start gathering unit u early (overlap_collectives)
+    void (*drain)(struct Model *m);               // wait for every prefetch in flight
+    void (*grad_begin)(struct Model *m, int u);   // unit u's weight gradients are about to be written
+    void (*grad_end)(struct Model *m, int u);     // ... and are written: reduce them over the mesh
+    void (*detach)(struct Model *m);              // free what the strategy holds (model_free)
+} ShardHooks;
+
 typedef struct Model {
     Config cfg;
     Config lcfg;            // the config as this device's layers see it (sharding/tensor.h)
@@ -58,6 +73,7 @@ typedef struct Model {
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
     float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
     struct Prefetch *prefetch; // overlap_collectives: the unit gathered in the background (sharding/overlap.h)
+    const ShardHooks *hooks;   // the sharding strategy's part of the walk (above), or NULL
     Params params, grads;   // pointers into params_mem / grads_mem
     float *router_bias;     // (L, E) DeepSeek selection bias (non-trained state), or NULL
     float *ema;             // (shard.local_n) EMA of the weights (ema_decay > 0), or NULL
@@ -91,10 +107,19 @@ void model_maxtext_name(const Config *c, const char *key, char *name, size_t cap
 void model_bias_name(const Config *c, int l, const char *prefix, char *buf, size_t cap);
 // Fill the layout of every tensor for cfg. Returns the count; specs may be NULL to count.
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams);
-// Allocate parameters (MEM_PARAMS), gradients (MEM_GRADS), AdamW moments (MEM_OPTIMIZER)
-// on the current device and initialise the weights from the seed.
-void model_init(Model *m, const Config *c);
+// Set up the model in two steps, so that the optimizer state (optim/, above the model) is
+// allocated between them as a training run lays out memory (train/step.c:step_init):
+// model_init_layout: the layout, this device's share of it (sharding/shard.h), parameters
+// (MEM_PARAMS) and gradients (MEM_GRADS); model_init_weights: the weights drawn from the
+// seed, the pointers bound, the routing bias.
+void model_init_layout(Model *m, const Config *c);
+void model_init_weights(Model *m);
 void model_free(Model *m);
+// Where finished gradients go (the gradient buffer, or a microbatch's leaf): with whole
+// units on this device the backward writes straight into buf. _partial: while accumulating
+// microbatches, buf holds one copy of the local layout per chunk slot (sharding/fsdp.h).
+void model_set_grad_target(Model *m, float *buf);
+void model_set_grad_partial(Model *m, float *buf);
 // Bind the struct of pointers `p` to a flat buffer laid out by model_layout.
 void model_bind(const Model *m, Params *p, float *base);
 // The unit (sharding/fsdp.h) a tensor belongs to: 0 embedding, 1+l layer l, L+1 head.
@@ -118,11 +143,14 @@ void model_discard(Model *m);
 
 // The pieces model_forward and model_backward are made of, also run one by one by the
 // pipeline (pipeline/). Each is pure computation: the caller puts the weights in place
-// (model_unit_acquire) and brackets a backward piece with fsdp_grad_begin/end. T = B*S.
+// (model_unit_acquire) and brackets a backward piece with model_grad_begin/end. T = B*S.
 // Unit u's weights ready for use / done with: the FSDP all-gather, and in bf16 mode the
 // rounded copy the layers compute with (model/precision.h).
 void model_unit_acquire(Model *m, int u);
 void model_unit_release(Model *m, int u);
+// Around unit u's backward piece: the strategy's gradient buffers and reduction (ShardHooks).
+void model_grad_begin(Model *m, int u);
+void model_grad_end(Model *m, int u);
 // x (T,D) = Embed(ids); grads.embedding += the embedding's gradient from dx (T,D).
 void model_embed_forward(Model *m, float *x, const int *ids, int T);
 void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int S);

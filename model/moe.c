@@ -25,6 +25,7 @@
 #include "model/matmul.h"
 #include "model/precision.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "sharding/expert.h"
 #include "sharding/context.h"
 #include "model/treesum.h"

@@ -3,12 +3,21 @@
 // count (the division is folded into the loss gradient's scale).
 #include "model/step.h"
 #include "model/optimizer.h"
+#include "sharding/fsdp.h"
 #include "model/treesum.h"
 #include "sharding/memory.h"
 #include "sharding/collectives.h"
 #include "sharding/offload.h"
 #include "pipeline/pipeline.h"
 #include "common.h"
+
+void step_init(Model *m, const Config *c) {
+    model_init_layout(m, c);
+    optimizer_state_alloc(m);   // the state opt_type keeps (model/optimizer.h)
+    model_init_weights(m);
+    fsdp_attach(m);
+    state_offload_init(m);   // host offload of weights / optimizer state, the EMA copy (sharding/offload.h)
+}
 
 // Tokens with a target: the loss is their mean, over the whole global batch.
 static long count_targets(const int *targets, long n) {
@@ -85,7 +94,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
         const int *mids = ids + (size_t)mb * B * S, *mtg = targets + (size_t)mb * B * S;
         if (pipeline_active()) {   // the stage's layers, microbatch by microbatch (pipeline/)
             FwdStats st = {loss_leaf + mb * leaves_per_mb, aux_seq + (long)mb * Bg, nseq, 0, expert_counts};
-            if (A > 1) fsdp_set_grad_target(m, treesum_leaf(&acc));
+            if (A > 1) model_set_grad_target(m, treesum_leaf(&acc));
             pipeline_train(m, mids, mtg, B, S, scale, lb_coef, &st);
             if (A > 1) treesum_push(&acc);
             continue;
@@ -99,7 +108,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
         for (int t = 0; t < MEM_NTAGS; t++) r->fwd_peak[t] = MM_MAX(r->fwd_peak[t], mem_device()->mark[t]);
         place_leaves(loss_leaf, mine, lv, nseq, first_seq, sh);
         if (hook) hook(m, mb, hook_ctx);
-        if (A > 1) fsdp_set_grad_partial(m, treesum_leaf(&acc));
+        if (A > 1) model_set_grad_partial(m, treesum_leaf(&acc));
         model_backward(m, scale, lb_coef);
         if (A > 1) treesum_push(&acc);
     }
@@ -109,7 +118,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
         treesum_end(&acc, sum);
         fsdp_grad_finish(m, sum);
         if (sum != m->grads_mem) mem_free(sum);
-        fsdp_set_grad_target(m, m->grads_mem);
+        model_set_grad_target(m, m->grads_mem);
     }
     m->training = 0;
     group_sum_double(sh->tokens, loss_leaf, (size_t)leaves_per_mb * A);

@@ -14,6 +14,12 @@ typedef struct {
     size_t fwd_peak[MEM_NTAGS];   // this device's peak bytes per tag during the forward passes
 } StepResult;
 
+// Everything a training run's model needs on this device, in the order memory is laid out:
+// the layout, parameters and gradients (model/model.h), the optimizer state (opt_type:
+// AdamW's two moments, Adafactor's factored second moments, none for SGD), the weights, the
+// sharding strategy (sharding/fsdp.h) and the host offload and EMA copy (sharding/offload.h).
+void step_init(Model *m, const Config *c);
+
 // Hooks for the parity dump: called after each microbatch's forward pass, before its
 // backward pass overwrites the logits. NULL when not dumping.
 typedef void (*MicrobatchHook)(Model *m, int microbatch, void *ctx);

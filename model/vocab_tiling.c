@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "sharding/memory.h"
 #include "sharding/tensor.h"
+#include "model/tensor_parallel.h"
 #include "common.h"
 
 int vocab_tiled(const Config *c) { return c->num_vocab_tiling > 1; }

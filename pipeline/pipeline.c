@@ -172,7 +172,7 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
         if (P.held[u]) model_unit_release(m, u);
         if (train && sh->here[u]) gradtree_end(&P.tree[u]);
     }
-    if (train) fsdp_set_grad_target(m, m->grad_dst);   // the leaves were bound in turn: back to the target
+    if (train) model_set_grad_target(m, m->grad_dst);   // the leaves were bound in turn: back to the target
     for (int j = 0; j < J; j++)
         if (P.shift_in[j] || P.grad_in[j] || P.saved[j]) die("internal: stage %d ends with job %d still held", P.s, j);
     // Every entry was written on one stage: the sums over `stage` are exact.

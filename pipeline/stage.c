@@ -17,6 +17,7 @@
 // over the batch devices as model_backward does, and put at leaf `microbatch` of the
 // unit's tree (pipeline/gradtree.h).
 #include "pipeline/pipe.h"
+#include "sharding/fsdp.h"
 #include "model/precision.h"
 #include "sharding/memory.h"
 #include "common.h"

@@ -1,71 +1,9 @@
-// sharding/fsdp.c: the units and each device's share of them (see fsdp.h).
+// sharding/fsdp.c: data parallelism, FSDP and ZeRO-1 applied to the model from outside: the
+// gathers before a unit is used and the gradient reductions after (sharding/fsdp.h).
 #include "sharding/fsdp.h"
 #include "pipeline/pipeline.h"
 #include "sharding/context.h"
 #include "common.h"
-
-void shard_init(StateShard *s, const Config *c, const int *spec_unit, const size_t *spec_off,
-                const size_t *spec_size, int nspecs) {
-    memset(s, 0, sizeof *s);
-    const Mesh *mesh = mesh_current();
-    int dev = mesh ? mesh_device_id() : 0;
-    s->F = mesh ? mesh->size[AX_FSDP] : 1;
-    s->frank = mesh ? mesh_coord(mesh, dev, AX_FSDP) : 0;
-    int D = mesh ? mesh->size[AX_DATA] : 1;
-    s->Z = c->shard_optimizer_over_data ? D : 1;
-    s->zrank = c->shard_optimizer_over_data && mesh ? mesh_coord(mesh, dev, AX_DATA) : 0;
-    // The batch is split over data, fsdp and expert (MaxText's activation_batch); expert
-    // varies fastest, then fsdp, then data, so a device's sequences are one block. Context
-    // splits every sequence instead (sharding/context.h).
-    int EP = mesh ? mesh->size[AX_EXPERT] : 1;
-    unsigned batch_axes = AXIS_BIT(AX_DATA) | AXIS_BIT(AX_FSDP) | AXIS_BIT(AX_EXPERT);
-    s->nbatch = D * s->F * EP;
-    s->brank = mesh ? mesh_rank(mesh, dev, batch_axes) : 0;
-    s->nctx = mesh ? mesh->size[AX_CONTEXT] : 1;
-    s->crank = mesh ? mesh_coord(mesh, dev, AX_CONTEXT) : 0;
-    if (mesh) {
-        s->fsdp = mesh_group(mesh, dev, AXIS_BIT(AX_FSDP));
-        s->data = mesh_group(mesh, dev, AXIS_BIT(AX_DATA));
-        s->expert = mesh_group(mesh, dev, AXIS_BIT(AX_EXPERT));
-        s->batch = mesh_group(mesh, dev, batch_axes);
-        s->context = mesh_group(mesh, dev, AXIS_BIT(AX_CONTEXT));
-        s->tokens = mesh_group(mesh, dev, batch_axes | AXIS_BIT(AX_CONTEXT));
-    }
-    // A device that holds several chunks of its sequences while other devices (or other
-    // microbatches) hold other sequences of the same chunks cannot add its chunks before
-    // those are added in: it keeps one gradient per chunk (sharding/context.h, "what the
-    // default costs").
-    int chunks_here = cfg_context_chunks(c) / s->nctx;
-    int others = s->nbatch > 1 || c->gradient_accumulation_steps > 1;
-    s->grad_slots = others && chunks_here > 1 ? chunks_here : 1;
-    s->nunits = spec_unit[nspecs - 1] + 1;
-    s->unit_off = calloc((size_t)s->nunits, sizeof(size_t));
-    s->unit_size = calloc((size_t)s->nunits, sizeof(size_t));
-    s->unit_pad = calloc((size_t)s->nunits, sizeof(size_t));
-    s->local_off = calloc((size_t)s->nunits, sizeof(size_t));
-    s->here = calloc((size_t)s->nunits, 1);
-    int stages = mesh ? mesh->size[AX_STAGE] : 1, stage = mesh ? mesh_coord(mesh, dev, AX_STAGE) : 0;
-    for (int u = 0; u < s->nunits; u++) s->here[u] = pipeline_stage_of_unit(c, stages, u) == stage;
-    for (int i = nspecs - 1; i >= 0; i--) s->unit_off[spec_unit[i]] = spec_off[i];   // first spec wins
-    for (int i = 0; i < nspecs; i++) s->unit_size[spec_unit[i]] += spec_size[i];
-    // Pad only when something is split, so a 1-device (or plain DP) layout is the global one.
-    size_t mult = shard_is_split(s) ? (size_t)s->F * s->Z * NORM_CHUNK : 1;
-    size_t local = 0;
-    for (int u = 0; u < s->nunits; u++) {
-        s->unit_pad[u] = (s->unit_size[u] + mult - 1) / mult * mult;
-        s->local_off[u] = local;
-        local += shard_len(s, u);
-    }
-    s->local_n = local;
-}
-
-void shard_free(StateShard *s) {
-    free(s->unit_off); free(s->unit_size); free(s->unit_pad); free(s->local_off); free(s->here);
-    memset(s, 0, sizeof *s);
-}
-
-size_t shard_len(const StateShard *s, int u) { return s->here[u] ? s->unit_pad[u] / s->F : 0; }
-size_t shard_first(const StateShard *s, int u) { return s->unit_off[u] + (size_t)s->frank * shard_len(s, u); }
 
 // ---------------------------------------------------------------------------------------
 // What the model calls.
@@ -74,7 +12,17 @@ size_t shard_first(const StateShard *s, int u) { return s->unit_off[u] + (size_t
 #include "model/treesum.h"
 #include "sharding/overlap.h"
 
-void fsdp_acquire(Model *m, int u) {
+// What the model's walk calls (model/model.h ShardHooks), FSDP's and overlap_collectives'.
+static const ShardHooks fsdp_hooks = {
+    .gather = fsdp_all_gather, .release = fsdp_free_gathered,
+    .prefetch = overlap_prefetch, .drain = overlap_drain,
+    .grad_begin = fsdp_grad_begin, .grad_end = fsdp_grad_end,
+    .detach = overlap_free,
+};
+
+void fsdp_attach(Model *m) { m->hooks = &fsdp_hooks; }
+
+void fsdp_all_gather(Model *m, int u) {
     const StateShard *s = &m->shard;
     if (s->F == 1) return;
     float *full = overlap_take(m, u);   // gathered in the background already (overlap_collectives)
@@ -86,22 +34,11 @@ void fsdp_acquire(Model *m, int u) {
     m->gathered[2 * u] = full;
 }
 
-void fsdp_release(Model *m, int u) {
+void fsdp_free_gathered(Model *m, int u) {
     if (m->shard.F == 1) return;
     mem_free(m->gathered[2 * u]);
     m->gathered[2 * u] = NULL;
 }
-
-static void set_target(Model *m, float *buf, int partial) {
-    const StateShard *s = &m->shard;
-    m->grad_dst = buf;
-    m->grad_partial = partial;
-    if (s->F == 1)   // whole units here: the backward pass writes straight into buf
-        for (int u = 0; u < s->nunits; u++)
-            if (s->here[u]) model_bind_unit(m, &m->grads, u, buf + s->local_off[u]);
-}
-void fsdp_set_grad_target(Model *m, float *buf) { set_target(m, buf, 0); }
-void fsdp_set_grad_partial(Model *m, float *buf) { set_target(m, buf, 1); }
 
 void fsdp_grad_finish(Model *m, float *buf) {
     const StateShard *s = &m->shard;
@@ -189,13 +126,6 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
 // tensor split over `tensor` or `expert`, its piece; of a tensor replicated along an axis,
 // only the copy at coordinate 0 of that axis (and only the copy at data/context coordinate
 // 0: those axes hold replicas).
-int shard_first_copy(const Mesh *mesh, int dev, unsigned split) {
-    if (!mesh) return 1;
-    const MeshAxis replicas[] = {AX_DATA, AX_CONTEXT, AX_TENSOR, AX_EXPERT};
-    for (int i = 0; i < 4; i++)
-        if (!(split & AXIS_BIT(replicas[i])) && mesh_coord(mesh, dev, replicas[i]) != 0) return 0;
-    return 1;
-}
 
 static int owns_tensor(const Mesh *mesh, int dev, const ParamSpec *sp) {
     unsigned split = 0;

@@ -35,14 +35,6 @@ void tp_all_reduce(float *x, size_t n);
 void tp_all_gather(const float *x, float *all, size_t n);
 // x[i] = max over the tensor group (exact in any order).
 void tp_all_reduce_max(float *x, size_t n);
-// Row-parallel forward: out (T,OC) = sum over the split C of inp (T,Cl) @ w (Cl,OC), Cl = C/t.
-void tp_rowpar_forward(const Config *c, float *out, const float *inp, const float *w, int T, int Cl, int OC);
-// Column-parallel input gradient: dinp (T,C) += sum over the split OC of dout (T,OCl) @ w^T (w: (C,OCl)).
-void tp_colpar_dinp(const Config *c, float *dinp, const float *dout, const float *w, int T, int C, int OCl);
-// The same two with their temporaries allocated for cap >= T rows (model/matmul.h).
-void tp_rowpar_forward_cap(const Config *c, float *out, const float *inp, const float *w, int T, int cap, int Cl, int OC);
-void tp_colpar_dinp_cap(const Config *c, float *dinp, const float *dout, const float *w, int T, int cap, int C, int OCl);
 // The pieces of a split sum this device adds itself: tensor_reduce_chunks / t.
 int tp_local_chunks(const Config *c);
-
 #endif

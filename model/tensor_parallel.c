@@ -1,0 +1,48 @@
+// model/tensor_parallel.c: row- and column-parallel matmuls (model/tensor_parallel.h).
+#include "model/tensor_parallel.h"
+#include "model/matmul.h"
+#include "kernels/kernels.h"
+#include "sharding/tensor.h"
+#include "sharding/memory.h"
+#include "common.h"
+
+void tp_rowpar_forward(const Config *c, float *out, const float *inp, const float *w, int T, int Cl, int OC) {
+    tp_rowpar_forward_cap(c, out, inp, w, T, T, Cl, OC);
+}
+
+// shard_mode (docs/optimizations.md#shard_mode), read here only. The row-parallel product's result
+// on each device is a partial sum (MaxText/JAX: an "unreduced" value); its output sharding
+// (replicated over tensor: activation_embed) is reached by an all-reduce.
+//   auto (default): the runtime places that reshard and fuses it into the product: the
+//     partial sums are written into `out` and all-reduced in place.
+//   explicit: the matmul declares its output sharding (MaxText's explicit mode: einsum
+//     out_sharding / reshard), so the unreduced result is a value of its own: a (T,OC)
+//     temporary, all-reduced there and then resharded (copied) into `out` at the declared
+//     point. With tensor=1 there is no partial sum and nothing to reshard: the same code.
+// The same sums in the same tree order either way: the same bits.
+static int explicit_reshard(const Config *c) { return tp_size() > 1 && c->shard_mode == SHARD_MODE_EXPLICIT; }
+
+void tp_rowpar_forward_cap(const Config *c, float *out, const float *inp, const float *w, int T, int cap, int Cl, int OC) {
+    if (explicit_reshard(c)) {
+        float *part = mem_floats(MEM_TEMP, (size_t)cap * OC, "row-parallel partial sums (shard_mode=explicit)");
+        matmul_forward_chunked_cap(part, inp, w, T, cap, Cl, OC, tp_local_chunks(c));
+        tp_all_reduce(part, (size_t)T * OC);
+        mem_copy(out, part, sizeof(float) * (size_t)T * OC);   // the declared reshard into the output
+        mem_free(part);
+        return;
+    }
+    matmul_forward_chunked_cap(out, inp, w, T, cap, Cl, OC, tp_local_chunks(c));
+    tp_all_reduce(out, (size_t)T * OC);
+}
+
+void tp_colpar_dinp(const Config *c, float *dinp, const float *dout, const float *w, int T, int C, int OCl) {
+    tp_colpar_dinp_cap(c, dinp, dout, w, T, T, C, OCl);
+}
+
+void tp_colpar_dinp_cap(const Config *c, float *dinp, const float *dout, const float *w, int T, int cap, int C, int OCl) {
+    float *part = mem_floats(MEM_TEMP, (size_t)cap * C, "tensor-split input grad");   // (T,C) of (cap,C)
+    matmul_dinp_chunked_cap(part, dout, w, T, cap, C, OCl, tp_local_chunks(c));
+    tp_all_reduce(part, (size_t)T * C);
+    kern()->sum->residual_add(dinp, part, (size_t)T * C);   // dinp += the reduced part
+    mem_free(part);
+}
