@@ -58,7 +58,7 @@ static void read_config(Config *c, int argc, char **argv) {
         *eq = '\0';
         config_set(c, argv[i], eq + 1, "command line");
     }
-    config_validate(c);
+    step_check_config(c);
     config_check_paths(c);   // every file named is readable or writable, before any work
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
     // before the mesh starts so that every device uses the same ones.

@@ -13,7 +13,7 @@
 // gradient norm in sharding/fsdp.c). Under fsdp the update gathers, one unit at a time, the
 // gradient of each unit holding a factored tensor (MEM_COMM, one padded unit), and a device
 // holding part of a factored tensor keeps its whole row/column state. Supported meshes: data, fsdp, context, stage (and
-// their mixes); tensor and expert parallelism and ZeRO-1 are refused in config_validate.
+// their mixes); tensor and expert parallelism and ZeRO-1 are refused in model/step.c:step_check_config.
 #ifndef MESHMOE_ADAFACTOR_H
 #define MESHMOE_ADAFACTOR_H
 #include <stddef.h>

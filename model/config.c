@@ -1,8 +1,6 @@
 // model/config.c: the key table made from model/config_keys.def, the preset-file reader,
 // overrides, enum names, the JSON of checkpoint metadata and the consistency checks.
 #include "model/config.h"
-#include "model/remat.h"
-#include "sharding/offload.h"
 #include "common.h"
 #include "data/paths.h"
 #include <ctype.h>
@@ -431,8 +429,6 @@ void config_validate(const Config *c) {
             "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
     config_check_ranges(c);   // every numeric key inside its range (model/config_ranges.c)
     config_check_sizes(c);
-    remat_plan(c);        // dies on a remat combination that cannot run
-    state_offload_check(c);   // and on a bad ema_decay or offload combination
 }
 
 // What a key's value may be: its range, or its enum's names; "" for strings and booleans.

@@ -40,7 +40,9 @@ void config_load_file(Config *c, const char *path);
 void config_load_text(Config *c, const char *text, size_t n, const char *name);
 // Apply one `key=value` override. Dies naming the closest valid key if unknown.
 void config_set(Config *c, const char *key, const char *value, const char *where);
-// Check consistency of shapes and values; dies with a message naming the numbers.
+// Check consistency of shapes and values; dies with a message naming the numbers. The
+// checks that need the layers above (the remat policy, the optimizer and its offload) are
+// added by model/step.c:step_check_config, which every entry point calls.
 void config_validate(const Config *c);
 // Every numeric key inside its range (model/config_ranges.c), and the sizes a run reaches
 // within what 32-bit indices and this host's memory can hold; each dies naming the figures.

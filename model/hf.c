@@ -21,6 +21,7 @@
 // both sides: nothing to fold there.
 //
 // The mapping table below is the one place that knows the HF names.
+#include "model/step.h"
 #include "model/hf.h"
 #include "model/model.h"
 #include "data/safetensors.h"
@@ -367,7 +368,7 @@ int hf_export(const char *ckpt, const char *dir) {
     Config c;
     config_defaults(&c);
     config_from_json(&c, json, ckpt);
-    config_validate(&c);
+    step_check_config(&c);
     HfKey keys[64];
     int nkeys = hf_config(&c, keys);   // refuses a model HF cannot express, before anything is written
     if (mkdir(dir, 0777) && errno != EEXIST) die("export-hf: cannot create directory '%s': %s", dir, strerror(errno));

@@ -2,6 +2,7 @@
 // microbatches' gradients along the canonical tree, divided once by the global token
 // count (the division is folded into the loss gradient's scale).
 #include "model/step.h"
+#include "model/remat.h"
 #include "model/optimizer.h"
 #include "sharding/fsdp.h"
 #include "model/treesum.h"
@@ -10,6 +11,12 @@
 #include "sharding/offload.h"
 #include "pipeline/pipeline.h"
 #include "common.h"
+
+void step_check_config(const Config *c) {
+    config_validate(c);
+    remat_plan(c);            // dies on a remat combination that cannot run
+    state_offload_check(c);   // and on a bad ema_decay or offload combination
+}
 
 void step_init(Model *m, const Config *c) {
     model_init_layout(m, c);

@@ -14,6 +14,11 @@ typedef struct {
     size_t fwd_peak[MEM_NTAGS];   // this device's peak bytes per tag during the forward passes
 } StepResult;
 
+// Every check a run makes on its config before anything starts: the keys and shapes
+// (config_validate), the remat policy (model/remat.h) and the optimizer with its offload and
+// EMA (sharding/offload.h). Dies with one message naming the key.
+void step_check_config(const Config *c);
+
 // Everything a training run's model needs on this device, in the order memory is laid out:
 // the layout, parameters and gradients (model/model.h), the optimizer state (opt_type:
 // AdamW's two moments, Adafactor's factored second moments, none for SGD), the weights, the

@@ -1,6 +1,6 @@
 // pipeline/placement.c: the pipeline's shape from the config keys, which stage holds which
 // unit of the model, and the checks (one clear line each) of what cannot be pipelined.
-#include "pipeline/pipeline.h"
+#include "pipeline/placement.h"
 #include "common.h"
 
 PipeShape pipeline_shape(const Config *c, int stages) {

@@ -1,7 +1,6 @@
 // sharding/fsdp.c: data parallelism, FSDP and ZeRO-1 applied to the model from outside: the
 // gathers before a unit is used and the gradient reductions after (sharding/fsdp.h).
 #include "sharding/fsdp.h"
-#include "pipeline/pipeline.h"
 #include "sharding/context.h"
 #include "common.h"
 

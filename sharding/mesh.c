@@ -2,7 +2,7 @@
 // threads that run the devices.
 #include "sharding/mesh.h"
 #include "sharding/collectives.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/placement.h"
 #include "sharding/context.h"
 #include "common.h"
 #include <pthread.h>

@@ -8,7 +8,7 @@
 #include "model/config.h"
 
 struct Model;
-// Checks ema_decay and the offload keys against opt_type (called by config_validate).
+// Checks ema_decay and the offload keys against opt_type (called by model/step.c:step_check_config).
 void state_offload_check(const Config *c);
 // End of model_init: the EMA copy made, the offloaded state moved to host memory.
 void state_offload_init(struct Model *m);

@@ -1,6 +1,6 @@
 // sharding/shard.c: the units and each device's share of them (sharding/shard.h).
 #include "sharding/shard.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/placement.h"
 #include "sharding/context.h"
 #include "common.h"
 

@@ -10,6 +10,7 @@
 //   meshes OUT.svg TITLE SWEEP.md
 //       the mesh-shape table of a `./train sweep` output as bars: per-device peak
 //       bytes by tag, and bytes sent per step
+#include "model/step.h"
 #include "sweep/sweep.h"
 #include "sharding/bars.h"
 #include "sharding/plot.h"
@@ -82,7 +83,7 @@ static void fig_schedule(int argc, char **argv) {
         config_set(&c, key, eq + 1, "command line");
         if (len < sizeof title) len += (size_t)snprintf(title + len, sizeof title - len, " %s", argv[i]);
     }
-    config_validate(&c);
+    step_check_config(&c);
     if (c.ici_pipeline_parallelism < 2) die("figure schedule: ici_pipeline_parallelism must be at least 2");
     PipeShape p = pipeline_shape(&c, c.ici_pipeline_parallelism);
     Schedule sc;

@@ -12,6 +12,7 @@
 // as on one device): a run on n devices with A accumulation steps gets
 // per_device_batch_size / (n * A) sequences per device, so a mesh row compares like with
 // like. The exit status is non-zero when a "bit" row is not bit-identical or a run failed.
+#include "model/step.h"
 #include "sweep/sweep.h"
 #include "sweep/sweep_int.h"
 #include "common.h"
@@ -391,7 +392,7 @@ int cmd_sweep(int argc, char **argv) {
         if (strncmp(key, "sweep_", 6)) sw->user[sw->nuser++] = argv[i];
     }
     if (sw->nuser > SW_MAXARGS - 24) die("sweep: too many key=value arguments (%d)", sw->nuser);
-    config_validate(&sw->cfg);
+    step_check_config(&sw->cfg);
     if (sw->cfg.sweep_steps < 1 || sw->cfg.sweep_steps > SW_MAXSTEPS)
         die("sweep_steps must be between 1 and %d, got %d", SW_MAXSTEPS, sw->cfg.sweep_steps);
     if (sw->cfg.sweep_num_devices < 1 || sw->cfg.sweep_num_devices > 64)

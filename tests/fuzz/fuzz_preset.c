@@ -1,6 +1,7 @@
 // tests/fuzz/fuzz_preset.c: the preset reader, key=value overrides and the config checks.
 // The input is a preset text, then (after the first NUL byte) key=value overrides separated
 // by NUL bytes, as the command line would give them.
+#include "model/step.h"
 #include "fuzz.h"
 #include "model/config.h"
 
@@ -21,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             *eq = '\0';
             config_set(&c, arg, eq + 1, "command line");
         }
-        config_validate(&c);
+        step_check_config(&c);
     }
     die_set_jump(NULL, 0);
     free(rest);
