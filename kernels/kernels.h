@@ -17,6 +17,8 @@
 #define MESHMOE_KERNELS_H
 #include <stddef.h>
 #include "kernels/norm.h"
+#include "kernels/attention.h"
+#include "kernels/mla.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -27,6 +29,8 @@ typedef struct Backend {
     void (*to_host)(void *host, const void *src, size_t bytes);
 
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)
+    const AttentionKernels *attention;   // softmax attention: dot product, flash, ring (kernels/attention.h)
+    const MlaKernels *mla;            // MLA's latent splits and query scale (kernels/mla.h)
 
 } Backend;
 

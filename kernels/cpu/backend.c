@@ -10,5 +10,7 @@ const Backend backend_cpu = {
     .to_host = to_host,
 
     .norm = &norm_cpu,
+    .attention = &attention_cpu,
+    .mla = &mla_cpu,
 
 };
