@@ -49,13 +49,13 @@ static const AttentionKernels attention_dry = {causal_mask, dot_forward, dot_bac
                                                ring_block_backward};
 
 // mla
-static void mla_scale(float *x, size_t n, float s) {}
+static void mla_apply_scale(float *x, size_t n, float s) {}
 static void mla_copy_cols(float *dst, size_t dst_stride, const float *src, size_t src_stride, int T, int W) {}
 static void mla_assemble_kv(float *k, float *v, const float *kv, const float *ckv, int T, int N, int Dn, int Dr,
                             int Dv, int R) {}
 static void mla_split_dkv(float *dkv, const float *dk, const float *dv, int T, int N, int Dn, int Dr, int Dv) {}
 static void mla_k_rope_grad_leaf(float *piece, const float *dk, int T, int N, int Dn, int Dr, int h0, int h1) {}
-static const MlaKernels mla_dry = {mla_scale, mla_copy_cols, mla_assemble_kv, mla_split_dkv, mla_k_rope_grad_leaf};
+static const MlaKernels mla_dry = {mla_apply_scale, mla_copy_cols, mla_assemble_kv, mla_split_dkv, mla_k_rope_grad_leaf};
 
 
 

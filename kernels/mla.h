@@ -9,7 +9,7 @@
 
 typedef struct MlaKernels {
     // x (n) *= s: the query scale (Dn+Dr)^-0.5, and its gradient.
-    void (*mla_scale)(float *x, size_t n, float s);
+    void (*mla_apply_scale)(float *x, size_t n, float s);
     // dst (T, W) = src (T, W), each row at its own stride: dst + t*dst_stride, src +
     // t*src_stride (a column range of a wider row on either side).
     void (*mla_copy_cols)(float *dst, size_t dst_stride, const float *src, size_t src_stride, int T, int W);

@@ -66,7 +66,7 @@ void mla_proj_forward(const Config *c, const MLAParams *p, MLASaved *s, const fl
     // the constant is rounded too, cast point 7).
     rope_forward(s->q + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     float scale = mla_scale(c);
-    kern()->mla->mla_scale(s->q, (size_t)T * N * Qk, scale);
+    kern()->mla->mla_apply_scale(s->q, (size_t)T * N * Qk, scale);
     prec_round(c, s->q, (size_t)T * N * Qk);
 
     // ---- keys and values ----
@@ -220,7 +220,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // ---- query ----
     // q = [q_nope, RoPE(q_rope)] * scale: undo the scale, then the rotation.
     float scale = mla_scale(c);
-    kern()->mla->mla_scale(dq, (size_t)T * N * Qk, scale);
+    kern()->mla->mla_apply_scale(dq, (size_t)T * N * Qk, scale);
     prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
     rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     prec_round(c, dq, (size_t)T * N * Qk);

@@ -2,7 +2,7 @@
 #include "kernels/mla.h"
 #include <string.h>
 
-static void mla_scale(float *x, size_t n, float s) {
+static void mla_apply_scale(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
@@ -42,4 +42,4 @@ static void mla_k_rope_grad_leaf(float *piece, const float *dk, int T, int N, in
             for (int d = 0; d < Dr; d++) piece[(size_t)t * Dr + d] += dk[((size_t)t * N + h) * Qk + Dn + d];
 }
 
-const MlaKernels mla_cpu = {mla_scale, mla_copy_cols, mla_assemble_kv, mla_split_dkv, mla_k_rope_grad_leaf};
+const MlaKernels mla_cpu = {mla_apply_scale, mla_copy_cols, mla_assemble_kv, mla_split_dkv, mla_k_rope_grad_leaf};
