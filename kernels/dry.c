@@ -55,7 +55,8 @@ static void mla_assemble_kv(float *k, float *v, const float *kv, const float *ck
                             int Dv, int R) {}
 static void mla_split_dkv(float *dkv, const float *dk, const float *dv, int T, int N, int Dn, int Dr, int Dv) {}
 static void mla_k_rope_grad_leaf(float *piece, const float *dk, int T, int N, int Dn, int Dr, int h0, int h1) {}
-static const MlaKernels mla_dry = {mla_apply_scale, mla_copy_cols, mla_assemble_kv, mla_split_dkv, mla_k_rope_grad_leaf};
+static const MlaKernels mla_dry = {mla_apply_scale, mla_copy_cols, mla_assemble_kv, mla_split_dkv,
+                                   mla_k_rope_grad_leaf};
 
 
 
