@@ -14,6 +14,7 @@
 #define MESHMOE_KERNELS_ATTENTION_H
 #include <float.h>
 #include <stddef.h>
+#include <stdint.h>
 
 // The bf16 rounding points inside attention (docs/model.md#bf16-cast-points, 8 and 9), 0 or 1
 // each: scores = rb(q.k); e = rb(exp(s - m)) and num = rb(sum_j e_j v_j); out = rb(num / l).
@@ -71,6 +72,10 @@ typedef struct AttentionKernels {
                                 const float *kb, const float *vb, const float *o, const float *stats,
                                 const unsigned char *mask, int B, int S, int q0, int k0, int N, int Nkv, int Dqk,
                                 int Dv, AttnRounding rnd);
+
+    // x (n) = uniform numbers in [-1, 1) from a small LCG started at seed: the inputs that
+    // attn_block_autotune times the kernels on.
+    void (*uniform_fill)(float *x, size_t n, uint32_t seed);
 } AttentionKernels;
 
 extern const AttentionKernels attention_cpu;   // kernels/cpu/attention.c

@@ -44,9 +44,10 @@ static void ring_block_backward(float *dq, float *dkb, float *dvb, const float *
                                 const float *kb, const float *vb, const float *o, const float *stats,
                                 const unsigned char *mask, int B, int S, int q0, int k0, int N, int Nkv, int Dqk,
                                 int Dv, AttnRounding rnd) {}
+static void uniform_fill(float *x, size_t n, uint32_t seed) {}
 static const AttentionKernels attention_dry = {causal_mask, dot_forward, dot_backward_rows, flash_forward,
                                                flash_backward_rows, ring_begin, ring_block_forward, ring_end,
-                                               ring_block_backward};
+                                               ring_block_backward, uniform_fill};
 
 // mla
 static void mla_apply_scale(float *x, size_t n, float s) {}

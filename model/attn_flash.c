@@ -106,11 +106,9 @@ void attn_block_autotune(Config *c) {
     float *dO = mem_floats(MEM_TEMP, nq * Dv, "autotune d o"), *dq = mem_floats(MEM_TEMP, nq * Dqk, "autotune d q");
     float *dk = mem_floats(MEM_TEMP, nkv * Dqk, "autotune d k"), *dv = mem_floats(MEM_TEMP, nkv * Dv, "autotune d v");
     float *st = mem_floats(MEM_TEMP, (size_t)B * N * S * 2, "autotune stats");
-    uint32_t r = 12345;   // a small LCG: inputs uniform in [-1, 1)
-    float *fill[] = {q, k, v, dO};
+    float *fill[] = {q, k, v, dO};   // inputs uniform in [-1, 1), one seed each
     size_t len[] = {nq * Dqk, nkv * Dqk, nkv * Dv, nq * Dv};
-    for (int t = 0; t < 4; t++)
-        for (size_t i = 0; i < len[t]; i++) { r = r * 1664525u + 1013904223u; fill[t][i] = (r >> 8) / 8388608.0f - 1.0f; }
+    for (int t = 0; t < 4; t++) kern()->attention->uniform_fill(fill[t], len[t], 12345u + t);
     AttnRounding rnd = attn_rounding(c);
     printf("attn_block_autotune: B=%d S=%d N=%d Nkv=%d Dqk=%d Dv=%d, forward + backward, best of 3\n", B, S, N, Nkv,
            Dqk, Dv);

@@ -371,6 +371,11 @@ static void ring_block_backward(float *dq, float *dkb, float *dvb, const float *
                 }
 }
 
-const AttentionKernels attention_cpu = {causal_mask,   dot_forward,        dot_backward_rows, flash_forward,
-                                        flash_backward_rows, ring_begin, ring_block_forward, ring_end,
-                                        ring_block_backward};
+static void uniform_fill(float *x, size_t n, uint32_t seed) {
+    uint32_t r = seed;
+    for (size_t i = 0; i < n; i++) { r = r * 1664525u + 1013904223u; x[i] = (r >> 8) / 8388608.0f - 1.0f; }
+}
+
+const AttentionKernels attention_cpu = {causal_mask,         dot_forward, dot_backward_rows,  flash_forward,
+                                        flash_backward_rows, ring_begin,  ring_block_forward, ring_end,
+                                        ring_block_backward, uniform_fill};
