@@ -213,11 +213,11 @@ static void dot_backward_rows(float *dq, float *dk, float *dv, const float *dout
                               const float *k, const float *v, const float *o, const float *stats,
                               const unsigned char *mask, int B, int S, int q0, int r0, int r1, int N, int Nkv,
                               int Dqk, int Dv, AttnRounding rnd) {
-    int group = N / Nkv, chunk = r1 - r0;
+    int group = N / Nkv;
     // One work item per (sequence, kv head): it owns dk and dv of that kv head and dq of the
     // query heads of its group, which it visits in order. No two items write the same
     // float, and each float is summed in the same order whatever the thread count.
-    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * chunk * (q0 + S) * (Dqk + Dv) > 1e5)
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * (r1 - r0) * (q0 + S) * (Dqk + Dv) > 1e5)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < Nkv; g++)
             for (int h = g * group; h < (g + 1) * group; h++)
