@@ -48,6 +48,47 @@ static const RouterKernels router_dry = {
     router_probs, lb_chunk_sums, lb_loss, lb_backward,
     router_mixtral_backward, router_softmax_backward, router_deepseek_backward,
 };
+// attention
+static void causal_mask(unsigned char *mask, int B, int S, int q0) {}
+static void dot_forward(float *o, float *stats, float *rows, const float *q, const float *k, const float *v,
+                        const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
+                        AttnRounding rnd) {}
+static void dot_backward_rows(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *o, const float *stats,
+                              const unsigned char *mask, int B, int S, int q0, int r0, int r1, int N, int Nkv,
+                              int Dqk, int Dv, AttnRounding rnd) {}
+static void flash_forward(float *o, float *stats, float *blocks, const float *q, const float *k, const float *v,
+                          const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
+                          AttnRounding rnd, int bq, int bkv) {}
+static void flash_backward_rows(float *dq, float *dk, float *dv, float *Dblk, const float *dout, const float *q,
+                                const float *k, const float *v, const float *o, const float *stats,
+                                const unsigned char *mask, int B, int S, int q0, int r0, int r1, int N, int Nkv,
+                                int Dqk, int Dv, AttnRounding rnd, int bq, int bkv) {}
+static void ring_begin(float *stats, int B, int S, int N) {}
+static void ring_block_forward(float *o, float *stats, float *rows, const float *q, const float *kb,
+                               const float *vb, const unsigned char *mask, int B, int S, int q0, int k0, int N,
+                               int Nkv, int Dqk, int Dv, AttnRounding rnd) {}
+static void ring_end(float *o, const float *stats, int B, int S, int N, int Dv, AttnRounding rnd) {}
+static void ring_block_backward(float *dq, float *dkb, float *dvb, const float *dout, const float *q,
+                                const float *kb, const float *vb, const float *o, const float *stats,
+                                const unsigned char *mask, int B, int S, int q0, int k0, int N, int Nkv, int Dqk,
+                                int Dv, AttnRounding rnd) {}
+static void uniform_fill(float *x, size_t n, uint32_t seed) {}
+static const AttentionKernels attention_dry = {causal_mask, dot_forward, dot_backward_rows, flash_forward,
+                                               flash_backward_rows, ring_begin, ring_block_forward, ring_end,
+                                               ring_block_backward, uniform_fill};
+
+// mla
+static void mla_apply_scale(float *x, size_t n, float s) {}
+static void mla_copy_cols(float *dst, size_t dst_stride, const float *src, size_t src_stride, int T, int W) {}
+static void mla_assemble_kv(float *k, float *v, const float *kv, const float *ckv, int T, int N, int Dn, int Dr,
+                            int Dv, int R) {}
+static void mla_split_dkv(float *dkv, const float *dk, const float *dv, int T, int N, int Dn, int Dr, int Dv) {}
+static void mla_k_rope_grad_leaf(float *piece, const float *dk, int T, int N, int Dn, int Dr, int h0, int h1) {}
+static const MlaKernels mla_dry = {mla_apply_scale, mla_copy_cols, mla_assemble_kv, mla_split_dkv,
+                                   mla_k_rope_grad_leaf};
+
+
 
 // moe
 // The planner has no logits to route on: the rows are those of a balanced routing,
@@ -166,5 +207,7 @@ const Backend backend_dry = {
     .optim = &optim_dry,
     .sum = &sum_dry,
     .init = &init_dry,
+    .attention = &attention_dry,
+    .mla = &mla_dry,
 
 };

@@ -28,6 +28,8 @@
 #include "kernels/optim.h"
 #include "kernels/sum.h"
 #include "kernels/init.h"
+#include "kernels/attention.h"
+#include "kernels/mla.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -49,6 +51,8 @@ typedef struct Backend {
     const OptimKernels *optim;        // optimizer updates, clipping, EMA, sums of squares (kernels/optim.h)
     const SumKernels *sum;            // tree-sum merges and residual adds (kernels/sum.h)
     const InitKernels *init;          // parameter initialisation (kernels/init.h)
+    const AttentionKernels *attention;   // softmax attention: dot product, flash, ring (kernels/attention.h)
+    const MlaKernels *mla;            // MLA's latent splits and query scale (kernels/mla.h)
 
 } Backend;
 

@@ -13,7 +13,8 @@
 //     m' = max(m, max_j s_j),   acc = acc * exp(m - m') + sum_j exp(s_j - m') v_j,
 //     l  = l * exp(m - m') + sum_j exp(s_j - m'),   and at the end o = acc / l.
 // The final (m, l) are saved like attn_core_forward's, so the backward recomputes the same
-// probabilities p = exp(s - m) / l.
+// probabilities p = exp(s - m) / l. A block's merge and its backward are the flash path's
+// row pieces (kernels/cpu/attention.c:merge_keys_row, keys_backward_row).
 //
 // Backward: the K/V blocks go round again. dQ of the local rows sums over the blocks as
 // they arrive; the dK/dV of a block travel with it in an accumulator that every device

@@ -15,6 +15,7 @@
 // positions p0 = rank*S ..; the assembled per-head keys (k_nope with the shared k_rope)
 // and values of all parts are gathered for attention, and their gradients sent back.
 #include "model/mla.h"
+#include "kernels/kernels.h"
 #include "model/attn_core.h"
 #include "model/attn_flash.h"
 #include "model/attn_ring.h"
@@ -66,7 +67,7 @@ void mla_proj_forward(const Config *c, const MLAParams *p, MLASaved *s, const fl
     // the constant is rounded too, cast point 7).
     rope_forward(s->q + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     float scale = mla_scale(c);
-    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * N * Qk); i++) s->q[i] *= scale;
+    kern()->mla->mla_apply_scale(s->q, (size_t)T * N * Qk, scale);
     prec_round(c, s->q, (size_t)T * N * Qk);
 
     // ---- keys and values ----
@@ -79,7 +80,7 @@ void mla_proj_forward(const Config *c, const MLAParams *p, MLASaved *s, const fl
     s->latent = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
     s->kv_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
     s->latn = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
-    for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(s->latent + (size_t)t * R, ckv + (size_t)t * (R + Dr), sizeof(float) * R);
+    kern()->mla->mla_copy_cols(s->latent, R, ckv, R + Dr, T, R);
     s->kvn_scale = rmsnorm_forward_cfg(c, s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R);
     // kv (T, N*(Dn+Dv)) = latn Wkv_b: per head k_nope then v.
     float *kv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
@@ -88,16 +89,7 @@ void mla_proj_forward(const Config *c, const MLAParams *p, MLASaved *s, const fl
     // Assemble k = [k_nope, k_rope] per head and v.
     s->k = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla k");   // (B,S,N,Qk)
     s->v = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla v");   // (B,S,N,Dv)
-    for (int t = 0; t < (mem_dry() ? 0 : T); t++) {
-        const float *k_rope = ckv + (size_t)t * (R + Dr) + R;   // (Dr) shared by all heads
-        for (int h = 0; h < N; h++) {
-            const float *kvh = kv + ((size_t)t * N + h) * (Dn + Dv);   // (Dn+Dv)
-            float *kh = s->k + ((size_t)t * N + h) * Qk;               // (Qk)
-            memcpy(kh, kvh, sizeof(float) * Dn);
-            memcpy(kh + Dn, k_rope, sizeof(float) * Dr);
-            memcpy(s->v + ((size_t)t * N + h) * Dv, kvh + Dn, sizeof(float) * Dv);
-        }
-    }
+    kern()->mla->mla_assemble_kv(s->k, s->v, kv, ckv, T, N, Dn, Dr, Dv, R);
     mem_free(ckv);
     mem_free(kv);
 }
@@ -193,26 +185,19 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // then over the tensor axis; it goes into dckv (T,R+Dr) after the latent's slot.
     float *dkv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla d kv up");   // (T,N,Dn+Dv)
     float *dckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla d kv down");     // (T,R+Dr)
-    for (int t = 0; t < (mem_dry() ? 0 : T); t++)
-        for (int h = 0; h < N; h++) {
-            float *dkvh = dkv + ((size_t)t * N + h) * (Dn + Dv);
-            memcpy(dkvh, dk + ((size_t)t * N + h) * Qk, sizeof(float) * Dn);
-            memcpy(dkvh + Dn, dv + ((size_t)t * N + h) * Dv, sizeof(float) * Dv);
-        }
+    kern()->mla->mla_split_dkv(dkv, dk, dv, T, N, Dn, Dr, Dv);
     int pieces = tp_local_chunks(c), hp = N / pieces;
     float *dk_rope = mem_floats(MEM_TEMP, (size_t)T * Dr, "mla d k_rope");   // (T,Dr)
     TreeSum ts;
     treesum_begin(&ts, (size_t)T * Dr, MEM_TEMP, "mla d k_rope piece");
     for (int r = 0; r < pieces; r++) {
         float *piece = treesum_leaf(&ts);   // (T,Dr): heads r*hp .. (r+1)*hp-1
-        for (int t = 0; t < (mem_dry() ? 0 : T); t++)   // (a dry run computes nothing)
-            for (int h = r * hp; h < (r + 1) * hp; h++)
-                for (int d = 0; d < Dr; d++) piece[(size_t)t * Dr + d] += dk[((size_t)t * N + h) * Qk + Dn + d];
+        kern()->mla->mla_k_rope_grad_leaf(piece, dk, T, N, Dn, Dr, r * hp, (r + 1) * hp);
         treesum_push(&ts);
     }
     treesum_end(&ts, dk_rope);
     tp_all_reduce(dk_rope, (size_t)T * Dr);
-    for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(dckv + (size_t)t * (R + Dr) + R, dk_rope + (size_t)t * Dr, sizeof(float) * Dr);
+    kern()->mla->mla_copy_cols(dckv + R, R + Dr, dk_rope, Dr, T, Dr);
     mem_free(dk_rope);
     mem_free(dk);
     mem_free(dv);
@@ -225,7 +210,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     mem_free(dkv);
     float *dlat = mem_floats(MEM_TEMP, (size_t)T * R, "mla d latent");         // (T,R)
     rmsnorm_backward_cfg(c, dlat, g->kv_norm, dlatn, s->latent, p->kv_norm, s->kvn_scale, s->kv_rstd, T, R, leaf);
-    for (int t = 0; t < (mem_dry() ? 0 : T); t++) memcpy(dckv + (size_t)t * (R + Dr), dlat + (size_t)t * R, sizeof(float) * R);
+    kern()->mla->mla_copy_cols(dckv, R + Dr, dlat, R, T, R);
     mem_free(dlatn);
     mem_free(dlat);
     // ckv = x Wkv_a (bf16: ckv was rounded, so is its gradient)
@@ -236,7 +221,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // ---- query ----
     // q = [q_nope, RoPE(q_rope)] * scale: undo the scale, then the rotation.
     float scale = mla_scale(c);
-    for (size_t i = 0; i < (mem_dry() ? 0 : (size_t)T * N * Qk); i++) dq[i] *= scale;
+    kern()->mla->mla_apply_scale(dq, (size_t)T * N * Qk, scale);
     prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
     rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
     prec_round(c, dq, (size_t)T * N * Qk);

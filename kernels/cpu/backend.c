@@ -21,5 +21,7 @@ const Backend backend_cpu = {
     .optim = &optim_cpu,
     .sum = &sum_cpu,
     .init = &init_cpu,
+    .attention = &attention_cpu,
+    .mla = &mla_cpu,
 
 };
