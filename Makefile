@@ -24,9 +24,9 @@ LDLIBS += $(BLAS_LIBS)
 BUILD   ?= build
 OUT     ?= train
 # Every folder of the library (README.md#layers gives their order).
-SRC_DIRS := model kernels kernels/cpu sharding pipeline data sweep trainer
-LIB_SRC := common.c $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
-HDRS    := $(wildcard *.h) $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
+SRC_DIRS := core kernels kernels/cpu base data model sharding pipeline optim trainer report sweep
+LIB_SRC := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
+HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
@@ -50,7 +50,7 @@ build/test_%: tests/test_%.c $(LIB_OBJ) tests/test.h tests/gradcheck.h
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
 
 # The default corpus needs no download: the project's own README and C sources.
-build/corpus.txt: $(wildcard README.md *.c model/*.[ch] sharding/*.[ch] pipeline/*.[ch] data/*.[ch])
+build/corpus.txt: $(wildcard README.md *.c $(foreach d,$(SRC_DIRS),$(d)/*.[ch]))
 	@mkdir -p build
 	cat $^ > $@
 

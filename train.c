@@ -7,7 +7,7 @@
 //   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
 //   ./train figure KIND OUT.svg ...      the figures of docs/ (sweep/figure.c)
-//   ./train export-hf CKPT OUT_DIR       a checkpoint as a Hugging Face model (model/hf.h)
+//   ./train export-hf CKPT OUT_DIR       a checkpoint as a Hugging Face model (trainer/hf.h)
 //
 // A training run, in the order of the functions below (main, at the end, calls them):
 // 1. read the config (preset file, then overrides) and check it, every path included;
@@ -18,27 +18,27 @@
 //    evaluate and save every so often;
 // 6. evaluate, save, and print a sample of what the model learned;
 // 7. report each device's memory (or, in a dry run, the plan of one step).
-#include "common.h"
+#include "core/common.h"
 #include "kernels/kernels.h"
-#include "model/config.h"
+#include "base/config.h"
 #include "model/model.h"
-#include "model/step.h"
+#include "trainer/step.h"
 #include "model/matmul.h"
-#include "model/checkpoint.h"
-#include "model/dump.h"
-#include "model/hf.h"
-#include "model/sample.h"
+#include "trainer/checkpoint.h"
+#include "trainer/dump.h"
+#include "trainer/hf.h"
+#include "trainer/sample.h"
 #include "data/tokens.h"
 #include "data/loader.h"
-#include "sharding/memory.h"
-#include "sharding/mesh.h"
-#include "sharding/print.h"
-#include "sharding/offload.h"
+#include "base/memory.h"
+#include "base/mesh.h"
+#include "report/print.h"
+#include "optim/offload.h"
 #include "pipeline/pipeline.h"
 #include "sweep/sweep.h"
 #include "model/attn_flash.h"
-#include "sharding/plan.h"
-#include "data/paths.h"
+#include "report/plan.h"
+#include "base/paths.h"
 #include "trainer/metrics.h"
 #include <time.h>
 
@@ -65,7 +65,7 @@ static void read_config(Config *c, int argc, char **argv) {
     if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) attn_block_autotune(c);
 }
 
-// 2. The mesh: one thread per device, each with its own allocator (sharding/mesh.h). A run
+// 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
 // that starts from saved weights has them checked against the config here, before training.
 static void start_mesh(Mesh *mesh, const Config *c) {
     mesh_init(mesh, c);
@@ -80,7 +80,7 @@ static void start_mesh(Mesh *mesh, const Config *c) {
 }
 
 // A dry run's step: device 0's result and each planned device's figures after the step,
-// for main to write once every device has its plan (sharding/mesh.h, mesh_run_classes).
+// for main to write once every device has its plan (base/mesh.h, mesh_run_classes).
 typedef struct { int step; StepResult r; StepTime t; DevStats *stats; } DryStep;
 
 // What main hands every device: the config, the mesh, the data (3); in a dry run, what the
@@ -295,10 +295,10 @@ static void log_step(const DeviceRun *d, int step, const StepResult *r, StepTime
 }
 
 // 5. The training loop, from the model's step to run_steps or steps. A dry run (the planner,
-// sharding/plan.h) runs one step that makes every allocation of a real step and computes
+// report/plan.h) runs one step that makes every allocation of a real step and computes
 // nothing: no data, no evaluation; its figures are kept for main. SIGINT/SIGTERM during the
 // loop: the step finishes, and every device sees the signal in the same gathered figures, so
-// all stop after the same step (data/paths.h). Returns that signal, or 0.
+// all stop after the same step (base/paths.h). Returns that signal, or 0.
 static int train_loop(DeviceRun *d) {
     const Config *c = &d->c;
     Model *m = &d->m;
@@ -384,7 +384,7 @@ static void run_end(DeviceRun *d) {
 static void device_main(int dev_id, void *arg) {
     DeviceRun d;
     model_start(&d, (Run *)arg, dev_id);
-    if (d.c.dump_parity[0]) {   // the parity test's tool (model/dump.h): its own steps and files
+    if (d.c.dump_parity[0]) {   // the parity test's tool (trainer/dump.h): its own steps and files
         if (d.run->mesh->ndev > 1)
             die("dump_parity runs on one device (it is the parity test's tool, not a checkpoint): drop the ici_* keys");
         parity_dump(&d.m, d.run->dl, d.c.dump_parity);

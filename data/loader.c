@@ -1,6 +1,6 @@
 // data/loader.c: train/eval split and the order in which training windows are visited.
 #include "data/loader.h"
-#include "common.h"
+#include "core/common.h"
 
 void loader_init(DataLoader *dl, const uint16_t *tokens, size_t n, int S, double eval_fraction) {
     size_t n_eval = (size_t)((double)n * eval_fraction);

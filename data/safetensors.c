@@ -1,10 +1,10 @@
 // data/safetensors.c: writer and reader of the safetensors format (see the header).
 // The reader loads the whole file into one buffer: checkpoints and dumps of this trainer
 // are small, and it keeps the code short. The buffer is host staging memory, not device
-// memory, so it does not go through sharding/memory.c.
+// memory, so it does not go through base/memory.c.
 #include "data/safetensors.h"
-#include "data/paths.h"
-#include "common.h"
+#include "base/paths.h"
+#include "core/common.h"
 #include <errno.h>
 #include <unistd.h>
 #include <fcntl.h>

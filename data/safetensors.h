@@ -27,7 +27,7 @@ void st_writer_meta(StWriter *w, const char *key, const char *value);
 // NOT copied and must stay valid until st_write_file returns.
 void st_writer_add(StWriter *w, const char *name, StDtype dtype, int ndim, const int64_t *shape,
                    const void *data);
-// Writes PATH atomically (data/paths.h: a unique temporary beside it, fsync, rename). On any
+// Writes PATH atomically (base/paths.h: a unique temporary beside it, fsync, rename). On any
 // error or signal it stops with a message and leaves neither a temporary nor a partial PATH.
 void st_write_file(StWriter *w, const char *path);
 void st_writer_free(StWriter *w);

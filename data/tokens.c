@@ -1,8 +1,8 @@
 // data/tokens.c: byte-level text, llm.c token files and the synthetic corpus.
 // Token arrays are host memory (the data set, not a device tensor), so plain malloc.
 #include "data/tokens.h"
-#include "data/paths.h"
-#include "common.h"
+#include "base/paths.h"
+#include "core/common.h"
 #include <sys/stat.h>
 #include <errno.h>
 #include <unistd.h>

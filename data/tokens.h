@@ -15,7 +15,7 @@
 
 // Reads a file's bytes as tokens (malloc'd; caller frees). Dies on a missing/empty file.
 uint16_t *text_read_bytes(const char *path, size_t *n);
-// Writes tokens as an llm.c token file, atomically (data/paths.h).
+// Writes tokens as an llm.c token file, atomically (base/paths.h).
 void tokfile_write(const char *path, const uint16_t *tok, size_t n);
 // Reads an llm.c token file; dies naming the path on wrong magic/version or truncation.
 uint16_t *tokfile_read(const char *path, size_t *n);

@@ -3,10 +3,10 @@
 // step holds, and nothing is computed. Same names and argument order as the CPU kernels;
 // the arguments are unused by design (this file builds with -Wno-unused-parameter).
 #include "kernels/kernels.h"
-#include "common.h"
+#include "core/common.h"
 #include <string.h>
 
-// The planner's small buffers are real memory (sharding/memory.h), so what a dry kernel
+// The planner's small buffers are real memory (base/memory.h), so what a dry kernel
 // wrote there (a balanced routing's counts) reads back as on the CPU.
 static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, src, bytes); }
 

@@ -1,7 +1,7 @@
 // kernels/optim.h: the optimizer's kernels (docs/model.md#optimizer-and-schedule): AdamW,
 // SGD and Adafactor's updates, gradient clipping, the EMA of the weights, and sums of
 // squares in fixed point. The orchestration (which shard, which tensor, the state's moves
-// to and from host memory) is model/optimizer.c, model/adafactor.c and sharding/offload.c.
+// to and from host memory) is optim/optimizer.c, optim/adafactor.c and optim/offload.c.
 #ifndef MESHMOE_KERNELS_OPTIM_H
 #define MESHMOE_KERNELS_OPTIM_H
 #include <stddef.h>
@@ -32,7 +32,7 @@ typedef struct OptimKernels {
     // large (Squares above).
     void (*squares_add)(fixed128 *sum, int *bad, const float *x, size_t n);
 
-    // Adafactor (model/adafactor.h). A factored tensor of global shape `shape` (ndim dims)
+    // Adafactor (optim/adafactor.h). A factored tensor of global shape `shape` (ndim dims)
     // keeps its second moment as row means vrow (L,R) and column means vcol (L,C): R rows
     // along dim drow, C columns along dim dcol, L the product of the other dims.
     // g (the whole tensor, row-major): vrow = decay * vrow + (1-decay) * mean over columns

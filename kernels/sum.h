@@ -1,4 +1,4 @@
-// kernels/sum.h: adds of whole arrays: the canonical tree's merges (model/treesum.c) and
+// kernels/sum.h: adds of whole arrays: the canonical tree's merges (base/treesum.c) and
 // the residual connections (model/model.c).
 #ifndef MESHMOE_KERNELS_SUM_H
 #define MESHMOE_KERNELS_SUM_H

@@ -4,9 +4,9 @@
 //     o = causal softmax attention (model/attn_core.c), query head h reads kv head h/(N/Nkv)
 //     out = o Wo  (T,D)
 // No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/model.c).
-// Tensor parallelism (sharding/tensor.h): c is the device's local config, so N and Nkv are
+// Tensor parallelism (base/tensor.h): c is the device's local config, so N and Nkv are
 // this device's heads; Wq, Wk, Wv are column-parallel and Wo row-parallel.
-// Context parallelism (sharding/context.h): S is this device's part of each sequence, at
+// Context parallelism (base/context.h): S is this device's part of each sequence, at
 // positions p0 = rank*S ..; its queries attend to the keys and values of all parts.
 #include "model/attention.h"
 #include "model/attn_core.h"
@@ -14,11 +14,11 @@
 #include "model/attn_ring.h"
 #include "model/rope.h"
 #include "model/precision.h"
-#include "sharding/tensor.h"
+#include "base/tensor.h"
 #include "model/tensor_parallel.h"
-#include "sharding/context.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/context.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
                        float *out, const float *x, int B, int S) {

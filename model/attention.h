@@ -1,7 +1,7 @@
 // model/attention.h: causal grouped-query attention (Mixtral), docs/model.md#gqa-attention.
 #ifndef MESHMOE_ATTENTION_H
 #define MESHMOE_ATTENTION_H
-#include "model/config.h"
+#include "base/config.h"
 #include "model/params.h"
 
 // What the forward pass keeps for the backward pass (allocated by attention_forward from

@@ -5,9 +5,9 @@
 #include "kernels/kernels.h"
 #include "model/matmul.h"
 #include "model/precision.h"
-#include "model/treesum.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/treesum.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void attn_check_heads(int N, int Nkv) {
     if (Nkv <= 0 || N % Nkv != 0)

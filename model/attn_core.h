@@ -11,7 +11,7 @@
 // Probabilities are never stored: the backward pass recomputes them from q, k and the
 // per-row statistics (m, l), so memory grows with S, not S*S.
 //
-// Context parallelism (sharding/context.h): a device holds S positions q0 .. q0+S-1 of
+// Context parallelism (base/context.h): a device holds S positions q0 .. q0+S-1 of
 // every sequence (its part; q0 = 0 on one device) and runs its queries against the keys
 // and values of all P parts, gathered from the context group: k (P,B,S,Nkv,Dqk), part p
 // holding positions p*S .. p*S+S-1 (P = 1 is the plain (B,S,Nkv,Dqk)). The mask compares
@@ -19,8 +19,8 @@
 #ifndef MESHMOE_ATTN_CORE_H
 #define MESHMOE_ATTN_CORE_H
 #include "kernels/attention.h"
-#include "model/config.h"
-#include "sharding/context.h"
+#include "base/config.h"
+#include "base/context.h"
 
 // The bf16 rounding points of the config (AttnRounding, kernels/attention.h; docs/model.md#bf16-cast-points,
 // cast points 8 and 9): all 0 in float32 mode; float32_qk_product and float32_logits switch
@@ -44,7 +44,7 @@ void attn_core_forward(float *o, float *stats, const float *q, const float *k, c
 // wrote. dq (B,S,N,Dqk), dk (P,B,S,Nkv,Dqk), dv (P,B,S,Nkv,Dv) are overwritten (not +=):
 // dk and dv hold this device's contribution to the keys of every part (0 where its queries
 // do not see them). A key's gradient sums over the query rows that see it: the rows are
-// cut into chunks of `chunk` rows (the reduce chunks of sharding/context.h); within a chunk
+// cut into chunks of `chunk` rows (the reduce chunks of base/context.h); within a chunk
 // the rows are added in (head of the group, row) order, and the chunks along the pairwise
 // tree, on one device too, so that the reduce-scatter over the context group (a tree over
 // the devices' whole subtrees of chunks) gives the same bits as one device. dq sums over

@@ -3,9 +3,9 @@
 // autotune (attention=flash; see model/attn_flash.h for the math).
 #include "model/attn_flash.h"
 #include "kernels/kernels.h"
-#include "model/treesum.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/treesum.h"
+#include "base/memory.h"
+#include "core/common.h"
 #include <time.h>
 
 static inline int imin(int a, int b) { return a < b ? a : b; }

@@ -2,9 +2,9 @@
 // One function per pass runs the ring; one per pass handles one arriving K/V block.
 #include "model/attn_ring.h"
 #include "kernels/kernels.h"
-#include "sharding/context.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/context.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 int attn_ring_on(const Config *c) {
     return c->context_parallel_strategy == CP_RING && cp_size() > 1;

@@ -1,6 +1,6 @@
 // model/attn_ring.h: ring attention over the context axis (context_parallel_strategy=ring,
 // docs/optimizations.md#context_parallel_strategy), the other way to reach the keys and
-// values of the other parts of a sequence (sharding/context.h). The math is
+// values of the other parts of a sequence (base/context.h). The math is
 // model/attn_core.h's; only the order of its sums changes.
 //
 // Instead of all-gathering every part's K/V, each of the P context devices keeps its own
@@ -34,7 +34,7 @@
 // device the ring is off and attn_core is used.
 #ifndef MESHMOE_ATTN_RING_H
 #define MESHMOE_ATTN_RING_H
-#include "model/config.h"
+#include "base/config.h"
 #include "model/attn_core.h"
 
 // Does this device's attention run as a ring (the strategy is ring and context > 1)?

@@ -3,8 +3,8 @@
 #include "model/embedding.h"
 #include "model/matmul.h"
 #include "kernels/kernels.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {
     kern()->embedding->embedding_forward(out, ids, table, T, D, V, v0);

@@ -1,8 +1,8 @@
 // model/embedding.h: token embedding lookup (docs/model.md#embedding): no sqrt(D) scaling.
-// Vocabulary-parallel: the device holds rows v0 .. v0+V-1 of the table (sharding/tensor.h).
+// Vocabulary-parallel: the device holds rows v0 .. v0+V-1 of the table (base/tensor.h).
 #ifndef MESHMOE_EMBEDDING_H
 #define MESHMOE_EMBEDDING_H
-#include "sharding/context.h"
+#include "base/context.h"
 
 // out (T,D) = table (V,D) [ids (T) - v0] for the ids this device holds, 0 for the others
 // (summed over the tensor axis by the caller: exactly one device contributes each row).

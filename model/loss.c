@@ -2,11 +2,11 @@
 // statistics combined over the tensor axis, the pieces and leaves summed along the
 // canonical tree; the loops over logits are kernels (kernels/loss.h).
 #include "model/loss.h"
-#include "model/treesum.h"
+#include "base/treesum.h"
 #include "kernels/kernels.h"
-#include "sharding/tensor.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/tensor.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 long loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
                   int T, int V, int v0, int chunks, float zmul, Leaves leaf) {

@@ -2,10 +2,10 @@
 // gradient's leaves added along the canonical tree, a contraction cut into pieces; the
 // products themselves are kernels (kernels/matmul.h).
 #include "model/matmul.h"
-#include "model/treesum.h"
+#include "base/treesum.h"
 #include "kernels/kernels.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void matmul_set_impl(const char *impl) {
     if (!strcmp(impl, "ordered")) matmul_cpu_use_openblas(0);

@@ -6,7 +6,7 @@
 // (not row-stable).
 #ifndef MESHMOE_MATMUL_H
 #define MESHMOE_MATMUL_H
-#include "sharding/context.h"
+#include "base/context.h"
 #include "kernels/matmul.h"   // blas_description, blas_set_threads, blas_prefer_fast_kernels
 
 // out (T,OC) = inp (T,C) @ w (C,OC), or out += ... when accumulate is 1.
@@ -15,7 +15,7 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
 // Backward of matmul_forward. Either output may be NULL (not needed).
 //   dinp (T,C)  += dout (T,OC) @ w^T
 //   dw   (C,OC) += sum over tokens of inp^T dout, summed leaf by leaf along the canonical
-//                  tree (the leaves of the T = leaf.B * leaf.S tokens: sharding/context.h).
+//                  tree (the leaves of the T = leaf.B * leaf.S tokens: base/context.h).
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, Leaves leaf);
 
@@ -24,8 +24,8 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
 void matmul_set_impl(const char *impl);
 
 // The same products with one contraction cut into `chunks` equal pieces whose partial
-// products are added along the canonical tree (model/treesum.h). Tensor parallelism
-// (sharding/tensor.c) gives each device a whole subtree of pieces, so the all-reduce of the
+// products are added along the canonical tree (base/treesum.h). Tensor parallelism
+// (base/tensor.c) gives each device a whole subtree of pieces, so the all-reduce of the
 // devices' partials adds them in the same order as one device does: the sum is
 // bit-identical to the single-device one.
 // out (T,OC) = inp (T,C) @ w (C,OC), the sum over C in `chunks` pieces (out is overwritten).

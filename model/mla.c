@@ -8,10 +8,10 @@
 //     RoPE on q_rope (every head) and on k_rope;  k = [k_nope, k_rope]  (broadcast over heads)
 //     q *= (Dn + Dr)^-0.5  (after RoPE)
 //     o = causal softmax attention (model/attn_core.c) with N kv heads;  out = o Wo
-// Tensor parallelism (sharding/tensor.h): N is this device's heads (c is the local config);
+// Tensor parallelism (base/tensor.h): N is this device's heads (c is the local config);
 // Wq/Wq_b and Wkv_b are column-parallel, Wo row-parallel; the low-rank Wq_a, Wkv_a and
 // the norms are replicated (every tensor device computes them whole).
-// Context parallelism (sharding/context.h): S is this device's part of each sequence, at
+// Context parallelism (base/context.h): S is this device's part of each sequence, at
 // positions p0 = rank*S ..; the assembled per-head keys (k_nope with the shared k_rope)
 // and values of all parts are gathered for attention, and their gradients sent back.
 #include "model/mla.h"
@@ -22,12 +22,12 @@
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 #include "model/precision.h"
-#include "model/treesum.h"
-#include "sharding/tensor.h"
+#include "base/treesum.h"
+#include "base/tensor.h"
 #include "model/tensor_parallel.h"
-#include "sharding/context.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/context.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 // The runtime query scale: MaxText's `self.qk_head_dim ** -0.5` is a Python double,
 // rounded once to float32 when it multiplies the float32 query.
@@ -181,7 +181,7 @@ void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s
     // ---- keys and values ----
     // dkv (T,N,Dn+Dv) = per head [dk_nope, dv]. The shared k_rope gets the sum over heads
     // of dk_rope: a sum over the tensor-split heads, so it is cut into the pieces of
-    // sharding/tensor.h (each a run of heads, added in head order) added along the tree,
+    // base/tensor.h (each a run of heads, added in head order) added along the tree,
     // then over the tensor axis; it goes into dckv (T,R+Dr) after the latent's slot.
     float *dkv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla d kv up");   // (T,N,Dn+Dv)
     float *dckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla d kv down");     // (T,R+Dr)

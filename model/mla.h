@@ -1,7 +1,7 @@
 // model/mla.h: DeepSeek multi-head latent attention, docs/model.md#mla.
 #ifndef MESHMOE_MLA_H
 #define MESHMOE_MLA_H
-#include "model/config.h"
+#include "base/config.h"
 #include "model/params.h"
 
 // Saved by mla_forward (MEM_ACTIVATIONS), freed by mla_backward. T = B*S tokens,

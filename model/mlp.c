@@ -4,15 +4,15 @@
 //     act = silu(h0) * h1                (T,F),  silu(z) = z * sigmoid(z)
 //     out = act wo                       (T,D)
 // Under tensor parallelism F is this device's slice of the width: wi_0, wi_1 are
-// column-parallel and wo row-parallel (sharding/tensor.h).
+// column-parallel and wo row-parallel (base/tensor.h).
 #include "model/mlp.h"
 #include "model/matmul.h"
 #include "model/precision.h"
-#include "sharding/tensor.h"
+#include "base/tensor.h"
 #include "model/tensor_parallel.h"
-#include "sharding/memory.h"
+#include "base/memory.h"
 #include "kernels/kernels.h"
-#include "common.h"
+#include "core/common.h"
 
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
     s->h0 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F)

@@ -2,8 +2,8 @@
 #ifndef MESHMOE_MLP_H
 #define MESHMOE_MLP_H
 #include "model/params.h"
-#include "model/config.h"
-#include "sharding/context.h"
+#include "base/config.h"
+#include "base/context.h"
 
 typedef struct {
     float *h0;   // (T,F) x @ wi_0 (before silu)
@@ -13,7 +13,7 @@ typedef struct {
 // out (T,D) = SwiGLU(x (T,D)); F is the hidden width (this device's slice of it under
 // tensor parallelism; c gives tensor_reduce_chunks). s gets MEM_ACTIVATIONS buffers.
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F);
-// dx (T,D) += ; g->* += weight gradients (canonical tree over the leaves, sharding/context.h); frees s.
+// dx (T,D) += ; g->* += weight gradients (canonical tree over the leaves, base/context.h); frees s.
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, Leaves leaf);
 // Free what mlp_forward saved (safe on a cleared struct): a forward without a backward.

@@ -12,14 +12,14 @@
 #include "model/loss.h"
 #include "model/remat.h"
 #include "model/vocab_tiling.h"
-#include "sharding/memory.h"
-#include "sharding/partition.h"
-#include "sharding/tensor.h"
+#include "base/memory.h"
+#include "base/partition.h"
+#include "base/tensor.h"
 #include "model/tensor_parallel.h"
-#include "sharding/context.h"
-#include "sharding/constraint.h"
+#include "base/context.h"
+#include "model/constraint.h"
 #include "kernels/kernels.h"
-#include "common.h"
+#include "core/common.h"
 #include <stdarg.h>
 
 // ---------------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ void model_bias_name(const Config *c, int l, const char *prefix, char *buf, size
     snprintf(buf, cap, "%s%s", prefix, name);
 }
 
-// One tensor: its global shape, the logical name of each dimension (sharding/partition.h),
+// One tensor: its global shape, the logical name of each dimension (base/partition.h),
 // its init, its name. Records the spec with this device's local shape (the global one cut
 // along the tensor and expert axes) and returns where the tensor lives in `base`.
 static float *take(Walk *w, float std, float cst, int ndim, const int *shape, const char *const *logical,
@@ -485,7 +485,7 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
     // h = x + Attention(RMSNorm_pre(x))
     a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
     a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
-    // Sharding constraints (sharding/constraint.h): on the layer's input as the pre-norm
+    // Sharding constraints (model/constraint.h): on the layer's input as the pre-norm
     // reads it, and on the norm's output as attention reads it; each a copy or nothing.
     const float *xc = constraint_apply(c, x, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: decoder layer input");
     a->scale1 = rmsnorm_forward_cfg(c, a->n1, a->rstd1, xc, p->pre_norm, T, D);
@@ -564,7 +564,7 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     const Config *c = &m->cfg;
     const Config *lc = &m->lcfg;
     int T = B * S, D = c->base_emb_dim;
-    Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
+    Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (base/context.h)
     LayerParams *p = &m->params.layers[l], *gl = &m->grads.layers[l];
     // Everything each half of the backward reads, on the device and as floats: what the
     // remat policy offloaded is copied back, what it dropped is recomputed (model/remat.h).
@@ -591,7 +591,7 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     }
     prec_round(c, dn, (size_t)T * D);
     // The forward's constraints transpose to constraints on the gradients at the same points
-    // (sharding/constraint.h), each a copy or nothing: here d(mlp input), as the post-norm's
+    // (model/constraint.h), each a copy or nothing: here d(mlp input), as the post-norm's
     // backward reads it.
     const float *dnc = constraint_apply(c, dn, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d mlp input");
     rmsnorm_backward_cfg(c, dh, gl->post_norm, dnc, a->h, p->post_norm, a->scale2, a->rstd2, T, D, leaf);
@@ -664,7 +664,7 @@ void model_head_unpack(Model *m, int T) {
 float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out) {
     const Config *c = &m->cfg;
     int T = B * S, D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
-    Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (sharding/context.h)
+    Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (base/context.h)
     float *dnf;
     if (vocab_tiled(c)) {
         dnf = vocab_tiled_head_backward(m, B, S, scale);   // the same, tile by tile (model/vocab_tiling.h)
@@ -674,7 +674,7 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
         // transposes a cast); here and at each such point in the layers' backward.
         prec_round(c, m->logits, (size_t)T * V);
         dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-        // The logits' constraint transposed: one on d logits (sharding/constraint.h).
+        // The logits' constraint transposed: one on d logits (model/constraint.h).
         const float *dlc = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
         matmul_backward(NULL, m->grads.logits, dlc, m->nf, m->params.logits, T, D, V, leaf);
         tp_colpar_dinp(c, dnf, dlc, m->params.logits, T, D, V);   // a sum over the vocabulary
@@ -721,7 +721,7 @@ void model_forward(Model *m, const int *ids, const int *targets, int B, int S, f
 
     // Units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head. Under FSDP each
     // is all-gathered just before use and freed right after.
-    mem_phase("forward embedding");   // phases name the moments of the memory timeline (sharding/plan.h)
+    mem_phase("forward embedding");   // phases name the moments of the memory timeline (report/plan.h)
     float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
     // overlap_collectives (sharding/overlap.h): while a unit computes, the next one is
     // gathered on a helper thread.

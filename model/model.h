@@ -3,14 +3,14 @@
 #ifndef MESHMOE_MODEL_H
 #define MESHMOE_MODEL_H
 #include <stddef.h>
-#include "model/config.h"
+#include "base/config.h"
 #include "model/params.h"
 #include "model/attention.h"
 #include "model/mla.h"
 #include "model/mlp.h"
 #include "model/moe.h"
-#include "sharding/shard.h"
-#include "sharding/partition.h"
+#include "base/shard.h"
+#include "base/partition.h"
 
 // One tensor of the layout: its MaxText-style name, shape, place in the flat buffer and init.
 // Under tensor or expert parallelism `shape` is this device's piece of `gshape`.
@@ -21,7 +21,7 @@ typedef struct {
     int shape[4];       // local shape (what this device holds)
     int gshape[4];      // global shape
     int lindex[4];      // this device's piece along each dimension
-    const char *logical[4];   // logical axis names (sharding/partition.h)
+    const char *logical[4];   // logical axis names (base/partition.h)
     PartSpec part;      // the partition spec those names give on this mesh
     size_t offset;      // in floats, from the start of the flat buffer
     size_t size;        // floats
@@ -60,14 +60,14 @@ typedef struct ShardHooks {
 
 typedef struct Model {
     Config cfg;
-    Config lcfg;            // the config as this device's layers see it (sharding/tensor.h)
+    Config lcfg;            // the config as this device's layers see it (base/tensor.h)
     int vocab_local, vocab_first;   // this device's slice of the vocabulary
     int ntensors;
     ParamSpec *specs;       // (ntensors) the layout, in order
     size_t nparams;         // floats in the flat buffer
     StateShard shard;       // this device's share of the state (sharding/fsdp.h)
     float *params_mem, *grads_mem;   // (shard.local_n) each: nparams on one device
-    float *m_mem, *v_mem;   // (shard.local_n / shard.Z) AdamW moments; adafactor: v_mem only, per tensor (model/adafactor.h)
+    float *m_mem, *v_mem;   // (shard.local_n / shard.Z) AdamW moments; adafactor: v_mem only, per tensor (optim/adafactor.h)
     float *grad_dst;        // where finished gradients go (grads_mem, or a microbatch's buffer)
     int grad_partial;       // 1: grad_dst is a microbatch's, per chunk slot (sharding/fsdp.h)
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
@@ -91,7 +91,7 @@ typedef struct Model {
 } Model;
 
 // Where one forward pass writes its statistics. Loss and aux loss are kept per leaf and
-// per sequence so that the step can add them along the canonical tree (model/treesum.h):
+// per sequence so that the step can add them along the canonical tree (base/treesum.h):
 // the printed loss is then bit-identical however the batch is split.
 typedef struct {
     double *loss_leaf;      // (leaves_of(c,B,S).n) written: sum of token losses per leaf, tree order
@@ -109,7 +109,7 @@ void model_bias_name(const Config *c, int l, const char *prefix, char *buf, size
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams);
 // Set up the model in two steps, so that the optimizer state (optim/, above the model) is
 // allocated between them as a training run lays out memory (train/step.c:step_init):
-// model_init_layout: the layout, this device's share of it (sharding/shard.h), parameters
+// model_init_layout: the layout, this device's share of it (base/shard.h), parameters
 // (MEM_PARAMS) and gradients (MEM_GRADS); model_init_weights: the weights drawn from the
 // seed, the pointers bound, the routing bias.
 void model_init_layout(Model *m, const Config *c);
@@ -132,7 +132,7 @@ int model_num_moe_layers(const Config *c);
 size_t model_global_index(const ParamSpec *s, size_t i);
 
 // Forward pass over B sequences of S tokens (ids, targets: (B,S); under context parallelism
-// S is this device's part of each sequence, sharding/context.h). Keeps the activations
+// S is this device's part of each sequence, base/context.h). Keeps the activations
 // for model_backward. lb_coef: see moe_forward; global_seqs: sequences in the whole step.
 void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st);
 // Backward pass of the last forward; grads += d(loss)/d(params) with the loss scaled by

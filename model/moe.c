@@ -14,8 +14,8 @@
 //           capacity in a sequence are dropped (weight 0).
 // Both paths share the row bookkeeping of MoeSaved (model/moe.h): each expert owns a
 // contiguous range of rows, sorted by token, so its weight gradient can be summed leaf by
-// leaf in the canonical order (model/treesum.h) whatever the routing.
-// Context parallelism (sharding/context.h): S is this device's part of each sequence; the
+// leaf in the canonical order (base/treesum.h) whatever the routing.
+// Context parallelism (base/context.h): S is this device's part of each sequence; the
 // per-sequence statistics (load-balance loss, capacity) are combined over the context group.
 // This file orchestrates: it reads the switches, allocates, calls the collectives and reads
 // the rows' layout back to the host once per pass (rows_to_host); the arithmetic is in the
@@ -24,14 +24,14 @@
 #include "model/moe.h"
 #include "model/matmul.h"
 #include "model/precision.h"
-#include "sharding/tensor.h"
+#include "base/tensor.h"
 #include "model/tensor_parallel.h"
-#include "sharding/expert.h"
-#include "sharding/context.h"
-#include "model/treesum.h"
-#include "sharding/memory.h"
+#include "base/expert.h"
+#include "base/context.h"
+#include "base/treesum.h"
+#include "base/memory.h"
 #include "kernels/kernels.h"
-#include "common.h"
+#include "core/common.h"
 
 static void moe_saved_pack(const Config *c, MoeSaved *s, int pack);
 
@@ -107,7 +107,7 @@ static void drop_over_capacity(const Config *c, MoeSaved *s, int B, int S) {
 //   P = softmax(logits) (T,E);  f[b,e] = (1/S) #assignments of sequence b to e;
 //   Pbar[b,e] = (1/S) sum_s P[b,s,e];  lb_seq[b] = lb_coef * sum_e f[b,e] * Pbar[b,e]
 // S is the whole sequence. The counts and the sums of P are taken chunk by chunk (the
-// chunks of sharding/context.h, each in position order, in double) and the chunks added
+// chunks of base/context.h, each in position order, in double) and the chunks added
 // along the tree over the sequence's chunks, gathered from the context group when this
 // device holds only its part: the same numbers on any mesh (the counts are exact).
 
@@ -152,11 +152,11 @@ static int first_row_from(const int *row_token, int n, long t) {
 }
 
 // dw (C,OC) += sum over rows of inp[r]^T dout[r], leaf by leaf in tree order (the leaves of
-// sharding/context.h). An expert's rows are sorted by token, so a leaf's rows (those of
+// base/context.h). An expert's rows are sorted by token, so a leaf's rows (those of
 // its tokens t0 .. t0+len-1) are contiguous; every leaf is pushed (an empty one adds
 // zero) so the tree has the same shape whatever the routing. row_token (n) is read on the
 // host, to find each leaf's rows: the copy that rows_to_host made (or, under expert
-// parallelism, the plan's, sharding/expert.h).
+// parallelism, the plan's, base/expert.h).
 static void expert_dw(float *dw, const float *inp, const float *dout, const int *row_token, int n,
                       int C, int OC, Leaves leaf) {
     LeafSum ls;
@@ -249,7 +249,7 @@ static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, i
     mem_free(dh0); mem_free(dh1);
 }
 
-// Expert parallelism (sharding/expert.h): send each expert's rows to the device that owns
+// Expert parallelism (base/expert.h): send each expert's rows to the device that owns
 // it, run the local experts on what arrived, send the outputs back into s->y. row_start
 // (E+1) is the host's copy of s->row_start: the all-to-all's send counts.
 static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSaved *s, const int *row_start,
@@ -259,7 +259,7 @@ static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSav
     float *rows = mem_floats(MEM_TEMP, (size_t)s->nrows * D, "moe rows to send");   // (R,D)
     kern()->moe->gather_rows(rows, x, s->row_token, 0, s->nrows, D);
     ExpertDispatch *d = s->ep = ep_plan(row_start, s->row_token, c->num_experts, c->num_experts_per_tok, T);
-    size_t n = (size_t)d->cap;   // the receive bound (sharding/expert.h), not nrecv: see expert_forward
+    size_t n = (size_t)d->cap;   // the receive bound (base/expert.h), not nrecv: see expert_forward
     d->x = mem_floats(MEM_ACTIVATIONS, n * D, "moe received rows (expert parallel)");   // (nrecv,D)
     d->h0 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_0 out");
     d->h1 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_1 out");

@@ -2,7 +2,7 @@
 // (dense path or sparse grouped path): docs/model.md#moe-routing, #expert-dispatch, #load-balance-loss.
 #ifndef MESHMOE_MOE_H
 #define MESHMOE_MOE_H
-#include "model/config.h"
+#include "base/config.h"
 #include "model/params.h"
 #include "model/mlp.h"
 
@@ -28,7 +28,7 @@ typedef struct {
     float *h0, *h1;    // (nrows,H) x wi_0, x wi_1 per row
     float *y;          // (nrows,D) expert outputs
     MlpSaved shared;   // DeepSeek's shared experts
-    // Expert parallelism (sharding/expert.h): the rows this device's experts ran on, and
+    // Expert parallelism (base/expert.h): the rows this device's experts ran on, and
     // the exchange plan; h0 and h1 above stay NULL then. NULL without expert parallelism.
     struct ExpertDispatch *ep;
 } MoeSaved;

@@ -2,8 +2,8 @@
 // activations; the loops over the values are kernels (kernels/cast.h).
 #include "model/precision.h"
 #include "kernels/kernels.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void round_bf16(float *x, size_t n, int on) {
     if (!on) return;

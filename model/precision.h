@@ -34,7 +34,7 @@
 #define MESHMOE_PRECISION_H
 #include <stddef.h>
 #include <string.h>
-#include "model/config.h"
+#include "base/config.h"
 #include "kernels/bf16.h"   // bf16_bits, bf16_float, bf16_round
 
 static inline int cfg_bf16(const Config *c) { return c->dtype == DTYPE_BFLOAT16; }

@@ -33,8 +33,8 @@
 #include "model/remat.h"
 #include "model/rmsnorm.h"
 #include "model/precision.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 // Where remat_policy=custom's key puts its checkpoint.
 static Keep keep_of(CheckpointPlace v) {

@@ -22,7 +22,7 @@ typedef struct {
 } RematPlan;
 
 // The plan the config asks for (the one place remat_policy and its keys are read). Dies
-// with one message on an unsupported combination (model/config.c refuses unknown names).
+// with one message on an unsupported combination (base/config.c refuses unknown names).
 RematPlan remat_plan(const Config *c);
 // Right after layer l's forward: drop or offload what the plan says.
 void remat_after_forward(Model *m, int l, LayerActs *a);

@@ -1,11 +1,11 @@
 // model/rmsnorm.c: the RMSNorm layer: the fused or einsum form of the scale, the scale
 // gradient's leaves; the arithmetic is in kernels/norm.h.
 #include "model/rmsnorm.h"
-#include "model/treesum.h"
+#include "base/treesum.h"
 #include "model/precision.h"
 #include "kernels/kernels.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 // The scale of token t is scale + t * scale_stride (kernels/norm.h).
 static void rmsnorm_forward_rows(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
@@ -18,7 +18,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale
 }
 
 // dx from the rows, then dscale as a sum of per-leaf contributions in the canonical tree
-// (model/treesum.h): each leaf's buffer is allocated here, filled by the kernel.
+// (base/treesum.h): each leaf's buffer is allocated here, filled by the kernel.
 static void rmsnorm_backward_rows(float *dx, float *dscale, const float *dout, const float *x, const float *scale,
                                   size_t scale_stride, const float *rstd, int T, int D, Leaves leaf, int bf16) {
     kern()->norm->rmsnorm_backward_dx(dx, dout, x, scale, scale_stride, rstd, T, D, bf16);

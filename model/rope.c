@@ -8,8 +8,8 @@
 // kernels/rope.h.
 #include "model/rope.h"
 #include "kernels/kernels.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 // Rotate every head of every token by +theta (dir = +1) or by -theta (dir = -1).
 static void rope_apply(float *x, int B, int S, int pos0, int H, int stride, int Dr, float min_ts, float max_ts, int dir,

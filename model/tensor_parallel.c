@@ -2,9 +2,9 @@
 #include "model/tensor_parallel.h"
 #include "model/matmul.h"
 #include "kernels/kernels.h"
-#include "sharding/tensor.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/tensor.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void tp_rowpar_forward(const Config *c, float *out, const float *inp, const float *w, int T, int Cl, int OC) {
     tp_rowpar_forward_cap(c, out, inp, w, T, T, Cl, OC);

@@ -1,9 +1,9 @@
-// model/tensor_parallel.h: the tensor-parallel matmuls the layers call (sharding/tensor.h
+// model/tensor_parallel.h: the tensor-parallel matmuls the layers call (base/tensor.h
 // explains the split and the order of the sum): this device's slice of the product, then
 // the all-reduce over `tensor`.
 #ifndef MESHMOE_TENSOR_PARALLEL_H
 #define MESHMOE_TENSOR_PARALLEL_H
-#include "model/config.h"
+#include "base/config.h"
 
 // Row-parallel forward: out (T,OC) = sum over the split C of inp (T,Cl) @ w (Cl,OC), Cl = C/t.
 void tp_rowpar_forward(const Config *c, float *out, const float *inp, const float *w, int T, int Cl, int OC);

@@ -10,10 +10,10 @@
 #include "model/loss.h"
 #include "model/precision.h"
 #include "kernels/kernels.h"
-#include "sharding/memory.h"
-#include "sharding/tensor.h"
+#include "base/memory.h"
+#include "base/tensor.h"
 #include "model/tensor_parallel.h"
-#include "common.h"
+#include "core/common.h"
 
 int vocab_tiled(const Config *c) { return c->num_vocab_tiling > 1; }
 

@@ -4,7 +4,7 @@
 // forward pass keeps the logsumexp per token (T floats) and the final norm's output, which
 // it keeps anyway; the backward pass recomputes each tile's logits from them.
 //
-// Tiles follow the canonical tree (sharding/context.h): tile k is the leaves
+// Tiles follow the canonical tree (base/context.h): tile k is the leaves
 // [k*n/nt, (k+1)*n/nt) of this device's n leaves, in tree order. Every logit is one
 // ordered dot product (kernels/matmul.h), whatever rows share the call; the loss is summed
 // per leaf as before; the head's weight gradient is the same per-leaf products pushed into

@@ -1,7 +1,7 @@
 // pipeline/gradtree.c: the canonical tree over leaves pushed in any order (gradtree.h).
 #include "pipeline/gradtree.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void gradtree_begin(GradTree *t, int n, size_t len, float *dst) {
     memset(t, 0, sizeof *t);

@@ -1,4 +1,4 @@
-// pipeline/gradtree.h: the canonical tree sum (model/treesum.h) over leaves that arrive in
+// pipeline/gradtree.h: the canonical tree sum (base/treesum.h) over leaves that arrive in
 // any order.
 //
 // A pipeline finishes the microbatches of a weight in the order of its schedule: MaxText's

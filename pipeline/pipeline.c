@@ -14,8 +14,8 @@
 // sends what, and the collectives pair up; idle ticks compute nothing (MaxText's SPMD loop
 // runs the bubble iterations on dummy data; the numbers it keeps are the same).
 #include "pipeline/pipe.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 // What this stage does at tick t: its task, then the two rotations.
 static void run_tick(Pipe *P, int t) {

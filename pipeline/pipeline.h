@@ -22,7 +22,7 @@
 // into M = num_pipeline_microbatches pipeline microbatches of Bg/M consecutive sequences,
 // and each batch device holds its piece of every one: exactly how gradient accumulation
 // cuts a batch, so a pipeline microbatch is a subtree of the canonical gradient tree
-// (model/treesum.h). Per microbatch each weight gradient is reduced over the batch devices
+// (base/treesum.h). Per microbatch each weight gradient is reduced over the batch devices
 // (as model_backward does), and the M microbatch gradients of a weight are added along the
 // same tree as step.c's accumulation, whatever order the schedule finishes them in
 // (pipeline/gradtree.h). The loss leaves, the aux loss per sequence and the expert counts
@@ -32,8 +32,8 @@
 #ifndef MESHMOE_PIPELINE_H
 #define MESHMOE_PIPELINE_H
 #include "model/model.h"
-#include "sharding/mesh.h"
-#include "pipeline/placement.h"
+#include "base/mesh.h"
+#include "base/placement.h"
 
 // One (accumulation) microbatch through the pipeline: forward, loss, backward. ids, targets:
 // (B,S) this device's sequences, pipeline microbatch k in rows [k*B/M, (k+1)*B/M), which

@@ -1,7 +1,7 @@
 // pipeline/schedule.c: build and print the tick tables (see schedule.h).
 #include "pipeline/schedule.h"
 #include "pipeline/pipeline.h"
-#include "common.h"
+#include "core/common.h"
 
 static void set(Schedule *sc, int t, int s, int op, int job) {
     PipeTask *k = &sc->task[(size_t)t * sc->nstages + s];

@@ -1,8 +1,8 @@
 // pipeline/shift.c: one rotation of the stage outputs (see shift.h).
 #include "pipeline/shift.h"
 #include "pipeline/pipeline.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 void shift_init(Shift *sh, int impl, Group *group, int P, int s, int dir, size_t n) {
     memset(sh, 0, sizeof *sh);

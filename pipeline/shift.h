@@ -20,7 +20,7 @@
 #ifndef MESHMOE_SHIFT_H
 #define MESHMOE_SHIFT_H
 #include <stddef.h>
-#include "sharding/collectives.h"
+#include "base/collectives.h"
 
 typedef struct {
     int impl;           // PP_PPERMUTE or PP_SLICE

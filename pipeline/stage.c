@@ -19,8 +19,8 @@
 #include "pipeline/pipe.h"
 #include "sharding/fsdp.h"
 #include "model/precision.h"
-#include "sharding/memory.h"
-#include "common.h"
+#include "base/memory.h"
+#include "core/common.h"
 
 // Weights: gathered per use, except the stage's own layers under pipeline_fsdp_ag_once,
 // which were gathered once before the loop.

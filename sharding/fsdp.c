@@ -1,14 +1,14 @@
 // sharding/fsdp.c: data parallelism, FSDP and ZeRO-1 applied to the model from outside: the
 // gathers before a unit is used and the gradient reductions after (sharding/fsdp.h).
 #include "sharding/fsdp.h"
-#include "sharding/context.h"
-#include "common.h"
+#include "base/context.h"
+#include "core/common.h"
 
 // ---------------------------------------------------------------------------------------
 // What the model calls.
 #include "model/model.h"
 #include "kernels/kernels.h"
-#include "model/treesum.h"
+#include "base/treesum.h"
 #include "sharding/overlap.h"
 
 // What the model's walk calls (model/model.h ShardHooks), FSDP's and overlap_collectives'.

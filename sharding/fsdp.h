@@ -13,11 +13,11 @@
 // every data replica updates its piece and the pieces are all-gathered.
 //
 // The batch is split over data*fsdp devices; every sum over devices goes along the
-// canonical tree (sharding/collectives.h), so the loss is bit-identical to one device
+// canonical tree (base/collectives.h), so the loss is bit-identical to one device
 // as long as the sequences per device and the fsdp size are powers of two.
 #ifndef MESHMOE_FSDP_H
 #define MESHMOE_FSDP_H
-#include "sharding/shard.h"
+#include "base/shard.h"
 
 // ---- applied to the model (train/step.c:step_init) ----
 struct Model;
@@ -31,7 +31,7 @@ void fsdp_free_gathered(struct Model *m, int u);
 // Around the backward pass of unit u: under FSDP the unit's gradient is computed in a full
 // buffer (tag grads), then reduce-scattered over fsdp; with data > 1 it is all-reduced over
 // data; with context > 1, over context last (the outermost level of the canonical tree).
-// With chunk slots (grad_slots > 1, sharding/context.h) the full buffer holds one gradient
+// With chunk slots (grad_slots > 1, base/context.h) the full buffer holds one gradient
 // per chunk this device holds, each reduced over fsdp and data, then added along the tree.
 // The result lands in m->grad_dst.
 void fsdp_grad_begin(struct Model *m, int u);
@@ -42,7 +42,7 @@ void fsdp_grad_end_into(struct Model *m, int u, float *dst);
 // While accumulating microbatches the gradients land in a buffer bound with
 // model_set_grad_partial (model/model.h): grad_slots copies of the local layout, one per
 // chunk slot, each summed over the batch devices; the chunks and the context devices come
-// after the microbatches (chunk outermost, sharding/context.h): fsdp_grad_finish adds the
+// after the microbatches (chunk outermost, base/context.h): fsdp_grad_finish adds the
 // slots of the microbatches' sum buf along the tree into m->grads_mem (buf may be
 // grads_mem with one slot) and sums over context.
 void fsdp_grad_finish(struct Model *m, float *buf);

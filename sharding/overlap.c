@@ -2,7 +2,7 @@
 #include "sharding/overlap.h"
 #include "sharding/fsdp.h"
 #include "model/model.h"
-#include "common.h"
+#include "core/common.h"
 #include <pthread.h>
 
 // One prefetch in flight per device.

@@ -2,23 +2,23 @@
 // drawn by `make docs` from real runs):
 //
 //   timelines OUT.svg TITLE LABEL TRACE [LABEL TRACE ...]
-//       memory timelines of one step side by side on one byte scale (sharding/plot.c)
+//       memory timelines of one step side by side on one byte scale (report/plot.c)
 //   peaks OUT.svg TITLE LABEL TRACE [LABEL TRACE ...]
 //       each trace's highest device at its peak, stacked by tag, one bar per trace
 //   schedule OUT.svg CONFIG.yml [key=value ...]
-//       the pipeline schedule that configuration runs (pipeline/schedule_plot.c)
+//       the pipeline schedule that configuration runs (report/schedule_plot.c)
 //   meshes OUT.svg TITLE SWEEP.md
 //       the mesh-shape table of a `./train sweep` output as bars: per-device peak
 //       bytes by tag, and bytes sent per step
-#include "model/step.h"
+#include "trainer/step.h"
 #include "sweep/sweep.h"
-#include "sharding/bars.h"
-#include "sharding/plot.h"
-#include "sharding/trace.h"
-#include "pipeline/schedule_plot.h"
+#include "report/bars.h"
+#include "report/plot.h"
+#include "report/trace.h"
+#include "report/schedule_plot.h"
 #include "pipeline/pipeline.h"
-#include "model/config.h"
-#include "common.h"
+#include "base/config.h"
+#include "core/common.h"
 #include <errno.h>
 
 #define MAX_PANELS 32

@@ -8,7 +8,7 @@
 // not divide (more tensor devices than heads, more expert devices than experts) is
 // refused by the trainer's own checks, and the table says so with its message.
 #include "sweep/sweep_int.h"
-#include "common.h"
+#include "core/common.h"
 #include <stdio.h>
 
 static const char *const AXES[4] = {"ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",

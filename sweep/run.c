@@ -5,7 +5,7 @@
 // config refuses stops only itself. The metrics file has one JSON object per step
 // (trainer/metrics.c:metrics_write); only the fields the sweep needs are read, with a small scanner.
 #include "sweep/run.h"
-#include "common.h"
+#include "core/common.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/wait.h>

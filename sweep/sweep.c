@@ -1,6 +1,6 @@
 // sweep/sweep.c: `./train sweep CONFIG [key=value ...]`.
 //
-// For every row of the optimization catalog (sweep/rows.c) it runs the baseline (every
+// For every row of the optimization catalog (trainer/rows.c) it runs the baseline (every
 // key as the preset and the command line leave it) and the toggled configuration, each
 // for sweep_steps steps as a child process of this binary, on the mesh the row names,
 // and prints one markdown table line: the value tried, the numerics class, the result
@@ -12,11 +12,11 @@
 // as on one device): a run on n devices with A accumulation steps gets
 // per_device_batch_size / (n * A) sequences per device, so a mesh row compares like with
 // like. The exit status is non-zero when a "bit" row is not bit-identical or a run failed.
-#include "model/step.h"
+#include "trainer/step.h"
 #include "sweep/sweep.h"
 #include "sweep/sweep_int.h"
-#include "common.h"
-#include "model/config.h"
+#include "core/common.h"
+#include "base/config.h"
 #include <errno.h>
 #include <unistd.h>
 
@@ -308,7 +308,7 @@ static void check_only(const char *only, const SweepRow *rows, int nrows) {
         for (int i = 0; i < nrows; i++) found |= !strcmp(t, rows[i].key) || !strcmp(t, rows[i].num);
         if (!found)
             die("sweep_only: '%s' is no row of the sweep: give the keys (e.g. ici_fsdp_parallelism,"
-                "pipeline_shift_impl), catalog row numbers (1-34) or 'mesh'; sweep/rows.c lists the rows", t);
+                "pipeline_shift_impl), catalog row numbers (1-34) or 'mesh'; trainer/rows.c lists the rows", t);
     }
 }
 

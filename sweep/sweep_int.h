@@ -1,10 +1,10 @@
 // sweep/sweep_int.h: what the files of sweep/ share (not for the rest of the trainer).
 #ifndef MESHMOE_SWEEP_INT_H
 #define MESHMOE_SWEEP_INT_H
-#include "sweep/rows.h"
+#include "trainer/rows.h"
 #include "sweep/run.h"
 #include "sweep/progress.h"
-#include "model/config.h"
+#include "base/config.h"
 #include <stddef.h>
 
 #define SW_MAXRUNS 160

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/adafactor.sh: opt_type=adafactor (model/adafactor.c, docs/optimizations.md#opt_type).
+# tests/adafactor.sh: opt_type=adafactor (optim/adafactor.c, docs/optimizations.md#opt_type).
 # The loss goes down; the losses are the same bits on one device, fsdp=2, data=2,
 # data=2 x fsdp=2, context=2, 2 pipeline stages and with the state offloaded to the host; the optimizer bytes of every
 # device equal what optax's rule gives from the tensors' shapes (a factored tensor keeps

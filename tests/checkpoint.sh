@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/checkpoint.sh: checkpoints saved on one mesh and resumed on another (model/checkpoint.h).
+# tests/checkpoint.sh: checkpoints saved on one mesh and resumed on another (trainer/checkpoint.h).
 # Each round trip trains 2 of 4 steps on mesh A and saves, then resumes on mesh B for the
 # last 2; the 4 losses (float32 bits) must equal those of one device running all 4 steps
 # without a stop. The files saved after the same 2 steps on different meshes must hold the

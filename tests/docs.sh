@@ -3,7 +3,7 @@
 # every `docs/NAME.md#section` cited from code, scripts or docs names a file of the
 # repository and a heading in it; every `file.c:function` that the docs cite names a
 # function defined in that file; no doc cites code by line number; every key of the
-# sweep's table (sweep/rows.c) has its section in docs/optimizations.md; and the key table
+# sweep's table (trainer/rows.c) has its section in docs/optimizations.md; and the key table
 # of docs/config.md is what ./train --help-config --markdown prints (the one check that
 # needs the build).
 set -u
@@ -61,13 +61,13 @@ check "README.md and docs/ cite code by function, not by line number${lines:+: $
 
 # 5. Every key of the sweep's table has its section in the catalog.
 missing=()
-for key in $(grep -oE '^    \{"[0-9]+", "[a-z0-9_]+"' sweep/rows.c | sed -E 's/.*"([a-z0-9_]+)"$/\1/' | sort -u); do
+for key in $(grep -oE '^    \{"[0-9]+", "[a-z0-9_]+"' trainer/rows.c | sed -E 's/.*"([a-z0-9_]+)"$/\1/' | sort -u); do
     [ "$key" = mesh ] && key=mesh-shape-sweep
     has_anchor docs/optimizations.md "$key" || missing+=("$key")
 done
-check "every key of sweep/rows.c has a section in docs/optimizations.md: ${missing[*]:-all do}" [ ${#missing[@]} -eq 0 ]
+check "every key of trainer/rows.c has a section in docs/optimizations.md: ${missing[*]:-all do}" [ ${#missing[@]} -eq 0 ]
 
-# 6. The key table of docs/config.md, from model/config_keys.def through the binary.
+# 6. The key table of docs/config.md, from base/config_keys.def through the binary.
 TRAIN=${TRAIN:-./train}
 written=$(awk '$0 == "<!-- /keys -->" { on = 0 } on { print } $0 == "<!-- keys -->" { on = 1 }' docs/config.md)
 printed=$($TRAIN --help-config --markdown 2>&1)

@@ -5,10 +5,10 @@
 // by the clock and per CPU-second (the process's CPU time, all threads): on a machine shared
 // with other work the clock says what this run got, the CPU time what the kernel does.
 //   build/gemm_bench [n]        (n = 2048 by default)
-#include "common.h"
+#include "core/common.h"
 #include "kernels/cpu/gemm.h"
 #include "model/matmul.h"
-#include "sharding/memory.h"
+#include "base/memory.h"
 #include <omp.h>
 #include <time.h>
 

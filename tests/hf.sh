@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/hf.sh: ./train export-hf and load_hf=DIR (model/hf.c). For both tiny presets: train
+# tests/hf.sh: ./train export-hf and load_hf=DIR (trainer/hf.c). For both tiny presets: train
 # 3 steps (DeepSeek with a fast routing-bias update, so the biases are far from 0), export,
 # load the export into a fresh run and compare every weight and routing bias it starts from
 # (the parity dump's `param/` and `state/` tensors: the state before any step) with the

@@ -104,7 +104,7 @@ refused "ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262
     $TRAIN $C ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262144
 check "--help-config gives every numeric key a range" bash -c "! $TRAIN --help-config | grep -q 'range: none declared'"
 
-echo "-- names (the enum-valued keys: model/config_keys.def)"
+echo "-- names (the enum-valued keys: base/config_keys.def)"
 printf 'steps: 5\ndecoder_block: mistral\n' > "$T/name.yml"
 refused "a preset with 'decoder_block: mistral' on line 2" \
     "name.yml:2: decoder_block must be 'mixtral' or 'deepseek', got 'mistral'" $TRAIN "$T/name.yml"

@@ -1,6 +1,6 @@
 // tests/inputs_shim.c: an LD_PRELOAD library for tests/inputs.sh that makes the moment of a
 // save reproducible. Every save calls fsync once its bytes are written, before the rename
-// (data/paths.c); here fsync first does what MESHMOE_SHIM says: "term" raises SIGTERM (a
+// (base/paths.c); here fsync first does what MESHMOE_SHIM says: "term" raises SIGTERM (a
 // signal in the middle of a save), "sleep" waits one second (two saves overlapping).
 #define _GNU_SOURCE
 #include <dlfcn.h>

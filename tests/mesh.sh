@@ -51,7 +51,7 @@ fsdp=2,expert=2          ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_dev
 fsdp=2,expert=2,tensor=2 ici_fsdp_parallelism=2 ici_expert_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1
 MESHES
     # Context parallelism: every sum over tokens is cut into context_reduce_chunks chunks of
-    # each sequence, chunk outermost (sharding/context.h); its default is one chunk per
+    # each sequence, chunk outermost (base/context.h); its default is one chunk per
     # context device, so context=2 runs with 2 chunks and is compared, bit for bit, with
     # one device run with context_reduce_chunks=2 (the same canonical order).
     base2=$(run_losses base2 $C per_device_batch_size=8 context_reduce_chunks=2)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/remat.sh: rematerialisation, host offload, EMA and opt_type (model/remat.c,
-# sharding/offload.c). Every remat policy, offload and nested block gives the losses of
+# optim/offload.c). Every remat policy, offload and nested block gives the losses of
 # remat_policy=none bit for bit; the saved activations shrink in the expected order; offload
 # really moves bytes to host memory (device peak down, host peak up, copies counted); the
 # EMA copy is model-sized on the device or the host; sgd keeps no optimizer state and its

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/specs.sh: sharding constraints on activations and where reshards happen
 # (skip_trivial_specs, remove_size_one_mesh_axis and shard_mode in docs/optimizations.md;
-# sharding/constraint.h, sharding/tensor.c).
+# model/constraint.h, base/tensor.c).
 #   skip_trivial_specs=false: a constraint whose spec splits nothing on the mesh copies
 #     the tensor (on one device every spec is trivial; on fsdp=2 the batch is split, so none is);
 #   remove_size_one_mesh_axis=false: a spec that keeps a size-1 mesh axis copies (an

@@ -8,22 +8,22 @@
 //   5. nothing leaks: no activations or temporaries live after the backward pass;
 //   6. a batch of 2 gives, row for row, the bits of each sequence run alone; and the
 //      forward and backward give the same bits with 1 and 2 OpenMP threads;
-//   7. context parallelism (sharding/context.h): the attention core run in parts (each
+//   7. context parallelism (base/context.h): the attention core run in parts (each
 //      part's queries against all parts' keys, dK/dV summed over the parts along the tree)
 //      gives one device's o, dq, dk, dv bit for bit; and both layers on a real mesh of 2
 //      and 4 context devices (threads) give one device's output, dx and weight gradients.
 // The cases use S = 6 with context_reduce_chunks = 2, so the gradient checks
 // run through the chunked dK/dV sum (two query chunks of 3 rows).
-#include "common.h"
-#include "sharding/memory.h"
-#include "model/config.h"
+#include "core/common.h"
+#include "base/memory.h"
+#include "base/config.h"
 #include "model/params.h"
 #include "model/attention.h"
 #include "model/mla.h"
 #include "model/rope.h"
 #include "model/attn_core.h"
-#include "sharding/mesh.h"
-#include "sharding/collectives.h"
+#include "base/mesh.h"
+#include "base/collectives.h"
 #include "tests/test.h"
 #include "tests/gradcheck.h"
 #include <float.h>

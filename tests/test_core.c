@@ -1,20 +1,20 @@
 // tests/test_core.c: the pieces every layer relies on: the canonical gradient sum and the
-// leaf order (chunk outermost, sharding/context.h), the small layers (RMSNorm, embedding,
+// leaf order (chunk outermost, base/context.h), the small layers (RMSNorm, embedding,
 // loss, matmul) checked against finite differences,
 // the schedule and AdamW against hand-computed values, and the config's JSON round trip.
-#include "common.h"
-#include "model/config.h"
-#include "model/treesum.h"
+#include "core/common.h"
+#include "base/config.h"
+#include "base/treesum.h"
 #include "model/rmsnorm.h"
 #include "model/embedding.h"
 #include "model/loss.h"
 #include "model/matmul.h"
-#include "model/optimizer.h"
-#include "model/adafactor.h"
+#include "optim/optimizer.h"
+#include "optim/adafactor.h"
 #include "model/precision.h"
 #include "kernels/kernels.h"
-#include "sharding/memory.h"
-#include "sharding/context.h"
+#include "base/memory.h"
+#include "base/context.h"
 #include "tests/gradcheck.h"
 
 // ---- treesum: the sum must not depend on how the leaves are split ----

@@ -3,7 +3,7 @@
 // files refused with a reason; llm.c token files (header checked byte by byte, wrong magic
 // and truncation refused); the synthetic corpus; the loader's split and epoch order.
 // Paths that must die() run in a forked child whose exit code and message are checked.
-#include "common.h"
+#include "core/common.h"
 #include "data/safetensors.h"
 #include "data/tokens.h"
 #include "data/loader.h"

@@ -3,16 +3,16 @@
 // on backend_dry, leave every output exactly as it was and count no loss tokens, while the
 // device's flop count grows as on the CPU; the same calls on backend_cpu change every
 // output, so the check sees a dry kernel that computes.
-#include "common.h"
+#include "core/common.h"
 #include "kernels/kernels.h"
-#include "model/config.h"
+#include "base/config.h"
 #include "model/matmul.h"
 #include "model/rope.h"
 #include "model/embedding.h"
 #include "model/loss.h"
 #include "model/precision.h"
-#include "sharding/memory.h"
-#include "sharding/context.h"
+#include "base/memory.h"
+#include "base/context.h"
 #include "tests/test.h"
 
 enum { T = 8, C = 16, OC = 12, H = 2, DR = 8, V = 10, LEAF = 4, ROWS = 4, NOUT = 13 };

@@ -17,8 +17,8 @@
 //      and one key block per part (bq = bkv = S), forward and backward (the same merge and
 //      per-key terms, the same order); in the ring's own order (own part first, then the
 //      earlier ones) o is within 2e-6 of the dot-product's (float32).
-#include "common.h"
-#include "sharding/memory.h"
+#include "core/common.h"
+#include "base/memory.h"
 #include "model/attn_core.h"
 #include "model/attn_flash.h"
 #include "kernels/attention.h"

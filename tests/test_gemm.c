@@ -1,10 +1,10 @@
 // tests/test_gemm.c: the ordered GEMM (kernels/cpu/gemm.c) on ragged shapes, every layout and
 // every micro-kernel this CPU runs: bit for bit against a simple ordered kernel (below, the
 // reference of the bits), and against a double-precision product.
-#include "common.h"
+#include "core/common.h"
 #include "kernels/cpu/gemm.h"
 #include "model/matmul.h"
-#include "sharding/memory.h"
+#include "base/memory.h"
 #include "tests/test.h"
 #include <immintrin.h>
 

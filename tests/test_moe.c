@@ -3,11 +3,11 @@
 // gradient of the block (both routers, both dispatch paths, dropping, load-balance loss,
 // shared experts) and of the dense SwiGLU against finite differences, and the dense and
 // sparse paths against each other.
-#include "common.h"
-#include "model/config.h"
+#include "core/common.h"
+#include "base/config.h"
 #include "model/moe.h"
 #include "model/mlp.h"
-#include "sharding/memory.h"
+#include "base/memory.h"
 #include "kernels/kernels.h"
 #include "tests/gradcheck.h"
 

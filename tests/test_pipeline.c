@@ -2,12 +2,12 @@
 // over leaves that arrive in any order must give the bits of the in-order TreeSum, and the
 // schedules' tick tables must run every task once, after what it depends on, with the
 // bubble and the live activations the schedule promises.
-#include "common.h"
-#include "model/treesum.h"
+#include "core/common.h"
+#include "base/treesum.h"
 #include "pipeline/gradtree.h"
 #include "pipeline/schedule.h"
 #include "pipeline/pipeline.h"
-#include "sharding/memory.h"
+#include "base/memory.h"
 #include "tests/test.h"
 
 // ---- gradtree: any order of the leaves, the bits of TreeSum in order ----

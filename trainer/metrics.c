@@ -1,8 +1,8 @@
 // trainer/metrics.c: each device's figures after a step, and the metrics file's JSON lines
 // (trainer/metrics.h).
 #include "trainer/metrics.h"
-#include "common.h"
-#include "data/paths.h"
+#include "core/common.h"
+#include "base/paths.h"
 #include <errno.h>
 #include <unistd.h>
 

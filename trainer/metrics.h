@@ -4,17 +4,17 @@
 #ifndef MESHMOE_METRICS_H
 #define MESHMOE_METRICS_H
 #include <stdio.h>
-#include "model/step.h"
-#include "sharding/memory.h"
-#include "sharding/mesh.h"
-#include "sharding/collectives.h"
+#include "trainer/step.h"
+#include "base/memory.h"
+#include "base/mesh.h"
+#include "base/collectives.h"
 
 // One device's figures after a step (gathered to every device by metrics_gather).
 typedef struct {
     size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS], fwd_peak[MEM_NTAGS];
     size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
     size_t host_peak_total, host_peak[MEM_NTAGS], to_host, to_device;   // host memory (offload)
-    int stop;   // the signal that asked this run to stop after this step (data/paths.h), or 0
+    int stop;   // the signal that asked this run to stop after this step (base/paths.h), or 0
 } DevStats;
 
 // A step's timing: milliseconds, tokens per second, model GFLOP/s of the whole mesh.

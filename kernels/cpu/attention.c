@@ -5,7 +5,7 @@
 // the log-sum-exp merge of a key range (flash and ring), the per-key backward (all three)
 // and the final division.
 #include "kernels/attention.h"
-#include "model/precision.h"
+#include "kernels/bf16.h"
 #include <math.h>
 
 static inline int imin(int a, int b) { return a < b ? a : b; }

@@ -20,7 +20,7 @@
 // the model: they are plain heap memory outside the device's tagged allocator. transB
 // needs no transposed copy: the B panels are packed from either layout.
 #include "kernels/cpu/gemm.h"
-#include "common.h"
+#include "core/common.h"
 #include <immintrin.h>
 #ifdef _OPENMP
 #include <omp.h>

@@ -17,7 +17,7 @@
 // micro-kernel for AVX-512, AVX2 or plain C, chosen at run time; all three give the same bits.
 #include "kernels/matmul.h"
 #include "kernels/cpu/gemm.h"
-#include "common.h"
+#include "core/common.h"
 
 #ifndef MESHMOE_NO_BLAS
 #include <cblas.h>

@@ -1,6 +1,6 @@
 // kernels/cpu/mlp.c: SwiGLU on the CPU (the arithmetic of kernels/mlp.h).
 #include "kernels/mlp.h"
-#include "model/precision.h"
+#include "kernels/bf16.h"
 #include <math.h>
 
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }

@@ -1,7 +1,7 @@
 // kernels/cpu/moe.c: the MoE block's row layout, gather and combine on the CPU (the
 // arithmetic of kernels/moe.h).
 #include "kernels/moe.h"
-#include "model/precision.h"
+#include "kernels/bf16.h"
 #include <string.h>
 
 static void sort_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {

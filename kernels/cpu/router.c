@@ -1,6 +1,6 @@
 // kernels/cpu/router.c: the MoE router on the CPU (the arithmetic of kernels/router.h).
 #include "kernels/router.h"
-#include "model/precision.h"
+#include "kernels/bf16.h"
 #include <math.h>
 #include <string.h>
 

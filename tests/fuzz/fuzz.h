@@ -1,11 +1,11 @@
 // tests/fuzz/fuzz.h: what the libFuzzer harnesses share. Each harness feeds one parser of
 // meshmoe the fuzzer's bytes; a refused input ends in die(), which here jumps back to the
-// harness instead of exiting (common.h: die_set_jump), so that only a crash, a sanitizer
+// harness instead of exiting (core/common.h: die_set_jump), so that only a crash, a sanitizer
 // report or a broken property stops the fuzzer.
 #ifndef MESHMOE_FUZZ_H
 #define MESHMOE_FUZZ_H
 
-#include "common.h"
+#include "core/common.h"
 #include <sys/mman.h>
 #include <unistd.h>
 

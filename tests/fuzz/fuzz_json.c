@@ -2,7 +2,7 @@
 // input is accepted, the property checked is the round trip: writing the config back as JSON
 // and reading that gives the same JSON again.
 #include "fuzz.h"
-#include "model/config.h"
+#include "base/config.h"
 
 static char json1[65536], json2[65536];
 

@@ -1,9 +1,9 @@
 // tests/fuzz/fuzz_preset.c: the preset reader, key=value overrides and the config checks.
 // The input is a preset text, then (after the first NUL byte) key=value overrides separated
 // by NUL bytes, as the command line would give them.
-#include "model/step.h"
+#include "trainer/step.h"
 #include "fuzz.h"
-#include "model/config.h"
+#include "base/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     jmp_buf jump;

@@ -3,7 +3,7 @@
 // JSON of its metadata. Every tensor the reader accepts must lie inside the input.
 #include "fuzz.h"
 #include "data/safetensors.h"
-#include "model/config.h"
+#include "base/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     jmp_buf jump;

@@ -1,0 +1,230 @@
+// base/collectives.c: the thread backend of the collectives.
+//
+// A group has one slot per member. A collective is: every member posts a pointer to its
+// data in its slot, waits at the group's barrier, copies what it needs from the other
+// members' posted buffers into its own memory, and waits at the barrier again (so no
+// member reuses or frees its buffer while another is still reading it). The barrier
+// blocks in the kernel (pthread_barrier_wait), so a mesh larger than the core count does
+// not spin. Received data lands in device memory: in the caller's output buffer where
+// the collective has one (all-gather, all-to-all, ppermute, broadcast), or, where pieces
+// from several devices must be added (reduce-scatter, all-reduce), in a staging buffer
+// that holds every piece, tagged `comm`. That is the direct algorithm; a ring would hold
+// two pieces, but would add them in an order that depends on the mesh.
+#include "base/collectives.h"
+#include "base/memory.h"
+#include "core/common.h"
+#include <pthread.h>
+
+const char *const COLL_NAMES[COLL_NKINDS] = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+                                             "ppermute", "broadcast"};
+
+struct Group {
+    int n;
+    int *members;                 // device ids, in rank order
+    pthread_barrier_t barrier;
+    const void **slot;            // (n) what each member posted
+    const size_t **slot_off, **slot_bytes;   // (n) all-to-all layouts
+    const int *perm;              // ppermute's permutation (posted by rank 0)
+};
+
+Group *group_new(int n, const int *members) {
+    Group *g = calloc(1, sizeof *g);
+    g->n = n;
+    g->members = malloc(sizeof(int) * (size_t)n);
+    memcpy(g->members, members, sizeof(int) * (size_t)n);
+    g->slot = calloc((size_t)n, sizeof(void *));
+    g->slot_off = calloc((size_t)n, sizeof(size_t *));
+    g->slot_bytes = calloc((size_t)n, sizeof(size_t *));
+    pthread_barrier_init(&g->barrier, NULL, (unsigned)n);
+    return g;
+}
+
+void group_free(Group *g) {
+    pthread_barrier_destroy(&g->barrier);
+    free(g->members); free(g->slot); free(g->slot_off); free(g->slot_bytes);
+    free(g);
+}
+
+int group_size(const Group *g) { return g->n; }
+
+// The calling device's rank in g.
+static int my_rank(const Group *g) {
+    int dev = mesh_device_id();
+    for (int r = 0; r < g->n; r++)
+        if (g->members[r] == dev) return r;
+    die("internal: device %d called a collective of a group it is not in", dev);
+}
+
+// A dry run that plans one device per class (base/mesh.h, mesh_run_classes) runs each
+// representative alone: its collectives wait for nobody, and every member is taken to post
+// what the caller posts (in a dry run only sizes travel, and those are the same on every
+// member of a group: base/mesh.c says why). posted(g, q, mine) is what member q posted.
+static int solo(void) {
+    const Mesh *m = mesh_current();
+    return m && m->solo;
+}
+static const void *posted(const Group *g, int q, const void *mine) { return solo() ? mine : g->slot[q]; }
+
+void coll_barrier(Group *g) {
+    if (g->n > 1 && !solo()) pthread_barrier_wait(&g->barrier);
+}
+
+// A dry run (base/memory.h) moves no payload: the buffers hold nothing. The staging
+// buffers are still allocated and the bytes counted; copies under 4 KiB still happen,
+// since those are the small exchanges of counts (the expert all-to-all's sizes) that
+// decide the sizes of later buffers.
+static void move(void *dst, const void *src, size_t bytes) {
+    if (dst != src && !(mem_dry() && bytes >= 4096)) memcpy(dst, src, bytes);
+}
+
+// Atomic: a device's prefetch helper thread (sharding/overlap.h) counts its all-gathers on
+// the device while the device thread counts its own collectives.
+static void count(CollKind k, size_t sent, size_t recv) {
+    Device *d = mem_device();
+    __atomic_fetch_add(&d->comm_sent[k], sent, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&d->comm_recv[k], recv, __ATOMIC_RELAXED);
+}
+
+// x[0] = tree sum of x[0..n); the left subtree is the largest power of two below n.
+void tree_reduce_inplace(float *x, int n, size_t len) {
+    if (n <= 1 || mem_dry()) return;
+    int p = 1;
+    while (2 * p < n) p *= 2;
+    tree_reduce_inplace(x, p, len);
+    tree_reduce_inplace(x + (size_t)p * len, n - p, len);
+    float *a = x, *b = x + (size_t)p * len;
+    for (size_t i = 0; i < len; i++) a[i] += b[i];
+}
+
+static void tree_reduce_double(double *x, int n, size_t len) {
+    if (n <= 1) return;
+    int p = 1;
+    while (2 * p < n) p *= 2;
+    tree_reduce_double(x, p, len);
+    tree_reduce_double(x + (size_t)p * len, n - p, len);
+    for (size_t i = 0; i < len; i++) x[i] += x[(size_t)p * len + i];
+}
+
+void coll_all_gather(Group *g, const void *send, void *recv, size_t bytes_each) {
+    int r = my_rank(g);
+    g->slot[r] = send;
+    coll_barrier(g);
+    for (int q = 0; q < g->n; q++) move((char *)recv + (size_t)q * bytes_each, posted(g, q, send), bytes_each);
+    coll_barrier(g);
+    count(COLL_ALL_GATHER, bytes_each * (size_t)(g->n - 1), bytes_each * (size_t)(g->n - 1));
+}
+
+void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each) {
+    int r = my_rank(g);
+    if (g->n == 1) { move(recv, send, sizeof(float) * n_each); return; }
+    g->slot[r] = send;
+    float *stage = mem_floats(MEM_COMM, (size_t)g->n * n_each, "reduce-scatter pieces");
+    coll_barrier(g);
+    for (int q = 0; q < g->n; q++)
+        move(stage + (size_t)q * n_each, (const float *)posted(g, q, send) + (size_t)r * n_each, sizeof(float) * n_each);
+    coll_barrier(g);
+    tree_reduce_inplace(stage, g->n, n_each);
+    move(recv, stage, sizeof(float) * n_each);
+    mem_free(stage);
+    size_t b = sizeof(float) * n_each * (size_t)(g->n - 1);
+    count(COLL_REDUCE_SCATTER, b, b);
+}
+
+void coll_all_reduce(Group *g, float *buf, size_t n) {
+    if (g->n == 1) return;
+    int r = my_rank(g);
+    g->slot[r] = buf;
+    float *stage = mem_floats(MEM_COMM, (size_t)g->n * n, "all-reduce pieces");
+    coll_barrier(g);
+    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * n, posted(g, q, buf), sizeof(float) * n);
+    coll_barrier(g);
+    tree_reduce_inplace(stage, g->n, n);
+    move(buf, stage, sizeof(float) * n);
+    mem_free(stage);
+    size_t b = sizeof(float) * n * (size_t)(g->n - 1);
+    count(COLL_ALL_REDUCE, b, b);
+}
+
+void coll_all_reduce_double(Group *g, double *buf, size_t n) {
+    if (g->n == 1) return;
+    int r = my_rank(g);
+    g->slot[r] = buf;
+    double *stage = (double *)mem_alloc(MEM_COMM, sizeof(double) * (size_t)g->n * n, "all-reduce pieces");
+    coll_barrier(g);
+    for (int q = 0; q < g->n; q++) memcpy(stage + (size_t)q * n, posted(g, q, buf), sizeof(double) * n);
+    coll_barrier(g);
+    tree_reduce_double(stage, g->n, n);
+    memcpy(buf, stage, sizeof(double) * n);
+    mem_free(stage);
+    size_t b = sizeof(double) * n * (size_t)(g->n - 1);
+    count(COLL_ALL_REDUCE, b, b);
+}
+
+void coll_all_reduce_long(Group *g, long *buf, size_t n) {
+    if (g->n == 1) return;
+    int r = my_rank(g);
+    g->slot[r] = buf;
+    long *stage = (long *)mem_alloc(MEM_COMM, sizeof(long) * (size_t)g->n * n, "all-reduce pieces");
+    coll_barrier(g);
+    for (int q = 0; q < g->n; q++) memcpy(stage + (size_t)q * n, posted(g, q, buf), sizeof(long) * n);
+    coll_barrier(g);
+    for (size_t i = 0; i < n; i++) {   // integer sums are exact in any order
+        long s = 0;
+        for (int q = 0; q < g->n; q++) s += stage[(size_t)q * n + i];
+        buf[i] = s;
+    }
+    mem_free(stage);
+    size_t b = sizeof(long) * n * (size_t)(g->n - 1);
+    count(COLL_ALL_REDUCE, b, b);
+}
+
+void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const size_t *send_bytes,
+                     void *recv, const size_t *recv_off, const size_t *recv_bytes) {
+    int r = my_rank(g);
+    g->slot[r] = send;
+    g->slot_off[r] = send_off;
+    g->slot_bytes[r] = send_bytes;
+    coll_barrier(g);
+    size_t sent = 0, got = 0;
+    for (int q = 0; q < g->n; q++) {
+        if (solo()) {
+            // Member q sends r what r sends itself, as much as r expects: that is q's part
+            // where it does not depend on the sender (the expert row counts); elsewhere the
+            // bytes are only counted (a dry run moves no payload).
+            move((char *)recv + recv_off[q], (const char *)send + send_off[r], MM_MIN(recv_bytes[q], send_bytes[r]));
+        } else {
+            if (g->slot_bytes[q][r] != recv_bytes[q])
+                die("internal: all-to-all size mismatch: rank %d sends %zu bytes to rank %d, which expects %zu",
+                    q, g->slot_bytes[q][r], r, recv_bytes[q]);
+            move((char *)recv + recv_off[q], (const char *)g->slot[q] + g->slot_off[q][r], recv_bytes[q]);
+        }
+        if (q != r) { got += recv_bytes[q]; sent += send_bytes[q]; }
+    }
+    coll_barrier(g);
+    count(COLL_ALL_TO_ALL, sent, got);
+}
+
+void coll_ppermute(Group *g, const void *send, void *recv, size_t bytes, const int *perm) {
+    int r = my_rank(g);
+    g->slot[r] = send;
+    if (r == 0) g->perm = perm;
+    coll_barrier(g);
+    size_t got = 0;
+    const int *pm = solo() ? perm : g->perm;
+    for (int q = 0; q < g->n; q++)
+        if (pm[q] == r) {
+            move(recv, posted(g, q, send), bytes);
+            if (q != r) got = bytes;
+        }
+    coll_barrier(g);
+    count(COLL_PPERMUTE, perm[r] >= 0 && perm[r] != r ? bytes : 0, got);
+}
+
+void coll_broadcast(Group *g, void *buf, size_t bytes, int root) {
+    int r = my_rank(g);
+    if (r == root) g->slot[0] = buf;
+    coll_barrier(g);
+    if (r != root) move(buf, posted(g, 0, buf), bytes);
+    coll_barrier(g);
+    count(COLL_BROADCAST, r == root ? bytes * (size_t)(g->n - 1) : 0, r == root ? 0 : bytes);
+}

@@ -1,0 +1,582 @@
+// base/config.c: the key table made from base/config_keys.def, the preset-file reader,
+// overrides, enum names, the JSON of checkpoint metadata and the consistency checks.
+#include "base/config.h"
+#include "core/common.h"
+#include "base/paths.h"
+#include <ctype.h>
+#include <float.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <errno.h>
+#include <stddef.h>
+
+typedef enum { K_INT, K_FLOAT, K_BOOL, K_STR, K_BYTES, K_ENUM } KeyType;
+
+// The names of every enum-valued key's values, and prefix_name() for each (config.h).
+#define V(constant, name) name,
+#define ENUM_TYPE(Type, prefix, values)                                                        \
+    static const char *const Type##_names[] = {values};                                        \
+    const char *prefix##_name(Type v) {                                                        \
+        return (unsigned)v < sizeof Type##_names / sizeof Type##_names[0] ? Type##_names[v] : "?"; \
+    }
+#include "base/config_keys.def"
+#undef V
+
+// MaxText's names that an enum refuses, and why.
+typedef struct {
+    const char *const *names;   // the enum's names (which enum)
+    const char *refused;        // space-separated
+    const char *why;
+} NotHere;
+static const NotHere NOT_HERES[] = {
+#define NOT_HERE(Type, refused, why) {Type##_names, refused, why},
+#include "base/config_keys.def"
+};
+
+typedef struct {
+    const char *name;
+    KeyType type;
+    size_t offset;             // offsetof(Config, field)
+    const char *dflt;          // default, as it would be written in a preset
+    const char *help;          // one line of meaning
+    const char *const *names;  // K_ENUM: the values' names, in the enum's order
+    int nnames;
+} KeyDef;
+
+static const KeyDef KEYS[] = {
+#define KEY(type, name, dflt, range, help) {#name, K_##type, offsetof(Config, name), dflt, help, NULL, 0},
+#define ENUM(Type, name, dflt, help) \
+    {#name, K_ENUM, offsetof(Config, name), dflt, help, Type##_names, sizeof Type##_names / sizeof Type##_names[0]},
+#include "base/config_keys.def"
+};
+#define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
+
+static const KeyDef *find_key(const char *name) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+// Edit distance, to suggest the closest valid key for a typo.
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            d[i][j] = MM_MIN(sub, MM_MIN(d[i - 1][j] + 1, d[i][j - 1] + 1));
+        }
+    return d[la][lb];
+}
+
+static const char *closest_key(const char *name) {
+    int best = 1 << 30;
+    const char *bestname = KEYS[0].name;
+    int n = (int)strlen(name);
+    for (int i = 0; i < NKEYS; i++) {
+        if (abs(n - (int)strlen(KEYS[i].name)) >= best) continue;   // the distance is at least that
+        int d = edit_distance(name, KEYS[i].name);
+        if (d < best) { best = d; bestname = KEYS[i].name; }
+    }
+    return bestname;
+}
+
+// An unknown key: the closest valid one is suggested when the name could be a key at all
+// (lowercase letters, digits and '_'), so that a stray byte is not compared with every key.
+static void die_unknown_key(const char *where, const char *key) {
+    size_t n = strlen(key);
+    if (n > 0 && n < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_") == n)
+        die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)", where, key,
+            closest_key(key));
+    die("%s: unknown config key '%.100s' (keys are lowercase letters, digits and '_'; ./train --help-config lists "
+        "them all)", where, key);
+}
+
+// An enum key's names as a message lists them: 'a', 'b' or 'c' ("" for the empty name).
+static void names_text(const KeyDef *k, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < k->nnames && n < cap; i++) {
+        const char *sep = i == 0 ? "" : i == k->nnames - 1 ? " or " : ", ";
+        const char *q = k->names[i][0] ? "'" : "";
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s", sep, q, k->names[i][0] ? k->names[i] : "\"\"", q);
+    }
+}
+
+// Whether word is one of the space-separated words of list.
+static int has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; n > 0 && (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+// The enum value that name v stands for; dies naming the key and its names.
+static int enum_value(const KeyDef *k, const char *v, const char *where) {
+    for (int i = 0; i < k->nnames; i++)
+        if (!strcmp(v, k->names[i])) return i;
+    char names[512];
+    names_text(k, names, sizeof names);
+    for (size_t i = 0; i < sizeof NOT_HERES / sizeof NOT_HERES[0]; i++)
+        if (NOT_HERES[i].names == k->names && has_word(NOT_HERES[i].refused, v))
+            die("%s: %s=%s is MaxText's but not implemented here: %s; use %s", where, k->name, v, NOT_HERES[i].why,
+                names);
+    int best = 3, near = -1;   // a name within two edits is suggested
+    for (int i = 0; i < k->nnames; i++) {
+        int d = edit_distance(v, k->names[i]);
+        if (d < best) { best = d; near = i; }
+    }
+    if (near >= 0 && k->names[near][0])
+        die("%s: %s must be %s, got '%.200s' (did you mean '%s'?)", where, k->name, names, v, k->names[near]);
+    die("%s: %s must be %s, got '%.200s'", where, k->name, names, v);
+}
+
+static void set_value(Config *c, const KeyDef *k, const char *v, const char *where) {
+    char *end;
+    void *field = (char *)c + k->offset;
+    switch (k->type) {
+    case K_INT: {
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (*v == '\0' || *end != '\0' || errno || x < -2147483647L || x > 2147483647L)
+            die("%s: key '%s' wants an integer, got '%s'", where, k->name, v);
+        *(int *)field = (int)x;
+        break;
+    }
+    case K_FLOAT: {   // a 32-bit float: a value it cannot hold is refused, never rounded to inf or 0
+        errno = 0;
+        double x = strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || isnan(x))
+            die("%s: key '%s' wants a number, got '%s'", where, k->name, v);
+        if ((errno == ERANGE && x != 0) || fabs(x) > FLT_MAX)
+            die("%s: key '%s' = %s is too large for a 32-bit float (largest %g)", where, k->name, v, (double)FLT_MAX);
+        if (errno == ERANGE || (x != 0 && fabs(x) < FLT_MIN))
+            die("%s: key '%s' = %s is too small for a 32-bit float (smallest nonzero %g)", where, k->name, v,
+                (double)FLT_MIN);
+        *(float *)field = (float)x;
+        break;
+    }
+    case K_BOOL:
+        if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) *(int *)field = 1;
+        else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) *(int *)field = 0;
+        else die("%s: key '%s' wants true or false, got '%s'", where, k->name, v);
+        break;
+    case K_BYTES: {   // a count of bytes, with an optional KB/MB/GB (1e3) or KiB/MiB/GiB (2^10) suffix
+        errno = 0;
+        double x = strtod(v, &end);
+        const char *units[] = {"", "B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"};
+        const double mult[] = {1, 1, 1e3, 1e6, 1e9, 1e12, 1024.0, 1048576.0, 1073741824.0, 1099511627776.0};
+        int u = -1;
+        for (int i = 0; i < 10; i++)
+            if (!strcmp(end, units[i])) u = i;
+        if (*v == '\0' || u < 0 || errno || !(x >= 0) || x * mult[u] > 9e18)
+            die("%s: key '%s' wants a byte count such as 80GB, 512MiB or 1000000, got '%s'", where, k->name, v);
+        *(int64_t *)field = (int64_t)(x * mult[u]);
+        break;
+    }
+    case K_STR:
+    case K_ENUM:
+        if (strlen(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[strlen(v) - 1] == v[0]) {   // a quoted value: "" is empty
+            char q[CFG_STR + 2];
+            snprintf(q, sizeof q, "%.*s", (int)strlen(v) - 2, v + 1);
+            set_value(c, k, q, where);
+            return;
+        }
+        if (k->type == K_ENUM) { *(int *)field = enum_value(k, v, where); break; }
+        if (strlen(v) >= CFG_STR) die("%s: value of '%s' is longer than %d characters", where, k->name, CFG_STR - 1);
+        strcpy((char *)field, v);
+        break;
+    }
+}
+
+void config_set(Config *c, const char *key, const char *value, const char *where) {
+    const KeyDef *k = find_key(key);
+    if (!k) die_unknown_key(where, key);
+    set_value(c, k, value, where);
+}
+
+// ---- for the sweep: questions about the key table, so that the sweep's row list can be
+// data (a row whose key this build lacks is reported as not implemented, never faked).
+int config_has_key(const char *key) { return find_key(key) != NULL; }
+
+int config_value_is(const Config *c, const char *key, const char *value) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("internal: config_value_is: unknown key '%s'", key);
+    Config t = *c;
+    set_value(&t, k, value, "sweep");
+    return memcmp(&t, c, sizeof t) == 0;
+}
+
+void config_format_value(const Config *c, const char *key, char *buf, int cap) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("internal: config_format_value: unknown key '%s'", key);
+    const void *field = (const char *)c + k->offset;
+    switch (k->type) {
+    case K_INT: snprintf(buf, (size_t)cap, "%d", *(const int *)field); break;
+    case K_FLOAT: snprintf(buf, (size_t)cap, "%g", (double)*(const float *)field); break;
+    case K_BYTES: snprintf(buf, (size_t)cap, "%lld", (long long)*(const int64_t *)field); break;
+    case K_BOOL: snprintf(buf, (size_t)cap, "%s", *(const int *)field ? "true" : "false"); break;
+    case K_STR: snprintf(buf, (size_t)cap, "%s", *(const char *)field ? (const char *)field : "\"\""); break;   // "" shown as such
+    case K_ENUM: {
+        const char *name = k->names[*(const int *)field];
+        snprintf(buf, (size_t)cap, "%s", name[0] ? name : "\"\"");
+        break;
+    }
+    }
+}
+
+int config_num_keys(void) { return NKEYS; }
+const char *config_key_name(int i) { return i >= 0 && i < NKEYS ? KEYS[i].name : NULL; }
+
+int config_key_equal(const Config *a, const Config *b, const char *key) {
+    const KeyDef *k = find_key(key);
+    if (!k) die("internal: config_key_equal: unknown key '%s'", key);
+    const void *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+    switch (k->type) {
+    case K_INT: case K_BOOL: case K_ENUM: return *(const int *)fa == *(const int *)fb;
+    case K_FLOAT: return memcmp(fa, fb, sizeof(float)) == 0;
+    case K_BYTES: return *(const int64_t *)fa == *(const int64_t *)fb;
+    case K_STR: return strcmp((const char *)fa, (const char *)fb) == 0;
+    }
+    return 0;
+}
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof(*c));
+    for (int i = 0; i < NKEYS; i++) set_value(c, &KEYS[i], KEYS[i].dflt, "default");
+}
+
+// Strip spaces at both ends, and matching quotes around a value.
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    size_t n = strlen(s);
+    if (n >= 2 && (s[0] == '"' || s[0] == '\'') && s[n - 1] == s[0]) { s[n - 1] = '\0'; s++; }
+    return s;
+}
+
+// A '#' starts a comment at the start of a line or after a space or tab, outside a quoted
+// value; elsewhere it is part of the value (dataset_path: runs/data#1.txt).
+static void strip_comment(char *s) {
+    char quote = 0;
+    for (char *p = s; *p; p++) {
+        int after_blank = p == s || p[-1] == ' ' || p[-1] == '\t';
+        if (quote) { if (*p == quote) quote = 0; }
+        else if ((*p == '"' || *p == '\'') && (after_blank || p[-1] == ':')) quote = *p;
+        else if (*p == '#' && after_blank) { *p = '\0'; return; }
+    }
+}
+
+// One `key: value` line. seen[k] is the line that set key k in this file (0: none yet).
+static void load_line(Config *c, char *line, const char *path, int lineno, int *seen) {
+    char where[PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s:%d", path, lineno);
+    strip_comment(line);
+    char *s = trim(line);
+    if (*s == '\0') return;
+    char *colon = strchr(s, ':');
+    if (!colon) die("%s: expected 'key: value', got '%.200s'", where, s);
+    *colon = '\0';
+    char *key = trim(s), *val = trim(colon + 1);
+    const KeyDef *k = find_key(key);
+    if (!k) die_unknown_key(where, key);
+    if (seen[k - KEYS])
+        die("%s: key '%s' is set twice in this file, on lines %d and %d (a preset sets each key once; "
+            "the command line may override it)", path, key, seen[k - KEYS], lineno);
+    seen[k - KEYS] = lineno;
+    set_value(c, k, val, where);
+}
+
+void config_load_text(Config *c, const char *text, size_t n, const char *path) {
+    int seen[NKEYS];
+    memset(seen, 0, sizeof seen);
+    size_t i = 0;
+    if (n >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) i = 3;   // a UTF-8 byte-order mark is skipped
+    char line[1024];
+    for (int lineno = 1; i < n; lineno++) {
+        const char *nl = memchr(text + i, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - (text + i)) : n - i;
+        if (len >= sizeof line) die("%s:%d: line too long (%zu bytes, at most %zu)", path, lineno, len, sizeof line - 1);
+        if (memchr(text + i, '\0', len)) die("%s:%d: the line holds a NUL byte (is this a text file?)", path, lineno);
+        memcpy(line, text + i, len);
+        line[len] = '\0';
+        i += len + 1;
+        load_line(c, line, path, lineno, seen);
+    }
+}
+
+void config_load_file(Config *c, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) die("cannot open config file '%s': %s", path, strerror(errno));
+    struct stat st;
+    const size_t max = 1 << 20;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > max) {
+        fclose(f);
+        if (S_ISDIR(st.st_mode)) die("config file '%s' is a directory; give a preset such as configs/mixtral-tiny.yml", path);
+        if (!S_ISREG(st.st_mode)) die("config file '%s' is not a regular file", path);
+        die("config file '%s' is %lld bytes, too large for a preset (at most %zu)", path, (long long)st.st_size, max);
+    }
+    char *text = malloc((size_t)st.st_size + 1);
+    size_t n = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
+    int bad = !text || ferror(f);
+    fclose(f);
+    if (bad) { free(text); die("cannot read config file '%s'", path); }
+    die_set_cleanup(free, text);
+    config_load_text(c, text, n, path);
+    die_set_cleanup(NULL, NULL);
+    free(text);
+}
+
+static int divides(int a, int b) { return a > 0 && b % a == 0; }
+
+void config_validate(const Config *c) {
+    if (c->n_routing_groups == 0 || c->n_routing_groups < -1)
+        die("n_routing_groups must be -1 (groups off) or positive, got %d", c->n_routing_groups);
+    if (c->weight_dtype != DTYPE_FLOAT32 || c->grad_dtype != DTYPE_FLOAT32)
+        die("weight_dtype and grad_dtype must be float32 (master weights, gradients and optimizer state "
+            "stay float32 in every mode), got '%s' and '%s'", dtype_name(c->weight_dtype), dtype_name(c->grad_dtype));
+    if (!c->scan_layers && c->ici_pipeline_parallelism > 1)
+        die("scan_layers=false is not supported with a pipeline (ici_pipeline_parallelism=%d): the pipeline "
+            "runs its stage's layers in its own loop; use scan_layers=true or ici_pipeline_parallelism=1",
+            c->ici_pipeline_parallelism);
+    if (!c->cast_logits_to_fp32)
+        die("cast_logits_to_fp32=false is not supported: the loss is computed in float32 from the logits");
+    struct { const char *name; int v; } pos[] = {
+        {"base_emb_dim", c->base_emb_dim}, {"base_num_query_heads", c->base_num_query_heads},
+        {"base_num_decoder_layers", c->base_num_decoder_layers}, {"vocab_size", c->vocab_size},
+        {"max_target_length", c->max_target_length}, {"per_device_batch_size", c->per_device_batch_size},
+        {"gradient_accumulation_steps", c->gradient_accumulation_steps}, {"steps", c->steps},
+        {"num_experts", c->num_experts}, {"num_experts_per_tok", c->num_experts_per_tok},
+        {"eval_steps", c->eval_steps}, {"log_period", c->log_period}, {"parity_steps", c->parity_steps},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0) die("%s must be positive, got %d", pos[i].name, pos[i].v);
+    // (a dry run reads no tokens: the planner takes DeepSeek-V3's 129280)
+    if (c->vocab_size > 65536 && !c->dry_run)
+        die("vocab_size %d does not fit uint16 token files (max 65536); only dry_run=true plans such a model", c->vocab_size);
+    if (cfg_is_mla(c)) {
+        if (c->kv_lora_rank <= 0 || c->qk_nope_head_dim <= 0 || c->v_head_dim <= 0)
+            die("attention_type=mla needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0 "
+                "(got %d, %d, %d)", c->kv_lora_rank, c->qk_nope_head_dim, c->v_head_dim);
+        if (c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2)
+            die("qk_rope_head_dim must be positive and even (RoPE rotates pairs), got %d", c->qk_rope_head_dim);
+        if (c->q_lora_rank < 0) die("q_lora_rank must be >= 0, got %d", c->q_lora_rank);
+    } else {
+        if (c->base_num_kv_heads <= 0 || c->head_dim <= 0)
+            die("base_num_kv_heads and head_dim must be positive (got %d, %d)", c->base_num_kv_heads, c->head_dim);
+        if (!divides(c->base_num_kv_heads, c->base_num_query_heads))
+            die("base_num_kv_heads (%d) must divide base_num_query_heads (%d)",
+                c->base_num_kv_heads, c->base_num_query_heads);
+        if (c->head_dim % 2) die("head_dim must be even (RoPE rotates pairs), got %d", c->head_dim);
+    }
+    if (c->num_experts_per_tok > c->num_experts)
+        die("num_experts_per_tok (%d) cannot exceed num_experts (%d)", c->num_experts_per_tok, c->num_experts);
+    if (cfg_expert_dim(c) <= 0) die("expert width must be positive (base_mlp_dim / base_moe_mlp_dim)");
+    if (c->first_num_dense_layers < 0 || c->first_num_dense_layers > c->base_num_decoder_layers)
+        die("first_num_dense_layers (%d) must be between 0 and base_num_decoder_layers (%d)",
+            c->first_num_dense_layers, c->base_num_decoder_layers);
+    if (c->first_num_dense_layers > 0 && c->base_mlp_dim <= 0)
+        die("dense layers need base_mlp_dim > 0, got %d", c->base_mlp_dim);
+    if (c->n_routing_groups > 0) {
+        if (!cfg_sigmoid_router(c)) die("n_routing_groups needs routed_score_func=sigmoid (DeepSeek routing)");
+        if (c->num_experts % c->n_routing_groups)
+            die("n_routing_groups (%d) must divide num_experts (%d)", c->n_routing_groups, c->num_experts);
+        if (c->num_experts / c->n_routing_groups < 2)
+            die("each routing group needs at least 2 experts (group score = sum of its top 2); "
+                "num_experts %d / n_routing_groups %d < 2", c->num_experts, c->n_routing_groups);
+        if (c->topk_routing_group <= 0 || c->topk_routing_group > c->n_routing_groups)
+            die("topk_routing_group (%d) must be between 1 and n_routing_groups (%d)",
+                c->topk_routing_group, c->n_routing_groups);
+        if (c->topk_routing_group * (c->num_experts / c->n_routing_groups) < c->num_experts_per_tok)
+            die("topk_routing_group %d groups of %d experts hold fewer than num_experts_per_tok (%d) experts",
+                c->topk_routing_group, c->num_experts / c->n_routing_groups, c->num_experts_per_tok);
+    }
+    if (c->routed_bias && !cfg_sigmoid_router(c))
+        die("routed_bias needs routed_score_func=sigmoid (DeepSeek routing)");
+    if (c->shared_experts < 0) die("shared_experts must be >= 0, got %d", c->shared_experts);
+    if (c->capacity_factor > 0 && c->sparse_matmul)
+        die("capacity_factor=%g drops tokens only on the dense path: set sparse_matmul=false "
+            "(the sparse path is dropless)", c->capacity_factor);
+    int chunks = cfg_context_chunks(c);
+    if (chunks < 1 || (chunks & (chunks - 1)))
+        die("context_reduce_chunks must be a power of two (the chunks of a sequence form a pairwise tree), got %d",
+            chunks);
+    if (!divides(chunks, c->max_target_length))
+        die("context_reduce_chunks (%d) must divide max_target_length (%d): every sequence is cut into that many "
+            "equal chunks", chunks, c->max_target_length);
+    int leaf = cfg_leaf_tokens(c);
+    if (!divides(leaf, cfg_chunk_tokens(c)))
+        die("reduce_leaf_tokens (%d) must divide the chunk length, max_target_length / context_reduce_chunks = "
+            "%d / %d = %d: a leaf never spans two chunks", leaf, c->max_target_length, chunks, cfg_chunk_tokens(c));
+    if (c->eval_fraction <= 0 || c->eval_fraction >= 1)
+        die("eval_fraction must be between 0 and 1, got %g", c->eval_fraction);
+    if (c->eval_per_device_batch_size < 0)
+        die("eval_per_device_batch_size must be >= 0 (0 = per_device_batch_size), got %d", c->eval_per_device_batch_size);
+    if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
+    if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
+        die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+    if (c->num_vocab_tiling < 1)
+        die("num_vocab_tiling must be >= 1 (1 = the whole logits at once), got %d", c->num_vocab_tiling);
+    // attention kernels and context parallelism
+    if (c->attn_block_q < 1 || c->attn_block_kv < 1)
+        die("attn_block_q and attn_block_kv must be >= 1, got %d and %d", c->attn_block_q, c->attn_block_kv);
+    if (c->context_parallel_strategy == CP_RING && c->attention == ATTENTION_FLASH)
+        die("context_parallel_strategy=ring with attention=flash is not supported: the ring already runs attention "
+            "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
+    config_check_ranges(c);   // every numeric key inside its range (base/config_ranges.c)
+    config_check_sizes(c);
+}
+
+// What a key's value may be: its range, or its enum's names; "" for strings and booleans.
+static void values_text(const KeyDef *k, char *buf, size_t cap) {
+    char text[512];
+    buf[0] = '\0';
+    if (k->type == K_ENUM) {
+        size_t n = (size_t)snprintf(buf, cap, "values:");
+        for (int i = 0; i < k->nnames && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s %s", i ? "," : "", k->names[i][0] ? k->names[i] : "\"\"");
+    } else if (config_range_text(k->name, text, sizeof text)) {
+        snprintf(buf, cap, "range: %s", text);
+    } else if (k->type == K_INT || k->type == K_FLOAT || k->type == K_BYTES) {
+        snprintf(buf, cap, "range: none declared");
+    }
+}
+
+// s with the characters that markdown would read ('|' ends a cell, '*' emphasises) escaped.
+static void print_markdown_text(const char *s) {
+    for (; *s; s++) {
+        if (*s == '|' || *s == '*') putchar('\\');
+        putchar(*s);
+    }
+}
+
+void config_print_help(int markdown) {
+    static const char *const type_names[] = {"int", "float", "bool", "string", "bytes", "name"};
+    char values[640];
+    if (markdown) printf("| key | type | default | meaning | values |\n|---|---|---|---|---|\n");
+    else printf("%-36s %-10s %s\n", "key", "default", "meaning");
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDef *k = &KEYS[i];
+        const char *dflt = k->dflt[0] ? k->dflt : "\"\"";
+        values_text(k, values, sizeof values);
+        if (markdown) {
+            printf("| `%s` | %s | `%s` | ", k->name, type_names[k->type], dflt);
+            print_markdown_text(k->help);
+            printf(" | ");
+            print_markdown_text(values);
+            printf(" |\n");
+        } else {
+            printf("%-36s %-10s %s", k->name, dflt, k->help);
+            if (values[0]) printf(" [%s]", values);
+            printf("\n");
+        }
+    }
+}
+
+// The files the run reads and writes, checked before anything is computed (base/paths.h).
+void config_check_paths(const Config *c) {
+    if (strcmp(c->dataset_path, "synthetic")) check_input_file("dataset_path", c->dataset_path);
+    if (c->load_checkpoint[0]) check_input_file("load_checkpoint", c->load_checkpoint);
+    if (c->save_checkpoint[0]) check_output_path("save_checkpoint", c->save_checkpoint);
+    if (c->metrics_file[0]) check_output_path("metrics_file", c->metrics_file);
+    if (c->memory_trace[0]) check_output_path("memory_trace", c->memory_trace);
+    if (c->dump_parity[0]) check_output_dir("dump_parity", c->dump_parity);
+}
+
+// Append to buf with bounds checking.
+static void jcat(char *buf, int cap, int *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+#include <stdarg.h>
+static void jcat(char *buf, int cap, int *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *len, (size_t)(cap - *len), fmt, ap);
+    va_end(ap);
+    if (n < 0 || *len + n >= cap) die("internal: config JSON buffer too small (%d bytes)", cap);
+    *len += n;
+}
+
+int config_to_json(const Config *c, char *buf, int cap) {
+    int len = 0;
+    jcat(buf, cap, &len, "{");
+    for (int i = 0; i < NKEYS; i++) {
+        const KeyDef *k = &KEYS[i];
+        const void *field = (const char *)c + k->offset;
+        jcat(buf, cap, &len, "%s\"%s\": ", i ? ", " : "", k->name);
+        switch (k->type) {
+        case K_INT: jcat(buf, cap, &len, "%d", *(const int *)field); break;
+        case K_FLOAT:   // JSON has no inf or nan; set_value never lets one in
+            if (!isfinite(*(const float *)field)) die("internal: config key '%s' is not finite", k->name);
+            jcat(buf, cap, &len, "%.9g", (double)*(const float *)field);
+            break;
+        case K_BYTES: jcat(buf, cap, &len, "%lld", (long long)*(const int64_t *)field); break;
+        case K_BOOL: jcat(buf, cap, &len, "%s", *(const int *)field ? "true" : "false"); break;
+        case K_STR:
+        case K_ENUM: {   // an enum as its name
+            const char *text = k->type == K_ENUM ? k->names[*(const int *)field] : (const char *)field;
+            jcat(buf, cap, &len, "\"");
+            for (const char *p = text; *p; p++) {
+                if (*p == '"' || *p == '\\') jcat(buf, cap, &len, "\\%c", *p);
+                else if ((unsigned char)*p < 0x20) jcat(buf, cap, &len, "\\u%04x", *p);
+                else jcat(buf, cap, &len, "%c", *p);
+            }
+            jcat(buf, cap, &len, "\"");
+            break;
+        }
+        }
+    }
+    jcat(buf, cap, &len, "}");
+    return len;
+}
+
+// Reads the flat object written by config_to_json: "key": value pairs, values are numbers,
+// true/false or strings with \" \\ \uXXXX escapes.
+void config_from_json(Config *c, const char *json, const char *where) {
+    const char *p = json;
+    char key[128], val[CFG_STR + 8];
+    while (*p && *p != '{') p++;
+    if (*p != '{') die("%s: config metadata is not a JSON object", where);
+    p++;
+    for (;;) {
+        while (isspace((unsigned char)*p) || *p == ',') p++;
+        if (*p == '}') return;
+        if (*p != '"') die("%s: malformed config metadata near '%.20s'", where, p);
+        int n = 0;
+        for (p++; *p && *p != '"'; p++) if (n < 127) key[n++] = *p;
+        key[n] = '\0';
+        if (*p != '"') die("%s: malformed config metadata", where);
+        p++;
+        while (isspace((unsigned char)*p) || *p == ':') p++;
+        n = 0;
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++) {
+                char ch = *p;
+                if (ch == '\\') {
+                    p++;
+                    if (*p == 'u') {   // \uXXXX: four hex digits, all before the end of the text
+                        for (int d = 1; d <= 4; d++)
+                            if (!isxdigit((unsigned char)p[d])) die("%s: malformed \\u escape in config metadata", where);
+                        ch = (char)strtol((char[]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
+                        p += 4;
+                    } else if (*p == '\0') {
+                        break;   // a '\\' ending the text: reported as unterminated below
+                    } else {
+                        ch = *p;
+                    }
+                }
+                if (n < CFG_STR) val[n++] = ch;
+            }
+            if (*p != '"') die("%s: malformed config metadata", where);
+            p++;
+        } else {
+            while (*p && *p != ',' && *p != '}' && !isspace((unsigned char)*p)) if (n < CFG_STR) val[n++] = *p++; else p++;
+        }
+        val[n] = '\0';
+        const KeyDef *k = find_key(key);
+        if (!k) die("%s: config metadata has unknown key '%s' (written by another version of meshmoe?)", where, key);
+        set_value(c, k, val, where);
+    }
+}

@@ -1,0 +1,298 @@
+// base/memory.c: the per-device allocator with tags, live bytes and peaks.
+// Each allocation carries a small header (size, tag, name, list links) in front of the
+// data, so that freeing knows what to uncount and an out-of-memory message can list
+// the largest live buffers.
+#include "base/memory.h"
+#include "core/common.h"
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <pthread.h>
+
+const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm"};
+
+#define HEADER 64   // bytes in front of every buffer; keeps the data 64-byte aligned
+
+struct MemBlock {
+    size_t bytes;
+    MemTag tag;
+    Device *dev;
+    const char *name;
+    unsigned char host;   // 1: in the device's host memory (not counted in its HBM)
+    unsigned char held;   // 1: kept until mem_release_held (mem_hold)
+    MemBlock *prev, *next;
+    unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
+    unsigned seq;        // the device's allocation count when it was made: orders equal sizes
+};
+_Static_assert(sizeof(MemBlock) <= HEADER, "header must fit in front of the data");
+
+static _Thread_local Device *current;
+static int dry;   // dry_run (set once before the devices start)
+
+#define DRY_REAL_BELOW (1u << 16)   // dry run: buffers under 64 KiB are real memory
+
+// A dry run's large buffers all point into one reservation of address space, "the void",
+// each at its own 64-byte step, so they overlap and nothing backs them: whatever the plan's
+// size, the void costs no memory and one mapping. Their headers live apart, found from the
+// slot (the step). A buffer that is written anyway (control data is real memory, below
+// 64 KiB) touches the void's pages that all buffers share, so the memory stays bounded.
+#define VOID_SLOTS (1u << 22)               // large buffers live at once, all devices
+#define VOID_BYTES ((size_t)1 << 42)        // 4 TiB of address space
+static char *void_base;
+static MemBlock **void_hdr;                 // (VOID_SLOTS) the header of the buffer at each slot
+static unsigned *void_free, void_nfree;     // a stack of the free slots
+static pthread_mutex_t void_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void mem_set_dry(int on) {
+    dry = on;
+    if (!on || void_base) return;
+    void_base = mmap(NULL, VOID_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (void_base == MAP_FAILED) die("dry run: cannot reserve %zu bytes of address space", VOID_BYTES);
+    void_hdr = calloc(VOID_SLOTS, sizeof *void_hdr);
+    void_free = malloc(VOID_SLOTS * sizeof *void_free);
+    if (!void_hdr || !void_free) die("dry run: host out of memory");
+    for (unsigned i = 0; i < VOID_SLOTS; i++) void_free[i] = VOID_SLOTS - 1 - i;
+    void_nfree = VOID_SLOTS;
+}
+
+// The header of buffer p (in front of it, or in the void's table).
+static MemBlock *block_of(const void *p) {
+    const char *c = (const char *)p;
+    if (void_base && c >= void_base && c < void_base + VOID_BYTES) return void_hdr[(size_t)(c - void_base) / 64];
+    return (MemBlock *)(c - HEADER);
+}
+
+static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
+    if (bytes > VOID_BYTES - (size_t)VOID_SLOTS * 64) die("dry run: '%s' (%zu bytes) is larger than the planner's address space", name, bytes);
+    pthread_mutex_lock(&void_lock);
+    if (!void_nfree) die("dry run: more than %u large buffers live at once", VOID_SLOTS);
+    unsigned slot = void_free[--void_nfree];
+    void_hdr[slot] = m;
+    pthread_mutex_unlock(&void_lock);
+    m->slot = slot + 1;
+    return void_base + (size_t)slot * 64;
+}
+int mem_dry(void) { return dry; }
+
+void mem_phase(const char *fmt, ...) {
+    Device *d = mem_device();
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->phase, sizeof d->phase, fmt, ap);
+    va_end(ap);
+    if (d->hook) d->hook(d, 0, MEM_TEMP, 0, d->phase);
+}
+
+void device_init(Device *d, int id, size_t capacity) {
+    memset(d, 0, sizeof(*d));
+    d->id = id;
+    d->capacity = capacity;
+}
+
+void mem_set_device(Device *d) { current = d; }
+
+Device *mem_device(void) {
+    if (!current) die("internal: no device set for this thread (call mem_set_device)");
+    return current;
+}
+
+const char *mem_fmt(size_t bytes, char *buf, size_t cap) {
+    if (bytes >= (1u << 30)) snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
+    else if (bytes >= (1u << 20)) snprintf(buf, cap, "%.2f MiB", bytes / 1048576.0);
+    else if (bytes >= 1024) snprintf(buf, cap, "%.1f KiB", bytes / 1024.0);
+    else snprintf(buf, cap, "%zu B", bytes);
+    return buf;
+}
+
+// Out of memory: name the device, the buffer, and the largest live buffers by tag.
+static void die_oom(Device *d, MemTag tag, size_t bytes, const char *name) {
+    char a[32], b[32], c[32];
+    // The details first, then the one-line message (die) that says what happened; claimed
+    // first, so that devices that run out at once do not interleave their reports.
+    die_claim();
+    fprintf(stderr, "  live by tag on device %d:", d->id);
+    for (int t = 0; t < MEM_NTAGS; t++) fprintf(stderr, " %s %s", MEM_TAG_NAMES[t], mem_fmt(d->live[t], a, sizeof a));
+    fprintf(stderr, "\n  largest live buffers:\n");
+    const char *nm[5];
+    MemTag tg[5];
+    size_t by[5];
+    int n = mem_largest_live(d, 5, nm, tg, by);
+    for (int k = 0; k < n; k++) fprintf(stderr, "    %-40s %-12s %s\n", nm[k], MEM_TAG_NAMES[tg[k]], mem_fmt(by[k], a, sizeof a));
+    die("device %d out of memory: '%s' (%s, %s) does not fit: %s live of %s capacity (largest buffers "
+        "above); raise hbm_capacity, or shard more (fsdp, tensor, expert), or lower per_device_batch_size",
+        d->id, name, MEM_TAG_NAMES[tag], mem_fmt(bytes, a, sizeof a), mem_fmt(d->live_total, b, sizeof b),
+        mem_fmt(d->capacity, c, sizeof c));
+}
+
+int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, size_t *bytes) {
+    // Pick the largest after the last one picked, in the order (bytes, allocation) descending:
+    // of equal sizes the later allocation first (no sorting of the list). Host-memory blocks
+    // are not the device's.
+    const MemBlock *last = NULL;
+    int n = 0;
+    for (; n < k; n++) {
+        const MemBlock *best = NULL;
+        for (const MemBlock *m = d->head; m; m = m->next) {
+            int after = !last || m->bytes < last->bytes || (m->bytes == last->bytes && m->seq < last->seq);
+            if (!m->host && after && (!best || m->bytes > best->bytes || (m->bytes == best->bytes && m->seq > best->seq)))
+                best = m;
+        }
+        if (!best) break;
+        name[n] = best->name; tag[n] = best->tag; bytes[n] = best->bytes;
+        last = best;
+    }
+    return n;
+}
+
+// One block of `bytes` on the device (host = 0) or in its host memory (host = 1).
+static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
+    Device *d = mem_device();
+    if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    int in_void = dry && bytes >= DRY_REAL_BELOW;
+    char *raw = in_void ? malloc(sizeof(MemBlock)) : aligned_alloc(64, HEADER + rounded);
+    if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
+    MemBlock *m = (MemBlock *)raw;
+    *m = (MemBlock){bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
+    char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
+    if (!in_void) memset(data, 0, rounded);
+    if (d->head) d->head->prev = m;
+    d->head = m;
+    d->nallocs++;
+    if (host) {   // the host account: its own live and peak, per tag and in all
+        d->host_live[tag] += bytes;
+        d->host_live_total += bytes;
+        if (d->host_live[tag] > d->host_peak[tag]) d->host_peak[tag] = d->host_live[tag];
+        if (d->host_live_total > d->host_peak_total) d->host_peak_total = d->host_live_total;
+        return data;
+    }
+    d->live[tag] += bytes;
+    d->live_total += bytes;
+    if (d->live[tag] > d->peak[tag]) d->peak[tag] = d->live[tag];
+    if (tag == MEM_TEMP && d->live[tag] > d->temp_hw) d->temp_hw = d->live[tag];
+    if (d->live[tag] > d->mark[tag]) d->mark[tag] = d->live[tag];
+    if (d->live_total > d->mark_total) d->mark_total = d->live_total;
+    if (d->live_total > d->peak_total) {
+        d->peak_total = d->live_total;
+        memcpy(d->at_peak, d->live, sizeof d->live);
+        memcpy(d->peak_phase, d->phase, sizeof d->phase);
+        d->peak_name = name;
+    }
+    if (d->hook) d->hook(d, 1, tag, bytes, name);
+    return data;
+}
+
+void *mem_alloc(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0); }
+void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 1); }
+
+int mem_is_host(const void *p) { return p && block_of(p)->host; }
+
+void mem_transfer(void *dst, const void *src, size_t bytes) {
+    MemBlock *d = block_of(dst), *s = block_of(src);
+    // A dry run copies only real memory: the small control buffers (routing plans) that
+    // offloading moves must arrive with their contents; the void has none.
+    if (!dry || (!d->slot && !s->slot)) memcpy(dst, src, bytes);
+    if (d->host && !s->host) d->dev->to_host_bytes += bytes;
+    if (!d->host && s->host) d->dev->to_device_bytes += bytes;
+}
+
+// Copy a buffer to the other memory kind and free the original.
+static void *move_block(void *p, int host) {
+    if (!p || block_of(p)->host == host) return p;
+    MemBlock *m = block_of(p);
+    void *q = alloc_block(m->tag, m->bytes, m->name, host);
+    mem_transfer(q, p, m->bytes);
+    mem_free(p);
+    return q;
+}
+void *mem_to_host(void *p) { return move_block(p, 1); }
+void *mem_to_device(void *p) { return move_block(p, 0); }
+
+const char *mem_name(const void *p) {
+    return block_of(p)->name;
+}
+
+size_t mem_size(const void *p) { return block_of(p)->bytes; }
+
+float *mem_floats(MemTag tag, size_t n, const char *name) {
+    return (float *)mem_alloc(tag, n * sizeof(float), name);
+}
+
+// Give block m back: uncount it, unlink it, tell the hook.
+static void free_block(MemBlock *m) {
+    Device *d = m->dev;
+    if (m->host) {
+        d->host_live[m->tag] -= m->bytes;
+        d->host_live_total -= m->bytes;
+    } else {
+        d->live[m->tag] -= m->bytes;
+        d->live_total -= m->bytes;
+    }
+    if (m->prev) m->prev->next = m->next; else d->head = m->next;
+    if (m->next) m->next->prev = m->prev;
+    if (d->hook) d->hook(d, -1, m->tag, m->bytes, m->name);
+    if (m->slot) {
+        pthread_mutex_lock(&void_lock);
+        void_free[void_nfree++] = m->slot - 1;
+        pthread_mutex_unlock(&void_lock);
+    }
+    free(m);
+}
+
+void mem_free(void *p) {
+    if (!p) return;
+    free_block(block_of(p));
+}
+
+void mem_temp_hw_reset(void) {
+    Device *d = mem_device();
+    d->temp_hw = d->live[MEM_TEMP];
+}
+size_t mem_temp_live(void) { return mem_device()->live[MEM_TEMP]; }
+size_t mem_temp_hw(void) { return mem_device()->temp_hw; }
+
+void mem_hold(void *p) { if (p) block_of(p)->held = 1; }
+
+void mem_release_held(void) {
+    Device *d = mem_device();
+    MemBlock *m = d->head;
+    while (m) {
+        MemBlock *next = m->next;
+        if (m->held) free_block(m);
+        m = next;
+    }
+}
+
+void device_release_all(Device *d) {
+    while (d->head) mem_free(d->head->slot ? void_base + (size_t)(d->head->slot - 1) * 64 : (char *)d->head + HEADER);
+}
+
+void mem_reset_peak(Device *d) {
+    memcpy(d->peak, d->live, sizeof d->live);
+    d->peak_total = d->live_total;
+    memcpy(d->at_peak, d->live, sizeof d->live);
+    memcpy(d->peak_phase, d->phase, sizeof d->phase);
+    d->peak_name = "(live at the start of the step)";
+    memcpy(d->host_peak, d->host_live, sizeof d->host_live);
+    d->host_peak_total = d->host_live_total;
+    d->to_host_bytes = d->to_device_bytes = 0;
+}
+
+void mem_mark_reset(Device *d) {
+    memcpy(d->mark, d->live, sizeof d->live);
+    d->mark_total = d->live_total;
+}
+
+void mem_print_report(const Device *d) {
+    char a[32];
+    printf("device %d peak %s:", d->id, mem_fmt(d->peak_total, a, sizeof a));
+    for (int t = 0; t < MEM_NTAGS; t++)
+        if (d->peak[t]) printf(" %s %s", MEM_TAG_NAMES[t], mem_fmt(d->peak[t], a, sizeof a));
+    if (d->host_peak_total) {   // offload: the host memory, and the copies of the last step
+        printf(" | host peak %s:", mem_fmt(d->host_peak_total, a, sizeof a));
+        for (int t = 0; t < MEM_NTAGS; t++)
+            if (d->host_peak[t]) printf(" %s %s", MEM_TAG_NAMES[t], mem_fmt(d->host_peak[t], a, sizeof a));
+        printf(" | copied to host %s,", mem_fmt(d->to_host_bytes, a, sizeof a));
+        printf(" to device %s", mem_fmt(d->to_device_bytes, a, sizeof a));
+    }
+    printf("\n");
+}

@@ -1,0 +1,76 @@
+// base/mesh.h: the simulated device mesh. Devices are real threads,
+// each with its own allocator (base/memory.h), laid out on a grid whose
+// axes carry MaxText's names. A device's id is its row-major index over the axes in the
+// order below (the last axis varies fastest), as in MaxText's mesh_axes.
+//
+// Groups: for any set of axes, the devices that differ only along those axes form a group;
+// collectives (base/collectives.h) run over a group, and a member's rank in it is its
+// row-major index over the chosen axes.
+#ifndef MESHMOE_MESH_H
+#define MESHMOE_MESH_H
+#include "base/config.h"
+#include "base/memory.h"
+
+typedef enum { AX_DATA, AX_STAGE, AX_FSDP, AX_CONTEXT, AX_TENSOR, AX_EXPERT, MESH_NAXES } MeshAxis;
+extern const char *const MESH_AXIS_NAMES[MESH_NAXES];   // "data", "stage", "fsdp", ...
+#define AXIS_BIT(a) (1u << (a))
+
+typedef struct Group Group;   // defined in collectives.c
+
+typedef struct Mesh {
+    int size[MESH_NAXES];     // devices along each axis
+    int ndev;                 // product of the sizes
+    Device *devices;          // (ndev)
+    Group **groups;           // (1 << MESH_NAXES, ndev): groups[mask * ndev + dev]
+    Group **prefetch;         // (ndev) a second fsdp group for the prefetch helper threads
+                              // (sharding/overlap.h): its own barrier and slots
+    // A dry run plans one device per class (mesh_run_classes): rep[d] is the device whose
+    // plan d shares, the lowest id of its class; solo is set while the representatives run.
+    int *rep;                 // (ndev)
+    int nclasses;
+    int solo;
+    int adafactor;            // opt_type=adafactor: its state's size depends on the fsdp rank
+    int num_threads;          // the num_threads key: OpenMP threads per device (0 = shared out)
+} Mesh;
+
+// Sizes from ici_<axis>_parallelism (-1 = whatever is left of num_devices). Dies with a
+// message naming the numbers if they do not multiply to the device count.
+void mesh_init(Mesh *mesh, const Config *c);
+void mesh_free(Mesh *mesh);
+int mesh_coord(const Mesh *mesh, int dev, MeshAxis axis);
+// The group of `dev` along the axes in `mask`, and dev's rank in it.
+Group *mesh_group(const Mesh *mesh, int dev, unsigned mask);
+int mesh_rank(const Mesh *mesh, int dev, unsigned mask);
+// The same members as the fsdp group of dev, but a group of its own: the helper threads of
+// overlap_collectives gather over it, so their all-gathers never share a barrier with the
+// collectives the device threads run meanwhile (a reduce-scatter over fsdp, say).
+Group *mesh_prefetch_group(const Mesh *mesh, int dev);
+// "data=2 fsdp=4" (axes of size 1 left out; "1 device" when all are 1).
+const char *mesh_describe(const Mesh *mesh, char *buf, size_t cap);
+
+// The OpenMP threads of device dev: num_threads if set, else the C cores shared out over the
+// N devices, C/N each and one more for the first C mod N, at least one: the devices' threads
+// together are never more than the cores (unless there are more devices than cores).
+int mesh_threads_of(const Mesh *mesh, int dev);
+
+// Runs fn(dev, arg) on one thread per device, each with its device set as the thread's
+// current device and its OpenMP threads set (mesh_threads_of; nested parallel regions off:
+// a parallel loop inside another runs on the thread that reaches it), and returns when all
+// have finished.
+void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg);
+
+// Dry run (the planner): devices whose plans are equal form a class, and only the first
+// device of each class walks the step, alone: its collectives wait for nobody and see every
+// member post what it posts (base/collectives.c); then every device of the class is given
+// its figures (peaks, live bytes, bytes sent, the planner's watch). mesh.c says which
+// coordinates make two plans differ. As many representatives run at a time as there are
+// cores; progress goes to stderr once the run takes more than a moment. With all_devices,
+// every device runs together as in training (mesh_run): the check that the classes are right.
+void mesh_run_classes(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg, int all_devices);
+
+// The calling thread's mesh and device id (set by mesh_run; 1-device runs set them too).
+const Mesh *mesh_current(void);
+int mesh_device_id(void);
+void mesh_set_current(const Mesh *mesh, int dev);
+
+#endif

@@ -1,0 +1,184 @@
+// base/paths.c: up-front checks of the run's files, atomic saves, and what a signal does
+// (see the header).
+#include "base/paths.h"
+#include "core/common.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// The directory part of path ("." when it has none).
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static void check_path_length(const char *key, const char *path) {
+    if (strlen(path) + 32 >= PATH_MAX) die("%s '%.64s...' is too long (%zu bytes)", key, path, strlen(path));
+}
+
+void check_input_file(const char *key, const char *path) {
+    struct stat st;
+    check_path_length(key, path);
+    if (stat(path, &st) != 0) die("cannot open %s '%s': %s", key, path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) die("%s '%s' is a directory; it must name a file", key, path);
+    if (access(path, R_OK) != 0) die("cannot read %s '%s': %s", key, path, strerror(errno));
+}
+
+// A file can be created in dir: make a probe there and remove it.
+static void probe_dir(const char *key, const char *path, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        die("%s '%s': directory '%s' %s", key, path, dir,
+            errno == ENOENT ? "does not exist" : strerror(errno));
+    if (!S_ISDIR(st.st_mode)) die("%s '%s': '%s' is not a directory", key, path, dir);
+    char probe[PATH_MAX];
+    snprintf(probe, sizeof probe, "%s/.meshmoe-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0) die("%s '%s': cannot create a file in directory '%s': %s", key, path, dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+}
+
+void check_output_path(const char *key, const char *path) {
+    struct stat st;
+    check_path_length(key, path);
+    size_t n = strlen(path);
+    if (n == 0 || path[n - 1] == '/') die("%s '%s' names a directory; it must name a file", key, path);
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) die("%s '%s' is a directory; it must name a file", key, path);
+        if (!S_ISREG(st.st_mode))
+            die("%s '%s' exists and is not a regular file (a device, pipe or socket): a save is written "
+                "beside it and renamed over it, which would replace it; give a regular file's path", key, path);
+    } else if (errno != ENOENT) {
+        die("%s '%s': %s", key, path, strerror(errno));
+    }
+    char dir[PATH_MAX];
+    dir_of(path, dir, sizeof dir);
+    probe_dir(key, path, dir);
+}
+
+void check_output_dir(const char *key, const char *path) {
+    struct stat st;
+    check_path_length(key, path);
+    if (stat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) die("%s '%s' exists and is not a directory", key, path);
+        probe_dir(key, path, path);
+        return;
+    }
+    if (errno != ENOENT) die("%s '%s': %s", key, path, strerror(errno));
+    char dir[PATH_MAX], trimmed[PATH_MAX];
+    snprintf(trimmed, sizeof trimmed, "%s", path);
+    for (size_t n = strlen(trimmed); n > 1 && trimmed[n - 1] == '/'; n--) trimmed[n - 1] = '\0';
+    dir_of(trimmed, dir, sizeof dir);
+    probe_dir(key, path, dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// The save in flight: its target and temporary names, read by the signal handler.
+
+static struct {
+    char path[PATH_MAX], tmp[PATH_MAX + 16];
+    FILE *f;
+} save;
+static atomic_int save_active;
+
+static void remove_tmp(void *unused) {
+    (void)unused;
+    if (atomic_exchange(&save_active, 0)) {
+        if (save.f) fclose(save.f);
+        unlink(save.tmp);
+    }
+}
+
+FILE *atomic_file_open(const char *path) {
+    if (atomic_load(&save_active)) die("internal: a save of '%s' is already in flight", save.path);
+    if (strlen(path) + 16 >= PATH_MAX) die("cannot write '%.64s...': the path is too long", path);
+    snprintf(save.path, sizeof save.path, "%s", path);
+    // A link is followed: the file it points to is replaced, the link stays.
+    struct stat st;
+    char real[PATH_MAX];
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real)) snprintf(save.path, sizeof save.path, "%s", real);
+    int exists = stat(save.path, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode))
+        die("cannot write '%s': it exists and is not a regular file (a directory, device, pipe or socket)", path);
+    snprintf(save.tmp, sizeof save.tmp, "%s.tmp.XXXXXX", save.path);
+    int fd = mkstemp(save.tmp);
+    if (fd < 0) die("cannot write '%s': cannot create a temporary file beside it: %s", path, strerror(errno));
+    // mkstemp makes the file 0600; the saved file gets the target's mode, or the usual one.
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(fd, exists ? (st.st_mode & 07777) : (0666 & ~um));
+    save.f = fdopen(fd, "wb");
+    if (!save.f) { close(fd); unlink(save.tmp); die("cannot write '%s': %s", path, strerror(errno)); }
+    atomic_store(&save_active, 1);
+    die_set_cleanup(remove_tmp, NULL);
+    return save.f;
+}
+
+void atomic_file_commit(FILE *f) {
+    if (!atomic_load(&save_active) || f != save.f) die("internal: atomic_file_commit without atomic_file_open");
+    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int err = errno;
+    save.f = NULL;
+    if (fclose(f) != 0 && ok) { ok = 0; err = errno; }
+    if (!ok) die("cannot write '%s': %s", save.path, strerror(err ? err : EIO));
+    if (rename(save.tmp, save.path) != 0) die("cannot rename '%s' to '%s': %s", save.tmp, save.path, strerror(errno));
+    atomic_store(&save_active, 0);
+    die_set_cleanup(NULL, NULL);
+    // The rename is durable once the directory itself is synced.
+    char dir[PATH_MAX];
+    dir_of(save.path, dir, sizeof dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+}
+
+// ---------------------------------------------------------------------------------------
+// Signals. The handler uses only async-signal-safe calls (write, unlink, _exit).
+
+static atomic_int stop_armed, stop_sig;
+
+const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+static void say(const char *a, const char *b, const char *c) {
+    const char *parts[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (parts[i] && write(2, parts[i], strlen(parts[i])) < 0) return;
+}
+
+static void on_signal(int sig) {
+    const char *name = signal_name(sig);
+    if (atomic_load(&save_active)) {
+        unlink(save.tmp);
+        say("meshmoe: interrupted by ", name, " while saving '");
+        say(save.path, "': the unfinished temporary file was removed and '", save.path);
+        say("' is as it was\n", NULL, NULL);
+        _exit(128 + sig);
+    }
+    if (atomic_load(&stop_armed) && !atomic_exchange(&stop_sig, sig)) {
+        say("(", name, " received: stopping after this step; send it again to stop at once)\n");
+        return;
+    }
+    say("meshmoe: interrupted by ", name, "\n");
+    _exit(128 + sig);
+}
+
+void signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+void signals_allow_stop(int on) { atomic_store(&stop_armed, on); }
+int signals_stop_requested(void) { return atomic_load(&stop_sig); }

@@ -1,0 +1,41 @@
+// base/paths.h: the files a run reads and writes, checked before training starts, and
+// written so that an interruption loses nothing.
+//
+// Checks (each dies with one message naming the config key and the path):
+//   check_input_file    the path exists, is not a directory, and can be read;
+//   check_output_path   a file will be written here: the target is absent or a regular file
+//                       (never a directory, device, pipe or socket), its directory exists,
+//                       and a probe file can be created and removed in that directory;
+//   check_output_dir    a directory will be written into: it exists, or its parent can
+//                       hold it, and a probe file can be created where the files will go.
+//
+// Saves: atomic_file_open gives a stream onto a fresh temporary file in the target's own
+// directory (mkstemp: two writers never share it), and atomic_file_commit flushes it, fsyncs
+// it, renames it over the target and fsyncs the directory. Until the rename the target is
+// untouched; any error dies naming the path and the reason, and removes the temporary.
+// One save is in flight at a time.
+//
+// Signals (signals_install): SIGINT or SIGTERM during a save removes the temporary file and
+// exits with a message (status 128 + the signal). During training (signals_allow_stop) the
+// first one asks the loop to stop after the current step (train.c saves the checkpoint if
+// save_checkpoint is set, then exits 128 + the signal); a second one exits at once. At any
+// other time the signal exits at once with a message. SIGXFSZ is ignored, so a write past
+// `ulimit -f` fails with EFBIG and is reported like a full disk.
+#ifndef MESHMOE_PATHS_H
+#define MESHMOE_PATHS_H
+
+#include <stdio.h>
+
+void check_input_file(const char *key, const char *path);
+void check_output_path(const char *key, const char *path);
+void check_output_dir(const char *key, const char *path);
+
+FILE *atomic_file_open(const char *path);
+void atomic_file_commit(FILE *f);
+
+void signals_install(void);
+void signals_allow_stop(int on);
+int signals_stop_requested(void);   // the signal that asked the loop to stop, 0 if none
+const char *signal_name(int sig);
+
+#endif

@@ -1,0 +1,73 @@
+// base/treesum.c: pairwise summation of leaf contributions in a fixed tree order; each
+// merge adds the later block into the earlier one (kernels/sum.h:tree_add).
+#include "base/treesum.h"
+#include "kernels/kernels.h"
+#include "core/common.h"
+
+void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name) {
+    memset(t, 0, sizeof(*t));
+    t->n = t->alloc = n;
+    t->tag = tag;
+    t->name = name;
+}
+
+void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const char *name) {
+    treesum_begin(t, n, tag, name);
+    t->alloc = alloc;
+}
+
+float *treesum_leaf(TreeSum *t) {
+    if (t->spare) {
+        t->leaf = t->spare;
+        t->spare = NULL;
+        mem_zero(t->leaf, t->n * sizeof(float));
+    } else {
+        t->leaf = mem_floats(t->tag, t->alloc, t->name);
+    }
+    return t->leaf;
+}
+
+void treesum_push(TreeSum *t) {
+    // Like incrementing a binary counter: while a block of the same size is waiting,
+    // merge (earlier + later) and carry the result one level up.
+    float *carry = t->leaf;
+    t->leaf = NULL;
+    int k = 0;
+    while (t->level[k]) {
+        kern()->sum->tree_add(t->level[k], carry, t->n);
+        if (t->spare) mem_free(t->spare);
+        t->spare = carry;
+        carry = t->level[k];
+        t->level[k] = NULL;
+        k++;
+        if (k >= TREESUM_LEVELS) die("internal: treesum overflow");
+    }
+    t->level[k] = carry;
+    t->count++;
+}
+
+void treesum_end(TreeSum *t, float *dst) {
+    // Leftover blocks (when the leaf count is not a power of two) are joined from the
+    // lowest level up, each time as (earlier block) + (everything after it). This is the
+    // tree whose left subtree holds the largest power of two of leaves below the count,
+    // the same tree as tree_sum_double() below.
+    float *acc = NULL;
+    for (int k = 0; k < TREESUM_LEVELS; k++) {
+        if (!t->level[k]) continue;
+        if (acc) { kern()->sum->tree_add(t->level[k], acc, t->n); mem_free(acc); }
+        acc = t->level[k];
+        t->level[k] = NULL;
+    }
+    if (acc) { kern()->sum->tree_add(dst, acc, t->n); mem_free(acc); }
+    mem_free(t->spare);
+    mem_free(t->leaf);
+    t->spare = t->leaf = NULL;
+}
+
+double tree_sum_double(const double *x, long n) {
+    if (n <= 0) return 0.0;
+    if (n == 1) return x[0];
+    long h = 1;
+    while (h * 2 < n) h *= 2;   // the largest power of two below n
+    return tree_sum_double(x, h) + tree_sum_double(x + h, n - h);
+}

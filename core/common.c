@@ -1,0 +1,80 @@
+// core/common.c: die(), the thread that reports a fault, and the clean-up hook; OpenMP's wait
+// policy, chosen before OpenMP starts.
+#include "core/common.h"
+#include <stdatomic.h>
+#include <unistd.h>
+#include <stdarg.h>
+
+static void (*cleanup_fn)(void *);
+static void *cleanup_arg;
+static jmp_buf *die_jump;
+static int die_quiet;
+static atomic_int dying = 0;
+static _Thread_local int claimed;
+
+void die_set_cleanup(void (*fn)(void *), void *arg) {
+    cleanup_fn = fn;
+    cleanup_arg = arg;
+}
+
+void die_set_jump(jmp_buf *jump, int quiet) {
+    die_jump = jump;
+    die_quiet = quiet;
+}
+
+void die_claim(void) {
+    if (claimed) return;
+    if (atomic_exchange(&dying, 1)) for (;;) pause();
+    claimed = 1;
+}
+
+void die(const char *fmt, ...) {
+    die_claim();
+    fflush(stdout);
+    if (!die_jump || !die_quiet) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "meshmoe: ");
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+        va_end(ap);
+    }
+    if (cleanup_fn) {
+        void (*fn)(void *) = cleanup_fn;
+        cleanup_fn = NULL; // never re-enter
+        fn(cleanup_arg);
+    }
+    if (die_jump) {   // the fuzz harness: back to its loop, ready for the next input
+        claimed = 0;
+        atomic_store(&dying, 0);
+        longjmp(*die_jump, 1);
+    }
+    exit(1);
+}
+
+// OpenMP threads that wait by sleeping. A device's OpenMP threads wait at the end of every
+// parallel loop; spinning there (libgomp's default: about 3 ms before it sleeps) takes the
+// cores from the working threads whenever there are more threads than cores: several device
+// threads, or other work on the machine, and a step can take ten times as long.
+// libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, in its own initialiser, before
+// main(). Setting the variable earlier does not work: the executable's .preinit_array runs
+// before any library's initialiser, but the C library's initialiser then resets `environ`
+// to the environment the process started with. So the answer is given where libgomp asks:
+// this getenv, which the dynamic linker binds libgomp's calls to (a definition in the
+// executable comes first), answers "passive" for OMP_WAIT_POLICY when the user set neither
+// it nor GOMP_SPINCOUNT, and reads every other variable from the environment as the C
+// library does. The user's choice wins; the environment itself is not changed.
+extern char **environ;
+
+static char *env_lookup(const char *name) {
+    size_t n = strlen(name);
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+char *getenv(const char *name) {
+    char *v = env_lookup(name);
+    if (!v && !strcmp(name, "OMP_WAIT_POLICY") && !env_lookup("GOMP_SPINCOUNT")) return (char *)"passive";
+    return v;
+}

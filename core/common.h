@@ -1,0 +1,38 @@
+// core/common.h: the few helpers every file of meshmoe uses.
+// Errors: a single clear message on stderr and a non-zero exit, before anything is half-written.
+#ifndef MESHMOE_COMMON_H
+#define MESHMOE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <setjmp.h>
+
+// die: print "meshmoe: <message>" and exit(1). Use it for every user-facing error:
+// bad config, bad data file, impossible shapes. The message says what was wrong and
+// what to do about it.
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+// die_claim: the calling thread becomes the one that reports the fault. Devices are threads,
+// and several can find the same fault at once (a shape every device checks, a capacity every
+// device exceeds): the first to claim reports it, every later one waits for the exit. A
+// caller that prints details before its die() claims first, so that no other device's lines
+// land between them. die() claims for itself when its thread has not.
+void die_claim(void);
+
+// die_cleanup: a hook called by die() before exiting, so that a half-written file
+// (a checkpoint being saved, a dump) is removed. At most one is registered at a time.
+void die_set_cleanup(void (*fn)(void *), void *arg);
+
+// For the fuzz harnesses only (tests/fuzz/): while a jump buffer is set, die() runs the
+// clean-up hook and longjmps there instead of exiting (printing the message unless quiet),
+// so that one process can feed a parser many inputs that it refuses.
+void die_set_jump(jmp_buf *jump, int quiet);
+
+#define MM_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MM_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

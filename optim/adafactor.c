@@ -1,0 +1,214 @@
+// optim/adafactor.c: opt_type=adafactor (see adafactor.h for the math and the sharding).
+#include "optim/adafactor.h"
+#include "model/model.h"
+#include "base/memory.h"
+#include "base/collectives.h"
+#include "kernels/kernels.h"
+#include "core/common.h"
+
+#define AF_MIN_DIM 128          // min_dim_size_to_factor
+#define AF_DECAY_EXP 0.8f       // decay_rate: beta2 at update t is 1 - t^-0.8
+#define AF_EPS 1e-30f           // eps, added to every g^2
+#define AF_CLIP 1.0f            // clipping_threshold on each tensor's update RMS
+#define AF_MIN_SCALE 1e-3f      // scale_by_param_block_rms's floor on RMS(param)
+
+void adafactor_check(const Config *c) {
+    if (c->opt_type != OPT_ADAFACTOR) return;
+    if (c->ici_tensor_parallelism > 1 || c->ici_expert_parallelism > 1)
+        die("opt_type=adafactor with ici_tensor_parallelism=%d ici_expert_parallelism=%d: the factored second "
+            "moment needs each tensor's rows and columns whole, and tensor/expert pieces are not gathered for it "
+            "here; use data, fsdp, context or pipeline parallelism", c->ici_tensor_parallelism,
+            c->ici_expert_parallelism);
+    if (c->shard_optimizer_over_data)
+        die("opt_type=adafactor with shard_optimizer_over_data=true: adafactor's state is kept per tensor (row and "
+            "column means), not as the flat per-weight pieces ZeRO-1 splits; use fsdp to shard it");
+}
+
+int adafactor_factored_dims(const int *shape, int ndim, int *drow, int *dcol) {
+    if (ndim < 2) return 0;
+    // np.argsort of the shape (stable for so few dims): the last of the largest is dcol,
+    // the last of the largest among the rest is drow.
+    int c0 = 0;
+    for (int d = 1; d < ndim; d++) if (shape[d] >= shape[c0]) c0 = d;
+    int r0 = c0 == 0 ? 1 : 0;
+    for (int d = 0; d < ndim; d++) if (d != c0 && shape[d] >= shape[r0]) r0 = d;
+    if (shape[r0] < AF_MIN_DIM) return 0;
+    *drow = r0;
+    *dcol = c0;
+    return 1;
+}
+
+// One tensor as this device sees it: its whole shape and the part [k0, k1) of its
+// elements (row-major) in this device's shard, at local offset `at` of the flat buffers.
+typedef struct {
+    const ParamSpec *sp;
+    int unit;
+    size_t k0, k1, at;
+    int factored, drow, dcol;
+    size_t R, C, lead;   // factored: rows (dim drow), columns (dim dcol), product of the other dims
+} TensorPart;
+
+static int tensor_part(const Model *m, int i, TensorPart *t) {
+    const StateShard *s = &m->shard;
+    const ParamSpec *sp = &m->specs[i];
+    t->sp = sp;
+    t->unit = model_unit_of(&m->cfg, sp->name);
+    size_t g0 = shard_first(s, t->unit), g1 = g0 + shard_len(s, t->unit);
+    size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
+    if (a >= b) return 0;
+    t->k0 = a - sp->offset;
+    t->k1 = b - sp->offset;
+    t->at = s->local_off[t->unit] + (a - g0);
+    t->factored = adafactor_factored_dims(sp->gshape, sp->ndim, &t->drow, &t->dcol);
+    t->R = t->factored ? (size_t)sp->gshape[t->drow] : 0;
+    t->C = t->factored ? (size_t)sp->gshape[t->dcol] : 0;
+    t->lead = t->factored ? sp->size / (t->R * t->C) : 0;
+    return 1;
+}
+
+// State floats of a tensor part: lead * (R + C) factored, one per element held otherwise.
+static size_t part_state(const TensorPart *t) {
+    return t->factored ? t->lead * (t->R + t->C) : t->k1 - t->k0;
+}
+
+size_t adafactor_state_floats(const Model *m) {
+    size_t n = 0;
+    TensorPart t;
+    for (int i = 0; i < m->ntensors; i++)
+        if (tensor_part(m, i, &t)) n += part_state(&t);
+    return n;
+}
+
+int adafactor_slot(const Model *m, int i, AdafactorSlot *slot) {
+    TensorPart t;
+    size_t off = 0;
+    for (int j = 0; j < i; j++)
+        if (tensor_part(m, j, &t)) off += part_state(&t);
+    if (!tensor_part(m, i, &t)) return 0;
+    *slot = (AdafactorSlot){off, t.k0, t.k1, t.R, t.C, t.lead, t.factored, t.drow, t.dcol};
+    return 1;
+}
+
+// Per tensor, the sums of squares of its update and of its parameter (kernels/optim.h),
+// and whether a square was non-finite.
+typedef struct { fixed128 u, p; int bad; } TensorSquares;
+
+// Every tensor's part on this device (has[i] = 0: none) and where its state starts in v_mem.
+typedef struct { int n; TensorPart *parts; unsigned char *has; size_t *soff; } Parts;
+
+static Parts parts_of(const Model *m) {
+    Parts ps = {m->ntensors, calloc((size_t)m->ntensors, sizeof(TensorPart)), calloc((size_t)m->ntensors, 1),
+                calloc((size_t)m->ntensors, sizeof(size_t))};
+    if (!ps.parts || !ps.has || !ps.soff) die("host out of memory (adafactor)");
+    size_t at = 0;
+    for (int i = 0; i < ps.n; i++) {
+        ps.has[i] = (unsigned char)tensor_part(m, i, &ps.parts[i]);
+        ps.soff[i] = at;
+        if (ps.has[i]) at += part_state(&ps.parts[i]);
+    }
+    return ps;
+}
+
+// 1. The row and column means of unit u's factored tensors, from their whole gradients
+//    (gathered over fsdp: every fsdp device takes part in the same gathers).
+static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
+    const StateShard *s = &m->shard;
+    int any = 0;
+    for (int i = 0; i < ps->n; i++) {
+        int r, c;
+        any |= model_unit_of(&m->cfg, m->specs[i].name) == u &&
+               adafactor_factored_dims(m->specs[i].gshape, m->specs[i].ndim, &r, &c);
+    }
+    if (!any) return;
+    const float *unit_g = m->grads_mem + s->local_off[u];   // (unit_pad) the unit's gradient, whole
+    float *full = NULL;
+    if (s->F > 1) {
+        size_t len = shard_len(s, u);
+        full = mem_floats(MEM_COMM, len * (size_t)s->F, "adafactor: unit gradient gathered");
+        coll_all_gather(s->fsdp, m->grads_mem + s->local_off[u], full, sizeof(float) * len);
+        unit_g = full;
+    }
+    for (int i = 0; i < ps->n; i++) {
+        const TensorPart *tp = &ps->parts[i];
+        if (!ps->has[i] || tp->unit != u || !tp->factored) continue;
+        size_t LR = tp->lead * tp->R;
+        double *sums = mem_alloc(MEM_TEMP, sizeof(double) * (LR + tp->lead * tp->C), "adafactor: row and column sums");
+        float *vrow = m->v_mem + ps->soff[i];
+        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR,
+                                                  unit_g + (tp->sp->offset - s->unit_off[u]), tp->sp->gshape,
+                                                  tp->sp->ndim, tp->drow, tp->dcol, decay, AF_EPS);
+        mem_free(sums);
+    }
+    mem_free(full);
+}
+
+// 2. Each tensor's update for the elements held here, written over the gradient, and the
+//    squares of the update and of the parameter into mine (n).
+static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares *mine) {
+    for (int i = 0; i < ps->n; i++) {
+        if (!ps->has[i]) continue;
+        const TensorPart *tp = &ps->parts[i];
+        float *g = m->grads_mem + tp->at, *p = m->params_mem + tp->at, *st = m->v_mem + ps->soff[i];
+        size_t cnt = tp->k1 - tp->k0;
+        if (tp->factored) {
+            float *f = mem_floats(MEM_TEMP, part_state(tp), "adafactor: row and column factors");
+            kern()->optim->adafactor_factors(f, st, st + tp->lead * tp->R, tp->lead, tp->R, tp->C);
+            kern()->optim->adafactor_scale_factored(g, f, tp->k0, cnt, tp->sp->gshape, tp->sp->ndim, tp->drow, tp->dcol);
+            mem_free(f);
+        } else {
+            kern()->optim->adafactor_scale_full(g, st, cnt, decay, AF_EPS);
+        }
+        kern()->optim->squares_add(&mine[i].u, &mine[i].bad, g, cnt);
+        kern()->optim->squares_add(&mine[i].p, &mine[i].bad, p, cnt);
+    }
+}
+
+// 3. The sums over the fsdp devices (the data/context replicas hold the same ones), read
+//    back to the host, where each tensor's scales are decided: (n) host entries, to free.
+static TensorSquares *sums_on_host(Model *m, TensorSquares *mine, int n) {
+    const StateShard *s = &m->shard;
+    size_t all_n = (size_t)n * (size_t)s->F;
+    TensorSquares *all = mine;
+    if (s->F > 1) {
+        all = mem_alloc(MEM_COMM, sizeof(TensorSquares) * all_n, "adafactor: sums of every fsdp device");
+        coll_all_gather(s->fsdp, mine, all, sizeof(TensorSquares) * (size_t)n);
+    }
+    TensorSquares *sq = malloc(sizeof(TensorSquares) * all_n);
+    if (!sq) die("host out of memory (adafactor sums)");
+    kern()->to_host(sq, all, sizeof(TensorSquares) * all_n);
+    if (all != mine) mem_free(all);
+    for (int q = 1; q < s->F; q++)
+        for (int i = 0; i < n; i++) {
+            const TensorSquares *o = &sq[(size_t)q * n + i];
+            sq[i].u += o->u;
+            sq[i].p += o->p;
+            sq[i].bad |= o->bad;
+        }
+    return sq;
+}
+
+void adafactor_update(Model *m, float lr, int t) {
+    const StateShard *s = &m->shard;
+    float decay = 1.0f - powf((float)t, -AF_DECAY_EXP);
+    Parts ps = parts_of(m);
+    for (int u = 0; u < s->nunits; u++)
+        if (s->here[u]) unit_moments(m, &ps, u, decay);
+    TensorSquares *mine = mem_alloc(MEM_COMM, sizeof(TensorSquares) * (size_t)ps.n, "adafactor: sums of squares");
+    scaled_updates(m, &ps, decay, mine);
+    TensorSquares *sq = sums_on_host(m, mine, ps.n);
+    // 4. Clip each tensor's update to RMS 1, scale by lr and by the parameter's RMS, apply.
+    for (int i = 0; i < ps.n; i++) {
+        if (!ps.has[i]) continue;
+        const TensorPart *tp = &ps.parts[i];
+        double N = (double)tp->sp->size;
+        float rms_u = (float)sqrt((double)sq[i].u / SQUARES_SCALE / N);
+        float rms_p = (float)sqrt((double)sq[i].p / SQUARES_SCALE / N);
+        if (sq[i].bad) rms_u = rms_p = NAN;   // a non-finite update: the loss shows it
+        float clip = fmaxf(1.0f, rms_u / AF_CLIP);
+        float scale = rms_p <= AF_MIN_SCALE ? AF_MIN_SCALE : rms_p;
+        kern()->optim->adafactor_apply(m->params_mem + tp->at, m->grads_mem + tp->at, tp->k1 - tp->k0, clip, lr, scale);
+    }
+    free(sq);
+    mem_free(mine);
+    free(ps.parts); free(ps.has); free(ps.soff);
+}

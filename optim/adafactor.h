@@ -1,0 +1,41 @@
+// optim/adafactor.h: opt_type=adafactor, optax.adafactor with MaxText's (= optax's)
+// defaults: a factored second moment for tensors whose two largest dimensions are both
+// >= 128 (a row and a column running mean of g^2 + 1e-30 per leading index), a full one
+// for the others; decay 1 - t^-0.8 at update t; each tensor's update clipped to RMS 1,
+// times the learning rate, times max(RMS(param), 1e-3).
+//
+// The state is kept per tensor, on the devices that hold part of it: a factored tensor's
+// row and column means whole (lead * (R + C) floats, replicated over fsdp), a full one's
+// running mean only for the elements this device holds. Every per-tensor reduction covers
+// the whole tensor and gives the same bits on any mesh: the row and column sums are taken
+// over the tensor's gradient gathered whole (fsdp), in index order; the RMS of the update
+// and of the parameter add each device's squares in 128-bit fixed point (exact, like the
+// gradient norm in sharding/fsdp.c). Under fsdp the update gathers, one unit at a time, the
+// gradient of each unit holding a factored tensor (MEM_COMM, one padded unit), and a device
+// holding part of a factored tensor keeps its whole row/column state. Supported meshes: data, fsdp, context, stage (and
+// their mixes); tensor and expert parallelism and ZeRO-1 are refused in trainer/step.c:step_check_config.
+#ifndef MESHMOE_ADAFACTOR_H
+#define MESHMOE_ADAFACTOR_H
+#include <stddef.h>
+#include "base/config.h"
+
+struct Model;
+
+// Checks the mesh keys for opt_type=adafactor (called from config validation).
+void adafactor_check(const Config *c);
+// Which two dimensions optax factors over: *drow (the second largest, ties to the later
+// index) and *dcol (the largest); 0 if the tensor keeps a full second moment.
+int adafactor_factored_dims(const int *shape, int ndim, int *drow, int *dcol);
+// Floats of adafactor state this device keeps (its MEM_OPTIMIZER allocation).
+size_t adafactor_state_floats(const struct Model *m);
+// Where tensor i's state lies in this device's m->v_mem (checkpoints read and write it):
+// 0 if the device holds no element of the tensor. Factored: lead*(R+C) floats from `off`,
+// the row means v_row[l*R + r] then the column means v_col[l*C + c], where l runs over
+// the dimensions other than drow and dcol in order; otherwise the running mean of elements
+// [k0, k1) of the tensor (row-major over its whole shape), one float each, from `off`.
+typedef struct { size_t off, k0, k1, R, C, lead; int factored, drow, dcol; } AdafactorSlot;
+int adafactor_slot(const struct Model *m, int i, AdafactorSlot *slot);
+// One update of this device's parameters (m->v_mem holds the state); t is 1-based.
+void adafactor_update(struct Model *m, float lr, int t);
+
+#endif

@@ -1,0 +1,93 @@
+// optim/optimizer.c: the optimizer step, chosen here once by opt_type; the schedule,
+// clipping and the routing-bias update. The updates' arithmetic is in kernels/optim.h.
+#include "optim/optimizer.h"
+#include "model/model.h"
+#include "optim/adafactor.h"
+#include "base/memory.h"
+#include "base/collectives.h"
+#include "optim/offload.h"
+#include "kernels/kernels.h"
+#include "core/common.h"
+
+float lr_schedule(const Config *c, int step) {
+    float lr = c->learning_rate;
+    int warmup = (int)(c->warmup_steps_fraction * c->steps);
+    if (step < warmup) return lr * (float)step / (float)warmup;   // optax.linear_schedule from 0
+    int n = c->steps - warmup, k = step - warmup;
+    float pct = n > 1 ? (float)k / (float)(n - 1) : 0.0f;
+    if (pct > 1.0f) pct = 1.0f;
+    float a = 0.5f * (cosf((float)M_PI * pct) + 1.0f);
+    return lr * a + c->cosine_learning_rate_final_fraction * lr * (1.0f - a);
+}
+
+void grad_clip(float *g, size_t n, float norm, float threshold) {
+    if (threshold <= 0.0f || norm < threshold) return;
+    kern()->optim->clip_scale(g, n, norm, threshold);
+}
+
+int optimizer_state_floats(const Config *c) {
+    if (c->opt_type == OPT_ADAMW) return 2;
+    if (c->opt_type == OPT_SGD) return 0;   // no state: that is what it saves
+    if (c->opt_type == OPT_ADAFACTOR) return 1;   // at most one: per tensor (optim/adafactor.h)
+    die("internal: opt_type %d has no state size", (int)c->opt_type);
+}
+
+void optimizer_state_alloc(Model *m) {
+    const StateShard *sh = &m->shard;
+    switch (optimizer_state_floats(&m->cfg)) {
+    case 2:   // adamw's moments, one of each per weight of this device's shard (or ZeRO-1 piece)
+        m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
+        m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
+        break;
+    case 1:   // adafactor, per tensor: row and column means, or one per element
+        m->v_mem = mem_floats(MEM_OPTIMIZER, adafactor_state_floats(m), "adafactor second moments");
+        break;
+    }
+}
+
+// AdamW (or SGD) on n weights of the local layout from `at`, their moments from `mo`.
+static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float lr, int t) {
+    const Config *c = &m->cfg;
+    float *p = m->params_mem + at;
+    const float *g = m->grads_mem + at;
+    if (sgd) kern()->optim->sgd_update(p, g, n, lr);
+    else kern()->optim->adamw_update(p, g, m->m_mem + mo, m->v_mem + mo, n, lr, t, c->adam_b1, c->adam_b2,
+                                     c->adam_eps, c->adam_weight_decay);
+}
+
+// The elementwise optimizers (adamw, sgd) over this device's shard of every unit. ZeRO-1
+// (shard_optimizer_over_data, sharding/fsdp.h): this data rank holds the moments of piece
+// zrank of each unit's shard and updates that piece; the data replicas then all-gather
+// their pieces, so that all hold the whole updated shard again.
+static void update_shard(Model *m, int sgd, float lr, int t) {
+    const StateShard *s = &m->shard;
+    if (s->Z == 1) {
+        update_run(m, sgd, 0, 0, s->local_n, lr, t);
+        return;
+    }
+    for (int u = 0; u < s->nunits; u++) {
+        size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
+        update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t);
+        float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
+        coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
+        mem_copy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
+        mem_free(full);
+    }
+}
+
+void optimizer_step(Model *m, float lr, int t) {
+    const Config *c = &m->cfg;
+    state_optimizer_in(m);
+    if (c->opt_type == OPT_ADAFACTOR) adafactor_update(m, lr, t);   // per tensor (optim/adafactor.c)
+    else update_shard(m, c->opt_type == OPT_SGD, lr, t);
+    state_optimizer_out(m);
+}
+
+void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate) {
+    float target = (float)tokens * K / E;   // the count every expert would get if balanced
+    for (int e = 0; e < E; e++) {
+        float diff = target - (float)counts[e];
+        float sign = diff > 0 ? 1.0f : diff < 0 ? -1.0f : 0.0f;
+        bias[e] += rate * sign;
+    }
+}

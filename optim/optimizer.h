@@ -1,0 +1,32 @@
+// optim/optimizer.h: the optimizer step (opt_type: AdamW as optax does it, plain SGD, or
+// Adafactor, optim/adafactor.h), the learning-rate schedule and global-norm clipping
+// (docs/model.md#optimizer-and-schedule). The arithmetic is in kernels/optim.h.
+#ifndef MESHMOE_OPTIMIZER_H
+#define MESHMOE_OPTIMIZER_H
+#include <stddef.h>
+#include "base/config.h"
+
+struct Model;
+
+// Learning rate for optimizer update number `step` (0-based): linear warm-up from 0, then
+// cosine down to cosine_learning_rate_final_fraction * learning_rate.
+float lr_schedule(const Config *c, int step);
+
+// optax.clip_by_global_norm: if norm >= threshold, g (n) = g / norm * threshold.
+void grad_clip(float *g, size_t n, float norm, float threshold);
+
+// The optimizer state kept per weight, in floats: 2 for adamw (mu and nu), 0 for sgd, 1
+// for adafactor (at most one: its state is per tensor, sized by adafactor_state_floats,
+// optim/adafactor.h). Dies on an opt_type that names no optimizer here.
+int optimizer_state_floats(const Config *c);
+// This device's optimizer state (MEM_OPTIMIZER), zero: adamw's moments m_mem and v_mem
+// (its shard, or its ZeRO-1 piece), adafactor's v_mem, nothing for sgd (model_init).
+void optimizer_state_alloc(struct Model *m);
+// One update of this device's parameters from its gradients with the optimizer opt_type
+// names; t is the 1-based update count. With optimizer_memory_host_offload the state is
+// on the device only during the update (optim/offload.h).
+void optimizer_step(struct Model *m, float lr, int t);
+
+// DeepSeek aux-loss-free balancing: bias[e] += rate * sign(T*K/E - counts[e]).
+void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate);
+#endif

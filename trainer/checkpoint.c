@@ -1,0 +1,342 @@
+// trainer/checkpoint.c: checkpoints of global tensors, written and read from any mesh (see
+// checkpoint.h). A device holds, of each tensor of the file, the elements of its flat
+// shard (FSDP cuts each unit into equal shards, padded; ZeRO-1 cuts the moments' shard
+// again into data pieces), of its tensor/expert piece, on its pipeline stage. Mapping a
+// held element to the global tensor goes through its local coordinates
+// (model_global_index); a run of elements consecutive in both is copied at once.
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_meta.h"
+#include "optim/adafactor.h"
+#include "optim/optimizer.h"
+#include "data/safetensors.h"
+#include "base/collectives.h"
+#include "core/common.h"
+#include <errno.h>
+#include <limits.h>
+
+// What a tensor of the file holds.
+typedef enum { E_PARAMS, E_MU, E_NU, E_V, E_V_ROW, E_V_COL, E_BIAS } EntryKind;
+
+typedef struct {
+    char name[160];
+    int ndim;
+    int64_t shape[4];   // global
+    EntryKind kind;
+    int spec;           // the layout's tensor it belongs to
+    int layer;          // E_BIAS: the MoE layer
+    size_t off, n;      // floats: where it starts in the host image of the file, and how many
+} Entry;
+
+static const char *const PREFIX[] = {"params/", "opt_state/mu/", "opt_state/nu/", "opt_state/v/",
+                                     "opt_state/v_row/", "opt_state/v_col/", "state/"};
+
+// Entry k of the file: tensor `name` under the kind's prefix, of the given global shape
+// without dimension `drop` (-1: none). out NULL: only counted.
+static int add_entry(Entry *out, int k, EntryKind kind, int spec, const char *name, int ndim, const int *shape,
+                     int drop) {
+    if (!out) return k + 1;
+    Entry *e = &out[k];
+    memset(e, 0, sizeof *e);
+    e->kind = kind;
+    e->spec = spec;
+    snprintf(e->name, sizeof e->name, "%s%s", PREFIX[kind], name);
+    e->n = 1;
+    for (int d = 0; d < ndim; d++)
+        if (d != drop) { e->shape[e->ndim++] = shape[d]; e->n *= (size_t)shape[d]; }
+    e->off = k ? out[k - 1].off + out[k - 1].n : 0;
+    return k + 1;
+}
+
+// The file's tensors for config c and its layout, in file order (out NULL: only counted).
+// Names come from the layout (model/model.c); the routing bias of a MoE layer from
+// model/model.c:model_bias_name, under "state/".
+static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *out) {
+    int k = 0, adamw = optimizer_state_floats(c) == 2, adafactor = c->opt_type == OPT_ADAFACTOR;
+    for (int kind = E_PARAMS; kind <= E_NU; kind++)
+        for (int i = 0; i < n && (kind == E_PARAMS || adamw); i++)
+            k = add_entry(out, k, (EntryKind)kind, i, specs[i].name, specs[i].ndim, specs[i].gshape, -1);
+    for (int i = 0; adafactor && i < n; i++) {
+        const ParamSpec *s = &specs[i];
+        int drow, dcol;
+        if (!adafactor_factored_dims(s->gshape, s->ndim, &drow, &dcol)) {
+            k = add_entry(out, k, E_V, i, s->name, s->ndim, s->gshape, -1);
+            continue;
+        }
+        k = add_entry(out, k, E_V_ROW, i, s->name, s->ndim, s->gshape, dcol);   // a mean over the columns: one per row
+        k = add_entry(out, k, E_V_COL, i, s->name, s->ndim, s->gshape, drow);
+    }
+    for (int l = c->first_num_dense_layers; c->routed_bias && l < c->base_num_decoder_layers; l++) {
+        char name[160];
+        model_bias_name(c, l, "", name, sizeof name);
+        k = add_entry(out, k, E_BIAS, -1, name, 1, &c->num_experts, -1);
+        if (out) out[k - 1].layer = l;
+    }
+    return k;
+}
+
+static Entry *entries_of(const Config *c, const ParamSpec *specs, int n, int *count) {
+    *count = file_entries(c, specs, n, NULL);
+    Entry *e = calloc((size_t)*count, sizeof(Entry));
+    if (!e) die("out of host memory");
+    file_entries(c, specs, n, e);
+    return e;
+}
+
+// ---------------------------------------------------------------------------------------
+// Which elements a device holds.
+
+// The part of tensor i this device holds in a flat buffer laid out like its shard cut into
+// Z pieces, piece zr (Z = 1: the whole shard, as params; ZeRO-1's moments: the data rank's
+// piece): local elements [*a, *b) of the tensor, the first at buffer offset *at.
+static int held(const Model *m, int i, int Z, int zr, size_t *a, size_t *b, size_t *at) {
+    const StateShard *sh = &m->shard;
+    const ParamSpec *s = &m->specs[i];
+    int u = model_unit_of(&m->cfg, s->name);
+    size_t piece = shard_len(sh, u) / (size_t)Z, p0 = shard_first(sh, u) + (size_t)zr * piece;
+    size_t lo = MM_MAX(p0, s->offset), hi = MM_MIN(p0 + piece, s->offset + s->size);
+    if (lo >= hi) return 0;
+    *a = lo - s->offset;
+    *b = hi - s->offset;
+    *at = sh->local_off[u] / (size_t)Z + (lo - p0);
+    return 1;
+}
+
+// Calls fn on every run of local elements [a, b) of tensor s whose global indices are
+// consecutive: fn(ctx, global index, local element, count).
+typedef void (*RunFn)(void *ctx, size_t g, size_t li, size_t n);
+static void each_run(const ParamSpec *s, size_t a, size_t b, RunFn fn, void *ctx) {
+    int cut = 0;
+    for (int d = 0; d < s->ndim; d++) cut |= s->shape[d] != s->gshape[d];
+    if (!cut) { fn(ctx, a, a, b - a); return; }   // the whole tensor here: local = global
+    for (size_t li = a; li < b;) {
+        size_t g = model_global_index(s, li), n = 1;
+        while (li + n < b && model_global_index(s, li + n) == g + n) n++;
+        fn(ctx, g, li, n);
+        li += n;
+    }
+}
+
+// The buffer an entry's elements live in on this device, its ZeRO-1 pieces, and the mesh
+// axes its pieces are split over (for choosing the one device that writes each element).
+typedef struct {
+    float *buf;
+    int Z, zr;
+    unsigned split;
+} Place;
+
+static Place place_of(const Model *m, const Entry *e) {
+    const ParamSpec *s = &m->specs[e->spec];
+    Place p = {m->params_mem, 1, 0, 0};
+    for (int d = 0; d < s->ndim; d++) p.split |= s->part.axes[d];
+    if (e->kind == E_MU || e->kind == E_NU) {
+        p.buf = e->kind == E_MU ? m->m_mem : m->v_mem;
+        p.Z = m->shard.Z;
+        p.zr = m->shard.zrank;
+        if (p.Z > 1) p.split |= AXIS_BIT(AX_DATA);
+    }
+    if (e->kind == E_V || e->kind == E_V_ROW || e->kind == E_V_COL) p.buf = m->v_mem;
+    return p;
+}
+
+// Where element j of a factored mean in the file (optax's layout: the tensor's dims without
+// `drop`, in order) lies in the device's block (leading index major, dim `keep` last).
+static size_t factored_pos(const ParamSpec *s, int drop, int keep, size_t j) {
+    size_t coord[4] = {0};
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        if (d == drop) continue;
+        coord[d] = j % (size_t)s->gshape[d];
+        j /= (size_t)s->gshape[d];
+    }
+    size_t lead = 0;
+    for (int d = 0; d < s->ndim; d++)
+        if (d != drop && d != keep) lead = lead * (size_t)s->gshape[d] + coord[d];
+    return lead * (size_t)s->gshape[keep] + coord[keep];
+}
+
+// A factored entry's block on this device (NULL if it holds none of the tensor), and its
+// drop/keep dims; *first: whether the device holds the tensor's first element.
+static float *factored_block(const Model *m, const Entry *e, int *drop, int *keep, int *first) {
+    AdafactorSlot sl;
+    if (!adafactor_slot(m, e->spec, &sl)) return NULL;
+    *first = sl.k0 == 0;
+    *drop = e->kind == E_V_ROW ? sl.dcol : sl.drow;
+    *keep = e->kind == E_V_ROW ? sl.drow : sl.dcol;
+    return m->v_mem + sl.off + (e->kind == E_V_COL ? sl.lead * sl.R : 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Saving.
+
+typedef struct { float *dst; const float *src; size_t a; } PutCtx;
+static void put_run(void *ctx, size_t g, size_t li, size_t n) {
+    PutCtx *p = (PutCtx *)ctx;
+    memcpy(p->dst + g, p->src + (li - p->a), sizeof(float) * n);
+}
+
+// This device's elements of entry e into dst (the entry's place in the image), if it holds
+// their first copy.
+static void put_entry(const Model *m, const Entry *e, float *dst) {
+    const Mesh *mesh = mesh_current();
+    int dev = mesh ? mesh_device_id() : 0;
+    if (e->kind == E_BIAS) {
+        if (dev == 0) memcpy(dst, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n);
+        return;
+    }
+    const ParamSpec *s = &m->specs[e->spec];
+    Place p = place_of(m, e);
+    if (!shard_first_copy(mesh, dev, p.split)) return;
+    if (e->kind == E_V_ROW || e->kind == E_V_COL) {   // whole on every device holding part of the tensor
+        int drop, keep, first;
+        const float *block = factored_block(m, e, &drop, &keep, &first);
+        if (!block || !first) return;
+        for (size_t j = 0; j < e->n; j++) dst[j] = block[factored_pos(s, drop, keep, j)];
+        return;
+    }
+    size_t a, b, at;
+    if (e->kind == E_V) {   // adafactor keeps no tensor/expert cuts: local = global
+        AdafactorSlot sl;
+        if (adafactor_slot(m, e->spec, &sl)) memcpy(dst + sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
+        return;
+    }
+    if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
+    PutCtx ctx = {dst, p.buf + at, a};
+    each_run(s, a, b, put_run, &ctx);
+}
+
+// The host image of the file's tensors: made by device 0, filled by every device between
+// two barriers of the whole mesh, written by device 0. (The device threads share the
+// process's host memory; the barriers order the writes before the file is written.)
+static float *image;
+
+void checkpoint_save(const Model *m, const char *path) {
+    const Mesh *mesh = mesh_current();
+    int dev = mesh ? mesh_device_id() : 0;
+    Group *all = mesh && mesh->ndev > 1 ? mesh_group(mesh, dev, (1u << MESH_NAXES) - 1) : NULL;
+    int ne;
+    Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
+    size_t total = ne ? e[ne - 1].off + e[ne - 1].n : 0;
+    if (dev == 0 && !(image = calloc(total ? total : 1, sizeof(float))))
+        die("save_checkpoint %s: out of host memory for %zu bytes", path, total * sizeof(float));
+    if (all) coll_barrier(all);
+    for (int k = 0; k < ne; k++) put_entry(m, &e[k], image + e[k].off);
+    if (all) coll_barrier(all);
+    if (dev == 0) {
+        StWriter *w = st_writer_new();
+        char *json = malloc(65536), step[32];
+        if (!json) die("out of host memory");
+        config_to_json(&m->cfg, json, 65536);
+        st_writer_meta(w, "config", json);
+        snprintf(step, sizeof step, "%d", m->step);
+        st_writer_meta(w, "step", step);
+        st_writer_meta(w, "format", "meshmoe checkpoint 1");
+        for (int k = 0; k < ne; k++) st_writer_add(w, e[k].name, ST_F32, e[k].ndim, e[k].shape, image + e[k].off);
+        st_write_file(w, path);
+        st_writer_free(w);
+        free(json);
+        free(image);
+        image = NULL;
+    }
+    free(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// Checking (before the devices start) and loading (on every device).
+
+static StFile *open_checkpoint(const char *path) {
+    char err[512];
+    StFile *f = st_open_header_try(path, err, sizeof err);
+    if (!f) die("load_checkpoint: %s", err);
+    if (!st_meta(f, "step") || !st_meta(f, "config"))
+        die("load_checkpoint %s: a safetensors file but not a meshmoe checkpoint (no step/config metadata)", path);
+    return f;
+}
+
+void checkpoint_check(const Config *c, const char *path) {
+    StFile *f = open_checkpoint(path);
+    int step = checkpoint_parse_step(st_meta(f, "step"), path);
+    Config ck;
+    config_defaults(&ck);
+    char where[CFG_STR + 64];
+    snprintf(where, sizeof where, "load_checkpoint %s: metadata 'config'", path);
+    config_from_json(&ck, st_meta(f, "config"), where);
+    checkpoint_check_config(&ck, c, path);
+    if (step > c->steps) die("load_checkpoint %s: step %d is past this run's steps (%d)", path, step, c->steps);
+    // The global layout (no mesh here): every tensor of this model, with its global shape.
+    int n = model_layout(c, NULL, NULL), ne;
+    ParamSpec *specs = calloc((size_t)n, sizeof(ParamSpec));
+    model_layout(c, specs, NULL);
+    Entry *e = entries_of(c, specs, n, &ne);
+    for (int k = 0; k < ne; k++) {
+        const StTensor *t = st_get(f, e[k].name);
+        if (!t) die("load_checkpoint %s: no tensor '%s'", path, e[k].name);
+        int same = t->dtype == ST_F32 && t->ndim == e[k].ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == e[k].shape[d];
+        if (!same) {
+            char want[64] = "", got[64] = "";
+            for (int d = 0; d < e[k].ndim; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)e[k].shape[d]);
+            for (int d = 0; d < t->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
+            die("load_checkpoint %s: tensor '%s' is %s [%s], this run needs F32 [%s]", path, e[k].name,
+                st_dtype_name(t->dtype), got, want);
+        }
+    }
+    for (int i = 0; st_count(f) != ne && i < st_count(f); i++) {   // one the run has no use for
+        const char *name = st_tensor(f, i)->name;
+        int known = 0;
+        for (int k = 0; k < ne && !known; k++) known = !strcmp(e[k].name, name);
+        if (!known) die("load_checkpoint %s: tensor '%s' is not one of this run's (opt_type=%s)", path, name, opt_type_name(c->opt_type));
+    }
+    free(e);
+    free(specs);
+    st_close(f);
+}
+
+typedef struct { const StFile *f; const StTensor *t; float *dst; size_t a; } GetCtx;
+static void get_run(void *ctx, size_t g, size_t li, size_t n) {
+    GetCtx *p = (GetCtx *)ctx;
+    st_read_at(p->f, p->t, sizeof(float) * g, p->dst + (li - p->a), sizeof(float) * n);
+}
+
+// This device's elements of entry e from the file.
+static void get_entry(Model *m, const StFile *f, const Entry *e) {
+    const StTensor *t = st_get(f, e->name);
+    if (e->kind == E_BIAS) {
+        st_read_at(f, t, 0, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n);
+        return;
+    }
+    const ParamSpec *s = &m->specs[e->spec];
+    Place p = place_of(m, e);
+    if (e->kind == E_V_ROW || e->kind == E_V_COL) {
+        int drop, keep, first;
+        float *block = factored_block(m, e, &drop, &keep, &first);
+        if (!block) return;
+        float *whole = malloc(sizeof(float) * e->n);
+        if (!whole) die("out of host memory");
+        st_read_at(f, t, 0, whole, sizeof(float) * e->n);
+        for (size_t j = 0; j < e->n; j++) block[factored_pos(s, drop, keep, j)] = whole[j];
+        free(whole);
+        return;
+    }
+    if (e->kind == E_V) {
+        AdafactorSlot sl;
+        if (adafactor_slot(m, e->spec, &sl))
+            st_read_at(f, t, sizeof(float) * sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
+        return;
+    }
+    size_t a, b, at;
+    if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
+    GetCtx ctx = {f, t, p.buf + at, a};
+    each_run(s, a, b, get_run, &ctx);
+}
+
+void checkpoint_load(Model *m, const char *path) {
+    StFile *f = open_checkpoint(path);
+    int ne;
+    Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
+    for (int k = 0; k < ne; k++) get_entry(m, f, &e[k]);
+    m->step = checkpoint_parse_step(st_meta(f, "step"), path);
+    if (m->ema) mem_transfer(m->ema, m->params_mem, sizeof(float) * m->shard.local_n);   // restarts from the loaded weights
+    free(e);
+    st_close(f);
+}

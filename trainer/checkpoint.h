@@ -1,0 +1,37 @@
+// trainer/checkpoint.h: save and resume training in the safetensors format, on any mesh.
+//
+// A checkpoint holds global tensors under MaxText's names, whatever mesh wrote it:
+//   params/<name>              every trained parameter, its whole (global) shape
+//   opt_state/mu/<name>        opt_type=adamw: the first and second moments, like params
+//   opt_state/nu/<name>
+//   opt_state/v_row/<name>     opt_type=adafactor, a factored tensor (optax's FactoredState):
+//   opt_state/v_col/<name>       the running row means, shape = the tensor's without its
+//                                column dim (the largest); the column means, without its
+//                                row dim (the second largest)
+//   opt_state/v/<name>         opt_type=adafactor, any other tensor: the running mean of g^2
+//   state/<gate>/bias          DeepSeek's routing bias of each MoE layer, named after the
+//                              layer's gate kernel (.../gate/kernel -> .../gate/bias)
+// (opt_type=sgd keeps no optimizer state) and the metadata: "config" (the run's config as
+// JSON), "step" (optimizer updates done) and "format". The data position is a pure function
+// of the step (data/loader.h), so resuming continues with exactly the batches it would have
+// seen. FSDP's padding, ZeRO-1's pieces, tensor/expert cuts and pipeline stages are layouts
+// of the devices only: the file's tensors are the same bytes from every mesh.
+//
+// The EMA copy of the weights (ema_decay) is not saved: a resumed run restarts it from the
+// loaded weights.
+#ifndef MESHMOE_CHECKPOINT_H
+#define MESHMOE_CHECKPOINT_H
+#include "model/model.h"
+
+// Every device calls it (a collective): each copies the elements it owns (one copy of each
+// replicated element) into a host image of the file's tensors, then device 0 writes PATH
+// through st_write_file (atomic: no half-written PATH).
+void checkpoint_save(const Model *m, const char *path);
+// Before the devices start: opens PATH's header, checks the step and the config against the
+// run's (trainer/checkpoint_meta.h) and that the file holds exactly the tensors of this model
+// and optimizer, each with its global shape. Dies with one message naming the file.
+void checkpoint_check(const Config *c, const char *path);
+// Every device calls it on its initialised model: reads its own slices of each tensor (its
+// shard, piece and stage) from PATH and the step. checkpoint_check has passed.
+void checkpoint_load(Model *m, const char *path);
+#endif

@@ -1,0 +1,93 @@
+// trainer/checkpoint_meta.c: the step and the config of a checkpoint against the run's (see
+// checkpoint_meta.h).
+#include "trainer/checkpoint_meta.h"
+#include "trainer/rows.h"
+#include "core/common.h"
+#include <errno.h>
+
+int checkpoint_parse_step(const char *value, const char *path) {
+    int digits = value[0] != '\0';
+    for (const char *p = value; *p; p++) digits &= *p >= '0' && *p <= '9';
+    errno = 0;
+    long v = digits ? strtol(value, NULL, 10) : -1;
+    if (!digits || errno || v > 2147483647L)
+        die("load_checkpoint %s: metadata key 'step' must be a non-negative integer, got '%s'", path, value);
+    return (int)v;
+}
+
+// Keys that may differ besides the sweep's bit-identical switches: the mesh and the batch
+// per device (checked below as the global batch and the reduction chunks, which must stay),
+// what the backward keeps (remat_policy=custom's parts), evaluation and output.
+static const char *const MAY_DIFFER[] = {
+    // the mesh (tests/mesh.sh, tests/pipeline.sh: every mesh gives one device's bits)
+    "num_devices", "ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
+    "ici_expert_parallelism", "ici_context_parallelism", "ici_pipeline_parallelism",
+    "per_device_batch_size", "context_reduce_chunks", "num_pipeline_microbatches", "num_pipeline_repeats",
+    "num_layers_per_pipeline_stage", "pipeline_schedule", "num_threads", "hbm_capacity",
+    // remat_policy=custom's parts (tests/remat.sh, tests/qkvremat.sh: the same bits)
+    "decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi", "mlpwo",
+    // evaluation and output: what the run prints and writes, not what it trains
+    "eval_interval", "eval_steps", "log_period", "metrics_file", "save_checkpoint", "load_checkpoint",
+    "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "dump_parity", "parity_steps",
+    "print_sharding", "dry_run", "memory_trace", "sweep_steps", "sweep_only", "sweep_num_devices",
+};
+
+// Keys a user changes on purpose when resuming (a lower learning rate after a loss that
+// went non-finite, as train.c's message advises): allowed, and said at start-up, since the
+// resumed run then leaves the uninterrupted run's trajectory.
+static const char *const MAY_CHANGE[] = { "learning_rate" };
+
+static int listed(const char *const *list, size_t n, const char *key) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], key)) return 1;
+    return 0;
+}
+
+int checkpoint_key_may_differ(const char *key) {
+    if (listed(MAY_DIFFER, sizeof MAY_DIFFER / sizeof MAY_DIFFER[0], key)) return 1;
+    // A switch of the optimization sweep whose every row is "bit" (trainer/rows.c).
+    int n, bit = 0, other = 0;
+    const SweepRow *rows = sweep_rows(&n);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(rows[i].key, key)) continue;
+        if (rows[i].cls == SW_BIT) bit = 1;
+        else other = 1;
+    }
+    return bit && !other;
+}
+
+// num_devices, or the product of the ici_* sizes (a -1 axis needs num_devices).
+static int devices_of(const Config *c) {
+    if (c->num_devices > 0) return c->num_devices;
+    return c->ici_data_parallelism * c->ici_fsdp_parallelism * c->ici_tensor_parallelism *
+           c->ici_expert_parallelism * c->ici_context_parallelism * c->ici_pipeline_parallelism;
+}
+
+void checkpoint_check_config(const Config *ck, const Config *run, const char *path) {
+    char a[CFG_STR + 16], b[CFG_STR + 16];
+    for (int i = 0; i < config_num_keys(); i++) {
+        const char *key = config_key_name(i);
+        if (checkpoint_key_may_differ(key) || config_key_equal(ck, run, key)) continue;
+        config_format_value(ck, key, a, sizeof a);
+        config_format_value(run, key, b, sizeof b);
+        if (listed(MAY_CHANGE, sizeof MAY_CHANGE / sizeof MAY_CHANGE[0], key)) {
+            printf("load_checkpoint %s: %s is %s in the checkpoint; this run continues with %s\n", path, key, a, b);
+            continue;
+        }
+        die("load_checkpoint %s: %s is %s in the checkpoint, %s in this run (a key that changes the math must "
+            "keep the checkpoint's value; the mesh and the switches that keep the bits may differ)", path, key, a, b);
+    }
+    // The global batch per optimizer step: the sequences of each step and their order.
+    long gck = (long)ck->gradient_accumulation_steps * ck->per_device_batch_size * devices_of(ck);
+    long grun = (long)run->gradient_accumulation_steps * run->per_device_batch_size * devices_of(run);
+    if (gck != grun)
+        die("load_checkpoint %s: the global batch is %ld sequences per step in the checkpoint "
+            "(gradient_accumulation_steps %d x per_device_batch_size %d x %d devices), %ld in this run (%d x %d x %d)",
+            path, gck, ck->gradient_accumulation_steps, ck->per_device_batch_size, devices_of(ck), grun,
+            run->gradient_accumulation_steps, run->per_device_batch_size, devices_of(run));
+    // The chunks every sum over a sequence's tokens is cut into (0 = one per context device).
+    if (cfg_context_chunks(ck) != cfg_context_chunks(run))
+        die("load_checkpoint %s: sums over tokens use %d chunk(s) per sequence in the checkpoint, %d in this run "
+            "(context_reduce_chunks; its 0 means one per context device)", path, cfg_context_chunks(ck),
+            cfg_context_chunks(run));
+}

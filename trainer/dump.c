@@ -1,0 +1,202 @@
+// trainer/dump.c: write everything the JAX reference needs to recompute, and everything it
+// must agree with. The dump's buffers are host-side copies for the file (plain malloc),
+// not device memory.
+#include "trainer/dump.h"
+#include "trainer/step.h"
+#include "data/safetensors.h"
+#include "base/memory.h"
+#include "core/common.h"
+#include <sys/stat.h>
+#include <errno.h>
+
+typedef struct {
+    const Config *c;
+    int B, S, P;
+    int t;              // the step being captured
+    float *logits;      // (A*B, S, V), step 0
+    int *idx;           // (n_moe, P, A*B, S, K)
+    float *w;           // (n_moe, P, A*B, S, K)
+    float *scores;      // (n_moe, P, A*B, S, E)
+} Capture;
+
+// Called between forward and backward of each microbatch of every step.
+static void capture(Model *m, int mb, void *ctx) {
+    Capture *cp = ctx;
+    const Config *c = cp->c;
+    size_t T = (size_t)cp->B * cp->S, nseq_all = (size_t)c->gradient_accumulation_steps * cp->B;
+    int V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
+    if (cp->t == 0) memcpy(cp->logits + mb * T * V, m->logits, sizeof(float) * T * V);
+    for (int l = c->first_num_dense_layers, j = 0; l < c->base_num_decoder_layers; l++, j++) {
+        const MoeSaved *s = &m->acts[l].moe;
+        // first token of this microbatch of step t in layer j
+        size_t row = (((size_t)j * cp->P + cp->t) * nseq_all) * cp->S + mb * T;
+        memcpy(cp->idx + row * K, s->top_idx, sizeof(int) * T * K);
+        memcpy(cp->w + row * K, s->top_w, sizeof(float) * T * K);
+        memcpy(cp->scores + row * E, s->scores, sizeof(float) * T * E);
+    }
+}
+
+static float *copy_floats(const float *src, size_t n) {
+    float *d = malloc(sizeof(float) * MM_MAX(n, 1));
+    if (!d) die("out of host memory for the parity dump");
+    memcpy(d, src, sizeof(float) * n);
+    return d;
+}
+
+// Adds every parameter (from base) under prefix; the names are kept alive in `names`.
+static void add_params(StWriter *w, const Model *m, const float *base, const char *prefix, char (*names)[160]) {
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *s = &m->specs[i];
+        int64_t shape[4];
+        for (int d = 0; d < s->ndim; d++) shape[d] = s->shape[d];
+        snprintf(names[i], 160, "%s%s", prefix, s->name);
+        st_writer_add(w, names[i], ST_F32, s->ndim, shape, base + s->offset);
+    }
+}
+
+// Adds every parameter of P stacked snapshots as one [P, ...] tensor each. `stack` holds
+// tensor i's P snapshots contiguously from P * offset_i (see snapshot_params).
+static void add_stacked_params(StWriter *w, const Model *m, const float *stack, int P, const char *prefix,
+                               char (*names)[160]) {
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *s = &m->specs[i];
+        int64_t shape[5] = {P};
+        for (int d = 0; d < s->ndim; d++) shape[d + 1] = s->shape[d];
+        snprintf(names[i], 160, "%s%s", prefix, s->name);
+        st_writer_add(w, names[i], ST_F32, s->ndim + 1, shape, stack + (size_t)P * s->offset);
+    }
+}
+
+static size_t spec_numel(const ParamSpec *s) {
+    size_t n = 1;
+    for (int d = 0; d < s->ndim; d++) n *= (size_t)s->shape[d];
+    return n;
+}
+
+// Copies the current weights into snapshot t of `stack` (layout of add_stacked_params).
+static void snapshot_params(const Model *m, float *stack, int P, int t) {
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *s = &m->specs[i];
+        size_t n = spec_numel(s);
+        memcpy(stack + (size_t)P * s->offset + (size_t)t * n, m->params_mem + s->offset, sizeof(float) * n);
+    }
+}
+
+// The routing bias of every MoE layer: (E) each, or (P, E) each when P > 0 (then `bias`
+// is (L, P, E)).
+static void add_biases(StWriter *w, const Model *m, const float *bias, int P, const char *prefix,
+                       char (*names)[160]) {
+    const Config *c = &m->cfg;
+    if (!bias) return;
+    int E = c->num_experts;
+    for (int l = c->first_num_dense_layers; l < c->base_num_decoder_layers; l++) {
+        int64_t shape[2] = {P, E};
+        model_bias_name(c, l, prefix, names[l], 160);
+        if (P > 0) st_writer_add(w, names[l], ST_F32, 2, shape, bias + (size_t)l * P * E);
+        else st_writer_add(w, names[l], ST_F32, 1, shape + 1, bias + (size_t)l * E);
+    }
+}
+
+void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
+    const Config *c = &m->cfg;
+    int A = c->gradient_accumulation_steps, B = c->per_device_batch_size, S = c->max_target_length;
+    int P = c->parity_steps, V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
+    int L = c->base_num_decoder_layers, nmoe = model_num_moe_layers(c), nseq = A * B;
+    if (c->num_vocab_tiling > 1)   // the dump compares the whole (B,S,V) logits, which tiling never holds
+        die("the parity dump writes the logits, which num_vocab_tiling=%d never holds whole: run the dump with "
+            "num_vocab_tiling=1 (tiling gives the same losses and gradients bit for bit)", c->num_vocab_tiling);
+    if (mkdir(dir, 0777) && errno != EEXIST) die("cannot create dump directory '%s': %s", dir, strerror(errno));
+    size_t nb = (size_t)P * nseq * S, bias_n = (size_t)L * E;
+
+    // Inputs: the weights as they are now, and the batches of the P steps.
+    float *init = copy_floats(m->params_mem, m->nparams);
+    float *init_bias = m->router_bias ? copy_floats(m->router_bias, bias_n) : NULL;
+    int *ids = malloc(sizeof(int) * nb), *tg = malloc(sizeof(int) * nb);
+    if (!ids || !tg) die("out of host memory for the parity dump's batches");
+    for (int t = 0; t < P; t++)
+        for (int i = 0; i < nseq; i++)
+            loader_train_sequence(dl, (int64_t)t * nseq + i, ids + ((size_t)t * nseq + i) * S,
+                                  tg + ((size_t)t * nseq + i) * S);
+
+    // The P steps, each with the capture hook. Before each step its weights and routing
+    // bias are kept, so that the reference can recompute every step from the same
+    // starting point as C (teacher forcing) as well as run its own trajectory.
+    size_t rtok = (size_t)nmoe * P * nseq * S;
+    Capture cp = {c, B, S, P, 0, malloc(sizeof(float) * (size_t)nseq * S * V),
+                  malloc(sizeof(int) * MM_MAX(rtok * K, 1)), malloc(sizeof(float) * MM_MAX(rtok * K, 1)),
+                  malloc(sizeof(float) * MM_MAX(rtok * E, 1))};
+    float *steps_params = malloc(sizeof(float) * (size_t)P * m->nparams);
+    float *steps_bias = m->router_bias ? malloc(sizeof(float) * (size_t)P * bias_n) : NULL;
+    float *grad0 = NULL, *step_losses = malloc(sizeof(float) * P), *step_gnorms = malloc(sizeof(float) * P);
+    if (!cp.logits || !cp.idx || !cp.w || !cp.scores || !steps_params || (m->router_bias && !steps_bias) ||
+        !step_losses || !step_gnorms)
+        die("out of host memory for the parity dump (parity_steps=%d snapshots of %zu weights)", P, m->nparams);
+    StepResult r0 = {0};
+    long *counts = calloc(bias_n, sizeof(long));
+    for (int t = 0; t < P; t++) {
+        StepResult r;
+        snapshot_params(m, steps_params, P, t);
+        for (int l = 0; steps_bias && l < L; l++)
+            memcpy(steps_bias + ((size_t)l * P + t) * E, m->router_bias + (size_t)l * E, sizeof(float) * E);
+        memset(counts, 0, sizeof(long) * bias_n);
+        size_t off = (size_t)t * nseq * S;
+        cp.t = t;
+        compute_gradients(m, ids + off, tg + off, A, B, S, &r, counts, capture, &cp);
+        if (!isfinite(r.loss)) die("parity dump: non-finite loss at step %d", t);
+        if (t == 0) { grad0 = copy_floats(m->grads_mem, m->nparams); r0 = r; }
+        step_losses[t] = r.loss;
+        step_gnorms[t] = r.grad_norm;
+        apply_update(m, &r, counts, (long)nseq * S);
+        printf("parity step %d: loss %.9g grad norm %.6g lr %.6g\n", t, r.loss, r.grad_norm, r.lr);
+    }
+
+    // Write it all.
+    StWriter *w = st_writer_new();
+    static char json[16384];
+    config_to_json(c, json, sizeof json);
+    st_writer_meta(w, "config", json);
+    char (*names)[160] = calloc((size_t)(4 * m->ntensors + 4 * L + 8), 160);
+    add_params(w, m, init, "param/", names);
+    add_params(w, m, grad0, "c/grad/", names + m->ntensors);
+    add_params(w, m, m->params_mem, "c/final/", names + 2 * m->ntensors);
+    add_stacked_params(w, m, steps_params, P, "steps/param/", names + 3 * m->ntensors);
+    add_biases(w, m, init_bias, 0, "state/", names + 4 * m->ntensors);
+    add_biases(w, m, m->router_bias, 0, "c/final_state/", names + 4 * m->ntensors + L);
+    add_biases(w, m, steps_bias, P, "steps/state/", names + 4 * m->ntensors + 2 * L);
+    int64_t bshape[3] = {P, nseq, S}, lshape[3] = {nseq, S, V};
+    int64_t rshape[4] = {P, nseq, S, K}, sshape[4] = {P, nseq, S, E};
+    st_writer_add(w, "batch/inputs", ST_I32, 3, bshape, ids);
+    st_writer_add(w, "batch/targets", ST_I32, 3, bshape, tg);
+    st_writer_add(w, "c/logits", ST_F32, 3, lshape, cp.logits);
+    float scal[4] = {r0.loss, r0.ce_loss, r0.aux_loss, r0.grad_norm};
+    st_writer_add(w, "c/loss", ST_F32, 0, NULL, &scal[0]);
+    st_writer_add(w, "c/ce_loss", ST_F32, 0, NULL, &scal[1]);
+    st_writer_add(w, "c/aux_loss", ST_F32, 0, NULL, &scal[2]);
+    st_writer_add(w, "c/grad_norm", ST_F32, 0, NULL, &scal[3]);
+    int64_t pshape[1] = {P};
+    st_writer_add(w, "c/step_losses", ST_F32, 1, pshape, step_losses);
+    st_writer_add(w, "c/steps/loss", ST_F32, 1, pshape, step_losses);
+    st_writer_add(w, "c/steps/grad_norm", ST_F32, 1, pshape, step_gnorms);
+    char (*rnames)[160] = calloc((size_t)5 * L + 1, 160);
+    for (int l = c->first_num_dense_layers, j = 0; l < L; l++, j++) {
+        size_t row = (size_t)j * P * nseq * S;   // step 0 of layer j
+        snprintf(rnames[5 * l], 160, "c/router/layers_%d/indices", l);
+        snprintf(rnames[5 * l + 1], 160, "c/router/layers_%d/weights", l);
+        snprintf(rnames[5 * l + 2], 160, "c/router/layers_%d/scores", l);
+        snprintf(rnames[5 * l + 3], 160, "c/steps/router/layers_%d/indices", l);
+        snprintf(rnames[5 * l + 4], 160, "c/steps/router/layers_%d/scores", l);
+        st_writer_add(w, rnames[5 * l], ST_I32, 3, rshape + 1, cp.idx + row * K);
+        st_writer_add(w, rnames[5 * l + 1], ST_F32, 3, rshape + 1, cp.w + row * K);
+        st_writer_add(w, rnames[5 * l + 2], ST_F32, 3, sshape + 1, cp.scores + row * E);
+        st_writer_add(w, rnames[5 * l + 3], ST_I32, 4, rshape, cp.idx + row * K);
+        st_writer_add(w, rnames[5 * l + 4], ST_F32, 4, sshape, cp.scores + row * E);
+    }
+    char path[CFG_STR + 32];
+    snprintf(path, sizeof path, "%s/dump.safetensors", dir);
+    st_write_file(w, path);
+    st_writer_free(w);
+    printf("wrote %s (%d steps, loss %.9g -> %.9g)\n", path, P, step_losses[0], step_losses[P - 1]);
+    free(names); free(rnames); free(init); free(init_bias); free(ids); free(tg); free(grad0);
+    free(step_losses); free(step_gnorms); free(counts); free(steps_params); free(steps_bias);
+    free(cp.logits); free(cp.idx); free(cp.w); free(cp.scores);
+}

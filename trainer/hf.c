@@ -1,0 +1,544 @@
+// trainer/hf.c: Hugging Face transformers' layout of the same model, both ways.
+//
+//   ./train export-hf CKPT.safetensors OUT_DIR   -> OUT_DIR/config.json, OUT_DIR/model.safetensors
+//   ./train CONFIG.yml load_hf=DIR               start training from such a directory
+//
+// Mixtral exports as `MixtralForCausalLM`, DeepSeek as `DeepseekV3ForCausalLM` (transformers
+// 5.x: the experts of a layer are two fused 3-D tensors). meshmoe stores kernels as MaxText
+// does, [in, out] and used as x @ kernel; torch's Linear stores [out, in]. So almost every
+// tensor is a transpose: the kernel viewed as (R, C) (R the product of its input dimensions,
+// C of its output ones, per expert for expert stacks) becomes (C, R). Transposes are exact,
+// both ways.
+//
+// One value is not: GQA's query. MaxText folds attention's 1/sqrt(head_dim) into the query
+// kernel (model/attention.c applies no scale); HF scales the scores at run time, so HF's
+// q_proj is meshmoe's query times sqrt(head_dim). That product is exact only when sqrt(Dh)
+// is a power of two (Dh = 16, 64, 256); for others (mixtral-tiny's 32, Mixtral-8x7B's 128)
+// float32 cannot hold both the scaled kernel and the means to undo it. The export then also
+// writes the unscaled kernels to OUT_DIR/meshmoe_query_kernels.safetensors, which HF ignores;
+// load_hf takes them when they still match q_proj (fl(x * sqrt(Dh)) == q_proj for every
+// element), so a round trip gives back every weight bit for bit. MLA scales at run time on
+// both sides: nothing to fold there.
+//
+// The mapping table below is the one place that knows the HF names.
+#include "trainer/step.h"
+#include "trainer/hf.h"
+#include "model/model.h"
+#include "data/safetensors.h"
+#include "core/common.h"
+#include <sys/stat.h>
+#include <errno.h>
+#include <unistd.h>
+
+#define SIDECAR "meshmoe_query_kernels.safetensors"
+
+// How one meshmoe tensor lands in an HF tensor.
+typedef enum { COPY, TRANSPOSE, EXPERT_TRANSPOSE } Move;
+typedef struct {
+    const char *maxtext;   // the layout key's suffix after "decoder/layers_<l>/" (or the whole key)
+    const char *hf;        // HF's name (after "model.layers.<l>." for a layer's tensor)
+    Move move;
+    int part, parts;       // rows [part*C, (part+1)*C) of an HF tensor of parts*C rows (gate_up_proj)
+    int in_dims;           // the kernel's input dimensions (R is their product): 2 for out/kernel [N,Dh,D]
+} Rule;
+
+static const Rule RULES[] = {
+    {"token_embedder/embedding", "model.embed_tokens.weight", COPY, 0, 1, 1},
+    {"decoder/decoder_norm/scale", "model.norm.weight", COPY, 0, 1, 1},
+    {"decoder/logits_dense/kernel", "lm_head.weight", TRANSPOSE, 0, 1, 1},
+    {"pre_self_attention_layer_norm/scale", "input_layernorm.weight", COPY, 0, 1, 1},
+    {"post_self_attention_layer_norm/scale", "post_attention_layernorm.weight", COPY, 0, 1, 1},
+    {"self_attention/query/kernel", "self_attn.q_proj.weight", TRANSPOSE, 0, 1, 1},   // GQA: times sqrt(Dh)
+    {"self_attention/key/kernel", "self_attn.k_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/value/kernel", "self_attn.v_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/out/kernel", "self_attn.o_proj.weight", TRANSPOSE, 0, 1, 2},
+    {"self_attention/wq_a/kernel", "self_attn.q_a_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/q_norm/scale", "self_attn.q_a_layernorm.weight", COPY, 0, 1, 1},
+    {"self_attention/wq_b/kernel", "self_attn.q_b_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/wkv_a/kernel", "self_attn.kv_a_proj_with_mqa.weight", TRANSPOSE, 0, 1, 1},
+    {"self_attention/kv_norm/scale", "self_attn.kv_a_layernorm.weight", COPY, 0, 1, 1},
+    {"self_attention/wkv_b/kernel", "self_attn.kv_b_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"mlp/wi_0/kernel", "mlp.gate_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"mlp/wi_1/kernel", "mlp.up_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"mlp/wo/kernel", "mlp.down_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"MoeBlock_0/gate/kernel", "mlp.gate.weight", TRANSPOSE, 0, 1, 1},
+    {"MoeBlock_0/wi_0", "mlp.experts.gate_up_proj", EXPERT_TRANSPOSE, 0, 2, 1},   // [E,D,H] -> rows 0..H-1 of [E,2H,D]
+    {"MoeBlock_0/wi_1", "mlp.experts.gate_up_proj", EXPERT_TRANSPOSE, 1, 2, 1},   // -> rows H..2H-1
+    {"MoeBlock_0/wo", "mlp.experts.down_proj", EXPERT_TRANSPOSE, 0, 1, 1},        // [E,H,D] -> [E,D,H]
+    {"shared_experts/wi_0/kernel", "mlp.shared_experts.gate_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"shared_experts/wi_1/kernel", "mlp.shared_experts.up_proj.weight", TRANSPOSE, 0, 1, 1},
+    {"shared_experts/wo/kernel", "mlp.shared_experts.down_proj.weight", TRANSPOSE, 0, 1, 1},
+};
+#define NRULES ((int)(sizeof RULES / sizeof RULES[0]))
+// DeepSeek's routing bias (non-trained state, model_bias_name) -> the router's buffer.
+#define HF_BIAS "mlp.gate.e_score_correction_bias"
+
+// The rule for a layout key, and HF's full name for it.
+static const Rule *rule_for(const char *key, char *hf, size_t cap) {
+    int l, n = 0;
+    const char *rest = key;
+    if (sscanf(key, "decoder/layers_%d/%n", &l, &n) == 1 && n > 0) rest = key + n;
+    for (int i = 0; i < NRULES; i++)
+        if (!strcmp(RULES[i].maxtext, rest)) {
+            if (rest == key) snprintf(hf, cap, "%s", RULES[i].hf);
+            else snprintf(hf, cap, "model.layers.%d.%s", l, RULES[i].hf);
+            return &RULES[i];
+        }
+    die("internal: no Hugging Face name for '%s'", key);
+}
+
+// A tensor of the layout as (batch, R, C): batch = experts for an expert stack, R the
+// product of the input dimensions after it, C the product of the rest (the outputs).
+typedef struct { int batch, R, C; } View;
+static View view_of(const ParamSpec *s, const Rule *r) {
+    View v = {1, 1, 1};
+    int d = 0;
+    if (r->move == EXPERT_TRANSPOSE) v.batch = s->gshape[d++];
+    for (int i = 0; i < r->in_dims; i++) v.R *= s->gshape[d++];
+    for (; d < s->ndim; d++) v.C *= s->gshape[d];
+    if (r->move == COPY) { v.C *= v.R; v.R = 1; }
+    return v;
+}
+
+// HF's shape of the tensor a rule writes: COPY keeps the layout's, TRANSPOSE (parts*C, R),
+// EXPERT_TRANSPOSE (batch, parts*C, R).
+static int hf_shape(const ParamSpec *s, const Rule *r, int64_t *shape) {
+    View v = view_of(s, r);
+    if (r->move == COPY) {
+        for (int d = 0; d < s->ndim; d++) shape[d] = s->gshape[d];
+        return s->ndim;
+    }
+    int n = 0;
+    if (r->move == EXPERT_TRANSPOSE) shape[n++] = v.batch;
+    shape[n++] = (int64_t)r->parts * v.C;
+    shape[n++] = v.R;
+    return n;
+}
+
+// meshmoe (batch, R, C) <-> HF (batch, parts*C, R) rows [part*C, (part+1)*C): dir 1 writes hf
+// from mm, dir 0 writes mm from hf.
+static void move_tensor(float *mm, float *hf, const ParamSpec *s, const Rule *r, int dir) {
+    View v = view_of(s, r);
+    size_t n = (size_t)v.batch * v.R * v.C;
+    if (r->move == COPY) {
+        if (dir) memcpy(hf, mm, sizeof(float) * n);
+        else memcpy(mm, hf, sizeof(float) * n);
+        return;
+    }
+    size_t hrows = (size_t)r->parts * v.C;
+    for (int b = 0; b < v.batch; b++)
+        for (int i = 0; i < v.R; i++)
+            for (int j = 0; j < v.C; j++) {
+                float *a = mm + ((size_t)b * v.R + i) * v.C + j;
+                float *h = hf + ((size_t)b * hrows + (size_t)r->part * v.C + j) * v.R + i;
+                if (dir) *h = *a;
+                else *a = *h;
+            }
+}
+
+static int is_gqa_query(const Config *c, const Rule *r) {
+    return !cfg_is_mla(c) && !strcmp(r->maxtext, "self_attention/query/kernel");
+}
+static double query_scale(const Config *c) { return sqrt((double)c->head_dim); }
+static int scale_is_exact(const Config *c) {   // sqrt(Dh) a power of two
+    double s = query_scale(c);
+    return s == ldexp(1.0, ilogb(s));
+}
+
+// ---------------------------------------------------------------------------------------
+// config.json: every key HF's config class reads that this model fixes. Values are JSON text.
+
+typedef struct { const char *key, *mm; char val[96]; } HfKey;   // HF key, meshmoe key(s), value
+
+// The shortest decimal that reads back as the same float.
+static void fmt_float(char *buf, size_t cap, float x) {
+    for (int p = 6; p <= 9; p++) {
+        snprintf(buf, cap, "%.*g", p, (double)x);
+        if ((float)strtod(buf, NULL) == x) break;
+    }
+    if (!strpbrk(buf, ".eEn")) snprintf(buf + strlen(buf), cap - strlen(buf), ".0");   // a JSON float
+}
+
+static void refuse(const char *why, const char *key, const char *value) {
+    die("this model has no Hugging Face counterpart: %s (%s=%s)", why, key, value);
+}
+
+static int hf_config(const Config *c, HfKey *k) {
+    int n = 0;
+    char f[48];
+#define PUT(name, mmkey, ...) do { k[n].key = name; k[n].mm = mmkey; snprintf(k[n].val, sizeof k[n].val, __VA_ARGS__); n++; } while (0)
+#define PUTF(name, mmkey, x) do { fmt_float(f, sizeof f, x); PUT(name, mmkey, "%s", f); } while (0)
+    char v[48];
+    fmt_float(v, sizeof v, c->rope_min_timescale);
+    if (c->rope_min_timescale != 1.0f) refuse("HF's RoPE has no minimum timescale (it is 1)", "rope_min_timescale", v);
+    if (cfg_is_deepseek(c)) {
+        if (!cfg_is_mla(c)) refuse("DeepseekV3 uses MLA", "attention_type", attention_type_name(c->attention_type));
+        if (!cfg_sigmoid_router(c))
+            refuse("DeepseekV3 routes by sigmoid scores", "routed_score_func", score_func_name(c->routed_score_func));
+        snprintf(v, sizeof v, "%d", c->shared_experts);
+        if (c->shared_experts < 1) refuse("DeepseekV3 has at least one shared expert", "shared_experts", v);
+        fmt_float(v, sizeof v, c->normalization_layer_epsilon);
+        if (c->normalization_layer_epsilon != 1e-6f)
+            refuse("DeepseekV3's q_a_layernorm and kv_a_layernorm use epsilon 1e-6 whatever the config",
+                   "normalization_layer_epsilon", v);
+        PUT("architectures", "decoder_block", "[\"DeepseekV3ForCausalLM\"]");
+        PUT("model_type", "decoder_block", "\"deepseek_v3\"");
+        PUT("intermediate_size", "base_mlp_dim", "%d", c->base_mlp_dim);
+        PUT("moe_intermediate_size", "base_moe_mlp_dim", "%d", cfg_expert_dim(c));
+        PUT("num_key_value_heads", "base_num_query_heads", "%d", c->base_num_query_heads);
+        PUT("n_shared_experts", "shared_experts", "%d", c->shared_experts);
+        PUT("n_routed_experts", "num_experts", "%d", c->num_experts);
+        PUTF("routed_scaling_factor", "routed_scaling_factor", c->routed_scaling_factor);
+        PUT("kv_lora_rank", "kv_lora_rank", "%d", c->kv_lora_rank);
+        if (c->q_lora_rank > 0) PUT("q_lora_rank", "q_lora_rank", "%d", c->q_lora_rank);
+        else PUT("q_lora_rank", "q_lora_rank", "null");
+        PUT("qk_rope_head_dim", "qk_rope_head_dim", "%d", c->qk_rope_head_dim);
+        PUT("qk_nope_head_dim", "qk_nope_head_dim", "%d", c->qk_nope_head_dim);
+        PUT("v_head_dim", "v_head_dim", "%d", c->v_head_dim);
+        PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups > 0 ? c->n_routing_groups : 1);   // groups off: one group
+        PUT("topk_group", "topk_routing_group", "%d", c->n_routing_groups > 0 ? c->topk_routing_group : 1);
+        PUT("first_k_dense_replace", "first_num_dense_layers", "%d", c->first_num_dense_layers);
+        PUT("norm_topk_prob", "sigmoid weights are normalised", "true");
+        PUT("rope_interleave", "meshmoe's RoPE is half-split", "false");   // rotate_half, model/rope.c
+        PUT("attention_bias", "meshmoe has no attention bias", "false");
+    } else {
+        if (cfg_is_mla(c))
+            refuse("Mixtral uses grouped-query attention", "attention_type", attention_type_name(c->attention_type));
+        if (c->routed_score_func != SCORE_FUNC_MIXTRAL || c->routed_bias)
+            refuse("Mixtral weights the top-k experts by a softmax of their logits (routed_score_func \"\")",
+                   "routed_score_func", score_func_name(c->routed_score_func));
+        snprintf(v, sizeof v, "%d", c->shared_experts);
+        if (c->shared_experts) refuse("Mixtral has no shared experts", "shared_experts", v);
+        snprintf(v, sizeof v, "%d", c->first_num_dense_layers);
+        if (c->first_num_dense_layers) refuse("every Mixtral layer is MoE", "first_num_dense_layers", v);
+        PUT("architectures", "decoder_block", "[\"MixtralForCausalLM\"]");
+        PUT("model_type", "decoder_block", "\"mixtral\"");
+        PUT("intermediate_size", "base_mlp_dim", "%d", cfg_expert_dim(c));
+        PUT("num_key_value_heads", "base_num_kv_heads", "%d", c->base_num_kv_heads);
+        PUT("head_dim", "head_dim", "%d", c->head_dim);
+        PUT("num_local_experts", "num_experts", "%d", c->num_experts);
+        PUT("sliding_window", "meshmoe has no sliding window", "null");
+        PUT("router_jitter_noise", "meshmoe has no router jitter", "0.0");
+    }
+    PUT("vocab_size", "vocab_size", "%d", c->vocab_size);
+    PUT("hidden_size", "base_emb_dim", "%d", c->base_emb_dim);
+    PUT("num_hidden_layers", "base_num_decoder_layers", "%d", c->base_num_decoder_layers);
+    PUT("num_attention_heads", "base_num_query_heads", "%d", c->base_num_query_heads);
+    PUT("num_experts_per_tok", "num_experts_per_tok", "%d", c->num_experts_per_tok);
+    PUT("hidden_act", "meshmoe's FFNs are SwiGLU", "\"silu\"");
+    PUT("max_position_embeddings", "max_target_length", "%d", c->max_target_length);
+    PUTF("rms_norm_eps", "normalization_layer_epsilon", c->normalization_layer_epsilon);
+    fmt_float(f, sizeof f, c->rope_max_timescale);
+    PUT("rope_parameters", "rope_max_timescale", "{\"rope_type\": \"default\", \"rope_theta\": %s}", f);
+    PUT("tie_word_embeddings", "meshmoe's head is untied", "false");
+    PUT("attention_dropout", "meshmoe has no dropout", "0.0");
+    PUT("dtype", "float32 weights", "\"float32\"");
+#undef PUT
+#undef PUTF
+    return n;
+}
+
+// ---- a small reader for config.json: the raw text of a member of an object ----
+
+// p at a JSON value: returns the character after it (strings, numbers, literals, nesting).
+static const char *skip_value(const char *p) {
+    int depth = 0;
+    do {
+        if (*p == '"') {
+            for (p++; *p && *p != '"'; p++) if (*p == '\\' && p[1]) p++;
+            if (*p) p++;
+        } else if (*p == '{' || *p == '[') { depth++; p++; }
+        else if (*p == '}' || *p == ']') { depth--; p++; }
+        else if (depth == 0) { while (*p && !strchr(",}] \t\r\n", *p)) p++; }
+        else p++;
+    } while (*p && depth > 0);
+    return p;
+}
+
+// The next member of an object: *p inside the object (after '{' or a member); sets the
+// key's text (k0, klen) and the value's (v0, v1). 0 at the end.
+static int next_member(const char **p, const char **k0, int *klen, const char **v0, const char **v1) {
+    const char *q = *p;
+    while (*q && strchr(" \t\r\n,", *q)) q++;
+    if (*q != '"') return 0;
+    const char *e = skip_value(q);
+    *k0 = q + 1;
+    *klen = (int)(e - q - 2);
+    while (*e && strchr(" \t\r\n:", *e)) e++;
+    *v0 = e;
+    *p = *v1 = skip_value(e);
+    return 1;
+}
+
+// The value of member `key` of the object at obj, copied into out (raw text); 0 if absent.
+static int json_member(const char *obj, const char *key, char *out, size_t cap) {
+    const char *p = strchr(obj, '{'), *k0, *v0, *v1;
+    int klen;
+    if (!p) return 0;
+    for (p++; next_member(&p, &k0, &klen, &v0, &v1);)
+        if ((size_t)klen == strlen(key) && !strncmp(k0, key, (size_t)klen)) {
+            snprintf(out, cap, "%.*s", (int)(v1 - v0), v0);
+            return 1;
+        }
+    return 0;
+}
+
+// Whether the raw JSON values a (wanted) and b (found) mean the same: numbers as floats,
+// objects member by member of a, the rest as text without blanks.
+static int json_same(const char *a, const char *b) {
+    if (*a == '{') {
+        const char *p = a + 1, *k0, *v0, *v1;
+        int klen;
+        while (next_member(&p, &k0, &klen, &v0, &v1)) {
+            char key[64], va[128], vb[128];
+            snprintf(key, sizeof key, "%.*s", klen, k0);
+            snprintf(va, sizeof va, "%.*s", (int)(v1 - v0), v0);
+            if (!json_member(b, key, vb, sizeof vb) || !json_same(va, vb)) return 0;
+        }
+        return 1;
+    }
+    char *ea, *eb;
+    double x = strtod(a, &ea), y = strtod(b, &eb);
+    if (ea != a && eb != b && !*ea && !*eb) return (float)x == (float)y;
+    char ca[256], cb[256];
+    int i = 0, j = 0;
+    for (; *a && i < 255; a++) if (!strchr(" \t\r\n", *a)) ca[i++] = *a;
+    for (; *b && j < 255; b++) if (!strchr(" \t\r\n", *b)) cb[j++] = *b;
+    ca[i] = cb[j] = '\0';
+    return !strcmp(ca, cb);
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("load_hf: cannot open '%s': %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (!s || fread(s, 1, (size_t)n, f) != (size_t)n) die("load_hf: cannot read '%s'", path);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Export
+
+static void write_text_atomic(const char *path, const char *text) {
+    char tmp[CFG_STR + 80];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) die("export-hf: cannot write '%s': %s", tmp, strerror(errno));
+    int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path)) { unlink(tmp); die("export-hf: cannot write '%s': %s", path, strerror(errno)); }
+}
+
+// One HF tensor being assembled.
+typedef struct { char name[128]; int ndim; int64_t shape[4]; float *data; } Out;
+
+static Out *out_tensor(Out *outs, int *n, const char *name, int ndim, const int64_t *shape) {
+    for (int i = 0; i < *n; i++) if (!strcmp(outs[i].name, name)) return &outs[i];
+    Out *o = &outs[(*n)++];
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->ndim = ndim;
+    size_t size = 1;
+    for (int d = 0; d < ndim; d++) { o->shape[d] = shape[d]; size *= (size_t)shape[d]; }
+    o->data = calloc(size ? size : 1, sizeof(float));
+    if (!o->data) die("export-hf: out of memory");
+    return o;
+}
+
+static const float *ckpt_tensor(const StFile *f, const char *path, const char *name, const ParamSpec *s) {
+    const StTensor *t = st_get(f, name);
+    if (!t) die("export-hf: checkpoint '%s' has no tensor '%s' (written by another version of meshmoe?)", path, name);
+    size_t n = 1;
+    for (int d = 0; s && d < s->ndim; d++) n *= (size_t)s->gshape[d];
+    if (t->dtype != ST_F32 || (s && t->nbytes != n * sizeof(float)))
+        die("export-hf: checkpoint '%s': tensor '%s' is not the float32 tensor its config describes", path, name);
+    return (const float *)t->data;
+}
+
+int hf_export(const char *ckpt, const char *dir) {
+    char err[512];
+    StFile *f = st_open_try(ckpt, err, sizeof err);
+    if (!f) die("export-hf: %s", err);
+    const char *json = st_meta(f, "config");
+    if (!json) die("export-hf: '%s' is not a meshmoe checkpoint (no config metadata)", ckpt);
+    Config c;
+    config_defaults(&c);
+    config_from_json(&c, json, ckpt);
+    step_check_config(&c);
+    HfKey keys[64];
+    int nkeys = hf_config(&c, keys);   // refuses a model HF cannot express, before anything is written
+    if (mkdir(dir, 0777) && errno != EEXIST) die("export-hf: cannot create directory '%s': %s", dir, strerror(errno));
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK))
+        die("export-hf: '%s' is not a writable directory", dir);
+
+    int nt = model_layout(&c, NULL, NULL);
+    ParamSpec *specs = calloc((size_t)nt, sizeof(ParamSpec));
+    model_layout(&c, specs, NULL);
+    Out *outs = calloc((size_t)nt + (size_t)c.base_num_decoder_layers, sizeof(Out));
+    int nout = 0;
+    StWriter *side = st_writer_new();
+    int nside = 0;
+    char name[160], hf[128];
+    for (int i = 0; i < nt; i++) {
+        const ParamSpec *s = &specs[i];
+        const Rule *r = rule_for(s->key, hf, sizeof hf);
+        snprintf(name, sizeof name, "params/%s", s->name);
+        float *src = (float *)ckpt_tensor(f, ckpt, name, s);
+        int64_t shape[4];
+        int nd = hf_shape(s, r, shape);
+        Out *o = out_tensor(outs, &nout, hf, nd, shape);
+        move_tensor(src, o->data, s, r, 1);
+        if (is_gqa_query(&c, r)) {
+            size_t n = s->size;
+            for (size_t j = 0; j < n; j++) o->data[j] = (float)((double)o->data[j] * query_scale(&c));
+            if (!scale_is_exact(&c)) {   // the exact kernel beside it (see the top of this file)
+                int64_t sh[4];
+                for (int d = 0; d < s->ndim; d++) sh[d] = s->gshape[d];
+                st_writer_add(side, s->name, ST_F32, s->ndim, sh, src);
+                nside++;
+            }
+        }
+    }
+    for (int l = c.first_num_dense_layers; cfg_is_deepseek(&c) && l < c.base_num_decoder_layers; l++) {
+        int64_t shape[1] = {c.num_experts};
+        snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
+        Out *o = out_tensor(outs, &nout, hf, 1, shape);   // zeros without routed_bias
+        if (c.routed_bias) {
+            model_bias_name(&c, l, "state/", name, sizeof name);
+            memcpy(o->data, ckpt_tensor(f, ckpt, name, NULL), sizeof(float) * c.num_experts);
+        }
+    }
+    StWriter *w = st_writer_new();
+    st_writer_meta(w, "format", "pt");
+    for (int i = 0; i < nout; i++) st_writer_add(w, outs[i].name, ST_F32, outs[i].ndim, outs[i].shape, outs[i].data);
+    char path[CFG_STR + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_write_file(w, path);
+    snprintf(path, sizeof path, "%s/%s", dir, SIDECAR);
+    if (nside) st_write_file(side, path);
+    else unlink(path);   // (an older export's, which would no longer match)
+    char text[8192];
+    int len = snprintf(text, sizeof text, "{\n");
+    for (int i = 0; i < nkeys; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "  \"%s\": %s%s\n", keys[i].key, keys[i].val,
+                        i + 1 < nkeys ? "," : "");
+    snprintf(text + len, sizeof text - (size_t)len, "}\n");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text_atomic(path, text);
+    printf("exported %s (%s, step %s) to %s: config.json, model.safetensors (%d tensors)%s\n", ckpt,
+           cfg_is_deepseek(&c) ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", st_meta(f, "step") ? st_meta(f, "step") : "?",
+           dir, nout, nside ? ", " SIDECAR " (the exact query kernels)" : "");
+    for (int i = 0; i < nout; i++) free(outs[i].data);
+    free(outs);
+    free(specs);
+    st_writer_free(w);
+    st_writer_free(side);
+    st_close(f);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Load
+
+// The float32 data of HF tensor `name`, checked against the shape the mapping gives; a
+// bfloat16 tensor (as many published models are) is widened, exactly, into `scratch`.
+static float *hf_tensor(const StFile *f, const char *path, const char *name, int ndim, const int64_t *shape,
+                        float **scratch) {
+    const StTensor *t = st_get(f, name);
+    if (!t) die("load_hf: '%s' has no tensor '%s': it was written for another model or config", path, name);
+    int same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        char want[64] = "", got[64] = "";
+        for (int d = 0; d < ndim; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)shape[d]);
+        for (int d = 0; d < t->ndim; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        die("load_hf: '%s': tensor '%s' has shape [%s], this config needs [%s]", path, name, got, want);
+    }
+    if (t->dtype == ST_F32) return (float *)t->data;
+    if (t->dtype != ST_BF16) die("load_hf: '%s': tensor '%s' is %s; F32 and BF16 are read", path, name, st_dtype_name(t->dtype));
+    size_t n = t->nbytes / 2;
+    float *w = realloc(*scratch, sizeof(float) * (n ? n : 1));
+    if (!w) die("load_hf: out of memory");
+    const uint16_t *b = t->data;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)b[i] << 16;
+        memcpy(&w[i], &u, 4);
+    }
+    return *scratch = w;
+}
+
+// config.json must say what the run's config says, key by key.
+static void check_config(const Config *c, const char *dir) {
+    char path[CFG_STR + 64];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = read_text(path);
+    HfKey keys[64];
+    int n = hf_config(c, keys);
+    for (int i = 0; i < n; i++) {
+        char got[256];
+        // The context length and the dtype the weights are used at are the run's own choice.
+        if (!strcmp(keys[i].key, "max_position_embeddings") || !strcmp(keys[i].key, "dtype")) continue;
+        if (!json_member(text, keys[i].key, got, sizeof got))
+            die("load_hf: %s has no \"%s\"; this run's config (%s) gives %s", path, keys[i].key, keys[i].mm, keys[i].val);
+        if (!json_same(keys[i].val, got))
+            die("load_hf: %s says \"%s\": %s, this run's config gives %s (%s)", path, keys[i].key, got,
+                keys[i].val, keys[i].mm);
+    }
+    free(text);
+}
+
+int hf_load(Model *m, const char *dir) {
+    const Config *c = &m->cfg;
+    check_config(c, dir);
+    char path[CFG_STR + 64], err[512], hf[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char index[CFG_STR + 64];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    if (access(path, R_OK) && !access(index, R_OK))
+        die("load_hf: %s holds a sharded model (%s); load_hf reads a single model.safetensors", dir, index);
+    StFile *f = st_open_try(path, err, sizeof err);
+    if (!f) die("load_hf: %s", err);
+    float *scratch = NULL;
+    char spath[CFG_STR + 64];
+    snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
+    StFile *side = access(spath, R_OK) ? NULL : st_open_try(spath, err, sizeof err);
+    int used = 0, expected = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *s = &m->specs[i];
+        const Rule *r = rule_for(s->key, hf, sizeof hf);
+        int64_t shape[4];
+        int nd = hf_shape(s, r, shape);
+        float *src = hf_tensor(f, path, hf, nd, shape, &scratch), *dst = m->params_mem + s->offset;
+        expected += r->part == 0;
+        move_tensor(dst, src, s, r, 0);
+        if (!is_gqa_query(c, r)) continue;
+        const StTensor *exact = side ? st_get(side, s->name) : NULL;
+        int match = exact && exact->dtype == ST_F32 && exact->nbytes == s->size * sizeof(float);
+        for (size_t j = 0; match && j < s->size; j++)   // still the kernel q_proj was made from?
+            match = (float)((double)((const float *)exact->data)[j] * query_scale(c)) == dst[j];
+        if (match) { memcpy(dst, exact->data, exact->nbytes); used++; }
+        else for (size_t j = 0; j < s->size; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
+    }
+    for (int l = c->first_num_dense_layers; cfg_is_deepseek(c) && l < c->base_num_decoder_layers; l++) {
+        int64_t shape[1] = {c->num_experts};
+        snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
+        const float *b = hf_tensor(f, path, hf, 1, shape, &scratch);
+        expected++;
+        if (m->router_bias) { memcpy(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
+        for (int e = 0; e < c->num_experts; e++)
+            if (b[e] != 0.0f) die("load_hf: %s has a nonzero e_score_correction_bias in layer %d, and this run has "
+                                  "routed_bias=false: set routed_bias=true", path, l);
+    }
+    if (st_count(f) != expected)
+        die("load_hf: %s holds %d tensors, this config maps to %d: it was written for another model", path,
+            st_count(f), expected);
+    free(scratch);
+    if (side) st_close(side);
+    st_close(f);
+    return used;
+}

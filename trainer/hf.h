@@ -1,0 +1,15 @@
+// trainer/hf.h: export to and load from Hugging Face transformers' MixtralForCausalLM and
+// DeepseekV3ForCausalLM (config.json + model.safetensors), the mapping in trainer/hf.c.
+#ifndef MESHMOE_HF_H
+#define MESHMOE_HF_H
+#include "model/model.h"
+
+// ./train export-hf CKPT DIR: the checkpoint's weights (and DeepSeek's routing biases) in
+// HF's names and layouts. Dies, before writing anything, naming the key, for a model HF's
+// classes cannot express.
+int hf_export(const char *ckpt, const char *dir);
+// load_hf=DIR: m's weights (and routing biases) from DIR, after checking that its
+// config.json says what m's config says, key by key. The optimizer state stays as init.
+// Returns how many query kernels came exactly from meshmoe_query_kernels.safetensors.
+int hf_load(Model *m, const char *dir);
+#endif
