@@ -21,16 +21,6 @@ int tp_rank(void) {
     return mesh ? mesh_coord(mesh, mesh_device_id(), AX_TENSOR) : 0;
 }
 
-Config tp_local_config(const Config *c) {
-    Config l = *c;
-    int t = tp_size();
-    l.base_num_query_heads /= t;
-    l.base_num_kv_heads /= t;
-    l.base_mlp_dim /= t;
-    l.base_moe_mlp_dim /= t;
-    return l;
-}
-
 int tp_local_chunks(const Config *c) { return c->tensor_reduce_chunks / tp_size(); }
 
 void tp_check(const Config *c, int t) {

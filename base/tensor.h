@@ -7,7 +7,8 @@
 // all-reduced). In the backward pass the roles swap: the input gradient of a
 // column-parallel matmul is a contraction over the split width, all-reduced the same way.
 // Heads (attention), MLP widths (dense, shared and expert) and the vocabulary (embedding,
-// logits, softmax) are split like this; the layout in model/model.c says which tensors.
+// logits, softmax) are split like this; the layout in model/model.c says which tensors,
+// and model/dims.h holds the counts one device computes with.
 //
 // The order of the sum: a contraction split over devices would add its pieces in an order
 // that depends on t. So every split contraction is always cut into `tensor_reduce_chunks`
@@ -22,9 +23,6 @@
 // Devices along `tensor` around the calling device, and its rank among them.
 int tp_size(void);
 int tp_rank(void);
-// The config as one tensor-parallel device sees the model: head counts and MLP widths
-// divided by the tensor size (the vocabulary is handled by the callers that need it).
-Config tp_local_config(const Config *c);
 // Dies with a message naming the numbers if tensor_reduce_chunks does not fit the model
 // or the tensor size (called once at model init).
 void tp_check(const Config *c, int tensor);

@@ -4,8 +4,8 @@
 //     o = causal softmax attention (model/attn_core.c), query head h reads kv head h/(N/Nkv)
 //     out = o Wo  (T,D)
 // No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/model.c).
-// Tensor parallelism (base/tensor.h): c is the device's local config, so N and Nkv are
-// this device's heads; Wq, Wk, Wv are column-parallel and Wo row-parallel.
+// Tensor parallelism (base/tensor.h): N and Nkv are this device's heads (ld, model/dims.h);
+// Wq, Wk, Wv are column-parallel and Wo row-parallel.
 // Context parallelism (base/context.h): S is this device's part of each sequence, at
 // positions p0 = rank*S ..; its queries attend to the keys and values of all parts.
 #include "model/attention.h"
@@ -20,16 +20,16 @@
 #include "base/memory.h"
 #include "core/common.h"
 
-void attention_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+void attention_forward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionSaved *s,
                        float *out, const float *x, int B, int S) {
-    attention_proj_forward(c, p, s, x, B, S);
-    attention_core_forward(c, p, s, out, B, S);
+    attention_proj_forward(c, ld, p, s, x, B, S);
+    attention_core_forward(c, ld, p, s, out, B, S);
 }
 
-void attention_proj_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+void attention_proj_forward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionSaved *s,
                             const float *x, int B, int S) {
     int T = B * S, D = c->base_emb_dim;
-    int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+    int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
 
     // Projections, one GEMM per sequence (see attn_matmul_forward in model/attn_core.h).
@@ -49,10 +49,10 @@ void attention_proj_forward(const Config *c, const AttentionParams *p, Attention
     rope_forward(s->k, B, S, p0, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
 }
 
-void attention_core_forward(const Config *c, const AttentionParams *p, AttentionSaved *s,
+void attention_core_forward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionSaved *s,
                             float *out, int B, int S) {
     int T = B * S, D = c->base_emb_dim, p0 = cp_rank() * S;
-    int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+    int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
     // bf16 mode, recomputation: q, k, v saved as 16-bit numbers (exact: bf16 values) back
     // to floats; straight from attention_proj_forward they are floats already.
     act_unpack_if_packed(c, &s->q, (size_t)T * N * Dh);
@@ -84,10 +84,10 @@ void attention_core_forward(const Config *c, const AttentionParams *p, Attention
     act_pack(c, &s->o, (size_t)T * N * Dh);
 }
 
-void attention_backward(const Config *c, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
+void attention_backward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
                         float *dx, const float *dout, const float *x, int B, int S) {
     int T = B * S, D = c->base_emb_dim, P = cp_size(), p0 = cp_rank() * S;
-    int N = c->base_num_query_heads, Nkv = c->base_num_kv_heads, Dh = c->head_dim;
+    int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
     Leaves leaf = leaves_of(c, B, S);
     act_unpack(c, &s->q, (size_t)T * N * Dh);

@@ -2,6 +2,7 @@
 // and the query chunks; the arithmetic is in kernels/attention.h), and the block-size
 // autotune (attention=flash; see model/attn_flash.h for the math).
 #include "model/attn_flash.h"
+#include "model/dims.h"
 #include "kernels/kernels.h"
 #include "base/treesum.h"
 #include "base/memory.h"
@@ -90,8 +91,8 @@ void attn_block_autotune(Config *c) {
     int tp = c->ici_tensor_parallelism > 1 ? c->ici_tensor_parallelism : 1;
     int cp = c->ici_context_parallelism > 1 ? c->ici_context_parallelism : 1;
     int B = c->per_device_batch_size, S = c->max_target_length / cp;
-    int mla = cfg_is_mla(c), N = c->base_num_query_heads / tp;
-    int Nkv = mla ? N : c->base_num_kv_heads / tp;
+    LocalDims ld = local_dims(c, tp, 0);
+    int mla = cfg_is_mla(c), N = ld.num_query_heads, Nkv = ld.num_kv_heads;
     int Dqk = mla ? c->qk_nope_head_dim + c->qk_rope_head_dim : c->head_dim;
     int Dv = mla ? c->v_head_dim : c->head_dim;
     if (Nkv < 1) Nkv = 1;

@@ -8,7 +8,7 @@
 //     RoPE on q_rope (every head) and on k_rope;  k = [k_nope, k_rope]  (broadcast over heads)
 //     q *= (Dn + Dr)^-0.5  (after RoPE)
 //     o = causal softmax attention (model/attn_core.c) with N kv heads;  out = o Wo
-// Tensor parallelism (base/tensor.h): N is this device's heads (c is the local config);
+// Tensor parallelism (base/tensor.h): N is this device's heads (ld, model/dims.h);
 // Wq/Wq_b and Wkv_b are column-parallel, Wo row-parallel; the low-rank Wq_a, Wkv_a and
 // the norms are replicated (every tensor device computes them whole).
 // Context parallelism (base/context.h): S is this device's part of each sequence, at
@@ -36,13 +36,13 @@ static float mla_scale(const Config *c) {
     return cfg_bf16(c) ? bf16_round(s) : s;   // bf16: the constant meets a bf16 array (cast point 7)
 }
 
-void mla_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, const float *x, int B, int S) {
-    mla_proj_forward(c, p, s, x, B, S);
-    mla_core_forward(c, p, s, out, B, S);
+void mla_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, const float *x, int B, int S) {
+    mla_proj_forward(c, ld, p, s, x, B, S);
+    mla_core_forward(c, ld, p, s, out, B, S);
 }
 
-void mla_proj_forward(const Config *c, const MLAParams *p, MLASaved *s, const float *x, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads;
+void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads;
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
@@ -94,8 +94,8 @@ void mla_proj_forward(const Config *c, const MLAParams *p, MLASaved *s, const fl
     mem_free(kv);
 }
 
-void mla_core_forward(const Config *c, const MLAParams *p, MLASaved *s, float *out, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads, p0 = cp_rank() * S;
+void mla_core_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads, p0 = cp_rank() * S;
     int Q = c->q_lora_rank, R = c->kv_lora_rank, Dv = c->v_head_dim, Qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
     // bf16 mode, recomputation: q, k, v saved as 16-bit numbers (exact) back to floats.
     act_unpack_if_packed(c, &s->q, (size_t)T * N * Qk);
@@ -130,9 +130,9 @@ void mla_core_forward(const Config *c, const MLAParams *p, MLASaved *s, float *o
     act_pack(c, &s->o, (size_t)T * N * Dv);
 }
 
-void mla_backward(const Config *c, const MLAParams *p, MLAParams *g, MLASaved *s,
+void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAParams *g, MLASaved *s,
                   float *dx, const float *dout, const float *x, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, N = c->base_num_query_heads, P = cp_size(), p0 = cp_rank() * S;
+    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads, P = cp_size(), p0 = cp_rank() * S;
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;

@@ -268,9 +268,7 @@ void model_init_layout(Model *m, const Config *c) {
     m->cfg = *c;
     // Tensor parallelism: this device's heads and widths, and its slice of the vocabulary.
     tp_check(c, tp_size());
-    m->lcfg = tp_local_config(c);
-    m->vocab_local = c->vocab_size / tp_size();
-    m->vocab_first = tp_rank() * m->vocab_local;
+    m->dims = local_dims(c, tp_size(), tp_rank());
     m->ntensors = model_layout(c, NULL, NULL);
     m->specs = calloc((size_t)m->ntensors, sizeof(ParamSpec));
     model_layout(c, m->specs, &m->nparams);
@@ -433,18 +431,18 @@ static float *bias_of(const Model *m, int l) {
 // device's slice of the vocabulary), which the guard caps: above iota_embed_max_bytes the
 // gather is used. Forward and backward give the gather's bits (model/embedding.c).
 static int iota_embed(const Model *m, int T) {
-    return m->cfg.use_iota_embed && (int64_t)T * m->vocab_local * (int64_t)sizeof(float) <= m->cfg.iota_embed_max_bytes;
+    return m->cfg.use_iota_embed && (int64_t)T * m->dims.vocab_size * (int64_t)sizeof(float) <= m->cfg.iota_embed_max_bytes;
 }
 
 void model_embed_forward(Model *m, float *x, const int *ids, int T) {
-    int D = m->cfg.base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
+    int D = m->cfg.base_emb_dim, V = m->dims.vocab_size, v0 = m->dims.vocab_first;
     if (iota_embed(m, T)) embedding_forward_onehot(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
     else embedding_forward(x, ids, m->params.embedding, T, D, V, v0);
     tp_all_reduce(x, (size_t)T * D);   // vocabulary-parallel: each row comes from one device
 }
 
 void model_embed_backward(Model *m, const float *dx, const int *ids, int B, int S) {
-    int D = m->cfg.base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
+    int D = m->cfg.base_emb_dim, V = m->dims.vocab_size, v0 = m->dims.vocab_first;
     if (iota_embed(m, B * S))
         embedding_backward_onehot(m->grads.embedding, dx, ids, B * S, D, V, v0, leaves_of(&m->cfg, B, S));
     else embedding_backward(m->grads.embedding, dx, ids, B * S, D, V, v0, leaves_of(&m->cfg, B, S));
@@ -471,15 +469,14 @@ static void attn_core_residual(Model *m, int l, LayerActs *a, float *h, const fl
     const Config *c = &m->cfg;
     size_t n = (size_t)B * S * c->base_emb_dim;
     LayerParams *p = &m->params.layers[l];
-    if (cfg_is_mla(c)) mla_core_forward(&m->lcfg, &p->mla, &a->mla, h, B, S);
-    else attention_core_forward(&m->lcfg, &p->attn, &a->attn, h, B, S);
+    if (cfg_is_mla(c)) mla_core_forward(c, &m->dims, &p->mla, &a->mla, h, B, S);
+    else attention_core_forward(c, &m->dims, &p->attn, &a->attn, h, B, S);
     kern()->sum->residual_add(h, x, n);
     round_bf16(h, n, cfg_bf16(c));   // residual (cast point 10)
 }
 
 float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S) {
     const Config *c = &m->cfg;
-    const Config *lc = &m->lcfg;   // the layers see this device's share of heads and widths
     int T = B * S, D = c->base_emb_dim;
     LayerParams *p = &m->params.layers[l];
     // h = x + Attention(RMSNorm_pre(x))
@@ -494,8 +491,8 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
     const float *n1c = constraint_apply(c, a->n1, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: attention input");
     // Attention in its two parts: the q/k/v projections, then the core and out projection
     // (the part remat_policy=save_qkv_proj recomputes, model_attn_core_forward).
-    if (cfg_is_mla(c)) mla_proj_forward(lc, &p->mla, &a->mla, n1c, B, S);
-    else attention_proj_forward(lc, &p->attn, &a->attn, n1c, B, S);
+    if (cfg_is_mla(c)) mla_proj_forward(c, &m->dims, &p->mla, &a->mla, n1c, B, S);
+    else attention_proj_forward(c, &m->dims, &p->attn, &a->attn, n1c, B, S);
     attn_core_residual(m, l, a, h, x, B, S);
     constraint_end(n1c, a->n1);
     return h;
@@ -510,7 +507,6 @@ float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, in
 float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
                                FwdStats *st) {
     const Config *c = &m->cfg;
-    const Config *lc = &m->lcfg;
     int T = B * S, D = c->base_emb_dim, bf16 = cfg_bf16(c);
     LayerParams *p = &m->params.layers[l];
     // x' = h + FFN(RMSNorm_post(h))
@@ -530,15 +526,15 @@ float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, in
             size_t n = (size_t)T * D;
             float *in = reshard_copy(n2c, n, "moe block input, resharded (a copy)");
             float *out = mem_floats(MEM_TEMP, n, "moe block output, before its reshard");
-            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, out, in, B, S, lb_coef, lb, counts);
+            moe_forward(c, &m->dims, &p->moe, bias_of(m, l), &a->moe, out, in, B, S, lb_coef, lb, counts);
             mem_copy(xn, out, sizeof(float) * n);
             mem_free(in);
             mem_free(out);
         } else {
-            moe_forward(lc, &p->moe, bias_of(m, l), &a->moe, xn, n2c, B, S, lb_coef, lb, counts);
+            moe_forward(c, &m->dims, &p->moe, bias_of(m, l), &a->moe, xn, n2c, B, S, lb_coef, lb, counts);
         }
     } else {
-        mlp_forward(lc, &p->mlp, &a->mlp, xn, n2c, T, D, lc->base_mlp_dim);
+        mlp_forward(c, &p->mlp, &a->mlp, xn, n2c, T, D, m->dims.mlp_dim);
     }
     constraint_end(n2c, a->n2);
     kern()->sum->residual_add(xn, h, (size_t)T * D);
@@ -562,7 +558,6 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
 
 void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, float *dn, int B, int S, float lb_coef) {
     const Config *c = &m->cfg;
-    const Config *lc = &m->lcfg;
     int T = B * S, D = c->base_emb_dim;
     Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (base/context.h)
     LayerParams *p = &m->params.layers[l], *gl = &m->grads.layers[l];
@@ -578,16 +573,16 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
             size_t n = (size_t)T * D;
             float *dout = reshard_copy(dx, n, "moe block d output, resharded (a copy)");
             float *din = mem_floats(MEM_TEMP, n, "moe block d input, before its reshard");
-            moe_backward(lc, &p->moe, &gl->moe, &a->moe, din, dout, a->n2, B, S, lb_coef);
+            moe_backward(c, &m->dims, &p->moe, &gl->moe, &a->moe, din, dout, a->n2, B, S, lb_coef);
             mem_copy(dn, din, sizeof(float) * n);   // dn was zero, as din
             mem_free(dout);
             mem_free(din);
         } else {
-            moe_backward(lc, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
+            moe_backward(c, &m->dims, &p->moe, &gl->moe, &a->moe, dn, dx, a->n2, B, S, lb_coef);
         }
         moe_saved_free(&a->moe);
     } else {
-        mlp_backward(lc, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, lc->base_mlp_dim, leaf);
+        mlp_backward(c, &p->mlp, &gl->mlp, &a->mlp, dn, dx, a->n2, T, D, m->dims.mlp_dim, leaf);
     }
     prec_round(c, dn, (size_t)T * D);
     // The forward's constraints transpose to constraints on the gradients at the same points
@@ -602,8 +597,8 @@ void model_layer_backward(Model *m, int l, LayerActs *a, float *dx, float *dh, f
     const float *dhc = constraint_apply(c, dh, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d attention output");
     mem_copy(dx, dhc, sizeof(float) * T * D);
     mem_zero(dn, sizeof(float) * T * D);
-    if (cfg_is_mla(c)) mla_backward(lc, &p->mla, &gl->mla, &a->mla, dn, dhc, a->n1, B, S);
-    else attention_backward(lc, &p->attn, &gl->attn, &a->attn, dn, dhc, a->n1, B, S);
+    if (cfg_is_mla(c)) mla_backward(c, &m->dims, &p->mla, &gl->mla, &a->mla, dn, dhc, a->n1, B, S);
+    else attention_backward(c, &m->dims, &p->attn, &gl->attn, &a->attn, dn, dhc, a->n1, B, S);
     constraint_end(dhc, dh);
     prec_round(c, dn, (size_t)T * D);
     dnc = constraint_apply(c, dn, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: d attention input");
@@ -624,7 +619,7 @@ void model_layer_free(Model *m, int l, LayerActs *a) {
 
 void model_head_forward(Model *m, float *x, int T) {
     const Config *c = &m->cfg;
-    int D = c->base_emb_dim, V = m->vocab_local;
+    int D = c->base_emb_dim, V = m->dims.vocab_size;
     // logits = RMSNorm_final(x) @ W_out
     m->xL = x;
     m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
@@ -650,10 +645,11 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
     if (vocab_tiled(c)) return;
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     // Sharding constraint on the logits as the loss reads them ((T, V/tensor) on a device).
-    const float *lc = constraint_apply(c, m->logits, (size_t)T * m->vocab_local, &SPEC_LOGITS, "constraint copy: logits");
-    st->ntok += loss_forward(m->lse, st->loss_leaf, lc, targets, T, m->vocab_local, m->vocab_first,
-                             tp_local_chunks(c), c->z_loss_multiplier, leaves_of(c, B, S));
-    constraint_end(lc, m->logits);
+    int V = m->dims.vocab_size;
+    const float *z = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: logits");
+    st->ntok += loss_forward(m->lse, st->loss_leaf, z, targets, T, V, m->dims.vocab_first, tp_local_chunks(c),
+                             c->z_loss_multiplier, leaves_of(c, B, S));
+    constraint_end(z, m->logits);
 }
 
 void model_head_unpack(Model *m, int T) {
@@ -663,7 +659,7 @@ void model_head_unpack(Model *m, int T) {
 
 float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out) {
     const Config *c = &m->cfg;
-    int T = B * S, D = c->base_emb_dim, V = m->vocab_local, v0 = m->vocab_first;
+    int T = B * S, D = c->base_emb_dim, V = m->dims.vocab_size, v0 = m->dims.vocab_first;
     Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (base/context.h)
     float *dnf;
     if (vocab_tiled(c)) {

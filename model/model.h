@@ -9,6 +9,7 @@
 #include "model/mla.h"
 #include "model/mlp.h"
 #include "model/moe.h"
+#include "model/dims.h"
 #include "base/shard.h"
 #include "base/partition.h"
 
@@ -59,9 +60,8 @@ typedef struct ShardHooks {
 } ShardHooks;
 
 typedef struct Model {
-    Config cfg;
-    Config lcfg;            // the config as this device's layers see it (base/tensor.h)
-    int vocab_local, vocab_first;   // this device's slice of the vocabulary
+    Config cfg;             // the model and the run, global dimensions (the same on every device)
+    LocalDims dims;         // this device's heads, widths and vocabulary slice (model/dims.h)
     int ntensors;
     ParamSpec *specs;       // (ntensors) the layout, in order
     size_t nparams;         // floats in the flat buffer

@@ -33,7 +33,7 @@
 #include "kernels/kernels.h"
 #include "core/common.h"
 
-static void moe_saved_pack(const Config *c, MoeSaved *s, int pack);
+static void moe_saved_pack(const Config *c, const LocalDims *ld, MoeSaved *s, int pack);
 
 // bf16 mode: the gate logits and the router's scores are rounded unless float32_gate_logits.
 static int gate_rounds(const Config *c) { return cfg_bf16(c) && !c->float32_gate_logits; }
@@ -197,9 +197,9 @@ static void intermediate_cast_free(float *copy, const float *x) {
 }
 
 // h0, h1 (n,H) = xs wi_0, xs wi_1 (kept);  y (n,D) = (silu(h0) * h1) wo
-static void expert_forward(const Config *c, const MoeParams *p, int e, const float *xs, int n, int cap,
+static void expert_forward(const Config *c, const LocalDims *ld, const MoeParams *p, int e, const float *xs, int n, int cap,
                            float *h0, float *h1, float *y) {
-    int D = c->base_emb_dim, H = cfg_expert_dim(c);
+    int D = c->base_emb_dim, H = ld->expert_dim;
     matmul_forward(h0, xs, p->wi_0 + (size_t)e * D * H, n, D, H, 0);
     matmul_forward(h1, xs, p->wi_1 + (size_t)e * D * H, n, D, H, 0);
     prec_round(c, h0, (size_t)n * H);
@@ -215,10 +215,10 @@ static void expert_forward(const Config *c, const MoeParams *p, int e, const flo
 
 // Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over the
 // leaves of the tokens those are numbered in), dxs (n,D) = the rows' input gradient (overwritten).
-static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, int e, const float *xs,
+static void expert_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, int e, const float *xs,
                             const float *h0, const float *h1, const float *dye, const int *rt, int n, int cap,
                             Leaves leaf, float *dxs) {
-    int D = c->base_emb_dim, H = cfg_expert_dim(c);
+    int D = c->base_emb_dim, H = ld->expert_dim;
     const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
     const float *wo = p->wo + (size_t)e * H * D;
     // y = act wo:  dact = dy wo^T,  dwo += act^T dy
@@ -252,9 +252,9 @@ static void expert_backward(const Config *c, const MoeParams *p, MoeParams *g, i
 // Expert parallelism (base/expert.h): send each expert's rows to the device that owns
 // it, run the local experts on what arrived, send the outputs back into s->y. row_start
 // (E+1) is the host's copy of s->row_start: the all-to-all's send counts.
-static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSaved *s, const int *row_start,
+static void experts_forward_parallel(const Config *c, const LocalDims *ld, const MoeParams *p, MoeSaved *s, const int *row_start,
                                      const float *x, int T) {
-    int D = c->base_emb_dim, H = cfg_expert_dim(c);
+    int D = c->base_emb_dim, H = ld->expert_dim;
     if (!c->sparse_matmul) die("expert parallelism runs the dropless sparse path: set sparse_matmul=true");
     float *rows = mem_floats(MEM_TEMP, (size_t)s->nrows * D, "moe rows to send");   // (R,D)
     kern()->moe->gather_rows(rows, x, s->row_token, 0, s->nrows, D);
@@ -269,7 +269,7 @@ static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSav
     for (int e = 0; e < d->El; e++) {
         int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
         if (m > 0)
-            expert_forward(c, p, e, d->x + (size_t)r0 * D, m, d->ep * T, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
+            expert_forward(c, ld, p, e, d->x + (size_t)r0 * D, m, d->ep * T, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
                            y + (size_t)r0 * D);
     }
     ep_return(d, y, s->y, D);
@@ -277,9 +277,9 @@ static void experts_forward_parallel(const Config *c, const MoeParams *p, MoeSav
 }
 
 // Backward of experts_forward_parallel: dy (R,D) goes to the owners, dxs (R,D) comes back.
-static void experts_backward_parallel(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s,
+static void experts_backward_parallel(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, MoeSaved *s,
                                       const float *dy, float *dxs_rows, int B, int S) {
-    int D = c->base_emb_dim, H = cfg_expert_dim(c);
+    int D = c->base_emb_dim, H = ld->expert_dim;
     ExpertDispatch *d = s->ep;
     size_t n = (size_t)d->cap;
     float *dye = mem_floats(MEM_TEMP, n * D, "moe d expert out (expert parallel)");   // (nrecv,D)
@@ -290,7 +290,7 @@ static void experts_backward_parallel(const Config *c, const MoeParams *p, MoePa
     for (int e = 0; e < d->El; e++) {
         int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
         if (m > 0)
-            expert_backward(c, p, g, e, d->x + (size_t)r0 * D, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
+            expert_backward(c, ld, p, g, e, d->x + (size_t)r0 * D, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
                             dye + (size_t)r0 * D, d->row_token + r0, m, d->ep * B * S, group, dxs + (size_t)r0 * D);
     }
     ep_return(d, dxs, dxs_rows, D);
@@ -311,9 +311,9 @@ static void rows_to_host(const MoeSaved *s, int E, int *row_start, int *row_toke
     if (row_token) kern()->to_host(row_token, s->row_token, sizeof(int) * s->nrows);
 }
 
-void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
+void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
                  const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts) {
-    int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = cfg_expert_dim(c);
+    int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = ld->expert_dim;
     size_t A = (size_t)T * K;
     memset(s, 0, sizeof(*s));
 
@@ -338,7 +338,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
     size_t R = (size_t)s->nrows;
     s->y = mem_floats(MEM_ACTIVATIONS, R * D, "moe expert out");         // (R,D)
     if (ep_size() > 1) {
-        experts_forward_parallel(c, p, s, row_start, x, T);
+        experts_forward_parallel(c, ld, p, s, row_start, x, T);
     } else {
         s->h0 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");   // (R,H)
         s->h1 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");   // (R,H)
@@ -347,7 +347,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
             if (n == 0) continue;
             float *xs = mem_floats(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D): see expert_forward
             kern()->moe->gather_rows(xs, x, s->row_token, r0, n, D);
-            expert_forward(c, p, e, xs, n, T, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, s->y + (size_t)r0 * D);
+            expert_forward(c, ld, p, e, xs, n, T, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, s->y + (size_t)r0 * D);
             mem_free(xs);
         }
     }
@@ -366,7 +366,7 @@ void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSave
         mem_free(sh);
     }
     // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
-    moe_saved_pack(c, s, 1);
+    moe_saved_pack(c, ld, s, 1);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -385,12 +385,12 @@ static void router_backward(const Config *c, float *dlogits, const float *dw, co
         kern()->router->router_mixtral_backward(dlogits, dw, s->top_idx, s->top_w, T, E, K);
 }
 
-void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,
+void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,
                   const float *dout, const float *x, int B, int S, float lb_coef) {
-    int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = cfg_expert_dim(c);
+    int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = ld->expert_dim;
     Leaves leaf = leaves_of(c, B, S);
     size_t A = (size_t)T * K, R = (size_t)s->nrows;
-    moe_saved_pack(c, s, 0);
+    moe_saved_pack(c, ld, s, 0);
     // The backward's read-back: the rows' layout; the tokens of the rows only where this
     // device runs the experts on its own rows (under expert parallelism the owner's plan
     // holds them).
@@ -411,14 +411,14 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
     // Experts; each row's input gradient is added into dx in row order (ascending expert).
     float *dxs = mem_floats(MEM_TEMP, R * D, "moe expert d input");   // (R,D)
     if (s->ep) {
-        experts_backward_parallel(c, p, g, s, dy, dxs, B, S);
+        experts_backward_parallel(c, ld, p, g, s, dy, dxs, B, S);
     } else {
         for (int e = 0; e < E; e++) {
             int r0 = row_start[e], n = row_start[e + 1] - r0;
             if (n == 0) continue;
             float *xs = mem_floats(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D)
             kern()->moe->gather_rows(xs, x, s->row_token, r0, n, D);
-            expert_backward(c, p, g, e, xs, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, dy + (size_t)r0 * D,
+            expert_backward(c, ld, p, g, e, xs, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, dy + (size_t)r0 * D,
                             row_token + r0, n, T, leaf, dxs + (size_t)r0 * D);
             mem_free(xs);
         }
@@ -449,9 +449,9 @@ void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s
 }
 
 // bf16 mode: the experts' saved rows as 16-bit numbers (pack) or back to floats (unpack).
-static void moe_saved_pack(const Config *c, MoeSaved *s, int pack) {
+static void moe_saved_pack(const Config *c, const LocalDims *ld, MoeSaved *s, int pack) {
     void (*f)(const Config *, float **, size_t) = pack ? act_pack : act_unpack;
-    size_t D = (size_t)c->base_emb_dim, H = (size_t)cfg_expert_dim(c), R = (size_t)s->nrows;
+    size_t D = (size_t)c->base_emb_dim, H = (size_t)ld->expert_dim, R = (size_t)s->nrows;
     f(c, &s->y, R * D);
     f(c, &s->h0, R * H);
     f(c, &s->h1, R * H);

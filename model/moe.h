@@ -5,6 +5,7 @@
 #include "base/config.h"
 #include "model/params.h"
 #include "model/mlp.h"
+#include "model/dims.h"
 
 // What moe_forward keeps (MEM_ACTIVATIONS). T = B*S tokens, A = T*K assignments
 // (token t, slot k) numbered a = t*K + k. The experts' rows ("expert rows") are:
@@ -34,16 +35,17 @@ typedef struct {
 } MoeSaved;
 
 // out (T,D) = MoE(x (T,D)), T = B*S. bias (E) is the DeepSeek selection bias or NULL.
+// ld: this device's expert width (model/dims.h); the experts and routing are the Config's.
 // lb_coef: coefficient of sum_{b,e} f*Pbar in the total loss (0 = no load-balance loss);
 // lb_seq (B) = this block's load-balance loss per sequence, lb_coef * sum_e f[b,e]*Pbar[b,e]
 // (written when lb_coef > 0; the caller adds sequences along the canonical tree);
 // expert_counts (E) += (token, slot) assignments per expert (for the aux-loss-free bias
 // update), or NULL.
-void moe_forward(const Config *c, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
+void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
                  const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts);
 // dx (T,D) += ; g->* += gradients (canonical tree); frees the experts' saved buffers. The
 // routing arrays stay until moe_saved_free().
-void moe_backward(const Config *c, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,
+void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,
                   const float *dout, const float *x, int B, int S, float lb_coef);
 // Free everything s holds (safe on a cleared struct and after moe_backward).
 void moe_saved_free(MoeSaved *s);

@@ -76,7 +76,7 @@ static int *tile_targets(const Tile *t, const int *targets) {
 // z (R,V) = the tile's logits nf (R,D) @ W_out, rounded as the whole logits are (cast
 // point 16). MEM_TEMP: the only logits that exist.
 static float *tile_logits(Model *m, const Tile *t, const float *nf) {
-    int D = m->cfg.base_emb_dim, V = m->vocab_local;
+    int D = m->cfg.base_emb_dim, V = m->dims.vocab_size;
     float *z = mem_floats(MEM_TEMP, (size_t)t->R * V, "logits of one vocab tile");
     matmul_forward(z, nf, m->params.logits, t->R, D, V, 0);
     round_bf16(z, (size_t)t->R * V, cfg_bf16(&m->cfg));
@@ -85,7 +85,7 @@ static float *tile_logits(Model *m, const Tile *t, const float *nf) {
 
 void vocab_tiled_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st) {
     const Config *c = &m->cfg;
-    int T = B * S, D = c->base_emb_dim, V = m->vocab_local, L = c->base_num_decoder_layers, nt = c->num_vocab_tiling;
+    int T = B * S, D = c->base_emb_dim, V = m->dims.vocab_size, L = c->base_num_decoder_layers, nt = c->num_vocab_tiling;
     Leaves lv = tiled_leaves(c, B, S);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     model_unit_acquire(m, L + 1);
@@ -97,7 +97,7 @@ void vocab_tiled_loss_forward(Model *m, const int *targets, int B, int S, FwdSta
         float *z = tile_logits(m, &t, nf);                                                     // (R,V)
         float *lse = mem_floats(MEM_TEMP, (size_t)t.R, "logsumexp of one vocab tile");         // (R)
         // The tile's leaves are leaves l0.. of the device: their sums go to those places.
-        st->ntok += loss_forward(lse, st->loss_leaf + t.l0, z, tg, t.R, V, m->vocab_first, tp_local_chunks(c),
+        st->ntok += loss_forward(lse, st->loss_leaf + t.l0, z, tg, t.R, V, m->dims.vocab_first, tp_local_chunks(c),
                                  c->z_loss_multiplier, leaves_flat(t.R, lv.len));
         tile_scatter(&t, m->lse, lse, 1);
         mem_free(lse); mem_free(z); mem_free(tg); mem_free(own);
@@ -107,7 +107,7 @@ void vocab_tiled_loss_forward(Model *m, const int *targets, int B, int S, FwdSta
 
 float *vocab_tiled_head_backward(Model *m, int B, int S, float scale) {
     const Config *c = &m->cfg;
-    int T = B * S, D = c->base_emb_dim, V = m->vocab_local, nt = c->num_vocab_tiling;
+    int T = B * S, D = c->base_emb_dim, V = m->dims.vocab_size, nt = c->num_vocab_tiling;
     Leaves lv = tiled_leaves(c, B, S);
     float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");   // (T,D), zeroed
     // The weight gradient: one LeafSum over all tiles, fed leaf by leaf in tree order,
@@ -121,7 +121,7 @@ float *vocab_tiled_head_backward(Model *m, int B, int S, float scale) {
         const float *lse = tile_rows(&t, m->lse, 1, &own_lse, "logsumexp of one vocab tile");   // (R)
         int *tg = tile_targets(&t, m->targets);                                               // (R)
         float *z = tile_logits(m, &t, nf);   // (R,V) recomputed: the same bits as the forward's
-        loss_backward(z, lse, tg, t.R, V, m->vocab_first, c->z_loss_multiplier, scale);   // z := dl/dz
+        loss_backward(z, lse, tg, t.R, V, m->dims.vocab_first, c->z_loss_multiplier, scale);   // z := dl/dz
         prec_round(c, z, (size_t)t.R * V);
         for (long i = 0; i < t.nl; i++) {   // g (D,V) = nf[leaf]^T (D,len) @ dz[leaf] (len,V)
             float *g = leafsum_leaf(&ls);

@@ -40,17 +40,16 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         FwdStats st = {leaf_sums, aux, 1, 0, NULL};
         // The forward pass wants a whole number of chunks and leaves: one of each, of ctx
         // tokens (positions 0..ctx-1).
-        Config saved = m->cfg, lsaved = m->lcfg;
-        m->cfg.reduce_leaf_tokens = m->lcfg.reduce_leaf_tokens = ctx;
-        m->cfg.context_reduce_chunks = m->lcfg.context_reduce_chunks = 1;
-        m->cfg.num_vocab_tiling = m->lcfg.num_vocab_tiling = 1;   // sampling reads the whole logits
+        Config saved = m->cfg;
+        m->cfg.reduce_leaf_tokens = ctx;
+        m->cfg.context_reduce_chunks = 1;
+        m->cfg.num_vocab_tiling = 1;   // sampling reads the whole logits
         model_forward(m, seq + start, tg, 1, ctx, 0.0f, &st);
         m->cfg = saved;
-        m->lcfg = lsaved;
         // The last position's logits over the whole vocabulary (gathered from the tensor
         // devices when the vocabulary is split over them).
         float *z = mem_floats(MEM_TEMP, (size_t)V, "sample logits");
-        tp_all_gather(m->logits + (size_t)(ctx - 1) * m->vocab_local, z, (size_t)m->vocab_local);
+        tp_all_gather(m->logits + (size_t)(ctx - 1) * m->dims.vocab_size, z, (size_t)m->dims.vocab_size);
         float mx = z[0];
         for (int v = 1; v < V; v++) mx = fmaxf(mx, z[v]);
         double sum = 0;
