@@ -47,6 +47,7 @@ typedef struct { char name[48]; float *p, *g; long n; } Tensor;
 typedef struct {
     const char *name;
     Config c;
+    LocalDims ld;    // one device: the Config's heads
     int mla, B, S;
     AttentionParams ap, ag;
     MLAParams mp, mg;
@@ -92,6 +93,7 @@ static void setup(Case *k, const char *name, int mla, int q_lora, int B, int S) 
         c->v_head_dim = 6;
         c->normalization_layer_epsilon = 1e-6f;
     }
+    k->ld = local_dims(c, 1, 0);
     int N = c->base_num_query_heads, T = B * S;
     uint64_t seed = 1000 + 10 * mla + q_lora;
     add_tensor(k, "x", &k->x, &k->dx, (long)T * D, 0.0f, 1.0f, &seed);
@@ -131,10 +133,10 @@ static void teardown(Case *k) {
 // out (B*S, D) = layer(x) for B sequences; keep = 1 keeps the saved state for backward.
 static void forward(Case *k, float *out, const float *x, int B, int keep) {
     if (k->mla) {
-        mla_forward(&k->c, &k->mp, &k->ms, out, x, B, k->S);
+        mla_forward(&k->c, &k->ld, &k->mp, &k->ms, out, x, B, k->S);
         if (!keep) mla_saved_free(&k->ms);
     } else {
-        attention_forward(&k->c, &k->ap, &k->as, out, x, B, k->S);
+        attention_forward(&k->c, &k->ld, &k->ap, &k->as, out, x, B, k->S);
         if (!keep) attention_saved_free(&k->as);
     }
 }
@@ -143,8 +145,8 @@ static void forward(Case *k, float *out, const float *x, int B, int keep) {
 static void forward_backward(Case *k) {
     for (int i = 0; i < k->nt; i++) memset(k->t[i].g, 0, sizeof(float) * k->t[i].n);
     forward(k, k->out, k->x, k->B, 1);
-    if (k->mla) mla_backward(&k->c, &k->mp, &k->mg, &k->ms, k->dx, k->R, k->x, k->B, k->S);
-    else attention_backward(&k->c, &k->ap, &k->ag, &k->as, k->dx, k->R, k->x, k->B, k->S);
+    if (k->mla) mla_backward(&k->c, &k->ld, &k->mp, &k->mg, &k->ms, k->dx, k->R, k->x, k->B, k->S);
+    else attention_backward(&k->c, &k->ld, &k->ap, &k->ag, &k->as, k->dx, k->R, k->x, k->B, k->S);
 }
 
 static double loss_fn(void *ctx) {
@@ -528,14 +530,14 @@ static void cp_device(int dev, void *arg) {
         MLAParams g = k->mg;
         MLASaved s;
         repoint((float **)&g, (int)(sizeof g / sizeof(float *)), k, run->g[dev]);
-        mla_forward(&k->c, &k->mp, &s, out, x, B, Sl);
-        mla_backward(&k->c, &k->mp, &g, &s, dx, R, x, B, Sl);
+        mla_forward(&k->c, &k->ld, &k->mp, &s, out, x, B, Sl);
+        mla_backward(&k->c, &k->ld, &k->mp, &g, &s, dx, R, x, B, Sl);
     } else {
         AttentionParams g = k->ag;
         AttentionSaved s;
         repoint((float **)&g, (int)(sizeof g / sizeof(float *)), k, run->g[dev]);
-        attention_forward(&k->c, &k->ap, &s, out, x, B, Sl);
-        attention_backward(&k->c, &k->ap, &g, &s, dx, R, x, B, Sl);
+        attention_forward(&k->c, &k->ld, &k->ap, &s, out, x, B, Sl);
+        attention_backward(&k->c, &k->ld, &k->ap, &g, &s, dx, R, x, B, Sl);
     }
     for (int b = 0; b < B; b++) {   // this device's rows into the assembled arrays
         memcpy(run->out + ((size_t)b * S + (size_t)dev * Sl) * D, out + (size_t)b * Sl * D, sizeof(float) * Sl * D);

@@ -128,6 +128,12 @@ static void test_row_layout(void) {
 enum { B = 2, S = 4, T = B * S, D = 8, E = 4, K = 2, H = 6, FS = 6 };
 static Config C;
 static MoeParams P, G;
+// One device: the Config's expert width (model/dims.h).
+static const LocalDims *one_device(void) {
+    static LocalDims ld;
+    ld = local_dims(&C, 1, 0);
+    return &ld;
+}
 static float X[T * D], DX[T * D], OUT[T * D], R[T * D], BIAS[E];
 static float LB_COEF;
 
@@ -135,7 +141,7 @@ static double moe_loss(void *ctx) {
     (void)ctx;
     MoeSaved s;
     double lb[B] = {0};
-    moe_forward(&C, &P, cfg_sigmoid_router(&C) ? BIAS : NULL, &s, OUT, X, B, S, LB_COEF, lb, NULL);
+    moe_forward(&C, one_device(), &P, cfg_sigmoid_router(&C) ? BIAS : NULL, &s, OUT, X, B, S, LB_COEF, lb, NULL);
     moe_saved_free(&s);
     return gc_dot(OUT, R, T * D) + (LB_COEF > 0 ? lb[0] + lb[1] : 0.0);
 }
@@ -178,7 +184,7 @@ static void moe_case(const char *name, int deepseek, const char *router, int spa
     MoeSaved s;
     double lbs[B] = {0};
     long counts[E] = {0};
-    moe_forward(&C, &P, deepseek ? BIAS : NULL, &s, OUT, X, B, S, lb, lbs, counts);
+    moe_forward(&C, one_device(), &P, deepseek ? BIAS : NULL, &s, OUT, X, B, S, lb, lbs, counts);
     long total = 0;
     for (int e = 0; e < E; e++) total += counts[e];
     CHECK(total == T * K, "%s: expert counts add to %ld, want %d", name, total, T * K);
@@ -188,7 +194,7 @@ static void moe_case(const char *name, int deepseek, const char *router, int spa
         printf("  %s: %d of %d assignments dropped at capacity %d\n", name, dropped, T * K, moe_capacity(&C, S));
         CHECK(dropped > 0, "%s: the capacity case drops nothing, so it tests nothing", name);
     }
-    moe_backward(&C, &P, &G, &s, DX, R, X, B, S, lb);
+    moe_backward(&C, one_device(), &P, &G, &s, DX, R, X, B, S, lb);
     moe_saved_free(&s);
     char what[96];
     #define GC(field, n) snprintf(what, sizeof what, "%s %s", name, #field); \
@@ -224,7 +230,7 @@ static void test_dense_equals_sparse(int deepseek) {
         P.wo = filled(E * H * D, &seed, 0.5f);
         gc_fill(X, T * D, &seed, 1.0f);
         MoeSaved s;
-        moe_forward(&C, &P, NULL, &s, sparse ? out_sparse : out_dense, X, B, S, 0.0f, NULL, NULL);
+        moe_forward(&C, one_device(), &P, NULL, &s, sparse ? out_sparse : out_dense, X, B, S, 0.0f, NULL, NULL);
         moe_saved_free(&s);
         free(P.gate); free(P.wi_0); free(P.wi_1); free(P.wo);
     }
@@ -277,7 +283,7 @@ static void test_mixtral_router_in_block(void) {
     float x[T * D], out[T * D];
     gc_fill(x, T * D, &seed, 1.0f);
     MoeSaved s;
-    moe_forward(&C, &P, NULL, &s, out, x, B, S, 0.0f, NULL, NULL);
+    moe_forward(&C, one_device(), &P, NULL, &s, out, x, B, S, 0.0f, NULL, NULL);
     int ok = 1;
     for (int t = 0; t < T; t++) {
         const float *l = s.logits + t * E;
