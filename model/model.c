@@ -266,12 +266,12 @@ static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_
 void model_init_layout(Model *m, const Config *c) {
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
-    // Tensor parallelism: this device's heads and widths, and its slice of the vocabulary.
     tp_check(c, tp_size());
-    m->dims = local_dims(c, tp_size(), tp_rank());
     m->ntensors = model_layout(c, NULL, NULL);
     m->specs = calloc((size_t)m->ntensors, sizeof(ParamSpec));
-    model_layout(c, m->specs, &m->nparams);
+    model_layout(c, m->specs, &m->nparams);   // dies naming the tensor a mesh axis does not divide
+    // Tensor parallelism: this device's heads and widths, and its slice of the vocabulary.
+    m->dims = local_dims(c, tp_size(), tp_rank());
     // This device's share of the state (sharding/fsdp.h): everything on one device.
     int *unit = malloc(sizeof(int) * (size_t)m->ntensors);
     size_t *off = malloc(sizeof(size_t) * (size_t)m->ntensors), *size = malloc(sizeof(size_t) * (size_t)m->ntensors);
