@@ -1,7 +1,8 @@
 // tests/test_core.c: the pieces every layer relies on: the canonical gradient sum and the
 // leaf order (chunk outermost, base/context.h), the small layers (RMSNorm, embedding,
 // loss, matmul) checked against finite differences,
-// the schedule and AdamW against hand-computed values, and the config's JSON round trip.
+// the schedule and AdamW against hand-computed values, the config's JSON round trip and
+// one device's share of the dimensions under tensor parallelism.
 #include "core/common.h"
 #include "base/config.h"
 #include "base/treesum.h"
@@ -12,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "optim/adafactor.h"
 #include "model/precision.h"
+#include "model/dims.h"
 #include "kernels/kernels.h"
 #include "base/memory.h"
 #include "base/context.h"
@@ -367,6 +369,37 @@ static void test_adafactor_dims(void) {
     }
 }
 
+// ---- local dims: one device's heads, widths and vocabulary slice (model/dims.h) ----
+static void set_all(Config *c, const char *const kv[][2], int n) {
+    config_defaults(c);
+    for (int i = 0; i < n; i++) config_set(c, kv[i][0], kv[i][1], "test");
+}
+
+static int dims_are(LocalDims d, int nq, int nkv, int mlp, int expert, int vocab, int first) {
+    return d.num_query_heads == nq && d.num_kv_heads == nkv && d.mlp_dim == mlp && d.expert_dim == expert &&
+           d.vocab_size == vocab && d.vocab_first == first;
+}
+
+static void test_local_dims(void) {
+    // The tiny presets' dimensions; expected values divided by hand.
+    static const char *const mixtral[][2] = {{"base_num_query_heads", "4"}, {"base_num_kv_heads", "2"},
+                                             {"base_mlp_dim", "256"}, {"vocab_size", "256"}};
+    static const char *const deepseek[][2] = {{"decoder_block", "deepseek"}, {"attention_type", "mla"},
+                                              {"base_num_query_heads", "4"}, {"base_num_kv_heads", "1"},
+                                              {"base_mlp_dim", "256"}, {"base_moe_mlp_dim", "96"},
+                                              {"first_num_dense_layers", "1"}, {"vocab_size", "256"}};
+    Config c;
+    set_all(&c, mixtral, 4);
+    // Mixtral: base_mlp_dim is the expert width; no dense layer, so no dense width.
+    CHECK(dims_are(local_dims(&c, 1, 0), 4, 2, 0, 256, 256, 0), "mixtral, one device: not the Config's dims");
+    CHECK(dims_are(local_dims(&c, 2, 1), 2, 1, 0, 128, 128, 128), "mixtral, tensor 2, rank 1: wrong share");
+    set_all(&c, deepseek, 8);
+    // DeepSeek MLA: a key and value head per query head, whatever base_num_kv_heads says.
+    CHECK(dims_are(local_dims(&c, 1, 0), 4, 4, 256, 96, 256, 0), "deepseek, one device: not the Config's dims");
+    CHECK(dims_are(local_dims(&c, 2, 1), 2, 2, 128, 48, 128, 128), "deepseek, tensor 2, rank 1: wrong share");
+    CHECK(dims_are(local_dims(&c, 4, 3), 1, 1, 64, 24, 64, 192), "deepseek, tensor 4, rank 3: wrong share");
+}
+
 int main(void) {
     Device dev;
     device_init(&dev, 0, 0);
@@ -380,6 +413,7 @@ int main(void) {
     test_optimizer();
     test_adafactor_dims();
     test_config_json();
+    test_local_dims();
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);
     TEST_SUMMARY();
 }
