@@ -84,8 +84,8 @@ void attention_core_forward(const Config *c, const LocalDims *ld, const Attentio
     act_pack(c, &s->o, (size_t)T * N * Dh);
 }
 
-void attention_backward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
-                        float *dx, const float *dout, const float *x, int B, int S) {
+void attention_backward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionParams *g,
+                        AttentionSaved *s, float *dx, const float *dout, const float *x, int B, int S) {
     int T = B * S, D = c->base_emb_dim, P = cp_size(), p0 = cp_rank() * S;
     int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;

@@ -30,8 +30,8 @@ void attention_proj_forward(const Config *c, const LocalDims *ld, const Attentio
 void attention_core_forward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionSaved *s,
                             float *out, int B, int S);
 // dx (B*S, D) += d/dx; g->* += weight gradients (canonical leaf tree); frees s.
-void attention_backward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionParams *g, AttentionSaved *s,
-                        float *dx, const float *dout, const float *x, int B, int S);
+void attention_backward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionParams *g,
+                        AttentionSaved *s, float *dx, const float *dout, const float *x, int B, int S);
 // Free whatever s still holds and clear it (safe after attention_backward, or on a zeroed
 // struct): drops the saved state of a forward pass that gets no backward (eval, sampling).
 void attention_saved_free(AttentionSaved *s);

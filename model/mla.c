@@ -36,12 +36,14 @@ static float mla_scale(const Config *c) {
     return cfg_bf16(c) ? bf16_round(s) : s;   // bf16: the constant meets a bf16 array (cast point 7)
 }
 
-void mla_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, const float *x, int B, int S) {
+void mla_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, const float *x,
+                 int B, int S) {
     mla_proj_forward(c, ld, p, s, x, B, S);
     mla_core_forward(c, ld, p, s, out, B, S);
 }
 
-void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, const float *x, int B, int S) {
+void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, const float *x,
+                      int B, int S) {
     int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads;
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;

@@ -24,12 +24,14 @@ typedef struct {
 
 // out (B*S, D) = MLA(x); x (B*S, D) is the normed layer input (kept by the caller).
 // ld: this device's heads (model/dims.h); c: the switches and the unsplit dimensions.
-void mla_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, const float *x, int B, int S);
+void mla_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, const float *x,
+                 int B, int S);
 // The forward's two parts, mla_forward = proj then core (see attention_proj_forward):
 // proj: everything up to the per-head q, k, v (the low-rank intermediates qa .. kvn_scale
 // included: the projections' backward reads them); core: o, stats and out = o Wo from
 // s->q, s->k, s->v (floats, or 16-bit as a bf16-mode forward saved them), then saves.
-void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, const float *x, int B, int S);
+void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, const float *x,
+                      int B, int S);
 void mla_core_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, int B, int S);
 // dx (B*S, D) += d/dx; g->* += weight gradients (canonical leaf tree); frees s.
 void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAParams *g, MLASaved *s,

@@ -431,7 +431,8 @@ static float *bias_of(const Model *m, int l) {
 // device's slice of the vocabulary), which the guard caps: above iota_embed_max_bytes the
 // gather is used. Forward and backward give the gather's bits (model/embedding.c).
 static int iota_embed(const Model *m, int T) {
-    return m->cfg.use_iota_embed && (int64_t)T * m->dims.vocab_size * (int64_t)sizeof(float) <= m->cfg.iota_embed_max_bytes;
+    int64_t onehot = (int64_t)T * m->dims.vocab_size * (int64_t)sizeof(float);
+    return m->cfg.use_iota_embed && onehot <= m->cfg.iota_embed_max_bytes;
 }
 
 void model_embed_forward(Model *m, float *x, const int *ids, int T) {

@@ -197,8 +197,8 @@ static void intermediate_cast_free(float *copy, const float *x) {
 }
 
 // h0, h1 (n,H) = xs wi_0, xs wi_1 (kept);  y (n,D) = (silu(h0) * h1) wo
-static void expert_forward(const Config *c, const LocalDims *ld, const MoeParams *p, int e, const float *xs, int n, int cap,
-                           float *h0, float *h1, float *y) {
+static void expert_forward(const Config *c, const LocalDims *ld, const MoeParams *p, int e, const float *xs, int n,
+                           int cap, float *h0, float *h1, float *y) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     matmul_forward(h0, xs, p->wi_0 + (size_t)e * D * H, n, D, H, 0);
     matmul_forward(h1, xs, p->wi_1 + (size_t)e * D * H, n, D, H, 0);
@@ -215,9 +215,9 @@ static void expert_forward(const Config *c, const LocalDims *ld, const MoeParams
 
 // Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over the
 // leaves of the tokens those are numbered in), dxs (n,D) = the rows' input gradient (overwritten).
-static void expert_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, int e, const float *xs,
-                            const float *h0, const float *h1, const float *dye, const int *rt, int n, int cap,
-                            Leaves leaf, float *dxs) {
+static void expert_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, int e,
+                            const float *xs, const float *h0, const float *h1, const float *dye, const int *rt, int n,
+                            int cap, Leaves leaf, float *dxs) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
     const float *wo = p->wo + (size_t)e * H * D;
@@ -252,8 +252,8 @@ static void expert_backward(const Config *c, const LocalDims *ld, const MoeParam
 // Expert parallelism (base/expert.h): send each expert's rows to the device that owns
 // it, run the local experts on what arrived, send the outputs back into s->y. row_start
 // (E+1) is the host's copy of s->row_start: the all-to-all's send counts.
-static void experts_forward_parallel(const Config *c, const LocalDims *ld, const MoeParams *p, MoeSaved *s, const int *row_start,
-                                     const float *x, int T) {
+static void experts_forward_parallel(const Config *c, const LocalDims *ld, const MoeParams *p, MoeSaved *s,
+                                     const int *row_start, const float *x, int T) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     if (!c->sparse_matmul) die("expert parallelism runs the dropless sparse path: set sparse_matmul=true");
     float *rows = mem_floats(MEM_TEMP, (size_t)s->nrows * D, "moe rows to send");   // (R,D)
@@ -269,16 +269,16 @@ static void experts_forward_parallel(const Config *c, const LocalDims *ld, const
     for (int e = 0; e < d->El; e++) {
         int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
         if (m > 0)
-            expert_forward(c, ld, p, e, d->x + (size_t)r0 * D, m, d->ep * T, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
-                           y + (size_t)r0 * D);
+            expert_forward(c, ld, p, e, d->x + (size_t)r0 * D, m, d->ep * T, d->h0 + (size_t)r0 * H,
+                           d->h1 + (size_t)r0 * H, y + (size_t)r0 * D);
     }
     ep_return(d, y, s->y, D);
     mem_free(y);
 }
 
 // Backward of experts_forward_parallel: dy (R,D) goes to the owners, dxs (R,D) comes back.
-static void experts_backward_parallel(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, MoeSaved *s,
-                                      const float *dy, float *dxs_rows, int B, int S) {
+static void experts_backward_parallel(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g,
+                                      MoeSaved *s, const float *dy, float *dxs_rows, int B, int S) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     ExpertDispatch *d = s->ep;
     size_t n = (size_t)d->cap;
@@ -347,7 +347,8 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
             if (n == 0) continue;
             float *xs = mem_floats(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D): see expert_forward
             kern()->moe->gather_rows(xs, x, s->row_token, r0, n, D);
-            expert_forward(c, ld, p, e, xs, n, T, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, s->y + (size_t)r0 * D);
+            expert_forward(c, ld, p, e, xs, n, T, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H,
+                           s->y + (size_t)r0 * D);
             mem_free(xs);
         }
     }

@@ -85,7 +85,8 @@ static float *tile_logits(Model *m, const Tile *t, const float *nf) {
 
 void vocab_tiled_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st) {
     const Config *c = &m->cfg;
-    int T = B * S, D = c->base_emb_dim, V = m->dims.vocab_size, L = c->base_num_decoder_layers, nt = c->num_vocab_tiling;
+    int T = B * S, D = c->base_emb_dim, V = m->dims.vocab_size, L = c->base_num_decoder_layers;
+    int nt = c->num_vocab_tiling;
     Leaves lv = tiled_leaves(c, B, S);
     m->lse = mem_floats(MEM_ACTIVATIONS, (size_t)T, "logsumexp");
     model_unit_acquire(m, L + 1);
