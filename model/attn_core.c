@@ -9,9 +9,12 @@
 #include "base/memory.h"
 #include "core/common.h"
 
+// N and Nkv are one device's counts (model/dims.h): under tensor parallelism the Config's
+// base_num_query_heads and base_num_kv_heads divided by the tensor size.
 void attn_check_heads(int N, int Nkv) {
     if (Nkv <= 0 || N % Nkv != 0)
-        die("attention: base_num_query_heads (%d) must be a multiple of base_num_kv_heads (%d)", N, Nkv);
+        die("attention: the device's query heads (%d) must be a multiple of its kv heads (%d) "
+            "(base_num_query_heads and base_num_kv_heads, each divided by ici_tensor_parallelism)", N, Nkv);
 }
 
 AttnRounding attn_rounding(const Config *c) {
