@@ -24,7 +24,8 @@ typedef struct {
 } LocalDims;
 
 // The dimensions of the device at position `rank` of a tensor axis of size `tensor`.
-// The splits must be exact: base/tensor.c:tp_check says so with the numbers first (it
-// runs at model init); here a split that leaves a remainder dies naming the key.
+// The splits must be exact. Model init checks that first, naming the tensor or the
+// numbers (the layout's cuts in model/model.c, base/tensor.c:tp_check); a caller that
+// skips those checks gets a split that leaves a remainder refused here, naming the key.
 LocalDims local_dims(const Config *c, int tensor, int rank);
 #endif
