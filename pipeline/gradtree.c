@@ -1,6 +1,7 @@
 // pipeline/gradtree.c: the canonical tree over leaves pushed in any order (gradtree.h).
 #include "pipeline/gradtree.h"
 #include "base/memory.h"
+#include "kernels/kernels.h"
 #include "core/common.h"
 
 void gradtree_begin(GradTree *t, int n, size_t len, float *dst) {
@@ -45,9 +46,7 @@ void gradtree_push(GradTree *t, int leaf, float *buf) {
         float *other = t->wait[sibling];
         t->wait[sibling] = NULL;
         if (cur == t->home) { float *x = cur; cur = other; other = x; }   // the sum stays in the destination
-        size_t len = mem_dry() ? 0 : t->len;   // (a dry run adds nothing)
-        #pragma omp parallel for if (len > 65536)
-        for (size_t i = 0; i < len; i++) other[i] += cur[i];   // left + right == right + left
+        kern()->sum->tree_add(other, cur, t->len);   // left + right == right + left
         mem_free(cur);
         cur = other;
         id = path[--depth];
