@@ -85,7 +85,7 @@ table() {
     echo "Measured by \`make docs\`: \`./train sweep configs/$preset.yml $SETTINGS\`."
     echo
     awk -v rows=" $rows " '
-        /^### Row 18/ { if (index(rows, " 18 ")) { inmesh = 1; print "" } }
+        /^### Mesh shapes/ { if (index(rows, " 18 ")) { inmesh = 1; print "" } }
         inmesh && /^sweep:/ { inmesh = 0 }
         inmesh { print; next }
         /^\| # \|/ { print; header = 1; next }

@@ -121,7 +121,7 @@ static void fig_meshes(int argc, char **argv) {
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         if (!strncmp(line, "## ", 3)) snprintf(head, sizeof head, "%.500s", line + 3);
-        if (!strncmp(line, "### Row 18", 10)) in = 1;
+        if (!strncmp(line, "### Mesh shapes", 15)) in = 1;
         if (!in || strncmp(line, "| ", 2) || !strncmp(line, "| mesh |", 8)) continue;
         if (cells(line, cell, 16) != 11 || n == MAX_PANELS) continue;
         BarRow *r = &rows[n++];

@@ -69,7 +69,7 @@ void sweep_meshes(Sweep *sw, const SweepRow *row) {
     size_t textlen = 0;
     FILE *t = open_memstream(&text, &textlen);
     if (!t) die("sweep: out of memory for the mesh table");
-    fprintf(t, "### Row 18: every factorisation of %d devices over data x fsdp x tensor x expert\n\n", N);
+    fprintf(t, "### Mesh shapes: every factorisation of %d devices over data x fsdp x tensor x expert\n\n", N);
     fprintf(t, "Same global batch (%d sequences) on every mesh; bytes are per device (the highest device), "
             "\"sent\" is the bytes all devices sent per step (after the first); step time is the lowest.\n\n",
             sw->global_batch);

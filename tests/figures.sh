@@ -53,7 +53,7 @@ check "schedule: 24 idle cells, 32 F and 32 B" \
 cat > $T/sweep.md <<'MD'
 ## `./train sweep configs/mixtral-tiny.yml`: 3 steps per run
 
-### Row 18: every factorisation of 2 devices over data x fsdp x tensor x expert
+### Mesh shapes: every factorisation of 2 devices over data x fsdp x tensor x expert
 
 | mesh | devices | result vs 1 device | peak bytes | params | grads | optimizer | activations | temp | sent per step | step ms (vs 1 device) |
 |---|---|---|---|---|---|---|---|---|---|---|
