@@ -33,19 +33,25 @@
 // that every thread gets row blocks.
 enum { MC = 96, NC = 512, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
-// The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr) and a packed B
-// panel Bp (kc, nr), both k-major. The accumulators start at 0 (load = 0) or at the partial
-// chains held in C (load = 1); after kc steps the tile is stored, plus old (row stride ldo)
-// when old is not NULL.
-typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+// Products of at most STREAM_M rows with op(B) = B read B in place (gemm_stream); the
+// others pack it. A test can move the threshold to run every shape down both paths.
+static int stream_m = STREAM_M_DEFAULT;
+void gemm_set_stream_rows(int rows) { stream_m = rows < 0 ? STREAM_M_DEFAULT : rows; }
+
+// The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr), k-major, and a
+// B panel Bp (kc, nr) whose k-th row starts at Bp + k*ldb: packed (ldb = nr) or read in
+// place from B. The accumulators start at 0 (load = 0) or at the partial chains held in C
+// (load = 1); after kc steps the tile is stored, plus old (row stride ldo) when old is not
+// NULL.
+typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                             const float *old, int ldo);
 
-static void kernel_scalar(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
     float c[4][8];
     for (int r = 0; r < 4; r++)
         for (int j = 0; j < 8; j++) c[r][j] = load ? C[(size_t)r * ldc + j] : 0.0f;
-    for (int k = 0; k < kc; k++, Ap += 4, Bp += 8)
+    for (int k = 0; k < kc; k++, Ap += 4, Bp += ldb)
         for (int r = 0; r < 4; r++)
             for (int j = 0; j < 8; j++) c[r][j] = fmaf(Ap[r], Bp[j], c[r][j]);
     for (int r = 0; r < 4; r++)
@@ -55,7 +61,7 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, float *C, in
 
 // 6 rows x 16 columns in twelve 8-wide registers.
 __attribute__((target("avx2,fma")))
-static void kernel_avx2(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                         const float *old, int ldo) {
     __m256 c[6][2];
 #pragma GCC unroll 6
@@ -63,8 +69,8 @@ static void kernel_avx2(int kc, const float *Ap, const float *Bp, float *C, int 
         c[r][0] = load ? _mm256_loadu_ps(C + (size_t)r * ldc) : _mm256_setzero_ps();
         c[r][1] = load ? _mm256_loadu_ps(C + (size_t)r * ldc + 8) : _mm256_setzero_ps();
     }
-    for (int k = 0; k < kc; k++, Ap += 6, Bp += 16) {
-        __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
+    for (int k = 0; k < kc; k++, Ap += 6, Bp += ldb) {
+        __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) {
             __m256 a = _mm256_broadcast_ss(Ap + r);
@@ -86,7 +92,7 @@ static void kernel_avx2(int kc, const float *Ap, const float *Bp, float *C, int 
 
 // 12 rows x 32 columns in twenty-four 16-wide registers.
 __attribute__((target("avx512f")))
-static void kernel_avx512(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
     __m512 c[12][2];
 #pragma GCC unroll 12
@@ -94,8 +100,8 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, float *C, in
         c[r][0] = load ? _mm512_loadu_ps(C + (size_t)r * ldc) : _mm512_setzero_ps();
         c[r][1] = load ? _mm512_loadu_ps(C + (size_t)r * ldc + 16) : _mm512_setzero_ps();
     }
-    for (int k = 0; k < kc; k++, Ap += 12, Bp += 32) {
-        __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+    for (int k = 0; k < kc; k++, Ap += 12, Bp += ldb) {
+        __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < 12; r++) {
             __m512 a = _mm512_set1_ps(Ap[r]);
@@ -187,7 +193,7 @@ static void pack_b(float *Bp, const float *B, size_t bk, size_t bj, int j0, int 
 // A tile at the edge of C (rows < mr or cols < nr): the kernel runs on a full tile on the
 // stack, holding the valid elements' partial chains and old values, and the valid ones are
 // copied back.
-static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float *Bp, float *C, int ldc,
+static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc,
                       int rows, int cols, int load, const float *old, int ldo) {
     float tile[MR_MAX * NR_MAX] = {0}, otile[MR_MAX * NR_MAX] = {0};
     int nr = kn->nr;
@@ -196,7 +202,7 @@ static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float
             if (load) tile[r * nr + c] = C[(size_t)r * ldc + c];
             if (old) otile[r * nr + c] = old[(size_t)r * ldo + c];
         }
-    kn->fn(kc, Ap, Bp, tile, nr, load, old ? otile : NULL, nr);
+    kn->fn(kc, Ap, Bp, ldb, tile, nr, load, old ? otile : NULL, nr);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) C[(size_t)r * ldc + c] = tile[r * nr + c];
 }
@@ -227,8 +233,8 @@ static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, i
             }
             int rows = imin(mr, mc - ir), cols = imin(nr, nc - jr);
             const float *a = Ap + (size_t)ir * kc, *b = Bp + (size_t)jr * kc;
-            if (rows == mr && cols == nr) kn->fn(kc, a, b, c, g->ldc, k0 > 0, old, ldo);
-            else edge_tile(kn, kc, a, b, c, g->ldc, rows, cols, k0 > 0, old, ldo);
+            if (rows == mr && cols == nr) kn->fn(kc, a, b, nr, c, g->ldc, k0 > 0, old, ldo);
+            else edge_tile(kn, kc, a, b, nr, c, g->ldc, rows, cols, k0 > 0, old, ldo);
         }
 }
 
@@ -236,6 +242,42 @@ static float *buffer(size_t floats) {
     float *p = aligned_alloc(64, (sizeof(float) * floats + 63) / 64 * 64);
     if (!p) die("out of host memory for the GEMM's packing buffers (%zu floats)", floats);
     return p;
+}
+
+// Few rows, op(B) = B: a k of a B panel is a contiguous run of columns, so the micro-kernel
+// reads B where it lies and no B block is packed. Packing B copies all K x N of it, as much
+// memory traffic as the product reads, which a product of few rows cannot repay: at 32
+// rows it costs more than the FMAs. Each thread packs all of A (few rows, all of K), then
+// takes column panels; a panel is read from B once per row panel of A. K runs in one pass,
+// so every chain starts at 0 and the old value (accumulate) is added to the finished chain,
+// read from C itself. Only a last, partial column panel is packed (zero-padded).
+static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
+    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, panels = (M + mr - 1) / mr;
+    #pragma omp parallel if (par)
+    {
+        float *Ap = buffer((size_t)panels * mr * K), *Be = buffer((size_t)K * nr);
+        for (int p = 0; p < panels; p++)
+            pack_a(Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, p * mr, imin(mr, M - p * mr), 0, K, mr);
+        #pragma omp for schedule(static)
+        for (int jr = 0; jr < N; jr += nr) {
+            int cols = imin(nr, N - jr), ldb = (int)g->bk;
+            const float *b = g->B + jr;
+            if (cols < nr) {
+                pack_b(Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
+                b = Be;
+                ldb = nr;
+            }
+            for (int p = 0; p < panels; p++) {
+                int rows = imin(mr, M - p * mr);
+                float *c = g->C + (size_t)p * mr * g->ldc + jr;
+                const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
+                if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
+                else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
+            }
+        }
+        free(Ap);
+        free(Be);
+    }
 }
 
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
@@ -253,8 +295,12 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     GemmArgs g = {M, N, K, accumulate, ldc, A, B,
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
-    int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
     int par = (double)M * N * K > 1e6;
+    if (!transB && M <= stream_m) {
+        gemm_stream(kn, &g, par);
+        return;
+    }
+    int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
     // Row blocks: about 4 per thread when M is small (never fewer rows than a tile).
     int threads = 1;
 #ifdef _OPENMP

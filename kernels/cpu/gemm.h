@@ -21,4 +21,10 @@ int gemm_kernel_available(GemmKernel k);    // 1 if this CPU runs it (AUTO and S
 void gemm_force_kernel(GemmKernel k);       // dies if not available; AUTO: back to the fastest
 const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "scalar 4x8"
 
+// Products of at most this many rows with op(B) = B read B in place instead of packing it
+// (the same bits either way). A test can set 0 (always pack) or a large value (always
+// stream) to compare the two; a negative value restores the default.
+enum { STREAM_M_DEFAULT = 256 };
+void gemm_set_stream_rows(int rows);
+
 #endif
