@@ -91,11 +91,12 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     for (size_t i = 0; i < nc; i++) C0[i] = uniform();
     memcpy(want, C0, sizeof(float) * nc);
     ref_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, want, ldc);
-    // Both paths for op(B) = B: B packed (stream rows 0) and read in place (every M streams).
+    // Both paths: B packed (stream rows 0) and B read in place (every M streams; a kernel
+    // set without a transposed tile packs op(B) = B^T either way).
     const GemmKernel kinds[] = {GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
     const int stream_rows[] = {0, 1 << 30};
     for (int t = 0; t < 3; t++)
-        for (int p = 0; p < (tB ? 1 : 2); p++) {
+        for (int p = 0; p < 2; p++) {
             if (!gemm_kernel_available(kinds[t])) continue;
             gemm_force_kernel(kinds[t]);
             gemm_set_stream_rows(stream_rows[p]);

@@ -121,11 +121,45 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, flo
     }
 }
 
-typedef struct { MicroKernel fn; int mr, nr; const char *name; } KernelInfo;
+// The transposed tile, for op(B) = W^T with W (N,K) read in place (gemm_stream_t): 12
+// columns of C, j0 .. j0+11, whose W rows start at w[0..11], by 32 rows of C held in the
+// lanes, from a panel Ap (kc, 32) of op(A)^T, k-major. T[r*32 + l] receives the chain of
+// C(i0+l, j0+r): the same fmas in the same order as the row-major tile (fma's product is
+// commutative), with the roles of the two operands swapped.
+typedef void (*WeightKernel)(int kc, const float *const *w, const float *Ap, float *T);
+
+__attribute__((target("avx512f")))
+static void kernel_avx512_t(int kc, const float *const *w, const float *Ap, float *T) {
+    __m512 c[12][2];
+    const float *p[12];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        c[r][0] = c[r][1] = _mm512_setzero_ps();
+        p[r] = w[r];
+    }
+    for (int k = 0; k < kc; k++, Ap += 32) {
+        __m512 a0 = _mm512_load_ps(Ap), a1 = _mm512_load_ps(Ap + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            __m512 b = _mm512_set1_ps(p[r][k]);
+            c[r][0] = _mm512_fmadd_ps(a0, b, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(a1, b, c[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        _mm512_store_ps(T + r * 32, c[r][0]);
+        _mm512_store_ps(T + r * 32 + 16, c[r][1]);
+    }
+}
+
+// tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
+// set has none (then op(B) = W^T is always packed).
+typedef struct { MicroKernel fn; int mr, nr; const char *name; WeightKernel tfn; int tn, tl; } KernelInfo;
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8"},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16"},
-    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32"},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0},
+    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -280,6 +314,38 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     }
 }
 
+// Few rows, op(B) = W^T with W (N,K) stored row-major: packing W^T into k-major panels is
+// a transposition of all of W, again more work than a product of few rows. Instead the
+// transposed tile reads the weight rows where they lie, one broadcast per row and k, while
+// the rows of C run in the vector lanes from a panel of op(A)^T (cheap to pack: few rows).
+// Each thread packs all of op(A)^T, then takes groups of tn columns of C; a group at the
+// right edge repeats its last row of W and drops those lanes. K runs in one pass, and the
+// old value (accumulate) is added to the finished chain.
+static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
+    int tn = kn->tn, tl = kn->tl, M = g->M, N = g->N, K = g->K, panels = (M + tl - 1) / tl;
+    #pragma omp parallel if (par)
+    {
+        float *Ap = buffer((size_t)panels * tl * K), *T = buffer((size_t)tn * tl);
+        const float *w[MR_MAX];
+        for (int p = 0; p < panels; p++)   // Ap[k*tl + l] = op(A)(p*tl + l, k)
+            pack_b(Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
+        #pragma omp for schedule(static)
+        for (int j0 = 0; j0 < N; j0 += tn) {
+            int cols = imin(tn, N - j0);
+            for (int r = 0; r < tn; r++) w[r] = g->B + (size_t)(j0 + imin(r, cols - 1)) * g->bj;
+            for (int p = 0; p < panels; p++) {
+                kn->tfn(K, w, Ap + (size_t)p * tl * K, T);
+                for (int l = 0; l < imin(tl, M - p * tl); l++) {
+                    float *c = g->C + (size_t)(p * tl + l) * g->ldc + j0;
+                    for (int r = 0; r < cols; r++) c[r] = g->accumulate ? c[r] + T[r * tl + l] : T[r * tl + l];
+                }
+            }
+        }
+        free(Ap);
+        free(T);
+    }
+}
+
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, int accumulate, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
@@ -296,8 +362,9 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
     int par = (double)M * N * K > 1e6;
-    if (!transB && M <= stream_m) {
-        gemm_stream(kn, &g, par);
+    if (M <= stream_m && (!transB || kn->tfn)) {
+        if (transB) gemm_stream_t(kn, &g, par);
+        else gemm_stream(kn, &g, par);
         return;
     }
     int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
