@@ -88,17 +88,21 @@ int main(int argc, char **argv) {
         Rate o = gflops(0, shapes[s].tA, shapes[s].tB, shapes[s].M, shapes[s].N, shapes[s].K, 5);
         printf("ordered threads=2 %-50s GFLOP/s %.1f per-CPU-second %.1f\n", shapes[s].what, o.wall, o.cpu);
     }
-    // An expert's few rows (a small batch, or a rarely chosen expert): B packed against B
-    // read in place (kernels/cpu/gemm.c:gemm_stream), side by side, 2 threads.
-    int rows[] = {8, 16, 32, 48, 64, 96, 128};
-    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
-        gemm_set_stream_rows(0);
-        Rate p = gflops(0, 0, 0, rows[r], 1024, 512, 20);
-        gemm_set_stream_rows(1 << 30);
-        Rate q = gflops(0, 0, 0, rows[r], 1024, 512, 20);
-        gemm_set_stream_rows(-1);
-        printf("ordered threads=2 expert up, %3d rows (%d,512)@(512,1024): packed GFLOP/s %.1f per-CPU-second %.1f;"
-               " streamed GFLOP/s %.1f per-CPU-second %.1f\n", rows[r], rows[r], p.wall, p.cpu, q.wall, q.cpu);
-    }
+    // An expert's few rows (a small batch, or a rarely chosen expert), forward (expert up)
+    // and input gradient (expert dinp): B packed against B read in place
+    // (kernels/cpu/gemm.c:gemm_stream, gemm_stream_t), side by side, 2 threads.
+    int rows[] = {8, 32, 64, 128, 256, 512};
+    for (int tB = 0; tB < 2; tB++)
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            int N = tB ? 512 : 1024, K = tB ? 1024 : 512;
+            gemm_set_stream_rows(0);
+            Rate p = gflops(0, 0, tB, rows[r], N, K, 10);
+            gemm_set_stream_rows(1 << 30);
+            Rate q = gflops(0, 0, tB, rows[r], N, K, 10);
+            gemm_set_stream_rows(-1);
+            printf("ordered threads=2 expert %s, %3d rows: packed GFLOP/s %.1f per-CPU-second %.1f;"
+                   " in place GFLOP/s %.1f per-CPU-second %.1f\n", tB ? "dinp" : "up  ", rows[r], p.wall, p.cpu,
+                   q.wall, q.cpu);
+        }
     return 0;
 }

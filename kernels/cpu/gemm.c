@@ -14,11 +14,18 @@
 // edge of C are zero-padded in the panels and computed in a tile on the stack; a lane's
 // chain never looks at its neighbours, so the padding changes nothing.
 //
+// Products of few rows (M <= the stream threshold, gemm.h) skip the B block: gemm_stream
+// reads op(B) = B in place, gemm_stream_t reads the rows of W for op(B) = W^T in place
+// (AVX-512; the other kernel sets pack it). Their chains are the same: each element is one
+// pass over all of K from 0, and the old value is added to the finished chain.
+//
 // The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
-// MC x KC, 384 KiB, per thread; and the saved M x NC old values when accumulating over
-// more than one K block) belong to the kernel, like a BLAS library's own buffers, not to
-// the model: they are plain heap memory outside the device's tagged allocator. transB
-// needs no transposed copy: the B panels are packed from either layout.
+// MC x KC, 384 KiB, per thread; the saved M x NC old values when accumulating over more
+// than one K block; on the few-row paths all of op(A), M x K, per thread, and one edge
+// panel) belong to the kernel, like a BLAS library's own buffers, not to the model: they
+// are plain heap memory outside the device's tagged allocator, freed before the call
+// returns, so the planner's figures do not see them either way. transB needs no
+// transposed copy: the B panels are packed from either layout.
 #include "kernels/cpu/gemm.h"
 #include "core/common.h"
 #include <immintrin.h>
