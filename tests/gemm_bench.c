@@ -100,9 +100,9 @@ int main(int argc, char **argv) {
             gemm_set_stream_rows(1 << 30);
             Rate q = gflops(0, 0, tB, rows[r], N, K, 10);
             gemm_set_stream_rows(-1);
-            printf("ordered threads=2 expert %s, %3d rows: packed GFLOP/s %.1f per-CPU-second %.1f;"
-                   " in place GFLOP/s %.1f per-CPU-second %.1f\n", tB ? "dinp" : "up  ", rows[r], p.wall, p.cpu,
-                   q.wall, q.cpu);
+            printf("few rows threads=2 expert %s (%3d,%d)@(%d,%d)%s: B packed GFLOP/s %5.1f per-CPU-second %5.1f;"
+                   " B in place GFLOP/s %5.1f per-CPU-second %5.1f\n", tB ? "dinp" : "up  ", rows[r], K, K, N,
+                   tB ? "^T" : "  ", p.wall, p.cpu, q.wall, q.cpu);
         }
     return 0;
 }

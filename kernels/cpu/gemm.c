@@ -14,10 +14,11 @@
 // edge of C are zero-padded in the panels and computed in a tile on the stack; a lane's
 // chain never looks at its neighbours, so the padding changes nothing.
 //
-// Products of few rows (M <= the stream threshold, gemm.h) skip the B block: gemm_stream
-// reads op(B) = B in place, gemm_stream_t reads the rows of W for op(B) = W^T in place
-// (AVX-512; the other kernel sets pack it). Their chains are the same: each element is one
-// pass over all of K from 0, and the old value is added to the finished chain.
+// Products of few rows (up to STREAM_M_B or STREAM_M_WT, gemm.h) skip the B block:
+// gemm_stream reads op(B) = B in place, gemm_stream_t reads the rows of W for op(B) = W^T
+// in place (AVX-512; the other kernel sets pack it). Their chains are the same: each
+// element is one pass over all of K from 0, and the old value is added to the finished
+// chain.
 //
 // The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
 // MC x KC, 384 KiB, per thread; the saved M x NC old values when accumulating over more
@@ -40,10 +41,14 @@
 // that every thread gets row blocks.
 enum { MC = 96, NC = 512, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
-// Products of at most STREAM_M rows with op(B) = B read B in place (gemm_stream); the
-// others pack it. A test can move the threshold to run every shape down both paths.
-static int stream_m = STREAM_M_DEFAULT;
-void gemm_set_stream_rows(int rows) { stream_m = rows < 0 ? STREAM_M_DEFAULT : rows; }
+// The most rows of a product that reads B in place (gemm_stream for op(B) = B,
+// gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
+// every shape down both paths.
+static int stream_b = STREAM_M_B, stream_wt = STREAM_M_WT;
+void gemm_set_stream_rows(int rows) {
+    stream_b = rows < 0 ? STREAM_M_B : rows;
+    stream_wt = rows < 0 ? STREAM_M_WT : rows;
+}
 
 // The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr), k-major, and a
 // B panel Bp (kc, nr) whose k-th row starts at Bp + k*ldb: packed (ldb = nr) or read in
@@ -369,9 +374,12 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
     int par = (double)M * N * K > 1e6;
-    if (M <= stream_m && (!transB || kn->tfn)) {
-        if (transB) gemm_stream_t(kn, &g, par);
-        else gemm_stream(kn, &g, par);
+    if (!transB && M <= stream_b) {
+        gemm_stream(kn, &g, par);
+        return;
+    }
+    if (transB && kn->tfn && M <= stream_wt) {
+        gemm_stream_t(kn, &g, par);
         return;
     }
     int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
