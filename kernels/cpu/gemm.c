@@ -22,8 +22,8 @@
 //
 // The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
 // MC x KC, 384 KiB, per thread; the saved M x NC old values when accumulating over more
-// than one K block; on the few-row paths all of op(A), M x K, per thread, and one edge
-// panel) belong to the kernel, like a BLAS library's own buffers, not to the model: they
+// than one K block; on the few-row paths, whose K is one block, all of op(A), M x K, per
+// thread, and one edge panel) belong to the kernel, like a BLAS library's own buffers, not to the model: they
 // are plain heap memory outside the device's tagged allocator, freed before the call
 // returns, so the planner's figures do not see them either way. transB needs no
 // transposed copy: the B panels are packed from either layout.
@@ -374,11 +374,13 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
     int par = (double)M * N * K > 1e6;
-    if (!transB && M <= stream_b) {
+    // The few-row paths run K in one block; a longer K takes the blocked path, so that
+    // their copy of op(A) stays within a K block (M x KC floats per thread).
+    if (!transB && M <= stream_b && K <= KC) {
         gemm_stream(kn, &g, par);
         return;
     }
-    if (transB && kn->tfn && M <= stream_wt) {
+    if (transB && kn->tfn && M <= stream_wt && K <= KC) {
         gemm_stream_t(kn, &g, par);
         return;
     }
