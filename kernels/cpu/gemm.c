@@ -23,10 +23,10 @@
 // The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
 // MC x KC, 384 KiB, per thread; the saved M x NC old values when accumulating over more
 // than one K block; on the few-row paths, whose K is one block, all of op(A), M x K, per
-// thread, and one edge panel) belong to the kernel, like a BLAS library's own buffers, not to the model: they
-// are plain heap memory outside the device's tagged allocator, freed before the call
-// returns, so the planner's figures do not see them either way. transB needs no
-// transposed copy: the B panels are packed from either layout.
+// thread, and one edge panel) belong to the kernel, like a BLAS library's own buffers,
+// not to the model: they are plain heap memory outside the device's tagged allocator,
+// freed before the call returns, so the planner's figures do not see them either way.
+// transB needs no transposed copy: the B panels are packed from either layout.
 #include "kernels/cpu/gemm.h"
 #include "core/common.h"
 #include <immintrin.h>
