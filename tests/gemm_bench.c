@@ -88,5 +88,21 @@ int main(int argc, char **argv) {
         Rate o = gflops(0, shapes[s].tA, shapes[s].tB, shapes[s].M, shapes[s].N, shapes[s].K, 5);
         printf("ordered threads=2 %-50s GFLOP/s %.1f per-CPU-second %.1f\n", shapes[s].what, o.wall, o.cpu);
     }
+    // An expert's few rows (a small batch, or a rarely chosen expert), forward (expert up)
+    // and input gradient (expert dinp): B packed against B read in place
+    // (kernels/cpu/gemm.c:gemm_stream, gemm_stream_t), side by side, 2 threads.
+    int rows[] = {8, 32, 64, 128, 256, 512};
+    for (int tB = 0; tB < 2; tB++)
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            int N = tB ? 512 : 1024, K = tB ? 1024 : 512;
+            gemm_set_stream_rows(0);
+            Rate p = gflops(0, 0, tB, rows[r], N, K, 10);
+            gemm_set_stream_rows(1 << 30);
+            Rate q = gflops(0, 0, tB, rows[r], N, K, 10);
+            gemm_set_stream_rows(-1);
+            printf("few rows threads=2 expert %s (%3d,%d)@(%d,%d)%s: B packed GFLOP/s %5.1f per-CPU-second %5.1f;"
+                   " B in place GFLOP/s %5.1f per-CPU-second %5.1f\n", tB ? "dinp" : "up  ", rows[r], K, K, N,
+                   tB ? "^T" : "  ", p.wall, p.cpu, q.wall, q.cpu);
+        }
     return 0;
 }

@@ -91,16 +91,23 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     for (size_t i = 0; i < nc; i++) C0[i] = uniform();
     memcpy(want, C0, sizeof(float) * nc);
     ref_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, want, ldc);
+    // Both paths: B packed (stream rows 0) and B read in place (every M streams; a kernel
+    // set without a transposed tile packs op(B) = B^T either way).
     const GemmKernel kinds[] = {GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
-    for (int t = 0; t < 3; t++) {
-        if (!gemm_kernel_available(kinds[t])) continue;
-        gemm_force_kernel(kinds[t]);
-        memcpy(got, C0, sizeof(float) * nc);
-        ordered_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
-        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s: M=%d N=%d K=%d transA=%d transB=%d accumulate=%d: "
-              "not the reference bits", gemm_kernel_name(), M, N, K, tA, tB, acc);
-    }
+    const int stream_rows[] = {0, 1 << 30};
+    for (int t = 0; t < 3; t++)
+        for (int p = 0; p < 2; p++) {
+            if (!gemm_kernel_available(kinds[t])) continue;
+            gemm_force_kernel(kinds[t]);
+            gemm_set_stream_rows(stream_rows[p]);
+            memcpy(got, C0, sizeof(float) * nc);
+            ordered_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
+            CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, B %s: M=%d N=%d K=%d transA=%d transB=%d "
+                  "accumulate=%d: not the reference bits", gemm_kernel_name(), p ? "in place" : "packed", M, N, K,
+                  tA, tB, acc);
+        }
     gemm_force_kernel(GEMM_KERNEL_AUTO);
+    gemm_set_stream_rows(-1);
     // Against double precision: a chain of K fmas is off by at most gamma_K sum_k |a_k b_k|,
     // gamma_K = K u / (1 - K u) <= (K+1) u here (u = 2^-24, the textbook bound of a recursive
     // dot product); the add of the old value costs u |C| more, and that alone nearly

@@ -14,11 +14,19 @@
 // edge of C are zero-padded in the panels and computed in a tile on the stack; a lane's
 // chain never looks at its neighbours, so the padding changes nothing.
 //
+// Products of few rows (up to STREAM_M_B or STREAM_M_WT, gemm.h) skip the B block:
+// gemm_stream reads op(B) = B in place, gemm_stream_t reads the rows of W for op(B) = W^T
+// in place (AVX-512; the other kernel sets pack it). Their chains are the same: each
+// element is one pass over all of K from 0, and the old value is added to the finished
+// chain.
+//
 // The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
-// MC x KC, 384 KiB, per thread; and the saved M x NC old values when accumulating over
-// more than one K block) belong to the kernel, like a BLAS library's own buffers, not to
-// the model: they are plain heap memory outside the device's tagged allocator. transB
-// needs no transposed copy: the B panels are packed from either layout.
+// MC x KC, 384 KiB, per thread; the saved M x NC old values when accumulating over more
+// than one K block; on the few-row paths, whose K is one block, all of op(A), M x K, per
+// thread, and one edge panel) belong to the kernel, like a BLAS library's own buffers,
+// not to the model: they are plain heap memory outside the device's tagged allocator,
+// freed before the call returns, so the planner's figures do not see them either way.
+// transB needs no transposed copy: the B panels are packed from either layout.
 #include "kernels/cpu/gemm.h"
 #include "core/common.h"
 #include <immintrin.h>
@@ -33,19 +41,29 @@
 // that every thread gets row blocks.
 enum { MC = 96, NC = 512, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
-// The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr) and a packed B
-// panel Bp (kc, nr), both k-major. The accumulators start at 0 (load = 0) or at the partial
-// chains held in C (load = 1); after kc steps the tile is stored, plus old (row stride ldo)
-// when old is not NULL.
-typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+// The most rows of a product that reads B in place (gemm_stream for op(B) = B,
+// gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
+// every shape down both paths.
+static int stream_b = STREAM_M_B, stream_wt = STREAM_M_WT;
+void gemm_set_stream_rows(int rows) {
+    stream_b = rows < 0 ? STREAM_M_B : rows;
+    stream_wt = rows < 0 ? STREAM_M_WT : rows;
+}
+
+// The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr), k-major, and a
+// B panel Bp (kc, nr) whose k-th row starts at Bp + k*ldb: packed (ldb = nr) or read in
+// place from B. The accumulators start at 0 (load = 0) or at the partial chains held in C
+// (load = 1); after kc steps the tile is stored, plus old (row stride ldo) when old is not
+// NULL.
+typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                             const float *old, int ldo);
 
-static void kernel_scalar(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
     float c[4][8];
     for (int r = 0; r < 4; r++)
         for (int j = 0; j < 8; j++) c[r][j] = load ? C[(size_t)r * ldc + j] : 0.0f;
-    for (int k = 0; k < kc; k++, Ap += 4, Bp += 8)
+    for (int k = 0; k < kc; k++, Ap += 4, Bp += ldb)
         for (int r = 0; r < 4; r++)
             for (int j = 0; j < 8; j++) c[r][j] = fmaf(Ap[r], Bp[j], c[r][j]);
     for (int r = 0; r < 4; r++)
@@ -55,7 +73,7 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, float *C, in
 
 // 6 rows x 16 columns in twelve 8-wide registers.
 __attribute__((target("avx2,fma")))
-static void kernel_avx2(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                         const float *old, int ldo) {
     __m256 c[6][2];
 #pragma GCC unroll 6
@@ -63,8 +81,8 @@ static void kernel_avx2(int kc, const float *Ap, const float *Bp, float *C, int 
         c[r][0] = load ? _mm256_loadu_ps(C + (size_t)r * ldc) : _mm256_setzero_ps();
         c[r][1] = load ? _mm256_loadu_ps(C + (size_t)r * ldc + 8) : _mm256_setzero_ps();
     }
-    for (int k = 0; k < kc; k++, Ap += 6, Bp += 16) {
-        __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
+    for (int k = 0; k < kc; k++, Ap += 6, Bp += ldb) {
+        __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) {
             __m256 a = _mm256_broadcast_ss(Ap + r);
@@ -86,7 +104,7 @@ static void kernel_avx2(int kc, const float *Ap, const float *Bp, float *C, int 
 
 // 12 rows x 32 columns in twenty-four 16-wide registers.
 __attribute__((target("avx512f")))
-static void kernel_avx512(int kc, const float *Ap, const float *Bp, float *C, int ldc, int load,
+static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
     __m512 c[12][2];
 #pragma GCC unroll 12
@@ -94,8 +112,8 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, float *C, in
         c[r][0] = load ? _mm512_loadu_ps(C + (size_t)r * ldc) : _mm512_setzero_ps();
         c[r][1] = load ? _mm512_loadu_ps(C + (size_t)r * ldc + 16) : _mm512_setzero_ps();
     }
-    for (int k = 0; k < kc; k++, Ap += 12, Bp += 32) {
-        __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+    for (int k = 0; k < kc; k++, Ap += 12, Bp += ldb) {
+        __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < 12; r++) {
             __m512 a = _mm512_set1_ps(Ap[r]);
@@ -115,11 +133,45 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, float *C, in
     }
 }
 
-typedef struct { MicroKernel fn; int mr, nr; const char *name; } KernelInfo;
+// The transposed tile, for op(B) = W^T with W (N,K) read in place (gemm_stream_t): 12
+// columns of C, j0 .. j0+11, whose W rows start at w[0..11], by 32 rows of C held in the
+// lanes, from a panel Ap (kc, 32) of op(A)^T, k-major. T[r*32 + l] receives the chain of
+// C(i0+l, j0+r): the same fmas in the same order as the row-major tile (fma's product is
+// commutative), with the roles of the two operands swapped.
+typedef void (*WeightKernel)(int kc, const float *const *w, const float *Ap, float *T);
+
+__attribute__((target("avx512f")))
+static void kernel_avx512_t(int kc, const float *const *w, const float *Ap, float *T) {
+    __m512 c[12][2];
+    const float *p[12];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        c[r][0] = c[r][1] = _mm512_setzero_ps();
+        p[r] = w[r];
+    }
+    for (int k = 0; k < kc; k++, Ap += 32) {
+        __m512 a0 = _mm512_load_ps(Ap), a1 = _mm512_load_ps(Ap + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            __m512 b = _mm512_set1_ps(p[r][k]);
+            c[r][0] = _mm512_fmadd_ps(a0, b, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(a1, b, c[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        _mm512_store_ps(T + r * 32, c[r][0]);
+        _mm512_store_ps(T + r * 32 + 16, c[r][1]);
+    }
+}
+
+// tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
+// set has none (then op(B) = W^T is always packed).
+typedef struct { MicroKernel fn; int mr, nr; const char *name; WeightKernel tfn; int tn, tl; } KernelInfo;
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8"},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16"},
-    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32"},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0},
+    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -187,7 +239,7 @@ static void pack_b(float *Bp, const float *B, size_t bk, size_t bj, int j0, int 
 // A tile at the edge of C (rows < mr or cols < nr): the kernel runs on a full tile on the
 // stack, holding the valid elements' partial chains and old values, and the valid ones are
 // copied back.
-static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float *Bp, float *C, int ldc,
+static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc,
                       int rows, int cols, int load, const float *old, int ldo) {
     float tile[MR_MAX * NR_MAX] = {0}, otile[MR_MAX * NR_MAX] = {0};
     int nr = kn->nr;
@@ -196,7 +248,7 @@ static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float
             if (load) tile[r * nr + c] = C[(size_t)r * ldc + c];
             if (old) otile[r * nr + c] = old[(size_t)r * ldo + c];
         }
-    kn->fn(kc, Ap, Bp, tile, nr, load, old ? otile : NULL, nr);
+    kn->fn(kc, Ap, Bp, ldb, tile, nr, load, old ? otile : NULL, nr);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) C[(size_t)r * ldc + c] = tile[r * nr + c];
 }
@@ -227,8 +279,8 @@ static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, i
             }
             int rows = imin(mr, mc - ir), cols = imin(nr, nc - jr);
             const float *a = Ap + (size_t)ir * kc, *b = Bp + (size_t)jr * kc;
-            if (rows == mr && cols == nr) kn->fn(kc, a, b, c, g->ldc, k0 > 0, old, ldo);
-            else edge_tile(kn, kc, a, b, c, g->ldc, rows, cols, k0 > 0, old, ldo);
+            if (rows == mr && cols == nr) kn->fn(kc, a, b, nr, c, g->ldc, k0 > 0, old, ldo);
+            else edge_tile(kn, kc, a, b, nr, c, g->ldc, rows, cols, k0 > 0, old, ldo);
         }
 }
 
@@ -236,6 +288,74 @@ static float *buffer(size_t floats) {
     float *p = aligned_alloc(64, (sizeof(float) * floats + 63) / 64 * 64);
     if (!p) die("out of host memory for the GEMM's packing buffers (%zu floats)", floats);
     return p;
+}
+
+// Few rows, op(B) = B: a k of a B panel is a contiguous run of columns, so the micro-kernel
+// reads B where it lies and no B block is packed. Packing B copies all K x N of it, as much
+// memory traffic as the product reads, which a product of few rows cannot repay: at 32
+// rows it costs more than the FMAs. Each thread packs all of A (few rows, all of K), then
+// takes column panels; a panel is read from B once per row panel of A. K runs in one pass,
+// so every chain starts at 0 and the old value (accumulate) is added to the finished chain,
+// read from C itself. Only a last, partial column panel is packed (zero-padded).
+static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
+    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, panels = (M + mr - 1) / mr;
+    #pragma omp parallel if (par)
+    {
+        float *Ap = buffer((size_t)panels * mr * K), *Be = buffer((size_t)K * nr);
+        for (int p = 0; p < panels; p++)
+            pack_a(Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, p * mr, imin(mr, M - p * mr), 0, K, mr);
+        #pragma omp for schedule(static)
+        for (int jr = 0; jr < N; jr += nr) {
+            int cols = imin(nr, N - jr), ldb = (int)g->bk;
+            const float *b = g->B + jr;
+            if (cols < nr) {
+                pack_b(Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
+                b = Be;
+                ldb = nr;
+            }
+            for (int p = 0; p < panels; p++) {
+                int rows = imin(mr, M - p * mr);
+                float *c = g->C + (size_t)p * mr * g->ldc + jr;
+                const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
+                if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
+                else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
+            }
+        }
+        free(Ap);
+        free(Be);
+    }
+}
+
+// Few rows, op(B) = W^T with W (N,K) stored row-major: packing W^T into k-major panels is
+// a transposition of all of W, again more work than a product of few rows. Instead the
+// transposed tile reads the weight rows where they lie, one broadcast per row and k, while
+// the rows of C run in the vector lanes from a panel of op(A)^T (cheap to pack: few rows).
+// Each thread packs all of op(A)^T, then takes groups of tn columns of C; a group at the
+// right edge repeats its last row of W and drops those lanes. K runs in one pass, and the
+// old value (accumulate) is added to the finished chain.
+static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
+    int tn = kn->tn, tl = kn->tl, M = g->M, N = g->N, K = g->K, panels = (M + tl - 1) / tl;
+    #pragma omp parallel if (par)
+    {
+        float *Ap = buffer((size_t)panels * tl * K), *T = buffer((size_t)tn * tl);
+        const float *w[MR_MAX];
+        for (int p = 0; p < panels; p++)   // Ap[k*tl + l] = op(A)(p*tl + l, k)
+            pack_b(Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
+        #pragma omp for schedule(static)
+        for (int j0 = 0; j0 < N; j0 += tn) {
+            int cols = imin(tn, N - j0);
+            for (int r = 0; r < tn; r++) w[r] = g->B + (size_t)(j0 + imin(r, cols - 1)) * g->bj;
+            for (int p = 0; p < panels; p++) {
+                kn->tfn(K, w, Ap + (size_t)p * tl * K, T);
+                for (int l = 0; l < imin(tl, M - p * tl); l++) {
+                    float *c = g->C + (size_t)(p * tl + l) * g->ldc + j0;
+                    for (int r = 0; r < cols; r++) c[r] = g->accumulate ? c[r] + T[r * tl + l] : T[r * tl + l];
+                }
+            }
+        }
+        free(Ap);
+        free(T);
+    }
 }
 
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
@@ -253,8 +373,18 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     GemmArgs g = {M, N, K, accumulate, ldc, A, B,
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
-    int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
     int par = (double)M * N * K > 1e6;
+    // The few-row paths run K in one block; a longer K takes the blocked path, so that
+    // their copy of op(A) stays within a K block (M x KC floats per thread).
+    if (!transB && M <= stream_b && K <= KC) {
+        gemm_stream(kn, &g, par);
+        return;
+    }
+    if (transB && kn->tfn && M <= stream_wt && K <= KC) {
+        gemm_stream_t(kn, &g, par);
+        return;
+    }
+    int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
     // Row blocks: about 4 per thread when M is small (never fewer rows than a tile).
     int threads = 1;
 #ifdef _OPENMP
