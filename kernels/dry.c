@@ -192,22 +192,19 @@ static const InitKernels init_dry = {param_init};
 
 const Backend backend_dry = {
     .name = "dry",
-    .computes = 0,
     .to_host = to_host,
-
+    .matmul = &matmul_dry,
     .norm = &norm_dry,
+    .rope = &rope_dry,
+    .embedding = &embedding_dry,
+    .attention = &attention_dry,
+    .mla = &mla_dry,
     .router = &router_dry,
     .moe = &moe_dry,
     .mlp = &mlp_dry,
-    .matmul = &matmul_dry,
-    .rope = &rope_dry,
-    .embedding = &embedding_dry,
     .loss = &loss_dry,
     .cast = &cast_dry,
-    .optim = &optim_dry,
     .sum = &sum_dry,
+    .optim = &optim_dry,
     .init = &init_dry,
-    .attention = &attention_dry,
-    .mla = &mla_dry,
-
 };

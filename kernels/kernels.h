@@ -11,49 +11,48 @@
 //   dry  kernels/dry.c     the planner (dry_run=true): every kernel returns at once, so the
 //                          layers allocate exactly as in a real run and nothing is computed
 //   a GPU backend adds its twins under gpu/ with the same kernel names and argument order.
-// Each device picks its backend once at start-up (kern_use); layers reach it by kern():
+// The backend is chosen once at start-up (kern_use_default; a device thread may choose its
+// own with kern_use); layers reach it by kern():
 //     kern()->norm->rmsnorm_forward(out, rstd, x, scale, 0, T, D, eps, bf16);
 #ifndef MESHMOE_KERNELS_H
 #define MESHMOE_KERNELS_H
 #include <stddef.h>
+#include "kernels/matmul.h"
 #include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/embedding.h"
+#include "kernels/attention.h"
+#include "kernels/mla.h"
 #include "kernels/router.h"
 #include "kernels/moe.h"
 #include "kernels/mlp.h"
-#include "kernels/matmul.h"
-#include "kernels/rope.h"
-#include "kernels/embedding.h"
 #include "kernels/loss.h"
 #include "kernels/cast.h"
-#include "kernels/optim.h"
 #include "kernels/sum.h"
+#include "kernels/optim.h"
 #include "kernels/init.h"
-#include "kernels/attention.h"
-#include "kernels/mla.h"
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
-    int computes;                     // 0 for the planner: buffers hold no values
     // The one way a layer reads device data on the host to decide something (expert row
     // counts for the sparse path): host (bytes) = src (bytes). A GPU backend synchronises
     // here; on the CPU it is a copy.
     void (*to_host)(void *host, const void *src, size_t bytes);
-
+    // The families, in the order a decoder layer meets them.
+    const MatmulKernels *matmul;      // matrix products (kernels/matmul.h)
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)
+    const RopeKernels *rope;          // RoPE tables and rotation (kernels/rope.h)
+    const EmbeddingKernels *embedding;   // token embedding (kernels/embedding.h)
+    const AttentionKernels *attention;   // softmax attention: dot product, flash, ring (kernels/attention.h)
+    const MlaKernels *mla;            // MLA's latent splits and query scale (kernels/mla.h)
     const RouterKernels *router;      // MoE routing, capacity, load-balance loss (kernels/router.h)
     const MoeKernels *moe;            // MoE row layout, gather, combine (kernels/moe.h)
     const MlpKernels *mlp;            // SwiGLU (kernels/mlp.h)
-    const MatmulKernels *matmul;      // matrix products (kernels/matmul.h)
-    const RopeKernels *rope;          // RoPE tables and rotation (kernels/rope.h)
-    const EmbeddingKernels *embedding;   // token embedding (kernels/embedding.h)
     const LossKernels *loss;          // cross-entropy, vocabulary tiles (kernels/loss.h)
     const CastKernels *cast;          // bf16 rounding and packing (kernels/cast.h)
-    const OptimKernels *optim;        // optimizer updates, clipping, EMA, sums of squares (kernels/optim.h)
     const SumKernels *sum;            // tree-sum merges and residual adds (kernels/sum.h)
+    const OptimKernels *optim;        // optimizer updates, clipping, EMA, sums of squares (kernels/optim.h)
     const InitKernels *init;          // parameter initialisation (kernels/init.h)
-    const AttentionKernels *attention;   // softmax attention: dot product, flash, ring (kernels/attention.h)
-    const MlaKernels *mla;            // MLA's latent splits and query scale (kernels/mla.h)
-
 } Backend;
 
 extern const Backend backend_cpu;     // kernels/cpu/backend.c
