@@ -6,21 +6,11 @@
 #include "base/memory.h"
 #include "core/common.h"
 
-static Group *context_group(void) {
-    const Mesh *mesh = mesh_current();
-    if (!mesh || mesh->size[AX_CONTEXT] == 1) return NULL;
-    return mesh_group(mesh, mesh_device_id(), AXIS_BIT(AX_CONTEXT));
-}
+static Group *context_group(void) { return mesh_axis_size(AX_CONTEXT) > 1 ? mesh_axis_group(AX_CONTEXT) : NULL; }
 
-int cp_size(void) {
-    const Mesh *mesh = mesh_current();
-    return mesh ? mesh->size[AX_CONTEXT] : 1;
-}
+int cp_size(void) { return mesh_axis_size(AX_CONTEXT); }
 
-int cp_rank(void) {
-    const Mesh *mesh = mesh_current();
-    return mesh ? mesh_coord(mesh, mesh_device_id(), AX_CONTEXT) : 0;
-}
+int cp_rank(void) { return mesh_axis_rank(AX_CONTEXT); }
 
 void cp_check(const Config *c, int context) {
     int C = cfg_context_chunks(c);

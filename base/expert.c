@@ -4,20 +4,11 @@
 #include "base/memory.h"
 #include "core/common.h"
 
-static Group *expert_group(void) {
-    const Mesh *mesh = mesh_current();
-    return mesh ? mesh_group(mesh, mesh_device_id(), AXIS_BIT(AX_EXPERT)) : NULL;
-}
+static Group *expert_group(void) { return mesh_axis_group(AX_EXPERT); }
 
-int ep_size(void) {
-    const Mesh *mesh = mesh_current();
-    return mesh ? mesh->size[AX_EXPERT] : 1;
-}
+int ep_size(void) { return mesh_axis_size(AX_EXPERT); }
 
-int ep_rank(void) {
-    const Mesh *mesh = mesh_current();
-    return mesh ? mesh_coord(mesh, mesh_device_id(), AX_EXPERT) : 0;
-}
+int ep_rank(void) { return mesh_axis_rank(AX_EXPERT); }
 
 // Byte offsets and sizes of `rows[q]` rows of `w` bytes each, packed back to back.
 static void layout(size_t *off, size_t *bytes, const size_t *rows, int n, size_t w) {

@@ -25,6 +25,10 @@ const Mesh *mesh_current(void) { return cur_mesh; }
 int mesh_device_id(void) { return cur_dev; }
 void mesh_set_current(const Mesh *mesh, int dev) { cur_mesh = mesh; cur_dev = dev; }
 
+int mesh_axis_size(MeshAxis axis) { return cur_mesh ? cur_mesh->size[axis] : 1; }
+int mesh_axis_rank(MeshAxis axis) { return cur_mesh ? mesh_coord(cur_mesh, cur_dev, axis) : 0; }
+Group *mesh_axis_group(MeshAxis axis) { return cur_mesh ? mesh_group(cur_mesh, cur_dev, AXIS_BIT(axis)) : NULL; }
+
 int mesh_coord(const Mesh *mesh, int dev, MeshAxis axis) {
     for (int a = MESH_NAXES - 1; a > (int)axis; a--) dev /= mesh->size[a];
     return dev % mesh->size[axis];

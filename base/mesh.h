@@ -72,5 +72,10 @@ void mesh_run_classes(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg, int
 const Mesh *mesh_current(void);
 int mesh_device_id(void);
 void mesh_set_current(const Mesh *mesh, int dev);
+// The calling device along one axis: the axis's size (1 without a mesh), the device's
+// coordinate on it (0 without a mesh), and its group along it (NULL without a mesh).
+int mesh_axis_size(MeshAxis axis);
+int mesh_axis_rank(MeshAxis axis);
+Group *mesh_axis_group(MeshAxis axis);
 
 #endif

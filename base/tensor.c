@@ -5,21 +5,11 @@
 #include "base/memory.h"
 #include "core/common.h"
 
-static Group *tensor_group(void) {
-    const Mesh *mesh = mesh_current();
-    if (!mesh || mesh->size[AX_TENSOR] == 1) return NULL;
-    return mesh_group(mesh, mesh_device_id(), AXIS_BIT(AX_TENSOR));
-}
+static Group *tensor_group(void) { return mesh_axis_size(AX_TENSOR) > 1 ? mesh_axis_group(AX_TENSOR) : NULL; }
 
-int tp_size(void) {
-    const Mesh *mesh = mesh_current();
-    return mesh ? mesh->size[AX_TENSOR] : 1;
-}
+int tp_size(void) { return mesh_axis_size(AX_TENSOR); }
 
-int tp_rank(void) {
-    const Mesh *mesh = mesh_current();
-    return mesh ? mesh_coord(mesh, mesh_device_id(), AX_TENSOR) : 0;
-}
+int tp_rank(void) { return mesh_axis_rank(AX_TENSOR); }
 
 int tp_local_chunks(const Config *c) { return c->tensor_reduce_chunks / tp_size(); }
 
