@@ -35,9 +35,14 @@ static int dry;   // dry_run (set once before the devices start)
 // size, the void costs no memory and one mapping. Their headers live apart, found from the
 // slot (the step). A buffer that is written anyway (control data is real memory, below
 // 64 KiB) touches the void's pages that all buffers share, so the memory stays bounded.
+// The void asks for 4 TiB of address space (one buffer of a large model on few devices can
+// be terabytes) and takes less where the system refuses that much (a sanitizer's address
+// layout, a strict overcommit policy): down to 64 GiB, enough for the tiny presets.
 #define VOID_SLOTS (1u << 22)               // large buffers live at once, all devices
-#define VOID_BYTES ((size_t)1 << 42)        // 4 TiB of address space
+#define VOID_MOST ((size_t)1 << 42)
+#define VOID_LEAST ((size_t)1 << 36)
 static char *void_base;
+static size_t void_bytes;                   // the address space reserved
 static MemBlock **void_hdr;                 // (VOID_SLOTS) the header of the buffer at each slot
 static unsigned *void_free, void_nfree;     // a stack of the free slots
 static pthread_mutex_t void_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,8 +50,14 @@ static pthread_mutex_t void_lock = PTHREAD_MUTEX_INITIALIZER;
 void mem_set_dry(int on) {
     dry = on;
     if (!on || void_base) return;
-    void_base = mmap(NULL, VOID_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (void_base == MAP_FAILED) die("dry run: cannot reserve %zu bytes of address space", VOID_BYTES);
+    for (void_bytes = VOID_MOST; void_bytes >= VOID_LEAST; void_bytes /= 2) {
+        void_base = mmap(NULL, void_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (void_base != MAP_FAILED) break;
+    }
+    if (void_base == MAP_FAILED) {
+        void_base = NULL;
+        die("dry run: cannot reserve even %zu bytes of address space", VOID_LEAST);
+    }
     void_hdr = calloc(VOID_SLOTS, sizeof *void_hdr);
     void_free = malloc(VOID_SLOTS * sizeof *void_free);
     if (!void_hdr || !void_free) die("dry run: host out of memory");
@@ -57,12 +68,13 @@ void mem_set_dry(int on) {
 // The header of buffer p (in front of it, or in the void's table).
 static MemBlock *block_of(const void *p) {
     const char *c = (const char *)p;
-    if (void_base && c >= void_base && c < void_base + VOID_BYTES) return void_hdr[(size_t)(c - void_base) / 64];
+    if (void_base && c >= void_base && c < void_base + void_bytes) return void_hdr[(size_t)(c - void_base) / 64];
     return (MemBlock *)(c - HEADER);
 }
 
 static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
-    if (bytes > VOID_BYTES - (size_t)VOID_SLOTS * 64) die("dry run: '%s' (%zu bytes) is larger than the planner's address space", name, bytes);
+    if (bytes > void_bytes - (size_t)VOID_SLOTS * 64)
+        die("dry run: '%s' (%zu bytes) is larger than the planner's address space (%zu bytes)", name, bytes, void_bytes);
     pthread_mutex_lock(&void_lock);
     if (!void_nfree) die("dry run: more than %u large buffers live at once", VOID_SLOTS);
     unsigned slot = void_free[--void_nfree];

@@ -209,9 +209,11 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
 //   expert      the rank decides which global experts are local; under the balanced routing
 //               an expert can get no rows (fewer assignments than experts), and a local
 //               expert without rows allocates nothing (model/moe.c);
-//   context     a part's position decides which keys are in its future, and the attention
-//               kernels skip those: kept apart so as not to rely on them allocating the same.
-// tests/planner.sh plans meshes both ways (dry_run_all_devices) and compares every figure.
+//   context     a part's position q0 sets how many keys its queries see: the attention score
+//               rows hold q0 + S keys (model/attn_core.c:attn_core_forward), as does a
+//               materialised causal mask, so the parts' temporaries differ in size.
+// tests/plan_classes.sh plans meshes both ways (dry_run_all_devices) and compares every
+// figure and the memory trace, event by event.
 static int class_rep(const Mesh *mesh, int d) {
     unsigned apart = AXIS_BIT(AX_STAGE) | AXIS_BIT(AX_EXPERT) | AXIS_BIT(AX_CONTEXT) |
                      (mesh->adafactor ? AXIS_BIT(AX_FSDP) : 0);
@@ -246,7 +248,7 @@ void mesh_run_classes(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg, int
     Launch *l = calloc((size_t)total, sizeof(Launch));
     pthread_t *th = calloc((size_t)total, sizeof(pthread_t));
     double t0 = seconds(), shown = t0;
-    int started = 0, told = 0;
+    int started = 0;
     pthread_mutex_lock(&t.lock);
     while (t.done < total) {
         for (; started < total && t.running < limit; started++) {
@@ -265,12 +267,12 @@ void mesh_run_classes(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg, int
             if (t.done) fprintf(stderr, ", about %.0f s left", (now - t0) / t.done * (total - t.done));
             fprintf(stderr, "\n");
             shown = now;
-            told = 1;
         }
     }
     pthread_mutex_unlock(&t.lock);
     for (int k = 0; k < total; k++) pthread_join(th[k], NULL);
-    if (told) fprintf(stderr, "dry run: %d %s (%d devices) planned in %.1f s\n", total, what, n, seconds() - t0);
+    if (all_devices) fprintf(stderr, "dry run: all %d devices planned in %.1f s\n", n, seconds() - t0);
+    else fprintf(stderr, "dry run: %d classes of devices (%d devices) planned in %.1f s\n", total, n, seconds() - t0);
     mesh->solo = 0;
     // Every device of a class gets its representative's figures; the blocks stay with it.
     for (int d = 0; d < n; d++) {

@@ -64,8 +64,9 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg);
 // member post what it posts (base/collectives.c); then every device of the class is given
 // its figures (peaks, live bytes, bytes sent, the planner's watch). mesh.c says which
 // coordinates make two plans differ. As many representatives run at a time as there are
-// cores; progress goes to stderr once the run takes more than a moment. With all_devices,
-// every device runs together as in training (mesh_run): the check that the classes are right.
+// cores; progress goes to stderr once the run takes more than a moment, and a last line on
+// stderr says how many devices walked the step. With all_devices, every device runs
+// together as in training (mesh_run): the check that the classes are right.
 void mesh_run_classes(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg, int all_devices);
 
 // The calling thread's mesh and device id (set by mesh_run; 1-device runs set them too).

@@ -34,6 +34,7 @@ run_part "checkpoints: saved on one mesh, resumed on another, metadata checked" 
 run_part "sweep: the optimization table" bash tests/sweep.sh
 run_part "figures: ./train figure from real runs" bash tests/figures.sh
 run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
+run_part "planner: one device per class equals every device planned" bash tests/plan_classes.sh
 run_part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
 run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
 run_part "adafactor (opt_type=adafactor: bits across meshes, state bytes from shapes)" bash tests/adafactor.sh
