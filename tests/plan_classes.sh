@@ -45,10 +45,8 @@ classes_equal_all_devices() {   # classes_equal_all_devices ARGS...
     walked=$(sed -n 's/^dry run: \([0-9]*\) classes of devices (\([0-9]*\) devices).*/\1 \2/p' "$T/cls.err")
     ndev=${walked#* }; walked=${walked% *}
     want=$(expected_classes "$@")
-    if [ -z "$walked" ] || [ "$walked" != "$want" ]; then
-        echo "    walked '$walked' devices, the definition gives $want classes"; cat "$T/cls.err"; return 1
-    fi
     local r=0
+    [ -n "$walked" ] && [ "$walked" = "$want" ] || { echo "    walked '$walked' devices; the definition gives $want classes"; r=1; }
     grep -q '^exit 0$' "$T/cls.out" || { tail -3 "$T/cls.err"; r=1; }
     cmp -s "$T/cls.out" "$T/all.out" || { echo "    the printed plans differ:"; diff "$T/cls.out" "$T/all.out" | head -6; r=1; }
     [ "$(grep -o '"device": [0-9]*, "peak_bytes"' "$T/cls.json" | wc -l)" = "$ndev" ] &&
