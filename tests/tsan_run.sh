@@ -5,7 +5,7 @@
 # fsdp=4 for the second (every device reads its slices); DeepSeek on data=2 fsdp=2 tensor=2
 # with ZeRO-1. The devices are threads that share the data, the config and the collectives'
 # slots: any data race between them is reported, and a report stops the run with exit
-# code 66 (a failed check).
+# code 66 (a failed check). Then two dry runs planned by class.
 #
 # num_threads=1: OpenMP's runtime (libgomp) is not built with TSan, so TSan cannot see the
 # synchronisation inside its thread pool and reports the workers of any `omp parallel` loop
@@ -33,5 +33,18 @@ done <<RUNS
 mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 run_steps=1 save_checkpoint=$T/ck.st
 deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true
 mixtral-tiny  ici_data_parallelism=2 ici_fsdp_parallelism=4 load_checkpoint=$T/ck.st
+RUNS
+# The dry run's representatives (base/mesh.h:mesh_run_classes): one device per class walks
+# the step alone, as many at a time as there are cores, their collectives waiting for
+# nobody while they write their slots of groups they share (stages, experts, the fsdp
+# prefetch helpers).
+while read -r preset mesh; do
+    out=$($BIN configs/$preset.yml $mesh dry_run=true per_device_batch_size=1 num_threads=1 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -E '^dry run: [0-9]+ classes' | sed 's/^/    /'
+    printf '%s\n' "$out" | grep -A20 -m1 'WARNING: ThreadSanitizer' | sed 's/^/    /'
+    check "tsan: dry run by class, $preset, $(sed 's/ici_//g; s/_parallelism//g' <<<"$mesh"), no report (exit $rc)" [ "$rc" -eq 0 ]
+done <<RUNS
+deepseek-tiny ici_pipeline_parallelism=3 ici_expert_parallelism=2 ici_data_parallelism=2 num_pipeline_microbatches=3
+mixtral-tiny  ici_fsdp_parallelism=4 ici_context_parallelism=2 overlap_collectives=true
 RUNS
 summary
