@@ -180,9 +180,9 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
     coll_all_reduce_double(P.stage, P.aux, (size_t)nmoe * nseq);
     if (P.counts) coll_all_reduce_long(P.stage, P.counts, ncount);
     coll_all_reduce_long(P.stage, &P.ntok, 1);
-    memcpy(st->loss_leaf, P.loss_leaf, sizeof(double) * nleaf);
+    mem_copy(st->loss_leaf, P.loss_leaf, sizeof(double) * nleaf);
     for (int r = 0; r < nmoe; r++)
-        memcpy(st->aux_seq + (size_t)r * st->aux_stride, P.aux + (size_t)r * nseq, sizeof(double) * nseq);
+        mem_copy(st->aux_seq + (size_t)r * st->aux_stride, P.aux + (size_t)r * nseq, sizeof(double) * nseq);
     if (P.counts)
         for (size_t i = 0; i < ncount; i++) st->expert_counts[i] += P.counts[i];
     st->ntok += P.ntok;
