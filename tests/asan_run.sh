@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/asan_run.sh BINARY: a short training of both presets (both MoE paths, with
 # checkpoint save + resume and gradient accumulation, and a checkpoint saved on one
-# 4-device mesh and resumed on another) under AddressSanitizer + UBSan.
+# 4-device mesh and resumed on another) under AddressSanitizer + UBSan; then a dry run.
 # Any report makes the run exit non-zero.
 set -u
 cd "$(dirname "$0")/.."
@@ -32,4 +32,10 @@ check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance lo
     pipeline_schedule=1f1b pipeline_shift_impl=slice load_balance_loss_weight=0.01
 check "asan: pipeline, deepseek 3 stages, gpipe" \
     $BIN configs/deepseek-tiny.yml $A steps=2 ici_pipeline_parallelism=3 num_pipeline_microbatches=6
+# 4096 sequences of 8 tokens: the per-sequence sums (aux loss, 4 layers x 4096 doubles) are
+# 128 KiB, large enough that the dry run gives them overlapping addresses (base/memory.c, the
+# void), which its collectives and the pipeline must never memcpy between.
+check "asan: dry run by class, pipeline, per-sequence sums in the dry run's shared address space" \
+    $BIN configs/mixtral-tiny.yml dry_run=true ici_pipeline_parallelism=2 num_pipeline_microbatches=2 \
+    per_device_batch_size=2048 max_target_length=8
 summary
