@@ -345,6 +345,9 @@ void config_validate(const Config *c) {
             c->ici_pipeline_parallelism);
     if (!c->cast_logits_to_fp32)
         die("cast_logits_to_fp32=false is not supported: the loss is computed in float32 from the logits");
+    if (c->dry_run_all_devices && !c->dry_run)
+        die("dry_run_all_devices=true chooses how a dry run plans its devices: it needs dry_run=true "
+            "(without it this would be a training run)");
     struct { const char *name; int v; } pos[] = {
         {"base_emb_dim", c->base_emb_dim}, {"base_num_query_heads", c->base_num_query_heads},
         {"base_num_decoder_layers", c->base_num_decoder_layers}, {"vocab_size", c->vocab_size},

@@ -97,6 +97,7 @@ refused "learning_rate=1e39" "too large for a 32-bit float" $TRAIN $C $FAST lear
 refused "adam_eps=1e-50" "too small for a 32-bit float" $TRAIN $C $FAST adam_eps=1e-50
 refused "num_threads=100000" "num_threads must be in [0, 1024]" $TRAIN $C $FAST num_threads=100000
 refused "num_threads=1024 ici_data_parallelism=8" "more than the 4096" $TRAIN $C $FAST num_threads=1024 ici_data_parallelism=8
+refused "dry_run_all_devices=true without dry_run=true" "it needs dry_run=true" $TRAIN $C $FAST dry_run_all_devices=true
 refused "dry_run=true per_device_batch_size=4096 max_target_length=65536" "int indices reach" \
     $TRAIN $C dry_run=true per_device_batch_size=4096 max_target_length=65536
 # 256 devices each holding an 8 GB tensor (the routed rows, 2^31 - 1 elements at most): 2 TB in all.
