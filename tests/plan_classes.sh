@@ -57,27 +57,41 @@ classes_equal_all_devices() {   # classes_equal_all_devices ARGS...
     return "$r"
 }
 
-# Each mesh, and what it puts to the test. Folded axes: data, fsdp, tensor; kept apart:
-# stage, expert, context (and fsdp under adafactor).
+# The meshes, each with what it puts to the test. Folded axes: data, fsdp, tensor; kept
+# apart: stage, expert, context (and fsdp under adafactor).
 while read -r preset args; do
-    [ -z "$preset" ] && continue
+    [ -z "$preset" ] || [ "${preset:0:1}" = "#" ] && continue
     # shellcheck disable=SC2086
     check "one plan per class equals every device planned: $preset $args" \
         classes_equal_all_devices configs/$preset.yml $args
 done <<'MESHES'
+# data, fsdp and tensor folded into one class; ZeRO-1's pieces
 deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=1
+# fsdp=3: units that do not split evenly, padded; ZeRO-1 over data
 mixtral-tiny  ici_fsdp_parallelism=3 ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=1
+# fsdp=3 with tensor and expert, bf16, gradient accumulation
 deepseek-tiny ici_fsdp_parallelism=3 ici_expert_parallelism=2 ici_tensor_parallelism=2 dtype=bfloat16 gradient_accumulation_steps=2 per_device_batch_size=2
+# 2 tokens x top-2 on 8 experts: some experts get no rows, so the expert ranks' plans differ
 deepseek-tiny ici_expert_parallelism=4 ici_fsdp_parallelism=2 max_target_length=2 context_reduce_chunks=1 per_device_batch_size=1
+# unrolled layers (scan_layers=false) with experts
 deepseek-tiny ici_expert_parallelism=2 ici_fsdp_parallelism=2 scan_layers=false remat_policy=none per_device_batch_size=1
+# pipeline stages: embedding on the first, head on the last
 mixtral-tiny  ici_pipeline_parallelism=4 ici_fsdp_parallelism=2 num_pipeline_microbatches=4 per_device_batch_size=1
+# deepseek's dense layers on stage 0, 1f1b, experts
 deepseek-tiny ici_pipeline_parallelism=3 ici_expert_parallelism=2 ici_data_parallelism=2 num_pipeline_microbatches=3 pipeline_schedule=1f1b per_device_batch_size=1
+# a circular pipeline (2 repeats), fsdp=3, the weights gathered once
 mixtral-tiny  ici_pipeline_parallelism=2 num_layers_per_pipeline_stage=1 ici_fsdp_parallelism=3 num_pipeline_microbatches=2 pipeline_fsdp_ag_once=true per_device_batch_size=2
+# context (all-gather): score rows and a materialised mask that grow with the position
 deepseek-tiny ici_context_parallelism=4 ici_data_parallelism=2 remat_policy=save_qkv_proj implicit_causal_mask=false per_device_batch_size=1
+# context (ring) with experts and tensor
 deepseek-tiny ici_context_parallelism=2 context_parallel_strategy=ring ici_expert_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1
+# the fsdp prefetch helpers (overlap_collectives) and q/k/v offloaded to the host
 mixtral-tiny  ici_fsdp_parallelism=4 ici_data_parallelism=2 overlap_collectives=true remat_policy=qkv_proj_offloaded per_device_batch_size=1
+# parameters and optimizer state in host memory, activations offloaded
 mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 parameter_memory_host_offload=true optimizer_memory_host_offload=true remat_policy=minimal_offloaded per_device_batch_size=1
+# adafactor: the state a device keeps depends on its fsdp rank
 mixtral-tiny  ici_fsdp_parallelism=4 ici_data_parallelism=2 opt_type=adafactor per_device_batch_size=1
+# adafactor with stages, fsdp=3 and data
 mixtral-tiny  opt_type=adafactor ici_fsdp_parallelism=3 ici_data_parallelism=2 ici_pipeline_parallelism=2 num_pipeline_microbatches=2 per_device_batch_size=1
 MESHES
 summary
