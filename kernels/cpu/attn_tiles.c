@@ -41,37 +41,74 @@ static inline const float *key_at(const float *x, const AttnGeom *G, int b, int 
 static inline size_t qrow(const AttnGeom *G, int b, int i, int h) { return ((size_t)b * G->S + i) * G->N + h; }
 
 // y (D) += c_0 x_0 + c_1 x_1 + ... + c_{n-1} x_{n-1}, x_t = x + t*xs, c_t = c[t*cs]: each
-// y[d] is the chain ((y[d] + c_0 x_0[d]) + c_1 x_1[d]) + ..., as n calls of axpy. NV vectors
-// of y (NV*16 elements) stay in registers over the n terms.
-static inline __attribute__((always_inline)) void acc_vecs(float *y, const float *x, size_t xs, const float *c,
-                                                           int cs, int n, int NV) {
-    V16 a[4];
-    for (int u = 0; u < NV; u++) a[u] = ld(y + 16 * u);
-    for (int t = 0; t < n; t++) {
-        float ct = c[(size_t)t * cs];
-        const float *xt = x + t * xs;
-        for (int u = 0; u < NV; u++) a[u] = a[u] + ct * ld(xt + 16 * u);
+// y[d] is the chain ((y[d] + c_0 x_0[d]) + c_1 x_1[d]) + ..., as n calls of axpy. With a
+// second output z (not NULL), z (D) += the same rows with the coefficients e_t = e[t*cs],
+// each x_t load serving both. NV vectors of y (and of z) stay in registers over the n terms.
+static inline __attribute__((always_inline)) void acc_vecs(float *y, float *z, const float *x, size_t xs,
+                                                           const float *c, const float *e, int cs, int n, int NV,
+                                                           int two) {
+    V16 a[4], b[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) {
+        a[u] = ld(y + 16 * u);
+        if (two) b[u] = ld(z + 16 * u);
     }
-    for (int u = 0; u < NV; u++) st(y + 16 * u, a[u]);
+    for (int t = 0; t < n; t++) {
+        float ct = c[(size_t)t * cs], et = two ? e[(size_t)t * cs] : 0.0f;
+        const float *xt = x + t * xs;
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) {
+            V16 xv = ld(xt + 16 * u);
+            a[u] = a[u] + ct * xv;
+            if (two) b[u] = b[u] + et * xv;
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) {
+        st(y + 16 * u, a[u]);
+        if (two) st(z + 16 * u, b[u]);
+    }
+}
+static void acc_rows2(float *y, float *z, int D, const float *x, size_t xs, const float *c, const float *e, int cs,
+                      int n) {
+    int d = 0;
+    if (z) {
+        for (; d + 64 <= D; d += 64) acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 4, 1);
+        if (d + 32 <= D) { acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 2, 1); d += 32; }
+        if (d + 16 <= D) { acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 1, 1); d += 16; }
+    } else {
+        for (; d + 64 <= D; d += 64) acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 4, 0);
+        if (d + 32 <= D) { acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 2, 0); d += 32; }
+        if (d + 16 <= D) { acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 1, 0); d += 16; }
+    }
+    for (; d < D; d++) {
+        float s = y[d], w = z ? z[d] : 0.0f;
+        for (int t = 0; t < n; t++) {
+            s += c[(size_t)t * cs] * x[t * xs + d];
+            if (z) w += e[(size_t)t * cs] * x[t * xs + d];
+        }
+        y[d] = s;
+        if (z) z[d] = w;
+    }
 }
 static void acc_rows(float *y, int D, const float *x, size_t xs, const float *c, int cs, int n) {
-    int d = 0;
-    for (; d + 64 <= D; d += 64) acc_vecs(y + d, x + d, xs, c, cs, n, 4);
-    if (d + 32 <= D) { acc_vecs(y + d, x + d, xs, c, cs, n, 2); d += 32; }
-    if (d + 16 <= D) { acc_vecs(y + d, x + d, xs, c, cs, n, 1); d += 16; }
-    for (; d < D; d++) {
-        float s = y[d];
-        for (int t = 0; t < n; t++) s += c[(size_t)t * cs] * x[t * xs + d];
-        y[d] = s;
-    }
+    acc_rows2(y, NULL, D, x, xs, c, NULL, cs, n);
 }
-// As acc_rows, over keys ja .. jb-1 of sequence b (rows of x (P,B,S,Nkv,D)), c_j = c[(j-ja)*cs]:
-// cut where the keys cross from one part to the next.
-static void acc_keys(float *y, int D, const float *x, const AttnGeom *G, int b, int g, const float *c, int cs,
-                     int ja, int jb) {
-    for (int j = ja; j < jb;) {
-        int je = imin(jb, (j / G->S + 1) * G->S);
-        acc_rows(y, D, key_at(x, G, b, j, g, D), (size_t)G->Nkv * D, c + (size_t)(j - ja) * cs, cs, je - j);
+// Two rows of the tile, r and r+1 (z = NULL: r alone), that see keys up to n0 and n1 >= n0 of
+// the keys ja .. jb-1 of x (P,B,S,Nkv,D): y (row r) += c_j x_j over ja .. n0-1 and z (row r+1)
+// += e_j x_j over ja .. n1-1, c_j = c[(j-ja)*L], e_j = e[(j-ja)*L]; the keys both see in one
+// pass, cut where the keys cross from one part to the next.
+static void acc_keys2(float *y, float *z, int D, const float *x, const AttnGeom *G, int b, int g, const float *c,
+                      const float *e, int ja, int n0, int n1) {
+    for (int j = ja; j < (z ? n1 : n0);) {
+        int je = imin(z ? n1 : n0, (j / G->S + 1) * G->S), jc = imin(je, n0);   // both see ja .. jc-1
+        const float *xj = key_at(x, G, b, j, g, D);
+        size_t xs = (size_t)G->Nkv * D, t = (size_t)(j - ja) * L;
+        if (jc > j) acc_rows2(y, z, D, xj, xs, c + t, z ? e + t : NULL, L, jc - j);
+        if (z && je > imax(j, jc)) {
+            int j2 = imax(j, jc);
+            acc_rows(z, D, xj + (j2 - j) * xs, xs, e + (size_t)(j2 - ja) * L, L, je - j2);
+        }
         j = je;
     }
 }
@@ -82,6 +119,7 @@ static void scores8(float *s, const float *Xt, int D, const float *const *y, int
     V16 a[8] = {0};
     for (int d = 0; d < D; d++) {
         V16 x = ld(Xt + (size_t)d * L);
+#pragma GCC unroll 8
         for (int t = 0; t < 8; t++) a[t] = a[t] + x * y[t][d];
     }
     for (int t = 0; t < nt; t++) st(s + t * L, a[t]);
@@ -141,7 +179,12 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
         }
         stt[0] = m;
         stt[1] = l;
-        acc_keys(acc, Dv, v, &G, b, g, e + r, L, ja, n);
+    }
+    // acc_r += sum_j e_j v_j over row r's keys, two rows at a time.
+    for (int r = 0; r < R; r += 2) {
+        int n0 = imin(jb, pos0 + r + 1), n1 = imin(jb, pos0 + r + 2);
+        float *z = r + 1 < R ? o + qrow(&G, b, i0 + r + 1, h) * Dv : NULL;
+        acc_keys2(o + qrow(&G, b, i0 + r, h) * Dv, z, Dv, v, &G, b, g, e + r, e + r + 1, ja, n0, n1);
     }
 }
 
@@ -155,6 +198,7 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
     float Qt[TILE_MAX_D * L] __attribute__((aligned(64))), dOt[TILE_MAX_D * L] __attribute__((aligned(64)));
     float P[KB * L] __attribute__((aligned(64))), dS[KB * L] __attribute__((aligned(64)));
     float m[L], l[L], Di[L];
+    for (int r = R; r < L; r++) m[r] = 0.0f, l[r] = 1.0f, Di[r] = 0.0f;   // lanes past the tile
     pack_rows(Qt, q, &G, b, h, i0, R, Dqk);
     pack_rows(dOt, dout, &G, b, h, i0, R, Dv);
     for (int r = 0; r < R; r++) {
@@ -166,6 +210,8 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
         for (int d = 0; d < Dv; d++) s += doi[d] * o[row * Dv + d];
         Di[r] = s;
     }
+    V16 lv, dv_;
+    for (int r = 0; r < L; r++) lv[r] = l[r], dv_[r] = Di[r];
     size_t qs = (size_t)G.N * Dqk, vs = (size_t)G.N * Dv;   // from one query row to the next
     const float *q0r = q + qrow(&G, b, i0, h) * Dqk, *do0r = dout + qrow(&G, b, i0, h) * Dv;
     // Key sub-blocks of KB keys (within one part): P and dS of the tile, then the sums.
@@ -175,28 +221,32 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
         scores(dS, dOt, Dv, v, &G, b, g, j0, j1);   // dO_i . v_j
         for (int j = j0; j < j1; j++) {
             float *pj = P + (size_t)(j - j0) * L, *dsj = dS + (size_t)(j - j0) * L;
-            for (int r = imax(0, j - pos0); r < R; r++) {   // the rows that see key j
+            int rf = imax(0, j - pos0);   // the rows that see key j: rf .. R-1
+            for (int r = 0; r < L; r++) {
+                if (r < rf || r >= R) { pj[r] = 0.0f; continue; }   // lanes never read
                 float s = rnd.scores ? bf16_round(pj[r]) : pj[r];
                 float e = expf(s - m[r]);
-                if (rnd.probs) e = bf16_round(e);
-                float p = e / l[r];
-                pj[r] = p;
-                dsj[r] = p * (dsj[r] - Di[r]);
+                pj[r] = rnd.probs ? bf16_round(e) : e;
             }
+            V16 p = ld(pj) / lv;   // p = e / l, dS = p (dP - D), lane by lane
+            st(pj, p);
+            st(dsj, p * (ld(dsj) - dv_));
         }
         // dv_j += P_ij dO_i and dk_j += dS_ij q_i over the rows that see key j, in row order.
+        // Two keys at a time where every row sees both.
         for (int j = j0; j < j1; j++) {
-            int rf = imax(0, j - pos0);
+            int rf = imax(0, j - pos0), two = j + 1 < j1 && j + 1 <= pos0;
             const float *pj = P + (size_t)(j - j0) * L + rf, *dsj = dS + (size_t)(j - j0) * L + rf;
-            acc_rows((float *)key_at(dv, &G, b, j, g, Dv), Dv, do0r + rf * vs, vs, pj, 1, R - rf);
-            acc_rows((float *)key_at(dk, &G, b, j, g, Dqk), Dqk, q0r + rf * qs, qs, dsj, 1, R - rf);
+            float *dvj = (float *)key_at(dv, &G, b, j, g, Dv), *dkj = (float *)key_at(dk, &G, b, j, g, Dqk);
+            acc_rows2(dvj, two ? dvj + (size_t)G.Nkv * Dv : NULL, Dv, do0r + rf * vs, vs, pj, pj + L, 1, R - rf);
+            acc_rows2(dkj, two ? dkj + (size_t)G.Nkv * Dqk : NULL, Dqk, q0r + rf * qs, qs, dsj, dsj + L, 1, R - rf);
+            j += two;
         }
-        // dq_i += dS_ij k_j over the keys row i sees, in key order.
-        for (int r = 0; r < R; r++) {
-            int n = imin(j1, pos0 + r + 1);
-            if (n > j0)
-                acc_rows(dq + qrow(&G, b, i0 + r, h) * Dqk, Dqk, key_at(k, &G, b, j0, g, Dqk),
-                         (size_t)G.Nkv * Dqk, dS + r, L, n - j0);
+        // dq_i += dS_ij k_j over the keys row i sees, in key order, two rows at a time.
+        for (int r = 0; r < R; r += 2) {
+            float *z = r + 1 < R ? dq + qrow(&G, b, i0 + r + 1, h) * Dqk : NULL;
+            acc_keys2(dq + qrow(&G, b, i0 + r, h) * Dqk, z, Dqk, k, &G, b, g, dS + r, dS + r + 1, j0,
+                      imin(j1, pos0 + r + 1), imin(j1, pos0 + r + 2));
         }
         j0 = j1;
     }
