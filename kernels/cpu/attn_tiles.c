@@ -21,6 +21,7 @@
 #include "kernels/cpu/attn_tiles.h"
 #include "kernels/bf16.h"
 #include <math.h>
+#include <stdint.h>
 
 enum { L = TILE_ROWS, KB = 64 };   // KB: keys per backward sub-block (its P and dS, 2 x 4 KiB)
 
@@ -30,7 +31,11 @@ typedef float V16u __attribute__((vector_size(64), aligned(4), may_alias));
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
+typedef int32_t I16 __attribute__((vector_size(64)));   // lane masks: -1 or 0
 static inline V16 ld(const float *p) { return *(const V16u *)p; }
+static inline V16 splat(float x) { return (V16){0} + x; }
+// Lane by lane, a where the mask is set, else b.
+static inline V16 select(I16 mask, V16 a, V16 b) { return (V16)(((I16)a & mask) | ((I16)b & ~mask)); }
 static inline void st(float *p, V16 x) { *(V16u *)p = x; }
 
 // The row, in k or v (P,B,S,Nkv,D), of key j of sequence b: part j/S, row j%S.
@@ -153,33 +158,44 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
     float e[TILE_MAX_KEYS * L] __attribute__((aligned(64)));   // (key, row): scores, then exp weights
     pack_rows(Qt, q, &G, b, h, i0, R, Dqk);
     scores(e, Qt, Dqk, k, &G, b, g, ja, jend);
-    for (int r = 0; r < R; r++) {
-        int n = imin(jb, pos0 + r + 1);   // row r's keys: ja .. n-1
-        if (n <= ja) continue;
-        float *acc = o + qrow(&G, b, i0 + r, h) * Dv;
-        float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
-        float m = stt[0], l = stt[1], bm = ATTN_MASK_VALUE;
-        for (int j = ja; j < n; j++) {
-            float *s = &e[(size_t)(j - ja) * L + r];
-            if (rnd.scores) *s = bf16_round(*s);
-            if (*s > bm) bm = *s;
-        }
-        if (bm > m) {   // a new max: rescale what was summed (merge_keys_row's rule)
-            float a = expf(m - bm);
-            l *= a;
-            for (int d = 0; d < Dv; d++) acc[d] *= a;
-            m = bm;
-        }
-        for (int j = ja; j < n; j++) {
-            float *s = &e[(size_t)(j - ja) * L + r];
-            float ej = expf(*s - m);
-            if (rnd.probs) ej = bf16_round(ej);
-            l += ej;
-            *s = ej;
-        }
-        stt[0] = m;
-        stt[1] = l;
+    // Lane r of a vector is row r; it sees key j when r >= j - pos0. The max of each row's
+    // scores, the max rule of merge_keys_row applied key by key.
+    I16 lane;
+    for (int r = 0; r < L; r++) lane[r] = r;
+    V16 bm = splat(ATTN_MASK_VALUE), m, l;
+    for (int j = ja; j < jend; j++) {
+        float *sj = e + (size_t)(j - ja) * L;
+        if (rnd.scores)
+            for (int r = 0; r < L; r++) sj[r] = bf16_round(sj[r]);
+        V16 s = ld(sj);
+        bm = select((s > bm) & (lane >= j - pos0), s, bm);
     }
+    for (int r = 0; r < L; r++) {
+        float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
+        m[r] = r < R ? stt[0] : 0.0f;
+        l[r] = r < R ? stt[1] : 0.0f;
+        if (r < R && imin(jb, pos0 + r + 1) > ja && bm[r] > m[r]) {   // a new max: rescale what was summed
+            float a = expf(m[r] - bm[r]), *acc = o + qrow(&G, b, i0 + r, h) * Dv;
+            l[r] *= a;
+            for (int d = 0; d < Dv; d++) acc[d] *= a;
+            m[r] = bm[r];
+        }
+    }
+    // e_j = exp(s_j - m) and l += e_j, key by key, in the rows that see key j.
+    for (int j = ja; j < jend; j++) {
+        float *sj = e + (size_t)(j - ja) * L;
+        for (int r = imax(0, j - pos0); r < R; r++) {
+            float x = expf(sj[r] - m[r]);
+            sj[r] = rnd.probs ? bf16_round(x) : x;
+        }
+        l = select(lane >= j - pos0, l + ld(sj), l);
+    }
+    for (int r = 0; r < R; r++)
+        if (imin(jb, pos0 + r + 1) > ja) {   // the rows that see a key of the range
+            float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
+            stt[0] = m[r];
+            stt[1] = l[r];
+        }
     // acc_r += sum_j e_j v_j over row r's keys, two rows at a time.
     for (int r = 0; r < R; r += 2) {
         int n0 = imin(jb, pos0 + r + 1), n1 = imin(jb, pos0 + r + 2);
