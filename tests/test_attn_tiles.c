@@ -32,6 +32,14 @@ static size_t first_diff(const float *a, const float *b, size_t n) {
     return n;
 }
 
+// FNV-1a over the bytes of every output the tiles wrote: printed at the end, so that builds
+// for different instruction sets (make OPT=...) can be compared on one machine.
+static uint64_t digest = 0xcbf29ce484222325ull;
+static void hash(const float *x, size_t n) {
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof(float); i++) digest = (digest ^ p[i]) * 0x100000001b3ull;
+}
+
 typedef struct { const char *name; int B, S, N, Nkv, Dqk, Dv, P, part, chunk; } Shape;
 
 // Both tables on the same inputs; every output compared bit for bit. mask: NULL or (B,1,S,W).
@@ -52,6 +60,9 @@ static void compare(const Shape *s, AttnRounding rnd, const unsigned char *mask,
     char what[200];
     // call once with each table (K_), writing its own outputs (o[t_], st[t_], dq[t_], dk[t_], dv[t_])
 #define BOTH(call) for (int t_ = 0; t_ < 2; t_++) { const AttentionKernels *K_ = t_ ? kp : ka; call; }
+    // the tiles' outputs so far into the digest
+#define HASH() do { hash(o[0], nq * Dv); hash(st[0], nst); hash(dq[0], nq * Dqk); hash(dk[0], nk * Dqk); \
+                    hash(dv[0], nk * Dv); } while (0)
 #define SAME(x, n, label) do { size_t i_ = first_diff(x[0], x[1], n);                                              \
         snprintf(what, sizeof what, "%s %s rnd=%d%d%d%s: %s", s->name, label, rnd.scores, rnd.probs, rnd.out, tag, #x); \
         CHECK(i_ == n, "%s differs at float %zu of %zu: tiles %.9g, per-row %.9g", what, i_, (size_t)(n),        \
@@ -67,6 +78,7 @@ static void compare(const Shape *s, AttnRounding rnd, const unsigned char *mask,
     SAME(dq, nq * Dqk, "dot_backward_rows");
     SAME(dk, nk * Dqk, "dot_backward_rows");
     SAME(dv, nk * Dv, "dot_backward_rows");
+    HASH();
 
     // flash at block sizes that divide nothing, of one row, of a tile, past the sequence
     int blocks[][2] = {{5, 7}, {1, 1}, {16, 16}, {33, 20}, {64, 1000}};
@@ -82,6 +94,7 @@ static void compare(const Shape *s, AttnRounding rnd, const unsigned char *mask,
         SAME(dq, nq * Dqk, label);
         SAME(dk, nk * Dqk, label);
         SAME(dv, nk * Dv, label);
+        HASH();
     }
 
     // ring: the parts in the ring's order (own part first), each block at its offset k0
@@ -100,7 +113,9 @@ static void compare(const Shape *s, AttnRounding rnd, const unsigned char *mask,
         SAME(dq, nq * Dqk, "ring_block_backward");
         SAME(dk, nk * Dqk, "ring_block_backward");
         SAME(dv, nk * Dv, "ring_block_backward");
+        HASH();
     }
+#undef HASH
 #undef BOTH
 #undef SAME
     free(q); free(k); free(v); free(dout); free(dk0); free(dv0); free(scratch);
@@ -129,9 +144,9 @@ int main(void) {
     AttnRounding rnds[] = {{0, 0, 0}, {1, 1, 1}, {1, 0, 0}, {0, 1, 0}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ri = 0; ri < sizeof rnds / sizeof rnds[0]; ri++) compare(&shapes[si], rnds[ri], NULL, "");
-    int passed = test_passed;
-    printf("  tiles = per-row loops, bit for bit: %zu shapes x %zu roundings, %d comparisons\n",
-           sizeof shapes / sizeof shapes[0], sizeof rnds / sizeof rnds[0], passed);
+    printf("  tiles = per-row loops, bit for bit: %zu shapes x %zu roundings, %d comparisons; outputs' digest "
+           "%016llx\n", sizeof shapes / sizeof shapes[0], sizeof rnds / sizeof rnds[0], test_passed,
+           (unsigned long long)digest);
 
     // A mask that is not causal takes the per-row loops.
     Shape ms = {"random mask", 2, 23, 4, 2, 16, 24, 1, 0, 23};

@@ -8,6 +8,12 @@
 // sequence b and query head h (kv head g); its row r, at position q0+i0+r, sees key j of
 // k, v (at position k0+j) when k0+j <= q0+i0+r. No materialised mask: with one, the
 // per-row loops decide.
+//
+// A tile's working set lives on the stack of the thread that runs it: the packed q (and dO)
+// rows, TILE_MAX_D x 16 floats each, and the scores of 16 rows against the merged keys
+// (forward, up to TILE_MAX_KEYS x 16 floats) or against 64 keys (backward): at most 80 KiB
+// forward, 40 KiB backward. Like the GEMM's packing buffers it belongs to the kernel, not
+// to the model: the device's tagged allocator and the planner do not see it.
 #ifndef MESHMOE_KERNELS_CPU_ATTN_TILES_H
 #define MESHMOE_KERNELS_CPU_ATTN_TILES_H
 #include "kernels/attention.h"
