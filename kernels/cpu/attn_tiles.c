@@ -32,11 +32,12 @@ typedef float V16u __attribute__((vector_size(64), aligned(4), may_alias));
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 typedef int32_t I16 __attribute__((vector_size(64)));   // lane masks: -1 or 0
-static inline V16 ld(const float *p) { return *(const V16u *)p; }
-static inline V16 splat(float x) { return (V16){0} + x; }
+// Macros, not functions: a function that passes a 64-byte vector by value has another ABI
+// on a build without AVX-512, and GCC warns about it.
+#define vld(p) (*(const V16u *)(p))
+#define vst(p, x) (*(V16u *)(p) = (x))
 // Lane by lane, a where the mask is set, else b.
-static inline V16 select(I16 mask, V16 a, V16 b) { return (V16)(((I16)a & mask) | ((I16)b & ~mask)); }
-static inline void st(float *p, V16 x) { *(V16u *)p = x; }
+#define vblend(mask, a, b) ((V16)(((I16)(a) & (mask)) | ((I16)(b) & ~(mask))))
 
 // The row, in k or v (P,B,S,Nkv,D), of key j of sequence b: part j/S, row j%S.
 static inline const float *key_at(const float *x, const AttnGeom *G, int b, int j, int g, int D) {
@@ -55,23 +56,23 @@ static inline __attribute__((always_inline)) void acc_vecs(float *y, float *z, c
     V16 a[4], b[4];
 #pragma GCC unroll 4
     for (int u = 0; u < NV; u++) {
-        a[u] = ld(y + 16 * u);
-        if (two) b[u] = ld(z + 16 * u);
+        a[u] = vld(y + 16 * u);
+        if (two) b[u] = vld(z + 16 * u);
     }
     for (int t = 0; t < n; t++) {
         float ct = c[(size_t)t * cs], et = two ? e[(size_t)t * cs] : 0.0f;
         const float *xt = x + t * xs;
 #pragma GCC unroll 4
         for (int u = 0; u < NV; u++) {
-            V16 xv = ld(xt + 16 * u);
+            V16 xv = vld(xt + 16 * u);
             a[u] = a[u] + ct * xv;
             if (two) b[u] = b[u] + et * xv;
         }
     }
 #pragma GCC unroll 4
     for (int u = 0; u < NV; u++) {
-        st(y + 16 * u, a[u]);
-        if (two) st(z + 16 * u, b[u]);
+        vst(y + 16 * u, a[u]);
+        if (two) vst(z + 16 * u, b[u]);
     }
 }
 static void acc_rows2(float *y, float *z, int D, const float *x, size_t xs, const float *c, const float *e, int cs,
@@ -123,11 +124,11 @@ static void acc_keys2(float *y, float *z, int D, const float *x, const AttnGeom 
 static void scores8(float *s, const float *Xt, int D, const float *const *y, int nt) {
     V16 a[8] = {0};
     for (int d = 0; d < D; d++) {
-        V16 x = ld(Xt + (size_t)d * L);
+        V16 x = vld(Xt + (size_t)d * L);
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) a[t] = a[t] + x * y[t][d];
     }
-    for (int t = 0; t < nt; t++) st(s + t * L, a[t]);
+    for (int t = 0; t < nt; t++) vst(s + t * L, a[t]);
 }
 // s (jb-ja, 16): the chains of the tile's packed rows Xt (D, 16) against keys ja .. jb-1
 // of x (P,B,S,Nkv,D), kv head g.
@@ -162,13 +163,13 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
     // scores, the max rule of merge_keys_row applied key by key.
     I16 lane;
     for (int r = 0; r < L; r++) lane[r] = r;
-    V16 bm = splat(ATTN_MASK_VALUE), m, l;
+    V16 bm = (V16){0} + ATTN_MASK_VALUE, m, l;
     for (int j = ja; j < jend; j++) {
         float *sj = e + (size_t)(j - ja) * L;
         if (rnd.scores)
             for (int r = 0; r < L; r++) sj[r] = bf16_round(sj[r]);
-        V16 s = ld(sj);
-        bm = select((s > bm) & (lane >= j - pos0), s, bm);
+        V16 s = vld(sj);
+        bm = vblend((s > bm) & (lane >= j - pos0), s, bm);
     }
     for (int r = 0; r < L; r++) {
         float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
@@ -188,7 +189,7 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
             float x = expf(sj[r] - m[r]);
             sj[r] = rnd.probs ? bf16_round(x) : x;
         }
-        l = select(lane >= j - pos0, l + ld(sj), l);
+        l = vblend(lane >= j - pos0, l + vld(sj), l);
     }
     for (int r = 0; r < R; r++)
         if (imin(jb, pos0 + r + 1) > ja) {   // the rows that see a key of the range
@@ -244,9 +245,9 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
                 float e = expf(s - m[r]);
                 pj[r] = rnd.probs ? bf16_round(e) : e;
             }
-            V16 p = ld(pj) / lv;   // p = e / l, dS = p (dP - D), lane by lane
-            st(pj, p);
-            st(dsj, p * (ld(dsj) - dv_));
+            V16 p = vld(pj) / lv;   // p = e / l, dS = p (dP - D), lane by lane
+            vst(pj, p);
+            vst(dsj, p * (vld(dsj) - dv_));
         }
         // dv_j += P_ij dO_i and dk_j += dS_ij q_i over the rows that see key j, in row order.
         // Two keys at a time where every row sees both.
