@@ -7,9 +7,10 @@
 //
 // Two tables. attention_cpu_plain runs those pieces one query row at a time: the
 // definition of every sum and its order. attention_cpu runs the same sums on tiles of 16
-// query rows (kernels/cpu/attn_tiles.c), the same bits several times faster, and falls
-// back to the per-row loops where a tile does not apply: a materialised mask, a head wider
-// than TILE_MAX_D, or more than TILE_MAX_KEYS keys in one merge.
+// query rows (kernels/cpu/attn_tiles.c), the same bits in about a third of the time
+// (docs/performance.md#the-attention-core), and falls back to the per-row loops where a
+// tile does not apply: a materialised mask, a head wider than TILE_MAX_D, or more than
+// TILE_MAX_KEYS keys in one merge.
 #include "kernels/attention.h"
 #include "kernels/cpu/attn_tiles.h"
 #include "kernels/bf16.h"
