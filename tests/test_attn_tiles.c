@@ -10,7 +10,8 @@
 //     staircase, so the table must hand such a call to the per-row loops; equal bits show
 //     that it did (the causal tiles would give other numbers);
 //   - one and three OpenMP threads give the same bits;
-//   - a shape past the tiles' limits (a head wider than TILE_MAX_D) falls back, same bits.
+//   - shapes past the tiles' limits (a head wider than TILE_MAX_D, a sequence longer than
+//     TILE_MAX_KEYS) fall back, same bits.
 #include "kernels/attention.h"
 #include "kernels/cpu/attn_tiles.h"
 #include "tests/test.h"
@@ -163,8 +164,11 @@ int main(void) {
     compare(&ts, (AttnRounding){0, 0, 0}, NULL, " (3 threads)");
     CHECK(test_failed == f0, "the tiles depend on the thread count");
 
-    // Past the tiles' limits: the per-row loops, the same bits.
+    // Past the tiles' limits: the per-row loops, the same bits. More keys than one merge
+    // holds: the forward's per-row loops, the backward's tiles (64 keys at a time).
     Shape wide = {"head wider than TILE_MAX_D", 1, 9, 2, 1, TILE_MAX_D + 3, 8, 1, 0, 9};
     compare(&wide, (AttnRounding){0, 0, 0}, NULL, "");
+    Shape longs = {"more than TILE_MAX_KEYS positions", 1, TILE_MAX_KEYS + 37, 1, 1, 3, 2, 1, 0, 520};
+    compare(&longs, (AttnRounding){0, 0, 0}, NULL, "");
     TEST_SUMMARY();
 }
