@@ -26,7 +26,11 @@ static float *rnd_array(size_t n, float scale) {
     for (size_t i = 0; i < n; i++) p[i] = scale * urand();
     return p;
 }
-static float *copy(const float *x, size_t n) { float *p = malloc(n * sizeof(float) + 1); memcpy(p, x, n * sizeof(float)); return p; }
+static float *copy(const float *x, size_t n) {
+    float *p = malloc(n * sizeof(float) + 1);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
 // The first differing float, for the message.
 static size_t first_diff(const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) if (memcmp(a + i, b + i, sizeof(float))) return i;
