@@ -142,3 +142,8 @@ clean:
 # GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
 build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
+
+# The attention core's forward + backward at the -small presets' shapes, tiles against the
+# per-row loops (tests/attn_bench.c).
+build/attn_bench: tests/attn_bench.c $(LIB_OBJ)
+	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)

@@ -79,5 +79,8 @@ typedef struct AttentionKernels {
 } AttentionKernels;
 
 extern const AttentionKernels attention_cpu;   // kernels/cpu/attention.c
+// The same kernels in per-row loops only (kernels/cpu/attention.c): the same bits; the
+// tests compare the two.
+extern const AttentionKernels attention_cpu_plain;
 
 #endif

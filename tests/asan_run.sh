@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/asan_run.sh BINARY: a short training of both presets (both MoE paths, with
 # checkpoint save + resume and gradient accumulation, and a checkpoint saved on one
-# 4-device mesh and resumed on another) under AddressSanitizer + UBSan; then a dry run.
+# 4-device mesh and resumed on another; flash and ring attention) under AddressSanitizer + UBSan;
+# then a dry run.
 # Any report makes the run exit non-zero.
 set -u
 cd "$(dirname "$0")/.."
@@ -25,6 +26,10 @@ check "asan: deepseek saved on fsdp=2 x tensor=2" $BIN configs/deepseek-tiny.yml
     ici_fsdp_parallelism=2 ici_tensor_parallelism=2 save_checkpoint=$T/mesh.safetensors
 check "asan: deepseek resumed on data=2 (ZeRO-1) x expert=2" $BIN configs/deepseek-tiny.yml $A steps=2 \
     ici_data_parallelism=2 shard_optimizer_over_data=true ici_expert_parallelism=2 load_checkpoint=$T/mesh.safetensors
+check "asan: attention=flash (the attention tiles' blocked path)" $BIN configs/mixtral-tiny.yml $A steps=2 \
+    attention=flash attn_block_q=5 attn_block_kv=7
+check "asan: ring attention over context=2" $BIN configs/deepseek-tiny.yml $A steps=2 ici_context_parallelism=2 \
+    context_parallel_strategy=ring
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0
 check "asan: load-balance and z-loss" $BIN configs/mixtral-tiny.yml $A steps=2 load_balance_loss_weight=0.01 z_loss_multiplier=1e-4
 check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance loss" \

@@ -1,10 +1,18 @@
 // kernels/cpu/attention.c: causal softmax attention on the CPU (the arithmetic of
-// kernels/attention.h). Plain loops, one (sequence, head) per OpenMP work item in the
-// forward and one (sequence, kv head) in the backward, so no two threads write the same
-// float and nothing depends on the thread count. The three layers share the per-row pieces:
-// the log-sum-exp merge of a key range (flash and ring), the per-key backward (all three)
-// and the final division.
+// kernels/attention.h). One (sequence, head) per OpenMP work item in the forward and one
+// (sequence, kv head) in the backward, so no two threads write the same float and nothing
+// depends on the thread count. The three layers share the per-row pieces: the log-sum-exp
+// merge of a key range (flash and ring), the per-key backward (all three) and the final
+// division.
+//
+// Two tables. attention_cpu_plain runs those pieces one query row at a time: the
+// definition of every sum and its order. attention_cpu runs the same sums on tiles of 16
+// query rows (kernels/cpu/attn_tiles.c), the same bits in about a third of the time
+// (docs/performance.md#the-attention-core), and falls back to the per-row loops where a
+// tile does not apply: a materialised mask, a head wider than TILE_MAX_D, or more than
+// TILE_MAX_KEYS keys in one merge.
 #include "kernels/attention.h"
+#include "kernels/cpu/attn_tiles.h"
 #include "kernels/bf16.h"
 #include <math.h>
 
@@ -376,6 +384,152 @@ static void uniform_fill(float *x, size_t n, uint32_t seed) {
     for (size_t i = 0; i < n; i++) { r = r * 1664525u + 1013904223u; x[i] = (r >> 8) / 8388608.0f - 1.0f; }
 }
 
-const AttentionKernels attention_cpu = {causal_mask,         dot_forward, dot_backward_rows,  flash_forward,
-                                        flash_backward_rows, ring_begin,  ring_block_forward, ring_end,
-                                        ring_block_backward, uniform_fill};
+const AttentionKernels attention_cpu_plain = {causal_mask,         dot_forward, dot_backward_rows,  flash_forward,
+                                              flash_backward_rows, ring_begin,  ring_block_forward, ring_end,
+                                              ring_block_backward, uniform_fill};
+
+// ---- the same kernels on tiles of TILE_ROWS query rows ----
+
+// The running state of query rows i0 .. i1-1 of (b, h) before the first key: acc = 0 in o,
+// (m, l) = (mask value, 0).
+static void begin_rows(float *o, float *stats, int b, int h, int i0, int i1, int S, int N, int Dv) {
+    for (int i = i0; i < i1; i++) {
+        float *oi = o + (((size_t)b * S + i) * N + h) * Dv, *st = stats + (((size_t)b * N + h) * S + i) * 2;
+        for (int d = 0; d < Dv; d++) oi[d] = 0.0f;
+        st[0] = ATTN_MASK_VALUE;
+        st[1] = 0.0f;
+    }
+}
+static void finish_rows(float *o, const float *stats, int b, int h, int i0, int i1, int S, int N, int Dv,
+                        AttnRounding rnd) {
+    for (int i = i0; i < i1; i++)
+        finish_row(o + (((size_t)b * S + i) * N + h) * Dv, stats[(((size_t)b * N + h) * S + i) * 2 + 1], Dv, rnd);
+}
+static void zero_rows(float *dq, int b, int h, int i0, int i1, int S, int N, int Dqk) {
+    for (int i = i0; i < i1; i++)
+        for (int d = 0; d < Dqk; d++) dq[(((size_t)b * S + i) * N + h) * Dqk + d] = 0.0f;
+}
+
+// dot_forward's softmax is the merge of all W keys into an empty state: the first merge
+// finds the max m of the row's scores and rescales l = 0 and acc = 0 by exp(mask value - m)
+// = 0, which leaves them 0; then e_j = exp(s_j - m), l and acc are summed as dot_forward
+// sums them.
+static void dot_forward_tiles(float *o, float *stats, float *rows, const float *q, const float *k, const float *v,
+                              const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
+                              AttnRounding rnd) {
+    int W = q0 + S;
+    if (mask || !tiles_fit(Dqk, Dv) || W > TILE_MAX_KEYS) {
+        dot_forward(o, stats, rows, q, k, v, mask, B, S, q0, N, Nkv, Dqk, Dv, rnd);
+        return;
+    }
+    AttnGeom G = {B, S, q0, 0, N, Nkv, Dqk, Dv};
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * W * (Dqk + Dv) > 1e5)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < N; h++)
+            for (int i0 = 0; i0 < S; i0 += TILE_ROWS) {
+                int i1 = imin(i0 + TILE_ROWS, S);
+                begin_rows(o, stats, b, h, i0, i1, S, N, Dv);
+                tile_merge_keys(o, stats, q, k, v, G, b, h, i0, i1 - i0, 0, W, rnd);
+                finish_rows(o, stats, b, h, i0, i1, S, N, Dv, rnd);
+            }
+}
+
+static void dot_backward_tiles(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                               const float *v, const float *o, const float *stats, const unsigned char *mask, int B,
+                               int S, int q0, int r0, int r1, int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
+    if (mask || !tiles_fit(Dqk, Dv)) {
+        dot_backward_rows(dq, dk, dv, dout, q, k, v, o, stats, mask, B, S, q0, r0, r1, N, Nkv, Dqk, Dv, rnd);
+        return;
+    }
+    int group = N / Nkv;
+    AttnGeom G = {B, S, q0, 0, N, Nkv, Dqk, Dv};
+    // Per (sequence, kv head), the heads of its group in order and their rows in tiles in
+    // order: each dk, dv row gets its terms in dot_backward_rows's (head, row) order.
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * (r1 - r0) * (q0 + S) * (Dqk + Dv) > 1e5)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < Nkv; g++)
+            for (int h = g * group; h < (g + 1) * group; h++)
+                for (int i0 = r0; i0 < r1; i0 += TILE_ROWS) {
+                    int i1 = imin(i0 + TILE_ROWS, r1);
+                    zero_rows(dq, b, h, i0, i1, S, N, Dqk);
+                    tile_keys_backward(dq, dk, dv, dout, q, k, v, o, stats, G, b, h, i0, i1 - i0, 0, q0 + S, rnd);
+                }
+}
+
+// Each query block walks the key blocks as flash_forward does; inside a block the rows go in
+// tiles (rows are independent in the forward, so only each row's order of key blocks counts).
+static void flash_forward_tiles(float *o, float *stats, float *blocks, const float *q, const float *k,
+                                const float *v, const unsigned char *mask, int B, int S, int q0, int N, int Nkv,
+                                int Dqk, int Dv, AttnRounding rnd, int bq, int bkv) {
+    int W = q0 + S;
+    if (mask || !tiles_fit(Dqk, Dv) || imin(bkv, W) > TILE_MAX_KEYS) {
+        flash_forward(o, stats, blocks, q, k, v, mask, B, S, q0, N, Nkv, Dqk, Dv, rnd, bq, bkv);
+        return;
+    }
+    AttnGeom G = {B, S, q0, 0, N, Nkv, Dqk, Dv};
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * W * (Dqk + Dv) > 1e5)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < N; h++)
+            for (int i0 = 0; i0 < S; i0 += bq) {
+                int i1 = imin(i0 + bq, S);
+                begin_rows(o, stats, b, h, i0, i1, S, N, Dv);
+                for (int j0 = 0; j0 < q0 + i1; j0 += bkv)
+                    for (int t0 = i0; t0 < i1; t0 += TILE_ROWS)
+                        tile_merge_keys(o, stats, q, k, v, G, b, h, t0, imin(TILE_ROWS, i1 - t0), j0,
+                                        imin(j0 + bkv, q0 + i1), rnd);
+                finish_rows(o, stats, b, h, i0, i1, S, N, Dv, rnd);
+            }
+}
+
+// flash_backward_rows's sums are dot_backward_rows's, whatever the block sizes: the same
+// tiles.
+static void flash_backward_tiles(float *dq, float *dk, float *dv, float *Dblk, const float *dout, const float *q,
+                                 const float *k, const float *v, const float *o, const float *stats,
+                                 const unsigned char *mask, int B, int S, int q0, int r0, int r1, int N, int Nkv,
+                                 int Dqk, int Dv, AttnRounding rnd, int bq, int bkv) {
+    if (mask || !tiles_fit(Dqk, Dv)) {
+        flash_backward_rows(dq, dk, dv, Dblk, dout, q, k, v, o, stats, mask, B, S, q0, r0, r1, N, Nkv, Dqk, Dv, rnd,
+                            bq, bkv);
+        return;
+    }
+    dot_backward_tiles(dq, dk, dv, dout, q, k, v, o, stats, mask, B, S, q0, r0, r1, N, Nkv, Dqk, Dv, rnd);
+}
+
+static void ring_block_forward_tiles(float *o, float *stats, float *rows, const float *q, const float *kb,
+                                     const float *vb, const unsigned char *mask, int B, int S, int q0, int k0,
+                                     int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
+    if (mask || !tiles_fit(Dqk, Dv) || S > TILE_MAX_KEYS) {
+        ring_block_forward(o, stats, rows, q, kb, vb, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd);
+        return;
+    }
+    AttnGeom G = {B, S, q0, k0, N, Nkv, Dqk, Dv};
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * S * (Dqk + Dv) > 1e5)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < N; h++)
+            for (int i0 = 0; i0 < S; i0 += TILE_ROWS)
+                tile_merge_keys(o, stats, q, kb, vb, G, b, h, i0, imin(TILE_ROWS, S - i0), 0, S, rnd);
+}
+
+static void ring_block_backward_tiles(float *dq, float *dkb, float *dvb, const float *dout, const float *q,
+                                      const float *kb, const float *vb, const float *o, const float *stats,
+                                      const unsigned char *mask, int B, int S, int q0, int k0, int N, int Nkv,
+                                      int Dqk, int Dv, AttnRounding rnd) {
+    if (mask || !tiles_fit(Dqk, Dv)) {
+        ring_block_backward(dq, dkb, dvb, dout, q, kb, vb, o, stats, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd);
+        return;
+    }
+    int group = N / Nkv;
+    AttnGeom G = {B, S, q0, k0, N, Nkv, Dqk, Dv};
+    #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * S * (Dqk + Dv) > 1e5)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < Nkv; g++)
+            for (int h = g * group; h < (g + 1) * group; h++)
+                for (int i0 = 0; i0 < S; i0 += TILE_ROWS)
+                    tile_keys_backward(dq, dkb, dvb, dout, q, kb, vb, o, stats, G, b, h, i0, imin(TILE_ROWS, S - i0),
+                                       0, S, rnd);
+}
+
+const AttentionKernels attention_cpu = {causal_mask,          dot_forward_tiles,        dot_backward_tiles,
+                                        flash_forward_tiles,  flash_backward_tiles,     ring_begin,
+                                        ring_block_forward_tiles, ring_end,             ring_block_backward_tiles,
+                                        uniform_fill};

@@ -1,0 +1,270 @@
+// kernels/cpu/attn_tiles.c: the causal attention core on tiles of 16 query rows
+// (kernels/cpu/attn_tiles.h).
+//
+// Where the lanes go. A score s_ij = q_i . k_j is one chain over d, in order; so is
+// dP_ij = dO_i . v_j. A vector of 16 lanes holds the chains of 16 query rows against one
+// key: the tile's q rows are packed transposed, Qt (D, 16), and each step d adds
+// Qt[d] * k_j[d] (k_j[d] broadcast) to the 16 chains, eight keys side by side so the adds
+// do not wait on each other. The sums over keys and rows, o_i += e_ij v_j,
+// dq_i += dS_ij k_j, dk_j += dS_ij q_i, dv_j += P_ij dO_i, are chains per output element
+// with lanes over d: acc_rows keeps 16 to 64 elements of the output in registers while the
+// terms stream past in the order of the per-row loops (keys in order for o and dq; rows in
+// order for dk and dv). Every product is rounded and then added, as in plain C (the build
+// is ISO C: the compiler fuses no multiply-add), so each element sees the float operations
+// of kernels/cpu/attention.c in its order, and the same bits. expf stays the C library's,
+// one call per visible (row, key) pair, as in the per-row loops.
+//
+// The causal mask within a tile is a staircase: row r sees keys up to pos0 + r, pos0 =
+// q0 + i0 - k0. Every loop runs over exactly the visible pairs (a key's rows from the first
+// that sees it, a row's keys up to its own position); lanes of pairs that are not visible
+// are computed and never read.
+#include "kernels/cpu/attn_tiles.h"
+#include "kernels/bf16.h"
+#include <math.h>
+#include <stdint.h>
+
+enum { L = TILE_ROWS, KB = 64 };   // KB: keys per backward sub-block (its P and dS, 2 x 4 KiB)
+
+typedef float V16 __attribute__((vector_size(64), aligned(64)));
+// A 16-float vector at any float address (rows of q, k, v are 4-byte aligned).
+typedef float V16u __attribute__((vector_size(64), aligned(4), may_alias));
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+typedef int32_t I16 __attribute__((vector_size(64)));   // lane masks: -1 or 0
+// Macros, not functions: a function that passes a 64-byte vector by value has another ABI
+// on a build without AVX-512, and GCC warns about it.
+#define vld(p) (*(const V16u *)(p))
+#define vst(p, x) (*(V16u *)(p) = (x))
+// Lane by lane, a where the mask is set, else b.
+#define vblend(mask, a, b) ((V16)(((I16)(a) & (mask)) | ((I16)(b) & ~(mask))))
+
+// The row, in k or v (P,B,S,Nkv,D), of key j of sequence b: part j/S, row j%S.
+static inline const float *key_at(const float *x, const AttnGeom *G, int b, int j, int g, int D) {
+    return x + ((((size_t)(j / G->S) * G->B + b) * G->S + j % G->S) * G->Nkv + g) * D;
+}
+// Query row i of sequence b, head h, in x (B,S,N,D).
+static inline size_t qrow(const AttnGeom *G, int b, int i, int h) { return ((size_t)b * G->S + i) * G->N + h; }
+
+// y (D) += c_0 x_0 + c_1 x_1 + ... + c_{n-1} x_{n-1}, x_t = x + t*xs, c_t = c[t*cs]: each
+// y[d] is the chain ((y[d] + c_0 x_0[d]) + c_1 x_1[d]) + ..., as n calls of axpy. With a
+// second output z (not NULL), z (D) += the same rows with the coefficients e_t = e[t*cs],
+// each x_t load serving both. NV vectors of y (and of z) stay in registers over the n terms.
+static inline __attribute__((always_inline)) void acc_vecs(float *y, float *z, const float *x, size_t xs,
+                                                           const float *c, const float *e, int cs, int n, int NV,
+                                                           int two) {
+    V16 a[4], b[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) {
+        a[u] = vld(y + 16 * u);
+        if (two) b[u] = vld(z + 16 * u);
+    }
+    for (int t = 0; t < n; t++) {
+        float ct = c[(size_t)t * cs], et = two ? e[(size_t)t * cs] : 0.0f;
+        const float *xt = x + t * xs;
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) {
+            V16 xv = vld(xt + 16 * u);
+            a[u] = a[u] + ct * xv;
+            if (two) b[u] = b[u] + et * xv;
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) {
+        vst(y + 16 * u, a[u]);
+        if (two) vst(z + 16 * u, b[u]);
+    }
+}
+static void acc_rows2(float *y, float *z, int D, const float *x, size_t xs, const float *c, const float *e, int cs,
+                      int n) {
+    int d = 0;
+    if (z) {
+        for (; d + 64 <= D; d += 64) acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 4, 1);
+        if (d + 32 <= D) { acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 2, 1); d += 32; }
+        if (d + 16 <= D) { acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 1, 1); d += 16; }
+    } else {
+        for (; d + 64 <= D; d += 64) acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 4, 0);
+        if (d + 32 <= D) { acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 2, 0); d += 32; }
+        if (d + 16 <= D) { acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 1, 0); d += 16; }
+    }
+    for (; d < D; d++) {
+        float s = y[d], w = z ? z[d] : 0.0f;
+        for (int t = 0; t < n; t++) {
+            s += c[(size_t)t * cs] * x[t * xs + d];
+            if (z) w += e[(size_t)t * cs] * x[t * xs + d];
+        }
+        y[d] = s;
+        if (z) z[d] = w;
+    }
+}
+static void acc_rows(float *y, int D, const float *x, size_t xs, const float *c, int cs, int n) {
+    acc_rows2(y, NULL, D, x, xs, c, NULL, cs, n);
+}
+// Two rows of the tile, r and r+1 (z = NULL: r alone), that see keys up to n0 and n1 >= n0 of
+// the keys ja .. jb-1 of x (P,B,S,Nkv,D): y (row r) += c_j x_j over ja .. n0-1 and z (row r+1)
+// += e_j x_j over ja .. n1-1, c_j = c[(j-ja)*L], e_j = e[(j-ja)*L]; the keys both see in one
+// pass, cut where the keys cross from one part to the next.
+static void acc_keys2(float *y, float *z, int D, const float *x, const AttnGeom *G, int b, int g, const float *c,
+                      const float *e, int ja, int n0, int n1) {
+    for (int j = ja; j < (z ? n1 : n0);) {
+        int je = imin(z ? n1 : n0, (j / G->S + 1) * G->S), jc = imin(je, n0);   // both see ja .. jc-1
+        const float *xj = key_at(x, G, b, j, g, D);
+        size_t xs = (size_t)G->Nkv * D, t = (size_t)(j - ja) * L;
+        if (jc > j) acc_rows2(y, z, D, xj, xs, c + t, z ? e + t : NULL, L, jc - j);
+        if (z && je > imax(j, jc)) {
+            int j2 = imax(j, jc);
+            acc_rows(z, D, xj + (j2 - j) * xs, xs, e + (size_t)(j2 - ja) * L, L, je - j2);
+        }
+        j = je;
+    }
+}
+
+// s[t*16 + r] = chain over d of Xt[d*16 + r] * y_t[d], for the nt <= 8 keys' rows y_t:
+// eight keys' 16 chains side by side.
+static void scores8(float *s, const float *Xt, int D, const float *const *y, int nt) {
+    V16 a[8] = {0};
+    for (int d = 0; d < D; d++) {
+        V16 x = vld(Xt + (size_t)d * L);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) a[t] = a[t] + x * y[t][d];
+    }
+    for (int t = 0; t < nt; t++) vst(s + t * L, a[t]);
+}
+// s (jb-ja, 16): the chains of the tile's packed rows Xt (D, 16) against keys ja .. jb-1
+// of x (P,B,S,Nkv,D), kv head g.
+static void scores(float *s, const float *Xt, int D, const float *x, const AttnGeom *G, int b, int g, int ja,
+                   int jb) {
+    for (int j0 = ja; j0 < jb; j0 += 8) {
+        const float *y[8];
+        int nt = imin(8, jb - j0);
+        for (int t = 0; t < 8; t++) y[t] = key_at(x, G, b, j0 + imin(t, nt - 1), g, D);
+        scores8(s + (size_t)(j0 - ja) * L, Xt, D, y, nt);
+    }
+}
+// Xt (D, 16) = the tile's R rows of x (B,S,N,D), transposed; lanes past R hold 0.
+static void pack_rows(float *Xt, const float *x, const AttnGeom *G, int b, int h, int i0, int R, int D) {
+    for (int r = 0; r < L; r++) {
+        const float *xr = r < R ? x + qrow(G, b, i0 + r, h) * D : NULL;
+        for (int d = 0; d < D; d++) Xt[(size_t)d * L + r] = xr ? xr[d] : 0.0f;
+    }
+}
+
+void tile_merge_keys(float *o, float *stats, const float *q, const float *k, const float *v, AttnGeom G, int b,
+                     int h, int i0, int R, int ja, int jb, AttnRounding rnd) {
+    int g = h / (G.N / G.Nkv), Dqk = G.Dqk, Dv = G.Dv;
+    int pos0 = G.q0 + i0 - G.k0;          // row r sees keys j <= pos0 + r
+    int jend = imin(jb, pos0 + R);        // the keys the last row sees
+    if (jend <= ja) return;
+    float Qt[TILE_MAX_D * L] __attribute__((aligned(64)));
+    float e[TILE_MAX_KEYS * L] __attribute__((aligned(64)));   // (key, row): scores, then exp weights
+    pack_rows(Qt, q, &G, b, h, i0, R, Dqk);
+    scores(e, Qt, Dqk, k, &G, b, g, ja, jend);
+    // Lane r of a vector is row r; it sees key j when r >= j - pos0. The max of each row's
+    // scores, the max rule of merge_keys_row applied key by key.
+    I16 lane;
+    for (int r = 0; r < L; r++) lane[r] = r;
+    V16 bm = (V16){0} + ATTN_MASK_VALUE, m, l;
+    for (int j = ja; j < jend; j++) {
+        float *sj = e + (size_t)(j - ja) * L;
+        if (rnd.scores)
+            for (int r = 0; r < L; r++) sj[r] = bf16_round(sj[r]);
+        V16 s = vld(sj);
+        bm = vblend((s > bm) & (lane >= j - pos0), s, bm);
+    }
+    for (int r = 0; r < L; r++) {
+        float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
+        m[r] = r < R ? stt[0] : 0.0f;
+        l[r] = r < R ? stt[1] : 0.0f;
+        if (r < R && imin(jb, pos0 + r + 1) > ja && bm[r] > m[r]) {   // a new max: rescale what was summed
+            float a = expf(m[r] - bm[r]), *acc = o + qrow(&G, b, i0 + r, h) * Dv;
+            l[r] *= a;
+            for (int d = 0; d < Dv; d++) acc[d] *= a;
+            m[r] = bm[r];
+        }
+    }
+    // e_j = exp(s_j - m) and l += e_j, key by key, in the rows that see key j.
+    for (int j = ja; j < jend; j++) {
+        float *sj = e + (size_t)(j - ja) * L;
+        for (int r = imax(0, j - pos0); r < R; r++) {
+            float x = expf(sj[r] - m[r]);
+            sj[r] = rnd.probs ? bf16_round(x) : x;
+        }
+        l = vblend(lane >= j - pos0, l + vld(sj), l);
+    }
+    for (int r = 0; r < R; r++)
+        if (imin(jb, pos0 + r + 1) > ja) {   // the rows that see a key of the range
+            float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
+            stt[0] = m[r];
+            stt[1] = l[r];
+        }
+    // acc_r += sum_j e_j v_j over row r's keys, two rows at a time.
+    for (int r = 0; r < R; r += 2) {
+        int n0 = imin(jb, pos0 + r + 1), n1 = imin(jb, pos0 + r + 2);
+        float *z = r + 1 < R ? o + qrow(&G, b, i0 + r + 1, h) * Dv : NULL;
+        acc_keys2(o + qrow(&G, b, i0 + r, h) * Dv, z, Dv, v, &G, b, g, e + r, e + r + 1, ja, n0, n1);
+    }
+}
+
+void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                        const float *v, const float *o, const float *stats, AttnGeom G, int b, int h, int i0,
+                        int R, int ja, int jb, AttnRounding rnd) {
+    int g = h / (G.N / G.Nkv), Dqk = G.Dqk, Dv = G.Dv;
+    int pos0 = G.q0 + i0 - G.k0;
+    int jend = imin(jb, pos0 + R);
+    if (jend <= ja) return;
+    float Qt[TILE_MAX_D * L] __attribute__((aligned(64))), dOt[TILE_MAX_D * L] __attribute__((aligned(64)));
+    float P[KB * L] __attribute__((aligned(64))), dS[KB * L] __attribute__((aligned(64)));
+    float m[L], l[L], Di[L];
+    for (int r = R; r < L; r++) m[r] = 0.0f, l[r] = 1.0f, Di[r] = 0.0f;   // lanes past the tile
+    pack_rows(Qt, q, &G, b, h, i0, R, Dqk);
+    pack_rows(dOt, dout, &G, b, h, i0, R, Dv);
+    for (int r = 0; r < R; r++) {
+        size_t row = qrow(&G, b, i0 + r, h);
+        const float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2, *doi = dout + row * Dv;
+        m[r] = stt[0];
+        l[r] = stt[1];
+        float s = 0.0f;   // D_i = dO_i . o_i, one in-order chain
+        for (int d = 0; d < Dv; d++) s += doi[d] * o[row * Dv + d];
+        Di[r] = s;
+    }
+    V16 lv, dv_;
+    for (int r = 0; r < L; r++) lv[r] = l[r], dv_[r] = Di[r];
+    size_t qs = (size_t)G.N * Dqk, vs = (size_t)G.N * Dv;   // from one query row to the next
+    const float *q0r = q + qrow(&G, b, i0, h) * Dqk, *do0r = dout + qrow(&G, b, i0, h) * Dv;
+    // Key sub-blocks of KB keys (within one part): P and dS of the tile, then the sums.
+    for (int j0 = ja; j0 < jend;) {
+        int j1 = imin(imin(j0 + KB, jend), (j0 / G.S + 1) * G.S);
+        scores(P, Qt, Dqk, k, &G, b, g, j0, j1);    // s
+        scores(dS, dOt, Dv, v, &G, b, g, j0, j1);   // dO_i . v_j
+        for (int j = j0; j < j1; j++) {
+            float *pj = P + (size_t)(j - j0) * L, *dsj = dS + (size_t)(j - j0) * L;
+            int rf = imax(0, j - pos0);   // the rows that see key j: rf .. R-1
+            for (int r = 0; r < L; r++) {
+                if (r < rf || r >= R) { pj[r] = 0.0f; continue; }   // lanes never read
+                float s = rnd.scores ? bf16_round(pj[r]) : pj[r];
+                float e = expf(s - m[r]);
+                pj[r] = rnd.probs ? bf16_round(e) : e;
+            }
+            V16 p = vld(pj) / lv;   // p = e / l, dS = p (dP - D), lane by lane
+            vst(pj, p);
+            vst(dsj, p * (vld(dsj) - dv_));
+        }
+        // dv_j += P_ij dO_i and dk_j += dS_ij q_i over the rows that see key j, in row order.
+        // Two keys at a time where every row sees both.
+        for (int j = j0; j < j1; j++) {
+            int rf = imax(0, j - pos0), two = j + 1 < j1 && j + 1 <= pos0;
+            const float *pj = P + (size_t)(j - j0) * L + rf, *dsj = dS + (size_t)(j - j0) * L + rf;
+            float *dvj = (float *)key_at(dv, &G, b, j, g, Dv), *dkj = (float *)key_at(dk, &G, b, j, g, Dqk);
+            acc_rows2(dvj, two ? dvj + (size_t)G.Nkv * Dv : NULL, Dv, do0r + rf * vs, vs, pj, pj + L, 1, R - rf);
+            acc_rows2(dkj, two ? dkj + (size_t)G.Nkv * Dqk : NULL, Dqk, q0r + rf * qs, qs, dsj, dsj + L, 1, R - rf);
+            j += two;
+        }
+        // dq_i += dS_ij k_j over the keys row i sees, in key order, two rows at a time.
+        for (int r = 0; r < R; r += 2) {
+            float *z = r + 1 < R ? dq + qrow(&G, b, i0 + r + 1, h) * Dqk : NULL;
+            acc_keys2(dq + qrow(&G, b, i0 + r, h) * Dqk, z, Dqk, k, &G, b, g, dS + r, dS + r + 1, j0,
+                      imin(j1, pos0 + r + 1), imin(j1, pos0 + r + 2));
+        }
+        j0 = j1;
+    }
+}
