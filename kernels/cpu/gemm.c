@@ -165,13 +165,120 @@ static void kernel_avx512_t(int kc, const float *const *w, const float *Ap, floa
     }
 }
 
+// ---- Packing. A panel is w consecutive rows or columns of an operand laid out k-major, so
+// that the micro-kernel reads it with unit stride. Where the operand holds those w lines
+// with k contiguous (op(A) = A row-major, op(B) = W^T with W row-major, op(A)^T for the
+// transposed tile), packing is a transposition: pack_t, in a plain loop and with
+// in-register transposes of 16 x 16 (AVX-512) or 8 x 8 (AVX2) blocks. All three write the
+// same panel; each kernel set below packs with its own instruction set. ----
+
+// P (kc, w) k-major: P[k*w + r] = X[(r0+r)*ld + k0 + k] for r < rows, 0 for rows <= r < w.
+typedef void (*PackT)(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc);
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+static void pack_t_scalar(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
+    for (int r = 0; r < w; r++) {
+        const float *x = X + (size_t)(r0 + r) * ld + k0;
+        for (int k = 0; k < kc; k++) P[(size_t)k * w + r] = r < rows ? x[k] : 0.0f;
+    }
+}
+
+// v[r] (16 floats of line r) -> v[k] (the k-th float of every line), in 64 shuffles:
+// pairs of lines interleaved, then quadruples within each 128-bit lane, then the lanes.
+__attribute__((target("avx512f")))
+static inline void transpose16(__m512 v[16]) {
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 4) {   // v[i+j], lane L: element 4L+j of lines i .. i+3
+        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {   // lane L of v[j], v[4+j], v[8+j], v[12+j] -> line 4L+j
+        __m512 u0 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x88), u1 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xDD);
+        __m512 u2 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x88);
+        __m512 u3 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xDD);
+        t[j] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+        t[8 + j] = _mm512_shuffle_f32x4(u0, u2, 0xDD);
+        t[4 + j] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(u1, u3, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) v[i] = t[i];
+}
+
+// Groups of 16 lines by 16 k: masked loads (lines past `rows` are zeros, k past kc is not
+// read) and masked stores of the group's lines within w.
+__attribute__((target("avx512f")))
+static void pack_t_avx512(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
+    for (int g = 0; g < w; g += 16) {
+        __mmask16 lines = (__mmask16)((1u << imin(16, w - g)) - 1);
+        for (int k = 0; k < kc; k += 16) {
+            int kn = imin(16, kc - k);
+            __mmask16 ks = (__mmask16)((1u << kn) - 1);
+            __m512 v[16];
+            for (int r = 0; r < 16; r++)
+                v[r] = g + r < rows ? _mm512_maskz_loadu_ps(ks, X + (size_t)(r0 + g + r) * ld + k0 + k)
+                                    : _mm512_setzero_ps();
+            transpose16(v);
+            for (int i = 0; i < kn; i++) _mm512_mask_storeu_ps(P + (size_t)(k + i) * w + g, lines, v[i]);
+        }
+    }
+}
+
+// v[r] (8 floats of line r) -> v[k], in 24 shuffles.
+__attribute__((target("avx2")))
+static inline void transpose8(__m256 v[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {   // s[i+j], lane L: element 4L+j of lines i .. i+3
+        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x31);
+    }
+}
+
+// Groups of 8 lines by 8 k, as pack_t_avx512 (AVX2's masks are vectors of lanes).
+__attribute__((target("avx2")))
+static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int g = 0; g < w; g += 8) {
+        __m256i lines = _mm256_cmpgt_epi32(_mm256_set1_epi32(imin(8, w - g)), lane);
+        for (int k = 0; k < kc; k += 8) {
+            int kn = imin(8, kc - k);
+            __m256i ks = _mm256_cmpgt_epi32(_mm256_set1_epi32(kn), lane);
+            __m256 v[8];
+            for (int r = 0; r < 8; r++)
+                v[r] = g + r < rows ? _mm256_maskload_ps(X + (size_t)(r0 + g + r) * ld + k0 + k, ks)
+                                    : _mm256_setzero_ps();
+            transpose8(v);
+            for (int i = 0; i < kn; i++) _mm256_maskstore_ps(P + (size_t)(k + i) * w + g, lines, v[i]);
+        }
+    }
+}
+
 // tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
-// set has none (then op(B) = W^T is always packed).
-typedef struct { MicroKernel fn; int mr, nr; const char *name; WeightKernel tfn; int tn, tl; } KernelInfo;
+// set has none (then op(B) = W^T is always packed). pack: the set's pack_t.
+typedef struct { MicroKernel fn; int mr, nr; const char *name; WeightKernel tfn; int tn, tl; PackT pack; } KernelInfo;
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0},
-    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, pack_t_scalar},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0, pack_t_avx2},
+    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, pack_t_avx512},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -197,42 +304,31 @@ static const KernelInfo *kernel_pick(void) {
 
 const char *gemm_kernel_name(void) { return kernel_pick()->name; }
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-
 // Ap (kc, mr) k-major: Ap[k*mr + r] = op(A)(i0+r, k0+k), 0 for r >= rows.
 // op(A)(i, k) = A[i*ai + k*ak].
-static void pack_a(float *Ap, const float *A, size_t ai, size_t ak, int i0, int rows, int k0, int kc, int mr) {
-    for (int r = rows; r < mr; r++)
-        for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + r] = 0.0f;
-    if (ai == 1)   // op(A) = A^T: a k is a contiguous run of rows
-        for (int k = 0; k < kc; k++) {
-            const float *a = A + (size_t)(k0 + k) * ak + i0;
-            for (int r = 0; r < rows; r++) Ap[(size_t)k * mr + r] = a[r];
-        }
-    else
-        for (int r = 0; r < rows; r++) {
-            const float *a = A + (size_t)(i0 + r) * ai + (size_t)k0 * ak;
-            for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + r] = a[(size_t)k * ak];
-        }
+static void pack_a(const KernelInfo *kn, float *Ap, const float *A, size_t ai, size_t ak, int i0, int rows, int k0,
+                   int kc, int mr) {
+    if (ak == 1) {   // op(A) = A: a row is a contiguous run of k
+        kn->pack(Ap, mr, A, ai, i0, rows, k0, kc);
+        return;
+    }
+    for (int k = 0; k < kc; k++) {   // op(A) = A^T: a k is a contiguous run of rows
+        const float *a = A + (size_t)(k0 + k) * ak + i0;
+        for (int r = 0; r < mr; r++) Ap[(size_t)k * mr + r] = r < rows ? a[r] : 0.0f;
+    }
 }
 
 // Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols.
 // op(B)(k, j) = B[k*bk + j*bj].
-static void pack_b(float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0, int kc, int nr) {
-    if (bj == 1)   // op(B) = B: a k is a contiguous run of columns
-        for (int k = 0; k < kc; k++) {
-            const float *b = B + (size_t)(k0 + k) * bk + j0;
-            float *p = Bp + (size_t)k * nr;
-            for (int c = 0; c < cols; c++) p[c] = b[c];
-            for (int c = cols; c < nr; c++) p[c] = 0.0f;
-        }
-    else {   // op(B) = B^T: a column is a contiguous run of k
-        for (int c = 0; c < cols; c++) {
-            const float *b = B + (size_t)(j0 + c) * bj + (size_t)k0 * bk;
-            for (int k = 0; k < kc; k++) Bp[(size_t)k * nr + c] = b[k];
-        }
-        for (int k = 0; k < kc; k++)
-            for (int c = cols; c < nr; c++) Bp[(size_t)k * nr + c] = 0.0f;
+static void pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
+                   int kc, int nr) {
+    if (bk == 1) {   // op(B) = B^T: a column is a contiguous run of k
+        kn->pack(Bp, nr, B, bj, j0, cols, k0, kc);
+        return;
+    }
+    for (int k = 0; k < kc; k++) {   // op(B) = B: a k is a contiguous run of columns
+        const float *b = B + (size_t)(k0 + k) * bk + j0;
+        for (int c = 0; c < nr; c++) Bp[(size_t)k * nr + c] = c < cols ? b[c] : 0.0f;
     }
 }
 
@@ -267,7 +363,7 @@ static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, i
                       const float *Bp, float *Ap, const float *save) {
     int mr = kn->mr, nr = kn->nr, last = k0 + kc == g->K, split = g->K > kc || k0 > 0;
     for (int ir = 0; ir < mc; ir += mr)
-        pack_a(Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
+        pack_a(kn, Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
     for (int jr = 0; jr < nc; jr += nr)
         for (int ir = 0; ir < mc; ir += mr) {
             float *c = g->C + (size_t)(i0 + ir) * g->ldc + j0 + jr;
@@ -303,13 +399,13 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     {
         float *Ap = buffer((size_t)panels * mr * K), *Be = buffer((size_t)K * nr);
         for (int p = 0; p < panels; p++)
-            pack_a(Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, p * mr, imin(mr, M - p * mr), 0, K, mr);
+            pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, p * mr, imin(mr, M - p * mr), 0, K, mr);
         #pragma omp for schedule(static)
         for (int jr = 0; jr < N; jr += nr) {
             int cols = imin(nr, N - jr), ldb = (int)g->bk;
             const float *b = g->B + jr;
             if (cols < nr) {
-                pack_b(Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
+                pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
                 b = Be;
                 ldb = nr;
             }
@@ -340,7 +436,7 @@ static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
         float *Ap = buffer((size_t)panels * tl * K), *T = buffer((size_t)tn * tl);
         const float *w[MR_MAX];
         for (int p = 0; p < panels; p++)   // Ap[k*tl + l] = op(A)(p*tl + l, k)
-            pack_b(Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
+            pack_b(kn, Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
         #pragma omp for schedule(static)
         for (int j0 = 0; j0 < N; j0 += tn) {
             int cols = imin(tn, N - j0);
@@ -410,7 +506,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                 }
                 #pragma omp for schedule(static)
                 for (int jr = 0; jr < nc; jr += nr)
-                    pack_b(Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
+                    pack_b(kn, Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
                 #pragma omp for schedule(dynamic)
                 for (int rb = 0; rb < nrb; rb++)
                     gemm_rows(kn, &g, rb * mc, imin(mc, M - rb * mc), j0, nc, k0, kc, Bp, Ap, save);
