@@ -39,7 +39,13 @@
 // micro-kernel sweeps the B panels (KC x 32) across it. MC and NC are multiples of every
 // kernel's tile so that only the edges of C are partial tiles; MC shrinks for small M so
 // that every thread gets row blocks.
-enum { MC = 96, NC = 512, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
+#ifndef XNC
+#define XNC 512
+#endif
+#ifndef XKC
+#define XKC 1024
+#endif
+enum { MC = 96, NC = XNC, KC = XKC, MR_MAX = 12, NR_MAX = 32 };
 
 // The most rows of a product that reads B in place (gemm_stream for op(B) = B,
 // gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
@@ -314,7 +320,9 @@ static void pack_a(const KernelInfo *kn, float *Ap, const float *A, size_t ai, s
     }
     for (int k = 0; k < kc; k++) {   // op(A) = A^T: a k is a contiguous run of rows
         const float *a = A + (size_t)(k0 + k) * ak + i0;
-        for (int r = 0; r < mr; r++) Ap[(size_t)k * mr + r] = r < rows ? a[r] : 0.0f;
+        float *p = Ap + (size_t)k * mr;
+        for (int r = 0; r < rows; r++) p[r] = a[r];
+        for (int r = rows; r < mr; r++) p[r] = 0.0f;
     }
 }
 
@@ -328,7 +336,9 @@ static void pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, s
     }
     for (int k = 0; k < kc; k++) {   // op(B) = B: a k is a contiguous run of columns
         const float *b = B + (size_t)(k0 + k) * bk + j0;
-        for (int c = 0; c < nr; c++) Bp[(size_t)k * nr + c] = c < cols ? b[c] : 0.0f;
+        float *p = Bp + (size_t)k * nr;
+        for (int c = 0; c < cols; c++) p[c] = b[c];
+        for (int c = cols; c < nr; c++) p[c] = 0.0f;
     }
 }
 
@@ -395,9 +405,11 @@ static float *buffer(size_t floats) {
 // read from C itself. Only a last, partial column panel is packed (zero-padded).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, panels = (M + mr - 1) / mr;
+    float *Ap = buffer((size_t)panels * mr * K);
     #pragma omp parallel if (par)
     {
-        float *Ap = buffer((size_t)panels * mr * K), *Be = buffer((size_t)K * nr);
+        float *Be = buffer((size_t)K * nr);
+        #pragma omp for schedule(static)
         for (int p = 0; p < panels; p++)
             pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, p * mr, imin(mr, M - p * mr), 0, K, mr);
         #pragma omp for schedule(static)
@@ -417,9 +429,9 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
                 else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
             }
         }
-        free(Ap);
         free(Be);
     }
+    free(Ap);
 }
 
 // Few rows, op(B) = W^T with W (N,K) stored row-major: packing W^T into k-major panels is
@@ -431,10 +443,12 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
 // old value (accumulate) is added to the finished chain.
 static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
     int tn = kn->tn, tl = kn->tl, M = g->M, N = g->N, K = g->K, panels = (M + tl - 1) / tl;
+    float *Ap = buffer((size_t)panels * tl * K);
     #pragma omp parallel if (par)
     {
-        float *Ap = buffer((size_t)panels * tl * K), *T = buffer((size_t)tn * tl);
+        float *T = buffer((size_t)tn * tl);
         const float *w[MR_MAX];
+        #pragma omp for schedule(static)
         for (int p = 0; p < panels; p++)   // Ap[k*tl + l] = op(A)(p*tl + l, k)
             pack_b(kn, Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
         #pragma omp for schedule(static)
@@ -449,9 +463,9 @@ static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
                 }
             }
         }
-        free(Ap);
         free(T);
     }
+    free(Ap);
 }
 
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
