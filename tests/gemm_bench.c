@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
     // An expert's few rows (a small batch, or a rarely chosen expert), forward (expert up)
     // and input gradient (expert dinp): B packed against B read in place
     // (kernels/cpu/gemm.c:gemm_stream, gemm_stream_t), side by side, 2 threads.
-    int rows[] = {8, 32, 64, 128, 256, 512};
+    int rows[] = {8, 32, 64, 128, 192, 256, 384, 512};
     for (int tB = 0; tB < 2; tB++)
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             int N = tB ? 512 : 1024, K = tB ? 1024 : 512;

@@ -45,7 +45,7 @@
 #ifndef XKC
 #define XKC 1024
 #endif
-enum { MC = 96, NC = XNC, KC = XKC, MR_MAX = 12, NR_MAX = 32 };
+enum { MS = 768, MC = 96, NC = XNC, KC = XKC, MR_MAX = 12, NR_MAX = 32 };
 
 // The most rows of a product that reads B in place (gemm_stream for op(B) = B,
 // gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
@@ -404,29 +404,33 @@ static float *buffer(size_t floats) {
 // so every chain starts at 0 and the old value (accumulate) is added to the finished chain,
 // read from C itself. Only a last, partial column panel is packed (zero-padded).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
-    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, panels = (M + mr - 1) / mr;
-    float *Ap = buffer((size_t)panels * mr * K);
+    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
+    float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
         float *Be = buffer((size_t)K * nr);
-        #pragma omp for schedule(static)
-        for (int p = 0; p < panels; p++)
-            pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, p * mr, imin(mr, M - p * mr), 0, K, mr);
-        #pragma omp for schedule(static)
-        for (int jr = 0; jr < N; jr += nr) {
-            int cols = imin(nr, N - jr), ldb = (int)g->bk;
-            const float *b = g->B + jr;
-            if (cols < nr) {
-                pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
-                b = Be;
-                ldb = nr;
-            }
-            for (int p = 0; p < panels; p++) {
-                int rows = imin(mr, M - p * mr);
-                float *c = g->C + (size_t)p * mr * g->ldc + jr;
-                const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
-                if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
-                else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
+        for (int i0 = 0; i0 < M; i0 += ms) {
+            int panels = (imin(ms, M - i0) + mr - 1) / mr;
+            #pragma omp for schedule(static)
+            for (int p = 0; p < panels; p++)
+                pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, M - i0 - p * mr), 0,
+                       K, mr);
+            #pragma omp for schedule(static)
+            for (int jr = 0; jr < N; jr += nr) {
+                int cols = imin(nr, N - jr), ldb = (int)g->bk;
+                const float *b = g->B + jr;
+                if (cols < nr) {
+                    pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
+                    b = Be;
+                    ldb = nr;
+                }
+                for (int p = 0; p < panels; p++) {
+                    int rows = imin(mr, M - i0 - p * mr);
+                    float *c = g->C + (size_t)(i0 + p * mr) * g->ldc + jr;
+                    const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
+                    if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
+                    else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
+                }
             }
         }
         free(Be);

@@ -28,7 +28,7 @@ const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "s
 // behind from 384 at K = 1024; B^T gains or breaks even at 128 rows and falls behind from
 // 192. A test can set 0 (always pack) or a large value (always in place) for both; a
 // negative value restores the defaults.
-enum { STREAM_M_B = 256, STREAM_M_WT = 128 };
+enum { STREAM_M_B = 1 << 30, STREAM_M_WT = 128 };
 void gemm_set_stream_rows(int rows);
 
 #endif
