@@ -2,57 +2,61 @@
 // register-tile micro-kernel per instruction set (AVX-512, AVX2, scalar) chosen at run time.
 //
 // How the chain survives the blocking. C is cut into column blocks of NC and the
-// contraction into K blocks of KC (the whole of K up to 1024, so the layers of the presets
-// run one K block). Per (column block, K block) the threads first pack the B block
-// together, then each takes row blocks of C: it packs its A rows and runs the micro-kernel
-// over every tile. A K block continues every element's chain where the previous one
-// stopped: the micro-kernel loads the partial chain from C into its accumulators (instead
-// of 0) and goes on with k in order, so the chain is the same whatever KC is. With
-// accumulate, C's old value is added only to the finished chain: when K takes more than
-// one block, the column block's old values are first copied aside (`save`), the chains
-// are built in C, and the last K block adds the saved values. Rows and columns past the
-// edge of C are zero-padded in the panels and computed in a tile on the stack; a lane's
-// chain never looks at its neighbours, so the padding changes nothing.
+// contraction into K blocks of KC (up to 1024 of each, so the layers of the presets run
+// one block of each and every panel is packed once per call). Per (column block, K block)
+// the threads first pack the B block together, then each takes row blocks of C: it packs
+// its A rows and runs the micro-kernel over every tile. A K block continues every
+// element's chain where the previous one stopped: the micro-kernel loads the partial chain
+// from C into its accumulators (instead of 0) and goes on with k in order, so the chain is
+// the same whatever KC is. With accumulate, C's old value is added only to the finished
+// chain: when K takes more than one block, the column block's old values are first copied
+// aside (`save`), the chains are built in C, and the last K block adds the saved values.
+// Rows and columns past the edge of C are zero-padded in the panels and computed in a tile
+// on the stack; a lane's chain never looks at its neighbours, so the padding changes
+// nothing.
 //
-// Products of few rows (up to STREAM_M_B or STREAM_M_WT, gemm.h) skip the B block:
-// gemm_stream reads op(B) = B in place, gemm_stream_t reads the rows of W for op(B) = W^T
-// in place (AVX-512; the other kernel sets pack it). Their chains are the same: each
-// element is one pass over all of K from 0, and the old value is added to the finished
-// chain.
+// B read in place (when K fits one block): gemm_stream reads op(B) = B where it lies, at
+// any number of rows, and gemm_stream_t reads the rows of W for op(B) = W^T, up to
+// STREAM_M_WT rows (gemm.h; AVX-512; the other kernel sets pack it). Their chains are the
+// same: each element is one pass over all of K from 0, and the old value is added to the
+// finished chain.
 //
-// The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
+// Packing is a copy where the operand's k-major lines are already contiguous and a
+// transposition where they are not (pack_t: op(A) = A, op(B) = W^T), done 16 x 16 or 8 x 8
+// at a time in registers.
+//
+// The packing buffers (a B block of KC x NC floats, up to 4 MiB, per call; an A block of
 // MC x KC, 384 KiB, per thread; the saved M x NC old values when accumulating over more
-// than one K block; on the few-row paths, whose K is one block, all of op(A), M x K, per
-// thread, and one edge panel) belong to the kernel, like a BLAS library's own buffers,
-// not to the model: they are plain heap memory outside the device's tagged allocator,
-// freed before the call returns, so the planner's figures do not see them either way.
-// transB needs no transposed copy: the B panels are packed from either layout.
+// than one K block; on the in-place paths, whose K is one block, op(A) packed for up to MS
+// rows at a time, shared by the threads, and one edge panel per thread) belong to the
+// kernel, like a BLAS library's own buffers, not to the model: they are plain heap memory
+// outside the device's tagged allocator, freed before the call returns, so the planner's
+// figures do not see them either way. No packed weight outlives a call.
 #include "kernels/cpu/gemm.h"
 #include "core/common.h"
 #include <immintrin.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <limits.h>
 #include <stdlib.h>
 
 // Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
-// micro-kernel sweeps the B panels (KC x 32) across it. MC and NC are multiples of every
-// kernel's tile so that only the edges of C are partial tiles; MC shrinks for small M so
-// that every thread gets row blocks.
-#ifndef XNC
-#define XNC 512
-#endif
-#ifndef XKC
-#define XKC 1024
-#endif
-enum { MS = 768, MC = 96, NC = XNC, KC = XKC, MR_MAX = 12, NR_MAX = 32 };
+// micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
+// is read from L3. MS, MC and NC are multiples of every kernel's tile so that only the
+// edges of C are partial tiles; MC shrinks for small M so that every thread gets row
+// blocks. Measured with build/gemm_bench on a Zen 4: KC = 512 or 256 in place of 1024
+// gained nothing at K = 1024 (256 lost 4-7% on n = 2048); NC = 1024 in place of 512,
+// which packs op(A) once instead of twice at N = 1024, was within the noise; in-place
+// chunks of MS = 96 rows lost 5%, 384 rows and more did as well as no chunks.
+enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
-// The most rows of a product that reads B in place (gemm_stream for op(B) = B,
+// The most rows of a product that reads B in place (gemm_stream for op(B) = B: any;
 // gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
 // every shape down both paths.
-static int stream_b = STREAM_M_B, stream_wt = STREAM_M_WT;
+static int stream_b = INT_MAX, stream_wt = STREAM_M_WT;
 void gemm_set_stream_rows(int rows) {
-    stream_b = rows < 0 ? STREAM_M_B : rows;
+    stream_b = rows < 0 ? INT_MAX : rows;
     stream_wt = rows < 0 ? STREAM_M_WT : rows;
 }
 
@@ -396,13 +400,15 @@ static float *buffer(size_t floats) {
     return p;
 }
 
-// Few rows, op(B) = B: a k of a B panel is a contiguous run of columns, so the micro-kernel
-// reads B where it lies and no B block is packed. Packing B copies all K x N of it, as much
-// memory traffic as the product reads, which a product of few rows cannot repay: at 32
-// rows it costs more than the FMAs. Each thread packs all of A (few rows, all of K), then
-// takes column panels; a panel is read from B once per row panel of A. K runs in one pass,
-// so every chain starts at 0 and the old value (accumulate) is added to the finished chain,
-// read from C itself. Only a last, partial column panel is packed (zero-padded).
+// op(B) = B, K within one block: a k of a B panel is a contiguous run of columns, so the
+// micro-kernel reads B where it lies and no B block is packed. Packing B copies all K x N
+// of it, as much memory traffic as the product reads: at 32 rows it costs more than the
+// FMAs, and at the presets' 500 to 1300 rows it still costs more than the strided reads of
+// B save. Rows go in chunks of MS: the threads pack a chunk's op(A) together (each panel
+// once), then take column panels and run each down the chunk's row panels; a B panel is
+// read from B once per chunk. K runs in one pass, so every chain starts at 0 and the old
+// value (accumulate) is added to the finished chain, read from C itself. Only a last,
+// partial column panel is packed (zero-padded).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
     float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
