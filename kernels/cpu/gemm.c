@@ -188,10 +188,12 @@ typedef void (*PackT)(float *P, int w, const float *X, size_t ld, int r0, int ro
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
 static void pack_t_scalar(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
-    for (int r = 0; r < w; r++) {
+    for (int r = 0; r < rows; r++) {
         const float *x = X + (size_t)(r0 + r) * ld + k0;
-        for (int k = 0; k < kc; k++) P[(size_t)k * w + r] = r < rows ? x[k] : 0.0f;
+        for (int k = 0; k < kc; k++) P[(size_t)k * w + r] = x[k];
     }
+    for (int r = rows; r < w; r++)
+        for (int k = 0; k < kc; k++) P[(size_t)k * w + r] = 0.0f;
 }
 
 // v[r] (16 floats of line r) -> v[k] (the k-th float of every line), in 64 shuffles:
