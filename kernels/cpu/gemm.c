@@ -348,6 +348,18 @@ static void pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, s
     }
 }
 
+// op(A) = A^T: the k-th row of every panel of `rows` rows of op(A), read from `a`, the
+// contiguous run of those rows at k in A. A row of A read in order, rather than a panel's
+// 12 values of each k, reads whole cache lines and lets the prefetcher follow.
+static void pack_at_row(float *Ap, const float *a, int rows, int k, int kc, int mr) {
+    for (int i = 0; i < rows; i += mr) {
+        float *p = Ap + (size_t)i * kc + (size_t)k * mr;
+        int n = imin(mr, rows - i);
+        memcpy(p, a + i, sizeof(float) * n);
+        for (int r = n; r < mr; r++) p[r] = 0.0f;
+    }
+}
+
 // A tile at the edge of C (rows < mr or cols < nr): the kernel runs on a full tile on the
 // stack, holding the valid elements' partial chains and old values, and the valid ones are
 // copied back.
@@ -419,10 +431,15 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
         float *Be = buffer((size_t)K * nr);
         for (int i0 = 0; i0 < M; i0 += ms) {
             int panels = (imin(ms, M - i0) + mr - 1) / mr;
-            #pragma omp for schedule(static)
-            for (int p = 0; p < panels; p++)
-                pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, M - i0 - p * mr), 0,
-                       K, mr);
+            if (g->ak == 1) {
+                #pragma omp for schedule(static)
+                for (int p = 0; p < panels; p++)
+                    pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, M - i0 - p * mr),
+                           0, K, mr);
+            } else {
+                #pragma omp for schedule(static)
+                for (int k = 0; k < K; k++) pack_at_row(Ap, g->A + (size_t)k * g->ak + i0, imin(ms, M - i0), k, K, mr);
+            }
             #pragma omp for schedule(static)
             for (int jr = 0; jr < N; jr += nr) {
                 int cols = imin(nr, N - jr), ldb = (int)g->bk;
