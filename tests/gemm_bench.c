@@ -73,8 +73,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[2], "cold") != 0) die("gemm_bench: the second argument can only be 'cold', got '%s'", argv[2]);
         evict = filled(EVICT_FLOATS);
     }
-    printf("gemm kernel: %s; BLAS: %s; caches: %s\n", gemm_kernel_name(), blas_description(),
-           evict ? "cold (64 MiB written before each product)" : "warm (repeats)");
+    printf("gemm kernel: %s; BLAS: %s\n", gemm_kernel_name(), blas_description());
+    printf("caches: %s\n", evict ? "cold (64 MiB written before each product)" : "warm (repeats)");
     for (int th = 1; th <= 2; th++) {
         omp_set_num_threads(th);
         blas_set_threads(th);
