@@ -45,10 +45,11 @@
 // micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
 // is read from L3. MS, MC and NC are multiples of every kernel's tile so that only the
 // edges of C are partial tiles; MC shrinks for small M so that every thread gets row
-// blocks. Measured with build/gemm_bench on a Zen 4: KC = 512 or 256 in place of 1024
-// gained nothing at K = 1024 (256 lost 4-7% on n = 2048); NC = 1024 in place of 512,
-// which packs op(A) once instead of twice at N = 1024, was within the noise; in-place
-// chunks of MS = 96 rows lost 5%, 384 rows and more did as well as no chunks.
+// blocks. Measured on a Zen 4, the variants' products at the presets' shapes timed side
+// by side in one process with their operands evicted from the caches: KC = 512 or 256 in
+// place of 1024 gained nothing at K = 1024 (256 lost 4-7% on n = 2048); NC = 1024 in place
+// of 512, which packs op(A) once instead of twice at N = 1024, was within the noise;
+// in-place chunks of MS = 96 rows lost 5%, 384 rows and more did as well as no chunks.
 enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
 // The most rows of a product that reads B in place (gemm_stream for op(B) = B: any;
@@ -417,8 +418,8 @@ static float *buffer(size_t floats) {
 // op(B) = B, K within one block: a k of a B panel is a contiguous run of columns, so the
 // micro-kernel reads B where it lies and no B block is packed. Packing B copies all K x N
 // of it, as much memory traffic as the product reads: at 32 rows it costs more than the
-// FMAs, and at the presets' 500 to 1300 rows it still costs more than the strided reads of
-// B save. Rows go in chunks of MS: the threads pack a chunk's op(A) together (each panel
+// FMAs, and at 512 rows it still costs more than the strided reads of B save
+// (build/gemm_bench's "few rows" lines). Rows go in chunks of MS: the threads pack a chunk's op(A) together (each panel
 // once), then take column panels and run each down the chunk's row panels; a B panel is
 // read from B once per chunk. K runs in one pass, so every chain starts at 0 and the old
 // value (accumulate) is added to the finished chain, read from C itself. Only a last,

@@ -24,11 +24,11 @@ const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "s
 // Where B is read in place instead of packed (the same bits either way), when K fits one K
 // block (1024): op(B) = B at any number of rows (gemm_stream), op(B) = W^T up to
 // STREAM_M_WT rows (gemm_stream_t). Measured by build/gemm_bench's "few rows" lines on a
-// Zen 4, per CPU-second against the packed path with vectorised packing: B read in place
-// gains at every row count from 8 to 512 (and at the presets' expert products of 600 to
-// 1300 rows); the transposed tile gains up to 128 rows, breaks even at 192 and falls
-// behind from 256. A test can set 0 (always pack) or a large value (always in place) for
-// both; a negative value restores the defaults.
+// Zen 4, per CPU-second against the packed path with vectorised packing, warm and `cold`:
+// B read in place gains at every row count from 8 to 512; the transposed tile gains from
+// 32 to 128 rows, at 192 and 256 gains cold and loses warm, and loses from 384 (at 8 rows
+// it loses warm and gains cold). A test can set 0 (always pack) or a large value (always
+// in place) for both; a negative value restores the defaults.
 enum { STREAM_M_WT = 128 };
 void gemm_set_stream_rows(int rows);
 
