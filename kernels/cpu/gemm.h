@@ -26,9 +26,9 @@ const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "s
 // STREAM_M_WT rows (gemm_stream_t). Measured by build/gemm_bench's "few rows" lines on a
 // Zen 4, per CPU-second against the packed path with vectorised packing, warm and `cold`:
 // B read in place gains at every row count from 8 to 512; the transposed tile gains from
-// 32 to 128 rows, at 192 and 256 gains cold and loses warm, and loses from 384 (at 8 rows
-// it loses warm and gains cold). A test can set 0 (always pack) or a large value (always
-// in place) for both; a negative value restores the defaults.
+// 32 to 128 rows (at 128 cold; warm it is even), and from 192 rows it is even at best and
+// mostly loses (at 8 rows it loses warm and gains cold). A test can set 0 (always pack)
+// or a large value (always in place) for both; a negative value restores the defaults.
 enum { STREAM_M_WT = 128 };
 void gemm_set_stream_rows(int rows);
 
