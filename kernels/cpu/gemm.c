@@ -419,11 +419,11 @@ static float *buffer(size_t floats) {
 // micro-kernel reads B where it lies and no B block is packed. Packing B copies all K x N
 // of it, as much memory traffic as the product reads: at 32 rows it costs more than the
 // FMAs, and at 512 rows it still costs more than the strided reads of B save
-// (build/gemm_bench's "few rows" lines). Rows go in chunks of MS: the threads pack a chunk's op(A) together (each panel
-// once), then take column panels and run each down the chunk's row panels; a B panel is
-// read from B once per chunk. K runs in one pass, so every chain starts at 0 and the old
-// value (accumulate) is added to the finished chain, read from C itself. Only a last,
-// partial column panel is packed (zero-padded).
+// (build/gemm_bench's "few rows" lines). Rows go in chunks of MS: the threads pack a
+// chunk's op(A) together (each panel once), then take column panels and run each down the
+// chunk's row panels; a B panel is read from B once per chunk. K runs in one pass, so
+// every chain starts at 0 and the old value (accumulate) is added to the finished chain,
+// read from C itself. Only a last, partial column panel is packed (zero-padded).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
     float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
@@ -514,8 +514,9 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
     int par = (double)M * N * K > 1e6;
-    // The few-row paths run K in one block; a longer K takes the blocked path, so that
-    // their copy of op(A) stays within a K block (M x KC floats per thread).
+    // The in-place paths run K in one block; a longer K takes the blocked path, so that
+    // their packed op(A) (MS rows at a time, or the transposed tile's few rows) stays
+    // within a K block.
     if (!transB && M <= stream_b && K <= KC) {
         gemm_stream(kn, &g, par);
         return;
