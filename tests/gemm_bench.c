@@ -4,7 +4,10 @@
 // -small presets run. Each figure is the best of a few repeats (2 M N K flops per product),
 // by the clock and per CPU-second (the process's CPU time, all threads): on a machine shared
 // with other work the clock says what this run got, the CPU time what the kernel does.
-//   build/gemm_bench [n]        (n = 2048 by default)
+// With `cold`, every timed product first writes a 64 MiB buffer, so that its operands come
+// from memory, as in a training step, where a weight or an activation was last touched a
+// whole layer before; without it the repeats find them in the caches.
+//   build/gemm_bench [n] [cold]        (n = 2048 by default)
 #include "core/common.h"
 #include "kernels/cpu/gemm.h"
 #include "model/matmul.h"
@@ -31,11 +34,16 @@ static float *filled(size_t n) {
 
 typedef struct { double wall, cpu; } Rate;   // GFLOP per second, per CPU-second
 
+static float *evict;   // cold: written before each timed product (64 MiB, more than L3)
+enum { EVICT_FLOATS = 16 << 20 };
+
 // C (M,N) = op(A) @ op(B), best of `reps` (after one warm-up); blas picks OpenBLAS.
 static Rate gflops(int blas __attribute__((unused)), int tA, int tB, int M, int N, int K, int reps) {
     float *A = filled((size_t)M * K), *B = filled((size_t)K * N), *C = filled((size_t)M * N);
     double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r <= reps; r++) {
+        if (evict)
+            for (size_t i = 0; i < EVICT_FLOATS; i += 16) evict[i] += 1.0f;
         double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
 #ifndef MESHMOE_NO_BLAS
         if (blas)
@@ -61,7 +69,12 @@ int main(int argc, char **argv) {
     mem_set_device(&dev);
     int n = argc > 1 ? atoi(argv[1]) : 2048;
     if (n < 16) die("gemm_bench: n must be at least 16");
+    if (argc > 2) {
+        if (strcmp(argv[2], "cold") != 0) die("gemm_bench: the second argument can only be 'cold', got '%s'", argv[2]);
+        evict = filled(EVICT_FLOATS);
+    }
     printf("gemm kernel: %s; BLAS: %s\n", gemm_kernel_name(), blas_description());
+    printf("caches: %s\n", evict ? "cold (64 MiB written before each product)" : "warm (repeats)");
     for (int th = 1; th <= 2; th++) {
         omp_set_num_threads(th);
         blas_set_threads(th);
@@ -91,7 +104,7 @@ int main(int argc, char **argv) {
     // An expert's few rows (a small batch, or a rarely chosen expert), forward (expert up)
     // and input gradient (expert dinp): B packed against B read in place
     // (kernels/cpu/gemm.c:gemm_stream, gemm_stream_t), side by side, 2 threads.
-    int rows[] = {8, 32, 64, 128, 256, 512};
+    int rows[] = {8, 32, 64, 128, 192, 256, 384, 512};
     for (int tB = 0; tB < 2; tB++)
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             int N = tB ? 512 : 1024, K = tB ? 1024 : 512;

@@ -146,12 +146,15 @@ int main(void) {
     printf("  kernels on this CPU: scalar%s%s; auto picks %s\n",
            gemm_kernel_available(GEMM_KERNEL_AVX2) ? ", avx2" : "",
            gemm_kernel_available(GEMM_KERNEL_AVX512) ? ", avx512" : "", gemm_kernel_name());
-    // Shapes: every remainder of the register tiles (12, 6, 4 rows; 32, 16, 8 columns), the
-    // cache blocks (96 rows, 512 columns, 1024 of K: one, several, and a ragged last block).
+    // Shapes: every remainder of the register tiles (12, 6, 4 rows; 32, 16, 8 columns) and
+    // of the packing transposes (16 and 8 k at a time), the cache blocks (96 rows, 1024
+    // columns, 1024 of K: one, several, and a ragged last block), the in-place path's row
+    // chunks (768 rows: 781 takes two).
     int shapes[][3] = {
         {1, 1, 1}, {1, 40, 3}, {13, 1, 5}, {2, 33, 7}, {3, 31, 16}, {5, 17, 9}, {7, 15, 11},
         {11, 9, 20}, {12, 32, 1}, {13, 47, 33}, {23, 63, 40}, {25, 65, 64}, {97, 257, 100},
         {100, 300, 383}, {96, 256, 384}, {50, 70, 385}, {37, 41, 800}, {130, 520, 769}, {96, 512, 1024}, {29, 45, 1025}, {101, 530, 2100},
+        {781, 37, 45}, {40, 1100, 70},
     };
     double worst = 0.0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)

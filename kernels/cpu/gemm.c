@@ -2,51 +2,62 @@
 // register-tile micro-kernel per instruction set (AVX-512, AVX2, scalar) chosen at run time.
 //
 // How the chain survives the blocking. C is cut into column blocks of NC and the
-// contraction into K blocks of KC (the whole of K up to 1024, so the layers of the presets
-// run one K block). Per (column block, K block) the threads first pack the B block
-// together, then each takes row blocks of C: it packs its A rows and runs the micro-kernel
-// over every tile. A K block continues every element's chain where the previous one
-// stopped: the micro-kernel loads the partial chain from C into its accumulators (instead
-// of 0) and goes on with k in order, so the chain is the same whatever KC is. With
-// accumulate, C's old value is added only to the finished chain: when K takes more than
-// one block, the column block's old values are first copied aside (`save`), the chains
-// are built in C, and the last K block adds the saved values. Rows and columns past the
-// edge of C are zero-padded in the panels and computed in a tile on the stack; a lane's
-// chain never looks at its neighbours, so the padding changes nothing.
+// contraction into K blocks of KC (up to 1024 of each, so the layers of the presets run
+// one block of each and every panel is packed once per call). Per (column block, K block)
+// the threads first pack the B block together, then each takes row blocks of C: it packs
+// its A rows and runs the micro-kernel over every tile. A K block continues every
+// element's chain where the previous one stopped: the micro-kernel loads the partial chain
+// from C into its accumulators (instead of 0) and goes on with k in order, so the chain is
+// the same whatever KC is. With accumulate, C's old value is added only to the finished
+// chain: when K takes more than one block, the column block's old values are first copied
+// aside (`save`), the chains are built in C, and the last K block adds the saved values.
+// Rows and columns past the edge of C are zero-padded in the panels and computed in a tile
+// on the stack; a lane's chain never looks at its neighbours, so the padding changes
+// nothing.
 //
-// Products of few rows (up to STREAM_M_B or STREAM_M_WT, gemm.h) skip the B block:
-// gemm_stream reads op(B) = B in place, gemm_stream_t reads the rows of W for op(B) = W^T
-// in place (AVX-512; the other kernel sets pack it). Their chains are the same: each
-// element is one pass over all of K from 0, and the old value is added to the finished
-// chain.
+// B read in place (when K fits one block): gemm_stream reads op(B) = B where it lies, at
+// any number of rows, and gemm_stream_t reads the rows of W for op(B) = W^T, up to
+// STREAM_M_WT rows (gemm.h; AVX-512; the other kernel sets pack it). Their chains are the
+// same: each element is one pass over all of K from 0, and the old value is added to the
+// finished chain.
 //
-// The packing buffers (a B block of KC x NC floats, 2 MiB, per call; an A block of
+// Packing is a copy where the operand's k-major lines are already contiguous and a
+// transposition where they are not (pack_t: op(A) = A, op(B) = W^T), done 16 x 16 or 8 x 8
+// at a time in registers.
+//
+// The packing buffers (a B block of KC x NC floats, up to 4 MiB, per call; an A block of
 // MC x KC, 384 KiB, per thread; the saved M x NC old values when accumulating over more
-// than one K block; on the few-row paths, whose K is one block, all of op(A), M x K, per
-// thread, and one edge panel) belong to the kernel, like a BLAS library's own buffers,
-// not to the model: they are plain heap memory outside the device's tagged allocator,
-// freed before the call returns, so the planner's figures do not see them either way.
-// transB needs no transposed copy: the B panels are packed from either layout.
+// than one K block; on the in-place paths, whose K is one block, op(A) packed for up to MS
+// rows at a time, shared by the threads, and one edge panel per thread) belong to the
+// kernel, like a BLAS library's own buffers, not to the model: they are plain heap memory
+// outside the device's tagged allocator, freed before the call returns, so the planner's
+// figures do not see them either way. No packed weight outlives a call.
 #include "kernels/cpu/gemm.h"
 #include "core/common.h"
 #include <immintrin.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <limits.h>
 #include <stdlib.h>
 
 // Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
-// micro-kernel sweeps the B panels (KC x 32) across it. MC and NC are multiples of every
-// kernel's tile so that only the edges of C are partial tiles; MC shrinks for small M so
-// that every thread gets row blocks.
-enum { MC = 96, NC = 512, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
+// micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
+// is read from L3. MS, MC and NC are multiples of every kernel's tile so that only the
+// edges of C are partial tiles; MC shrinks for small M so that every thread gets row
+// blocks. Measured on a Zen 4, the variants' products at the presets' shapes timed side
+// by side in one process with their operands evicted from the caches: KC = 512 or 256 in
+// place of 1024 gained nothing at K = 1024 (256 lost 4-7% on n = 2048); NC = 1024 in place
+// of 512, which packs op(A) once instead of twice at N = 1024, was within the noise;
+// in-place chunks of MS = 96 rows lost 5%, 384 rows and more did as well as no chunks.
+enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
-// The most rows of a product that reads B in place (gemm_stream for op(B) = B,
+// The most rows of a product that reads B in place (gemm_stream for op(B) = B: any;
 // gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
 // every shape down both paths.
-static int stream_b = STREAM_M_B, stream_wt = STREAM_M_WT;
+static int stream_b = INT_MAX, stream_wt = STREAM_M_WT;
 void gemm_set_stream_rows(int rows) {
-    stream_b = rows < 0 ? STREAM_M_B : rows;
+    stream_b = rows < 0 ? INT_MAX : rows;
     stream_wt = rows < 0 ? STREAM_M_WT : rows;
 }
 
@@ -165,13 +176,122 @@ static void kernel_avx512_t(int kc, const float *const *w, const float *Ap, floa
     }
 }
 
+// ---- Packing. A panel is w consecutive rows or columns of an operand laid out k-major, so
+// that the micro-kernel reads it with unit stride. Where the operand holds those w lines
+// with k contiguous (op(A) = A row-major, op(B) = W^T with W row-major, op(A)^T for the
+// transposed tile), packing is a transposition: pack_t, in a plain loop and with
+// in-register transposes of 16 x 16 (AVX-512) or 8 x 8 (AVX2) blocks. All three write the
+// same panel; each kernel set below packs with its own instruction set. ----
+
+// P (kc, w) k-major: P[k*w + r] = X[(r0+r)*ld + k0 + k] for r < rows, 0 for rows <= r < w.
+typedef void (*PackT)(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc);
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+static void pack_t_scalar(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
+    for (int r = 0; r < rows; r++) {
+        const float *x = X + (size_t)(r0 + r) * ld + k0;
+        for (int k = 0; k < kc; k++) P[(size_t)k * w + r] = x[k];
+    }
+    for (int r = rows; r < w; r++)
+        for (int k = 0; k < kc; k++) P[(size_t)k * w + r] = 0.0f;
+}
+
+// v[r] (16 floats of line r) -> v[k] (the k-th float of every line), in 64 shuffles:
+// pairs of lines interleaved, then quadruples within each 128-bit lane, then the lanes.
+__attribute__((target("avx512f")))
+static inline void transpose16(__m512 v[16]) {
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 4) {   // v[i+j], lane L: element 4L+j of lines i .. i+3
+        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {   // lane L of v[j], v[4+j], v[8+j], v[12+j] -> line 4L+j
+        __m512 u0 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x88), u1 = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xDD);
+        __m512 u2 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x88);
+        __m512 u3 = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xDD);
+        t[j] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+        t[8 + j] = _mm512_shuffle_f32x4(u0, u2, 0xDD);
+        t[4 + j] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(u1, u3, 0xDD);
+    }
+    for (int i = 0; i < 16; i++) v[i] = t[i];
+}
+
+// Groups of 16 lines by 16 k: masked loads (lines past `rows` are zeros, k past kc is not
+// read) and masked stores of the group's lines within w.
+__attribute__((target("avx512f")))
+static void pack_t_avx512(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
+    for (int g = 0; g < w; g += 16) {
+        __mmask16 lines = (__mmask16)((1u << imin(16, w - g)) - 1);
+        for (int k = 0; k < kc; k += 16) {
+            int kn = imin(16, kc - k);
+            __mmask16 ks = (__mmask16)((1u << kn) - 1);
+            __m512 v[16];
+            for (int r = 0; r < 16; r++)
+                v[r] = g + r < rows ? _mm512_maskz_loadu_ps(ks, X + (size_t)(r0 + g + r) * ld + k0 + k)
+                                    : _mm512_setzero_ps();
+            transpose16(v);
+            for (int i = 0; i < kn; i++) _mm512_mask_storeu_ps(P + (size_t)(k + i) * w + g, lines, v[i]);
+        }
+    }
+}
+
+// v[r] (8 floats of line r) -> v[k], in 24 shuffles.
+__attribute__((target("avx2")))
+static inline void transpose8(__m256 v[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {   // s[i+j], lane L: element 4L+j of lines i .. i+3
+        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2f128_ps(s[j], s[4 + j], 0x31);
+    }
+}
+
+// Groups of 8 lines by 8 k, as pack_t_avx512 (AVX2's masks are vectors of lanes).
+__attribute__((target("avx2")))
+static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int g = 0; g < w; g += 8) {
+        __m256i lines = _mm256_cmpgt_epi32(_mm256_set1_epi32(imin(8, w - g)), lane);
+        for (int k = 0; k < kc; k += 8) {
+            int kn = imin(8, kc - k);
+            __m256i ks = _mm256_cmpgt_epi32(_mm256_set1_epi32(kn), lane);
+            __m256 v[8];
+            for (int r = 0; r < 8; r++)
+                v[r] = g + r < rows ? _mm256_maskload_ps(X + (size_t)(r0 + g + r) * ld + k0 + k, ks)
+                                    : _mm256_setzero_ps();
+            transpose8(v);
+            for (int i = 0; i < kn; i++) _mm256_maskstore_ps(P + (size_t)(k + i) * w + g, lines, v[i]);
+        }
+    }
+}
+
 // tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
-// set has none (then op(B) = W^T is always packed).
-typedef struct { MicroKernel fn; int mr, nr; const char *name; WeightKernel tfn; int tn, tl; } KernelInfo;
+// set has none (then op(B) = W^T is always packed). pack: the set's pack_t.
+typedef struct { MicroKernel fn; int mr, nr; const char *name; WeightKernel tfn; int tn, tl; PackT pack; } KernelInfo;
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0},
-    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, pack_t_scalar},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0, pack_t_avx2},
+    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, pack_t_avx512},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -197,42 +317,47 @@ static const KernelInfo *kernel_pick(void) {
 
 const char *gemm_kernel_name(void) { return kernel_pick()->name; }
 
-static inline int imin(int a, int b) { return a < b ? a : b; }
-
 // Ap (kc, mr) k-major: Ap[k*mr + r] = op(A)(i0+r, k0+k), 0 for r >= rows.
 // op(A)(i, k) = A[i*ai + k*ak].
-static void pack_a(float *Ap, const float *A, size_t ai, size_t ak, int i0, int rows, int k0, int kc, int mr) {
-    for (int r = rows; r < mr; r++)
-        for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + r] = 0.0f;
-    if (ai == 1)   // op(A) = A^T: a k is a contiguous run of rows
-        for (int k = 0; k < kc; k++) {
-            const float *a = A + (size_t)(k0 + k) * ak + i0;
-            for (int r = 0; r < rows; r++) Ap[(size_t)k * mr + r] = a[r];
-        }
-    else
-        for (int r = 0; r < rows; r++) {
-            const float *a = A + (size_t)(i0 + r) * ai + (size_t)k0 * ak;
-            for (int k = 0; k < kc; k++) Ap[(size_t)k * mr + r] = a[(size_t)k * ak];
-        }
+static void pack_a(const KernelInfo *kn, float *Ap, const float *A, size_t ai, size_t ak, int i0, int rows, int k0,
+                   int kc, int mr) {
+    if (ak == 1) {   // op(A) = A: a row is a contiguous run of k
+        kn->pack(Ap, mr, A, ai, i0, rows, k0, kc);
+        return;
+    }
+    for (int k = 0; k < kc; k++) {   // op(A) = A^T: a k is a contiguous run of rows
+        const float *a = A + (size_t)(k0 + k) * ak + i0;
+        float *p = Ap + (size_t)k * mr;
+        for (int r = 0; r < rows; r++) p[r] = a[r];
+        for (int r = rows; r < mr; r++) p[r] = 0.0f;
+    }
 }
 
 // Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols.
 // op(B)(k, j) = B[k*bk + j*bj].
-static void pack_b(float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0, int kc, int nr) {
-    if (bj == 1)   // op(B) = B: a k is a contiguous run of columns
-        for (int k = 0; k < kc; k++) {
-            const float *b = B + (size_t)(k0 + k) * bk + j0;
-            float *p = Bp + (size_t)k * nr;
-            for (int c = 0; c < cols; c++) p[c] = b[c];
-            for (int c = cols; c < nr; c++) p[c] = 0.0f;
-        }
-    else {   // op(B) = B^T: a column is a contiguous run of k
-        for (int c = 0; c < cols; c++) {
-            const float *b = B + (size_t)(j0 + c) * bj + (size_t)k0 * bk;
-            for (int k = 0; k < kc; k++) Bp[(size_t)k * nr + c] = b[k];
-        }
-        for (int k = 0; k < kc; k++)
-            for (int c = cols; c < nr; c++) Bp[(size_t)k * nr + c] = 0.0f;
+static void pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
+                   int kc, int nr) {
+    if (bk == 1) {   // op(B) = B^T: a column is a contiguous run of k
+        kn->pack(Bp, nr, B, bj, j0, cols, k0, kc);
+        return;
+    }
+    for (int k = 0; k < kc; k++) {   // op(B) = B: a k is a contiguous run of columns
+        const float *b = B + (size_t)(k0 + k) * bk + j0;
+        float *p = Bp + (size_t)k * nr;
+        for (int c = 0; c < cols; c++) p[c] = b[c];
+        for (int c = cols; c < nr; c++) p[c] = 0.0f;
+    }
+}
+
+// op(A) = A^T: the k-th row of every panel of `rows` rows of op(A), read from `a`, the
+// contiguous run of those rows at k in A. A row of A read in order, rather than a panel's
+// 12 values of each k, reads whole cache lines and lets the prefetcher follow.
+static void pack_at_row(float *Ap, const float *a, int rows, int k, int kc, int mr) {
+    for (int i = 0; i < rows; i += mr) {
+        float *p = Ap + (size_t)i * kc + (size_t)k * mr;
+        int n = imin(mr, rows - i);
+        memcpy(p, a + i, sizeof(float) * n);
+        for (int r = n; r < mr; r++) p[r] = 0.0f;
     }
 }
 
@@ -267,7 +392,7 @@ static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, i
                       const float *Bp, float *Ap, const float *save) {
     int mr = kn->mr, nr = kn->nr, last = k0 + kc == g->K, split = g->K > kc || k0 > 0;
     for (int ir = 0; ir < mc; ir += mr)
-        pack_a(Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
+        pack_a(kn, Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
     for (int jr = 0; jr < nc; jr += nr)
         for (int ir = 0; ir < mc; ir += mr) {
             float *c = g->C + (size_t)(i0 + ir) * g->ldc + j0 + jr;
@@ -290,40 +415,53 @@ static float *buffer(size_t floats) {
     return p;
 }
 
-// Few rows, op(B) = B: a k of a B panel is a contiguous run of columns, so the micro-kernel
-// reads B where it lies and no B block is packed. Packing B copies all K x N of it, as much
-// memory traffic as the product reads, which a product of few rows cannot repay: at 32
-// rows it costs more than the FMAs. Each thread packs all of A (few rows, all of K), then
-// takes column panels; a panel is read from B once per row panel of A. K runs in one pass,
-// so every chain starts at 0 and the old value (accumulate) is added to the finished chain,
+// op(B) = B, K within one block: a k of a B panel is a contiguous run of columns, so the
+// micro-kernel reads B where it lies and no B block is packed. Packing B copies all K x N
+// of it, as much memory traffic as the product reads: at 32 rows it costs more than the
+// FMAs, and at 512 rows it still costs more than the strided reads of B save
+// (build/gemm_bench's "few rows" lines). Rows go in chunks of MS: the threads pack a
+// chunk's op(A) together (each panel once), then take column panels and run each down the
+// chunk's row panels; a B panel is read from B once per chunk. K runs in one pass, so
+// every chain starts at 0 and the old value (accumulate) is added to the finished chain,
 // read from C itself. Only a last, partial column panel is packed (zero-padded).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
-    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, panels = (M + mr - 1) / mr;
+    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
+    float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
-        float *Ap = buffer((size_t)panels * mr * K), *Be = buffer((size_t)K * nr);
-        for (int p = 0; p < panels; p++)
-            pack_a(Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, p * mr, imin(mr, M - p * mr), 0, K, mr);
-        #pragma omp for schedule(static)
-        for (int jr = 0; jr < N; jr += nr) {
-            int cols = imin(nr, N - jr), ldb = (int)g->bk;
-            const float *b = g->B + jr;
-            if (cols < nr) {
-                pack_b(Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
-                b = Be;
-                ldb = nr;
+        float *Be = buffer((size_t)K * nr);
+        for (int i0 = 0; i0 < M; i0 += ms) {
+            int panels = (imin(ms, M - i0) + mr - 1) / mr;
+            if (g->ak == 1) {
+                #pragma omp for schedule(static)
+                for (int p = 0; p < panels; p++)
+                    pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, M - i0 - p * mr),
+                           0, K, mr);
+            } else {
+                #pragma omp for schedule(static)
+                for (int k = 0; k < K; k++) pack_at_row(Ap, g->A + (size_t)k * g->ak + i0, imin(ms, M - i0), k, K, mr);
             }
-            for (int p = 0; p < panels; p++) {
-                int rows = imin(mr, M - p * mr);
-                float *c = g->C + (size_t)p * mr * g->ldc + jr;
-                const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
-                if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
-                else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
+            #pragma omp for schedule(static)
+            for (int jr = 0; jr < N; jr += nr) {
+                int cols = imin(nr, N - jr), ldb = (int)g->bk;
+                const float *b = g->B + jr;
+                if (cols < nr) {
+                    pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
+                    b = Be;
+                    ldb = nr;
+                }
+                for (int p = 0; p < panels; p++) {
+                    int rows = imin(mr, M - i0 - p * mr);
+                    float *c = g->C + (size_t)(i0 + p * mr) * g->ldc + jr;
+                    const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
+                    if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
+                    else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
+                }
             }
         }
-        free(Ap);
         free(Be);
     }
+    free(Ap);
 }
 
 // Few rows, op(B) = W^T with W (N,K) stored row-major: packing W^T into k-major panels is
@@ -335,12 +473,14 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
 // old value (accumulate) is added to the finished chain.
 static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
     int tn = kn->tn, tl = kn->tl, M = g->M, N = g->N, K = g->K, panels = (M + tl - 1) / tl;
+    float *Ap = buffer((size_t)panels * tl * K);
     #pragma omp parallel if (par)
     {
-        float *Ap = buffer((size_t)panels * tl * K), *T = buffer((size_t)tn * tl);
+        float *T = buffer((size_t)tn * tl);
         const float *w[MR_MAX];
+        #pragma omp for schedule(static)
         for (int p = 0; p < panels; p++)   // Ap[k*tl + l] = op(A)(p*tl + l, k)
-            pack_b(Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
+            pack_b(kn, Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
         #pragma omp for schedule(static)
         for (int j0 = 0; j0 < N; j0 += tn) {
             int cols = imin(tn, N - j0);
@@ -353,9 +493,9 @@ static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
                 }
             }
         }
-        free(Ap);
         free(T);
     }
+    free(Ap);
 }
 
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
@@ -374,8 +514,9 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
     int par = (double)M * N * K > 1e6;
-    // The few-row paths run K in one block; a longer K takes the blocked path, so that
-    // their copy of op(A) stays within a K block (M x KC floats per thread).
+    // The in-place paths run K in one block; a longer K takes the blocked path, so that
+    // their packed op(A) (MS rows at a time, or the transposed tile's few rows) stays
+    // within a K block.
     if (!transB && M <= stream_b && K <= KC) {
         gemm_stream(kn, &g, par);
         return;
@@ -410,7 +551,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                 }
                 #pragma omp for schedule(static)
                 for (int jr = 0; jr < nc; jr += nr)
-                    pack_b(Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
+                    pack_b(kn, Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
                 #pragma omp for schedule(dynamic)
                 for (int rb = 0; rb < nrb; rb++)
                     gemm_rows(kn, &g, rb * mc, imin(mc, M - rb * mc), j0, nc, k0, kc, Bp, Ap, save);

@@ -21,14 +21,15 @@ int gemm_kernel_available(GemmKernel k);    // 1 if this CPU runs it (AUTO and S
 void gemm_force_kernel(GemmKernel k);       // dies if not available; AUTO: back to the fastest
 const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "scalar 4x8"
 
-// Products of at most STREAM_M_B rows with op(B) = B, and of at most STREAM_M_WT rows with
-// op(B) = B^T, read B in place instead of packing it (the same bits either way) when K
-// fits one K block (1024). Where the in-place path stops paying, measured by
-// build/gemm_bench's "few rows" lines on a Zen 4: op(B) = B gains up to 256 rows and falls
-// behind from 384 at K = 1024; B^T gains or breaks even at 128 rows and falls behind from
-// 192. A test can set 0 (always pack) or a large value (always in place) for both; a
-// negative value restores the defaults.
-enum { STREAM_M_B = 256, STREAM_M_WT = 128 };
+// Where B is read in place instead of packed (the same bits either way), when K fits one K
+// block (1024): op(B) = B at any number of rows (gemm_stream), op(B) = W^T up to
+// STREAM_M_WT rows (gemm_stream_t). Measured by build/gemm_bench's "few rows" lines on a
+// Zen 4, per CPU-second against the packed path with vectorised packing, warm and `cold`:
+// B read in place gains at every row count from 8 to 512; the transposed tile gains from
+// 32 to 128 rows (at 128 cold; warm it is even), and from 192 rows it is even at best and
+// mostly loses (at 8 rows it loses warm and gains cold). A test can set 0 (always pack)
+// or a large value (always in place) for both; a negative value restores the defaults.
+enum { STREAM_M_WT = 128 };
 void gemm_set_stream_rows(int rows);
 
 #endif
