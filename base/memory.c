@@ -143,8 +143,19 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
     return n;
 }
 
-// One block of `bytes` on the device (host = 0) or in its host memory (host = 1).
-static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
+// A buffer handed out unzeroed (mem_alloc_uninit) is filled with 0xff bytes in the
+// sanitizer builds and under MESHMOE_POISON_UNINIT: every float a NaN, every int -1, so a
+// read before the first write turns the loss non-finite and the run stops on it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(MESHMOE_POISON_UNINIT)
+#define POISON_UNINIT 1
+#else
+#define POISON_UNINIT 0
+#endif
+
+// One block of `bytes` on the device (host = 0) or in its host memory (host = 1), zeroed
+// unless zero is 0 (a dry run zeroes its real memory always: the kernels, which would
+// write it, return at once there).
+static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, int zero) {
     Device *d = mem_device();
     if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
@@ -154,7 +165,8 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     MemBlock *m = (MemBlock *)raw;
     *m = (MemBlock){bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
     char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
-    if (!in_void) memset(data, 0, rounded);
+    if (!in_void && (zero || dry)) memset(data, 0, rounded);
+    else if (!in_void && POISON_UNINIT) memset(data, 0xff, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
     d->nallocs++;
@@ -181,8 +193,9 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     return data;
 }
 
-void *mem_alloc(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0); }
-void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 1); }
+void *mem_alloc(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0, 1); }
+void *mem_alloc_uninit(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0, 0); }
+void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 1, 1); }
 
 int mem_is_host(const void *p) { return p && block_of(p)->host; }
 
@@ -199,7 +212,7 @@ void mem_transfer(void *dst, const void *src, size_t bytes) {
 static void *move_block(void *p, int host) {
     if (!p || block_of(p)->host == host) return p;
     MemBlock *m = block_of(p);
-    void *q = alloc_block(m->tag, m->bytes, m->name, host);
+    void *q = alloc_block(m->tag, m->bytes, m->name, host, 0);   // overwritten whole below
     mem_transfer(q, p, m->bytes);
     mem_free(p);
     return q;
@@ -215,6 +228,10 @@ size_t mem_size(const void *p) { return block_of(p)->bytes; }
 
 float *mem_floats(MemTag tag, size_t n, const char *name) {
     return (float *)mem_alloc(tag, n * sizeof(float), name);
+}
+
+float *mem_floats_uninit(MemTag tag, size_t n, const char *name) {
+    return (float *)mem_alloc_uninit(tag, n * sizeof(float), name);
 }
 
 // Give block m back: uncount it, unlink it, tell the hook.

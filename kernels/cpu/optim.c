@@ -21,26 +21,51 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
 }
 
 static void sgd_update(float *p, const float *g, size_t n, float lr) {
-    #pragma omp parallel for if (n > 65536)
+    #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * g[i];   // scale_by_learning_rate, apply_updates
 }
 
 static void clip_scale(float *g, size_t n, float norm, float threshold) {
-    #pragma omp parallel for if (n > 65536)
+    #pragma omp parallel for simd if (n > 65536)   // (IEEE division in vectors: the same bits)
     for (size_t i = 0; i < n; i++) g[i] = (g[i] / norm) * threshold;   // optax's order of operations
 }
 
 static void ema_update(float *ema, const float *p, size_t n, float d) {
-    #pragma omp parallel for if (n > 65536)
+    #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) ema[i] = d * ema[i] + (1.0f - d) * p[i];
 }
 
+// (fixed128)sq, the truncation of 0 <= sq < 2^100 to an integer, in two 64-bit halves: hi
+// = trunc(sq / 2^64), and sq - hi * 2^64, which is exact in double (a multiple of sq's
+// last place below 2^64), truncated. The same integer as the library's conversion, inline.
+static inline fixed128 fixed_of(double sq) {
+    unsigned long long hi = (unsigned long long)(sq * 0x1p-64);
+    double lo = sq - (double)hi * 0x1p64;
+    return (fixed128)(((unsigned __int128)hi << 64) | (unsigned long long)lo);
+}
+
+// Each thread sums its own elements; the integer partial sums are added in any order (exact).
 static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
-    for (size_t k = 0; k < n; k++) {
-        double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
-        if (!(sq < 0x1p100)) { *bad = 1; continue; }        // non-finite or absurdly large
-        *sum += (fixed128)sq;                                // truncated to the fixed-point grid
+    fixed128 total = 0;
+    int any_bad = 0;
+    #pragma omp parallel if (n > 65536)
+    {
+        fixed128 part = 0;
+        int part_bad = 0;
+        #pragma omp for schedule(static) nowait
+        for (size_t k = 0; k < n; k++) {
+            double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
+            if (!(sq < 0x1p100)) { part_bad = 1; continue; }    // non-finite or absurdly large
+            part += fixed_of(sq);                                // truncated to the fixed-point grid
+        }
+        #pragma omp critical(squares_add)
+        {
+            total += part;
+            any_bad |= part_bad;
+        }
     }
+    *sum += total;
+    *bad |= any_bad;
 }
 
 // Element k of a factored tensor (row-major over shape): its leading index (over the dims
