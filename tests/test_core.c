@@ -283,6 +283,27 @@ static void test_optimizer(void) {
     float inf[1] = {INFINITY};
     kern()->optim->squares_add(&sq.sum, &sq.bad, inf, 1);
     CHECK(sq.bad && sq.sum == (fixed128)25 << 64, "a non-finite gradient is flagged, not added");
+    // Many elements (the threaded path) over magnitudes 2^-60 .. 2^17, squares from below
+    // the fixed-point grid to above 2^64 units: the same integer as a serial sum of the C
+    // library's conversions, and one huge element raises the flag without being added.
+    size_t big = 300000;
+    float *xs = malloc(sizeof(float) * big);
+    fixed128 want = 0;
+    for (size_t k = 0; k < big; k++) {
+        xs[k] = ldexpf(1.0f + (float)(k % 977) / 977.0f, (int)(k % 78) - 60) * (k % 3 ? 1.0f : -1.0f);
+        want += (fixed128)((double)xs[k] * xs[k] * SQUARES_SCALE);
+    }
+    Squares many = {0, 0};
+    kern()->optim->squares_add(&many.sum, &many.bad, xs, big);
+    CHECK(many.sum == want && !many.bad, "fixed-point squares of %zu elements: %.17g, serial %.17g", big,
+          (double)many.sum, (double)want);
+    float orig = xs[big / 2];
+    fixed128 orig_term = (fixed128)((double)orig * orig * SQUARES_SCALE);
+    xs[big / 2] = 0x1p40f;   // its square is 2^80, 2^144 units: past the 2^100 bound
+    Squares flagged = {0, 0};
+    kern()->optim->squares_add(&flagged.sum, &flagged.bad, xs, big);
+    CHECK(flagged.bad && flagged.sum == want - orig_term, "a square past the bound is flagged, the others added");
+    free(xs);
     grad_clip(gr, 2, n, 1.0f);
     CHECK_CLOSE(gr[0], 0.6, 1e-7, "clipped gradient");
     grad_clip(gr, 2, 1.0f - 1e-6f, 1.0f);
