@@ -35,37 +35,34 @@ static void ema_update(float *ema, const float *p, size_t n, float d) {
     for (size_t i = 0; i < n; i++) ema[i] = d * ema[i] + (1.0f - d) * p[i];
 }
 
-// (fixed128)sq, the truncation of 0 <= sq < 2^100 to an integer, in two 64-bit halves: hi
-// = trunc(sq / 2^64), and sq - hi * 2^64, which is exact in double (a multiple of sq's
-// last place below 2^64), truncated. The same integer as the library's conversion, inline.
-static inline fixed128 fixed_of(double sq) {
-    unsigned long long hi = (unsigned long long)(sq * 0x1p-64);
-    double lo = sq - (double)hi * 0x1p64;
-    return (fixed128)(((unsigned __int128)hi << 64) | (unsigned long long)lo);
-}
-
-// Each thread sums its own elements; the integer partial sums are added in any order (exact).
+// Each square is truncated to an integer number of 2^-64 units (sq < 2^100) and split as
+// hi * 2^64 + mid * 2^32 + low: hi = trunc(sq / 2^64), r = sq - hi * 2^64 (exact in double:
+// a multiple of sq's last place below 2^64) truncated, mid and low its upper and lower 32
+// bits. The three parts are summed in 64-bit integers, which cannot overflow in a block of
+// 2^27 elements (hi < 2^36, mid and low < 2^32), and the integer total is the same in any
+// order: in vectors, over threads, over devices. The same integer as adding the C library's
+// (fixed128)sq one by one.
+enum { SQUARES_BLOCK = 1 << 27 };
 static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
-    fixed128 total = 0;
-    int any_bad = 0;
-    #pragma omp parallel if (n > 65536)
-    {
-        fixed128 part = 0;
-        int part_bad = 0;
-        #pragma omp for schedule(static) nowait
-        for (size_t k = 0; k < n; k++) {
+    for (size_t k0 = 0; k0 < n; k0 += SQUARES_BLOCK) {
+        size_t k1 = n - k0 < SQUARES_BLOCK ? n : k0 + SQUARES_BLOCK;
+        unsigned long long hi = 0, mid = 0, low = 0;
+        int any_bad = 0;
+        #pragma omp parallel for simd reduction(+ : hi, mid, low) reduction(| : any_bad) if (k1 - k0 > 65536)
+        for (size_t k = k0; k < k1; k++) {
             double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
-            if (!(sq < 0x1p100)) { part_bad = 1; continue; }    // non-finite or absurdly large
-            part += fixed_of(sq);                                // truncated to the fixed-point grid
+            int ok = sq < 0x1p100;                              // not non-finite or absurdly large
+            any_bad |= !ok;
+            sq = ok ? sq : 0.0;
+            unsigned long long h = (unsigned long long)(sq * 0x1p-64);
+            unsigned long long r = (unsigned long long)(sq - (double)h * 0x1p64);
+            hi += h;
+            mid += r >> 32;
+            low += r & 0xffffffffull;
         }
-        #pragma omp critical(squares_add)
-        {
-            total += part;
-            any_bad |= part_bad;
-        }
+        *sum += (fixed128)(((unsigned __int128)hi << 64) + ((unsigned __int128)mid << 32) + low);
+        *bad |= any_bad;
     }
-    *sum += total;
-    *bad |= any_bad;
 }
 
 // Element k of a factored tensor (row-major over shape): its leading index (over the dims
