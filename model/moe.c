@@ -342,8 +342,9 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     if (ep_size() > 1) {
         experts_forward_parallel(c, ld, p, s, row_start, x, T);
     } else {
-        s->h0 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");   // (R,H)
-        s->h1 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");   // (R,H)
+        // (R,H) each, every row written by its expert's product below
+        s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");
+        s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");
         for (int e = 0; e < E; e++) {
             int r0 = row_start[e], n = row_start[e + 1] - r0;
             if (n == 0) continue;
