@@ -9,7 +9,9 @@
 // the collective has one (all-gather, all-to-all, ppermute, broadcast), or, where pieces
 // from several devices must be added (reduce-scatter, all-reduce), in a staging buffer
 // that holds every piece, tagged `comm`. That is the direct algorithm; a ring would hold
-// two pieces, but would add them in an order that depends on the mesh.
+// two pieces, but would add them in an order that depends on the mesh. The all-reduce
+// divides the work of the direct algorithm: each member sums one slice of the elements,
+// every element along the same tree, and the members then copy each other's slices.
 #include "base/collectives.h"
 #include "base/memory.h"
 #include "kernels/kernels.h"
@@ -26,6 +28,7 @@ struct Group {
     const void **slot;            // (n) what each member posted
     const size_t **slot_off, **slot_bytes;   // (n) all-to-all layouts
     const int *perm;              // ppermute's permutation (posted by rank 0)
+    const float **reduced;        // (n) the all-reduce: where each member's summed slice lies
 };
 
 Group *group_new(int n, const int *members) {
@@ -36,13 +39,14 @@ Group *group_new(int n, const int *members) {
     g->slot = calloc((size_t)n, sizeof(void *));
     g->slot_off = calloc((size_t)n, sizeof(size_t *));
     g->slot_bytes = calloc((size_t)n, sizeof(size_t *));
+    g->reduced = calloc((size_t)n, sizeof(float *));
     pthread_barrier_init(&g->barrier, NULL, (unsigned)n);
     return g;
 }
 
 void group_free(Group *g) {
     pthread_barrier_destroy(&g->barrier);
-    free(g->members); free(g->slot); free(g->slot_off); free(g->slot_bytes);
+    free(g->members); free(g->slot); free(g->slot_off); free(g->slot_bytes); free(g->reduced);
     free(g);
 }
 
@@ -88,15 +92,18 @@ static void count(CollKind k, size_t sent, size_t recv) {
     __atomic_fetch_add(&d->comm_recv[k], recv, __ATOMIC_RELAXED);
 }
 
-// x[0] = tree sum of x[0..n); the left subtree is the largest power of two below n.
-void tree_reduce_inplace(float *x, int n, size_t len) {
+// x[0..len) = tree sum of the n pieces x + k * stride (len floats each); the left subtree
+// is the largest power of two below n.
+static void tree_reduce_strided(float *x, int n, size_t stride, size_t len) {
     if (n <= 1) return;
     int p = 1;
     while (2 * p < n) p *= 2;
-    tree_reduce_inplace(x, p, len);
-    tree_reduce_inplace(x + (size_t)p * len, n - p, len);
-    kern()->sum->tree_add(x, x + (size_t)p * len, len);   // left subtree += right subtree
+    tree_reduce_strided(x, p, stride, len);
+    tree_reduce_strided(x + (size_t)p * stride, n - p, stride, len);
+    kern()->sum->tree_add(x, x + (size_t)p * stride, len);   // left subtree += right subtree
 }
+
+void tree_reduce_inplace(float *x, int n, size_t len) { tree_reduce_strided(x, n, len, len); }
 
 static void tree_reduce_double(double *x, int n, size_t len) {
     if (n <= 1) return;
@@ -120,7 +127,7 @@ void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each
     int r = my_rank(g);
     if (g->n == 1) { move(recv, send, sizeof(float) * n_each); return; }
     g->slot[r] = send;
-    float *stage = mem_floats(MEM_COMM, (size_t)g->n * n_each, "reduce-scatter pieces");
+    float *stage = mem_floats_uninit(MEM_COMM, (size_t)g->n * n_each, "reduce-scatter pieces");   // written whole
     coll_barrier(g);
     for (int q = 0; q < g->n; q++)
         move(stage + (size_t)q * n_each, (const float *)posted(g, q, send) + (size_t)r * n_each, sizeof(float) * n_each);
@@ -132,16 +139,33 @@ void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each
     count(COLL_REDUCE_SCATTER, b, b);
 }
 
+// The slice of n elements that rank r of P sums: [n r / P, n (r+1) / P).
+static size_t slice_at(size_t n, int r, int P) { return n * (size_t)r / (size_t)P; }
+
+// Reduce-scatter, then all-gather, both within the one staging buffer of the direct
+// algorithm (a slot of n floats per member, charged whole): rank r copies slice r of every
+// member's buffer into those slots, sums it along the tree, and posts it; then every member
+// copies every summed slice into its buffer. Each element is summed by one member along
+// the same tree, so the bits are those of every member summing everything. Counted as
+// the direct algorithm's bytes.
 void coll_all_reduce(Group *g, float *buf, size_t n) {
     if (g->n == 1) return;
-    int r = my_rank(g);
+    int r = my_rank(g), P = g->n;
     g->slot[r] = buf;
-    float *stage = mem_floats(MEM_COMM, (size_t)g->n * n, "all-reduce pieces");
+    float *stage = mem_floats_uninit(MEM_COMM, (size_t)P * n, "all-reduce pieces");   // its slice of each slot written
+    size_t lo = slice_at(n, r, P), len = slice_at(n, r + 1, P) - lo;
     coll_barrier(g);
-    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * n, posted(g, q, buf), sizeof(float) * n);
+    for (int q = 0; q < P; q++)
+        move(stage + (size_t)q * n + lo, (const float *)posted(g, q, buf) + lo, sizeof(float) * len);
+    tree_reduce_strided(stage + lo, P, n, len);
+    g->reduced[r] = stage;
     coll_barrier(g);
-    tree_reduce_inplace(stage, g->n, n);
-    move(buf, stage, sizeof(float) * n);
+    for (int q = 0; q < P; q++) {
+        size_t qlo = slice_at(n, q, P), qlen = slice_at(n, q + 1, P) - qlo;
+        // A dry run's lone representative has only its own slice summed (base/mesh.h).
+        if (q == r || !solo()) move(buf + qlo, (q == r ? stage : g->reduced[q]) + qlo, sizeof(float) * qlen);
+    }
+    coll_barrier(g);
     mem_free(stage);
     size_t b = sizeof(float) * n * (size_t)(g->n - 1);
     count(COLL_ALL_REDUCE, b, b);

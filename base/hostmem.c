@@ -6,7 +6,8 @@
 // a page fault and a page cleared for every 4 KiB, every time. Measured on mixtral-small
 // (3 steps): 1.83 million page faults and 28.2 s of CPU; with the settings below 0.29
 // million and 25.1 s. Freed blocks up to 32 MiB (glibc's largest mmap threshold) stay
-// in the process and are reused. This changes no number the trainer computes or reports:
+// in the process and are reused (larger ones are kept by the allocator itself,
+// base/memory.c:raw_free). This changes no number the trainer computes or reports:
 // device memory is counted by the tagged allocator (base/memory.c), not by the host's.
 #include <malloc.h>
 

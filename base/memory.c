@@ -155,18 +155,74 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
     return n;
 }
 
-// One block of `bytes` on the device (host = 0) or in its host memory (host = 1).
-static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
+// Host blocks of 32 MiB and more: glibc maps each one afresh and unmaps it on free (32 MiB
+// is its largest mmap threshold, base/hostmem.c), so each use of such a buffer would pay a
+// page fault and a cleared page per 4 KiB: a step's all-reduce staging, every step. The
+// last few freed are kept here and handed to the next request of the same size. Only the
+// host's memory is reused: the device's figures count each allocation as before.
+#define KEEP_MIN ((size_t)32 << 20)
+#define KEEP_BLOCKS 8
+#define KEEP_BYTES ((size_t)1 << 30)
+static struct { void *raw; size_t bytes; } kept[KEEP_BLOCKS];
+static int nkept;
+static size_t kept_bytes;
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *raw_alloc(size_t bytes) {
+    if (bytes >= KEEP_MIN) {
+        pthread_mutex_lock(&kept_lock);
+        for (int i = nkept - 1; i >= 0; i--)
+            if (kept[i].bytes == bytes) {
+                void *raw = kept[i].raw;
+                kept_bytes -= bytes;
+                kept[i] = kept[--nkept];
+                pthread_mutex_unlock(&kept_lock);
+                return raw;
+            }
+        pthread_mutex_unlock(&kept_lock);
+    }
+    return aligned_alloc(64, bytes);
+}
+
+// Keep a large block (dropping the oldest kept ones to make room), or free it.
+static void raw_free(void *raw, size_t bytes) {
+    if (bytes < KEEP_MIN || bytes > KEEP_BYTES) { free(raw); return; }
+    pthread_mutex_lock(&kept_lock);
+    while (nkept == KEEP_BLOCKS || kept_bytes + bytes > KEEP_BYTES) {
+        free(kept[0].raw);
+        kept_bytes -= kept[0].bytes;
+        memmove(kept, kept + 1, sizeof kept[0] * (size_t)--nkept);
+    }
+    kept[nkept].raw = raw;
+    kept[nkept++].bytes = bytes;
+    kept_bytes += bytes;
+    pthread_mutex_unlock(&kept_lock);
+}
+
+// A buffer handed out unzeroed (mem_alloc_uninit) is filled with 0xff bytes in the
+// sanitizer builds and under MESHMOE_POISON_UNINIT: every float a NaN, every int -1, so a
+// read before the first write turns the loss non-finite and the run stops on it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(MESHMOE_POISON_UNINIT)
+#define POISON_UNINIT 1
+#else
+#define POISON_UNINIT 0
+#endif
+
+// One block of `bytes` on the device (host = 0) or in its host memory (host = 1), zeroed
+// unless zero is 0 (a dry run zeroes its real memory always: the kernels, which would
+// write it, return at once there).
+static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, int zero) {
     Device *d = mem_device();
     if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
     int in_void = dry && bytes >= DRY_REAL_BELOW;
-    char *raw = in_void ? malloc(sizeof(MemBlock)) : aligned_alloc(64, HEADER + rounded);
+    char *raw = in_void ? malloc(sizeof(MemBlock)) : raw_alloc(HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
     MemBlock *m = (MemBlock *)raw;
     *m = (MemBlock){bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
     char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
-    if (!in_void) memset(data, 0, rounded);
+    if (!in_void && (zero || dry)) memset(data, 0, rounded);
+    else if (!in_void && POISON_UNINIT) memset(data, 0xff, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
     d->nallocs++;
@@ -193,8 +249,9 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host) {
     return data;
 }
 
-void *mem_alloc(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0); }
-void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 1); }
+void *mem_alloc(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0, 1); }
+void *mem_alloc_uninit(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 0, 0); }
+void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_block(tag, bytes, name, 1, 1); }
 
 int mem_is_host(const void *p) { return p && block_of(p)->host; }
 
@@ -211,7 +268,7 @@ void mem_transfer(void *dst, const void *src, size_t bytes) {
 static void *move_block(void *p, int host) {
     if (!p || block_of(p)->host == host) return p;
     MemBlock *m = block_of(p);
-    void *q = alloc_block(m->tag, m->bytes, m->name, host);
+    void *q = alloc_block(m->tag, m->bytes, m->name, host, 0);   // overwritten whole below
     mem_transfer(q, p, m->bytes);
     mem_free(p);
     return q;
@@ -227,6 +284,10 @@ size_t mem_size(const void *p) { return block_of(p)->bytes; }
 
 float *mem_floats(MemTag tag, size_t n, const char *name) {
     return (float *)mem_alloc(tag, n * sizeof(float), name);
+}
+
+float *mem_floats_uninit(MemTag tag, size_t n, const char *name) {
+    return (float *)mem_alloc_uninit(tag, n * sizeof(float), name);
 }
 
 // Give block m back: uncount it, unlink it, tell the hook.
@@ -247,7 +308,8 @@ static void free_block(MemBlock *m) {
         void_free[void_nfree++] = m->slot - 1;
         pthread_mutex_unlock(&void_lock);
     }
-    free(m);
+    if (m->slot) free(m);
+    else raw_free(m, HEADER + ((m->bytes + 63) & ~(size_t)63));
 }
 
 void mem_free(void *p) {

@@ -61,6 +61,11 @@ Device *mem_device(void);
 // `name` says what it is (shown by the out-of-memory message). Dies on out-of-memory.
 void *mem_alloc(MemTag tag, size_t bytes, const char *name);
 float *mem_floats(MemTag tag, size_t n, const char *name);
+// The same, counted the same, without the zeroing: for a buffer whose every element that
+// is read is written first (a product's output, a gather's rows). Its other bytes are
+// undefined (0xff in the sanitizer builds, so that a read before a write shows as NaN).
+void *mem_alloc_uninit(MemTag tag, size_t bytes, const char *name);
+float *mem_floats_uninit(MemTag tag, size_t n, const char *name);
 void mem_free(void *p);
 // Unrolled layers (scan_layers=false, model/model.c), on the current device: the live
 // MEM_TEMP bytes now, and their high-water mark since mem_temp_hw_reset (a layer's set of

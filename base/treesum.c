@@ -16,16 +16,20 @@ void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const cha
     t->alloc = alloc;
 }
 
-float *treesum_leaf(TreeSum *t) {
+// The next leaf's buffer: the spare one if a merge freed one, else a new allocation;
+// zeroed when the caller adds into it.
+static float *next_leaf(TreeSum *t, int zero) {
     if (t->spare) {
         t->leaf = t->spare;
         t->spare = NULL;
-        mem_zero(t->leaf, t->n * sizeof(float));
+        if (zero) mem_zero(t->leaf, t->n * sizeof(float));
     } else {
-        t->leaf = mem_floats(t->tag, t->alloc, t->name);
+        t->leaf = zero ? mem_floats(t->tag, t->alloc, t->name) : mem_floats_uninit(t->tag, t->alloc, t->name);
     }
     return t->leaf;
 }
+float *treesum_leaf(TreeSum *t) { return next_leaf(t, 1); }
+float *treesum_leaf_overwrite(TreeSum *t) { return next_leaf(t, 0); }
 
 void treesum_push(TreeSum *t) {
     // Like incrementing a binary counter: while a block of the same size is waiting,

@@ -35,6 +35,9 @@ void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name);
 // The same with buffers of `alloc` >= n floats (a size bound that does not depend on the data).
 void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const char *name);
 float *treesum_leaf(TreeSum *t);       // a zeroed buffer of n floats for the next leaf
+// The same unzeroed, for a leaf whose n floats the caller writes whole (a product with
+// beta 0): no memset of a buffer about to be overwritten.
+float *treesum_leaf_overwrite(TreeSum *t);
 void treesum_push(TreeSum *t);         // add the leaf into the tree
 void treesum_end(TreeSum *t, float *dst);  // dst[i] += total[i]; frees the buffers
 

@@ -43,7 +43,7 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
         LeafSum ls;
         leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "matmul dw leaf");
         for (long i = 0; i < leaf.n; i++) {
-            float *g = leafsum_leaf(&ls);
+            float *g = leafsum_leaf_overwrite(&ls);   // written whole below
             long t0 = leaf_token(leaf, i);
             // g (C,OC) = inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
             count_flops(C, OC, leaf.len);
@@ -64,7 +64,7 @@ void matmul_forward_chunked_cap(float *out, const float *inp, const float *w, in
     TreeSum ts;
     treesum_begin_cap(&ts, (size_t)T * OC, (size_t)cap * OC, MEM_TEMP, "matmul partial product");
     for (int r = 0; r < chunks; r++) {
-        float *part = treesum_leaf(&ts);   // (T,OC) = inp[:, piece r] @ w[piece r, :]
+        float *part = treesum_leaf_overwrite(&ts);   // (T,OC) = inp[:, piece r] @ w[piece r, :]
         gemm(0, 0, T, OC, Cc, 1.0f, inp + (size_t)r * Cc, C, w + (size_t)r * Cc * OC, OC, 0.0f, part, OC);
         treesum_push(&ts);
     }
@@ -82,7 +82,7 @@ void matmul_dinp_chunked_cap(float *dinp, const float *dout, const float *w, int
     TreeSum ts;
     treesum_begin_cap(&ts, (size_t)T * C, (size_t)cap * C, MEM_TEMP, "matmul partial input grad");
     for (int r = 0; r < chunks; r++) {
-        float *part = treesum_leaf(&ts);   // (T,C) = dout[:, piece r] @ w[:, piece r]^T
+        float *part = treesum_leaf_overwrite(&ts);   // (T,C) = dout[:, piece r] @ w[:, piece r]^T
         gemm(0, 1, T, C, Oc, 1.0f, dout + (size_t)r * Oc, OC, w + (size_t)r * Oc, OC, 0.0f, part, C);
         treesum_push(&ts);
     }

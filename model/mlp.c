@@ -15,14 +15,14 @@
 #include "core/common.h"
 
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
-    s->h0 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F)
-    s->h1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
+    s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F), written whole below
+    s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
     matmul_forward(s->h0, x, p->wi_0, T, D, F, 0);
     matmul_forward(s->h1, x, p->wi_1, T, D, F, 0);
     prec_round(c, s->h0, (size_t)T * F);
     prec_round(c, s->h1, (size_t)T * F);
     // The activation is recomputed in the backward pass from h0, h1: a temporary here.
-    float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F)
+    float *act = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F)
     kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
     tp_rowpar_forward(c, out, act, p->wo, T, F, D);   // a sum over F, split over the tensor axis
     prec_round(c, out, (size_t)T * D);
@@ -35,14 +35,14 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
                   const float *x, int T, int D, int F, Leaves leaf) {
     act_unpack(c, &s->h0, (size_t)T * F);
     act_unpack(c, &s->h1, (size_t)T * F);
-    float *act = mem_floats(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed
+    float *act = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed
     kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
     float *dact = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d activation"); // (T,F)
     matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
     prec_round(c, dact, (size_t)T * F);   // bf16: act was rounded, so is its gradient
     mem_free(act);
-    float *dh0 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h0");
-    float *dh1 = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d h1");
+    float *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp d h0");   // (T,F), written whole
+    float *dh1 = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp d h1");
     kern()->mlp->swiglu_backward(dh0, dh1, dact, s->h0, s->h1, (long)T * F);
     prec_round(c, dh0, (size_t)T * F);
     prec_round(c, dh1, (size_t)T * F);

@@ -164,8 +164,9 @@ static void expert_dw(float *dw, const float *inp, const float *dout, const int 
     for (long l = 0; l < leaf.n; l++) {
         long t0 = leaf_token(leaf, l);
         int r0 = first_row_from(row_token, n, t0), r1 = first_row_from(row_token, n, t0 + leaf.len);
-        float *g = leafsum_leaf(&ls);
+        float *g = leafsum_leaf_overwrite(&ls);
         if (r1 > r0) gemm(1, 0, C, OC, r1 - r0, 1.0f, inp + (size_t)r0 * C, C, dout + (size_t)r0 * OC, OC, 0.0f, g, OC);
+        else mem_zero(g, sizeof(float) * C * OC);   // no rows in this leaf: it adds zero
         leafsum_push(&ls);
     }
     leafsum_end(&ls);
@@ -204,7 +205,7 @@ static void expert_forward(const Config *c, const LocalDims *ld, const MoeParams
     matmul_forward(h1, xs, p->wi_1 + (size_t)e * D * H, n, D, H, 0);
     prec_round(c, h0, (size_t)n * H);
     prec_round(c, h1, (size_t)n * H);
-    float *act = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) of (cap,H)
+    float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) of (cap,H)
     kern()->mlp->swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
     float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
     tp_rowpar_forward_cap(c, y, actc, p->wo + (size_t)e * H * D, n, cap, H, D);   // a sum over H (tensor-split)
@@ -222,9 +223,10 @@ static void expert_backward(const Config *c, const LocalDims *ld, const MoeParam
     const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
     const float *wo = p->wo + (size_t)e * H * D;
     // y = act wo:  dact = dy wo^T,  dwo += act^T dy
-    float *act = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
+    float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
     kern()->mlp->swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
-    float *dact = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d activation");
+    float *dact = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d activation");
+    mem_zero(dact, sizeof(float) * (size_t)n * H);   // its n rows, which the product adds into
     matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
     prec_round(c, dact, (size_t)n * H);   // bf16: act was rounded, so is its gradient
     float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
@@ -232,8 +234,8 @@ static void expert_backward(const Config *c, const LocalDims *ld, const MoeParam
     intermediate_cast_free(actc, act);
     mem_free(act);
     // act = silu(h0) * h1
-    float *dh0 = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d h0");
-    float *dh1 = mem_floats(MEM_TEMP, (size_t)cap * H, "moe expert d h1");
+    float *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h0");   // (n,H) of (cap,H)
+    float *dh1 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h1");
     float *dactc = intermediate_cast(c, dact, (size_t)n * H, (size_t)cap * H, "moe expert d activation, cast back (a no-op copy)");
     kern()->mlp->swiglu_backward(dh0, dh1, dactc, h0, h1, (long)n * H);
     intermediate_cast_free(dactc, dact);
@@ -340,12 +342,13 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     if (ep_size() > 1) {
         experts_forward_parallel(c, ld, p, s, row_start, x, T);
     } else {
-        s->h0 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");   // (R,H)
-        s->h1 = mem_floats(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");   // (R,H)
+        // (R,H) each, every row written by its expert's product below
+        s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");
+        s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");
         for (int e = 0; e < E; e++) {
             int r0 = row_start[e], n = row_start[e + 1] - r0;
             if (n == 0) continue;
-            float *xs = mem_floats(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D): see expert_forward
+            float *xs = mem_floats_uninit(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D): see expert_forward
             kern()->moe->gather_rows(xs, x, s->row_token, r0, n, D);
             expert_forward(c, ld, p, e, xs, n, T, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H,
                            s->y + (size_t)r0 * D);
@@ -417,7 +420,7 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
         for (int e = 0; e < E; e++) {
             int r0 = row_start[e], n = row_start[e + 1] - r0;
             if (n == 0) continue;
-            float *xs = mem_floats(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D)
+            float *xs = mem_floats_uninit(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D)
             kern()->moe->gather_rows(xs, x, s->row_token, r0, n, D);
             expert_backward(c, ld, p, g, e, xs, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, dy + (size_t)r0 * D,
                             row_token + r0, n, T, leaf, dxs + (size_t)r0 * D);

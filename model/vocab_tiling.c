@@ -125,7 +125,7 @@ float *vocab_tiled_head_backward(Model *m, int B, int S, float scale) {
         loss_backward(z, lse, tg, t.R, V, m->dims.vocab_first, c->z_loss_multiplier, scale);   // z := dl/dz
         prec_round(c, z, (size_t)t.R * V);
         for (long i = 0; i < t.nl; i++) {   // g (D,V) = nf[leaf]^T (D,len) @ dz[leaf] (len,V)
-            float *g = leafsum_leaf(&ls);
+            float *g = leafsum_leaf_overwrite(&ls);
             size_t r0 = (size_t)i * lv.len;
             gemm(1, 0, D, V, lv.len, 1.0f, nf + r0 * D, D, z + r0 * V, V, 0.0f, g, V);
             leafsum_push(&ls);

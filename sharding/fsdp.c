@@ -123,11 +123,13 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
 // where addition is exact: the total does not depend on the order, so neither on how the
 // elements are spread over devices. What a device owns: its fsdp shard of each unit; of a
 // tensor split over `tensor` or `expert`, its piece; of a tensor replicated along an axis,
-// only the copy at coordinate 0 of that axis (and only the copy at data/context coordinate
-// 0: those axes hold replicas).
+// only the copy at coordinate 0 of that axis (and only the copy at context coordinate 0:
+// that axis holds replicas). The data axis holds replicas of the whole gradient too (it
+// is all-reduced by now), so the work is spread over it: the replica at data coordinate r
+// of D adds part r of D of every piece it would own at coordinate 0.
 
 static int owns_tensor(const Mesh *mesh, int dev, const ParamSpec *sp) {
-    unsigned split = 0;
+    unsigned split = AXIS_BIT(AX_DATA);   // every data replica takes its part, below
     for (int d = 0; d < sp->ndim; d++) split |= sp->part.axes[d];
     return shard_first_copy(mesh, dev, split);
 }
@@ -136,6 +138,7 @@ float fsdp_grad_norm(Model *m) {
     const StateShard *s = &m->shard;
     const Mesh *mesh = mesh_current();
     int dev = mesh_device_id(), n = mesh ? mesh->ndev : 1;
+    int nd = mesh ? mesh->size[AX_DATA] : 1, rd = mesh ? mesh_coord(mesh, dev, AX_DATA) : 0;
     // (n) every device's sum; this device's is entry 0 until the all-gather places them.
     Squares *each = mem_alloc(MEM_COMM, sizeof(Squares) * (size_t)n, "grad norm sums");
     Squares *mine = each;
@@ -147,6 +150,11 @@ float fsdp_grad_norm(Model *m) {
         // The part of this tensor inside this device's shard of unit u.
         size_t g0 = shard_first(s, u), g1 = g0 + shard_len(s, u);
         size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
+        if (a < b && nd > 1) {   // this data replica's part of [a, b)
+            size_t len = b - a;
+            b = a + len * (size_t)(rd + 1) / (size_t)nd;
+            a = a + len * (size_t)rd / (size_t)nd;
+        }
         if (a < b) kern()->optim->squares_add(&mine->sum, &mine->bad, m->grads_mem + s->local_off[u] + (a - g0), b - a);
     }
     if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), mine, each, sizeof(Squares));

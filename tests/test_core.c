@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "optim/adafactor.h"
 #include "model/precision.h"
+#include "base/collectives.h"
 #include "model/dims.h"
 #include "kernels/kernels.h"
 #include "base/memory.h"
@@ -283,6 +284,27 @@ static void test_optimizer(void) {
     float inf[1] = {INFINITY};
     kern()->optim->squares_add(&sq.sum, &sq.bad, inf, 1);
     CHECK(sq.bad && sq.sum == (fixed128)25 << 64, "a non-finite gradient is flagged, not added");
+    // Many elements (the threaded path) over magnitudes 2^-60 .. 2^17, squares from below
+    // the fixed-point grid to above 2^64 units: the same integer as a serial sum of the C
+    // library's conversions, and one huge element raises the flag without being added.
+    size_t big = 300000;
+    float *xs = malloc(sizeof(float) * big);
+    fixed128 want = 0;
+    for (size_t k = 0; k < big; k++) {
+        xs[k] = ldexpf(1.0f + (float)(k % 977) / 977.0f, (int)(k % 78) - 60) * (k % 3 ? 1.0f : -1.0f);
+        want += (fixed128)((double)xs[k] * xs[k] * SQUARES_SCALE);
+    }
+    Squares many = {0, 0};
+    kern()->optim->squares_add(&many.sum, &many.bad, xs, big);
+    CHECK(many.sum == want && !many.bad, "fixed-point squares of %zu elements: %.17g, serial %.17g", big,
+          (double)many.sum, (double)want);
+    float orig = xs[big / 2];
+    fixed128 orig_term = (fixed128)((double)orig * orig * SQUARES_SCALE);
+    xs[big / 2] = 0x1p40f;   // its square is 2^80, 2^144 units: past the 2^100 bound
+    Squares flagged = {0, 0};
+    kern()->optim->squares_add(&flagged.sum, &flagged.bad, xs, big);
+    CHECK(flagged.bad && flagged.sum == want - orig_term, "a square past the bound is flagged, the others added");
+    free(xs);
     grad_clip(gr, 2, n, 1.0f);
     CHECK_CLOSE(gr[0], 0.6, 1e-7, "clipped gradient");
     grad_clip(gr, 2, 1.0f - 1e-6f, 1.0f);
@@ -400,6 +422,50 @@ static void test_local_dims(void) {
     CHECK(dims_are(local_dims(&c, 4, 3), 1, 1, 64, 24, 64, 192), "deepseek, tensor 4, rank 3: wrong share");
 }
 
+// The all-reduce (base/collectives.c:coll_all_reduce): every member ends with the tree sum
+// over ranks of every member's buffer, bit for bit, on groups of 2, 3 and 4 (3: slices of
+// unequal length), for buffers shorter than the group and above the kernels' threading
+// threshold. The expected sums are plain float adds in the tree's order, made here.
+typedef struct { size_t n; float *got[4]; } ArRun;
+static float ar_value(int r, size_t i) { return (float)((r % 2 ? -1.0 : 1.0) / (3.0 + 0.37 * (double)i + 1.91 * r)); }
+static void ar_device(int d, void *arg) {
+    ArRun *a = (ArRun *)arg;
+    float *b = mem_floats(MEM_TEMP, a->n, "all-reduce test buffer");
+    for (size_t i = 0; i < a->n; i++) b[i] = ar_value(d, i);
+    coll_all_reduce(mesh_axis_group(AX_DATA), b, a->n);
+    memcpy(a->got[d], b, sizeof(float) * a->n);
+    mem_free(b);
+}
+static void test_all_reduce(void) {
+    const size_t sizes[] = {1, 5, 1001, 100003};
+    int failed_before = test_failed;
+    for (int P = 2; P <= 4; P++)
+        for (int k = 0; k < 4; k++) {
+            size_t n = sizes[k];
+            Config c;
+            config_defaults(&c);
+            c.ici_data_parallelism = P;
+            Mesh mesh;
+            mesh_init(&mesh, &c);
+            ArRun run = {n, {0}};
+            for (int r = 0; r < P; r++) run.got[r] = malloc(sizeof(float) * n);
+            mesh_run(&mesh, ar_device, &run);
+            int same = 1, leak = 0;
+            for (size_t i = 0; i < n; i++) {
+                float v[4];
+                for (int r = 0; r < P; r++) v[r] = ar_value(r, i);
+                float want = P == 2 ? v[0] + v[1] : P == 3 ? (v[0] + v[1]) + v[2] : (v[0] + v[1]) + (v[2] + v[3]);
+                for (int r = 0; r < P; r++) same &= memcmp(&run.got[r][i], &want, sizeof want) == 0;
+            }
+            for (int r = 0; r < P; r++) { leak |= mesh.devices[r].live_total != 0; free(run.got[r]); }
+            CHECK(same && !leak, "all-reduce of %zu floats over %d devices: every member has the tree sum bit for bit (%s, %s)",
+                  n, P, same ? "same" : "DIFFERS", leak ? "LEAKED" : "no leak");
+            mesh_free(&mesh);
+        }
+    if (test_failed == failed_before)
+        printf("  all-reduce: groups of 2, 3, 4, buffers of 1 to 100003 floats: the tree sum on every member, bit for bit\n");
+}
+
 int main(void) {
     Device dev;
     device_init(&dev, 0, 0);
@@ -414,6 +480,7 @@ int main(void) {
     test_adafactor_dims();
     test_config_json();
     test_local_dims();
+    test_all_reduce();
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);
     TEST_SUMMARY();
 }

@@ -77,6 +77,7 @@ static void combine_backward(float *dy, float *dw, const float *dout, const floa
 }
 
 static void add_shared(float *out, const float *shared, size_t n) {
+    #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) out[i] += shared[i];
 }
 

@@ -42,14 +42,20 @@ static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, co
     }
 }
 
-// dscale = sum_t dy * n (bf16: dy * rb(n)), over the leaf's tokens in order.
+// dscale = sum_t dy * n (bf16: dy * rb(n)), over the leaf's tokens in order. Threads take
+// blocks of columns, each column still summed over the tokens in order.
 static void rmsnorm_dscale_leaf(float *dscale, const float *dout, const float *x, const float *rstd,
                                 long t0, long len, int D, int bf16) {
-    for (long t = t0; t < t0 + len; t++)
-        for (int i = 0; i < D; i++) {
-            float n = x[(size_t)t * D + i] * rstd[t];
-            dscale[i] += dout[(size_t)t * D + i] * (bf16 ? bf16_round(n) : n);
-        }
+    enum { COLS = 64 };
+    #pragma omp parallel for if (len * D > 65536)
+    for (int i0 = 0; i0 < D; i0 += COLS) {
+        int i1 = i0 + COLS < D ? i0 + COLS : D;
+        for (long t = t0; t < t0 + len; t++)
+            for (int i = i0; i < i1; i++) {
+                float n = x[(size_t)t * D + i] * rstd[t];
+                dscale[i] += dout[(size_t)t * D + i] * (bf16 ? bf16_round(n) : n);
+            }
+    }
 }
 
 static void broadcast_rows(float *out, const float *row, int T, int D) {

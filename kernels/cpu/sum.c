@@ -7,6 +7,7 @@ static void tree_add(float *left, const float *right, size_t n) {
 }
 
 static void residual_add(float *h, const float *x, size_t n) {
+    #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) h[i] += x[i];
 }
 
