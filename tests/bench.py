@@ -27,7 +27,7 @@ STEPS = int(os.environ.get("STEPS", "4"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 PRESETS = os.environ.get("PRESETS", "mixtral-small deepseek-small").split()
 PEERS = os.environ.get("PEERS", os.path.join(ROOT, ".venv-peers", "bin", "python"))
-ENV = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+ENV = dict(os.environ)   # every system with its own OpenMP defaults unless the caller sets them
 
 FLOPS_FORMULA = ("model FLOPs per step = 3 x forward, forward = 2 x tokens x (matmul weights a token "
                  "meets: attention projections, router, the K routed experts' and the shared "
@@ -133,6 +133,8 @@ def run_peer(which, dump):
 
 def main():
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)")
+    waits = ", ".join(f"{k}={ENV[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in ENV)
+    print("OpenMP waiting threads: " + (waits or "each system's default (meshmoe: 1000 spins, then sleep)"))
     peak, peak_cpu, lib, ordered, shapes = sgemm_peak()
     p2 = peak.get(2)
     print(f"sgemm peak, n=2048 ({lib}): " +
