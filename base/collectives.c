@@ -77,11 +77,14 @@ void coll_barrier(Group *g) {
 // A dry run (base/memory.h) moves no payload: the buffers hold nothing. The staging
 // buffers are still allocated and the bytes counted; copies under 4 KiB still happen,
 // since those are the small exchanges of counts (the expert all-to-all's sizes) that
-// decide the sizes of later buffers. A dry run's large buffers overlap in address space
-// (base/memory.c, the void), and memcpy between overlapping ranges is undefined: the
-// large copies are skipped for that reason too.
+// decide the sizes of later buffers, and those live in real memory. A dry run's large
+// buffers overlap in address space (base/memory.c, the void), so a copy from or into one,
+// however short (a slice of a large gradient), would be undefined for memcpy and a race
+// between the devices that share those addresses: such copies are skipped too.
 static void move(void *dst, const void *src, size_t bytes) {
-    if (dst != src && !(mem_dry() && bytes >= 4096)) memcpy(dst, src, bytes);
+    if (dst == src) return;
+    if (mem_dry() && (bytes >= 4096 || mem_in_void(dst) || mem_in_void(src))) return;
+    memcpy(dst, src, bytes);
 }
 
 // Atomic: a device's prefetch helper thread (sharding/overlap.h) counts its all-gathers on

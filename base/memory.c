@@ -68,7 +68,7 @@ void mem_set_dry(int on) {
 // The header of buffer p (in front of it, or in the void's table).
 static MemBlock *block_of(const void *p) {
     const char *c = (const char *)p;
-    if (void_base && c >= void_base && c < void_base + void_bytes) return void_hdr[(size_t)(c - void_base) / 64];
+    if (mem_in_void(p)) return void_hdr[(size_t)(c - void_base) / 64];
     return (MemBlock *)(c - HEADER);
 }
 
@@ -84,6 +84,11 @@ static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
     return void_base + (size_t)slot * 64;
 }
 int mem_dry(void) { return dry; }
+
+int mem_in_void(const void *p) {
+    const char *c = (const char *)p;
+    return void_base && c >= void_base && c < void_base + void_bytes;
+}
 
 void mem_phase(const char *fmt, ...) {
     Device *d = mem_device();

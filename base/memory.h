@@ -96,6 +96,8 @@ size_t mem_size(const void *p);
 // touches them. Small buffers (< 64 KiB) are real: routing counts and plans live there.
 void mem_set_dry(int on);
 int mem_dry(void);
+// 1 if p lies in a dry run's void (a large buffer that holds nothing; base/memory.c).
+int mem_in_void(const void *p);
 // memset / memcpy of a buffer's contents, skipped in a dry run (nothing to move).
 static inline void mem_zero(void *p, size_t n) { if (!mem_dry()) memset(p, 0, n); }
 static inline void mem_copy(void *dst, const void *src, size_t n) { if (!mem_dry()) memcpy(dst, src, n); }
