@@ -4,7 +4,7 @@
     python3 docs/performance.py            # prints the two tables, writes docs/performance-scaling.svg
 
 Each point trains mixtral-small (per_device_batch_size=2, fp32, sparse experts, 1 device) for
-1 and for 2 steps; a step's cost is the difference of the two runs' CPU time (all threads,
+1 and for 4 steps; a step's cost is the difference of the two runs' CPU time over 3 (all threads,
 user + system), so start-up, initialisation and the evals cancel. CPU time, not the
 clock, because the machine these figures come from is shared: the clock would measure the
 other users. On an idle 2-core machine a step takes about half its CPU time. GFLOP per
@@ -22,6 +22,7 @@ import bench  # noqa: E402  (model_flops, read_config)
 TRAIN = os.environ.get("TRAIN", "./train")
 ENV = dict(os.environ, OMP_WAIT_POLICY="passive")
 BASE = ["per_device_batch_size=2", "log_period=100", "eval_steps=1"]
+EXTRA = 3   # a step's cost: (the CPU time of 1 + EXTRA steps - that of 1 step) / EXTRA
 
 
 def cpu_seconds(args):
@@ -37,13 +38,13 @@ def cpu_seconds(args):
 def step_cost(overrides):
     """CPU seconds of one step, and the model GFLOP of one step."""
     one = cpu_seconds(overrides + ["steps=1"])
-    two = cpu_seconds(overrides + ["steps=2"])
+    more = cpu_seconds(overrides + [f"steps={1 + EXTRA}"])
     cfg = bench.read_config("mixtral-small")
     for kv in overrides + BASE:
         k, v = kv.split("=")
         cfg[k] = int(v)
     flops, tokens = bench.model_flops(cfg)
-    return two - one, flops / 1e9, tokens
+    return (more - one) / EXTRA, flops / 1e9, tokens
 
 
 def sweep(name, key, values, extra):
