@@ -3,6 +3,7 @@
 // data, so that freeing knows what to uncount and an out-of-memory message can list
 // the largest live buffers.
 #include "base/memory.h"
+#include "base/hostmem.h"
 #include "core/common.h"
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -160,50 +161,6 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
     return n;
 }
 
-// Host blocks of 32 MiB and more: glibc maps each one afresh and unmaps it on free (32 MiB
-// is its largest mmap threshold, base/hostmem.c), so each use of such a buffer would pay a
-// page fault and a cleared page per 4 KiB: a step's all-reduce staging, every step. The
-// last few freed are kept here and handed to the next request of the same size. Only the
-// host's memory is reused: the device's figures count each allocation as before.
-#define KEEP_MIN ((size_t)32 << 20)
-#define KEEP_BLOCKS 8
-#define KEEP_BYTES ((size_t)1 << 30)
-static struct { void *raw; size_t bytes; } kept[KEEP_BLOCKS];
-static int nkept;
-static size_t kept_bytes;
-static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void *raw_alloc(size_t bytes) {
-    if (bytes >= KEEP_MIN) {
-        pthread_mutex_lock(&kept_lock);
-        for (int i = nkept - 1; i >= 0; i--)
-            if (kept[i].bytes == bytes) {
-                void *raw = kept[i].raw;
-                kept_bytes -= bytes;
-                kept[i] = kept[--nkept];
-                pthread_mutex_unlock(&kept_lock);
-                return raw;
-            }
-        pthread_mutex_unlock(&kept_lock);
-    }
-    return aligned_alloc(64, bytes);
-}
-
-// Keep a large block (dropping the oldest kept ones to make room), or free it.
-static void raw_free(void *raw, size_t bytes) {
-    if (bytes < KEEP_MIN || bytes > KEEP_BYTES) { free(raw); return; }
-    pthread_mutex_lock(&kept_lock);
-    while (nkept == KEEP_BLOCKS || kept_bytes + bytes > KEEP_BYTES) {
-        free(kept[0].raw);
-        kept_bytes -= kept[0].bytes;
-        memmove(kept, kept + 1, sizeof kept[0] * (size_t)--nkept);
-    }
-    kept[nkept].raw = raw;
-    kept[nkept++].bytes = bytes;
-    kept_bytes += bytes;
-    pthread_mutex_unlock(&kept_lock);
-}
-
 // A buffer handed out unzeroed (mem_alloc_uninit) is filled with 0xff bytes in the
 // sanitizer builds and under MESHMOE_POISON_UNINIT: every float a NaN, every int -1, so a
 // read before the first write turns the loss non-finite and the run stops on it.
@@ -221,7 +178,7 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, i
     if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = (bytes + 63) & ~(size_t)63;
     int in_void = dry && bytes >= DRY_REAL_BELOW;
-    char *raw = in_void ? malloc(sizeof(MemBlock)) : raw_alloc(HEADER + rounded);
+    char *raw = in_void ? malloc(sizeof(MemBlock)) : host_alloc(HEADER + rounded);
     if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
     MemBlock *m = (MemBlock *)raw;
     *m = (MemBlock){bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
@@ -314,7 +271,7 @@ static void free_block(MemBlock *m) {
         pthread_mutex_unlock(&void_lock);
     }
     if (m->slot) free(m);
-    else raw_free(m, HEADER + ((m->bytes + 63) & ~(size_t)63));
+    else host_free(m, HEADER + ((m->bytes + 63) & ~(size_t)63));
 }
 
 void mem_free(void *p) {
