@@ -106,7 +106,7 @@ parity: train
 hf-check: train
 	bash tests/hf/check.sh
 
-bench: train build/gemm_bench
+bench: train build/gemm_bench build/fma_peak
 	bash tests/bench.sh
 
 # The peers of make bench in .venv-peers (git-ignored): the pinned JAX stack of the parity
@@ -142,6 +142,12 @@ clean:
 # GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
 build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
+
+# The cores' peak FLOP/s: fused multiply-adds on registers at each vector width the CPU runs
+# (tests/fma_peak.c; intrinsics chosen at run time, so plain flags).
+build/fma_peak: tests/fma_peak.c
+	@mkdir -p build
+	$(CC) -O2 -std=c11 -Wall -Wextra -fopenmp $< -o $@
 
 # The attention core's forward + backward at the -small presets' shapes, tiles against the
 # per-row loops (tests/attn_bench.c).
