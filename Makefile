@@ -106,7 +106,7 @@ parity: train
 hf-check: train
 	bash tests/hf/check.sh
 
-bench: train build/gemm_bench build/fma_peak
+bench: train build/gemm_bench build/peak
 	bash tests/bench.sh
 
 # The peers of make bench in .venv-peers (git-ignored): the pinned JAX stack of the parity
@@ -143,9 +143,9 @@ clean:
 build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
 
-# The cores' peak FLOP/s: fused multiply-adds on registers at each vector width the CPU runs
-# (tests/fma_peak.c; intrinsics chosen at run time, so plain flags).
-build/fma_peak: tests/fma_peak.c
+# The machine's limits: fused multiply-adds on registers at each vector width the CPU runs,
+# and the memory bandwidth (tests/peak.c; intrinsics chosen at run time, so plain flags).
+build/peak: tests/peak.c
 	@mkdir -p build
 	$(CC) -O2 -std=c11 -Wall -Wextra -fopenmp $< -o $@
 

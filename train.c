@@ -38,6 +38,7 @@
 #include "sweep/sweep.h"
 #include "model/attn_flash.h"
 #include "report/plan.h"
+#include "report/profile.h"
 #include "base/paths.h"
 #include "trainer/metrics.h"
 #include <time.h>
@@ -60,6 +61,7 @@ static void read_config(Config *c, int argc, char **argv) {
     }
     step_check_config(c);
     config_check_paths(c);   // every file named is readable or writable, before any work
+    if (c->profile && c->dry_run) die("profile=true times the kernels of training steps: a dry run computes none");
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
     // before the mesh starts so that every device uses the same ones.
     if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) attn_block_autotune(c);
@@ -102,6 +104,7 @@ typedef struct {
     int *ids, *targets;              // (A*B, Sl) the step's batch
     int *eval_ids, *eval_targets;    // (Be, Sl) the training batch's buffers, unless set apart
     FILE *metrics;                   // metrics_file on device 0, else NULL
+    StepProfile prof;                // profile=true: this device's kernels, steps after the first
     DevStats *stats;                 // (ndev) every device's figures after the step
     float first_eval;
 } DeviceRun;
@@ -272,11 +275,13 @@ static StepTime timed_step(DeviceRun *d, int first, StepResult *r) {
     if (!c->dry_run) fetch_batch(d, d->m.step);
     mem_reset_peak(dev);
     if (first && (c->dry_run || c->memory_trace[0])) plan_watch_begin(dev, c->memory_trace[0] != 0);
+    if (c->profile) profile_take(NULL);   // kernels run outside the step (evaluation) are not counted
     double flops0 = dev->flops, t0 = now_ms();
     train_step(&d->m, d->ids, d->targets, d->A, d->B, d->Sl, r);
     plan_watch_end(dev);
     StepTime t;
     t.ms = now_ms() - t0;
+    if (c->profile && !first) step_profile_add(&d->prof, t.ms);
     t.gflops = (dev->flops - flops0) * d->run->mesh->ndev / (t.ms * 1e6);
     t.tok_s = (double)d->A * d->Bg * d->S / (t.ms / 1e3);
     return t;
@@ -329,6 +334,7 @@ static int train_loop(DeviceRun *d) {
             checkpoint_save(m, c->save_checkpoint);   // every device (a collective)
     }
     if (d->talk) signals_allow_stop(0);
+    if (d->talk && c->profile) step_profile_print(&d->prof);
     return stop_sig;
 }
 
@@ -403,7 +409,8 @@ static void run_devices(Run *run) {
     const Config *c = run->c;
     Mesh *mesh = run->mesh;
     mem_set_dry(c->dry_run);
-    kern_use_default(c->dry_run ? &backend_dry : &backend_cpu);   // the kernels every device runs (kernels/kernels.h)
+    // the kernels every device runs (kernels/kernels.h)
+    kern_use_default(c->dry_run ? &backend_dry : c->profile ? &backend_profile : &backend_cpu);
     if (!c->dry_run) {
         mesh_run(mesh, device_main, run);
         return;

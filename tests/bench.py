@@ -3,7 +3,7 @@
 
 Prints, in one run on this machine:
   1. the peak: the cores' FMA units measured by a register-only loop at each vector width
-     the CPU runs (build/fma_peak), OpenBLAS sgemm n=2048 at the kernels it picks for this
+     the CPU runs (build/peak), OpenBLAS sgemm n=2048 at the kernels it picks for this
      CPU (build/gemm_bench with OPENBLAS_CORETYPE unset for that command alone, else numpy's
      bundled OpenBLAS from a venv) and the ordered GEMM on the same product, on 1 and 2
      threads; "the peak" is the highest 2-thread figure of these, named in the table;
@@ -13,7 +13,10 @@ Prints, in one run on this machine:
      run in turn ROUNDS times; per system the median step time over every step but the
      first of each run, tokens/s, model GFLOP/s, % of the peak, and the
      step time over meshmoe's.
-Environment: STEPS (steps per run, default 4), ROUNDS (default 2), PRESETS, PEERS (the
+  3. where a step of each preset goes by kernel family (`./train ... profile=true`), against
+     each family's floor: its FLOPs at the peak or its bytes at the measured bandwidth.
+Environment: STEPS (steps per run, default 4), ROUNDS (default 2), PROFILE_STEPS (default 3),
+PRESETS, PEERS (the
 peers' python, default .venv-peers/bin/python), TRAIN (default ./train).
 """
 import os
@@ -27,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.environ.get("TRAIN", "./train")
 STEPS = int(os.environ.get("STEPS", "4"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
+PROFILE_STEPS = int(os.environ.get("PROFILE_STEPS", "3"))
 PRESETS = os.environ.get("PRESETS", "mixtral-small deepseek-small").split()
 PEERS = os.environ.get("PEERS", os.path.join(ROOT, ".venv-peers", "bin", "python"))
 ENV = dict(os.environ)   # every system with its own OpenMP defaults unless the caller sets them
@@ -125,11 +129,14 @@ def sgemm_peak():
     return peak, peak_cpu, lib, ordered, shapes
 
 
-def fma_peak():
-    """{(width, threads): GFLOP/s} of build/fma_peak (the FMA units, registers only)."""
-    out = sh(["build/fma_peak"], env=dict(ENV, OMP_WAIT_POLICY="passive")).stdout
-    return {(int(w), int(t)): float(g) for w, t, g in
-            re.findall(r"^fma_peak width=(\d+) threads=(\d) GFLOP/s ([\d.]+)", out, re.M)}
+def machine_limits():
+    """build/peak: {(width, threads): GFLOP/s} of the FMA units (registers only), and
+    {threads: GB/s} of the memory bandwidth (a triad over 3 x 128 MiB)."""
+    out = sh(["build/peak"], env=dict(ENV, OMP_WAIT_POLICY="passive")).stdout
+    fma = {(int(w), int(t)): float(g) for w, t, g in
+           re.findall(r"^fma_peak width=(\d+) threads=(\d) GFLOP/s ([\d.]+)", out, re.M)}
+    bw = {int(t): float(g) for t, g in re.findall(r"^bandwidth threads=(\d) GB/s ([\d.]+)", out, re.M)}
+    return fma, bw
 
 
 def the_peak(fma, sgemm, lib, ordered):
@@ -141,6 +148,34 @@ def the_peak(fma, sgemm, lib, ordered):
     if 2 in ordered:
         cands.append((float(ordered[2][0]), "ordered GEMM n=2048, 2 threads"))
     return max(cands) if cands else (None, "not measured")
+
+
+def profile_table(preset, peak, bw, *extra):
+    """meshmoe's `profile=true` run of a preset: where a step goes by kernel family, each
+    family's floor (its FLOPs at the peak or its bytes at the 2-thread bandwidth, whichever
+    takes longer) and the share of the floor it reaches."""
+    r = sh([TRAIN, f"configs/{preset}.yml", f"steps={PROFILE_STEPS}", "profile=true", "eval_steps=1",
+            "sample_length=0", *extra])
+    head = re.search(r"^profile: .*$", r.stdout, re.M)
+    rows = re.findall(r"^\| (\w[\w ]*?) \|\s*([\d.]*)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)%\s*\|\s*([\d.]*)\s*\|"
+                      r"\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|$", r.stdout, re.M)
+    if r.returncode or not head or not rows:
+        print(f"profile of {preset} {' '.join(extra)}: failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}")
+        return
+    print(f"{preset} {' '.join(extra) or '(the preset)'}, {head[0]}")
+    print("| kernel family | calls/step | ms/step | % of step | GFLOP/s | GB/s | floor ms (by) | floor / ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for fam, calls, ms, pct, gflop, gb, gfs, gbs in rows:
+        floor = ""
+        if gflop and gb:
+            by_flops = float(gflop) / peak * 1e3 if peak else 0
+            by_bytes = float(gb) / bw * 1e3 if bw else 0
+            f = max(by_flops, by_bytes)
+            floor = f"{f:.2f} ({'FLOPs' if by_flops >= by_bytes else 'bytes'}) | {100 * f / float(ms):.0f}%"
+        else:
+            floor = " | "
+        print(f"| {fam} | {calls} | {ms} | {pct}% | {gfs} | {gbs} | {floor} |")
+    print()
 
 
 def run_meshmoe(preset, *extra):
@@ -165,8 +200,8 @@ def main():
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)")
     waits = ", ".join(f"{k}={ENV[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in ENV)
     print("OpenMP waiting threads: " + (waits or "each system's default (meshmoe: 1000 spins, then sleep)"))
-    fma = fma_peak()
-    print("FMA units (build/fma_peak, registers only): " +
+    fma, bw = machine_limits()
+    print("FMA units (build/peak, registers only): " +
           (", ".join(f"{w}-bit {t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s" for (w, t), g in sorted(fma.items()))
            if fma else "not measured (no AVX2/AVX-512)"))
     peak, peak_cpu, lib, ordered, shapes = sgemm_peak()
@@ -181,6 +216,8 @@ def main():
                                                for t, (g, c) in sorted(ordered.items())))
     for w, g, c in shapes:
         print(f"  ordered GEMM, 2 threads, {w}: {g} GFLOP/s ({c} per CPU-second)")
+    print("memory bandwidth (build/peak, a triad over 3 x 128 MiB): " +
+          ", ".join(f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s" for t, g in sorted(bw.items())))
     print(f"the peak: {p2:.1f} GFLOP/s, {p2_what}" if p2 else "the peak: not measured")
     print(FLOPS_FORMULA)
     peers = os.path.exists(PEERS)
@@ -229,6 +266,12 @@ def main():
               (f"; parameters: PyTorch {notes.get('PyTorch eager params')}, JAX {notes.get('JAX jit params')}"
                if peers_here else "") + ") | | | | | |")
     print()
+    print(f"Where a step goes (profile=true, {PROFILE_STEPS} steps; the floor of a family: its FLOPs at the "
+          f"peak ({p2:.1f} GFLOP/s) or its bytes at the 2-thread bandwidth ({bw.get(2, 0):.1f} GB/s)):")
+    print()
+    for preset in PRESETS:
+        profile_table(preset, p2, bw.get(2), "remat_policy=none")
+        profile_table(preset, p2, bw.get(2))
     print(f"load average at end: {load_average()}")
 
 

@@ -29,7 +29,7 @@ static const char *const MAY_DIFFER[] = {
     // evaluation and output: what the run prints and writes, not what it trains
     "eval_interval", "eval_steps", "log_period", "metrics_file", "save_checkpoint", "load_checkpoint",
     "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "dump_parity", "parity_steps",
-    "print_sharding", "dry_run", "memory_trace", "sweep_steps", "sweep_only", "sweep_num_devices",
+    "print_sharding", "dry_run", "profile", "memory_trace", "sweep_steps", "sweep_only", "sweep_num_devices",
 };
 
 // Keys a user changes on purpose when resuming (a lower learning rate after a loss that

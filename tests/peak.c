@@ -1,15 +1,18 @@
-// tests/fma_peak.c (build/fma_peak, run by `make bench`): the cores' peak float32 FLOP/s,
-// measured. Each thread runs chains of fused multiply-adds on vectors held in registers
+// tests/peak.c (build/peak, run by `make bench`): this machine's limits, measured: the
+// cores' peak float32 FLOP/s and the memory bandwidth. For the FLOP/s, Each thread runs chains of fused multiply-adds on vectors held in registers
 // (no load, no store), many chains at once so that every FMA unit starts one every cycle
 // whatever its latency. No product can beat this figure, so `make bench` states every
 // "% of peak" against it (or against a product that measured higher, on a noisy run).
 //
 // One line per vector width the CPU runs (AVX-512, AVX2), on 1 and 2 threads:
 //   fma_peak width=512 threads=2 GFLOP/s 412.3
+// then the memory bandwidth of a triad a = b + s*c over arrays far larger than the caches
+// (3 x 128 MiB), on 1 and 2 threads, counting each array once (STREAM's convention):
+//   bandwidth threads=2 GB/s 31.0
 // A CPU whose 512-bit instructions go through 256-bit units in two halves (AMD Zen 4)
 // gives the same figure at both widths; one with full-width units (Zen 5, Intel server
 // cores with two FMA units) gives twice as much at 512.
-//   build/fma_peak [seconds per measurement, default 0.2]
+//   build/peak [seconds per FMA measurement, default 0.2]
 #include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>
@@ -54,6 +57,20 @@ __attribute__((target("avx2,fma"))) static float chains256(long iters) {
     return t;
 }
 
+// GB/s of a[i] = b[i] + s * c[i] over n floats on `threads` threads; best of 5 (the first,
+// which also faults the pages in, not counted).
+static double triad(float *a, const float *b, const float *c, long n, int threads) {
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (long i = 0; i < n; i++) a[i] = b[i] + 0.5f * c[i];
+        double t = now() - t0;
+        if (r > 0 && t < best) best = t;
+    }
+    return 3.0 * sizeof(float) * n / best / 1e9;
+}
+
 static volatile float sink;   // where every thread's result goes
 
 // GFLOP/s of `threads` threads each running `iters` iterations at `width` bits; best of 5.
@@ -72,17 +89,14 @@ static double measure(int width, int threads, long iters) {
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 0.2;
     if (!(seconds > 0 && seconds < 60)) {
-        fprintf(stderr, "fma_peak: seconds must be in (0, 60), got '%s'\n", argv[1]);
+        fprintf(stderr, "peak: seconds must be in (0, 60), got '%s'\n", argv[1]);
         return 1;
     }
     __builtin_cpu_init();
     int widths[2], n = 0;
     if (__builtin_cpu_supports("avx512f")) widths[n++] = 512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) widths[n++] = 256;
-    if (!n) {
-        printf("fma_peak: this CPU has neither AVX-512 nor AVX2 with FMA; not measured\n");
-        return 0;
-    }
+    if (!n) printf("fma_peak: this CPU has neither AVX-512 nor AVX2 with FMA; not measured\n");
     for (int w = 0; w < n; w++) {
         // Size the loop to take about `seconds` on one thread, from a short trial.
         long iters = 1 << 16;
@@ -93,5 +107,14 @@ int main(int argc, char **argv) {
         for (int th = 1; th <= 2; th++)
             printf("fma_peak width=%d threads=%d GFLOP/s %.1f\n", widths[w], th, measure(widths[w], th, iters));
     }
+    long len = 32L << 20;   // floats per array: 128 MiB
+    float *a = malloc(sizeof(float) * len), *b = malloc(sizeof(float) * len), *c = malloc(sizeof(float) * len);
+    if (!a || !b || !c) {
+        fprintf(stderr, "peak: out of memory for 3 x 128 MiB\n");
+        return 1;
+    }
+    for (long i = 0; i < len; i++) b[i] = c[i] = (float)(i % 7);
+    for (int th = 1; th <= 2; th++) printf("bandwidth threads=%d GB/s %.1f\n", th, triad(a, b, c, len, th));
+    free(a); free(b); free(c);
     return 0;
 }

@@ -1,0 +1,20 @@
+// report/profile.h: profile=true's table, where a device's training steps went by kernel
+// family (kernels/profile.h counts them).
+#ifndef MESHMOE_REPORT_PROFILE_H
+#define MESHMOE_REPORT_PROFILE_H
+#include "kernels/profile.h"
+
+typedef struct StepProfile {
+    ProfileCounts fam[PROF_FAMILIES];   // summed over the counted steps
+    double step_ms;                     // their wall time
+    int steps;
+} StepProfile;
+
+// After a step of step_ms: the calling device's kernel counts since the step began added in.
+void step_profile_add(StepProfile *p, double step_ms);
+// Per step, for each family that ran: calls, ms, share of the step, GFLOP and GB, GFLOP/s
+// and GB/s; then the kernels' total and the time between kernels (collectives, the
+// allocator, the layers' own loops).
+void step_profile_print(const StepProfile *p);
+
+#endif

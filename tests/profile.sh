@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tests/profile.sh: profile=true (kernels/profile.h, report/profile.h) and the bench's
+# measured limits (tests/peak.c). The profile backend must not change one bit; its FLOP
+# counts, kept by the kernel wrappers, must equal the ones the layers count for the step's
+# GFLOP/s (model/matmul.c, model/attn_core.c: two independent tallies); its rows must add up
+# to the step; a dry run with it is refused.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+make -s train build/peak >/dev/null || { echo "build failed"; exit 1; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+TRAIN=./train
+FAST="steps=2 per_device_batch_size=2 max_target_length=32 base_num_decoder_layers=2 sample_length=0 eval_steps=1"
+
+for p in mixtral-tiny deepseek-tiny; do
+    run $p $p
+    run $p-prof $p profile=true
+    check "$p: profile=true, loss bits as without it: $(bits $p)" same $p $p-prof
+    # The counted step is the last (step 1): the layers' FLOPs are its GFLOP/s x ms; the
+    # profile's are the matmul and attention rows' GFLOP/step. Printed to 5 significant
+    # digits (gflops %.3f of ~30, ms %.3f, GFLOP/step %.4f): equal within 0.1%.
+    check "$p: the profile's matmul + attention FLOPs = the layers' count for the step" python3 - "$T/$p-prof" <<'PY'
+import json, re, sys
+out = open(sys.argv[1] + ".out").read()
+m = json.loads(open(sys.argv[1] + ".jsonl").readlines()[-1])
+layers = m["gflops"] * m["ms"] / 1e3
+rows = dict(re.findall(r"^\| (\w+) \| [\d.]+ \| [\d.]+ \| [\d.]+% \| ([\d.]+) \|", out, re.M))
+prof = float(rows["matmul"]) + float(rows.get("attention", 0))
+print(f"       layers {layers:.4f} GFLOP, profile {prof:.4f} GFLOP")
+sys.exit(abs(prof - layers) > 1e-3 * layers)
+PY
+    check "$p: the families and the time between kernels add up to the step" python3 - "$T/$p-prof.out" <<'PY'
+import re, sys
+out = open(sys.argv[1]).read()
+step = float(re.search(r"^profile: .*, ([\d.]+) ms per step", out, re.M)[1])
+fams = [float(x) for x in re.findall(r"^\| \w+ \| [\d.]+ \| ([\d.]+) \|", out, re.M)]
+total = float(re.search(r"^\| all kernels \| +\| ([\d.]+) \|", out, re.M)[1])
+between = float(re.search(r"^\| between kernels \| +\| (-?[\d.]+) \|", out, re.M)[1])
+print(f"       {len(fams)} families {sum(fams):.2f} ms, all kernels {total:.2f}, between {between:.2f}, step {step:.2f}")
+sys.exit(not (len(fams) >= 8 and abs(sum(fams) - total) < 0.01 * len(fams) and abs(total + between - step) < 0.02
+              and 0 <= between < step))
+PY
+done
+expect_error "profile=true with dry_run=true" "a dry run computes none" \
+    ./train configs/mixtral-tiny.yml profile=true dry_run=true
+# The limits make bench divides by: every line present and positive (the figures
+# themselves depend on the machine and its load; docs/performance.md keeps them).
+build/peak 0.05 > "$T/peak.out"
+check "build/peak: FMA loop at a vector width, 1 and 2 threads, and the bandwidth: $(tr '\n' ';' < "$T/peak.out")" \
+    python3 -c "
+import re, sys
+out = open(sys.argv[1]).read()
+f = re.findall(r'^fma_peak width=(256|512) threads=([12]) GFLOP/s ([\d.]+)$', out, re.M)
+b = re.findall(r'^bandwidth threads=([12]) GB/s ([\d.]+)$', out, re.M)
+sys.exit(not (len(f) >= 2 and len(b) == 2 and all(float(g) > 0 for *_, g in f + b)))" "$T/peak.out"
+summary
