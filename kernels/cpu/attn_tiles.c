@@ -20,6 +20,7 @@
 // are computed and never read.
 #include "kernels/cpu/attn_tiles.h"
 #include "kernels/bf16.h"
+#include "kernels/cpu/expf16.h"
 #include <math.h>
 #include <stdint.h>
 
@@ -182,13 +183,15 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
             m[r] = bm[r];
         }
     }
-    // e_j = exp(s_j - m) and l += e_j, key by key, in the rows that see key j.
+    // e_j = exp(s_j - m) and l += e_j, key by key, in the rows that see key j (the exps of
+    // all 16 lanes at once, kept in those rows).
     for (int j = ja; j < jend; j++) {
         float *sj = e + (size_t)(j - ja) * L;
-        for (int r = imax(0, j - pos0); r < R; r++) {
-            float x = expf(sj[r] - m[r]);
-            sj[r] = rnd.probs ? bf16_round(x) : x;
-        }
+        V16 x = vld(sj) - m;
+        expf16((float *)&x, (const float *)&x);
+        if (rnd.probs)
+            for (int r = 0; r < L; r++) x[r] = bf16_round(x[r]);
+        vst(sj, vblend((lane >= j - pos0) & (lane < R), x, vld(sj)));
         l = vblend(lane >= j - pos0, l + vld(sj), l);
     }
     for (int r = 0; r < R; r++)
@@ -227,8 +230,9 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
         for (int d = 0; d < Dv; d++) s += doi[d] * o[row * Dv + d];
         Di[r] = s;
     }
-    V16 lv, dv_;
-    for (int r = 0; r < L; r++) lv[r] = l[r], dv_[r] = Di[r];
+    V16 lv, dv_, mv;
+    I16 lane;
+    for (int r = 0; r < L; r++) lv[r] = l[r], dv_[r] = Di[r], mv[r] = m[r], lane[r] = r;
     size_t qs = (size_t)G.N * Dqk, vs = (size_t)G.N * Dv;   // from one query row to the next
     const float *q0r = q + qrow(&G, b, i0, h) * Dqk, *do0r = dout + qrow(&G, b, i0, h) * Dv;
     // Key sub-blocks of KB keys (within one part): P and dS of the tile, then the sums.
@@ -239,12 +243,13 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
         for (int j = j0; j < j1; j++) {
             float *pj = P + (size_t)(j - j0) * L, *dsj = dS + (size_t)(j - j0) * L;
             int rf = imax(0, j - pos0);   // the rows that see key j: rf .. R-1
-            for (int r = 0; r < L; r++) {
-                if (r < rf || r >= R) { pj[r] = 0.0f; continue; }   // lanes never read
-                float s = rnd.scores ? bf16_round(pj[r]) : pj[r];
-                float e = expf(s - m[r]);
-                pj[r] = rnd.probs ? bf16_round(e) : e;
-            }
+            if (rnd.scores)
+                for (int r = 0; r < L; r++) pj[r] = bf16_round(pj[r]);
+            V16 x = vld(pj) - mv;   // the exps of all 16 lanes at once
+            expf16((float *)&x, (const float *)&x);
+            if (rnd.probs)
+                for (int r = 0; r < L; r++) x[r] = bf16_round(x[r]);
+            vst(pj, vblend((lane >= rf) & (lane < R), x, (V16){0}));   // lanes never read: 0
             V16 p = vld(pj) / lv;   // p = e / l, dS = p (dP - D), lane by lane
             vst(pj, p);
             vst(dsj, p * (vld(dsj) - dv_));
