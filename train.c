@@ -41,6 +41,8 @@
 #include "report/profile.h"
 #include "base/paths.h"
 #include "trainer/metrics.h"
+#include "trainer/files.h"
+#include "base/runfiles.h"
 #include <time.h>
 
 static double now_ms(void) {
@@ -61,6 +63,7 @@ static void read_config(Config *c, int argc, char **argv) {
     }
     step_check_config(c);
     config_check_paths(c);   // every file named is readable or writable, before any work
+    train_files_check(c, argv[1]);   // and no output is another of its files (trainer/files.h)
     if (c->profile && c->dry_run) die("profile=true times the kernels of training steps: a dry run computes none");
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
     // before the mesh starts so that every device uses the same ones.
@@ -456,6 +459,12 @@ static int cmd_prepare(int argc, char **argv) {
     if (argc != 4) die("usage: ./train prepare IN.txt OUT.bin");
     check_input_file("prepare input", argv[2]);
     check_output_path("prepare output", argv[3]);
+    RunFiles files;
+    runfiles_init(&files);
+    runfiles_input(&files, "prepare input", argv[2]);
+    runfiles_output(&files, "prepare output", argv[3]);
+    runfiles_check(&files);
+    runfiles_free(&files);
     size_t n;
     uint16_t *tok = text_read_bytes(argv[2], &n);
     tokfile_write(argv[3], tok, n);

@@ -9,11 +9,17 @@
 #include "kernels/kernels.h"
 #include "core/common.h"
 
+int lr_schedule_length(const Config *c) {
+    return c->learning_rate_schedule_steps > 0 ? c->learning_rate_schedule_steps : c->steps;
+}
+
 float lr_schedule(const Config *c, int step) {
     float lr = c->learning_rate;
-    int warmup = (int)(c->warmup_steps_fraction * c->steps);
+    int len = lr_schedule_length(c);
+    if (step >= len && step < c->steps) return 0.0f;   // MaxText's constant-zero piece, up to steps
+    int warmup = (int)(c->warmup_steps_fraction * len);
     if (step < warmup) return lr * (float)step / (float)warmup;   // optax.linear_schedule from 0
-    int n = c->steps - warmup, k = step - warmup;
+    int n = len - warmup, k = step - warmup;
     float pct = n > 1 ? (float)k / (float)(n - 1) : 0.0f;
     if (pct > 1.0f) pct = 1.0f;
     float a = 0.5f * (cosf((float)M_PI * pct) + 1.0f);

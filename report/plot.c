@@ -7,6 +7,7 @@
 #include "report/trace.h"
 #include "core/common.h"
 #include "base/paths.h"
+#include "base/runfiles.h"
 #include <sys/stat.h>
 #include <errno.h>
 
@@ -124,10 +125,30 @@ static void plot_device(const TraceDevice *d, const char *trace, const char *pat
     svg_close(&s);
 }
 
+// The trace is not one of the files the plot writes (base/runfiles.h).
+static void plot_files_check(const Trace *t, const char *trace, const char *out_dir) {
+    char (*names)[64] = calloc((size_t)t->ndev + 1, sizeof *names);
+    const char **list = calloc((size_t)t->ndev + 1, sizeof *list);
+    if (!names || !list) die("plot: out of memory");
+    for (int i = 0; i < t->ndev; i++) {
+        snprintf(names[i], sizeof names[i], "memory_device_%d.svg", t->dev[i].device);
+        list[i] = names[i];
+    }
+    RunFiles files;
+    runfiles_init(&files);
+    runfiles_input(&files, "plot trace", trace);
+    runfiles_output_dir(&files, "plot output directory", out_dir, list, t->ndev);
+    runfiles_check(&files);
+    runfiles_free(&files);
+    free(names);
+    free(list);
+}
+
 int plot_trace(const char *trace, const char *out_dir) {
     check_input_file("plot trace", trace);
     Trace t;
     trace_read(&t, trace);
+    plot_files_check(&t, trace, out_dir);
     if (mkdir(out_dir, 0777) && errno != EEXIST) die("plot: cannot create '%s': %s", out_dir, strerror(errno));
     check_output_dir("plot output directory", out_dir);
     for (int i = 0; i < t.ndev; i++) {

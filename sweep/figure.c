@@ -18,6 +18,7 @@
 #include "report/schedule_plot.h"
 #include "pipeline/pipeline.h"
 #include "base/config.h"
+#include "base/runfiles.h"
 #include "core/common.h"
 #include <errno.h>
 
@@ -165,9 +166,24 @@ static void fig_meshes(int argc, char **argv) {
     svg_close(&s);
 }
 
+// OUT.svg is none of the files the figure reads (base/runfiles.h), checked before any is read.
+static void figure_files_check(int argc, char **argv) {
+    const char *kind = argv[2];
+    RunFiles files;
+    runfiles_init(&files);
+    if (!strcmp(kind, "timelines") || !strcmp(kind, "peaks"))
+        for (int i = 6; i < argc; i += 2) runfiles_input(&files, "figure TRACE.csv", argv[i]);
+    if (!strcmp(kind, "schedule") && argc > 4) runfiles_input(&files, "figure CONFIG.yml", argv[4]);
+    if (!strcmp(kind, "meshes") && argc > 5) runfiles_input(&files, "figure SWEEP.md", argv[5]);
+    runfiles_output(&files, "figure OUT.svg", argv[3]);
+    runfiles_check(&files);
+    runfiles_free(&files);
+}
+
 int cmd_figure(int argc, char **argv) {
     if (argc < 4) die("usage: ./train figure timelines|peaks|schedule|meshes OUT.svg ... (sweep/figure.c)");
     const char *kind = argv[2];
+    figure_files_check(argc, argv);
     if (!strcmp(kind, "timelines")) fig_timelines(argc, argv);
     else if (!strcmp(kind, "peaks")) fig_peaks(argc, argv);
     else if (!strcmp(kind, "schedule")) fig_schedule(argc, argv);

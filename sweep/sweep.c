@@ -13,6 +13,7 @@
 // per_device_batch_size / (n * A) sequences per device, so a mesh row compares like with
 // like. The exit status is non-zero when a "bit" row is not bit-identical or a run failed.
 #include "trainer/step.h"
+#include "trainer/files.h"
 #include "sweep/sweep.h"
 #include "sweep/sweep_int.h"
 #include "core/common.h"
@@ -367,6 +368,15 @@ static int pipeline_stages(const Config *c) {
     return 0;
 }
 
+// The files every run of the sweep reads and writes (trainer/files.h), checked once here:
+// the runs load and save no checkpoint and write their metrics in the sweep's own directory.
+static void sweep_files_check(const Config *cfg, const char *config_path) {
+    Config c = *cfg;
+    c.save_checkpoint[0] = c.load_checkpoint[0] = c.metrics_file[0] = '\0';
+    config_check_paths(&c);
+    train_files_check(&c, config_path);
+}
+
 int cmd_sweep(int argc, char **argv) {
     if (argc < 3) die("usage: ./train sweep CONFIG.yml [key=value ...] (sweep_steps, sweep_only, sweep_num_devices)");
     static Sweep sweep;
@@ -393,6 +403,7 @@ int cmd_sweep(int argc, char **argv) {
     }
     if (sw->nuser > SW_MAXARGS - 24) die("sweep: too many key=value arguments (%d)", sw->nuser);
     step_check_config(&sw->cfg);
+    sweep_files_check(&sw->cfg, sw->config_path);
     if (sw->cfg.sweep_steps < 1 || sw->cfg.sweep_steps > SW_MAXSTEPS)
         die("sweep_steps must be between 1 and %d, got %d", SW_MAXSTEPS, sw->cfg.sweep_steps);
     if (sw->cfg.sweep_num_devices < 1 || sw->cfg.sweep_num_devices > 64)

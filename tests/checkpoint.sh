@@ -4,7 +4,9 @@
 # last 2; the 4 losses (float32 bits) must equal those of one device running all 4 steps
 # without a stop. The files saved after the same 2 steps on different meshes must hold the
 # same tensors, bit for bit (their config metadata names the mesh, so the tensors are
-# compared, by tests/st_tool.py). Then the metadata a load refuses, each with one message.
+# compared, by tests/st_tool.py). A run resumed with more steps than it was saved with (the
+# schedule's length kept by learning_rate_schedule_steps) must equal one run of all of them.
+# Then the metadata a load refuses, each with one message.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -72,6 +74,19 @@ echo "== deepseek-tiny: pipeline stage=3 -> 1 device (global batch 6)"
 run deepseek-tiny-ref6 deepseek-tiny per_device_batch_size=6
 REF=6 roundtrip deepseek-tiny stage3-to-1 "ici_pipeline_parallelism=3 per_device_batch_size=2" "per_device_batch_size=6"
 
+echo "== mixtral-tiny: train longer: steps=2, then resumed with steps=4, learning_rate_schedule_steps=4 in both"
+# The schedule's length is fixed, so the first run's 2 steps are the first 2 of the 4-step run,
+# and the resumed 2 its last 2; with the length equal to steps, the default schedule's bits.
+run mixtral-tiny-sched4 mixtral-tiny per_device_batch_size=4 learning_rate_schedule_steps=4
+check "learning_rate_schedule_steps=4 with steps=4 = the default (-1, steps): $(bits mixtral-tiny-sched4)" \
+    same mixtral-tiny-sched4 mixtral-tiny-ref
+run mixtral-tiny-longer mixtral-tiny per_device_batch_size=4 learning_rate_schedule_steps=4 steps=2 \
+    save_checkpoint=$T/longer.st
+run mixtral-tiny-longer mixtral-tiny per_device_batch_size=4 learning_rate_schedule_steps=4 steps=4 \
+    load_checkpoint=$T/longer.st
+check "steps=2, resumed to steps=4 = one 4-step run, bit for bit: $(bits mixtral-tiny-longer)" \
+    same mixtral-tiny-longer mixtral-tiny-sched4
+
 echo "== metadata a load refuses: one message naming the key and the file"
 C="configs/mixtral-tiny.yml $FAST per_device_batch_size=4"
 CK=$T/mixtral-tiny-1-to-fsdp2-tensor2.st
@@ -88,6 +103,8 @@ expect_error "a shape key" "load_checkpoint $CK: base_emb_dim is 128 in the chec
     $TRAIN $C base_emb_dim=64 load_checkpoint=$CK
 expect_error "a math key that keeps the shapes" "load_checkpoint $CK: z_loss_multiplier is 0 in the checkpoint, 0.001 in this run" \
     $TRAIN $C z_loss_multiplier=1e-3 load_checkpoint=$CK
+expect_error "steps=8: another schedule length" "the learning-rate schedule's length is 4 in the checkpoint (learning_rate_schedule_steps -1, steps 4), 8 in this run (learning_rate_schedule_steps -1, steps 8): set learning_rate_schedule_steps=4" \
+    $TRAIN $C steps=8 load_checkpoint=$CK
 expect_error "the optimizer" "load_checkpoint $CK: opt_type is adamw in the checkpoint, adafactor in this run" \
     $TRAIN $C opt_type=adafactor load_checkpoint=$CK
 expect_error "the global batch" "load_checkpoint $CK: the global batch is 4 sequences per step in the checkpoint" \

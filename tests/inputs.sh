@@ -25,22 +25,37 @@ row() {
     printf '| `%s` | %s | `%s` |\n' "${input//|/\\|}" "$2" "${msg//|/\\|}" >> "$ROWS"
 }
 
+# hashes ARGS...: the sha256 of every existing file an argument names (PATH or KEY=PATH: the
+# files the command could write over), and the name, size and modification time of every
+# file and link under $T (the scratch files: one added, removed or written shows), so that a
+# refused command is seen to have changed none of them. (A sha256 of all of $T, several
+# checkpoints, for each case would take most of this script's time.)
+hashes() {
+    find "$T" -path "$T/stdout" -prune -o ! -type d -printf '%p %s %T@\n' | sort
+    local a
+    for a in "$@"; do [ -f "${a#*=}" ] && sha256sum "${a#*=}"; done
+}
+
 # refused INPUT PHRASE COMMAND...: exit 1, exactly one "meshmoe:" line containing PHRASE, no
-# step trained, and nothing left in $OUT. INPUT is how the table shows the case.
+# step trained, nothing left in $OUT, and every file under $T as it was. INPUT is how the
+# table shows the case.
 refused() {
     local input=$1 phrase=$2; shift 2
-    local err rc
+    local err rc before after
+    before=$(hashes "$@")
     err=$("$@" 2>&1 >"$T/stdout"); rc=$?
+    after=$(hashes "$@")
     local msg; msg=$(printf '%s\n' "$err" | grep '^meshmoe:' | head -1)
     local lines; lines=$(printf '%s\n' "$err" | grep -c '^meshmoe:')
     local left; left=$(ls -A "$OUT")
     if [ "$rc" -eq 1 ] && [ "$lines" -eq 1 ] && [[ "$msg" == *"$phrase"* ]] && ! grep -q '| loss' "$T/stdout" &&
-       [ -z "$left" ]; then
+       [ -z "$left" ] && [ "$before" = "$after" ]; then
         pass "$input: ${msg:0:160}"
         row "$input" "before training" "$msg"
     else
         fail "$input: exit $rc, wanted 1; $lines messages, wanted one containing '$phrase'; trained: \
-$(grep -c '| loss' "$T/stdout") steps; left behind: '$left'; stderr: $err"
+$(grep -c '| loss' "$T/stdout") steps; left behind: '$left'; files changed: \
+'$(diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep '^[<>]' | tr '\n' ' ')'; stderr: $err"
         rm -rf "${OUT:?}"/* "$OUT"/.[!.]* 2>/dev/null
     fi
 }
@@ -138,6 +153,67 @@ refused "checkpoint step 'abc'" "metadata key 'step' must be a non-negative inte
 set_step "$T/ck.safetensors" "$T/late.safetensors" 50
 refused "checkpoint at step 50, steps=1" "step 50 is past this run's steps (1)" $TRAIN $C $FAST load_checkpoint=$T/late.safetensors
 
+echo "-- one command's paths against each other: no output is an input or another output"
+# By file identity: the same path spelled ./x, x or d/../x, a symbolic link, a hard link.
+ID=$T/id
+mkdir -p "$ID/sub" "$ID/dump"
+cp "$T/text.txt" "$ID/text.txt"; cp "$T/tok.bin" "$ID/tok.bin"; cp "$C" "$ID/preset.yml"
+cp "$T/ck.safetensors" "$ID/ck.safetensors"
+ln -s text.txt "$ID/text-symlink.txt"; ln -s tok.bin "$ID/tok-symlink.bin"; ln -s trace.csv "$ID/trace-symlink.csv"; ln -s sub "$ID/sub-symlink"
+ln "$ID/tok.bin" "$ID/tok-hardlink.bin"
+$TRAIN export-hf "$ID/ck.safetensors" "$ID/hf" > /dev/null
+$TRAIN $C $FAST memory_trace="$ID/trace.csv" > /dev/null
+mkdir -p "$ID/plot"; cp "$ID/trace.csv" "$ID/plot/memory_device_0.svg"
+TRAIN_ABS=$(cd "$(dirname "$TRAIN")" && pwd)/$(basename "$TRAIN")
+refused "prepare X X" "is the same file as prepare input" $TRAIN prepare "$ID/text.txt" "$ID/text.txt"
+refused "prepare ./text.txt text.txt (run in its directory)" "is the same file as prepare input" \
+    env -C "$ID" "$TRAIN_ABS" prepare ./text.txt text.txt
+refused "prepare X sub/../X" "is the same file as prepare input" $TRAIN prepare "$ID/text.txt" "$ID/sub/../text.txt"
+refused "prepare SYMLINK-TO-X X" "is the same file as prepare input" $TRAIN prepare "$ID/text-symlink.txt" "$ID/text.txt"
+refused "save_checkpoint=DATA, dataset_path=SYMLINK-TO-DATA" "save_checkpoint '$ID/tok.bin' is the same file as dataset_path" \
+    $TRAIN $C $FAST dataset_path="$ID/tok-symlink.bin" save_checkpoint="$ID/tok.bin"
+refused "metrics_file=HARD-LINK-TO-DATA" "metrics_file '$ID/tok-hardlink.bin' is the same file as dataset_path" \
+    $TRAIN $C $FAST dataset_path="$ID/tok.bin" metrics_file="$ID/tok-hardlink.bin"
+refused "metrics_file=THE-CONFIG-FILE" "is the same file as config file" $TRAIN "$ID/preset.yml" $FAST metrics_file="$ID/preset.yml"
+refused "metrics_file=LOAD_CHECKPOINT" "metrics_file '$ID/ck.safetensors' is the same file as load_checkpoint" \
+    $TRAIN $C $FAST load_checkpoint="$ID/ck.safetensors" metrics_file="$ID/ck.safetensors"
+refused "metrics_file=M memory_trace=sub/../M" "one output would overwrite the other" \
+    $TRAIN $C $FAST metrics_file="$ID/m.jsonl" memory_trace="$ID/sub/../m.jsonl"
+refused "metrics_file=SUB/M memory_trace=SYMLINK-TO-SUB/M, neither there yet" "one output would overwrite the other" \
+    $TRAIN $C $FAST metrics_file="$ID/sub/m.jsonl" memory_trace="$ID/sub-symlink/m.jsonl"
+refused "memory_trace=config.json of load_hf=DIR" "is the same file as config.json of load_hf" \
+    $TRAIN $C $FAST load_hf="$ID/hf" memory_trace="$ID/hf/config.json"
+refused "save_checkpoint inside dump_parity's directory" "lies inside dump_parity" \
+    $TRAIN $C $FAST dump_parity="$ID/dump" save_checkpoint="$ID/dump/ck.safetensors"
+refused "sweep: memory_trace=its dataset_path" "memory_trace '$ID/tok.bin' is the same file as dataset_path" \
+    $TRAIN sweep $C dataset_path="$ID/tok.bin" memory_trace="$ID/tok.bin"
+refused "plot DIR/memory_device_0.svg DIR (the trace is a file the plot writes)" \
+    "memory_device_0.svg of plot output directory" $TRAIN plot "$ID/plot/memory_device_0.svg" "$ID/plot"
+refused "figure timelines X TITLE a SYMLINK-TO-X" "figure OUT.svg '$ID/trace.csv' is the same file as figure TRACE.csv" \
+    $TRAIN figure timelines "$ID/trace.csv" T a "$ID/trace-symlink.csv"
+refused "figure schedule CONFIG.yml CONFIG.yml" "is the same file as figure CONFIG.yml" \
+    $TRAIN figure schedule "$ID/preset.yml" "$ID/preset.yml" ici_pipeline_parallelism=2
+refused "export-hf DIR/model.safetensors DIR" "model.safetensors of export-hf OUT_DIR" \
+    $TRAIN export-hf "$ID/hf/model.safetensors" "$ID/hf"
+refused "resume with steps=2 from a checkpoint of steps=1" "set learning_rate_schedule_steps=1 to keep the checkpoint's schedule" \
+    $TRAIN $C $FAST steps=2 load_checkpoint="$ID/ck.safetensors"
+
+echo "-- save_checkpoint = load_checkpoint: resumed and saved in place, the one pair allowed"
+# SIGKILL in the middle of that save (raised in its fsync, every byte of the temporary written):
+# the checkpoint it resumed from is still there, byte for byte; only the temporary is left.
+cc -shared -fPIC -o "$T/shim.so" tests/inputs_shim.c -ldl
+h0=$(sha256sum < "$ID/ck.safetensors")
+INPLACE="$C $FAST steps=2 learning_rate_schedule_steps=1 load_checkpoint=$ID/ck.safetensors save_checkpoint=$ID/ck.safetensors"
+rc=$(MESHMOE_SHIM=kill LD_PRELOAD=$T/shim.so $TRAIN $INPLACE > /dev/null 2>&1; echo $?)
+tmps=$(ls "$ID" | grep -c '^ck\.safetensors\.tmp\.')
+check "SIGKILL while saving in place: exit $rc (137), the checkpoint's sha256 unchanged, $tmps temporary left beside it" \
+    test "$rc" -eq 137 -a "$(sha256sum < "$ID/ck.safetensors")" = "$h0" -a "$tmps" -eq 1
+rm -f "$ID"/ck.safetensors.tmp.*
+out=$($TRAIN $INPLACE 2>&1); rc=$?
+check "  ...and the same run without the kill resumes from it and saves in place: exit $rc, \
+$(grep -o 'saved checkpoint .*' <<< "$out" | sed "s|$T|DIR|")" grep -q "resumed from .* at step 1\$" <<< "$out"
+check "  ...the file now holds step 2" grep -q "saved checkpoint $ID/ck.safetensors (step 2)" <<< "$out"
+
 echo "-- a mesh that runs out of memory"
 err=$($TRAIN $C $FAST ici_data_parallelism=4 hbm_capacity=20MiB 2>&1 >/dev/null); rc=$?
 n_reports=$(printf '%s\n' "$err" | grep -c 'live by tag on device')
@@ -172,7 +248,6 @@ when_it_happens "save_checkpoint on a full disk" "File too large" \
 check "nothing left behind by the failed saves: '$(ls -A "$OUT")'" test -z "$(ls -A "$OUT")"
 
 echo "-- signals and a second writer"
-cc -shared -fPIC -o "$T/shim.so" tests/inputs_shim.c -ldl
 # SIGTERM in the middle of a save (raised in its fsync, once every byte is written).
 cp "$T/ck.safetensors" "$OUT/ck.safetensors"
 err=$(MESHMOE_SHIM=term LD_PRELOAD=$T/shim.so $TRAIN $C $FAST save_checkpoint=$OUT/ck.safetensors 2>&1 >/dev/null); rc=$?

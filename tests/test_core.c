@@ -266,6 +266,16 @@ static void test_optimizer(void) {
     CHECK_CLOSE(lr_schedule(&c, 10), 0.1, 1e-7, "final lr");
     // k = 3: pct = 1/3, a = 0.5*(cos(pi/3)+1) = 0.75, lr = 0.75 + 0.1*0.25 = 0.775
     CHECK_CLOSE(lr_schedule(&c, 4), 0.775, 1e-6, "cosine at pct 1/3");
+    // learning_rate_schedule_steps = 11 sets the same schedule whatever steps is: with
+    // steps = 5 (a run stopped early, to be resumed) step 4 still has 0.775; with steps = 22
+    // step 10 ends the cosine at 0.1, and steps 11..21, past the schedule, have 0.
+    c.learning_rate_schedule_steps = 11; c.steps = 5;
+    CHECK_CLOSE(lr_schedule(&c, 4), 0.775, 1e-6, "schedule of 11 steps in a run of 5: cosine at pct 1/3");
+    c.steps = 22;
+    CHECK_CLOSE(lr_schedule(&c, 10), 0.1, 1e-7, "schedule of 11 steps in a run of 22: its final lr");
+    CHECK_CLOSE(lr_schedule(&c, 11), 0.0, 0, "schedule of 11 steps in a run of 22: 0 after it");
+    CHECK_CLOSE(lr_schedule(&c, 21), 0.0, 0, "schedule of 11 steps in a run of 22: 0 at the last step");
+    c.learning_rate_schedule_steps = -1; c.steps = 11;
     // AdamW, one step from m = v = 0 with g = 0.5, p = 2, lr = 0.1, wd = 0.1:
     // mhat = g, vhat = g^2, u = g/(|g| + eps) ~= 1, p = 2 - 0.1*(1 + 0.2) = 1.88
     float p = 2.0f, g = 0.5f, m = 0, v = 0;

@@ -2,6 +2,7 @@
 // checkpoint_meta.h).
 #include "trainer/checkpoint_meta.h"
 #include "trainer/rows.h"
+#include "optim/optimizer.h"
 #include "core/common.h"
 #include <errno.h>
 
@@ -63,10 +64,24 @@ static int devices_of(const Config *c) {
            c->ici_expert_parallelism * c->ici_context_parallelism * c->ici_pipeline_parallelism;
 }
 
+// steps may change on a resume (to train longer, or to stop sooner) as long as the
+// learning-rate schedule keeps its length: a step's rate depends on that length and not on
+// steps (optim/optimizer.h), so the steps taken are the ones an uninterrupted run takes.
+static void check_schedule(const Config *ck, const Config *run, const char *path) {
+    int lck = lr_schedule_length(ck), lrun = lr_schedule_length(run);
+    if (lck == lrun) return;
+    die("load_checkpoint %s: the learning-rate schedule's length is %d in the checkpoint "
+        "(learning_rate_schedule_steps %d, steps %d), %d in this run (learning_rate_schedule_steps %d, steps %d): "
+        "set learning_rate_schedule_steps=%d to keep the checkpoint's schedule", path, lck,
+        ck->learning_rate_schedule_steps, ck->steps, lrun, run->learning_rate_schedule_steps, run->steps, lck);
+}
+
 void checkpoint_check_config(const Config *ck, const Config *run, const char *path) {
     char a[CFG_STR + 16], b[CFG_STR + 16];
+    check_schedule(ck, run, path);
     for (int i = 0; i < config_num_keys(); i++) {
         const char *key = config_key_name(i);
+        if (!strcmp(key, "steps") || !strcmp(key, "learning_rate_schedule_steps")) continue;   // check_schedule
         if (checkpoint_key_may_differ(key) || config_key_equal(ck, run, key)) continue;
         config_format_value(ck, key, a, sizeof a);
         config_format_value(run, key, b, sizeof b);

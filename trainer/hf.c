@@ -359,7 +359,20 @@ static const float *ckpt_tensor(const StFile *f, const char *path, const char *n
     return (const float *)t->data;
 }
 
+void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
+    static const char *const WRITTEN[] = {"config.json", "config.json.tmp", "model.safetensors", SIDECAR};
+    static const char *const READ[] = {"config.json", "model.safetensors", SIDECAR, "model.safetensors.index.json"};
+    if (written) runfiles_output_dir(r, key, dir, WRITTEN, 4);
+    else runfiles_inputs_in(r, key, dir, READ, 4);
+}
+
 int hf_export(const char *ckpt, const char *dir) {
+    RunFiles files;   // nothing is read or written before the paths are checked
+    runfiles_init(&files);
+    runfiles_input(&files, "export-hf CKPT", ckpt);
+    hf_files(&files, "export-hf OUT_DIR", dir, 1);
+    runfiles_check(&files);
+    runfiles_free(&files);
     char err[512];
     StFile *f = st_open_try(ckpt, err, sizeof err);
     if (!f) die("export-hf: %s", err);

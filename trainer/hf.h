@@ -3,6 +3,7 @@
 #ifndef MESHMOE_HF_H
 #define MESHMOE_HF_H
 #include "model/model.h"
+#include "base/runfiles.h"
 
 // ./train export-hf CKPT DIR: the checkpoint's weights (and DeepSeek's routing biases) in
 // HF's names and layouts. Dies, before writing anything, naming the key, for a model HF's
@@ -12,4 +13,7 @@ int hf_export(const char *ckpt, const char *dir);
 // config.json says what m's config says, key by key. The optimizer state stays as init.
 // Returns how many query kernels came exactly from meshmoe_query_kernels.safetensors.
 int hf_load(Model *m, const char *dir);
+// The files of an export in directory dir (none when dir is empty), added to r under key:
+// the ones export-hf writes (written = 1: dir is an output directory) or load_hf reads.
+void hf_files(RunFiles *r, const char *key, const char *dir, int written);
 #endif
