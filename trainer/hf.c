@@ -359,6 +359,17 @@ static const float *ckpt_tensor(const StFile *f, const char *path, const char *n
     return (const float *)t->data;
 }
 
+// config.json: the HF config's keys, one per line, written atomically to path.
+static void write_config_json(const char *path, const HfKey *keys, int nkeys) {
+    char text[8192];
+    int len = snprintf(text, sizeof text, "{\n");
+    for (int i = 0; i < nkeys; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "  \"%s\": %s%s\n", keys[i].key, keys[i].val,
+                        i + 1 < nkeys ? "," : "");
+    snprintf(text + len, sizeof text - (size_t)len, "}\n");
+    write_text_atomic(path, text);
+}
+
 int hf_export(const char *ckpt, const char *dir) {
     char err[512];
     StFile *f = st_open_try(ckpt, err, sizeof err);
@@ -422,14 +433,8 @@ int hf_export(const char *ckpt, const char *dir) {
     snprintf(path, sizeof path, "%s/%s", dir, SIDECAR);
     if (nside) st_write_file(side, path);
     else unlink(path);   // (an older export's, which would no longer match)
-    char text[8192];
-    int len = snprintf(text, sizeof text, "{\n");
-    for (int i = 0; i < nkeys; i++)
-        len += snprintf(text + len, sizeof text - (size_t)len, "  \"%s\": %s%s\n", keys[i].key, keys[i].val,
-                        i + 1 < nkeys ? "," : "");
-    snprintf(text + len, sizeof text - (size_t)len, "}\n");
     snprintf(path, sizeof path, "%s/config.json", dir);
-    write_text_atomic(path, text);
+    write_config_json(path, keys, nkeys);
     printf("exported %s (%s, step %s) to %s: config.json, model.safetensors (%d tensors)%s\n", ckpt,
            cfg_is_deepseek(&c) ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", st_meta(f, "step") ? st_meta(f, "step") : "?",
            dir, nout, nside ? ", " SIDECAR " (the exact query kernels)" : "");
