@@ -3,7 +3,7 @@
 //     q = RoPE(x Wq)  (T,N,Dh)      k = RoPE(x Wk)  (T,Nkv,Dh)      v = x Wv  (T,Nkv,Dh)
 //     o = causal softmax attention (model/attn_core.c), query head h reads kv head h/(N/Nkv)
 //     out = o Wo  (T,D)
-// No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/model.c).
+// No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/params.c).
 // Tensor parallelism (base/tensor.h): N and Nkv are this device's heads (ld, model/dims.h);
 // Wq, Wk, Wv are column-parallel and Wo row-parallel.
 // Context parallelism (base/context.h): S is this device's part of each sequence, at
