@@ -131,6 +131,7 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
            decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
            c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense");
     printf("BLAS: %s\n", blas_description());
+    printf("kernels: %s backend, matmul_impl=%s\n", kern()->name, matmul_impl_name(c->matmul_impl));
     int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
     if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
     else snprintf(nt, sizeof nt, "%d", most);
@@ -403,7 +404,9 @@ static void run_devices(Run *run) {
     const Config *c = run->c;
     Mesh *mesh = run->mesh;
     mem_set_dry(c->dry_run);
-    kern_use_default(c->dry_run ? &backend_dry : &backend_cpu);   // the kernels every device runs (kernels/kernels.h)
+    // The kernels every device runs (kernels/kernels.h): the planner's, the plain loops
+    // (matmul_impl=plain: the same bits, slower) or the fast CPU kernels.
+    kern_use_default(c->dry_run ? &backend_dry : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu);
     if (!c->dry_run) {
         mesh_run(mesh, device_main, run);
         return;

@@ -56,6 +56,8 @@ typedef struct Backend {
 } Backend;
 
 extern const Backend backend_cpu;     // kernels/cpu/backend.c
+// backend_cpu with the plain GEMM and attention's per-row loops (matmul_impl=plain; same bits).
+const Backend *backend_cpu_plain(void);
 extern const Backend backend_dry;     // kernels/dry.c
 
 // The backend of the calling device (thread), or the process's default when the thread

@@ -10,7 +10,8 @@
 void matmul_set_impl(const char *impl) {
     if (!strcmp(impl, "ordered")) matmul_cpu_use_openblas(0);
     else if (!strcmp(impl, "openblas")) matmul_cpu_use_openblas(1);
-    else die("matmul_impl '%s' is not one of: ordered, openblas", impl);
+    else if (!strcmp(impl, "plain")) matmul_cpu_use_openblas(0);   // its kernels are backend_cpu_plain's (train.c)
+    else die("matmul_impl '%s' is not one of: ordered, openblas, plain", impl);
 }
 
 // The device's flop count (2 M N K per product), which the planner counts too.
