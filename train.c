@@ -18,29 +18,29 @@
 //    evaluate and save every so often;
 // 6. evaluate, save, and print a sample of what the model learned;
 // 7. report each device's memory (or, in a dry run, the plan of one step).
-#include "core/common.h"
-#include "kernels/kernels.h"
-#include "base/config.h"
-#include "model/model.h"
-#include "trainer/step.h"
-#include "model/matmul.h"
-#include "trainer/checkpoint.h"
-#include "trainer/dump.h"
-#include "trainer/hf.h"
-#include "trainer/sample.h"
-#include "data/tokens.h"
-#include "data/loader.h"
-#include "base/memory.h"
-#include "base/mesh.h"
-#include "report/print.h"
-#include "optim/offload.h"
-#include "pipeline/pipeline.h"
-#include "sweep/sweep.h"
-#include "model/attn_flash.h"
-#include "report/plan.h"
-#include "base/paths.h"
-#include "trainer/metrics.h"
-#include <time.h>
+#include "core/common.h"        // die, MM_MAX
+#include "kernels/kernels.h"    // kern_use_default: which kernels every device runs
+#include "base/config.h"        // Config: the preset, overrides and their checks
+#include "model/model.h"        // Model: the decoder stack
+#include "trainer/step.h"       // train_step, step_init, eval_loss: one training step
+#include "model/matmul.h"       // matmul_set_impl (matmul_impl)
+#include "trainer/checkpoint.h" // save and load checkpoints
+#include "trainer/dump.h"       // parity_dump: the JAX comparison
+#include "trainer/hf.h"         // export-hf and load_hf
+#include "trainer/sample.h"     // sample_print: text from the trained model
+#include "data/tokens.h"        // token files: write, check the vocabulary
+#include "data/loader.h"        // DataLoader: the batches
+#include "base/memory.h"        // Device: each device's tagged allocator
+#include "base/mesh.h"          // Mesh: the device threads
+#include "report/print.h"       // print_sharding, the global parameter count
+#include "optim/offload.h"      // the model state to and from host memory
+#include "pipeline/pipeline.h"  // the pipeline's schedule, printed
+#include "sweep/sweep.h"        // ./train sweep and ./train figure
+#include "model/attn_flash.h"   // attn_block_autotune
+#include "report/plan.h"        // the planner's printout and memory trace
+#include "base/paths.h"         // paths checked, signals that stop a run
+#include "trainer/metrics.h"    // each step's metrics, gathered and written
+#include <time.h>               // clock_gettime: step times
 
 static double now_ms(void) {
     struct timespec ts;
@@ -73,8 +73,8 @@ static void start_mesh(Mesh *mesh, const Config *c) {
         die("load_hf and load_checkpoint both given: a run starts from one of them");
     if (c->load_checkpoint[0]) checkpoint_check(c, c->load_checkpoint);   // its metadata and tensors
     // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
-    // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
-    // step ~2.5x slower on 2 cores (measured: 525 -> 240 ms/step on mixtral-tiny).
+    // in parallel with OpenMP; OpenBLAS's own threads on top would contend with those for
+    // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).
     blas_set_threads(1);
     matmul_set_impl(matmul_impl_name(c->matmul_impl));
 }

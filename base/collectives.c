@@ -12,11 +12,11 @@
 // two pieces, but would add them in an order that depends on the mesh. The all-reduce
 // divides the work of the direct algorithm: each member sums one slice of the elements,
 // every element along the same tree, and the members then copy each other's slices.
-#include "base/collectives.h"
-#include "base/memory.h"
-#include "kernels/kernels.h"
-#include "core/common.h"
-#include <pthread.h>
+#include "base/collectives.h" // Group, this file's collectives
+#include "base/memory.h"      // mem_alloc (MEM_COMM), the bytes counted
+#include "kernels/kernels.h"  // kern()->sum: the tree merges
+#include "core/common.h"      // die
+#include <pthread.h>          // the barrier
 
 const char *const COLL_NAMES[COLL_NKINDS] = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
                                              "ppermute", "broadcast"};
