@@ -25,15 +25,8 @@
 #include "base/memory.h"           // mem_floats, mem_phase: tagged buffers, the timeline
 #include "kernels/kernels.h"       // kern()->sum->residual_add
 
-float model_lb_coef(const Config *c, int global_seqs) {
-    if (c->load_balance_loss_weight <= 0.0f) return 0.0f;
-    // L_lb = w * E^2 * mean_{b,e}(f*Pbar), then the mean over MoE layers.
-    float E = (float)c->num_experts;
-    return c->load_balance_loss_weight * E * E / ((float)global_seqs * E * (float)model_num_moe_layers(c));
-}
-
 // ---------------------------------------------------------------------------------------
-// Forward and backward of one microbatch.
+// The walk over the units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head.
 
 // Before / after unit u's weights are used (sharding/fsdp.h: all-gathered under FSDP). In
 // bf16 mode the layers use a copy of the unit's master weights rounded to bf16 (cast point
@@ -84,14 +77,119 @@ static void units_drain(Model *m) {
     if (m->hooks && m->hooks->drain) m->hooks->drain(m);
 }
 
+// scan_layers (docs/optimizations.md#scan_layers), read here only. MaxText scans its decoder layers by
+// default (true): one compiled layer body run L times, whose temporaries every layer reuses,
+// as the loops below do when each layer frees its own before the next begins. Unrolled
+// (false), each layer is separate code and XLA gives each its own temporaries: a set per
+// layer. Within one layer buffers are reused as in the scanned body; across layers they are
+// not. So each layer's forward (with what remat keeps or drops) and each layer's backward
+// (with its recomputation) measures its set, the high-water of its temporaries above what
+// was live when it began, and leaves a buffer of that size allocated until the step's
+// backward pass ends: the temp peak grows by about one forward set and one backward set per
+// layer. Same arithmetic, same bits.
+static size_t layer_temps_begin(const Model *m) {
+    if (m->cfg.scan_layers) return 0;
+    mem_temp_hw_reset();
+    return mem_temp_live();
+}
+
+static void layer_temps_end(const Model *m, size_t base, const char *name) {
+    if (m->cfg.scan_layers) return;
+    size_t set = mem_temp_hw() - base;
+    if (set) mem_hold(mem_alloc(MEM_TEMP, set, name));   // freed by mem_release_held
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward and backward of one microbatch: the whole stack first, then its pieces.
+
+void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
+    const Config *c = &m->cfg;
+    int T = B * S, D = c->base_emb_dim, L = c->base_num_decoder_layers;
+    m->B = B; m->S = S; m->ids = ids; m->targets = targets;
+
+    // Units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head. Under FSDP each
+    // is all-gathered just before use and freed right after.
+    mem_phase("forward embedding");   // phases name the moments of the memory timeline (report/plan.h)
+    float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+    // overlap_collectives (sharding/overlap.h): while a unit computes, the next one is
+    // gathered on a helper thread.
+    model_unit_acquire(m, 0);
+    unit_prefetch(m, 1);
+    model_embed_forward(m, x, ids, T);
+    model_unit_release(m, 0);
+    for (int l = 0; l < L; l++) {
+        mem_phase("forward layer %d", l);
+        size_t base = layer_temps_begin(m);
+        model_unit_acquire(m, 1 + l);
+        unit_prefetch(m, 2 + l);   // the next layer's unit, or the head's
+        x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
+        model_unit_release(m, 1 + l);
+        remat_after_forward(m, l, &m->acts[l]);   // what the backward will recompute or fetch (model/remat.h)
+        layer_temps_end(m, base, "a layer's forward temporaries (scan_layers=false)");
+    }
+    mem_phase("forward head and loss");
+    model_unit_acquire(m, L + 1);
+    model_head_forward(m, x, T);
+    model_unit_release(m, L + 1);
+    units_drain(m);   // (nothing is left in flight: each prefetch was taken)
+    model_loss_forward(m, targets, B, S, st);
+}
+
+void model_backward(Model *m, float scale, float lb_coef) {
+    const Config *c = &m->cfg;
+    int B = m->B, S = m->S, T = B * S, D = c->base_emb_dim;
+    int L = c->base_num_decoder_layers;
+
+    // Loss and output head.
+    mem_phase("backward head and loss");
+    model_head_unpack(m, T);
+    model_unit_acquire(m, L + 1);
+    unit_prefetch(m, L);   // the backward walks the units down: the last layer's next
+    model_grad_begin(m, L + 1);
+    float *dnf;
+    float *dx = model_head_backward(m, B, S, scale, &dnf);
+    model_grad_end(m, L + 1);
+    model_unit_release(m, L + 1);
+    float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
+    float *dn = dnf;   // reused: gradient of a norm's output
+    for (int l = L - 1; l >= 0; l--) {
+        mem_phase("backward layer %d", l);
+        size_t base = layer_temps_begin(m);
+        remat_block_inputs(m, l, B, S, lb_coef);   // remat_nested_block: the block's layer inputs
+        model_unit_acquire(m, 1 + l);
+        if (l > 0) unit_prefetch(m, l);   // layer l-1's unit (the embedding's backward needs no weights)
+        model_grad_begin(m, 1 + l);
+        model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
+        model_grad_end(m, 1 + l);
+        model_unit_release(m, 1 + l);
+        model_layer_free(m, l, &m->acts[l]);   // done with: the layers below need only their own
+        layer_temps_end(m, base, "a layer's backward temporaries (scan_layers=false)");
+    }
+    mem_phase("backward embedding");
+    units_drain(m);
+    model_grad_begin(m, 0);
+    model_embed_backward(m, dx, m->ids, B, S);
+    model_grad_end(m, 0);
+    mem_free(dnf); mem_free(dx); mem_free(dh);
+    model_head_free(m);
+    mem_release_held();   // scan_layers=false: every layer's temporaries, kept until now
+}
+
+void model_discard(Model *m) {
+    for (int l = 0; l < m->cfg.base_num_decoder_layers; l++) model_layer_free(m, l, &m->acts[l]);
+    model_head_free(m);
+    mem_release_held();
+}
+
+// ---------------------------------------------------------------------------------------
+// The pieces of the stack, each a pure computation on weights that are already in place
+// (the caller acquires and releases the units and brackets a backward piece with the
+// gradient reduction), so that model_forward/model_backward above and the pipeline
+// (pipeline/) share them.
+
 static float *bias_of(const Model *m, int l) {
     return m->router_bias ? m->router_bias + (size_t)l * m->cfg.num_experts : NULL;
 }
-
-// The pieces of the stack, each a pure computation on weights that are already in place
-// (the caller acquires and releases the units and brackets a backward piece with the
-// gradient reduction), so that model_forward/model_backward below and the pipeline
-// (pipeline/) share them.
 
 // use_iota_embed + iota_embed_max_bytes (docs/optimizations.md#use_iota_embed), read here only. MaxText's
 // iota embedding looks the tokens up as onehot(ids) @ table instead of a gather: on an
@@ -392,103 +490,10 @@ void model_head_free(Model *m) {
     m->xL = m->nf = m->rstdf = m->logits = m->lse = m->scalef = NULL;
 }
 
-// scan_layers (docs/optimizations.md#scan_layers), read here only. MaxText scans its decoder layers by
-// default (true): one compiled layer body run L times, whose temporaries every layer reuses,
-// as the loops below do when each layer frees its own before the next begins. Unrolled
-// (false), each layer is separate code and XLA gives each its own temporaries: a set per
-// layer. Within one layer buffers are reused as in the scanned body; across layers they are
-// not. So each layer's forward (with what remat keeps or drops) and each layer's backward
-// (with its recomputation) measures its set, the high-water of its temporaries above what
-// was live when it began, and leaves a buffer of that size allocated until the step's
-// backward pass ends: the temp peak grows by about one forward set and one backward set per
-// layer. Same arithmetic, same bits.
-static size_t layer_temps_begin(const Model *m) {
-    if (m->cfg.scan_layers) return 0;
-    mem_temp_hw_reset();
-    return mem_temp_live();
-}
-
-static void layer_temps_end(const Model *m, size_t base, const char *name) {
-    if (m->cfg.scan_layers) return;
-    size_t set = mem_temp_hw() - base;
-    if (set) mem_hold(mem_alloc(MEM_TEMP, set, name));   // freed by mem_release_held
-}
-
-void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
-    const Config *c = &m->cfg;
-    int T = B * S, D = c->base_emb_dim, L = c->base_num_decoder_layers;
-    m->B = B; m->S = S; m->ids = ids; m->targets = targets;
-
-    // Units (sharding/fsdp.h): 0 the embedding, 1+l layer l, L+1 the head. Under FSDP each
-    // is all-gathered just before use and freed right after.
-    mem_phase("forward embedding");   // phases name the moments of the memory timeline (report/plan.h)
-    float *x = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
-    // overlap_collectives (sharding/overlap.h): while a unit computes, the next one is
-    // gathered on a helper thread.
-    model_unit_acquire(m, 0);
-    unit_prefetch(m, 1);
-    model_embed_forward(m, x, ids, T);
-    model_unit_release(m, 0);
-    for (int l = 0; l < L; l++) {
-        mem_phase("forward layer %d", l);
-        size_t base = layer_temps_begin(m);
-        model_unit_acquire(m, 1 + l);
-        unit_prefetch(m, 2 + l);   // the next layer's unit, or the head's
-        x = model_layer_forward(m, l, &m->acts[l], x, B, S, lb_coef, st);
-        model_unit_release(m, 1 + l);
-        remat_after_forward(m, l, &m->acts[l]);   // what the backward will recompute or fetch (model/remat.h)
-        layer_temps_end(m, base, "a layer's forward temporaries (scan_layers=false)");
-    }
-    mem_phase("forward head and loss");
-    model_unit_acquire(m, L + 1);
-    model_head_forward(m, x, T);
-    model_unit_release(m, L + 1);
-    units_drain(m);   // (nothing is left in flight: each prefetch was taken)
-    model_loss_forward(m, targets, B, S, st);
-}
-
-void model_backward(Model *m, float scale, float lb_coef) {
-    const Config *c = &m->cfg;
-    int B = m->B, S = m->S, T = B * S, D = c->base_emb_dim;
-    int L = c->base_num_decoder_layers;
-
-    // Loss and output head.
-    mem_phase("backward head and loss");
-    model_head_unpack(m, T);
-    model_unit_acquire(m, L + 1);
-    unit_prefetch(m, L);   // the backward walks the units down: the last layer's next
-    model_grad_begin(m, L + 1);
-    float *dnf;
-    float *dx = model_head_backward(m, B, S, scale, &dnf);
-    model_grad_end(m, L + 1);
-    model_unit_release(m, L + 1);
-    float *dh = mem_floats(MEM_TEMP, (size_t)T * D, "d h");
-    float *dn = dnf;   // reused: gradient of a norm's output
-    for (int l = L - 1; l >= 0; l--) {
-        mem_phase("backward layer %d", l);
-        size_t base = layer_temps_begin(m);
-        remat_block_inputs(m, l, B, S, lb_coef);   // remat_nested_block: the block's layer inputs
-        model_unit_acquire(m, 1 + l);
-        if (l > 0) unit_prefetch(m, l);   // layer l-1's unit (the embedding's backward needs no weights)
-        model_grad_begin(m, 1 + l);
-        model_layer_backward(m, l, &m->acts[l], dx, dh, dn, B, S, lb_coef);
-        model_grad_end(m, 1 + l);
-        model_unit_release(m, 1 + l);
-        model_layer_free(m, l, &m->acts[l]);   // done with: the layers below need only their own
-        layer_temps_end(m, base, "a layer's backward temporaries (scan_layers=false)");
-    }
-    mem_phase("backward embedding");
-    units_drain(m);
-    model_grad_begin(m, 0);
-    model_embed_backward(m, dx, m->ids, B, S);
-    model_grad_end(m, 0);
-    mem_free(dnf); mem_free(dx); mem_free(dh);
-    model_head_free(m);
-    mem_release_held();   // scan_layers=false: every layer's temporaries, kept until now
-}
-
-void model_discard(Model *m) {
-    for (int l = 0; l < m->cfg.base_num_decoder_layers; l++) model_layer_free(m, l, &m->acts[l]);
-    model_head_free(m);
-    mem_release_held();
+// ---------------------------------------------------------------------------------------
+float model_lb_coef(const Config *c, int global_seqs) {
+    if (c->load_balance_loss_weight <= 0.0f) return 0.0f;
+    // L_lb = w * E^2 * mean_{b,e}(f*Pbar), then the mean over MoE layers.
+    float E = (float)c->num_experts;
+    return c->load_balance_loss_weight * E * E / ((float)global_seqs * E * (float)model_num_moe_layers(c));
 }
