@@ -18,32 +18,32 @@
 //    evaluate and save every so often;
 // 6. evaluate, save, and print a sample of what the model learned;
 // 7. report each device's memory (or, in a dry run, the plan of one step).
-#include "core/common.h"
-#include "kernels/kernels.h"
-#include "base/config.h"
-#include "model/model.h"
-#include "trainer/step.h"
-#include "model/matmul.h"
-#include "trainer/checkpoint.h"
-#include "trainer/dump.h"
-#include "trainer/hf.h"
-#include "trainer/sample.h"
-#include "data/tokens.h"
-#include "data/loader.h"
-#include "base/memory.h"
-#include "base/mesh.h"
-#include "report/print.h"
-#include "optim/offload.h"
-#include "pipeline/pipeline.h"
-#include "sweep/sweep.h"
-#include "model/attn_flash.h"
-#include "report/plan.h"
-#include "report/profile.h"
-#include "base/paths.h"
-#include "trainer/metrics.h"
-#include "trainer/files.h"
-#include "base/runfiles.h"
-#include <time.h>
+#include "core/common.h"        // die, MM_MAX
+#include "kernels/kernels.h"    // kern_use_default: which kernels every device runs
+#include "base/config.h"        // Config: the preset, overrides and their checks
+#include "model/model.h"        // Model: the decoder stack
+#include "trainer/step.h"       // train_step, step_init, eval_loss: one training step
+#include "model/matmul.h"       // matmul_set_impl (matmul_impl)
+#include "trainer/checkpoint.h" // save and load checkpoints
+#include "trainer/dump.h"       // parity_dump: the JAX comparison
+#include "trainer/hf.h"         // export-hf and load_hf
+#include "trainer/sample.h"     // sample_print: text from the trained model
+#include "data/tokens.h"        // token files: write, check the vocabulary
+#include "data/loader.h"        // DataLoader: the batches
+#include "base/memory.h"        // Device: each device's tagged allocator
+#include "base/mesh.h"          // Mesh: the device threads
+#include "report/print.h"       // print_sharding, the global parameter count
+#include "optim/offload.h"      // the model state to and from host memory
+#include "pipeline/pipeline.h"  // the pipeline's schedule, printed
+#include "sweep/sweep.h"        // ./train sweep and ./train figure
+#include "model/attn_flash.h"   // attn_block_autotune
+#include "report/plan.h"        // the planner's printout and memory trace
+#include "report/profile.h"     // profile=true: where the steps' time went
+#include "base/paths.h"         // paths checked, signals that stop a run
+#include "trainer/metrics.h"    // each step's metrics, gathered and written
+#include "trainer/files.h"      // train_files_check: no output is one of the run's other files
+#include "base/runfiles.h"      // the same check for ./train prepare
+#include <time.h>               // clock_gettime: step times
 
 static double now_ms(void) {
     struct timespec ts;
@@ -78,8 +78,8 @@ static void start_mesh(Mesh *mesh, const Config *c) {
         die("load_hf and load_checkpoint both given: a run starts from one of them");
     if (c->load_checkpoint[0]) checkpoint_check(c, c->load_checkpoint);   // its metadata and tensors
     // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
-    // in parallel with OpenMP. Letting OpenBLAS start its own threads as well made every
-    // step ~2.5x slower on 2 cores (measured: 525 -> 240 ms/step on mixtral-tiny).
+    // in parallel with OpenMP; OpenBLAS's own threads on top would contend with those for
+    // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).
     blas_set_threads(1);
     matmul_set_impl(matmul_impl_name(c->matmul_impl));
 }
@@ -137,6 +137,7 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
            decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
            c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense");
     printf("BLAS: %s\n", blas_description());
+    printf("kernels: %s backend, matmul_impl=%s\n", kern()->name, matmul_impl_name(c->matmul_impl));
     int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
     if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
     else snprintf(nt, sizeof nt, "%d", most);
@@ -412,8 +413,11 @@ static void run_devices(Run *run) {
     const Config *c = run->c;
     Mesh *mesh = run->mesh;
     mem_set_dry(c->dry_run);
-    // the kernels every device runs (kernels/kernels.h)
-    kern_use_default(c->dry_run ? &backend_dry : c->profile ? &backend_profile : &backend_cpu);
+    // The kernels every device runs (kernels/kernels.h): the planner's, the plain loops
+    // (matmul_impl=plain: the same bits, slower) or the fast CPU kernels; with profile=true
+    // each of them timed (kernels/profile.h).
+    const Backend *kernels = c->dry_run ? &backend_dry : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
+    kern_use_default(c->profile ? profile_backend(kernels) : kernels);
     if (!c->dry_run) {
         mesh_run(mesh, device_main, run);
         return;

@@ -12,11 +12,11 @@
 // two pieces, but would add them in an order that depends on the mesh. The all-reduce
 // divides the work of the direct algorithm: each member sums one slice of the elements,
 // every element along the same tree, and the members then copy each other's slices.
-#include "base/collectives.h"
-#include "base/memory.h"
-#include "kernels/kernels.h"
-#include "core/common.h"
-#include <pthread.h>
+#include "base/collectives.h" // Group, this file's collectives
+#include "base/memory.h"      // mem_alloc (MEM_COMM), the bytes counted
+#include "kernels/kernels.h"  // kern()->sum: the tree merges
+#include "core/common.h"      // die
+#include <pthread.h>          // the barrier
 
 const char *const COLL_NAMES[COLL_NKINDS] = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
                                              "ppermute", "broadcast"};
@@ -174,37 +174,41 @@ void coll_all_reduce(Group *g, float *buf, size_t n) {
     count(COLL_ALL_REDUCE, b, b);
 }
 
+// The all-reduces of doubles and longs, small (statistics and counts): every member's
+// whole buffer copied into a stage of P pieces, in rank order, for the caller to sum;
+// then all_reduce_end frees it and counts the bytes.
+static void *all_reduce_stage(Group *g, const void *buf, size_t bytes) {
+    g->slot[my_rank(g)] = buf;
+    char *stage = mem_alloc(MEM_COMM, bytes * (size_t)g->n, "all-reduce pieces");
+    coll_barrier(g);
+    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * bytes, posted(g, q, buf), bytes);
+    coll_barrier(g);   // every member has read every buffer: each may now write its own
+    return stage;
+}
+
+static void all_reduce_end(Group *g, void *stage, size_t bytes) {
+    mem_free(stage);
+    size_t b = bytes * (size_t)(g->n - 1);
+    count(COLL_ALL_REDUCE, b, b);
+}
+
 void coll_all_reduce_double(Group *g, double *buf, size_t n) {
     if (g->n == 1) return;
-    int r = my_rank(g);
-    g->slot[r] = buf;
-    double *stage = (double *)mem_alloc(MEM_COMM, sizeof(double) * (size_t)g->n * n, "all-reduce pieces");
-    coll_barrier(g);
-    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * n, posted(g, q, buf), sizeof(double) * n);
-    coll_barrier(g);
-    tree_reduce_double(stage, g->n, n);
+    double *stage = all_reduce_stage(g, buf, sizeof(double) * n);
+    tree_reduce_double(stage, g->n, n);   // the canonical pairwise tree over ranks
     move(buf, stage, sizeof(double) * n);
-    mem_free(stage);
-    size_t b = sizeof(double) * n * (size_t)(g->n - 1);
-    count(COLL_ALL_REDUCE, b, b);
+    all_reduce_end(g, stage, sizeof(double) * n);
 }
 
 void coll_all_reduce_long(Group *g, long *buf, size_t n) {
     if (g->n == 1) return;
-    int r = my_rank(g);
-    g->slot[r] = buf;
-    long *stage = (long *)mem_alloc(MEM_COMM, sizeof(long) * (size_t)g->n * n, "all-reduce pieces");
-    coll_barrier(g);
-    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * n, posted(g, q, buf), sizeof(long) * n);
-    coll_barrier(g);
+    long *stage = all_reduce_stage(g, buf, sizeof(long) * n);
     for (size_t i = 0; i < n; i++) {   // integer sums are exact in any order
         long s = 0;
         for (int q = 0; q < g->n; q++) s += stage[(size_t)q * n + i];
         buf[i] = s;
     }
-    mem_free(stage);
-    size_t b = sizeof(long) * n * (size_t)(g->n - 1);
-    count(COLL_ALL_REDUCE, b, b);
+    all_reduce_end(g, stage, sizeof(long) * n);
 }
 
 void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const size_t *send_bytes,

@@ -333,7 +333,8 @@ void config_load_file(Config *c, const char *path) {
 
 static int divides(int a, int b) { return a > 0 && b % a == 0; }
 
-void config_validate(const Config *c) {
+// The dtypes, the positive sizes and what the model and run shape need.
+static void validate_model(const Config *c) {
     if (c->n_routing_groups == 0 || c->n_routing_groups < -1)
         die("n_routing_groups must be -1 (groups off) or positive, got %d", c->n_routing_groups);
     if (c->weight_dtype != DTYPE_FLOAT32 || c->grad_dtype != DTYPE_FLOAT32)
@@ -361,6 +362,10 @@ void config_validate(const Config *c) {
     // (a dry run reads no tokens: the planner takes DeepSeek-V3's 129280)
     if (c->vocab_size > 65536 && !c->dry_run)
         die("vocab_size %d does not fit uint16 token files (max 65536); only dry_run=true plans such a model", c->vocab_size);
+}
+
+// GQA or MLA: head counts and widths RoPE can rotate.
+static void validate_attention(const Config *c) {
     if (cfg_is_mla(c)) {
         if (c->kv_lora_rank <= 0 || c->qk_nope_head_dim <= 0 || c->v_head_dim <= 0)
             die("attention_type=mla needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0 "
@@ -376,6 +381,10 @@ void config_validate(const Config *c) {
                 c->base_num_kv_heads, c->base_num_query_heads);
         if (c->head_dim % 2) die("head_dim must be even (RoPE rotates pairs), got %d", c->head_dim);
     }
+}
+
+// The experts, the routing groups and the dense layers.
+static void validate_moe(const Config *c) {
     if (c->num_experts_per_tok > c->num_experts)
         die("num_experts_per_tok (%d) cannot exceed num_experts (%d)", c->num_experts_per_tok, c->num_experts);
     if (cfg_expert_dim(c) <= 0) die("expert width must be positive (base_mlp_dim / base_moe_mlp_dim)");
@@ -404,6 +413,10 @@ void config_validate(const Config *c) {
     if (c->capacity_factor > 0 && c->sparse_matmul)
         die("capacity_factor=%g drops tokens only on the dense path: set sparse_matmul=false "
             "(the sparse path is dropless)", c->capacity_factor);
+}
+
+// The canonical sums over tokens: chunks and leaves that cut every sequence evenly.
+static void validate_sums(const Config *c) {
     int chunks = cfg_context_chunks(c);
     if (chunks < 1 || (chunks & (chunks - 1)))
         die("context_reduce_chunks must be a power of two (the chunks of a sequence form a pairwise tree), got %d",
@@ -415,6 +428,10 @@ void config_validate(const Config *c) {
     if (!divides(leaf, cfg_chunk_tokens(c)))
         die("reduce_leaf_tokens (%d) must divide the chunk length, max_target_length / context_reduce_chunks = "
             "%d / %d = %d: a leaf never spans two chunks", leaf, c->max_target_length, chunks, cfg_chunk_tokens(c));
+}
+
+// Evaluation, the schedule, vocabulary tiling and the attention kernels.
+static void validate_training(const Config *c) {
     if (c->eval_fraction <= 0 || c->eval_fraction >= 1)
         die("eval_fraction must be between 0 and 1, got %g", c->eval_fraction);
     if (c->eval_per_device_batch_size < 0)
@@ -430,6 +447,14 @@ void config_validate(const Config *c) {
     if (c->context_parallel_strategy == CP_RING && c->attention == ATTENTION_FLASH)
         die("context_parallel_strategy=ring with attention=flash is not supported: the ring already runs attention "
             "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
+}
+
+void config_validate(const Config *c) {
+    validate_model(c);   // the checks in this order: the first failing one names its key
+    validate_attention(c);
+    validate_moe(c);
+    validate_sums(c);
+    validate_training(c);
     config_check_ranges(c);   // every numeric key inside its range (base/config_ranges.c)
     config_check_sizes(c);
 }

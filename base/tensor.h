@@ -7,7 +7,7 @@
 // all-reduced). In the backward pass the roles swap: the input gradient of a
 // column-parallel matmul is a contraction over the split width, all-reduced the same way.
 // Heads (attention), MLP widths (dense, shared and expert) and the vocabulary (embedding,
-// logits, softmax) are split like this; the layout in model/model.c says which tensors,
+// logits, softmax) are split like this; the layout in model/params.c says which tensors,
 // and model/dims.h holds the counts one device computes with.
 //
 // The order of the sum: a contraction split over devices would add its pieces in an order

@@ -1,8 +1,8 @@
 // base/treesum.c: pairwise summation of leaf contributions in a fixed tree order; each
 // merge adds the later block into the earlier one (kernels/sum.h:tree_add).
-#include "base/treesum.h"
-#include "kernels/kernels.h"
-#include "core/common.h"
+#include "base/treesum.h"    // TreeSum, LeafSum, this file's functions
+#include "kernels/kernels.h" // kern()->sum: the elementwise adds of the merges
+#include "core/common.h"     // die
 
 void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name) {
     memset(t, 0, sizeof(*t));

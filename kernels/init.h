@@ -1,5 +1,5 @@
 // kernels/init.h: the parameters' initial values, drawn from global coordinates
-// (model/model.c:model_init): element i of a tensor is a function of (seed, the tensor's
+// (model/params.c:init_tensor): element i of a tensor is a function of (seed, the tensor's
 // name, i) only, so every device of any mesh draws the same value for it.
 #ifndef MESHMOE_KERNELS_INIT_H
 #define MESHMOE_KERNELS_INIT_H

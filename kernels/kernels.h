@@ -16,21 +16,21 @@
 //     kern()->norm->rmsnorm_forward(out, rstd, x, scale, 0, T, D, eps, bf16);
 #ifndef MESHMOE_KERNELS_H
 #define MESHMOE_KERNELS_H
-#include <stddef.h>
-#include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/rope.h"
-#include "kernels/embedding.h"
-#include "kernels/attention.h"
-#include "kernels/mla.h"
-#include "kernels/router.h"
-#include "kernels/moe.h"
-#include "kernels/mlp.h"
-#include "kernels/loss.h"
-#include "kernels/cast.h"
-#include "kernels/sum.h"
-#include "kernels/optim.h"
-#include "kernels/init.h"
+#include <stddef.h>            // size_t
+#include "kernels/matmul.h"    // the GEMM and the matmul layer's products
+#include "kernels/norm.h"      // RMSNorm
+#include "kernels/rope.h"      // rotary position embedding
+#include "kernels/embedding.h" // token lookup (gather or one-hot)
+#include "kernels/attention.h" // the attention core: dot product, flash, ring blocks
+#include "kernels/mla.h"       // MLA's copies, scale and k_rope sum
+#include "kernels/router.h"    // routing: scores, top-k, groups
+#include "kernels/moe.h"       // the experts' dispatch and combine
+#include "kernels/mlp.h"       // SwiGLU
+#include "kernels/loss.h"      // cross-entropy and its vocabulary tiles
+#include "kernels/cast.h"      // bf16 rounding and packing
+#include "kernels/sum.h"       // tree-sum merges and residual adds
+#include "kernels/optim.h"     // optimizer updates, clipping, EMA
+#include "kernels/init.h"      // parameter initialisation
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
@@ -56,6 +56,8 @@ typedef struct Backend {
 } Backend;
 
 extern const Backend backend_cpu;     // kernels/cpu/backend.c
+// backend_cpu with the plain GEMM and attention's per-row loops (matmul_impl=plain; same bits).
+const Backend *backend_cpu_plain(void);
 extern const Backend backend_dry;     // kernels/dry.c
 
 // The backend of the calling device (thread), or the process's default when the thread

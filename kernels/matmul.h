@@ -6,7 +6,8 @@
 // On the CPU every product is the ordered GEMM (kernels/cpu/gemm.h): each output element
 // is one chain of fused multiply-adds over the contraction in order, whatever rows and
 // columns share the call, so sharding never changes a bit. With matmul_impl=openblas the
-// CPU backend calls OpenBLAS instead (faster, not row-stable).
+// CPU backend calls OpenBLAS instead (faster, not row-stable); with matmul_impl=plain the
+// plain backend runs the same chains as the in-order triple loop (kernels/cpu/gemm_plain.c).
 #ifndef MESHMOE_KERNELS_MATMUL_H
 #define MESHMOE_KERNELS_MATMUL_H
 
@@ -25,7 +26,8 @@ typedef struct MatmulKernels {
                  const float *B, int ldb, int accumulate, float *C, int ldc);
 } MatmulKernels;
 
-extern const MatmulKernels matmul_cpu;   // kernels/cpu/matmul.c
+extern const MatmulKernels matmul_cpu;         // kernels/cpu/matmul.c: the ordered GEMM (or OpenBLAS)
+extern const MatmulKernels matmul_cpu_plain;   // the same products as the plain triple loop (same bits)
 
 // The CPU backend's choice of library (config key matmul_impl), made once at start-up:
 // 0 the ordered GEMM (the default), 1 OpenBLAS (dies in a build without it).

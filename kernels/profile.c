@@ -1,5 +1,5 @@
-// kernels/profile.c: the profile backend (kernels/profile.h): each kernel of the CPU
-// backend, called through a twin of the same name and arguments that times the call and
+// kernels/profile.c: the profile backend (kernels/profile.h): each kernel of the backend
+// it wraps, called through a twin of the same name and arguments that times the call and
 // counts its work. The counts are the least work the kernel's contract implies: 2 flops per
 // multiply-add of a product, each operand read once and each result written once (4 bytes
 // a float); a kernel that reads an operand twice, or from cache, shows above or below its
@@ -32,7 +32,8 @@ static void add(int family, double t0, double flops, double bytes) {
         call;                                                 \
         add(F, t0_, (double)(fl), 4.0 * (double)(by));        \
     } while (0)
-#define CPU(family) backend_cpu.family
+static const Backend *inner = &backend_cpu;   // the backend timed
+#define CPU(family) inner->family
 
 void profile_take(ProfileCounts *acc) {
     for (int f = 0; acc && f < PROF_FAMILIES; f++) {
@@ -487,9 +488,9 @@ static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int se
 }
 static const InitKernels init_profile = {.param_init = param_init};
 
-static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, src, bytes); }
+static void to_host(void *host, const void *src, size_t bytes) { inner->to_host(host, src, bytes); }
 
-const Backend backend_profile = {
+static const Backend backend_profile = {
     .name = "profile",
     .to_host = to_host,
     .matmul = &matmul_profile,
@@ -507,3 +508,8 @@ const Backend backend_profile = {
     .optim = &optim_profile,
     .init = &init_profile,
 };
+
+const Backend *profile_backend(const Backend *timed) {
+    inner = timed;
+    return &backend_profile;
+}

@@ -1,5 +1,5 @@
 // kernels/profile.h: where a step's time goes, kernel family by kernel family
-// (profile=true). The profile backend is the CPU backend with every kernel timed: each call
+// (profile=true). The profile backend is another backend with every kernel timed: each call
 // adds its wall time, its floating-point operations and the bytes it must move at least
 // (each operand read once, each result written once) to the calling thread's counters. A
 // device is one thread, so the counters are that device's; the OpenMP threads a kernel
@@ -21,7 +21,9 @@ typedef struct ProfileCounts {
     double bytes;   // operands read once and results written once
 } ProfileCounts;
 
-extern const Backend backend_profile;   // kernels/profile.c: backend_cpu, timed
+// The profile backend over `timed` (backend_cpu, or the plain one): the process's one
+// profile backend, set up once before the devices start.
+const Backend *profile_backend(const Backend *timed);
 
 // The calling thread's counters added to acc (PROF_FAMILIES of them; NULL: dropped), then
 // zeroed: what the thread's kernels did since the last take.

@@ -3,15 +3,14 @@
 //     q = RoPE(x Wq)  (T,N,Dh)      k = RoPE(x Wk)  (T,Nkv,Dh)      v = x Wv  (T,Nkv,Dh)
 //     o = causal softmax attention (model/attn_core.c), query head h reads kv head h/(N/Nkv)
 //     out = o Wo  (T,D)
-// No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/model.c).
+// No runtime 1/sqrt(Dh): MaxText folds it into the initialisation of Wq (model/params.c).
 // Tensor parallelism (base/tensor.h): N and Nkv are this device's heads (ld, model/dims.h);
 // Wq, Wk, Wv are column-parallel and Wo row-parallel.
 // Context parallelism (base/context.h): S is this device's part of each sequence, at
 // positions p0 = rank*S ..; its queries attend to the keys and values of all parts.
 #include "model/attention.h"
 #include "model/attn_core.h"
-#include "model/attn_flash.h"
-#include "model/attn_ring.h"
+#include "model/attn_parts.h"
 #include "model/rope.h"
 #include "model/precision.h"
 #include "base/tensor.h"
@@ -19,6 +18,10 @@
 #include "base/context.h"
 #include "base/memory.h"
 #include "core/common.h"
+
+// The buffers' names in the memory report.
+static const AttnPartsNames names = {"attention k, all parts", "attention v, all parts", "attention o",
+                                     "attention stats", "attention d q", "attention d k", "attention d v"};
 
 void attention_forward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionSaved *s,
                        float *out, const float *x, int B, int S) {
@@ -51,7 +54,7 @@ void attention_proj_forward(const Config *c, const LocalDims *ld, const Attentio
 
 void attention_core_forward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionSaved *s,
                             float *out, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, p0 = cp_rank() * S;
+    int T = B * S, D = c->base_emb_dim;
     int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
     // bf16 mode, recomputation: q, k, v saved as 16-bit numbers (exact: bf16 values) back
     // to floats; straight from attention_proj_forward they are floats already.
@@ -59,20 +62,9 @@ void attention_core_forward(const Config *c, const LocalDims *ld, const Attentio
     act_unpack_if_packed(c, &s->k, (size_t)T * Nkv * Dh);
     act_unpack_if_packed(c, &s->v, (size_t)T * Nkv * Dh);
 
-    // o = softmax(mask(q k^T)) v, keeping only per-row statistics for the backward pass.
-    // The keys and values of every part of the sequence (all-gathered over `context`), or
-    // with context_parallel_strategy=ring only this device's, the others passed round.
-    int ring = attn_ring_on(c);
-    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
-    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
-    s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention o");            // (B,S,N,Dh)
-    s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "attention stats");  // (B,N,S,2)
-    unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
-    if (ring) attn_ring_forward(s->o, s->stats, s->q, s->k, s->v, mask, B, S, p0, N, Nkv, Dh, Dh, attn_rounding(c));
-    else attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, Nkv, Dh, Dh);
-    mem_free(mask);
-    cp_gather_free(k_all, s->k);
-    cp_gather_free(v_all, s->v);
+    // o = softmax(mask(q k^T)) v over every part of the sequence (model/attn_parts.h),
+    // keeping only per-row statistics for the backward pass.
+    attn_parts_forward(c, &s->o, &s->stats, s->q, s->k, s->v, B, S, N, Nkv, Dh, Dh, &names);
 
     // out = o Wo, Wo (N*Dh, D): a sum over heads, split over the tensor axis
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dh, D);
@@ -86,7 +78,7 @@ void attention_core_forward(const Config *c, const LocalDims *ld, const Attentio
 
 void attention_backward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionParams *g,
                         AttentionSaved *s, float *dx, const float *dout, const float *x, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, P = cp_size(), p0 = cp_rank() * S;
+    int T = B * S, D = c->base_emb_dim, p0 = cp_rank() * S;
     int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
     Leaves leaf = leaves_of(c, B, S);
@@ -100,26 +92,10 @@ void attention_backward(const Config *c, const LocalDims *ld, const AttentionPar
     attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dh, D, leaf);
     prec_round(c, dO, (size_t)T * N * Dh);   // bf16: o was rounded, so is its gradient
 
-    // Through the softmax attention to dq, dk, dv (dk, dv summed over each group's heads),
-    // against the keys and values of every part, gathered again; each part's dk, dv go back
-    // to the device that holds it (reduce-scatter over `context`): dk, dv become (B,S,Nkv,Dh).
-    // (ring: no gather, dk and dv are this device's part's whole gradient, model/attn_ring.h)
-    int ring = attn_ring_on(c), parts = ring ? 1 : P;
-    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * Nkv * Dh, "attention k, all parts");   // (P,B,S,Nkv,Dh)
-    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * Nkv * Dh, "attention v, all parts");   // (P,B,S,Nkv,Dh)
-    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Dh, "attention d q");         // (B,S,N,Dh)
-    float *dk = mem_floats(MEM_TEMP, (size_t)parts * T * Nkv * Dh, "attention d k");   // (P,B,S,Nkv,Dh)
-    float *dv = mem_floats(MEM_TEMP, (size_t)parts * T * Nkv * Dh, "attention d v");   // (P,B,S,Nkv,Dh)
-    unsigned char *mask = attn_causal_mask(c, B, S, p0);
-    if (ring) attn_ring_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, mask, B, S, p0, N, Nkv, Dh, Dh,
-                                 attn_rounding(c));
-    else attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, Nkv, Dh, Dh);
-    mem_free(dO);
-    mem_free(mask);
-    cp_gather_free(k_all, s->k);
-    cp_gather_free(v_all, s->v);
-    if (!ring) cp_reduce_scatter(dk, (size_t)T * Nkv * Dh);
-    if (!ring) cp_reduce_scatter(dv, (size_t)T * Nkv * Dh);
+    // Through the softmax attention to dq, dk, dv (dk, dv summed over each group's heads;
+    // (B,S,Nkv,Dh), this device's part of the sequence, model/attn_parts.h).
+    float *dq, *dk, *dv;
+    attn_parts_backward(c, &dq, &dk, &dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, Nkv, Dh, Dh, &names);
     attention_saved_free(s);   // q, k, v, o are no longer needed: free them before the weight grads
 
     // RoPE was applied after the projections: rotate the gradients back first (bf16: the

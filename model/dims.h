@@ -25,7 +25,7 @@ typedef struct {
 
 // The dimensions of the device at position `rank` of a tensor axis of size `tensor`.
 // The splits must be exact. Model init checks that first, naming the tensor or the
-// numbers (the layout's cuts in model/model.c, base/tensor.c:tp_check); a caller that
+// numbers (the layout's cuts in model/params.c, base/tensor.c:tp_check); a caller that
 // skips those checks gets a split that leaves a remainder refused here, naming the key.
 LocalDims local_dims(const Config *c, int tensor, int rank);
 #endif

@@ -10,7 +10,8 @@
 void matmul_set_impl(const char *impl) {
     if (!strcmp(impl, "ordered")) matmul_cpu_use_openblas(0);
     else if (!strcmp(impl, "openblas")) matmul_cpu_use_openblas(1);
-    else die("matmul_impl '%s' is not one of: ordered, openblas", impl);
+    else if (!strcmp(impl, "plain")) matmul_cpu_use_openblas(0);   // its kernels are backend_cpu_plain's (train.c)
+    else die("matmul_impl '%s' is not one of: ordered, openblas, plain", impl);
 }
 
 // The device's flop count (2 M N K per product), which the planner counts too.
@@ -58,18 +59,28 @@ void matmul_forward_chunked(float *out, const float *inp, const float *w, int T,
     matmul_forward_chunked_cap(out, inp, w, T, T, C, OC, chunks);
 }
 
-void matmul_forward_chunked_cap(float *out, const float *inp, const float *w, int T, int cap, int C, int OC, int chunks) {
-    if (chunks < 1 || C % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", C, chunks);
-    int Cc = C / chunks;
+// out (T,N) = A (T,K) @ op(Bm), the contraction over K cut into `chunks` pieces whose
+// products are added along the tree; op(Bm) = Bm (K,N) or, transB, Bm^T with Bm (N,K).
+// Piece r: A's columns r*Kc.., Bm's rows (or columns) r*Kc.. The tree's leaves are
+// allocated for cap >= T rows.
+static void chunked_product(float *out, const float *A, const float *Bm, int transB, int T, int cap, int N, int K,
+                            int chunks, const char *name) {
+    if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
+    int Kc = K / chunks, ldb = transB ? K : N;
     TreeSum ts;
-    treesum_begin_cap(&ts, (size_t)T * OC, (size_t)cap * OC, MEM_TEMP, "matmul partial product");
+    treesum_begin_cap(&ts, (size_t)T * N, (size_t)cap * N, MEM_TEMP, name);
     for (int r = 0; r < chunks; r++) {
-        float *part = treesum_leaf_overwrite(&ts);   // (T,OC) = inp[:, piece r] @ w[piece r, :]
-        gemm(0, 0, T, OC, Cc, 1.0f, inp + (size_t)r * Cc, C, w + (size_t)r * Cc * OC, OC, 0.0f, part, OC);
+        float *part = treesum_leaf_overwrite(&ts);   // (T,N) = A[:, piece r] @ op(Bm)[piece r, :]
+        const float *b = Bm + (size_t)r * Kc * (transB ? 1 : (size_t)ldb);
+        gemm(0, transB, T, N, Kc, 1.0f, A + (size_t)r * Kc, K, b, ldb, 0.0f, part, N);
         treesum_push(&ts);
     }
-    mem_zero(out, sizeof(float) * T * OC);
+    mem_zero(out, sizeof(float) * T * N);
     treesum_end(&ts, out);
+}
+
+void matmul_forward_chunked_cap(float *out, const float *inp, const float *w, int T, int cap, int C, int OC, int chunks) {
+    chunked_product(out, inp, w, 0, T, cap, OC, C, chunks, "matmul partial product");   // w (C,OC)
 }
 
 void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks) {
@@ -77,15 +88,5 @@ void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, 
 }
 
 void matmul_dinp_chunked_cap(float *dinp, const float *dout, const float *w, int T, int cap, int C, int OC, int chunks) {
-    if (chunks < 1 || OC % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", OC, chunks);
-    int Oc = OC / chunks;
-    TreeSum ts;
-    treesum_begin_cap(&ts, (size_t)T * C, (size_t)cap * C, MEM_TEMP, "matmul partial input grad");
-    for (int r = 0; r < chunks; r++) {
-        float *part = treesum_leaf_overwrite(&ts);   // (T,C) = dout[:, piece r] @ w[:, piece r]^T
-        gemm(0, 1, T, C, Oc, 1.0f, dout + (size_t)r * Oc, OC, w + (size_t)r * Oc, OC, 0.0f, part, C);
-        treesum_push(&ts);
-    }
-    mem_zero(dinp, sizeof(float) * T * C);
-    treesum_end(&ts, dinp);
+    chunked_product(dinp, dout, w, 1, T, cap, C, OC, chunks, "matmul partial input grad");   // w^T (OC,C)
 }

@@ -19,7 +19,8 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, Leaves leaf);
 
-// "ordered" (default) or "openblas" (config key matmul_impl), the CPU backend's choice made
+// "ordered" (default), "openblas" or "plain" (config key matmul_impl; plain's kernels are a
+// backend of their own, kernels/cpu/backend.c), the CPU backend's choice made
 // once at start-up; dies on anything else.
 void matmul_set_impl(const char *impl);
 

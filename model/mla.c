@@ -17,8 +17,7 @@
 #include "model/mla.h"
 #include "kernels/kernels.h"
 #include "model/attn_core.h"
-#include "model/attn_flash.h"
-#include "model/attn_ring.h"
+#include "model/attn_parts.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 #include "model/precision.h"
@@ -35,6 +34,10 @@ static float mla_scale(const Config *c) {
     float s = (float)pow((double)(c->qk_nope_head_dim + c->qk_rope_head_dim), -0.5);
     return cfg_bf16(c) ? bf16_round(s) : s;   // bf16: the constant meets a bf16 array (cast point 7)
 }
+
+// The buffers' names in the memory report.
+static const AttnPartsNames names = {"mla k, all parts", "mla v, all parts", "mla o", "mla stats",
+                                     "mla d q", "mla d k", "mla d v"};
 
 void mla_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, const float *x,
                  int B, int S) {
@@ -97,7 +100,7 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
 }
 
 void mla_core_forward(const Config *c, const LocalDims *ld, const MLAParams *p, MLASaved *s, float *out, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads, p0 = cp_rank() * S;
+    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads;
     int Q = c->q_lora_rank, R = c->kv_lora_rank, Dv = c->v_head_dim, Qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
     // bf16 mode, recomputation: q, k, v saved as 16-bit numbers (exact) back to floats.
     act_unpack_if_packed(c, &s->q, (size_t)T * N * Qk);
@@ -105,19 +108,8 @@ void mla_core_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     act_unpack_if_packed(c, &s->v, (size_t)T * N * Dv);
 
     // ---- attention (every query head has its own kv head) and the out projection ----
-    // The keys and values of every part of the sequence (all-gathered over `context`), or
-    // with context_parallel_strategy=ring only this device's, the others passed round.
-    int ring = attn_ring_on(c);
-    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
-    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
-    s->o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla o");                 // (B,S,N,Dv)
-    s->stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, "mla stats");      // (B,N,S,2)
-    unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
-    if (ring) attn_ring_forward(s->o, s->stats, s->q, s->k, s->v, mask, B, S, p0, N, N, Qk, Dv, attn_rounding(c));
-    else attn_forward_cfg(c, s->o, s->stats, s->q, k_all, v_all, mask, B, S, p0, N, N, Qk, Dv);
-    mem_free(mask);
-    cp_gather_free(k_all, s->k);
-    cp_gather_free(v_all, s->v);
+    // o = softmax(mask(q k^T)) v over every part of the sequence (model/attn_parts.h).
+    attn_parts_forward(c, &s->o, &s->stats, s->q, s->k, s->v, B, S, N, N, Qk, Dv, &names);
     tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
     prec_round(c, out, (size_t)T * D);
     // What the backward pass reads, kept as 16-bit numbers in bf16 mode (the low-rank
@@ -132,62 +124,11 @@ void mla_core_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     act_pack(c, &s->o, (size_t)T * N * Dv);
 }
 
-void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAParams *g, MLASaved *s,
-                  float *dx, const float *dout, const float *x, int B, int S) {
-    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads, P = cp_size(), p0 = cp_rank() * S;
-    int Q = c->q_lora_rank, R = c->kv_lora_rank;
-    int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
-    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
-    Leaves leaf = leaves_of(c, B, S);
-    act_unpack(c, &s->qa, (size_t)T * Q);
-    act_unpack(c, &s->qn, (size_t)T * Q);
-    act_unpack(c, &s->latent, (size_t)T * R);
-    act_unpack(c, &s->latn, (size_t)T * R);
-    act_unpack(c, &s->q, (size_t)T * N * Qk);
-    act_unpack(c, &s->k, (size_t)T * N * Qk);
-    act_unpack(c, &s->v, (size_t)T * N * Dv);
-    act_unpack(c, &s->o, (size_t)T * N * Dv);
-
-    // out = o Wo
-    float *dO = mem_floats(MEM_TEMP, (size_t)T * N * Dv, "mla d o");   // (B,S,N,Dv)
-    attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dv, D, leaf);
-    prec_round(c, dO, (size_t)T * N * Dv);   // bf16: where the forward rounded, so is the gradient
-
-    // Attention core -> dq, dk, dv (per head), against the keys and values of every part,
-    // gathered again; each part's dk, dv go back to the device that holds it (reduce-scatter
-    // over `context`, before the bf16 rounding): dk, dv become (B,S,N,.).
-    // (ring: no gather, dk and dv are this device's part's whole gradient, model/attn_ring.h)
-    int ring = attn_ring_on(c), parts = ring ? 1 : P;
-    float *k_all = ring ? s->k : cp_gather(s->k, (size_t)T * N * Qk, "mla k, all parts");   // (P,B,S,N,Qk)
-    float *v_all = ring ? s->v : cp_gather(s->v, (size_t)T * N * Dv, "mla v, all parts");   // (P,B,S,N,Dv)
-    float *dq = mem_floats(MEM_TEMP, (size_t)T * N * Qk, "mla d q");       // (B,S,N,Qk)
-    float *dk = mem_floats(MEM_TEMP, (size_t)parts * T * N * Qk, "mla d k");   // (P,B,S,N,Qk)
-    float *dv = mem_floats(MEM_TEMP, (size_t)parts * T * N * Dv, "mla d v");   // (P,B,S,N,Dv)
-    unsigned char *mask = attn_causal_mask(c, B, S, p0);
-    if (ring) attn_ring_backward(dq, dk, dv, dO, s->q, s->k, s->v, s->o, s->stats, mask, B, S, p0, N, N, Qk, Dv,
-                                 attn_rounding(c));
-    else attn_backward_cfg(c, dq, dk, dv, dO, s->q, k_all, v_all, s->o, s->stats, mask, B, S, p0, P, leaf.chunk, N, N, Qk, Dv);
-    mem_free(dO);
-    mem_free(mask);
-    cp_gather_free(k_all, s->k);
-    cp_gather_free(v_all, s->v);
-    if (!ring) cp_reduce_scatter(dk, (size_t)T * N * Qk);
-    if (!ring) cp_reduce_scatter(dv, (size_t)T * N * Dv);
-    prec_round(c, dq, (size_t)T * N * Qk);
-    prec_round(c, dk, (size_t)T * N * Qk);
-    prec_round(c, dv, (size_t)T * N * Dv);
-    // q, k, v, o and the statistics are no longer needed.
-    mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
-    s->q = s->k = s->v = s->o = s->stats = NULL;
-
-    // ---- keys and values ----
-    // dkv (T,N,Dn+Dv) = per head [dk_nope, dv]. The shared k_rope gets the sum over heads
-    // of dk_rope: a sum over the tensor-split heads, so it is cut into the pieces of
-    // base/tensor.h (each a run of heads, added in head order) added along the tree,
-    // then over the tensor axis; it goes into dckv (T,R+Dr) after the latent's slot.
-    float *dkv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla d kv up");   // (T,N,Dn+Dv)
-    float *dckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla d kv down");     // (T,R+Dr)
-    kern()->mla->mla_split_dkv(dkv, dk, dv, T, N, Dn, Dr, Dv);
+// The shared k_rope's gradient: the sum over heads of dk_rope, a sum over the tensor-split
+// heads, so it is cut into the pieces of base/tensor.h (each a run of heads, added in head
+// order) added along the tree, then over the tensor axis; written into dckv's k_rope slot.
+static void mla_k_rope_backward(const Config *c, float *dckv, const float *dk, int T, int N) {
+    int R = c->kv_lora_rank, Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim;
     int pieces = tp_local_chunks(c), hp = N / pieces;
     float *dk_rope = mem_floats(MEM_TEMP, (size_t)T * Dr, "mla d k_rope");   // (T,Dr)
     TreeSum ts;
@@ -201,9 +142,24 @@ void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAP
     tp_all_reduce(dk_rope, (size_t)T * Dr);
     kern()->mla->mla_copy_cols(dckv + R, R + Dr, dk_rope, Dr, T, Dr);
     mem_free(dk_rope);
+}
+
+// The keys' and values' backward, from the core's dk (B,S,N,Qk) and dv (B,S,N,Dv), both
+// freed here: dx += through Wkv_b, RMSNorm_kv and Wkv_a.
+static void mla_kv_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAParams *g, MLASaved *s,
+                            float *dx, float *dk, float *dv, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads, p0 = cp_rank() * S, R = c->kv_lora_rank;
+    int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim;
+    Leaves leaf = leaves_of(c, B, S);
+    // dkv (T,N,Dn+Dv) = per head [dk_nope, dv]; the shared k_rope's gradient goes into
+    // dckv (T,R+Dr) after the latent's slot.
+    float *dkv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla d kv up");   // (T,N,Dn+Dv)
+    float *dckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla d kv down");     // (T,R+Dr)
+    kern()->mla->mla_split_dkv(dkv, dk, dv, T, N, Dn, Dr, Dv);
+    mla_k_rope_backward(c, dckv, dk, T, N);
     mem_free(dk);
     mem_free(dv);
-    rope_backward(dckv + R, B, S, p0, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));
+    rope_backward(dckv + R, B, S, p0, 1, R + Dr, Dr, c->rope_min_timescale, c->rope_max_timescale, cfg_bf16(c));
     // kv = latn Wkv_b, latn = RMSNorm_kv(latent)
     float *dlatn = mem_floats(MEM_TEMP, (size_t)T * R, "mla d kv_norm out");   // (T,R)
     attn_matmul_backward(NULL, g->wkv_b, dkv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv), leaf);
@@ -219,13 +175,19 @@ void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAP
     prec_round(c, dckv, (size_t)T * (R + Dr));
     attn_matmul_backward(dx, g->wkv_a, dckv, x, p->wkv_a, B, S, D, R + Dr, leaf);
     mem_free(dckv);
+}
 
-    // ---- query ----
+// The query's backward from the core's dq (B,S,N,Qk), freed here: dx += through the scale,
+// RoPE and Wq (or Wq_b, RMSNorm_q and Wq_a).
+static void mla_query_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAParams *g,
+                               MLASaved *s, float *dx, float *dq, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads, p0 = cp_rank() * S, Q = c->q_lora_rank;
+    int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Qk = Dn + Dr;
+    Leaves leaf = leaves_of(c, B, S);
     // q = [q_nope, RoPE(q_rope)] * scale: undo the scale, then the rotation.
-    float scale = mla_scale(c);
-    kern()->mla->mla_apply_scale(dq, (size_t)T * N * Qk, scale);
+    kern()->mla->mla_apply_scale(dq, (size_t)T * N * Qk, mla_scale(c));
     prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
-    rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
+    rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, c->rope_min_timescale, c->rope_max_timescale, cfg_bf16(c));
     prec_round(c, dq, (size_t)T * N * Qk);
     if (Q > 0) {
         // q = qn Wq_b, qn = RMSNorm_q(qa), qa = x Wq_a
@@ -244,6 +206,39 @@ void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAP
         tp_colpar_dinp(c, dx, dq, p->wq, T, D, N * Qk);   // a sum over heads (tensor-split)
     }
     mem_free(dq);
+}
+
+void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAParams *g, MLASaved *s,
+                  float *dx, const float *dout, const float *x, int B, int S) {
+    int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads;
+    int Q = c->q_lora_rank, R = c->kv_lora_rank, Dv = c->v_head_dim;
+    int Qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    act_unpack(c, &s->qa, (size_t)T * Q);
+    act_unpack(c, &s->qn, (size_t)T * Q);
+    act_unpack(c, &s->latent, (size_t)T * R);
+    act_unpack(c, &s->latn, (size_t)T * R);
+    act_unpack(c, &s->q, (size_t)T * N * Qk);
+    act_unpack(c, &s->k, (size_t)T * N * Qk);
+    act_unpack(c, &s->v, (size_t)T * N * Dv);
+    act_unpack(c, &s->o, (size_t)T * N * Dv);
+
+    // out = o Wo
+    float *dO = mem_floats(MEM_TEMP, (size_t)T * N * Dv, "mla d o");   // (B,S,N,Dv)
+    attn_matmul_backward(dO, g->wo, dout, s->o, p->wo, B, S, N * Dv, D, leaves_of(c, B, S));
+    prec_round(c, dO, (size_t)T * N * Dv);   // bf16: where the forward rounded, so is the gradient
+
+    // Attention core -> dq, dk, dv (per head), this device's part (model/attn_parts.h).
+    float *dq, *dk, *dv;
+    attn_parts_backward(c, &dq, &dk, &dv, dO, s->q, s->k, s->v, s->o, s->stats, B, S, N, N, Qk, Dv, &names);
+    prec_round(c, dq, (size_t)T * N * Qk);
+    prec_round(c, dk, (size_t)T * N * Qk);
+    prec_round(c, dv, (size_t)T * N * Dv);
+    // q, k, v, o and the statistics are no longer needed.
+    mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
+    s->q = s->k = s->v = s->o = s->stats = NULL;
+
+    mla_kv_backward(c, ld, p, g, s, dx, dk, dv, x, B, S);   // dx  = d(x Wkv_a)
+    mla_query_backward(c, ld, p, g, s, dx, dq, x, B, S);    // dx += d(x Wq), or d(x Wq_a)
     mla_saved_free(s);
 }
 

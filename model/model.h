@@ -1,5 +1,6 @@
-// model/model.h: the decoder stack, its parameter layout and one training step's
-// forward and backward passes (docs/model.md#decoder-stack).
+// model/model.h: the decoder stack (docs/model.md#decoder-stack): its parameter layout,
+// names and initialisation (model/params.c), and one microbatch's forward and backward
+// passes (model/model.c).
 #ifndef MESHMOE_MODEL_H
 #define MESHMOE_MODEL_H
 #include <stddef.h>
@@ -101,6 +102,8 @@ typedef struct {
     long *expert_counts;    // (L, E) += assignments per expert, or NULL
 } FwdStats;
 
+// ---- The parameter layout, MaxText's names, initialisation (model/params.c) ----
+
 // MaxText's unscanned path of the tensor whose layout key (ParamSpec.key) is `key`.
 void model_maxtext_name(const Config *c, const char *key, char *name, size_t cap);
 // prefix + the path of layer l's routing bias (the gate's bias, DeepSeek's selection bias).
@@ -108,7 +111,7 @@ void model_bias_name(const Config *c, int l, const char *prefix, char *buf, size
 // Fill the layout of every tensor for cfg. Returns the count; specs may be NULL to count.
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams);
 // Set up the model in two steps, so that the optimizer state (optim/, above the model) is
-// allocated between them as a training run lays out memory (train/step.c:step_init):
+// allocated between them as a training run lays out memory (trainer/step.c:step_init):
 // model_init_layout: the layout, this device's share of it (base/shard.h), parameters
 // (MEM_PARAMS) and gradients (MEM_GRADS); model_init_weights: the weights drawn from the
 // seed, the pointers bound, the routing bias.
@@ -131,9 +134,11 @@ int model_num_moe_layers(const Config *c);
 // (row-major in its local shape): the device's piece of each cut dimension, shifted.
 size_t model_global_index(const ParamSpec *s, size_t i);
 
+// ---- Forward and backward of one microbatch (model/model.c) ----
+
 // Forward pass over B sequences of S tokens (ids, targets: (B,S); under context parallelism
 // S is this device's part of each sequence, base/context.h). Keeps the activations
-// for model_backward. lb_coef: see moe_forward; global_seqs: sequences in the whole step.
+// for model_backward. lb_coef: the load-balance loss's coefficient (model_lb_coef, moe_forward).
 void model_forward(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st);
 // Backward pass of the last forward; grads += d(loss)/d(params) with the loss scaled by
 // `scale` (1 / tokens in the global batch). Frees the activations.
@@ -184,6 +189,7 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
 void model_head_unpack(Model *m, int T);
 float *model_head_backward(Model *m, int B, int S, float scale, float **dnf);
 void model_head_free(Model *m);
-// Coefficient of sum_{b,e} f*Pbar for the load-balance loss (0 when off).
+// Coefficient of sum_{b,e} f*Pbar for the load-balance loss (0 when off); global_seqs:
+// sequences in the whole step.
 float model_lb_coef(const Config *c, int global_seqs);
 #endif

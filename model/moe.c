@@ -21,17 +21,17 @@
 // the rows' layout back to the host once per pass (rows_to_host); the arithmetic is in the
 // kernels of kernels/router.h (routing, capacity, load-balance loss) and kernels/moe.h
 // (row layout, gather, combine).
-#include "model/moe.h"
-#include "model/matmul.h"
-#include "model/precision.h"
-#include "base/tensor.h"
-#include "model/tensor_parallel.h"
-#include "base/expert.h"
-#include "base/context.h"
-#include "base/treesum.h"
-#include "base/memory.h"
-#include "kernels/kernels.h"
-#include "core/common.h"
+#include "model/moe.h"             // MoeParams, MoeSaved, this file's functions
+#include "model/matmul.h"          // gemm, the chunked products: the experts' matmuls
+#include "model/precision.h"       // prec_round, act_pack: the bf16 points
+#include "base/tensor.h"           // tp_all_reduce: the expert width split over `tensor`
+#include "model/tensor_parallel.h" // tp_rowpar_forward, tp_colpar_dinp
+#include "base/expert.h"           // ep_send, ep_return: rows to the experts' devices and back
+#include "base/context.h"          // leaves_of, the sums over tokens
+#include "base/treesum.h"          // the canonical tree over leaves
+#include "base/memory.h"           // mem_floats: tagged buffers
+#include "kernels/kernels.h"       // kern()->router, ->moe: the arithmetic
+#include "core/common.h"           // die
 
 static void moe_saved_pack(const Config *c, const LocalDims *ld, MoeSaved *s, int pack);
 

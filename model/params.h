@@ -1,7 +1,7 @@
 // model/params.h: the parameter structs. All trained parameters of the model live in one
 // allocation (and the gradients and AdamW moments in three more of the same layout); these
 // structs only point into it. The layout itself (names, shapes, order, init) is defined in
-// one place: model_param_table() in model/model.c.
+// one place: model/params.c:walk_layout.
 // Kernels are stored as MaxText stores them, row-major, and used as x @ kernel.
 #ifndef MESHMOE_PARAMS_H
 #define MESHMOE_PARAMS_H

@@ -108,6 +108,30 @@ static void run_loop(Pipe *P) {
         }
 }
 
+// After the loop: the loss, aux and expert counts summed over `stage` (every entry was
+// written on one stage, so the sums are exact) into st; the loop's buffers freed.
+static void run_collect(Pipe *P, FwdStats *st, int nmoe, size_t nleaf, size_t ncount) {
+    int nseq = P->nseq, J = P->p.M * P->p.R;
+    for (int j = 0; j < J; j++)
+        if (P->shift_in[j] || P->grad_in[j] || P->saved[j]) die("internal: stage %d ends with job %d still held", P->s, j);
+    coll_all_reduce_double(P->stage, P->loss_leaf, nleaf);
+    coll_all_reduce_double(P->stage, P->aux, (size_t)nmoe * nseq);
+    if (P->counts) coll_all_reduce_long(P->stage, P->counts, ncount);
+    coll_all_reduce_long(P->stage, &P->ntok, 1);
+    mem_copy(st->loss_leaf, P->loss_leaf, sizeof(double) * nleaf);
+    for (int r = 0; r < nmoe; r++)
+        mem_copy(st->aux_seq + (size_t)r * st->aux_stride, P->aux + (size_t)r * nseq, sizeof(double) * nseq);
+    if (P->counts)
+        for (size_t i = 0; i < ncount; i++) st->expert_counts[i] += P->counts[i];
+    st->ntok += P->ntok;
+    mem_free(P->loss_leaf);
+    mem_free(P->aux);
+    mem_free(P->counts);
+    free(P->shift_in); free(P->grad_in); free(P->saved); free(P->dli); free(P->state_io); free(P->dense);
+    free(P->tree); free(P->held);
+    schedule_free(&P->sc);
+}
+
 // Set up, run, and hand the results over: gradients into m->grad_dst, statistics summed
 // over `stage` into st.
 static void run(Model *m, const int *ids, const int *targets, int B, int S, int train, float scale,
@@ -173,25 +197,7 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
         if (train && sh->here[u]) gradtree_end(&P.tree[u]);
     }
     if (train) model_set_grad_target(m, m->grad_dst);   // the leaves were bound in turn: back to the target
-    for (int j = 0; j < J; j++)
-        if (P.shift_in[j] || P.grad_in[j] || P.saved[j]) die("internal: stage %d ends with job %d still held", P.s, j);
-    // Every entry was written on one stage: the sums over `stage` are exact.
-    coll_all_reduce_double(P.stage, P.loss_leaf, nleaf);
-    coll_all_reduce_double(P.stage, P.aux, (size_t)nmoe * nseq);
-    if (P.counts) coll_all_reduce_long(P.stage, P.counts, ncount);
-    coll_all_reduce_long(P.stage, &P.ntok, 1);
-    mem_copy(st->loss_leaf, P.loss_leaf, sizeof(double) * nleaf);
-    for (int r = 0; r < nmoe; r++)
-        mem_copy(st->aux_seq + (size_t)r * st->aux_stride, P.aux + (size_t)r * nseq, sizeof(double) * nseq);
-    if (P.counts)
-        for (size_t i = 0; i < ncount; i++) st->expert_counts[i] += P.counts[i];
-    st->ntok += P.ntok;
-    mem_free(P.loss_leaf);
-    mem_free(P.aux);
-    mem_free(P.counts);
-    free(P.shift_in); free(P.grad_in); free(P.saved); free(P.dli); free(P.state_io); free(P.dense);
-    free(P.tree); free(P.held);
-    schedule_free(&P.sc);
+    run_collect(&P, st, nmoe, nleaf, ncount);
 }
 
 void pipeline_train(Model *m, const int *ids, const int *targets, int B, int S, float scale, float lb_coef,

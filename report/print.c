@@ -1,5 +1,5 @@
 // report/print.c: the parameter line every run prints, and the print_sharding=true
-// report (see print.h). Everything here is read from the model's own layout (model/model.c),
+// report (see print.h). Everything here is read from the model's own layout (model/params.c),
 // its StateShard (sharding/fsdp.h) and the rule table (base/partition.c): nothing is
 // worked out a second way, so what is printed is what the devices hold.
 #include "report/print.h"

@@ -1,15 +1,15 @@
 // sharding/fsdp.c: data parallelism, FSDP and ZeRO-1 applied to the model from outside: the
 // gathers before a unit is used and the gradient reductions after (sharding/fsdp.h).
-#include "sharding/fsdp.h"
-#include "base/context.h"
-#include "core/common.h"
+#include "sharding/fsdp.h"    // fsdp_attach, this file's functions
+#include "base/context.h"     // cp_set_grad_slots, the context reduce chunks
+#include "core/common.h"      // die, MM_MAX
 
 // ---------------------------------------------------------------------------------------
 // What the model calls.
-#include "model/model.h"
-#include "kernels/kernels.h"
-#include "base/treesum.h"
-#include "sharding/overlap.h"
+#include "model/model.h"      // Model, ShardHooks: what the strategy hooks into
+#include "kernels/kernels.h"  // kern()->optim: sums of squares for the norm
+#include "base/treesum.h"     // the gradient norm along the tree
+#include "sharding/overlap.h" // the prefetching gathers (overlap_collectives)
 
 // What the model's walk calls (model/model.h ShardHooks), FSDP's and overlap_collectives'.
 static const ShardHooks fsdp_hooks = {

@@ -3,7 +3,7 @@
 //
 // The parameters are cut into units: the embedding, each decoder layer, and the output
 // head (final norm + logits kernel). A unit is a contiguous run of the flat layout
-// (model/model.c). With FSDP over F devices each unit is padded with zeros to a multiple
+// (model/params.c). With FSDP over F devices each unit is padded with zeros to a multiple
 // of F*NORM_CHUNK floats and cut into F equal shards: device f of the `fsdp` axis keeps
 // shard f of every unit's parameters, gradients and AdamW moments (16 bytes per parameter
 // / F). Just before a unit is used it is all-gathered into a full buffer and freed right
@@ -19,7 +19,7 @@
 #define MESHMOE_FSDP_H
 #include "base/shard.h"
 
-// ---- applied to the model (train/step.c:step_init) ----
+// ---- applied to the model (trainer/step.c:step_init) ----
 struct Model;
 // Install FSDP's gathers and reductions, and overlap_collectives' prefetch, as the model's
 // ShardHooks (model/model.h). With one fsdp device and one data device they do nothing.

@@ -38,7 +38,7 @@ run adamw mixtral-tiny per_device_batch_size=4 opt_type=adamw
 check "adafactor and adamw differ" test "$(bits one)" != "$(bits adamw)"
 
 echo "== mixtral-tiny: optimizer bytes from the shapes (D=128 H=4 KV=2 hd=32 F=256 E=4 V=256 L=4)"
-# The layout in order, one tensor a line: unit and shape (model/model.c, MaxText's names).
+# The layout in order, one tensor a line: unit and shape (model/params.c, MaxText's names).
 layout() {
     echo "0 256 128"                                      # token_embedder/embedding
     for l in 1 2 3 4; do

@@ -50,6 +50,16 @@ run ds_norm_keep configs/deepseek-tiny.yml $TINY remat_policy=none rmsnorm_fused
 check "rmsnorm_fused_scale=false, deepseek, remat_policy=none: + q_norm (T,64) and kv_norm (T,32) per layer" \
     grows ds_keep ds_norm_keep peak_bytes_by_tag activations $(((2 * L + 1) * T * D * 4 + L * T * (64 + 32) * 4))
 
+# matmul_impl=plain: the whole trainer on the plain kernels (kernels/cpu/backend.c:
+# backend_cpu_plain: the GEMM as the in-order triple loop, attention in per-row loops):
+# the same loss bits as the default's tiled kernels, on both presets.
+run plain configs/mixtral-tiny.yml $TINY matmul_impl=plain
+check "matmul_impl=plain: the plain backend ran ($(grep -o '^kernels: [^,]*' "$dir/plain.out"))" \
+    grep -q "kernels: cpu-plain backend" "$dir/plain.out"
+check "matmul_impl=plain: losses bit-identical to the tiled kernels'" same_bits base plain
+run ds_plain configs/deepseek-tiny.yml $TINY matmul_impl=plain
+check "matmul_impl=plain, deepseek: losses bit-identical to the tiled kernels'" same_bits ds ds_plain
+
 # moe_reshard_io=true: DeepSeek's MoE block reads a copy of its input and writes
 # into an output buffer copied afterwards: two (T,D) copies held across the block. Wider
 # experts, so that the MoE block holds the step's temp peak.

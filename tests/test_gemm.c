@@ -1,6 +1,7 @@
 // tests/test_gemm.c: the ordered GEMM (kernels/cpu/gemm.c) on ragged shapes, every layout and
 // every micro-kernel this CPU runs: bit for bit against a simple ordered kernel (below, the
-// reference of the bits), and against a double-precision product.
+// reference of the bits), and against a double-precision product; the plain triple loop
+// (kernels/cpu/gemm_plain.c, matmul_impl=plain) bit for bit against the same reference.
 #include "core/common.h"
 #include "kernels/cpu/gemm.h"
 #include "model/matmul.h"
@@ -91,6 +92,11 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     for (size_t i = 0; i < nc; i++) C0[i] = uniform();
     memcpy(want, C0, sizeof(float) * nc);
     ref_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, want, ldc);
+    // The plain triple loop: the reference's bits (and C's padding untouched: all of C compared).
+    memcpy(got, C0, sizeof(float) * nc);
+    plain_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
+    CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain triple loop: M=%d N=%d K=%d transA=%d transB=%d "
+          "accumulate=%d: not the reference bits", M, N, K, tA, tB, acc);
     // Both paths: B packed (stream rows 0) and B read in place (every M streams; a kernel
     // set without a transposed tile packs op(B) = B^T either way).
     const GemmKernel kinds[] = {GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
@@ -171,5 +177,10 @@ int main(void) {
     CHECK(c[0] == 1.5f && c[3] == 4.0f, "K=0 accumulate changed C: %g %g", c[0], c[3]);
     ordered_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 0, c, 2);
     CHECK(c[0] == 0.0f && c[3] == 0.0f, "K=0 did not write 0: %g %g", c[0], c[3]);
+    float p[4] = {1.5f, -2.0f, 3.0f, 4.0f};
+    plain_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 1, p, 2);
+    CHECK(p[0] == 1.5f && p[3] == 4.0f, "plain, K=0 accumulate changed C: %g %g", p[0], p[3]);
+    plain_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 0, p, 2);
+    CHECK(p[0] == 0.0f && p[3] == 0.0f, "plain, K=0 did not write 0: %g %g", p[0], p[3]);
     TEST_SUMMARY();
 }

@@ -48,8 +48,8 @@ static int add_entry(Entry *out, int k, EntryKind kind, int spec, const char *na
 }
 
 // The file's tensors for config c and its layout, in file order (out NULL: only counted).
-// Names come from the layout (model/model.c); the routing bias of a MoE layer from
-// model/model.c:model_bias_name, under "state/".
+// Names come from the layout (model/params.c); the routing bias of a MoE layer from
+// model/params.c:model_bias_name, under "state/".
 static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *out) {
     int k = 0, adamw = optimizer_state_floats(c) == 2, adafactor = c->opt_type == OPT_ADAFACTOR;
     for (int kind = E_PARAMS; kind <= E_NU; kind++)

@@ -97,6 +97,55 @@ static void add_biases(StWriter *w, const Model *m, const float *bias, int P, co
     }
 }
 
+// The batches of the P steps, every sequence as the training loader gives it: ids and
+// targets (P, nseq, S) each, malloc'd.
+static void read_batches(const DataLoader *dl, int P, int nseq, int S, int **ids_out, int **tg_out) {
+    size_t nb = (size_t)P * nseq * S;
+    int *ids = malloc(sizeof(int) * nb), *tg = malloc(sizeof(int) * nb);
+    if (!ids || !tg) die("out of host memory for the parity dump's batches");
+    for (int t = 0; t < P; t++)
+        for (int i = 0; i < nseq; i++)
+            loader_train_sequence(dl, (int64_t)t * nseq + i, ids + ((size_t)t * nseq + i) * S,
+                                  tg + ((size_t)t * nseq + i) * S);
+    *ids_out = ids;
+    *tg_out = tg;
+}
+
+// Step 0's loss, its terms and gradient norm (scal: loss, ce, aux, norm), and every step's
+// loss and norm (P each). The data must stay valid until the file is written.
+static void add_losses(StWriter *w, const float *scal, const float *step_losses, const float *step_gnorms, int P) {
+    st_writer_add(w, "c/loss", ST_F32, 0, NULL, &scal[0]);
+    st_writer_add(w, "c/ce_loss", ST_F32, 0, NULL, &scal[1]);
+    st_writer_add(w, "c/aux_loss", ST_F32, 0, NULL, &scal[2]);
+    st_writer_add(w, "c/grad_norm", ST_F32, 0, NULL, &scal[3]);
+    int64_t pshape[1] = {P};
+    st_writer_add(w, "c/step_losses", ST_F32, 1, pshape, step_losses);
+    st_writer_add(w, "c/steps/loss", ST_F32, 1, pshape, step_losses);
+    st_writer_add(w, "c/steps/grad_norm", ST_F32, 1, pshape, step_gnorms);
+}
+
+// The router's captured choices in every MoE layer: step 0's (c/router/) and every step's
+// (c/steps/router/). (st_writer_add copies the names.)
+static void add_router(StWriter *w, const Capture *cp, int nseq) {
+    const Config *c = cp->c;
+    int P = cp->P, S = cp->S, K = c->num_experts_per_tok, E = c->num_experts;
+    int64_t rshape[4] = {P, nseq, S, K}, sshape[4] = {P, nseq, S, E};
+    char name[160];
+    for (int l = c->first_num_dense_layers, j = 0; l < c->base_num_decoder_layers; l++, j++) {
+        size_t row = (size_t)j * P * nseq * S;   // step 0 of layer j
+        snprintf(name, sizeof name, "c/router/layers_%d/indices", l);
+        st_writer_add(w, name, ST_I32, 3, rshape + 1, cp->idx + row * K);
+        snprintf(name, sizeof name, "c/router/layers_%d/weights", l);
+        st_writer_add(w, name, ST_F32, 3, rshape + 1, cp->w + row * K);
+        snprintf(name, sizeof name, "c/router/layers_%d/scores", l);
+        st_writer_add(w, name, ST_F32, 3, sshape + 1, cp->scores + row * E);
+        snprintf(name, sizeof name, "c/steps/router/layers_%d/indices", l);
+        st_writer_add(w, name, ST_I32, 4, rshape, cp->idx + row * K);
+        snprintf(name, sizeof name, "c/steps/router/layers_%d/scores", l);
+        st_writer_add(w, name, ST_F32, 4, sshape, cp->scores + row * E);
+    }
+}
+
 void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     const Config *c = &m->cfg;
     int A = c->gradient_accumulation_steps, B = c->per_device_batch_size, S = c->max_target_length;
@@ -106,17 +155,13 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
         die("the parity dump writes the logits, which num_vocab_tiling=%d never holds whole: run the dump with "
             "num_vocab_tiling=1 (tiling gives the same losses and gradients bit for bit)", c->num_vocab_tiling);
     if (mkdir(dir, 0777) && errno != EEXIST) die("cannot create dump directory '%s': %s", dir, strerror(errno));
-    size_t nb = (size_t)P * nseq * S, bias_n = (size_t)L * E;
+    size_t bias_n = (size_t)L * E;
 
     // Inputs: the weights as they are now, and the batches of the P steps.
     float *init = copy_floats(m->params_mem, m->nparams);
     float *init_bias = m->router_bias ? copy_floats(m->router_bias, bias_n) : NULL;
-    int *ids = malloc(sizeof(int) * nb), *tg = malloc(sizeof(int) * nb);
-    if (!ids || !tg) die("out of host memory for the parity dump's batches");
-    for (int t = 0; t < P; t++)
-        for (int i = 0; i < nseq; i++)
-            loader_train_sequence(dl, (int64_t)t * nseq + i, ids + ((size_t)t * nseq + i) * S,
-                                  tg + ((size_t)t * nseq + i) * S);
+    int *ids, *tg;
+    read_batches(dl, P, nseq, S, &ids, &tg);
 
     // The P steps, each with the capture hook. Before each step its weights and routing
     // bias are kept, so that the reference can recompute every step from the same
@@ -164,39 +209,18 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     add_biases(w, m, m->router_bias, 0, "c/final_state/", names + 4 * m->ntensors + L);
     add_biases(w, m, steps_bias, P, "steps/state/", names + 4 * m->ntensors + 2 * L);
     int64_t bshape[3] = {P, nseq, S}, lshape[3] = {nseq, S, V};
-    int64_t rshape[4] = {P, nseq, S, K}, sshape[4] = {P, nseq, S, E};
     st_writer_add(w, "batch/inputs", ST_I32, 3, bshape, ids);
     st_writer_add(w, "batch/targets", ST_I32, 3, bshape, tg);
     st_writer_add(w, "c/logits", ST_F32, 3, lshape, cp.logits);
     float scal[4] = {r0.loss, r0.ce_loss, r0.aux_loss, r0.grad_norm};
-    st_writer_add(w, "c/loss", ST_F32, 0, NULL, &scal[0]);
-    st_writer_add(w, "c/ce_loss", ST_F32, 0, NULL, &scal[1]);
-    st_writer_add(w, "c/aux_loss", ST_F32, 0, NULL, &scal[2]);
-    st_writer_add(w, "c/grad_norm", ST_F32, 0, NULL, &scal[3]);
-    int64_t pshape[1] = {P};
-    st_writer_add(w, "c/step_losses", ST_F32, 1, pshape, step_losses);
-    st_writer_add(w, "c/steps/loss", ST_F32, 1, pshape, step_losses);
-    st_writer_add(w, "c/steps/grad_norm", ST_F32, 1, pshape, step_gnorms);
-    char (*rnames)[160] = calloc((size_t)5 * L + 1, 160);
-    for (int l = c->first_num_dense_layers, j = 0; l < L; l++, j++) {
-        size_t row = (size_t)j * P * nseq * S;   // step 0 of layer j
-        snprintf(rnames[5 * l], 160, "c/router/layers_%d/indices", l);
-        snprintf(rnames[5 * l + 1], 160, "c/router/layers_%d/weights", l);
-        snprintf(rnames[5 * l + 2], 160, "c/router/layers_%d/scores", l);
-        snprintf(rnames[5 * l + 3], 160, "c/steps/router/layers_%d/indices", l);
-        snprintf(rnames[5 * l + 4], 160, "c/steps/router/layers_%d/scores", l);
-        st_writer_add(w, rnames[5 * l], ST_I32, 3, rshape + 1, cp.idx + row * K);
-        st_writer_add(w, rnames[5 * l + 1], ST_F32, 3, rshape + 1, cp.w + row * K);
-        st_writer_add(w, rnames[5 * l + 2], ST_F32, 3, sshape + 1, cp.scores + row * E);
-        st_writer_add(w, rnames[5 * l + 3], ST_I32, 4, rshape, cp.idx + row * K);
-        st_writer_add(w, rnames[5 * l + 4], ST_F32, 4, sshape, cp.scores + row * E);
-    }
+    add_losses(w, scal, step_losses, step_gnorms, P);
+    add_router(w, &cp, nseq);
     char path[CFG_STR + 32];
     snprintf(path, sizeof path, "%s/dump.safetensors", dir);
     st_write_file(w, path);
     st_writer_free(w);
     printf("wrote %s (%d steps, loss %.9g -> %.9g)\n", path, P, step_losses[0], step_losses[P - 1]);
-    free(names); free(rnames); free(init); free(init_bias); free(ids); free(tg); free(grad0);
+    free(names); free(init); free(init_bias); free(ids); free(tg); free(grad0);
     free(step_losses); free(step_gnorms); free(counts); free(steps_params); free(steps_bias);
     free(cp.logits); free(cp.idx); free(cp.w); free(cp.scores);
 }

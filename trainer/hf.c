@@ -366,13 +366,29 @@ void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
     else runfiles_inputs_in(r, key, dir, READ, 4);
 }
 
-int hf_export(const char *ckpt, const char *dir) {
-    RunFiles files;   // nothing is read or written before the paths are checked
+// config.json: the HF config's keys, one per line, written atomically to path.
+static void write_config_json(const char *path, const HfKey *keys, int nkeys) {
+    char text[8192];
+    int len = snprintf(text, sizeof text, "{\n");
+    for (int i = 0; i < nkeys; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "  \"%s\": %s%s\n", keys[i].key, keys[i].val,
+                        i + 1 < nkeys ? "," : "");
+    snprintf(text + len, sizeof text - (size_t)len, "}\n");
+    write_text_atomic(path, text);
+}
+
+// export-hf's files compared by identity (base/runfiles.h): none written is one read.
+static void export_files_check(const char *ckpt, const char *dir) {
+    RunFiles files;
     runfiles_init(&files);
     runfiles_input(&files, "export-hf CKPT", ckpt);
     hf_files(&files, "export-hf OUT_DIR", dir, 1);
     runfiles_check(&files);
     runfiles_free(&files);
+}
+
+int hf_export(const char *ckpt, const char *dir) {
+    export_files_check(ckpt, dir);   // nothing is read or written before the paths are checked
     char err[512];
     StFile *f = st_open_try(ckpt, err, sizeof err);
     if (!f) die("export-hf: %s", err);
@@ -435,14 +451,8 @@ int hf_export(const char *ckpt, const char *dir) {
     snprintf(path, sizeof path, "%s/%s", dir, SIDECAR);
     if (nside) st_write_file(side, path);
     else unlink(path);   // (an older export's, which would no longer match)
-    char text[8192];
-    int len = snprintf(text, sizeof text, "{\n");
-    for (int i = 0; i < nkeys; i++)
-        len += snprintf(text + len, sizeof text - (size_t)len, "  \"%s\": %s%s\n", keys[i].key, keys[i].val,
-                        i + 1 < nkeys ? "," : "");
-    snprintf(text + len, sizeof text - (size_t)len, "}\n");
     snprintf(path, sizeof path, "%s/config.json", dir);
-    write_text_atomic(path, text);
+    write_config_json(path, keys, nkeys);
     printf("exported %s (%s, step %s) to %s: config.json, model.safetensors (%d tensors)%s\n", ckpt,
            cfg_is_deepseek(&c) ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", st_meta(f, "step") ? st_meta(f, "step") : "?",
            dir, nout, nside ? ", " SIDECAR " (the exact query kernels)" : "");

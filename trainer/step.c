@@ -1,16 +1,16 @@
 // trainer/step.c: the optimizer step. The gradient of the global batch is the sum of the
 // microbatches' gradients along the canonical tree, divided once by the global token
 // count (the division is folded into the loss gradient's scale).
-#include "trainer/step.h"
-#include "model/remat.h"
-#include "optim/optimizer.h"
-#include "sharding/fsdp.h"
-#include "base/treesum.h"
-#include "base/memory.h"
-#include "base/collectives.h"
-#include "optim/offload.h"
-#include "pipeline/pipeline.h"
-#include "core/common.h"
+#include "trainer/step.h"      // StepResult, this file's functions
+#include "model/remat.h"       // remat_plan: the remat policy checked before training
+#include "optim/optimizer.h"   // optimizer_step, the learning-rate schedule
+#include "sharding/fsdp.h"     // fsdp_attach, the gradient norm
+#include "base/treesum.h"      // tree sums: the loss over leaves, microbatches' gradients
+#include "base/memory.h"       // mem_floats, mem_phase
+#include "base/collectives.h"  // coll_all_reduce_double: the loss over the mesh
+#include "optim/offload.h"     // host offload and the EMA copy
+#include "pipeline/pipeline.h" // the step as a pipeline over `stage`
+#include "core/common.h"       // die, MM_MAX
 
 void step_check_config(const Config *c) {
     config_validate(c);

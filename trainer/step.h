@@ -1,5 +1,6 @@
-// trainer/step.h: one optimizer step (gradient accumulation, clipping, AdamW, routing-bias
-// update) and the eval loss.
+// trainer/step.h: one optimizer step (gradient accumulation, clipping, the optimizer
+// opt_type chooses (optim/optimizer.c: AdamW, SGD or Adafactor), routing-bias update) and
+// the eval loss.
 #ifndef MESHMOE_STEP_H
 #define MESHMOE_STEP_H
 #include "model/model.h"
@@ -33,7 +34,7 @@ typedef void (*MicrobatchHook)(Model *m, int microbatch, void *ctx);
 // the summed gradient of the mean loss in m->grads_mem (not yet clipped). Fills r except lr.
 void compute_gradients(Model *m, const int *ids, const int *targets, int A, int B, int S,
                        StepResult *r, long *expert_counts, MicrobatchHook hook, void *hook_ctx);
-// Clip, AdamW update and routing-bias update; increments m->step.
+// Clip, the optimizer's update (opt_type) and the routing-bias update; increments m->step.
 void apply_update(Model *m, StepResult *r, const long *expert_counts, long tokens);
 // One training step of the trainer (train.c): compute_gradients, then apply_update; dies
 // naming the step on a non-finite loss or gradient norm, before the update. ids, targets:

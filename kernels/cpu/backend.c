@@ -1,4 +1,7 @@
-// kernels/cpu/backend.c: the CPU backend, one table per kernel family (kernels/kernels.h).
+// kernels/cpu/backend.c: the CPU backend, one table per kernel family (kernels/kernels.h),
+// and its plain twin for reading and stepping through (matmul_impl=plain): the GEMM as the
+// in-order triple loop (kernels/cpu/gemm_plain.c) and attention in per-row loops
+// (attention_cpu_plain); the other families have one kernel, plain already. Same bits.
 #include "kernels/kernels.h"
 #include <string.h>
 
@@ -22,3 +25,14 @@ const Backend backend_cpu = {
     .optim = &optim_cpu,
     .init = &init_cpu,
 };
+
+// What differs from backend_cpu: the matmul and attention tables. Made once, by main,
+// before the devices start.
+const Backend *backend_cpu_plain(void) {
+    static Backend plain;
+    plain = backend_cpu;
+    plain.name = "cpu-plain";
+    plain.matmul = &matmul_cpu_plain;
+    plain.attention = &attention_cpu_plain;
+    return &plain;
+}

@@ -45,11 +45,10 @@
 // micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
 // is read from L3. MS, MC and NC are multiples of every kernel's tile so that only the
 // edges of C are partial tiles; MC shrinks for small M so that every thread gets row
-// blocks. Measured on a Zen 4, the variants' products at the presets' shapes timed side
-// by side in one process with their operands evicted from the caches: KC = 512 or 256 in
-// place of 1024 gained nothing at K = 1024 (256 lost 4-7% on n = 2048); NC = 1024 in place
-// of 512, which packs op(A) once instead of twice at N = 1024, was within the noise;
-// in-place chunks of MS = 96 rows lost 5%, 384 rows and more did as well as no chunks.
+// blocks. KC = 1024 runs the presets' contractions (K <= 1024) in one block; NC = 1024
+// packs op(A) once per call at N <= 1024; MS = 768 rows per in-place chunk is as fast as
+// no chunks at all while bounding the packed op(A) (smaller blocks and chunks are no
+// faster on a Zen 4, build/gemm_bench).
 enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 
 // The most rows of a product that reads B in place (gemm_stream for op(B) = B: any;

@@ -13,6 +13,10 @@
 // strides lda, ldb, ldc as stored; op(X) = X^T when transX.
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, int accumulate, float *C, int ldc);
+// The same product as the plain triple loop (kernels/cpu/gemm_plain.c): the same bits,
+// slowly; what matmul_impl=plain runs.
+void plain_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                const float *B, int ldb, int accumulate, float *C, int ldc);
 
 // The micro-kernels, chosen once at run time from what the CPU supports (the fastest
 // available); all give the same bits. A test can force one to compare them.

@@ -15,9 +15,9 @@
 //
 // The ordered GEMM (kernels/cpu/gemm.c): packed panels, cache blocks and a register-tile
 // micro-kernel for AVX-512, AVX2 or plain C, chosen at run time; all three give the same bits.
-#include "kernels/matmul.h"
-#include "kernels/cpu/gemm.h"
-#include "core/common.h"
+#include "kernels/matmul.h"     // MatmulKernels
+#include "kernels/cpu/gemm.h"    // ordered_gemm, plain_gemm
+#include "core/common.h"         // die
 
 #ifndef MESHMOE_NO_BLAS
 #include <cblas.h>
@@ -65,6 +65,20 @@ static void matmul_backward_dw(float *dw, const float *inp, const float *dout, i
 }
 
 const MatmulKernels matmul_cpu = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm};
+
+// The same three products on the plain triple loop (matmul_impl=plain, backend_cpu_plain):
+// each element the same in-order FMA chain, so the same bits as the ordered GEMM.
+static void plain_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
+    plain_gemm(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);
+}
+static void plain_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
+    plain_gemm(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);
+}
+static void plain_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {
+    plain_gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);
+}
+
+const MatmulKernels matmul_cpu_plain = {plain_forward, plain_backward_dinp, plain_backward_dw, plain_gemm};
 
 // ---------------------------------------------------------------------------------------
 // OpenBLAS's set-up: what the start-up line says, its thread count, and its kernel choice.

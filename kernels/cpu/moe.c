@@ -1,8 +1,8 @@
 // kernels/cpu/moe.c: the MoE block's row layout, gather and combine on the CPU (the
 // arithmetic of kernels/moe.h).
-#include "kernels/moe.h"
-#include "kernels/bf16.h"
-#include <string.h>
+#include "kernels/moe.h"  // MoeKernels, the table this file fills
+#include "kernels/bf16.h" // bf16_round
+#include <string.h>       // memcpy, memset
 
 static void sort_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
     size_t A = (size_t)T * K;

@@ -1,0 +1,25 @@
+// kernels/cpu/gemm_plain.c: the GEMM as the in-order triple loop, the definition the
+// ordered GEMM (kernels/cpu/gemm.c) keeps: every output element is one chain of fused
+// multiply-adds over k in increasing order from 0.0f, then, with accumulate, one add of
+// C's old value. fmaf rounds once, as a lane of the tiled kernels' vector FMA does, so the
+// two give the same bits (tests/test_gemm.c compares them). matmul_impl=plain runs the
+// trainer on this loop (kernels/cpu/matmul.c:matmul_cpu_plain), a student can step through.
+#include "kernels/cpu/gemm.h"   // plain_gemm's declaration beside ordered_gemm's
+#include <math.h>               // fmaf
+#include <stddef.h>             // size_t
+
+void plain_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                const float *B, int ldb, int accumulate, float *C, int ldc) {
+    #pragma omp parallel for collapse(2) schedule(static)   // elements are independent
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float c = 0.0f;
+            for (int k = 0; k < K; k++) {
+                float a = transA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];   // op(A)[i][k]
+                float b = transB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];   // op(B)[k][j]
+                c = fmaf(a, b, c);
+            }
+            float *out = &C[(size_t)i * ldc + j];
+            *out = accumulate ? *out + c : c;
+        }
+}
