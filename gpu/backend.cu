@@ -1,6 +1,5 @@
 // gpu/backend.cu: the GPU backend, one table per kernel family (kernels/kernels.h), the
-// twins of kernels/cpu/backend.c. Attention's kernels have no GPU twin yet (docs/gpu.md):
-// the table is NULL there, and the conformance test says so.
+// twins of kernels/cpu/backend.c.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
@@ -15,7 +14,7 @@ extern "C" const Backend backend_cuda = {
     &norm_cuda,
     &rope_cuda,
     &embedding_cuda,
-    NULL,   // attention: not yet
+    &attention_cuda,
     &mla_cuda,
     &router_cuda,
     &moe_cuda,

@@ -20,6 +20,7 @@ extern const MatmulKernels matmul_cuda;        // gpu/matmul.cu
 extern const NormKernels norm_cuda;            // gpu/norm.cu
 extern const RopeKernels rope_cuda;            // gpu/rope.cu
 extern const EmbeddingKernels embedding_cuda;  // gpu/embedding.cu
+extern const AttentionKernels attention_cuda;  // gpu/attention.cu
 extern const MlaKernels mla_cuda;              // gpu/mla.cu
 extern const RouterKernels router_cuda;        // gpu/router.cu
 extern const MoeKernels moe_cuda;              // gpu/moe.cu

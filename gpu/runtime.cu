@@ -15,9 +15,16 @@ cudaStream_t gpu_stream(void) {
     return stream;
 }
 
+// 0 when there is no GPU; the runtime's reason (no device, no driver, a driver older than
+// the runtime) is printed, since on a GPU machine it is the first thing to fix.
 extern "C" int gpu_device_count(void) {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        fprintf(stderr, "meshmoe: no GPU available: %s\n", cudaGetErrorString(err));
+        (void)cudaGetLastError();
+        return 0;
+    }
     return n;
 }
 

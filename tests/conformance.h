@@ -86,6 +86,7 @@ void test_norm(void);
 void test_rope(void);
 void test_embedding(void);
 void test_mla(void);
+void test_attention(void);   // tests/conformance_attention.c
 void test_elementwise(void);   // mlp, cast, sum
 void test_loss(void);
 void test_moe(void);

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef MESHMOE_CONFORMANCE_GPU
+#include "gpu/backend.h"
+#endif
 
 // ---------------------------------------------------------------- matmul
 // The contract (kernels/cpu/gemm.h): each element one in-order FMA chain over k from 0,
@@ -72,6 +75,40 @@ static void test_matmul_wrappers(int T, int C, int OC) {
     dev_free(d_inp); dev_free(d_w); dev_free(d_dout); dev_free(d_out); dev_free(d_dinp); dev_free(d_dw);
 }
 
+#ifdef MESHMOE_CONFORMANCE_GPU
+// cuBLAS (gpu_matmul_use_cublas) keeps no order: against the ordered product it is checked
+// with the classic error bound of a dot product of K terms, |got - want| <= 2 K u sum_k
+// |a_ik b_kj| (u = 2^-24: each of the two results within K u of the exact sum).
+static void test_gemm_cublas(int ta, int tb, int M, int N, int K) {
+    const char *why;
+    if (!gpu_matmul_use_cublas(1, &why)) { printf("  gemm cublas: SKIPPED (%s)\n", why); return; }
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    float *A = rand_floats((size_t)M * K, -1, 1), *B = rand_floats((size_t)K * N, -1, 1);
+    float *want = malloc(sizeof(float) * M * N), *bound = malloc(sizeof(float) * M * N);
+    ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, 0, want, N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += fabs((double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                          (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]));
+            bound[(size_t)i * N + j] = (float)(2.0 * K * 0x1p-24 * s);
+        }
+    float *dA = dev_copy(A, sizeof(float) * M * K), *dB = dev_copy(B, sizeof(float) * K * N);
+    float *dC = dev_poisoned(sizeof(float) * M * N);
+    UNDER_TEST->matmul->gemm(ta, tb, M, N, K, dA, lda, dB, ldb, 0, dC, N);
+    gpu_matmul_use_cublas(0, &why);
+    float *got = dev_fetch(dC, sizeof(float) * M * N);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
+    check(bad == 0, "gemm cublas transA=%d transB=%d M=%d N=%d K=%d: %zu differ beyond the bound; first at [%zu]: "
+          "want %.9g got %.9g bound %.3g", ta, tb, M, N, K, bad, first, want[first], got[first], bound[first]);
+    free(A); free(B); free(want); free(bound); free(got);
+    dev_free(dA); dev_free(dB); dev_free(dC);
+}
+#endif
+
 void test_matmul(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
@@ -81,6 +118,10 @@ void test_matmul(void) {
     test_gemm_case(0, 0, 100, 33, 1, 1);   // K = 1: one fma
     test_gemm_case(0, 1, 5, 130, 300, 1);
     test_matmul_wrappers(24, 40, 56);
+#ifdef MESHMOE_CONFORMANCE_GPU
+    test_gemm_cublas(0, 0, 64, 96, 200);
+    test_gemm_cublas(1, 1, 33, 17, 75);
+#endif
 }
 
 // ---------------------------------------------------------------- norm
