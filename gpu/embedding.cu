@@ -37,7 +37,8 @@ __global__ static void embedding_onehot_kernel(float *onehot, const int *ids, in
 static void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {
     size_t n = (size_t)T * D;
     if (n == 0) return;
-    embedding_forward_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(out, ids, table, T, D, V, v0);
+    embedding_forward_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        out, ids, table, T, D, V, v0);
     GPU_CHECK_LAUNCH();
 }
 
@@ -53,7 +54,8 @@ static void embedding_backward_leaf(float *dtable, const float *dout, const int 
 // onehot (T,V), zeroed by the caller: 1 at (t, ids[t] - v0).
 static void embedding_onehot(float *onehot, const int *ids, int T, int V, int v0) {
     if (T <= 0) return;
-    embedding_onehot_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(onehot, ids, T, V, v0);
+    embedding_onehot_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        onehot, ids, T, V, v0);
     GPU_CHECK_LAUNCH();
 }
 

@@ -55,7 +55,10 @@ __global__ static void param_init_kernel(float *x, size_t i0, size_t n, uint64_t
 static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int seed, float std, float constant,
                        int truncated, const int *shape, const int *lindex, const int *gshape, int ndim) {
     if (n == 0) return;
-    if (ndim < 1 || ndim > 4) { fprintf(stderr, "meshmoe: the GPU's param_init takes 1 to 4 dims, not %d\n", ndim); exit(1); }
+    if (ndim < 1 || ndim > 4) {
+        fprintf(stderr, "meshmoe: the GPU's param_init takes 1 to 4 dims, not %d\n", ndim);
+        exit(1);
+    }
     TensorPlace tp;
     memset(&tp, 0, sizeof tp);
     for (int d = 0; d < ndim; d++) { tp.shape[d] = shape[d]; tp.lindex[d] = lindex[d]; tp.gshape[d] = gshape[d]; }

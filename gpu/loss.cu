@@ -99,21 +99,23 @@ static void loss_row_max(float *m, const float *logits, int T, int V) {
 // piece (T) = sum over columns c0 .. c0+Vc-1 of exp(logits - m), in column order.
 static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
     if (T <= 0) return;
-    sum_exp_kernel<<<blocks_for((size_t)(T), GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(piece, logits, m, T, V, c0, Vc);
+    sum_exp_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        piece, logits, m, T, V, c0, Vc);
     GPU_CHECK_LAUNCH();
 }
 
 // zt (T) = the target's logit where this device holds it, else 0.
 static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
     if (T <= 0) return;
-    target_logit_kernel<<<blocks_for((size_t)(T), GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(zt, logits, targets, T, V, v0);
+    target_logit_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        zt, logits, targets, T, V, v0);
     GPU_CHECK_LAUNCH();
 }
 
 // lse (T) = m + log(sum).
 static void loss_lse(float *lse, const float *m, const float *sum, int T) {
     if (T <= 0) return;
-    lse_kernel<<<blocks_for((size_t)(T), GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(lse, m, sum, T);
+    lse_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(lse, m, sum, T);
     GPU_CHECK_LAUNCH();
 }
 
@@ -135,28 +137,31 @@ static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const 
 static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
                           float scale) {
     if ((size_t)T * V == 0) return;
-    backward_kernel<<<blocks_for((size_t)((size_t)T * V), GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dz, lse, targets, T, V, v0, zmul, scale);
+    backward_kernel<<<blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dz, lse, targets, T, V, v0, zmul, scale);
     GPU_CHECK_LAUNCH();
 }
 
 // dst (len,w) = rows t0 .. t0+len-1 of src (T,w).
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
     if ((size_t)len * w == 0) return;
-    move_rows_kernel<<<blocks_for((size_t)((size_t)len * w), GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dst, src, 0, t0, len, w);
+    move_rows_kernel<<<blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dst, src, 0, t0, len, w);
     GPU_CHECK_LAUNCH();
 }
 
 // rows t0 .. t0+len-1 of dst (T,w) = src (len,w).
 static void tile_scatter_rows(float *dst, const float *src, long t0, int len, int w) {
     if ((size_t)len * w == 0) return;
-    move_rows_kernel<<<blocks_for((size_t)((size_t)len * w), GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dst, src, t0, 0, len, w);
+    move_rows_kernel<<<blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dst, src, t0, 0, len, w);
     GPU_CHECK_LAUNCH();
 }
 
 // dst (len) = src[t0 .. t0+len-1].
 static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
     if (len <= 0) return;
-    gather_targets_kernel<<<blocks_for((size_t)(len), GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dst, src, t0, len);
+    gather_targets_kernel<<<blocks_for((size_t)len, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dst, src, t0, len);
     GPU_CHECK_LAUNCH();
 }
 

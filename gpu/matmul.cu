@@ -39,8 +39,13 @@ static const char *load_cublas(void) {
     return NULL;
 }
 
-#define CUBLAS_CHECK(call) do { cublasStatus_t st_ = (call); if (st_ != CUBLAS_STATUS_SUCCESS) { \
-    fprintf(stderr, "meshmoe: cuBLAS error %d at %s:%d (%s)\n", (int)st_, __FILE__, __LINE__, #call); exit(1); } } while (0)
+// CUBLAS_CHECK(call): as GPU_CHECK (gpu/gpu.h), for cuBLAS's status codes.
+#define CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)
+static void cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "meshmoe: cuBLAS error %d at %s:%d (%s)\n", (int)st, file, line, what);
+    exit(1);
+}
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
 // swapped, with the same leading dimensions. One handle per host thread, on its stream.

@@ -78,7 +78,8 @@ static void mla_assemble_kv(float *k, float *v, const float *kv, const float *ck
                             int Dv, int R) {
     size_t n = (size_t)T * N * (Dn + Dr + Dv);
     if (n == 0) return;
-    assemble_kv_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(k, v, kv, ckv, T, N, Dn, Dr, Dv, R);
+    assemble_kv_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        k, v, kv, ckv, T, N, Dn, Dr, Dv, R);
     GPU_CHECK_LAUNCH();
 }
 

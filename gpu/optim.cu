@@ -19,7 +19,10 @@
 typedef struct { int d[4]; int ndim; } Shape4;
 
 static Shape4 shape4(const int *shape, int ndim) {
-    if (ndim < 1 || ndim > 4) { fprintf(stderr, "meshmoe: the GPU's Adafactor takes 1 to 4 dims, not %d\n", ndim); exit(1); }
+    if (ndim < 1 || ndim > 4) {
+        fprintf(stderr, "meshmoe: the GPU's Adafactor takes 1 to 4 dims, not %d\n", ndim);
+        exit(1);
+    }
     Shape4 s;
     memset(&s, 0, sizeof s);
     for (int i = 0; i < ndim; i++) s.d[i] = shape[i];

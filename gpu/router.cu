@@ -324,7 +324,8 @@ static void lb_loss(float *f, double *lb_seq, const double *tot, int B, int E, i
     GPU_CHECK_LAUNCH();
 }
 
-static void lb_backward(float *dlogits, const float *probs, const float *f, int B, int S, int Sg, int E, float lb_coef) {
+static void lb_backward(float *dlogits, const float *probs, const float *f, int B, int S, int Sg, int E,
+                        float lb_coef) {
     if (B * S <= 0) return;
     lb_backward_kernel<<<grid((size_t)B * S), GPU_THREADS, 0, gpu_stream()>>>(dlogits, probs, f, B, S, Sg, E, lb_coef);
     GPU_CHECK_LAUNCH();

@@ -91,7 +91,8 @@ static void want_forward(int flash, float *o, float *stats, const float *q, cons
 static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
     float *q = rand_floats(nq * A.Dqk, -1, 1), *k = rand_floats(nk * A.Dqk, -1, 1), *v = rand_floats(nk * A.Dv, -1, 1);
-    float *dout = rand_floats(nq * A.Dv, -1, 1), *dk0 = rand_floats(nk * A.Dqk, -1, 1), *dv0 = rand_floats(nk * A.Dv, -1, 1);
+    float *dout = rand_floats(nq * A.Dv, -1, 1), *dk0 = rand_floats(nk * A.Dqk, -1, 1);
+    float *dv0 = rand_floats(nk * A.Dv, -1, 1);
     char shape[128];
     snprintf(shape, sizeof shape, "B=%d S=%d q0=%d N=%d Nkv=%d Dqk=%d Dv=%d rounding=%d%d%d rows %d..%d bq=%d bkv=%d",
              A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd.scores, A.rnd.probs, A.rnd.out, r0, r1, bq, bkv);
@@ -99,14 +100,18 @@ static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
     float *d_v = dev_copy(v, sizeof(float) * nk * A.Dv), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
     float *d_scratch = dev_alloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2);
     for (int flash = 0; flash < 2; flash++) {
-        const char *fwd = flash ? "flash_forward" : "dot_forward", *bwd = flash ? "flash_backward_rows" : "dot_backward_rows";
+        const char *fwd = flash ? "flash_forward" : "dot_forward";
+        const char *bwd = flash ? "flash_backward_rows" : "dot_backward_rows";
         float *o = malloc(sizeof(float) * nq * A.Dv), *stats = malloc(sizeof(float) * ns);
         want_forward(flash, o, stats, q, k, v, &A, bq, bkv);
         float *d_o = dev_poisoned(sizeof(float) * nq * A.Dv), *d_stats = dev_poisoned(sizeof(float) * ns);
-        if (flash) UNDER_TEST->attention->flash_forward(d_o, d_stats, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N,
-                                                        A.Nkv, A.Dqk, A.Dv, A.rnd, bq, bkv);
-        else UNDER_TEST->attention->dot_forward(d_o, d_stats, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv,
-                                                A.Dqk, A.Dv, A.rnd);
+        const AttentionKernels *u = UNDER_TEST->attention;
+        if (flash)
+            u->flash_forward(d_o, d_stats, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv,
+                             A.rnd, bq, bkv);
+        else
+            u->dot_forward(d_o, d_stats, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv,
+                           A.rnd);
         // exp in l and o: a few ulp; bf16 outputs one bf16 step
         check_dev_floats(fwd, shape, o, d_o, nq * A.Dv, bf16_tol(A.rnd.out, EXP_ULPS), 0);
         char stats_name[64];
@@ -126,11 +131,12 @@ static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
         float *d_o_want = dev_copy(o, sizeof(float) * nq * A.Dv), *d_st_want = dev_copy(stats, sizeof(float) * ns);
         float *d_dq = dev_poisoned(sizeof(float) * nq * A.Dqk), *d_dk = dev_copy(dk0, sizeof(float) * nk * A.Dqk);
         float *d_dv = dev_copy(dv0, sizeof(float) * nk * A.Dv);
-        if (flash) UNDER_TEST->attention->flash_backward_rows(d_dq, d_dk, d_dv, d_scratch, d_dout, d_q, d_k, d_v,
-                                                              d_o_want, d_st_want, NULL, A.B, A.S, A.q0, r0, r1, A.N,
-                                                              A.Nkv, A.Dqk, A.Dv, A.rnd, bq, bkv);
-        else UNDER_TEST->attention->dot_backward_rows(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_o_want, d_st_want, NULL,
-                                                      A.B, A.S, A.q0, r0, r1, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+        if (flash)
+            u->flash_backward_rows(d_dq, d_dk, d_dv, d_scratch, d_dout, d_q, d_k, d_v, d_o_want, d_st_want, NULL, A.B,
+                                   A.S, A.q0, r0, r1, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd, bq, bkv);
+        else
+            u->dot_backward_rows(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_o_want, d_st_want, NULL, A.B, A.S, A.q0, r0,
+                                 r1, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
         // dS = p (dO.v - D): a difference of near-equal values, an absolute floor
         float abs = ORACLE ? ABS_FLOOR : 0;
         char name[64];
@@ -154,9 +160,11 @@ static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
 static void test_ring(Shape A) {
     const AttentionKernels *want_k = ORACLE ? ORACLE->attention : &attention_cpu_plain, *u = UNDER_TEST->attention;
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
-    float *q = rand_floats(nq * A.Dqk, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1), *kb[2], *vb[2], *d_kb[2], *d_vb[2];
-    float *o = calloc(nq * A.Dv, sizeof(float)), *stats = malloc(sizeof(float) * ns), *rows = malloc(sizeof(float) * ns);
-    float *dq = calloc(nq * A.Dqk, sizeof(float)), *dkb = calloc(nk * A.Dqk, sizeof(float)), *dvb = calloc(nk * A.Dv, sizeof(float));
+    float *q = rand_floats(nq * A.Dqk, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1);
+    float *kb[2], *vb[2], *d_kb[2], *d_vb[2];
+    float *o = calloc(nq * A.Dv, sizeof(float)), *stats = malloc(sizeof(float) * ns);
+    float *rows = malloc(sizeof(float) * ns), *dq = calloc(nq * A.Dqk, sizeof(float));
+    float *dkb = calloc(nk * A.Dqk, sizeof(float)), *dvb = calloc(nk * A.Dv, sizeof(float));
     float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
     float *d_o = dev_copy(o, sizeof(float) * nq * A.Dv), *d_stats = dev_poisoned(sizeof(float) * ns);
     float *d_rows = dev_alloc(sizeof(float) * ns), *d_dq = dev_copy(dq, sizeof(float) * nq * A.Dqk);

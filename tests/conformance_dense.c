@@ -231,7 +231,7 @@ static void test_rope_case(int B, int S, int H, int stride, int Dr, int pos0, in
                 int s = (int)(bsh / H % S);
                 float *x1 = x + bsh * stride, *x2 = x1 + half;
                 for (int i = 0; i < half; i++) {
-                    float c = cs[(size_t)s * half + i], sg = dir > 0 ? sn[(size_t)s * half + i] : -sn[(size_t)s * half + i];
+                    float c = cs[(size_t)s * half + i], sn_i = sn[(size_t)s * half + i], sg = dir > 0 ? sn_i : -sn_i;
                     float a = x1[i], b = x2[i];
                     x1[i] = a * c - b * sg;
                     x2[i] = b * c + a * sg;

@@ -45,7 +45,8 @@ void test_loss(void) {
             if (t >= 2 && t < T - 2 && targets[t] >= 0) { leaf += lse[t] - zt[t] + zmul * lse[t] * lse[t]; count++; }
             float coef = 1.0f + 2.0f * zmul * lse[t];
             for (int i = 0; i < V; i++)
-                dz[(size_t)t * V + i] = targets[t] < 0 ? 0.0f : scale * (expf(z[i] - lse[t]) * coef) - (i == y ? scale : 0.0f);
+                dz[(size_t)t * V + i] =
+                    targets[t] < 0 ? 0.0f : scale * (expf(z[i] - lse[t]) * coef) - (i == y ? scale : 0.0f);
         }
         memcpy(tile, logits + 3 * V, sizeof(float) * 5 * V);
         memcpy(tt, targets + 3, sizeof(int) * 5);
@@ -88,10 +89,40 @@ void test_loss(void) {
 }
 
 // ---------------------------------------------------------------- moe
-static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
+// The plain loops for the gather, the scatter-add of expert 1's rows (r0 .. r0+n-1), the
+// combine (slots in ascending expert order) and its backward.
+static void ref_moe(float *xs, float *dx, float *out, float *dy, float *dw, const float *x, const float *y,
+                    const float *w, const float *top_w, const float *dout, const int *top_idx, const int *row_token,
+                    const int *assign_row, int T, int E, int K, int D, int r0, int n, int bf16_sum, int bf16) {
     size_t A = (size_t)T * K, R = A;
-    int *top_idx = malloc(sizeof(int) * A);
-    for (int t = 0; t < T; t++)   // K distinct experts per token, in a random order
+    for (size_t i = 0; i < R; i++) memcpy(xs + i * D, x + (size_t)row_token[i] * D, sizeof(float) * D);
+    for (int i = r0; i < r0 + n; i++)
+        for (int d = 0; d < D; d++) dx[(size_t)row_token[i] * D + d] += y[(size_t)i * D + d];
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d++) {
+            float o = 0.0f;
+            for (int e = 0; e < E; e++)   // slots in ascending expert order
+                for (int k = 0; k < K; k++) {
+                    size_t a = (size_t)t * K + k;
+                    if (top_idx[a] != e) continue;
+                    float p = w[a] * y[(size_t)assign_row[a] * D + d];
+                    o = bf16_sum ? bf16_round(o + bf16_round(p)) : o + p;
+                }
+            out[(size_t)t * D + d] = !bf16_sum && bf16 ? bf16_round(o) : o;
+        }
+    for (size_t a = 0; a < A; a++) {
+        float dot = 0.0f;
+        for (int d = 0; d < D; d++) {
+            dy[(size_t)assign_row[a] * D + d] = w[a] * dout[(a / K) * D + d];
+            dot += dout[(a / K) * D + d] * y[(size_t)assign_row[a] * D + d];
+        }
+        dw[a] = w[a] == 0.0f && top_w[a] != 0.0f ? 0.0f : dot;
+    }
+}
+
+static int *distinct_experts(int T, int E, int K) {   // K distinct experts per token, in a random order
+    int *top_idx = malloc(sizeof(int) * T * K);
+    for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++) {
             int e, dup;
             do {
@@ -101,6 +132,12 @@ static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
             } while (dup);
             top_idx[(size_t)t * K + k] = e;
         }
+    return top_idx;
+}
+
+static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
+    size_t A = (size_t)T * K, R = A;
+    int *top_idx = distinct_experts(T, E, K);
     int *row_start = malloc(sizeof(int) * (E + 1)), *row_token = malloc(sizeof(int) * R);
     int *assign_row = malloc(sizeof(int) * A);
     float *x = rand_floats((size_t)T * D, -1, 1), *y = rand_floats(R * D, -1, 1), *w = rand_floats(A, 0, 1);
@@ -128,29 +165,8 @@ static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
         ORACLE->moe->combine_forward(out, y, w, top_idx, assign_row, T, D, K, bf16_sum, bf16);
         ORACLE->moe->combine_backward(dy, dw, dout, y, w, top_w, assign_row, A, D, K);
     } else {
-        for (size_t i = 0; i < R; i++) memcpy(xs + i * D, x + (size_t)row_token[i] * D, sizeof(float) * D);
-        for (int i = r0; i < r0 + n; i++)
-            for (int d = 0; d < D; d++) dx[(size_t)row_token[i] * D + d] += y[(size_t)i * D + d];
-        for (int t = 0; t < T; t++)
-            for (int d = 0; d < D; d++) {
-                float o = 0.0f;
-                for (int e = 0; e < E; e++)   // slots in ascending expert order
-                    for (int k = 0; k < K; k++) {
-                        size_t a = (size_t)t * K + k;
-                        if (top_idx[a] != e) continue;
-                        float p = w[a] * y[(size_t)assign_row[a] * D + d];
-                        o = bf16_sum ? bf16_round(o + bf16_round(p)) : o + p;
-                    }
-                out[(size_t)t * D + d] = !bf16_sum && bf16 ? bf16_round(o) : o;
-            }
-        for (size_t a = 0; a < A; a++) {
-            float dot = 0.0f;
-            for (int d = 0; d < D; d++) {
-                dy[(size_t)assign_row[a] * D + d] = w[a] * dout[(a / K) * D + d];
-                dot += dout[(a / K) * D + d] * y[(size_t)assign_row[a] * D + d];
-            }
-            dw[a] = w[a] == 0.0f && top_w[a] != 0.0f ? 0.0f : dot;
-        }
+        ref_moe(xs, dx, out, dy, dw, x, y, w, top_w, dout, top_idx, row_token, assign_row, T, E, K, D, r0, n,
+                bf16_sum, bf16);
     }
     int *d_idx = dev_copy(top_idx, sizeof(int) * A), *d_rs = dev_poisoned(sizeof(int) * (E + 1));
     int *d_rt = dev_poisoned(sizeof(int) * R), *d_ar = dev_poisoned(sizeof(int) * A);
@@ -260,7 +276,10 @@ static void ref_route(int which, int *idx, float *w, float *sc, const float *log
             for (int e = 0; e < E; e++) { s[e] = ref_sigmoid(l[e]); p[e] = masked[e] = s[e] + bias[e]; }
             int per = E / G, top2[2], best[16];
             float gs[16];
-            for (int g = 0; g < G; g++) { ref_topk(p + g * per, per, 2, top2); gs[g] = p[g * per + top2[0]] + p[g * per + top2[1]]; }
+            for (int g = 0; g < G; g++) {
+                ref_topk(p + g * per, per, 2, top2);
+                gs[g] = p[g * per + top2[0]] + p[g * per + top2[1]];
+            }
             ref_topk(gs, G, keep, best);
             for (int g = 0; g < G; g++) {
                 int kept = 0;
@@ -346,6 +365,50 @@ static void test_router_counts(void) {
     dev_free(d_idx); dev_free(d_before); dev_free(d_counts); dev_free(d_keep); dev_free(d_ecount); dev_free(d_w);
 }
 
+// The plain loops for router_probs, lb_chunk_sums, lb_loss, lb_backward (into dl[0]) and the
+// three routers' backward (dl[1] mixtral, dl[2] softmax unscaled, dl[3] deepseek).
+static void ref_router_grads(float *probs, double *part, float *f, double *lb_seq, float *const dl[4],
+                             const float *logits, const int *idx, const float *top_w, const float *dw,
+                             const double *tot, int B, int S, int nchunks, int chunk, int E, int K, int Sg,
+                             float coef, float rsf) {
+    int T = B * S;
+    for (int t = 0; t < T; t++) ref_softmax(probs + (size_t)t * E, logits + (size_t)t * E, E);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < nchunks; j++) {
+            double *cnt = part + ((size_t)b * nchunks + j) * 2 * E;
+            for (int e = 0; e < E; e++)
+                for (int t = b * S + j * chunk; t < b * S + (j + 1) * chunk; t++) {
+                    for (int k = 0; k < K; k++) cnt[e] += idx[t * K + k] == e;
+                    cnt[E + e] += probs[(size_t)t * E + e];
+                }
+        }
+    for (int b = 0; b < B; b++) {
+        double acc = 0.0;
+        for (int e = 0; e < E; e++) {
+            f[b * E + e] = (float)tot[b * 2 * E + e] / (float)Sg;
+            acc += (double)f[b * E + e] * (tot[b * 2 * E + E + e] / Sg);
+        }
+        lb_seq[b] = coef * acc;
+    }
+    for (int t = 0; t < T; t++) {
+        const float *p = probs + (size_t)t * E, *fb = f + (size_t)(t / S) * E, *g = dw + t * K, *w = top_w + t * K;
+        const int *it = idx + t * K;
+        float dot = 0.0f, wg = 0.0f, dp[8] = {0}, pdp = 0.0f, Z = 0.0f, gs = 0.0f, sg[2];
+        for (int e = 0; e < E; e++) dot += p[e] * (coef * fb[e] / Sg);
+        for (int e = 0; e < E; e++) dl[0][t * E + e] += p[e] * (coef * fb[e] / Sg - dot);
+        for (int k = 0; k < K; k++) wg += w[k] * g[k];
+        for (int k = 0; k < K; k++) dl[1][t * E + it[k]] += w[k] * (g[k] - wg);
+        for (int k = 0; k < K; k++) dp[it[k]] = w[k] * (g[k] - wg);
+        for (int e = 0; e < E; e++) pdp += p[e] * dp[e];
+        for (int e = 0; e < E; e++) dl[2][t * E + e] += p[e] * (dp[e] - pdp);
+        for (int k = 0; k < K; k++) { sg[k] = ref_sigmoid(logits[t * E + it[k]]); Z += sg[k]; }
+        Z += 1e-20f;
+        for (int k = 0; k < K; k++) gs += g[k] * sg[k];
+        for (int k = 0; k < K; k++)
+            dl[3][t * E + it[k]] += rsf * (g[k] / Z - gs / (Z * Z)) * sg[k] * (1.0f - sg[k]);
+    }
+}
+
 // The load-balance statistics and the three routers' backward.
 static void test_router_grads(void) {
     int B = 2, S = 12, E = 6, K = 2, nchunks = 3, chunk = 4, T = B * S, Sg = 24;
@@ -374,41 +437,8 @@ static void test_router_grads(void) {
         o->router_softmax_backward(dl[2], dw, idx, top_w, probs, T, E, K, 0, rsf);
         o->router_deepseek_backward(dl[3], dw, idx, logits, T, E, K, rsf, 0);
     } else {
-        for (int t = 0; t < T; t++) ref_softmax(probs + (size_t)t * E, logits + (size_t)t * E, E);
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < nchunks; j++) {
-                double *cnt = part + ((size_t)b * nchunks + j) * 2 * E;
-                for (int e = 0; e < E; e++)
-                    for (int t = b * S + j * chunk; t < b * S + (j + 1) * chunk; t++) {
-                        for (int k = 0; k < K; k++) cnt[e] += idx[t * K + k] == e;
-                        cnt[E + e] += probs[(size_t)t * E + e];
-                    }
-            }
-        for (int b = 0; b < B; b++) {
-            double acc = 0.0;
-            for (int e = 0; e < E; e++) {
-                f[b * E + e] = (float)tot[b * 2 * E + e] / (float)Sg;
-                acc += (double)f[b * E + e] * (tot[b * 2 * E + E + e] / Sg);
-            }
-            lb_seq[b] = coef * acc;
-        }
-        for (int t = 0; t < T; t++) {
-            const float *p = probs + (size_t)t * E, *fb = f + (size_t)(t / S) * E, *g = dw + t * K, *w = top_w + t * K;
-            const int *it = idx + t * K;
-            float dot = 0.0f, wg = 0.0f, dp[8] = {0}, pdp = 0.0f, Z = 0.0f, gs = 0.0f, sg[2];
-            for (int e = 0; e < E; e++) dot += p[e] * (coef * fb[e] / Sg);
-            for (int e = 0; e < E; e++) dl[0][t * E + e] += p[e] * (coef * fb[e] / Sg - dot);
-            for (int k = 0; k < K; k++) wg += w[k] * g[k];
-            for (int k = 0; k < K; k++) dl[1][t * E + it[k]] += w[k] * (g[k] - wg);
-            for (int k = 0; k < K; k++) dp[it[k]] = w[k] * (g[k] - wg);
-            for (int e = 0; e < E; e++) pdp += p[e] * dp[e];
-            for (int e = 0; e < E; e++) dl[2][t * E + e] += p[e] * (dp[e] - pdp);
-            for (int k = 0; k < K; k++) { sg[k] = ref_sigmoid(logits[t * E + it[k]]); Z += sg[k]; }
-            Z += 1e-20f;
-            for (int k = 0; k < K; k++) gs += g[k] * sg[k];
-            for (int k = 0; k < K; k++)
-                dl[3][t * E + it[k]] += rsf * (g[k] / Z - gs / (Z * Z)) * sg[k] * (1.0f - sg[k]);
-        }
+        ref_router_grads(probs, part, f, lb_seq, dl, logits, idx, top_w, dw, tot, B, S, nchunks, chunk, E, K, Sg, coef,
+                         rsf);
     }
     const RouterKernels *u = UNDER_TEST->router;
     int *d_idx = dev_copy(idx, sizeof(int) * T * K);
@@ -417,7 +447,8 @@ static void test_router_grads(void) {
     float *d_f_want = dev_copy(f, sizeof(float) * B * E), *d_top_w = dev_copy(top_w, sizeof(float) * T * K);
     float *d_dw = dev_copy(dw, sizeof(float) * T * K), *d_dl[4];
     for (int i = 0; i < 4; i++) d_dl[i] = dev_copy(dl0, sizeof(float) * T * E);
-    double *d_part = dev_copy(part0, sizeof(double) * B * nchunks * 2 * E), *d_tot = dev_copy(tot, sizeof(double) * B * 2 * E);
+    double *d_part = dev_copy(part0, sizeof(double) * B * nchunks * 2 * E);
+    double *d_tot = dev_copy(tot, sizeof(double) * B * 2 * E);
     double *d_lb = dev_poisoned(sizeof(double) * B);
     u->router_probs(d_probs, d_logits, T, E);
     u->lb_chunk_sums(d_part, d_idx, d_probs_want, B, S, nchunks, chunk, E, K);

@@ -12,7 +12,8 @@ static void test_optim_elementwise(void) {
     size_t n = 3000;
     float *p0 = rand_floats(n, -1, 1), *g = rand_floats(n, -1, 1), *m0 = rand_floats(n, -0.1f, 0.1f);
     float *v0 = rand_floats(n, 0, 0.01f), *p = copy_of(p0, sizeof(float) * n), *m = copy_of(m0, sizeof(float) * n);
-    float *v = copy_of(v0, sizeof(float) * n), *sgd = copy_of(p0, sizeof(float) * n), *clip = copy_of(g, sizeof(float) * n);
+    float *v = copy_of(v0, sizeof(float) * n), *sgd = copy_of(p0, sizeof(float) * n);
+    float *clip = copy_of(g, sizeof(float) * n);
     float *ema = copy_of(m0, sizeof(float) * n), *af_p = copy_of(p0, sizeof(float) * n);
     float *af_g = copy_of(g, sizeof(float) * n), *af_v = copy_of(v0, sizeof(float) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
