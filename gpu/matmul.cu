@@ -31,6 +31,7 @@ static struct {
 
 static const char *load_cublas(void) {
     void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);   // a toolkit off the path
     if (!lib) return "libcublas.so.13 not found (install the CUDA 13 cuBLAS runtime or add it to LD_LIBRARY_PATH)";
     cublas.create = (cublasStatus_t (*)(cublasHandle_t *))dlsym(lib, "cublasCreate_v2");
     cublas.set_stream = (cublasStatus_t (*)(cublasHandle_t, cudaStream_t))dlsym(lib, "cublasSetStream_v2");
