@@ -8,11 +8,15 @@
 #include <string.h>
 
 // ---------------------------------------------------------------- loss
-void test_loss(void) {
-    int T = 13, V = 50, v0 = 100, c0 = 7, Vc = 30;
+// T tokens, this device's V columns v0 .. v0+V-1 of the vocabulary; the sum of exponentials
+// over a middle range of them.
+static void test_loss_case(int T, int V) {   // T >= 8: the tile moves take rows 3 .. 7
+    int v0 = 100, c0 = V / 7, Vc = V / 2;
     float zmul = 1e-4f, scale = 0.25f;
     float *logits = rand_floats((size_t)T * V, -4, 4);
-    int *targets = rand_ints(T, 90, 160);   // some on this device's columns, some not
+    logits[(size_t)2 * V + V - 1] = 6.0f;   // row 2's max in its last column, row 3's in its first
+    logits[(size_t)3 * V] = 5.0f;
+    int *targets = rand_ints(T, v0 - 10, v0 + V + 10);   // some on this device's columns, some not
     targets[0] = -1;                        // a token without a target
     targets[1] = v0;
     float *m = malloc(sizeof(float) * T), *piece = malloc(sizeof(float) * T), *zt = malloc(sizeof(float) * T);
@@ -56,7 +60,8 @@ void test_loss(void) {
     float *d_piece = dev_poisoned(sizeof(float) * T), *d_zt = dev_poisoned(sizeof(float) * T);
     float *d_sum = dev_copy(sum, sizeof(float) * T), *d_lse = dev_poisoned(sizeof(float) * T);
     float *d_tile = dev_poisoned(sizeof(float) * 5 * V), *d_back = dev_poisoned(sizeof(float) * T * V);
-    const char *shape = "T=13 V=50 v0=100 columns 7..36";
+    char shape[64];
+    snprintf(shape, sizeof shape, "T=%d V=%d v0=%d columns %d..%d", T, V, v0, c0, c0 + Vc - 1);
     UNDER_TEST->loss->loss_row_max(d_m, d_logits, T, V);
     check_dev_floats("loss_row_max", shape, m, d_m, T, 0, 0);
     float *d_m_want = dev_copy(m, sizeof(float) * T), *d_lse_want = dev_copy(lse, sizeof(float) * T);
@@ -86,6 +91,11 @@ void test_loss(void) {
     dev_free(d_logits); dev_free(d_m); dev_free(d_targets); dev_free(d_tt); dev_free(d_piece); dev_free(d_zt);
     dev_free(d_sum); dev_free(d_lse); dev_free(d_tile); dev_free(d_back); dev_free(d_m_want); dev_free(d_lse_want);
     dev_free(d_zt_want); dev_free(d_dz);
+}
+
+void test_loss(void) {
+    test_loss_case(13, 50);
+    test_loss_case(9, 1000);   // rows wider than a block: the row max's reduction over warps
 }
 
 // ---------------------------------------------------------------- moe
@@ -256,65 +266,79 @@ static void ref_softmax(float *p, const float *l, int E) {
     for (int e = 0; e < E; e++) p[e] /= z;
 }
 
-// The three routers' forward on the same logits (the plain loops: kernels/router.h's rules).
-static void ref_route(int which, int *idx, float *w, float *sc, const float *logits, const float *bias, int T, int E,
-                      int K, int G, int keep, float rsf) {
+// A routing rule as the test runs it: which router, and its switches.
+typedef struct { const char *name; int which, scaled, G, keep, gate_round, bf16; } Route;
+
+// The three routers' forward (kernels/router.h's rules) in plain loops.
+static void ref_route(const Route *r, int *idx, float *w, float *sc, const float *logits, const float *bias, int T,
+                      int E, int K, float rsf) {
     for (int t = 0; t < T; t++) {
         const float *l = logits + (size_t)t * E;
         float *p = sc + (size_t)t * E, *wt = w + (size_t)t * K, s[64], masked[64], sum = 0.0f;
-        int *it = idx + (size_t)t * K;
-        if (which == 0) {   // mixtral: top-k logits, softmax of those
+        int *it = idx + (size_t)t * K, gr = r->gate_round;
+        if (r->which == 0) {   // mixtral: top-k logits, softmax of those
             memcpy(p, l, sizeof(float) * E);
             ref_topk(l, E, K, it);
             for (int k = 0; k < K; k++) { wt[k] = expf(l[it[k]] - l[it[0]]); sum += wt[k]; }
             for (int k = 0; k < K; k++) wt[k] /= sum;
-        } else if (which == 1) {   // softmax over all, the top-k probabilities scaled
+        } else if (r->which == 1) {   // softmax over all, the top-k probabilities scaled or re-normalised
             ref_softmax(p, l, E);
             ref_topk(p, E, K, it);
-            for (int k = 0; k < K; k++) wt[k] = p[it[k]] * rsf;
+            for (int k = 0; k < K; k++) {
+                wt[k] = r->scaled ? p[it[k]] * rsf : expf(p[it[k]] - p[it[0]]);
+                sum += wt[k];
+            }
+            for (int k = 0; k < K && !r->scaled; k++) wt[k] /= sum;
         } else {   // deepseek: sigmoid + bias, the best groups, weights from the unbiased s
-            for (int e = 0; e < E; e++) { s[e] = ref_sigmoid(l[e]); p[e] = masked[e] = s[e] + bias[e]; }
-            int per = E / G, top2[2], best[16];
+            for (int e = 0; e < E; e++) {
+                s[e] = gr ? bf16_round(ref_sigmoid(l[e])) : ref_sigmoid(l[e]);
+                float b = gr ? bf16_round(bias[e]) : bias[e];
+                p[e] = masked[e] = gr ? bf16_round(s[e] + b) : s[e] + b;
+            }
+            int per = r->G ? E / r->G : E, top2[2], best[16];
             float gs[16];
-            for (int g = 0; g < G; g++) {
+            for (int g = 0; g < r->G; g++) {
                 ref_topk(p + g * per, per, 2, top2);
                 gs[g] = p[g * per + top2[0]] + p[g * per + top2[1]];
             }
-            ref_topk(gs, G, keep, best);
-            for (int g = 0; g < G; g++) {
+            ref_topk(gs, r->G, r->keep, best);
+            for (int g = 0; g < r->G; g++) {
                 int kept = 0;
-                for (int j = 0; j < keep; j++) kept |= best[j] == g;
+                for (int j = 0; j < r->keep; j++) kept |= best[j] == g;
                 for (int e = g * per; e < (g + 1) * per && !kept; e++) masked[e] = -INFINITY;
             }
             ref_topk(masked, E, K, it);
             for (int k = 0; k < K; k++) { wt[k] = s[it[k]]; sum += wt[k]; }
             for (int k = 0; k < K; k++) wt[k] = wt[k] / (sum + 1e-20f) * rsf;
+            for (int k = 0; k < K && r->bf16; k++) wt[k] = bf16_round(wt[k]);
         }
     }
 }
 
-static void test_route(int which) {
-    static const char *names[] = {"route_mixtral", "route_softmax (scaled)", "route_deepseek (4 groups, keep 2)"};
-    int T = 40, E = 8, K = 2, G = 4, keep = 2;
+static void run_route(const RouterKernels *rk, const Route *r, int *idx, float *w, float *sc, const float *logits,
+                      const float *bias, int T, int E, int K, float rsf) {
+    if (r->which == 0) rk->route_mixtral(idx, w, sc, logits, T, E, K);
+    else if (r->which == 1) rk->route_softmax(idx, w, sc, logits, T, E, K, r->scaled, rsf);
+    else rk->route_deepseek(idx, w, sc, logits, bias, T, E, K, r->G, r->keep, rsf, r->gate_round, r->bf16);
+}
+
+static void test_route(const Route *r) {
+    int T = 40, E = 8, K = 2;
     float rsf = 2.5f, *logits = rand_floats((size_t)T * E, -3, 3), *bias = rand_floats(E, -0.1f, 0.1f);
     logits[1] = logits[4] = 5.0f;   // token 0: a tie for the top, which goes to the lower index
     int *idx = malloc(sizeof(int) * T * K);
     float *w = malloc(sizeof(float) * T * K), *sc = malloc(sizeof(float) * T * E);
-    const RouterKernels *o = ORACLE ? ORACLE->router : NULL, *u = UNDER_TEST->router;
-    if (o && which == 0) o->route_mixtral(idx, w, sc, logits, T, E, K);
-    else if (o && which == 1) o->route_softmax(idx, w, sc, logits, T, E, K, 1, rsf);
-    else if (o) o->route_deepseek(idx, w, sc, logits, bias, T, E, K, G, keep, rsf, 0, 0);
-    else ref_route(which, idx, w, sc, logits, bias, T, E, K, G, keep, rsf);
+    if (ORACLE) run_route(ORACLE->router, r, idx, w, sc, logits, bias, T, E, K, rsf);
+    else ref_route(r, idx, w, sc, logits, bias, T, E, K, rsf);
     float *d_logits = dev_copy(logits, sizeof(float) * T * E), *d_bias = dev_copy(bias, sizeof(float) * E);
     int *d_idx = dev_poisoned(sizeof(int) * T * K);
     float *d_w = dev_poisoned(sizeof(float) * T * K), *d_sc = dev_poisoned(sizeof(float) * T * E);
-    if (which == 0) u->route_mixtral(d_idx, d_w, d_sc, d_logits, T, E, K);
-    else if (which == 1) u->route_softmax(d_idx, d_w, d_sc, d_logits, T, E, K, 1, rsf);
-    else u->route_deepseek(d_idx, d_w, d_sc, d_logits, d_bias, T, E, K, G, keep, rsf, 0, 0);
+    run_route(UNDER_TEST->router, r, d_idx, d_w, d_sc, d_logits, d_bias, T, E, K, rsf);
     // random logits 6/40 apart on average: a few-ulp difference in exp cannot swap a choice
-    check_dev_ints(names[which], "T=40 E=8 K=2 top_idx", idx, d_idx, (size_t)T * K);
-    check_dev_floats(names[which], "T=40 E=8 K=2 top_w", w, d_w, (size_t)T * K, tol(EXP_ULPS), 0);
-    check_dev_floats(names[which], "T=40 E=8 K=2 scores", sc, d_sc, (size_t)T * E, tol(which ? EXP_ULPS : 0), 0);
+    check_dev_ints(r->name, "T=40 E=8 K=2 top_idx", idx, d_idx, (size_t)T * K);
+    check_dev_floats(r->name, "T=40 E=8 K=2 top_w", w, d_w, (size_t)T * K, bf16_tol(r->bf16, EXP_ULPS), 0);
+    check_dev_floats(r->name, "T=40 E=8 K=2 scores", sc, d_sc, (size_t)T * E,
+                     bf16_tol(r->gate_round, r->which ? EXP_ULPS : 0), 0);
     free(logits); free(bias); free(idx); free(w); free(sc);
     dev_free(d_logits); dev_free(d_bias); dev_free(d_idx); dev_free(d_w); dev_free(d_sc);
 }
@@ -361,7 +385,17 @@ static void test_router_counts(void) {
     int same = !memcmp(got, ecount, sizeof ecount);
     check(same, "count_experts %s: got %ld %ld %ld %ld %ld want %ld %ld %ld %ld %ld", shape, got[0], got[1], got[2],
           got[3], got[4], ecount[0], ecount[1], ecount[2], ecount[3], ecount[4]);
-    free(got); free(idx); free(before); free(counts0); free(counts); free(keep); free(w0); free(w);
+    // capacity from zero (before = NULL): the first `cap` assignments of each expert in a sequence
+    int *keep0 = malloc(sizeof(int) * A);
+    if (ORACLE) ORACLE->router->capacity_mask(keep0, idx, B, S, E, K, cap, NULL);
+    else
+        for (int b = 0; b < B; b++) {
+            int used[5] = {0};
+            for (size_t a = (size_t)b * S * K; a < (size_t)(b + 1) * S * K; a++) keep0[a] = ++used[idx[a]] <= cap;
+        }
+    UNDER_TEST->router->capacity_mask(d_keep, d_idx, B, S, E, K, cap, NULL);
+    check_dev_ints("capacity_mask (from zero)", shape, keep0, d_keep, A);
+    free(got); free(idx); free(before); free(counts0); free(counts); free(keep); free(keep0); free(w0); free(w);
     dev_free(d_idx); dev_free(d_before); dev_free(d_counts); dev_free(d_keep); dev_free(d_ecount); dev_free(d_w);
 }
 
@@ -480,7 +514,14 @@ static void test_router_grads(void) {
 }
 
 void test_router(void) {
-    for (int which = 0; which < 3; which++) test_route(which);
+    static const Route routes[] = {
+        {"route_mixtral", 0, 0, 0, 0, 0, 0},
+        {"route_softmax (scaled)", 1, 1, 0, 0, 0, 0},
+        {"route_softmax (re-normalised)", 1, 0, 0, 0, 0, 0},
+        {"route_deepseek (4 groups, keep 2)", 2, 0, 4, 2, 0, 0},
+        {"route_deepseek (no groups, gate rounding, bf16)", 2, 0, 0, 0, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) test_route(&routes[i]);
     test_router_counts();
     test_router_grads();
 }
