@@ -24,6 +24,7 @@ static int use_cublas = 0;   // set once at start-up
 // The three cuBLAS functions we call, found in libcublas.so.13 (CUDA 13's soname).
 static struct {
     cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
     cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
                             const float *, int, const float *, int, const float *, float *, int);
@@ -34,9 +35,11 @@ static const char *load_cublas(void) {
     if (!lib) lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);   // a toolkit off the path
     if (!lib) return "libcublas.so.13 not found (install the CUDA 13 cuBLAS runtime or add it to LD_LIBRARY_PATH)";
     cublas.create = (cublasStatus_t (*)(cublasHandle_t *))dlsym(lib, "cublasCreate_v2");
+    cublas.destroy = (cublasStatus_t (*)(cublasHandle_t))dlsym(lib, "cublasDestroy_v2");
     cublas.set_stream = (cublasStatus_t (*)(cublasHandle_t, cudaStream_t))dlsym(lib, "cublasSetStream_v2");
     *(void **)&cublas.sgemm = dlsym(lib, "cublasSgemm_v2");
-    if (!cublas.create || !cublas.set_stream || !cublas.sgemm) return "libcublas.so.13 lacks cublasSgemm_v2";
+    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.sgemm)
+        return "libcublas.so.13 lacks one of cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSgemm_v2";
     return NULL;
 }
 
@@ -48,11 +51,14 @@ static void cublas_check(cublasStatus_t st, const char *what, const char *file, 
     exit(1);
 }
 
+// One handle per host thread, on its stream; destroyed (with its workspace) when the
+// thread goes back to the ordered GEMM.
+static thread_local cublasHandle_t handle;
+
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
-// swapped, with the same leading dimensions. One handle per host thread, on its stream.
+// swapped, with the same leading dimensions.
 static void sgemm_cublas(int transA, int transB, int M, int N, int K, const float *A, int lda,
                          const float *B, int ldb, int accumulate, float *C, int ldc) {
-    static thread_local cublasHandle_t handle;
     if (!handle) {
         CUBLAS_CHECK(cublas.create(&handle));
         CUBLAS_CHECK(cublas.set_stream(handle, gpu_stream()));
@@ -65,7 +71,13 @@ static void sgemm_cublas(int transA, int transB, int M, int N, int K, const floa
 
 extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
     *why = NULL;
-    if (!on) { use_cublas = 0; return 1; }
+    if (!on) {
+#if GPU_HAVE_CUBLAS
+        if (handle) { CUBLAS_CHECK(cublas.destroy(handle)); handle = NULL; }
+#endif
+        use_cublas = 0;
+        return 1;
+    }
 #if GPU_HAVE_CUBLAS
     *why = load_cublas();
     use_cublas = *why == NULL;

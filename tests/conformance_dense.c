@@ -97,8 +97,8 @@ static void test_gemm_cublas(int ta, int tb, int M, int N, int K) {
     float *dA = dev_copy(A, sizeof(float) * M * K), *dB = dev_copy(B, sizeof(float) * K * N);
     float *dC = dev_poisoned(sizeof(float) * M * N);
     UNDER_TEST->matmul->gemm(ta, tb, M, N, K, dA, lda, dB, ldb, 0, dC, N);
-    gpu_matmul_use_cublas(0, &why);
     float *got = dev_fetch(dC, sizeof(float) * M * N);
+    gpu_matmul_use_cublas(0, &why);   // back to the ordered GEMM (and cuBLAS's handle freed)
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < (size_t)M * N; i++)
         if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
