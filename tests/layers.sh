@@ -57,4 +57,7 @@ cp ./*.c "$T/" 2>/dev/null
 echo '#include "sharding/fsdp.h"' >> "$T/base/memory.c"
 planted=$(violations "$T" | grep 'base/memory.c includes sharding/fsdp.h')
 check "a planted upward include is caught: ${planted:-(not caught)}" test -n "$planted"
+echo '#include "base/memory.h"' >> "$T/gpu/sum.cu"   # .cu sources are read too
+planted=$(violations "$T" | grep 'gpu/sum.cu includes base/memory.h')
+check "a planted upward include in a .cu file is caught: ${planted:-(not caught)}" test -n "$planted"
 summary
