@@ -186,17 +186,18 @@ ORACLE_CFLAGS := -O2 -std=c11 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-par
                  -DMESHMOE_NO_BLAS
 .SECONDARY: $(GPU_SRC:gpu/%.cu=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
 
-# Each object keeps its compiler's messages beside it (%.o.log): tests/gpu_build.sh counts
-# the warnings of every object, also of those not recompiled this time.
+# Each object keeps its compiler's messages beside it (%.o.log, shown as well): tests/gpu_build.sh
+# counts the warnings of every object, also of those not recompiled this time.
+KEEP_LOG = > $@.log 2>&1 || { cat $@.log; exit 1; }; cat $@.log
 build/gpu/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@ > $@.log 2>&1 || { cat $@.log; exit 1; }; cat $@.log
+	$(NVCC) $(NVFLAGS) -c $< -o $@ $(KEEP_LOG)
 build/hip/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
-	$(HIPCC) -x hip $(HIPFLAGS) -c $< -o $@ > $@.log 2>&1 || { cat $@.log; exit 1; }; cat $@.log
+	$(HIPCC) -x hip $(HIPFLAGS) -c $< -o $@ $(KEEP_LOG)
 build/oracle/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ORACLE_CFLAGS) -c $< -o $@ > $@.log 2>&1 || { cat $@.log; exit 1; }; cat $@.log
+	$(CC) $(ORACLE_CFLAGS) -c $< -o $@ $(KEEP_LOG)
 
 ORACLE_OBJ := $(ORACLE_SRC:%.c=build/oracle/%.o)
 # The conformance test's sources (tests/conformance.h): the CPU build is part of `make test`;
@@ -204,7 +205,7 @@ ORACLE_OBJ := $(ORACLE_SRC:%.c=build/oracle/%.o)
 CONF_SRC := tests/test_conformance.c tests/conformance.c $(wildcard tests/conformance_*.c)
 build/test_conformance: $(CONF_SRC) tests/conformance.h $(LIB_OBJ)
 	$(CC) $(CFLAGS) $(CONF_SRC) $(LIB_OBJ) -o $@ $(LDLIBS)
-CONF_GPU_CC = $(CC) $(ORACLE_CFLAGS) -DMESHMOE_CONFORMANCE_GPU -c $< -o $@ > $@.log 2>&1 || { cat $@.log; exit 1; }; cat $@.log
+CONF_GPU_CC = $(CC) $(ORACLE_CFLAGS) -DMESHMOE_CONFORMANCE_GPU -c $< -o $@ $(KEEP_LOG)
 build/gpu/tests/%.o: tests/%.c tests/conformance.h gpu/backend.h $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CONF_GPU_CC)
