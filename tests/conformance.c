@@ -1,5 +1,6 @@
 // tests/conformance.c: the conformance test's harness (tests/conformance.h).
 #include "tests/conformance.h"
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,12 @@ const Backend *const ORACLE = NULL;
 
 int tol(int ulps) { return ORACLE ? ulps : 0; }
 int bf16_tol(int bf16, int ulps) { return tol(bf16 ? (ulps ? BF16_ULPS : 0) : ulps); }
+float scale_tol(const float *want, size_t n, int ulps) {
+    float top = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(want[i]) && fabsf(want[i]) > top) top = fabsf(want[i]);
+    return ORACLE ? ulps * FLT_EPSILON * top : 0.0f;
+}
 
 int checks_passed, checks_failed;
 void check(int ok, const char *fmt, ...) {

@@ -19,7 +19,8 @@
 //   (CUDA without fast math: expf 2 ulp, logf 1, powf 4, sinf and cosf 2) plus the 1 ulp of
 //   glibc's, passed through the few roundings after it; where a result comes out of a
 //   subtraction (a softmax gradient, a rotation) an absolute floor of a few ulp of the
-//   inputs' scale instead (ulps of a near-zero difference say nothing);
+//   inputs' scale instead (ulps of a near-zero difference say nothing), and for sums of
+//   such terms (attention's gradients) a few ulp of the array's largest element (scale_tol);
 //   bf16 results: the same tolerance rounded to bf16, i.e. equal bits or one bf16 step.
 #ifndef MESHMOE_TESTS_CONFORMANCE_H
 #define MESHMOE_TESTS_CONFORMANCE_H
@@ -40,6 +41,10 @@ enum { EXP_ULPS = 8, BF16_ULPS = 1 << 16 };   // one bf16 step is 2^16 float ulp
 int tol(int ulps);
 // The same for a result that is rounded to bf16 when bf16 is set: one bf16 step.
 int bf16_tol(int bf16, int ulps);
+// An absolute tolerance of `ulps` float ulps of the largest |want| (0 against the test's
+// loops): for sums of several terms that each went through expf, whose differences add up
+// in proportion to the terms, not to the (possibly much smaller) sum.
+float scale_tol(const float *want, size_t n, int ulps);
 
 // One check: counted, and printed as "FAIL ..." with the message when ok is 0.
 void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
