@@ -1,5 +1,5 @@
 # meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
-# make sweep, make docs, make hf-check, make fuzz
+# make sweep, make docs, make hf-check, make fuzz, make gpu, make hip
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
@@ -30,7 +30,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz
+.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz gpu hip
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -153,3 +153,69 @@ build/peak: tests/peak.c
 # per-row loops (tests/attn_bench.c).
 build/attn_bench: tests/attn_bench.c $(LIB_OBJ)
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
+
+# ---- The GPU backend (gpu/, docs/gpu.md): never part of `make` or `make train`. ----
+# `make gpu`: the CUDA objects (nvcc, machine code for sm_80 and sm_90 plus sm_90's PTX, which
+# a newer GPU compiles at load time) in build/gpu/, and build/conformance_gpu, the
+# conformance test (tests/test_conformance.c) comparing the CUDA backend with the CPU's.
+# `make hip`: the same sources with hipcc for gfx90a and gfx940, into build/hip/ and
+# build/conformance_hip. --fmad=false / -ffp-contract=off: the compiler may not fuse a
+# multiply and an add that the source keeps apart (the CPU build, -std=c11, does not either);
+# an FMA is written as fmaf where the CPU kernel has one. Division and square root stay
+# IEEE (neither compiler's default relaxes them; no fast-math).
+# hipcc's GPU pass does not emit the family tables (gpu/gpu.h: GPU_HOST_PASS), so it would call
+# their host wrappers unused: -Wno-unused-function for that pass only.
+# The binaries are meant to be carried to a GPU machine (tests/gpu.sh): the CUDA runtime
+# is linked statically, the CPU oracle is built for any x86-64 without OpenMP or OpenBLAS,
+# and cuBLAS is loaded only when chosen (gpu/matmul.cu).
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+HIPCC     ?= hipcc
+GPU_SRC   := $(wildcard gpu/*.cu)
+GPU_HDRS  := $(wildcard gpu/*.h) $(wildcard kernels/*.h)
+NVFLAGS   := -O2 -std=c++17 --fmad=false -I. -Xcompiler -Wall,-Wextra \
+             -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+HIPFLAGS  := -O2 -std=c++17 -ffp-contract=off -I. -Wall -Wextra --offload-arch=gfx90a --offload-arch=gfx940 \
+             -Xarch_device -Wno-unused-function
+# The CPU backend as the oracle, built portably (no -march=native: the binary runs on the GPU
+# machine's CPU; the ordered GEMM picks its kernel at run time and gives the same bits).
+ORACLE_SRC    := $(wildcard core/*.c) kernels/backend.c $(wildcard kernels/cpu/*.c)
+# Without OpenMP its pragmas are ignored (-Wno-unknown-pragmas) and a parameter that only an
+# OpenMP clause reads goes unused (-Wno-unused-parameter: kernels/cpu/gemm.c's `par`).
+ORACLE_CFLAGS := -O2 -std=c11 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-parameter -D_GNU_SOURCE -I. \
+                 -DMESHMOE_NO_BLAS
+.SECONDARY: $(GPU_SRC:gpu/%.cu=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
+
+# Each object keeps its compiler's messages beside it (%.o.log, shown as well): tests/gpu_build.sh
+# counts the warnings of every object, also of those not recompiled this time.
+KEEP_LOG = > $@.log 2>&1 || { cat $@.log; exit 1; }; cat $@.log
+build/gpu/%.o: gpu/%.cu $(GPU_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@ $(KEEP_LOG)
+build/hip/%.o: gpu/%.cu $(GPU_HDRS)
+	@mkdir -p $(dir $@)
+	$(HIPCC) -x hip $(HIPFLAGS) -c $< -o $@ $(KEEP_LOG)
+build/oracle/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ORACLE_CFLAGS) -c $< -o $@ $(KEEP_LOG)
+
+ORACLE_OBJ := $(ORACLE_SRC:%.c=build/oracle/%.o)
+# The conformance test's sources (tests/conformance.h): the CPU build is part of `make test`;
+# the GPU builds compile them with -DMESHMOE_CONFORMANCE_GPU (the CUDA or HIP backend under test).
+CONF_SRC := tests/test_conformance.c tests/conformance.c $(wildcard tests/conformance_*.c)
+build/test_conformance: $(CONF_SRC) tests/conformance.h $(LIB_OBJ)
+	$(CC) $(CFLAGS) $(CONF_SRC) $(LIB_OBJ) -o $@ $(LDLIBS)
+CONF_GPU_CC = $(CC) $(ORACLE_CFLAGS) -DMESHMOE_CONFORMANCE_GPU -c $< -o $@ $(KEEP_LOG)
+build/gpu/tests/%.o: tests/%.c tests/conformance.h gpu/backend.h $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CONF_GPU_CC)
+build/hip/tests/%.o: tests/%.c tests/conformance.h gpu/backend.h $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CONF_GPU_CC)
+build/conformance_gpu: $(CONF_SRC:%.c=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/gpu/%.o) $(ORACLE_OBJ)
+	$(NVCC) -cudart static -Xcompiler -static-libstdc++,-static-libgcc $^ -o $@ -ldl -lm
+build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o) $(ORACLE_OBJ)
+	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ -lm
+
+gpu: build/conformance_gpu
+hip: build/conformance_hip

@@ -9,8 +9,9 @@ set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
 
-# Bottom to top; "." is train.c, the trainer's story, on top of everything.
-LAYERS="core kernels base data model sharding pipeline optim trainer report sweep ."
+# Bottom to top; "." is train.c, the trainer's story, on top of everything. gpu/ (the GPU
+# backend's twins of kernels/cpu/) sits beside kernels: it includes the kernels' headers.
+LAYERS="core kernels gpu base data model sharding pipeline optim trainer report sweep ."
 
 level_of() {   # level_of FOLDER: its place in LAYERS, or nothing
     local i=0 l
@@ -23,7 +24,7 @@ folder_of() {   # folder_of PATH: the top folder (kernels/cpu/x.c -> kernels), "
 # violations DIR: one line per include that breaks the rule, for the sources under DIR.
 violations() {
     local dir=$1 f inc from to lf lt
-    (cd "$dir" && find . -name '*.[ch]' -not -path './tests/*' -not -path './build/*' -not -path './.venv*' | sed 's|^\./||' | sort) |
+    (cd "$dir" && find . \( -name '*.[ch]' -o -name '*.cu' \) -not -path './tests/*' -not -path './build/*' -not -path './.venv*' | sed 's|^\./||' | sort) |
     while read -r f; do
         from=$(folder_of "$f"); lf=$(level_of "$from")
         [ -n "$lf" ] || { echo "$f: folder '$from' is not in the layer order (tests/layers.sh LAYERS)"; continue; }
@@ -37,7 +38,7 @@ violations() {
 }
 
 echo "== the include graph between folders (includes: from -> to)"
-find . -name '*.[ch]' -not -path './tests/*' -not -path './build/*' -not -path './.venv*' | sed 's|^\./||' | sort |
+find . \( -name '*.[ch]' -o -name '*.cu' \) -not -path './tests/*' -not -path './build/*' -not -path './.venv*' | sed 's|^\./||' | sort |
 while read -r f; do
     grep -o '^#include "[^"]*"' "$f" | cut -d'"' -f2 | while read -r inc; do
         a=$(folder_of "$f"); b=$(folder_of "$inc"); [ "$a" != "$b" ] && echo "$a -> $b"
@@ -56,4 +57,7 @@ cp ./*.c "$T/" 2>/dev/null
 echo '#include "sharding/fsdp.h"' >> "$T/base/memory.c"
 planted=$(violations "$T" | grep 'base/memory.c includes sharding/fsdp.h')
 check "a planted upward include is caught: ${planted:-(not caught)}" test -n "$planted"
+echo '#include "base/memory.h"' >> "$T/gpu/sum.cu"   # .cu sources are read too
+planted=$(violations "$T" | grep 'gpu/sum.cu includes base/memory.h')
+check "a planted upward include in a .cu file is caught: ${planted:-(not caught)}" test -n "$planted"
 summary

@@ -26,6 +26,18 @@ run_part() {   # run_part NAME COMMAND...
     fi
 }
 for t in build/test_*; do run_part "$t" "./$t"; done
+# The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without warnings;
+# run on a GPU by tests/gpu.sh. The conformance test's CPU build is build/test_conformance above.
+if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
+    run_part "make gpu: the CUDA backend and its conformance binary build" bash tests/gpu_build.sh gpu
+else
+    echo "SKIPPED: gpu build (no nvcc)"
+fi
+if command -v "${HIPCC:-hipcc}" > /dev/null; then
+    run_part "make hip: the same sources built with hipcc" bash tests/gpu_build.sh hip
+else
+    echo "SKIPPED: hip build (no hipcc)"
+fi
 run_part "end-to-end" bash tests/e2e.sh
 run_part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
 run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh

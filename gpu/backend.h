@@ -1,0 +1,51 @@
+// gpu/backend.h: the GPU backend as C code sees it: the Backend table (kernels/kernels.h),
+// its family tables, the choice of matrix-product library, and the device memory that the
+// conformance test (tests/test_conformance.c) moves its arrays through.
+//
+// Every array argument of a GPU kernel is a device pointer, except those its family header
+// calls host values: loss_leaf_sum's sum and count, squares_add's sum and flag, and the
+// small shape arrays of param_init and of Adafactor's kernels (shape, lindex, gshape).
+#ifndef MESHMOE_GPU_BACKEND_H
+#define MESHMOE_GPU_BACKEND_H
+#include "kernels/kernels.h"
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const Backend backend_cuda;   // gpu/backend.cu (built by nvcc, or by hipcc for AMD)
+
+extern const MatmulKernels matmul_cuda;        // gpu/matmul.cu
+extern const NormKernels norm_cuda;            // gpu/norm.cu
+extern const RopeKernels rope_cuda;            // gpu/rope.cu
+extern const EmbeddingKernels embedding_cuda;  // gpu/embedding.cu
+extern const AttentionKernels attention_cuda;  // gpu/attention.cu
+extern const MlaKernels mla_cuda;              // gpu/mla.cu
+extern const RouterKernels router_cuda;        // gpu/router.cu
+extern const MoeKernels moe_cuda;              // gpu/moe.cu
+extern const MlpKernels mlp_cuda;              // gpu/mlp.cu
+extern const LossKernels loss_cuda;            // gpu/loss.cu
+extern const CastKernels cast_cuda;            // gpu/cast.cu
+extern const SumKernels sum_cuda;              // gpu/sum.cu
+extern const OptimKernels optim_cuda;          // gpu/optim.cu
+extern const InitKernels init_cuda;            // gpu/init.cu
+
+// Matrix products: 0 the ordered GEMM (gpu/gemm.cu, the default: the CPU's bits), 1 cuBLAS
+// (CUDA only, loaded when chosen; faster, not row-stable). Returns 0 when cuBLAS cannot be
+// had (a HIP build, or no libcublas on the machine), with the reason in *why.
+int gpu_matmul_use_cublas(int on, const char **why);
+
+// Device memory (gpu/runtime.cu): what the conformance test and, later, the allocator use.
+int gpu_device_count(void);                 // 0 when there is no GPU or no driver
+const char *gpu_device_name(void);          // of device 0, for the log
+void *gpu_alloc(size_t bytes);              // dies with the reason when it cannot
+void gpu_free(void *p);
+void gpu_upload(void *dst, const void *host, size_t bytes);     // host -> device, synchronous
+void gpu_download(void *host, const void *src, size_t bytes);   // device -> host, after the stream's work
+void gpu_fill_bytes(void *dst, int byte, size_t bytes);         // memset on the device
+
+#ifdef __cplusplus
+}
+#endif
+#endif

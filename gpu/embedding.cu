@@ -1,0 +1,64 @@
+// gpu/embedding.cu: the embedding gather, its scatter-add and the one-hot tokens on the GPU
+// (kernels/embedding.h), the twin of kernels/cpu/embedding.c. Copies and adds in the CPU's
+// order: the CPU's bits.
+//
+// Launch geometry: the gather, one thread per output element (t, i); the scatter-add, one
+// thread per column i, which walks the leaf's tokens in order (two tokens with the same id
+// add into the same row, so the token order is kept by keeping each column in one thread);
+// the one-hot, one thread per token.
+#include "gpu/gpu.h"
+#include "gpu/backend.h"
+
+__global__ static void embedding_forward_kernel(float *out, const int *ids, const float *table, int T, int D, int V,
+                                                int v0) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (size_t)T * D) return;
+    size_t t = k / D, i = k % D;
+    int row = ids[t] - v0;
+    out[k] = row >= 0 && row < V ? table[(size_t)row * D + i] : 0.0f;
+}
+
+__global__ static void embedding_backward_leaf_kernel(float *dtable, const float *dout, const int *ids, long t0,
+                                                      long len, int D, int V, int v0) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    for (long t = t0; t < t0 + len; t++) {
+        if (ids[t] < v0 || ids[t] >= v0 + V) continue;   // another device's row
+        dtable[(size_t)(ids[t] - v0) * D + i] += dout[(size_t)t * D + i];
+    }
+}
+
+__global__ static void embedding_onehot_kernel(float *onehot, const int *ids, int T, int V, int v0) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T && ids[t] >= v0 && ids[t] < v0 + V) onehot[(size_t)t * V + (ids[t] - v0)] = 1.0f;
+}
+
+// out (T,D) = table (V,D) [ids (T) - v0], 0 for the ids another device holds.
+static void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {
+    size_t n = (size_t)T * D;
+    if (n == 0) return;
+    embedding_forward_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        out, ids, table, T, D, V, v0);
+    GPU_CHECK_LAUNCH();
+}
+
+// dtable (V,D) += dout (t,D) by ids (t), tokens t0 .. t0+len-1 in order.
+static void embedding_backward_leaf(float *dtable, const float *dout, const int *ids, long t0, long len,
+                                    int D, int V, int v0) {
+    if (D <= 0 || len <= 0) return;
+    embedding_backward_leaf_kernel<<<blocks_for((size_t)D, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dtable, dout, ids, t0, len, D, V, v0);
+    GPU_CHECK_LAUNCH();
+}
+
+// onehot (T,V), zeroed by the caller: 1 at (t, ids[t] - v0).
+static void embedding_onehot(float *onehot, const int *ids, int T, int V, int v0) {
+    if (T <= 0) return;
+    embedding_onehot_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        onehot, ids, T, V, v0);
+    GPU_CHECK_LAUNCH();
+}
+
+#if GPU_HOST_PASS
+extern "C" const EmbeddingKernels embedding_cuda = {embedding_forward, embedding_backward_leaf, embedding_onehot};
+#endif

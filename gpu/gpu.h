@@ -1,0 +1,93 @@
+// gpu/gpu.h: the one portability header of the GPU backend, so that the very same sources
+// build with nvcc (CUDA) and with hipcc (HIP, AMD). The sources are written in CUDA's
+// names; under hipcc this header maps each one to its HIP twin, the way a vendor's
+// porting header does. Nothing else in gpu/ may test for the compiler.
+//
+// Also here: the warp width, a warp shuffle, the bf16 rounding on the device, and GPU_CHECK,
+// which wraps every runtime call and names the file, the line and the error string.
+#ifndef MESHMOE_GPU_GPU_H
+#define MESHMOE_GPU_GPU_H
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetLastError hipGetLastError
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaMemsetAsync hipMemsetAsync
+#define cudaStream_t hipStream_t
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define GPU_BACKEND_NAME "hip"
+// Debian's HIP has no hipBLAS: the ordered GEMM (gpu/gemm.cu) is the only matrix product.
+#define GPU_HAVE_CUBLAS 0
+// AMD's data-centre GPUs (gfx90a, gfx940) run wavefronts of 64 lanes.
+#define WARP_SIZE 64
+__device__ static inline float warp_shfl_xor(float v, int lane_mask) { return __shfl_xor(v, lane_mask); }
+#else
+#include <cuda_runtime.h>
+#define GPU_BACKEND_NAME "cuda"
+#define GPU_HAVE_CUBLAS 1
+#define WARP_SIZE 32
+__device__ static inline float warp_shfl_xor(float v, int lane_mask) {
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+#endif
+
+// hipcc compiles each file twice, for the host and for the GPU, and its GPU pass would also
+// emit a family's table (a constant of host function pointers, which that pass cannot
+// resolve). So each table is defined inside `#if GPU_HOST_PASS`.
+#if defined(__HIP_DEVICE_COMPILE__)
+#define GPU_HOST_PASS 0
+#else
+#define GPU_HOST_PASS 1
+#endif
+
+// GPU_CHECK(call): a runtime call that fails stops the program with one line naming where
+// and why, e.g. "meshmoe: GPU error at gpu/norm.cu:80: out of memory (cudaMalloc(...))".
+#define GPU_CHECK(call) gpu_check((call), #call, __FILE__, __LINE__)
+static inline void gpu_check(cudaError_t err, const char *what, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    fprintf(stderr, "meshmoe: GPU error at %s:%d: %s (%s)\n", file, line, cudaGetErrorString(err), what);
+    exit(1);
+}
+// After a kernel launch: a bad launch configuration is reported by the next runtime call.
+#define GPU_CHECK_LAUNCH() GPU_CHECK(cudaGetLastError())
+
+// The blocks of `threads` needed to cover n items, one item per thread.
+static inline unsigned blocks_for(size_t n, unsigned threads) {
+    return (unsigned)((n + threads - 1) / threads);
+}
+// The threads of a one-dimensional launch; 256 is a good default on every GPU we target.
+enum { GPU_THREADS = 256 };
+
+// The stream this host thread launches on (gpu/runtime.cu): one per thread, created on first use.
+cudaStream_t gpu_stream(void);
+
+// One float rounded to bfloat16, round to nearest even, NaN kept a quiet NaN: the same bits
+// as kernels/bf16.h:bf16_bits on the host.
+__device__ static inline float bf16_round_dev(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(((u >> 16) | 0x40u) << 16);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+__device__ static inline uint16_t bf16_bits_dev(float f) {
+    return (uint16_t)(__float_as_uint(bf16_round_dev(f)) >> 16);
+}
+
+#endif

@@ -1,0 +1,171 @@
+// gpu/loss.cu: softmax cross-entropy and z-loss on the GPU (kernels/loss.h), the twin of
+// kernels/cpu/loss.c.
+//
+// The sums keep the CPU's order: a token's sum of exponentials is added over its columns
+// in order by one thread, the loss leaf over its tokens in order (in double) by one thread.
+// The row max is the one parallel reduction (a max is exact in any order): one block per
+// row, each thread a strided part of the row, then the warps' maxima through shuffles.
+// expf and logf are the device's (CUDA: within 2 and 1 ulp; glibc's within 1): an
+// exponential, a log-sum-exp and the gradient may differ from the CPU's by a few ulp.
+//
+// Launch geometry: row max, one block of GPU_THREADS per token; sum of exponentials,
+// target logit and lse, one thread per token; the loss leaf, one thread in all (len adds);
+// the backward and the tile moves, one thread per element.
+#include "gpu/gpu.h"
+#include "gpu/backend.h"
+
+__global__ static void row_max_kernel(float *m, const float *logits, int V) {
+    const float *z = logits + (size_t)blockIdx.x * V;
+    float mx = z[0];
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, z[i]);
+    for (int lanes = WARP_SIZE / 2; lanes > 0; lanes /= 2) mx = fmaxf(mx, warp_shfl_xor(mx, lanes));
+    __shared__ float warp_max[GPU_THREADS / WARP_SIZE];
+    if (threadIdx.x % WARP_SIZE == 0) warp_max[threadIdx.x / WARP_SIZE] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)blockDim.x / WARP_SIZE; w++) mx = fmaxf(mx, warp_max[w]);
+        m[blockIdx.x] = mx;
+    }
+}
+
+__global__ static void sum_exp_kernel(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const float *z = logits + (size_t)t * V + (size_t)c0;
+    float s = 0.0f;
+    for (int i = 0; i < Vc; i++) s += expf(z[i] - m[t]);
+    piece[t] = s;
+}
+
+__global__ static void target_logit_kernel(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    int y = targets[t] - v0;
+    zt[t] = targets[t] >= 0 && y >= 0 && y < V ? logits[(size_t)t * V + y] : 0.0f;
+}
+
+__global__ static void lse_kernel(float *lse, const float *m, const float *sum, int T) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T) lse[t] = m[t] + logf(sum[t]);
+}
+
+// out[0] = the sum, out[1] = the count (as a double: exact below 2^53).
+__global__ static void leaf_sum_kernel(double *out, const float *lse, const float *zt, const int *targets, long t0,
+                                       long len, float zmul) {
+    long n = 0;
+    double s = 0.0;
+    for (long t = t0; t < t0 + len; t++) {
+        if (targets[t] < 0) continue;
+        float l = lse[t] - zt[t] + zmul * lse[t] * lse[t];
+        s += l;
+        n++;
+    }
+    out[0] = s;
+    out[1] = (double)n;
+}
+
+__global__ static void backward_kernel(float *dz, const float *lse, const int *targets, int T, int V, int v0,
+                                       float zmul, float scale) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (size_t)T * V) return;
+    size_t t = k / V;
+    int i = (int)(k % V);
+    if (targets[t] < 0) { dz[k] = 0.0f; return; }
+    float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
+    float g = scale * (expf(dz[k] - lse[t]) * coef);
+    if (i == targets[t] - v0) g -= scale;
+    dz[k] = g;
+}
+
+__global__ static void move_rows_kernel(float *dst, const float *src, long dst_row0, long src_row0, int len, int w) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (size_t)len * w) return;
+    size_t r = k / w, c = k % w;
+    dst[(dst_row0 + r) * w + c] = src[(src_row0 + r) * w + c];
+}
+
+__global__ static void gather_targets_kernel(int *dst, const int *src, long t0, int len) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < len) dst[r] = src[t0 + r];
+}
+
+// m (T) = the max of each token's V logits.
+static void loss_row_max(float *m, const float *logits, int T, int V) {
+    if (T <= 0) return;
+    row_max_kernel<<<T, GPU_THREADS, 0, gpu_stream()>>>(m, logits, V);
+    GPU_CHECK_LAUNCH();
+}
+
+// piece (T) = sum over columns c0 .. c0+Vc-1 of exp(logits - m), in column order.
+static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+    if (T <= 0) return;
+    sum_exp_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        piece, logits, m, T, V, c0, Vc);
+    GPU_CHECK_LAUNCH();
+}
+
+// zt (T) = the target's logit where this device holds it, else 0.
+static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
+    if (T <= 0) return;
+    target_logit_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        zt, logits, targets, T, V, v0);
+    GPU_CHECK_LAUNCH();
+}
+
+// lse (T) = m + log(sum).
+static void loss_lse(float *lse, const float *m, const float *sum, int T) {
+    if (T <= 0) return;
+    lse_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(lse, m, sum, T);
+    GPU_CHECK_LAUNCH();
+}
+
+// *sum (host) = the leaf's loss in token order and double; returns its token count. The two
+// numbers come back through a small device buffer: this call waits for the stream.
+static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+                          float zmul) {
+    double *out, host[2];
+    GPU_CHECK(cudaMalloc(&out, sizeof host));
+    leaf_sum_kernel<<<1, 1, 0, gpu_stream()>>>(out, lse, zt, targets, t0, len, zmul);
+    GPU_CHECK_LAUNCH();
+    gpu_download(host, out, sizeof host);
+    GPU_CHECK(cudaFree(out));
+    *sum = host[0];
+    return (long)host[1];
+}
+
+// dz (T,V) = scale * dl/dz, in place over the logits.
+static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
+                          float scale) {
+    if ((size_t)T * V == 0) return;
+    backward_kernel<<<blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dz, lse, targets, T, V, v0, zmul, scale);
+    GPU_CHECK_LAUNCH();
+}
+
+// dst (len,w) = rows t0 .. t0+len-1 of src (T,w).
+static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
+    if ((size_t)len * w == 0) return;
+    move_rows_kernel<<<blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dst, src, 0, t0, len, w);
+    GPU_CHECK_LAUNCH();
+}
+
+// rows t0 .. t0+len-1 of dst (T,w) = src (len,w).
+static void tile_scatter_rows(float *dst, const float *src, long t0, int len, int w) {
+    if ((size_t)len * w == 0) return;
+    move_rows_kernel<<<blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dst, src, t0, 0, len, w);
+    GPU_CHECK_LAUNCH();
+}
+
+// dst (len) = src[t0 .. t0+len-1].
+static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
+    if (len <= 0) return;
+    gather_targets_kernel<<<blocks_for((size_t)len, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dst, src, t0, len);
+    GPU_CHECK_LAUNCH();
+}
+
+#if GPU_HOST_PASS
+extern "C" const LossKernels loss_cuda = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum,
+                                          loss_backward, tile_gather_rows, tile_scatter_rows, tile_gather_targets};
+#endif

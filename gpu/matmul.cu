@@ -1,0 +1,117 @@
+// gpu/matmul.cu: the matrix products on the GPU (kernels/matmul.h), the twin of
+// kernels/cpu/matmul.c: the ordered GEMM (gpu/gemm.cu), or cuBLAS on request.
+//
+// Which one, and why the ordered GEMM is the default: its bits are the CPU's (each output
+// element one in-order FMA chain over k), so a GPU run reproduces a CPU run's products and a
+// product does not depend on how the mesh split its rows (docs/model.md#summation-order).
+// cuBLAS (gpu_matmul_use_cublas(1), later the config key gpu_matmul=cublas) is faster but
+// picks its own blocking and split-k per shape: other bits, not row-stable. It runs in plain
+// float32 (cuBLAS's default math mode: no TF32). HIP builds have only the ordered GEMM.
+//
+// cuBLAS is loaded with dlopen when chosen, not linked: the binaries then need no cuBLAS
+// on a machine that does not use it, and the library's 100+ MB do not travel with them.
+#include "gpu/gpu.h"
+#include "gpu/gemm.h"
+#include "gpu/backend.h"
+#if GPU_HAVE_CUBLAS
+#include <cublas_v2.h>
+#include <dlfcn.h>
+#endif
+
+static int use_cublas = 0;   // set once at start-up
+
+#if GPU_HAVE_CUBLAS
+// The three cuBLAS functions we call, found in libcublas.so.13 (CUDA 13's soname).
+static struct {
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
+                            const float *, int, const float *, int, const float *, float *, int);
+} cublas;
+
+static const char *load_cublas(void) {
+    void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);   // a toolkit off the path
+    if (!lib) return "libcublas.so.13 not found (install the CUDA 13 cuBLAS runtime or add it to LD_LIBRARY_PATH)";
+    cublas.create = (cublasStatus_t (*)(cublasHandle_t *))dlsym(lib, "cublasCreate_v2");
+    cublas.destroy = (cublasStatus_t (*)(cublasHandle_t))dlsym(lib, "cublasDestroy_v2");
+    cublas.set_stream = (cublasStatus_t (*)(cublasHandle_t, cudaStream_t))dlsym(lib, "cublasSetStream_v2");
+    *(void **)&cublas.sgemm = dlsym(lib, "cublasSgemm_v2");
+    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.sgemm)
+        return "libcublas.so.13 lacks one of cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSgemm_v2";
+    return NULL;
+}
+
+// CUBLAS_CHECK(call): as GPU_CHECK (gpu/gpu.h), for cuBLAS's status codes.
+#define CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)
+static void cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "meshmoe: cuBLAS error %d at %s:%d (%s)\n", (int)st, file, line, what);
+    exit(1);
+}
+
+// One handle per host thread, on its stream; destroyed (with its workspace) when the
+// thread goes back to the ordered GEMM.
+static thread_local cublasHandle_t handle;
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
+// swapped, with the same leading dimensions.
+static void sgemm_cublas(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, int accumulate, float *C, int ldc) {
+    if (!handle) {
+        CUBLAS_CHECK(cublas.create(&handle));
+        CUBLAS_CHECK(cublas.set_stream(handle, gpu_stream()));
+    }
+    float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublas.sgemm(handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
+}
+#endif
+
+extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
+    *why = NULL;
+    if (!on) {
+#if GPU_HAVE_CUBLAS
+        if (handle) { CUBLAS_CHECK(cublas.destroy(handle)); handle = NULL; }
+#endif
+        use_cublas = 0;
+        return 1;
+    }
+#if GPU_HAVE_CUBLAS
+    *why = load_cublas();
+    use_cublas = *why == NULL;
+    return use_cublas;
+#else
+    *why = "this is a HIP build: Debian's HIP has no BLAS, the ordered GEMM is the only product";
+    return 0;
+#endif
+}
+
+static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                 const float *B, int ldb, int accumulate, float *C, int ldc) {
+    if (M == 0 || N == 0) return;
+#if GPU_HAVE_CUBLAS
+    if (use_cublas) { sgemm_cublas(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc); return; }
+#endif
+    ordered_gemm_gpu(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+}
+
+// out (T,OC) = inp (T,C) @ w (C,OC), or += when accumulate.
+static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
+    gemm(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);
+}
+
+// dinp (T,C) += dout (T,OC) @ w^T.
+static void matmul_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
+    gemm(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);
+}
+
+// dw (C,OC) = inp^T (C,len) @ dout (len,OC).
+static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {
+    gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);
+}
+
+#if GPU_HOST_PASS
+extern "C" const MatmulKernels matmul_cuda = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm};
+#endif

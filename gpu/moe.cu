@@ -1,0 +1,166 @@
+// gpu/moe.cu: the MoE block's row layout, gather and combine on the GPU (kernels/moe.h), the
+// twin of kernels/cpu/moe.c: the same sums in the same order, the CPU's bits.
+//
+// Launch geometry: sort_rows is a counting sort in one thread (A = T*K assignments, a stable
+// order inside each expert; a parallel sort would need a scan and atomics for the same
+// result); dense_rows, the gather, the scatter-add and add_shared one thread per element;
+// combine_forward one thread per output element (t, d), which orders its token's K slots by
+// expert and adds them in that order; combine_backward one thread per assignment, which
+// writes its dy row and adds its dot product over d in order.
+#include "gpu/gpu.h"
+#include "gpu/backend.h"
+
+// The most experts per token combine_forward sorts in registers (the presets use 2 to 8).
+enum { MOE_MAX_K = 32 };
+
+// fill (E): scratch, zeroed by the caller.
+__global__ static void sort_rows_kernel(int *row_start, int *row_token, int *assign_row, int *fill,
+                                        const int *top_idx, int T, int E, int K) {
+    size_t A = (size_t)T * K;
+    for (size_t a = 0; a < A; a++) fill[top_idx[a]]++;
+    row_start[0] = 0;
+    for (int e = 0; e < E; e++) { row_start[e + 1] = row_start[e] + fill[e]; fill[e] = 0; }
+    for (size_t a = 0; a < A; a++) {
+        int e = top_idx[a], r = row_start[e] + fill[e]++;
+        row_token[r] = (int)(a / K);
+        assign_row[a] = r;
+    }
+}
+
+// One thread per index k of the longest of the three arrays.
+__global__ static void dense_rows_kernel(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T,
+                                         int E, int K) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k <= (size_t)E) row_start[k] = (int)k * T;
+    if (k < (size_t)E * T) row_token[k] = (int)(k % T);
+    if (k < (size_t)T * K) assign_row[k] = top_idx[k] * T + (int)(k / K);
+}
+
+__global__ static void gather_rows_kernel(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (size_t)n * D) return;
+    size_t i = k / D, d = k % D;
+    xs[k] = x[(size_t)row_token[r0 + i] * D + d];
+}
+
+// The n rows belong to one expert: their tokens are distinct, so no two threads add into one element.
+__global__ static void scatter_add_rows_kernel(float *dx, const float *dxs, const int *row_token, int r0, int n,
+                                               int D) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (size_t)n * D) return;
+    size_t i = k / D, d = k % D;
+    dx[(size_t)row_token[r0 + i] * D + d] += dxs[((size_t)r0 + i) * D + d];
+}
+
+__global__ static void combine_forward_kernel(float *out, const float *y, const float *w, const int *top_idx,
+                                              const int *assign_row, int T, int D, int K, int bf16_sum, int bf16) {
+    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (size_t)T * D) return;
+    size_t t = id / D, d = id % D;
+    const int *idx = top_idx + t * K;
+    int ord[MOE_MAX_K];
+    for (int k = 0; k < K; k++) ord[k] = k;
+    for (int i = 1; i < K; i++)   // insertion sort of the slots by expert index
+        for (int j = i; j > 0 && idx[ord[j]] < idx[ord[j - 1]]; j--) {
+            int tmp = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = tmp;
+        }
+    float o = 0.0f;
+    for (int k = 0; k < K; k++) {
+        size_t a = t * K + ord[k];
+        float ya = y[(size_t)assign_row[a] * D + d], wa = w[a];
+        o = bf16_sum ? bf16_round_dev(o + bf16_round_dev(wa * ya)) : o + wa * ya;   // cast point 14
+    }
+    out[id] = !bf16_sum && bf16 ? bf16_round_dev(o) : o;   // float32_weight_sum: one rounding
+}
+
+__global__ static void combine_backward_kernel(float *dy, float *dw, const float *dout, const float *y, const float *w,
+                                               const float *top_w, const int *assign_row, size_t A, int D, int K) {
+    size_t a = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (a >= A) return;
+    const float *dt = dout + (a / K) * D, *ya = y + (size_t)assign_row[a] * D;
+    float *dyr = dy + (size_t)assign_row[a] * D, wa = w[a], dot = 0.0f;
+    for (int d = 0; d < D; d++) { dyr[d] = wa * dt[d]; dot += dt[d] * ya[d]; }
+    // w = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
+    dw[a] = (wa == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot;
+}
+
+__global__ static void add_kernel(float *out, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] += x[i];
+}
+
+// row_start (E+1), row_token (A), assign_row (A): the assignments sorted by expert.
+static void sort_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
+    int *fill;
+    GPU_CHECK(cudaMalloc(&fill, sizeof(int) * (E > 0 ? E : 1)));
+    GPU_CHECK(cudaMemsetAsync(fill, 0, sizeof(int) * E, gpu_stream()));
+    sort_rows_kernel<<<1, 1, 0, gpu_stream()>>>(row_start, row_token, assign_row, fill, top_idx, T, E, K);
+    GPU_CHECK_LAUNCH();
+    GPU_CHECK(cudaStreamSynchronize(gpu_stream()));   // before fill is freed
+    GPU_CHECK(cudaFree(fill));
+}
+
+// The dense path's rows: expert e on every token.
+static void dense_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
+    size_t n = (size_t)E * T > (size_t)T * K ? (size_t)E * T : (size_t)T * K;
+    n = n > (size_t)E + 1 ? n : (size_t)E + 1;
+    dense_rows_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(row_start, row_token, assign_row,
+                                                                                    top_idx, T, E, K);
+    GPU_CHECK_LAUNCH();
+}
+
+// xs (n,D) = the x rows of rows r0 .. r0+n-1's tokens.
+static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
+    size_t count = (size_t)n * D;
+    if (count == 0) return;
+    gather_rows_kernel<<<blocks_for(count, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(xs, x, row_token, r0, n, D);
+    GPU_CHECK_LAUNCH();
+}
+
+// dx (T,D) += dxs rows r0 .. r0+n-1, each into its token's row.
+static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
+    size_t count = (size_t)n * D;
+    if (count == 0) return;
+    scatter_add_rows_kernel<<<blocks_for(count, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dx, dxs, row_token, r0,
+                                                                                              n, D);
+    GPU_CHECK_LAUNCH();
+}
+
+// out (T,D) = sum_k w * y, slots in ascending expert order.
+static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
+                            int T, int D, int K, int bf16_sum, int bf16) {
+    if (K > MOE_MAX_K) {
+        fprintf(stderr, "meshmoe: the GPU's combine_forward takes at most %d experts per token, not %d\n",
+                MOE_MAX_K, K);
+        exit(1);
+    }
+    size_t n = (size_t)T * D;
+    if (n == 0) return;
+    combine_forward_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(out, y, w, top_idx,
+                                                                                         assign_row, T, D, K,
+                                                                                         bf16_sum, bf16);
+    GPU_CHECK_LAUNCH();
+}
+
+// dy rows and dw (A) from dout (T,D).
+static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
+                             const float *top_w, const int *assign_row, size_t A, int D, int K) {
+    if (A == 0) return;
+    combine_backward_kernel<<<blocks_for(A, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dy, dw, dout, y, w, top_w,
+                                                                                          assign_row, A, D, K);
+    GPU_CHECK_LAUNCH();
+}
+
+// out (n) += shared (n).
+static void add_shared(float *out, const float *shared, size_t n) {
+    if (n == 0) return;
+    add_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(out, shared, n);
+    GPU_CHECK_LAUNCH();
+}
+
+#if GPU_HOST_PASS
+extern "C" const MoeKernels moe_cuda = {
+    sort_rows, dense_rows, gather_rows, scatter_add_rows,
+    combine_forward, combine_backward, add_shared,
+};
+#endif

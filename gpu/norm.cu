@@ -1,0 +1,107 @@
+// gpu/norm.cu: RMSNorm on the GPU (kernels/norm.h), the twin of kernels/cpu/norm.c.
+//
+// The CPU sums a row's squares (and the backward's dot product) in element order, one
+// float32 add after another; a parallel reduction would add them in another order and give
+// other bits. So here too one thread adds each row's sum in order, and the block's other
+// threads then scale the row's elements in parallel: the CPU's bits, at the cost of a
+// serial sum of D terms per row (D is the model width: a few thousand adds).
+//
+// Launch geometry of the forward and backward: one block of GPU_THREADS per token (row);
+// thread 0 computes the row's sum into shared memory, then each thread takes elements
+// i = threadIdx.x, threadIdx.x + blockDim.x, ...
+// dscale: one thread per column, which walks the leaf's tokens in order (the CPU's order).
+#include "gpu/gpu.h"
+#include "gpu/backend.h"
+
+__global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *x, const float *scale,
+                                              size_t scale_stride, int D, float eps, int bf16) {
+    int t = blockIdx.x;
+    const float *xt = x + (size_t)t * D, *sc = scale + (size_t)t * scale_stride;
+    float *ot = out + (size_t)t * D;
+    __shared__ float r;
+    if (threadIdx.x == 0) {
+        float ss = 0.0f;   // mean of squares, float32, in element order
+        for (int i = 0; i < D; i++) ss += xt[i] * xt[i];
+        r = 1.0f / sqrtf(ss / D + eps);
+        rstd[t] = r;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        ot[i] = bf16 ? bf16_round_dev(bf16_round_dev(xt[i] * r) * sc[i]) : (xt[i] * r) * sc[i];   // cast point 3
+}
+
+// dx = r * (g - n * mean(g * n)), n = x * r, g = dy * scale (bf16: g rounded).
+__global__ static void rmsnorm_backward_dx_kernel(float *dx, const float *dout, const float *x, const float *scale,
+                                                  size_t scale_stride, const float *rstd, int D, int bf16) {
+    int t = blockIdx.x;
+    const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D, *sc = scale + (size_t)t * scale_stride;
+    float r = rstd[t];
+    __shared__ float dot;
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < D; i++) {
+            float g = bf16 ? bf16_round_dev(dyt[i] * sc[i]) : dyt[i] * sc[i];
+            s += g * (xt[i] * r);
+        }
+        dot = s / D;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float g = bf16 ? bf16_round_dev(dyt[i] * sc[i]) : dyt[i] * sc[i];
+        dx[(size_t)t * D + i] += r * (g - (xt[i] * r) * dot);
+    }
+}
+
+__global__ static void rmsnorm_dscale_leaf_kernel(float *dscale, const float *dout, const float *x,
+                                                  const float *rstd, long t0, long len, int D, int bf16) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= D) return;
+    float acc = dscale[i];
+    for (long t = t0; t < t0 + len; t++) {
+        float n = x[(size_t)t * D + i] * rstd[t];
+        acc += dout[(size_t)t * D + i] * (bf16 ? bf16_round_dev(n) : n);
+    }
+    dscale[i] = acc;
+}
+
+__global__ static void broadcast_rows_kernel(float *out, const float *row, int T, int D) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < (size_t)T * D) out[k] = row[k % D];
+}
+
+// out (T,D), rstd (T) from x (T,D) and scale + t*scale_stride (D).
+static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
+                            int T, int D, float eps, int bf16) {
+    if (T <= 0) return;
+    rmsnorm_forward_kernel<<<T, GPU_THREADS, 0, gpu_stream()>>>(out, rstd, x, scale, scale_stride, D, eps, bf16);
+    GPU_CHECK_LAUNCH();
+}
+
+// dx (T,D) += the input gradient.
+static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, const float *scale,
+                                size_t scale_stride, const float *rstd, int T, int D, int bf16) {
+    if (T <= 0) return;
+    rmsnorm_backward_dx_kernel<<<T, GPU_THREADS, 0, gpu_stream()>>>(dx, dout, x, scale, scale_stride, rstd, D, bf16);
+    GPU_CHECK_LAUNCH();
+}
+
+// dscale (D) += sum over tokens t0 .. t0+len-1 of dout * n.
+static void rmsnorm_dscale_leaf(float *dscale, const float *dout, const float *x, const float *rstd,
+                                long t0, long len, int D, int bf16) {
+    if (D <= 0 || len <= 0) return;
+    rmsnorm_dscale_leaf_kernel<<<blocks_for((size_t)D, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+        dscale, dout, x, rstd, t0, len, D, bf16);
+    GPU_CHECK_LAUNCH();
+}
+
+// out (T,D): row t = row (D).
+static void broadcast_rows(float *out, const float *row, int T, int D) {
+    size_t n = (size_t)T * D;
+    if (n == 0) return;
+    broadcast_rows_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(out, row, T, D);
+    GPU_CHECK_LAUNCH();
+}
+
+#if GPU_HOST_PASS
+extern "C" const NormKernels norm_cuda = {rmsnorm_forward, rmsnorm_backward_dx, rmsnorm_dscale_leaf, broadcast_rows};
+#endif

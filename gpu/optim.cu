@@ -1,0 +1,272 @@
+// gpu/optim.cu: the optimizer's arithmetic on the GPU (kernels/optim.h), the twin of
+// kernels/cpu/optim.c.
+//
+// Element-wise updates (AdamW, SGD, clipping, EMA, Adafactor's scaling and apply) are the
+// CPU's expressions in the CPU's order, IEEE division and square root, no fused operations:
+// the CPU's bits. AdamW's bias corrections 1 - b^t are computed once on the host with the
+// C library's powf, as the CPU does. The sum of squares is a sum of integers (kernels/optim.h),
+// so the threads add them with atomics in any order and get the CPU's integer exactly.
+// Adafactor's row and column sums are in double and in element order, one thread per sum.
+//
+// Launch geometry: one thread per element, per row sum or per column sum; squares_add one
+// thread per element, adding into three 64-bit device counters.
+#include "gpu/gpu.h"
+#include "gpu/backend.h"
+#include <math.h>
+#include <string.h>
+
+// A tensor's shape passed by value (the header's shape arrays are host arrays): up to 4 dims.
+typedef struct { int d[4]; int ndim; } Shape4;
+
+static Shape4 shape4(const int *shape, int ndim) {
+    if (ndim < 1 || ndim > 4) {
+        fprintf(stderr, "meshmoe: the GPU's Adafactor takes 1 to 4 dims, not %d\n", ndim);
+        exit(1);
+    }
+    Shape4 s;
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < ndim; i++) s.d[i] = shape[i];
+    s.ndim = ndim;
+    return s;
+}
+
+__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float c1,
+                                    float c2, float b1, float b2, float eps, float wd) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float mi = (1.0f - b1) * g[i] + b1 * m[i];
+    float vi = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / c1, vhat = vi / c2;
+    float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
+    u = u + wd * p[i];                      // add_decayed_weights
+    p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
+}
+
+__global__ static void sgd_kernel(float *p, const float *g, size_t n, float lr) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = p[i] + (-lr) * g[i];
+}
+
+__global__ static void clip_kernel(float *g, size_t n, float norm, float threshold) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] = (g[i] / norm) * threshold;   // optax's order of operations
+}
+
+__global__ static void ema_kernel(float *ema, const float *p, size_t n, float d) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ema[i] = d * ema[i] + (1.0f - d) * p[i];
+}
+
+// parts (4): hi, mid, low and the flag, as kernels/cpu/optim.c:squares_add splits each square.
+__global__ static void squares_kernel(unsigned long long *parts, const float *x, size_t n) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) return;
+    double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
+    if (!(sq < 0x1p100)) { atomicOr(&parts[3], 1ull); return; }   // non-finite or absurdly large
+    unsigned long long h = (unsigned long long)(sq * 0x1p-64);
+    unsigned long long r = (unsigned long long)(sq - (double)h * 0x1p64);
+    atomicAdd(&parts[0], h);
+    atomicAdd(&parts[1], r >> 32);
+    atomicAdd(&parts[2], r & 0xffffffffull);
+}
+
+// Element k's leading index, row and column (kernels/cpu/optim.c:element_coords).
+__device__ static void element_coords(size_t k, Shape4 s, int drow, int dcol, size_t *lead, size_t *r, size_t *col) {
+    size_t rest = k, coord[4];
+    for (int d = s.ndim - 1; d >= 0; d--) { coord[d] = rest % (size_t)s.d[d]; rest /= (size_t)s.d[d]; }
+    size_t l = 0;
+    for (int d = 0; d < s.ndim; d++)
+        if (d != drow && d != dcol) l = l * (size_t)s.d[d] + coord[d];
+    *lead = l; *r = coord[drow]; *col = coord[dcol];
+}
+
+// The element at (lead l, row r, column c): the inverse of element_coords.
+__device__ static size_t element_at(Shape4 s, int drow, int dcol, size_t l, size_t r, size_t c) {
+    size_t coord[4];
+    for (int d = s.ndim - 1; d >= 0; d--)
+        if (d == drow) coord[d] = r;
+        else if (d == dcol) coord[d] = c;
+        else { coord[d] = l % (size_t)s.d[d]; l /= (size_t)s.d[d]; }
+    size_t k = 0;
+    for (int d = 0; d < s.ndim; d++) k = k * (size_t)s.d[d] + coord[d];
+    return k;
+}
+
+// One thread per sum: rows j < L*R sum over their columns, then columns over their rows,
+// each in ascending element order (the CPU's order of adds into that sum).
+__global__ static void factored_sums_kernel(double *rs, double *cs, const float *g, Shape4 s, int drow, int dcol,
+                                            size_t L, size_t R, size_t C, float eps) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= L * R + L * C) return;
+    double acc = 0.0;
+    if (j < L * R)
+        for (size_t c = 0; c < C; c++) { float x = g[element_at(s, drow, dcol, j / R, j % R, c)]; acc += x * x + eps; }
+    else
+        for (size_t r = 0; r < R; r++) {
+            size_t jc = j - L * R;
+            float x = g[element_at(s, drow, dcol, jc / C, r, jc % C)];
+            acc += x * x + eps;
+        }
+    if (j < L * R) rs[j] = acc; else cs[j - L * R] = acc;
+}
+
+__global__ static void factored_moments_kernel(float *vrow, float *vcol, const double *rs, const double *cs, size_t L,
+                                               size_t R, size_t C, float decay) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < L * R) vrow[j] = decay * vrow[j] + (1.0f - decay) * (float)(rs[j] / (double)C);
+    else if (j < L * R + L * C) {
+        size_t jc = j - L * R;
+        vcol[jc] = decay * vcol[jc] + (1.0f - decay) * (float)(cs[jc] / (double)R);
+    }
+}
+
+// One thread per leading index l: its row mean (double, in order), then its R row factors.
+__global__ static void row_factors_kernel(float *f, const float *vrow, size_t L, size_t R) {
+    size_t l = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (l >= L) return;
+    double s = 0.0;
+    for (size_t r = 0; r < R; r++) s += vrow[l * R + r];
+    float mean = (float)(s / (double)R);
+    for (size_t r = 0; r < R; r++) f[l * R + r] = 1.0f / sqrtf(vrow[l * R + r] / mean);
+}
+
+__global__ static void col_factors_kernel(float *f, const float *vcol, size_t n) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n) f[j] = 1.0f / sqrtf(vcol[j]);
+}
+
+__global__ static void scale_factored_kernel(float *g, const float *f, size_t k0, size_t n, Shape4 s, int drow,
+                                             int dcol, size_t L, size_t R) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    size_t l, r, col;
+    element_coords(k0 + j, s, drow, dcol, &l, &r, &col);
+    g[j] = g[j] * f[l * R + r] * f[L * R + l * (size_t)s.d[dcol] + col];
+}
+
+__global__ static void scale_full_kernel(float *g, float *v, size_t n, float decay, float eps) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float vj = decay * v[j] + (1.0f - decay) * (g[j] * g[j] + eps);
+    v[j] = vj;
+    g[j] = g[j] * (1.0f / sqrtf(vj));
+}
+
+__global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n, float clip, float lr, float ps) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float u = g[j] / clip;   // clip_by_block_rms
+    u = u * lr;              // scale_by_learning_rate
+    u = u * ps;              // scale_by_param_block_rms
+    p[j] = p[j] - u;         // scale(-1), apply_updates
+}
+
+// p, m, v (n) updated by AdamW at 1-based step t from g (n).
+static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, float b1, float b2,
+                         float eps, float wd) {
+    if (n == 0) return;
+    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);   // on the host, as on the CPU
+    adamw_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, m, v, n, lr, c1, c2, b1, b2, eps,
+                                                                               wd);
+    GPU_CHECK_LAUNCH();
+}
+
+// p (n) += -lr * g (n).
+static void sgd_update(float *p, const float *g, size_t n, float lr) {
+    if (n == 0) return;
+    sgd_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, n, lr);
+    GPU_CHECK_LAUNCH();
+}
+
+// g (n) = g / norm * threshold.
+static void clip_scale(float *g, size_t n, float norm, float threshold) {
+    if (n == 0) return;
+    clip_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(g, n, norm, threshold);
+    GPU_CHECK_LAUNCH();
+}
+
+// ema (n) = decay * ema + (1 - decay) * p (n).
+static void ema_update(float *ema, const float *p, size_t n, float decay) {
+    if (n == 0) return;
+    ema_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(ema, p, n, decay);
+    GPU_CHECK_LAUNCH();
+}
+
+// *sum, *bad (host values) += the squares of x (n) in fixed point. In blocks of 2^27
+// elements, as on the CPU, so that no 64-bit part can overflow (kernels/cpu/optim.c).
+static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
+    const size_t BLOCK = (size_t)1 << 27;
+    unsigned long long *parts, host[4];
+    GPU_CHECK(cudaMalloc(&parts, sizeof host));
+    for (size_t k0 = 0; k0 < n; k0 += BLOCK) {
+        size_t len = n - k0 < BLOCK ? n - k0 : BLOCK;
+        GPU_CHECK(cudaMemsetAsync(parts, 0, sizeof host, gpu_stream()));
+        squares_kernel<<<blocks_for(len, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(parts, x + k0, len);
+        GPU_CHECK_LAUNCH();
+        gpu_download(host, parts, sizeof host);
+        *sum += (fixed128)(((unsigned __int128)host[0] << 64) + ((unsigned __int128)host[1] << 32) + host[2]);
+        *bad |= host[3] != 0;
+    }
+    GPU_CHECK(cudaFree(parts));
+}
+
+// The factored tensor's second moment: vrow (L,R), vcol (L,C) from g; rs (L*R) and cs (L*C)
+// the sums (device scratch, written here).
+static void adafactor_factored_moments(float *vrow, float *vcol, double *rs, double *cs, const float *g,
+                                       const int *shape, int ndim, int drow, int dcol, float decay, float eps) {
+    Shape4 s = shape4(shape, ndim);
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    size_t R = (size_t)shape[drow], C = (size_t)shape[dcol], L = n / (R * C), sums = L * R + L * C;
+    factored_sums_kernel<<<blocks_for(sums, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(rs, cs, g, s, drow, dcol, L,
+                                                                                          R, C, eps);
+    GPU_CHECK_LAUNCH();
+    factored_moments_kernel<<<blocks_for(sums, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(vrow, vcol, rs, cs, L, R,
+                                                                                             C, decay);
+    GPU_CHECK_LAUNCH();
+}
+
+// f (L*R + L*C): the row factors, then the column factors.
+static void adafactor_factors(float *f, const float *vrow, const float *vcol, size_t L, size_t R, size_t C) {
+    if (L == 0) return;
+    row_factors_kernel<<<blocks_for(L, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(f, vrow, L, R);
+    GPU_CHECK_LAUNCH();
+    col_factors_kernel<<<blocks_for(L * C, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(f + L * R, vcol, L * C);
+    GPU_CHECK_LAUNCH();
+}
+
+// g (n) *= its element's row and column factors; g[j] is element k0 + j.
+static void adafactor_scale_factored(float *g, const float *f, size_t k0, size_t n, const int *shape, int ndim,
+                                     int drow, int dcol) {
+    if (n == 0) return;
+    Shape4 s = shape4(shape, ndim);
+    size_t size = 1;
+    for (int d = 0; d < ndim; d++) size *= (size_t)shape[d];
+    size_t R = (size_t)shape[drow], C = (size_t)shape[dcol], L = size / (R * C);
+    scale_factored_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(g, f, k0, n, s, drow, dcol, L,
+                                                                                        R);
+    GPU_CHECK_LAUNCH();
+}
+
+// v (n) = decay * v + (1-decay) * (g^2 + eps); g (n) /= sqrt(v).
+static void adafactor_scale_full(float *g, float *v, size_t n, float decay, float eps) {
+    if (n == 0) return;
+    scale_full_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(g, v, n, decay, eps);
+    GPU_CHECK_LAUNCH();
+}
+
+// p (n) -= g / clip * lr * param_scale.
+static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float param_scale) {
+    if (n == 0) return;
+    adafactor_apply_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, n, clip, lr,
+                                                                                         param_scale);
+    GPU_CHECK_LAUNCH();
+}
+
+#if GPU_HOST_PASS
+extern "C" const OptimKernels optim_cuda = {adamw_update, sgd_update, clip_scale, ema_update, squares_add,
+                                            adafactor_factored_moments, adafactor_factors, adafactor_scale_factored,
+                                            adafactor_scale_full, adafactor_apply};
+#endif

@@ -1,0 +1,270 @@
+// tests/conformance_attention.c: the conformance test (tests/conformance.h) of the attention
+// kernels. The expected values: in the GPU build the CPU backend's; in the CPU build plain
+// loops for the dot-product softmax and its backward (below), and for the blocked (flash)
+// and ring kernels, whose online merge the loops here do not repeat, the CPU's per-row
+// definition attention_cpu_plain (kernels/cpu/attention.c) against the tiled kernels that
+// backend_cpu runs.
+#include "tests/conformance.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { int B, S, q0, N, Nkv, Dqk, Dv, P; AttnRounding rnd; } Shape;
+
+// Tolerances against the CPU in ulps of an array's largest element (tests/conformance.h:
+// scale_tol): the output, a sum of p_j v_j, and the gradients, sums of such terms.
+enum { ATTN_OUT_ULPS = 16, ATTN_GRAD_ULPS = 32 };
+
+static float rnd_if(int on, float x) { return on ? bf16_round(x) : x; }
+static float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+static size_t key_row(const Shape *A, int b, int j) { return ((size_t)(j / A->S) * A->B + b) * A->S + j % A->S; }
+
+// The softmax of each row over its keys 0 .. q0+i: max, exponentials and their sum in key
+// order, o = (sum_j e_j v_j) / l.
+static void ref_dot_forward(float *o, float *stats, const float *q, const float *k, const float *v, const Shape *A) {
+    int group = A->N / A->Nkv;
+    for (int b = 0; b < A->B; b++)
+        for (int h = 0; h < A->N; h++)
+            for (int i = 0; i < A->S; i++) {
+                int g = h / group, nj = A->q0 + i + 1;
+                const float *qi = q + (((size_t)b * A->S + i) * A->N + h) * A->Dqk;
+                float *oi = o + (((size_t)b * A->S + i) * A->N + h) * A->Dv, e[64], m = ATTN_MASK_VALUE, l = 0.0f;
+                for (int j = 0; j < nj; j++) {
+                    e[j] = rnd_if(A->rnd.scores, dot(qi, k + (key_row(A, b, j) * A->Nkv + g) * A->Dqk, A->Dqk));
+                    if (e[j] > m) m = e[j];
+                }
+                for (int d = 0; d < A->Dv; d++) oi[d] = 0.0f;
+                for (int j = 0; j < nj; j++) {
+                    e[j] = rnd_if(A->rnd.probs, expf(e[j] - m));
+                    l += e[j];
+                    for (int d = 0; d < A->Dv; d++) oi[d] += e[j] * v[(key_row(A, b, j) * A->Nkv + g) * A->Dv + d];
+                }
+                for (int d = 0; d < A->Dv; d++)
+                    oi[d] = rnd_if(A->rnd.out, rnd_if(A->rnd.probs, oi[d]) / l);
+                stats[(((size_t)b * A->N + h) * A->S + i) * 2] = m;
+                stats[(((size_t)b * A->N + h) * A->S + i) * 2 + 1] = l;
+            }
+}
+
+// Rows r0 .. r1-1, per (sequence, kv head) its heads and rows in order, per row its keys in
+// order: dv_j += p dO_i, dq_i += dS k_j, dk_j += dS q_i.
+static void ref_dot_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                             const float *v, const float *o, const float *stats, const Shape *A, int r0, int r1) {
+    int group = A->N / A->Nkv;
+    for (int b = 0; b < A->B; b++)
+        for (int g = 0; g < A->Nkv; g++)
+            for (int h = g * group; h < (g + 1) * group; h++)
+                for (int i = r0; i < r1; i++) {
+                    size_t row = ((size_t)b * A->S + i) * A->N + h;
+                    const float *qi = q + row * A->Dqk, *doi = dout + row * A->Dv;
+                    const float *st = stats + (((size_t)b * A->N + h) * A->S + i) * 2;
+                    float Di = dot(doi, o + row * A->Dv, A->Dv), *dqi = dq + row * A->Dqk;
+                    for (int d = 0; d < A->Dqk; d++) dqi[d] = 0.0f;
+                    for (int j = 0; j <= A->q0 + i; j++) {
+                        size_t kr = key_row(A, b, j) * A->Nkv + g;
+                        float s = rnd_if(A->rnd.scores, dot(qi, k + kr * A->Dqk, A->Dqk));
+                        float p = rnd_if(A->rnd.probs, expf(s - st[0])) / st[1];
+                        float ds = p * (dot(doi, v + kr * A->Dv, A->Dv) - Di);
+                        for (int d = 0; d < A->Dv; d++) dv[kr * A->Dv + d] += p * doi[d];
+                        for (int d = 0; d < A->Dqk; d++) dqi[d] += ds * k[kr * A->Dqk + d];
+                        for (int d = 0; d < A->Dqk; d++) dk[kr * A->Dqk + d] += ds * qi[d];
+                    }
+                }
+}
+
+// The expected forward: the oracle's, or (CPU build) the plain loops for the dot product
+// and attention_cpu_plain for flash.
+static void want_forward(int flash, float *o, float *stats, const float *q, const float *k, const float *v,
+                         const Shape *A, int bq, int bkv) {
+    const AttentionKernels *plain = ORACLE ? ORACLE->attention : &attention_cpu_plain;
+    float *scratch = malloc(sizeof(float) * A->B * A->N * (A->q0 + A->S));
+    if (flash) plain->flash_forward(o, stats, scratch, q, k, v, NULL, A->B, A->S, A->q0, A->N, A->Nkv, A->Dqk, A->Dv,
+                                    A->rnd, bq, bkv);
+    else if (ORACLE) ORACLE->attention->dot_forward(o, stats, scratch, q, k, v, NULL, A->B, A->S, A->q0, A->N, A->Nkv,
+                                                    A->Dqk, A->Dv, A->rnd);
+    else ref_dot_forward(o, stats, q, k, v, A);
+    free(scratch);
+}
+
+// dot_forward, dot_backward_rows, flash_forward, flash_backward_rows on one shape.
+static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
+    size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
+    float *q = rand_floats(nq * A.Dqk, -1, 1), *k = rand_floats(nk * A.Dqk, -1, 1), *v = rand_floats(nk * A.Dv, -1, 1);
+    float *dout = rand_floats(nq * A.Dv, -1, 1), *dk0 = rand_floats(nk * A.Dqk, -1, 1);
+    float *dv0 = rand_floats(nk * A.Dv, -1, 1);
+    char shape[128];
+    snprintf(shape, sizeof shape, "B=%d S=%d q0=%d N=%d Nkv=%d Dqk=%d Dv=%d rounding=%d%d%d rows %d..%d bq=%d bkv=%d",
+             A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd.scores, A.rnd.probs, A.rnd.out, r0, r1, bq, bkv);
+    float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_k = dev_copy(k, sizeof(float) * nk * A.Dqk);
+    float *d_v = dev_copy(v, sizeof(float) * nk * A.Dv), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
+    float *d_scratch = dev_alloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2);
+    for (int flash = 0; flash < 2; flash++) {
+        const char *fwd = flash ? "flash_forward" : "dot_forward";
+        const char *bwd = flash ? "flash_backward_rows" : "dot_backward_rows";
+        float *o = malloc(sizeof(float) * nq * A.Dv), *stats = malloc(sizeof(float) * ns);
+        want_forward(flash, o, stats, q, k, v, &A, bq, bkv);
+        float *d_o = dev_poisoned(sizeof(float) * nq * A.Dv), *d_stats = dev_poisoned(sizeof(float) * ns);
+        const AttentionKernels *u = UNDER_TEST->attention;
+        if (flash)
+            u->flash_forward(d_o, d_stats, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv,
+                             A.rnd, bq, bkv);
+        else
+            u->dot_forward(d_o, d_stats, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv,
+                           A.rnd);
+        // exp in l and o: a few ulp; bf16 outputs one bf16 step
+        // o = sum_j p_j v_j with v of both signs can be much smaller than its terms: a few ulp
+        // of the largest o besides a few of each element (ATTN_OUT_ULPS)
+        check_dev_floats(fwd, shape, o, d_o, nq * A.Dv, bf16_tol(A.rnd.out, EXP_ULPS),
+                         scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS));
+        char stats_name[64];
+        snprintf(stats_name, sizeof stats_name, "%s stats (m, l)", fwd);
+        check_dev_floats(stats_name, shape, stats, d_stats, ns, tol(EXP_ULPS), 0);
+        // The backward from the expected o and stats (rows outside r0 .. r1-1 stay poisoned).
+        float *dq = malloc(sizeof(float) * nq * A.Dqk), *dk = copy_of(dk0, sizeof(float) * nk * A.Dqk);
+        float *dv = copy_of(dv0, sizeof(float) * nk * A.Dv);
+        memset(dq, 0xff, sizeof(float) * nq * A.Dqk);
+        float *Dblk = malloc(sizeof(float) * A.B * A.Nkv * bq);   // the CPU's scratch for D_i
+        if (ORACLE && flash)
+            ORACLE->attention->flash_backward_rows(dq, dk, dv, Dblk, dout, q, k, v, o, stats, NULL, A.B, A.S, A.q0, r0,
+                                                   r1, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd, bq, bkv);
+        else if (ORACLE) ORACLE->attention->dot_backward_rows(dq, dk, dv, dout, q, k, v, o, stats, NULL, A.B, A.S, A.q0,
+                                                              r0, r1, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+        else ref_dot_backward(dq, dk, dv, dout, q, k, v, o, stats, &A, r0, r1);
+        float *d_o_want = dev_copy(o, sizeof(float) * nq * A.Dv), *d_st_want = dev_copy(stats, sizeof(float) * ns);
+        float *d_dq = dev_poisoned(sizeof(float) * nq * A.Dqk), *d_dk = dev_copy(dk0, sizeof(float) * nk * A.Dqk);
+        float *d_dv = dev_copy(dv0, sizeof(float) * nk * A.Dv);
+        if (flash)
+            u->flash_backward_rows(d_dq, d_dk, d_dv, d_scratch, d_dout, d_q, d_k, d_v, d_o_want, d_st_want, NULL, A.B,
+                                   A.S, A.q0, r0, r1, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd, bq, bkv);
+        else
+            u->dot_backward_rows(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_o_want, d_st_want, NULL, A.B, A.S, A.q0, r0,
+                                 r1, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+        // Each dq, dk, dv element adds up to 13 keys' or 2 x 9 rows' terms p (dO.v - D) x, p
+        // through expf (a few ulp apart), and dO.v - D can cancel: ATTN_GRAD_ULPS ulps of the
+        // array's largest element bounds the differences that this leaves.
+        char name[64];
+        snprintf(name, sizeof name, "%s dq", bwd);
+        check_dev_floats(name, shape, dq, d_dq, nq * A.Dqk, tol(EXP_ULPS), scale_tol(dq, nq * A.Dqk, ATTN_GRAD_ULPS));
+        snprintf(name, sizeof name, "%s dk", bwd);
+        check_dev_floats(name, shape, dk, d_dk, nk * A.Dqk, tol(EXP_ULPS), scale_tol(dk, nk * A.Dqk, ATTN_GRAD_ULPS));
+        snprintf(name, sizeof name, "%s dv", bwd);
+        check_dev_floats(name, shape, dv, d_dv, nk * A.Dv, tol(EXP_ULPS), scale_tol(dv, nk * A.Dv, ATTN_GRAD_ULPS));
+        free(o); free(stats); free(dq); free(dk); free(dv); free(Dblk);
+        dev_free(d_o); dev_free(d_stats); dev_free(d_o_want); dev_free(d_st_want); dev_free(d_dq); dev_free(d_dk);
+        dev_free(d_dv);
+    }
+    free(q); free(k); free(v); free(dout); free(dk0); free(dv0);
+    dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_scratch);
+}
+
+// Two ring blocks (keys at 0 .. S-1, then the diagonal block S .. 2S-1) for queries at
+// positions S .. 2S-1: begin, merge both, end; then each block's backward. The oracle, or
+// (CPU build) the per-row definition against the tiles.
+static void test_ring(Shape A) {
+    const AttentionKernels *want_k = ORACLE ? ORACLE->attention : &attention_cpu_plain, *u = UNDER_TEST->attention;
+    size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
+    float *q = rand_floats(nq * A.Dqk, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1);
+    float *kb[2], *vb[2], *d_kb[2], *d_vb[2];
+    float *o = calloc(nq * A.Dv, sizeof(float)), *stats = malloc(sizeof(float) * ns);
+    float *rows = malloc(sizeof(float) * ns), *dq = calloc(nq * A.Dqk, sizeof(float));
+    float *dkb = calloc(nk * A.Dqk, sizeof(float)), *dvb = calloc(nk * A.Dv, sizeof(float));
+    float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
+    float *d_o = dev_copy(o, sizeof(float) * nq * A.Dv), *d_stats = dev_poisoned(sizeof(float) * ns);
+    float *d_rows = dev_alloc(sizeof(float) * ns), *d_dq = dev_copy(dq, sizeof(float) * nq * A.Dqk);
+    float *d_dkb = dev_copy(dkb, sizeof(float) * nk * A.Dqk), *d_dvb = dev_copy(dvb, sizeof(float) * nk * A.Dv);
+    int q0 = A.S;
+    want_k->ring_begin(stats, A.B, A.S, A.N);
+    u->ring_begin(d_stats, A.B, A.S, A.N);
+    for (int blk = 0; blk < 2; blk++) {
+        kb[blk] = rand_floats(nk * A.Dqk, -1, 1);
+        vb[blk] = rand_floats(nk * A.Dv, -1, 1);
+        d_kb[blk] = dev_copy(kb[blk], sizeof(float) * nk * A.Dqk);
+        d_vb[blk] = dev_copy(vb[blk], sizeof(float) * nk * A.Dv);
+        want_k->ring_block_forward(o, stats, rows, q, kb[blk], vb[blk], NULL, A.B, A.S, q0, blk * A.S, A.N, A.Nkv,
+                                   A.Dqk, A.Dv, A.rnd);
+        u->ring_block_forward(d_o, d_stats, d_rows, d_q, d_kb[blk], d_vb[blk], NULL, A.B, A.S, q0, blk * A.S, A.N,
+                              A.Nkv, A.Dqk, A.Dv, A.rnd);
+    }
+    want_k->ring_end(o, stats, A.B, A.S, A.N, A.Dv, A.rnd);
+    u->ring_end(d_o, d_stats, A.B, A.S, A.N, A.Dv, A.rnd);
+    const char *shape = "two blocks of S=6, B=2 N=4 Nkv=2 Dqk=8 Dv=6";
+    check_dev_floats("ring_begin/block_forward/end o", shape, o, d_o, nq * A.Dv, bf16_tol(A.rnd.out, EXP_ULPS),
+                     scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS));
+    check_dev_floats("ring_block_forward stats", shape, stats, d_stats, ns, tol(EXP_ULPS), 0);
+    float *d_o_want = dev_copy(o, sizeof(float) * nq * A.Dv), *d_st_want = dev_copy(stats, sizeof(float) * ns);
+    for (int blk = 0; blk < 2; blk++) {   // dq accumulates over the blocks; each block's dkb, dvb from zero
+        memset(dkb, 0, sizeof(float) * nk * A.Dqk);
+        memset(dvb, 0, sizeof(float) * nk * A.Dv);
+        dev_upload(d_dkb, dkb, sizeof(float) * nk * A.Dqk);
+        dev_upload(d_dvb, dvb, sizeof(float) * nk * A.Dv);
+        want_k->ring_block_backward(dq, dkb, dvb, dout, q, kb[blk], vb[blk], o, stats, NULL, A.B, A.S, q0, blk * A.S,
+                                    A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+        u->ring_block_backward(d_dq, d_dkb, d_dvb, d_dout, d_q, d_kb[blk], d_vb[blk], d_o_want, d_st_want, NULL, A.B,
+                               A.S, q0, blk * A.S, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+        check_dev_floats("ring_block_backward dkb", blk ? "diagonal block" : "block 0", dkb, d_dkb, nk * A.Dqk,
+                         tol(EXP_ULPS), scale_tol(dkb, nk * A.Dqk, ATTN_GRAD_ULPS));
+        check_dev_floats("ring_block_backward dvb", blk ? "diagonal block" : "block 0", dvb, d_dvb, nk * A.Dv,
+                         tol(EXP_ULPS), scale_tol(dvb, nk * A.Dv, ATTN_GRAD_ULPS));
+    }
+    check_dev_floats("ring_block_backward dq", "both blocks", dq, d_dq, nq * A.Dqk, tol(EXP_ULPS),
+                     scale_tol(dq, nq * A.Dqk, ATTN_GRAD_ULPS));
+    for (int blk = 0; blk < 2; blk++) { free(kb[blk]); free(vb[blk]); dev_free(d_kb[blk]); dev_free(d_vb[blk]); }
+    free(q); free(dout); free(o); free(stats); free(rows); free(dq); free(dkb); free(dvb);
+    dev_free(d_q); dev_free(d_dout); dev_free(d_o); dev_free(d_stats); dev_free(d_rows); dev_free(d_dq);
+    dev_free(d_dkb); dev_free(d_dvb); dev_free(d_o_want); dev_free(d_st_want);
+}
+
+// The materialised causal mask, the dot product through it, and the autotuner's fill.
+static void test_mask_and_fill(Shape A) {
+    const AttentionKernels *want_k = ORACLE ? ORACLE->attention : &attention_cpu_plain, *u = UNDER_TEST->attention;
+    int W = A.q0 + A.S;
+    size_t nm = (size_t)A.B * A.S * W, nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv;
+    size_t ns = (size_t)A.B * A.N * A.S * 2;
+    unsigned char *mask = malloc(nm);
+    for (int b = 0; b < A.B; b++)   // the plain definition: key j visible from query position q0 + i
+        for (int i = 0; i < A.S; i++)
+            for (int j = 0; j < W; j++) mask[((size_t)b * A.S + i) * W + j] = j <= A.q0 + i;
+    unsigned char *d_mask = dev_poisoned(nm);
+    u->causal_mask(d_mask, A.B, A.S, A.q0);
+    unsigned char *got = dev_fetch(d_mask, nm);
+    check(!memcmp(got, mask, nm), "causal_mask B=%d S=%d q0=%d: the bytes differ", A.B, A.S, A.q0);
+    float *q = rand_floats(nq * A.Dqk, -1, 1), *k = rand_floats(nk * A.Dqk, -1, 1), *v = rand_floats(nk * A.Dv, -1, 1);
+    float *o = malloc(sizeof(float) * nq * A.Dv), *stats = malloc(sizeof(float) * ns);
+    float *rows = malloc(sizeof(float) * A.B * A.N * W);
+    mask[0] = 0;   // a mask decides on its own: hide key 0 from the first row of sequence 0
+    dev_upload(d_mask, mask, nm);
+    want_k->dot_forward(o, stats, rows, q, k, v, mask, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+    float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_k = dev_copy(k, sizeof(float) * nk * A.Dqk);
+    float *d_v = dev_copy(v, sizeof(float) * nk * A.Dv), *d_o = dev_poisoned(sizeof(float) * nq * A.Dv);
+    float *d_stats = dev_poisoned(sizeof(float) * ns), *d_rows = dev_alloc(sizeof(float) * A.B * A.N * W);
+    u->dot_forward(d_o, d_stats, d_rows, d_q, d_k, d_v, d_mask, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+    check_dev_floats("dot_forward with a mask", "B=2 S=9 q0=4, key 0 hidden from row 0", o, d_o, nq * A.Dv,
+                     tol(EXP_ULPS), scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS));
+    float fill[1000], *d_fill = dev_poisoned(sizeof fill);
+    uint32_t r = 12345u;
+    for (int i = 0; i < 1000; i++) { r = r * 1664525u + 1013904223u; fill[i] = (r >> 8) / 8388608.0f - 1.0f; }
+    u->uniform_fill(d_fill, 1000, 12345u);
+    check_dev_floats("uniform_fill", "n=1000 seed 12345", fill, d_fill, 1000, 0, 0);
+    free(mask); free(got); free(q); free(k); free(v); free(o); free(stats); free(rows);
+    dev_free(d_mask); dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_o); dev_free(d_stats); dev_free(d_rows);
+    dev_free(d_fill);
+}
+
+void test_attention(void) {
+    AttnRounding none = {0, 0, 0}, all = {1, 1, 1};
+    Shape A = {2, 9, 4, 4, 2, 8, 6, 2, none};   // k, v hold P = 2 parts of S positions, q0 + S = 13 of them
+    test_attention_case(A, 2, 7, 4, 5);
+    A.rnd = all;
+    test_attention_case(A, 0, 9, 3, 4);
+    Shape R = {2, 6, 0, 4, 2, 8, 6, 1, none};
+    test_ring(R);
+    R.rnd = all;
+    test_ring(R);
+    A.rnd = none;
+    test_mask_and_fill(A);
+}

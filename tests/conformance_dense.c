@@ -1,0 +1,422 @@
+// tests/conformance_dense.c: the conformance tests (tests/conformance.h) of the matrix
+// products, RMSNorm, RoPE, the embedding, MLA's data movement, SwiGLU, the bf16 casts and
+// the array sums.
+#include "tests/conformance.h"
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef MESHMOE_CONFORMANCE_GPU
+#include "gpu/backend.h"
+#endif
+
+// ---------------------------------------------------------------- matmul
+// The contract (kernels/cpu/gemm.h): each element one in-order FMA chain over k from 0,
+// then + C's old value when accumulating.
+static void ref_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int acc,
+                     float *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float c = 0.0f;
+            for (int k = 0; k < K; k++)
+                c = fmaf(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k],
+                         tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j], c);
+            C[(size_t)i * ldc + j] = acc ? C[(size_t)i * ldc + j] + c : c;
+        }
+}
+
+// C (M,N) with padded strides, every transposition, with and without accumulate; then the
+// same product split in two row blocks must give the same bits (the row-split contract).
+static void test_gemm_case(int ta, int tb, int M, int N, int K, int acc) {
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    size_t nA = (size_t)(ta ? K : M) * lda, nB = (size_t)(tb ? N : K) * ldb, nC = (size_t)M * ldc;
+    float *A = rand_floats(nA, -1, 1), *B = rand_floats(nB, -1, 1), *C0 = rand_floats(nC, -1, 1);
+    if (!acc) memset(C0, 0xff, sizeof(float) * nC);   // poisoned: every element must be written
+    float *want = copy_of(C0, sizeof(float) * nC);
+    if (ORACLE) ORACLE->matmul->gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, want, ldc);
+    else ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, acc, want, ldc);
+    float *dA = dev_copy(A, sizeof(float) * nA), *dB = dev_copy(B, sizeof(float) * nB);
+    float *dC = dev_copy(C0, sizeof(float) * nC), *dC2 = dev_copy(C0, sizeof(float) * nC);
+    UNDER_TEST->matmul->gemm(ta, tb, M, N, K, dA, lda, dB, ldb, acc, dC, ldc);
+    char shape[96];
+    snprintf(shape, sizeof shape, "transA=%d transB=%d M=%d N=%d K=%d acc=%d", ta, tb, M, N, K, acc);
+    check_dev_floats("gemm", shape, want, dC, nC, 0, 0);
+    int m1 = M / 3;   // rows [0, m1) and [m1, M) in two calls
+    UNDER_TEST->matmul->gemm(ta, tb, m1, N, K, dA, lda, dB, ldb, acc, dC2, ldc);
+    UNDER_TEST->matmul->gemm(ta, tb, M - m1, N, K, ta ? dA + m1 : dA + (size_t)m1 * lda, lda, dB, ldb, acc,
+                             dC2 + (size_t)m1 * ldc, ldc);
+    check_dev_floats("gemm split rows", shape, want, dC2, nC, 0, 0);
+    free(A); free(B); free(C0); free(want);
+    dev_free(dA); dev_free(dB); dev_free(dC); dev_free(dC2);
+}
+
+// The three layer-facing products against the same contract.
+static void test_matmul_wrappers(int T, int C, int OC) {
+    float *inp = rand_floats((size_t)T * C, -1, 1), *w = rand_floats((size_t)C * OC, -1, 1);
+    float *dout = rand_floats((size_t)T * OC, -1, 1), *dinp0 = rand_floats((size_t)T * C, -1, 1);
+    float *out = malloc(sizeof(float) * T * OC), *dinp = copy_of(dinp0, sizeof(float) * T * C);
+    float *dw = malloc(sizeof(float) * C * OC);
+    ref_gemm(0, 0, T, OC, C, inp, C, w, OC, 0, out, OC);
+    ref_gemm(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);
+    ref_gemm(1, 0, C, OC, T, inp, C, dout, OC, 0, dw, OC);
+    float *d_inp = dev_copy(inp, sizeof(float) * T * C), *d_w = dev_copy(w, sizeof(float) * C * OC);
+    float *d_dout = dev_copy(dout, sizeof(float) * T * OC), *d_out = dev_poisoned(sizeof(float) * T * OC);
+    float *d_dinp = dev_copy(dinp0, sizeof(float) * T * C), *d_dw = dev_poisoned(sizeof(float) * C * OC);
+    UNDER_TEST->matmul->matmul_forward(d_out, d_inp, d_w, T, C, OC, 0);
+    UNDER_TEST->matmul->matmul_backward_dinp(d_dinp, d_dout, d_w, T, C, OC);
+    UNDER_TEST->matmul->matmul_backward_dw(d_dw, d_inp, d_dout, T, C, OC);
+    char shape[64];
+    snprintf(shape, sizeof shape, "T=%d C=%d OC=%d", T, C, OC);
+    check_dev_floats("matmul_forward", shape, out, d_out, (size_t)T * OC, 0, 0);
+    check_dev_floats("matmul_backward_dinp", shape, dinp, d_dinp, (size_t)T * C, 0, 0);
+    check_dev_floats("matmul_backward_dw", shape, dw, d_dw, (size_t)C * OC, 0, 0);
+    free(inp); free(w); free(dout); free(dinp0); free(out); free(dinp); free(dw);
+    dev_free(d_inp); dev_free(d_w); dev_free(d_dout); dev_free(d_out); dev_free(d_dinp); dev_free(d_dw);
+}
+
+#ifdef MESHMOE_CONFORMANCE_GPU
+// cuBLAS (gpu_matmul_use_cublas) keeps no order: against the ordered product it is checked
+// with the classic error bound of a dot product of K terms, |got - want| <= 2 K u sum_k
+// |a_ik b_kj| (u = 2^-24: each of the two results within K u of the exact sum).
+static void test_gemm_cublas(int ta, int tb, int M, int N, int K) {
+    const char *why;
+    if (!gpu_matmul_use_cublas(1, &why)) { printf("  gemm cublas: SKIPPED (%s)\n", why); return; }
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    float *A = rand_floats((size_t)M * K, -1, 1), *B = rand_floats((size_t)K * N, -1, 1);
+    float *want = malloc(sizeof(float) * M * N), *bound = malloc(sizeof(float) * M * N);
+    ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, 0, want, N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += fabs((double)(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                          (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]));
+            bound[(size_t)i * N + j] = (float)(2.0 * K * 0x1p-24 * s);
+        }
+    float *dA = dev_copy(A, sizeof(float) * M * K), *dB = dev_copy(B, sizeof(float) * K * N);
+    float *dC = dev_poisoned(sizeof(float) * M * N);
+    UNDER_TEST->matmul->gemm(ta, tb, M, N, K, dA, lda, dB, ldb, 0, dC, N);
+    float *got = dev_fetch(dC, sizeof(float) * M * N);
+    gpu_matmul_use_cublas(0, &why);   // back to the ordered GEMM (and cuBLAS's handle freed)
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
+    check(bad == 0, "gemm cublas transA=%d transB=%d M=%d N=%d K=%d: %zu differ beyond the bound; first at [%zu]: "
+          "want %.9g got %.9g bound %.3g", ta, tb, M, N, K, bad, first, want[first], got[first], bound[first]);
+    free(A); free(B); free(want); free(bound); free(got);
+    dev_free(dA); dev_free(dB); dev_free(dC);
+}
+#endif
+
+void test_matmul(void) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            test_gemm_case(ta, tb, 37, 45, 70, 0);
+            test_gemm_case(ta, tb, 16, 16, 16, 1);
+        }
+    test_gemm_case(0, 0, 100, 33, 1, 1);   // K = 1: one fma
+    test_gemm_case(0, 1, 5, 130, 300, 1);
+    test_matmul_wrappers(24, 40, 56);
+#ifdef MESHMOE_CONFORMANCE_GPU
+    test_gemm_cublas(0, 0, 64, 96, 200);
+    test_gemm_cublas(1, 1, 33, 17, 75);
+#endif
+}
+
+// ---------------------------------------------------------------- norm
+static void ref_rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t ss, int T, int D,
+                                float eps, int bf16) {
+    for (int t = 0; t < T; t++) {
+        float sum = 0.0f;
+        for (int i = 0; i < D; i++) sum += x[(size_t)t * D + i] * x[(size_t)t * D + i];
+        float r = 1.0f / sqrtf(sum / D + eps);
+        rstd[t] = r;
+        for (int i = 0; i < D; i++) {
+            float n = x[(size_t)t * D + i] * r, sc = scale[t * ss + i];
+            out[(size_t)t * D + i] = bf16 ? bf16_round(bf16_round(n) * sc) : n * sc;
+        }
+    }
+}
+
+static void ref_rmsnorm_backward_dx(float *dx, const float *dout, const float *x, const float *scale, size_t ss,
+                                    const float *rstd, int T, int D, int bf16) {
+    for (int t = 0; t < T; t++) {
+        float r = rstd[t], dot = 0.0f;
+        for (int i = 0; i < D; i++) {
+            float g = dout[(size_t)t * D + i] * scale[t * ss + i];
+            dot += (bf16 ? bf16_round(g) : g) * (x[(size_t)t * D + i] * r);
+        }
+        dot /= D;
+        for (int i = 0; i < D; i++) {
+            float g = dout[(size_t)t * D + i] * scale[t * ss + i];
+            g = bf16 ? bf16_round(g) : g;
+            dx[(size_t)t * D + i] += r * (g - (x[(size_t)t * D + i] * r) * dot);
+        }
+    }
+}
+
+static void test_norm_case(int T, int D, int per_token_scale, int bf16) {
+    size_t n = (size_t)T * D, ss = per_token_scale ? (size_t)D : 0;
+    float *x = rand_floats(n, -2, 2), *scale = rand_floats(per_token_scale ? n : (size_t)D, 0.5f, 1.5f);
+    float *dout = rand_floats(n, -1, 1), *dx0 = rand_floats(n, -1, 1), *ds0 = rand_floats(D, -1, 1);
+    float *out = malloc(sizeof(float) * n), *rstd = malloc(sizeof(float) * T);
+    float *dx = copy_of(dx0, sizeof(float) * n), *ds = copy_of(ds0, sizeof(float) * D), *bc = malloc(sizeof(float) * n);
+    long t0 = T / 4, len = T / 2;
+    if (ORACLE) {
+        ORACLE->norm->rmsnorm_forward(out, rstd, x, scale, ss, T, D, 1e-6f, bf16);
+        ORACLE->norm->rmsnorm_backward_dx(dx, dout, x, scale, ss, rstd, T, D, bf16);
+        ORACLE->norm->rmsnorm_dscale_leaf(ds, dout, x, rstd, t0, len, D, bf16);
+        ORACLE->norm->broadcast_rows(bc, scale, T, D);
+    } else {
+        ref_rmsnorm_forward(out, rstd, x, scale, ss, T, D, 1e-6f, bf16);
+        ref_rmsnorm_backward_dx(dx, dout, x, scale, ss, rstd, T, D, bf16);
+        for (long t = t0; t < t0 + len; t++)
+            for (int i = 0; i < D; i++) {
+                float nv = x[(size_t)t * D + i] * rstd[t];
+                ds[i] += dout[(size_t)t * D + i] * (bf16 ? bf16_round(nv) : nv);
+            }
+        for (size_t k = 0; k < n; k++) bc[k] = scale[k % D];
+    }
+    float *d_x = dev_copy(x, sizeof(float) * n), *d_scale = dev_copy(scale, sizeof(float) * (ss ? n : (size_t)D));
+    float *d_dout = dev_copy(dout, sizeof(float) * n), *d_out = dev_poisoned(sizeof(float) * n);
+    float *d_rstd = dev_poisoned(sizeof(float) * T), *d_dx = dev_copy(dx0, sizeof(float) * n);
+    float *d_ds = dev_copy(ds0, sizeof(float) * D), *d_bc = dev_poisoned(sizeof(float) * n);
+    UNDER_TEST->norm->rmsnorm_forward(d_out, d_rstd, d_x, d_scale, ss, T, D, 1e-6f, bf16);
+    char shape[64];
+    snprintf(shape, sizeof shape, "T=%d D=%d scale_stride=%zu bf16=%d", T, D, ss, bf16);
+    check_dev_floats("rmsnorm_forward out", shape, out, d_out, n, 0, 0);
+    check_dev_floats("rmsnorm_forward rstd", shape, rstd, d_rstd, T, 0, 0);
+    float *d_rstd_cpu = dev_copy(rstd, sizeof(float) * T);   // the backward from the same rstd
+    UNDER_TEST->norm->rmsnorm_backward_dx(d_dx, d_dout, d_x, d_scale, ss, d_rstd_cpu, T, D, bf16);
+    UNDER_TEST->norm->rmsnorm_dscale_leaf(d_ds, d_dout, d_x, d_rstd_cpu, t0, len, D, bf16);
+    UNDER_TEST->norm->broadcast_rows(d_bc, d_scale, T, D);
+    check_dev_floats("rmsnorm_backward_dx", shape, dx, d_dx, n, 0, 0);
+    check_dev_floats("rmsnorm_dscale_leaf", shape, ds, d_ds, D, 0, 0);
+    check_dev_floats("broadcast_rows", shape, bc, d_bc, n, 0, 0);
+    free(x); free(scale); free(dout); free(dx0); free(ds0); free(out); free(rstd); free(dx); free(ds); free(bc);
+    dev_free(d_x); dev_free(d_scale); dev_free(d_dout); dev_free(d_out); dev_free(d_rstd); dev_free(d_dx);
+    dev_free(d_ds); dev_free(d_bc); dev_free(d_rstd_cpu);
+}
+
+void test_norm(void) {
+    test_norm_case(9, 300, 0, 0);
+    test_norm_case(9, 300, 0, 1);
+    test_norm_case(5, 64, 1, 0);
+    test_norm_case(5, 64, 1, 1);
+}
+
+// ---------------------------------------------------------------- rope
+static void test_rope_case(int B, int S, int H, int stride, int Dr, int pos0, int bf16) {
+    int half = Dr / 2;
+    size_t nt = (size_t)S * half, nx = (size_t)B * S * H * stride;
+    float *sn = malloc(sizeof(float) * nt), *cs = malloc(sizeof(float) * nt);
+    float *x0 = rand_floats(nx, -1, 1), *x = copy_of(x0, sizeof(float) * nx);
+    if (ORACLE) {
+        ORACLE->rope->rope_table(sn, cs, S, pos0, Dr, 1.0f, 10000.0f, bf16);
+        ORACLE->rope->rope_rotate(x, sn, cs, B, S, H, stride, Dr, +1, bf16);
+        ORACLE->rope->rope_rotate(x, sn, cs, B, S, H, stride, Dr, -1, 0);
+    } else {
+        float ratio = (float)(10000.0 / 1.0);
+        for (int i = 0; i < half; i++) {
+            float ts = 1.0f * powf(ratio, (float)(2 * i) / (float)Dr);
+            for (int s = 0; s < S; s++) {
+                float th = (float)(pos0 + s) / ts;
+                sn[(size_t)s * half + i] = bf16 ? bf16_round(sinf(th)) : sinf(th);
+                cs[(size_t)s * half + i] = bf16 ? bf16_round(cosf(th)) : cosf(th);
+            }
+        }
+        for (int dir = 1; dir >= -1; dir -= 2)
+            for (size_t bsh = 0; bsh < (size_t)B * S * H; bsh++) {
+                int s = (int)(bsh / H % S);
+                float *x1 = x + bsh * stride, *x2 = x1 + half;
+                for (int i = 0; i < half; i++) {
+                    float c = cs[(size_t)s * half + i], sn_i = sn[(size_t)s * half + i], sg = dir > 0 ? sn_i : -sn_i;
+                    float a = x1[i], b = x2[i];
+                    x1[i] = a * c - b * sg;
+                    x2[i] = b * c + a * sg;
+                    if (bf16 && dir > 0) { x1[i] = bf16_round(x1[i]); x2[i] = bf16_round(x2[i]); }
+                }
+            }
+    }
+    float *d_sn = dev_poisoned(sizeof(float) * nt), *d_cs = dev_poisoned(sizeof(float) * nt);
+    UNDER_TEST->rope->rope_table(d_sn, d_cs, S, pos0, Dr, 1.0f, 10000.0f, bf16);
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d S=%d H=%d stride=%d Dr=%d pos0=%d bf16=%d", B, S, H, stride, Dr, pos0, bf16);
+    // sin and cos of angles up to pos0 + S: the device's powf and sinf err by a few ulp of
+    // the angle, an absolute error of about (pos0 + S) * 2^-24 per ulp.
+    float angle_abs = ORACLE ? 8 * (pos0 + S) * FLT_EPSILON : 0;
+    check_dev_floats("rope_table sin", shape, sn, d_sn, nt, bf16_tol(bf16, EXP_ULPS), angle_abs);
+    check_dev_floats("rope_table cos", shape, cs, d_cs, nt, bf16_tol(bf16, EXP_ULPS), angle_abs);
+    // The rotation from the expected tables (plain arithmetic: equal bits).
+    float *d_sn2 = dev_copy(sn, sizeof(float) * nt), *d_cs2 = dev_copy(cs, sizeof(float) * nt);
+    float *d_x = dev_copy(x0, sizeof(float) * nx);
+    UNDER_TEST->rope->rope_rotate(d_x, d_sn2, d_cs2, B, S, H, stride, Dr, +1, bf16);
+    UNDER_TEST->rope->rope_rotate(d_x, d_sn2, d_cs2, B, S, H, stride, Dr, -1, 0);
+    check_dev_floats("rope_rotate +1 then -1", shape, x, d_x, nx, 0, 0);
+    free(sn); free(cs); free(x0); free(x);
+    dev_free(d_sn); dev_free(d_cs); dev_free(d_sn2); dev_free(d_cs2); dev_free(d_x);
+}
+
+void test_rope(void) {
+    test_rope_case(2, 7, 3, 10, 8, 5, 0);
+    test_rope_case(1, 33, 2, 16, 16, 100, 1);
+}
+
+// ---------------------------------------------------------------- embedding
+void test_embedding(void) {
+    int T = 23, D = 17, V = 11, v0 = 5;
+    int *ids = rand_ints(T, 0, 20);   // some ids outside this device's rows v0 .. v0+V-1
+    ids[1] = ids[2] = v0 + 3;         // a repeated id: its gradient rows add in token order
+    float *table = rand_floats((size_t)V * D, -1, 1), *dout = rand_floats((size_t)T * D, -1, 1);
+    float *dt0 = rand_floats((size_t)V * D, -1, 1), *out = malloc(sizeof(float) * T * D);
+    float *dt = copy_of(dt0, sizeof(float) * V * D), *oh = calloc((size_t)T * V, sizeof(float));
+    long t0 = 1, len = T - 3;
+    if (ORACLE) {
+        ORACLE->embedding->embedding_forward(out, ids, table, T, D, V, v0);
+        ORACLE->embedding->embedding_backward_leaf(dt, dout, ids, t0, len, D, V, v0);
+        ORACLE->embedding->embedding_onehot(oh, ids, T, V, v0);
+    } else {
+        for (int t = 0; t < T; t++) {
+            int mine = ids[t] >= v0 && ids[t] < v0 + V;
+            for (int i = 0; i < D; i++) out[(size_t)t * D + i] = mine ? table[(size_t)(ids[t] - v0) * D + i] : 0.0f;
+            if (mine) oh[(size_t)t * V + ids[t] - v0] = 1.0f;
+            if (mine && t >= t0 && t < t0 + len)
+                for (int i = 0; i < D; i++) dt[(size_t)(ids[t] - v0) * D + i] += dout[(size_t)t * D + i];
+        }
+    }
+    int *d_ids = dev_copy(ids, sizeof(int) * T);
+    float *d_table = dev_copy(table, sizeof(float) * V * D), *d_dout = dev_copy(dout, sizeof(float) * T * D);
+    float *d_out = dev_poisoned(sizeof(float) * T * D), *d_dt = dev_copy(dt0, sizeof(float) * V * D);
+    float *zeros = calloc((size_t)T * V, sizeof(float)), *d_oh = dev_copy(zeros, sizeof(float) * T * V);
+    UNDER_TEST->embedding->embedding_forward(d_out, d_ids, d_table, T, D, V, v0);
+    UNDER_TEST->embedding->embedding_backward_leaf(d_dt, d_dout, d_ids, t0, len, D, V, v0);
+    UNDER_TEST->embedding->embedding_onehot(d_oh, d_ids, T, V, v0);
+    const char *shape = "T=23 D=17 V=11 v0=5";
+    check_dev_floats("embedding_forward", shape, out, d_out, (size_t)T * D, 0, 0);
+    check_dev_floats("embedding_backward_leaf", shape, dt, d_dt, (size_t)V * D, 0, 0);
+    check_dev_floats("embedding_onehot", shape, oh, d_oh, (size_t)T * V, 0, 0);
+    free(ids); free(table); free(dout); free(dt0); free(out); free(dt); free(oh); free(zeros);
+    dev_free(d_ids); dev_free(d_table); dev_free(d_dout); dev_free(d_out); dev_free(d_dt); dev_free(d_oh);
+}
+
+// ---------------------------------------------------------------- mla
+void test_mla(void) {
+    int T = 6, N = 3, Dn = 5, Dr = 4, Dv = 7, R = 9, Qk = Dn + Dr, h0 = 1, h1 = 3;
+    size_t nkv = (size_t)T * N * (Dn + Dv), nk = (size_t)T * N * Qk, nv = (size_t)T * N * Dv;
+    float *kv = rand_floats(nkv, -1, 1), *ckv = rand_floats((size_t)T * (R + Dr), -1, 1);
+    float *x0 = rand_floats(nk, -1, 1), *dv = rand_floats(nv, -1, 1), *piece0 = rand_floats((size_t)T * Dr, -1, 1);
+    float *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nv), *dkv = malloc(sizeof(float) * nkv);
+    float *x = copy_of(x0, sizeof(float) * nk), *piece = copy_of(piece0, sizeof(float) * T * Dr);
+    float *cols = malloc(sizeof(float) * T * Dr);
+    if (ORACLE) {
+        ORACLE->mla->mla_assemble_kv(k, v, kv, ckv, T, N, Dn, Dr, Dv, R);
+        ORACLE->mla->mla_split_dkv(dkv, x0, dv, T, N, Dn, Dr, Dv);
+        ORACLE->mla->mla_k_rope_grad_leaf(piece, x0, T, N, Dn, Dr, h0, h1);
+        ORACLE->mla->mla_apply_scale(x, nk, 0.37f);
+        ORACLE->mla->mla_copy_cols(cols, Dr, ckv + R, R + Dr, T, Dr);
+    } else {
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < N; h++) {
+                size_t th = (size_t)t * N + h;
+                for (int e = 0; e < Dn; e++) k[th * Qk + e] = kv[th * (Dn + Dv) + e];
+                for (int e = 0; e < Dr; e++) k[th * Qk + Dn + e] = ckv[(size_t)t * (R + Dr) + R + e];
+                for (int e = 0; e < Dv; e++) v[th * Dv + e] = kv[th * (Dn + Dv) + Dn + e];
+                for (int e = 0; e < Dn; e++) dkv[th * (Dn + Dv) + e] = x0[th * Qk + e];
+                for (int e = 0; e < Dv; e++) dkv[th * (Dn + Dv) + Dn + e] = dv[th * Dv + e];
+                if (h >= h0 && h < h1)
+                    for (int e = 0; e < Dr; e++) piece[(size_t)t * Dr + e] += x0[th * Qk + Dn + e];
+            }
+        for (size_t i = 0; i < nk; i++) x[i] *= 0.37f;
+        for (int t = 0; t < T; t++)
+            for (int e = 0; e < Dr; e++) cols[(size_t)t * Dr + e] = ckv[(size_t)t * (R + Dr) + R + e];
+    }
+    float *d_kv = dev_copy(kv, sizeof(float) * nkv), *d_ckv = dev_copy(ckv, sizeof(float) * T * (R + Dr));
+    float *d_x = dev_copy(x0, sizeof(float) * nk), *d_dk = dev_copy(x0, sizeof(float) * nk);
+    float *d_dv = dev_copy(dv, sizeof(float) * nv), *d_piece = dev_copy(piece0, sizeof(float) * T * Dr);
+    float *d_k = dev_poisoned(sizeof(float) * nk), *d_v = dev_poisoned(sizeof(float) * nv);
+    float *d_dkv = dev_poisoned(sizeof(float) * nkv), *d_cols = dev_poisoned(sizeof(float) * T * Dr);
+    UNDER_TEST->mla->mla_assemble_kv(d_k, d_v, d_kv, d_ckv, T, N, Dn, Dr, Dv, R);
+    UNDER_TEST->mla->mla_split_dkv(d_dkv, d_dk, d_dv, T, N, Dn, Dr, Dv);
+    UNDER_TEST->mla->mla_k_rope_grad_leaf(d_piece, d_dk, T, N, Dn, Dr, h0, h1);
+    UNDER_TEST->mla->mla_apply_scale(d_x, nk, 0.37f);
+    UNDER_TEST->mla->mla_copy_cols(d_cols, Dr, d_ckv + R, R + Dr, T, Dr);
+    const char *shape = "T=6 N=3 Dn=5 Dr=4 Dv=7 R=9";
+    check_dev_floats("mla_assemble_kv k", shape, k, d_k, nk, 0, 0);
+    check_dev_floats("mla_assemble_kv v", shape, v, d_v, nv, 0, 0);
+    check_dev_floats("mla_split_dkv", shape, dkv, d_dkv, nkv, 0, 0);
+    check_dev_floats("mla_k_rope_grad_leaf heads 1..2", shape, piece, d_piece, (size_t)T * Dr, 0, 0);
+    check_dev_floats("mla_apply_scale", shape, x, d_x, nk, 0, 0);
+    check_dev_floats("mla_copy_cols", shape, cols, d_cols, (size_t)T * Dr, 0, 0);
+    free(kv); free(ckv); free(x0); free(dv); free(piece0); free(k); free(v); free(dkv); free(x); free(piece);
+    free(cols);
+    dev_free(d_kv); dev_free(d_ckv); dev_free(d_x); dev_free(d_dk); dev_free(d_dv); dev_free(d_piece);
+    dev_free(d_k); dev_free(d_v); dev_free(d_dkv); dev_free(d_cols);
+}
+
+// ---------------------------------------------------------------- mlp, cast, sum
+
+void test_elementwise(void) {
+    long n = 5000;
+    float *h0 = rand_floats(n, -6, 6), *h1 = rand_floats(n, -2, 2), *dact = rand_floats(n, -1, 1);
+    float *act = malloc(sizeof(float) * n), *actb = malloc(sizeof(float) * n);
+    float *dh0 = malloc(sizeof(float) * n), *dh1 = malloc(sizeof(float) * n);
+    float *r = copy_of(h1, sizeof(float) * n), *sum = copy_of(h0, sizeof(float) * n);
+    uint16_t *bits = malloc(sizeof(uint16_t) * n);
+    float *unpacked = malloc(sizeof(float) * n);
+    if (ORACLE) {
+        ORACLE->mlp->swiglu_forward(act, h0, h1, n, 0);
+        ORACLE->mlp->swiglu_forward(actb, h0, h1, n, 1);
+        ORACLE->mlp->swiglu_backward(dh0, dh1, dact, h0, h1, n);
+        ORACLE->cast->round_to_bf16(r, n);
+        ORACLE->cast->pack_bf16(bits, h1, n);
+        ORACLE->cast->unpack_bf16(unpacked, bits, n);
+        ORACLE->sum->tree_add(sum, h1, n);
+    } else {
+        for (long i = 0; i < n; i++) {
+            float sg = ref_sigmoid(h0[i]);
+            act[i] = h0[i] * sg * h1[i];
+            actb[i] = bf16_round(act[i]);
+            dh1[i] = dact[i] * (h0[i] * sg);
+            dh0[i] = dact[i] * h1[i] * sg * (1.0f + h0[i] * (1.0f - sg));
+            r[i] = bf16_round(h1[i]);
+            bits[i] = bf16_bits(h1[i]);
+            unpacked[i] = bf16_float(bits[i]);
+            sum[i] += h1[i];
+        }
+    }
+    float *d_h0 = dev_copy(h0, sizeof(float) * n), *d_h1 = dev_copy(h1, sizeof(float) * n);
+    float *d_dact = dev_copy(dact, sizeof(float) * n), *d_act = dev_poisoned(sizeof(float) * n);
+    float *d_actb = dev_poisoned(sizeof(float) * n), *d_dh0 = dev_poisoned(sizeof(float) * n);
+    float *d_dh1 = dev_poisoned(sizeof(float) * n), *d_r = dev_copy(h1, sizeof(float) * n);
+    float *d_sum = dev_copy(h0, sizeof(float) * n), *d_res = dev_copy(h0, sizeof(float) * n);
+    uint16_t *d_bits = dev_poisoned(sizeof(uint16_t) * n);
+    float *d_unpacked = dev_poisoned(sizeof(float) * n);
+    UNDER_TEST->mlp->swiglu_forward(d_act, d_h0, d_h1, n, 0);
+    UNDER_TEST->mlp->swiglu_forward(d_actb, d_h0, d_h1, n, 1);
+    UNDER_TEST->mlp->swiglu_backward(d_dh0, d_dh1, d_dact, d_h0, d_h1, n);
+    UNDER_TEST->cast->round_to_bf16(d_r, n);
+    UNDER_TEST->cast->pack_bf16(d_bits, d_h1, n);
+    UNDER_TEST->cast->unpack_bf16(d_unpacked, d_bits, n);
+    UNDER_TEST->sum->tree_add(d_sum, d_h1, n);
+    UNDER_TEST->sum->residual_add(d_res, d_h1, n);
+    const char *shape = "n=5000";
+    // sigmoid through the device's expf; dh0 ends in 1 + z(1 - sg): a near-cancellation
+    check_dev_floats("swiglu_forward", shape, act, d_act, n, tol(EXP_ULPS), 0);
+    check_dev_floats("swiglu_forward bf16", shape, actb, d_actb, n, tol(BF16_ULPS), 0);
+    check_dev_floats("swiglu_backward dh0", shape, dh0, d_dh0, n, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
+    check_dev_floats("swiglu_backward dh1", shape, dh1, d_dh1, n, tol(EXP_ULPS), 0);
+    check_dev_floats("round_to_bf16", shape, r, d_r, n, 0, 0);
+    uint16_t *got_bits = dev_fetch(d_bits, sizeof(uint16_t) * n);
+    size_t bad = 0;
+    for (long i = 0; i < n; i++) bad += got_bits[i] != bits[i];
+    check(bad == 0, "pack_bf16 %s: %zu of %ld differ", shape, bad, n);
+    check_dev_floats("unpack_bf16", shape, unpacked, d_unpacked, n, 0, 0);
+    check_dev_floats("tree_add", shape, sum, d_sum, n, 0, 0);
+    check_dev_floats("residual_add", shape, sum, d_res, n, 0, 0);
+    free(h0); free(h1); free(dact); free(act); free(actb); free(dh0); free(dh1); free(r); free(sum); free(bits);
+    free(unpacked); free(got_bits);
+    dev_free(d_h0); dev_free(d_h1); dev_free(d_dact); dev_free(d_act); dev_free(d_actb); dev_free(d_dh0);
+    dev_free(d_dh1); dev_free(d_r); dev_free(d_sum); dev_free(d_res); dev_free(d_bits); dev_free(d_unpacked);
+}
+

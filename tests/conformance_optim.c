@@ -1,0 +1,199 @@
+// tests/conformance_optim.c: the conformance tests (tests/conformance.h) of the optimizer's
+// kernels and of the parameters' initialisation.
+#include "tests/conformance.h"
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------- optim
+static void test_optim_elementwise(void) {
+    size_t n = 3000;
+    float *p0 = rand_floats(n, -1, 1), *g = rand_floats(n, -1, 1), *m0 = rand_floats(n, -0.1f, 0.1f);
+    float *v0 = rand_floats(n, 0, 0.01f), *p = copy_of(p0, sizeof(float) * n), *m = copy_of(m0, sizeof(float) * n);
+    float *v = copy_of(v0, sizeof(float) * n), *sgd = copy_of(p0, sizeof(float) * n);
+    float *clip = copy_of(g, sizeof(float) * n);
+    float *ema = copy_of(m0, sizeof(float) * n), *af_p = copy_of(p0, sizeof(float) * n);
+    float *af_g = copy_of(g, sizeof(float) * n), *af_v = copy_of(v0, sizeof(float) * n);
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    int t = 7;
+    if (ORACLE) {
+        const OptimKernels *o = ORACLE->optim;
+        o->adamw_update(p, g, m, v, n, lr, t, b1, b2, eps, wd);
+        o->sgd_update(sgd, g, n, lr);
+        o->clip_scale(clip, n, 3.5f, 1.0f);
+        o->ema_update(ema, p0, n, 0.99f);
+        o->adafactor_scale_full(af_g, af_v, n, 0.8f, 1e-30f);
+        o->adafactor_apply(af_p, g, n, 1.3f, lr, 0.7f);
+    } else {
+        float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+        for (size_t i = 0; i < n; i++) {
+            m[i] = (1.0f - b1) * g[i] + b1 * m[i];
+            v[i] = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];
+            float u = (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+            u = u + wd * p[i];
+            p[i] = p[i] + (-lr) * u;
+            sgd[i] = sgd[i] + (-lr) * g[i];
+            clip[i] = (clip[i] / 3.5f) * 1.0f;
+            ema[i] = 0.99f * ema[i] + (1.0f - 0.99f) * p0[i];
+            af_v[i] = 0.8f * af_v[i] + (1.0f - 0.8f) * (af_g[i] * af_g[i] + 1e-30f);
+            af_g[i] = af_g[i] * (1.0f / sqrtf(af_v[i]));
+            af_p[i] = af_p[i] - g[i] / 1.3f * lr * 0.7f;
+        }
+    }
+    const OptimKernels *u = UNDER_TEST->optim;
+    float *d_p = dev_copy(p0, sizeof(float) * n), *d_g = dev_copy(g, sizeof(float) * n);
+    float *d_m = dev_copy(m0, sizeof(float) * n), *d_v = dev_copy(v0, sizeof(float) * n);
+    float *d_sgd = dev_copy(p0, sizeof(float) * n), *d_clip = dev_copy(g, sizeof(float) * n);
+    float *d_ema = dev_copy(m0, sizeof(float) * n), *d_p0 = dev_copy(p0, sizeof(float) * n);
+    float *d_af_p = dev_copy(p0, sizeof(float) * n), *d_af_g = dev_copy(g, sizeof(float) * n);
+    float *d_af_v = dev_copy(v0, sizeof(float) * n);
+    u->adamw_update(d_p, d_g, d_m, d_v, n, lr, t, b1, b2, eps, wd);
+    u->sgd_update(d_sgd, d_g, n, lr);
+    u->clip_scale(d_clip, n, 3.5f, 1.0f);
+    u->ema_update(d_ema, d_p0, n, 0.99f);
+    u->adafactor_scale_full(d_af_g, d_af_v, n, 0.8f, 1e-30f);
+    u->adafactor_apply(d_af_p, d_g, n, 1.3f, lr, 0.7f);
+    const char *shape = "n=3000";
+    check_dev_floats("adamw_update p", shape, p, d_p, n, 0, 0);
+    check_dev_floats("adamw_update m", shape, m, d_m, n, 0, 0);
+    check_dev_floats("adamw_update v", shape, v, d_v, n, 0, 0);
+    check_dev_floats("sgd_update", shape, sgd, d_sgd, n, 0, 0);
+    check_dev_floats("clip_scale", shape, clip, d_clip, n, 0, 0);
+    check_dev_floats("ema_update", shape, ema, d_ema, n, 0, 0);
+    check_dev_floats("adafactor_scale_full g", shape, af_g, d_af_g, n, 0, 0);
+    check_dev_floats("adafactor_scale_full v", shape, af_v, d_af_v, n, 0, 0);
+    check_dev_floats("adafactor_apply", shape, af_p, d_af_p, n, 0, 0);
+    free(p0); free(g); free(m0); free(v0); free(p); free(m); free(v); free(sgd); free(clip); free(ema); free(af_p);
+    free(af_g); free(af_v);
+    dev_free(d_p); dev_free(d_g); dev_free(d_m); dev_free(d_v); dev_free(d_sgd); dev_free(d_clip); dev_free(d_ema);
+    dev_free(d_p0); dev_free(d_af_p); dev_free(d_af_g); dev_free(d_af_v);
+}
+
+// The sum of squares in fixed point: the exact integer, whatever the order (a long double
+// sum of the exact squares is the reference: each square is exact in double, the scaled
+// truncation is checked through (fixed128)).
+static void test_squares(void) {
+    size_t n = 10000;
+    float *x = rand_floats(n, -3, 3);
+    fixed128 want = 0, got = 5;   // got starts at 5: the kernel adds to it
+    int want_bad = 0, got_bad = 0;
+    if (ORACLE) ORACLE->optim->squares_add(&want, &want_bad, x, n);
+    else for (size_t i = 0; i < n; i++) want += (fixed128)((double)x[i] * x[i] * SQUARES_SCALE);
+    want += 5;
+    float *d_x = dev_copy(x, sizeof(float) * n);
+    UNDER_TEST->optim->squares_add(&got, &got_bad, d_x, n);
+    check(got == want && !got_bad, "squares_add n=10000: got %.17g (bad %d), want %.17g",
+          (double)got / SQUARES_SCALE, got_bad, (double)want / SQUARES_SCALE);
+    x[17] = INFINITY;   // a non-finite square sets the flag
+    dev_upload(d_x, x, sizeof(float) * n);
+    got_bad = 0;
+    UNDER_TEST->optim->squares_add(&got, &got_bad, d_x, n);
+    check(got_bad, "squares_add: an infinite element sets the flag");
+    free(x);
+    dev_free(d_x);
+}
+
+// Adafactor's factored second moment over a 3-d tensor (L=3 leading, rows along dim 2,
+// columns along dim 1), its factors, and the scaling of a slice of the elements.
+static void test_adafactor_factored(void) {
+    int shape[3] = {3, 7, 5}, ndim = 3, drow = 2, dcol = 1;
+    size_t n = 105, L = 3, R = 5, C = 7, k0 = 11, len = 60;
+    float *g = rand_floats(n, -1, 1), *vr0 = rand_floats(L * R, 0, 1), *vc0 = rand_floats(L * C, 0, 1);
+    float *vr = copy_of(vr0, sizeof(float) * L * R), *vc = copy_of(vc0, sizeof(float) * L * C);
+    double *rs = malloc(sizeof(double) * L * R), *cs = malloc(sizeof(double) * L * C);
+    float *f = malloc(sizeof(float) * (L * R + L * C)), *gs = copy_of(g + k0, sizeof(float) * len);
+    if (ORACLE) {
+        ORACLE->optim->adafactor_factored_moments(vr, vc, rs, cs, g, shape, ndim, drow, dcol, 0.8f, 1e-30f);
+        ORACLE->optim->adafactor_factors(f, vr, vc, L, R, C);
+        ORACLE->optim->adafactor_scale_factored(gs, f, k0, len, shape, ndim, drow, dcol);
+    } else {   // element k = (l, c, r) row-major: l = k / 35, c = k / 5 % 7, r = k % 5
+        memset(rs, 0, sizeof(double) * L * R);
+        memset(cs, 0, sizeof(double) * L * C);
+        for (size_t k = 0; k < n; k++) {
+            float sq = g[k] * g[k] + 1e-30f;
+            rs[k / 35 * R + k % 5] += sq;
+            cs[k / 35 * C + k / 5 % 7] += sq;
+        }
+        for (size_t j = 0; j < L * R; j++) vr[j] = 0.8f * vr[j] + (1.0f - 0.8f) * (float)(rs[j] / (double)C);
+        for (size_t j = 0; j < L * C; j++) vc[j] = 0.8f * vc[j] + (1.0f - 0.8f) * (float)(cs[j] / (double)R);
+        for (size_t l = 0; l < L; l++) {
+            double s = 0.0;
+            for (size_t r = 0; r < R; r++) s += vr[l * R + r];
+            for (size_t r = 0; r < R; r++) f[l * R + r] = 1.0f / sqrtf(vr[l * R + r] / (float)(s / (double)R));
+        }
+        for (size_t j = 0; j < L * C; j++) f[L * R + j] = 1.0f / sqrtf(vc[j]);
+        for (size_t j = 0; j < len; j++) {
+            size_t k = k0 + j;
+            gs[j] = gs[j] * f[k / 35 * R + k % 5] * f[L * R + k / 35 * C + k / 5 % 7];
+        }
+    }
+    float *d_g = dev_copy(g, sizeof(float) * n), *d_vr = dev_copy(vr0, sizeof(float) * L * R);
+    float *d_vc = dev_copy(vc0, sizeof(float) * L * C), *d_f = dev_poisoned(sizeof(float) * (L * R + L * C));
+    double *d_rs = dev_poisoned(sizeof(double) * L * R), *d_cs = dev_poisoned(sizeof(double) * L * C);
+    float *d_vr_want = dev_copy(vr, sizeof(float) * L * R), *d_vc_want = dev_copy(vc, sizeof(float) * L * C);
+    float *d_f_want = dev_copy(f, sizeof(float) * (L * R + L * C)), *d_gs = dev_copy(g + k0, sizeof(float) * len);
+    UNDER_TEST->optim->adafactor_factored_moments(d_vr, d_vc, d_rs, d_cs, d_g, shape, ndim, drow, dcol, 0.8f, 1e-30f);
+    UNDER_TEST->optim->adafactor_factors(d_f, d_vr_want, d_vc_want, L, R, C);
+    UNDER_TEST->optim->adafactor_scale_factored(d_gs, d_f_want, k0, len, shape, ndim, drow, dcol);
+    const char *sh = "shape (3,7,5) rows dim 2 cols dim 1";
+    check_dev_floats("adafactor_factored_moments vrow", sh, vr, d_vr, L * R, 0, 0);
+    check_dev_floats("adafactor_factored_moments vcol", sh, vc, d_vc, L * C, 0, 0);
+    check_dev_floats("adafactor_factors", sh, f, d_f, L * R + L * C, 0, 0);
+    check_dev_floats("adafactor_scale_factored elements 11..70", sh, gs, d_gs, len, 0, 0);
+    free(g); free(vr0); free(vc0); free(vr); free(vc); free(rs); free(cs); free(f); free(gs);
+    dev_free(d_g); dev_free(d_vr); dev_free(d_vc); dev_free(d_f); dev_free(d_rs); dev_free(d_cs);
+    dev_free(d_vr_want); dev_free(d_vc_want); dev_free(d_f_want); dev_free(d_gs);
+}
+
+void test_optim(void) {
+    test_optim_elementwise();
+    test_squares();
+    test_adafactor_factored();
+}
+
+// ---------------------------------------------------------------- init
+static uint64_t ref_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float ref_normal(uint64_t key, uint64_t i, uint64_t draw) {
+    uint64_t a = ref_mix64(key ^ ref_mix64(i * 0x9E3779B97F4A7C15ull + draw * 2));
+    uint64_t b = ref_mix64(key ^ ref_mix64(i * 0x9E3779B97F4A7C15ull + draw * 2 + 1));
+    double u1 = ((a >> 11) + 1.0) / 9007199254740993.0, u2 = (b >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+// Piece (1, 0) of a (8,12) tensor cut in 2 x 3 pieces of (4,4); elements 3 .. 3+10 of it.
+void test_init(void) {
+    int shape[2] = {4, 4}, lindex[2] = {1, 0}, gshape[2] = {8, 12};
+    size_t i0 = 3, n = 10;
+    uint64_t hash = rng_next();
+    int seed = rng_int(1000);
+    for (int truncated = 0; truncated < 2; truncated++) {
+        float want[10], *d_x = dev_poisoned(sizeof(float) * n);
+        if (ORACLE) ORACLE->init->param_init(want, i0, n, hash, seed, 0.02f, 0.0f, truncated, shape, lindex, gshape, 2);
+        else {
+            uint64_t key = ref_mix64(hash ^ ref_mix64((uint64_t)seed + 0x1234567ull));
+            for (size_t li = i0; li < i0 + n; li++) {
+                size_t g = (size_t)(4 + li / 4) * 12 + li % 4;   // row 4 + r, column c of the whole
+                float z = ref_normal(key, g, 0);
+                for (uint64_t d = 1; truncated && fabsf(z) > 2.0f; d++) z = ref_normal(key, g, d);
+                want[li - i0] = 0.02f * z;
+            }
+        }
+        UNDER_TEST->init->param_init(d_x, i0, n, hash, seed, 0.02f, 0.0f, truncated, shape, lindex, gshape, 2);
+        // the device's double log and cos: the float result off by 1 ulp at most, rarely
+        check_dev_floats("param_init", truncated ? "(4,4) of (8,12) truncated" : "(4,4) of (8,12)", want, d_x, n,
+                         tol(1), 0);
+        dev_free(d_x);
+    }
+    float c[6], *d_c = dev_poisoned(sizeof c);
+    for (int i = 0; i < 6; i++) c[i] = 1.0f;
+    UNDER_TEST->init->param_init(d_c, 0, 6, hash, seed, 0.0f, 1.0f, 0, shape, lindex, gshape, 2);
+    check_dev_floats("param_init constant", "6 elements", c, d_c, 6, 0, 0);
+    dev_free(d_c);
+}
+
