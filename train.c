@@ -40,12 +40,30 @@
 #include "report/plan.h"
 #include "base/paths.h"
 #include "trainer/metrics.h"
+#include "base/net.h"
 #include <time.h>
+#ifdef MESHMOE_MPI
+#include "base/net_mpi.h"
+#endif
 
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, what shares
+// memory between devices outside the collectives: the checkpoint image every device writes
+// into, the planner's and the memory trace's figures, the parity dump, whole-tensor loads.
+static void check_processes(const Config *c) {
+    const Net *net = net_current();
+    if (!net || net->nprocess == 1) return;
+    const char *key = c->dry_run ? "dry_run" : c->memory_trace[0] ? "memory_trace" : c->save_checkpoint[0] ?
+                      "save_checkpoint" : c->load_checkpoint[0] ? "load_checkpoint" : c->load_hf[0] ? "load_hf" :
+                      c->dump_parity[0] ? "dump_parity" : NULL;
+    if (key)
+        die("%s is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on the same "
+            "global mesh (ici_<axis>_parallelism = dcn x ici)", key);
 }
 
 // 1. The config: the preset file, then the key=value overrides, checked before any work.
@@ -58,6 +76,8 @@ static void read_config(Config *c, int argc, char **argv) {
         *eq = '\0';
         config_set(c, argv[i], eq + 1, "command line");
     }
+    mesh_hybrid_config(c);   // dcn x ici: from here on the ici_* sizes are the global mesh's
+    check_processes(c);
     step_check_config(c);
     config_check_paths(c);   // every file named is readable or writable, before any work
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
@@ -136,6 +156,15 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     else snprintf(nt, sizeof nt, "%d", most);
     printf("mesh: %s (%d device%s, one thread each, with %s OpenMP thread%s)\n", mesh_describe(mesh, b2, sizeof b2),
            mesh->ndev, mesh->ndev > 1 ? "s" : "", nt, most > 1 ? "s" : "");
+    if (mesh->nprocess > 1) {
+        int ici[MESH_NAXES];
+        for (int a = 0; a < MESH_NAXES; a++) ici[a] = mesh->size[a] / mesh->dcn[a];
+        printf("processes: %d (dcn:", mesh->nprocess);
+        for (int a = 0; a < MESH_NAXES; a++) if (mesh->dcn[a] > 1) printf(" %s=%d", MESH_AXIS_NAMES[a], mesh->dcn[a]);
+        printf("), %d device%s each (ici:", mesh->nlocal, mesh->nlocal > 1 ? "s" : "");
+        for (int a = 0; a < MESH_NAXES; a++) if (ici[a] > 1) printf(" %s=%d", MESH_AXIS_NAMES[a], ici[a]);
+        printf("%s)\n", mesh->nlocal == 1 ? " none" : "");
+    }
     printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c->dataset_path,
            d->run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, d->A, d->Bg, d->S);
     sharding_print_state(&d->m);
@@ -432,15 +461,16 @@ static void write_dry_metrics(const Config *c, const Mesh *mesh, const DryStep *
 // or the plan of a dry run (with its metrics line).
 static void report(const Run *run) {
     const Config *c = run->c;
-    const Mesh *mesh = run->mesh;
+    Mesh *mesh = run->mesh;
     if (c->memory_trace[0]) {
         plan_trace_write(mesh, c->memory_trace);
         printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c->memory_trace,
                c->memory_trace);
     }
     if (c->dry_run && c->metrics_file[0]) write_dry_metrics(c, mesh, &run->dry);
+    mesh_collect_devices(mesh);   // over several processes, process 0 reports every device
     if (c->dry_run) plan_print(mesh, (size_t)c->hbm_capacity);
-    else
+    else if (mesh->process == 0)
         for (int d = 0; d < mesh->ndev; d++) mem_print_report(&mesh->devices[d]);
     plan_free(mesh);
 }
@@ -473,6 +503,9 @@ static int subcommand(int argc, char **argv, int *rc) {
 }
 
 int main(int argc, char **argv) {
+#ifdef MESHMOE_MPI
+    net_mpi_start(&argc, &argv);   // ./train_mpi: one process of an mpirun job (base/net_mpi.h)
+#endif
     blas_prefer_fast_kernels(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"

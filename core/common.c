@@ -10,6 +10,8 @@ static void *cleanup_arg;
 static jmp_buf *die_jump;
 static int die_quiet;
 static atomic_int dying = 0;
+static int die_process = -1;
+static void (*die_end)(int code);
 static _Thread_local int claimed;
 
 void die_set_cleanup(void (*fn)(void *), void *arg) {
@@ -20,6 +22,11 @@ void die_set_cleanup(void (*fn)(void *), void *arg) {
 void die_set_jump(jmp_buf *jump, int quiet) {
     die_jump = jump;
     die_quiet = quiet;
+}
+
+void die_set_process(int process, void (*end)(int code)) {
+    die_process = process;
+    die_end = end;
 }
 
 void die_claim(void) {
@@ -35,6 +42,7 @@ void die(const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         fprintf(stderr, "meshmoe: ");
+        if (die_process >= 0) fprintf(stderr, "process %d: ", die_process);
         vfprintf(stderr, fmt, ap);
         fprintf(stderr, "\n");
         va_end(ap);
@@ -49,6 +57,7 @@ void die(const char *fmt, ...) {
         atomic_store(&dying, 0);
         longjmp(*die_jump, 1);
     }
+    if (die_end) die_end(1);
     exit(1);
 }
 

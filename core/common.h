@@ -32,6 +32,11 @@ void die_set_cleanup(void (*fn)(void *), void *arg);
 // so that one process can feed a parser many inputs that it refuses.
 void die_set_jump(jmp_buf *jump, int quiet);
 
+// A run over several processes (base/net.h): die() names the process in its message
+// ("meshmoe: process 1: ...") and ends with end(1) instead of exit(1), which stops every
+// process of the job, so that no peer waits forever for one that is gone.
+void die_set_process(int process, void (*end)(int code));
+
 #define MM_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MM_MAX(a, b) ((a) > (b) ? (a) : (b))
 

@@ -1,0 +1,79 @@
+// base/net_mpi.c: the Net of ./train_mpi over MPI (base/net_mpi.h). Every message goes
+// over MPI_COMM_WORLD; a group's exchanges carry the group's tag, and MPI keeps the
+// messages between two processes with one tag in order, so the collectives of one group
+// pair up in the order both sides run them.
+#include "base/net_mpi.h"
+#include "base/net.h"
+#include "core/common.h"
+#include <limits.h>
+#include <mpi.h>
+
+static Net mpi_net;
+
+static int fits_int(size_t n) { return n <= (size_t)INT_MAX; }
+
+static void mpi_exchange(int tag, int npeer, const int *peer, const void *const *tx, const size_t *txlen,
+                         void *const *rx, const size_t *rxlen) {
+    MPI_Request *req = malloc(sizeof(MPI_Request) * 2 * (size_t)npeer);
+    MPI_Status *st = malloc(sizeof(MPI_Status) * 2 * (size_t)npeer);
+    for (int i = 0; i < npeer; i++) {
+        if (!fits_int(txlen[i]) || !fits_int(rxlen[i]))
+            die("a collective between processes moves %zu bytes in one message, more than MPI's int count",
+                MM_MAX(txlen[i], rxlen[i]));
+        MPI_Irecv(rx[i], (int)rxlen[i], MPI_BYTE, peer[i], tag, MPI_COMM_WORLD, &req[i]);
+    }
+    for (int i = 0; i < npeer; i++)
+        MPI_Isend(tx[i], (int)txlen[i], MPI_BYTE, peer[i], tag, MPI_COMM_WORLD, &req[npeer + i]);
+    int rc = MPI_Waitall(2 * npeer, req, st);
+    for (int i = 0; i < npeer; i++) {
+        int got = -1;
+        if (rc == MPI_SUCCESS) MPI_Get_count(&st[i], MPI_BYTE, &got);
+        if (rc != MPI_SUCCESS || (size_t)got != rxlen[i])
+            die("internal: a collective's message from process %d has %d bytes where %zu were expected", peer[i],
+                got, rxlen[i]);
+    }
+    free(req);
+    free(st);
+}
+
+static void mpi_gather(const void *mine, void *all, size_t bytes) {
+    if (!fits_int(bytes)) die("internal: %zu bytes gathered from each process", bytes);
+    MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+static void mpi_stop(const char *msg) {
+    fflush(stdout);
+    if (mpi_net.process == 0) fprintf(stderr, "meshmoe: %s\n", msg);
+    MPI_Finalize();
+    exit(1);
+}
+
+// die() in any process: its message is printed; then every process of the job ends.
+static void mpi_end(int code) {
+    fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+static void mpi_finish(void) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+}
+
+void net_mpi_start(int *argc, char ***argv) {
+    int got;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &got);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &mpi_net.process);
+    MPI_Comm_size(MPI_COMM_WORLD, &mpi_net.nprocess);
+    mpi_net.exchange = mpi_exchange;
+    mpi_net.gather = mpi_gather;
+    mpi_net.stop = mpi_stop;
+    if (mpi_net.nprocess > 1) die_set_process(mpi_net.process, mpi_end);
+    if (got < MPI_THREAD_MULTIPLE)
+        die("this MPI library gives thread level %d, and ./train_mpi needs MPI_THREAD_MULTIPLE (%d): the devices "
+            "of a process are threads that exchange at once", got, MPI_THREAD_MULTIPLE);
+    net_set(&mpi_net);
+    atexit(mpi_finish);
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# tests/mpi.sh: the mesh over real processes (./train_mpi under mpirun, docs/mpi.md). Each
+# run over 2 or 4 processes, forced over TCP sockets (--mca btl tcp,self) so that the bytes
+# really leave the process, must print the same losses and grad norms, bit for bit, as
+# ./train on the same global mesh in one process (dcn x ici devices along each axis); that
+# run is itself tied to one device by tests/mesh.sh. Then what is refused, and the faults.
+# Needs mpirun and ./train_mpi (make mpi); tests/run_all.sh skips it with a reason without.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-mpi.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=5 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
+# As root OpenMPI wants --allow-run-as-root; more processes than cores, --oversubscribe. One
+# OpenMP thread per device: the processes share the cores (the bits do not depend on it).
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self"
+norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }
+same_run() { same "$1" "$2" && [ -n "$(norms "$1")" ] && [ "$(norms "$1")" = "$(norms "$2")" ]; }
+mpi_run() {   # mpi_run NAME NPROC PRESET ARGS...
+    local name=$1 np=$2 preset=$3; shift 3
+    if ! timeout 120 $MPIRUN -np "$np" ./train_mpi configs/$preset.yml $FAST num_threads=1 "$@" \
+            metrics_file=$T/$name.jsonl < /dev/null > $T/$name.out 2>&1; then
+        echo "  (run failed: $(grep meshmoe: $T/$name.out | tail -1))"; : > $T/$name.jsonl
+    fi
+}
+
+# NAME | PROCESSES | PRESETS | the ./train_mpi keys | ./train's keys for the same global
+# mesh. The global batch is 8 sequences (per_device_batch_size x the global devices).
+while IFS='|' read -r name np presets dcn ici; do
+    name=$(echo $name); ici=$(echo $ici)
+    for preset in $presets; do
+        run one $preset $ici
+        mpi_run many "$np" $preset $dcn
+        printf '  %-8s %-34s %s\n' "$preset" "$name" "$(bits many | sed 's/"loss_bits": //g')"
+        check "$preset $name over $np processes: 5 losses and grad norms bit-identical to one process ($ici)" \
+            same_run many one
+    done
+done <<'MESHES'
+dcn data=2               | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 per_device_batch_size=4                               | ici_data_parallelism=2 per_device_batch_size=4
+dcn fsdp=2               | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 per_device_batch_size=4                               | ici_fsdp_parallelism=2 per_device_batch_size=4
+dcn expert=2             | 2 | mixtral-tiny deepseek-tiny | dcn_expert_parallelism=2 per_device_batch_size=4                             | ici_expert_parallelism=2 per_device_batch_size=4
+dcn pipeline=2           | 2 | mixtral-tiny               | dcn_pipeline_parallelism=2 per_device_batch_size=4                           | ici_pipeline_parallelism=2 per_device_batch_size=4
+dcn pipeline=2, 5 layers | 2 | deepseek-tiny              | dcn_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5 | ici_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5
+dcn tensor=2             | 2 | mixtral-tiny deepseek-tiny | dcn_tensor_parallelism=2 per_device_batch_size=4                             | ici_tensor_parallelism=2 per_device_batch_size=4
+dcn context=2            | 2 | mixtral-tiny deepseek-tiny | dcn_context_parallelism=2 per_device_batch_size=4                            | ici_context_parallelism=2 per_device_batch_size=4
+dcn data=2,ici fsdp=2    | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2        | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,ici expert=2  | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2      | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+dcn fsdp=4               | 4 | mixtral-tiny               | dcn_fsdp_parallelism=4 per_device_batch_size=2                               | ici_fsdp_parallelism=4 per_device_batch_size=2
+dcn data=2,fsdp=2        | 4 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 dcn_fsdp_parallelism=2 per_device_batch_size=2        | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,expert=2      | 4 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 dcn_expert_parallelism=2 per_device_batch_size=2      | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+MESHES
+
+# Refused, each with a message naming the key and what to do, before any training.
+expect_error "./train refuses a mesh over processes" "./train_mpi" \
+    $TRAIN configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
+# mpi_fails NAME PHRASE MAXLINES NPROC ARGS...: the job ends non-zero within 60 s, with at
+# most MAXLINES "meshmoe:" lines, each with PHRASE, and no training step.
+mpi_fails() {
+    local name=$1 phrase=$2 most=$3 np=$4; shift 4
+    local t0=$SECONDS rc
+    timeout 60 $MPIRUN -np "$np" "$@" < /dev/null > $T/fail.out 2>&1; rc=$?
+    local msgs; msgs=$(grep '^meshmoe:' $T/fail.out | grep -v 'interrupted by SIGTERM')
+    local n; n=$(printf '%s\n' "$msgs" | grep -c .)
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -ge 1 ] && [ "$n" -le "$most" ] &&
+       [ "$(printf '%s\n' "$msgs" | grep -cF -- "$phrase")" -eq "$n" ] && ! grep -q '^step' $T/fail.out; then
+        pass "$name: exit $rc after $((SECONDS - t0)) s: $(printf '%s\n' "$msgs" | head -1 | cut -c1-150)"
+    else
+        fail "$name: exit $rc, wanted non-zero and 1 to $most messages with '$phrase', no step; got: $(cat $T/fail.out)"
+    fi
+}
+mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" "ask for 2 processes" 1 \
+    3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
+mpi_fails "save_checkpoint over processes is refused (not yet supported)" "save_checkpoint is not supported" 2 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 save_checkpoint=$T/c.safetensors $FAST
+check "  ... and nothing was written" test ! -e $T/c.safetensors
+# A bad input that only one process sees (a file missing on one host): process 1 gets
+# another dataset_path (mpirun's MPMD form); every process stops, with process 1's message.
+mpi_fails "a dataset missing on one host stops every process" "process 1: cannot open dataset_path" 1 \
+    1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
+    -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=$T/missing.bin
+
+# A process killed (SIGKILL) in the middle of training: the job ends within 30 s, and
+# mpirun names the process.
+$MPIRUN -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 num_threads=1 \
+    steps=100000 log_period=1 eval_interval=0 sample_length=0 < /dev/null > $T/kill.out 2>&1 &
+job=$!
+for _ in $(seq 300); do grep -q '^step     2 |' $T/kill.out && break; sleep 0.1; done
+victim=
+for c in $(ps -o pid= --ppid $job); do
+    tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$c
+done
+t0=$(date +%s%N)
+[ -n "$victim" ] && kill -9 "$victim"
+while kill -0 $job 2>/dev/null && [ $(( ($(date +%s%N) - t0) / 1000000000 )) -lt 30 ]; do sleep 0.1; done
+if kill -0 $job 2>/dev/null; then kill -9 $job; fi   # (our own mpirun, still there after 30 s)
+wait $job; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+check "process 1 killed after step 2 (pid ${victim:-none}): the job ends in $ms ms (exit $rc), naming it: $(grep -o 'process rank 1 [^(]*' $T/kill.out | head -1)" \
+    test -n "$victim" -a "$ms" -lt 30000 -a "$rc" -ne 0 -a -n "$(grep 'process rank 1 ' $T/kill.out)"
+
+summary
