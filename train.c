@@ -53,13 +53,12 @@ static double now_ms(void) {
 }
 
 // A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, what shares
-// memory between devices outside the collectives: the checkpoint image every device writes
-// into, the planner's and the memory trace's figures, the parity dump, whole-tensor loads.
+// memory between devices outside the collectives: the planner's and the memory trace's
+// figures, the parity dump, whole-tensor loads.
 static void check_processes(const Config *c) {
     const Net *net = net_current();
     if (!net || net->nprocess == 1) return;
-    const char *key = c->dry_run ? "dry_run" : c->memory_trace[0] ? "memory_trace" : c->save_checkpoint[0] ?
-                      "save_checkpoint" : c->load_checkpoint[0] ? "load_checkpoint" : c->load_hf[0] ? "load_hf" :
+    const char *key = c->dry_run ? "dry_run" : c->memory_trace[0] ? "memory_trace" : c->load_hf[0] ? "load_hf" :
                       c->dump_parity[0] ? "dump_parity" : NULL;
     if (key)
         die("%s is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on the same "

@@ -19,6 +19,9 @@ typedef struct Net {
                      void *const *rx, const size_t *rxlen);
     // Process 0 gets every process's `bytes` bytes, in process order, in all (others: NULL).
     void (*gather)(const void *mine, void *all, size_t bytes);
+    // Process 0's buf (n 32-bit words) becomes the bitwise OR of every process's: images of
+    // which each process wrote its own elements over zeros, joined bit for bit.
+    void (*join)(void *buf, size_t n);
     // Every process stops with code 1 after process 0 printed msg (an error every process
     // finds alike, such as a wrong number of processes): one message, not one per process.
     void (*stop)(const char *msg);

@@ -6,6 +6,7 @@
 #include "base/net.h"
 #include "core/common.h"
 #include <limits.h>
+#include <stdint.h>
 #include <mpi.h>
 
 static Net mpi_net;
@@ -41,6 +42,17 @@ static void mpi_gather(const void *mine, void *all, size_t bytes) {
     MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
+static void mpi_join(void *buf, size_t n) {
+    uint32_t *w = (uint32_t *)buf;
+    for (size_t at = 0; at < n;) {   // in parts that an int counts
+        int k = (int)MM_MIN(n - at, (size_t)1 << 28);
+        int rc = mpi_net.process == 0 ? MPI_Reduce(MPI_IN_PLACE, w + at, k, MPI_UINT32_T, MPI_BOR, 0, MPI_COMM_WORLD)
+                                      : MPI_Reduce(w + at, NULL, k, MPI_UINT32_T, MPI_BOR, 0, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) die("internal: joining a checkpoint image between processes failed (MPI error %d)", rc);
+        at += (size_t)k;
+    }
+}
+
 static void mpi_stop(const char *msg) {
     fflush(stdout);
     if (mpi_net.process == 0) fprintf(stderr, "meshmoe: %s\n", msg);
@@ -69,6 +81,7 @@ void net_mpi_start(int *argc, char ***argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &mpi_net.nprocess);
     mpi_net.exchange = mpi_exchange;
     mpi_net.gather = mpi_gather;
+    mpi_net.join = mpi_join;
     mpi_net.stop = mpi_stop;
     if (mpi_net.nprocess > 1) die_set_process(mpi_net.process, mpi_end);
     if (got < MPI_THREAD_MULTIPLE)

@@ -115,7 +115,7 @@ void span_exchange(Group *g, const Pieces *p) {
         size_t at = 0;
         for (int j = 0; j < k; j++) {
             size_t len = piece_len(g, p, ps[j], pt[j], 1, &off);
-            memcpy(g->tx[i] + at, (const char *)p->posted[ps[j]] + off, len);
+            if (len) memcpy(g->tx[i] + at, (const char *)p->posted[ps[j]] + off, len);   // (a barrier posts nothing)
             at += len;
             count_net(g, ps[j], p->coll, len, 0);
         }
