@@ -335,7 +335,10 @@ static int train_loop(DeviceRun *d) {
     int stop = c->run_steps > 0 ? MM_MIN(c->steps, m->step + c->run_steps) : c->steps;
     if (c->dry_run) stop = m->step + 1;
     int first = m->step, stop_sig = 0;
-    if (d->talk) signals_allow_stop(1);
+    // The first device of each process arms the stop (over several processes each has its own).
+    const Mesh *mesh = d->run->mesh;
+    int arms = d->id == mesh_device_of(mesh, mesh->process, 0);
+    if (arms) signals_allow_stop(1);
     while (m->step < stop && !stop_sig) {
         int step = m->step;
         StepResult r;
@@ -356,7 +359,7 @@ static int train_loop(DeviceRun *d) {
         if (c->save_checkpoint[0] && c->checkpoint_period > 0 && m->step % c->checkpoint_period == 0)
             checkpoint_save(m, c->save_checkpoint);   // every device (a collective)
     }
-    if (d->talk) signals_allow_stop(0);
+    if (arms) signals_allow_stop(0);
     return stop_sig;
 }
 

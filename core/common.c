@@ -39,13 +39,15 @@ void die(const char *fmt, ...) {
     die_claim();
     fflush(stdout);
     if (!die_jump || !die_quiet) {
+        // One write of the whole line, so that the lines of several processes do not mix.
+        char line[8192];
+        int at = snprintf(line, sizeof line, "meshmoe: ");
+        if (die_process >= 0) at += snprintf(line + at, sizeof line - at, "process %d: ", die_process);
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "meshmoe: ");
-        if (die_process >= 0) fprintf(stderr, "process %d: ", die_process);
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
+        vsnprintf(line + at, sizeof line - at, fmt, ap);
         va_end(ap);
+        fprintf(stderr, "%s\n", line);
     }
     if (cleanup_fn) {
         void (*fn)(void *) = cleanup_fn;

@@ -37,18 +37,20 @@ while IFS='|' read -r name np presets dcn ici; do
             same_run many one
     done
 done <<'MESHES'
-dcn data=2               | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 per_device_batch_size=4                               | ici_data_parallelism=2 per_device_batch_size=4
-dcn fsdp=2               | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 per_device_batch_size=4                               | ici_fsdp_parallelism=2 per_device_batch_size=4
-dcn expert=2             | 2 | mixtral-tiny deepseek-tiny | dcn_expert_parallelism=2 per_device_batch_size=4                             | ici_expert_parallelism=2 per_device_batch_size=4
-dcn pipeline=2           | 2 | mixtral-tiny               | dcn_pipeline_parallelism=2 per_device_batch_size=4                           | ici_pipeline_parallelism=2 per_device_batch_size=4
-dcn pipeline=2, 5 layers | 2 | deepseek-tiny              | dcn_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5 | ici_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5
-dcn tensor=2             | 2 | mixtral-tiny deepseek-tiny | dcn_tensor_parallelism=2 per_device_batch_size=4                             | ici_tensor_parallelism=2 per_device_batch_size=4
-dcn context=2            | 2 | mixtral-tiny deepseek-tiny | dcn_context_parallelism=2 per_device_batch_size=4                            | ici_context_parallelism=2 per_device_batch_size=4
-dcn data=2,ici fsdp=2    | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2        | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
-dcn fsdp=2,ici expert=2  | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2      | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
-dcn fsdp=4               | 4 | mixtral-tiny               | dcn_fsdp_parallelism=4 per_device_batch_size=2                               | ici_fsdp_parallelism=4 per_device_batch_size=2
-dcn data=2,fsdp=2        | 4 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 dcn_fsdp_parallelism=2 per_device_batch_size=2        | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
-dcn fsdp=2,expert=2      | 4 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 dcn_expert_parallelism=2 per_device_batch_size=2      | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+dcn data=2                     | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 per_device_batch_size=4 | ici_data_parallelism=2 per_device_batch_size=4
+dcn fsdp=2                     | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 per_device_batch_size=4 | ici_fsdp_parallelism=2 per_device_batch_size=4
+dcn expert=2                   | 2 | mixtral-tiny deepseek-tiny | dcn_expert_parallelism=2 per_device_batch_size=4 | ici_expert_parallelism=2 per_device_batch_size=4
+dcn pipeline=2                 | 2 | mixtral-tiny               | dcn_pipeline_parallelism=2 per_device_batch_size=4 | ici_pipeline_parallelism=2 per_device_batch_size=4
+dcn pipeline=2, 5 layers       | 2 | deepseek-tiny              | dcn_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5 | ici_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5
+dcn tensor=2                   | 2 | mixtral-tiny               | dcn_tensor_parallelism=2 per_device_batch_size=4 | ici_tensor_parallelism=2 per_device_batch_size=4
+dcn context=2                  | 2 | mixtral-tiny               | dcn_context_parallelism=2 per_device_batch_size=4 | ici_context_parallelism=2 per_device_batch_size=4
+dcn data=2,ici fsdp=2          | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,ici expert=2        | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,ici fsdp=2 +overlap | 2 | mixtral-tiny               | dcn_fsdp_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 overlap_collectives=true | ici_fsdp_parallelism=4 per_device_batch_size=2 overlap_collectives=true
+dcn context=2 ring             | 2 | mixtral-tiny               | dcn_context_parallelism=2 context_parallel_strategy=ring per_device_batch_size=4 | ici_context_parallelism=2 context_parallel_strategy=ring per_device_batch_size=4
+dcn fsdp=4                     | 4 | mixtral-tiny               | dcn_fsdp_parallelism=4 per_device_batch_size=2 | ici_fsdp_parallelism=4 per_device_batch_size=2
+dcn data=2,fsdp=2              | 4 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 dcn_fsdp_parallelism=2 per_device_batch_size=2 | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,expert=2            | 4 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 dcn_expert_parallelism=2 per_device_batch_size=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
 MESHES
 
 # Checkpoints: saved by 4 processes, byte-identical to the one-process save of the same
@@ -63,6 +65,24 @@ run res1 deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 load_check
 mpi_run res2 2 deepseek-tiny dcn_fsdp_parallelism=2 per_device_batch_size=4 load_checkpoint=$T/ck.safetensors steps=8
 check "  ... resumed by 2 processes (dcn fsdp=2) for steps 5-7: losses and grad norms bit-identical to one process (ici fsdp=2): $(bits res2 | sed 's/"loss_bits": //g')" \
     same_run res2 res1
+
+# SIGTERM to mpirun: mpirun passes it on to every process odls_base_sigkill_timeout seconds
+# later (and SIGKILL as long after that, so a step and the save must fit: 3 s here); each
+# finishes its step, all stop after the same one (the signal travels in the gathered
+# figures) and save the checkpoint together.
+$MPIRUN --mca odls_base_sigkill_timeout 3 -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 \
+    per_device_batch_size=4 num_threads=1 steps=100000 log_period=1 eval_interval=0 sample_length=0 \
+    save_checkpoint=$T/sig.safetensors metrics_file=$T/sig.jsonl < /dev/null > $T/sig.out 2>&1 &
+job=$!
+for _ in $(seq 300); do [ "$(cat $T/sig.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
+kill -TERM $job
+wait $job
+stopped=$(grep -o 'stopped by SIGTERM after step [0-9]*' $T/sig.out)
+$TRAIN configs/mixtral-tiny.yml steps=100000 run_steps=1 eval_steps=1 sample_length=0 load_checkpoint=$T/sig.safetensors \
+    > $T/sig1.out 2>&1
+check "SIGTERM to mpirun during training: every process stops after the same step and the checkpoint is saved (${stopped:-no message}), and ./train resumes from it" \
+    test -n "$stopped" -a -s $T/sig.safetensors -a "$(grep -c 'received: stopping after this step' $T/sig.out)" -eq 2 \
+    -a -n "$(grep '^resumed from' $T/sig1.out)"
 
 # Refused, each with a message naming the key and what to do, before any training.
 expect_error "./train refuses a mesh over processes" "./train_mpi" \
@@ -95,9 +115,9 @@ mpi_fails "a dataset missing on one host stops every process" "process 1: cannot
 # A process killed (SIGKILL) in the middle of training: the job ends within 30 s, and
 # mpirun names the process.
 $MPIRUN -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 num_threads=1 \
-    steps=100000 log_period=1 eval_interval=0 sample_length=0 < /dev/null > $T/kill.out 2>&1 &
+    steps=100000 log_period=1 eval_interval=0 sample_length=0 metrics_file=$T/kill.jsonl < /dev/null > $T/kill.out 2>&1 &
 job=$!
-for _ in $(seq 300); do grep -q '^step     2 |' $T/kill.out && break; sleep 0.1; done
+for _ in $(seq 300); do [ "$(cat $T/kill.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
 victim=
 for c in $(ps -o pid= --ppid $job); do
     tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$c
