@@ -1,13 +1,13 @@
 // base/hybrid.c: MaxText's hybrid mesh, devices over several processes (base/mesh.h).
 //
-// MaxText builds its mesh with create_device_mesh (maxtext_utils), which for a run over
-// several slices calls JAX's mesh_utils.create_hybrid_device_mesh: each slice's devices form
-// the ici mesh (ici_<axis>_parallelism), the slices form the dcn mesh
-// (dcn_<axis>_parallelism), and the global mesh is the block matrix of the slices' meshes,
-// slice i at the dcn coordinates of i in row-major order. So along each axis a the global
-// coordinate is dcn_coord * ici_a + ici_coord: the dcn coordinate is the outer, slower
-// varying factor. Here a slice is a process (base/net.h): process p holds the devices whose
-// dcn coordinates, in row-major order over the axes, number p.
+// MaxText builds its mesh with create_device_mesh (maxtext_utils, formerly max_utils),
+// which for a run over several slices calls JAX's mesh_utils.create_hybrid_device_mesh:
+// each slice's devices form the ici mesh (ici_<axis>_parallelism), the slices form the dcn
+// mesh (dcn_<axis>_parallelism), and the global mesh is the block matrix of the slices'
+// meshes, slice i at the dcn coordinates of i in row-major order. So along each axis a the
+// global coordinate is dcn_coord * ici_a + ici_coord: the dcn coordinate is the outer,
+// slower varying factor. Here a slice is a process (base/net.h): process p holds the
+// devices whose dcn coordinates, in row-major order over the axes, number p.
 #include "base/mesh.h"
 #include "base/net.h"
 #include "core/common.h"
