@@ -80,8 +80,18 @@ static void read_config(Config *c, int argc, char **argv) {
     step_check_config(c);
     config_check_paths(c);   // every file named is readable or writable, before any work
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
-    // before the mesh starts so that every device uses the same ones.
-    if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) attn_block_autotune(c);
+    // before the mesh starts so that every device uses the same ones (over several
+    // processes, process 0 chooses for all).
+    if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) {
+        const Net *net = net_current();
+        if (!net || net->process == 0) attn_block_autotune(c);
+        if (net && net->nprocess > 1) {
+            int blocks[2] = {c->attn_block_q, c->attn_block_kv};
+            net->share(blocks, sizeof blocks);
+            c->attn_block_q = blocks[0];
+            c->attn_block_kv = blocks[1];
+        }
+    }
 }
 
 // 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run

@@ -42,6 +42,11 @@ static void mpi_gather(const void *mine, void *all, size_t bytes) {
     MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
+static void mpi_share(void *buf, size_t bytes) {
+    if (!fits_int(bytes)) die("internal: %zu bytes shared from process 0", bytes);
+    MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
 static void mpi_join(void *buf, size_t n) {
     uint32_t *w = (uint32_t *)buf;
     for (size_t at = 0; at < n;) {   // in parts that an int counts
@@ -82,6 +87,7 @@ void net_mpi_start(int *argc, char ***argv) {
     mpi_net.exchange = mpi_exchange;
     mpi_net.gather = mpi_gather;
     mpi_net.join = mpi_join;
+    mpi_net.share = mpi_share;
     mpi_net.stop = mpi_stop;
     if (mpi_net.nprocess > 1) die_set_process(mpi_net.process, mpi_end);
     if (got < MPI_THREAD_MULTIPLE)

@@ -53,6 +53,14 @@ dcn data=2,fsdp=2              | 4 | mixtral-tiny deepseek-tiny | dcn_data_paral
 dcn fsdp=2,expert=2            | 4 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 dcn_expert_parallelism=2 per_device_batch_size=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
 MESHES
 
+# attn_block_autotune: process 0 times the block sizes and every process uses its choice;
+# the run equals one process given those sizes.
+mpi_run tune 2 mixtral-tiny dcn_data_parallelism=2 per_device_batch_size=4 attention=flash attn_block_autotune=true
+picked=$(grep -o 'picked attn_block_q=[0-9]* attn_block_kv=[0-9]*' $T/tune.out | cut -d' ' -f2-)
+run tune1 mixtral-tiny ici_data_parallelism=2 per_device_batch_size=4 attention=flash ${picked:-attn_block_q=0}
+check "attn_block_autotune over 2 processes: timed once (on process 0), picked ${picked:-nothing}; the bits of one process given those sizes" \
+    test "$(grep -c 'attn_block_autotune: picked' $T/tune.out)" -eq 1 -a -n "$picked" -a "$(bits tune)" = "$(bits tune1)" -a -n "$(bits tune)"
+
 # Checkpoints: saved by 4 processes, byte-identical to the one-process save of the same
 # global mesh (same path and keys, so the config metadata too: it records the global mesh);
 # then loaded by 2 processes on another mesh and resumed with one process's bits.
