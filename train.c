@@ -515,10 +515,10 @@ static int subcommand(int argc, char **argv, int *rc) {
 }
 
 int main(int argc, char **argv) {
+    blas_prefer_fast_kernels(argv);   // (may start the program again: before MPI starts)
 #ifdef MESHMOE_MPI
     net_mpi_start(&argc, &argv);   // ./train_mpi: one process of an mpirun job (base/net_mpi.h)
 #endif
-    blas_prefer_fast_kernels(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
