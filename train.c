@@ -79,6 +79,27 @@ static void read_config(Config *c, int argc, char **argv) {
     check_processes(c);
     step_check_config(c);
     config_check_paths(c);   // every file named is readable or writable, before any work
+}
+
+// 1, over several processes: every process reads and checks the config, quietly (die()
+// jumps back here), and then they agree: one message, from the first process that failed
+// (base/net.h). So an error every process finds is said once, and a file missing on one
+// host stops every process with that host's message.
+static void read_config_agreed(Config *c, int argc, char **argv) {
+    const Net *net = net_current();
+    if (!net || net->nprocess == 1) { read_config(c, argc, argv); return; }
+    jmp_buf jump;
+    int failed = setjmp(jump);
+    if (!failed) {
+        die_set_jump(&jump, 1);
+        read_config(c, argc, argv);
+    }
+    die_set_jump(NULL, 0);
+    net->agree(failed, die_last_message());
+}
+
+// The block sizes of the flash attention, once the config holds.
+static void autotune_blocks(Config *c) {
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
     // before the mesh starts so that every device uses the same ones (over several
     // processes, process 0 chooses for all).
@@ -533,7 +554,8 @@ int main(int argc, char **argv) {
     if (subcommand(argc, argv, &rc)) return rc;
 
     Config c;
-    read_config(&c, argc, argv);                                          // 1
+    read_config_agreed(&c, argc, argv);                                   // 1
+    autotune_blocks(&c);
     Mesh mesh;
     start_mesh(&mesh, &c);                                                // 2
     size_t ntok;

@@ -31,10 +31,10 @@ void mesh_hybrid_config(Config *c) {
     char msg[320];
     snprintf(msg, sizeof msg, "the dcn_*_parallelism keys ask for %s%d processes (one per slice) but the run has %d",
              fill >= 0 ? "a multiple of " : "", known, nproc);
-    if (!net && (known > 1 || fill >= 0) && known != nproc)
+    if (!net && known != nproc)
         die("%s: ./train is one process; build ./train_mpi (make mpi) and start it with mpirun -np %d (docs/mpi.md)",
             msg, known);
-    if (known != nproc) net->stop(msg);
+    if (known != nproc) die("%s", msg);
     // From here on the ici_* sizes (and num_devices) are the global mesh's: dcn x ici.
     for (int a = 0; a < MESH_NAXES; a++)
         if (*ici[a] > 0) *ici[a] *= *dcn[a];

@@ -24,9 +24,11 @@ typedef struct Net {
     // Process 0's buf (n 32-bit words) becomes the bitwise OR of every process's: images of
     // which each process wrote its own elements over zeros, joined bit for bit.
     void (*join)(void *buf, size_t n);
-    // Every process stops with code 1 after process 0 printed msg (an error every process
-    // finds alike, such as a wrong number of processes): one message, not one per process.
-    void (*stop)(const char *msg);
+    // Every process says whether its start-up failed (msg: its die line); if one did, the
+    // first that did prints msg and every process ends with code 1: an error that every
+    // process finds alike (a config key) is said once, one that a single host finds (a file
+    // missing there) by that host. Returns when none failed.
+    void (*agree)(int failed, const char *msg);
 } Net;
 
 // The run's Net, or NULL for one process.

@@ -6,6 +6,7 @@
 #include "base/net.h"
 #include "core/common.h"
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <mpi.h>
 
@@ -58,9 +59,15 @@ static void mpi_join(void *buf, size_t n) {
     }
 }
 
-static void mpi_stop(const char *msg) {
+static void mpi_agree(int failed, const char *msg) {
+    int mine = failed ? mpi_net.process : mpi_net.nprocess, first = 0;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == mpi_net.nprocess) return;
     fflush(stdout);
-    if (mpi_net.process == 0) fprintf(stderr, "meshmoe: %s\n", msg);
+    if (first == mpi_net.process) fprintf(stderr, "%s\n", msg);
+    // mpirun stops the others once one has ended with 1: quietly, the message is said.
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     MPI_Finalize();
     exit(1);
 }
@@ -88,7 +95,7 @@ void net_mpi_start(int *argc, char ***argv) {
     mpi_net.gather = mpi_gather;
     mpi_net.join = mpi_join;
     mpi_net.share = mpi_share;
-    mpi_net.stop = mpi_stop;
+    mpi_net.agree = mpi_agree;
     if (mpi_net.nprocess > 1) die_set_process(mpi_net.process, mpi_end);
     if (got < MPI_THREAD_MULTIPLE)
         die("this MPI library gives thread level %d, and ./train_mpi needs MPI_THREAD_MULTIPLE (%d): the devices "

@@ -35,20 +35,22 @@ void die_claim(void) {
     claimed = 1;
 }
 
+// The last message, whole: one write of the line, so that the lines of several processes do
+// not mix; kept for die_last_message.
+static char last_line[8192];
+
+const char *die_last_message(void) { return last_line; }
+
 void die(const char *fmt, ...) {
     die_claim();
     fflush(stdout);
-    if (!die_jump || !die_quiet) {
-        // One write of the whole line, so that the lines of several processes do not mix.
-        char line[8192];
-        int at = snprintf(line, sizeof line, "meshmoe: ");
-        if (die_process >= 0) at += snprintf(line + at, sizeof line - at, "process %d: ", die_process);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(line + at, sizeof line - at, fmt, ap);
-        va_end(ap);
-        fprintf(stderr, "%s\n", line);
-    }
+    int at = snprintf(last_line, sizeof last_line, "meshmoe: ");
+    if (die_process >= 0) at += snprintf(last_line + at, sizeof last_line - at, "process %d: ", die_process);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_line + at, sizeof last_line - at, fmt, ap);
+    va_end(ap);
+    if (!die_jump || !die_quiet) fprintf(stderr, "%s\n", last_line);
     if (cleanup_fn) {
         void (*fn)(void *) = cleanup_fn;
         cleanup_fn = NULL; // never re-enter

@@ -112,11 +112,11 @@ mpi_fails() {
 }
 mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" "ask for 2 processes" 1 \
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
-mpi_fails "dry_run over processes is refused (not yet supported)" "dry_run is not supported" 2 \
+mpi_fails "dry_run over processes is refused (not yet supported), said once" "dry_run is not supported" 1 \
     2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dry_run=true $FAST
 # A bad input that only one process sees (a file missing on one host): process 1 gets
 # another dataset_path (mpirun's MPMD form); every process stops, with process 1's message.
-mpi_fails "a dataset missing on one host stops every process" "process 1: cannot open dataset_path" 1 \
+mpi_fails "a dataset missing on one host stops every process, with that host's message" "process 1: cannot open dataset_path" 1 \
     1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
     -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=$T/missing.bin
 
