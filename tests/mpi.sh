@@ -53,6 +53,20 @@ dcn data=2,fsdp=2              | 4 | mixtral-tiny deepseek-tiny | dcn_data_paral
 dcn fsdp=2,expert=2            | 4 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 dcn_expert_parallelism=2 per_device_batch_size=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
 MESHES
 
+# The bytes that cross between processes, counted apart (metrics file, last step). On dcn
+# data=2 x ici fsdp=2 the fsdp groups stay inside a process and the data groups cross, so
+# the reduce-scatter sends nothing between processes and the all-reduce (2 members, one per
+# process) all it sends; process 0's report has every device's line, with those bytes.
+mpi_run net 2 mixtral-tiny dcn_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+sent() { tail -1 $T/net.jsonl | grep -o "\"$1\": {[^}]*}" | grep -o "\"$2\": [0-9]*" | grep -o '[0-9]*$' | tr '\n' ' '; }
+rs_net=$(sent net_bytes_sent reduce-scatter); rs=$(sent comm_bytes_sent reduce-scatter)
+ar_net=$(sent net_bytes_sent all-reduce); ar=$(sent comm_bytes_sent all-reduce)
+a0=$(echo $ar | cut -d' ' -f1); n0=$(echo $ar_net | cut -d' ' -f1)
+check "dcn data=2 x ici fsdp=2, per device: reduce-scatter bytes sent $rs, between processes $rs_net; all-reduce $ar, between processes $ar_net (device 0: over 99%; the rest is the loss summed over the whole mesh)" \
+    test -n "$rs" -a "$rs_net" = "0 0 0 0 " -a -n "$a0" -a -n "$n0" -a "$((n0 * 100))" -ge "$((a0 * 99))" -a "$n0" -le "$a0"
+check "  ... process 0 reports all 4 devices, each with its bytes between processes" \
+    test "$(grep -c '^device [0-3] peak .*| between processes: sent' $T/net.out)" -eq 4
+
 # attn_block_autotune: process 0 times the block sizes and every process uses its choice;
 # the run equals one process given those sizes.
 mpi_run tune 2 mixtral-tiny dcn_data_parallelism=2 per_device_batch_size=4 attention=flash attn_block_autotune=true
