@@ -141,7 +141,7 @@ $MPIRUN -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_de
 job=$!
 for _ in $(seq 300); do [ "$(cat $T/kill.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
 victim=
-for c in $(ps -o pid= --ppid $job); do
+for c in $(grep -l "^PPid:[[:space:]]*$job\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3); do   # mpirun's children
     tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$c
 done
 t0=$(date +%s%N)
