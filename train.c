@@ -53,12 +53,12 @@ static double now_ms(void) {
 }
 
 // A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, what shares
-// memory between devices outside the collectives: the planner's and the memory trace's
-// figures, the parity dump, whole-tensor loads.
+// memory between devices outside the collectives: the memory trace's figures, the parity
+// dump, whole-tensor loads. (A dry run is planned by process 0 alone: plan_alone.)
 static void check_processes(const Config *c) {
     const Net *net = net_current();
     if (!net || net->nprocess == 1) return;
-    const char *key = c->dry_run ? "dry_run" : c->memory_trace[0] ? "memory_trace" : c->load_hf[0] ? "load_hf" :
+    const char *key = c->memory_trace[0] ? "memory_trace" : c->load_hf[0] ? "load_hf" :
                       c->dump_parity[0] ? "dump_parity" : NULL;
     if (key)
         die("%s is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on the same "
@@ -96,6 +96,19 @@ static void read_config_agreed(Config *c, int argc, char **argv) {
     }
     die_set_jump(NULL, 0);
     net->agree(failed, die_last_message());
+}
+
+// A dry run over several processes: process 0 plans the global mesh alone, every device of
+// every process, as ./train plans it (a plan runs nothing, so nothing would cross between
+// processes); the others have nothing to do. Returns 1 in those others.
+static int plan_alone(Config *c) {
+    const Net *net = net_current();
+    if (!c->dry_run || !net || net->nprocess == 1) return 0;
+    if (net->process != 0) return 1;
+    net_set(NULL);   // one process, holding the global mesh (the ici keys hold it already)
+    c->dcn_data_parallelism = c->dcn_fsdp_parallelism = c->dcn_tensor_parallelism = 1;
+    c->dcn_expert_parallelism = c->dcn_context_parallelism = c->dcn_pipeline_parallelism = 1;
+    return 0;
 }
 
 // The block sizes of the flash attention, once the config holds.
@@ -555,6 +568,7 @@ int main(int argc, char **argv) {
 
     Config c;
     read_config_agreed(&c, argc, argv);                                   // 1
+    if (plan_alone(&c)) return 0;
     autotune_blocks(&c);
     Mesh mesh;
     start_mesh(&mesh, &c);                                                // 2

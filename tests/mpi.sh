@@ -126,8 +126,17 @@ mpi_fails() {
 }
 mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" "ask for 2 processes" 1 \
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
-mpi_fails "dry_run over processes is refused (not yet supported), said once" "dry_run is not supported" 1 \
-    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dry_run=true $FAST
+mpi_fails "memory_trace over processes is refused (not yet supported), said once" "memory_trace is not supported" 1 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 memory_trace=$T/trace.csv $FAST
+
+# A dry run over processes: process 0 plans the global mesh alone; its plan is ./train's.
+D="configs/deepseek-tiny.yml per_device_batch_size=2 dry_run=true"
+$TRAIN $D ici_data_parallelism=2 ici_expert_parallelism=2 > $T/plan1.out 2>/dev/null
+timeout 60 $MPIRUN -np 2 ./train_mpi $D dcn_data_parallelism=2 ici_expert_parallelism=2 < /dev/null > $T/plan2.out 2>/dev/null
+same_plan() { grep -q '^device 0: peak' $T/plan1.out && cmp -s $T/plan1.out $T/plan2.out; }
+check "dry_run over 2 processes (dcn data=2, ici expert=2) prints the plan of ./train on ici data=2 expert=2, line for line ($(wc -l < $T/plan2.out) lines)" \
+    same_plan
+
 # A bad input that only one process sees (a file missing on one host): process 1 gets
 # another dataset_path (mpirun's MPMD form); every process stops, with process 1's message.
 mpi_fails "a dataset missing on one host stops every process, with that host's message" "process 1: cannot open dataset_path" 1 \
