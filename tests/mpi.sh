@@ -143,6 +143,12 @@ mpi_fails "a dataset missing on one host stops every process, with that host's m
     1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
     -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=$T/missing.bin
 
+# A fault that one process finds once the devices run (here device 1, on process 1, out of
+# its hbm_capacity): die() there aborts the whole job, with that process's message.
+mpi_fails "a device out of memory on one process ends the job, with its message" "process 1: device 1 out of memory" 1 \
+    1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 $FAST : \
+    -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 $FAST hbm_capacity=20MiB
+
 # A process killed (SIGKILL) in the middle of training: the job ends within 30 s, and
 # mpirun names the process.
 $MPIRUN -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 num_threads=1 \
