@@ -53,13 +53,12 @@ static double now_ms(void) {
 }
 
 // A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, what shares
-// memory between devices outside the collectives: the memory trace's figures, the parity
-// dump, whole-tensor loads. (A dry run is planned by process 0 alone: plan_alone.)
+// memory between devices outside the collectives: the parity dump and whole-tensor loads.
+// (A dry run is planned by process 0 alone: plan_alone.)
 static void check_processes(const Config *c) {
     const Net *net = net_current();
     if (!net || net->nprocess == 1) return;
-    const char *key = c->memory_trace[0] ? "memory_trace" : c->load_hf[0] ? "load_hf" :
-                      c->dump_parity[0] ? "dump_parity" : NULL;
+    const char *key = c->load_hf[0] ? "load_hf" : c->dump_parity[0] ? "dump_parity" : NULL;
     if (key)
         die("%s is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on the same "
             "global mesh (ici_<axis>_parallelism = dcn x ici)", key);
@@ -509,9 +508,10 @@ static void report(const Run *run) {
     const Config *c = run->c;
     Mesh *mesh = run->mesh;
     if (c->memory_trace[0]) {
-        plan_trace_write(mesh, c->memory_trace);
-        printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c->memory_trace,
-               c->memory_trace);
+        plan_trace_write(mesh, c->memory_trace);   // (over several processes, by process 0)
+        if (mesh->process == 0)
+            printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c->memory_trace,
+                   c->memory_trace);
     }
     if (c->dry_run && c->metrics_file[0]) write_dry_metrics(c, mesh, &run->dry);
     mesh_collect_devices(mesh);   // over several processes, process 0 reports every device

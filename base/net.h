@@ -19,6 +19,10 @@ typedef struct Net {
                      void *const *rx, const size_t *rxlen);
     // Process 0 gets every process's `bytes` bytes, in process order, in all (others: NULL).
     void (*gather)(const void *mine, void *all, size_t bytes);
+    // Process 0 gets every process's `bytes` bytes at mine, one after the other in process
+    // order, in *all (malloc'd; the caller frees it) and each one's count in each (nprocess);
+    // the others get nothing.
+    void (*gatherv)(const void *mine, size_t bytes, char **all, size_t *each);
     // Every process's buf (bytes) becomes process 0's: a choice made once, for every process.
     void (*share)(void *buf, size_t bytes);
     // Process 0's buf (n 32-bit words) becomes the bitwise OR of every process's: images of

@@ -43,6 +43,25 @@ static void mpi_gather(const void *mine, void *all, size_t bytes) {
     MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
 }
 
+static void mpi_gatherv(const void *mine, size_t bytes, char **all, size_t *each) {
+    int n = mpi_net.nprocess, root = mpi_net.process == 0;
+    unsigned long long b = bytes, *sizes = root ? malloc(sizeof *sizes * (size_t)n) : NULL;
+    MPI_Gather(&b, 1, MPI_UNSIGNED_LONG_LONG, sizes, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    int *counts = root ? malloc(sizeof(int) * (size_t)n) : NULL, *displs = root ? malloc(sizeof(int) * (size_t)n) : NULL;
+    size_t total = 0;
+    for (int p = 0; root && p < n; p++) {
+        if (total + sizes[p] > (size_t)INT_MAX) die("%zu bytes gathered at process 0: more than MPI's int count", total);
+        counts[p] = (int)sizes[p];
+        displs[p] = (int)total;
+        each[p] = sizes[p];
+        total += sizes[p];
+    }
+    if (root && !(*all = malloc(total ? total : 1))) die("out of host memory for %zu gathered bytes", total);
+    if (!fits_int(bytes)) die("%zu bytes to gather from one process: more than MPI's int count", bytes);
+    MPI_Gatherv(mine, (int)bytes, MPI_BYTE, root ? *all : NULL, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    free(sizes); free(counts); free(displs);
+}
+
 static void mpi_share(void *buf, size_t bytes) {
     if (!fits_int(bytes)) die("internal: %zu bytes shared from process 0", bytes);
     MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -95,6 +114,7 @@ void net_mpi_start(int *argc, char ***argv) {
     mpi_net.gather = mpi_gather;
     mpi_net.join = mpi_join;
     mpi_net.share = mpi_share;
+    mpi_net.gatherv = mpi_gatherv;
     mpi_net.agree = mpi_agree;
     if (mpi_net.nprocess > 1) die_set_process(mpi_net.process, mpi_end);
     if (got < MPI_THREAD_MULTIPLE)

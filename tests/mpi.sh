@@ -126,8 +126,17 @@ mpi_fails() {
 }
 mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" "ask for 2 processes" 1 \
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
-mpi_fails "memory_trace over processes is refused (not yet supported), said once" "memory_trace is not supported" 1 \
-    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 memory_trace=$T/trace.csv $FAST
+mpi_fails "load_hf over processes is refused (not yet supported), said once" "load_hf is not supported" 1 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 load_hf=$T $FAST
+
+# memory_trace over processes: each writes its devices' events, process 0 the file; on dcn
+# fsdp=2 x ici data=2 process 0 holds devices 0 and 2. The file is ./train's, byte for byte.
+$TRAIN configs/deepseek-tiny.yml $FAST steps=2 ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 \
+    memory_trace=$T/trace1.csv > $T/trace1.out 2>&1
+mpi_run trace 2 deepseek-tiny steps=2 dcn_fsdp_parallelism=2 ici_data_parallelism=2 per_device_batch_size=2 \
+    memory_trace=$T/trace2.csv
+check "memory_trace from 2 processes (dcn fsdp=2, ici data=2) is ./train's on ici data=2 fsdp=2, byte for byte ($(wc -l < $T/trace2.csv 2>/dev/null) lines)" \
+    cmp -s $T/trace1.csv $T/trace2.csv
 
 # A dry run over processes: process 0 plans the global mesh alone; its plan is ./train's.
 D="configs/deepseek-tiny.yml per_device_batch_size=2 dry_run=true"
