@@ -1,5 +1,5 @@
 # meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
-# make sweep, make docs, make hf-check, make fuzz, make gpu, make hip
+# make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
@@ -25,12 +25,13 @@ BUILD   ?= build
 OUT     ?= train
 # Every folder of the library (README.md#layers gives their order).
 SRC_DIRS := core kernels kernels/cpu base data model sharding pipeline optim trainer report sweep
-LIB_SRC := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
+# base/net_mpi.c is the MPI transport of ./train_mpi alone (make mpi); ./train has no MPI.
+LIB_SRC := $(filter-out base/net_mpi.c,$(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c)))
 HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz gpu hip
+.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz mpi gpu hip
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -45,6 +46,20 @@ $(BUILD)/kernels/dry.o: CFLAGS += -Wno-unused-parameter
 
 train: $(BUILD)/train.o $(LIB_OBJ)
 	$(CC) $(CFLAGS) $^ -o $(OUT) $(LDLIBS)
+
+# ./train_mpi: the trainer as one process of an mpirun job, one process per slice of the
+# mesh (docs/mpi.md). The library's objects are ./train's; train.c is built again with the
+# MPI start-up, the MPI transport (base/net_mpi.c) added, and mpicc links them with MPI.
+MPICC ?= mpicc
+mpi: train_mpi
+train_mpi: $(BUILD)/mpi/train.o $(BUILD)/mpi/net_mpi.o $(LIB_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+$(BUILD)/mpi/train.o: train.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DMESHMOE_MPI -c $< -o $@
+$(BUILD)/mpi/net_mpi.o: base/net_mpi.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -c $< -o $@
 
 build/test_%: tests/test_%.c $(LIB_OBJ) tests/test.h tests/gradcheck.h
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
@@ -137,7 +152,7 @@ plots: train
 	./train plot build/plots/mixtral-tiny-fsdp2.csv build/plots
 
 clean:
-	rm -rf build train
+	rm -rf build train train_mpi
 
 # GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
 build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)

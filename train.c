@@ -43,12 +43,28 @@
 #include "trainer/metrics.h"    // each step's metrics, gathered and written
 #include "trainer/files.h"      // train_files_check: no output is one of the run's other files
 #include "base/runfiles.h"      // the same check for ./train prepare
+#include "base/net.h"           // Net: the processes of a run over MPI (none for ./train)
 #include <time.h>               // clock_gettime: step times
+#ifdef MESHMOE_MPI
+#include "base/net_mpi.h"       // the MPI transport, in ./train_mpi only
+#endif
 
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, what shares
+// memory between devices outside the collectives: the parity dump and whole-tensor loads.
+// (A dry run is planned by process 0 alone: plan_alone.)
+static void check_processes(const Config *c) {
+    const Net *net = net_current();
+    if (!net || net->nprocess == 1) return;
+    const char *key = c->load_hf[0] ? "load_hf" : c->dump_parity[0] ? "dump_parity" : NULL;
+    if (key)
+        die("%s is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on the same "
+            "global mesh (ici_<axis>_parallelism = dcn x ici)", key);
 }
 
 // 1. The config: the preset file, then the key=value overrides, checked before any work.
@@ -61,13 +77,59 @@ static void read_config(Config *c, int argc, char **argv) {
         *eq = '\0';
         config_set(c, argv[i], eq + 1, "command line");
     }
+    mesh_hybrid_config(c);   // dcn x ici: from here on the ici_* sizes are the global mesh's
+    check_processes(c);
     step_check_config(c);
     config_check_paths(c);   // every file named is readable or writable, before any work
     train_files_check(c, argv[1]);   // and no output is another of its files (trainer/files.h)
     if (c->profile && c->dry_run) die("profile=true times the kernels of training steps: a dry run computes none");
+}
+
+// 1, over several processes: every process reads and checks the config, quietly (die()
+// jumps back here), and then they agree: one message, from the first process that failed
+// (base/net.h). So an error every process finds is said once, and a file missing on one
+// host stops every process with that host's message.
+static void read_config_agreed(Config *c, int argc, char **argv) {
+    const Net *net = net_current();
+    if (!net || net->nprocess == 1) { read_config(c, argc, argv); return; }
+    jmp_buf jump;
+    int failed = setjmp(jump);
+    if (!failed) {
+        die_set_jump(&jump, 1);
+        read_config(c, argc, argv);
+    }
+    die_set_jump(NULL, 0);
+    net->agree(failed, die_last_message());
+}
+
+// A dry run over several processes: process 0 plans the global mesh alone, every device of
+// every process, as ./train plans it (a plan runs nothing, so nothing would cross between
+// processes); the others have nothing to do. Returns 1 in those others.
+static int plan_alone(Config *c) {
+    const Net *net = net_current();
+    if (!c->dry_run || !net || net->nprocess == 1) return 0;
+    if (net->process != 0) return 1;
+    net_set(NULL);   // one process, holding the global mesh (the ici keys hold it already)
+    c->dcn_data_parallelism = c->dcn_fsdp_parallelism = c->dcn_tensor_parallelism = 1;
+    c->dcn_expert_parallelism = c->dcn_context_parallelism = c->dcn_pipeline_parallelism = 1;
+    return 0;
+}
+
+// The block sizes of the flash attention, once the config holds.
+static void autotune_blocks(Config *c) {
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
-    // before the mesh starts so that every device uses the same ones.
-    if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) attn_block_autotune(c);
+    // before the mesh starts so that every device uses the same ones (over several
+    // processes, process 0 chooses for all).
+    if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) {
+        const Net *net = net_current();
+        if (!net || net->process == 0) attn_block_autotune(c);
+        if (net && net->nprocess > 1) {
+            int blocks[2] = {c->attn_block_q, c->attn_block_kv};
+            net->share(blocks, sizeof blocks);
+            c->attn_block_q = blocks[0];
+            c->attn_block_kv = blocks[1];
+        }
+    }
 }
 
 // 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
@@ -143,6 +205,15 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     else snprintf(nt, sizeof nt, "%d", most);
     printf("mesh: %s (%d device%s, one thread each, with %s OpenMP thread%s)\n", mesh_describe(mesh, b2, sizeof b2),
            mesh->ndev, mesh->ndev > 1 ? "s" : "", nt, most > 1 ? "s" : "");
+    if (mesh->nprocess > 1) {
+        int ici[MESH_NAXES];
+        for (int a = 0; a < MESH_NAXES; a++) ici[a] = mesh->size[a] / mesh->dcn[a];
+        printf("processes: %d (dcn:", mesh->nprocess);
+        for (int a = 0; a < MESH_NAXES; a++) if (mesh->dcn[a] > 1) printf(" %s=%d", MESH_AXIS_NAMES[a], mesh->dcn[a]);
+        printf("), %d device%s each (ici:", mesh->nlocal, mesh->nlocal > 1 ? "s" : "");
+        for (int a = 0; a < MESH_NAXES; a++) if (ici[a] > 1) printf(" %s=%d", MESH_AXIS_NAMES[a], ici[a]);
+        printf("%s)\n", mesh->nlocal == 1 ? " none" : "");
+    }
     printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c->dataset_path,
            d->run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, d->A, d->Bg, d->S);
     sharding_print_state(&d->m);
@@ -316,7 +387,10 @@ static int train_loop(DeviceRun *d) {
     int stop = c->run_steps > 0 ? MM_MIN(c->steps, m->step + c->run_steps) : c->steps;
     if (c->dry_run) stop = m->step + 1;
     int first = m->step, stop_sig = 0;
-    if (d->talk) signals_allow_stop(1);
+    // The first device of each process arms the stop (over several processes each has its own).
+    const Mesh *mesh = d->run->mesh;
+    int arms = d->id == mesh_device_of(mesh, mesh->process, 0);
+    if (arms) signals_allow_stop(1);
     while (m->step < stop && !stop_sig) {
         int step = m->step;
         StepResult r;
@@ -337,7 +411,7 @@ static int train_loop(DeviceRun *d) {
         if (c->save_checkpoint[0] && c->checkpoint_period > 0 && m->step % c->checkpoint_period == 0)
             checkpoint_save(m, c->save_checkpoint);   // every device (a collective)
     }
-    if (d->talk) signals_allow_stop(0);
+    if (arms) signals_allow_stop(0);
     if (d->talk && c->profile) step_profile_print(&d->prof);
     return stop_sig;
 }
@@ -446,15 +520,17 @@ static void write_dry_metrics(const Config *c, const Mesh *mesh, const DryStep *
 // or the plan of a dry run (with its metrics line).
 static void report(const Run *run) {
     const Config *c = run->c;
-    const Mesh *mesh = run->mesh;
+    Mesh *mesh = run->mesh;
     if (c->memory_trace[0]) {
-        plan_trace_write(mesh, c->memory_trace);
-        printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c->memory_trace,
-               c->memory_trace);
+        plan_trace_write(mesh, c->memory_trace);   // (over several processes, by process 0)
+        if (mesh->process == 0)
+            printf("memory trace of the first step written to %s (./train plot %s DIR draws it)\n", c->memory_trace,
+                   c->memory_trace);
     }
     if (c->dry_run && c->metrics_file[0]) write_dry_metrics(c, mesh, &run->dry);
+    mesh_collect_devices(mesh);   // over several processes, process 0 reports every device
     if (c->dry_run) plan_print(mesh, (size_t)c->hbm_capacity);
-    else
+    else if (mesh->process == 0)
         for (int d = 0; d < mesh->ndev; d++) mem_print_report(&mesh->devices[d]);
     plan_free(mesh);
 }
@@ -493,7 +569,10 @@ static int subcommand(int argc, char **argv, int *rc) {
 }
 
 int main(int argc, char **argv) {
-    blas_prefer_fast_kernels(argv);
+    blas_prefer_fast_kernels(argv);   // (may start the program again: before MPI starts)
+#ifdef MESHMOE_MPI
+    net_mpi_start(&argc, &argv);   // ./train_mpi: one process of an mpirun job (base/net_mpi.h)
+#endif
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
@@ -508,7 +587,9 @@ int main(int argc, char **argv) {
     if (subcommand(argc, argv, &rc)) return rc;
 
     Config c;
-    read_config(&c, argc, argv);                                          // 1
+    read_config_agreed(&c, argc, argv);                                   // 1
+    if (plan_alone(&c)) return 0;
+    autotune_blocks(&c);
     Mesh mesh;
     start_mesh(&mesh, &c);                                                // 2
     size_t ntok;

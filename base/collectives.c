@@ -12,41 +12,39 @@
 // two pieces, but would add them in an order that depends on the mesh. The all-reduce
 // divides the work of the direct algorithm: each member sums one slice of the elements,
 // every element along the same tree, and the members then copy each other's slices.
-#include "base/collectives.h" // Group, this file's collectives
+//
+// A group that spans processes (base/group.h) runs the same steps among its members here,
+// with the pieces that the members read of remote buffers exchanged by its leader
+// (base/span.c) between the posting and the reading.
+#include "base/group.h"       // Group and its posting steps, also over processes
 #include "base/memory.h"      // mem_alloc (MEM_COMM), the bytes counted
 #include "kernels/kernels.h"  // kern()->sum: the tree merges
 #include "core/common.h"      // die
-#include <pthread.h>          // the barrier
 
 const char *const COLL_NAMES[COLL_NKINDS] = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all",
                                              "ppermute", "broadcast"};
 
-struct Group {
-    int n;
-    int *members;                 // device ids, in rank order
-    pthread_barrier_t barrier;
-    const void **slot;            // (n) what each member posted
-    const size_t **slot_off, **slot_bytes;   // (n) all-to-all layouts
-    const int *perm;              // ppermute's permutation (posted by rank 0)
-    const float **reduced;        // (n) the all-reduce: where each member's summed slice lies
-};
-
-Group *group_new(int n, const int *members) {
+Group *group_new(const Mesh *mesh, int n, const int *members, int tag) {
     Group *g = calloc(1, sizeof *g);
     g->n = n;
+    g->tag = tag;
     g->members = malloc(sizeof(int) * (size_t)n);
     memcpy(g->members, members, sizeof(int) * (size_t)n);
     g->slot = calloc((size_t)n, sizeof(void *));
     g->slot_off = calloc((size_t)n, sizeof(size_t *));
     g->slot_bytes = calloc((size_t)n, sizeof(size_t *));
+    g->slot_recv = calloc((size_t)n, sizeof(size_t *));
     g->reduced = calloc((size_t)n, sizeof(float *));
-    pthread_barrier_init(&g->barrier, NULL, (unsigned)n);
+    span_init(g, mesh);
+    for (int q = 0; q < n; q++) g->nhere += !span_remote(g, q);
+    pthread_barrier_init(&g->barrier, NULL, (unsigned)g->nhere);
     return g;
 }
 
 void group_free(Group *g) {
     pthread_barrier_destroy(&g->barrier);
-    free(g->members); free(g->slot); free(g->slot_off); free(g->slot_bytes); free(g->reduced);
+    span_free(g);
+    free(g->members); free(g->slot); free(g->slot_off); free(g->slot_bytes); free(g->slot_recv); free(g->reduced);
     free(g);
 }
 
@@ -70,8 +68,33 @@ static int solo(void) {
 }
 static const void *posted(const Group *g, int q, const void *mine) { return solo() ? mine : g->slot[q]; }
 
+// The members here wait for each other (in one process: every member).
+static void barrier_here(Group *g) {
+    if (g->nhere > 1 && !solo()) pthread_barrier_wait(&g->barrier);
+}
+
+// Every member has posted, and what the members here read of the buffers of members in
+// other processes (the pieces p) has arrived. Member r calls it.
+static void all_posted(Group *g, int r, const Pieces *p) {
+    barrier_here(g);
+    if (!g->span) return;
+    if (r == g->lead) span_exchange(g, p);
+    barrier_here(g);
+}
+
+// Every member here is done reading: no buffer posted here, nor a piece that arrived, is
+// still read (in one process, every member is done).
+static void done_reading(Group *g) { barrier_here(g); }
+
+// Where member r reads member q's bytes from `off` on: q's posted buffer `base`, or, for a
+// member in another process, where its piece for r arrived.
+static const void *at(const Group *g, int q, int r, const void *base, size_t off) {
+    return span_remote(g, q) ? (const void *)g->piece[(size_t)q * g->n + r] : (const void *)((const char *)base + off);
+}
+
 void coll_barrier(Group *g) {
-    if (g->n > 1 && !solo()) pthread_barrier_wait(&g->barrier);
+    if (g->n == 1) return;
+    all_posted(g, my_rank(g), &(Pieces){PIECE_NONE, COLL_BROADCAST, NULL, 0, 0});
 }
 
 // A dry run (base/memory.h) moves no payload: the buffers hold nothing. The staging
@@ -120,9 +143,10 @@ static void tree_reduce_double(double *x, int n, size_t len) {
 void coll_all_gather(Group *g, const void *send, void *recv, size_t bytes_each) {
     int r = my_rank(g);
     g->slot[r] = send;
-    coll_barrier(g);
-    for (int q = 0; q < g->n; q++) move((char *)recv + (size_t)q * bytes_each, posted(g, q, send), bytes_each);
-    coll_barrier(g);
+    all_posted(g, r, &(Pieces){PIECE_WHOLE, COLL_ALL_GATHER, g->slot, bytes_each, 0});
+    for (int q = 0; q < g->n; q++)
+        move((char *)recv + (size_t)q * bytes_each, at(g, q, r, posted(g, q, send), 0), bytes_each);
+    done_reading(g);
     count(COLL_ALL_GATHER, bytes_each * (size_t)(g->n - 1), bytes_each * (size_t)(g->n - 1));
 }
 
@@ -131,19 +155,17 @@ void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each
     if (g->n == 1) { move(recv, send, sizeof(float) * n_each); return; }
     g->slot[r] = send;
     float *stage = mem_floats_uninit(MEM_COMM, (size_t)g->n * n_each, "reduce-scatter pieces");   // written whole
-    coll_barrier(g);
+    all_posted(g, r, &(Pieces){PIECE_SLICE_OF_T, COLL_REDUCE_SCATTER, g->slot, sizeof(float) * n_each, 0});
     for (int q = 0; q < g->n; q++)
-        move(stage + (size_t)q * n_each, (const float *)posted(g, q, send) + (size_t)r * n_each, sizeof(float) * n_each);
-    coll_barrier(g);
+        move(stage + (size_t)q * n_each, at(g, q, r, posted(g, q, send), sizeof(float) * r * n_each),
+             sizeof(float) * n_each);
+    done_reading(g);
     tree_reduce_inplace(stage, g->n, n_each);
     move(recv, stage, sizeof(float) * n_each);
     mem_free(stage);
     size_t b = sizeof(float) * n_each * (size_t)(g->n - 1);
     count(COLL_REDUCE_SCATTER, b, b);
 }
-
-// The slice of n elements that rank r of P sums: [n r / P, n (r+1) / P).
-static size_t slice_at(size_t n, int r, int P) { return n * (size_t)r / (size_t)P; }
 
 // Reduce-scatter, then all-gather, both within the one staging buffer of the direct
 // algorithm (a slot of n floats per member, charged whole): rank r copies slice r of every
@@ -157,58 +179,54 @@ void coll_all_reduce(Group *g, float *buf, size_t n) {
     g->slot[r] = buf;
     float *stage = mem_floats_uninit(MEM_COMM, (size_t)P * n, "all-reduce pieces");   // its slice of each slot written
     size_t lo = slice_at(n, r, P), len = slice_at(n, r + 1, P) - lo;
-    coll_barrier(g);
+    all_posted(g, r, &(Pieces){PIECE_SPLIT_T, COLL_ALL_REDUCE, g->slot, n, 0});
     for (int q = 0; q < P; q++)
-        move(stage + (size_t)q * n + lo, (const float *)posted(g, q, buf) + lo, sizeof(float) * len);
+        move(stage + (size_t)q * n + lo, at(g, q, r, posted(g, q, buf), sizeof(float) * lo), sizeof(float) * len);
     tree_reduce_strided(stage + lo, P, n, len);
     g->reduced[r] = stage;
-    coll_barrier(g);
+    all_posted(g, r, &(Pieces){PIECE_SPLIT_S, COLL_ALL_REDUCE, (const void *const *)g->reduced, n, 0});
     for (int q = 0; q < P; q++) {
         size_t qlo = slice_at(n, q, P), qlen = slice_at(n, q + 1, P) - qlo;
         // A dry run's lone representative has only its own slice summed (base/mesh.h).
-        if (q == r || !solo()) move(buf + qlo, (q == r ? stage : g->reduced[q]) + qlo, sizeof(float) * qlen);
+        if (q == r || !solo())
+            move(buf + qlo, q == r ? stage + qlo : at(g, q, r, g->reduced[q], sizeof(float) * qlo), sizeof(float) * qlen);
     }
-    coll_barrier(g);
+    done_reading(g);
     mem_free(stage);
     size_t b = sizeof(float) * n * (size_t)(g->n - 1);
     count(COLL_ALL_REDUCE, b, b);
 }
 
-// The all-reduces of doubles and longs, small (statistics and counts): every member's
-// whole buffer copied into a stage of P pieces, in rank order, for the caller to sum;
-// then all_reduce_end frees it and counts the bytes.
-static void *all_reduce_stage(Group *g, const void *buf, size_t bytes) {
-    g->slot[my_rank(g)] = buf;
-    char *stage = mem_alloc(MEM_COMM, bytes * (size_t)g->n, "all-reduce pieces");
-    coll_barrier(g);
-    for (int q = 0; q < g->n; q++) move(stage + (size_t)q * bytes, posted(g, q, buf), bytes);
-    coll_barrier(g);   // every member has read every buffer: each may now write its own
-    return stage;
-}
-
-static void all_reduce_end(Group *g, void *stage, size_t bytes) {
-    mem_free(stage);
-    size_t b = bytes * (size_t)(g->n - 1);
+// The members' buffers of `each` bytes side by side in stage (n * each), for the sums of
+// doubles and integers.
+static void gather_whole(Group *g, int r, const void *buf, void *stage, size_t each) {
+    g->slot[r] = buf;
+    all_posted(g, r, &(Pieces){PIECE_WHOLE, COLL_ALL_REDUCE, g->slot, each, 0});
+    for (int q = 0; q < g->n; q++) move((char *)stage + (size_t)q * each, at(g, q, r, posted(g, q, buf), 0), each);
+    done_reading(g);
+    size_t b = each * (size_t)(g->n - 1);
     count(COLL_ALL_REDUCE, b, b);
 }
 
 void coll_all_reduce_double(Group *g, double *buf, size_t n) {
     if (g->n == 1) return;
-    double *stage = all_reduce_stage(g, buf, sizeof(double) * n);
-    tree_reduce_double(stage, g->n, n);   // the canonical pairwise tree over ranks
+    double *stage = (double *)mem_alloc(MEM_COMM, sizeof(double) * (size_t)g->n * n, "all-reduce pieces");
+    gather_whole(g, my_rank(g), buf, stage, sizeof(double) * n);
+    tree_reduce_double(stage, g->n, n);
     move(buf, stage, sizeof(double) * n);
-    all_reduce_end(g, stage, sizeof(double) * n);
+    mem_free(stage);
 }
 
 void coll_all_reduce_long(Group *g, long *buf, size_t n) {
     if (g->n == 1) return;
-    long *stage = all_reduce_stage(g, buf, sizeof(long) * n);
+    long *stage = (long *)mem_alloc(MEM_COMM, sizeof(long) * (size_t)g->n * n, "all-reduce pieces");
+    gather_whole(g, my_rank(g), buf, stage, sizeof(long) * n);
     for (size_t i = 0; i < n; i++) {   // integer sums are exact in any order
         long s = 0;
         for (int q = 0; q < g->n; q++) s += stage[(size_t)q * n + i];
         buf[i] = s;
     }
-    all_reduce_end(g, stage, sizeof(long) * n);
+    mem_free(stage);
 }
 
 void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const size_t *send_bytes,
@@ -217,7 +235,8 @@ void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const s
     g->slot[r] = send;
     g->slot_off[r] = send_off;
     g->slot_bytes[r] = send_bytes;
-    coll_barrier(g);
+    g->slot_recv[r] = recv_bytes;
+    all_posted(g, r, &(Pieces){PIECE_ALL_TO_ALL, COLL_ALL_TO_ALL, g->slot, 0, 0});
     size_t sent = 0, got = 0;
     for (int q = 0; q < g->n; q++) {
         if (solo()) {
@@ -225,6 +244,8 @@ void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const s
             // where it does not depend on the sender (the expert row counts); elsewhere the
             // bytes are only counted (a dry run moves no payload).
             move((char *)recv + recv_off[q], (const char *)send + send_off[r], MM_MIN(recv_bytes[q], send_bytes[r]));
+        } else if (span_remote(g, q)) {   // its length was checked with the whole message (base/net.h)
+            move((char *)recv + recv_off[q], g->piece[(size_t)q * g->n + r], recv_bytes[q]);
         } else {
             if (g->slot_bytes[q][r] != recv_bytes[q])
                 die("internal: all-to-all size mismatch: rank %d sends %zu bytes to rank %d, which expects %zu",
@@ -233,31 +254,32 @@ void coll_all_to_all(Group *g, const void *send, const size_t *send_off, const s
         }
         if (q != r) { got += recv_bytes[q]; sent += send_bytes[q]; }
     }
-    coll_barrier(g);
+    done_reading(g);
     count(COLL_ALL_TO_ALL, sent, got);
 }
 
+// Every member passes the same permutation; the first member here posts it.
 void coll_ppermute(Group *g, const void *send, void *recv, size_t bytes, const int *perm) {
     int r = my_rank(g);
     g->slot[r] = send;
-    if (r == 0) g->perm = perm;
-    coll_barrier(g);
+    if (r == g->lead) g->perm = perm;
+    all_posted(g, r, &(Pieces){PIECE_PERMUTE, COLL_PPERMUTE, g->slot, bytes, 0});
     size_t got = 0;
     const int *pm = solo() ? perm : g->perm;
     for (int q = 0; q < g->n; q++)
         if (pm[q] == r) {
-            move(recv, posted(g, q, send), bytes);
+            move(recv, at(g, q, r, posted(g, q, send), 0), bytes);
             if (q != r) got = bytes;
         }
-    coll_barrier(g);
+    done_reading(g);
     count(COLL_PPERMUTE, perm[r] >= 0 && perm[r] != r ? bytes : 0, got);
 }
 
 void coll_broadcast(Group *g, void *buf, size_t bytes, int root) {
     int r = my_rank(g);
-    if (r == root) g->slot[0] = buf;
-    coll_barrier(g);
-    if (r != root) move(buf, posted(g, 0, buf), bytes);
-    coll_barrier(g);
+    if (r == root) g->slot[root] = buf;
+    all_posted(g, r, &(Pieces){PIECE_ROOT, COLL_BROADCAST, g->slot, bytes, root});
+    if (r != root) move(buf, at(g, root, r, posted(g, root, buf), 0), bytes);
+    done_reading(g);
     count(COLL_BROADCAST, r == root ? bytes * (size_t)(g->n - 1) : 0, r == root ? 0 : bytes);
 }

@@ -330,5 +330,11 @@ void mem_print_report(const Device *d) {
         printf(" | copied to host %s,", mem_fmt(d->to_host_bytes, a, sizeof a));
         printf(" to device %s", mem_fmt(d->to_device_bytes, a, sizeof a));
     }
+    size_t net_sent = 0, net_recv = 0;   // over several processes: what crossed between them
+    for (int k = 0; k < 8; k++) { net_sent += d->net_sent[k]; net_recv += d->net_recv[k]; }
+    if (net_sent || net_recv) {
+        printf(" | between processes: sent %s,", mem_fmt(net_sent, a, sizeof a));
+        printf(" received %s", mem_fmt(net_recv, a, sizeof a));
+    }
     printf("\n");
 }

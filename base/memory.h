@@ -32,6 +32,8 @@ typedef struct Device {
     long nallocs;                     // allocations made (for the planner)
     double flops;                     // floating-point operations done by this device's matmuls
     size_t comm_sent[8], comm_recv[8];// bytes sent / received, per kind of collective (CollKind)
+    size_t net_sent[8], net_recv[8];  // of those, the bytes that crossed between processes
+                                      // (base/span.c says which device counts them)
     // Host memory, the device's second memory kind (offload): counted per tag on its own,
     // never in live_total / peak_total nor against capacity; and the bytes copied each way.
     size_t host_live[MEM_NTAGS], host_peak[MEM_NTAGS];

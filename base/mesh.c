@@ -14,8 +14,9 @@
 
 const char *const MESH_AXIS_NAMES[MESH_NAXES] = {"data", "stage", "fsdp", "context", "tensor", "expert"};
 
-// Defined in collectives.c: the backend builds its own group objects.
-Group *group_new(int n, const int *members);
+// Defined in collectives.c: the backend builds its own group objects; `tag` tells the
+// groups apart between processes.
+Group *group_new(const Mesh *mesh, int n, const int *members, int tag);
 void group_free(Group *g);
 
 static _Thread_local const Mesh *cur_mesh;
@@ -80,47 +81,53 @@ void mesh_init(Mesh *mesh, const Config *c) {
     mesh->ndev = n;
     mesh->num_threads = c->num_threads;
     mesh->adafactor = c->opt_type == OPT_ADAFACTOR;
+    mesh_hybrid_init(mesh, c);
     mesh->devices = calloc((size_t)n, sizeof(Device));
     for (int d = 0; d < n; d++) device_init(&mesh->devices[d], d, (size_t)c->hbm_capacity);
     // Groups: for each axis mask, the devices that share all coordinates outside the mask.
+    // Each process builds the groups its devices are in; the group's first member on this
+    // process builds it, and its other members here share it.
     unsigned nmask = 1u << MESH_NAXES;
     mesh->groups = calloc((size_t)nmask * n, sizeof(Group *));
     mesh->prefetch = calloc((size_t)n, sizeof(Group *));
     int *members = malloc(sizeof(int) * (size_t)n);
     for (unsigned mask = 0; mask < nmask; mask++)
         for (int d = 0; d < n; d++) {
-            int coord[MESH_NAXES];
-            for (int a = 0; a < MESH_NAXES; a++) coord[a] = mesh_coord(mesh, d, (MeshAxis)a);
-            // The group's first member (all masked coordinates 0) builds it; others share it.
-            int first = 1;
-            for (int a = 0; a < MESH_NAXES; a++) first &= !(mask & AXIS_BIT(a)) || coord[a] == 0;
-            if (!first) continue;
+            if (mesh_process_of(mesh, d) != mesh->process || mesh->groups[(size_t)mask * n + d]) continue;
             int k = 0;
             for (int e = 0; e < n; e++) {
                 int same = 1;
                 for (int a = 0; a < MESH_NAXES && same; a++)
-                    same = (mask & AXIS_BIT(a)) || mesh_coord(mesh, e, (MeshAxis)a) == coord[a];
+                    same = (mask & AXIS_BIT(a)) || mesh_coord(mesh, e, (MeshAxis)a) == mesh_coord(mesh, d, (MeshAxis)a);
                 if (same) members[k++] = e;   // ascending id = ascending rank (row-major)
             }
-            Group *g = group_new(k, members);
+            // The tag: the mask and the group's first member, the same on every process.
+            Group *g = group_new(mesh, k, members, (int)mask * n + members[0]);
             for (int i = 0; i < k; i++) mesh->groups[(size_t)mask * n + members[i]] = g;
             if (mask == AXIS_BIT(AX_FSDP)) {   // its twin for the prefetch helpers
-                Group *twin = group_new(k, members);
+                Group *twin = group_new(mesh, k, members, (int)nmask * n + members[0]);
                 for (int i = 0; i < k; i++) mesh->prefetch[members[i]] = twin;
             }
         }
     free(members);
 }
 
+// The first member of dev's group (along mask) that this process runs: it frees the group.
+static int first_here(const Mesh *mesh, int dev, unsigned mask) {
+    for (int e = 0; e < dev; e++)
+        if (mesh_process_of(mesh, e) == mesh->process && mesh_group(mesh, e, mask) == mesh_group(mesh, dev, mask))
+            return 0;
+    return 1;
+}
+
 void mesh_free(Mesh *mesh) {
     unsigned nmask = 1u << MESH_NAXES;
-    for (unsigned mask = 0; mask < nmask; mask++)
-        for (int d = 0; d < mesh->ndev; d++) {
-            Group *g = mesh->groups[(size_t)mask * mesh->ndev + d];
-            if (g && mesh_rank(mesh, d, mask) == 0) group_free(g);
-        }
-    for (int d = 0; d < mesh->ndev; d++)
-        if (mesh_rank(mesh, d, AXIS_BIT(AX_FSDP)) == 0) group_free(mesh->prefetch[d]);
+    for (int d = 0; d < mesh->ndev; d++) {
+        if (mesh_process_of(mesh, d) != mesh->process) continue;
+        for (unsigned mask = 0; mask < nmask; mask++)
+            if (first_here(mesh, d, mask)) group_free(mesh_group(mesh, d, mask));
+        if (first_here(mesh, d, AXIS_BIT(AX_FSDP))) group_free(mesh->prefetch[d]);
+    }
     free(mesh->groups);
     free(mesh->prefetch);
     free(mesh->rep);
@@ -149,8 +156,8 @@ typedef struct { Mesh *mesh; int dev; void (*fn)(int, void *); void *arg; Tally 
 int mesh_threads_of(const Mesh *mesh, int dev) {
     if (mesh->num_threads > 0) return mesh->num_threads;
 #ifdef _OPENMP
-    int cores = omp_get_num_procs(), n = mesh->ndev;
-    return MM_MAX(1, cores / n + (dev < cores % n));
+    int cores = omp_get_num_procs(), n = mesh->nlocal, k = mesh_local_index(mesh, dev);
+    return MM_MAX(1, cores / n + (k < cores % n));
 #else
     (void)dev;
     return 1;
@@ -177,16 +184,17 @@ static void *device_main(void *p) {
 }
 
 void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
-    int n = mesh->ndev;
+    int n = mesh->nlocal;
     Launch *l = calloc((size_t)n, sizeof(Launch));
     pthread_t *th = calloc((size_t)n, sizeof(pthread_t));
-    for (int d = 0; d < n; d++) {
-        l[d] = (Launch){mesh, d, fn, arg, NULL};
-        if (n == 1) { device_main(&l[d]); break; }   // one device: run on this thread
-        if (pthread_create(&th[d], NULL, device_main, &l[d]) != 0) die("cannot start the thread of device %d", d);
+    for (int k = 0; k < n; k++) {
+        int d = mesh_device_of(mesh, mesh->process, k);
+        l[k] = (Launch){mesh, d, fn, arg, NULL};
+        if (n == 1) { device_main(&l[k]); break; }   // one device: run on this thread
+        if (pthread_create(&th[k], NULL, device_main, &l[k]) != 0) die("cannot start the thread of device %d", d);
     }
     if (n > 1)
-        for (int d = 0; d < n; d++) pthread_join(th[d], NULL);
+        for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
     free(l);
     free(th);
 }

@@ -31,11 +31,31 @@ typedef struct Mesh {
     int solo;
     int adafactor;            // opt_type=adafactor: its state's size depends on the fsdp rank
     int num_threads;          // the num_threads key: OpenMP threads per device (0 = shared out)
+    // Processes (base/hybrid.c, MaxText's hybrid mesh): dcn[a] processes along axis a, each
+    // with size[a] / dcn[a] devices along it; this process's number, the count, and how many
+    // devices each process runs. One process (./train): dcn all 1, nlocal = ndev.
+    int dcn[MESH_NAXES];
+    int process, nprocess, nlocal;
 } Mesh;
 
 // Sizes from ici_<axis>_parallelism (-1 = whatever is left of num_devices). Dies with a
 // message naming the numbers if they do not multiply to the device count.
 void mesh_init(Mesh *mesh, const Config *c);
+
+// MaxText's hybrid mesh (base/hybrid.c). mesh_hybrid_config, right after the config is
+// read: checks that the dcn_<axis>_parallelism keys multiply to the run's processes (one
+// process without a Net, base/net.h) and makes every ici_* size (and num_devices) the
+// global one, dcn x ici, so that the rest of the trainer sees the mesh of the one-process
+// run. mesh_hybrid_init (from mesh_init) fills the Mesh's process fields.
+void mesh_hybrid_config(Config *c);
+void mesh_hybrid_init(Mesh *mesh, const Config *c);
+// The process that runs device dev; dev's index among that process's devices; the device
+// with index k on process p.
+int mesh_process_of(const Mesh *mesh, int dev);
+int mesh_local_index(const Mesh *mesh, int dev);
+int mesh_device_of(const Mesh *mesh, int process, int k);
+// After a run over several processes: process 0 gets every device's figures for its report.
+void mesh_collect_devices(Mesh *mesh);
 void mesh_free(Mesh *mesh);
 int mesh_coord(const Mesh *mesh, int dev, MeshAxis axis);
 // The group of `dev` along the axes in `mask`, and dev's rank in it.
@@ -53,7 +73,7 @@ const char *mesh_describe(const Mesh *mesh, char *buf, size_t cap);
 // together are never more than the cores (unless there are more devices than cores).
 int mesh_threads_of(const Mesh *mesh, int dev);
 
-// Runs fn(dev, arg) on one thread per device, each with its device set as the thread's
+// Runs fn(dev, arg) on one thread per device of this process, each with its device set as the thread's
 // current device and its OpenMP threads set (mesh_threads_of; nested parallel regions off:
 // a parallel loop inside another runs on the thread that reaches it), and returns when all
 // have finished.

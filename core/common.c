@@ -10,6 +10,8 @@ static void *cleanup_arg;
 static jmp_buf *die_jump;
 static int die_quiet;
 static atomic_int dying = 0;
+static int die_process = -1;
+static void (*die_end)(int code);
 static _Thread_local int claimed;
 
 void die_set_cleanup(void (*fn)(void *), void *arg) {
@@ -22,23 +24,33 @@ void die_set_jump(jmp_buf *jump, int quiet) {
     die_quiet = quiet;
 }
 
+void die_set_process(int process, void (*end)(int code)) {
+    die_process = process;
+    die_end = end;
+}
+
 void die_claim(void) {
     if (claimed) return;
     if (atomic_exchange(&dying, 1)) for (;;) pause();
     claimed = 1;
 }
 
+// The last message, whole: one write of the line, so that the lines of several processes do
+// not mix; kept for die_last_message.
+static char last_line[8192];
+
+const char *die_last_message(void) { return last_line; }
+
 void die(const char *fmt, ...) {
     die_claim();
     fflush(stdout);
-    if (!die_jump || !die_quiet) {
-        va_list ap;
-        va_start(ap, fmt);
-        fprintf(stderr, "meshmoe: ");
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
-        va_end(ap);
-    }
+    int at = snprintf(last_line, sizeof last_line, "meshmoe: ");
+    if (die_process >= 0) at += snprintf(last_line + at, sizeof last_line - at, "process %d: ", die_process);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_line + at, sizeof last_line - at, fmt, ap);
+    va_end(ap);
+    if (!die_jump || !die_quiet) fprintf(stderr, "%s\n", last_line);
     if (cleanup_fn) {
         void (*fn)(void *) = cleanup_fn;
         cleanup_fn = NULL; // never re-enter
@@ -49,6 +61,7 @@ void die(const char *fmt, ...) {
         atomic_store(&dying, 0);
         longjmp(*die_jump, 1);
     }
+    if (die_end) die_end(1);
     exit(1);
 }
 

@@ -27,10 +27,19 @@ void die_claim(void);
 // (a checkpoint being saved, a dump) is removed. At most one is registered at a time.
 void die_set_cleanup(void (*fn)(void *), void *arg);
 
-// For the fuzz harnesses only (tests/fuzz/): while a jump buffer is set, die() runs the
-// clean-up hook and longjmps there instead of exiting (printing the message unless quiet),
-// so that one process can feed a parser many inputs that it refuses.
+// While a jump buffer is set, die() runs the clean-up hook and longjmps there instead of
+// exiting (printing the message unless quiet): the fuzz harnesses (tests/fuzz/) feed a
+// parser many inputs that it refuses in one process, and ./train_mpi checks its config on
+// every process before they agree who reports (train.c).
 void die_set_jump(jmp_buf *jump, int quiet);
+// The line of the last die() ("meshmoe: ..."), printed or not: a run over several processes
+// checks its config under a jump, quietly, and the first process that failed prints it.
+const char *die_last_message(void);
+
+// A run over several processes (base/net.h): die() names the process in its message
+// ("meshmoe: process 1: ...") and ends with end(1) instead of exit(1), which stops every
+// process of the job, so that no peer waits forever for one that is gone.
+void die_set_process(int process, void (*end)(int code));
 
 #define MM_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MM_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -2,6 +2,7 @@
 #include "report/plan.h"
 #include "core/common.h"
 #include "base/paths.h"
+#include "base/net.h"
 
 #define PLAN_TOP 6   // largest live buffers shown at the peak
 
@@ -122,25 +123,75 @@ int plan_print(const Mesh *mesh, size_t capacity) {
     return fits;
 }
 
-void plan_trace_write(const Mesh *mesh, const char *path) {
-    FILE *f = atomic_file_open(path);   // a partial CSV is never left (base/paths.h)
-    fprintf(f, "device,index,event,tag,bytes");
-    for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, ",%s", MEM_TAG_NAMES[t]);
-    fprintf(f, ",total,name\n");
-    for (int i = 0; i < mesh->ndev; i++) {
-        const Watch *w = (const Watch *)mesh->devices[i].hook_ctx;
-        for (size_t k = 0; w && k < w->n; k++) {
-            const Event *e = &w->ev[k];
-            const char *ev = e->sign > 0 ? "alloc" : e->sign < 0 ? "free" : "phase";
-            size_t tot = 0;
-            fprintf(f, "%d,%zu,%s,%s,%zu", i, k, ev, e->sign ? MEM_TAG_NAMES[e->tag] : "", e->bytes);
-            for (int t = 0; t < MEM_NTAGS; t++) { fprintf(f, ",%zu", e->live[t]); tot += e->live[t]; }
-            fprintf(f, ",%zu,\"", tot);
-            for (const char *c = e->name; *c; c++) fputc(*c == '"' ? '\'' : *c, f);   // the name, quoted, last
-            fprintf(f, "\"\n");
-        }
+// Device i's rows of the trace, appended to f.
+static void trace_rows(FILE *f, const Mesh *mesh, int i) {
+    const Watch *w = (const Watch *)mesh->devices[i].hook_ctx;
+    for (size_t k = 0; w && k < w->n; k++) {
+        const Event *e = &w->ev[k];
+        const char *ev = e->sign > 0 ? "alloc" : e->sign < 0 ? "free" : "phase";
+        size_t tot = 0;
+        fprintf(f, "%d,%zu,%s,%s,%zu", i, k, ev, e->sign ? MEM_TAG_NAMES[e->tag] : "", e->bytes);
+        for (int t = 0; t < MEM_NTAGS; t++) { fprintf(f, ",%zu", e->live[t]); tot += e->live[t]; }
+        fprintf(f, ",%zu,\"", tot);
+        for (const char *c = e->name; *c; c++) fputc(*c == '"' ? '\'' : *c, f);   // the name, quoted, last
+        fprintf(f, "\"\n");
     }
-    atomic_file_commit(f);   // dies naming the path and the reason if any write failed
+}
+
+// Over several processes each formats its devices' rows, in its device order, and process 0
+// gets them all (base/net.h) and writes every device's in id order.
+static char **rows_of_every_device(const Mesh *mesh, size_t *len) {
+    char *mine = NULL, *all = NULL;
+    size_t nmine = 0, *each = calloc((size_t)mesh->nprocess, sizeof(size_t));
+    size_t *mylen = calloc((size_t)mesh->nlocal, sizeof(size_t));
+    FILE *m = open_memstream(&mine, &nmine);
+    for (int k = 0; k < mesh->nlocal; k++) {
+        long at = ftell(m);
+        trace_rows(m, mesh, mesh_device_of(mesh, mesh->process, k));
+        mylen[k] = (size_t)(ftell(m) - at);
+    }
+    fwrite(mylen, sizeof(size_t), (size_t)mesh->nlocal, m);   // the lengths, after the rows
+    fclose(m);
+    net_current()->gatherv(mine, nmine, &all, each);
+    char **rows = NULL;
+    if (mesh->process == 0) {
+        rows = calloc((size_t)mesh->ndev, sizeof(char *));
+        const char *at = all;
+        size_t *lens = malloc(sizeof(size_t) * (size_t)mesh->nlocal);
+        for (int p = 0; p < mesh->nprocess; at += each[p++]) {
+            memcpy(lens, at + each[p] - sizeof(size_t) * (size_t)mesh->nlocal, sizeof(size_t) * (size_t)mesh->nlocal);
+            const char *r = at;
+            for (int k = 0; k < mesh->nlocal; r += lens[k++]) {
+                int d = mesh_device_of(mesh, p, k);
+                rows[d] = malloc(lens[k] + 1);
+                memcpy(rows[d], r, lens[k]);
+                len[d] = lens[k];
+            }
+        }
+        free(lens);
+    }
+    free(mine); free(all); free(each); free(mylen);
+    return rows;
+}
+
+void plan_trace_write(const Mesh *mesh, const char *path) {
+    char **rows = NULL;
+    size_t *len = calloc((size_t)mesh->ndev, sizeof(size_t));
+    if (mesh->nprocess > 1) rows = rows_of_every_device(mesh, len);
+    if (mesh->process == 0) {
+        FILE *f = atomic_file_open(path);   // a partial CSV is never left (base/paths.h)
+        fprintf(f, "device,index,event,tag,bytes");
+        for (int t = 0; t < MEM_NTAGS; t++) fprintf(f, ",%s", MEM_TAG_NAMES[t]);
+        fprintf(f, ",total,name\n");
+        for (int i = 0; i < mesh->ndev; i++) {
+            if (rows) fwrite(rows[i], 1, len[i], f);
+            else trace_rows(f, mesh, i);
+        }
+        atomic_file_commit(f);   // dies naming the path and the reason if any write failed
+    }
+    for (int i = 0; rows && i < mesh->ndev; i++) free(rows[i]);
+    free(rows);
+    free(len);
 }
 
 void plan_free(const Mesh *mesh) {

@@ -66,6 +66,14 @@ run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tes
 run_part "fuzzing: preset, config JSON, token files, safetensors (60 s each, two at a time)" make -s fuzz FUZZ_SECONDS=60
 run_part "sanitizers (make asan)" make -s asan
 run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
+# The mesh over processes needs OpenMPI (Debian: libopenmpi-dev openmpi-bin, .ci/run installs them).
+if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+    echo "SKIPPED: mpi (mpicc or mpirun not found: install libopenmpi-dev and openmpi-bin)"
+elif ! make -s mpi > /tmp/meshmoe-mpi-build.log 2>&1; then   # OpenMPI is there: a failed build fails
+    broken+=("mpi (make mpi failed: $(tail -1 /tmp/meshmoe-mpi-build.log))"); total_fail=$((total_fail + 1))
+else
+    run_part "mesh over MPI processes, bit-identical to one process (./train_mpi)" bash tests/mpi.sh
+fi
 if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then
     run_part "parity against JAX (make parity)" env PYTHON="$PYTHON" bash tests/parity/run_parity.sh
 else

@@ -10,6 +10,7 @@
 #include "optim/optimizer.h"
 #include "data/safetensors.h"
 #include "base/collectives.h"
+#include "base/net.h"
 #include "core/common.h"
 #include <errno.h>
 #include <limits.h>
@@ -203,28 +204,36 @@ static void put_entry(const Model *m, const Entry *e, float *dst) {
     each_run(s, a, b, put_run, &ctx);
 }
 
-// The host image of the file's tensors: made by device 0, filled by every device between
-// two barriers of the whole mesh, written by device 0. (The device threads share the
-// process's host memory; the barriers order the writes before the file is written.)
+// The host image of the file's tensors: made by the first device of each process, filled by
+// every device between two barriers of the whole mesh, written by device 0. (The device
+// threads share the process's host memory; the barriers order the writes before the file
+// is written.) Over several processes each process's image holds its devices' elements
+// over zeros, and process 0 gets their bitwise OR (base/net.h): every element is written by
+// exactly one device, so the joined image is the one-process image, bit for bit.
 static float *image;
 
 void checkpoint_save(const Model *m, const char *path) {
     const Mesh *mesh = mesh_current();
     int dev = mesh ? mesh_device_id() : 0;
+    int first_here = !mesh || dev == mesh_device_of(mesh, mesh->process, 0);
     Group *all = mesh && mesh->ndev > 1 ? mesh_group(mesh, dev, (1u << MESH_NAXES) - 1) : NULL;
     int ne;
     Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
     size_t total = ne ? e[ne - 1].off + e[ne - 1].n : 0;
-    if (dev == 0 && !(image = calloc(total ? total : 1, sizeof(float))))
+    if (first_here && !(image = calloc(total ? total : 1, sizeof(float))))
         die("save_checkpoint %s: out of host memory for %zu bytes", path, total * sizeof(float));
     if (all) coll_barrier(all);
     for (int k = 0; k < ne; k++) put_entry(m, &e[k], image + e[k].off);
     if (all) coll_barrier(all);
+    if (first_here && mesh && mesh->nprocess > 1) {
+        net_current()->join(image, total);
+        if (dev != 0) { free(image); image = NULL; }
+    }
     if (dev == 0) {
         StWriter *w = st_writer_new();
         char *json = malloc(65536), step[32];
         if (!json) die("out of host memory");
-        config_to_json(&m->cfg, json, 65536);
+        checkpoint_config_json(&m->cfg, json, 65536);
         st_writer_meta(w, "config", json);
         snprintf(step, sizeof step, "%d", m->step);
         st_writer_meta(w, "step", step);

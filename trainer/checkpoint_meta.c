@@ -23,7 +23,8 @@ static const char *const MAY_DIFFER[] = {
     // the mesh (tests/mesh.sh, tests/pipeline.sh: every mesh gives one device's bits)
     "num_devices", "ici_data_parallelism", "ici_fsdp_parallelism", "ici_tensor_parallelism",
     "ici_expert_parallelism", "ici_context_parallelism", "ici_pipeline_parallelism",
-    "per_device_batch_size", "context_reduce_chunks", "num_pipeline_microbatches", "num_pipeline_repeats",
+    "dcn_data_parallelism", "dcn_fsdp_parallelism", "dcn_tensor_parallelism", "dcn_expert_parallelism",
+    "dcn_context_parallelism", "dcn_pipeline_parallelism", "per_device_batch_size", "context_reduce_chunks", "num_pipeline_microbatches", "num_pipeline_repeats",
     "num_layers_per_pipeline_stage", "pipeline_schedule", "num_threads", "hbm_capacity",
     // remat_policy=custom's parts (tests/remat.sh, tests/qkvremat.sh: the same bits)
     "decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi", "mlpwo",
@@ -55,6 +56,13 @@ int checkpoint_key_may_differ(const char *key) {
         else other = 1;
     }
     return bit && !other;
+}
+
+int checkpoint_config_json(const Config *c, char *buf, int cap) {
+    Config g = *c;
+    g.dcn_data_parallelism = g.dcn_fsdp_parallelism = g.dcn_tensor_parallelism = 1;
+    g.dcn_expert_parallelism = g.dcn_context_parallelism = g.dcn_pipeline_parallelism = 1;
+    return config_to_json(&g, buf, cap);
 }
 
 // num_devices, or the product of the ici_* sizes (a -1 axis needs num_devices).

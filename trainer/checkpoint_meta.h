@@ -21,4 +21,8 @@ int checkpoint_key_may_differ(const char *key);
 // whose value in the checkpoint's config `ck` differs from the run's config `run` and that
 // changes the math.
 void checkpoint_check_config(const Config *ck, const Config *run, const char *path);
+// The config as a checkpoint's metadata records it (JSON into buf): the mesh is the global
+// one, in the ici_* keys (base/hybrid.c made them dcn x ici), with every dcn_* key 1, as the
+// one-process run of that mesh writes it; so N processes save the bytes one process saves.
+int checkpoint_config_json(const Config *c, char *buf, int cap);
 #endif

@@ -13,6 +13,7 @@ void metrics_device(const Device *dev, const StepResult *r, DevStats *s) {
     memcpy(s->live, dev->live, sizeof s->live);
     memcpy(s->fwd_peak, r->fwd_peak, sizeof s->fwd_peak);
     for (int k = 0; k < COLL_NKINDS; k++) { s->sent[k] = dev->comm_sent[k]; s->recv[k] = dev->comm_recv[k]; }
+    for (int k = 0; k < COLL_NKINDS; k++) { s->net_sent[k] = dev->net_sent[k]; s->net_recv[k] = dev->net_recv[k]; }
     s->host_peak_total = dev->host_peak_total;
     memcpy(s->host_peak, dev->host_peak, sizeof s->host_peak);
     s->to_host = dev->to_host_bytes;
@@ -67,6 +68,10 @@ void metrics_write(FILE *f, const char *path, int step, const StepResult *r, Ste
         put_bytes(f, COLL_NAMES, s->sent, COLL_NKINDS);
         fprintf(f, "}, \"comm_bytes_received\": {");
         put_bytes(f, COLL_NAMES, s->recv, COLL_NKINDS);
+        fprintf(f, "}, \"net_bytes_sent\": {");
+        put_bytes(f, COLL_NAMES, s->net_sent, COLL_NKINDS);
+        fprintf(f, "}, \"net_bytes_received\": {");
+        put_bytes(f, COLL_NAMES, s->net_recv, COLL_NKINDS);
         fprintf(f, "}, \"host_peak_bytes\": %zu, \"host_peak_bytes_by_tag\": {", s->host_peak_total);
         put_bytes(f, MEM_TAG_NAMES, s->host_peak, MEM_NTAGS);
         fprintf(f, "}, \"host_transfer_bytes\": {\"to_host\": %zu, \"to_device\": %zu}}", s->to_host, s->to_device);

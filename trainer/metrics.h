@@ -1,6 +1,7 @@
 // trainer/metrics.h: what each device reports after a training step, and the metrics file
 // (metrics_file=PATH): one JSON object per step, the loss to round-trip precision with its
-// bits, and every device's peak and live bytes by tag, collective bytes and host memory.
+// bits, and every device's peak and live bytes by tag, collective bytes (and of those, the
+// bytes that crossed between processes) and host memory.
 #ifndef MESHMOE_METRICS_H
 #define MESHMOE_METRICS_H
 #include <stdio.h>
@@ -13,6 +14,7 @@
 typedef struct {
     size_t peak_total, peak[MEM_NTAGS], live[MEM_NTAGS], fwd_peak[MEM_NTAGS];
     size_t sent[COLL_NKINDS], recv[COLL_NKINDS];
+    size_t net_sent[COLL_NKINDS], net_recv[COLL_NKINDS];   // of those, between processes
     size_t host_peak_total, host_peak[MEM_NTAGS], to_host, to_device;   // host memory (offload)
     int stop;   // the signal that asked this run to stop after this step (base/paths.h), or 0
 } DevStats;

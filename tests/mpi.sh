@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# tests/mpi.sh: the mesh over real processes (./train_mpi under mpirun, docs/mpi.md). Each
+# run over 2 or 4 processes, forced over TCP sockets (--mca btl tcp,self) so that the bytes
+# really leave the process, must print the same losses and grad norms, bit for bit, as
+# ./train on the same global mesh in one process (dcn x ici devices along each axis); that
+# run is itself tied to one device by tests/mesh.sh. Then what is refused, and the faults.
+# Needs mpirun and ./train_mpi (make mpi); tests/run_all.sh skips it with a reason without.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-mpi.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=5 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
+# As root OpenMPI wants --allow-run-as-root; more processes than cores, --oversubscribe. One
+# OpenMP thread per device: the processes share the cores (the bits do not depend on it).
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self"
+norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }
+same_run() { same "$1" "$2" && [ -n "$(norms "$1")" ] && [ "$(norms "$1")" = "$(norms "$2")" ]; }
+mpi_run() {   # mpi_run NAME NPROC PRESET ARGS...
+    local name=$1 np=$2 preset=$3; shift 3
+    if ! timeout 120 $MPIRUN -np "$np" ./train_mpi configs/$preset.yml $FAST num_threads=1 "$@" \
+            metrics_file=$T/$name.jsonl < /dev/null > $T/$name.out 2>&1; then
+        echo "  (run failed: $(grep meshmoe: $T/$name.out | tail -1))"; : > $T/$name.jsonl
+    fi
+}
+
+# NAME | PROCESSES | PRESETS | the ./train_mpi keys | ./train's keys for the same global
+# mesh. The global batch is 8 sequences (per_device_batch_size x the global devices).
+while IFS='|' read -r name np presets dcn ici; do
+    name=$(echo $name); np=$(echo $np); ici=$(echo $ici)
+    for preset in $presets; do
+        run one $preset $ici
+        mpi_run many "$np" $preset $dcn
+        printf '  %-8s %-34s %s\n' "$preset" "$name" "$(bits many | sed 's/"loss_bits": //g')"
+        check "$preset $name over $np processes: 5 losses and grad norms bit-identical to one process ($ici)" \
+            same_run many one
+    done
+done <<'MESHES'
+dcn data=2                     | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 per_device_batch_size=4 | ici_data_parallelism=2 per_device_batch_size=4
+dcn fsdp=2                     | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 per_device_batch_size=4 | ici_fsdp_parallelism=2 per_device_batch_size=4
+dcn expert=2                   | 2 | mixtral-tiny deepseek-tiny | dcn_expert_parallelism=2 per_device_batch_size=4 | ici_expert_parallelism=2 per_device_batch_size=4
+dcn pipeline=2                 | 2 | mixtral-tiny               | dcn_pipeline_parallelism=2 per_device_batch_size=4 | ici_pipeline_parallelism=2 per_device_batch_size=4
+dcn pipeline=2, 5 layers       | 2 | deepseek-tiny              | dcn_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5 | ici_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5
+dcn tensor=2                   | 2 | mixtral-tiny               | dcn_tensor_parallelism=2 per_device_batch_size=4 | ici_tensor_parallelism=2 per_device_batch_size=4
+dcn context=2                  | 2 | mixtral-tiny               | dcn_context_parallelism=2 per_device_batch_size=4 | ici_context_parallelism=2 per_device_batch_size=4
+dcn data=2,ici fsdp=2          | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,ici expert=2        | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,ici fsdp=2 +overlap | 2 | mixtral-tiny               | dcn_fsdp_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 overlap_collectives=true | ici_fsdp_parallelism=4 per_device_batch_size=2 overlap_collectives=true
+dcn context=2 ring             | 2 | mixtral-tiny               | dcn_context_parallelism=2 context_parallel_strategy=ring per_device_batch_size=4 | ici_context_parallelism=2 context_parallel_strategy=ring per_device_batch_size=4
+dcn fsdp=4                     | 4 | mixtral-tiny               | dcn_fsdp_parallelism=4 per_device_batch_size=2 | ici_fsdp_parallelism=4 per_device_batch_size=2
+dcn data=2,fsdp=2              | 4 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 dcn_fsdp_parallelism=2 per_device_batch_size=2 | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+dcn fsdp=2,expert=2            | 4 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 dcn_expert_parallelism=2 per_device_batch_size=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2
+MESHES
+
+# The bytes that cross between processes, counted apart (metrics file, last step). On dcn
+# data=2 x ici fsdp=2 the fsdp groups stay inside a process and the data groups cross, so
+# the reduce-scatter sends nothing between processes and the all-reduce (2 members, one per
+# process) all it sends; process 0's report has every device's line, with those bytes.
+mpi_run net 2 mixtral-tiny dcn_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
+sent() { tail -1 $T/net.jsonl | grep -o "\"$1\": {[^}]*}" | grep -o "\"$2\": [0-9]*" | grep -o '[0-9]*$' | tr '\n' ' '; }
+rs_net=$(sent net_bytes_sent reduce-scatter); rs=$(sent comm_bytes_sent reduce-scatter)
+ar_net=$(sent net_bytes_sent all-reduce); ar=$(sent comm_bytes_sent all-reduce)
+a0=$(echo $ar | cut -d' ' -f1); n0=$(echo $ar_net | cut -d' ' -f1)
+check "dcn data=2 x ici fsdp=2, per device: reduce-scatter bytes sent $rs, between processes $rs_net; all-reduce $ar, between processes $ar_net (device 0: over 99%; the rest is the loss summed over the whole mesh)" \
+    test -n "$rs" -a "$rs_net" = "0 0 0 0 " -a -n "$a0" -a -n "$n0" -a "$((n0 * 100))" -ge "$((a0 * 99))" -a "$n0" -le "$a0"
+check "  ... process 0 reports all 4 devices, each with its bytes between processes" \
+    test "$(grep -c '^device [0-3] peak .*| between processes: sent' $T/net.out)" -eq 4
+
+# attn_block_autotune: process 0 times the block sizes and every process uses its choice;
+# the run equals one process given those sizes.
+mpi_run tune 2 mixtral-tiny dcn_data_parallelism=2 per_device_batch_size=4 attention=flash attn_block_autotune=true
+picked=$(grep -o 'picked attn_block_q=[0-9]* attn_block_kv=[0-9]*' $T/tune.out | cut -d' ' -f2-)
+run tune1 mixtral-tiny ici_data_parallelism=2 per_device_batch_size=4 attention=flash ${picked:-attn_block_q=0}
+check "attn_block_autotune over 2 processes: timed once (on process 0), picked ${picked:-nothing}; the bits of one process given those sizes" \
+    test "$(grep -c 'attn_block_autotune: picked' $T/tune.out)" -eq 1 -a -n "$picked" -a "$(bits tune)" = "$(bits tune1)" -a -n "$(bits tune)"
+
+# Checkpoints: saved by 4 processes, byte-identical to the one-process save of the same
+# global mesh (same path and keys, so the config metadata too: it records the global mesh);
+# then loaded by 2 processes on another mesh and resumed with one process's bits.
+CK="configs/deepseek-tiny.yml $FAST steps=8 run_steps=5 num_threads=1 per_device_batch_size=2 save_checkpoint=$T/ck.safetensors"
+$TRAIN $CK ici_data_parallelism=2 ici_fsdp_parallelism=2 > $T/ck1.out 2>&1 && mv $T/ck.safetensors $T/ck1.safetensors
+timeout 120 $MPIRUN -np 4 ./train_mpi $CK dcn_data_parallelism=2 dcn_fsdp_parallelism=2 < /dev/null > $T/ck4.out 2>&1
+check "deepseek-tiny checkpoint saved by 4 processes (dcn data=2,fsdp=2) is byte-identical to one process's (ici data=2,fsdp=2): $(stat -c %s $T/ck.safetensors 2>/dev/null) bytes" \
+    cmp -s $T/ck1.safetensors $T/ck.safetensors
+run res1 deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 load_checkpoint=$T/ck1.safetensors steps=8
+mpi_run res2 2 deepseek-tiny dcn_fsdp_parallelism=2 per_device_batch_size=4 load_checkpoint=$T/ck.safetensors steps=8
+check "  ... resumed by 2 processes (dcn fsdp=2) for steps 5-7: losses and grad norms bit-identical to one process (ici fsdp=2): $(bits res2 | sed 's/"loss_bits": //g')" \
+    same_run res2 res1
+
+# SIGTERM to mpirun: mpirun passes it on to every process odls_base_sigkill_timeout seconds
+# later (and SIGKILL as long after that, so a step and the save must fit: 3 s here); each
+# finishes its step, all stop after the same one (the signal travels in the gathered
+# figures) and save the checkpoint together.
+$MPIRUN --mca odls_base_sigkill_timeout 3 -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 \
+    per_device_batch_size=4 num_threads=1 steps=100000 log_period=1 eval_interval=0 sample_length=0 \
+    save_checkpoint=$T/sig.safetensors metrics_file=$T/sig.jsonl < /dev/null > $T/sig.out 2>&1 &
+job=$!
+for _ in $(seq 300); do [ "$(cat $T/sig.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
+kill -TERM $job
+wait $job
+stopped=$(grep -o 'stopped by SIGTERM after step [0-9]*' $T/sig.out)
+$TRAIN configs/mixtral-tiny.yml steps=100000 run_steps=1 eval_steps=1 sample_length=0 load_checkpoint=$T/sig.safetensors \
+    > $T/sig1.out 2>&1
+check "SIGTERM to mpirun during training: every process stops after the same step and the checkpoint is saved (${stopped:-no message}), and ./train resumes from it" \
+    test -n "$stopped" -a -s $T/sig.safetensors -a "$(grep -c 'received: stopping after this step' $T/sig.out)" -eq 2 \
+    -a -n "$(grep '^resumed from' $T/sig1.out)"
+
+# Refused, each with a message naming the key and what to do, before any training.
+expect_error "./train refuses a mesh over processes" "./train_mpi" \
+    $TRAIN configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
+# mpi_fails NAME PHRASE MAXLINES NPROC ARGS...: the job ends non-zero within 60 s, with at
+# most MAXLINES "meshmoe:" lines, each with PHRASE, and no training step.
+mpi_fails() {
+    local name=$1 phrase=$2 most=$3 np=$4; shift 4
+    local t0=$SECONDS rc
+    timeout 60 $MPIRUN -np "$np" "$@" < /dev/null > $T/fail.out 2>&1; rc=$?
+    local msgs; msgs=$(grep '^meshmoe:' $T/fail.out | grep -v 'interrupted by SIGTERM')
+    local n; n=$(printf '%s\n' "$msgs" | grep -c .)
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -ge 1 ] && [ "$n" -le "$most" ] &&
+       [ "$(printf '%s\n' "$msgs" | grep -cF -- "$phrase")" -eq "$n" ] && ! grep -q '^step' $T/fail.out; then
+        pass "$name: exit $rc after $((SECONDS - t0)) s: $(printf '%s\n' "$msgs" | head -1 | cut -c1-150)"
+    else
+        fail "$name: exit $rc, wanted non-zero and 1 to $most messages with '$phrase', no step; got: $(cat $T/fail.out)"
+    fi
+}
+mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" "ask for 2 processes" 1 \
+    3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
+mpi_fails "load_hf over processes is refused (not yet supported), said once" "load_hf is not supported" 1 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 load_hf=$T $FAST
+
+# memory_trace over processes: each writes its devices' events, process 0 the file; on dcn
+# fsdp=2 x ici data=2 process 0 holds devices 0 and 2. The file is ./train's, byte for byte.
+$TRAIN configs/deepseek-tiny.yml $FAST steps=2 ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 \
+    memory_trace=$T/trace1.csv > $T/trace1.out 2>&1
+mpi_run trace 2 deepseek-tiny steps=2 dcn_fsdp_parallelism=2 ici_data_parallelism=2 per_device_batch_size=2 \
+    memory_trace=$T/trace2.csv
+check "memory_trace from 2 processes (dcn fsdp=2, ici data=2) is ./train's on ici data=2 fsdp=2, byte for byte ($(wc -l < $T/trace2.csv 2>/dev/null) lines)" \
+    cmp -s $T/trace1.csv $T/trace2.csv
+
+# A dry run over processes: process 0 plans the global mesh alone; its plan is ./train's.
+D="configs/deepseek-tiny.yml per_device_batch_size=2 dry_run=true"
+$TRAIN $D ici_data_parallelism=2 ici_expert_parallelism=2 > $T/plan1.out 2>/dev/null
+timeout 60 $MPIRUN -np 2 ./train_mpi $D dcn_data_parallelism=2 ici_expert_parallelism=2 < /dev/null > $T/plan2.out 2>/dev/null
+same_plan() { grep -q '^device 0: peak' $T/plan1.out && cmp -s $T/plan1.out $T/plan2.out; }
+check "dry_run over 2 processes (dcn data=2, ici expert=2) prints the plan of ./train on ici data=2 expert=2, line for line ($(wc -l < $T/plan2.out) lines)" \
+    same_plan
+
+# A bad input that only one process sees (a file missing on one host): process 1 gets
+# another dataset_path (mpirun's MPMD form); every process stops, with process 1's message.
+mpi_fails "a dataset missing on one host stops every process, with that host's message" "process 1: cannot open dataset_path" 1 \
+    1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
+    -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=$T/missing.bin
+
+# A fault that one process finds once the devices run (here device 1, on process 1, out of
+# its hbm_capacity): die() there aborts the whole job, with that process's message.
+mpi_fails "a device out of memory on one process ends the job, with its message" "process 1: device 1 out of memory" 1 \
+    1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 $FAST : \
+    -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 $FAST hbm_capacity=20MiB
+
+# A process killed (SIGKILL) in the middle of training: the job ends within 30 s, and
+# mpirun names the process.
+$MPIRUN -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 num_threads=1 \
+    steps=100000 log_period=1 eval_interval=0 sample_length=0 metrics_file=$T/kill.jsonl < /dev/null > $T/kill.out 2>&1 &
+job=$!
+for _ in $(seq 300); do [ "$(cat $T/kill.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
+victim=
+for c in $(grep -l "^PPid:[[:space:]]*$job\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3); do   # mpirun's children
+    tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$c
+done
+t0=$(date +%s%N)
+[ -n "$victim" ] && kill -9 "$victim"
+while kill -0 $job 2>/dev/null && [ $(( ($(date +%s%N) - t0) / 1000000000 )) -lt 30 ]; do sleep 0.1; done
+if kill -0 $job 2>/dev/null; then kill -9 $job; fi   # (our own mpirun, still there after 30 s)
+wait $job; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+check "process 1 killed after step 2 (pid ${victim:-none}): the job ends in $ms ms (exit $rc), naming it: $(grep -o 'process rank 1 [^(]*' $T/kill.out | head -1)" \
+    test -n "$victim" -a "$ms" -lt 30000 -a "$rc" -ne 0 -a -n "$(grep 'process rank 1 ' $T/kill.out)"
+
+summary
