@@ -19,7 +19,7 @@ typedef enum {
 
 extern const char *const MEM_TAG_NAMES[MEM_NTAGS];
 
-typedef struct MemBlock MemBlock;   // one live allocation (header in front of the data)
+typedef struct MemBlock MemBlock;   // one live allocation's record (kept on the host, base/memory.c)
 
 typedef struct Device {
     int id;
