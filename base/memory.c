@@ -1,11 +1,12 @@
 // base/memory.c: the per-device allocator with tags, live bytes and peaks.
-// Each allocation has a small record
+// Device buffers come from the current backend's memory (kern()->mem, kernels/kernels.h),
+// host buffers (offload) from the host's (memory_cpu). Each allocation has a small record
 // (size, tag, name, list links) kept on the host, in a table keyed by the buffer's address,
 // never in front of the data: a device buffer (GPU memory) cannot carry a host header.
 // Freeing finds the record to know what to uncount, and an out-of-memory message lists
 // the largest live buffers from the records.
 #include "base/memory.h"
-#include "base/hostmem.h"
+#include "kernels/kernels.h"   // MemoryOps: where the backend's device buffers live
 #include "core/common.h"
 #include <stdarg.h>
 #include <stdint.h>
@@ -18,6 +19,7 @@ const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "a
 
 struct MemBlock {
     void *data;           // the buffer
+    const MemoryOps *ops; // the memory it came from (device: the backend's; host: memory_cpu)
     size_t bytes;
     MemTag tag;
     Device *dev;
@@ -231,7 +233,7 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
 #define POISON_UNINIT 0
 #endif
 
-// The bytes behind a buffer of `bytes`: whole 64-byte lines, at least one (so that every
+// The bytes behind a buffer of `bytes` (what the memory is asked for): whole 64-byte lines, at least one (so that every
 // buffer, even an empty one, has an address of its own).
 static size_t host_bytes(size_t bytes) { return bytes ? (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1) : ALIGN; }
 
@@ -243,14 +245,16 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, i
     if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = host_bytes(bytes);
     int in_void = dry && bytes >= DRY_REAL_BELOW;
+    const MemoryOps *ops = host ? &memory_cpu : kern()->mem;
     MemBlock *m = malloc(sizeof *m);
-    char *data = in_void ? NULL : host_alloc(rounded);
-    if (!m || (!in_void && !data)) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
-    *m = (MemBlock){data, bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
+    char *data = in_void ? NULL : ops->alloc(rounded);
+    if (!m || (!in_void && !data))
+        die("%s out of memory allocating %zu bytes for '%s'", host || ops == &memory_cpu ? "host" : "device", bytes, name);
+    *m = (MemBlock){data, ops, bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
     if (in_void) data = m->data = void_alloc(m, bytes, name);
     table_add(m);
-    if (!in_void && (zero || dry)) memset(data, 0, rounded);
-    else if (!in_void && POISON_UNINIT) memset(data, 0xff, rounded);
+    if (!in_void && (zero || dry)) ops->zero(data, rounded);
+    else if (!in_void && POISON_UNINIT) ops->fill(data, 0xff, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
     d->nallocs++;
@@ -287,10 +291,17 @@ void mem_transfer(void *dst, const void *src, size_t bytes) {
     MemBlock *d = block_of(dst), *s = block_of(src);
     // A dry run copies only real memory: the small control buffers (routing plans) that
     // offloading moves must arrive with their contents; the void has none.
-    if (!dry || (!d->slot && !s->slot)) memcpy(dst, src, bytes);
+    if (!dry || (!d->slot && !s->slot)) {
+        if (d->host && !s->host) s->ops->to_host(dst, src, bytes);
+        else if (!d->host && s->host) d->ops->to_device(dst, src, bytes);
+        else d->ops->copy(dst, src, bytes);
+    }
     if (d->host && !s->host) d->dev->to_host_bytes += bytes;
     if (!d->host && s->host) d->dev->to_device_bytes += bytes;
 }
+
+void mem_zero(void *p, size_t n) { if (!dry) kern()->mem->zero(p, n); }
+void mem_copy(void *dst, const void *src, size_t n) { if (!dry) kern()->mem->copy(dst, src, n); }
 
 // Copy a buffer to the other memory kind and free the original.
 static void *move_block(void *p, int host) {
@@ -337,7 +348,7 @@ static void free_block(MemBlock *m) {
         void_free[void_nfree++] = m->slot - 1;
         pthread_mutex_unlock(&void_lock);
     } else {
-        host_free(m->data, host_bytes(m->bytes));
+        m->ops->free(m->data, host_bytes(m->bytes));
     }
     free(m);
 }

@@ -53,6 +53,11 @@ extern "C" void gpu_download(void *host, const void *src, size_t bytes) {
     GPU_CHECK(cudaStreamSynchronize(gpu_stream()));
 }
 
+// Device to device, queued on the stream after its kernels (no wait).
+extern "C" void gpu_copy(void *dst, const void *src, size_t bytes) {
+    GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu_stream()));
+}
+
 extern "C" void gpu_fill_bytes(void *dst, int byte, size_t bytes) {
     GPU_CHECK(cudaMemsetAsync(dst, byte, bytes, gpu_stream()));
 }
