@@ -1,6 +1,6 @@
 // base/memory.c: the per-device allocator with tags, live bytes and peaks.
-// Device buffers come from the current backend's memory (kern()->mem, kernels/kernels.h),
-// host buffers (offload) from the host's (memory_cpu). Each allocation has a small record
+// Buffers come from the current backend's memory (kern()->mem, kernels/kernels.h): device
+// buffers from its alloc, host (offload) buffers from its alloc_host. Each allocation has a small record
 // (size, tag, name, list links) kept on the host, in a table keyed by the buffer's address,
 // never in front of the data: a device buffer (GPU memory) cannot carry a host header.
 // Freeing finds the record to know what to uncount, and an out-of-memory message lists
@@ -19,7 +19,7 @@ const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "a
 
 struct MemBlock {
     void *data;           // the buffer
-    const MemoryOps *ops; // the memory it came from (device: the backend's; host: memory_cpu)
+    const MemoryOps *ops; // the backend memory it came from
     size_t bytes;
     MemTag tag;
     Device *dev;
@@ -245,16 +245,19 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, i
     if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
     size_t rounded = host_bytes(bytes);
     int in_void = dry && bytes >= DRY_REAL_BELOW;
-    const MemoryOps *ops = host ? &memory_cpu : kern()->mem;
+    const MemoryOps *ops = kern()->mem;
     MemBlock *m = malloc(sizeof *m);
-    char *data = in_void ? NULL : ops->alloc(rounded);
+    char *data = in_void ? NULL : host ? ops->alloc_host(rounded) : ops->alloc(rounded);
     if (!m || (!in_void && !data))
         die("%s out of memory allocating %zu bytes for '%s'", host || ops == &memory_cpu ? "host" : "device", bytes, name);
     *m = (MemBlock){data, ops, bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
     if (in_void) data = m->data = void_alloc(m, bytes, name);
     table_add(m);
-    if (!in_void && (zero || dry)) ops->zero(data, rounded);
-    else if (!in_void && POISON_UNINIT) ops->fill(data, 0xff, rounded);
+    int fill = zero || dry ? 0 : POISON_UNINIT ? 0xff : -1;   // the byte to write, -1 none
+    if (in_void || fill < 0) {}
+    else if (host) memset(data, fill, rounded);   // host memory: the host writes it
+    else if (fill == 0) ops->zero(data, rounded);
+    else ops->fill(data, fill, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
     d->nallocs++;
@@ -294,7 +297,8 @@ void mem_transfer(void *dst, const void *src, size_t bytes) {
     if (!dry || (!d->slot && !s->slot)) {
         if (d->host && !s->host) s->ops->to_host(dst, src, bytes);
         else if (!d->host && s->host) d->ops->to_device(dst, src, bytes);
-        else d->ops->copy(dst, src, bytes);
+        else if (!d->host) d->ops->copy(dst, src, bytes);
+        else memcpy(dst, src, bytes);   // host to host
     }
     if (d->host && !s->host) d->dev->to_host_bytes += bytes;
     if (!d->host && s->host) d->dev->to_device_bytes += bytes;
@@ -347,6 +351,8 @@ static void free_block(MemBlock *m) {
         pthread_mutex_lock(&void_lock);
         void_free[void_nfree++] = m->slot - 1;
         pthread_mutex_unlock(&void_lock);
+    } else if (m->host) {
+        m->ops->free_host(m->data, host_bytes(m->bytes));
     } else {
         m->ops->free(m->data, host_bytes(m->bytes));
     }

@@ -41,6 +41,8 @@ int gpu_device_count(void);                 // 0 when there is no GPU or no driv
 const char *gpu_device_name(void);          // of device 0, for the log
 void *gpu_alloc(size_t bytes);              // dies with the reason when it cannot
 void gpu_free(void *p);
+void *gpu_alloc_host(size_t bytes);         // pinned host memory; dies with the reason when it cannot
+void gpu_free_host(void *p);
 void gpu_upload(void *dst, const void *host, size_t bytes);     // host -> device, synchronous
 void gpu_download(void *host, const void *src, size_t bytes);   // device -> host, after the stream's work
 void gpu_copy(void *dst, const void *src, size_t bytes);       // device -> device, on the stream

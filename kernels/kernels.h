@@ -16,7 +16,7 @@
 //     kern()->norm->rmsnorm_forward(out, rstd, x, scale, 0, T, D, eps, bf16);
 //
 // A backend also says where its device buffers live (MemoryOps): allocate, free, zero,
-// fill, copy on the device, and the copies to and from the host. The tagged allocator
+// fill, copy on the device, the host memory it offloads to, and the copies between the two. The tagged allocator
 // (base/memory.c) is their one caller for allocation: it takes device memory from the
 // backend and keeps its records (tag, size, name) on the host, in a table keyed by the
 // buffer's address, never in front of the data, so a buffer may be GPU memory. Its
@@ -46,13 +46,15 @@
 typedef struct MemoryOps {
     void *(*alloc)(size_t bytes);                                 // 64-byte aligned, contents undefined; NULL if none left
     void (*free)(void *p, size_t bytes);                          // p from alloc, bytes as asked for
+    void *(*alloc_host)(size_t bytes);                            // host memory for offload (pinned on a GPU)
+    void (*free_host)(void *p, size_t bytes);                     // p from alloc_host, bytes as asked for
     void (*zero)(void *p, size_t bytes);                          // p[0..bytes) = 0
     void (*fill)(void *p, int byte, size_t bytes);                // every byte = byte (the sanitizer builds' poison)
     void (*copy)(void *dst, const void *src, size_t bytes);       // device to device (the same device)
     void (*to_host)(void *host, const void *src, size_t bytes);   // device to host, after the work queued before
     void (*to_device)(void *dst, const void *host, size_t bytes); // host to device
 } MemoryOps;
-extern const MemoryOps memory_cpu;    // kernels/cpu/memory.c: host memory, memset and memcpy
+extern const MemoryOps memory_cpu;    // kernels/cpu/memory.c: host memory (both kinds), memset and memcpy
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"

@@ -5,7 +5,7 @@
 //   2. a backend whose memory operations count their calls: device buffers come from its
 //      alloc and zero and go back through its free; mem_zero, mem_copy and the offload
 //      copies (mem_to_host, mem_to_device) go through its zero, copy, to_host and to_device;
-//      host buffers do not touch it.
+//      host (offload) buffers come from its alloc_host and go back through its free_host.
 #include "base/memory.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
@@ -47,16 +47,18 @@ static void records_under_load(void) {
 }
 
 // A CPU backend whose memory operations count their calls and bytes.
-static long n_alloc, n_free, n_zero, n_fill, n_copy, n_to_host, n_to_device;
+static long n_alloc, n_free, n_alloc_host, n_free_host, n_zero, n_fill, n_copy, n_to_host, n_to_device;
 static size_t freed_bytes, to_host_bytes, to_device_bytes;
 static void *c_alloc(size_t b) { n_alloc++; return memory_cpu.alloc(b); }
 static void c_free(void *p, size_t b) { n_free++; freed_bytes += b; memory_cpu.free(p, b); }
+static void *c_alloc_host(size_t b) { n_alloc_host++; return memory_cpu.alloc_host(b); }
+static void c_free_host(void *p, size_t b) { n_free_host++; memory_cpu.free_host(p, b); }
 static void c_zero(void *p, size_t b) { n_zero++; memory_cpu.zero(p, b); }
 static void c_fill(void *p, int v, size_t b) { n_fill++; memory_cpu.fill(p, v, b); }
 static void c_copy(void *d, const void *s, size_t b) { n_copy++; memory_cpu.copy(d, s, b); }
 static void c_to_host(void *d, const void *s, size_t b) { n_to_host++; to_host_bytes += b; memory_cpu.to_host(d, s, b); }
 static void c_to_device(void *d, const void *s, size_t b) { n_to_device++; to_device_bytes += b; memory_cpu.to_device(d, s, b); }
-static const MemoryOps counting = {c_alloc, c_free, c_zero, c_fill, c_copy, c_to_host, c_to_device};
+static const MemoryOps counting = {c_alloc, c_free, c_alloc_host, c_free_host, c_zero, c_fill, c_copy, c_to_host, c_to_device};
 
 static void backend_memory(void) {
     Backend b = backend_cpu;
@@ -71,7 +73,8 @@ static void backend_memory(void) {
     mem_zero(x, sizeof(float) * 100);
     CHECK(n_zero == 2 && x[5] == 0.0f, "mem_zero: the backend's zero (%ld calls)", n_zero);
     float *h = mem_alloc_host(MEM_OPTIMIZER, sizeof(float) * 100, "h");
-    CHECK(n_alloc == 2, "a host buffer does not come from the device's memory (alloc %ld calls)", n_alloc);
+    CHECK(n_alloc == 2 && n_alloc_host == 1, "a host buffer from alloc_host (%ld calls), not alloc (%ld calls)",
+          n_alloc_host, n_alloc);
     y = mem_to_host(y);
     CHECK(mem_is_host(y) && n_to_host == 1 && to_host_bytes == 400 && n_free == 1 && freed_bytes == 448,
           "mem_to_host: to_host %ld calls, %zu bytes; the device buffer freed (%ld calls, %zu bytes: 7 lines)",
@@ -84,7 +87,8 @@ static void backend_memory(void) {
     mem_transfer(h, y, sizeof(float) * 100);
     CHECK(n_to_host == 2 && h[42] == 42.0f, "mem_transfer device -> host: to_host (%ld calls), h[42] %g", n_to_host, h[42]);
     mem_free(h);
-    CHECK(n_free == 1, "a host buffer freed without the device's free (%ld calls)", n_free);
+    CHECK(n_free == 1 && n_free_host == 2, "host buffers back through free_host (%ld calls: h and y's copy), not free (%ld)",
+          n_free_host, n_free);
     mem_free(x);
     mem_free(y);
     CHECK(n_free == 3 && d->live_total == 0, "device buffers back through the backend's free: %ld calls", n_free);

@@ -1,6 +1,6 @@
 // kernels/cpu/memory.c: the CPU backend's device memory (kernels/kernels.h MemoryOps). A CPU
-// device's memory is the host's: buffers from kernels/cpu/hostmem.c (which keeps freed large
-// blocks for reuse), and every copy, whichever way, is a memcpy.
+// device's memory is the host's, and so is its offload memory: both from kernels/cpu/hostmem.c
+// (which keeps freed large blocks for reuse), and every copy, whichever way, is a memcpy.
 #include "kernels/kernels.h"
 #include "kernels/cpu/hostmem.h"
 #include <string.h>
@@ -14,6 +14,8 @@ static void copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, by
 const MemoryOps memory_cpu = {
     .alloc = alloc,
     .free = release,
+    .alloc_host = alloc,
+    .free_host = release,
     .zero = zero,
     .fill = fill,
     .copy = copy,
