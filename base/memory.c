@@ -1,19 +1,25 @@
 // base/memory.c: the per-device allocator with tags, live bytes and peaks.
-// Each allocation carries a small header (size, tag, name, list links) in front of the
-// data, so that freeing knows what to uncount and an out-of-memory message can list
-// the largest live buffers.
+// Buffers come from the current backend's memory (kern()->mem, kernels/kernels.h): device
+// buffers from its alloc, host (offload) buffers from its alloc_host. Each allocation has a small record
+// (size, tag, name, list links) kept on the host, in a table keyed by the buffer's address,
+// never in front of the data: a device buffer (GPU memory) cannot carry a host header.
+// Freeing finds the record to know what to uncount, and an out-of-memory message lists
+// the largest live buffers from the records.
 #include "base/memory.h"
-#include "base/hostmem.h"
+#include "kernels/kernels.h"   // MemoryOps: where the backend's device buffers live
 #include "core/common.h"
 #include <stdarg.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <pthread.h>
 
 const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm"};
 
-#define HEADER 64   // bytes in front of every buffer; keeps the data 64-byte aligned
+#define ALIGN 64    // every buffer starts on a 64-byte boundary (a cache line, an AVX-512 vector)
 
 struct MemBlock {
+    void *data;           // the buffer
+    const MemoryOps *ops; // the backend memory it came from
     size_t bytes;
     MemTag tag;
     Device *dev;
@@ -24,7 +30,6 @@ struct MemBlock {
     unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
     unsigned seq;        // the device's allocation count when it was made: orders equal sizes
 };
-_Static_assert(sizeof(MemBlock) <= HEADER, "header must fit in front of the data");
 
 static _Thread_local Device *current;
 static int dry;   // dry_run (set once before the devices start)
@@ -33,8 +38,7 @@ static int dry;   // dry_run (set once before the devices start)
 
 // A dry run's large buffers all point into one reservation of address space, "the void",
 // each at its own 64-byte step, so they overlap and nothing backs them: whatever the plan's
-// size, the void costs no memory and one mapping. Their headers live apart, found from the
-// slot (the step). A buffer that is written anyway (control data is real memory, below
+// size, the void costs no memory and one mapping. Their records are in the table like any other. A buffer that is written anyway (control data is real memory, below
 // 64 KiB) touches the void's pages that all buffers share, so the memory stays bounded.
 // The void asks for 4 TiB of address space (one buffer of a large model on few devices can
 // be terabytes) and takes less where the system refuses that much (a sanitizer's address
@@ -44,7 +48,6 @@ static int dry;   // dry_run (set once before the devices start)
 #define VOID_LEAST ((size_t)1 << 36)
 static char *void_base;
 static size_t void_bytes;                   // the address space reserved
-static MemBlock **void_hdr;                 // (VOID_SLOTS) the header of the buffer at each slot
 static unsigned *void_free, void_nfree;     // a stack of the free slots
 static pthread_mutex_t void_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -59,18 +62,79 @@ void mem_set_dry(int on) {
         void_base = NULL;
         die("dry run: cannot reserve even %zu bytes of address space", VOID_LEAST);
     }
-    void_hdr = calloc(VOID_SLOTS, sizeof *void_hdr);
     void_free = malloc(VOID_SLOTS * sizeof *void_free);
-    if (!void_hdr || !void_free) die("dry run: host out of memory");
+    if (!void_free) die("dry run: host out of memory");
     for (unsigned i = 0; i < VOID_SLOTS; i++) void_free[i] = VOID_SLOTS - 1 - i;
     void_nfree = VOID_SLOTS;
 }
 
-// The header of buffer p (in front of it, or in the void's table).
+// The records, found by the buffer's address: one table for every device (a buffer may be
+// freed by another thread than the one that made it), open addressing with linear probing,
+// kept at most half full, a removal closing its gap by moving later entries back.
+static MemBlock **table;
+static size_t table_cap, table_n;   // slots (a power of two), records in it
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t slot_of(const void *p, size_t cap) {
+    return (size_t)(((uint64_t)(uintptr_t)p / ALIGN * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+}
+
+static void table_put(MemBlock **t, size_t cap, MemBlock *m) {
+    size_t i = slot_of(m->data, cap);
+    while (t[i]) i = (i + 1) & (cap - 1);
+    t[i] = m;
+}
+
+static void table_add(MemBlock *m) {
+    pthread_mutex_lock(&table_lock);
+    if (2 * (table_n + 1) > table_cap) {   // grow: twice the slots, every record placed again
+        size_t cap = table_cap ? 2 * table_cap : 1024;
+        MemBlock **t = calloc(cap, sizeof *t);
+        if (!t) die("host out of memory growing the allocator's table to %zu records", cap);
+        for (size_t i = 0; i < table_cap; i++) if (table[i]) table_put(t, cap, table[i]);
+        free(table);
+        table = t;
+        table_cap = cap;
+    }
+    table_put(table, table_cap, m);
+    table_n++;
+    pthread_mutex_unlock(&table_lock);
+}
+
+// The slot that holds p's record, or table_cap when there is none (the caller holds the lock).
+static size_t table_find(const void *p) {
+    if (table_cap)
+        for (size_t i = slot_of(p, table_cap); table[i]; i = (i + 1) & (table_cap - 1))
+            if (table[i]->data == p) return i;
+    return table_cap;
+}
+
+// The record of buffer p; dies on a pointer the allocator did not hand out (after the
+// lock is given back: die may return to a caller's jump buffer).
 static MemBlock *block_of(const void *p) {
-    const char *c = (const char *)p;
-    if (mem_in_void(p)) return void_hdr[(size_t)(c - void_base) / 64];
-    return (MemBlock *)(c - HEADER);
+    pthread_mutex_lock(&table_lock);
+    size_t i = table_find(p);
+    MemBlock *m = i < table_cap ? table[i] : NULL;
+    pthread_mutex_unlock(&table_lock);
+    if (!m) die("internal: %p is not a buffer of the allocator", p);
+    return m;
+}
+
+// Remove m's record: the entries after it in its run move back into the gap when their
+// home slot does not lie between the gap and them.
+static void table_remove(MemBlock *m) {
+    pthread_mutex_lock(&table_lock);   // m is in the table: block_of found it
+    size_t mask = table_cap - 1, gap = table_find(m->data);
+    for (size_t j = (gap + 1) & mask; table[j]; j = (j + 1) & mask) {
+        size_t home = slot_of(table[j]->data, table_cap);
+        if (((j - home) & mask) >= ((j - gap) & mask)) {
+            table[gap] = table[j];
+            gap = j;
+        }
+    }
+    table[gap] = NULL;
+    table_n--;
+    pthread_mutex_unlock(&table_lock);
 }
 
 static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
@@ -79,7 +143,6 @@ static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
     pthread_mutex_lock(&void_lock);
     if (!void_nfree) die("dry run: more than %u large buffers live at once", VOID_SLOTS);
     unsigned slot = void_free[--void_nfree];
-    void_hdr[slot] = m;
     pthread_mutex_unlock(&void_lock);
     m->slot = slot + 1;
     return void_base + (size_t)slot * 64;
@@ -170,21 +233,31 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
 #define POISON_UNINIT 0
 #endif
 
+// The bytes behind a buffer of `bytes` (what the memory is asked for): whole 64-byte lines, at least one (so that every
+// buffer, even an empty one, has an address of its own).
+static size_t host_bytes(size_t bytes) { return bytes ? (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1) : ALIGN; }
+
 // One block of `bytes` on the device (host = 0) or in its host memory (host = 1), zeroed
 // unless zero is 0 (a dry run zeroes its real memory always: the kernels, which would
 // write it, return at once there).
 static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, int zero) {
     Device *d = mem_device();
     if (!host && d->capacity && d->live_total + bytes > d->capacity) die_oom(d, tag, bytes, name);
-    size_t rounded = (bytes + 63) & ~(size_t)63;
+    size_t rounded = host_bytes(bytes);
     int in_void = dry && bytes >= DRY_REAL_BELOW;
-    char *raw = in_void ? malloc(sizeof(MemBlock)) : host_alloc(HEADER + rounded);
-    if (!raw) die("host out of memory allocating %zu bytes for '%s'", bytes, name);
-    MemBlock *m = (MemBlock *)raw;
-    *m = (MemBlock){bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
-    char *data = in_void ? void_alloc(m, bytes, name) : raw + HEADER;
-    if (!in_void && (zero || dry)) memset(data, 0, rounded);
-    else if (!in_void && POISON_UNINIT) memset(data, 0xff, rounded);
+    const MemoryOps *ops = kern()->mem;
+    MemBlock *m = malloc(sizeof *m);
+    char *data = in_void ? NULL : host ? ops->alloc_host(rounded) : ops->alloc(rounded);
+    if (!m || (!in_void && !data))
+        die("%s out of memory allocating %zu bytes for '%s'", host || ops == &memory_cpu ? "host" : "device", bytes, name);
+    *m = (MemBlock){data, ops, bytes, tag, d, name, (unsigned char)host, 0, NULL, d->head, 0, (unsigned)d->nallocs};
+    if (in_void) data = m->data = void_alloc(m, bytes, name);
+    table_add(m);
+    int fill = zero || dry ? 0 : POISON_UNINIT ? 0xff : -1;   // the byte to write, -1 none
+    if (in_void || fill < 0) {}
+    else if (host) memset(data, fill, rounded);   // host memory: the host writes it
+    else if (fill == 0) ops->zero(data, rounded);
+    else ops->fill(data, fill, rounded);
     if (d->head) d->head->prev = m;
     d->head = m;
     d->nallocs++;
@@ -221,10 +294,18 @@ void mem_transfer(void *dst, const void *src, size_t bytes) {
     MemBlock *d = block_of(dst), *s = block_of(src);
     // A dry run copies only real memory: the small control buffers (routing plans) that
     // offloading moves must arrive with their contents; the void has none.
-    if (!dry || (!d->slot && !s->slot)) memcpy(dst, src, bytes);
+    if (!dry || (!d->slot && !s->slot)) {
+        if (d->host && !s->host) s->ops->to_host(dst, src, bytes);
+        else if (!d->host && s->host) d->ops->to_device(dst, src, bytes);
+        else if (!d->host) d->ops->copy(dst, src, bytes);
+        else memcpy(dst, src, bytes);   // host to host
+    }
     if (d->host && !s->host) d->dev->to_host_bytes += bytes;
     if (!d->host && s->host) d->dev->to_device_bytes += bytes;
 }
+
+void mem_zero(void *p, size_t n) { if (!dry) kern()->mem->zero(p, n); }
+void mem_copy(void *dst, const void *src, size_t n) { if (!dry) kern()->mem->copy(dst, src, n); }
 
 // Copy a buffer to the other memory kind and free the original.
 static void *move_block(void *p, int host) {
@@ -265,13 +346,17 @@ static void free_block(MemBlock *m) {
     if (m->prev) m->prev->next = m->next; else d->head = m->next;
     if (m->next) m->next->prev = m->prev;
     if (d->hook) d->hook(d, -1, m->tag, m->bytes, m->name);
+    table_remove(m);   // before its slot in the void can be handed out again
     if (m->slot) {
         pthread_mutex_lock(&void_lock);
         void_free[void_nfree++] = m->slot - 1;
         pthread_mutex_unlock(&void_lock);
+    } else if (m->host) {
+        m->ops->free_host(m->data, host_bytes(m->bytes));
+    } else {
+        m->ops->free(m->data, host_bytes(m->bytes));
     }
-    if (m->slot) free(m);
-    else host_free(m, HEADER + ((m->bytes + 63) & ~(size_t)63));
+    free(m);
 }
 
 void mem_free(void *p) {
@@ -299,7 +384,7 @@ void mem_release_held(void) {
 }
 
 void device_release_all(Device *d) {
-    while (d->head) mem_free(d->head->slot ? void_base + (size_t)(d->head->slot - 1) * 64 : (char *)d->head + HEADER);
+    while (d->head) free_block(d->head);
 }
 
 void mem_reset_peak(Device *d) {

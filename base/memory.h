@@ -19,7 +19,7 @@ typedef enum {
 
 extern const char *const MEM_TAG_NAMES[MEM_NTAGS];
 
-typedef struct MemBlock MemBlock;   // one live allocation (header in front of the data)
+typedef struct MemBlock MemBlock;   // one live allocation's record (kept on the host, base/memory.c)
 
 typedef struct Device {
     int id;
@@ -100,9 +100,11 @@ void mem_set_dry(int on);
 int mem_dry(void);
 // 1 if p lies in a dry run's void (a large buffer that holds nothing; base/memory.c).
 int mem_in_void(const void *p);
-// memset / memcpy of a buffer's contents, skipped in a dry run (nothing to move).
-static inline void mem_zero(void *p, size_t n) { if (!mem_dry()) memset(p, 0, n); }
-static inline void mem_copy(void *dst, const void *src, size_t n) { if (!mem_dry()) memcpy(dst, src, n); }
+// Zero n bytes of device data at p, copy n bytes of device data (both on the calling
+// device), by the backend's memory operations (kern()->mem: memset and memcpy on the CPU);
+// skipped in a dry run (nothing to move).
+void mem_zero(void *p, size_t n);
+void mem_copy(void *dst, const void *src, size_t n);
 // Name the phase the device is in (printf format), for the planner and the memory trace.
 void mem_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // The k largest live buffers (name, tag, bytes), largest first; returns how many.

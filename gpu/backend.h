@@ -36,14 +36,18 @@ extern const InitKernels init_cuda;            // gpu/init.cu
 // had (a HIP build, or no libcublas on the machine), with the reason in *why.
 int gpu_matmul_use_cublas(int on, const char **why);
 
-// Device memory (gpu/runtime.cu): what the conformance test and, later, the allocator use.
+// Device memory (gpu/runtime.cu): what the conformance test and the allocator use.
 int gpu_device_count(void);                 // 0 when there is no GPU or no driver
 const char *gpu_device_name(void);          // of device 0, for the log
 void *gpu_alloc(size_t bytes);              // dies with the reason when it cannot
 void gpu_free(void *p);
+void *gpu_alloc_host(size_t bytes);         // pinned host memory; dies with the reason when it cannot
+void gpu_free_host(void *p);
 void gpu_upload(void *dst, const void *host, size_t bytes);     // host -> device, synchronous
 void gpu_download(void *host, const void *src, size_t bytes);   // device -> host, after the stream's work
+void gpu_copy(void *dst, const void *src, size_t bytes);       // device -> device, on the stream
 void gpu_fill_bytes(void *dst, int byte, size_t bytes);         // memset on the device
+extern const MemoryOps memory_cuda;         // gpu/backend.cu: the above as the allocator's MemoryOps
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,8 @@
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaMalloc hipMalloc
 #define cudaFree hipFree
+#define cudaMallocHost hipHostMalloc
+#define cudaFreeHost hipHostFree
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice

@@ -42,6 +42,16 @@ extern "C" void *gpu_alloc(size_t bytes) {
 
 extern "C" void gpu_free(void *p) { GPU_CHECK(cudaFree(p)); }
 
+// Pinned host memory: the copies to and from the device run at the link's full speed from
+// it (and may be asynchronous), which pageable memory does not allow.
+extern "C" void *gpu_alloc_host(size_t bytes) {
+    void *p = NULL;
+    GPU_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+    return p;
+}
+
+extern "C" void gpu_free_host(void *p) { GPU_CHECK(cudaFreeHost(p)); }
+
 extern "C" void gpu_upload(void *dst, const void *host, size_t bytes) {
     GPU_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, gpu_stream()));
     GPU_CHECK(cudaStreamSynchronize(gpu_stream()));
@@ -51,6 +61,11 @@ extern "C" void gpu_upload(void *dst, const void *host, size_t bytes) {
 extern "C" void gpu_download(void *host, const void *src, size_t bytes) {
     GPU_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, gpu_stream()));
     GPU_CHECK(cudaStreamSynchronize(gpu_stream()));
+}
+
+// Device to device, queued on the stream after its kernels (no wait).
+extern "C" void gpu_copy(void *dst, const void *src, size_t bytes) {
+    GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu_stream()));
 }
 
 extern "C" void gpu_fill_bytes(void *dst, int byte, size_t bytes) {

@@ -10,6 +10,10 @@
 // wrote there (a balanced routing's counts) reads back as on the CPU.
 static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, src, bytes); }
 
+// The planner's memory is the host's: its small buffers are real (kernels/cpu/memory.c), its
+// large ones lie in the void that base/memory.c reserves and counts itself, never allocated
+// here. Nothing is zeroed or copied into the void: mem_zero and mem_copy skip a dry run.
+
 // norm
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
                             int T, int D, float eps, int bf16) {}
@@ -193,6 +197,7 @@ static const InitKernels init_dry = {param_init};
 const Backend backend_dry = {
     .name = "dry",
     .to_host = to_host,
+    .mem = &memory_cpu,
     .matmul = &matmul_dry,
     .norm = &norm_dry,
     .rope = &rope_dry,

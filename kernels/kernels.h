@@ -14,6 +14,16 @@
 // The backend is chosen once at start-up (kern_use_default; a device thread may choose its
 // own with kern_use); layers reach it by kern():
 //     kern()->norm->rmsnorm_forward(out, rstd, x, scale, 0, T, D, eps, bf16);
+//
+// A backend also says where its device buffers live (MemoryOps): allocate, free, zero,
+// fill, copy on the device, the host memory it offloads to, and the copies between the two. The tagged allocator
+// (base/memory.c) is their one caller for allocation: it takes device memory from the
+// backend and keeps its records (tag, size, name) on the host, in a table keyed by the
+// buffer's address, never in front of the data, so a buffer may be GPU memory. Its
+// mem_zero / mem_copy / mem_transfer are the layers' way to these operations. The CPU's
+// memory is the host's (kernels/cpu/memory.c); the planner's too (its large buffers are
+// address space the allocator reserves itself, its small ones are real); the GPU's is
+// cudaMalloc'd (gpu/runtime.cu).
 #ifndef MESHMOE_KERNELS_H
 #define MESHMOE_KERNELS_H
 #include <stddef.h>            // size_t
@@ -32,12 +42,27 @@
 #include "kernels/optim.h"     // optimizer updates, clipping, EMA
 #include "kernels/init.h"      // parameter initialisation
 
+// Device memory. Sizes are in bytes; the allocator asks for whole 64-byte lines.
+typedef struct MemoryOps {
+    void *(*alloc)(size_t bytes);                                 // 64-byte aligned, contents undefined; NULL if none left
+    void (*free)(void *p, size_t bytes);                          // p from alloc, bytes as asked for
+    void *(*alloc_host)(size_t bytes);                            // host memory for offload (pinned on a GPU)
+    void (*free_host)(void *p, size_t bytes);                     // p from alloc_host, bytes as asked for
+    void (*zero)(void *p, size_t bytes);                          // p[0..bytes) = 0
+    void (*fill)(void *p, int byte, size_t bytes);                // every byte = byte (the sanitizer builds' poison)
+    void (*copy)(void *dst, const void *src, size_t bytes);       // device to device (the same device)
+    void (*to_host)(void *host, const void *src, size_t bytes);   // device to host, after the work queued before
+    void (*to_device)(void *dst, const void *host, size_t bytes); // host to device
+} MemoryOps;
+extern const MemoryOps memory_cpu;    // kernels/cpu/memory.c: host memory (both kinds), memset and memcpy
+
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
     // The one way a layer reads device data on the host to decide something (expert row
     // counts for the sparse path): host (bytes) = src (bytes). A GPU backend synchronises
     // here; on the CPU it is a copy.
     void (*to_host)(void *host, const void *src, size_t bytes);
+    const MemoryOps *mem;             // where its device buffers live (above)
     // The families, in the order a decoder layer meets them.
     const MatmulKernels *matmul;      // matrix products (kernels/matmul.h)
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)

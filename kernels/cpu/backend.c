@@ -10,6 +10,7 @@ static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, sr
 const Backend backend_cpu = {
     .name = "cpu",
     .to_host = to_host,
+    .mem = &memory_cpu,
     .matmul = &matmul_cpu,
     .norm = &norm_cpu,
     .rope = &rope_cpu,

@@ -1,4 +1,4 @@
-// base/hostmem.c: how the C library's malloc treats the device buffers' host memory.
+// kernels/cpu/hostmem.c: how the C library's malloc treats the device buffers' host memory.
 //
 // The simulated devices allocate and free their activations and temporaries (megabytes
 // each) many times per step. By default glibc returns a freed large block to the kernel
@@ -9,7 +9,7 @@
 // in the process and are reused (larger ones are kept by the allocator itself,
 // host_free below). This changes no number the trainer computes or reports:
 // device memory is counted by the tagged allocator (base/memory.c), not by the host's.
-#include "base/hostmem.h"
+#include "kernels/cpu/hostmem.h"
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>

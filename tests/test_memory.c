@@ -1,0 +1,106 @@
+// tests/test_memory.c: the tagged allocator's host-side records and its use of the
+// backend's memory operations (base/memory.c, kernels/kernels.h MemoryOps).
+//   1. thousands of buffers made and freed in a shuffled order: every one 64-byte aligned,
+//      its size and name found from its address, the live bytes the sum of the survivors;
+//   2. a backend whose memory operations count their calls: device buffers come from its
+//      alloc and zero and go back through its free; mem_zero, mem_copy and the offload
+//      copies (mem_to_host, mem_to_device) go through its zero, copy, to_host and to_device;
+//      host (offload) buffers come from its alloc_host and go back through its free_host.
+#include "base/memory.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+#include <stdint.h>
+#include <stdlib.h>
+
+enum { N = 3000 };
+
+static void records_under_load(void) {
+    static void *buf[N];
+    static char names[N][16];
+    static int order[N];
+    Device *d = mem_device();
+    size_t live = 0;
+    int aligned = 1, found = 1;
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "buf %d", i);
+        buf[i] = mem_alloc((MemTag)(i % MEM_NTAGS), (size_t)(i % 7) * 100, names[i]);   // sizes 0..600
+        aligned &= ((uintptr_t)buf[i] % 64) == 0;
+        live += (size_t)(i % 7) * 100;
+    }
+    CHECK(aligned, "every buffer 64-byte aligned");
+    CHECK(d->live_total == live, "live bytes %zu, the buffers' sum %zu", d->live_total, live);
+    for (int i = 0; i < N; i++) order[i] = i;
+    srand(7);
+    for (int i = N - 1; i > 0; i--) { int j = rand() % (i + 1), t = order[i]; order[i] = order[j]; order[j] = t; }
+    for (int k = 0; k < N / 2; k++) {   // free half, shuffled
+        int i = order[k];
+        live -= mem_size(buf[i]);
+        mem_free(buf[i]);
+        buf[i] = NULL;
+    }
+    for (int i = 0; i < N; i++)
+        if (buf[i]) found &= mem_size(buf[i]) == (size_t)(i % 7) * 100 && mem_name(buf[i]) == names[i];
+    CHECK(found, "after %d shuffled frees every survivor's size and name found from its address", N / 2);
+    CHECK(d->live_total == live, "live bytes %zu after the frees, the survivors' sum %zu", d->live_total, live);
+    for (int i = 0; i < N; i++) mem_free(buf[i]);
+    CHECK(d->live_total == 0 && d->head == NULL, "all freed: %zu bytes live", d->live_total);
+}
+
+// A CPU backend whose memory operations count their calls and bytes.
+static long n_alloc, n_free, n_alloc_host, n_free_host, n_zero, n_fill, n_copy, n_to_host, n_to_device;
+static size_t freed_bytes, to_host_bytes, to_device_bytes;
+static void *c_alloc(size_t b) { n_alloc++; return memory_cpu.alloc(b); }
+static void c_free(void *p, size_t b) { n_free++; freed_bytes += b; memory_cpu.free(p, b); }
+static void *c_alloc_host(size_t b) { n_alloc_host++; return memory_cpu.alloc_host(b); }
+static void c_free_host(void *p, size_t b) { n_free_host++; memory_cpu.free_host(p, b); }
+static void c_zero(void *p, size_t b) { n_zero++; memory_cpu.zero(p, b); }
+static void c_fill(void *p, int v, size_t b) { n_fill++; memory_cpu.fill(p, v, b); }
+static void c_copy(void *d, const void *s, size_t b) { n_copy++; memory_cpu.copy(d, s, b); }
+static void c_to_host(void *d, const void *s, size_t b) { n_to_host++; to_host_bytes += b; memory_cpu.to_host(d, s, b); }
+static void c_to_device(void *d, const void *s, size_t b) { n_to_device++; to_device_bytes += b; memory_cpu.to_device(d, s, b); }
+static const MemoryOps counting = {c_alloc, c_free, c_alloc_host, c_free_host, c_zero, c_fill, c_copy, c_to_host, c_to_device};
+
+static void backend_memory(void) {
+    Backend b = backend_cpu;
+    b.mem = &counting;
+    kern_use(&b);
+    Device *d = mem_device();
+    float *x = mem_floats(MEM_PARAMS, 100, "x"), *y = mem_floats_uninit(MEM_TEMP, 100, "y");
+    CHECK(n_alloc == 2 && n_zero == 1, "two device buffers: alloc called %ld times, zero %ld", n_alloc, n_zero);
+    for (int i = 0; i < 100; i++) x[i] = (float)i;
+    mem_copy(y, x, sizeof(float) * 100);
+    CHECK(n_copy == 1 && y[99] == 99.0f, "mem_copy: the backend's copy (%ld calls), y[99] %g", n_copy, y[99]);
+    mem_zero(x, sizeof(float) * 100);
+    CHECK(n_zero == 2 && x[5] == 0.0f, "mem_zero: the backend's zero (%ld calls)", n_zero);
+    float *h = mem_alloc_host(MEM_OPTIMIZER, sizeof(float) * 100, "h");
+    CHECK(n_alloc == 2 && n_alloc_host == 1, "a host buffer from alloc_host (%ld calls), not alloc (%ld calls)",
+          n_alloc_host, n_alloc);
+    y = mem_to_host(y);
+    CHECK(mem_is_host(y) && n_to_host == 1 && to_host_bytes == 400 && n_free == 1 && freed_bytes == 448,
+          "mem_to_host: to_host %ld calls, %zu bytes; the device buffer freed (%ld calls, %zu bytes: 7 lines)",
+          n_to_host, to_host_bytes, n_free, freed_bytes);
+    CHECK(d->to_host_bytes == 400, "counted: %zu bytes to host", d->to_host_bytes);
+    y = mem_to_device(y);
+    CHECK(!mem_is_host(y) && n_to_device == 1 && to_device_bytes == 400 && n_alloc == 3 && y[99] == 99.0f,
+          "mem_to_device: to_device %ld calls, %zu bytes, a new device buffer, y[99] %g", n_to_device,
+          to_device_bytes, y[99]);
+    mem_transfer(h, y, sizeof(float) * 100);
+    CHECK(n_to_host == 2 && h[42] == 42.0f, "mem_transfer device -> host: to_host (%ld calls), h[42] %g", n_to_host, h[42]);
+    mem_free(h);
+    CHECK(n_free == 1 && n_free_host == 2, "host buffers back through free_host (%ld calls: h and y's copy), not free (%ld)",
+          n_free_host, n_free);
+    mem_free(x);
+    mem_free(y);
+    CHECK(n_free == 3 && d->live_total == 0, "device buffers back through the backend's free: %ld calls", n_free);
+    kern_use(NULL);
+}
+
+int main(void) {
+    Device dev;
+    device_init(&dev, 0, 0);
+    mem_set_device(&dev);
+    records_under_load();
+    backend_memory();
+    device_release_all(&dev);
+    TEST_SUMMARY();
+}
