@@ -21,24 +21,14 @@
 #include "kernels/cpu/attn_tiles.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/expf16.h"
+#include "kernels/cpu/vec16.h"
 #include <math.h>
 #include <stdint.h>
 
 enum { L = TILE_ROWS, KB = 64 };   // KB: keys per backward sub-block (its P and dS, 2 x 4 KiB)
 
-typedef float V16 __attribute__((vector_size(64), aligned(64)));
-// A 16-float vector at any float address (rows of q, k, v are 4-byte aligned).
-typedef float V16u __attribute__((vector_size(64), aligned(4), may_alias));
-
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
-typedef int32_t I16 __attribute__((vector_size(64)));   // lane masks: -1 or 0
-// Macros, not functions: a function that passes a 64-byte vector by value has another ABI
-// on a build without AVX-512, and GCC warns about it.
-#define vld(p) (*(const V16u *)(p))
-#define vst(p, x) (*(V16u *)(p) = (x))
-// Lane by lane, a where the mask is set, else b.
-#define vblend(mask, a, b) ((V16)(((I16)(a) & (mask)) | ((I16)(b) & ~(mask))))
 
 // The row, in k or v (P,B,S,Nkv,D), of key j of sequence b: part j/S, row j%S.
 static inline const float *key_at(const float *x, const AttnGeom *G, int b, int j, int g, int D) {

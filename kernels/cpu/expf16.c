@@ -1,5 +1,6 @@
 // kernels/cpu/expf16.c: expf on 16 floats at once (kernels/cpu/expf16.h).
 #include "kernels/cpu/expf16.h"
+#include "kernels/cpu/vec16.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -7,10 +8,8 @@
 #include <immintrin.h>
 #endif
 
-typedef float F16 __attribute__((vector_size(64)));
 typedef double D8 __attribute__((vector_size(64)));
 typedef int64_t L8 __attribute__((vector_size(64)));
-typedef int32_t I16 __attribute__((vector_size(64)));
 
 // 2^(i/32) for i = 0..31 as double bits, less i << 47 (the table index's share of the
 // exponent field, which the caller adds back with k): glibc's table for expf and exp2f.
@@ -81,7 +80,7 @@ static void lanes(float *out, const float *in, int vector) {
         for (int i = 0; i < 16; i++) out[i] = expf(in[i]);
         return;
     }
-    F16 x;
+    V16 x;
     memcpy(&x, in, sizeof x);
     typedef float F8 __attribute__((vector_size(32)));
     F8 lo, hi;
@@ -91,16 +90,16 @@ static void lanes(float *out, const float *in, int vector) {
     exp8(&dlo, &dlo);
     exp8(&dhi, &dhi);
     F8 ylo = __builtin_convertvector(dlo, F8), yhi = __builtin_convertvector(dhi, F8);
-    F16 y;
+    V16 y;
     memcpy(&y, &ylo, sizeof ylo);
     memcpy((char *)&y + sizeof ylo, &yhi, sizeof yhi);
     // Where glibc's expf leaves its main path: above log(2^128) +inf, below log(2^-150) +0,
     // a NaN quieted by x + x (the main path is computed there too, and discarded).
     I16 over = x > 0x1.62e42ep6f, under = x < -0x1.9fe368p6f, nan = x != x;
-    F16 inf = (F16){0} + INFINITY;
-    y = (F16)(((I16)y & ~over) | ((I16)inf & over));
-    y = (F16)((I16)y & ~under);
-    y = (F16)(((I16)y & ~nan) | ((I16)(x + x) & nan));
+    V16 inf = (V16){0} + INFINITY;
+    y = (V16)(((I16)y & ~over) | ((I16)inf & over));
+    y = (V16)((I16)y & ~under);
+    y = (V16)(((I16)y & ~nan) | ((I16)(x + x) & nan));
     memcpy(out, &y, sizeof y);
 }
 

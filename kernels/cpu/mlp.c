@@ -4,20 +4,15 @@
 #include "kernels/mlp.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/expf16.h"
+#include "kernels/cpu/vec16.h"
 #include <math.h>
 
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-// 16 floats in vector lanes (unaligned loads and stores through memcpy).
-typedef float F16 __attribute__((vector_size(64)));
-#define load16(p) (*(const F16u *)(p))
-#define store16(p, v) (*(F16u *)(p) = (v))
-typedef float F16u __attribute__((vector_size(64), aligned(4), may_alias));
-// Macros, not functions: a 64-byte vector passed by value has another calling convention
-// on a build without AVX-512.
+// sg = sigmoid(z) on 16 lanes (a macro: see kernels/cpu/vec16.h on vectors by value).
 #define SIGMOID16(sg, z)                                        \
     do {                                                        \
-        F16 e_ = -(z);                                          \
+        V16 e_ = -(z);                                          \
         expf16((float *)&e_, (const float *)&e_);               \
         (sg) = 1.0f / (1.0f + e_);                              \
     } while (0)
@@ -27,9 +22,9 @@ static void swiglu_forward(float *act, const float *h0, const float *h1, long n,
     long n16 = n / 16 * 16;
     #pragma omp parallel for if (n > 65536)
     for (long i = 0; i < n16; i += 16) {
-        F16 z = load16(h0 + i), sg;
+        V16 z = vld(h0 + i), sg;
         SIGMOID16(sg, z);
-        store16(act + i, z * sg * load16(h1 + i));
+        vst(act + i, z * sg * vld(h1 + i));
     }
     for (long i = n16; i < n; i++) act[i] = h0[i] * sigmoidf(h0[i]) * h1[i];
     if (bf16) {   // cast point 11
@@ -43,10 +38,10 @@ static void swiglu_backward(float *dh0, float *dh1, const float *dact, const flo
     long n16 = n / 16 * 16;
     #pragma omp parallel for if (n > 65536)
     for (long i = 0; i < n16; i += 16) {
-        F16 z = load16(h0 + i), d = load16(dact + i), sg;
+        V16 z = vld(h0 + i), d = vld(dact + i), sg;
         SIGMOID16(sg, z);
-        store16(dh1 + i, d * (z * sg));
-        store16(dh0 + i, d * load16(h1 + i) * sg * (1.0f + z * (1.0f - sg)));
+        vst(dh1 + i, d * (z * sg));
+        vst(dh0 + i, d * vld(h1 + i) * sg * (1.0f + z * (1.0f - sg)));
     }
     for (long i = n16; i < n; i++) {
         float sg = sigmoidf(h0[i]), silu = h0[i] * sg;
