@@ -83,6 +83,10 @@ static void read_config(Config *c, int argc, char **argv) {
     config_check_paths(c);   // every file named is readable or writable, before any work
     train_files_check(c, argv[1]);   // and no output is another of its files (trainer/files.h)
     if (c->profile && c->dry_run) die("profile=true times the kernels of training steps: a dry run computes none");
+    if (c->device == DEVICE_GPU)
+        die("device=gpu: this binary (./train) has the CPU backend only; build ./train_gpu (make gpu, CUDA) or "
+            "./train_hip (make hip) and run that (docs/gpu.md)");
+    if (c->device == DEVICE_CPU_STRICT) die("device=cpu_strict is not built yet");
 }
 
 // 1, over several processes: every process reads and checks the config, quietly (die()
