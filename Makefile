@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz mpi gpu hip
+.PHONY: all run test unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -123,6 +123,11 @@ hf-check: train
 
 bench: train build/gemm_bench build/peak
 	bash tests/bench.sh
+
+# make bench-gpu: on a GPU machine, with ./train_gpu built (make gpu) and carried: meshmoe,
+# PyTorch and JAX on the -medium presets, one table (tests/gpu_bench.sh, tests/bench_gpu.py).
+bench-gpu:
+	bash tests/gpu_bench.sh build/bench-gpu
 
 # The peers of make bench in .venv-peers (git-ignored): the pinned JAX stack of the parity
 # tests and the pinned torch and transformers of the Hugging Face check. PyPI's Linux torch

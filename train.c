@@ -3,6 +3,7 @@
 //   ./train CONFIG.yml [key=value ...]   train (see ./train --help-config for the keys)
 //   ./train prepare IN.txt OUT.bin       write a byte-level text as an llm.c token file
 //   ./train sweep CONFIG.yml [key=value]  every optimization toggled: losses and memory (sweep/)
+//   ./train describe CONFIG.yml [k=v ...] the model a config trains, as JSON (trainer/describe.h)
 //   ./train --help-config                list every config key with its default
 //   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
@@ -43,6 +44,7 @@
 #include "trainer/metrics.h"    // each step's metrics, gathered and written
 #include "trainer/files.h"      // train_files_check: no output is one of the run's other files
 #include "base/runfiles.h"      // the same check for ./train prepare
+#include "trainer/describe.h"   // ./train describe: the model a config trains, as JSON
 #include "base/net.h"           // Net: the processes of a run over MPI (none for ./train)
 #include <time.h>               // clock_gettime: step times
 #ifdef MESHMOE_MPI
@@ -564,6 +566,7 @@ static int subcommand(int argc, char **argv, int *rc) {
         if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
         *rc = hf_export(argv[2], argv[3]);
     } else if (!strcmp(argv[1], "sweep")) *rc = cmd_sweep(argc, argv);
+    else if (!strcmp(argv[1], "describe")) *rc = describe_main(argc, argv);
     else if (!strcmp(argv[1], "figure")) *rc = cmd_figure(argc, argv);
     else if (!strcmp(argv[1], "plot")) {
         if (argc != 4) die("usage: ./train plot TRACE.csv OUT_DIR");
@@ -582,6 +585,7 @@ int main(int argc, char **argv) {
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
                "       ./train figure timelines|peaks|schedule|meshes OUT.svg ...\n"
                "       ./train export-hf CKPT.safetensors OUT_DIR\n"
+               "       ./train describe CONFIG.yml [key=value ...]\n"
                "       ./train --help-config\n");
         return argc < 2;
     }

@@ -80,7 +80,8 @@ def model_flops(c):
         hd, Nkv = c["head_dim"], c.get("base_num_kv_heads", N)
         attn_w = D * N * hd * 2 + D * Nkv * hd * 2
         dqk = dv = hd
-    moe_h = c.get("base_moe_mlp_dim", c["base_mlp_dim"])
+    # the experts' width: base_moe_mlp_dim for DeepSeek, base_mlp_dim for Mixtral (model/dims.c)
+    moe_h = c["base_moe_mlp_dim"] if c.get("decoder_block") == "deepseek" else c["base_mlp_dim"]
     dense = c.get("first_num_dense_layers", 0)
     ffn_moe = D * E + K * 3 * D * moe_h + c.get("shared_experts", 0) * 3 * D * moe_h
     weights = L * attn_w + dense * 3 * D * c["base_mlp_dim"] + (L - dense) * ffn_moe + D * V

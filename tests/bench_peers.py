@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
 """The same training step as meshmoe in PyTorch eager and in JAX jit, for `make bench`.
 
-Usage:  bench_peers.py {torch,jax} DUMP STEPS
+Usage:  bench_peers.py {torch,torch-compile,jax} DUMP STEPS            (make bench, the CPU)
+        bench_peers.py {torch,torch-compile,jax} DESCRIBE.json STEPS   (make bench-gpu)
 
 DUMP is a parity dump of the C trainer (`./train CONFIG dump_parity=DIR parity_steps=1`):
 its config gives the model's dimensions and its first batch the tokens, so both peers
-train the very model and batch that meshmoe trains. Prints one line per step,
-`step N seconds T`, then `params P` (the trained parameter count, to check the mapping).
+train the very model and batch that meshmoe trains. DESCRIBE.json is what `./train describe
+CONFIG` prints for a model too large to dump (the GPU presets): the config and every
+tensor's name and shape; the weights are then drawn here (normal, std 0.02; norm scales 1)
+and the batch is random tokens, which is all a timing needs. Prints one line per step,
+`step N seconds T loss L`, then `params P` (the trained parameter count, to check the
+mapping) and, on a GPU, `peak_bytes B` (the framework's allocator peak).
+
+On a GPU (CUDA visible to the framework) the peers run there, in the config's dtype:
+bfloat16 is torch.autocast over float32 master weights with the fused AdamW (torch), and
+tests/parity/reference.py's model with bfloat16 compute over float32 master weights (jax);
+torch-compile is the torch peer under torch.compile.
 
 torch: transformers' MixtralForCausalLM or DeepseekV3ForCausalLM with the dimensions
 mapped from the config, float32, train mode, loss.backward(), gradient clipping at the
@@ -52,25 +62,35 @@ def torch_model(cfg):
     return model.to(torch.float32).train()
 
 
-def run_torch(cfg, inputs, steps):
+def run_torch(cfg, inputs, steps, compiled=False):
+    import contextlib
     import torch
-    torch.set_num_threads(2)
+    gpu = torch.cuda.is_available()
+    dev = "cuda" if gpu else "cpu"
+    if not gpu:
+        torch.set_num_threads(2)
     torch.manual_seed(0)
-    model = torch_model(cfg)
+    model = torch_model(cfg).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["learning_rate"], betas=(cfg["adam_b1"], cfg["adam_b2"]),
-                            eps=cfg["adam_eps"], weight_decay=cfg["adam_weight_decay"])
-    x = torch.from_numpy(inputs.astype("int64"))
-    times = []
+                            eps=cfg["adam_eps"], weight_decay=cfg["adam_weight_decay"], fused=gpu)
+    bf16 = gpu and cfg["dtype"] == "bfloat16"
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+    forward = torch.compile(model) if compiled else model
+    x = torch.from_numpy(inputs.astype("int64")).to(dev)
+    times, losses = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
-        loss = model(input_ids=x, labels=x).loss
+        with autocast():
+            loss = forward(input_ids=x, labels=x).loss
         loss.backward()
         if cfg["gradient_clipping_threshold"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["gradient_clipping_threshold"])
         opt.step()
         opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))   # (waits for the step: the time includes all of it)
         times.append(time.perf_counter() - t0)
-    return times, sum(p.numel() for p in model.parameters())
+    peak = torch.cuda.max_memory_allocated() if gpu else None
+    return times, losses, sum(p.numel() for p in model.parameters()), peak
 
 
 def run_jax(cfg, params, state, inputs, targets, steps):
@@ -84,28 +104,46 @@ def run_jax(cfg, params, state, inputs, targets, steps):
     state = {k: jnp.asarray(v) for k, v in state.items()}
     opt = ref.make_optimizer(cfg)
     opt_state = opt.init(params)
+    gpu = jax.default_backend() == "gpu"
+    # On a GPU in bfloat16 the compute dtype is bfloat16 (float32 masters, float32 accumulation
+    # in the products); elsewhere the reference's float32.
+    base = jnp.bfloat16 if gpu and cfg["dtype"] == "bfloat16" else jnp.float32
 
     @jax.jit
     def step(p, o, x, y):
-        (loss, _), grads = jax.value_and_grad(lambda q: ref.loss_fn(q, state, x, y, cfg), has_aux=True)(p)
+        (loss, _), grads = jax.value_and_grad(lambda q: ref.loss_fn(q, state, x, y, cfg, base), has_aux=True)(p)
         updates, o = opt.update(grads, o, p)
         return optax.apply_updates(p, updates), o, loss
 
     x, y = jnp.asarray(inputs), jnp.asarray(targets)
-    times = []
+    times, losses = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
         params, opt_state, loss = step(params, opt_state, x, y)
-        loss.block_until_ready()
+        losses.append(float(loss))   # (waits for the step)
         times.append(time.perf_counter() - t0)
-    return times, sum(int(v.size) for v in params.values())
+    peak = jax.devices()[0].memory_stats().get("peak_bytes_in_use") if gpu else None
+    return times, losses, sum(int(v.size) for v in params.values()), peak
 
 
-def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("torch", "jax"):
-        sys.exit("usage: bench_peers.py {torch,jax} DUMP STEPS")
-    which, dump, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    sys.path.insert(0, os.path.join(HERE, "parity"))
+def from_describe(path):
+    """The config, drawn weights and a random batch for DESCRIBE.json (see the docstring)."""
+    import json
+    import numpy as np
+    with open(path) as f:
+        d = json.load(f)
+    cfg = d["config"]
+    rng = np.random.default_rng(0)
+    params = {k: (np.ones(s, np.float32) if k.endswith("/scale") else
+                  (0.02 * rng.standard_normal(s, dtype=np.float32))) for k, s in d["params"].items()}
+    state = {k: np.zeros(s, np.float32) for k, s in d["state"].items()}
+    B = cfg["per_device_batch_size"] * cfg.get("gradient_accumulation_steps", 1)
+    ids = rng.integers(0, cfg["vocab_size"], size=(B, cfg["max_target_length"] + 1), dtype=np.int32)
+    return cfg, params, state, ids[:, :-1], ids[:, 1:]
+
+
+def from_dump(dump):
+    """The config, weights and first batch of a parity dump."""
     from safetensors import safe_open
     import json
     with safe_open(dump, framework="numpy") as f:
@@ -113,14 +151,24 @@ def main():
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     params = {k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")}
     state = {k[len("state/"):]: v for k, v in tensors.items() if k.startswith("state/")}
-    inputs, targets = tensors["batch/inputs"][0], tensors["batch/targets"][0]
-    if which == "torch":
-        times, n = run_torch(cfg, inputs, steps)
+    return cfg, params, state, tensors["batch/inputs"][0], tensors["batch/targets"][0]
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("torch", "torch-compile", "jax"):
+        sys.exit("usage: bench_peers.py {torch,torch-compile,jax} DUMP.safetensors|DESCRIBE.json STEPS")
+    which, source, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    sys.path.insert(0, os.path.join(HERE, "parity"))
+    cfg, params, state, inputs, targets = (from_describe if source.endswith(".json") else from_dump)(source)
+    if which == "jax":
+        times, losses, n, peak = run_jax(cfg, params, state, inputs, targets, steps)
     else:
-        times, n = run_jax(cfg, params, state, inputs, targets, steps)
-    for i, t in enumerate(times):
-        print(f"step {i} seconds {t:.4f}")
+        times, losses, n, peak = run_torch(cfg, inputs, steps, compiled=which == "torch-compile")
+    for i, (t, loss) in enumerate(zip(times, losses)):
+        print(f"step {i} seconds {t:.4f} loss {loss:.6g}")
     print(f"params {n}")
+    if peak is not None:
+        print(f"peak_bytes {peak}")
 
 
 if __name__ == "__main__":

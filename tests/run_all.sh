@@ -54,6 +54,7 @@ run_part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
 run_part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
 run_part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
 run_part "sharding constraints and shard_mode" bash tests/specs.sh
+run_part "describe" bash tests/describe.sh
 run_part "vocabulary tiling and the one-hot embedding" bash tests/vocab.sh
 run_part "flash attention: tolerance, block sizes, context parallelism, memory" bash tests/flash.sh
 run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh

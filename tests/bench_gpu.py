@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""`make bench-gpu` (tests/gpu_bench.sh runs this on a GPU machine; standard library only).
+
+For each GPU preset (configs/mixtral-medium.yml, configs/deepseek-medium.yml: bf16, sized
+for one 80 GB GPU), in one run on the same GPU, side by side:
+  meshmoe        ./train_gpu CONFIG device=gpu (MESHMOE_ARGS adds keys)
+  PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
+                 config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
+  JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
+  torch.compile  the PyTorch peer compiled, when the time budget has room for it
+The peers build the model from `./train describe CONFIG` (the config and every tensor's
+shape), with drawn weights and a random batch of the same shape as meshmoe's.
+Per system: the median step time over every step but the first, tokens/s, the allocator's
+peak GPU memory, and MFU = model FLOPs per step / (step time x the GPU's dense bf16 peak),
+model FLOPs by tests/bench.py's formula (printed). Then, time permitting, where meshmoe's
+step goes by kernel family (`profile=true`).
+
+Environment: BUDGET (seconds for everything, default 420), STEPS (default 6), PRESETS,
+TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
+MESHMOE_ARGS (extra key=value for meshmoe, e.g. "gpu_matmul=cublas").
+"""
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from bench import FLOPS_FORMULA, model_flops  # noqa: E402  (the formula of make bench)
+
+TRAIN = os.environ.get("TRAIN", "./train_gpu")
+STEPS = int(os.environ.get("STEPS", "6"))
+PRESETS = os.environ.get("PRESETS", "mixtral-medium deepseek-medium").split()
+PEERS = os.environ.get("PEERS", "python3")
+EXTRA = os.environ.get("MESHMOE_ARGS", "").split()
+DEADLINE = time.time() + float(os.environ.get("BUDGET", "420"))
+
+# Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from the vendors' data sheets,
+# by a piece of the name nvidia-smi prints; the first match wins.
+PEAKS = [("H200", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("A100", 312.0),
+         ("L40S", 362.0)]
+
+
+def gpu_name():
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    except OSError:
+        return "no nvidia-smi"
+    return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else "unknown GPU"
+
+
+def run(cmd, limit):
+    """(stdout+stderr, exit code, seconds) of cmd under min(limit, the time left)."""
+    left = DEADLINE - time.time()
+    if left < 20:
+        return "not run: the time budget is spent", None, 0
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=min(limit, left))
+        return r.stdout + r.stderr, r.returncode, time.time() - t0
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return out + f"\nTIMEOUT after {min(limit, left):.0f} s", 124, time.time() - t0
+
+
+def last_line(out):
+    lines = [x for x in out.strip().splitlines() if x.strip()]
+    return lines[-1][:140] if lines else "(no output)"
+
+
+def meshmoe(preset, extra=(), limit=120):
+    out, rc, _ = run([TRAIN, f"configs/{preset}.yml", "device=gpu", f"steps={STEPS}", "log_period=1",
+                      "eval_steps=1", *EXTRA, *extra], limit)
+    print(out, file=LOG, flush=True)
+    ms = [float(x) for x in re.findall(r"^step +\d+ \| loss .*?\| +([\d.]+) ms \|", out, re.M)]
+    loss = re.findall(r"^step +\d+ \| loss ([\d.]+)", out, re.M)
+    peak = re.search(r"^device 0 peak ([\d.]+ \w+)", out, re.M)   # the allocator's (report/print.c)
+    if rc != 0 or len(ms) < 2:
+        return {"why": f"failed (exit {rc}): {last_line(out)}"}
+    return {"s": [m / 1000 for m in ms[1:]], "peak": peak[1] if peak else "?", "loss": f"{loss[0]} -> {loss[-1]}",
+            "out": out}
+
+
+def peer(which, describe, limit):
+    out, rc, _ = run([PEERS, os.path.join(ROOT, "tests", "bench_peers.py"), which, describe, str(STEPS)], limit)
+    print(f"==== {which}\n{out}", file=LOG, flush=True)
+    s = [float(x) for x in re.findall(r"^step \d+ seconds ([\d.]+)", out, re.M)]
+    loss = re.findall(r"^step \d+ seconds [\d.]+ loss (\S+)", out, re.M)
+    peak = re.search(r"^peak_bytes (\d+)", out, re.M)
+    if rc != 0 or len(s) < 2:
+        return {"why": f"failed (exit {rc}): {last_line(out)}"}
+    return {"s": s[1:], "peak": f"{int(peak[1]) / 2**30:.2f} GiB" if peak else "?",
+            "loss": f"{loss[0]} -> {loss[-1]}"}
+
+
+def describe(preset, path):
+    r = subprocess.run([TRAIN, "describe", f"configs/{preset}.yml", *EXTRA], cwd=ROOT, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"bench-gpu: {TRAIN} describe {preset} failed: {r.stderr.strip()}")
+    with open(path, "w") as f:
+        f.write(r.stdout)
+    import json
+    return json.loads(r.stdout)["config"]
+
+
+def row(preset, name, res, flops, tokens, peak_tflops, base):
+    if "s" not in res:
+        print(f"| {preset} | {name} | {res['why']} | | | | | |")
+        return
+    s = statistics.median(res["s"])
+    mfu = f"{100 * flops / s / (peak_tflops * 1e12):.1f}%" if peak_tflops else "-"
+    ratio = f"{s / base:.2f}" if base else "-"
+    print(f"| {preset} | {name} | {s:.3f} | {tokens / s:.0f} | {res['peak']} | {mfu} | {ratio} | {res['loss']} |")
+
+
+def main():
+    name = gpu_name()
+    peak_tflops = next((p for key, p in PEAKS if key in name), None)
+    print(f"GPU: {name}; dense bf16 peak {peak_tflops} TFLOP/s" if peak_tflops else
+          f"GPU: {name}; its bf16 peak is not in tests/bench_gpu.py's table: MFU not given")
+    print(FLOPS_FORMULA + "; MFU = model FLOPs / (step time x the dense bf16 peak)")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="meshmoe-bench-gpu.") as tmp:
+        # Every system once per preset first; torch.compile (slow to start) after, if there is time.
+        for preset in PRESETS:
+            path = os.path.join(tmp, preset + ".json")
+            cfg = describe(preset, path)
+            results[preset] = {"cfg": cfg, "meshmoe": meshmoe(preset), "PyTorch eager": peer("torch", path, 90),
+                               "JAX jit": peer("jax", path, 150)}
+        for preset in PRESETS:
+            results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
+    print()
+    print("| preset | system | s/step (median) | tokens/s | peak GPU memory | MFU | step time / meshmoe's | loss first -> last |")
+    print("|---|---|---|---|---|---|---|---|")
+    for preset in PRESETS:
+        res = results[preset]
+        flops, tokens = model_flops(res["cfg"])
+        base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit"):
+            row(preset, system, res[system], flops, tokens, peak_tflops, base)
+        print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
+              f"first not counted) | | | | | | |")
+    print()
+    for preset in PRESETS:   # where meshmoe's step goes (report/profile.c's table), if time is left
+        res = meshmoe(preset, ("steps=3", "profile=true"), 120)
+        table = re.findall(r"^(?:profile: .*|\|.*\|)$", res.get("out", ""), re.M)
+        print(f"meshmoe {preset}, profile=true: " + ("\n" + "\n".join(table) if "out" in res else res["why"]))
+
+
+if __name__ == "__main__":
+    LOG = open(os.environ.get("BENCH_LOG", os.devnull), "a")
+    main()

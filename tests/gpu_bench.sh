@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# tests/gpu_bench.sh OUTDIR (make bench-gpu): the GPU speed table of docs/performance.md, in one
+# call of at most 8 minutes on a GPU machine (docs/gpu.md says how a session makes that call).
+# Nothing is built here: ./train_gpu comes from `make gpu` on a machine with nvcc, carried.
+#   1. probe (20 s): the GPU, its driver and clocks, the peers' python packages
+#   2. tests/bench_gpu.py (BUDGET, default 420 s): meshmoe, PyTorch eager, JAX jit and
+#      torch.compile on the -medium presets, side by side, then meshmoe's profile
+# The full log goes to OUTDIR/bench.log, the table to OUTDIR/table.md and, last, to stdout.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: tests/gpu_bench.sh OUTDIR}
+mkdir -p "$OUT"
+LOG=$OUT/bench.log
+TRAIN=${TRAIN:-./train_gpu}
+{
+    echo "==== probe $(date -u +%FT%TZ)"
+    timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+    timeout 15 ${PEERS:-python3} -c 'import importlib
+for m in ("torch", "jax", "transformers", "optax", "safetensors"):
+    try: print(m, importlib.import_module(m).__version__)
+    except Exception as e: print(m, "missing:", e)'
+    ldd "$TRAIN" 2>&1 | grep -E "not found|cuda|blas|gomp" || true
+} > "$LOG" 2>&1
+if [ ! -x "$TRAIN" ]; then
+    echo "bench-gpu: $TRAIN is not built (make gpu, on a machine with nvcc)" | tee -a "$LOG" "$OUT/table.md"
+    exit 1
+fi
+BENCH_LOG=$LOG TRAIN=$TRAIN BUDGET=${BUDGET:-420} python3 tests/bench_gpu.py > "$OUT/table.md" 2>> "$LOG"
+rc=$?
+cat "$OUT/table.md"
+exit $rc
