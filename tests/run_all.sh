@@ -40,6 +40,7 @@ else
 fi
 run_part "end-to-end" bash tests/e2e.sh
 run_part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
+run_part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
 run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh
 run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
 run_part "checkpoints: saved on one mesh, resumed on another, metadata checked" bash tests/checkpoint.sh
