@@ -152,7 +152,7 @@ plots: train
 	./train plot build/plots/mixtral-tiny-fsdp2.csv build/plots
 
 clean:
-	rm -rf build train train_mpi
+	rm -rf build train train_mpi train_gpu train_hip
 
 # GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
 build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
@@ -232,5 +232,27 @@ build/conformance_gpu: $(CONF_SRC:%.c=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/gp
 build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o) $(ORACLE_OBJ)
 	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ -lm
 
-gpu: build/conformance_gpu
-hip: build/conformance_hip
+# ./train_gpu and ./train_hip: the whole trainer (the same C sources as ./train) with the GPU
+# backend linked in; device=gpu chooses it (train.c, backend_gpu), the CPU backend stays the
+# default. gpu/select.cu takes the place of kernels/no_gpu.c (./train's "no GPU here").
+# The C objects are built for the machine the binary is carried to, which may lack AVX-512
+# and OpenBLAS: x86-64-v3 (AVX2 and FMA; the ordered GEMM still picks AVX-512 at run time
+# where there is one, and every kernel gives the same bits on either: docs/gpu.md), no
+# OpenBLAS (the default matmul_impl=ordered does not use it), libgomp, libstdc++ and libgcc
+# linked in statically, the CUDA runtime too: the binary needs only libc, libm and the driver.
+PORT_CFLAGS := -O2 -march=x86-64-v3 -std=c11 -Wall -Wextra -D_GNU_SOURCE -fopenmp -I. -DMESHMOE_NO_BLAS
+PORT_OBJ    := $(patsubst %.c,build/port/%.o,$(filter-out kernels/no_gpu.c,$(LIB_SRC)) train.c)
+build/port/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PORT_CFLAGS) -c $< -o $@ $(KEEP_LOG)
+build/port/kernels/cpu/optim.o: PORT_CFLAGS += -fno-math-errno
+build/port/kernels/dry.o: PORT_CFLAGS += -Wno-unused-parameter
+STATIC_GOMP := $(shell $(CC) -print-file-name=libgomp.a) -lpthread   # the archive by its path: no libgomp.so needed
+train_gpu: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/gpu/%.o)
+	$(NVCC) -cudart static -Xcompiler -static-libstdc++,-static-libgcc $^ -o $@ \
+	    $(STATIC_GOMP) -ldl -lm
+train_hip: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
+	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ $(STATIC_GOMP) -lm
+
+gpu: build/conformance_gpu train_gpu
+hip: build/conformance_hip train_hip
