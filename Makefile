@@ -1,5 +1,5 @@
 # meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
-# make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip
+# make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip, make gpu-carry
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz mpi gpu hip
+.PHONY: all run test unit asan tsan parity hf-check bench bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-ref gpu-carry
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -256,3 +256,11 @@ train_hip: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
 
 gpu: build/conformance_gpu train_gpu
 hip: build/conformance_hip train_hip
+
+# What a GPU session carries (docs/gpu.md#a-gpu-session): ./train_gpu, build/conformance_gpu
+# and the CPU's references for tests/gpu.sh, made by this machine's ./train (tests/gpu_ref.sh).
+gpu-ref: train
+	bash tests/gpu_ref.sh build/gpu_ref
+gpu-carry: gpu gpu-ref
+	@du -ch train_gpu build/conformance_gpu build/gpu_ref | sed 's/^/carry: /'
+
