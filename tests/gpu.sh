@@ -17,6 +17,8 @@
 #   memcheck    120  compute-sanitizer memcheck, 2 steps of each family (acc. 4)
 #   racecheck    60  compute-sanitizer racecheck, 1 step (acc. 4)
 #   conformance_seed2 30  the conformance test with fresh inputs
+#   conformance_memcheck 90, conformance_racecheck 60  compute-sanitizer on the conformance
+#                    binary: every kernel family, without the trainer
 #   jax         (what is left)  make parity's cases with the GPU trainer and JAX (acc. 6)
 # They add up to more than 8 minutes, so the script keeps a clock: a step's limit is cut to
 # what is left of TOTAL_S (465 s, leaving 15 s of the 8 minutes for the table), and a step
@@ -79,12 +81,14 @@ rebuild() {
     starts && echo "rebuilt: ./train_gpu starts"
 }
 
+export -f rebuild starts
+export W
 mkdir -p "$W"
 checks probe 30
-if [ ! -x ./train_gpu ] || [ ! -x build/conformance_gpu ]; then
+if [ ! -e ./train_gpu ] || [ ! -e build/conformance_gpu ]; then
     skip rebuild "no ./train_gpu or build/conformance_gpu: run make gpu-carry and carry them (docs/gpu.md)"
 elif ! starts || driver_too_old; then
-    step rebuild 150 rebuild
+    step rebuild 150 bash -c rebuild
 fi
 
 if ! starts; then
@@ -103,6 +107,11 @@ else
         checks racecheck 60
     fi
     step conformance_seed2 30 build/conformance_gpu
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ -n "$CS" ]; then   # every kernel family under the sanitizers (no trainer code involved)
+        step conformance_memcheck 90 "$CS" --tool memcheck --leak-check full --error-exitcode 9 build/conformance_gpu
+        step conformance_racecheck 60 "$CS" --tool racecheck --error-exitcode 9 build/conformance_gpu
+    fi
     if python3 -c 'import jax, optax, numpy, safetensors' 2> /dev/null; then
         checks jax 600   # (cut to what is left)
     else
