@@ -25,6 +25,10 @@ W=${2:?usage: tests/gpu_checks.sh CHECK WORKDIR}
 REF=${GPU_REF:-build/gpu_ref}
 DEV=${GPU_CHECKS_DEVICE:-gpu}
 mkdir -p "$W"
+# The bulky files (parity dumps of 100 MB, checkpoints) stay out of WORKDIR, which comes
+# back from the GPU machine: a scratch directory, removed at the end.
+BULK=$(mktemp -d "${TMPDIR:-/tmp}/meshmoe-gpuchecks.XXXXXX")
+trap 'rm -rf "$BULK"' EXIT
 # ./train_gpu with device=gpu last (it overrides any earlier device key): what tests/mesh.sh
 # and run_parity.sh call as $TRAIN.
 GPU_TRAIN=$W/train_gpu_device
@@ -79,14 +83,18 @@ probe() {
 # Acceptance 2: each case's 10 parity steps on the GPU, against the CPU's dump.
 parity() {
     need_ref
-    mkdir -p "$W/parity"
+    mkdir -p "$W/parity" "$BULK/parity"
     while read -r name preset dtype args; do
         echo "-- $name: ./train_gpu configs/$preset.yml $PARITY_COMMON $args device=$DEV dump_parity=..."
-        rm -rf "$W/parity/$name"
-        gpu_run "$name" "$W/parity-$name.log" configs/$preset.yml dump_parity="$W/parity/$name" $PARITY_COMMON $args \
+        local dump=$BULK/parity/$name failed_before=$FAILED
+        gpu_run "$name" "$W/parity-$name.log" configs/$preset.yml dump_parity="$dump" $PARITY_COMMON $args \
             device=$DEV || continue
-        compare dumps "$REF/parity/$name.st" "$W/parity/$name/dump.safetensors" "$dtype"
-        rm -rf "$W/parity/$name/dump.safetensors"   # (100 MB each, with every step's weights)
+        compare dumps "$REF/parity/$name.st" "$dump/dump.safetensors" "$dtype"
+        if [ "$FAILED" -gt "$failed_before" ]; then   # what was compared comes back, to look at offline
+            python3 tests/gpu_compare.py reduce "$dump/dump.safetensors" "$W/parity/$name.gpu.st" "$dtype"
+            echo "     (the GPU's values: $W/parity/$name.gpu.st, the CPU's: $REF/parity/$name.st)"
+        fi
+        rm -rf "$dump"
     done <<< "$PARITY_CASES"
     summary
 }
@@ -119,18 +127,19 @@ resume() {
     need_ref
     mkdir -p "$W/resume"
     while read -r name preset; do
-        local a=$W/resume/$name
+        local a=$W/resume/$name ck=$BULK/$name
         rm -f $a.*   # (a metrics file is appended to)
         echo "-- $name: saved by device=cpu, resumed by device=$DEV"
-        gpu_run "$name cpu-save" "$a.cpu-save.log" configs/$preset.yml $RESUME_COMMON device=cpu run_steps=2 save_checkpoint=$a.cpu.ck &&
-            gpu_run "$name gpu-load" "$a.gpu-load.log" configs/$preset.yml $RESUME_COMMON device=$DEV load_checkpoint=$a.cpu.ck \
+        gpu_run "$name cpu-save" "$a.cpu-save.log" configs/$preset.yml $RESUME_COMMON device=cpu run_steps=2 save_checkpoint=$ck.cpu.st &&
+            gpu_run "$name gpu-load" "$a.gpu-load.log" configs/$preset.yml $RESUME_COMMON device=$DEV load_checkpoint=$ck.cpu.st \
                 metrics_file=$a.cpu2gpu.jsonl &&
             compare losses "$REF/resume/$name.jsonl" $a.cpu2gpu.jsonl 1e-5
         echo "-- $name: saved by device=$DEV, resumed by device=cpu"
-        gpu_run "$name gpu-save" "$a.gpu-save.log" configs/$preset.yml $RESUME_COMMON device=$DEV run_steps=2 save_checkpoint=$a.gpu.ck &&
-            gpu_run "$name cpu-load" "$a.cpu-load.log" configs/$preset.yml $RESUME_COMMON device=cpu load_checkpoint=$a.gpu.ck \
+        gpu_run "$name gpu-save" "$a.gpu-save.log" configs/$preset.yml $RESUME_COMMON device=$DEV run_steps=2 save_checkpoint=$ck.gpu.st &&
+            gpu_run "$name cpu-load" "$a.cpu-load.log" configs/$preset.yml $RESUME_COMMON device=cpu load_checkpoint=$ck.gpu.st \
                 metrics_file=$a.gpu2cpu.jsonl &&
             compare losses "$REF/resume/$name.jsonl" $a.gpu2cpu.jsonl 1e-5
+        rm -f $ck.*
     done <<< "$RESUME_CASES"
     summary
 }
