@@ -62,11 +62,14 @@ extern "C" void gpu_bind(int device) {
     int n = gpu_devices(&why);
     if (n == 0) { fprintf(stderr, "meshmoe: device %d: no GPU available: %s\n", device, why); exit(1); }
     int gpu = device % n;
+    if (made) {   // a stream this thread used before (on its GPU of then): done and gone first
+        GPU_CHECK(cudaStreamSynchronize(stream));
+        GPU_CHECK(cudaStreamDestroy(stream));
+        made = 0;
+    }
     GPU_CHECK(cudaSetDevice(gpu));
     enable_peers(gpu, n);
-    if (made) GPU_CHECK(cudaStreamDestroy(stream));
-    made = 0;
-    (void)gpu_stream();
+    (void)gpu_stream();   // created on `gpu`
     pool_attach(device, gpu);
 }
 
