@@ -178,13 +178,15 @@ racecheck() {
 }
 
 # Acceptance 6: the JAX parity cases with the GPU trainer, JAX on the same GPU, with the
-# machine's own Python (no network there); PARITY_ONLY (default: every case) picks cases.
+# machine's own Python (no network there; PYTHON chooses another); PARITY_ONLY (default:
+# every case) picks cases.
 jax() {
-    if ! python3 -c 'import jax, optax, numpy, safetensors'; then
-        fail "python3 lacks one of jax, optax, numpy, safetensors (tests/gpu.sh skips this check then)"
+    local py=${PYTHON:-python3}
+    if ! "$py" -c 'import jax, optax, numpy, safetensors'; then
+        fail "$py lacks one of jax, optax, numpy, safetensors (tests/gpu.sh skips this check then)"
         summary; return
     fi
-    TRAIN=$GPU_TRAIN PYTHON=python3 bash tests/parity/run_parity.sh
+    TRAIN=$GPU_TRAIN PYTHON=$py bash tests/parity/run_parity.sh
 }
 
 case $CHECK in
