@@ -238,8 +238,9 @@ build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hi
 # The C objects are built for the machine the binary is carried to, which may lack AVX-512
 # and OpenBLAS: x86-64-v3 (AVX2 and FMA; the ordered GEMM still picks AVX-512 at run time
 # where there is one, and every kernel gives the same bits on either: docs/gpu.md), no
-# OpenBLAS (the default matmul_impl=ordered does not use it), libgomp, libstdc++ and libgcc
-# linked in statically, the CUDA runtime too: the binary needs only libc, libm and the driver.
+# OpenBLAS (the default matmul_impl=ordered does not use it), libgomp linked in statically;
+# ./train_gpu also libstdc++, libgcc and the CUDA runtime, so it needs only libc, libm and the
+# driver (./train_hip needs ROCm's shared libraries, as any HIP program does).
 PORT_CFLAGS := -O2 -march=x86-64-v3 -std=c11 -Wall -Wextra -D_GNU_SOURCE -fopenmp -I. -DMESHMOE_NO_BLAS
 PORT_OBJ    := $(patsubst %.c,build/port/%.o,$(filter-out kernels/no_gpu.c,$(LIB_SRC)) train.c)
 build/port/%.o: %.c $(HDRS)
