@@ -75,8 +75,12 @@ rebuild() {
     local nvcc; nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
     [ -n "$nvcc" ] || { echo "no nvcc on this machine: cannot rebuild"; return 1; }
     "$nvcc" --version | tail -2
-    rm -f train_gpu build/conformance_gpu
-    make -j"$(nproc)" gpu NVCC="$nvcc" > "$W/rebuild.log" 2>&1 || { tail -20 "$W/rebuild.log"; return 1; }
+    mv train_gpu train_gpu.carried; mv build/conformance_gpu build/conformance_gpu.carried
+    if ! make -j"$(nproc)" gpu NVCC="$nvcc" > "$W/rebuild.log" 2>&1; then
+        tail -20 "$W/rebuild.log"
+        mv train_gpu.carried train_gpu; mv build/conformance_gpu.carried build/conformance_gpu   # as they were
+        return 1
+    fi
     tail -3 "$W/rebuild.log"
     starts && echo "rebuilt: ./train_gpu starts"
 }
