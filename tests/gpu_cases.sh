@@ -33,3 +33,7 @@ deepseek-expert2    deepseek-tiny ici_expert_parallelism=2 per_device_batch_size
 RESUME_COMMON="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100 per_device_batch_size=4"
 RESUME_CASES='mixtral-resume  mixtral-tiny
 deepseek-resume deepseek-tiny'
+
+# cases LIST: the lines of LIST whose name matches the regular expression GPU_ONLY (default:
+# every line), e.g. GPU_ONLY='mixtral-sparse|mixtral-resume' (tests/gpu_selftest.sh).
+cases() { printf '%s\n' "$1" | grep -E "^(${GPU_ONLY:-.*})[[:space:]]"; }

@@ -95,7 +95,7 @@ parity() {
             echo "     (the GPU's values: $W/parity/$name.gpu.st, the CPU's: $REF/parity/$name.st)"
         fi
         rm -rf "$dump"
-    done <<< "$PARITY_CASES"
+    done < <(cases "$PARITY_CASES")
     summary
 }
 
@@ -111,7 +111,7 @@ peaks() {
             metrics_file="$W/mesh/$name.jsonl" || continue
         grep -E '^device [0-9]+ (GPU memory|peak)' "$W/mesh-$name.log" | sed 's/^/     /'
         compare peaks "$REF/mesh/$name.jsonl" "$W/mesh/$name.jsonl"
-    done <<< "$MESH_CASES"
+    done < <(cases "$MESH_CASES")
     summary
 }
 
@@ -140,7 +140,7 @@ resume() {
                 metrics_file=$a.gpu2cpu.jsonl &&
             compare losses "$REF/resume/$name.jsonl" $a.gpu2cpu.jsonl 1e-5
         rm -f $ck.*
-    done <<< "$RESUME_CASES"
+    done < <(cases "$RESUME_CASES")
     summary
 }
 

@@ -26,20 +26,21 @@ while read -r name preset dtype args; do
     run "$T/$name.log" configs/$preset.yml dump_parity=$T/$name $PARITY_COMMON $args
     python3 tests/gpu_compare.py reduce $T/$name/dump.safetensors "$DIR.new/parity/$name.st" $dtype
     rm -rf "$T/$name"
-done <<< "$PARITY_CASES"
+done < <(cases "$PARITY_CASES")
 while read -r name preset args; do
     run "$T/$name.log" configs/$preset.yml $MESH_COMMON $args metrics_file="$DIR.new/mesh/$name.jsonl"
-done <<< "$MESH_CASES"
+done < <(cases "$MESH_CASES")
 while read -r name preset; do
     run "$T/$name.a.log" configs/$preset.yml $RESUME_COMMON run_steps=2 save_checkpoint=$T/$name.ck
     run "$T/$name.b.log" configs/$preset.yml $RESUME_COMMON load_checkpoint=$T/$name.ck \
         metrics_file="$DIR.new/resume/$name.jsonl"
-done <<< "$RESUME_CASES"
+done < <(cases "$RESUME_CASES")
 {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!tests/gpu*' 2>/dev/null || echo ' (with changes)')"
-    grep -m1 '^kernels:' "$T/mixtral-1dev.log"
+    grep -h -m1 "^kernels:" "$T"/*.log | head -1
     grep -m1 '^model name' /proc/cpuinfo
     date -u
+    [ -z "${GPU_ONLY:-}" ] || echo "only the runs matching GPU_ONLY=$GPU_ONLY"
 } > "$DIR.new/made.txt"
 rm -rf "$DIR"
 mv "$DIR.new" "$DIR"
