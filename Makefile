@@ -1,5 +1,5 @@
 # meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
-# make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip
+# make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip, make gpu-carry
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
 
-.PHONY: all run test unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip
+.PHONY: all run test unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-ref gpu-carry
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -157,7 +157,7 @@ plots: train
 	./train plot build/plots/mixtral-tiny-fsdp2.csv build/plots
 
 clean:
-	rm -rf build train train_mpi
+	rm -rf build train train_mpi train_gpu train_hip
 
 # GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
 build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
@@ -237,5 +237,36 @@ build/conformance_gpu: $(CONF_SRC:%.c=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/gp
 build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o) $(ORACLE_OBJ)
 	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ -lm
 
-gpu: build/conformance_gpu
-hip: build/conformance_hip
+# ./train_gpu and ./train_hip: the whole trainer (the same C sources as ./train) with the GPU
+# backend linked in; device=gpu chooses it (train.c, backend_gpu), the CPU backend stays the
+# default. gpu/select.cu takes the place of kernels/no_gpu.c (./train's "no GPU here").
+# The C objects are built for the machine the binary is carried to, which may lack AVX-512
+# and OpenBLAS: x86-64-v3 (AVX2 and FMA; the ordered GEMM still picks AVX-512 at run time
+# where there is one, and every kernel gives the same bits on either: docs/gpu.md), no
+# OpenBLAS (the default matmul_impl=ordered does not use it), libgomp linked in statically;
+# ./train_gpu also libstdc++, libgcc and the CUDA runtime, so it needs only libc, libm and the
+# driver (./train_hip needs ROCm's shared libraries, as any HIP program does).
+PORT_CFLAGS := -O2 -march=x86-64-v3 -std=c11 -Wall -Wextra -D_GNU_SOURCE -fopenmp -I. -DMESHMOE_NO_BLAS
+PORT_OBJ    := $(patsubst %.c,build/port/%.o,$(filter-out kernels/no_gpu.c,$(LIB_SRC)) train.c)
+build/port/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PORT_CFLAGS) -c $< -o $@ $(KEEP_LOG)
+build/port/kernels/cpu/optim.o: PORT_CFLAGS += -fno-math-errno
+build/port/kernels/dry.o: PORT_CFLAGS += -Wno-unused-parameter
+STATIC_GOMP := $(shell $(CC) -print-file-name=libgomp.a) -lpthread   # the archive by its path: no libgomp.so needed
+train_gpu: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/gpu/%.o)
+	$(NVCC) -cudart static -Xcompiler -static-libstdc++,-static-libgcc $^ -o $@ \
+	    $(STATIC_GOMP) -ldl -lm
+train_hip: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
+	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ $(STATIC_GOMP) -lm
+
+gpu: build/conformance_gpu train_gpu
+hip: build/conformance_hip train_hip
+
+# What a GPU session carries (docs/gpu.md#a-gpu-session): ./train_gpu, build/conformance_gpu
+# and the CPU's references for tests/gpu.sh, made by this machine's ./train (tests/gpu_ref.sh).
+gpu-ref: train
+	bash tests/gpu_ref.sh build/gpu_ref
+gpu-carry: gpu gpu-ref
+	@du -ch train_gpu build/conformance_gpu build/gpu_ref | sed 's/^/carry: /'
+

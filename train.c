@@ -85,9 +85,8 @@ static void read_config(Config *c, int argc, char **argv) {
     config_check_paths(c);   // every file named is readable or writable, before any work
     train_files_check(c, argv[1]);   // and no output is another of its files (trainer/files.h)
     if (c->profile && c->dry_run) die("profile=true times the kernels of training steps: a dry run computes none");
-    if (c->device == DEVICE_GPU)
-        die("device=gpu: this binary (./train) has the CPU backend only; build ./train_gpu (make gpu, CUDA) or "
-            "./train_hip (make hip) and run that (docs/gpu.md)");
+    const char *why;
+    if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(&why)) die("device=gpu: %s", why);
     if (c->device == DEVICE_CPU_STRICT) die("device=cpu_strict is not built yet");
 }
 
@@ -493,10 +492,13 @@ static void run_devices(Run *run) {
     const Config *c = run->c;
     Mesh *mesh = run->mesh;
     mem_set_dry(c->dry_run);
-    // The kernels every device runs (kernels/kernels.h): the planner's, the plain loops
-    // (matmul_impl=plain: the same bits, slower) or the fast CPU kernels; with profile=true
-    // each of them timed (kernels/profile.h).
-    const Backend *kernels = c->dry_run ? &backend_dry : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
+    // The kernels every device runs (kernels/kernels.h): the planner's, the GPU's
+    // (device=gpu, checked in read_config), the plain loops (matmul_impl=plain: the same
+    // bits, slower) or the fast CPU kernels; with profile=true each of them timed
+    // (kernels/profile.h).
+    const char *why;
+    const Backend *kernels = c->dry_run ? &backend_dry : c->device == DEVICE_GPU ? backend_gpu(&why)
+                           : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
     kern_use_default(c->profile ? profile_backend(kernels) : kernels);
     if (!c->dry_run) {
         mesh_run(mesh, device_main, run);

@@ -68,9 +68,14 @@ static int solo(void) {
 }
 static const void *posted(const Group *g, int q, const void *mine) { return solo() ? mine : g->slot[q]; }
 
-// The members here wait for each other (in one process: every member).
+// The members here wait for each other (in one process: every member). Each first waits
+// for the work it queued (a GPU stream's kernels and copies; nothing on the CPU), so that
+// no member reads a buffer still being written, nor writes one still being read.
 static void barrier_here(Group *g) {
-    if (g->nhere > 1 && !solo()) pthread_barrier_wait(&g->barrier);
+    if (g->nhere > 1 && !solo()) {
+        kern_sync();
+        pthread_barrier_wait(&g->barrier);
+    }
 }
 
 // Every member has posted, and what the members here read of the buffers of members in

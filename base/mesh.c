@@ -4,6 +4,7 @@
 #include "base/collectives.h"
 #include "base/placement.h"
 #include "base/context.h"
+#include "kernels/kernels.h"   // kern_bind: a device thread on its GPU
 #include "core/common.h"
 #include <pthread.h>
 #include <time.h>
@@ -172,7 +173,9 @@ static void *device_main(void *p) {
     omp_set_num_threads(mesh_threads_of(l->mesh, l->dev));
     omp_set_max_active_levels(1);
 #endif
+    kern_bind(l->dev);   // a GPU backend: this device's GPU, stream and memory pool (kernels/kernels.h)
     l->fn(l->dev, l->arg);
+    kern_unbind();
     if (l->tally) {
         pthread_mutex_lock(&l->tally->lock);
         l->tally->done++;

@@ -7,17 +7,14 @@
 static void to_host(void *host, const void *src, size_t bytes) { gpu_download(host, src, bytes); }
 
 #if GPU_HOST_PASS
-// Device memory for the tagged allocator (kernels/kernels.h MemoryOps): one cudaMalloc per
-// buffer for now (a per-device pool is still to come: docs/gpu.md), pinned host memory for
-// offload; zero, fill and the device-to-device copy are queued on the calling thread's
-// stream, the copies to and from the host wait for it.
-static void *mem_alloc(size_t bytes) { return gpu_alloc(bytes); }
-static void mem_free(void *p, size_t bytes) { (void)bytes; gpu_free(p); }
+// Device memory for the tagged allocator (kernels/kernels.h MemoryOps): the device's pool
+// (gpu/pool.cu), pinned host memory for offload; zero, fill and the device-to-device copy
+// are queued on the calling thread's stream, the copies to and from the host wait for it.
 static void mem_free_host(void *p, size_t bytes) { (void)bytes; gpu_free_host(p); }
 static void mem_zero(void *p, size_t bytes) { gpu_fill_bytes(p, 0, bytes); }
 extern "C" const MemoryOps memory_cuda = {
-    mem_alloc,
-    mem_free,
+    pool_alloc,
+    pool_free,
     gpu_alloc_host,
     mem_free_host,
     mem_zero,
@@ -45,5 +42,8 @@ extern "C" const Backend backend_cuda = {
     &sum_cuda,
     &optim_cuda,
     &init_cuda,
+    gpu_bind,
+    gpu_sync,
+    gpu_unbind,
 };
 #endif

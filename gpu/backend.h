@@ -7,12 +7,12 @@
 // small shape arrays of param_init and of Adafactor's kernels (shape, lindex, gshape).
 #ifndef MESHMOE_GPU_BACKEND_H
 #define MESHMOE_GPU_BACKEND_H
-#include "kernels/kernels.h"
 #include <stddef.h>
 
 #ifdef __cplusplus
-extern "C" {
+extern "C" {   // the C side's declarations too (backend_gpu is defined in gpu/select.cu)
 #endif
+#include "kernels/kernels.h"
 
 extern const Backend backend_cuda;   // gpu/backend.cu (built by nvcc, or by hipcc for AMD)
 
@@ -37,7 +37,8 @@ extern const InitKernels init_cuda;            // gpu/init.cu
 int gpu_matmul_use_cublas(int on, const char **why);
 
 // Device memory (gpu/runtime.cu): what the conformance test and the allocator use.
-int gpu_device_count(void);                 // 0 when there is no GPU or no driver
+int gpu_devices(const char **why);          // the GPUs there are; 0 with the runtime's reason in *why
+int gpu_device_count(void);                 // the same, the reason printed when 0
 const char *gpu_device_name(void);          // of device 0, for the log
 void *gpu_alloc(size_t bytes);              // dies with the reason when it cannot
 void gpu_free(void *p);
@@ -48,6 +49,17 @@ void gpu_download(void *host, const void *src, size_t bytes);   // device -> hos
 void gpu_copy(void *dst, const void *src, size_t bytes);       // device -> device, on the stream
 void gpu_fill_bytes(void *dst, int byte, size_t bytes);         // memset on the device
 extern const MemoryOps memory_cuda;         // gpu/backend.cu: the above as the allocator's MemoryOps
+
+// A mesh device's thread (gpu/runtime.cu; Backend.bind, sync, unbind): device d runs on GPU
+// d mod (number of GPUs), on a stream of the thread's own, with the device's pool.
+void gpu_bind(int device);
+void gpu_sync(void);                        // the thread's stream has finished its work
+void gpu_unbind(void);                      // waits, leaves the pool, destroys the stream
+// Each mesh device's memory pool (gpu/pool.cu): what the allocator's buffers come from.
+void pool_attach(int device, int gpu);      // the calling thread allocates from device's pool
+void pool_detach(void);                     // the last thread of a device returns its memory (and prints it)
+void *pool_alloc(size_t bytes);             // 256-byte aligned; NULL when the GPU has no more
+void pool_free(void *p, size_t bytes);      // bytes as asked for
 
 #ifdef __cplusplus
 }

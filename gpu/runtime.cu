@@ -1,13 +1,16 @@
-// gpu/runtime.cu: the GPU backend's runtime plumbing: one stream per host thread, device
-// memory, and the copies between host and device (gpu/backend.h).
+// gpu/runtime.cu: the GPU backend's runtime plumbing: which GPU a mesh device runs on, one
+// stream per host thread, device memory, and the copies between host and device
+// (gpu/backend.h). The per-device pool of the allocator's buffers is gpu/pool.cu.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
 // Each host thread (a mesh device) launches on its own non-blocking stream, so that two
-// devices sharing one GPU do not serialise on the legacy default stream.
+// devices sharing one GPU do not serialise on the legacy default stream. A mesh device's
+// thread makes it in gpu_bind; another thread (a test's) on first use.
+static thread_local cudaStream_t stream;
+static thread_local int made;
+
 cudaStream_t gpu_stream(void) {
-    static thread_local cudaStream_t stream;
-    static thread_local int made;
     if (!made) {
         GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         made = 1;
@@ -15,17 +18,71 @@ cudaStream_t gpu_stream(void) {
     return stream;
 }
 
-// 0 when there is no GPU; the runtime's reason (no device, no driver, a driver older than
-// the runtime) is printed, since on a GPU machine it is the first thing to fix.
-extern "C" int gpu_device_count(void) {
+// The number of GPUs, or 0 with the runtime's reason in *why (no device, no driver, a
+// driver older than the runtime): on a GPU machine it is the first thing to fix.
+extern "C" int gpu_devices(const char **why) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
-        fprintf(stderr, "meshmoe: no GPU available: %s\n", cudaGetErrorString(err));
+        *why = cudaGetErrorString(err);
         (void)cudaGetLastError();
         return 0;
     }
+    if (n == 0) *why = "the runtime found no GPU";
     return n;
+}
+
+extern "C" int gpu_device_count(void) {
+    const char *why = NULL;
+    int n = gpu_devices(&why);
+    if (n == 0) fprintf(stderr, "meshmoe: no GPU available: %s\n", why);
+    return n;
+}
+
+// Mesh device d runs on GPU d mod (number of GPUs): one GPU holds every device of the mesh
+// (each with its own stream and pool), several GPUs share them out. With several GPUs a
+// collective copies from another device's buffer, maybe on another GPU: peer access lets
+// such a copy (and a kernel) reach it directly; without it (GPUs on different PCIe roots)
+// cudaMemcpyAsync still works, through the host. cudaMemcpyDefault lets the runtime tell
+// the GPUs apart by address (unified addressing, every 64-bit CUDA platform).
+static void enable_peers(int gpu, int n) {
+    for (int g = 0; g < n; g++) {
+        int can = 0;
+        if (g == gpu) continue;
+        GPU_CHECK(cudaDeviceCanAccessPeer(&can, gpu, g));
+        if (!can) continue;
+        cudaError_t err = cudaDeviceEnablePeerAccess(g, 0);
+        if (err == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();   // another device thread did
+        else GPU_CHECK(err);
+    }
+}
+
+extern "C" void gpu_bind(int device) {
+    const char *why = NULL;
+    int n = gpu_devices(&why);
+    if (n == 0) { fprintf(stderr, "meshmoe: device %d: no GPU available: %s\n", device, why); exit(1); }
+    int gpu = device % n;
+    if (made) {   // a stream this thread used before (on its GPU of then): done and gone first
+        GPU_CHECK(cudaStreamSynchronize(stream));
+        GPU_CHECK(cudaStreamDestroy(stream));
+        made = 0;
+    }
+    GPU_CHECK(cudaSetDevice(gpu));
+    enable_peers(gpu, n);
+    (void)gpu_stream();   // created on `gpu`
+    pool_attach(device, gpu);
+}
+
+// Everything this thread queued (kernels, copies) is done.
+extern "C" void gpu_sync(void) {
+    if (made) GPU_CHECK(cudaStreamSynchronize(stream));
+}
+
+extern "C" void gpu_unbind(void) {
+    gpu_sync();
+    pool_detach();
+    if (made) GPU_CHECK(cudaStreamDestroy(stream));
+    made = 0;
 }
 
 extern "C" const char *gpu_device_name(void) {
@@ -64,8 +121,9 @@ extern "C" void gpu_download(void *host, const void *src, size_t bytes) {
 }
 
 // Device to device, queued on the stream after its kernels (no wait).
+// (Default: dst and src may be on two GPUs, enable_peers above.)
 extern "C" void gpu_copy(void *dst, const void *src, size_t bytes) {
-    GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu_stream()));
+    GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, gpu_stream()));
 }
 
 extern "C" void gpu_fill_bytes(void *dst, int byte, size_t bytes) {

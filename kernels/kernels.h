@@ -78,6 +78,11 @@ typedef struct Backend {
     const SumKernels *sum;            // tree-sum merges and residual adds (kernels/sum.h)
     const OptimKernels *optim;        // optimizer updates, clipping, EMA, sums of squares (kernels/optim.h)
     const InitKernels *init;          // parameter initialisation (kernels/init.h)
+    // A device thread and its accelerator (NULL on the CPU, where a thread is its device;
+    // called through kern_bind / kern_sync / kern_unbind below):
+    void (*bind)(int device);         // at a thread's start: mesh device `device`'s GPU, a stream, its memory pool
+    void (*sync)(void);               // wait until the work this thread queued is done
+    void (*unbind)(void);             // at a thread's end: its stream (and, last, its device's pool) given back
 } Backend;
 
 extern const Backend backend_cpu;     // kernels/cpu/backend.c
@@ -92,5 +97,18 @@ const Backend *kern(void);
 void kern_use_default(const Backend *b);
 // Choose the calling device's backend (for a device thread that differs from the default).
 void kern_use(const Backend *b);
+
+// The calling thread works for mesh device `device` (base/mesh.c, sharding/overlap.c): the
+// backend's bind, if it has one. kern_unbind at the thread's end.
+void kern_bind(int device);
+void kern_unbind(void);
+// Wait for the work the calling thread queued (a GPU's stream; nothing on the CPU): before
+// another thread reads what it wrote (base/collectives.c, every barrier).
+void kern_sync(void);
+
+// The GPU backend of this binary, or NULL with the reason in *why: backend_cuda (HIP's in
+// ./train_hip) in ./train_gpu, after checking that a GPU can run it (gpu/select.cu); none in
+// ./train, which links kernels/no_gpu.c instead.
+const Backend *backend_gpu(const char **why);
 
 #endif

@@ -512,5 +512,6 @@ static Backend backend_profile = {   // .mem: the timed backend's, untimed (prof
 const Backend *profile_backend(const Backend *timed) {
     inner = timed;
     backend_profile.mem = timed->mem;
+    backend_profile.bind = timed->bind, backend_profile.sync = timed->sync, backend_profile.unbind = timed->unbind;
     return &backend_profile;
 }

@@ -2,6 +2,7 @@
 #include "sharding/overlap.h"
 #include "sharding/fsdp.h"
 #include "model/model.h"
+#include "kernels/kernels.h"   // kern_bind: the helper on its device's GPU
 #include "core/common.h"
 #include <pthread.h>
 
@@ -23,7 +24,9 @@ static void *helper_main(void *arg) {
     Prefetch *p = (Prefetch *)arg;
     mem_set_device(p->dev);
     mesh_set_current(p->mesh, p->dev_id);
+    kern_bind(p->dev_id);   // a GPU backend: the device's GPU and pool, a stream of its own
     coll_all_gather(p->group, p->shard, p->full, p->bytes_each);
+    kern_unbind();          // (after its copies are done: the device thread reads p->full next)
     return NULL;
 }
 

@@ -93,6 +93,7 @@ void test_embedding(void);
 void test_mla(void);
 void test_attention(void);   // tests/conformance_attention.c
 void test_elementwise(void);   // mlp, cast, sum
+void test_memory(void);        // MemoryOps and the device-thread hooks (tests/conformance_memory.c)
 void test_loss(void);
 void test_moe(void);
 void test_router(void);

@@ -1,74 +1,127 @@
 #!/usr/bin/env bash
-# tests/gpu.sh OUTDIR: the checks a GPU session runs, in one call of at most 8 minutes
-# (docs/gpu.md). Nothing is built here: the binaries come from `make gpu` on a machine with
-# nvcc and are carried along with the working tree (build/conformance_gpu links the CUDA
-# runtime statically and needs only libc, libm and the GPU driver; cuBLAS is loaded when
-# the test asks for it).
-#   1. probe: nvidia-smi, ldd of the binary, compute-sanitizer, cuBLAS, python packages
-#   2. conformance: build/conformance_gpu (every kernel family, CUDA against the CPU), twice
-#      with fresh seeds
-#   3. compute-sanitizer memcheck and racecheck on the conformance binary
-# The full log goes to OUTDIR/gpu.log, the table to OUTDIR/summary.txt and, last, to stdout.
-# The steps' limits add up to 450 s (60 + 60 + 60 + 150 + 120), under the 8 minutes of a call.
+# tests/gpu.sh OUTDIR: everything a GPU session checks (issue 22's acceptance, docs/gpu.md),
+# in ONE call of at most 8 minutes. Nothing is built here when the carried binaries start:
+# `make gpu-carry` (where nvcc and ./train are) builds ./train_gpu, build/conformance_gpu
+# and the CPU's references build/gpu_ref/ (tests/gpu_ref.sh), and the session carries them.
+#
+# The steps, in order of what matters most, each under its own limit (seconds):
+#   probe        30  what the machine has (tests/gpu_checks.sh probe)
+#   rebuild     150  only when ./train_gpu cannot start here (a glibc or a driver too old
+#                    for the carried binary): make gpu with this machine's nvcc, if any
+#   conformance  45  build/conformance_gpu: every kernel family against the CPU (acc. 1)
+#   parity       90  10 steps fp32 and bf16, both families, sparse and dense, against the
+#                    CPU's dumps (acc. 2)
+#   peaks        60  peak bytes by tag of mesh runs equal to the CPU's (acc. 3)
+#   resume       60  CPU checkpoint resumed on the GPU and the other way round (acc. 5)
+#   mesh        150  tests/mesh.sh on one GPU: bit-identical meshes (acc. 3)
+#   memcheck    120  compute-sanitizer memcheck, 2 steps of each family (acc. 4)
+#   racecheck    60  compute-sanitizer racecheck, 1 step (acc. 4)
+#   conformance_seed2 30  the conformance test with fresh inputs
+#   conformance_memcheck 90, conformance_racecheck 60  compute-sanitizer on the conformance
+#                    binary: every kernel family, without the trainer
+#   jax         (what is left)  make parity's cases with the GPU trainer and JAX (acc. 6)
+# They add up to 795 s (945 s with the rebuild, which runs only when needed), more than the
+# 8 minutes of a call, so the script keeps a clock: a step's limit is cut to what is left of
+# TOTAL_S (465 s, leaving 15 s of the 8 minutes for the table), and a step with under 10 s
+# left is SKIPPED, saying so. The call never runs past 8 minutes. (How long each step takes
+# on a GPU is not known yet: the first session's table will say.)
+#
+# Writes OUTDIR/gpu.log (everything), OUTDIR/STEP.out (each step's output), OUTDIR/work/ (the
+# runs' logs and files) and OUTDIR/summary.txt (step, result, checks, seconds, first
+# failure), prints the table last, and exits non-zero if a step failed.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: tests/gpu.sh OUTDIR}
+TOTAL_S=${TOTAL_S:-465}
 mkdir -p "$OUT"
 LOG=$OUT/gpu.log
+W=$OUT/work
 : > "$LOG"
-BIN=build/conformance_gpu
 ROWS=()   # "step|result|checks|seconds|note"
+export OMP_WAIT_POLICY=passive
 
-# step NAME LIMIT_S COMMAND...: runs the command under a time limit, its output into the log
-# (and OUTDIR/NAME.out); the result is PASS when it exits 0, FAIL otherwise, TIMEOUT past
-# the limit; the checks column is its "N passed, N failed" line when it prints one.
+# step NAME LIMIT COMMAND...: the command under min(LIMIT, what is left), its output into
+# the log and OUTDIR/NAME.out; PASS when it exits 0, FAIL otherwise, TIMEOUT past the
+# limit; the checks column is its "N passed, N failed" line.
 step() {
     local name=$1 limit=$2; shift 2
+    local left=$((TOTAL_S - SECONDS))
+    [ "$left" -lt 10 ] && { skip "$name" "no time left in the call (${left}s)"; return; }
+    [ "$limit" -gt "$left" ] && limit=$left
     local t0=$SECONDS rc
-    echo "==== $name: $*" >> "$LOG"
-    timeout "$limit" bash -c '"$@"' "$name" "$@" > "$OUT/$name.out" 2>&1; rc=$?
+    echo "==== $name (limit ${limit}s): $*" >> "$LOG"
+    timeout -k 5 "$limit" "$@" > "$OUT/$name.out" 2>&1; rc=$?
     cat "$OUT/$name.out" >> "$LOG"
     local result=PASS note=""
     [ $rc -ne 0 ] && result=FAIL note="exit $rc"
-    [ $rc -eq 124 ] && result=TIMEOUT note="over ${limit}s"
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && result=TIMEOUT note="over ${limit}s"
     local checks; checks=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/$name.out" | tail -1)
-    local first; first=$(grep -m1 -E 'meshmoe:|FAIL|ERROR SUMMARY: [1-9]|Error' "$OUT/$name.out" | cut -c1-110)
-    [ -n "$first" ] && note="$note ${first}"
+    local first; first=$(grep -m1 -E 'FAIL|meshmoe:|ERROR SUMMARY: [1-9]|Error' "$OUT/$name.out" | cut -c1-120)
+    [ -n "$first" ] && [ "$result" != PASS ] && note="$note ${first}"
     ROWS+=("$name|$result|${checks:--}|$((SECONDS - t0))|$note")
     echo "(exit $rc, $((SECONDS - t0)) s)" >> "$LOG"
 }
 skip() { ROWS+=("$1|SKIPPED|-|0|$2"); echo "==== $1: SKIPPED ($2)" >> "$LOG"; }
+checks() { step "$1" "$2" bash tests/gpu_checks.sh "$1" "$W"; }
 
-probe() {
-    echo "-- date: $(date -u)"; echo "-- host: $(uname -a)"; nproc
-    echo "-- nvidia-smi"; nvidia-smi || echo "nvidia-smi: not found or failed"
-    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>/dev/null
-    echo "-- ldd $BIN"; ldd "$BIN"
-    echo "-- cuBLAS on the library path"; ldconfig -p 2>/dev/null | grep -E 'libcublas(Lt)?\.so' || echo "no libcublas in ldconfig"
-    echo "-- compute-sanitizer"; local cs; cs=$(sanitizer); [ -n "$cs" ] && "$cs" --version || echo "not found"
-    echo "-- CUDA toolkits"; ls -d /usr/local/cuda* 2>/dev/null
-    echo "-- python"; python3 --version 2>&1
-    python3 -m pip list 2>/dev/null | grep -iE 'jax|torch|nvidia|cuda|numpy|triton' || echo "pip: none of jax, torch, nvidia-*"
-    timeout 30 python3 -c 'import jax; print("jax", jax.__version__, jax.devices())' 2>&1 | tail -1
-    true
+# The carried binaries start here? If not (or the driver is older than their runtime), build
+# them with this machine's nvcc (docs/gpu.md: a CUDA 12 toolkit for a driver older than 580).
+starts() { ./train_gpu --help > /dev/null 2>&1; }
+driver_too_old() {   # (a machine with no driver at all gets the same runtime error: not that)
+    local msg; msg=$(timeout 30 ./train_gpu configs/mixtral-tiny.yml device=gpu steps=1 eval_steps=1 sample_length=0 \
+        max_target_length=16 per_device_batch_size=1 2>&1)
+    [[ $msg == *"driver version is insufficient"* && $msg != *"no GPU driver is installed"* ]]
 }
-sanitizer() { command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1; }
-export -f probe sanitizer   # step runs commands in a child bash under timeout
-export BIN
+rebuild() {
+    echo "-- the carried binaries: $(ls -l train_gpu build/conformance_gpu 2>&1 | tr '\n' ' ')"
+    local nvcc; nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+    [ -n "$nvcc" ] || { echo "no nvcc on this machine: cannot rebuild"; return 1; }
+    "$nvcc" --version | tail -2
+    mv train_gpu train_gpu.carried; mv build/conformance_gpu build/conformance_gpu.carried
+    if ! make -j"$(nproc)" gpu NVCC="$nvcc" > "$W/rebuild.log" 2>&1; then
+        tail -20 "$W/rebuild.log"
+        mv train_gpu.carried train_gpu; mv build/conformance_gpu.carried build/conformance_gpu   # as they were
+        return 1
+    fi
+    tail -3 "$W/rebuild.log"
+    starts && echo "rebuilt: ./train_gpu starts"
+}
 
-if [ ! -x "$BIN" ]; then
-    skip probe "no $BIN: run make gpu where nvcc is, and carry build/conformance_gpu"
+export -f rebuild starts
+export W
+mkdir -p "$W"
+checks probe 30
+if [ ! -e ./train_gpu ] || [ ! -e build/conformance_gpu ]; then
+    skip rebuild "no ./train_gpu or build/conformance_gpu: run make gpu-carry and carry them (docs/gpu.md)"
+elif ! starts || driver_too_old; then
+    step rebuild 150 bash -c rebuild
+fi
+
+if ! starts; then
+    skip checks "./train_gpu does not start here (see probe and rebuild)"
 else
-    step probe 60 probe
-    step conformance 60 "$BIN"
-    step conformance_seed2 60 "$BIN"
-    CS=$(sanitizer)
-    if [ -z "$CS" ]; then
+    step conformance 45 build/conformance_gpu
+    checks parity 90
+    checks peaks 60
+    checks resume 60
+    checks mesh 150
+    if [ -z "$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null)" ]; then
         skip memcheck "no compute-sanitizer on this machine"
         skip racecheck "no compute-sanitizer on this machine"
     else
-        step memcheck 150 "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$BIN"
-        step racecheck 120 "$CS" --tool racecheck --error-exitcode 9 "$BIN"
+        checks memcheck 120
+        checks racecheck 60
+    fi
+    step conformance_seed2 30 build/conformance_gpu
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ -n "$CS" ]; then   # every kernel family under the sanitizers (no trainer code involved)
+        step conformance_memcheck 90 "$CS" --tool memcheck --leak-check full --error-exitcode 9 build/conformance_gpu
+        step conformance_racecheck 60 "$CS" --tool racecheck --error-exitcode 9 build/conformance_gpu
+    fi
+    if python3 -c 'import jax, optax, numpy, safetensors' 2> /dev/null; then
+        checks jax 600   # (cut to what is left)
+    else
+        skip jax "python3 lacks one of jax, optax, numpy, safetensors"
     fi
 fi
 
@@ -78,6 +131,7 @@ fi
         IFS='|' read -r name result checks secs note <<< "$r"
         printf '%-18s %-8s %-22s %6s  %s\n' "$name" "$result" "$checks" "$secs" "$note"
     done
+    echo "total $SECONDS s of the call's 480"
 } > "$OUT/summary.txt"
 echo "==== summary" >> "$LOG"
 cat "$OUT/summary.txt" >> "$LOG"

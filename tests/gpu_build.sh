@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu_build.sh gpu|hip: the GPU backend's build (make gpu with nvcc, make hip with
-# hipcc; docs/gpu.md): every gpu/*.cu object and the conformance binary, without one
-# compiler warning (each object keeps its compiler's messages in %.o.log, so the objects
+# hipcc; docs/gpu.md): every gpu/*.cu object, the conformance binary and the trainer
+# (./train_gpu, ./train_hip), without one compiler warning (each object keeps its compiler's messages in %.o.log, so the objects
 # that this run did not recompile are counted too). Running the binary needs a GPU:
 # tests/gpu.sh does that on a GPU machine; here, without one, it must stop with a clear
 # message and a non-zero exit.
@@ -19,7 +19,8 @@ check "$bin built" test -x "$bin"
 n_src=$(ls gpu/*.cu | wc -l)
 n_obj=$(ls build/$target/*.o.log 2>/dev/null | wc -l)
 check "one object per gpu/*.cu: $n_obj of $n_src" test "$n_obj" -eq "$n_src"
-logs=$(ls build/$target/*.o.log build/$target/tests/*.o.log build/oracle/*/*.o.log build/oracle/*/*/*.o.log 2>/dev/null)
+logs=$(ls build/$target/*.o.log build/$target/tests/*.o.log build/oracle/*/*.o.log build/oracle/*/*/*.o.log \
+    build/port/*.o.log build/port/*/*.o.log build/port/*/*/*.o.log 2>/dev/null)
 warnings=$(cat $logs /dev/null | grep -ci 'warning')
 [ "$warnings" -ne 0 ] && grep -i -m5 'warning' $logs
 check "no compiler warning in the $(echo "$logs" | wc -l) objects' logs ($warnings lines mention one)" test "$warnings" -eq 0
@@ -43,4 +44,30 @@ if ! ls /dev/nvidia0 /dev/kfd > /dev/null 2>&1; then
     check "without a GPU $bin stops (exit $rc) saying so: $(printf '%s' "$msg" | grep -m1 'no GPU')" \
         sh -c "[ $rc -ne 0 ] && printf '%s' \"\$1\" | grep -q 'no GPU'" _ "$msg"
 fi
+
+# ./train_gpu (./train_hip): the whole trainer with the GPU backend (make gpu / make hip).
+# Without a GPU, device=gpu stops before training (nothing on stdout) with one message and
+# exit 1; with the CPU backend (the default) it trains with ./train's bits: the same loss
+# bits and grad norms, 3 steps of each family (its C objects are compiled for x86-64-v3
+# without OpenBLAS, ./train's with -march=native: docs/gpu.md says why the bits agree).
+trainer=./train_$target
+check "$trainer built" test -x "$trainer"
+[ -x ./train ] || make -s -j2 train > /dev/null
+C=configs/mixtral-tiny.yml
+if ! ls /dev/nvidia0 /dev/kfd > /dev/null 2>&1; then
+    expect_error "without a GPU, $trainer device=gpu stops" "device=gpu: no GPU can run the" $trainer $C device=gpu
+    check "... before training (nothing on stdout)" test -z "$($trainer $C device=gpu 2> /dev/null)"
+fi
+expect_error "./train device=gpu names the binaries with the GPU backend" "build ./train_gpu" ./train $C device=gpu
+T=$(mktemp -d /tmp/meshmoe-gpubuild.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" | tr '\n' ' '; }   # every step's grad norm
+FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 per_device_batch_size=4 log_period=100"
+for preset in mixtral-tiny deepseek-tiny; do
+    TRAIN=./train run cpu-$preset $preset ici_fsdp_parallelism=2
+    TRAIN=$trainer run $target-$preset $preset ici_fsdp_parallelism=2
+    check "$preset fsdp=2: $trainer's loss bits and grad norms are ./train's: $(bits $target-$preset)" \
+        sh -c '[ -n "$1" ] && [ "$1" = "$2" ] && [ "$3" = "$4" ]' _ "$(bits $target-$preset)" "$(bits cpu-$preset)" \
+        "$(norms $target-$preset)" "$(norms cpu-$preset)"
+done
 summary

@@ -29,12 +29,14 @@ for t in build/test_*; do run_part "$t" "./$t"; done
 # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without warnings;
 # run on a GPU by tests/gpu.sh. The conformance test's CPU build is build/test_conformance above.
 if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
-    run_part "make gpu: the CUDA backend and its conformance binary build" bash tests/gpu_build.sh gpu
+    run_part "make gpu: the CUDA backend, its conformance binary and ./train_gpu build" bash tests/gpu_build.sh gpu
+    run_part "tests/gpu.sh's checks tried without a GPU (device=cpu), planted differences caught" \
+        bash tests/gpu_selftest.sh
 else
     echo "SKIPPED: gpu build (no nvcc)"
 fi
 if command -v "${HIPCC:-hipcc}" > /dev/null; then
-    run_part "make hip: the same sources built with hipcc" bash tests/gpu_build.sh hip
+    run_part "make hip: the same sources built with hipcc, and ./train_hip" bash tests/gpu_build.sh hip
 else
     echo "SKIPPED: hip build (no hipcc)"
 fi

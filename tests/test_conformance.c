@@ -28,7 +28,7 @@ int main(void) {
         {"mla", UNDER_TEST->mla, test_mla},                {"router", UNDER_TEST->router, test_router},
         {"moe", UNDER_TEST->moe, test_moe},                {"mlp cast sum", UNDER_TEST->mlp, test_elementwise},
         {"loss", UNDER_TEST->loss, test_loss},             {"optim", UNDER_TEST->optim, test_optim},
-        {"init", UNDER_TEST->init, test_init},
+        {"init", UNDER_TEST->init, test_init},             {"memory", UNDER_TEST->mem, test_memory},
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
         int failed_before = checks_failed, passed_before = checks_passed;

@@ -1,0 +1,179 @@
+// gpu/pool.cu: each mesh device's GPU memory pool. A cudaMalloc costs tens of microseconds
+// and may synchronise the whole GPU, more than a step's kernels at the tiny presets, and a
+// step allocates and frees its temporaries by the hundred. So each device takes GPU memory
+// in large chunks and hands out pieces of them:
+//
+//   alloc(bytes): rounded up to 256 bytes (every buffer aligned for any vector load);
+//                 a freed piece of exactly that size if there is one (the last freed
+//                 first), else the next bytes of the newest chunk, else a new chunk
+//                 (POOL_CHUNK, or the request itself when larger);
+//   free(p, bytes): the piece is kept for the next request of the same size;
+//   the device's end: every chunk goes back to the driver.
+//
+// A step asks for the same sizes in the same order every time, so after the first step
+// every request is met by a freed piece. The pool keeps no header in the memory it hands
+// out: the allocator's records (tag, size, name) are on the host (base/memory.c), and the
+// pool's own (its chunks and freed pieces) are host arrays here.
+//
+// One pool per mesh device (pool_attach at the thread's start, gpu/runtime.cu); a device's
+// FSDP prefetch thread (sharding/overlap.c) shares it, hence the lock. A thread that was
+// never bound to a device (a test's main thread) uses one pool of its own.
+//
+// MESHMOE_GPU_POOL=off in the environment: one cudaMalloc per buffer, and cudaFree at once,
+// so that compute-sanitizer's memcheck sees each buffer's bounds (inside a chunk it sees
+// only the chunk's); tests/gpu.sh runs memcheck so.
+#include "gpu/gpu.h"
+#include "gpu/backend.h"
+#include <pthread.h>
+#include <string.h>
+
+enum { POOL_ALIGN = 256, POOL_DEVICES = 256 };   // base/mesh.c runs at most 256 device threads
+static const size_t POOL_CHUNK = (size_t)64 << 20;   // 64 MiB: a tiny preset's device fits in one
+
+typedef struct { char *base; size_t size, used; } Chunk;   // used: bytes handed out from base on
+typedef struct { char *p; size_t bytes; } Piece;           // a freed piece
+
+typedef struct {
+    pthread_mutex_t lock;
+    int users;                       // threads bound to this device now
+    int device, gpu;                 // the mesh device, the GPU it runs on
+    Chunk *chunks; int nchunks;
+    Piece *freed; int nfreed, capfreed;
+    size_t reserved;                 // bytes taken from the driver
+    size_t in_use, high;             // bytes handed out now, and at most
+} Pool;
+
+static Pool pools[POOL_DEVICES + 1];   // the last: the threads never bound
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static thread_local Pool *mine;
+
+static int pool_off_env(void) {
+    const char *v = getenv("MESHMOE_GPU_POOL");
+    return v && !strcmp(v, "off");
+}
+static int pool_off(void) {
+    static const int off = pool_off_env();   // read once (C++ makes the first call's set-up thread-safe)
+    return off;
+}
+
+static Pool *current(void) {
+    if (!mine) pool_attach(POOL_DEVICES, 0);   // an unbound thread: the shared pool, on the current GPU
+    return mine;
+}
+
+extern "C" void pool_attach(int device, int gpu) {
+    if (device < 0 || device > POOL_DEVICES) { fprintf(stderr, "meshmoe: internal: pool of device %d\n", device); exit(1); }
+    pthread_mutex_lock(&pools_lock);
+    Pool *p = &pools[device];
+    if (p->users++ == 0) {
+        pthread_mutex_init(&p->lock, NULL);
+        p->device = device;
+        p->gpu = gpu;
+    }
+    pthread_mutex_unlock(&pools_lock);
+    mine = p;
+}
+
+// A new chunk of at least `bytes`; 0 when the GPU has no more.
+static int grow(Pool *p, size_t bytes) {
+    size_t size = bytes > POOL_CHUNK ? bytes : POOL_CHUNK;
+    void *base = NULL;
+    if (cudaMalloc(&base, size) != cudaSuccess) {
+        (void)cudaGetLastError();   // out of memory: the allocator says so, naming the buffer
+        return 0;
+    }
+    p->chunks = (Chunk *)realloc(p->chunks, sizeof(Chunk) * (p->nchunks + 1));
+    if (!p->chunks) { fprintf(stderr, "meshmoe: out of host memory (GPU pool records)\n"); exit(1); }
+    p->chunks[p->nchunks++] = (Chunk){(char *)base, size, 0};
+    p->reserved += size;
+    return 1;
+}
+
+// A piece of exactly `bytes` (a multiple of POOL_ALIGN), from the freed ones or a chunk.
+static void *take(Pool *p, size_t bytes) {
+    for (int i = p->nfreed - 1; i >= 0; i--)
+        if (p->freed[i].bytes == bytes) {
+            void *at = p->freed[i].p;
+            p->freed[i] = p->freed[--p->nfreed];
+            return at;
+        }
+    Chunk *c = p->nchunks ? &p->chunks[p->nchunks - 1] : NULL;
+    if (!c || c->size - c->used < bytes) {
+        if (!grow(p, bytes)) return NULL;
+        c = &p->chunks[p->nchunks - 1];
+    }
+    void *at = c->base + c->used;
+    c->used += bytes;
+    return at;
+}
+
+extern "C" void *pool_alloc(size_t bytes) {
+    Pool *p = current();
+    size_t n = (bytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+    if (n == 0) n = POOL_ALIGN;
+    void *at = NULL;
+    pthread_mutex_lock(&p->lock);
+    if (pool_off()) {
+        if (cudaMalloc(&at, n) != cudaSuccess) { (void)cudaGetLastError(); at = NULL; }
+    } else {
+        at = take(p, n);
+    }
+    if (at) {
+        p->in_use += n;
+        if (p->in_use > p->high) p->high = p->in_use;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return at;
+}
+
+extern "C" void pool_free(void *at, size_t bytes) {
+    Pool *p = current();
+    size_t n = (bytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
+    if (n == 0) n = POOL_ALIGN;
+    pthread_mutex_lock(&p->lock);
+    p->in_use -= n;
+    if (pool_off()) {
+        GPU_CHECK(cudaFree(at));
+    } else {
+        if (p->nfreed == p->capfreed) {
+            p->capfreed = p->capfreed ? 2 * p->capfreed : 64;
+            p->freed = (Piece *)realloc(p->freed, sizeof(Piece) * p->capfreed);
+            if (!p->freed) { fprintf(stderr, "meshmoe: out of host memory (GPU pool records)\n"); exit(1); }
+        }
+        p->freed[p->nfreed++] = (Piece){(char *)at, n};
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+static double mib(size_t b) { return b / 1048576.0; }
+
+// The device's figures beside the driver's, once, when its last thread leaves: what the
+// pool took and handed out, and what cudaMemGetInfo says of the whole GPU (every device
+// sharing it, cuBLAS's workspace and the CUDA context included). The allocator's peak of
+// the same device is in its report (base/memory.c:mem_print_report).
+static void report(const Pool *p) {
+    size_t free_b = 0, total = 0;
+    GPU_CHECK(cudaMemGetInfo(&free_b, &total));
+    printf("device %d GPU memory: GPU %d, pool %.1f MiB in %d chunk%s, at most %.1f MiB handed out%s; "
+           "driver: %.1f MiB used, %.1f MiB free of %.1f MiB\n", p->device, p->gpu, mib(p->reserved), p->nchunks,
+           p->nchunks == 1 ? "" : "s", mib(p->high), pool_off() ? " (MESHMOE_GPU_POOL=off)" : "",
+           mib(total - free_b), mib(free_b), mib(total));
+}
+
+// The calling thread leaves its pool; the last to leave gives every chunk back. The
+// caller has waited for its stream, so no kernel still uses the memory.
+extern "C" void pool_detach(void) {
+    Pool *p = mine;
+    if (!p) return;
+    mine = NULL;
+    pthread_mutex_lock(&pools_lock);
+    if (--p->users == 0 && p->device < POOL_DEVICES) {   // (the unbound threads' pool stays)
+        report(p);
+        for (int i = 0; i < p->nchunks; i++) GPU_CHECK(cudaFree(p->chunks[i].base));
+        free(p->chunks);
+        free(p->freed);
+        pthread_mutex_destroy(&p->lock);
+        memset(p, 0, sizeof *p);
+    }
+    pthread_mutex_unlock(&pools_lock);
+}

@@ -1,0 +1,10 @@
+// kernels/no_gpu.c: ./train has no GPU backend. This file is linked into ./train (and the
+// tests) in place of gpu/select.cu, which ./train_gpu and ./train_hip link instead: the
+// same function, so train.c asks one question (backend_gpu) and the binary answers it.
+#include "kernels/kernels.h"
+
+const Backend *backend_gpu(const char **why) {
+    *why = "this binary (./train) has the CPU backend only; build ./train_gpu (make gpu, CUDA) or ./train_hip "
+           "(make hip) and run that (docs/gpu.md)";
+    return NULL;
+}

@@ -1,0 +1,138 @@
+// tests/conformance_memory.c: the backend's memory (MemoryOps, kernels/kernels.h) and its
+// device-thread hooks (bind, sync, unbind): what the tagged allocator and the mesh's
+// threads rely on. On the CPU: host memory, no hooks. On the GPU: each mesh device's pool
+// (gpu/pool.cu) and stream (gpu/runtime.cu), several devices sharing one GPU.
+//
+// The device threads record what they saw and the main thread checks it (check() counts
+// on one thread).
+#include "tests/conformance.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NSIZES = 5, NDEV = 4 };
+static const size_t SIZES[NSIZES] = {64, 192, 256, 4160, 1 << 20};   // whole 64-byte lines, as the allocator asks
+
+typedef struct Seen {
+    int device;
+    int misaligned, copy_bad, zero_bad, fill_bad, not_reused;   // sizes that failed each
+    unsigned char *shared;        // (the pair test) device 0's buffer, read by device 1
+    const struct Seen *writer;    // (the pair test) device 1's view of device 0
+    int pair_bad;
+    pthread_barrier_t *barrier;
+} Seen;
+
+static void hook_bind(int device) { if (UNDER_TEST->bind) UNDER_TEST->bind(device); }
+static void hook_sync(void) { if (UNDER_TEST->sync) UNDER_TEST->sync(); }
+static void hook_unbind(void) { if (UNDER_TEST->unbind) UNDER_TEST->unbind(); }
+
+static int all_bytes(const unsigned char *h, size_t n, int byte) {
+    for (size_t i = 0; i < n; i++) if (h[i] != (unsigned char)byte) return 0;
+    return 1;
+}
+
+// One size on the calling device: written from the host, copied on the device, zeroed,
+// filled, read back each time; a freed buffer's size asked for again.
+static void one_size(Seen *s, size_t n) {
+    const MemoryOps *m = UNDER_TEST->mem;
+    unsigned char *h = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(s->device * 31 + i * 7 + 1);
+    void *p = m->alloc(n), *q = m->alloc(n);
+    s->misaligned += (uintptr_t)p % 64 != 0 || (uintptr_t)q % 64 != 0;
+    m->to_device(p, h, n);
+    m->copy(q, p, n);
+    m->to_host(back, q, n);
+    s->copy_bad += memcmp(back, h, n) != 0;
+    m->zero(p, n);
+    m->to_host(back, p, n);
+    s->zero_bad += !all_bytes(back, n, 0);
+    m->fill(p, 0xab, n);
+    m->to_host(back, p, n);
+    s->fill_bad += !all_bytes(back, n, 0xab);
+    m->free(q, n);
+    void *again = m->alloc(n);   // a pool gives the freed piece back (gpu/pool.cu)
+    s->not_reused += again != q;
+    m->free(again, n);
+    m->free(p, n);
+    free(h);
+    free(back);
+}
+
+static void *device_thread(void *arg) {
+    Seen *s = arg;
+    hook_bind(s->device);
+    for (int k = 0; k < NSIZES; k++) one_size(s, SIZES[k]);
+    hook_unbind();
+    return NULL;
+}
+
+// Two devices as a collective uses them: device 0 writes its buffer, waits for its stream
+// and meets device 1 at a barrier; device 1 then copies from device 0's buffer into its own
+// on its own stream and reads it back; device 0 frees only after a second barrier.
+static void *pair_thread(void *arg) {
+    Seen *s = arg;
+    const MemoryOps *m = UNDER_TEST->mem;
+    size_t n = SIZES[NSIZES - 1];
+    unsigned char *h = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i * 13 + 5);
+    hook_bind(s->device);
+    unsigned char *mine = m->alloc(n);
+    if (s->device == 0) {
+        m->zero(mine, n);                               // queued on device 0's stream ...
+        m->to_device(mine, h, n);
+        s->shared = mine;
+        hook_sync();                                        // ... and done before the barrier
+    }
+    pthread_barrier_wait(s->barrier);
+    if (s->device == 1) {
+        m->copy(mine, s->writer->shared, n);
+        m->to_host(back, mine, n);
+        s->pair_bad = memcmp(back, h, n) != 0;
+        hook_sync();
+    }
+    pthread_barrier_wait(s->barrier);
+    m->free(mine, n);
+    hook_unbind();
+    free(h);
+    free(back);
+    return NULL;
+}
+
+static void check_seen(const Seen *s, const char *where) {
+    check(!s->misaligned, "memory %s: %d of %d sizes not 64-byte aligned", where, s->misaligned, NSIZES);
+    check(!s->copy_bad, "memory %s: to_device, copy, to_host: %d of %d sizes came back different", where,
+          s->copy_bad, NSIZES);
+    check(!s->zero_bad, "memory %s: zero: %d of %d sizes not all 0", where, s->zero_bad, NSIZES);
+    check(!s->fill_bad, "memory %s: fill 0xab: %d of %d sizes not all 0xab", where, s->fill_bad, NSIZES);
+#ifdef MESHMOE_CONFORMANCE_GPU
+    check(!s->not_reused, "memory %s: a freed piece given back for the same size: %d of %d sizes were not", where,
+          s->not_reused, NSIZES);
+#endif
+}
+
+void test_memory(void) {
+    Seen one = {.device = 0};
+    device_thread(&one);   // on this thread, as a one-device mesh runs
+    check_seen(&one, "device 0 on the main thread");
+    Seen seen[NDEV];
+    pthread_t th[NDEV];
+    for (int d = 0; d < NDEV; d++) {
+        seen[d] = (Seen){.device = d};
+        pthread_create(&th[d], NULL, device_thread, &seen[d]);
+    }
+    char where[64];
+    for (int d = 0; d < NDEV; d++) {
+        pthread_join(th[d], NULL);
+        snprintf(where, sizeof where, "device %d of %d threads at once", d, NDEV);
+        check_seen(&seen[d], where);
+    }
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    Seen pair[2] = {{.device = 0, .barrier = &barrier}, {.device = 1, .barrier = &barrier, .writer = &pair[0]}};
+    for (int d = 0; d < 2; d++) pthread_create(&th[d], NULL, pair_thread, &pair[d]);
+    for (int d = 0; d < 2; d++) pthread_join(th[d], NULL);
+    pthread_barrier_destroy(&barrier);
+    check(!pair[1].pair_bad, "memory: device 1 copies device 0's buffer (written, synced, then a barrier) exactly");
+}

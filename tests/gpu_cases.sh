@@ -1,0 +1,39 @@
+# tests/gpu_cases.sh: the runs that tests/gpu.sh repeats on a GPU and compares with the CPU's,
+# sourced by tests/gpu_ref.sh (which makes the CPU's references, here, with ./train) and by
+# tests/gpu.sh (which runs the same lines with ./train_gpu device=gpu). One line per run:
+# NAME PRESET [DTYPE] KEY=VALUE...
+
+# Acceptance 2 (docs/gpu.md): parity dumps (trainer/dump.c) of 10 steps, fp32 and bf16,
+# both families, the sparse and the dense MoE path; tests/gpu_compare.py dumps compares.
+# The settings of tests/parity/run_parity.sh's cases.
+PARITY_COMMON="steps=10 parity_steps=10 per_device_batch_size=2 max_target_length=32"
+PARITY_CASES='mixtral-sparse  mixtral-tiny  float32  sparse_matmul=true
+mixtral-dense   mixtral-tiny  float32  sparse_matmul=false
+deepseek-sparse deepseek-tiny float32  sparse_matmul=true
+deepseek-dense  deepseek-tiny float32  sparse_matmul=false
+mixtral-bf16    mixtral-tiny  bfloat16 sparse_matmul=true dtype=bfloat16
+deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16'
+
+# Acceptance 3: peak bytes by tag of 2 steps on tests/mesh.sh's kinds of mesh (and a
+# pipeline), equal to the CPU's; tests/gpu_compare.py peaks compares the metrics files.
+MESH_COMMON="steps=2 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
+MESH_CASES='mixtral-1dev        mixtral-tiny  per_device_batch_size=8
+mixtral-fsdp2       mixtral-tiny  ici_fsdp_parallelism=2 per_device_batch_size=4
+mixtral-zero1       mixtral-tiny  ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=4
+mixtral-tensor2     mixtral-tiny  ici_tensor_parallelism=2 per_device_batch_size=4
+mixtral-expert2     mixtral-tiny  ici_expert_parallelism=2 per_device_batch_size=4
+mixtral-context2    mixtral-tiny  ici_context_parallelism=2 per_device_batch_size=4
+mixtral-pipeline2   mixtral-tiny  ici_pipeline_parallelism=2 per_device_batch_size=4
+deepseek-1dev       deepseek-tiny per_device_batch_size=8
+deepseek-fsdp2      deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4
+deepseek-expert2    deepseek-tiny ici_expert_parallelism=2 per_device_batch_size=4'
+
+# Acceptance 5: 4 steps with a checkpoint after 2 (run_steps=2), resumed for steps 2 and 3;
+# the references are ./train's resumed losses (CPU saved, CPU resumed).
+RESUME_COMMON="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100 per_device_batch_size=4"
+RESUME_CASES='mixtral-resume  mixtral-tiny
+deepseek-resume deepseek-tiny'
+
+# cases LIST: the lines of LIST whose name matches the regular expression GPU_ONLY (default:
+# every line), e.g. GPU_ONLY='mixtral-sparse|mixtral-resume' (tests/gpu_selftest.sh).
+cases() { printf '%s\n' "$1" | grep -E "^(${GPU_ONLY:-.*})[[:space:]]"; }
