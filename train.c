@@ -86,7 +86,10 @@ static void read_config(Config *c, int argc, char **argv) {
     train_files_check(c, argv[1]);   // and no output is another of its files (trainer/files.h)
     if (c->profile && c->dry_run) die("profile=true times the kernels of training steps: a dry run computes none");
     const char *why;
-    if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(&why)) die("device=gpu: %s", why);
+    int cublas = c->gpu_matmul == GPU_MATMUL_CUBLAS;
+    if (cublas && c->device != DEVICE_GPU) die("gpu_matmul=cublas chooses device=gpu's products: this run is device=%s",
+                                               c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
+    if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, &why)) die("device=gpu: %s", why);
     if (c->device == DEVICE_CPU_STRICT) die("device=cpu_strict is not built yet");
 }
 
@@ -497,7 +500,8 @@ static void run_devices(Run *run) {
     // bits, slower) or the fast CPU kernels; with profile=true each of them timed
     // (kernels/profile.h).
     const char *why;
-    const Backend *kernels = c->dry_run ? &backend_dry : c->device == DEVICE_GPU ? backend_gpu(&why)
+    const Backend *kernels = c->dry_run                ? &backend_dry
+                           : c->device == DEVICE_GPU ? backend_gpu(c->gpu_matmul == GPU_MATMUL_CUBLAS, &why)
                            : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
     kern_use_default(c->profile ? profile_backend(kernels) : kernels);
     if (!c->dry_run) {

@@ -4,7 +4,7 @@
 // Which one, and why the ordered GEMM is the default: its bits are the CPU's (each output
 // element one in-order FMA chain over k), so a GPU run reproduces a CPU run's products and a
 // product does not depend on how the mesh split its rows (docs/model.md#summation-order).
-// cuBLAS (gpu_matmul_use_cublas(1), later the config key gpu_matmul=cublas) is faster but
+// cuBLAS (config key gpu_matmul=cublas: gpu_matmul_use_cublas(1) at start-up) is faster but
 // picks its own blocking and split-k per shape: other bits, not row-stable. It runs in plain
 // float32 (cuBLAS's default math mode: no TF32). HIP builds have only the ordered GEMM.
 //

@@ -8,10 +8,17 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-extern "C" const Backend *backend_gpu(const char **why) {
+extern "C" const Backend *backend_gpu(int use_cublas, const char **why) {
     static char reason[256];
     const char *err = NULL;
-    if (gpu_devices(&err) > 0) return &backend_cuda;
+    if (gpu_devices(&err) > 0) {
+        if (!gpu_matmul_use_cublas(use_cublas, &err)) {   // (cuBLAS is loaded here, before any work)
+            snprintf(reason, sizeof reason, "gpu_matmul=cublas: %s", err);
+            *why = reason;
+            return NULL;
+        }
+        return &backend_cuda;
+    }
     int driver = 0, runtime = 0;
     (void)cudaDriverGetVersion(&driver);   // 0 when there is no driver at all
     (void)cudaRuntimeGetVersion(&runtime);
