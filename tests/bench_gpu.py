@@ -15,7 +15,7 @@ peak GPU memory, and MFU = model FLOPs per step / (step time x the GPU's dense b
 model FLOPs by tests/bench.py's formula (printed). Then, time permitting, where meshmoe's
 step goes by kernel family (`profile=true`).
 
-Environment: BUDGET (seconds for everything, default 420), STEPS (default 6), PRESETS,
+Environment: BUDGET (seconds for everything, default 420), STEPS (default 5), PRESETS,
 TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
 MESHMOE_ARGS (extra key=value for meshmoe, e.g. "gpu_matmul=cublas").
 """
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from bench import FLOPS_FORMULA, model_flops  # noqa: E402  (the formula of make bench)
 
 TRAIN = os.environ.get("TRAIN", "./train_gpu")
-STEPS = int(os.environ.get("STEPS", "6"))
+STEPS = int(os.environ.get("STEPS", "5"))
 PRESETS = os.environ.get("PRESETS", "mixtral-medium deepseek-medium").split()
 PEERS = os.environ.get("PEERS", "python3")
 EXTRA = os.environ.get("MESHMOE_ARGS", "").split()

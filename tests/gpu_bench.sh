@@ -3,7 +3,7 @@
 # call of at most 8 minutes on a GPU machine (docs/gpu.md says how a session makes that call).
 # Nothing is built here: ./train_gpu comes from `make gpu` on a machine with nvcc, carried.
 #   1. probe (20 s): the GPU, its driver and clocks, the peers' python packages
-#   2. tests/bench_gpu.py (BUDGET, default 420 s): meshmoe, PyTorch eager, JAX jit and
+#   2. tests/bench_gpu.py (BUDGET, default 300 s): meshmoe, PyTorch eager, JAX jit and
 #      torch.compile on the -medium presets, side by side, then meshmoe's profile
 # The full log goes to OUTDIR/bench.log, the table to OUTDIR/table.md and, last, to stdout.
 set -u
@@ -25,7 +25,7 @@ if [ ! -x "$TRAIN" ]; then
     echo "bench-gpu: $TRAIN is not built (make gpu, on a machine with nvcc)" | tee -a "$LOG" "$OUT/table.md"
     exit 1
 fi
-BENCH_LOG=$LOG TRAIN=$TRAIN BUDGET=${BUDGET:-420} python3 tests/bench_gpu.py > "$OUT/table.md" 2>> "$LOG"
+BENCH_LOG=$LOG TRAIN=$TRAIN BUDGET=${BUDGET:-300} python3 tests/bench_gpu.py > "$OUT/table.md" 2>> "$LOG"
 rc=$?
 cat "$OUT/table.md"
 exit $rc
