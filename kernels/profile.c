@@ -28,7 +28,7 @@ static void leave(int family, double flops, double bytes) {
 }
 
 const Backend *profile_backend(const Backend *timed) {
-    return watch_backend(timed, NULL, (WatchHooks){enter, leave}, "profile");
+    return watch_backend(timed, NULL, (WatchHooks){enter, leave});
 }
 
 void profile_take(ProfileCounts *acc) {

@@ -165,17 +165,18 @@ static void on_fault(int sig, siginfo_t *si, void *context) {
     char msg[512];
     int n;
     if (describe && describe(a, &name, &tag, &offset, &bytes))
-        n = snprintf(msg, sizeof msg, "\nmeshmoe: device=cpu_strict: host code %s device memory at %p (buffer \"%s\", %s, "
+        n = snprintf(msg, sizeof msg, "meshmoe: device=cpu_strict: host code %s device memory at %p (buffer \"%s\", %s, "
                      "offset %zu of %zu bytes) outside a kernel or the backend's copies\n", what, (void *)a, name, tag,
                      offset, bytes);
     else
-        n = snprintf(msg, sizeof msg, "\nmeshmoe: device=cpu_strict: host code %s device memory at %p (no live buffer "
+        n = snprintf(msg, sizeof msg, "meshmoe: device=cpu_strict: host code %s device memory at %p (no live buffer "
                      "there, or its record is busy) outside a kernel or the backend's copies\n", what, (void *)a);
-    if (write(2, msg, n > 0 && n < (int)sizeof msg ? (size_t)n : strlen(msg)) < 0) _exit(1);
-    static const char how[] = "the host code's stack (addr2line -f -e ./train +0x... names a frame):\n";
+    // The stack first, the message last (where a run's last line says why it stopped).
+    static const char how[] = "\nthe host code's stack (addr2line -f -e ./train +0x... names a frame):\n";
     if (write(2, how, sizeof how - 1) < 0) _exit(1);
     void *frames[48];
     backtrace_symbols_fd(frames, backtrace(frames, 48), 2);
+    if (write(2, msg, n > 0 && n < (int)sizeof msg ? (size_t)n : strlen(msg)) < 0) _exit(1);
     _exit(1);
 }
 
@@ -206,5 +207,5 @@ const Backend *strict_backend(const Backend *inner, StrictDescribe describe_addr
     base = (char *)(((uintptr_t)base + HUGE - 1) & ~(uintptr_t)(HUGE - 1));   // on a huge-page boundary
     madvise(base, reserved, MADV_HUGEPAGE);   // a hint: without huge pages it works, slower
     install_handler();
-    return watch_backend(inner, &memory_strict, (WatchHooks){enter, leave}, "cpu_strict");
+    return watch_backend(inner, &memory_strict, (WatchHooks){enter, leave});
 }

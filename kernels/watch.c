@@ -477,7 +477,7 @@ static void to_host(void *host, const void *src, size_t bytes) {
     else inner->to_host(host, src, bytes);
 }
 
-static Backend backend_watched = {   // .name, .mem: watch_backend's
+static Backend backend_watched = {   // .name, .mem: the watched backend's (watch_backend)
     .to_host = to_host,
     .matmul = &matmul_watched,
     .norm = &norm_watched,
@@ -495,14 +495,14 @@ static Backend backend_watched = {   // .name, .mem: watch_backend's
     .init = &init_watched,
 };
 
-const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks h, const char *name) {
+const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks h) {
     if (nhooks == WATCH_MOST) die("internal: more than %d watchers of the kernels", WATCH_MOST);
     if (b != &backend_watched) {   // the first watcher: b is the backend watched
         inner = b;
         backend_watched.mem = b->mem;
+        backend_watched.name = b->name;
     }
     if (mem) backend_watched.mem = own_mem = mem;
-    backend_watched.name = name;   // the last watcher added names the whole
     hooks[nhooks++] = h;
     return &backend_watched;
 }

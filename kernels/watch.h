@@ -23,8 +23,8 @@ typedef struct WatchHooks {
 #define WATCH_MOST 2   // watchers at once: the strict mode and the profile
 
 // The process's one watched backend (set up before the devices start): the first call wraps
-// b, a later one passes the watched backend as b and adds its hooks. mem, when not NULL,
-// replaces the backend's memory (the strict mode's); name is what the run prints.
-const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks hooks, const char *name);
+// b (and takes its name), a later one passes the watched backend as b and adds its hooks.
+// mem, when not NULL, replaces the backend's memory (the strict mode's).
+const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks hooks);
 
 #endif
