@@ -32,6 +32,17 @@ for p in mixtral-tiny deepseek-tiny; do
     check "$p: fsdp=2,expert=2 under device=cpu_strict, loss bits as device=cpu: $(bits $p-mesh)" same $p-mesh $p-mesh-strict
 done
 
+# One device catches every host access (kernels/strict.h): the paths the four scripts below
+# take on meshes only, or not at all, on one device here (the load-balance loss's sequence
+# sums, the dense path's capacity, offload, bf16, Adafactor; deepseek-tiny above updates its
+# routing bias every step).
+for args in "load_balance_loss_weight=0.01 sparse_matmul=false capacity_factor=1.0" \
+            "remat_policy=minimal_offloaded optimizer_memory_host_offload=true dtype=bfloat16 opt_type=adafactor"; do
+    run lb mixtral-tiny $args
+    run lb-strict mixtral-tiny $args device=cpu_strict
+    check "mixtral-tiny $args: device=cpu_strict, the cpu run's bits" same lb lb-strict
+done
+
 echo "== the parity dump (every weight, gradient, logit and routing choice) under device=cpu_strict"
 for d in cpu cpu_strict; do
     ./train configs/deepseek-tiny.yml per_device_batch_size=2 max_target_length=32 parity_steps=2 \
