@@ -7,6 +7,7 @@
 // the largest live buffers from the records.
 #include "base/memory.h"
 #include "kernels/kernels.h"   // MemoryOps: where the backend's device buffers live
+#include "kernels/strict.h"    // strict_bind_device: the strict mode's region of the calling device
 #include "core/common.h"
 #include <stdarg.h>
 #include <stdint.h>
@@ -190,7 +191,11 @@ void device_init(Device *d, int id, size_t capacity) {
     d->capacity = capacity;
 }
 
-void mem_set_device(Device *d) { current = d; }
+// The strict mode keeps each device's buffers in a region of its own (kernels/strict.h).
+void mem_set_device(Device *d) {
+    current = d;
+    strict_bind_device(d ? d->id : -1);
+}
 
 Device *mem_device(void) {
     if (!current) die("internal: no device set for this thread (call mem_set_device)");

@@ -1,6 +1,7 @@
 // kernels/strict.c: the strict mode (kernels/strict.h): its memory, carved from one
-// reservation; the opening and closing of that memory around every kernel (a watcher,
-// kernels/watch.h) and every memory operation; and the fault handler that names the buffer.
+// reservation, a region per device; the opening and closing of a device's region around
+// each of its kernels (a watcher, kernels/watch.h) and every memory operation; and the
+// fault handler that names the buffer.
 #include "kernels/strict.h"
 #include "kernels/watch.h"
 #include "kernels/cpu/hostmem.h"   // offload memory: the host's
@@ -23,109 +24,148 @@
 #define HUGE ((size_t)2 << 20)
 
 static char *base;
-static size_t reserved, used;        // bytes reserved; the bump: bytes ever handed out
+static size_t reserved;              // bytes reserved: REGIONS regions of region_bytes
+static size_t region_bytes;
 static const Backend *cpu;           // the kernels (backend_cpu or its plain twin)
 static StrictDescribe describe;
 
 // A freed buffer is kept for the next request of exactly its size, so that a training loop,
 // which asks for the same sizes every step, reuses its buffers and the bump stops growing.
 typedef struct { size_t bytes; char **free; size_t n, cap; } SizeClass;
-static SizeClass *classes;
-static size_t nclasses, classes_cap;
 
-// Threads inside a kernel or a memory operation now; the memory is open while it is not 0.
-static int inside;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+// One region per device: its buffers, and the threads inside one of its kernels or memory
+// operations now (the region is open while that is not 0). Devices beyond REGIONS share
+// regions (device d uses region d mod REGIONS), and with them the limit of a shared region.
+#define REGIONS 64
+typedef struct {
+    size_t used, top;        // the bump: bytes handed out; [0, top): its pages in use, whole huge pages
+    int inside;
+    pthread_mutex_t lock;
+    SizeClass *classes;
+    size_t nclasses, classes_cap;
+} Region;
+static Region regions[REGIONS];
+static _Thread_local int bound;   // 1 + the region of the device the calling thread works for; 0: region 0
 
-// The pages handed out so far, [base, base + top): the rest of the reservation stays
-// PROT_NONE from the mmap on, and an mprotect costs by the range it walks.
-static size_t top;
-static void protect_range(size_t from, size_t to, int prot) {
-    if (to > from && mprotect(base + from, to - from, prot) != 0)
+static Region *own_region(void) { return &regions[bound ? bound - 1 : 0]; }
+static char *start_of(const Region *g) { return base + (size_t)(g - regions) * region_bytes; }
+// The region that holds p, or NULL for host memory.
+static Region *region_of(const void *p) {
+    const char *c = p;
+    return base && c >= base && c < base + reserved ? &regions[(size_t)(c - base) / region_bytes] : NULL;
+}
+
+void strict_bind_device(int device) { bound = device < 0 ? 0 : 1 + device % REGIONS; }
+
+// The pages above top stay PROT_NONE from the mmap on, and an mprotect costs by the range it
+// walks. The caller holds the region's lock.
+static void protect_range(Region *g, size_t from, size_t to, int prot) {
+    if (to > from && mprotect(start_of(g) + from, to - from, prot) != 0)
         die("device=cpu_strict: mprotect of the device memory failed");
 }
-static void protect(int prot) { protect_range(0, top, prot); }
-static void open_memory(void) {
-    pthread_mutex_lock(&lock);
-    if (inside++ == 0) protect(PROT_READ | PROT_WRITE);
-    pthread_mutex_unlock(&lock);
+static void open_region(Region *g) {
+    if (!g) return;
+    pthread_mutex_lock(&g->lock);
+    if (g->inside++ == 0) protect_range(g, 0, g->top, PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&g->lock);
 }
-static void close_memory(void) {
-    pthread_mutex_lock(&lock);
-    if (--inside == 0) protect(PROT_NONE);
-    pthread_mutex_unlock(&lock);
+static void close_region(Region *g) {
+    if (!g) return;
+    pthread_mutex_lock(&g->lock);
+    if (--g->inside == 0) protect_range(g, 0, g->top, PROT_NONE);
+    pthread_mutex_unlock(&g->lock);
 }
 
-// ---- the watcher: every kernel runs with the memory open
+// ---- the watcher: a kernel runs with its device's region open (its operands are that
+// device's buffers, or host memory)
 static void enter(int family) {
     (void)family;
-    open_memory();
+    open_region(own_region());
 }
 static void leave(int family, double flops, double bytes) {
     (void)family, (void)flops, (void)bytes;
-    close_memory();
+    close_region(own_region());
 }
 
 // ---- memory (kernels/kernels.h MemoryOps)
-static SizeClass *class_of(size_t bytes) {   // the caller holds the lock
-    for (size_t i = 0; i < nclasses; i++)
-        if (classes[i].bytes == bytes) return &classes[i];
-    if (nclasses == classes_cap) {
-        classes_cap = classes_cap ? 2 * classes_cap : 64;
-        classes = realloc(classes, classes_cap * sizeof *classes);
-        if (!classes) die("device=cpu_strict: host out of memory for the free lists");
+static SizeClass *class_of(Region *g, size_t bytes) {   // the caller holds the region's lock
+    for (size_t i = 0; i < g->nclasses; i++)
+        if (g->classes[i].bytes == bytes) return &g->classes[i];
+    if (g->nclasses == g->classes_cap) {
+        g->classes_cap = g->classes_cap ? 2 * g->classes_cap : 64;
+        g->classes = realloc(g->classes, g->classes_cap * sizeof *g->classes);
+        if (!g->classes) die("device=cpu_strict: host out of memory for the free lists");
     }
-    classes[nclasses] = (SizeClass){bytes, NULL, 0, 0};
-    return &classes[nclasses++];
+    g->classes[g->nclasses] = (SizeClass){bytes, NULL, 0, 0};
+    return &g->classes[g->nclasses++];
 }
 
 static void *alloc(size_t bytes) {
     size_t rounded = (bytes + LINE - 1) & ~(size_t)(LINE - 1);
-    pthread_mutex_lock(&lock);
-    SizeClass *k = class_of(rounded);
+    Region *g = own_region();
+    pthread_mutex_lock(&g->lock);
+    SizeClass *k = class_of(g, rounded);
     char *p = NULL;
     if (k->n) p = k->free[--k->n];
-    else if (rounded <= reserved - used) {
-        p = base + used;
-        used += rounded;
-        size_t new_top = (used + HUGE - 1) / HUGE * HUGE;
-        if (inside) protect_range(top, new_top, PROT_READ | PROT_WRITE);   // open now: the new pages too
-        if (new_top > top) top = new_top;
+    else if (rounded <= region_bytes - g->used) {
+        p = start_of(g) + g->used;
+        g->used += rounded;
+        size_t new_top = (g->used + HUGE - 1) / HUGE * HUGE;
+        if (g->inside) protect_range(g, g->top, new_top, PROT_READ | PROT_WRITE);   // open now: the new pages too
+        if (new_top > g->top) g->top = new_top;
     }
-    pthread_mutex_unlock(&lock);
-    return p;   // NULL: the reservation is spent (the allocator says out of memory)
+    pthread_mutex_unlock(&g->lock);
+    return p;   // NULL: the region is spent (the allocator says out of memory)
 }
 
+// Back to the free list of the region it came from (whichever thread frees it).
 static void release(void *p, size_t bytes) {
     size_t rounded = (bytes + LINE - 1) & ~(size_t)(LINE - 1);
-    pthread_mutex_lock(&lock);
-    SizeClass *k = class_of(rounded);
+    Region *g = region_of(p);
+    pthread_mutex_lock(&g->lock);
+    SizeClass *k = class_of(g, rounded);
     if (k->n == k->cap) {
         k->cap = k->cap ? 2 * k->cap : 8;
         k->free = realloc(k->free, k->cap * sizeof *k->free);
         if (!k->free) die("device=cpu_strict: host out of memory for the free lists");
     }
     k->free[k->n++] = p;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&g->lock);
 }
 
-// Each operation is the CPU's, with the memory open around it.
-static void zero(void *p, size_t bytes) { open_memory(); cpu->mem->zero(p, bytes); close_memory(); }
-static void fill(void *p, int byte, size_t bytes) { open_memory(); cpu->mem->fill(p, byte, bytes); close_memory(); }
+// Each operation is the CPU's, with the regions of its device operands open around it (a
+// collective copies between two devices' buffers).
+static void zero(void *p, size_t bytes) {
+    Region *g = region_of(p);
+    open_region(g);
+    cpu->mem->zero(p, bytes);
+    close_region(g);
+}
+static void fill(void *p, int byte, size_t bytes) {
+    Region *g = region_of(p);
+    open_region(g);
+    cpu->mem->fill(p, byte, bytes);
+    close_region(g);
+}
 static void copy(void *dst, const void *src, size_t bytes) {
-    open_memory();
+    Region *d = region_of(dst), *s = region_of(src);
+    open_region(d);
+    if (s != d) open_region(s);
     cpu->mem->copy(dst, src, bytes);
-    close_memory();
+    if (s != d) close_region(s);
+    close_region(d);
 }
 static void to_host(void *host, const void *src, size_t bytes) {
-    open_memory();
+    Region *g = region_of(src);
+    open_region(g);
     cpu->mem->to_host(host, src, bytes);
-    close_memory();
+    close_region(g);
 }
 static void to_device(void *dst, const void *host, size_t bytes) {
-    open_memory();
+    Region *g = region_of(dst);
+    open_region(g);
     cpu->mem->to_device(dst, host, bytes);
-    close_memory();
+    close_region(g);
 }
 static void *alloc_host(size_t bytes) { return host_alloc(bytes); }
 static void free_host(void *p, size_t bytes) { host_free(p, bytes); }
@@ -206,6 +246,8 @@ const Backend *strict_backend(const Backend *inner, StrictDescribe describe_addr
     }
     base = (char *)(((uintptr_t)base + HUGE - 1) & ~(uintptr_t)(HUGE - 1));   // on a huge-page boundary
     madvise(base, reserved, MADV_HUGEPAGE);   // a hint: without huge pages it works, slower
+    region_bytes = reserved / REGIONS;         // a power of two, whole huge pages
+    for (int i = 0; i < REGIONS; i++) pthread_mutex_init(&regions[i].lock, NULL);
     install_handler();
     return watch_backend(inner, &memory_strict, (WatchHooks){enter, leave});
 }

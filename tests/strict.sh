@@ -80,6 +80,8 @@ planted() {
 }
 planted read read "attention norm out"
 planted write wrote "attention norm out"
+# Each device's buffers are a region of their own, closed while the other devices compute.
+planted read read "attention norm out" ici_fsdp_parallelism=4 num_devices=4
 # The first collective of a step sums the token count into a staging buffer (base/collectives.c).
 planted memcpy "read|wrote" "all-reduce pieces" ici_data_parallelism=2 num_devices=2
 
