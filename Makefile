@@ -47,6 +47,15 @@ $(BUILD)/kernels/dry.o: CFLAGS += -Wno-unused-parameter
 train: $(BUILD)/train.o $(LIB_OBJ)
 	$(CC) $(CFLAGS) $^ -o $(OUT) $(LDLIBS)
 
+# build/plant/train: ./train with the strict mode's planted host accesses (tests/strict.sh):
+# the two files that hold them built again with MESHMOE_PLANT_HOST_ACCESS, the rest shared.
+PLANTED := model/rmsnorm.c base/collectives.c
+build/plant/train: $(BUILD)/train.o $(filter-out $(PLANTED:%.c=$(BUILD)/%.o),$(LIB_OBJ)) $(PLANTED:%.c=build/plant/%.o)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+build/plant/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMESHMOE_PLANT_HOST_ACCESS -c $< -o $@
+
 # ./train_mpi: the trainer as one process of an mpirun job, one process per slice of the
 # mesh (docs/mpi.md). The library's objects are ./train's; train.c is built again with the
 # MPI start-up, the MPI transport (base/net_mpi.c) added, and mpicc links them with MPI.

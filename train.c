@@ -40,6 +40,7 @@
 #include "model/attn_flash.h"   // attn_block_autotune
 #include "report/plan.h"        // the planner's printout and memory trace
 #include "report/profile.h"     // profile=true: where the steps' time went
+#include "kernels/strict.h"     // device=cpu_strict: device memory the host cannot touch
 #include "base/paths.h"         // paths checked, signals that stop a run
 #include "trainer/metrics.h"    // each step's metrics, gathered and written
 #include "trainer/files.h"      // train_files_check: no output is one of the run's other files
@@ -90,7 +91,6 @@ static void read_config(Config *c, int argc, char **argv) {
     if (cublas && c->device != DEVICE_GPU) die("gpu_matmul=cublas chooses device=gpu's products: this run is device=%s",
                                                c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
     if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, &why)) die("device=gpu: %s", why);
-    if (c->device == DEVICE_CPU_STRICT) die("device=cpu_strict is not built yet");
 }
 
 // 1, over several processes: every process reads and checks the config, quietly (die()
@@ -207,7 +207,9 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
            decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
            c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense");
     printf("BLAS: %s\n", blas_description());
-    printf("kernels: %s backend, matmul_impl=%s\n", kern()->name, matmul_impl_name(c->matmul_impl));
+    printf("kernels: %s backend, matmul_impl=%s%s%s\n", kern()->name, matmul_impl_name(c->matmul_impl),
+           c->device == DEVICE_CPU_STRICT && !c->dry_run ? ", device=cpu_strict (device memory closed outside the kernels)" : "",
+           c->profile ? ", each kernel timed (profile=true)" : "");
     int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
     if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
     else snprintf(nt, sizeof nt, "%d", most);
@@ -305,12 +307,20 @@ static void loop_end(DeviceRun *d) {
     mem_free(d->targets);
 }
 
+// Host memory for n ints: where the loader writes a sequence, before it goes to the device.
+static int *host_ints(size_t n) {
+    int *p = malloc(sizeof(int) * n);
+    if (!p) die("host out of memory for one sequence (%zu tokens)", n / 2);
+    return p;
+}
+
 // This device's part of a sequence: under context parallelism part crank of nctx, its Sl
-// tokens from position crank*Sl on.
+// tokens from position crank*Sl on, from the loader's host copy of the sequence into the
+// device's batch.
 static void take_part(const DeviceRun *d, const int *seq_ids, const int *seq_tg, int *ids, int *targets) {
     int p0 = d->m.shard.crank * d->Sl;
-    memcpy(ids, seq_ids + p0, sizeof(int) * d->Sl);
-    memcpy(targets, seq_tg + p0, sizeof(int) * d->Sl);
+    mem_upload(ids, seq_ids + p0, sizeof(int) * d->Sl);
+    mem_upload(targets, seq_tg + p0, sizeof(int) * d->Sl);
 }
 
 // This device's part of the step's batch. The global batch is A microbatches of Bg
@@ -321,7 +331,7 @@ static void take_part(const DeviceRun *d, const int *seq_ids, const int *seq_tg,
 // [k*Bg/M + brank*B/M, ...) for k = 0..M-1 (pipeline/pipeline.h).
 static void fetch_batch(const DeviceRun *d, int step) {
     int A = d->A, B = d->B, Bg = d->Bg, S = d->S, M = pipeline_microbatches(&d->c), Bm = B / M;
-    int *seq = (int *)mem_alloc(MEM_TEMP, sizeof(int) * 2 * S, "one sequence");   // ids, then targets
+    int *seq = host_ints(2 * S);   // one sequence on the host: ids, then targets
     for (int mb = 0; mb < A; mb++)
         for (int i = 0; i < B; i++) {
             int64_t g = (int64_t)step * A * Bg + (int64_t)mb * Bg + (int64_t)(i / Bm) * (Bg / M) +
@@ -330,7 +340,7 @@ static void fetch_batch(const DeviceRun *d, int step) {
             loader_train_sequence(d->run->dl, g, seq, seq + S);
             take_part(d, seq, seq + S, d->ids + at, d->targets + at);
         }
-    mem_free(seq);
+    free(seq);
 }
 
 // Mean eval loss over eval_steps batches of Be * nbatch held-out windows (Be on this device).
@@ -338,7 +348,7 @@ static float evaluate(DeviceRun *d) {
     const DataLoader *dl = d->run->dl;
     int S = d->S, Be = d->Be, Beg = Be * d->m.shard.nbatch, steps = d->c.eval_steps;
     int64_t nwin = loader_num_eval_windows(dl);
-    int *seq = (int *)mem_alloc(MEM_TEMP, sizeof(int) * 2 * S, "one sequence");   // ids, then targets
+    int *seq = host_ints(2 * S);   // one sequence on the host: ids, then targets
     double sum = 0;
     for (int k = 0; k < steps; k++) {
         for (int i = 0; i < Be; i++) {
@@ -347,7 +357,7 @@ static float evaluate(DeviceRun *d) {
         }
         sum += eval_loss(&d->m, d->eval_ids, d->eval_targets, Be, d->Sl);
     }
-    mem_free(seq);
+    free(seq);
     return (float)(sum / steps);
 }
 
@@ -497,12 +507,14 @@ static void run_devices(Run *run) {
     mem_set_dry(c->dry_run);
     // The kernels every device runs (kernels/kernels.h): the planner's, the GPU's
     // (device=gpu, checked in read_config), the plain loops (matmul_impl=plain: the same
-    // bits, slower) or the fast CPU kernels; with profile=true each of them timed
+    // bits, slower) or the fast CPU kernels; under device=cpu_strict over device memory the
+    // host cannot touch (kernels/strict.h); with profile=true each kernel timed
     // (kernels/profile.h).
     const char *why;
     const Backend *kernels = c->dry_run                ? &backend_dry
                            : c->device == DEVICE_GPU ? backend_gpu(c->gpu_matmul == GPU_MATMUL_CUBLAS, &why)
                            : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
+    if (c->device == DEVICE_CPU_STRICT && !c->dry_run) kernels = strict_backend(kernels, mem_describe_address);
     kern_use_default(c->profile ? profile_backend(kernels) : kernels);
     if (!c->dry_run) {
         mesh_run(mesh, device_main, run);

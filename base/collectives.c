@@ -109,10 +109,19 @@ void coll_barrier(Group *g) {
 // buffers overlap in address space (base/memory.c, the void), so a copy from or into one,
 // however short (a slice of a large gradient), would be undefined for memcpy and a race
 // between the devices that share those addresses: such copies are skipped too.
+// Every copy is the backend's (kern()->mem->copy): the buffers are device memory, or host
+// memory for the few host values summed over the mesh (a token count), which a copy of the
+// process's memory moves too (on a GPU, a copy whose direction follows the pointers).
 static void move(void *dst, const void *src, size_t bytes) {
     if (dst == src) return;
     if (mem_dry() && (bytes >= 4096 || mem_in_void(dst) || mem_in_void(src))) return;
-    memcpy(dst, src, bytes);
+#ifdef MESHMOE_PLANT_HOST_ACCESS
+    // tests/strict.sh's planted bug (build/plant/train, MESHMOE_PLANT=memcpy): the copy by the
+    // host instead of the backend, which the strict mode must stop on.
+    const char *plant = getenv("MESHMOE_PLANT");
+    if (plant && !strcmp(plant, "memcpy")) { memcpy(dst, src, bytes); return; }
+#endif
+    kern()->mem->copy(dst, src, bytes);
 }
 
 // Atomic: a device's prefetch helper thread (sharding/overlap.h) counts its all-gathers on
@@ -213,12 +222,17 @@ static void gather_whole(Group *g, int r, const void *buf, void *stage, size_t e
     count(COLL_ALL_REDUCE, b, b);
 }
 
+// The sums of doubles and integers (the loss's leaves, expert counts: a few numbers) are
+// added on the host: the gathered pieces are read once into a host copy, summed there, and
+// the sums copied back into buf.
 void coll_all_reduce_double(Group *g, double *buf, size_t n) {
     if (g->n == 1) return;
     double *stage = (double *)mem_alloc(MEM_COMM, sizeof(double) * (size_t)g->n * n, "all-reduce pieces");
     gather_whole(g, my_rank(g), buf, stage, sizeof(double) * n);
-    tree_reduce_double(stage, g->n, n);
-    move(buf, stage, sizeof(double) * n);
+    double *sum = mem_host_copy(stage, sizeof(double) * (size_t)g->n * n);
+    tree_reduce_double(sum, g->n, n);
+    move(buf, sum, sizeof(double) * n);
+    free(sum);
     mem_free(stage);
 }
 
@@ -226,11 +240,14 @@ void coll_all_reduce_long(Group *g, long *buf, size_t n) {
     if (g->n == 1) return;
     long *stage = (long *)mem_alloc(MEM_COMM, sizeof(long) * (size_t)g->n * n, "all-reduce pieces");
     gather_whole(g, my_rank(g), buf, stage, sizeof(long) * n);
+    long *pieces = mem_host_copy(stage, sizeof(long) * (size_t)g->n * n);
     for (size_t i = 0; i < n; i++) {   // integer sums are exact in any order
         long s = 0;
-        for (int q = 0; q < g->n; q++) s += stage[(size_t)q * n + i];
-        buf[i] = s;
+        for (int q = 0; q < g->n; q++) s += pieces[(size_t)q * n + i];
+        pieces[i] = s;
     }
+    move(buf, pieces, sizeof(long) * n);
+    free(pieces);
     mem_free(stage);
 }
 

@@ -128,27 +128,36 @@ void cp_chunk_tree(double *out, const double *part, int B, int nchunks, int m) {
         coll_all_gather(g, part, got, sizeof(double) * mine);
         all = got;
     }
-    double *x = (double *)mem_alloc(MEM_TEMP, sizeof(double) * C, "sequence statistic per chunk");
+    // The sums on the host, over a host copy of every part (device data), into out.
+    double *xh = malloc(sizeof(double) * C), *sums = malloc(sizeof(double) * (size_t)B * m);
+    double *allh = mem_host_copy(all, sizeof(double) * mine * P);
+    if (!xh || !sums) die("host out of memory for the sequence statistics");
     for (int b = 0; b < B; b++)
         for (int i = 0; i < m; i++) {
             // chunk r*nchunks + j of sequence b sits in part r, chunk j
             for (int r = 0; r < P; r++)
                 for (int j = 0; j < nchunks; j++)
-                    x[r * nchunks + j] = all[(((size_t)r * B + b) * nchunks + j) * m + i];
-            out[(size_t)b * m + i] = tree_sum_double(x, C);
+                    xh[r * nchunks + j] = allh[(((size_t)r * B + b) * nchunks + j) * m + i];
+            sums[(size_t)b * m + i] = tree_sum_double(xh, C);
         }
-    mem_free(x);
+    mem_upload(out, sums, sizeof(double) * (size_t)B * m);
+    free(xh); free(sums); free(allh);
     mem_free(got);
 }
 
+// The counts added on the host, over a host copy of the gathered ones (device data).
 void cp_counts_before(int *before, const int *mine, size_t n) {
-    memset(before, 0, sizeof(int) * n);
+    mem_zero(before, sizeof(int) * n);
     Group *g = context_group();
     if (!g) return;
     int P = group_size(g), r = cp_rank();
     int *all = (int *)mem_alloc(MEM_COMM, sizeof(int) * n * P, "counts of all parts");
     coll_all_gather(g, mine, all, sizeof(int) * n);
+    int *allh = mem_host_copy(all, sizeof(int) * n * P), *sum = calloc(n ? n : 1, sizeof(int));
+    if (!sum) die("host out of memory for the counts of all parts");
     for (int q = 0; q < r; q++)
-        for (size_t i = 0; i < n; i++) before[i] += all[(size_t)q * n + i];
+        for (size_t i = 0; i < n; i++) sum[i] += allh[(size_t)q * n + i];
+    mem_upload(before, sum, sizeof(int) * n);
+    free(allh); free(sum);
     mem_free(all);
 }

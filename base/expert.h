@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include "base/collectives.h"
 
+// Host data, but for from and to (the kernels' permutations) and the row buffers x, h0, h1.
 typedef struct ExpertDispatch {
     Group *group;               // the devices along `expert` around this one
     int ep, rank;               // their number and this device's rank
@@ -34,7 +35,8 @@ typedef struct ExpertDispatch {
                                 // depend on the routing (MaxText's ragged all-to-all buffer is
                                 // ep * B * S * K rows for the same reason)
     int *row_start;             // (El+1) expert-major layout: local expert e owns rows [row_start[e], row_start[e+1])
-    int *from;                  // (nrecv) expert-major row -> its place in the receive buffer
+    int *from;                  // (nrecv) expert-major row -> its place in the receive buffer (device)
+    int *to;                    // (nrecv) the inverse: place in the receive buffer -> expert-major row (device)
     int *row_token;             // (nrecv) the row's token numbered across the group: rank * T + token
     float *x, *h0, *h1;         // (nrecv,D), (nrecv,H), (nrecv,H): what the experts saw, kept for backward
 } ExpertDispatch;

@@ -7,6 +7,7 @@
 // the largest live buffers from the records.
 #include "base/memory.h"
 #include "kernels/kernels.h"   // MemoryOps: where the backend's device buffers live
+#include "kernels/strict.h"    // strict_bind_device: the strict mode's region of the calling device
 #include "core/common.h"
 #include <stdarg.h>
 #include <stdint.h>
@@ -30,6 +31,10 @@ struct MemBlock {
     unsigned slot;       // dry run: 1 + its slot in the void (below), 0 for real memory
     unsigned seq;        // the device's allocation count when it was made: orders equal sizes
 };
+
+// The bytes behind a buffer of `bytes` (what the memory is asked for): whole 64-byte lines, at least one (so that every
+// buffer, even an empty one, has an address of its own).
+static size_t host_bytes(size_t bytes) { return bytes ? (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1) : ALIGN; }
 
 static _Thread_local Device *current;
 static int dry;   // dry_run (set once before the devices start)
@@ -137,6 +142,23 @@ static void table_remove(MemBlock *m) {
     pthread_mutex_unlock(&table_lock);
 }
 
+int mem_describe_address(const void *addr, const char **name, const char **tag, size_t *offset, size_t *bytes) {
+    if (pthread_mutex_trylock(&table_lock) != 0) return 0;   // no waiting: a fault handler calls this
+    const char *a = addr;
+    int found = 0;
+    for (size_t i = 0; i < table_cap && !found; i++) {
+        const MemBlock *m = table[i];
+        if (!m || m->slot || a < (const char *)m->data || a >= (const char *)m->data + host_bytes(m->bytes)) continue;
+        *name = m->name;
+        *tag = MEM_TAG_NAMES[m->tag];
+        *offset = (size_t)(a - (const char *)m->data);
+        *bytes = m->bytes;
+        found = 1;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return found;
+}
+
 static void *void_alloc(MemBlock *m, size_t bytes, const char *name) {
     if (bytes > void_bytes - (size_t)VOID_SLOTS * 64)
         die("dry run: '%s' (%zu bytes) is larger than the planner's address space (%zu bytes)", name, bytes, void_bytes);
@@ -169,7 +191,11 @@ void device_init(Device *d, int id, size_t capacity) {
     d->capacity = capacity;
 }
 
-void mem_set_device(Device *d) { current = d; }
+// The strict mode keeps each device's buffers in a region of its own (kernels/strict.h).
+void mem_set_device(Device *d) {
+    current = d;
+    strict_bind_device(d ? d->id : -1);
+}
 
 Device *mem_device(void) {
     if (!current) die("internal: no device set for this thread (call mem_set_device)");
@@ -233,9 +259,6 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
 #define POISON_UNINIT 0
 #endif
 
-// The bytes behind a buffer of `bytes` (what the memory is asked for): whole 64-byte lines, at least one (so that every
-// buffer, even an empty one, has an address of its own).
-static size_t host_bytes(size_t bytes) { return bytes ? (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1) : ALIGN; }
 
 // One block of `bytes` on the device (host = 0) or in its host memory (host = 1), zeroed
 // unless zero is 0 (a dry run zeroes its real memory always: the kernels, which would
@@ -302,6 +325,15 @@ void mem_transfer(void *dst, const void *src, size_t bytes) {
     }
     if (d->host && !s->host) d->dev->to_host_bytes += bytes;
     if (!d->host && s->host) d->dev->to_device_bytes += bytes;
+}
+
+void mem_upload(void *dst, const void *host, size_t n) { kern()->mem->to_device(dst, host, n); }
+void mem_download(void *host, const void *src, size_t n) { kern()->to_host(host, src, n); }
+void *mem_host_copy(const void *src, size_t n) {
+    void *host = malloc(n ? n : 1);
+    if (!host) die("host out of memory for a %zu-byte copy of device data", n);
+    mem_download(host, src, n);
+    return host;
 }
 
 void mem_zero(void *p, size_t n) { if (!dry) kern()->mem->zero(p, n); }

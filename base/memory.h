@@ -89,6 +89,10 @@ int mem_is_host(const void *p);
 // Copy between two whole allocator buffers (pointers as returned by the allocator); bytes
 // that cross between host and device are counted. Skipped in a dry run like mem_copy.
 void mem_transfer(void *dst, const void *src, size_t bytes);
+// The buffer that holds address addr (anywhere inside it): its name, tag name, addr's offset
+// into it and its size; 0 when no live buffer holds it, or when the records are being changed
+// right now (it does not wait for their lock: the strict mode's fault handler calls it).
+int mem_describe_address(const void *addr, const char **name, const char **tag, size_t *offset, size_t *bytes);
 // The name a buffer was allocated with, and its size in bytes.
 const char *mem_name(const void *p);
 size_t mem_size(const void *p);
@@ -105,6 +109,15 @@ int mem_in_void(const void *p);
 // skipped in a dry run (nothing to move).
 void mem_zero(void *p, size_t n);
 void mem_copy(void *dst, const void *src, size_t n);
+// The host's one way into and out of device data (any pointer into a device buffer, and host
+// memory of its own): host bytes copied to the device (the backend's to_device), device bytes
+// copied to the host (the backend's to_host: on a GPU after the work queued before it, the
+// one synchronisation a layer asks for). Not skipped in a dry run: the small buffers there are
+// real and hold what the host reads back (routing counts); the void's pages read as zeros.
+void mem_upload(void *dst, const void *host, size_t n);
+void mem_download(void *host, const void *src, size_t n);
+// A host copy of n bytes of device data (malloc'd: the caller frees it), by mem_download.
+void *mem_host_copy(const void *src, size_t n);
 // Name the phase the device is in (printf format), for the planner and the memory trace.
 void mem_phase(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // The k largest live buffers (name, tag, bytes), largest first; returns how many.

@@ -10,6 +10,7 @@
 // here; they are not charged to any device's allocator.
 #include "base/group.h"
 #include "base/net.h"
+#include "base/memory.h"   // mem_download: the posted device buffers into the messages
 #include "core/common.h"
 
 void span_init(Group *g, const Mesh *mesh) {
@@ -115,7 +116,8 @@ void span_exchange(Group *g, const Pieces *p) {
         size_t at = 0;
         for (int j = 0; j < k; j++) {
             size_t len = piece_len(g, p, ps[j], pt[j], 1, &off);
-            if (len) memcpy(g->tx[i] + at, (const char *)p->posted[ps[j]] + off, len);   // (a barrier posts nothing)
+            // The posted buffers are device data (a barrier posts nothing): read by the backend.
+            if (len) mem_download(g->tx[i] + at, (const char *)p->posted[ps[j]] + off, len);
             at += len;
             count_net(g, ps[j], p->coll, len, 0);
         }

@@ -55,7 +55,13 @@ void tp_all_reduce_max(float *x, size_t n) {
     int t = group_size(g);
     float *all = mem_floats(MEM_COMM, (size_t)t * n, "tensor max (all-gathered)");
     coll_all_gather(g, x, all, sizeof(float) * n);
-    for (size_t i = 0; i < (mem_dry() ? 0 : n); i++)
-        for (int r = 0; r < t; r++) x[i] = fmaxf(x[i], all[(size_t)r * n + i]);
+    if (!mem_dry()) {   // the maxima on the host, over host copies (n: a row per token)
+        float *mx = mem_host_copy(x, sizeof(float) * n), *pieces = mem_host_copy(all, sizeof(float) * t * n);
+        for (size_t i = 0; i < n; i++)
+            for (int r = 0; r < t; r++) mx[i] = fmaxf(mx[i], pieces[(size_t)r * n + i]);
+        mem_upload(x, mx, sizeof(float) * n);
+        free(mx);
+        free(pieces);
+    }
     mem_free(all);
 }

@@ -11,6 +11,10 @@
 //   dry  kernels/dry.c     the planner (dry_run=true): every kernel returns at once, so the
 //                          layers allocate exactly as in a real run and nothing is computed
 //   a GPU backend adds its twins under gpu/ with the same kernel names and argument order.
+// One backend wraps another (kernels/watch.h): every kernel called through a twin that
+// calls watchers before and after it: the profile (profile=true, kernels/profile.h) and the
+// strict mode (device=cpu_strict, kernels/strict.h: device memory the host cannot touch
+// outside a kernel or the memory operations below).
 // The backend is chosen once at start-up (kern_use_default; a device thread may choose its
 // own with kern_use); layers reach it by kern():
 //     kern()->norm->rmsnorm_forward(out, rstd, x, scale, 0, T, D, eps, bf16);

@@ -7,10 +7,27 @@
 #include "base/memory.h"
 #include "core/common.h"
 
+#ifdef MESHMOE_PLANT_HOST_ACCESS
+// tests/strict.sh's planted bugs (build/plant/train only; MESHMOE_PLANT picks one): a host
+// write of the layer's output before its kernel, or a host read of it after. Harmless on the
+// CPU (the kernel overwrites the element; the read changes nothing), a crash on a GPU: the
+// strict mode must stop on them.
+static int planted(const char *kind) {
+    const char *p = getenv("MESHMOE_PLANT");
+    return p && !strcmp(p, kind);
+}
+#endif
+
 // The scale of token t is scale + t * scale_stride (kernels/norm.h).
 static void rmsnorm_forward_rows(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
                                  int T, int D, float eps, int bf16) {
+#ifdef MESHMOE_PLANT_HOST_ACCESS
+    if (planted("write")) out[0] = 0.0f;
+#endif
     kern()->norm->rmsnorm_forward(out, rstd, x, scale, scale_stride, T, D, eps, bf16);
+#ifdef MESHMOE_PLANT_HOST_ACCESS
+    if (planted("read")) { volatile float seen = out[0]; (void)seen; }
+#endif
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, int T, int D, float eps, int bf16) {

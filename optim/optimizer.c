@@ -89,11 +89,18 @@ void optimizer_step(Model *m, float lr, int t) {
     state_optimizer_out(m);
 }
 
+// bias and counts are device data: E numbers each, read into host copies, updated there,
+// and the bias written back (one synchronisation per MoE layer and step).
 void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate) {
     float target = (float)tokens * K / E;   // the count every expert would get if balanced
+    long *n = mem_host_copy(counts, sizeof(long) * E);
+    float *b = mem_host_copy(bias, sizeof(float) * E);
     for (int e = 0; e < E; e++) {
-        float diff = target - (float)counts[e];
+        float diff = target - (float)n[e];
         float sign = diff > 0 ? 1.0f : diff < 0 ? -1.0f : 0.0f;
-        bias[e] += rate * sign;
+        b[e] += rate * sign;
     }
+    mem_upload(bias, b, sizeof(float) * E);
+    free(n);
+    free(b);
 }

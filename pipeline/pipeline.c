@@ -121,8 +121,14 @@ static void run_collect(Pipe *P, FwdStats *st, int nmoe, size_t nleaf, size_t nc
     mem_copy(st->loss_leaf, P->loss_leaf, sizeof(double) * nleaf);
     for (int r = 0; r < nmoe; r++)
         mem_copy(st->aux_seq + (size_t)r * st->aux_stride, P->aux + (size_t)r * nseq, sizeof(double) * nseq);
-    if (P->counts)
-        for (size_t i = 0; i < ncount; i++) st->expert_counts[i] += P->counts[i];
+    if (P->counts) {   // device data, added on the host: a few counts per layer
+        long *mine = mem_host_copy(st->expert_counts, sizeof(long) * ncount);
+        long *stage = mem_host_copy(P->counts, sizeof(long) * ncount);
+        for (size_t i = 0; i < ncount; i++) mine[i] += stage[i];
+        mem_upload(st->expert_counts, mine, sizeof(long) * ncount);
+        free(mine);
+        free(stage);
+    }
     st->ntok += P->ntok;
     mem_free(P->loss_leaf);
     mem_free(P->aux);

@@ -18,7 +18,7 @@ void step_profile_print(const StepProfile *p) {
            p->steps > 1 ? "s" : "", step);
     printf("| kernel family | calls/step | ms/step | %% of step | GFLOP/step | GB/step | GFLOP/s | GB/s |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
-    for (int f = 0; f < PROF_FAMILIES; f++) {
+    for (int f = 0; f < FAMILY_COUNT; f++) {
         const ProfileCounts *c = &p->fam[f];
         if (c->calls == 0) continue;
         double ms = c->ms / n, s = c->ms / 1e3;

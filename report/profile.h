@@ -5,7 +5,7 @@
 #include "kernels/profile.h"
 
 typedef struct StepProfile {
-    ProfileCounts fam[PROF_FAMILIES];   // summed over the counted steps
+    ProfileCounts fam[FAMILY_COUNT];   // summed over the counted steps
     double step_ms;                     // their wall time
     int steps;
 } StepProfile;

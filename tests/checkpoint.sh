@@ -10,7 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
-TRAIN=${TRAIN:-./train}
+TRAIN=train_with_args   # $TRAIN (./train) with $TRAIN_ARGS (tests/lib.sh)
 T=$(mktemp -d /tmp/meshmoe-ckpt.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100"

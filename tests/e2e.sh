@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 T=$(mktemp -d /tmp/meshmoe-e2e.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-TRAIN=${TRAIN:-./train}
+TRAIN=train_with_args   # $TRAIN (./train) with $TRAIN_ARGS (tests/lib.sh)
 # Short runs: small batches and few steps keep the whole script around a minute or two.
 FAST="per_device_batch_size=4 max_target_length=64 eval_steps=2 sample_length=0 log_period=100"
 

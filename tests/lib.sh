@@ -23,6 +23,21 @@ expect_error() {
         fail "$what: exit $rc, wanted exit 1 and one message containing '$phrase'; got: $err"
     fi
 }
+# The trainer a script runs: $TRAIN (./train unless set; a GPU session sets ./train_gpu),
+# with $TRAIN_ARGS (key=value arguments, e.g. device=cpu_strict or device=gpu) added after
+# every training run's own (not to the commands that train nothing: prepare, export-hf,
+# figure, plot, the help). A script that honours both sets TRAIN=train_with_args after
+# sourcing this file; the function is exported for its `bash -c` checks.
+TRAIN_BIN=${TRAIN:-./train}
+TRAIN_ARGS=${TRAIN_ARGS:-}
+train_with_args() {
+    case ${1:-} in
+        prepare | export-hf | figure | plot | -h | --help | --help-config) "$TRAIN_BIN" "$@" ;;
+        *) "$TRAIN_BIN" "$@" $TRAIN_ARGS ;;
+    esac
+}
+export TRAIN_BIN TRAIN_ARGS
+export -f train_with_args
 # losses FILE: the "loss" field of every line of a metrics file, as printed (%.9g of a float).
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
 

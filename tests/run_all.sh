@@ -46,6 +46,7 @@ run_part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable
 run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh
 run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
 run_part "checkpoints: saved on one mesh, resumed on another, metadata checked" bash tests/checkpoint.sh
+run_part "device=cpu_strict: host code kept off device memory (e2e, mesh, pipeline, checkpoint under it; planted accesses caught)" bash tests/strict.sh
 run_part "sweep: the optimization table" bash tests/sweep.sh
 run_part "figures: ./train figure from real runs" bash tests/figures.sh
 run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh

@@ -171,7 +171,7 @@ static float *factored_block(const Model *m, const Entry *e, int *drop, int *kee
 typedef struct { float *dst; const float *src; size_t a; } PutCtx;
 static void put_run(void *ctx, size_t g, size_t li, size_t n) {
     PutCtx *p = (PutCtx *)ctx;
-    memcpy(p->dst + g, p->src + (li - p->a), sizeof(float) * n);
+    mem_download(p->dst + g, p->src + (li - p->a), sizeof(float) * n);
 }
 
 // This device's elements of entry e into dst (the entry's place in the image), if it holds
@@ -180,7 +180,7 @@ static void put_entry(const Model *m, const Entry *e, float *dst) {
     const Mesh *mesh = mesh_current();
     int dev = mesh ? mesh_device_id() : 0;
     if (e->kind == E_BIAS) {
-        if (dev == 0) memcpy(dst, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n);
+        if (dev == 0) mem_download(dst, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n);
         return;
     }
     const ParamSpec *s = &m->specs[e->spec];
@@ -190,13 +190,15 @@ static void put_entry(const Model *m, const Entry *e, float *dst) {
         int drop, keep, first;
         const float *block = factored_block(m, e, &drop, &keep, &first);
         if (!block || !first) return;
-        for (size_t j = 0; j < e->n; j++) dst[j] = block[factored_pos(s, drop, keep, j)];
+        float *whole = mem_host_copy(block, sizeof(float) * e->n);   // the block holds the e->n means, reordered
+        for (size_t j = 0; j < e->n; j++) dst[j] = whole[factored_pos(s, drop, keep, j)];
+        free(whole);
         return;
     }
     size_t a, b, at;
     if (e->kind == E_V) {   // adafactor keeps no tensor/expert cuts: local = global
         AdafactorSlot sl;
-        if (adafactor_slot(m, e->spec, &sl)) memcpy(dst + sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
+        if (adafactor_slot(m, e->spec, &sl)) mem_download(dst + sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
         return;
     }
     if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
@@ -301,17 +303,32 @@ void checkpoint_check(const Config *c, const char *path) {
     st_close(f);
 }
 
+// nbytes of tensor t from byte_off on into device memory dst: read into a host buffer and
+// copied to the device, in pieces of at most 4 MiB (no host copy of a whole shard).
+#define READ_PIECE ((size_t)4 << 20)
+static void read_to_device(const StFile *f, const StTensor *t, size_t byte_off, void *dst, size_t nbytes) {
+    char *host = malloc(MM_MIN(nbytes, READ_PIECE) + 1);
+    if (!host) die("load_checkpoint: out of host memory for a read buffer");
+    for (size_t done = 0; done < nbytes;) {
+        size_t n = MM_MIN(nbytes - done, READ_PIECE);
+        st_read_at(f, t, byte_off + done, host, n);
+        mem_upload((char *)dst + done, host, n);
+        done += n;
+    }
+    free(host);
+}
+
 typedef struct { const StFile *f; const StTensor *t; float *dst; size_t a; } GetCtx;
 static void get_run(void *ctx, size_t g, size_t li, size_t n) {
     GetCtx *p = (GetCtx *)ctx;
-    st_read_at(p->f, p->t, sizeof(float) * g, p->dst + (li - p->a), sizeof(float) * n);
+    read_to_device(p->f, p->t, sizeof(float) * g, p->dst + (li - p->a), sizeof(float) * n);
 }
 
 // This device's elements of entry e from the file.
 static void get_entry(Model *m, const StFile *f, const Entry *e) {
     const StTensor *t = st_get(f, e->name);
     if (e->kind == E_BIAS) {
-        st_read_at(f, t, 0, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n);
+        read_to_device(f, t, 0, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n);
         return;
     }
     const ParamSpec *s = &m->specs[e->spec];
@@ -322,15 +339,19 @@ static void get_entry(Model *m, const StFile *f, const Entry *e) {
         if (!block) return;
         float *whole = malloc(sizeof(float) * e->n);
         if (!whole) die("out of host memory");
+        float *placed = malloc(sizeof(float) * e->n);
+        if (!placed) die("out of host memory");
         st_read_at(f, t, 0, whole, sizeof(float) * e->n);
-        for (size_t j = 0; j < e->n; j++) block[factored_pos(s, drop, keep, j)] = whole[j];
+        for (size_t j = 0; j < e->n; j++) placed[factored_pos(s, drop, keep, j)] = whole[j];
+        mem_upload(block, placed, sizeof(float) * e->n);   // the block holds the e->n means, reordered
         free(whole);
+        free(placed);
         return;
     }
     if (e->kind == E_V) {
         AdafactorSlot sl;
         if (adafactor_slot(m, e->spec, &sl))
-            st_read_at(f, t, sizeof(float) * sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
+            read_to_device(f, t, sizeof(float) * sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
         return;
     }
     size_t a, b, at;

@@ -25,21 +25,33 @@ static void capture(Model *m, int mb, void *ctx) {
     const Config *c = cp->c;
     size_t T = (size_t)cp->B * cp->S, nseq_all = (size_t)c->gradient_accumulation_steps * cp->B;
     int V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
-    if (cp->t == 0) memcpy(cp->logits + mb * T * V, m->logits, sizeof(float) * T * V);
+    if (cp->t == 0) mem_download(cp->logits + mb * T * V, m->logits, sizeof(float) * T * V);
     for (int l = c->first_num_dense_layers, j = 0; l < c->base_num_decoder_layers; l++, j++) {
         const MoeSaved *s = &m->acts[l].moe;
         // first token of this microbatch of step t in layer j
         size_t row = (((size_t)j * cp->P + cp->t) * nseq_all) * cp->S + mb * T;
-        memcpy(cp->idx + row * K, s->top_idx, sizeof(int) * T * K);
-        memcpy(cp->w + row * K, s->top_w, sizeof(float) * T * K);
-        memcpy(cp->scores + row * E, s->scores, sizeof(float) * T * E);
+        mem_download(cp->idx + row * K, s->top_idx, sizeof(int) * T * K);
+        mem_download(cp->w + row * K, s->top_w, sizeof(float) * T * K);
+        mem_download(cp->scores + row * E, s->scores, sizeof(float) * T * E);
     }
 }
 
+// The capture's host buffers for P steps of nseq sequences.
+static Capture capture_new(const Config *c, int B, int S, int P, int nseq) {
+    int V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
+    size_t rtok = (size_t)model_num_moe_layers(c) * P * nseq * S;
+    Capture cp = {c, B, S, P, 0, malloc(sizeof(float) * (size_t)nseq * S * V),
+                  malloc(sizeof(int) * MM_MAX(rtok * K, 1)), malloc(sizeof(float) * MM_MAX(rtok * K, 1)),
+                  malloc(sizeof(float) * MM_MAX(rtok * E, 1))};
+    if (!cp.logits || !cp.idx || !cp.w || !cp.scores) die("out of host memory for the parity dump's capture");
+    return cp;
+}
+
+// A host copy of n floats of device data.
 static float *copy_floats(const float *src, size_t n) {
     float *d = malloc(sizeof(float) * MM_MAX(n, 1));
     if (!d) die("out of host memory for the parity dump");
-    memcpy(d, src, sizeof(float) * n);
+    mem_download(d, src, sizeof(float) * n);
     return d;
 }
 
@@ -78,7 +90,7 @@ static void snapshot_params(const Model *m, float *stack, int P, int t) {
     for (int i = 0; i < m->ntensors; i++) {
         const ParamSpec *s = &m->specs[i];
         size_t n = spec_numel(s);
-        memcpy(stack + (size_t)P * s->offset + (size_t)t * n, m->params_mem + s->offset, sizeof(float) * n);
+        mem_download(stack + (size_t)P * s->offset + (size_t)t * n, m->params_mem + s->offset, sizeof(float) * n);
     }
 }
 
@@ -149,8 +161,8 @@ static void add_router(StWriter *w, const Capture *cp, int nseq) {
 void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     const Config *c = &m->cfg;
     int A = c->gradient_accumulation_steps, B = c->per_device_batch_size, S = c->max_target_length;
-    int P = c->parity_steps, V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
-    int L = c->base_num_decoder_layers, nmoe = model_num_moe_layers(c), nseq = A * B;
+    int P = c->parity_steps, V = c->vocab_size, E = c->num_experts;
+    int L = c->base_num_decoder_layers, nseq = A * B;
     if (c->num_vocab_tiling > 1)   // the dump compares the whole (B,S,V) logits, which tiling never holds
         die("the parity dump writes the logits, which num_vocab_tiling=%d never holds whole: run the dump with "
             "num_vocab_tiling=1 (tiling gives the same losses and gradients bit for bit)", c->num_vocab_tiling);
@@ -166,27 +178,26 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     // The P steps, each with the capture hook. Before each step its weights and routing
     // bias are kept, so that the reference can recompute every step from the same
     // starting point as C (teacher forcing) as well as run its own trajectory.
-    size_t rtok = (size_t)nmoe * P * nseq * S;
-    Capture cp = {c, B, S, P, 0, malloc(sizeof(float) * (size_t)nseq * S * V),
-                  malloc(sizeof(int) * MM_MAX(rtok * K, 1)), malloc(sizeof(float) * MM_MAX(rtok * K, 1)),
-                  malloc(sizeof(float) * MM_MAX(rtok * E, 1))};
+    Capture cp = capture_new(c, B, S, P, nseq);
     float *steps_params = malloc(sizeof(float) * (size_t)P * m->nparams);
     float *steps_bias = m->router_bias ? malloc(sizeof(float) * (size_t)P * bias_n) : NULL;
     float *grad0 = NULL, *step_losses = malloc(sizeof(float) * P), *step_gnorms = malloc(sizeof(float) * P);
-    if (!cp.logits || !cp.idx || !cp.w || !cp.scores || !steps_params || (m->router_bias && !steps_bias) ||
-        !step_losses || !step_gnorms)
+    if (!steps_params || (m->router_bias && !steps_bias) || !step_losses || !step_gnorms)
         die("out of host memory for the parity dump (parity_steps=%d snapshots of %zu weights)", P, m->nparams);
     StepResult r0 = {0};
-    long *counts = calloc(bias_n, sizeof(long));
+    long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * bias_n, "expert counts");   // and the step's batch, on the device
+    int *ids_dev = (int *)mem_alloc(MEM_TEMP, sizeof(int) * (size_t)nseq * S, "parity batch ids");
+    int *tg_dev = (int *)mem_alloc(MEM_TEMP, sizeof(int) * (size_t)nseq * S, "parity batch targets");
     for (int t = 0; t < P; t++) {
         StepResult r;
         snapshot_params(m, steps_params, P, t);
         for (int l = 0; steps_bias && l < L; l++)
-            memcpy(steps_bias + ((size_t)l * P + t) * E, m->router_bias + (size_t)l * E, sizeof(float) * E);
-        memset(counts, 0, sizeof(long) * bias_n);
+            mem_download(steps_bias + ((size_t)l * P + t) * E, m->router_bias + (size_t)l * E, sizeof(float) * E);
         size_t off = (size_t)t * nseq * S;
+        mem_upload(ids_dev, ids + off, sizeof(int) * (size_t)nseq * S);
+        mem_upload(tg_dev, tg + off, sizeof(int) * (size_t)nseq * S);
         cp.t = t;
-        compute_gradients(m, ids + off, tg + off, A, B, S, &r, counts, capture, &cp);
+        compute_gradients(m, ids_dev, tg_dev, A, B, S, &r, counts, capture, &cp);   // zeroes counts first
         if (!isfinite(r.loss)) die("parity dump: non-finite loss at step %d", t);
         if (t == 0) { grad0 = copy_floats(m->grads_mem, m->nparams); r0 = r; }
         step_losses[t] = r.loss;
@@ -203,10 +214,12 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     char (*names)[160] = calloc((size_t)(4 * m->ntensors + 4 * L + 8), 160);
     add_params(w, m, init, "param/", names);
     add_params(w, m, grad0, "c/grad/", names + m->ntensors);
-    add_params(w, m, m->params_mem, "c/final/", names + 2 * m->ntensors);
+    float *final = copy_floats(m->params_mem, m->nparams);
+    float *final_bias = m->router_bias ? copy_floats(m->router_bias, bias_n) : NULL;
+    add_params(w, m, final, "c/final/", names + 2 * m->ntensors);
     add_stacked_params(w, m, steps_params, P, "steps/param/", names + 3 * m->ntensors);
     add_biases(w, m, init_bias, 0, "state/", names + 4 * m->ntensors);
-    add_biases(w, m, m->router_bias, 0, "c/final_state/", names + 4 * m->ntensors + L);
+    add_biases(w, m, final_bias, 0, "c/final_state/", names + 4 * m->ntensors + L);
     add_biases(w, m, steps_bias, P, "steps/state/", names + 4 * m->ntensors + 2 * L);
     int64_t bshape[3] = {P, nseq, S}, lshape[3] = {nseq, S, V};
     st_writer_add(w, "batch/inputs", ST_I32, 3, bshape, ids);
@@ -221,6 +234,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     st_writer_free(w);
     printf("wrote %s (%d steps, loss %.9g -> %.9g)\n", path, P, step_losses[0], step_losses[P - 1]);
     free(names); free(init); free(init_bias); free(ids); free(tg); free(grad0);
-    free(step_losses); free(step_gnorms); free(counts); free(steps_params); free(steps_bias);
+    free(step_losses); free(step_gnorms); free(steps_params); free(steps_bias); free(final); free(final_bias);
+    mem_free(counts); mem_free(ids_dev); mem_free(tg_dev);
     free(cp.logits); free(cp.idx); free(cp.w); free(cp.scores);
 }

@@ -25,6 +25,7 @@
 #include "trainer/hf.h"
 #include "model/model.h"
 #include "data/safetensors.h"
+#include "base/memory.h"    // mem_upload, mem_host_copy: the weights onto the device
 #include "core/common.h"
 #include <sys/stat.h>
 #include <errno.h>
@@ -515,6 +516,12 @@ static void check_config(const Config *c, const char *dir) {
     free(text);
 }
 
+// Weight s, made on the host in h (malloc'd), to the device; h freed.
+static void upload_weight(Model *m, const ParamSpec *s, float *h) {
+    mem_upload(m->params_mem + s->offset, h, sizeof(float) * s->size);
+    free(h);
+}
+
 int hf_load(Model *m, const char *dir) {
     const Config *c = &m->cfg;
     check_config(c, dir);
@@ -531,28 +538,30 @@ int hf_load(Model *m, const char *dir) {
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
     StFile *side = access(spath, R_OK) ? NULL : st_open_try(spath, err, sizeof err);
     int used = 0, expected = 0;
-    for (int i = 0; i < m->ntensors; i++) {
+    for (int i = 0; i < m->ntensors; i++) {   // each weight made on the host (dst), then copied to the device
         const ParamSpec *s = &m->specs[i];
         const Rule *r = rule_for(s->key, hf, sizeof hf);
         int64_t shape[4];
         int nd = hf_shape(s, r, shape);
-        float *src = hf_tensor(f, path, hf, nd, shape, &scratch), *dst = m->params_mem + s->offset;
+        float *src = hf_tensor(f, path, hf, nd, shape, &scratch);
+        float *dst = mem_host_copy(m->params_mem + s->offset, sizeof(float) * s->size);
         expected += r->part == 0;
         move_tensor(dst, src, s, r, 0);
-        if (!is_gqa_query(c, r)) continue;
+        if (!is_gqa_query(c, r)) { upload_weight(m, s, dst); continue; }
         const StTensor *exact = side ? st_get(side, s->name) : NULL;
         int match = exact && exact->dtype == ST_F32 && exact->nbytes == s->size * sizeof(float);
         for (size_t j = 0; match && j < s->size; j++)   // still the kernel q_proj was made from?
             match = (float)((double)((const float *)exact->data)[j] * query_scale(c)) == dst[j];
         if (match) { memcpy(dst, exact->data, exact->nbytes); used++; }
         else for (size_t j = 0; j < s->size; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
+        upload_weight(m, s, dst);
     }
     for (int l = c->first_num_dense_layers; cfg_is_deepseek(c) && l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
         const float *b = hf_tensor(f, path, hf, 1, shape, &scratch);
         expected++;
-        if (m->router_bias) { memcpy(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
+        if (m->router_bias) { mem_upload(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
         for (int e = 0; e < c->num_experts; e++)
             if (b[e] != 0.0f) die("load_hf: %s has a nonzero e_score_correction_bias in layer %d, and this run has "
                                   "routed_bias=false: set routed_bias=true", path, l);

@@ -26,20 +26,29 @@ void step_init(Model *m, const Config *c) {
     state_offload_init(m);   // host offload of weights / optimizer state, the EMA copy (optim/offload.h)
 }
 
-// Tokens with a target: the loss is their mean, over the whole global batch.
+// Tokens with a target: the loss is their mean, over the whole global batch. Counted on a
+// host copy of the targets (device data).
 static long count_targets(const int *targets, long n) {
+    int *t = mem_host_copy(targets, sizeof(int) * n);
     long k = 0;
-    for (long i = 0; i < n; i++) k += targets[i] >= 0;
+    for (long i = 0; i < n; i++) k += t[i] >= 0;
+    free(t);
     return k;
 }
 
-// The step's loss from its per-leaf sums and per-sequence aux terms, both in tree order.
-static void finish_loss(const Config *c, StepResult *r, const double *loss_leaf, long nleaves,
-                        const double *aux_seq, int nseq) {
+// The step's loss from its per-leaf sums and per-sequence aux terms, both in tree order
+// (device data, read here once into host copies).
+static void finish_loss(const Config *c, StepResult *r, const double *loss_leaf_dev, long nleaves,
+                        const double *aux_seq_dev, int nseq) {
+    int nmoe = model_num_moe_layers(c);
+    double *loss_leaf = mem_host_copy(loss_leaf_dev, sizeof(double) * nleaves);
+    double *aux_seq = mem_host_copy(aux_seq_dev, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * nseq);
     double ce = tree_sum_double(loss_leaf, nleaves) / (double)MM_MAX(r->ntok, 1);
     double aux = 0.0;
     if (c->load_balance_loss_weight > 0)
-        for (int j = 0; j < model_num_moe_layers(c); j++) aux += tree_sum_double(aux_seq + (size_t)j * nseq, nseq);
+        for (int j = 0; j < nmoe; j++) aux += tree_sum_double(aux_seq + (size_t)j * nseq, nseq);
+    free(loss_leaf);
+    free(aux_seq);
     r->ce_loss = (float)ce;
     r->aux_loss = (float)aux;
     r->loss = (float)(ce + aux);
@@ -58,8 +67,10 @@ static void group_sum_long(Group *g, long *x, size_t n) {
 // The loss sums of this device's leaves (tree order, lv.n) into their places among the
 // leaves of the step (base/context.h): chunk, then sequence of the step's nseq (all
 // microbatches: this device's first is first_seq), then leaf.
+// Both are device data: each leaf's sum is copied to its place (a handful per device).
 static void place_leaves(double *all, const double *mine, Leaves lv, int nseq, long first_seq, const StateShard *sh) {
-    for (long i = 0; i < lv.n; i++) all[leaf_global(lv, i, nseq, first_seq, sh->crank * lv.nchunks)] = mine[i];
+    for (long i = 0; i < lv.n; i++)
+        mem_copy(all + leaf_global(lv, i, nseq, first_seq, sh->crank * lv.nchunks), mine + i, sizeof(double));
 }
 
 // The global batch of a step is A microbatches of B*nbatch sequences; this device holds
@@ -83,7 +94,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     int nmoe = model_num_moe_layers(c);
     double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * nseq, "aux per sequence");
     size_t ncount = (size_t)c->base_num_decoder_layers * c->num_experts;
-    if (expert_counts) memset(expert_counts, 0, sizeof(long) * ncount);
+    if (expert_counts) mem_zero(expert_counts, sizeof(long) * ncount);
 
     state_params_in(m);   // parameter_memory_host_offload: the weights onto the device for the step
     mem_zero(m->grads_mem, sizeof(float) * sh->local_n);

@@ -1,0 +1,30 @@
+// kernels/watch.h: the watched backend, the one place that wraps every kernel. Each kernel
+// of the backend it wraps is called through a twin of the same name and arguments (written
+// once, in kernels/watch.c) that calls each watcher's enter hook before the kernel and its
+// leave hook after, with the kernel's family and the least work its contract implies. Two
+// watchers use it: the profile (profile=true, kernels/profile.c: time and counts) and the
+// strict mode (device=cpu_strict, kernels/strict.c: device memory open only inside a
+// kernel). Both may watch at once.
+#ifndef MESHMOE_KERNELS_WATCH_H
+#define MESHMOE_KERNELS_WATCH_H
+#include "kernels/kernels.h"
+
+// The families in the order of the Backend table (kernels/kernels.h).
+enum {
+    FAMILY_MATMUL, FAMILY_NORM, FAMILY_ROPE, FAMILY_EMBEDDING, FAMILY_ATTENTION, FAMILY_MLA, FAMILY_ROUTER,
+    FAMILY_MOE, FAMILY_MLP, FAMILY_LOSS, FAMILY_CAST, FAMILY_SUM, FAMILY_OPTIM, FAMILY_INIT, FAMILY_COUNT
+};
+
+typedef struct WatchHooks {
+    void (*enter)(int family);                                // before a kernel of family
+    void (*leave)(int family, double flops, double bytes);    // after it: its floating-point operations and bytes moved
+} WatchHooks;
+
+#define WATCH_MOST 2   // watchers at once: the strict mode and the profile
+
+// The process's one watched backend (set up before the devices start): the first call wraps
+// b (and takes its name), a later one passes the watched backend as b and adds its hooks.
+// mem, when not NULL, replaces the backend's memory (the strict mode's).
+const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks hooks);
+
+#endif
