@@ -2,9 +2,9 @@
 // its family tables, the choice of matrix-product library, and the device memory that the
 // conformance test (tests/test_conformance.c) moves its arrays through.
 //
-// Every array argument of a GPU kernel is a device pointer, except those its family header
-// calls host values: loss_leaf_sum's sum and count, squares_add's sum and flag, and the
-// small shape arrays of param_init and of Adafactor's kernels (shape, lindex, gshape).
+// Every array argument of a GPU kernel is a device pointer (loss_leaf_sum's sum and
+// squares_add's sum and flag included), except the small shape arrays of param_init and of
+// Adafactor's kernels (shape, lindex, gshape), which are host values.
 #ifndef MESHMOE_GPU_BACKEND_H
 #define MESHMOE_GPU_BACKEND_H
 #include <stddef.h>

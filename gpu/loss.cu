@@ -49,9 +49,9 @@ __global__ static void lse_kernel(float *lse, const float *m, const float *sum, 
     if (t < T) lse[t] = m[t] + logf(sum[t]);
 }
 
-// out[0] = the sum, out[1] = the count (as a double: exact below 2^53).
-__global__ static void leaf_sum_kernel(double *out, const float *lse, const float *zt, const int *targets, long t0,
-                                       long len, float zmul) {
+// *sum = the leaf's sum, *count = its tokens (as a double: exact below 2^53).
+__global__ static void leaf_sum_kernel(double *sum, double *count, const float *lse, const float *zt,
+                                       const int *targets, long t0, long len, float zmul) {
     long n = 0;
     double s = 0.0;
     for (long t = t0; t < t0 + len; t++) {
@@ -60,8 +60,8 @@ __global__ static void leaf_sum_kernel(double *out, const float *lse, const floa
         s += l;
         n++;
     }
-    out[0] = s;
-    out[1] = (double)n;
+    *sum = s;
+    *count = (double)n;
 }
 
 __global__ static void backward_kernel(float *dz, const float *lse, const int *targets, int T, int V, int v0,
@@ -119,18 +119,17 @@ static void loss_lse(float *lse, const float *m, const float *sum, int T) {
     GPU_CHECK_LAUNCH();
 }
 
-// *sum (host) = the leaf's loss in token order and double; returns its token count. The two
-// numbers come back through a small device buffer: this call waits for the stream.
+// *sum (device) = the leaf's loss in token order and double; returns its token count, which
+// comes back through a small device buffer taken on the stream: this call waits for it.
 static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
                           float zmul) {
-    double *out, host[2];
-    GPU_CHECK(cudaMalloc(&out, sizeof host));
-    leaf_sum_kernel<<<1, 1, 0, gpu_stream()>>>(out, lse, zt, targets, t0, len, zmul);
+    double *count, host;
+    GPU_CHECK(cudaMallocAsync(&count, sizeof host, gpu_stream()));
+    leaf_sum_kernel<<<1, 1, 0, gpu_stream()>>>(sum, count, lse, zt, targets, t0, len, zmul);
     GPU_CHECK_LAUNCH();
-    gpu_download(host, out, sizeof host);
-    GPU_CHECK(cudaFree(out));
-    *sum = host[0];
-    return (long)host[1];
+    gpu_download(&host, count, sizeof host);
+    GPU_CHECK(cudaFreeAsync(count, gpu_stream()));
+    return (long)host;
 }
 
 // dz (T,V) = scale * dl/dz, in place over the logits.

@@ -9,7 +9,8 @@
 // Adafactor's row and column sums are in double and in element order, one thread per sum.
 //
 // Launch geometry: one thread per element, per row sum or per column sum; squares_add one
-// thread per element, adding into three 64-bit device counters.
+// thread per element, adding into three 64-bit device counters, then one thread folding them
+// into the 128-bit sum.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 #include <math.h>
@@ -194,22 +195,28 @@ static void ema_update(float *ema, const float *p, size_t n, float decay) {
     GPU_CHECK_LAUNCH();
 }
 
-// *sum, *bad (host values) += the squares of x (n) in fixed point. In blocks of 2^27
-// elements, as on the CPU, so that no 64-bit part can overflow (kernels/cpu/optim.c).
+// *sum += the parts' value, *bad |= their flag: one thread, after squares_kernel.
+__global__ static void squares_fold_kernel(fixed128 *sum, int *bad, const unsigned long long *parts) {
+    *sum += (fixed128)(((unsigned __int128)parts[0] << 64) + ((unsigned __int128)parts[1] << 32) + parts[2]);
+    if (parts[3]) *bad = 1;
+}
+
+// *sum, *bad (device) += the squares of x (n) in fixed point, with no wait for the stream. In
+// blocks of 2^27 elements, as on the CPU, so that no 64-bit part can overflow
+// (kernels/cpu/optim.c); each block's parts are folded into *sum on the device.
 static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
     const size_t BLOCK = (size_t)1 << 27;
-    unsigned long long *parts, host[4];
-    GPU_CHECK(cudaMalloc(&parts, sizeof host));
+    unsigned long long *parts;
+    GPU_CHECK(cudaMallocAsync(&parts, 4 * sizeof *parts, gpu_stream()));
     for (size_t k0 = 0; k0 < n; k0 += BLOCK) {
         size_t len = n - k0 < BLOCK ? n - k0 : BLOCK;
-        GPU_CHECK(cudaMemsetAsync(parts, 0, sizeof host, gpu_stream()));
+        GPU_CHECK(cudaMemsetAsync(parts, 0, 4 * sizeof *parts, gpu_stream()));
         squares_kernel<<<blocks_for(len, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(parts, x + k0, len);
         GPU_CHECK_LAUNCH();
-        gpu_download(host, parts, sizeof host);
-        *sum += (fixed128)(((unsigned __int128)host[0] << 64) + ((unsigned __int128)host[1] << 32) + host[2]);
-        *bad |= host[3] != 0;
+        squares_fold_kernel<<<1, 1, 0, gpu_stream()>>>(sum, bad, parts);
+        GPU_CHECK_LAUNCH();
     }
-    GPU_CHECK(cudaFree(parts));
+    GPU_CHECK(cudaFreeAsync(parts, gpu_stream()));
 }
 
 // The factored tensor's second moment: vrow (L,R), vcol (L,C) from g; rs (L*R) and cs (L*C)

@@ -19,8 +19,8 @@ typedef struct LossKernels {
     void (*loss_lse)(float *lse, const float *m, const float *sum, int T);
     // *sum = the sum, in token order and in double, of l = lse - zt + zmul * lse^2 over the
     // tokens t0 .. t0+len-1 with a target: one leaf of the loss. Returns those tokens' count.
-    // The sum and the count are host values (the step adds the leaves on the host): a
-    // backend whose arrays live elsewhere reads them back here.
+    // *sum is device memory like every array (the step reads its leaves back once, with the
+    // rest of its statistics); the count comes back to the host, which waits for it there.
     long (*loss_leaf_sum)(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
                           float zmul);
     // dz (T,V) = scale * dl/dz, written in place over the logits:

@@ -29,7 +29,8 @@ typedef struct OptimKernels {
     // ema (n) = decay * ema + (1 - decay) * p (n).
     void (*ema_update)(float *ema, const float *p, size_t n, float decay);
     // *sum += the squares of x (n), in fixed point; *bad = 1 if one is non-finite or too
-    // large (Squares above).
+    // large (Squares above). sum and bad are device memory, like x (the callers gather them
+    // over the mesh before reading them back once).
     void (*squares_add)(fixed128 *sum, int *bad, const float *x, size_t n);
 
     // Adafactor (optim/adafactor.h). A factored tensor of global shape `shape` (ndim dims)

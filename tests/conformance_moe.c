@@ -69,8 +69,10 @@ static void test_loss_case(int T, int V) {   // T >= 8: the tile moves take rows
     UNDER_TEST->loss->loss_sum_exp(d_piece, d_logits, d_m_want, T, V, c0, Vc);
     UNDER_TEST->loss->loss_target_logit(d_zt, d_logits, d_targets, T, V, v0);
     UNDER_TEST->loss->loss_lse(d_lse, d_m_want, d_sum, T);
-    double got_leaf = -1;
-    long got_count = UNDER_TEST->loss->loss_leaf_sum(&got_leaf, d_lse_want, d_zt_want, d_targets, 2, T - 4, zmul);
+    double got_leaf, *d_leaf = dev_poisoned(sizeof(double));   // the sum is device memory
+    long got_count = UNDER_TEST->loss->loss_leaf_sum(d_leaf, d_lse_want, d_zt_want, d_targets, 2, T - 4, zmul);
+    dev_download(&got_leaf, d_leaf, sizeof got_leaf);
+    dev_free(d_leaf);
     UNDER_TEST->loss->loss_backward(d_dz, d_lse_want, d_targets, T, V, v0, zmul, scale);
     UNDER_TEST->loss->tile_gather_rows(d_tile, d_logits, 3, 5, V);
     UNDER_TEST->loss->tile_scatter_rows(d_back, d_tile, 3, 5, V);

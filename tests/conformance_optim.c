@@ -82,17 +82,24 @@ static void test_squares(void) {
     if (ORACLE) ORACLE->optim->squares_add(&want, &want_bad, x, n);
     else for (size_t i = 0; i < n; i++) want += (fixed128)((double)x[i] * x[i] * SQUARES_SCALE);
     want += 5;
+    // The sum and the flag are device memory, like x.
     float *d_x = dev_copy(x, sizeof(float) * n);
-    UNDER_TEST->optim->squares_add(&got, &got_bad, d_x, n);
+    fixed128 *d_sum = dev_copy(&got, sizeof got);
+    int *d_bad = dev_copy(&got_bad, sizeof got_bad);
+    UNDER_TEST->optim->squares_add(d_sum, d_bad, d_x, n);
+    dev_download(&got, d_sum, sizeof got);
+    dev_download(&got_bad, d_bad, sizeof got_bad);
     check(got == want && !got_bad, "squares_add n=10000: got %.17g (bad %d), want %.17g",
           (double)got / SQUARES_SCALE, got_bad, (double)want / SQUARES_SCALE);
     x[17] = INFINITY;   // a non-finite square sets the flag
     dev_upload(d_x, x, sizeof(float) * n);
-    got_bad = 0;
-    UNDER_TEST->optim->squares_add(&got, &got_bad, d_x, n);
+    UNDER_TEST->optim->squares_add(d_sum, d_bad, d_x, n);
+    dev_download(&got_bad, d_bad, sizeof got_bad);
     check(got_bad, "squares_add: an infinite element sets the flag");
     free(x);
     dev_free(d_x);
+    dev_free(d_sum);
+    dev_free(d_bad);
 }
 
 // Adafactor's factored second moment over a 3-d tensor (L=3 leading, rows along dim 2,
