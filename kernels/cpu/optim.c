@@ -47,11 +47,12 @@ typedef double SqD __attribute__((vector_size(64)));
 typedef long long SqL __attribute__((vector_size(64)));
 typedef float SqF __attribute__((vector_size(32), aligned(4), may_alias));
 
-// part[0..2] += the hi, mid and low parts of x (n)'s squares, 8 lanes at a time (the lane
-// masks of a comparison are -1 or 0); *bad = 1 if a square is non-finite or too large.
+// part[0..2] += the hi, mid and low parts of x (n)'s squares, 8 lanes at a time on AVX-512
+// (the lane masks of a comparison are -1 or 0); *bad = 1 if a square is non-finite or too large.
 static void squares_run(unsigned long long part[3], int *bad, const float *x, size_t n) {
-    SqL hi = {0}, mid = {0}, low = {0}, nbad = {0};
     size_t k = 0;
+#if defined(__AVX512DQ__)   // (without AVX-512DQ the lanes' conversions are emulated one by one: slower)
+    SqL hi = {0}, mid = {0}, low = {0}, nbad = {0};
     for (; k + 8 <= n; k += 8) {
         SqD d = __builtin_convertvector(*(const SqF *)(x + k), SqD);
         SqD sq = d * d * SQUARES_SCALE;          // exact (a power-of-two scale)
@@ -71,17 +72,24 @@ static void squares_run(unsigned long long part[3], int *bad, const float *x, si
         part[2] += (unsigned long long)low[i];
         *bad |= nbad[i] != 0;
     }
+#endif
+    unsigned long long h1 = 0, m1 = 0, l1 = 0;   // the rest (all of it without AVX-512DQ), one by one
+    int bad1 = 0;
     for (; k < n; k++) {
         double sq = (double)x[k] * x[k] * SQUARES_SCALE;
         int ok = sq < 0x1p100;
-        *bad |= !ok;
+        bad1 |= !ok;
         sq = ok ? sq : 0.0;
-        double h = (double)(long long)(sq * 0x1p-64), r = sq - h * 0x1p64;
-        long long m = (long long)(r * 0x1p-32);
-        part[0] += (unsigned long long)h;
-        part[1] += (unsigned long long)m;
-        part[2] += (unsigned long long)(r - (double)m * 0x1p32);
+        unsigned long long h = (unsigned long long)(sq * 0x1p-64);
+        unsigned long long r = (unsigned long long)(sq - (double)h * 0x1p64);   // = mid * 2^32 + low
+        h1 += h;
+        m1 += r >> 32;
+        l1 += r & 0xffffffffull;
     }
+    part[0] += h1;
+    part[1] += m1;
+    part[2] += l1;
+    *bad |= bad1;
 }
 
 static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
