@@ -31,12 +31,23 @@ static float *next_leaf(TreeSum *t, int zero) {
 float *treesum_leaf(TreeSum *t) { return next_leaf(t, 1); }
 float *treesum_leaf_overwrite(TreeSum *t) { return next_leaf(t, 0); }
 
+float *treesum_leaf_onto(TreeSum *t, int *onto) {
+    *onto = t->onto = t->level[0] != NULL;
+    return t->onto ? t->level[0] : next_leaf(t, 0);
+}
+
 void treesum_push(TreeSum *t) {
     // Like incrementing a binary counter: while a block of the same size is waiting,
     // merge (earlier + later) and carry the result one level up.
     float *carry = t->leaf;
     t->leaf = NULL;
     int k = 0;
+    if (t->onto) {   // the first merge is done: level 0 holds it
+        carry = t->level[0];
+        t->level[0] = NULL;
+        t->onto = 0;
+        k = 1;
+    }
     while (t->level[k]) {
         kern()->sum->tree_add(t->level[k], carry, t->n);
         if (t->spare) mem_free(t->spare);

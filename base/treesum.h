@@ -28,6 +28,7 @@ typedef struct {
     float *level[TREESUM_LEVELS];      // level[k]: the sum of a block of 2^k leaves, or NULL
     float *leaf;                       // the buffer handed out by treesum_leaf
     float *spare;                      // a freed buffer kept for reuse
+    int onto;                          // the leaf was added onto level[0] (treesum_leaf_onto)
     long count;                        // leaves pushed so far
 } TreeSum;
 
@@ -38,6 +39,12 @@ float *treesum_leaf(TreeSum *t);       // a zeroed buffer of n floats for the ne
 // The same unzeroed, for a leaf whose n floats the caller writes whole (a product with
 // beta 0): no memset of a buffer about to be overwritten.
 float *treesum_leaf_overwrite(TreeSum *t);
+// For a leaf that a product writes whole and can add onto a buffer instead (accumulate):
+// an odd leaf's first merge is (the leaf before it) + (this leaf), so while that earlier
+// leaf waits at level 0 its buffer is returned and *onto = 1, and the product adds onto it
+// (C_old + the finished product: the merge's add, the same bits); else *onto = 0 and an
+// unzeroed buffer as treesum_leaf_overwrite. Saves the leaf's buffer and one pass of adds.
+float *treesum_leaf_onto(TreeSum *t, int *onto);
 void treesum_push(TreeSum *t);         // add the leaf into the tree
 void treesum_end(TreeSum *t, float *dst);  // dst[i] += total[i]; frees the buffers
 

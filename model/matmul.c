@@ -44,11 +44,11 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
         LeafSum ls;
         leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "matmul dw leaf");
         for (long i = 0; i < leaf.n; i++) {
-            float *g = leafsum_leaf_overwrite(&ls);   // written whole below
+            int onto;
+            float *g = leafsum_leaf_onto(&ls, &onto);   // written whole below, or added onto
             long t0 = leaf_token(leaf, i);
-            // g (C,OC) = inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
-            count_flops(C, OC, leaf.len);
-            kern()->matmul->matmul_backward_dw(g, inp + (size_t)t0 * C, dout + (size_t)t0 * OC, leaf.len, C, OC);
+            // g (C,OC) = (or +=) inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
+            gemm(1, 0, C, OC, leaf.len, 1.0f, inp + (size_t)t0 * C, C, dout + (size_t)t0 * OC, OC, (float)onto, g, OC);
             leafsum_push(&ls);
         }
         leafsum_end(&ls);

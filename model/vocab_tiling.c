@@ -125,9 +125,10 @@ float *vocab_tiled_head_backward(Model *m, int B, int S, float scale) {
         loss_backward(z, lse, tg, t.R, V, m->dims.vocab_first, c->z_loss_multiplier, scale);   // z := dl/dz
         prec_round(c, z, (size_t)t.R * V);
         for (long i = 0; i < t.nl; i++) {   // g (D,V) = nf[leaf]^T (D,len) @ dz[leaf] (len,V)
-            float *g = leafsum_leaf_overwrite(&ls);
+            int onto;
+            float *g = leafsum_leaf_onto(&ls, &onto);
             size_t r0 = (size_t)i * lv.len;
-            gemm(1, 0, D, V, lv.len, 1.0f, nf + r0 * D, D, z + r0 * V, V, 0.0f, g, V);
+            gemm(1, 0, D, V, lv.len, 1.0f, nf + r0 * D, D, z + r0 * V, V, (float)onto, g, V);
             leafsum_push(&ls);
         }
         // dnf[tile] (R,D) = dz @ W_out^T, a sum over the (split) vocabulary, per token.

@@ -1,11 +1,13 @@
 // kernels/cpu/loss.c: softmax cross-entropy and z-loss in float32 on the CPU, and the row
 // moves of vocabulary tiling (kernels/loss.h).
 #include "kernels/loss.h"
+#include "kernels/cpu/expf16.h"
 #include <stddef.h>
 #include <string.h>
 #include <math.h>
 
 static void loss_row_max(float *m, const float *logits, int T, int V) {
+    #pragma omp parallel for if (T * V > 65536)
     for (int t = 0; t < T; t++) {
         const float *z = logits + (size_t)t * V;
         float mx = z[0];
@@ -14,12 +16,28 @@ static void loss_row_max(float *m, const float *logits, int T, int V) {
     }
 }
 
+// e (n) = expf(z[i] - shift), 16 at a time in vector lanes (kernels/cpu/expf16.h: the C
+// library's bits), the rest one by one.
+static void exp_shifted(float *e, const float *z, float shift, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) e[i + j] = z[i + j] - shift;
+        expf16(e + i, e + i);
+    }
+    for (; i < n; i++) e[i] = expf(z[i] - shift);
+}
+
 static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+    enum { CHUNK = 256 };
     #pragma omp parallel for if (T * Vc > 65536)
     for (int t = 0; t < T; t++) {
         const float *z = logits + (size_t)t * V + (size_t)c0;
-        float s = 0.0f;
-        for (int i = 0; i < Vc; i++) s += expf(z[i] - m[t]);
+        float s = 0.0f, e[CHUNK];
+        for (int i0 = 0; i0 < Vc; i0 += CHUNK) {   // the exps of a chunk, then their sum in order
+            int n = Vc - i0 < CHUNK ? Vc - i0 : CHUNK;
+            exp_shifted(e, z + i0, m[t], n);
+            for (int i = 0; i < n; i++) s += e[i];
+        }
         piece[t] = s;
     }
 }
@@ -57,7 +75,8 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
         float *z = dz + (size_t)t * V;
         if (targets[t] < 0) { memset(z, 0, sizeof(float) * V); continue; }
         float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
-        for (int i = 0; i < V; i++) z[i] = scale * (expf(z[i] - lse[t]) * coef);
+        exp_shifted(z, z, lse[t], V);
+        for (int i = 0; i < V; i++) z[i] = scale * (z[i] * coef);
         int y = targets[t] - v0;
         if (y >= 0 && y < V) z[y] -= scale;
     }

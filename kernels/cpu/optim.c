@@ -37,28 +37,74 @@ static void ema_update(float *ema, const float *p, size_t n, float d) {
 
 // Each square is truncated to an integer number of 2^-64 units (sq < 2^100) and split as
 // hi * 2^64 + mid * 2^32 + low: hi = trunc(sq / 2^64), r = sq - hi * 2^64 (exact in double:
-// a multiple of sq's last place below 2^64) truncated, mid and low its upper and lower 32
-// bits. The three parts are summed in 64-bit integers, which cannot overflow in a block of
-// 2^27 elements (hi < 2^36, mid and low < 2^32), and the integer total is the same in any
-// order: in vectors, over threads, over devices. The same integer as adding the C library's
-// (fixed128)sq one by one.
-enum { SQUARES_BLOCK = 1 << 27 };
+// a multiple of sq's last place below 2^64), mid = trunc(r / 2^32), low = trunc(r - mid *
+// 2^32) (exact likewise). The three parts are summed in 64-bit integers, which cannot
+// overflow in a block of 2^27 elements (hi < 2^36, mid and low < 2^32), and the integer
+// total is the same in any order: in vector lanes, over threads, over devices. The same
+// integer as adding the C library's (fixed128)sq one by one.
+enum { SQUARES_BLOCK = 1 << 27, SQUARES_RUN = 1 << 16 };
+typedef double SqD __attribute__((vector_size(64)));
+typedef long long SqL __attribute__((vector_size(64)));
+typedef float SqF __attribute__((vector_size(32), aligned(4), may_alias));
+
+// part[0..2] += the hi, mid and low parts of x (n)'s squares, 8 lanes at a time on AVX-512
+// (the lane masks of a comparison are -1 or 0); *bad = 1 if a square is non-finite or too large.
+static void squares_run(unsigned long long part[3], int *bad, const float *x, size_t n) {
+    size_t k = 0;
+#if defined(__AVX512DQ__)   // (without AVX-512DQ the lanes' conversions are emulated one by one: slower)
+    SqL hi = {0}, mid = {0}, low = {0}, nbad = {0};
+    for (; k + 8 <= n; k += 8) {
+        SqD d = __builtin_convertvector(*(const SqF *)(x + k), SqD);
+        SqD sq = d * d * SQUARES_SCALE;          // exact (a power-of-two scale)
+        SqL ok = sq < 0x1p100;                   // not non-finite or absurdly large
+        nbad -= ~ok;                             // (~ok is -1 where the square is flagged)
+        sq = (SqD)((SqL)sq & ok);
+        SqL h = __builtin_convertvector(sq * 0x1p-64, SqL);
+        SqD r = sq - __builtin_convertvector(h, SqD) * 0x1p64;
+        SqL m = __builtin_convertvector(r * 0x1p-32, SqL);
+        hi += h;
+        mid += m;
+        low += __builtin_convertvector(r - __builtin_convertvector(m, SqD) * 0x1p32, SqL);
+    }
+    for (int i = 0; i < 8; i++) {
+        part[0] += (unsigned long long)hi[i];
+        part[1] += (unsigned long long)mid[i];
+        part[2] += (unsigned long long)low[i];
+        *bad |= nbad[i] != 0;
+    }
+#endif
+    unsigned long long h1 = 0, m1 = 0, l1 = 0;   // the rest (all of it without AVX-512DQ), one by one
+    int bad1 = 0;
+    for (; k < n; k++) {
+        double sq = (double)x[k] * x[k] * SQUARES_SCALE;
+        int ok = sq < 0x1p100;
+        bad1 |= !ok;
+        sq = ok ? sq : 0.0;
+        unsigned long long h = (unsigned long long)(sq * 0x1p-64);
+        unsigned long long r = (unsigned long long)(sq - (double)h * 0x1p64);   // = mid * 2^32 + low
+        h1 += h;
+        m1 += r >> 32;
+        l1 += r & 0xffffffffull;
+    }
+    part[0] += h1;
+    part[1] += m1;
+    part[2] += l1;
+    *bad |= bad1;
+}
+
 static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
     for (size_t k0 = 0; k0 < n; k0 += SQUARES_BLOCK) {
-        size_t k1 = n - k0 < SQUARES_BLOCK ? n : k0 + SQUARES_BLOCK;
+        size_t len = n - k0 < SQUARES_BLOCK ? n - k0 : SQUARES_BLOCK, nruns = (len + SQUARES_RUN - 1) / SQUARES_RUN;
         unsigned long long hi = 0, mid = 0, low = 0;
         int any_bad = 0;
-        #pragma omp parallel for simd reduction(+ : hi, mid, low) reduction(| : any_bad) if (k1 - k0 > 65536)
-        for (size_t k = k0; k < k1; k++) {
-            double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
-            int ok = sq < 0x1p100;                              // not non-finite or absurdly large
-            any_bad |= !ok;
-            sq = ok ? sq : 0.0;
-            unsigned long long h = (unsigned long long)(sq * 0x1p-64);
-            unsigned long long r = (unsigned long long)(sq - (double)h * 0x1p64);
-            hi += h;
-            mid += r >> 32;
-            low += r & 0xffffffffull;
+        #pragma omp parallel for reduction(+ : hi, mid, low) reduction(| : any_bad) schedule(static) if (nruns > 1)
+        for (size_t j = 0; j < nruns; j++) {
+            size_t a = k0 + j * SQUARES_RUN, b = a + SQUARES_RUN < k0 + len ? a + SQUARES_RUN : k0 + len;
+            unsigned long long part[3] = {0, 0, 0};
+            squares_run(part, &any_bad, x + a, b - a);
+            hi += part[0];
+            mid += part[1];
+            low += part[2];
         }
         *sum += (fixed128)(((unsigned __int128)hi << 64) + ((unsigned __int128)mid << 32) + low);
         *bad |= any_bad;
