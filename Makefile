@@ -269,6 +269,11 @@ train_gpu: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/gpu/%.o)
 train_hip: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
 	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ $(STATIC_GOMP) -lm
 
+# The same objects with the CPU backend alone: the trainer as any AVX2 machine without
+# OpenBLAS builds it (tests/portable.sh compares its bits with ./train's).
+build/port/train: $(PORT_OBJ) build/port/kernels/no_gpu.o
+	$(CC) $(PORT_CFLAGS) $^ -o $@ -lm
+
 gpu: build/conformance_gpu train_gpu
 hip: build/conformance_hip train_hip
 

@@ -328,7 +328,7 @@ void mem_transfer(void *dst, const void *src, size_t bytes) {
 }
 
 void mem_upload(void *dst, const void *host, size_t n) { kern()->mem->to_device(dst, host, n); }
-void mem_download(void *host, const void *src, size_t n) { kern()->to_host(host, src, n); }
+void mem_download(void *host, const void *src, size_t n) { kern()->mem->to_host(host, src, n); }
 void *mem_host_copy(const void *src, size_t n) {
     void *host = malloc(n ? n : 1);
     if (!host) die("host out of memory for a %zu-byte copy of device data", n);

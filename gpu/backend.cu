@@ -3,9 +3,6 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-// to_host: the stream's work first, then the copy (the one synchronisation a layer asks for).
-static void to_host(void *host, const void *src, size_t bytes) { gpu_download(host, src, bytes); }
-
 #if GPU_HOST_PASS
 // Device memory for the tagged allocator (kernels/kernels.h MemoryOps): the device's pool
 // (gpu/pool.cu), pinned host memory for offload; zero, fill and the device-to-device copy
@@ -26,7 +23,6 @@ extern "C" const MemoryOps memory_cuda = {
 
 extern "C" const Backend backend_cuda = {
     GPU_BACKEND_NAME,
-    to_host,
     &memory_cuda,
     &matmul_cuda,
     &norm_cuda,

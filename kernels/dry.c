@@ -4,11 +4,9 @@
 // the arguments are unused by design (this file builds with -Wno-unused-parameter).
 #include "kernels/kernels.h"
 #include "core/common.h"
-#include <string.h>
 
 // The planner's small buffers are real memory (base/memory.h), so what a dry kernel
-// wrote there (a balanced routing's counts) reads back as on the CPU.
-static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, src, bytes); }
+// wrote there (a balanced routing's counts) reads back as on the CPU (memory_cpu's to_host).
 
 // The planner's memory is the host's: its small buffers are real (kernels/cpu/memory.c), its
 // large ones lie in the void that base/memory.c reserves and counts itself, never allocated
@@ -196,7 +194,6 @@ static const InitKernels init_dry = {param_init};
 
 const Backend backend_dry = {
     .name = "dry",
-    .to_host = to_host,
     .mem = &memory_cpu,
     .matmul = &matmul_dry,
     .norm = &norm_dry,

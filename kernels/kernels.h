@@ -62,11 +62,9 @@ extern const MemoryOps memory_cpu;    // kernels/cpu/memory.c: host memory (both
 
 typedef struct Backend {
     const char *name;                 // "cpu", "dry"
-    // The one way a layer reads device data on the host to decide something (expert row
-    // counts for the sparse path): host (bytes) = src (bytes). A GPU backend synchronises
-    // here; on the CPU it is a copy.
-    void (*to_host)(void *host, const void *src, size_t bytes);
-    const MemoryOps *mem;             // where its device buffers live (above)
+    // Where its device buffers live (above). Its to_host is the one way host code reads
+    // device data (base/memory.h mem_download): a GPU backend synchronises there.
+    const MemoryOps *mem;
     // The families, in the order a decoder layer meets them.
     const MatmulKernels *matmul;      // matrix products (kernels/matmul.h)
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)

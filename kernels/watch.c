@@ -469,16 +469,7 @@ static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int se
 }
 static const InitKernels init_watched = {.param_init = param_init};
 
-// The one synchronisation a layer asks for: the watched backend's, or the copy to the host of
-// the memory a watcher brought (the strict mode's opens its memory around it).
-static const MemoryOps *own_mem;
-static void to_host(void *host, const void *src, size_t bytes) {
-    if (own_mem) own_mem->to_host(host, src, bytes);
-    else inner->to_host(host, src, bytes);
-}
-
-static Backend backend_watched = {   // .name, .mem: the watched backend's (watch_backend)
-    .to_host = to_host,
+static Backend backend_watched = {   // .name, .mem: the watched backend's, or a watcher's (watch_backend)
     .matmul = &matmul_watched,
     .norm = &norm_watched,
     .rope = &rope_watched,
@@ -504,7 +495,7 @@ const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks 
         // a device thread's hooks: the watched backend's own (its GPU, stream and pool)
         backend_watched.bind = b->bind, backend_watched.sync = b->sync, backend_watched.unbind = b->unbind;
     }
-    if (mem) backend_watched.mem = own_mem = mem;
+    if (mem) backend_watched.mem = mem;   // the strict mode's: it opens its memory around each copy
     hooks[nhooks++] = h;
     return &backend_watched;
 }

@@ -310,8 +310,8 @@ static void experts_backward_parallel(const Config *c, const LocalDims *ld, cons
 // gradient into leaves. This is the one read-back of each pass (kernels/kernels.h: a GPU
 // backend synchronises here).
 static void rows_to_host(const MoeSaved *s, int E, int *row_start, int *row_token) {
-    kern()->to_host(row_start, s->row_start, sizeof(int) * (E + 1));
-    if (row_token) kern()->to_host(row_token, s->row_token, sizeof(int) * s->nrows);
+    mem_download(row_start, s->row_start, sizeof(int) * (E + 1));
+    if (row_token) mem_download(row_token, s->row_token, sizeof(int) * s->nrows);
 }
 
 void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s, float *out,

@@ -175,7 +175,7 @@ static TensorSquares *sums_on_host(Model *m, TensorSquares *mine, int n) {
     }
     TensorSquares *sq = malloc(sizeof(TensorSquares) * all_n);
     if (!sq) die("host out of memory (adafactor sums)");
-    kern()->to_host(sq, all, sizeof(TensorSquares) * all_n);
+    mem_download(sq, all, sizeof(TensorSquares) * all_n);
     if (all != mine) mem_free(all);
     for (int q = 1; q < s->F; q++)
         for (int i = 0; i < n; i++) {

@@ -160,7 +160,7 @@ float fsdp_grad_norm(Model *m) {
     if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), mine, each, sizeof(Squares));
     Squares *host = malloc(sizeof(Squares) * (size_t)n);
     if (!host) die("host out of memory (grad norm sums)");
-    kern()->to_host(host, each, sizeof(Squares) * (size_t)n);
+    mem_download(host, each, sizeof(Squares) * (size_t)n);
     fixed128 total = 0;
     int bad = 0;
     for (int d = 0; d < n; d++) { total += host[d].sum; bad |= host[d].bad; }

@@ -3,13 +3,9 @@
 // in-order triple loop (kernels/cpu/gemm_plain.c) and attention in per-row loops
 // (attention_cpu_plain); the other families have one kernel, plain already. Same bits.
 #include "kernels/kernels.h"
-#include <string.h>
-
-static void to_host(void *host, const void *src, size_t bytes) { memcpy(host, src, bytes); }
 
 const Backend backend_cpu = {
     .name = "cpu",
-    .to_host = to_host,
     .mem = &memory_cpu,
     .matmul = &matmul_cpu,
     .norm = &norm_cpu,
