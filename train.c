@@ -74,12 +74,7 @@ static void check_processes(const Config *c) {
 static void read_config(Config *c, int argc, char **argv) {
     config_defaults(c);
     config_load_file(c, argv[1]);
-    for (int i = 2; i < argc; i++) {
-        char *eq = strchr(argv[i], '=');
-        if (!eq) die("argument '%s' is not key=value", argv[i]);
-        *eq = '\0';
-        config_set(c, argv[i], eq + 1, "command line");
-    }
+    for (int i = 2; i < argc; i++) config_set_arg(c, argv[i]);
     mesh_hybrid_config(c);   // dcn x ici: from here on the ici_* sizes are the global mesh's
     check_processes(c);
     step_check_config(c);

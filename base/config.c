@@ -198,6 +198,14 @@ void config_set(Config *c, const char *key, const char *value, const char *where
     set_value(c, k, value, where);
 }
 
+void config_set_arg(Config *c, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    if (!eq) die("argument '%s' is not key=value", arg);
+    char key[128];
+    snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
+    config_set(c, key, eq + 1, "command line");
+}
+
 // ---- for the sweep: questions about the key table, so that the sweep's row list can be
 // data (a row whose key this build lacks is reported as not implemented, never faked).
 int config_has_key(const char *key) { return find_key(key) != NULL; }

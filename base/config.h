@@ -40,6 +40,9 @@ void config_load_file(Config *c, const char *path);
 void config_load_text(Config *c, const char *text, size_t n, const char *name);
 // Apply one `key=value` override. Dies naming the closest valid key if unknown.
 void config_set(Config *c, const char *key, const char *value, const char *where);
+// The same for one command-line argument "key=value" (argv is left as it is); dies if the
+// argument has no '='.
+void config_set_arg(Config *c, const char *arg);
 // Check consistency of shapes and values; dies with a message naming the numbers. The
 // checks that need the layers above (the remat policy, the optimizer and its offload) are
 // added by trainer/step.c:step_check_config, which every entry point calls.

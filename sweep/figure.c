@@ -77,11 +77,7 @@ static void fig_schedule(int argc, char **argv) {
     char title[512];
     size_t len = (size_t)snprintf(title, sizeof title, "./train %s", argv[4]);
     for (int i = 5; i < argc; i++) {
-        char key[128];
-        const char *eq = strchr(argv[i], '=');
-        if (!eq) die("argument '%s' is not key=value", argv[i]);
-        snprintf(key, sizeof key, "%.*s", (int)(eq - argv[i]), argv[i]);
-        config_set(&c, key, eq + 1, "command line");
+        config_set_arg(&c, argv[i]);
         if (len < sizeof title) len += (size_t)snprintf(title + len, sizeof title - len, " %s", argv[i]);
     }
     step_check_config(&c);

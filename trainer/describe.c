@@ -9,7 +9,6 @@
 #include "trainer/step.h"   // step_check_config: the checks a training run makes
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static void print_shape(const int *shape, int ndim) {
     printf("[");
@@ -22,12 +21,7 @@ int describe_main(int argc, char **argv) {
     Config c;
     config_defaults(&c);
     config_load_file(&c, argv[2]);
-    for (int i = 3; i < argc; i++) {
-        char *eq = strchr(argv[i], '=');
-        if (!eq) die("argument '%s' is not key=value", argv[i]);
-        *eq = '\0';
-        config_set(&c, argv[i], eq + 1, "command line");
-    }
+    for (int i = 3; i < argc; i++) config_set_arg(&c, argv[i]);
     step_check_config(&c);
     static char json[16384];
     config_to_json(&c, json, sizeof json);
