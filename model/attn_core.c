@@ -73,13 +73,19 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
 }
 
 void attn_matmul_forward(float *out, const float *inp, const float *w, int B, int S, int C, int OC) {
+    if (matmul_rows_independent()) {   // one product over all B*S rows: the same bits, fuller tiles
+        matmul_forward(out, inp, w, B * S, C, OC, 0);
+        return;
+    }
     for (int b = 0; b < B; b++)
         matmul_forward(out + (size_t)b * S * OC, inp + (size_t)b * S * C, w, S, C, OC, 0);
 }
 
 void attn_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                           int B, int S, int C, int OC, Leaves leaf) {
-    if (dinp)
+    if (dinp && matmul_rows_independent())
+        matmul_backward(dinp, NULL, dout, NULL, w, B * S, C, OC, leaf);
+    else if (dinp)
         for (int b = 0; b < B; b++)
             matmul_backward(dinp + (size_t)b * S * C, NULL, dout + (size_t)b * S * OC, NULL, w, S, C, OC, leaf);
     // The weight gradient is already summed leaf by leaf, whatever B is.

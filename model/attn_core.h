@@ -57,13 +57,14 @@ void attn_core_backward(float *dq, float *dk, float *dv, const float *dout,
 // Dies unless N is a multiple of Nkv.
 void attn_check_heads(int N, int Nkv);
 
-// The projections of both attention kinds, run as one GEMM per sequence. With the ordered
-// GEMM (the default) a row's result never depends on the rows beside it, so this equals
-// one GEMM over all B*S rows. It matters with matmul_impl=openblas, whose kernels add a
-// row's products in an order that depends on how many rows are left in the GEMM
-// (tests/test_attention.c, check 6): one GEMM per sequence keeps every token's projection
-// a function of its own sequence, never of the batch size or of how the batch is split
-// over devices (docs/model.md#summation-order).
+// The projections of both attention kinds. With a row-independent product (the ordered
+// GEMM, the default: model/matmul.h matmul_rows_independent) a row's result never depends
+// on the rows beside it, so they run as one GEMM over all B*S rows. Under
+// matmul_impl=openblas or gpu_matmul=cublas, whose kernels add a row's products in an order
+// that depends on how many rows are left in the GEMM (tests/test_attention.c, check 6),
+// they run as one GEMM per sequence: every token's projection stays a function of its own
+// sequence, never of the batch size or of how the batch is split over devices
+// (docs/model.md#summation-order).
 // out (B*S, OC) = inp (B*S, C) @ w (C, OC)
 void attn_matmul_forward(float *out, const float *inp, const float *w, int B, int S, int C, int OC);
 // dinp (B*S, C) += dout @ w^T, one GEMM per sequence (dinp may be NULL);

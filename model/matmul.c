@@ -7,12 +7,19 @@
 #include "base/memory.h"
 #include "core/common.h"
 
-void matmul_set_impl(const char *impl) {
+// 1 while every product's row is a function of its own operand rows alone (the ordered
+// GEMM, the plain loop, the GPU's ordered GEMM); 0 under OpenBLAS or cuBLAS. Set at start-up.
+static int rows_independent = 1;
+
+void matmul_set_impl(const char *impl, int gpu_cublas) {
     if (!strcmp(impl, "ordered")) matmul_cpu_use_openblas(0);
     else if (!strcmp(impl, "openblas")) matmul_cpu_use_openblas(1);
     else if (!strcmp(impl, "plain")) matmul_cpu_use_openblas(0);   // its kernels are backend_cpu_plain's (train.c)
     else die("matmul_impl '%s' is not one of: ordered, openblas, plain", impl);
+    rows_independent = strcmp(impl, "openblas") && !gpu_cublas;
 }
+
+int matmul_rows_independent(void) { return rows_independent; }
 
 // The device's flop count (2 M N K per product), which the planner counts too.
 static void count_flops(int M, int N, int K) {

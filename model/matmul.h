@@ -21,8 +21,13 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
 
 // "ordered" (default), "openblas" or "plain" (config key matmul_impl; plain's kernels are a
 // backend of their own, kernels/cpu/backend.c), the CPU backend's choice made
-// once at start-up; dies on anything else.
-void matmul_set_impl(const char *impl);
+// once at start-up; dies on anything else. gpu_cublas: the GPU runs cuBLAS (gpu_matmul).
+void matmul_set_impl(const char *impl, int gpu_cublas);
+
+// 1 when a product's output row depends on its own input row only, never on how many rows
+// share the call or where it sits among them (the ordered GEMM on either backend, the plain
+// loop); 0 under OpenBLAS or cuBLAS, whose blocking follows the shape.
+int matmul_rows_independent(void);
 
 // The same products with one contraction cut into `chunks` equal pieces whose partial
 // products are added along the canonical tree (base/treesum.h). Tensor parallelism
