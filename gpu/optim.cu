@@ -31,12 +31,16 @@ static Shape4 shape4(const int *shape, int ndim) {
     return s;
 }
 
+// g as the update reads it: clipped (kernels/optim.h GradClip) or as it is.
+__device__ static inline float clipped(float g, GradClip c) { return c.on ? (g / c.norm) * c.threshold : g; }
+
 __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float c1,
-                                    float c2, float b1, float b2, float eps, float wd) {
+                                    float c2, float b1, float b2, float eps, float wd, GradClip clip) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float mi = (1.0f - b1) * g[i] + b1 * m[i];
-    float vi = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];
+    float gi = clipped(g[i], clip);
+    float mi = (1.0f - b1) * gi + b1 * m[i];
+    float vi = (1.0f - b2) * (gi * gi) + b2 * v[i];
     m[i] = mi;
     v[i] = vi;
     float mhat = mi / c1, vhat = vi / c2;
@@ -45,9 +49,9 @@ __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v
     p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
 }
 
-__global__ static void sgd_kernel(float *p, const float *g, size_t n, float lr) {
+__global__ static void sgd_kernel(float *p, const float *g, size_t n, float lr, GradClip clip) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = p[i] + (-lr) * g[i];
+    if (i < n) p[i] = p[i] + (-lr) * clipped(g[i], clip);
 }
 
 __global__ static void clip_kernel(float *g, size_t n, float norm, float threshold) {
@@ -164,20 +168,20 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
     p[j] = p[j] - u;         // scale(-1), apply_updates
 }
 
-// p, m, v (n) updated by AdamW at 1-based step t from g (n).
+// p, m, v (n) updated by AdamW at 1-based step t from g (n), clipped on the way.
 static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, float b1, float b2,
-                         float eps, float wd) {
+                         float eps, float wd, GradClip clip) {
     if (n == 0) return;
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);   // on the host, as on the CPU
     adamw_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, m, v, n, lr, c1, c2, b1, b2, eps,
-                                                                               wd);
+                                                                               wd, clip);
     GPU_CHECK_LAUNCH();
 }
 
-// p (n) += -lr * g (n).
-static void sgd_update(float *p, const float *g, size_t n, float lr) {
+// p (n) += -lr * g (n), g clipped on the way.
+static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {
     if (n == 0) return;
-    sgd_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, n, lr);
+    sgd_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, n, lr, clip);
     GPU_CHECK_LAUNCH();
 }
 

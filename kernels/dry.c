@@ -166,8 +166,8 @@ static const CastKernels cast_dry = {round_to_bf16, pack_bf16, unpack_bf16};
 
 // optim
 static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
-                         float b1, float b2, float eps, float weight_decay) {}
-static void sgd_update(float *p, const float *g, size_t n, float lr) {}
+                         float b1, float b2, float eps, float weight_decay, GradClip clip) {}
+static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {}
 static void clip_scale(float *g, size_t n, float norm, float threshold) {}
 static void ema_update(float *ema, const float *p, size_t n, float decay) {}
 static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {}

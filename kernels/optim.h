@@ -15,16 +15,22 @@ __extension__ typedef __int128 fixed128;
 typedef struct { fixed128 sum; int bad; } Squares;   // a sum and its flag
 #define SQUARES_SCALE 18446744073709551616.0   // 2^64
 
+// optax.clip_by_global_norm, applied where an update reads the gradient: when on, each
+// g[i] is used as (g[i] / norm) * threshold (optax's order of operations, the bits of
+// clip_scale followed by the update), and g itself is left as it is. One pass over the
+// gradient fewer than scaling it first.
+typedef struct { int on; float norm, threshold; } GradClip;
+
 typedef struct OptimKernels {
-    // AdamW as optax chains it (scale_by_adam, add_decayed_weights, scale_by_learning_rate),
-    // at 1-based update t: m, v (n) the first and second moments, updated; p (n) -= lr * u.
-    // p, g, m, v (n).
+    // AdamW as optax chains it (clip_by_global_norm, scale_by_adam, add_decayed_weights,
+    // scale_by_learning_rate), at 1-based update t: m, v (n) the first and second moments,
+    // updated; p (n) -= lr * u. p, g, m, v (n).
     void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
-                         float b1, float b2, float eps, float weight_decay);
-    // Plain SGD (optax.sgd without momentum): p (n) += -lr * g (n).
-    void (*sgd_update)(float *p, const float *g, size_t n, float lr);
-    // optax.clip_by_global_norm's scaling, for a norm at or above the threshold:
-    // g (n) = g / norm * threshold.
+                         float b1, float b2, float eps, float weight_decay, GradClip clip);
+    // Plain SGD (optax.sgd without momentum): p (n) += -lr * g (n), g clipped as above.
+    void (*sgd_update)(float *p, const float *g, size_t n, float lr, GradClip clip);
+    // optax.clip_by_global_norm's scaling on its own (Adafactor's updates read g more than
+    // once), for a norm at or above the threshold: g (n) = g / norm * threshold.
     void (*clip_scale)(float *g, size_t n, float norm, float threshold);
     // ema (n) = decay * ema + (1 - decay) * p (n).
     void (*ema_update)(float *ema, const float *p, size_t n, float decay);

@@ -415,11 +415,12 @@ static size_t elements(const int *shape, int ndim) {
     return n;
 }
 static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, float b1, float b2,
-                         float eps, float weight_decay) {
-    WATCHED(FAMILY_OPTIM, INNER(optim)->adamw_update(p, g, m, v, n, lr, t, b1, b2, eps, weight_decay), 15.0 * n, 7.0 * n);
+                         float eps, float weight_decay, GradClip clip) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->adamw_update(p, g, m, v, n, lr, t, b1, b2, eps, weight_decay, clip),
+            (clip.on ? 17.0 : 15.0) * n, 7.0 * n);
 }
-static void sgd_update(float *p, const float *g, size_t n, float lr) {
-    WATCHED(FAMILY_OPTIM, INNER(optim)->sgd_update(p, g, n, lr), 2.0 * n, 3.0 * n);
+static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->sgd_update(p, g, n, lr, clip), (clip.on ? 4.0 : 2.0) * n, 3.0 * n);
 }
 static void clip_scale(float *g, size_t n, float norm, float threshold) {
     WATCHED(FAMILY_OPTIM, INNER(optim)->clip_scale(g, n, norm, threshold), n, 2.0 * n);

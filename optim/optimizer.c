@@ -26,9 +26,13 @@ float lr_schedule(const Config *c, int step) {
     return lr * a + c->cosine_learning_rate_final_fraction * lr * (1.0f - a);
 }
 
+GradClip grad_clip_of(float norm, float threshold) {
+    GradClip k = {!(threshold <= 0.0f || norm < threshold), norm, threshold};
+    return k;
+}
+
 void grad_clip(float *g, size_t n, float norm, float threshold) {
-    if (threshold <= 0.0f || norm < threshold) return;
-    kern()->optim->clip_scale(g, n, norm, threshold);
+    if (grad_clip_of(norm, threshold).on) kern()->optim->clip_scale(g, n, norm, threshold);
 }
 
 int optimizer_state_floats(const Config *c) {
@@ -52,28 +56,28 @@ void optimizer_state_alloc(Model *m) {
 }
 
 // AdamW (or SGD) on n weights of the local layout from `at`, their moments from `mo`.
-static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float lr, int t) {
+static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float lr, int t, GradClip clip) {
     const Config *c = &m->cfg;
     float *p = m->params_mem + at;
     const float *g = m->grads_mem + at;
-    if (sgd) kern()->optim->sgd_update(p, g, n, lr);
+    if (sgd) kern()->optim->sgd_update(p, g, n, lr, clip);
     else kern()->optim->adamw_update(p, g, m->m_mem + mo, m->v_mem + mo, n, lr, t, c->adam_b1, c->adam_b2,
-                                     c->adam_eps, c->adam_weight_decay);
+                                     c->adam_eps, c->adam_weight_decay, clip);
 }
 
 // The elementwise optimizers (adamw, sgd) over this device's shard of every unit. ZeRO-1
 // (shard_optimizer_over_data, sharding/fsdp.h): this data rank holds the moments of piece
 // zrank of each unit's shard and updates that piece; the data replicas then all-gather
 // their pieces, so that all hold the whole updated shard again.
-static void update_shard(Model *m, int sgd, float lr, int t) {
+static void update_shard(Model *m, int sgd, float lr, int t, GradClip clip) {
     const StateShard *s = &m->shard;
     if (s->Z == 1) {
-        update_run(m, sgd, 0, 0, s->local_n, lr, t);
+        update_run(m, sgd, 0, 0, s->local_n, lr, t, clip);
         return;
     }
     for (int u = 0; u < s->nunits; u++) {
         size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
-        update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t);
+        update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t, clip);
         float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
         coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
         mem_copy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
@@ -81,11 +85,15 @@ static void update_shard(Model *m, int sgd, float lr, int t) {
     }
 }
 
-void optimizer_step(Model *m, float lr, int t) {
+void optimizer_step(Model *m, float lr, int t, float grad_norm) {
     const Config *c = &m->cfg;
     state_optimizer_in(m);
-    if (c->opt_type == OPT_ADAFACTOR) adafactor_update(m, lr, t);   // per tensor (optim/adafactor.c)
-    else update_shard(m, c->opt_type == OPT_SGD, lr, t);
+    if (c->opt_type == OPT_ADAFACTOR) {   // per tensor (optim/adafactor.c), on the clipped gradient
+        grad_clip(m->grads_mem, m->shard.local_n, grad_norm, c->gradient_clipping_threshold);
+        adafactor_update(m, lr, t);
+    } else {   // elementwise: the update clips each gradient as it reads it
+        update_shard(m, c->opt_type == OPT_SGD, lr, t, grad_clip_of(grad_norm, c->gradient_clipping_threshold));
+    }
     state_optimizer_out(m);
 }
 

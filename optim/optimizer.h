@@ -5,6 +5,7 @@
 #define MESHMOE_OPTIMIZER_H
 #include <stddef.h>
 #include "base/config.h"
+#include "kernels/optim.h"   // GradClip
 
 struct Model;
 
@@ -19,6 +20,8 @@ int lr_schedule_length(const Config *c);
 
 // optax.clip_by_global_norm: if norm >= threshold, g (n) = g / norm * threshold.
 void grad_clip(float *g, size_t n, float norm, float threshold);
+// The same clipping as an update applies it while reading g (kernels/optim.h GradClip).
+GradClip grad_clip_of(float norm, float threshold);
 
 // The optimizer state kept per weight, in floats: 2 for adamw (mu and nu), 0 for sgd, 1
 // for adafactor (at most one: its state is per tensor, sized by adafactor_state_floats,
@@ -28,9 +31,10 @@ int optimizer_state_floats(const Config *c);
 // (its shard, or its ZeRO-1 piece), adafactor's v_mem, nothing for sgd (model_init).
 void optimizer_state_alloc(struct Model *m);
 // One update of this device's parameters from its gradients with the optimizer opt_type
-// names; t is the 1-based update count. With optimizer_memory_host_offload the state is
+// names; t is the 1-based update count; the gradient is clipped by grad_norm, its global
+// norm (gradient_clipping_threshold). With optimizer_memory_host_offload the state is
 // on the device only during the update (optim/offload.h).
-void optimizer_step(struct Model *m, float lr, int t);
+void optimizer_step(struct Model *m, float lr, int t, float grad_norm);
 
 // DeepSeek aux-loss-free balancing: bias[e] += rate * sign(T*K/E - counts[e]).
 void router_bias_update(float *bias, const long *counts, long tokens, int E, int K, float rate);

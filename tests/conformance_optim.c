@@ -14,14 +14,20 @@ static void test_optim_elementwise(void) {
     float *v0 = rand_floats(n, 0, 0.01f), *p = copy_of(p0, sizeof(float) * n), *m = copy_of(m0, sizeof(float) * n);
     float *v = copy_of(v0, sizeof(float) * n), *sgd = copy_of(p0, sizeof(float) * n);
     float *clip = copy_of(g, sizeof(float) * n);
+    // The same updates reading g clipped (GradClip: norm 3.5, threshold 1): pc, mc, vc, sgdc.
+    float *pc = copy_of(p0, sizeof(float) * n), *mc = copy_of(m0, sizeof(float) * n);
+    float *vc = copy_of(v0, sizeof(float) * n), *sgdc = copy_of(p0, sizeof(float) * n);
+    GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
     float *ema = copy_of(m0, sizeof(float) * n), *af_p = copy_of(p0, sizeof(float) * n);
     float *af_g = copy_of(g, sizeof(float) * n), *af_v = copy_of(v0, sizeof(float) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 7;
     if (ORACLE) {
         const OptimKernels *o = ORACLE->optim;
-        o->adamw_update(p, g, m, v, n, lr, t, b1, b2, eps, wd);
-        o->sgd_update(sgd, g, n, lr);
+        o->adamw_update(p, g, m, v, n, lr, t, b1, b2, eps, wd, off);
+        o->sgd_update(sgd, g, n, lr, off);
+        o->adamw_update(pc, g, mc, vc, n, lr, t, b1, b2, eps, wd, on);
+        o->sgd_update(sgdc, g, n, lr, on);
         o->clip_scale(clip, n, 3.5f, 1.0f);
         o->ema_update(ema, p0, n, 0.99f);
         o->adafactor_scale_full(af_g, af_v, n, 0.8f, 1e-30f);
@@ -35,6 +41,13 @@ static void test_optim_elementwise(void) {
             u = u + wd * p[i];
             p[i] = p[i] + (-lr) * u;
             sgd[i] = sgd[i] + (-lr) * g[i];
+            float gc = (g[i] / 3.5f) * 1.0f;   // clip_scale's operations, then the same updates
+            mc[i] = (1.0f - b1) * gc + b1 * mc[i];
+            vc[i] = (1.0f - b2) * (gc * gc) + b2 * vc[i];
+            float uc = (mc[i] / c1) / (sqrtf(vc[i] / c2) + eps);
+            uc = uc + wd * pc[i];
+            pc[i] = pc[i] + (-lr) * uc;
+            sgdc[i] = sgdc[i] + (-lr) * gc;
             clip[i] = (clip[i] / 3.5f) * 1.0f;
             ema[i] = 0.99f * ema[i] + (1.0f - 0.99f) * p0[i];
             af_v[i] = 0.8f * af_v[i] + (1.0f - 0.8f) * (af_g[i] * af_g[i] + 1e-30f);
@@ -49,8 +62,12 @@ static void test_optim_elementwise(void) {
     float *d_ema = dev_copy(m0, sizeof(float) * n), *d_p0 = dev_copy(p0, sizeof(float) * n);
     float *d_af_p = dev_copy(p0, sizeof(float) * n), *d_af_g = dev_copy(g, sizeof(float) * n);
     float *d_af_v = dev_copy(v0, sizeof(float) * n);
-    u->adamw_update(d_p, d_g, d_m, d_v, n, lr, t, b1, b2, eps, wd);
-    u->sgd_update(d_sgd, d_g, n, lr);
+    float *d_pc = dev_copy(p0, sizeof(float) * n), *d_mc = dev_copy(m0, sizeof(float) * n);
+    float *d_vc = dev_copy(v0, sizeof(float) * n), *d_sgdc = dev_copy(p0, sizeof(float) * n);
+    u->adamw_update(d_p, d_g, d_m, d_v, n, lr, t, b1, b2, eps, wd, off);
+    u->sgd_update(d_sgd, d_g, n, lr, off);
+    u->adamw_update(d_pc, d_g, d_mc, d_vc, n, lr, t, b1, b2, eps, wd, on);
+    u->sgd_update(d_sgdc, d_g, n, lr, on);
     u->clip_scale(d_clip, n, 3.5f, 1.0f);
     u->ema_update(d_ema, d_p0, n, 0.99f);
     u->adafactor_scale_full(d_af_g, d_af_v, n, 0.8f, 1e-30f);
@@ -60,13 +77,19 @@ static void test_optim_elementwise(void) {
     check_dev_floats("adamw_update m", shape, m, d_m, n, 0, 0);
     check_dev_floats("adamw_update v", shape, v, d_v, n, 0, 0);
     check_dev_floats("sgd_update", shape, sgd, d_sgd, n, 0, 0);
+    check_dev_floats("adamw_update clipped p", shape, pc, d_pc, n, 0, 0);
+    check_dev_floats("adamw_update clipped m", shape, mc, d_mc, n, 0, 0);
+    check_dev_floats("adamw_update clipped v", shape, vc, d_vc, n, 0, 0);
+    check_dev_floats("sgd_update clipped", shape, sgdc, d_sgdc, n, 0, 0);
+    check_dev_floats("g untouched by the clipped updates", shape, g, d_g, n, 0, 0);
     check_dev_floats("clip_scale", shape, clip, d_clip, n, 0, 0);
     check_dev_floats("ema_update", shape, ema, d_ema, n, 0, 0);
     check_dev_floats("adafactor_scale_full g", shape, af_g, d_af_g, n, 0, 0);
     check_dev_floats("adafactor_scale_full v", shape, af_v, d_af_v, n, 0, 0);
     check_dev_floats("adafactor_apply", shape, af_p, d_af_p, n, 0, 0);
     free(p0); free(g); free(m0); free(v0); free(p); free(m); free(v); free(sgd); free(clip); free(ema); free(af_p);
-    free(af_g); free(af_v);
+    free(af_g); free(af_v); free(pc); free(mc); free(vc); free(sgdc);
+    dev_free(d_pc); dev_free(d_mc); dev_free(d_vc); dev_free(d_sgdc);
     dev_free(d_p); dev_free(d_g); dev_free(d_m); dev_free(d_v); dev_free(d_sgd); dev_free(d_clip); dev_free(d_ema);
     dev_free(d_p0); dev_free(d_af_p); dev_free(d_af_g); dev_free(d_af_v);
 }

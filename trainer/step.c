@@ -186,9 +186,9 @@ void apply_update(Model *m, StepResult *r, const long *expert_counts, long token
     r->lr = lr_schedule(c, m->step);
     mem_phase("optimizer");
     float *grads_before_cast = grad_dtype_cast(m);
-    grad_clip(m->grads_mem, m->shard.local_n, r->grad_norm, c->gradient_clipping_threshold);
     float *old_params = params_undonated(m);
-    optimizer_step(m, r->lr, m->step + 1);   // the optimizer opt_type names (optim/optimizer.c)
+    // The optimizer opt_type names (optim/optimizer.c), clipping the gradient by its global norm.
+    optimizer_step(m, r->lr, m->step + 1, r->grad_norm);
     mem_free(old_params);
     if (grads_before_cast) {   // the cast copy is dropped; the next step accumulates into the original
         mem_free(m->grads_mem);

@@ -3,16 +3,20 @@
 #include <math.h>
 #include <string.h>
 
+// g as the update reads it: clipped (kernels/optim.h GradClip) or as it is.
+static inline float clipped(float g, GradClip c) { return c.on ? (g / c.norm) * c.threshold : g; }
+
 static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
-                         float b1, float b2, float eps, float wd) {
+                         float b1, float b2, float eps, float wd, GradClip clip) {
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
     // Element by element, so vector instructions (IEEE division and square root, exactly
     // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
     #pragma omp parallel for simd if (n > 65536)
     for (size_t i = 0; i < n; i++) {
-        m[i] = (1.0f - b1) * g[i] + b1 * m[i];
-        v[i] = (1.0f - b2) * (g[i] * g[i]) + b2 * v[i];
+        float gi = clipped(g[i], clip);
+        m[i] = (1.0f - b1) * gi + b1 * m[i];
+        v[i] = (1.0f - b2) * (gi * gi) + b2 * v[i];
         float mhat = m[i] / c1, vhat = v[i] / c2;
         float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
         u = u + wd * p[i];                      // add_decayed_weights
@@ -20,9 +24,9 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
     }
 }
 
-static void sgd_update(float *p, const float *g, size_t n, float lr) {
+static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {
     #pragma omp parallel for simd if (n > 65536)
-    for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * g[i];   // scale_by_learning_rate, apply_updates
+    for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * clipped(g[i], clip);   // scale_by_learning_rate, apply_updates
 }
 
 static void clip_scale(float *g, size_t n, float norm, float threshold) {
