@@ -77,9 +77,10 @@ static void chunked_product(float *out, const float *A, const float *Bm, int tra
     TreeSum ts;
     treesum_begin_cap(&ts, (size_t)T * N, (size_t)cap * N, MEM_TEMP, name);
     for (int r = 0; r < chunks; r++) {
-        float *part = treesum_leaf_overwrite(&ts);   // (T,N) = A[:, piece r] @ op(Bm)[piece r, :]
+        int onto;   // an odd piece is added onto the piece before it: its first merge, made by the product
+        float *part = treesum_leaf_onto(&ts, &onto);   // (T,N) = (or +=) A[:, piece r] @ op(Bm)[piece r, :]
         const float *b = Bm + (size_t)r * Kc * (transB ? 1 : (size_t)ldb);
-        gemm(0, transB, T, N, Kc, 1.0f, A + (size_t)r * Kc, K, b, ldb, 0.0f, part, N);
+        gemm(0, transB, T, N, Kc, 1.0f, A + (size_t)r * Kc, K, b, ldb, (float)onto, part, N);
         treesum_push(&ts);
     }
     mem_zero(out, sizeof(float) * T * N);
