@@ -8,6 +8,8 @@
 #
 #   bash tests/scaling.sh                       # mixtral-small, 8 sequences of 64 tokens
 #   PRESET=deepseek-small ROUNDS=3 STEPS=6 MIN_RATIO=1.8 bash tests/scaling.sh
+#   SINGLE_ARGS=num_threads=1 bash tests/scaling.sh   # against one device on one thread: data=2
+#                                                     # then has twice the cores
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -18,6 +20,7 @@ STEPS=${STEPS:-5}
 ROUNDS=${ROUNDS:-2}
 MIN_RATIO=${MIN_RATIO:-1.7}
 ARGS=${ARGS:-max_target_length=64}
+SINGLE_ARGS=${SINGLE_ARGS:-}         # the one-device run's own settings (num_threads=1)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
@@ -32,14 +35,15 @@ one() {   # one NAME ARGS...: a run; appends the step times (ms) of steps 2.. to
 median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print (NR ? a[int((NR + 1) / 2)] : 0) }'; }
 
 for r in $(seq "$ROUNDS"); do
-    one single per_device_batch_size="$BATCH" || break
+    # shellcheck disable=SC2086
+    one single per_device_batch_size="$BATCH" $SINGLE_ARGS || break
     one data2 per_device_batch_size=$((BATCH / 2)) ici_data_parallelism=2 || break
 done
 S=$(sed -n 's/^data: .* batch [0-9]* x [0-9]* x \([0-9]*\) tokens$/\1/p' "$T/single.out" | head -1)
 m1=$(median "$T/single.ms"); m2=$(median "$T/data2.ms")
 echo "| run | ms/step (median of steps 2..$STEPS, $ROUNDS rounds) | tokens/s |"
 echo "|---|---|---|"
-awk -v m="$m1" -v b="$BATCH" -v s="$S" 'BEGIN { printf "| 1 device, batch %d | %.1f | %.0f |\n", b, m, b * s / (m / 1000) }'
+awk -v m="$m1" -v b="$BATCH" -v s="$S" -v a="$SINGLE_ARGS" 'BEGIN { printf "| 1 device, batch %d %s | %.1f | %.0f |\n", b, a, m, b * s / (m / 1000) }'
 awk -v m="$m2" -v b="$BATCH" -v s="$S" 'BEGIN { printf "| data=2, batch %d x 2 | %.1f | %.0f |\n", b / 2, m, b * s / (m / 1000) }'
 ratio=$(awk -v a="$m1" -v b="$m2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 echo "tokens/s ratio, data=2 over 1 device: $ratio"
