@@ -14,7 +14,8 @@
 #include <sys/mman.h>
 #include <pthread.h>
 
-const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm"};
+const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm",
+                                              "workspace"};
 
 #define ALIGN 64    // every buffer starts on a 64-byte boundary (a cache line, an AVX-512 vector)
 

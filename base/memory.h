@@ -14,6 +14,7 @@ typedef enum {
     MEM_ACTIVATIONS,  // activations saved by the forward pass for the backward pass
     MEM_TEMP,         // temporaries that live inside one layer call
     MEM_COMM,         // buffers of collectives
+    MEM_WORKSPACE,    // GPU-only scratch a library needs (cuBLAS's workspace); 0 bytes on the CPU
     MEM_NTAGS
 } MemTag;
 

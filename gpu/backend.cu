@@ -41,5 +41,7 @@ extern "C" const Backend backend_cuda = {
     gpu_bind,
     gpu_sync,
     gpu_unbind,
+    gpu_matmul_workspace_bytes,
+    gpu_matmul_set_workspace,
 };
 #endif

@@ -35,6 +35,10 @@ extern const InitKernels init_cuda;            // gpu/init.cu
 // (CUDA only, loaded when chosen; faster, not row-stable). Returns 0 when cuBLAS cannot be
 // had (a HIP build, or no libcublas on the machine), with the reason in *why.
 int gpu_matmul_use_cublas(int on, const char **why);
+// cuBLAS's workspace (Backend.workspace_bytes, set_workspace): the bytes the calling thread's
+// products want (0 with the ordered GEMM), and the device buffer they use (NULL: taken back).
+size_t gpu_matmul_workspace_bytes(void);
+void gpu_matmul_set_workspace(void *p, size_t bytes);
 
 // Device memory (gpu/runtime.cu): what the conformance test and the allocator use.
 int gpu_devices(const char **why);          // the GPUs there are; 0 with the runtime's reason in *why

@@ -85,6 +85,12 @@ typedef struct Backend {
     void (*bind)(int device);         // at a thread's start: mesh device `device`'s GPU, a stream, its memory pool
     void (*sync)(void);               // wait until the work this thread queued is done
     void (*unbind)(void);             // at a thread's end: its stream (and, last, its device's pool) given back
+    // GPU-only scratch of a library the kernels call (cuBLAS's workspace; NULL on the CPU):
+    // the bytes the calling thread's products want (0: none), and the buffer they get (NULL:
+    // taken back, after the thread's work is done). The device thread allocates it from the
+    // tagged allocator (MEM_WORKSPACE, base/mesh.c), so the memory report counts it.
+    size_t (*workspace_bytes)(void);
+    void (*set_workspace)(void *p, size_t bytes);
 } Backend;
 
 extern const Backend backend_cpu;     // kernels/cpu/backend.c

@@ -494,6 +494,7 @@ const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks 
         backend_watched.name = b->name;
         // a device thread's hooks: the watched backend's own (its GPU, stream and pool)
         backend_watched.bind = b->bind, backend_watched.sync = b->sync, backend_watched.unbind = b->unbind;
+        backend_watched.workspace_bytes = b->workspace_bytes, backend_watched.set_workspace = b->set_workspace;
     }
     if (mem) backend_watched.mem = mem;   // the strict mode's: it opens its memory around each copy
     hooks[nhooks++] = h;

@@ -28,6 +28,12 @@ deepseek-1dev       deepseek-tiny per_device_batch_size=8
 deepseek-fsdp2      deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4
 deepseek-expert2    deepseek-tiny ici_expert_parallelism=2 per_device_batch_size=4'
 
+# Issue 22 item 3: cuBLAS's workspace under a tag of its own. The same mesh run with
+# gpu_matmul=cublas: every step's and device's peak under the tag `workspace` is cuBLAS's
+# recommended size (4 MiB, or 32 MiB on Hopper and later: gpu/matmul.cu); with the ordered
+# GEMM (the cases above, compared with the CPU's) it is 0, as on the CPU.
+WORKSPACE_CASES='mixtral-fsdp2  mixtral-tiny  ici_fsdp_parallelism=2 per_device_batch_size=4'
+
 # Acceptance 5: 4 steps with a checkpoint after 2 (run_steps=2), resumed for steps 2 and 3;
 # the references are ./train's resumed losses (CPU saved, CPU resumed).
 RESUME_COMMON="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100 per_device_batch_size=4"

@@ -12,6 +12,8 @@ GPU machine's Python may have no numpy or safetensors.
   gpu_compare.py peaks REF GOT        metrics files (metrics_file=): every step's and
                                       device's peak bytes by tag equal
   gpu_compare.py losses REF GOT TOL   metrics files: every step's loss within TOL relative
+  gpu_compare.py workspace GOT SIZES  a metrics file: every step's and device's peak bytes
+                                      under the tag workspace one of SIZES (comma-separated)
 
 Prints each check as `  ok   ...` / `  FAIL ...` (a failure names the tensor or step, the
 first bad index, the expected and the obtained value) and ends with `N passed, N failed`;
@@ -155,6 +157,16 @@ def peaks(ref_path, got_path):
                 r["step"], dr["device"], len(want), "; expected/got " + str(diff) if diff else ""))
 
 
+def workspace(got_path, sizes):
+    got = metrics(got_path)
+    check(len(got) > 0, "%s has metrics lines" % got_path)
+    for g in got:
+        for d in g["devices"]:
+            have = d["peak_bytes_by_tag"].get("workspace")
+            check(have in sizes, "step %d device %d: peak bytes under the tag workspace %s, one of %s" % (
+                g["step"], d["device"], have, sizes))
+
+
 def losses(ref_path, got_path, tol):
     ref, got = metrics(ref_path), metrics(got_path)
     check(len(ref) == len(got), "%d steps expected, %d got" % (len(ref), len(got)))
@@ -173,6 +185,8 @@ def main(argv):
         dumps(argv[2], argv[3], argv[4])
     elif cmd == "peaks" and len(argv) == 4:
         peaks(argv[2], argv[3])
+    elif cmd == "workspace" and len(argv) == 4:
+        workspace(argv[2], [int(x) for x in argv[3].split(",")])
     elif cmd == "losses" and len(argv) == 5:
         losses(argv[2], argv[3], float(argv[4]))
     else:

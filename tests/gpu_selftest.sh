@@ -47,6 +47,12 @@ out=$(bash tests/gpu_checks.sh peaks "$T/w" 2>&1); rc=$?
 check "a peak planted 256 bytes off fails the peaks check: $(printf '%s' "$out" | grep -m1 FAIL | cut -c1-110)" \
     sh -c '[ "$1" -ne 0 ] && printf "%s" "$2" | grep -q "FAIL step 1 device 1: .*comm"' _ $rc "$out"
 
+# The workspace check on the CPU's run (no cuBLAS: 0 bytes under the tag) must fail when
+# asked for cuBLAS's sizes, as on a GPU a run without the workspace would.
+out=$(python3 tests/gpu_compare.py workspace "$T/w/mesh/mixtral-fsdp2-cublas.jsonl" 4194304,33554432 2>&1); rc=$?
+check "a workspace of 0 bytes fails the check for cuBLAS's: $(printf '%s' "$out" | grep -m1 FAIL | cut -c1-110)" \
+    sh -c '[ "$1" -ne 0 ] && printf "%s" "$2" | grep -q "FAIL step 0 device 0: peak bytes under the tag workspace 0"' _ $rc "$out"
+
 # Without a GPU the session's script fails every step that needs one, quickly, and prints
 # its table (the mesh step's runs each stop at the device check).
 if ! ls /dev/nvidia0 > /dev/null 2>&1; then
