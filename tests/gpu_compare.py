@@ -10,7 +10,8 @@ GPU machine's Python may have no numpy or safetensors.
   gpu_compare.py dumps REF GOT DTYPE  parity dumps, CPU (REF) against GPU (GOT); DTYPE
                                       float32 or bfloat16 (tolerances below)
   gpu_compare.py peaks REF GOT        metrics files (metrics_file=): every step's and
-                                      device's peak bytes by tag equal
+                                      device's peak bytes by tag equal, in device memory and
+                                      in host memory (offload), and the bytes copied each way
   gpu_compare.py losses REF GOT TOL   metrics files: every step's loss within TOL relative
   gpu_compare.py workspace GOT SIZES  a metrics file: every step's and device's peak bytes
                                       under the tag workspace one of SIZES (comma-separated)
@@ -151,10 +152,11 @@ def peaks(ref_path, got_path):
     check(len(ref) == len(got), "%d metrics lines expected, %d got" % (len(ref), len(got)))
     for r, g in zip(ref, got):
         for dr, dg in zip(r["devices"], g["devices"]):
-            want, have = dr["peak_bytes_by_tag"], dg["peak_bytes_by_tag"]
-            diff = {t: (want[t], have.get(t)) for t in want if want[t] != have.get(t)}
-            check(not diff, "step %d device %d: peak bytes by tag equal to the CPU's (%d tags)%s" % (
-                r["step"], dr["device"], len(want), "; expected/got " + str(diff) if diff else ""))
+            for key in ("peak_bytes_by_tag", "host_peak_bytes_by_tag", "host_transfer_bytes"):
+                want, have = dr[key], dg[key]
+                diff = {t: (want[t], have.get(t)) for t in want if want[t] != have.get(t)}
+                check(not diff, "step %d device %d: %s equal to the CPU's (%d entries)%s" % (
+                    r["step"], dr["device"], key, len(want), "; expected/got " + str(diff) if diff else ""))
 
 
 def workspace(got_path, sizes):
