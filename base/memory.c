@@ -14,7 +14,8 @@
 #include <sys/mman.h>
 #include <pthread.h>
 
-const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm"};
+const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm",
+                                              "workspace"};
 
 #define ALIGN 64    // every buffer starts on a 64-byte boundary (a cache line, an AVX-512 vector)
 
@@ -313,19 +314,24 @@ void *mem_alloc_host(MemTag tag, size_t bytes, const char *name) { return alloc_
 
 int mem_is_host(const void *p) { return p && block_of(p)->host; }
 
-void mem_transfer(void *dst, const void *src, size_t bytes) {
+// Copy between two buffers; async: across host and device by the backend's offload copies
+// (MemoryOps.to_host_async, to_device_async, where it has them), which may return first.
+static void transfer(void *dst, const void *src, size_t bytes, int async) {
     MemBlock *d = block_of(dst), *s = block_of(src);
     // A dry run copies only real memory: the small control buffers (routing plans) that
     // offloading moves must arrive with their contents; the void has none.
     if (!dry || (!d->slot && !s->slot)) {
-        if (d->host && !s->host) s->ops->to_host(dst, src, bytes);
-        else if (!d->host && s->host) d->ops->to_device(dst, src, bytes);
-        else if (!d->host) d->ops->copy(dst, src, bytes);
+        const MemoryOps *sm = s->ops, *dm = d->ops;
+        if (d->host && !s->host) (async && sm->to_host_async ? sm->to_host_async : sm->to_host)(dst, src, bytes);
+        else if (!d->host && s->host) (async && dm->to_device_async ? dm->to_device_async : dm->to_device)(dst, src, bytes);
+        else if (!d->host) dm->copy(dst, src, bytes);
         else memcpy(dst, src, bytes);   // host to host
     }
     if (d->host && !s->host) d->dev->to_host_bytes += bytes;
     if (!d->host && s->host) d->dev->to_device_bytes += bytes;
 }
+
+void mem_transfer(void *dst, const void *src, size_t bytes) { transfer(dst, src, bytes, 0); }
 
 void mem_upload(void *dst, const void *host, size_t n) { kern()->mem->to_device(dst, host, n); }
 void mem_download(void *host, const void *src, size_t n) { kern()->mem->to_host(host, src, n); }
@@ -339,12 +345,14 @@ void *mem_host_copy(const void *src, size_t n) {
 void mem_zero(void *p, size_t n) { if (!dry) kern()->mem->zero(p, n); }
 void mem_copy(void *dst, const void *src, size_t n) { if (!dry) kern()->mem->copy(dst, src, n); }
 
-// Copy a buffer to the other memory kind and free the original.
+// Copy a buffer to the other memory kind and free the original. The copy may still be in
+// flight when this returns (a GPU's copy stream): the backend keeps the original's memory
+// until it is done, and orders the kernels that use the moved buffer after it.
 static void *move_block(void *p, int host) {
     if (!p || block_of(p)->host == host) return p;
     MemBlock *m = block_of(p);
     void *q = alloc_block(m->tag, m->bytes, m->name, host, 0);   // overwritten whole below
-    mem_transfer(q, p, m->bytes);
+    transfer(q, p, m->bytes, 1);
     mem_free(p);
     return q;
 }

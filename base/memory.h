@@ -14,6 +14,7 @@ typedef enum {
     MEM_ACTIVATIONS,  // activations saved by the forward pass for the backward pass
     MEM_TEMP,         // temporaries that live inside one layer call
     MEM_COMM,         // buffers of collectives
+    MEM_WORKSPACE,    // GPU-only scratch a library needs (cuBLAS's workspace); 0 bytes on the CPU
     MEM_NTAGS
 } MemTag;
 
@@ -83,6 +84,8 @@ void *mem_alloc_host(MemTag tag, size_t bytes, const char *name);
 // Move a buffer to host memory / back to the device: a new buffer of the same tag, name and
 // size on the other side, the bytes copied (counted in to_host_bytes / to_device_bytes), the
 // old one freed. Returns the new pointer; a buffer already on that side is returned as is.
+// The copy is the backend's offload copy (on a GPU asynchronous: kernels/kernels.h
+// MemoryOps.to_host_async); the host reads moved data only through mem_download.
 void *mem_to_host(void *p);
 void *mem_to_device(void *p);
 int mem_is_host(const void *p);

@@ -165,6 +165,24 @@ int mesh_threads_of(const Mesh *mesh, int dev) {
 #endif
 }
 
+// A GPU backend's library scratch (cuBLAS's workspace) comes from the allocator under a tag
+// of its own, so that the device's report and memory_trace show it; none on the CPU.
+static void *workspace_begin(void) {
+    const Backend *b = kern();
+    size_t n = b->workspace_bytes ? b->workspace_bytes() : 0;
+    if (!n) return NULL;
+    void *p = mem_alloc_uninit(MEM_WORKSPACE, n, "matrix product library workspace (cuBLAS)");
+    b->set_workspace(p, n);
+    return p;
+}
+
+static void workspace_end(void *p) {
+    if (!p) return;
+    kern_sync();   // no product still uses it
+    kern()->set_workspace(NULL, 0);
+    mem_free(p);
+}
+
 static void *device_main(void *p) {
     Launch *l = (Launch *)p;
     mem_set_device(&l->mesh->devices[l->dev]);
@@ -174,7 +192,9 @@ static void *device_main(void *p) {
     omp_set_max_active_levels(1);
 #endif
     kern_bind(l->dev);   // a GPU backend: this device's GPU, stream and memory pool (kernels/kernels.h)
+    void *workspace = workspace_begin();
     l->fn(l->dev, l->arg);
+    workspace_end(workspace);   // while the device's pool is still attached
     kern_unbind();
     if (l->tally) {
         pthread_mutex_lock(&l->tally->lock);

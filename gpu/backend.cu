@@ -5,20 +5,22 @@
 
 #if GPU_HOST_PASS
 // Device memory for the tagged allocator (kernels/kernels.h MemoryOps): the device's pool
-// (gpu/pool.cu), pinned host memory for offload; zero, fill and the device-to-device copy
-// are queued on the calling thread's stream, the copies to and from the host wait for it.
-static void mem_free_host(void *p, size_t bytes) { (void)bytes; gpu_free_host(p); }
+// (gpu/pool.cu), pinned host memory for offload (cached there too); zero, fill and the
+// device-to-device copy are queued on the calling thread's stream, the copies to and from
+// the host wait for it, offload's copies run on the thread's copy stream (gpu/offload.cu).
 static void mem_zero(void *p, size_t bytes) { gpu_fill_bytes(p, 0, bytes); }
 extern "C" const MemoryOps memory_cuda = {
     pool_alloc,
     pool_free,
-    gpu_alloc_host,
-    mem_free_host,
+    pinned_alloc,
+    pinned_free,
     mem_zero,
     gpu_fill_bytes,
     gpu_copy,
     gpu_download,
     gpu_upload,
+    gpu_to_host_async,
+    gpu_to_device_async,
 };
 
 extern "C" const Backend backend_cuda = {
@@ -41,5 +43,7 @@ extern "C" const Backend backend_cuda = {
     gpu_bind,
     gpu_sync,
     gpu_unbind,
+    gpu_matmul_workspace_bytes,
+    gpu_matmul_set_workspace,
 };
 #endif

@@ -35,6 +35,10 @@ extern const InitKernels init_cuda;            // gpu/init.cu
 // (CUDA only, loaded when chosen; faster, not row-stable). Returns 0 when cuBLAS cannot be
 // had (a HIP build, or no libcublas on the machine), with the reason in *why.
 int gpu_matmul_use_cublas(int on, const char **why);
+// cuBLAS's workspace (Backend.workspace_bytes, set_workspace): the bytes the calling thread's
+// products want (0 with the ordered GEMM), and the device buffer they use (NULL: taken back).
+size_t gpu_matmul_workspace_bytes(void);
+void gpu_matmul_set_workspace(void *p, size_t bytes);
 
 // Device memory (gpu/runtime.cu): what the conformance test and the allocator use.
 int gpu_devices(const char **why);          // the GPUs there are; 0 with the runtime's reason in *why
@@ -48,6 +52,12 @@ void gpu_upload(void *dst, const void *host, size_t bytes);     // host -> devic
 void gpu_download(void *host, const void *src, size_t bytes);   // device -> host, after the stream's work
 void gpu_copy(void *dst, const void *src, size_t bytes);       // device -> device, on the stream
 void gpu_fill_bytes(void *dst, int byte, size_t bytes);         // memset on the device
+// Offload's copies (gpu/offload.cu), between pinned host memory and the device, on the
+// thread's copy stream: they return at once (MemoryOps.to_host_async, to_device_async).
+void gpu_to_host_async(void *host, const void *src, size_t bytes);
+void gpu_to_device_async(void *dst, const void *host, size_t bytes);
+void *pinned_alloc(size_t bytes);           // pinned host memory from a cache (gpu/pool.cu)
+void pinned_free(void *p, size_t bytes);    // back to the cache, kept until a copy from it is done
 extern const MemoryOps memory_cuda;         // gpu/backend.cu: the above as the allocator's MemoryOps
 
 // A mesh device's thread (gpu/runtime.cu; Backend.bind, sync, unbind): device d runs on GPU

@@ -44,6 +44,15 @@
 #define cudaDriverGetVersion hipDriverGetVersion
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaDeviceProp hipDeviceProp_t
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreateWithFlags hipEventCreateWithFlags
+#define cudaEventDisableTiming hipEventDisableTiming
+#define cudaEventRecord hipEventRecord
+#define cudaEventQuery hipEventQuery
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaEventDestroy hipEventDestroy
+#define cudaStreamWaitEvent hipStreamWaitEvent
+#define cudaErrorNotReady hipErrorNotReady
 #define cudaGetDeviceProperties hipGetDeviceProperties
 #define GPU_BACKEND_NAME "hip"
 // Debian's HIP has no hipBLAS: the ordered GEMM (gpu/gemm.cu) is the only matrix product.
@@ -90,6 +99,12 @@ enum { GPU_THREADS = 256 };
 
 // The stream this host thread launches on (gpu/runtime.cu): one per thread, created on first use.
 cudaStream_t gpu_stream(void);
+// Host offload's copies on the thread's copy stream (gpu/offload.cu): the event that marks
+// the end of the thread's copy in flight from p (the caller now owns it), or NULL; the
+// host waiting for the copies; the copy stream's end (the thread's end).
+cudaEvent_t gpu_copy_reading(const void *p);
+void gpu_copies_wait(void);
+void gpu_copies_end(void);
 
 // One float rounded to bfloat16, round to nearest even, NaN kept a quiet NaN: the same bits
 // as kernels/bf16.h:bf16_bits on the host.

@@ -50,18 +50,15 @@ __global__ static void lse_kernel(float *lse, const float *m, const float *sum, 
 }
 
 // *sum = the leaf's sum, *count = its tokens (as a double: exact below 2^53).
-__global__ static void leaf_sum_kernel(double *sum, double *count, const float *lse, const float *zt,
-                                       const int *targets, long t0, long len, float zmul) {
-    long n = 0;
+__global__ static void leaf_sum_kernel(double *sum, const float *lse, const float *zt, const int *targets, long t0,
+                                       long len, float zmul) {
     double s = 0.0;
     for (long t = t0; t < t0 + len; t++) {
         if (targets[t] < 0) continue;
         float l = lse[t] - zt[t] + zmul * lse[t] * lse[t];
         s += l;
-        n++;
     }
     *sum = s;
-    *count = (double)n;
 }
 
 __global__ static void backward_kernel(float *dz, const float *lse, const int *targets, int T, int V, int v0,
@@ -121,15 +118,10 @@ static void loss_lse(float *lse, const float *m, const float *sum, int T) {
 
 // *sum (device) = the leaf's loss in token order and double; returns its token count, which
 // comes back through a small device buffer taken on the stream: this call waits for it.
-static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
                           float zmul) {
-    double *count, host;
-    GPU_CHECK(cudaMallocAsync(&count, sizeof host, gpu_stream()));
-    leaf_sum_kernel<<<1, 1, 0, gpu_stream()>>>(sum, count, lse, zt, targets, t0, len, zmul);
+    leaf_sum_kernel<<<1, 1, 0, gpu_stream()>>>(sum, lse, zt, targets, t0, len, zmul);
     GPU_CHECK_LAUNCH();
-    gpu_download(&host, count, sizeof host);
-    GPU_CHECK(cudaFreeAsync(count, gpu_stream()));
-    return (long)host;
 }
 
 // dz (T,V) = scale * dl/dz, in place over the logits.

@@ -21,11 +21,12 @@
 static int use_cublas = 0;   // set once at start-up
 
 #if GPU_HAVE_CUBLAS
-// The three cuBLAS functions we call, found in libcublas.so.13 (CUDA 13's soname).
+// The cuBLAS functions we call, found in libcublas.so.13 (CUDA 13's soname).
 static struct {
     cublasStatus_t (*create)(cublasHandle_t *);
     cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_workspace)(cublasHandle_t, void *, size_t);
     cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
                             const float *, int, const float *, int, const float *, float *, int);
 } cublas;
@@ -37,9 +38,11 @@ static const char *load_cublas(void) {
     cublas.create = (cublasStatus_t (*)(cublasHandle_t *))dlsym(lib, "cublasCreate_v2");
     cublas.destroy = (cublasStatus_t (*)(cublasHandle_t))dlsym(lib, "cublasDestroy_v2");
     cublas.set_stream = (cublasStatus_t (*)(cublasHandle_t, cudaStream_t))dlsym(lib, "cublasSetStream_v2");
+    cublas.set_workspace = (cublasStatus_t (*)(cublasHandle_t, void *, size_t))dlsym(lib, "cublasSetWorkspace_v2");
     *(void **)&cublas.sgemm = dlsym(lib, "cublasSgemm_v2");
-    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.sgemm)
-        return "libcublas.so.13 lacks one of cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSgemm_v2";
+    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.set_workspace || !cublas.sgemm)
+        return "libcublas.so.13 lacks one of cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, "
+               "cublasSetWorkspace_v2, cublasSgemm_v2";
     return NULL;
 }
 
@@ -51,9 +54,15 @@ static void cublas_check(cublasStatus_t st, const char *what, const char *file, 
     exit(1);
 }
 
-// One handle per host thread, on its stream; destroyed (with its workspace) when the
-// thread goes back to the ordered GEMM.
+// One handle per host thread, on its stream, made at the thread's first product; destroyed
+// when the thread's workspace is taken back or it goes back to the ordered GEMM.
 static thread_local cublasHandle_t handle;
+
+// The workspace of the thread's handle: a device thread's comes from the allocator (tag
+// workspace, base/mesh.c, gpu_matmul_set_workspace below), so that the memory report counts
+// it; a thread given none (a test's) leaves cuBLAS its own, which only the driver sees.
+static thread_local void *workspace;
+static thread_local size_t workspace_size;
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
 // swapped, with the same leading dimensions.
@@ -61,7 +70,8 @@ static void sgemm_cublas(int transA, int transB, int M, int N, int K, const floa
                          const float *B, int ldb, int accumulate, float *C, int ldc) {
     if (!handle) {
         CUBLAS_CHECK(cublas.create(&handle));
-        CUBLAS_CHECK(cublas.set_stream(handle, gpu_stream()));
+        CUBLAS_CHECK(cublas.set_stream(handle, gpu_stream()));   // (which resets the workspace: set it after)
+        if (workspace) CUBLAS_CHECK(cublas.set_workspace(handle, workspace, workspace_size));
     }
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUBLAS_CHECK(cublas.sgemm(handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -85,6 +95,32 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
 #else
     *why = "this is a HIP build: Debian's HIP has no BLAS, the ordered GEMM is the only product";
     return 0;
+#endif
+}
+
+// The workspace cuBLAS's documentation recommends (cublasSetWorkspace): 32 MiB on Hopper
+// (compute capability 9) and later, 4 MiB before; none for the ordered GEMM, nor in a HIP build.
+extern "C" size_t gpu_matmul_workspace_bytes(void) {
+#if GPU_HAVE_CUBLAS
+    if (!use_cublas) return 0;
+    int gpu = 0, major = 0;
+    GPU_CHECK(cudaGetDevice(&gpu));
+    GPU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu));
+    return (size_t)(major >= 9 ? 32 : 4) << 20;
+#else
+    return 0;
+#endif
+}
+
+// The calling thread's workspace is p (NULL: taken back; the thread's stream is done with
+// it). A handle made before holds the old one: it goes, and the next product makes another.
+extern "C" void gpu_matmul_set_workspace(void *p, size_t bytes) {
+#if GPU_HAVE_CUBLAS
+    if (handle) { CUBLAS_CHECK(cublas.destroy(handle)); handle = NULL; }
+    workspace = p;
+    workspace_size = bytes;
+#else
+    (void)p; (void)bytes;
 #endif
 }
 

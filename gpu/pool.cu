@@ -7,7 +7,8 @@
 //                 a freed piece of exactly that size if there is one (the last freed
 //                 first), else the next bytes of the newest chunk, else a new chunk
 //                 (POOL_CHUNK, or the request itself when larger);
-//   free(p, bytes): the piece is kept for the next request of the same size;
+//   free(p, bytes): the piece is kept for the next request of the same size (once the
+//                 offload copy that reads it, if one does, is done: gpu/offload.cu);
 //   the device's end: every chunk goes back to the driver.
 //
 // A step asks for the same sizes in the same order every time, so after the first step
@@ -31,7 +32,8 @@ enum { POOL_ALIGN = 256, POOL_DEVICES = 256 };   // base/mesh.c runs at most 256
 static const size_t POOL_CHUNK = (size_t)64 << 20;   // 64 MiB: a tiny preset's device fits in one
 
 typedef struct { char *base; size_t size, used; } Chunk;   // used: bytes handed out from base on
-typedef struct { char *p; size_t bytes; } Piece;           // a freed piece
+typedef struct { char *p; size_t bytes; cudaEvent_t done; } Piece;   // a freed piece, free once done
+                                                                        // (NULL: now) has happened
 
 typedef struct {
     pthread_mutex_t lock;
@@ -89,14 +91,38 @@ static int grow(Pool *p, size_t bytes) {
     return 1;
 }
 
+// A freed piece is free once the offload copy that read it (if any) is done.
+static int piece_free(Piece *f) {
+    if (!f->done) return 1;
+    cudaError_t q = cudaEventQuery(f->done);
+    if (q == cudaErrorNotReady) return 0;
+    GPU_CHECK(q);
+    GPU_CHECK(cudaEventDestroy(f->done));
+    f->done = NULL;
+    return 1;
+}
+
+// Piece i of n taken out of the list (the last one moves into its place).
+static char *take_piece(Piece *list, int *n, int i) {
+    char *at = list[i].p;
+    list[i] = list[--*n];
+    return at;
+}
+
+// Keep a freed piece; the list grows as needed.
+static void keep_piece(Piece **list, int *n, int *cap, Piece piece) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        *list = (Piece *)realloc(*list, sizeof(Piece) * *cap);
+        if (!*list) { fprintf(stderr, "meshmoe: out of host memory (GPU pool records)\n"); exit(1); }
+    }
+    (*list)[(*n)++] = piece;
+}
+
 // A piece of exactly `bytes` (a multiple of POOL_ALIGN), from the freed ones or a chunk.
 static void *take(Pool *p, size_t bytes) {
     for (int i = p->nfreed - 1; i >= 0; i--)
-        if (p->freed[i].bytes == bytes) {
-            void *at = p->freed[i].p;
-            p->freed[i] = p->freed[--p->nfreed];
-            return at;
-        }
+        if (p->freed[i].bytes == bytes && piece_free(&p->freed[i])) return take_piece(p->freed, &p->nfreed, i);
     Chunk *c = p->nchunks ? &p->chunks[p->nchunks - 1] : NULL;
     if (!c || c->size - c->used < bytes) {
         if (!grow(p, bytes)) return NULL;
@@ -130,17 +156,14 @@ extern "C" void pool_free(void *at, size_t bytes) {
     Pool *p = current();
     size_t n = (bytes + POOL_ALIGN - 1) / POOL_ALIGN * POOL_ALIGN;
     if (n == 0) n = POOL_ALIGN;
+    cudaEvent_t done = gpu_copy_reading(at);   // an offload copy from it still in flight?
     pthread_mutex_lock(&p->lock);
     p->in_use -= n;
     if (pool_off()) {
+        if (done) { GPU_CHECK(cudaEventSynchronize(done)); GPU_CHECK(cudaEventDestroy(done)); }
         GPU_CHECK(cudaFree(at));
     } else {
-        if (p->nfreed == p->capfreed) {
-            p->capfreed = p->capfreed ? 2 * p->capfreed : 64;
-            p->freed = (Piece *)realloc(p->freed, sizeof(Piece) * p->capfreed);
-            if (!p->freed) { fprintf(stderr, "meshmoe: out of host memory (GPU pool records)\n"); exit(1); }
-        }
-        p->freed[p->nfreed++] = (Piece){(char *)at, n};
+        keep_piece(&p->freed, &p->nfreed, &p->capfreed, (Piece){(char *)at, n, done});
     }
     pthread_mutex_unlock(&p->lock);
 }
@@ -169,6 +192,7 @@ extern "C" void pool_detach(void) {
     pthread_mutex_lock(&pools_lock);
     if (--p->users == 0 && p->device < POOL_DEVICES) {   // (the unbound threads' pool stays)
         report(p);
+        for (int i = 0; i < p->nfreed; i++) if (p->freed[i].done) GPU_CHECK(cudaEventDestroy(p->freed[i].done));
         for (int i = 0; i < p->nchunks; i++) GPU_CHECK(cudaFree(p->chunks[i].base));
         free(p->chunks);
         free(p->freed);
@@ -176,4 +200,38 @@ extern "C" void pool_detach(void) {
         memset(p, 0, sizeof *p);
     }
     pthread_mutex_unlock(&pools_lock);
+}
+
+// Pinned host memory (offload's buffers) from a cache shared by every device thread:
+// cudaMallocHost pins pages (slow: it walks every page) and cudaFreeHost may wait for the
+// whole GPU, while a step moves the same sizes out and back every time. So a freed buffer
+// is kept for the next request of its exact size, once the copy that reads it (a move back
+// to the device, queued just before the free) is done. The cache keeps what it holds until
+// the process ends: about the host memory's peak, which the allocator's report shows.
+// MESHMOE_GPU_POOL=off: cudaMallocHost and cudaFreeHost each time, as for device memory.
+static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
+static Piece *pinned;
+static int npinned, cappinned;
+
+extern "C" void *pinned_alloc(size_t bytes) {
+    void *at = NULL;
+    if (!pool_off()) {
+        pthread_mutex_lock(&pinned_lock);
+        for (int i = npinned - 1; i >= 0 && !at; i--)
+            if (pinned[i].bytes == bytes && piece_free(&pinned[i])) at = take_piece(pinned, &npinned, i);
+        pthread_mutex_unlock(&pinned_lock);
+    }
+    return at ? at : gpu_alloc_host(bytes);
+}
+
+extern "C" void pinned_free(void *at, size_t bytes) {
+    cudaEvent_t done = gpu_copy_reading(at);
+    if (pool_off()) {
+        if (done) { GPU_CHECK(cudaEventSynchronize(done)); GPU_CHECK(cudaEventDestroy(done)); }
+        gpu_free_host(at);
+        return;
+    }
+    pthread_mutex_lock(&pinned_lock);
+    keep_piece(&pinned, &npinned, &cappinned, (Piece){(char *)at, bytes, done});
+    pthread_mutex_unlock(&pinned_lock);
 }

@@ -67,6 +67,7 @@ extern "C" void gpu_bind(int device) {
         GPU_CHECK(cudaStreamDestroy(stream));
         made = 0;
     }
+    gpu_copies_end();   // its copy stream too (gpu/offload.cu: made again on first use)
     GPU_CHECK(cudaSetDevice(gpu));
     enable_peers(gpu, n);
     (void)gpu_stream();   // created on `gpu`
@@ -80,6 +81,7 @@ extern "C" void gpu_sync(void) {
 
 extern "C" void gpu_unbind(void) {
     gpu_sync();
+    gpu_copies_end();
     pool_detach();
     if (made) GPU_CHECK(cudaStreamDestroy(stream));
     made = 0;
@@ -109,14 +111,20 @@ extern "C" void *gpu_alloc_host(size_t bytes) {
 
 extern "C" void gpu_free_host(void *p) { GPU_CHECK(cudaFreeHost(p)); }
 
+// The host's own copies wait for the offload copies in flight too (gpu/offload.cu): the
+// host may read or write a buffer that one of them moves. The "device" side may be a
+// device's host (offload) memory, pinned: a checkpoint of offloaded optimizer state reads
+// it so; cudaMemcpyDefault lets the runtime tell the two kinds apart by address.
 extern "C" void gpu_upload(void *dst, const void *host, size_t bytes) {
-    GPU_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, gpu_stream()));
+    gpu_copies_wait();
+    GPU_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyDefault, gpu_stream()));
     GPU_CHECK(cudaStreamSynchronize(gpu_stream()));
 }
 
 // The stream's kernels finish first (the copy is ordered after them on the same stream).
 extern "C" void gpu_download(void *host, const void *src, size_t bytes) {
-    GPU_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, gpu_stream()));
+    gpu_copies_wait();
+    GPU_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDefault, gpu_stream()));
     GPU_CHECK(cudaStreamSynchronize(gpu_stream()));
 }
 

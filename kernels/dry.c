@@ -142,13 +142,13 @@ static void embedding_backward_leaf(float *dtable, const float *dout, const int 
 static void embedding_onehot(float *onehot, const int *ids, int T, int V, int v0) {}
 static const EmbeddingKernels embedding_dry = {embedding_forward, embedding_backward_leaf, embedding_onehot};
 
-// loss (a leaf's sum is left unwritten and counts no tokens: the planner has no loss)
+// loss (a leaf's sum is left unwritten: the planner has no loss)
 static void loss_row_max(float *m, const float *logits, int T, int V) {}
 static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {}
 static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {}
 static void loss_lse(float *lse, const float *m, const float *sum, int T) {}
-static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
-                          float zmul) { return 0; }
+static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+                          float zmul) {}
 static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
                           float scale) {}
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {}

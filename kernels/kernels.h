@@ -57,6 +57,14 @@ typedef struct MemoryOps {
     void (*copy)(void *dst, const void *src, size_t bytes);       // device to device (the same device)
     void (*to_host)(void *host, const void *src, size_t bytes);   // device to host, after the work queued before
     void (*to_device)(void *dst, const void *host, size_t bytes); // host to device
+    // Host offload's copies (base/memory.c's moves: mem_to_host, mem_to_device) between the
+    // device and its host memory: they may return before the copy is done (a GPU's copy
+    // stream, gpu/offload.cu), ordered after the work queued before them and, to the
+    // device, before the work queued after them. The source may be freed at once (its memory
+    // is kept until the copy is done); the host reads such data only through to_host /
+    // to_device, which wait for them. NULL: to_host and to_device above.
+    void (*to_host_async)(void *host, const void *src, size_t bytes);
+    void (*to_device_async)(void *dst, const void *host, size_t bytes);
 } MemoryOps;
 extern const MemoryOps memory_cpu;    // kernels/cpu/memory.c: host memory (both kinds), memset and memcpy
 
@@ -85,6 +93,12 @@ typedef struct Backend {
     void (*bind)(int device);         // at a thread's start: mesh device `device`'s GPU, a stream, its memory pool
     void (*sync)(void);               // wait until the work this thread queued is done
     void (*unbind)(void);             // at a thread's end: its stream (and, last, its device's pool) given back
+    // GPU-only scratch of a library the kernels call (cuBLAS's workspace; NULL on the CPU):
+    // the bytes the calling thread's products want (0: none), and the buffer they get (NULL:
+    // taken back, after the thread's work is done). The device thread allocates it from the
+    // tagged allocator (MEM_WORKSPACE, base/mesh.c), so the memory report counts it.
+    size_t (*workspace_bytes)(void);
+    void (*set_workspace)(void *p, size_t bytes);
 } Backend;
 
 extern const Backend backend_cpu;     // kernels/cpu/backend.c

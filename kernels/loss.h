@@ -18,10 +18,10 @@ typedef struct LossKernels {
     // lse (T) = m + log(sum).
     void (*loss_lse)(float *lse, const float *m, const float *sum, int T);
     // *sum = the sum, in token order and in double, of l = lse - zt + zmul * lse^2 over the
-    // tokens t0 .. t0+len-1 with a target: one leaf of the loss. Returns those tokens' count.
-    // *sum is device memory like every array (the step reads its leaves back once, with the
-    // rest of its statistics); the count comes back to the host, which waits for it there.
-    long (*loss_leaf_sum)(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+    // tokens t0 .. t0+len-1 with a target: one leaf of the loss. *sum is device memory like
+    // every array: the step reads its leaves back once, with the rest of its statistics, and
+    // counts the tokens with a target from its batch (trainer/step.c), so nothing here waits.
+    void (*loss_leaf_sum)(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
                           float zmul);
     // dz (T,V) = scale * dl/dz, written in place over the logits:
     // dl/dz = softmax(z) * (1 + 2*zmul*lse) - onehot(target); zero for a token without a target.

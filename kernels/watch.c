@@ -358,11 +358,9 @@ static void loss_target_logit(float *zt, const float *logits, const int *targets
 static void loss_lse(float *lse, const float *m, const float *sum, int T) {
     WATCHED(FAMILY_LOSS, INNER(loss)->loss_lse(lse, m, sum, T), T, 3.0 * T);
 }
-static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
                           float zmul) {
-    long n;
-    WATCHED(FAMILY_LOSS, n = INNER(loss)->loss_leaf_sum(sum, lse, zt, targets, t0, len, zmul), 4.0 * len, 3.0 * len);
-    return n;
+    WATCHED(FAMILY_LOSS, INNER(loss)->loss_leaf_sum(sum, lse, zt, targets, t0, len, zmul), 4.0 * len, 3.0 * len);
 }
 static void loss_backward(float *logits_to_dlogits, const float *lse, const int *targets, int T, int V, int v0,
                           float zmul, float scale) {
@@ -495,6 +493,7 @@ const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks 
         backend_watched.name = b->name;
         // a device thread's hooks: the watched backend's own (its GPU, stream and pool)
         backend_watched.bind = b->bind, backend_watched.sync = b->sync, backend_watched.unbind = b->unbind;
+        backend_watched.workspace_bytes = b->workspace_bytes, backend_watched.set_workspace = b->set_workspace;
     }
     if (mem) backend_watched.mem = mem;   // the strict mode's: it opens its memory around each copy
     hooks[nhooks++] = h;

@@ -8,7 +8,7 @@
 #include "base/memory.h"
 #include "core/common.h"
 
-long loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
+void loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
                   int T, int V, int v0, int chunks, float zmul, Leaves leaf) {
     if (chunks < 1 || V % chunks) die("internal: %d logits cannot be cut into %d pieces", V, chunks);
     const LossKernels *k = kern()->loss;
@@ -35,13 +35,11 @@ long loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
     tp_all_reduce(zt, (size_t)T);
     k->loss_lse(lse, m, sum, T);
     // Per-leaf sums in token order (double), so they do not depend on the thread count.
-    long n = 0;
     for (long l = 0; l < leaf.n; l++)
-        n += k->loss_leaf_sum(&leaf_sums[l], lse, zt, targets, leaf_token(leaf, l), leaf.len, zmul);
+        k->loss_leaf_sum(&leaf_sums[l], lse, zt, targets, leaf_token(leaf, l), leaf.len, zmul);
     mem_free(m);
     mem_free(sum);
     mem_free(zt);
-    return n;
 }
 
 void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul, float scale) {

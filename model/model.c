@@ -449,8 +449,8 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
     // Sharding constraint on the logits as the loss reads them ((T, V/tensor) on a device).
     int V = m->dims.vocab_size;
     const float *z = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: logits");
-    st->ntok += loss_forward(m->lse, st->loss_leaf, z, targets, T, V, m->dims.vocab_first, tp_local_chunks(c),
-                             c->z_loss_multiplier, leaves_of(c, B, S));
+    loss_forward(m->lse, st->loss_leaf, z, targets, T, V, m->dims.vocab_first, tp_local_chunks(c), c->z_loss_multiplier,
+                 leaves_of(c, B, S));
     constraint_end(z, m->logits);
 }
 

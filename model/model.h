@@ -98,7 +98,6 @@ typedef struct {
     double *loss_leaf;      // (leaves_of(c,B,S).n) written: sum of token losses per leaf, tree order
     double *aux_seq;        // (n_moe, stride) written: load-balance loss per MoE layer and sequence
     int aux_stride;         // sequences per row of aux_seq (the global batch)
-    long ntok;              // += tokens with a target
     long *expert_counts;    // (L, E) += assignments per expert, or NULL
 } FwdStats;
 

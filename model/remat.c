@@ -234,7 +234,7 @@ void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coe
     if (ffn_gone) {
         free_ptr(&a->n2); free_ptr(&a->rstd2); free_ptr(&a->scale2);
         double *aux = scratch_aux(c, B);
-        FwdStats rs = {NULL, aux, B, 0, NULL};
+        FwdStats rs = {NULL, aux, B, NULL};
         mem_free(model_ffn_block_forward(m, l, a, a->h, B, S, lb_coef, &rs));
         mem_free(aux);
     } else if (!a->n2) {
@@ -263,7 +263,7 @@ void remat_block_inputs(Model *m, int l, int B, int S, float lb_coef) {
     size_t n = (size_t)B * S * c->base_emb_dim, bytes = (cfg_bf16(c) ? sizeof(uint16_t) : sizeof(float)) * n;
     m->acts[b0].x = mem_to_device(m->acts[b0].x);
     double *aux = scratch_aux(c, B);
-    FwdStats rs = {NULL, aux, B, 0, NULL};
+    FwdStats rs = {NULL, aux, B, NULL};
     for (int j = b0; j < l; j++) {
         // Layer j forward on a copy of its input; only its output, layer j+1's input, stays.
         float *in = (float *)mem_alloc(MEM_ACTIVATIONS, bytes, "x (layer input)");

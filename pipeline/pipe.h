@@ -39,7 +39,6 @@ typedef struct {
     double *loss_leaf;      // (nseq * leaves_per_seq)
     double *aux;            // (nmoe, nseq)
     long *counts;           // (L, E), or NULL
-    long ntok;
     // Per job and per microbatch (see above); NULL where nothing is held.
     float **shift_in;       // (J) activations that arrived (shift, or circ_storage on stage 0)
     float **grad_in;        // (J) gradients that arrived (or the loss gradient on the last stage)

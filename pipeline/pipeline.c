@@ -117,7 +117,6 @@ static void run_collect(Pipe *P, FwdStats *st, int nmoe, size_t nleaf, size_t nc
     coll_all_reduce_double(P->stage, P->loss_leaf, nleaf);
     coll_all_reduce_double(P->stage, P->aux, (size_t)nmoe * nseq);
     if (P->counts) coll_all_reduce_long(P->stage, P->counts, ncount);
-    coll_all_reduce_long(P->stage, &P->ntok, 1);
     mem_copy(st->loss_leaf, P->loss_leaf, sizeof(double) * nleaf);
     for (int r = 0; r < nmoe; r++)
         mem_copy(st->aux_seq + (size_t)r * st->aux_stride, P->aux + (size_t)r * nseq, sizeof(double) * nseq);
@@ -129,7 +128,6 @@ static void run_collect(Pipe *P, FwdStats *st, int nmoe, size_t nleaf, size_t nc
         free(mine);
         free(stage);
     }
-    st->ntok += P->ntok;
     mem_free(P->loss_leaf);
     mem_free(P->aux);
     mem_free(P->counts);

@@ -30,7 +30,7 @@ static void release(Pipe *P, int u) { if (!P->held[u]) model_unit_release(P->m, 
 // Where microbatch mb's statistics go: its sequences' places in the batch.
 static FwdStats mb_stats(Pipe *P, int mb) {
     long seq = P->seq0 + (long)mb * P->stride;
-    FwdStats st = {P->loss_leaf + seq * P->leaves_per_seq, P->aux + seq, P->nseq, 0, P->counts};
+    FwdStats st = {P->loss_leaf + seq * P->leaves_per_seq, P->aux + seq, P->nseq, P->counts};
     return st;
 }
 
@@ -96,7 +96,6 @@ float *stage_head(Pipe *P, int mb, float *y) {
     model_head_forward(m, y, T);
     model_unit_release(m, L + 1);
     model_loss_forward(m, P->targets + (size_t)mb * T, P->Bm, P->S, &st);
-    P->ntok += st.ntok;
     float *dx = NULL;
     if (P->train) {
         model_head_unpack(m, T);
@@ -171,7 +170,7 @@ float *stage_backward(Pipe *P, int mb, int rep, float *dy) {
         // recomputation's statistics go to scratch (the forward counted them already).
         int nmoe = MM_MAX(1, model_num_moe_layers(c));
         double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)nmoe * Bm, "recompute aux (discarded)");
-        FwdStats rs = {NULL, aux, Bm, 0, NULL};
+        FwdStats rs = {NULL, aux, Bm, NULL};
         LayerActs *a = calloc((size_t)lps, sizeof(LayerActs));
         float *cur = P->saved[j];
         act_unpack(c, &cur, (size_t)T * P->D);

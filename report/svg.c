@@ -5,7 +5,8 @@
 #include <errno.h>
 #include <stdarg.h>
 
-const char *const SVG_TAG_COLORS[MEM_NTAGS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1"};
+const char *const SVG_TAG_COLORS[MEM_NTAGS] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1",
+                                             "#9c755f"};
 
 void svg_open(Svg *s, const char *path, int w, int h) {
     snprintf(s->path, sizeof s->path, "%s", path);

@@ -49,6 +49,10 @@ void overlap_prefetch(Model *m, int u) {
     p->dev_id = mesh_device_id();
     p->dev = mem_device();
     p->group = mesh_prefetch_group(p->mesh, p->dev_id);
+    // The helper's stream reads the shard and writes full: what this thread queued on them
+    // (full's zeroing, the weights' move back from host memory under parameter offload,
+    // which a GPU's copy stream may still be making) is done first. Nothing on the CPU.
+    kern_sync();
     if (pthread_create(&p->thread, NULL, helper_main, p) != 0)
         die("cannot start the prefetch thread of device %d (overlap_collectives)", p->dev_id);
 }

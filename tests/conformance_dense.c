@@ -79,9 +79,17 @@ static void test_matmul_wrappers(int T, int C, int OC) {
 // cuBLAS (gpu_matmul_use_cublas) keeps no order: against the ordered product it is checked
 // with the classic error bound of a dot product of K terms, |got - want| <= 2 K u sum_k
 // |a_ik b_kj| (u = 2^-24: each of the two results within K u of the exact sum).
-static void test_gemm_cublas(int ta, int tb, int M, int N, int K) {
+// With own_workspace, cuBLAS works in a workspace given to it, as a device thread's (the
+// trainer's comes from the allocator, tag workspace: base/mesh.c), else in its own.
+static void test_gemm_cublas(int ta, int tb, int M, int N, int K, int own_workspace) {
     const char *why;
     if (!gpu_matmul_use_cublas(1, &why)) { printf("  gemm cublas: SKIPPED (%s)\n", why); return; }
+    size_t ws_bytes = own_workspace ? gpu_matmul_workspace_bytes() : 0;
+    void *ws = ws_bytes ? dev_alloc(ws_bytes) : NULL;
+    if (own_workspace)
+        check(ws_bytes == (4u << 20) || ws_bytes == (32u << 20), "gemm cublas: workspace of %zu bytes, "
+              "expected 4 MiB or 32 MiB (cuBLAS's recommendation)", ws_bytes);
+    if (ws) gpu_matmul_set_workspace(ws, ws_bytes);
     int lda = ta ? M : K, ldb = tb ? K : N;
     float *A = rand_floats((size_t)M * K, -1, 1), *B = rand_floats((size_t)K * N, -1, 1);
     float *want = malloc(sizeof(float) * M * N), *bound = malloc(sizeof(float) * M * N);
@@ -98,7 +106,9 @@ static void test_gemm_cublas(int ta, int tb, int M, int N, int K) {
     float *dC = dev_poisoned(sizeof(float) * M * N);
     UNDER_TEST->matmul->gemm(ta, tb, M, N, K, dA, lda, dB, ldb, 0, dC, N);
     float *got = dev_fetch(dC, sizeof(float) * M * N);
+    if (ws) gpu_matmul_set_workspace(NULL, 0);   // (the copy above waited for the product)
     gpu_matmul_use_cublas(0, &why);   // back to the ordered GEMM (and cuBLAS's handle freed)
+    if (ws) dev_free(ws);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < (size_t)M * N; i++)
         if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
@@ -119,8 +129,8 @@ void test_matmul(void) {
     test_gemm_case(0, 1, 5, 130, 300, 1);
     test_matmul_wrappers(24, 40, 56);
 #ifdef MESHMOE_CONFORMANCE_GPU
-    test_gemm_cublas(0, 0, 64, 96, 200);
-    test_gemm_cublas(1, 1, 33, 17, 75);
+    test_gemm_cublas(0, 0, 64, 96, 200, 1);
+    test_gemm_cublas(1, 1, 33, 17, 75, 0);
 #endif
 }
 

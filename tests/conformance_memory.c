@@ -17,7 +17,7 @@ static const size_t SIZES[NSIZES] = {64, 192, 256, 4160, 1 << 20};   // whole 64
 
 typedef struct Seen {
     int device;
-    int misaligned, copy_bad, zero_bad, fill_bad, not_reused;   // sizes that failed each
+    int misaligned, copy_bad, zero_bad, fill_bad, not_reused, offload_bad;   // sizes that failed each
     unsigned char *shared;        // (the pair test) device 0's buffer, read by device 1
     const struct Seen *writer;    // (the pair test) device 1's view of device 0
     int pair_bad;
@@ -31,6 +31,35 @@ static void hook_unbind(void) { if (UNDER_TEST->unbind) UNDER_TEST->unbind(); }
 static int all_bytes(const unsigned char *h, size_t n, int byte) {
     for (size_t i = 0; i < n; i++) if (h[i] != (unsigned char)byte) return 0;
     return 1;
+}
+
+// Offload's moves (base/memory.c:move_block): device -> host memory -> device by the offload
+// copies, each source freed right after its copy is queued, as the allocator does. Then a
+// device buffer and a host buffer of the same size are taken and overwritten at once: were
+// either one a source still being read (a GPU's copies are asynchronous), the data would
+// come back overwritten.
+static int offload_round_trip(const unsigned char *h, size_t n) {
+    const MemoryOps *m = UNDER_TEST->mem;
+    void (*out)(void *, const void *, size_t) = m->to_host_async ? m->to_host_async : m->to_host;
+    void (*in)(void *, const void *, size_t) = m->to_device_async ? m->to_device_async : m->to_device;
+    unsigned char *back = malloc(n);
+    void *dev = m->alloc(n), *host = m->alloc_host(n), *dev2 = m->alloc(n);
+    m->to_device(dev, h, n);
+    out(host, dev, n);
+    m->free(dev, n);
+    void *other = m->alloc(n);
+    m->fill(other, 0xcd, n);          // queued on the compute stream: it must not reach the copy out
+    in(dev2, host, n);
+    m->free_host(host, n);
+    void *host2 = m->alloc_host(n);
+    memset(host2, 0xee, n);           // by the host at once: it must not reach the copy in
+    m->to_host(back, dev2, n);
+    int bad = memcmp(back, h, n) != 0;
+    m->free(other, n);
+    m->free(dev2, n);
+    m->free_host(host2, n);
+    free(back);
+    return bad;
 }
 
 // One size on the calling device: written from the host, copied on the device, zeroed,
@@ -56,6 +85,7 @@ static void one_size(Seen *s, size_t n) {
     s->not_reused += again != q;
     m->free(again, n);
     m->free(p, n);
+    s->offload_bad += offload_round_trip(h, n);
     free(h);
     free(back);
 }
@@ -106,6 +136,8 @@ static void check_seen(const Seen *s, const char *where) {
           s->copy_bad, NSIZES);
     check(!s->zero_bad, "memory %s: zero: %d of %d sizes not all 0", where, s->zero_bad, NSIZES);
     check(!s->fill_bad, "memory %s: fill 0xab: %d of %d sizes not all 0xab", where, s->fill_bad, NSIZES);
+    check(!s->offload_bad, "memory %s: offload to host memory and back, sources freed at once: %d of %d sizes came "
+          "back different", where, s->offload_bad, NSIZES);
 #ifdef MESHMOE_CONFORMANCE_GPU
     check(!s->not_reused, "memory %s: a freed piece given back for the same size: %d of %d sizes were not", where,
           s->not_reused, NSIZES);

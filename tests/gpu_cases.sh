@@ -15,7 +15,10 @@ mixtral-bf16    mixtral-tiny  bfloat16 sparse_matmul=true dtype=bfloat16
 deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16'
 
 # Acceptance 3: peak bytes by tag of 2 steps on tests/mesh.sh's kinds of mesh (and a
-# pipeline), equal to the CPU's; tests/gpu_compare.py peaks compares the metrics files.
+# pipeline), equal to the CPU's, device and host memory, and the losses within 1e-5; and
+# host offload (issue 22 item 3: its copies asynchronous on the GPU, gpu/offload.cu), with
+# activations, weights and optimizer state moved out and back every step; tests/gpu_compare.py
+# peaks and losses compare the metrics files.
 MESH_COMMON="steps=2 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
 MESH_CASES='mixtral-1dev        mixtral-tiny  per_device_batch_size=8
 mixtral-fsdp2       mixtral-tiny  ici_fsdp_parallelism=2 per_device_batch_size=4
@@ -26,7 +29,15 @@ mixtral-context2    mixtral-tiny  ici_context_parallelism=2 per_device_batch_siz
 mixtral-pipeline2   mixtral-tiny  ici_pipeline_parallelism=2 per_device_batch_size=4
 deepseek-1dev       deepseek-tiny per_device_batch_size=8
 deepseek-fsdp2      deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4
-deepseek-expert2    deepseek-tiny ici_expert_parallelism=2 per_device_batch_size=4'
+deepseek-expert2    deepseek-tiny ici_expert_parallelism=2 per_device_batch_size=4
+mixtral-offload     mixtral-tiny  per_device_batch_size=8 remat_policy=minimal_offloaded parameter_memory_host_offload=true optimizer_memory_host_offload=true
+deepseek-offload    deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 remat_policy=qkv_proj_offloaded optimizer_memory_host_offload=true'
+
+# Issue 22 item 3: cuBLAS's workspace under a tag of its own. The same mesh run with
+# gpu_matmul=cublas: every step's and device's peak under the tag `workspace` is cuBLAS's
+# recommended size (4 MiB, or 32 MiB on Hopper and later: gpu/matmul.cu); with the ordered
+# GEMM (the cases above, compared with the CPU's) it is 0, as on the CPU.
+WORKSPACE_CASES='mixtral-fsdp2  mixtral-tiny  ici_fsdp_parallelism=2 per_device_batch_size=4'
 
 # Acceptance 5: 4 steps with a checkpoint after 2 (run_steps=2), resumed for steps 2 and 3;
 # the references are ./train's resumed losses (CPU saved, CPU resumed).

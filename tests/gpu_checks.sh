@@ -7,7 +7,9 @@
 # where ./train was built, carried along); the runs are tests/gpu_cases.sh's.
 #   probe       what the machine has (nvidia-smi, ldd, compute-sanitizer, Python packages)
 #   parity      acceptance 2: parity dumps of ./train_gpu device=gpu against the CPU's
-#   peaks       acceptance 3: peak bytes by tag of mesh runs equal to the CPU's
+#   peaks       acceptance 3: peak bytes by tag of mesh runs (host offload among them)
+#               equal to the CPU's, losses within 1e-5; with gpu_matmul=cublas, cuBLAS's
+#               workspace under its own tag
 #   mesh        acceptance 3: tests/mesh.sh with ./train_gpu device=gpu (bit-identical meshes)
 #   resume      acceptance 5: a CPU checkpoint resumed on the GPU, a GPU one on the CPU
 #   memcheck    acceptance 4: compute-sanitizer memcheck, 2 steps of each family
@@ -111,7 +113,19 @@ peaks() {
             metrics_file="$W/mesh/$name.jsonl" || continue
         grep -E '^device [0-9]+ (GPU memory|peak)' "$W/mesh-$name.log" | sed 's/^/     /'
         compare peaks "$REF/mesh/$name.jsonl" "$W/mesh/$name.jsonl"
+        compare losses "$REF/mesh/$name.jsonl" "$W/mesh/$name.jsonl" 1e-5
     done < <(cases "$MESH_CASES")
+    # cuBLAS's workspace, under its tag (the CPU has no cuBLAS: there the same run's is 0)
+    local cublas=gpu_matmul=cublas sizes=4194304,33554432
+    [ "$DEV" = gpu ] || { cublas=; sizes=0; }
+    while read -r name preset args; do
+        echo "-- $name-cublas: ./train_gpu configs/$preset.yml $MESH_COMMON $args $cublas device=$DEV"
+        rm -f "$W/mesh/$name-cublas.jsonl"
+        gpu_run "$name-cublas" "$W/mesh-$name-cublas.log" configs/$preset.yml $MESH_COMMON $args $cublas \
+            device=$DEV metrics_file="$W/mesh/$name-cublas.jsonl" || continue
+        grep -E '^device [0-9]+ (GPU memory|peak)' "$W/mesh-$name-cublas.log" | sed 's/^/     /'
+        compare workspace "$W/mesh/$name-cublas.jsonl" "$sizes"
+    done < <(cases "$WORKSPACE_CASES")
     summary
 }
 

@@ -10,8 +10,11 @@ GPU machine's Python may have no numpy or safetensors.
   gpu_compare.py dumps REF GOT DTYPE  parity dumps, CPU (REF) against GPU (GOT); DTYPE
                                       float32 or bfloat16 (tolerances below)
   gpu_compare.py peaks REF GOT        metrics files (metrics_file=): every step's and
-                                      device's peak bytes by tag equal
+                                      device's peak bytes by tag equal, in device memory and
+                                      in host memory (offload), and the bytes copied each way
   gpu_compare.py losses REF GOT TOL   metrics files: every step's loss within TOL relative
+  gpu_compare.py workspace GOT SIZES  a metrics file: every step's and device's peak bytes
+                                      under the tag workspace one of SIZES (comma-separated)
 
 Prints each check as `  ok   ...` / `  FAIL ...` (a failure names the tensor or step, the
 first bad index, the expected and the obtained value) and ends with `N passed, N failed`;
@@ -149,10 +152,21 @@ def peaks(ref_path, got_path):
     check(len(ref) == len(got), "%d metrics lines expected, %d got" % (len(ref), len(got)))
     for r, g in zip(ref, got):
         for dr, dg in zip(r["devices"], g["devices"]):
-            want, have = dr["peak_bytes_by_tag"], dg["peak_bytes_by_tag"]
-            diff = {t: (want[t], have.get(t)) for t in want if want[t] != have.get(t)}
-            check(not diff, "step %d device %d: peak bytes by tag equal to the CPU's (%d tags)%s" % (
-                r["step"], dr["device"], len(want), "; expected/got " + str(diff) if diff else ""))
+            for key in ("peak_bytes_by_tag", "host_peak_bytes_by_tag", "host_transfer_bytes"):
+                want, have = dr[key], dg[key]
+                diff = {t: (want[t], have.get(t)) for t in want if want[t] != have.get(t)}
+                check(not diff, "step %d device %d: %s equal to the CPU's (%d entries)%s" % (
+                    r["step"], dr["device"], key, len(want), "; expected/got " + str(diff) if diff else ""))
+
+
+def workspace(got_path, sizes):
+    got = metrics(got_path)
+    check(len(got) > 0, "%s has metrics lines" % got_path)
+    for g in got:
+        for d in g["devices"]:
+            have = d["peak_bytes_by_tag"].get("workspace")
+            check(have in sizes, "step %d device %d: peak bytes under the tag workspace %s, one of %s" % (
+                g["step"], d["device"], have, sizes))
 
 
 def losses(ref_path, got_path, tol):
@@ -173,6 +187,8 @@ def main(argv):
         dumps(argv[2], argv[3], argv[4])
     elif cmd == "peaks" and len(argv) == 4:
         peaks(argv[2], argv[3])
+    elif cmd == "workspace" and len(argv) == 4:
+        workspace(argv[2], [int(x) for x in argv[3].split(",")])
     elif cmd == "losses" and len(argv) == 5:
         losses(argv[2], argv[3], float(argv[4]))
     else:

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 source tests/lib.sh
 T=$(mktemp -d /tmp/meshmoe-gpuself.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-export GPU_ONLY='mixtral-sparse|deepseek-bf16|mixtral-fsdp2|deepseek-resume' GPU_REF=$T/ref GPU_CHECKS_DEVICE=cpu
+export GPU_ONLY='mixtral-sparse|deepseek-bf16|mixtral-fsdp2|mixtral-offload|deepseek-resume' GPU_REF=$T/ref GPU_CHECKS_DEVICE=cpu
 [ -x ./train_gpu ] || { fail "no ./train_gpu: run make gpu first"; summary; exit 1; }
 
 out=$(bash tests/gpu_ref.sh "$T/ref" 2>&1); rc=$?
@@ -39,13 +39,25 @@ p = ref + "/mesh/mixtral-fsdp2.jsonl"
 lines = [json.loads(l) for l in open(p)]
 lines[1]["devices"][1]["peak_bytes_by_tag"]["comm"] += 256
 open(p, "w").write("".join(json.dumps(l) + "\n" for l in lines))
+p = ref + "/mesh/mixtral-offload.jsonl"
+lines = [json.loads(l) for l in open(p)]
+lines[0]["devices"][0]["host_transfer_bytes"]["to_host"] += 64
+open(p, "w").write("".join(json.dumps(l) + "\n" for l in lines))
 PY
 out=$(bash tests/gpu_checks.sh parity "$T/w" 2>&1); rc=$?
 check "a step loss planted 2e-5 off fails the parity check: $(printf '%s' "$out" | grep -m1 FAIL | cut -c1-110)" \
     sh -c '[ "$1" -ne 0 ] && printf "%s" "$2" | grep -q "FAIL c/step_losses .*first bad index 4"' _ $rc "$out"
 out=$(bash tests/gpu_checks.sh peaks "$T/w" 2>&1); rc=$?
 check "a peak planted 256 bytes off fails the peaks check: $(printf '%s' "$out" | grep -m1 FAIL | cut -c1-110)" \
-    sh -c '[ "$1" -ne 0 ] && printf "%s" "$2" | grep -q "FAIL step 1 device 1: .*comm"' _ $rc "$out"
+    sh -c '[ "$1" -ne 0 ] && printf "%s" "$2" | grep -q "FAIL step 1 device 1: peak_bytes_by_tag .*comm"' _ $rc "$out"
+check "offload's copies planted 64 bytes off fail the peaks check: $(printf '%s' "$out" | grep FAIL | grep -m1 host_transfer | cut -c1-110)" \
+    sh -c 'printf "%s" "$1" | grep -q "FAIL step 0 device 0: host_transfer_bytes .*to_host"' _ "$out"
+
+# The workspace check on the CPU's run (no cuBLAS: 0 bytes under the tag) must fail when
+# asked for cuBLAS's sizes, as on a GPU a run without the workspace would.
+out=$(python3 tests/gpu_compare.py workspace "$T/w/mesh/mixtral-fsdp2-cublas.jsonl" 4194304,33554432 2>&1); rc=$?
+check "a workspace of 0 bytes fails the check for cuBLAS's: $(printf '%s' "$out" | grep -m1 FAIL | cut -c1-110)" \
+    sh -c '[ "$1" -ne 0 ] && printf "%s" "$2" | grep -q "FAIL step 0 device 0: peak bytes under the tag workspace 0"' _ $rc "$out"
 
 # Without a GPU the session's script fails every step that needs one, quickly, and prints
 # its table (the mesh step's runs each stop at the device check).

@@ -45,7 +45,7 @@ check "unrolled L=2 $u2 > scanned $s2" test "$u2" -gt "$s2"
 # The per-layer set from the scanned run's trace: for every "forward layer l" and
 # "backward layer l" phase of device 0, the highest temp bytes in it minus those at its start.
 $TRAIN configs/mixtral-tiny.yml $FAST base_num_decoder_layers=2 steps=1 memory_trace=$T/tr.csv > /dev/null 2>&1
-sets=$(awk -F, '$1 == 0 && $3 == "phase" { if (ph ~ /^"(forward|backward) layer 1"$/) sum += hw - start; ph = $13; start = $10; hw = $10; next }
+sets=$(awk -F, '$1 == 0 && $3 == "phase" { if (ph ~ /^"(forward|backward) layer 1"$/) sum += hw - start; ph = $NF; start = $10; hw = $10; next }
                 $1 == 0 { if ($10 + 0 > hw) hw = $10 + 0 } END { print sum }' "$T/tr.csv")
 # (The scanned peak itself grows by a few bytes of per-layer bookkeeping, (s4 - s2) / 2.)
 check "unrolled growth per layer $g = layer 1's forward set + backward set in the scanned trace ($sets) + $(( (s4 - s2) / 2 ))" \

@@ -190,8 +190,7 @@ static void test_layers(void) {
         matmul_forward(LOGITS, X, W, T, D, V, 0);
         float lse[T], dz[T * V];
         double sums[T / LEAF];
-        long n = loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAVES);
-        CHECK(n == 5, "loss counted %ld tokens, want 5 (one ignored)", n);
+        loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAVES);
         memcpy(dz, LOGITS, sizeof dz);
         loss_backward(dz, lse, TGT, T, V, 0, zmul, 1.0f);
         int zero = 1;

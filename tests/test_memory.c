@@ -3,9 +3,11 @@
 //   1. thousands of buffers made and freed in a shuffled order: every one 64-byte aligned,
 //      its size and name found from its address, the live bytes the sum of the survivors;
 //   2. a backend whose memory operations count their calls: device buffers come from its
-//      alloc and zero and go back through its free; mem_zero, mem_copy and the offload
-//      copies (mem_to_host, mem_to_device) go through its zero, copy, to_host and to_device;
-//      host (offload) buffers come from its alloc_host and go back through its free_host.
+//      alloc and zero and go back through its free; mem_zero, mem_copy and mem_transfer go
+//      through its zero, copy, to_host and to_device, the offload moves (mem_to_host,
+//      mem_to_device) through its to_host_async and to_device_async, or through to_host and
+//      to_device when it has none; host (offload) buffers come from its alloc_host and go
+//      back through its free_host.
 #include "base/memory.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
@@ -48,6 +50,7 @@ static void records_under_load(void) {
 
 // A CPU backend whose memory operations count their calls and bytes.
 static long n_alloc, n_free, n_alloc_host, n_free_host, n_zero, n_fill, n_copy, n_to_host, n_to_device;
+static long n_to_host_async, n_to_device_async;
 static size_t freed_bytes, to_host_bytes, to_device_bytes;
 static void *c_alloc(size_t b) { n_alloc++; return memory_cpu.alloc(b); }
 static void c_free(void *p, size_t b) { n_free++; freed_bytes += b; memory_cpu.free(p, b); }
@@ -58,7 +61,12 @@ static void c_fill(void *p, int v, size_t b) { n_fill++; memory_cpu.fill(p, v, b
 static void c_copy(void *d, const void *s, size_t b) { n_copy++; memory_cpu.copy(d, s, b); }
 static void c_to_host(void *d, const void *s, size_t b) { n_to_host++; to_host_bytes += b; memory_cpu.to_host(d, s, b); }
 static void c_to_device(void *d, const void *s, size_t b) { n_to_device++; to_device_bytes += b; memory_cpu.to_device(d, s, b); }
-static const MemoryOps counting = {c_alloc, c_free, c_alloc_host, c_free_host, c_zero, c_fill, c_copy, c_to_host, c_to_device};
+static void c_to_host_async(void *d, const void *s, size_t b) { n_to_host_async++; c_to_host(d, s, b); n_to_host--; }
+static void c_to_device_async(void *d, const void *s, size_t b) { n_to_device_async++; c_to_device(d, s, b); n_to_device--; }
+static const MemoryOps counting = {c_alloc, c_free, c_alloc_host, c_free_host, c_zero, c_fill, c_copy, c_to_host,
+                                   c_to_device, c_to_host_async, c_to_device_async};
+static const MemoryOps counting_sync = {c_alloc, c_free, c_alloc_host, c_free_host, c_zero, c_fill, c_copy, c_to_host,
+                                        c_to_device, NULL, NULL};
 
 static void backend_memory(void) {
     Backend b = backend_cpu;
@@ -76,22 +84,32 @@ static void backend_memory(void) {
     CHECK(n_alloc == 2 && n_alloc_host == 1, "a host buffer from alloc_host (%ld calls), not alloc (%ld calls)",
           n_alloc_host, n_alloc);
     y = mem_to_host(y);
-    CHECK(mem_is_host(y) && n_to_host == 1 && to_host_bytes == 400 && n_free == 1 && freed_bytes == 448,
-          "mem_to_host: to_host %ld calls, %zu bytes; the device buffer freed (%ld calls, %zu bytes: 7 lines)",
-          n_to_host, to_host_bytes, n_free, freed_bytes);
+    CHECK(mem_is_host(y) && n_to_host_async == 1 && n_to_host == 0 && to_host_bytes == 400 && n_free == 1 &&
+          freed_bytes == 448, "mem_to_host: to_host_async %ld calls (to_host %ld), %zu bytes; the device buffer freed "
+          "(%ld calls, %zu bytes: 7 lines)", n_to_host_async, n_to_host, to_host_bytes, n_free, freed_bytes);
     CHECK(d->to_host_bytes == 400, "counted: %zu bytes to host", d->to_host_bytes);
     y = mem_to_device(y);
-    CHECK(!mem_is_host(y) && n_to_device == 1 && to_device_bytes == 400 && n_alloc == 3 && y[99] == 99.0f,
-          "mem_to_device: to_device %ld calls, %zu bytes, a new device buffer, y[99] %g", n_to_device,
-          to_device_bytes, y[99]);
+    CHECK(!mem_is_host(y) && n_to_device_async == 1 && n_to_device == 0 && to_device_bytes == 400 && n_alloc == 3 &&
+          y[99] == 99.0f, "mem_to_device: to_device_async %ld calls (to_device %ld), %zu bytes, a new device buffer, "
+          "y[99] %g", n_to_device_async, n_to_device, to_device_bytes, y[99]);
     mem_transfer(h, y, sizeof(float) * 100);
-    CHECK(n_to_host == 2 && h[42] == 42.0f, "mem_transfer device -> host: to_host (%ld calls), h[42] %g", n_to_host, h[42]);
+    CHECK(n_to_host == 1 && n_to_host_async == 1 && h[42] == 42.0f,
+          "mem_transfer device -> host: to_host (%ld calls, async %ld), h[42] %g", n_to_host, n_to_host_async, h[42]);
+    b.mem = &counting_sync;   // a backend without offload copies of its own: the moves use to_host, to_device
+    float *z = mem_floats_uninit(MEM_TEMP, 100, "z");
+    mem_copy(z, y, sizeof(float) * 100);
+    z = mem_to_device(mem_to_host(z));
+    CHECK(n_to_host == 2 && n_to_device == 1 && n_to_host_async == 1 && n_to_device_async == 1 && z[7] == 7.0f,
+          "no async copies: mem_to_host and mem_to_device by to_host (%ld calls) and to_device (%ld), z[7] %g",
+          n_to_host, n_to_device, z[7]);
+    mem_free(z);
+    b.mem = &counting;
     mem_free(h);
-    CHECK(n_free == 1 && n_free_host == 2, "host buffers back through free_host (%ld calls: h and y's copy), not free (%ld)",
+    CHECK(n_free == 3 && n_free_host == 3, "host buffers back through free_host (%ld calls: h and y's copies), not free (%ld)",
           n_free_host, n_free);
     mem_free(x);
     mem_free(y);
-    CHECK(n_free == 3 && d->live_total == 0, "device buffers back through the backend's free: %ld calls", n_free);
+    CHECK(n_free == 5 && d->live_total == 0, "device buffers back through the backend's free: %ld calls", n_free);
     kern_use(NULL);
 }
 

@@ -43,7 +43,7 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
     if (talk()) printf("%s", V == 256 ? "" : " |");
     for (int n = prompt; n < total; n++) {
         int ctx = MM_MIN(n, S), start = n - ctx;
-        FwdStats st = {leaf_sums, aux, 1, 0, NULL};
+        FwdStats st = {leaf_sums, aux, 1, NULL};
         // The forward pass wants a whole number of chunks and leaves: one of each, of ctx
         // tokens (positions 0..ctx-1).
         Config saved = m->cfg;

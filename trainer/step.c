@@ -111,14 +111,14 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
     for (int mb = 0; mb < A; mb++) {
         const int *mids = ids + (size_t)mb * B * S, *mtg = targets + (size_t)mb * B * S;
         if (pipeline_active()) {   // the stage's layers, microbatch by microbatch (pipeline/)
-            FwdStats st = {loss_leaf + mb * leaves_per_mb, aux_seq + (long)mb * Bg, nseq, 0, expert_counts};
+            FwdStats st = {loss_leaf + mb * leaves_per_mb, aux_seq + (long)mb * Bg, nseq, expert_counts};
             if (A > 1) model_set_grad_target(m, treesum_leaf(&acc));
             pipeline_train(m, mids, mtg, B, S, scale, lb_coef, &st);
             if (A > 1) treesum_push(&acc);
             continue;
         }
         long first_seq = (long)mb * Bg + (long)sh->brank * B;   // this device's first sequence
-        FwdStats st = {mine, aux_seq + first_seq, nseq, 0, expert_counts};
+        FwdStats st = {mine, aux_seq + first_seq, nseq, expert_counts};
         // The forward pass's own peak (mem_mark_reset): a forward-only temporary shows here
         // even when the backward pass sets the step's peak.
         mem_mark_reset(mem_device());
@@ -230,12 +230,11 @@ float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
     double *mine = (double *)mem_alloc(MEM_TEMP, sizeof(double) * lv.n, "eval loss per leaf (this device)");
     double *aux_seq = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(nmoe, 1) * Bg, "eval aux");
     long first_seq = (long)sh->brank * B;
-    FwdStats st = {mine, aux_seq + first_seq, Bg, 0, NULL};
+    FwdStats st = {mine, aux_seq + first_seq, Bg, NULL};
     state_params_in(m);
     if (pipeline_active()) {   // the pipeline places its sequences' statistics itself
-        FwdStats whole = {loss_leaf, aux_seq, Bg, 0, NULL};
+        FwdStats whole = {loss_leaf, aux_seq, Bg, NULL};
         pipeline_eval(m, ids, targets, B, S, model_lb_coef(c, Bg), &whole);
-        st.ntok = whole.ntok;
     } else {
         model_forward(m, ids, targets, B, S, model_lb_coef(c, Bg), &st);
         model_discard(m);
@@ -243,7 +242,7 @@ float eval_loss(Model *m, const int *ids, const int *targets, int B, int S) {
     }
     state_params_out(m);
     StepResult r = {0};
-    r.ntok = st.ntok;
+    r.ntok = count_targets(targets, (long)B * S);
     group_sum_long(sh->tokens, &r.ntok, 1);
     group_sum_double(sh->tokens, loss_leaf, (size_t)nleaves);
     group_sum_double(sh->batch, aux_seq, (size_t)MM_MAX(nmoe, 1) * Bg);

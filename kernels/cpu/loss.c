@@ -54,18 +54,15 @@ static void loss_lse(float *lse, const float *m, const float *sum, int T) {
 }
 
 // In double and token order, so that the sum does not depend on the thread count.
-static long loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
+static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
                           float zmul) {
-    long n = 0;
     double s = 0.0;
     for (long t = t0; t < t0 + len; t++) {
         if (targets[t] < 0) continue;
         float l = lse[t] - zt[t] + zmul * lse[t] * lse[t];
         s += l;
-        n++;
     }
     *sum = s;
-    return n;
 }
 
 static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
