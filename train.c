@@ -70,6 +70,11 @@ static void check_processes(const Config *c) {
             "global mesh (ici_<axis>_parallelism = dcn x ici)", key);
 }
 
+// gpu_matmul as backend_gpu takes it: 0 the ordered GEMM, 1 cuBLAS, 2 cuBLAS with bf16 forward products.
+static int gpu_matmul_mode(const Config *c) {
+    return c->gpu_matmul == GPU_MATMUL_CUBLAS ? 1 : c->gpu_matmul == GPU_MATMUL_CUBLAS_BF16 ? 2 : 0;
+}
+
 // 1. The config: the preset file, then the key=value overrides, checked before any work.
 static void read_config(Config *c, int argc, char **argv) {
     config_defaults(c);
@@ -82,9 +87,12 @@ static void read_config(Config *c, int argc, char **argv) {
     train_files_check(c, argv[1]);   // and no output is another of its files (trainer/files.h)
     if (c->profile && c->dry_run) die("profile=true times the kernels of training steps: a dry run computes none");
     const char *why;
-    int cublas = c->gpu_matmul == GPU_MATMUL_CUBLAS;
-    if (cublas && c->device != DEVICE_GPU) die("gpu_matmul=cublas chooses device=gpu's products: this run is device=%s",
+    int cublas = gpu_matmul_mode(c);
+    if (cublas && c->device != DEVICE_GPU) die("gpu_matmul=%s chooses device=gpu's products: this run is device=%s",
+                                               cublas == 2 ? "cublas_bf16" : "cublas",
                                                c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
+    if (cublas == 2 && c->dtype != DTYPE_BFLOAT16)
+        die("gpu_matmul=cublas_bf16 multiplies bf16 operands: it needs dtype=bfloat16 (in float32: gpu_matmul=cublas)");
     if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, &why)) die("device=gpu: %s", why);
 }
 
@@ -507,7 +515,7 @@ static void run_devices(Run *run) {
     // (kernels/profile.h).
     const char *why;
     const Backend *kernels = c->dry_run                ? &backend_dry
-                           : c->device == DEVICE_GPU ? backend_gpu(c->gpu_matmul == GPU_MATMUL_CUBLAS, &why)
+                           : c->device == DEVICE_GPU ? backend_gpu(gpu_matmul_mode(c), &why)
                            : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
     if (c->device == DEVICE_CPU_STRICT && !c->dry_run) kernels = strict_backend(kernels, mem_describe_address);
     kern_use_default(c->profile ? profile_backend(kernels) : kernels);

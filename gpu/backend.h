@@ -32,8 +32,9 @@ extern const OptimKernels optim_cuda;          // gpu/optim.cu
 extern const InitKernels init_cuda;            // gpu/init.cu
 
 // Matrix products: 0 the ordered GEMM (gpu/gemm.cu, the default: the CPU's bits), 1 cuBLAS
-// (CUDA only, loaded when chosen; faster, not row-stable). Returns 0 when cuBLAS cannot be
-// had (a HIP build, or no libcublas on the machine), with the reason in *why.
+// (CUDA only, loaded when chosen; faster, not row-stable), 2 cuBLAS with the forward weight
+// products on tensor cores in bf16 (dtype=bfloat16 only: gpu/matmul.cu). Returns 0 when
+// cuBLAS cannot be had (a HIP build, or no libcublas on the machine), with the reason in *why.
 int gpu_matmul_use_cublas(int on, const char **why);
 // cuBLAS's workspace (Backend.workspace_bytes, set_workspace): the bytes the calling thread's
 // products want (0 with the ordered GEMM), and the device buffer they use (NULL: taken back).

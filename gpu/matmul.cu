@@ -8,6 +8,15 @@
 // picks its own blocking and split-k per shape: other bits, not row-stable. It runs in plain
 // float32 (cuBLAS's default math mode: no TF32). HIP builds have only the ordered GEMM.
 //
+// gpu_matmul=cublas_bf16 (gpu_matmul_use_cublas(2), with dtype=bfloat16 only): the layers'
+// weight products (matmul_forward) on tensor cores, cublasGemmEx with bf16 operands and
+// float32 accumulation and output. In bf16 mode their operands are bf16-valued already (the
+// weights' rounded copy, activations rounded at the cast points: model/precision.h), so
+// converting them to bf16 storage is exact, and every product of two bf16 values is exact in
+// float32: only the order of the float32 sums differs from the CPU's. The backward products
+// (matmul_backward_dinp, _dw) stay float32 SGEMM: their dout is a float32 gradient, not
+// bf16-valued, and rounding it would add an error that the CPU's bf16 mode does not make.
+//
 // cuBLAS is loaded with dlopen when chosen, not linked: the binaries then need no cuBLAS
 // on a machine that does not use it, and the library's 100+ MB do not travel with them.
 #include "gpu/gpu.h"
@@ -18,7 +27,7 @@
 #include <dlfcn.h>
 #endif
 
-static int use_cublas = 0;   // set once at start-up
+static int use_cublas = 0;   // set once at start-up: 0 the ordered GEMM, 1 cuBLAS, 2 and bf16 forward products
 
 #if GPU_HAVE_CUBLAS
 // The cuBLAS functions we call, found in libcublas.so.13 (CUDA 13's soname).
@@ -29,6 +38,9 @@ static struct {
     cublasStatus_t (*set_workspace)(cublasHandle_t, void *, size_t);
     cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
                             const float *, int, const float *, int, const float *, float *, int);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 } cublas;
 
 static const char *load_cublas(void) {
@@ -40,9 +52,11 @@ static const char *load_cublas(void) {
     cublas.set_stream = (cublasStatus_t (*)(cublasHandle_t, cudaStream_t))dlsym(lib, "cublasSetStream_v2");
     cublas.set_workspace = (cublasStatus_t (*)(cublasHandle_t, void *, size_t))dlsym(lib, "cublasSetWorkspace_v2");
     *(void **)&cublas.sgemm = dlsym(lib, "cublasSgemm_v2");
-    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.set_workspace || !cublas.sgemm)
+    *(void **)&cublas.gemm_ex = dlsym(lib, "cublasGemmEx");
+    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.set_workspace || !cublas.sgemm ||
+        !cublas.gemm_ex)
         return "libcublas.so.13 lacks one of cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, "
-               "cublasSetWorkspace_v2, cublasSgemm_v2";
+               "cublasSetWorkspace_v2, cublasSgemm_v2, cublasGemmEx";
     return NULL;
 }
 
@@ -64,18 +78,49 @@ static thread_local cublasHandle_t handle;
 static thread_local void *workspace;
 static thread_local size_t workspace_size;
 
-// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
-// swapped, with the same leading dimensions.
-static void sgemm_cublas(int transA, int transB, int M, int N, int K, const float *A, int lda,
-                         const float *B, int ldb, int accumulate, float *C, int ldc) {
+// The thread's handle, made at its first product.
+static cublasHandle_t my_handle(void) {
     if (!handle) {
         CUBLAS_CHECK(cublas.create(&handle));
         CUBLAS_CHECK(cublas.set_stream(handle, gpu_stream()));   // (which resets the workspace: set it after)
         if (workspace) CUBLAS_CHECK(cublas.set_workspace(handle, workspace, workspace_size));
     }
+    return handle;
+}
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
+// swapped, with the same leading dimensions.
+static void sgemm_cublas(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, int accumulate, float *C, int ldc) {
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublas.sgemm(handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+    CUBLAS_CHECK(cublas.sgemm(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
                               N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
+}
+
+// dst[i] = src[i] as bf16 bits (round to nearest even: exact for a bf16-valued src), one
+// thread per element.
+__global__ static void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = bf16_bits_dev(src[i]);
+}
+
+// out (T,OC) = inp (T,C) @ w (C,OC) (+= when accumulate) on tensor cores: both operands
+// converted to bf16 in a scratch buffer of the stream's own (cudaMallocAsync: freed in
+// stream order once the product has read it; it is GPU-only and lives inside this call, so
+// the allocator does not count it), the product accumulated and written in float32.
+static void matmul_forward_bf16(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
+    size_t ni = (size_t)T * C, nw = (size_t)C * OC, at = (ni + 127) / 128 * 128;   // w's copy 256-byte aligned
+    uint16_t *scratch;
+    GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nw), gpu_stream()));
+    to_bf16_kernel<<<blocks_for(ni, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch, inp, ni);
+    GPU_CHECK_LAUNCH();
+    to_bf16_kernel<<<blocks_for(nw, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch + at, w, nw);
+    GPU_CHECK_LAUNCH();
+    float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
+    CUBLAS_CHECK(cublas.gemm_ex(my_handle(), CUBLAS_OP_N, CUBLAS_OP_N, OC, T, C, &one, scratch + at, CUDA_R_16BF, OC,
+                                scratch, CUDA_R_16BF, C, &beta, out, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+    GPU_CHECK(cudaFreeAsync(scratch, gpu_stream()));
 }
 #endif
 
@@ -90,8 +135,8 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
     }
 #if GPU_HAVE_CUBLAS
     *why = load_cublas();
-    use_cublas = *why == NULL;
-    return use_cublas;
+    use_cublas = *why == NULL ? on : 0;
+    return use_cublas != 0;
 #else
     *why = "this is a HIP build: Debian's HIP has no BLAS, the ordered GEMM is the only product";
     return 0;
@@ -135,6 +180,9 @@ static void gemm(int transA, int transB, int M, int N, int K, const float *A, in
 
 // out (T,OC) = inp (T,C) @ w (C,OC), or += when accumulate.
 static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
+#if GPU_HAVE_CUBLAS
+    if (use_cublas == 2 && T > 0 && OC > 0 && C > 0) { matmul_forward_bf16(out, inp, w, T, C, OC, accumulate); return; }
+#endif
     gemm(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);
 }
 

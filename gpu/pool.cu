@@ -47,6 +47,8 @@ typedef struct {
 
 static Pool pools[POOL_DEVICES + 1];   // the last: the threads never bound
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static int bound;                      // threads attached to a mesh device's pool, all devices
+static void pinned_release(void);
 static thread_local Pool *mine;
 
 static int pool_off_env(void) {
@@ -67,6 +69,7 @@ extern "C" void pool_attach(int device, int gpu) {
     if (device < 0 || device > POOL_DEVICES) { fprintf(stderr, "meshmoe: internal: pool of device %d\n", device); exit(1); }
     pthread_mutex_lock(&pools_lock);
     Pool *p = &pools[device];
+    if (device < POOL_DEVICES) bound++;
     if (p->users++ == 0) {
         pthread_mutex_init(&p->lock, NULL);
         p->device = device;
@@ -190,6 +193,7 @@ extern "C" void pool_detach(void) {
     if (!p) return;
     mine = NULL;
     pthread_mutex_lock(&pools_lock);
+    if (p->device < POOL_DEVICES && --bound == 0) pinned_release();   // the mesh's last thread: the pinned cache too
     if (--p->users == 0 && p->device < POOL_DEVICES) {   // (the unbound threads' pool stays)
         report(p);
         for (int i = 0; i < p->nfreed; i++) if (p->freed[i].done) GPU_CHECK(cudaEventDestroy(p->freed[i].done));
@@ -207,7 +211,8 @@ extern "C" void pool_detach(void) {
 // whole GPU, while a step moves the same sizes out and back every time. So a freed buffer
 // is kept for the next request of its exact size, once the copy that reads it (a move back
 // to the device, queued just before the free) is done. The cache keeps what it holds until
-// the process ends: about the host memory's peak, which the allocator's report shows.
+// the mesh's last device thread leaves (pool_detach): about the host memory's peak, which
+// the allocator's report shows.
 // MESHMOE_GPU_POOL=off: cudaMallocHost and cudaFreeHost each time, as for device memory.
 static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
 static Piece *pinned;
@@ -233,5 +238,20 @@ extern "C" void pinned_free(void *at, size_t bytes) {
     }
     pthread_mutex_lock(&pinned_lock);
     keep_piece(&pinned, &npinned, &cappinned, (Piece){(char *)at, bytes, done});
+    pthread_mutex_unlock(&pinned_lock);
+}
+
+// Every cached piece back to the driver, each once its copy is done (the mesh's threads have
+// waited for their copy streams: gpu_unbind; the caller holds pools_lock).
+static void pinned_release(void) {
+    pthread_mutex_lock(&pinned_lock);
+    for (int i = 0; i < npinned; i++) {
+        cudaEvent_t done = pinned[i].done;
+        if (done) { GPU_CHECK(cudaEventSynchronize(done)); GPU_CHECK(cudaEventDestroy(done)); }
+        gpu_free_host(pinned[i].p);
+    }
+    free(pinned);
+    pinned = NULL;
+    npinned = cappinned = 0;
     pthread_mutex_unlock(&pinned_lock);
 }

@@ -124,7 +124,8 @@ void kern_sync(void);
 
 // The GPU backend of this binary, or NULL with the reason in *why: backend_cuda (HIP's in
 // ./train_hip) in ./train_gpu, after checking that a GPU can run it (gpu/select.cu), with its
-// products by cuBLAS when use_cublas (config key gpu_matmul), else the ordered GEMM; none in
+// products by cuBLAS when use_cublas is 1 (config key gpu_matmul=cublas; 2: cublas_bf16, the
+// forward weight products on tensor cores), else the ordered GEMM; none in
 // ./train, which links kernels/no_gpu.c instead.
 const Backend *backend_gpu(int use_cublas, const char **why);
 

@@ -326,7 +326,11 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     s->top_idx = (int *)mem_alloc(MEM_ACTIVATIONS, sizeof(int) * A, "moe top-k experts");  // (T,K)
     s->top_w = mem_floats(MEM_ACTIVATIONS, A, "moe top-k weights");               // (T,K)
     s->w_eff = mem_floats(MEM_ACTIVATIONS, A, "moe combine weights");             // (T,K)
-    matmul_forward(s->logits, x, p->gate, T, D, E, 0);
+    // The gate's weights stay float32 in bf16 mode with float32_gate_logits: the plain
+    // product then (the same bits on the CPU), since a weight product may run in bf16 on
+    // tensor cores (gpu_matmul=cublas_bf16, gpu/matmul.cu), which would round them.
+    if (cfg_bf16(c) && c->float32_gate_logits) gemm(0, 0, T, E, D, 1.0f, x, D, p->gate, E, 0.0f, s->logits, E);
+    else matmul_forward(s->logits, x, p->gate, T, D, E, 0);
     round_bf16(s->logits, (size_t)T * E, gate_rounds(c));   // cast point 5
     route(c, s, bias, T);
     mem_copy(s->w_eff, s->top_w, sizeof(float) * A);

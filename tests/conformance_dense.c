@@ -119,6 +119,43 @@ static void test_gemm_cublas(int ta, int tb, int M, int N, int K, int own_worksp
 }
 #endif
 
+#ifdef MESHMOE_CONFORMANCE_GPU
+// gpu_matmul=cublas_bf16: matmul_forward on tensor cores (bf16 operands, float32 sums), on
+// bf16-valued operands as the layers give it in bf16 mode, accumulating onto out. Each
+// product of two bf16 values is exact in float32, so only the sums' order and rounding
+// differ from the ordered product: the bound of test_gemm_cublas, with the old value of out
+// as one more term, |got - want| <= 2 (C+1) u (|out| + sum_k |inp_tk w_kj|).
+static void test_matmul_bf16_cublas(int T, int C, int OC) {
+    const char *why;
+    if (!gpu_matmul_use_cublas(2, &why)) { printf("  matmul_forward cublas_bf16: SKIPPED (%s)\n", why); return; }
+    float *inp = rand_floats((size_t)T * C, -1, 1), *w = rand_floats((size_t)C * OC, -1, 1);
+    float *out0 = rand_floats((size_t)T * OC, -1, 1), *want = malloc(sizeof(float) * T * OC);
+    float *bound = malloc(sizeof(float) * T * OC);
+    for (size_t i = 0; i < (size_t)T * C; i++) inp[i] = bf16_round(inp[i]);
+    for (size_t i = 0; i < (size_t)C * OC; i++) w[i] = bf16_round(w[i]);
+    memcpy(want, out0, sizeof(float) * T * OC);
+    ref_gemm(0, 0, T, OC, C, inp, C, w, OC, 1, want, OC);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < OC; j++) {
+            double s = fabs(out0[(size_t)t * OC + j]);
+            for (int k = 0; k < C; k++) s += fabs((double)inp[(size_t)t * C + k] * w[(size_t)k * OC + j]);
+            bound[(size_t)t * OC + j] = (float)(2.0 * (C + 1) * 0x1p-24 * s);
+        }
+    float *d_inp = dev_copy(inp, sizeof(float) * T * C), *d_w = dev_copy(w, sizeof(float) * C * OC);
+    float *d_out = dev_copy(out0, sizeof(float) * T * OC);
+    UNDER_TEST->matmul->matmul_forward(d_out, d_inp, d_w, T, C, OC, 1);
+    float *got = dev_fetch(d_out, sizeof(float) * T * OC);
+    gpu_matmul_use_cublas(0, &why);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < (size_t)T * OC; i++)
+        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
+    check(bad == 0, "matmul_forward cublas_bf16 T=%d C=%d OC=%d: %zu differ beyond the bound; first at [%zu]: "
+          "want %.9g got %.9g bound %.3g", T, C, OC, bad, first, want[first], got[first], bound[first]);
+    free(inp); free(w); free(out0); free(want); free(bound); free(got);
+    dev_free(d_inp); dev_free(d_w); dev_free(d_out);
+}
+#endif
+
 void test_matmul(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
@@ -131,6 +168,8 @@ void test_matmul(void) {
 #ifdef MESHMOE_CONFORMANCE_GPU
     test_gemm_cublas(0, 0, 64, 96, 200, 1);
     test_gemm_cublas(1, 1, 33, 17, 75, 0);
+    test_matmul_bf16_cublas(70, 200, 96);
+    test_matmul_bf16_cublas(5, 33, 17);   // shapes tensor cores do not tile
 #endif
 }
 

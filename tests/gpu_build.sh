@@ -59,6 +59,10 @@ if ! ls /dev/nvidia0 /dev/kfd > /dev/null 2>&1; then
     check "... before training (nothing on stdout)" test -z "$($trainer $C device=gpu 2> /dev/null)"
 fi
 expect_error "./train device=gpu names the binaries with the GPU backend" "build ./train_gpu" ./train $C device=gpu
+# gpu_matmul=cublas_bf16 multiplies bf16 operands: refused where they would not be bf16-valued
+expect_error "gpu_matmul=cublas_bf16 in float32" "needs dtype=bfloat16" $trainer $C device=gpu gpu_matmul=cublas_bf16
+expect_error "gpu_matmul=cublas_bf16 on the CPU" "chooses device=gpu's products" $trainer $C gpu_matmul=cublas_bf16 \
+    dtype=bfloat16
 T=$(mktemp -d /tmp/meshmoe-gpubuild.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" | tr '\n' ' '; }   # every step's grad norm

@@ -14,6 +14,13 @@ deepseek-dense  deepseek-tiny float32  sparse_matmul=false
 mixtral-bf16    mixtral-tiny  bfloat16 sparse_matmul=true dtype=bfloat16
 deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16'
 
+# Issue 23, item 1's first step: the bf16 cases again with gpu_matmul=cublas_bf16 (the weight
+# products on tensor cores, gpu/matmul.cu), against the same CPU bf16 dumps and with the
+# same bf16 bounds (tests/gpu_compare.py): exact products, float32 sums in cuBLAS's order,
+# which can move a value across a bf16 rounding boundary, as the ordered GPU run's ulps can.
+TENSOR_CORE_CASES='mixtral-bf16    mixtral-tiny  bfloat16 sparse_matmul=true dtype=bfloat16
+deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16'
+
 # Acceptance 3: peak bytes by tag of 2 steps on tests/mesh.sh's kinds of mesh (and a
 # pipeline), equal to the CPU's, device and host memory, and the losses within 1e-5; and
 # host offload (issue 22 item 3: its copies asynchronous on the GPU, gpu/offload.cu), with

@@ -6,7 +6,8 @@
 # failed run's last lines. The CPU's references are build/gpu_ref/ (tests/gpu_ref.sh, made
 # where ./train was built, carried along); the runs are tests/gpu_cases.sh's.
 #   probe       what the machine has (nvidia-smi, ldd, compute-sanitizer, Python packages)
-#   parity      acceptance 2: parity dumps of ./train_gpu device=gpu against the CPU's
+#   parity      acceptance 2: parity dumps of ./train_gpu device=gpu against the CPU's;
+#               the bf16 cases again with gpu_matmul=cublas_bf16 (tensor cores)
 #   peaks       acceptance 3: peak bytes by tag of mesh runs (host offload among them)
 #               equal to the CPU's, losses within 1e-5; with gpu_matmul=cublas, cuBLAS's
 #               workspace under its own tag
@@ -98,6 +99,20 @@ parity() {
         fi
         rm -rf "$dump"
     done < <(cases "$PARITY_CASES")
+    # gpu_matmul=cublas_bf16: tensor cores (the CPU has none: there the same run without it)
+    local tc=gpu_matmul=cublas_bf16
+    [ "$DEV" = gpu ] || tc=
+    while read -r name preset dtype args; do
+        echo "-- $name-tc: ./train_gpu configs/$preset.yml $PARITY_COMMON $args $tc device=$DEV"
+        local dump=$BULK/parity/$name-tc failed_before=$FAILED
+        gpu_run "$name-tc" "$W/parity-$name-tc.log" configs/$preset.yml dump_parity="$dump" $PARITY_COMMON $args \
+            $tc device=$DEV || continue
+        compare dumps "$REF/parity/$name.st" "$dump/dump.safetensors" "$dtype"
+        if [ "$FAILED" -gt "$failed_before" ]; then
+            python3 tests/gpu_compare.py reduce "$dump/dump.safetensors" "$W/parity/$name-tc.gpu.st" "$dtype"
+        fi
+        rm -rf "$dump"
+    done < <(cases "$TENSOR_CORE_CASES")
     summary
 }
 
