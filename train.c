@@ -154,7 +154,7 @@ static void start_mesh(Mesh *mesh, const Config *c) {
     // in parallel with OpenMP; OpenBLAS's own threads on top would contend with those for
     // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).
     blas_set_threads(1);
-    matmul_set_impl(matmul_impl_name(c->matmul_impl), c->device == DEVICE_GPU && c->gpu_matmul == GPU_MATMUL_CUBLAS);
+    matmul_set_impl(matmul_impl_name(c->matmul_impl), c->device == DEVICE_GPU && c->gpu_matmul != GPU_MATMUL_ORDERED);
 }
 
 // A dry run's step: device 0's result and each planned device's figures after the step,

@@ -60,7 +60,7 @@ void attn_check_heads(int N, int Nkv);
 // The projections of both attention kinds. With a row-independent product (the ordered
 // GEMM, the default: model/matmul.h matmul_rows_independent) a row's result never depends
 // on the rows beside it, so they run as one GEMM over all B*S rows. Under
-// matmul_impl=openblas or gpu_matmul=cublas, whose kernels add a row's products in an order
+// matmul_impl=openblas or gpu_matmul=cublas(_bf16), whose kernels add a row's products in an order
 // that depends on how many rows are left in the GEMM (tests/test_attention.c, check 6),
 // they run as one GEMM per sequence: every token's projection stays a function of its own
 // sequence, never of the batch size or of how the batch is split over devices

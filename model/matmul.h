@@ -21,7 +21,8 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
 
 // "ordered" (default), "openblas" or "plain" (config key matmul_impl; plain's kernels are a
 // backend of their own, kernels/cpu/backend.c), the CPU backend's choice made
-// once at start-up; dies on anything else. gpu_cublas: the GPU runs cuBLAS (gpu_matmul).
+// once at start-up; dies on anything else. gpu_cublas: the GPU runs cuBLAS (gpu_matmul=cublas or
+// cublas_bf16).
 void matmul_set_impl(const char *impl, int gpu_cublas);
 
 // 1 when a product's output row depends on its own input row only, never on how many rows
