@@ -21,6 +21,7 @@ ROUNDS=${ROUNDS:-2}
 MIN_RATIO=${MIN_RATIO:-1.7}
 ARGS=${ARGS:-max_target_length=64}
 SINGLE_ARGS=${SINGLE_ARGS:-}         # the one-device run's own settings (num_threads=1)
+DATA2_ARGS=${DATA2_ARGS:-}           # the data=2 run's own (shard_optimizer_over_data=true)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
@@ -37,14 +38,15 @@ median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print (NR ? a[int((NR + 1) /
 for r in $(seq "$ROUNDS"); do
     # shellcheck disable=SC2086
     one single per_device_batch_size="$BATCH" $SINGLE_ARGS || break
-    one data2 per_device_batch_size=$((BATCH / 2)) ici_data_parallelism=2 || break
+    # shellcheck disable=SC2086
+    one data2 per_device_batch_size=$((BATCH / 2)) ici_data_parallelism=2 $DATA2_ARGS || break
 done
 S=$(sed -n 's/^data: .* batch [0-9]* x [0-9]* x \([0-9]*\) tokens$/\1/p' "$T/single.out" | head -1)
 m1=$(median "$T/single.ms"); m2=$(median "$T/data2.ms")
 echo "| run | ms/step (median of steps 2..$STEPS, $ROUNDS rounds) | tokens/s |"
 echo "|---|---|---|"
 awk -v m="$m1" -v b="$BATCH" -v s="$S" -v a="$SINGLE_ARGS" 'BEGIN { printf "| 1 device, batch %d %s | %.1f | %.0f |\n", b, a, m, b * s / (m / 1000) }'
-awk -v m="$m2" -v b="$BATCH" -v s="$S" 'BEGIN { printf "| data=2, batch %d x 2 | %.1f | %.0f |\n", b / 2, m, b * s / (m / 1000) }'
+awk -v m="$m2" -v b="$BATCH" -v s="$S" -v a="$DATA2_ARGS" 'BEGIN { printf "| data=2, batch %d x 2 %s | %.1f | %.0f |\n", b / 2, a, m, b * s / (m / 1000) }'
 ratio=$(awk -v a="$m1" -v b="$m2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 echo "tokens/s ratio, data=2 over 1 device: $ratio"
 check "data=2 reaches $MIN_RATIO x one device's tokens/s ($ratio)" awk -v r="$ratio" -v m="$MIN_RATIO" 'BEGIN { exit !(r >= m) }'
