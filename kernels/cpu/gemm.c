@@ -81,6 +81,18 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, flo
             C[(size_t)r * ldc + j] = old ? old[(size_t)r * ldo + j] + c[r][j] : c[r][j];
 }
 
+// The B row PF_ROWS k-steps ahead, asked into L1 (two loads of `half` floats). A B panel
+// read in place (gemm_stream) has its rows a whole row of B apart (2-4 KiB at the presets'
+// widths), a stride the hardware prefetchers follow late: without this, a product of 8 to
+// 128 rows ran at 19-139 GFLOP/s, with it 28-162 (build/gemm_bench's "few rows" lines, B in
+// place, docs/performance.md). A prefetch changes no arithmetic and never faults, past
+// the end of B included.
+enum { PF_ROWS = 8 };
+static inline void prefetch_b(const float *Bp, int ldb, int half) {
+    _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb), _MM_HINT_T0);
+    _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb + half), _MM_HINT_T0);
+}
+
 // 6 rows x 16 columns in twelve 8-wide registers.
 __attribute__((target("avx2,fma")))
 static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
@@ -92,6 +104,7 @@ static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float
         c[r][1] = load ? _mm256_loadu_ps(C + (size_t)r * ldc + 8) : _mm256_setzero_ps();
     }
     for (int k = 0; k < kc; k++, Ap += 6, Bp += ldb) {
+        prefetch_b(Bp, ldb, 8);
         __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) {
@@ -123,6 +136,7 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, flo
         c[r][1] = load ? _mm512_loadu_ps(C + (size_t)r * ldc + 16) : _mm512_setzero_ps();
     }
     for (int k = 0; k < kc; k++, Ap += 12, Bp += ldb) {
+        prefetch_b(Bp, ldb, 16);
         __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < 12; r++) {
