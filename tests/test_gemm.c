@@ -99,9 +99,10 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
           "accumulate=%d: not the reference bits", M, N, K, tA, tB, acc);
     // Both paths: B packed (stream rows 0) and B read in place (every M streams; a kernel
     // set without a transposed tile packs op(B) = B^T either way).
-    const GemmKernel kinds[] = {GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
+    // AUTO as well: it takes the AVX2 tile for narrow products on an AVX-512 CPU.
+    const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
     const int stream_rows[] = {0, 1 << 30};
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 4; t++)
         for (int p = 0; p < 2; p++) {
             if (!gemm_kernel_available(kinds[t])) continue;
             gemm_force_kernel(kinds[t]);
@@ -161,6 +162,9 @@ int main(void) {
         {11, 9, 20}, {12, 32, 1}, {13, 47, 33}, {23, 63, 40}, {25, 65, 64}, {97, 257, 100},
         {100, 300, 383}, {96, 256, 384}, {50, 70, 385}, {37, 41, 800}, {130, 520, 769}, {96, 512, 1024}, {29, 45, 1025}, {101, 530, 2100},
         {781, 37, 45}, {40, 1100, 70},
+        // Large enough to run on all threads: 5 column panels of 32 (uneven on 2 threads, so
+        // the panels' rows are split too), and narrow products of 16 and 5 columns.
+        {300, 160, 40}, {1000, 16, 100}, {781, 5, 300},
     };
     double worst = 0.0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)

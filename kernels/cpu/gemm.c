@@ -439,6 +439,14 @@ static float *buffer(size_t floats) {
 // read from C itself. Only a last, partial column panel is packed (zero-padded).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
+    // Work items: a column panel over a run of the chunk's row panels. The column panels
+    // alone go to the threads when they split evenly; otherwise (5 panels on 2 threads, or
+    // one narrow panel) each panel's rows are cut into as many runs as there are threads.
+    int threads = 1, cpanels = (N + nr - 1) / nr;
+#ifdef _OPENMP
+    if (par) threads = omp_get_max_threads();
+#endif
+    int runs = cpanels % threads ? threads : 1;
     float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
@@ -455,7 +463,8 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
                 for (int k = 0; k < K; k++) pack_at_row(Ap, g->A + (size_t)k * g->ak + i0, imin(ms, M - i0), k, K, mr);
             }
             #pragma omp for schedule(static)
-            for (int jr = 0; jr < N; jr += nr) {
+            for (int item = 0; item < cpanels * runs; item++) {
+                int jr = item / runs * nr, run = item % runs;
                 int cols = imin(nr, N - jr), ldb = (int)g->bk;
                 const float *b = g->B + jr;
                 if (cols < nr) {
@@ -463,7 +472,7 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
                     b = Be;
                     ldb = nr;
                 }
-                for (int p = 0; p < panels; p++) {
+                for (int p = panels * run / runs; p < panels * (run + 1) / runs; p++) {
                     int rows = imin(mr, M - i0 - p * mr);
                     float *c = g->C + (size_t)(i0 + p * mr) * g->ldc + jr;
                     const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
@@ -523,6 +532,10 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
         return;
     }
     const KernelInfo *kn = kernel_pick();
+    // At most 16 columns fill the AVX2 kernel's 16-wide tile but half of the AVX-512 one's
+    // (a router's 8 or 16 experts): the narrower tile does half the work, with the same bits.
+    if (N <= 16 && forced == GEMM_KERNEL_AUTO && kn == &kernels[GEMM_KERNEL_AVX512])
+        kn = &kernels[GEMM_KERNEL_AVX2];
     GemmArgs g = {M, N, K, accumulate, ldc, A, B,
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
                   transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
