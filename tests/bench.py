@@ -11,8 +11,8 @@ Prints, in one run on this machine:
      preset says, and with remat_policy=none: no recomputation, as the peers run), PyTorch
      eager and JAX jit training the same model on the same batch (tests/bench_peers.py),
      run in turn ROUNDS times; per system the median step time over every step but the
-     first of each run, tokens/s, model GFLOP/s, % of the peak, and the
-     step time over meshmoe's.
+     first of each run, tokens/s, model GFLOP/s, % of the peak, the step time over
+     meshmoe's, and each run's own median (on a shared machine, how far the runs moved).
   3. where a step of each preset goes by kernel family (`./train ... profile=true`), against
      each family's floor: its FLOPs at the peak or its bytes at the measured bandwidth.
 Environment: STEPS (steps per run, default 4), ROUNDS (default 2), PROFILE_STEPS (default 3),
@@ -223,13 +223,15 @@ def main():
     print(FLOPS_FORMULA)
     peers = os.path.exists(PEERS)
     print()
-    print("| preset | system | s/step (median) | tokens/s | model GFLOP/s | % of the peak | step time / meshmoe's |")
-    print("|---|---|---|---|---|---|---|")
+    print("| preset | system | s/step (median) | tokens/s | model GFLOP/s | % of the peak | step time / meshmoe's "
+          "| each run's median, s |")
+    print("|---|---|---|---|---|---|---|---|")
     for preset in PRESETS:
         flops, tokens = model_flops(read_config(preset))
         # meshmoe runs the preset (remat_policy=full, MaxText's default: the backward
         # recomputes each layer's forward) and, like the peers, with nothing recomputed.
         times = {"meshmoe": [], "meshmoe remat_policy=none": [], "PyTorch eager": [], "JAX jit": []}
+        runs = {name: [] for name in times}   # each run's own median: how far the machine moved
         notes = {}
         with tempfile.TemporaryDirectory(prefix="meshmoe-bench.") as tmp:
             dump = os.path.join(tmp, "dump.safetensors")
@@ -242,8 +244,10 @@ def main():
             else:
                 peers_here = False
             for _ in range(ROUNDS):   # interleaved: each system once per round
-                times["meshmoe"] += run_meshmoe(preset)
-                times["meshmoe remat_policy=none"] += run_meshmoe(preset, "remat_policy=none")
+                for name, extra in (("meshmoe", ()), ("meshmoe remat_policy=none", ("remat_policy=none",))):
+                    t = run_meshmoe(preset, *extra)
+                    times[name] += t
+                    runs[name].append(statistics.median(t))
                 if peers_here:
                     for name, which in (("PyTorch eager", "torch"), ("JAX jit", "jax")):
                         t, info = run_peer(which, dump)
@@ -251,21 +255,23 @@ def main():
                             notes[name] = f"failed: {info}"
                         else:
                             times[name] += t
+                            runs[name].append(statistics.median(t))
                             notes.setdefault(name + " params", info)
         base = statistics.median(times["meshmoe"])
         for name, t in times.items():
             if not t:
                 why = notes.get(name) or ("not run (make bench-peers)" if not peers else notes.get("peers", "not run"))
-                print(f"| {preset} | {name} | {why} | | | | |")
+                print(f"| {preset} | {name} | {why} | | | | | |")
                 continue
             s = statistics.median(t)
             gf = flops / s / 1e9
             pct = f"{100 * gf / p2:.0f}%" if p2 else "-"
-            print(f"| {preset} | {name} | {s:.3f} | {tokens / s:.0f} | {gf:.1f} | {pct} | {s / base:.2f} |")
+            spread = ", ".join(f"{m:.3f}" for m in runs[name])
+            print(f"| {preset} | {name} | {s:.3f} | {tokens / s:.0f} | {gf:.1f} | {pct} | {s / base:.2f} | {spread} |")
         print(f"|  | ({preset}: {flops / 1e9:.1f} GFLOP per step, {tokens} tokens; "
               f"{len(times['meshmoe'])} meshmoe steps" +
               (f"; parameters: PyTorch {notes.get('PyTorch eager params')}, JAX {notes.get('JAX jit params')}"
-               if peers_here else "") + ") | | | | | |")
+               if peers_here else "") + ") | | | | | | |")
     print()
     print(f"Where a step goes (profile=true, {PROFILE_STEPS} steps; the floor of a family: its FLOPs at the "
           f"peak ({p2:.1f} GFLOP/s) or its bytes at the 2-thread bandwidth ({bw.get(2, 0):.1f} GB/s)):")
