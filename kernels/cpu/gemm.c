@@ -537,8 +537,12 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     }
     const KernelInfo *kn = kernel_pick();
     // At most 16 columns fill the AVX2 kernel's 16-wide tile but half of the AVX-512 one's
-    // (a router's 8 or 16 experts): the narrower tile does half the work, with the same bits.
-    if (N <= 16 && forced == GEMM_KERNEL_AUTO && kn == &kernels[GEMM_KERNEL_AVX512])
+    // (a router's 8 or 16 experts). Where op(A) = A^T (a weight gradient's leaf, whose A
+    // panels are plain copies) the narrower tile does half the work, with the same bits:
+    // 2x on the router's leaf (512,256)^T @ (256,16). Where op(A) = A the panels are
+    // transpositions, and the AVX-512 set's 16 x 16 ones are much the cheaper part of such a
+    // product: the AVX2 tile came out at 0.5-0.7x there (build/gemm_bench-style timings, cold).
+    if (transA && N <= 16 && forced == GEMM_KERNEL_AUTO && kn == &kernels[GEMM_KERNEL_AVX512])
         kn = &kernels[GEMM_KERNEL_AVX2];
     GemmArgs g = {M, N, K, accumulate, ldc, A, B,
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
