@@ -99,7 +99,8 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
           "accumulate=%d: not the reference bits", M, N, K, tA, tB, acc);
     // Both paths: B packed (stream rows 0) and B read in place (every M streams; a kernel
     // set without a transposed tile packs op(B) = B^T either way).
-    // AUTO as well: it takes the AVX2 tile for narrow products on an AVX-512 CPU.
+    // AUTO as well: on an AVX-512 CPU it takes the AVX2 tile for a narrow product with
+    // op(A) = A^T.
     const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
     const int stream_rows[] = {0, 1 << 30};
     for (int t = 0; t < 4; t++)

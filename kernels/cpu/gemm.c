@@ -365,8 +365,8 @@ static void pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, s
 // op(A) = A^T: the k-th row of every panel of `rows` rows of op(A), read from `a`, the
 // contiguous run of those rows at k in A. A row of A read in order, rather than a panel's
 // 12 values of each k, reads whole cache lines and lets the prefetcher follow. A full
-// panel's piece is a copy of constant size, which the compiler inlines: a library call per
-// 48 bytes cost a fifth of a weight gradient's product.
+// panel's piece is a copy of constant size, which the compiler inlines, instead of a call
+// into the C library for every 48 bytes.
 static void pack_at_row(float *Ap, const float *a, int rows, int k, int kc, int mr) {
     for (int i = 0; i < rows; i += mr) {
         float *p = Ap + (size_t)i * kc + (size_t)k * mr;
@@ -541,7 +541,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     // panels are plain copies) the narrower tile does half the work, with the same bits:
     // 2x on the router's leaf (512,256)^T @ (256,16). Where op(A) = A the panels are
     // transpositions, and the AVX-512 set's 16 x 16 ones are much the cheaper part of such a
-    // product: the AVX2 tile came out at 0.5-0.7x there (build/gemm_bench-style timings, cold).
+    // product: the AVX2 tile came out at 0.5-0.6x there (the product timed alone, cold).
     if (transA && N <= 16 && forced == GEMM_KERNEL_AUTO && kn == &kernels[GEMM_KERNEL_AVX512])
         kn = &kernels[GEMM_KERNEL_AVX2];
     GemmArgs g = {M, N, K, accumulate, ldc, A, B,
