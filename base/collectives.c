@@ -11,7 +11,8 @@
 // that holds every piece, tagged `comm`. That is the direct algorithm; a ring would hold
 // two pieces, but would add them in an order that depends on the mesh. The all-reduce
 // divides the work of the direct algorithm: each member sums one slice of the elements,
-// every element along the same tree, and the members then copy each other's slices.
+// every element along the same tree (its own piece added in place, the others from the
+// staging buffer), and the members then copy each other's summed slices.
 //
 // A group that spans processes (base/group.h) runs the same steps among its members here,
 // with the pieces that the members read of remote buffers exchanged by its leader
@@ -181,12 +182,27 @@ void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each
     count(COLL_REDUCE_SCATTER, b, b);
 }
 
-// Reduce-scatter, then all-gather, both within the one staging buffer of the direct
-// algorithm (a slot of n floats per member, charged whole): rank r copies slice r of every
-// member's buffer into those slots, sums it along the tree, and posts it; then every member
-// copies every summed slice into its buffer. Each element is summed by one member along
-// the same tree, so the bits are those of every member summing everything. Counted as
-// the direct algorithm's bytes.
+// The tree sum of the n pieces x[0..n) (len floats each), left in the piece that is the
+// caller's own buffer (`mine`, a member of x): a merge adds the right subtree into the left
+// one, or, where the right one holds `mine`, the left into the right (left + right ==
+// right + left, the same bits).
+static float *tree_reduce_onto(float *const *x, int n, size_t len, const float *mine) {
+    if (n == 1) return x[0];
+    int p = 1;
+    while (2 * p < n) p *= 2;
+    float *a = tree_reduce_onto(x, p, len, mine), *b = tree_reduce_onto(x + p, n - p, len, mine);
+    if (b == mine) { kern()->sum->tree_add(b, a, len); return b; }
+    kern()->sum->tree_add(a, b, len);
+    return a;
+}
+
+// Reduce-scatter, then all-gather, with the staging buffer of the direct algorithm (a slot
+// of n floats per member, charged whole): rank r copies slice r of every other member's
+// buffer into those slots, sums them with its own slice along the tree into that slice of
+// its own buffer (which no other member reads before the next barrier), and posts it; then
+// every member copies every other summed slice into its buffer. Each element is summed by
+// one member along the same tree, so the bits are those of every member summing
+// everything. Counted as the direct algorithm's bytes.
 void coll_all_reduce(Group *g, float *buf, size_t n) {
     if (g->n == 1) return;
     int r = my_rank(g), P = g->n;
@@ -194,16 +210,18 @@ void coll_all_reduce(Group *g, float *buf, size_t n) {
     float *stage = mem_floats_uninit(MEM_COMM, (size_t)P * n, "all-reduce pieces");   // its slice of each slot written
     size_t lo = slice_at(n, r, P), len = slice_at(n, r + 1, P) - lo;
     all_posted(g, r, &(Pieces){PIECE_SPLIT_T, COLL_ALL_REDUCE, g->slot, n, 0});
-    for (int q = 0; q < P; q++)
-        move(stage + (size_t)q * n + lo, at(g, q, r, posted(g, q, buf), sizeof(float) * lo), sizeof(float) * len);
-    tree_reduce_strided(stage + lo, P, n, len);
-    g->reduced[r] = stage;
+    float *piece[P];
+    for (int q = 0; q < P; q++) {
+        piece[q] = q == r ? buf + lo : stage + (size_t)q * n + lo;
+        if (q != r) move(piece[q], at(g, q, r, posted(g, q, buf), sizeof(float) * lo), sizeof(float) * len);
+    }
+    tree_reduce_onto(piece, P, len, buf + lo);
+    g->reduced[r] = buf;
     all_posted(g, r, &(Pieces){PIECE_SPLIT_S, COLL_ALL_REDUCE, (const void *const *)g->reduced, n, 0});
     for (int q = 0; q < P; q++) {
         size_t qlo = slice_at(n, q, P), qlen = slice_at(n, q + 1, P) - qlo;
         // A dry run's lone representative has only its own slice summed (base/mesh.h).
-        if (q == r || !solo())
-            move(buf + qlo, q == r ? stage + qlo : at(g, q, r, g->reduced[q], sizeof(float) * qlo), sizeof(float) * qlen);
+        if (q != r && !solo()) move(buf + qlo, at(g, q, r, g->reduced[q], sizeof(float) * qlo), sizeof(float) * qlen);
     }
     done_reading(g);
     mem_free(stage);

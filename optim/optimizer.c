@@ -78,10 +78,9 @@ static void update_shard(Model *m, int sgd, float lr, int t, GradClip clip) {
     for (int u = 0; u < s->nunits; u++) {
         size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
         update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t, clip);
-        float *full = mem_floats(MEM_COMM, len, "zero-1 updated weights");
-        coll_all_gather(s->data, m->params_mem + at, full, sizeof(float) * piece);
-        mem_copy(m->params_mem + s->local_off[u], full, sizeof(float) * len);
-        mem_free(full);
+        // In place: piece q of every member lands at piece q of this shard; this member's
+        // own piece is already there (each member writes only the pieces it does not send).
+        coll_all_gather(s->data, m->params_mem + at, m->params_mem + s->local_off[u], sizeof(float) * piece);
     }
 }
 
