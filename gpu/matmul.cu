@@ -22,6 +22,7 @@
 #include "gpu/gpu.h"
 #include "gpu/gemm.h"
 #include "gpu/backend.h"
+#include "kernels/piece_tree.h"   // the chunked product as separate products
 #if GPU_HAVE_CUBLAS
 #include <cublas_v2.h>
 #include <dlfcn.h>
@@ -196,6 +197,42 @@ static void matmul_backward_dw(float *dw, const float *inp, const float *dout, i
     gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);
 }
 
+// left (n) += right (n), and C (M,N, row stride ldc) = 0.0f + S (M,N): the chunked product's
+// merges and its result, one thread per element.
+__global__ static void merge_kernel(float *left, const float *right, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) left[i] += right[i];
+}
+__global__ static void onto_zero_kernel(float *C, int ldc, const float *S, int N, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) C[i / N * ldc + i % N] = 0.0f + S[i];
+}
+
+static void add_rows(float *left, const float *right, size_t n) {
+    merge_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(left, right, n);
+    GPU_CHECK_LAUNCH();
+}
+
+// The chunked product (kernels/matmul.h): the pieces' partial sums in a scratch buffer of the
+// stream's own (cudaMallocAsync, freed in stream order; GPU-only and inside this call, so the
+// allocator does not count it, like the bf16 copies above), then C = 0.0f + their tree.
+static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
+                         int ldb, float *C, int ldc) {
+    if (M == 0 || N == 0) return;
+    if (chunks < 1 || K % chunks) {
+        fprintf(stderr, "meshmoe: internal: a contraction of %d cannot be cut into %d pieces\n", K, chunks);
+        exit(1);
+    }
+    size_t mn = (size_t)M * N;
+    float *S;
+    GPU_CHECK(cudaMallocAsync((void **)&S, sizeof(float) * mn * (size_t)piece_tree_levels(chunks), gpu_stream()));
+    piece_tree(gemm, add_rows, transB, M, N, K / chunks, 0, chunks, A, lda, B, ldb, S, S + mn);
+    onto_zero_kernel<<<blocks_for(mn, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(C, ldc, S, N, mn);
+    GPU_CHECK_LAUNCH();
+    GPU_CHECK(cudaFreeAsync(S, gpu_stream()));
+}
+
 #if GPU_HOST_PASS
-extern "C" const MatmulKernels matmul_cuda = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm};
+extern "C" const MatmulKernels matmul_cuda = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm,
+                                              gemm_chunked};
 #endif

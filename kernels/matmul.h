@@ -24,6 +24,14 @@ typedef struct MatmulKernels {
     // when transX; lda, ldb, ldc are the row strides of A, B, C as stored.
     void (*gemm)(int transA, int transB, int M, int N, int K, const float *A, int lda,
                  const float *B, int ldb, int accumulate, float *C, int ldc);
+    // A contraction cut into pieces (model/matmul.h, the tensor-parallel sums): C (M,N) =
+    // the products A[:, r*Kc..(r+1)*Kc) @ op(B)[r*Kc..(r+1)*Kc, :] of the pieces r = 0 ..
+    // chunks-1 (Kc = K/chunks, each its own product), added along the canonical tree
+    // (base/treesum.h: left + right, the left subtree the largest power of two of pieces
+    // below chunks), then onto 0.0f; C is overwritten. A (M,K) row-major; op(B) = B (K,N),
+    // or B^T with B (N,K) when transB; lda, ldb, ldc the row strides as stored.
+    void (*gemm_chunked)(int transB, int M, int N, int K, int chunks, const float *A, int lda,
+                         const float *B, int ldb, float *C, int ldc);
 } MatmulKernels;
 
 extern const MatmulKernels matmul_cpu;         // kernels/cpu/matmul.c: the ordered GEMM (or OpenBLAS)

@@ -51,10 +51,16 @@ static void gemm(int transA, int transB, int M, int N, int K, const float *A, in
     WATCHED(FAMILY_MATMUL, INNER(matmul)->gemm(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc),
           2.0 * M * N * K, (double)M * K + (double)K * N + (1.0 + accumulate) * M * N);
 }
+static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B, int ldb,
+                         float *C, int ldc) {
+    WATCHED(FAMILY_MATMUL, INNER(matmul)->gemm_chunked(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc),
+          2.0 * M * N * K, (double)M * K + (double)K * N + (double)M * N);
+}
 static const MatmulKernels matmul_watched = {.matmul_forward = matmul_forward,
                                              .matmul_backward_dinp = matmul_backward_dinp,
                                              .matmul_backward_dw = matmul_backward_dw,
-                                             .gemm = gemm};
+                                             .gemm = gemm,
+                                             .gemm_chunked = gemm_chunked};
 
 // ---- norm
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride, int T,

@@ -62,39 +62,20 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
     }
 }
 
-void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
-    matmul_forward_chunked_cap(out, inp, w, T, T, C, OC, chunks);
-}
-
 // out (T,N) = A (T,K) @ op(Bm), the contraction over K cut into `chunks` pieces whose
-// products are added along the tree; op(Bm) = Bm (K,N) or, transB, Bm^T with Bm (N,K).
-// Piece r: A's columns r*Kc.., Bm's rows (or columns) r*Kc.. The tree's leaves are
-// allocated for cap >= T rows.
-static void chunked_product(float *out, const float *A, const float *Bm, int transB, int T, int cap, int N, int K,
-                            int chunks, const char *name) {
+// products are added along the tree (the kernel's gemm_chunked); op(Bm) = Bm (K,N) or,
+// transB, Bm^T with Bm (N,K).
+static void chunked_product(float *out, const float *A, const float *Bm, int transB, int T, int N, int K, int chunks) {
     if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
-    int Kc = K / chunks, ldb = transB ? K : N;
-    TreeSum ts;
-    treesum_begin_cap(&ts, (size_t)T * N, (size_t)cap * N, MEM_TEMP, name);
-    for (int r = 0; r < chunks; r++) {
-        int onto;   // an odd piece is added onto the piece before it: its first merge, made by the product
-        float *part = treesum_leaf_onto(&ts, &onto);   // (T,N) = (or +=) A[:, piece r] @ op(Bm)[piece r, :]
-        const float *b = Bm + (size_t)r * Kc * (transB ? 1 : (size_t)ldb);
-        gemm(0, transB, T, N, Kc, 1.0f, A + (size_t)r * Kc, K, b, ldb, (float)onto, part, N);
-        treesum_push(&ts);
-    }
-    mem_zero(out, sizeof(float) * T * N);
-    treesum_end(&ts, out);
+    count_flops(T, N, K);
+    if (T == 0 || N == 0) return;
+    kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N);
 }
 
-void matmul_forward_chunked_cap(float *out, const float *inp, const float *w, int T, int cap, int C, int OC, int chunks) {
-    chunked_product(out, inp, w, 0, T, cap, OC, C, chunks, "matmul partial product");   // w (C,OC)
+void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
+    chunked_product(out, inp, w, 0, T, OC, C, chunks);   // w (C,OC)
 }
 
 void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks) {
-    matmul_dinp_chunked_cap(dinp, dout, w, T, T, C, OC, chunks);
-}
-
-void matmul_dinp_chunked_cap(float *dinp, const float *dout, const float *w, int T, int cap, int C, int OC, int chunks) {
-    chunked_product(dinp, dout, w, 1, T, cap, C, OC, chunks, "matmul partial input grad");   // w^T (OC,C)
+    chunked_product(dinp, dout, w, 1, T, C, OC, chunks);   // w^T (OC,C)
 }

@@ -39,10 +39,6 @@ int matmul_rows_independent(void);
 void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks);
 // dinp (T,C) = dout (T,OC) @ w^T, the sum over OC in `chunks` pieces (dinp is overwritten).
 void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks);
-// The same two with their temporaries allocated for cap >= T rows (the MoE experts' row
-// bound, model/moe.c: so that the memory does not depend on the routing).
-void matmul_forward_chunked_cap(float *out, const float *inp, const float *w, int T, int cap, int C, int OC, int chunks);
-void matmul_dinp_chunked_cap(float *dinp, const float *dout, const float *w, int T, int cap, int C, int OC, int chunks);
 
 // The raw GEMM: C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
 // alpha must be 1 and beta 0 or 1 (all the model needs).

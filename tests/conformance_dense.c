@@ -51,6 +51,37 @@ static void test_gemm_case(int ta, int tb, int M, int N, int K, int acc) {
     dev_free(dA); dev_free(dB); dev_free(dC); dev_free(dC2);
 }
 
+// The chunked product (kernels/matmul.h:gemm_chunked): each piece's chain (ref_gemm over its
+// k's), the pieces added along the canonical tree (left + right, the left subtree the
+// largest power of two of pieces below n), onto 0.0f; C overwritten, its padding not.
+static float piece_sum(const float *p, int n) {
+    if (n == 1) return p[0];
+    int h = 1;
+    while (2 * h < n) h *= 2;
+    return piece_sum(p, h) + piece_sum(p + h, n - h);
+}
+static void test_gemm_chunked_case(int tb, int M, int N, int K, int chunks) {
+    int lda = K + 3, ldb = (tb ? K : N) + 1, ldc = N + 2, kc = K / chunks;
+    size_t nA = (size_t)M * lda, nB = (size_t)(tb ? N : K) * ldb, nC = (size_t)M * ldc;
+    float *A = rand_floats(nA, -1, 1), *B = rand_floats(nB, -1, 1), *want = rand_floats(nC, -1, 1);
+    float *C0 = copy_of(want, sizeof(float) * nC), piece[16];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            for (int r = 0; r < chunks; r++)
+                ref_gemm(0, tb, 1, 1, kc, A + (size_t)i * lda + (size_t)r * kc, lda,
+                         B + (tb ? (size_t)j * ldb + (size_t)r * kc : (size_t)r * kc * ldb + j), ldb, 0, &piece[r], 1);
+            want[(size_t)i * ldc + j] = 0.0f + piece_sum(piece, chunks);
+        }
+    float *dA = dev_copy(A, sizeof(float) * nA), *dB = dev_copy(B, sizeof(float) * nB);
+    float *dC = dev_copy(C0, sizeof(float) * nC);
+    UNDER_TEST->matmul->gemm_chunked(tb, M, N, K, chunks, dA, lda, dB, ldb, dC, ldc);
+    char shape[96];
+    snprintf(shape, sizeof shape, "transB=%d M=%d N=%d K=%d chunks=%d", tb, M, N, K, chunks);
+    check_dev_floats("gemm_chunked", shape, want, dC, nC, 0, 0);
+    free(A); free(B); free(want); free(C0);
+    dev_free(dA); dev_free(dB); dev_free(dC);
+}
+
 // The three layer-facing products against the same contract.
 static void test_matmul_wrappers(int T, int C, int OC) {
     float *inp = rand_floats((size_t)T * C, -1, 1), *w = rand_floats((size_t)C * OC, -1, 1);
@@ -165,6 +196,11 @@ void test_matmul(void) {
     test_gemm_case(0, 0, 100, 33, 1, 1);   // K = 1: one fma
     test_gemm_case(0, 1, 5, 130, 300, 1);
     test_matmul_wrappers(24, 40, 56);
+    for (int tb = 0; tb < 2; tb++) {
+        test_gemm_chunked_case(tb, 37, 45, 120, 4);
+        test_gemm_chunked_case(tb, 13, 70, 60, 3);   // a tree that is not complete
+        test_gemm_chunked_case(tb, 40, 33, 16, 1);
+    }
 #ifdef MESHMOE_CONFORMANCE_GPU
     test_gemm_cublas(0, 0, 64, 96, 200, 1);
     test_gemm_cublas(1, 1, 33, 17, 75, 0);

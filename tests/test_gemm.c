@@ -146,6 +146,52 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     return worst;
 }
 
+// The chunked product (gemm.h: ordered_gemm_chunked): each piece's own chain (the reference
+// GEMM over its k's), the pieces added along the canonical tree (left + right, the left
+// subtree the largest power of two of pieces below n), then onto 0.0f; C overwritten.
+static float ref_tree(const float *P, int lo, int n, size_t stride) {
+    if (n == 1) return P[(size_t)lo * stride];
+    int h = 1;
+    while (2 * h < n) h *= 2;
+    return ref_tree(P, lo, h, stride) + ref_tree(P, lo + h, n - h, stride);
+}
+static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {   // scale < 1: tiny, see below
+    int lda = K + 3, ldb = (tB ? K : N) + 5, ldc = N + 7, kc = K / chunks;
+    size_t na = (size_t)M * lda, nb = (size_t)(tB ? N : K) * ldb, nc = (size_t)M * ldc, mn = (size_t)M * N;
+    float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb), *P = malloc(sizeof(float) * mn * chunks);
+    float *C0 = malloc(sizeof(float) * nc), *want = malloc(sizeof(float) * nc), *got = malloc(sizeof(float) * nc);
+    int tiny = scale < 1.0f;   // A > 0, B < 0, every product below the smallest float: -0
+    for (size_t i = 0; i < na; i++) A[i] = tiny ? scale * (1.0f + fabsf(uniform())) : uniform();
+    for (size_t i = 0; i < nb; i++) B[i] = tiny ? -scale * (1.0f + fabsf(uniform())) : uniform();
+    for (size_t i = 0; i < nc; i++) C0[i] = uniform();
+    for (int r = 0; r < chunks; r++)   // piece r: element (i,j) at P[(i*N + j)*chunks + r]
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float c;
+                ref_gemm(0, tB, 1, 1, kc, A + (size_t)i * lda + (size_t)r * kc, lda,
+                         B + (tB ? (size_t)j * ldb + (size_t)r * kc : (size_t)r * kc * ldb + j), ldb, 0, &c, 1);
+                P[((size_t)i * N + j) * chunks + r] = c;
+            }
+    memcpy(want, C0, sizeof(float) * nc);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) want[(size_t)i * ldc + j] = 0.0f + ref_tree(P + ((size_t)i * N + j) * chunks, 0, chunks, 1);
+    memcpy(got, C0, sizeof(float) * nc);
+    plain_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
+    CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, chunked: M=%d N=%d K=%d chunks=%d transB=%d: not the "
+          "reference bits", M, N, K, chunks, tB);
+    const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
+    for (int t = 0; t < 4; t++) {
+        if (!gemm_kernel_available(kinds[t])) continue;
+        gemm_force_kernel(kinds[t]);
+        memcpy(got, C0, sizeof(float) * nc);
+        ordered_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
+        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, chunked: M=%d N=%d K=%d chunks=%d transB=%d: not the "
+              "reference bits (C's padding included)", gemm_kernel_name(), M, N, K, chunks, tB);
+    }
+    gemm_force_kernel(GEMM_KERNEL_AUTO);
+    free(A); free(B); free(P); free(C0); free(want); free(got);
+}
+
 static Device dev;
 
 int main(void) {
@@ -176,6 +222,19 @@ int main(void) {
                     if (w > worst) worst = w;
                 }
     printf("  largest error against double precision: %.3f of the bound (K+1) u sum|a b| + u |C|\n", worst);
+    // The chunked product: pieces of 1 to 8 (3 and 5: trees that are not complete), the
+    // register tiles' remainders, threads splitting uneven column panels (300 x 160), a K
+    // longer than the packed block (2100: fewer rows at a time).
+    int cshapes[][4] = {
+        {1, 1, 4, 4}, {13, 47, 36, 4}, {37, 45, 120, 3}, {37, 45, 120, 5}, {12, 32, 64, 1}, {100, 300, 384, 4},
+        {300, 160, 96, 4}, {781, 37, 192, 8}, {50, 70, 2100, 4}, {96, 512, 512, 2},
+    };
+    for (size_t s = 0; s < sizeof cshapes / sizeof cshapes[0]; s++)
+        for (int tB = 0; tB < 2; tB++) chunked_case(tB, cshapes[s][0], cshapes[s][1], cshapes[s][2], cshapes[s][3], 1.0f);
+    // Products that underflow to -0 in every piece: the sum is -0, onto 0.0f it is +0, as the
+    // tree's sum added onto a zeroed output.
+    chunked_case(0, 13, 40, 16, 4, 0x1p-80f);
+    chunked_case(1, 13, 40, 16, 4, 0x1p-80f);
     // K = 0: the empty chain is 0 (plus the old value).
     float c[4] = {1.5f, -2.0f, 3.0f, 4.0f}, a[1] = {0}, b[1] = {0};
     ordered_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 1, c, 2);

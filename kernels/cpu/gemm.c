@@ -33,6 +33,7 @@
 // outside the device's tagged allocator, freed before the call returns, so the planner's
 // figures do not see them either way. No packed weight outlives a call.
 #include "kernels/cpu/gemm.h"
+#include "kernels/piece_tree.h"   // piece_tree_levels
 #include "core/common.h"
 #include <immintrin.h>
 #ifdef _OPENMP
@@ -200,6 +201,7 @@ static void kernel_avx512_t(int kc, const float *const *w, const float *Ap, floa
 typedef void (*PackT)(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc);
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
 
 static void pack_t_scalar(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
     for (int r = 0; r < rows; r++) {
@@ -432,6 +434,18 @@ static float *buffer(size_t floats) {
     return p;
 }
 
+// Work items of the in-place paths: a column panel over a run of a chunk's row panels. The
+// column panels alone go to the threads when they split evenly; otherwise (5 panels on 2
+// threads, or one narrow panel) each panel's rows are cut into as many runs as there are
+// threads. The runs per panel.
+static int row_runs(int cpanels, int par) {
+    int threads = 1;
+#ifdef _OPENMP
+    if (par) threads = omp_get_max_threads();
+#endif
+    return cpanels % threads ? threads : 1;
+}
+
 // op(B) = B, K within one block: a k of a B panel is a contiguous run of columns, so the
 // micro-kernel reads B where it lies and no B block is packed. Packing B copies all K x N
 // of it, as much memory traffic as the product reads: at 32 rows it costs more than the
@@ -443,14 +457,7 @@ static float *buffer(size_t floats) {
 // read from C itself. Only a last, partial column panel is packed (zero-padded).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
-    // Work items: a column panel over a run of the chunk's row panels. The column panels
-    // alone go to the threads when they split evenly; otherwise (5 panels on 2 threads, or
-    // one narrow panel) each panel's rows are cut into as many runs as there are threads.
-    int threads = 1, cpanels = (N + nr - 1) / nr;
-#ifdef _OPENMP
-    if (par) threads = omp_get_max_threads();
-#endif
-    int runs = cpanels % threads ? threads : 1;
+    int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
     float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
@@ -522,6 +529,96 @@ static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
         free(T);
     }
     free(Ap);
+}
+
+// 8 floats, added lane by lane (GCC's vector extension: the same adds as a scalar loop).
+typedef float V8 __attribute__((vector_size(32), aligned(4), may_alias));
+
+// A tile (mr x nr, row stride nr) of the tree sum over n pieces of the contraction, each kc
+// long: piece r reads the A panel from a + r*kc*mr and the B panel from b + r*bstep. The
+// canonical tree (base/treesum.h): the left subtree holds the largest power of two of
+// pieces below n, and a merge is left + right; a lone pair is the kernel's own "old +
+// finished chain". R holds the right subtrees, a tile per level below this one.
+static void tile_tree(const KernelInfo *kn, int kc, const float *a, const float *b, size_t bstep, int ldb, float *T,
+                      int n, float *R) {
+    int mr = kn->mr, nr = kn->nr;
+    if (n <= 2) {
+        kn->fn(kc, a, b, ldb, T, nr, 0, NULL, 0);
+        if (n == 2) kn->fn(kc, a + (size_t)kc * mr, b + bstep, ldb, T, nr, 0, T, nr);
+        return;
+    }
+    int h = 1;
+    while (2 * h < n) h *= 2;
+    tile_tree(kn, kc, a, b, bstep, ldb, T, h, R);
+    tile_tree(kn, kc, a + (size_t)h * kc * mr, b + h * bstep, bstep, ldb, R, n - h, R + mr * nr);
+    for (int i = 0; i < mr * nr; i += 8) *(V8 *)(T + i) += *(const V8 *)(R + i);
+}
+
+// c (n) = 0.0f + t (n): a row of a finished tile into C, 8 floats per vector operation.
+static void onto_zero(float *c, const float *t, int n) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) *(V8 *)(c + j) = (V8){0} + *(const V8 *)(t + j);
+    for (; j < n; j++) c[j] = 0.0f + t[j];
+}
+
+// The chunked product (gemm.h: ordered_gemm_chunked), every piece's product and the tree's
+// merges done tile by tile in the thread's cache: each tile of C is written once, instead
+// of a product's worth of partial sums per piece merged in passes over memory. The work is
+// gemm_stream's: rows in chunks whose op(A) (all K) is packed together, then column panels
+// over runs of row panels, B read in place where op(B) = B and the panel is whole, else the
+// panel's K x nr packed by the thread that runs it. The A chunk is bounded to MS x KC
+// floats, so a long K takes fewer rows at a time.
+static void gemm_chunked(const KernelInfo *kn, int transB, int M, int N, int K, int chunks, const float *A, int lda,
+                         const float *B, int ldb, float *C, int ldc, int par) {
+    int mr = kn->mr, nr = kn->nr, kc = K / chunks, levels = piece_tree_levels(chunks);
+    int ms = imin(M, imax(mr, (int)((size_t)MS * KC / (size_t)K) / mr * mr));
+    size_t bk = transB ? 1 : (size_t)ldb, bj = transB ? (size_t)ldb : 1;
+    int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
+    float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
+    #pragma omp parallel if (par)
+    {
+        float *Bt = buffer((size_t)K * nr), *T = buffer((size_t)levels * mr * nr);   // a tile per level
+        for (int i0 = 0; i0 < M; i0 += ms) {
+            int panels = (imin(ms, M - i0) + mr - 1) / mr;
+            #pragma omp for schedule(static)
+            for (int p = 0; p < panels; p++)
+                pack_a(kn, Ap + (size_t)p * mr * K, A, (size_t)lda, 1, i0 + p * mr, imin(mr, M - i0 - p * mr), 0, K,
+                       mr);
+            #pragma omp for schedule(static)
+            for (int item = 0; item < cpanels * runs; item++) {
+                int jr = item / runs * nr, run = item % runs, cols = imin(nr, N - jr), ldp = ldb;
+                const float *b = B + jr;
+                size_t bstep = (size_t)kc * ldb;
+                if (transB || cols < nr) {
+                    pack_b(kn, Bt, B, bk, bj, jr, cols, 0, K, nr);
+                    b = Bt;
+                    ldp = nr;
+                    bstep = (size_t)kc * nr;
+                }
+                for (int p = panels * run / runs; p < panels * (run + 1) / runs; p++) {
+                    tile_tree(kn, kc, Ap + (size_t)p * mr * K, b, bstep, ldp, T, chunks, T + mr * nr);
+                    int rows = imin(mr, M - i0 - p * mr);
+                    for (int r = 0; r < rows; r++)   // onto 0.0f, as onto a zeroed C
+                        onto_zero(C + (size_t)(i0 + p * mr + r) * ldc + jr, T + r * nr, cols);
+                }
+            }
+        }
+        free(Bt);
+        free(T);
+    }
+    free(Ap);
+}
+
+void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
+                          int ldb, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
+    if (K == 0) {   // empty chains and their sum: 0
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = 0.0f;
+        return;
+    }
+    gemm_chunked(kernel_pick(), transB, M, N, K, chunks, A, lda, B, ldb, C, ldc, (double)M * N * K > 1e6);
 }
 
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,

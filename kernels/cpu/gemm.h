@@ -18,6 +18,16 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
 void plain_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                 const float *B, int ldb, int accumulate, float *C, int ldc);
 
+// C (M,N) = the contraction of A (M,K) with op(B) (K,N) cut into `chunks` pieces of
+// K/chunks, each piece's product (its own chains, from 0.0f) added along the canonical tree
+// (base/treesum.h), then onto 0.0f: C is overwritten. op(B) = B, or B^T with B (N,K) when
+// transB. What kernels/matmul.h:gemm_chunked asks, the merges done tile by tile.
+void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
+                          int ldb, float *C, int ldc);
+// The same as the plain loops: each element's pieces, then their tree.
+void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
+                        int ldb, float *C, int ldc);
+
 // The micro-kernels, chosen once at run time from what the CPU supports (the fastest
 // available); all give the same bits. A test can force one to compare them.
 typedef enum { GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512 } GemmKernel;

@@ -23,3 +23,30 @@ void plain_gemm(int transA, int transB, int M, int N, int K, const float *A, int
             *out = accumulate ? *out + c : c;
         }
 }
+
+// Pieces lo .. lo+n-1 of element (i, j) added along the canonical tree (base/treesum.h):
+// the left subtree holds the largest power of two of pieces below n; each piece is the
+// element's chain over its K/chunks k's, from 0.0f.
+static float piece_tree(int transB, int i, int j, int kc, int lo, int n, const float *A, int lda, const float *B,
+                        int ldb) {
+    if (n == 1) {
+        float c = 0.0f;
+        for (int k = lo * kc; k < (lo + 1) * kc; k++) {
+            float b = transB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+            c = fmaf(A[(size_t)i * lda + k], b, c);
+        }
+        return c;
+    }
+    int h = 1;
+    while (2 * h < n) h *= 2;
+    float left = piece_tree(transB, i, j, kc, lo, h, A, lda, B, ldb);
+    return left + piece_tree(transB, i, j, kc, lo + h, n - h, A, lda, B, ldb);
+}
+
+void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
+                        int ldb, float *C, int ldc) {
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++)
+            C[(size_t)i * ldc + j] = 0.0f + piece_tree(transB, i, j, K / chunks, 0, chunks, A, lda, B, ldb);
+}

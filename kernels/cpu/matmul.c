@@ -17,6 +17,7 @@
 // micro-kernel for AVX-512, AVX2 or plain C, chosen at run time; all three give the same bits.
 #include "kernels/matmul.h"     // MatmulKernels
 #include "kernels/cpu/gemm.h"    // ordered_gemm, plain_gemm
+#include "kernels/piece_tree.h"  // the chunked product as separate products (OpenBLAS)
 #include "core/common.h"         // die
 
 #ifndef MESHMOE_NO_BLAS
@@ -64,7 +65,29 @@ static void matmul_backward_dw(float *dw, const float *inp, const float *dout, i
     gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);   // (C,len) @ (len,OC)
 }
 
-const MatmulKernels matmul_cpu = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm};
+static void add_rows(float *left, const float *right, size_t n) {
+    for (size_t i = 0; i < n; i++) left[i] += right[i];
+}
+
+// The chunked product: the ordered GEMM's, or, for OpenBLAS, whose products are what they
+// are, separate products into partial sums merged in passes (kernels/piece_tree.h).
+static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
+                         int ldb, float *C, int ldc) {
+    if (!use_openblas) { ordered_gemm_chunked(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc); return; }
+    if (M == 0 || N == 0) return;
+    if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
+    // The partial sums are the library's working memory, like its packing buffers: not the
+    // device's (the tagged allocator does not see them).
+    int levels = piece_tree_levels(chunks);
+    float *S = malloc(sizeof(float) * (size_t)M * N * (size_t)levels);
+    if (!S) die("out of host memory for a chunked product's partial sums (%d x %d x %d)", M, N, levels);
+    piece_tree(gemm, add_rows, transB, M, N, K / chunks, 0, chunks, A, lda, B, ldb, S, S + (size_t)M * N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = 0.0f + S[(size_t)i * N + j];
+    free(S);
+}
+
+const MatmulKernels matmul_cpu = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm, gemm_chunked};
 
 // The same three products on the plain triple loop (matmul_impl=plain, backend_cpu_plain):
 // each element the same in-order FMA chain, so the same bits as the ordered GEMM.
@@ -78,7 +101,8 @@ static void plain_backward_dw(float *dw, const float *inp, const float *dout, in
     plain_gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);
 }
 
-const MatmulKernels matmul_cpu_plain = {plain_forward, plain_backward_dinp, plain_backward_dw, plain_gemm};
+const MatmulKernels matmul_cpu_plain = {plain_forward, plain_backward_dinp, plain_backward_dw, plain_gemm,
+                                        plain_gemm_chunked};
 
 // ---------------------------------------------------------------------------------------
 // OpenBLAS's set-up: what the start-up line says, its thread count, and its kernel choice.
