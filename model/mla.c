@@ -55,11 +55,12 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     memset(s, 0, sizeof(*s));
 
     // ---- query: q (T, N*Qk) ----
-    s->q = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla q");   // (B,S,N,Qk)
+    // (Every buffer below is written whole by the product, norm, copy or assembly that fills it.)
+    s->q = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla q");   // (B,S,N,Qk)
     if (Q > 0) {
-        s->qa = mem_floats(MEM_ACTIVATIONS, (size_t)T * Q, "mla q down");          // (T,Q)
-        s->qa_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla q_norm rstd");    // (T)
-        s->qn = mem_floats(MEM_ACTIVATIONS, (size_t)T * Q, "mla q_norm out");      // (T,Q)
+        s->qa = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * Q, "mla q down");          // (T,Q)
+        s->qa_rstd = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T, "mla q_norm rstd");    // (T)
+        s->qn = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * Q, "mla q_norm out");      // (T,Q)
         attn_matmul_forward(s->qa, x, p->wq_a, B, S, D, Q);
         prec_round(c, s->qa, (size_t)T * Q);
         s->qn_scale = rmsnorm_forward_cfg(c, s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q);
@@ -77,23 +78,23 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
 
     // ---- keys and values ----
     // ckv (T, R+Dr) = x Wkv_a: per token the latent, then the shared k_rope.
-    float *ckv = mem_floats(MEM_TEMP, (size_t)T * (R + Dr), "mla kv down");   // (T,R+Dr)
+    float *ckv = mem_floats_uninit(MEM_TEMP, (size_t)T * (R + Dr), "mla kv down");   // (T,R+Dr)
     attn_matmul_forward(ckv, x, p->wkv_a, B, S, D, R + Dr);
     prec_round(c, ckv, (size_t)T * (R + Dr));
     rope_forward(ckv + R, B, S, p0, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));   // one rope head per token
     // The latent is strided inside ckv: copy it out so RMSNorm sees contiguous rows.
-    s->latent = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
-    s->kv_rstd = mem_floats(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
-    s->latn = mem_floats(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
+    s->latent = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
+    s->kv_rstd = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
+    s->latn = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
     kern()->mla->mla_copy_cols(s->latent, R, ckv, R + Dr, T, R);
     s->kvn_scale = rmsnorm_forward_cfg(c, s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R);
     // kv (T, N*(Dn+Dv)) = latn Wkv_b: per head k_nope then v.
-    float *kv = mem_floats(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
+    float *kv = mem_floats_uninit(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
     attn_matmul_forward(kv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv));
     prec_round(c, kv, (size_t)T * N * (Dn + Dv));
     // Assemble k = [k_nope, k_rope] per head and v.
-    s->k = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla k");   // (B,S,N,Qk)
-    s->v = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla v");   // (B,S,N,Dv)
+    s->k = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla k");   // (B,S,N,Qk)
+    s->v = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * N * Dv, "mla v");   // (B,S,N,Dv)
     kern()->mla->mla_assemble_kv(s->k, s->v, kv, ckv, T, N, Dn, Dr, Dv, R);
     mem_free(ckv);
     mem_free(kv);
