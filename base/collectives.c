@@ -197,22 +197,25 @@ static float *tree_reduce_onto(float *const *x, int n, size_t len, const float *
 }
 
 // Reduce-scatter, then all-gather, with the staging buffer of the direct algorithm (a slot
-// of n floats per member, charged whole): rank r copies slice r of every other member's
+// of n, or cap, floats per member, charged whole): rank r copies slice r of every other member's
 // buffer into those slots, sums them with its own slice along the tree into that slice of
 // its own buffer (which no other member reads before the next barrier), and posts it; then
 // every member copies every other summed slice into its buffer. Each element is summed by
 // one member along the same tree, so the bits are those of every member summing
 // everything. Counted as the direct algorithm's bytes.
-void coll_all_reduce(Group *g, float *buf, size_t n) {
+void coll_all_reduce(Group *g, float *buf, size_t n) { coll_all_reduce_cap(g, buf, n, n); }
+
+void coll_all_reduce_cap(Group *g, float *buf, size_t n, size_t cap) {
     if (g->n == 1) return;
+    if (cap < n) die("internal: an all-reduce of %zu floats staged for %zu", n, cap);
     int r = my_rank(g), P = g->n;
     g->slot[r] = buf;
-    float *stage = mem_floats_uninit(MEM_COMM, (size_t)P * n, "all-reduce pieces");   // its slice of each slot written
+    float *stage = mem_floats_uninit(MEM_COMM, (size_t)P * cap, "all-reduce pieces");   // its slice of each slot written
     size_t lo = slice_at(n, r, P), len = slice_at(n, r + 1, P) - lo;
     all_posted(g, r, &(Pieces){PIECE_SPLIT_T, COLL_ALL_REDUCE, g->slot, n, 0});
     float *piece[P];
     for (int q = 0; q < P; q++) {
-        piece[q] = q == r ? buf + lo : stage + (size_t)q * n + lo;
+        piece[q] = q == r ? buf + lo : stage + (size_t)q * cap + lo;
         if (q != r) move(piece[q], at(g, q, r, posted(g, q, buf), sizeof(float) * lo), sizeof(float) * len);
     }
     tree_reduce_onto(piece, P, len, buf + lo);

@@ -29,6 +29,9 @@ void coll_all_gather(Group *g, const void *send, void *recv, size_t bytes_each);
 void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each);
 // buf (n floats) = tree sum over ranks of every member's buf.
 void coll_all_reduce(Group *g, float *buf, size_t n);
+// The same with the staging buffer allocated for cap >= n floats per member: a size bound
+// that does not depend on the data (the rows an expert received), so that the memory does not.
+void coll_all_reduce_cap(Group *g, float *buf, size_t n, size_t cap);
 // The same for integers and doubles (integer sums are exact; doubles use the tree).
 void coll_all_reduce_long(Group *g, long *buf, size_t n);
 void coll_all_reduce_double(Group *g, double *buf, size_t n);

@@ -60,7 +60,6 @@ void leafsum_begin(LeafSum *s, Leaves lv, float *dst, size_t n, const char *name
 }
 
 float *leafsum_leaf(LeafSum *s) { return treesum_leaf(&s->leaves); }
-float *leafsum_leaf_overwrite(LeafSum *s) { return treesum_leaf_overwrite(&s->leaves); }
 float *leafsum_leaf_onto(LeafSum *s, int *onto) { return treesum_leaf_onto(&s->leaves, onto); }
 
 void leafsum_push(LeafSum *s) {

@@ -102,7 +102,6 @@ typedef struct {
 
 void leafsum_begin(LeafSum *s, Leaves lv, float *dst, size_t n, const char *name);
 float *leafsum_leaf(LeafSum *s);
-float *leafsum_leaf_overwrite(LeafSum *s);   // unzeroed, for a leaf written whole (base/treesum.h)
 float *leafsum_leaf_onto(LeafSum *s, int *onto);   // a product adds onto it if *onto (base/treesum.h)
 void leafsum_push(LeafSum *s);
 void leafsum_end(LeafSum *s);

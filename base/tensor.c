@@ -38,9 +38,11 @@ void tp_check(const Config *c, int t) {
                 "pieces; choose a power of two that divides it", R, what[i], n[i]);
 }
 
-void tp_all_reduce(float *x, size_t n) {
+void tp_all_reduce(float *x, size_t n) { tp_all_reduce_cap(x, n, n); }
+
+void tp_all_reduce_cap(float *x, size_t n, size_t cap) {
     Group *g = tensor_group();
-    if (g) coll_all_reduce(g, x, n);
+    if (g) coll_all_reduce_cap(g, x, n, cap);
 }
 
 void tp_all_gather(const float *x, float *all, size_t n) {

@@ -29,6 +29,8 @@ void tp_check(const Config *c, int tensor);
 
 // x (n floats) = sum over the tensor group, along the canonical tree (no-op when t = 1).
 void tp_all_reduce(float *x, size_t n);
+// The same with the collective's staging sized for cap >= n floats (coll_all_reduce_cap).
+void tp_all_reduce_cap(float *x, size_t n, size_t cap);
 // all (t*n floats) = every tensor device's x (n floats), in rank order (= x when t = 1).
 void tp_all_gather(const float *x, float *all, size_t n);
 // x[i] = max over the tensor group (exact in any order).

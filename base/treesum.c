@@ -29,7 +29,6 @@ static float *next_leaf(TreeSum *t, int zero) {
     return t->leaf;
 }
 float *treesum_leaf(TreeSum *t) { return next_leaf(t, 1); }
-float *treesum_leaf_overwrite(TreeSum *t) { return next_leaf(t, 0); }
 
 float *treesum_leaf_onto(TreeSum *t, int *onto) {
     *onto = t->onto = t->level[0] != NULL;

@@ -36,14 +36,12 @@ void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name);
 // The same with buffers of `alloc` >= n floats (a size bound that does not depend on the data).
 void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const char *name);
 float *treesum_leaf(TreeSum *t);       // a zeroed buffer of n floats for the next leaf
-// The same unzeroed, for a leaf whose n floats the caller writes whole (a product with
-// beta 0): no memset of a buffer about to be overwritten.
-float *treesum_leaf_overwrite(TreeSum *t);
 // For a leaf that a product writes whole and can add onto a buffer instead (accumulate):
 // an odd leaf's first merge is (the leaf before it) + (this leaf), so while that earlier
 // leaf waits at level 0 its buffer is returned and *onto = 1, and the product adds onto it
 // (C_old + the finished product: the merge's add, the same bits); else *onto = 0 and an
-// unzeroed buffer as treesum_leaf_overwrite. Saves the leaf's buffer and one pass of adds.
+// unzeroed buffer, which the product overwrites (no memset of it). Saves the leaf's buffer
+// and one pass of adds.
 float *treesum_leaf_onto(TreeSum *t, int *onto);
 void treesum_push(TreeSum *t);         // add the leaf into the tree
 void treesum_end(TreeSum *t, float *dst);  // dst[i] += total[i]; frees the buffers

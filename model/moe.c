@@ -164,10 +164,12 @@ static void expert_dw(float *dw, const float *inp, const float *dout, const int 
     for (long l = 0; l < leaf.n; l++) {
         long t0 = leaf_token(leaf, l);
         int r0 = first_row_from(row_token, n, t0), r1 = first_row_from(row_token, n, t0 + leaf.len);
-        int onto = 0;   // (an empty leaf is a buffer of zeros, added like any other)
-        float *g = r1 > r0 ? leafsum_leaf_onto(&ls, &onto) : leafsum_leaf_overwrite(&ls);
-        if (r1 > r0) gemm(1, 0, C, OC, r1 - r0, 1.0f, inp + (size_t)r0 * C, C, dout + (size_t)r0 * OC, OC, (float)onto, g, OC);
-        else mem_zero(g, sizeof(float) * C * OC);   // no rows in this leaf: it adds zero
+        // A leaf with no rows is a product over none: zeros, or, onto the leaf before it, + 0.0f
+        // (the merge with a leaf of zeros). Every leaf takes the same buffers whatever its
+        // rows, so the memory does not depend on the routing.
+        int onto;
+        float *g = leafsum_leaf_onto(&ls, &onto);
+        gemm(1, 0, C, OC, r1 - r0, 1.0f, inp + (size_t)r0 * C, C, dout + (size_t)r0 * OC, OC, (float)onto, g, OC);
         leafsum_push(&ls);
     }
     leafsum_end(&ls);

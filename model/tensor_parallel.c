@@ -26,13 +26,13 @@ void tp_rowpar_forward_cap(const Config *c, float *out, const float *inp, const 
     if (explicit_reshard(c)) {
         float *part = mem_floats_uninit(MEM_TEMP, (size_t)cap * OC, "row-parallel partial sums (shard_mode=explicit)");
         matmul_forward_chunked(part, inp, w, T, Cl, OC, tp_local_chunks(c));
-        tp_all_reduce(part, (size_t)T * OC);
+        tp_all_reduce_cap(part, (size_t)T * OC, (size_t)cap * OC);
         mem_copy(out, part, sizeof(float) * (size_t)T * OC);   // the declared reshard into the output
         mem_free(part);
         return;
     }
     matmul_forward_chunked(out, inp, w, T, Cl, OC, tp_local_chunks(c));
-    tp_all_reduce(out, (size_t)T * OC);
+    tp_all_reduce_cap(out, (size_t)T * OC, (size_t)cap * OC);
 }
 
 void tp_colpar_dinp(const Config *c, float *dinp, const float *dout, const float *w, int T, int C, int OCl) {
@@ -42,7 +42,7 @@ void tp_colpar_dinp(const Config *c, float *dinp, const float *dout, const float
 void tp_colpar_dinp_cap(const Config *c, float *dinp, const float *dout, const float *w, int T, int cap, int C, int OCl) {
     float *part = mem_floats_uninit(MEM_TEMP, (size_t)cap * C, "tensor-split input grad");   // (T,C) of (cap,C), written whole
     matmul_dinp_chunked(part, dout, w, T, C, OCl, tp_local_chunks(c));
-    tp_all_reduce(part, (size_t)T * C);
+    tp_all_reduce_cap(part, (size_t)T * C, (size_t)cap * C);
     kern()->sum->residual_add(dinp, part, (size_t)T * C);   // dinp += the reduced part
     mem_free(part);
 }
