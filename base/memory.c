@@ -144,7 +144,11 @@ static void table_remove(MemBlock *m) {
 }
 
 int mem_describe_address(const void *addr, const char **name, const char **tag, size_t *offset, size_t *bytes) {
-    if (pthread_mutex_trylock(&table_lock) != 0) return 0;   // no waiting: a fault handler calls this
+    // A fault handler calls this, so it never blocks; but another device's handler may hold
+    // the lock for its own lookup (devices that fault at once, as a planted copy in a
+    // collective makes them), which takes microseconds: so it tries for a while first.
+    for (long tries = 0; pthread_mutex_trylock(&table_lock) != 0; tries++)
+        if (tries == 10000000) return 0;
     const char *a = addr;
     int found = 0;
     for (size_t i = 0; i < table_cap && !found; i++) {

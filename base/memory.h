@@ -93,8 +93,9 @@ int mem_is_host(const void *p);
 // that cross between host and device are counted. Skipped in a dry run like mem_copy.
 void mem_transfer(void *dst, const void *src, size_t bytes);
 // The buffer that holds address addr (anywhere inside it): its name, tag name, addr's offset
-// into it and its size; 0 when no live buffer holds it, or when the records are being changed
-// right now (it does not wait for their lock: the strict mode's fault handler calls it).
+// into it and its size; 0 when no live buffer holds it, or when the records stay locked
+// (it never blocks on their lock, only tries it for a while: the strict mode's fault
+// handler calls it, perhaps while another device's handler holds it).
 int mem_describe_address(const void *addr, const char **name, const char **tag, size_t *offset, size_t *bytes);
 // The name a buffer was allocated with, and its size in bytes.
 const char *mem_name(const void *p);
