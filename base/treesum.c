@@ -6,14 +6,9 @@
 
 void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name) {
     memset(t, 0, sizeof(*t));
-    t->n = t->alloc = n;
+    t->n = n;
     t->tag = tag;
     t->name = name;
-}
-
-void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const char *name) {
-    treesum_begin(t, n, tag, name);
-    t->alloc = alloc;
 }
 
 // The next leaf's buffer: the spare one if a merge freed one, else a new allocation;
@@ -24,7 +19,7 @@ static float *next_leaf(TreeSum *t, int zero) {
         t->spare = NULL;
         if (zero) mem_zero(t->leaf, t->n * sizeof(float));
     } else {
-        t->leaf = zero ? mem_floats(t->tag, t->alloc, t->name) : mem_floats_uninit(t->tag, t->alloc, t->name);
+        t->leaf = zero ? mem_floats(t->tag, t->n, t->name) : mem_floats_uninit(t->tag, t->n, t->name);
     }
     return t->leaf;
 }

@@ -22,7 +22,6 @@
 
 typedef struct {
     size_t n;                          // floats per contribution
-    size_t alloc;                      // floats allocated per buffer (>= n)
     MemTag tag;
     const char *name;
     float *level[TREESUM_LEVELS];      // level[k]: the sum of a block of 2^k leaves, or NULL
@@ -33,8 +32,6 @@ typedef struct {
 } TreeSum;
 
 void treesum_begin(TreeSum *t, size_t n, MemTag tag, const char *name);
-// The same with buffers of `alloc` >= n floats (a size bound that does not depend on the data).
-void treesum_begin_cap(TreeSum *t, size_t n, size_t alloc, MemTag tag, const char *name);
 float *treesum_leaf(TreeSum *t);       // a zeroed buffer of n floats for the next leaf
 // For a leaf that a product writes whole and can add onto a buffer instead (accumulate):
 // an odd leaf's first merge is (the leaf before it) + (this leaf), so while that earlier

@@ -1,10 +1,19 @@
 // kernels/piece_tree.h: the chunked product (kernels/matmul.h:gemm_chunked) as separate
 // products and passes of adds, for the backends whose products are a library's or a
 // kernel's of their own (OpenBLAS on the CPU, the GPU): the ordered CPU GEMM does the same
-// merges tile by tile instead (kernels/cpu/gemm.c:ordered_gemm_chunked).
+// merges tile by tile instead (kernels/cpu/gemm.c:ordered_gemm_chunked); all three, and the
+// plain loop's per-element form (kernels/cpu/gemm_plain.c), split the tree with tree_left.
 #ifndef MESHMOE_KERNELS_PIECE_TREE_H
 #define MESHMOE_KERNELS_PIECE_TREE_H
 #include <stddef.h>
+
+// The canonical tree over n > 1 pieces (base/treesum.h) splits them into a left subtree of
+// the largest power of two below n and a right one of the rest: that power.
+static inline int tree_left(int n) {
+    int h = 1;
+    while (2 * h < n) h *= 2;
+    return h;
+}
 
 typedef void (*PieceGemm)(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
                           int ldb, int accumulate, float *C, int ldc);
@@ -21,8 +30,7 @@ static inline void piece_tree(PieceGemm gemm, PieceAdd add, int transB, int M, i
              C, N);
         return;
     }
-    int h = 1;
-    while (2 * h < n) h *= 2;
+    int h = tree_left(n);
     piece_tree(gemm, add, transB, M, N, kc, lo, h, A, lda, B, ldb, C, S);
     piece_tree(gemm, add, transB, M, N, kc, lo + h, n - h, A, lda, B, ldb, S, S + (size_t)M * N);
     add(C, S, (size_t)M * N);

@@ -33,7 +33,7 @@
 // outside the device's tagged allocator, freed before the call returns, so the planner's
 // figures do not see them either way. No packed weight outlives a call.
 #include "kernels/cpu/gemm.h"
-#include "kernels/piece_tree.h"   // piece_tree_levels
+#include "kernels/piece_tree.h"   // tree_left, piece_tree_levels
 #include "core/common.h"
 #include <immintrin.h>
 #ifdef _OPENMP
@@ -547,8 +547,7 @@ static void tile_tree(const KernelInfo *kn, int kc, const float *a, const float 
         if (n == 2) kn->fn(kc, a + (size_t)kc * mr, b + bstep, ldb, T, nr, 0, T, nr);
         return;
     }
-    int h = 1;
-    while (2 * h < n) h *= 2;
+    int h = tree_left(n);
     tile_tree(kn, kc, a, b, bstep, ldb, T, h, R);
     tile_tree(kn, kc, a + (size_t)h * kc * mr, b + h * bstep, bstep, ldb, R, n - h, R + mr * nr);
     for (int i = 0; i < mr * nr; i += 8) *(V8 *)(T + i) += *(const V8 *)(R + i);

@@ -5,6 +5,7 @@
 // two give the same bits (tests/test_gemm.c compares them). matmul_impl=plain runs the
 // trainer on this loop (kernels/cpu/matmul.c:matmul_cpu_plain), a student can step through.
 #include "kernels/cpu/gemm.h"   // plain_gemm's declaration beside ordered_gemm's
+#include "kernels/piece_tree.h"  // tree_left: the canonical tree's split
 #include <math.h>               // fmaf
 #include <stddef.h>             // size_t
 
@@ -27,7 +28,7 @@ void plain_gemm(int transA, int transB, int M, int N, int K, const float *A, int
 // Pieces lo .. lo+n-1 of element (i, j) added along the canonical tree (base/treesum.h):
 // the left subtree holds the largest power of two of pieces below n; each piece is the
 // element's chain over its K/chunks k's, from 0.0f.
-static float piece_tree(int transB, int i, int j, int kc, int lo, int n, const float *A, int lda, const float *B,
+static float element_tree(int transB, int i, int j, int kc, int lo, int n, const float *A, int lda, const float *B,
                         int ldb) {
     if (n == 1) {
         float c = 0.0f;
@@ -37,10 +38,9 @@ static float piece_tree(int transB, int i, int j, int kc, int lo, int n, const f
         }
         return c;
     }
-    int h = 1;
-    while (2 * h < n) h *= 2;
-    float left = piece_tree(transB, i, j, kc, lo, h, A, lda, B, ldb);
-    return left + piece_tree(transB, i, j, kc, lo + h, n - h, A, lda, B, ldb);
+    int h = tree_left(n);
+    float left = element_tree(transB, i, j, kc, lo, h, A, lda, B, ldb);
+    return left + element_tree(transB, i, j, kc, lo + h, n - h, A, lda, B, ldb);
 }
 
 void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
@@ -48,5 +48,5 @@ void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float
     #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
-            C[(size_t)i * ldc + j] = 0.0f + piece_tree(transB, i, j, K / chunks, 0, chunks, A, lda, B, ldb);
+            C[(size_t)i * ldc + j] = 0.0f + element_tree(transB, i, j, K / chunks, 0, chunks, A, lda, B, ldb);
 }

@@ -75,7 +75,6 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
                          int ldb, float *C, int ldc) {
     if (!use_openblas) { ordered_gemm_chunked(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc); return; }
     if (M == 0 || N == 0) return;
-    if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
     // The partial sums are the library's working memory, like its packing buffers: not the
     // device's (the tagged allocator does not see them).
     int levels = piece_tree_levels(chunks);
