@@ -331,6 +331,32 @@ static void test_optimizer(void) {
     Squares flagged = {0, 0};
     kern()->optim->squares_add(&flagged.sum, &flagged.bad, xs, big);
     CHECK(flagged.bad && flagged.sum == want - orig_term, "a square past the bound is flagged, the others added");
+    // Random bit patterns over every exponent (subnormals, infinities, NaNs), and the floats
+    // either side of the bound 2^18: the same integer and flag as the serial sum, by halves
+    // (the first all below the bound, the second with the flagged ones left out).
+    uint32_t state = 12345;
+    for (size_t k = 0; k < big; k++) {
+        state = state * 1664525u + 1013904223u;
+        uint32_t bits = (state & 0x807fffffu) | ((k < big / 2 ? (state >> 8) % 145 : (state >> 8) % 256) << 23);
+        memcpy(&xs[k], &bits, sizeof bits);
+    }
+    xs[1] = nextafterf(0x1p18f, 0.0f);
+    xs[big - 2] = 0x1p18f;
+    for (int half = 0; half < 2; half++) {
+        size_t k0 = half ? big / 2 : 0, k1 = half ? big : big / 2;
+        fixed128 serial = 0;
+        int serial_bad = 0;
+        for (size_t k = k0; k < k1; k++) {
+            double sqk = (double)xs[k] * xs[k] * SQUARES_SCALE;
+            if (sqk < 0x1p100) serial += (fixed128)sqk;
+            else serial_bad = 1;
+        }
+        Squares got = {0, 0};
+        kern()->optim->squares_add(&got.sum, &got.bad, xs + k0, k1 - k0);
+        CHECK(got.sum == serial && got.bad == serial_bad && serial_bad == half,
+              "random bits, half %d: fixed-point squares %.17g (flag %d), serial %.17g (flag %d)", half,
+              (double)got.sum, got.bad, (double)serial, serial_bad);
+    }
     free(xs);
     grad_clip(gr, 2, n, 1.0f);
     CHECK_CLOSE(gr[0], 0.6, 1e-7, "clipped gradient");

@@ -241,6 +241,17 @@ int main(void) {
     CHECK(c[0] == 1.5f && c[3] == 4.0f, "K=0 accumulate changed C: %g %g", c[0], c[3]);
     ordered_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 0, c, 2);
     CHECK(c[0] == 0.0f && c[3] == 0.0f, "K=0 did not write 0: %g %g", c[0], c[3]);
+    // Rows of 37 (vector adds and a tail) with a stride of 40: -0 + 0 is +0, every other old
+    // value stays, and the 3 floats past each row are not touched.
+    float wide[3 * 40];
+    for (int k = 0; k < 3 * 40; k++) wide[k] = k % 5 == 0 ? -0.0f : (float)k - 60.5f;
+    ordered_gemm(1, 0, 3, 37, 0, a, 3, b, 37, 1, wide, 40);
+    int kept = 1;
+    for (int k = 0; k < 3 * 40; k++) {
+        float want = k % 40 < 37 && k % 5 == 0 ? 0.0f : k % 5 == 0 ? -0.0f : (float)k - 60.5f;
+        kept &= memcmp(&wide[k], &want, sizeof want) == 0;
+    }
+    CHECK(kept, "K=0 accumulate over rows of 37: old values + 0.0f, bit for bit, padding untouched");
     float p[4] = {1.5f, -2.0f, 3.0f, 4.0f};
     plain_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 1, p, 2);
     CHECK(p[0] == 1.5f && p[3] == 4.0f, "plain, K=0 accumulate changed C: %g %g", p[0], p[3]);

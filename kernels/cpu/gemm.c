@@ -41,6 +41,7 @@
 #endif
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 // Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
 // micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
@@ -623,12 +624,12 @@ void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const flo
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, int accumulate, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
-    if (K <= 0) {   // empty chains: 0, plus the old value
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) {
-                float *o = C + (size_t)i * ldc + j;
-                *o = accumulate ? *o + 0.0f : 0.0f;
-            }
+    if (K <= 0) {   // empty chains: 0, plus the old value (an expert's leaf with no rows)
+        for (int i = 0; i < M; i++) {
+            float *o = C + (size_t)i * ldc;
+            if (accumulate) onto_zero(o, o, N);
+            else memset(o, 0, sizeof(float) * (size_t)N);
+        }
         return;
     }
     const KernelInfo *kn = kernel_pick();

@@ -2,6 +2,9 @@
 #include "kernels/optim.h"
 #include <math.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 // g as the update reads it: clipped (kernels/optim.h GradClip) or as it is.
 static inline float clipped(float g, GradClip c) { return c.on ? (g / c.norm) * c.threshold : g; }
@@ -39,45 +42,52 @@ static void ema_update(float *ema, const float *p, size_t n, float d) {
     for (size_t i = 0; i < n; i++) ema[i] = d * ema[i] + (1.0f - d) * p[i];
 }
 
-// Each square is truncated to an integer number of 2^-64 units (sq < 2^100) and split as
-// hi * 2^64 + mid * 2^32 + low: hi = trunc(sq / 2^64), r = sq - hi * 2^64 (exact in double:
-// a multiple of sq's last place below 2^64), mid = trunc(r / 2^32), low = trunc(r - mid *
-// 2^32) (exact likewise). The three parts are summed in 64-bit integers, which cannot
-// overflow in a block of 2^27 elements (hi < 2^36, mid and low < 2^32), and the integer
-// total is the same in any order: in vector lanes, over threads, over devices. The same
-// integer as adding the C library's (fixed128)sq one by one.
+// Each square, x^2 * 2^64 (exact in double: 48 significant bits and a power-of-two scale),
+// is truncated to an integer V < 2^100 and split as V = hi * 2^64 + mid * 2^32 + low, each
+// part below 2^36 and summed in 64-bit integers, which cannot overflow in a block of 2^27
+// elements. The integer total is the same in any order: in vector lanes, over threads,
+// over devices; the same integer as adding the C library's (fixed128)sq one by one. A
+// square that is non-finite or >= 2^100 (|x| >= 2^18, or NaN) is flagged, not added.
 enum { SQUARES_BLOCK = 1 << 27, SQUARES_RUN = 1 << 16 };
-typedef double SqD __attribute__((vector_size(64)));
-typedef long long SqL __attribute__((vector_size(64)));
-typedef float SqF __attribute__((vector_size(32), aligned(4), may_alias));
 
-// part[0..2] += the hi, mid and low parts of x (n)'s squares, 8 lanes at a time on AVX-512
-// (the lane masks of a comparison are -1 or 0); *bad = 1 if a square is non-finite or too large.
+// part[0..2] += the hi, mid and low parts of x (n)'s squares; *bad = 1 if one is flagged.
 static void squares_run(unsigned long long part[3], int *bad, const float *x, size_t n) {
     size_t k = 0;
-#if defined(__AVX512DQ__)   // (without AVX-512DQ the lanes' conversions are emulated one by one: slower)
-    SqL hi = {0}, mid = {0}, low = {0}, nbad = {0};
+#if defined(__AVX512F__)
+    // With y = x^2 (no scale): hi = trunc(y), f = y - hi (its fraction, exact), mid =
+    // trunc(f * 2^32), low = trunc((f * 2^32 - mid) * 2^32) (each difference exact), 8 lanes
+    // of doubles at a time. The parts are whole numbers below 2^36, so a lane's sum over a
+    // run (at most 2^13 of them) stays a whole number below 2^53: exact in double, converted
+    // to an integer once per run. A flagged lane is converted as 0.
+    __m512d hi = _mm512_setzero_pd(), mid = hi, low = hi;
+    const __m512d s32 = _mm512_set1_pd(0x1p32);
+    const __m256 limit = _mm256_set1_ps(0x1p18f);
+    const int rz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
     for (; k + 8 <= n; k += 8) {
-        SqD d = __builtin_convertvector(*(const SqF *)(x + k), SqD);
-        SqD sq = d * d * SQUARES_SCALE;          // exact (a power-of-two scale)
-        SqL ok = sq < 0x1p100;                   // not non-finite or absurdly large
-        nbad -= ~ok;                             // (~ok is -1 where the square is flagged)
-        sq = (SqD)((SqL)sq & ok);
-        SqL h = __builtin_convertvector(sq * 0x1p-64, SqL);
-        SqD r = sq - __builtin_convertvector(h, SqD) * 0x1p64;
-        SqL m = __builtin_convertvector(r * 0x1p-32, SqL);
-        hi += h;
-        mid += m;
-        low += __builtin_convertvector(r - __builtin_convertvector(m, SqD) * 0x1p32, SqL);
+        __m256 xf = _mm256_loadu_ps(x + k);
+        __mmask8 ok = _mm256_cmp_ps_mask(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), xf), limit, _CMP_LT_OQ);
+        *bad |= ok != 0xff;
+        __m512d d = _mm512_maskz_cvtps_pd(ok, xf);
+        __m512d y = _mm512_mul_pd(d, d);
+        __m512d h = _mm512_roundscale_pd(y, rz);
+        __m512d f = _mm512_mul_pd(_mm512_sub_pd(y, h), s32);
+        __m512d m = _mm512_roundscale_pd(f, rz);
+        __m512d l = _mm512_roundscale_pd(_mm512_mul_pd(_mm512_sub_pd(f, m), s32), rz);
+        hi = _mm512_add_pd(hi, h);
+        mid = _mm512_add_pd(mid, m);
+        low = _mm512_add_pd(low, l);
     }
+    double th[8], tm[8], tl[8];
+    _mm512_storeu_pd(th, hi);
+    _mm512_storeu_pd(tm, mid);
+    _mm512_storeu_pd(tl, low);
     for (int i = 0; i < 8; i++) {
-        part[0] += (unsigned long long)hi[i];
-        part[1] += (unsigned long long)mid[i];
-        part[2] += (unsigned long long)low[i];
-        *bad |= nbad[i] != 0;
+        part[0] += (unsigned long long)th[i];
+        part[1] += (unsigned long long)tm[i];
+        part[2] += (unsigned long long)tl[i];
     }
 #endif
-    unsigned long long h1 = 0, m1 = 0, l1 = 0;   // the rest (all of it without AVX-512DQ), one by one
+    unsigned long long h1 = 0, m1 = 0, l1 = 0;   // the rest (all of it without AVX-512), one by one
     int bad1 = 0;
     for (; k < n; k++) {
         double sq = (double)x[k] * x[k] * SQUARES_SCALE;
