@@ -7,9 +7,10 @@
 // Qt[d] * k_j[d] (k_j[d] broadcast) to the 16 chains, eight keys side by side so the adds
 // do not wait on each other. The sums over keys and rows, o_i += e_ij v_j,
 // dq_i += dS_ij k_j, dk_j += dS_ij q_i, dv_j += P_ij dO_i, are chains per output element
-// with lanes over d: acc_rows keeps 16 to 64 elements of the output in registers while the
-// terms stream past in the order of the per-row loops (keys in order for o and dq; rows in
-// order for dk and dv). Every product is rounded and then added, as in plain C (the build
+// with lanes over d: acc_rows keeps 16 to 64 elements of up to four outputs in registers
+// (four rows of o or dq, four keys of dk or dv) while the terms stream past in the order
+// of the per-row loops (keys in order for o and dq; rows in order for dk and dv), each
+// term's load serving the four. Every product is rounded and then added, as in plain C (the build
 // is ISO C: the compiler fuses no multiply-add), so each element sees the float operations
 // of kernels/cpu/attention.c in its order, and the same bits. expf stays the C library's,
 // one call per visible (row, key) pair, as in the per-row loops.
@@ -21,6 +22,7 @@
 #include "kernels/cpu/attn_tiles.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/expf16.h"
+#include "kernels/cpu/gemm.h"      // gemm_pack_lines
 #include "kernels/cpu/vec16.h"
 #include <math.h>
 #include <stdint.h>
@@ -37,75 +39,90 @@ static inline const float *key_at(const float *x, const AttnGeom *G, int b, int 
 // Query row i of sequence b, head h, in x (B,S,N,D).
 static inline size_t qrow(const AttnGeom *G, int b, int i, int h) { return ((size_t)b * G->S + i) * G->N + h; }
 
-// y (D) += c_0 x_0 + c_1 x_1 + ... + c_{n-1} x_{n-1}, x_t = x + t*xs, c_t = c[t*cs]: each
-// y[d] is the chain ((y[d] + c_0 x_0[d]) + c_1 x_1[d]) + ..., as n calls of axpy. With a
-// second output z (not NULL), z (D) += the same rows with the coefficients e_t = e[t*cs],
-// each x_t load serving both. NV vectors of y (and of z) stay in registers over the n terms.
-static inline __attribute__((always_inline)) void acc_vecs(float *y, float *z, const float *x, size_t xs,
-                                                           const float *c, const float *e, int cs, int n, int NV,
-                                                           int two) {
-    V16 a[4], b[4];
+// Up to ACC_MAX outputs at once: y_i (D) += c_i,0 x_0 + c_i,1 x_1 + ... + c_i,n-1 x_n-1 for
+// i < ny, x_t = x + t*xs, c_i,t = c[i][t*cs]: each y_i[d] is the chain ((y_i[d] + c_i,0
+// x_0[d]) + c_i,1 x_1[d]) + ..., as n calls of axpy, and each load of x_t serves all ny
+// outputs. NV vectors of each y_i stay in registers over the n terms (ny x NV <= 16 of the
+// 32 AVX-512 registers; an AVX2 build takes two outputs at a time, its 16 registers hold 8
+// vectors of 16 floats).
+#ifdef __AVX512F__
+#define ACC_MAX 4
+// x_t's vectors held in registers: GCC would otherwise load them again as an operand of
+// each output's multiply, and the loads, not the arithmetic, would set the pace.
+#define IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define ACC_MAX 2
+#define IN_REGISTER(v) (void)0
+#endif
+static inline __attribute__((always_inline)) void acc_vecs(float *const *y, const float *x, size_t xs,
+                                                           const float *const *c, int cs, int n, int d, int NV,
+                                                           int NY) {
+    V16 a[ACC_MAX][4];
 #pragma GCC unroll 4
-    for (int u = 0; u < NV; u++) {
-        a[u] = vld(y + 16 * u);
-        if (two) b[u] = vld(z + 16 * u);
-    }
+    for (int i = 0; i < NY; i++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) a[i][u] = vld(y[i] + d + 16 * u);
     for (int t = 0; t < n; t++) {
-        float ct = c[(size_t)t * cs], et = two ? e[(size_t)t * cs] : 0.0f;
-        const float *xt = x + t * xs;
+        const float *xt = x + t * xs + d;
+        V16 xv[4];
 #pragma GCC unroll 4
         for (int u = 0; u < NV; u++) {
-            V16 xv = vld(xt + 16 * u);
-            a[u] = a[u] + ct * xv;
-            if (two) b[u] = b[u] + et * xv;
+            xv[u] = vld(xt + 16 * u);
+            IN_REGISTER(xv[u]);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < NY; i++) {
+            float ct = c[i][(size_t)t * cs];
+#pragma GCC unroll 4
+            for (int u = 0; u < NV; u++) a[i][u] = a[i][u] + ct * xv[u];
         }
     }
 #pragma GCC unroll 4
-    for (int u = 0; u < NV; u++) {
-        vst(y + 16 * u, a[u]);
-        if (two) vst(z + 16 * u, b[u]);
-    }
+    for (int i = 0; i < NY; i++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) vst(y[i] + d + 16 * u, a[i][u]);
 }
-static void acc_rows2(float *y, float *z, int D, const float *x, size_t xs, const float *c, const float *e, int cs,
-                      int n) {
+// acc_vecs over all of D for NY outputs: 64 floats at a time, then 32, 16, and one by one.
+static inline __attribute__((always_inline)) void acc_span(float *const *y, int D, const float *x, size_t xs,
+                                                           const float *const *c, int cs, int n, int NY) {
     int d = 0;
-    if (z) {
-        for (; d + 64 <= D; d += 64) acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 4, 1);
-        if (d + 32 <= D) { acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 2, 1); d += 32; }
-        if (d + 16 <= D) { acc_vecs(y + d, z + d, x + d, xs, c, e, cs, n, 1, 1); d += 16; }
-    } else {
-        for (; d + 64 <= D; d += 64) acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 4, 0);
-        if (d + 32 <= D) { acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 2, 0); d += 32; }
-        if (d + 16 <= D) { acc_vecs(y + d, NULL, x + d, xs, c, NULL, cs, n, 1, 0); d += 16; }
-    }
-    for (; d < D; d++) {
-        float s = y[d], w = z ? z[d] : 0.0f;
-        for (int t = 0; t < n; t++) {
-            s += c[(size_t)t * cs] * x[t * xs + d];
-            if (z) w += e[(size_t)t * cs] * x[t * xs + d];
+    for (; d + 64 <= D; d += 64) acc_vecs(y, x, xs, c, cs, n, d, 4, NY);
+    if (d + 32 <= D) { acc_vecs(y, x, xs, c, cs, n, d, 2, NY); d += 32; }
+    if (d + 16 <= D) { acc_vecs(y, x, xs, c, cs, n, d, 1, NY); d += 16; }
+    for (; d < D; d++)
+        for (int i = 0; i < NY; i++) {
+            float s = y[i][d];
+            for (int t = 0; t < n; t++) s += c[i][(size_t)t * cs] * x[t * xs + d];
+            y[i][d] = s;
         }
-        y[d] = s;
-        if (z) z[d] = w;
+}
+// The ny (<= ACC_MAX) outputs y[0..ny-1], as acc_vecs says.
+static void acc_rows(float *const *y, const float *const *c, int ny, int D, const float *x, size_t xs, int cs,
+                     int n) {
+    switch (ny) {
+#if ACC_MAX >= 4
+    case 4: acc_span(y, D, x, xs, c, cs, n, 4); break;
+    case 3: acc_span(y, D, x, xs, c, cs, n, 3); break;
+#endif
+    case 2: acc_span(y, D, x, xs, c, cs, n, 2); break;
+    default: acc_span(y, D, x, xs, c, cs, n, 1); break;
     }
 }
-static void acc_rows(float *y, int D, const float *x, size_t xs, const float *c, int cs, int n) {
-    acc_rows2(y, NULL, D, x, xs, c, NULL, cs, n);
-}
-// Two rows of the tile, r and r+1 (z = NULL: r alone), that see keys up to n0 and n1 >= n0 of
-// the keys ja .. jb-1 of x (P,B,S,Nkv,D): y (row r) += c_j x_j over ja .. n0-1 and z (row r+1)
-// += e_j x_j over ja .. n1-1, c_j = c[(j-ja)*L], e_j = e[(j-ja)*L]; the keys both see in one
-// pass, cut where the keys cross from one part to the next.
-static void acc_keys2(float *y, float *z, int D, const float *x, const AttnGeom *G, int b, int g, const float *c,
-                      const float *e, int ja, int n0, int n1) {
-    for (int j = ja; j < (z ? n1 : n0);) {
-        int je = imin(z ? n1 : n0, (j / G->S + 1) * G->S), jc = imin(je, n0);   // both see ja .. jc-1
-        const float *xj = key_at(x, G, b, j, g, D);
-        size_t xs = (size_t)G->Nkv * D, t = (size_t)(j - ja) * L;
-        if (jc > j) acc_rows2(y, z, D, xj, xs, c + t, z ? e + t : NULL, L, jc - j);
-        if (z && je > imax(j, jc)) {
-            int j2 = imax(j, jc);
-            acc_rows(z, D, xj + (j2 - j) * xs, xs, e + (size_t)(j2 - ja) * L, L, je - j2);
-        }
+// Rows y[0..ny-1] of the tile (ny <= ACC_MAX) that see the keys ja .. lim[i]-1 of x
+// (P,B,S,Nkv,D), lim non-decreasing: y[i] += c_i,j x_j over their keys in key order, c_i,j =
+// c[i][(j-ja)*L]. Segment by segment: the rows that see every key of a run of keys (the
+// last rows of the group: their limits are the largest) take it in one pass, cut where the
+// limits are and where the keys cross from one part to the next.
+static void acc_keys(float *const *y, const float *const *c, int ny, int D, const float *x, const AttnGeom *G,
+                     int b, int g, int ja, const int *lim) {
+    size_t xs = (size_t)G->Nkv * D;
+    int first = 0;   // the first row that sees key j
+    for (int j = ja; j < lim[ny - 1];) {
+        while (lim[first] <= j) first++;
+        int je = imin(lim[first], (j / G->S + 1) * G->S);
+        const float *cj[ACC_MAX];
+        for (int i = first; i < ny; i++) cj[i - first] = c[i] + (size_t)(j - ja) * L;
+        acc_rows(y + first, cj, ny - first, D, key_at(x, G, b, j, g, D), xs, L, je - j);
         j = je;
     }
 }
@@ -134,10 +151,7 @@ static void scores(float *s, const float *Xt, int D, const float *x, const AttnG
 }
 // Xt (D, 16) = the tile's R rows of x (B,S,N,D), transposed; lanes past R hold 0.
 static void pack_rows(float *Xt, const float *x, const AttnGeom *G, int b, int h, int i0, int R, int D) {
-    for (int r = 0; r < L; r++) {
-        const float *xr = r < R ? x + qrow(G, b, i0 + r, h) * D : NULL;
-        for (int d = 0; d < D; d++) Xt[(size_t)d * L + r] = xr ? xr[d] : 0.0f;
-    }
+    gemm_pack_lines(Xt, L, x + qrow(G, b, i0, h) * D, (size_t)G->N * D, R, D);
 }
 
 void tile_merge_keys(float *o, float *stats, const float *q, const float *k, const float *v, AttnGeom G, int b,
@@ -190,11 +204,17 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
             stt[0] = m[r];
             stt[1] = l[r];
         }
-    // acc_r += sum_j e_j v_j over row r's keys, two rows at a time.
-    for (int r = 0; r < R; r += 2) {
-        int n0 = imin(jb, pos0 + r + 1), n1 = imin(jb, pos0 + r + 2);
-        float *z = r + 1 < R ? o + qrow(&G, b, i0 + r + 1, h) * Dv : NULL;
-        acc_keys2(o + qrow(&G, b, i0 + r, h) * Dv, z, Dv, v, &G, b, g, e + r, e + r + 1, ja, n0, n1);
+    // acc_r += sum_j e_j v_j over row r's keys, ACC_MAX rows at a time.
+    for (int r = 0; r < R; r += ACC_MAX) {
+        float *y[ACC_MAX];
+        const float *c[ACC_MAX];
+        int lim[ACC_MAX], ny = imin(ACC_MAX, R - r);
+        for (int i = 0; i < ny; i++) {
+            y[i] = o + qrow(&G, b, i0 + r + i, h) * Dv;
+            c[i] = e + r + i;
+            lim[i] = imin(jb, pos0 + r + i + 1);
+        }
+        acc_keys(y, c, ny, Dv, v, &G, b, g, ja, lim);
     }
 }
 
@@ -245,20 +265,33 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
             vst(dsj, p * (vld(dsj) - dv_));
         }
         // dv_j += P_ij dO_i and dk_j += dS_ij q_i over the rows that see key j, in row order.
-        // Two keys at a time where every row sees both.
-        for (int j = j0; j < j1; j++) {
-            int rf = imax(0, j - pos0), two = j + 1 < j1 && j + 1 <= pos0;
-            const float *pj = P + (size_t)(j - j0) * L + rf, *dsj = dS + (size_t)(j - j0) * L + rf;
-            float *dvj = (float *)key_at(dv, &G, b, j, g, Dv), *dkj = (float *)key_at(dk, &G, b, j, g, Dqk);
-            acc_rows2(dvj, two ? dvj + (size_t)G.Nkv * Dv : NULL, Dv, do0r + rf * vs, vs, pj, pj + L, 1, R - rf);
-            acc_rows2(dkj, two ? dkj + (size_t)G.Nkv * Dqk : NULL, Dqk, q0r + rf * qs, qs, dsj, dsj + L, 1, R - rf);
-            j += two;
+        // Up to ACC_MAX keys at a time where every row sees them all (keys j <= pos0).
+        for (int j = j0; j < j1;) {
+            int rf = imax(0, j - pos0), nk = 1;
+            while (nk < ACC_MAX && j + nk < j1 && j + nk <= pos0) nk++;
+            float *yv[ACC_MAX], *yk[ACC_MAX];
+            const float *cp[ACC_MAX], *cs[ACC_MAX];
+            for (int t = 0; t < nk; t++) {
+                yv[t] = (float *)key_at(dv, &G, b, j + t, g, Dv);
+                yk[t] = (float *)key_at(dk, &G, b, j + t, g, Dqk);
+                cp[t] = P + (size_t)(j + t - j0) * L + rf;
+                cs[t] = dS + (size_t)(j + t - j0) * L + rf;
+            }
+            acc_rows(yv, cp, nk, Dv, do0r + rf * vs, vs, 1, R - rf);
+            acc_rows(yk, cs, nk, Dqk, q0r + rf * qs, qs, 1, R - rf);
+            j += nk;
         }
-        // dq_i += dS_ij k_j over the keys row i sees, in key order, two rows at a time.
-        for (int r = 0; r < R; r += 2) {
-            float *z = r + 1 < R ? dq + qrow(&G, b, i0 + r + 1, h) * Dqk : NULL;
-            acc_keys2(dq + qrow(&G, b, i0 + r, h) * Dqk, z, Dqk, k, &G, b, g, dS + r, dS + r + 1, j0,
-                      imin(j1, pos0 + r + 1), imin(j1, pos0 + r + 2));
+        // dq_i += dS_ij k_j over the keys row i sees, in key order, ACC_MAX rows at a time.
+        for (int r = 0; r < R; r += ACC_MAX) {
+            float *y[ACC_MAX];
+            const float *c[ACC_MAX];
+            int lim[ACC_MAX], ny = imin(ACC_MAX, R - r);
+            for (int i = 0; i < ny; i++) {
+                y[i] = dq + qrow(&G, b, i0 + r + i, h) * Dqk;
+                c[i] = dS + r + i;
+                lim[i] = imin(j1, pos0 + r + i + 1);
+            }
+            acc_keys(y, c, ny, Dqk, k, &G, b, g, j0, lim);
         }
         j0 = j1;
     }

@@ -333,6 +333,10 @@ static const KernelInfo *kernel_pick(void) {
 
 const char *gemm_kernel_name(void) { return kernel_pick()->name; }
 
+void gemm_pack_lines(float *P, int w, const float *X, size_t ld, int rows, int kc) {
+    kernel_pick()->pack(P, w, X, ld, 0, rows, 0, kc);
+}
+
 // Ap (kc, mr) k-major: Ap[k*mr + r] = op(A)(i0+r, k0+k), 0 for r >= rows.
 // op(A)(i, k) = A[i*ai + k*ak].
 static void pack_a(const KernelInfo *kn, float *Ap, const float *A, size_t ai, size_t ak, int i0, int rows, int k0,

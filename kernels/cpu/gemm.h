@@ -8,6 +8,7 @@
 // (a lane of a vector FMA rounds exactly like the scalar fmaf).
 #ifndef MESHMOE_KERNELS_CPU_GEMM_H
 #define MESHMOE_KERNELS_CPU_GEMM_H
+#include <stddef.h>
 
 // C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate is 1; row-major with row
 // strides lda, ldb, ldc as stored; op(X) = X^T when transX.
@@ -45,5 +46,10 @@ const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "s
 // or a large value (always in place) for both; a negative value restores the defaults.
 enum { STREAM_M_WT = 128 };
 void gemm_set_stream_rows(int rows);
+
+// P (kc, w) k-major: P[k*w + r] = X[r*ld + k] for r < rows, 0 for rows <= r < w; lines of
+// X laid out k-major, as the ordered GEMM packs op(A) (16 x 16 at a time in registers on
+// AVX-512). The attention tiles pack their query rows with it.
+void gemm_pack_lines(float *P, int w, const float *X, size_t ld, int rows, int kc);
 
 #endif
