@@ -127,6 +127,23 @@ static void acc_keys(float *const *y, const float *const *c, int ny, int D, cons
     }
 }
 
+// Each row r < R of the tile, out row (B,S,N,D) += sum_j c[(j-ja)*L + r] x_j over the keys
+// ja .. jb-1 that row sees (up to pos0 + r), in key order: ACC_MAX rows at a time.
+static void acc_tile_rows(float *out, int D, const float *x, const AttnGeom *G, int b, int h, int g, int i0, int R,
+                          const float *c, int ja, int jb, int pos0) {
+    for (int r = 0; r < R; r += ACC_MAX) {
+        float *y[ACC_MAX];
+        const float *cr[ACC_MAX];
+        int lim[ACC_MAX], ny = imin(ACC_MAX, R - r);
+        for (int i = 0; i < ny; i++) {
+            y[i] = out + qrow(G, b, i0 + r + i, h) * D;
+            cr[i] = c + r + i;
+            lim[i] = imin(jb, pos0 + r + i + 1);
+        }
+        acc_keys(y, cr, ny, D, x, G, b, g, ja, lim);
+    }
+}
+
 // s[t*16 + r] = chain over d of Xt[d*16 + r] * y_t[d], for the nt <= 8 keys' rows y_t:
 // eight keys' 16 chains side by side.
 static void scores8(float *s, const float *Xt, int D, const float *const *y, int nt) {
@@ -204,18 +221,7 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
             stt[0] = m[r];
             stt[1] = l[r];
         }
-    // acc_r += sum_j e_j v_j over row r's keys, ACC_MAX rows at a time.
-    for (int r = 0; r < R; r += ACC_MAX) {
-        float *y[ACC_MAX];
-        const float *c[ACC_MAX];
-        int lim[ACC_MAX], ny = imin(ACC_MAX, R - r);
-        for (int i = 0; i < ny; i++) {
-            y[i] = o + qrow(&G, b, i0 + r + i, h) * Dv;
-            c[i] = e + r + i;
-            lim[i] = imin(jb, pos0 + r + i + 1);
-        }
-        acc_keys(y, c, ny, Dv, v, &G, b, g, ja, lim);
-    }
+    acc_tile_rows(o, Dv, v, &G, b, h, g, i0, R, e, ja, jb, pos0);   // acc_r += sum_j e_j v_j
 }
 
 void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
@@ -281,18 +287,7 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
             acc_rows(yk, cs, nk, Dqk, q0r + rf * qs, qs, 1, R - rf);
             j += nk;
         }
-        // dq_i += dS_ij k_j over the keys row i sees, in key order, ACC_MAX rows at a time.
-        for (int r = 0; r < R; r += ACC_MAX) {
-            float *y[ACC_MAX];
-            const float *c[ACC_MAX];
-            int lim[ACC_MAX], ny = imin(ACC_MAX, R - r);
-            for (int i = 0; i < ny; i++) {
-                y[i] = dq + qrow(&G, b, i0 + r + i, h) * Dqk;
-                c[i] = dS + r + i;
-                lim[i] = imin(j1, pos0 + r + i + 1);
-            }
-            acc_keys(y, c, ny, Dqk, k, &G, b, g, j0, lim);
-        }
+        acc_tile_rows(dq, Dqk, k, &G, b, h, g, i0, R, dS, j0, j1, pos0);   // dq_i += sum_j dS_ij k_j
         j0 = j1;
     }
 }
