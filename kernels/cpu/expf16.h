@@ -17,6 +17,9 @@
 // y[i] = expf(x[i]) for i = 0..15; y may be x. (Arrays, not a 64-byte vector by value,
 // whose calling convention differs between builds with and without AVX-512.)
 void expf16(float *y, const float *x);
+// y[i] = expf(x[i]) for i < n, 16 at a time as expf16 and the rest by expf; y may be x. One
+// call for a run of elements: no call and check per 16, so the loop around it pipelines.
+void expf_n(float *y, const float *x, long n);
 // 1 if expf16 computes in vector lanes, 0 if it calls expf lane by lane (the start-up check
 // found a difference, or the build has no FMA).
 int expf16_vectorised(void);

@@ -16,15 +16,10 @@ static void loss_row_max(float *m, const float *logits, int T, int V) {
     }
 }
 
-// e (n) = expf(z[i] - shift), 16 at a time in vector lanes (kernels/cpu/expf16.h: the C
-// library's bits), the rest one by one.
+// e (n) = expf(z[i] - shift), in vector lanes (kernels/cpu/expf16.h: the C library's bits).
 static void exp_shifted(float *e, const float *z, float shift, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        for (int j = 0; j < 16; j++) e[i + j] = z[i + j] - shift;
-        expf16(e + i, e + i);
-    }
-    for (; i < n; i++) e[i] = expf(z[i] - shift);
+    for (int i = 0; i < n; i++) e[i] = z[i] - shift;
+    expf_n(e, e, n);
 }
 
 static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
