@@ -50,6 +50,10 @@ static void ema_update(float *ema, const float *p, size_t n, float d) {
 // square that is non-finite or >= 2^100 (|x| >= 2^18, or NaN) is flagged, not added.
 enum { SQUARES_BLOCK = 1 << 27, SQUARES_RUN = 1 << 16 };
 
+#if defined(__AVX512F__)
+#define trunc8(x) _mm512_roundscale_pd((x), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)   // toward 0, lane by lane
+#endif
+
 // part[0..2] += the hi, mid and low parts of x (n)'s squares; *bad = 1 if one is flagged.
 static void squares_run(unsigned long long part[3], int *bad, const float *x, size_t n) {
     size_t k = 0;
@@ -62,17 +66,16 @@ static void squares_run(unsigned long long part[3], int *bad, const float *x, si
     __m512d hi = _mm512_setzero_pd(), mid = hi, low = hi;
     const __m512d s32 = _mm512_set1_pd(0x1p32);
     const __m256 limit = _mm256_set1_ps(0x1p18f);
-    const int rz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
     for (; k + 8 <= n; k += 8) {
         __m256 xf = _mm256_loadu_ps(x + k);
         __mmask8 ok = _mm256_cmp_ps_mask(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), xf), limit, _CMP_LT_OQ);
         *bad |= ok != 0xff;
         __m512d d = _mm512_maskz_cvtps_pd(ok, xf);
         __m512d y = _mm512_mul_pd(d, d);
-        __m512d h = _mm512_roundscale_pd(y, rz);
+        __m512d h = trunc8(y);
         __m512d f = _mm512_mul_pd(_mm512_sub_pd(y, h), s32);
-        __m512d m = _mm512_roundscale_pd(f, rz);
-        __m512d l = _mm512_roundscale_pd(_mm512_mul_pd(_mm512_sub_pd(f, m), s32), rz);
+        __m512d m = trunc8(f);
+        __m512d l = trunc8(_mm512_mul_pd(_mm512_sub_pd(f, m), s32));
         hi = _mm512_add_pd(hi, h);
         mid = _mm512_add_pd(mid, m);
         low = _mm512_add_pd(low, l);
