@@ -25,6 +25,7 @@
 #include "model/model.h"        // Model: the decoder stack
 #include "trainer/step.h"       // train_step, step_init, eval_loss: one training step
 #include "model/matmul.h"       // matmul_set_impl (matmul_impl)
+#include "kernels/cpu/gemm.h"   // gemm_kernel_from_env, gemm_kernel_name: the GEMM's micro-kernel
 #include "trainer/checkpoint.h" // save and load checkpoints
 #include "trainer/dump.h"       // parity_dump: the JAX comparison
 #include "trainer/hf.h"         // export-hf and load_hf
@@ -155,6 +156,7 @@ static void start_mesh(Mesh *mesh, const Config *c) {
     // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).
     blas_set_threads(1);
     matmul_set_impl(matmul_impl_name(c->matmul_impl), c->device == DEVICE_GPU && c->gpu_matmul != GPU_MATMUL_ORDERED);
+    gemm_kernel_from_env();
 }
 
 // A dry run's step: device 0's result and each planned device's figures after the step,
@@ -210,7 +212,10 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
            decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
            c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense");
     printf("BLAS: %s\n", blas_description());
-    printf("kernels: %s backend, matmul_impl=%s%s%s\n", kern()->name, matmul_impl_name(c->matmul_impl),
+    printf("kernels: %s backend, matmul_impl=%s%s%s%s%s%s\n", kern()->name, matmul_impl_name(c->matmul_impl),
+           c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU ? " (" : "",
+           c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU ? gemm_kernel_name() : "",
+           c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU ? ")" : "",
            c->device == DEVICE_CPU_STRICT && !c->dry_run ? ", device=cpu_strict (device memory closed outside the kernels)" : "",
            c->profile ? ", each kernel timed (profile=true)" : "");
     int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)

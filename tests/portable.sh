@@ -34,4 +34,15 @@ bf16, flash attention|per_device_batch_size=8 dtype=bfloat16 attention=flash
 fsdp=2,tensor=2|ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2
 RUNS
 done
+# The GEMM's AVX2 micro-kernel too (MESHMOE_GEMM_KERNEL=avx2; this build otherwise picks AVX-512
+# where the CPU has it): every kernel on its AVX2 path, the native build's bits.
+if grep -q avx2 /proc/cpuinfo; then
+    rm -f $T/native.jsonl $T/v3.jsonl
+    ./train configs/deepseek-tiny.yml per_device_batch_size=8 $FAST metrics_file=$T/native.jsonl > $T/native.out 2>&1
+    MESHMOE_GEMM_KERNEL=avx2 $V3/train configs/deepseek-tiny.yml per_device_batch_size=8 $FAST metrics_file=$T/v3.jsonl \
+        > $T/v3.out 2>&1
+    n=$(bits $T/native.jsonl) v=$(bits $T/v3.jsonl)
+    check "deepseek-tiny, the x86-64-v3 build on the GEMM's AVX2 kernel ($(grep -o 'avx2 6x16' $T/v3.out | head -1)): the native build's bits" \
+        test -n "$n" -a "$n" = "$v" -a -n "$(grep -o 'avx2 6x16' $T/v3.out)"
+fi
 summary

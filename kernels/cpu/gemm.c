@@ -333,6 +333,16 @@ static const KernelInfo *kernel_pick(void) {
 
 const char *gemm_kernel_name(void) { return kernel_pick()->name; }
 
+void gemm_kernel_from_env(void) {
+    const char *v = getenv("MESHMOE_GEMM_KERNEL");
+    if (!v) return;
+    GemmKernel k = !strcmp(v, "avx512") ? GEMM_KERNEL_AVX512 : !strcmp(v, "avx2") ? GEMM_KERNEL_AVX2
+                 : !strcmp(v, "scalar") ? GEMM_KERNEL_SCALAR : GEMM_KERNEL_AUTO;
+    if (k == GEMM_KERNEL_AUTO) die("MESHMOE_GEMM_KERNEL='%s' is not one of: avx512, avx2, scalar", v);
+    if (!gemm_kernel_available(k)) die("MESHMOE_GEMM_KERNEL=%s: this CPU does not run that kernel", v);
+    forced = k;
+}
+
 void gemm_pack_lines(float *P, int w, const float *X, size_t ld, int rows, int kc) {
     kernel_pick()->pack(P, w, X, ld, 0, rows, 0, kc);
 }

@@ -35,6 +35,10 @@ typedef enum { GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERN
 int gemm_kernel_available(GemmKernel k);    // 1 if this CPU runs it (AUTO and SCALAR always)
 void gemm_force_kernel(GemmKernel k);       // dies if not available; AUTO: back to the fastest
 const char *gemm_kernel_name(void);         // "avx512 12x32", "avx2 6x16" or "scalar 4x8"
+// The micro-kernel named by the environment's MESHMOE_GEMM_KERNEL (avx512, avx2, scalar), if
+// set: what the GEMM runs on a CPU without the wider ones (the same bits, another speed).
+// Dies, naming the variable, on another value or one this CPU does not run.
+void gemm_kernel_from_env(void);
 
 // Where B is read in place instead of packed (the same bits either way), when K fits one K
 // block (1024): op(B) = B at any number of rows (gemm_stream), op(B) = W^T up to
