@@ -45,29 +45,39 @@ static inline size_t qrow(const AttnGeom *G, int b, int i, int h) { return ((siz
 // outputs. NV vectors of each y_i stay in registers over the n terms (ny x NV <= 16 of the
 // 32 AVX-512 registers; an AVX2 build takes two outputs at a time, its 16 registers hold 8
 // vectors of 16 floats).
+//
+// The sums and the scores work on the machine's own vectors, VW floats: GCC splits a
+// 16-float vector into AVX2 registers badly here (broadcasts and accumulators through the
+// stack: the tiles ran 2.7x slower than the per-row loops on an x86-64-v3 build).
 #ifdef __AVX512F__
 #define ACC_MAX 4
+#define VW 16
 // x_t's vectors held in registers: GCC would otherwise load them again as an operand of
 // each output's multiply, and the loads, not the arithmetic, would set the pace.
 #define IN_REGISTER(v) __asm__("" : "+v"(v))
 #else
 #define ACC_MAX 2
+#define VW 8
 #define IN_REGISTER(v) (void)0
 #endif
+typedef float VN __attribute__((vector_size(4 * VW)));
+typedef float VNu __attribute__((vector_size(4 * VW), aligned(4), may_alias));   // at any float address
+#define vldn(p) (*(const VNu *)(p))
+#define vstn(p, x) (*(VNu *)(p) = (x))
 static inline __attribute__((always_inline)) void acc_vecs(float *const *y, const float *x, size_t xs,
                                                            const float *const *c, int cs, int n, int d, int NV,
                                                            int NY) {
-    V16 a[ACC_MAX][4];
+    VN a[ACC_MAX][4];
 #pragma GCC unroll 4
     for (int i = 0; i < NY; i++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NV; u++) a[i][u] = vld(y[i] + d + 16 * u);
+        for (int u = 0; u < NV; u++) a[i][u] = vldn(y[i] + d + VW * u);
     for (int t = 0; t < n; t++) {
         const float *xt = x + t * xs + d;
-        V16 xv[4];
+        VN xv[4];
 #pragma GCC unroll 4
         for (int u = 0; u < NV; u++) {
-            xv[u] = vld(xt + 16 * u);
+            xv[u] = vldn(xt + VW * u);
             IN_REGISTER(xv[u]);
         }
 #pragma GCC unroll 4
@@ -80,15 +90,15 @@ static inline __attribute__((always_inline)) void acc_vecs(float *const *y, cons
 #pragma GCC unroll 4
     for (int i = 0; i < NY; i++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NV; u++) vst(y[i] + d + 16 * u, a[i][u]);
+        for (int u = 0; u < NV; u++) vstn(y[i] + d + VW * u, a[i][u]);
 }
-// acc_vecs over all of D for NY outputs: 64 floats at a time, then 32, 16, and one by one.
+// acc_vecs over all of D for NY outputs: 4 vectors at a time, then 2, 1, and one by one.
 static inline __attribute__((always_inline)) void acc_span(float *const *y, int D, const float *x, size_t xs,
                                                            const float *const *c, int cs, int n, int NY) {
     int d = 0;
-    for (; d + 64 <= D; d += 64) acc_vecs(y, x, xs, c, cs, n, d, 4, NY);
-    if (d + 32 <= D) { acc_vecs(y, x, xs, c, cs, n, d, 2, NY); d += 32; }
-    if (d + 16 <= D) { acc_vecs(y, x, xs, c, cs, n, d, 1, NY); d += 16; }
+    for (; d + 4 * VW <= D; d += 4 * VW) acc_vecs(y, x, xs, c, cs, n, d, 4, NY);
+    if (d + 2 * VW <= D) { acc_vecs(y, x, xs, c, cs, n, d, 2, NY); d += 2 * VW; }
+    if (d + VW <= D) { acc_vecs(y, x, xs, c, cs, n, d, 1, NY); d += VW; }
     for (; d < D; d++)
         for (int i = 0; i < NY; i++) {
             float s = y[i][d];
@@ -145,15 +155,17 @@ static void acc_tile_rows(float *out, int D, const float *x, const AttnGeom *G, 
 }
 
 // s[t*16 + r] = chain over d of Xt[d*16 + r] * y_t[d], for the nt <= 8 keys' rows y_t:
-// eight keys' 16 chains side by side.
+// eight keys' chains side by side, for VW of the 16 rows at a time.
 static void scores8(float *s, const float *Xt, int D, const float *const *y, int nt) {
-    V16 a[8] = {0};
-    for (int d = 0; d < D; d++) {
-        V16 x = vld(Xt + (size_t)d * L);
+    for (int g = 0; g < L; g += VW) {
+        VN a[8] = {0};
+        for (int d = 0; d < D; d++) {
+            VN x = vldn(Xt + (size_t)d * L + g);
 #pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) a[t] = a[t] + x * y[t][d];
+            for (int t = 0; t < 8; t++) a[t] = a[t] + x * y[t][d];
+        }
+        for (int t = 0; t < nt; t++) vstn(s + t * L + g, a[t]);
     }
-    for (int t = 0; t < nt; t++) vst(s + t * L, a[t]);
 }
 // s (jb-ja, 16): the chains of the tile's packed rows Xt (D, 16) against keys ja .. jb-1
 // of x (P,B,S,Nkv,D), kv head g.
