@@ -273,6 +273,9 @@ train_hip: $(PORT_OBJ) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
 # OpenBLAS builds it (tests/portable.sh compares its bits with ./train's).
 build/port/train: $(PORT_OBJ) build/port/kernels/no_gpu.o
 	$(CC) $(PORT_CFLAGS) $^ -o $@ -lm
+# The unit tests of the vector kernels, built the same way (tests/portable.sh runs them).
+build/port/test_%: tests/test_%.c $(filter-out build/port/train.o,$(PORT_OBJ)) build/port/kernels/no_gpu.o tests/test.h
+	$(CC) $(PORT_CFLAGS) $< $(filter %.o,$^) -o $@ -lm
 
 gpu: build/conformance_gpu train_gpu
 hip: build/conformance_hip train_hip

@@ -5,8 +5,10 @@
 # SwiGLU, bf16 rounding, the optimizer's loops) is written over fixed-width vector types, so
 # the instructions the compiler picks (AVX-512 here, AVX2 there) must not change a result;
 # this compares the two builds' loss and grad-norm bits on both presets, fp32 and bf16,
-# dot-product and flash attention, one device and a mesh. The GEMM picks its micro-kernel
-# at run time: tests/test_gemm.c checks each one (scalar, AVX2, AVX-512) bit for bit.
+# dot-product and flash attention, one device and a mesh, and once more with the GEMM held to
+# its AVX2 micro-kernel (MESHMOE_GEMM_KERNEL=avx2); and it runs the vector kernels' unit tests
+# (expf16 on all 2^32 inputs, the attention tiles) built the same way. The GEMM picks its
+# micro-kernel at run time: tests/test_gemm.c checks each one (scalar, AVX2, AVX-512).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -18,6 +20,11 @@ trap 'rm -rf "$T"' EXIT
 FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
 bits() { grep -o '"loss_bits": "[^"]*"\|"grad_norm": [^,]*' "$1" | tr '\n' ' '; }
 
+make -s -j2 $V3/test_expf16 $V3/test_attn_tiles >/dev/null 2>&1 || { echo "x86-64-v3 unit tests: build failed"; exit 1; }
+check "the x86-64-v3 build's expf16 (its AVX2 lanes) is expf on all 2^32 inputs, SwiGLU the formulas'" \
+    $V3/test_expf16
+check "the x86-64-v3 build's attention tiles (8-float vectors) are the per-row loops, bit for bit" \
+    $V3/test_attn_tiles
 check "the x86-64-v3 build has no AVX-512 instruction outside the GEMM's run-time choice" \
     test "$(objdump -d $V3/kernels/cpu/mlp.o $V3/kernels/cpu/attn_tiles.o $V3/kernels/cpu/expf16.o | grep -c zmm)" -eq 0
 for preset in mixtral-tiny deepseek-tiny; do
