@@ -7,7 +7,7 @@
 # this compares the two builds' loss and grad-norm bits on both presets, fp32 and bf16,
 # dot-product and flash attention, one device and a mesh, and once more with the GEMM held to
 # its AVX2 micro-kernel (MESHMOE_GEMM_KERNEL=avx2); and it runs the vector kernels' unit tests
-# (expf16 on all 2^32 inputs, the attention tiles) built the same way. The GEMM picks its
+# (expf16 on all 2^32 inputs, the attention tiles, the core tests) built the same way. The GEMM picks its
 # micro-kernel at run time: tests/test_gemm.c checks each one (scalar, AVX2, AVX-512).
 set -u
 cd "$(dirname "$0")/.."
@@ -20,11 +20,12 @@ trap 'rm -rf "$T"' EXIT
 FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
 bits() { grep -o '"loss_bits": "[^"]*"\|"grad_norm": [^,]*' "$1" | tr '\n' ' '; }
 
-make -s -j2 $V3/test_expf16 $V3/test_attn_tiles >/dev/null 2>&1 || { echo "x86-64-v3 unit tests: build failed"; exit 1; }
+make -s -j2 $V3/test_expf16 $V3/test_attn_tiles $V3/test_core >/dev/null 2>&1 || { echo "x86-64-v3 unit tests: build failed"; exit 1; }
 check "the x86-64-v3 build's expf16 (its AVX2 lanes) is expf on all 2^32 inputs, SwiGLU the formulas'" \
     $V3/test_expf16
 check "the x86-64-v3 build's attention tiles (8-float vectors) are the per-row loops, bit for bit" \
     $V3/test_attn_tiles
+check "the x86-64-v3 build's core tests (the gradient norm's squares on AVX2 lanes among them)" $V3/test_core
 check "the x86-64-v3 build has no AVX-512 instruction outside the GEMM's run-time choice" \
     test "$(objdump -d $V3/kernels/cpu/mlp.o $V3/kernels/cpu/attn_tiles.o $V3/kernels/cpu/expf16.o | grep -c zmm)" -eq 0
 for preset in mixtral-tiny deepseek-tiny; do

@@ -2,12 +2,26 @@
 #include "kernels/optim.h"
 #include <math.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-// g as the update reads it: clipped (kernels/optim.h GradClip) or as it is.
-static inline float clipped(float g, GradClip c) { return c.on ? (g / c.norm) * c.threshold : g; }
+// g as the update reads it: clipped (kernels/optim.h GradClip) or as it is. The clipped and
+// the plain update are separate loops: a branch inside one keeps GCC from vectorising it for
+// AVX2 (the division cannot be done speculatively without AVX-512's masks).
+#define CLIPPED(g, c) (((g) / (c).norm) * (c).threshold)
+
+// One element of AdamW with the gradient gi.
+#define ADAMW_ELEMENT(gi)                                                              \
+    do {                                                                               \
+        float gi_ = (gi);                                                              \
+        m[i] = (1.0f - b1) * gi_ + b1 * m[i];                                          \
+        v[i] = (1.0f - b2) * (gi_ * gi_) + b2 * v[i];                                  \
+        float mhat = m[i] / c1, vhat = v[i] / c2;                                      \
+        float u = mhat / (sqrtf(vhat) + eps); /* scale_by_adam */                      \
+        u = u + wd * p[i];                    /* add_decayed_weights */                \
+        p[i] = p[i] + (-lr) * u;              /* scale_by_learning_rate, apply_updates */ \
+    } while (0)
 
 static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
                          float b1, float b2, float eps, float wd, GradClip clip) {
@@ -15,21 +29,23 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
     // Element by element, so vector instructions (IEEE division and square root, exactly
     // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
-    #pragma omp parallel for simd if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        float gi = clipped(g[i], clip);
-        m[i] = (1.0f - b1) * gi + b1 * m[i];
-        v[i] = (1.0f - b2) * (gi * gi) + b2 * v[i];
-        float mhat = m[i] / c1, vhat = v[i] / c2;
-        float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
-        u = u + wd * p[i];                      // add_decayed_weights
-        p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
+    if (clip.on) {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) ADAMW_ELEMENT(CLIPPED(g[i], clip));
+    } else {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) ADAMW_ELEMENT(g[i]);
     }
 }
 
 static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {
-    #pragma omp parallel for simd if (n > 65536)
-    for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * clipped(g[i], clip);   // scale_by_learning_rate, apply_updates
+    if (clip.on) {   // scale_by_learning_rate, apply_updates
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * CLIPPED(g[i], clip);
+    } else {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) p[i] = p[i] + (-lr) * g[i];
+    }
 }
 
 static void clip_scale(float *g, size_t n, float norm, float threshold) {
@@ -52,6 +68,8 @@ enum { SQUARES_BLOCK = 1 << 27, SQUARES_RUN = 1 << 16 };
 
 #if defined(__AVX512F__)
 #define trunc8(x) _mm512_roundscale_pd((x), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)   // toward 0, lane by lane
+#elif defined(__AVX2__)
+#define trunc4(x) _mm256_round_pd((x), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)
 #endif
 
 // part[0..2] += the hi, mid and low parts of x (n)'s squares; *bad = 1 if one is flagged.
@@ -61,7 +79,7 @@ static void squares_run(unsigned long long part[3], int *bad, const float *x, si
     // With y = x^2 (no scale): hi = trunc(y), f = y - hi (its fraction, exact), mid =
     // trunc(f * 2^32), low = trunc((f * 2^32 - mid) * 2^32) (each difference exact), 8 lanes
     // of doubles at a time. The parts are whole numbers below 2^36, so a lane's sum over a
-    // run (at most 2^13 of them) stays a whole number below 2^53: exact in double, converted
+    // run (at most 2^13 of them here, 2^14 on AVX2's 4 lanes) stays a whole number below 2^53: exact in double, converted
     // to an integer once per run. A flagged lane is converted as 0.
     __m512d hi = _mm512_setzero_pd(), mid = hi, low = hi;
     const __m512d s32 = _mm512_set1_pd(0x1p32);
@@ -89,8 +107,36 @@ static void squares_run(unsigned long long part[3], int *bad, const float *x, si
         part[1] += (unsigned long long)tm[i];
         part[2] += (unsigned long long)tl[i];
     }
+#elif defined(__AVX2__)
+    // The same on 4 lanes (AVX2); a flagged float is zeroed before the conversion.
+    __m256d hi = _mm256_setzero_pd(), mid = hi, low = hi;
+    const __m256d s32 = _mm256_set1_pd(0x1p32);
+    const __m128 limit = _mm_set1_ps(0x1p18f);
+    for (; k + 4 <= n; k += 4) {
+        __m128 xf = _mm_loadu_ps(x + k);
+        __m128 ok = _mm_cmp_ps(_mm_andnot_ps(_mm_set1_ps(-0.0f), xf), limit, _CMP_LT_OQ);
+        *bad |= _mm_movemask_ps(ok) != 0xf;
+        __m256d d = _mm256_cvtps_pd(_mm_and_ps(xf, ok));
+        __m256d y = _mm256_mul_pd(d, d);
+        __m256d h = trunc4(y);
+        __m256d f = _mm256_mul_pd(_mm256_sub_pd(y, h), s32);
+        __m256d m = trunc4(f);
+        __m256d l = trunc4(_mm256_mul_pd(_mm256_sub_pd(f, m), s32));
+        hi = _mm256_add_pd(hi, h);
+        mid = _mm256_add_pd(mid, m);
+        low = _mm256_add_pd(low, l);
+    }
+    double th[4], tm[4], tl[4];
+    _mm256_storeu_pd(th, hi);
+    _mm256_storeu_pd(tm, mid);
+    _mm256_storeu_pd(tl, low);
+    for (int i = 0; i < 4; i++) {
+        part[0] += (unsigned long long)th[i];
+        part[1] += (unsigned long long)tm[i];
+        part[2] += (unsigned long long)tl[i];
+    }
 #endif
-    unsigned long long h1 = 0, m1 = 0, l1 = 0;   // the rest (all of it without AVX-512), one by one
+    unsigned long long h1 = 0, m1 = 0, l1 = 0;   // the rest (all of it without AVX2), one by one
     int bad1 = 0;
     for (; k < n; k++) {
         double sq = (double)x[k] * x[k] * SQUARES_SCALE;
