@@ -66,74 +66,61 @@ static void ema_update(float *ema, const float *p, size_t n, float d) {
 // square that is non-finite or >= 2^100 (|x| >= 2^18, or NaN) is flagged, not added.
 enum { SQUARES_BLOCK = 1 << 27, SQUARES_RUN = 1 << 16 };
 
+// The vector lanes: 8 doubles on AVX-512, 4 on AVX2; the arithmetic is GCC's vector
+// extensions, the loads and the truncation the instruction set's own.
 #if defined(__AVX512F__)
-#define trunc8(x) _mm512_roundscale_pd((x), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)   // toward 0, lane by lane
+#define SQ_LANES 8
 #elif defined(__AVX2__)
-#define trunc4(x) _mm256_round_pd((x), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)
+#define SQ_LANES 4
+#endif
+#ifdef SQ_LANES
+typedef double SqV __attribute__((vector_size(8 * SQ_LANES)));
+#define TOWARD_ZERO (_MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)
+
+// The SQ_LANES floats at x in double lanes, a flagged one (|x| >= 2^18 or NaN: one
+// comparison of floats) as 0; *bad = 1 if one was.
+static inline SqV sq_load(const float *x, int *bad) {
+#if defined(__AVX512F__)
+    __m256 xf = _mm256_loadu_ps(x);
+    __mmask8 ok = _mm256_cmp_ps_mask(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), xf), _mm256_set1_ps(0x1p18f), _CMP_LT_OQ);
+    *bad |= ok != 0xff;
+    return (SqV)_mm512_maskz_cvtps_pd(ok, xf);
+#else
+    __m128 xf = _mm_loadu_ps(x);
+    __m128 ok = _mm_cmp_ps(_mm_andnot_ps(_mm_set1_ps(-0.0f), xf), _mm_set1_ps(0x1p18f), _CMP_LT_OQ);
+    *bad |= _mm_movemask_ps(ok) != 0xf;
+    return (SqV)_mm256_cvtps_pd(_mm_and_ps(xf, ok));
+#endif
+}
+// Each lane truncated toward 0.
+static inline SqV sq_trunc(SqV v) {
+#if defined(__AVX512F__)
+    return (SqV)_mm512_roundscale_pd((__m512d)v, TOWARD_ZERO);
+#else
+    return (SqV)_mm256_round_pd((__m256d)v, TOWARD_ZERO);
+#endif
+}
 #endif
 
 // part[0..2] += the hi, mid and low parts of x (n)'s squares; *bad = 1 if one is flagged.
 static void squares_run(unsigned long long part[3], int *bad, const float *x, size_t n) {
     size_t k = 0;
-#if defined(__AVX512F__)
+#ifdef SQ_LANES
     // With y = x^2 (no scale): hi = trunc(y), f = y - hi (its fraction, exact), mid =
-    // trunc(f * 2^32), low = trunc((f * 2^32 - mid) * 2^32) (each difference exact), 8 lanes
-    // of doubles at a time. The parts are whole numbers below 2^36, so a lane's sum over a
-    // run (at most 2^13 of them here, 2^14 on AVX2's 4 lanes) stays a whole number below 2^53: exact in double, converted
-    // to an integer once per run. A flagged lane is converted as 0.
-    __m512d hi = _mm512_setzero_pd(), mid = hi, low = hi;
-    const __m512d s32 = _mm512_set1_pd(0x1p32);
-    const __m256 limit = _mm256_set1_ps(0x1p18f);
-    for (; k + 8 <= n; k += 8) {
-        __m256 xf = _mm256_loadu_ps(x + k);
-        __mmask8 ok = _mm256_cmp_ps_mask(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), xf), limit, _CMP_LT_OQ);
-        *bad |= ok != 0xff;
-        __m512d d = _mm512_maskz_cvtps_pd(ok, xf);
-        __m512d y = _mm512_mul_pd(d, d);
-        __m512d h = trunc8(y);
-        __m512d f = _mm512_mul_pd(_mm512_sub_pd(y, h), s32);
-        __m512d m = trunc8(f);
-        __m512d l = trunc8(_mm512_mul_pd(_mm512_sub_pd(f, m), s32));
-        hi = _mm512_add_pd(hi, h);
-        mid = _mm512_add_pd(mid, m);
-        low = _mm512_add_pd(low, l);
+    // trunc(f * 2^32), low = trunc((f * 2^32 - mid) * 2^32) (each difference exact). The
+    // parts are whole numbers below 2^36, so a lane's sum over a run (at most 2^14 of them)
+    // stays a whole number below 2^53: exact in double, converted to an integer once per run.
+    SqV hi = {0}, mid = {0}, low = {0};
+    for (; k + SQ_LANES <= n; k += SQ_LANES) {
+        SqV d = sq_load(x + k, bad), y = d * d, h = sq_trunc(y), f = (y - h) * 0x1p32, m = sq_trunc(f);
+        hi += h;
+        mid += m;
+        low += sq_trunc((f - m) * 0x1p32);
     }
-    double th[8], tm[8], tl[8];
-    _mm512_storeu_pd(th, hi);
-    _mm512_storeu_pd(tm, mid);
-    _mm512_storeu_pd(tl, low);
-    for (int i = 0; i < 8; i++) {
-        part[0] += (unsigned long long)th[i];
-        part[1] += (unsigned long long)tm[i];
-        part[2] += (unsigned long long)tl[i];
-    }
-#elif defined(__AVX2__)
-    // The same on 4 lanes (AVX2); a flagged float is zeroed before the conversion.
-    __m256d hi = _mm256_setzero_pd(), mid = hi, low = hi;
-    const __m256d s32 = _mm256_set1_pd(0x1p32);
-    const __m128 limit = _mm_set1_ps(0x1p18f);
-    for (; k + 4 <= n; k += 4) {
-        __m128 xf = _mm_loadu_ps(x + k);
-        __m128 ok = _mm_cmp_ps(_mm_andnot_ps(_mm_set1_ps(-0.0f), xf), limit, _CMP_LT_OQ);
-        *bad |= _mm_movemask_ps(ok) != 0xf;
-        __m256d d = _mm256_cvtps_pd(_mm_and_ps(xf, ok));
-        __m256d y = _mm256_mul_pd(d, d);
-        __m256d h = trunc4(y);
-        __m256d f = _mm256_mul_pd(_mm256_sub_pd(y, h), s32);
-        __m256d m = trunc4(f);
-        __m256d l = trunc4(_mm256_mul_pd(_mm256_sub_pd(f, m), s32));
-        hi = _mm256_add_pd(hi, h);
-        mid = _mm256_add_pd(mid, m);
-        low = _mm256_add_pd(low, l);
-    }
-    double th[4], tm[4], tl[4];
-    _mm256_storeu_pd(th, hi);
-    _mm256_storeu_pd(tm, mid);
-    _mm256_storeu_pd(tl, low);
-    for (int i = 0; i < 4; i++) {
-        part[0] += (unsigned long long)th[i];
-        part[1] += (unsigned long long)tm[i];
-        part[2] += (unsigned long long)tl[i];
+    for (int i = 0; i < SQ_LANES; i++) {
+        part[0] += (unsigned long long)hi[i];
+        part[1] += (unsigned long long)mid[i];
+        part[2] += (unsigned long long)low[i];
     }
 #endif
     unsigned long long h1 = 0, m1 = 0, l1 = 0;   // the rest (all of it without AVX2), one by one
