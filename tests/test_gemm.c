@@ -209,6 +209,9 @@ int main(void) {
         {11, 9, 20}, {12, 32, 1}, {13, 47, 33}, {23, 63, 40}, {25, 65, 64}, {97, 257, 100},
         {100, 300, 383}, {96, 256, 384}, {50, 70, 385}, {37, 41, 800}, {130, 520, 769}, {96, 512, 1024}, {29, 45, 1025}, {101, 530, 2100},
         {781, 37, 45}, {40, 1100, 70},
+        // The AVX2 in-place path's copied panels: a row stride of 1024 floats (N + 5) with 17
+        // row panels, and 67 row panels at any stride.
+        {100, 1019, 64}, {400, 27, 30},
         // Large enough to run on all threads: 5 column panels of 32 (uneven on 2 threads, so
         // the panels' rows are split too), and narrow products of 16 and 5 columns.
         {300, 160, 40}, {1000, 16, 100}, {781, 5, 300},

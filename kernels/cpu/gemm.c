@@ -303,11 +303,21 @@ static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int 
 
 // tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
 // set has none (then op(B) = W^T is always packed). pack: the set's pack_t.
-typedef struct { MicroKernel fn; int mr, nr; const char *name; WeightKernel tfn; int tn, tl; PackT pack; } KernelInfo;
+// copy_panels: the in-place path copies a B panel before running it down the row panels
+// where that was measured faster (gemm_stream: copy_panel).
+typedef struct {
+    MicroKernel fn;
+    int mr, nr;
+    const char *name;
+    WeightKernel tfn;
+    int tn, tl;
+    PackT pack;
+    int copy_panels;
+} KernelInfo;
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, pack_t_scalar},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0, pack_t_avx2},
-    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, pack_t_avx512},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, pack_t_scalar, 0},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0, pack_t_avx2, 1},
+    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, pack_t_avx512, 0},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -469,7 +479,21 @@ static int row_runs(int cpanels, int par) {
 // chunk's op(A) together (each panel once), then take column panels and run each down the
 // chunk's row panels; a B panel is read from B once per chunk. K runs in one pass, so
 // every chain starts at 0 and the old value (accumulate) is added to the finished chain,
-// read from C itself. Only a last, partial column panel is packed (zero-padded).
+// read from C itself. A last, partial column panel is packed (zero-padded), and so is every
+// panel where copy_panel says.
+// Whether gemm_stream copies a B panel (K x nr) into the thread's buffer before running it
+// down `panels` row panels. The AVX2 tile's panel is one cache line wide: read in place at a
+// row stride that is a multiple of 4 KiB, all its rows fall in the same L1 set, and every
+// tile reads the panel again from L2; and with many row panels the copy pays for itself at
+// any stride. One thread, cold, best of 6, the AVX2 kernel: (2048,1024,512) 39 -> 90
+// GFLOP/s, (2048,1024,128) 50 -> 86, (128,1024,512) 38 -> 62, (2048,512,512) 79 -> 84,
+// (2048,384,512) 81 -> 82; left in place, (256,512,512) at 73 and (64,1024,512) at 51, which
+// lost 3% and 4-10% copied. The AVX-512 tile lost with the copy on every shape measured
+// (2048 rows: 1-16%).
+static int copy_panel(const KernelInfo *kn, int ldb, int panels) {
+    return kn->copy_panels && ((ldb % 1024 == 0 && panels >= 16) || panels >= 64);
+}
+
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
     int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
@@ -493,7 +517,7 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
                 int jr = item / runs * nr, run = item % runs;
                 int cols = imin(nr, N - jr), ldb = (int)g->bk;
                 const float *b = g->B + jr;
-                if (cols < nr) {
+                if (cols < nr || copy_panel(kn, ldb, panels)) {
                     pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
                     b = Be;
                     ldb = nr;
