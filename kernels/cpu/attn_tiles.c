@@ -23,7 +23,6 @@
 #include "kernels/bf16.h"
 #include "kernels/cpu/expf16.h"
 #include "kernels/cpu/gemm.h"      // gemm_pack_lines
-#include "kernels/cpu/vec16.h"
 #include <math.h>
 #include <stdint.h>
 
@@ -64,6 +63,9 @@ typedef float VN __attribute__((vector_size(4 * VW)));
 typedef float VNu __attribute__((vector_size(4 * VW), aligned(4), may_alias));   // at any float address
 #define vldn(p) (*(const VNu *)(p))
 #define vstn(p, x) (*(VNu *)(p) = (x))
+typedef int32_t IN __attribute__((vector_size(4 * VW)));   // lane masks: -1 or 0
+#define vblendn(mask, a, b) ((VN)(((IN)(a) & (mask)) | ((IN)(b) & ~(mask))))   // a where mask is set
+#define NG (L / VW)   // lane groups per tile row set: the tile's row r is lane r % VW of group r / VW
 static inline __attribute__((always_inline)) void acc_vecs(float *const *y, const float *x, size_t xs,
                                                            const float *const *c, int cs, int n, int d, int NV,
                                                            int NY) {
@@ -193,45 +195,54 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
     float e[TILE_MAX_KEYS * L] __attribute__((aligned(64)));   // (key, row): scores, then exp weights
     pack_rows(Qt, q, &G, b, h, i0, R, Dqk);
     scores(e, Qt, Dqk, k, &G, b, g, ja, jend);
-    // Lane r of a vector is row r; it sees key j when r >= j - pos0. The max of each row's
+    // Lane r of the tile is row r; it sees key j when r >= j - pos0. The max of each row's
     // scores, the max rule of merge_keys_row applied key by key.
-    I16 lane;
-    for (int r = 0; r < L; r++) lane[r] = r;
-    V16 bm = (V16){0} + ATTN_MASK_VALUE, m, l;
+    VN bm[NG], m[NG], l[NG];
+    IN lane[NG];
+    for (int u = 0; u < NG; u++) {
+        for (int c = 0; c < VW; c++) lane[u][c] = u * VW + c;
+        bm[u] = (VN){0} + ATTN_MASK_VALUE;
+    }
     for (int j = ja; j < jend; j++) {
         float *sj = e + (size_t)(j - ja) * L;
         if (rnd.scores)
             for (int r = 0; r < L; r++) sj[r] = bf16_round(sj[r]);
-        V16 s = vld(sj);
-        bm = vblend((s > bm) & (lane >= j - pos0), s, bm);
+        for (int u = 0; u < NG; u++) {
+            VN sv = vldn(sj + u * VW);
+            bm[u] = vblendn((sv > bm[u]) & (lane[u] >= j - pos0), sv, bm[u]);
+        }
     }
     for (int r = 0; r < L; r++) {
+        int u = r / VW, c = r % VW;
         float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
-        m[r] = r < R ? stt[0] : 0.0f;
-        l[r] = r < R ? stt[1] : 0.0f;
-        if (r < R && imin(jb, pos0 + r + 1) > ja && bm[r] > m[r]) {   // a new max: rescale what was summed
-            float a = expf(m[r] - bm[r]), *acc = o + qrow(&G, b, i0 + r, h) * Dv;
-            l[r] *= a;
+        m[u][c] = r < R ? stt[0] : 0.0f;
+        l[u][c] = r < R ? stt[1] : 0.0f;
+        if (r < R && imin(jb, pos0 + r + 1) > ja && bm[u][c] > m[u][c]) {   // a new max: rescale what was summed
+            float a = expf(m[u][c] - bm[u][c]), *acc = o + qrow(&G, b, i0 + r, h) * Dv;
+            l[u][c] *= a;
             for (int d = 0; d < Dv; d++) acc[d] *= a;
-            m[r] = bm[r];
+            m[u][c] = bm[u][c];
         }
     }
     // e_j = exp(s_j - m) and l += e_j, key by key, in the rows that see key j (the exps of
     // all 16 lanes at once, kept in those rows).
     for (int j = ja; j < jend; j++) {
-        float *sj = e + (size_t)(j - ja) * L;
-        V16 x = vld(sj) - m;
-        expf16((float *)&x, (const float *)&x);
+        float *sj = e + (size_t)(j - ja) * L, x[L] __attribute__((aligned(64)));
+        for (int u = 0; u < NG; u++) vstn(x + u * VW, vldn(sj + u * VW) - m[u]);
+        expf16(x, x);
         if (rnd.probs)
             for (int r = 0; r < L; r++) x[r] = bf16_round(x[r]);
-        vst(sj, vblend((lane >= j - pos0) & (lane < R), x, vld(sj)));
-        l = vblend(lane >= j - pos0, l + vld(sj), l);
+        for (int u = 0; u < NG; u++) {
+            VN ev = vblendn((lane[u] >= j - pos0) & (lane[u] < R), vldn(x + u * VW), vldn(sj + u * VW));
+            vstn(sj + u * VW, ev);
+            l[u] = vblendn(lane[u] >= j - pos0, l[u] + ev, l[u]);
+        }
     }
     for (int r = 0; r < R; r++)
         if (imin(jb, pos0 + r + 1) > ja) {   // the rows that see a key of the range
             float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
-            stt[0] = m[r];
-            stt[1] = l[r];
+            stt[0] = m[r / VW][r % VW];
+            stt[1] = l[r / VW][r % VW];
         }
     acc_tile_rows(o, Dv, v, &G, b, h, g, i0, R, e, ja, jb, pos0);   // acc_r += sum_j e_j v_j
 }
@@ -258,9 +269,12 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
         for (int d = 0; d < Dv; d++) s += doi[d] * o[row * Dv + d];
         Di[r] = s;
     }
-    V16 lv, dv_, mv;
-    I16 lane;
-    for (int r = 0; r < L; r++) lv[r] = l[r], dv_[r] = Di[r], mv[r] = m[r], lane[r] = r;
+    VN lv[NG], dv_[NG], mv[NG];
+    IN lane[NG];
+    for (int r = 0; r < L; r++) {
+        int u = r / VW, c = r % VW;
+        lv[u][c] = l[r], dv_[u][c] = Di[r], mv[u][c] = m[r], lane[u][c] = r;
+    }
     size_t qs = (size_t)G.N * Dqk, vs = (size_t)G.N * Dv;   // from one query row to the next
     const float *q0r = q + qrow(&G, b, i0, h) * Dqk, *do0r = dout + qrow(&G, b, i0, h) * Dv;
     // Key sub-blocks of KB keys (within one part): P and dS of the tile, then the sums.
@@ -273,14 +287,16 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
             int rf = imax(0, j - pos0);   // the rows that see key j: rf .. R-1
             if (rnd.scores)
                 for (int r = 0; r < L; r++) pj[r] = bf16_round(pj[r]);
-            V16 x = vld(pj) - mv;   // the exps of all 16 lanes at once
-            expf16((float *)&x, (const float *)&x);
+            float x[L] __attribute__((aligned(64)));   // the exps of all 16 lanes at once
+            for (int u = 0; u < NG; u++) vstn(x + u * VW, vldn(pj + u * VW) - mv[u]);
+            expf16(x, x);
             if (rnd.probs)
                 for (int r = 0; r < L; r++) x[r] = bf16_round(x[r]);
-            vst(pj, vblend((lane >= rf) & (lane < R), x, (V16){0}));   // lanes never read: 0
-            V16 p = vld(pj) / lv;   // p = e / l, dS = p (dP - D), lane by lane
-            vst(pj, p);
-            vst(dsj, p * (vld(dsj) - dv_));
+            for (int u = 0; u < NG; u++) {   // p = e / l, dS = p (dP - D), lane by lane; lanes never read: 0
+                VN p = vblendn((lane[u] >= rf) & (lane[u] < R), vldn(x + u * VW), (VN){0}) / lv[u];
+                vstn(pj + u * VW, p);
+                vstn(dsj + u * VW, p * (vldn(dsj + u * VW) - dv_[u]));
+            }
         }
         // dv_j += P_ij dO_i and dk_j += dS_ij q_i over the rows that see key j, in row order.
         // Up to ACC_MAX keys at a time where every row sees them all (keys j <= pos0).
