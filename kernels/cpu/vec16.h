@@ -1,6 +1,8 @@
 // kernels/cpu/vec16.h: 16 floats in vector lanes (GCC's vector extensions), for the CPU
-// kernels that work lane by lane: the attention tiles, SwiGLU, expf16. The compiler maps
-// them to one AVX-512 register, two AVX2 ones, or scalar code.
+// kernels that work lane by lane: SwiGLU, expf16. The compiler maps them to one AVX-512
+// register, two AVX2 ones, or scalar code; in long loops with many live vectors its AVX2
+// split goes through the stack, so the attention tiles use the machine's own width instead
+// (kernels/cpu/attn_tiles.c: VN).
 #ifndef MESHMOE_KERNELS_CPU_VEC16_H
 #define MESHMOE_KERNELS_CPU_VEC16_H
 #include <stdint.h>
