@@ -2,18 +2,18 @@
 // (kernels/cpu/attn_tiles.h).
 //
 // Where the lanes go. A score s_ij = q_i . k_j is one chain over d, in order; so is
-// dP_ij = dO_i . v_j. A vector of 16 lanes holds the chains of 16 query rows against one
-// key: the tile's q rows are packed transposed, Qt (D, 16), and each step d adds
-// Qt[d] * k_j[d] (k_j[d] broadcast) to the 16 chains, eight keys side by side so the adds
-// do not wait on each other. The sums over keys and rows, o_i += e_ij v_j,
-// dq_i += dS_ij k_j, dk_j += dS_ij q_i, dv_j += P_ij dO_i, are chains per output element
-// with lanes over d: acc_rows keeps 16 to 64 elements of up to four outputs in registers
-// (four rows of o or dq, four keys of dk or dv) while the terms stream past in the order
-// of the per-row loops (keys in order for o and dq; rows in order for dk and dv), each
-// term's load serving the four. Every product is rounded and then added, as in plain C (the build
-// is ISO C: the compiler fuses no multiply-add), so each element sees the float operations
-// of kernels/cpu/attention.c in its order, and the same bits. expf stays the C library's,
-// one call per visible (row, key) pair, as in the per-row loops.
+// dP_ij = dO_i . v_j. Vector lanes hold the chains of the tile's 16 query rows against one
+// key (all 16 in one AVX-512 vector, 8 in each of two on AVX2): the tile's q rows are packed
+// transposed, Qt (D, 16), and each step d adds Qt[d] * k_j[d] (k_j[d] broadcast) to the
+// chains, eight keys side by side so the adds do not wait on each other. The sums over keys
+// and rows, o_i += e_ij v_j, dq_i += dS_ij k_j, dk_j += dS_ij q_i, dv_j += P_ij dO_i, are
+// chains per output element with lanes over d: acc_rows keeps up to 64 elements of up to four outputs in registers
+// (four rows of o or dq, four keys of dk or dv; 32 of two on AVX2) while the terms stream
+// past in the order of the per-row loops (keys in order for o and dq; rows in order for dk
+// and dv), each term's load serving all of them. Every product is rounded and then added,
+// as in plain C (the build is ISO C: the compiler fuses no multiply-add), so each element
+// sees the float operations of kernels/cpu/attention.c in its order, and the same bits. The
+// exponentials are expf16's, the C library's expf bit for bit, 16 rows' at a time.
 //
 // The causal mask within a tile is a staircase: row r sees keys up to pos0 + r, pos0 =
 // q0 + i0 - k0. Every loop runs over exactly the visible pairs (a key's rows from the first
@@ -42,8 +42,8 @@ static inline size_t qrow(const AttnGeom *G, int b, int i, int h) { return ((siz
 // i < ny, x_t = x + t*xs, c_i,t = c[i][t*cs]: each y_i[d] is the chain ((y_i[d] + c_i,0
 // x_0[d]) + c_i,1 x_1[d]) + ..., as n calls of axpy, and each load of x_t serves all ny
 // outputs. NV vectors of each y_i stay in registers over the n terms (ny x NV <= 16 of the
-// 32 AVX-512 registers; an AVX2 build takes two outputs at a time, its 16 registers hold 8
-// vectors of 16 floats).
+// 32 AVX-512 registers; an AVX2 build takes two outputs at a time: 8 accumulators and 4
+// terms in its 16 registers).
 //
 // The sums and the scores work on the machine's own vectors, VW floats: GCC splits a
 // 16-float vector into AVX2 registers badly here (broadcasts and accumulators through the
