@@ -212,10 +212,10 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
            decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
            c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense");
     printf("BLAS: %s\n", blas_description());
-    printf("kernels: %s backend, matmul_impl=%s%s%s%s%s%s\n", kern()->name, matmul_impl_name(c->matmul_impl),
-           c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU ? " (" : "",
-           c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU ? gemm_kernel_name() : "",
-           c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU ? ")" : "",
+    char gk[48] = "";   // the ordered GEMM's micro-kernel, where the CPU runs the products
+    if (c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU)
+        snprintf(gk, sizeof gk, " (%s)", gemm_kernel_name());
+    printf("kernels: %s backend, matmul_impl=%s%s%s%s\n", kern()->name, matmul_impl_name(c->matmul_impl), gk,
            c->device == DEVICE_CPU_STRICT && !c->dry_run ? ", device=cpu_strict (device memory closed outside the kernels)" : "",
            c->profile ? ", each kernel timed (profile=true)" : "");
     int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)

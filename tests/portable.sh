@@ -28,29 +28,32 @@ check "the x86-64-v3 build's attention tiles (8-float vectors) are the per-row l
 check "the x86-64-v3 build's core tests (the gradient norm's squares on AVX2 lanes among them)" $V3/test_core
 check "the x86-64-v3 build has no AVX-512 instruction outside the GEMM's run-time choice" \
     test "$(objdump -d $V3/kernels/cpu/mlp.o $V3/kernels/cpu/attn_tiles.o $V3/kernels/cpu/expf16.o | grep -c zmm)" -eq 0
+# same_bits PRESET ARGS [GEMM]: the native build and the x86-64-v3 build (its GEMM held to the
+# micro-kernel GEMM when given) train PRESET with ARGS; prints their 4 losses and grad norms,
+# or nothing if they differ or a run failed.
+same_bits() {
+    rm -f $T/native.jsonl $T/v3.jsonl
+    ./train configs/$1.yml $2 $FAST metrics_file=$T/native.jsonl > $T/native.out 2>&1
+    # shellcheck disable=SC2086
+    env ${3:+MESHMOE_GEMM_KERNEL=$3} $V3/train configs/$1.yml $2 $FAST metrics_file=$T/v3.jsonl > $T/v3.out 2>&1
+    local n v
+    n=$(bits $T/native.jsonl) v=$(bits $T/v3.jsonl)
+    [ -n "$n" ] && [ "$n" = "$v" ] && echo "$n"
+}
 for preset in mixtral-tiny deepseek-tiny; do
     while IFS='|' read -r name args; do
-        rm -f $T/native.jsonl $T/v3.jsonl
-        ./train configs/$preset.yml $args $FAST metrics_file=$T/native.jsonl > $T/native.out 2>&1
-        $V3/train configs/$preset.yml $args $FAST metrics_file=$T/v3.jsonl > $T/v3.out 2>&1
-        n=$(bits $T/native.jsonl) v=$(bits $T/v3.jsonl)
+        n=$(same_bits $preset "$args")
         check "$preset $name: the x86-64-v3 build's 4 losses and grad norms are the native build's: ${n:0:60}..." \
-            test -n "$n" -a "$n" = "$v"
+            test -n "$n"
     done <<'RUNS'
 1 device|per_device_batch_size=8
 bf16, flash attention|per_device_batch_size=8 dtype=bfloat16 attention=flash
 fsdp=2,tensor=2|ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2
 RUNS
 done
-# The GEMM's AVX2 micro-kernel too (MESHMOE_GEMM_KERNEL=avx2; this build otherwise picks AVX-512
-# where the CPU has it): every kernel on its AVX2 path, the native build's bits.
-if grep -q avx2 /proc/cpuinfo; then
-    rm -f $T/native.jsonl $T/v3.jsonl
-    ./train configs/deepseek-tiny.yml per_device_batch_size=8 $FAST metrics_file=$T/native.jsonl > $T/native.out 2>&1
-    MESHMOE_GEMM_KERNEL=avx2 $V3/train configs/deepseek-tiny.yml per_device_batch_size=8 $FAST metrics_file=$T/v3.jsonl \
-        > $T/v3.out 2>&1
-    n=$(bits $T/native.jsonl) v=$(bits $T/v3.jsonl)
-    check "deepseek-tiny, the x86-64-v3 build on the GEMM's AVX2 kernel ($(grep -o 'avx2 6x16' $T/v3.out | head -1)): the native build's bits" \
-        test -n "$n" -a "$n" = "$v" -a -n "$(grep -o 'avx2 6x16' $T/v3.out)"
-fi
+# The GEMM's AVX2 micro-kernel too (this build otherwise picks AVX-512 where the CPU has it):
+# every kernel on its AVX2 path, the native build's bits.
+n=$(same_bits deepseek-tiny per_device_batch_size=8 avx2)
+check "deepseek-tiny, the x86-64-v3 build on the GEMM's $(grep -o 'avx2 6x16' $T/v3.out | head -1) kernel: the native build's bits" \
+    test -n "$n" -a -n "$(grep -o 'avx2 6x16' $T/v3.out)"
 summary

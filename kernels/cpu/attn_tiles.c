@@ -7,8 +7,9 @@
 // transposed, Qt (D, 16), and each step d adds Qt[d] * k_j[d] (k_j[d] broadcast) to the
 // chains, eight keys side by side so the adds do not wait on each other. The sums over keys
 // and rows, o_i += e_ij v_j, dq_i += dS_ij k_j, dk_j += dS_ij q_i, dv_j += P_ij dO_i, are
-// chains per output element with lanes over d: acc_rows keeps up to 64 elements of up to four outputs in registers
-// (four rows of o or dq, four keys of dk or dv; 32 of two on AVX2) while the terms stream
+// chains per output element with lanes over d: acc_rows keeps up to 64 elements of up to
+// four outputs in registers (four rows of o or dq, four keys of dk or dv; 32 of two on
+// AVX2) while the terms stream
 // past in the order of the per-row loops (keys in order for o and dq; rows in order for dk
 // and dv), each term's load serving all of them. Every product is rounded and then added,
 // as in plain C (the build is ISO C: the compiler fuses no multiply-add), so each element
@@ -23,6 +24,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cpu/expf16.h"
 #include "kernels/cpu/gemm.h"      // gemm_pack_lines
+#include "kernels/cpu/vec16.h"     // VN: the machine's vectors
 #include <math.h>
 #include <stdint.h>
 
@@ -45,26 +47,17 @@ static inline size_t qrow(const AttnGeom *G, int b, int i, int h) { return ((siz
 // 32 AVX-512 registers; an AVX2 build takes two outputs at a time: 8 accumulators and 4
 // terms in its 16 registers).
 //
-// The sums and the scores work on the machine's own vectors, VW floats: GCC splits a
-// 16-float vector into AVX2 registers badly here (broadcasts and accumulators through the
-// stack: the tiles ran 2.7x slower than the per-row loops on an x86-64-v3 build).
+// The tiles work on the machine's own vectors (kernels/cpu/vec16.h: VN, VW floats): with
+// 16-float vectors an x86-64-v3 build ran them 2.7x slower than the per-row loops.
 #ifdef __AVX512F__
 #define ACC_MAX 4
-#define VW 16
 // x_t's vectors held in registers: GCC would otherwise load them again as an operand of
 // each output's multiply, and the loads, not the arithmetic, would set the pace.
 #define IN_REGISTER(v) __asm__("" : "+v"(v))
 #else
 #define ACC_MAX 2
-#define VW 8
 #define IN_REGISTER(v) (void)0
 #endif
-typedef float VN __attribute__((vector_size(4 * VW)));
-typedef float VNu __attribute__((vector_size(4 * VW), aligned(4), may_alias));   // at any float address
-#define vldn(p) (*(const VNu *)(p))
-#define vstn(p, x) (*(VNu *)(p) = (x))
-typedef int32_t IN __attribute__((vector_size(4 * VW)));   // lane masks: -1 or 0
-#define vblendn(mask, a, b) ((VN)(((IN)(a) & (mask)) | ((IN)(b) & ~(mask))))   // a where mask is set
 #define NG (L / VW)   // lane groups per tile row set: the tile's row r is lane r % VW of group r / VW
 static inline __attribute__((always_inline)) void acc_vecs(float *const *y, const float *x, size_t xs,
                                                            const float *const *c, int cs, int n, int d, int NV,

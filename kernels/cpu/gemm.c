@@ -350,7 +350,7 @@ void gemm_kernel_from_env(void) {
                  : !strcmp(v, "scalar") ? GEMM_KERNEL_SCALAR : GEMM_KERNEL_AUTO;
     if (k == GEMM_KERNEL_AUTO) die("MESHMOE_GEMM_KERNEL='%s' is not one of: avx512, avx2, scalar", v);
     if (!gemm_kernel_available(k)) die("MESHMOE_GEMM_KERNEL=%s: this CPU does not run that kernel", v);
-    forced = k;
+    gemm_force_kernel(k);
 }
 
 void gemm_pack_lines(float *P, int w, const float *X, size_t ld, int rows, int kc) {
@@ -471,16 +471,6 @@ static int row_runs(int cpanels, int par) {
     return cpanels % threads ? threads : 1;
 }
 
-// op(B) = B, K within one block: a k of a B panel is a contiguous run of columns, so the
-// micro-kernel reads B where it lies and no B block is packed. Packing B copies all K x N
-// of it, as much memory traffic as the product reads: at 32 rows it costs more than the
-// FMAs, and at 512 rows it still costs more than the strided reads of B save
-// (build/gemm_bench's "few rows" lines). Rows go in chunks of MS: the threads pack a
-// chunk's op(A) together (each panel once), then take column panels and run each down the
-// chunk's row panels; a B panel is read from B once per chunk. K runs in one pass, so
-// every chain starts at 0 and the old value (accumulate) is added to the finished chain,
-// read from C itself. A last, partial column panel is packed (zero-padded), and so is every
-// panel where copy_panel says.
 // Whether gemm_stream copies a B panel (K x nr) into the thread's buffer before running it
 // down `panels` row panels. The AVX2 tile's panel is one cache line wide: read in place at a
 // row stride that is a multiple of 4 KiB, all its rows fall in the same L1 set, and every
@@ -494,6 +484,16 @@ static int copy_panel(const KernelInfo *kn, int ldb, int panels) {
     return kn->copy_panels && ((ldb % 1024 == 0 && panels >= 16) || panels >= 64);
 }
 
+// op(B) = B, K within one block: a k of a B panel is a contiguous run of columns, so the
+// micro-kernel reads B where it lies and no B block is packed. Packing B copies all K x N
+// of it, as much memory traffic as the product reads: at 32 rows it costs more than the
+// FMAs, and at 512 rows it still costs more than the strided reads of B save
+// (build/gemm_bench's "few rows" lines). Rows go in chunks of MS: the threads pack a
+// chunk's op(A) together (each panel once), then take column panels and run each down the
+// chunk's row panels; a B panel is read from B once per chunk. K runs in one pass, so
+// every chain starts at 0 and the old value (accumulate) is added to the finished chain,
+// read from C itself. A last, partial column panel is packed (zero-padded), and so is every
+// panel where copy_panel says.
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
     int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);

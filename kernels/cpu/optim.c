@@ -11,17 +11,16 @@
 // AVX2 (the division cannot be done speculatively without AVX-512's masks).
 #define CLIPPED(g, c) (((g) / (c).norm) * (c).threshold)
 
-// One element of AdamW with the gradient gi.
-#define ADAMW_ELEMENT(gi)                                                              \
-    do {                                                                               \
-        float gi_ = (gi);                                                              \
-        m[i] = (1.0f - b1) * gi_ + b1 * m[i];                                          \
-        v[i] = (1.0f - b2) * (gi_ * gi_) + b2 * v[i];                                  \
-        float mhat = m[i] / c1, vhat = v[i] / c2;                                      \
-        float u = mhat / (sqrtf(vhat) + eps); /* scale_by_adam */                      \
-        u = u + wd * p[i];                    /* add_decayed_weights */                \
-        p[i] = p[i] + (-lr) * u;              /* scale_by_learning_rate, apply_updates */ \
-    } while (0)
+// AdamW on element i with the gradient gi.
+static inline void adamw_element(float *p, float *m, float *v, size_t i, float gi, float lr, float b1, float b2,
+                                 float c1, float c2, float eps, float wd) {
+    m[i] = (1.0f - b1) * gi + b1 * m[i];
+    v[i] = (1.0f - b2) * (gi * gi) + b2 * v[i];
+    float mhat = m[i] / c1, vhat = v[i] / c2;
+    float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
+    u = u + wd * p[i];                      // add_decayed_weights
+    p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
+}
 
 static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
                          float b1, float b2, float eps, float wd, GradClip clip) {
@@ -31,10 +30,10 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
     if (clip.on) {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) ADAMW_ELEMENT(CLIPPED(g[i], clip));
+        for (size_t i = 0; i < n; i++) adamw_element(p, m, v, i, CLIPPED(g[i], clip), lr, b1, b2, c1, c2, eps, wd);
     } else {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) ADAMW_ELEMENT(g[i]);
+        for (size_t i = 0; i < n; i++) adamw_element(p, m, v, i, g[i], lr, b1, b2, c1, c2, eps, wd);
     }
 }
 

@@ -1,8 +1,9 @@
-// kernels/cpu/vec16.h: 16 floats in vector lanes (GCC's vector extensions), for the CPU
-// kernels that work lane by lane: SwiGLU, expf16. The compiler maps them to one AVX-512
-// register, two AVX2 ones, or scalar code; in long loops with many live vectors its AVX2
-// split goes through the stack, so the attention tiles use the machine's own width instead
-// (kernels/cpu/attn_tiles.c: VN).
+// kernels/cpu/vec16.h: floats in vector lanes (GCC's vector extensions), for the CPU kernels
+// that work lane by lane. V16: 16 floats, for SwiGLU and expf16; the compiler maps them to
+// one AVX-512 register, two AVX2 ones, or scalar code. VN: VW floats, the machine's own
+// width (16 with AVX-512, 8 otherwise), for the attention tiles, whose long loops keep many
+// vectors live: there GCC's split of a 16-float vector into AVX2 registers went through the
+// stack.
 #ifndef MESHMOE_KERNELS_CPU_VEC16_H
 #define MESHMOE_KERNELS_CPU_VEC16_H
 #include <stdint.h>
@@ -17,5 +18,17 @@ typedef int32_t I16 __attribute__((vector_size(64)));   // lane masks: -1 or 0
 #define vst(p, x) (*(V16u *)(p) = (x))
 // Lane by lane, a where the mask is set, else b.
 #define vblend(mask, a, b) ((V16)(((I16)(a) & (mask)) | ((I16)(b) & ~(mask))))
+
+#ifdef __AVX512F__
+#define VW 16
+#else
+#define VW 8
+#endif
+typedef float VN __attribute__((vector_size(4 * VW)));
+typedef float VNu __attribute__((vector_size(4 * VW), aligned(4), may_alias));   // at any float address
+typedef int32_t IN __attribute__((vector_size(4 * VW)));                        // lane masks: -1 or 0
+#define vldn(p) (*(const VNu *)(p))
+#define vstn(p, x) (*(VNu *)(p) = (x))
+#define vblendn(mask, a, b) ((VN)(((IN)(a) & (mask)) | ((IN)(b) & ~(mask))))   // a where the mask is set
 
 #endif
