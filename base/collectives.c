@@ -196,29 +196,51 @@ static float *tree_reduce_onto(float *const *x, int n, size_t len, const float *
     return a;
 }
 
+// The reduce-scatter half of an all-reduce, in place: rank r copies slice r (slice_at) of
+// every other member's buf into the staging slots (member q's at stage + q * stride), and
+// sums them with its own slice along the tree into that slice of its own buf (which no
+// other member reads: each reads only its own slice of the others). No barrier after: the
+// caller's next step is one. The bytes that cross processes are counted under k.
+static void reduce_own_slice(Group *g, int r, CollKind k, float *buf, size_t n, float *stage, size_t stride) {
+    int P = g->n;
+    size_t lo = slice_at(n, r, P), len = slice_at(n, r + 1, P) - lo;
+    g->slot[r] = buf;
+    all_posted(g, r, &(Pieces){PIECE_SPLIT_T, k, g->slot, n, 0});
+    float *piece[P];
+    for (int q = 0; q < P; q++) {
+        piece[q] = q == r ? buf + lo : stage + (size_t)q * stride;
+        if (q != r) move(piece[q], at(g, q, r, posted(g, q, buf), sizeof(float) * lo), sizeof(float) * len);
+    }
+    tree_reduce_onto(piece, P, len, buf + lo);
+}
+
+// The staging of the direct reduce-scatter: a slot of one slice per member (the largest
+// slice, ceil(n / P) floats), charged whole.
+void coll_reduce_scatter_inplace(Group *g, float *buf, size_t n) {
+    if (g->n == 1) return;
+    int r = my_rank(g), P = g->n;
+    size_t slot = (n + (size_t)P - 1) / (size_t)P;
+    float *stage = mem_floats_uninit(MEM_COMM, (size_t)P * slot, "reduce-scatter pieces");   // its slots written
+    reduce_own_slice(g, r, COLL_REDUCE_SCATTER, buf, n, stage, slot);
+    done_reading(g);
+    mem_free(stage);
+    size_t b = sizeof(float) * (n - (slice_at(n, r + 1, P) - slice_at(n, r, P)));
+    count(COLL_REDUCE_SCATTER, b, b);
+}
+
 // Reduce-scatter, then all-gather, with the staging buffer of the direct algorithm (a slot
-// of n, or cap, floats per member, charged whole): rank r copies slice r of every other member's
-// buffer into those slots, sums them with its own slice along the tree into that slice of
-// its own buffer (which no other member reads before the next barrier), and posts it; then
-// every member copies every other summed slice into its buffer. Each element is summed by
-// one member along the same tree, so the bits are those of every member summing
-// everything. Counted as the direct algorithm's bytes.
+// of n, or cap, floats per member, charged whole): the reduce-scatter above, each member's
+// summed slice posted; then every member copies every other summed slice into its buffer.
+// Each element is summed by one member along the same tree, so the bits are those of every
+// member summing everything. Counted as the direct algorithm's bytes.
 void coll_all_reduce(Group *g, float *buf, size_t n) { coll_all_reduce_cap(g, buf, n, n); }
 
 void coll_all_reduce_cap(Group *g, float *buf, size_t n, size_t cap) {
     if (g->n == 1) return;
     if (cap < n) die("internal: an all-reduce of %zu floats staged for %zu", n, cap);
     int r = my_rank(g), P = g->n;
-    g->slot[r] = buf;
     float *stage = mem_floats_uninit(MEM_COMM, (size_t)P * cap, "all-reduce pieces");   // its slice of each slot written
-    size_t lo = slice_at(n, r, P), len = slice_at(n, r + 1, P) - lo;
-    all_posted(g, r, &(Pieces){PIECE_SPLIT_T, COLL_ALL_REDUCE, g->slot, n, 0});
-    float *piece[P];
-    for (int q = 0; q < P; q++) {
-        piece[q] = q == r ? buf + lo : stage + (size_t)q * cap + lo;
-        if (q != r) move(piece[q], at(g, q, r, posted(g, q, buf), sizeof(float) * lo), sizeof(float) * len);
-    }
-    tree_reduce_onto(piece, P, len, buf + lo);
+    reduce_own_slice(g, r, COLL_ALL_REDUCE, buf, n, stage + slice_at(n, r, P), cap);
     g->reduced[r] = buf;
     all_posted(g, r, &(Pieces){PIECE_SPLIT_S, COLL_ALL_REDUCE, (const void *const *)g->reduced, n, 0});
     for (int q = 0; q < P; q++) {

@@ -28,6 +28,9 @@ void coll_all_gather(Group *g, const void *send, void *recv, size_t bytes_each);
 // recv (n_each floats) on rank r = tree sum over ranks of send[r*n_each .. (r+1)*n_each).
 void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each);
 // buf (n floats) = tree sum over ranks of every member's buf.
+// The same for slice r of rank r's buf only (elements n*r/P .. n*(r+1)/P of P members); the
+// rest of its buf is left as it was.
+void coll_reduce_scatter_inplace(Group *g, float *buf, size_t n);
 void coll_all_reduce(Group *g, float *buf, size_t n);
 // The same with the staging buffer allocated for cap >= n floats per member: a size bound
 // that does not depend on the data (the rows an expert received), so that the memory does not.

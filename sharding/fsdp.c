@@ -39,6 +39,30 @@ void fsdp_free_gathered(Model *m, int u) {
     m->gathered[2 * u] = NULL;
 }
 
+// The part of a unit's shard (len floats) whose gradient this device needs summed over
+// the batch devices: all of it, or under ZeRO-1 (shard_optimizer_over_data) only the piece
+// it updates (optim/optimizer.c:update_shard), from *off on.
+static size_t summed_part(const StateShard *s, size_t len, size_t *off) {
+    *off = len / (size_t)s->Z * (size_t)s->zrank;
+    return len / (size_t)s->Z;
+}
+
+// The sum over the data replicas of a shard's gradient (len floats at x): an all-reduce, or
+// under ZeRO-1 a reduce-scatter in place, rank r's slice being piece r (the data group's
+// ranks are the zrank order); the other pieces of x then hold this device's own
+// contribution, which nothing reads. The same bits in the piece either way.
+static void data_reduce(const StateShard *s, float *x, size_t len) {
+    if (!s->data || group_size(s->data) == 1) return;
+    if (s->Z > 1) coll_reduce_scatter_inplace(s->data, x, len);
+    else coll_all_reduce(s->data, x, len);
+}
+
+// Over context last (the outermost level of the tree), the summed part only.
+static void context_reduce(const StateShard *s, float *x, size_t len) {
+    size_t off, n = summed_part(s, len, &off);
+    coll_all_reduce(s->context, x + off, n);
+}
+
 void fsdp_grad_finish(Model *m, float *buf) {
     const StateShard *s = &m->shard;
     if (buf != m->grads_mem) {   // the chunk slots along the tree over this device's chunks
@@ -46,7 +70,7 @@ void fsdp_grad_finish(Model *m, float *buf) {
         mem_copy(m->grads_mem, buf, sizeof(float) * s->local_n);
     }
     if (s->nctx > 1)
-        for (int u = 0; u < s->nunits; u++) coll_all_reduce(s->context, m->grads_mem + s->local_off[u], shard_len(s, u));
+        for (int u = 0; u < s->nunits; u++) context_reduce(s, m->grads_mem + s->local_off[u], shard_len(s, u));
 }
 
 void fsdp_grad_begin(Model *m, int u) {
@@ -99,7 +123,7 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
             expert_reduce(m, u, fj);
             if (s->F > 1) coll_reduce_scatter(s->fsdp, fj, pj, len);
             else if (pj != fj) mem_copy(pj, fj, sizeof(float) * len);
-            if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, pj, len);
+            data_reduce(s, pj, len);
         }
         if (!m->grad_partial && slots > 1) {
             tree_reduce_inplace(piece, slots, len);
@@ -111,11 +135,11 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
         if (s->F == 1) model_bind_unit(m, &m->grads, u, dst);   // back to the gradient buffer
     } else {
         expert_reduce(m, u, dst);
-        if (s->data && group_size(s->data) > 1) coll_all_reduce(s->data, dst, len);
+        data_reduce(s, dst, len);
     }
     // Over context last: each context device holds whole chunks, the tree's outermost level
     // (after the microbatches, in fsdp_grad_finish, while accumulating).
-    if (!m->grad_partial && s->nctx > 1) coll_all_reduce(s->context, dst, len);
+    if (!m->grad_partial && s->nctx > 1) context_reduce(s, dst, len);
 }
 
 // The global gradient norm, the same bits on every mesh. Each device adds the squares of
@@ -126,7 +150,8 @@ void fsdp_grad_end_into(Model *m, int u, float *dst) {
 // only the copy at coordinate 0 of that axis (and only the copy at context coordinate 0:
 // that axis holds replicas). The data axis holds replicas of the whole gradient too (it
 // is all-reduced by now), so the work is spread over it: the replica at data coordinate r
-// of D adds part r of D of every piece it would own at coordinate 0.
+// of D adds part r of D of every piece it would own at coordinate 0. Under ZeRO-1 only
+// the replica's own piece of each shard was summed (data_reduce), and that is its part.
 
 static int owns_tensor(const Mesh *mesh, int dev, const ParamSpec *sp) {
     unsigned split = AXIS_BIT(AX_DATA);   // every data replica takes its part, below
@@ -150,7 +175,11 @@ float fsdp_grad_norm(Model *m) {
         // The part of this tensor inside this device's shard of unit u.
         size_t g0 = shard_first(s, u), g1 = g0 + shard_len(s, u);
         size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
-        if (a < b && nd > 1) {   // this data replica's part of [a, b)
+        if (a < b && s->Z > 1) {   // ZeRO-1: the part in this replica's piece, the only one summed here
+            size_t off, n = summed_part(s, g1 - g0, &off);
+            a = MM_MAX(a, g0 + off);
+            b = MM_MIN(b, g0 + off + n);
+        } else if (a < b && nd > 1) {   // this data replica's part of [a, b)
             size_t len = b - a;
             b = a + len * (size_t)(rd + 1) / (size_t)nd;
             a = a + len * (size_t)rd / (size_t)nd;

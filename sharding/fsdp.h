@@ -10,7 +10,8 @@
 // after; its gradient is computed in full, then reduce-scattered (and all-reduced over
 // `data`) so that each device keeps the sum for its own shard. ZeRO-1
 // (shard_optimizer_over_data) also cuts each shard into `data` pieces for the moments:
-// every data replica updates its piece and the pieces are all-gathered.
+// the gradient is reduce-scattered over `data` instead (each replica needs the sum of its
+// piece only), every data replica updates its piece and the pieces are all-gathered.
 //
 // The batch is split over data*fsdp devices; every sum over devices goes along the
 // canonical tree (base/collectives.h), so the loss is bit-identical to one device
@@ -30,7 +31,8 @@ void fsdp_all_gather(struct Model *m, int u);
 void fsdp_free_gathered(struct Model *m, int u);
 // Around the backward pass of unit u: under FSDP the unit's gradient is computed in a full
 // buffer (tag grads), then reduce-scattered over fsdp; with data > 1 it is all-reduced over
-// data; with context > 1, over context last (the outermost level of the canonical tree).
+// data (under ZeRO-1 reduce-scattered: only this replica's piece is summed, and summed
+// further); with context > 1, over context last (the outermost level of the canonical tree).
 // With chunk slots (grad_slots > 1, base/context.h) the full buffer holds one gradient
 // per chunk this device holds, each reduced over fsdp and data, then added along the tree.
 // The result lands in m->grad_dst.
