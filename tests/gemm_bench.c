@@ -8,6 +8,7 @@
 // from memory, as in a training step, where a weight or an activation was last touched a
 // whole layer before; without it the repeats find them in the caches.
 //   build/gemm_bench [n] [cold]        (n = 2048 by default)
+//   MESHMOE_GEMM_KERNEL=avx2 build/gemm_bench   (the ordered GEMM on the AVX2 tile)
 #include "core/common.h"
 #include "kernels/cpu/gemm.h"
 #include "model/matmul.h"
@@ -65,6 +66,7 @@ static Device dev;
 
 int main(int argc, char **argv) {
     blas_prefer_fast_kernels(argv);
+    gemm_kernel_from_env();   // MESHMOE_GEMM_KERNEL=avx2: the AVX2 tile on an AVX-512 CPU
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
     int n = argc > 1 ? atoi(argv[1]) : 2048;

@@ -17,9 +17,9 @@
 //
 // B read in place (when K fits one block): gemm_stream reads op(B) = B where it lies, at
 // any number of rows, and gemm_stream_t reads the rows of W for op(B) = W^T, up to
-// STREAM_M_WT rows (gemm.h; AVX-512; the other kernel sets pack it). Their chains are the
-// same: each element is one pass over all of K from 0, and the old value is added to the
-// finished chain.
+// STREAM_M_WT rows on AVX-512 and STREAM_M_WT_AVX2 on AVX2 (gemm.h; the scalar set packs
+// it). Their chains are the same: each element is one pass over all of K from 0, and the
+// old value is added to the finished chain.
 //
 // Packing is a copy where the operand's k-major lines are already contiguous and a
 // transposition where they are not (pack_t: op(A) = A, op(B) = W^T), done 16 x 16 or 8 x 8
@@ -56,10 +56,10 @@ enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 // The most rows of a product that reads B in place (gemm_stream for op(B) = B: any;
 // gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
 // every shape down both paths.
-static int stream_b = INT_MAX, stream_wt = STREAM_M_WT;
+static int stream_b = INT_MAX, stream_wt = -1;   // -1: the kernel set's own bound (KernelInfo)
 void gemm_set_stream_rows(int rows) {
     stream_b = rows < 0 ? INT_MAX : rows;
-    stream_wt = rows < 0 ? STREAM_M_WT : rows;
+    stream_wt = rows < 0 ? -1 : rows;
 }
 
 // The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr), k-major, and a
@@ -191,6 +191,34 @@ static void kernel_avx512_t(int kc, const float *const *w, const float *Ap, floa
     }
 }
 
+// The same for AVX2: 6 columns of C by 16 rows in the lanes, from a panel Ap (kc, 16);
+// T[r*16 + l] receives the chain of C(i0+l, j0+r). Twelve accumulators, two A vectors and
+// a broadcast fill the sixteen registers.
+__attribute__((target("avx2,fma")))
+static void kernel_avx2_t(int kc, const float *const *w, const float *Ap, float *T) {
+    __m256 c[6][2];
+    const float *p[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        c[r][0] = c[r][1] = _mm256_setzero_ps();
+        p[r] = w[r];
+    }
+    for (int k = 0; k < kc; k++, Ap += 16) {
+        __m256 a0 = _mm256_load_ps(Ap), a1 = _mm256_load_ps(Ap + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            __m256 b = _mm256_broadcast_ss(p[r] + k);
+            c[r][0] = _mm256_fmadd_ps(a0, b, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(a1, b, c[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        _mm256_store_ps(T + r * 16, c[r][0]);
+        _mm256_store_ps(T + r * 16 + 8, c[r][1]);
+    }
+}
+
 // ---- Packing. A panel is w consecutive rows or columns of an operand laid out k-major, so
 // that the micro-kernel reads it with unit stride. Where the operand holds those w lines
 // with k contiguous (op(A) = A row-major, op(B) = W^T with W row-major, op(A)^T for the
@@ -302,7 +330,8 @@ static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int 
 }
 
 // tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
-// set has none (then op(B) = W^T is always packed). pack: the set's pack_t.
+// set has none (then op(B) = W^T is always packed); wt_rows: the most rows it takes (gemm.h,
+// STREAM_M_WT). pack: the set's pack_t.
 // copy_panels: the in-place path copies a B panel before running it down the row panels
 // where that was measured faster (gemm_stream: copy_panel).
 typedef struct {
@@ -310,14 +339,15 @@ typedef struct {
     int mr, nr;
     const char *name;
     WeightKernel tfn;
-    int tn, tl;
+    int tn, tl, wt_rows;
     PackT pack;
     int copy_panels;
 } KernelInfo;
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, pack_t_scalar, 0},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", NULL, 0, 0, pack_t_avx2, 1},
-    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, pack_t_avx512, 0},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, 0},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2, 1},
+    [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, STREAM_M_WT,
+                            pack_t_avx512, 0},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -690,7 +720,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
         gemm_stream(kn, &g, par);
         return;
     }
-    if (transB && kn->tfn && M <= stream_wt && K <= KC) {
+    if (transB && kn->tfn && M <= (stream_wt >= 0 ? stream_wt : kn->wt_rows) && K <= KC) {
         gemm_stream_t(kn, &g, par);
         return;
     }

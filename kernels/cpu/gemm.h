@@ -46,9 +46,13 @@ void gemm_kernel_from_env(void);
 // Zen 4, per CPU-second against the packed path with vectorised packing, warm and `cold`:
 // B read in place gains at every row count from 8 to 512; the transposed tile gains from
 // 32 to 128 rows (at 128 cold; warm it is even), and from 192 rows it is even at best and
-// mostly loses (at 8 rows it loses warm and gains cold). A test can set 0 (always pack)
-// or a large value (always in place) for both; a negative value restores the defaults.
-enum { STREAM_M_WT = 128 };
+// mostly loses (at 8 rows it loses warm and gains cold). The AVX2 set's transposed tile
+// (6 columns by 16 rows) gains more, its packing being 8 x 8 transpositions: (M,1024)@
+// (1024,512)^T, 2 threads, cold, 60 against 21 GFLOP/s at 8 rows, 167 against 91 at 64,
+// 188 against 173 at 512, 185 against 175 at 1024, and 176 against 186 at 2048 (K = 384 and
+// 512 alike), hence its own bound. A test can set 0 (always pack) or a large value (always
+// in place) for both paths; a negative value restores the defaults.
+enum { STREAM_M_WT = 128, STREAM_M_WT_AVX2 = 1024 };
 void gemm_set_stream_rows(int rows);
 
 // P (kc, w) k-major: P[k*w + r] = X[r*ld + k] for r < rows, 0 for rows <= r < w; lines of
