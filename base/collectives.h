@@ -28,13 +28,14 @@ void coll_all_gather(Group *g, const void *send, void *recv, size_t bytes_each);
 // recv (n_each floats) on rank r = tree sum over ranks of send[r*n_each .. (r+1)*n_each).
 void coll_reduce_scatter(Group *g, const float *send, float *recv, size_t n_each);
 // buf (n floats) = tree sum over ranks of every member's buf.
-// The same for slice r of rank r's buf only (elements n*r/P .. n*(r+1)/P of P members); the
-// rest of its buf is left as it was.
-void coll_reduce_scatter_inplace(Group *g, float *buf, size_t n);
 void coll_all_reduce(Group *g, float *buf, size_t n);
 // The same with the staging buffer allocated for cap >= n floats per member: a size bound
 // that does not depend on the data (the rows an expert received), so that the memory does not.
 void coll_all_reduce_cap(Group *g, float *buf, size_t n, size_t cap);
+// The all-reduce's first half, in place: slice r of rank r's buf (elements n*r/P ..
+// n*(r+1)/P of P members) = the tree sum over ranks of that slice; the rest of its buf is
+// left as it was (ZeRO-1's gradient: each rank needs the slice it updates).
+void coll_reduce_scatter_inplace(Group *g, float *buf, size_t n);
 // The same for integers and doubles (integer sums are exact; doubles use the tree).
 void coll_all_reduce_long(Group *g, long *buf, size_t n);
 void coll_all_reduce_double(Group *g, double *buf, size_t n);

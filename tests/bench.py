@@ -9,7 +9,8 @@ Prints, in one run on this machine:
      threads; "the peak" is the highest 2-thread figure of these, named in the table;
   2. for mixtral-small and deepseek-small (fp32, sparse experts, 1 device): meshmoe (as the
      preset says, and with remat_policy=none: no recomputation, as the peers run), PyTorch
-     eager and JAX jit training the same model on the same batch (tests/bench_peers.py),
+     eager (as is, and with each decoder layer recomputed in the backward, as the presets'
+     remat_policy=full does) and JAX jit training the same model on the same batch (tests/bench_peers.py),
      run in turn ROUNDS times; per system the median step time over every step but the
      first of each run, tokens/s, model GFLOP/s, % of the peak, the step time over
      meshmoe's, and each run's own median (on a shared machine, how far the runs moved).
@@ -230,7 +231,8 @@ def main():
         flops, tokens = model_flops(read_config(preset))
         # meshmoe runs the preset (remat_policy=full, MaxText's default: the backward
         # recomputes each layer's forward) and, like the peers, with nothing recomputed.
-        times = {"meshmoe": [], "meshmoe remat_policy=none": [], "PyTorch eager": [], "JAX jit": []}
+        times = {"meshmoe": [], "meshmoe remat_policy=none": [], "PyTorch eager": [],
+                 "PyTorch eager, layers recomputed": [], "JAX jit": []}
         runs = {name: [] for name in times}   # each run's own median: how far the machine moved
         notes = {}
         with tempfile.TemporaryDirectory(prefix="meshmoe-bench.") as tmp:
@@ -249,7 +251,8 @@ def main():
                     times[name] += t
                     runs[name].append(statistics.median(t))
                 if peers_here:
-                    for name, which in (("PyTorch eager", "torch"), ("JAX jit", "jax")):
+                    for name, which in (("PyTorch eager", "torch"), ("PyTorch eager, layers recomputed", "torch-remat"),
+                                        ("JAX jit", "jax")):
                         t, info = run_peer(which, dump)
                         if t is None:
                             notes[name] = f"failed: {info}"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The same training step as meshmoe in PyTorch eager and in JAX jit, for `make bench`.
 
-Usage:  bench_peers.py {torch,torch-compile,jax} DUMP STEPS            (make bench, the CPU)
-        bench_peers.py {torch,torch-compile,jax} DESCRIBE.json STEPS   (make bench-gpu)
+Usage:  bench_peers.py {torch,torch-remat,torch-compile,jax} DUMP STEPS            (make bench, the CPU)
+        bench_peers.py {torch,torch-remat,torch-compile,jax} DESCRIBE.json STEPS   (make bench-gpu)
 
 DUMP is a parity dump of the C trainer (`./train CONFIG dump_parity=DIR parity_steps=1`):
 its config gives the model's dimensions and its first batch the tokens, so both peers
@@ -21,7 +21,9 @@ torch-compile is the torch peer under torch.compile.
 torch: transformers' MixtralForCausalLM or DeepseekV3ForCausalLM with the dimensions
 mapped from the config, float32, train mode, loss.backward(), gradient clipping at the
 config's threshold, torch.optim.AdamW; `torch.set_num_threads(2)`, PyTorch's default
-attention implementation.
+attention implementation. torch-remat: the same with transformers' gradient checkpointing
+(each decoder layer's forward recomputed in the backward, torch.utils.checkpoint without
+reentry): what meshmoe's presets do with remat_policy=full.
 jax: tests/parity/reference.py's model (the JAX reference of the parity tests), one
 jax.jit of value_and_grad + optax's clip and AdamW (make_optimizer), float32.
 """
@@ -62,7 +64,7 @@ def torch_model(cfg):
     return model.to(torch.float32).train()
 
 
-def run_torch(cfg, inputs, steps, compiled=False):
+def run_torch(cfg, inputs, steps, compiled=False, remat=False):
     import contextlib
     import torch
     gpu = torch.cuda.is_available()
@@ -71,6 +73,11 @@ def run_torch(cfg, inputs, steps, compiled=False):
         torch.set_num_threads(2)
     torch.manual_seed(0)
     model = torch_model(cfg).to(dev)
+    if remat:   # every decoder layer's forward again in the backward (older transformers: gradient_*)
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["learning_rate"], betas=(cfg["adam_b1"], cfg["adam_b2"]),
                             eps=cfg["adam_eps"], weight_decay=cfg["adam_weight_decay"], fused=gpu)
     bf16 = gpu and cfg["dtype"] == "bfloat16"
@@ -155,15 +162,16 @@ def from_dump(dump):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("torch", "torch-compile", "jax"):
-        sys.exit("usage: bench_peers.py {torch,torch-compile,jax} DUMP.safetensors|DESCRIBE.json STEPS")
+    if len(sys.argv) != 4 or sys.argv[1] not in ("torch", "torch-remat", "torch-compile", "jax"):
+        sys.exit("usage: bench_peers.py {torch,torch-remat,torch-compile,jax} DUMP.safetensors|DESCRIBE.json STEPS")
     which, source, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     sys.path.insert(0, os.path.join(HERE, "parity"))
     cfg, params, state, inputs, targets = (from_describe if source.endswith(".json") else from_dump)(source)
     if which == "jax":
         times, losses, n, peak = run_jax(cfg, params, state, inputs, targets, steps)
     else:
-        times, losses, n, peak = run_torch(cfg, inputs, steps, compiled=which == "torch-compile")
+        times, losses, n, peak = run_torch(cfg, inputs, steps, compiled=which == "torch-compile",
+                                           remat=which == "torch-remat")
     for i, (t, loss) in enumerate(zip(times, losses)):
         print(f"step {i} seconds {t:.4f} loss {loss:.6g}")
     print(f"params {n}")

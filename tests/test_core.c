@@ -478,19 +478,23 @@ static void test_local_dims(void) {
 // The all-reduce (base/collectives.c:coll_all_reduce): every member ends with the tree sum
 // over ranks of every member's buffer, bit for bit, on groups of 2, 3 and 4 (3: slices of
 // unequal length), for buffers shorter than the group and above the kernels' threading
-// threshold. The expected sums are plain float adds in the tree's order, made here.
-typedef struct { size_t n; float *got[4]; } ArRun;
+// threshold. The reduce-scatter in place (coll_reduce_scatter_inplace, ZeRO-1's gradient):
+// member r ends with that sum in its slice [n r / P, n (r+1) / P) and its own values
+// elsewhere. The expected sums are plain float adds in the tree's order, made here.
+typedef struct { size_t n; int scatter; float *got[4]; } ArRun;
 static float ar_value(int r, size_t i) { return (float)((r % 2 ? -1.0 : 1.0) / (3.0 + 0.37 * (double)i + 1.91 * r)); }
 static void ar_device(int d, void *arg) {
     ArRun *a = (ArRun *)arg;
     float *b = mem_floats(MEM_TEMP, a->n, "all-reduce test buffer");
     for (size_t i = 0; i < a->n; i++) b[i] = ar_value(d, i);
-    coll_all_reduce(mesh_axis_group(AX_DATA), b, a->n);
+    if (a->scatter) coll_reduce_scatter_inplace(mesh_axis_group(AX_DATA), b, a->n);
+    else coll_all_reduce(mesh_axis_group(AX_DATA), b, a->n);
     memcpy(a->got[d], b, sizeof(float) * a->n);
     mem_free(b);
 }
-static void test_all_reduce(void) {
+static void test_all_reduce(int scatter) {
     const size_t sizes[] = {1, 5, 1001, 100003};
+    const char *what = scatter ? "reduce-scatter in place" : "all-reduce";
     int failed_before = test_failed;
     for (int P = 2; P <= 4; P++)
         for (int k = 0; k < 4; k++) {
@@ -500,7 +504,7 @@ static void test_all_reduce(void) {
             c.ici_data_parallelism = P;
             Mesh mesh;
             mesh_init(&mesh, &c);
-            ArRun run = {n, {0}};
+            ArRun run = {n, scatter, {0}};
             for (int r = 0; r < P; r++) run.got[r] = malloc(sizeof(float) * n);
             mesh_run(&mesh, ar_device, &run);
             int same = 1, leak = 0;
@@ -508,15 +512,20 @@ static void test_all_reduce(void) {
                 float v[4];
                 for (int r = 0; r < P; r++) v[r] = ar_value(r, i);
                 float want = P == 2 ? v[0] + v[1] : P == 3 ? (v[0] + v[1]) + v[2] : (v[0] + v[1]) + (v[2] + v[3]);
-                for (int r = 0; r < P; r++) same &= memcmp(&run.got[r][i], &want, sizeof want) == 0;
+                for (int r = 0; r < P; r++) {
+                    int summed = !scatter || (i >= n * r / P && i < n * (r + 1) / P);
+                    same &= memcmp(&run.got[r][i], summed ? &want : &v[r], sizeof want) == 0;
+                }
             }
             for (int r = 0; r < P; r++) { leak |= mesh.devices[r].live_total != 0; free(run.got[r]); }
-            CHECK(same && !leak, "all-reduce of %zu floats over %d devices: every member has the tree sum bit for bit (%s, %s)",
-                  n, P, same ? "same" : "DIFFERS", leak ? "LEAKED" : "no leak");
+            CHECK(same && !leak, "%s of %zu floats over %d devices: %s bit for bit (%s, %s)", what, n, P,
+                  scatter ? "each member's slice holds the tree sum, the rest its own values" : "every member has the tree sum",
+                  same ? "same" : "DIFFERS", leak ? "LEAKED" : "no leak");
             mesh_free(&mesh);
         }
     if (test_failed == failed_before)
-        printf("  all-reduce: groups of 2, 3, 4, buffers of 1 to 100003 floats: the tree sum on every member, bit for bit\n");
+        printf("  %s: groups of 2, 3, 4, buffers of 1 to 100003 floats: the tree sum %s, bit for bit\n", what,
+               scatter ? "in each member's slice" : "on every member");
 }
 
 int main(void) {
@@ -533,7 +542,8 @@ int main(void) {
     test_adafactor_dims();
     test_config_json();
     test_local_dims();
-    test_all_reduce();
+    test_all_reduce(0);
+    test_all_reduce(1);
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);
     TEST_SUMMARY();
 }
