@@ -39,6 +39,12 @@ static inline int shard_is_split(const StateShard *s) { return s->F * s->Z > 1; 
 // (n = 0 for a unit on another pipeline stage).
 size_t shard_first(const StateShard *s, int u);
 size_t shard_len(const StateShard *s, int u);
+// ZeRO-1's piece of a shard of len floats (shard_optimizer_over_data): the part this data
+// replica updates and needs summed, from *off on; the whole shard when Z = 1.
+static inline size_t shard_zero1_piece(const StateShard *s, size_t len, size_t *off) {
+    *off = len / (size_t)s->Z * (size_t)s->zrank;
+    return len / (size_t)s->Z;
+}
 // Whether `dev` holds the first copy of something split over the mesh axes in `split` (a
 // bit mask): coordinate 0 along every axis that holds replicas of it (data, context,
 // tensor, expert). One device per distinct piece answers yes (mesh NULL: one device).

@@ -76,7 +76,7 @@ static void update_shard(Model *m, int sgd, float lr, int t, GradClip clip) {
         return;
     }
     for (int u = 0; u < s->nunits; u++) {
-        size_t len = shard_len(s, u), piece = len / s->Z, at = s->local_off[u] + (size_t)s->zrank * piece;
+        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off), at = s->local_off[u] + off;
         update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t, clip);
         // In place: piece q of every member lands at piece q of this shard; this member's
         // own piece is already there (each member writes only the pieces it does not send).

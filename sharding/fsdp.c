@@ -39,14 +39,6 @@ void fsdp_free_gathered(Model *m, int u) {
     m->gathered[2 * u] = NULL;
 }
 
-// The part of a unit's shard (len floats) whose gradient this device needs summed over
-// the batch devices: all of it, or under ZeRO-1 (shard_optimizer_over_data) only the piece
-// it updates (optim/optimizer.c:update_shard), from *off on.
-static size_t summed_part(const StateShard *s, size_t len, size_t *off) {
-    *off = len / (size_t)s->Z * (size_t)s->zrank;
-    return len / (size_t)s->Z;
-}
-
 // The sum over the data replicas of a shard's gradient (len floats at x): an all-reduce, or
 // under ZeRO-1 a reduce-scatter in place, rank r's slice being piece r (the data group's
 // ranks are the zrank order); the other pieces of x then hold this device's own
@@ -57,9 +49,10 @@ static void data_reduce(const StateShard *s, float *x, size_t len) {
     else coll_all_reduce(s->data, x, len);
 }
 
-// Over context last (the outermost level of the tree), the summed part only.
+// Over context last (the outermost level of the tree), the summed part only: under ZeRO-1
+// the piece this replica updates (optim/optimizer.c:update_shard).
 static void context_reduce(const StateShard *s, float *x, size_t len) {
-    size_t off, n = summed_part(s, len, &off);
+    size_t off, n = shard_zero1_piece(s, len, &off);
     coll_all_reduce(s->context, x + off, n);
 }
 
@@ -176,7 +169,7 @@ float fsdp_grad_norm(Model *m) {
         size_t g0 = shard_first(s, u), g1 = g0 + shard_len(s, u);
         size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
         if (a < b && s->Z > 1) {   // ZeRO-1: the part in this replica's piece, the only one summed here
-            size_t off, n = summed_part(s, g1 - g0, &off);
+            size_t off, n = shard_zero1_piece(s, g1 - g0, &off);
             a = MM_MAX(a, g0 + off);
             b = MM_MIN(b, g0 + off + n);
         } else if (a < b && nd > 1) {   // this data replica's part of [a, b)
