@@ -45,8 +45,9 @@ void matmul_cpu_use_openblas(int on);
 // Which BLAS runs, for the start-up line (e.g. "OpenBLAS 0.3.21, kernels SkylakeX").
 const char *blas_description(void);
 void blas_set_threads(int n);
-// Re-executes the program with OPENBLAS_CORETYPE=SkylakeX when OpenBLAS picked slower
-// AVX2 kernels on a CPU with AVX-512. Call first thing in main().
+// Re-executes the program with OPENBLAS_CORETYPE=SkylakeX (or Haswell) when OpenBLAS picked
+// kernels narrower than the CPU's widest vectors (Haswell's on AMD Zen 4, Prescott's on an
+// Intel Xeon it does not know). Call first thing in main().
 void blas_prefer_fast_kernels(char **argv);
 
 #endif

@@ -117,7 +117,7 @@ const char *blas_description(void) {
 #ifndef MESHMOE_NO_BLAS
     const char *picked = getenv("MESHMOE_BLAS_PICKED");
     if (picked)
-        snprintf(buf, sizeof buf, "%s (kernels: %s; OpenBLAS picked %s, but this CPU has AVX-512)",
+        snprintf(buf, sizeof buf, "%s (kernels: %s; OpenBLAS picked %s, older than this CPU)",
                  openblas_get_config(), openblas_get_corename(), picked);
     else
         snprintf(buf, sizeof buf, "%s (kernels: %s)", openblas_get_config(), openblas_get_corename());
@@ -135,35 +135,58 @@ void blas_set_threads(int n) {
 #endif
 }
 
-// Debian's OpenBLAS 0.3.21 picks its Haswell (AVX2) kernels on AMD Zen 4/5 CPUs that
-// have AVX-512; its SkylakeX kernels are about 2x faster there (measured sgemm). The
-// choice is read from OPENBLAS_CORETYPE when the library loads, so if the CPU has
-// AVX-512 and the variable is unset, we set it and re-execute ourselves once.
+// Debian's OpenBLAS 0.3.21 picks kernels older than the CPU runs when it does not know the
+// CPU: its Haswell (AVX2) kernels on AMD Zen 4/5, its Prescott (SSE3) kernels on Intel
+// Xeons newer than it (Emerald Rapids, seen here); its SkylakeX kernels are 2x to 5x faster
+// there (measured sgemm). The choice is read from OPENBLAS_CORETYPE when the library loads,
+// so if that variable is unset and the pick lacks the widest vectors the CPU has, we set it
+// to an OpenBLAS core with those vectors and re-execute ourselves once.
 // Set OPENBLAS_CORETYPE yourself to override (e.g. OPENBLAS_CORETYPE=Haswell).
 #ifndef MESHMOE_NO_BLAS
-static int cpu_has_avx512(void) {
+// 1 if /proc/cpuinfo's flags hold every word of `flags` (a NULL-terminated list).
+static int cpu_has(const char *const *flags) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return 0;
     char line[8192];
     int ok = 0;
     while (fgets(line, sizeof line, f))
         if (!strncmp(line, "flags", 5)) {
-            ok = strstr(line, " avx512f") && strstr(line, " avx512bw") && strstr(line, " avx512vl") &&
-                 strstr(line, " avx512dq");
+            line[strcspn(line, "\n")] = ' ';   // every flag then ends in a space
+            ok = 1;
+            for (; *flags; flags++) {
+                char word[32];
+                snprintf(word, sizeof word, " %s ", *flags);
+                if (!strstr(line, word)) ok = 0;
+            }
             break;
         }
     fclose(f);
     return ok;
+}
+
+static int name_in(const char *name, const char *const *names) {
+    for (; *names; names++)
+        if (!strcmp(name, *names)) return 1;
+    return 0;
 }
 #endif
 
 #include <unistd.h>
 void blas_prefer_fast_kernels(char **argv) {
 #ifndef MESHMOE_NO_BLAS
-    if (getenv("OPENBLAS_CORETYPE") || !cpu_has_avx512()) return;
-    const char *core = openblas_get_corename();
-    if (strcmp(core, "Haswell") && strcmp(core, "Zen")) return;
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    static const char *const avx512[] = {"avx512f", "avx512bw", "avx512vl", "avx512dq", NULL};
+    static const char *const avx2[] = {"avx2", "fma", NULL};
+    static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    static const char *const avx2_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                             "SapphireRapids", NULL};
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *core = openblas_get_corename(), *want = NULL;
+    if (cpu_has(avx512) && !name_in(core, avx512_cores))
+        want = "SkylakeX";
+    else if (!cpu_has(avx512) && cpu_has(avx2) && !name_in(core, avx2_cores))
+        want = "Haswell";
+    if (!want) return;
+    setenv("OPENBLAS_CORETYPE", want, 1);
     setenv("MESHMOE_BLAS_PICKED", core, 1);   // so the start-up line can say what changed
     execv("/proc/self/exe", argv);
     // If re-executing failed, carry on with the kernels we have.
