@@ -63,6 +63,7 @@ run_part "vocabulary tiling and the one-hot embedding" bash tests/vocab.sh
 run_part "flash attention: tolerance, block sizes, context parallelism, memory" bash tests/flash.sh
 run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh
 run_part "profile=true: same bits, FLOP tallies agree, rows add up; the bench's limits" bash tests/profile.sh
+run_part "OpenBLAS runs kernels as wide as the CPU's vectors" bash tests/blas_kernels.sh
 run_part "function lengths: none over 80 lines" bash tests/funclen.sh
 run_part "layers: no include points up (README.md#layers-and-a-reading-order)" bash tests/layers.sh
 run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
