@@ -51,6 +51,19 @@ def load_average():
         return " ".join(f.read().split()[:3])
 
 
+def cpu_ticks():
+    """(all, steal) clock ticks of every CPU so far (/proc/stat's first line); steal is the
+    time a hypervisor ran something else while this machine's CPUs wanted to run."""
+    with open("/proc/stat") as f:
+        t = [int(x) for x in f.readline().split()[1:]]
+    return sum(t[:8]), (t[7] if len(t) > 7 else 0)
+
+
+def stolen_since(start):
+    total, steal = cpu_ticks()
+    return 100.0 * (steal - start[1]) / max(1, total - start[0])
+
+
 def read_config(preset):
     """The flat YAML preset as a dict of numbers and strings (the keys the formula needs)."""
     cfg = {}
@@ -199,6 +212,7 @@ def run_peer(which, dump):
 
 
 def main():
+    ticks = cpu_ticks()
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)")
     waits = ", ".join(f"{k}={ENV[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in ENV)
     print("OpenMP waiting threads: " + (waits or "each system's default (meshmoe: 1000 spins, then sleep)"))
@@ -282,7 +296,8 @@ def main():
     for preset in PRESETS:
         profile_table(preset, p2, bw.get(2), "remat_policy=none")
         profile_table(preset, p2, bw.get(2))
-    print(f"load average at end: {load_average()}")
+    print(f"load average at end: {load_average()}; CPU time taken by the hypervisor during the bench "
+          f"(steal, /proc/stat): {stolen_since(ticks):.1f}%")
 
 
 if __name__ == "__main__":
