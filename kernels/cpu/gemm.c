@@ -514,6 +514,10 @@ static int copy_panel(const KernelInfo *kn, int ldb, int panels) {
     return kn->copy_panels && ((ldb % 1024 == 0 && panels >= 16) || panels >= 64);
 }
 
+// Whether each thread runs its own row panels of a chunk over every column panel (gemm_stream
+// says why): where the row panels split evenly over the threads or number 4 per thread.
+static int own_rows(int panels, int threads) { return panels % threads == 0 || panels >= 4 * threads; }
+
 // Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) packed into Ap (k-major,
 // a panel of mr rows after another), by the calling thread.
 static void stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1) {
@@ -566,8 +570,8 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
 // in all (four runs; the two in turn product by product, cold, 2 threads, median of 15;
 // one shape alone moved from 0.80x to 1.16x with the machine), and a whole step 0.90x
 // (mixtral-small, remat_policy=none, medians of six runs each in turn: 1664 against 1858
-// ms; deepseek-small 1507 against 1598). Not measured on AMD's cores, whose two cores share
-// an L3. Otherwise (few rows) the threads pack the chunk together and take column panels,
+// ms; deepseek-small 1507 against 1598); the chunked products (gemm_chunked) 0.93-0.98x
+// over four of theirs. Not measured on AMD's cores, whose two cores share an L3. Otherwise (few rows) the threads pack the chunk together and take column panels,
 // each panel's rows cut into as many runs as there are threads where the column panels do
 // not split evenly (row_runs).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
@@ -584,7 +588,7 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
 #endif
         for (int i0 = 0; i0 < M; i0 += ms) {
             int rows = imin(ms, M - i0), panels = (rows + mr - 1) / mr;
-            if (panels % threads == 0 || panels >= 4 * threads) {   // each thread its own rows
+            if (own_rows(panels, threads)) {   // each thread its own rows
                 int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
                 stream_pack(kn, g, Ap, i0, rows, p0, p1);
                 for (int jr = 0; jr < N; jr += nr) stream_tiles(kn, g, Ap, Be, i0, panels, jr, p0, p1);
@@ -673,46 +677,72 @@ static void onto_zero(float *c, const float *t, int n) {
     for (; j < n; j++) c[j] = 0.0f + t[j];
 }
 
+// The column panel at jr of the chunked product run down row panels [p0, p1) of the chunk
+// at i0: B read in place where op(B) = B and the panel is whole, else its K x nr packed
+// into the thread's Bt; T holds a tile per level of the tree.
+static void chunked_tiles(const KernelInfo *kn, int transB, int M, int N, int K, int chunks, const float *Ap,
+                          const float *B, int ldb, float *C, int ldc, float *Bt, float *T, int i0, int jr, int p0,
+                          int p1) {
+    int mr = kn->mr, nr = kn->nr, kc = K / chunks, cols = imin(nr, N - jr), ldp = ldb;
+    const float *b = B + jr;
+    size_t bstep = (size_t)kc * ldb;
+    if (transB || cols < nr) {
+        pack_b(kn, Bt, B, transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, jr, cols, 0, K, nr);
+        b = Bt;
+        ldp = nr;
+        bstep = (size_t)kc * nr;
+    }
+    for (int p = p0; p < p1; p++) {
+        tile_tree(kn, kc, Ap + (size_t)p * mr * K, b, bstep, ldp, T, chunks, T + mr * nr);
+        int rows = imin(mr, M - i0 - p * mr);
+        for (int r = 0; r < rows; r++)   // onto 0.0f, as onto a zeroed C
+            onto_zero(C + (size_t)(i0 + p * mr + r) * ldc + jr, T + r * nr, cols);
+    }
+}
+
 // The chunked product (gemm.h: ordered_gemm_chunked), every piece's product and the tree's
 // merges done tile by tile in the thread's cache: each tile of C is written once, instead
 // of a product's worth of partial sums per piece merged in passes over memory. The work is
-// gemm_stream's: rows in chunks whose op(A) (all K) is packed together, then column panels
-// over runs of row panels, B read in place where op(B) = B and the panel is whole, else the
-// panel's K x nr packed by the thread that runs it. The A chunk is bounded to MS x KC
-// floats, so a long K takes fewer rows at a time.
+// gemm_stream's, split over the threads the same way: rows in chunks whose op(A) (all K)
+// is packed, each thread its own run of row panels over every column panel (or, with few
+// rows, column panels over runs of row panels); B read in place where op(B) = B and the
+// panel is whole, else the panel's K x nr packed by the thread that runs it. The A chunk is
+// bounded to MS x KC floats, so a long K takes fewer rows at a time.
 static void gemm_chunked(const KernelInfo *kn, int transB, int M, int N, int K, int chunks, const float *A, int lda,
                          const float *B, int ldb, float *C, int ldc, int par) {
-    int mr = kn->mr, nr = kn->nr, kc = K / chunks, levels = piece_tree_levels(chunks);
+    int mr = kn->mr, nr = kn->nr, levels = piece_tree_levels(chunks);
     int ms = imin(M, imax(mr, (int)((size_t)MS * KC / (size_t)K) / mr * mr));
-    size_t bk = transB ? 1 : (size_t)ldb, bj = transB ? (size_t)ldb : 1;
     int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
     float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
         float *Bt = buffer((size_t)K * nr), *T = buffer((size_t)levels * mr * nr);   // a tile per level
+        int threads = 1, t = 0;
+#ifdef _OPENMP
+        threads = omp_get_num_threads();
+        t = omp_get_thread_num();
+#endif
         for (int i0 = 0; i0 < M; i0 += ms) {
             int panels = (imin(ms, M - i0) + mr - 1) / mr;
+            if (own_rows(panels, threads)) {   // each thread its own rows
+                int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
+                for (int p = p0; p < p1; p++)
+                    pack_a(kn, Ap + (size_t)p * mr * K, A, (size_t)lda, 1, i0 + p * mr, imin(mr, M - i0 - p * mr), 0,
+                           K, mr);
+                for (int jr = 0; jr < N; jr += nr)
+                    chunked_tiles(kn, transB, M, N, K, chunks, Ap, B, ldb, C, ldc, Bt, T, i0, jr, p0, p1);
+                #pragma omp barrier   // before the next chunk is packed into Ap
+                continue;
+            }
             #pragma omp for schedule(static)
             for (int p = 0; p < panels; p++)
                 pack_a(kn, Ap + (size_t)p * mr * K, A, (size_t)lda, 1, i0 + p * mr, imin(mr, M - i0 - p * mr), 0, K,
                        mr);
             #pragma omp for schedule(static)
             for (int item = 0; item < cpanels * runs; item++) {
-                int jr = item / runs * nr, run = item % runs, cols = imin(nr, N - jr), ldp = ldb;
-                const float *b = B + jr;
-                size_t bstep = (size_t)kc * ldb;
-                if (transB || cols < nr) {
-                    pack_b(kn, Bt, B, bk, bj, jr, cols, 0, K, nr);
-                    b = Bt;
-                    ldp = nr;
-                    bstep = (size_t)kc * nr;
-                }
-                for (int p = panels * run / runs; p < panels * (run + 1) / runs; p++) {
-                    tile_tree(kn, kc, Ap + (size_t)p * mr * K, b, bstep, ldp, T, chunks, T + mr * nr);
-                    int rows = imin(mr, M - i0 - p * mr);
-                    for (int r = 0; r < rows; r++)   // onto 0.0f, as onto a zeroed C
-                        onto_zero(C + (size_t)(i0 + p * mr + r) * ldc + jr, T + r * nr, cols);
-                }
+                int run = item % runs;
+                chunked_tiles(kn, transB, M, N, K, chunks, Ap, B, ldb, C, ldc, Bt, T, i0, item / runs * nr,
+                              panels * run / runs, panels * (run + 1) / runs);
             }
         }
         free(Bt);
