@@ -571,9 +571,10 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
 // one shape alone moved from 0.80x to 1.16x with the machine), and a whole step 0.90x
 // (mixtral-small, remat_policy=none, medians of six runs each in turn: 1664 against 1858
 // ms; deepseek-small 1507 against 1598); the chunked products (gemm_chunked) 0.93-0.98x
-// over four of theirs. Not measured on AMD's cores, whose two cores share an L3. Otherwise (few rows) the threads pack the chunk together and take column panels,
-// each panel's rows cut into as many runs as there are threads where the column panels do
-// not split evenly (row_runs).
+// over four of theirs. Not measured on AMD's cores (whose two cores share an L3) nor with
+// the AVX2 tile. Otherwise (few rows) the threads pack the chunk together and take column
+// panels, each panel's rows cut into as many runs as there are threads where the column
+// panels do not split evenly (row_runs).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
     int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
@@ -677,6 +678,14 @@ static void onto_zero(float *c, const float *t, int n) {
     for (; j < n; j++) c[j] = 0.0f + t[j];
 }
 
+// Row panels [p0, p1) of the chunked product's chunk at i0, op(A) = A (M,K) packed into Ap.
+static void chunked_pack(const KernelInfo *kn, float *Ap, const float *A, int lda, int M, int K, int i0, int p0,
+                         int p1) {
+    int mr = kn->mr;
+    for (int p = p0; p < p1; p++)
+        pack_a(kn, Ap + (size_t)p * mr * K, A, (size_t)lda, 1, i0 + p * mr, imin(mr, M - i0 - p * mr), 0, K, mr);
+}
+
 // The column panel at jr of the chunked product run down row panels [p0, p1) of the chunk
 // at i0: B read in place where op(B) = B and the panel is whole, else its K x nr packed
 // into the thread's Bt; T holds a tile per level of the tree.
@@ -726,18 +735,14 @@ static void gemm_chunked(const KernelInfo *kn, int transB, int M, int N, int K, 
             int panels = (imin(ms, M - i0) + mr - 1) / mr;
             if (own_rows(panels, threads)) {   // each thread its own rows
                 int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
-                for (int p = p0; p < p1; p++)
-                    pack_a(kn, Ap + (size_t)p * mr * K, A, (size_t)lda, 1, i0 + p * mr, imin(mr, M - i0 - p * mr), 0,
-                           K, mr);
+                chunked_pack(kn, Ap, A, lda, M, K, i0, p0, p1);
                 for (int jr = 0; jr < N; jr += nr)
                     chunked_tiles(kn, transB, M, N, K, chunks, Ap, B, ldb, C, ldc, Bt, T, i0, jr, p0, p1);
                 #pragma omp barrier   // before the next chunk is packed into Ap
                 continue;
             }
             #pragma omp for schedule(static)
-            for (int p = 0; p < panels; p++)
-                pack_a(kn, Ap + (size_t)p * mr * K, A, (size_t)lda, 1, i0 + p * mr, imin(mr, M - i0 - p * mr), 0, K,
-                       mr);
+            for (int p = 0; p < panels; p++) chunked_pack(kn, Ap, A, lda, M, K, i0, p, p + 1);
             #pragma omp for schedule(static)
             for (int item = 0; item < cpanels * runs; item++) {
                 int run = item % runs;
