@@ -518,6 +518,15 @@ static int copy_panel(const KernelInfo *kn, int ldb, int panels) {
 // says why): where the row panels split evenly over the threads or number 4 per thread.
 static int own_rows(int panels, int threads) { return panels % threads == 0 || panels >= 4 * threads; }
 
+// The calling thread's place in its team: *threads of them, this one *t.
+static void team_place(int *threads, int *t) {
+    *threads = 1, *t = 0;
+#ifdef _OPENMP
+    *threads = omp_get_num_threads();
+    *t = omp_get_thread_num();
+#endif
+}
+
 // Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) packed into Ap (k-major,
 // a panel of mr rows after another), by the calling thread.
 static void stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1) {
@@ -582,11 +591,8 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     #pragma omp parallel if (par)
     {
         float *Be = buffer((size_t)K * nr);
-        int threads = 1, t = 0;
-#ifdef _OPENMP
-        threads = omp_get_num_threads();
-        t = omp_get_thread_num();
-#endif
+        int threads, t;
+        team_place(&threads, &t);
         for (int i0 = 0; i0 < M; i0 += ms) {
             int rows = imin(ms, M - i0), panels = (rows + mr - 1) / mr;
             if (own_rows(panels, threads)) {   // each thread its own rows
@@ -678,34 +684,25 @@ static void onto_zero(float *c, const float *t, int n) {
     for (; j < n; j++) c[j] = 0.0f + t[j];
 }
 
-// Row panels [p0, p1) of the chunked product's chunk at i0, op(A) = A (M,K) packed into Ap.
-static void chunked_pack(const KernelInfo *kn, float *Ap, const float *A, int lda, int M, int K, int i0, int p0,
-                         int p1) {
-    int mr = kn->mr;
-    for (int p = p0; p < p1; p++)
-        pack_a(kn, Ap + (size_t)p * mr * K, A, (size_t)lda, 1, i0 + p * mr, imin(mr, M - i0 - p * mr), 0, K, mr);
-}
-
 // The column panel at jr of the chunked product run down row panels [p0, p1) of the chunk
 // at i0: B read in place where op(B) = B and the panel is whole, else its K x nr packed
 // into the thread's Bt; T holds a tile per level of the tree.
-static void chunked_tiles(const KernelInfo *kn, int transB, int M, int N, int K, int chunks, const float *Ap,
-                          const float *B, int ldb, float *C, int ldc, float *Bt, float *T, int i0, int jr, int p0,
-                          int p1) {
-    int mr = kn->mr, nr = kn->nr, kc = K / chunks, cols = imin(nr, N - jr), ldp = ldb;
-    const float *b = B + jr;
-    size_t bstep = (size_t)kc * ldb;
+static void chunked_tiles(const KernelInfo *kn, const GemmArgs *g, int transB, int chunks, const float *Ap, float *Bt,
+                          float *T, int i0, int jr, int p0, int p1) {
+    int mr = kn->mr, nr = kn->nr, kc = g->K / chunks, cols = imin(nr, g->N - jr), ldp = (int)g->bk;
+    const float *b = g->B + jr;
+    size_t bstep = (size_t)kc * ldp;
     if (transB || cols < nr) {
-        pack_b(kn, Bt, B, transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, jr, cols, 0, K, nr);
+        pack_b(kn, Bt, g->B, g->bk, g->bj, jr, cols, 0, g->K, nr);
         b = Bt;
         ldp = nr;
         bstep = (size_t)kc * nr;
     }
     for (int p = p0; p < p1; p++) {
-        tile_tree(kn, kc, Ap + (size_t)p * mr * K, b, bstep, ldp, T, chunks, T + mr * nr);
-        int rows = imin(mr, M - i0 - p * mr);
+        tile_tree(kn, kc, Ap + (size_t)p * mr * g->K, b, bstep, ldp, T, chunks, T + mr * nr);
+        int rows = imin(mr, g->M - i0 - p * mr);
         for (int r = 0; r < rows; r++)   // onto 0.0f, as onto a zeroed C
-            onto_zero(C + (size_t)(i0 + p * mr + r) * ldc + jr, T + r * nr, cols);
+            onto_zero(g->C + (size_t)(i0 + p * mr + r) * g->ldc + jr, T + r * nr, cols);
     }
 }
 
@@ -722,32 +719,29 @@ static void gemm_chunked(const KernelInfo *kn, int transB, int M, int N, int K, 
     int mr = kn->mr, nr = kn->nr, levels = piece_tree_levels(chunks);
     int ms = imin(M, imax(mr, (int)((size_t)MS * KC / (size_t)K) / mr * mr));
     int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
+    GemmArgs g = {M, N, K, 0, ldc, A, B, (size_t)lda, 1, transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
     float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
         float *Bt = buffer((size_t)K * nr), *T = buffer((size_t)levels * mr * nr);   // a tile per level
-        int threads = 1, t = 0;
-#ifdef _OPENMP
-        threads = omp_get_num_threads();
-        t = omp_get_thread_num();
-#endif
+        int threads, t;
+        team_place(&threads, &t);
         for (int i0 = 0; i0 < M; i0 += ms) {
-            int panels = (imin(ms, M - i0) + mr - 1) / mr;
+            int rows = imin(ms, M - i0), panels = (rows + mr - 1) / mr;
             if (own_rows(panels, threads)) {   // each thread its own rows
                 int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
-                chunked_pack(kn, Ap, A, lda, M, K, i0, p0, p1);
-                for (int jr = 0; jr < N; jr += nr)
-                    chunked_tiles(kn, transB, M, N, K, chunks, Ap, B, ldb, C, ldc, Bt, T, i0, jr, p0, p1);
+                stream_pack(kn, &g, Ap, i0, rows, p0, p1);
+                for (int jr = 0; jr < N; jr += nr) chunked_tiles(kn, &g, transB, chunks, Ap, Bt, T, i0, jr, p0, p1);
                 #pragma omp barrier   // before the next chunk is packed into Ap
                 continue;
             }
             #pragma omp for schedule(static)
-            for (int p = 0; p < panels; p++) chunked_pack(kn, Ap, A, lda, M, K, i0, p, p + 1);
+            for (int p = 0; p < panels; p++) stream_pack(kn, &g, Ap, i0, rows, p, p + 1);
             #pragma omp for schedule(static)
             for (int item = 0; item < cpanels * runs; item++) {
                 int run = item % runs;
-                chunked_tiles(kn, transB, M, N, K, chunks, Ap, B, ldb, C, ldc, Bt, T, i0, item / runs * nr,
-                              panels * run / runs, panels * (run + 1) / runs);
+                chunked_tiles(kn, &g, transB, chunks, Ap, Bt, T, i0, item / runs * nr, panels * run / runs,
+                              panels * (run + 1) / runs);
             }
         }
         free(Bt);

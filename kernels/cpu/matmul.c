@@ -143,27 +143,6 @@ void blas_set_threads(int n) {
 // to an OpenBLAS core with those vectors and re-execute ourselves once.
 // Set OPENBLAS_CORETYPE yourself to override (e.g. OPENBLAS_CORETYPE=Haswell).
 #ifndef MESHMOE_NO_BLAS
-// 1 if /proc/cpuinfo's flags hold every word of `flags` (a NULL-terminated list).
-static int cpu_has(const char *const *flags) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return 0;
-    char line[8192];
-    int ok = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "flags", 5)) {
-            line[strcspn(line, "\n")] = ' ';   // every flag then ends in a space
-            ok = 1;
-            for (; *flags; flags++) {
-                char word[32];
-                snprintf(word, sizeof word, " %s ", *flags);
-                if (!strstr(line, word)) ok = 0;
-            }
-            break;
-        }
-    fclose(f);
-    return ok;
-}
-
 static int name_in(const char *name, const char *const *names) {
     for (; *names; names++)
         if (!strcmp(name, *names)) return 1;
@@ -174,16 +153,17 @@ static int name_in(const char *name, const char *const *names) {
 #include <unistd.h>
 void blas_prefer_fast_kernels(char **argv) {
 #ifndef MESHMOE_NO_BLAS
-    static const char *const avx512[] = {"avx512f", "avx512bw", "avx512vl", "avx512dq", NULL};
-    static const char *const avx2[] = {"avx2", "fma", NULL};
     static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
     static const char *const avx2_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
                                              "SapphireRapids", NULL};
     if (getenv("OPENBLAS_CORETYPE")) return;
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const char *core = openblas_get_corename(), *want = NULL;
-    if (cpu_has(avx512) && !name_in(core, avx512_cores))
+    if (avx512 && !name_in(core, avx512_cores))
         want = "SkylakeX";
-    else if (!cpu_has(avx512) && cpu_has(avx2) && !name_in(core, avx2_cores))
+    else if (!avx512 && avx2 && !name_in(core, avx2_cores))
         want = "Haswell";
     if (!want) return;
     setenv("OPENBLAS_CORETYPE", want, 1);
