@@ -10,11 +10,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>   // pause
 
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
+#define cudaErrorCudartUnloading hipErrorDeinitialized
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetLastError hipGetLastError
 #define cudaGetDeviceCount hipGetDeviceCount
@@ -84,6 +86,10 @@ __device__ static inline float warp_shfl_xor(float v, int lane_mask) {
 #define GPU_CHECK(call) gpu_check((call), #call, __FILE__, __LINE__)
 static inline void gpu_check(cudaError_t err, const char *what, const char *file, int line) {
     if (err == cudaSuccess) return;
+    // Another thread is ending the program (its exit unloads the runtime under this one):
+    // that thread's message is the one that counts, so this one waits for the end, silent.
+    if (err == cudaErrorCudartUnloading)
+        for (;;) pause();
     fprintf(stderr, "meshmoe: GPU error at %s:%d: %s (%s)\n", file, line, cudaGetErrorString(err), what);
     exit(1);
 }

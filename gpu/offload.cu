@@ -55,8 +55,9 @@ static void forget_done(void) {
 
 // The copy stream waits for the work queued on the compute stream so far.
 static void after_compute(void) {
+    cudaStream_t copy = copies();   // first: on the thread's first copy it makes `ready`
     GPU_CHECK(cudaEventRecord(ready, gpu_stream()));
-    GPU_CHECK(cudaStreamWaitEvent(copies(), ready, 0));
+    GPU_CHECK(cudaStreamWaitEvent(copy, ready, 0));
 }
 
 // The copy just queued reads src: an event after it, remembered with src.

@@ -23,6 +23,7 @@ cudaStream_t gpu_stream(void) {
 extern "C" int gpu_devices(const char **why) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
+    if (err == cudaErrorCudartUnloading) GPU_CHECK(err);   // another thread is ending the program: wait
     if (err != cudaSuccess) {
         *why = cudaGetErrorString(err);
         (void)cudaGetLastError();

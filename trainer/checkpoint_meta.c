@@ -35,9 +35,10 @@ static const char *const MAY_DIFFER[] = {
 };
 
 // Keys a user changes on purpose when resuming (a lower learning rate after a loss that
-// went non-finite, as train.c's message advises): allowed, and said at start-up, since the
-// resumed run then leaves the uninterrupted run's trajectory.
-static const char *const MAY_CHANGE[] = { "learning_rate" };
+// went non-finite, as train.c's message advises; a CPU checkpoint taken on to a GPU or back,
+// the same math with a few functions rounded differently: docs/gpu.md): allowed, and said
+// at start-up, since the resumed run then leaves the uninterrupted run's trajectory.
+static const char *const MAY_CHANGE[] = { "learning_rate", "device" };
 
 static int listed(const char *const *list, size_t n, const char *key) {
     for (size_t i = 0; i < n; i++)
