@@ -87,6 +87,13 @@ run mixtral-tiny-longer mixtral-tiny per_device_batch_size=4 learning_rate_sched
 check "steps=2, resumed to steps=4 = one 4-step run, bit for bit: $(bits mixtral-tiny-longer)" \
     same mixtral-tiny-longer mixtral-tiny-sched4
 
+echo "== mixtral-tiny: saved by device=cpu, resumed by device=cpu_strict (device may change; GPU: tests/gpu.sh)"
+roundtrip mixtral-tiny cpu-to-strict "per_device_batch_size=4 device=cpu" "per_device_batch_size=4 device=cpu_strict"
+if [[ "$TRAIN_ARGS" != *device=* ]]; then   # (a run that sets the device for every command has one device)
+    said=$(grep -m1 "device is cpu in the checkpoint; this run continues with cpu_strict" $T/mixtral-tiny-cpu-to-strict.out)
+    check "the change of device said at start-up: ${said:-nothing}" [ -n "$said" ]
+fi
+
 echo "== metadata a load refuses: one message naming the key and the file"
 C="configs/mixtral-tiny.yml $FAST per_device_batch_size=4"
 CK=$T/mixtral-tiny-1-to-fsdp2-tensor2.st

@@ -113,13 +113,20 @@ t0=$SECONDS
 if [ -n "${PARITY_ONLY:-}" ]; then echo "(skipped: PARITY_ONLY=$PARITY_ONLY)"
 elif "$PYTHON" tests/parity/selftest.py; then pass selftest $((SECONDS - t0)); else fail selftest "self-tests of the reference"; fi
 
+# bfloat16: the MoE combine in float32 (float32_weight_sum=true, the default) or in bf16.
+# Both presets, both settings; the flag must move C and JAX the same way.
+BF16=(dtype=bfloat16 sparse_matmul=true)
+# First one case of each family in each dtype: a GPU call's clock (PARITY_SECONDS) may stop
+# the list, and these four cover the most code.
 run_case mixtral-sparse   "$MIXTRAL"  sparse_matmul=true
+run_case deepseek-sparse  "$DEEPSEEK" sparse_matmul=true
+run_case mixtral-bf16-wsum32   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true
+run_case deepseek-bf16-wsum32  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true
 run_case mixtral-dense    "$MIXTRAL"  sparse_matmul=false
 run_case mixtral-capacity "$MIXTRAL"  sparse_matmul=false capacity_factor=1.0
 run_case mixtral-lb       "$MIXTRAL"  sparse_matmul=true load_balance_loss_weight=0.01
 run_case mixtral-zloss    "$MIXTRAL"  sparse_matmul=true z_loss_multiplier=1e-3
 run_case mixtral-ga2      "$MIXTRAL"  sparse_matmul=true gradient_accumulation_steps=2
-run_case deepseek-sparse  "$DEEPSEEK" sparse_matmul=true
 run_case deepseek-dense   "$DEEPSEEK" sparse_matmul=false
 run_case deepseek-qlora0  "$DEEPSEEK" sparse_matmul=true q_lora_rank=0
 run_case deepseek-ga2-lb  "$DEEPSEEK" sparse_matmul=true gradient_accumulation_steps=2 load_balance_loss_weight=0.01
@@ -131,13 +138,7 @@ run_case deepseek-softmax "$DEEPSEEK" sparse_matmul=true routed_score_func=softm
 # (dims 128/256) take the factored path, the rest the full second moment.
 run_case mixtral-adafactor  "$MIXTRAL"  sparse_matmul=true opt_type=adafactor
 run_case deepseek-adafactor "$DEEPSEEK" sparse_matmul=true opt_type=adafactor
-
-# bfloat16: the MoE combine in float32 (float32_weight_sum=true, the default) or in bf16.
-# Both presets, both settings; the flag must move C and JAX the same way.
-BF16=(dtype=bfloat16 sparse_matmul=true)
-run_case mixtral-bf16-wsum32   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true
 run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
-run_case deepseek-bf16-wsum32  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true
 run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
 echo "== float32_weight_sum: step-0 loss with the float32 combine minus with the bf16 combine"
 for p in mixtral deepseek; do
