@@ -3,11 +3,14 @@
 
 For each GPU preset (configs/mixtral-medium.yml, configs/deepseek-medium.yml: bf16, sized
 for one 80 GB GPU), in one run on the same GPU, side by side:
-  meshmoe        ./train_gpu CONFIG device=gpu (MESHMOE_ARGS adds keys)
+  meshmoe        ./train_gpu CONFIG device=gpu gpu_matmul=cublas_bf16 (the layers' forward
+                 products on tensor cores; MESHMOE_ARGS replaces those keys)
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
   torch.compile  the PyTorch peer compiled, when the time budget has room for it
+  meshmoe, ordered GEMM  gpu_matmul=ordered (the default: the CPU's bits, no tensor cores),
+                 last, when the time budget has room for it
 The peers build the model from `./train describe CONFIG` (the config and every tensor's
 shape), with drawn weights and a random batch of the same shape as meshmoe's.
 Per system: the median step time over every step but the first, tokens/s, the allocator's
@@ -17,7 +20,7 @@ step goes by kernel family (`profile=true`).
 
 Environment: BUDGET (seconds for everything, default 420), STEPS (default 5), PRESETS,
 TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
-MESHMOE_ARGS (extra key=value for meshmoe, e.g. "gpu_matmul=cublas").
+MESHMOE_ARGS (key=value for meshmoe; default "gpu_matmul=cublas_bf16").
 """
 import os
 import re
@@ -35,7 +38,8 @@ TRAIN = os.environ.get("TRAIN", "./train_gpu")
 STEPS = int(os.environ.get("STEPS", "5"))
 PRESETS = os.environ.get("PRESETS", "mixtral-medium deepseek-medium").split()
 PEERS = os.environ.get("PEERS", "python3")
-EXTRA = os.environ.get("MESHMOE_ARGS", "").split()
+EXTRA = os.environ.get("MESHMOE_ARGS", "gpu_matmul=cublas_bf16").split()
+MESHMOE = "meshmoe " + " ".join(EXTRA) if EXTRA else "meshmoe"
 DEADLINE = time.time() + float(os.environ.get("BUDGET", "420"))
 
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from the vendors' data sheets,
@@ -132,6 +136,8 @@ def main():
                                "JAX jit": peer("jax", path, 150)}
         for preset in PRESETS:
             results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
+        for preset in PRESETS:
+            results[preset]["meshmoe, ordered GEMM"] = meshmoe(preset, ("gpu_matmul=ordered",))
     print()
     print("| preset | system | s/step (median) | tokens/s | peak GPU memory | MFU | step time / meshmoe's | loss first -> last |")
     print("|---|---|---|---|---|---|---|---|")
@@ -139,8 +145,8 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit"):
-            row(preset, system, res[system], flops, tokens, peak_tflops, base)
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", "meshmoe, ordered GEMM"):
+            row(preset, MESHMOE if system == "meshmoe" else system, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
               f"first not counted) | | | | | | |")
     print()

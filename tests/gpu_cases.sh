@@ -24,7 +24,8 @@ deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16'
 # Acceptance 3: peak bytes by tag of 2 steps on tests/mesh.sh's kinds of mesh (and a
 # pipeline), equal to the CPU's, device and host memory, and the losses within 1e-5; and
 # host offload (issue 22 item 3: its copies asynchronous on the GPU, gpu/offload.cu), with
-# activations, weights and optimizer state moved out and back every step; tests/gpu_compare.py
+# activations, weights and optimizer state moved out and back every step; and FSDP's
+# prefetch thread (overlap_collectives: its own stream and pool binding); tests/gpu_compare.py
 # peaks and losses compare the metrics files.
 MESH_COMMON="steps=2 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
 MESH_CASES='mixtral-1dev        mixtral-tiny  per_device_batch_size=8
@@ -37,6 +38,7 @@ mixtral-pipeline2   mixtral-tiny  ici_pipeline_parallelism=2 per_device_batch_si
 deepseek-1dev       deepseek-tiny per_device_batch_size=8
 deepseek-fsdp2      deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4
 deepseek-expert2    deepseek-tiny ici_expert_parallelism=2 per_device_batch_size=4
+mixtral-fsdp2-overlap mixtral-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 overlap_collectives=true
 mixtral-offload     mixtral-tiny  per_device_batch_size=8 remat_policy=minimal_offloaded parameter_memory_host_offload=true optimizer_memory_host_offload=true
 deepseek-offload    deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 remat_policy=qkv_proj_offloaded optimizer_memory_host_offload=true'
 
