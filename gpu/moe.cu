@@ -1,9 +1,8 @@
 // gpu/moe.cu: the MoE block's row layout, gather and combine on the GPU (kernels/moe.h), the
 // twin of kernels/cpu/moe.c: the same sums in the same order, the CPU's bits.
 //
-// Launch geometry: sort_rows is a counting sort in one thread (A = T*K assignments, a stable
-// order inside each expert; a parallel sort would need a scan and atomics for the same
-// result); dense_rows, the gather, the scatter-add and add_shared one thread per element;
+// Launch geometry: sort_rows runs one block per expert (below); dense_rows, the gather, the
+// scatter-add and add_shared one thread per element;
 // combine_forward one thread per output element (t, d), which orders its token's K slots by
 // expert and adds them in that order; combine_backward one thread per assignment, which
 // writes its dy row and adds its dot product over d in order.
@@ -13,17 +12,52 @@
 // The most experts per token combine_forward sorts in registers (the presets use 2 to 8).
 enum { MOE_MAX_K = 32 };
 
-// fill (E): scratch, zeroed by the caller.
-__global__ static void sort_rows_kernel(int *row_start, int *row_token, int *assign_row, int *fill,
-                                        const int *top_idx, int T, int E, int K) {
+// The CPU's counting sort in parallel, with its result: block e (of E) places the rows of
+// expert e. Its first row is the number of assignments to experts 0 .. e-1 (each thread
+// counts a strided part of top_idx, and the block adds the counts in shared memory). Then
+// the block walks the A = T*K assignments in order, SORT_THREADS at a time: each thread
+// marks whether its assignment goes to e, a prefix sum of the marks over the tile gives the
+// marked ones their ranks, and they take the next rows in that order. So the rows of each
+// expert keep the order of the assignments, as the CPU's do, with no atomics; every block
+// reads top_idx twice (E x 2A reads of L2-resident integers, microseconds on the presets).
+enum { SORT_THREADS = 256 };
+__global__ static void sort_rows_kernel(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T,
+                                        int E, int K) {
+    __shared__ int part[SORT_THREADS];
+    int e = blockIdx.x, tid = threadIdx.x;
     size_t A = (size_t)T * K;
-    for (size_t a = 0; a < A; a++) fill[top_idx[a]]++;
-    row_start[0] = 0;
-    for (int e = 0; e < E; e++) { row_start[e + 1] = row_start[e] + fill[e]; fill[e] = 0; }
-    for (size_t a = 0; a < A; a++) {
-        int e = top_idx[a], r = row_start[e] + fill[e]++;
-        row_token[r] = (int)(a / K);
-        assign_row[a] = r;
+    int before = 0;
+    for (size_t a = tid; a < A; a += SORT_THREADS) before += top_idx[a] < e;
+    part[tid] = before;
+    __syncthreads();
+    for (int half = SORT_THREADS / 2; half > 0; half /= 2) {   // tree sum into part[0]
+        if (tid < half) part[tid] += part[tid + half];
+        __syncthreads();
+    }
+    int row = part[0];
+    if (tid == 0) {
+        row_start[e] = row;
+        if (e == E - 1) row_start[E] = (int)A;
+    }
+    __syncthreads();   // part[0] read by every thread before the tiles reuse part
+    for (size_t a0 = 0; a0 < A; a0 += SORT_THREADS) {
+        size_t a = a0 + tid;
+        int mine = a < A && top_idx[a] == e;
+        part[tid] = mine;
+        __syncthreads();
+        for (int step = 1; step < SORT_THREADS; step *= 2) {   // inclusive prefix sum of the marks
+            int left = tid >= step ? part[tid - step] : 0;
+            __syncthreads();
+            part[tid] += left;
+            __syncthreads();
+        }
+        if (mine) {
+            int r = row + part[tid] - 1;
+            row_token[r] = (int)(a / K);
+            assign_row[a] = r;
+        }
+        row += part[SORT_THREADS - 1];
+        __syncthreads();   // the tile's total read before the next tile's marks
     }
 }
 
@@ -91,13 +125,8 @@ __global__ static void add_kernel(float *out, const float *x, size_t n) {
 
 // row_start (E+1), row_token (A), assign_row (A): the assignments sorted by expert.
 static void sort_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
-    int *fill;
-    GPU_CHECK(cudaMalloc(&fill, sizeof(int) * (E > 0 ? E : 1)));
-    GPU_CHECK(cudaMemsetAsync(fill, 0, sizeof(int) * E, gpu_stream()));
-    sort_rows_kernel<<<1, 1, 0, gpu_stream()>>>(row_start, row_token, assign_row, fill, top_idx, T, E, K);
+    sort_rows_kernel<<<E, SORT_THREADS, 0, gpu_stream()>>>(row_start, row_token, assign_row, top_idx, T, E, K);
     GPU_CHECK_LAUNCH();
-    GPU_CHECK(cudaStreamSynchronize(gpu_stream()));   // before fill is freed
-    GPU_CHECK(cudaFree(fill));
 }
 
 // The dense path's rows: expert e on every token.

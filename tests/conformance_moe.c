@@ -241,6 +241,9 @@ void test_moe(void) {
     test_moe_case(11, 6, 2, 19, 0, 0);
     test_moe_case(11, 6, 3, 19, 1, 1);
     test_moe_case(7, 4, 4, 8, 0, 1);
+    // Many assignments: the GPU's sort_rows walks them in tiles of 256 (gpu/moe.cu).
+    test_moe_case(1500, 64, 6, 4, 0, 0);
+    test_moe_case(3001, 8, 2, 4, 1, 1);
     test_moe_dense();
 }
 
