@@ -24,6 +24,7 @@ MESHMOE_ARGS (key=value for meshmoe; default "gpu_matmul=cublas_bf16").
 """
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -75,29 +76,40 @@ def last_line(out):
     return lines[-1][:140] if lines else "(no output)"
 
 
+# A run stopped at its limit keeps the steps it printed: the trainer's output line-buffered
+# (stdbuf), the peers' unbuffered (python -u).
+LINES = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+
+
 def meshmoe(preset, extra=(), limit=120):
-    out, rc, _ = run([TRAIN, f"configs/{preset}.yml", "device=gpu", f"steps={STEPS}", "log_period=1",
+    out, rc, _ = run([*LINES, TRAIN, f"configs/{preset}.yml", "device=gpu", f"steps={STEPS}", "log_period=1",
                       "eval_steps=1", *EXTRA, *extra], limit)
     print(out, file=LOG, flush=True)
     ms = [float(x) for x in re.findall(r"^step +\d+ \| loss .*?\| +([\d.]+) ms \|", out, re.M)]
     loss = re.findall(r"^step +\d+ \| loss ([\d.]+)", out, re.M)
     peak = re.search(r"^device 0 peak ([\d.]+ \w+)", out, re.M)   # the allocator's (report/print.c)
-    if rc != 0 or len(ms) < 2:
+    if rc is None:
+        return {"why": out}   # not run: the budget is spent
+    if (rc != 0 and rc != 124) or len(ms) < 2:
         return {"why": f"failed (exit {rc}): {last_line(out)}"}
-    return {"s": [m / 1000 for m in ms[1:]], "peak": peak[1] if peak else "?", "loss": f"{loss[0]} -> {loss[-1]}",
-            "out": out}
+    stopped = f" (stopped at the limit after {len(ms)} steps)" if rc == 124 else ""
+    return {"s": [m / 1000 for m in ms[1:]], "peak": peak[1] if peak else "?",
+            "loss": f"{loss[0]} -> {loss[-1]}{stopped}", "out": out}
 
 
 def peer(which, describe, limit):
-    out, rc, _ = run([PEERS, os.path.join(ROOT, "tests", "bench_peers.py"), which, describe, str(STEPS)], limit)
+    out, rc, _ = run([PEERS, "-u", os.path.join(ROOT, "tests", "bench_peers.py"), which, describe, str(STEPS)], limit)
     print(f"==== {which}\n{out}", file=LOG, flush=True)
     s = [float(x) for x in re.findall(r"^step \d+ seconds ([\d.]+)", out, re.M)]
     loss = re.findall(r"^step \d+ seconds [\d.]+ loss (\S+)", out, re.M)
     peak = re.search(r"^peak_bytes (\d+)", out, re.M)
-    if rc != 0 or len(s) < 2:
+    if rc is None:
+        return {"why": out}
+    if (rc != 0 and rc != 124) or len(s) < 2:
         return {"why": f"failed (exit {rc}): {last_line(out)}"}
+    stopped = f" (stopped at the limit after {len(s)} steps)" if rc == 124 else ""
     return {"s": s[1:], "peak": f"{int(peak[1]) / 2**30:.2f} GiB" if peak else "?",
-            "loss": f"{loss[0]} -> {loss[-1]}"}
+            "loss": f"{loss[0]} -> {loss[-1]}{stopped}"}
 
 
 def describe(preset, path):
