@@ -145,13 +145,17 @@ def sgemm_peak():
 
 
 def machine_limits():
-    """build/peak: {(width, threads): GFLOP/s} of the FMA units (registers only), and
-    {threads: GB/s} of the memory bandwidth (a triad over 3 x 128 MiB)."""
+    """build/peak: {(width, threads): GFLOP/s} of the FMA units (registers only),
+    {threads: GB/s} of the memory bandwidth (a triad over 3 x 128 MiB), and {(width,
+    threads): GFLOP/s} of the same flops as separate multiplies and adds (the attention
+    core's arithmetic), at the widest width."""
     out = sh(["build/peak"], env=dict(ENV, OMP_WAIT_POLICY="passive")).stdout
     fma = {(int(w), int(t)): float(g) for w, t, g in
            re.findall(r"^fma_peak width=(\d+) threads=(\d) GFLOP/s ([\d.]+)", out, re.M)}
     bw = {int(t): float(g) for t, g in re.findall(r"^bandwidth threads=(\d) GB/s ([\d.]+)", out, re.M)}
-    return fma, bw
+    mul_add = {(int(w), int(t)): float(g) for w, t, g in
+               re.findall(r"^mul_add_peak width=(\d+) threads=(\d) GFLOP/s ([\d.]+)", out, re.M)}
+    return fma, bw, mul_add
 
 
 def the_peak(fma, sgemm, lib, ordered):
@@ -216,10 +220,15 @@ def main():
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)")
     waits = ", ".join(f"{k}={ENV[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in ENV)
     print("OpenMP waiting threads: " + (waits or "each system's default (meshmoe: 1000 spins, then sleep)"))
-    fma, bw = machine_limits()
+    fma, bw, mul_add = machine_limits()
     print("FMA units (build/peak, registers only): " +
           (", ".join(f"{w}-bit {t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s" for (w, t), g in sorted(fma.items()))
            if fma else "not measured (no AVX2/AVX-512)"))
+    if mul_add:
+        print("  the same flops as a multiply and a separate add (the attention core's arithmetic): " +
+              ", ".join(f"{w}-bit {t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s"
+                        + (f" ({g / fma[(w, t)]:.2f} of the FMA loop)" if fma.get((w, t)) else "")
+                        for (w, t), g in sorted(mul_add.items())))
     peak, peak_cpu, lib, ordered, shapes = sgemm_peak()
     p2, p2_what = the_peak(fma, peak, lib, ordered)
     print(f"OpenBLAS sgemm, n=2048 ({lib}): " +

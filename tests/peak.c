@@ -6,6 +6,9 @@
 //
 // One line per vector width the CPU runs (AVX-512, AVX2), on 1 and 2 threads:
 //   fma_peak width=512 threads=2 GFLOP/s 412.3
+// then, at the widest width, the same flops as a multiply and a separate add (the
+// attention core's arithmetic, which keeps plain C's rounding):
+//   mul_add_peak width=512 threads=2 GFLOP/s 170.1
 // then the memory bandwidth of a triad a = b + s*c over arrays far larger than the caches
 // (3 x 128 MiB), on 1 and 2 threads, counting each array once (STREAM's convention):
 //   bandwidth threads=2 GB/s 31.0
@@ -57,6 +60,44 @@ __attribute__((target("avx2,fma"))) static float chains256(long iters) {
     return t;
 }
 
+// The attention core's arithmetic (kernels/cpu/attn_tiles.c): a product rounded, then
+// added, never fused (plain C's bits). x = x * a and acc = acc + x on CHAINS registers each:
+// 2 x 16 x CHAINS x iters flops, in twice the instructions of the FMA loop. A core whose
+// multiplies and adds share its two FMA units (Intel's) runs this at half the FMA loop's
+// rate; one with adders of their own (AMD Zen 4) can run it at the full rate.
+__attribute__((target("avx512f"))) static float mul_add512(long iters) {
+    __m512 acc[CHAINS], x[CHAINS];
+    __m512 a = _mm512_set1_ps(0.999999f);
+    for (int c = 0; c < CHAINS; c++) acc[c] = x[c] = _mm512_set1_ps((float)c);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+        for (int c = 0; c < CHAINS; c++) {
+            x[c] = _mm512_mul_ps(x[c], a);
+            acc[c] = _mm512_add_ps(acc[c], x[c]);
+        }
+    __m512 s = acc[0];
+    for (int c = 1; c < CHAINS; c++) s = _mm512_add_ps(s, acc[c]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2"))) static float mul_add256(long iters) {
+    __m256 acc[CHAINS], x[CHAINS];
+    __m256 a = _mm256_set1_ps(0.999999f);
+    for (int c = 0; c < CHAINS; c++) acc[c] = x[c] = _mm256_set1_ps((float)c);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+        for (int c = 0; c < CHAINS; c++) {
+            x[c] = _mm256_mul_ps(x[c], a);
+            acc[c] = _mm256_add_ps(acc[c], x[c]);
+        }
+    __m256 s = acc[0];
+    for (int c = 1; c < CHAINS; c++) s = _mm256_add_ps(s, acc[c]);
+    float v[8], t = 0;
+    _mm256_storeu_ps(v, s);
+    for (int l = 0; l < 8; l++) t += v[l];
+    return t;
+}
+
 // GB/s of a[i] = b[i] + s * c[i] over n floats on `threads` threads; best of 5 (the first,
 // which also faults the pages in, not counted).
 static double triad(float *a, const float *b, const float *c, long n, int threads) {
@@ -73,13 +114,15 @@ static double triad(float *a, const float *b, const float *c, long n, int thread
 
 static volatile float sink;   // where every thread's result goes
 
-// GFLOP/s of `threads` threads each running `iters` iterations at `width` bits; best of 5.
-static double measure(int width, int threads, long iters) {
+// GFLOP/s of `threads` threads each running `iters` iterations at `width` bits, of the FMA
+// loop or (mul_add) the multiply-then-add loop; best of 5.
+static double measure(int width, int threads, long iters, int mul_add) {
     double best = 1e30;
     for (int r = 0; r < 6; r++) {
         double t0 = now();
 #pragma omp parallel num_threads(threads)
-        sink = width == 512 ? chains512(iters) : chains256(iters);
+        sink = mul_add ? (width == 512 ? mul_add512(iters) : mul_add256(iters))
+                       : (width == 512 ? chains512(iters) : chains256(iters));
         double t = now() - t0;
         if (r > 0 && t < best) best = t;   // the first warms the units and the clock up
     }
@@ -105,7 +148,11 @@ int main(int argc, char **argv) {
         double t = now() - t0;
         iters = (long)(iters * seconds / (t > 1e-6 ? t : 1e-6));
         for (int th = 1; th <= 2; th++)
-            printf("fma_peak width=%d threads=%d GFLOP/s %.1f\n", widths[w], th, measure(widths[w], th, iters));
+            printf("fma_peak width=%d threads=%d GFLOP/s %.1f\n", widths[w], th, measure(widths[w], th, iters, 0));
+        if (w == 0)   // the widest only
+            for (int th = 1; th <= 2; th++)
+                printf("mul_add_peak width=%d threads=%d GFLOP/s %.1f\n", widths[w], th,
+                       measure(widths[w], th, iters / 2, 1));
     }
     long len = 32L << 20;   // floats per array: 128 MiB
     float *a = malloc(sizeof(float) * len), *b = malloc(sizeof(float) * len), *c = malloc(sizeof(float) * len);

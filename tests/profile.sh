@@ -47,11 +47,14 @@ expect_error "profile=true with dry_run=true" "a dry run computes none" \
 # The limits make bench divides by: every line present and positive (the figures
 # themselves depend on the machine and its load; docs/performance.md keeps them).
 build/peak 0.05 > "$T/peak.out"
-check "build/peak: FMA loop at a vector width, 1 and 2 threads, and the bandwidth: $(tr '\n' ';' < "$T/peak.out")" \
+check "build/peak: FMA loop at a vector width, 1 and 2 threads, multiply-then-add at the widest, and the bandwidth: $(tr '\n' ';' < "$T/peak.out")" \
     python3 -c "
 import re, sys
 out = open(sys.argv[1]).read()
 f = re.findall(r'^fma_peak width=(256|512) threads=([12]) GFLOP/s ([\d.]+)$', out, re.M)
+m = re.findall(r'^mul_add_peak width=(256|512) threads=([12]) GFLOP/s ([\d.]+)$', out, re.M)
 b = re.findall(r'^bandwidth threads=([12]) GB/s ([\d.]+)$', out, re.M)
-sys.exit(not (len(f) >= 2 and len(b) == 2 and all(float(g) > 0 for *_, g in f + b)))" "$T/peak.out"
+widest = max((w for w, *_ in f), key=int, default=None)
+ok = len(f) >= 2 and len(m) == 2 and all(w == widest for w, *_ in m) and len(b) == 2
+sys.exit(not (ok and all(float(g) > 0 for *_, g in f + m + b)))" "$T/peak.out"
 summary
