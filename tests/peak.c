@@ -32,64 +32,46 @@ static double now(void) {
 
 // acc = acc * a + b, `iters` times on each of CHAINS registers; returns a value that
 // depends on every FMA (so the compiler keeps them). 2 x 16 x CHAINS x iters flops.
-__attribute__((target("avx512f"))) static float chains512(long iters) {
-    __m512 acc[CHAINS];
+// With mul_add, the same flops as the attention core does them (kernels/cpu/attn_tiles.c:
+// a product rounded, then added, never fused: plain C's bits): x = x * a, acc = acc + x,
+// twice the instructions. A core whose multiplies and adds share its two FMA units (Intel's)
+// runs that at half the FMA loop's rate; one with adders of their own (AMD Zen 4) need not.
+__attribute__((target("avx512f"))) static float chains512(long iters, int mul_add) {
+    __m512 acc[CHAINS], x[CHAINS];
     __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
-    for (int c = 0; c < CHAINS; c++) acc[c] = _mm512_set1_ps((float)c);
-    for (long i = 0; i < iters; i++)
+    for (int c = 0; c < CHAINS; c++) acc[c] = x[c] = _mm512_set1_ps((float)c);
+    if (!mul_add)
+        for (long i = 0; i < iters; i++)
 #pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+            for (int c = 0; c < CHAINS; c++) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+    else
+        for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+            for (int c = 0; c < CHAINS; c++) {
+                x[c] = _mm512_mul_ps(x[c], a);
+                acc[c] = _mm512_add_ps(acc[c], x[c]);
+            }
     __m512 s = acc[0];
     for (int c = 1; c < CHAINS; c++) s = _mm512_add_ps(s, acc[c]);
     return _mm512_reduce_add_ps(s);
 }
 
 // The same with 8 lanes: 2 x 8 x CHAINS x iters flops.
-__attribute__((target("avx2,fma"))) static float chains256(long iters) {
-    __m256 acc[CHAINS];
-    __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
-    for (int c = 0; c < CHAINS; c++) acc[c] = _mm256_set1_ps((float)c);
-    for (long i = 0; i < iters; i++)
-#pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
-    __m256 s = acc[0];
-    for (int c = 1; c < CHAINS; c++) s = _mm256_add_ps(s, acc[c]);
-    float v[8], t = 0;
-    _mm256_storeu_ps(v, s);
-    for (int l = 0; l < 8; l++) t += v[l];
-    return t;
-}
-
-// The attention core's arithmetic (kernels/cpu/attn_tiles.c): a product rounded, then
-// added, never fused (plain C's bits). x = x * a and acc = acc + x on CHAINS registers each:
-// 2 x 16 x CHAINS x iters flops, in twice the instructions of the FMA loop. A core whose
-// multiplies and adds share its two FMA units (Intel's) runs this at half the FMA loop's
-// rate; one with adders of their own (AMD Zen 4) can run it at the full rate.
-__attribute__((target("avx512f"))) static float mul_add512(long iters) {
-    __m512 acc[CHAINS], x[CHAINS];
-    __m512 a = _mm512_set1_ps(0.999999f);
-    for (int c = 0; c < CHAINS; c++) acc[c] = x[c] = _mm512_set1_ps((float)c);
-    for (long i = 0; i < iters; i++)
-#pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++) {
-            x[c] = _mm512_mul_ps(x[c], a);
-            acc[c] = _mm512_add_ps(acc[c], x[c]);
-        }
-    __m512 s = acc[0];
-    for (int c = 1; c < CHAINS; c++) s = _mm512_add_ps(s, acc[c]);
-    return _mm512_reduce_add_ps(s);
-}
-
-__attribute__((target("avx2"))) static float mul_add256(long iters) {
+__attribute__((target("avx2,fma"))) static float chains256(long iters, int mul_add) {
     __m256 acc[CHAINS], x[CHAINS];
-    __m256 a = _mm256_set1_ps(0.999999f);
+    __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
     for (int c = 0; c < CHAINS; c++) acc[c] = x[c] = _mm256_set1_ps((float)c);
-    for (long i = 0; i < iters; i++)
+    if (!mul_add)
+        for (long i = 0; i < iters; i++)
 #pragma GCC unroll 16
-        for (int c = 0; c < CHAINS; c++) {
-            x[c] = _mm256_mul_ps(x[c], a);
-            acc[c] = _mm256_add_ps(acc[c], x[c]);
-        }
+            for (int c = 0; c < CHAINS; c++) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+    else
+        for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+            for (int c = 0; c < CHAINS; c++) {
+                x[c] = _mm256_mul_ps(x[c], a);
+                acc[c] = _mm256_add_ps(acc[c], x[c]);
+            }
     __m256 s = acc[0];
     for (int c = 1; c < CHAINS; c++) s = _mm256_add_ps(s, acc[c]);
     float v[8], t = 0;
@@ -121,8 +103,7 @@ static double measure(int width, int threads, long iters, int mul_add) {
     for (int r = 0; r < 6; r++) {
         double t0 = now();
 #pragma omp parallel num_threads(threads)
-        sink = mul_add ? (width == 512 ? mul_add512(iters) : mul_add256(iters))
-                       : (width == 512 ? chains512(iters) : chains256(iters));
+        sink = width == 512 ? chains512(iters, mul_add) : chains256(iters, mul_add);
         double t = now() - t0;
         if (r > 0 && t < best) best = t;   // the first warms the units and the clock up
     }
@@ -144,7 +125,7 @@ int main(int argc, char **argv) {
         // Size the loop to take about `seconds` on one thread, from a short trial.
         long iters = 1 << 16;
         double t0 = now();
-        sink = widths[w] == 512 ? chains512(iters) : chains256(iters);
+        sink = widths[w] == 512 ? chains512(iters, 0) : chains256(iters, 0);
         double t = now() - t0;
         iters = (long)(iters * seconds / (t > 1e-6 ? t : 1e-6));
         for (int th = 1; th <= 2; th++)
