@@ -9,13 +9,16 @@
 // float32 (cuBLAS's default math mode: no TF32). HIP builds have only the ordered GEMM.
 //
 // gpu_matmul=cublas_bf16 (gpu_matmul_use_cublas(2), with dtype=bfloat16 only): the layers'
-// weight products (matmul_forward) on tensor cores, cublasGemmEx with bf16 operands and
-// float32 accumulation and output. In bf16 mode their operands are bf16-valued already (the
-// weights' rounded copy, activations rounded at the cast points: model/precision.h), so
-// converting them to bf16 storage is exact, and every product of two bf16 values is exact in
-// float32: only the order of the float32 sums differs from the CPU's. The backward products
-// (matmul_backward_dinp, _dw) stay float32 SGEMM: their dout is a float32 gradient, not
-// bf16-valued, and rounding it would add an error that the CPU's bf16 mode does not make.
+// weight products, forward and backward (matmul_forward, matmul_backward_dinp and _dw), on
+// tensor cores, cublasGemmEx with bf16 operands and float32 accumulation and output. In bf16
+// mode their operands are bf16-valued already: the weights' rounded copy, the activations
+// rounded at the cast points (model/precision.h), and the gradients arriving at a product,
+// which the backward rounds where the forward rounded the product's output, as JAX's
+// autodiff does. So converting them to bf16 storage is exact, and every product of two bf16
+// values is exact in float32: only the order of the float32 sums differs from the CPU's.
+// The one product whose operands are not (the router's gate: its logits' gradient, and its
+// weights under float32_gate_logits) calls the general gemm, which stays float32 SGEMM
+// (model/matmul.h:matmul_backward_float32); so do the attention core's products.
 //
 // cuBLAS is loaded with dlopen when chosen, not linked: the binaries then need no cuBLAS
 // on a machine that does not use it, and the library's 100+ MB do not travel with them.
@@ -28,7 +31,7 @@
 #include <dlfcn.h>
 #endif
 
-static int use_cublas = 0;   // set once at start-up: 0 the ordered GEMM, 1 cuBLAS, 2 and bf16 forward products
+static int use_cublas = 0;   // set once at start-up: 0 the ordered GEMM, 1 cuBLAS, 2 and the weight products in bf16
 
 #if GPU_HAVE_CUBLAS
 // The cuBLAS functions we call, found in libcublas.so.13 (CUDA 13's soname).
@@ -105,22 +108,28 @@ __global__ static void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
     if (i < n) dst[i] = bf16_bits_dev(src[i]);
 }
 
-// out (T,OC) = inp (T,C) @ w (C,OC) (+= when accumulate) on tensor cores: both operands
-// converted to bf16 in a scratch buffer of the stream's own (cudaMallocAsync: freed in
-// stream order once the product has read it; it is GPU-only and lives inside this call, so
-// the allocator does not count it), the product accumulated and written in float32.
-static void matmul_forward_bf16(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
-    size_t ni = (size_t)T * C, nw = (size_t)C * OC, at = (ni + 127) / 128 * 128;   // w's copy 256-byte aligned
+// The floats an operand spans as stored: op(X) (rows, cols) is X, or X^T with X (cols, rows),
+// in rows of ld floats.
+static size_t stored(int trans, int rows, int cols, int ld) { return (size_t)(trans ? cols : rows) * ld; }
+
+// C (M,N) = op(A) (M,K) @ op(B) (K,N) (+= when accumulate) on tensor cores, K > 0: both
+// operands converted to bf16 in a scratch buffer of the stream's own (cudaMallocAsync: freed
+// in stream order once the product has read it; it is GPU-only and lives inside this call,
+// so the allocator does not count it), the product accumulated and written in float32.
+static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
+                      int ldb, int accumulate, float *C, int ldc) {
+    size_t na = stored(transA, M, K, lda), nb = stored(transB, K, N, ldb);
+    size_t at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
     uint16_t *scratch;
-    GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nw), gpu_stream()));
-    to_bf16_kernel<<<blocks_for(ni, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch, inp, ni);
+    GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nb), gpu_stream()));
+    to_bf16_kernel<<<blocks_for(na, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch, A, na);
     GPU_CHECK_LAUNCH();
-    to_bf16_kernel<<<blocks_for(nw, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch + at, w, nw);
+    to_bf16_kernel<<<blocks_for(nb, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch + at, B, nb);
     GPU_CHECK_LAUNCH();
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
-    CUBLAS_CHECK(cublas.gemm_ex(my_handle(), CUBLAS_OP_N, CUBLAS_OP_N, OC, T, C, &one, scratch + at, CUDA_R_16BF, OC,
-                                scratch, CUDA_R_16BF, C, &beta, out, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                N, M, K, &one, scratch + at, CUDA_R_16BF, ldb, scratch, CUDA_R_16BF, lda, &beta, C,
+                                CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     GPU_CHECK(cudaFreeAsync(scratch, gpu_stream()));
 }
 #endif
@@ -179,22 +188,32 @@ static void gemm(int transA, int transB, int M, int N, int K, const float *A, in
     ordered_gemm_gpu(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
 }
 
+// The layers' weight products: on tensor cores under gpu_matmul=cublas_bf16 (a product over
+// K = 0, which only adds 0.0f or writes zeros, stays with gemm), else gemm.
+static void weight_product(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
+                           int ldb, int accumulate, float *C, int ldc) {
+#if GPU_HAVE_CUBLAS
+    if (use_cublas == 2 && M > 0 && N > 0 && K > 0) {
+        gemm_bf16(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+        return;
+    }
+#endif
+    gemm(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+}
+
 // out (T,OC) = inp (T,C) @ w (C,OC), or += when accumulate.
 static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
-#if GPU_HAVE_CUBLAS
-    if (use_cublas == 2 && T > 0 && OC > 0 && C > 0) { matmul_forward_bf16(out, inp, w, T, C, OC, accumulate); return; }
-#endif
-    gemm(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);
+    weight_product(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);
 }
 
 // dinp (T,C) += dout (T,OC) @ w^T.
 static void matmul_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
-    gemm(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);
+    weight_product(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);
 }
 
-// dw (C,OC) = inp^T (C,len) @ dout (len,OC).
-static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {
-    gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);
+// dw (C,OC) = inp^T (C,len) @ dout (len,OC), or += when accumulate.
+static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC, int accumulate) {
+    weight_product(1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);
 }
 
 // left (n) += right (n), and C (M,N, row stride ldc) = 0.0f + S (M,N): the chunked product's

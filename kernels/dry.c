@@ -124,7 +124,7 @@ static const MlpKernels mlp_dry = {swiglu_forward, swiglu_backward};
 // matmul
 static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {}
 static void matmul_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {}
-static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {}
+static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC, int accumulate) {}
 static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                  const float *B, int ldb, int accumulate, float *C, int ldc) {}
 static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B, int ldb,

@@ -16,9 +16,10 @@ typedef struct MatmulKernels {
     void (*matmul_forward)(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate);
     // dinp (T,C) += dout (T,OC) @ w^T; w (C,OC).
     void (*matmul_backward_dinp)(float *dinp, const float *dout, const float *w, int T, int C, int OC);
-    // dw (C,OC) = inp^T @ dout over len tokens: inp (len,C), dout (len,OC). One leaf of the
-    // weight gradient (overwritten, not added to).
-    void (*matmul_backward_dw)(float *dw, const float *inp, const float *dout, int len, int C, int OC);
+    // dw (C,OC) = inp^T @ dout over len tokens: inp (len,C), dout (len,OC); dw += ... when
+    // accumulate is 1. One leaf of the weight gradient, written or added onto the leaf
+    // before it (model/matmul.h:matmul_dw_leaf).
+    void (*matmul_backward_dw)(float *dw, const float *inp, const float *dout, int len, int C, int OC, int accumulate);
     // The general product for strided operands (a piece of a contraction, one expert's rows):
     // C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate is 1; op(X) = X^T
     // when transX; lda, ldb, ldc are the row strides of A, B, C as stored.

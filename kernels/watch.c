@@ -42,9 +42,9 @@ static void matmul_backward_dinp(float *dinp, const float *dout, const float *w,
     WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dinp(dinp, dout, w, T, C, OC), 2.0 * T * C * OC,
           (double)T * OC + (double)C * OC + 2.0 * T * C);
 }
-static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {
-    WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dw(dw, inp, dout, len, C, OC), 2.0 * len * C * OC,
-          (double)len * C + (double)len * OC + (double)C * OC);
+static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC, int accumulate) {
+    WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dw(dw, inp, dout, len, C, OC, accumulate), 2.0 * len * C * OC,
+          (double)len * C + (double)len * OC + (1.0 + accumulate) * C * OC);
 }
 static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                  int accumulate, float *C, int ldc) {

@@ -40,12 +40,21 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
     kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate);
 }
 
-void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                     int T, int C, int OC, Leaves leaf) {
-    if (dinp) {
+void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto) {
+    if (C == 0 || OC == 0) return;
+    count_flops(C, OC, len);
+    kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto);
+}
+
+// matmul_backward (bf16_valued 1: the layers' kernels) or matmul_backward_float32 (0: the
+// general product, the same on the CPU).
+static void backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int T, int C,
+                     int OC, Leaves leaf, int bf16_valued) {
+    if (dinp && bf16_valued) {
         count_flops(T, C, OC);
         kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC);
     }
+    if (dinp && !bf16_valued) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
     if (dw) {
         if ((long)leaf.B * leaf.S != T) die("internal: matmul_backward of %d tokens given leaves of %d", T, leaf.B * leaf.S);
         LeafSum ls;
@@ -53,13 +62,24 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
         for (long i = 0; i < leaf.n; i++) {
             int onto;
             float *g = leafsum_leaf_onto(&ls, &onto);   // written whole below, or added onto
-            long t0 = leaf_token(leaf, i);
+            const float *x = inp + (size_t)leaf_token(leaf, i) * C, *d = dout + (size_t)leaf_token(leaf, i) * OC;
             // g (C,OC) = (or +=) inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
-            gemm(1, 0, C, OC, leaf.len, 1.0f, inp + (size_t)t0 * C, C, dout + (size_t)t0 * OC, OC, (float)onto, g, OC);
+            if (bf16_valued) matmul_dw_leaf(g, x, d, leaf.len, C, OC, onto);
+            else gemm(1, 0, C, OC, leaf.len, 1.0f, x, C, d, OC, (float)onto, g, OC);
             leafsum_push(&ls);
         }
         leafsum_end(&ls);
     }
+}
+
+void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                     int T, int C, int OC, Leaves leaf) {
+    backward(dinp, dw, dout, inp, w, T, C, OC, leaf, 1);
+}
+
+void matmul_backward_float32(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             int T, int C, int OC, Leaves leaf) {
+    backward(dinp, dw, dout, inp, w, T, C, OC, leaf, 0);
 }
 
 // out (T,N) = A (T,K) @ op(Bm), the contraction over K cut into `chunks` pieces whose

@@ -18,6 +18,16 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
 //                  tree (the leaves of the T = leaf.B * leaf.S tokens: base/context.h).
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, Leaves leaf);
+// The same with every product in float32 for operands that are not bf16-valued in bf16 mode
+// (the router's gate: its logits' gradient, and with float32_gate_logits its weights).
+// The CPU runs the same kernels either way; gpu_matmul=cublas_bf16 runs matmul_backward's
+// products on tensor cores, which is exact only for bf16-valued operands.
+void matmul_backward_float32(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             int T, int C, int OC, Leaves leaf);
+// One leaf of a weight gradient: g (C,OC) = inp^T (C,len) @ dout (len,OC), or g += ... when
+// onto is 1 (the leaf added onto the one before it, base/treesum.h). inp and dout hold len
+// contiguous rows; in bf16 mode both are bf16-valued.
+void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto);
 
 // "ordered" (default), "openblas" or "plain" (config key matmul_impl; plain's kernels are a
 // backend of their own, kernels/cpu/backend.c), the CPU backend's choice made

@@ -169,7 +169,7 @@ static void expert_dw(float *dw, const float *inp, const float *dout, const int 
         // rows, so the memory does not depend on the routing.
         int onto;
         float *g = leafsum_leaf_onto(&ls, &onto);
-        gemm(1, 0, C, OC, r1 - r0, 1.0f, inp + (size_t)r0 * C, C, dout + (size_t)r0 * OC, OC, (float)onto, g, OC);
+        matmul_dw_leaf(g, inp + (size_t)r0 * C, dout + (size_t)r0 * OC, r1 - r0, C, OC, onto);
         leafsum_push(&ls);
     }
     leafsum_end(&ls);
@@ -446,7 +446,7 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
     router_backward(c, dlogits, dw, s, T);
     mem_free(dw);
     if (lb_coef > 0) kern()->router->lb_backward(dlogits, s->probs, s->lb_f, B, S, S * cp_size(), E, lb_coef);
-    matmul_backward(dx, g->gate, dlogits, x, p->gate, T, D, E, leaf);
+    matmul_backward_float32(dx, g->gate, dlogits, x, p->gate, T, D, E, leaf);   // dlogits: float32 values
     mem_free(dlogits);
 
     // The experts' saved rows are done; the routing stays for the dump until moe_saved_free.

@@ -3,7 +3,7 @@
 
 For each GPU preset (configs/mixtral-medium.yml, configs/deepseek-medium.yml: bf16, sized
 for one 80 GB GPU), in one run on the same GPU, side by side:
-  meshmoe        ./train_gpu CONFIG device=gpu gpu_matmul=cublas_bf16 (the layers' forward
+  meshmoe        ./train_gpu CONFIG device=gpu gpu_matmul=cublas_bf16 (the layers' weight
                  products on tensor cores; MESHMOE_ARGS replaces those keys)
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)

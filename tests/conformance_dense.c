@@ -96,12 +96,15 @@ static void test_matmul_wrappers(int T, int C, int OC) {
     float *d_dinp = dev_copy(dinp0, sizeof(float) * T * C), *d_dw = dev_poisoned(sizeof(float) * C * OC);
     UNDER_TEST->matmul->matmul_forward(d_out, d_inp, d_w, T, C, OC, 0);
     UNDER_TEST->matmul->matmul_backward_dinp(d_dinp, d_dout, d_w, T, C, OC);
-    UNDER_TEST->matmul->matmul_backward_dw(d_dw, d_inp, d_dout, T, C, OC);
+    UNDER_TEST->matmul->matmul_backward_dw(d_dw, d_inp, d_dout, T, C, OC, 0);
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d C=%d OC=%d", T, C, OC);
     check_dev_floats("matmul_forward", shape, out, d_out, (size_t)T * OC, 0, 0);
     check_dev_floats("matmul_backward_dinp", shape, dinp, d_dinp, (size_t)T * C, 0, 0);
     check_dev_floats("matmul_backward_dw", shape, dw, d_dw, (size_t)C * OC, 0, 0);
+    ref_gemm(1, 0, C, OC, T, inp, C, dout, OC, 1, dw, OC);   // a leaf added onto the one before
+    UNDER_TEST->matmul->matmul_backward_dw(d_dw, d_inp, d_dout, T, C, OC, 1);
+    check_dev_floats("matmul_backward_dw onto a leaf", shape, dw, d_dw, (size_t)C * OC, 0, 0);
     free(inp); free(w); free(dout); free(dinp0); free(out); free(dinp); free(dw);
     dev_free(d_inp); dev_free(d_w); dev_free(d_dout); dev_free(d_out); dev_free(d_dinp); dev_free(d_dw);
 }
@@ -151,39 +154,52 @@ static void test_gemm_cublas(int ta, int tb, int M, int N, int K, int own_worksp
 #endif
 
 #ifdef MESHMOE_CONFORMANCE_GPU
-// gpu_matmul=cublas_bf16: matmul_forward on tensor cores (bf16 operands, float32 sums), on
-// bf16-valued operands as the layers give it in bf16 mode, accumulating onto out. Each
-// product of two bf16 values is exact in float32, so only the sums' order and rounding
-// differ from the ordered product: the bound of test_gemm_cublas, with the old value of out
-// as one more term, |got - want| <= 2 (C+1) u (|out| + sum_k |inp_tk w_kj|).
-static void test_matmul_bf16_cublas(int T, int C, int OC) {
+// gpu_matmul=cublas_bf16: the weight products on tensor cores (bf16 operands, float32 sums),
+// on bf16-valued operands as the layers give them in bf16 mode: matmul_forward and
+// matmul_backward_dinp accumulating onto their output, matmul_backward_dw writing and adding
+// onto a leaf. Each product of two bf16 values is exact in float32, so only the sums' order
+// and rounding differ from the ordered product: the bound of test_gemm_cublas, with the old
+// value of C as one more term, |got - want| <= 2 (K+1) u (|C| + sum_k |a_ik b_kj|).
+enum { BF16_FORWARD, BF16_DINP, BF16_DW };
+static void test_weight_product_bf16(int which, int accumulate, int T, int C, int OC) {
+    static const char *names[] = {"matmul_forward", "matmul_backward_dinp", "matmul_backward_dw"};
     const char *why;
-    if (!gpu_matmul_use_cublas(2, &why)) { printf("  matmul_forward cublas_bf16: SKIPPED (%s)\n", why); return; }
-    float *inp = rand_floats((size_t)T * C, -1, 1), *w = rand_floats((size_t)C * OC, -1, 1);
-    float *out0 = rand_floats((size_t)T * OC, -1, 1), *want = malloc(sizeof(float) * T * OC);
-    float *bound = malloc(sizeof(float) * T * OC);
-    for (size_t i = 0; i < (size_t)T * C; i++) inp[i] = bf16_round(inp[i]);
-    for (size_t i = 0; i < (size_t)C * OC; i++) w[i] = bf16_round(w[i]);
-    memcpy(want, out0, sizeof(float) * T * OC);
-    ref_gemm(0, 0, T, OC, C, inp, C, w, OC, 1, want, OC);
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < OC; j++) {
-            double s = fabs(out0[(size_t)t * OC + j]);
-            for (int k = 0; k < C; k++) s += fabs((double)inp[(size_t)t * C + k] * w[(size_t)k * OC + j]);
-            bound[(size_t)t * OC + j] = (float)(2.0 * (C + 1) * 0x1p-24 * s);
+    if (!gpu_matmul_use_cublas(2, &why)) { printf("  %s cublas_bf16: SKIPPED (%s)\n", names[which], why); return; }
+    // The product as C (M,N) = op(A) (M,K) @ op(B) (K,N) with its operands' layouts.
+    int ta = which == BF16_DW, tb = which == BF16_DINP;
+    int M = which == BF16_DW ? C : T, N = which == BF16_DINP ? C : OC, K = which == BF16_FORWARD ? C : which == BF16_DINP ? OC : T;
+    int lda = which == BF16_DINP ? OC : C, ldb = OC;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * N;
+    float *A = rand_floats(na, -1, 1), *B = rand_floats(nb, -1, 1), *C0 = rand_floats(nc, -1, 1);
+    for (size_t i = 0; i < na; i++) A[i] = bf16_round(A[i]);
+    for (size_t i = 0; i < nb; i++) B[i] = bf16_round(B[i]);
+    float *want = copy_of(C0, sizeof(float) * nc), *bound = malloc(sizeof(float) * nc);
+    ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, accumulate, want, N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = accumulate ? fabs(C0[(size_t)i * N + j]) : 0;
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                s += fabs((double)a * b);
+            }
+            bound[(size_t)i * N + j] = (float)(2.0 * (K + 1) * 0x1p-24 * s);
         }
-    float *d_inp = dev_copy(inp, sizeof(float) * T * C), *d_w = dev_copy(w, sizeof(float) * C * OC);
-    float *d_out = dev_copy(out0, sizeof(float) * T * OC);
-    UNDER_TEST->matmul->matmul_forward(d_out, d_inp, d_w, T, C, OC, 1);
-    float *got = dev_fetch(d_out, sizeof(float) * T * OC);
+    float *d_A = dev_copy(A, sizeof(float) * na), *d_B = dev_copy(B, sizeof(float) * nb);
+    float *d_C = accumulate ? dev_copy(C0, sizeof(float) * nc) : dev_poisoned(sizeof(float) * nc);
+    if (which == BF16_FORWARD) UNDER_TEST->matmul->matmul_forward(d_C, d_A, d_B, T, C, OC, accumulate);
+    if (which == BF16_DINP) UNDER_TEST->matmul->matmul_backward_dinp(d_C, d_A, d_B, T, C, OC);
+    if (which == BF16_DW) UNDER_TEST->matmul->matmul_backward_dw(d_C, d_A, d_B, T, C, OC, accumulate);
+    float *got = dev_fetch(d_C, sizeof(float) * nc);
     gpu_matmul_use_cublas(0, &why);
     size_t bad = 0, first = 0;
-    for (size_t i = 0; i < (size_t)T * OC; i++)
+    for (size_t i = 0; i < nc; i++)
         if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
-    check(bad == 0, "matmul_forward cublas_bf16 T=%d C=%d OC=%d: %zu differ beyond the bound; first at [%zu]: "
-          "want %.9g got %.9g bound %.3g", T, C, OC, bad, first, want[first], got[first], bound[first]);
-    free(inp); free(w); free(out0); free(want); free(bound); free(got);
-    dev_free(d_inp); dev_free(d_w); dev_free(d_out);
+    check(bad == 0, "%s cublas_bf16 accumulate=%d T=%d C=%d OC=%d: %zu differ beyond the bound; first at [%zu]: "
+          "want %.9g got %.9g bound %.3g", names[which], accumulate, T, C, OC, bad, first, want[first], got[first],
+          bound[first]);
+    free(A); free(B); free(C0); free(want); free(bound); free(got);
+    dev_free(d_A); dev_free(d_B); dev_free(d_C);
 }
 #endif
 
@@ -204,8 +220,11 @@ void test_matmul(void) {
 #ifdef MESHMOE_CONFORMANCE_GPU
     test_gemm_cublas(0, 0, 64, 96, 200, 1);
     test_gemm_cublas(1, 1, 33, 17, 75, 0);
-    test_matmul_bf16_cublas(70, 200, 96);
-    test_matmul_bf16_cublas(5, 33, 17);   // shapes tensor cores do not tile
+    for (int which = BF16_FORWARD; which <= BF16_DW; which++) {
+        test_weight_product_bf16(which, 1, 70, 200, 96);
+        test_weight_product_bf16(which, 1, 5, 33, 17);   // shapes tensor cores do not tile
+    }
+    test_weight_product_bf16(BF16_DW, 0, 70, 200, 96);   // a first leaf: written, not added onto
 #endif
 }
 

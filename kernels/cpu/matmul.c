@@ -61,8 +61,8 @@ static void matmul_backward_dinp(float *dinp, const float *dout, const float *w,
     gemm(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);   // (T,OC) @ (OC,C)
 }
 
-static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {
-    gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);   // (C,len) @ (len,OC)
+static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC, int accumulate) {
+    gemm(1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);   // (C,len) @ (len,OC)
 }
 
 static void add_rows(float *left, const float *right, size_t n) {
@@ -96,8 +96,8 @@ static void plain_forward(float *out, const float *inp, const float *w, int T, i
 static void plain_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
     plain_gemm(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);
 }
-static void plain_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC) {
-    plain_gemm(1, 0, C, OC, len, inp, C, dout, OC, 0, dw, OC);
+static void plain_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC, int accumulate) {
+    plain_gemm(1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);
 }
 
 const MatmulKernels matmul_cpu_plain = {plain_forward, plain_backward_dinp, plain_backward_dw, plain_gemm,
