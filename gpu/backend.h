@@ -40,6 +40,9 @@ int gpu_matmul_use_cublas(int on, const char **why);
 // products want (0 with the ordered GEMM), and the device buffer they use (NULL: taken back).
 size_t gpu_matmul_workspace_bytes(void);
 void gpu_matmul_set_workspace(void *p, size_t bytes);
+// MESHMOE_CHECK_BF16=1 with gpu_matmul=cublas_bf16: the operand values converted to bf16 so
+// far on this thread's GPU, and how many were not bf16-valued, printed (gpu/matmul.cu).
+void gpu_matmul_bf16_report(void);
 
 // Device memory (gpu/runtime.cu): what the conformance test and the allocator use.
 int gpu_devices(const char **why);          // the GPUs there are; 0 with the runtime's reason in *why

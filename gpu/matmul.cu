@@ -29,6 +29,7 @@
 #if GPU_HAVE_CUBLAS
 #include <cublas_v2.h>
 #include <dlfcn.h>
+#include <string.h>
 #endif
 
 static int use_cublas = 0;   // set once at start-up: 0 the ordered GEMM, 1 cuBLAS, 2 and the weight products in bf16
@@ -101,11 +102,31 @@ static void sgemm_cublas(int transA, int transB, int M, int N, int K, const floa
                               N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
 }
 
+// MESHMOE_CHECK_BF16=1 (tests/gpu.sh's tensor-core runs): gemm_bf16 also counts, on the
+// GPU, the operand values it converts and those that were not bf16-valued (low 16 bits not
+// zero, NaN aside), whose conversion rounded them; gpu_matmul_bf16_report prints both.
+static int check_bf16 = 0;   // read at start-up, with gpu_matmul=cublas_bf16
+__device__ unsigned long long bf16_converted, bf16_inexact;
+
 // dst[i] = src[i] as bf16 bits (round to nearest even: exact for a bf16-valued src), one
-// thread per element.
-__global__ static void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+// thread per element; with check, the counts above.
+__global__ static void to_bf16_kernel(uint16_t *dst, const float *src, size_t n, int check) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = bf16_bits_dev(src[i]);
+    if (i >= n) return;
+    dst[i] = bf16_bits_dev(src[i]);
+    if (!check) return;
+    if (i == 0) atomicAdd(&bf16_converted, (unsigned long long)n);
+    uint32_t u = __float_as_uint(src[i]);
+    if ((u & 0xffffu) && (u & 0x7fffffffu) <= 0x7f800000u) atomicAdd(&bf16_inexact, 1ull);
+}
+
+extern "C" void gpu_matmul_bf16_report(void) {
+    if (!check_bf16) return;
+    unsigned long long converted = 0, inexact = 0;
+    GPU_CHECK(cudaMemcpyFromSymbol(&converted, bf16_converted, sizeof converted));
+    GPU_CHECK(cudaMemcpyFromSymbol(&inexact, bf16_inexact, sizeof inexact));
+    printf("cublas_bf16 check: %llu operand values converted to bf16, %llu of them not bf16-valued\n", converted,
+           inexact);
 }
 
 // The floats an operand spans as stored: op(X) (rows, cols) is X, or X^T with X (cols, rows),
@@ -122,9 +143,9 @@ static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *
     size_t at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
     uint16_t *scratch;
     GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nb), gpu_stream()));
-    to_bf16_kernel<<<blocks_for(na, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch, A, na);
+    to_bf16_kernel<<<blocks_for(na, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch, A, na, check_bf16);
     GPU_CHECK_LAUNCH();
-    to_bf16_kernel<<<blocks_for(nb, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch + at, B, nb);
+    to_bf16_kernel<<<blocks_for(nb, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch + at, B, nb, check_bf16);
     GPU_CHECK_LAUNCH();
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -132,6 +153,8 @@ static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *
                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     GPU_CHECK(cudaFreeAsync(scratch, gpu_stream()));
 }
+#else
+extern "C" void gpu_matmul_bf16_report(void) {}   // (HIP: no cuBLAS, no bf16 products)
 #endif
 
 extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
@@ -146,6 +169,8 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
 #if GPU_HAVE_CUBLAS
     *why = load_cublas();
     use_cublas = *why == NULL ? on : 0;
+    const char *check = getenv("MESHMOE_CHECK_BF16");
+    check_bf16 = use_cublas == 2 && check && !strcmp(check, "1");
     return use_cublas != 0;
 #else
     *why = "this is a HIP build: Debian's HIP has no BLAS, the ordered GEMM is the only product";

@@ -82,6 +82,7 @@ extern "C" void gpu_sync(void) {
 
 extern "C" void gpu_unbind(void) {
     gpu_sync();
+    gpu_matmul_bf16_report();
     gpu_copies_end();
     pool_detach();
     if (made) GPU_CHECK(cudaStreamDestroy(stream));
