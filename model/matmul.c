@@ -62,8 +62,9 @@ static void backward(float *dinp, float *dw, const float *dout, const float *inp
         for (long i = 0; i < leaf.n; i++) {
             int onto;
             float *g = leafsum_leaf_onto(&ls, &onto);   // written whole below, or added onto
-            const float *x = inp + (size_t)leaf_token(leaf, i) * C, *d = dout + (size_t)leaf_token(leaf, i) * OC;
+            long t0 = leaf_token(leaf, i);
             // g (C,OC) = (or +=) inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
+            const float *x = inp + (size_t)t0 * C, *d = dout + (size_t)t0 * OC;
             if (bf16_valued) matmul_dw_leaf(g, x, d, leaf.len, C, OC, onto);
             else gemm(1, 0, C, OC, leaf.len, 1.0f, x, C, d, OC, (float)onto, g, OC);
             leafsum_push(&ls);
