@@ -29,7 +29,7 @@ SRC_DIRS := core kernels kernels/cpu base data model sharding pipeline optim tra
 LIB_SRC := $(filter-out base/net_mpi.c,$(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c)))
 HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
-TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c))
+TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c)) build/test_gpu_attention
 
 .PHONY: all run test unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-ref gpu-carry
 all: train
@@ -72,6 +72,7 @@ $(BUILD)/mpi/net_mpi.o: base/net_mpi.c $(HDRS)
 
 build/test_%: tests/test_%.c $(LIB_OBJ) tests/test.h tests/gradcheck.h
 	$(CC) $(CFLAGS) $< $(LIB_OBJ) -o $@ $(LDLIBS)
+build/test_attn_tiles build/port/test_attn_tiles: tests/attn_cases.h   # (shared with test_gpu_attention)
 
 # The default corpus needs no download: the project's own README and C sources.
 build/corpus.txt: $(wildcard README.md *.c $(foreach d,$(SRC_DIRS),$(d)/*.[ch]))
@@ -245,6 +246,16 @@ build/conformance_gpu: $(CONF_SRC:%.c=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/gp
 	$(NVCC) -cudart static -Xcompiler -static-libstdc++,-static-libgcc $^ -o $@ -ldl -lm
 build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o) $(ORACLE_OBJ)
 	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ -lm
+
+# build/test_gpu_attention (part of `make test`, no GPU needed): the GPU's attention kernels,
+# gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
+# of the CUDA they use (tests/gpu_emu.h), compared with each other and with the CPU's loops.
+# -ffp-contract=off: as the GPU builds, no multiply and add fused that the source keeps apart.
+EMU_SRC := gpu/attention.cu gpu/attn_tiles.cu
+build/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/attn_cases.h tests/test.h $(EMU_SRC) gpu/gpu.h \
+                          gpu/attention.h gpu/backend.h $(LIB_OBJ)
+	$(CXX) $(OPT) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE \
+	    -fopenmp -I. -x c++ $(EMU_SRC) -x none $< $(LIB_OBJ) -o $@ $(LDLIBS)
 
 # ./train_gpu and ./train_hip: the whole trainer (the same C sources as ./train) with the GPU
 # backend linked in; device=gpu chooses it (train.c, backend_gpu), the CPU backend stays the

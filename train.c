@@ -94,7 +94,11 @@ static void read_config(Config *c, int argc, char **argv) {
                                                c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
     if (cublas == 2 && c->dtype != DTYPE_BFLOAT16)
         die("gpu_matmul=cublas_bf16 multiplies bf16 operands: it needs dtype=bfloat16 (in float32: gpu_matmul=cublas)");
-    if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, &why)) die("device=gpu: %s", why);
+    int tiles = c->gpu_attention == GPU_ATTENTION_TILES;
+    if (!tiles && c->device != DEVICE_GPU)
+        die("gpu_attention=rows chooses device=gpu's attention kernels: this run is device=%s",
+            c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
+    if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, tiles, &why)) die("device=gpu: %s", why);
 }
 
 // 1, over several processes: every process reads and checks the config, quietly (die()
@@ -520,7 +524,7 @@ static void run_devices(Run *run) {
     // (kernels/profile.h).
     const char *why;
     const Backend *kernels = c->dry_run                ? &backend_dry
-                           : c->device == DEVICE_GPU ? backend_gpu(gpu_matmul_mode(c), &why)
+                           : c->device == DEVICE_GPU ? backend_gpu(gpu_matmul_mode(c), c->gpu_attention == GPU_ATTENTION_TILES, &why)
                            : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
     if (c->device == DEVICE_CPU_STRICT && !c->dry_run) kernels = strict_backend(kernels, mem_describe_address);
     kern_use_default(c->profile ? profile_backend(kernels) : kernels);

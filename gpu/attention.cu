@@ -1,6 +1,7 @@
 // gpu/attention.cu: causal softmax attention on the GPU (kernels/attention.h), the twin of
 // kernels/cpu/attention.c's per-row loops (attention_cpu_plain, which defines every sum
-// and its order).
+// and its order). The calls without a mask whose heads fit shared memory run on the tiles
+// of gpu/attn_tiles.cu instead (the same sums in the same order), unless gpu_attention=rows.
 //
 // Every sum keeps the CPU's order: a score is one in-order dot product; a row's softmax
 // merges its keys in key order (the online log-sum-exp merge, kernels/cpu/attention.c:
@@ -16,38 +17,16 @@
 // probabilities p_ij and dS_ij it needs: one thread per query row (b, h, i) for dq, one
 // thread per key (b, kv head g, j) for dk and dv. GPU_THREADS a block.
 #include "gpu/gpu.h"
+#include "gpu/attention.h"
 #include "gpu/backend.h"
 
-// The shapes every attention kernel shares (kernels/attention.h), passed by value.
-typedef struct {
-    int B, S, q0, k0, N, Nkv, Dqk, Dv, W;   // W: the keys (q0 + S, or S for a ring block)
-    AttnRounding rnd;
-    const unsigned char *mask;
-} Geom;
-
-__device__ static float dot_dev(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int d = 0; d < n; d++) s += a[d] * b[d];
-    return s;
-}
-// Key j of sequence b: its row in k (P,B,S,Nkv,.) or v.
-__device__ static size_t key_row(const Geom &G, int b, int j) {
-    return ((size_t)(j / G.S) * G.B + b) * G.S + j % G.S;
-}
 // Does query row i of sequence b see key j (at position k0 + j)? The mask decides if there is one.
 __device__ static int visible(const Geom &G, int b, int i, int j) {
     return G.mask ? G.mask[((size_t)b * G.S + i) * (G.q0 + G.S) + G.k0 + j] : G.k0 + j <= G.q0 + i;
 }
-// How many keys row i scans: up to its own position, or all of them when a mask decides.
-__device__ static int keys_scanned(const Geom &G, int i) {
-    if (G.mask) return G.W;
-    int n = G.q0 + i - G.k0 + 1;
-    return n < 0 ? 0 : n > G.W ? G.W : n;
-}
 // The score of row i (q_i) against key j of kv head g, rounded as the scores are.
 __device__ static float score(const Geom &G, const float *qi, const float *k, int b, int g, int j) {
-    float s = dot_dev(qi, k + (key_row(G, b, j) * G.Nkv + g) * G.Dqk, G.Dqk);
-    return G.rnd.scores ? bf16_round_dev(s) : s;
+    return score_of(G, qi, k + (key_row(G, b, j) * G.Nkv + g) * G.Dqk);
 }
 
 // Keys ja .. jb-1 into row i's running state acc (Dv) and st = (m, l): the CPU's merge.
@@ -211,7 +190,8 @@ static void forward(float *o, float *stats, const float *q, const float *k, cons
                     int begin, int end) {
     size_t rows = (size_t)G.B * G.N * G.S;
     if (rows == 0) return;
-    forward_kernel<<<grid(rows), GPU_THREADS, 0, gpu_stream()>>>(o, stats, q, k, v, G, bq, bkv, begin, end);
+    if (attn_tiles_forward(o, stats, q, k, v, G, bq > 0 ? bkv : 0, begin, end)) return;
+    GPU_LAUNCH(forward_kernel, grid(rows), GPU_THREADS, 0)(o, stats, q, k, v, G, bq, bkv, begin, end);
     GPU_CHECK_LAUNCH();
 }
 
@@ -220,10 +200,11 @@ static void backward(float *dq, float *dk, float *dv, const float *dout, const f
                      const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
     size_t rows = (size_t)G.B * G.N * (r1 - r0), keys = (size_t)G.B * G.Nkv * G.W;
     if (rows == 0) return;
-    backward_dq_kernel<<<grid(rows), GPU_THREADS, 0, gpu_stream()>>>(dq, dout, q, k, v, o, stats, G, r0, r1, zero_dq);
+    if (attn_tiles_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq)) return;
+    GPU_LAUNCH(backward_dq_kernel, grid(rows), GPU_THREADS, 0)(dq, dout, q, k, v, o, stats, G, r0, r1, zero_dq);
     GPU_CHECK_LAUNCH();
     if (keys == 0) return;
-    backward_dkdv_kernel<<<grid(keys), GPU_THREADS, 0, gpu_stream()>>>(dk, dv, dout, q, k, v, o, stats, G, r0, r1);
+    GPU_LAUNCH(backward_dkdv_kernel, grid(keys), GPU_THREADS, 0)(dk, dv, dout, q, k, v, o, stats, G, r0, r1);
     GPU_CHECK_LAUNCH();
 }
 
@@ -231,7 +212,7 @@ static void backward(float *dq, float *dk, float *dv, const float *dout, const f
 static void causal_mask(unsigned char *mask, int B, int S, int q0) {
     size_t n = (size_t)B * S * (q0 + S);
     if (n == 0) return;
-    causal_mask_kernel<<<grid(n), GPU_THREADS, 0, gpu_stream()>>>(mask, B, S, q0);
+    GPU_LAUNCH(causal_mask_kernel, grid(n), GPU_THREADS, 0)(mask, B, S, q0);
     GPU_CHECK_LAUNCH();
 }
 
@@ -271,7 +252,7 @@ static void flash_backward_rows(float *dq, float *dk, float *dv, float *Dblk, co
 static void ring_begin(float *stats, int B, int S, int N) {
     size_t rows = (size_t)B * N * S;
     if (rows == 0) return;
-    ring_begin_kernel<<<grid(rows), GPU_THREADS, 0, gpu_stream()>>>(stats, rows);
+    GPU_LAUNCH(ring_begin_kernel, grid(rows), GPU_THREADS, 0)(stats, rows);
     GPU_CHECK_LAUNCH();
 }
 
@@ -288,7 +269,7 @@ static void ring_end(float *o, const float *stats, int B, int S, int N, int Dv, 
     size_t rows = (size_t)B * S * N;
     if (rows == 0) return;
     Geom G = geom(B, S, 0, 0, N, 1, 0, Dv, 0, rnd, NULL);
-    ring_end_kernel<<<grid(rows), GPU_THREADS, 0, gpu_stream()>>>(o, stats, G);
+    GPU_LAUNCH(ring_end_kernel, grid(rows), GPU_THREADS, 0)(o, stats, G);
     GPU_CHECK_LAUNCH();
 }
 
@@ -303,7 +284,7 @@ static void ring_block_backward(float *dq, float *dkb, float *dvb, const float *
 // x (n) = uniform numbers in [-1, 1) from the LCG started at seed.
 static void uniform_fill(float *x, size_t n, uint32_t seed) {
     if (n == 0) return;
-    uniform_fill_kernel<<<1, 1, 0, gpu_stream()>>>(x, n, seed);
+    GPU_LAUNCH(uniform_fill_kernel, 1, 1, 0)(x, n, seed);
     GPU_CHECK_LAUNCH();
 }
 

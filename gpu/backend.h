@@ -36,6 +36,10 @@ extern const InitKernels init_cuda;            // gpu/init.cu
 // products on tensor cores in bf16 (dtype=bfloat16 only: gpu/matmul.cu). Returns 0 when
 // cuBLAS cannot be had (a HIP build, or no libcublas on the machine), with the reason in *why.
 int gpu_matmul_use_cublas(int on, const char **why);
+// Attention: 1 the calls that fit go to the tiles in shared memory (gpu/attn_tiles.cu, the
+// default), 0 every call to the per-row kernels (gpu/attention.cu; config key gpu_attention=rows).
+// The same bits either way.
+void gpu_attention_use_tiles(int on);
 // cuBLAS's workspace (Backend.workspace_bytes, set_workspace): the bytes the calling thread's
 // products want (0 with the ordered GEMM), and the device buffer they use (NULL: taken back).
 size_t gpu_matmul_workspace_bytes(void);

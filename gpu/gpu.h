@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <unistd.h>   // pause
 
-#if defined(__HIPCC__)
+#if defined(GPU_EMULATE)
+// The CPU emulation of the attention kernels' test (tests/gpu_emu.h), not a backend.
+#include "tests/gpu_emu.h"
+#elif defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
@@ -70,6 +73,14 @@ __device__ static inline float warp_shfl_xor(float v, int lane_mask) { return __
 __device__ static inline float warp_shfl_xor(float v, int lane_mask) {
     return __shfl_xor_sync(0xffffffffu, v, lane_mask);
 }
+#endif
+
+// kernel<<<grid, block, smem, stream>>>(args), written GPU_LAUNCH(kernel, grid, block, smem)(args)
+// on the thread's stream by the kernels that the CPU emulation also runs (gpu/attention.cu,
+// gpu/attn_tiles.cu); GPU_SHARED(type, name): the block's dynamic shared memory as `name`.
+#if !defined(GPU_EMULATE)
+#define GPU_LAUNCH(kernel, grid, block, smem) kernel<<<grid, block, smem, gpu_stream()>>>
+#define GPU_SHARED(type, name) extern __shared__ type name[]
 #endif
 
 // hipcc compiles each file twice, for the host and for the GPU, and its GPU pass would also

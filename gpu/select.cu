@@ -8,7 +8,7 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-extern "C" const Backend *backend_gpu(int use_cublas, const char **why) {
+extern "C" const Backend *backend_gpu(int use_cublas, int attention_tiles, const char **why) {
     static char reason[256];
     const char *err = NULL;
     if (gpu_devices(&err) > 0) {
@@ -17,6 +17,7 @@ extern "C" const Backend *backend_gpu(int use_cublas, const char **why) {
             *why = reason;
             return NULL;
         }
+        gpu_attention_use_tiles(attention_tiles);
         return &backend_cuda;
     }
     int driver = 0, runtime = 0;

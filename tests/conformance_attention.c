@@ -255,6 +255,59 @@ static void test_mask_and_fill(Shape A) {
     dev_free(d_fill);
 }
 
+#ifdef MESHMOE_CONFORMANCE_GPU
+#include "gpu/backend.h"
+// The GPU runs each call it can on tiles in shared memory (gpu/attn_tiles.cu, the default)
+// and the others with its per-row kernels (gpu_attention=rows). The tiles keep the per-row
+// kernels' sums in their order, so on one GPU the two give the same bits: compared here bit
+// for bit, forward and backward, each from its own forward's o and stats.
+static void tiles_equal_rows(Shape A, int bq, int bkv) {
+    size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
+    size_t n[5] = {nq * A.Dv, ns, nq * A.Dqk, nk * A.Dqk, nk * A.Dv};
+    const char *names[5] = {"o", "stats", "dq", "dk", "dv"};
+    float *q = rand_floats(nq * A.Dqk, -1, 1), *k = rand_floats(nk * A.Dqk, -1, 1), *v = rand_floats(nk * A.Dv, -1, 1);
+    float *dout = rand_floats(nq * A.Dv, -1, 1), *dk0 = rand_floats(n[3], -1, 1), *dv0 = rand_floats(n[4], -1, 1);
+    float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_k = dev_copy(k, sizeof(float) * nk * A.Dqk);
+    float *d_v = dev_copy(v, sizeof(float) * nk * A.Dv), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
+    float *d_scratch = dev_alloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2), *got[2][5];
+    const AttentionKernels *u = UNDER_TEST->attention;
+    for (int rows = 0; rows < 2; rows++) {
+        gpu_attention_use_tiles(!rows);
+        float *d[5] = {dev_poisoned(sizeof(float) * n[0]), dev_poisoned(sizeof(float) * n[1]),
+                       dev_poisoned(sizeof(float) * n[2]), dev_copy(dk0, sizeof(float) * n[3]),
+                       dev_copy(dv0, sizeof(float) * n[4])};
+        if (bq > 0) {
+            u->flash_forward(d[0], d[1], d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv,
+                             A.rnd, bq, bkv);
+            u->flash_backward_rows(d[2], d[3], d[4], d_scratch, d_dout, d_q, d_k, d_v, d[0], d[1], NULL, A.B, A.S,
+                                   A.q0, 0, A.S, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd, bq, bkv);
+        } else {
+            u->dot_forward(d[0], d[1], d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv,
+                           A.rnd);
+            u->dot_backward_rows(d[2], d[3], d[4], d_dout, d_q, d_k, d_v, d[0], d[1], NULL, A.B, A.S, A.q0, 0, A.S,
+                                 A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+        }
+        for (int x = 0; x < 5; x++) {
+            got[rows][x] = dev_fetch(d[x], sizeof(float) * n[x]);
+            dev_free(d[x]);
+        }
+    }
+    gpu_attention_use_tiles(1);
+    for (int x = 0; x < 5; x++) {
+        size_t i = 0;
+        while (i < n[x] && !memcmp(got[0][x] + i, got[1][x] + i, sizeof(float))) i++;
+        check(i == n[x], "attention tiles = per-row kernels, bit for bit: %s %s, B=%d S=%d q0=%d N=%d Nkv=%d Dqk=%d "
+              "Dv=%d rounding=%d%d%d bq=%d bkv=%d: first difference at %zu of %zu (%.9g, %.9g)",
+              bq > 0 ? "flash" : "dot product", names[x], A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd.scores,
+              A.rnd.probs, A.rnd.out, bq, bkv, i, n[x], i < n[x] ? got[0][x][i] : 0.0, i < n[x] ? got[1][x][i] : 0.0);
+        free(got[0][x]);
+        free(got[1][x]);
+    }
+    free(q); free(k); free(v); free(dout); free(dk0); free(dv0);
+    dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_scratch);
+}
+#endif
+
 void test_attention(void) {
     AttnRounding none = {0, 0, 0}, all = {1, 1, 1};
     Shape A = {2, 9, 4, 4, 2, 8, 6, 2, none};   // k, v hold P = 2 parts of S positions, q0 + S = 13 of them
@@ -267,4 +320,20 @@ void test_attention(void) {
     test_ring(R);
     A.rnd = none;
     test_mask_and_fill(A);
+#ifdef MESHMOE_CONFORMANCE_GPU
+    gpu_attention_use_tiles(0);   // the per-row kernels against the CPU as well
+    test_attention_case(A, 2, 7, 4, 5);
+    R.rnd = none;
+    test_ring(R);
+    gpu_attention_use_tiles(1);
+    // the heads of the presets (mixtral-small's 64, the medium presets' 128, MLA's 192 and 128),
+    // a ragged one with keys in two parts; flash blocks of a tile and of none
+    Shape heads[] = {{2, 40, 0, 4, 2, 64, 64, 1, none}, {1, 50, 0, 4, 4, 128, 128, 1, none},
+                     {1, 37, 0, 4, 2, 192, 128, 1, all}, {2, 19, 17, 3, 1, 7, 5, 2, none}};
+    for (size_t x = 0; x < sizeof heads / sizeof heads[0]; x++) {
+        tiles_equal_rows(heads[x], 0, 0);
+        tiles_equal_rows(heads[x], 16, 16);
+        tiles_equal_rows(heads[x], 5, 7);
+    }
+#endif
 }
