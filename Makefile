@@ -251,7 +251,7 @@ build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hi
 # gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
 # of the CUDA they use (tests/gpu_emu.h), compared with each other and with the CPU's loops.
 # -ffp-contract=off: as the GPU builds, no multiply and add fused that the source keeps apart.
-EMU_SRC := gpu/attention.cu gpu/attn_tiles.cu
+EMU_SRC := gpu/attention.cu gpu/attn_tiles.cu gpu/attn_mma.cu
 build/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/attn_cases.h tests/test.h $(EMU_SRC) gpu/gpu.h \
                           gpu/attention.h gpu/backend.h $(LIB_OBJ)
 	$(CXX) $(OPT) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE \

@@ -76,6 +76,11 @@ static int gpu_matmul_mode(const Config *c) {
     return c->gpu_matmul == GPU_MATMUL_CUBLAS ? 1 : c->gpu_matmul == GPU_MATMUL_CUBLAS_BF16 ? 2 : 0;
 }
 
+// gpu_attention as backend_gpu takes it (gpu/backend.h): 0 rows, 1 tiles, 2 tensor cores.
+static int gpu_attention_kind(const Config *c) {
+    return c->gpu_attention == GPU_ATTENTION_ROWS ? 0 : c->gpu_attention == GPU_ATTENTION_TENSOR_CORES ? 2 : 1;
+}
+
 // 1. The config: the preset file, then the key=value overrides, checked before any work.
 static void read_config(Config *c, int argc, char **argv) {
     config_defaults(c);
@@ -94,11 +99,14 @@ static void read_config(Config *c, int argc, char **argv) {
                                                c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
     if (cublas == 2 && c->dtype != DTYPE_BFLOAT16)
         die("gpu_matmul=cublas_bf16 multiplies bf16 operands: it needs dtype=bfloat16 (in float32: gpu_matmul=cublas)");
-    int tiles = c->gpu_attention == GPU_ATTENTION_TILES;
-    if (!tiles && c->device != DEVICE_GPU)
-        die("gpu_attention=rows chooses device=gpu's attention kernels: this run is device=%s",
-            c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
-    if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, tiles, &why)) die("device=gpu: %s", why);
+    int attention = gpu_attention_kind(c);
+    if (attention != 1 && c->device != DEVICE_GPU)
+        die("gpu_attention=%s chooses device=gpu's attention kernels: this run is device=%s",
+            attention ? "tensor_cores" : "rows", c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
+    if (attention == 2 && c->dtype != DTYPE_BFLOAT16)
+        die("gpu_attention=tensor_cores multiplies bf16 operands: it needs dtype=bfloat16 (in float32: "
+            "gpu_attention=tiles)");
+    if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, attention, &why)) die("device=gpu: %s", why);
 }
 
 // 1, over several processes: every process reads and checks the config, quietly (die()
@@ -524,7 +532,7 @@ static void run_devices(Run *run) {
     // (kernels/profile.h).
     const char *why;
     const Backend *kernels = c->dry_run                ? &backend_dry
-                           : c->device == DEVICE_GPU ? backend_gpu(gpu_matmul_mode(c), c->gpu_attention == GPU_ATTENTION_TILES, &why)
+                           : c->device == DEVICE_GPU ? backend_gpu(gpu_matmul_mode(c), gpu_attention_kind(c), &why)
                            : c->matmul_impl == MATMUL_PLAIN ? backend_cpu_plain() : &backend_cpu;
     if (c->device == DEVICE_CPU_STRICT && !c->dry_run) kernels = strict_backend(kernels, mem_describe_address);
     kern_use_default(c->profile ? profile_backend(kernels) : kernels);

@@ -1,7 +1,8 @@
 // gpu/attention.cu: causal softmax attention on the GPU (kernels/attention.h), the twin of
 // kernels/cpu/attention.c's per-row loops (attention_cpu_plain, which defines every sum
 // and its order). The calls without a mask whose heads fit shared memory run on the tiles
-// of gpu/attn_tiles.cu instead (the same sums in the same order), unless gpu_attention=rows.
+// of gpu/attn_tiles.cu instead (the same sums in the same order), unless gpu_attention=rows;
+// under gpu_attention=tensor_cores the bf16 calls that fit run on gpu/attn_mma.cu's.
 //
 // Every sum keeps the CPU's order: a score is one in-order dot product; a row's softmax
 // merges its keys in key order (the online log-sum-exp merge, kernels/cpu/attention.c:
@@ -19,6 +20,10 @@
 #include "gpu/gpu.h"
 #include "gpu/attention.h"
 #include "gpu/backend.h"
+
+// Which kernels take the calls that fit them (gpu/backend.h: gpu_attention_use).
+static int attention_kind = GPU_ATTENTION_KIND_TILES;
+extern "C" void gpu_attention_use(int kind) { attention_kind = kind; }
 
 // Does query row i of sequence b see key j (at position k0 + j)? The mask decides if there is one.
 __device__ static int visible(const Geom &G, int b, int i, int j) {
@@ -190,7 +195,9 @@ static void forward(float *o, float *stats, const float *q, const float *k, cons
                     int begin, int end) {
     size_t rows = (size_t)G.B * G.N * G.S;
     if (rows == 0) return;
-    if (attn_tiles_forward(o, stats, q, k, v, G, bq > 0 ? bkv : 0, begin, end)) return;
+    if (attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES && attn_mma_forward(o, stats, q, k, v, G, begin, end)) return;
+    if (attention_kind != GPU_ATTENTION_KIND_ROWS && attn_tiles_forward(o, stats, q, k, v, G, bq > 0 ? bkv : 0, begin, end))
+        return;
     GPU_LAUNCH(forward_kernel, grid(rows), GPU_THREADS, 0)(o, stats, q, k, v, G, bq, bkv, begin, end);
     GPU_CHECK_LAUNCH();
 }
@@ -200,7 +207,12 @@ static void backward(float *dq, float *dk, float *dv, const float *dout, const f
                      const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
     size_t rows = (size_t)G.B * G.N * (r1 - r0), keys = (size_t)G.B * G.Nkv * G.W;
     if (rows == 0) return;
-    if (attn_tiles_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq)) return;
+    if (attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES &&
+        attn_mma_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq))
+        return;
+    if (attention_kind != GPU_ATTENTION_KIND_ROWS &&
+        attn_tiles_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq))
+        return;
     GPU_LAUNCH(backward_dq_kernel, grid(rows), GPU_THREADS, 0)(dq, dout, q, k, v, o, stats, G, r0, r1, zero_dq);
     GPU_CHECK_LAUNCH();
     if (keys == 0) return;

@@ -38,7 +38,8 @@ __device__ static inline float score_of(const Geom &G, const float *qi, const fl
 }
 
 // The tiles (gpu/attn_tiles.cu): each runs the call if it can (no mask, heads narrow enough
-// for shared memory) and returns 1, else returns 0 and the per-row kernels run it.
+// for shared memory) and returns 1, else returns 0 and the per-row kernels run it (under
+// gpu_attention=rows they are not asked).
 // forward: bkv > 0 merges key blocks of bkv keys (flash), bkv = 0 all keys at once (dot
 // product, ring block); begin, end as gpu/attention.cu's forward. backward: dq rows r0 .. r1-1
 // written (zero_dq) or added to, dk and dv added to.
@@ -46,4 +47,11 @@ int attn_tiles_forward(float *o, float *stats, const float *q, const float *k, c
                        int begin, int end);
 int attn_tiles_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq);
+// The same calls with the products on tensor cores (gpu/attn_mma.cu, gpu_attention=tensor_cores):
+// bf16 calls without a mask whose heads are multiples of 16 up to 256 wide; they merge the keys
+// 32 at a time whatever the flash blocks.
+int attn_mma_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
+                     int end);
+int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                      const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq);
 #endif

@@ -23,10 +23,9 @@
 //   floats (gpu/attention.h: score_of, dot_dev), and D_i = dO_i . o_i is one in-order sum.
 // The tiles run the calls without a materialised mask whose heads fit shared memory
 // (tile_bytes: at most 48 KiB, the limit every GPU gives a block without asking); the others,
-// and every call under gpu_attention=rows, go to the per-row kernels.
+// go to the per-row kernels (as every call does under gpu_attention=rows).
 #include "gpu/gpu.h"
 #include "gpu/attention.h"
-#include "gpu/backend.h"
 
 enum {
     TILE_Q = 16,                           // query rows of a tile
@@ -38,8 +37,6 @@ enum {
     TILE_SHARED_MAX = 48 * 1024,
 };
 
-static int tiles_on = 1;
-extern "C" void gpu_attention_use_tiles(int on) { tiles_on = on; }
 
 __host__ __device__ static inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -379,7 +376,7 @@ __global__ static void tile_dkdv_kernel(float *dk, float *dv, const float *dout,
 
 // Can the tiles run this call? No mask, heads of at most TILE_MAX_D, shared memory enough.
 static int tiles_fit(const Geom &G, size_t bytes) {
-    return tiles_on && !G.mask && G.Dqk <= TILE_MAX_D && G.Dv <= TILE_MAX_D && bytes <= TILE_SHARED_MAX;
+    return !G.mask && G.Dqk <= TILE_MAX_D && G.Dv <= TILE_MAX_D && bytes <= TILE_SHARED_MAX;
 }
 
 int attn_tiles_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int bkv,

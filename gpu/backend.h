@@ -36,10 +36,13 @@ extern const InitKernels init_cuda;            // gpu/init.cu
 // products on tensor cores in bf16 (dtype=bfloat16 only: gpu/matmul.cu). Returns 0 when
 // cuBLAS cannot be had (a HIP build, or no libcublas on the machine), with the reason in *why.
 int gpu_matmul_use_cublas(int on, const char **why);
-// Attention: 1 the calls that fit go to the tiles in shared memory (gpu/attn_tiles.cu, the
-// default), 0 every call to the per-row kernels (gpu/attention.cu; config key gpu_attention=rows).
-// The same bits either way.
-void gpu_attention_use_tiles(int on);
+// Attention (config key gpu_attention): ROWS every call by the per-row kernels
+// (gpu/attention.cu); TILES the calls that fit on tiles in shared memory (gpu/attn_tiles.cu, the
+// default; the same bits); TENSOR_CORES the bf16 calls that fit with their products on tensor
+// cores (gpu/attn_mma.cu; CUDA only), the others as TILES.
+enum { GPU_ATTENTION_KIND_ROWS, GPU_ATTENTION_KIND_TILES, GPU_ATTENTION_KIND_TENSOR_CORES };
+void gpu_attention_use(int kind);
+int gpu_attention_tensor_cores(void);   // 1: this build has TENSOR_CORES (CUDA's warp matrix products)
 // cuBLAS's workspace (Backend.workspace_bytes, set_workspace): the bytes the calling thread's
 // products want (0 with the ordered GEMM), and the device buffer they use (NULL: taken back).
 size_t gpu_matmul_workspace_bytes(void);

@@ -62,13 +62,19 @@
 #define GPU_BACKEND_NAME "hip"
 // Debian's HIP has no hipBLAS: the ordered GEMM (gpu/gemm.cu) is the only matrix product.
 #define GPU_HAVE_CUBLAS 0
+// No warp matrix products (nvcuda::wmma; AMD's are rocWMMA, which Debian does not package):
+// gpu_attention=tensor_cores is CUDA's.
+#define GPU_HAVE_WMMA 0
 // AMD's data-centre GPUs (gfx90a, gfx940) run wavefronts of 64 lanes.
 #define WARP_SIZE 64
 __device__ static inline float warp_shfl_xor(float v, int lane_mask) { return __shfl_xor(v, lane_mask); }
 #else
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <mma.h>
 #define GPU_BACKEND_NAME "cuda"
 #define GPU_HAVE_CUBLAS 1
+#define GPU_HAVE_WMMA 1   // nvcuda::wmma's bf16 products (sm_80 and later)
 #define WARP_SIZE 32
 __device__ static inline float warp_shfl_xor(float v, int lane_mask) {
     return __shfl_xor_sync(0xffffffffu, v, lane_mask);

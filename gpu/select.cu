@@ -8,7 +8,7 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-extern "C" const Backend *backend_gpu(int use_cublas, int attention_tiles, const char **why) {
+extern "C" const Backend *backend_gpu(int use_cublas, int attention_kind, const char **why) {
     static char reason[256];
     const char *err = NULL;
     if (gpu_devices(&err) > 0) {
@@ -17,7 +17,12 @@ extern "C" const Backend *backend_gpu(int use_cublas, int attention_tiles, const
             *why = reason;
             return NULL;
         }
-        gpu_attention_use_tiles(attention_tiles);
+        if (attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES && !gpu_attention_tensor_cores()) {
+            *why = "gpu_attention=tensor_cores: this build (" GPU_BACKEND_NAME ") has no warp matrix products; "
+                   "gpu_attention=tiles runs the attention core on its CUDA or stream cores";
+            return NULL;
+        }
+        gpu_attention_use(attention_kind);
         return &backend_cuda;
     }
     int driver = 0, runtime = 0;

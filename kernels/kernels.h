@@ -125,9 +125,9 @@ void kern_sync(void);
 // The GPU backend of this binary, or NULL with the reason in *why: backend_cuda (HIP's in
 // ./train_hip) in ./train_gpu, after checking that a GPU can run it (gpu/select.cu), with its
 // products by cuBLAS when use_cublas is 1 (config key gpu_matmul=cublas; 2: cublas_bf16, the
-// forward weight products on tensor cores), else the ordered GEMM; its attention on tiles in
-// shared memory when attention_tiles is 1 (config key gpu_attention=tiles, the default), else
-// by its per-row kernels; none in ./train, which links kernels/no_gpu.c instead.
-const Backend *backend_gpu(int use_cublas, int attention_tiles, const char **why);
+// forward weight products on tensor cores), else the ordered GEMM; its attention core by the
+// kernels attention_kind names (config key gpu_attention: 0 rows, 1 tiles, 2 tensor_cores;
+// gpu/backend.h); none in ./train, which links kernels/no_gpu.c instead.
+const Backend *backend_gpu(int use_cublas, int attention_kind, const char **why);
 
 #endif

@@ -3,9 +3,9 @@
 // same function, so train.c asks one question (backend_gpu) and the binary answers it.
 #include "kernels/kernels.h"
 
-const Backend *backend_gpu(int use_cublas, int attention_tiles, const char **why) {
+const Backend *backend_gpu(int use_cublas, int attention_kind, const char **why) {
     (void)use_cublas;
-    (void)attention_tiles;
+    (void)attention_kind;
     *why = "this binary (./train) has the CPU backend only; build ./train_gpu (make gpu, CUDA) or ./train_hip "
            "(make hip) and run that (docs/gpu.md)";
     return NULL;

@@ -3,8 +3,9 @@
 
 For each GPU preset (configs/mixtral-medium.yml, configs/deepseek-medium.yml: bf16, sized
 for one 80 GB GPU), in one run on the same GPU, side by side:
-  meshmoe        ./train_gpu CONFIG device=gpu gpu_matmul=cublas_bf16 (the layers' weight
-                 products on tensor cores; MESHMOE_ARGS replaces those keys)
+  meshmoe        ./train_gpu CONFIG device=gpu gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
+                 (the layers' weight products and the attention core on tensor cores;
+                 MESHMOE_ARGS replaces those keys)
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
@@ -20,7 +21,7 @@ step goes by kernel family (`profile=true`).
 
 Environment: BUDGET (seconds for everything, default 420), STEPS (default 5), PRESETS,
 TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
-MESHMOE_ARGS (key=value for meshmoe; default "gpu_matmul=cublas_bf16").
+MESHMOE_ARGS (key=value for meshmoe; default "gpu_matmul=cublas_bf16 gpu_attention=tensor_cores").
 """
 import os
 import re
@@ -39,7 +40,7 @@ TRAIN = os.environ.get("TRAIN", "./train_gpu")
 STEPS = int(os.environ.get("STEPS", "5"))
 PRESETS = os.environ.get("PRESETS", "mixtral-medium deepseek-medium").split()
 PEERS = os.environ.get("PEERS", "python3")
-EXTRA = os.environ.get("MESHMOE_ARGS", "gpu_matmul=cublas_bf16").split()
+EXTRA = os.environ.get("MESHMOE_ARGS", "gpu_matmul=cublas_bf16 gpu_attention=tensor_cores").split()
 MESHMOE = "meshmoe " + " ".join(EXTRA) if EXTRA else "meshmoe"
 DEADLINE = time.time() + float(os.environ.get("BUDGET", "420"))
 

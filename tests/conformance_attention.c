@@ -272,7 +272,7 @@ static void tiles_equal_rows(Shape A, int bq, int bkv) {
     float *d_scratch = dev_alloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2), *got[2][5];
     const AttentionKernels *u = UNDER_TEST->attention;
     for (int rows = 0; rows < 2; rows++) {
-        gpu_attention_use_tiles(!rows);
+        gpu_attention_use(rows ? GPU_ATTENTION_KIND_ROWS : GPU_ATTENTION_KIND_TILES);
         float *d[5] = {dev_poisoned(sizeof(float) * n[0]), dev_poisoned(sizeof(float) * n[1]),
                        dev_poisoned(sizeof(float) * n[2]), dev_copy(dk0, sizeof(float) * n[3]),
                        dev_copy(dv0, sizeof(float) * n[4])};
@@ -292,7 +292,7 @@ static void tiles_equal_rows(Shape A, int bq, int bkv) {
             dev_free(d[x]);
         }
     }
-    gpu_attention_use_tiles(1);
+    gpu_attention_use(GPU_ATTENTION_KIND_TILES);
     for (int x = 0; x < 5; x++) {
         size_t i = 0;
         while (i < n[x] && !memcmp(got[0][x] + i, got[1][x] + i, sizeof(float))) i++;
@@ -305,6 +305,66 @@ static void tiles_equal_rows(Shape A, int bq, int bkv) {
     }
     free(q); free(k); free(v); free(dout); free(dk0); free(dv0);
     dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_scratch);
+}
+
+// max |got - want| / max |want|, over what the call added to base when base is given.
+static double rel_diff(const float *want, const float *got, const float *base, size_t n, size_t stride) {
+    double top = 0, diff = 0;
+    for (size_t i = 0; i < n; i += stride) {
+        double w = want[i] - (base ? base[i] : 0.0f), g = got[i] - (base ? base[i] : 0.0f);
+        if (fabs(w) > top) top = fabs(w);
+        if (!(fabs(g - w) <= diff)) diff = fabs(g - w);
+    }
+    return top > 0 ? diff / top : diff;
+}
+
+// gpu_attention=tensor_cores (gpu/attn_mma.cu) against the CPU's bf16 attention on bf16-valued
+// q, k, v and dO, as bf16 training gives them: not the same bits (its keys merged 32 at a
+// time, p and dS rounded to bf16 for their products, float32 sums in the tensor cores' order),
+// within the bounds build/test_gpu_attention states (2.5 times what its emulation measured).
+static void tensor_cores_within(Shape A) {
+    size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
+    float *q = rand_floats(nq * A.Dqk, -1.5f, 1.5f), *k = rand_floats(nk * A.Dqk, -1.5f, 1.5f);
+    float *v = rand_floats(nk * A.Dv, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1);
+    for (size_t i = 0; i < nq * A.Dqk; i++) q[i] = bf16_round(q[i]);
+    for (size_t i = 0; i < nk * A.Dqk; i++) k[i] = bf16_round(k[i]);
+    for (size_t i = 0; i < nk * A.Dv; i++) v[i] = bf16_round(v[i]);
+    for (size_t i = 0; i < nq * A.Dv; i++) dout[i] = bf16_round(dout[i]);
+    float *dk0 = rand_floats(nk * A.Dqk, -1, 1), *dv0 = rand_floats(nk * A.Dv, -1, 1);
+    float *scratch = malloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2);
+    float *o = malloc(sizeof(float) * nq * A.Dv), *st = malloc(sizeof(float) * ns);
+    float *dq = malloc(sizeof(float) * nq * A.Dqk), *dk = copy_of(dk0, sizeof(float) * nk * A.Dqk);
+    float *dv = copy_of(dv0, sizeof(float) * nk * A.Dv);
+    ORACLE->attention->dot_forward(o, st, scratch, q, k, v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+    ORACLE->attention->dot_backward_rows(dq, dk, dv, dout, q, k, v, o, st, NULL, A.B, A.S, A.q0, 0, A.S, A.N, A.Nkv,
+                                         A.Dqk, A.Dv, A.rnd);
+    float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_k = dev_copy(k, sizeof(float) * nk * A.Dqk);
+    float *d_v = dev_copy(v, sizeof(float) * nk * A.Dv), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
+    float *d_o = dev_poisoned(sizeof(float) * nq * A.Dv), *d_st = dev_poisoned(sizeof(float) * ns);
+    float *d_ow = dev_copy(o, sizeof(float) * nq * A.Dv), *d_stw = dev_copy(st, sizeof(float) * ns);
+    float *d_dq = dev_poisoned(sizeof(float) * nq * A.Dqk), *d_dk = dev_copy(dk0, sizeof(float) * nk * A.Dqk);
+    float *d_dv = dev_copy(dv0, sizeof(float) * nk * A.Dv), *d_scratch = dev_alloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2);
+    gpu_attention_use(GPU_ATTENTION_KIND_TENSOR_CORES);
+    const AttentionKernels *u = UNDER_TEST->attention;
+    u->dot_forward(d_o, d_st, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+    u->dot_backward_rows(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_ow, d_stw, NULL, A.B, A.S, A.q0, 0, A.S, A.N,
+                         A.Nkv, A.Dqk, A.Dv, A.rnd);
+    gpu_attention_use(GPU_ATTENTION_KIND_TILES);
+    float *go = dev_fetch(d_o, sizeof(float) * nq * A.Dv), *gst = dev_fetch(d_st, sizeof(float) * ns);
+    float *gdq = dev_fetch(d_dq, sizeof(float) * nq * A.Dqk), *gdk = dev_fetch(d_dk, sizeof(float) * nk * A.Dqk);
+    float *gdv = dev_fetch(d_dv, sizeof(float) * nk * A.Dv);
+    double e_o = rel_diff(o, go, NULL, nq * A.Dv, 1), e_m = rel_diff(st, gst, NULL, ns, 2);
+    double e_l = rel_diff(st + 1, gst + 1, NULL, ns - 1, 2), e_dq = rel_diff(dq, gdq, NULL, nq * A.Dqk, 1);
+    double e_dk = rel_diff(dk, gdk, dk0, nk * A.Dqk, 1), e_dv = rel_diff(dv, gdv, dv0, nk * A.Dv, 1);
+    check(e_o <= 2e-2 && e_m <= 1e-3 && e_l <= 2e-3 && e_dq <= 8e-3 && e_dk <= 8e-3 && e_dv <= 8e-3,
+          "attention on tensor cores within bounds of the CPU's bf16 (relative to each array's largest value): "
+          "B=%d S=%d q0=%d N=%d Nkv=%d Dqk=%d Dv=%d rounding=%d%d%d: o %.2e (2e-2), m %.2e (1e-3), l %.2e (2e-3), "
+          "dq %.2e, dk %.2e, dv %.2e (8e-3)", A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd.scores, A.rnd.probs,
+          A.rnd.out, e_o, e_m, e_l, e_dq, e_dk, e_dv);
+    free(q); free(k); free(v); free(dout); free(dk0); free(dv0); free(scratch); free(o); free(st); free(dq);
+    free(dk); free(dv); free(go); free(gst); free(gdq); free(gdk); free(gdv);
+    dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_o); dev_free(d_st); dev_free(d_ow);
+    dev_free(d_stw); dev_free(d_dq); dev_free(d_dk); dev_free(d_dv); dev_free(d_scratch);
 }
 #endif
 
@@ -321,11 +381,11 @@ void test_attention(void) {
     A.rnd = none;
     test_mask_and_fill(A);
 #ifdef MESHMOE_CONFORMANCE_GPU
-    gpu_attention_use_tiles(0);   // the per-row kernels against the CPU as well
+    gpu_attention_use(GPU_ATTENTION_KIND_ROWS);   // the per-row kernels against the CPU as well
     test_attention_case(A, 2, 7, 4, 5);
     R.rnd = none;
     test_ring(R);
-    gpu_attention_use_tiles(1);
+    gpu_attention_use(GPU_ATTENTION_KIND_TILES);
     // the heads of the presets (mixtral-small's 64, the medium presets' 128, MLA's 192 and 128),
     // a ragged one with keys in two parts; flash blocks of a tile and of none
     Shape heads[] = {{2, 40, 0, 4, 2, 64, 64, 1, none}, {1, 50, 0, 4, 4, 128, 128, 1, none},
@@ -335,5 +395,14 @@ void test_attention(void) {
         tiles_equal_rows(heads[x], 16, 16);
         tiles_equal_rows(heads[x], 5, 7);
     }
+    // the tensor cores: the medium presets' heads (128, MLA's 192 and 128), bf16 roundings,
+    // several query and key tiles
+    AttnRounding bf = {1, 1, 1}, bf_f32 = {0, 0, 1};
+    Shape tc[] = {{2, 100, 0, 4, 2, 128, 128, 1, bf}, {1, 70, 0, 4, 4, 192, 128, 1, bf},
+                  {1, 70, 0, 4, 4, 192, 128, 1, bf_f32}, {2, 40, 0, 4, 2, 64, 64, 1, bf}};
+    if (gpu_attention_tensor_cores())
+        for (size_t x = 0; x < sizeof tc / sizeof tc[0]; x++) tensor_cores_within(tc[x]);
+    else
+        printf("  attention on tensor cores: SKIPPED (this build has none)\n");
 #endif
 }

@@ -9,9 +9,9 @@
 #   rebuild     150  only when ./train_gpu cannot start here (a glibc or a driver too old
 #                    for the carried binary): make gpu with this machine's nvcc, if any
 #   conformance  45  build/conformance_gpu: every kernel family against the CPU (acc. 1)
-#   parity      120  10 steps fp32 and bf16 (bf16 also on tensor cores, gpu_matmul=cublas_bf16),
-#                    both families, sparse and dense, against the
-#                    CPU's dumps (acc. 2)
+#   parity      120  10 steps fp32 and bf16 (bf16 also on tensor cores, gpu_matmul=cublas_bf16,
+#                    and with gpu_attention=tensor_cores too), both families, sparse and
+#                    dense, against the CPU's dumps (acc. 2)
 #   peaks        90  peak bytes by tag of mesh runs equal to the CPU's, host offload among
 #                    them, losses within 1e-5 (acc. 3); cuBLAS's workspace under its tag
 #   resume       60  CPU checkpoint resumed on the GPU and the other way round (acc. 5)

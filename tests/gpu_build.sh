@@ -63,6 +63,10 @@ expect_error "./train device=gpu names the binaries with the GPU backend" "build
 expect_error "gpu_matmul=cublas_bf16 in float32" "needs dtype=bfloat16" $trainer $C device=gpu gpu_matmul=cublas_bf16
 expect_error "gpu_matmul=cublas_bf16 on the CPU" "chooses device=gpu's products" $trainer $C gpu_matmul=cublas_bf16 \
     dtype=bfloat16
+# gpu_attention=tensor_cores likewise; rows and tensor_cores name the GPU's kernels
+expect_error "gpu_attention=tensor_cores in float32" "needs dtype=bfloat16" $trainer $C device=gpu \
+    gpu_attention=tensor_cores
+expect_error "gpu_attention=rows on the CPU" "chooses device=gpu's attention kernels" $trainer $C gpu_attention=rows
 T=$(mktemp -d /tmp/meshmoe-gpubuild.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" | tr '\n' ' '; }   # every step's grad norm

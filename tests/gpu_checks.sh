@@ -102,25 +102,31 @@ parity() {
     # gpu_matmul=cublas_bf16: tensor cores (the CPU has none: there the same run without it),
     # with MESHMOE_CHECK_BF16=1: the GPU counts the operand values it converted to bf16 and
     # those that were not bf16-valued (the products are exact only if none), and says so.
-    local tc=gpu_matmul=cublas_bf16
-    [ "$DEV" = gpu ] || tc=
+    # Then (-tca) the attention core on tensor cores too (gpu_attention=tensor_cores, gpu/attn_mma.cu).
     export MESHMOE_CHECK_BF16=1
-    while read -r name preset dtype args; do
-        echo "-- $name-tc: ./train_gpu configs/$preset.yml $PARITY_COMMON $args $tc device=$DEV (MESHMOE_CHECK_BF16=1)"
-        local dump=$BULK/parity/$name-tc failed_before=$FAILED
-        gpu_run "$name-tc" "$W/parity-$name-tc.log" configs/$preset.yml dump_parity="$dump" $PARITY_COMMON $args \
-            $tc device=$DEV || continue
-        if [ -n "$tc" ]; then
-            local said; said=$(grep -m1 '^cublas_bf16 check:' "$W/parity-$name-tc.log")
-            check "$name-tc: every operand converted for the tensor cores was bf16-valued: ${said:-no check line}" \
-                bash -c '[[ "$1" =~ check:\ ([1-9][0-9]*)\ operand.*\ 0\ of\ them ]]' _ "$said"
-        fi
-        compare dumps "$REF/parity/$name.st" "$dump/dump.safetensors" "$dtype"
-        if [ "$FAILED" -gt "$failed_before" ]; then
-            python3 tests/gpu_compare.py reduce "$dump/dump.safetensors" "$W/parity/$name-tc.gpu.st" "$dtype"
-        fi
-        rm -rf "$dump"
-    done < <(cases "$TENSOR_CORE_CASES")
+    local suffix tc
+    for suffix in tc tca; do
+        tc=gpu_matmul=cublas_bf16
+        [ "$suffix" = tca ] && tc="$tc gpu_attention=tensor_cores"
+        [ "$DEV" = gpu ] || tc=
+        while read -r name preset dtype args; do
+            local run=$name-$suffix
+            echo "-- $run: ./train_gpu configs/$preset.yml $PARITY_COMMON $args $tc device=$DEV (MESHMOE_CHECK_BF16=1)"
+            local dump=$BULK/parity/$run failed_before=$FAILED
+            gpu_run "$run" "$W/parity-$run.log" configs/$preset.yml dump_parity="$dump" $PARITY_COMMON $args \
+                $tc device=$DEV || continue
+            if [ -n "$tc" ]; then
+                local said; said=$(grep -m1 '^cublas_bf16 check:' "$W/parity-$run.log")
+                check "$run: every operand converted for the tensor cores was bf16-valued: ${said:-no check line}" \
+                    bash -c '[[ "$1" =~ check:\ ([1-9][0-9]*)\ operand.*\ 0\ of\ them ]]' _ "$said"
+            fi
+            compare dumps "$REF/parity/$name.st" "$dump/dump.safetensors" "$dtype"
+            if [ "$FAILED" -gt "$failed_before" ]; then
+                python3 tests/gpu_compare.py reduce "$dump/dump.safetensors" "$W/parity/$run.gpu.st" "$dtype"
+            fi
+            rm -rf "$dump"
+        done < <(cases "$TENSOR_CORE_CASES")
+    done
     unset MESHMOE_CHECK_BF16
     summary
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <ucontext.h>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,7 @@ static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 #define __forceinline__ inline
 #define GPU_BACKEND_NAME "emulated"
 #define GPU_HAVE_CUBLAS 0
+#define GPU_HAVE_WMMA 1
 #define WARP_SIZE 32
 
 static inline uint32_t __float_as_uint(float f) {
@@ -158,6 +160,84 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                 }
             }
 }
+
+// bf16 as the GPU's __nv_bfloat16: a float rounded to nearest even (NaN kept a quiet NaN).
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+static inline __nv_bfloat16 __float2bfloat16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{(uint16_t)((u >> 16) | 0x40u)};
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __nv_bfloat16{(uint16_t)(u >> 16)};
+}
+static inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((uint32_t)h.bits << 16); }
+
+// The warp matrix products (CUDA's nvcuda::wmma) of 16 x 16 x 16 tiles: bf16 operands, float32
+// sums. Each is one operation of the whole warp (the GPU spreads a tile over the warp's
+// threads and sums in an order of its own): here the warp's first thread holds the whole tile
+// and does the whole operation, the others nothing, so a load, product and store that adds to
+// a tile in shared memory adds once. (The kernels read a fragment only through these.)
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+    float x[16 * 16];   // element (r, c) at x[r * 16 + c], as float (bf16 values exactly)
+};
+static inline bool emu_lane0(void) { return threadIdx.x % WARP_SIZE == 0; }
+template <class Use, class T, class L> static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
+    if (!emu_lane0()) return;
+    for (int i = 0; i < 256; i++) f.x[i] = v;
+}
+template <class Use, class L>
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, const __nv_bfloat16 *p,
+                                    unsigned ldm) {
+    const bool col = std::is_same<L, col_major>::value;
+    if (!emu_lane0()) return;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = __bfloat162float(col ? p[c * ldm + r] : p[r * ldm + c]);
+}
+static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
+                                    layout_t l) {
+    if (!emu_lane0()) return;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+}
+static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
+                                     layout_t l) {
+    if (!emu_lane0()) return;
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * 16 + c];
+}
+template <class LA, class LB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                            const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+                            const fragment<accumulator, 16, 16, 16, float> &c) {
+    if (!emu_lane0()) return;
+    float out[256];
+    for (int r = 0; r < 16; r++)
+        for (int col = 0; col < 16; col++) {
+            float s = c.x[r * 16 + col];
+            for (int k = 0; k < 16; k++) s += a.x[r * 16 + k] * b.x[k * 16 + col];
+            out[r * 16 + col] = s;
+        }
+    memcpy(d.x, out, sizeof out);
+}
+}  // namespace wmma
+}  // namespace nvcuda
+
+// The opt-in for more than 48 KiB of shared memory a block: nothing to do here.
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin };
+template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 227 * 1024; return cudaSuccess; }
 
 // kernel<<<grid, block, smem, stream>>>(args) as GPU_LAUNCH(kernel, grid, block, smem)(args).
 template <class... P> struct EmuLaunch {

@@ -27,7 +27,7 @@ static const char *const MAY_DIFFER[] = {
     "dcn_context_parallelism", "dcn_pipeline_parallelism", "per_device_batch_size", "context_reduce_chunks", "num_pipeline_microbatches", "num_pipeline_repeats",
     "num_layers_per_pipeline_stage", "pipeline_schedule", "num_threads", "hbm_capacity",
     // device=gpu's attention kernels: the tiles and the per-row kernels add the same sums in the
-    // same order (tests/test_gpu_attention.cpp, docs/gpu.md#attention-on-tiles)
+    // same order (tests/test_gpu_attention.cpp, docs/gpu.md#attention-on-tiles-and-on-tensor-cores)
     "gpu_attention",
     // remat_policy=custom's parts (tests/remat.sh, tests/qkvremat.sh: the same bits)
     "decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi", "mlpwo",

@@ -1,0 +1,414 @@
+// gpu/attn_mma.cu: the causal attention core with its products on tensor cores
+// (gpu_attention=tensor_cores, dtype=bfloat16 only), flash attention's algorithm written with
+// CUDA's warp matrix products (nvcuda::wmma: 16 x 16 x 16 tiles, bf16 operands, float32
+// sums). A block of 4 warps takes 64 query rows (forward, dq) or 32 keys (dk, dv); each
+// product is a set of 16 x 16 output tiles, each tile one warp's:
+//   forward, per tile of 32 keys:  S = Q K^T; the online softmax of each row over the tile's
+//                                  keys (one thread a row: max, rescale, exponentials, l);
+//                                  O = a O + P V
+//   dq, per tile of 32 keys:       S = Q K^T, dP = dO V^T; P, dS = P (dP - D) (a thread a
+//                                  row); dQ += dS K
+//   dk, dv, per head of the group and tile of 64 query rows: the same S, dP, P, dS;
+//                                  dV += P^T dO, dK += dS^T Q
+// Shared memory holds the bf16 operands, the float32 scores and the float32 sums (O, dQ, dK,
+// dV between tiles), up to 196 KiB a block for 256-wide heads (the block asks for it).
+//
+// The numbers: q, k, v, o and dO are bf16-valued in bf16 training (docs/model.md, bf16 cast
+// points 4, 6, 7, 9), so the products of q.k and dO.v are exact and only their float32 sums
+// come in another order than the CPU's. The softmax keeps the CPU's rounding points (scores,
+// exponentials, the output) but merges each tile of 32 keys in turn, where the CPU's dot
+// product takes the row's maximum over all its keys first. The backward, as FlashAttention-2
+// does, rounds p and dS to bf16 for their products, where the CPU keeps them float32. So the
+// results are the CPU's bf16 results within bf16 tolerances, not its bits:
+// build/test_gpu_attention measures how far on the CPU (emulated), the conformance test on a
+// GPU. Calls that do not fit (a materialised mask, float32, heads not multiples of 16 or
+// wider than 256, too little shared memory) go to the tiles of gpu/attn_tiles.cu.
+#include "gpu/gpu.h"
+#include "gpu/attention.h"
+#include "gpu/backend.h"
+
+extern "C" int gpu_attention_tensor_cores(void) { return GPU_HAVE_WMMA; }
+
+#if GPU_HAVE_WMMA
+using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
+
+enum {
+    MQ = 64,              // query rows of a tile
+    MK = 32,              // keys of a tile
+    MMA_THREADS = 128,    // 4 warps
+    MMA_MAX_D = 256,      // the widest head
+    PAD_H = 8,            // bf16 rows padded by 8 elements, float32 rows by 4: fewer bank conflicts,
+    PAD_F = 4,            // and every 16-row tile still starts on 32 bytes, as wmma wants
+};
+
+__host__ __device__ static inline int imin(int a, int b) { return a < b ? a : b; }
+
+// Shared memory carved into arrays, each starting on 128 bytes; with base 0 it only counts.
+struct Carve {
+    uintptr_t base;
+    size_t used;
+    template <class T> __host__ __device__ T *take(size_t n) {
+        T *p = (T *)(base + used);
+        used += (n * sizeof(T) + 127) / 128 * 128;
+        return p;
+    }
+};
+
+// c (16 x 16 floats, row stride ldc) = (add ? c : 0) + a b over kdim: a (16 x kdim) and b
+// (kdim x 16) bf16 in shared memory, each in the layout LA, LB with leading dimension lda,
+// ldb; astep, bstep: how far a and b move for each 16 of kdim. One warp's product.
+template <class LA, class LB>
+__device__ static void mma_tile(float *c, int ldc, const bf16 *a, int lda, int astep, const bf16 *b, int ldb,
+                                int bstep, int kdim, int add) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LB> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    if (add) wmma::load_matrix_sync(fc, c, ldc, wmma::mem_row_major);
+    else wmma::fill_fragment(fc, 0.0f);
+    for (int kk = 0; kk < kdim / 16; kk++) {
+        wmma::load_matrix_sync(fa, a + kk * astep, lda);
+        wmma::load_matrix_sync(fb, b + kk * bstep, ldb);
+        wmma::mma_sync(fc, fa, fb, fc);
+    }
+    wmma::store_matrix_sync(c, fc, ldc, wmma::mem_row_major);
+}
+
+// Rows i0 .. i0+n-1 of head h of x (B,S,N,D) into xs (nmax rows, stride ld) as bf16, rows
+// past n as zeros.
+__device__ static void rows_bf16(bf16 *xs, int ld, const float *x, const Geom &G, int b, int h, int i0, int n,
+                                 int nmax, int D) {
+    for (int t = threadIdx.x; t < nmax * D; t += MMA_THREADS) {
+        int y = t / D, d = t % D;
+        xs[y * ld + d] = __float2bfloat16(y < n ? x[(((size_t)b * G.S + i0 + y) * G.N + h) * D + d] : 0.0f);
+    }
+}
+// Keys j0 .. j0+n-1 of kv head g of x (P,B,S,Nkv,D) into xs (nmax rows) as bf16, zeros past n.
+__device__ static void keys_bf16(bf16 *xs, int ld, const float *x, const Geom &G, int b, int g, int j0, int n,
+                                 int nmax, int D) {
+    for (int t = threadIdx.x; t < nmax * D; t += MMA_THREADS) {
+        int y = t / D, d = t % D;
+        xs[y * ld + d] = __float2bfloat16(y < n ? x[(key_row(G, b, j0 + y) * G.Nkv + g) * D + d] : 0.0f);
+    }
+}
+
+// S (rows x cols, 16-multiples) = A B^T: A (rows, kdim) and B (cols, kdim) bf16 row-major;
+// the 16 x 16 tiles shared out over the 4 warps.
+__device__ static void products_abt(float *S, int lds, const bf16 *A, const bf16 *Bm, int ld, int rows, int cols,
+                                    int kdim) {
+    int w = threadIdx.x / 32, nc = cols / 16;
+    for (int f = w; f < rows / 16 * nc; f += MMA_THREADS / 32)
+        mma_tile<wmma::row_major, wmma::col_major>(S + f / nc * 16 * lds + f % nc * 16, lds, A + f / nc * 16 * ld,
+                                                   ld, 16, Bm + f % nc * 16 * ld, ld, 16, kdim, 0);
+}
+// C (rows x cols) += A B: A (rows, kdim) row-major (transposed = 0) or A^T stored (kdim, rows)
+// (transposed = 1), B (kdim, cols) row-major, all bf16; C float32.
+__device__ static void products_add(float *C, int ldc, const bf16 *A, int lda, int transposed, const bf16 *Bm,
+                                    int ldb, int rows, int cols, int kdim) {
+    int w = threadIdx.x / 32, nc = cols / 16;
+    for (int f = w; f < rows / 16 * nc; f += MMA_THREADS / 32) {
+        float *c = C + f / nc * 16 * ldc + f % nc * 16;
+        const bf16 *b = Bm + f % nc * 16;
+        if (transposed)
+            mma_tile<wmma::col_major, wmma::row_major>(c, ldc, A + f / nc * 16, lda, 16 * lda, b, ldb, 16 * ldb,
+                                                       kdim, 1);
+        else
+            mma_tile<wmma::row_major, wmma::row_major>(c, ldc, A + f / nc * 16 * lda, lda, 16, b, ldb, 16 * ldb,
+                                                       kdim, 1);
+    }
+}
+
+// ---- forward ----
+
+struct MmaFwd {
+    bf16 *Q, *K, *V, *P;   // (MQ, Dqk), (MK, Dqk), (MK, Dv), (MQ, MK): the tile's operands
+    float *S, *O;          // (MQ, MK) scores, (MQ, Dv) the output sums
+    float *m, *l, *a;      // (MQ) each row's max, sum and this tile's rescale
+};
+__host__ __device__ static size_t fwd_layout(const Geom &G, uintptr_t base, MmaFwd *s) {
+    Carve c = {base, 0};
+    MmaFwd f;
+    f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
+    f.K = c.take<bf16>(MK * (G.Dqk + PAD_H));
+    f.V = c.take<bf16>(MK * (G.Dv + PAD_H));
+    f.P = c.take<bf16>(MQ * (MK + PAD_H));
+    f.S = c.take<float>(MQ * (MK + PAD_F));
+    f.O = c.take<float>(MQ * (G.Dv + PAD_F));
+    f.m = c.take<float>(MQ);
+    f.l = c.take<float>(MQ);
+    f.a = c.take<float>(MQ);
+    if (s) *s = f;
+    return c.used;
+}
+
+// Row r's online softmax over the keys j0 .. j0+nk-1 it sees: scores rounded as the CPU's,
+// the max, the rescale a of the sums so far, the exponentials (rounded as the CPU's) into P
+// and l; P's other columns zero.
+__device__ static void softmax_row(MmaFwd S, const Geom &G, int r, int i, int live, int j0, int nk) {
+    int lds = MK + PAD_F, ldp = MK + PAD_H, nv = live ? imin(nk, keys_scanned(G, i) - j0) : 0;
+    float m = S.m[r], l = S.l[r], a = 1.0f, bm = ATTN_MASK_VALUE;
+    float *s = S.S + r * lds;
+    for (int c = 0; c < nv; c++) {
+        if (G.rnd.scores) s[c] = bf16_round_dev(s[c]);
+        if (s[c] > bm) bm = s[c];
+    }
+    if (nv > 0 && bm > m) {
+        a = expf(m - bm);
+        l *= a;
+        m = bm;
+    }
+    for (int c = 0; c < MK; c++) {
+        float e = 0.0f;
+        if (c < nv) {
+            e = expf(s[c] - m);
+            if (G.rnd.probs) e = bf16_round_dev(e);
+            l += e;
+        }
+        S.P[r * ldp + c] = __float2bfloat16(e);
+    }
+    S.m[r] = m;
+    S.l[r] = l;
+    S.a[r] = a;
+}
+
+// grid (tiles of MQ rows, N, B). begin: from the empty state, else from o (the sums) and
+// stats (a ring block's running state); end: o = sums / l rounded as the CPU's finish_row.
+__global__ static void mma_forward_kernel(float *o, float *stats, const float *q, const float *k, const float *v,
+                                          Geom G, int begin, int end) {
+    GPU_SHARED(float, sh);
+    MmaFwd S;
+    fwd_layout(G, (uintptr_t)sh, &S);
+    int t = threadIdx.x, i0 = blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
+    int rows = imin(MQ, G.S - i0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, ldo = G.Dv + PAD_F;
+    rows_bf16(S.Q, ldq, q, G, b, h, i0, rows, MQ, G.Dqk);
+    for (int x = t; x < MQ * G.Dv; x += MMA_THREADS) {
+        int r = x / G.Dv, d = x % G.Dv;
+        S.O[r * ldo + d] = r < rows && !begin ? o[(((size_t)b * G.S + i0 + r) * G.N + h) * G.Dv + d] : 0.0f;
+    }
+    if (t < MQ) {
+        const float *st = stats + (((size_t)b * G.N + h) * G.S + i0 + t) * 2;
+        S.m[t] = t < rows && !begin ? st[0] : ATTN_MASK_VALUE;
+        S.l[t] = t < rows && !begin ? st[1] : 0.0f;
+    }
+    __syncthreads();
+    int kmax = keys_scanned(G, i0 + rows - 1);
+    for (int j0 = 0; j0 < kmax; j0 += MK) {
+        int nk = imin(MK, kmax - j0);
+        keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MK, G.Dqk);
+        keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
+        __syncthreads();
+        products_abt(S.S, MK + PAD_F, S.Q, S.K, ldq, MQ, MK, G.Dqk);   // S = Q K^T
+        __syncthreads();
+        if (t < MQ) softmax_row(S, G, t, i0 + t, t < rows, j0, nk);
+        __syncthreads();
+        for (int x = t; x < MQ * G.Dv; x += MMA_THREADS) S.O[x / G.Dv * ldo + x % G.Dv] *= S.a[x / G.Dv];
+        __syncthreads();
+        products_add(S.O, ldo, S.P, MK + PAD_H, 0, S.V, ldv, MQ, G.Dv, MK);   // O += P V
+        __syncthreads();
+    }
+    for (int x = t; x < rows * G.Dv; x += MMA_THREADS) {
+        int r = x / G.Dv, d = x % G.Dv;
+        float val = S.O[r * ldo + d], l = S.l[r];
+        if (end) {
+            float num = G.rnd.probs ? bf16_round_dev(val) : val;
+            val = G.rnd.out ? bf16_round_dev(num / l) : num / l;
+        }
+        o[(((size_t)b * G.S + i0 + r) * G.N + h) * G.Dv + d] = val;
+    }
+    if (t < rows) {
+        float *st = stats + (((size_t)b * G.N + h) * G.S + i0 + t) * 2;
+        st[0] = S.m[t];
+        st[1] = S.l[t];
+    }
+}
+
+// ---- backward ----
+
+struct MmaBwd {
+    bf16 *Q, *dO, *K, *V, *P, *dS;   // (MQ, Dqk), (MQ, Dv), (MK, Dqk), (MK, Dv), (MQ, MK) x 2
+    float *S, *dP;                   // (MQ, MK): scores, dO V^T
+    float *dQ, *dK, *dV;             // the sums: (MQ, Dqk) in the dq kernel; (MK, Dqk), (MK, Dv) in dk, dv's
+    float *m, *l, *D;                // (MQ): each query row's max, sum and dO . o
+};
+__host__ __device__ static size_t bwd_layout(const Geom &G, uintptr_t base, MmaBwd *s, int keys) {
+    Carve c = {base, 0};
+    MmaBwd f;
+    f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
+    f.dO = c.take<bf16>(MQ * (G.Dv + PAD_H));
+    f.K = c.take<bf16>(MK * (G.Dqk + PAD_H));
+    f.V = c.take<bf16>(MK * (G.Dv + PAD_H));
+    f.P = c.take<bf16>(MQ * (MK + PAD_H));
+    f.dS = c.take<bf16>(MQ * (MK + PAD_H));
+    f.S = c.take<float>(MQ * (MK + PAD_F));
+    f.dP = c.take<float>(MQ * (MK + PAD_F));
+    f.dQ = keys ? NULL : c.take<float>(MQ * (G.Dqk + PAD_F));
+    f.dK = keys ? c.take<float>(MK * (G.Dqk + PAD_F)) : NULL;
+    f.dV = keys ? c.take<float>(MK * (G.Dv + PAD_F)) : NULL;
+    f.m = c.take<float>(MQ);
+    f.l = c.take<float>(MQ);
+    f.D = c.take<float>(MQ);
+    if (s) *s = f;
+    return c.used;
+}
+
+// Query rows ia .. ia+n-1 of head h: Q, dO as bf16 (zeros past n), and per row m, l and
+// D = dO . o (one in-order float32 sum, one thread a row).
+__device__ static void load_queries(MmaBwd S, const Geom &G, const float *q, const float *dout, const float *o,
+                                    const float *stats, int b, int h, int ia, int n) {
+    rows_bf16(S.Q, G.Dqk + PAD_H, q, G, b, h, ia, n, MQ, G.Dqk);
+    rows_bf16(S.dO, G.Dv + PAD_H, dout, G, b, h, ia, n, MQ, G.Dv);
+    int y = threadIdx.x;
+    if (y >= n) return;
+    size_t row = ((size_t)b * G.S + ia + y) * G.N + h;
+    const float *st = stats + (((size_t)b * G.N + h) * G.S + ia + y) * 2;
+    S.D[y] = dot_dev(dout + row * G.Dv, o + row * G.Dv, G.Dv);
+    S.m[y] = st[0];
+    S.l[y] = st[1];
+}
+
+// S = Q K^T and dP = dO V^T for the tile, then (a thread a query row) p and dS = p (dP - D)
+// into P and dS as bf16, zero where a row does not see a key.
+__device__ static void probs_and_ds(MmaBwd S, const Geom &G, int ia, int nr, int j0, int nk) {
+    int lds = MK + PAD_F, ldp = MK + PAD_H;
+    products_abt(S.S, lds, S.Q, S.K, G.Dqk + PAD_H, MQ, MK, G.Dqk);
+    products_abt(S.dP, lds, S.dO, S.V, G.Dv + PAD_H, MQ, MK, G.Dv);
+    __syncthreads();
+    int y = threadIdx.x;
+    if (y < MQ) {
+        int nv = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
+        for (int c = 0; c < MK; c++) {
+            float p = 0.0f, ds = 0.0f;
+            if (c < nv) {
+                float s = S.S[y * lds + c];
+                if (G.rnd.scores) s = bf16_round_dev(s);
+                float e = expf(s - S.m[y]);
+                if (G.rnd.probs) e = bf16_round_dev(e);
+                p = e / S.l[y];
+                ds = p * (S.dP[y * lds + c] - S.D[y]);
+            }
+            S.P[y * ldp + c] = __float2bfloat16(p);
+            S.dS[y * ldp + c] = __float2bfloat16(ds);
+        }
+    }
+    __syncthreads();
+}
+
+// grid (tiles of MQ of the rows r0 .. r1-1, N, B): dq rows written (zero) or added to.
+__global__ static void mma_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
+                                     const float *o, const float *stats, Geom G, int r0, int r1, int zero) {
+    GPU_SHARED(float, sh);
+    MmaBwd S;
+    bwd_layout(G, (uintptr_t)sh, &S, 0);
+    int t = threadIdx.x, ia = r0 + blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
+    int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, lda = G.Dqk + PAD_F;
+    load_queries(S, G, q, dout, o, stats, b, h, ia, nr);
+    for (int x = t; x < MQ * G.Dqk; x += MMA_THREADS) {
+        int y = x / G.Dqk, d = x % G.Dqk;
+        S.dQ[y * lda + d] = y < nr && !zero ? dq[(((size_t)b * G.S + ia + y) * G.N + h) * G.Dqk + d] : 0.0f;
+    }
+    __syncthreads();
+    int kmax = keys_scanned(G, ia + nr - 1);
+    for (int j0 = 0; j0 < kmax; j0 += MK) {
+        int nk = imin(MK, kmax - j0);
+        keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MK, G.Dqk);
+        keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
+        __syncthreads();
+        probs_and_ds(S, G, ia, nr, j0, nk);
+        products_add(S.dQ, lda, S.dS, MK + PAD_H, 0, S.K, ldq, MQ, G.Dqk, MK);   // dQ += dS K
+        __syncthreads();
+    }
+    for (int x = t; x < nr * G.Dqk; x += MMA_THREADS) {
+        int y = x / G.Dqk, d = x % G.Dqk;
+        dq[(((size_t)b * G.S + ia + y) * G.N + h) * G.Dqk + d] = S.dQ[y * lda + d];
+    }
+}
+
+// grid (tiles of MK of the W keys, Nkv, B): dk, dv += the rows r0 .. r1-1 of each head of
+// kv group g.
+__global__ static void mma_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                       const float *v, const float *o, const float *stats, Geom G, int r0, int r1) {
+    GPU_SHARED(float, sh);
+    MmaBwd S;
+    bwd_layout(G, (uintptr_t)sh, &S, 1);
+    int t = threadIdx.x, j0 = blockIdx.x * MK, g = blockIdx.y, b = blockIdx.z, group = G.N / G.Nkv;
+    int nk = imin(MK, G.W - j0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
+    int ldk = G.Dqk + PAD_F, ldw = G.Dv + PAD_F;
+    keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MK, G.Dqk);
+    keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
+    for (int x = t; x < MK * G.Dqk; x += MMA_THREADS) {
+        int c = x / G.Dqk, d = x % G.Dqk;
+        S.dK[c * ldk + d] = c < nk ? dk[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dqk + d] : 0.0f;
+    }
+    for (int x = t; x < MK * G.Dv; x += MMA_THREADS) {
+        int c = x / G.Dv, d = x % G.Dv;
+        S.dV[c * ldw + d] = c < nk ? dv[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dv + d] : 0.0f;
+    }
+    int first = j0 + G.k0 - G.q0;   // the first row that sees key j0
+    if (first < r0) first = r0;
+    for (int h = g * group; h < (g + 1) * group; h++)
+        for (int ia = first; ia < r1; ia += MQ) {
+            int nr = imin(MQ, r1 - ia);
+            __syncthreads();   // (the previous tile's products have read Q, dO, P and dS)
+            load_queries(S, G, q, dout, o, stats, b, h, ia, nr);
+            __syncthreads();
+            probs_and_ds(S, G, ia, nr, j0, nk);
+            products_add(S.dV, ldw, S.P, MK + PAD_H, 1, S.dO, ldv, MK, G.Dv, MQ);    // dV += P^T dO
+            products_add(S.dK, ldk, S.dS, MK + PAD_H, 1, S.Q, ldq, MK, G.Dqk, MQ);   // dK += dS^T Q
+        }
+    __syncthreads();
+    for (int x = t; x < nk * G.Dqk; x += MMA_THREADS) {
+        int c = x / G.Dqk, d = x % G.Dqk;
+        dk[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dqk + d] = S.dK[c * ldk + d];
+    }
+    for (int x = t; x < nk * G.Dv; x += MMA_THREADS) {
+        int c = x / G.Dv, d = x % G.Dv;
+        dv[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dv + d] = S.dV[c * ldw + d];
+    }
+}
+
+// ---- the calls ----
+
+// A bf16 call (the output rounded) without a mask, heads of 16-multiples up to MMA_MAX_D, and
+// its shared memory within what this GPU gives a block that asks (227 KiB on an H100).
+static int mma_fits(const Geom &G, size_t bytes) {
+    if (G.mask || !G.rnd.out || G.Dqk % 16 || G.Dv % 16 || G.Dqk > MMA_MAX_D || G.Dv > MMA_MAX_D) return 0;
+    int dev = 0, most = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    GPU_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return bytes <= (size_t)most;
+}
+
+int attn_mma_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
+                     int end) {
+    size_t bytes = fwd_layout(G, 0, NULL);
+    if (!mma_fits(G, bytes)) return 0;
+    GPU_CHECK(cudaFuncSetAttribute(mma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    dim3 grid((G.S + MQ - 1) / MQ, G.N, G.B);
+    GPU_LAUNCH(mma_forward_kernel, grid, MMA_THREADS, bytes)(o, stats, q, k, v, G, begin, end);
+    GPU_CHECK_LAUNCH();
+    return 1;
+}
+
+int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                      const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
+    size_t bq = bwd_layout(G, 0, NULL, 0), bk = bwd_layout(G, 0, NULL, 1);
+    if (!mma_fits(G, bq > bk ? bq : bk)) return 0;
+    GPU_CHECK(cudaFuncSetAttribute(mma_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bq));
+    GPU_CHECK(cudaFuncSetAttribute(mma_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bk));
+    dim3 rows((r1 - r0 + MQ - 1) / MQ, G.N, G.B), keys((G.W + MK - 1) / MK, G.Nkv, G.B);
+    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bq)(dq, dout, q, k, v, o, stats, G, r0, r1, zero_dq);
+    GPU_CHECK_LAUNCH();
+    if (G.W == 0) return 1;
+    GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bk)(dk, dv, dout, q, k, v, o, stats, G, r0, r1);
+    GPU_CHECK_LAUNCH();
+    return 1;
+}
+
+#else   // no warp matrix products in this build (HIP): the tiles take every call
+
+int attn_mma_forward(float *, float *, const float *, const float *, const float *, Geom, int, int) { return 0; }
+int attn_mma_backward(float *, float *, float *, const float *, const float *, const float *, const float *,
+                      const float *, const float *, Geom, int, int, int) {
+    return 0;
+}
+#endif
