@@ -83,10 +83,11 @@ __device__ static inline float warp_shfl_xor(float v, int lane_mask) {
 
 // kernel<<<grid, block, smem, stream>>>(args), written GPU_LAUNCH(kernel, grid, block, smem)(args)
 // on the thread's stream by the kernels that the CPU emulation also runs (gpu/attention.cu,
-// gpu/attn_tiles.cu); GPU_SHARED(type, name): the block's dynamic shared memory as `name`.
+// gpu/attn_tiles.cu, gpu/attn_mma.cu); GPU_SHARED(type, name): the block's dynamic shared
+// memory as `name`, aligned to 128 bytes (warp matrix loads want 32).
 #if !defined(GPU_EMULATE)
 #define GPU_LAUNCH(kernel, grid, block, smem) kernel<<<grid, block, smem, gpu_stream()>>>
-#define GPU_SHARED(type, name) extern __shared__ type name[]
+#define GPU_SHARED(type, name) extern __shared__ __align__(128) type name[]
 #endif
 
 // hipcc compiles each file twice, for the host and for the GPU, and its GPU pass would also

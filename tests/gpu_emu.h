@@ -257,6 +257,6 @@ template <class... P> EmuLaunch<P...> emu_launch(dim3 grid, dim3 block, size_t s
     return EmuLaunch<P...>{grid, block, smem, kernel};
 }
 #define GPU_LAUNCH(kernel, grid, block, smem) emu_launch(grid, block, smem, kernel)
-#define GPU_SHARED(type, name) type *name = (type *)emu_shared()
+#define GPU_SHARED(type, name) type *name = (type *)emu_shared()   // (a vector's storage: 16-byte aligned)
 
 #endif
