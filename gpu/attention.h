@@ -49,7 +49,7 @@ int attn_tiles_backward(float *dq, float *dk, float *dv, const float *dout, cons
                         const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq);
 // The same calls with the products on tensor cores (gpu/attn_mma.cu, gpu_attention=tensor_cores):
 // bf16 calls without a mask whose heads are multiples of 16 up to 256 wide; they merge the keys
-// 32 at a time whatever the flash blocks.
+// 64 at a time whatever the flash blocks.
 int attn_mma_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
                      int end);
 int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,

@@ -3,7 +3,7 @@
 // CUDA's warp matrix products (nvcuda::wmma: 16 x 16 x 16 tiles, bf16 operands, float32
 // sums). A block of 4 warps takes 64 query rows (forward, dq) or 32 keys (dk, dv); each
 // product is a set of 16 x 16 output tiles, each tile one warp's:
-//   forward, per tile of 32 keys:  S = Q K^T; the online softmax of each row over the tile's
+//   forward, per tile of 64 keys:  S = Q K^T; the online softmax of each row over the tile's
 //                                  keys (one thread a row: max, rescale, exponentials, l);
 //                                  O = a O + P V
 //   dq, per tile of 32 keys:       S = Q K^T, dP = dO V^T; P, dS = P (dP - D) (a thread a
@@ -16,7 +16,7 @@
 // The numbers: q, k, v, o and dO are bf16-valued in bf16 training (docs/model.md, bf16 cast
 // points 4, 6, 7, 9), so the products of q.k and dO.v are exact and only their float32 sums
 // come in another order than the CPU's. The softmax keeps the CPU's rounding points (scores,
-// exponentials, the output) but merges each tile of 32 keys in turn, where the CPU's dot
+// exponentials, the output) but merges each tile of 64 keys in turn, where the CPU's dot
 // product takes the row's maximum over all its keys first. The backward, as FlashAttention-2
 // does, rounds p and dS to bf16 for their products, where the CPU keeps them float32. So the
 // results are the CPU's bf16 results within bf16 tolerances, not its bits:
@@ -35,7 +35,8 @@ typedef __nv_bfloat16 bf16;
 
 enum {
     MQ = 64,              // query rows of a tile
-    MK = 32,              // keys of a tile
+    MK = 32,              // keys of a tile in the backward
+    MKF = 64,             // keys of a tile in the forward (fewer trips of O through shared memory)
     MMA_THREADS = 128,    // 4 warps
     MMA_MAX_D = 256,      // the widest head
     PAD_H = 8,            // bf16 rows padded by 8 elements, float32 rows by 4: fewer bank conflicts,
@@ -121,18 +122,18 @@ __device__ static void products_add(float *C, int ldc, const bf16 *A, int lda, i
 // ---- forward ----
 
 struct MmaFwd {
-    bf16 *Q, *K, *V, *P;   // (MQ, Dqk), (MK, Dqk), (MK, Dv), (MQ, MK): the tile's operands
-    float *S, *O;          // (MQ, MK) scores, (MQ, Dv) the output sums
+    bf16 *Q, *K, *V, *P;   // (MQ, Dqk), (MKF, Dqk), (MKF, Dv), (MQ, MKF): the tile's operands
+    float *S, *O;          // (MQ, MKF) scores, (MQ, Dv) the output sums
     float *m, *l, *a;      // (MQ) each row's max, sum and this tile's rescale
 };
 __host__ __device__ static size_t fwd_layout(const Geom &G, uintptr_t base, MmaFwd *s) {
     Carve c = {base, 0};
     MmaFwd f;
     f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
-    f.K = c.take<bf16>(MK * (G.Dqk + PAD_H));
-    f.V = c.take<bf16>(MK * (G.Dv + PAD_H));
-    f.P = c.take<bf16>(MQ * (MK + PAD_H));
-    f.S = c.take<float>(MQ * (MK + PAD_F));
+    f.K = c.take<bf16>(MKF * (G.Dqk + PAD_H));
+    f.V = c.take<bf16>(MKF * (G.Dv + PAD_H));
+    f.P = c.take<bf16>(MQ * (MKF + PAD_H));
+    f.S = c.take<float>(MQ * (MKF + PAD_F));
     f.O = c.take<float>(MQ * (G.Dv + PAD_F));
     f.m = c.take<float>(MQ);
     f.l = c.take<float>(MQ);
@@ -145,7 +146,7 @@ __host__ __device__ static size_t fwd_layout(const Geom &G, uintptr_t base, MmaF
 // the max, the rescale a of the sums so far, the exponentials (rounded as the CPU's) into P
 // and l; P's other columns zero.
 __device__ static void softmax_row(MmaFwd S, const Geom &G, int r, int i, int live, int j0, int nk) {
-    int lds = MK + PAD_F, ldp = MK + PAD_H, nv = live ? imin(nk, keys_scanned(G, i) - j0) : 0;
+    int lds = MKF + PAD_F, ldp = MKF + PAD_H, nv = live ? imin(nk, keys_scanned(G, i) - j0) : 0;
     float m = S.m[r], l = S.l[r], a = 1.0f, bm = ATTN_MASK_VALUE;
     float *s = S.S + r * lds;
     for (int c = 0; c < nv; c++) {
@@ -157,7 +158,7 @@ __device__ static void softmax_row(MmaFwd S, const Geom &G, int r, int i, int li
         l *= a;
         m = bm;
     }
-    for (int c = 0; c < MK; c++) {
+    for (int c = 0; c < MKF; c++) {
         float e = 0.0f;
         if (c < nv) {
             e = expf(s[c] - m);
@@ -192,18 +193,18 @@ __global__ static void mma_forward_kernel(float *o, float *stats, const float *q
     }
     __syncthreads();
     int kmax = keys_scanned(G, i0 + rows - 1);
-    for (int j0 = 0; j0 < kmax; j0 += MK) {
-        int nk = imin(MK, kmax - j0);
-        keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MK, G.Dqk);
-        keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
+    for (int j0 = 0; j0 < kmax; j0 += MKF) {
+        int nk = imin(MKF, kmax - j0);
+        keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MKF, G.Dqk);
+        keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MKF, G.Dv);
         __syncthreads();
-        products_abt(S.S, MK + PAD_F, S.Q, S.K, ldq, MQ, MK, G.Dqk);   // S = Q K^T
+        products_abt(S.S, MKF + PAD_F, S.Q, S.K, ldq, MQ, MKF, G.Dqk);   // S = Q K^T
         __syncthreads();
         if (t < MQ) softmax_row(S, G, t, i0 + t, t < rows, j0, nk);
         __syncthreads();
         for (int x = t; x < MQ * G.Dv; x += MMA_THREADS) S.O[x / G.Dv * ldo + x % G.Dv] *= S.a[x / G.Dv];
         __syncthreads();
-        products_add(S.O, ldo, S.P, MK + PAD_H, 0, S.V, ldv, MQ, G.Dv, MK);   // O += P V
+        products_add(S.O, ldo, S.P, MKF + PAD_H, 0, S.V, ldv, MQ, G.Dv, MKF);   // O += P V
         __syncthreads();
     }
     for (int x = t; x < rows * G.Dv; x += MMA_THREADS) {

@@ -319,9 +319,9 @@ static double rel_diff(const float *want, const float *got, const float *base, s
 }
 
 // gpu_attention=tensor_cores (gpu/attn_mma.cu) against the CPU's bf16 attention on bf16-valued
-// q, k, v and dO, as bf16 training gives them: not the same bits (its keys merged 32 at a
+// q, k, v and dO, as bf16 training gives them: not the same bits (its keys merged 64 at a
 // time, p and dS rounded to bf16 for their products, float32 sums in the tensor cores' order),
-// within the bounds build/test_gpu_attention states (2.5 times what its emulation measured).
+// within the bounds build/test_gpu_attention states and justifies by what its emulation measured.
 static void tensor_cores_within(Shape A) {
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
     float *q = rand_floats(nq * A.Dqk, -1.5f, 1.5f), *k = rand_floats(nk * A.Dqk, -1.5f, 1.5f);
