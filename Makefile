@@ -89,7 +89,7 @@ unit: $(TESTS)
 
 # Everything: unit tests, end-to-end tests, the sanitizer run, and the JAX parity cases
 # (skipped with a reason when Python packages cannot be had).
-test: train $(TESTS)
+test: train $(TESTS) build/asan/test_gpu_attention
 	bash tests/run_all.sh
 
 # AddressSanitizer + UBSan build of the trainer, running a short training.
@@ -256,6 +256,13 @@ build/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/att
                           gpu/attention.h gpu/backend.h $(LIB_OBJ)
 	$(CXX) $(OPT) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE \
 	    -fopenmp -I. -x c++ $(EMU_SRC) -x none $< $(LIB_OBJ) -o $@ $(LDLIBS)
+# The same under AddressSanitizer and UBSan (the kernels' sources only): a read or write past
+# a shared-memory layout or an array is reported (tests/run_all.sh runs it with --quick).
+build/asan/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/attn_cases.h tests/test.h \
+                               $(EMU_SRC) gpu/gpu.h gpu/attention.h gpu/backend.h $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CXX) -O1 -g $(SAN) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE \
+	    -DGPU_EMULATE -fopenmp -I. -x c++ $(EMU_SRC) -x none $< $(LIB_OBJ) -o $@ $(LDLIBS)
 
 # ./train_gpu and ./train_hip: the whole trainer (the same C sources as ./train) with the GPU
 # backend linked in; device=gpu chooses it (train.c, backend_gpu), the CPU backend stays the

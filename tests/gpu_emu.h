@@ -93,6 +93,18 @@ static inline void emu_fiber_start(void) {
 }
 static inline void *emu_shared(void) { return emu_block.shared.data(); }
 
+// Fiber t with its stack, to start at emu_fiber_start (apart: getcontext returns twice).
+__attribute__((noinline)) static void emu_fiber_init(int t) {
+    EmuBlock &e = emu_block;
+    e.stack[t].resize(1 << 17);
+    e.state[t] = 0;
+    getcontext(&e.start[t]);
+    e.start[t].uc_stack.ss_sp = e.stack[t].data();
+    e.start[t].uc_stack.ss_size = e.stack[t].size();
+    e.start[t].uc_link = nullptr;
+    makecontext(&e.start[t], emu_fiber_start, 0);
+}
+
 // Runs fiber t until its next barrier or its end (apart, so that no local of the scheduler's
 // loop lives across the jump).
 __attribute__((noinline)) static void emu_resume(int t) {
@@ -131,16 +143,8 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                     }
                     continue;
                 }
-                e.shared.assign(smem / sizeof(float) + 1, NAN);
-                for (int t = 0; t < n; t++) {
-                    e.stack[t].resize(1 << 17);
-                    e.state[t] = 0;
-                    getcontext(&e.start[t]);
-                    e.start[t].uc_stack.ss_sp = e.stack[t].data();
-                    e.start[t].uc_stack.ss_size = e.stack[t].size();
-                    e.start[t].uc_link = nullptr;
-                    makecontext(&e.start[t], emu_fiber_start, 0);
-                }
+                e.shared.assign((smem + sizeof(float) - 1) / sizeof(float), NAN);   // (exactly: ASan sees past it)
+                for (int t = 0; t < n; t++) emu_fiber_init(t);
                 for (int finished = 0; finished < n;) {   // one round: every thread to its next barrier
                     int ended = 0, waiting = 0;
                     for (int s = 0; s < n; s++) {

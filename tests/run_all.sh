@@ -26,6 +26,10 @@ run_part() {   # run_part NAME COMMAND...
     fi
 }
 for t in build/test_*; do run_part "$t" "./$t"; done
+# The GPU's attention kernels, emulated, under AddressSanitizer and UBSan (fibers switch stacks:
+# ASan warns once that it may report falsely; it reports nothing here).
+run_part "build/asan/test_gpu_attention --quick" env ASAN_OPTIONS=detect_stack_use_after_return=0 \
+    ./build/asan/test_gpu_attention --quick
 # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without warnings;
 # run on a GPU by tests/gpu.sh. The conformance test's CPU build is build/test_conformance above.
 if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
