@@ -106,6 +106,11 @@ static void sgemm_cublas(int transA, int transB, int M, int N, int K, const floa
 // GPU, the operand values it converts and those that were not bf16-valued (low 16 bits not
 // zero, NaN aside), whose conversion rounded them; gpu_matmul_bf16_report prints both.
 static int check_bf16 = 0;   // read at start-up, with gpu_matmul=cublas_bf16
+// MESHMOE_CUBLAS_BF16=fast (an experiment for make bench-gpu): gemm_bf16 hands cuBLAS the
+// float32 operands with CUBLAS_COMPUTE_32F_FAST_16BF, which converts them to bf16 inside its
+// kernels (exact: they are bf16-valued), in place of the two conversion kernels and the
+// scratch buffer per product; not with MESHMOE_CHECK_BF16, whose count is the conversion's.
+static int fast_bf16 = 0;
 __device__ unsigned long long bf16_converted, bf16_inexact;
 
 // dst[i] = src[i] as bf16 bits (round to nearest even: exact for a bf16-valued src), one
@@ -139,6 +144,14 @@ static size_t stored(int trans, int rows, int cols, int ld) { return (size_t)(tr
 // so the allocator does not count it), the product accumulated and written in float32.
 static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
                       int ldb, int accumulate, float *C, int ldc) {
+    if (fast_bf16 && !check_bf16) {
+        float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+        CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_32F, ldb, A,
+                                    CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                    CUBLAS_GEMM_DEFAULT));
+        return;
+    }
     size_t na = stored(transA, M, K, lda), nb = stored(transB, K, N, ldb);
     size_t at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
     uint16_t *scratch;
@@ -171,6 +184,8 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
     use_cublas = *why == NULL ? on : 0;
     const char *check = getenv("MESHMOE_CHECK_BF16");
     check_bf16 = use_cublas == 2 && check && !strcmp(check, "1");
+    const char *fast = getenv("MESHMOE_CUBLAS_BF16");
+    fast_bf16 = use_cublas == 2 && fast && !strcmp(fast, "fast");
     return use_cublas != 0;
 #else
     *why = "this is a HIP build: Debian's HIP has no BLAS, the ordered GEMM is the only product";

@@ -9,7 +9,10 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
+  meshmoe, MESHMOE_CUBLAS_BF16=fast  the weight products' operands handed to cuBLAS as
+                 float32 (converted inside its kernels, gpu/matmul.cu), when there is time
   torch.compile  the PyTorch peer compiled, when the time budget has room for it
+  meshmoe, gpu_attention=tiles  the attention core on CUDA cores, when there is time
   meshmoe, ordered GEMM  gpu_matmul=ordered (the default: the CPU's bits, no tensor cores),
                  last, when the time budget has room for it
 The peers build the model from `./train describe CONFIG` (the config and every tensor's
@@ -58,14 +61,15 @@ def gpu_name():
     return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else "unknown GPU"
 
 
-def run(cmd, limit):
-    """(stdout+stderr, exit code, seconds) of cmd under min(limit, the time left)."""
+def run(cmd, limit, env=None):
+    """(stdout+stderr, exit code, seconds) of cmd under min(limit, the time left), env added."""
     left = DEADLINE - time.time()
     if left < 20:
         return "not run: the time budget is spent", None, 0
     t0 = time.time()
     try:
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=min(limit, left))
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=min(limit, left),
+                           env={**os.environ, **(env or {})})
         return r.stdout + r.stderr, r.returncode, time.time() - t0
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -82,9 +86,9 @@ def last_line(out):
 LINES = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
 
 
-def meshmoe(preset, extra=(), limit=120):
+def meshmoe(preset, extra=(), limit=120, env=None):
     out, rc, _ = run([*LINES, TRAIN, f"configs/{preset}.yml", "device=gpu", f"steps={STEPS}", "log_period=1",
-                      "eval_steps=1", *EXTRA, *extra], limit)
+                      "eval_steps=1", *EXTRA, *extra], limit, env)
     print(out, file=LOG, flush=True)
     ms = [float(x) for x in re.findall(r"^step +\d+ \| loss .*?\| +([\d.]+) ms \|", out, re.M)]
     loss = re.findall(r"^step +\d+ \| loss ([\d.]+)", out, re.M)
@@ -133,6 +137,10 @@ def row(preset, name, res, flops, tokens, peak_tflops, base):
     print(f"| {preset} | {name} | {s:.3f} | {tokens / s:.0f} | {res['peak']} | {mfu} | {ratio} | {res['loss']} |")
 
 
+FAST = "meshmoe, MESHMOE_CUBLAS_BF16=fast"        # cuBLAS converting inside its kernels (gpu/matmul.cu)
+TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
+
+
 def main():
     name = gpu_name()
     peak_tflops = next((p for key, p in PEAKS if key in name), None)
@@ -147,8 +155,13 @@ def main():
             cfg = describe(preset, path)
             results[preset] = {"cfg": cfg, "meshmoe": meshmoe(preset), "PyTorch eager": peer("torch", path, 90),
                                "JAX jit": peer("jax", path, 150)}
+        # Then meshmoe's variants that decide its next defaults, torch.compile, the ordered GEMM.
+        for preset in PRESETS:
+            results[preset][FAST] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "fast"})
         for preset in PRESETS:
             results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
+        for preset in PRESETS:
+            results[preset][TILES] = meshmoe(preset, ("gpu_attention=tiles",))
         for preset in PRESETS:
             results[preset]["meshmoe, ordered GEMM"] = meshmoe(preset, ("gpu_matmul=ordered",))
     print()
@@ -158,7 +171,7 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", "meshmoe, ordered GEMM"):
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", FAST, TILES, "meshmoe, ordered GEMM"):
             row(preset, MESHMOE if system == "meshmoe" else system, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
               f"first not counted) | | | | | | |")
