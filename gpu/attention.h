@@ -14,6 +14,8 @@ typedef struct {
     const unsigned char *mask;
 } Geom;
 
+__host__ __device__ static inline int imin(int a, int b) { return a < b ? a : b; }
+
 // One in-order sum of rounded products (the build keeps multiplies and adds apart).
 __device__ static inline float dot_dev(const float *a, const float *b, int n) {
     float s = 0.0f;

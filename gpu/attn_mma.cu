@@ -43,8 +43,6 @@ enum {
     PAD_F = 4,            // and every 16-row tile still starts on 32 bytes, as wmma wants
 };
 
-__host__ __device__ static inline int imin(int a, int b) { return a < b ? a : b; }
-
 // Shared memory carved into arrays, each starting on 128 bytes; with base 0 it only counts.
 struct Carve {
     uintptr_t base;

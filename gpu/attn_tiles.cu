@@ -22,7 +22,7 @@
 // - Every score, exponential, p_ij and dS_ij is the per-row kernels' expression on the same
 //   floats (gpu/attention.h: score_of, dot_dev), and D_i = dO_i . o_i is one in-order sum.
 // The tiles run the calls without a materialised mask whose heads fit shared memory
-// (tile_bytes: at most 48 KiB, the limit every GPU gives a block without asking); the others,
+// (tiles_fit: at most 48 KiB, the limit every GPU gives a block without asking); the others
 // go to the per-row kernels (as every call does under gpu_attention=rows).
 #include "gpu/gpu.h"
 #include "gpu/attention.h"
@@ -36,9 +36,6 @@ enum {
     TILE_REGS = TILE_MAX_D / TILE_PARTS,   // output elements per thread
     TILE_SHARED_MAX = 48 * 1024,
 };
-
-
-__host__ __device__ static inline int imin(int a, int b) { return a < b ? a : b; }
 
 // Rows r .. r+n-1 of head h of sequence b of x (B,S,N,D) into xs (n, stride), a row past
 // S as zeros.
