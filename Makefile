@@ -89,7 +89,7 @@ unit: $(TESTS)
 
 # Everything: unit tests, end-to-end tests, the sanitizer run, and the JAX parity cases
 # (skipped with a reason when Python packages cannot be had).
-test: train $(TESTS) build/asan/test_gpu_attention
+test: train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu
 	bash tests/run_all.sh
 
 # AddressSanitizer + UBSan build of the trainer, running a short training.
@@ -247,6 +247,27 @@ build/conformance_gpu: $(CONF_SRC:%.c=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/gp
 build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o) $(ORACLE_OBJ)
 	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ -lm
 
+# build/conformance_emu (part of `make test`; no GPU, no nvcc): the conformance test against
+# the GPU backend's sources as they are, compiled by g++ against tests/gpu_emu.h, a CPU
+# emulation of the CUDA they use (docs/gpu.md): every kernel family's logic checked where no
+# GPU is; build/emu-asan/ the same under AddressSanitizer and UBSan.
+EMU_CXXFLAGS := -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE -I.
+EMU_OBJ      := $(GPU_SRC:gpu/%.cu=build/emu/%.o)
+build/emu/%.o: gpu/%.cu $(GPU_HDRS) tests/gpu_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 $(EMU_CXXFLAGS) -x c++ -c $< -o $@
+build/emu-asan/%.o: gpu/%.cu $(GPU_HDRS) tests/gpu_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(SAN) $(EMU_CXXFLAGS) -x c++ -c $< -o $@
+build/emu/tests/%.o: tests/%.c tests/conformance.h gpu/backend.h $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CONF_GPU_CC)
+build/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ) $(ORACLE_OBJ)
+	$(CXX) $^ -o $@ -lm -ldl -lpthread
+build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/emu/%=build/emu-asan/%) \
+                                $(ORACLE_OBJ)
+	$(CXX) $(SAN) $^ -o $@ -lm -ldl -lpthread
+
 # build/test_gpu_attention (part of `make test`, no GPU needed): the GPU's attention kernels,
 # gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
 # of the CUDA they use (tests/gpu_emu.h), compared with each other and with the CPU's loops.
@@ -257,7 +278,7 @@ build/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/att
 	$(CXX) $(OPT) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE \
 	    -fopenmp -I. -x c++ $(EMU_SRC) -x none $< $(LIB_OBJ) -o $@ $(LDLIBS)
 # The same under AddressSanitizer and UBSan (the kernels' sources only): a read or write past
-# a shared-memory layout or an array is reported (tests/run_all.sh runs it with --quick).
+# a shared-memory layout or an array is reported (`--quick`: a fifth of the cases).
 build/asan/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/attn_cases.h tests/test.h \
                                $(EMU_SRC) gpu/gpu.h gpu/attention.h gpu/backend.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)

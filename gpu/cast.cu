@@ -23,21 +23,21 @@ __global__ static void unpack_kernel(float *x, const uint16_t *h, size_t n) {
 // x (n) = rb(x), in place.
 static void round_to_bf16(float *x, size_t n) {
     if (n == 0) return;
-    round_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(x, n);
+    GPU_LAUNCH(round_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(x, n);
     GPU_CHECK_LAUNCH();
 }
 
 // h (n) = the bf16 bits of x (n).
 static void pack_bf16(uint16_t *h, const float *x, size_t n) {
     if (n == 0) return;
-    pack_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(h, x, n);
+    GPU_LAUNCH(pack_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(h, x, n);
     GPU_CHECK_LAUNCH();
 }
 
 // x (n) = the floats of the bf16 bits h (n).
 static void unpack_bf16(float *x, const uint16_t *h, size_t n) {
     if (n == 0) return;
-    unpack_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(x, h, n);
+    GPU_LAUNCH(unpack_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(x, h, n);
     GPU_CHECK_LAUNCH();
 }
 

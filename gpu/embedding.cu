@@ -37,7 +37,7 @@ __global__ static void embedding_onehot_kernel(float *onehot, const int *ids, in
 static void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {
     size_t n = (size_t)T * D;
     if (n == 0) return;
-    embedding_forward_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(embedding_forward_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(
         out, ids, table, T, D, V, v0);
     GPU_CHECK_LAUNCH();
 }
@@ -46,7 +46,7 @@ static void embedding_forward(float *out, const int *ids, const float *table, in
 static void embedding_backward_leaf(float *dtable, const float *dout, const int *ids, long t0, long len,
                                     int D, int V, int v0) {
     if (D <= 0 || len <= 0) return;
-    embedding_backward_leaf_kernel<<<blocks_for((size_t)D, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(embedding_backward_leaf_kernel, blocks_for((size_t)D, GPU_THREADS), GPU_THREADS, 0)(
         dtable, dout, ids, t0, len, D, V, v0);
     GPU_CHECK_LAUNCH();
 }
@@ -54,7 +54,7 @@ static void embedding_backward_leaf(float *dtable, const float *dout, const int 
 // onehot (T,V), zeroed by the caller: 1 at (t, ids[t] - v0).
 static void embedding_onehot(float *onehot, const int *ids, int T, int V, int v0) {
     if (T <= 0) return;
-    embedding_onehot_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(embedding_onehot_kernel, blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0)(
         onehot, ids, T, V, v0);
     GPU_CHECK_LAUNCH();
 }

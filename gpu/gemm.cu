@@ -52,6 +52,6 @@ void ordered_gemm_gpu(int transA, int transB, int M, int N, int K, const float *
                       const float *B, int ldb, int accumulate, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     dim3 block(TILE, TILE), grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE));
-    ordered_gemm_kernel<<<grid, block, 0, gpu_stream()>>>(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+    GPU_LAUNCH(ordered_gemm_kernel, grid, block, 0)(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
     GPU_CHECK_LAUNCH();
 }

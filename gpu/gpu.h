@@ -13,8 +13,9 @@
 #include <unistd.h>   // pause
 
 #if defined(GPU_EMULATE)
-// The CPU emulation of the attention kernels' test (tests/gpu_emu.h), not a backend.
+// The CPU emulation of the tests (tests/gpu_emu.h): the backend's kernels run on the CPU.
 #include "tests/gpu_emu.h"
+static inline float warp_shfl_xor(float v, int lane_mask) { return emu_shfl_xor(v, lane_mask); }
 #elif defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define cudaError_t hipError_t

@@ -64,7 +64,7 @@ static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int se
     for (int d = 0; d < ndim; d++) { tp.shape[d] = shape[d]; tp.lindex[d] = lindex[d]; tp.gshape[d] = gshape[d]; }
     tp.ndim = ndim;
     uint64_t key = mix64(name_hash ^ mix64((uint64_t)seed + 0x1234567ull));
-    param_init_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(x, i0, n, key, std, constant,
+    GPU_LAUNCH(param_init_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(x, i0, n, key, std, constant,
                                                                                     truncated, tp);
     GPU_CHECK_LAUNCH();
 }

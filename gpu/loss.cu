@@ -89,14 +89,14 @@ __global__ static void gather_targets_kernel(int *dst, const int *src, long t0, 
 // m (T) = the max of each token's V logits.
 static void loss_row_max(float *m, const float *logits, int T, int V) {
     if (T <= 0) return;
-    row_max_kernel<<<T, GPU_THREADS, 0, gpu_stream()>>>(m, logits, V);
+    GPU_LAUNCH(row_max_kernel, T, GPU_THREADS, 0)(m, logits, V);
     GPU_CHECK_LAUNCH();
 }
 
 // piece (T) = sum over columns c0 .. c0+Vc-1 of exp(logits - m), in column order.
 static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
     if (T <= 0) return;
-    sum_exp_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(sum_exp_kernel, blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0)(
         piece, logits, m, T, V, c0, Vc);
     GPU_CHECK_LAUNCH();
 }
@@ -104,7 +104,7 @@ static void loss_sum_exp(float *piece, const float *logits, const float *m, int 
 // zt (T) = the target's logit where this device holds it, else 0.
 static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
     if (T <= 0) return;
-    target_logit_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(target_logit_kernel, blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0)(
         zt, logits, targets, T, V, v0);
     GPU_CHECK_LAUNCH();
 }
@@ -112,7 +112,7 @@ static void loss_target_logit(float *zt, const float *logits, const int *targets
 // lse (T) = m + log(sum).
 static void loss_lse(float *lse, const float *m, const float *sum, int T) {
     if (T <= 0) return;
-    lse_kernel<<<blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(lse, m, sum, T);
+    GPU_LAUNCH(lse_kernel, blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0)(lse, m, sum, T);
     GPU_CHECK_LAUNCH();
 }
 
@@ -120,7 +120,7 @@ static void loss_lse(float *lse, const float *m, const float *sum, int T) {
 // comes back through a small device buffer taken on the stream: this call waits for it.
 static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const int *targets, long t0, long len,
                           float zmul) {
-    leaf_sum_kernel<<<1, 1, 0, gpu_stream()>>>(sum, lse, zt, targets, t0, len, zmul);
+    GPU_LAUNCH(leaf_sum_kernel, 1, 1, 0)(sum, lse, zt, targets, t0, len, zmul);
     GPU_CHECK_LAUNCH();
 }
 
@@ -128,7 +128,7 @@ static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const 
 static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
                           float scale) {
     if ((size_t)T * V == 0) return;
-    backward_kernel<<<blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(backward_kernel, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
         dz, lse, targets, T, V, v0, zmul, scale);
     GPU_CHECK_LAUNCH();
 }
@@ -136,7 +136,7 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
 // dst (len,w) = rows t0 .. t0+len-1 of src (T,w).
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
     if ((size_t)len * w == 0) return;
-    move_rows_kernel<<<blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(move_rows_kernel, blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0)(
         dst, src, 0, t0, len, w);
     GPU_CHECK_LAUNCH();
 }
@@ -144,7 +144,7 @@ static void tile_gather_rows(float *dst, const float *src, long t0, int len, int
 // rows t0 .. t0+len-1 of dst (T,w) = src (len,w).
 static void tile_scatter_rows(float *dst, const float *src, long t0, int len, int w) {
     if ((size_t)len * w == 0) return;
-    move_rows_kernel<<<blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(move_rows_kernel, blocks_for((size_t)len * w, GPU_THREADS), GPU_THREADS, 0)(
         dst, src, t0, 0, len, w);
     GPU_CHECK_LAUNCH();
 }
@@ -152,7 +152,7 @@ static void tile_scatter_rows(float *dst, const float *src, long t0, int len, in
 // dst (len) = src[t0 .. t0+len-1].
 static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
     if (len <= 0) return;
-    gather_targets_kernel<<<blocks_for((size_t)len, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dst, src, t0, len);
+    GPU_LAUNCH(gather_targets_kernel, blocks_for((size_t)len, GPU_THREADS), GPU_THREADS, 0)(dst, src, t0, len);
     GPU_CHECK_LAUNCH();
 }
 

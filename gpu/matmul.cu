@@ -156,9 +156,9 @@ static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *
     size_t at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
     uint16_t *scratch;
     GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nb), gpu_stream()));
-    to_bf16_kernel<<<blocks_for(na, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch, A, na, check_bf16);
+    GPU_LAUNCH(to_bf16_kernel, blocks_for(na, GPU_THREADS), GPU_THREADS, 0)(scratch, A, na, check_bf16);
     GPU_CHECK_LAUNCH();
-    to_bf16_kernel<<<blocks_for(nb, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(scratch + at, B, nb, check_bf16);
+    GPU_LAUNCH(to_bf16_kernel, blocks_for(nb, GPU_THREADS), GPU_THREADS, 0)(scratch + at, B, nb, check_bf16);
     GPU_CHECK_LAUNCH();
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -268,7 +268,7 @@ __global__ static void onto_zero_kernel(float *C, int ldc, const float *S, int N
 }
 
 static void add_rows(float *left, const float *right, size_t n) {
-    merge_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(left, right, n);
+    GPU_LAUNCH(merge_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(left, right, n);
     GPU_CHECK_LAUNCH();
 }
 
@@ -282,7 +282,7 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
     float *S;
     GPU_CHECK(cudaMallocAsync((void **)&S, sizeof(float) * mn * (size_t)piece_tree_levels(chunks), gpu_stream()));
     piece_tree(gemm, add_rows, transB, M, N, K / chunks, 0, chunks, A, lda, B, ldb, S, S + mn);
-    onto_zero_kernel<<<blocks_for(mn, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(C, ldc, S, N, mn);
+    GPU_LAUNCH(onto_zero_kernel, blocks_for(mn, GPU_THREADS), GPU_THREADS, 0)(C, ldc, S, N, mn);
     GPU_CHECK_LAUNCH();
     GPU_CHECK(cudaFreeAsync(S, gpu_stream()));
 }

@@ -60,7 +60,7 @@ __global__ static void k_rope_grad_leaf_kernel(float *piece, const float *dk, in
 // x (n) *= s.
 static void mla_apply_scale(float *x, size_t n, float s) {
     if (n == 0) return;
-    scale_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(x, n, s);
+    GPU_LAUNCH(scale_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(x, n, s);
     GPU_CHECK_LAUNCH();
 }
 
@@ -68,7 +68,7 @@ static void mla_apply_scale(float *x, size_t n, float s) {
 static void mla_copy_cols(float *dst, size_t dst_stride, const float *src, size_t src_stride, int T, int W) {
     size_t n = (size_t)T * W;
     if (n == 0) return;
-    copy_cols_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dst, dst_stride, src, src_stride,
+    GPU_LAUNCH(copy_cols_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, dst_stride, src, src_stride,
                                                                                    T, W);
     GPU_CHECK_LAUNCH();
 }
@@ -78,7 +78,7 @@ static void mla_assemble_kv(float *k, float *v, const float *kv, const float *ck
                             int Dv, int R) {
     size_t n = (size_t)T * N * (Dn + Dr + Dv);
     if (n == 0) return;
-    assemble_kv_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(assemble_kv_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(
         k, v, kv, ckv, T, N, Dn, Dr, Dv, R);
     GPU_CHECK_LAUNCH();
 }
@@ -87,7 +87,7 @@ static void mla_assemble_kv(float *k, float *v, const float *kv, const float *ck
 static void mla_split_dkv(float *dkv, const float *dk, const float *dv, int T, int N, int Dn, int Dr, int Dv) {
     size_t n = (size_t)T * N * (Dn + Dv);
     if (n == 0) return;
-    split_dkv_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dkv, dk, dv, T, N, Dn, Dr, Dv);
+    GPU_LAUNCH(split_dkv_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dkv, dk, dv, T, N, Dn, Dr, Dv);
     GPU_CHECK_LAUNCH();
 }
 
@@ -95,7 +95,7 @@ static void mla_split_dkv(float *dkv, const float *dk, const float *dv, int T, i
 static void mla_k_rope_grad_leaf(float *piece, const float *dk, int T, int N, int Dn, int Dr, int h0, int h1) {
     size_t n = (size_t)T * Dr;
     if (n == 0) return;
-    k_rope_grad_leaf_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(piece, dk, T, N, Dn, Dr,
+    GPU_LAUNCH(k_rope_grad_leaf_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(piece, dk, T, N, Dn, Dr,
                                                                                           h0, h1);
     GPU_CHECK_LAUNCH();
 }

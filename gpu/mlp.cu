@@ -30,14 +30,14 @@ __global__ static void swiglu_backward_kernel(float *dh0, float *dh1, const floa
 // act (n) = silu(h0) * h1; bf16: rounded to bf16.
 static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
     if (n <= 0) return;
-    swiglu_forward_kernel<<<blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(act, h0, h1, n, bf16);
+    GPU_LAUNCH(swiglu_forward_kernel, blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0)(act, h0, h1, n, bf16);
     GPU_CHECK_LAUNCH();
 }
 
 // dh0, dh1 (n) from dact (n).
 static void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {
     if (n <= 0) return;
-    swiglu_backward_kernel<<<blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dh0, dh1, dact,
+    GPU_LAUNCH(swiglu_backward_kernel, blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0)(dh0, dh1, dact,
                                                                                                   h0, h1, n);
     GPU_CHECK_LAUNCH();
 }

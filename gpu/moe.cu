@@ -125,7 +125,7 @@ __global__ static void add_kernel(float *out, const float *x, size_t n) {
 
 // row_start (E+1), row_token (A), assign_row (A): the assignments sorted by expert.
 static void sort_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
-    sort_rows_kernel<<<E, SORT_THREADS, 0, gpu_stream()>>>(row_start, row_token, assign_row, top_idx, T, E, K);
+    GPU_LAUNCH(sort_rows_kernel, E, SORT_THREADS, 0)(row_start, row_token, assign_row, top_idx, T, E, K);
     GPU_CHECK_LAUNCH();
 }
 
@@ -133,7 +133,7 @@ static void sort_rows(int *row_start, int *row_token, int *assign_row, const int
 static void dense_rows(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K) {
     size_t n = (size_t)E * T > (size_t)T * K ? (size_t)E * T : (size_t)T * K;
     n = n > (size_t)E + 1 ? n : (size_t)E + 1;
-    dense_rows_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(row_start, row_token, assign_row,
+    GPU_LAUNCH(dense_rows_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(row_start, row_token, assign_row,
                                                                                     top_idx, T, E, K);
     GPU_CHECK_LAUNCH();
 }
@@ -142,7 +142,7 @@ static void dense_rows(int *row_start, int *row_token, int *assign_row, const in
 static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
     size_t count = (size_t)n * D;
     if (count == 0) return;
-    gather_rows_kernel<<<blocks_for(count, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(xs, x, row_token, r0, n, D);
+    GPU_LAUNCH(gather_rows_kernel, blocks_for(count, GPU_THREADS), GPU_THREADS, 0)(xs, x, row_token, r0, n, D);
     GPU_CHECK_LAUNCH();
 }
 
@@ -150,7 +150,7 @@ static void gather_rows(float *xs, const float *x, const int *row_token, int r0,
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
     size_t count = (size_t)n * D;
     if (count == 0) return;
-    scatter_add_rows_kernel<<<blocks_for(count, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dx, dxs, row_token, r0,
+    GPU_LAUNCH(scatter_add_rows_kernel, blocks_for(count, GPU_THREADS), GPU_THREADS, 0)(dx, dxs, row_token, r0,
                                                                                               n, D);
     GPU_CHECK_LAUNCH();
 }
@@ -165,7 +165,7 @@ static void combine_forward(float *out, const float *y, const float *w, const in
     }
     size_t n = (size_t)T * D;
     if (n == 0) return;
-    combine_forward_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(out, y, w, top_idx,
+    GPU_LAUNCH(combine_forward_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(out, y, w, top_idx,
                                                                                          assign_row, T, D, K,
                                                                                          bf16_sum, bf16);
     GPU_CHECK_LAUNCH();
@@ -175,7 +175,7 @@ static void combine_forward(float *out, const float *y, const float *w, const in
 static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
                              const float *top_w, const int *assign_row, size_t A, int D, int K) {
     if (A == 0) return;
-    combine_backward_kernel<<<blocks_for(A, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(dy, dw, dout, y, w, top_w,
+    GPU_LAUNCH(combine_backward_kernel, blocks_for(A, GPU_THREADS), GPU_THREADS, 0)(dy, dw, dout, y, w, top_w,
                                                                                           assign_row, A, D, K);
     GPU_CHECK_LAUNCH();
 }
@@ -183,7 +183,7 @@ static void combine_backward(float *dy, float *dw, const float *dout, const floa
 // out (n) += shared (n).
 static void add_shared(float *out, const float *shared, size_t n) {
     if (n == 0) return;
-    add_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(out, shared, n);
+    GPU_LAUNCH(add_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(out, shared, n);
     GPU_CHECK_LAUNCH();
 }
 

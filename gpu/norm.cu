@@ -73,7 +73,7 @@ __global__ static void broadcast_rows_kernel(float *out, const float *row, int T
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
                             int T, int D, float eps, int bf16) {
     if (T <= 0) return;
-    rmsnorm_forward_kernel<<<T, GPU_THREADS, 0, gpu_stream()>>>(out, rstd, x, scale, scale_stride, D, eps, bf16);
+    GPU_LAUNCH(rmsnorm_forward_kernel, T, GPU_THREADS, 0)(out, rstd, x, scale, scale_stride, D, eps, bf16);
     GPU_CHECK_LAUNCH();
 }
 
@@ -81,7 +81,7 @@ static void rmsnorm_forward(float *out, float *rstd, const float *x, const float
 static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, const float *scale,
                                 size_t scale_stride, const float *rstd, int T, int D, int bf16) {
     if (T <= 0) return;
-    rmsnorm_backward_dx_kernel<<<T, GPU_THREADS, 0, gpu_stream()>>>(dx, dout, x, scale, scale_stride, rstd, D, bf16);
+    GPU_LAUNCH(rmsnorm_backward_dx_kernel, T, GPU_THREADS, 0)(dx, dout, x, scale, scale_stride, rstd, D, bf16);
     GPU_CHECK_LAUNCH();
 }
 
@@ -89,7 +89,7 @@ static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, co
 static void rmsnorm_dscale_leaf(float *dscale, const float *dout, const float *x, const float *rstd,
                                 long t0, long len, int D, int bf16) {
     if (D <= 0 || len <= 0) return;
-    rmsnorm_dscale_leaf_kernel<<<blocks_for((size_t)D, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(
+    GPU_LAUNCH(rmsnorm_dscale_leaf_kernel, blocks_for((size_t)D, GPU_THREADS), GPU_THREADS, 0)(
         dscale, dout, x, rstd, t0, len, D, bf16);
     GPU_CHECK_LAUNCH();
 }
@@ -98,7 +98,7 @@ static void rmsnorm_dscale_leaf(float *dscale, const float *dout, const float *x
 static void broadcast_rows(float *out, const float *row, int T, int D) {
     size_t n = (size_t)T * D;
     if (n == 0) return;
-    broadcast_rows_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(out, row, T, D);
+    GPU_LAUNCH(broadcast_rows_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(out, row, T, D);
     GPU_CHECK_LAUNCH();
 }
 

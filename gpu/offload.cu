@@ -108,7 +108,10 @@ void gpu_copies_wait(void) {
 void gpu_copies_end(void) {
     if (!made) return;
     GPU_CHECK(cudaStreamSynchronize(copy_stream));
-    forget_done();
+    forget_done();   // (all of them: the stream is done)
+    free(reading);
+    reading = NULL;
+    capreading = 0;
     GPU_CHECK(cudaEventDestroy(ready));
     GPU_CHECK(cudaStreamDestroy(copy_stream));
     made = 0;

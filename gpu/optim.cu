@@ -173,7 +173,7 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
                          float eps, float wd, GradClip clip) {
     if (n == 0) return;
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);   // on the host, as on the CPU
-    adamw_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, m, v, n, lr, c1, c2, b1, b2, eps,
+    GPU_LAUNCH(adamw_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(p, g, m, v, n, lr, c1, c2, b1, b2, eps,
                                                                                wd, clip);
     GPU_CHECK_LAUNCH();
 }
@@ -181,21 +181,21 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
 // p (n) += -lr * g (n), g clipped on the way.
 static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {
     if (n == 0) return;
-    sgd_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, n, lr, clip);
+    GPU_LAUNCH(sgd_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(p, g, n, lr, clip);
     GPU_CHECK_LAUNCH();
 }
 
 // g (n) = g / norm * threshold.
 static void clip_scale(float *g, size_t n, float norm, float threshold) {
     if (n == 0) return;
-    clip_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(g, n, norm, threshold);
+    GPU_LAUNCH(clip_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(g, n, norm, threshold);
     GPU_CHECK_LAUNCH();
 }
 
 // ema (n) = decay * ema + (1 - decay) * p (n).
 static void ema_update(float *ema, const float *p, size_t n, float decay) {
     if (n == 0) return;
-    ema_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(ema, p, n, decay);
+    GPU_LAUNCH(ema_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(ema, p, n, decay);
     GPU_CHECK_LAUNCH();
 }
 
@@ -215,9 +215,9 @@ static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
     for (size_t k0 = 0; k0 < n; k0 += BLOCK) {
         size_t len = n - k0 < BLOCK ? n - k0 : BLOCK;
         GPU_CHECK(cudaMemsetAsync(parts, 0, 4 * sizeof *parts, gpu_stream()));
-        squares_kernel<<<blocks_for(len, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(parts, x + k0, len);
+        GPU_LAUNCH(squares_kernel, blocks_for(len, GPU_THREADS), GPU_THREADS, 0)(parts, x + k0, len);
         GPU_CHECK_LAUNCH();
-        squares_fold_kernel<<<1, 1, 0, gpu_stream()>>>(sum, bad, parts);
+        GPU_LAUNCH(squares_fold_kernel, 1, 1, 0)(sum, bad, parts);
         GPU_CHECK_LAUNCH();
     }
     GPU_CHECK(cudaFreeAsync(parts, gpu_stream()));
@@ -231,10 +231,10 @@ static void adafactor_factored_moments(float *vrow, float *vcol, double *rs, dou
     size_t n = 1;
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
     size_t R = (size_t)shape[drow], C = (size_t)shape[dcol], L = n / (R * C), sums = L * R + L * C;
-    factored_sums_kernel<<<blocks_for(sums, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(rs, cs, g, s, drow, dcol, L,
+    GPU_LAUNCH(factored_sums_kernel, blocks_for(sums, GPU_THREADS), GPU_THREADS, 0)(rs, cs, g, s, drow, dcol, L,
                                                                                           R, C, eps);
     GPU_CHECK_LAUNCH();
-    factored_moments_kernel<<<blocks_for(sums, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(vrow, vcol, rs, cs, L, R,
+    GPU_LAUNCH(factored_moments_kernel, blocks_for(sums, GPU_THREADS), GPU_THREADS, 0)(vrow, vcol, rs, cs, L, R,
                                                                                              C, decay);
     GPU_CHECK_LAUNCH();
 }
@@ -242,9 +242,9 @@ static void adafactor_factored_moments(float *vrow, float *vcol, double *rs, dou
 // f (L*R + L*C): the row factors, then the column factors.
 static void adafactor_factors(float *f, const float *vrow, const float *vcol, size_t L, size_t R, size_t C) {
     if (L == 0) return;
-    row_factors_kernel<<<blocks_for(L, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(f, vrow, L, R);
+    GPU_LAUNCH(row_factors_kernel, blocks_for(L, GPU_THREADS), GPU_THREADS, 0)(f, vrow, L, R);
     GPU_CHECK_LAUNCH();
-    col_factors_kernel<<<blocks_for(L * C, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(f + L * R, vcol, L * C);
+    GPU_LAUNCH(col_factors_kernel, blocks_for(L * C, GPU_THREADS), GPU_THREADS, 0)(f + L * R, vcol, L * C);
     GPU_CHECK_LAUNCH();
 }
 
@@ -256,7 +256,7 @@ static void adafactor_scale_factored(float *g, const float *f, size_t k0, size_t
     size_t size = 1;
     for (int d = 0; d < ndim; d++) size *= (size_t)shape[d];
     size_t R = (size_t)shape[drow], C = (size_t)shape[dcol], L = size / (R * C);
-    scale_factored_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(g, f, k0, n, s, drow, dcol, L,
+    GPU_LAUNCH(scale_factored_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(g, f, k0, n, s, drow, dcol, L,
                                                                                         R);
     GPU_CHECK_LAUNCH();
 }
@@ -264,14 +264,14 @@ static void adafactor_scale_factored(float *g, const float *f, size_t k0, size_t
 // v (n) = decay * v + (1-decay) * (g^2 + eps); g (n) /= sqrt(v).
 static void adafactor_scale_full(float *g, float *v, size_t n, float decay, float eps) {
     if (n == 0) return;
-    scale_full_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(g, v, n, decay, eps);
+    GPU_LAUNCH(scale_full_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(g, v, n, decay, eps);
     GPU_CHECK_LAUNCH();
 }
 
 // p (n) -= g / clip * lr * param_scale.
 static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float param_scale) {
     if (n == 0) return;
-    adafactor_apply_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(p, g, n, clip, lr,
+    GPU_LAUNCH(adafactor_apply_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(p, g, n, clip, lr,
                                                                                          param_scale);
     GPU_CHECK_LAUNCH();
 }

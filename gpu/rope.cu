@@ -48,7 +48,7 @@ static void rope_table(float *sn, float *cs, int S, int pos0, int Dr, float min_
     if (n == 0) return;
     // as on the CPU: a Python float ratio, divided in double and rounded once
     float ratio = (float)((double)max_ts / (double)min_ts);
-    rope_table_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(sn, cs, S, pos0, Dr, min_ts,
+    GPU_LAUNCH(rope_table_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(sn, cs, S, pos0, Dr, min_ts,
                                                                                     ratio, bf16);
     GPU_CHECK_LAUNCH();
 }
@@ -58,7 +58,7 @@ static void rope_rotate(float *x, const float *sn, const float *cs, int B, int S
                         int dir, int bf16) {
     size_t n = (size_t)B * S * H * (Dr / 2);
     if (n == 0) return;
-    rope_rotate_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(x, sn, cs, B, S, H, stride, Dr,
+    GPU_LAUNCH(rope_rotate_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(x, sn, cs, B, S, H, stride, Dr,
                                                                                      dir, bf16);
     GPU_CHECK_LAUNCH();
 }

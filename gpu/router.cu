@@ -253,7 +253,7 @@ static unsigned grid(size_t n) { return blocks_for(n, GPU_THREADS); }
 static void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K) {
     check_router_dims("route_mixtral", E, K, 0);
     if (T <= 0) return;
-    route_mixtral_kernel<<<grid(T), GPU_THREADS, 0, gpu_stream()>>>(top_idx, top_w, scores, logits, T, E, K);
+    GPU_LAUNCH(route_mixtral_kernel, grid(T), GPU_THREADS, 0)(top_idx, top_w, scores, logits, T, E, K);
     GPU_CHECK_LAUNCH();
 }
 
@@ -261,7 +261,7 @@ static void route_softmax(int *top_idx, float *top_w, float *scores, const float
                           int scaled, float routed_scaling_factor) {
     check_router_dims("route_softmax", E, K, 0);
     if (T <= 0) return;
-    route_softmax_kernel<<<grid(T), GPU_THREADS, 0, gpu_stream()>>>(top_idx, top_w, scores, logits, T, E, K, scaled,
+    GPU_LAUNCH(route_softmax_kernel, grid(T), GPU_THREADS, 0)(top_idx, top_w, scores, logits, T, E, K, scaled,
                                                                     routed_scaling_factor);
     GPU_CHECK_LAUNCH();
 }
@@ -271,7 +271,7 @@ static void route_deepseek(int *top_idx, float *top_w, float *scores, const floa
                            int gate_round, int bf16) {
     check_router_dims("route_deepseek", E, K, G);
     if (T <= 0) return;
-    route_deepseek_kernel<<<grid(T), GPU_THREADS, 0, gpu_stream()>>>(top_idx, top_w, scores, logits, bias, T, E, K, G,
+    GPU_LAUNCH(route_deepseek_kernel, grid(T), GPU_THREADS, 0)(top_idx, top_w, scores, logits, bias, T, E, K, G,
                                                                      keep_groups, routed_scaling_factor, gate_round,
                                                                      bf16);
     GPU_CHECK_LAUNCH();
@@ -280,33 +280,33 @@ static void route_deepseek(int *top_idx, float *top_w, float *scores, const floa
 static void count_sequence_assignments(int *counts, const int *top_idx, int B, int S, int E, int K) {
     size_t A = (size_t)B * S * K;
     if (A == 0) return;
-    count_sequence_kernel<<<grid(A), GPU_THREADS, 0, gpu_stream()>>>(counts, top_idx, S, E, K, A);
+    GPU_LAUNCH(count_sequence_kernel, grid(A), GPU_THREADS, 0)(counts, top_idx, S, E, K, A);
     GPU_CHECK_LAUNCH();
 }
 
 static void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity, const int *before) {
     check_router_dims("capacity_mask", E, K, 0);
     if (B <= 0) return;
-    capacity_mask_kernel<<<grid(B), GPU_THREADS, 0, gpu_stream()>>>(keep, top_idx, B, S, E, K, capacity, before);
+    GPU_LAUNCH(capacity_mask_kernel, grid(B), GPU_THREADS, 0)(keep, top_idx, B, S, E, K, capacity, before);
     GPU_CHECK_LAUNCH();
 }
 
 static void drop_weights(float *w, const int *keep, size_t A) {
     if (A == 0) return;
-    drop_weights_kernel<<<grid(A), GPU_THREADS, 0, gpu_stream()>>>(w, keep, A);
+    GPU_LAUNCH(drop_weights_kernel, grid(A), GPU_THREADS, 0)(w, keep, A);
     GPU_CHECK_LAUNCH();
 }
 
 // counts (E, long) += per expert: added as 64-bit two's complement integers, the same bits.
 static void count_experts(long *counts, const int *top_idx, size_t A) {
     if (A == 0) return;
-    count_experts_kernel<<<grid(A), GPU_THREADS, 0, gpu_stream()>>>((unsigned long long *)counts, top_idx, A);
+    GPU_LAUNCH(count_experts_kernel, grid(A), GPU_THREADS, 0)((unsigned long long *)counts, top_idx, A);
     GPU_CHECK_LAUNCH();
 }
 
 static void router_probs(float *probs, const float *logits, int T, int E) {
     if (T <= 0) return;
-    router_probs_kernel<<<grid(T), GPU_THREADS, 0, gpu_stream()>>>(probs, logits, T, E);
+    GPU_LAUNCH(router_probs_kernel, grid(T), GPU_THREADS, 0)(probs, logits, T, E);
     GPU_CHECK_LAUNCH();
 }
 
@@ -314,27 +314,27 @@ static void lb_chunk_sums(double *part, const int *top_idx, const float *probs, 
                           int chunk, int E, int K) {
     size_t n = (size_t)B * nchunks * E;
     if (n == 0) return;
-    lb_chunk_sums_kernel<<<grid(n), GPU_THREADS, 0, gpu_stream()>>>(part, top_idx, probs, B, S, nchunks, chunk, E, K);
+    GPU_LAUNCH(lb_chunk_sums_kernel, grid(n), GPU_THREADS, 0)(part, top_idx, probs, B, S, nchunks, chunk, E, K);
     GPU_CHECK_LAUNCH();
 }
 
 static void lb_loss(float *f, double *lb_seq, const double *tot, int B, int E, int Sg, float lb_coef) {
     if (B <= 0) return;
-    lb_loss_kernel<<<grid(B), GPU_THREADS, 0, gpu_stream()>>>(f, lb_seq, tot, B, E, Sg, lb_coef);
+    GPU_LAUNCH(lb_loss_kernel, grid(B), GPU_THREADS, 0)(f, lb_seq, tot, B, E, Sg, lb_coef);
     GPU_CHECK_LAUNCH();
 }
 
 static void lb_backward(float *dlogits, const float *probs, const float *f, int B, int S, int Sg, int E,
                         float lb_coef) {
     if (B * S <= 0) return;
-    lb_backward_kernel<<<grid((size_t)B * S), GPU_THREADS, 0, gpu_stream()>>>(dlogits, probs, f, B, S, Sg, E, lb_coef);
+    GPU_LAUNCH(lb_backward_kernel, grid((size_t)B * S), GPU_THREADS, 0)(dlogits, probs, f, B, S, Sg, E, lb_coef);
     GPU_CHECK_LAUNCH();
 }
 
 static void router_mixtral_backward(float *dlogits, const float *dw, const int *top_idx, const float *top_w,
                                     int T, int E, int K) {
     if (T <= 0) return;
-    mixtral_backward_kernel<<<grid(T), GPU_THREADS, 0, gpu_stream()>>>(dlogits, dw, top_idx, top_w, T, E, K);
+    GPU_LAUNCH(mixtral_backward_kernel, grid(T), GPU_THREADS, 0)(dlogits, dw, top_idx, top_w, T, E, K);
     GPU_CHECK_LAUNCH();
 }
 
@@ -342,7 +342,7 @@ static void router_softmax_backward(float *dlogits, const float *dw, const int *
                                     const float *probs, int T, int E, int K, int scaled, float routed_scaling_factor) {
     check_router_dims("router_softmax_backward", E, K, 0);
     if (T <= 0) return;
-    softmax_backward_kernel<<<grid(T), GPU_THREADS, 0, gpu_stream()>>>(dlogits, dw, top_idx, top_w, probs, T, E, K,
+    GPU_LAUNCH(softmax_backward_kernel, grid(T), GPU_THREADS, 0)(dlogits, dw, top_idx, top_w, probs, T, E, K,
                                                                        scaled, routed_scaling_factor);
     GPU_CHECK_LAUNCH();
 }
@@ -351,7 +351,7 @@ static void router_deepseek_backward(float *dlogits, const float *dw, const int 
                                      int T, int E, int K, float routed_scaling_factor, int gate_round) {
     check_router_dims("router_deepseek_backward", E, K, 0);
     if (T <= 0) return;
-    deepseek_backward_kernel<<<grid(T), GPU_THREADS, 0, gpu_stream()>>>(dlogits, dw, top_idx, logits, T, E, K,
+    GPU_LAUNCH(deepseek_backward_kernel, grid(T), GPU_THREADS, 0)(dlogits, dw, top_idx, logits, T, E, K,
                                                                         routed_scaling_factor, gate_round);
     GPU_CHECK_LAUNCH();
 }

@@ -12,7 +12,7 @@ __global__ static void add_kernel(float *acc, const float *x, size_t n) {
 
 static void add_arrays(float *acc, const float *x, size_t n) {
     if (n == 0) return;
-    add_kernel<<<blocks_for(n, GPU_THREADS), GPU_THREADS, 0, gpu_stream()>>>(acc, x, n);
+    GPU_LAUNCH(add_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(acc, x, n);
     GPU_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,7 @@
-// tests/gpu_emu.h: the part of CUDA that gpu/attention.cu and gpu/attn_tiles.cu use, run on
-// the CPU, so that their kernels can be tested on a machine without a GPU
-// (tests/test_gpu_attention.cpp). gpu/gpu.h includes it in place of the CUDA runtime when
-// GPU_EMULATE is defined; nothing else does.
+// tests/gpu_emu.h: the part of CUDA that the GPU backend (gpu/*.cu) uses, run on the CPU, so
+// that its kernels can be tested on a machine without a GPU (tests/test_gpu_attention.cpp, and
+// build/conformance_emu: the conformance test against the emulated backend). gpu/gpu.h
+// includes it in place of the CUDA runtime when GPU_EMULATE is defined; nothing else does.
 //
 // A launch runs the grid's blocks one after another. A block's threads are fibers on the
 // calling thread: each runs until it reaches __syncthreads or its end, then the next one
@@ -11,8 +11,11 @@
 // writes between the same two barriers gives different results in the two orders, which is
 // how the test finds such a race. Shared memory is one buffer per block, filled with NaNs
 // before the block starts (a read of what no thread wrote shows); device memory is host
-// memory; the stream is ignored. Every thread of a block must reach the same barriers
-// (a block whose threads diverge at a barrier stops the program).
+// memory; streams and events are ignored (every call is done when it returns), and so is
+// atomicity (the threads of a launch run one at a time). Every thread of a block must reach
+// the same barriers (a block whose threads diverge at a barrier stops the program). A
+// kernel whose first block reached no barrier runs its other blocks' threads one after
+// another without fibers (kernels here reach their barriers whatever the data).
 #ifndef MESHMOE_TESTS_GPU_EMU_H
 #define MESHMOE_TESTS_GPU_EMU_H
 #include <math.h>
@@ -34,13 +37,70 @@ struct dim3 {
 typedef int cudaError_t;
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
-enum { cudaSuccess = 0, cudaErrorCudartUnloading = 4 };
+enum { cudaSuccess = 0, cudaErrorCudartUnloading = 4, cudaErrorNotReady = 600, cudaErrorPeerAccessAlreadyEnabled = 704 };
 static inline const char *cudaGetErrorString(cudaError_t) { return "emulated"; }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __shared__ static thread_local   // one block at a time on each host thread
+
+// ---- the runtime: host memory, streams and events that are always done ----
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2 };
+static inline cudaError_t cudaMalloc(void **p, size_t n) {   // 256-byte aligned, as the driver's
+    *p = aligned_alloc(256, (n + 255) / 256 * 256 + (n == 0) * 256);
+    return *p ? 0 : 2;
+}
+static inline cudaError_t cudaFree(void *p) { free(p); return 0; }
+static inline cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+static inline cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+template <class T> static inline cudaError_t cudaMallocAsync(T **p, size_t n, cudaStream_t s) {
+    return cudaMallocAsync((void **)p, n, s);   // (CUDA's typed overload)
+}
+static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t) { return cudaFree(p); }
+static inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { memmove(d, s, n); return 0; }
+static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t) {
+    return cudaMemcpy(d, s, n, k);
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return 0; }
+template <class T> static inline cudaError_t cudaMemcpyFromSymbol(void *d, const T &sym, size_t n) {
+    memcpy(d, &sym, n);
+    return 0;
+}
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { *s = malloc(1); return 0; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { free(s); return 0; }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return 0; }
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { *e = malloc(1); return 0; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = 0) { return 0; }
+static inline cudaError_t cudaEventQuery(cudaEvent_t) { return 0; }
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return 0; }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return 0; }
+static inline cudaError_t cudaSetDevice(int) { return 0; }
+static inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return 0; }
+static inline cudaError_t cudaDeviceCanAccessPeer(int *can, int, int) { *can = 1; return 0; }
+static inline cudaError_t cudaDeviceEnablePeerAccess(int, unsigned) { return 0; }
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) { *free_b = *total = (size_t)16 << 30; return 0; }
+static inline cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return 0; }
+static inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 13000; return 0; }
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    int major, minor, multiProcessorCount;
+};
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    strcpy(p->name, "emulated GPU (tests/gpu_emu.h)");
+    p->totalGlobalMem = (size_t)16 << 30;
+    p->major = 9;
+    p->multiProcessorCount = 1;
+    return 0;
+}
+template <class T> static inline T atomicAdd(T *p, T v) { T old = *p; *p += v; return old; }
+template <class T> static inline T atomicOr(T *p, T v) { T old = *p; *p |= v; return old; }
 #define GPU_BACKEND_NAME "emulated"
 #define GPU_HAVE_CUBLAS 0
 #define GPU_HAVE_WMMA 1
@@ -58,8 +118,14 @@ static inline float __uint_as_float(uint32_t u) {
 }
 
 // The running fiber's coordinates (fibers share one OS thread: set before each switch).
-inline dim3 threadIdx, blockIdx, blockDim, gridDim;
-inline int emu_order = 0;   // 0: threads in ascending index between barriers, 1: descending
+inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+// 0: threads in ascending index between barriers, 1: descending; GPU_EMU_ORDER=descending in
+// the environment starts every host thread with 1.
+inline int emu_order_from_env(void) {
+    const char *o = getenv("GPU_EMU_ORDER");
+    return o && !strcmp(o, "descending");
+}
+inline thread_local int emu_order = emu_order_from_env();
 
 struct EmuBlock {
     std::vector<ucontext_t> start;        // each fiber's first entry
@@ -68,21 +134,23 @@ struct EmuBlock {
     std::vector<std::vector<char>> stack;
     std::vector<int> state;               // 0 not started, 1 waiting at a barrier, 2 ended
     jmp_buf scheduler;
-    int current = 0, fibers = 0;
+    int current = 0, fibers = 0, barriers = 0;   // barriers: some thread reached one
+    std::vector<float> swap;                     // warp shuffles' values, one per thread
     void (*body)(void *) = nullptr;
     void *arg = nullptr;
     std::vector<float> shared;
 };
-inline EmuBlock emu_block;
+inline thread_local EmuBlock emu_block;
 
 // A fiber switch is _setjmp/_longjmp (no signal mask saved: no system call); ucontext only
 // gives each fiber its stack and first entry.
 static inline void __syncthreads(void) {
     EmuBlock &e = emu_block;
     if (!e.fibers) {
-        fprintf(stderr, "gpu_emu: __syncthreads in a kernel launched without shared memory (run without fibers)\n");
+        fprintf(stderr, "gpu_emu: __syncthreads in a block after the first reached none (run without fibers)\n");
         exit(1);
     }
+    e.barriers = 1;
     e.state[e.current] = 1;
     if (!_setjmp(e.at[e.current].jb)) _longjmp(e.scheduler, 1);
 }
@@ -92,6 +160,17 @@ static inline void emu_fiber_start(void) {
     _longjmp(emu_block.scheduler, 1);
 }
 static inline void *emu_shared(void) { return emu_block.shared.data(); }
+// A warp shuffle (every thread of the block calls it at the same point): each thread's value
+// through the exchange buffer, with a barrier before the reads and one after.
+static inline float emu_shfl_xor(float v, int lane_mask) {
+    EmuBlock &e = emu_block;
+    int t = (int)threadIdx.x;
+    e.swap[t] = v;
+    __syncthreads();
+    float r = e.swap[t ^ lane_mask];
+    __syncthreads();
+    return r;
+}
 
 // Fiber t with its stack, to start at emu_fiber_start (apart: getcontext returns twice).
 __attribute__((noinline)) static void emu_fiber_init(int t) {
@@ -116,13 +195,15 @@ __attribute__((noinline)) static void emu_resume(int t) {
     }
 }
 
-// Runs body(arg) as every thread of every block of the grid. A launch without shared memory
-// has no barriers to wait at (the kernels emulated here use dynamic shared memory where they
-// use barriers): its threads run one after another on this stack.
+// Runs body(arg) as every thread of every block of the grid: the first block's threads as
+// fibers, and so the others' too if a thread of the first reached a barrier; else one after
+// another on this stack.
 static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void *), void *arg) {
     EmuBlock &e = emu_block;
     int n = (int)(block.x * block.y * block.z);
-    e.fibers = smem > 0;
+    e.fibers = 1;
+    e.barriers = 0;
+    e.swap.assign(n, 0.0f);
     e.start.resize(n);
     e.at.resize(n);
     e.stack.resize(n);
@@ -162,6 +243,7 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                     }
                     finished += ended;
                 }
+                if (!e.barriers) e.fibers = 0;
             }
 }
 
@@ -238,10 +320,13 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
 
 // The opt-in for more than 48 KiB of shared memory a block: nothing to do here.
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrComputeCapabilityMajor };
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 static inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 227 * 1024; return cudaSuccess; }
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : 227 * 1024;   // (an H100's)
+    return cudaSuccess;
+}
 
 // kernel<<<grid, block, smem, stream>>>(args) as GPU_LAUNCH(kernel, grid, block, smem)(args).
 template <class... P> struct EmuLaunch {

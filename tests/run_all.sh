@@ -26,10 +26,16 @@ run_part() {   # run_part NAME COMMAND...
     fi
 }
 for t in build/test_*; do run_part "$t" "./$t"; done
-# The GPU's attention kernels, emulated, under AddressSanitizer and UBSan (fibers switch stacks:
-# ASan warns once that it may report falsely; it reports nothing here).
-run_part "build/asan/test_gpu_attention --quick" env ASAN_OPTIONS=detect_stack_use_after_return=0 \
-    ./build/asan/test_gpu_attention --quick
+# The GPU backend's kernels emulated on the CPU (tests/gpu_emu.h): the conformance test, with
+# each block's threads run in ascending and in descending order between barriers (a thread
+# that reads what another writes between the same two barriers gets other numbers), and
+# under AddressSanitizer and UBSan (fibers switch stacks: ASan warns once that it may report
+# falsely).
+run_part "the GPU backend emulated: conformance" ./build/conformance_emu
+run_part "the GPU backend emulated: conformance, threads in descending order" \
+    env GPU_EMU_ORDER=descending ./build/conformance_emu
+run_part "the GPU backend emulated: conformance under ASan and UBSan" \
+    env ASAN_OPTIONS=detect_stack_use_after_return=0 ./build/emu-asan/conformance_emu
 # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without warnings;
 # run on a GPU by tests/gpu.sh. The conformance test's CPU build is build/test_conformance above.
 if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
