@@ -248,15 +248,15 @@ build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hi
 	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ -lm
 
 # build/conformance_emu (part of `make test`; no GPU, no nvcc): the conformance test against
-# the GPU backend's sources as they are, compiled by g++ against tests/gpu_emu.h, a CPU
+# the GPU backend's sources as they are, compiled by g++ against gpu/emu.h, a CPU
 # emulation of the CUDA they use (docs/gpu.md): every kernel family's logic checked where no
 # GPU is; build/emu-asan/ the same under AddressSanitizer and UBSan.
 EMU_CXXFLAGS := -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE -I.
 EMU_OBJ      := $(GPU_SRC:gpu/%.cu=build/emu/%.o)
-build/emu/%.o: gpu/%.cu $(GPU_HDRS) tests/gpu_emu.h
+build/emu/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 $(EMU_CXXFLAGS) -x c++ -c $< -o $@
-build/emu-asan/%.o: gpu/%.cu $(GPU_HDRS) tests/gpu_emu.h
+build/emu-asan/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(SAN) $(EMU_CXXFLAGS) -x c++ -c $< -o $@
 build/emu/tests/%.o: tests/%.c tests/conformance.h gpu/backend.h $(HDRS)
@@ -270,16 +270,16 @@ build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/em
 
 # build/test_gpu_attention (part of `make test`, no GPU needed): the GPU's attention kernels,
 # gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
-# of the CUDA they use (tests/gpu_emu.h), compared with each other and with the CPU's loops.
+# of the CUDA they use (gpu/emu.h), compared with each other and with the CPU's loops.
 # -ffp-contract=off: as the GPU builds, no multiply and add fused that the source keeps apart.
 EMU_SRC := gpu/attention.cu gpu/attn_tiles.cu gpu/attn_mma.cu
-build/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/attn_cases.h tests/test.h $(EMU_SRC) gpu/gpu.h \
+build/test_gpu_attention: tests/test_gpu_attention.cpp gpu/emu.h tests/attn_cases.h tests/test.h $(EMU_SRC) gpu/gpu.h \
                           gpu/attention.h gpu/backend.h $(LIB_OBJ)
 	$(CXX) $(OPT) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE \
 	    -fopenmp -I. -x c++ $(EMU_SRC) -x none $< $(LIB_OBJ) -o $@ $(LDLIBS)
 # The same under AddressSanitizer and UBSan (the kernels' sources only): a read or write past
 # a shared-memory layout or an array is reported (`--quick`: a fifth of the cases).
-build/asan/test_gpu_attention: tests/test_gpu_attention.cpp tests/gpu_emu.h tests/attn_cases.h tests/test.h \
+build/asan/test_gpu_attention: tests/test_gpu_attention.cpp gpu/emu.h tests/attn_cases.h tests/test.h \
                                $(EMU_SRC) gpu/gpu.h gpu/attention.h gpu/backend.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) -O1 -g $(SAN) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE \

@@ -13,8 +13,8 @@
 #include <unistd.h>   // pause
 
 #if defined(GPU_EMULATE)
-// The CPU emulation of the tests (tests/gpu_emu.h): the backend's kernels run on the CPU.
-#include "tests/gpu_emu.h"
+// The CPU emulation of the tests (gpu/emu.h): the backend's kernels run on the CPU.
+#include "gpu/emu.h"
 static inline float warp_shfl_xor(float v, int lane_mask) { return emu_shfl_xor(v, lane_mask); }
 #elif defined(__HIPCC__)
 #include <hip/hip_runtime.h>

@@ -26,7 +26,7 @@ run_part() {   # run_part NAME COMMAND...
     fi
 }
 for t in build/test_*; do run_part "$t" "./$t"; done
-# The GPU backend's kernels emulated on the CPU (tests/gpu_emu.h): the conformance test, with
+# The GPU backend's kernels emulated on the CPU (gpu/emu.h): the conformance test, with
 # each block's threads run in ascending and in descending order between barriers (a thread
 # that reads what another writes between the same two barriers gets other numbers), and
 # under AddressSanitizer and UBSan (fibers switch stacks: ASan warns once that it may report

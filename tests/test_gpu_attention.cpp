@@ -1,5 +1,5 @@
 // tests/test_gpu_attention.cpp: the GPU's attention kernels run on this machine's CPU
-// (tests/gpu_emu.h emulates the part of CUDA they use), so that they are tested where there
+// (gpu/emu.h emulates the part of CUDA they use), so that they are tested where there
 // is no GPU. gpu/attention.cu and gpu/attn_tiles.cu are compiled as they are, with g++, with
 // GPU_EMULATE; the table under test is attention_cuda, the one the GPU backend runs.
 // Compared bit for bit, on random inputs, every kernel of kernels/attention.h (dot-product

@@ -1,4 +1,4 @@
-// tests/gpu_emu.h: the part of CUDA that the GPU backend (gpu/*.cu) uses, run on the CPU, so
+// gpu/emu.h: the part of CUDA that the GPU backend (gpu/*.cu) uses, run on the CPU, so
 // that its kernels can be tested on a machine without a GPU (tests/test_gpu_attention.cpp, and
 // build/conformance_emu: the conformance test against the emulated backend). gpu/gpu.h
 // includes it in place of the CUDA runtime when GPU_EMULATE is defined; nothing else does.
@@ -16,8 +16,8 @@
 // the same barriers (a block whose threads diverge at a barrier stops the program). A
 // kernel whose first block reached no barrier runs its other blocks' threads one after
 // another without fibers (kernels here reach their barriers whatever the data).
-#ifndef MESHMOE_TESTS_GPU_EMU_H
-#define MESHMOE_TESTS_GPU_EMU_H
+#ifndef MESHMOE_GPU_EMU_H
+#define MESHMOE_GPU_EMU_H
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -93,7 +93,7 @@ struct cudaDeviceProp {
 };
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     memset(p, 0, sizeof *p);
-    strcpy(p->name, "emulated GPU (tests/gpu_emu.h)");
+    strcpy(p->name, "emulated GPU (gpu/emu.h)");
     p->totalGlobalMem = (size_t)16 << 30;
     p->major = 9;
     p->multiProcessorCount = 1;
@@ -147,7 +147,7 @@ inline thread_local EmuBlock emu_block;
 static inline void __syncthreads(void) {
     EmuBlock &e = emu_block;
     if (!e.fibers) {
-        fprintf(stderr, "gpu_emu: __syncthreads in a block after the first reached none (run without fibers)\n");
+        fprintf(stderr, "gpu/emu.h: __syncthreads in a block after the first reached none (run without fibers)\n");
         exit(1);
     }
     e.barriers = 1;
@@ -237,7 +237,7 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                         else waiting++;
                     }
                     if (ended && waiting) {
-                        fprintf(stderr, "gpu_emu: block (%u,%u,%u): %d threads ended while %d wait at __syncthreads\n",
+                        fprintf(stderr, "gpu/emu.h: block (%u,%u,%u): %d threads ended while %d wait at __syncthreads\n",
                                 bx, by, bz, ended, waiting);
                         exit(1);
                     }
