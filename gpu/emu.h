@@ -9,7 +9,7 @@
 // Between two barriers the threads run one after another, in the order emu_order says
 // (ascending or descending thread index): a kernel whose threads read what another thread
 // writes between the same two barriers gives different results in the two orders, which is
-// how the test finds such a race. Shared memory is one buffer per block, filled with NaNs
+// how the tests find such a race (GPU_EMU_ORDER below). Shared memory is one buffer per block, filled with NaNs
 // before the block starts (a read of what no thread wrote shows); device memory is host
 // memory; streams and events are ignored (every call is done when it returns), and so is
 // atomicity (the threads of a launch run one at a time). Every thread of a block must reach
@@ -37,7 +37,9 @@ struct dim3 {
 typedef int cudaError_t;
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
-enum { cudaSuccess = 0, cudaErrorCudartUnloading = 4, cudaErrorNotReady = 600, cudaErrorPeerAccessAlreadyEnabled = 704 };
+enum {
+    cudaSuccess = 0, cudaErrorCudartUnloading = 4, cudaErrorNotReady = 600, cudaErrorPeerAccessAlreadyEnabled = 704
+};
 static inline const char *cudaGetErrorString(cudaError_t) { return "emulated"; }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 #define __global__
