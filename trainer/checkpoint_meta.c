@@ -26,9 +26,6 @@ static const char *const MAY_DIFFER[] = {
     "dcn_data_parallelism", "dcn_fsdp_parallelism", "dcn_tensor_parallelism", "dcn_expert_parallelism",
     "dcn_context_parallelism", "dcn_pipeline_parallelism", "per_device_batch_size", "context_reduce_chunks", "num_pipeline_microbatches", "num_pipeline_repeats",
     "num_layers_per_pipeline_stage", "pipeline_schedule", "num_threads", "hbm_capacity",
-    // device=gpu's attention kernels: the tiles and the per-row kernels add the same sums in the
-    // same order (tests/test_gpu_attention.cpp, docs/gpu.md#attention-on-tiles-and-on-tensor-cores)
-    "gpu_attention",
     // remat_policy=custom's parts (tests/remat.sh, tests/qkvremat.sh: the same bits)
     "decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi", "mlpwo",
     // evaluation and output: what the run prints and writes, not what it trains
@@ -39,9 +36,11 @@ static const char *const MAY_DIFFER[] = {
 
 // Keys a user changes on purpose when resuming (a lower learning rate after a loss that
 // went non-finite, as train.c's message advises; a CPU checkpoint taken on to a GPU or back,
-// the same math with a few functions rounded differently: docs/gpu.md): allowed, and said
-// at start-up, since the resumed run then leaves the uninterrupted run's trajectory.
-static const char *const MAY_CHANGE[] = { "learning_rate", "device" };
+// the same math with a few functions rounded differently: docs/gpu.md; the GPU's attention
+// kernels, whose tensor cores round differently from the tiles, which keep the per-row
+// kernels' bits): allowed, and said at start-up, since the resumed run then leaves the
+// uninterrupted run's trajectory (tiles and rows aside).
+static const char *const MAY_CHANGE[] = { "learning_rate", "device", "gpu_attention" };
 
 static int listed(const char *const *list, size_t n, const char *key) {
     for (size_t i = 0; i < n; i++)
