@@ -5,12 +5,12 @@
 // CPU's expressions in the CPU's order, IEEE division and square root, no fused operations:
 // the CPU's bits. AdamW's bias corrections 1 - b^t are computed once on the host with the
 // C library's powf, as the CPU does. The sum of squares is a sum of integers (kernels/optim.h),
-// so the threads add them with atomics in any order and get the CPU's integer exactly.
+// so the blocks add them with atomics in any order and get the CPU's integer exactly.
 // Adafactor's row and column sums are in double and in element order, one thread per sum.
 //
-// Launch geometry: one thread per element, per row sum or per column sum; squares_add one
-// thread per element, adding into three 64-bit device counters, then one thread folding them
-// into the 128-bit sum.
+// Launch geometry: one thread per element, per row sum or per column sum; squares_add at
+// most SQUARES_GRID blocks, each thread a strided run of elements, one set of atomics per
+// block into three 64-bit device counters, then one thread folding them into the 128-bit sum.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 #include <math.h>
@@ -64,17 +64,39 @@ __global__ static void ema_kernel(float *ema, const float *p, size_t n, float d)
     if (i < n) ema[i] = d * ema[i] + (1.0f - d) * p[i];
 }
 
-// parts (4): hi, mid, low and the flag, as kernels/cpu/optim.c:squares_add splits each square.
+// parts (4) += hi, mid, low and the flag of x (n), as kernels/cpu/optim.c:squares_add
+// splits each square. Each thread adds the parts of its elements (a grid-strided run), the
+// block adds its threads' parts in shared memory, and one thread adds the block's into
+// parts: one set of atomics per block, not one per element (a whole gradient, billions of
+// elements, through three counters). Integers, so the total is the same in any grouping.
 __global__ static void squares_kernel(unsigned long long *parts, const float *x, size_t n) {
-    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= n) return;
-    double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
-    if (!(sq < 0x1p100)) { atomicOr(&parts[3], 1ull); return; }   // non-finite or absurdly large
-    unsigned long long h = (unsigned long long)(sq * 0x1p-64);
-    unsigned long long r = (unsigned long long)(sq - (double)h * 0x1p64);
-    atomicAdd(&parts[0], h);
-    atomicAdd(&parts[1], r >> 32);
-    atomicAdd(&parts[2], r & 0xffffffffull);
+    __shared__ unsigned long long part[3][GPU_THREADS];
+    __shared__ int flag[GPU_THREADS];
+    unsigned long long h = 0, mid = 0, low = 0;
+    int bad = 0;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+        double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
+        if (!(sq < 0x1p100)) { bad = 1; continue; }          // non-finite or absurdly large
+        unsigned long long hk = (unsigned long long)(sq * 0x1p-64);
+        unsigned long long r = (unsigned long long)(sq - (double)hk * 0x1p64);
+        h += hk;
+        mid += r >> 32;
+        low += r & 0xffffffffull;
+    }
+    int t = threadIdx.x;
+    part[0][t] = h; part[1][t] = mid; part[2][t] = low; flag[t] = bad;
+    __syncthreads();
+    for (int half = GPU_THREADS / 2; half > 0; half /= 2) {   // blockDim.x == GPU_THREADS
+        if (t < half) {
+            for (int j = 0; j < 3; j++) part[j][t] += part[j][t + half];
+            flag[t] |= flag[t + half];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        for (int j = 0; j < 3; j++) atomicAdd(&parts[j], part[j][0]);
+        if (flag[0]) atomicOr(&parts[3], 1ull);
+    }
 }
 
 // Element k's leading index, row and column (kernels/cpu/optim.c:element_coords).
@@ -205,6 +227,10 @@ __global__ static void squares_fold_kernel(fixed128 *sum, int *bad, const unsign
     if (parts[3]) *bad = 1;
 }
 
+// The most blocks of squares_kernel: enough to fill an H100's 132 SMs several times over,
+// few enough that their atomics are a negligible part of the kernel.
+enum { SQUARES_GRID = 1024 };
+
 // *sum, *bad (device) += the squares of x (n) in fixed point, with no wait for the stream. In
 // blocks of 2^27 elements, as on the CPU, so that no 64-bit part can overflow
 // (kernels/cpu/optim.c); each block's parts are folded into *sum on the device.
@@ -215,7 +241,8 @@ static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
     for (size_t k0 = 0; k0 < n; k0 += BLOCK) {
         size_t len = n - k0 < BLOCK ? n - k0 : BLOCK;
         GPU_CHECK(cudaMemsetAsync(parts, 0, 4 * sizeof *parts, gpu_stream()));
-        GPU_LAUNCH(squares_kernel, blocks_for(len, GPU_THREADS), GPU_THREADS, 0)(parts, x + k0, len);
+        unsigned blocks = blocks_for(len, GPU_THREADS);
+        GPU_LAUNCH(squares_kernel, blocks < (unsigned)SQUARES_GRID ? blocks : (unsigned)SQUARES_GRID, GPU_THREADS, 0)(parts, x + k0, len);
         GPU_CHECK_LAUNCH();
         GPU_LAUNCH(squares_fold_kernel, 1, 1, 0)(sum, bad, parts);
         GPU_CHECK_LAUNCH();

@@ -161,6 +161,11 @@ float fsdp_grad_norm(Model *m) {
     Squares *each = mem_alloc(MEM_COMM, sizeof(Squares) * (size_t)n, "grad norm sums");
     Squares *mine = each;
     if (n > 1) mine = mem_alloc(MEM_COMM, sizeof(Squares), "grad norm sum (this device)");
+    // The parts are summed in runs: parts that lie one after another in the gradient make
+    // one call (on one device, usually the whole gradient; on a GPU, one launch instead of
+    // one per tensor). The sum is exact, so the grouping does not change it.
+    const float *run = NULL;
+    size_t run_n = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const ParamSpec *sp = &m->specs[i];
         if (!owns_tensor(mesh, dev, sp)) continue;
@@ -177,8 +182,14 @@ float fsdp_grad_norm(Model *m) {
             b = a + len * (size_t)(rd + 1) / (size_t)nd;
             a = a + len * (size_t)rd / (size_t)nd;
         }
-        if (a < b) kern()->optim->squares_add(&mine->sum, &mine->bad, m->grads_mem + s->local_off[u] + (a - g0), b - a);
+        if (a >= b) continue;
+        const float *x = m->grads_mem + s->local_off[u] + (a - g0);
+        if (run && x == run + run_n) { run_n += b - a; continue; }   // this tensor follows the run
+        if (run) kern()->optim->squares_add(&mine->sum, &mine->bad, run, run_n);
+        run = x;
+        run_n = b - a;
     }
+    if (run) kern()->optim->squares_add(&mine->sum, &mine->bad, run, run_n);
     if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), mine, each, sizeof(Squares));
     Squares *host = malloc(sizeof(Squares) * (size_t)n);
     if (!host) die("host out of memory (grad norm sums)");

@@ -96,9 +96,10 @@ static void test_optim_elementwise(void) {
 
 // The sum of squares in fixed point: the exact integer, whatever the order (a long double
 // sum of the exact squares is the reference: each square is exact in double, the scaled
-// truncation is checked through (fixed128)).
-static void test_squares(void) {
-    size_t n = 10000;
+// truncation is checked through (fixed128)). n = 10000, and a length past what one grid of
+// the GPU's squares_kernel covers at once (1024 blocks of 256 threads), so that its threads
+// run strided loops and the last block is partial; the infinite element sits near the end.
+static void test_squares_n(size_t n) {
     float *x = rand_floats(n, -3, 3);
     fixed128 want = 0, got = 5;   // got starts at 5: the kernel adds to it
     int want_bad = 0, got_bad = 0;
@@ -112,17 +113,22 @@ static void test_squares(void) {
     UNDER_TEST->optim->squares_add(d_sum, d_bad, d_x, n);
     dev_download(&got, d_sum, sizeof got);
     dev_download(&got_bad, d_bad, sizeof got_bad);
-    check(got == want && !got_bad, "squares_add n=10000: got %.17g (bad %d), want %.17g",
+    check(got == want && !got_bad, "squares_add n=%zu: got %.17g (bad %d), want %.17g", n,
           (double)got / SQUARES_SCALE, got_bad, (double)want / SQUARES_SCALE);
-    x[17] = INFINITY;   // a non-finite square sets the flag
+    x[n - 3] = INFINITY;   // a non-finite square sets the flag
     dev_upload(d_x, x, sizeof(float) * n);
     UNDER_TEST->optim->squares_add(d_sum, d_bad, d_x, n);
     dev_download(&got_bad, d_bad, sizeof got_bad);
-    check(got_bad, "squares_add: an infinite element sets the flag");
+    check(got_bad, "squares_add n=%zu: an infinite element sets the flag", n);
     free(x);
     dev_free(d_x);
     dev_free(d_sum);
     dev_free(d_bad);
+}
+
+static void test_squares(void) {
+    test_squares_n(10000);
+    test_squares_n((size_t)2 * 1024 * 256 + 777);
 }
 
 // Adafactor's factored second moment over a 3-d tensor (L=3 leading, rows along dim 2,
