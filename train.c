@@ -388,7 +388,10 @@ static StepTime timed_step(DeviceRun *d, int first, StepResult *r) {
     if (!c->dry_run) fetch_batch(d, d->m.step);
     mem_reset_peak(dev);
     if (first && (c->dry_run || c->memory_trace[0])) plan_watch_begin(dev, c->memory_trace[0] != 0);
-    if (c->profile) profile_take(NULL);   // kernels run outside the step (evaluation) are not counted
+    if (c->profile) {   // kernels run outside the step (evaluation) are not counted
+        profile_take(NULL);
+        profile_take_products(NULL, NULL);
+    }
     double flops0 = dev->flops, t0 = now_ms();
     train_step(&d->m, d->ids, d->targets, d->A, d->B, d->Sl, r);
     plan_watch_end(dev);
@@ -450,7 +453,10 @@ static int train_loop(DeviceRun *d) {
             checkpoint_save(m, c->save_checkpoint);   // every device (a collective)
     }
     if (arms) signals_allow_stop(0);
-    if (d->talk && c->profile) step_profile_print(&d->prof);
+    if (d->talk && c->profile) {
+        step_profile_print(&d->prof);
+        step_profile_print_products(&d->prof);
+    }
     return stop_sig;
 }
 

@@ -15,6 +15,17 @@ typedef struct ProfileCounts {
     double bytes;   // operands read once and results written once
 } ProfileCounts;
 
+// The matmul family's calls by product: form (kernels/watch.h:WatchProduct), N, and the
+// power-of-two classes of M and K (the rows an expert gets change from step to step), with
+// the smallest and largest M and K seen in the class.
+typedef struct ProfileProduct {
+    const char *form;
+    int N, mclass, kclass;        // mclass, kclass: floor(log2) of M and K
+    int mlo, mhi, klo, khi;
+    ProfileCounts c;
+} ProfileProduct;
+enum { PROFILE_PRODUCTS = 96 };   // classes kept; the calls of any more are added to the last
+
 // The profile over `timed` (backend_cpu, the plain one, or the strict mode's watched
 // backend): the process's one profile, set up once before the devices start.
 const Backend *profile_backend(const Backend *timed);
@@ -23,5 +34,8 @@ const Backend *profile_backend(const Backend *timed);
 // zeroed: what the thread's kernels did since the last take.
 void profile_take(ProfileCounts *acc);
 const char *profile_family_name(int family);
+// The calling thread's products since the last take merged into acc (n of them, at most
+// PROFILE_PRODUCTS; NULL: dropped), then zeroed.
+void profile_take_products(ProfileProduct *acc, int *n);
 
 #endif

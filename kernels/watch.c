@@ -13,6 +13,7 @@ static const Backend *inner = &backend_cpu;   // the backend watched
 #define INNER(family) inner->family
 static WatchHooks hooks[WATCH_MOST];          // the watchers, in the order added
 static int nhooks;
+_Thread_local WatchProduct watch_product;
 
 // Before a kernel the watchers' enter in the order they were added, after it their leave in
 // the reverse order: the first added brackets the others (strict's protection around the
@@ -35,24 +36,30 @@ static void leave(int family, double flops, double bytes) {
 
 // ---- matmul: 2 flops per multiply-add; A, B read and C written (read too when added to)
 static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
+    watch_product = (WatchProduct){"x @ w", T, OC, C};
     WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_forward(out, inp, w, T, C, OC, accumulate), 2.0 * T * C * OC,
           (double)T * C + (double)C * OC + (1.0 + accumulate) * T * OC);
 }
 static void matmul_backward_dinp(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
+    watch_product = (WatchProduct){"dy @ w^T", T, C, OC};
     WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dinp(dinp, dout, w, T, C, OC), 2.0 * T * C * OC,
           (double)T * OC + (double)C * OC + 2.0 * T * C);
 }
 static void matmul_backward_dw(float *dw, const float *inp, const float *dout, int len, int C, int OC, int accumulate) {
+    watch_product = (WatchProduct){"x^T @ dy", C, OC, len};
     WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dw(dw, inp, dout, len, C, OC, accumulate), 2.0 * len * C * OC,
           (double)len * C + (double)len * OC + (1.0 + accumulate) * C * OC);
 }
 static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                  int accumulate, float *C, int ldc) {
+    static const char *const forms[2][2] = {{"A @ B", "A @ B^T"}, {"A^T @ B", "A^T @ B^T"}};
+    watch_product = (WatchProduct){forms[!!transA][!!transB], M, N, K};
     WATCHED(FAMILY_MATMUL, INNER(matmul)->gemm(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, ldc),
           2.0 * M * N * K, (double)M * K + (double)K * N + (1.0 + accumulate) * M * N);
 }
 static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B, int ldb,
                          float *C, int ldc) {
+    watch_product = (WatchProduct){transB ? "A @ B^T, pieces" : "A @ B, pieces", M, N, K};
     WATCHED(FAMILY_MATMUL, INNER(matmul)->gemm_chunked(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc),
           2.0 * M * N * K, (double)M * K + (double)K * N + (double)M * N);
 }

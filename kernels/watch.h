@@ -20,6 +20,17 @@ typedef struct WatchHooks {
     void (*leave)(int family, double flops, double bytes);    // after it: its floating-point operations and bytes moved
 } WatchHooks;
 
+// The product a matmul kernel's twin is about to run, set before its enter hook, so that a
+// watcher can file the call under its form and shape (the profile's table of products).
+// form names the operands: "x @ w" (matmul_forward), "dy @ w^T" (the input gradient),
+// "x^T @ dy" (the weight gradient), "A @ B" and its transposes (gemm), "A @ B, pieces"
+// (gemm_chunked). C (M,N) = op(A) (M,K) @ op(B) (K,N).
+typedef struct WatchProduct {
+    const char *form;
+    int M, N, K;
+} WatchProduct;
+extern _Thread_local WatchProduct watch_product;
+
 #define WATCH_MOST 2   // watchers at once: the strict mode and the profile
 
 // The process's one watched backend (set up before the devices start): the first call wraps

@@ -1,9 +1,11 @@
 // report/profile.c: profile=true's table (report/profile.h).
 #include "report/profile.h"
 #include <stdio.h>
+#include <stdlib.h>
 
 void step_profile_add(StepProfile *p, double step_ms) {
     profile_take(p->fam);
+    profile_take_products(p->prod, &p->nprod);
     p->step_ms += step_ms;
     p->steps++;
 }
@@ -29,4 +31,54 @@ void step_profile_print(const StepProfile *p) {
     }
     printf("| all kernels | | %.2f | %.1f%% | | | | |\n", kern_ms, 100 * kern_ms / step);
     printf("| between kernels | | %.2f | %.1f%% | | | | |\n", step - kern_ms, 100 * (step - kern_ms) / step);
+}
+
+enum { PRODUCT_ROWS = 16 };   // the products listed; the rest are added up in one row
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const ProfileProduct *)a)->c.ms, y = ((const ProfileProduct *)b)->c.ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// "lo" or "lo-hi"
+static const char *range(char *buf, size_t size, int lo, int hi) {
+    if (lo == hi) snprintf(buf, size, "%d", lo);
+    else snprintf(buf, size, "%d-%d", lo, hi);
+    return buf;
+}
+
+static void product_row(const char *what, const char *m, int N, const char *k, const ProfileCounts *c, double n,
+                        double matmul_ms) {
+    double ms = c->ms / n, s = c->ms / 1e3;
+    char nb[16] = "";
+    if (N > 0) snprintf(nb, sizeof nb, "%d", N);
+    printf("| %s | %s | %s | %s | %.0f | %.2f | %.1f%% | %.1f |\n", what, m, nb, k, c->calls / n, ms,
+           matmul_ms > 0 ? 100 * ms / matmul_ms : 0, s > 0 ? c->flops / s / 1e9 : 0);
+}
+
+void step_profile_print_products(const StepProfile *p) {
+    if (p->steps == 0 || p->nprod == 0) return;
+    double n = p->steps, matmul_ms = p->fam[FAMILY_MATMUL].ms / n;
+    ProfileProduct *sorted = malloc(sizeof(ProfileProduct) * (size_t)p->nprod);
+    if (!sorted) return;
+    for (int i = 0; i < p->nprod; i++) sorted[i] = p->prod[i];
+    qsort(sorted, (size_t)p->nprod, sizeof *sorted, by_time);
+    printf("products: the matmul family by form and shape, C (M,N) = op(A) (M,K) @ op(B) (K,N), M and K as seen\n");
+    printf("| product | M | N | K | calls/step | ms/step | %% of matmul | GFLOP/s |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    ProfileCounts rest = {0};
+    for (int i = 0; i < p->nprod; i++) {
+        const ProfileProduct *q = &sorted[i];
+        if (i >= PRODUCT_ROWS) {
+            rest.calls += q->c.calls;
+            rest.ms += q->c.ms;
+            rest.flops += q->c.flops;
+            continue;
+        }
+        char m[32], k[32];
+        product_row(q->form, range(m, sizeof m, q->mlo, q->mhi), q->N, range(k, sizeof k, q->klo, q->khi), &q->c, n,
+                    matmul_ms);
+    }
+    if (p->nprod > PRODUCT_ROWS) product_row("the other products", "", 0, "", &rest, n, matmul_ms);
+    free(sorted);
 }

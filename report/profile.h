@@ -6,6 +6,8 @@
 
 typedef struct StepProfile {
     ProfileCounts fam[FAMILY_COUNT];   // summed over the counted steps
+    ProfileProduct prod[PROFILE_PRODUCTS];   // the matmul family's calls by product
+    int nprod;
     double step_ms;                     // their wall time
     int steps;
 } StepProfile;
@@ -14,7 +16,9 @@ typedef struct StepProfile {
 void step_profile_add(StepProfile *p, double step_ms);
 // Per step, for each family that ran: calls, ms, share of the step, GFLOP and GB, GFLOP/s
 // and GB/s; then the kernels' total and the time between kernels (collectives, the
-// allocator, the layers' own loops).
+// allocator, the layers' own loops). Then the products that took longest, by form and
+// shape (kernels/profile.h:ProfileProduct): where the matmul family's time goes.
 void step_profile_print(const StepProfile *p);
+void step_profile_print_products(const StepProfile *p);
 
 #endif

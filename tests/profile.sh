@@ -3,7 +3,7 @@
 # measured limits (tests/peak.c). The profile backend must not change one bit; its FLOP
 # counts, kept by the kernel wrappers, must equal the ones the layers count for the step's
 # GFLOP/s (model/matmul.c, model/attn_core.c: two independent tallies); its rows must add up
-# to the step; a dry run with it is refused.
+# to the step, and its products' rows to the matmul family; a dry run with it is refused.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
@@ -40,6 +40,17 @@ between = float(re.search(r"^\| between kernels \| +\| (-?[\d.]+) \|", out, re.M
 print(f"       {len(fams)} families {sum(fams):.2f} ms, all kernels {total:.2f}, between {between:.2f}, step {step:.2f}")
 sys.exit(not (len(fams) >= 8 and abs(sum(fams) - total) < 0.01 * len(fams) and abs(total + between - step) < 0.02
               and 0 <= between < step))
+PY
+    check "$p: the products' table adds up to the matmul family (calls and ms)" python3 - "$T/$p-prof.out" <<'PY'
+import re, sys
+out = open(sys.argv[1]).read()
+fam = re.search(r"^\| matmul \| ([\d.]+) \| ([\d.]+) \|", out, re.M)
+rows = re.findall(r"^\| ([^|]*@[^|]*|the other products) \| [^|]* \| [^|]* \| [^|]* \| ([\d.]+) \| ([\d.]+) \|", out, re.M)
+calls, ms = sum(float(c) for _, c, _ in rows), sum(float(m) for *_, m in rows)
+print(f"       {len(rows)} product rows: {calls:.0f} calls, {ms:.2f} ms; matmul {fam[1]} calls, {fam[2]} ms")
+# calls/step print rounded to whole calls, ms to 0.01: a row's rounding at most 0.5 and 0.005
+sys.exit(not (rows and abs(calls - float(fam[1])) <= 0.5 * len(rows) + 0.5
+              and abs(ms - float(fam[2])) <= 0.005 * len(rows) + 0.005))
 PY
 done
 expect_error "profile=true with dry_run=true" "a dry run computes none" \
