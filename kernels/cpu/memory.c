@@ -3,11 +3,23 @@
 // (which keeps freed large blocks for reuse), and every copy, whichever way, is a memcpy.
 #include "kernels/kernels.h"
 #include "kernels/cpu/hostmem.h"
+#include <omp.h>
 #include <string.h>
 
 static void *alloc(size_t bytes) { return host_alloc(bytes); }
 static void release(void *p, size_t bytes) { host_free(p, bytes); }
-static void zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+// Large buffers (a step's gradient) are cleared by the device's OpenMP threads, each a
+// contiguous part: where one core cannot use the memory's whole bandwidth it is faster (an
+// Intel Xeon, Emerald Rapids: 205 MiB in 21.6-22.9 ms on one thread, 11.0-11.5 on two).
+enum { ZERO_SPLIT = 4 << 20 };   // bytes from which the threads share a clearing
+static void zero(void *p, size_t bytes) {
+    #pragma omp parallel if (bytes >= ZERO_SPLIT)
+    {
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        size_t a = bytes * (size_t)t / (size_t)n, b = bytes * (size_t)(t + 1) / (size_t)n;
+        memset((char *)p + a, 0, b - a);
+    }
+}
 static void fill(void *p, int byte, size_t bytes) { memset(p, byte, bytes); }
 static void copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
