@@ -39,8 +39,10 @@ static void add_counts(ProfileCounts *c, long calls, double ms, double flops, do
 }
 
 // The class of `from` in list (n entries, at most PROFILE_PRODUCTS), added if new; when the
-// list is full, its last entry.
+// list has room for one more only, that last entry is "other shapes", where every product
+// of a class not yet listed goes.
 static ProfileProduct *product_class(ProfileProduct *list, int *n, const ProfileProduct *from) {
+    static const char *const other = "other shapes";
     for (int i = 0; i < *n; i++) {
         ProfileProduct *p = &list[i];
         if (p->form == from->form && p->N == from->N && p->mclass == from->mclass && p->kclass == from->kclass) return p;
@@ -48,6 +50,7 @@ static ProfileProduct *product_class(ProfileProduct *list, int *n, const Profile
     if (*n == PROFILE_PRODUCTS) return &list[*n - 1];
     ProfileProduct *p = &list[(*n)++];
     *p = *from;
+    if (*n == PROFILE_PRODUCTS) *p = (ProfileProduct){other, 0, -1, -1, from->mlo, from->mhi, from->klo, from->khi, {0}};
     p->c = (ProfileCounts){0};
     return p;
 }

@@ -24,7 +24,7 @@ typedef struct ProfileProduct {
     int mlo, mhi, klo, khi;
     ProfileCounts c;
 } ProfileProduct;
-enum { PROFILE_PRODUCTS = 96 };   // classes kept; the calls of any more are added to the last
+enum { PROFILE_PRODUCTS = 96 };   // classes kept, the last "other shapes": the calls of any more go there
 
 // The profile over `timed` (backend_cpu, the plain one, or the strict mode's watched
 // backend): the process's one profile, set up once before the devices start.

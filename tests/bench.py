@@ -15,7 +15,8 @@ Prints, in one run on this machine:
      first of each run, tokens/s, model GFLOP/s, % of the peak, the step time over
      meshmoe's, and each run's own median (on a shared machine, how far the runs moved).
   3. where a step of each preset goes by kernel family (`./train ... profile=true`), against
-     each family's floor: its FLOPs at the peak or its bytes at the measured bandwidth.
+     each family's floor: its FLOPs at the peak or its bytes at the measured bandwidth; then
+     the matmul family by product form and shape, as ./train prints it.
 Environment: STEPS (steps per run, default 4), ROUNDS (default 2), PROFILE_STEPS (default 3),
 PRESETS, PEERS (the
 peers' python, default .venv-peers/bin/python), TRAIN (default ./train).
@@ -194,6 +195,10 @@ def profile_table(preset, peak, bw, *extra):
         else:
             floor = " | "
         print(f"| {fam} | {calls} | {ms} | {pct}% | {gfs} | {gbs} | {floor} |")
+    products = re.search(r"^products: .*\n(?:\|.*\|\n?)+", r.stdout, re.M)
+    if products:   # the matmul family by product form and shape, as ./train prints it
+        print()
+        print(products[0].rstrip())
     print()
 
 
