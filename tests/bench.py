@@ -170,6 +170,31 @@ def the_peak(fma, sgemm, lib, ordered):
     return max(cands) if cands else (None, "not measured")
 
 
+def floor_table(out, peak, bw):
+    """The lines of `profile=true`'s family table in out with each family's floor (its FLOPs
+    at `peak` GFLOP/s or its bytes at `bw` GB/s, whichever takes longer) and the share of
+    the floor it reaches, then the products' table as ./train prints it; None if out has no
+    profile."""
+    rows = re.findall(r"^\| (\w[\w ]*?) \|\s*([\d.]*)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)%\s*\|\s*([\d.]*)\s*\|"
+                      r"\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|$", out, re.M)
+    if not rows:
+        return None
+    lines = ["| kernel family | calls/step | ms/step | % of step | GFLOP/s | GB/s | floor ms (by) | floor / ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for fam, calls, ms, pct, gflop, gb, gfs, gbs in rows:
+        floor = " | "
+        if gflop and gb and float(ms) > 0:
+            by_flops = float(gflop) / peak * 1e3 if peak else 0
+            by_bytes = float(gb) / bw * 1e3 if bw else 0
+            f = max(by_flops, by_bytes)
+            floor = f"{f:.2f} ({'FLOPs' if by_flops >= by_bytes else 'bytes'}) | {100 * f / float(ms):.0f}%"
+        lines.append(f"| {fam} | {calls} | {ms} | {pct}% | {gfs} | {gbs} | {floor} |")
+    products = re.search(r"^products: .*\n(?:\|.*\|\n?)+", out, re.M)
+    if products:   # the matmul family by product form and shape
+        lines += ["", products[0].rstrip()]
+    return lines
+
+
 def profile_table(preset, peak, bw, *extra):
     """meshmoe's `profile=true` run of a preset: where a step goes by kernel family, each
     family's floor (its FLOPs at the peak or its bytes at the 2-thread bandwidth, whichever
@@ -177,28 +202,12 @@ def profile_table(preset, peak, bw, *extra):
     r = sh([TRAIN, f"configs/{preset}.yml", f"steps={PROFILE_STEPS}", "profile=true", "eval_steps=1",
             "sample_length=0", *extra])
     head = re.search(r"^profile: .*$", r.stdout, re.M)
-    rows = re.findall(r"^\| (\w[\w ]*?) \|\s*([\d.]*)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)%\s*\|\s*([\d.]*)\s*\|"
-                      r"\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|$", r.stdout, re.M)
-    if r.returncode or not head or not rows:
+    lines = floor_table(r.stdout, peak, bw)
+    if r.returncode or not head or not lines:
         print(f"profile of {preset} {' '.join(extra)}: failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}")
         return
     print(f"{preset} {' '.join(extra) or '(the preset)'}, {head[0]}")
-    print("| kernel family | calls/step | ms/step | % of step | GFLOP/s | GB/s | floor ms (by) | floor / ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for fam, calls, ms, pct, gflop, gb, gfs, gbs in rows:
-        floor = ""
-        if gflop and gb:
-            by_flops = float(gflop) / peak * 1e3 if peak else 0
-            by_bytes = float(gb) / bw * 1e3 if bw else 0
-            f = max(by_flops, by_bytes)
-            floor = f"{f:.2f} ({'FLOPs' if by_flops >= by_bytes else 'bytes'}) | {100 * f / float(ms):.0f}%"
-        else:
-            floor = " | "
-        print(f"| {fam} | {calls} | {ms} | {pct}% | {gfs} | {gbs} | {floor} |")
-    products = re.search(r"^products: .*\n(?:\|.*\|\n?)+", r.stdout, re.M)
-    if products:   # the matmul family by product form and shape, as ./train prints it
-        print()
-        print(products[0].rstrip())
+    print("\n".join(lines))
     print()
 
 

@@ -20,7 +20,9 @@ shape), with drawn weights and a random batch of the same shape as meshmoe's.
 Per system: the median step time over every step but the first, tokens/s, the allocator's
 peak GPU memory, and MFU = model FLOPs per step / (step time x the GPU's dense bf16 peak),
 model FLOPs by tests/bench.py's formula (printed). Then, time permitting, where meshmoe's
-step goes by kernel family (`profile=true`).
+step goes by kernel family (`profile=true`), each family next to its floor: its FLOPs at
+cuBLAS's rate or its bytes at the copy bandwidth, both measured on the same GPU (LIMITS),
+and the matmul family by product form and shape.
 
 Environment: BUDGET (seconds for everything, default 420), STEPS (default 5), PRESETS,
 TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
@@ -37,7 +39,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from bench import FLOPS_FORMULA, model_flops  # noqa: E402  (the formula of make bench)
+from bench import FLOPS_FORMULA, floor_table, model_flops  # noqa: E402  (make bench's formula and floors)
 
 TRAIN = os.environ.get("TRAIN", "./train_gpu")
 STEPS = int(os.environ.get("STEPS", "5"))
@@ -137,6 +139,45 @@ def row(preset, name, res, flops, tokens, peak_tflops, base):
     print(f"| {preset} | {name} | {s:.3f} | {tokens / s:.0f} | {res['peak']} | {mfu} | {ratio} | {res['loss']} |")
 
 
+# The GPU's measured limits, for the profile's floors: cuBLAS's product rate (torch.mm, n =
+# 8192, bf16 and float32, the best of 5 after a warm-up) and the copy bandwidth (a 1 GiB
+# copy, bytes read + written). Run in the peers' python; on a machine without a GPU it
+# measures the CPU, and says so.
+LIMITS = r"""
+import time, torch
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+def best(f, reps=5):
+    f(); sync()
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter(); f(); sync(); t.append(time.perf_counter() - t0)
+    return min(t)
+n = 8192 if dev == "cuda" else 1024
+for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    a, b = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
+    print(f"matmul {name} TFLOP/s {2 * n ** 3 / best(lambda: a @ b) / 1e12:.1f}")
+    del a, b
+x = torch.empty(1 << 28 if dev == "cuda" else 1 << 24, device=dev)
+y = torch.empty_like(x)
+print(f"copy GB/s {2 * x.numel() * 4 / best(lambda: y.copy_(x)) / 1e9:.1f}")
+print(f"on {torch.cuda.get_device_name() if dev == 'cuda' else 'the CPU (no GPU)'}")
+"""
+
+
+def limits():
+    """{"bf16", "fp32": TFLOP/s, "copy": GB/s, "on": where}, or {} if the peers' python cannot."""
+    out, rc, _ = run([PEERS, "-c", LIMITS], 120)
+    print(f"==== limits\n{out}", file=LOG, flush=True)
+    got = {k: float(v) for k, v in re.findall(r"^matmul (\w+) TFLOP/s ([\d.]+)$", out, re.M)}
+    copy, where = re.search(r"^copy GB/s ([\d.]+)$", out, re.M), re.search(r"^on (.*)$", out, re.M)
+    if rc != 0 or len(got) != 2 or not copy:
+        print(f"the GPU's limits: not measured ({last_line(out)})")
+        return {}
+    got.update(copy=float(copy[1]), on=where[1] if where else "?")
+    return got
+
+
 FAST = "meshmoe, MESHMOE_CUBLAS_BF16=fast"        # cuBLAS converting inside its kernels (gpu/matmul.cu)
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 
@@ -176,10 +217,24 @@ def main():
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
               f"first not counted) | | | | | | |")
     print()
-    for preset in PRESETS:   # where meshmoe's step goes (report/profile.c's table), if time is left
+    # Where meshmoe's step goes (report/profile.c's tables), if time is left: each family
+    # against its floor, its FLOPs at cuBLAS's measured rate (bf16 where meshmoe's products
+    # run in bf16) or its bytes at the measured copy bandwidth.
+    lim = limits()
+    kind = "bf16" if "gpu_matmul=cublas_bf16" in EXTRA else "fp32"
+    if lim:
+        print(f"the GPU's limits ({lim['on']}): cuBLAS via torch.mm (n = 8192 on a GPU): bf16 {lim['bf16']} TFLOP/s, fp32 "
+              f"{lim['fp32']} TFLOP/s; copy {lim['copy']} GB/s; the floors below at the {kind} rate")
+    for preset in PRESETS:
         res = meshmoe(preset, ("steps=3", "profile=true"), 120)
-        table = re.findall(r"^(?:profile: .*|\|.*\|)$", res.get("out", ""), re.M)
-        print(f"meshmoe {preset}, profile=true: " + ("\n" + "\n".join(table) if "out" in res else res["why"]))
+        if "out" not in res:
+            print(f"meshmoe {preset}, profile=true: {res['why']}")
+            continue
+        head = re.search(r"^profile: .*$", res["out"], re.M)
+        table = floor_table(res["out"], lim[kind] * 1e3, lim["copy"]) if lim else None
+        if table is None:   # no limits: the tables as printed
+            table = re.findall(r"^(?:products: .*|\|.*\|)$", res["out"], re.M)
+        print(f"meshmoe {preset}, profile=true: " + (head[0] if head else "") + "\n" + "\n".join(table))
 
 
 if __name__ == "__main__":
