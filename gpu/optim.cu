@@ -241,8 +241,9 @@ static void squares_add(fixed128 *sum, int *bad, const float *x, size_t n) {
     for (size_t k0 = 0; k0 < n; k0 += BLOCK) {
         size_t len = n - k0 < BLOCK ? n - k0 : BLOCK;
         GPU_CHECK(cudaMemsetAsync(parts, 0, 4 * sizeof *parts, gpu_stream()));
-        unsigned blocks = blocks_for(len, GPU_THREADS);
-        GPU_LAUNCH(squares_kernel, blocks < (unsigned)SQUARES_GRID ? blocks : (unsigned)SQUARES_GRID, GPU_THREADS, 0)(parts, x + k0, len);
+        unsigned grid = blocks_for(len, GPU_THREADS);
+        if (grid > (unsigned)SQUARES_GRID) grid = SQUARES_GRID;
+        GPU_LAUNCH(squares_kernel, grid, GPU_THREADS, 0)(parts, x + k0, len);
         GPU_CHECK_LAUNCH();
         GPU_LAUNCH(squares_fold_kernel, 1, 1, 0)(sum, bad, parts);
         GPU_CHECK_LAUNCH();
