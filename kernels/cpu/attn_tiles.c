@@ -249,24 +249,32 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
     if (jend <= ja) return;
     float Qt[TILE_MAX_D * L] __attribute__((aligned(64))), dOt[TILE_MAX_D * L] __attribute__((aligned(64)));
     float P[KB * L] __attribute__((aligned(64))), dS[KB * L] __attribute__((aligned(64)));
-    float m[L], l[L], Di[L];
-    for (int r = R; r < L; r++) m[r] = 0.0f, l[r] = 1.0f, Di[r] = 0.0f;   // lanes past the tile
+    float m[L], l[L];
+    for (int r = R; r < L; r++) m[r] = 0.0f, l[r] = 1.0f;   // lanes past the tile
     pack_rows(Qt, q, &G, b, h, i0, R, Dqk);
     pack_rows(dOt, dout, &G, b, h, i0, R, Dv);
     for (int r = 0; r < R; r++) {
-        size_t row = qrow(&G, b, i0 + r, h);
-        const float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2, *doi = dout + row * Dv;
+        const float *stt = stats + (((size_t)b * G.N + h) * G.S + i0 + r) * 2;
         m[r] = stt[0];
         l[r] = stt[1];
-        float s = 0.0f;   // D_i = dO_i . o_i, one in-order chain
-        for (int d = 0; d < Dv; d++) s += doi[d] * o[row * Dv + d];
-        Di[r] = s;
     }
     VN lv[NG], dv_[NG], mv[NG];
     IN lane[NG];
     for (int r = 0; r < L; r++) {
         int u = r / VW, c = r % VW;
-        lv[u][c] = l[r], dv_[u][c] = Di[r], mv[u][c] = m[r], lane[u][c] = r;
+        lv[u][c] = l[r], mv[u][c] = m[r], lane[u][c] = r;
+    }
+    // D_i = dO_i . o_i, one in-order chain over d per row, the 16 rows' chains in the lanes
+    // against dO's packed rows: o's rows packed transposed too, KB columns at a time into P
+    // (before P holds probabilities); lanes past the tile hold 0.
+    const float *o0 = o + qrow(&G, b, i0, h) * Dv;
+    for (int u = 0; u < NG; u++) dv_[u] = (VN){0};
+    for (int d0 = 0; d0 < Dv; d0 += KB) {
+        int dn = imin(KB, Dv - d0);
+        gemm_pack_lines(P, L, o0 + d0, (size_t)G.N * Dv, R, dn);
+        for (int d = 0; d < dn; d++)
+            for (int u = 0; u < NG; u++)
+                dv_[u] = dv_[u] + vldn(dOt + (size_t)(d0 + d) * L + u * VW) * vldn(P + (size_t)d * L + u * VW);
     }
     size_t qs = (size_t)G.N * Dqk, vs = (size_t)G.N * Dv;   // from one query row to the next
     const float *q0r = q + qrow(&G, b, i0, h) * Dqk, *do0r = dout + qrow(&G, b, i0, h) * Dv;
