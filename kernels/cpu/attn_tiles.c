@@ -28,7 +28,8 @@
 #include <math.h>
 #include <stdint.h>
 
-enum { L = TILE_ROWS, KB = 64 };   // KB: keys per backward sub-block (its P and dS, 2 x 4 KiB)
+enum { L = TILE_ROWS, KB = 64, EB = 16 };   // KB: keys per backward sub-block (its P and dS, 2 x 4 KiB);
+                                           // EB: keys whose exponentials the forward takes in one call
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
@@ -218,17 +219,25 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
         }
     }
     // e_j = exp(s_j - m) and l += e_j, key by key, in the rows that see key j (the exps of
-    // all 16 lanes at once, kept in those rows).
-    for (int j = ja; j < jend; j++) {
-        float *sj = e + (size_t)(j - ja) * L, x[L] __attribute__((aligned(64)));
-        for (int u = 0; u < NG; u++) vstn(x + u * VW, vldn(sj + u * VW) - m[u]);
-        expf16(x, x);
-        if (rnd.probs)
-            for (int r = 0; r < L; r++) x[r] = bf16_round(x[r]);
-        for (int u = 0; u < NG; u++) {
-            VN ev = vblendn((lane[u] >= j - pos0) & (lane[u] < R), vldn(x + u * VW), vldn(sj + u * VW));
-            vstn(sj + u * VW, ev);
-            l[u] = vblendn(lane[u] >= j - pos0, l[u] + ev, l[u]);
+    // all 16 lanes at once, kept in those rows), the exponentials of EB keys in one call.
+    for (int j0 = ja; j0 < jend; j0 += EB) {
+        int nj = imin(EB, jend - j0);
+        float x[EB * L] __attribute__((aligned(64)));
+        for (int t = 0; t < nj; t++) {
+            const float *st = e + (size_t)(j0 + t - ja) * L;
+            for (int u = 0; u < NG; u++) vstn(x + t * L + u * VW, vldn(st + u * VW) - m[u]);
+        }
+        expf_n(x, x, (long)nj * L);
+        for (int t = 0; t < nj; t++) {
+            int j = j0 + t;
+            float *sj = e + (size_t)(j - ja) * L, *xt = x + t * L;
+            if (rnd.probs)
+                for (int r = 0; r < L; r++) xt[r] = bf16_round(xt[r]);
+            for (int u = 0; u < NG; u++) {
+                VN ev = vblendn((lane[u] >= j - pos0) & (lane[u] < R), vldn(xt + u * VW), vldn(sj + u * VW));
+                vstn(sj + u * VW, ev);
+                l[u] = vblendn(lane[u] >= j - pos0, l[u] + ev, l[u]);
+            }
         }
     }
     for (int r = 0; r < R; r++)
@@ -283,18 +292,21 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
         int j1 = imin(imin(j0 + KB, jend), (j0 / G.S + 1) * G.S);
         scores(P, Qt, Dqk, k, &G, b, g, j0, j1);    // s
         scores(dS, dOt, Dv, v, &G, b, g, j0, j1);   // dO_i . v_j
+        float x[KB * L] __attribute__((aligned(64)));   // the exps of all 16 lanes, the block's keys in one call
         for (int j = j0; j < j1; j++) {
-            float *pj = P + (size_t)(j - j0) * L, *dsj = dS + (size_t)(j - j0) * L;
-            int rf = imax(0, j - pos0);   // the rows that see key j: rf .. R-1
+            float *pj = P + (size_t)(j - j0) * L;
             if (rnd.scores)
                 for (int r = 0; r < L; r++) pj[r] = bf16_round(pj[r]);
-            float x[L] __attribute__((aligned(64)));   // the exps of all 16 lanes at once
-            for (int u = 0; u < NG; u++) vstn(x + u * VW, vldn(pj + u * VW) - mv[u]);
-            expf16(x, x);
+            for (int u = 0; u < NG; u++) vstn(x + (j - j0) * L + u * VW, vldn(pj + u * VW) - mv[u]);
+        }
+        expf_n(x, x, (long)(j1 - j0) * L);
+        for (int j = j0; j < j1; j++) {
+            float *pj = P + (size_t)(j - j0) * L, *dsj = dS + (size_t)(j - j0) * L, *xj = x + (j - j0) * L;
+            int rf = imax(0, j - pos0);   // the rows that see key j: rf .. R-1
             if (rnd.probs)
-                for (int r = 0; r < L; r++) x[r] = bf16_round(x[r]);
+                for (int r = 0; r < L; r++) xj[r] = bf16_round(xj[r]);
             for (int u = 0; u < NG; u++) {   // p = e / l, dS = p (dP - D), lane by lane; lanes never read: 0
-                VN p = vblendn((lane[u] >= rf) & (lane[u] < R), vldn(x + u * VW), (VN){0}) / lv[u];
+                VN p = vblendn((lane[u] >= rf) & (lane[u] < R), vldn(xj + u * VW), (VN){0}) / lv[u];
                 vstn(pj + u * VW, p);
                 vstn(dsj + u * VW, p * (vldn(dsj + u * VW) - dv_[u]));
             }
