@@ -249,6 +249,20 @@ void tile_merge_keys(float *o, float *stats, const float *q, const float *k, con
     acc_tile_rows(o, Dv, v, &G, b, h, g, i0, R, e, ja, jb, pos0);   // acc_r += sum_j e_j v_j
 }
 
+// D_i = dO_i . o_i for the tile's R rows (o's first row at o0, rows ld apart), one in-order
+// chain over d per row, the rows' chains in the lanes of D against dO's packed rows dOt:
+// o's rows packed transposed too, KB columns at a time into buf (KB x 16); lanes past R: 0.
+static void row_dots(VN D[NG], const float *dOt, const float *o0, size_t ld, int R, int Dv, float *buf) {
+    for (int u = 0; u < NG; u++) D[u] = (VN){0};
+    for (int d0 = 0; d0 < Dv; d0 += KB) {
+        int dn = imin(KB, Dv - d0);
+        gemm_pack_lines(buf, L, o0 + d0, ld, R, dn);
+        for (int d = 0; d < dn; d++)
+            for (int u = 0; u < NG; u++)
+                D[u] = D[u] + vldn(dOt + (size_t)(d0 + d) * L + u * VW) * vldn(buf + (size_t)d * L + u * VW);
+    }
+}
+
 void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *o, const float *stats, AttnGeom G, int b, int h, int i0,
                         int R, int ja, int jb, AttnRounding rnd) {
@@ -273,18 +287,7 @@ void tile_keys_backward(float *dq, float *dk, float *dv, const float *dout, cons
         int u = r / VW, c = r % VW;
         lv[u][c] = l[r], mv[u][c] = m[r], lane[u][c] = r;
     }
-    // D_i = dO_i . o_i, one in-order chain over d per row, the 16 rows' chains in the lanes
-    // against dO's packed rows: o's rows packed transposed too, KB columns at a time into P
-    // (before P holds probabilities); lanes past the tile hold 0.
-    const float *o0 = o + qrow(&G, b, i0, h) * Dv;
-    for (int u = 0; u < NG; u++) dv_[u] = (VN){0};
-    for (int d0 = 0; d0 < Dv; d0 += KB) {
-        int dn = imin(KB, Dv - d0);
-        gemm_pack_lines(P, L, o0 + d0, (size_t)G.N * Dv, R, dn);
-        for (int d = 0; d < dn; d++)
-            for (int u = 0; u < NG; u++)
-                dv_[u] = dv_[u] + vldn(dOt + (size_t)(d0 + d) * L + u * VW) * vldn(P + (size_t)d * L + u * VW);
-    }
+    row_dots(dv_, dOt, o + qrow(&G, b, i0, h) * Dv, (size_t)G.N * Dv, R, Dv, P);   // P: scratch until it holds p
     size_t qs = (size_t)G.N * Dqk, vs = (size_t)G.N * Dv;   // from one query row to the next
     const float *q0r = q + qrow(&G, b, i0, h) * Dqk, *do0r = dout + qrow(&G, b, i0, h) * Dv;
     // Key sub-blocks of KB keys (within one part): P and dS of the tile, then the sums.
