@@ -287,7 +287,21 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
     GPU_CHECK(cudaFreeAsync(S, gpu_stream()));
 }
 
+// A weight gradient's leaves (kernels/matmul.h): each leaf's product as matmul_backward_dw
+// makes it, into partial sums in the stream's own scratch (levels x C x OC floats, like the
+// chunked product's), merged along the tree, the root then added onto dw.
+static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
+                                      int OC) {
+    if (C == 0 || OC == 0 || n <= 0) return;
+    size_t mn = (size_t)C * OC;
+    float *S;
+    GPU_CHECK(cudaMallocAsync((void **)&S, sizeof(float) * mn * (size_t)piece_tree_levels(n), gpu_stream()));
+    leaf_tree(weight_product, add_rows, C, OC, off, n, inp, C, dout, OC, S, S + mn);
+    add_rows(dw, S, mn);
+    GPU_CHECK(cudaFreeAsync(S, gpu_stream()));
+}
+
 #if GPU_HOST_PASS
 extern "C" const MatmulKernels matmul_cuda = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm,
-                                              gemm_chunked};
+                                              gemm_chunked, matmul_backward_dw_leaves};
 #endif

@@ -23,8 +23,8 @@ typedef struct WatchHooks {
 // The product a matmul kernel's twin is about to run, set before its enter hook, so that a
 // watcher can file the call under its form and shape (the profile's table of products).
 // form names the operands: "x @ w" (matmul_forward), "dy @ w^T" (the input gradient),
-// "x^T @ dy" (the weight gradient), "A @ B" and its transposes (gemm), "A @ B, pieces"
-// (gemm_chunked). C (M,N) = op(A) (M,K) @ op(B) (K,N).
+// "x^T @ dy" (the weight gradient), "x^T @ dy, leaves" (its leaves and their tree), "A @ B"
+// and its transposes (gemm), "A @ B, pieces" (gemm_chunked). C (M,N) = op(A) (M,K) @ op(B) (K,N).
 typedef struct WatchProduct {
     const char *form;
     int M, N, K;

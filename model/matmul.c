@@ -46,6 +46,39 @@ void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int 
     kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto);
 }
 
+void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C, int OC) {
+    if (C == 0 || OC == 0 || n <= 0) return;
+    count_flops(C, OC, off[n]);
+    kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC);
+}
+
+// dw (C,OC) += the leaves' products along the tree, in one call where the leaves are one
+// chunk's (leaf i: rows i*len ..), else leaf by leaf through a LeafSum (bf16_valued 0: the
+// general product, which a GPU keeps in float32).
+static void backward_dw(float *dw, const float *dout, const float *inp, int C, int OC, Leaves leaf, int bf16_valued) {
+    if (leaf.nchunks == 1 && bf16_valued) {
+        int *off = malloc(sizeof(int) * ((size_t)leaf.n + 1));
+        if (!off) die("out of host memory for a weight gradient's %ld leaves", leaf.n);
+        for (long i = 0; i <= leaf.n; i++) off[i] = (int)(i * leaf.len);
+        matmul_dw_leaves(dw, inp, dout, off, (int)leaf.n, C, OC);
+        free(off);
+        return;
+    }
+    LeafSum ls;
+    leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "matmul dw leaf");
+    for (long i = 0; i < leaf.n; i++) {
+        int onto;
+        float *g = leafsum_leaf_onto(&ls, &onto);   // written whole below, or added onto
+        long t0 = leaf_token(leaf, i);
+        // g (C,OC) = (or +=) inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
+        const float *x = inp + (size_t)t0 * C, *d = dout + (size_t)t0 * OC;
+        if (bf16_valued) matmul_dw_leaf(g, x, d, leaf.len, C, OC, onto);
+        else gemm(1, 0, C, OC, leaf.len, 1.0f, x, C, d, OC, (float)onto, g, OC);
+        leafsum_push(&ls);
+    }
+    leafsum_end(&ls);
+}
+
 // matmul_backward (bf16_valued 1: the layers' kernels) or matmul_backward_float32 (0: the
 // general product, the same on the CPU).
 static void backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int T, int C,
@@ -57,19 +90,7 @@ static void backward(float *dinp, float *dw, const float *dout, const float *inp
     if (dinp && !bf16_valued) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
     if (dw) {
         if ((long)leaf.B * leaf.S != T) die("internal: matmul_backward of %d tokens given leaves of %d", T, leaf.B * leaf.S);
-        LeafSum ls;
-        leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "matmul dw leaf");
-        for (long i = 0; i < leaf.n; i++) {
-            int onto;
-            float *g = leafsum_leaf_onto(&ls, &onto);   // written whole below, or added onto
-            long t0 = leaf_token(leaf, i);
-            // g (C,OC) = (or +=) inp[t0:t0+len]^T (C,len) @ dout[t0:t0+len] (len,OC)
-            const float *x = inp + (size_t)t0 * C, *d = dout + (size_t)t0 * OC;
-            if (bf16_valued) matmul_dw_leaf(g, x, d, leaf.len, C, OC, onto);
-            else gemm(1, 0, C, OC, leaf.len, 1.0f, x, C, d, OC, (float)onto, g, OC);
-            leafsum_push(&ls);
-        }
-        leafsum_end(&ls);
+        backward_dw(dw, dout, inp, C, OC, leaf, bf16_valued);
     }
 }
 

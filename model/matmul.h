@@ -29,6 +29,13 @@ void matmul_backward_float32(float *dinp, float *dw, const float *dout, const fl
 // contiguous rows; in bf16 mode both are bf16-valued.
 void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto);
 
+// All the leaves of a weight gradient at once: dw (C,OC) += the leaves' products added along
+// the canonical tree, leaf l over rows off[l] .. off[l+1]-1 of inp (.,C) and dout (.,OC)
+// (off: n+1 host ints from 0, never decreasing). The same bits as matmul_dw_leaf leaf by
+// leaf through a LeafSum of one chunk (base/context.h), without its buffers: the kernel
+// merges the leaves tile by tile (kernels/matmul.h:matmul_backward_dw_leaves).
+void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C, int OC);
+
 // "ordered" (default), "openblas" or "plain" (config key matmul_impl; plain's kernels are a
 // backend of their own, kernels/cpu/backend.c), the CPU backend's choice made
 // once at start-up; dies on anything else. gpu_cublas: the GPU runs cuBLAS (gpu_matmul=cublas or

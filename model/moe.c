@@ -153,12 +153,23 @@ static int first_row_from(const int *row_token, int n, long t) {
 
 // dw (C,OC) += sum over rows of inp[r]^T dout[r], leaf by leaf in tree order (the leaves of
 // base/context.h). An expert's rows are sorted by token, so a leaf's rows (those of
-// its tokens t0 .. t0+len-1) are contiguous; every leaf is pushed (an empty one adds
-// zero) so the tree has the same shape whatever the routing. row_token (n) is read on the
+// its tokens t0 .. t0+len-1) are contiguous, and with one chunk the leaves' runs follow
+// one another: the kernel takes them all in one call (matmul_dw_leaves); with more chunks
+// each leaf is pushed through a LeafSum. Every leaf counts (an empty one adds zero) so the
+// tree has the same shape whatever the routing. row_token (n) is read on the
 // host, to find each leaf's rows: the copy that rows_to_host made (or, under expert
 // parallelism, the plan's, base/expert.h).
 static void expert_dw(float *dw, const float *inp, const float *dout, const int *row_token, int n,
                       int C, int OC, Leaves leaf) {
+    if (leaf.nchunks == 1) {   // one chunk: the leaves' rows lie in tree order, in one call
+        int *off = malloc(sizeof(int) * ((size_t)leaf.n + 1));
+        if (!off) die("out of host memory for an expert's %ld leaves", leaf.n);
+        for (long l = 0; l < leaf.n; l++) off[l] = first_row_from(row_token, n, leaf_token(leaf, l));
+        off[leaf.n] = first_row_from(row_token, n, leaf_token(leaf, leaf.n - 1) + leaf.len);
+        matmul_dw_leaves(dw, inp, dout, off, (int)leaf.n, C, OC);
+        free(off);
+        return;
+    }
     LeafSum ls;
     leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "expert dw leaf");
     for (long l = 0; l < leaf.n; l++) {

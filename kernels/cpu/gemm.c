@@ -1,5 +1,8 @@
 // kernels/cpu/gemm.c: the ordered GEMM (kernels/cpu/gemm.h): packed panels, cache blocks, and a
 // register-tile micro-kernel per instruction set (AVX-512, AVX2, scalar) chosen at run time.
+// The products cut into pieces added along the canonical tree (the chunked product, a weight
+// gradient's leaves) are kernels/cpu/gemm_tree.c, on the same kernels and packing
+// (kernels/cpu/gemm_parts.h).
 //
 // How the chain survives the blocking. C is cut into column blocks of NC and the
 // contraction into K blocks of KC (up to 1024 of each, so the layers of the presets run
@@ -32,8 +35,7 @@
 // kernel, like a BLAS library's own buffers, not to the model: they are plain heap memory
 // outside the device's tagged allocator, freed before the call returns, so the planner's
 // figures do not see them either way. No packed weight outlives a call.
-#include "kernels/cpu/gemm.h"
-#include "kernels/piece_tree.h"   // tree_left, piece_tree_levels
+#include "kernels/cpu/gemm_parts.h"
 #include "core/common.h"
 #include <immintrin.h>
 #ifdef _OPENMP
@@ -43,16 +45,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
-// micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
-// is read from L3. MS, MC and NC are multiples of every kernel's tile so that only the
-// edges of C are partial tiles; MC shrinks for small M so that every thread gets row
-// blocks. KC = 1024 runs the presets' contractions (K <= 1024) in one block; NC = 1024
-// packs op(A) once per call at N <= 1024; MS = 768 rows per in-place chunk is as fast as
-// no chunks at all while bounding the packed op(A) (smaller blocks and chunks are no
-// faster on a Zen 4, build/gemm_bench).
-enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
-
 // The most rows of a product that reads B in place (gemm_stream for op(B) = B: any;
 // gemm_stream_t for B^T); larger products pack it. A test can move both thresholds to run
 // every shape down both paths.
@@ -61,14 +53,6 @@ void gemm_set_stream_rows(int rows) {
     stream_b = rows < 0 ? INT_MAX : rows;
     stream_wt = rows < 0 ? -1 : rows;
 }
-
-// The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr), k-major, and a
-// B panel Bp (kc, nr) whose k-th row starts at Bp + k*ldb: packed (ldb = nr) or read in
-// place from B. The accumulators start at 0 (load = 0) or at the partial chains held in C
-// (load = 1); after kc steps the tile is stored, plus old (row stride ldo) when old is not
-// NULL.
-typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
-                            const float *old, int ldo);
 
 static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
@@ -159,13 +143,6 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, flo
     }
 }
 
-// The transposed tile, for op(B) = W^T with W (N,K) read in place (gemm_stream_t): 12
-// columns of C, j0 .. j0+11, whose W rows start at w[0..11], by 32 rows of C held in the
-// lanes, from a panel Ap (kc, 32) of op(A)^T, k-major. T[r*32 + l] receives the chain of
-// C(i0+l, j0+r): the same fmas in the same order as the row-major tile (fma's product is
-// commutative), with the roles of the two operands swapped.
-typedef void (*WeightKernel)(int kc, const float *const *w, const float *Ap, float *T);
-
 __attribute__((target("avx512f")))
 static void kernel_avx512_t(int kc, const float *const *w, const float *Ap, float *T) {
     __m512 c[12][2];
@@ -225,12 +202,6 @@ static void kernel_avx2_t(int kc, const float *const *w, const float *Ap, float 
 // transposed tile), packing is a transposition: pack_t, in a plain loop and with
 // in-register transposes of 16 x 16 (AVX-512) or 8 x 8 (AVX2) blocks. All three write the
 // same panel; each kernel set below packs with its own instruction set. ----
-
-// P (kc, w) k-major: P[k*w + r] = X[(r0+r)*ld + k0 + k] for r < rows, 0 for rows <= r < w.
-typedef void (*PackT)(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc);
-
-static inline int imin(int a, int b) { return a < b ? a : b; }
-static inline int imax(int a, int b) { return a > b ? a : b; }
 
 static void pack_t_scalar(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc) {
     for (int r = 0; r < rows; r++) {
@@ -329,20 +300,6 @@ static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int 
     }
 }
 
-// tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
-// set has none (then op(B) = W^T is always packed); wt_rows: the most rows it takes (gemm.h,
-// STREAM_M_WT). pack: the set's pack_t.
-// copy_panels: the in-place path copies a B panel before running it down the row panels
-// where that was measured faster (gemm_stream: copy_panel).
-typedef struct {
-    MicroKernel fn;
-    int mr, nr;
-    const char *name;
-    WeightKernel tfn;
-    int tn, tl, wt_rows;
-    PackT pack;
-    int copy_panels;
-} KernelInfo;
 static const KernelInfo kernels[] = {
     [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, 0},
     [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2, 1},
@@ -364,14 +321,14 @@ void gemm_force_kernel(GemmKernel k) {
     forced = k;
 }
 
-static const KernelInfo *kernel_pick(void) {
+const KernelInfo *gemm_kernel_pick(void) {
     if (forced != GEMM_KERNEL_AUTO) return &kernels[forced];
     if (gemm_kernel_available(GEMM_KERNEL_AVX512)) return &kernels[GEMM_KERNEL_AVX512];
     if (gemm_kernel_available(GEMM_KERNEL_AVX2)) return &kernels[GEMM_KERNEL_AVX2];
     return &kernels[GEMM_KERNEL_SCALAR];
 }
 
-const char *gemm_kernel_name(void) { return kernel_pick()->name; }
+const char *gemm_kernel_name(void) { return gemm_kernel_pick()->name; }
 
 void gemm_kernel_from_env(void) {
     const char *v = getenv("MESHMOE_GEMM_KERNEL");
@@ -384,7 +341,7 @@ void gemm_kernel_from_env(void) {
 }
 
 void gemm_pack_lines(float *P, int w, const float *X, size_t ld, int rows, int kc) {
-    kernel_pick()->pack(P, w, X, ld, 0, rows, 0, kc);
+    gemm_kernel_pick()->pack(P, w, X, ld, 0, rows, 0, kc);
 }
 
 // Ap (kc, mr) k-major: Ap[k*mr + r] = op(A)(i0+r, k0+k), 0 for r >= rows.
@@ -405,7 +362,7 @@ static void pack_a(const KernelInfo *kn, float *Ap, const float *A, size_t ai, s
 
 // Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols.
 // op(B)(k, j) = B[k*bk + j*bj].
-static void pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
+void gemm_pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
                    int kc, int nr) {
     if (bk == 1) {   // op(B) = B^T: a column is a contiguous run of k
         kn->pack(Bp, nr, B, bj, j0, cols, k0, kc);
@@ -452,13 +409,6 @@ static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float
         for (int c = 0; c < cols; c++) C[(size_t)r * ldc + c] = tile[r * nr + c];
 }
 
-typedef struct {
-    int M, N, K, accumulate, ldc;
-    const float *A, *B;
-    size_t ai, ak, bk, bj;
-    float *C;
-} GemmArgs;
-
 // Rows [i0, i0+mc) by columns [j0, j0+nc) of C, K block [k0, k0+kc), the B block packed in
 // Bp (nc/nr panels of kc x nr); Ap is this thread's A buffer; save (row stride nc) holds the
 // old values of C's column block when accumulate takes more than one K block.
@@ -483,7 +433,7 @@ static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, i
         }
 }
 
-static float *buffer(size_t floats) {
+float *gemm_buffer(size_t floats) {
     float *p = aligned_alloc(64, (sizeof(float) * floats + 63) / 64 * 64);
     if (!p) die("out of host memory for the GEMM's packing buffers (%zu floats)", floats);
     return p;
@@ -493,7 +443,7 @@ static float *buffer(size_t floats) {
 // column panels alone go to the threads when they split evenly; otherwise (5 panels on 2
 // threads, or one narrow panel) each panel's rows are cut into as many runs as there are
 // threads. The runs per panel.
-static int row_runs(int cpanels, int par) {
+int gemm_row_runs(int cpanels, int par) {
     int threads = 1;
 #ifdef _OPENMP
     if (par) threads = omp_get_max_threads();
@@ -516,10 +466,10 @@ static int copy_panel(const KernelInfo *kn, int ldb, int panels) {
 
 // Whether each thread runs its own row panels of a chunk over every column panel (gemm_stream
 // says why): where the row panels split evenly over the threads or number 4 per thread.
-static int own_rows(int panels, int threads) { return panels % threads == 0 || panels >= 4 * threads; }
+int gemm_own_rows(int panels, int threads) { return panels % threads == 0 || panels >= 4 * threads; }
 
 // The calling thread's place in its team: *threads of them, this one *t.
-static void team_place(int *threads, int *t) {
+void gemm_team_place(int *threads, int *t) {
     *threads = 1, *t = 0;
 #ifdef _OPENMP
     *threads = omp_get_num_threads();
@@ -529,7 +479,7 @@ static void team_place(int *threads, int *t) {
 
 // Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) packed into Ap (k-major,
 // a panel of mr rows after another), by the calling thread.
-static void stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1) {
+void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1) {
     int mr = kn->mr, K = g->K;
     if (g->ak == 1) {   // op(A) = A: each panel a transposition
         for (int p = p0; p < p1; p++)
@@ -548,7 +498,7 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
     int mr = kn->mr, nr = kn->nr, K = g->K, cols = imin(nr, g->N - jr), ldb = (int)g->bk;
     const float *b = g->B + jr;
     if (cols < nr || copy_panel(kn, ldb, panels)) {
-        pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
+        gemm_pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
         b = Be;
         ldb = nr;
     }
@@ -586,25 +536,25 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
 // panels do not split evenly (row_runs).
 static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
     int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, ms = imin(M, MS);
-    int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
-    float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
+    int cpanels = (N + nr - 1) / nr, runs = gemm_row_runs(cpanels, par);
+    float *Ap = gemm_buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
-        float *Be = buffer((size_t)K * nr);
+        float *Be = gemm_buffer((size_t)K * nr);
         int threads, t;
-        team_place(&threads, &t);
+        gemm_team_place(&threads, &t);
         for (int i0 = 0; i0 < M; i0 += ms) {
             int rows = imin(ms, M - i0), panels = (rows + mr - 1) / mr;
-            if (own_rows(panels, threads)) {   // each thread its own rows
+            if (gemm_own_rows(panels, threads)) {   // each thread its own rows
                 int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
-                stream_pack(kn, g, Ap, i0, rows, p0, p1);
+                gemm_stream_pack(kn, g, Ap, i0, rows, p0, p1);
                 for (int jr = 0; jr < N; jr += nr) stream_tiles(kn, g, Ap, Be, i0, panels, jr, p0, p1);
                 #pragma omp barrier   // before the next chunk is packed into Ap
                 continue;
             }
             if (g->ak == 1) {
                 #pragma omp for schedule(static)
-                for (int p = 0; p < panels; p++) stream_pack(kn, g, Ap, i0, rows, p, p + 1);
+                for (int p = 0; p < panels; p++) gemm_stream_pack(kn, g, Ap, i0, rows, p, p + 1);
             } else {
                 #pragma omp for schedule(static)
                 for (int k = 0; k < K; k++) pack_at_row(Ap, g->A + (size_t)k * g->ak + i0, rows, k, K, mr);
@@ -630,14 +580,14 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
 // old value (accumulate) is added to the finished chain.
 static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
     int tn = kn->tn, tl = kn->tl, M = g->M, N = g->N, K = g->K, panels = (M + tl - 1) / tl;
-    float *Ap = buffer((size_t)panels * tl * K);
+    float *Ap = gemm_buffer((size_t)panels * tl * K);
     #pragma omp parallel if (par)
     {
-        float *T = buffer((size_t)tn * tl);
+        float *T = gemm_buffer((size_t)tn * tl);
         const float *w[MR_MAX];
         #pragma omp for schedule(static)
         for (int p = 0; p < panels; p++)   // Ap[k*tl + l] = op(A)(p*tl + l, k)
-            pack_b(kn, Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
+            gemm_pack_b(kn, Ap + (size_t)p * tl * K, g->A, g->ak, g->ai, p * tl, imin(tl, M - p * tl), 0, K, tl);
         #pragma omp for schedule(static)
         for (int j0 = 0; j0 < N; j0 += tn) {
             int cols = imin(tn, N - j0);
@@ -655,113 +605,6 @@ static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
     free(Ap);
 }
 
-// 8 floats, added lane by lane (GCC's vector extension: the same adds as a scalar loop).
-typedef float V8 __attribute__((vector_size(32), aligned(4), may_alias));
-
-// A tile (mr x nr, row stride nr) of the tree sum over n pieces of the contraction, each kc
-// long: piece r reads the A panel from a + r*kc*mr and the B panel from b + r*bstep. The
-// canonical tree (base/treesum.h): the left subtree holds the largest power of two of
-// pieces below n, and a merge is left + right; a lone pair is the kernel's own "old +
-// finished chain". R holds the right subtrees, a tile per level below this one.
-static void tile_tree(const KernelInfo *kn, int kc, const float *a, const float *b, size_t bstep, int ldb, float *T,
-                      int n, float *R) {
-    int mr = kn->mr, nr = kn->nr;
-    if (n <= 2) {
-        kn->fn(kc, a, b, ldb, T, nr, 0, NULL, 0);
-        if (n == 2) kn->fn(kc, a + (size_t)kc * mr, b + bstep, ldb, T, nr, 0, T, nr);
-        return;
-    }
-    int h = tree_left(n);
-    tile_tree(kn, kc, a, b, bstep, ldb, T, h, R);
-    tile_tree(kn, kc, a + (size_t)h * kc * mr, b + h * bstep, bstep, ldb, R, n - h, R + mr * nr);
-    for (int i = 0; i < mr * nr; i += 8) *(V8 *)(T + i) += *(const V8 *)(R + i);
-}
-
-// c (n) = 0.0f + t (n): a row of a finished tile into C, 8 floats per vector operation.
-static void onto_zero(float *c, const float *t, int n) {
-    int j = 0;
-    for (; j + 8 <= n; j += 8) *(V8 *)(c + j) = (V8){0} + *(const V8 *)(t + j);
-    for (; j < n; j++) c[j] = 0.0f + t[j];
-}
-
-// The column panel at jr of the chunked product run down row panels [p0, p1) of the chunk
-// at i0: B read in place where op(B) = B and the panel is whole, else its K x nr packed
-// into the thread's Bt; T holds a tile per level of the tree.
-static void chunked_tiles(const KernelInfo *kn, const GemmArgs *g, int transB, int chunks, const float *Ap, float *Bt,
-                          float *T, int i0, int jr, int p0, int p1) {
-    int mr = kn->mr, nr = kn->nr, kc = g->K / chunks, cols = imin(nr, g->N - jr), ldp = (int)g->bk;
-    const float *b = g->B + jr;
-    size_t bstep = (size_t)kc * ldp;
-    if (transB || cols < nr) {
-        pack_b(kn, Bt, g->B, g->bk, g->bj, jr, cols, 0, g->K, nr);
-        b = Bt;
-        ldp = nr;
-        bstep = (size_t)kc * nr;
-    }
-    for (int p = p0; p < p1; p++) {
-        tile_tree(kn, kc, Ap + (size_t)p * mr * g->K, b, bstep, ldp, T, chunks, T + mr * nr);
-        int rows = imin(mr, g->M - i0 - p * mr);
-        for (int r = 0; r < rows; r++)   // onto 0.0f, as onto a zeroed C
-            onto_zero(g->C + (size_t)(i0 + p * mr + r) * g->ldc + jr, T + r * nr, cols);
-    }
-}
-
-// The chunked product (gemm.h: ordered_gemm_chunked), every piece's product and the tree's
-// merges done tile by tile in the thread's cache: each tile of C is written once, instead
-// of a product's worth of partial sums per piece merged in passes over memory. The work is
-// gemm_stream's, split over the threads the same way: rows in chunks whose op(A) (all K)
-// is packed, each thread its own run of row panels over every column panel (or, with few
-// rows, column panels over runs of row panels); B read in place where op(B) = B and the
-// panel is whole, else the panel's K x nr packed by the thread that runs it. The A chunk is
-// bounded to MS x KC floats, so a long K takes fewer rows at a time.
-static void gemm_chunked(const KernelInfo *kn, int transB, int M, int N, int K, int chunks, const float *A, int lda,
-                         const float *B, int ldb, float *C, int ldc, int par) {
-    int mr = kn->mr, nr = kn->nr, levels = piece_tree_levels(chunks);
-    int ms = imin(M, imax(mr, (int)((size_t)MS * KC / (size_t)K) / mr * mr));
-    int cpanels = (N + nr - 1) / nr, runs = row_runs(cpanels, par);
-    GemmArgs g = {M, N, K, 0, ldc, A, B, (size_t)lda, 1, transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
-    float *Ap = buffer((size_t)(ms + mr - 1) / mr * mr * K);
-    #pragma omp parallel if (par)
-    {
-        float *Bt = buffer((size_t)K * nr), *T = buffer((size_t)levels * mr * nr);   // a tile per level
-        int threads, t;
-        team_place(&threads, &t);
-        for (int i0 = 0; i0 < M; i0 += ms) {
-            int rows = imin(ms, M - i0), panels = (rows + mr - 1) / mr;
-            if (own_rows(panels, threads)) {   // each thread its own rows
-                int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
-                stream_pack(kn, &g, Ap, i0, rows, p0, p1);
-                for (int jr = 0; jr < N; jr += nr) chunked_tiles(kn, &g, transB, chunks, Ap, Bt, T, i0, jr, p0, p1);
-                #pragma omp barrier   // before the next chunk is packed into Ap
-                continue;
-            }
-            #pragma omp for schedule(static)
-            for (int p = 0; p < panels; p++) stream_pack(kn, &g, Ap, i0, rows, p, p + 1);
-            #pragma omp for schedule(static)
-            for (int item = 0; item < cpanels * runs; item++) {
-                int run = item % runs;
-                chunked_tiles(kn, &g, transB, chunks, Ap, Bt, T, i0, item / runs * nr, panels * run / runs,
-                              panels * (run + 1) / runs);
-            }
-        }
-        free(Bt);
-        free(T);
-    }
-    free(Ap);
-}
-
-void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
-                          int ldb, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
-    if (K == 0) {   // empty chains and their sum: 0
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = 0.0f;
-        return;
-    }
-    gemm_chunked(kernel_pick(), transB, M, N, K, chunks, A, lda, B, ldb, C, ldc, (double)M * N * K > 1e6);
-}
-
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, int accumulate, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
@@ -773,7 +616,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
         }
         return;
     }
-    const KernelInfo *kn = kernel_pick();
+    const KernelInfo *kn = gemm_kernel_pick();
     // At most 16 columns fill the AVX2 kernel's 16-wide tile but half of the AVX-512 one's
     // (a router's 8 or 16 experts). Where op(A) = A^T (a weight gradient's leaf, whose A
     // panels are plain copies) the narrower tile does half the work, with the same bits:
@@ -806,12 +649,12 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     int mc = (M + 4 * threads - 1) / (4 * threads);
     mc = imin(MC, (mc + mr - 1) / mr * mr);
     int nrb = (M + mc - 1) / mc;
-    float *Bp = buffer((size_t)kmax * ((nmax + nr - 1) / nr * nr));
-    float *save = accumulate && split ? buffer((size_t)M * nmax) : NULL;
+    float *Bp = gemm_buffer((size_t)kmax * ((nmax + nr - 1) / nr * nr));
+    float *save = accumulate && split ? gemm_buffer((size_t)M * nmax) : NULL;
     // Blocks of C are independent, so they run in parallel; the split changes no bits.
     #pragma omp parallel if (par)
     {
-        float *Ap = buffer((size_t)mc * kmax);
+        float *Ap = gemm_buffer((size_t)mc * kmax);
         for (int j0 = 0; j0 < N; j0 += NC) {
             int nc = imin(NC, N - j0);
             for (int k0 = 0; k0 < K; k0 += KC) {
@@ -823,7 +666,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                 }
                 #pragma omp for schedule(static)
                 for (int jr = 0; jr < nc; jr += nr)
-                    pack_b(kn, Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
+                    gemm_pack_b(kn, Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
                 #pragma omp for schedule(dynamic)
                 for (int rb = 0; rb < nrb; rb++)
                     gemm_rows(kn, &g, rb * mc, imin(mc, M - rb * mc), j0, nc, k0, kc, Bp, Ap, save);

@@ -50,3 +50,24 @@ void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float
         for (int j = 0; j < N; j++)
             C[(size_t)i * ldc + j] = 0.0f + element_tree(transB, i, j, K / chunks, 0, chunks, A, lda, B, ldb);
 }
+
+// Leaves lo .. lo+n-1 of element (i, j) of a weight gradient along the canonical tree; leaf
+// l is the element's chain over rows off[l] .. off[l+1]-1, from 0.0f.
+static float element_leaves(int i, int j, const int *off, int n, const float *A, int lda, const float *B, int ldb) {
+    if (n == 1) {
+        float c = 0.0f;
+        for (int k = off[0]; k < off[1]; k++) c = fmaf(A[(size_t)k * lda + i], B[(size_t)k * ldb + j], c);
+        return c;
+    }
+    int h = tree_left(n);
+    float left = element_leaves(i, j, off, h, A, lda, B, ldb);
+    return left + element_leaves(i, j, off + h, n - h, A, lda, B, ldb);
+}
+
+void plain_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
+                       float *C, int ldc) {
+    if (n <= 0) return;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] += element_leaves(i, j, off, n, A, lda, B, ldb);
+}

@@ -86,9 +86,24 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
     free(S);
 }
 
-const MatmulKernels matmul_cpu = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm, gemm_chunked};
+// A weight gradient's leaves: the ordered GEMM's tree in the tiles, or, for OpenBLAS,
+// separate products into partial sums (its working memory, as above) merged in passes.
+static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
+                                      int OC) {
+    if (!use_openblas) { ordered_gemm_leaves(C, OC, off, n, inp, C, dout, OC, dw, OC); return; }
+    if (C == 0 || OC == 0 || n <= 0) return;
+    size_t mn = (size_t)C * OC;
+    float *S = malloc(sizeof(float) * mn * (size_t)piece_tree_levels(n));
+    if (!S) die("out of host memory for a weight gradient's %d leaves (%d x %d)", n, C, OC);
+    leaf_tree(gemm, add_rows, C, OC, off, n, inp, C, dout, OC, S, S + mn);
+    add_rows(dw, S, mn);
+    free(S);
+}
 
-// The same three products on the plain triple loop (matmul_impl=plain, backend_cpu_plain):
+const MatmulKernels matmul_cpu = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm, gemm_chunked,
+                                  matmul_backward_dw_leaves};
+
+// The same products on the plain triple loop (matmul_impl=plain, backend_cpu_plain):
 // each element the same in-order FMA chain, so the same bits as the ordered GEMM.
 static void plain_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
     plain_gemm(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);
@@ -100,8 +115,13 @@ static void plain_backward_dw(float *dw, const float *inp, const float *dout, in
     plain_gemm(1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);
 }
 
+static void plain_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
+                                     int OC) {
+    plain_gemm_leaves(C, OC, off, n, inp, C, dout, OC, dw, OC);
+}
+
 const MatmulKernels matmul_cpu_plain = {plain_forward, plain_backward_dinp, plain_backward_dw, plain_gemm,
-                                        plain_gemm_chunked};
+                                        plain_gemm_chunked, plain_backward_dw_leaves};
 
 // ---------------------------------------------------------------------------------------
 // OpenBLAS's set-up: what the start-up line says, its thread count, and its kernel choice.

@@ -1,0 +1,90 @@
+// kernels/cpu/gemm_parts.h: what the ordered GEMM's two files share: kernels/cpu/gemm.c
+// (the micro-kernels, the packing, the plain and in-place products) and kernels/cpu/gemm_tree.c
+// (products whose contraction is cut into pieces added along the canonical tree, the tree
+// done tile by tile). Not part of the kernel seam: nothing outside these two files includes it.
+#ifndef MESHMOE_KERNELS_CPU_GEMM_PARTS_H
+#define MESHMOE_KERNELS_CPU_GEMM_PARTS_H
+#include "kernels/cpu/gemm.h"
+#include <stddef.h>
+
+// Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
+// micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
+// is read from L3. MS, MC and NC are multiples of every kernel's tile so that only the
+// edges of C are partial tiles; MC shrinks for small M so that every thread gets row
+// blocks. KC = 1024 runs the presets' contractions (K <= 1024) in one block; NC = 1024
+// packs op(A) once per call at N <= 1024; MS = 768 rows per in-place chunk is as fast as
+// no chunks at all while bounding the packed op(A) (smaller blocks and chunks are no
+// faster on a Zen 4, build/gemm_bench).
+enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
+
+// The micro-kernel: a tile (mr, nr) of C from a packed A panel Ap (kc, mr), k-major, and a
+// B panel Bp (kc, nr) whose k-th row starts at Bp + k*ldb: packed (ldb = nr) or read in
+// place from B. The accumulators start at 0 (load = 0) or at the partial chains held in C
+// (load = 1); after kc steps the tile is stored, plus old (row stride ldo) when old is not
+// NULL.
+typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                            const float *old, int ldo);
+
+// The transposed tile, for op(B) = W^T with W (N,K) read in place (gemm_stream_t): 12
+// columns of C, j0 .. j0+11, whose W rows start at w[0..11], by 32 rows of C held in the
+// lanes, from a panel Ap (kc, 32) of op(A)^T, k-major. T[r*32 + l] receives the chain of
+// C(i0+l, j0+r): the same fmas in the same order as the row-major tile (fma's product is
+// commutative), with the roles of the two operands swapped.
+typedef void (*WeightKernel)(int kc, const float *const *w, const float *Ap, float *T);
+
+// P (kc, w) k-major: P[k*w + r] = X[(r0+r)*ld + k0 + k] for r < rows, 0 for rows <= r < w.
+typedef void (*PackT)(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc);
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+// tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
+// set has none (then op(B) = W^T is always packed); wt_rows: the most rows it takes (gemm.h,
+// STREAM_M_WT). pack: the set's pack_t.
+// copy_panels: the in-place path copies a B panel before running it down the row panels
+// where that was measured faster (gemm_stream: copy_panel).
+typedef struct {
+    MicroKernel fn;
+    int mr, nr;
+    const char *name;
+    WeightKernel tfn;
+    int tn, tl, wt_rows;
+    PackT pack;
+    int copy_panels;
+} KernelInfo;
+
+// A product: C (M,N, row stride ldc) = op(A) @ op(B), or C += ... when accumulate; op(A)(i, k)
+// = A[i*ai + k*ak], op(B)(k, j) = B[k*bk + j*bj].
+typedef struct {
+    int M, N, K, accumulate, ldc;
+    const float *A, *B;
+    size_t ai, ak, bk, bj;
+    float *C;
+} GemmArgs;
+
+// 8 floats, added lane by lane (GCC's vector extension: the same adds as a scalar loop).
+typedef float V8 __attribute__((vector_size(32), aligned(4), may_alias));
+
+// c (n) = 0.0f + t (n): a row of a finished tile into C, 8 floats per vector operation.
+static inline void onto_zero(float *c, const float *t, int n) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) *(V8 *)(c + j) = (V8){0} + *(const V8 *)(t + j);
+    for (; j < n; j++) c[j] = 0.0f + t[j];
+}
+
+// The kernel set this CPU runs (or the one a test forced).
+const KernelInfo *gemm_kernel_pick(void);
+// An aligned host buffer of the GEMM's own (kernels/cpu/gemm.c says why outside the allocator).
+float *gemm_buffer(size_t floats);
+// Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols; op(B)(k, j) = B[k*bk + j*bj].
+void gemm_pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
+                 int kc, int nr);
+// Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) (all of K) packed into Ap.
+void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1);
+// How the in-place paths share their work (kernels/cpu/gemm.c): the runs of row panels per
+// column panel, whether each thread takes its own row panels, the thread's place in its team.
+int gemm_row_runs(int cpanels, int par);
+int gemm_own_rows(int panels, int threads);
+void gemm_team_place(int *threads, int *t);
+
+#endif
