@@ -1,35 +1,31 @@
 // kernels/cpu/gemm_tree.c: the ordered GEMM's products whose contraction is cut into pieces
 // added along the canonical tree (base/treesum.h), the tree done tile by tile in the thread's
-// cache: each tile of C runs its pieces' chains and the tree's merges, and C is written
-// once, instead of a product's worth of partial sums per piece merged in passes over
-// memory. Two products take this form (kernels/cpu/gemm.h):
+// cache: a thread runs each piece down a group of its row panels, merges the group's tiles
+// as the tree says, and writes each tile of C once, instead of a product's worth of partial
+// sums per piece merged in passes over memory. Two products take this form (kernels/cpu/gemm.h):
 //   - the chunked product: a tensor-parallel sum's pieces of equal length, then onto 0.0f;
 //   - a weight gradient's leaves: the pieces are the leaves' runs of token rows, of any
 //     length (an expert's rows per sequence), and the tree's root is added onto C.
 // The chains, the merges and the last add are the ones the separate products and merges
 // make (model/matmul.c, base/treesum.c), so the bits are the same.
 #include "kernels/cpu/gemm_parts.h"
-#include "kernels/piece_tree.h"   // tree_left, piece_tree_levels
+#include "kernels/piece_tree.h"   // piece_tree_levels
 #include "core/common.h"          // die
 #include <stdlib.h>
 
-// A tile (mr x nr, row stride nr) of the tree over n pieces: piece r runs k from off[r] to
-// off[r+1], its A panel from a + off[r]*mr and its B panel from b + off[r]*ldb. The
-// canonical tree: the left subtree holds the largest power of two of pieces below n, and a
-// merge is left + right; a lone pair is the kernel's own "old + finished chain". R holds
-// the right subtrees, a tile per level below this one.
-static void tile_tree(const KernelInfo *kn, const int *off, const float *a, const float *b, int ldb, float *T, int n,
-                      float *R) {
-    int mr = kn->mr, nr = kn->nr;
-    if (n <= 2) {
-        kn->fn(off[1] - off[0], a + (size_t)off[0] * mr, b + (size_t)off[0] * ldb, ldb, T, nr, 0, NULL, 0);
-        if (n == 2) kn->fn(off[2] - off[1], a + (size_t)off[1] * mr, b + (size_t)off[1] * ldb, ldb, T, nr, 0, T, nr);
-        return;
-    }
-    int h = tree_left(n);
-    tile_tree(kn, off, a, b, ldb, T, h, R);
-    tile_tree(kn, off + h, a, b, ldb, R, n - h, R + mr * nr);
-    for (int i = 0; i < mr * nr; i += 8) *(V8 *)(T + i) += *(const V8 *)(R + i);
+// Row panels whose trees a thread grows side by side: each leaf's B rows are read once for
+// the group, from L1 while its tiles run, and the group's partial sums (a tile per level
+// and panel) stay in L2.
+enum { TREE_GROUP = 16 };
+
+// A group's tiles: slot s of the group's row panel q at T + (s*TREE_GROUP + q)*mr*nr.
+static float *slot_tile(const KernelInfo *kn, float *T, int s, int q) {
+    return T + ((size_t)s * TREE_GROUP + q) * kn->mr * kn->nr;
+}
+
+// left (n) += right (n): a merge of two of a panel's tiles.
+static void add_tile(float *left, const float *right, int n) {
+    for (int i = 0; i < n; i += 8) *(V8 *)(left + i) += *(const V8 *)(right + i);
 }
 
 // c (n) = c + t (n): a row of a finished tile added onto C's old values (the root's add).
@@ -39,28 +35,69 @@ static void onto_old(float *c, const float *t, int n) {
     for (; j < n; j++) c[j] += t[j];
 }
 
-// The column panel at jr run down row panels [p0, p1) of the chunk at i0: B read in place
-// where op(B) = B and the panel is whole, else its K x nr packed into the thread's Bt; T
-// holds a tile per level of the tree. The root goes onto C's old values (g->accumulate) or
-// onto 0.0f.
+// The trees of row panels [p0, p1) (at most TREE_GROUP) of the chunk at i0, column panel jr
+// (B panel b, row stride ldb), grown leaf by leaf as base/treesum.c grows a tree of buffers:
+// an even leaf's chains are a new tile; an odd leaf's are added onto the tile of the leaf
+// before it (the kernel's "old + finished chain"), and that pair is carried up the levels,
+// merged left += right into each waiting block of the same size; at the end the blocks left
+// are joined from the lowest level up, and the root goes onto C (g->accumulate) or onto
+// 0.0f. The bookkeeping (which slot holds which level) is the same for every panel.
+static void tree_group(const KernelInfo *kn, const GemmArgs *g, const int *off, int n, const float *Ap,
+                       const float *b, int ldb, float *T, int slots, int i0, int jr, int p0, int p1) {
+    int mr = kn->mr, nr = kn->nr, cols = imin(nr, g->N - jr), level[34], spare[34], nspare = 0, cur = -1;
+    for (int k = 0; k < 34; k++) level[k] = -1;
+    for (int s = slots - 1; s >= 0; s--) spare[nspare++] = s;
+    for (int l = 0; l < n; l++) {
+        int kc = off[l + 1] - off[l], odd = l % 2;
+        if (!odd) cur = spare[--nspare];
+        for (int p = p0; p < p1; p++) {
+            float *t = slot_tile(kn, T, cur, p - p0);
+            kn->fn(kc, Ap + ((size_t)p * g->K + off[l]) * mr, b + (size_t)off[l] * ldb, ldb, t, nr, 0, odd ? t : NULL, nr);
+        }
+        if (!odd) continue;
+        int carry = cur, k = 1;
+        for (cur = -1; level[k] >= 0; k++) {
+            for (int p = p0; p < p1; p++)
+                add_tile(slot_tile(kn, T, level[k], p - p0), slot_tile(kn, T, carry, p - p0), mr * nr);
+            spare[nspare++] = carry;
+            carry = level[k];
+            level[k] = -1;
+        }
+        level[k] = carry;
+    }
+    level[0] = cur;   // the last leaf, when n is odd
+    int root = -1;
+    for (int k = 0; k < 34; k++) {
+        if (level[k] < 0) continue;
+        if (root >= 0)
+            for (int p = p0; p < p1; p++)
+                add_tile(slot_tile(kn, T, level[k], p - p0), slot_tile(kn, T, root, p - p0), mr * nr);
+        root = level[k];
+    }
+    for (int p = p0; p < p1; p++) {
+        const float *t = slot_tile(kn, T, root, p - p0);
+        for (int r = 0; r < imin(mr, g->M - i0 - p * mr); r++) {
+            float *c = g->C + (size_t)(i0 + p * mr + r) * g->ldc + jr;
+            if (g->accumulate) onto_old(c, t + r * nr, cols);
+            else onto_zero(c, t + r * nr, cols);
+        }
+    }
+}
+
+// The column panel at jr run down row panels [p0, p1) of the chunk at i0, TREE_GROUP at a
+// time: B read in place where op(B) = B and the panel is whole, else its K x nr packed into
+// the thread's Bt; T holds the group's tiles.
 static void tree_tiles(const KernelInfo *kn, const GemmArgs *g, const int *off, int n, const float *Ap, float *Bt,
-                       float *T, int i0, int jr, int p0, int p1) {
-    int mr = kn->mr, nr = kn->nr, cols = imin(nr, g->N - jr), ldp = (int)g->bk;
+                       float *T, int slots, int i0, int jr, int p0, int p1) {
+    int nr = kn->nr, cols = imin(nr, g->N - jr), ldp = (int)g->bk;
     const float *b = g->B + jr;
     if (g->bk == 1 || cols < nr) {
         gemm_pack_b(kn, Bt, g->B, g->bk, g->bj, jr, cols, 0, g->K, nr);
         b = Bt;
         ldp = nr;
     }
-    for (int p = p0; p < p1; p++) {
-        tile_tree(kn, off, Ap + (size_t)p * mr * g->K, b, ldp, T, n, T + mr * nr);
-        int rows = imin(mr, g->M - i0 - p * mr);
-        for (int r = 0; r < rows; r++) {
-            float *c = g->C + (size_t)(i0 + p * mr + r) * g->ldc + jr;
-            if (g->accumulate) onto_old(c, T + r * nr, cols);
-            else onto_zero(c, T + r * nr, cols);
-        }
-    }
+    for (int q = p0; q < p1; q += TREE_GROUP)
+        tree_group(kn, g, off, n, Ap, b, ldp, T, slots, i0, jr, q, imin(p1, q + TREE_GROUP));
 }
 
 // The work is gemm_stream's (kernels/cpu/gemm.c), split over the threads the same way: rows
@@ -68,13 +105,14 @@ static void tree_tiles(const KernelInfo *kn, const GemmArgs *g, const int *off, 
 // every column panel (or, with few rows, column panels over runs of row panels). The A
 // chunk is bounded to MS x KC floats, so a long K takes fewer rows at a time.
 static void gemm_tree(const KernelInfo *kn, const GemmArgs *g, const int *off, int n, int par) {
-    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, levels = piece_tree_levels(n);
+    // Tiles alive at once: a block per level of the counter, and the leaf being made.
+    int mr = kn->mr, nr = kn->nr, M = g->M, N = g->N, K = g->K, slots = piece_tree_levels(n) + 1;
     int ms = imin(M, imax(mr, (int)((size_t)MS * KC / (size_t)K) / mr * mr));
     int cpanels = (N + nr - 1) / nr, runs = gemm_row_runs(cpanels, par);
     float *Ap = gemm_buffer((size_t)(ms + mr - 1) / mr * mr * K);
     #pragma omp parallel if (par)
     {
-        float *Bt = gemm_buffer((size_t)K * nr), *T = gemm_buffer((size_t)levels * mr * nr);   // a tile per level
+        float *Bt = gemm_buffer((size_t)K * nr), *T = gemm_buffer((size_t)slots * TREE_GROUP * mr * nr);
         int threads, t;
         gemm_team_place(&threads, &t);
         for (int i0 = 0; i0 < M; i0 += ms) {
@@ -82,7 +120,7 @@ static void gemm_tree(const KernelInfo *kn, const GemmArgs *g, const int *off, i
             if (gemm_own_rows(panels, threads)) {   // each thread its own rows
                 int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
                 gemm_stream_pack(kn, g, Ap, i0, rows, p0, p1);
-                for (int jr = 0; jr < N; jr += nr) tree_tiles(kn, g, off, n, Ap, Bt, T, i0, jr, p0, p1);
+                for (int jr = 0; jr < N; jr += nr) tree_tiles(kn, g, off, n, Ap, Bt, T, slots, i0, jr, p0, p1);
                 #pragma omp barrier   // before the next chunk is packed into Ap
                 continue;
             }
@@ -91,7 +129,7 @@ static void gemm_tree(const KernelInfo *kn, const GemmArgs *g, const int *off, i
             #pragma omp for schedule(static)
             for (int item = 0; item < cpanels * runs; item++) {
                 int run = item % runs;
-                tree_tiles(kn, g, off, n, Ap, Bt, T, i0, item / runs * nr, panels * run / runs,
+                tree_tiles(kn, g, off, n, Ap, Bt, T, slots, i0, item / runs * nr, panels * run / runs,
                            panels * (run + 1) / runs);
             }
         }
