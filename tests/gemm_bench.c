@@ -1,7 +1,7 @@
 // tests/gemm_bench.c (build/gemm_bench, run by tests/bench.sh): GFLOP/s of a square
 // n x n x n product on 1 and 2 threads, by OpenBLAS's sgemm (this machine's peak, when the
 // build has OpenBLAS) and by the ordered GEMM; then the ordered GEMM at the shapes the
-// -small presets run. Each figure is the best of a few repeats (2 M N K flops per product),
+// -small presets run, and a weight gradient's leaves one by one and in one call. Each figure is the best of a few repeats (2 M N K flops per product),
 // by the clock and per CPU-second (the process's CPU time, all threads): on a machine shared
 // with other work the clock says what this run got, the CPU time what the kernel does.
 // With `cold`, every timed product first writes a 64 MiB buffer, so that its operands come
@@ -62,6 +62,44 @@ static Rate gflops(int blas __attribute__((unused)), int tA, int tB, int M, int 
     return (Rate){f / best, f / best_cpu};
 }
 
+// A weight gradient's n leaves of `len` rows each, dw (M,N) += their tree: one by one as
+// base/treesum.c adds them (a product per leaf, an odd leaf onto the one before, the merges
+// and the add onto dw in passes over (M,N)), or in one call (ordered_gemm_leaves). Best of
+// `reps`, 2 M N K flops in all.
+static void add_into(float *left, const float *right, size_t n) {
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) left[i] += right[i];
+}
+static Rate leaves(int one_call, int M, int N, int len, int n, int reps) {
+    size_t mn = (size_t)M * N;
+    float *A = filled((size_t)len * n * M), *B = filled((size_t)len * n * N), *dw = filled(mn), *level[8];
+    int off[9];
+    for (int l = 0; l <= n; l++) off[l] = l * len;
+    for (int k = 0; k < 8; k++) level[k] = filled(mn);
+    double best = 1e30, best_cpu = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        if (evict)
+            for (size_t i = 0; i < EVICT_FLOATS; i += 16) evict[i] += 1.0f;
+        double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+        if (one_call) ordered_gemm_leaves(M, N, off, n, A, M, B, N, dw, N);
+        else {   // n = 8: pairs into level[0 .. 3], then (01)+(23), (45)+(67), and the root
+            for (int l = 0; l < n; l++)
+                ordered_gemm(1, 0, M, N, len, A + (size_t)off[l] * M, M, B + (size_t)off[l] * N, N, l % 2, level[l / 2], N);
+            add_into(level[0], level[1], mn);
+            add_into(level[2], level[3], mn);
+            add_into(level[0], level[2], mn);
+            add_into(dw, level[0], mn);
+        }
+        double t = now(CLOCK_MONOTONIC) - t0, c = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        if (r > 0 && t < best) best = t;
+        if (r > 0 && c < best_cpu) best_cpu = c;
+    }
+    free(A); free(B); free(dw);
+    for (int k = 0; k < 8; k++) free(level[k]);
+    double f = 2.0 * M * N * len * n / 1e9;
+    return (Rate){f / best, f / best_cpu};
+}
+
 static Device dev;
 
 int main(int argc, char **argv) {
@@ -118,6 +156,15 @@ int main(int argc, char **argv) {
             printf("few rows threads=2 expert %s (%3d,%d)@(%d,%d)%s: B packed GFLOP/s %5.1f per-CPU-second %5.1f;"
                    " B in place GFLOP/s %5.1f per-CPU-second %5.1f\n", tB ? "dinp" : "up  ", rows[r], K, K, N,
                    tB ? "^T" : "  ", p.wall, p.cpu, q.wall, q.cpu);
+        }
+    // A weight gradient's 8 leaves (one per sequence) of an expert's rows or of a dense
+    // layer's tokens: one by one against in one call, side by side, 2 threads.
+    int lens[] = {64, 128, 256};
+    for (size_t r = 0; r < sizeof lens / sizeof lens[0]; r++)
+        for (int N = 512; N <= 1024; N += 512) {
+            Rate a = leaves(0, 512, N, lens[r], 8, 9), b = leaves(1, 512, N, lens[r], 8, 9);
+            printf("leaves threads=2 dw (512,%d) += 8 leaves of %3d rows: one by one GFLOP/s %5.1f per-CPU-second "
+                   "%5.1f; in one call GFLOP/s %5.1f per-CPU-second %5.1f\n", N, lens[r], a.wall, a.cpu, b.wall, b.cpu);
         }
     return 0;
 }
