@@ -10,9 +10,10 @@
 // per-row loops decide.
 //
 // A tile's working set lives on the stack of the thread that runs it: the packed q (and dO)
-// rows, TILE_MAX_D x 16 floats each, and the scores of 16 rows against the merged keys
-// (forward, up to TILE_MAX_KEYS x 16 floats) or against 64 keys (backward): at most 80 KiB
-// forward, 40 KiB backward. Like the GEMM's packing buffers it belongs to the kernel, not
+// rows, TILE_MAX_D x 16 floats each, the scores of 16 rows against the merged keys
+// (forward, up to TILE_MAX_KEYS x 16 floats) or against 64 keys (backward, with their dS),
+// and the lanes of one call of the exponential (16 or 64 keys x 16 rows): at most 81 KiB
+// forward, 44 KiB backward. Like the GEMM's packing buffers it belongs to the kernel, not
 // to the model: the device's tagged allocator and the planner do not see it.
 #ifndef MESHMOE_KERNELS_CPU_ATTN_TILES_H
 #define MESHMOE_KERNELS_CPU_ATTN_TILES_H
