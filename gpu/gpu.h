@@ -47,6 +47,10 @@ static inline float warp_shfl_xor(float v, int lane_mask) { return emu_shfl_xor(
 #define cudaErrorPeerAccessAlreadyEnabled hipErrorPeerAccessAlreadyEnabled
 #define cudaMemcpyDefault hipMemcpyDefault
 #define cudaMemGetInfo hipMemGetInfo
+#define cudaMemPool_t hipMemPool_t
+#define cudaDeviceGetDefaultMemPool hipDeviceGetDefaultMemPool
+#define cudaMemPoolGetAttribute hipMemPoolGetAttribute
+#define cudaMemPoolAttrUsedMemHigh hipMemPoolAttrUsedMemHigh
 #define cudaDriverGetVersion hipDriverGetVersion
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaDeviceProp hipDeviceProp_t

@@ -174,16 +174,24 @@ extern "C" void pool_free(void *at, size_t bytes) {
 static double mib(size_t b) { return b / 1048576.0; }
 
 // The device's figures beside the driver's, once, when its last thread leaves: what the
-// pool took and handed out, and what cudaMemGetInfo says of the whole GPU (every device
-// sharing it, cuBLAS's workspace and the CUDA context included). The allocator's peak of
-// the same device is in its report (base/memory.c:mem_print_report).
+// pool took and handed out, the most the stream-ordered allocator held at once
+// (cudaMallocAsync: the kernels' own scratch, e.g. gpu/matmul.cu's partial sums and bf16
+// copies, which neither this pool nor the tagged allocator sees; one figure for the GPU,
+// every device sharing it), and what cudaMemGetInfo says of the whole GPU (cuBLAS's
+// workspace and the CUDA context included). The allocator's peak of the same device is in
+// its report (base/memory.c:mem_print_report).
 static void report(const Pool *p) {
     size_t free_b = 0, total = 0;
+    unsigned long long scratch = 0;   // cuuint64_t
+    cudaMemPool_t async_pool;
     GPU_CHECK(cudaMemGetInfo(&free_b, &total));
+    GPU_CHECK(cudaDeviceGetDefaultMemPool(&async_pool, p->gpu));
+    GPU_CHECK(cudaMemPoolGetAttribute(async_pool, cudaMemPoolAttrUsedMemHigh, &scratch));
     printf("device %d GPU memory: GPU %d, pool %.1f MiB in %d chunk%s, at most %.1f MiB handed out%s; "
-           "driver: %.1f MiB used, %.1f MiB free of %.1f MiB\n", p->device, p->gpu, mib(p->reserved), p->nchunks,
-           p->nchunks == 1 ? "" : "s", mib(p->high), pool_off() ? " (MESHMOE_GPU_POOL=off)" : "",
-           mib(total - free_b), mib(free_b), mib(total));
+           "kernels' scratch at most %.1f MiB; driver: %.1f MiB used, %.1f MiB free of %.1f MiB\n", p->device,
+           p->gpu, mib(p->reserved), p->nchunks, p->nchunks == 1 ? "" : "s", mib(p->high),
+           pool_off() ? " (MESHMOE_GPU_POOL=off)" : "", mib((size_t)scratch), mib(total - free_b), mib(free_b),
+           mib(total));
 }
 
 // The calling thread leaves its pool; the last to leave gives every chunk back. The
