@@ -74,15 +74,16 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, flo
 // place, docs/performance.md). A prefetch changes no arithmetic and never faults, past
 // the end of B included.
 enum { PF_ROWS = 8 };
-static inline void prefetch_b(const float *Bp, int ldb, int half) {
+__attribute__((always_inline)) static inline void prefetch_b(const float *Bp, int ldb, int half) {
     _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb), _MM_HINT_T0);
     _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb + half), _MM_HINT_T0);
 }
 
-// 6 rows x 16 columns in twelve 8-wide registers.
-__attribute__((target("avx2,fma")))
-static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
-                        const float *old, int ldo) {
+// 6 rows x 16 columns in twelve 8-wide registers. Bc, where not NULL, receives the B
+// panel's rows as they are read (gemm_stream: the copy the next row panels read).
+__attribute__((target("avx2,fma"), always_inline))
+static inline void tile_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                             const float *old, int ldo, float *Bc) {
     __m256 c[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
@@ -92,6 +93,10 @@ static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float
     for (int k = 0; k < kc; k++, Ap += 6, Bp += ldb) {
         prefetch_b(Bp, ldb, 8);
         __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
+        if (Bc) {
+            _mm256_store_ps(Bc + 16 * (size_t)k, b0);
+            _mm256_store_ps(Bc + 16 * (size_t)k + 8, b1);
+        }
 #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) {
             __m256 a = _mm256_broadcast_ss(Ap + r);
@@ -110,11 +115,21 @@ static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float
         _mm256_storeu_ps(o + 8, c[r][1]);
     }
 }
+__attribute__((target("avx2,fma")))
+static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                        const float *old, int ldo) {
+    tile_avx2(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, NULL);
+}
+__attribute__((target("avx2,fma")))
+static void kernel_avx2_copy(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                             const float *old, int ldo, float *Bc) {
+    tile_avx2(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, Bc);
+}
 
-// 12 rows x 32 columns in twenty-four 16-wide registers.
-__attribute__((target("avx512f")))
-static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
-                          const float *old, int ldo) {
+// 12 rows x 32 columns in twenty-four 16-wide registers; Bc as tile_avx2's.
+__attribute__((target("avx512f"), always_inline))
+static inline void tile_avx512(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                               const float *old, int ldo, float *Bc) {
     __m512 c[12][2];
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++) {
@@ -124,6 +139,10 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, flo
     for (int k = 0; k < kc; k++, Ap += 12, Bp += ldb) {
         prefetch_b(Bp, ldb, 16);
         __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
+        if (Bc) {
+            _mm512_store_ps(Bc + 32 * (size_t)k, b0);
+            _mm512_store_ps(Bc + 32 * (size_t)k + 16, b1);
+        }
 #pragma GCC unroll 12
         for (int r = 0; r < 12; r++) {
             __m512 a = _mm512_set1_ps(Ap[r]);
@@ -141,6 +160,16 @@ static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, flo
         _mm512_storeu_ps(o, c[r][0]);
         _mm512_storeu_ps(o + 16, c[r][1]);
     }
+}
+__attribute__((target("avx512f")))
+static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                          const float *old, int ldo) {
+    tile_avx512(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, NULL);
+}
+__attribute__((target("avx512f")))
+static void kernel_avx512_copy(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                               const float *old, int ldo, float *Bc) {
+    tile_avx512(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, Bc);
 }
 
 __attribute__((target("avx512f")))
@@ -301,10 +330,10 @@ static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int 
 }
 
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, 0},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2, 1},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, NULL},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2, kernel_avx2_copy},
     [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, STREAM_M_WT,
-                            pack_t_avx512, 0},
+                            pack_t_avx512, kernel_avx512_copy},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -451,19 +480,6 @@ int gemm_row_runs(int cpanels, int par) {
     return cpanels % threads ? threads : 1;
 }
 
-// Whether gemm_stream copies a B panel (K x nr) into the thread's buffer before running it
-// down `panels` row panels. The AVX2 tile's panel is one cache line wide: read in place at a
-// row stride that is a multiple of 4 KiB, all its rows fall in the same L1 set, and every
-// tile reads the panel again from L2; and with many row panels the copy pays for itself at
-// any stride. One thread, cold, best of 6, the AVX2 kernel: (2048,1024,512) 39 -> 90
-// GFLOP/s, (2048,1024,128) 50 -> 86, (128,1024,512) 38 -> 62, (2048,512,512) 79 -> 84,
-// (2048,384,512) 81 -> 82; left in place, (256,512,512) at 73 and (64,1024,512) at 51, which
-// lost 3% and 4-10% copied. The AVX-512 tile lost with the copy on every shape measured
-// (2048 rows: 1-16%).
-static int copy_panel(const KernelInfo *kn, int ldb, int panels) {
-    return kn->copy_panels && ((ldb % 1024 == 0 && panels >= 16) || panels >= 64);
-}
-
 // Whether each thread runs its own row panels of a chunk over every column panel (gemm_stream
 // says why): where the row panels split evenly over the threads or number 4 per thread.
 int gemm_own_rows(int panels, int threads) { return panels % threads == 0 || panels >= 4 * threads; }
@@ -490,14 +506,22 @@ void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0
     for (int k = 0; k < K && n > 0; k++) pack_at_row(Ap + (size_t)r0 * K, g->A + (size_t)k * g->ak + i0 + r0, n, k, K, mr);
 }
 
-// The column panel at jr run down row panels [p0, p1) of the chunk at i0 (`panels` in all):
-// B read where it lies, or from the thread's copy Be where the panel is partial or
-// copy_panel says.
-static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *Ap, float *Be, int i0, int panels,
-                         int jr, int p0, int p1) {
+// The column panel at jr run down row panels [p0, p1) of the chunk at i0. Read where it lies,
+// a panel's rows are a row of B apart, 2 or 4 KiB at the experts' 512 and 1024 columns: they
+// fall in a few sets of L1 and L2, which hold only some of them, and every row panel would
+// read the panel again from further out. So the first row panel runs the copy kernel, which
+// stores each row of the panel into the thread's Be as it reads it (two stores per k, the
+// loads it makes anyway), and the others read Be at unit stride; a partial panel is packed
+// first. On the Intel Xeon of docs/performance.md, against reading B in place for every row
+// panel, cold, medians of 15 in turn: (M,1024,512) at M = 256 to 2048 1.73-1.84x on one
+// thread and 1.01-1.16x on two; (M,384,512) and (M,256,512), whose strides share fewer sets,
+// 0.94-1.07x; the AVX2 tile 1.02-1.39x over the copy it made before of its whole panel
+// where it had many row panels. The chains are the kernel's own either way.
+static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *Ap, float *Be, int i0, int jr,
+                         int p0, int p1) {
     int mr = kn->mr, nr = kn->nr, K = g->K, cols = imin(nr, g->N - jr), ldb = (int)g->bk;
     const float *b = g->B + jr;
-    if (cols < nr || copy_panel(kn, ldb, panels)) {
+    if (cols < nr) {
         gemm_pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
         b = Be;
         ldb = nr;
@@ -506,7 +530,11 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
         int rows = imin(mr, g->M - i0 - p * mr);
         float *c = g->C + (size_t)(i0 + p * mr) * g->ldc + jr;
         const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
-        if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
+        if (rows == mr && b != Be && p + 1 < p1 && kn->copy) {
+            kn->copy(K, a, b, ldb, c, g->ldc, 0, old, g->ldc, Be);
+            b = Be;
+            ldb = nr;
+        } else if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
         else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
     }
 }
@@ -518,8 +546,8 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
 // (build/gemm_bench's "few rows" lines). Rows go in chunks of MS; a B panel is read from B
 // once per chunk by each thread that runs it. K runs in one pass, so every chain starts at
 // 0 and the old value (accumulate) is added to the finished chain, read from C itself. A
-// last, partial column panel is packed (zero-padded), and so is every panel where
-// copy_panel says.
+// last, partial column panel is packed (zero-padded); a whole one is copied by the first row
+// panel that reads it (stream_tiles).
 //
 // The threads' work: where the chunk's row panels split evenly over the threads, or there
 // are at least 4 per thread, each thread packs its own run of row panels and runs every
@@ -548,7 +576,7 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
             if (gemm_own_rows(panels, threads)) {   // each thread its own rows
                 int p0 = panels * t / threads, p1 = panels * (t + 1) / threads;
                 gemm_stream_pack(kn, g, Ap, i0, rows, p0, p1);
-                for (int jr = 0; jr < N; jr += nr) stream_tiles(kn, g, Ap, Be, i0, panels, jr, p0, p1);
+                for (int jr = 0; jr < N; jr += nr) stream_tiles(kn, g, Ap, Be, i0, jr, p0, p1);
                 #pragma omp barrier   // before the next chunk is packed into Ap
                 continue;
             }
@@ -562,8 +590,7 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
             #pragma omp for schedule(static)
             for (int item = 0; item < cpanels * runs; item++) {
                 int run = item % runs;
-                stream_tiles(kn, g, Ap, Be, i0, panels, item / runs * nr, panels * run / runs,
-                             panels * (run + 1) / runs);
+                stream_tiles(kn, g, Ap, Be, i0, item / runs * nr, panels * run / runs, panels * (run + 1) / runs);
             }
         }
         free(Be);

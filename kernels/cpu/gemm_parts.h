@@ -24,6 +24,9 @@ enum { MS = 768, MC = 96, NC = 1024, KC = 1024, MR_MAX = 12, NR_MAX = 32 };
 // NULL.
 typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                             const float *old, int ldo);
+// The same tile, storing the B panel's rows (kc, nr) into Bc, k-major, as it reads them.
+typedef void (*CopyKernel)(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
+                           const float *old, int ldo, float *Bc);
 
 // The transposed tile, for op(B) = W^T with W (N,K) read in place (gemm_stream_t): 12
 // columns of C, j0 .. j0+11, whose W rows start at w[0..11], by 32 rows of C held in the
@@ -41,8 +44,8 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 // tn, tl: the transposed tile's columns of C and rows of C (lanes); NULL where the kernel
 // set has none (then op(B) = W^T is always packed); wt_rows: the most rows it takes (gemm.h,
 // STREAM_M_WT). pack: the set's pack_t.
-// copy_panels: the in-place path copies a B panel before running it down the row panels
-// where that was measured faster (gemm_stream: copy_panel).
+// copy: the tile that also copies the B panel it reads (gemm.c: stream_tiles); NULL where the
+// set has none.
 typedef struct {
     MicroKernel fn;
     int mr, nr;
@@ -50,7 +53,7 @@ typedef struct {
     WeightKernel tfn;
     int tn, tl, wt_rows;
     PackT pack;
-    int copy_panels;
+    CopyKernel copy;
 } KernelInfo;
 
 // A product: C (M,N, row stride ldc) = op(A) @ op(B), or C += ... when accumulate; op(A)(i, k)

@@ -36,23 +36,31 @@ static void onto_old(float *c, const float *t, int n) {
 }
 
 // The trees of row panels [p0, p1) (at most TREE_GROUP) of the chunk at i0, column panel jr
-// (B panel b, row stride ldb), grown leaf by leaf as base/treesum.c grows a tree of buffers:
-// an even leaf's chains are a new tile; an odd leaf's are added onto the tile of the leaf
-// before it (the kernel's "old + finished chain"), and that pair is carried up the levels,
-// merged left += right into each waiting block of the same size; at the end the blocks left
-// are joined from the lowest level up, and the root goes onto C (g->accumulate) or onto
-// 0.0f. The bookkeeping (which slot holds which level) is the same for every panel.
+// (B panel b, row stride ldb; where Bc is not NULL, panel p0 copies each leaf's B rows into
+// it), grown leaf by leaf as base/treesum.c grows a tree of buffers: an even leaf's chains
+// are a new tile; an odd leaf's are added onto the tile of the leaf before it (the kernel's
+// "old + finished chain"), and that pair is carried up the levels, merged left += right
+// into each waiting block of the same size; at the end the blocks left are joined from the
+// lowest level up, and the root goes onto C (g->accumulate) or onto 0.0f. The bookkeeping
+// (which slot holds which level) is the same for every panel.
 static void tree_group(const KernelInfo *kn, const GemmArgs *g, const int *off, int n, const float *Ap,
-                       const float *b, int ldb, float *T, int slots, int i0, int jr, int p0, int p1) {
+                       const float *b, int ldb, float *Bc, float *T, int slots, int i0, int jr, int p0, int p1) {
     int mr = kn->mr, nr = kn->nr, cols = imin(nr, g->N - jr), level[34], spare[34], nspare = 0, cur = -1;
     for (int k = 0; k < 34; k++) level[k] = -1;
     for (int s = slots - 1; s >= 0; s--) spare[nspare++] = s;
     for (int l = 0; l < n; l++) {
         int kc = off[l + 1] - off[l], odd = l % 2;
         if (!odd) cur = spare[--nspare];
+        const float *bl = b + (size_t)off[l] * ldb;
+        int lb = ldb;
         for (int p = p0; p < p1; p++) {
             float *t = slot_tile(kn, T, cur, p - p0);
-            kn->fn(kc, Ap + ((size_t)p * g->K + off[l]) * mr, b + (size_t)off[l] * ldb, ldb, t, nr, 0, odd ? t : NULL, nr);
+            const float *a = Ap + ((size_t)p * g->K + off[l]) * mr;
+            if (Bc && p == p0) {   // the leaf's B rows copied into Bc as the first panel reads them
+                kn->copy(kc, a, bl, lb, t, nr, 0, odd ? t : NULL, nr, Bc + (size_t)off[l] * nr);
+                bl = Bc + (size_t)off[l] * nr;
+                lb = nr;
+            } else kn->fn(kc, a, bl, lb, t, nr, 0, odd ? t : NULL, nr);
         }
         if (!odd) continue;
         int carry = cur, k = 1;
@@ -85,19 +93,27 @@ static void tree_group(const KernelInfo *kn, const GemmArgs *g, const int *off, 
 }
 
 // The column panel at jr run down row panels [p0, p1) of the chunk at i0, TREE_GROUP at a
-// time: B read in place where op(B) = B and the panel is whole, else its K x nr packed into
-// the thread's Bt; T holds the group's tiles.
+// time: where op(B) = B and the panel is whole, the first group's first panel reads each
+// leaf's B rows in place and copies them into the thread's Bt as it goes, and the rest read
+// Bt (gemm.c: stream_tiles says why); else the panel's K x nr is packed into Bt first. T
+// holds the group's tiles.
 static void tree_tiles(const KernelInfo *kn, const GemmArgs *g, const int *off, int n, const float *Ap, float *Bt,
                        float *T, int slots, int i0, int jr, int p0, int p1) {
-    int nr = kn->nr, cols = imin(nr, g->N - jr), ldp = (int)g->bk;
+    int nr = kn->nr, cols = imin(nr, g->N - jr), ldp = (int)g->bk, copy = 0;
     const float *b = g->B + jr;
     if (g->bk == 1 || cols < nr) {
         gemm_pack_b(kn, Bt, g->B, g->bk, g->bj, jr, cols, 0, g->K, nr);
         b = Bt;
         ldp = nr;
+    } else copy = kn->copy && p1 - p0 >= 2;
+    for (int q = p0; q < p1; q += TREE_GROUP) {
+        tree_group(kn, g, off, n, Ap, b, ldp, copy ? Bt : NULL, T, slots, i0, jr, q, imin(p1, q + TREE_GROUP));
+        if (copy) {   // the first group copied the whole panel
+            b = Bt;
+            ldp = nr;
+            copy = 0;
+        }
     }
-    for (int q = p0; q < p1; q += TREE_GROUP)
-        tree_group(kn, g, off, n, Ap, b, ldp, T, slots, i0, jr, q, imin(p1, q + TREE_GROUP));
 }
 
 // The work is gemm_stream's (kernels/cpu/gemm.c), split over the threads the same way: rows
