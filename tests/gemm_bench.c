@@ -1,7 +1,8 @@
 // tests/gemm_bench.c (build/gemm_bench, run by tests/bench.sh): GFLOP/s of a square
 // n x n x n product on 1 and 2 threads, by OpenBLAS's sgemm (this machine's peak, when the
 // build has OpenBLAS) and by the ordered GEMM; then the ordered GEMM at the shapes the
-// -small presets run, and a weight gradient's leaves one by one and in one call. Each figure is the best of a few repeats (2 M N K flops per product),
+// -small presets run, B read in place against copied by its first reader, and a weight
+// gradient's leaves one by one and in one call. Each figure is the best of a few repeats (2 M N K flops per product),
 // by the clock and per CPU-second (the process's CPU time, all threads): on a machine shared
 // with other work the clock says what this run got, the CPU time what the kernel does.
 // With `cold`, every timed product first writes a 64 MiB buffer, so that its operands come
@@ -157,6 +158,31 @@ int main(int argc, char **argv) {
                    " B in place GFLOP/s %5.1f per-CPU-second %5.1f\n", tB ? "dinp" : "up  ", rows[r], K, K, N,
                    tB ? "^T" : "  ", p.wall, p.cpu, q.wall, q.cpu);
         }
+    // The in-place path's B panel read in place by every row panel, or copied by its first
+    // reader for the others (kernels/cpu/gemm.c:stream_tiles), on 1 and 2 threads; each
+    // variant timed twice, in the order off, on, on, off, the better kept (a variant run
+    // first in a round tends to be favoured here).
+    struct { const char *what; int M, N, K; } cshapes[] = {
+        {"expert up, 512 rows (512,512)@(512,1024)", 512, 1024, 512},
+        {"expert up, 2048 rows (2048,512)@(512,1024)", 2048, 1024, 512},
+        {"expert down, 1024 rows (1024,1024)@(1024,512)", 1024, 512, 1024},
+        {"deepseek expert up (1024,512)@(512,384)", 1024, 384, 512},
+    };
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        for (size_t s = 0; s < sizeof cshapes / sizeof cshapes[0]; s++) {
+            Rate r[4];
+            for (int v = 0; v < 4; v++) {
+                gemm_set_copy_b(v == 1 || v == 2);
+                r[v] = gflops(0, 0, 0, cshapes[s].M, cshapes[s].N, cshapes[s].K, 5);
+            }
+            gemm_set_copy_b(1);
+            Rate off = r[0].wall > r[3].wall ? r[0] : r[3], on = r[1].wall > r[2].wall ? r[1] : r[2];
+            printf("copy threads=%d %-46s: B in place GFLOP/s %5.1f per-CPU-second %5.1f; copied GFLOP/s %5.1f "
+                   "per-CPU-second %5.1f\n", th, cshapes[s].what, off.wall, off.cpu, on.wall, on.cpu);
+        }
+    }
+    omp_set_num_threads(2);
     // A weight gradient's 8 leaves (one per sequence) of an expert's rows or of a dense
     // layer's tokens: one by one against in one call, side by side, 2 threads.
     int lens[] = {64, 128, 256};

@@ -98,24 +98,27 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain triple loop: M=%d N=%d K=%d transA=%d transB=%d "
           "accumulate=%d: not the reference bits", M, N, K, tA, tB, acc);
     // Both paths: B packed (stream rows 0) and B read in place (every M streams; a kernel
-    // set without a transposed tile packs op(B) = B^T either way).
+    // set without a transposed tile packs op(B) = B^T either way), in place with a B panel
+    // copied by its first reader and without.
     // AUTO as well: on an AVX-512 CPU it takes the AVX2 tile for a narrow product with
     // op(A) = A^T.
     const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
-    const int stream_rows[] = {0, 1 << 30};
+    const int stream_rows[] = {0, 1 << 30, 1 << 30};
+    const char *path[] = {"packed", "in place, copied", "in place"};
     for (int t = 0; t < 4; t++)
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < 3; p++) {
             if (!gemm_kernel_available(kinds[t])) continue;
             gemm_force_kernel(kinds[t]);
             gemm_set_stream_rows(stream_rows[p]);
+            gemm_set_copy_b(p < 2);
             memcpy(got, C0, sizeof(float) * nc);
             ordered_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
             CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, B %s: M=%d N=%d K=%d transA=%d transB=%d "
-                  "accumulate=%d: not the reference bits", gemm_kernel_name(), p ? "in place" : "packed", M, N, K,
-                  tA, tB, acc);
+                  "accumulate=%d: not the reference bits", gemm_kernel_name(), path[p], M, N, K, tA, tB, acc);
         }
     gemm_force_kernel(GEMM_KERNEL_AUTO);
     gemm_set_stream_rows(-1);
+    gemm_set_copy_b(1);
     // Against double precision: a chain of K fmas is off by at most gamma_K sum_k |a_k b_k|,
     // gamma_K = K u / (1 - K u) <= (K+1) u here (u = 2^-24, the textbook bound of a recursive
     // dot product); the add of the old value costs u |C| more, and that alone nearly
@@ -155,6 +158,19 @@ static float ref_tree(const float *P, int lo, int n, size_t stride) {
     while (2 * h < n) h *= 2;
     return ref_tree(P, lo, h, stride) + ref_tree(P, lo + h, n - h, stride);
 }
+// Variant v of the tree products' checks: the kernel set v / 2 (AUTO, scalar, AVX2, AVX-512),
+// the B panel copied by its first reader where v is even, read in place where it is odd; 0
+// where this CPU lacks the set. v = -1 restores the defaults.
+enum { TREE_VARIANTS = 8 };
+static int tree_variant(int v) {
+    const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
+    GemmKernel k = v < 0 ? GEMM_KERNEL_AUTO : kinds[v / 2];
+    if (!gemm_kernel_available(k)) return 0;
+    gemm_force_kernel(k);
+    gemm_set_copy_b(v < 0 || v % 2 == 0);
+    return 1;
+}
+
 static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {   // scale < 1: tiny, see below
     int lda = K + 3, ldb = (tB ? K : N) + 5, ldc = N + 7, kc = K / chunks;
     size_t na = (size_t)M * lda, nb = (size_t)(tB ? N : K) * ldb, nc = (size_t)M * ldc, mn = (size_t)M * N;
@@ -179,16 +195,14 @@ static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {
     plain_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
     CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, chunked: M=%d N=%d K=%d chunks=%d transB=%d: not the "
           "reference bits", M, N, K, chunks, tB);
-    const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
-    for (int t = 0; t < 4; t++) {
-        if (!gemm_kernel_available(kinds[t])) continue;
-        gemm_force_kernel(kinds[t]);
+    for (int v = 0; v < TREE_VARIANTS; v++) {
+        if (!tree_variant(v)) continue;
         memcpy(got, C0, sizeof(float) * nc);
         ordered_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
-        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, chunked: M=%d N=%d K=%d chunks=%d transB=%d: not the "
-              "reference bits (C's padding included)", gemm_kernel_name(), M, N, K, chunks, tB);
+        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, chunked%s: M=%d N=%d K=%d chunks=%d transB=%d: not the "
+              "reference bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K, chunks, tB);
     }
-    gemm_force_kernel(GEMM_KERNEL_AUTO);
+    tree_variant(-1);
     free(A); free(B); free(P); free(C0); free(want); free(got);
 }
 
@@ -218,16 +232,14 @@ static void leaves_case(int M, int N, const int *lens, int n) {
     plain_gemm_leaves(M, N, off, n, A, lda, B, ldb, got, ldc);
     CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, leaves: M=%d N=%d K=%d leaves=%d: not the reference "
           "bits", M, N, K, n);
-    const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
-    for (int t = 0; t < 4; t++) {
-        if (!gemm_kernel_available(kinds[t])) continue;
-        gemm_force_kernel(kinds[t]);
+    for (int v = 0; v < TREE_VARIANTS; v++) {
+        if (!tree_variant(v)) continue;
         memcpy(got, C0, sizeof(float) * nc);
         ordered_gemm_leaves(M, N, off, n, A, lda, B, ldb, got, ldc);
-        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, leaves: M=%d N=%d K=%d leaves=%d: not the reference "
-              "bits (C's padding included)", gemm_kernel_name(), M, N, K, n);
+        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, leaves%s: M=%d N=%d K=%d leaves=%d: not the reference "
+              "bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K, n);
     }
-    gemm_force_kernel(GEMM_KERNEL_AUTO);
+    tree_variant(-1);
     free(A); free(B); free(P); free(C0); free(want); free(got);
 }
 

@@ -54,6 +54,10 @@ void gemm_set_stream_rows(int rows) {
     stream_wt = rows < 0 ? -1 : rows;
 }
 
+static int copy_b = 1;   // gemm_set_copy_b
+void gemm_set_copy_b(int on) { copy_b = on; }
+CopyKernel gemm_copy_kernel(const KernelInfo *kn) { return copy_b ? kn->copy : NULL; }
+
 static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
     float c[4][8];
@@ -521,6 +525,7 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
                          int p0, int p1) {
     int mr = kn->mr, nr = kn->nr, K = g->K, cols = imin(nr, g->N - jr), ldb = (int)g->bk;
     const float *b = g->B + jr;
+    CopyKernel copy = gemm_copy_kernel(kn);
     if (cols < nr) {
         gemm_pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
         b = Be;
@@ -530,8 +535,8 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
         int rows = imin(mr, g->M - i0 - p * mr);
         float *c = g->C + (size_t)(i0 + p * mr) * g->ldc + jr;
         const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
-        if (rows == mr && b != Be && p + 1 < p1 && kn->copy) {
-            kn->copy(K, a, b, ldb, c, g->ldc, 0, old, g->ldc, Be);
+        if (rows == mr && b != Be && p + 1 < p1 && copy) {
+            copy(K, a, b, ldb, c, g->ldc, 0, old, g->ldc, Be);
             b = Be;
             ldb = nr;
         } else if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);

@@ -66,6 +66,10 @@ void gemm_kernel_from_env(void);
 // in place) for both paths; a negative value restores the defaults.
 enum { STREAM_M_WT = 128, STREAM_M_WT_AVX2 = 1024 };
 void gemm_set_stream_rows(int rows);
+// Whether the in-place paths copy a B panel as its first row panel reads it, for the row
+// panels after it (kernels/cpu/gemm.c:stream_tiles): on (1) by default; off (0) reads every
+// panel in place, so that a test runs both and a benchmark compares them. The same bits.
+void gemm_set_copy_b(int on);
 
 // P (kc, w) k-major: P[k*w + r] = X[r*ld + k] for r < rows, 0 for rows <= r < w; lines of
 // X laid out k-major, as the ordered GEMM packs op(A) (16 x 16 at a time in registers on

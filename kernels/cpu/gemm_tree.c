@@ -105,7 +105,7 @@ static void tree_tiles(const KernelInfo *kn, const GemmArgs *g, const int *off, 
         gemm_pack_b(kn, Bt, g->B, g->bk, g->bj, jr, cols, 0, g->K, nr);
         b = Bt;
         ldp = nr;
-    } else copy = kn->copy && p1 - p0 >= 2;
+    } else copy = gemm_copy_kernel(kn) && p1 - p0 >= 2;
     for (int q = p0; q < p1; q += TREE_GROUP) {
         tree_group(kn, g, off, n, Ap, b, ldp, copy ? Bt : NULL, T, slots, i0, jr, q, imin(p1, q + TREE_GROUP));
         if (copy) {   // the first group copied the whole panel
