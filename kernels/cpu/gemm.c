@@ -76,7 +76,8 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, flo
 // widths), a stride the hardware prefetchers follow late: without this, a product of 8 to
 // 128 rows ran at 19-139 GFLOP/s, with it 28-162 (build/gemm_bench's "few rows" lines, B in
 // place, docs/performance.md). A prefetch changes no arithmetic and never faults, past
-// the end of B included.
+// the end of B included. Always inlined: GCC counts a function that only prefetches as one
+// without effects and drops the calls it does not inline (it did so from the tiles below).
 enum { PF_ROWS = 8 };
 __attribute__((always_inline)) static inline void prefetch_b(const float *Bp, int ldb, int half) {
     _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb), _MM_HINT_T0);
