@@ -336,7 +336,8 @@ static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int 
 
 static const KernelInfo kernels[] = {
     [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, NULL},
-    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2, kernel_avx2_copy},
+    [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2,
+                          kernel_avx2_copy},
     [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, STREAM_M_WT,
                             pack_t_avx512, kernel_avx512_copy},
 };
