@@ -521,8 +521,8 @@ void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0
 // first. On the Intel Xeon of docs/performance.md, against reading B in place for every row
 // panel, cold, medians of 15 in turn: (M,1024,512) at M = 256 to 2048 1.73-1.84x on one
 // thread and 1.01-1.16x on two; (M,384,512) and (M,256,512), whose strides share fewer sets,
-// 0.94-1.07x; the AVX2 tile 1.02-1.39x over the copy it made before of its whole panel
-// where it had many row panels. The chains are the kernel's own either way.
+// 0.83-1.25x and 0.94-1.02x; the AVX2 tile 1.02-1.39x over the copy it made before of its
+// whole panel where it had many row panels. The chains are the kernel's own either way.
 static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *Ap, float *Be, int i0, int jr,
                          int p0, int p1) {
     int mr = kn->mr, nr = kn->nr, K = g->K, cols = imin(nr, g->N - jr), ldb = (int)g->bk;
