@@ -2,9 +2,10 @@
 // n x n x n product on 1 and 2 threads, by OpenBLAS's sgemm (this machine's peak, when the
 // build has OpenBLAS) and by the ordered GEMM; then the ordered GEMM at the shapes the
 // -small presets run, B read in place against copied by its first reader, and a weight
-// gradient's leaves one by one and in one call. Each figure is the best of a few repeats (2 M N K flops per product),
-// by the clock and per CPU-second (the process's CPU time, all threads): on a machine shared
-// with other work the clock says what this run got, the CPU time what the kernel does.
+// gradient's leaves one by one and in one call. Each figure is the best of a few repeats
+// (2 M N K flops per product), by the clock and per CPU-second (the process's CPU time, all
+// threads): on a machine shared with other work the clock says what this run got, the CPU
+// time what the kernel does.
 // With `cold`, every timed product first writes a 64 MiB buffer, so that its operands come
 // from memory, as in a training step, where a weight or an activation was last touched a
 // whole layer before; without it the repeats find them in the caches.

@@ -200,7 +200,8 @@ static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {
         memcpy(got, C0, sizeof(float) * nc);
         ordered_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
         CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, chunked%s: M=%d N=%d K=%d chunks=%d transB=%d: not the "
-              "reference bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K, chunks, tB);
+              "reference bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K,
+              chunks, tB);
     }
     tree_variant(-1);
     free(A); free(B); free(P); free(C0); free(want); free(got);

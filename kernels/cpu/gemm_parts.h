@@ -87,9 +87,9 @@ void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0
 // How the in-place paths share their work (kernels/cpu/gemm.c): the runs of row panels per
 // column panel, whether each thread takes its own row panels, the thread's place in its team.
 int gemm_row_runs(int cpanels, int par);
-// The kernel set's copy kernel where the copy is on (gemm_set_copy_b), else NULL.
-CopyKernel gemm_copy_kernel(const KernelInfo *kn);
 int gemm_own_rows(int panels, int threads);
 void gemm_team_place(int *threads, int *t);
+// The kernel set's copy kernel where the copy is on (gemm_set_copy_b), else NULL.
+CopyKernel gemm_copy_kernel(const KernelInfo *kn);
 
 #endif
