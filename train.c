@@ -218,7 +218,7 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     const Config *c = &d->c;
     const Mesh *mesh = d->run->mesh;
     const DataLoader *dl = d->run->dl;
-    char b1[32], b2[64], nt[32];
+    char b1[32], b2[64], b3[128], nt[32];
     size_t P = sharding_global_params(&d->m);
     printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
            decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
@@ -235,6 +235,7 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     else snprintf(nt, sizeof nt, "%d", most);
     printf("mesh: %s (%d device%s, one thread each, with %s OpenMP thread%s)\n", mesh_describe(mesh, b2, sizeof b2),
            mesh->ndev, mesh->ndev > 1 ? "s" : "", nt, most > 1 ? "s" : "");
+    if (most > 1) printf("waiting OpenMP threads: %s\n", omp_wait_describe(b3, sizeof b3));
     if (mesh->nprocess > 1) {
         int ici[MESH_NAXES];
         for (int a = 0; a < MESH_NAXES; a++) ici[a] = mesh->size[a] / mesh->dcn[a];

@@ -41,6 +41,10 @@ const char *die_last_message(void);
 // process of the job, so that no peer waits forever for one that is gone.
 void die_set_process(int process, void (*end)(int code));
 
+// How OpenMP's idle threads wait in this process, in words (core/omp_wait.c): the spin count
+// it chose from the machine's wake-up, or the environment's choice.
+const char *omp_wait_describe(char *buf, size_t n);
+
 #define MM_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MM_MAX(a, b) ((a) > (b) ? (a) : (b))
 

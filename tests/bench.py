@@ -233,7 +233,7 @@ def main():
     ticks = cpu_ticks()
     print(f"load average at start: {load_average()} ({os.cpu_count()} CPUs)")
     waits = ", ".join(f"{k}={ENV[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in ENV)
-    print("OpenMP waiting threads: " + (waits or "each system's default (meshmoe: 1000 spins, then sleep)"))
+    print("OpenMP waiting threads: " + (waits or "each system's default (meshmoe: spins for as long as two wake-ups take, then sleeps)"))
     fma, bw, mul_add = machine_limits()
     print("FMA units (build/peak, registers only): " +
           (", ".join(f"{w}-bit {t} thread{'s' if t > 1 else ''} {g:.1f} GFLOP/s" for (w, t), g in sorted(fma.items()))

@@ -61,6 +61,21 @@ for preset in mixtral-tiny deepseek-tiny; do
         cmp -s <(losses $T/a1.jsonl) <(losses $T/a2.jsonl)
 done
 
+echo "== OpenMP's waiting threads: the environment's choice, or a spin count measured at start-up"
+if [ "$(nproc)" -gt 1 ]; then   # (one core: one OpenMP thread, which never waits, and no line)
+out=$($TRAIN configs/mixtral-tiny.yml steps=1 $FAST 2>&1)
+check "with OMP_WAIT_POLICY=$OMP_WAIT_POLICY set, the trainer says it follows it" \
+    bash -c 'printf "%s" "$1" | grep -qF "waiting OpenMP threads: as the environment says (OMP_WAIT_POLICY=$2)"' _ "$out" "$OMP_WAIT_POLICY"
+# Unset, the trainer answers libgomp's GOMP_SPINCOUNT (core/omp_wait.c); libgomp's own
+# listing of its settings (OMP_DISPLAY_ENV) must show the count the trainer printed, between
+# the bounds of core/omp_wait.c.
+out=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "$TRAIN_BIN" configs/mixtral-tiny.yml steps=1 $FAST $TRAIN_ARGS 2>&1)
+said=$(printf '%s\n' "$out" | sed -n 's/^waiting OpenMP threads: spin \([0-9]*\) times, then sleep (.*/\1/p')
+used=$(printf '%s\n' "$out" | sed -n "s/^ *GOMP_SPINCOUNT = '\([0-9]*\)'.*/\1/p" | tail -1)
+check "unset: the trainer chose ${said:-nothing} spins ($(printf '%s\n' "$out" | grep -o 'then sleep (.*')), libgomp uses ${used:-nothing}" \
+    bash -c '[ -n "$1" ] && [ "$1" = "$2" ] && [ "$1" -ge 1000 ] && [ "$1" -le 20000 ]' _ "$said" "$used"
+fi
+
 echo "== data formats"
 head -c 20000 README.md > $T/text.txt 2>/dev/null || true
 printf 'hello meshmoe %.0s' $(seq 1 2000) >> $T/text.txt
