@@ -211,8 +211,12 @@ def profile_table(preset, peak, bw, *extra):
     print()
 
 
+SPINS = []   # the spin count each meshmoe run chose (core/omp_wait.c), in run order
+
+
 def run_meshmoe(preset, *extra):
     r = sh([TRAIN, f"configs/{preset}.yml", f"steps={STEPS}", "log_period=1", "eval_steps=1", *extra])
+    SPINS.extend(re.findall(r"^waiting OpenMP threads: spin (\d+) times", r.stdout, re.M))
     ms = [float(x) for x in re.findall(r"^step +\d+ \| loss .*?\| +([\d.]+) ms \|", r.stdout, re.M)]
     if r.returncode or len(ms) < 2:
         sys.exit(f"bench: {TRAIN} {preset} failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}")
@@ -312,6 +316,8 @@ def main():
               f"{len(times['meshmoe'])} meshmoe steps" +
               (f"; parameters: PyTorch {notes.get('PyTorch eager params')}, JAX {notes.get('JAX jit params')}"
                if peers_here else "") + ") | | | | | | |")
+    if SPINS:
+        print(f"meshmoe's OpenMP spin counts, run by run: {', '.join(SPINS)}")
     print()
     print(f"Where a step goes (profile=true, {PROFILE_STEPS} steps; the floor of a family: its FLOPs at the "
           f"peak ({p2:.1f} GFLOP/s) or its bytes at the 2-thread bandwidth ({bw.get(2, 0):.1f} GB/s)):")
