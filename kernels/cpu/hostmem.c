@@ -9,6 +9,15 @@
 // in the process and are reused (larger ones are kept by the allocator itself,
 // host_free below). This changes no number the trainer computes or reports:
 // device memory is counted by the tagged allocator (base/memory.c), not by the host's.
+//
+// Every thread allocates from the one heap (M_ARENA_MAX 1). glibc gives each new thread,
+// so each simulated device but the first, an arena of its own: heaps of 64 MiB that are
+// unmapped whole as soon as their blocks are all free, whatever the trim threshold says, so
+// a device's activations took fresh pages again every step. mixtral-small on data=2
+// (max_target_length=256, batch 4 per device) faulted 33,600 pages a step that way and
+// none in one arena, and its step took 1708-1713 ms against 1774-1797 (tests/scaling.sh,
+// two runs of each build in turn, AMD Zen 4, 2026-11-29). The devices' threads then share
+// one lock for their allocations, which are few (packing buffers, a layer's activations).
 #include "kernels/cpu/hostmem.h"
 #include <malloc.h>
 #include <pthread.h>
@@ -18,6 +27,7 @@
 __attribute__((constructor)) static void hostmem_keep_freed_blocks(void) {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);   // blocks below 32 MiB come from the heap ...
     mallopt(M_TRIM_THRESHOLD, 1 << 30);    // ... and the heap keeps up to 1 GiB of free space
+    mallopt(M_ARENA_MAX, 1);               // ... one heap for every thread
 }
 
 // Host blocks of 32 MiB and more: glibc maps each one afresh and unmaps it on free (32 MiB
