@@ -16,7 +16,8 @@ Prints, in one run on this machine:
      meshmoe's, and each run's own median (on a shared machine, how far the runs moved).
   3. where a step of each preset goes by kernel family (`./train ... profile=true`), against
      each family's floor: its FLOPs at the peak or its bytes at the measured bandwidth; then
-     the matmul family by product form and shape, as ./train prints it.
+     the matmul family by product form and shape, as ./train prints it; last, the 2-thread
+     figures of 1. measured again, each beside its first value (did the machine change?).
 Environment: STEPS (steps per run, default 4), ROUNDS (default 2), PROFILE_STEPS (default 3),
 PRESETS, PEERS (the
 peers' python, default .venv-peers/bin/python), TRAIN (default ./train).
@@ -325,8 +326,29 @@ def main():
     for preset in PRESETS:
         profile_table(preset, p2, bw.get(2), "remat_policy=none")
         profile_table(preset, p2, bw.get(2))
+    print(machine_again(fma, bw, peak, ordered))
     print(f"load average at end: {load_average()}; CPU time taken by the hypervisor during the bench "
           f"(steal, /proc/stat): {stolen_since(ticks):.1f}%")
+
+
+def machine_again(fma, bw, sgemm, ordered):
+    """The start's 2-thread figures measured again after the runs, each beside its first
+    value: on a shared machine the cores (or the caches and memory behind them) a run gets
+    can change during it, and a product that ran at half its first rate says so."""
+    fma2, bw2, _ = machine_limits()
+    sgemm2, _, _, ordered2, _ = sgemm_peak()
+    parts = []
+    for (w, t), g in sorted(fma2.items()):
+        if t == 2 and (w, t) in fma:
+            parts.append(f"FMA loop {w}-bit {g:.1f} GFLOP/s ({fma[(w, t)]:.1f})")
+    if 2 in sgemm2 and 2 in sgemm:
+        parts.append(f"OpenBLAS sgemm n=2048 {sgemm2[2]:.1f} ({sgemm[2]:.1f})")
+    if 2 in ordered2 and 2 in ordered:
+        parts.append(f"ordered GEMM n=2048 {ordered2[2][0]} ({ordered[2][0]})")
+    if 2 in bw2 and 2 in bw:
+        parts.append(f"memory {bw2[2]:.1f} GB/s ({bw[2]:.1f})")
+    return ("the machine at the end, 2 threads (at the start in brackets): " + ", ".join(parts)) if parts \
+        else "the machine at the end: not measured"
 
 
 if __name__ == "__main__":
