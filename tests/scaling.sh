@@ -27,7 +27,10 @@ DATA2_ARGS=${DATA2_ARGS:-}           # the data=2 run's own (shard_optimizer_ove
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
+median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print (NR ? a[int((NR + 1) / 2)] : 0) }'; }
+runs() { paste -sd, "$1" | sed 's/,/, /g'; }
 one() {   # one NAME ARGS...: a run; appends the step times (ms) of steps 2.. to $T/NAME.ms
+          # and their median to $T/NAME.runs
     local name=$1; shift
     # shellcheck disable=SC2086
     $TRAIN configs/$PRESET.yml steps=$STEPS log_period=1 eval_steps=1 eval_interval=0 sample_length=0 $ARGS "$@" \
@@ -35,10 +38,8 @@ one() {   # one NAME ARGS...: a run; appends the step times (ms) of steps 2.. to
     grep '^mesh:' "$T/$name.out" | head -1 | sed 's/^/    /'
     grep -E '^step +[0-9]+ \| loss' "$T/$name.out" | tail -n +2 | awk -F'|' '{ gsub(/ ms/, "", $6); print $6 + 0 }' > "$T/$name.run"
     cat "$T/$name.run" >> "$T/$name.ms"
-    median "$T/$name.run" >> "$T/$name.runs"   # this run's own median: how far the machine moved
+    median "$T/$name.run" >> "$T/$name.runs"
 }
-median() { sort -n "$1" | awk '{ a[NR] = $1 } END { print (NR ? a[int((NR + 1) / 2)] : 0) }'; }
-runs() { paste -sd, "$1" | sed 's/,/, /g'; }
 
 for r in $(seq "$ROUNDS"); do
     # shellcheck disable=SC2086
