@@ -50,12 +50,18 @@ static inline size_t qrow(const AttnGeom *G, int b, int i, int h) { return ((siz
 //
 // The tiles work on the machine's own vectors (kernels/cpu/vec16.h: VN, VW floats): with
 // 16-float vectors an x86-64-v3 build ran them 2.7x slower than the per-row loops.
+// x_t's vectors held in registers: GCC would otherwise load them again as an operand of
+// each output's multiply, and the loads, not the arithmetic, would set the pace (on AVX2,
+// without it, 10 loads per 16 multiplies and adds; with it the x86-64-v3 build's tiles took
+// 0.96-0.98x the time for mixtral-small's shapes and 0.94-0.96x for deepseek-small's on a
+// Zen 4, build/attn_bench, one thread).
 #ifdef __AVX512F__
 #define ACC_MAX 4
-// x_t's vectors held in registers: GCC would otherwise load them again as an operand of
-// each output's multiply, and the loads, not the arithmetic, would set the pace.
 #define IN_REGISTER(v) __asm__("" : "+v"(v))
-#else
+#elif defined(__AVX__)
+#define ACC_MAX 2
+#define IN_REGISTER(v) __asm__("" : "+x"(v))
+#else   // SSE2: a vector of 8 floats is two registers, which no constraint names
 #define ACC_MAX 2
 #define IN_REGISTER(v) (void)0
 #endif
