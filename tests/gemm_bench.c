@@ -1,8 +1,8 @@
 // tests/gemm_bench.c (build/gemm_bench, run by tests/bench.sh): GFLOP/s of a square
 // n x n x n product on 1 and 2 threads, by OpenBLAS's sgemm (this machine's peak, when the
 // build has OpenBLAS) and by the ordered GEMM; then the ordered GEMM at the shapes the
-// -small presets run, B read in place against copied by its first reader, and a weight
-// gradient's leaves one by one and in one call. Each figure is the best of a few repeats
+// -small presets run, B read in place against copied by its first reader, op(A) = A packed
+// against read in place, and a weight gradient's leaves one by one and in one call. Each figure is the best of a few repeats
 // (2 M N K flops per product), by the clock and per CPU-second (the process's CPU time, all
 // threads): on a machine shared with other work the clock says what this run got, the CPU
 // time what the kernel does.
@@ -181,6 +181,29 @@ int main(int argc, char **argv) {
             Rate off = r[0].wall > r[3].wall ? r[0] : r[3], on = r[1].wall > r[2].wall ? r[1] : r[2];
             printf("copy threads=%d %-46s: B in place GFLOP/s %5.1f per-CPU-second %5.1f; copied GFLOP/s %5.1f "
                    "per-CPU-second %5.1f\n", th, cshapes[s].what, off.wall, off.cpu, on.wall, on.cpu);
+        }
+    }
+    // op(A) = A packed into panels against read where it lies (kernels/cpu/gemm.c:
+    // tile_avx512_ain; a kernel set without that tile packs either way), the same order of
+    // variants as above.
+    struct { const char *what; int M, N, K; } ashapes[] = {
+        {"q projection, one sequence (256,512)@(512,512)", 256, 512, 512},
+        {"expert up, 768 rows (768,512)@(512,1024)", 768, 1024, 512},
+        {"deepseek expert up (1024,512)@(512,384)", 1024, 384, 512},
+        {"head (2048,512)@(512,256)", 2048, 256, 512},
+    };
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        for (size_t s = 0; s < sizeof ashapes / sizeof ashapes[0]; s++) {
+            Rate r[4];
+            for (int v = 0; v < 4; v++) {
+                gemm_set_a_in_place(v == 1 || v == 2);
+                r[v] = gflops(0, 0, 0, ashapes[s].M, ashapes[s].N, ashapes[s].K, 5);
+            }
+            gemm_set_a_in_place(1);
+            Rate off = r[0].wall > r[3].wall ? r[0] : r[3], on = r[1].wall > r[2].wall ? r[1] : r[2];
+            printf("ain threads=%d %-46s: A packed GFLOP/s %5.1f per-CPU-second %5.1f; A in place GFLOP/s %5.1f "
+                   "per-CPU-second %5.1f\n", th, ashapes[s].what, off.wall, off.cpu, on.wall, on.cpu);
         }
     }
     omp_set_num_threads(2);

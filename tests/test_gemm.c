@@ -99,18 +99,20 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
           "accumulate=%d: not the reference bits", M, N, K, tA, tB, acc);
     // Both paths: B packed (stream rows 0) and B read in place (every M streams; a kernel
     // set without a transposed tile packs op(B) = B^T either way), in place with a B panel
-    // copied by its first reader and without.
+    // copied by its first reader and without, and with op(A) = A packed where the set would
+    // read it in place.
     // AUTO as well: on an AVX-512 CPU it takes the AVX2 tile for a narrow product with
     // op(A) = A^T.
     const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
-    const int stream_rows[] = {0, 1 << 30, 1 << 30};
-    const char *path[] = {"packed", "in place, copied", "in place"};
+    const int stream_rows[] = {0, 1 << 30, 1 << 30, 1 << 30};
+    const char *path[] = {"packed", "in place, copied", "in place", "in place, A packed"};
     for (int t = 0; t < 4; t++)
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < 4; p++) {
             if (!gemm_kernel_available(kinds[t])) continue;
             gemm_force_kernel(kinds[t]);
             gemm_set_stream_rows(stream_rows[p]);
-            gemm_set_copy_b(p < 2);
+            gemm_set_copy_b(p != 2);
+            gemm_set_a_in_place(p != 3);
             memcpy(got, C0, sizeof(float) * nc);
             ordered_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
             CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, B %s: M=%d N=%d K=%d transA=%d transB=%d "
@@ -119,6 +121,7 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     gemm_force_kernel(GEMM_KERNEL_AUTO);
     gemm_set_stream_rows(-1);
     gemm_set_copy_b(1);
+    gemm_set_a_in_place(1);
     // Against double precision: a chain of K fmas is off by at most gamma_K sum_k |a_k b_k|,
     // gamma_K = K u / (1 - K u) <= (K+1) u here (u = 2^-24, the textbook bound of a recursive
     // dot product); the add of the old value costs u |C| more, and that alone nearly
@@ -158,16 +161,18 @@ static float ref_tree(const float *P, int lo, int n, size_t stride) {
     while (2 * h < n) h *= 2;
     return ref_tree(P, lo, h, stride) + ref_tree(P, lo + h, n - h, stride);
 }
-// Variant v of the tree products' checks: the kernel set v / 2 (AUTO, scalar, AVX2, AVX-512),
-// the B panel copied by its first reader where v is even, read in place where it is odd; 0
-// where this CPU lacks the set. v = -1 restores the defaults.
-enum { TREE_VARIANTS = 8 };
+// Variant v of the tree products' checks: the kernel set v / 3 (AUTO, scalar, AVX2, AVX-512);
+// by v % 3, the B panel copied by its first reader (0), read in place (1), or copied with
+// op(A) = A packed where the set would read it in place (2); 0 where this CPU lacks the set.
+// v = -1 restores the defaults.
+enum { TREE_VARIANTS = 12 };
 static int tree_variant(int v) {
     const GemmKernel kinds[] = {GEMM_KERNEL_AUTO, GEMM_KERNEL_SCALAR, GEMM_KERNEL_AVX2, GEMM_KERNEL_AVX512};
-    GemmKernel k = v < 0 ? GEMM_KERNEL_AUTO : kinds[v / 2];
+    GemmKernel k = v < 0 ? GEMM_KERNEL_AUTO : kinds[v / 3];
     if (!gemm_kernel_available(k)) return 0;
     gemm_force_kernel(k);
-    gemm_set_copy_b(v < 0 || v % 2 == 0);
+    gemm_set_copy_b(v < 0 || v % 3 != 1);
+    gemm_set_a_in_place(v < 0 || v % 3 != 2);
     return 1;
 }
 

@@ -22,7 +22,8 @@
 // any number of rows, and gemm_stream_t reads the rows of W for op(B) = W^T, up to
 // STREAM_M_WT rows on AVX-512 and STREAM_M_WT_AVX2 on AVX2 (gemm.h; the scalar set packs
 // it). Their chains are the same: each element is one pass over all of K from 0, and the
-// old value is added to the finished chain.
+// old value is added to the finished chain. On these paths the AVX-512 set also reads
+// op(A) = A in place, a whole row panel at a time (tile_avx512_ain, gemm_a_in_place).
 //
 // Packing is a copy where the operand's k-major lines are already contiguous and a
 // transposition where they are not (pack_t: op(A) = A, op(B) = W^T), done 16 x 16 or 8 x 8
@@ -57,6 +58,15 @@ void gemm_set_stream_rows(int rows) {
 static int copy_b = 1;   // gemm_set_copy_b
 void gemm_set_copy_b(int on) { copy_b = on; }
 CopyKernel gemm_copy_kernel(const KernelInfo *kn) { return copy_b ? kn->copy : NULL; }
+
+// op(A) = A read in place where its rows are not a multiple of 4 KiB apart: rows 4 KiB
+// apart fall in one set of L1, which holds 8 of the tile's 12 (mixtral-small's chunked
+// products with K = 1024 took 1.05-1.12x the time of packed panels in a step's profile).
+static int a_in_place = 1;   // gemm_set_a_in_place
+void gemm_set_a_in_place(int on) { a_in_place = on; }
+int gemm_a_in_place(const KernelInfo *kn, const GemmArgs *g) {
+    return a_in_place && kn->ain && g->ak == 1 && g->ai % 1024 != 0;
+}
 
 static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
@@ -175,6 +185,55 @@ __attribute__((target("avx512f")))
 static void kernel_avx512_copy(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                                const float *old, int ldo, float *Bc) {
     tile_avx512(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, Bc);
+}
+
+// The 12 x 32 tile with op(A) = A read where it lies (InPlaceKernel). Packing op(A) = A is a
+// transposition, the one part of a product on the in-place paths besides the tile, and
+// costs more the fewer columns share it: reading the 12 rows where they lie (four row
+// pointers, the row stride in the addresses), the tile broadcasts the same values in the
+// same order. On the Zen 4 of docs/performance.md, build/gemm_bench's "ain" lines, 2
+// threads, cold: (2048,512)@(512,256) 186 -> 200 GFLOP/s, (1024,512)@(512,384) 188 -> 198,
+// (256,512)@(512,512) 175 -> 194, (768,512)@(512,1024) 203 -> 206; on one thread 0.99-1.06x.
+__attribute__((target("avx512f"), always_inline))
+static inline void tile_avx512_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                                   const float *old, int ldo, float *Bc) {
+    __m512 c[12][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) c[r][0] = c[r][1] = _mm512_setzero_ps();
+    const float *p0 = A, *p1 = A + 3 * lda, *p2 = A + 6 * lda, *p3 = A + 9 * lda;   // rows 0, 3, 6, 9
+    for (int k = 0; k < kc; k++, Bp += ldb, p0++, p1++, p2++, p3++) {
+        prefetch_b(Bp, ldb, 16);
+        __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
+        if (Bc) {
+            _mm512_store_ps(Bc + 32 * (size_t)k, b0);
+            _mm512_store_ps(Bc + 32 * (size_t)k + 16, b1);
+        }
+        const float *p[4] = {p0, p1, p2, p3};
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+#pragma GCC unroll 3
+            for (int s = 0; s < 3; s++) {   // row 3q + s
+                __m512 a = _mm512_set1_ps(p[q][s * lda]);
+                c[3 * q + s][0] = _mm512_fmadd_ps(a, b0, c[3 * q + s][0]);
+                c[3 * q + s][1] = _mm512_fmadd_ps(a, b1, c[3 * q + s][1]);
+            }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        float *o = C + (size_t)r * ldc;
+        if (old) {
+            c[r][0] = _mm512_add_ps(_mm512_loadu_ps(old + (size_t)r * ldo), c[r][0]);
+            c[r][1] = _mm512_add_ps(_mm512_loadu_ps(old + (size_t)r * ldo + 16), c[r][1]);
+        }
+        _mm512_storeu_ps(o, c[r][0]);
+        _mm512_storeu_ps(o + 16, c[r][1]);
+    }
+}
+__attribute__((target("avx512f")))
+static void kernel_avx512_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                              const float *old, int ldo, float *Bc) {
+    if (Bc) tile_avx512_ain(kc, A, lda, Bp, ldb, C, ldc, old, ldo, Bc);
+    else tile_avx512_ain(kc, A, lda, Bp, ldb, C, ldc, old, ldo, NULL);   // no stores in the loop
 }
 
 __attribute__((target("avx512f")))
@@ -352,11 +411,11 @@ static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int 
 }
 
 static const KernelInfo kernels[] = {
-    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, NULL},
+    [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, NULL, NULL},
     [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2,
-                          kernel_avx2_copy},
+                          kernel_avx2_copy, NULL},
     [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, STREAM_M_WT,
-                            pack_t_avx512, kernel_avx512_copy},
+                            pack_t_avx512, kernel_avx512_copy, kernel_avx512_ain},
 };
 static GemmKernel forced = GEMM_KERNEL_AUTO;
 
@@ -446,9 +505,10 @@ static void pack_at_row(float *Ap, const float *a, int rows, int k, int kc, int 
 
 // A tile at the edge of C (rows < mr or cols < nr): the kernel runs on a full tile on the
 // stack, holding the valid elements' partial chains and old values, and the valid ones are
-// copied back.
-static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc,
-                      int rows, int cols, int load, const float *old, int ldo) {
+// copied back. op(A) from a packed panel Ap (lda = 0), or read in place at Ap, rows lda
+// apart (whole panels only, load = 0).
+static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, size_t lda, const float *Bp, int ldb, float *C,
+                      int ldc, int rows, int cols, int load, const float *old, int ldo) {
     float tile[MR_MAX * NR_MAX] = {0}, otile[MR_MAX * NR_MAX] = {0};
     int nr = kn->nr;
     for (int r = 0; r < rows; r++)
@@ -456,7 +516,8 @@ static void edge_tile(const KernelInfo *kn, int kc, const float *Ap, const float
             if (load) tile[r * nr + c] = C[(size_t)r * ldc + c];
             if (old) otile[r * nr + c] = old[(size_t)r * ldo + c];
         }
-    kn->fn(kc, Ap, Bp, ldb, tile, nr, load, old ? otile : NULL, nr);
+    if (lda) kn->ain(kc, Ap, lda, Bp, ldb, tile, nr, old ? otile : NULL, nr, NULL);
+    else kn->fn(kc, Ap, Bp, ldb, tile, nr, load, old ? otile : NULL, nr);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) C[(size_t)r * ldc + c] = tile[r * nr + c];
 }
@@ -481,7 +542,7 @@ static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, i
             int rows = imin(mr, mc - ir), cols = imin(nr, nc - jr);
             const float *a = Ap + (size_t)ir * kc, *b = Bp + (size_t)jr * kc;
             if (rows == mr && cols == nr) kn->fn(kc, a, b, nr, c, g->ldc, k0 > 0, old, ldo);
-            else edge_tile(kn, kc, a, b, nr, c, g->ldc, rows, cols, k0 > 0, old, ldo);
+            else edge_tile(kn, kc, a, 0, b, nr, c, g->ldc, rows, cols, k0 > 0, old, ldo);
         }
 }
 
@@ -520,9 +581,11 @@ void gemm_team_place(int *threads, int *t) {
 // a panel of mr rows after another), by the calling thread.
 void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1) {
     int mr = kn->mr, K = g->K;
-    if (g->ak == 1) {   // op(A) = A: each panel a transposition
+    if (g->ak == 1) {   // op(A) = A: each panel a transposition (a whole one read in place instead)
         for (int p = p0; p < p1; p++)
-            pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, rows - p * mr), 0, K, mr);
+            if (imin(mr, rows - p * mr) < mr || !gemm_a_in_place(kn, g))
+                pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, rows - p * mr), 0, K,
+                       mr);
         return;
     }
     int r0 = p0 * mr, n = imin(p1 * mr, rows) - r0;   // op(A) = A^T: a row of A at a time
@@ -544,23 +607,37 @@ static void stream_tiles(const KernelInfo *kn, const GemmArgs *g, const float *A
                          int p0, int p1) {
     int mr = kn->mr, nr = kn->nr, K = g->K, cols = imin(nr, g->N - jr), ldb = (int)g->bk;
     const float *b = g->B + jr;
-    CopyKernel copy = gemm_copy_kernel(kn);
     if (cols < nr) {
         gemm_pack_b(kn, Be, g->B, g->bk, 1, jr, cols, 0, K, nr);
         b = Be;
         ldb = nr;
     }
     for (int p = p0; p < p1; p++) {
-        int rows = imin(mr, g->M - i0 - p * mr);
+        int rows = imin(mr, g->M - i0 - p * mr), copy = rows == mr && b != Be && p + 1 < p1 && gemm_copy_kernel(kn);
         float *c = g->C + (size_t)(i0 + p * mr) * g->ldc + jr;
-        const float *old = g->accumulate ? c : NULL, *a = Ap + (size_t)p * mr * K;
-        if (rows == mr && b != Be && p + 1 < p1 && copy) {
-            copy(K, a, b, ldb, c, g->ldc, 0, old, g->ldc, Be);
+        gemm_panel_tile(kn, g, Ap, i0, p, 0, K, b, ldb, c, g->ldc, rows, cols, g->accumulate ? c : NULL, g->ldc,
+                        copy ? Be : NULL);
+        if (copy) {
             b = Be;
             ldb = nr;
-        } else if (rows == mr && cols == nr) kn->fn(K, a, b, ldb, c, g->ldc, 0, old, g->ldc);
-        else edge_tile(kn, K, a, b, ldb, c, g->ldc, rows, cols, 0, old, g->ldc);
+        }
     }
+}
+
+void gemm_panel_tile(const KernelInfo *kn, const GemmArgs *g, const float *Ap, int i0, int p, int k0, int kc,
+                     const float *b, int ldb, float *c, int ldc, int rows, int cols, const float *old, int ldo,
+                     float *Bc) {
+    int mr = kn->mr;
+    const float *a = Ap + ((size_t)p * g->K + k0) * mr;
+    size_t lda = 0;
+    if (g->M - i0 - p * mr >= mr && gemm_a_in_place(kn, g)) {   // a whole panel of A
+        a = g->A + (size_t)(i0 + p * mr) * g->ai + k0;
+        lda = g->ai;
+    }
+    if (rows < mr || cols < kn->nr) edge_tile(kn, kc, a, lda, b, ldb, c, ldc, rows, cols, 0, old, ldo);
+    else if (lda) kn->ain(kc, a, lda, b, ldb, c, ldc, old, ldo, Bc);
+    else if (Bc) kn->copy(kc, a, b, ldb, c, ldc, 0, old, ldo, Bc);
+    else kn->fn(kc, a, b, ldb, c, ldc, 0, old, ldo);
 }
 
 // op(B) = B, K within one block: a k of a B panel is a contiguous run of columns, so the

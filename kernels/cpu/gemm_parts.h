@@ -28,6 +28,13 @@ typedef void (*MicroKernel)(int kc, const float *Ap, const float *Bp, int ldb, f
 typedef void (*CopyKernel)(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                            const float *old, int ldo, float *Bc);
 
+// The tile with op(A) = A read where it lies, for a whole row panel on the in-place paths
+// (one K block: the accumulators start at 0): row r of the tile at A + r*lda, its k-th value
+// broadcast as the packed panel's would be; B, C and old as MicroKernel's, and the B
+// panel's rows stored into Bc as they are read when Bc is not NULL.
+typedef void (*InPlaceKernel)(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                              const float *old, int ldo, float *Bc);
+
 // The transposed tile, for op(B) = W^T with W (N,K) read in place (gemm_stream_t): 12
 // columns of C, j0 .. j0+11, whose W rows start at w[0..11], by 32 rows of C held in the
 // lanes, from a panel Ap (kc, 32) of op(A)^T, k-major. T[r*32 + l] receives the chain of
@@ -45,7 +52,8 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 // set has none (then op(B) = W^T is always packed); wt_rows: the most rows it takes (gemm.h,
 // STREAM_M_WT). pack: the set's pack_t.
 // copy: the tile that also copies the B panel it reads (gemm.c: stream_tiles); NULL where the
-// set has none.
+// set has none. ain: the tile that reads op(A) = A in place (gemm.c: panel_tile); NULL where
+// the set packs it.
 typedef struct {
     MicroKernel fn;
     int mr, nr;
@@ -54,6 +62,7 @@ typedef struct {
     int tn, tl, wt_rows;
     PackT pack;
     CopyKernel copy;
+    InPlaceKernel ain;
 } KernelInfo;
 
 // A product: C (M,N, row stride ldc) = op(A) @ op(B), or C += ... when accumulate; op(A)(i, k)
@@ -82,8 +91,19 @@ float *gemm_buffer(size_t floats);
 // Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols; op(B)(k, j) = B[k*bk + j*bj].
 void gemm_pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
                  int kc, int nr);
-// Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) (all of K) packed into Ap.
+// Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) (all of K) packed into Ap;
+// where the product reads op(A) in place (gemm_a_in_place), its partial panel alone.
 void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1);
+// Whether the in-place paths read the whole row panels of op(A) = A where they lie (the
+// kernel set has the tile for it, and gemm_set_a_in_place left it on).
+int gemm_a_in_place(const KernelInfo *kn, const GemmArgs *g);
+// Row panel p of the chunk at i0 (packed in Ap as gemm_stream_pack leaves it), its k range
+// [k0, k0+kc), against the B panel at b (row stride ldb), onto c (row stride ldc), of which
+// rows x cols are written (mr x nr where c is a tile of the caller's own); old and ldo as
+// MicroKernel's, Bc as CopyKernel's (whole tiles only).
+void gemm_panel_tile(const KernelInfo *kn, const GemmArgs *g, const float *Ap, int i0, int p, int k0, int kc,
+                     const float *b, int ldb, float *c, int ldc, int rows, int cols, const float *old, int ldo,
+                     float *Bc);
 // How the in-place paths share their work (kernels/cpu/gemm.c): the runs of row panels per
 // column panel, whether each thread takes its own row panels, the thread's place in its team.
 int gemm_row_runs(int cpanels, int par);

@@ -55,12 +55,13 @@ static void tree_group(const KernelInfo *kn, const GemmArgs *g, const int *off, 
         int lb = ldb;
         for (int p = p0; p < p1; p++) {
             float *t = slot_tile(kn, T, cur, p - p0);
-            const float *a = Ap + ((size_t)p * g->K + off[l]) * mr;
-            if (Bc && p == p0) {   // the leaf's B rows copied into Bc as the first panel reads them
-                kn->copy(kc, a, bl, lb, t, nr, 0, odd ? t : NULL, nr, Bc + (size_t)off[l] * nr);
+            int copy = Bc && p == p0;   // the leaf's B rows copied into Bc as the first panel reads them
+            gemm_panel_tile(kn, g, Ap, i0, p, off[l], kc, bl, lb, t, nr, mr, nr, odd ? t : NULL, nr,
+                            copy ? Bc + (size_t)off[l] * nr : NULL);
+            if (copy) {
                 bl = Bc + (size_t)off[l] * nr;
                 lb = nr;
-            } else kn->fn(kc, a, bl, lb, t, nr, 0, odd ? t : NULL, nr);
+            }
         }
         if (!odd) continue;
         int carry = cur, k = 1;
