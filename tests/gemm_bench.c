@@ -102,6 +102,29 @@ static Rate leaves(int one_call, int M, int N, int len, int n, int reps) {
     return (Rate){f / best, f / best_cpu};
 }
 
+// Each shape, op(B) = B, on 1 and 2 threads with a switch of the GEMM off and on (the same
+// bits either way); each variant timed twice, in the order off, on, on, off, the better
+// kept (a variant run first in a round tends to be favoured here). The switch is left on.
+typedef struct { const char *what; int M, N, K; } Shape;
+static void in_turn(const char *tag, const char *off_name, const char *on_name, void (*set)(int), const Shape *sh,
+                    int n) {
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        for (int s = 0; s < n; s++) {
+            Rate r[4];
+            for (int v = 0; v < 4; v++) {
+                set(v == 1 || v == 2);
+                r[v] = gflops(0, 0, 0, sh[s].M, sh[s].N, sh[s].K, 5);
+            }
+            set(1);
+            Rate off = r[0].wall > r[3].wall ? r[0] : r[3], on = r[1].wall > r[2].wall ? r[1] : r[2];
+            printf("%s threads=%d %-46s: %s GFLOP/s %5.1f per-CPU-second %5.1f; %s GFLOP/s %5.1f "
+                   "per-CPU-second %5.1f\n", tag, th, sh[s].what, off_name, off.wall, off.cpu, on_name, on.wall,
+                   on.cpu);
+        }
+    }
+}
+
 static Device dev;
 
 int main(int argc, char **argv) {
@@ -160,52 +183,23 @@ int main(int argc, char **argv) {
                    tB ? "^T" : "  ", p.wall, p.cpu, q.wall, q.cpu);
         }
     // The in-place path's B panel read in place by every row panel, or copied by its first
-    // reader for the others (kernels/cpu/gemm.c:stream_tiles), on 1 and 2 threads; each
-    // variant timed twice, in the order off, on, on, off, the better kept (a variant run
-    // first in a round tends to be favoured here).
-    struct { const char *what; int M, N, K; } cshapes[] = {
+    // reader for the others (kernels/cpu/gemm.c:stream_tiles); then op(A) = A packed into
+    // panels, or read where it lies (kernels/cpu/gemm.c:tile_avx512_ain; a kernel set without
+    // that tile packs either way).
+    Shape cshapes[] = {
         {"expert up, 512 rows (512,512)@(512,1024)", 512, 1024, 512},
         {"expert up, 2048 rows (2048,512)@(512,1024)", 2048, 1024, 512},
         {"expert down, 1024 rows (1024,1024)@(1024,512)", 1024, 512, 1024},
         {"deepseek expert up (1024,512)@(512,384)", 1024, 384, 512},
     };
-    for (int th = 1; th <= 2; th++) {
-        omp_set_num_threads(th);
-        for (size_t s = 0; s < sizeof cshapes / sizeof cshapes[0]; s++) {
-            Rate r[4];
-            for (int v = 0; v < 4; v++) {
-                gemm_set_copy_b(v == 1 || v == 2);
-                r[v] = gflops(0, 0, 0, cshapes[s].M, cshapes[s].N, cshapes[s].K, 5);
-            }
-            gemm_set_copy_b(1);
-            Rate off = r[0].wall > r[3].wall ? r[0] : r[3], on = r[1].wall > r[2].wall ? r[1] : r[2];
-            printf("copy threads=%d %-46s: B in place GFLOP/s %5.1f per-CPU-second %5.1f; copied GFLOP/s %5.1f "
-                   "per-CPU-second %5.1f\n", th, cshapes[s].what, off.wall, off.cpu, on.wall, on.cpu);
-        }
-    }
-    // op(A) = A packed into panels against read where it lies (kernels/cpu/gemm.c:
-    // tile_avx512_ain; a kernel set without that tile packs either way), the same order of
-    // variants as above.
-    struct { const char *what; int M, N, K; } ashapes[] = {
+    Shape ashapes[] = {
         {"q projection, one sequence (256,512)@(512,512)", 256, 512, 512},
         {"expert up, 768 rows (768,512)@(512,1024)", 768, 1024, 512},
         {"deepseek expert up (1024,512)@(512,384)", 1024, 384, 512},
         {"head (2048,512)@(512,256)", 2048, 256, 512},
     };
-    for (int th = 1; th <= 2; th++) {
-        omp_set_num_threads(th);
-        for (size_t s = 0; s < sizeof ashapes / sizeof ashapes[0]; s++) {
-            Rate r[4];
-            for (int v = 0; v < 4; v++) {
-                gemm_set_a_in_place(v == 1 || v == 2);
-                r[v] = gflops(0, 0, 0, ashapes[s].M, ashapes[s].N, ashapes[s].K, 5);
-            }
-            gemm_set_a_in_place(1);
-            Rate off = r[0].wall > r[3].wall ? r[0] : r[3], on = r[1].wall > r[2].wall ? r[1] : r[2];
-            printf("ain threads=%d %-46s: A packed GFLOP/s %5.1f per-CPU-second %5.1f; A in place GFLOP/s %5.1f "
-                   "per-CPU-second %5.1f\n", th, ashapes[s].what, off.wall, off.cpu, on.wall, on.cpu);
-        }
-    }
+    in_turn("copy", "B in place", "copied", gemm_set_copy_b, cshapes, 4);
+    in_turn("ain", "A packed", "A in place", gemm_set_a_in_place, ashapes, 4);
     omp_set_num_threads(2);
     // A weight gradient's 8 leaves (one per sequence) of an expert's rows or of a dense
     // layer's tokens: one by one against in one call, side by side, 2 threads.
