@@ -22,8 +22,9 @@
 // any number of rows, and gemm_stream_t reads the rows of W for op(B) = W^T, up to
 // STREAM_M_WT rows on AVX-512 and STREAM_M_WT_AVX2 on AVX2 (gemm.h; the scalar set packs
 // it). Their chains are the same: each element is one pass over all of K from 0, and the
-// old value is added to the finished chain. On these paths the AVX-512 set also reads
-// op(A) = A in place, a whole row panel at a time (tile_avx512_ain, gemm_a_in_place).
+// old value is added to the finished chain. On these paths the AVX-512 and AVX2 sets also
+// read op(A) = A in place, a whole row panel at a time (kernels/cpu/gemm_ain.c,
+// gemm_a_in_place).
 //
 // Packing is a copy where the operand's k-major lines are already contiguous and a
 // transposition where they are not (pack_t: op(A) = A, op(B) = W^T), done 16 x 16 or 8 x 8
@@ -79,19 +80,6 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, flo
     for (int r = 0; r < 4; r++)
         for (int j = 0; j < 8; j++)
             C[(size_t)r * ldc + j] = old ? old[(size_t)r * ldo + j] + c[r][j] : c[r][j];
-}
-
-// The B row PF_ROWS k-steps ahead, asked into L1 (two loads of `half` floats). A B panel
-// read in place (gemm_stream) has its rows a whole row of B apart (2-4 KiB at the presets'
-// widths), a stride the hardware prefetchers follow late: without this, a product of 8 to
-// 128 rows ran at 19-139 GFLOP/s, with it 28-162 (build/gemm_bench's "few rows" lines, B in
-// place, docs/performance.md). A prefetch changes no arithmetic and never faults, past
-// the end of B included. Always inlined: GCC counts a function that only prefetches as one
-// without effects and drops the calls it does not inline (it did so from the tiles below).
-enum { PF_ROWS = 8 };
-__attribute__((always_inline)) static inline void prefetch_b(const float *Bp, int ldb, int half) {
-    _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb), _MM_HINT_T0);
-    _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb + half), _MM_HINT_T0);
 }
 
 // 6 rows x 16 columns in twelve 8-wide registers. Bc, where not NULL, receives the B
@@ -185,55 +173,6 @@ __attribute__((target("avx512f")))
 static void kernel_avx512_copy(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                                const float *old, int ldo, float *Bc) {
     tile_avx512(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, Bc);
-}
-
-// The 12 x 32 tile with op(A) = A read where it lies (InPlaceKernel). Packing op(A) = A is a
-// transposition, the one part of a product on the in-place paths besides the tile, and
-// costs more the fewer columns share it: reading the 12 rows where they lie (four row
-// pointers, the row stride in the addresses), the tile broadcasts the same values in the
-// same order. On the Zen 4 of docs/performance.md, build/gemm_bench's "ain" lines, 2
-// threads, cold: (2048,512)@(512,256) 186 -> 200 GFLOP/s, (1024,512)@(512,384) 188 -> 198,
-// (256,512)@(512,512) 175 -> 194, (768,512)@(512,1024) 203 -> 206; on one thread 0.99-1.06x.
-__attribute__((target("avx512f"), always_inline))
-static inline void tile_avx512_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
-                                   const float *old, int ldo, float *Bc) {
-    __m512 c[12][2];
-#pragma GCC unroll 12
-    for (int r = 0; r < 12; r++) c[r][0] = c[r][1] = _mm512_setzero_ps();
-    const float *p0 = A, *p1 = A + 3 * lda, *p2 = A + 6 * lda, *p3 = A + 9 * lda;   // rows 0, 3, 6, 9
-    for (int k = 0; k < kc; k++, Bp += ldb, p0++, p1++, p2++, p3++) {
-        prefetch_b(Bp, ldb, 16);
-        __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
-        if (Bc) {
-            _mm512_store_ps(Bc + 32 * (size_t)k, b0);
-            _mm512_store_ps(Bc + 32 * (size_t)k + 16, b1);
-        }
-        const float *p[4] = {p0, p1, p2, p3};
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-#pragma GCC unroll 3
-            for (int s = 0; s < 3; s++) {   // row 3q + s
-                __m512 a = _mm512_set1_ps(p[q][s * lda]);
-                c[3 * q + s][0] = _mm512_fmadd_ps(a, b0, c[3 * q + s][0]);
-                c[3 * q + s][1] = _mm512_fmadd_ps(a, b1, c[3 * q + s][1]);
-            }
-    }
-#pragma GCC unroll 12
-    for (int r = 0; r < 12; r++) {
-        float *o = C + (size_t)r * ldc;
-        if (old) {
-            c[r][0] = _mm512_add_ps(_mm512_loadu_ps(old + (size_t)r * ldo), c[r][0]);
-            c[r][1] = _mm512_add_ps(_mm512_loadu_ps(old + (size_t)r * ldo + 16), c[r][1]);
-        }
-        _mm512_storeu_ps(o, c[r][0]);
-        _mm512_storeu_ps(o + 16, c[r][1]);
-    }
-}
-__attribute__((target("avx512f")))
-static void kernel_avx512_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
-                              const float *old, int ldo, float *Bc) {
-    if (Bc) tile_avx512_ain(kc, A, lda, Bp, ldb, C, ldc, old, ldo, Bc);
-    else tile_avx512_ain(kc, A, lda, Bp, ldb, C, ldc, old, ldo, NULL);   // no stores in the loop
 }
 
 __attribute__((target("avx512f")))
@@ -413,7 +352,7 @@ static void pack_t_avx2(float *P, int w, const float *X, size_t ld, int r0, int 
 static const KernelInfo kernels[] = {
     [GEMM_KERNEL_SCALAR] = {kernel_scalar, 4, 8, "scalar 4x8", NULL, 0, 0, 0, pack_t_scalar, NULL, NULL},
     [GEMM_KERNEL_AVX2] = {kernel_avx2, 6, 16, "avx2 6x16", kernel_avx2_t, 6, 16, STREAM_M_WT_AVX2, pack_t_avx2,
-                          kernel_avx2_copy, NULL},
+                          kernel_avx2_copy, kernel_avx2_ain},
     [GEMM_KERNEL_AVX512] = {kernel_avx512, 12, 32, "avx512 12x32", kernel_avx512_t, 12, 32, STREAM_M_WT,
                             pack_t_avx512, kernel_avx512_copy, kernel_avx512_ain},
 };

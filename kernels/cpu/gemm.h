@@ -71,8 +71,8 @@ void gemm_set_stream_rows(int rows);
 // panel in place, so that a test runs both and a benchmark compares them. The same bits.
 void gemm_set_copy_b(int on);
 // Whether the in-place paths read op(A) = A where it lies instead of packing it (on: 1, by
-// default, where the kernel set has the tile for it, AVX-512's; 0 packs it, so that a test
-// runs both and a benchmark compares them). The same bits.
+// default, where the kernel set has the tile for it, AVX-512's and AVX2's; 0 packs it, so
+// that a test runs both and a benchmark compares them). The same bits.
 void gemm_set_a_in_place(int on);
 
 // P (kc, w) k-major: P[k*w + r] = X[r*ld + k] for r < rows, 0 for rows <= r < w; lines of

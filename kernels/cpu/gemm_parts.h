@@ -1,10 +1,12 @@
-// kernels/cpu/gemm_parts.h: what the ordered GEMM's two files share: kernels/cpu/gemm.c
-// (the micro-kernels, the packing, the plain and in-place products) and kernels/cpu/gemm_tree.c
-// (products whose contraction is cut into pieces added along the canonical tree, the tree
-// done tile by tile). Not part of the kernel seam: nothing outside these two files includes it.
+// kernels/cpu/gemm_parts.h: what the ordered GEMM's files share: kernels/cpu/gemm.c (the
+// micro-kernels, the packing, the plain and in-place products), kernels/cpu/gemm_ain.c (the
+// tiles that read op(A) = A where it lies) and kernels/cpu/gemm_tree.c (products whose
+// contraction is cut into pieces added along the canonical tree, the tree done tile by
+// tile). Not part of the kernel seam: nothing outside these files includes it.
 #ifndef MESHMOE_KERNELS_CPU_GEMM_PARTS_H
 #define MESHMOE_KERNELS_CPU_GEMM_PARTS_H
 #include "kernels/cpu/gemm.h"
+#include <immintrin.h>
 #include <stddef.h>
 
 // Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
@@ -45,6 +47,19 @@ typedef void (*WeightKernel)(int kc, const float *const *w, const float *Ap, flo
 // P (kc, w) k-major: P[k*w + r] = X[(r0+r)*ld + k0 + k] for r < rows, 0 for rows <= r < w.
 typedef void (*PackT)(float *P, int w, const float *X, size_t ld, int r0, int rows, int k0, int kc);
 
+// The B row PF_ROWS k-steps ahead, asked into L1 (two loads of `half` floats). A B panel
+// read in place (gemm_stream) has its rows a whole row of B apart (2-4 KiB at the presets'
+// widths), a stride the hardware prefetchers follow late: without this, a product of 8 to
+// 128 rows ran at 19-139 GFLOP/s, with it 28-162 (build/gemm_bench's "few rows" lines, B in
+// place, docs/performance.md). A prefetch changes no arithmetic and never faults, past
+// the end of B included. Always inlined: GCC counts a function that only prefetches as one
+// without effects and drops the calls it does not inline (it did so from the tiles).
+enum { PF_ROWS = 8 };
+__attribute__((always_inline)) static inline void prefetch_b(const float *Bp, int ldb, int half) {
+    _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb), _MM_HINT_T0);
+    _mm_prefetch((const char *)(Bp + PF_ROWS * (size_t)ldb + half), _MM_HINT_T0);
+}
+
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline int imax(int a, int b) { return a > b ? a : b; }
 
@@ -83,6 +98,12 @@ static inline void onto_zero(float *c, const float *t, int n) {
     for (; j + 8 <= n; j += 8) *(V8 *)(c + j) = (V8){0} + *(const V8 *)(t + j);
     for (; j < n; j++) c[j] = 0.0f + t[j];
 }
+
+// The in-place tiles (kernels/cpu/gemm_ain.c), of the AVX-512 and AVX2 sets.
+void kernel_avx512_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                       const float *old, int ldo, float *Bc);
+void kernel_avx2_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                     const float *old, int ldo, float *Bc);
 
 // The kernel set this CPU runs (or the one a test forced).
 const KernelInfo *gemm_kernel_pick(void);
