@@ -22,9 +22,8 @@
 // any number of rows, and gemm_stream_t reads the rows of W for op(B) = W^T, up to
 // STREAM_M_WT rows on AVX-512 and STREAM_M_WT_AVX2 on AVX2 (gemm.h; the scalar set packs
 // it). Their chains are the same: each element is one pass over all of K from 0, and the
-// old value is added to the finished chain. On these paths the AVX-512 and AVX2 sets also
-// read op(A) = A in place, a whole row panel at a time (kernels/cpu/gemm_ain.c,
-// gemm_a_in_place).
+// old value is added to the finished chain. On these paths the AVX-512 and AVX2 tiles also
+// read op(A) = A in place, a whole row panel at a time (gemm_a_in_place).
 //
 // Packing is a copy where the operand's k-major lines are already contiguous and a
 // transposition where they are not (pack_t: op(A) = A, op(B) = W^T), done 16 x 16 or 8 x 8
@@ -82,30 +81,47 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, flo
             C[(size_t)r * ldc + j] = old ? old[(size_t)r * ldo + j] + c[r][j] : c[r][j];
 }
 
-// 6 rows x 16 columns in twelve 8-wide registers. Bc, where not NULL, receives the B
-// panel's rows as they are read (gemm_stream: the copy the next row panels read).
+// The tiles read op(A) from a packed panel (lda = 0: the k-th values of the rows at Ap +
+// k*mr) or, on the in-place paths, where it lies (row r at Ap + r*lda: gemm_a_in_place). Each
+// value is broadcast in the same order either way: the same chains, the same bits. Packing
+// op(A) = A is a transposition, the one part of an in-place product besides the tile, and
+// costs more the fewer columns share it; in place, row pointers a few rows apart and the
+// row stride in the addresses take its place. On the Zen 4 of docs/performance.md,
+// build/gemm_bench's "ain" lines, 2 threads, cold, packed against in place, AVX-512:
+// (2048,512)@(512,256) 186 -> 200 GFLOP/s, (1024,512)@(512,384) 188 -> 198,
+// (256,512)@(512,512) 175 -> 194, (768,512)@(512,1024) 203 -> 206; AVX2: 177 -> 192, 181 ->
+// 187, 158 -> 156, 199 -> 203; one thread 0.99-1.06x.
+
+// 6 rows x 16 columns in twelve 8-wide registers, the rows in place from two pointers (rows
+// 0 and 3). Bc, where not NULL, receives the B panel's rows as they are read (gemm_stream:
+// the copy the next row panels read).
 __attribute__((target("avx2,fma"), always_inline))
-static inline void tile_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
-                             const float *old, int ldo, float *Bc) {
+static inline void tile_avx2(int kc, const float *Ap, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                             int load, const float *old, int ldo, float *Bc) {
     __m256 c[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
         c[r][0] = load ? _mm256_loadu_ps(C + (size_t)r * ldc) : _mm256_setzero_ps();
         c[r][1] = load ? _mm256_loadu_ps(C + (size_t)r * ldc + 8) : _mm256_setzero_ps();
     }
-    for (int k = 0; k < kc; k++, Ap += 6, Bp += ldb) {
+    size_t rs = lda ? lda : 1, step = lda ? 1 : 6;   // from row to row; from k to k
+    const float *p0 = Ap, *p1 = Ap + 3 * rs;
+    for (int k = 0; k < kc; k++, p0 += step, p1 += step, Bp += ldb) {
         prefetch_b(Bp, ldb, 8);
         __m256 b0 = _mm256_loadu_ps(Bp), b1 = _mm256_loadu_ps(Bp + 8);
         if (Bc) {
             _mm256_store_ps(Bc + 16 * (size_t)k, b0);
             _mm256_store_ps(Bc + 16 * (size_t)k + 8, b1);
         }
-#pragma GCC unroll 6
-        for (int r = 0; r < 6; r++) {
-            __m256 a = _mm256_broadcast_ss(Ap + r);
-            c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-            c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
-        }
+        const float *p[2] = {p0, p1};
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++)
+#pragma GCC unroll 3
+            for (int s = 0; s < 3; s++) {   // row 3q + s
+                __m256 a = _mm256_broadcast_ss(p[q] + s * rs);
+                c[3 * q + s][0] = _mm256_fmadd_ps(a, b0, c[3 * q + s][0]);
+                c[3 * q + s][1] = _mm256_fmadd_ps(a, b1, c[3 * q + s][1]);
+            }
     }
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
@@ -121,37 +137,49 @@ static inline void tile_avx2(int kc, const float *Ap, const float *Bp, int ldb, 
 __attribute__((target("avx2,fma")))
 static void kernel_avx2(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                         const float *old, int ldo) {
-    tile_avx2(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, NULL);
+    tile_avx2(kc, Ap, 0, Bp, ldb, C, ldc, load, old, ldo, NULL);
 }
 __attribute__((target("avx2,fma")))
 static void kernel_avx2_copy(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                              const float *old, int ldo, float *Bc) {
-    tile_avx2(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, Bc);
+    tile_avx2(kc, Ap, 0, Bp, ldb, C, ldc, load, old, ldo, Bc);
+}
+__attribute__((target("avx2,fma")))
+static void kernel_avx2_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                            const float *old, int ldo, float *Bc) {
+    if (Bc) tile_avx2(kc, A, lda, Bp, ldb, C, ldc, 0, old, ldo, Bc);
+    else tile_avx2(kc, A, lda, Bp, ldb, C, ldc, 0, old, ldo, NULL);   // no stores in the loop
 }
 
-// 12 rows x 32 columns in twenty-four 16-wide registers; Bc as tile_avx2's.
+// 12 rows x 32 columns in twenty-four 16-wide registers, the rows in place from four
+// pointers (rows 0, 3, 6 and 9); Bc as tile_avx2's.
 __attribute__((target("avx512f"), always_inline))
-static inline void tile_avx512(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
-                               const float *old, int ldo, float *Bc) {
+static inline void tile_avx512(int kc, const float *Ap, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                               int load, const float *old, int ldo, float *Bc) {
     __m512 c[12][2];
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++) {
         c[r][0] = load ? _mm512_loadu_ps(C + (size_t)r * ldc) : _mm512_setzero_ps();
         c[r][1] = load ? _mm512_loadu_ps(C + (size_t)r * ldc + 16) : _mm512_setzero_ps();
     }
-    for (int k = 0; k < kc; k++, Ap += 12, Bp += ldb) {
+    size_t rs = lda ? lda : 1, step = lda ? 1 : 12;   // from row to row; from k to k
+    const float *p0 = Ap, *p1 = Ap + 3 * rs, *p2 = Ap + 6 * rs, *p3 = Ap + 9 * rs;
+    for (int k = 0; k < kc; k++, p0 += step, p1 += step, p2 += step, p3 += step, Bp += ldb) {
         prefetch_b(Bp, ldb, 16);
         __m512 b0 = _mm512_loadu_ps(Bp), b1 = _mm512_loadu_ps(Bp + 16);
         if (Bc) {
             _mm512_store_ps(Bc + 32 * (size_t)k, b0);
             _mm512_store_ps(Bc + 32 * (size_t)k + 16, b1);
         }
-#pragma GCC unroll 12
-        for (int r = 0; r < 12; r++) {
-            __m512 a = _mm512_set1_ps(Ap[r]);
-            c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
-            c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
-        }
+        const float *p[4] = {p0, p1, p2, p3};
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+#pragma GCC unroll 3
+            for (int s = 0; s < 3; s++) {   // row 3q + s
+                __m512 a = _mm512_set1_ps(p[q][s * rs]);
+                c[3 * q + s][0] = _mm512_fmadd_ps(a, b0, c[3 * q + s][0]);
+                c[3 * q + s][1] = _mm512_fmadd_ps(a, b1, c[3 * q + s][1]);
+            }
     }
 #pragma GCC unroll 12
     for (int r = 0; r < 12; r++) {
@@ -167,12 +195,18 @@ static inline void tile_avx512(int kc, const float *Ap, const float *Bp, int ldb
 __attribute__((target("avx512f")))
 static void kernel_avx512(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                           const float *old, int ldo) {
-    tile_avx512(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, NULL);
+    tile_avx512(kc, Ap, 0, Bp, ldb, C, ldc, load, old, ldo, NULL);
 }
 __attribute__((target("avx512f")))
 static void kernel_avx512_copy(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
                                const float *old, int ldo, float *Bc) {
-    tile_avx512(kc, Ap, Bp, ldb, C, ldc, load, old, ldo, Bc);
+    tile_avx512(kc, Ap, 0, Bp, ldb, C, ldc, load, old, ldo, Bc);
+}
+__attribute__((target("avx512f")))
+static void kernel_avx512_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
+                              const float *old, int ldo, float *Bc) {
+    if (Bc) tile_avx512(kc, A, lda, Bp, ldb, C, ldc, 0, old, ldo, Bc);
+    else tile_avx512(kc, A, lda, Bp, ldb, C, ldc, 0, old, ldo, NULL);   // no stores in the loop
 }
 
 __attribute__((target("avx512f")))

@@ -1,8 +1,7 @@
-// kernels/cpu/gemm_parts.h: what the ordered GEMM's files share: kernels/cpu/gemm.c (the
-// micro-kernels, the packing, the plain and in-place products), kernels/cpu/gemm_ain.c (the
-// tiles that read op(A) = A where it lies) and kernels/cpu/gemm_tree.c (products whose
-// contraction is cut into pieces added along the canonical tree, the tree done tile by
-// tile). Not part of the kernel seam: nothing outside these files includes it.
+// kernels/cpu/gemm_parts.h: what the ordered GEMM's two files share: kernels/cpu/gemm.c
+// (the micro-kernels, the packing, the plain and in-place products) and kernels/cpu/gemm_tree.c
+// (products whose contraction is cut into pieces added along the canonical tree, the tree
+// done tile by tile). Not part of the kernel seam: nothing outside these two files includes it.
 #ifndef MESHMOE_KERNELS_CPU_GEMM_PARTS_H
 #define MESHMOE_KERNELS_CPU_GEMM_PARTS_H
 #include "kernels/cpu/gemm.h"
@@ -67,7 +66,7 @@ static inline int imax(int a, int b) { return a > b ? a : b; }
 // set has none (then op(B) = W^T is always packed); wt_rows: the most rows it takes (gemm.h,
 // STREAM_M_WT). pack: the set's pack_t.
 // copy: the tile that also copies the B panel it reads (gemm.c: stream_tiles); NULL where the
-// set has none. ain: the tile that reads op(A) = A in place (gemm.c: panel_tile); NULL where
+// set has none. ain: the tile that reads op(A) = A in place (gemm.c: gemm_panel_tile); NULL where
 // the set packs it.
 typedef struct {
     MicroKernel fn;
@@ -98,12 +97,6 @@ static inline void onto_zero(float *c, const float *t, int n) {
     for (; j + 8 <= n; j += 8) *(V8 *)(c + j) = (V8){0} + *(const V8 *)(t + j);
     for (; j < n; j++) c[j] = 0.0f + t[j];
 }
-
-// The in-place tiles (kernels/cpu/gemm_ain.c), of the AVX-512 and AVX2 sets.
-void kernel_avx512_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
-                       const float *old, int ldo, float *Bc);
-void kernel_avx2_ain(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
-                     const float *old, int ldo, float *Bc);
 
 // The kernel set this CPU runs (or the one a test forced).
 const KernelInfo *gemm_kernel_pick(void);
