@@ -23,7 +23,7 @@
 // STREAM_M_WT rows on AVX-512 and STREAM_M_WT_AVX2 on AVX2 (gemm.h; the scalar set packs
 // it). Their chains are the same: each element is one pass over all of K from 0, and the
 // old value is added to the finished chain. On these paths the AVX-512 and AVX2 tiles also
-// read op(A) = A in place, a whole row panel at a time (gemm_a_in_place).
+// read op(A) = A in place, a whole row panel at a time (panel_in_place).
 //
 // Packing is a copy where the operand's k-major lines are already contiguous and a
 // transposition where they are not (pack_t: op(A) = A, op(B) = W^T), done 16 x 16 or 8 x 8
@@ -59,13 +59,15 @@ static int copy_b = 1;   // gemm_set_copy_b
 void gemm_set_copy_b(int on) { copy_b = on; }
 CopyKernel gemm_copy_kernel(const KernelInfo *kn) { return copy_b ? kn->copy : NULL; }
 
-// op(A) = A read in place where its rows are not a multiple of 4 KiB apart: rows 4 KiB
-// apart fall in one set of L1, which holds 8 of the tile's 12 (mixtral-small's chunked
-// products with K = 1024 took 1.05-1.12x the time of packed panels in a step's profile).
+// Whether row panel p of the chunk at i0 is read in place: a whole panel of op(A) = A, a
+// kernel set with the tile for it, and rows not a multiple of 4 KiB apart (such rows fall
+// in one set of L1, which holds 8 of the tile's 12: mixtral-small's chunked products with
+// K = 1024 took 1.05-1.12x the time of packed panels in a step's profile). gemm_stream_pack
+// packs the others.
 static int a_in_place = 1;   // gemm_set_a_in_place
 void gemm_set_a_in_place(int on) { a_in_place = on; }
-int gemm_a_in_place(const KernelInfo *kn, const GemmArgs *g) {
-    return a_in_place && kn->ain && g->ak == 1 && g->ai % 1024 != 0;
+static int panel_in_place(const KernelInfo *kn, const GemmArgs *g, int i0, int p) {
+    return a_in_place && kn->ain && g->ak == 1 && g->ai % 1024 != 0 && g->M - i0 - p * kn->mr >= kn->mr;
 }
 
 static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
@@ -82,7 +84,7 @@ static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, flo
 }
 
 // The tiles read op(A) from a packed panel (lda = 0: the k-th values of the rows at Ap +
-// k*mr) or, on the in-place paths, where it lies (row r at Ap + r*lda: gemm_a_in_place). Each
+// k*mr) or, on the in-place paths, where it lies (row r at Ap + r*lda: panel_in_place). Each
 // value is broadcast in the same order either way: the same chains, the same bits. Packing
 // op(A) = A is a transposition, the one part of an in-place product besides the tile, and
 // costs more the fewer columns share it; in place, row pointers a few rows apart and the
@@ -556,7 +558,7 @@ void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0
     int mr = kn->mr, K = g->K;
     if (g->ak == 1) {   // op(A) = A: each panel a transposition (a whole one read in place instead)
         for (int p = p0; p < p1; p++)
-            if (imin(mr, rows - p * mr) < mr || !gemm_a_in_place(kn, g))
+            if (!panel_in_place(kn, g, i0, p))
                 pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, rows - p * mr), 0, K,
                        mr);
         return;
@@ -603,7 +605,7 @@ void gemm_panel_tile(const KernelInfo *kn, const GemmArgs *g, const float *Ap, i
     int mr = kn->mr;
     const float *a = Ap + ((size_t)p * g->K + k0) * mr;
     size_t lda = 0;
-    if (g->M - i0 - p * mr >= mr && gemm_a_in_place(kn, g)) {   // a whole panel of A
+    if (panel_in_place(kn, g, i0, p)) {
         a = g->A + (size_t)(i0 + p * mr) * g->ai + k0;
         lda = g->ai;
     }

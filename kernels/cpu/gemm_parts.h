@@ -105,12 +105,9 @@ float *gemm_buffer(size_t floats);
 // Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols; op(B)(k, j) = B[k*bk + j*bj].
 void gemm_pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
                  int kc, int nr);
-// Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) (all of K) packed into Ap;
-// where the product reads op(A) in place (gemm_a_in_place), its partial panel alone.
+// Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) (all of K) packed into Ap,
+// but for the whole panels of op(A) = A that the tiles read in place (gemm.c: panel_in_place).
 void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1);
-// Whether the in-place paths read the whole row panels of op(A) = A where they lie (the
-// kernel set has the tile for it, and gemm_set_a_in_place left it on).
-int gemm_a_in_place(const KernelInfo *kn, const GemmArgs *g);
 // Row panel p of the chunk at i0 (packed in Ap as gemm_stream_pack leaves it), its k range
 // [k0, k0+kc), against the B panel at b (row stride ldb), onto c (row stride ldc), of which
 // rows x cols are written (mr x nr where c is a tile of the caller's own); old and ldo as
