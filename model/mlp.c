@@ -14,6 +14,16 @@
 #include "kernels/kernels.h"
 #include "core/common.h"
 
+// out (T,D) = SwiGLU(h0, h1) @ wo: the part of the forward whose result only the next layer
+// reads (the backward recomputes the activation from h0, h1 and needs neither it nor out).
+static void mlp_output(const Config *c, const MlpParams *p, float *out, const MlpSaved *s, int T, int D, int F) {
+    float *act = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F), a temporary
+    kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
+    tp_rowpar_forward(c, out, act, p->wo, T, F, D);   // a sum over F, split over the tensor axis
+    prec_round(c, out, (size_t)T * D);
+    mem_free(act);
+}
+
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
     s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F), written whole below
     s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
@@ -21,12 +31,7 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     matmul_forward(s->h1, x, p->wi_1, T, D, F, 0);
     prec_round(c, s->h0, (size_t)T * F);
     prec_round(c, s->h1, (size_t)T * F);
-    // The activation is recomputed in the backward pass from h0, h1: a temporary here.
-    float *act = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F)
-    kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
-    tp_rowpar_forward(c, out, act, p->wo, T, F, D);   // a sum over F, split over the tensor axis
-    prec_round(c, out, (size_t)T * D);
-    mem_free(act);
+    if (out) mlp_output(c, p, out, s, T, D, F);
     act_pack(c, &s->h0, (size_t)T * F);   // kept as 16-bit numbers in bf16 mode
     act_pack(c, &s->h1, (size_t)T * F);
 }

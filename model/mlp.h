@@ -12,6 +12,7 @@ typedef struct {
 
 // out (T,D) = SwiGLU(x (T,D)); F is the hidden width (this device's slice of it under
 // tensor parallelism; c gives tensor_reduce_chunks). s gets MEM_ACTIVATIONS buffers.
+// out == NULL: only what the backward reads (h0, h1), as a remat recomputation needs.
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F);
 // dx (T,D) += ; g->* += weight gradients (canonical tree over the leaves, base/context.h); frees s.
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,

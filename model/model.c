@@ -289,7 +289,8 @@ float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, in
     return h;
 }
 
-// out (T,D) = MoE(n2) of layer l, with moe_reshard_io's copies around it.
+// out (T,D) = MoE(n2) of layer l, with moe_reshard_io's copies around it (out == NULL:
+// the saved tensors only, moe_forward).
 static void moe_block_forward(Model *m, int l, LayerActs *a, float *out, const float *n2, int B, int S,
                               float lb_coef, FwdStats *st) {
     const Config *c = &m->cfg;
@@ -302,15 +303,18 @@ static void moe_block_forward(Model *m, int l, LayerActs *a, float *out, const f
     }
     size_t n = (size_t)B * S * c->base_emb_dim;
     float *in = reshard_copy(n2, n, "moe block input, resharded (a copy)");
-    float *res = mem_floats(MEM_TEMP, n, "moe block output, before its reshard");
+    float *res = out ? mem_floats(MEM_TEMP, n, "moe block output, before its reshard") : NULL;
     moe_forward(c, &m->dims, p, bias_of(m, l), &a->moe, res, in, B, S, lb_coef, lb, counts);
-    mem_copy(out, res, sizeof(float) * n);
+    if (out) mem_copy(out, res, sizeof(float) * n);
     mem_free(in);
     mem_free(res);
 }
 
-float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
-                               FwdStats *st) {
+// The FFN block of layer l on h: n2, rstd2 and the FFN's saved tensors in a, and with
+// output the block's output x' = h + FFN(RMSNorm_post(h)) (T,D), returned; without it (a
+// remat recomputation) NULL, and what only the output needs is not computed.
+static float *ffn_block(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef, FwdStats *st,
+                        int output) {
     const Config *c = &m->cfg;
     int T = B * S, D = c->base_emb_dim;
     LayerParams *p = &m->params.layers[l];
@@ -320,14 +324,25 @@ float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, in
     a->scale2 = rmsnorm_constrained(c, a->n2, a->rstd2, h, p->post_norm, T, D,
                                     "constraint copy: attention output (residual)");
     // x' = h + FFN(n2), FFN the MoE block or the dense MLP, reading n2 under a constraint
-    float *xn = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)");
+    float *xn = output ? mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)") : NULL;
     const float *n2c = constraint_apply(c, a->n2, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: mlp input");
     if (cfg_layer_is_moe(c, l)) moe_block_forward(m, l, a, xn, n2c, B, S, lb_coef, st);
     else mlp_forward(c, &p->mlp, &a->mlp, xn, n2c, T, D, m->dims.mlp_dim);
     constraint_end(n2c, a->n2);
+    if (!xn) return NULL;
     kern()->sum->residual_add(xn, h, (size_t)T * D);
     round_bf16(xn, (size_t)T * D, cfg_bf16(c));     // residual (cast point 10)
     return xn;
+}
+
+float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
+                               FwdStats *st) {
+    return ffn_block(m, l, a, h, B, S, lb_coef, st, 1);
+}
+
+void model_ffn_block_saved(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
+                           FwdStats *st) {
+    ffn_block(m, l, a, h, B, S, lb_coef, st, 0);
 }
 
 float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S, float lb_coef, FwdStats *st) {

@@ -172,6 +172,12 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
 float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S);
 float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
                                FwdStats *st);
+// What a recomputation of the FFN block needs: n2, rstd2 and the FFN's saved tensors in a,
+// without the block's output, which its backward does not read (the dense MLP's and the
+// shared experts' wo products, the MoE combine and the residual add are left out, as XLA
+// leaves out of a rematerialised forward what the backward does not use).
+void model_ffn_block_saved(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
+                           FwdStats *st);
 // dx (T,D): on entry d loss/d(layer output), on return d loss/d(layer input); dh, dn:
 // (T,D) scratch. grads.layers[l] += the layer's weight gradients. `a` may hold less than the
 // forward saved (a remat policy, or the pipeline's: at least a->x): the rest is recomputed.

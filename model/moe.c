@@ -377,15 +377,20 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     // Combine, each token's experts in ascending expert order (the order of the dense
     // path's sum over E), so both paths add the same terms in the same order.
     int bf16_sum = cfg_bf16(c) && !c->float32_weight_sum;   // cast point 14
-    kern()->moe->combine_forward(out, s->y, s->w_eff, s->top_idx, s->assign_row, T, D, K, bf16_sum, cfg_bf16(c));
+    if (out)
+        kern()->moe->combine_forward(out, s->y, s->w_eff, s->top_idx, s->assign_row, T, D, K, bf16_sum,
+                                     cfg_bf16(c));
 
-    // DeepSeek's shared experts: a dense SwiGLU on every token, added to the routed output.
+    // DeepSeek's shared experts: a dense SwiGLU on every token, added to the routed output
+    // (without out, their h0 and h1 only).
     if (p->shared.wi_0) {
-        float *sh = mem_floats(MEM_TEMP, (size_t)T * D, "moe shared expert out");
+        float *sh = out ? mem_floats(MEM_TEMP, (size_t)T * D, "moe shared expert out") : NULL;
         mlp_forward(c, &p->shared, &s->shared, sh, x, T, D, c->shared_experts * H);
-        kern()->moe->add_shared(out, sh, (size_t)T * D);
-        prec_round(c, out, (size_t)T * D);   // cast point 15
-        mem_free(sh);
+        if (out) {
+            kern()->moe->add_shared(out, sh, (size_t)T * D);
+            prec_round(c, out, (size_t)T * D);   // cast point 15
+            mem_free(sh);
+        }
     }
     // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
     moe_saved_pack(c, ld, s, 1);

@@ -35,6 +35,9 @@ typedef struct {
 } MoeSaved;
 
 // out (T,D) = MoE(x (T,D)), T = B*S. bias (E) is the DeepSeek selection bias or NULL.
+// out == NULL: only what the backward reads (routing, h0, h1 and the expert outputs y, which
+// the routing weights' gradient needs), as a remat recomputation needs: no combine, and the
+// shared experts' h0 and h1 without their wo.
 // ld: this device's expert width (model/dims.h); the experts and routing are the Config's.
 // lb_coef: coefficient of sum_{b,e} f*Pbar in the total loss (0 = no load-balance loss);
 // lb_seq (B) = this block's load-balance loss per sequence, lb_coef * sum_e f[b,e]*Pbar[b,e]

@@ -235,7 +235,7 @@ void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coe
         free_ptr(&a->n2); free_ptr(&a->rstd2); free_ptr(&a->scale2);
         double *aux = scratch_aux(c, B);
         FwdStats rs = {NULL, aux, B, NULL};
-        mem_free(model_ffn_block_forward(m, l, a, a->h, B, S, lb_coef, &rs));
+        model_ffn_block_saved(m, l, a, a->h, B, S, lb_coef, &rs);
         mem_free(aux);
     } else if (!a->n2) {
         norm_recompute(c, &a->n2, &a->rstd2, &a->scale2, a->h, m->params.layers[l].post_norm, T);

@@ -42,12 +42,20 @@ for preset in mixtral-tiny deepseek-tiny; do
     run nested_$preset $preset remat_nested_block=2
     check "$preset remat_nested_block=2" same nested_$preset none_$preset
 
-    echo "== $preset: saved-activation peaks (bytes): none > minimal > save_dot_except_mlp > full > nested"
+    echo "== $preset: saved-activation peaks (bytes): none > minimal > save_dot_except_mlp > full"
     a_none=$(dev_tag none_$preset activations); a_min=$(dev_tag minimal_$preset activations)
     a_sdem=$(dev_tag save_dot_except_mlp_$preset activations); a_full=$(dev_tag full_$preset activations)
     a_nest=$(dev_tag nested_$preset activations); a_sop=$(dev_tag save_out_proj_$preset activations)
-    check "activations $a_none > $a_min > $a_sdem > $a_full > $a_nest" \
-        test "$a_none" -gt "$a_min" -a "$a_min" -gt "$a_sdem" -a "$a_sdem" -gt "$a_full" -a "$a_full" -gt "$a_nest"
+    check "activations $a_none > $a_min > $a_sdem > $a_full" \
+        test "$a_none" -gt "$a_min" -a "$a_min" -gt "$a_sdem" -a "$a_sdem" -gt "$a_full"
+    # Nested blocks drop the layer inputs inside a block, but the backward of a block's
+    # second layer first runs the block's first layer again, whole, for that input: with 4
+    # layers in blocks of 2 the two peaks come out equal, with 8 the inputs saved show.
+    check "4 layers: nested $a_nest <= full $a_full" test "$a_nest" -le "$a_full"
+    run full8_$preset $preset remat_policy=full base_num_decoder_layers=8
+    run nested8_$preset $preset remat_nested_block=2 base_num_decoder_layers=8
+    a_full8=$(dev_tag full8_$preset activations); a_nest8=$(dev_tag nested8_$preset activations)
+    check "8 layers: nested $a_nest8 < full $a_full8" test "$a_nest8" -lt "$a_full8"
 
     check "save_out_proj: $a_sop < none's $a_none" test "$a_sop" -lt "$a_none"
 
