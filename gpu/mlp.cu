@@ -17,14 +17,19 @@ __global__ static void swiglu_forward_kernel(float *act, const float *h0, const 
     act[i] = bf16 ? bf16_round_dev(a) : a;   // cast point 11
 }
 
-// d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z)))
-__global__ static void swiglu_backward_kernel(float *dh0, float *dh1, const float *dact, const float *h0,
-                                              const float *h1, long n) {
+// d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z))); act (where asked) from the same sigmoid.
+// dact[i] is read before dh1[i] is written: dh1 may be dact.
+__global__ static void swiglu_backward_kernel(float *act, float *dh0, float *dh1, const float *dact, const float *h0,
+                                              const float *h1, long n, int bf16) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float sg = sigmoid_dev(h0[i]), silu = h0[i] * sg;
-    dh1[i] = dact[i] * silu;
-    dh0[i] = dact[i] * h1[i] * sg * (1.0f + h0[i] * (1.0f - sg));
+    float z = h0[i], d = dact[i], sg = sigmoid_dev(z), silu = z * sg;
+    if (act) {
+        float a = z * sg * h1[i];
+        act[i] = bf16 ? bf16_round_dev(a) : a;   // cast point 11
+    }
+    dh1[i] = d * silu;
+    dh0[i] = d * h1[i] * sg * (1.0f + z * (1.0f - sg));
 }
 
 // act (n) = silu(h0) * h1; bf16: rounded to bf16.
@@ -34,11 +39,12 @@ static void swiglu_forward(float *act, const float *h0, const float *h1, long n,
     GPU_CHECK_LAUNCH();
 }
 
-// dh0, dh1 (n) from dact (n).
-static void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {
+// dh0, dh1 (n) from dact (n), and act where asked.
+static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
+                            long n, int bf16) {
     if (n <= 0) return;
-    GPU_LAUNCH(swiglu_backward_kernel, blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0)(dh0, dh1, dact,
-                                                                                                  h0, h1, n);
+    GPU_LAUNCH(swiglu_backward_kernel, blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0)(act, dh0, dh1, dact,
+                                                                                                  h0, h1, n, bf16);
     GPU_CHECK_LAUNCH();
 }
 

@@ -119,7 +119,8 @@ static const MoeKernels moe_dry = {
 
 // mlp
 static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {}
-static void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {}
+static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
+                            long n, int bf16) {}
 static const MlpKernels mlp_dry = {swiglu_forward, swiglu_backward};
 // matmul
 static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {}

@@ -7,8 +7,12 @@ typedef struct MlpKernels {
     // act (n) = silu(h0) * h1, silu(z) = z * sigmoid(z); h0, h1 (n).
     // bf16: act rounded to bf16 (cast point 11).
     void (*swiglu_forward)(float *act, const float *h0, const float *h1, long n, int bf16);
-    // dh0, dh1 (n) = the gradients of h0, h1 given dact (n).
-    void (*swiglu_backward)(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n);
+    // dh0, dh1 (n) = the gradients of h0, h1 given dact (n); dh1 may be dact itself (each
+    // element is read before it is written). act (n), where not NULL, receives silu(h0) * h1
+    // as swiglu_forward writes it (bf16: rounded), from the same sigmoid: a backward that
+    // recomputes the activation takes each exponential once.
+    void (*swiglu_backward)(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
+                            long n, int bf16);
 } MlpKernels;
 
 extern const MlpKernels mlp_cpu;   // kernels/cpu/mlp.c

@@ -360,8 +360,10 @@ static const MoeKernels moe_watched = {.sort_rows = sort_rows,
 static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
     WATCHED(FAMILY_MLP, INNER(mlp)->swiglu_forward(act, h0, h1, n, bf16), 5.0 * n, 3.0 * n);
 }
-static void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {
-    WATCHED(FAMILY_MLP, INNER(mlp)->swiglu_backward(dh0, dh1, dact, h0, h1, n), 10.0 * n, 5.0 * n);
+static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
+                            long n, int bf16) {
+    WATCHED(FAMILY_MLP, INNER(mlp)->swiglu_backward(act, dh0, dh1, dact, h0, h1, n, bf16), (act ? 12.0 : 10.0) * n,
+            (act ? 6.0 : 5.0) * n);
 }
 static const MlpKernels mlp_watched = {.swiglu_forward = swiglu_forward, .swiglu_backward = swiglu_backward};
 

@@ -36,22 +36,48 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     act_pack(c, &s->h1, (size_t)T * F);
 }
 
+// out = act wo, act = silu(h0) * h1 recomputed:  dwo += act^T dout, and the gradients dh0, dh1
+// (T,F) of h0 and h1, returned. Where dwo's leaves go in one call, which takes no buffers of
+// its own (leaf.nchunks == 1), dact = dout wo^T comes first and act comes out of the
+// gradients' pass, one sigmoid per element for the three (dh1 written over dact): act, dact
+// and dh0 are held during dwo's product, three buffers, as many as the gradients' pass holds
+// either way. Otherwise dwo's leaf sums take buffers of their own, and act is recomputed in
+// a pass of its own first, so that only act and dact are held beside them.
+static void output_backward(const Config *c, const MlpParams *p, MlpParams *g, const MlpSaved *s, const float *dout,
+                            int T, int D, int F, Leaves leaf, float **dh0, float **dh1) {
+    size_t n = (size_t)T * F;
+    if (leaf.nchunks == 1) {
+        float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F), then d h1
+        matmul_backward(dact, NULL, dout, NULL, p->wo, T, F, D, leaf);
+        prec_round(c, dact, n);   // bf16: act was rounded, so is its gradient
+        float *act = mem_floats_uninit(MEM_TEMP, n, "mlp activation");   // (T,F) recomputed
+        *dh0 = mem_floats_uninit(MEM_TEMP, n, "mlp d h0");                // (T,F), written whole
+        *dh1 = dact;
+        kern()->mlp->swiglu_backward(act, *dh0, *dh1, dact, s->h0, s->h1, (long)n, cfg_bf16(c));
+        matmul_backward(NULL, g->wo, dout, act, NULL, T, F, D, leaf);
+        mem_free(act);
+    } else {
+        float *act = mem_floats_uninit(MEM_TEMP, n, "mlp activation");   // (T,F) recomputed
+        kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)n, cfg_bf16(c));
+        float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F)
+        matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
+        prec_round(c, dact, n);
+        mem_free(act);
+        *dh0 = mem_floats_uninit(MEM_TEMP, n, "mlp d h0");   // (T,F), written whole
+        *dh1 = mem_floats_uninit(MEM_TEMP, n, "mlp d h1");
+        kern()->mlp->swiglu_backward(NULL, *dh0, *dh1, dact, s->h0, s->h1, (long)n, 0);
+        mem_free(dact);
+    }
+    prec_round(c, *dh0, n);
+    prec_round(c, *dh1, n);
+}
+
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, Leaves leaf) {
     act_unpack(c, &s->h0, (size_t)T * F);
     act_unpack(c, &s->h1, (size_t)T * F);
-    float *act = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp activation");   // (T,F) recomputed
-    kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
-    float *dact = mem_floats(MEM_TEMP, (size_t)T * F, "mlp d activation"); // (T,F)
-    matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
-    prec_round(c, dact, (size_t)T * F);   // bf16: act was rounded, so is its gradient
-    mem_free(act);
-    float *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp d h0");   // (T,F), written whole
-    float *dh1 = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp d h1");
-    kern()->mlp->swiglu_backward(dh0, dh1, dact, s->h0, s->h1, (long)T * F);
-    prec_round(c, dh0, (size_t)T * F);
-    prec_round(c, dh1, (size_t)T * F);
-    mem_free(dact);
+    float *dh0, *dh1;
+    output_backward(c, p, g, s, dout, T, D, F, leaf, &dh0, &dh1);
     mlp_saved_free(s);
     matmul_backward(NULL, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);
     matmul_backward(NULL, g->wi_1, dh1, x, p->wi_1, T, D, F, leaf);

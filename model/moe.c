@@ -228,6 +228,52 @@ static void expert_forward(const Config *c, const LocalDims *ld, const MoeParams
     mem_free(act);
 }
 
+// dact (n,H of cap,H) = dy wo^T, the gradient of y = act wo's input (rounded in bf16, as act was).
+static float *expert_dact(const Config *c, const float *wo, const float *dye, int n, int cap, int H, int D,
+                          Leaves leaf) {
+    float *dact = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d activation");
+    mem_zero(dact, sizeof(float) * (size_t)n * H);   // its n rows, which the product adds into
+    matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
+    prec_round(c, dact, (size_t)n * H);
+    return dact;
+}
+
+// The expert's SwiGLU backward: dwo += act^T dy, and the gradients dh0, dh1 (n,H of cap,H) of
+// act = silu(h0) * h1, returned; act is recomputed from h0 and h1. As model/mlp.c's
+// swiglu_backward: where dwo's leaves go in one call (no buffers of their own) and without
+// the cast copies (moe_skip_redundant_cast, the default), act comes out of the gradients'
+// pass, one sigmoid per element for the three, dh1 written over dact; otherwise act first,
+// its copy (with the casts) read by the wo product, then the gradients from dact's copy.
+static void expert_swiglu_backward(const Config *c, float *dwo, const float *wo, const float *h0, const float *h1,
+                                   const float *dye, const int *rt, int n, int cap, int H, int D, Leaves leaf,
+                                   float **dh0, float **dh1) {
+    if (c->moe_skip_redundant_cast && leaf.nchunks == 1) {
+        float *dact = expert_dact(c, wo, dye, n, cap, H, D, leaf);
+        float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
+        *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h0");            // (n,H) of (cap,H)
+        *dh1 = dact;
+        kern()->mlp->swiglu_backward(act, *dh0, *dh1, dact, h0, h1, (long)n * H, cfg_bf16(c));
+        expert_dw(dwo, act, dye, rt, n, H, D, leaf);
+        mem_free(act);
+    } else {
+        float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
+        kern()->mlp->swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
+        float *dact = expert_dact(c, wo, dye, n, cap, H, D, leaf);
+        float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
+        expert_dw(dwo, actc, dye, rt, n, H, D, leaf);
+        intermediate_cast_free(actc, act);
+        mem_free(act);
+        *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h0");
+        *dh1 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h1");
+        float *dactc = intermediate_cast(c, dact, (size_t)n * H, (size_t)cap * H, "moe expert d activation, cast back (a no-op copy)");
+        kern()->mlp->swiglu_backward(NULL, *dh0, *dh1, dactc, h0, h1, (long)n * H, 0);
+        intermediate_cast_free(dactc, dact);
+        mem_free(dact);
+    }
+    prec_round(c, *dh0, (size_t)n * H);
+    prec_round(c, *dh1, (size_t)n * H);
+}
+
 // Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over the
 // leaves of the tokens those are numbered in), dxs (n,D) = the rows' input gradient (overwritten).
 static void expert_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, int e,
@@ -235,27 +281,9 @@ static void expert_backward(const Config *c, const LocalDims *ld, const MoeParam
                             int cap, Leaves leaf, float *dxs) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
-    const float *wo = p->wo + (size_t)e * H * D;
-    // y = act wo:  dact = dy wo^T,  dwo += act^T dy
-    float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
-    kern()->mlp->swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
-    float *dact = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d activation");
-    mem_zero(dact, sizeof(float) * (size_t)n * H);   // its n rows, which the product adds into
-    matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
-    prec_round(c, dact, (size_t)n * H);   // bf16: act was rounded, so is its gradient
-    float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
-    expert_dw(g->wo + (size_t)e * H * D, actc, dye, rt, n, H, D, leaf);
-    intermediate_cast_free(actc, act);
-    mem_free(act);
-    // act = silu(h0) * h1
-    float *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h0");   // (n,H) of (cap,H)
-    float *dh1 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h1");
-    float *dactc = intermediate_cast(c, dact, (size_t)n * H, (size_t)cap * H, "moe expert d activation, cast back (a no-op copy)");
-    kern()->mlp->swiglu_backward(dh0, dh1, dactc, h0, h1, (long)n * H);
-    intermediate_cast_free(dactc, dact);
-    prec_round(c, dh0, (size_t)n * H);
-    prec_round(c, dh1, (size_t)n * H);
-    mem_free(dact);
+    float *dh0, *dh1;   // y = act wo, act = silu(h0) * h1
+    expert_swiglu_backward(c, g->wo + (size_t)e * H * D, p->wo + (size_t)e * H * D, h0, h1, dye, rt, n, cap, H, D,
+                           leaf, &dh0, &dh1);
     // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
     mem_zero(dxs, sizeof(float) * (size_t)n * D);
     tp_colpar_dinp_cap(c, dxs, dh0, wi0, n, cap, D, H);   // sums over H (tensor-split)

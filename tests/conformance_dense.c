@@ -495,14 +495,14 @@ void test_elementwise(void) {
     long n = 5000;
     float *h0 = rand_floats(n, -6, 6), *h1 = rand_floats(n, -2, 2), *dact = rand_floats(n, -1, 1);
     float *act = malloc(sizeof(float) * n), *actb = malloc(sizeof(float) * n);
-    float *dh0 = malloc(sizeof(float) * n), *dh1 = malloc(sizeof(float) * n);
+    float *dh0 = malloc(sizeof(float) * n), *dh1 = malloc(sizeof(float) * n), *actbw = malloc(sizeof(float) * n);
     float *r = copy_of(h1, sizeof(float) * n), *sum = copy_of(h0, sizeof(float) * n);
     uint16_t *bits = malloc(sizeof(uint16_t) * n);
     float *unpacked = malloc(sizeof(float) * n);
     if (ORACLE) {
         ORACLE->mlp->swiglu_forward(act, h0, h1, n, 0);
         ORACLE->mlp->swiglu_forward(actb, h0, h1, n, 1);
-        ORACLE->mlp->swiglu_backward(dh0, dh1, dact, h0, h1, n);
+        ORACLE->mlp->swiglu_backward(actbw, dh0, dh1, dact, h0, h1, n, 1);
         ORACLE->cast->round_to_bf16(r, n);
         ORACLE->cast->pack_bf16(bits, h1, n);
         ORACLE->cast->unpack_bf16(unpacked, bits, n);
@@ -512,6 +512,7 @@ void test_elementwise(void) {
             float sg = ref_sigmoid(h0[i]);
             act[i] = h0[i] * sg * h1[i];
             actb[i] = bf16_round(act[i]);
+            actbw[i] = actb[i];
             dh1[i] = dact[i] * (h0[i] * sg);
             dh0[i] = dact[i] * h1[i] * sg * (1.0f + h0[i] * (1.0f - sg));
             r[i] = bf16_round(h1[i]);
@@ -529,7 +530,11 @@ void test_elementwise(void) {
     float *d_unpacked = dev_poisoned(sizeof(float) * n);
     UNDER_TEST->mlp->swiglu_forward(d_act, d_h0, d_h1, n, 0);
     UNDER_TEST->mlp->swiglu_forward(d_actb, d_h0, d_h1, n, 1);
-    UNDER_TEST->mlp->swiglu_backward(d_dh0, d_dh1, d_dact, d_h0, d_h1, n);
+    // the backward with act (bf16), and again without it, dh1 over a copy of dact
+    float *d_actbw = dev_poisoned(sizeof(float) * n), *d_dh0b = dev_poisoned(sizeof(float) * n);
+    float *d_dd = dev_copy(dact, sizeof(float) * n);
+    UNDER_TEST->mlp->swiglu_backward(d_actbw, d_dh0, d_dh1, d_dact, d_h0, d_h1, n, 1);
+    UNDER_TEST->mlp->swiglu_backward(NULL, d_dh0b, d_dd, d_dd, d_h0, d_h1, n, 0);
     UNDER_TEST->cast->round_to_bf16(d_r, n);
     UNDER_TEST->cast->pack_bf16(d_bits, d_h1, n);
     UNDER_TEST->cast->unpack_bf16(d_unpacked, d_bits, n);
@@ -541,6 +546,9 @@ void test_elementwise(void) {
     check_dev_floats("swiglu_forward bf16", shape, actb, d_actb, n, tol(BF16_ULPS), 0);
     check_dev_floats("swiglu_backward dh0", shape, dh0, d_dh0, n, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
     check_dev_floats("swiglu_backward dh1", shape, dh1, d_dh1, n, tol(EXP_ULPS), 0);
+    check_dev_floats("swiglu_backward act bf16", shape, actbw, d_actbw, n, tol(BF16_ULPS), 0);
+    check_dev_floats("swiglu_backward dh0, no act", shape, dh0, d_dh0b, n, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
+    check_dev_floats("swiglu_backward dh1 over dact", shape, dh1, d_dd, n, tol(EXP_ULPS), 0);
     check_dev_floats("round_to_bf16", shape, r, d_r, n, 0, 0);
     uint16_t *got_bits = dev_fetch(d_bits, sizeof(uint16_t) * n);
     size_t bad = 0;
@@ -553,5 +561,7 @@ void test_elementwise(void) {
     free(unpacked); free(got_bits);
     dev_free(d_h0); dev_free(d_h1); dev_free(d_dact); dev_free(d_act); dev_free(d_actb); dev_free(d_dh0);
     dev_free(d_dh1); dev_free(d_r); dev_free(d_sum); dev_free(d_res); dev_free(d_bits); dev_free(d_unpacked);
+    free(actbw);
+    dev_free(d_actbw); dev_free(d_dh0b); dev_free(d_dd);
 }
 

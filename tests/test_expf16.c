@@ -84,13 +84,25 @@ static void swiglu(void) {
         }
         CHECK(bad == 0, "swiglu_forward bf16=%d: %ld of %ld elements differ from the per-element formula", bf16, bad, n);
     }
-    backend_cpu.mlp->swiglu_backward(dh0, dh1, d, h0, h1, n);
+    backend_cpu.mlp->swiglu_backward(NULL, dh0, dh1, d, h0, h1, n, 0);
     long bad = 0;
     for (long i = 0; i < n; i++) {
         float sg = 1.0f / (1.0f + expf(-h0[i])), silu = h0[i] * sg;
         bad += !same(dh1[i], d[i] * silu) || !same(dh0[i], d[i] * h1[i] * sg * (1.0f + h0[i] * (1.0f - sg)));
     }
     CHECK(bad == 0, "swiglu_backward: %ld of %ld elements differ from the per-element formula", bad, n);
+    // With act asked for, and dh1 written over dact: act as swiglu_forward writes it, the
+    // gradients as above.
+    float *fwd = malloc(sizeof(float) * n), *dh0b = malloc(sizeof(float) * n), *dd = malloc(sizeof(float) * n);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        memcpy(dd, d, sizeof(float) * n);
+        backend_cpu.mlp->swiglu_forward(fwd, h0, h1, n, bf16);
+        backend_cpu.mlp->swiglu_backward(act, dh0b, dd, dd, h0, h1, n, bf16);
+        bad = 0;
+        for (long i = 0; i < n; i++) bad += !same(act[i], fwd[i]) || !same(dh0b[i], dh0[i]) || !same(dd[i], dh1[i]);
+        CHECK(bad == 0, "swiglu_backward with act, bf16=%d, dh1 over dact: %ld of %ld elements differ", bf16, bad, n);
+    }
+    free(fwd); free(dh0b); free(dd);
     free(h0); free(h1); free(d); free(act); free(dh0); free(dh1);
 }
 

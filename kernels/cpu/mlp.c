@@ -42,21 +42,30 @@ static void swiglu_forward(float *act, const float *h0, const float *h1, long n,
     }
 }
 
-// dh1 = dact * silu(h0); dh0 = dact * h1 * silu'(h0), silu'(z) = sig(z) * (1 + z * (1 - sig(z))).
-static void swiglu_backward(float *dh0, float *dh1, const float *dact, const float *h0, const float *h1, long n) {
+// dh1 = dact * silu(h0); dh0 = dact * h1 * silu'(h0), silu'(z) = sig(z) * (1 + z * (1 - sig(z)));
+// act = silu(h0) * h1 where asked, the forward's formula on the same sigmoid. dact is read
+// into a register before dh1 is written, so dh1 may be dact.
+static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
+                            long n, int bf16) {
     long n16 = n / 16 * 16;
     #pragma omp parallel for if (n > 65536)
     for (long k = 0; k < n16; k += 16) {
-        V16 z = vld(h0 + k), d = vld(dact + k), e = -z;
+        V16 z = vld(h0 + k), d = vld(dact + k), u = vld(h1 + k), e = -z;
         expf16((float *)&e, (const float *)&e);
         V16 sg = 1.0f / (1.0f + e);
+        if (act) vst(act + k, z * sg * u);
         vst(dh1 + k, d * (z * sg));
-        vst(dh0 + k, d * vld(h1 + k) * sg * (1.0f + z * (1.0f - sg)));
+        vst(dh0 + k, d * u * sg * (1.0f + z * (1.0f - sg)));
     }
     for (long i = n16; i < n; i++) {
-        float sg = sigmoidf(h0[i]), silu = h0[i] * sg;
-        dh1[i] = dact[i] * silu;
-        dh0[i] = dact[i] * h1[i] * sg * (1.0f + h0[i] * (1.0f - sg));
+        float z = h0[i], d = dact[i], sg = sigmoidf(z), silu = z * sg;
+        if (act) act[i] = z * sg * h1[i];
+        dh1[i] = d * silu;
+        dh0[i] = d * h1[i] * sg * (1.0f + z * (1.0f - sg));
+    }
+    if (act && bf16) {   // cast point 11, as swiglu_forward
+        #pragma omp parallel for if (n > 65536)
+        for (long i = 0; i < n; i++) act[i] = bf16_round(act[i]);
     }
 }
 
