@@ -240,7 +240,7 @@ static float *expert_dact(const Config *c, const float *wo, const float *dye, in
 
 // The expert's SwiGLU backward: dwo += act^T dy, and the gradients dh0, dh1 (n,H of cap,H) of
 // act = silu(h0) * h1, returned; act is recomputed from h0 and h1. As model/mlp.c's
-// swiglu_backward: where dwo's leaves go in one call (no buffers of their own) and without
+// output_backward: where dwo's leaves go in one call (no buffers of their own) and without
 // the cast copies (moe_skip_redundant_cast, the default), act comes out of the gradients'
 // pass, one sigmoid per element for the three, dh1 written over dact; otherwise act first,
 // its copy (with the casts) read by the wo product, then the gradients from dact's copy.
