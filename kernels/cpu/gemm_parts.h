@@ -32,9 +32,11 @@ typedef void (*CopyKernel)(int kc, const float *Ap, const float *Bp, int ldb, fl
 // The tile with op(A) = A read where it lies, for a whole row panel on the in-place paths
 // (one K block: the accumulators start at 0): row r of the tile at A + r*lda, its k-th value
 // broadcast as the packed panel's would be; B, C and old as MicroKernel's, and the B
-// panel's rows stored into Bc as they are read when Bc is not NULL.
+// panel's rows stored into Bc as they are read when Bc is not NULL. Where next is not NULL,
+// the rows of the panel that runs after this one (row r at next + r*lda, the same kc) are
+// asked into L2 as the tile goes (gemm.c: prefetch_a).
 typedef void (*InPlaceKernel)(int kc, const float *A, size_t lda, const float *Bp, int ldb, float *C, int ldc,
-                              const float *old, int ldo, float *Bc);
+                              const float *old, int ldo, float *Bc, const float *next);
 
 // The transposed tile, for op(B) = W^T with W (N,K) read in place (gemm_stream_t): 12
 // columns of C, j0 .. j0+11, whose W rows start at w[0..11], by 32 rows of C held in the
@@ -111,10 +113,12 @@ void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0
 // Row panel p of the chunk at i0 (packed in Ap as gemm_stream_pack leaves it), its k range
 // [k0, k0+kc), against the B panel at b (row stride ldb), onto c (row stride ldc), of which
 // rows x cols are written (mr x nr where c is a tile of the caller's own); old and ldo as
-// MicroKernel's, Bc as CopyKernel's (whole tiles only).
+// MicroKernel's, Bc as CopyKernel's (whole tiles only). ahead: panel p+1 runs next over the
+// same k range and has not been read yet (the first column panel), so a tile reading A in
+// place asks for its rows as it goes.
 void gemm_panel_tile(const KernelInfo *kn, const GemmArgs *g, const float *Ap, int i0, int p, int k0, int kc,
                      const float *b, int ldb, float *c, int ldc, int rows, int cols, const float *old, int ldo,
-                     float *Bc);
+                     float *Bc, int ahead);
 // How the in-place paths share their work (kernels/cpu/gemm.c): the runs of row panels per
 // column panel, whether each thread takes its own row panels, the thread's place in its team.
 int gemm_row_runs(int cpanels, int par);

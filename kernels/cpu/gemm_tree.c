@@ -57,7 +57,7 @@ static void tree_group(const KernelInfo *kn, const GemmArgs *g, const int *off, 
             float *t = slot_tile(kn, T, cur, p - p0);
             int copy = Bc && p == p0;   // the leaf's B rows copied into Bc as the first panel reads them
             gemm_panel_tile(kn, g, Ap, i0, p, off[l], kc, bl, lb, t, nr, mr, nr, odd ? t : NULL, nr,
-                            copy ? Bc + (size_t)off[l] * nr : NULL);
+                            copy ? Bc + (size_t)off[l] * nr : NULL, 0);
             if (copy) {
                 bl = Bc + (size_t)off[l] * nr;
                 lb = nr;
