@@ -113,8 +113,8 @@ __attribute__((always_inline)) static inline void prefetch_c(const float *C, int
 // (2 KiB at K = 512) that start cold on the first column panel, and the hardware
 // prefetchers pick each up late. On the Zen 4, 2 threads, operands cold, the two builds in
 // one process in turn (medians of 31-61), new/old time: the experts' (M,512)@(512,1024) and
-// (M,512)@(512,384) at M = 700-2048 0.98-0.99 on AVX-512, 0.95-0.98 on AVX2; the chunked
-// products' pieces 1.00 (gemm_tree.c leaves it off).
+// (M,512)@(512,384) at M = 700-2048 0.982-0.999 on AVX-512 (median of 15: 0.989), 0.95-0.98
+// on AVX2; the chunked products' pieces 1.00 (gemm_tree.c leaves it off).
 __attribute__((always_inline)) static inline void prefetch_a(const float *next, size_t lda, int rows, int k) {
     if (next && !(k & 15))
         for (int r = 0; r < rows; r++) _mm_prefetch((const char *)(next + (size_t)r * lda + k), _MM_HINT_T1);
