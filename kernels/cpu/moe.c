@@ -34,8 +34,12 @@ static void gather_rows(float *xs, const float *x, const int *row_token, int r0,
 
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
     #pragma omp parallel for if ((long)n * D > 65536)
-    for (int i = 0; i < n; i++)
-        for (int d = 0; d < D; d++) dx[(size_t)row_token[r0 + i] * D + d] += dxs[(size_t)(r0 + i) * D + d];
+    for (int i = 0; i < n; i++) {
+        float *o = dx + (size_t)row_token[r0 + i] * D;
+        const float *a = dxs + (size_t)(r0 + i) * D;
+        #pragma omp simd   // (element by element: vectors change no bits)
+        for (int d = 0; d < D; d++) o[d] += a[d];
+    }
 }
 
 static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
@@ -54,10 +58,13 @@ static void combine_forward(float *out, const float *y, const float *w, const in
             size_t a = (size_t)t * K + ord[k];
             const float *ya = y + (size_t)assign_row[a] * D;
             float wa = w[a];
-            if (bf16_sum)
+            if (bf16_sum) {
+                #pragma omp simd   // (element by element)
                 for (int d = 0; d < D; d++) o[d] = bf16_round(o[d] + bf16_round(wa * ya[d]));
-            else
+            } else {
+                #pragma omp simd
                 for (int d = 0; d < D; d++) o[d] += wa * ya[d];
+            }
         }
         if (!bf16_sum && bf16)   // float32_weight_sum: one rounding
             for (int d = 0; d < D; d++) o[d] = bf16_round(o[d]);
@@ -70,7 +77,9 @@ static void combine_backward(float *dy, float *dw, const float *dout, const floa
     for (size_t a = 0; a < A; a++) {
         const float *dt = dout + (a / K) * D, *ya = y + (size_t)assign_row[a] * D;
         float *dyr = dy + (size_t)assign_row[a] * D, wa = w[a], dot = 0.0f;
-        for (int d = 0; d < D; d++) { dyr[d] = wa * dt[d]; dot += dt[d] * ya[d]; }
+        #pragma omp simd   // (element by element)
+        for (int d = 0; d < D; d++) dyr[d] = wa * dt[d];
+        for (int d = 0; d < D; d++) dot += dt[d] * ya[d];   // one chain, in order
         // w = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
         dw[a] = (wa == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot;
     }

@@ -39,6 +39,7 @@ static void rope_rotate(float *x, const float *sn, const float *cs, int B, int S
             for (int h = 0; h < H; h++) {
                 float *x1 = x + (((size_t)b * S + s) * H + h) * stride;   // (Dr/2) first half
                 float *x2 = x1 + half;                                     // (Dr/2) second half
+                #pragma omp simd   // (element by element: the halves do not overlap)
                 for (int i = 0; i < half; i++) {
                     float c = cos_s[i], sgn_sin = dir > 0 ? sin_s[i] : -sin_s[i];
                     float a = x1[i], bb = x2[i];
