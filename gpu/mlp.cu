@@ -25,7 +25,7 @@ __global__ static void swiglu_backward_kernel(float *act, float *dh0, float *dh1
     if (i >= n) return;
     float z = h0[i], d = dact[i], sg = sigmoid_dev(z), silu = z * sg;
     if (act) {
-        float a = z * sg * h1[i];
+        float a = silu * h1[i];
         act[i] = bf16 ? bf16_round_dev(a) : a;   // cast point 11
     }
     dh1[i] = d * silu;

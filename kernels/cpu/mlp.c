@@ -52,14 +52,14 @@ static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dac
     for (long k = 0; k < n16; k += 16) {
         V16 z = vld(h0 + k), d = vld(dact + k), u = vld(h1 + k), e = -z;
         expf16((float *)&e, (const float *)&e);
-        V16 sg = 1.0f / (1.0f + e);
-        if (act) vst(act + k, z * sg * u);
-        vst(dh1 + k, d * (z * sg));
+        V16 sg = 1.0f / (1.0f + e), silu = z * sg;
+        if (act) vst(act + k, silu * u);
+        vst(dh1 + k, d * silu);
         vst(dh0 + k, d * u * sg * (1.0f + z * (1.0f - sg)));
     }
     for (long i = n16; i < n; i++) {
         float z = h0[i], d = dact[i], sg = sigmoidf(z), silu = z * sg;
-        if (act) act[i] = z * sg * h1[i];
+        if (act) act[i] = silu * h1[i];
         dh1[i] = d * silu;
         dh0[i] = d * h1[i] * sg * (1.0f + z * (1.0f - sg));
     }
