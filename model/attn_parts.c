@@ -13,7 +13,9 @@ void attn_parts_forward(const Config *c, float **o, float **stats, const float *
     int ring = attn_ring_on(c);
     const float *k_all = ring ? k : cp_gather(k, (size_t)T * Nkv * Dqk, nm->k_all);   // (P,B,S,Nkv,Dqk)
     const float *v_all = ring ? v : cp_gather(v, (size_t)T * Nkv * Dv, nm->v_all);    // (P,B,S,Nkv,Dv)
-    *o = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dv, nm->o);                 // (B,S,N,Dv)
+    // o (B,S,N,Dv): the one-pass core writes each row; the ring adds each block onto zeros.
+    size_t no = (size_t)T * N * Dv;
+    *o = ring ? mem_floats(MEM_ACTIVATIONS, no, nm->o) : mem_floats_uninit(MEM_ACTIVATIONS, no, nm->o);
     *stats = mem_floats(MEM_ACTIVATIONS, (size_t)B * N * S * 2, nm->stats);      // (B,N,S,2)
     unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
     if (ring) attn_ring_forward(*o, *stats, q, k, v, mask, B, S, p0, N, Nkv, Dqk, Dv, attn_rounding(c));

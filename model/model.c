@@ -268,13 +268,13 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
     int T = B * S, D = c->base_emb_dim;
     LayerParams *p = &m->params.layers[l];
     // n1 = RMSNorm_pre(x)
-    a->n1 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");
+    a->n1 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * D, "attention norm out");   // the norm writes it whole
     a->rstd1 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "attention norm rstd");
     a->scale1 = rmsnorm_constrained(c, a->n1, a->rstd1, x, p->pre_norm, T, D, "constraint copy: decoder layer input");
     // h = x + Attention(n1), in two parts: the q/k/v projections, then the core, the out
     // projection and the residual (the part remat_policy=save_qkv_proj recomputes,
     // model_attn_core_forward). Attention reads n1 under a sharding constraint.
-    float *h = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");
+    float *h = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * D, "h (after attention)");   // written whole
     const float *n1c = constraint_apply(c, a->n1, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: attention input");
     if (cfg_is_mla(c)) mla_proj_forward(c, &m->dims, &p->mla, &a->mla, n1c, B, S);
     else attention_proj_forward(c, &m->dims, &p->attn, &a->attn, n1c, B, S);
@@ -284,7 +284,7 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
 }
 
 float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S) {
-    float *h = mem_floats(MEM_ACTIVATIONS, (size_t)B * S * m->cfg.base_emb_dim, "h (after attention)");
+    float *h = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)B * S * m->cfg.base_emb_dim, "h (after attention)");
     attn_core_residual(m, l, a, h, x, B, S);
     return h;
 }
@@ -319,12 +319,12 @@ static float *ffn_block(Model *m, int l, LayerActs *a, const float *h, int B, in
     int T = B * S, D = c->base_emb_dim;
     LayerParams *p = &m->params.layers[l];
     // n2 = RMSNorm_post(h)
-    a->n2 = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");
+    a->n2 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * D, "ffn norm out");   // the norm writes it whole
     a->rstd2 = mem_floats(MEM_ACTIVATIONS, (size_t)T, "ffn norm rstd");
     a->scale2 = rmsnorm_constrained(c, a->n2, a->rstd2, h, p->post_norm, T, D,
                                     "constraint copy: attention output (residual)");
     // x' = h + FFN(n2), FFN the MoE block or the dense MLP, reading n2 under a constraint
-    float *xn = output ? mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)") : NULL;
+    float *xn = output ? mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * D, "x (layer input)") : NULL;   // written whole
     const float *n2c = constraint_apply(c, a->n2, (size_t)T * D, &SPEC_RESIDUAL, "constraint copy: mlp input");
     if (cfg_layer_is_moe(c, l)) moe_block_forward(m, l, a, xn, n2c, B, S, lb_coef, st);
     else mlp_forward(c, &p->mlp, &a->mlp, xn, n2c, T, D, m->dims.mlp_dim);

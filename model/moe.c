@@ -384,7 +384,9 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     int row_start[E + 1];   // the forward's read-back (the planner's: a balanced routing, kernels/dry.c)
     rows_to_host(s, E, row_start, NULL);
     size_t R = (size_t)s->nrows;
-    s->y = mem_floats(MEM_ACTIVATIONS, R * D, "moe expert out");         // (R,D)
+    // (R,D), written whole: each row by its expert (or, under expert parallelism, by its
+    // return from the expert's owner); the dense path runs every expert on every token.
+    s->y = mem_floats_uninit(MEM_ACTIVATIONS, R * D, "moe expert out");
     if (ep_size() > 1) {
         experts_forward_parallel(c, ld, p, s, row_start, x, T);
     } else {
@@ -457,14 +459,17 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
 
     // Combine: out[t] = sum_k w_eff[t,k] y[row(t,k)]
     //   dy[row] = w_eff * dout[t];  dw[t,k] = dout[t] . y[row]  (0 where the assignment was dropped)
-    float *dy = mem_floats(MEM_TEMP, R * D, "moe d expert out");   // (R,D), zero on unused dense rows
+    // dy (R,D): the sparse path's rows are the assignments, each written below; the dense
+    // path's rows of tokens an expert was not chosen for stay zero.
+    float *dy = c->sparse_matmul ? mem_floats_uninit(MEM_TEMP, R * D, "moe d expert out")
+                                 : mem_floats(MEM_TEMP, R * D, "moe d expert out");
     float *dw = mem_floats(MEM_TEMP, A, "moe d routing weights");  // (T,K)
     kern()->moe->combine_backward(dy, dw, dout, s->y, s->w_eff, s->top_w, s->assign_row, A, D, K);
     prec_round(c, dy, R * D);   // bf16: y and the weights were rounded, so are their gradients
     prec_round(c, dw, A);
 
     // Experts; each row's input gradient is added into dx in row order (ascending expert).
-    float *dxs = mem_floats(MEM_TEMP, R * D, "moe expert d input");   // (R,D)
+    float *dxs = mem_floats_uninit(MEM_TEMP, R * D, "moe expert d input");   // (R,D), each expert's rows written by it
     if (s->ep) {
         experts_backward_parallel(c, ld, p, g, s, dy, dxs, B, S);
     } else {
