@@ -494,30 +494,17 @@ void gemm_pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, siz
     }
 }
 
-// op(A) = A^T: the k-th row of every panel of `rows` rows of op(A), read from `a`, the
-// contiguous run of those rows at k in A. A row of A read in order, rather than a panel's
-// 12 values of each k, reads whole cache lines and lets the prefetcher follow. A full
-// panel's piece is a copy of constant size, which the compiler inlines, instead of a call
-// into the C library for every 48 bytes.
-static void pack_at_row(float *Ap, const float *a, int rows, int k, int kc, int mr) {
-    for (int i = 0; i < rows; i += mr) {
-        float *p = Ap + (size_t)i * kc + (size_t)k * mr;
-        int n = imin(mr, rows - i);
-        if (n == 12) memcpy(p, a + i, 12 * sizeof(float));
-        else if (n == 6) memcpy(p, a + i, 6 * sizeof(float));
-        else memcpy(p, a + i, sizeof(float) * n);
-        for (int r = n; r < mr; r++) p[r] = 0.0f;
-    }
-}
-
-// pack_at_row for rows k0 .. k1-1 of A (ak apart), panel by panel, so that each panel's
-// piece of those rows is written in one run: row by row, the pieces written one after the
-// other are kc*mr floats apart (96 KiB at K = 2048), all in the same few sets of L1, and each
-// write misses. The 16 rows read (16 x M floats) stay in the caches while their panels go.
-// The weight gradients' trees of 8 leaves, cold, 2 threads, the two builds in one harness
-// in turn (medians of 41, old/new time, AMD Zen 4): (512,256) at K = 2048 1.05-1.06,
-// (512,384) at K = 512 and 1024 1.00-1.04, (512,512), (384,512) and (512,1024) 1.01-1.02;
-// the AVX2 tile 1.10 at (512,256); 8 or 32 rows at a time instead of 16, 0.99-1.05.
+// op(A) = A^T: rows k0 .. k1-1 of every panel of `rows` rows of op(A), read from `a`, the
+// contiguous run of those rows at k0 in A (its rows ak apart), panel by panel, so that each
+// panel's piece of those rows is written in one run. Row by row, the pieces written one after
+// the other are kc*mr floats apart (96 KiB at K = 2048), all in the same few sets of L1, and
+// each write misses; the k1-k0 rows read stay in the caches while their panels go. A full
+// panel's piece of a row is a copy of constant size, which the compiler inlines, instead of
+// a call into the C library for every 48 bytes. AT_ROWS rows at a time against one: the
+// weight gradients' trees of 8 leaves, cold, 2 threads, the two builds in one harness in
+// turn (medians of 41, old/new time, AMD Zen 4): (512,256) at K = 2048 1.05-1.06, (512,384)
+// at K = 512 and 1024 1.00-1.04, (512,512), (384,512) and (512,1024) 1.01-1.02; the AVX2
+// tile 1.10 at (512,256); 8 or 32 rows instead of 16, 0.99-1.05.
 enum { AT_ROWS = 16 };
 static void pack_at_rows(float *Ap, const float *a, size_t ak, int rows, int k0, int k1, int kc, int mr) {
     for (int i = 0; i < rows; i += mr) {
@@ -722,7 +709,7 @@ static void gemm_stream(const KernelInfo *kn, const GemmArgs *g, int par) {
                 for (int p = 0; p < panels; p++) gemm_stream_pack(kn, g, Ap, i0, rows, p, p + 1);
             } else {
                 #pragma omp for schedule(static)
-                for (int k = 0; k < K; k++) pack_at_row(Ap, g->A + (size_t)k * g->ak + i0, rows, k, K, mr);
+                for (int k = 0; k < K; k++) pack_at_rows(Ap, g->A + (size_t)k * g->ak + i0, g->ak, rows, k, k + 1, K, mr);
             }
             #pragma omp for schedule(static)
             for (int item = 0; item < cpanels * runs; item++) {
