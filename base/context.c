@@ -4,6 +4,7 @@
 #include "base/mesh.h"
 #include "base/collectives.h"
 #include "base/memory.h"
+#include "base/fresh.h"
 #include "core/common.h"
 
 static Group *context_group(void) { return mesh_axis_size(AX_CONTEXT) > 1 ? mesh_axis_group(AX_CONTEXT) : NULL; }
@@ -70,8 +71,10 @@ void leafsum_push(LeafSum *s) {
     // the tree over this device's chunks.
     long j = s->pushed / per_chunk - 1;
     if (s->lv.nchunks == 1) {
+        fresh_touch(s->dst, s->n);
         treesum_end(&s->leaves, s->dst);
     } else if (s->slot) {
+        fresh_touch(s->dst + (size_t)j * s->slot, s->n);
         treesum_end(&s->leaves, s->dst + (size_t)j * s->slot);
     } else {
         treesum_end(&s->leaves, treesum_leaf(&s->chunks));   // a zeroed buffer += the chunk's sum
@@ -82,7 +85,10 @@ void leafsum_push(LeafSum *s) {
 
 void leafsum_end(LeafSum *s) {
     if (s->pushed != s->lv.n) die("internal: %s: %ld leaves pushed of %ld", s->name, s->pushed, s->lv.n);
-    if (s->lv.nchunks > 1 && !s->slot) treesum_end(&s->chunks, s->dst);
+    if (s->lv.nchunks > 1 && !s->slot) {
+        fresh_touch(s->dst, s->n);
+        treesum_end(&s->chunks, s->dst);
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ typedef struct Device {
     const char *peak_name;            // and that buffer's name
     void (*hook)(struct Device *d, int sign, MemTag tag, size_t bytes, const char *name);
     void *hook_ctx;
+    struct FreshGrads *fresh;         // gradient blocks known to hold zeros (base/fresh.h)
 } Device;
 
 void device_init(Device *d, int id, size_t capacity);

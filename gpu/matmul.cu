@@ -291,13 +291,17 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
 // makes it, into partial sums in the stream's own scratch (levels x C x OC floats, like the
 // chunked product's), merged along the tree, the root then added onto dw.
 static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
-                                      int OC) {
+                                      int OC, int accumulate) {
     if (C == 0 || OC == 0 || n <= 0) return;
     size_t mn = (size_t)C * OC;
     float *S;
     GPU_CHECK(cudaMallocAsync((void **)&S, sizeof(float) * mn * (size_t)piece_tree_levels(n), gpu_stream()));
     leaf_tree(weight_product, add_rows, C, OC, off, n, inp, C, dout, OC, S, S + mn);
-    add_rows(dw, S, mn);
+    if (accumulate) add_rows(dw, S, mn);
+    else {   // dw = 0.0f + root, dw not read
+        GPU_LAUNCH(onto_zero_kernel, blocks_for(mn, GPU_THREADS), GPU_THREADS, 0)(dw, OC, S, OC, mn);
+        GPU_CHECK_LAUNCH();
+    }
     GPU_CHECK(cudaFreeAsync(S, gpu_stream()));
 }
 

@@ -131,7 +131,7 @@ static void gemm(int transA, int transB, int M, int N, int K, const float *A, in
 static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B, int ldb,
                          float *C, int ldc) {}
 static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
-                                      int OC) {}
+                                      int OC, int accumulate) {}
 static const MatmulKernels matmul_dry = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm, gemm_chunked,
                                          matmul_backward_dw_leaves};
 

@@ -34,12 +34,13 @@ typedef struct MatmulKernels {
     void (*gemm_chunked)(int transB, int M, int N, int K, int chunks, const float *A, int lda,
                          const float *B, int ldb, float *C, int ldc);
     // A weight gradient's leaves (model/matmul.c, model/moe.c): dw (C,OC) += the products
-    // inp[off[l]:off[l+1]]^T @ dout[off[l]:off[l+1]] of the leaves l = 0 .. n-1, each as
-    // matmul_backward_dw computes it, added along the canonical tree (base/treesum.h), the
-    // root then added onto dw. inp (.,C), dout (.,OC); off (n+1, host memory) starts at 0
-    // and never decreases; an empty leaf's product is 0.0f.
+    // inp[off[l]:off[l+1]]^T @ dout[off[l]:off[l+1]] of the leaves l = 0 .. n-1 (n >= 1), each
+    // as matmul_backward_dw computes it, added along the canonical tree (base/treesum.h), the
+    // root then added onto dw; with accumulate 0, onto 0.0f instead, dw written and not read
+    // (the caller knows it holds zeros: the same bits). inp (.,C), dout (.,OC); off (n+1,
+    // host memory) starts at 0 and never decreases; an empty leaf's product is 0.0f.
     void (*matmul_backward_dw_leaves)(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
-                                      int OC);
+                                      int OC, int accumulate);
 } MatmulKernels;
 
 extern const MatmulKernels matmul_cpu;         // kernels/cpu/matmul.c: the ordered GEMM (or OpenBLAS)

@@ -64,11 +64,11 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
           2.0 * M * N * K, (double)M * K + (double)K * N + (double)M * N);
 }
 static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
-                                      int OC) {
+                                      int OC, int accumulate) {
     double K = n > 0 ? off[n] : 0;
     watch_product = (WatchProduct){"x^T @ dy, leaves", C, OC, (int)K};
-    WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC), 2.0 * K * C * OC,
-            K * C + K * OC + 2.0 * C * OC);
+    WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, accumulate),
+            2.0 * K * C * OC, K * C + K * OC + (accumulate ? 2.0 : 1.0) * C * OC);
 }
 static const MatmulKernels matmul_watched = {.matmul_forward = matmul_forward,
                                              .matmul_backward_dinp = matmul_backward_dinp,

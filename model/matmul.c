@@ -3,6 +3,7 @@
 // products themselves are kernels (kernels/matmul.h).
 #include "model/matmul.h"
 #include "base/treesum.h"
+#include "base/fresh.h"
 #include "kernels/kernels.h"
 #include "base/memory.h"
 #include "core/common.h"
@@ -46,10 +47,13 @@ void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int 
     kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto);
 }
 
+// A block of gradient still holding the step's zeros (base/fresh.h) is written onto 0.0f
+// rather than read back and added to: the same bits.
 void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C, int OC) {
     if (C == 0 || OC == 0 || n <= 0) return;
     count_flops(C, OC, off[n]);
-    kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC);
+    int fresh = fresh_claim(dw, (size_t)C * OC);
+    kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh);
 }
 
 // dw (C,OC) += the leaves' products along the tree, in one call where the leaves are one

@@ -84,26 +84,31 @@ static void test_gemm_chunked_case(int tb, int M, int N, int K, int chunks) {
 
 // A weight gradient's leaves (kernels/matmul.h:matmul_backward_dw_leaves): leaf l's chains
 // over its rows (ref_gemm), the leaves along the canonical tree (piece_sum), the root added
-// onto dw's old values; lens: the leaves' row counts (0: an empty leaf, 0.0f).
-static void test_dw_leaves_case(int C, int OC, const int *lens, int n) {
+// onto dw's old values, or with accumulate 0 onto 0.0f (dw's old values NaN, never read);
+// lens: the leaves' row counts (0: an empty leaf, 0.0f).
+static void test_dw_leaves_case(int C, int OC, const int *lens, int n, int accumulate) {
     int off[17] = {0};
     for (int l = 0; l < n; l++) off[l + 1] = off[l] + lens[l];
     int K = off[n];
     float *inp = rand_floats((size_t)K * C + 1, -1, 1), *dout = rand_floats((size_t)K * OC + 1, -1, 1);
-    float *dw0 = rand_floats((size_t)C * OC, -1, 1), *want = copy_of(dw0, sizeof(float) * C * OC), leaf[16];
+    float *dw0 = rand_floats((size_t)C * OC, -1, 1), leaf[16];
+    if (!accumulate)
+        for (size_t i = 0; i < (size_t)C * OC; i++) dw0[i] = NAN;
+    float *want = copy_of(dw0, sizeof(float) * C * OC);
     for (int i = 0; i < C; i++)
         for (int j = 0; j < OC; j++) {
             for (int l = 0; l < n; l++)
                 ref_gemm(1, 0, 1, 1, lens[l], inp + (size_t)off[l] * C + i, C, dout + (size_t)off[l] * OC + j, OC, 0,
                          &leaf[l], 1);
-            want[(size_t)i * OC + j] += piece_sum(leaf, n);
+            float *w = want + (size_t)i * OC + j;
+            *w = (accumulate ? *w : 0.0f) + piece_sum(leaf, n);
         }
     float *d_inp = dev_copy(inp, sizeof(float) * ((size_t)K * C + 1));
     float *d_dout = dev_copy(dout, sizeof(float) * ((size_t)K * OC + 1));
     float *d_dw = dev_copy(dw0, sizeof(float) * C * OC);
-    UNDER_TEST->matmul->matmul_backward_dw_leaves(d_dw, d_inp, d_dout, off, n, C, OC);
+    UNDER_TEST->matmul->matmul_backward_dw_leaves(d_dw, d_inp, d_dout, off, n, C, OC, accumulate);
     char shape[96];
-    snprintf(shape, sizeof shape, "C=%d OC=%d leaves=%d rows=%d", C, OC, n, K);
+    snprintf(shape, sizeof shape, "C=%d OC=%d leaves=%d rows=%d accumulate=%d", C, OC, n, K, accumulate);
     check_dev_floats("matmul_backward_dw_leaves", shape, want, d_dw, (size_t)C * OC, 0, 0);
     free(inp); free(dout); free(dw0); free(want);
     dev_free(d_inp); dev_free(d_dout); dev_free(d_dw);
@@ -245,9 +250,11 @@ void test_matmul(void) {
         test_gemm_chunked_case(tb, 40, 33, 16, 1);
     }
     static const int one[] = {9}, four[] = {16, 3, 0, 21}, seven[] = {40, 0, 33, 57, 8, 61, 30};
-    test_dw_leaves_case(24, 40, one, 1);
-    test_dw_leaves_case(37, 45, four, 4);     // an empty leaf
-    test_dw_leaves_case(100, 70, seven, 7);   // a tree that is not complete, enough work for the threads
+    for (int acc = 1; acc >= 0; acc--) {
+        test_dw_leaves_case(24, 40, one, 1, acc);
+        test_dw_leaves_case(37, 45, four, 4, acc);     // an empty leaf
+        test_dw_leaves_case(100, 70, seven, 7, acc);   // a tree that is not complete, enough work for the threads
+    }
 #ifdef MESHMOE_CONFORMANCE_GPU
     test_gemm_cublas(0, 0, 64, 96, 200, 1);
     test_gemm_cublas(1, 1, 33, 17, 75, 0);

@@ -83,7 +83,7 @@ static Rate leaves(int one_call, int M, int N, int len, int n, int reps) {
         if (evict)
             for (size_t i = 0; i < EVICT_FLOATS; i += 16) evict[i] += 1.0f;
         double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
-        if (one_call) ordered_gemm_leaves(M, N, off, n, A, M, B, N, dw, N);
+        if (one_call) ordered_gemm_leaves(M, N, off, n, A, M, B, N, 1, dw, N);
         else {   // n = 8: pairs into level[0 .. 3], then (01)+(23), (45)+(67), and the root
             for (int l = 0; l < n; l++)
                 ordered_gemm(1, 0, M, N, len, A + (size_t)off[l] * M, M, B + (size_t)off[l] * N, N, l % 2, level[l / 2], N);

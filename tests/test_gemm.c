@@ -8,6 +8,7 @@
 #include "base/memory.h"
 #include "tests/test.h"
 #include <immintrin.h>
+#include <math.h>
 
 // ---- The reference of the bits: the simple ordered kernel, 6x16 AVX2 tiles and one
 // element at a time for the rest, every element one fmaf chain over k from 0.0f. ----
@@ -215,17 +216,22 @@ static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {
 // A weight gradient's leaves (gemm.h: ordered_gemm_leaves): leaf l is the product of rows
 // off[l] .. off[l+1]-1 of A (.,M)^T and B (.,N), each element its own chain (the reference
 // GEMM over those rows), the leaves added along the canonical tree, the root onto C's old
-// values; an empty leaf is 0.0f. lens: the leaves' row counts.
-static void leaves_case(int M, int N, const int *lens, int n) {
+// values, or with accumulate 0 onto 0.0f (C's old values, NaN here, never read; its
+// padding untouched); an empty leaf is 0.0f. lens: the leaves' row counts.
+static void leaves_case(int M, int N, const int *lens, int n, int accumulate) {
     int off[65] = {0};
     for (int l = 0; l < n; l++) off[l + 1] = off[l] + lens[l];
     int K = off[n], lda = M + 3, ldb = N + 5, ldc = N + 7;
     size_t na = (size_t)(K + 1) * lda, nb = (size_t)(K + 1) * ldb, nc = (size_t)M * ldc, mn = (size_t)M * N;
     float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb), *P = malloc(sizeof(float) * mn * n);
-    float *C0 = malloc(sizeof(float) * nc), *want = malloc(sizeof(float) * nc), *got = malloc(sizeof(float) * nc);
+    float *C0 = malloc(sizeof(float) * nc), *want = malloc(sizeof(float) * nc);
+    float *got = aligned_alloc(64, (nc + 15) / 16 * 16 * sizeof(float));   // 64-byte rows where ldc allows: streamed
     for (size_t i = 0; i < na; i++) A[i] = uniform();
     for (size_t i = 0; i < nb; i++) B[i] = uniform();
     for (size_t i = 0; i < nc; i++) C0[i] = i % 11 == 0 ? -0.0f : uniform();   // -0: + an empty tree's 0.0f is +0
+    if (!accumulate)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C0[(size_t)i * ldc + j] = NAN;
     for (int l = 0; l < n; l++)   // leaf l: element (i,j) at P[(i*N + j)*n + l]
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++)
@@ -233,17 +239,21 @@ static void leaves_case(int M, int N, const int *lens, int n) {
                          &P[((size_t)i * N + j) * n + l], 1);
     memcpy(want, C0, sizeof(float) * nc);
     for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) want[(size_t)i * ldc + j] += ref_tree(P + ((size_t)i * N + j) * n, 0, n, 1);
+        for (int j = 0; j < N; j++) {
+            float *w = want + (size_t)i * ldc + j;
+            *w = (accumulate ? *w : 0.0f) + ref_tree(P + ((size_t)i * N + j) * n, 0, n, 1);
+        }
     memcpy(got, C0, sizeof(float) * nc);
-    plain_gemm_leaves(M, N, off, n, A, lda, B, ldb, got, ldc);
-    CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, leaves: M=%d N=%d K=%d leaves=%d: not the reference "
-          "bits", M, N, K, n);
+    plain_gemm_leaves(M, N, off, n, A, lda, B, ldb, accumulate, got, ldc);
+    CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, leaves: M=%d N=%d K=%d leaves=%d accumulate=%d: not the "
+          "reference bits", M, N, K, n, accumulate);
     for (int v = 0; v < TREE_VARIANTS; v++) {
         if (!tree_variant(v)) continue;
         memcpy(got, C0, sizeof(float) * nc);
-        ordered_gemm_leaves(M, N, off, n, A, lda, B, ldb, got, ldc);
-        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, leaves%s: M=%d N=%d K=%d leaves=%d: not the reference "
-              "bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K, n);
+        ordered_gemm_leaves(M, N, off, n, A, lda, B, ldb, accumulate, got, ldc);
+        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, leaves%s: M=%d N=%d K=%d leaves=%d accumulate=%d: not "
+              "the reference bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K,
+              n, accumulate);
     }
     tree_variant(-1);
     free(A); free(B); free(P); free(C0); free(want); free(got);
@@ -298,17 +308,21 @@ int main(void) {
     // A weight gradient's leaves: one leaf, a pair, trees that are not complete (3, 5, 9),
     // empty leaves first, inside and last, every leaf empty, leaves of uneven length as an
     // expert's rows per sequence are, the register tiles' remainders, enough work for all
-    // threads (100 x 300), and a K longer than the packed block (2100: fewer rows at a time).
+    // threads (100 x 300), and a K longer than the packed block (2100: fewer rows at a time);
+    // each added onto C and written onto 0.0f.
     static const int one[] = {7}, pair[] = {5, 9}, three[] = {4, 0, 6}, five[] = {0, 13, 1, 30, 2};
     static const int nine[] = {64, 71, 0, 58, 66, 90, 12, 40, 0}, none[] = {0, 0, 0}, long3[] = {700, 900, 500};
-    leaves_case(13, 47, one, 1);
-    leaves_case(37, 45, pair, 2);
-    leaves_case(12, 32, three, 3);
-    leaves_case(25, 65, five, 5);
-    leaves_case(100, 300, nine, 9);
-    leaves_case(781, 37, nine, 9);
-    leaves_case(13, 40, none, 3);
-    leaves_case(50, 70, long3, 3);
+    for (int acc = 1; acc >= 0; acc--) {
+        leaves_case(13, 47, one, 1, acc);
+        leaves_case(37, 45, pair, 2, acc);
+        leaves_case(12, 32, three, 3, acc);
+        leaves_case(25, 65, five, 5, acc);
+        leaves_case(100, 300, nine, 9, acc);
+        leaves_case(781, 37, nine, 9, acc);
+        leaves_case(13, 40, none, 3, acc);
+        leaves_case(50, 70, long3, 3, acc);
+        leaves_case(100, 57, nine, 9, acc);   // ldc 64: every row of C 64-byte aligned (gemm_tree.c streams them)
+    }
     // K = 0: the empty chain is 0 (plus the old value).
     float c[4] = {1.5f, -2.0f, 3.0f, 4.0f}, a[1] = {0}, b[1] = {0};
     ordered_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 1, c, 2);

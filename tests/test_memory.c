@@ -7,8 +7,12 @@
 //      through its zero, copy, to_host and to_device, the offload moves (mem_to_host,
 //      mem_to_device) through its to_host_async and to_device_async, or through to_host and
 //      to_device when it has none; host (offload) buffers come from its alloc_host and go
-//      back through its free_host.
+//      back through its free_host;
+//   3. the zeroed gradients' record (base/fresh.h): a block is fresh once, inside the armed
+//      region only, not where a claim or a leaf tree's touch overlaps it, and never once
+//      disarmed or re-armed elsewhere.
 #include "base/memory.h"
+#include "base/fresh.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include <stdint.h>
@@ -113,12 +117,45 @@ static void backend_memory(void) {
     kern_use(NULL);
 }
 
+static void fresh_blocks(void) {
+    float *g = mem_floats(MEM_GRADS, 1000, "gradients");   // zeroed
+    CHECK(!fresh_claim(g, 10), "not fresh before fresh_arm");
+    fresh_arm(g, 1000);
+    CHECK(fresh_claim(g + 100, 50), "[100,150) fresh once armed");
+    CHECK(!fresh_claim(g + 100, 50), "[100,150) not fresh a second time");
+    CHECK(!fresh_claim(g + 140, 20), "[140,160) overlaps [100,150): not fresh");
+    CHECK(!fresh_claim(g + 155, 10), "[155,165) overlaps the widened claim [100,160): not fresh");
+    CHECK(fresh_claim(g + 165, 5), "[165,170) touches no claim: fresh");
+    CHECK(fresh_claim(g + 0, 100), "[0,100), just below a claim: fresh");
+    CHECK(!fresh_claim(g + 990, 20), "[990,1010) reaches past the armed region: not fresh");
+    CHECK(fresh_claim(g + 990, 10), "[990,1000) inside it: fresh");
+    fresh_touch(g + 300, 100);
+    CHECK(!fresh_claim(g + 350, 10), "[350,360) inside a touched block: not fresh");
+    CHECK(fresh_claim(g + 400, 10), "[400,410) just past it: fresh");
+    fresh_touch(g + 500, 10);
+    fresh_touch(g + 520, 10);
+    CHECK(!fresh_claim(g + 505, 20), "[505,525) over two touched blocks: not fresh");
+    CHECK(fresh_claim(g + 530, 1), "[530,531) after the merged block: fresh");
+    CHECK(!fresh_claim(g + 510, 10), "[510,520), now inside the merged [500,530): not fresh");
+    fresh_arm(g, 1000);
+    CHECK(fresh_claim(g + 100, 50), "re-armed: [100,150) fresh again");
+    fresh_disarm();
+    CHECK(!fresh_claim(g + 600, 10), "disarmed: nothing fresh");
+    float other[16];
+    fresh_arm(g, 500);
+    CHECK(!fresh_claim(other, 16), "a block outside the armed region: not fresh");
+    CHECK(!fresh_claim(g + 500, 10), "[500,510) past the armed 500 floats: not fresh");
+    fresh_disarm();
+    mem_free(g);
+}
+
 int main(void) {
     Device dev;
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
     records_under_load();
     backend_memory();
+    fresh_blocks();
     device_release_all(&dev);
     TEST_SUMMARY();
 }

@@ -7,6 +7,7 @@
 #include "sharding/fsdp.h"     // fsdp_attach, the gradient norm
 #include "base/treesum.h"      // tree sums: the loss over leaves, microbatches' gradients
 #include "base/memory.h"       // mem_floats, mem_phase
+#include "base/fresh.h"        // the zeroed gradients, written onto 0.0f where untouched
 #include "base/collectives.h"  // coll_all_reduce_double: the loss over the mesh
 #include "optim/offload.h"     // host offload and the EMA copy
 #include "pipeline/pipeline.h" // the step as a pipeline over `stage`
@@ -98,6 +99,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
 
     state_params_in(m);   // parameter_memory_host_offload: the weights onto the device for the step
     mem_zero(m->grads_mem, sizeof(float) * sh->local_n);
+    fresh_arm(m->grads_mem, sh->local_n);   // until the backward passes end: base/fresh.h
     memset(r->fwd_peak, 0, sizeof r->fwd_peak);
     // The forwards below apply the remat policy (model/remat.h), except with a hook: the
     // parity dump's reads every layer's saved routing between forward and backward.
@@ -130,6 +132,7 @@ void compute_gradients(Model *m, const int *ids, const int *targets, int A, int 
         model_backward(m, scale, lb_coef);
         if (A > 1) treesum_push(&acc);
     }
+    fresh_disarm();
     if (A > 1) {
         // The microbatches' sum per chunk slot, then the chunks and context (fsdp_grad_finish).
         float *sum = sh->grad_slots > 1 ? mem_floats(MEM_GRADS, nacc, "microbatch grads, per chunk") : m->grads_mem;

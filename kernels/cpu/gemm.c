@@ -778,7 +778,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
         kn = &kernels[GEMM_KERNEL_AVX2];
     GemmArgs g = {M, N, K, accumulate, ldc, A, B,
                   transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
-                  transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
+                  transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C, 0};
     int par = (double)M * N * K > 1e6;
     // The in-place paths run K in one block; a longer K takes the blocked path, so that
     // their packed op(A) (MS rows at a time, or the transposed tile's few rows) stays

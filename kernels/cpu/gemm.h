@@ -32,14 +32,15 @@ void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float
 // C (M,N) += the tree over n leaves of a weight gradient: leaf l is the product of rows
 // off[l] .. off[l+1]-1 of A (.,M) and of B (.,N), op(A) = A^T, each its own chains from 0.0f;
 // the leaves are added along the canonical tree (base/treesum.h) and the root onto C's old
-// values. off (n+1, host memory) starts at 0 and never decreases; a leaf may be empty (its
-// product 0.0f). What kernels/matmul.h:matmul_backward_dw_leaves asks, the merges done tile
-// by tile (kernels/cpu/gemm_tree.c).
+// values, or with accumulate 0 onto 0.0f (C is then written, never read: the bits of
+// accumulate 1 onto a C of zeros). off (n+1, host memory) starts at 0 and never decreases; a
+// leaf may be empty (its product 0.0f). What kernels/matmul.h:matmul_backward_dw_leaves
+// asks, the merges done tile by tile (kernels/cpu/gemm_tree.c).
 void ordered_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
-                         float *C, int ldc);
-// The same as the plain loops: each element's leaves, then their tree, then onto C.
+                         int accumulate, float *C, int ldc);
+// The same as the plain loops: each element's leaves, then their tree, then onto C (or 0.0f).
 void plain_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
-                       float *C, int ldc);
+                       int accumulate, float *C, int ldc);
 
 // The micro-kernels, chosen once at run time from what the CPU supports (the fastest
 // available); all give the same bits. A test can force one to compare them.

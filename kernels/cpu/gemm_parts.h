@@ -82,12 +82,15 @@ typedef struct {
 } KernelInfo;
 
 // A product: C (M,N, row stride ldc) = op(A) @ op(B), or C += ... when accumulate; op(A)(i, k)
-// = A[i*ai + k*ak], op(B)(k, j) = B[k*bk + j*bj].
+// = A[i*ai + k*ak], op(B)(k, j) = B[k*bk + j*bj]. stream: C's whole cache lines are written
+// with non-temporal stores, past the caches (a weight gradient written onto 0.0f, which
+// nothing reads before the optimizer: gemm_tree.c).
 typedef struct {
     int M, N, K, accumulate, ldc;
     const float *A, *B;
     size_t ai, ak, bk, bj;
     float *C;
+    int stream;
 } GemmArgs;
 
 // 8 floats, added lane by lane (GCC's vector extension: the same adds as a scalar loop).

@@ -65,9 +65,12 @@ static float element_leaves(int i, int j, const int *off, int n, const float *A,
 }
 
 void plain_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
-                       float *C, int ldc) {
+                       int accumulate, float *C, int ldc) {
     if (n <= 0) return;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] += element_leaves(i, j, off, n, A, lda, B, ldb);
+        for (int j = 0; j < N; j++) {
+            float *c = C + (size_t)i * ldc + j;
+            *c = (accumulate ? *c : 0.0f) + element_leaves(i, j, off, n, A, lda, B, ldb);
+        }
 }

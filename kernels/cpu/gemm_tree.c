@@ -11,6 +11,7 @@
 #include "kernels/cpu/gemm_parts.h"
 #include "kernels/piece_tree.h"   // piece_tree_levels
 #include "core/common.h"          // die
+#include <stdint.h>               // uintptr_t
 #include <stdlib.h>
 
 // Row panels whose trees a thread grows side by side: each leaf's B rows are read once for
@@ -33,6 +34,13 @@ static void onto_old(float *c, const float *t, int n) {
     int j = 0;
     for (; j + 8 <= n; j += 8) *(V8 *)(c + j) += *(const V8 *)(t + j);
     for (; j < n; j++) c[j] += t[j];
+}
+
+// c (n) = 0.0f + t (n), as onto_zero, in non-temporal stores: c 64-byte aligned and n a
+// multiple of 16, so that each store fills its part of whole lines, which go to memory
+// without C's old lines being read first (a store to a line not in the cache reads it).
+static void onto_zero_streamed(float *c, const float *t, int n) {
+    for (int j = 0; j < n; j += 4) _mm_stream_ps(c + j, _mm_add_ps(_mm_setzero_ps(), _mm_load_ps(t + j)));
 }
 
 // The trees of row panels [p0, p1) (at most TREE_GROUP) of the chunk at i0, column panel jr
@@ -88,6 +96,7 @@ static void tree_group(const KernelInfo *kn, const GemmArgs *g, const int *off, 
         for (int r = 0; r < imin(mr, g->M - i0 - p * mr); r++) {
             float *c = g->C + (size_t)(i0 + p * mr + r) * g->ldc + jr;
             if (g->accumulate) onto_old(c, t + r * nr, cols);
+            else if (g->stream && cols % 16 == 0 && (uintptr_t)c % 64 == 0) onto_zero_streamed(c, t + r * nr, cols);
             else onto_zero(c, t + r * nr, cols);
         }
     }
@@ -150,6 +159,7 @@ static void gemm_tree(const KernelInfo *kn, const GemmArgs *g, const int *off, i
                            panels * (run + 1) / runs);
             }
         }
+        if (g->stream) _mm_sfence();   // the streamed lines in memory before the threads' barrier
         free(Bt);
         free(T);
     }
@@ -174,24 +184,27 @@ void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const flo
         return;
     }
     // op(A) = A (M,K); op(B) = B (K,N), or B^T with B (N,K)
-    GemmArgs g = {M, N, K, 0, ldc, A, B, (size_t)lda, 1, transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C};
+    GemmArgs g = {M, N, K, 0, ldc, A, B, (size_t)lda, 1, transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C, 0};
     int *off = even_pieces(K, chunks);
     gemm_tree(gemm_kernel_pick(), &g, off, chunks, (double)M * N * K > 1e6);
     free(off);
 }
 
 void ordered_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
-                         float *C, int ldc) {
+                         int accumulate, float *C, int ldc) {
     if (M <= 0 || N <= 0 || n <= 0) return;
     if (off[0] != 0) die("internal: a weight gradient's first leaf starts at row %d, not 0", off[0]);
     for (int l = 0; l < n; l++)
         if (off[l + 1] < off[l]) die("internal: leaf %d of a weight gradient ends before it starts", l);
     int K = off[n];
-    if (K == 0) {   // every leaf empty: the tree's root is 0.0f, added onto C
-        for (int i = 0; i < M; i++) onto_zero(C + (size_t)i * ldc, C + (size_t)i * ldc, N);
+    if (K == 0) {   // every leaf empty: the tree's root is 0.0f, added onto C (or onto 0.0f)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (accumulate ? C[(size_t)i * ldc + j] : 0.0f) + 0.0f;
         return;
     }
     // op(A) = A^T with A (K,M): a leaf's rows of A are its k's; op(B) = B (K,N)
-    GemmArgs g = {M, N, K, 1, ldc, A, B, 1, (size_t)lda, (size_t)ldb, 1, C};
+    // A gradient written onto 0.0f is next read by the optimizer, after the rest of the
+    // step: streamed past the caches (GemmArgs), where it would evict the layer's operands.
+    GemmArgs g = {M, N, K, accumulate != 0, ldc, A, B, 1, (size_t)lda, (size_t)ldb, 1, C, !accumulate};
     gemm_tree(gemm_kernel_pick(), &g, off, n, (double)M * N * K > 1e6);
 }

@@ -89,13 +89,15 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
 // A weight gradient's leaves: the ordered GEMM's tree in the tiles, or, for OpenBLAS,
 // separate products into partial sums (its working memory, as above) merged in passes.
 static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
-                                      int OC) {
-    if (!use_openblas) { ordered_gemm_leaves(C, OC, off, n, inp, C, dout, OC, dw, OC); return; }
+                                      int OC, int accumulate) {
+    if (!use_openblas) { ordered_gemm_leaves(C, OC, off, n, inp, C, dout, OC, accumulate, dw, OC); return; }
     if (C == 0 || OC == 0 || n <= 0) return;
     size_t mn = (size_t)C * OC;
     float *S = malloc(sizeof(float) * mn * (size_t)piece_tree_levels(n));
     if (!S) die("out of host memory for a weight gradient's %d leaves (%d x %d)", n, C, OC);
     leaf_tree(gemm, add_rows, C, OC, off, n, inp, C, dout, OC, S, S + mn);
+    if (!accumulate)
+        for (size_t i = 0; i < mn; i++) dw[i] = 0.0f;
     add_rows(dw, S, mn);
     free(S);
 }
@@ -116,8 +118,8 @@ static void plain_backward_dw(float *dw, const float *inp, const float *dout, in
 }
 
 static void plain_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
-                                     int OC) {
-    plain_gemm_leaves(C, OC, off, n, inp, C, dout, OC, dw, OC);
+                                     int OC, int accumulate) {
+    plain_gemm_leaves(C, OC, off, n, inp, C, dout, OC, accumulate, dw, OC);
 }
 
 const MatmulKernels matmul_cpu_plain = {plain_forward, plain_backward_dinp, plain_backward_dw, plain_gemm,
