@@ -71,17 +71,46 @@ static void combine_forward(float *out, const float *y, const float *w, const in
     }
 }
 
+enum { CHAINS = 8 };   // assignments whose routing-weight gradients are summed side by side
+
+// dot[i] = dout[t] . y[row] for the assignments a0 + i, i < n <= CHAINS (t = a / K, row =
+// assign_row[a]): each one chain over d in order, a product rounded and then added, as a loop
+// per assignment makes it; the chains side by side, so that an add never waits on the one
+// before it (one chain alone waits the add's latency at every d).
+static void weight_dots(float *dot, const float *dout, const float *y, const int *assign_row, size_t a0, int n,
+                        int D, int K) {
+    const float *dt[CHAINS], *ya[CHAINS];
+    float s[CHAINS];
+    for (int i = 0; i < CHAINS; i++) {
+        size_t a = a0 + (size_t)(i < n ? i : 0);   // spare chains repeat the first
+        dt[i] = dout + (a / K) * D;
+        ya[i] = y + (size_t)assign_row[a] * D;
+        s[i] = 0.0f;
+    }
+    for (int d = 0; d < D; d++)
+#pragma GCC unroll 8
+        for (int i = 0; i < CHAINS; i++) s[i] += dt[i][d] * ya[i][d];
+    for (int i = 0; i < n; i++) dot[i] = s[i];
+}
+
 static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
                              const float *top_w, const int *assign_row, size_t A, int D, int K) {
+    size_t groups = (A + CHAINS - 1) / CHAINS;
     #pragma omp parallel for if ((long)A * D > 65536)
-    for (size_t a = 0; a < A; a++) {
-        const float *dt = dout + (a / K) * D, *ya = y + (size_t)assign_row[a] * D;
-        float *dyr = dy + (size_t)assign_row[a] * D, wa = w[a], dot = 0.0f;
-        #pragma omp simd   // (element by element)
-        for (int d = 0; d < D; d++) dyr[d] = wa * dt[d];
-        for (int d = 0; d < D; d++) dot += dt[d] * ya[d];   // one chain, in order
-        // w = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
-        dw[a] = (wa == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot;
+    for (size_t q = 0; q < groups; q++) {
+        size_t a0 = q * CHAINS;
+        int n = (int)(A - a0 < CHAINS ? A - a0 : CHAINS);
+        float dot[CHAINS];
+        weight_dots(dot, dout, y, assign_row, a0, n, D, K);
+        for (int i = 0; i < n; i++) {
+            size_t a = a0 + (size_t)i;
+            const float *dt = dout + (a / K) * D;
+            float *dyr = dy + (size_t)assign_row[a] * D, wa = w[a];
+            #pragma omp simd   // (element by element)
+            for (int d = 0; d < D; d++) dyr[d] = wa * dt[d];
+            // w = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
+            dw[a] = (wa == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot[i];
+        }
     }
 }
 
