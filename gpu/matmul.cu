@@ -16,8 +16,9 @@
 // which the backward rounds where the forward rounded the product's output, as JAX's
 // autodiff does. So converting them to bf16 storage is exact, and every product of two bf16
 // values is exact in float32: only the order of the float32 sums differs from the CPU's.
-// The one product whose operands are not (the router's gate: its logits' gradient, and its
-// weights under float32_gate_logits) calls the general gemm, which stays float32 SGEMM
+// So are the pieces of the tensor-parallel chunked products (gemm_chunked below). The one
+// product whose operands are not (the router's gate: its logits' gradient, and its weights
+// under float32_gate_logits) calls the general gemm, which stays float32 SGEMM
 // (model/matmul.h:matmul_backward_float32); so do the attention core's products.
 //
 // cuBLAS is loaded with dlopen when chosen, not linked: the binaries then need no cuBLAS
@@ -274,14 +275,17 @@ static void add_rows(float *left, const float *right, size_t n) {
 
 // The chunked product (kernels/matmul.h): the pieces' partial sums in a scratch buffer of the
 // stream's own (cudaMallocAsync, freed in stream order; GPU-only and inside this call, so the
-// allocator does not count it, like the bf16 copies above), then C = 0.0f + their tree.
+// allocator does not count it, like the bf16 copies above), then C = 0.0f + their tree. The
+// pieces are weight products (a row-parallel forward, a column-parallel input gradient), on
+// tensor cores under cublas_bf16: their operands are bf16-valued in bf16 mode like the
+// unsplit products' (docs/gpu.md); the merges stay float32.
 static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
                          int ldb, float *C, int ldc) {
     if (M == 0 || N == 0) return;
     size_t mn = (size_t)M * N;
     float *S;
     GPU_CHECK(cudaMallocAsync((void **)&S, sizeof(float) * mn * (size_t)piece_tree_levels(chunks), gpu_stream()));
-    piece_tree(gemm, add_rows, transB, M, N, K / chunks, 0, chunks, A, lda, B, ldb, S, S + mn);
+    piece_tree(weight_product, add_rows, transB, M, N, K / chunks, 0, chunks, A, lda, B, ldb, S, S + mn);
     GPU_LAUNCH(onto_zero_kernel, blocks_for(mn, GPU_THREADS), GPU_THREADS, 0)(C, ldc, S, N, mn);
     GPU_CHECK_LAUNCH();
     GPU_CHECK(cudaFreeAsync(S, gpu_stream()));

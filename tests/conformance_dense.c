@@ -235,6 +235,48 @@ static void test_weight_product_bf16(int which, int accumulate, int T, int C, in
 }
 #endif
 
+#ifdef MESHMOE_CONFORMANCE_GPU
+// gpu_matmul=cublas_bf16's chunked product (the tensor-parallel sums: a row-parallel forward, a
+// column-parallel input gradient): each piece on tensor cores, the pieces merged along the tree
+// in float32. Against the ordered pieces: each piece's sum within 2 Kc u of its own sum of
+// |a b|, and each of the merges one more rounding of a partial sum, so |got - want| <=
+// 2 (K + chunks) u sum_k |a_ik b_kj| over the whole contraction.
+static void test_gemm_chunked_bf16(int tb, int M, int N, int K, int chunks) {
+    const char *why;
+    if (!gpu_matmul_use_cublas(2, &why)) { printf("  gemm_chunked cublas_bf16: SKIPPED (%s)\n", why); return; }
+    int lda = K + 8, ldb = (tb ? K : N) + 8, ldc = N + 8, kc = K / chunks;
+    size_t nA = (size_t)M * lda, nB = (size_t)(tb ? N : K) * ldb, nC = (size_t)M * ldc;
+    float *A = rand_floats(nA, -1, 1), *B = rand_floats(nB, -1, 1), *want = rand_floats(nC, -1, 1);
+    float *bound = calloc(nC, sizeof(float)), piece[16];
+    for (size_t i = 0; i < nA; i++) A[i] = bf16_round(A[i]);
+    for (size_t i = 0; i < nB; i++) B[i] = bf16_round(B[i]);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int r = 0; r < chunks; r++)
+                ref_gemm(0, tb, 1, 1, kc, A + (size_t)i * lda + (size_t)r * kc, lda,
+                         B + (tb ? (size_t)j * ldb + (size_t)r * kc : (size_t)r * kc * ldb + j), ldb, 0, &piece[r], 1);
+            for (int k = 0; k < K; k++)
+                s += fabs((double)A[(size_t)i * lda + k] * (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]));
+            want[(size_t)i * ldc + j] = 0.0f + piece_sum(piece, chunks);
+            bound[(size_t)i * ldc + j] = (float)(2.0 * (K + chunks) * 0x1p-24 * s);
+        }
+    float *dA = dev_copy(A, sizeof(float) * nA), *dB = dev_copy(B, sizeof(float) * nB);
+    float *dC = dev_copy(want, sizeof(float) * nC);   // (the padding between rows must stay as it was)
+    UNDER_TEST->matmul->gemm_chunked(tb, M, N, K, chunks, dA, lda, dB, ldb, dC, ldc);
+    float *got = dev_fetch(dC, sizeof(float) * nC);
+    gpu_matmul_use_cublas(0, &why);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < nC; i++)
+        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
+    check(bad == 0, "gemm_chunked cublas_bf16 transB=%d M=%d N=%d K=%d chunks=%d: %zu differ beyond the bound; first "
+          "at [%zu]: want %.9g got %.9g bound %.3g", tb, M, N, K, chunks, bad, first, want[first], got[first],
+          bound[first]);
+    free(A); free(B); free(want); free(bound); free(got);
+    dev_free(dA); dev_free(dB); dev_free(dC);
+}
+#endif
+
 void test_matmul(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
@@ -263,6 +305,10 @@ void test_matmul(void) {
         test_weight_product_bf16(which, 1, 5, 33, 17);   // shapes tensor cores do not tile
     }
     test_weight_product_bf16(BF16_DW, 0, 70, 200, 96);   // a first leaf: written, not added onto
+    for (int tb = 0; tb < 2; tb++) {
+        test_gemm_chunked_bf16(tb, 64, 96, 256, 4);   // pieces of 64: tensor-core tiles
+        test_gemm_chunked_bf16(tb, 13, 70, 60, 3);    // ragged pieces, a tree that is not complete
+    }
 #endif
 }
 
