@@ -194,7 +194,7 @@ def main():
         for preset in PRESETS:
             path = os.path.join(tmp, preset + ".json")
             cfg = describe(preset, path)
-            results[preset] = {"cfg": cfg, "meshmoe": meshmoe(preset), "PyTorch eager": peer("torch", path, 90),
+            results[preset] = {"cfg": cfg, "meshmoe": meshmoe(preset), "PyTorch eager": peer("torch", path, 120),
                                "JAX jit": peer("jax", path, 150)}
         # Then where meshmoe's step goes (profile=true), before the variants: the variants
         # only inform the next defaults, the profile says where the time of this one goes.

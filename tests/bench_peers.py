@@ -8,8 +8,9 @@ DUMP is a parity dump of the C trainer (`./train CONFIG dump_parity=DIR parity_s
 its config gives the model's dimensions and its first batch the tokens, so both peers
 train the very model and batch that meshmoe trains. DESCRIBE.json is what `./train describe
 CONFIG` prints for a model too large to dump (the GPU presets): the config and every
-tensor's name and shape; the weights are then drawn here (normal, std 0.02; norm scales 1)
-and the batch is random tokens, which is all a timing needs. Prints one line per step,
+tensor's name and shape; the weights are then drawn by the framework on its device (normal,
+std 0.02; norm scales 1: torch's model draws its own, at transformers' initialisation) and
+the batch is random tokens, which is all a timing needs. Prints one line per step,
 `step N seconds T loss L`, then `params P` (the trained parameter count, to check the
 mapping) and, on a GPU, `peak_bytes B` (the framework's allocator peak).
 
@@ -72,7 +73,8 @@ def run_torch(cfg, inputs, steps, compiled=False, remat=False):
     if not gpu:
         torch.set_num_threads(2)
     torch.manual_seed(0)
-    model = torch_model(cfg).to(dev)
+    with torch.device(dev):   # the weights made and initialised on the GPU: seconds, not minutes
+        model = torch_model(cfg)
     if remat:   # every decoder layer's forward again in the backward (older transformers: gradient_*)
         if hasattr(model, "activation_checkpointing_enable"):
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -107,6 +109,8 @@ def run_jax(cfg, params, state, inputs, targets, steps):
     import optax
     import reference as ref
 
+    if params is None:   # a DESCRIBE.json: the weights drawn on the device (see from_describe)
+        params, state = draw_jax(cfg["shapes"], cfg["state_shapes"])
     params = {k: jnp.asarray(v) for k, v in params.items()}
     state = {k: jnp.asarray(v) for k, v in state.items()}
     opt = ref.make_optimizer(cfg)
@@ -133,20 +137,30 @@ def run_jax(cfg, params, state, inputs, targets, steps):
     return times, losses, sum(int(v.size) for v in params.values()), peak
 
 
+def draw_jax(shapes, state_shapes):
+    """Weights of the given shapes drawn by JAX on its device: normal with std 0.02, norm
+    scales 1; the state (the routers' biases) zeros."""
+    import jax
+    import jax.numpy as jnp
+    keys = jax.random.split(jax.random.PRNGKey(0), len(shapes))
+    params = {k: (jnp.ones(s, jnp.float32) if k.endswith("/scale") else 0.02 * jax.random.normal(key, s, jnp.float32))
+              for key, (k, s) in zip(keys, sorted(shapes.items()))}
+    return params, {k: jnp.zeros(s, jnp.float32) for k, s in state_shapes.items()}
+
+
 def from_describe(path):
-    """The config, drawn weights and a random batch for DESCRIBE.json (see the docstring)."""
+    """The config and a random batch for DESCRIBE.json (see the docstring); the weights are
+    drawn by the framework that trains them (params None, their shapes in the config)."""
     import json
     import numpy as np
     with open(path) as f:
         d = json.load(f)
-    cfg = d["config"]
+    cfg = dict(d["config"], shapes={k: tuple(s) for k, s in d["params"].items()},
+               state_shapes={k: tuple(s) for k, s in d["state"].items()})
     rng = np.random.default_rng(0)
-    params = {k: (np.ones(s, np.float32) if k.endswith("/scale") else
-                  (0.02 * rng.standard_normal(s, dtype=np.float32))) for k, s in d["params"].items()}
-    state = {k: np.zeros(s, np.float32) for k, s in d["state"].items()}
     B = cfg["per_device_batch_size"] * cfg.get("gradient_accumulation_steps", 1)
     ids = rng.integers(0, cfg["vocab_size"], size=(B, cfg["max_target_length"] + 1), dtype=np.int32)
-    return cfg, params, state, ids[:, :-1], ids[:, 1:]
+    return cfg, None, None, ids[:, :-1], ids[:, 1:]
 
 
 def from_dump(dump):
