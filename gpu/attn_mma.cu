@@ -73,22 +73,60 @@ __device__ static void mma_tile(float *c, int ldc, const bf16 *a, int lda, int a
     wmma::store_matrix_sync(c, fc, ldc, wmma::mem_row_major);
 }
 
-// Rows i0 .. i0+n-1 of head h of x (B,S,N,D) into xs (nmax rows, stride ld) as bf16, rows
-// past n as zeros.
-__device__ static void rows_bf16(bf16 *xs, int ld, const float *x, const Geom &G, int b, int h, int i0, int n,
-                                 int nmax, int D) {
-    for (int t = threadIdx.x; t < nmax * D; t += MMA_THREADS) {
-        int y = t / D, d = t % D;
-        xs[y * ld + d] = __float2bfloat16(y < n ? x[(((size_t)b * G.S + i0 + y) * G.N + h) * D + d] : 0.0f);
+// Where row y of a tile starts in its array, in rows of D floats: query rows i0 + y of head h
+// in (B,S,N,D), or keys j0 + y of kv head g in (P,B,S,Nkv,D).
+struct QueryRows {
+    const Geom &G;
+    int b, h, i0;
+    __device__ size_t operator()(int y) const { return ((size_t)b * G.S + i0 + y) * G.N + h; }
+};
+struct KeyRows {
+    const Geom &G;
+    int b, g, j0;
+    __device__ size_t operator()(int y) const { return key_row(G, b, j0 + y) * G.Nkv + g; }
+};
+
+// Rows 0 .. n-1 of a tile of x (row y at row(y), D floats each) into xs (nmax rows, stride ld)
+// as bf16, rows past n as zeros. Each thread moves 4 floats with one 16-byte load, and issues
+// LOADS of them before it stores the first: a load then a store per float would wait out
+// every load's latency in turn (the loads cannot pass the stores, which might alias them).
+enum { LOADS = 8 };
+template <class Rows>
+__device__ static void tile_bf16(bf16 *xs, int ld, const float *x, Rows row, int n, int nmax, int D) {
+    if (D % 4 || (uintptr_t)x % 16) {   // (not met by the model's heads: a fallback, a float at a time)
+        for (int t = threadIdx.x; t < nmax * D; t += MMA_THREADS) {
+            int y = t / D, d = t % D;
+            xs[y * ld + d] = __float2bfloat16(y < n ? x[row(y) * D + d] : 0.0f);
+        }
+        return;
+    }
+    int quads = D / 4, total = nmax * quads;
+    for (int t0 = threadIdx.x; t0 < total; t0 += LOADS * MMA_THREADS) {
+        float4 f[LOADS];
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) {
+            int t = t0 + u * MMA_THREADS, y = t / quads;
+            f[u] = t < total && y < n ? *(const float4 *)(x + row(y) * D + t % quads * 4) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < LOADS; u++) {
+            int t = t0 + u * MMA_THREADS;
+            if (t >= total) break;
+            bf16 *p = xs + t / quads * ld + t % quads * 4;
+            p[0] = __float2bfloat16(f[u].x);
+            p[1] = __float2bfloat16(f[u].y);
+            p[2] = __float2bfloat16(f[u].z);
+            p[3] = __float2bfloat16(f[u].w);
+        }
     }
 }
-// Keys j0 .. j0+n-1 of kv head g of x (P,B,S,Nkv,D) into xs (nmax rows) as bf16, zeros past n.
+__device__ static void rows_bf16(bf16 *xs, int ld, const float *x, const Geom &G, int b, int h, int i0, int n,
+                                 int nmax, int D) {
+    tile_bf16(xs, ld, x, QueryRows{G, b, h, i0}, n, nmax, D);
+}
 __device__ static void keys_bf16(bf16 *xs, int ld, const float *x, const Geom &G, int b, int g, int j0, int n,
                                  int nmax, int D) {
-    for (int t = threadIdx.x; t < nmax * D; t += MMA_THREADS) {
-        int y = t / D, d = t % D;
-        xs[y * ld + d] = __float2bfloat16(y < n ? x[(key_row(G, b, j0 + y) * G.Nkv + g) * D + d] : 0.0f);
-    }
+    tile_bf16(xs, ld, x, KeyRows{G, b, g, j0}, n, nmax, D);
 }
 
 // S (rows x cols, 16-multiples) = A B^T: A (rows, kdim) and B (cols, kdim) bf16 row-major;
@@ -200,7 +238,8 @@ __global__ static void mma_forward_kernel(float *o, float *stats, const float *q
         __syncthreads();
         if (t < MQ) softmax_row(S, G, t, i0 + t, t < rows, j0, nk);
         __syncthreads();
-        for (int x = t; x < MQ * G.Dv; x += MMA_THREADS) S.O[x / G.Dv * ldo + x % G.Dv] *= S.a[x / G.Dv];
+        for (int r = t / 16; r < MQ; r += MMA_THREADS / 16)   // (16 threads a row: no division per element)
+            for (int d = t % 16; d < G.Dv; d += 16) S.O[r * ldo + d] *= S.a[r];
         __syncthreads();
         products_add(S.O, ldo, S.P, MKF + PAD_H, 0, S.V, ldv, MQ, G.Dv, MKF);   // O += P V
         __syncthreads();
@@ -250,19 +289,28 @@ __host__ __device__ static size_t bwd_layout(const Geom &G, uintptr_t base, MmaB
     return c.used;
 }
 
+// grid (rows r0 .. r1-1 in blocks of MMA_THREADS, N, B): dots (B,N,S) row i = dO_i . o_i, one
+// in-order float32 sum, one thread a row: computed once per call, where each key tile of the
+// dk, dv kernel would compute it again.
+__global__ static void row_dots_kernel(float *dots, const float *dout, const float *o, Geom G, int r0, int r1) {
+    int i = r0 + blockIdx.x * MMA_THREADS + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
+    if (i >= r1) return;
+    size_t row = ((size_t)b * G.S + i) * G.N + h;
+    dots[((size_t)b * G.N + h) * G.S + i] = dot_dev(dout + row * G.Dv, o + row * G.Dv, G.Dv);
+}
+
 // Query rows ia .. ia+n-1 of head h: Q, dO as bf16 (zeros past n), and per row m, l and
-// D = dO . o (one in-order float32 sum, one thread a row).
-__device__ static void load_queries(MmaBwd S, const Geom &G, const float *q, const float *dout, const float *o,
+// D = dO . o (row_dots_kernel's).
+__device__ static void load_queries(MmaBwd S, const Geom &G, const float *q, const float *dout, const float *dots,
                                     const float *stats, int b, int h, int ia, int n) {
     rows_bf16(S.Q, G.Dqk + PAD_H, q, G, b, h, ia, n, MQ, G.Dqk);
     rows_bf16(S.dO, G.Dv + PAD_H, dout, G, b, h, ia, n, MQ, G.Dv);
     int y = threadIdx.x;
     if (y >= n) return;
-    size_t row = ((size_t)b * G.S + ia + y) * G.N + h;
-    const float *st = stats + (((size_t)b * G.N + h) * G.S + ia + y) * 2;
-    S.D[y] = dot_dev(dout + row * G.Dv, o + row * G.Dv, G.Dv);
-    S.m[y] = st[0];
-    S.l[y] = st[1];
+    size_t r = ((size_t)b * G.N + h) * G.S + ia + y;
+    S.D[y] = dots[r];
+    S.m[y] = stats[r * 2];
+    S.l[y] = stats[r * 2 + 1];
 }
 
 // S = Q K^T and dP = dO V^T for the tile, then (a thread a query row) p and dS = p (dP - D)
@@ -294,13 +342,13 @@ __device__ static void probs_and_ds(MmaBwd S, const Geom &G, int ia, int nr, int
 
 // grid (tiles of MQ of the rows r0 .. r1-1, N, B): dq rows written (zero) or added to.
 __global__ static void mma_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
-                                     const float *o, const float *stats, Geom G, int r0, int r1, int zero) {
+                                     const float *dots, const float *stats, Geom G, int r0, int r1, int zero) {
     GPU_SHARED(float, sh);
     MmaBwd S;
     bwd_layout(G, (uintptr_t)sh, &S, 0);
     int t = threadIdx.x, ia = r0 + blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, lda = G.Dqk + PAD_F;
-    load_queries(S, G, q, dout, o, stats, b, h, ia, nr);
+    load_queries(S, G, q, dout, dots, stats, b, h, ia, nr);
     for (int x = t; x < MQ * G.Dqk; x += MMA_THREADS) {
         int y = x / G.Dqk, d = x % G.Dqk;
         S.dQ[y * lda + d] = y < nr && !zero ? dq[(((size_t)b * G.S + ia + y) * G.N + h) * G.Dqk + d] : 0.0f;
@@ -325,7 +373,7 @@ __global__ static void mma_dq_kernel(float *dq, const float *dout, const float *
 // grid (tiles of MK of the W keys, Nkv, B): dk, dv += the rows r0 .. r1-1 of each head of
 // kv group g.
 __global__ static void mma_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
-                                       const float *v, const float *o, const float *stats, Geom G, int r0, int r1) {
+                                       const float *v, const float *dots, const float *stats, Geom G, int r0, int r1) {
     GPU_SHARED(float, sh);
     MmaBwd S;
     bwd_layout(G, (uintptr_t)sh, &S, 1);
@@ -348,7 +396,7 @@ __global__ static void mma_dkdv_kernel(float *dk, float *dv, const float *dout, 
         for (int ia = first; ia < r1; ia += MQ) {
             int nr = imin(MQ, r1 - ia);
             __syncthreads();   // (the previous tile's products have read Q, dO, P and dS)
-            load_queries(S, G, q, dout, o, stats, b, h, ia, nr);
+            load_queries(S, G, q, dout, dots, stats, b, h, ia, nr);
             __syncthreads();
             probs_and_ds(S, G, ia, nr, j0, nk);
             products_add(S.dV, ldw, S.P, MK + PAD_H, 1, S.dO, ldv, MK, G.Dv, MQ);    // dV += P^T dO
@@ -394,12 +442,23 @@ int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const 
     if (!mma_fits(G, bq > bk ? bq : bk)) return 0;
     GPU_CHECK(cudaFuncSetAttribute(mma_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bq));
     GPU_CHECK(cudaFuncSetAttribute(mma_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bk));
+    // D = dO . o of each row, in a buffer of the stream's own (cudaMallocAsync, freed in stream
+    // order: GPU-only and inside this call, like gpu/matmul.cu's scratch), indexed as stats.
+    float *dots;
+    GPU_CHECK(cudaMallocAsync((void **)&dots, sizeof(float) * ((size_t)G.B * G.N * G.S + 1), gpu_stream()));
+    dim3 by_row((r1 - r0 + MMA_THREADS - 1) / MMA_THREADS, G.N, G.B);
+    if (r1 > r0) {
+        GPU_LAUNCH(row_dots_kernel, by_row, MMA_THREADS, 0)(dots, dout, o, G, r0, r1);
+        GPU_CHECK_LAUNCH();
+    }
     dim3 rows((r1 - r0 + MQ - 1) / MQ, G.N, G.B), keys((G.W + MK - 1) / MK, G.Nkv, G.B);
-    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bq)(dq, dout, q, k, v, o, stats, G, r0, r1, zero_dq);
+    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bq)(dq, dout, q, k, v, dots, stats, G, r0, r1, zero_dq);
     GPU_CHECK_LAUNCH();
-    if (G.W == 0) return 1;
-    GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bk)(dk, dv, dout, q, k, v, o, stats, G, r0, r1);
-    GPU_CHECK_LAUNCH();
+    if (G.W > 0) {
+        GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bk)(dk, dv, dout, q, k, v, dots, stats, G, r0, r1);
+        GPU_CHECK_LAUNCH();
+    }
+    GPU_CHECK(cudaFreeAsync(dots, gpu_stream()));
     return 1;
 }
 

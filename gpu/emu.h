@@ -258,6 +258,12 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
             }
 }
 
+// CUDA's vector of four floats (a 16-byte load or store when aligned).
+struct float4 {
+    float x, y, z, w;
+};
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
 // bf16 as the GPU's __nv_bfloat16: a float rounded to nearest even (NaN kept a quiet NaN).
 struct __nv_bfloat16 {
     uint16_t bits;
