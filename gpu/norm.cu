@@ -6,22 +6,36 @@
 // threads then scale the row's elements in parallel: the CPU's bits, at the cost of a
 // serial sum of D terms per row (D is the model width: a few thousand adds).
 //
-// Launch geometry of the forward and backward: one block of GPU_THREADS per token (row);
-// thread 0 computes the row's sum into shared memory, then each thread takes elements
-// i = threadIdx.x, threadIdx.x + blockDim.x, ...
+// Launch geometry of the forward and backward: one block of GPU_THREADS per token (row). The
+// block's threads first make the row's terms (squares; the backward's products) into shared
+// memory, each its own elements, then thread 0 adds them in element order (the same
+// roundings as the CPU's loop: products are rounded before they are added, --fmad=false), and
+// then each thread takes elements i = threadIdx.x, threadIdx.x + blockDim.x, ... A row wider
+// than NORM_TERMS_MAX (shared memory's 48 KiB) has thread 0 make the terms as it adds them,
+// reading device memory one element after another: the same sum, far slower.
 // dscale: one thread per column, which walks the leaf's tokens in order (the CPU's order).
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
+enum { NORM_TERMS_MAX = 12288 };
+
+// The shared memory a row's terms take: D floats, or none for a row too wide.
+static size_t terms_bytes(int D) { return D <= NORM_TERMS_MAX ? sizeof(float) * (size_t)D : 0; }
+
 __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *x, const float *scale,
                                               size_t scale_stride, int D, float eps, int bf16) {
-    int t = blockIdx.x;
+    GPU_SHARED(float, terms);   // (D) the squares, when the row fits
+    int t = blockIdx.x, held = D <= NORM_TERMS_MAX;
     const float *xt = x + (size_t)t * D, *sc = scale + (size_t)t * scale_stride;
     float *ot = out + (size_t)t * D;
     __shared__ float r;
+    if (held) {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) terms[i] = xt[i] * xt[i];
+        __syncthreads();
+    }
     if (threadIdx.x == 0) {
         float ss = 0.0f;   // mean of squares, float32, in element order
-        for (int i = 0; i < D; i++) ss += xt[i] * xt[i];
+        for (int i = 0; i < D; i++) ss += held ? terms[i] : xt[i] * xt[i];
         r = 1.0f / sqrtf(ss / D + eps);
         rstd[t] = r;
     }
@@ -30,19 +44,27 @@ __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const flo
         ot[i] = bf16 ? bf16_round_dev(bf16_round_dev(xt[i] * r) * sc[i]) : (xt[i] * r) * sc[i];   // cast point 3
 }
 
+// The backward's term i: g * n with g = dy * scale (bf16: g rounded), n = x * r.
+__device__ static float dx_term(const float *dyt, const float *xt, const float *sc, float r, int i, int bf16) {
+    float g = bf16 ? bf16_round_dev(dyt[i] * sc[i]) : dyt[i] * sc[i];
+    return g * (xt[i] * r);
+}
+
 // dx = r * (g - n * mean(g * n)), n = x * r, g = dy * scale (bf16: g rounded).
 __global__ static void rmsnorm_backward_dx_kernel(float *dx, const float *dout, const float *x, const float *scale,
                                                   size_t scale_stride, const float *rstd, int D, int bf16) {
-    int t = blockIdx.x;
+    GPU_SHARED(float, terms);   // (D) g * n, when the row fits
+    int t = blockIdx.x, held = D <= NORM_TERMS_MAX;
     const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D, *sc = scale + (size_t)t * scale_stride;
     float r = rstd[t];
     __shared__ float dot;
+    if (held) {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) terms[i] = dx_term(dyt, xt, sc, r, i, bf16);
+        __syncthreads();
+    }
     if (threadIdx.x == 0) {
         float s = 0.0f;
-        for (int i = 0; i < D; i++) {
-            float g = bf16 ? bf16_round_dev(dyt[i] * sc[i]) : dyt[i] * sc[i];
-            s += g * (xt[i] * r);
-        }
+        for (int i = 0; i < D; i++) s += held ? terms[i] : dx_term(dyt, xt, sc, r, i, bf16);
         dot = s / D;
     }
     __syncthreads();
@@ -73,7 +95,7 @@ __global__ static void broadcast_rows_kernel(float *out, const float *row, int T
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
                             int T, int D, float eps, int bf16) {
     if (T <= 0) return;
-    GPU_LAUNCH(rmsnorm_forward_kernel, T, GPU_THREADS, 0)(out, rstd, x, scale, scale_stride, D, eps, bf16);
+    GPU_LAUNCH(rmsnorm_forward_kernel, T, GPU_THREADS, terms_bytes(D))(out, rstd, x, scale, scale_stride, D, eps, bf16);
     GPU_CHECK_LAUNCH();
 }
 
@@ -81,7 +103,8 @@ static void rmsnorm_forward(float *out, float *rstd, const float *x, const float
 static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, const float *scale,
                                 size_t scale_stride, const float *rstd, int T, int D, int bf16) {
     if (T <= 0) return;
-    GPU_LAUNCH(rmsnorm_backward_dx_kernel, T, GPU_THREADS, 0)(dx, dout, x, scale, scale_stride, rstd, D, bf16);
+    GPU_LAUNCH(rmsnorm_backward_dx_kernel, T, GPU_THREADS, terms_bytes(D))(dx, dout, x, scale, scale_stride, rstd, D,
+                                                                           bf16);
     GPU_CHECK_LAUNCH();
 }
 

@@ -392,6 +392,7 @@ void test_norm(void) {
     test_norm_case(9, 300, 0, 1);
     test_norm_case(5, 64, 1, 0);
     test_norm_case(5, 64, 1, 1);
+    test_norm_case(3, 12300, 0, 1);   // wider than gpu/norm.cu's terms in shared memory
 }
 
 // ---------------------------------------------------------------- rope
