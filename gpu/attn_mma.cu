@@ -4,9 +4,9 @@
 // sums). A block of 4 warps takes 64 query rows (forward, dq) or 32 keys (dk, dv); each
 // product is a set of 16 x 16 output tiles, each tile one warp's:
 //   forward, per tile of 64 keys:  S = Q K^T; the online softmax of each row over the tile's
-//                                  keys (one thread a row: max, rescale, exponentials, l);
-//                                  O = a O + P V
-//   dq, per tile of 32 keys:       S = Q K^T, dP = dO V^T; P, dS = P (dP - D) (a thread a
+//                                  keys (two threads a row for the max and the exponentials,
+//                                  one for l's sum in key order); O = a O + P V
+//   dq, per tile of 32 keys:       S = Q K^T, dP = dO V^T; P, dS = P (dP - D) (two threads a
 //                                  row); dQ += dS K
 //   dk, dv, per head of the group and tile of 64 query rows: the same S, dP, P, dS;
 //                                  dV += P^T dO, dK += dS^T Q
@@ -41,7 +41,9 @@ enum {
     MMA_MAX_D = 256,      // the widest head
     PAD_H = 8,            // bf16 rows padded by 8 elements, float32 rows by 4: fewer bank conflicts,
     PAD_F = 4,            // and every 16-row tile still starts on 32 bytes, as wmma wants
+    PER_ROW = MMA_THREADS / MQ,   // threads a query row in the softmax's element-wise work
 };
+static_assert(MMA_THREADS % MQ == 0, "the softmax gives each query row the same number of threads");
 
 // Shared memory carved into arrays, each starting on 128 bytes; with base 0 it only counts.
 struct Carve {
@@ -161,6 +163,7 @@ struct MmaFwd {
     bf16 *Q, *K, *V, *P;   // (MQ, Dqk), (MKF, Dqk), (MKF, Dv), (MQ, MKF): the tile's operands
     float *S, *O;          // (MQ, MKF) scores, (MQ, Dv) the output sums
     float *m, *l, *a;      // (MQ) each row's max, sum and this tile's rescale
+    float *pm;             // (MMA_THREADS) each thread's max over its columns of the tile
 };
 __host__ __device__ static size_t fwd_layout(const Geom &G, uintptr_t base, MmaFwd *s) {
     Carve c = {base, 0};
@@ -174,35 +177,46 @@ __host__ __device__ static size_t fwd_layout(const Geom &G, uintptr_t base, MmaF
     f.m = c.take<float>(MQ);
     f.l = c.take<float>(MQ);
     f.a = c.take<float>(MQ);
+    f.pm = c.take<float>(MMA_THREADS);
     if (s) *s = f;
     return c.used;
 }
 
-// Row r's online softmax over the keys j0 .. j0+nk-1 it sees: scores rounded as the CPU's,
-// the max, the rescale a of the sums so far, the exponentials (rounded as the CPU's) into P
-// and l; P's other columns zero.
-__device__ static void softmax_row(MmaFwd S, const Geom &G, int r, int i, int live, int j0, int nk) {
-    int lds = MKF + PAD_F, ldp = MKF + PAD_H, nv = live ? imin(nk, keys_scanned(G, i) - j0) : 0;
-    float m = S.m[r], l = S.l[r], a = 1.0f, bm = ATTN_MASK_VALUE;
-    float *s = S.S + r * lds;
-    for (int c = 0; c < nv; c++) {
+// The tile's online softmax, PER_ROW threads a row, each every PER_ROW-th column: the scores
+// rounded as the CPU's and each thread's max over its columns; then the row's max, the
+// rescale a of the sums so far and the exponentials (rounded as the CPU's) into P and, as
+// float32, over the scores; then one thread a row adds them onto l in column order, as the
+// CPU's sum does. P's columns past what a row sees are zero.
+__device__ static void softmax_tile(MmaFwd S, const Geom &G, int i0, int rows, int j0, int nk) {
+    int lds = MKF + PAD_F, ldp = MKF + PAD_H, r = threadIdx.x / PER_ROW, part = threadIdx.x % PER_ROW;
+    int nv = r < rows ? imin(nk, keys_scanned(G, i0 + r) - j0) : 0;
+    float *s = S.S + r * lds, bm = ATTN_MASK_VALUE;
+    for (int c = part; c < nv; c += PER_ROW) {
         if (G.rnd.scores) s[c] = bf16_round_dev(s[c]);
         if (s[c] > bm) bm = s[c];
     }
+    S.pm[threadIdx.x] = bm;
+    __syncthreads();
+    for (int p = 0; p < PER_ROW; p++)   // (a max: the same in any order)
+        if (S.pm[r * PER_ROW + p] > bm) bm = S.pm[r * PER_ROW + p];
+    float m = S.m[r], a = 1.0f;
     if (nv > 0 && bm > m) {
         a = expf(m - bm);
-        l *= a;
         m = bm;
     }
-    for (int c = 0; c < MKF; c++) {
+    for (int c = part; c < MKF; c += PER_ROW) {
         float e = 0.0f;
         if (c < nv) {
             e = expf(s[c] - m);
             if (G.rnd.probs) e = bf16_round_dev(e);
-            l += e;
         }
         S.P[r * ldp + c] = __float2bfloat16(e);
+        s[c] = e;
     }
+    __syncthreads();
+    if (part) return;
+    float l = S.l[r] * a;   // (a is 1 unless the max grew: exact)
+    for (int c = 0; c < nv; c++) l += s[c];
     S.m[r] = m;
     S.l[r] = l;
     S.a[r] = a;
@@ -236,7 +250,7 @@ __global__ static void mma_forward_kernel(float *o, float *stats, const float *q
         __syncthreads();
         products_abt(S.S, MKF + PAD_F, S.Q, S.K, ldq, MQ, MKF, G.Dqk);   // S = Q K^T
         __syncthreads();
-        if (t < MQ) softmax_row(S, G, t, i0 + t, t < rows, j0, nk);
+        softmax_tile(S, G, i0, rows, j0, nk);
         __syncthreads();
         for (int r = t / 16; r < MQ; r += MMA_THREADS / 16)   // (16 threads a row: no division per element)
             for (int d = t % 16; d < G.Dv; d += 16) S.O[r * ldo + d] *= S.a[r];
@@ -320,22 +334,21 @@ __device__ static void probs_and_ds(MmaBwd S, const Geom &G, int ia, int nr, int
     products_abt(S.S, lds, S.Q, S.K, G.Dqk + PAD_H, MQ, MK, G.Dqk);
     products_abt(S.dP, lds, S.dO, S.V, G.Dv + PAD_H, MQ, MK, G.Dv);
     __syncthreads();
-    int y = threadIdx.x;
-    if (y < MQ) {
-        int nv = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
-        for (int c = 0; c < MK; c++) {
-            float p = 0.0f, ds = 0.0f;
-            if (c < nv) {
-                float s = S.S[y * lds + c];
-                if (G.rnd.scores) s = bf16_round_dev(s);
-                float e = expf(s - S.m[y]);
-                if (G.rnd.probs) e = bf16_round_dev(e);
-                p = e / S.l[y];
-                ds = p * (S.dP[y * lds + c] - S.D[y]);
-            }
-            S.P[y * ldp + c] = __float2bfloat16(p);
-            S.dS[y * ldp + c] = __float2bfloat16(ds);
+    // PER_ROW threads a row, each every PER_ROW-th column (each element on its own).
+    int y = threadIdx.x / PER_ROW;
+    int nv = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
+    for (int c = threadIdx.x % PER_ROW; c < MK; c += PER_ROW) {
+        float p = 0.0f, ds = 0.0f;
+        if (c < nv) {
+            float s = S.S[y * lds + c];
+            if (G.rnd.scores) s = bf16_round_dev(s);
+            float e = expf(s - S.m[y]);
+            if (G.rnd.probs) e = bf16_round_dev(e);
+            p = e / S.l[y];
+            ds = p * (S.dP[y * lds + c] - S.D[y]);
         }
+        S.P[y * ldp + c] = __float2bfloat16(p);
+        S.dS[y * ldp + c] = __float2bfloat16(ds);
     }
     __syncthreads();
 }
