@@ -45,5 +45,8 @@ extern "C" const Backend backend_cuda = {
     gpu_unbind,
     gpu_matmul_workspace_bytes,
     gpu_matmul_set_workspace,
+    gpu_mark,
+    gpu_elapsed_ms,
+    gpu_marks_release,
 };
 #endif

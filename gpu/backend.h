@@ -76,6 +76,11 @@ extern const MemoryOps memory_cuda;         // gpu/backend.cu: the above as the 
 void gpu_bind(int device);
 void gpu_sync(void);                        // the thread's stream has finished its work
 void gpu_unbind(void);                      // waits, leaves the pool, destroys the stream
+// The profile's device clock (kernels/kernels.h: Backend.mark): CUDA events of the calling
+// thread, recorded on its stream, reused after marks_release.
+void *gpu_mark(void);
+double gpu_elapsed_ms(const void *a, const void *b);
+void gpu_marks_release(void);
 // Each mesh device's memory pool (gpu/pool.cu): what the allocator's buffers come from.
 void pool_attach(int device, int gpu);      // the calling thread allocates from device's pool
 void pool_detach(void);                     // the last thread of a device returns its memory (and prints it)

@@ -57,6 +57,8 @@ static inline float warp_shfl_xor(float v, int lane_mask) { return emu_shfl_xor(
 #define cudaEvent_t hipEvent_t
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDisableTiming hipEventDisableTiming
+#define cudaEventDefault hipEventDefault
+#define cudaEventElapsedTime hipEventElapsedTime
 #define cudaEventRecord hipEventRecord
 #define cudaEventQuery hipEventQuery
 #define cudaEventSynchronize hipEventSynchronize

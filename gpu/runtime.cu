@@ -80,8 +80,43 @@ extern "C" void gpu_sync(void) {
     if (made) GPU_CHECK(cudaStreamSynchronize(stream));
 }
 
+// The profile's marks: this thread's events, made as needed and used again after each release.
+static thread_local cudaEvent_t *marks;
+static thread_local size_t nmarks, capmarks;
+
+extern "C" void *gpu_mark(void) {
+    if (nmarks == capmarks) {
+        size_t cap = capmarks ? 2 * capmarks : 1024;
+        cudaEvent_t *more = (cudaEvent_t *)realloc(marks, sizeof(cudaEvent_t) * cap);
+        if (!more) { fprintf(stderr, "meshmoe: out of host memory (the profile's %zu marks)\n", cap); exit(1); }
+        marks = more;
+        for (size_t i = capmarks; i < cap; i++) GPU_CHECK(cudaEventCreateWithFlags(&marks[i], cudaEventDefault));
+        capmarks = cap;
+    }
+    cudaEvent_t e = marks[nmarks++];
+    GPU_CHECK(cudaEventRecord(e, gpu_stream()));
+    return (void *)e;
+}
+
+extern "C" double gpu_elapsed_ms(const void *a, const void *b) {
+    float ms = 0.0f;
+    GPU_CHECK(cudaEventSynchronize((cudaEvent_t)b));
+    GPU_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    return ms;
+}
+
+extern "C" void gpu_marks_release(void) { nmarks = 0; }
+
+static void marks_destroy(void) {
+    for (size_t i = 0; i < capmarks; i++) GPU_CHECK(cudaEventDestroy(marks[i]));
+    free(marks);
+    marks = NULL;
+    nmarks = capmarks = 0;
+}
+
 extern "C" void gpu_unbind(void) {
     gpu_sync();
+    marks_destroy();
     gpu_matmul_bf16_report();
     gpu_copies_end();
     pool_detach();

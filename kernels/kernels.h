@@ -99,6 +99,13 @@ typedef struct Backend {
     // tagged allocator (MEM_WORKSPACE, base/mesh.c), so the memory report counts it.
     size_t (*workspace_bytes)(void);
     void (*set_workspace)(void *p, size_t bytes);
+    // The profile's device clock (profile=true; NULL on the CPU, whose kernels the profile
+    // times with the host's clock): mark queues a time stamp on the thread's stream, behind
+    // the work queued so far, and returns it; elapsed_ms waits for b and gives the device's
+    // time from a to b; marks_release hands back every mark the thread made.
+    void *(*mark)(void);
+    double (*elapsed_ms)(const void *a, const void *b);
+    void (*marks_release)(void);
 } Backend;
 
 extern const Backend backend_cpu;     // kernels/cpu/backend.c

@@ -1,12 +1,15 @@
 // kernels/profile.c: the profile (kernels/profile.h), a watcher of the kernels
-// (kernels/watch.h): the clock read before each kernel, and after it the time, the call
-// and the kernel's work added to its family's counters.
+// (kernels/watch.h): a mark of the clock before each kernel and one after it, kept with the
+// call's work; when the counters are taken, each call's time and work are added to its
+// family's counters.
 #include "kernels/profile.h"
+#include "core/common.h"   // die
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 static _Thread_local ProfileCounts counts[FAMILY_COUNT];
-static _Thread_local double started;   // when the kernel now running began (kernels do not nest)
 static _Thread_local ProfileProduct products[PROFILE_PRODUCTS];
 static _Thread_local int nproducts;
 
@@ -16,13 +19,45 @@ static double now_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
-// On a GPU a kernel call returns once the kernel is queued: both ends wait for the device's
-// queue (kern_sync; nothing on the CPU), so a kernel's time is its execution, not its launch,
-// and the work queued before it is not counted in it.
+// The clock: a mark before each kernel and one after it. On a GPU a kernel call returns once
+// its work is queued, so the marks are the device's (Backend.mark: events on the thread's
+// stream) and a kernel's time is what the device spent between them, read when the counters
+// are taken; nothing waits in between, so the profiled step runs as an unprofiled one. On the
+// CPU a kernel is done when it returns: the marks are the host's clock.
+static _Thread_local double *stamps;   // the host's marks, numbered from 1
+static _Thread_local size_t nstamps, capstamps;
+static void *host_mark(void) {
+    if (nstamps == capstamps) {
+        capstamps = capstamps ? 2 * capstamps : 1024;
+        stamps = realloc(stamps, sizeof(double) * capstamps);
+        if (!stamps) die("out of host memory for the profile's %zu marks", capstamps);
+    }
+    stamps[nstamps++] = now_ms();
+    return (void *)(uintptr_t)nstamps;
+}
+static double host_elapsed_ms(const void *a, const void *b) {
+    return stamps[(uintptr_t)b - 1] - stamps[(uintptr_t)a - 1];
+}
+static void host_marks_release(void) { nstamps = 0; }
+
+static const Backend *timed_backend;   // the backend the profile watches (its clock, if it has one)
+static void *mark(void) { return timed_backend->mark ? timed_backend->mark() : host_mark(); }
+
+// A kernel call whose time is not read yet: its family, work and marks, and for a product its
+// shape's class.
+typedef struct {
+    int family;
+    double flops, bytes;
+    ProfileProduct key;
+    void *start, *end;
+} Pending;
+static _Thread_local Pending *pending;
+static _Thread_local size_t npending, cappending;
+static _Thread_local void *started;   // the mark before the kernel now running (kernels do not nest)
+
 static void enter(int family) {
     (void)family;
-    kern_sync();
-    started = now_ms();
+    started = mark();
 }
 
 static int log2_floor(int x) {
@@ -62,23 +97,48 @@ static void widen(ProfileProduct *p, const ProfileProduct *q) {
     if (q->khi > p->khi) p->khi = q->khi;
 }
 
+static void resolve(void);
+enum { PENDING_MOST = 1 << 16 };   // calls held before their times are read (a thread whose counters nobody takes)
+
 static void leave(int family, double flops, double bytes) {
-    kern_sync();
-    double ms = now_ms() - started;
-    add_counts(&counts[family], 1, ms, flops, bytes);
+    if (npending == PENDING_MOST) resolve();
+    if (npending == cappending) {
+        cappending = cappending ? 2 * cappending : 1024;
+        pending = realloc(pending, sizeof(Pending) * cappending);
+        if (!pending) die("out of host memory for the profile's %zu kernel calls", cappending);
+    }
+    Pending *k = &pending[npending++];
+    *k = (Pending){family, flops, bytes, {0}, started, mark()};
     if (family != FAMILY_MATMUL) return;
     const WatchProduct *w = &watch_product;
-    ProfileProduct key = {w->form, w->N, log2_floor(w->M), log2_floor(w->K), w->M, w->M, w->K, w->K, {0}};
-    ProfileProduct *p = product_class(products, &nproducts, &key);
-    widen(p, &key);
-    add_counts(&p->c, 1, ms, flops, bytes);
+    k->key = (ProfileProduct){w->form, w->N, log2_floor(w->M), log2_floor(w->K), w->M, w->M, w->K, w->K, {0}};
+}
+
+// Each pending call's time read off its marks and added to its family's counters (and its
+// product class's), the marks handed back.
+static void resolve(void) {
+    for (size_t i = 0; i < npending; i++) {
+        const Pending *k = &pending[i];
+        double ms = timed_backend->elapsed_ms ? timed_backend->elapsed_ms(k->start, k->end)
+                                              : host_elapsed_ms(k->start, k->end);
+        add_counts(&counts[k->family], 1, ms, k->flops, k->bytes);
+        if (k->family != FAMILY_MATMUL) continue;
+        ProfileProduct *p = product_class(products, &nproducts, &k->key);
+        widen(p, &k->key);
+        add_counts(&p->c, 1, ms, k->flops, k->bytes);
+    }
+    npending = 0;
+    if (timed_backend->marks_release) timed_backend->marks_release();
+    else host_marks_release();
 }
 
 const Backend *profile_backend(const Backend *timed) {
+    timed_backend = timed;
     return watch_backend(timed, NULL, (WatchHooks){enter, leave});
 }
 
 void profile_take(ProfileCounts *acc) {
+    resolve();
     for (int f = 0; acc && f < FAMILY_COUNT; f++) {
         acc[f].calls += counts[f].calls;
         acc[f].ms += counts[f].ms;
@@ -89,6 +149,7 @@ void profile_take(ProfileCounts *acc) {
 }
 
 void profile_take_products(ProfileProduct *acc, int *n) {
+    resolve();
     for (int i = 0; acc && i < nproducts; i++) {
         ProfileProduct *p = product_class(acc, n, &products[i]);
         widen(p, &products[i]);

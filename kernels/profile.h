@@ -1,7 +1,8 @@
 // kernels/profile.h: where a step's time goes, kernel family by kernel family
 // (profile=true). The profile is a watcher of the kernels (kernels/watch.h): each call adds
-// its wall time, its floating-point operations and the bytes it must move at least (each
-// operand read once, each result written once) to the calling thread's counters. A device
+// its time (the host's clock on the CPU, the device's events on a GPU), its floating-point
+// operations and the bytes it must move at least (each operand read once, each result
+// written once) to the calling thread's counters. A device
 // is one thread, so the counters are that device's; the OpenMP threads a kernel starts are
 // inside the call and timed with it.
 #ifndef MESHMOE_KERNELS_PROFILE_H
@@ -10,7 +11,7 @@
 
 typedef struct ProfileCounts {
     long calls;
-    double ms;      // wall time inside the family's kernels
+    double ms;      // time inside the family's kernels
     double flops;   // floating-point operations executed (attention: the visible causal part)
     double bytes;   // operands read once and results written once
 } ProfileCounts;

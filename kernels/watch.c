@@ -517,6 +517,8 @@ const Backend *watch_backend(const Backend *b, const MemoryOps *mem, WatchHooks 
         // a device thread's hooks: the watched backend's own (its GPU, stream and pool)
         backend_watched.bind = b->bind, backend_watched.sync = b->sync, backend_watched.unbind = b->unbind;
         backend_watched.workspace_bytes = b->workspace_bytes, backend_watched.set_workspace = b->set_workspace;
+        backend_watched.mark = b->mark, backend_watched.elapsed_ms = b->elapsed_ms;
+        backend_watched.marks_release = b->marks_release;
     }
     if (mem) backend_watched.mem = mem;   // the strict mode's: it opens its memory around each copy
     hooks[nhooks++] = h;
