@@ -232,7 +232,10 @@ jax() {
     fi
     # Every case, without the reference's self-tests (PARITY_ONLY=. skips them): they test
     # JAX's side alone, which make parity runs on the CPU, and took 138 s of the first GPU call.
-    TRAIN=$GPU_TRAIN PYTHON=$py PARITY_ONLY=${PARITY_ONLY:-.} bash tests/parity/run_parity.sh
+    # On a GPU the bf16 cases also run on tensor cores (PARITY_TENSOR_CORES).
+    local tc=0
+    [ "$DEV" = gpu ] && tc=1
+    TRAIN=$GPU_TRAIN PYTHON=$py PARITY_ONLY=${PARITY_ONLY:-.} PARITY_TENSOR_CORES=$tc bash tests/parity/run_parity.sh
 }
 
 case $CHECK in

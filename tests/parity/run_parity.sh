@@ -14,6 +14,8 @@
 # tests/parity/ensure_venv.sh creates from tests/parity/requirements.txt).
 # XLA_FLAGS is passed on to the reference: XLA_FLAGS=--xla_cpu_max_isa=AVX2 keeps XLA's
 # CPU code generation to AVX2 on an AVX-512 machine (README.md "bfloat16").
+# PARITY_TENSOR_CORES=1 (a GPU trainer, tests/gpu_checks.sh): two more bf16 cases, on tensor
+# cores; PARITY_ONLY and PARITY_SECONDS: at run_case below.
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -122,6 +124,14 @@ run_case mixtral-sparse   "$MIXTRAL"  sparse_matmul=true
 run_case deepseek-sparse  "$DEEPSEEK" sparse_matmul=true
 run_case mixtral-bf16-wsum32   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true
 run_case deepseek-bf16-wsum32  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true
+# With a GPU trainer (PARITY_TENSOR_CORES=1, tests/gpu_checks.sh): the two bf16 cases again
+# with the weight products and the attention core on tensor cores (make bench-gpu's path),
+# against the same JAX reference and bounds.
+if [ "${PARITY_TENSOR_CORES:-}" = 1 ]; then
+    TC=(gpu_matmul=cublas_bf16 gpu_attention=tensor_cores)
+    run_case mixtral-bf16-tca   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true "${TC[@]}"
+    run_case deepseek-bf16-tca  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true "${TC[@]}"
+fi
 run_case mixtral-dense    "$MIXTRAL"  sparse_matmul=false
 run_case mixtral-capacity "$MIXTRAL"  sparse_matmul=false capacity_factor=1.0
 run_case mixtral-lb       "$MIXTRAL"  sparse_matmul=true load_balance_loss_weight=0.01
