@@ -109,20 +109,23 @@ static void sgemm_cublas(int transA, int transB, int M, int N, int K, const floa
 static int check_bf16 = 0;   // read at start-up, with gpu_matmul=cublas_bf16
 // MESHMOE_CUBLAS_BF16=fast (an experiment for make bench-gpu): gemm_bf16 hands cuBLAS the
 // float32 operands with CUBLAS_COMPUTE_32F_FAST_16BF, which converts them to bf16 inside its
-// kernels (exact: they are bf16-valued), in place of the two conversion kernels and the
+// kernels (exact: they are bf16-valued), in place of the conversion kernel and the
 // scratch buffer per product; not with MESHMOE_CHECK_BF16, whose count is the conversion's.
 static int fast_bf16 = 0;
 __device__ unsigned long long bf16_converted, bf16_inexact;
 
-// dst[i] = src[i] as bf16 bits (round to nearest even: exact for a bf16-valued src), one
-// thread per element; with check, the counts above.
-__global__ static void to_bf16_kernel(uint16_t *dst, const float *src, size_t n, int check) {
+// Both operands of a product in one launch: da[i] = a[i] for i < na, then db[i - na] =
+// b[i - na], as bf16 bits (round to nearest even: exact for a bf16-valued value), one thread
+// per element; with check, the counts above.
+__global__ static void to_bf16_kernel(uint16_t *da, const float *a, size_t na, uint16_t *db, const float *b,
+                                      size_t nb, int check) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    dst[i] = bf16_bits_dev(src[i]);
+    if (i >= na + nb) return;
+    float x = i < na ? a[i] : b[i - na];
+    (i < na ? da[i] : db[i - na]) = bf16_bits_dev(x);
     if (!check) return;
-    if (i == 0) atomicAdd(&bf16_converted, (unsigned long long)n);
-    uint32_t u = __float_as_uint(src[i]);
+    if (i == 0) atomicAdd(&bf16_converted, (unsigned long long)(na + nb));
+    uint32_t u = __float_as_uint(x);
     if ((u & 0xffffu) && (u & 0x7fffffffu) <= 0x7f800000u) atomicAdd(&bf16_inexact, 1ull);
 }
 
@@ -157,9 +160,8 @@ static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *
     size_t at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
     uint16_t *scratch;
     GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nb), gpu_stream()));
-    GPU_LAUNCH(to_bf16_kernel, blocks_for(na, GPU_THREADS), GPU_THREADS, 0)(scratch, A, na, check_bf16);
-    GPU_CHECK_LAUNCH();
-    GPU_LAUNCH(to_bf16_kernel, blocks_for(nb, GPU_THREADS), GPU_THREADS, 0)(scratch + at, B, nb, check_bf16);
+    GPU_LAUNCH(to_bf16_kernel, blocks_for(na + nb, GPU_THREADS), GPU_THREADS, 0)(scratch, A, na, scratch + at, B, nb,
+                                                                                 check_bf16);
     GPU_CHECK_LAUNCH();
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
