@@ -10,8 +10,12 @@
 //                                  row); dQ += dS K
 //   dk, dv, per head of the group and tile of 64 query rows: the same S, dP, P, dS;
 //                                  dV += P^T dO, dK += dS^T Q
-// Shared memory holds the bf16 operands, the float32 scores and the float32 sums (O, dQ, dK,
-// dV between tiles), up to 196 KiB a block for 256-wide heads (the block asks for it).
+// Shared memory holds the bf16 operands, the float32 scores and the forward's float32 output
+// sums O (rescaled row by row between tiles, which the tiles in registers do not allow: a
+// fragment's element-to-row map is the hardware's); the backward keeps its sums dQ, dK, dV
+// in registers, each warp's accumulator tiles, for the whole kernel. The block asks for
+// what it needs beyond 48 KiB (for 128-wide heads: 111 KiB forward, 80 KiB backward, two
+// blocks a multiprocessor of an H100's 228 KiB; for MLA's 192: 127 KiB, one block, and 92).
 //
 // The numbers: q, k, v, o and dO are bf16-valued in bf16 training (docs/model.md, bf16 cast
 // points 4, 6, 7, 9), so the products of q.k and dO.v are exact and only their float32 sums
@@ -42,6 +46,8 @@ enum {
     PAD_H = 8,            // bf16 rows padded by 8 elements, float32 rows by 4: fewer bank conflicts,
     PAD_F = 4,            // and every 16-row tile still starts on 32 bytes, as wmma wants
     PER_ROW = MMA_THREADS / MQ,   // threads a query row in the softmax's element-wise work
+    DQ_TILES = MQ / 16 * (MMA_MAX_D / 16) / 4,   // a warp's tiles of dQ (MQ x Dqk) at most
+    DKV_TILES = MK / 16 * (MMA_MAX_D / 16) / 4,  // of dK (MK x Dqk), and of dV (MK x Dv)
 };
 static_assert(MMA_THREADS % MQ == 0, "the softmax gives each query row the same number of threads");
 
@@ -59,19 +65,27 @@ struct Carve {
 // c (16 x 16 floats, row stride ldc) = (add ? c : 0) + a b over kdim: a (16 x kdim) and b
 // (kdim x 16) bf16 in shared memory, each in the layout LA, LB with leading dimension lda,
 // ldb; astep, bstep: how far a and b move for each 16 of kdim. One warp's product.
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;   // a warp's 16 x 16 float32 sums
+
+// fc += a b over kdim, the operands as mma_tile's: the products onto sums held in registers.
 template <class LA, class LB>
-__device__ static void mma_tile(float *c, int ldc, const bf16 *a, int lda, int astep, const bf16 *b, int ldb,
-                                int bstep, int kdim, int add) {
+__device__ __forceinline__ static void mma_onto(Acc &fc, const bf16 *a, int lda, int astep, const bf16 *b, int ldb,
+                                                int bstep, int kdim) {
     wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LA> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LB> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-    if (add) wmma::load_matrix_sync(fc, c, ldc, wmma::mem_row_major);
-    else wmma::fill_fragment(fc, 0.0f);
     for (int kk = 0; kk < kdim / 16; kk++) {
         wmma::load_matrix_sync(fa, a + kk * astep, lda);
         wmma::load_matrix_sync(fb, b + kk * bstep, ldb);
         wmma::mma_sync(fc, fa, fb, fc);
     }
+}
+template <class LA, class LB>
+__device__ static void mma_tile(float *c, int ldc, const bf16 *a, int lda, int astep, const bf16 *b, int ldb,
+                                int bstep, int kdim, int add) {
+    Acc fc;
+    if (add) wmma::load_matrix_sync(fc, c, ldc, wmma::mem_row_major);
+    else wmma::fill_fragment(fc, 0.0f);
+    mma_onto<LA, LB>(fc, a, lda, astep, b, ldb, bstep, kdim);
     wmma::store_matrix_sync(c, fc, ldc, wmma::mem_row_major);
 }
 
@@ -154,6 +168,70 @@ __device__ static void products_add(float *C, int ldc, const bf16 *A, int lda, i
         else
             mma_tile<wmma::row_major, wmma::row_major>(c, ldc, A + f / nc * 16 * lda, lda, 16, b, ldb, 16 * ldb,
                                                        kdim, 1);
+    }
+}
+
+// acc[u] += the products of products_add, for the tiles this warp holds (see below).
+template <int TILES>
+__device__ __forceinline__ static void products_onto(Acc *acc, const bf16 *A, int lda, int transposed,
+                                                     const bf16 *Bm, int ldb, int rows, int cols, int kdim) {
+    int w = threadIdx.x / 32, nc = cols / 16, total = rows / 16 * nc;
+#pragma unroll
+    for (int u = 0; u < TILES; u++) {
+        int f = w + 4 * u;
+        if (f >= total) break;
+        const bf16 *b = Bm + f % nc * 16;
+        if (transposed)
+            mma_onto<wmma::col_major, wmma::row_major>(acc[u], A + f / nc * 16, lda, 16 * lda, b, ldb, 16 * ldb, kdim);
+        else
+            mma_onto<wmma::row_major, wmma::row_major>(acc[u], A + f / nc * 16 * lda, lda, 16, b, ldb, 16 * ldb, kdim);
+    }
+}
+
+// The backward's sums (dQ; dK, dV) stay in registers for the whole kernel, as each warp's
+// accumulator tiles: tile u of warp w is output tile f = w + 4u of the (rows/16) x (cols/16)
+// tiles in row-major order (products_add's sharing). They come in from device memory and go
+// back through a 16 x 16 staging area per warp in shared memory (stage: 4 x 256 floats);
+// every thread takes the same barriers, whatever tiles its warp has. TILES: the most a warp
+// can hold (DQ_TILES, DKV_TILES), the size of acc.
+
+// acc[u] = rows 0 .. rows-1 of the sums of x (row y at row(y), D floats each; cols = D), rows
+// past n as zeros; all zeros when zero.
+template <int TILES, class Rows>
+__device__ __forceinline__ static void tiles_load(Acc *acc, float *stage, const float *x, Rows row, int n, int rows,
+                                                  int D, int zero) {
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, nc = D / 16, total = rows / 16 * nc;
+    float *st = stage + w * 256;
+#pragma unroll
+    for (int u = 0; u < TILES; u++) {
+        int f = w + 4 * u, r0 = f / nc * 16, c0 = f % nc * 16;
+        if (4 * u >= total) break;   // (the same for every thread)
+        for (int e = lane; e < 256 && f < total; e += 32) {
+            int y = r0 + e / 16;
+            st[e] = !zero && y < n ? x[row(y) * D + c0 + e % 16] : 0.0f;
+        }
+        __syncthreads();
+        if (f < total) wmma::load_matrix_sync(acc[u], st, 16, wmma::mem_row_major);
+        __syncthreads();
+    }
+}
+// The sums acc back into rows 0 .. n-1 of x (as tiles_load's).
+template <int TILES, class Rows>
+__device__ __forceinline__ static void tiles_store(float *x, Rows row, int n, int rows, int D, const Acc *acc,
+                                                   float *stage) {
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, nc = D / 16, total = rows / 16 * nc;
+    float *st = stage + w * 256;
+#pragma unroll
+    for (int u = 0; u < TILES; u++) {
+        int f = w + 4 * u, r0 = f / nc * 16, c0 = f % nc * 16;
+        if (4 * u >= total) break;
+        if (f < total) wmma::store_matrix_sync(st, acc[u], 16, wmma::mem_row_major);
+        __syncthreads();
+        for (int e = lane; e < 256 && f < total; e += 32) {
+            int y = r0 + e / 16;
+            if (y < n) x[row(y) * D + c0 + e % 16] = st[e];
+        }
+        __syncthreads();
     }
 }
 
@@ -278,11 +356,10 @@ __global__ static void mma_forward_kernel(float *o, float *stats, const float *q
 
 struct MmaBwd {
     bf16 *Q, *dO, *K, *V, *P, *dS;   // (MQ, Dqk), (MQ, Dv), (MK, Dqk), (MK, Dv), (MQ, MK) x 2
-    float *S, *dP;                   // (MQ, MK): scores, dO V^T
-    float *dQ, *dK, *dV;             // the sums: (MQ, Dqk) in the dq kernel; (MK, Dqk), (MK, Dv) in dk, dv's
+    float *S, *dP;                   // (MQ, MK): scores, dO V^T (S also the sums' staging, tiles_load)
     float *m, *l, *D;                // (MQ): each query row's max, sum and dO . o
 };
-__host__ __device__ static size_t bwd_layout(const Geom &G, uintptr_t base, MmaBwd *s, int keys) {
+__host__ __device__ static size_t bwd_layout(const Geom &G, uintptr_t base, MmaBwd *s) {
     Carve c = {base, 0};
     MmaBwd f;
     f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
@@ -293,9 +370,6 @@ __host__ __device__ static size_t bwd_layout(const Geom &G, uintptr_t base, MmaB
     f.dS = c.take<bf16>(MQ * (MK + PAD_H));
     f.S = c.take<float>(MQ * (MK + PAD_F));
     f.dP = c.take<float>(MQ * (MK + PAD_F));
-    f.dQ = keys ? NULL : c.take<float>(MQ * (G.Dqk + PAD_F));
-    f.dK = keys ? c.take<float>(MK * (G.Dqk + PAD_F)) : NULL;
-    f.dV = keys ? c.take<float>(MK * (G.Dv + PAD_F)) : NULL;
     f.m = c.take<float>(MQ);
     f.l = c.take<float>(MQ);
     f.D = c.take<float>(MQ);
@@ -358,15 +432,12 @@ __global__ static void mma_dq_kernel(float *dq, const float *dout, const float *
                                      const float *dots, const float *stats, Geom G, int r0, int r1, int zero) {
     GPU_SHARED(float, sh);
     MmaBwd S;
-    bwd_layout(G, (uintptr_t)sh, &S, 0);
-    int t = threadIdx.x, ia = r0 + blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
-    int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, lda = G.Dqk + PAD_F;
+    bwd_layout(G, (uintptr_t)sh, &S);
+    int ia = r0 + blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
+    int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
+    Acc dQ[DQ_TILES];   // this warp's tiles of the rows' dq sums
     load_queries(S, G, q, dout, dots, stats, b, h, ia, nr);
-    for (int x = t; x < MQ * G.Dqk; x += MMA_THREADS) {
-        int y = x / G.Dqk, d = x % G.Dqk;
-        S.dQ[y * lda + d] = y < nr && !zero ? dq[(((size_t)b * G.S + ia + y) * G.N + h) * G.Dqk + d] : 0.0f;
-    }
-    __syncthreads();
+    tiles_load<DQ_TILES>(dQ, S.S, dq, QueryRows{G, b, h, ia}, nr, MQ, G.Dqk, zero);
     int kmax = keys_scanned(G, ia + nr - 1);
     for (int j0 = 0; j0 < kmax; j0 += MK) {
         int nk = imin(MK, kmax - j0);
@@ -374,13 +445,10 @@ __global__ static void mma_dq_kernel(float *dq, const float *dout, const float *
         keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
         __syncthreads();
         probs_and_ds(S, G, ia, nr, j0, nk);
-        products_add(S.dQ, lda, S.dS, MK + PAD_H, 0, S.K, ldq, MQ, G.Dqk, MK);   // dQ += dS K
+        products_onto<DQ_TILES>(dQ, S.dS, MK + PAD_H, 0, S.K, ldq, MQ, G.Dqk, MK);   // dQ += dS K
         __syncthreads();
     }
-    for (int x = t; x < nr * G.Dqk; x += MMA_THREADS) {
-        int y = x / G.Dqk, d = x % G.Dqk;
-        dq[(((size_t)b * G.S + ia + y) * G.N + h) * G.Dqk + d] = S.dQ[y * lda + d];
-    }
+    tiles_store<DQ_TILES>(dq, QueryRows{G, b, h, ia}, nr, MQ, G.Dqk, dQ, S.S);
 }
 
 // grid (tiles of MK of the W keys, Nkv, B): dk, dv += the rows r0 .. r1-1 of each head of
@@ -389,20 +457,14 @@ __global__ static void mma_dkdv_kernel(float *dk, float *dv, const float *dout, 
                                        const float *v, const float *dots, const float *stats, Geom G, int r0, int r1) {
     GPU_SHARED(float, sh);
     MmaBwd S;
-    bwd_layout(G, (uintptr_t)sh, &S, 1);
-    int t = threadIdx.x, j0 = blockIdx.x * MK, g = blockIdx.y, b = blockIdx.z, group = G.N / G.Nkv;
+    bwd_layout(G, (uintptr_t)sh, &S);
+    int j0 = blockIdx.x * MK, g = blockIdx.y, b = blockIdx.z, group = G.N / G.Nkv;
     int nk = imin(MK, G.W - j0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
-    int ldk = G.Dqk + PAD_F, ldw = G.Dv + PAD_F;
+    Acc dK[DKV_TILES], dV[DKV_TILES];   // this warp's tiles of the keys' dk and dv sums
     keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MK, G.Dqk);
     keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
-    for (int x = t; x < MK * G.Dqk; x += MMA_THREADS) {
-        int c = x / G.Dqk, d = x % G.Dqk;
-        S.dK[c * ldk + d] = c < nk ? dk[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dqk + d] : 0.0f;
-    }
-    for (int x = t; x < MK * G.Dv; x += MMA_THREADS) {
-        int c = x / G.Dv, d = x % G.Dv;
-        S.dV[c * ldw + d] = c < nk ? dv[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dv + d] : 0.0f;
-    }
+    tiles_load<DKV_TILES>(dK, S.S, dk, KeyRows{G, b, g, j0}, nk, MK, G.Dqk, 0);
+    tiles_load<DKV_TILES>(dV, S.S, dv, KeyRows{G, b, g, j0}, nk, MK, G.Dv, 0);
     int first = j0 + G.k0 - G.q0;   // the first row that sees key j0
     if (first < r0) first = r0;
     for (int h = g * group; h < (g + 1) * group; h++)
@@ -412,18 +474,12 @@ __global__ static void mma_dkdv_kernel(float *dk, float *dv, const float *dout, 
             load_queries(S, G, q, dout, dots, stats, b, h, ia, nr);
             __syncthreads();
             probs_and_ds(S, G, ia, nr, j0, nk);
-            products_add(S.dV, ldw, S.P, MK + PAD_H, 1, S.dO, ldv, MK, G.Dv, MQ);    // dV += P^T dO
-            products_add(S.dK, ldk, S.dS, MK + PAD_H, 1, S.Q, ldq, MK, G.Dqk, MQ);   // dK += dS^T Q
+            products_onto<DKV_TILES>(dV, S.P, MK + PAD_H, 1, S.dO, ldv, MK, G.Dv, MQ);    // dV += P^T dO
+            products_onto<DKV_TILES>(dK, S.dS, MK + PAD_H, 1, S.Q, ldq, MK, G.Dqk, MQ);   // dK += dS^T Q
         }
     __syncthreads();
-    for (int x = t; x < nk * G.Dqk; x += MMA_THREADS) {
-        int c = x / G.Dqk, d = x % G.Dqk;
-        dk[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dqk + d] = S.dK[c * ldk + d];
-    }
-    for (int x = t; x < nk * G.Dv; x += MMA_THREADS) {
-        int c = x / G.Dv, d = x % G.Dv;
-        dv[(key_row(G, b, j0 + c) * G.Nkv + g) * G.Dv + d] = S.dV[c * ldw + d];
-    }
+    tiles_store<DKV_TILES>(dk, KeyRows{G, b, g, j0}, nk, MK, G.Dqk, dK, S.S);
+    tiles_store<DKV_TILES>(dv, KeyRows{G, b, g, j0}, nk, MK, G.Dv, dV, S.S);
 }
 
 // ---- the calls ----
@@ -451,10 +507,10 @@ int attn_mma_forward(float *o, float *stats, const float *q, const float *k, con
 
 int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                       const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
-    size_t bq = bwd_layout(G, 0, NULL, 0), bk = bwd_layout(G, 0, NULL, 1);
-    if (!mma_fits(G, bq > bk ? bq : bk)) return 0;
-    GPU_CHECK(cudaFuncSetAttribute(mma_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bq));
-    GPU_CHECK(cudaFuncSetAttribute(mma_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bk));
+    size_t bytes = bwd_layout(G, 0, NULL);   // (both kernels')
+    if (!mma_fits(G, bytes)) return 0;
+    GPU_CHECK(cudaFuncSetAttribute(mma_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    GPU_CHECK(cudaFuncSetAttribute(mma_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     // D = dO . o of each row, in a buffer of the stream's own (cudaMallocAsync, freed in stream
     // order: GPU-only and inside this call, like gpu/matmul.cu's scratch), indexed as stats.
     float *dots;
@@ -465,10 +521,10 @@ int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const 
         GPU_CHECK_LAUNCH();
     }
     dim3 rows((r1 - r0 + MQ - 1) / MQ, G.N, G.B), keys((G.W + MK - 1) / MK, G.Nkv, G.B);
-    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bq)(dq, dout, q, k, v, dots, stats, G, r0, r1, zero_dq);
+    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, dout, q, k, v, dots, stats, G, r0, r1, zero_dq);
     GPU_CHECK_LAUNCH();
     if (G.W > 0) {
-        GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bk)(dk, dv, dout, q, k, v, dots, stats, G, r0, r1);
+        GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bytes)(dk, dv, dout, q, k, v, dots, stats, G, r0, r1);
         GPU_CHECK_LAUNCH();
     }
     GPU_CHECK(cudaFreeAsync(dots, gpu_stream()));
