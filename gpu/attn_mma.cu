@@ -14,8 +14,8 @@
 // sums O (rescaled row by row between tiles, which the tiles in registers do not allow: a
 // fragment's element-to-row map is the hardware's); the backward keeps its sums dQ, dK, dV
 // in registers, each warp's accumulator tiles, for the whole kernel. The block asks for
-// what it needs beyond 48 KiB (for 128-wide heads: 111 KiB forward, 80 KiB backward, two
-// blocks a multiprocessor of an H100's 228 KiB; for MLA's 192: 127 KiB, one block, and 92).
+// what it needs beyond 48 KiB (for 128-wide heads: 94 KiB forward, 80 KiB backward, two
+// blocks a multiprocessor of an H100's 228 KiB; for MLA's 192: 110 and 92 KiB, two too).
 //
 // The numbers: q, k, v, o and dO are bf16-valued in bf16 training (docs/model.md, bf16 cast
 // points 4, 6, 7, 9), so the products of q.k and dO.v are exact and only their float32 sums
@@ -238,7 +238,7 @@ __device__ __forceinline__ static void tiles_store(float *x, Rows row, int n, in
 // ---- forward ----
 
 struct MmaFwd {
-    bf16 *Q, *K, *V, *P;   // (MQ, Dqk), (MKF, Dqk), (MKF, Dv), (MQ, MKF): the tile's operands
+    bf16 *Q, *KV, *P;      // (MQ, Dqk); (MKF, Dqk) keys, then (MKF, Dv) values; (MQ, MKF): the tile's operands
     float *S, *O;          // (MQ, MKF) scores, (MQ, Dv) the output sums
     float *m, *l, *a;      // (MQ) each row's max, sum and this tile's rescale
     float *pm;             // (MMA_THREADS) each thread's max over its columns of the tile
@@ -247,8 +247,7 @@ __host__ __device__ static size_t fwd_layout(const Geom &G, uintptr_t base, MmaF
     Carve c = {base, 0};
     MmaFwd f;
     f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
-    f.K = c.take<bf16>(MKF * (G.Dqk + PAD_H));
-    f.V = c.take<bf16>(MKF * (G.Dv + PAD_H));
+    f.KV = c.take<bf16>(MKF * ((G.Dqk > G.Dv ? G.Dqk : G.Dv) + PAD_H));   // the values over the keys once S is made
     f.P = c.take<bf16>(MQ * (MKF + PAD_H));
     f.S = c.take<float>(MQ * (MKF + PAD_F));
     f.O = c.take<float>(MQ * (G.Dv + PAD_F));
@@ -323,17 +322,17 @@ __global__ static void mma_forward_kernel(float *o, float *stats, const float *q
     int kmax = keys_scanned(G, i0 + rows - 1);
     for (int j0 = 0; j0 < kmax; j0 += MKF) {
         int nk = imin(MKF, kmax - j0);
-        keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MKF, G.Dqk);
-        keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MKF, G.Dv);
+        keys_bf16(S.KV, ldq, k, G, b, g, j0, nk, MKF, G.Dqk);
         __syncthreads();
-        products_abt(S.S, MKF + PAD_F, S.Q, S.K, ldq, MQ, MKF, G.Dqk);   // S = Q K^T
+        products_abt(S.S, MKF + PAD_F, S.Q, S.KV, ldq, MQ, MKF, G.Dqk);   // S = Q K^T
         __syncthreads();
+        keys_bf16(S.KV, ldv, v, G, b, g, j0, nk, MKF, G.Dv);   // (the keys are done with)
         softmax_tile(S, G, i0, rows, j0, nk);
         __syncthreads();
         for (int r = t / 16; r < MQ; r += MMA_THREADS / 16)   // (16 threads a row: no division per element)
             for (int d = t % 16; d < G.Dv; d += 16) S.O[r * ldo + d] *= S.a[r];
         __syncthreads();
-        products_add(S.O, ldo, S.P, MKF + PAD_H, 0, S.V, ldv, MQ, G.Dv, MKF);   // O += P V
+        products_add(S.O, ldo, S.P, MKF + PAD_H, 0, S.KV, ldv, MQ, G.Dv, MKF);   // O += P V
         __syncthreads();
     }
     for (int x = t; x < rows * G.Dv; x += MMA_THREADS) {
