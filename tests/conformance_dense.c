@@ -604,6 +604,19 @@ void test_elementwise(void) {
     check_dev_floats("swiglu_backward dh0, no act", shape, dh0, d_dh0b, n, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
     check_dev_floats("swiglu_backward dh1 over dact", shape, dh1, d_dd, n, tol(EXP_ULPS), 0);
     check_dev_floats("round_to_bf16", shape, r, d_r, n, 0, 0);
+    // and on parts whose length is not a multiple of 4, from element 1 (off a 16-byte
+    // boundary) and from element 4 (on one): the elements around a part untouched
+    for (long first = 1; first <= 4; first += 3) {
+        long len = n - first - 3;
+        float *part = copy_of(h1, sizeof(float) * n), *d_part = dev_copy(h1, sizeof(float) * n);
+        for (long i = first; i < first + len; i++) part[i] = r[i];
+        UNDER_TEST->cast->round_to_bf16(d_part + first, (size_t)len);
+        char what[64];
+        snprintf(what, sizeof what, "round_to_bf16 of %ld elements from %ld", len, first);
+        check_dev_floats(what, shape, part, d_part, n, 0, 0);
+        free(part);
+        dev_free(d_part);
+    }
     uint16_t *got_bits = dev_fetch(d_bits, sizeof(uint16_t) * n);
     size_t bad = 0;
     for (long i = 0; i < n; i++) bad += got_bits[i] != bits[i];
