@@ -122,7 +122,8 @@ __global__ static void to_bf16_kernel(uint16_t *da, const float *a, size_t na, u
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= na + nb) return;
     float x = i < na ? a[i] : b[i - na];
-    (i < na ? da[i] : db[i - na]) = bf16_bits_dev(x);
+    if (i < na) da[i] = bf16_bits_dev(x);
+    else db[i - na] = bf16_bits_dev(x);
     if (!check) return;
     if (i == 0) atomicAdd(&bf16_converted, (unsigned long long)(na + nb));
     uint32_t u = __float_as_uint(x);

@@ -55,8 +55,14 @@ static _Thread_local Pending *pending;
 static _Thread_local size_t npending, cappending;
 static _Thread_local void *started;   // the mark before the kernel now running (kernels do not nest)
 
+static void resolve(void);
+enum { PENDING_MOST = 1 << 16 };   // calls held before their times are read (a thread whose counters nobody takes)
+
+// (The pending calls are read here, between kernels, when there are too many: resolve hands
+// every mark back, the one before a running kernel too.)
 static void enter(int family) {
     (void)family;
+    if (npending == PENDING_MOST) resolve();
     started = mark();
 }
 
@@ -97,11 +103,7 @@ static void widen(ProfileProduct *p, const ProfileProduct *q) {
     if (q->khi > p->khi) p->khi = q->khi;
 }
 
-static void resolve(void);
-enum { PENDING_MOST = 1 << 16 };   // calls held before their times are read (a thread whose counters nobody takes)
-
 static void leave(int family, double flops, double bytes) {
-    if (npending == PENDING_MOST) resolve();
     if (npending == cappending) {
         cappending = cappending ? 2 * cappending : 1024;
         pending = realloc(pending, sizeof(Pending) * cappending);

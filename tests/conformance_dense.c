@@ -142,6 +142,16 @@ static void test_matmul_wrappers(int T, int C, int OC) {
 }
 
 #ifdef MESHMOE_CONFORMANCE_GPU
+// One check that every got[i] is within bound[i] of want[i] (NaN fails), naming the case
+// (`what`, the product and its shape) and the first element beyond its bound.
+static void check_within_bounds(const char *what, const float *want, const float *got, const float *bound, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
+    check(bad == 0, "%s: %zu differ beyond the bound; first at [%zu]: want %.9g got %.9g bound %.3g", what, bad, first,
+          want[first], got[first], bound[first]);
+}
+
 // cuBLAS (gpu_matmul_use_cublas) keeps no order: against the ordered product it is checked
 // with the classic error bound of a dot product of K terms, |got - want| <= 2 K u sum_k
 // |a_ik b_kj| (u = 2^-24: each of the two results within K u of the exact sum).
@@ -175,11 +185,9 @@ static void test_gemm_cublas(int ta, int tb, int M, int N, int K, int own_worksp
     if (ws) gpu_matmul_set_workspace(NULL, 0);   // (the copy above waited for the product)
     gpu_matmul_use_cublas(0, &why);   // back to the ordered GEMM (and cuBLAS's handle freed)
     if (ws) dev_free(ws);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < (size_t)M * N; i++)
-        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
-    check(bad == 0, "gemm cublas transA=%d transB=%d M=%d N=%d K=%d: %zu differ beyond the bound; first at [%zu]: "
-          "want %.9g got %.9g bound %.3g", ta, tb, M, N, K, bad, first, want[first], got[first], bound[first]);
+    char what[96];
+    snprintf(what, sizeof what, "gemm cublas transA=%d transB=%d M=%d N=%d K=%d", ta, tb, M, N, K);
+    check_within_bounds(what, want, got, bound, (size_t)M * N);
     free(A); free(B); free(want); free(bound); free(got);
     dev_free(dA); dev_free(dB); dev_free(dC);
 }
@@ -224,12 +232,9 @@ static void test_weight_product_bf16(int which, int accumulate, int T, int C, in
     if (which == BF16_DW) UNDER_TEST->matmul->matmul_backward_dw(d_C, d_A, d_B, T, C, OC, accumulate);
     float *got = dev_fetch(d_C, sizeof(float) * nc);
     gpu_matmul_use_cublas(0, &why);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < nc; i++)
-        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
-    check(bad == 0, "%s cublas_bf16 accumulate=%d T=%d C=%d OC=%d: %zu differ beyond the bound; first at [%zu]: "
-          "want %.9g got %.9g bound %.3g", names[which], accumulate, T, C, OC, bad, first, want[first], got[first],
-          bound[first]);
+    char what[96];
+    snprintf(what, sizeof what, "%s cublas_bf16 accumulate=%d T=%d C=%d OC=%d", names[which], accumulate, T, C, OC);
+    check_within_bounds(what, want, got, bound, nc);
     free(A); free(B); free(C0); free(want); free(bound); free(got);
     dev_free(d_A); dev_free(d_B); dev_free(d_C);
 }
@@ -266,12 +271,9 @@ static void test_gemm_chunked_bf16(int tb, int M, int N, int K, int chunks) {
     UNDER_TEST->matmul->gemm_chunked(tb, M, N, K, chunks, dA, lda, dB, ldb, dC, ldc);
     float *got = dev_fetch(dC, sizeof(float) * nC);
     gpu_matmul_use_cublas(0, &why);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < nC; i++)
-        if (!(fabsf(got[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
-    check(bad == 0, "gemm_chunked cublas_bf16 transB=%d M=%d N=%d K=%d chunks=%d: %zu differ beyond the bound; first "
-          "at [%zu]: want %.9g got %.9g bound %.3g", tb, M, N, K, chunks, bad, first, want[first], got[first],
-          bound[first]);
+    char what[96];
+    snprintf(what, sizeof what, "gemm_chunked cublas_bf16 transB=%d M=%d N=%d K=%d chunks=%d", tb, M, N, K, chunks);
+    check_within_bounds(what, want, got, bound, nC);
     free(A); free(B); free(want); free(bound); free(got);
     dev_free(dA); dev_free(dB); dev_free(dC);
 }
