@@ -160,6 +160,7 @@ static void autotune_blocks(Config *c) {
 // that starts from saved weights has them checked against the config here, before training.
 static void start_mesh(Mesh *mesh, const Config *c) {
     mesh_init(mesh, c);
+    model_check_mesh(c, mesh);
     if (c->load_hf[0] && c->load_checkpoint[0])
         die("load_hf and load_checkpoint both given: a run starts from one of them");
     if (c->load_checkpoint[0]) checkpoint_check(c, c->load_checkpoint);   // its metadata and tensors

@@ -114,18 +114,22 @@ static int check_bf16 = 0;   // read at start-up, with gpu_matmul=cublas_bf16
 static int fast_bf16 = 0;
 __device__ unsigned long long bf16_converted, bf16_inexact;
 
-// Both operands of a product in one launch: da[i] = a[i] for i < na, then db[i - na] =
-// b[i - na], as bf16 bits (round to nearest even: exact for a bf16-valued value), one thread
-// per element; with check, the counts above.
-__global__ static void to_bf16_kernel(uint16_t *da, const float *a, size_t na, uint16_t *db, const float *b,
-                                      size_t nb, int check) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= na + nb) return;
-    float x = i < na ? a[i] : b[i - na];
-    if (i < na) da[i] = bf16_bits_dev(x);
-    else db[i - na] = bf16_bits_dev(x);
+// One operand as stored: rows of `cols` floats, `ld` apart (a piece of a wider matrix has ld > cols).
+typedef struct { const float *x; size_t rows, cols, ld; } Stored;
+
+// Both operands of a product in one launch, each packed into rows of its own width (ld = cols)
+// as bf16 bits (round to nearest even: exact for a bf16-valued value): da[i] = a's element i
+// for i < a.rows x a.cols, then db likewise, one thread per element; with check, the counts above.
+__global__ static void to_bf16_kernel(uint16_t *da, Stored a, uint16_t *db, Stored b, int check) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, na = a.rows * a.cols;
+    if (i >= na + b.rows * b.cols) return;
+    Stored s = i < na ? a : b;
+    uint16_t *d = i < na ? da : db;
+    size_t e = i < na ? i : i - na;
+    float x = s.ld == s.cols ? s.x[e] : s.x[e / s.cols * s.ld + e % s.cols];
+    d[e] = bf16_bits_dev(x);
     if (!check) return;
-    if (i == 0) atomicAdd(&bf16_converted, (unsigned long long)(na + nb));
+    if (i == 0) atomicAdd(&bf16_converted, (unsigned long long)(na + b.rows * b.cols));
     uint32_t u = __float_as_uint(x);
     if ((u & 0xffffu) && (u & 0x7fffffffu) <= 0x7f800000u) atomicAdd(&bf16_inexact, 1ull);
 }
@@ -139,9 +143,11 @@ extern "C" void gpu_matmul_bf16_report(void) {
            inexact);
 }
 
-// The floats an operand spans as stored: op(X) (rows, cols) is X, or X^T with X (cols, rows),
-// in rows of ld floats.
-static size_t stored(int trans, int rows, int cols, int ld) { return (size_t)(trans ? cols : rows) * ld; }
+// op(X) (rows, cols) as stored: X itself, or X^T with X (cols, rows); in rows ld apart.
+static Stored stored(const float *x, int trans, int rows, int cols, int ld) {
+    Stored s = {x, (size_t)(trans ? cols : rows), (size_t)(trans ? rows : cols), (size_t)ld};
+    return s;
+}
 
 // C (M,N) = op(A) (M,K) @ op(B) (K,N) (+= when accumulate) on tensor cores, K > 0: both
 // operands converted to bf16 in a scratch buffer of the stream's own (cudaMallocAsync: freed
@@ -157,17 +163,17 @@ static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *
                                     CUBLAS_GEMM_DEFAULT));
         return;
     }
-    size_t na = stored(transA, M, K, lda), nb = stored(transB, K, N, ldb);
-    size_t at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
+    Stored a = stored(A, transA, M, K, lda), b = stored(B, transB, K, N, ldb);
+    size_t na = a.rows * a.cols, nb = b.rows * b.cols, at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
     uint16_t *scratch;
     GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nb), gpu_stream()));
-    GPU_LAUNCH(to_bf16_kernel, blocks_for(na + nb, GPU_THREADS), GPU_THREADS, 0)(scratch, A, na, scratch + at, B, nb,
+    GPU_LAUNCH(to_bf16_kernel, blocks_for(na + nb, GPU_THREADS), GPU_THREADS, 0)(scratch, a, scratch + at, b,
                                                                                  check_bf16);
     GPU_CHECK_LAUNCH();
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                N, M, K, &one, scratch + at, CUDA_R_16BF, ldb, scratch, CUDA_R_16BF, lda, &beta, C,
-                                CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                N, M, K, &one, scratch + at, CUDA_R_16BF, (int)b.cols, scratch, CUDA_R_16BF,
+                                (int)a.cols, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     GPU_CHECK(cudaFreeAsync(scratch, gpu_stream()));
 }
 #else

@@ -109,6 +109,9 @@ void model_maxtext_name(const Config *c, const char *key, char *name, size_t cap
 void model_bias_name(const Config *c, int l, const char *prefix, char *buf, size_t cap);
 // Fill the layout of every tensor for cfg. Returns the count; specs may be NULL to count.
 int model_layout(const Config *c, ParamSpec *specs, size_t *nparams);
+// The layout's cuts on `mesh` checked from the calling thread, before its device threads
+// start: a tensor or head count a mesh axis does not divide stops the run with one message.
+void model_check_mesh(const Config *c, const Mesh *mesh);
 // Set up the model in two steps, so that the optimizer state (optim/, above the model) is
 // allocated between them as a training run lays out memory (trainer/step.c:step_init):
 // model_init_layout: the layout, this device's share of it (base/shard.h), parameters

@@ -200,6 +200,15 @@ int model_layout(const Config *c, ParamSpec *specs, size_t *nparams) {
     return w.n;
 }
 
+void model_check_mesh(const Config *c, const Mesh *mesh) {
+    const Mesh *was = mesh_current();
+    int was_dev = mesh_device_id();
+    mesh_set_current(mesh, 0);   // device 0's cuts: every device's pieces have the same sizes
+    tp_check(c, tp_size());
+    model_layout(c, NULL, NULL);   // dies naming the tensor a mesh axis does not divide
+    mesh_set_current(was, was_dev);
+}
+
 void model_bind(const Model *m, Params *p, float *base) {
     Walk w = {NULL, 0, 0, base, 0, mesh_current(), mesh_device_id(), &m->cfg};
     walk_layout(&m->cfg, &w, p);

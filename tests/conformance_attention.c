@@ -16,6 +16,15 @@ typedef struct { int B, S, q0, N, Nkv, Dqk, Dv, P; AttnRounding rnd; } Shape;
 // scale_tol): the output, a sum of p_j v_j, and the gradients, sums of such terms.
 enum { ATTN_OUT_ULPS = 16, ATTN_GRAD_ULPS = 32 };
 
+// With the probabilities rounded to bf16, the device's expf (2 ulp from glibc's) can put a p
+// on the other side of a rounding midpoint: p moves by one bf16 step (2^-7 p), o by up to
+// 2^-7 (p / l) |v_j| <= 2^-7 max |v|, and o's own rounding to bf16 by a step more. Measured
+// on an H200 (conformance seed 15029886567844): one o of 432, -0.0151367 for -0.0150146.
+static float prob_flip_tol(AttnRounding rnd, const float *v, size_t n) {
+    float top = 0.0f;
+    for (size_t i = 0; i < n; i++) top = fmaxf(top, fabsf(v[i]));
+    return ORACLE && rnd.probs ? 0x1p-6f * top : 0.0f;   // (the CPU build: equal bits)
+}
 static float rnd_if(int on, float x) { return on ? bf16_round(x) : x; }
 static float dot(const float *a, const float *b, int n) {
     float s = 0.0f;
@@ -120,7 +129,7 @@ static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
         // o = sum_j p_j v_j with v of both signs can be much smaller than its terms: a few ulp
         // of the largest o besides a few of each element (ATTN_OUT_ULPS)
         check_dev_floats(fwd, shape, o, d_o, nq * A.Dv, bf16_tol(A.rnd.out, EXP_ULPS),
-                         scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS));
+                         fmaxf(scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS), prob_flip_tol(A.rnd, v, nk * A.Dv)));
         char stats_name[64];
         snprintf(stats_name, sizeof stats_name, "%s stats (m, l)", fwd);
         check_dev_floats(stats_name, shape, stats, d_stats, ns, tol(EXP_ULPS), 0);
@@ -193,8 +202,9 @@ static void test_ring(Shape A) {
     want_k->ring_end(o, stats, A.B, A.S, A.N, A.Dv, A.rnd);
     u->ring_end(d_o, d_stats, A.B, A.S, A.N, A.Dv, A.rnd);
     const char *shape = "two blocks of S=6, B=2 N=4 Nkv=2 Dqk=8 Dv=6";
+    float vflip = fmaxf(prob_flip_tol(A.rnd, vb[0], nk * A.Dv), prob_flip_tol(A.rnd, vb[1], nk * A.Dv));
     check_dev_floats("ring_begin/block_forward/end o", shape, o, d_o, nq * A.Dv, bf16_tol(A.rnd.out, EXP_ULPS),
-                     scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS));
+                     fmaxf(scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS), vflip));
     check_dev_floats("ring_block_forward stats", shape, stats, d_stats, ns, tol(EXP_ULPS), 0);
     float *d_o_want = dev_copy(o, sizeof(float) * nq * A.Dv), *d_st_want = dev_copy(stats, sizeof(float) * ns);
     for (int blk = 0; blk < 2; blk++) {   // dq accumulates over the blocks; each block's dkb, dvb from zero
