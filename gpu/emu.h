@@ -91,12 +91,13 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) { *free_
 // The stream-ordered allocator's pool: the emulation's cudaMallocAsync is cudaMalloc, which
 // keeps no high-water mark, so it reads 0.
 typedef void *cudaMemPool_t;
-enum { cudaMemPoolAttrUsedMemHigh = 8 };
+enum { cudaMemPoolAttrReleaseThreshold = 4, cudaMemPoolAttrUsedMemHigh = 8 };
 static inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int) { *pool = NULL; return 0; }
 static inline cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t, int, void *value) {
     *(unsigned long long *)value = 0;
     return 0;
 }
+static inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, int, void *) { return 0; }
 static inline cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return 0; }
 static inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 13000; return 0; }
 struct cudaDeviceProp {

@@ -51,6 +51,8 @@ static inline float warp_shfl_xor(float v, int lane_mask) { return emu_shfl_xor(
 #define cudaDeviceGetDefaultMemPool hipDeviceGetDefaultMemPool
 #define cudaMemPoolGetAttribute hipMemPoolGetAttribute
 #define cudaMemPoolAttrUsedMemHigh hipMemPoolAttrUsedMemHigh
+#define cudaMemPoolSetAttribute hipMemPoolSetAttribute
+#define cudaMemPoolAttrReleaseThreshold hipMemPoolAttrReleaseThreshold
 #define cudaDriverGetVersion hipDriverGetVersion
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaDeviceProp hipDeviceProp_t

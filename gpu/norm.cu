@@ -13,7 +13,7 @@
 // then each thread takes elements i = threadIdx.x, threadIdx.x + blockDim.x, ... A row wider
 // than NORM_TERMS_MAX (shared memory's 48 KiB) has thread 0 make the terms as it adds them,
 // reading device memory one element after another: the same sum, far slower.
-// dscale: one thread per column, which walks the leaf's tokens in order (the CPU's order).
+// dscale: see rmsnorm_dscale_leaf_kernel.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
@@ -74,16 +74,31 @@ __global__ static void rmsnorm_backward_dx_kernel(float *dx, const float *dout, 
     }
 }
 
+// dscale: a block per DSCALE_COLS columns, which walks the leaf's tokens a tile of
+// DSCALE_TILE at a time: all its threads make the tile's products dout * n (independent,
+// their loads in flight together) into shared memory, then the first DSCALE_COLS threads,
+// one per column, add them in token order (the CPU's order: the same bits).
+enum { DSCALE_COLS = 16, DSCALE_TILE = 128 };
+
 __global__ static void rmsnorm_dscale_leaf_kernel(float *dscale, const float *dout, const float *x,
                                                   const float *rstd, long t0, long len, int D, int bf16) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= D) return;
-    float acc = dscale[i];
-    for (long t = t0; t < t0 + len; t++) {
-        float n = x[(size_t)t * D + i] * rstd[t];
-        acc += dout[(size_t)t * D + i] * (bf16 ? bf16_round_dev(n) : n);
+    __shared__ float terms[DSCALE_TILE][DSCALE_COLS + 1];   // (+1: the adders' reads fall in distinct banks)
+    int c = threadIdx.x % DSCALE_COLS, r = threadIdx.x / DSCALE_COLS, rows = blockDim.x / DSCALE_COLS;
+    int i = blockIdx.x * DSCALE_COLS + c;
+    float acc = i < D && r == 0 ? dscale[i] : 0.0f;
+    for (long tile = t0; tile < t0 + len; tile += DSCALE_TILE) {
+        for (int k = r; k < DSCALE_TILE; k += rows) {
+            long t = tile + k;
+            if (t >= t0 + len || i >= D) continue;
+            float n = x[(size_t)t * D + i] * rstd[t];
+            terms[k][c] = dout[(size_t)t * D + i] * (bf16 ? bf16_round_dev(n) : n);
+        }
+        __syncthreads();
+        if (r == 0 && i < D)
+            for (int k = 0; k < DSCALE_TILE && tile + k < t0 + len; k++) acc += terms[k][c];
+        __syncthreads();
     }
-    dscale[i] = acc;
+    if (r == 0 && i < D) dscale[i] = acc;
 }
 
 __global__ static void broadcast_rows_kernel(float *out, const float *row, int T, int D) {
@@ -112,7 +127,7 @@ static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, co
 static void rmsnorm_dscale_leaf(float *dscale, const float *dout, const float *x, const float *rstd,
                                 long t0, long len, int D, int bf16) {
     if (D <= 0 || len <= 0) return;
-    GPU_LAUNCH(rmsnorm_dscale_leaf_kernel, blocks_for((size_t)D, GPU_THREADS), GPU_THREADS, 0)(
+    GPU_LAUNCH(rmsnorm_dscale_leaf_kernel, blocks_for((size_t)D, DSCALE_COLS), GPU_THREADS, 0)(
         dscale, dout, x, rstd, t0, len, D, bf16);
     GPU_CHECK_LAUNCH();
 }

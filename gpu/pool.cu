@@ -65,6 +65,17 @@ static Pool *current(void) {
     return mine;
 }
 
+// The stream-ordered allocator (cudaMallocAsync, the kernels' scratch) keeps what it holds
+// between synchronisations: by default it gives everything back to the driver at each one,
+// and the next cudaMallocAsync maps memory again, which every MoE layer's read-back of its
+// expert counts (a synchronisation) would cost. It holds no more than its high-water mark.
+static void keep_async_scratch(int gpu) {
+    cudaMemPool_t async_pool;
+    unsigned long long keep = ~0ull;   // cuuint64_t: never give back
+    GPU_CHECK(cudaDeviceGetDefaultMemPool(&async_pool, gpu));
+    GPU_CHECK(cudaMemPoolSetAttribute(async_pool, cudaMemPoolAttrReleaseThreshold, &keep));
+}
+
 extern "C" void pool_attach(int device, int gpu) {
     if (device < 0 || device > POOL_DEVICES) { fprintf(stderr, "meshmoe: internal: pool of device %d\n", device); exit(1); }
     pthread_mutex_lock(&pools_lock);
@@ -74,6 +85,7 @@ extern "C" void pool_attach(int device, int gpu) {
         pthread_mutex_init(&p->lock, NULL);
         p->device = device;
         p->gpu = gpu;
+        keep_async_scratch(gpu);
     }
     pthread_mutex_unlock(&pools_lock);
     mine = p;

@@ -395,6 +395,8 @@ void test_norm(void) {
     test_norm_case(5, 64, 1, 0);
     test_norm_case(5, 64, 1, 1);
     test_norm_case(3, 12300, 0, 1);   // wider than gpu/norm.cu's terms in shared memory
+    test_norm_case(600, 37, 0, 1);    // dscale: a leaf of 300 tokens, over gpu/norm.cu's tiles of 128,
+    test_norm_case(600, 300, 1, 0);   // and columns not a multiple of its 16
 }
 
 // ---------------------------------------------------------------- rope

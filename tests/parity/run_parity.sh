@@ -119,19 +119,19 @@ elif "$PYTHON" tests/parity/selftest.py; then pass selftest $((SECONDS - t0)); e
 # Both presets, both settings; the flag must move C and JAX the same way.
 BF16=(dtype=bfloat16 sparse_matmul=true)
 # First one case of each family in each dtype: a GPU call's clock (PARITY_SECONDS) may stop
-# the list, and these four cover the most code.
+# the list, and these cover the most code. With a GPU trainer (PARITY_TENSOR_CORES=1,
+# tests/gpu_checks.sh) the bf16 cases run first with the weight products and the attention
+# core on tensor cores (make bench-gpu's path), against the same JAX reference and bounds,
+# then as the CPU runs them (a GPU session's clock fits about four cases after the float32 two).
 run_case mixtral-sparse   "$MIXTRAL"  sparse_matmul=true
 run_case deepseek-sparse  "$DEEPSEEK" sparse_matmul=true
-run_case mixtral-bf16-wsum32   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true
-run_case deepseek-bf16-wsum32  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true
-# With a GPU trainer (PARITY_TENSOR_CORES=1, tests/gpu_checks.sh): the two bf16 cases again
-# with the weight products and the attention core on tensor cores (make bench-gpu's path),
-# against the same JAX reference and bounds.
 if [ "${PARITY_TENSOR_CORES:-}" = 1 ]; then
     TC=(gpu_matmul=cublas_bf16 gpu_attention=tensor_cores)
     run_case mixtral-bf16-tca   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true "${TC[@]}"
     run_case deepseek-bf16-tca  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true "${TC[@]}"
 fi
+run_case mixtral-bf16-wsum32   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=true
+run_case deepseek-bf16-wsum32  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=true
 run_case mixtral-dense    "$MIXTRAL"  sparse_matmul=false
 run_case mixtral-capacity "$MIXTRAL"  sparse_matmul=false capacity_factor=1.0
 run_case mixtral-lb       "$MIXTRAL"  sparse_matmul=true load_balance_loss_weight=0.01
