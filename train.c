@@ -393,6 +393,7 @@ static StepTime timed_step(DeviceRun *d, int first, StepResult *r) {
     if (c->profile) {   // kernels run outside the step (evaluation) are not counted
         profile_take(NULL);
         profile_take_products(NULL, NULL);
+        profile_take_kernels(NULL, NULL);
     }
     double flops0 = dev->flops, t0 = now_ms();
     train_step(&d->m, d->ids, d->targets, d->A, d->B, d->Sl, r);
@@ -458,6 +459,7 @@ static int train_loop(DeviceRun *d) {
     if (d->talk && c->profile) {
         step_profile_print(&d->prof);
         step_profile_print_products(&d->prof);
+        step_profile_print_kernels(&d->prof);
     }
     return stop_sig;
 }

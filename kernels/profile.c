@@ -12,6 +12,8 @@
 static _Thread_local ProfileCounts counts[FAMILY_COUNT];
 static _Thread_local ProfileProduct products[PROFILE_PRODUCTS];
 static _Thread_local int nproducts;
+static _Thread_local ProfileKernel kernels[PROFILE_KERNELS];
+static _Thread_local int nkernels;
 
 static double now_ms(void) {
     struct timespec t;
@@ -47,6 +49,7 @@ static void *mark(void) { return timed_backend->mark ? timed_backend->mark() : h
 // shape's class.
 typedef struct {
     int family;
+    const char *kernel;
     double flops, bytes;
     ProfileProduct key;
     void *start, *end;
@@ -96,6 +99,16 @@ static ProfileProduct *product_class(ProfileProduct *list, int *n, const Profile
     return p;
 }
 
+// The entry of kernel `name` in list (n entries), added if new (names are the watched twins'
+// __func__ strings: one pointer per kernel).
+static ProfileKernel *kernel_entry(ProfileKernel *list, int *n, const char *name, int family) {
+    for (int i = 0; i < *n; i++)
+        if (list[i].name == name) return &list[i];
+    if (*n == PROFILE_KERNELS) die("the profile has room for %d kernels", PROFILE_KERNELS);
+    list[*n] = (ProfileKernel){name, family, {0}};
+    return &list[(*n)++];
+}
+
 static void widen(ProfileProduct *p, const ProfileProduct *q) {
     if (q->mlo < p->mlo) p->mlo = q->mlo;
     if (q->mhi > p->mhi) p->mhi = q->mhi;
@@ -110,7 +123,7 @@ static void leave(int family, double flops, double bytes) {
         if (!pending) die("out of host memory for the profile's %zu kernel calls", cappending);
     }
     Pending *k = &pending[npending++];
-    *k = (Pending){family, flops, bytes, {0}, started, mark()};
+    *k = (Pending){family, watch_kernel, flops, bytes, {0}, started, mark()};
     if (family != FAMILY_MATMUL) return;
     const WatchProduct *w = &watch_product;
     k->key = (ProfileProduct){w->form, w->N, log2_floor(w->M), log2_floor(w->K), w->M, w->M, w->K, w->K, {0}};
@@ -124,6 +137,7 @@ static void resolve(void) {
         double ms = timed_backend->elapsed_ms ? timed_backend->elapsed_ms(k->start, k->end)
                                               : host_elapsed_ms(k->start, k->end);
         add_counts(&counts[k->family], 1, ms, k->flops, k->bytes);
+        add_counts(&kernel_entry(kernels, &nkernels, k->kernel, k->family)->c, 1, ms, k->flops, k->bytes);
         if (k->family != FAMILY_MATMUL) continue;
         ProfileProduct *p = product_class(products, &nproducts, &k->key);
         widen(p, &k->key);
@@ -158,6 +172,15 @@ void profile_take_products(ProfileProduct *acc, int *n) {
         add_counts(&p->c, products[i].c.calls, products[i].c.ms, products[i].c.flops, products[i].c.bytes);
     }
     nproducts = 0;
+}
+
+void profile_take_kernels(ProfileKernel *acc, int *n) {
+    resolve();
+    for (int i = 0; acc && i < nkernels; i++) {
+        const ProfileCounts *c = &kernels[i].c;
+        add_counts(&kernel_entry(acc, n, kernels[i].name, kernels[i].family)->c, c->calls, c->ms, c->flops, c->bytes);
+    }
+    nkernels = 0;
 }
 
 const char *profile_family_name(int family) {

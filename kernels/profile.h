@@ -27,6 +27,15 @@ typedef struct ProfileProduct {
 } ProfileProduct;
 enum { PROFILE_PRODUCTS = 96 };   // classes kept, the last "other shapes": the calls of any more go there
 
+// Each kernel's calls (kernels/kernels.h's names, e.g. flash_forward, rmsnorm_dscale_leaf):
+// where a family's time goes.
+typedef struct ProfileKernel {
+    const char *name;
+    int family;
+    ProfileCounts c;
+} ProfileKernel;
+enum { PROFILE_KERNELS = 128 };   // more than the Backend table has
+
 // The profile over `timed` (backend_cpu, the plain one, or the strict mode's watched
 // backend): the process's one profile, set up once before the devices start.
 const Backend *profile_backend(const Backend *timed);
@@ -38,5 +47,7 @@ const char *profile_family_name(int family);
 // The calling thread's products since the last take merged into acc (n of them, at most
 // PROFILE_PRODUCTS; NULL: dropped), then zeroed.
 void profile_take_products(ProfileProduct *acc, int *n);
+// The same for the calls by kernel (n of them, at most PROFILE_KERNELS).
+void profile_take_kernels(ProfileKernel *acc, int *n);
 
 #endif

@@ -14,6 +14,7 @@ static const Backend *inner = &backend_cpu;   // the backend watched
 static WatchHooks hooks[WATCH_MOST];          // the watchers, in the order added
 static int nhooks;
 _Thread_local WatchProduct watch_product;
+_Thread_local const char *watch_kernel;
 
 // Before a kernel the watchers' enter in the order they were added, after it their leave in
 // the reverse order: the first added brackets the others (strict's protection around the
@@ -29,6 +30,7 @@ static void leave(int family, double flops, double bytes) {
 // floats moved, in family F.
 #define WATCHED(F, call, fl, by)                            \
     do {                                                    \
+        watch_kernel = __func__;                            \
         enter(F);                                           \
         call;                                               \
         leave(F, (double)(fl), 4.0 * (double)(by));         \

@@ -31,6 +31,10 @@ typedef struct WatchProduct {
 } WatchProduct;
 extern _Thread_local WatchProduct watch_product;
 
+// The kernel a twin is about to run (its name, the twin's own: __func__), set before the
+// enter hook, for the profile's table by kernel.
+extern _Thread_local const char *watch_kernel;
+
 #define WATCH_MOST 2   // watchers at once: the strict mode and the profile
 
 // The process's one watched backend (set up before the devices start): the first call wraps

@@ -8,6 +8,8 @@ typedef struct StepProfile {
     ProfileCounts fam[FAMILY_COUNT];   // summed over the counted steps
     ProfileProduct prod[PROFILE_PRODUCTS];   // the matmul family's calls by product
     int nprod;
+    ProfileKernel kern[PROFILE_KERNELS];     // the calls by kernel
+    int nkern;
     double step_ms;                     // their wall time
     int steps;
 } StepProfile;
@@ -20,5 +22,8 @@ void step_profile_add(StepProfile *p, double step_ms);
 // shape (kernels/profile.h:ProfileProduct): where the matmul family's time goes.
 void step_profile_print(const StepProfile *p);
 void step_profile_print_products(const StepProfile *p);
+// The kernels that took longest, each with its family, calls, ms, GFLOP/s and GB/s: where a
+// family's time goes (attention's forward or backward, a norm's rows or its scale's leaves).
+void step_profile_print_kernels(const StepProfile *p);
 
 #endif

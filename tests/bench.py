@@ -174,7 +174,7 @@ def the_peak(fma, sgemm, lib, ordered):
 def floor_table(out, peak, bw):
     """The lines of `profile=true`'s family table in out with each family's floor (its FLOPs
     at `peak` GFLOP/s or its bytes at `bw` GB/s, whichever takes longer) and the share of
-    the floor it reaches, then the products' table as ./train prints it; None if out has no
+    the floor it reaches, then the products' and kernels' tables as ./train prints them; None if out has no
     profile."""
     rows = re.findall(r"^\| (\w[\w ]*?) \|\s*([\d.]*)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)%\s*\|\s*([\d.]*)\s*\|"
                       r"\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|\s*([\d.]*)\s*\|$", out, re.M)
@@ -190,9 +190,10 @@ def floor_table(out, peak, bw):
             f = max(by_flops, by_bytes)
             floor = f"{f:.2f} ({'FLOPs' if by_flops >= by_bytes else 'bytes'}) | {100 * f / float(ms):.0f}%"
         lines.append(f"| {fam} | {calls} | {ms} | {pct}% | {gfs} | {gbs} | {floor} |")
-    products = re.search(r"^products: .*\n(?:\|.*\|\n?)+", out, re.M)
-    if products:   # the matmul family by product form and shape
-        lines += ["", products[0].rstrip()]
+    for table in ("products", "kernels"):   # the matmul family by product form and shape; every family by kernel
+        found = re.search(rf"^{table}: .*\n(?:\|.*\|\n?)+", out, re.M)
+        if found:
+            lines += ["", found[0].rstrip()]
     return lines
 
 

@@ -52,6 +52,19 @@ print(f"       {len(rows)} product rows: {calls:.0f} calls, {ms:.2f} ms; matmul 
 sys.exit(not (rows and abs(calls - float(fam[1])) <= 0.5 * len(rows) + 0.5
               and abs(ms - float(fam[2])) <= 0.005 * len(rows) + 0.005))
 PY
+    check "$p: the kernels' table adds up to all kernels (calls and ms)" python3 - "$T/$p-prof.out" <<'PY'
+import re, sys
+out = open(sys.argv[1]).read()
+fams = re.findall(r"^\| \w+ \| ([\d.]+) \| ([\d.]+) \|", out, re.M)
+total = float(re.search(r"^\| all kernels \| +\| ([\d.]+) \|", out, re.M)[1])
+rows = re.findall(r"^\| (\w+|the other kernels) \| (\w*) \| ([\d.]+) \| ([\d.]+) \| [\d.]+% \| [\d.]+ \| [\d.]+ \|$", out, re.M)
+calls, ms = sum(float(r[2]) for r in rows), sum(float(r[3]) for r in rows)
+fam_calls = sum(float(c) for c, _ in fams)
+print(f"       {len(rows)} kernel rows: {calls:.0f} calls, {ms:.2f} ms; the families {fam_calls:.0f} calls, {total:.2f} ms")
+# whole calls and 0.01 ms printed: each row's rounding at most 0.5 and 0.005, the families' too
+sys.exit(not (len(rows) > 8 and abs(calls - fam_calls) <= 0.5 * (len(rows) + len(fams))
+              and abs(ms - total) <= 0.005 * (len(rows) + len(fams))))
+PY
 done
 expect_error "profile=true with dry_run=true" "a dry run computes none" \
     ./train configs/mixtral-tiny.yml profile=true dry_run=true
