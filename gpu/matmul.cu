@@ -107,10 +107,13 @@ static void sgemm_cublas(int transA, int transB, int M, int N, int K, const floa
 // GPU, the operand values it converts and those that were not bf16-valued (low 16 bits not
 // zero, NaN aside), whose conversion rounded them; gpu_matmul_bf16_report prints both.
 static int check_bf16 = 0;   // read at start-up, with gpu_matmul=cublas_bf16
-// MESHMOE_CUBLAS_BF16=fast (an experiment for make bench-gpu): gemm_bf16 hands cuBLAS the
-// float32 operands with CUBLAS_COMPUTE_32F_FAST_16BF, which converts them to bf16 inside its
-// kernels (exact: they are bf16-valued), in place of the conversion kernel and the
-// scratch buffer per product; not with MESHMOE_CHECK_BF16, whose count is the conversion's.
+// How gemm_bf16 gives cuBLAS its operands. By default (fast) it hands cuBLAS the float32
+// operands with CUBLAS_COMPUTE_32F_FAST_16BF, which converts them to bf16 inside its kernels
+// (exact: they are bf16-valued): no conversion kernel and no scratch buffer per product, 3.5%
+// and 9% shorter steps than converting in the first bench that timed both (H200, 2026-11-30:
+// mixtral-medium 0.555 s against 0.575, deepseek-medium 0.628 against 0.691).
+// MESHMOE_CUBLAS_BF16=convert, and MESHMOE_CHECK_BF16=1 whose count is the conversion's,
+// convert both operands with to_bf16_kernel first and multiply bf16 copies.
 static int fast_bf16 = 0;
 __device__ unsigned long long bf16_converted, bf16_inexact;
 
@@ -155,7 +158,7 @@ static Stored stored(const float *x, int trans, int rows, int cols, int ld) {
 // so the allocator does not count it), the product accumulated and written in float32.
 static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
                       int ldb, int accumulate, float *C, int ldc) {
-    if (fast_bf16 && !check_bf16) {
+    if (fast_bf16) {
         float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
         CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
                                     transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_32F, ldb, A,
@@ -194,8 +197,12 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
     use_cublas = *why == NULL ? on : 0;
     const char *check = getenv("MESHMOE_CHECK_BF16");
     check_bf16 = use_cublas == 2 && check && !strcmp(check, "1");
-    const char *fast = getenv("MESHMOE_CUBLAS_BF16");
-    fast_bf16 = use_cublas == 2 && fast && !strcmp(fast, "fast");
+    const char *how = getenv("MESHMOE_CUBLAS_BF16");
+    if (how && strcmp(how, "fast") && strcmp(how, "convert")) {
+        fprintf(stderr, "meshmoe: MESHMOE_CUBLAS_BF16 is 'fast' (the default) or 'convert', not '%s'\n", how);
+        exit(1);
+    }
+    fast_bf16 = use_cublas == 2 && !check_bf16 && !(how && !strcmp(how, "convert"));
     return use_cublas != 0;
 #else
     *why = "this is a HIP build: Debian's HIP has no BLAS, the ordered GEMM is the only product";

@@ -9,8 +9,9 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
-  meshmoe, MESHMOE_CUBLAS_BF16=fast  the weight products' operands handed to cuBLAS as
-                 float32 (converted inside its kernels, gpu/matmul.cu), when there is time
+  meshmoe, MESHMOE_CUBLAS_BF16=convert  the weight products' operands converted to bf16 by
+                 gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
+                 converted inside cuBLAS's kernels), when there is time
   torch.compile  the PyTorch peer compiled, when the time budget has room for it
   meshmoe, gpu_attention=tiles  the attention core on CUDA cores, when there is time
   meshmoe, ordered GEMM  gpu_matmul=ordered (the default: the CPU's bits, no tensor cores),
@@ -178,7 +179,7 @@ def limits():
     return got
 
 
-FAST = "meshmoe, MESHMOE_CUBLAS_BF16=fast"        # cuBLAS converting inside its kernels (gpu/matmul.cu)
+CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert"  # the operands converted before cuBLAS (gpu/matmul.cu)
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 
 
@@ -203,7 +204,7 @@ def main():
             results[preset]["profile"] = meshmoe(preset, ("steps=3", "profile=true"), 120)
         # Then meshmoe's variants that decide its next defaults, torch.compile, the ordered GEMM.
         for preset in PRESETS:
-            results[preset][FAST] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "fast"})
+            results[preset][CONVERT] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "convert"})
         for preset in PRESETS:
             results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
         for preset in PRESETS:
@@ -217,7 +218,7 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", FAST, TILES, "meshmoe, ordered GEMM"):
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", CONVERT, TILES, "meshmoe, ordered GEMM"):
             row(preset, MESHMOE if system == "meshmoe" else system, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
               f"first not counted) | | | | | | |")

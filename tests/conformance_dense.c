@@ -233,7 +233,8 @@ static void test_weight_product_bf16(int which, int accumulate, int T, int C, in
     float *got = dev_fetch(d_C, sizeof(float) * nc);
     gpu_matmul_use_cublas(0, &why);
     char what[96];
-    snprintf(what, sizeof what, "%s cublas_bf16 accumulate=%d T=%d C=%d OC=%d", names[which], accumulate, T, C, OC);
+    snprintf(what, sizeof what, "%s cublas_bf16%s accumulate=%d T=%d C=%d OC=%d", names[which],
+             getenv("MESHMOE_CUBLAS_BF16") ? " (convert)" : "", accumulate, T, C, OC);
     check_within_bounds(what, want, got, bound, nc);
     free(A); free(B); free(C0); free(want); free(bound); free(got);
     dev_free(d_A); dev_free(d_B); dev_free(d_C);
@@ -272,7 +273,8 @@ static void test_gemm_chunked_bf16(int tb, int M, int N, int K, int chunks) {
     float *got = dev_fetch(dC, sizeof(float) * nC);
     gpu_matmul_use_cublas(0, &why);
     char what[96];
-    snprintf(what, sizeof what, "gemm_chunked cublas_bf16 transB=%d M=%d N=%d K=%d chunks=%d", tb, M, N, K, chunks);
+    snprintf(what, sizeof what, "gemm_chunked cublas_bf16%s transB=%d M=%d N=%d K=%d chunks=%d",
+             getenv("MESHMOE_CUBLAS_BF16") ? " (convert)" : "", tb, M, N, K, chunks);
     check_within_bounds(what, want, got, bound, nC);
     free(A); free(B); free(want); free(bound); free(got);
     dev_free(dA); dev_free(dB); dev_free(dC);
@@ -302,15 +304,21 @@ void test_matmul(void) {
 #ifdef MESHMOE_CONFORMANCE_GPU
     test_gemm_cublas(0, 0, 64, 96, 200, 1);
     test_gemm_cublas(1, 1, 33, 17, 75, 0);
-    for (int which = BF16_FORWARD; which <= BF16_DW; which++) {
-        test_weight_product_bf16(which, 1, 70, 200, 96);
-        test_weight_product_bf16(which, 1, 5, 33, 17);   // shapes tensor cores do not tile
+    // cuBLAS converting the operands inside its kernels (the default), then gpu/matmul.cu's
+    // conversion kernel (MESHMOE_CUBLAS_BF16=convert, read when cublas_bf16 is chosen)
+    for (int convert = 0; convert < 2; convert++) {
+        if (convert) setenv("MESHMOE_CUBLAS_BF16", "convert", 1);
+        for (int which = BF16_FORWARD; which <= BF16_DW; which++) {
+            test_weight_product_bf16(which, 1, 70, 200, 96);
+            test_weight_product_bf16(which, 1, 5, 33, 17);   // shapes tensor cores do not tile
+        }
+        test_weight_product_bf16(BF16_DW, 0, 70, 200, 96);   // a first leaf: written, not added onto
+        for (int tb = 0; tb < 2; tb++) {
+            test_gemm_chunked_bf16(tb, 64, 96, 256, 4);   // pieces of 64: tensor-core tiles
+            test_gemm_chunked_bf16(tb, 13, 70, 60, 3);    // ragged pieces, a tree that is not complete
+        }
     }
-    test_weight_product_bf16(BF16_DW, 0, 70, 200, 96);   // a first leaf: written, not added onto
-    for (int tb = 0; tb < 2; tb++) {
-        test_gemm_chunked_bf16(tb, 64, 96, 256, 4);   // pieces of 64: tensor-core tiles
-        test_gemm_chunked_bf16(tb, 13, 70, 60, 3);    // ragged pieces, a tree that is not complete
-    }
+    unsetenv("MESHMOE_CUBLAS_BF16");
 #endif
 }
 
