@@ -291,13 +291,18 @@ static void add_rows(float *left, const float *right, size_t n) {
 
 // The chunked product (kernels/matmul.h): the pieces' partial sums in a scratch buffer of the
 // stream's own (cudaMallocAsync, freed in stream order; GPU-only and inside this call, so the
-// allocator does not count it, like the bf16 copies above), then C = 0.0f + their tree. The
-// pieces are weight products (a row-parallel forward, a column-parallel input gradient), on
-// tensor cores under cublas_bf16: their operands are bf16-valued in bf16 mode like the
-// unsplit products' (docs/gpu.md); the merges stay float32.
+// allocator does not count it, like the bf16 copies above), then C = 0.0f + their tree, with
+// the ordered GEMM, whose bits these sums keep. cuBLAS keeps neither the ordered GEMM's bits
+// nor any order of its own across shapes, so under it the pieces' tree buys nothing: one
+// product over the whole contraction, a weight product (a row-parallel forward, a
+// column-parallel input gradient), on tensor cores under cublas_bf16.
 static void gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
                          int ldb, float *C, int ldc) {
     if (M == 0 || N == 0) return;
+    if (use_cublas) {   // cuBLAS keeps no order (docs/gpu.md): the whole contraction as one product
+        weight_product(0, transB, M, N, K, A, lda, B, ldb, 0, C, ldc);
+        return;
+    }
     size_t mn = (size_t)M * N;
     float *S;
     GPU_CHECK(cudaMallocAsync((void **)&S, sizeof(float) * mn * (size_t)piece_tree_levels(chunks), gpu_stream()));
@@ -309,10 +314,18 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
 
 // A weight gradient's leaves (kernels/matmul.h): each leaf's product as matmul_backward_dw
 // makes it, into partial sums in the stream's own scratch (levels x C x OC floats, like the
-// chunked product's), merged along the tree, the root then added onto dw.
+// chunked product's), merged along the tree, the root then added onto dw. Under cuBLAS (as
+// gemm_chunked) the leaves' rows, adjacent, are one product added onto dw: one call where the
+// tree took n products and n passes over C x OC floats (deepseek-medium's experts: 4 leaves
+// of about 190 rows each).
 static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
                                       int OC, int accumulate) {
     if (C == 0 || OC == 0 || n <= 0) return;
+    if (use_cublas) {   // cuBLAS keeps no order (docs/gpu.md): the leaves' rows as one contraction
+        weight_product(1, 0, C, OC, off[n] - off[0], inp + (size_t)off[0] * C, C, dout + (size_t)off[0] * OC, OC,
+                       accumulate, dw, OC);
+        return;
+    }
     size_t mn = (size_t)C * OC;
     float *S;
     GPU_CHECK(cudaMallocAsync((void **)&S, sizeof(float) * mn * (size_t)piece_tree_levels(n), gpu_stream()));

@@ -281,6 +281,47 @@ static void test_gemm_chunked_bf16(int tb, int M, int N, int K, int chunks) {
 }
 #endif
 
+#ifdef MESHMOE_CONFORMANCE_GPU
+// gpu_matmul=cublas_bf16's weight-gradient leaves: one product over all the leaves' rows on
+// tensor cores, added onto dw (or written). Against the ordered leaves and their tree: each
+// leaf's sum within 2 len u of its sum of |a b|, each merge and the add onto dw one more
+// rounding, so |got - want| <= 2 (K + n + 1) u (|dw| + sum_k |a_ik b_kj|) over all K rows.
+static void test_dw_leaves_bf16(int C, int OC, const int *lens, int n, int accumulate) {
+    const char *why;
+    if (!gpu_matmul_use_cublas(2, &why)) { printf("  matmul_backward_dw_leaves cublas_bf16: SKIPPED (%s)\n", why); return; }
+    int off[17] = {0};
+    for (int l = 0; l < n; l++) off[l + 1] = off[l] + lens[l];
+    int K = off[n];
+    size_t ni = (size_t)K * C + 1, nd = (size_t)K * OC + 1, nw = (size_t)C * OC;
+    float *inp = rand_floats(ni, -1, 1), *dout = rand_floats(nd, -1, 1), *dw0 = rand_floats(nw, -1, 1), leaf[16];
+    for (size_t i = 0; i < ni; i++) inp[i] = bf16_round(inp[i]);
+    for (size_t i = 0; i < nd; i++) dout[i] = bf16_round(dout[i]);
+    float *want = copy_of(dw0, sizeof(float) * nw), *bound = malloc(sizeof(float) * nw);
+    for (int i = 0; i < C; i++)
+        for (int j = 0; j < OC; j++) {
+            double sum = accumulate ? fabs(dw0[(size_t)i * OC + j]) : 0;
+            for (int l = 0; l < n; l++)
+                ref_gemm(1, 0, 1, 1, lens[l], inp + (size_t)off[l] * C + i, C, dout + (size_t)off[l] * OC + j, OC, 0,
+                         &leaf[l], 1);
+            for (int k = 0; k < K; k++) sum += fabs((double)inp[(size_t)k * C + i] * dout[(size_t)k * OC + j]);
+            float *w = want + (size_t)i * OC + j;
+            *w = (accumulate ? *w : 0.0f) + piece_sum(leaf, n);
+            bound[(size_t)i * OC + j] = (float)(2.0 * (K + n + 1) * 0x1p-24 * sum);
+        }
+    float *d_inp = dev_copy(inp, sizeof(float) * ni), *d_dout = dev_copy(dout, sizeof(float) * nd);
+    float *d_dw = accumulate ? dev_copy(dw0, sizeof(float) * nw) : dev_poisoned(sizeof(float) * nw);
+    UNDER_TEST->matmul->matmul_backward_dw_leaves(d_dw, d_inp, d_dout, off, n, C, OC, accumulate);
+    float *got = dev_fetch(d_dw, sizeof(float) * nw);
+    gpu_matmul_use_cublas(0, &why);
+    char what[112];
+    snprintf(what, sizeof what, "matmul_backward_dw_leaves cublas_bf16%s C=%d OC=%d leaves=%d rows=%d accumulate=%d",
+             getenv("MESHMOE_CUBLAS_BF16") ? " (convert)" : "", C, OC, n, K, accumulate);
+    check_within_bounds(what, want, got, bound, nw);
+    free(inp); free(dout); free(dw0); free(want); free(bound); free(got);
+    dev_free(d_inp); dev_free(d_dout); dev_free(d_dw);
+}
+#endif
+
 void test_matmul(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
@@ -317,6 +358,8 @@ void test_matmul(void) {
             test_gemm_chunked_bf16(tb, 64, 96, 256, 4);   // pieces of 64: tensor-core tiles
             test_gemm_chunked_bf16(tb, 13, 70, 60, 3);    // ragged pieces, a tree that is not complete
         }
+        test_dw_leaves_bf16(64, 96, four, 4, 1);   // an empty leaf
+        test_dw_leaves_bf16(37, 45, seven, 7, 0);  // written, a tree that is not complete
     }
     unsetenv("MESHMOE_CUBLAS_BF16");
 #endif
