@@ -152,6 +152,20 @@ static void check_within_bounds(const char *what, const float *want, const float
           want[first], got[first], bound[first]);
 }
 
+#ifdef MESHMOE_CONFORMANCE_GPU
+// A cublas_bf16 case's end: the device result fetched, the products back on the ordered GEMM,
+// the result within its bounds; `what` names the case, and the conversion when it was ours.
+static void cublas_bf16_result(const char *what, const float *want, const float *dev, const float *bound, size_t n) {
+    float *got = dev_fetch(dev, sizeof(float) * n);
+    const char *why;
+    gpu_matmul_use_cublas(0, &why);
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", what, getenv("MESHMOE_CUBLAS_BF16") ? " (convert)" : "");
+    check_within_bounds(name, want, got, bound, n);
+    free(got);
+}
+#endif
+
 // cuBLAS (gpu_matmul_use_cublas) keeps no order: against the ordered product it is checked
 // with the classic error bound of a dot product of K terms, |got - want| <= 2 K u sum_k
 // |a_ik b_kj| (u = 2^-24: each of the two results within K u of the exact sum).
@@ -230,13 +244,10 @@ static void test_weight_product_bf16(int which, int accumulate, int T, int C, in
     if (which == BF16_FORWARD) UNDER_TEST->matmul->matmul_forward(d_C, d_A, d_B, T, C, OC, accumulate);
     if (which == BF16_DINP) UNDER_TEST->matmul->matmul_backward_dinp(d_C, d_A, d_B, T, C, OC);
     if (which == BF16_DW) UNDER_TEST->matmul->matmul_backward_dw(d_C, d_A, d_B, T, C, OC, accumulate);
-    float *got = dev_fetch(d_C, sizeof(float) * nc);
-    gpu_matmul_use_cublas(0, &why);
     char what[96];
-    snprintf(what, sizeof what, "%s cublas_bf16%s accumulate=%d T=%d C=%d OC=%d", names[which],
-             getenv("MESHMOE_CUBLAS_BF16") ? " (convert)" : "", accumulate, T, C, OC);
-    check_within_bounds(what, want, got, bound, nc);
-    free(A); free(B); free(C0); free(want); free(bound); free(got);
+    snprintf(what, sizeof what, "%s cublas_bf16 accumulate=%d T=%d C=%d OC=%d", names[which], accumulate, T, C, OC);
+    cublas_bf16_result(what, want, d_C, bound, nc);
+    free(A); free(B); free(C0); free(want); free(bound);
     dev_free(d_A); dev_free(d_B); dev_free(d_C);
 }
 #endif
@@ -270,13 +281,10 @@ static void test_gemm_chunked_bf16(int tb, int M, int N, int K, int chunks) {
     float *dA = dev_copy(A, sizeof(float) * nA), *dB = dev_copy(B, sizeof(float) * nB);
     float *dC = dev_copy(want, sizeof(float) * nC);   // (the padding between rows must stay as it was)
     UNDER_TEST->matmul->gemm_chunked(tb, M, N, K, chunks, dA, lda, dB, ldb, dC, ldc);
-    float *got = dev_fetch(dC, sizeof(float) * nC);
-    gpu_matmul_use_cublas(0, &why);
     char what[96];
-    snprintf(what, sizeof what, "gemm_chunked cublas_bf16%s transB=%d M=%d N=%d K=%d chunks=%d",
-             getenv("MESHMOE_CUBLAS_BF16") ? " (convert)" : "", tb, M, N, K, chunks);
-    check_within_bounds(what, want, got, bound, nC);
-    free(A); free(B); free(want); free(bound); free(got);
+    snprintf(what, sizeof what, "gemm_chunked cublas_bf16 transB=%d M=%d N=%d K=%d chunks=%d", tb, M, N, K, chunks);
+    cublas_bf16_result(what, want, dC, bound, nC);
+    free(A); free(B); free(want); free(bound);
     dev_free(dA); dev_free(dB); dev_free(dC);
 }
 #endif
@@ -311,13 +319,11 @@ static void test_dw_leaves_bf16(int C, int OC, const int *lens, int n, int accum
     float *d_inp = dev_copy(inp, sizeof(float) * ni), *d_dout = dev_copy(dout, sizeof(float) * nd);
     float *d_dw = accumulate ? dev_copy(dw0, sizeof(float) * nw) : dev_poisoned(sizeof(float) * nw);
     UNDER_TEST->matmul->matmul_backward_dw_leaves(d_dw, d_inp, d_dout, off, n, C, OC, accumulate);
-    float *got = dev_fetch(d_dw, sizeof(float) * nw);
-    gpu_matmul_use_cublas(0, &why);
     char what[112];
-    snprintf(what, sizeof what, "matmul_backward_dw_leaves cublas_bf16%s C=%d OC=%d leaves=%d rows=%d accumulate=%d",
-             getenv("MESHMOE_CUBLAS_BF16") ? " (convert)" : "", C, OC, n, K, accumulate);
-    check_within_bounds(what, want, got, bound, nw);
-    free(inp); free(dout); free(dw0); free(want); free(bound); free(got);
+    snprintf(what, sizeof what, "matmul_backward_dw_leaves cublas_bf16 C=%d OC=%d leaves=%d rows=%d accumulate=%d", C,
+             OC, n, K, accumulate);
+    cublas_bf16_result(what, want, d_dw, bound, nw);
+    free(inp); free(dout); free(dw0); free(want); free(bound);
     dev_free(d_inp); dev_free(d_dout); dev_free(d_dw);
 }
 #endif
