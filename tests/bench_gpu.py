@@ -23,7 +23,8 @@ peak GPU memory, and MFU = model FLOPs per step / (step time x the GPU's dense b
 model FLOPs by tests/bench.py's formula (printed). Then, time permitting, where meshmoe's
 step goes by kernel family (`profile=true`), each family next to its floor: its FLOPs at
 cuBLAS's rate or its bytes at the copy bandwidth, both measured on the same GPU (LIMITS),
-and the matmul family by product form and shape.
+and the matmul family by product form and shape; then ncu's view of the attention and norm
+kernels (tests/ncu_kernels.py: throughput, occupancy, what the warps wait for).
 
 Environment: BUDGET (seconds for everything, default 420), STEPS (default 5), PRESETS,
 TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
@@ -41,6 +42,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from bench import FLOPS_FORMULA, floor_table, model_flops  # noqa: E402  (make bench's formula and floors)
+import ncu_kernels  # noqa: E402  (Nsight Compute's view of the attention and norm kernels)
 
 TRAIN = os.environ.get("TRAIN", "./train_gpu")
 STEPS = int(os.environ.get("STEPS", "5"))
@@ -118,6 +120,16 @@ def peer(which, describe, limit):
     stopped = f" (stopped at the limit after {len(s)} steps)" if rc == 124 else ""
     return {"s": s[1:], "peak": f"{int(peak[1]) / 2**30:.2f} GiB" if peak else "?",
             "loss": f"{loss[0]} -> {loss[-1]}{stopped}"}
+
+
+def ncu(preset, limit=90):
+    """ncu_kernels' table for the preset, or why there is none."""
+    left = DEADLINE - time.time()
+    if left < 40:
+        return {"why": "not run: the time budget is spent"}
+    lines, out = ncu_kernels.run(TRAIN, preset, EXTRA, min(limit, left - 10))
+    print(f"==== ncu {preset}\n{out}", file=LOG, flush=True)
+    return {"lines": lines} if lines else {"why": f"no kernel measured: {last_line(out)}"}
 
 
 def describe(preset, path):
@@ -202,6 +214,9 @@ def main():
         lim = limits()
         for preset in PRESETS:
             results[preset]["profile"] = meshmoe(preset, ("steps=3", "profile=true"), 120)
+        # Then why the slowest kernels are slow (ncu, one or two layers of each preset).
+        for preset in PRESETS:
+            results[preset]["ncu"] = ncu(preset)
         # Then meshmoe's variants that decide its next defaults, torch.compile, the ordered GEMM.
         for preset in PRESETS:
             results[preset][CONVERT] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "convert"})
@@ -240,6 +255,11 @@ def main():
         if table is None:   # no limits: the tables as printed
             table = re.findall(r"^(?:products: .*|\|.*\|)$", res["out"], re.M)
         print(f"meshmoe {preset}, profile=true: " + (head[0] if head else "") + "\n" + "\n".join(table))
+    for preset in PRESETS:
+        res = results[preset].get("ncu", {"why": "not run"})
+        print(f"\nncu, {preset} (tests/ncu_kernels.py: the first launch of each kernel in one step of "
+              f"{' '.join(ncu_kernels.LAYERS.get(preset, []))}): " + ("\n" + "\n".join(res["lines"]) if "lines" in res
+                                                                  else res["why"]))
 
 
 if __name__ == "__main__":
