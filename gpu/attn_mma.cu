@@ -10,12 +10,12 @@
 //                                  row); dQ += dS K
 //   dk, dv, per head of the group and tile of 64 query rows: the same S, dP, P, dS;
 //                                  dV += P^T dO, dK += dS^T Q
-// Shared memory holds the bf16 operands, the float32 scores and the forward's float32 output
-// sums O (rescaled row by row between tiles, which the tiles in registers do not allow: a
-// fragment's element-to-row map is the hardware's); the backward keeps its sums dQ, dK, dV
-// in registers, each warp's accumulator tiles, for the whole kernel. The block asks for
-// what it needs beyond 48 KiB (for 128-wide heads: 94 KiB forward, 80 KiB backward, two
-// blocks a multiprocessor of an H100's 228 KiB; for MLA's 192: 110 and 92 KiB, two too).
+// Shared memory holds the bf16 operands and the float32 scores; the sums O (forward) and dQ,
+// dK, dV (backward) stay in registers, each warp's accumulator tiles, for the whole kernel
+// (the forward rescales O's rows between key tiles in registers, by the fragment layout that
+// acc_rows_hold checks on the GPU). The block asks for what it needs beyond 48 KiB (for
+// 128-wide heads: 61 KiB forward, three blocks a multiprocessor of an H100's 228 KiB, and
+// 80 KiB backward, two; for MLA's 192: 77 and 92 KiB, two).
 //
 // The numbers: q, k, v, o and dO are bf16-valued in bf16 training (docs/model.md, bf16 cast
 // points 4, 6, 7, 9), so the products of q.k and dO.v are exact and only their float32 sums
@@ -48,6 +48,7 @@ enum {
     PER_ROW = MMA_THREADS / MQ,   // threads a query row in the softmax's element-wise work
     DQ_TILES = MQ / 16 * (MMA_MAX_D / 16) / 4,   // a warp's tiles of dQ (MQ x Dqk) at most
     DKV_TILES = MK / 16 * (MMA_MAX_D / 16) / 4,  // of dK (MK x Dqk), and of dV (MK x Dv)
+    O_TILES = MQ / 16 * (MMA_MAX_D / 16) / 4,    // of the forward's output sums O (MQ x Dv)
 };
 static_assert(MMA_THREADS % MQ == 0, "the softmax gives each query row the same number of threads");
 
@@ -62,12 +63,11 @@ struct Carve {
     }
 };
 
-// c (16 x 16 floats, row stride ldc) = (add ? c : 0) + a b over kdim: a (16 x kdim) and b
-// (kdim x 16) bf16 in shared memory, each in the layout LA, LB with leading dimension lda,
-// ldb; astep, bstep: how far a and b move for each 16 of kdim. One warp's product.
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;   // a warp's 16 x 16 float32 sums
 
-// fc += a b over kdim, the operands as mma_tile's: the products onto sums held in registers.
+// fc += a b over kdim: a (16 x kdim) and b (kdim x 16) bf16 in shared memory, each in the
+// layout LA, LB with leading dimension lda, ldb; astep, bstep: how far a and b move for each
+// 16 of kdim. One warp's product, onto sums held in registers.
 template <class LA, class LB>
 __device__ __forceinline__ static void mma_onto(Acc &fc, const bf16 *a, int lda, int astep, const bf16 *b, int ldb,
                                                 int bstep, int kdim) {
@@ -79,12 +79,12 @@ __device__ __forceinline__ static void mma_onto(Acc &fc, const bf16 *a, int lda,
         wmma::mma_sync(fc, fa, fb, fc);
     }
 }
+// c (16 x 16 floats, row stride ldc) = a b over kdim, the operands as mma_onto's.
 template <class LA, class LB>
 __device__ static void mma_tile(float *c, int ldc, const bf16 *a, int lda, int astep, const bf16 *b, int ldb,
-                                int bstep, int kdim, int add) {
+                                int bstep, int kdim) {
     Acc fc;
-    if (add) wmma::load_matrix_sync(fc, c, ldc, wmma::mem_row_major);
-    else wmma::fill_fragment(fc, 0.0f);
+    wmma::fill_fragment(fc, 0.0f);
     mma_onto<LA, LB>(fc, a, lda, astep, b, ldb, bstep, kdim);
     wmma::store_matrix_sync(c, fc, ldc, wmma::mem_row_major);
 }
@@ -152,26 +152,11 @@ __device__ static void products_abt(float *S, int lds, const bf16 *A, const bf16
     int w = threadIdx.x / 32, nc = cols / 16;
     for (int f = w; f < rows / 16 * nc; f += MMA_THREADS / 32)
         mma_tile<wmma::row_major, wmma::col_major>(S + f / nc * 16 * lds + f % nc * 16, lds, A + f / nc * 16 * ld,
-                                                   ld, 16, Bm + f % nc * 16 * ld, ld, 16, kdim, 0);
+                                                   ld, 16, Bm + f % nc * 16 * ld, ld, 16, kdim);
 }
-// C (rows x cols) += A B: A (rows, kdim) row-major (transposed = 0) or A^T stored (kdim, rows)
-// (transposed = 1), B (kdim, cols) row-major, all bf16; C float32.
-__device__ static void products_add(float *C, int ldc, const bf16 *A, int lda, int transposed, const bf16 *Bm,
-                                    int ldb, int rows, int cols, int kdim) {
-    int w = threadIdx.x / 32, nc = cols / 16;
-    for (int f = w; f < rows / 16 * nc; f += MMA_THREADS / 32) {
-        float *c = C + f / nc * 16 * ldc + f % nc * 16;
-        const bf16 *b = Bm + f % nc * 16;
-        if (transposed)
-            mma_tile<wmma::col_major, wmma::row_major>(c, ldc, A + f / nc * 16, lda, 16 * lda, b, ldb, 16 * ldb,
-                                                       kdim, 1);
-        else
-            mma_tile<wmma::row_major, wmma::row_major>(c, ldc, A + f / nc * 16 * lda, lda, 16, b, ldb, 16 * ldb,
-                                                       kdim, 1);
-    }
-}
-
-// acc[u] += the products of products_add, for the tiles this warp holds (see below).
+// acc[u] += A B for the tiles this warp holds (see below): A (rows, kdim) row-major
+// (transposed = 0) or A^T stored (kdim, rows) (transposed = 1), B (kdim, cols) row-major, all
+// bf16 in shared memory.
 template <int TILES>
 __device__ __forceinline__ static void products_onto(Acc *acc, const bf16 *A, int lda, int transposed,
                                                      const bf16 *Bm, int ldb, int rows, int cols, int kdim) {
@@ -190,7 +175,7 @@ __device__ __forceinline__ static void products_onto(Acc *acc, const bf16 *A, in
 
 // The backward's sums (dQ; dK, dV) stay in registers for the whole kernel, as each warp's
 // accumulator tiles: tile u of warp w is output tile f = w + 4u of the (rows/16) x (cols/16)
-// tiles in row-major order (products_add's sharing). They come in from device memory and go
+// tiles in row-major order (products_onto's sharing). They come in from device memory and go
 // back through a 16 x 16 staging area per warp in shared memory (stage: 4 x 256 floats);
 // every thread takes the same barriers, whatever tiles its warp has. TILES: the most a warp
 // can hold (DQ_TILES, DKV_TILES), the size of acc.
@@ -239,7 +224,7 @@ __device__ __forceinline__ static void tiles_store(float *x, Rows row, int n, in
 
 struct MmaFwd {
     bf16 *Q, *KV, *P;      // (MQ, Dqk); (MKF, Dqk) keys, then (MKF, Dv) values; (MQ, MKF): the tile's operands
-    float *S, *O;          // (MQ, MKF) scores, (MQ, Dv) the output sums
+    float *S;              // (MQ, MKF) scores (also the output sums' staging, tiles_load)
     float *m, *l, *a;      // (MQ) each row's max, sum and this tile's rescale
     float *pm;             // (MMA_THREADS) each thread's max over its columns of the tile
 };
@@ -250,7 +235,6 @@ __host__ __device__ static size_t fwd_layout(const Geom &G, uintptr_t base, MmaF
     f.KV = c.take<bf16>(MKF * ((G.Dqk > G.Dv ? G.Dqk : G.Dv) + PAD_H));   // the values over the keys once S is made
     f.P = c.take<bf16>(MQ * (MKF + PAD_H));
     f.S = c.take<float>(MQ * (MKF + PAD_F));
-    f.O = c.take<float>(MQ * (G.Dv + PAD_F));
     f.m = c.take<float>(MQ);
     f.l = c.take<float>(MQ);
     f.a = c.take<float>(MQ);
@@ -299,20 +283,54 @@ __device__ static void softmax_tile(MmaFwd S, const Geom &G, int i0, int rows, i
     S.a[r] = a;
 }
 
-// grid (tiles of MQ rows, N, B). begin: from the empty state, else from o (the sums) and
-// stats (a ring block's running state); end: o = sums / l rounded as the CPU's finish_row.
+// The output's sums stay in registers, each warp's accumulator tiles of O (MQ x Dv) as
+// products_onto shares them out, for the whole kernel, as the backward keeps dQ, dK, dV.
+// Rescaling a row between key tiles, and finishing it, needs each fragment element's row,
+// which wmma does not document: on sm_80 and sm_90 element e of lane L of an accumulator
+// sits in row L / 4 + 8 ((e / 2) % 2), two of mma.sync's 16 x 8 sums side by side.
+// acc_rows_hold checks this once per process on the GPU; where it does not hold, the
+// forward goes to the tiles (gpu/attn_tiles.cu).
+#if defined(GPU_EMULATE)
+// (the emulation's fragment is the whole tile, held by the warp's first thread: element i is
+// in row i / 16)
+template <class F> __device__ static void rows_apply(Acc &f, F fn) {
+    if (threadIdx.x % WARP_SIZE) return;
+    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, f.x[i]);
+}
+#else
+__device__ static int acc_row(int e) { return threadIdx.x % 32 / 4 + 8 * (e / 2 % 2); }
+template <class F> __device__ static void rows_apply(Acc &f, F fn) {
+    for (int e = 0; e < f.num_elements; e++) f.x[e] = fn(acc_row(e), f.x[e]);
+}
+#endif
+
+// For each of this warp's tiles u of O (tile f = w + 4u, rows f / nc * 16 ..): x = fn(row, x),
+// row the tile's row in the block's MQ.
+template <int TILES, class F>
+__device__ __forceinline__ static void sums_apply(Acc *acc, int D, F fn) {
+    int w = threadIdx.x / 32, nc = D / 16, total = MQ / 16 * nc;
+#pragma unroll
+    for (int u = 0; u < TILES; u++) {
+        int f = w + 4 * u, r0 = f / nc * 16;
+        if (f >= total) break;
+        rows_apply(acc[u], [&](int r, float x) { return fn(r0 + r, x); });
+    }
+}
+
+// grid (tiles of MQ rows, N, B); OT: a warp's tiles of O at most (Dv up to 16 OT / MQ x 64).
+// begin: from the empty state, else from o (the sums) and stats (a ring block's running
+// state); end: o = sums / l rounded as the CPU's finish_row.
+template <int OT>
 __global__ static void mma_forward_kernel(float *o, float *stats, const float *q, const float *k, const float *v,
                                           Geom G, int begin, int end) {
     GPU_SHARED(float, sh);
     MmaFwd S;
     fwd_layout(G, (uintptr_t)sh, &S);
     int t = threadIdx.x, i0 = blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
-    int rows = imin(MQ, G.S - i0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, ldo = G.Dv + PAD_F;
+    int rows = imin(MQ, G.S - i0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
+    Acc O[OT];   // this warp's tiles of the rows' output sums
     rows_bf16(S.Q, ldq, q, G, b, h, i0, rows, MQ, G.Dqk);
-    for (int x = t; x < MQ * G.Dv; x += MMA_THREADS) {
-        int r = x / G.Dv, d = x % G.Dv;
-        S.O[r * ldo + d] = r < rows && !begin ? o[(((size_t)b * G.S + i0 + r) * G.N + h) * G.Dv + d] : 0.0f;
-    }
+    tiles_load<OT>(O, S.S, o, QueryRows{G, b, h, i0}, rows, MQ, G.Dv, begin);
     if (t < MQ) {
         const float *st = stats + (((size_t)b * G.N + h) * G.S + i0 + t) * 2;
         S.m[t] = t < rows && !begin ? st[0] : ATTN_MASK_VALUE;
@@ -329,26 +347,56 @@ __global__ static void mma_forward_kernel(float *o, float *stats, const float *q
         keys_bf16(S.KV, ldv, v, G, b, g, j0, nk, MKF, G.Dv);   // (the keys are done with)
         softmax_tile(S, G, i0, rows, j0, nk);
         __syncthreads();
-        for (int r = t / 16; r < MQ; r += MMA_THREADS / 16)   // (16 threads a row: no division per element)
-            for (int d = t % 16; d < G.Dv; d += 16) S.O[r * ldo + d] *= S.a[r];
-        __syncthreads();
-        products_add(S.O, ldo, S.P, MKF + PAD_H, 0, S.KV, ldv, MQ, G.Dv, MKF);   // O += P V
+        const float *a = S.a;
+        sums_apply<OT>(O, G.Dv, [&](int r, float x) { return x * a[r]; });
+        products_onto<OT>(O, S.P, MKF + PAD_H, 0, S.KV, ldv, MQ, G.Dv, MKF);   // O += P V
         __syncthreads();
     }
-    for (int x = t; x < rows * G.Dv; x += MMA_THREADS) {
-        int r = x / G.Dv, d = x % G.Dv;
-        float val = S.O[r * ldo + d], l = S.l[r];
-        if (end) {
-            float num = G.rnd.probs ? bf16_round_dev(val) : val;
-            val = G.rnd.out ? bf16_round_dev(num / l) : num / l;
-        }
-        o[(((size_t)b * G.S + i0 + r) * G.N + h) * G.Dv + d] = val;
+    if (end) {
+        const float *l = S.l;
+        AttnRounding rnd = G.rnd;
+        sums_apply<OT>(O, G.Dv, [&](int r, float x) {
+            float num = rnd.probs ? bf16_round_dev(x) : x;
+            return rnd.out ? bf16_round_dev(num / l[r]) : num / l[r];
+        });
     }
+    tiles_store<OT>(o, QueryRows{G, b, h, i0}, rows, MQ, G.Dv, O, S.S);
     if (t < rows) {
         float *st = stats + (((size_t)b * G.N + h) * G.S + i0 + t) * 2;
         st[0] = S.m[t];
         st[1] = S.l[t];
     }
+}
+
+// The fragment layout sums_apply assumes, checked on one warp: a tile of known values (element
+// (r, c) = 16 r + c) loaded into an accumulator, each element's value against its row.
+__global__ static void acc_rows_kernel(int *bad) {
+    __shared__ float tile[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tile[i] = (float)i;
+    __syncthreads();
+    Acc f;
+    wmma::load_matrix_sync(f, tile, 16, wmma::mem_row_major);
+    int wrong = 0;
+    rows_apply(f, [&](int r, float x) { wrong += (int)x / 16 != r; return x; });
+    if (wrong) atomicAdd(bad, wrong);
+}
+
+// 1 when the layout holds on this GPU (asked once per process; a second GPU is the same kind).
+static int acc_rows_hold(void) {
+    static int held = -1;
+    if (held >= 0) return held;
+    int *bad, found = 0;
+    GPU_CHECK(cudaMalloc((void **)&bad, sizeof(int)));
+    GPU_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), gpu_stream()));
+    GPU_LAUNCH(acc_rows_kernel, 1, 32, 0)(bad);
+    GPU_CHECK_LAUNCH();
+    GPU_CHECK(cudaMemcpy(&found, bad, sizeof(int), cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaFree(bad));
+    held = found == 0;
+    if (!held)
+        fprintf(stderr, "meshmoe: gpu_attention=tensor_cores: this GPU's accumulator layout is not the one "
+                        "gpu/attn_mma.cu assumes (%d elements); the forward runs on tiles\n", found);
+    return held;
 }
 
 // ---- backward ----
@@ -493,14 +541,22 @@ static int mma_fits(const Geom &G, size_t bytes) {
     return bytes <= (size_t)most;
 }
 
+// The forward with OT tiles of O a warp (fewer registers for heads up to 128 wide).
+template <int OT>
+static void forward_launch(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
+                           int end, size_t bytes) {
+    GPU_CHECK(cudaFuncSetAttribute(mma_forward_kernel<OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    dim3 grid((G.S + MQ - 1) / MQ, G.N, G.B);
+    GPU_LAUNCH(mma_forward_kernel<OT>, grid, MMA_THREADS, bytes)(o, stats, q, k, v, G, begin, end);
+    GPU_CHECK_LAUNCH();
+}
+
 int attn_mma_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
                      int end) {
     size_t bytes = fwd_layout(G, 0, NULL);
-    if (!mma_fits(G, bytes)) return 0;
-    GPU_CHECK(cudaFuncSetAttribute(mma_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    dim3 grid((G.S + MQ - 1) / MQ, G.N, G.B);
-    GPU_LAUNCH(mma_forward_kernel, grid, MMA_THREADS, bytes)(o, stats, q, k, v, G, begin, end);
-    GPU_CHECK_LAUNCH();
+    if (!mma_fits(G, bytes) || !acc_rows_hold()) return 0;
+    if (G.Dv <= 128) forward_launch<O_TILES / 2>(o, stats, q, k, v, G, begin, end, bytes);
+    else forward_launch<O_TILES>(o, stats, q, k, v, G, begin, end, bytes);
     return 1;
 }
 
