@@ -102,47 +102,93 @@ struct KeyRows {
     __device__ size_t operator()(int y) const { return key_row(G, b, j0 + y) * G.Nkv + g; }
 };
 
-// Rows 0 .. n-1 of a tile of x (row y at row(y), D floats each) into xs (nmax rows, stride ld)
-// as bf16, rows past n as zeros. Each thread moves 4 floats with one 16-byte load, and issues
-// LOADS of them before it stores the first: a load then a store per float would wait out
-// every load's latency in turn (the loads cannot pass the stores, which might alias them).
+// ---- the operands in bf16, once per call ----
+// Each call first writes its operands q, k, v (and the backward's dO) as bf16 into buffers of
+// the stream's own (cudaMallocAsync, freed in stream order: GPU-only and inside the call, like
+// gpu/matmul.cu's scratch), head by head, so that a tile of rows is one contiguous run of bf16
+// values, which the kernels copy into shared memory 16 bytes at a time:
+//   queries (q, dO): (B, N, rows, D), the call's query rows lo .. lo+rows-1
+//   keys (k, v):     (B, Nkv, W, D)
+// (Tiles of the float32 arrays, converted as they came, cost each tile its index arithmetic
+// and twice the bytes, for every query tile that reads a key tile again.)
+struct Heads {
+    const bf16 *q, *dout, *k, *v;
+    int lo, rows;
+};
+__device__ static const bf16 *query_tile(const bf16 *x, const Geom &G, const Heads &H, int b, int h, int i, int D) {
+    return x + (((size_t)b * G.N + h) * H.rows + (i - H.lo)) * D;
+}
+__device__ static const bf16 *key_tile(const bf16 *x, const Geom &G, int b, int g, int j, int D) {
+    return x + (((size_t)b * G.Nkv + g) * G.W + j) * D;
+}
+
+// dst (B, heads, n, D) = src's rows as bf16 (round to nearest even, as __float2bfloat16
+// everywhere): query rows lo + i of head hh (keys = 0), or keys i of kv head hh (keys = 1);
+// 8 values a thread (D a multiple of 16).
+__global__ static void heads_bf16_kernel(bf16 *dst, const float *src, Geom G, int keys, int lo, int n, int D) {
+    int heads = keys ? G.Nkv : G.N, per = D / 8;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)G.B * heads * n * per;
+    if (t >= total) return;
+    size_t r = t / per;
+    int c = (int)(t % per) * 8, i = (int)(r % n), hh = (int)(r / n % heads), b = (int)(r / n / heads);
+    size_t row = keys ? key_row(G, b, i) * G.Nkv + hh : ((size_t)b * G.S + lo + i) * G.N + hh;
+    const float *x = src + row * D + c;
+    bf16 *y = dst + r * D + c;
+    for (int u = 0; u < 8; u++) y[u] = __float2bfloat16(x[u]);
+}
+
+// 16 bytes from device or shared memory, and back (the emulation copies: its bf16 is a struct).
+#if defined(GPU_EMULATE)
+__device__ static uint4 load16(const void *p) { uint4 v; memcpy(&v, p, 16); return v; }
+__device__ static void store16(void *p, uint4 v) { memcpy(p, &v, 16); }
+#else
+__device__ static uint4 load16(const void *p) { return *(const uint4 *)p; }
+__device__ static void store16(void *p, uint4 v) { *(uint4 *)p = v; }
+#endif
+
+// Rows 0 .. n-1 of a tile (rows of D bf16 values, one after another from x) into xs (nmax rows,
+// stride ld), rows past n as zeros. Each thread issues LOADS 16-byte loads before it stores the
+// first: a load then a store would wait out every load's latency in turn.
 enum { LOADS = 8 };
-template <class Rows>
-__device__ static void tile_bf16(bf16 *xs, int ld, const float *x, Rows row, int n, int nmax, int D) {
-    if (D % 4 || (uintptr_t)x % 16) {   // (not met by the model's heads: a fallback, a float at a time)
-        for (int t = threadIdx.x; t < nmax * D; t += MMA_THREADS) {
-            int y = t / D, d = t % D;
-            xs[y * ld + d] = __float2bfloat16(y < n ? x[row(y) * D + d] : 0.0f);
-        }
-        return;
-    }
-    int quads = D / 4, total = nmax * quads;
+__device__ static void tile_copy(bf16 *xs, int ld, const bf16 *x, int n, int nmax, int D) {
+    int per = D / 8, total = nmax * per;
     for (int t0 = threadIdx.x; t0 < total; t0 += LOADS * MMA_THREADS) {
-        float4 f[LOADS];
+        uint4 f[LOADS];
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
-            int t = t0 + u * MMA_THREADS, y = t / quads;
-            f[u] = t < total && y < n ? *(const float4 *)(x + row(y) * D + t % quads * 4) : make_float4(0, 0, 0, 0);
+            int t = t0 + u * MMA_THREADS;
+            f[u] = t < total && t / per < n ? load16(x + (size_t)t * 8) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < LOADS; u++) {
             int t = t0 + u * MMA_THREADS;
             if (t >= total) break;
-            bf16 *p = xs + t / quads * ld + t % quads * 4;
-            p[0] = __float2bfloat16(f[u].x);
-            p[1] = __float2bfloat16(f[u].y);
-            p[2] = __float2bfloat16(f[u].z);
-            p[3] = __float2bfloat16(f[u].w);
+            store16(xs + t / per * ld + t % per * 8, f[u]);
         }
     }
 }
-__device__ static void rows_bf16(bf16 *xs, int ld, const float *x, const Geom &G, int b, int h, int i0, int n,
-                                 int nmax, int D) {
-    tile_bf16(xs, ld, x, QueryRows{G, b, h, i0}, n, nmax, D);
-}
-__device__ static void keys_bf16(bf16 *xs, int ld, const float *x, const Geom &G, int b, int g, int j0, int n,
-                                 int nmax, int D) {
-    tile_bf16(xs, ld, x, KeyRows{G, b, g, j0}, n, nmax, D);
+
+// The call's operands as Heads, in one buffer of the stream's own (*base, for cudaFreeAsync):
+// q and dout (NULL: none) for the query rows lo .. lo+rows-1, k and v for the W keys.
+static Heads heads_make(const float *q, const float *dout, const float *k, const float *v, const Geom &G, int lo,
+                        int rows, bf16 **base) {
+    size_t nq = (size_t)G.B * G.N * rows, nk = (size_t)G.B * G.Nkv * G.W;
+    size_t sizes[4] = {nq * G.Dqk, dout ? nq * G.Dv : 0, nk * G.Dqk, nk * G.Dv}, at[4], total = 0;
+    for (int x = 0; x < 4; x++) {
+        at[x] = total;
+        total += (sizes[x] + 127) / 128 * 128;   // each array on 256 bytes
+    }
+    GPU_CHECK(cudaMallocAsync((void **)base, sizeof(bf16) * (total + 1), gpu_stream()));
+    const float *src[4] = {q, dout, k, v};
+    int keys[4] = {0, 0, 1, 1}, D[4] = {G.Dqk, G.Dv, G.Dqk, G.Dv}, n[4] = {rows, rows, G.W, G.W};
+    for (int x = 0; x < 4; x++) {
+        if (!sizes[x]) continue;
+        GPU_LAUNCH(heads_bf16_kernel, blocks_for(sizes[x] / 8, GPU_THREADS), GPU_THREADS, 0)(
+            *base + at[x], src[x], G, keys[x], lo, n[x], D[x]);
+        GPU_CHECK_LAUNCH();
+    }
+    Heads H = {*base + at[0], dout ? *base + at[1] : NULL, *base + at[2], *base + at[3], lo, rows};
+    return H;
 }
 
 // S (rows x cols, 16-multiples) = A B^T: A (rows, kdim) and B (cols, kdim) bf16 row-major;
@@ -321,15 +367,14 @@ __device__ __forceinline__ static void sums_apply(Acc *acc, int D, F fn) {
 // begin: from the empty state, else from o (the sums) and stats (a ring block's running
 // state); end: o = sums / l rounded as the CPU's finish_row.
 template <int OT>
-__global__ static void mma_forward_kernel(float *o, float *stats, const float *q, const float *k, const float *v,
-                                          Geom G, int begin, int end) {
+__global__ static void mma_forward_kernel(float *o, float *stats, Heads H, Geom G, int begin, int end) {
     GPU_SHARED(float, sh);
     MmaFwd S;
     fwd_layout(G, (uintptr_t)sh, &S);
     int t = threadIdx.x, i0 = blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int rows = imin(MQ, G.S - i0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
     Acc O[OT];   // this warp's tiles of the rows' output sums
-    rows_bf16(S.Q, ldq, q, G, b, h, i0, rows, MQ, G.Dqk);
+    tile_copy(S.Q, ldq, query_tile(H.q, G, H, b, h, i0, G.Dqk), rows, MQ, G.Dqk);
     tiles_load<OT>(O, S.S, o, QueryRows{G, b, h, i0}, rows, MQ, G.Dv, begin);
     if (t < MQ) {
         const float *st = stats + (((size_t)b * G.N + h) * G.S + i0 + t) * 2;
@@ -340,11 +385,11 @@ __global__ static void mma_forward_kernel(float *o, float *stats, const float *q
     int kmax = keys_scanned(G, i0 + rows - 1);
     for (int j0 = 0; j0 < kmax; j0 += MKF) {
         int nk = imin(MKF, kmax - j0);
-        keys_bf16(S.KV, ldq, k, G, b, g, j0, nk, MKF, G.Dqk);
+        tile_copy(S.KV, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MKF, G.Dqk);
         __syncthreads();
         products_abt(S.S, MKF + PAD_F, S.Q, S.KV, ldq, MQ, MKF, G.Dqk);   // S = Q K^T
         __syncthreads();
-        keys_bf16(S.KV, ldv, v, G, b, g, j0, nk, MKF, G.Dv);   // (the keys are done with)
+        tile_copy(S.KV, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MKF, G.Dv);   // (the keys are done with)
         softmax_tile(S, G, i0, rows, j0, nk);
         __syncthreads();
         const float *a = S.a;
@@ -436,10 +481,10 @@ __global__ static void row_dots_kernel(float *dots, const float *dout, const flo
 
 // Query rows ia .. ia+n-1 of head h: Q, dO as bf16 (zeros past n), and per row m, l and
 // D = dO . o (row_dots_kernel's).
-__device__ static void load_queries(MmaBwd S, const Geom &G, const float *q, const float *dout, const float *dots,
-                                    const float *stats, int b, int h, int ia, int n) {
-    rows_bf16(S.Q, G.Dqk + PAD_H, q, G, b, h, ia, n, MQ, G.Dqk);
-    rows_bf16(S.dO, G.Dv + PAD_H, dout, G, b, h, ia, n, MQ, G.Dv);
+__device__ static void load_queries(MmaBwd S, const Geom &G, const Heads &H, const float *dots, const float *stats,
+                                    int b, int h, int ia, int n) {
+    tile_copy(S.Q, G.Dqk + PAD_H, query_tile(H.q, G, H, b, h, ia, G.Dqk), n, MQ, G.Dqk);
+    tile_copy(S.dO, G.Dv + PAD_H, query_tile(H.dout, G, H, b, h, ia, G.Dv), n, MQ, G.Dv);
     int y = threadIdx.x;
     if (y >= n) return;
     size_t r = ((size_t)b * G.N + h) * G.S + ia + y;
@@ -475,21 +520,21 @@ __device__ static void probs_and_ds(MmaBwd S, const Geom &G, int ia, int nr, int
 }
 
 // grid (tiles of MQ of the rows r0 .. r1-1, N, B): dq rows written (zero) or added to.
-__global__ static void mma_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
-                                     const float *dots, const float *stats, Geom G, int r0, int r1, int zero) {
+__global__ static void mma_dq_kernel(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1,
+                                     int zero) {
     GPU_SHARED(float, sh);
     MmaBwd S;
     bwd_layout(G, (uintptr_t)sh, &S);
     int ia = r0 + blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
     Acc dQ[DQ_TILES];   // this warp's tiles of the rows' dq sums
-    load_queries(S, G, q, dout, dots, stats, b, h, ia, nr);
+    load_queries(S, G, H, dots, stats, b, h, ia, nr);
     tiles_load<DQ_TILES>(dQ, S.S, dq, QueryRows{G, b, h, ia}, nr, MQ, G.Dqk, zero);
     int kmax = keys_scanned(G, ia + nr - 1);
     for (int j0 = 0; j0 < kmax; j0 += MK) {
         int nk = imin(MK, kmax - j0);
-        keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MK, G.Dqk);
-        keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
+        tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK, G.Dqk);
+        tile_copy(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MK, G.Dv);
         __syncthreads();
         probs_and_ds(S, G, ia, nr, j0, nk);
         products_onto<DQ_TILES>(dQ, S.dS, MK + PAD_H, 0, S.K, ldq, MQ, G.Dqk, MK);   // dQ += dS K
@@ -500,16 +545,16 @@ __global__ static void mma_dq_kernel(float *dq, const float *dout, const float *
 
 // grid (tiles of MK of the W keys, Nkv, B): dk, dv += the rows r0 .. r1-1 of each head of
 // kv group g.
-__global__ static void mma_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
-                                       const float *v, const float *dots, const float *stats, Geom G, int r0, int r1) {
+__global__ static void mma_dkdv_kernel(float *dk, float *dv, Heads H, const float *dots, const float *stats, Geom G,
+                                       int r0, int r1) {
     GPU_SHARED(float, sh);
     MmaBwd S;
     bwd_layout(G, (uintptr_t)sh, &S);
     int j0 = blockIdx.x * MK, g = blockIdx.y, b = blockIdx.z, group = G.N / G.Nkv;
     int nk = imin(MK, G.W - j0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
     Acc dK[DKV_TILES], dV[DKV_TILES];   // this warp's tiles of the keys' dk and dv sums
-    keys_bf16(S.K, ldq, k, G, b, g, j0, nk, MK, G.Dqk);
-    keys_bf16(S.V, ldv, v, G, b, g, j0, nk, MK, G.Dv);
+    tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK, G.Dqk);
+    tile_copy(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MK, G.Dv);
     tiles_load<DKV_TILES>(dK, S.S, dk, KeyRows{G, b, g, j0}, nk, MK, G.Dqk, 0);
     tiles_load<DKV_TILES>(dV, S.S, dv, KeyRows{G, b, g, j0}, nk, MK, G.Dv, 0);
     int first = j0 + G.k0 - G.q0;   // the first row that sees key j0
@@ -518,7 +563,7 @@ __global__ static void mma_dkdv_kernel(float *dk, float *dv, const float *dout, 
         for (int ia = first; ia < r1; ia += MQ) {
             int nr = imin(MQ, r1 - ia);
             __syncthreads();   // (the previous tile's products have read Q, dO, P and dS)
-            load_queries(S, G, q, dout, dots, stats, b, h, ia, nr);
+            load_queries(S, G, H, dots, stats, b, h, ia, nr);
             __syncthreads();
             probs_and_ds(S, G, ia, nr, j0, nk);
             products_onto<DKV_TILES>(dV, S.P, MK + PAD_H, 1, S.dO, ldv, MK, G.Dv, MQ);    // dV += P^T dO
@@ -543,11 +588,10 @@ static int mma_fits(const Geom &G, size_t bytes) {
 
 // The forward with OT tiles of O a warp (fewer registers for heads up to 128 wide).
 template <int OT>
-static void forward_launch(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
-                           int end, size_t bytes) {
+static void forward_launch(float *o, float *stats, Heads H, Geom G, int begin, int end, size_t bytes) {
     GPU_CHECK(cudaFuncSetAttribute(mma_forward_kernel<OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     dim3 grid((G.S + MQ - 1) / MQ, G.N, G.B);
-    GPU_LAUNCH(mma_forward_kernel<OT>, grid, MMA_THREADS, bytes)(o, stats, q, k, v, G, begin, end);
+    GPU_LAUNCH(mma_forward_kernel<OT>, grid, MMA_THREADS, bytes)(o, stats, H, G, begin, end);
     GPU_CHECK_LAUNCH();
 }
 
@@ -555,8 +599,11 @@ int attn_mma_forward(float *o, float *stats, const float *q, const float *k, con
                      int end) {
     size_t bytes = fwd_layout(G, 0, NULL);
     if (!mma_fits(G, bytes) || !acc_rows_hold()) return 0;
-    if (G.Dv <= 128) forward_launch<O_TILES / 2>(o, stats, q, k, v, G, begin, end, bytes);
-    else forward_launch<O_TILES>(o, stats, q, k, v, G, begin, end, bytes);
+    bf16 *base;
+    Heads H = heads_make(q, NULL, k, v, G, 0, G.S, &base);
+    if (G.Dv <= 128) forward_launch<O_TILES / 2>(o, stats, H, G, begin, end, bytes);
+    else forward_launch<O_TILES>(o, stats, H, G, begin, end, bytes);
+    GPU_CHECK(cudaFreeAsync(base, gpu_stream()));
     return 1;
 }
 
@@ -575,13 +622,16 @@ int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const 
         GPU_LAUNCH(row_dots_kernel, by_row, MMA_THREADS, 0)(dots, dout, o, G, r0, r1);
         GPU_CHECK_LAUNCH();
     }
+    bf16 *base;
+    Heads H = heads_make(q, dout, k, v, G, r0, r1 - r0, &base);
     dim3 rows((r1 - r0 + MQ - 1) / MQ, G.N, G.B), keys((G.W + MK - 1) / MK, G.Nkv, G.B);
-    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, dout, q, k, v, dots, stats, G, r0, r1, zero_dq);
+    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, H, dots, stats, G, r0, r1, zero_dq);
     GPU_CHECK_LAUNCH();
     if (G.W > 0) {
-        GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bytes)(dk, dv, dout, q, k, v, dots, stats, G, r0, r1);
+        GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bytes)(dk, dv, H, dots, stats, G, r0, r1);
         GPU_CHECK_LAUNCH();
     }
+    GPU_CHECK(cudaFreeAsync(base, gpu_stream()));
     GPU_CHECK(cudaFreeAsync(dots, gpu_stream()));
     return 1;
 }

@@ -266,6 +266,11 @@ struct float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+// And of four unsigned ints: 16 bytes of any data.
+struct uint4 {
+    unsigned x, y, z, w;
+};
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 
 // bf16 as the GPU's __nv_bfloat16: a float rounded to nearest even (NaN kept a quiet NaN).
 struct __nv_bfloat16 {
