@@ -134,15 +134,6 @@ static void tc_compare(const AttnShape *s, AttnRounding rnd, TcWorst *worst) {
         for (int x = 0; x < 6; x++)
             if (!(e[x] <= *wp[x])) *wp[x] = e[x];
         free(mw); free(mg); free(lw); free(lg);
-        if (getenv("ATTN_HASH")) {   // TEMPORARY
-            for (int x = 0; x < 5; x++) {
-                uint64_t h = 1469598103934665603ull;
-                const unsigned char *b = (const unsigned char *)got[x];
-                for (size_t i = 0; i < n[x] * 4; i++) h = (h ^ b[i]) * 1099511628211ull;
-                printf("HASH %s %s %d%d%d %s %016llx\n", s->name, what, rnd.scores, rnd.probs, rnd.out, names[x],
-                       (unsigned long long)h);
-            }
-        }
         tc_free(&cpu); tc_free(&tc[0]); tc_free(&tc[1]);
     }
     free(q); free(k); free(v); free(dout); free(dk0); free(dv0);
