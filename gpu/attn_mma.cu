@@ -30,6 +30,7 @@
 #include "gpu/gpu.h"
 #include "gpu/attention.h"
 #include "gpu/backend.h"
+#include <pthread.h>
 
 extern "C" int gpu_attention_tensor_cores(void) { return GPU_HAVE_WMMA; }
 
@@ -426,22 +427,31 @@ __global__ static void acc_rows_kernel(int *bad) {
     if (wrong) atomicAdd(bad, wrong);
 }
 
-// 1 when the layout holds on this GPU (asked once per process; a second GPU is the same kind).
+// 1 when the layout holds on this GPU (asked once per process, by the first device thread to
+// get here; a second GPU is the same kind).
+static pthread_mutex_t acc_rows_lock = PTHREAD_MUTEX_INITIALIZER;
+static int acc_rows_held = -1;
+static int acc_rows_check(void);
 static int acc_rows_hold(void) {
-    static int held = -1;
-    if (held >= 0) return held;
+    pthread_mutex_lock(&acc_rows_lock);
+    if (acc_rows_held < 0) acc_rows_held = acc_rows_check();
+    int held = acc_rows_held;
+    pthread_mutex_unlock(&acc_rows_lock);
+    return held;
+}
+static int acc_rows_check(void) {
     int *bad, found = 0;
     GPU_CHECK(cudaMalloc((void **)&bad, sizeof(int)));
     GPU_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), gpu_stream()));
     GPU_LAUNCH(acc_rows_kernel, 1, 32, 0)(bad);
     GPU_CHECK_LAUNCH();
-    GPU_CHECK(cudaMemcpy(&found, bad, sizeof(int), cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpyAsync(&found, bad, sizeof(int), cudaMemcpyDeviceToHost, gpu_stream()));
+    GPU_CHECK(cudaStreamSynchronize(gpu_stream()));   // (the thread's stream does not wait for the legacy one)
     GPU_CHECK(cudaFree(bad));
-    held = found == 0;
-    if (!held)
+    if (found)
         fprintf(stderr, "meshmoe: gpu_attention=tensor_cores: this GPU's accumulator layout is not the one "
                         "gpu/attn_mma.cu assumes (%d elements); the forward runs on tiles\n", found);
-    return held;
+    return found == 0;
 }
 
 // ---- backward ----
