@@ -157,6 +157,7 @@ int main(int argc, char **argv) {
         {"MLA (192, 128), 2 chunks", 1, 37, 2, 2, 192, 128, 1, 0, 19},
         {"q0 = S, group of 3 (128, 128)", 1, 33, 6, 2, 128, 128, 2, 1, 33},
         {"two query tiles (16, 32)", 1, 70, 2, 1, 16, 32, 1, 0, 70},
+        {"values wider than 128 (64, 192)", 1, 20, 2, 1, 64, 192, 1, 0, 20},   // the forward's 16 tiles a warp
     };
     AttnRounding bf16s[] = {{1, 1, 1}, {0, 1, 1}, {1, 0, 1}, {0, 0, 1}};
     TcWorst worst = {0, 0, 0, 0, 0, 0};
