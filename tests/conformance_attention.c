@@ -406,10 +406,11 @@ void test_attention(void) {
         tiles_equal_rows(heads[x], 5, 7);
     }
     // the tensor cores: the medium presets' heads (128, MLA's 192 and 128), bf16 roundings,
-    // several query and key tiles
+    // several query and key tiles; values wider than 128 (the forward's other instantiation)
     AttnRounding bf = {1, 1, 1}, bf_f32 = {0, 0, 1};
     Shape tc[] = {{2, 100, 0, 4, 2, 128, 128, 1, bf}, {1, 70, 0, 4, 4, 192, 128, 1, bf},
-                  {1, 70, 0, 4, 4, 192, 128, 1, bf_f32}, {2, 40, 0, 4, 2, 64, 64, 1, bf}};
+                  {1, 70, 0, 4, 4, 192, 128, 1, bf_f32}, {2, 40, 0, 4, 2, 64, 64, 1, bf},
+                  {1, 70, 0, 2, 1, 64, 192, 1, bf}};
     if (gpu_attention_tensor_cores())
         for (size_t x = 0; x < sizeof tc / sizeof tc[0]; x++) tensor_cores_within(tc[x]);
     else
