@@ -42,7 +42,8 @@ def ncu_path():
 
 
 def command(train, preset, extra=()):
-    return [ncu_path(), "--kernel-name", "regex:^(" + "|".join(KERNELS) + ")$",
+    # (unanchored: ncu's name may carry template arguments; no other kernel's name holds these)
+    return [ncu_path(), "--kernel-name", "regex:(" + "|".join(KERNELS) + ")",
             "--launch-count", str(LAUNCHES), "--section", "SpeedOfLight", "--section", "Occupancy",
             "--section", "WarpStateStats", "--page", "raw", "--csv",
             train, f"configs/{preset}.yml", "device=gpu", "steps=1", "eval_steps=1", "sample_length=0",
@@ -54,6 +55,13 @@ def number(text):
         return float(str(text).replace(",", ""))
     except ValueError:
         return None
+
+
+def kernel_name(text):
+    """The function's name in ncu's kernel name, with or without "void ", template arguments
+    and parameters: "void mma_forward_kernel<8>(float *, ...)" -> "mma_forward_kernel"."""
+    m = re.search(r"(\w+)\s*(?:<[^()]*>)?\s*\(", text) or re.match(r"(?:void\s+)?(\w+)", text.strip())
+    return m[1] if m else None
 
 
 def parse(out):
@@ -68,13 +76,13 @@ def parse(out):
         if not r.get("ID"):
             units = r   # the units row: ncu scales each metric as it likes (nsecond, usecond, ...)
             continue
-        name = re.match(r"\w+", r.get("Kernel Name", "") or "")
-        if not name or not r["ID"].isdigit() or name[0] in seen:
+        name = kernel_name(r.get("Kernel Name", "") or "")
+        if not name or not r["ID"].isdigit() or name in seen:
             continue   # (a later launch of a kernel already kept)
-        seen.add(name[0])
+        seen.add(name)
         ns = number(r.get("gpu__time_duration.sum", "") or "")
         scale = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(units.get("gpu__time_duration.sum"))
-        rows.append(dict(r, kernel=name[0], ns=ns * scale if ns is not None and scale else None))
+        rows.append(dict(r, kernel=name, ns=ns * scale if ns is not None and scale else None))
     return rows
 
 
