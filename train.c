@@ -390,11 +390,7 @@ static StepTime timed_step(DeviceRun *d, int first, StepResult *r) {
     if (!c->dry_run) fetch_batch(d, d->m.step);
     mem_reset_peak(dev);
     if (first && (c->dry_run || c->memory_trace[0])) plan_watch_begin(dev, c->memory_trace[0] != 0);
-    if (c->profile) {   // kernels run outside the step (evaluation) are not counted
-        profile_take(NULL);
-        profile_take_products(NULL, NULL);
-        profile_take_kernels(NULL, NULL);
-    }
+    if (c->profile) profile_discard();   // kernels run outside the step (evaluation) are not counted
     double flops0 = dev->flops, t0 = now_ms();
     train_step(&d->m, d->ids, d->targets, d->A, d->B, d->Sl, r);
     plan_watch_end(dev);

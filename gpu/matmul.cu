@@ -152,32 +152,36 @@ static Stored stored(const float *x, int trans, int rows, int cols, int ld) {
     return s;
 }
 
-// C (M,N) = op(A) (M,K) @ op(B) (K,N) (+= when accumulate) on tensor cores, K > 0: both
-// operands converted to bf16 in a scratch buffer of the stream's own (cudaMallocAsync: freed
-// in stream order once the product has read it; it is GPU-only and lives inside this call,
-// so the allocator does not count it), the product accumulated and written in float32.
+// C (M,N) = op(A) (M,K) @ op(B) (K,N) (+= when accumulate) on tensor cores, K > 0, the sums
+// float32: cuBLAS converting the float32 operands itself (fast_bf16), or both operands
+// converted first into a scratch buffer of the stream's own (cudaMallocAsync: freed in stream
+// order once the product has read it; GPU-only and inside this call, so the allocator does
+// not count it) and multiplied as bf16.
 static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
                       int ldb, int accumulate, float *C, int ldc) {
-    if (fast_bf16) {
-        float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-        CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_32F, ldb, A,
-                                    CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF,
-                                    CUBLAS_GEMM_DEFAULT));
-        return;
+    const void *a = A, *b = B;
+    cudaDataType_t type = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F_FAST_16BF;
+    uint16_t *scratch = NULL;
+    if (!fast_bf16) {
+        Stored sa = stored(A, transA, M, K, lda), sb = stored(B, transB, K, N, ldb);
+        size_t na = sa.rows * sa.cols, nb = sb.rows * sb.cols, at = (na + 127) / 128 * 128;   // B's copy on 256 bytes
+        GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nb), gpu_stream()));
+        GPU_LAUNCH(to_bf16_kernel, blocks_for(na + nb, GPU_THREADS), GPU_THREADS, 0)(scratch, sa, scratch + at, sb,
+                                                                                     check_bf16);
+        GPU_CHECK_LAUNCH();
+        a = scratch;
+        b = scratch + at;
+        lda = (int)sa.cols;   // (the copies are packed)
+        ldb = (int)sb.cols;
+        type = CUDA_R_16BF;
+        compute = CUBLAS_COMPUTE_32F;
     }
-    Stored a = stored(A, transA, M, K, lda), b = stored(B, transB, K, N, ldb);
-    size_t na = a.rows * a.cols, nb = b.rows * b.cols, at = (na + 127) / 128 * 128;   // B's copy 256-byte aligned
-    uint16_t *scratch;
-    GPU_CHECK(cudaMallocAsync((void **)&scratch, sizeof(uint16_t) * (at + nb), gpu_stream()));
-    GPU_LAUNCH(to_bf16_kernel, blocks_for(na + nb, GPU_THREADS), GPU_THREADS, 0)(scratch, a, scratch + at, b,
-                                                                                 check_bf16);
-    GPU_CHECK_LAUNCH();
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                N, M, K, &one, scratch + at, CUDA_R_16BF, (int)b.cols, scratch, CUDA_R_16BF,
-                                (int)a.cols, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    GPU_CHECK(cudaFreeAsync(scratch, gpu_stream()));
+                                N, M, K, &one, b, type, ldb, a, type, lda, &beta, C, CUDA_R_32F, ldc, compute,
+                                CUBLAS_GEMM_DEFAULT));
+    if (scratch) GPU_CHECK(cudaFreeAsync(scratch, gpu_stream()));
 }
 #else
 extern "C" void gpu_matmul_bf16_report(void) {}   // (HIP: no cuBLAS, no bf16 products)

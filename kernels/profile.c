@@ -183,6 +183,12 @@ void profile_take_kernels(ProfileKernel *acc, int *n) {
     nkernels = 0;
 }
 
+void profile_discard(void) {
+    profile_take(NULL);
+    profile_take_products(NULL, NULL);
+    profile_take_kernels(NULL, NULL);
+}
+
 const char *profile_family_name(int family) {
     static const char *names[FAMILY_COUNT] = {"matmul", "norm",   "rope", "embedding", "attention",
                                               "mla",    "router", "moe",  "mlp",       "loss",

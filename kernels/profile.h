@@ -49,5 +49,7 @@ const char *profile_family_name(int family);
 void profile_take_products(ProfileProduct *acc, int *n);
 // The same for the calls by kernel (n of them, at most PROFILE_KERNELS).
 void profile_take_kernels(ProfileKernel *acc, int *n);
+// Everything the calling thread counted since the last take dropped (kernels outside a step).
+void profile_discard(void);
 
 #endif
