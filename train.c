@@ -221,9 +221,10 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     const DataLoader *dl = d->run->dl;
     char b1[32], b2[64], b3[128], nt[32];
     size_t P = sharding_global_params(&d->m);
-    printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path\n",
+    printf("meshmoe: %s model, %d layers, %zu parameters (%s), %d experts top-%d, %s path%s\n",
            decoder_block_name(c->decoder_block), c->base_num_decoder_layers, P, mem_fmt(P * 4, b1, sizeof b1),
-           c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense");
+           c->num_experts, c->num_experts_per_tok, c->sparse_matmul ? "sparse (grouped)" : "dense",
+           c->megablox ? ", each product one call for all the experts" : "");
     printf("BLAS: %s\n", blas_description());
     char gk[48] = "";   // the ordered GEMM's micro-kernel, where the CPU runs the products
     if (c->matmul_impl == MATMUL_ORDERED && c->device != DEVICE_GPU)

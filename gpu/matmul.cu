@@ -27,6 +27,7 @@
 #include "gpu/gemm.h"
 #include "gpu/backend.h"
 #include "kernels/piece_tree.h"   // the chunked product as separate products
+#include "kernels/grouped_loop.h" // the experts' grouped products, a call per expert
 #if GPU_HAVE_CUBLAS
 #include <cublas_v2.h>
 #include <dlfcn.h>
@@ -47,6 +48,11 @@ static struct {
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
                               const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
                               cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    // (NULL in a cuBLAS before 12.5: the grouped products then loop over gemm_ex)
+    cublasStatus_t (*gemm_grouped)(cublasHandle_t, const cublasOperation_t *, const cublasOperation_t *, const int *,
+                                   const int *, const int *, const void *, const void *const *, cudaDataType,
+                                   const int *, const void *const *, cudaDataType, const int *, const void *,
+                                   void *const *, cudaDataType, const int *, int, const int *, cublasComputeType_t);
 } cublas;
 
 static const char *load_cublas(void) {
@@ -59,6 +65,7 @@ static const char *load_cublas(void) {
     cublas.set_workspace = (cublasStatus_t (*)(cublasHandle_t, void *, size_t))dlsym(lib, "cublasSetWorkspace_v2");
     *(void **)&cublas.sgemm = dlsym(lib, "cublasSgemm_v2");
     *(void **)&cublas.gemm_ex = dlsym(lib, "cublasGemmEx");
+    *(void **)&cublas.gemm_grouped = dlsym(lib, "cublasGemmGroupedBatchedEx");
     if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.set_workspace || !cublas.sgemm ||
         !cublas.gemm_ex)
         return "libcublas.so.13 lacks one of cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, "
@@ -182,6 +189,104 @@ static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *
                                 N, M, K, &one, b, type, ldb, a, type, lda, &beta, C, CUDA_R_32F, ldc, compute,
                                 CUBLAS_GEMM_DEFAULT));
     if (scratch) GPU_CHECK(cudaFreeAsync(scratch, gpu_stream()));
+}
+
+// ---- The experts' grouped products under cuBLAS: all of a layer's experts in one
+// cublasGemmGroupedBatchedEx call, each expert a group of one product (their row counts
+// differ), so that the GPU runs every expert's tiles at once where a call per expert ran one
+// small product at a time (deepseek-medium: 64 experts of about 770 rows, each product a few
+// dozen output tiles for 132 multiprocessors).
+
+// One product of a grouped call, C (m,n) = op(A) (m,k) @ op(B) (k,n), its operands given as
+// offsets in floats from the call's three bases.
+typedef struct { int m, n, k; size_t oa, ob, oc; } Part;
+
+// cuBLAS reads the parts' pointers from GPU memory: a launch's arguments carry their offsets
+// (4 KiB at most: PARTS_PER_CALL parts a call) and a kernel writes the pointers there.
+enum { PARTS_PER_CALL = 128 };
+typedef struct {
+    const float *a, *b;
+    float *c;
+    int n;
+    size_t oa[PARTS_PER_CALL], ob[PARTS_PER_CALL], oc[PARTS_PER_CALL];
+} PartPointers;
+
+// ptr (3n): the parts' A pointers, then their B, then their C; one thread a part.
+__global__ static void part_pointers_kernel(const void **ptr, PartPointers p) {
+    int i = threadIdx.x;
+    if (i >= p.n) return;
+    ptr[i] = p.a + p.oa[i];
+    ptr[p.n + i] = p.b + p.ob[i];
+    ptr[2 * p.n + i] = p.c + p.oc[i];
+}
+
+// How a grouped call computes, found by the thread's first call: in float32 (gpu_matmul=cublas);
+// under cublas_bf16, cuBLAS converting the float32 operands to bf16 (FAST_16BF, as gemm_bf16
+// does), else to TF32, whose 10 mantissa bits hold a bf16-valued operand exactly (the same
+// exact products, float32 sums). way[mode] is the first of the mode's ways not refused; past
+// the list the caller makes a call per part.
+static const cublasComputeType_t f32_ways[] = {CUBLAS_COMPUTE_32F};
+static const cublasComputeType_t bf16_ways[] = {CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_COMPUTE_32F_FAST_TF32};
+static thread_local int way[3];
+
+static cublasStatus_t grouped_call(int transA, int transB, const Part *pt, int n, const float *A, int lda,
+                                   const float *B, int ldb, float *C, int ldc, int accumulate,
+                                   cublasComputeType_t compute) {
+    PartPointers pp;
+    pp.a = A; pp.b = B; pp.c = C; pp.n = n;
+    cublasOperation_t ta[PARTS_PER_CALL], tb[PARTS_PER_CALL];
+    int m[PARTS_PER_CALL], nn[PARTS_PER_CALL], k[PARTS_PER_CALL], la[PARTS_PER_CALL], lb[PARTS_PER_CALL],
+        lc[PARTS_PER_CALL], one[PARTS_PER_CALL];
+    float alpha[PARTS_PER_CALL], beta[PARTS_PER_CALL];
+    for (int i = 0; i < n; i++) {   // (row-major: the operands swapped, as sgemm_cublas)
+        ta[i] = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+        tb[i] = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+        m[i] = pt[i].n; nn[i] = pt[i].m; k[i] = pt[i].k;
+        la[i] = ldb; lb[i] = lda; lc[i] = ldc;
+        one[i] = 1;
+        alpha[i] = 1.0f; beta[i] = accumulate ? 1.0f : 0.0f;
+        pp.oa[i] = pt[i].oa; pp.ob[i] = pt[i].ob; pp.oc[i] = pt[i].oc;
+    }
+    const void **ptr;
+    GPU_CHECK(cudaMallocAsync((void **)&ptr, sizeof(void *) * 3 * (size_t)n, gpu_stream()));
+    GPU_LAUNCH(part_pointers_kernel, 1, PARTS_PER_CALL, 0)(ptr, pp);
+    GPU_CHECK_LAUNCH();
+    cublasStatus_t st = cublas.gemm_grouped(my_handle(), ta, tb, m, nn, k, alpha, (const void *const *)ptr + n,
+                                            CUDA_R_32F, la, (const void *const *)ptr, CUDA_R_32F, lb, beta,
+                                            (void *const *)(ptr + 2 * n), CUDA_R_32F, lc, n, one, compute);
+    GPU_CHECK(cudaFreeAsync(ptr, gpu_stream()));
+    return st;
+}
+
+// The np parts, C = op(A) op(B) (+ C when accumulate), in grouped calls of PARTS_PER_CALL; 0
+// when this cuBLAS has no grouped call for them (before 12.5, or no compute type it accepts;
+// or the bf16 check's conversion, which counts operand by operand): the caller then loops.
+static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, const float *A, int lda,
+                               const float *B, int ldb, float *C, int ldc, int accumulate) {
+    if (!cublas.gemm_grouped || (use_cublas == 2 && !fast_bf16)) return 0;
+    const cublasComputeType_t *ways = use_cublas == 2 ? bf16_ways : f32_ways;
+    int nways = use_cublas == 2 ? 2 : 1, *w = &way[use_cublas];
+    for (int p0 = 0; p0 < np; p0 += PARTS_PER_CALL) {
+        int n = np - p0 < PARTS_PER_CALL ? np - p0 : PARTS_PER_CALL;
+        for (;;) {
+            if (*w >= nways) return 0;
+            cublasStatus_t st = grouped_call(transA, transB, pt + p0, n, A, lda, B, ldb, C, ldc, accumulate, ways[*w]);
+            if (st == CUBLAS_STATUS_SUCCESS) break;
+            // Only the first call may be refused (a later one takes what the first took).
+            if (p0 > 0 || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)) CUBLAS_CHECK(st);
+            fprintf(stderr, "meshmoe: cuBLAS's grouped product refused compute type %d (status %d)%s\n", (int)ways[*w],
+                    (int)st, *w + 1 < nways ? ", trying the next" : ": the experts' products go one call each");
+            (*w)++;
+        }
+    }
+    return 1;
+}
+
+// A grouped call's parts, one a group with rows.
+static Part *parts_for(int G) {
+    Part *pt = (Part *)calloc((size_t)(G > 0 ? G : 1), sizeof(Part));
+    if (!pt) { fprintf(stderr, "meshmoe: out of host memory for %d grouped products\n", G); exit(1); }
+    return pt;
 }
 #else
 extern "C" void gpu_matmul_bf16_report(void) {}   // (HIP: no cuBLAS, no bf16 products)
@@ -342,7 +447,91 @@ static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *
     GPU_CHECK(cudaFreeAsync(S, gpu_stream()));
 }
 
+// ---- The experts' grouped products (kernels/matmul.h): under cuBLAS the groups' products in
+// grouped calls (gemm_grouped_cublas; a chunked product's and a gradient's leaves one product
+// a group, as above), else a call of the plain kernel per group (kernels/grouped_loop.h), whose
+// bits are the CPU's.
 #if GPU_HOST_PASS
-extern "C" const MatmulKernels matmul_cuda = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm,
-                                              gemm_chunked, matmul_backward_dw_leaves};
+static void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
+                                   int accumulate) {
+#if GPU_HAVE_CUBLAS
+    if (use_cublas) {   // out_g (n,OC) = inp_g (n,C) @ w_g (C,OC)
+        Part *pt = parts_for(G);
+        int np = 0;
+        for (int g = 0; g < G; g++)
+            if (rows[g + 1] > rows[g])
+                pt[np++] = Part{rows[g + 1] - rows[g], OC, C, (size_t)rows[g] * C, (size_t)g * C * OC,
+                                (size_t)rows[g] * OC};
+        int done = gemm_grouped_cublas(0, 0, pt, np, inp, C, w, OC, out, OC, accumulate);
+        free(pt);
+        if (done) return;
+    }
+#endif
+    forward_grouped_loop(&matmul_cuda, out, inp, w, rows, G, C, OC, accumulate);
+}
+
+static void matmul_backward_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C,
+                                         int OC) {
+#if GPU_HAVE_CUBLAS
+    if (use_cublas) {   // dinp_g (n,C) += dout_g (n,OC) @ w_g^T
+        Part *pt = parts_for(G);
+        int np = 0;
+        for (int g = 0; g < G; g++)
+            if (rows[g + 1] > rows[g])
+                pt[np++] = Part{rows[g + 1] - rows[g], C, OC, (size_t)rows[g] * OC, (size_t)g * C * OC,
+                                (size_t)rows[g] * C};
+        int done = gemm_grouped_cublas(0, 1, pt, np, dout, OC, w, OC, dinp, C, 1);
+        free(pt);
+        if (done) return;
+    }
+#endif
+    dinp_grouped_loop(&matmul_cuda, dinp, dout, w, rows, G, C, OC);
+}
+
+static void gemm_chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
+                                 const float *B, float *out) {
+#if GPU_HAVE_CUBLAS
+    if (use_cublas) {   // as gemm_chunked: the whole contraction, one product a group
+        Part *pt = parts_for(G);
+        int np = 0;
+        for (int g = 0; g < G; g++)
+            if (rows[g + 1] > rows[g])
+                pt[np++] = Part{rows[g + 1] - rows[g], N, K, (size_t)rows[g] * K, (size_t)g * K * N,
+                                (size_t)rows[g] * N};
+        int done = gemm_grouped_cublas(0, transB, pt, np, A, K, B, transB ? K : N, out, N, 0);
+        free(pt);
+        if (done) return;
+    }
+#endif
+    chunked_grouped_loop(&matmul_cuda, transB, rows, G, N, K, chunks, A, B, out);
+}
+
+static void matmul_backward_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n,
+                                              int G, int C, int OC, int accumulate) {
+#if GPU_HAVE_CUBLAS
+    if (use_cublas) {   // as matmul_backward_dw_leaves: a group's leaves one product over its rows
+        Part *pt = parts_for(G);
+        int np = 0;
+        for (int g = 0; g < G; g++) {
+            int r0 = off[(size_t)g * n], r1 = off[(size_t)g * n + n];
+            if (r1 > r0) pt[np++] = Part{C, OC, r1 - r0, (size_t)r0 * C, (size_t)r0 * OC, (size_t)g * C * OC};
+        }
+        int done = gemm_grouped_cublas(1, 0, pt, np, inp, C, dout, OC, dw, OC, accumulate);
+        free(pt);
+        if (done) return;
+    }
+#endif
+    dw_leaves_grouped_loop(&matmul_cuda, dw, inp, dout, off, n, G, C, OC, accumulate);
+}
+
+extern "C" const MatmulKernels matmul_cuda = {matmul_forward,
+                                              matmul_backward_dinp,
+                                              matmul_backward_dw,
+                                              gemm,
+                                              gemm_chunked,
+                                              matmul_backward_dw_leaves,
+                                              matmul_forward_grouped,
+                                              matmul_backward_dinp_grouped,
+                                              gemm_chunked_grouped,
+                                              matmul_backward_dw_leaves_grouped};
 #endif

@@ -132,8 +132,17 @@ static void gemm_chunked(int transB, int M, int N, int K, int chunks, const floa
                          float *C, int ldc) {}
 static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
                                       int OC, int accumulate) {}
-static const MatmulKernels matmul_dry = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm, gemm_chunked,
-                                         matmul_backward_dw_leaves};
+static void forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
+                            int accumulate) {}
+static void dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {}
+static void chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
+                            const float *B, float *out) {}
+static void dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n, int G, int C,
+                              int OC, int accumulate) {}
+static const MatmulKernels matmul_dry = {matmul_forward,  matmul_backward_dinp, matmul_backward_dw,
+                                         gemm,            gemm_chunked,         matmul_backward_dw_leaves,
+                                         forward_grouped, dinp_grouped,         chunked_grouped,
+                                         dw_leaves_grouped};
 
 // rope
 static void rope_table(float *sn, float *cs, int S, int pos0, int Dr, float min_ts, float max_ts, int bf16) {}

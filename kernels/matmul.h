@@ -41,6 +41,29 @@ typedef struct MatmulKernels {
     // host memory) starts at 0 and never decreases; an empty leaf's product is 0.0f.
     void (*matmul_backward_dw_leaves)(float *dw, const float *inp, const float *dout, const int *off, int n, int C,
                                       int OC, int accumulate);
+
+    // The experts' products, all of a layer's experts in one call (megablox=true,
+    // model/moe_experts.c). G groups of consecutive rows, group g the rows [rows[g],
+    // rows[g+1]) (rows: G+1 host ints from 0, never decreasing; R = rows[G]), each with its
+    // own weight, the G weights stacked. Each group's result is the one the kernel named
+    // without _grouped makes on that group's rows alone, so a backend may loop over it; a
+    // group without rows writes nothing.
+    // out (R,OC) = inp (R,C) @ w_g (C,OC) on group g's rows, or += when accumulate; w (G,C,OC).
+    void (*matmul_forward_grouped)(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
+                                   int accumulate);
+    // dinp (R,C) += dout (R,OC) @ w_g^T on group g's rows; w (G,C,OC).
+    void (*matmul_backward_dinp_grouped)(float *dinp, const float *dout, const float *w, const int *rows, int G, int C,
+                                         int OC);
+    // out (R,N) = gemm_chunked of A (R,K) and B_g on group g's rows, rows packed (lda K, ldc N);
+    // B (G,K,N), or (G,N,K) with B_g^T when transB.
+    void (*gemm_chunked_grouped)(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
+                                 const float *B, float *out);
+    // dw_g (C,OC) of dw (G,C,OC) = matmul_backward_dw_leaves of group g's n leaves, leaf l over
+    // the rows off[g*n+l] .. off[g*n+l+1] of inp (R,C) and dout (R,OC) (off: G*n+1 host ints
+    // from 0, never decreasing, group g's leaves covering its rows); a group without rows
+    // leaves dw_g as it is, whatever accumulate says.
+    void (*matmul_backward_dw_leaves_grouped)(float *dw, const float *inp, const float *dout, const int *off, int n,
+                                              int G, int C, int OC, int accumulate);
 } MatmulKernels;
 
 extern const MatmulKernels matmul_cpu;         // kernels/cpu/matmul.c: the ordered GEMM (or OpenBLAS)

@@ -72,12 +72,46 @@ static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *
     WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, accumulate),
             2.0 * K * C * OC, K * C + K * OC + (accumulate ? 2.0 : 1.0) * C * OC);
 }
+// The grouped products: M counts the rows of all the groups.
+static void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
+                                   int accumulate) {
+    double R = rows[G];
+    watch_product = (WatchProduct){"x @ w, grouped", rows[G], OC, C};
+    WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_forward_grouped(out, inp, w, rows, G, C, OC, accumulate),
+            2.0 * R * C * OC, R * C + (double)G * C * OC + (1.0 + accumulate) * R * OC);
+}
+static void matmul_backward_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C,
+                                         int OC) {
+    double R = rows[G];
+    watch_product = (WatchProduct){"dy @ w^T, grouped", rows[G], C, OC};
+    WATCHED(FAMILY_MATMUL, INNER(matmul)->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC),
+            2.0 * R * C * OC, R * OC + (double)G * C * OC + 2.0 * R * C);
+}
+static void gemm_chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
+                                 const float *B, float *out) {
+    double R = rows[G];
+    watch_product = (WatchProduct){transB ? "A @ B^T, pieces, grouped" : "A @ B, pieces, grouped", rows[G], N, K};
+    WATCHED(FAMILY_MATMUL, INNER(matmul)->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, B, out),
+            2.0 * R * N * K, R * K + (double)G * K * N + R * N);
+}
+static void matmul_backward_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n,
+                                              int G, int C, int OC, int accumulate) {
+    double K = off[(size_t)G * n];
+    watch_product = (WatchProduct){"x^T @ dy, leaves, grouped", C, OC, (int)K};
+    WATCHED(FAMILY_MATMUL,
+            INNER(matmul)->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, accumulate),
+            2.0 * K * C * OC, K * C + K * OC + (accumulate ? 2.0 : 1.0) * G * C * OC);
+}
 static const MatmulKernels matmul_watched = {.matmul_forward = matmul_forward,
                                              .matmul_backward_dinp = matmul_backward_dinp,
                                              .matmul_backward_dw = matmul_backward_dw,
                                              .gemm = gemm,
                                              .gemm_chunked = gemm_chunked,
-                                             .matmul_backward_dw_leaves = matmul_backward_dw_leaves};
+                                             .matmul_backward_dw_leaves = matmul_backward_dw_leaves,
+                                             .matmul_forward_grouped = matmul_forward_grouped,
+                                             .matmul_backward_dinp_grouped = matmul_backward_dinp_grouped,
+                                             .gemm_chunked_grouped = gemm_chunked_grouped,
+                                             .matmul_backward_dw_leaves_grouped = matmul_backward_dw_leaves_grouped};
 
 // ---- norm
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride, int T,

@@ -125,3 +125,40 @@ void matmul_forward_chunked(float *out, const float *inp, const float *w, int T,
 void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks) {
     chunked_product(dinp, dout, w, 1, T, C, OC, chunks);   // w^T (OC,C)
 }
+
+// The grouped products count the flops of all their rows, as the calls expert by expert did.
+void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC) {
+    count_flops(rows[G], OC, C);
+    kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0);
+}
+
+void matmul_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {
+    count_flops(rows[G], C, OC);
+    kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC);
+}
+
+static void chunked_grouped(float *out, const float *A, const float *Bm, int transB, const int *rows, int G, int N,
+                            int K, int chunks) {
+    if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
+    count_flops(rows[G], N, K);
+    if (rows[G] == 0 || N == 0) return;
+    kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out);
+}
+
+void matmul_forward_chunked_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C,
+                                    int OC, int chunks) {
+    chunked_grouped(out, inp, w, 0, rows, G, OC, C, chunks);   // w_g (C,OC)
+}
+
+void matmul_dinp_chunked_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC,
+                                 int chunks) {
+    chunked_grouped(dinp, dout, w, 1, rows, G, C, OC, chunks);   // w_g^T (OC,C)
+}
+
+void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n, int G, int C,
+                              int OC) {
+    if (C == 0 || OC == 0 || n <= 0 || G <= 0) return;
+    count_flops(C, OC, off[(size_t)G * n]);
+    int fresh = fresh_claim(dw, (size_t)G * C * OC);
+    kern()->matmul->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, !fresh);
+}

@@ -57,6 +57,25 @@ void matmul_forward_chunked(float *out, const float *inp, const float *w, int T,
 // dinp (T,C) = dout (T,OC) @ w^T, the sum over OC in `chunks` pieces (dinp is overwritten).
 void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, int C, int OC, int chunks);
 
+// The experts' products, all of a layer's experts in one call each (megablox=true,
+// model/moe_experts.c; kernels/matmul.h, the *_grouped kernels): group g owns the rows
+// [rows[g], rows[g+1]) (G+1 host ints from 0) and its weight is the g-th of G stacked ones.
+// Each group's rows get the bits the call without _grouped gives them on their own.
+// out (R,OC) = inp (R,C) @ w_g (C,OC) on group g's rows; w (G,C,OC).
+void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC);
+// dinp (R,C) += dout (R,OC) @ w_g^T on group g's rows.
+void matmul_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC);
+// matmul_forward_chunked and matmul_dinp_chunked of each group's rows with its weight.
+void matmul_forward_chunked_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C,
+                                    int OC, int chunks);
+void matmul_dinp_chunked_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC,
+                                 int chunks);
+// matmul_dw_leaves of each group: dw_g (C,OC) of dw (G,C,OC) += group g's n leaves, leaf l
+// over the rows off[g*n+l] .. off[g*n+l+1] (off: G*n+1 host ints from 0); a group without
+// rows adds nothing.
+void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n, int G, int C,
+                              int OC);
+
 // The raw GEMM: C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
 // alpha must be 1 and beta 0 or 1 (all the model needs).
 // lda/ldb/ldc are the row strides of A, B, C as stored.

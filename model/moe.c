@@ -22,6 +22,7 @@
 // kernels of kernels/router.h (routing, capacity, load-balance loss) and kernels/moe.h
 // (row layout, gather, combine).
 #include "model/moe.h"             // MoeParams, MoeSaved, this file's functions
+#include "model/moe_experts.h"     // the experts' SwiGLU on their rows
 #include "model/matmul.h"          // gemm, the chunked products: the experts' matmuls
 #include "model/precision.h"       // prec_round, act_pack: the bf16 points
 #include "base/tensor.h"           // tp_all_reduce: the expert width split over `tensor`
@@ -141,158 +142,6 @@ static void build_rows(MoeSaved *s, int sparse, int T, int E, int K) {
     else kern()->moe->dense_rows(s->row_start, s->row_token, s->assign_row, s->top_idx, T, E, K);
 }
 
-// The first of the n rows (sorted by token) whose token is >= t.
-static int first_row_from(const int *row_token, int n, long t) {
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (row_token[mid] < t) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-}
-
-// dw (C,OC) += sum over rows of inp[r]^T dout[r], leaf by leaf in tree order (the leaves of
-// base/context.h). An expert's rows are sorted by token, so a leaf's rows (those of
-// its tokens t0 .. t0+len-1) are contiguous, and with one chunk the leaves' runs follow
-// one another: the kernel takes them all in one call (matmul_dw_leaves); with more chunks
-// each leaf is pushed through a LeafSum. Every leaf counts (an empty one adds zero) so the
-// tree has the same shape whatever the routing. row_token (n) is read on the
-// host, to find each leaf's rows: the copy that rows_to_host made (or, under expert
-// parallelism, the plan's, base/expert.h).
-static void expert_dw(float *dw, const float *inp, const float *dout, const int *row_token, int n,
-                      int C, int OC, Leaves leaf) {
-    if (leaf.nchunks == 1) {   // one chunk: the leaves' rows lie in tree order, in one call
-        int *off = malloc(sizeof(int) * ((size_t)leaf.n + 1));
-        if (!off) die("out of host memory for an expert's %ld leaves", leaf.n);
-        for (long l = 0; l < leaf.n; l++) off[l] = first_row_from(row_token, n, leaf_token(leaf, l));
-        off[leaf.n] = first_row_from(row_token, n, leaf_token(leaf, leaf.n - 1) + leaf.len);
-        matmul_dw_leaves(dw, inp, dout, off, (int)leaf.n, C, OC);
-        free(off);
-        return;
-    }
-    LeafSum ls;
-    leafsum_begin(&ls, leaf, dw, (size_t)C * OC, "expert dw leaf");
-    for (long l = 0; l < leaf.n; l++) {
-        long t0 = leaf_token(leaf, l);
-        int r0 = first_row_from(row_token, n, t0), r1 = first_row_from(row_token, n, t0 + leaf.len);
-        // A leaf with no rows is a product over none: zeros, or, onto the leaf before it, + 0.0f
-        // (the merge with a leaf of zeros). Every leaf takes the same buffers whatever its
-        // rows, so the memory does not depend on the routing.
-        int onto;
-        float *g = leafsum_leaf_onto(&ls, &onto);
-        matmul_dw_leaf(g, inp + (size_t)r0 * C, dout + (size_t)r0 * OC, r1 - r0, C, OC, onto);
-        leafsum_push(&ls);
-    }
-    leafsum_end(&ls);
-}
-
-// ---------------------------------------------------------------------------------------
-// One expert, forward and backward, on n rows. e is the expert's index in this device's
-// share of the expert weights (all of them without expert parallelism).
-
-// The per-expert temporaries are allocated for `cap` rows, the most the expert can get
-// (one row per token it can see), not for its n rows of this batch: so the memory a step
-// needs does not depend on the routing, and the dry-run planner (which does not route)
-// allocates exactly what a real step does.
-//
-// moe_skip_redundant_cast (docs/optimizations.md#moe_skip_redundant_cast), read here only. MaxText casts the
-// expert intermediate silu(h0)*h1 (rows,H) to the activation dtype before the wo matmul
-// (and autodiff casts its gradient back); with float32 activations both casts are no-ops,
-// and the skip drops them. Without it each cast writes a copy (MEM_TEMP) that the next
-// op reads while the uncast buffer is still held: one more (rows,H) buffer, same bits.
-// Like the other per-expert temporaries it is allocated for `cap` rows; n are copied.
-static float *intermediate_cast(const Config *c, float *x, size_t n, size_t cap, const char *name) {
-    if (c->moe_skip_redundant_cast) return x;
-    float *copy = mem_floats(MEM_TEMP, cap, name);
-    mem_copy(copy, x, sizeof(float) * n);
-    return copy;
-}
-static void intermediate_cast_free(float *copy, const float *x) {
-    if (copy != x) mem_free(copy);
-}
-
-// h0, h1 (n,H) = xs wi_0, xs wi_1 (kept);  y (n,D) = (silu(h0) * h1) wo
-static void expert_forward(const Config *c, const LocalDims *ld, const MoeParams *p, int e, const float *xs, int n,
-                           int cap, float *h0, float *h1, float *y) {
-    int D = c->base_emb_dim, H = ld->expert_dim;
-    matmul_forward(h0, xs, p->wi_0 + (size_t)e * D * H, n, D, H, 0);
-    matmul_forward(h1, xs, p->wi_1 + (size_t)e * D * H, n, D, H, 0);
-    prec_round(c, h0, (size_t)n * H);
-    prec_round(c, h1, (size_t)n * H);
-    float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) of (cap,H)
-    kern()->mlp->swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
-    float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
-    tp_rowpar_forward_cap(c, y, actc, p->wo + (size_t)e * H * D, n, cap, H, D);   // a sum over H (tensor-split)
-    prec_round(c, y, (size_t)n * D);
-    intermediate_cast_free(actc, act);
-    mem_free(act);
-}
-
-// dact (n,H of cap,H) = dy wo^T, the gradient of y = act wo's input (rounded in bf16, as act was).
-static float *expert_dact(const Config *c, const float *wo, const float *dye, int n, int cap, int H, int D,
-                          Leaves leaf) {
-    float *dact = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d activation");
-    mem_zero(dact, sizeof(float) * (size_t)n * H);   // its n rows, which the product adds into
-    matmul_backward(dact, NULL, dye, NULL, wo, n, H, D, leaf);
-    prec_round(c, dact, (size_t)n * H);
-    return dact;
-}
-
-// The expert's SwiGLU backward: dwo += act^T dy, and the gradients dh0, dh1 (n,H of cap,H) of
-// act = silu(h0) * h1, returned; act is recomputed from h0 and h1. As model/mlp.c's
-// output_backward: where dwo's leaves go in one call (no buffers of their own) and without
-// the cast copies (moe_skip_redundant_cast, the default), act comes out of the gradients'
-// pass, one sigmoid per element for the three, dh1 written over dact; otherwise act first,
-// its copy (with the casts) read by the wo product, then the gradients from dact's copy.
-static void expert_swiglu_backward(const Config *c, float *dwo, const float *wo, const float *h0, const float *h1,
-                                   const float *dye, const int *rt, int n, int cap, int H, int D, Leaves leaf,
-                                   float **dh0, float **dh1) {
-    if (c->moe_skip_redundant_cast && leaf.nchunks == 1) {
-        float *dact = expert_dact(c, wo, dye, n, cap, H, D, leaf);
-        float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
-        *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h0");            // (n,H) of (cap,H)
-        *dh1 = dact;
-        kern()->mlp->swiglu_backward(act, *dh0, *dh1, dact, h0, h1, (long)n * H, cfg_bf16(c));
-        expert_dw(dwo, act, dye, rt, n, H, D, leaf);
-        mem_free(act);
-    } else {
-        float *act = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert activation");   // (n,H) recomputed
-        kern()->mlp->swiglu_forward(act, h0, h1, (long)n * H, cfg_bf16(c));
-        float *dact = expert_dact(c, wo, dye, n, cap, H, D, leaf);
-        float *actc = intermediate_cast(c, act, (size_t)n * H, (size_t)cap * H, "moe expert activation, cast (a no-op copy)");
-        expert_dw(dwo, actc, dye, rt, n, H, D, leaf);
-        intermediate_cast_free(actc, act);
-        mem_free(act);
-        *dh0 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h0");
-        *dh1 = mem_floats_uninit(MEM_TEMP, (size_t)cap * H, "moe expert d h1");
-        float *dactc = intermediate_cast(c, dact, (size_t)n * H, (size_t)cap * H, "moe expert d activation, cast back (a no-op copy)");
-        kern()->mlp->swiglu_backward(NULL, *dh0, *dh1, dactc, h0, h1, (long)n * H, 0);
-        intermediate_cast_free(dactc, dact);
-        mem_free(dact);
-    }
-    prec_round(c, *dh0, (size_t)n * H);
-    prec_round(c, *dh1, (size_t)n * H);
-}
-
-// Given dy (n,D): g's expert e += weight gradients (rows' tokens rt, leaf by leaf over the
-// leaves of the tokens those are numbered in), dxs (n,D) = the rows' input gradient (overwritten).
-static void expert_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, int e,
-                            const float *xs, const float *h0, const float *h1, const float *dye, const int *rt, int n,
-                            int cap, Leaves leaf, float *dxs) {
-    int D = c->base_emb_dim, H = ld->expert_dim;
-    const float *wi0 = p->wi_0 + (size_t)e * D * H, *wi1 = p->wi_1 + (size_t)e * D * H;
-    float *dh0, *dh1;   // y = act wo, act = silu(h0) * h1
-    expert_swiglu_backward(c, g->wo + (size_t)e * H * D, p->wo + (size_t)e * H * D, h0, h1, dye, rt, n, cap, H, D,
-                           leaf, &dh0, &dh1);
-    // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
-    mem_zero(dxs, sizeof(float) * (size_t)n * D);
-    tp_colpar_dinp_cap(c, dxs, dh0, wi0, n, cap, D, H);   // sums over H (tensor-split)
-    tp_colpar_dinp_cap(c, dxs, dh1, wi1, n, cap, D, H);
-    expert_dw(g->wi_0 + (size_t)e * D * H, xs, dh0, rt, n, D, H, leaf);
-    expert_dw(g->wi_1 + (size_t)e * D * H, xs, dh1, rt, n, D, H, leaf);
-    mem_free(dh0); mem_free(dh1);
-}
-
 // Expert parallelism (base/expert.h): send each expert's rows to the device that owns
 // it, run the local experts on what arrived, send the outputs back into s->y. row_start
 // (E+1) is the host's copy of s->row_start: the all-to-all's send counts.
@@ -310,11 +159,16 @@ static void experts_forward_parallel(const Config *c, const LocalDims *ld, const
     ep_send(d, rows, d->x, D);
     mem_free(rows);
     float *y = mem_floats(MEM_TEMP, n * D, "moe expert out (expert parallel)");   // (nrecv,D)
-    for (int e = 0; e < d->El; e++) {
-        int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
-        if (m > 0)
-            expert_forward(c, ld, p, e, d->x + (size_t)r0 * D, m, d->ep * T, d->h0 + (size_t)r0 * H,
-                           d->h1 + (size_t)r0 * H, y + (size_t)r0 * D);
+    if (c->megablox) {   // the local experts at once, temporaries for all that can arrive
+        ExpertRows er = {d->row_start, d->El, d->nrecv, d->cap};
+        experts_forward(c, ld, p, 0, er, d->x, d->h0, d->h1, y);
+    } else {
+        for (int e = 0; e < d->El; e++) {
+            int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
+            if (m > 0)
+                experts_forward(c, ld, p, e, expert_rows_one(m, d->ep * T), d->x + (size_t)r0 * D,
+                                d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H, y + (size_t)r0 * D);
+        }
     }
     ep_return(d, y, s->y, D);
     mem_free(y);
@@ -331,15 +185,53 @@ static void experts_backward_parallel(const Config *c, const LocalDims *ld, cons
     ep_send(d, dy, dye, D);
     // The leaves of the whole expert group: its ep devices hold consecutive sequences.
     Leaves group = leaves_of(c, d->ep * B, S);   // a row's token: rank * B*S + token
-    for (int e = 0; e < d->El; e++) {
-        int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
-        if (m > 0)
-            expert_backward(c, ld, p, g, e, d->x + (size_t)r0 * D, d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H,
-                            dye + (size_t)r0 * D, d->row_token + r0, m, d->ep * B * S, group, dxs + (size_t)r0 * D);
+    if (c->megablox) {
+        ExpertRows er = {d->row_start, d->El, d->nrecv, d->cap};
+        experts_backward(c, ld, p, g, 0, er, d->x, d->h0, d->h1, dye, d->row_token, group, dxs);
+    } else {
+        for (int e = 0; e < d->El; e++) {
+            int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
+            if (m > 0)
+                experts_backward(c, ld, p, g, e, expert_rows_one(m, d->ep * B * S), d->x + (size_t)r0 * D,
+                                 d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H, dye + (size_t)r0 * D,
+                                 d->row_token + r0, group, dxs + (size_t)r0 * D);
+        }
     }
     ep_return(d, dxs, dxs_rows, D);
     mem_free(dye);
     mem_free(dxs);
+}
+
+// xs (n,D of cap,D) = the x (T,D) rows of the tokens of rows [r0, r0+n).
+static float *experts_input(const float *x, const int *row_token, int r0, int n, int cap, int D) {
+    float *xs = mem_floats_uninit(MEM_TEMP, (size_t)cap * D, "moe expert input");
+    kern()->moe->gather_rows(xs, x, row_token, r0, n, D);
+    return xs;
+}
+
+// Without expert parallelism: this device's experts on its own rows, the forward (g NULL) or
+// the backward (g the gradients: dy (R,D) in, dxs (R,D) out, row_token (R) the host's copy of
+// the rows' tokens). Expert by expert, each gathering its rows into a buffer for the most it
+// can get (one row per token); or, with megablox, all the rows gathered at once and every
+// expert in one call of each product.
+static void experts_local(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, MoeSaved *s,
+                          const int *row_start, const int *row_token, const float *dy, float *dxs, const float *x,
+                          int T, Leaves leaf) {
+    int D = c->base_emb_dim, H = ld->expert_dim, E = c->num_experts, R = s->nrows;
+    for (int e = 0; e < E; e++) {
+        int r0 = c->megablox ? 0 : row_start[e], n = c->megablox ? R : row_start[e + 1] - r0;
+        if (n == 0) continue;
+        float *xs = experts_input(x, s->row_token, r0, n, c->megablox ? R : T, D);
+        ExpertRows er = c->megablox ? (ExpertRows){row_start, E, R, R} : expert_rows_one(n, T);
+        float *h0 = s->h0 + (size_t)r0 * H, *h1 = s->h1 + (size_t)r0 * H;
+        if (g)
+            experts_backward(c, ld, p, g, e, er, xs, h0, h1, dy + (size_t)r0 * D, row_token + r0, leaf,
+                             dxs + (size_t)r0 * D);
+        else
+            experts_forward(c, ld, p, e, er, xs, h0, h1, s->y + (size_t)r0 * D);
+        mem_free(xs);
+        if (c->megablox) break;   // (e = 0: all of them at once)
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -393,15 +285,7 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
         // (R,H) each, every row written by its expert's product below
         s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");
         s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");
-        for (int e = 0; e < E; e++) {
-            int r0 = row_start[e], n = row_start[e + 1] - r0;
-            if (n == 0) continue;
-            float *xs = mem_floats_uninit(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D): see expert_forward
-            kern()->moe->gather_rows(xs, x, s->row_token, r0, n, D);
-            expert_forward(c, ld, p, e, xs, n, T, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H,
-                           s->y + (size_t)r0 * D);
-            mem_free(xs);
-        }
+        experts_local(c, ld, p, NULL, s, row_start, NULL, NULL, NULL, x, T, (Leaves){0});
     }
 
     // Combine, each token's experts in ascending expert order (the order of the dense
@@ -473,15 +357,7 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
     if (s->ep) {
         experts_backward_parallel(c, ld, p, g, s, dy, dxs, B, S);
     } else {
-        for (int e = 0; e < E; e++) {
-            int r0 = row_start[e], n = row_start[e + 1] - r0;
-            if (n == 0) continue;
-            float *xs = mem_floats_uninit(MEM_TEMP, (size_t)T * D, "moe expert input");   // (n,D) of (T,D)
-            kern()->moe->gather_rows(xs, x, s->row_token, r0, n, D);
-            expert_backward(c, ld, p, g, e, xs, s->h0 + (size_t)r0 * H, s->h1 + (size_t)r0 * H, dy + (size_t)r0 * D,
-                            row_token + r0, n, T, leaf, dxs + (size_t)r0 * D);
-            mem_free(xs);
-        }
+        experts_local(c, ld, p, g, s, row_start, row_token, dy, dxs, x, T, leaf);
     }
     // A token's rows belong to distinct experts: add them expert by expert, as one device does.
     for (int e = 0; e < E; e++)

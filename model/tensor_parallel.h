@@ -12,5 +12,11 @@ void tp_colpar_dinp(const Config *c, float *dinp, const float *dout, const float
 // The same two with their temporaries allocated for cap >= T rows (model/matmul.h).
 void tp_rowpar_forward_cap(const Config *c, float *out, const float *inp, const float *w, int T, int cap, int Cl, int OC);
 void tp_colpar_dinp_cap(const Config *c, float *dinp, const float *dout, const float *w, int T, int cap, int C, int OCl);
+// The same two for the experts' grouped products (megablox=true): group g's rows [rows[g],
+// rows[g+1]) with its own weight of w (G,Cl,OC), resp. (G,C,OCl); T = rows[G] <= cap.
+void tp_rowpar_forward_grouped(const Config *c, float *out, const float *inp, const float *w, const int *rows, int G,
+                               int cap, int Cl, int OC);
+void tp_colpar_dinp_grouped(const Config *c, float *dinp, const float *dout, const float *w, const int *rows, int G,
+                            int cap, int C, int OCl);
 
 #endif

@@ -85,8 +85,20 @@ void check_dev_ints(const char *kernel, const char *shape, const int *want, cons
 
 float ref_sigmoid(float z);   // 1 / (1 + exp(-z)), as the CPU kernels write it
 
+// The products' contract in plain loops (tests/conformance_dense.c), each element in the
+// ordered GEMM's order: C (M,N) = op(A) op(B) (+ C when acc), one in-order FMA chain over k;
+// the chunked product (kernels/matmul.h:gemm_chunked, chunks <= 16); and a weight gradient's
+// n <= 16 leaves, leaf l over the rows off[l] .. off[l+1] of inp (.,C) and dout (.,OC).
+void ref_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int acc, float *C,
+              int ldc);
+void ref_gemm_chunked(int tb, int M, int N, int K, int chunks, const float *A, int lda, const float *B, int ldb,
+                      float *C, int ldc);
+void ref_dw_leaves(int C, int OC, const int *off, int n, const float *inp, const float *dout, int accumulate,
+                   float *dw);
+
 // The tests, one per family (tests/conformance_*.c).
 void test_matmul(void);
+void test_grouped(void);     // the experts' grouped products (tests/conformance_grouped.c)
 void test_norm(void);
 void test_rope(void);
 void test_embedding(void);

@@ -14,8 +14,8 @@
 // ---------------------------------------------------------------- matmul
 // The contract (kernels/cpu/gemm.h): each element one in-order FMA chain over k from 0,
 // then + C's old value when accumulating.
-static void ref_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int acc,
-                     float *C, int ldc) {
+void ref_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, int acc, float *C,
+              int ldc) {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             float c = 0.0f;
@@ -60,18 +60,24 @@ static float piece_sum(const float *p, int n) {
     while (2 * h < n) h *= 2;
     return piece_sum(p, h) + piece_sum(p + h, n - h);
 }
-static void test_gemm_chunked_case(int tb, int M, int N, int K, int chunks) {
-    int lda = K + 3, ldb = (tb ? K : N) + 1, ldc = N + 2, kc = K / chunks;
-    size_t nA = (size_t)M * lda, nB = (size_t)(tb ? N : K) * ldb, nC = (size_t)M * ldc;
-    float *A = rand_floats(nA, -1, 1), *B = rand_floats(nB, -1, 1), *want = rand_floats(nC, -1, 1);
-    float *C0 = copy_of(want, sizeof(float) * nC), piece[16];
+void ref_gemm_chunked(int tb, int M, int N, int K, int chunks, const float *A, int lda, const float *B, int ldb,
+                      float *C, int ldc) {
+    int kc = K / chunks;
+    float piece[16];
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             for (int r = 0; r < chunks; r++)
                 ref_gemm(0, tb, 1, 1, kc, A + (size_t)i * lda + (size_t)r * kc, lda,
                          B + (tb ? (size_t)j * ldb + (size_t)r * kc : (size_t)r * kc * ldb + j), ldb, 0, &piece[r], 1);
-            want[(size_t)i * ldc + j] = 0.0f + piece_sum(piece, chunks);
+            C[(size_t)i * ldc + j] = 0.0f + piece_sum(piece, chunks);
         }
+}
+static void test_gemm_chunked_case(int tb, int M, int N, int K, int chunks) {
+    int lda = K + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    size_t nA = (size_t)M * lda, nB = (size_t)(tb ? N : K) * ldb, nC = (size_t)M * ldc;
+    float *A = rand_floats(nA, -1, 1), *B = rand_floats(nB, -1, 1), *want = rand_floats(nC, -1, 1);
+    float *C0 = copy_of(want, sizeof(float) * nC);
+    ref_gemm_chunked(tb, M, N, K, chunks, A, lda, B, ldb, want, ldc);
     float *dA = dev_copy(A, sizeof(float) * nA), *dB = dev_copy(B, sizeof(float) * nB);
     float *dC = dev_copy(C0, sizeof(float) * nC);
     UNDER_TEST->matmul->gemm_chunked(tb, M, N, K, chunks, dA, lda, dB, ldb, dC, ldc);
@@ -86,23 +92,28 @@ static void test_gemm_chunked_case(int tb, int M, int N, int K, int chunks) {
 // over its rows (ref_gemm), the leaves along the canonical tree (piece_sum), the root added
 // onto dw's old values, or with accumulate 0 onto 0.0f (dw's old values NaN, never read);
 // lens: the leaves' row counts (0: an empty leaf, 0.0f).
+void ref_dw_leaves(int C, int OC, const int *off, int n, const float *inp, const float *dout, int accumulate,
+                   float *dw) {
+    float leaf[16];
+    for (int i = 0; i < C; i++)
+        for (int j = 0; j < OC; j++) {
+            for (int l = 0; l < n; l++)
+                ref_gemm(1, 0, 1, 1, off[l + 1] - off[l], inp + (size_t)off[l] * C + i, C,
+                         dout + (size_t)off[l] * OC + j, OC, 0, &leaf[l], 1);
+            float *w = dw + (size_t)i * OC + j;
+            *w = (accumulate ? *w : 0.0f) + piece_sum(leaf, n);
+        }
+}
 static void test_dw_leaves_case(int C, int OC, const int *lens, int n, int accumulate) {
     int off[17] = {0};
     for (int l = 0; l < n; l++) off[l + 1] = off[l] + lens[l];
     int K = off[n];
     float *inp = rand_floats((size_t)K * C + 1, -1, 1), *dout = rand_floats((size_t)K * OC + 1, -1, 1);
-    float *dw0 = rand_floats((size_t)C * OC, -1, 1), leaf[16];
+    float *dw0 = rand_floats((size_t)C * OC, -1, 1);
     if (!accumulate)
         for (size_t i = 0; i < (size_t)C * OC; i++) dw0[i] = NAN;
     float *want = copy_of(dw0, sizeof(float) * C * OC);
-    for (int i = 0; i < C; i++)
-        for (int j = 0; j < OC; j++) {
-            for (int l = 0; l < n; l++)
-                ref_gemm(1, 0, 1, 1, lens[l], inp + (size_t)off[l] * C + i, C, dout + (size_t)off[l] * OC + j, OC, 0,
-                         &leaf[l], 1);
-            float *w = want + (size_t)i * OC + j;
-            *w = (accumulate ? *w : 0.0f) + piece_sum(leaf, n);
-        }
+    ref_dw_leaves(C, OC, off, n, inp, dout, accumulate, want);
     float *d_inp = dev_copy(inp, sizeof(float) * ((size_t)K * C + 1));
     float *d_dout = dev_copy(dout, sizeof(float) * ((size_t)K * OC + 1));
     float *d_dw = dev_copy(dw0, sizeof(float) * C * OC);
@@ -369,6 +380,7 @@ void test_matmul(void) {
     }
     unsetenv("MESHMOE_CUBLAS_BF16");
 #endif
+    test_grouped();   // the experts' grouped products, the same family
 }
 
 // ---------------------------------------------------------------- norm

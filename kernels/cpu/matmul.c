@@ -17,6 +17,7 @@
 // micro-kernel for AVX-512, AVX2 or plain C, chosen at run time; all three give the same bits.
 #include "kernels/matmul.h"     // MatmulKernels
 #include "kernels/cpu/gemm.h"    // ordered_gemm, plain_gemm
+#include "kernels/grouped_loop.h" // the experts' grouped products, a call per expert
 #include "kernels/piece_tree.h"  // the chunked product as separate products (OpenBLAS)
 #include "core/common.h"         // die
 
@@ -102,8 +103,27 @@ static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *
     free(S);
 }
 
+// The experts' grouped products, expert by expert: the ordered GEMM's rows do not depend on
+// the rows beside them, so a call over all of them would give the same bits.
+static void forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
+                            int accumulate) {
+    forward_grouped_loop(&matmul_cpu, out, inp, w, rows, G, C, OC, accumulate);
+}
+static void dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {
+    dinp_grouped_loop(&matmul_cpu, dinp, dout, w, rows, G, C, OC);
+}
+static void chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
+                            const float *B, float *out) {
+    chunked_grouped_loop(&matmul_cpu, transB, rows, G, N, K, chunks, A, B, out);
+}
+static void dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n, int G, int C,
+                              int OC, int accumulate) {
+    dw_leaves_grouped_loop(&matmul_cpu, dw, inp, dout, off, n, G, C, OC, accumulate);
+}
+
 const MatmulKernels matmul_cpu = {matmul_forward, matmul_backward_dinp, matmul_backward_dw, gemm, gemm_chunked,
-                                  matmul_backward_dw_leaves};
+                                  matmul_backward_dw_leaves, forward_grouped, dinp_grouped, chunked_grouped,
+                                  dw_leaves_grouped};
 
 // The same products on the plain triple loop (matmul_impl=plain, backend_cpu_plain):
 // each element the same in-order FMA chain, so the same bits as the ordered GEMM.
@@ -122,8 +142,26 @@ static void plain_backward_dw_leaves(float *dw, const float *inp, const float *d
     plain_gemm_leaves(C, OC, off, n, inp, C, dout, OC, accumulate, dw, OC);
 }
 
-const MatmulKernels matmul_cpu_plain = {plain_forward, plain_backward_dinp, plain_backward_dw, plain_gemm,
-                                        plain_gemm_chunked, plain_backward_dw_leaves};
+static void plain_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
+                                  int accumulate) {
+    forward_grouped_loop(&matmul_cpu_plain, out, inp, w, rows, G, C, OC, accumulate);
+}
+static void plain_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {
+    dinp_grouped_loop(&matmul_cpu_plain, dinp, dout, w, rows, G, C, OC);
+}
+static void plain_chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
+                                  const float *B, float *out) {
+    chunked_grouped_loop(&matmul_cpu_plain, transB, rows, G, N, K, chunks, A, B, out);
+}
+static void plain_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n, int G,
+                                    int C, int OC, int accumulate) {
+    dw_leaves_grouped_loop(&matmul_cpu_plain, dw, inp, dout, off, n, G, C, OC, accumulate);
+}
+
+const MatmulKernels matmul_cpu_plain = {plain_forward,          plain_backward_dinp,   plain_backward_dw,
+                                        plain_gemm,             plain_gemm_chunked,    plain_backward_dw_leaves,
+                                        plain_forward_grouped,  plain_dinp_grouped,    plain_chunked_grouped,
+                                        plain_dw_leaves_grouped};
 
 // ---------------------------------------------------------------------------------------
 // OpenBLAS's set-up: what the start-up line says, its thread count, and its kernel choice.
