@@ -9,6 +9,8 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
+  meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
+                 cuBLAS call for all the experts, or a call per expert), first of the variants
   meshmoe, MESHMOE_CUBLAS_BF16=convert  the weight products' operands converted to bf16 by
                  gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
                  converted inside cuBLAS's kernels), when there is time
@@ -193,6 +195,14 @@ def limits():
 
 CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert"  # the operands converted before cuBLAS (gpu/matmul.cu)
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
+MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
+
+
+def megablox_flipped(preset):
+    """The megablox=... argument that flips the preset's value (false unless it says true)."""
+    with open(f"configs/{preset}.yml") as f:
+        on = re.search(r"^megablox:\s*true\s*$", f.read(), re.M) is not None
+    return f"megablox={'false' if on else 'true'}"
 
 
 def main():
@@ -219,6 +229,8 @@ def main():
             results[preset]["ncu"] = ncu(preset)
         # Then meshmoe's variants that decide its next defaults, torch.compile, the ordered GEMM.
         for preset in PRESETS:
+            results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
+        for preset in PRESETS:
             results[preset][CONVERT] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "convert"})
         for preset in PRESETS:
             results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
@@ -233,8 +245,10 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", CONVERT, TILES, "meshmoe, ordered GEMM"):
-            row(preset, MESHMOE if system == "meshmoe" else system, res[system], flops, tokens, peak_tflops, base)
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, CONVERT, TILES,
+                       "meshmoe, ordered GEMM"):
+            name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
+            row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
               f"first not counted) | | | | | | |")
     print()

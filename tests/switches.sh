@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/switches.sh: the "temporaries and fused ops" switches of docs/optimizations.md
-# (rmsnorm_fused_scale, implicit_causal_mask, moe_skip_redundant_cast, moe_reshard_io,
+# (rmsnorm_fused_scale, implicit_causal_mask, moe_skip_redundant_cast, moe_reshard_io, megablox,
 # skip_noop_grad_cast, shard_variables_at_init, donate_buffers, eval_per_device_batch_size). For each: 3 steps with the switch at its default and flipped, on a
 # tiny preset; the loss trajectories must be bit-identical, and the costlier side's
 # measured peak must exceed the default's by at least the buffer it adds, worked out here
@@ -75,6 +75,22 @@ run cast configs/mixtral-tiny.yml $TINY moe_skip_redundant_cast=false
 check "moe_skip_redundant_cast=false: losses bit-identical" same_bits base cast
 check "moe_skip_redundant_cast=false: a (T*K/E, H) copy in the forward pass" \
     grows base cast forward_peak_bytes_by_tag temp $((T * K / E * H * 4))
+
+# megablox=true: each of the experts' products one grouped call over all their T*K rows. The
+# same arithmetic on the same rows (bit-identical, on one device and across expert and tensor
+# parallelism); the forward's expert temporaries, the gathered input (rows,D) and the
+# activation (rows,H), hold all T*K rows at once, where one expert's call held T (the most an
+# expert can get).
+run mega configs/mixtral-tiny.yml $TINY megablox=true
+check "megablox=true: losses bit-identical" same_bits base mega
+check "megablox=true: the forward's expert temporaries for T*K rows, not T" \
+    grows base mega forward_peak_bytes_by_tag temp $(((T * K - T) * (D + H) * 4))
+run ds_mega configs/deepseek-tiny.yml $TINY megablox=true
+check "megablox=true, deepseek: losses bit-identical" same_bits ds ds_mega
+run mega_ep configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_expert_parallelism=2 megablox=true
+check "megablox=true under expert=2: losses of one device" same_bits base mega_ep
+run mega_tp configs/mixtral-tiny.yml $TINY per_device_batch_size=1 ici_tensor_parallelism=2 megablox=true
+check "megablox=true under tensor=2: losses of one device" same_bits base mega_tp
 
 # skip_noop_grad_cast=false and donate_buffers=false: one gradient-sized and one parameter-sized buffer during the update.
 P=$((V * D + L * (2 * D + D * N * Dh + 2 * D * Nkv * Dh + N * Dh * D + D * E + 3 * E * D * H) + D + D * V))

@@ -146,6 +146,12 @@ static const SweepRow ROWS[] = {
      "where reshards are inserted: by the runtime at op boundaries (auto) vs declared per op (explicit: each "
      "row-parallel matmul's partial sums are all-reduced in a temporary and resharded into its output)",
      "the reshard temporaries are freed before the peak"},
+    {"35", "megablox", "false,true", "", SW_BIT,
+     "true: each of the experts' products one grouped call over all of a layer's expert rows (on a GPU one "
+     "grouped GEMM; here a call per expert inside it, the same bits); the experts' temporaries then hold all "
+     "T*K rows at once, where one expert's call held T",
+     "the experts' temporaries live inside one layer's call; the step's peak is set where the saved "
+     "activations are largest"},
 };
 
 const SweepRow *sweep_rows(int *n) {
