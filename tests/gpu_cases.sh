@@ -18,8 +18,11 @@ deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16'
 # products on tensor cores, gpu/matmul.cu), against the same CPU bf16 dumps and with the
 # same bf16 bounds (tests/gpu_compare.py): exact products, float32 sums in cuBLAS's order,
 # which can move a value across a bf16 rounding boundary, as the ordered GPU run's ulps can.
+# A name NAME+WHAT runs NAME's case with more keys and compares with NAME's CPU dump: megablox
+# (the experts' products as grouped calls, model/moe_experts.c) keeps the CPU's bits.
 TENSOR_CORE_CASES='mixtral-bf16    mixtral-tiny  bfloat16 sparse_matmul=true dtype=bfloat16
-deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16'
+deepseek-bf16   deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16
+deepseek-bf16+megablox deepseek-tiny bfloat16 sparse_matmul=true dtype=bfloat16 megablox=true'
 
 # Acceptance 3: peak bytes by tag of 2 steps on tests/mesh.sh's kinds of mesh (and a
 # pipeline), equal to the CPU's, device and host memory, and the losses within 1e-5; and
