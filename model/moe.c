@@ -18,7 +18,7 @@
 // Context parallelism (base/context.h): S is this device's part of each sequence; the
 // per-sequence statistics (load-balance loss, capacity) are combined over the context group.
 // This file orchestrates: it reads the switches, allocates, calls the collectives and reads
-// the rows' layout back to the host once per pass (rows_to_host); the arithmetic is in the
+// the rows' layout back to the host once per layer (rows_to_host); the arithmetic is in the
 // kernels of kernels/router.h (routing, capacity, load-balance loss) and kernels/moe.h
 // (row layout, gather, combine).
 #include "model/moe.h"             // MoeParams, MoeSaved, this file's functions
@@ -238,13 +238,23 @@ static void experts_local(const Config *c, const LocalDims *ld, const MoeParams 
 // Forward
 
 // The expert rows' layout on the host, where the layer decides with it: the row starts
-// (E+1), which size each expert's matmuls and the all-to-all's sends, and, when row_token
-// is not NULL, the token of each of the nrows rows, which splits an expert's weight
-// gradient into leaves. This is the one read-back of each pass (kernels/kernels.h: a GPU
-// backend synchronises here).
-static void rows_to_host(const MoeSaved *s, int E, int *row_start, int *row_token) {
-    mem_download(row_start, s->row_start, sizeof(int) * (E + 1));
-    if (row_token) mem_download(row_token, s->row_token, sizeof(int) * s->nrows);
+// (E+1), which size each expert's matmuls and the all-to-all's sends, and, without expert
+// parallelism, the token of each of the nrows rows, which splits an expert's weight
+// gradient into leaves in the backward pass. This is the layer's one read-back (kernels/kernels.h:
+// a GPU backend synchronises here): the backward reads the forward's copies.
+static void rows_to_host(MoeSaved *s, int E) {
+    s->host_row_start = malloc(sizeof(int) * (E + 1));
+    s->host_row_token = ep_size() > 1 ? NULL : malloc(sizeof(int) * ((size_t)s->nrows + 1));
+    if (!s->host_row_start || (ep_size() == 1 && !s->host_row_token))
+        die("out of host memory for the expert rows' layout (%d rows)", s->nrows);
+    mem_download(s->host_row_start, s->row_start, sizeof(int) * (E + 1));
+    if (s->host_row_token) mem_download(s->host_row_token, s->row_token, sizeof(int) * s->nrows);
+}
+
+static void rows_host_free(MoeSaved *s) {
+    free(s->host_row_start);
+    free(s->host_row_token);
+    s->host_row_start = s->host_row_token = NULL;
 }
 
 void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
@@ -273,8 +283,8 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
 
     // Experts: y = SwiGLU_e(x) on each expert's rows.
     build_rows(s, c->sparse_matmul, T, E, K);
-    int row_start[E + 1];   // the forward's read-back (the planner's: a balanced routing, kernels/dry.c)
-    rows_to_host(s, E, row_start, NULL);
+    rows_to_host(s, E);   // (the planner's: a balanced routing, kernels/dry.c)
+    const int *row_start = s->host_row_start;
     size_t R = (size_t)s->nrows;
     // (R,D), written whole: each row by its expert (or, under expert parallelism, by its
     // return from the expert's owner); the dense path runs every expert on every token.
@@ -332,11 +342,8 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
     Leaves leaf = leaves_of(c, B, S);
     size_t A = (size_t)T * K, R = (size_t)s->nrows;
     moe_saved_pack(c, ld, s, 0);
-    // The backward's read-back: the rows' layout; the tokens of the rows only where this
-    // device runs the experts on its own rows (under expert parallelism the owner's plan
-    // holds them).
-    int row_start[E + 1], *row_token = s->ep ? NULL : (int *)malloc(sizeof(int) * R);
-    rows_to_host(s, E, row_start, row_token);
+    // The rows' layout as the forward read it back: no read-back here.
+    const int *row_start = s->host_row_start, *row_token = s->host_row_token;
 
     // Shared experts: out += SwiGLU_shared(x).
     if (p->shared.wi_0) mlp_backward(c, &p->shared, &g->shared, &s->shared, dx, dout, x, T, D, c->shared_experts * H, leaf);
@@ -364,7 +371,6 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
         kern()->moe->scatter_add_rows(dx, dxs, s->row_token, row_start[e], row_start[e + 1] - row_start[e], D);
     mem_free(dxs);
     mem_free(dy);
-    free(row_token);
 
     // Router and load-balance loss to the gate logits, then the gate matmul.
     float *dlogits = mem_floats(MEM_TEMP, (size_t)T * E, "moe d gate logits");   // (T,E)
@@ -379,6 +385,7 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
     mem_free(s->row_start); mem_free(s->row_token); mem_free(s->assign_row);
     mem_free(s->probs); mem_free(s->lb_f);
     ep_free(s->ep);
+    rows_host_free(s);
     s->h0 = s->h1 = s->y = s->probs = s->lb_f = NULL;
     s->row_start = s->row_token = s->assign_row = NULL;
     s->ep = NULL;
@@ -404,6 +411,7 @@ void moe_saved_free(MoeSaved *s) {
     mem_free(s->probs); mem_free(s->lb_f);
     mem_free(s->h0); mem_free(s->h1); mem_free(s->y);
     mem_free(s->row_start); mem_free(s->row_token); mem_free(s->assign_row);
+    rows_host_free(s);
     mlp_saved_free(&s->shared);
     ep_free(s->ep);
     memset(s, 0, sizeof(*s));

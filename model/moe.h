@@ -26,6 +26,10 @@ typedef struct {
     int *row_start;    // (E+1) first row of each expert
     int *row_token;    // (nrows) the token of each row
     int *assign_row;   // (A) the row of each assignment
+    // Their host copies, read back once by the forward pass for the backward too (malloc'd):
+    // the row starts (E+1), and the rows' tokens (nrows; NULL under expert parallelism,
+    // whose plan holds the tokens of the rows each device runs).
+    int *host_row_start, *host_row_token;
     float *h0, *h1;    // (nrows,H) x wi_0, x wi_1 per row
     float *y;          // (nrows,D) expert outputs
     MlpSaved shared;   // DeepSeek's shared experts
