@@ -9,6 +9,8 @@
 typedef struct CastKernels {
     // x (n) = rb(x), rounded to the nearest bf16 value (ties to even), in place.
     void (*round_to_bf16)(float *x, size_t n);
+    // out (n) = rb(x (n)), x unchanged: a rounded copy in one pass (the weights' bf16 copy).
+    void (*round_copy_bf16)(float *out, const float *x, size_t n);
     // h (n) = the bf16 bits of x (n); exact when every x is bf16-valued already.
     void (*pack_bf16)(uint16_t *h, const float *x, size_t n);
     // x (n) = the floats of the bf16 bits h (n) (exact).

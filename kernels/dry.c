@@ -174,9 +174,10 @@ static const LossKernels loss_dry = {loss_row_max, loss_sum_exp, loss_target_log
 
 // cast
 static void round_to_bf16(float *x, size_t n) {}
+static void round_copy_bf16(float *out, const float *x, size_t n) {}
 static void pack_bf16(uint16_t *h, const float *x, size_t n) {}
 static void unpack_bf16(float *x, const uint16_t *h, size_t n) {}
-static const CastKernels cast_dry = {round_to_bf16, pack_bf16, unpack_bf16};
+static const CastKernels cast_dry = {round_to_bf16, round_copy_bf16, pack_bf16, unpack_bf16};
 
 
 // optim

@@ -447,14 +447,17 @@ static const LossKernels loss_watched = {.loss_row_max = loss_row_max,
 
 // ---- cast: bf16 rounding and packing (a bf16 is half a float: 0.5 in float units)
 static void round_to_bf16(float *x, size_t n) { WATCHED(FAMILY_CAST, INNER(cast)->round_to_bf16(x, n), 0, 2.0 * n); }
+static void round_copy_bf16(float *out, const float *x, size_t n) {
+    WATCHED(FAMILY_CAST, INNER(cast)->round_copy_bf16(out, x, n), 0, 2.0 * n);
+}
 static void pack_bf16(uint16_t *h, const float *x, size_t n) {
     WATCHED(FAMILY_CAST, INNER(cast)->pack_bf16(h, x, n), 0, 1.5 * n);
 }
 static void unpack_bf16(float *x, const uint16_t *h, size_t n) {
     WATCHED(FAMILY_CAST, INNER(cast)->unpack_bf16(x, h, n), 0, 1.5 * n);
 }
-static const CastKernels cast_watched = {.round_to_bf16 = round_to_bf16, .pack_bf16 = pack_bf16,
-                                         .unpack_bf16 = unpack_bf16};
+static const CastKernels cast_watched = {.round_to_bf16 = round_to_bf16, .round_copy_bf16 = round_copy_bf16,
+                                         .pack_bf16 = pack_bf16, .unpack_bf16 = unpack_bf16};
 
 // ---- sum: a = a + b over n floats
 static void tree_add(float *left, const float *right, size_t n) {

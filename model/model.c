@@ -44,8 +44,7 @@ void model_unit_acquire(Model *m, int u) {
         const ParamSpec *s = &m->specs[i];
         if (model_unit_of(c, s->name) != u) continue;
         size_t at = s->offset - sh->unit_off[u];
-        mem_copy(copy + at, w + at, sizeof(float) * s->size);
-        round_bf16(copy + at, s->size, !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel")));
+        round_copy_bf16(copy + at, w + at, s->size, !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel")));
     }
     model_bind_unit(m, &m->params, u, copy);
     m->bf16_copy[u] = copy;

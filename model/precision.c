@@ -10,6 +10,11 @@ void round_bf16(float *x, size_t n, int on) {
     kern()->cast->round_to_bf16(x, n);
 }
 
+void round_copy_bf16(float *out, const float *x, size_t n, int on) {
+    if (on) kern()->cast->round_copy_bf16(out, x, n);
+    else mem_copy(out, x, sizeof(float) * n);
+}
+
 void act_pack(const Config *c, float **p, size_t n) {
     if (!cfg_bf16(c) || !*p) return;
     uint16_t *h = (uint16_t *)mem_alloc(MEM_ACTIVATIONS, sizeof(uint16_t) * MM_MAX(n, 1), mem_name(*p));

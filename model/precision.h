@@ -44,6 +44,9 @@ static inline int cfg_bf16(const Config *c) { return c->dtype == DTYPE_BFLOAT16;
 void round_bf16(float *x, size_t n, int on);
 // The same, when c is in bfloat16 mode.
 static inline void prec_round(const Config *c, float *x, size_t n) { round_bf16(x, n, cfg_bf16(c)); }
+// out[0..n) = rb(x) when `on`, else a copy of x: one pass (kernels/cast.h), the same bits as a
+// copy rounded in place.
+void round_copy_bf16(float *out, const float *x, size_t n, int on);
 
 // Saved activations as 16-bit numbers. act_pack replaces the float buffer *p (n floats,
 // every one already bf16-valued) by a buffer of n bf16 values (half the bytes, the same

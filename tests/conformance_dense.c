@@ -677,6 +677,20 @@ void test_elementwise(void) {
     check_dev_floats("swiglu_backward dh0, no act", shape, dh0, d_dh0b, n, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
     check_dev_floats("swiglu_backward dh1 over dact", shape, dh1, d_dd, n, tol(EXP_ULPS), 0);
     check_dev_floats("round_to_bf16", shape, r, d_r, n, 0, 0);
+    // the rounded copy, whole (16-byte aligned: four at a time) and from element 1 of each
+    // array (not aligned: one at a time) into a poisoned array, its source untouched
+    for (long first = 0; first <= 1; first++) {
+        float *d_src = dev_copy(h1, sizeof(float) * n), *d_out = dev_poisoned(sizeof(float) * n);
+        UNDER_TEST->cast->round_copy_bf16(d_out + first, d_src + first, (size_t)(n - first));
+        float *want = copy_of(r, sizeof(float) * n);
+        if (first) memset(want, 0xff, sizeof(float));   // (element 0 not written: the poison)
+        char what[64];
+        snprintf(what, sizeof what, "round_copy_bf16 of %ld elements from %ld", n - first, first);
+        check_dev_floats(what, shape, want, d_out, n, 0, 0);
+        check_dev_floats("round_copy_bf16's source", shape, h1, d_src, n, 0, 0);
+        free(want);
+        dev_free(d_src); dev_free(d_out);
+    }
     // and on parts whose length is not a multiple of 4, from element 1 (off a 16-byte
     // boundary) and from element 4 (on one): the elements around a part untouched
     for (long first = 1; first <= 4; first += 3) {
