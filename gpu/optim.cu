@@ -34,19 +34,38 @@ static Shape4 shape4(const int *shape, int ndim) {
 // g as the update reads it: clipped (kernels/optim.h GradClip) or as it is.
 __device__ static inline float clipped(float g, GradClip c) { return c.on ? (g / c.norm) * c.threshold : g; }
 
-__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float c1,
-                                    float c2, float b1, float b2, float eps, float wd, GradClip clip) {
+// AdamW's constants for one call: the step size, the bias corrections 1 - b^t (on the host,
+// with the C library's powf, as the CPU computes them), the decays, epsilon, the weight decay.
+typedef struct { float lr, c1, c2, b1, b2, eps, wd; GradClip clip; } AdamW;
+
+// One element's update, the CPU's expressions in its order.
+__device__ static inline void adamw_one(float &p, float g, float &m, float &v, const AdamW &a) {
+    float gi = clipped(g, a.clip);
+    m = (1.0f - a.b1) * gi + a.b1 * m;
+    v = (1.0f - a.b2) * (gi * gi) + a.b2 * v;
+    float mhat = m / a.c1, vhat = v / a.c2;
+    float u = mhat / (sqrtf(vhat) + a.eps);   // scale_by_adam
+    u = u + a.wd * p;                        // add_decayed_weights
+    p = p + (-a.lr) * u;                     // scale_by_learning_rate, apply_updates
+}
+
+__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, AdamW a) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float gi = clipped(g[i], clip);
-    float mi = (1.0f - b1) * gi + b1 * m[i];
-    float vi = (1.0f - b2) * (gi * gi) + b2 * v[i];
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / c1, vhat = vi / c2;
-    float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
-    u = u + wd * p[i];                      // add_decayed_weights
-    p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
+    if (i < n) adamw_one(p[i], g[i], m[i], v[i], a);
+}
+
+// Four elements a thread, each array read and written 16 bytes at a time.
+__global__ static void adamw4_kernel(float4 *p, const float4 *g, float4 *m, float4 *v, size_t n4, AdamW a) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 P = p[i], G = g[i], M = m[i], V = v[i];
+    adamw_one(P.x, G.x, M.x, V.x, a);
+    adamw_one(P.y, G.y, M.y, V.y, a);
+    adamw_one(P.z, G.z, M.z, V.z, a);
+    adamw_one(P.w, G.w, M.w, V.w, a);
+    p[i] = P;
+    m[i] = M;
+    v[i] = V;
 }
 
 __global__ static void sgd_kernel(float *p, const float *g, size_t n, float lr, GradClip clip) {
@@ -194,10 +213,20 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
 static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, float b1, float b2,
                          float eps, float wd, GradClip clip) {
     if (n == 0) return;
-    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);   // on the host, as on the CPU
-    GPU_LAUNCH(adamw_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(p, g, m, v, n, lr, c1, c2, b1, b2, eps,
-                                                                               wd, clip);
-    GPU_CHECK_LAUNCH();
+    AdamW a = {lr, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), b1, b2, eps, wd, clip};
+    // The whole quads four at a time when the four arrays are 16-byte aligned (a device's
+    // shard: the buffers' starts), the last 0-3 elements (or all) one at a time.
+    size_t quads = ((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) % 16 ? 0 : n / 4, done = 4 * quads;
+    if (quads) {
+        GPU_LAUNCH(adamw4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
+            (float4 *)p, (const float4 *)g, (float4 *)m, (float4 *)v, quads, a);
+        GPU_CHECK_LAUNCH();
+    }
+    if (done < n) {
+        GPU_LAUNCH(adamw_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(p + done, g + done, m + done,
+                                                                                 v + done, n - done, a);
+        GPU_CHECK_LAUNCH();
+    }
 }
 
 // p (n) += -lr * g (n), g clipped on the way.

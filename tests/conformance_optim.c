@@ -82,6 +82,26 @@ static void test_optim_elementwise(void) {
     check_dev_floats("adamw_update clipped v", shape, vc, d_vc, n, 0, 0);
     check_dev_floats("sgd_update clipped", shape, sgdc, d_sgdc, n, 0, 0);
     check_dev_floats("g untouched by the clipped updates", shape, g, d_g, n, 0, 0);
+    // AdamW on parts: from element 1 (the arrays off 16 bytes: one element a thread) and from
+    // element 4 with 3 left over past the quads; the elements around a part untouched.
+    for (size_t first = 1; first <= 4; first += 3) {
+        size_t len = n - first - 1;
+        float *e_p = copy_of(p0, sizeof(float) * n), *e_m = copy_of(m0, sizeof(float) * n);
+        float *e_v = copy_of(v0, sizeof(float) * n);
+        memcpy(e_p + first, p + first, sizeof(float) * len);
+        memcpy(e_m + first, m + first, sizeof(float) * len);
+        memcpy(e_v + first, v + first, sizeof(float) * len);
+        float *q_p = dev_copy(p0, sizeof(float) * n), *q_m = dev_copy(m0, sizeof(float) * n);
+        float *q_v = dev_copy(v0, sizeof(float) * n);
+        u->adamw_update(q_p + first, d_g + first, q_m + first, q_v + first, len, lr, t, b1, b2, eps, wd, off);
+        char part[48];
+        snprintf(part, sizeof part, "n=%zu from %zu", len, first);
+        check_dev_floats("adamw_update p", part, e_p, q_p, n, 0, 0);
+        check_dev_floats("adamw_update m", part, e_m, q_m, n, 0, 0);
+        check_dev_floats("adamw_update v", part, e_v, q_v, n, 0, 0);
+        free(e_p); free(e_m); free(e_v);
+        dev_free(q_p); dev_free(q_m); dev_free(q_v);
+    }
     check_dev_floats("clip_scale", shape, clip, d_clip, n, 0, 0);
     check_dev_floats("ema_update", shape, ema, d_ema, n, 0, 0);
     check_dev_floats("adafactor_scale_full g", shape, af_g, d_af_g, n, 0, 0);
