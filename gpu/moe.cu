@@ -86,6 +86,24 @@ __global__ static void scatter_add_rows_kernel(float *dx, const float *dxs, cons
     dx[(size_t)row_token[r0 + i] * D + d] += dxs[((size_t)r0 + i) * D + d];
 }
 
+// One thread per element of dx: its token's K rows in ascending row order, added one after
+// another onto the element (no two threads write one element).
+__global__ static void scatter_add_tokens_kernel(float *dx, const float *dxs, const int *assign_row, int T, int K,
+                                                 int D) {
+    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= (size_t)T * D) return;
+    size_t t = id / D, d = id % D;
+    int rows[MOE_MAX_K];
+    for (int k = 0; k < K; k++) {   // insertion sort of the token's rows
+        int r = assign_row[t * K + k], j = k;
+        for (; j > 0 && rows[j - 1] > r; j--) rows[j] = rows[j - 1];
+        rows[j] = r;
+    }
+    float o = dx[id];
+    for (int k = 0; k < K; k++) o += dxs[(size_t)rows[k] * D + d];
+    dx[id] = o;
+}
+
 __global__ static void combine_forward_kernel(float *out, const float *y, const float *w, const int *top_idx,
                                               const int *assign_row, int T, int D, int K, int bf16_sum, int bf16) {
     size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -155,6 +173,19 @@ static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, 
     GPU_CHECK_LAUNCH();
 }
 
+// dx (T,D) += each token's K rows of dxs, in ascending row order.
+static void scatter_add_tokens(float *dx, const float *dxs, const int *assign_row, int T, int K, int D) {
+    if (K > MOE_MAX_K) {
+        fprintf(stderr, "meshmoe: the GPU's scatter_add_tokens takes at most %d experts per token, not %d\n",
+                MOE_MAX_K, K);
+        exit(1);
+    }
+    size_t n = (size_t)T * D;
+    if (n == 0) return;
+    GPU_LAUNCH(scatter_add_tokens_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dx, dxs, assign_row, T, K, D);
+    GPU_CHECK_LAUNCH();
+}
+
 // out (T,D) = sum_k w * y, slots in ascending expert order.
 static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
                             int T, int D, int K, int bf16_sum, int bf16) {
@@ -189,7 +220,7 @@ static void add_shared(float *out, const float *shared, size_t n) {
 
 #if GPU_HOST_PASS
 extern "C" const MoeKernels moe_cuda = {
-    sort_rows, dense_rows, gather_rows, scatter_add_rows,
+    sort_rows, dense_rows, gather_rows, scatter_add_rows, scatter_add_tokens,
     combine_forward, combine_backward, add_shared,
 };
 #endif

@@ -26,6 +26,10 @@ typedef struct MoeKernels {
     // dx (T,D) += dxs rows [r0, r0+n) (R,D), each into the row of its token; the n rows
     // belong to one expert, so their tokens are distinct.
     void (*scatter_add_rows)(float *dx, const float *dxs, const int *row_token, int r0, int n, int D);
+    // The sparse path's rows all at once: dx (T,D) += each token's K rows of dxs (R,D), the
+    // rows assign_row[t*K .. t*K+K-1] (A), added one after another in ascending row order:
+    // the experts' order, so the same sums as scatter_add_rows expert by expert.
+    void (*scatter_add_tokens)(float *dx, const float *dxs, const int *assign_row, int T, int K, int D);
     // out (T,D) = sum_k w[t,k] * y[assign_row[t*K+k]], each token's slots added in
     // ascending expert order (the order of the dense path's sum over E); y (R,D),
     // w (T,K), top_idx (T,K), assign_row (A).

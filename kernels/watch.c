@@ -371,6 +371,10 @@ static void gather_rows(float *xs, const float *x, const int *row_token, int r0,
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
     WATCHED(FAMILY_MOE, INNER(moe)->scatter_add_rows(dx, dxs, row_token, r0, n, D), (double)n * D, 3.0 * n * D + n);
 }
+static void scatter_add_tokens(float *dx, const float *dxs, const int *assign_row, int T, int K, int D) {
+    WATCHED(FAMILY_MOE, INNER(moe)->scatter_add_tokens(dx, dxs, assign_row, T, K, D), (double)T * K * D,
+            2.0 * T * D + (double)T * K * D + (double)T * K);
+}
 static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
                             int T, int D, int K, int bf16_sum, int bf16) {
     WATCHED(FAMILY_MOE, INNER(moe)->combine_forward(out, y, w, top_idx, assign_row, T, D, K, bf16_sum, bf16),
@@ -388,6 +392,7 @@ static const MoeKernels moe_watched = {.sort_rows = sort_rows,
                                        .dense_rows = dense_rows,
                                        .gather_rows = gather_rows,
                                        .scatter_add_rows = scatter_add_rows,
+                                       .scatter_add_tokens = scatter_add_tokens,
                                        .combine_forward = combine_forward,
                                        .combine_backward = combine_backward,
                                        .add_shared = add_shared};

@@ -366,9 +366,13 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
     } else {
         experts_local(c, ld, p, g, s, row_start, row_token, dy, dxs, x, T, leaf);
     }
-    // A token's rows belong to distinct experts: add them expert by expert, as one device does.
-    for (int e = 0; e < E; e++)
-        kern()->moe->scatter_add_rows(dx, dxs, s->row_token, row_start[e], row_start[e + 1] - row_start[e], D);
+    // A token's rows belong to distinct experts: add them expert by expert, as one device does
+    // (the sparse path's rows, one per assignment, in one call: each token's in row order).
+    if (c->sparse_matmul)
+        kern()->moe->scatter_add_tokens(dx, dxs, s->assign_row, T, K, D);
+    else
+        for (int e = 0; e < E; e++)
+            kern()->moe->scatter_add_rows(dx, dxs, s->row_token, row_start[e], row_start[e + 1] - row_start[e], D);
     mem_free(dxs);
     mem_free(dy);
 

@@ -198,6 +198,14 @@ static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
     UNDER_TEST->moe->combine_backward(d_dy, d_dw, d_dout, d_y, d_w, d_top_w, d_ar_want, A, D, K);
     check_dev_floats("gather_rows", shape, xs, d_xs, R * D, 0, 0);
     check_dev_floats("scatter_add_rows expert 1", shape, dx, d_dx, (size_t)T * D, 0, 0);
+    // every expert's rows at once, against the test's loop adding them expert by expert
+    float *all = copy_of(dx0, sizeof(float) * T * D), *d_all = dev_copy(dx0, sizeof(float) * T * D);
+    for (size_t i = 0; i < R; i++)
+        for (int d = 0; d < D; d++) all[(size_t)row_token[i] * D + d] += y[i * D + d];
+    UNDER_TEST->moe->scatter_add_tokens(d_all, d_y, d_ar_want, T, K, D);
+    check_dev_floats("scatter_add_tokens", shape, all, d_all, (size_t)T * D, 0, 0);
+    free(all);
+    dev_free(d_all);
     check_dev_floats("combine_forward", shape, out, d_out, (size_t)T * D, 0, 0);
     check_dev_floats("combine_backward dy", shape, dy, d_dy, R * D, 0, 0);
     check_dev_floats("combine_backward dw", shape, dw, d_dw, A, 0, 0);

@@ -42,6 +42,24 @@ static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, 
     }
 }
 
+static void scatter_add_tokens(float *dx, const float *dxs, const int *assign_row, int T, int K, int D) {
+    #pragma omp parallel for if ((long)T * K * D > 65536)
+    for (int t = 0; t < T; t++) {
+        int rows[K];
+        for (int k = 0; k < K; k++) {   // insertion sort of the token's rows
+            int r = assign_row[(size_t)t * K + k], j = k;
+            for (; j > 0 && rows[j - 1] > r; j--) rows[j] = rows[j - 1];
+            rows[j] = r;
+        }
+        float *o = dx + (size_t)t * D;
+        for (int k = 0; k < K; k++) {
+            const float *a = dxs + (size_t)rows[k] * D;
+            #pragma omp simd   // (element by element)
+            for (int d = 0; d < D; d++) o[d] += a[d];
+        }
+    }
+}
+
 static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
                             int T, int D, int K, int bf16_sum, int bf16) {
     #pragma omp parallel for if ((long)T * D * K > 65536)
@@ -120,6 +138,6 @@ static void add_shared(float *out, const float *shared, size_t n) {
 }
 
 const MoeKernels moe_cpu = {
-    sort_rows, dense_rows, gather_rows, scatter_add_rows,
+    sort_rows, dense_rows, gather_rows, scatter_add_rows, scatter_add_tokens,
     combine_forward, combine_backward, add_shared,
 };
