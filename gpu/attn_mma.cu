@@ -267,6 +267,12 @@ __device__ __forceinline__ static void tiles_store(float *x, Rows row, int n, in
     }
 }
 
+// The grids put a tile's heads side by side and take the tiles heaviest first: the GPU starts
+// blocks in the grid's order (x fastest), and a causal query tile's work grows with its
+// index, so the last blocks to start, which the launch waits for, are the lightest ones.
+// The query tile of this block: the grid's y from the last.
+__device__ static int heavy_first(void) { return (int)(gridDim.y - 1 - blockIdx.y); }
+
 // ---- forward ----
 
 struct MmaFwd {
@@ -364,7 +370,8 @@ __device__ __forceinline__ static void sums_apply(Acc *acc, int D, F fn) {
     }
 }
 
-// grid (tiles of MQ rows, N, B); OT: a warp's tiles of O at most (Dv up to 16 OT / MQ x 64).
+// grid (N, tiles of MQ rows, B), the last tile first (heavy_first); OT: a warp's tiles of O at
+// most (Dv up to 16 OT / MQ x 64).
 // begin: from the empty state, else from o (the sums) and stats (a ring block's running
 // state); end: o = sums / l rounded as the CPU's finish_row.
 template <int OT>
@@ -372,7 +379,7 @@ __global__ static void mma_forward_kernel(float *o, float *stats, Heads H, Geom 
     GPU_SHARED(float, sh);
     MmaFwd S;
     fwd_layout(G, (uintptr_t)sh, &S);
-    int t = threadIdx.x, i0 = blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
+    int t = threadIdx.x, i0 = heavy_first() * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int rows = imin(MQ, G.S - i0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
     Acc O[OT];   // this warp's tiles of the rows' output sums
     tile_copy(S.Q, ldq, query_tile(H.q, G, H, b, h, i0, G.Dqk), rows, MQ, G.Dqk);
@@ -529,13 +536,13 @@ __device__ static void probs_and_ds(MmaBwd S, const Geom &G, int ia, int nr, int
     __syncthreads();
 }
 
-// grid (tiles of MQ of the rows r0 .. r1-1, N, B): dq rows written (zero) or added to.
+// grid (N, tiles of MQ of the rows r0 .. r1-1, B), the last tile first: dq rows written (zero) or added to.
 __global__ static void mma_dq_kernel(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1,
                                      int zero) {
     GPU_SHARED(float, sh);
     MmaBwd S;
     bwd_layout(G, (uintptr_t)sh, &S);
-    int ia = r0 + blockIdx.x * MQ, h = blockIdx.y, b = blockIdx.z, g = h / (G.N / G.Nkv);
+    int ia = r0 + heavy_first() * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
     Acc dQ[DQ_TILES];   // this warp's tiles of the rows' dq sums
     load_queries(S, G, H, dots, stats, b, h, ia, nr);
@@ -553,14 +560,14 @@ __global__ static void mma_dq_kernel(float *dq, Heads H, const float *dots, cons
     tiles_store<DQ_TILES>(dq, QueryRows{G, b, h, ia}, nr, MQ, G.Dqk, dQ, S.S);
 }
 
-// grid (tiles of MK of the W keys, Nkv, B): dk, dv += the rows r0 .. r1-1 of each head of
-// kv group g.
+// grid (Nkv, tiles of MK of the W keys, B), the first keys (seen by the most rows) first: dk,
+// dv += the rows r0 .. r1-1 of each head of kv group g.
 __global__ static void mma_dkdv_kernel(float *dk, float *dv, Heads H, const float *dots, const float *stats, Geom G,
                                        int r0, int r1) {
     GPU_SHARED(float, sh);
     MmaBwd S;
     bwd_layout(G, (uintptr_t)sh, &S);
-    int j0 = blockIdx.x * MK, g = blockIdx.y, b = blockIdx.z, group = G.N / G.Nkv;
+    int j0 = blockIdx.y * MK, g = blockIdx.x, b = blockIdx.z, group = G.N / G.Nkv;
     int nk = imin(MK, G.W - j0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H;
     Acc dK[DKV_TILES], dV[DKV_TILES];   // this warp's tiles of the keys' dk and dv sums
     tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK, G.Dqk);
@@ -600,7 +607,7 @@ static int mma_fits(const Geom &G, size_t bytes) {
 template <int OT>
 static void forward_launch(float *o, float *stats, Heads H, Geom G, int begin, int end, size_t bytes) {
     GPU_CHECK(cudaFuncSetAttribute(mma_forward_kernel<OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    dim3 grid((G.S + MQ - 1) / MQ, G.N, G.B);
+    dim3 grid(G.N, (G.S + MQ - 1) / MQ, G.B);
     GPU_LAUNCH(mma_forward_kernel<OT>, grid, MMA_THREADS, bytes)(o, stats, H, G, begin, end);
     GPU_CHECK_LAUNCH();
 }
@@ -634,7 +641,7 @@ int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const 
     }
     bf16 *base;
     Heads H = heads_make(q, dout, k, v, G, r0, r1 - r0, &base);
-    dim3 rows((r1 - r0 + MQ - 1) / MQ, G.N, G.B), keys((G.W + MK - 1) / MK, G.Nkv, G.B);
+    dim3 rows(G.N, (r1 - r0 + MQ - 1) / MQ, G.B), keys(G.Nkv, (G.W + MK - 1) / MK, G.B);
     GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, H, dots, stats, G, r0, r1, zero_dq);
     GPU_CHECK_LAUNCH();
     if (G.W > 0) {

@@ -59,6 +59,15 @@ static double rel_diff(const float *want, const float *got, const float *base, s
     return top > 0 ? diff / top : diff;
 }
 
+// A digest (FNV-1a over the bits) of every tensor-core output, printed: a change to the
+// kernels that should keep their results (a schedule, a layout) is checked by comparing it
+// before and after.
+static uint64_t tc_digest = 1469598103934665603ull;
+static void digest_floats(const float *x, size_t n) {
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof(float); i++) tc_digest = (tc_digest ^ p[i]) * 1099511628211ull;
+}
+
 // Runs one direction of a shape with the given table: ring = 0 the dot product (forward,
 // then the backward in query chunks from the CPU's o and stats), ring = 1 the ring blocks.
 struct TcRun { float *o, *st, *dq, *dk, *dv; };
@@ -117,6 +126,7 @@ static void tc_compare(const AttnShape *s, AttnRounding rnd, TcWorst *worst) {
         size_t n[5] = {nq * Dv, nst, nq * Dqk, nk * Dqk, nk * Dv};
         const char *names[5] = {"o", "stats", "dq", "dk", "dv"};
         for (int x = 0; x < 5; x++) {
+            digest_floats(got[x], n[x]);
             size_t i = attn_first_diff(got[x], again[x], n[x]);
             CHECK(i == n[x], "tensor cores %s %s rnd=%d%d%d: %s: threads ascending and descending differ at %zu",
                   s->name, what, rnd.scores, rnd.probs, rnd.out, names[x], i);
@@ -167,6 +177,8 @@ int main(int argc, char **argv) {
     printf("  tensor cores (emulated) against the CPU's bf16 loops, largest difference relative to the largest "
            "value: o %.2e, m %.2e, l %.2e, dq %.2e, dk %.2e, dv %.2e\n", worst.o, worst.m, worst.l, worst.dq,
            worst.dk, worst.dv);
+    printf("  tensor cores' outputs: digest %016llx (FNV-1a of their bits; equal before and after a change that "
+           "keeps them)\n", (unsigned long long)tc_digest);
     // Bounds: this emulation measured o 4.0e-3 (one bf16 step of the largest output, which is
     // rounded to bf16; 7.8e-3, two steps, when the forward merged 32 keys at a time), l 2.0e-4
     // (7.5e-4 then), m 0 (the emulated products sum in the CPU's order), dq, dk, dv 3.0e-3 (p
