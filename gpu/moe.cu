@@ -1,10 +1,10 @@
 // gpu/moe.cu: the MoE block's row layout, gather and combine on the GPU (kernels/moe.h), the
 // twin of kernels/cpu/moe.c: the same sums in the same order, the CPU's bits.
 //
-// Launch geometry: sort_rows runs one block per expert (below); dense_rows, the gather, the
-// scatter-add and add_shared one thread per element;
-// combine_forward one thread per output element (t, d), which orders its token's K slots by
-// expert and adds them in that order; combine_backward one thread per assignment, which
+// Launch geometry: sort_rows runs one block per expert (below); dense_rows and add_shared one
+// thread per element; the gather, the scatter-adds and combine_forward one thread per element
+// too, a block per row's piece of columns (row_grid); combine_forward's thread orders its
+// token's K slots by expert and adds them in that order; combine_backward one thread per assignment, which
 // writes its dy row and adds its dot product over d in order.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
@@ -70,29 +70,33 @@ __global__ static void dense_rows_kernel(int *row_start, int *row_token, int *as
     if (k < (size_t)T * K) assign_row[k] = top_idx[k] * T + (int)(k / K);
 }
 
-__global__ static void gather_rows_kernel(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
-    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= (size_t)n * D) return;
-    size_t i = k / D, d = k % D;
-    xs[k] = x[(size_t)row_token[r0 + i] * D + d];
+// The row kernels below take a grid of (rows, pieces of GPU_THREADS columns) (row_grid): block
+// (i, c) handles row i's columns c * GPU_THREADS + threadIdx.x, one thread each, so a warp
+// reads and writes consecutive floats and no thread divides an index to find its row.
+static dim3 row_grid(size_t rows, int D) { return dim3((unsigned)rows, (D + GPU_THREADS - 1) / GPU_THREADS, 1); }
+__device__ static int row_col(void) { return blockIdx.y * blockDim.x + threadIdx.x; }
+
+__global__ static void gather_rows_kernel(float *xs, const float *x, const int *row_token, int r0, int D) {
+    size_t i = blockIdx.x;
+    int d = row_col();
+    if (d < D) xs[i * D + d] = x[(size_t)row_token[r0 + i] * D + d];
 }
 
 // The n rows belong to one expert: their tokens are distinct, so no two threads add into one element.
-__global__ static void scatter_add_rows_kernel(float *dx, const float *dxs, const int *row_token, int r0, int n,
-                                               int D) {
-    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= (size_t)n * D) return;
-    size_t i = k / D, d = k % D;
-    dx[(size_t)row_token[r0 + i] * D + d] += dxs[((size_t)r0 + i) * D + d];
+__global__ static void scatter_add_rows_kernel(float *dx, const float *dxs, const int *row_token, int r0, int D) {
+    size_t i = blockIdx.x;
+    int d = row_col();
+    if (d < D) dx[(size_t)row_token[r0 + i] * D + d] += dxs[((size_t)r0 + i) * D + d];
 }
 
-// One thread per element of dx: its token's K rows in ascending row order, added one after
-// another onto the element (no two threads write one element).
-__global__ static void scatter_add_tokens_kernel(float *dx, const float *dxs, const int *assign_row, int T, int K,
-                                                 int D) {
-    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= (size_t)T * D) return;
-    size_t t = id / D, d = id % D;
+// One thread per element of dx (a block per token's piece of columns): its token's K rows in
+// ascending row order, added one after another onto the element (no two threads write one
+// element).
+__global__ static void scatter_add_tokens_kernel(float *dx, const float *dxs, const int *assign_row, int K, int D) {
+    size_t t = blockIdx.x;
+    int d = row_col();
+    if (d >= D) return;
+    size_t id = t * D + d;
     int rows[MOE_MAX_K];
     for (int k = 0; k < K; k++) {   // insertion sort of the token's rows
         int r = assign_row[t * K + k], j = k;
@@ -105,10 +109,11 @@ __global__ static void scatter_add_tokens_kernel(float *dx, const float *dxs, co
 }
 
 __global__ static void combine_forward_kernel(float *out, const float *y, const float *w, const int *top_idx,
-                                              const int *assign_row, int T, int D, int K, int bf16_sum, int bf16) {
-    size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= (size_t)T * D) return;
-    size_t t = id / D, d = id % D;
+                                              const int *assign_row, int D, int K, int bf16_sum, int bf16) {
+    size_t t = blockIdx.x;
+    int d = row_col();
+    if (d >= D) return;
+    size_t id = t * D + d;
     const int *idx = top_idx + t * K;
     int ord[MOE_MAX_K];
     for (int k = 0; k < K; k++) ord[k] = k;
@@ -158,18 +163,15 @@ static void dense_rows(int *row_start, int *row_token, int *assign_row, const in
 
 // xs (n,D) = the x rows of rows r0 .. r0+n-1's tokens.
 static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
-    size_t count = (size_t)n * D;
-    if (count == 0) return;
-    GPU_LAUNCH(gather_rows_kernel, blocks_for(count, GPU_THREADS), GPU_THREADS, 0)(xs, x, row_token, r0, n, D);
+    if (n <= 0 || D <= 0) return;
+    GPU_LAUNCH(gather_rows_kernel, row_grid(n, D), GPU_THREADS, 0)(xs, x, row_token, r0, D);
     GPU_CHECK_LAUNCH();
 }
 
 // dx (T,D) += dxs rows r0 .. r0+n-1, each into its token's row.
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
-    size_t count = (size_t)n * D;
-    if (count == 0) return;
-    GPU_LAUNCH(scatter_add_rows_kernel, blocks_for(count, GPU_THREADS), GPU_THREADS, 0)(dx, dxs, row_token, r0,
-                                                                                              n, D);
+    if (n <= 0 || D <= 0) return;
+    GPU_LAUNCH(scatter_add_rows_kernel, row_grid(n, D), GPU_THREADS, 0)(dx, dxs, row_token, r0, D);
     GPU_CHECK_LAUNCH();
 }
 
@@ -180,9 +182,8 @@ static void scatter_add_tokens(float *dx, const float *dxs, const int *assign_ro
                 MOE_MAX_K, K);
         exit(1);
     }
-    size_t n = (size_t)T * D;
-    if (n == 0) return;
-    GPU_LAUNCH(scatter_add_tokens_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dx, dxs, assign_row, T, K, D);
+    if (T <= 0 || D <= 0) return;
+    GPU_LAUNCH(scatter_add_tokens_kernel, row_grid(T, D), GPU_THREADS, 0)(dx, dxs, assign_row, K, D);
     GPU_CHECK_LAUNCH();
 }
 
@@ -194,11 +195,9 @@ static void combine_forward(float *out, const float *y, const float *w, const in
                 MOE_MAX_K, K);
         exit(1);
     }
-    size_t n = (size_t)T * D;
-    if (n == 0) return;
-    GPU_LAUNCH(combine_forward_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(out, y, w, top_idx,
-                                                                                         assign_row, T, D, K,
-                                                                                         bf16_sum, bf16);
+    if (T <= 0 || D <= 0) return;
+    GPU_LAUNCH(combine_forward_kernel, row_grid(T, D), GPU_THREADS, 0)(out, y, w, top_idx, assign_row, D, K,
+                                                                        bf16_sum, bf16);
     GPU_CHECK_LAUNCH();
 }
 
