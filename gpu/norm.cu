@@ -6,18 +6,22 @@
 // threads then scale the row's elements in parallel: the CPU's bits, at the cost of a
 // serial sum of D terms per row (D is the model width: a few thousand adds).
 //
-// Launch geometry of the forward and backward: one block of GPU_THREADS per token (row). The
+// Launch geometry of the forward and backward: one block of NORM_THREADS per token (row). The
 // block's threads first make the row's terms (squares; the backward's products) into shared
 // memory, each its own elements, then thread 0 adds them in element order (the same
 // roundings as the CPU's loop: products are rounded before they are added, --fmad=false), and
 // then each thread takes elements i = threadIdx.x, threadIdx.x + blockDim.x, ... A row wider
 // than NORM_TERMS_MAX (shared memory's 48 KiB) has thread 0 make the terms as it adds them,
 // reading device memory one element after another: the same sum, far slower.
+// The serial sum is each row's critical path (D dependent adds), so the blocks are small
+// (NORM_THREADS): a multiprocessor then holds more rows at once (its limit is blocks, 32, and
+// threads, 2048: 8 rows with blocks of 256, 27 with 64 and a row of 2048 terms in shared memory),
+// and their sums run side by side.
 // dscale: see rmsnorm_dscale_leaf_kernel.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-enum { NORM_TERMS_MAX = 12288 };
+enum { NORM_TERMS_MAX = 12288, NORM_THREADS = 64 };
 
 // The shared memory a row's terms take: D floats, or none for a row too wide.
 static size_t terms_bytes(int D) { return D <= NORM_TERMS_MAX ? sizeof(float) * (size_t)D : 0; }
@@ -110,7 +114,7 @@ __global__ static void broadcast_rows_kernel(float *out, const float *row, int T
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride,
                             int T, int D, float eps, int bf16) {
     if (T <= 0) return;
-    GPU_LAUNCH(rmsnorm_forward_kernel, T, GPU_THREADS, terms_bytes(D))(out, rstd, x, scale, scale_stride, D, eps, bf16);
+    GPU_LAUNCH(rmsnorm_forward_kernel, T, NORM_THREADS, terms_bytes(D))(out, rstd, x, scale, scale_stride, D, eps, bf16);
     GPU_CHECK_LAUNCH();
 }
 
@@ -118,7 +122,7 @@ static void rmsnorm_forward(float *out, float *rstd, const float *x, const float
 static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, const float *scale,
                                 size_t scale_stride, const float *rstd, int T, int D, int bf16) {
     if (T <= 0) return;
-    GPU_LAUNCH(rmsnorm_backward_dx_kernel, T, GPU_THREADS, terms_bytes(D))(dx, dout, x, scale, scale_stride, rstd, D,
+    GPU_LAUNCH(rmsnorm_backward_dx_kernel, T, NORM_THREADS, terms_bytes(D))(dx, dout, x, scale, scale_stride, rstd, D,
                                                                            bf16);
     GPU_CHECK_LAUNCH();
 }
