@@ -2,10 +2,10 @@
 // twin of kernels/cpu/moe.c: the same sums in the same order, the CPU's bits.
 //
 // Launch geometry: sort_rows runs one block per expert (below); dense_rows and add_shared one
-// thread per element; the gather, the scatter-adds and combine_forward one thread per element
-// too, a block per row's piece of columns (row_grid); combine_forward's thread orders its
-// token's K slots by expert and adds them in that order; combine_backward one thread per assignment, which
-// writes its dy row and adds its dot product over d in order.
+// thread per element; the gather, the scatter-adds, combine_forward and combine_backward's dy
+// one thread per element too, a block per row's piece of columns (row_grid); combine_forward's
+// thread orders its token's K slots by expert and adds them in that order; combine_backward's
+// dw one thread per assignment, which adds its dot product over d in order.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
@@ -130,15 +130,25 @@ __global__ static void combine_forward_kernel(float *out, const float *y, const 
     out[id] = !bf16_sum && bf16 ? bf16_round_dev(o) : o;   // float32_weight_sum: one rounding
 }
 
-__global__ static void combine_backward_kernel(float *dy, float *dw, const float *dout, const float *y, const float *w,
-                                               const float *top_w, const int *assign_row, size_t A, int D, int K) {
+// combine_backward in two kernels: dy's rows a block per assignment's piece of columns (the
+// writes of a warp consecutive), then dw one thread per assignment (its dot product one
+// in-order sum, as the CPU's).
+__global__ static void combine_dy_kernel(float *dy, const float *dout, const float *w, const int *assign_row, int D,
+                                         int K) {
+    size_t a = blockIdx.x;
+    int d = row_col();
+    if (d < D) dy[(size_t)assign_row[a] * D + d] = w[a] * dout[(a / K) * D + d];
+}
+
+__global__ static void combine_dw_kernel(float *dw, const float *dout, const float *y, const float *w,
+                                         const float *top_w, const int *assign_row, size_t A, int D, int K) {
     size_t a = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (a >= A) return;
     const float *dt = dout + (a / K) * D, *ya = y + (size_t)assign_row[a] * D;
-    float *dyr = dy + (size_t)assign_row[a] * D, wa = w[a], dot = 0.0f;
-    for (int d = 0; d < D; d++) { dyr[d] = wa * dt[d]; dot += dt[d] * ya[d]; }
+    float dot = 0.0f;
+    for (int d = 0; d < D; d++) dot += dt[d] * ya[d];
     // w = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
-    dw[a] = (wa == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot;
+    dw[a] = (w[a] == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot;
 }
 
 __global__ static void add_kernel(float *out, const float *x, size_t n) {
@@ -204,9 +214,11 @@ static void combine_forward(float *out, const float *y, const float *w, const in
 // dy rows and dw (A) from dout (T,D).
 static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
                              const float *top_w, const int *assign_row, size_t A, int D, int K) {
-    if (A == 0) return;
-    GPU_LAUNCH(combine_backward_kernel, blocks_for(A, GPU_THREADS), GPU_THREADS, 0)(dy, dw, dout, y, w, top_w,
-                                                                                          assign_row, A, D, K);
+    if (A == 0 || D <= 0) return;
+    GPU_LAUNCH(combine_dy_kernel, row_grid(A, D), GPU_THREADS, 0)(dy, dout, w, assign_row, D, K);
+    GPU_CHECK_LAUNCH();
+    GPU_LAUNCH(combine_dw_kernel, blocks_for(A, GPU_THREADS), GPU_THREADS, 0)(dw, dout, y, w, top_w, assign_row, A, D,
+                                                                               K);
     GPU_CHECK_LAUNCH();
 }
 
