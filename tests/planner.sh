@@ -39,6 +39,8 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/mixtral-tiny.yml remat_policy=full remat_nested_block=2 optimizer_memory_host_offload=true ema_decay=0.99 ema_host_offload=true" \
             "configs/mixtral-tiny.yml remat_policy=none parameter_memory_host_offload=true opt_type=sgd" \
             "configs/deepseek-tiny.yml scan_layers=false ici_expert_parallelism=2 per_device_batch_size=4" \
+            "configs/deepseek-tiny.yml megablox=true dtype=bfloat16" \
+            "configs/mixtral-tiny.yml megablox=true ici_expert_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2" \
             "configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4 overlap_collectives=true" \
             "configs/deepseek-tiny.yml ici_tensor_parallelism=2 per_device_batch_size=4 skip_trivial_specs=false remove_size_one_mesh_axis=false shard_mode=explicit" \
             "configs/mixtral-tiny.yml num_vocab_tiling=4 use_iota_embed=true ici_fsdp_parallelism=2 per_device_batch_size=4 context_reduce_chunks=2" \
