@@ -31,6 +31,8 @@
 #include "gpu/attention.h"
 #include "gpu/backend.h"
 #include <pthread.h>
+#include <stdlib.h>   // getenv
+#include <string.h>
 
 extern "C" int gpu_attention_tensor_cores(void) { return GPU_HAVE_WMMA; }
 
@@ -340,22 +342,46 @@ __device__ static void softmax_tile(MmaFwd S, const Geom &G, int i0, int rows, i
 // products_onto shares them out, for the whole kernel, as the backward keeps dQ, dK, dV.
 // Rescaling a row between key tiles, and finishing it, needs each fragment element's row,
 // which wmma does not document: on sm_80 and sm_90 element e of lane L of an accumulator
-// sits in row L / 4 + 8 ((e / 2) % 2), two of mma.sync's 16 x 8 sums side by side.
-// acc_rows_hold checks this once per process on the GPU; where it does not hold, the
-// forward goes to the tiles (gpu/attn_tiles.cu).
+// sits in row L / 4 + 8 ((e / 2) % 2) and column 2 (L % 4) + e % 2 + 8 (e / 4), two of
+// mma.sync's 16 x 8 sums side by side; and element e of a row-major matrix_a fragment (bf16,
+// 16 x 16 x 16) sits at the same row and column (mma.sync's m16n8k16 operand A).
+// frag_layout_check tests both once per process on the GPU: where the rows do not hold, the
+// forward goes to the tiles (gpu/attn_tiles.cu); where the columns and matrix_a do not, dq
+// goes to the kernel that passes its scores through shared memory.
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> RowA;
 #if defined(GPU_EMULATE)
 // (the emulation's fragment is the whole tile, held by the warp's first thread: element i is
-// in row i / 16)
-template <class F> __device__ static void rows_apply(Acc &f, F fn) {
+// at row i / 16, column i % 16, in every kind of fragment)
+template <class F> __device__ static void elems_apply(Acc &f, F fn) {
     if (threadIdx.x % WARP_SIZE) return;
-    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, f.x[i]);
+    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, i % 16, f.x[i]);
+}
+// d = fn(r, c, d, x), element by element over two accumulator tiles.
+template <class F> __device__ static void elems_apply2(Acc &d, const Acc &x, F fn) {
+    if (threadIdx.x % WARP_SIZE) return;
+    for (int i = 0; i < 256; i++) d.x[i] = fn(i / 16, i % 16, d.x[i], x.x[i]);
+}
+// a = c rounded to bf16, element by element.
+__device__ static void acc_to_a(RowA &a, const Acc &c) {
+    if (threadIdx.x % WARP_SIZE) return;
+    for (int i = 0; i < 256; i++) a.x[i] = __bfloat162float(__float2bfloat16(c.x[i]));
 }
 #else
 __device__ static int acc_row(int e) { return threadIdx.x % 32 / 4 + 8 * (e / 2 % 2); }
-template <class F> __device__ static void rows_apply(Acc &f, F fn) {
-    for (int e = 0; e < f.num_elements; e++) f.x[e] = fn(acc_row(e), f.x[e]);
+__device__ static int acc_col(int e) { return threadIdx.x % 4 * 2 + e % 2 + 8 * (e / 4); }
+template <class F> __device__ static void elems_apply(Acc &f, F fn) {
+    for (int e = 0; e < f.num_elements; e++) f.x[e] = fn(acc_row(e), acc_col(e), f.x[e]);
+}
+template <class F> __device__ static void elems_apply2(Acc &d, const Acc &x, F fn) {
+    for (int e = 0; e < d.num_elements; e++) d.x[e] = fn(acc_row(e), acc_col(e), d.x[e], x.x[e]);
+}
+__device__ static void acc_to_a(RowA &a, const Acc &c) {
+    for (int e = 0; e < a.num_elements; e++) a.x[e] = __float2bfloat16(c.x[e]);
 }
 #endif
+template <class F> __device__ static void rows_apply(Acc &f, F fn) {
+    elems_apply(f, [&](int r, int, float x) { return fn(r, x); });
+}
 
 // For each of this warp's tiles u of O (tile f = w + 4u, rows f / nc * 16 ..): x = fn(row, x),
 // row the tile's row in the block's MQ.
@@ -421,45 +447,67 @@ __global__ static void mma_forward_kernel(float *o, float *stats, Heads H, Geom 
     }
 }
 
-// The fragment layout sums_apply assumes, checked on one warp: a tile of known values (element
-// (r, c) = 16 r + c) loaded into an accumulator, each element's value against its row.
-__global__ static void acc_rows_kernel(int *bad) {
+// The fragment layouts above, checked on one warp: tiles of known values (element (r, c) =
+// 16 r + c) loaded into an accumulator and a matrix_a fragment, each element's value against
+// its row (bad[0]) and its row and column (bad[1]).
+__global__ static void frag_layout_kernel(int *bad) {
     __shared__ float tile[256];
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) tile[i] = (float)i;
+    __shared__ bf16 tile_b[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+        tile[i] = (float)i;
+        tile_b[i] = __float2bfloat16((float)i);   // (integers up to 256: exact in bf16)
+    }
     __syncthreads();
     Acc f;
     wmma::load_matrix_sync(f, tile, 16, wmma::mem_row_major);
-    int wrong = 0;
-    rows_apply(f, [&](int r, float x) { wrong += (int)x / 16 != r; return x; });
-    if (wrong) atomicAdd(bad, wrong);
+    int rows = 0, cells = 0;
+    elems_apply(f, [&](int r, int c, float x) {
+        rows += (int)x / 16 != r;
+        cells += x != (float)(16 * r + c);
+        return x;
+    });
+#if !defined(GPU_EMULATE)   // (the emulation's fragments hold their tile in order)
+    RowA a;
+    wmma::load_matrix_sync(a, tile_b, 16);
+    cells += a.num_elements != f.num_elements;
+    for (int e = 0; e < a.num_elements; e++) cells += __bfloat162float(a.x[e]) != (float)(16 * acc_row(e) + acc_col(e));
+#endif
+    if (rows) atomicAdd(&bad[0], rows);
+    if (cells) atomicAdd(&bad[1], cells);
 }
 
-// 1 when the layout holds on this GPU (asked once per process, by the first device thread to
-// get here; a second GPU is the same kind).
-static pthread_mutex_t acc_rows_lock = PTHREAD_MUTEX_INITIALIZER;
-static int acc_rows_held = -1;
-static int acc_rows_check(void);
-static int acc_rows_hold(void) {
-    pthread_mutex_lock(&acc_rows_lock);
-    if (acc_rows_held < 0) acc_rows_held = acc_rows_check();
-    int held = acc_rows_held;
-    pthread_mutex_unlock(&acc_rows_lock);
-    return held;
-}
-static int acc_rows_check(void) {
-    int *bad, found = 0;
-    GPU_CHECK(cudaMalloc((void **)&bad, sizeof(int)));
-    GPU_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), gpu_stream()));
-    GPU_LAUNCH(acc_rows_kernel, 1, 32, 0)(bad);
+// Whether the layouts hold on this GPU (asked once per process, by the first device thread to
+// get here; a second GPU is the same kind): held[0] the accumulator's rows (the forward),
+// held[1] its columns and matrix_a's too (dq with its scores in registers).
+static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+static int layout_held[2] = {-1, -1};
+static void frag_layout_check(void) {
+    int *bad, found[2] = {0, 0};
+    GPU_CHECK(cudaMalloc((void **)&bad, sizeof found));
+    GPU_CHECK(cudaMemsetAsync(bad, 0, sizeof found, gpu_stream()));
+    GPU_LAUNCH(frag_layout_kernel, 1, 32, 0)(bad);
     GPU_CHECK_LAUNCH();
-    GPU_CHECK(cudaMemcpyAsync(&found, bad, sizeof(int), cudaMemcpyDeviceToHost, gpu_stream()));
+    GPU_CHECK(cudaMemcpyAsync(found, bad, sizeof found, cudaMemcpyDeviceToHost, gpu_stream()));
     GPU_CHECK(cudaStreamSynchronize(gpu_stream()));   // (the thread's stream does not wait for the legacy one)
     GPU_CHECK(cudaFree(bad));
-    if (found)
+    if (found[0])
         fprintf(stderr, "meshmoe: gpu_attention=tensor_cores: this GPU's accumulator layout is not the one "
-                        "gpu/attn_mma.cu assumes (%d elements); the forward runs on tiles\n", found);
-    return found == 0;
+                        "gpu/attn_mma.cu assumes (%d elements); the forward runs on tiles\n", found[0]);
+    else if (found[1])
+        fprintf(stderr, "meshmoe: gpu_attention=tensor_cores: this GPU's fragment columns are not the ones "
+                        "gpu/attn_mma.cu assumes (%d elements); dq passes its scores through shared memory\n",
+                found[1]);
+    layout_held[0] = found[0] == 0;
+    layout_held[1] = found[0] == 0 && found[1] == 0;
 }
+static int layout_holds(int which) {
+    pthread_mutex_lock(&layout_lock);
+    if (layout_held[0] < 0) frag_layout_check();
+    int held = layout_held[which];
+    pthread_mutex_unlock(&layout_lock);
+    return held;
+}
+static int acc_rows_hold(void) { return layout_holds(0); }
 
 // ---- backward ----
 
@@ -468,17 +516,20 @@ struct MmaBwd {
     float *S, *dP;                   // (MQ, MK): scores, dO V^T (S also the sums' staging, tiles_load)
     float *m, *l, *D;                // (MQ): each query row's max, sum and dO . o
 };
-__host__ __device__ static size_t bwd_layout(const Geom &G, uintptr_t base, MmaBwd *s) {
+// scores 0: without P, dS, S and dP (dq with its scores in registers).
+__host__ __device__ static size_t bwd_layout(const Geom &G, uintptr_t base, MmaBwd *s, int scores = 1) {
     Carve c = {base, 0};
-    MmaBwd f;
+    MmaBwd f = {};
     f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
     f.dO = c.take<bf16>(MQ * (G.Dv + PAD_H));
     f.K = c.take<bf16>(MK * (G.Dqk + PAD_H));
     f.V = c.take<bf16>(MK * (G.Dv + PAD_H));
-    f.P = c.take<bf16>(MQ * (MK + PAD_H));
-    f.dS = c.take<bf16>(MQ * (MK + PAD_H));
-    f.S = c.take<float>(MQ * (MK + PAD_F));
-    f.dP = c.take<float>(MQ * (MK + PAD_F));
+    if (scores) {
+        f.P = c.take<bf16>(MQ * (MK + PAD_H));
+        f.dS = c.take<bf16>(MQ * (MK + PAD_H));
+        f.S = c.take<float>(MQ * (MK + PAD_F));
+        f.dP = c.take<float>(MQ * (MK + PAD_F));
+    }
     f.m = c.take<float>(MQ);
     f.l = c.take<float>(MQ);
     f.D = c.take<float>(MQ);
@@ -560,6 +611,91 @@ __global__ static void mma_dq_kernel(float *dq, Heads H, const float *dots, cons
     tiles_store<DQ_TILES>(dq, QueryRows{G, b, h, ia}, nr, MQ, G.Dqk, dQ, S.S);
 }
 
+// ---- dq with its scores in registers ----
+// mma_dq_kernel's sums, each warp taking its own 16 of the block's MQ query rows, without
+// shared memory between the products: S = Q K^T and dP = dO V^T into the warp's accumulator
+// tiles, p and dS made element by element where they lie (elems_apply2: each element's row
+// and column by the fragment layout), dS turned in registers into the matrix_a fragments of
+// dQ += dS K (acc_to_a), and dQ's tiles (the warp's rows) read from and written to device
+// memory element by element. The block's barriers only bracket the K and V tiles' loads.
+// The same operations in the same order as mma_dq_kernel: the same results. Its shared
+// memory: bwd_layout without the scores' arrays.
+
+enum { KEY_SLABS = MK / 16 };   // a key tile's 16-key slabs
+
+// dQ's tile t of this warp's rows (y0 ..) and x: x = fn(y, column, x) for its elements, y the
+// block's row.
+template <class F> __device__ static void dq_tile_apply(Acc &x, int y0, int t, F fn) {
+    elems_apply(x, [&](int r, int c, float v) { return fn(y0 + r, 16 * t + c, v); });
+}
+
+// grid (N, tiles of MQ of the rows r0 .. r1-1, B), the last tile first; QT: the most dQ tiles
+// of a warp (Dqk / 16).
+template <int QT>
+__global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0,
+                                          int r1, int zero) {
+    GPU_SHARED(float, sh);
+    MmaBwd S;
+    bwd_layout(G, (uintptr_t)sh, &S, 0);
+    int ia = r0 + heavy_first() * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv);
+    int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, nt = G.Dqk / 16, y0 = threadIdx.x / 32 * 16;
+    load_queries(S, G, H, dots, stats, b, h, ia, nr);
+    QueryRows row{G, b, h, ia};
+    Acc dQ[QT];   // this warp's rows' dq sums, tile t its columns 16 t ..
+#pragma unroll
+    for (int t = 0; t < QT; t++) {
+        if (t >= nt) break;
+        wmma::fill_fragment(dQ[t], 0.0f);
+        if (!zero)
+            dq_tile_apply(dQ[t], y0, t, [&](int y, int c, float) { return y < nr ? dq[row(y) * G.Dqk + c] : 0.0f; });
+    }
+    const float *m = S.m, *l = S.l, *D = S.D;
+    int kmax = keys_scanned(G, ia + nr - 1);
+    for (int j0 = 0; j0 < kmax; j0 += MK) {
+        int nk = imin(MK, kmax - j0);
+        __syncthreads();   // (the rows' statistics written; the previous tile's products done with K and V)
+        tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK, G.Dqk);
+        tile_copy(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MK, G.Dv);
+        __syncthreads();
+        RowA dS[KEY_SLABS];
+#pragma unroll
+        for (int c = 0; c < KEY_SLABS; c++) {   // the slab's S and dP, then p and dS where they lie
+            Acc s, dp;
+            wmma::fill_fragment(s, 0.0f);
+            wmma::fill_fragment(dp, 0.0f);
+            mma_onto<wmma::row_major, wmma::col_major>(s, S.Q + y0 * ldq, ldq, 16, S.K + 16 * c * ldq, ldq, 16, G.Dqk);
+            mma_onto<wmma::row_major, wmma::col_major>(dp, S.dO + y0 * ldv, ldv, 16, S.V + 16 * c * ldv, ldv, 16, G.Dv);
+            elems_apply2(s, dp, [&](int r, int cc, float sc, float dpv) {
+                int y = y0 + r, nv = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
+                if (16 * c + cc >= nv) return 0.0f;
+                if (G.rnd.scores) sc = bf16_round_dev(sc);
+                float e = expf(sc - m[y]);
+                if (G.rnd.probs) e = bf16_round_dev(e);
+                float p = e / l[y];
+                return p * (dpv - D[y]);
+            });
+            acc_to_a(dS[c], s);
+        }
+#pragma unroll
+        for (int t = 0; t < QT; t++) {   // dQ += dS K
+            if (t >= nt) break;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fk;
+            for (int c = 0; c < KEY_SLABS; c++) {
+                wmma::load_matrix_sync(fk, S.K + 16 * c * ldq + 16 * t, ldq);
+                wmma::mma_sync(dQ[t], dS[c], fk, dQ[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < QT; t++) {
+        if (t >= nt) break;
+        dq_tile_apply(dQ[t], y0, t, [&](int y, int c, float v) {
+            if (y < nr) dq[row(y) * G.Dqk + c] = v;
+            return v;
+        });
+    }
+}
+
 // grid (Nkv, tiles of MK of the W keys, B), the first keys (seen by the most rows) first: dk,
 // dv += the rows r0 .. r1-1 of each head of kv group g.
 __global__ static void mma_dkdv_kernel(float *dk, float *dv, Heads H, const float *dots, const float *stats, Geom G,
@@ -624,6 +760,32 @@ int attn_mma_forward(float *o, float *stats, const float *q, const float *k, con
     return 1;
 }
 
+// dq with its scores in registers where the GPU's fragments are laid out as elems_apply says,
+// unless MESHMOE_ATTN_DQ=smem (the kernel through shared memory, for comparison; any other
+// value is refused).
+static int dq_in_registers(void) {
+    const char *how = getenv("MESHMOE_ATTN_DQ");
+    if (how && strcmp(how, "registers") && strcmp(how, "smem")) {
+        fprintf(stderr, "meshmoe: MESHMOE_ATTN_DQ is 'registers' (the default) or 'smem', not '%s'\n", how);
+        exit(1);
+    }
+    return !(how && !strcmp(how, "smem")) && layout_holds(1);
+}
+
+template <int QT>
+static void dq_regs_go(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1, int zero,
+                       dim3 grid, size_t bytes) {
+    GPU_CHECK(cudaFuncSetAttribute(mma_dq_regs_kernel<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    GPU_LAUNCH(mma_dq_regs_kernel<QT>, grid, MMA_THREADS, bytes)(dq, H, dots, stats, G, r0, r1, zero);
+    GPU_CHECK_LAUNCH();
+}
+static void dq_regs_launch(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1, int zero,
+                           dim3 grid) {
+    size_t bytes = bwd_layout(G, 0, NULL, 0);
+    if (G.Dqk <= 128) dq_regs_go<128 / 16>(dq, H, dots, stats, G, r0, r1, zero, grid, bytes);
+    else dq_regs_go<MMA_MAX_D / 16>(dq, H, dots, stats, G, r0, r1, zero, grid, bytes);
+}
+
 int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                       const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
     size_t bytes = bwd_layout(G, 0, NULL);   // (both kernels')
@@ -642,8 +804,11 @@ int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const 
     bf16 *base;
     Heads H = heads_make(q, dout, k, v, G, r0, r1 - r0, &base);
     dim3 rows(G.N, (r1 - r0 + MQ - 1) / MQ, G.B), keys(G.Nkv, (G.W + MK - 1) / MK, G.B);
-    GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, H, dots, stats, G, r0, r1, zero_dq);
-    GPU_CHECK_LAUNCH();
+    if (dq_in_registers()) dq_regs_launch(dq, H, dots, stats, G, r0, r1, zero_dq, rows);
+    else {
+        GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, H, dots, stats, G, r0, r1, zero_dq);
+        GPU_CHECK_LAUNCH();
+    }
     if (G.W > 0) {
         GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bytes)(dk, dv, H, dots, stats, G, r0, r1);
         GPU_CHECK_LAUNCH();

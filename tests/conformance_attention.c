@@ -378,6 +378,48 @@ static void tensor_cores_within(Shape A) {
 }
 #endif
 
+#ifdef MESHMOE_CONFORMANCE_GPU
+// The tensor cores' two dq kernels (gpu/attn_mma.cu: the scores in registers, the default,
+// and through shared memory, MESHMOE_ATTN_DQ=smem) make the same products and roundings in
+// the same order: dq bit for bit the same from both.
+static void dq_kernels_equal(Shape A) {
+    size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
+    float *q = rand_floats(nq * A.Dqk, -1.5f, 1.5f), *k = rand_floats(nk * A.Dqk, -1.5f, 1.5f);
+    float *v = rand_floats(nk * A.Dv, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1);
+    for (size_t i = 0; i < nq * A.Dqk; i++) q[i] = bf16_round(q[i]);
+    for (size_t i = 0; i < nk * A.Dqk; i++) k[i] = bf16_round(k[i]);
+    for (size_t i = 0; i < nk * A.Dv; i++) v[i] = bf16_round(v[i]);
+    for (size_t i = 0; i < nq * A.Dv; i++) dout[i] = bf16_round(dout[i]);
+    float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_k = dev_copy(k, sizeof(float) * nk * A.Dqk);
+    float *d_v = dev_copy(v, sizeof(float) * nk * A.Dv), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
+    float *d_o = dev_poisoned(sizeof(float) * nq * A.Dv), *d_st = dev_poisoned(sizeof(float) * ns);
+    float *d_scratch = dev_alloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2), *dq[2];
+    gpu_attention_use(GPU_ATTENTION_KIND_TENSOR_CORES);
+    const AttentionKernels *u = UNDER_TEST->attention;
+    u->dot_forward(d_o, d_st, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+    for (int way = 0; way < 2; way++) {
+        if (way) setenv("MESHMOE_ATTN_DQ", "smem", 1);
+        float *d_dq = dev_poisoned(sizeof(float) * nq * A.Dqk), *d_dk = dev_alloc(sizeof(float) * nk * A.Dqk);
+        float *d_dv = dev_alloc(sizeof(float) * nk * A.Dv);
+        dev_upload(d_dk, k, sizeof(float) * nk * A.Dqk);   // (any starting values: both ways the same)
+        dev_upload(d_dv, v, sizeof(float) * nk * A.Dv);
+        u->dot_backward_rows(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_o, d_st, NULL, A.B, A.S, A.q0, 0, A.S, A.N,
+                             A.Nkv, A.Dqk, A.Dv, A.rnd);
+        dq[way] = dev_fetch(d_dq, sizeof(float) * nq * A.Dqk);
+        dev_free(d_dq); dev_free(d_dk); dev_free(d_dv);
+    }
+    unsetenv("MESHMOE_ATTN_DQ");
+    gpu_attention_use(GPU_ATTENTION_KIND_TILES);
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d S=%d N=%d Nkv=%d Dqk=%d Dv=%d, registers against smem", A.B, A.S, A.N, A.Nkv,
+             A.Dqk, A.Dv);
+    compare_floats("tensor cores' dq", shape, dq[1], dq[0], nq * A.Dqk, 0, 0);
+    free(q); free(k); free(v); free(dout); free(dq[0]); free(dq[1]);
+    dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_o); dev_free(d_st);
+    dev_free(d_scratch);
+}
+#endif
+
 void test_attention(void) {
     AttnRounding none = {0, 0, 0}, all = {1, 1, 1};
     Shape A = {2, 9, 4, 4, 2, 8, 6, 2, none};   // k, v hold P = 2 parts of S positions, q0 + S = 13 of them
@@ -411,9 +453,11 @@ void test_attention(void) {
     Shape tc[] = {{2, 100, 0, 4, 2, 128, 128, 1, bf}, {1, 70, 0, 4, 4, 192, 128, 1, bf},
                   {1, 70, 0, 4, 4, 192, 128, 1, bf_f32}, {2, 40, 0, 4, 2, 64, 64, 1, bf},
                   {1, 70, 0, 2, 1, 64, 192, 1, bf}};
-    if (gpu_attention_tensor_cores())
+    if (gpu_attention_tensor_cores()) {
         for (size_t x = 0; x < sizeof tc / sizeof tc[0]; x++) tensor_cores_within(tc[x]);
-    else
+        dq_kernels_equal(tc[0]);
+        dq_kernels_equal(tc[1]);   // MLA's heads: the 16 tiles of dq a warp
+    } else
         printf("  attention on tensor cores: SKIPPED (this build has none)\n");
 #endif
 }
