@@ -328,18 +328,21 @@ static double rel_diff(const float *want, const float *got, const float *base, s
     return top > 0 ? diff / top : diff;
 }
 
+// n random bf16 values, uniform in [-scale, scale) before the rounding.
+static float *bf16_random(size_t n, float scale) {
+    float *x = rand_floats(n, -scale, scale);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+    return x;
+}
+
 // gpu_attention=tensor_cores (gpu/attn_mma.cu) against the CPU's bf16 attention on bf16-valued
 // q, k, v and dO, as bf16 training gives them: not the same bits (its keys merged 64 at a
 // time, p and dS rounded to bf16 for their products, float32 sums in the tensor cores' order),
 // within the bounds build/test_gpu_attention states and justifies by what its emulation measured.
 static void tensor_cores_within(Shape A) {
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
-    float *q = rand_floats(nq * A.Dqk, -1.5f, 1.5f), *k = rand_floats(nk * A.Dqk, -1.5f, 1.5f);
-    float *v = rand_floats(nk * A.Dv, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1);
-    for (size_t i = 0; i < nq * A.Dqk; i++) q[i] = bf16_round(q[i]);
-    for (size_t i = 0; i < nk * A.Dqk; i++) k[i] = bf16_round(k[i]);
-    for (size_t i = 0; i < nk * A.Dv; i++) v[i] = bf16_round(v[i]);
-    for (size_t i = 0; i < nq * A.Dv; i++) dout[i] = bf16_round(dout[i]);
+    float *q = bf16_random(nq * A.Dqk, 1.5f), *k = bf16_random(nk * A.Dqk, 1.5f);
+    float *v = bf16_random(nk * A.Dv, 1.0f), *dout = bf16_random(nq * A.Dv, 1.0f);
     float *dk0 = rand_floats(nk * A.Dqk, -1, 1), *dv0 = rand_floats(nk * A.Dv, -1, 1);
     float *scratch = malloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2);
     float *o = malloc(sizeof(float) * nq * A.Dv), *st = malloc(sizeof(float) * ns);
@@ -384,12 +387,8 @@ static void tensor_cores_within(Shape A) {
 // the same order: dq bit for bit the same from both.
 static void dq_kernels_equal(Shape A) {
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
-    float *q = rand_floats(nq * A.Dqk, -1.5f, 1.5f), *k = rand_floats(nk * A.Dqk, -1.5f, 1.5f);
-    float *v = rand_floats(nk * A.Dv, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1);
-    for (size_t i = 0; i < nq * A.Dqk; i++) q[i] = bf16_round(q[i]);
-    for (size_t i = 0; i < nk * A.Dqk; i++) k[i] = bf16_round(k[i]);
-    for (size_t i = 0; i < nk * A.Dv; i++) v[i] = bf16_round(v[i]);
-    for (size_t i = 0; i < nq * A.Dv; i++) dout[i] = bf16_round(dout[i]);
+    float *q = bf16_random(nq * A.Dqk, 1.5f), *k = bf16_random(nk * A.Dqk, 1.5f);
+    float *v = bf16_random(nk * A.Dv, 1.0f), *dout = bf16_random(nq * A.Dv, 1.0f);
     float *d_q = dev_copy(q, sizeof(float) * nq * A.Dqk), *d_k = dev_copy(k, sizeof(float) * nk * A.Dqk);
     float *d_v = dev_copy(v, sizeof(float) * nk * A.Dv), *d_dout = dev_copy(dout, sizeof(float) * nq * A.Dv);
     float *d_o = dev_poisoned(sizeof(float) * nq * A.Dv), *d_st = dev_poisoned(sizeof(float) * ns);
