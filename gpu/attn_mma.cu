@@ -12,13 +12,14 @@
 //   dk, dv, per head of the group and tile of 64 query rows: the same P and dS, transposed
 //                                  (S^T = K Q^T, dP^T = V dO^T); dV += P^T dO, dK += dS^T Q
 // The sums O (forward) and dQ, dK, dV (backward) stay in registers, each warp's accumulator
-// tiles, for the whole kernel. The forward makes its scores in shared memory and rescales
-// O's rows between key tiles in registers; the backward keeps its scores in registers too
-// (each warp's own rows, or keys, and p and dS turned into the next product's operands where
-// they lie), by the fragment layout that attn_layout_holds checks on the GPU, else passes
-// them through shared memory (and MESHMOE_ATTN_BWD=smem asks for that). The block asks for
-// what it needs beyond 48 KiB (for 128-wide heads: 61 KiB forward, three blocks a
-// multiprocessor of an H100's 228 KiB; 53 and 70 KiB dq and dk, dv).
+// tiles, for the whole kernel. The scores stay there too, as FlashAttention-2 keeps them:
+// each warp its own 16 rows (or keys), the softmax, p and dS made where the elements lie and
+// turned into the next product's operands in registers, by the fragment layout that
+// attn_layout_holds checks on the GPU; where it does not hold (and with
+// MESHMOE_ATTN_SCORES=smem, for comparison) the kernels pass the scores through shared
+// memory (mma_forward_kernel, mma_dq_kernel, mma_dkdv_kernel). The block asks for what it
+// needs beyond 48 KiB (for 128-wide heads: 52, 53 and 70 KiB forward, dq and dk, dv; three,
+// three and two blocks a multiprocessor of an H100's 228 KiB by their registers).
 //
 // The numbers: q, k, v, o and dO are bf16-valued in bf16 training (docs/model.md, bf16 cast
 // points 4, 6, 7, 9), so the products of q.k and dO.v are exact and only their float32 sums
@@ -163,6 +164,180 @@ __global__ static void mma_forward_kernel(float *o, float *stats, Heads H, Geom 
     }
 }
 
+// ---- the forward with its scores in registers ----
+// mma_forward_kernel's arithmetic, FlashAttention-2's way: each warp takes its own 16 of the
+// block's MQ query rows and keeps everything of them in its fragments: S = Q K^T for a tile of
+// MKF keys (MKF / 16 accumulator tiles), the online softmax on the elements where they lie
+// (the rows' maxima and sums over the four lanes that share a row, by shuffles), the
+// exponentials turned into the matrix_a fragments of O = a O + P V, and O itself. The block's
+// barriers only bracket the K and V tiles' loads. Under the emulation (a warp's fragments held
+// by its first thread, which then holds every column of a row) the sums are the CPU's, in
+// column order, and the results mma_forward_kernel's bit for bit; on a GPU a row's sum of
+// exponentials adds the four lanes' parts.
+
+// The per-row state a thread keeps: on a GPU a lane's elements lie in two rows (r and r + 8
+// of the warp's 16; slot (e / 2) % 2 of element e), under the emulation the warp's first
+// thread holds all 16 rows (slot r). fn(r, c, slot, x) over a tile's elements; slot_row(s):
+// the row of slot s; quad_max, quad_sum: over the lanes that share a row; row_add: an
+// exponential onto the row's sum (the emulation's sum in column order) or the lane's part.
+#if defined(GPU_EMULATE)
+enum { LANE_ROWS = 16 };
+template <class F> __device__ static void slots_apply(Acc &f, F fn) {
+    if (threadIdx.x % WARP_SIZE) return;
+    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, i % 16, i / 16, f.x[i]);
+}
+__device__ static int slot_row(int s) { return s; }
+__device__ static int slot_writer(void) { return threadIdx.x % WARP_SIZE == 0; }
+__device__ static float quad_max(float x) { return x; }
+__device__ static void row_add(float &l, float &, float e) { l += e; }
+__device__ static float row_total(float l, float) { return l; }
+#else
+enum { LANE_ROWS = 2 };
+template <class F> __device__ static void slots_apply(Acc &f, F fn) {
+    for (int e = 0; e < f.num_elements; e++) f.x[e] = fn(acc_row(e), acc_col(e), e / 2 % 2, f.x[e]);
+}
+__device__ static int slot_row(int s) { return threadIdx.x % 32 / 4 + 8 * s; }
+__device__ static int slot_writer(void) { return threadIdx.x % 4 == 0; }
+__device__ static float quad_max(float x) {
+    float y = warp_shfl_xor(x, 1);
+    x = y > x ? y : x;
+    y = warp_shfl_xor(x, 2);
+    return y > x ? y : x;
+}
+__device__ static void row_add(float &, float &part, float e) { part += e; }
+__device__ static float row_total(float l, float part) {
+    part += warp_shfl_xor(part, 1);
+    return l + (part + warp_shfl_xor(part, 2));
+}
+#endif
+
+struct FwdRegs {
+    bf16 *Q, *K, *V;   // (MQ, Dqk), (MKF, Dqk), (MKF, Dv)
+};
+__host__ __device__ static size_t fwd_regs_layout(const Geom &G, uintptr_t base, FwdRegs *s) {
+    Carve c = {base, 0};
+    FwdRegs f;
+    f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
+    f.K = c.take<bf16>(MKF * (G.Dqk + PAD_H));
+    f.V = c.take<bf16>(MKF * (G.Dv + PAD_H));
+    if (s) *s = f;
+    return c.used;
+}
+
+// The tile's online softmax on this warp's scores s (MKF / 16 tiles of its rows), m, l, a
+// per slot: the visible scores rounded as the CPU's, the rows' new maxima and rescales a (l
+// rescaled), then the exponentials (rounded as the CPU's; 0 where a row does not see a key)
+// over the scores and added onto l.
+__device__ static void softmax_regs(Acc *s, float *m, float *l, float *a, const Geom &G, int i0, int y0, int rows,
+                                    int j0, int nk) {
+    auto sees = [&](int y, int col) { return y < rows && col < imin(nk, keys_scanned(G, i0 + y) - j0); };
+    float pm[LANE_ROWS], part[LANE_ROWS];
+    for (int q = 0; q < LANE_ROWS; q++) pm[q] = ATTN_MASK_VALUE;
+#pragma unroll
+    for (int c = 0; c < MKF / 16; c++)
+        slots_apply(s[c], [&](int r, int cc, int q, float x) {
+            if (!sees(y0 + r, 16 * c + cc)) return x;
+            if (G.rnd.scores) x = bf16_round_dev(x);
+            if (x > pm[q]) pm[q] = x;
+            return x;
+        });
+    for (int q = 0; q < LANE_ROWS; q++) {
+        float bm = quad_max(pm[q]);
+        a[q] = 1.0f;
+        if (bm > m[q]) {
+            a[q] = expf(m[q] - bm);
+            m[q] = bm;
+        }
+        l[q] *= a[q];   // (a is 1 unless the max grew: exact)
+        part[q] = 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < MKF / 16; c++)
+        slots_apply(s[c], [&](int r, int cc, int q, float x) {
+            if (!sees(y0 + r, 16 * c + cc)) return 0.0f;
+            float e = expf(x - m[q]);
+            if (G.rnd.probs) e = bf16_round_dev(e);
+            row_add(l[q], part[q], e);
+            return e;
+        });
+    for (int q = 0; q < LANE_ROWS; q++) l[q] = row_total(l[q], part[q]);
+}
+
+// grid (N, tiles of MQ rows, B), the last tile first; OT: the most tiles of O a warp holds (Dv / 16).
+template <int OT>
+__global__ static void mma_forward_regs_kernel(float *o, float *stats, Heads H, Geom G, int begin, int end) {
+    GPU_SHARED(float, sh);
+    FwdRegs S;
+    fwd_regs_layout(G, (uintptr_t)sh, &S);
+    int i0 = heavy_first() * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv), y0 = threadIdx.x / 32 * 16;
+    int rows = imin(MQ, G.S - i0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, nt = G.Dv / 16;
+    tile_copy(S.Q, ldq, query_tile(H.q, G, H, b, h, i0, G.Dqk), rows, MQ, G.Dqk);
+    QueryRows row{G, b, h, i0};
+    float *st = stats + (((size_t)b * G.N + h) * G.S + i0) * 2;   // (the block's rows' m, l pairs)
+    float m[LANE_ROWS], l[LANE_ROWS], a[LANE_ROWS];
+    for (int q = 0; q < LANE_ROWS; q++) {
+        int y = y0 + slot_row(q);
+        m[q] = y < rows && !begin ? st[2 * y] : ATTN_MASK_VALUE;
+        l[q] = y < rows && !begin ? st[2 * y + 1] : 0.0f;
+    }
+    Acc O[OT];   // this warp's rows' output sums, tile t its columns 16 t ..
+#pragma unroll
+    for (int t = 0; t < OT; t++) {
+        if (t >= nt) break;
+        row_tile_apply(O[t], y0, t, [&](int y, int c, float) { return y < rows && !begin ? o[row(y) * G.Dv + c] : 0.0f; });
+    }
+    int kmax = keys_scanned(G, i0 + rows - 1);
+    for (int j0 = 0; j0 < kmax; j0 += MKF) {
+        int nk = imin(MKF, kmax - j0);
+        __syncthreads();   // (Q written; the previous tile's products done with K and V)
+        tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MKF, G.Dqk);
+        tile_copy(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MKF, G.Dv);
+        __syncthreads();
+        Acc s[MKF / 16];
+        RowA p[MKF / 16];
+#pragma unroll
+        for (int c = 0; c < MKF / 16; c++) {   // S = Q K^T
+            wmma::fill_fragment(s[c], 0.0f);
+            mma_onto<wmma::row_major, wmma::col_major>(s[c], S.Q + y0 * ldq, ldq, 16, S.K + 16 * c * ldq, ldq, 16,
+                                                       G.Dqk);
+        }
+        softmax_regs(s, m, l, a, G, i0, y0, rows, j0, nk);
+#pragma unroll
+        for (int c = 0; c < MKF / 16; c++) acc_to_a(p[c], s[c]);
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
+#pragma unroll
+        for (int t = 0; t < OT; t++) {   // O = a O + P V
+            if (t >= nt) break;
+            slots_apply(O[t], [&](int, int, int q, float x) { return x * a[q]; });
+            for (int c = 0; c < MKF / 16; c++) {
+                wmma::load_matrix_sync(fv, S.V + 16 * c * ldv + 16 * t, ldv);
+                wmma::mma_sync(O[t], p[c], fv, O[t]);
+            }
+        }
+    }
+    AttnRounding rnd = G.rnd;
+#pragma unroll
+    for (int t = 0; t < OT; t++) {
+        if (t >= nt) break;
+        if (end)
+            slots_apply(O[t], [&](int, int, int q, float x) {
+                float num = rnd.probs ? bf16_round_dev(x) : x;
+                return rnd.out ? bf16_round_dev(num / l[q]) : num / l[q];
+            });
+        row_tile_apply(O[t], y0, t, [&](int y, int c, float x) {
+            if (y < rows) o[row(y) * G.Dv + c] = x;
+            return x;
+        });
+    }
+    for (int q = 0; q < LANE_ROWS; q++) {
+        int y = y0 + slot_row(q);
+        if (y < rows && slot_writer()) {
+            st[2 * y] = m[q];
+            st[2 * y + 1] = l[q];
+        }
+    }
+}
+
 // The fragment layouts above, checked on one warp: tiles of known values (element (r, c) =
 // 16 r + c) loaded into an accumulator and a matrix_a fragment, each element's value against
 // its row (bad[0]) and its row and column (bad[1]).
@@ -225,6 +400,15 @@ int attn_layout_holds(int which) {
 }
 static int acc_rows_hold(void) { return attn_layout_holds(0); }
 
+int attn_scores_in_registers(void) {
+    const char *how = getenv("MESHMOE_ATTN_SCORES");
+    if (how && strcmp(how, "registers") && strcmp(how, "smem")) {
+        fprintf(stderr, "meshmoe: MESHMOE_ATTN_SCORES is 'registers' (the default) or 'smem', not '%s'\n", how);
+        exit(1);
+    }
+    return !(how && !strcmp(how, "smem")) && attn_layout_holds(1);
+}
+
 // ---- the call ----
 
 // The forward with OT tiles of O a warp (fewer registers for heads up to 128 wide).
@@ -236,13 +420,26 @@ static void forward_launch(float *o, float *stats, Heads H, Geom G, int begin, i
     GPU_CHECK_LAUNCH();
 }
 
+// The forward with its scores in registers, OT tiles of O a warp.
+template <int OT>
+static void forward_regs_launch(float *o, float *stats, Heads H, Geom G, int begin, int end) {
+    size_t bytes = fwd_regs_layout(G, 0, NULL);
+    GPU_CHECK(cudaFuncSetAttribute(mma_forward_regs_kernel<OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)bytes));
+    dim3 grid(G.N, (G.S + MQ - 1) / MQ, G.B);
+    GPU_LAUNCH(mma_forward_regs_kernel<OT>, grid, MMA_THREADS, bytes)(o, stats, H, G, begin, end);
+    GPU_CHECK_LAUNCH();
+}
+
 int attn_mma_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
                      int end) {
     size_t bytes = fwd_layout(G, 0, NULL);
     if (!mma_fits(G, bytes) || !acc_rows_hold()) return 0;
     bf16 *base;
     Heads H = heads_make(q, NULL, k, v, G, 0, G.S, &base);
-    if (G.Dv <= 128) forward_launch<O_TILES / 2>(o, stats, H, G, begin, end, bytes);
+    // (values up to 128 wide in registers: wider ones would spill them, ptxas on sm_90)
+    if (G.Dv <= 128 && attn_scores_in_registers()) forward_regs_launch<128 / 16>(o, stats, H, G, begin, end);
+    else if (G.Dv <= 128) forward_launch<O_TILES / 2>(o, stats, H, G, begin, end, bytes);
     else forward_launch<O_TILES>(o, stats, H, G, begin, end, bytes);
     GPU_CHECK(cudaFreeAsync(base, gpu_stream()));
     return 1;

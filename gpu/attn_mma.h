@@ -293,11 +293,21 @@ __device__ static inline void acc_to_a(RowA &a, const Acc &c) {
 template <class F> __device__ static void rows_apply(Acc &f, F fn) {
     elems_apply(f, [&](int r, int, float x) { return fn(r, x); });
 }
+// Tile t of a warp's sums over its 16 rows from y0 (a row-owned tile: dQ, O): x = fn(y,
+// column, x) for its elements, y the block's row.
+template <class F> __device__ static void row_tile_apply(Acc &x, int y0, int t, F fn) {
+    elems_apply(x, [&](int r, int c, float v) { return fn(y0 + r, 16 * t + c, v); });
+}
 
 // Whether the fragment layouts above hold on this GPU (gpu/attn_mma.cu, checked once per
 // process): which = 0 the accumulator's rows (the forward), 1 its columns and matrix_a's too
 // (the backward with its scores in registers).
 int attn_layout_holds(int which);
+// The kernels with their scores in registers (the forward's and the backward's), where the
+// GPU's fragments are laid out as elems_apply says, unless MESHMOE_ATTN_SCORES=smem (the
+// kernels through shared memory, for comparison; any other value than that or registers is
+// refused).
+int attn_scores_in_registers(void);
 
 // A bf16 call (the output rounded) without a mask, heads of 16-multiples up to MMA_MAX_D, and
 // its shared memory within what this GPU gives a block that asks (227 KiB on an H100).

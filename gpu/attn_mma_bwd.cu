@@ -121,11 +121,6 @@ __global__ static void mma_dq_kernel(float *dq, Heads H, const float *dots, cons
 
 enum { KEY_SLABS = MK / 16 };   // a key tile's 16-key slabs
 
-// dQ's tile t of this warp's rows (y0 ..) and x: x = fn(y, column, x) for its elements, y the
-// block's row.
-template <class F> __device__ static void dq_tile_apply(Acc &x, int y0, int t, F fn) {
-    elems_apply(x, [&](int r, int c, float v) { return fn(y0 + r, 16 * t + c, v); });
-}
 
 // grid (N, tiles of MQ of the rows r0 .. r1-1, B), the last tile first; QT: the most dQ tiles
 // of a warp (Dqk / 16).
@@ -145,7 +140,7 @@ __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots,
         if (t >= nt) break;
         wmma::fill_fragment(dQ[t], 0.0f);
         if (!zero)
-            dq_tile_apply(dQ[t], y0, t, [&](int y, int c, float) { return y < nr ? dq[row(y) * G.Dqk + c] : 0.0f; });
+            row_tile_apply(dQ[t], y0, t, [&](int y, int c, float) { return y < nr ? dq[row(y) * G.Dqk + c] : 0.0f; });
     }
     const float *m = S.m, *l = S.l, *D = S.D;
     int kmax = keys_scanned(G, ia + nr - 1);
@@ -187,7 +182,7 @@ __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots,
 #pragma unroll
     for (int t = 0; t < QT; t++) {
         if (t >= nt) break;
-        dq_tile_apply(dQ[t], y0, t, [&](int y, int c, float v) {
+        row_tile_apply(dQ[t], y0, t, [&](int y, int c, float v) {
             if (y < nr) dq[row(y) * G.Dqk + c] = v;
             return v;
         });
@@ -335,18 +330,6 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const
 
 // ---- the call ----
 
-// The backward's kernels with their scores in registers where the GPU's fragments are laid
-// out as elems_apply says, unless MESHMOE_ATTN_BWD=smem (the kernels through shared memory,
-// for comparison; any other value is refused).
-static int bwd_in_registers(void) {
-    const char *how = getenv("MESHMOE_ATTN_BWD");
-    if (how && strcmp(how, "registers") && strcmp(how, "smem")) {
-        fprintf(stderr, "meshmoe: MESHMOE_ATTN_BWD is 'registers' (the default) or 'smem', not '%s'\n", how);
-        exit(1);
-    }
-    return !(how && !strcmp(how, "smem")) && attn_layout_holds(1);
-}
-
 template <int QT>
 static void dq_regs_go(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1, int zero,
                        dim3 grid, size_t bytes) {
@@ -399,7 +382,7 @@ int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const 
     bf16 *base;
     Heads H = heads_make(q, dout, k, v, G, r0, r1 - r0, &base);
     dim3 rows(G.N, (r1 - r0 + MQ - 1) / MQ, G.B), keys(G.Nkv, (G.W + MK - 1) / MK, G.B);
-    int regs = bwd_in_registers();
+    int regs = attn_scores_in_registers();
     if (regs) dq_regs_launch(dq, H, dots, stats, G, r0, r1, zero_dq, rows);
     else {
         GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, H, dots, stats, G, r0, r1, zero_dq);

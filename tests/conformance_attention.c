@@ -383,7 +383,7 @@ static void tensor_cores_within(Shape A) {
 
 #ifdef MESHMOE_CONFORMANCE_GPU
 // The tensor cores' two dq kernels (gpu/attn_mma.cu: the scores in registers, the default,
-// and through shared memory, MESHMOE_ATTN_BWD=smem) make the same products and roundings in
+// and through shared memory, MESHMOE_ATTN_SCORES=smem) make the same products and roundings in
 // the same order: dq bit for bit the same from both. (Their dk and dv kernels make S^T = K Q^T
 // where the other makes S = Q K^T, whose sums the tensor cores may add in another order:
 // tensor_cores_within checks each way's against the CPU.)
@@ -399,7 +399,7 @@ static void dq_kernels_equal(Shape A) {
     const AttentionKernels *u = UNDER_TEST->attention;
     u->dot_forward(d_o, d_st, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
     for (int way = 0; way < 2; way++) {
-        if (way) setenv("MESHMOE_ATTN_BWD", "smem", 1);
+        if (way) setenv("MESHMOE_ATTN_SCORES", "smem", 1);
         float *d_dq = dev_poisoned(sizeof(float) * nq * A.Dqk), *d_dk = dev_alloc(sizeof(float) * nk * A.Dqk);
         float *d_dv = dev_alloc(sizeof(float) * nk * A.Dv);
         dev_upload(d_dk, k, sizeof(float) * nk * A.Dqk);   // (any starting values: both ways the same)
@@ -409,7 +409,7 @@ static void dq_kernels_equal(Shape A) {
         dq[way] = dev_fetch(d_dq, sizeof(float) * nq * A.Dqk);
         dev_free(d_dq); dev_free(d_dk); dev_free(d_dv);
     }
-    unsetenv("MESHMOE_ATTN_BWD");
+    unsetenv("MESHMOE_ATTN_SCORES");
     gpu_attention_use(GPU_ATTENTION_KIND_TILES);
     char shape[96];
     snprintf(shape, sizeof shape, "B=%d S=%d N=%d Nkv=%d Dqk=%d Dv=%d, registers against smem", A.B, A.S, A.N, A.Nkv,
@@ -456,10 +456,10 @@ void test_attention(void) {
                   {1, 70, 0, 2, 1, 64, 192, 1, bf}};
     if (gpu_attention_tensor_cores()) {
         for (int way = 0; way < 2; way++) {   // the backward's scores in registers, then through shared memory
-            if (way) setenv("MESHMOE_ATTN_BWD", "smem", 1);
+            if (way) setenv("MESHMOE_ATTN_SCORES", "smem", 1);
             for (size_t x = 0; x < sizeof tc / sizeof tc[0]; x++) tensor_cores_within(tc[x]);
         }
-        unsetenv("MESHMOE_ATTN_BWD");
+        unsetenv("MESHMOE_ATTN_SCORES");
         dq_kernels_equal(tc[0]);
         dq_kernels_equal(tc[1]);   // MLA's heads: the 16 tiles of dq a warp
     } else
