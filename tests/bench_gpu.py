@@ -11,8 +11,8 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
   meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
                  cuBLAS call for all the experts, or a call per expert), first of the variants
-  meshmoe, MESHMOE_ATTN_SCORES=smem  the tensor-core attention's backward kernels through shared
-                 memory (the default keeps their scores in registers), when there is time
+  meshmoe, MESHMOE_ATTN_SCORES=smem  the tensor-core attention's kernels with their scores
+                 through shared memory (the default keeps them in registers), when there is time
   meshmoe, MESHMOE_CUBLAS_BF16=convert  the weight products' operands converted to bf16 by
                  gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
                  converted inside cuBLAS's kernels), when there is time
@@ -198,7 +198,7 @@ def limits():
 CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert"  # the operands converted before cuBLAS (gpu/matmul.cu)
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
-BWD_SMEM = "meshmoe, MESHMOE_ATTN_SCORES=smem"         # the backward's scores through shared memory (gpu/attn_mma.cu)
+SCORES_SMEM = "meshmoe, MESHMOE_ATTN_SCORES=smem"  # attention's scores through shared memory (gpu/attn_mma.cu)
 
 
 def megablox_flipped(preset):
@@ -234,7 +234,7 @@ def main():
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
         for preset in PRESETS:
-            results[preset][BWD_SMEM] = meshmoe(preset, env={"MESHMOE_ATTN_SCORES": "smem"})
+            results[preset][SCORES_SMEM] = meshmoe(preset, env={"MESHMOE_ATTN_SCORES": "smem"})
         for preset in PRESETS:
             results[preset][CONVERT] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "convert"})
         for preset in PRESETS:
@@ -250,7 +250,7 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, BWD_SMEM, CONVERT, TILES,
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, SCORES_SMEM, CONVERT, TILES,
                        "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
