@@ -18,9 +18,10 @@
 // Context parallelism (base/context.h): S is this device's part of each sequence; the
 // per-sequence statistics (load-balance loss, capacity) are combined over the context group.
 // This file orchestrates: it reads the switches, allocates, calls the collectives and reads
-// the rows' layout back to the host once per layer (rows_to_host); the arithmetic is in the
-// kernels of kernels/router.h (routing, capacity, load-balance loss) and kernels/moe.h
-// (row layout, gather, combine).
+// the rows' layout back to the host once per layer (rows_to_host); the experts' SwiGLU on
+// their rows, one expert a call or all at once (megablox), is model/moe_experts.c; the
+// arithmetic is in the kernels of kernels/router.h (routing, capacity, load-balance loss)
+// and kernels/moe.h (row layout, gather, combine).
 #include "model/moe.h"             // MoeParams, MoeSaved, this file's functions
 #include "model/moe_experts.h"     // the experts' SwiGLU on their rows
 #include "model/matmul.h"          // gemm, the chunked products: the experts' matmuls
