@@ -452,58 +452,46 @@ static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *
 // a group, as above), else a call of the plain kernel per group (kernels/grouped_loop.h), whose
 // bits are the CPU's.
 #if GPU_HOST_PASS
+// Under cuBLAS, C_g (n_g,N) = A_g (n_g,K) @ op(B_g) (+ C_g when accumulate) on each group's rows
+// in grouped calls: A (R,K) and C (R,N) packed, B_g the g-th of G stacked (K,N), or (N,K) when
+// transB; 0 when not done (not cuBLAS, or no grouped call for it: the caller loops).
+static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K, const float *A, const float *B,
+                               float *C, int accumulate) {
+#if GPU_HAVE_CUBLAS
+    if (!use_cublas) return 0;
+    Part *pt = parts_for(G);
+    int np = 0;
+    for (int g = 0; g < G; g++)
+        if (rows[g + 1] > rows[g])
+            pt[np++] = Part{rows[g + 1] - rows[g], N, K, (size_t)rows[g] * K, (size_t)g * K * N, (size_t)rows[g] * N};
+    int done = gemm_grouped_cublas(0, transB, pt, np, A, K, B, transB ? K : N, C, N, accumulate);
+    free(pt);
+    return done;
+#else
+    (void)transB; (void)rows; (void)G; (void)N; (void)K; (void)A; (void)B; (void)C; (void)accumulate;
+    return 0;
+#endif
+}
+
+// out_g (n,OC) = inp_g (n,C) @ w_g (C,OC)
 static void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
                                    int accumulate) {
-#if GPU_HAVE_CUBLAS
-    if (use_cublas) {   // out_g (n,OC) = inp_g (n,C) @ w_g (C,OC)
-        Part *pt = parts_for(G);
-        int np = 0;
-        for (int g = 0; g < G; g++)
-            if (rows[g + 1] > rows[g])
-                pt[np++] = Part{rows[g + 1] - rows[g], OC, C, (size_t)rows[g] * C, (size_t)g * C * OC,
-                                (size_t)rows[g] * OC};
-        int done = gemm_grouped_cublas(0, 0, pt, np, inp, C, w, OC, out, OC, accumulate);
-        free(pt);
-        if (done) return;
-    }
-#endif
-    forward_grouped_loop(&matmul_cuda, out, inp, w, rows, G, C, OC, accumulate);
+    if (!rows_grouped_cublas(0, rows, G, OC, C, inp, w, out, accumulate))
+        forward_grouped_loop(&matmul_cuda, out, inp, w, rows, G, C, OC, accumulate);
 }
 
+// dinp_g (n,C) += dout_g (n,OC) @ w_g^T
 static void matmul_backward_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C,
                                          int OC) {
-#if GPU_HAVE_CUBLAS
-    if (use_cublas) {   // dinp_g (n,C) += dout_g (n,OC) @ w_g^T
-        Part *pt = parts_for(G);
-        int np = 0;
-        for (int g = 0; g < G; g++)
-            if (rows[g + 1] > rows[g])
-                pt[np++] = Part{rows[g + 1] - rows[g], C, OC, (size_t)rows[g] * OC, (size_t)g * C * OC,
-                                (size_t)rows[g] * C};
-        int done = gemm_grouped_cublas(0, 1, pt, np, dout, OC, w, OC, dinp, C, 1);
-        free(pt);
-        if (done) return;
-    }
-#endif
-    dinp_grouped_loop(&matmul_cuda, dinp, dout, w, rows, G, C, OC);
+    if (!rows_grouped_cublas(1, rows, G, C, OC, dout, w, dinp, 1))
+        dinp_grouped_loop(&matmul_cuda, dinp, dout, w, rows, G, C, OC);
 }
 
+// Under cuBLAS as gemm_chunked: the whole contraction, one product a group.
 static void gemm_chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
                                  const float *B, float *out) {
-#if GPU_HAVE_CUBLAS
-    if (use_cublas) {   // as gemm_chunked: the whole contraction, one product a group
-        Part *pt = parts_for(G);
-        int np = 0;
-        for (int g = 0; g < G; g++)
-            if (rows[g + 1] > rows[g])
-                pt[np++] = Part{rows[g + 1] - rows[g], N, K, (size_t)rows[g] * K, (size_t)g * K * N,
-                                (size_t)rows[g] * N};
-        int done = gemm_grouped_cublas(0, transB, pt, np, A, K, B, transB ? K : N, out, N, 0);
-        free(pt);
-        if (done) return;
-    }
-#endif
-    chunked_grouped_loop(&matmul_cuda, transB, rows, G, N, K, chunks, A, B, out);
+    if (!rows_grouped_cublas(transB, rows, G, N, K, A, B, out, 0))
+        chunked_grouped_loop(&matmul_cuda, transB, rows, G, N, K, chunks, A, B, out);
 }
 
 static void matmul_backward_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n,
