@@ -235,10 +235,13 @@ jax() {
     fi
     # Every case, without the reference's self-tests (PARITY_ONLY=. skips them): they test
     # JAX's side alone, which make parity runs on the CPU, and took 138 s of the first GPU call.
-    # On a GPU the bf16 cases also run on tensor cores (PARITY_TENSOR_CORES).
-    local tc=0
-    [ "$DEV" = gpu ] && tc=1
-    TRAIN=$GPU_TRAIN PYTHON=$py PARITY_ONLY=${PARITY_ONLY:-.} PARITY_TENSOR_CORES=$tc bash tests/parity/run_parity.sh
+    # On a GPU the bf16 cases also run on tensor cores (PARITY_TENSOR_CORES). Six cases at a
+    # time on the GPU machine's 16 cores (one at a time, a case took 25-30 s there: JAX
+    # compiling, each process on one or two cores; the GPU work of these tiny models is small).
+    local tc=0 jobs=${PARITY_JOBS:-}
+    [ "$DEV" = gpu ] && tc=1 && jobs=${jobs:-6}
+    TRAIN=$GPU_TRAIN PYTHON=$py PARITY_ONLY=${PARITY_ONLY:-.} PARITY_TENSOR_CORES=$tc PARITY_JOBS=$jobs \
+        bash tests/parity/run_parity.sh
 }
 
 case $CHECK in

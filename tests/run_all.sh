@@ -79,7 +79,7 @@ run_part "layers: no include points up (README.md#layers-and-a-reading-order)" b
 run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
 run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
 run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
-run_part "fuzzing: preset, config JSON, token files, safetensors (60 s each, two at a time)" make -s fuzz FUZZ_SECONDS=60
+run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" make -s fuzz FUZZ_SECONDS=30
 run_part "sanitizers (make asan)" make -s asan
 run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
 # The mesh over processes needs OpenMPI (Debian: libopenmpi-dev openmpi-bin, .ci/run installs them).

@@ -16,6 +16,11 @@
 # CPU code generation to AVX2 on an AVX-512 machine (README.md "bfloat16").
 # PARITY_TENSOR_CORES=1 (a GPU trainer, tests/gpu_checks.sh): two more bf16 cases, on tensor
 # cores; PARITY_ONLY and PARITY_SECONDS: at run_case below.
+# PARITY_JOBS=N runs N cases at a time (default: the machine's cores, at most 4; 1 runs them
+# one after the other). A case is one Python process and one trainer, each mostly on one
+# core, so on 2 cores two at a time take about half as long (the self-tests are one more
+# job). Each case writes into its own files; its output is printed whole, in the order the
+# cases started, as soon as it and every case before it are done.
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -27,7 +32,27 @@ TRAIN=${TRAIN:-./train}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/meshmoe-parity.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-trap 'exit 130' INT TERM
+# A signal (Ctrl-C, or the time limit of a GPU call's step) stops the running jobs and still
+# prints the finished cases and the summary, the stopped ones named (stopped below).
+trap 'stopped; exit 130' INT TERM
+
+# One compilation cache for the run's JAX processes: the cases of a family share most of
+# their jitted functions (the optimizer's update, the element-wise ones), which JAX then
+# compiles once (a mixtral-tiny case after another: 10 s where it took 14 here); compiled
+# code only, so the numbers are the same. Removed with $TMP.
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$TMP/jax-cache}
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0}
+export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=${JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES:-0}
+
+JOBS=${PARITY_JOBS:-$(n=$(nproc 2> /dev/null || echo 1); echo $((n < 4 ? n : 4)))}
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "run_parity: PARITY_JOBS must be a positive integer, got '$JOBS'"; exit 2; }
+if [ "$JOBS" -gt 1 ]; then
+    # Idle OpenMP threads of one trainer wait by sleeping, so that they do not spin on the
+    # cores the other jobs use (it changes no result); on a GPU each JAX process takes GPU
+    # memory as it needs it rather than 75% of it at start-up.
+    export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+    export XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
+fi
 
 # Small and fast: the configs' model sizes, 2 sequences of 32 tokens per microbatch, and a
 # 10-step schedule (1 warm-up step, then the cosine) so the 10 parity steps cover it all.
@@ -39,8 +64,10 @@ passed=0
 failed=0
 failed_names=()
 
-pass() { passed=$((passed + 1)); echo "== $1: PASS ($2 s)"; echo; }
-fail() { failed=$((failed + 1)); failed_names+=("$1"); echo "== $1: FAIL ($2)"; echo; }
+# A job ends by writing its result, "PASS seconds" or "FAIL reason", into $TMP/NAME.result;
+# the parent counts it when it prints the job's output (show_done below).
+pass() { echo "PASS $2" > "$TMP/$1.result"; }
+fail() { echo "FAIL $2" > "$TMP/$1.result"; }
 
 # Counts the (token, slot) assignments that capacity dropping removes in step 0 of a dump
 # (from the C side's router choices, docs/model.md#dense-path-and-capacity-dropping); fails if none,
@@ -72,14 +99,81 @@ EOF
 # ones left are named at the end as not started, neither passed nor failed.
 not_started=()
 run_case() {
-    local name=$1 cfg=$2
-    shift 2
+    local name=$1
     if [ -n "${PARITY_ONLY:-}" ] && ! [[ "$name" =~ $PARITY_ONLY ]]; then return; fi
     if [ -n "${PARITY_SECONDS:-}" ] && [ "$SECONDS" -ge "$PARITY_SECONDS" ]; then
+        show_done
         echo "== $name: not started (PARITY_SECONDS=$PARITY_SECONDS reached)"
         not_started+=("$name")
         return
     fi
+    start_job "$name" case_body "$@"
+}
+
+# The jobs, in the order they started; shown: how many of them are printed and counted.
+order=()
+shown=0
+# start_job NAME COMMAND...: COMMAND in the background, its output into $TMP/NAME.out, once
+# fewer than JOBS jobs are running.
+start_job() {
+    local name=$1; shift
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do
+        wait -n
+        show_done
+    done
+    order+=("$name")
+    "$@" > "$TMP/$name.out" 2>&1 &
+    [ "$JOBS" -eq 1 ] && { wait; show_done; }
+}
+# Prints and counts the finished jobs at the head of the order; with "all" (every job has
+# ended), a job that left no result, killed or crashed, counts as failed.
+show_done() {
+    while [ "$shown" -lt ${#order[@]} ]; do
+        local name=${order[$shown]}
+        if [ ! -f "$TMP/$name.result" ]; then
+            [ "${1:-}" = all ] || break
+            echo "FAIL the job ended without a result" > "$TMP/$name.result"
+        fi
+        show_one "$name"
+        shown=$((shown + 1))
+    done
+}
+# Prints a finished job's output and counts its result.
+show_one() {
+    local name=$1 result why
+    cat "$TMP/$name.out"
+    read -r result why < "$TMP/$name.result"
+    if [ "$result" = PASS ]; then
+        passed=$((passed + 1)); echo "== $name: PASS ($why s)"
+    else
+        failed=$((failed + 1)); failed_names+=("$name"); echo "== $name: FAIL ($why)"
+    fi
+    echo
+}
+
+summary() {
+    echo "parity: $((SECONDS - ${start:-0})) s${failed_names[*]:+; failed: ${failed_names[*]}}"
+    [ ${#not_started[@]} -gt 0 ] && echo "${#not_started[@]} cases not started (PARITY_SECONDS): ${not_started[*]}"
+    echo "$passed passed, $failed failed"
+}
+# After a signal: the finished jobs printed and counted, the running ones stopped and named,
+# neither passed nor failed.
+stopped() {
+    trap - INT TERM
+    kill $(jobs -p) 2> /dev/null
+    wait
+    local running=() name
+    for name in "${order[@]:$shown}"; do
+        if [ -f "$TMP/$name.result" ]; then show_one "$name"; else running+=("$name"); fi
+    done
+    echo "== stopped by a signal: ${#running[@]} case(s) running then, neither passed nor failed: ${running[*]}"
+    summary
+}
+
+# case_body NAME CONFIG [key=value ...]: one case, start to end (a job).
+case_body() {
+    local name=$1 cfg=$2
+    shift 2
     local dir=$TMP/$name t0=$SECONDS
     echo "== $name: $TRAIN $cfg ${COMMON[*]} $*"
     if ! "$TRAIN" "$cfg" dump_parity="$dir" "${COMMON[@]}" "$@" >"$TMP/$name.train.log" 2>&1; then
@@ -110,10 +204,14 @@ run_case() {
 start=$SECONDS
 isa=$(grep -q -w avx512f /proc/cpuinfo && echo AVX-512 || (grep -q -w avx2 /proc/cpuinfo && echo AVX2 || echo "no AVX2"))
 echo "== cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs), $isa; XLA_FLAGS=${XLA_FLAGS:-(none)}"
-echo "== selftest: $PYTHON tests/parity/selftest.py"
-t0=$SECONDS
-if [ -n "${PARITY_ONLY:-}" ]; then echo "(skipped: PARITY_ONLY=$PARITY_ONLY)"
-elif "$PYTHON" tests/parity/selftest.py; then pass selftest $((SECONDS - t0)); else fail selftest "self-tests of the reference"; fi
+echo "== $JOBS case(s) at a time (PARITY_JOBS)"
+selftest() {
+    echo "== selftest: $PYTHON tests/parity/selftest.py"
+    local t0=$SECONDS
+    if "$PYTHON" tests/parity/selftest.py; then pass selftest $((SECONDS - t0)); else fail selftest "self-tests of the reference"; fi
+}
+if [ -n "${PARITY_ONLY:-}" ]; then echo "== selftest: skipped (PARITY_ONLY=$PARITY_ONLY)"
+else start_job selftest selftest; fi
 
 # bfloat16: the MoE combine in float32 (float32_weight_sum=true, the default) or in bf16.
 # Both presets, both settings; the flag must move C and JAX the same way.
@@ -150,6 +248,8 @@ run_case mixtral-adafactor  "$MIXTRAL"  sparse_matmul=true opt_type=adafactor
 run_case deepseek-adafactor "$DEEPSEEK" sparse_matmul=true opt_type=adafactor
 run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
 run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
+wait
+show_done all
 echo "== float32_weight_sum: step-0 loss with the float32 combine minus with the bf16 combine"
 for p in mixtral deepseek; do
     if [ -f "$TMP/$p-bf16-wsum32.losses" ] && [ -f "$TMP/$p-bf16-wsum16.losses" ]; then
@@ -162,7 +262,5 @@ for p in mixtral deepseek; do
     fi
 done
 
-echo "parity: $((SECONDS - start)) s${failed_names[*]:+; failed: ${failed_names[*]}}"
-[ ${#not_started[@]} -gt 0 ] && echo "${#not_started[@]} cases not started (PARITY_SECONDS): ${not_started[*]}"
-echo "$passed passed, $failed failed"
+summary
 [ "$failed" -eq 0 ]
