@@ -89,7 +89,7 @@ unit: $(TESTS)
 
 # Everything: unit tests, end-to-end tests, the sanitizer run, and the JAX parity cases
 # (skipped with a reason when Python packages cannot be had).
-test: train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu
+test: train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu build/train_emu
 	bash tests/run_all.sh
 
 # AddressSanitizer + UBSan build of the trainer, running a short training.
@@ -269,6 +269,13 @@ build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/em
 	$(CXX) $(SAN) $^ -o $@ -lm -ldl -lpthread
 
 # build/test_gpu_attention (part of `make test`, no GPU needed): the GPU's attention kernels,
+# build/train_emu (part of `make test`; no GPU, no nvcc): the whole trainer with the GPU
+# backend's sources compiled against gpu/emu.h in place of kernels/no_gpu.c, so that
+# device=gpu runs every layer, mesh and collective through the GPU's kernels on the CPU
+# (tests/gpu_emu.sh compares its runs with ./train's, bit for bit).
+build/train_emu: $(BUILD)/train.o $(filter-out $(BUILD)/kernels/no_gpu.o,$(LIB_OBJ)) $(EMU_OBJ)
+	$(CXX) -fopenmp $^ -o $@ $(LDLIBS)
+
 # gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
 # of the CUDA they use (gpu/emu.h), compared with each other and with the CPU's loops.
 # -ffp-contract=off: as the GPU builds, no multiply and add fused that the source keeps apart.

@@ -36,6 +36,9 @@ run_part "the GPU backend emulated: conformance, threads in descending order" \
     env GPU_EMU_ORDER=descending ./build/conformance_emu
 run_part "the GPU backend emulated: conformance under ASan and UBSan" \
     env ASAN_OPTIONS=detect_stack_use_after_return=0 ./build/emu-asan/conformance_emu
+# The whole trainer on the emulated GPU backend (build/train_emu device=gpu): ./train's loss
+# bits and peaks on one device and on meshes, the tensor-core attention within its bound.
+run_part "the GPU backend emulated: training, ./train's bits and peaks" bash tests/gpu_emu.sh
 # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without warnings;
 # run on a GPU by tests/gpu.sh. The conformance test's CPU build is build/test_conformance above.
 if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
