@@ -116,7 +116,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
 template <class T> static inline T atomicAdd(T *p, T v) { T old = *p; *p += v; return old; }
 template <class T> static inline T atomicOr(T *p, T v) { T old = *p; *p |= v; return old; }
 #define GPU_BACKEND_NAME "emulated"
-#define GPU_HAVE_CUBLAS 0
+#define GPU_HAVE_CUBLAS 1   // (gpu/emu_cublas.h)
 #define GPU_HAVE_WMMA 1
 #define WARP_SIZE 32
 

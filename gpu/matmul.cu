@@ -29,9 +29,13 @@
 #include "kernels/piece_tree.h"   // the chunked product as separate products
 #include "kernels/grouped_loop.h" // the experts' grouped products, a call per expert
 #if GPU_HAVE_CUBLAS
+#include <string.h>
+#if defined(GPU_EMULATE)
+#include "gpu/emu_cublas.h"   // (the emulation's cuBLAS, on the CPU)
+#else
 #include <cublas_v2.h>
 #include <dlfcn.h>
-#include <string.h>
+#endif
 #endif
 
 static int use_cublas = 0;   // set once at start-up: 0 the ordered GEMM, 1 cuBLAS, 2 and the weight products in bf16
@@ -55,6 +59,13 @@ static struct {
                                    void *const *, cudaDataType, const int *, int, const int *, cublasComputeType_t);
 } cublas;
 
+#if defined(GPU_EMULATE)
+static const char *load_cublas(void) {   // (the table's fields in their order)
+    cublas = decltype(cublas){emu_cublas_create, emu_cublas_destroy, emu_cublas_set_stream, emu_cublas_set_workspace,
+                              emu_cublas_sgemm, emu_cublas_gemm_ex, emu_cublas_gemm_grouped};
+    return NULL;
+}
+#else
 static const char *load_cublas(void) {
     void *lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
     if (!lib) lib = dlopen("/usr/local/cuda/lib64/libcublas.so.13", RTLD_NOW | RTLD_LOCAL);   // a toolkit off the path
@@ -72,6 +83,7 @@ static const char *load_cublas(void) {
                "cublasSetWorkspace_v2, cublasSgemm_v2, cublasGemmEx";
     return NULL;
 }
+#endif
 
 // CUBLAS_CHECK(call): as GPU_CHECK (gpu/gpu.h), for cuBLAS's status codes.
 #define CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)

@@ -11,16 +11,20 @@
 # bits (the device's expf is the CPU's here), so the loss bits of every step and every
 # device's peak bytes by tag must equal ./train's. The tensor-core attention adds its sums
 # in another order: its losses must stay within 1e-2 relative of ./train's bf16 run (measured
-# here, 3 steps: at most 4.2e-4 on mixtral-tiny and 8.9e-4 on deepseek-tiny), its two
+# here, 2 steps: at most 4.2e-4 on mixtral-tiny and 8.3e-5 on deepseek-tiny; 8.9e-4 at the
+# third step), its two
 # kernels (scores in registers, and through shared memory) must give the same bits, and the
-# run must differ from the CPU's somewhere (else the tensor-core kernels did not run).
+# run must differ from the CPU's somewhere (else the tensor-core kernels did not run). The
+# cuBLAS paths run on the emulation's cuBLAS (gpu/emu_cublas.h): gpu_matmul=cublas_bf16 within
+# the same bound, every operand it multiplied bf16-valued (MESHMOE_CHECK_BF16's count), and
+# megablox's grouped calls the per-expert calls' bits (each part the same product).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
 make -s train build/train_emu > /dev/null || { echo "build failed"; exit 1; }
 T=$(mktemp -d /tmp/meshmoe-gpu-emu.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-FAST="steps=3 per_device_batch_size=2 max_target_length=32 base_num_decoder_layers=2 sample_length=0 eval_steps=1"
+FAST="steps=2 per_device_batch_size=2 max_target_length=32 base_num_decoder_layers=2 sample_length=0 eval_steps=1"
 
 # both NAME PRESET ARGS...: ./train and build/train_emu device=gpu on the same run, into
 # $T/NAME-cpu.* and $T/NAME-emu.* (./train without the gpu_* keys); two runs at a time (an emulated kernel runs on its device's
@@ -42,7 +46,6 @@ peaks_of() { grep -E '^(device [0-9]+ peak|init peak|eval peak)' "$T/$1.out" | g
 ok_run() { [ ! -f "$T/$1.failed" ] || { fail "$1: $(cat "$T/$1.failed")"; return 1; }; }
 
 echo "== the CPU's bits and peaks, through the GPU backend's kernels (ordered GEMM, default attention)"
-both mx        mixtral-tiny
 both mx-offl   mixtral-tiny remat_policy=minimal_offloaded optimizer_memory_host_offload=true
 both ds-ft     deepseek-tiny dtype=bfloat16 megablox=true ici_fsdp_parallelism=2 ici_tensor_parallelism=2 num_devices=4
 both mx-ep     mixtral-tiny dtype=bfloat16 megablox=true ici_expert_parallelism=2 num_devices=2
@@ -50,13 +53,14 @@ both ds-cp     deepseek-tiny attention=flash ici_context_parallelism=2 num_devic
 echo "== the tensor-core attention (bf16), scores in registers and through shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
 both ds-tc     deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
-export MESHMOE_ATTN_SCORES=smem
-both mx-tcs    mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
-both ds-tcs    deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
-unset MESHMOE_ATTN_SCORES
+MESHMOE_ATTN_SCORES=smem both ds-tcs deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
+echo "== cuBLAS (gpu/emu_cublas.h): the weight products on bf16 operands, the experts' grouped call"
+MESHMOE_CHECK_BF16=1 both mx-cb mixtral-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
+both ds-cbg    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true ici_expert_parallelism=2 num_devices=2
+both ds-cbl    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=false ici_expert_parallelism=2 num_devices=2
 wait
 
-for name in mx mx-offl ds-ft mx-ep ds-cp; do
+for name in mx-offl ds-ft mx-ep ds-cp; do
     ok_run $name || continue
     c=$(bits_of $name-cpu) e=$(bits_of $name-emu)
     check "$name: loss bits as ./train's: $e" test -n "$c" -a "$c" = "$e"
@@ -66,17 +70,31 @@ for name in mx mx-offl ds-ft mx-ep ds-cp; do
         fail "$name: peak bytes by tag differ: $(head -4 $T/$name.peaks | tr '\n' ' ')"
     fi
 done
-for name in mx-tc ds-tc; do
-    ok_run $name && ok_run ${name}s || continue
-    check "$name: the two tensor-core kernels give the same loss bits: $(bits_of $name-emu)" \
-        test -n "$(bits_of $name-emu)" -a "$(bits_of $name-emu)" = "$(bits_of ${name}s-emu)"
+for name in mx-tc ds-tc mx-cb; do
+    ok_run $name || continue
+    if [ $name = ds-tc ]; then
+        ok_run ${name}s || continue
+        check "$name: the two tensor-core kernels give the same loss bits: $(bits_of $name-emu)" \
+            test -n "$(bits_of $name-emu)" -a "$(bits_of $name-emu)" = "$(bits_of ${name}s-emu)"
+    fi
     check "$name: the tensor-core kernels ran (loss bits not ./train's)" \
         test -n "$(bits_of $name-emu)" -a "$(bits_of $name-emu)" != "$(bits_of $name-cpu)"
     n_cpu=$(losses $T/$name-cpu.jsonl | wc -l) n_emu=$(losses $T/$name-emu.jsonl | wc -l)
-    check "$name: both runs logged every step's loss ($n_cpu and $n_emu of 3)" test "$n_cpu" -eq 3 -a "$n_emu" -eq 3
+    check "$name: both runs logged every step's loss ($n_cpu and $n_emu of 2)" test "$n_cpu" -eq 2 -a "$n_emu" -eq 2
     worst=$(paste <(losses $T/$name-cpu.jsonl) <(losses $T/$name-emu.jsonl) |
             awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d } END { printf "%.2e", w + 0 }')
     check "$name: every step's loss within 1e-2 of ./train's bf16 run (worst relative difference $worst)" \
         awk -v w="$worst" 'BEGIN { exit !(w + 0 <= 1e-2) }'
 done
+# MESHMOE_CHECK_BF16=1: cuBLAS's operands converted by the backend's own kernel, which counts
+# those that were not bf16-valued: none may be (the cast points make every one bf16-valued).
+line=$(grep -m1 '^cublas_bf16 check:' $T/mx-cb-emu.out)
+read -r converted inexact <<< "$(echo "$line" | sed -n 's/.*check: \([0-9]*\) operand values.*, \([0-9]*\) of them.*/\1 \2/p')"
+check "mx-cb: every operand cuBLAS multiplied was bf16-valued (${line:-no check line})" \
+    test -n "${converted:-}" -a "${converted:-0}" -gt 0 -a "${inexact:-1}" -eq 0
+if ok_run ds-cbg && ok_run ds-cbl; then
+    check "ds-cbg: megablox's grouped cuBLAS calls give the per-expert calls' loss bits: $(bits_of ds-cbg-emu)" \
+        test -n "$(bits_of ds-cbg-emu)" -a "$(bits_of ds-cbg-emu)" = "$(bits_of ds-cbl-emu)"
+    check "ds-cbg: cuBLAS ran (loss bits not ./train's)" test "$(bits_of ds-cbg-emu)" != "$(bits_of ds-cbg-cpu)"
+fi
 summary

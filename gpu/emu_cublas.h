@@ -1,0 +1,129 @@
+// gpu/emu_cublas.h: the part of cuBLAS that gpu/matmul.cu calls, run on the CPU, for the
+// emulation (gpu/emu.h): with it the emulated backend takes the cuBLAS paths too
+// (gpu_matmul=cublas, cublas_bf16, the grouped products of megablox), so that how
+// gpu/matmul.cu lays out their operands, leading dimensions, pointer arrays and parts is
+// checked without a GPU (build/conformance_emu's cuBLAS cases, tests/gpu_emu.sh). What it
+// cannot show is cuBLAS itself: its kernels, their speed, and which compute types it takes
+// (here every one named below).
+//
+// The same interface as cuBLAS: column-major matrices, C = alpha op(A) op(B) + beta C, host
+// scalars, and a grouped call's pointers in device memory (host memory here). Its own
+// order of operations, as cuBLAS has its own: each element's sum over k in double, rounded
+// to float once, so its results are not the ordered GEMM's bits. The operands as the
+// compute type has cuBLAS take them: bf16 storage read as is; float32 rounded to bf16
+// (FAST_16BF) or to TF32 (FAST_TF32), to nearest even, or taken whole (32F). A dimension or
+// leading dimension that cuBLAS would refuse returns CUBLAS_STATUS_INVALID_VALUE, as cuBLAS
+// does.
+#ifndef MESHMOE_GPU_EMU_CUBLAS_H
+#define MESHMOE_GPU_EMU_CUBLAS_H
+#include <stdint.h>
+#include <string.h>
+
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 }
+    cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum {
+    CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75, CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+} cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+struct EmuCublas { cudaStream_t stream; void *workspace; size_t workspace_bytes; };
+typedef EmuCublas *cublasHandle_t;
+
+static cublasStatus_t emu_cublas_create(cublasHandle_t *h) {
+    *h = (cublasHandle_t)calloc(1, sizeof(EmuCublas));
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t emu_cublas_destroy(cublasHandle_t h) {
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t emu_cublas_set_stream(cublasHandle_t h, cudaStream_t s) {
+    h->stream = s;
+    h->workspace = NULL;   // (as cuBLAS: setting the stream resets the workspace)
+    h->workspace_bytes = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static cublasStatus_t emu_cublas_set_workspace(cublasHandle_t h, void *w, size_t bytes) {
+    h->workspace = w;
+    h->workspace_bytes = bytes;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Element i of an operand stored as `type`, as the compute type has cuBLAS read it.
+static double emu_operand(const void *x, size_t i, cudaDataType type, cublasComputeType_t compute) {
+    if (type == CUDA_R_16BF) {
+        uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    float f = ((const float *)x)[i];
+    int drop = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? 16 : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? 13 : 0;
+    if (drop && f == f) {   // (NaN as it is) round to nearest even, keeping 23 - drop mantissa bits
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        u = (u + ((1u << (drop - 1)) - 1) + ((u >> drop) & 1)) & ~((1u << drop) - 1);
+        memcpy(&f, &u, 4);
+    }
+    return f;
+}
+
+// One product, column-major: C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C.
+static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                               const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt, int ldb,
+                               float beta, float *C, int ldc, cublasComputeType_t compute) {
+    if (m < 0 || n < 0 || k < 0 || lda < (ta == CUBLAS_OP_N ? m : k) || lda < 1 ||
+        ldb < (tb == CUBLAS_OP_N ? k : n) || ldb < 1 || ldc < m || ldc < 1)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0.0;
+            for (int p = 0; p < k; p++) {
+                size_t ia = ta == CUBLAS_OP_N ? i + (size_t)p * lda : p + (size_t)i * lda;
+                size_t ib = tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb;
+                s += emu_operand(A, ia, at, compute) * emu_operand(B, ib, bt, compute);
+            }
+            float *c = C + i + (size_t)j * ldc;
+            *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * *c);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t emu_cublas_sgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                       const float *alpha, const float *A, int lda, const float *B, int ldb,
+                                       const float *beta, float *C, int ldc) {
+    return emu_gemm(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, *beta, C, ldc,
+                    CUBLAS_COMPUTE_32F);
+}
+
+static cublasStatus_t emu_cublas_gemm_ex(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                         const void *B, cudaDataType bt, int ldb, const void *beta, void *C,
+                                         cudaDataType ct, int ldc, cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (ct != CUDA_R_32F || at != bt) return CUBLAS_STATUS_NOT_SUPPORTED;   // (what gpu/matmul.cu asks for)
+    return emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta,
+                    (float *)C, ldc, compute);
+}
+
+// Group g: group_size[g] products with its operations, sizes, scalars and leading
+// dimensions; the products' pointers one after another in Aarray, Barray, Carray.
+static cublasStatus_t emu_cublas_gemm_grouped(cublasHandle_t, const cublasOperation_t *ta, const cublasOperation_t *tb,
+                                              const int *m, const int *n, const int *k, const void *alpha,
+                                              const void *const *Aarray, cudaDataType at, const int *lda,
+                                              const void *const *Barray, cudaDataType bt, const int *ldb,
+                                              const void *beta, void *const *Carray, cudaDataType ct, const int *ldc,
+                                              int group_count, const int *group_size, cublasComputeType_t compute) {
+    if (ct != CUDA_R_32F || at != bt || group_count < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int g = 0, p = 0; g < group_count; g++)
+        for (int i = 0; i < group_size[g]; i++, p++) {
+            cublasStatus_t st = emu_gemm(ta[g], tb[g], m[g], n[g], k[g], ((const float *)alpha)[g], Aarray[p], at,
+                                         lda[g], Barray[p], bt, ldb[g], ((const float *)beta)[g], (float *)Carray[p],
+                                         ldc[g], compute);
+            if (st != CUBLAS_STATUS_SUCCESS) return st;
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#endif
