@@ -58,6 +58,11 @@ echo "== cuBLAS (gpu/emu_cublas.h): the weight products on bf16 operands, the ex
 MESHMOE_CHECK_BF16=1 both mx-cb mixtral-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
 both ds-cbg    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true ici_expert_parallelism=2 num_devices=2
 both ds-cbl    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=false ici_expert_parallelism=2 num_devices=2
+# deepseek-medium as make bench-gpu trains it (64 experts in 8 groups, megablox, MLA's heads of
+# 192 and 128, cuBLAS and the tensor cores), narrower, on 2 layers of 128 tokens.
+both dsm       deepseek-medium gpu_matmul=cublas_bf16 gpu_attention=tensor_cores base_num_decoder_layers=2 \
+    base_emb_dim=256 base_mlp_dim=512 base_moe_mlp_dim=64 q_lora_rank=96 kv_lora_rank=64 vocab_size=512 \
+    max_target_length=128 per_device_batch_size=1
 wait
 
 for name in mx-offl ds-ft mx-ep ds-cp; do
@@ -70,7 +75,7 @@ for name in mx-offl ds-ft mx-ep ds-cp; do
         fail "$name: peak bytes by tag differ: $(head -4 $T/$name.peaks | tr '\n' ' ')"
     fi
 done
-for name in mx-tc ds-tc mx-cb; do
+for name in mx-tc ds-tc mx-cb dsm; do
     ok_run $name || continue
     if [ $name = ds-tc ]; then
         ok_run ${name}s || continue
