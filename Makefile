@@ -88,8 +88,12 @@ unit: $(TESTS)
 	@for t in $(TESTS); do echo "== $$t"; ./$$t || exit 1; done
 
 # Everything: unit tests, end-to-end tests, the sanitizer run, and the JAX parity cases
-# (skipped with a reason when Python packages cannot be had).
-test: train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu build/train_emu
+# (skipped with a reason when Python packages cannot be had). What the tests run is built
+# first, on every core (TEST_JOBS), whether or not make itself was given -j.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_BUILDS := train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu build/train_emu
+test:
+	$(MAKE) -j$(TEST_JOBS) $(TEST_BUILDS)
 	bash tests/run_all.sh
 
 # AddressSanitizer + UBSan build of the trainer, running a short training.
