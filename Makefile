@@ -272,7 +272,6 @@ build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/em
                                 $(ORACLE_OBJ)
 	$(CXX) $(SAN) $^ -o $@ -lm -ldl -lpthread
 
-# build/test_gpu_attention (part of `make test`, no GPU needed): the GPU's attention kernels,
 # build/train_emu (part of `make test`; no GPU, no nvcc): the whole trainer with the GPU
 # backend's sources compiled against gpu/emu.h in place of kernels/no_gpu.c, so that
 # device=gpu runs every layer, mesh and collective through the GPU's kernels on the CPU
@@ -280,6 +279,7 @@ build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/em
 build/train_emu: $(BUILD)/train.o $(filter-out $(BUILD)/kernels/no_gpu.o,$(LIB_OBJ)) $(EMU_OBJ)
 	$(CXX) -fopenmp $^ -o $@ $(LDLIBS)
 
+# build/test_gpu_attention (part of `make test`, no GPU needed): the GPU's attention kernels,
 # gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
 # of the CUDA they use (gpu/emu.h), compared with each other and with the CPU's loops.
 # -ffp-contract=off: as the GPU builds, no multiply and add fused that the source keeps apart.

@@ -18,6 +18,7 @@
 #define MESHMOE_GPU_EMU_CUBLAS_H
 #include <stdint.h>
 #include <string.h>
+#include "kernels/bf16.h"   // bf16_float, bf16_round
 
 typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 }
     cublasStatus_t;
@@ -51,22 +52,22 @@ static cublasStatus_t emu_cublas_set_workspace(cublasHandle_t h, void *w, size_t
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// f rounded to TF32 (10 mantissa bits), to nearest even; NaN as it is.
+static float emu_tf32_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 // Element i of an operand stored as `type`, as the compute type has cuBLAS read it.
 static double emu_operand(const void *x, size_t i, cudaDataType type, cublasComputeType_t compute) {
-    if (type == CUDA_R_16BF) {
-        uint32_t u = (uint32_t)((const uint16_t *)x)[i] << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
+    if (type == CUDA_R_16BF) return bf16_float(((const uint16_t *)x)[i]);
     float f = ((const float *)x)[i];
-    int drop = compute == CUBLAS_COMPUTE_32F_FAST_16BF ? 16 : compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? 13 : 0;
-    if (drop && f == f) {   // (NaN as it is) round to nearest even, keeping 23 - drop mantissa bits
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        u = (u + ((1u << (drop - 1)) - 1) + ((u >> drop) & 1)) & ~((1u << drop) - 1);
-        memcpy(&f, &u, 4);
-    }
+    if (compute == CUBLAS_COMPUTE_32F_FAST_16BF) return bf16_round(f);
+    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) return emu_tf32_round(f);
     return f;
 }
 

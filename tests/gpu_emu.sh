@@ -12,9 +12,9 @@
 # device's peak bytes by tag must equal ./train's. The tensor-core attention adds its sums
 # in another order: its losses must stay within 1e-2 relative of ./train's bf16 run (measured
 # here, 2 steps: at most 4.2e-4 on mixtral-tiny and 8.3e-5 on deepseek-tiny; 8.9e-4 at the
-# third step), its two
-# kernels (scores in registers, and through shared memory) must give the same bits, and the
-# run must differ from the CPU's somewhere (else the tensor-core kernels did not run). The
+# third step), its two kernels (scores in registers, and through shared memory) must give
+# the same bits, and the run must differ from the CPU's somewhere (else the tensor-core
+# kernels did not run). The
 # cuBLAS paths run on the emulation's cuBLAS (gpu/emu_cublas.h): gpu_matmul=cublas_bf16 within
 # the same bound, every operand it multiplied bf16-valued (MESHMOE_CHECK_BF16's count), and
 # megablox's grouped calls the per-expert calls' bits (each part the same product).
@@ -26,12 +26,12 @@ T=$(mktemp -d /tmp/meshmoe-gpu-emu.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=2 per_device_batch_size=2 max_target_length=32 base_num_decoder_layers=2 sample_length=0 eval_steps=1"
 
-# both NAME PRESET ARGS...: ./train and build/train_emu device=gpu on the same run, into
-# $T/NAME-cpu.* and $T/NAME-emu.* (./train without the gpu_* keys); two runs at a time (an emulated kernel runs on its device's
-# thread alone).
+# both NAME PRESET ARGS...: ./train (without the gpu_* keys, which it refuses) and
+# build/train_emu device=gpu on the same run, into $T/NAME-cpu.* and $T/NAME-emu.*; two
+# emulated runs at a time (an emulated kernel runs on its device's thread alone).
 both() {
     local name=$1 preset=$2; shift 2
-    local a cpu_args=()   # (./train refuses the GPU's own keys)
+    local a cpu_args=()
     for a in "$@"; do [[ $a == gpu_* ]] || cpu_args+=("$a"); done
     ./train configs/$preset.yml $FAST "${cpu_args[@]}" metrics_file=$T/$name-cpu.jsonl > $T/$name-cpu.out 2>&1 \
         || echo "./train failed: $(tail -1 $T/$name-cpu.out)" > $T/$name.failed
@@ -39,7 +39,6 @@ both() {
     (build/train_emu configs/$preset.yml $FAST "$@" device=gpu metrics_file=$T/$name-emu.jsonl > $T/$name-emu.out 2>&1 \
         || echo "build/train_emu failed: $(tail -1 $T/$name-emu.out)" >> $T/$name.failed) &
 }
-bits_of() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" 2>/dev/null | cut -d'"' -f4 | tr '\n' ' '; }
 # The lines of the memory report ("device N peak ... by tag", the eval's and the init's), not
 # the GPU pool's own line.
 peaks_of() { grep -E '^(device [0-9]+ peak|init peak|eval peak)' "$T/$1.out" | grep -v 'GPU memory'; }
@@ -67,8 +66,7 @@ wait
 
 for name in mx-offl ds-ft mx-ep ds-cp; do
     ok_run $name || continue
-    c=$(bits_of $name-cpu) e=$(bits_of $name-emu)
-    check "$name: loss bits as ./train's: $e" test -n "$c" -a "$c" = "$e"
+    check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then
         pass "$name: peak bytes by tag as ./train's ($(peaks_of $name-emu | wc -l) lines)"
     else
@@ -79,11 +77,11 @@ for name in mx-tc ds-tc mx-cb dsm; do
     ok_run $name || continue
     if [ $name = ds-tc ]; then
         ok_run ${name}s || continue
-        check "$name: the two tensor-core kernels give the same loss bits: $(bits_of $name-emu)" \
-            test -n "$(bits_of $name-emu)" -a "$(bits_of $name-emu)" = "$(bits_of ${name}s-emu)"
+        check "$name: the two tensor-core kernels give the same loss bits: $(bits $name-emu)" \
+            same $name-emu ${name}s-emu
     fi
     check "$name: the tensor-core kernels ran (loss bits not ./train's)" \
-        test -n "$(bits_of $name-emu)" -a "$(bits_of $name-emu)" != "$(bits_of $name-cpu)"
+        test -n "$(bits $name-emu)" -a "$(bits $name-emu)" != "$(bits $name-cpu)"
     n_cpu=$(losses $T/$name-cpu.jsonl | wc -l) n_emu=$(losses $T/$name-emu.jsonl | wc -l)
     check "$name: both runs logged every step's loss ($n_cpu and $n_emu of 2)" test "$n_cpu" -eq 2 -a "$n_emu" -eq 2
     worst=$(paste <(losses $T/$name-cpu.jsonl) <(losses $T/$name-emu.jsonl) |
@@ -98,8 +96,8 @@ read -r converted inexact <<< "$(echo "$line" | sed -n 's/.*check: \([0-9]*\) op
 check "mx-cb: every operand cuBLAS multiplied was bf16-valued (${line:-no check line})" \
     test -n "${converted:-}" -a "${converted:-0}" -gt 0 -a "${inexact:-1}" -eq 0
 if ok_run ds-cbg && ok_run ds-cbl; then
-    check "ds-cbg: megablox's grouped cuBLAS calls give the per-expert calls' loss bits: $(bits_of ds-cbg-emu)" \
-        test -n "$(bits_of ds-cbg-emu)" -a "$(bits_of ds-cbg-emu)" = "$(bits_of ds-cbl-emu)"
-    check "ds-cbg: cuBLAS ran (loss bits not ./train's)" test "$(bits_of ds-cbg-emu)" != "$(bits_of ds-cbg-cpu)"
+    check "ds-cbg: megablox's grouped cuBLAS calls give the per-expert calls' loss bits: $(bits ds-cbg-emu)" \
+        same ds-cbg-emu ds-cbl-emu
+    check "ds-cbg: cuBLAS ran (loss bits not ./train's)" test -n "$(bits ds-cbg-emu)" -a "$(bits ds-cbg-emu)" != "$(bits ds-cbg-cpu)"
 fi
 summary

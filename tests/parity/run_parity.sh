@@ -17,10 +17,11 @@
 # PARITY_TENSOR_CORES=1 (a GPU trainer, tests/gpu_checks.sh): two more bf16 cases, on tensor
 # cores; PARITY_ONLY and PARITY_SECONDS: at run_case below.
 # PARITY_JOBS=N runs N cases at a time (default: the machine's cores, at most 4; 1 runs them
-# one after the other). A case is one Python process and one trainer, each mostly on one
-# core, so on 2 cores two at a time take about half as long (the self-tests are one more
-# job). Each case writes into its own files; its output is printed whole, in the order the
-# cases started, as soon as it and every case before it are done.
+# one after the other; the self-tests are one more job). A case is a trainer and a few
+# Python processes, mostly JAX compiling, each on one core or a little more: on 2 cores two
+# at a time gain a tenth, on more cores the more. Each case writes into its own files; its
+# output is printed whole, in the order the cases started, as soon as it and every case
+# before it are done.
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -125,30 +126,31 @@ start_job() {
     "$@" > "$TMP/$name.out" 2>&1 &
     [ "$JOBS" -eq 1 ] && { wait; show_done; }
 }
-# Prints and counts the finished jobs at the head of the order; with "all" (every job has
-# ended), a job that left no result, killed or crashed, counts as failed.
+# Prints and counts the finished jobs at the head of the order. A job that left no result
+# stops the printing there, but with "all" (every job has ended: it was killed or crashed)
+# it counts as failed, and with "stopped" (after a signal) it is named as stopped.
+stopped_names=()
 show_done() {
+    local name result why
     while [ "$shown" -lt ${#order[@]} ]; do
-        local name=${order[$shown]}
-        if [ ! -f "$TMP/$name.result" ]; then
-            [ "${1:-}" = all ] || break
-            echo "FAIL the job ended without a result" > "$TMP/$name.result"
-        fi
-        show_one "$name"
+        name=${order[$shown]}
         shown=$((shown + 1))
+        if [ ! -f "$TMP/$name.result" ]; then
+            case ${1:-} in
+                all) echo "FAIL the job ended without a result" > "$TMP/$name.result" ;;
+                stopped) stopped_names+=("$name"); continue ;;
+                *) shown=$((shown - 1)); break ;;
+            esac
+        fi
+        cat "$TMP/$name.out"
+        read -r result why < "$TMP/$name.result"
+        if [ "$result" = PASS ]; then
+            passed=$((passed + 1)); echo "== $name: PASS ($why s)"
+        else
+            failed=$((failed + 1)); failed_names+=("$name"); echo "== $name: FAIL ($why)"
+        fi
+        echo
     done
-}
-# Prints a finished job's output and counts its result.
-show_one() {
-    local name=$1 result why
-    cat "$TMP/$name.out"
-    read -r result why < "$TMP/$name.result"
-    if [ "$result" = PASS ]; then
-        passed=$((passed + 1)); echo "== $name: PASS ($why s)"
-    else
-        failed=$((failed + 1)); failed_names+=("$name"); echo "== $name: FAIL ($why)"
-    fi
-    echo
 }
 
 summary() {
@@ -156,17 +158,13 @@ summary() {
     [ ${#not_started[@]} -gt 0 ] && echo "${#not_started[@]} cases not started (PARITY_SECONDS): ${not_started[*]}"
     echo "$passed passed, $failed failed"
 }
-# After a signal: the finished jobs printed and counted, the running ones stopped and named,
-# neither passed nor failed.
+# After a signal: the running jobs stopped, the finished ones printed and counted.
 stopped() {
     trap - INT TERM
     kill $(jobs -p) 2> /dev/null
     wait
-    local running=() name
-    for name in "${order[@]:$shown}"; do
-        if [ -f "$TMP/$name.result" ]; then show_one "$name"; else running+=("$name"); fi
-    done
-    echo "== stopped by a signal: ${#running[@]} case(s) running then, neither passed nor failed: ${running[*]}"
+    show_done stopped
+    echo "== stopped by a signal: ${#stopped_names[@]} case(s) running then, neither passed nor failed: ${stopped_names[*]}"
     summary
 }
 
