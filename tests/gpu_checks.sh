@@ -240,8 +240,12 @@ jax() {
     # compiling, each process on one or two cores; the GPU work of these tiny models is small).
     local tc=0 jobs=${PARITY_JOBS:-}
     [ "$DEV" = gpu ] && tc=1 && jobs=${jobs:-6}
+    # XLA's own optimization level on the GPU (PARITY_XLA_OPT empty): level 0 is measured on
+    # the CPU only (tests/parity/README.md "bfloat16").
+    local xla_opt=${PARITY_XLA_OPT-0}
+    [ "$DEV" = gpu ] && xla_opt=${PARITY_XLA_OPT-}
     TRAIN=$GPU_TRAIN PYTHON=$py PARITY_ONLY=${PARITY_ONLY:-.} PARITY_TENSOR_CORES=$tc PARITY_JOBS=$jobs \
-        bash tests/parity/run_parity.sh
+        PARITY_XLA_OPT=$xla_opt bash tests/parity/run_parity.sh
 }
 
 case $CHECK in

@@ -12,8 +12,9 @@
 #
 # PYTHON: the interpreter with jax/optax/numpy/safetensors (default: the .venv that
 # tests/parity/ensure_venv.sh creates from tests/parity/requirements.txt).
-# XLA_FLAGS is passed on to the reference: XLA_FLAGS=--xla_cpu_max_isa=AVX2 keeps XLA's
-# CPU code generation to AVX2 on an AVX-512 machine (README.md "bfloat16").
+# XLA_FLAGS is passed on to the reference, with PARITY_XLA_OPT's flag (below):
+# XLA_FLAGS=--xla_cpu_max_isa=AVX2 keeps XLA's CPU code generation to AVX2 on an AVX-512
+# machine (README.md "bfloat16").
 # PARITY_TENSOR_CORES=1 (a GPU trainer, tests/gpu_checks.sh): two more bf16 cases, on tensor
 # cores; PARITY_ONLY and PARITY_SECONDS: at run_case below.
 # PARITY_JOBS=N runs N cases at a time (default: the machine's cores, at most 4; 1 runs them
@@ -198,6 +199,16 @@ case_body() {
     fi
     rm -rf "$dir"
 }
+
+# XLA's LLVM back end at optimization level PARITY_XLA_OPT (default 0; empty: XLA's own
+# level, as the GPU checks run it): the tiny models' run time is nothing next to compiling
+# them, and level 0 compiles them in about three quarters of the time (make parity on 2
+# cores: 211 s where it took 272 s). It is one more of XLA's code paths, with the same
+# numbers as the others within the bounds (tests/parity/README.md "bfloat16").
+if [ -n "${PARITY_XLA_OPT-0}" ]; then
+    [[ "${PARITY_XLA_OPT-0}" =~ ^[0-3]$ ]] || { echo "run_parity: PARITY_XLA_OPT must be 0 to 3 or empty, got '$PARITY_XLA_OPT'"; exit 2; }
+    export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=${PARITY_XLA_OPT-0}"
+fi
 
 start=$SECONDS
 isa=$(grep -q -w avx512f /proc/cpuinfo && echo AVX-512 || (grep -q -w avx2 /proc/cpuinfo && echo AVX2 || echo "no AVX2"))
