@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c)) build/test_gpu_attention
 
-.PHONY: all run test unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-ref gpu-carry
+.PHONY: all run test test-builds unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-ref gpu-carry
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -88,25 +88,28 @@ unit: $(TESTS)
 	@for t in $(TESTS); do echo "== $$t"; ./$$t || exit 1; done
 
 # Everything: unit tests, end-to-end tests, the sanitizer run, and the JAX parity cases
-# (skipped with a reason when Python packages cannot be had). What the tests run is built
-# first, on every core (TEST_JOBS), whether or not make itself was given -j.
+# (skipped with a reason when Python packages cannot be had), by tests/run_all.sh. What the
+# tests run is built first (make test-builds), on every core (TEST_JOBS), whether or not
+# make itself was given -j; so are the sanitizer, fuzzing and MPI builds that parts of the
+# run make.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_BUILDS := train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu build/train_emu
 test:
-	$(MAKE) -j$(TEST_JOBS) $(TEST_BUILDS)
 	bash tests/run_all.sh
+test-builds:
+	$(MAKE) -j$(TEST_JOBS) $(TEST_BUILDS)
 
 # AddressSanitizer + UBSan build of the trainer, running a short training.
 SAN := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 asan:
-	$(MAKE) -s train BUILD=build/asan OUT=build/asan/train OPT="$(SAN)"
+	$(MAKE) -s -j$(TEST_JOBS) train BUILD=build/asan OUT=build/asan/train OPT="$(SAN)"
 	bash tests/asan_run.sh build/asan/train
 
 # ThreadSanitizer build of the trainer (the devices are threads), running 2 steps on
 # 8-device meshes (tests/tsan_run.sh says why with one OpenMP thread per device).
 TSAN := -O2 -march=native -g -fsanitize=thread
 tsan:
-	$(MAKE) -s train BUILD=build/tsan OUT=build/tsan/train OPT="$(TSAN)"
+	$(MAKE) -s -j$(TEST_JOBS) train BUILD=build/tsan OUT=build/tsan/train OPT="$(TSAN)"
 	bash tests/tsan_run.sh build/tsan/train
 
 # libFuzzer harnesses (tests/fuzz/) for the preset parser and overrides, the config JSON of
@@ -124,7 +127,8 @@ build/fuzz/%.o: %.c $(HDRS)
 	clang $(FUZZ_CFLAGS) -c $< -o $@
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJ)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_OBJ) -o $@ -lm -lpthread
-fuzz: $(FUZZERS)
+fuzz:
+	$(MAKE) -s -j$(TEST_JOBS) $(FUZZERS)
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 parity: train

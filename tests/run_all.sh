@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/run_all.sh: what `make test` runs. Each part prints its own checks and a line
-# "N passed, N failed"; this script adds them up and prints the total the same way.
+# tests/run_all.sh: what `make test` runs: the builds, then the parts. Each part prints its
+# own checks and a line "N passed, N failed"; this script adds them up and prints the total
+# the same way.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that wait by sleeping, not spinning: on a machine with other work (or more
@@ -8,6 +9,24 @@ cd "$(dirname "$0")/.."
 # step can take 10x longer. It changes no result, only how idle threads wait.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 total_pass=0; total_fail=0; broken=()
+# The Python environments of the parity and Hugging Face checks, made on first use (pip: a
+# few minutes, mostly waiting for downloads), are made in the background while the builds
+# and the C tests run. Their interpreters' paths and pip's messages go to $VENVS.
+VENVS=$(mktemp -d /tmp/meshmoe-venvs.XXXXXX)
+trap 'rm -rf "$VENVS"' EXIT
+bash tests/parity/ensure_venv.sh > "$VENVS/parity" 2> "$VENVS/parity.log" &
+venv_parity=$!
+bash tests/hf/ensure_venv.sh > "$VENVS/hf" 2> "$VENVS/hf.log" &
+venv_hf=$!
+# What the tests run, built on every core (Makefile: test-builds). A failed build ends the
+# run (after the environments are made: nothing of make test runs on after it).
+if ! make test-builds; then
+    wait
+    echo "broken: make test-builds failed (above)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
 run_part() {   # run_part NAME COMMAND...
     local name=$1; shift
     echo "==== $name"
@@ -88,20 +107,20 @@ run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
 # The mesh over processes needs OpenMPI (Debian: libopenmpi-dev openmpi-bin, .ci/run installs them).
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
     echo "SKIPPED: mpi (mpicc or mpirun not found: install libopenmpi-dev and openmpi-bin)"
-elif ! make -s mpi > /tmp/meshmoe-mpi-build.log 2>&1; then   # OpenMPI is there: a failed build fails
+elif ! make -s -j"$(nproc)" mpi > /tmp/meshmoe-mpi-build.log 2>&1; then   # OpenMPI is there: a failed build fails
     broken+=("mpi (make mpi failed: $(tail -1 /tmp/meshmoe-mpi-build.log))"); total_fail=$((total_fail + 1))
 else
     run_part "mesh over MPI processes, bit-identical to one process (./train_mpi)" bash tests/mpi.sh
 fi
-if PYTHON=$(bash tests/parity/ensure_venv.sh 2>/tmp/meshmoe-venv.log); then
-    run_part "parity against JAX (make parity)" env PYTHON="$PYTHON" bash tests/parity/run_parity.sh
+if wait $venv_parity; then
+    run_part "parity against JAX (make parity)" env PYTHON="$(cat "$VENVS/parity")" bash tests/parity/run_parity.sh
 else
-    echo "SKIPPED: parity ($(tail -1 /tmp/meshmoe-venv.log))"
+    echo "SKIPPED: parity ($(tail -1 "$VENVS/parity.log"))"
 fi
-if PYTHON=$(bash tests/hf/ensure_venv.sh 2>/tmp/meshmoe-venv-hf.log); then
-    run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$PYTHON" bash tests/hf/check.sh
+if wait $venv_hf; then
+    run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$(cat "$VENVS/hf")" bash tests/hf/check.sh
 else
-    echo "SKIPPED: hf-check ($(tail -1 /tmp/meshmoe-venv-hf.log))"
+    echo "SKIPPED: hf-check ($(tail -1 "$VENVS/hf.log"))"
 fi
 echo "===="
 for b in "${broken[@]}"; do echo "broken: $b"; done
