@@ -93,7 +93,8 @@ unit: $(TESTS)
 # make itself was given -j; so are the sanitizer, fuzzing and MPI builds that parts of the
 # run make.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-TEST_BUILDS := train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu build/train_emu
+TEST_BUILDS := train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu build/train_emu build/plant/train \
+               build/peak
 test:
 	bash tests/run_all.sh
 test-builds:

@@ -21,10 +21,17 @@ folder_of() {   # folder_of PATH: the top folder (kernels/cpu/x.c -> kernels), "
     case "$1" in */*) echo "${1%%/*}" ;; *) echo . ;; esac
 }
 
+# sources: the C, header and CUDA files under the current folder, but for tests/, build/ and
+# the Python environments (not entered: make test may be filling one meanwhile).
+sources() {
+    find . \( -path ./tests -o -path ./build -o -path './.venv*' -o -path ./.git \) -prune -o \
+        \( -name '*.[ch]' -o -name '*.cu' \) -print | sed 's|^\./||' | sort
+}
+
 # violations DIR: one line per include that breaks the rule, for the sources under DIR.
 violations() {
     local dir=$1 f inc from to lf lt
-    (cd "$dir" && find . \( -name '*.[ch]' -o -name '*.cu' \) -not -path './tests/*' -not -path './build/*' -not -path './.venv*' | sed 's|^\./||' | sort) |
+    (cd "$dir" && sources) |
     while read -r f; do
         from=$(folder_of "$f"); lf=$(level_of "$from")
         [ -n "$lf" ] || { echo "$f: folder '$from' is not in the layer order (tests/layers.sh LAYERS)"; continue; }
@@ -38,7 +45,7 @@ violations() {
 }
 
 echo "== the include graph between folders (includes: from -> to)"
-find . \( -name '*.[ch]' -o -name '*.cu' \) -not -path './tests/*' -not -path './build/*' -not -path './.venv*' | sed 's|^\./||' | sort |
+sources |
 while read -r f; do
     grep -o '^#include "[^"]*"' "$f" | cut -d'"' -f2 | while read -r inc; do
         a=$(folder_of "$f"); b=$(folder_of "$inc"); [ "$a" != "$b" ] && echo "$a -> $b"

@@ -2,21 +2,31 @@
 # tests/run_all.sh: what `make test` runs: the builds, then the parts. Each part prints its
 # own checks and a line "N passed, N failed"; this script adds them up and prints the total
 # the same way.
+#
+# The parts run in two lanes at once, then a tail one at a time. A part (a trainer on a tiny
+# preset, a build, a sanitizer run) keeps about 1.5 of 2 cores busy: two at a time finish
+# sooner (tests/e2e.sh and tests/mesh.sh: 59 s together, 74 s one after the other), and
+# every part's result is the same (bits and counts, not times). Each lane runs its parts in
+# order; a part's output is printed whole when it ends, under a lock, so that the two lanes'
+# lines never mix. The parts that build share no build directory with the other lane (lane A
+# builds build/gpu, build/hip, build/port, build/asan, build/tsan; lane B build/plant,
+# build/peak, build/fuzz); the MPI part, which times its processes' exits, and the parity
+# and Hugging Face checks, which keep both cores busy, run alone at the end.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that wait by sleeping, not spinning: on a machine with other work (or more
 # device threads than cores) spinning waiters steal the cores the working threads need and a
 # step can take 10x longer. It changes no result, only how idle threads wait.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-total_pass=0; total_fail=0; broken=()
+RUN=$(mktemp -d /tmp/meshmoe-test.XXXXXX)
+trap 'rm -rf "$RUN"' EXIT
+: > "$RUN/counts"   # a line per part: passed, failed, and why it is broken (if it is)
 # The Python environments of the parity and Hugging Face checks, made on first use (pip: a
 # few minutes, mostly waiting for downloads), are made in the background while the builds
-# and the C tests run. Their interpreters' paths and pip's messages go to $VENVS.
-VENVS=$(mktemp -d /tmp/meshmoe-venvs.XXXXXX)
-trap 'rm -rf "$VENVS"' EXIT
-bash tests/parity/ensure_venv.sh > "$VENVS/parity" 2> "$VENVS/parity.log" &
+# and the C tests run. Their interpreters' paths and pip's messages go to $RUN.
+bash tests/parity/ensure_venv.sh > "$RUN/parity" 2> "$RUN/parity.log" &
 venv_parity=$!
-bash tests/hf/ensure_venv.sh > "$VENVS/hf" 2> "$VENVS/hf.log" &
+bash tests/hf/ensure_venv.sh > "$RUN/hf" 2> "$RUN/hf.log" &
 venv_hf=$!
 # What the tests run, built on every core (Makefile: test-builds). A failed build ends the
 # run (after the environments are made: nothing of make test runs on after it).
@@ -27,102 +37,127 @@ if ! make test-builds; then
     exit 1
 fi
 
+# say TEXT: one line or block printed whole, under the lock the lanes share.
+say() { { flock 9; printf '%s\n' "$1"; } 9> "$RUN/lock"; }
+# broken WHY: a part that could not run counts as one failure.
+broken() { echo "0 1 $1" >> "$RUN/counts"; }
 run_part() {   # run_part NAME COMMAND...
     local name=$1; shift
-    echo "==== $name"
     local out rc t0=$SECONDS
     out=$("$@" 2>&1); rc=$?
-    printf '%s\n' "$out"
-    echo "(took $((SECONDS - t0)) s)"
-    local line; line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1)
+    local line pass=0 fail=0 why=""
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1)
     if [ -z "$line" ]; then
-        broken+=("$name (exit $rc, no summary line)"); total_fail=$((total_fail + 1)); return
+        fail=1; why="$name (exit $rc, no summary line)"
+    else
+        pass=$(echo "$line" | cut -d' ' -f1); fail=$(echo "$line" | cut -d' ' -f3)
+        if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=1; why="$name (exit $rc)"; fi
     fi
-    total_pass=$((total_pass + $(echo "$line" | cut -d' ' -f1)))
-    total_fail=$((total_fail + $(echo "$line" | cut -d' ' -f3)))
-    if [ "$rc" -ne 0 ] && [ "$(echo "$line" | cut -d' ' -f3)" -eq 0 ]; then
-        broken+=("$name (exit $rc)"); total_fail=$((total_fail + 1))
-    fi
+    {
+        flock 9
+        printf '==== %s\n%s\n(took %d s)\n' "$name" "$out" $((SECONDS - t0))
+        echo "$pass $fail $why" >> "$RUN/counts"
+    } 9> "$RUN/lock"
 }
-for t in build/test_*; do run_part "$t" "./$t"; done
-# The GPU backend's kernels emulated on the CPU (gpu/emu.h): the conformance test, with
-# each block's threads run in ascending and in descending order between barriers (a thread
-# that reads what another writes between the same two barriers gets other numbers), and
-# under AddressSanitizer and UBSan (fibers switch stacks: ASan warns once that it may report
-# falsely).
-run_part "the GPU backend emulated: conformance" ./build/conformance_emu
-run_part "the GPU backend emulated: conformance, threads in descending order" \
-    env GPU_EMU_ORDER=descending ./build/conformance_emu
-run_part "the GPU backend emulated: conformance under ASan and UBSan" \
-    env ASAN_OPTIONS=detect_stack_use_after_return=0 ./build/emu-asan/conformance_emu
-# The whole trainer on the emulated GPU backend (build/train_emu device=gpu): ./train's loss
-# bits and peaks on one device and on meshes, the tensor-core attention within its bound.
-run_part "the GPU backend emulated: training, ./train's bits and peaks" bash tests/gpu_emu.sh
-# The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without warnings;
-# run on a GPU by tests/gpu.sh. The conformance test's CPU build is build/test_conformance above.
-if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
-    run_part "make gpu: the CUDA backend, its conformance binary and ./train_gpu build" bash tests/gpu_build.sh gpu
-    run_part "tests/gpu.sh's checks tried without a GPU (device=cpu), planted differences caught" \
-        bash tests/gpu_selftest.sh
-else
-    echo "SKIPPED: gpu build (no nvcc)"
-fi
-if command -v "${HIPCC:-hipcc}" > /dev/null; then
-    run_part "make hip: the same sources built with hipcc, and ./train_hip" bash tests/gpu_build.sh hip
-else
-    echo "SKIPPED: hip build (no hipcc)"
-fi
-run_part "end-to-end" bash tests/e2e.sh
-run_part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
-run_part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
-run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh
-run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
-run_part "checkpoints: saved on one mesh, resumed on another, metadata checked" bash tests/checkpoint.sh
-run_part "device=cpu_strict: host code kept off device memory (e2e, mesh, pipeline, checkpoint under it; planted accesses caught)" bash tests/strict.sh
-run_part "sweep: the optimization table" bash tests/sweep.sh
-run_part "figures: ./train figure from real runs" bash tests/figures.sh
-run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
-run_part "planner: one device per class equals every device planned" bash tests/plan_classes.sh
-run_part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
-run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
-run_part "adafactor (opt_type=adafactor: bits across meshes, state bytes from shapes)" bash tests/adafactor.sh
-run_part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
-run_part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
-run_part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
-run_part "sharding constraints and shard_mode" bash tests/specs.sh
-run_part "describe" bash tests/describe.sh
-run_part "vocabulary tiling and the one-hot embedding" bash tests/vocab.sh
-run_part "flash attention: tolerance, block sizes, context parallelism, memory" bash tests/flash.sh
-run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh
-run_part "profile=true: same bits, FLOP tallies agree, rows add up; the bench's limits" bash tests/profile.sh
-run_part "OpenBLAS runs kernels as wide as the CPU's vectors" bash tests/blas_kernels.sh
-run_part "function lengths: none over 80 lines" bash tests/funclen.sh
-run_part "layers: no include points up (README.md#layers-and-a-reading-order)" bash tests/layers.sh
-run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
-run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
-run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
-run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" make -s fuzz FUZZ_SECONDS=30
-run_part "sanitizers (make asan)" make -s asan
-run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
+
+# Lane A: the GPU backend's emulation and builds, the portable build (it reuses build/port,
+# which make gpu and make hip fill), the sanitizers.
+lane_a() {
+    # The GPU backend's kernels emulated on the CPU (gpu/emu.h): the conformance test, with
+    # each block's threads run in ascending and in descending order between barriers (a
+    # thread that reads what another writes between the same two barriers gets other
+    # numbers), and under AddressSanitizer and UBSan (fibers switch stacks: ASan warns once
+    # that it may report falsely).
+    run_part "the GPU backend emulated: conformance" ./build/conformance_emu
+    run_part "the GPU backend emulated: conformance, threads in descending order" \
+        env GPU_EMU_ORDER=descending ./build/conformance_emu
+    run_part "the GPU backend emulated: conformance under ASan and UBSan" \
+        env ASAN_OPTIONS=detect_stack_use_after_return=0 ./build/emu-asan/conformance_emu
+    # The whole trainer on the emulated GPU backend (build/train_emu device=gpu): ./train's
+    # loss bits and peaks on one device and on meshes, the tensor-core attention within its bound.
+    run_part "the GPU backend emulated: training, ./train's bits and peaks" bash tests/gpu_emu.sh
+    # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without
+    # warnings; run on a GPU by tests/gpu.sh. The conformance test's CPU build is
+    # build/test_conformance (lane B).
+    if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
+        run_part "make gpu: the CUDA backend, its conformance binary and ./train_gpu build" bash tests/gpu_build.sh gpu
+        run_part "tests/gpu.sh's checks tried without a GPU (device=cpu), planted differences caught" \
+            bash tests/gpu_selftest.sh
+    else
+        say "SKIPPED: gpu build (no nvcc)"
+    fi
+    if command -v "${HIPCC:-hipcc}" > /dev/null; then
+        run_part "make hip: the same sources built with hipcc, and ./train_hip" bash tests/gpu_build.sh hip
+    else
+        say "SKIPPED: hip build (no hipcc)"
+    fi
+    run_part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
+    run_part "sanitizers (make asan)" make -s asan
+    run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
+}
+# Lane B: the unit tests, the trainer's features, the strict mode, the fuzzers.
+lane_b() {
+    for t in build/test_*; do run_part "$t" "./$t"; done
+    run_part "end-to-end" bash tests/e2e.sh
+    run_part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
+    run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh
+    run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
+    run_part "checkpoints: saved on one mesh, resumed on another, metadata checked" bash tests/checkpoint.sh
+    run_part "device=cpu_strict: host code kept off device memory (e2e, mesh, pipeline, checkpoint under it; planted accesses caught)" bash tests/strict.sh
+    run_part "sweep: the optimization table" bash tests/sweep.sh
+    run_part "figures: ./train figure from real runs" bash tests/figures.sh
+    run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
+    run_part "planner: one device per class equals every device planned" bash tests/plan_classes.sh
+    run_part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
+    run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
+    run_part "adafactor (opt_type=adafactor: bits across meshes, state bytes from shapes)" bash tests/adafactor.sh
+    run_part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
+    run_part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
+    run_part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
+    run_part "sharding constraints and shard_mode" bash tests/specs.sh
+    run_part "describe" bash tests/describe.sh
+    run_part "vocabulary tiling and the one-hot embedding" bash tests/vocab.sh
+    run_part "flash attention: tolerance, block sizes, context parallelism, memory" bash tests/flash.sh
+    run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh
+    run_part "profile=true: same bits, FLOP tallies agree, rows add up; the bench's limits" bash tests/profile.sh
+    run_part "OpenBLAS runs kernels as wide as the CPU's vectors" bash tests/blas_kernels.sh
+    run_part "function lengths: none over 80 lines" bash tests/funclen.sh
+    run_part "layers: no include points up (README.md#layers-and-a-reading-order)" bash tests/layers.sh
+    run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
+    run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
+    run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
+    run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" make -s fuzz FUZZ_SECONDS=30
+}
+lane_a & lane_a_pid=$!
+lane_b & lane_b_pid=$!
+wait $lane_a_pid
+wait $lane_b_pid
+
+# The tail, one part at a time.
 # The mesh over processes needs OpenMPI (Debian: libopenmpi-dev openmpi-bin, .ci/run installs them).
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
-    echo "SKIPPED: mpi (mpicc or mpirun not found: install libopenmpi-dev and openmpi-bin)"
-elif ! make -s -j"$(nproc)" mpi > /tmp/meshmoe-mpi-build.log 2>&1; then   # OpenMPI is there: a failed build fails
-    broken+=("mpi (make mpi failed: $(tail -1 /tmp/meshmoe-mpi-build.log))"); total_fail=$((total_fail + 1))
+    say "SKIPPED: mpi (mpicc or mpirun not found: install libopenmpi-dev and openmpi-bin)"
+elif ! make -s -j"$(nproc)" mpi > "$RUN/mpi-build.log" 2>&1; then   # OpenMPI is there: a failed build fails
+    cat "$RUN/mpi-build.log"
+    broken "mpi (make mpi failed: $(tail -1 "$RUN/mpi-build.log"))"
 else
     run_part "mesh over MPI processes, bit-identical to one process (./train_mpi)" bash tests/mpi.sh
 fi
 if wait $venv_parity; then
-    run_part "parity against JAX (make parity)" env PYTHON="$(cat "$VENVS/parity")" bash tests/parity/run_parity.sh
+    run_part "parity against JAX (make parity)" env PYTHON="$(cat "$RUN/parity")" bash tests/parity/run_parity.sh
 else
-    echo "SKIPPED: parity ($(tail -1 "$VENVS/parity.log"))"
+    say "SKIPPED: parity ($(tail -1 "$RUN/parity.log"))"
 fi
 if wait $venv_hf; then
-    run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$(cat "$VENVS/hf")" bash tests/hf/check.sh
+    run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$(cat "$RUN/hf")" bash tests/hf/check.sh
 else
-    echo "SKIPPED: hf-check ($(tail -1 "$VENVS/hf.log"))"
+    say "SKIPPED: hf-check ($(tail -1 "$RUN/hf.log"))"
 fi
 echo "===="
-for b in "${broken[@]}"; do echo "broken: $b"; done
+total_pass=0; total_fail=0
+while read -r pass fail why; do
+    total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
+    [ -n "$why" ] && echo "broken: $why"
+done < "$RUN/counts"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]
