@@ -91,7 +91,7 @@ unit: $(TESTS)
 # (skipped with a reason when Python packages cannot be had), by tests/run_all.sh. What the
 # tests run is built first (make test-builds), on every core (TEST_JOBS), whether or not
 # make itself was given -j; so are the sanitizer, fuzzing and MPI builds that parts of the
-# run make.
+# run make. The parts then run two at a time (tests/run_all.sh says which and why).
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_BUILDS := train $(TESTS) build/conformance_emu build/emu-asan/conformance_emu build/train_emu build/plant/train \
                build/peak
