@@ -53,11 +53,8 @@ run_part() {   # run_part NAME COMMAND...
         pass=$(echo "$line" | cut -d' ' -f1); fail=$(echo "$line" | cut -d' ' -f3)
         if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=1; why="$name (exit $rc)"; fi
     fi
-    {
-        flock 9
-        printf '==== %s\n%s\n(took %d s)\n' "$name" "$out" $((SECONDS - t0))
-        echo "$pass $fail $why" >> "$RUN/counts"
-    } 9> "$RUN/lock"
+    say "$(printf '==== %s\n%s\n(took %d s)' "$name" "$out" $((SECONDS - t0)))"
+    echo "$pass $fail $why" >> "$RUN/counts"
 }
 
 # Lane A: the GPU backend's emulation and builds, the portable build (it reuses build/port,

@@ -205,9 +205,10 @@ case_body() {
 # them, and level 0 compiles them in about three quarters of the time (make parity on 2
 # cores: 211 s where it took 272 s). It is one more of XLA's code paths, with the same
 # numbers as the others within the bounds (tests/parity/README.md "bfloat16").
-if [ -n "${PARITY_XLA_OPT-0}" ]; then
-    [[ "${PARITY_XLA_OPT-0}" =~ ^[0-3]$ ]] || { echo "run_parity: PARITY_XLA_OPT must be 0 to 3 or empty, got '$PARITY_XLA_OPT'"; exit 2; }
-    export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=${PARITY_XLA_OPT-0}"
+xla_opt=${PARITY_XLA_OPT-0}
+if [ -n "$xla_opt" ]; then
+    [[ "$xla_opt" =~ ^[0-3]$ ]] || { echo "run_parity: PARITY_XLA_OPT must be 0 to 3 or empty, got '$xla_opt'"; exit 2; }
+    export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=$xla_opt"
 fi
 
 start=$SECONDS
