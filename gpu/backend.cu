@@ -27,6 +27,7 @@ extern "C" const Backend backend_cuda = {
     GPU_BACKEND_NAME,
     &memory_cuda,
     &matmul_cuda,
+    &matmul16_cuda,
     &norm_cuda,
     &rope_cuda,
     &embedding_cuda,

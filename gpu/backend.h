@@ -17,6 +17,7 @@ extern "C" {   // the C side's declarations too (backend_gpu is defined in gpu/s
 extern const Backend backend_cuda;   // gpu/backend.cu (built by nvcc, or by hipcc for AMD)
 
 extern const MatmulKernels matmul_cuda;        // gpu/matmul.cu
+extern const Matmul16Kernels matmul16_cuda;    // gpu/matmul16.cu
 extern const NormKernels norm_cuda;            // gpu/norm.cu
 extern const RopeKernels rope_cuda;            // gpu/rope.cu
 extern const EmbeddingKernels embedding_cuda;  // gpu/embedding.cu

@@ -26,6 +26,7 @@
 #include "gpu/gpu.h"
 #include "gpu/gemm.h"
 #include "gpu/backend.h"
+#include "gpu/matmul_cublas.h"   // what gpu/matmul16.cu calls
 #include "kernels/piece_tree.h"   // the chunked product as separate products
 #include "kernels/grouped_loop.h" // the experts' grouped products, a call per expert
 #if GPU_HAVE_CUBLAS
@@ -210,16 +211,17 @@ static void gemm_bf16(int transA, int transB, int M, int N, int K, const float *
 // dozen output tiles for 132 multiprocessors).
 
 // One product of a grouped call, C (m,n) = op(A) (m,k) @ op(B) (k,n), its operands given as
-// offsets in floats from the call's three bases.
+// offsets in values (float32, or bf16 for A and B in the 16-bit products) from the call's
+// three bases.
 typedef struct { int m, n, k; size_t oa, ob, oc; } Part;
 
 // cuBLAS reads the parts' pointers from GPU memory: a launch's arguments carry their offsets
 // (4 KiB at most: PARTS_PER_CALL parts a call) and a kernel writes the pointers there.
 enum { PARTS_PER_CALL = 128 };
 typedef struct {
-    const float *a, *b;
-    float *c;
-    int n;
+    const char *a, *b;
+    char *c;
+    int n, ab_bytes;   // the bytes of a value of A and B (4, or 2 for bf16); C's are float32
     size_t oa[PARTS_PER_CALL], ob[PARTS_PER_CALL], oc[PARTS_PER_CALL];
 } PartPointers;
 
@@ -227,25 +229,29 @@ typedef struct {
 __global__ static void part_pointers_kernel(const void **ptr, PartPointers p) {
     int i = threadIdx.x;
     if (i >= p.n) return;
-    ptr[i] = p.a + p.oa[i];
-    ptr[p.n + i] = p.b + p.ob[i];
-    ptr[2 * p.n + i] = p.c + p.oc[i];
+    ptr[i] = p.a + p.oa[i] * p.ab_bytes;
+    ptr[p.n + i] = p.b + p.ob[i] * p.ab_bytes;
+    ptr[2 * p.n + i] = p.c + p.oc[i] * sizeof(float);
 }
 
 // How a grouped call computes, found by the thread's first call: in float32 (gpu_matmul=cublas);
 // under cublas_bf16, cuBLAS converting the float32 operands to bf16 (FAST_16BF, as gemm_bf16
 // does), else to TF32, whose 10 mantissa bits hold a bf16-valued operand exactly (the same
-// exact products, float32 sums). way[mode] is the first of the mode's ways not refused; past
-// the list the caller makes a call per part.
+// exact products, float32 sums); bf16 operands as stored (the 16-bit products, either mode),
+// float32 sums. way[kind] is the first of the kind's ways not refused; past the list the
+// caller makes a call per part.
+enum { WAYS_F32, WAYS_FAST_BF16, WAYS_STORED_BF16, WAY_KINDS };
 static const cublasComputeType_t f32_ways[] = {CUBLAS_COMPUTE_32F};
 static const cublasComputeType_t bf16_ways[] = {CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_COMPUTE_32F_FAST_TF32};
-static thread_local int way[3];
+static thread_local int way[WAY_KINDS];
 
-static cublasStatus_t grouped_call(int transA, int transB, const Part *pt, int n, const float *A, int lda,
-                                   const float *B, int ldb, float *C, int ldc, int accumulate,
+// type: how A and B are stored (CUDA_R_32F or CUDA_R_16BF); C is float32.
+static cublasStatus_t grouped_call(int transA, int transB, const Part *pt, int n, const void *A, int lda,
+                                   const void *B, int ldb, float *C, int ldc, int accumulate, cudaDataType_t type,
                                    cublasComputeType_t compute) {
     PartPointers pp;
-    pp.a = A; pp.b = B; pp.c = C; pp.n = n;
+    pp.a = (const char *)A; pp.b = (const char *)B; pp.c = (char *)C; pp.n = n;
+    pp.ab_bytes = type == CUDA_R_16BF ? 2 : 4;
     cublasOperation_t ta[PARTS_PER_CALL], tb[PARTS_PER_CALL];
     int m[PARTS_PER_CALL], nn[PARTS_PER_CALL], k[PARTS_PER_CALL], la[PARTS_PER_CALL], lb[PARTS_PER_CALL],
         lc[PARTS_PER_CALL], one[PARTS_PER_CALL];
@@ -264,25 +270,28 @@ static cublasStatus_t grouped_call(int transA, int transB, const Part *pt, int n
     GPU_LAUNCH(part_pointers_kernel, 1, PARTS_PER_CALL, 0)(ptr, pp);
     GPU_CHECK_LAUNCH();
     cublasStatus_t st = cublas.gemm_grouped(my_handle(), ta, tb, m, nn, k, alpha, (const void *const *)ptr + n,
-                                            CUDA_R_32F, la, (const void *const *)ptr, CUDA_R_32F, lb, beta,
+                                            type, la, (const void *const *)ptr, type, lb, beta,
                                             (void *const *)(ptr + 2 * n), CUDA_R_32F, lc, n, one, compute);
     GPU_CHECK(cudaFreeAsync(ptr, gpu_stream()));
     return st;
 }
 
-// The np parts, C = op(A) op(B) (+ C when accumulate), in grouped calls of PARTS_PER_CALL; 0
-// when this cuBLAS has no grouped call for them (before 12.5, or no compute type it accepts;
-// or the bf16 check's conversion, which counts operand by operand): the caller then loops.
-static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, const float *A, int lda,
-                               const float *B, int ldb, float *C, int ldc, int accumulate) {
-    if (!cublas.gemm_grouped || (use_cublas == 2 && !fast_bf16)) return 0;
-    const cublasComputeType_t *ways = use_cublas == 2 ? bf16_ways : f32_ways;
-    int nways = use_cublas == 2 ? 2 : 1, *w = &way[use_cublas];
+// The np parts, C = op(A) op(B) (+ C when accumulate), A and B stored as `type`, in grouped
+// calls of PARTS_PER_CALL; 0 when this cuBLAS has no grouped call for them (before 12.5, or
+// no compute type it accepts; or the bf16 check's conversion of float32 operands, which
+// counts operand by operand): the caller then loops.
+static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, const void *A, int lda, const void *B,
+                               int ldb, float *C, int ldc, int accumulate, cudaDataType_t type) {
+    int kind = type == CUDA_R_16BF ? WAYS_STORED_BF16 : use_cublas == 2 ? WAYS_FAST_BF16 : WAYS_F32;
+    if (!cublas.gemm_grouped || (kind == WAYS_FAST_BF16 && !fast_bf16)) return 0;
+    const cublasComputeType_t *ways = kind == WAYS_FAST_BF16 ? bf16_ways : f32_ways;
+    int nways = kind == WAYS_FAST_BF16 ? 2 : 1, *w = &way[kind];
     for (int p0 = 0; p0 < np; p0 += PARTS_PER_CALL) {
         int n = np - p0 < PARTS_PER_CALL ? np - p0 : PARTS_PER_CALL;
         for (;;) {
             if (*w >= nways) return 0;
-            cublasStatus_t st = grouped_call(transA, transB, pt + p0, n, A, lda, B, ldb, C, ldc, accumulate, ways[*w]);
+            cublasStatus_t st = grouped_call(transA, transB, pt + p0, n, A, lda, B, ldb, C, ldc, accumulate, type,
+                                             ways[*w]);
             if (st == CUBLAS_STATUS_SUCCESS) break;
             // Only the first call may be refused (a later one takes what the first took).
             if (p0 > 0 || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)) CUBLAS_CHECK(st);
@@ -463,65 +472,99 @@ static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *
 // grouped calls (gemm_grouped_cublas; a chunked product's and a gradient's leaves one product
 // a group, as above), else a call of the plain kernel per group (kernels/grouped_loop.h), whose
 // bits are the CPU's.
-#if GPU_HOST_PASS
+#if GPU_HAVE_CUBLAS
 // Under cuBLAS, C_g (n_g,N) = A_g (n_g,K) @ op(B_g) (+ C_g when accumulate) on each group's rows
 // in grouped calls: A (R,K) and C (R,N) packed, B_g the g-th of G stacked (K,N), or (N,K) when
-// transB; 0 when not done (not cuBLAS, or no grouped call for it: the caller loops).
-static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K, const float *A, const float *B,
-                               float *C, int accumulate) {
-#if GPU_HAVE_CUBLAS
+// transB, A and B float32, or bf16 when bf16_stored; 0 when not done (not cuBLAS, or no
+// grouped call for it: the caller loops).
+static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K, const void *A, const void *B,
+                               float *C, int accumulate, int bf16_stored) {
     if (!use_cublas) return 0;
     Part *pt = parts_for(G);
     int np = 0;
     for (int g = 0; g < G; g++)
         if (rows[g + 1] > rows[g])
             pt[np++] = Part{rows[g + 1] - rows[g], N, K, (size_t)rows[g] * K, (size_t)g * K * N, (size_t)rows[g] * N};
-    int done = gemm_grouped_cublas(0, transB, pt, np, A, K, B, transB ? K : N, C, N, accumulate);
+    int done = gemm_grouped_cublas(0, transB, pt, np, A, K, B, transB ? K : N, C, N, accumulate,
+                                   bf16_stored ? CUDA_R_16BF : CUDA_R_32F);
     free(pt);
     return done;
-#else
-    (void)transB; (void)rows; (void)G; (void)N; (void)K; (void)A; (void)B; (void)C; (void)accumulate;
-    return 0;
-#endif
 }
+
+// Under cuBLAS as matmul_backward_dw_leaves: a group's leaves one product over its rows, dw_g
+// (C,OC) = inp_g^T @ dout_g (+= when accumulate), the groups in grouped calls; 0 when not done.
+static int dw_grouped_cublas(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
+                             int accumulate, int bf16_stored) {
+    if (!use_cublas) return 0;
+    Part *pt = parts_for(G);
+    int np = 0;
+    for (int g = 0; g < G; g++) {
+        int r0 = off[(size_t)g * n], r1 = off[(size_t)g * n + n];
+        if (r1 > r0) pt[np++] = Part{C, OC, r1 - r0, (size_t)r0 * C, (size_t)r0 * OC, (size_t)g * C * OC};
+    }
+    int done = gemm_grouped_cublas(1, 0, pt, np, inp, C, dout, OC, dw, OC, accumulate,
+                                   bf16_stored ? CUDA_R_16BF : CUDA_R_32F);
+    free(pt);
+    return done;
+}
+
+// ---- What gpu/matmul16.cu calls (gpu/matmul_cublas.h): the same cuBLAS calls on bf16 storage.
+int gpu_matmul_mode(void) { return use_cublas; }
+
+void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                   int accumulate, float *C, int ldc) {
+    float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
+    CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                N, M, K, &one, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+int rows_grouped16_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B,
+                          float *C, int accumulate) {
+    return rows_grouped_cublas(transB, rows, G, N, K, A, B, C, accumulate, 1);
+}
+
+int dw_grouped16_cublas(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout,
+                        float *dw, int accumulate) {
+    return dw_grouped_cublas(off, n, G, C, OC, inp, dout, dw, accumulate, 1);
+}
+#else
+static int rows_grouped_cublas(int, const int *, int, int, int, const void *, const void *, float *, int, int) {
+    return 0;   // (HIP: no cuBLAS, every group through the ordered GEMM)
+}
+static int dw_grouped_cublas(const int *, int, int, int, int, const void *, const void *, float *, int, int) {
+    return 0;
+}
+int gpu_matmul_mode(void) { return 0; }
+#endif
+
+#if GPU_HOST_PASS
 
 // out_g (n,OC) = inp_g (n,C) @ w_g (C,OC)
 static void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC,
                                    int accumulate) {
-    if (!rows_grouped_cublas(0, rows, G, OC, C, inp, w, out, accumulate))
+    if (!rows_grouped_cublas(0, rows, G, OC, C, inp, w, out, accumulate, 0))
         forward_grouped_loop(&matmul_cuda, out, inp, w, rows, G, C, OC, accumulate);
 }
 
 // dinp_g (n,C) += dout_g (n,OC) @ w_g^T
 static void matmul_backward_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C,
                                          int OC) {
-    if (!rows_grouped_cublas(1, rows, G, C, OC, dout, w, dinp, 1))
+    if (!rows_grouped_cublas(1, rows, G, C, OC, dout, w, dinp, 1, 0))
         dinp_grouped_loop(&matmul_cuda, dinp, dout, w, rows, G, C, OC);
 }
 
 // Under cuBLAS as gemm_chunked: the whole contraction, one product a group.
 static void gemm_chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const float *A,
                                  const float *B, float *out) {
-    if (!rows_grouped_cublas(transB, rows, G, N, K, A, B, out, 0))
+    if (!rows_grouped_cublas(transB, rows, G, N, K, A, B, out, 0, 0))
         chunked_grouped_loop(&matmul_cuda, transB, rows, G, N, K, chunks, A, B, out);
 }
 
 static void matmul_backward_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n,
                                               int G, int C, int OC, int accumulate) {
-#if GPU_HAVE_CUBLAS
-    if (use_cublas) {   // as matmul_backward_dw_leaves: a group's leaves one product over its rows
-        Part *pt = parts_for(G);
-        int np = 0;
-        for (int g = 0; g < G; g++) {
-            int r0 = off[(size_t)g * n], r1 = off[(size_t)g * n + n];
-            if (r1 > r0) pt[np++] = Part{C, OC, r1 - r0, (size_t)r0 * C, (size_t)r0 * OC, (size_t)g * C * OC};
-        }
-        int done = gemm_grouped_cublas(1, 0, pt, np, inp, C, dout, OC, dw, OC, accumulate);
-        free(pt);
-        if (done) return;
-    }
-#endif
-    dw_leaves_grouped_loop(&matmul_cuda, dw, inp, dout, off, n, G, C, OC, accumulate);
+    if (!dw_grouped_cublas(off, n, G, C, OC, inp, dout, dw, accumulate, 0))
+        dw_leaves_grouped_loop(&matmul_cuda, dw, inp, dout, off, n, G, C, OC, accumulate);
 }
 
 extern "C" const MatmulKernels matmul_cuda = {matmul_forward,

@@ -144,6 +144,25 @@ static const MatmulKernels matmul_dry = {matmul_forward,  matmul_backward_dinp, 
                                          gemm,            gemm_chunked,         matmul_backward_dw_leaves,
                                          forward_grouped, dinp_grouped,         chunked_grouped,
                                          dw_leaves_grouped};
+// matmul16
+static void forward16(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {}
+static void dinp16(float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {}
+static void dw16(float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC, int accumulate) {}
+static void chunked16(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda, const uint16_t *B,
+                      int ldb, float *C, int ldc) {}
+static void dw_leaves16(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int C, int OC,
+                        int accumulate) {}
+static void forward_grouped16(float *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G, int C,
+                              int OC, int accumulate) {}
+static void dinp_grouped16(float *dinp, const uint16_t *dout, const uint16_t *w, const int *rows, int G, int C,
+                           int OC) {}
+static void chunked_grouped16(int transB, const int *rows, int G, int N, int K, int chunks, const uint16_t *A,
+                              const uint16_t *B, float *out) {}
+static void dw_leaves_grouped16(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int G,
+                                int C, int OC, int accumulate) {}
+static const Matmul16Kernels matmul16_dry = {forward16,         dinp16,         dw16,
+                                             chunked16,         dw_leaves16,    forward_grouped16,
+                                             dinp_grouped16,    chunked_grouped16, dw_leaves_grouped16};
 
 // rope
 static void rope_table(float *sn, float *cs, int S, int pos0, int Dr, float min_ts, float max_ts, int bf16) {}
@@ -213,6 +232,7 @@ const Backend backend_dry = {
     .name = "dry",
     .mem = &memory_cpu,
     .matmul = &matmul_dry,
+    .matmul16 = &matmul16_dry,
     .norm = &norm_dry,
     .rope = &rope_dry,
     .embedding = &embedding_dry,

@@ -32,6 +32,7 @@
 #define MESHMOE_KERNELS_H
 #include <stddef.h>            // size_t
 #include "kernels/matmul.h"    // the GEMM and the matmul layer's products
+#include "kernels/matmul16.h"  // the same products on 16-bit (bf16) operands
 #include "kernels/norm.h"      // RMSNorm
 #include "kernels/rope.h"      // rotary position embedding
 #include "kernels/embedding.h" // token lookup (gather or one-hot)
@@ -75,6 +76,7 @@ typedef struct Backend {
     const MemoryOps *mem;
     // The families, in the order a decoder layer meets them.
     const MatmulKernels *matmul;      // matrix products (kernels/matmul.h)
+    const Matmul16Kernels *matmul16;  // the same on bf16 operands, float32 sums (kernels/matmul16.h)
     const NormKernels *norm;          // RMSNorm (kernels/norm.h)
     const RopeKernels *rope;          // RoPE tables and rotation (kernels/rope.h)
     const EmbeddingKernels *embedding;   // token embedding (kernels/embedding.h)

@@ -113,6 +113,77 @@ static const MatmulKernels matmul_watched = {.matmul_forward = matmul_forward,
                                              .gemm_chunked_grouped = gemm_chunked_grouped,
                                              .matmul_backward_dw_leaves_grouped = matmul_backward_dw_leaves_grouped};
 
+// ---- matmul16: the same products and flops, each bf16 operand 2 bytes a value (half a float)
+static void matmul16_forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
+    watch_product = (WatchProduct){"x @ w, bf16", T, OC, C};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_forward(out, inp, w, T, C, OC, accumulate), 2.0 * T * C * OC,
+            0.5 * ((double)T * C + (double)C * OC) + (1.0 + accumulate) * T * OC);
+}
+static void matmul16_backward_dinp(float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
+    watch_product = (WatchProduct){"dy @ w^T, bf16", T, C, OC};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_backward_dinp(dinp, dout, w, T, C, OC), 2.0 * T * C * OC,
+            0.5 * ((double)T * OC + (double)C * OC) + 2.0 * T * C);
+}
+static void matmul16_backward_dw(float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC,
+                                 int accumulate) {
+    watch_product = (WatchProduct){"x^T @ dy, bf16", C, OC, len};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_backward_dw(dw, inp, dout, len, C, OC, accumulate),
+            2.0 * len * C * OC, 0.5 * ((double)len * C + (double)len * OC) + (1.0 + accumulate) * C * OC);
+}
+static void matmul16_gemm_chunked(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda,
+                                  const uint16_t *B, int ldb, float *C, int ldc) {
+    watch_product = (WatchProduct){transB ? "A @ B^T, pieces, bf16" : "A @ B, pieces, bf16", M, N, K};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->gemm_chunked(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc),
+            2.0 * M * N * K, 0.5 * ((double)M * K + (double)K * N) + (double)M * N);
+}
+static void matmul16_backward_dw_leaves(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n,
+                                        int C, int OC, int accumulate) {
+    double K = n > 0 ? off[n] : 0;
+    watch_product = (WatchProduct){"x^T @ dy, leaves, bf16", C, OC, (int)K};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, accumulate),
+            2.0 * K * C * OC, 0.5 * (K * C + K * OC) + (accumulate ? 2.0 : 1.0) * C * OC);
+}
+static void matmul16_forward_grouped(float *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G, int C,
+                                     int OC, int accumulate) {
+    double R = rows[G];
+    watch_product = (WatchProduct){"x @ w, grouped, bf16", rows[G], OC, C};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_forward_grouped(out, inp, w, rows, G, C, OC, accumulate),
+            2.0 * R * C * OC, 0.5 * (R * C + (double)G * C * OC) + (1.0 + accumulate) * R * OC);
+}
+static void matmul16_backward_dinp_grouped(float *dinp, const uint16_t *dout, const uint16_t *w, const int *rows,
+                                           int G, int C, int OC) {
+    double R = rows[G];
+    watch_product = (WatchProduct){"dy @ w^T, grouped, bf16", rows[G], C, OC};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC),
+            2.0 * R * C * OC, 0.5 * (R * OC + (double)G * C * OC) + 2.0 * R * C);
+}
+static void matmul16_gemm_chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks,
+                                          const uint16_t *A, const uint16_t *B, float *out) {
+    double R = rows[G];
+    watch_product = (WatchProduct){transB ? "A @ B^T, pieces, grouped, bf16" : "A @ B, pieces, grouped, bf16",
+                                   rows[G], N, K};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, B, out),
+            2.0 * R * N * K, 0.5 * (R * K + (double)G * K * N) + R * N);
+}
+static void matmul16_backward_dw_leaves_grouped(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off,
+                                                int n, int G, int C, int OC, int accumulate) {
+    double K = off[(size_t)G * n];
+    watch_product = (WatchProduct){"x^T @ dy, leaves, grouped, bf16", C, OC, (int)K};
+    WATCHED(FAMILY_MATMUL,
+            INNER(matmul16)->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, accumulate),
+            2.0 * K * C * OC, 0.5 * (K * C + K * OC) + (accumulate ? 2.0 : 1.0) * G * C * OC);
+}
+static const Matmul16Kernels matmul16_watched = {
+    .matmul_forward = matmul16_forward,
+    .matmul_backward_dinp = matmul16_backward_dinp,
+    .matmul_backward_dw = matmul16_backward_dw,
+    .gemm_chunked = matmul16_gemm_chunked,
+    .matmul_backward_dw_leaves = matmul16_backward_dw_leaves,
+    .matmul_forward_grouped = matmul16_forward_grouped,
+    .matmul_backward_dinp_grouped = matmul16_backward_dinp_grouped,
+    .gemm_chunked_grouped = matmul16_gemm_chunked_grouped,
+    .matmul_backward_dw_leaves_grouped = matmul16_backward_dw_leaves_grouped};
+
 // ---- norm
 static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *scale, size_t scale_stride, int T,
                             int D, float eps, int bf16) {
@@ -537,6 +608,7 @@ static const InitKernels init_watched = {.param_init = param_init};
 
 static Backend backend_watched = {   // .name, .mem: the watched backend's, or a watcher's (watch_backend)
     .matmul = &matmul_watched,
+    .matmul16 = &matmul16_watched,
     .norm = &norm_watched,
     .rope = &rope_watched,
     .embedding = &embedding_watched,

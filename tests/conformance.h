@@ -99,6 +99,8 @@ void ref_dw_leaves(int C, int OC, const int *off, int n, const float *inp, const
 // The tests, one per family (tests/conformance_*.c).
 void test_matmul(void);
 void test_grouped(void);     // the experts' grouped products (tests/conformance_grouped.c)
+void test_matmul16(void);    // the products on 16-bit operands (tests/conformance_matmul16.c)
+void test_grouped16(void);   // their grouped twins (tests/conformance_grouped.c)
 void test_norm(void);
 void test_rope(void);
 void test_embedding(void);

@@ -2,7 +2,8 @@
 // kernels of the matmul family; megablox=true): G groups of ragged rows, one of them empty,
 // each group with its own weight. Expected: the test's own loops group by group
 // (tests/conformance_dense.c's references), bit for bit; on the GPU also under cuBLAS, fp32
-// and bf16, within the bound of a dot product's sums in another order.
+// and bf16, within the bound of a dot product's sums in another order. The same cases run
+// against the 16-bit twins (kernels/matmul16.h) on bf16 operands, with the same expectations.
 #include "tests/conformance.h"
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ typedef struct {
     int kind, G, C, OC, acc, tb, chunks, nl;
     const int *rows;
     int *off;   // G*nl+1: each group's nl leaves (G_DW)
+    int b16;    // 1: the 16-bit twin, its operands X and Y as bf16 bits
 } Case;
 
 // The floats of the first operand X, the second Y and the result Z.
@@ -48,7 +50,18 @@ static void reference(const Case *k, const float *X, const float *Y, float *Z) {
     }
 }
 
-static void run_kernel(const Case *k, const float *dX, const float *dY, float *dZ) {
+// The case's kernel on the device's operands: X and Y as floats, or their bf16 bits X16, Y16.
+static void run_kernel(const Case *k, const float *dX, const float *dY, const uint16_t *dX16, const uint16_t *dY16,
+                       float *dZ) {
+    if (k->b16) {
+        const Matmul16Kernels *m = UNDER_TEST->matmul16;
+        if (k->kind == G_FORWARD) m->matmul_forward_grouped(dZ, dX16, dY16, k->rows, k->G, k->C, k->OC, k->acc);
+        if (k->kind == G_DINP) m->matmul_backward_dinp_grouped(dZ, dX16, dY16, k->rows, k->G, k->C, k->OC);
+        if (k->kind == G_CHUNKED) m->gemm_chunked_grouped(k->tb, k->rows, k->G, k->OC, k->C, k->chunks, dX16, dY16, dZ);
+        if (k->kind == G_DW)
+            m->matmul_backward_dw_leaves_grouped(dZ, dX16, dY16, k->off, k->nl, k->G, k->C, k->OC, k->acc);
+        return;
+    }
     const MatmulKernels *m = UNDER_TEST->matmul;
     if (k->kind == G_FORWARD) m->matmul_forward_grouped(dZ, dX, dY, k->rows, k->G, k->C, k->OC, k->acc);
     if (k->kind == G_DINP) m->matmul_backward_dinp_grouped(dZ, dX, dY, k->rows, k->G, k->C, k->OC);
@@ -79,7 +92,7 @@ static void run_case(const Case *k, int mode) {
     size_t nx, ny, nz;
     sizes(k, &nx, &ny, &nz);
     float *X = rand_floats(nx, -1, 1), *Y = rand_floats(ny, -1, 1), *Z0 = old_values(k, nz);
-    if (mode == 2) {
+    if (mode == 2 || k->b16) {
         for (size_t i = 0; i < nx; i++) X[i] = bf16_round(X[i]);
         for (size_t i = 0; i < ny; i++) Y[i] = bf16_round(Y[i]);
     }
@@ -87,9 +100,13 @@ static void run_case(const Case *k, int mode) {
     reference(k, X, Y, want);
     float *dX = dev_copy(X, sizeof(float) * nx), *dY = dev_copy(Y, sizeof(float) * ny);
     float *dZ = dev_copy(Z0, sizeof(float) * nz);
+    uint16_t *X16 = malloc(sizeof(uint16_t) * (nx ? nx : 1)), *Y16 = malloc(sizeof(uint16_t) * (ny ? ny : 1));
+    for (size_t i = 0; i < nx; i++) X16[i] = bf16_bits(X[i]);
+    for (size_t i = 0; i < ny; i++) Y16[i] = bf16_bits(Y[i]);
+    uint16_t *dX16 = dev_copy(X16, sizeof(uint16_t) * nx), *dY16 = dev_copy(Y16, sizeof(uint16_t) * ny);
     char shape[128];
-    snprintf(shape, sizeof shape, "%s G=%d rows=%d C=%d OC=%d acc=%d transB=%d chunks=%d leaves=%d",
-             mode == 2 ? "cublas_bf16" : mode == 1 ? "cublas" : "", k->G, k->rows[k->G], k->C, k->OC, k->acc, k->tb,
+    snprintf(shape, sizeof shape, "%s%s G=%d rows=%d C=%d OC=%d acc=%d transB=%d chunks=%d leaves=%d",
+             k->b16 ? "16-bit operands " : "", mode == 2 ? "cublas_bf16" : mode == 1 ? "cublas" : "", k->G, k->rows[k->G], k->C, k->OC, k->acc, k->tb,
              k->chunks, k->nl);
 #ifdef MESHMOE_CONFORMANCE_GPU
     const char *why = NULL;
@@ -99,12 +116,12 @@ static void run_case(const Case *k, int mode) {
     }
 #endif
     if (mode == 0) {
-        run_kernel(k, dX, dY, dZ);
+        run_kernel(k, dX, dY, dX16, dY16, dZ);
         check_dev_floats(kind_names[k->kind], shape, want, dZ, nz, 0, 0);
     }
 #ifdef MESHMOE_CONFORMANCE_GPU
     if (mode > 0) {
-        run_kernel(k, dX, dY, dZ);
+        run_kernel(k, dX, dY, dX16, dY16, dZ);
         float *got = dev_fetch(dZ, sizeof(float) * nz), *bound = calloc(nz, sizeof(float));
         gpu_matmul_use_cublas(0, &why);
         for (size_t i = 0; i < nx; i++) X[i] = fabsf(X[i]);
@@ -123,8 +140,8 @@ static void run_case(const Case *k, int mode) {
         free(got); free(bound);
     }
 #endif
-    free(X); free(Y); free(Z0); free(want);
-    dev_free(dX); dev_free(dY); dev_free(dZ);
+    free(X); free(Y); free(Z0); free(want); free(X16); free(Y16);
+    dev_free(dX); dev_free(dY); dev_free(dZ); dev_free(dX16); dev_free(dY16);
 }
 
 // Each group's nl leaves: its rows cut at random points (some leaves empty).
@@ -142,7 +159,8 @@ static int *leaf_offsets(const int *rows, int G, int nl) {
     return off;
 }
 
-void test_grouped(void) {
+// Every kind, on the float32 kernels (b16 0) or their 16-bit twins (1).
+static void grouped_cases(int b16) {
     static const int rows[] = {0, 37, 37, 42, 106, 107, 127};   // 6 groups: 37, 0 (empty), 5, 64, 1, 20 rows
     int G = 6, nl = 3, *off = leaf_offsets(rows, G, nl);
     int modes = 1;
@@ -151,14 +169,17 @@ void test_grouped(void) {
 #endif
     for (int mode = 0; mode < modes; mode++) {
         for (int acc = 0; acc < 2; acc++) {
-            run_case(&(Case){G_FORWARD, G, 40, 56, acc, 0, 0, 0, rows, NULL}, mode);
-            run_case(&(Case){G_DW, G, 40, 56, acc, 0, 0, nl, rows, off}, mode);
+            run_case(&(Case){G_FORWARD, G, 40, 56, acc, 0, 0, 0, rows, NULL, b16}, mode);
+            run_case(&(Case){G_DW, G, 40, 56, acc, 0, 0, nl, rows, off, b16}, mode);
         }
-        run_case(&(Case){G_DINP, G, 40, 56, 1, 0, 0, 0, rows, NULL}, mode);
+        run_case(&(Case){G_DINP, G, 40, 56, 1, 0, 0, 0, rows, NULL, b16}, mode);
         for (int tb = 0; tb < 2; tb++) {
-            run_case(&(Case){G_CHUNKED, G, 60, 33, 0, tb, 3, 0, rows, NULL}, mode);   // a tree that is not complete
-            run_case(&(Case){G_CHUNKED, G, 64, 48, 0, tb, 1, 0, rows, NULL}, mode);
+            run_case(&(Case){G_CHUNKED, G, 60, 33, 0, tb, 3, 0, rows, NULL, b16}, mode);   // a tree that is not complete
+            run_case(&(Case){G_CHUNKED, G, 64, 48, 0, tb, 1, 0, rows, NULL, b16}, mode);
         }
     }
     free(off);
 }
+
+void test_grouped(void) { grouped_cases(0); }
+void test_grouped16(void) { grouped_cases(1); }

@@ -22,7 +22,8 @@ int main(void) {
     printf("conformance: GPU 0 is %s\n", gpu_device_name());
 #endif
     struct { const char *family; const void *table; void (*test)(void); } families[] = {
-        {"matmul", UNDER_TEST->matmul, test_matmul},       {"norm", UNDER_TEST->norm, test_norm},
+        {"matmul", UNDER_TEST->matmul, test_matmul},       {"matmul16", UNDER_TEST->matmul16, test_matmul16},
+        {"norm", UNDER_TEST->norm, test_norm},
         {"rope", UNDER_TEST->rope, test_rope},             {"embedding", UNDER_TEST->embedding, test_embedding},
         {"attention", UNDER_TEST->attention, test_attention},
         {"mla", UNDER_TEST->mla, test_mla},                {"router", UNDER_TEST->router, test_router},

@@ -8,6 +8,7 @@ const Backend backend_cpu = {
     .name = "cpu",
     .mem = &memory_cpu,
     .matmul = &matmul_cpu,
+    .matmul16 = &matmul16_cpu,
     .norm = &norm_cpu,
     .rope = &rope_cpu,
     .embedding = &embedding_cpu,
@@ -23,13 +24,14 @@ const Backend backend_cpu = {
     .init = &init_cpu,
 };
 
-// What differs from backend_cpu: the matmul and attention tables. Made once, by main,
+// What differs from backend_cpu: the matmul tables and attention's. Made once, by main,
 // before the devices start.
 const Backend *backend_cpu_plain(void) {
     static Backend plain;
     plain = backend_cpu;
     plain.name = "cpu-plain";
     plain.matmul = &matmul_cpu_plain;
+    plain.matmul16 = &matmul16_cpu_plain;
     plain.attention = &attention_cpu_plain;
     return &plain;
 }

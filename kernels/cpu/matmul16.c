@@ -1,0 +1,143 @@
+// kernels/cpu/matmul16.c: the CPU's 16-bit products (kernels/matmul16.h): each product's
+// bf16 operands widened to float32 copies (exact), then the float32 kernel of the same
+// backend on them: matmul_cpu (the ordered GEMM, or OpenBLAS) or matmul_cpu_plain. So every
+// result has the bits of the float32 kernel on the same values.
+//
+// The copies are the product's own working memory, freed before it returns (as OpenBLAS's
+// partial sums in kernels/cpu/matmul.c), not the tagged allocator's: for the length of one
+// call a 16-bit operand also exists as floats. Widening inside the ordered GEMM's packing
+// (kernels/cpu/gemm.c), which copies every operand panel anyway, would avoid that.
+#include "kernels/matmul16.h"
+#include "kernels/matmul.h"        // the float32 kernels
+#include "kernels/cast.h"          // cast_cpu.unpack_bf16: the widening
+#include "kernels/grouped_loop.h"  // the grouped products, a group at a time
+#include "core/common.h"           // die
+#include <stdlib.h>
+
+// x (n floats) = the bf16 values h (n), in a new buffer the caller frees.
+static float *widened(const uint16_t *h, size_t n) {
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    if (!x) die("out of host memory widening a product's bf16 operand (%zu values)", n);
+    cast_cpu.unpack_bf16(x, h, n);
+    return x;
+}
+
+// The values a strided operand spans: rows of `cols` values `ld` apart (the gaps included,
+// whatever they hold: widening them is harmless and nothing reads them).
+static size_t span(int rows, int cols, int ld) { return rows > 0 ? (size_t)(rows - 1) * ld + cols : 0; }
+
+// The five ungrouped products through the float32 table k.
+static void forward16(const MatmulKernels *k, float *out, const uint16_t *inp, const uint16_t *w, int T, int C,
+                      int OC, int accumulate) {
+    float *x = widened(inp, (size_t)T * C), *wf = widened(w, (size_t)C * OC);
+    k->matmul_forward(out, x, wf, T, C, OC, accumulate);   // (T,C) @ (C,OC)
+    free(x); free(wf);
+}
+
+static void dinp16(const MatmulKernels *k, float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C,
+                   int OC) {
+    float *d = widened(dout, (size_t)T * OC), *wf = widened(w, (size_t)C * OC);
+    k->matmul_backward_dinp(dinp, d, wf, T, C, OC);   // (T,OC) @ (OC,C)
+    free(d); free(wf);
+}
+
+static void dw16(const MatmulKernels *k, float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC,
+                 int accumulate) {
+    float *x = widened(inp, (size_t)len * C), *d = widened(dout, (size_t)len * OC);
+    k->matmul_backward_dw(dw, x, d, len, C, OC, accumulate);   // (C,len) @ (len,OC)
+    free(x); free(d);
+}
+
+static void chunked16(const MatmulKernels *k, int transB, int M, int N, int K, int chunks, const uint16_t *A,
+                      int lda, const uint16_t *B, int ldb, float *C, int ldc) {
+    if (M == 0 || N == 0) return;
+    float *a = widened(A, span(M, K, lda)), *b = widened(B, transB ? span(N, K, ldb) : span(K, N, ldb));
+    k->gemm_chunked(transB, M, N, K, chunks, a, lda, b, ldb, C, ldc);
+    free(a); free(b);
+}
+
+static void dw_leaves16(const MatmulKernels *k, float *dw, const uint16_t *inp, const uint16_t *dout, const int *off,
+                        int n, int C, int OC, int accumulate) {
+    if (C == 0 || OC == 0 || n <= 0) return;
+    float *x = widened(inp, (size_t)off[n] * C), *d = widened(dout, (size_t)off[n] * OC);
+    k->matmul_backward_dw_leaves(dw, x, d, off, n, C, OC, accumulate);
+    free(x); free(d);
+}
+
+// ---- matmul16_cpu: through matmul_cpu; the grouped products a group at a time, so that one
+// group's operands are widened at once, not a whole layer's experts.
+static void forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
+    forward16(&matmul_cpu, out, inp, w, T, C, OC, accumulate);
+}
+static void dinp(float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
+    dinp16(&matmul_cpu, dinp, dout, w, T, C, OC);
+}
+static void dw(float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC, int accumulate) {
+    dw16(&matmul_cpu, dw, inp, dout, len, C, OC, accumulate);
+}
+static void chunked(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda, const uint16_t *B,
+                    int ldb, float *C, int ldc) {
+    chunked16(&matmul_cpu, transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
+}
+static void dw_leaves(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int C, int OC,
+                      int accumulate) {
+    dw_leaves16(&matmul_cpu, dw, inp, dout, off, n, C, OC, accumulate);
+}
+static void forward_grouped(float *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G, int C, int OC,
+                            int accumulate) {
+    forward_grouped_loop16(&matmul16_cpu, out, inp, w, rows, G, C, OC, accumulate);
+}
+static void dinp_grouped(float *dinp, const uint16_t *dout, const uint16_t *w, const int *rows, int G, int C, int OC) {
+    dinp_grouped_loop16(&matmul16_cpu, dinp, dout, w, rows, G, C, OC);
+}
+static void chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const uint16_t *A,
+                            const uint16_t *B, float *out) {
+    chunked_grouped_loop16(&matmul16_cpu, transB, rows, G, N, K, chunks, A, B, out);
+}
+static void dw_leaves_grouped(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int G,
+                              int C, int OC, int accumulate) {
+    dw_leaves_grouped_loop16(&matmul16_cpu, dw, inp, dout, off, n, G, C, OC, accumulate);
+}
+
+const Matmul16Kernels matmul16_cpu = {forward,         dinp,         dw,
+                                      chunked,         dw_leaves,    forward_grouped,
+                                      dinp_grouped,    chunked_grouped, dw_leaves_grouped};
+
+// ---- matmul16_cpu_plain: the same through matmul_cpu_plain (matmul_impl=plain).
+static void plain_forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
+    forward16(&matmul_cpu_plain, out, inp, w, T, C, OC, accumulate);
+}
+static void plain_dinp(float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
+    dinp16(&matmul_cpu_plain, dinp, dout, w, T, C, OC);
+}
+static void plain_dw(float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC, int accumulate) {
+    dw16(&matmul_cpu_plain, dw, inp, dout, len, C, OC, accumulate);
+}
+static void plain_chunked(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda, const uint16_t *B,
+                          int ldb, float *C, int ldc) {
+    chunked16(&matmul_cpu_plain, transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
+}
+static void plain_dw_leaves(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int C, int OC,
+                            int accumulate) {
+    dw_leaves16(&matmul_cpu_plain, dw, inp, dout, off, n, C, OC, accumulate);
+}
+static void plain_forward_grouped(float *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G, int C,
+                                  int OC, int accumulate) {
+    forward_grouped_loop16(&matmul16_cpu_plain, out, inp, w, rows, G, C, OC, accumulate);
+}
+static void plain_dinp_grouped(float *dinp, const uint16_t *dout, const uint16_t *w, const int *rows, int G, int C,
+                               int OC) {
+    dinp_grouped_loop16(&matmul16_cpu_plain, dinp, dout, w, rows, G, C, OC);
+}
+static void plain_chunked_grouped(int transB, const int *rows, int G, int N, int K, int chunks, const uint16_t *A,
+                                  const uint16_t *B, float *out) {
+    chunked_grouped_loop16(&matmul16_cpu_plain, transB, rows, G, N, K, chunks, A, B, out);
+}
+static void plain_dw_leaves_grouped(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int G,
+                                    int C, int OC, int accumulate) {
+    dw_leaves_grouped_loop16(&matmul16_cpu_plain, dw, inp, dout, off, n, G, C, OC, accumulate);
+}
+
+const Matmul16Kernels matmul16_cpu_plain = {plain_forward,         plain_dinp,           plain_dw,
+                                            plain_chunked,         plain_dw_leaves,      plain_forward_grouped,
+                                            plain_dinp_grouped,    plain_chunked_grouped, plain_dw_leaves_grouped};
