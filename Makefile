@@ -253,6 +253,11 @@ build/hip/tests/%.o: tests/%.c tests/conformance.h gpu/backend.h $(HDRS)
 	$(CONF_GPU_CC)
 build/conformance_gpu: $(CONF_SRC:%.c=build/gpu/%.o) $(GPU_SRC:gpu/%.cu=build/gpu/%.o) $(ORACLE_OBJ)
 	$(NVCC) -cudart static -Xcompiler -static-libstdc++,-static-libgcc $^ -o $@ -ldl -lm
+# build/products_gpu (tests/products_gpu.c): the products with float32 operands against the
+# same on bf16 storage, timed on the GPU; tests/gpu_bench.sh runs it. build/products_emu: the
+# same program on the emulation (tests/gpu_emu.sh runs its small shapes).
+build/products_gpu: build/gpu/tests/products_gpu.o $(GPU_SRC:gpu/%.cu=build/gpu/%.o) $(ORACLE_OBJ)
+	$(NVCC) -cudart static -Xcompiler -static-libstdc++,-static-libgcc $^ -o $@ -ldl -lm
 build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hip/%.o) $(ORACLE_OBJ)
 	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ -lm
 
@@ -272,6 +277,8 @@ build/emu/tests/%.o: tests/%.c tests/conformance.h gpu/backend.h $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CONF_GPU_CC)
 build/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ) $(ORACLE_OBJ)
+	$(CXX) $^ -o $@ -lm -ldl -lpthread
+build/products_emu: build/emu/tests/products_gpu.o $(EMU_OBJ) $(ORACLE_OBJ)
 	$(CXX) $^ -o $@ -lm -ldl -lpthread
 build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/emu/%=build/emu-asan/%) \
                                 $(ORACLE_OBJ)
@@ -332,7 +339,7 @@ build/port/train: $(PORT_OBJ) build/port/kernels/no_gpu.o
 build/port/test_%: tests/test_%.c $(filter-out build/port/train.o,$(PORT_OBJ)) build/port/kernels/no_gpu.o tests/test.h
 	$(CC) $(PORT_CFLAGS) $< $(filter %.o,$^) -o $@ -lm
 
-gpu: build/conformance_gpu train_gpu
+gpu: build/conformance_gpu train_gpu build/products_gpu
 hip: build/conformance_hip train_hip
 
 # What a GPU session carries (docs/gpu.md#a-gpu-session): ./train_gpu, build/conformance_gpu
@@ -340,5 +347,5 @@ hip: build/conformance_hip train_hip
 gpu-ref: train
 	bash tests/gpu_ref.sh build/gpu_ref
 gpu-carry: gpu gpu-ref
-	@du -ch train_gpu build/conformance_gpu build/gpu_ref | sed 's/^/carry: /'
+	@du -ch train_gpu build/conformance_gpu build/products_gpu build/gpu_ref | sed 's/^/carry: /'
 

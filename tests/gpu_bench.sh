@@ -3,7 +3,10 @@
 # call of at most 8 minutes on a GPU machine (docs/gpu.md says how a session makes that call).
 # Nothing is built here: ./train_gpu comes from `make gpu` on a machine with nvcc, carried.
 #   1. probe (20 s): the GPU, its driver and clocks, the peers' python packages
-#   2. tests/bench_gpu.py (BUDGET, default 300 s): meshmoe, PyTorch eager, JAX jit and
+#   2. build/products_gpu (at most 60 s, its time taken from BUDGET; skipped if not carried):
+#      the -medium presets' largest products with float32 operands and with bf16 storage
+#      (tests/products_gpu.c), what bf16 storage would save in them
+#   3. tests/bench_gpu.py (BUDGET, default 300 s): meshmoe, PyTorch eager, JAX jit and
 #      torch.compile on the -medium presets, side by side, then meshmoe's profile
 # The full log goes to OUTDIR/bench.log, the table to OUTDIR/table.md and, last, to stdout.
 set -u
@@ -25,7 +28,17 @@ if [ ! -x "$TRAIN" ]; then
     echo "bench-gpu: $TRAIN is not built (make gpu, on a machine with nvcc)" | tee -a "$LOG" "$OUT/table.md"
     exit 1
 fi
-BENCH_LOG=$LOG TRAIN=$TRAIN BUDGET=${BUDGET:-300} python3 tests/bench_gpu.py > "$OUT/table.md" 2>> "$LOG"
+BUDGET=${BUDGET:-300}
+: > "$OUT/table.md"
+if [ -x build/products_gpu ]; then
+    t0=$(date +%s)
+    echo "==== build/products_gpu $(date -u +%FT%TZ)" >> "$LOG"
+    timeout 60 build/products_gpu > "$OUT/products.md" 2>> "$LOG" ||
+        echo "(build/products_gpu exited $?: $(tail -1 "$LOG"))" >> "$OUT/products.md"
+    { cat "$OUT/products.md"; echo; } >> "$OUT/table.md"
+    BUDGET=$((BUDGET - ($(date +%s) - t0)))
+fi
+BENCH_LOG=$LOG TRAIN=$TRAIN BUDGET=$BUDGET python3 tests/bench_gpu.py >> "$OUT/table.md" 2>> "$LOG"
 rc=$?
 cat "$OUT/table.md"
 exit $rc

@@ -30,6 +30,14 @@ if [ "$target" = gpu ]; then
     cuda_libs=$(ldd "$bin" 2>/dev/null | grep -ciE 'cuda|cublas')
     check "$bin needs no CUDA shared library (static runtime, cuBLAS loaded on demand): $cuda_libs" \
         test "$cuda_libs" -eq 0
+    # the bench's product timer (tests/products_gpu.c) travels too
+    check "build/products_gpu built, needing no CUDA shared library" \
+        sh -c '[ -x build/products_gpu ] && ! ldd build/products_gpu 2>/dev/null | grep -qiE "cuda|cublas"'
+    if ! ls /dev/nvidia0 > /dev/null 2>&1; then
+        msg=$(build/products_gpu 2>&1); rc=$?
+        check "without a GPU build/products_gpu stops (exit $rc) saying so: $(printf '%s' "$msg" | grep -m1 'no GPU')" \
+            sh -c "[ $rc -ne 0 ] && printf '%s' \"\$1\" | grep -q 'no GPU'" _ "$msg"
+    fi
     for arch in sm_80 sm_90; do
         check "the objects hold $arch machine code" grep -q "$arch" build/gpu/gemm.o
     done

@@ -17,11 +17,13 @@
 # kernels did not run). The
 # cuBLAS paths run on the emulation's cuBLAS (gpu/emu_cublas.h): gpu_matmul=cublas_bf16 within
 # the same bound, every operand it multiplied bf16-valued (MESHMOE_CHECK_BF16's count), and
-# megablox's grouped calls the per-expert calls' bits (each part the same product).
+# megablox's grouped calls the per-expert calls' bits (each part the same product). Last,
+# tests/gpu_bench.sh's product timer (tests/products_gpu.c) on small shapes: its bf16-stored
+# products give its float32 ones' results (the emulated cuBLAS sums both ways in double).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib.sh
-make -s train build/train_emu > /dev/null || { echo "build failed"; exit 1; }
+make -s train build/train_emu build/products_emu > /dev/null || { echo "build failed"; exit 1; }
 T=$(mktemp -d /tmp/meshmoe-gpu-emu.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=2 per_device_batch_size=2 max_target_length=32 base_num_decoder_layers=2 sample_length=0 eval_steps=1"
@@ -100,4 +102,10 @@ if ok_run ds-cbg && ok_run ds-cbl; then
         same ds-cbg-emu ds-cbl-emu
     check "ds-cbg: cuBLAS ran (loss bits not ./train's)" test -n "$(bits ds-cbg-emu)" -a "$(bits ds-cbg-emu)" != "$(bits ds-cbg-cpu)"
 fi
+echo "== build/products_emu small: the product timer of tests/gpu_bench.sh, emulated"
+build/products_emu small > $T/products.out 2>&1; rc=$?
+rows=$(grep -c '^| small: ' $T/products.out)
+apart=$(grep '^| small: ' $T/products.out | awk -F'|' '{ print $(NF-1) }' | tr -d ' ' | sort -u | tr '\n' ' ')
+check "products_emu: exit $rc, $rows of 4 shapes timed, each with the float32 products' results (apart: $apart)" \
+    test "$rc" -eq 0 -a "$rows" -eq 4 -a "$apart" = "0.0e+00 "
 summary

@@ -1,0 +1,194 @@
+// tests/products_gpu.c (build/products_gpu, made by `make gpu`; run by tests/gpu_bench.sh):
+// what bf16 storage would save in the matrix products, measured. The trainer's products in
+// bf16 mode take float32 arrays holding bf16 values and cuBLAS converts them inside its
+// kernels (gpu_matmul=cublas_bf16); bf16 storage would hand it the 16-bit arrays
+// (kernels/matmul16.h). For the -medium presets' largest product shapes this times, on the
+// GPU with CUDA events, each product both ways on the same values, and what packing one
+// float32 operand into 16 bits costs (what a product pays while only its other operand is
+// 16-bit: docs/performance-gpu.md, "What bf16 storage takes", step 2).
+//
+// usage: build/products_gpu [small]   (small: tiny shapes, to check the program itself,
+// e.g. under the emulation: build/products_emu small). Prints one markdown table.
+#include "kernels/kernels.h"
+#include "kernels/bf16.h"
+#include "gpu/backend.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FORWARD, DINP, DW, GROUPED };
+static const char *const forms[] = {"x @ w", "dy @ w^T", "x^T @ dy", "x @ w, grouped"};
+
+// A product: out (M,N) = op(A) (M,K) @ op(B) (K,N); for GROUPED, G groups of M/G rows each
+// with its own (K,N) weight.
+typedef struct {
+    const char *what;
+    int form, M, N, K, G;
+} Shape;
+
+static const Shape medium[] = {
+    {"mixtral-medium: attention q", FORWARD, 8192, 2048, 2048, 1},
+    {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1},
+    {"mixtral-medium: head, input gradient", DINP, 8192, 2048, 32000, 1},
+    {"mixtral-medium: attention q, weight gradient", DW, 2048, 2048, 8192, 1},
+    {"mixtral-medium: experts wi_0", GROUPED, 16384, 7168, 2048, 8},
+    {"mixtral-medium: experts wo", GROUPED, 16384, 2048, 7168, 8},
+    {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64},
+    {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64},
+    {"deepseek-medium: MLA wkv_b", FORWARD, 8192, 4096, 512, 1},
+};
+static const Shape small[] = {
+    {"small: forward", FORWARD, 48, 40, 32, 1},
+    {"small: input gradient", DINP, 48, 32, 40, 1},
+    {"small: weight gradient", DW, 32, 40, 48, 1},
+    {"small: grouped", GROUPED, 64, 40, 32, 4},
+};
+
+// n random bf16 values in [-0.5, 0.5) on the device, as floats (*f) and as bits (*h).
+static void operand(size_t n, float **f, uint16_t **h) {
+    static uint64_t state = 0x9e3779b97f4a7c15ull;
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    uint16_t *b = malloc(sizeof(uint16_t) * (n ? n : 1));
+    if (!x || !b) { fprintf(stderr, "products_gpu: out of host memory\n"); exit(1); }
+    for (size_t i = 0; i < n; i++) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;   // xorshift64
+        b[i] = bf16_bits((float)(state >> 40) * 0x1p-24f - 0.5f);
+        x[i] = bf16_float(b[i]);
+    }
+    *f = gpu_alloc(sizeof(float) * (n ? n : 1));
+    *h = gpu_alloc(sizeof(uint16_t) * (n ? n : 1));
+    gpu_upload(*f, x, sizeof(float) * n);
+    gpu_upload(*h, b, sizeof(uint16_t) * n);
+    free(x); free(b);
+}
+
+// The operands as stored: A (the activation or output gradient) and B, in values.
+static size_t size_a(const Shape *s) { return (size_t)s->M * s->K; }
+static size_t size_b(const Shape *s) { return (size_t)s->K * s->N * (s->form == GROUPED ? s->G : 1); }
+
+// The shape's product once: with the float32 operands A, B (b16 0) or their bits A16, B16 (1).
+static void product(const Shape *s, int b16, const float *A, const float *B, const uint16_t *A16, const uint16_t *B16,
+                    float *C, const int *rows) {
+    const MatmulKernels *f = backend_cuda.matmul;
+    const Matmul16Kernels *h = backend_cuda.matmul16;
+    int M = s->M, N = s->N, K = s->K;
+    switch (s->form) {
+    case FORWARD:   // out (M,N) = x (M,K) @ w (K,N)
+        if (b16) h->matmul_forward(C, A16, B16, M, K, N, 0);
+        else f->matmul_forward(C, A, B, M, K, N, 0);
+        break;
+    case DINP:   // dinp (M,N) += dy (M,K) @ w^T, w (N,K)
+        if (b16) h->matmul_backward_dinp(C, A16, B16, M, N, K);
+        else f->matmul_backward_dinp(C, A, B, M, N, K);
+        break;
+    case DW:   // dw (M,N) = x^T @ dy, x (K,M), dy (K,N)
+        if (b16) h->matmul_backward_dw(C, A16, B16, K, M, N, 0);
+        else f->matmul_backward_dw(C, A, B, K, M, N, 0);
+        break;
+    case GROUPED:   // out (M,N) = x (M,K) @ w_g (K,N) on group g's rows
+        if (b16) h->matmul_forward_grouped(C, A16, B16, rows, s->G, K, N, 0);
+        else f->matmul_forward_grouped(C, A, B, rows, s->G, K, N, 0);
+        break;
+    }
+}
+
+// Milliseconds a call takes, the mean of `reps` calls after one to warm up: the float32
+// product (which 0), the bf16 one (1), or A packed into 16 bits (2).
+static double time_ms(const Shape *s, int which, int reps, const float *A, const float *B, const uint16_t *A16,
+                      const uint16_t *B16, float *C, uint16_t *P, const int *rows) {
+    void *t0 = NULL;
+    for (int r = 0; r <= reps; r++) {
+        if (r == 1) t0 = backend_cuda.mark();
+        if (which == 2) backend_cuda.cast->pack_bf16(P, A, size_a(s));
+        else product(s, which, A, B, A16, B16, C, rows);
+    }
+    double ms = backend_cuda.elapsed_ms(t0, backend_cuda.mark()) / reps;
+    backend_cuda.marks_release();
+    return ms;
+}
+
+// The product's result from a zeroed C, on the host (the caller frees it).
+static float *result(const Shape *s, int b16, const float *A, const float *B, const uint16_t *A16, const uint16_t *B16,
+                     float *C, const int *rows) {
+    size_t nc = (size_t)s->M * s->N;
+    gpu_fill_bytes(C, 0, sizeof(float) * nc);
+    product(s, b16, A, B, A16, B16, C, rows);
+    float *host = malloc(sizeof(float) * nc);
+    if (!host) { fprintf(stderr, "products_gpu: out of host memory\n"); exit(1); }
+    gpu_download(host, C, sizeof(float) * nc);
+    return host;
+}
+
+// The largest |f - h| over the largest |f|: how far the two ways' results are apart (the
+// same products of bf16 values, summed in float32 in each kernel's own order).
+static double apart(const float *f, const float *h, size_t n) {
+    double d = 0, top = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = f[i] > h[i] ? f[i] - h[i] : h[i] - f[i], a = f[i] < 0 ? -f[i] : f[i];
+        if (!(e <= d)) d = e;   // (a NaN counts)
+        if (a > top) top = a;
+    }
+    return top > 0 ? d / top : d;
+}
+
+// A time in ms and a rate, or "-" where the clock gave nothing (the emulation's events).
+static void cell(char *out, size_t size, double ms, double flops) {
+    if (ms > 0 && flops > 0) snprintf(out, size, "%.3f | %.1f", ms, flops / ms * 1e-9);
+    else if (ms > 0) snprintf(out, size, "%.3f", ms);
+    else snprintf(out, size, flops > 0 ? "- | -" : "-");
+}
+
+int main(int argc, char **argv) {
+    int tiny = argc > 1 && !strcmp(argv[1], "small");
+    const Shape *shapes = tiny ? small : medium;
+    int n = tiny ? (int)(sizeof small / sizeof small[0]) : (int)(sizeof medium / sizeof medium[0]), reps = tiny ? 2 : 10;
+    if (gpu_device_count() == 0) return 1;
+    const char *why;
+    if (!gpu_matmul_use_cublas(2, &why)) {   // gpu_matmul=cublas_bf16, as the bench's meshmoe runs
+        printf("products_gpu: no cuBLAS here: %s\n", why);
+        return 1;
+    }
+    size_t ws = gpu_matmul_workspace_bytes();   // cuBLAS's workspace, as a device thread gives it
+    void *wsp = ws ? gpu_alloc(ws) : NULL;
+    if (wsp) gpu_matmul_set_workspace(wsp, ws);
+    printf("Products on %s, float32 operands holding bf16 values (cuBLAS converting them, "
+           "CUBLAS_COMPUTE_32F_FAST_16BF) against the same values stored as bf16 (kernels/matmul16.h, CUDA_R_16BF); "
+           "ms a call, the mean of %d after one; pack: one float32 operand A made 16-bit (cast's pack_bf16); "
+           "apart: the largest difference of the two results over their largest value.\n\n",
+           gpu_device_name(), reps);
+    printf("| product | form | M x N x K | float32 ms | float32 TFLOP/s | bf16 ms | bf16 TFLOP/s | bf16 / float32 time "
+           "| pack A ms | apart |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n; i++) {
+        const Shape *s = &shapes[i];
+        float *A, *B, *C;
+        uint16_t *A16, *B16, *P;
+        operand(size_a(s), &A, &A16);
+        operand(size_b(s), &B, &B16);
+        C = gpu_alloc(sizeof(float) * s->M * s->N);
+        P = gpu_alloc(sizeof(uint16_t) * size_a(s));
+        gpu_fill_bytes(C, 0, sizeof(float) * s->M * s->N);
+        int *rows = malloc(sizeof(int) * (s->G + 1));
+        for (int g = 0; g <= s->G; g++) rows[g] = (int)((long)s->M * g / s->G);
+        float *rf = result(s, 0, A, B, A16, B16, C, rows), *rh = result(s, 1, A, B, A16, B16, C, rows);
+        double d = apart(rf, rh, (size_t)s->M * s->N);
+        free(rf); free(rh);
+        double f = time_ms(s, 0, reps, A, B, A16, B16, C, P, rows);
+        double h = time_ms(s, 1, reps, A, B, A16, B16, C, P, rows);
+        double p = time_ms(s, 2, reps, A, B, A16, B16, C, P, rows);
+        double flops = 2.0 * s->M * s->N * s->K;
+        char dims[64], fc[48], hc[48], pc[48], ratio[16];
+        snprintf(dims, sizeof dims, s->G > 1 ? "%d x %d x %d (%d groups)" : "%d x %d x %d", s->M, s->N, s->K, s->G);
+        cell(fc, sizeof fc, f, flops);
+        cell(hc, sizeof hc, h, flops);
+        cell(pc, sizeof pc, p, 0);
+        snprintf(ratio, sizeof ratio, f > 0 ? "%.2f" : "-", f > 0 ? h / f : 0.0);
+        printf("| %s | %s | %s | %s | %s | %s | %s | %.1e |\n", s->what, forms[s->form], dims, fc, hc, ratio, pc, d);
+        fflush(stdout);
+        free(rows);
+        gpu_free(A); gpu_free(B); gpu_free(A16); gpu_free(B16); gpu_free(C); gpu_free(P);
+    }
+    backend_cuda.sync();
+    if (wsp) { gpu_matmul_set_workspace(NULL, 0); gpu_free(wsp); }
+    gpu_matmul_use_cublas(0, &why);
+    return 0;
+}
