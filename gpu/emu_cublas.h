@@ -17,6 +17,7 @@
 #ifndef MESHMOE_GPU_EMU_CUBLAS_H
 #define MESHMOE_GPU_EMU_CUBLAS_H
 #include <stdint.h>
+#include <stdlib.h>   // getenv
 #include <string.h>
 #include "kernels/bf16.h"   // bf16_float, bf16_round
 
@@ -117,6 +118,10 @@ static cublasStatus_t emu_cublas_gemm_grouped(cublasHandle_t, const cublasOperat
                                               const void *beta, void *const *Carray, cudaDataType ct, const int *ldc,
                                               int group_count, const int *group_size, cublasComputeType_t compute) {
     if (ct != CUDA_R_32F || at != bt || group_count < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    // EMU_CUBLAS_REFUSE_GROUPED_BF16=1: refuse bf16 operands here, as a cuBLAS whose grouped
+    // call lacks that combination would, so that the callers' fallback runs (tests/gpu_emu.sh).
+    const char *refuse = getenv("EMU_CUBLAS_REFUSE_GROUPED_BF16");
+    if (at == CUDA_R_16BF && refuse && !strcmp(refuse, "1")) return CUBLAS_STATUS_NOT_SUPPORTED;
     for (int g = 0, p = 0; g < group_count; g++)
         for (int i = 0; i < group_size[g]; i++, p++) {
             cublasStatus_t st = emu_gemm(ta[g], tb[g], m[g], n[g], k[g], ((const float *)alpha)[g], Aarray[p], at,
