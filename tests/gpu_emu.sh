@@ -106,13 +106,14 @@ echo "== build/products_emu small: the product timer of tests/gpu_bench.sh, emul
 build/products_emu small > $T/products.out 2>&1; rc=$?
 rows=$(grep -c '^| small: ' $T/products.out)
 apart=$(grep '^| small: ' $T/products.out | awk -F'|' '{ print $(NF-1) }' | tr -d ' ' | sort -u | tr '\n' ' ')
-check "products_emu: exit $rc, $rows of 4 shapes timed, each with the float32 products' results (apart: $apart)" \
-    test "$rc" -eq 0 -a "$rows" -eq 4 -a "$apart" = "0.0e+00 "
+check "products_emu: exit $rc, $rows of 6 shapes timed, each with the float32 products' results (apart: $apart)" \
+    test "$rc" -eq 0 -a "$rows" -eq 6 -a "$apart" = "0.0e+00 "
 # The same where cuBLAS's grouped call refuses bf16 operands (the emulation made to, as a real
 # cuBLAS might): said once, and the grouped rows a call per group, with the same results.
 EMU_CUBLAS_REFUSE_GROUPED_BF16=1 build/products_emu small > $T/products-refused.out 2> $T/products-refused.err; rc=$?
 said=$(grep -c 'refused compute type' $T/products-refused.err)
-grouped=$(grep '^| small: grouped' $T/products-refused.out | awk -F'|' '{ print $(NF-1) }' | tr -d ' ')
-check "products_emu, grouped bf16 refused: exit $rc, said $said time(s), the grouped row's results the same ($grouped)" \
-    test "$rc" -eq 0 -a "$said" -eq 1 -a "$grouped" = "0.0e+00"
+grouped=$(grep -c '^| small: grouped' $T/products-refused.out)
+apart=$(grep '^| small: grouped' $T/products-refused.out | awk -F'|' '{ print $(NF-1) }' | tr -d ' ' | sort -u | tr '\n' ' ')
+check "products_emu, grouped bf16 refused: exit $rc, said $said time(s), $grouped grouped rows' results the same ($apart)" \
+    test "$rc" -eq 0 -a "$said" -eq 1 -a "$grouped" -eq 3 -a "$apart" = "0.0e+00 "
 summary

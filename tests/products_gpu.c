@@ -16,11 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FORWARD, DINP, DW, GROUPED };
-static const char *const forms[] = {"x @ w", "dy @ w^T", "x^T @ dy", "x @ w, grouped"};
+enum { FORWARD, DINP, DW, GROUPED, GROUPED_DINP, GROUPED_DW };
+static const char *const forms[] = {"x @ w", "dy @ w^T", "x^T @ dy", "x @ w, grouped", "dy @ w^T, grouped",
+                                    "x^T @ dy, grouped"};
 
-// A product: out (M,N) = op(A) (M,K) @ op(B) (K,N); for GROUPED, G groups of M/G rows each
-// with its own (K,N) weight.
+// A product: out (M,N) = op(A) (M,K) @ op(B) (K,N). The grouped forms have G groups of
+// equal rows, each with its own weight: forward and input gradient, the M rows in groups
+// (w: G of (K,N), or of (N,K) for the input gradient); weight gradient, the K rows in groups,
+// G results (M,N), one leaf a group.
 typedef struct {
     const char *what;
     int form, M, N, K, G;
@@ -33,8 +36,12 @@ static const Shape medium[] = {
     {"mixtral-medium: attention q, weight gradient", DW, 2048, 2048, 8192, 1},
     {"mixtral-medium: experts wi_0", GROUPED, 16384, 7168, 2048, 8},
     {"mixtral-medium: experts wo", GROUPED, 16384, 2048, 7168, 8},
+    {"mixtral-medium: experts wi_0, input gradient", GROUPED_DINP, 16384, 2048, 7168, 8},
+    {"mixtral-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 7168, 16384, 8},
     {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64},
     {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64},
+    {"deepseek-medium: experts wi_0, input gradient", GROUPED_DINP, 49152, 2048, 1024, 64},
+    {"deepseek-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 1024, 49152, 64},
     {"deepseek-medium: MLA wkv_b", FORWARD, 8192, 4096, 512, 1},
 };
 static const Shape small[] = {
@@ -42,6 +49,8 @@ static const Shape small[] = {
     {"small: input gradient", DINP, 48, 32, 40, 1},
     {"small: weight gradient", DW, 32, 40, 48, 1},
     {"small: grouped", GROUPED, 64, 40, 32, 4},
+    {"small: grouped input gradient", GROUPED_DINP, 64, 32, 40, 4},
+    {"small: grouped weight gradient", GROUPED_DW, 32, 40, 64, 4},
 };
 
 // n random bf16 values in [-0.5, 0.5) on the device, as floats (*f) and as bits (*h).
@@ -62,9 +71,13 @@ static void operand(size_t n, float **f, uint16_t **h) {
     free(x); free(b);
 }
 
-// The operands as stored: A (the activation or output gradient) and B, in values.
+// The operands and the result as stored, in values: A (the activation or output gradient), B
+// (the weight, or the output gradient of a weight gradient) and C.
 static size_t size_a(const Shape *s) { return (size_t)s->M * s->K; }
-static size_t size_b(const Shape *s) { return (size_t)s->K * s->N * (s->form == GROUPED ? s->G : 1); }
+static size_t size_b(const Shape *s) {
+    return (size_t)s->K * s->N * (s->form == GROUPED || s->form == GROUPED_DINP ? s->G : 1);
+}
+static size_t size_c(const Shape *s) { return (size_t)s->M * s->N * (s->form == GROUPED_DW ? s->G : 1); }
 
 // The shape's product once: with the float32 operands A, B (b16 0) or their bits A16, B16 (1).
 static void product(const Shape *s, int b16, const float *A, const float *B, const uint16_t *A16, const uint16_t *B16,
@@ -89,6 +102,14 @@ static void product(const Shape *s, int b16, const float *A, const float *B, con
         if (b16) h->matmul_forward_grouped(C, A16, B16, rows, s->G, K, N, 0);
         else f->matmul_forward_grouped(C, A, B, rows, s->G, K, N, 0);
         break;
+    case GROUPED_DINP:   // dinp (M,N) += dy (M,K) @ w_g^T on group g's rows, w_g (N,K)
+        if (b16) h->matmul_backward_dinp_grouped(C, A16, B16, rows, s->G, N, K);
+        else f->matmul_backward_dinp_grouped(C, A, B, rows, s->G, N, K);
+        break;
+    case GROUPED_DW:   // dw_g (M,N) = x_g^T @ dy_g over group g's rows of x (K,M) and dy (K,N)
+        if (b16) h->matmul_backward_dw_leaves_grouped(C, A16, B16, rows, 1, s->G, M, N, 0);
+        else f->matmul_backward_dw_leaves_grouped(C, A, B, rows, 1, s->G, M, N, 0);
+        break;
     }
 }
 
@@ -110,7 +131,7 @@ static double time_ms(const Shape *s, int which, int reps, const float *A, const
 // The product's result from a zeroed C, on the host (the caller frees it).
 static float *result(const Shape *s, int b16, const float *A, const float *B, const uint16_t *A16, const uint16_t *B16,
                      float *C, const int *rows) {
-    size_t nc = (size_t)s->M * s->N;
+    size_t nc = size_c(s);
     gpu_fill_bytes(C, 0, sizeof(float) * nc);
     product(s, b16, A, B, A16, B16, C, rows);
     float *host = malloc(sizeof(float) * nc);
@@ -164,13 +185,13 @@ int main(int argc, char **argv) {
         uint16_t *A16, *B16, *P;
         operand(size_a(s), &A, &A16);
         operand(size_b(s), &B, &B16);
-        C = gpu_alloc(sizeof(float) * s->M * s->N);
+        C = gpu_alloc(sizeof(float) * size_c(s));
         P = gpu_alloc(sizeof(uint16_t) * size_a(s));
-        gpu_fill_bytes(C, 0, sizeof(float) * s->M * s->N);
-        int *rows = malloc(sizeof(int) * (s->G + 1));
-        for (int g = 0; g <= s->G; g++) rows[g] = (int)((long)s->M * g / s->G);
+        gpu_fill_bytes(C, 0, sizeof(float) * size_c(s));
+        int *rows = malloc(sizeof(int) * (s->G + 1)), R = s->form == GROUPED_DW ? s->K : s->M;   // the rows grouped
+        for (int g = 0; g <= s->G; g++) rows[g] = (int)((long)R * g / s->G);
         float *rf = result(s, 0, A, B, A16, B16, C, rows), *rh = result(s, 1, A, B, A16, B16, C, rows);
-        double d = apart(rf, rh, (size_t)s->M * s->N);
+        double d = apart(rf, rh, size_c(s));
         free(rf); free(rh);
         double f = time_ms(s, 0, reps, A, B, A16, B16, C, P, rows);
         double h = time_ms(s, 1, reps, A, B, A16, B16, C, P, rows);
