@@ -22,6 +22,32 @@ void matmul_set_impl(const char *impl, int gpu_cublas) {
 
 int matmul_rows_independent(void) { return rows_independent; }
 
+// MESHMOE_PRODUCTS16=1 (bf16 mode only; set at start-up): every product below but the general
+// gemm packs its two operands, bf16-valued in bf16 mode, into 16-bit temporaries and runs the
+// kernel's 16-bit twin (kernels/matmul16.h). Exact, so the CPU's bits; what it costs (the
+// packing, the temporaries' bytes) and saves (the products' operand bytes) is what step 2 of
+// docs/performance-gpu.md's bf16 storage would cost and save before step 3.
+static int products16 = 0;
+void matmul_use_products16(int on) { products16 = on; }
+int matmul_products16(void) { return products16; }
+
+// A product's two operands as 16-bit temporaries (a: na values, b: nb), and their release.
+typedef struct { uint16_t *a, *b; } Operands16;
+static uint16_t *packed(const float *x, size_t n, const char *name) {
+    uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (n ? n : 1), name);
+    kern()->cast->pack_bf16(h, x, n);
+    return h;
+}
+static Operands16 pack16(const float *a, size_t na, const float *b, size_t nb) {
+    Operands16 o = {packed(a, na, "a product's first operand, 16-bit (MESHMOE_PRODUCTS16)"),
+                    packed(b, nb, "a product's second operand, 16-bit (MESHMOE_PRODUCTS16)")};
+    return o;
+}
+static void release16(Operands16 o) {
+    mem_free(o.a);
+    mem_free(o.b);
+}
+
 // The device's flop count (2 M N K per product), which the planner counts too.
 static void count_flops(int M, int N, int K) {
     if (M == 0 || N == 0) return;
@@ -38,13 +64,19 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
 
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
     count_flops(T, OC, C);
-    kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate);
+    if (!products16) { kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate); return; }
+    Operands16 o = pack16(inp, (size_t)T * C, w, (size_t)C * OC);
+    kern()->matmul16->matmul_forward(out, o.a, o.b, T, C, OC, accumulate);
+    release16(o);
 }
 
 void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto) {
     if (C == 0 || OC == 0) return;
     count_flops(C, OC, len);
-    kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto);
+    if (!products16) { kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto); return; }
+    Operands16 o = pack16(inp, (size_t)len * C, dout, (size_t)len * OC);
+    kern()->matmul16->matmul_backward_dw(g, o.a, o.b, len, C, OC, onto);
+    release16(o);
 }
 
 // A block of gradient still holding the step's zeros (base/fresh.h) is written onto 0.0f
@@ -53,7 +85,10 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
     if (C == 0 || OC == 0 || n <= 0) return;
     count_flops(C, OC, off[n]);
     int fresh = fresh_claim(dw, (size_t)C * OC);
-    kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh);
+    if (!products16) { kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh); return; }
+    Operands16 o = pack16(inp, (size_t)off[n] * C, dout, (size_t)off[n] * OC);
+    kern()->matmul16->matmul_backward_dw_leaves(dw, o.a, o.b, off, n, C, OC, !fresh);
+    release16(o);
 }
 
 // dw (C,OC) += the leaves' products along the tree, in one call where the leaves are one
@@ -87,9 +122,15 @@ static void backward_dw(float *dw, const float *dout, const float *inp, int C, i
 // general product, the same on the CPU).
 static void backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int T, int C,
                      int OC, Leaves leaf, int bf16_valued) {
-    if (dinp && bf16_valued) {
+    if (dinp && bf16_valued && !products16) {
         count_flops(T, C, OC);
         kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC);
+    }
+    if (dinp && bf16_valued && products16) {
+        count_flops(T, C, OC);
+        Operands16 o = pack16(dout, (size_t)T * OC, w, (size_t)C * OC);
+        kern()->matmul16->matmul_backward_dinp(dinp, o.a, o.b, T, C, OC);
+        release16(o);
     }
     if (dinp && !bf16_valued) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
     if (dw) {
@@ -115,7 +156,10 @@ static void chunked_product(float *out, const float *A, const float *Bm, int tra
     if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
     count_flops(T, N, K);
     if (T == 0 || N == 0) return;
-    kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N);
+    if (!products16) { kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N); return; }
+    Operands16 o = pack16(A, (size_t)T * K, Bm, (size_t)K * N);
+    kern()->matmul16->gemm_chunked(transB, T, N, K, chunks, o.a, K, o.b, transB ? K : N, out, N);
+    release16(o);
 }
 
 void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
@@ -129,12 +173,18 @@ void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, 
 // The grouped products count the flops of all their rows, as the calls expert by expert did.
 void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC) {
     count_flops(rows[G], OC, C);
-    kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0);
+    if (!products16) { kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0); return; }
+    Operands16 o = pack16(inp, (size_t)rows[G] * C, w, (size_t)G * C * OC);
+    kern()->matmul16->matmul_forward_grouped(out, o.a, o.b, rows, G, C, OC, 0);
+    release16(o);
 }
 
 void matmul_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {
     count_flops(rows[G], C, OC);
-    kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC);
+    if (!products16) { kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC); return; }
+    Operands16 o = pack16(dout, (size_t)rows[G] * OC, w, (size_t)G * C * OC);
+    kern()->matmul16->matmul_backward_dinp_grouped(dinp, o.a, o.b, rows, G, C, OC);
+    release16(o);
 }
 
 static void chunked_grouped(float *out, const float *A, const float *Bm, int transB, const int *rows, int G, int N,
@@ -142,7 +192,10 @@ static void chunked_grouped(float *out, const float *A, const float *Bm, int tra
     if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
     count_flops(rows[G], N, K);
     if (rows[G] == 0 || N == 0) return;
-    kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out);
+    if (!products16) { kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out); return; }
+    Operands16 o = pack16(A, (size_t)rows[G] * K, Bm, (size_t)G * K * N);
+    kern()->matmul16->gemm_chunked_grouped(transB, rows, G, N, K, chunks, o.a, o.b, out);
+    release16(o);
 }
 
 void matmul_forward_chunked_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C,
@@ -160,5 +213,12 @@ void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, co
     if (C == 0 || OC == 0 || n <= 0 || G <= 0) return;
     count_flops(C, OC, off[(size_t)G * n]);
     int fresh = fresh_claim(dw, (size_t)G * C * OC);
-    kern()->matmul->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, !fresh);
+    if (!products16) {
+        kern()->matmul->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, !fresh);
+        return;
+    }
+    size_t R = (size_t)off[(size_t)G * n];
+    Operands16 o = pack16(inp, R * C, dout, R * OC);
+    kern()->matmul16->matmul_backward_dw_leaves_grouped(dw, o.a, o.b, off, n, G, C, OC, !fresh);
+    release16(o);
 }

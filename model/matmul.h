@@ -42,6 +42,11 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
 // cublas_bf16).
 void matmul_set_impl(const char *impl, int gpu_cublas);
 
+// MESHMOE_PRODUCTS16=1 in bf16 mode (train.c, at start-up): the products below take their
+// operands as 16-bit copies through the 16-bit kernels (kernels/matmul16.h); the same bits.
+void matmul_use_products16(int on);
+int matmul_products16(void);   // 1 when on
+
 // 1 when a product's output row depends on its own input row only, never on how many rows
 // share the call or where it sits among them (the ordered GEMM on either backend, the plain
 // loop); 0 under OpenBLAS or cuBLAS, whose blocking follows the shape.

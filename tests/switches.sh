@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/switches.sh: the "temporaries and fused ops" switches of docs/optimizations.md
 # (rmsnorm_fused_scale, implicit_causal_mask, moe_skip_redundant_cast, moe_reshard_io, megablox,
-# skip_noop_grad_cast, shard_variables_at_init, donate_buffers, eval_per_device_batch_size). For each: 3 steps with the switch at its default and flipped, on a
+# skip_noop_grad_cast, shard_variables_at_init, donate_buffers, eval_per_device_batch_size), and
+# the experiment MESHMOE_PRODUCTS16. For each: 3 steps with the switch at its default and flipped, on a
 # tiny preset; the loss trajectories must be bit-identical, and the costlier side's
 # measured peak must exceed the default's by at least the buffer it adds, worked out here
 # from the test's own shapes (not from the code under test).
@@ -133,6 +134,41 @@ check "eval_per_device_batch_size=1: training losses bit-identical" same_bits ba
 eval_peak() { sed -n 's/^eval peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
 smaller_eval() { [ -n "$(eval_peak evalb)" ] && [ "$(eval_peak evalb)" -lt "$(eval_peak base)" ]; }
 check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak evalb) bytes" smaller_eval
+
+# MESHMOE_PRODUCTS16=1, an experiment (an environment variable, not a config key:
+# docs/performance-gpu.md, "What bf16 storage takes"): in bf16 mode the layers' products run
+# on 16-bit copies of their operands, through the 16-bit kernels (kernels/matmul16.h). Every
+# operand is bf16-valued there, so the copies are exact: bit-identical losses, on the paths
+# that reach each product kernel (dense and per-expert products, the experts' grouped ones,
+# tensor-parallel pieces, weight-gradient leaves over microbatches, the dense MoE); the
+# copies are temporaries, so the temp peak grows, and the planner counts them as the run does.
+P16_CASES=("mx16 configs/mixtral-tiny.yml"
+           "ds16 configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2"
+           "mxga16 configs/mixtral-tiny.yml gradient_accumulation_steps=2 ici_fsdp_parallelism=2 num_devices=2"
+           "mxdense16 configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0")
+for c in "${P16_CASES[@]}"; do
+    set -- $c
+    name=$1; shift
+    run "$name" "$@" $TINY dtype=bfloat16
+    MESHMOE_PRODUCTS16=1 run "$name-p16" "$@" $TINY dtype=bfloat16
+    said=$(grep -c 'products on 16-bit copies of their operands' "$dir/$name-p16.out")
+    quiet=$(grep -c 'products on 16-bit copies of their operands' "$dir/$name.out")
+    check "MESHMOE_PRODUCTS16=1, $name: said at start-up ($said line), not without it ($quiet)" \
+        test "$said" -eq 1 -a "$quiet" -eq 0
+    check "MESHMOE_PRODUCTS16=1, $name: losses bit-identical ($(bits "$name-p16"))" same_bits "$name" "$name-p16"
+done
+check "MESHMOE_PRODUCTS16=1: the temp peak grows by the 16-bit copies" grows mx16 mx16-p16 peak_bytes_by_tag temp 1
+peaks16() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' "$dir/$1.json"; }
+MESHMOE_PRODUCTS16=1 run ds16-dry configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
+    $TINY dtype=bfloat16 steps=1 dry_run=true
+MESHMOE_PRODUCTS16=1 run ds16-one configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
+    $TINY dtype=bfloat16 steps=1
+plan_same() { [ -n "$(peaks16 ds16-one)" ] && [ "$(peaks16 ds16-dry)" = "$(peaks16 ds16-one)" ]; }
+check "MESHMOE_PRODUCTS16=1: the planner's peaks by tag are the run's, every device" plan_same
+expect_error "MESHMOE_PRODUCTS16 in float32" "it needs dtype=bfloat16" \
+    env MESHMOE_PRODUCTS16=1 ./train configs/mixtral-tiny.yml steps=1
+expect_error "MESHMOE_PRODUCTS16=2" "MESHMOE_PRODUCTS16 is 0 or 1, not '2'" \
+    env MESHMOE_PRODUCTS16=2 ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16
 
 expect_error "a bad switch value" "wants true or false" ./train configs/mixtral-tiny.yml rmsnorm_fused_scale=maybe
 expect_error "a negative eval batch" "eval_per_device_batch_size must be >= 0" \
