@@ -118,20 +118,20 @@ static void backward_dw(float *dw, const float *dout, const float *inp, int C, i
     leafsum_end(&ls);
 }
 
+// dinp (T,C) += dout (T,OC) @ w^T: the layers' kernel (on 16-bit copies under MESHMOE_PRODUCTS16).
+static void dinp_product(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
+    count_flops(T, C, OC);
+    if (!products16) { kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC); return; }
+    Operands16 o = pack16(dout, (size_t)T * OC, w, (size_t)C * OC);
+    kern()->matmul16->matmul_backward_dinp(dinp, o.a, o.b, T, C, OC);
+    release16(o);
+}
+
 // matmul_backward (bf16_valued 1: the layers' kernels) or matmul_backward_float32 (0: the
 // general product, the same on the CPU).
 static void backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int T, int C,
                      int OC, Leaves leaf, int bf16_valued) {
-    if (dinp && bf16_valued && !products16) {
-        count_flops(T, C, OC);
-        kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC);
-    }
-    if (dinp && bf16_valued && products16) {
-        count_flops(T, C, OC);
-        Operands16 o = pack16(dout, (size_t)T * OC, w, (size_t)C * OC);
-        kern()->matmul16->matmul_backward_dinp(dinp, o.a, o.b, T, C, OC);
-        release16(o);
-    }
+    if (dinp && bf16_valued) dinp_product(dinp, dout, w, T, C, OC);
     if (dinp && !bf16_valued) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
     if (dw) {
         if ((long)leaf.B * leaf.S != T) die("internal: matmul_backward of %d tokens given leaves of %d", T, leaf.B * leaf.S);
