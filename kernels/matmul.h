@@ -72,6 +72,7 @@ extern const MatmulKernels matmul_cpu_plain;   // the same products as the plain
 // The CPU backend's choice of library (config key matmul_impl), made once at start-up:
 // 0 the ordered GEMM (the default), 1 OpenBLAS (dies in a build without it).
 void matmul_cpu_use_openblas(int on);
+int matmul_cpu_uses_openblas(void);   // 1 after matmul_cpu_use_openblas(1)
 
 // OpenBLAS, as the CPU backend sets it up (kernels/cpu/matmul.c).
 // Which BLAS runs, for the start-up line (e.g. "OpenBLAS 0.3.21, kernels SkylakeX").

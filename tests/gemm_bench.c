@@ -2,7 +2,8 @@
 // n x n x n product on 1 and 2 threads, by OpenBLAS's sgemm (this machine's peak, when the
 // build has OpenBLAS) and by the ordered GEMM; then the ordered GEMM at the shapes the
 // -small presets run, B read in place against copied by its first reader, op(A) = A packed
-// against read in place, and a weight gradient's leaves one by one and in one call. Each figure is the best of a few repeats
+// against read in place, a weight gradient's leaves one by one and in one call, and the
+// products of 16-bit operands (ordered_gemm16) against float32 ones. Each figure is the best of a few repeats
 // (2 M N K flops per product), by the clock and per CPU-second (the process's CPU time, all
 // threads): on a machine shared with other work the clock says what this run got, the CPU
 // time what the kernel does.
@@ -13,9 +14,11 @@
 //   MESHMOE_GEMM_KERNEL=avx2 build/gemm_bench   (the ordered GEMM on the AVX2 tile)
 #include "core/common.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/bf16.h"
 #include "model/matmul.h"
 #include "base/memory.h"
 #include <omp.h>
+#include <math.h>
 #include <time.h>
 
 #ifndef MESHMOE_NO_BLAS
@@ -40,26 +43,48 @@ typedef struct { double wall, cpu; } Rate;   // GFLOP per second, per CPU-second
 static float *evict;   // cold: written before each timed product (64 MiB, more than L3)
 enum { EVICT_FLOATS = 16 << 20 };
 
-// C (M,N) = op(A) @ op(B), best of `reps` (after one warm-up); blas picks OpenBLAS.
-static Rate gflops(int blas __attribute__((unused)), int tA, int tB, int M, int N, int K, int reps) {
+static uint16_t *halved(const float *x, size_t n) {
+    uint16_t *h = malloc(sizeof(uint16_t) * n);
+    if (!h) die("gemm_bench: out of memory");
+    for (size_t i = 0; i < n; i++) h[i] = bf16_bits(x[i]);
+    return h;
+}
+
+// Which product gflops times: the ordered GEMM on float32 operands, OpenBLAS's sgemm, the
+// ordered GEMM on 16-bit operands widened into its panels (ordered_gemm16), or widened whole
+// into float32 copies first, then the float32 product (the copies made inside the timing).
+enum { ORDERED, BLAS, PACKED16, COPIES16 };
+
+// C (M,N) = op(A) @ op(B), best of `reps` (after one warm-up), by `how`.
+static Rate gflops(int how, int tA, int tB, int M, int N, int K, int reps) {
     float *A = filled((size_t)M * K), *B = filled((size_t)K * N), *C = filled((size_t)M * N);
+    uint16_t *A16 = halved(A, (size_t)M * K), *B16 = halved(B, (size_t)K * N);
     double best = 1e30, best_cpu = 1e30;
     for (int r = 0; r <= reps; r++) {
         if (evict)
             for (size_t i = 0; i < EVICT_FLOATS; i += 16) evict[i] += 1.0f;
         double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
 #ifndef MESHMOE_NO_BLAS
-        if (blas)
+        if (how == BLAS)
             cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, M, N, K,
                         1.0f, A, tA ? M : K, B, tB ? K : N, 0.0f, C, N);
-        else
 #endif
-            ordered_gemm(tA, tB, M, N, K, A, tA ? M : K, B, tB ? K : N, 0, C, N);
+        if (how == ORDERED) ordered_gemm(tA, tB, M, N, K, A, tA ? M : K, B, tB ? K : N, 0, C, N);
+        if (how == PACKED16) ordered_gemm16(tA, tB, M, N, K, A16, tA ? M : K, B16, tB ? K : N, 0, C, N);
+        if (how == COPIES16) {
+            float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+            #pragma omp parallel for
+            for (size_t i = 0; i < (size_t)M * K; i++) a[i] = bf16_float(A16[i]);
+            #pragma omp parallel for
+            for (size_t i = 0; i < (size_t)K * N; i++) b[i] = bf16_float(B16[i]);
+            ordered_gemm(tA, tB, M, N, K, a, tA ? M : K, b, tB ? K : N, 0, C, N);
+            free(a); free(b);
+        }
         double t = now(CLOCK_MONOTONIC) - t0, c = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (r > 0 && t < best) best = t;
         if (r > 0 && c < best_cpu) best_cpu = c;
     }
-    free(A); free(B); free(C);
+    free(A); free(B); free(C); free(A16); free(B16);
     double f = 2.0 * M * N * K / 1e9;
     return (Rate){f / best, f / best_cpu};
 }
@@ -114,7 +139,7 @@ static void in_turn(const char *tag, const char *off_name, const char *on_name, 
             Rate r[4];
             for (int v = 0; v < 4; v++) {
                 set(v == 1 || v == 2);
-                r[v] = gflops(0, 0, 0, sh[s].M, sh[s].N, sh[s].K, 5);
+                r[v] = gflops(ORDERED, 0, 0, sh[s].M, sh[s].N, sh[s].K, 5);
             }
             set(1);
             Rate off = r[0].wall > r[3].wall ? r[0] : r[3], on = r[1].wall > r[2].wall ? r[1] : r[2];
@@ -144,10 +169,10 @@ int main(int argc, char **argv) {
         omp_set_num_threads(th);
         blas_set_threads(th);
 #ifndef MESHMOE_NO_BLAS
-        Rate b = gflops(1, 0, 0, n, n, n, 3);
+        Rate b = gflops(BLAS, 0, 0, n, n, n, 3);
         printf("sgemm_peak threads=%d n=%d GFLOP/s %.1f per-CPU-second %.1f\n", th, n, b.wall, b.cpu);
 #endif
-        Rate o = gflops(0, 0, 0, n, n, n, 3);
+        Rate o = gflops(ORDERED, 0, 0, n, n, n, 3);
         printf("ordered threads=%d n=%d GFLOP/s %.1f per-CPU-second %.1f\n", th, n, o.wall, o.cpu);
     }
     // The products of one layer of the -small presets (d 512, heads 8 x 64, expert width
@@ -163,8 +188,21 @@ int main(int argc, char **argv) {
         {"head (2048,512)@(512,256)", 0, 0, 2048, 256, 512},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        Rate o = gflops(0, shapes[s].tA, shapes[s].tB, shapes[s].M, shapes[s].N, shapes[s].K, 5);
+        Rate o = gflops(ORDERED, shapes[s].tA, shapes[s].tB, shapes[s].M, shapes[s].N, shapes[s].K, 5);
         printf("ordered threads=2 %-50s GFLOP/s %.1f per-CPU-second %.1f\n", shapes[s].what, o.wall, o.cpu);
+    }
+    // The same products of 16-bit operands (bf16 mode's products, kernels/matmul16.h), which
+    // take the blocked path with every panel packed from them (ordered_gemm16), beside the
+    // float32 product and beside the whole operands widened into copies first; in turn, the
+    // better of two rounds each (float32, packed, copies, then the reverse).
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        Rate r[6];
+        const int how[6] = {ORDERED, PACKED16, COPIES16, COPIES16, PACKED16, ORDERED};
+        for (int v = 0; v < 6; v++) r[v] = gflops(how[v], shapes[s].tA, shapes[s].tB, shapes[s].M, shapes[s].N,
+                                                   shapes[s].K, 5);
+        double f32 = fmax(r[0].wall, r[5].wall), p16 = fmax(r[1].wall, r[4].wall), c16 = fmax(r[2].wall, r[3].wall);
+        printf("16-bit threads=2 %-50s float32 GFLOP/s %5.1f; 16-bit packed %5.1f (%.2fx); widened copies %5.1f "
+               "(%.2fx)\n", shapes[s].what, f32, p16, p16 / f32, c16, c16 / f32);
     }
     // An expert's few rows (a small batch, or a rarely chosen expert), forward (expert up)
     // and input gradient (expert dinp): B packed against B read in place
@@ -174,9 +212,9 @@ int main(int argc, char **argv) {
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             int N = tB ? 512 : 1024, K = tB ? 1024 : 512;
             gemm_set_stream_rows(0);
-            Rate p = gflops(0, 0, tB, rows[r], N, K, 10);
+            Rate p = gflops(ORDERED, 0, tB, rows[r], N, K, 10);
             gemm_set_stream_rows(1 << 30);
-            Rate q = gflops(0, 0, tB, rows[r], N, K, 10);
+            Rate q = gflops(ORDERED, 0, tB, rows[r], N, K, 10);
             gemm_set_stream_rows(-1);
             printf("few rows threads=2 expert %s (%3d,%d)@(%d,%d)%s: B packed GFLOP/s %5.1f per-CPU-second %5.1f;"
                    " B in place GFLOP/s %5.1f per-CPU-second %5.1f\n", tB ? "dinp" : "up  ", rows[r], K, K, N,

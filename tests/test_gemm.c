@@ -6,6 +6,7 @@
 #include "kernels/cpu/gemm.h"
 #include "model/matmul.h"
 #include "base/memory.h"
+#include "kernels/bf16.h"
 #include "tests/test.h"
 #include <immintrin.h>
 #include <math.h>
@@ -81,15 +82,30 @@ static float uniform(void) {   // in [-1, 1)
     return (float)((rng >> 40) * (1.0 / (1 << 24)) * 2.0 - 1.0);
 }
 
+// b16: the operands' values rounded to bf16 (X in place), returned as their 16-bit bits for
+// the GEMM's 16-bit forms (ordered_gemm16 and its chunked and leaves twins), whose bits must
+// be those of the reference on the widened values; NULL when b16 is 0.
+static uint16_t *as16(int b16, float *X, size_t n) {
+    if (!b16) return NULL;
+    uint16_t *h = malloc(sizeof(uint16_t) * (n + 1));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = bf16_bits(X[i]);
+        X[i] = bf16_float(h[i]);
+    }
+    return h;
+}
+
 // One case: every kernel against the reference bits, and the auto kernel against doubles.
-// Returns the largest error relative to the bound seen.
-static double one_case(int tA, int tB, int M, int N, int K, int acc) {
+// Returns the largest error relative to the bound seen. b16: the operands as 16-bit
+// numbers (as16), on every kernel set (the 16-bit form packs every panel: no path to choose).
+static double one_case(int tA, int tB, int M, int N, int K, int acc, int b16) {
     int lda = (tA ? M : K) + 3, ldb = (tB ? K : N) + 5, ldc = N + 7;   // strides wider than the rows
     size_t na = (size_t)(tA ? K : M) * lda, nb = (size_t)(tB ? N : K) * ldb, nc = (size_t)M * ldc;
     float *A = malloc(sizeof(float) * (na + 1)), *B = malloc(sizeof(float) * (nb + 1));
     float *C0 = malloc(sizeof(float) * nc), *want = malloc(sizeof(float) * nc), *got = malloc(sizeof(float) * nc);
     for (size_t i = 0; i < na; i++) A[i] = uniform();
     for (size_t i = 0; i < nb; i++) B[i] = uniform();
+    uint16_t *A16 = as16(b16, A, na), *B16 = as16(b16, B, nb);
     for (size_t i = 0; i < nc; i++) C0[i] = uniform();
     memcpy(want, C0, sizeof(float) * nc);
     ref_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, want, ldc);
@@ -108,27 +124,31 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     const int stream_rows[] = {0, 1 << 30, 1 << 30, 1 << 30};
     const char *path[] = {"packed", "in place, copied", "in place", "in place, A packed"};
     for (int t = 0; t < 4; t++)
-        for (int p = 0; p < 4; p++) {
+        for (int p = 0; p < (b16 ? 1 : 4); p++) {
             if (!gemm_kernel_available(kinds[t])) continue;
             gemm_force_kernel(kinds[t]);
             gemm_set_stream_rows(stream_rows[p]);
             gemm_set_copy_b(p != 2);
             gemm_set_a_in_place(p != 3);
             memcpy(got, C0, sizeof(float) * nc);
-            ordered_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
-            CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, B %s: M=%d N=%d K=%d transA=%d transB=%d "
-                  "accumulate=%d: not the reference bits", gemm_kernel_name(), path[p], M, N, K, tA, tB, acc);
+            if (b16) ordered_gemm16(tA, tB, M, N, K, A16, lda, B16, ldb, acc, got, ldc);
+            else ordered_gemm(tA, tB, M, N, K, A, lda, B, ldb, acc, got, ldc);
+            CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, %s: M=%d N=%d K=%d transA=%d transB=%d "
+                  "accumulate=%d: not the reference bits", gemm_kernel_name(), b16 ? "16-bit operands" : path[p],
+                  M, N, K, tA, tB, acc);
         }
     gemm_force_kernel(GEMM_KERNEL_AUTO);
     gemm_set_stream_rows(-1);
     gemm_set_copy_b(1);
     gemm_set_a_in_place(1);
-    // Against double precision: a chain of K fmas is off by at most gamma_K sum_k |a_k b_k|,
-    // gamma_K = K u / (1 - K u) <= (K+1) u here (u = 2^-24, the textbook bound of a recursive
-    // dot product); the add of the old value costs u |C| more, and that alone nearly
-    // reaches the bound when |C| dwarfs the product (measured: 0.94 of it at K = 1).
+    // Against double precision (the float32 operands only: the 16-bit ones run the same
+    // chains, which the reference bits above have checked): a chain of K fmas is off by at
+    // most gamma_K sum_k |a_k b_k|, gamma_K = K u / (1 - K u) <= (K+1) u here (u = 2^-24,
+    // the textbook bound of a recursive dot product); the add of the old value costs u |C|
+    // more, and that alone nearly reaches the bound when |C| dwarfs the product (measured:
+    // 0.94 of it at K = 1).
     double worst = 0.0;
-    for (int i = 0; i < M; i++)
+    for (int i = 0; i < (b16 ? 0 : M); i++)
         for (int j = 0; j < N; j++) {
             double s = 0.0, mag = 0.0;
             for (int k = 0; k < K; k++) {
@@ -149,7 +169,7 @@ static double one_case(int tA, int tB, int M, int N, int K, int acc) {
     for (int i = 0; i < M; i++)
         for (int j = N; j < ldc; j++) pad_ok &= got[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j];
     CHECK(pad_ok, "M=%d N=%d K=%d: wrote past the N columns of a row", M, N, K);
-    free(A); free(B); free(C0); free(want); free(got);
+    free(A); free(B); free(C0); free(want); free(got); free(A16); free(B16);
     return worst;
 }
 
@@ -177,7 +197,8 @@ static int tree_variant(int v) {
     return 1;
 }
 
-static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {   // scale < 1: tiny, see below
+// b16: the operands as 16-bit numbers (as16), through ordered_gemm_chunked16.
+static void chunked_case(int tB, int M, int N, int K, int chunks, float scale, int b16) {   // scale < 1: tiny, see below
     int lda = K + 3, ldb = (tB ? K : N) + 5, ldc = N + 7, kc = K / chunks;
     size_t na = (size_t)M * lda, nb = (size_t)(tB ? N : K) * ldb, nc = (size_t)M * ldc, mn = (size_t)M * N;
     float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb), *P = malloc(sizeof(float) * mn * chunks);
@@ -186,6 +207,7 @@ static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {
     for (size_t i = 0; i < na; i++) A[i] = tiny ? scale * (1.0f + fabsf(uniform())) : uniform();
     for (size_t i = 0; i < nb; i++) B[i] = tiny ? -scale * (1.0f + fabsf(uniform())) : uniform();
     for (size_t i = 0; i < nc; i++) C0[i] = uniform();
+    uint16_t *A16 = as16(b16, A, na), *B16 = as16(b16, B, nb);
     for (int r = 0; r < chunks; r++)   // piece r: element (i,j) at P[(i*N + j)*chunks + r]
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
@@ -202,15 +224,16 @@ static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {
     CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, chunked: M=%d N=%d K=%d chunks=%d transB=%d: not the "
           "reference bits", M, N, K, chunks, tB);
     for (int v = 0; v < TREE_VARIANTS; v++) {
-        if (!tree_variant(v)) continue;
+        if ((b16 && v % 3) || !tree_variant(v)) continue;   // 16-bit: every panel packed, so the kernel sets only
         memcpy(got, C0, sizeof(float) * nc);
-        ordered_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
+        if (b16) ordered_gemm_chunked16(tB, M, N, K, chunks, A16, lda, B16, ldb, got, ldc);
+        else ordered_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
         CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, chunked%s: M=%d N=%d K=%d chunks=%d transB=%d: not the "
-              "reference bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K,
-              chunks, tB);
+              "reference bits (C's padding included)", gemm_kernel_name(),
+              b16 ? ", 16-bit operands" : v % 3 == 1 ? " (B not copied)" : "", M, N, K, chunks, tB);
     }
     tree_variant(-1);
-    free(A); free(B); free(P); free(C0); free(want); free(got);
+    free(A); free(B); free(P); free(C0); free(want); free(got); free(A16); free(B16);
 }
 
 // A weight gradient's leaves (gemm.h: ordered_gemm_leaves): leaf l is the product of rows
@@ -218,7 +241,8 @@ static void chunked_case(int tB, int M, int N, int K, int chunks, float scale) {
 // GEMM over those rows), the leaves added along the canonical tree, the root onto C's old
 // values, or with accumulate 0 onto 0.0f (C's old values, NaN here, never read; its
 // padding untouched); an empty leaf is 0.0f. lens: the leaves' row counts.
-static void leaves_case(int M, int N, const int *lens, int n, int accumulate) {
+// b16: the operands as 16-bit numbers (as16), through ordered_gemm_leaves16.
+static void leaves_case(int M, int N, const int *lens, int n, int accumulate, int b16) {
     int off[65] = {0};
     for (int l = 0; l < n; l++) off[l + 1] = off[l] + lens[l];
     int K = off[n], lda = M + 3, ldb = N + 5, ldc = N + 7;
@@ -229,6 +253,7 @@ static void leaves_case(int M, int N, const int *lens, int n, int accumulate) {
     for (size_t i = 0; i < na; i++) A[i] = uniform();
     for (size_t i = 0; i < nb; i++) B[i] = uniform();
     for (size_t i = 0; i < nc; i++) C0[i] = i % 11 == 0 ? -0.0f : uniform();   // -0: + an empty tree's 0.0f is +0
+    uint16_t *A16 = as16(b16, A, na), *B16 = as16(b16, B, nb);
     if (!accumulate)
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) C0[(size_t)i * ldc + j] = NAN;
@@ -248,15 +273,16 @@ static void leaves_case(int M, int N, const int *lens, int n, int accumulate) {
     CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, leaves: M=%d N=%d K=%d leaves=%d accumulate=%d: not the "
           "reference bits", M, N, K, n, accumulate);
     for (int v = 0; v < TREE_VARIANTS; v++) {
-        if (!tree_variant(v)) continue;
+        if ((b16 && v % 3) || !tree_variant(v)) continue;   // 16-bit: every panel packed, so the kernel sets only
         memcpy(got, C0, sizeof(float) * nc);
-        ordered_gemm_leaves(M, N, off, n, A, lda, B, ldb, accumulate, got, ldc);
+        if (b16) ordered_gemm_leaves16(M, N, off, n, A16, lda, B16, ldb, accumulate, got, ldc);
+        else ordered_gemm_leaves(M, N, off, n, A, lda, B, ldb, accumulate, got, ldc);
         CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, leaves%s: M=%d N=%d K=%d leaves=%d accumulate=%d: not "
-              "the reference bits (C's padding included)", gemm_kernel_name(), v % 2 ? " (B not copied)" : "", M, N, K,
-              n, accumulate);
+              "the reference bits (C's padding included)", gemm_kernel_name(),
+              b16 ? ", 16-bit operands" : v % 3 == 1 ? " (B not copied)" : "", M, N, K, n, accumulate);
     }
     tree_variant(-1);
-    free(A); free(B); free(P); free(C0); free(want); free(got);
+    free(A); free(B); free(P); free(C0); free(want); free(got); free(A16); free(B16);
 }
 
 static Device dev;
@@ -283,14 +309,16 @@ int main(void) {
         // the panels' rows are split too), and narrow products of 16 and 5 columns.
         {300, 160, 40}, {1000, 16, 100}, {781, 5, 300},
     };
+    // Each also with its operands as 16-bit numbers (ordered_gemm16: the blocked path only).
     double worst = 0.0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int tA = 0; tA < 2; tA++)
             for (int tB = 0; tB < 2; tB++)
-                for (int acc = 0; acc < 2; acc++) {
-                    double w = one_case(tA, tB, shapes[s][0], shapes[s][1], shapes[s][2], acc);
-                    if (w > worst) worst = w;
-                }
+                for (int acc = 0; acc < 2; acc++)
+                    for (int b16 = 0; b16 < 2; b16++) {
+                        double w = one_case(tA, tB, shapes[s][0], shapes[s][1], shapes[s][2], acc, b16);
+                        if (w > worst) worst = w;
+                    }
     printf("  largest error against double precision: %.3f of the bound (K+1) u sum|a b| + u |C|\n", worst);
     // The chunked product: pieces of 1 to 8 (3 and 5: trees that are not complete), the
     // register tiles' remainders, threads splitting uneven column panels (300 x 160), a K
@@ -300,11 +328,13 @@ int main(void) {
         {300, 160, 96, 4}, {781, 37, 192, 8}, {50, 70, 2100, 4}, {96, 512, 512, 2},
     };
     for (size_t s = 0; s < sizeof cshapes / sizeof cshapes[0]; s++)
-        for (int tB = 0; tB < 2; tB++) chunked_case(tB, cshapes[s][0], cshapes[s][1], cshapes[s][2], cshapes[s][3], 1.0f);
+        for (int tB = 0; tB < 2; tB++)
+            for (int b16 = 0; b16 < 2; b16++)
+                chunked_case(tB, cshapes[s][0], cshapes[s][1], cshapes[s][2], cshapes[s][3], 1.0f, b16);
     // Products that underflow to -0 in every piece: the sum is -0, onto 0.0f it is +0, as the
     // tree's sum added onto a zeroed output.
-    chunked_case(0, 13, 40, 16, 4, 0x1p-80f);
-    chunked_case(1, 13, 40, 16, 4, 0x1p-80f);
+    chunked_case(0, 13, 40, 16, 4, 0x1p-80f, 0);
+    chunked_case(1, 13, 40, 16, 4, 0x1p-80f, 1);
     // A weight gradient's leaves: one leaf, a pair, trees that are not complete (3, 5, 9),
     // empty leaves first, inside and last, every leaf empty, leaves of uneven length as an
     // expert's rows per sequence are, the register tiles' remainders, enough work for all
@@ -312,17 +342,18 @@ int main(void) {
     // each added onto C and written onto 0.0f.
     static const int one[] = {7}, pair[] = {5, 9}, three[] = {4, 0, 6}, five[] = {0, 13, 1, 30, 2};
     static const int nine[] = {64, 71, 0, 58, 66, 90, 12, 40, 0}, none[] = {0, 0, 0}, long3[] = {700, 900, 500};
-    for (int acc = 1; acc >= 0; acc--) {
-        leaves_case(13, 47, one, 1, acc);
-        leaves_case(37, 45, pair, 2, acc);
-        leaves_case(12, 32, three, 3, acc);
-        leaves_case(25, 65, five, 5, acc);
-        leaves_case(100, 300, nine, 9, acc);
-        leaves_case(781, 37, nine, 9, acc);
-        leaves_case(13, 40, none, 3, acc);
-        leaves_case(50, 70, long3, 3, acc);
-        leaves_case(100, 57, nine, 9, acc);   // ldc 64: every row of C 64-byte aligned (gemm_tree.c streams them)
-    }
+    for (int acc = 1; acc >= 0; acc--)
+        for (int b16 = 0; b16 < 2; b16++) {   // and as 16-bit numbers
+            leaves_case(13, 47, one, 1, acc, b16);
+            leaves_case(37, 45, pair, 2, acc, b16);
+            leaves_case(12, 32, three, 3, acc, b16);
+            leaves_case(25, 65, five, 5, acc, b16);
+            leaves_case(100, 300, nine, 9, acc, b16);
+            leaves_case(781, 37, nine, 9, acc, b16);
+            leaves_case(13, 40, none, 3, acc, b16);
+            leaves_case(50, 70, long3, 3, acc, b16);
+            leaves_case(100, 57, nine, 9, acc, b16);   // ldc 64: every row of C 64-byte aligned (gemm_tree.c streams them)
+        }
     // K = 0: the empty chain is 0 (plus the old value).
     float c[4] = {1.5f, -2.0f, 3.0f, 4.0f}, a[1] = {0}, b[1] = {0};
     ordered_gemm(0, 0, 2, 2, 0, a, 1, b, 2, 1, c, 2);

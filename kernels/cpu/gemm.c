@@ -67,7 +67,7 @@ CopyKernel gemm_copy_kernel(const KernelInfo *kn) { return copy_b ? kn->copy : N
 static int a_in_place = 1;   // gemm_set_a_in_place
 void gemm_set_a_in_place(int on) { a_in_place = on; }
 static int panel_in_place(const KernelInfo *kn, const GemmArgs *g, int i0, int p) {
-    return a_in_place && kn->ain && g->ak == 1 && g->ai % 1024 != 0 && g->M - i0 - p * kn->mr >= kn->mr;
+    return a_in_place && kn->ain && !g->A16 && g->ak == 1 && g->ai % 1024 != 0 && g->M - i0 - p * kn->mr >= kn->mr;
 }
 
 static void kernel_scalar(int kc, const float *Ap, const float *Bp, int ldb, float *C, int ldc, int load,
@@ -463,9 +463,14 @@ void gemm_pack_lines(float *P, int w, const float *X, size_t ld, int rows, int k
 }
 
 // Ap (kc, mr) k-major: Ap[k*mr + r] = op(A)(i0+r, k0+k), 0 for r >= rows.
-// op(A)(i, k) = A[i*ai + k*ak].
-static void pack_a(const KernelInfo *kn, float *Ap, const float *A, size_t ai, size_t ak, int i0, int rows, int k0,
-                   int kc, int mr) {
+// op(A)(i, k) = A[i*ai + k*ak] (or A16's, widened).
+static void pack_a(const KernelInfo *kn, float *Ap, const GemmArgs *g, int i0, int rows, int k0, int kc, int mr) {
+    if (g->A16) {
+        gemm_pack_a16(kn, Ap, g, i0, rows, k0, kc, mr);
+        return;
+    }
+    const float *A = g->A;
+    size_t ai = g->ai, ak = g->ak;
     if (ak == 1) {   // op(A) = A: a row is a contiguous run of k
         kn->pack(Ap, mr, A, ai, i0, rows, k0, kc);
         return;
@@ -492,6 +497,11 @@ void gemm_pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, siz
         for (int c = 0; c < cols; c++) p[c] = b[c];
         for (int c = cols; c < nr; c++) p[c] = 0.0f;
     }
+}
+
+void gemm_pack_b_of(const KernelInfo *kn, float *Bp, const GemmArgs *g, int j0, int cols, int k0, int kc, int nr) {
+    if (g->B16) gemm_pack_b16(kn, Bp, g, j0, cols, k0, kc, nr);
+    else gemm_pack_b(kn, Bp, g->B, g->bk, g->bj, j0, cols, k0, kc, nr);
 }
 
 // op(A) = A^T: rows k0 .. k1-1 of every panel of `rows` rows of op(A), read from `a`, the
@@ -546,7 +556,7 @@ static void gemm_rows(const KernelInfo *kn, const GemmArgs *g, int i0, int mc, i
                       const float *Bp, float *Ap, const float *save) {
     int mr = kn->mr, nr = kn->nr, last = k0 + kc == g->K, split = g->K > kc || k0 > 0;
     for (int ir = 0; ir < mc; ir += mr)
-        pack_a(kn, Ap + (size_t)ir * kc, g->A, g->ai, g->ak, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
+        pack_a(kn, Ap + (size_t)ir * kc, g, i0 + ir, imin(mr, mc - ir), k0, kc, mr);
     for (int jr = 0; jr < nc; jr += nr)
         for (int ir = 0; ir < mc; ir += mr) {
             float *c = g->C + (size_t)(i0 + ir) * g->ldc + j0 + jr;
@@ -598,11 +608,12 @@ void gemm_team_place(int *threads, int *t) {
 // a panel of mr rows after another), by the calling thread.
 void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1) {
     int mr = kn->mr, K = g->K;
-    if (g->ak == 1) {   // op(A) = A: each panel a transposition (a whole one read in place instead)
+    // op(A) = A: each panel a transposition (a whole one read in place instead); 16-bit: each
+    // panel widened
+    if (g->ak == 1 || g->A16) {
         for (int p = p0; p < p1; p++)
             if (!panel_in_place(kn, g, i0, p))
-                pack_a(kn, Ap + (size_t)p * mr * K, g->A, g->ai, g->ak, i0 + p * mr, imin(mr, rows - p * mr), 0, K,
-                       mr);
+                pack_a(kn, Ap + (size_t)p * mr * K, g, i0 + p * mr, imin(mr, rows - p * mr), 0, K, mr);
         return;
     }
     int r0 = p0 * mr, n = imin(p1 * mr, rows) - r0;   // op(A) = A^T: AT_ROWS rows of A at a time
@@ -756,41 +767,32 @@ static void gemm_stream_t(const KernelInfo *kn, const GemmArgs *g, int par) {
     free(Ap);
 }
 
-void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
-                  const float *B, int ldb, int accumulate, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {   // empty chains: 0, plus the old value (an expert's leaf with no rows)
-        for (int i = 0; i < M; i++) {
-            float *o = C + (size_t)i * ldc;
-            if (accumulate) onto_zero(o, o, N);
-            else memset(o, 0, sizeof(float) * (size_t)N);
-        }
-        return;
-    }
+// The kernel set for a product: the CPU's (or the forced one), but at most 16 columns fill
+// the AVX2 kernel's 16-wide tile and half of the AVX-512 one's (a router's 8 or 16 experts).
+// Where op(A) = A^T (a weight gradient's leaf, whose A panels are plain copies) the narrower
+// tile does half the work, with the same bits: 2x on the router's leaf (512,256)^T @
+// (256,16). Where op(A) = A the panels are transpositions, and the AVX-512 set's 16 x 16
+// ones are much the cheaper part of such a product: the AVX2 tile came out at 0.5-0.6x
+// there (the product timed alone, cold).
+static const KernelInfo *kernels_for(int transA, int N) {
     const KernelInfo *kn = gemm_kernel_pick();
-    // At most 16 columns fill the AVX2 kernel's 16-wide tile but half of the AVX-512 one's
-    // (a router's 8 or 16 experts). Where op(A) = A^T (a weight gradient's leaf, whose A
-    // panels are plain copies) the narrower tile does half the work, with the same bits:
-    // 2x on the router's leaf (512,256)^T @ (256,16). Where op(A) = A the panels are
-    // transpositions, and the AVX-512 set's 16 x 16 ones are much the cheaper part of such a
-    // product: the AVX2 tile came out at 0.5-0.6x there (the product timed alone, cold).
     if (transA && N <= 16 && forced == GEMM_KERNEL_AUTO && kn == &kernels[GEMM_KERNEL_AVX512])
         kn = &kernels[GEMM_KERNEL_AVX2];
-    GemmArgs g = {M, N, K, accumulate, ldc, A, B,
-                  transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
-                  transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C, 0};
-    int par = (double)M * N * K > 1e6;
-    // The in-place paths run K in one block; a longer K takes the blocked path, so that
-    // their packed op(A) (MS rows at a time, or the transposed tile's few rows) stays
-    // within a K block.
-    if (!transB && M <= stream_b && K <= KC) {
-        gemm_stream(kn, &g, par);
-        return;
+    return kn;
+}
+
+// K = 0: empty chains, 0, plus the old value (an expert's leaf with no rows).
+static void empty_chains(int M, int N, int accumulate, float *C, int ldc) {
+    for (int i = 0; i < M; i++) {
+        float *o = C + (size_t)i * ldc;
+        if (accumulate) onto_zero(o, o, N);
+        else memset(o, 0, sizeof(float) * (size_t)N);
     }
-    if (transB && kn->tfn && M <= (stream_wt >= 0 ? stream_wt : kn->wt_rows) && K <= KC) {
-        gemm_stream_t(kn, &g, par);
-        return;
-    }
+}
+
+// The blocked product: every operand packed, block by block (the top of this file).
+static void gemm_blocked(const KernelInfo *kn, const GemmArgs *g, int par) {
+    int M = g->M, N = g->N, K = g->K, accumulate = g->accumulate, ldc = g->ldc;
     int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
     // Row blocks: about 4 per thread when M is small (never fewer rows than a tile).
     int threads = 1;
@@ -802,6 +804,7 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
     int nrb = (M + mc - 1) / mc;
     float *Bp = gemm_buffer((size_t)kmax * ((nmax + nr - 1) / nr * nr));
     float *save = accumulate && split ? gemm_buffer((size_t)M * nmax) : NULL;
+    float *C = g->C;
     // Blocks of C are independent, so they run in parallel; the split changes no bits.
     #pragma omp parallel if (par)
     {
@@ -817,14 +820,56 @@ void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, i
                 }
                 #pragma omp for schedule(static)
                 for (int jr = 0; jr < nc; jr += nr)
-                    gemm_pack_b(kn, Bp + (size_t)jr * kc, B, g.bk, g.bj, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
+                    gemm_pack_b_of(kn, Bp + (size_t)jr * kc, g, j0 + jr, imin(nr, nc - jr), k0, kc, nr);
                 #pragma omp for schedule(dynamic)
                 for (int rb = 0; rb < nrb; rb++)
-                    gemm_rows(kn, &g, rb * mc, imin(mc, M - rb * mc), j0, nc, k0, kc, Bp, Ap, save);
+                    gemm_rows(kn, g, rb * mc, imin(mc, M - rb * mc), j0, nc, k0, kc, Bp, Ap, save);
             }
         }
         free(Ap);
     }
     free(Bp);
     free(save);
+}
+
+void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                  const float *B, int ldb, int accumulate, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        empty_chains(M, N, accumulate, C, ldc);
+        return;
+    }
+    const KernelInfo *kn = kernels_for(transA, N);
+    GemmArgs g = {M, N, K, accumulate, ldc, A, B,
+                  transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
+                  transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C, 0, NULL, NULL};
+    int par = (double)M * N * K > 1e6;
+    // The in-place paths run K in one block; a longer K takes the blocked path, so that
+    // their packed op(A) (MS rows at a time, or the transposed tile's few rows) stays
+    // within a K block.
+    if (!transB && M <= stream_b && K <= KC) {
+        gemm_stream(kn, &g, par);
+        return;
+    }
+    if (transB && kn->tfn && M <= (stream_wt >= 0 ? stream_wt : kn->wt_rows) && K <= KC) {
+        gemm_stream_t(kn, &g, par);
+        return;
+    }
+    gemm_blocked(kn, &g, par);
+}
+
+// Operands stored as bf16 bits: the blocked path, whose panels are packed from them widened
+// (gemm_pack16.c); the paths that read an operand in place read floats. The same chains as
+// ordered_gemm on the widened values, whichever path that takes: the same bits.
+void ordered_gemm16(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
+                    int ldb, int accumulate, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        empty_chains(M, N, accumulate, C, ldc);
+        return;
+    }
+    GemmArgs g = {M, N, K, accumulate, ldc, NULL, NULL,
+                  transA ? 1 : (size_t)lda, transA ? (size_t)lda : 1,
+                  transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C, 0, A, B};
+    gemm_blocked(kernels_for(transA, N), &g, (double)M * N * K > 1e6);
 }

@@ -9,11 +9,17 @@
 #ifndef MESHMOE_KERNELS_CPU_GEMM_H
 #define MESHMOE_KERNELS_CPU_GEMM_H
 #include <stddef.h>
+#include <stdint.h>
 
 // C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate is 1; row-major with row
 // strides lda, ldb, ldc as stored; op(X) = X^T when transX.
 void ordered_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                   const float *B, int ldb, int accumulate, float *C, int ldc);
+// The same product of operands stored as bf16 bits (kernels/bf16.h), widened exactly into the
+// packed panels: the bits of ordered_gemm on the widened values, without a float32 copy of
+// either operand (kernels/cpu/gemm_pack16.c).
+void ordered_gemm16(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
+                    int ldb, int accumulate, float *C, int ldc);
 // The same product as the plain triple loop (kernels/cpu/gemm_plain.c): the same bits,
 // slowly; what matmul_impl=plain runs.
 void plain_gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
@@ -25,6 +31,9 @@ void plain_gemm(int transA, int transB, int M, int N, int K, const float *A, int
 // transB. What kernels/matmul.h:gemm_chunked asks, the merges done tile by tile.
 void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
                           int ldb, float *C, int ldc);
+// The same of 16-bit operands, widened into the panels (ordered_gemm16).
+void ordered_gemm_chunked16(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, float *C, int ldc);
 // The same as the plain loops: each element's pieces, then their tree.
 void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
                         int ldb, float *C, int ldc);
@@ -38,6 +47,9 @@ void plain_gemm_chunked(int transB, int M, int N, int K, int chunks, const float
 // asks, the merges done tile by tile (kernels/cpu/gemm_tree.c).
 void ordered_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
                          int accumulate, float *C, int ldc);
+// The same of 16-bit operands, widened into the panels (ordered_gemm16).
+void ordered_gemm_leaves16(int M, int N, const int *off, int n, const uint16_t *A, int lda, const uint16_t *B,
+                           int ldb, int accumulate, float *C, int ldc);
 // The same as the plain loops: each element's leaves, then their tree, then onto C (or 0.0f).
 void plain_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
                        int accumulate, float *C, int ldc);

@@ -1,12 +1,14 @@
-// kernels/cpu/gemm_parts.h: what the ordered GEMM's two files share: kernels/cpu/gemm.c
-// (the micro-kernels, the packing, the plain and in-place products) and kernels/cpu/gemm_tree.c
+// kernels/cpu/gemm_parts.h: what the ordered GEMM's files share: kernels/cpu/gemm.c (the
+// micro-kernels, the packing, the plain and in-place products), kernels/cpu/gemm_tree.c
 // (products whose contraction is cut into pieces added along the canonical tree, the tree
-// done tile by tile). Not part of the kernel seam: nothing outside these two files includes it.
+// done tile by tile) and kernels/cpu/gemm_pack16.c (the packing from 16-bit operands). Not
+// part of the kernel seam: nothing outside these three files includes it.
 #ifndef MESHMOE_KERNELS_CPU_GEMM_PARTS_H
 #define MESHMOE_KERNELS_CPU_GEMM_PARTS_H
 #include "kernels/cpu/gemm.h"
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdint.h>
 
 // Cache blocks. A row block's A (at most MC x KC, 384 KiB) stays in a 1 MiB L2 while the
 // micro-kernel sweeps the B panels (KC x 32) across it; the B block (up to KC x NC, 4 MiB)
@@ -84,13 +86,16 @@ typedef struct {
 // A product: C (M,N, row stride ldc) = op(A) @ op(B), or C += ... when accumulate; op(A)(i, k)
 // = A[i*ai + k*ak], op(B)(k, j) = B[k*bk + j*bj]. stream: C's whole cache lines are written
 // with non-temporal stores, past the caches (a weight gradient written onto 0.0f, which
-// nothing reads before the optimizer: gemm_tree.c).
+// nothing reads before the optimizer: gemm_tree.c). A16, B16: the operands stored as bf16
+// bits instead of A, B (NULL then), at the same strides: every panel of them is packed,
+// widened as it is (gemm_pack16.c), and none is read in place.
 typedef struct {
     int M, N, K, accumulate, ldc;
     const float *A, *B;
     size_t ai, ak, bk, bj;
     float *C;
     int stream;
+    const uint16_t *A16, *B16;
 } GemmArgs;
 
 // 8 floats, added lane by lane (GCC's vector extension: the same adds as a scalar loop).
@@ -110,6 +115,13 @@ float *gemm_buffer(size_t floats);
 // Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols; op(B)(k, j) = B[k*bk + j*bj].
 void gemm_pack_b(const KernelInfo *kn, float *Bp, const float *B, size_t bk, size_t bj, int j0, int cols, int k0,
                  int kc, int nr);
+// The packing of a product's operands from 16-bit numbers (GemmArgs.A16, B16; gemm_pack16.c):
+// Ap (kc, mr) k-major: Ap[k*mr + r] = op(A)(i0+r, k0+k), 0 for r >= rows; and Bp as
+// gemm_pack_b's, widened.
+void gemm_pack_a16(const KernelInfo *kn, float *Ap, const GemmArgs *g, int i0, int rows, int k0, int kc, int mr);
+void gemm_pack_b16(const KernelInfo *kn, float *Bp, const GemmArgs *g, int j0, int cols, int k0, int kc, int nr);
+// The B panel of the product g, from B or B16: gemm_pack_b or gemm_pack_b16.
+void gemm_pack_b_of(const KernelInfo *kn, float *Bp, const GemmArgs *g, int j0, int cols, int k0, int kc, int nr);
 // Row panels [p0, p1) of the chunk of `rows` rows at i0, op(A) (all of K) packed into Ap,
 // but for the whole panels of op(A) = A that the tiles read in place (gemm.c: panel_in_place).
 void gemm_stream_pack(const KernelInfo *kn, const GemmArgs *g, float *Ap, int i0, int rows, int p0, int p1);

@@ -105,14 +105,14 @@ static void tree_group(const KernelInfo *kn, const GemmArgs *g, const int *off, 
 // The column panel at jr run down row panels [p0, p1) of the chunk at i0, TREE_GROUP at a
 // time: where op(B) = B and the panel is whole, the first group's first panel reads each
 // leaf's B rows in place and copies them into the thread's Bt as it goes, and the rest read
-// Bt (gemm.c: stream_tiles says why); else the panel's K x nr is packed into Bt first. T
-// holds the group's tiles.
+// Bt (gemm.c: stream_tiles says why); else (and from 16-bit numbers) the panel's K x nr is
+// packed into Bt first. T holds the group's tiles.
 static void tree_tiles(const KernelInfo *kn, const GemmArgs *g, const int *off, int n, const float *Ap, float *Bt,
                        float *T, int slots, int i0, int jr, int p0, int p1) {
     int nr = kn->nr, cols = imin(nr, g->N - jr), ldp = (int)g->bk, copy = 0;
     const float *b = g->B + jr;
-    if (g->bk == 1 || cols < nr) {
-        gemm_pack_b(kn, Bt, g->B, g->bk, g->bj, jr, cols, 0, g->K, nr);
+    if (g->bk == 1 || cols < nr || g->B16) {
+        gemm_pack_b_of(kn, Bt, g, jr, cols, 0, g->K, nr);
         b = Bt;
         ldp = nr;
     } else copy = gemm_copy_kernel(kn) && p1 - p0 >= 2;
@@ -174,37 +174,79 @@ static int *even_pieces(int K, int chunks) {
     return off;
 }
 
-void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
-                          int ldb, float *C, int ldc) {
+// The chunked product g (op(A) = A, g->accumulate 0) in `chunks` pieces of K.
+static void chunked(GemmArgs *g, int chunks) {
+    int M = g->M, N = g->N, K = g->K;
     if (M <= 0 || N <= 0) return;
     if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
     if (K == 0) {   // empty chains and their sum: 0
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = 0.0f;
+            for (int j = 0; j < N; j++) g->C[(size_t)i * g->ldc + j] = 0.0f;
         return;
     }
-    // op(A) = A (M,K); op(B) = B (K,N), or B^T with B (N,K)
-    GemmArgs g = {M, N, K, 0, ldc, A, B, (size_t)lda, 1, transB ? 1 : (size_t)ldb, transB ? (size_t)ldb : 1, C, 0};
     int *off = even_pieces(K, chunks);
-    gemm_tree(gemm_kernel_pick(), &g, off, chunks, (double)M * N * K > 1e6);
+    gemm_tree(gemm_kernel_pick(), g, off, chunks, (double)M * N * K > 1e6);
     free(off);
 }
 
-void ordered_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
-                         int accumulate, float *C, int ldc) {
+// A chunked product's shape and strides, its operands left for the caller to set: op(A) =
+// A (M,K); op(B) = B (K,N), or B^T with B (N,K).
+static GemmArgs chunked_args(int transB, int M, int N, int K, int lda, int ldb, float *C, int ldc) {
+    return (GemmArgs){.M = M, .N = N, .K = K, .ldc = ldc, .ai = (size_t)lda, .ak = 1,
+                      .bk = transB ? 1 : (size_t)ldb, .bj = transB ? (size_t)ldb : 1, .C = C};
+}
+
+void ordered_gemm_chunked(int transB, int M, int N, int K, int chunks, const float *A, int lda, const float *B,
+                          int ldb, float *C, int ldc) {
+    GemmArgs g = chunked_args(transB, M, N, K, lda, ldb, C, ldc);
+    g.A = A, g.B = B;
+    chunked(&g, chunks);
+}
+
+void ordered_gemm_chunked16(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda,
+                            const uint16_t *B, int ldb, float *C, int ldc) {
+    GemmArgs g = chunked_args(transB, M, N, K, lda, ldb, C, ldc);
+    g.A16 = A, g.B16 = B;
+    chunked(&g, chunks);
+}
+
+// The leaves' product g (op(A) = A^T) over the n leaves at off.
+static void leaves(GemmArgs *g, const int *off, int n) {
+    int M = g->M, N = g->N;
     if (M <= 0 || N <= 0 || n <= 0) return;
     if (off[0] != 0) die("internal: a weight gradient's first leaf starts at row %d, not 0", off[0]);
     for (int l = 0; l < n; l++)
         if (off[l + 1] < off[l]) die("internal: leaf %d of a weight gradient ends before it starts", l);
-    int K = off[n];
+    int K = g->K = off[n];
+    float *C = g->C;
+    size_t ldc = (size_t)g->ldc;
     if (K == 0) {   // every leaf empty: the tree's root is 0.0f, added onto C (or onto 0.0f)
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = (accumulate ? C[(size_t)i * ldc + j] : 0.0f) + 0.0f;
+            for (int j = 0; j < N; j++) C[i * ldc + j] = (g->accumulate ? C[i * ldc + j] : 0.0f) + 0.0f;
         return;
     }
-    // op(A) = A^T with A (K,M): a leaf's rows of A are its k's; op(B) = B (K,N)
-    // A gradient written onto 0.0f is next read by the optimizer, after the rest of the
-    // step: streamed past the caches (GemmArgs), where it would evict the layer's operands.
-    GemmArgs g = {M, N, K, accumulate != 0, ldc, A, B, 1, (size_t)lda, (size_t)ldb, 1, C, !accumulate};
-    gemm_tree(gemm_kernel_pick(), &g, off, n, (double)M * N * K > 1e6);
+    gemm_tree(gemm_kernel_pick(), g, off, n, (double)M * N * K > 1e6);
+}
+
+// A weight gradient's shape and strides, its operands left for the caller to set (K too:
+// leaves() counts it): op(A) = A^T with A (K,M), a leaf's rows of A are its k's; op(B) = B
+// (K,N). A gradient written onto 0.0f is next read by the optimizer, after the rest of the
+// step: streamed past the caches (GemmArgs), where it would evict the layer's operands.
+static GemmArgs leaves_args(int M, int N, int lda, int ldb, int accumulate, float *C, int ldc) {
+    return (GemmArgs){.M = M, .N = N, .accumulate = accumulate != 0, .ldc = ldc, .ai = 1, .ak = (size_t)lda,
+                      .bk = (size_t)ldb, .bj = 1, .C = C, .stream = !accumulate};
+}
+
+void ordered_gemm_leaves(int M, int N, const int *off, int n, const float *A, int lda, const float *B, int ldb,
+                         int accumulate, float *C, int ldc) {
+    GemmArgs g = leaves_args(M, N, lda, ldb, accumulate, C, ldc);
+    g.A = A, g.B = B;
+    leaves(&g, off, n);
+}
+
+void ordered_gemm_leaves16(int M, int N, const int *off, int n, const uint16_t *A, int lda, const uint16_t *B,
+                           int ldb, int accumulate, float *C, int ldc) {
+    GemmArgs g = leaves_args(M, N, lda, ldb, accumulate, C, ldc);
+    g.A16 = A, g.B16 = B;
+    leaves(&g, off, n);
 }

@@ -34,6 +34,8 @@ void matmul_cpu_use_openblas(int on) {
     use_openblas = on;
 }
 
+int matmul_cpu_uses_openblas(void) { return use_openblas; }
+
 // C = op(A) @ op(B) (+ C when accumulate) through OpenBLAS (matmul_impl=openblas).
 static void sgemm_blas(int transA, int transB, int M, int N, int K, const float *A, int lda,
                        const float *B, int ldb, int accumulate, float *C, int ldc) {

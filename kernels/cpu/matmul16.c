@@ -1,14 +1,15 @@
-// kernels/cpu/matmul16.c: the CPU's 16-bit products (kernels/matmul16.h): each product's
-// bf16 operands widened to float32 copies (exact), then the float32 kernel of the same
-// backend on them: matmul_cpu (the ordered GEMM, or OpenBLAS) or matmul_cpu_plain. So every
-// result has the bits of the float32 kernel on the same values.
-//
-// The copies are the product's own working memory, freed before it returns (as OpenBLAS's
-// partial sums in kernels/cpu/matmul.c), not the tagged allocator's: for the length of one
-// call a 16-bit operand also exists as floats. Widening inside the ordered GEMM's packing
-// (kernels/cpu/gemm.c), which copies every operand panel anyway, would avoid that.
+// kernels/cpu/matmul16.c: the CPU's 16-bit products (kernels/matmul16.h). Every result has
+// the bits of the float32 kernel on the widened values (a bf16 value is exact in float32):
+//   - matmul_impl=ordered (the default): the ordered GEMM widens the operands into the panels
+//     it packs (ordered_gemm16 and its chunked and leaves forms, kernels/cpu/gemm_pack16.c),
+//     so no operand exists as floats beyond the panels;
+//   - matmul_impl=openblas, and the plain loops (matmul_impl=plain): each operand widened
+//     whole into a float32 copy, then the float32 kernel of the same backend. The copies are
+//     the product's own working memory, freed before it returns (as OpenBLAS's partial sums
+//     in kernels/cpu/matmul.c), not the tagged allocator's.
 #include "kernels/matmul16.h"
-#include "kernels/matmul.h"        // the float32 kernels
+#include "kernels/matmul.h"        // the float32 kernels, matmul_cpu_uses_openblas
+#include "kernels/cpu/gemm.h"      // ordered_gemm16, ordered_gemm_chunked16, ordered_gemm_leaves16
 #include "kernels/cast.h"          // cast_cpu.unpack_bf16: the widening
 #include "kernels/grouped_loop.h"  // the grouped products, a group at a time
 #include "core/common.h"           // die
@@ -64,24 +65,30 @@ static void dw_leaves16(const MatmulKernels *k, float *dw, const uint16_t *inp, 
     free(x); free(d);
 }
 
-// ---- matmul16_cpu: through matmul_cpu; the grouped products a group at a time, so that one
-// group's operands are widened at once, not a whole layer's experts.
+// ---- matmul16_cpu: the ordered GEMM's 16-bit forms, the products of kernels/cpu/matmul.c
+// (or matmul_cpu on widened copies under OpenBLAS); the grouped products a group at a
+// time, as matmul_cpu's.
 static void forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
-    forward16(&matmul_cpu, out, inp, w, T, C, OC, accumulate);
+    if (matmul_cpu_uses_openblas()) forward16(&matmul_cpu, out, inp, w, T, C, OC, accumulate);
+    else ordered_gemm16(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);   // (T,C) @ (C,OC)
 }
 static void dinp(float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
-    dinp16(&matmul_cpu, dinp, dout, w, T, C, OC);
+    if (matmul_cpu_uses_openblas()) dinp16(&matmul_cpu, dinp, dout, w, T, C, OC);
+    else ordered_gemm16(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);   // (T,OC) @ (OC,C)
 }
 static void dw(float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC, int accumulate) {
-    dw16(&matmul_cpu, dw, inp, dout, len, C, OC, accumulate);
+    if (matmul_cpu_uses_openblas()) dw16(&matmul_cpu, dw, inp, dout, len, C, OC, accumulate);
+    else ordered_gemm16(1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);   // (C,len) @ (len,OC)
 }
 static void chunked(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda, const uint16_t *B,
                     int ldb, float *C, int ldc) {
-    chunked16(&matmul_cpu, transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
+    if (matmul_cpu_uses_openblas()) chunked16(&matmul_cpu, transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
+    else ordered_gemm_chunked16(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
 }
 static void dw_leaves(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int C, int OC,
                       int accumulate) {
-    dw_leaves16(&matmul_cpu, dw, inp, dout, off, n, C, OC, accumulate);
+    if (matmul_cpu_uses_openblas()) dw_leaves16(&matmul_cpu, dw, inp, dout, off, n, C, OC, accumulate);
+    else ordered_gemm_leaves16(C, OC, off, n, inp, C, dout, OC, accumulate, dw, OC);
 }
 static void forward_grouped(float *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G, int C, int OC,
                             int accumulate) {
