@@ -25,6 +25,7 @@
 #include "model/model.h"        // Model: the decoder stack
 #include "trainer/step.h"       // train_step, step_init, eval_loss: one training step
 #include "model/matmul.h"       // matmul_set_impl (matmul_impl)
+#include "model/weights16.h"    // weights16_use: MESHMOE_WEIGHTS16
 #include "kernels/cpu/gemm.h"   // gemm_kernel_from_env, gemm_kernel_name: the GEMM's micro-kernel
 #include "trainer/checkpoint.h" // save and load checkpoints
 #include "trainer/dump.h"       // parity_dump: the JAX comparison
@@ -157,14 +158,15 @@ static void autotune_blocks(Config *c) {
 }
 
 // 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
-// MESHMOE_PRODUCTS16=1, an experiment (docs/performance-gpu.md, "What bf16 storage takes"):
-// the layers' products on 16-bit copies of their operands, in bf16 mode only; 0 or unset: not.
-static int products16_from_env(const Config *c) {
-    const char *v = getenv("MESHMOE_PRODUCTS16");
+// MESHMOE_WEIGHTS16=1, an experiment (docs/performance-gpu.md, "What bf16 storage takes"):
+// the weights' bf16 compute copy stored as 16-bit numbers (model/weights16.h), in bf16 mode
+// only; 0 or unset: as float32 numbers.
+static int weights16_from_env(const Config *c) {
+    const char *v = getenv("MESHMOE_WEIGHTS16");
     if (!v || !strcmp(v, "0")) return 0;
-    if (strcmp(v, "1")) die("MESHMOE_PRODUCTS16 is 0 or 1, not '%s'", v);
+    if (strcmp(v, "1")) die("MESHMOE_WEIGHTS16 is 0 or 1, not '%s'", v);
     if (c->dtype != DTYPE_BFLOAT16)
-        die("MESHMOE_PRODUCTS16=1 multiplies 16-bit copies of bf16 operands: it needs dtype=bfloat16");
+        die("MESHMOE_WEIGHTS16=1 stores the weights' bf16 copy as 16-bit numbers: it needs dtype=bfloat16");
     return 1;
 }
 
@@ -180,7 +182,7 @@ static void start_mesh(Mesh *mesh, const Config *c) {
     // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).
     blas_set_threads(1);
     matmul_set_impl(matmul_impl_name(c->matmul_impl), c->device == DEVICE_GPU && c->gpu_matmul != GPU_MATMUL_ORDERED);
-    matmul_use_products16(products16_from_env(c));
+    weights16_use(weights16_from_env(c));
     gemm_kernel_from_env();
 }
 
@@ -244,7 +246,7 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     printf("kernels: %s backend, matmul_impl=%s%s%s%s%s\n", kern()->name, matmul_impl_name(c->matmul_impl), gk,
            c->device == DEVICE_CPU_STRICT && !c->dry_run ? ", device=cpu_strict (device memory closed outside the kernels)" : "",
            c->profile ? ", each kernel timed (profile=true)" : "",
-           matmul_products16() ? ", the products on 16-bit copies of their operands (MESHMOE_PRODUCTS16=1)" : "");
+           weights16_on() ? ", the weights' bf16 copy as 16-bit numbers (MESHMOE_WEIGHTS16=1)" : "");
     int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
     if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
     else snprintf(nt, sizeof nt, "%d", most);

@@ -2,6 +2,7 @@
 // gradient's leaves added along the canonical tree, a contraction cut into pieces; the
 // products themselves are kernels (kernels/matmul.h).
 #include "model/matmul.h"
+#include "model/weights16.h"
 #include "base/treesum.h"
 #include "base/fresh.h"
 #include "kernels/kernels.h"
@@ -22,30 +23,17 @@ void matmul_set_impl(const char *impl, int gpu_cublas) {
 
 int matmul_rows_independent(void) { return rows_independent; }
 
-// MESHMOE_PRODUCTS16=1 (bf16 mode only; set at start-up): every product below but the general
-// gemm packs its two operands, bf16-valued in bf16 mode, into 16-bit temporaries and runs the
-// kernel's 16-bit twin (kernels/matmul16.h). Exact, so the CPU's bits; what it costs (the
-// packing, the temporaries' bytes) and saves (the products' operand bytes) is what step 2 of
-// docs/performance-gpu.md's bf16 storage would cost and save before step 3.
-static int products16 = 0;
-void matmul_use_products16(int on) { products16 = on; }
-int matmul_products16(void) { return products16; }
-
-// A product's two operands as 16-bit temporaries (a: na values, b: nb), and their release.
-typedef struct { uint16_t *a, *b; } Operands16;
-static uint16_t *packed(const float *x, size_t n, const char *name) {
-    uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (n ? n : 1), name);
+// A product whose weight has a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h) runs the
+// kernel's 16-bit twin (kernels/matmul16.h) on that copy and on its other operand, a bf16-
+// valued activation or gradient, packed into a 16-bit temporary for the call (until the
+// activations are stored as 16-bit numbers themselves: docs/performance-gpu.md's step 3).
+// Exact, so the float32 product's bits. The weight gradients' products read no weight and
+// stay as they are.
+static uint16_t *packed(const float *x, size_t n) {
+    uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (n ? n : 1),
+                                   "a product's activation, 16-bit (MESHMOE_WEIGHTS16)");
     kern()->cast->pack_bf16(h, x, n);
     return h;
-}
-static Operands16 pack16(const float *a, size_t na, const float *b, size_t nb) {
-    Operands16 o = {packed(a, na, "a product's first operand, 16-bit (MESHMOE_PRODUCTS16)"),
-                    packed(b, nb, "a product's second operand, 16-bit (MESHMOE_PRODUCTS16)")};
-    return o;
-}
-static void release16(Operands16 o) {
-    mem_free(o.a);
-    mem_free(o.b);
 }
 
 // The device's flop count (2 M N K per product), which the planner counts too.
@@ -64,19 +52,17 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
 
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
     count_flops(T, OC, C);
-    if (!products16) { kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate); return; }
-    Operands16 o = pack16(inp, (size_t)T * C, w, (size_t)C * OC);
-    kern()->matmul16->matmul_forward(out, o.a, o.b, T, C, OC, accumulate);
-    release16(o);
+    const uint16_t *w16 = weights16_find(w, (size_t)C * OC);
+    if (!w16) { kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate); return; }
+    uint16_t *a = packed(inp, (size_t)T * C);
+    kern()->matmul16->matmul_forward(out, a, w16, T, C, OC, accumulate);
+    mem_free(a);
 }
 
 void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto) {
     if (C == 0 || OC == 0) return;
     count_flops(C, OC, len);
-    if (!products16) { kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto); return; }
-    Operands16 o = pack16(inp, (size_t)len * C, dout, (size_t)len * OC);
-    kern()->matmul16->matmul_backward_dw(g, o.a, o.b, len, C, OC, onto);
-    release16(o);
+    kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto);
 }
 
 // A block of gradient still holding the step's zeros (base/fresh.h) is written onto 0.0f
@@ -85,10 +71,7 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
     if (C == 0 || OC == 0 || n <= 0) return;
     count_flops(C, OC, off[n]);
     int fresh = fresh_claim(dw, (size_t)C * OC);
-    if (!products16) { kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh); return; }
-    Operands16 o = pack16(inp, (size_t)off[n] * C, dout, (size_t)off[n] * OC);
-    kern()->matmul16->matmul_backward_dw_leaves(dw, o.a, o.b, off, n, C, OC, !fresh);
-    release16(o);
+    kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh);
 }
 
 // dw (C,OC) += the leaves' products along the tree, in one call where the leaves are one
@@ -118,13 +101,22 @@ static void backward_dw(float *dw, const float *dout, const float *inp, int C, i
     leafsum_end(&ls);
 }
 
-// dinp (T,C) += dout (T,OC) @ w^T: the layers' kernel (on 16-bit copies under MESHMOE_PRODUCTS16).
+// dinp (T,C) += dout (T,OC) @ w^T: the layers' kernel (on the weight's 16-bit copy where it has one).
 static void dinp_product(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
     count_flops(T, C, OC);
-    if (!products16) { kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC); return; }
-    Operands16 o = pack16(dout, (size_t)T * OC, w, (size_t)C * OC);
-    kern()->matmul16->matmul_backward_dinp(dinp, o.a, o.b, T, C, OC);
-    release16(o);
+    const uint16_t *w16 = weights16_find(w, (size_t)C * OC);
+    if (!w16) { kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC); return; }
+    uint16_t *d = packed(dout, (size_t)T * OC);
+    kern()->matmul16->matmul_backward_dinp(dinp, d, w16, T, C, OC);
+    mem_free(d);
+}
+
+// dinp (T,C) += dout (T,OC) @ w^T in float32 (dout not bf16-valued): the weight's 16-bit copy
+// widened first where it has one.
+static void dinp_float32(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
+    float *wf = weights16_widened(w, (size_t)C * OC, "a weight widened from its 16-bit copy (MESHMOE_WEIGHTS16)");
+    gemm(0, 1, T, C, OC, 1.0f, dout, OC, wf ? wf : w, OC, 1.0f, dinp, C);
+    mem_free(wf);
 }
 
 // matmul_backward (bf16_valued 1: the layers' kernels) or matmul_backward_float32 (0: the
@@ -132,7 +124,7 @@ static void dinp_product(float *dinp, const float *dout, const float *w, int T, 
 static void backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int T, int C,
                      int OC, Leaves leaf, int bf16_valued) {
     if (dinp && bf16_valued) dinp_product(dinp, dout, w, T, C, OC);
-    if (dinp && !bf16_valued) gemm(0, 1, T, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
+    if (dinp && !bf16_valued) dinp_float32(dinp, dout, w, T, C, OC);
     if (dw) {
         if ((long)leaf.B * leaf.S != T) die("internal: matmul_backward of %d tokens given leaves of %d", T, leaf.B * leaf.S);
         backward_dw(dw, dout, inp, C, OC, leaf, bf16_valued);
@@ -156,10 +148,11 @@ static void chunked_product(float *out, const float *A, const float *Bm, int tra
     if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
     count_flops(T, N, K);
     if (T == 0 || N == 0) return;
-    if (!products16) { kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N); return; }
-    Operands16 o = pack16(A, (size_t)T * K, Bm, (size_t)K * N);
-    kern()->matmul16->gemm_chunked(transB, T, N, K, chunks, o.a, K, o.b, transB ? K : N, out, N);
-    release16(o);
+    const uint16_t *b16 = weights16_find(Bm, (size_t)K * N);
+    if (!b16) { kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N); return; }
+    uint16_t *a = packed(A, (size_t)T * K);
+    kern()->matmul16->gemm_chunked(transB, T, N, K, chunks, a, K, b16, transB ? K : N, out, N);
+    mem_free(a);
 }
 
 void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
@@ -173,18 +166,20 @@ void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, 
 // The grouped products count the flops of all their rows, as the calls expert by expert did.
 void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC) {
     count_flops(rows[G], OC, C);
-    if (!products16) { kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0); return; }
-    Operands16 o = pack16(inp, (size_t)rows[G] * C, w, (size_t)G * C * OC);
-    kern()->matmul16->matmul_forward_grouped(out, o.a, o.b, rows, G, C, OC, 0);
-    release16(o);
+    const uint16_t *w16 = weights16_find(w, (size_t)G * C * OC);
+    if (!w16) { kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0); return; }
+    uint16_t *a = packed(inp, (size_t)rows[G] * C);
+    kern()->matmul16->matmul_forward_grouped(out, a, w16, rows, G, C, OC, 0);
+    mem_free(a);
 }
 
 void matmul_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {
     count_flops(rows[G], C, OC);
-    if (!products16) { kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC); return; }
-    Operands16 o = pack16(dout, (size_t)rows[G] * OC, w, (size_t)G * C * OC);
-    kern()->matmul16->matmul_backward_dinp_grouped(dinp, o.a, o.b, rows, G, C, OC);
-    release16(o);
+    const uint16_t *w16 = weights16_find(w, (size_t)G * C * OC);
+    if (!w16) { kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC); return; }
+    uint16_t *d = packed(dout, (size_t)rows[G] * OC);
+    kern()->matmul16->matmul_backward_dinp_grouped(dinp, d, w16, rows, G, C, OC);
+    mem_free(d);
 }
 
 static void chunked_grouped(float *out, const float *A, const float *Bm, int transB, const int *rows, int G, int N,
@@ -192,10 +187,11 @@ static void chunked_grouped(float *out, const float *A, const float *Bm, int tra
     if (chunks < 1 || K % chunks) die("internal: a contraction of %d cannot be cut into %d pieces", K, chunks);
     count_flops(rows[G], N, K);
     if (rows[G] == 0 || N == 0) return;
-    if (!products16) { kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out); return; }
-    Operands16 o = pack16(A, (size_t)rows[G] * K, Bm, (size_t)G * K * N);
-    kern()->matmul16->gemm_chunked_grouped(transB, rows, G, N, K, chunks, o.a, o.b, out);
-    release16(o);
+    const uint16_t *b16 = weights16_find(Bm, (size_t)G * K * N);
+    if (!b16) { kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out); return; }
+    uint16_t *a = packed(A, (size_t)rows[G] * K);
+    kern()->matmul16->gemm_chunked_grouped(transB, rows, G, N, K, chunks, a, b16, out);
+    mem_free(a);
 }
 
 void matmul_forward_chunked_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C,
@@ -213,12 +209,5 @@ void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, co
     if (C == 0 || OC == 0 || n <= 0 || G <= 0) return;
     count_flops(C, OC, off[(size_t)G * n]);
     int fresh = fresh_claim(dw, (size_t)G * C * OC);
-    if (!products16) {
-        kern()->matmul->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, !fresh);
-        return;
-    }
-    size_t R = (size_t)off[(size_t)G * n];
-    Operands16 o = pack16(inp, R * C, dout, R * OC);
-    kern()->matmul16->matmul_backward_dw_leaves_grouped(dw, o.a, o.b, off, n, G, C, OC, !fresh);
-    release16(o);
+    kern()->matmul->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, !fresh);
 }

@@ -1,5 +1,7 @@
 // model/matmul.h: the one matrix multiply every layer uses, with its backward.
 // Weights are stored as MaxText kernels: w is (C, OC) row-major and out = inp @ w.
+// A weight with a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h) is multiplied as
+// that copy through the 16-bit kernels (kernels/matmul16.h), with the same bits.
 // Every product is a kernel (kernels/matmul.h): on the CPU the ordered GEMM, where each
 // output element is one fused multiply-add chain over k in order, whatever the shapes
 // around it (kernels/cpu/gemm.c); with matmul_impl=openblas OpenBLAS does the work instead
@@ -41,11 +43,6 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
 // once at start-up; dies on anything else. gpu_cublas: the GPU runs cuBLAS (gpu_matmul=cublas or
 // cublas_bf16).
 void matmul_set_impl(const char *impl, int gpu_cublas);
-
-// MESHMOE_PRODUCTS16=1 in bf16 mode (train.c, at start-up): the products below take their
-// operands as 16-bit copies through the 16-bit kernels (kernels/matmul16.h); the same bits.
-void matmul_use_products16(int on);
-int matmul_products16(void);   // 1 when on
 
 // 1 when a product's output row depends on its own input row only, never on how many rows
 // share the call or where it sits among them (the ordered GEMM on either backend, the plain

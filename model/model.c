@@ -20,6 +20,7 @@
 #include "model/vocab_tiling.h"    // the head and loss in token tiles (num_vocab_tiling)
 #include "model/tensor_parallel.h" // tp_colpar_dinp: the head's input gradient, a sum over the vocabulary
 #include "model/constraint.h"      // constraint_apply/end: sharding constraints
+#include "model/weights16.h"       // the weights' copy as 16-bit numbers (MESHMOE_WEIGHTS16=1)
 #include "base/tensor.h"           // tp_all_reduce, tp_local_chunks
 #include "base/context.h"          // leaves_of: this device's tokens in the canonical tree
 #include "base/memory.h"           // mem_floats, mem_phase: tagged buffers, the timeline
@@ -32,6 +33,13 @@
 // bf16 mode the layers use a copy of the unit's master weights rounded to bf16 (cast point
 // 1 of model/precision.h), made here and dropped after: the master copy, its gradient and
 // the optimizer state stay float32. The gate kernel stays unrounded with float32_gate_logits.
+// The copy is float32 numbers, which the layers' weight pointers are bound to; or, with
+// MESHMOE_WEIGHTS16=1, 16-bit ones, recorded tensor by tensor for the layers' products and
+// norms to find (model/weights16.h), the pointers left on the float32 weights.
+static int rounded(const Config *c, const ParamSpec *s) {
+    return !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel"));
+}
+
 void model_unit_acquire(Model *m, int u) {
     if (m->hooks && m->hooks->gather) m->hooks->gather(m, u);
     const Config *c = &m->cfg;
@@ -39,18 +47,35 @@ void model_unit_acquire(Model *m, int u) {
     const StateShard *sh = &m->shard;
     const float *w = sh->F > 1 ? m->gathered[2 * u] : m->params_mem + sh->local_off[u];
     size_t n = sh->unit_size[u];
+    if (weights16_on()) {
+        uint16_t *copy = mem_alloc_uninit(MEM_PARAMS, sizeof(uint16_t) * n, "bf16 weights of one unit (16-bit storage)");
+        for (int i = 0; i < m->ntensors; i++) {
+            const ParamSpec *s = &m->specs[i];
+            if (model_unit_of(c, s->name) != u || !rounded(c, s)) continue;   // the float32 gate: no copy
+            size_t at = s->offset - sh->unit_off[u];
+            kern()->cast->pack_bf16(copy + at, w + at, s->size);
+            weights16_add(w + at, s->size, copy + at);
+        }
+        m->copy16[u] = copy;
+        return;
+    }
     float *copy = mem_floats(MEM_PARAMS, n, "bf16-rounded weights of one unit (float32 storage)");
     for (int i = 0; i < m->ntensors; i++) {
         const ParamSpec *s = &m->specs[i];
         if (model_unit_of(c, s->name) != u) continue;
         size_t at = s->offset - sh->unit_off[u];
-        round_copy_bf16(copy + at, w + at, s->size, !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel")));
+        round_copy_bf16(copy + at, w + at, s->size, rounded(c, s));
     }
     model_bind_unit(m, &m->params, u, copy);
     m->bf16_copy[u] = copy;
 }
 
 void model_unit_release(Model *m, int u) {
+    if (m->copy16[u]) {
+        weights16_drop(m->copy16[u], m->shard.unit_size[u]);
+        mem_free(m->copy16[u]);
+        m->copy16[u] = NULL;
+    }
     if (m->bf16_copy[u]) {
         mem_free(m->bf16_copy[u]);
         m->bf16_copy[u] = NULL;
@@ -203,7 +228,12 @@ static int iota_embed(const Model *m, int T) {
 void model_embed_forward(Model *m, float *x, const int *ids, int T) {
     int D = m->cfg.base_emb_dim, V = m->dims.vocab_size, v0 = m->dims.vocab_first;
     if (iota_embed(m, T)) embedding_forward_onehot(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
-    else embedding_forward(x, ids, m->params.embedding, T, D, V, v0);
+    else {
+        embedding_forward(x, ids, m->params.embedding, T, D, V, v0);
+        // The gather reads the float32 table; with its copy 16-bit (MESHMOE_WEIGHTS16=1), that
+        // is the unrounded one: its rows rounded here are the copy's rows.
+        if (weights16_find(m->params.embedding, (size_t)V * D)) kern()->cast->round_to_bf16(x, (size_t)T * D);
+    }
     tp_all_reduce(x, (size_t)T * D);   // vocabulary-parallel: each row comes from one device
 }
 

@@ -4,6 +4,7 @@
 #ifndef MESHMOE_MODEL_H
 #define MESHMOE_MODEL_H
 #include <stddef.h>
+#include <stdint.h>
 #include "base/config.h"
 #include "model/params.h"
 #include "model/attention.h"
@@ -73,6 +74,7 @@ typedef struct Model {
     int grad_partial;       // 1: grad_dst is a microbatch's, per chunk slot (sharding/fsdp.h)
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
     float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
+    uint16_t **copy16;      // (units) the same as 16-bit numbers with MESHMOE_WEIGHTS16=1 (model/weights16.h), or NULL
     struct Prefetch *prefetch; // overlap_collectives: the unit gathered in the background (sharding/overlap.h)
     const ShardHooks *hooks;   // the sharding strategy's part of the walk (above), or NULL
     Params params, grads;   // pointers into params_mem / grads_mem

@@ -318,6 +318,7 @@ void model_init_weights(Model *m) {
     }
     m->gathered = calloc((size_t)sh->nunits * 2, sizeof(float *));
     m->bf16_copy = calloc((size_t)sh->nunits, sizeof(float *));
+    m->copy16 = calloc((size_t)sh->nunits, sizeof(uint16_t *));
     if (sh->F == 1)   // whole units on this device: bind once (FSDP binds at each gather)
         for (int u = 0; u < sh->nunits; u++)
             if (sh->here[u]) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
@@ -351,6 +352,7 @@ void model_free(Model *m) {
     if (m->hooks && m->hooks->detach) m->hooks->detach(m);
     free(m->gathered);
     free(m->bf16_copy);
+    free(m->copy16);
     shard_free(&m->shard);
     memset(m, 0, sizeof(*m));
 }

@@ -3,6 +3,7 @@
 #include "model/rmsnorm.h"
 #include "base/treesum.h"
 #include "model/precision.h"
+#include "model/weights16.h"
 #include "kernels/kernels.h"
 #include "base/memory.h"
 #include "core/common.h"
@@ -61,20 +62,32 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
 // scale, and since it is an operand of the product, autodiff keeps it for the backward
 // product dy * scale: one (T,D) buffer per norm call, saved from the forward pass to the
 // backward pass (MEM_ACTIVATIONS). The same products, so the same bits.
+// The scale is a weight: where it has a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h)
+// the norm reads that, widened into a temporary of D floats, as it reads the float32 copy.
+static float *scale16(const float *scale, int D) {
+    return weights16_widened(scale, (size_t)D, "an RMSNorm scale widened from its 16-bit copy (MESHMOE_WEIGHTS16)");
+}
+
 float *rmsnorm_forward_cfg(const Config *c, float *out, float *rstd, const float *x, const float *scale, int T, int D) {
-    float eps = c->normalization_layer_epsilon;
-    if (c->rmsnorm_fused_scale) {
-        rmsnorm_forward_rows(out, rstd, x, scale, 0, T, D, eps, cfg_bf16(c));
-        return NULL;
+    float eps = c->normalization_layer_epsilon, *s16 = scale16(scale, D), *bcast = NULL;
+    if (s16) scale = s16;
+    if (c->rmsnorm_fused_scale) rmsnorm_forward_rows(out, rstd, x, scale, 0, T, D, eps, cfg_bf16(c));
+    else {
+        bcast = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "rmsnorm broadcast scale (einsum form)");   // (T,D)
+        kern()->norm->broadcast_rows(bcast, scale, T, D);
+        rmsnorm_forward_rows(out, rstd, x, bcast, (size_t)D, T, D, eps, cfg_bf16(c));
     }
-    float *bcast = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "rmsnorm broadcast scale (einsum form)");   // (T,D)
-    kern()->norm->broadcast_rows(bcast, scale, T, D);
-    rmsnorm_forward_rows(out, rstd, x, bcast, (size_t)D, T, D, eps, cfg_bf16(c));
+    mem_free(s16);
     return bcast;
 }
 
 void rmsnorm_backward_cfg(const Config *c, float *dx, float *dscale, const float *dout, const float *x,
                           const float *scale, const float *bcast, const float *rstd, int T, int D, Leaves leaf) {
-    if (bcast) rmsnorm_backward_rows(dx, dscale, dout, x, bcast, (size_t)D, rstd, T, D, leaf, cfg_bf16(c));
-    else rmsnorm_backward_rows(dx, dscale, dout, x, scale, 0, rstd, T, D, leaf, cfg_bf16(c));
+    if (bcast) {
+        rmsnorm_backward_rows(dx, dscale, dout, x, bcast, (size_t)D, rstd, T, D, leaf, cfg_bf16(c));
+        return;
+    }
+    float *s16 = scale16(scale, D);
+    rmsnorm_backward_rows(dx, dscale, dout, x, s16 ? s16 : scale, 0, rstd, T, D, leaf, cfg_bf16(c));
+    mem_free(s16);
 }

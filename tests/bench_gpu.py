@@ -13,9 +13,10 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
                  cuBLAS call for all the experts, or a call per expert), first of the variants
   meshmoe, MESHMOE_ATTN_SCORES=smem  the tensor-core attention's kernels with their scores
                  through shared memory (the default keeps them in registers), when there is time
-  meshmoe, MESHMOE_PRODUCTS16=1  every product on 16-bit copies of its operands (packed per
-                 product, kernels/matmul16.h): what bf16 storage's step 2 would cost in training
-                 before step 3 makes the activations 16-bit (docs/performance-gpu.md), when there is time
+  meshmoe, MESHMOE_WEIGHTS16=1  the weights' bf16 copy stored as 16-bit numbers, the products
+                 that read a weight on it (kernels/matmul16.h), their activation packed per
+                 product: bf16 storage's step 2 before step 3 makes the activations 16-bit
+                 (docs/performance-gpu.md), when there is time
   meshmoe, MESHMOE_CUBLAS_BF16=convert  the weight products' operands converted to bf16 by
                  gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
                  converted inside cuBLAS's kernels), when there is time
@@ -202,7 +203,7 @@ CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert"  # the operands converted befor
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
 SCORES_SMEM = "meshmoe, MESHMOE_ATTN_SCORES=smem"  # attention's scores through shared memory (gpu/attn_mma.cu)
-PRODUCTS16 = "meshmoe, MESHMOE_PRODUCTS16=1"      # the products on 16-bit copies of their operands (model/matmul.c)
+WEIGHTS16 = "meshmoe, MESHMOE_WEIGHTS16=1"        # the weights' copy as 16-bit numbers (model/weights16.h)
 
 
 def megablox_flipped(preset):
@@ -240,7 +241,7 @@ def main():
         for preset in PRESETS:
             results[preset][SCORES_SMEM] = meshmoe(preset, env={"MESHMOE_ATTN_SCORES": "smem"})
         for preset in PRESETS:
-            results[preset][PRODUCTS16] = meshmoe(preset, env={"MESHMOE_PRODUCTS16": "1"})
+            results[preset][WEIGHTS16] = meshmoe(preset, env={"MESHMOE_WEIGHTS16": "1"})
         for preset in PRESETS:
             results[preset][CONVERT] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "convert"})
         for preset in PRESETS:
@@ -256,7 +257,7 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, SCORES_SMEM, PRODUCTS16, CONVERT,
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, SCORES_SMEM, WEIGHTS16, CONVERT,
                        TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)

@@ -18,8 +18,8 @@
 # cuBLAS paths run on the emulation's cuBLAS (gpu/emu_cublas.h): gpu_matmul=cublas_bf16 within
 # the same bound, every operand it multiplied bf16-valued (MESHMOE_CHECK_BF16's count), and
 # megablox's grouped calls the per-expert calls' bits (each part the same product). The
-# products on 16-bit copies of their operands (MESHMOE_PRODUCTS16=1): ./train's bits and peaks
-# on the ordered GEMM, cuBLAS's on bf16 storage. Last,
+# weights' copy as 16-bit numbers (MESHMOE_WEIGHTS16=1): ./train's bits and peaks on the
+# ordered GEMM, cuBLAS's on bf16 storage. Last,
 # tests/gpu_bench.sh's product timer (tests/products_gpu.c) on small shapes: its bf16-stored
 # products give its float32 ones' results (the emulated cuBLAS sums both ways in double).
 set -u
@@ -53,7 +53,7 @@ both mx-offl   mixtral-tiny remat_policy=minimal_offloaded optimizer_memory_host
 both ds-ft     deepseek-tiny dtype=bfloat16 megablox=true ici_fsdp_parallelism=2 ici_tensor_parallelism=2 num_devices=4
 both mx-ep     mixtral-tiny dtype=bfloat16 megablox=true ici_expert_parallelism=2 num_devices=2
 both ds-cp     deepseek-tiny attention=flash ici_context_parallelism=2 num_devices=2
-MESHMOE_PRODUCTS16=1 both ds-p16 deepseek-tiny dtype=bfloat16 megablox=true ici_tensor_parallelism=2 num_devices=2
+MESHMOE_WEIGHTS16=1 both ds-w16 deepseek-tiny dtype=bfloat16 megablox=true ici_tensor_parallelism=2 num_devices=2
 echo "== the tensor-core attention (bf16), scores in registers and through shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
 both ds-tc     deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
@@ -62,7 +62,7 @@ echo "== cuBLAS (gpu/emu_cublas.h): the weight products on bf16 operands, the ex
 MESHMOE_CHECK_BF16=1 both mx-cb mixtral-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
 both ds-cbg    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true ici_expert_parallelism=2 num_devices=2
 both ds-cbl    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=false ici_expert_parallelism=2 num_devices=2
-MESHMOE_PRODUCTS16=1 both ds-p16cb deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true \
+MESHMOE_WEIGHTS16=1 both ds-w16cb deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true \
     ici_expert_parallelism=2 num_devices=2
 # deepseek-medium as make bench-gpu trains it (64 experts in 8 groups, megablox, MLA's heads of
 # 192 and 128, cuBLAS and the tensor cores), narrower, on 2 layers of 128 tokens.
@@ -71,7 +71,7 @@ both dsm       deepseek-medium gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
     max_target_length=128 per_device_batch_size=1
 wait
 
-for name in mx-offl ds-ft mx-ep ds-cp ds-p16; do
+for name in mx-offl ds-ft mx-ep ds-cp ds-w16; do
     ok_run $name || continue
     check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then
@@ -107,14 +107,14 @@ if ok_run ds-cbg && ok_run ds-cbl; then
         same ds-cbg-emu ds-cbl-emu
     check "ds-cbg: cuBLAS ran (loss bits not ./train's)" test -n "$(bits ds-cbg-emu)" -a "$(bits ds-cbg-emu)" != "$(bits ds-cbg-cpu)"
 fi
-# MESHMOE_PRODUCTS16=1 under cuBLAS: the products on bf16 storage (CUDA_R_16BF) where ds-cbg's
-# hand cuBLAS float32 arrays; the emulated cuBLAS sums each element in double either way, so
+# MESHMOE_WEIGHTS16=1 under cuBLAS: the weights' products on bf16 storage (CUDA_R_16BF) where
+# ds-cbg's hand cuBLAS float32 arrays; the emulated cuBLAS sums each element in double either way, so
 # the same loss bits.
-if ok_run ds-cbg && ok_run ds-p16cb; then
-    check "ds-p16cb: cuBLAS on bf16 storage gives ds-cbg's loss bits: $(bits ds-p16cb-emu)" same ds-cbg-emu ds-p16cb-emu
+if ok_run ds-cbg && ok_run ds-w16cb; then
+    check "ds-w16cb: cuBLAS on bf16 storage gives ds-cbg's loss bits: $(bits ds-w16cb-emu)" same ds-cbg-emu ds-w16cb-emu
 fi
-n16=$(cat $T/ds-p16-cpu.out $T/ds-p16-emu.out $T/ds-p16cb-emu.out 2>/dev/null | grep -c 'MESHMOE_PRODUCTS16=1')
-check "ds-p16, ds-p16cb: each run says its products ran on 16-bit copies ($n16 of 3)" test "$n16" -eq 3
+n16=$(cat $T/ds-w16-cpu.out $T/ds-w16-emu.out $T/ds-w16cb-emu.out 2>/dev/null | grep -c 'MESHMOE_WEIGHTS16=1')
+check "ds-w16, ds-w16cb: each run says its weights' copy was 16-bit ($n16 of 3)" test "$n16" -eq 3
 echo "== build/products_emu small: the product timer of tests/gpu_bench.sh, emulated"
 build/products_emu small > $T/products.out 2>&1; rc=$?
 rows=$(grep -c '^| small: ' $T/products.out)

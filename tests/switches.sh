@@ -2,7 +2,7 @@
 # tests/switches.sh: the "temporaries and fused ops" switches of docs/optimizations.md
 # (rmsnorm_fused_scale, implicit_causal_mask, moe_skip_redundant_cast, moe_reshard_io, megablox,
 # skip_noop_grad_cast, shard_variables_at_init, donate_buffers, eval_per_device_batch_size), and
-# the experiment MESHMOE_PRODUCTS16. For each: 3 steps with the switch at its default and flipped, on a
+# the experiment MESHMOE_WEIGHTS16. For each: 3 steps with the switch at its default and flipped, on a
 # tiny preset; the loss trajectories must be bit-identical, and the costlier side's
 # measured peak must exceed the default's by at least the buffer it adds, worked out here
 # from the test's own shapes (not from the code under test).
@@ -135,40 +135,52 @@ eval_peak() { sed -n 's/^eval peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
 smaller_eval() { [ -n "$(eval_peak evalb)" ] && [ "$(eval_peak evalb)" -lt "$(eval_peak base)" ]; }
 check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak evalb) bytes" smaller_eval
 
-# MESHMOE_PRODUCTS16=1, an experiment (an environment variable, not a config key:
-# docs/performance-gpu.md, "What bf16 storage takes"): in bf16 mode the layers' products run
-# on 16-bit copies of their operands, through the 16-bit kernels (kernels/matmul16.h). Every
-# operand is bf16-valued there, so the copies are exact: bit-identical losses, on the paths
-# that reach each product kernel (dense and per-expert products, the experts' grouped ones,
-# tensor-parallel pieces, weight-gradient leaves over microbatches, the dense MoE); the
-# copies are temporaries, so the temp peak grows, and the planner counts them as the run does.
+# MESHMOE_WEIGHTS16=1, an experiment (an environment variable, not a config key:
+# docs/performance-gpu.md, "What bf16 storage takes"): in bf16 mode the weights' compute copy
+# is stored as 16-bit numbers (model/weights16.h); the products that read a weight run on it
+# through the 16-bit kernels (kernels/matmul16.h), their other operand packed; the norms,
+# the router's float32 backward and the embedding's gather read it widened or rounded. The
+# values are the float32 copy's, so the losses are bit-identical, on the paths that reach
+# each reader (dense and per-expert products, the experts' grouped ones, tensor-parallel
+# pieces and MLA's norms, FSDP's gathered weights over microbatches, the dense MoE; the
+# unrounded float32 gate, the einsum form of the norms' scale, the one-hot embedding); and
+# the copy's bytes halve: the params peak, the copy of the largest unit (a layer), drops by
+# 2 bytes a weight of it, counted here from the shapes; the planner counts what the run does.
 P16_CASES=("mx16 configs/mixtral-tiny.yml"
            "ds16 configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2"
            "mxga16 configs/mixtral-tiny.yml gradient_accumulation_steps=2 ici_fsdp_parallelism=2 num_devices=2"
-           "mxdense16 configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0")
+           "mxdense16 configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0"
+           "mxgate16 configs/mixtral-tiny.yml float32_gate_logits=true rmsnorm_fused_scale=false use_iota_embed=true")
 for c in "${P16_CASES[@]}"; do
     set -- $c
     name=$1; shift
     run "$name" "$@" $TINY dtype=bfloat16
-    MESHMOE_PRODUCTS16=1 run "$name-p16" "$@" $TINY dtype=bfloat16
-    said=$(grep -c 'products on 16-bit copies of their operands' "$dir/$name-p16.out")
-    quiet=$(grep -c 'products on 16-bit copies of their operands' "$dir/$name.out")
-    check "MESHMOE_PRODUCTS16=1, $name: said at start-up ($said line), not without it ($quiet)" \
+    MESHMOE_WEIGHTS16=1 run "$name-w16" "$@" $TINY dtype=bfloat16
+    said=$(grep -c "the weights' bf16 copy as 16-bit numbers" "$dir/$name-w16.out")
+    quiet=$(grep -c "the weights' bf16 copy as 16-bit numbers" "$dir/$name.out")
+    check "MESHMOE_WEIGHTS16=1, $name: said at start-up ($said line), not without it ($quiet)" \
         test "$said" -eq 1 -a "$quiet" -eq 0
-    check "MESHMOE_PRODUCTS16=1, $name: losses bit-identical ($(bits "$name-p16"))" same_bits "$name" "$name-p16"
+    check "MESHMOE_WEIGHTS16=1, $name: losses bit-identical ($(bits "$name-w16"))" same_bits "$name" "$name-w16"
 done
-check "MESHMOE_PRODUCTS16=1: the temp peak grows by the 16-bit copies" grows mx16 mx16-p16 peak_bytes_by_tag temp 1
+# A layer's weights: attention's four kernels, two norm scales, the gate, the experts' three.
+layer=$((D * N * Dh + 2 * D * Nkv * Dh + N * Dh * D + 2 * D + D * E + 3 * E * D * H))
+halved() {
+    local a b; a=$(field mx16 peak_bytes_by_tag params); b=$(field mx16-w16 peak_bytes_by_tag params)
+    echo "       peak_bytes_by_tag.params: $a -> $b (-$((a - b)), a layer's copy: 4 -> 2 bytes x $layer weights)"
+    [ $((a - b)) -eq $((2 * layer)) ]
+}
+check "MESHMOE_WEIGHTS16=1: the params peak drops by half the largest unit's copy" halved
 peaks16() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' "$dir/$1.json"; }
-MESHMOE_PRODUCTS16=1 run ds16-dry configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
+MESHMOE_WEIGHTS16=1 run ds16-dry configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
     $TINY dtype=bfloat16 steps=1 dry_run=true
-MESHMOE_PRODUCTS16=1 run ds16-one configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
+MESHMOE_WEIGHTS16=1 run ds16-one configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
     $TINY dtype=bfloat16 steps=1
 plan_same() { [ -n "$(peaks16 ds16-one)" ] && [ "$(peaks16 ds16-dry)" = "$(peaks16 ds16-one)" ]; }
-check "MESHMOE_PRODUCTS16=1: the planner's peaks by tag are the run's, every device" plan_same
-expect_error "MESHMOE_PRODUCTS16 in float32" "it needs dtype=bfloat16" \
-    env MESHMOE_PRODUCTS16=1 ./train configs/mixtral-tiny.yml steps=1
-expect_error "MESHMOE_PRODUCTS16=2" "MESHMOE_PRODUCTS16 is 0 or 1, not '2'" \
-    env MESHMOE_PRODUCTS16=2 ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16
+check "MESHMOE_WEIGHTS16=1: the planner's peaks by tag are the run's, every device" plan_same
+expect_error "MESHMOE_WEIGHTS16 in float32" "it needs dtype=bfloat16" \
+    env MESHMOE_WEIGHTS16=1 ./train configs/mixtral-tiny.yml steps=1
+expect_error "MESHMOE_WEIGHTS16=2" "MESHMOE_WEIGHTS16 is 0 or 1, not '2'" \
+    env MESHMOE_WEIGHTS16=2 ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16
 
 expect_error "a bad switch value" "wants true or false" ./train configs/mixtral-tiny.yml rmsnorm_fused_scale=maybe
 expect_error "a negative eval batch" "eval_per_device_batch_size must be >= 0" \

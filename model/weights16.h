@@ -1,0 +1,37 @@
+// model/weights16.h: the weights' compute copy as 16-bit numbers (bf16 mode with
+// MESHMOE_WEIGHTS16=1: step 2 of bf16 storage, docs/performance-gpu.md#what-bf16-storage-takes).
+//
+// In bf16 mode the layers compute with the weights rounded to bf16 (cast point 1 of
+// model/precision.h). By default model_unit_acquire writes that copy as float32 and points
+// the layers' weights at it. With MESHMOE_WEIGHTS16=1 it writes the copy as 16-bit numbers,
+// half the bytes, and records here, tensor by tensor, which 16-bit copy belongs to which
+// float32 tensor; the layers' weight pointers stay on the float32 weights (the master, or
+// FSDP's gathered unit), and what reads a weight asks for its copy:
+//   - a product (model/matmul.c) runs on the copy, through the 16-bit kernels
+//     (kernels/matmul16.h), its other operand packed to 16 bits for the call;
+//   - the RMSNorm (model/rmsnorm.c) and the router's float32 backward take the copy widened
+//     back to floats (the same values the float32 copy holds);
+//   - the embedding's gather reads the float32 table and rounds the rows it gathers
+//     (model/model.c:model_embed_forward), which rounding the table first would give.
+// A tensor with no copy is read as it is: the router's gate under float32_gate_logits.
+// The records are the calling device's (each device is a thread), one unit's at a time.
+#ifndef MESHMOE_WEIGHTS16_H
+#define MESHMOE_WEIGHTS16_H
+#include <stddef.h>
+#include <stdint.h>
+
+// MESHMOE_WEIGHTS16=1 (train.c, at start-up, bf16 mode only).
+void weights16_use(int on);
+int weights16_on(void);
+
+// The tensor at w (n floats) has its 16-bit copy at h (n values).
+void weights16_add(const float *w, size_t n, const uint16_t *h);
+// Forget every record whose copy lies in [copy, copy + n): the unit's copy is being freed.
+void weights16_drop(const uint16_t *copy, size_t n);
+// The 16-bit copy of the n floats at w, when they lie in one recorded tensor; else NULL.
+const uint16_t *weights16_find(const float *w, size_t n);
+// The n floats at w as the copy holds them, widened into a new MEM_TEMP buffer the caller
+// frees (mem_free), when they have a copy; else NULL (read w itself).
+float *weights16_widened(const float *w, size_t n, const char *name);
+
+#endif
