@@ -10,8 +10,9 @@
 # order; a part's output is printed whole when it ends, under a lock, so that the two lanes'
 # lines never mix. The parts that build share no build directory with the other lane (lane A
 # builds build/gpu, build/hip, build/port, build/asan, build/tsan; lane B build/plant,
-# build/peak, build/fuzz); the MPI part, which times its processes' exits, and the parity
-# and Hugging Face checks, which keep both cores busy, run alone at the end.
+# build/peak; the fuzzers' lane, below, build/fuzz); the MPI part, which times its
+# processes' exits, and the parity and Hugging Face checks, which keep both cores busy, run
+# alone at the end.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that wait by sleeping, not spinning: on a machine with other work (or more
@@ -57,8 +58,15 @@ run_part() {   # run_part NAME COMMAND...
     echo "$pass $fail $why" >> "$RUN/counts"
 }
 
+# The fuzzers (about 135 s) go to the lane that would end first: lane B's parts take about
+# 860 s on 2 cores, lane A's about 640 without nvcc (as on CI's machine) and 910 with make gpu.
+NVCC_HERE=$([ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ] && echo 1 || echo 0)
+fuzz_part() {
+    run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" make -s fuzz FUZZ_SECONDS=30
+}
+
 # Lane A: the GPU backend's emulation and builds, the portable build (it reuses build/port,
-# which make gpu and make hip fill), the sanitizers.
+# which make gpu and make hip fill), the sanitizers; the fuzzers without nvcc.
 lane_a() {
     # The GPU backend's kernels emulated on the CPU (gpu/emu.h): the conformance test, with
     # each block's threads run in ascending and in descending order between barriers (a
@@ -76,7 +84,7 @@ lane_a() {
     # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without
     # warnings; run on a GPU by tests/gpu.sh. The conformance test's CPU build is
     # build/test_conformance (lane B).
-    if [ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ]; then
+    if [ "$NVCC_HERE" = 1 ]; then
         run_part "make gpu: the CUDA backend, its conformance binary and ./train_gpu build" bash tests/gpu_build.sh gpu
         run_part "tests/gpu.sh's checks tried without a GPU (device=cpu), planted differences caught" \
             bash tests/gpu_selftest.sh
@@ -91,8 +99,9 @@ lane_a() {
     run_part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
     run_part "sanitizers (make asan)" make -s asan
     run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
+    [ "$NVCC_HERE" = 1 ] || fuzz_part
 }
-# Lane B: the unit tests, the trainer's features, the strict mode, the fuzzers.
+# Lane B: the unit tests, the trainer's features, the strict mode; the fuzzers with nvcc.
 lane_b() {
     for t in build/test_*; do run_part "$t" "./$t"; done
     run_part "end-to-end" bash tests/e2e.sh
@@ -123,7 +132,7 @@ lane_b() {
     run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
     run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
     run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
-    run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" make -s fuzz FUZZ_SECONDS=30
+    [ "$NVCC_HERE" = 0 ] || fuzz_part
 }
 lane_a & lane_a_pid=$!
 lane_b & lane_b_pid=$!
