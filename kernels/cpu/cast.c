@@ -13,10 +13,12 @@ static void round_copy_bf16(float *out, const float *x, size_t n) {
 }
 
 static void pack_bf16(uint16_t *h, const float *x, size_t n) {
+    #pragma omp parallel for if (n > 65536)
     for (size_t i = 0; i < n; i++) h[i] = bf16_bits(x[i]);
 }
 
 static void unpack_bf16(float *x, const uint16_t *h, size_t n) {
+    #pragma omp parallel for if (n > 65536)
     for (size_t i = 0; i < n; i++) x[i] = bf16_float(h[i]);
 }
 
