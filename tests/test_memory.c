@@ -10,9 +10,15 @@
 //      back through its free_host;
 //   3. the zeroed gradients' record (base/fresh.h): a block is fresh once, inside the armed
 //      region only, not where a claim or a leaf tree's touch overlaps it, and never once
-//      disarmed or re-armed elsewhere.
+//      disarmed or re-armed elsewhere;
+//   4. the weights' 16-bit copies (model/weights16.h): a range inside a recorded tensor
+//      finds its place in the copy, one outside none, one across a tensor's edge stops the
+//      run; the widened floats are the copy's values; a dropped copy is found no more.
 #include "base/memory.h"
 #include "base/fresh.h"
+#include "model/weights16.h"
+#include "kernels/bf16.h"
+#include "core/common.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
 #include <stdint.h>
@@ -149,6 +155,39 @@ static void fresh_blocks(void) {
     mem_free(g);
 }
 
+static void weights16_records(void) {
+    float w[160], other[8];   // two tensors side by side: a (100 floats) and b (60)
+    uint16_t h[160];
+    for (int i = 0; i < 160; i++) {
+        w[i] = 1.001f + i / 3.0f;   // none a bf16 value: the copy rounds each
+        h[i] = bf16_bits(w[i]);
+    }
+    weights16_add(w, 100, h);
+    weights16_add(w + 100, 60, h + 100);
+    CHECK(weights16_find(w, 100) == h, "a whole tensor: its copy");
+    CHECK(weights16_find(w + 10, 20) == h + 10, "rows 10..29 of a: the copy at 10");
+    CHECK(weights16_find(w + 100, 60) == h + 100 && weights16_find(w + 159, 1) == h + 159, "b, and b's last value");
+    CHECK(weights16_find(other, 8) == NULL && weights16_find(NULL, 4) == NULL, "outside every tensor, or NULL: none");
+    jmp_buf jump;
+    const uint16_t *across = NULL;
+    int stopped = 0;
+    die_set_jump(&jump, 1);
+    if (setjmp(jump) == 0) across = weights16_find(w + 90, 20);   // a's last 10 and b's first 10
+    else stopped = 1;
+    die_set_jump(NULL, 0);
+    CHECK(stopped && !across, "a range across a's edge into b: stopped (%s)", stopped ? die_last_message() : "not stopped");
+    float *x = weights16_widened(w + 40, 8, "test: widened");
+    int same = x != NULL;
+    for (int i = 0; x && i < 8; i++) same &= x[i] == bf16_float(h[40 + i]) && x[i] != w[40 + i];
+    CHECK(same, "widened: the copy's rounded values, not the float32 ones");
+    mem_free(x);
+    CHECK(weights16_widened(other, 8, "test: none") == NULL, "widened without a copy: NULL (read the floats)");
+    weights16_drop(h, 100);
+    CHECK(weights16_find(w + 10, 20) == NULL && weights16_find(w + 100, 60) == h + 100, "a's copy dropped, b's kept");
+    weights16_drop(h + 100, 60);
+    CHECK(weights16_find(w + 100, 60) == NULL, "b's dropped too");
+}
+
 int main(void) {
     Device dev;
     device_init(&dev, 0, 0);
@@ -156,6 +195,7 @@ int main(void) {
     records_under_load();
     backend_memory();
     fresh_blocks();
+    weights16_records();
     device_release_all(&dev);
     TEST_SUMMARY();
 }
