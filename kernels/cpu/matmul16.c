@@ -27,30 +27,31 @@ static float *widened(const uint16_t *h, size_t n) {
 // whatever they hold: widening them is harmless and nothing reads them).
 static size_t span(int rows, int cols, int ld) { return rows > 0 ? (size_t)(rows - 1) * ld + cols : 0; }
 
-// The five ungrouped products through the float32 table k.
-static void forward16(const MatmulKernels *k, float *out, const uint16_t *inp, const uint16_t *w, int T, int C,
-                      int OC, int accumulate) {
-    float *x = widened(inp, (size_t)T * C), *wf = widened(w, (size_t)C * OC);
-    k->matmul_forward(out, x, wf, T, C, OC, accumulate);   // (T,C) @ (C,OC)
-    free(x); free(wf);
+// Whether table k's products have 16-bit forms of their own: the ordered GEMM's (matmul_cpu
+// without OpenBLAS); else the operands are widened into copies for the float32 product.
+static int ordered(const MatmulKernels *k) { return k == &matmul_cpu && !matmul_cpu_uses_openblas(); }
+
+// C (M,N) = op(A) @ op(B) (+ C when accumulate), as table k's gemm on the widened values.
+static void gemm16(const MatmulKernels *k, int tA, int tB, int M, int N, int K, const uint16_t *A, int lda,
+                   const uint16_t *B, int ldb, int accumulate, float *C, int ldc) {
+    if (ordered(k)) {
+        ordered_gemm16(tA, tB, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+        return;
+    }
+    if (M == 0 || N == 0) return;
+    float *a = widened(A, tA ? span(K, M, lda) : span(M, K, lda));
+    float *b = widened(B, tB ? span(N, K, ldb) : span(K, N, ldb));
+    k->gemm(tA, tB, M, N, K, a, lda, b, ldb, accumulate, C, ldc);
+    free(a); free(b);
 }
 
-static void dinp16(const MatmulKernels *k, float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C,
-                   int OC) {
-    float *d = widened(dout, (size_t)T * OC), *wf = widened(w, (size_t)C * OC);
-    k->matmul_backward_dinp(dinp, d, wf, T, C, OC);   // (T,OC) @ (OC,C)
-    free(d); free(wf);
-}
-
-static void dw16(const MatmulKernels *k, float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC,
-                 int accumulate) {
-    float *x = widened(inp, (size_t)len * C), *d = widened(dout, (size_t)len * OC);
-    k->matmul_backward_dw(dw, x, d, len, C, OC, accumulate);   // (C,len) @ (len,OC)
-    free(x); free(d);
-}
-
+// The chunked product and a weight gradient's leaves, as table k's on the widened values.
 static void chunked16(const MatmulKernels *k, int transB, int M, int N, int K, int chunks, const uint16_t *A,
                       int lda, const uint16_t *B, int ldb, float *C, int ldc) {
+    if (ordered(k)) {
+        ordered_gemm_chunked16(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
+        return;
+    }
     if (M == 0 || N == 0) return;
     float *a = widened(A, span(M, K, lda)), *b = widened(B, transB ? span(N, K, ldb) : span(K, N, ldb));
     k->gemm_chunked(transB, M, N, K, chunks, a, lda, b, ldb, C, ldc);
@@ -59,36 +60,34 @@ static void chunked16(const MatmulKernels *k, int transB, int M, int N, int K, i
 
 static void dw_leaves16(const MatmulKernels *k, float *dw, const uint16_t *inp, const uint16_t *dout, const int *off,
                         int n, int C, int OC, int accumulate) {
+    if (ordered(k)) {
+        ordered_gemm_leaves16(C, OC, off, n, inp, C, dout, OC, accumulate, dw, OC);
+        return;
+    }
     if (C == 0 || OC == 0 || n <= 0) return;
     float *x = widened(inp, (size_t)off[n] * C), *d = widened(dout, (size_t)off[n] * OC);
     k->matmul_backward_dw_leaves(dw, x, d, off, n, C, OC, accumulate);
     free(x); free(d);
 }
 
-// ---- matmul16_cpu: the ordered GEMM's 16-bit forms, the products of kernels/cpu/matmul.c
-// (or matmul_cpu on widened copies under OpenBLAS); the grouped products a group at a
-// time, as matmul_cpu's.
+// ---- matmul16_cpu: the products of kernels/cpu/matmul.c in their 16-bit forms; the grouped
+// products a group at a time, as matmul_cpu's.
 static void forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
-    if (matmul_cpu_uses_openblas()) forward16(&matmul_cpu, out, inp, w, T, C, OC, accumulate);
-    else ordered_gemm16(0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);   // (T,C) @ (C,OC)
+    gemm16(&matmul_cpu, 0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);   // (T,C) @ (C,OC)
 }
 static void dinp(float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
-    if (matmul_cpu_uses_openblas()) dinp16(&matmul_cpu, dinp, dout, w, T, C, OC);
-    else ordered_gemm16(0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);   // (T,OC) @ (OC,C)
+    gemm16(&matmul_cpu, 0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);   // (T,OC) @ (OC,C)
 }
 static void dw(float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC, int accumulate) {
-    if (matmul_cpu_uses_openblas()) dw16(&matmul_cpu, dw, inp, dout, len, C, OC, accumulate);
-    else ordered_gemm16(1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);   // (C,len) @ (len,OC)
+    gemm16(&matmul_cpu, 1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);   // (C,len) @ (len,OC)
 }
 static void chunked(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda, const uint16_t *B,
                     int ldb, float *C, int ldc) {
-    if (matmul_cpu_uses_openblas()) chunked16(&matmul_cpu, transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
-    else ordered_gemm_chunked16(transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
+    chunked16(&matmul_cpu, transB, M, N, K, chunks, A, lda, B, ldb, C, ldc);
 }
 static void dw_leaves(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int C, int OC,
                       int accumulate) {
-    if (matmul_cpu_uses_openblas()) dw_leaves16(&matmul_cpu, dw, inp, dout, off, n, C, OC, accumulate);
-    else ordered_gemm_leaves16(C, OC, off, n, inp, C, dout, OC, accumulate, dw, OC);
+    dw_leaves16(&matmul_cpu, dw, inp, dout, off, n, C, OC, accumulate);
 }
 static void forward_grouped(float *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G, int C, int OC,
                             int accumulate) {
@@ -112,13 +111,13 @@ const Matmul16Kernels matmul16_cpu = {forward,         dinp,         dw,
 
 // ---- matmul16_cpu_plain: the same through matmul_cpu_plain (matmul_impl=plain).
 static void plain_forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
-    forward16(&matmul_cpu_plain, out, inp, w, T, C, OC, accumulate);
+    gemm16(&matmul_cpu_plain, 0, 0, T, OC, C, inp, C, w, OC, accumulate, out, OC);
 }
 static void plain_dinp(float *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
-    dinp16(&matmul_cpu_plain, dinp, dout, w, T, C, OC);
+    gemm16(&matmul_cpu_plain, 0, 1, T, C, OC, dout, OC, w, OC, 1, dinp, C);
 }
 static void plain_dw(float *dw, const uint16_t *inp, const uint16_t *dout, int len, int C, int OC, int accumulate) {
-    dw16(&matmul_cpu_plain, dw, inp, dout, len, C, OC, accumulate);
+    gemm16(&matmul_cpu_plain, 1, 0, C, OC, len, inp, C, dout, OC, accumulate, dw, OC);
 }
 static void plain_chunked(int transB, int M, int N, int K, int chunks, const uint16_t *A, int lda, const uint16_t *B,
                           int ldb, float *C, int ldc) {
