@@ -42,7 +42,9 @@ typedef struct Matmul16Kernels {
                                               int n, int G, int C, int OC, int accumulate);
 } Matmul16Kernels;
 
-extern const Matmul16Kernels matmul16_cpu;         // kernels/cpu/matmul16.c: matmul_cpu on widened copies
-extern const Matmul16Kernels matmul16_cpu_plain;   // matmul_cpu_plain on widened copies (the same bits)
+// kernels/cpu/matmul16.c: matmul_cpu's products, the ordered GEMM widening the operands into
+// its panels (OpenBLAS on widened copies); matmul_cpu_plain's on widened copies (the same bits).
+extern const Matmul16Kernels matmul16_cpu;
+extern const Matmul16Kernels matmul16_cpu_plain;
 
 #endif
