@@ -40,6 +40,11 @@ static int rounded(const Config *c, const ParamSpec *s) {
     return !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel"));
 }
 
+// With MESHMOE_WEIGHTS16=1 only the one-hot embedding (use_iota_embed) reads the embedding
+// table's copy; the gather reads the float32 table and rounds the rows it takes
+// (model_embed_forward), so without use_iota_embed the table gets no 16-bit copy.
+static int copy16_needed(const Config *c, int u) { return u != 0 || c->use_iota_embed; }
+
 void model_unit_acquire(Model *m, int u) {
     if (m->hooks && m->hooks->gather) m->hooks->gather(m, u);
     const Config *c = &m->cfg;
@@ -48,6 +53,7 @@ void model_unit_acquire(Model *m, int u) {
     const float *w = sh->F > 1 ? m->gathered[2 * u] : m->params_mem + sh->local_off[u];
     size_t n = sh->unit_size[u];
     if (weights16_on()) {
+        if (!copy16_needed(c, u)) return;
         uint16_t *copy = mem_alloc_uninit(MEM_PARAMS, sizeof(uint16_t) * n, "bf16 weights of one unit (16-bit storage)");
         for (int i = 0; i < m->ntensors; i++) {
             const ParamSpec *s = &m->specs[i];
@@ -230,9 +236,9 @@ void model_embed_forward(Model *m, float *x, const int *ids, int T) {
     if (iota_embed(m, T)) embedding_forward_onehot(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
     else {
         embedding_forward(x, ids, m->params.embedding, T, D, V, v0);
-        // The gather reads the float32 table; with its copy 16-bit (MESHMOE_WEIGHTS16=1), that
-        // is the unrounded one: its rows rounded here are the copy's rows.
-        if (weights16_find(m->params.embedding, (size_t)V * D)) kern()->cast->round_to_bf16(x, (size_t)T * D);
+        // The gather reads the float32 table; with the weights' copy 16-bit (MESHMOE_WEIGHTS16=1),
+        // that is the unrounded one: its rows rounded here are what the copy's rows would be.
+        if (weights16_on() && cfg_bf16(&m->cfg)) kern()->cast->round_to_bf16(x, (size_t)T * D);
     }
     tp_all_reduce(x, (size_t)T * D);   // vocabulary-parallel: each row comes from one device
 }

@@ -12,7 +12,8 @@
 //   - the RMSNorm (model/rmsnorm.c) and the router's float32 backward take the copy widened
 //     back to floats (the same values the float32 copy holds);
 //   - the embedding's gather reads the float32 table and rounds the rows it gathers
-//     (model/model.c:model_embed_forward), which rounding the table first would give.
+//     (model/model.c:model_embed_forward), which rounding the table first would give; so
+//     the table has a copy only for the one-hot embedding (use_iota_embed).
 // A tensor with no copy is read as it is: the router's gate under float32_gate_logits.
 // The records are the calling device's (each device is a thread), one unit's at a time.
 #ifndef MESHMOE_WEIGHTS16_H
