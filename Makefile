@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c)) build/test_gpu_attention
 
-.PHONY: all run test test-builds unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-ref gpu-carry
+.PHONY: all run test test-builds unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-mpi hip-mpi gpu-ref gpu-carry
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -60,7 +60,7 @@ build/plant/%.o: %.c $(HDRS)
 # mesh (docs/mpi.md). The library's objects are ./train's; train.c is built again with the
 # MPI start-up, the MPI transport (base/net_mpi.c) added, and mpicc links them with MPI.
 MPICC ?= mpicc
-mpi: train_mpi
+mpi: train_mpi build/train_emu_mpi
 train_mpi: $(BUILD)/mpi/train.o $(BUILD)/mpi/net_mpi.o $(LIB_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 $(BUILD)/mpi/train.o: train.c $(HDRS)
@@ -176,7 +176,7 @@ plots: train
 	./train plot build/plots/mixtral-tiny-fsdp2.csv build/plots
 
 clean:
-	rm -rf build train train_mpi train_gpu train_hip
+	rm -rf build train train_mpi train_gpu train_hip train_gpu_mpi train_hip_mpi
 
 # GFLOP/s of OpenBLAS's sgemm (the machine's peak) and of the ordered GEMM (tests/bench.sh).
 build/gemm_bench: tests/gemm_bench.c $(LIB_OBJ)
@@ -290,6 +290,12 @@ build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/em
 # (tests/gpu_emu.sh compares its runs with ./train's, bit for bit).
 build/train_emu: $(BUILD)/train.o $(filter-out $(BUILD)/kernels/no_gpu.o,$(LIB_OBJ)) $(EMU_OBJ)
 	$(CXX) -fopenmp $^ -o $@ $(LDLIBS)
+# build/train_emu_mpi (tests/mpi.sh): ./train_mpi with the emulated GPU backend of
+# build/train_emu, so that device=gpu over processes runs here: the devices' buffers staged
+# through host memory between processes as a GPU's are (base/span.c).
+build/train_emu_mpi: $(BUILD)/mpi/train.o $(BUILD)/mpi/net_mpi.o $(filter-out $(BUILD)/kernels/no_gpu.o,$(LIB_OBJ)) \
+                     $(EMU_OBJ)
+	$(MPICC) -fopenmp $^ -o $@ $(LDLIBS) -lstdc++
 
 # build/test_gpu_attention (part of `make test`, no GPU needed): the GPU's attention kernels,
 # gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
@@ -341,6 +347,26 @@ build/port/test_%: tests/test_%.c $(filter-out build/port/train.o,$(PORT_OBJ)) b
 
 gpu: build/conformance_gpu train_gpu build/products_gpu
 hip: build/conformance_hip train_hip
+
+# ./train_gpu_mpi and ./train_hip_mpi: the GPU trainers as processes of an mpirun job, each
+# with its slice of the mesh on its GPUs (docs/mpi.md#gpus-over-processes): ./train_gpu's
+# objects with train.c's MPI start-up and the MPI transport, linked with the MPI library
+# (mpicc --showme:link, OpenMPI's). MPI moves host bytes; the devices' pieces are staged
+# through host memory by the backend (base/span.c), so any MPI will do, CUDA-aware or not.
+MPI_LINK = $(shell $(MPICC) --showme:link 2>/dev/null)
+PORT_MPI_OBJ = $(filter-out build/port/train.o,$(PORT_OBJ)) build/port/mpi/train.o build/port/mpi/net_mpi.o
+build/port/mpi/train.o: train.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(PORT_CFLAGS) -DMESHMOE_MPI -c $< -o $@ $(KEEP_LOG)
+build/port/mpi/net_mpi.o: base/net_mpi.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(PORT_CFLAGS) -c $< -o $@ $(KEEP_LOG)
+train_gpu_mpi: $(PORT_MPI_OBJ) $(GPU_SRC:gpu/%.cu=build/gpu/%.o)
+	$(NVCC) -cudart static -Xcompiler -static-libstdc++,-static-libgcc $^ -o $@ $(STATIC_GOMP) -ldl -lm $(MPI_LINK)
+train_hip_mpi: $(PORT_MPI_OBJ) $(GPU_SRC:gpu/%.cu=build/hip/%.o)
+	$(HIPCC) --offload-arch=gfx90a --offload-arch=gfx940 $^ -o $@ $(STATIC_GOMP) -lm $(MPI_LINK)
+gpu-mpi: train_gpu_mpi
+hip-mpi: train_hip_mpi
 
 # What a GPU session carries (docs/gpu.md#a-gpu-session): ./train_gpu, build/conformance_gpu
 # and the CPU's references for tests/gpu.sh, made by this machine's ./train (tests/gpu_ref.sh).

@@ -75,6 +75,12 @@ int mesh_local_index(const Mesh *mesh, int dev) {
     return k;
 }
 
+int mesh_gpu_slot(const Mesh *mesh, int dev) {
+    const Net *net = net_current();
+    int host_process = mesh->nprocess > 1 && net ? net->host_process : 0;
+    return host_process * mesh->nlocal + mesh_local_index(mesh, dev);
+}
+
 int mesh_device_of(const Mesh *mesh, int process, int k) {
     int coord[MESH_NAXES], dev = 0;
     for (int a = MESH_NAXES - 1; a >= 0; a--) {   // the last axis varies fastest

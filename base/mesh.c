@@ -191,7 +191,7 @@ static void *device_main(void *p) {
     omp_set_num_threads(mesh_threads_of(l->mesh, l->dev));
     omp_set_max_active_levels(1);
 #endif
-    kern_bind(l->dev);   // a GPU backend: this device's GPU, stream and memory pool (kernels/kernels.h)
+    kern_bind(l->dev, mesh_gpu_slot(l->mesh, l->dev));   // a GPU backend: this device's GPU, stream and memory pool
     void *workspace = workspace_begin();
     l->fn(l->dev, l->arg);
     workspace_end(workspace);   // while the device's pool is still attached

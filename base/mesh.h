@@ -54,6 +54,11 @@ void mesh_hybrid_init(Mesh *mesh, const Config *c);
 int mesh_process_of(const Mesh *mesh, int dev);
 int mesh_local_index(const Mesh *mesh, int dev);
 int mesh_device_of(const Mesh *mesh, int process, int k);
+// Device dev's place among the devices of every process on its host (base/net.h): the
+// process's number there times its devices, plus dev's index among them; dev itself in one
+// process. A GPU backend runs it on the host's GPU number slot mod the GPUs there, so the
+// processes of a host share out its GPUs in order whatever their devices' global numbers.
+int mesh_gpu_slot(const Mesh *mesh, int dev);
 // After a run over several processes: process 0 gets every device's figures for its report.
 void mesh_collect_devices(Mesh *mesh);
 void mesh_free(Mesh *mesh);

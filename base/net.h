@@ -12,6 +12,9 @@
 
 typedef struct Net {
     int process, nprocess;    // this process's number, and how many the run has
+    // This process's number among the run's processes on its host, from 0, and how many
+    // run there: a GPU backend shares out the host's GPUs among their devices.
+    int host_process, host_nprocess;
     // A sparse exchange between this process and npeer others: tx[i] (txlen[i] bytes) goes
     // to process peer[i], and rx[i] receives exactly rxlen[i] bytes from it. `tag` tells
     // apart exchanges that run at once from several threads (one per group of devices).

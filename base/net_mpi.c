@@ -110,6 +110,11 @@ void net_mpi_start(int *argc, char ***argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &mpi_net.process);
     MPI_Comm_size(MPI_COMM_WORLD, &mpi_net.nprocess);
+    MPI_Comm host;   // the processes that share this one's memory: those on its host
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mpi_net.process, MPI_INFO_NULL, &host);
+    MPI_Comm_rank(host, &mpi_net.host_process);
+    MPI_Comm_size(host, &mpi_net.host_nprocess);
+    MPI_Comm_free(&host);
     mpi_net.exchange = mpi_exchange;
     mpi_net.gather = mpi_gather;
     mpi_net.join = mpi_join;

@@ -74,7 +74,7 @@ extern const MemoryOps memory_cuda;         // gpu/backend.cu: the above as the 
 
 // A mesh device's thread (gpu/runtime.cu; Backend.bind, sync, unbind): device d runs on GPU
 // d mod (number of GPUs), on a stream of the thread's own, with the device's pool.
-void gpu_bind(int device);
+void gpu_bind(int device, int slot);
 void gpu_sync(void);                        // the thread's stream has finished its work
 void gpu_unbind(void);                      // waits, leaves the pool, destroys the stream
 // The profile's device clock (kernels/kernels.h: Backend.mark): CUDA events of the calling

@@ -40,8 +40,10 @@ extern "C" int gpu_device_count(void) {
     return n;
 }
 
-// Mesh device d runs on GPU d mod (number of GPUs): one GPU holds every device of the mesh
-// (each with its own stream and pool), several GPUs share them out. With several GPUs a
+// Mesh device d runs on GPU slot mod (number of GPUs), slot being d's place among the
+// devices of its host's processes (base/mesh.h:mesh_gpu_slot; d itself in one process): one
+// GPU holds every device of the mesh (each with its own stream and pool), several GPUs share
+// them out, and the processes of a host take its GPUs in turn. With several GPUs a
 // collective copies from another device's buffer, maybe on another GPU: peer access lets
 // such a copy (and a kernel) reach it directly; without it (GPUs on different PCIe roots)
 // cudaMemcpyAsync still works, through the host. cudaMemcpyDefault lets the runtime tell
@@ -58,11 +60,11 @@ static void enable_peers(int gpu, int n) {
     }
 }
 
-extern "C" void gpu_bind(int device) {
+extern "C" void gpu_bind(int device, int slot) {
     const char *why = NULL;
     int n = gpu_devices(&why);
     if (n == 0) { fprintf(stderr, "meshmoe: device %d: no GPU available: %s\n", device, why); exit(1); }
-    int gpu = device % n;
+    int gpu = slot % n;
     if (made) {   // a stream this thread used before (on its GPU of then): done and gone first
         GPU_CHECK(cudaStreamSynchronize(stream));
         GPU_CHECK(cudaStreamDestroy(stream));

@@ -8,6 +8,6 @@ const Backend *kern(void) { return mine ? mine : process_default; }
 void kern_use_default(const Backend *b) { process_default = b; }
 void kern_use(const Backend *b) { mine = b; }
 
-void kern_bind(int device) { if (kern()->bind) kern()->bind(device); }
+void kern_bind(int device, int slot) { if (kern()->bind) kern()->bind(device, slot); }
 void kern_unbind(void) { if (kern()->unbind) kern()->unbind(); }
 void kern_sync(void) { if (kern()->sync) kern()->sync(); }

@@ -92,7 +92,8 @@ typedef struct Backend {
     const InitKernels *init;          // parameter initialisation (kernels/init.h)
     // A device thread and its accelerator (NULL on the CPU, where a thread is its device;
     // called through kern_bind / kern_sync / kern_unbind below):
-    void (*bind)(int device);         // at a thread's start: mesh device `device`'s GPU, a stream, its memory pool
+    void (*bind)(int device, int slot); // at a thread's start: mesh device `device` (its memory pool) on its
+                                        // host's GPU number slot mod the GPUs there, a stream
     void (*sync)(void);               // wait until the work this thread queued is done
     void (*unbind)(void);             // at a thread's end: its stream (and, last, its device's pool) given back
     // GPU-only scratch of a library the kernels call (cuBLAS's workspace; NULL on the CPU):
@@ -123,9 +124,10 @@ void kern_use_default(const Backend *b);
 // Choose the calling device's backend (for a device thread that differs from the default).
 void kern_use(const Backend *b);
 
-// The calling thread works for mesh device `device` (base/mesh.c, sharding/overlap.c): the
-// backend's bind, if it has one. kern_unbind at the thread's end.
-void kern_bind(int device);
+// The calling thread works for mesh device `device` (base/mesh.c, sharding/overlap.c), whose
+// place among the devices of its host is `slot` (base/mesh.h:mesh_gpu_slot): the backend's
+// bind, if it has one. kern_unbind at the thread's end.
+void kern_bind(int device, int slot);
 void kern_unbind(void);
 // Wait for the work the calling thread queued (a GPU's stream; nothing on the CPU): before
 // another thread reads what it wrote (base/collectives.c, every barrier).

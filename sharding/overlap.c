@@ -24,7 +24,7 @@ static void *helper_main(void *arg) {
     Prefetch *p = (Prefetch *)arg;
     mem_set_device(p->dev);
     mesh_set_current(p->mesh, p->dev_id);
-    kern_bind(p->dev_id);   // a GPU backend: the device's GPU and pool, a stream of its own
+    kern_bind(p->dev_id, mesh_gpu_slot(p->mesh, p->dev_id));   // a GPU backend: the device's GPU and pool, a stream of its own
     coll_all_gather(p->group, p->shard, p->full, p->bytes_each);
     kern_unbind();          // (after its copies are done: the device thread reads p->full next)
     return NULL;

@@ -24,7 +24,7 @@ typedef struct Seen {
     pthread_barrier_t *barrier;
 } Seen;
 
-static void hook_bind(int device) { if (UNDER_TEST->bind) UNDER_TEST->bind(device); }
+static void hook_bind(int device) { if (UNDER_TEST->bind) UNDER_TEST->bind(device, device); }
 static void hook_sync(void) { if (UNDER_TEST->sync) UNDER_TEST->sync(); }
 static void hook_unbind(void) { if (UNDER_TEST->unbind) UNDER_TEST->unbind(); }
 

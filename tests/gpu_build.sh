@@ -86,4 +86,36 @@ for preset in mixtral-tiny deepseek-tiny; do
         sh -c '[ -n "$1" ] && [ "$1" = "$2" ] && [ "$3" = "$4" ]' _ "$(bits $target-$preset)" "$(bits cpu-$preset)" \
         "$(norms $target-$preset)" "$(norms cpu-$preset)"
 done
+
+# ./train_gpu_mpi (./train_hip_mpi): the same trainer as processes of an mpirun job (make
+# gpu-mpi, hip-mpi; docs/mpi.md). Where OpenMPI is: built without a warning, linked with the
+# MPI library; over 2 processes with the CPU backend, ./train's bits on the same global mesh;
+# without a GPU, device=gpu stops the job with one message, before training.
+if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+    t0=$SECONDS
+    out=$(make -j2 "$target-mpi" 2>&1); rc=$?
+    [ $rc -ne 0 ] && printf '%s\n' "$out" | tail -20
+    check "make $target-mpi: exit $rc in $((SECONDS - t0)) s, ${trainer}_mpi linked with $(ldd ${trainer}_mpi 2>/dev/null | grep -o 'libmpi[^ ]*' | head -1)" \
+        sh -c '[ "$1" -eq 0 ] && ldd "$2" | grep -q libmpi' _ $rc ${trainer}_mpi
+    warnings=$(cat build/port/mpi/*.o.log /dev/null 2>/dev/null | grep -ci 'warning')
+    check "no compiler warning in the MPI objects' logs ($warnings lines mention one)" test "$warnings" -eq 0
+    MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self"
+    M="configs/mixtral-tiny.yml $FAST num_threads=1 ici_fsdp_parallelism=2"
+    TRAIN=./train run cpu-mpi mixtral-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2
+    timeout 120 $MPIRUN -np 2 ${trainer}_mpi $M dcn_data_parallelism=2 metrics_file=$T/mpi.jsonl < /dev/null \
+        > $T/mpi.out 2>&1
+    check "${trainer}_mpi over 2 processes (dcn data=2, ici fsdp=2): ./train's loss bits and grad norms on data=2 fsdp=2: $(bits mpi)" \
+        sh -c '[ -n "$1" ] && [ "$1" = "$2" ] && [ "$3" = "$4" ]' _ "$(bits mpi)" "$(bits cpu-mpi)" \
+        "$(norms mpi)" "$(norms cpu-mpi)"
+    if ! ls /dev/nvidia0 /dev/kfd > /dev/null 2>&1; then
+        timeout 60 $MPIRUN -np 2 ${trainer}_mpi $M dcn_data_parallelism=2 device=gpu < /dev/null > $T/mpi-gpu.out 2>&1
+        rc=$?
+        msgs=$(grep -c '^meshmoe:' $T/mpi-gpu.out)
+        check "without a GPU, ${trainer}_mpi device=gpu over 2 processes stops (exit $rc) with $msgs message: $(grep -m1 '^meshmoe:' $T/mpi-gpu.out | cut -c1-120)" \
+            sh -c '[ "$1" -ne 0 ] && [ "$1" -ne 124 ] && [ "$2" -eq 1 ] && grep -q "no GPU can run" "$3" && ! grep -q "^step" "$3"' \
+            _ $rc "$msgs" $T/mpi-gpu.out
+    fi
+else
+    echo "SKIPPED: ${trainer}_mpi (mpicc or mpirun not found)"
+fi
 summary

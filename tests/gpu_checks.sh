@@ -75,6 +75,8 @@ probe() {
     echo "-- cuBLAS on the library path"; ldconfig -p 2>/dev/null | grep -E 'libcublas(Lt)?\.so' || echo "no libcublas"
     echo "-- compute-sanitizer"; local cs; cs=$(sanitizer); [ -n "$cs" ] && "$cs" --version || echo "not found"
     echo "-- CUDA toolkits: $(ls -d /usr/local/cuda* 2>/dev/null | tr '\n' ' ') nvcc: $(command -v nvcc || echo none)"
+    # ./train_gpu_mpi (docs/mpi.md) needs an MPI library there: whether a later session can carry and run it
+    echo "-- MPI: mpirun $(command -v mpirun || echo none); $(ldconfig -p 2>/dev/null | grep -m1 -o 'libmpi\.so[^ ]*' || echo 'no libmpi')"
     echo "-- python: $(python3 --version 2>&1)"
     python3 -m pip list 2>/dev/null | grep -iE '^(jax|jaxlib|optax|torch|transformers|numpy|safetensors|nvidia-|triton)' ||
         echo "pip: none of jax, torch, transformers, numpy, safetensors"

@@ -4,7 +4,9 @@
 # really leave the process, must print the same losses and grad norms, bit for bit, as
 # ./train on the same global mesh in one process (dcn x ici devices along each axis); that
 # run is itself tied to one device by tests/mesh.sh. Then what is refused, and the faults.
-# Needs mpirun and ./train_mpi (make mpi); tests/run_all.sh skips it with a reason without.
+# Then the devices' memory over processes: ./train_mpi under device=cpu_strict, and the GPU
+# backend emulated over processes (build/train_emu_mpi). Needs mpirun, ./train_mpi and
+# build/train_emu_mpi (make mpi); tests/run_all.sh skips it with a reason without.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -105,6 +107,48 @@ $TRAIN configs/mixtral-tiny.yml steps=100000 run_steps=1 eval_steps=1 sample_len
 check "SIGTERM to mpirun during training: every process stops after the same step and the checkpoint is saved (${stopped:-no message}), and ./train resumes from it" \
     test -n "$stopped" -a -s $T/sig.safetensors -a "$(grep -c 'received: stopping after this step' $T/sig.out)" -eq 2 \
     -a -n "$(grep '^resumed from' $T/sig1.out)"
+
+# The devices' memory over processes (docs/mpi.md#gpus-over-processes): what a device sends
+# to another process leaves its memory through the backend (base/span.c stages it through
+# host memory, as a GPU needs). device=cpu_strict closes the devices' memory to the host
+# outside the backend's calls, so a host access on the way is caught; build/train_emu_mpi
+# runs the GPU backend emulated (gpu/emu.h) with device=gpu, whose kernels give the CPU's
+# bits (one mesh: an emulated run takes about 20 s). Each: the losses and grad norms of
+# ./train on the same global mesh in one process.
+F2="steps=2 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100 base_num_decoder_layers=2"
+while IFS='|' read -r name preset dcn ici how; do
+    name=$(echo $name); preset=$(echo $preset); ici=$(echo $ici); how=$(echo $how)
+    FAST=$F2 run one $preset $ici per_device_batch_size=2 save_checkpoint=$T/ck-one.safetensors
+    set -- $how
+    if ! timeout 120 $MPIRUN -np 2 "$1" configs/$preset.yml $F2 num_threads=1 $dcn per_device_batch_size=2 "$2" \
+            save_checkpoint=$T/ck-many.safetensors metrics_file=$T/many.jsonl < /dev/null > $T/many.out 2>&1; then
+        echo "  (run failed: $(grep meshmoe: $T/many.out | tail -1))"; : > $T/many.jsonl
+    fi
+    check "$preset $name over 2 processes, $how: ./train's losses and grad norms ($ici): $(bits many | sed 's/"loss_bits": //g')" \
+        same_run many one
+    # The checkpoint saved from the devices' memory: ./train's tensors and step, byte for
+    # byte (the config in its metadata records the device and the dcn mesh).
+    check "  ... its checkpoint, saved by the 2 processes: ./train's tensors and step" \
+        python3 - $T/ck-one.safetensors $T/ck-many.safetensors <<'PY'
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    t = {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+    return t, h["__metadata__"]["step"]
+(a, sa), (b, sb) = tensors(sys.argv[1]), tensors(sys.argv[2])
+diff = [k for k in a if a[k] != b.get(k)]
+print(f"       {len(a)} tensors, {len(diff)} differ {diff[:3]}; step {sa} and {sb}")
+sys.exit(not a or sorted(a) != sorted(b) or bool(diff) or sa != sb)
+PY
+    rm -f $T/ck-one.safetensors $T/ck-many.safetensors
+done <<'MESHES'
+dcn fsdp=2,ici expert=2 | deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 | ./train_mpi device=cpu_strict
+dcn tensor=2            | mixtral-tiny  | dcn_tensor_parallelism=2                       | ici_tensor_parallelism=2                       | ./train_mpi device=cpu_strict
+dcn pipeline=2          | mixtral-tiny  | dcn_pipeline_parallelism=2                     | ici_pipeline_parallelism=2                     | ./train_mpi device=cpu_strict
+dcn fsdp=2,ici expert=2 | deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 | build/train_emu_mpi device=gpu
+MESHES
 
 # Refused, each with a message naming the key and what to do, before any training.
 expect_error "./train refuses a mesh over processes" "./train_mpi" \

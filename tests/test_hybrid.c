@@ -5,7 +5,9 @@
 // that lays the blocks out as that function does; and the config fold without processes.
 #include "base/mesh.h"
 #include "base/config.h"
+#include "base/net.h"
 #include "tests/test.h"
+#include <stdlib.h>
 
 // A mesh with these global sizes and dcn sizes (data, stage, fsdp, context, tensor, expert).
 static Mesh shape(const int size[MESH_NAXES], const int dcn[MESH_NAXES]) {
@@ -49,6 +51,35 @@ static void check_blocks(const char *what, const Mesh *m) {
     CHECK(bad == 0, "%s: %d of %d devices placed unlike the blocks of create_hybrid_device_mesh", what, bad, m->ndev);
 }
 
+// The GPU slots (mesh_gpu_slot) with `per_host` processes on each host: on every host the
+// devices of its processes take the slots 0 .. per_host * nlocal - 1, one each, so a host
+// with that many GPUs gives every device its own. (Device number mod the GPUs, the rule of
+// one process, does not: on dcn expert=2 over ici data=2 tensor=2 expert=2, process 0 holds
+// devices 0, 1, 4, 5, 8, 9, 12, 13, which would take 4 of a host's 8 GPUs, two each.)
+static void check_slots(const char *what, const Mesh *m, int per_host) {
+    Net net = {0};
+    net.nprocess = m->nprocess;
+    net.host_nprocess = per_host;
+    net_set(&net);
+    int bad = 0, hosts = m->nprocess / per_host, n = per_host * m->nlocal;
+    for (int h = 0; h < hosts; h++) {
+        int *seen = calloc((size_t)n, sizeof(int));
+        for (int q = 0; q < per_host; q++) {
+            net.process = h * per_host + q;
+            net.host_process = q;
+            for (int k = 0; k < m->nlocal; k++) {
+                int slot = mesh_gpu_slot(m, mesh_device_of(m, net.process, k));
+                if (slot < 0 || slot >= n) bad++;
+                else seen[slot]++;
+            }
+        }
+        for (int i = 0; i < n; i++) bad += seen[i] != 1;
+        free(seen);
+    }
+    net_set(NULL);
+    CHECK(bad == 0, "%s, %d processes a host: %d slots missing, doubled or out of 0..%d", what, per_host, bad, n - 1);
+}
+
 int main(void) {
     // dcn data=2, ici fsdp=2: devices (data, fsdp) = 0 (0,0), 1 (0,1), 2 (1,0), 3 (1,1).
     Mesh a = shape((int[]){2, 1, 2, 1, 1, 1}, (int[]){2, 1, 1, 1, 1, 1});
@@ -74,6 +105,15 @@ int main(void) {
     check_blocks("dcn expert=2, ici data=2 tensor=2 expert=2", &e);
     Mesh f = shape((int[]){2, 2, 3, 2, 4, 1}, (int[]){2, 2, 1, 1, 2, 1});
     check_blocks("dcn data=2 stage=2 tensor=2, ici fsdp=3 context=2 tensor=2", &f);
+    check_slots("dcn data=2 fsdp=2, ici fsdp=2", &c, 2);
+    check_slots("dcn data=2 fsdp=2, ici fsdp=2", &c, 1);
+    check_slots("dcn expert=2, ici data=2 tensor=2 expert=2", &e, 2);
+    check_slots("dcn data=2 stage=2 tensor=2, ici fsdp=3 context=2 tensor=2", &f, 4);
+    // One process: a device's slot is its own number.
+    Mesh one = shape((int[]){2, 1, 2, 1, 2, 1}, (int[]){1, 1, 1, 1, 1, 1});
+    int off = 0;
+    for (int d = 0; d < one.ndev; d++) off += mesh_gpu_slot(&one, d) != d;
+    CHECK(off == 0, "one process: %d of %d devices' GPU slots are not their numbers", off, one.ndev);
     // Without processes (./train): dcn keys of 1, or -1 (the processes left over: one),
     // leave the ici sizes as they are.
     Config cf;
