@@ -73,7 +73,8 @@ void pinned_free(void *p, size_t bytes);    // back to the cache, kept until a c
 extern const MemoryOps memory_cuda;         // gpu/backend.cu: the above as the allocator's MemoryOps
 
 // A mesh device's thread (gpu/runtime.cu; Backend.bind, sync, unbind): device d runs on GPU
-// d mod (number of GPUs), on a stream of the thread's own, with the device's pool.
+// slot mod (number of GPUs), slot being d's place among its host's devices (d in one process),
+// on a stream of the thread's own, with the device's pool.
 void gpu_bind(int device, int slot);
 void gpu_sync(void);                        // the thread's stream has finished its work
 void gpu_unbind(void);                      // waits, leaves the pool, destroys the stream
