@@ -60,16 +60,15 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, what shares
-// memory between devices outside the collectives: the parity dump and whole-tensor loads.
-// (A dry run is planned by process 0 alone: plan_alone.)
+// A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, the parity
+// dump, which gathers whole tensors on one device outside the collectives. (A dry run is
+// planned by process 0 alone: plan_alone.)
 static void check_processes(const Config *c) {
     const Net *net = net_current();
     if (!net || net->nprocess == 1) return;
-    const char *key = c->load_hf[0] ? "load_hf" : c->dump_parity[0] ? "dump_parity" : NULL;
-    if (key)
-        die("%s is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on the same "
-            "global mesh (ici_<axis>_parallelism = dcn x ici)", key);
+    if (c->dump_parity[0])
+        die("dump_parity is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on "
+            "the same global mesh (ici_<axis>_parallelism = dcn x ici)");
 }
 
 // gpu_matmul as backend_gpu takes it: 0 the ordered GEMM, 1 cuBLAS, 2 cuBLAS with bf16 forward products.
@@ -270,14 +269,9 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(c, mesh->size[AX_STAGE]);
 }
 
-// Weights from a checkpoint (every device reads its own slices) or a Hugging Face export.
+// Weights from a checkpoint or a Hugging Face export (every device takes its own slices).
 static void load_weights(DeviceRun *d) {
     const Config *c = &d->c;
-    const Mesh *mesh = d->run->mesh;
-    if (c->load_hf[0] && (shard_is_split(&d->m.shard) || mesh->size[AX_TENSOR] > 1 || mesh->size[AX_EXPERT] > 1 ||
-                          mesh->size[AX_STAGE] > 1))
-        die("load_hf reads whole tensors on one device or a data-parallel mesh: load it there, save_checkpoint, "
-            "then load_checkpoint on any mesh");
     if (c->load_checkpoint[0] && !c->dry_run) {
         checkpoint_load(&d->m, c->load_checkpoint);
         if (d->talk) printf("resumed from %s at step %d\n", c->load_checkpoint, d->m.step);

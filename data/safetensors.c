@@ -383,6 +383,7 @@ StFile *st_open_try(const char *path, char *err, size_t cap) {
     }
     StFile *f = xmalloc(sizeof *f);
     memset(f, 0, sizeof *f);
+    f->fd = -1;   // the whole file is in buf: no descriptor stays open (st_close closes fd >= 0)
     f->size = (size_t)st.st_size;
     f->buf = xmalloc(f->size);
     size_t got = fread(f->buf, 1, f->size, fp);

@@ -29,6 +29,22 @@ for preset in mixtral-tiny deepseek-tiny; do
     $TRAIN $C $FAST $extra load_hf=$T/hf dump_parity=$T/d parity_steps=1 > $T/load.out 2>&1 || fail "$preset: load_hf: $(tail -1 $T/load.out)"
     r=$(compare $T/ck.safetensors params/ $T/d/dump.safetensors param/ 2>&1)
     check "$preset: load_hf gives back every weight: $r" grep -q "bit-identical" <<<"$r"
+    # On a sharded mesh each device takes its own part of each tensor (its shard, tensor and
+    # expert pieces, stage): saved again after a step that moves nothing (learning rate 0,
+    # no routing-bias update), the checkpoint's weights and biases bit for bit.
+    meshes="ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2"
+    [ $preset = mixtral-tiny ] && meshes="$meshes|ici_pipeline_parallelism=2 ici_fsdp_parallelism=2"
+    IFS='|' read -ra each <<< "$meshes"
+    for mesh in "${each[@]}"; do
+        rm -f $T/mesh.safetensors
+        $TRAIN $C $FAST $mesh load_hf=$T/hf steps=1 learning_rate=0 routed_bias_update_rate=0 \
+            save_checkpoint=$T/mesh.safetensors > $T/mesh.out 2>&1 || fail "$preset: load_hf on $mesh: $(tail -1 $T/mesh.out)"
+        r=$(compare $T/ck.safetensors params/ $T/mesh.safetensors params/ 2>&1)
+        [ $preset = deepseek-tiny ] && r="$r; $(compare $T/ck.safetensors state/ $T/mesh.safetensors state/ 2>&1)"
+        check "$preset: load_hf on $mesh, every device its part: $r" \
+            sh -c '[ "$(printf "%s" "$1" | grep -o "bit-identical" | wc -l)" -eq "$2" ] && ! printf "%s" "$1" | grep -q differ' \
+            _ "$r" "$([ $preset = deepseek-tiny ] && echo 2 || echo 1)"
+    done
     if [ $preset = deepseek-tiny ]; then
         r=$(compare $T/ck.safetensors state/ $T/d/dump.safetensors state/ 2>&1)
         check "$preset: and every routing bias: $r" grep -q "bit-identical" <<<"$r"

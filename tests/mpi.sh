@@ -69,6 +69,16 @@ check "dcn data=2 x ici fsdp=2, per device: reduce-scatter bytes sent $rs, betwe
 check "  ... process 0 reports all 4 devices, each with its bytes between processes" \
     test "$(grep -c '^device [0-3] peak .*| between processes: sent' $T/net.out)" -eq 4
 
+# load_hf over processes: each process reads the export on its host, each device takes its
+# part of every tensor; the run is ./train's load_hf on the same global mesh.
+$TRAIN configs/deepseek-tiny.yml $FAST steps=2 per_device_batch_size=2 save_checkpoint=$T/hfck.safetensors > $T/hfck.out 2>&1
+$TRAIN export-hf $T/hfck.safetensors $T/hf > $T/hfexp.out 2>&1
+run hf1 deepseek-tiny ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 load_hf=$T/hf
+mpi_run hf2 2 deepseek-tiny dcn_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 load_hf=$T/hf
+check "load_hf over 2 processes (dcn fsdp=2, ici tensor=2): ./train's losses and grad norms with load_hf on fsdp=2 tensor=2: $(bits hf2 | sed 's/"loss_bits": //g')" \
+    sh -c '[ -n "$1" ] && [ "$1" = "$2" ] && [ "$3" = "$4" ] && grep -q "^loaded the Hugging Face model" "$5"' _ \
+    "$(bits hf2)" "$(bits hf1)" "$(norms hf2)" "$(norms hf1)" $T/hf2.out
+
 # attn_block_autotune: process 0 times the block sizes and every process uses its choice;
 # the run equals one process given those sizes.
 mpi_run tune 2 mixtral-tiny dcn_data_parallelism=2 per_device_batch_size=4 attention=flash attn_block_autotune=true
@@ -170,8 +180,8 @@ mpi_fails() {
 }
 mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" "ask for 2 processes" 1 \
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
-mpi_fails "load_hf over processes is refused (not yet supported), said once" "load_hf is not supported" 1 \
-    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 load_hf=$T $FAST
+mpi_fails "dump_parity over processes is refused (not yet supported), said once" "dump_parity is not supported" 1 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dump_parity=$T/dump $FAST
 
 # memory_trace over processes: each writes its devices' events, process 0 the file; on dcn
 # fsdp=2 x ici data=2 process 0 holds devices 0 and 2. The file is ./train's, byte for byte.

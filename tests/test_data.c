@@ -10,6 +10,7 @@
 #include "tests/test.h"
 #include <sys/wait.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 static char dir[] = "/tmp/meshmoe-test-data-XXXXXX";
 
@@ -119,7 +120,18 @@ static void test_safetensors_by_hand(void) {
     const StTensor *t = st_get(r, "x");
     CHECK(t && t->ndim == 1 && t->shape[0] == 2 && ((const float *)t->data)[1] == -4.5f, "hand-made tensor values");
     CHECK(st_meta(r, "note") && !strcmp(st_meta(r, "note"), "caf\xc3\xa9 \"q\""), "\\u00e9 decoded to UTF-8: '%s'", st_meta(r, "note"));
+    // A file read whole keeps no descriptor, and closing it closes none of the process's:
+    // here descriptor 0 (stdin set aside) is another file, still open after st_close. (It
+    // once closed descriptor 0: several device threads loading at once closed one another's
+    // files, the metrics file among them.)
+    int saved = dup(0);
+    close(0);
+    int mine = open("/dev/null", O_RDONLY);   // the lowest free number: 0
     st_close(r);
+    int still = fcntl(mine, F_GETFD) != -1;
+    CHECK(mine == 0 && still, "st_close of a file read whole leaves descriptor %d open: %s", mine, still ? "open" : "closed");
+    if (still) close(mine);
+    if (saved >= 0) { dup2(saved, 0); close(saved); }
 }
 
 static void check_refused(const char *name, const void *bytes, size_t n, const char *phrase) {

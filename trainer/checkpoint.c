@@ -360,6 +360,19 @@ static void get_entry(Model *m, const StFile *f, const Entry *e) {
     each_run(s, a, b, get_run, &ctx);
 }
 
+typedef struct { const float *whole; float *dst; size_t a; } WholeCtx;
+static void whole_run(void *ctx, size_t g, size_t li, size_t n) {
+    WholeCtx *p = (WholeCtx *)ctx;
+    mem_upload(p->dst + (li - p->a), p->whole + g, sizeof(float) * n);
+}
+
+void checkpoint_load_param(Model *m, int i, const float *whole) {
+    size_t a, b, at;
+    if (!held(m, i, 1, 0, &a, &b, &at)) return;
+    WholeCtx ctx = {whole, m->params_mem + at, a};
+    each_run(&m->specs[i], a, b, whole_run, &ctx);
+}
+
 void checkpoint_load(Model *m, const char *path) {
     StFile *f = open_checkpoint(path);
     int ne;

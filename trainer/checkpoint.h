@@ -34,4 +34,8 @@ void checkpoint_check(const Config *c, const char *path);
 // Every device calls it on its initialised model: reads its own slices of each tensor (its
 // shard, piece and stage) from PATH and the step. checkpoint_check has passed.
 void checkpoint_load(Model *m, const char *path);
+// Every device calls it: its own elements of parameter i (its shard, tensor or expert piece,
+// stage; none where it holds none) from `whole`, the tensor in host memory with its global
+// shape, as checkpoint_load takes them from a file (load_hf).
+void checkpoint_load_param(Model *m, int i, const float *whole);
 #endif

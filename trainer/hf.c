@@ -23,9 +23,10 @@
 // The mapping table below is the one place that knows the HF names.
 #include "trainer/step.h"
 #include "trainer/hf.h"
+#include "trainer/checkpoint.h"   // checkpoint_load_param: a device's part of a whole tensor
 #include "model/model.h"
 #include "data/safetensors.h"
-#include "base/memory.h"    // mem_upload, mem_host_copy: the weights onto the device
+#include "base/memory.h"    // mem_upload: the routing biases onto the device
 #include "core/common.h"
 #include <sys/stat.h>
 #include <errno.h>
@@ -516,10 +517,17 @@ static void check_config(const Config *c, const char *dir) {
     free(text);
 }
 
-// Weight s, made on the host in h (malloc'd), to the device; h freed.
-static void upload_weight(Model *m, const ParamSpec *s, float *h) {
-    mem_upload(m->params_mem + s->offset, h, sizeof(float) * s->size);
+// Weight i, made whole on the host in h (malloc'd, its global shape): this device's elements
+// of it to the device (its shard, tensor or expert piece, stage), as a checkpoint's; h freed.
+static void upload_weight(Model *m, int i, float *h) {
+    checkpoint_load_param(m, i, h);
     free(h);
+}
+
+static size_t global_size(const ParamSpec *s) {
+    size_t n = 1;
+    for (int d = 0; d < s->ndim; d++) n *= (size_t)s->gshape[d];
+    return n;
 }
 
 int hf_load(Model *m, const char *dir) {
@@ -538,23 +546,25 @@ int hf_load(Model *m, const char *dir) {
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
     StFile *side = access(spath, R_OK) ? NULL : st_open_try(spath, err, sizeof err);
     int used = 0, expected = 0;
-    for (int i = 0; i < m->ntensors; i++) {   // each weight made on the host (dst), then copied to the device
+    for (int i = 0; i < m->ntensors; i++) {   // each weight made whole on the host (dst), then its part here copied
         const ParamSpec *s = &m->specs[i];
         const Rule *r = rule_for(s->key, hf, sizeof hf);
         int64_t shape[4];
         int nd = hf_shape(s, r, shape);
         float *src = hf_tensor(f, path, hf, nd, shape, &scratch);
-        float *dst = mem_host_copy(m->params_mem + s->offset, sizeof(float) * s->size);
+        size_t n = global_size(s);
+        float *dst = malloc(sizeof(float) * n);
+        if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
         expected += r->part == 0;
         move_tensor(dst, src, s, r, 0);
-        if (!is_gqa_query(c, r)) { upload_weight(m, s, dst); continue; }
+        if (!is_gqa_query(c, r)) { upload_weight(m, i, dst); continue; }
         const StTensor *exact = side ? st_get(side, s->name) : NULL;
-        int match = exact && exact->dtype == ST_F32 && exact->nbytes == s->size * sizeof(float);
-        for (size_t j = 0; match && j < s->size; j++)   // still the kernel q_proj was made from?
+        int match = exact && exact->dtype == ST_F32 && exact->nbytes == n * sizeof(float);
+        for (size_t j = 0; match && j < n; j++)   // still the kernel q_proj was made from?
             match = (float)((double)((const float *)exact->data)[j] * query_scale(c)) == dst[j];
         if (match) { memcpy(dst, exact->data, exact->nbytes); used++; }
-        else for (size_t j = 0; j < s->size; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
-        upload_weight(m, s, dst);
+        else for (size_t j = 0; j < n; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
+        upload_weight(m, i, dst);
     }
     for (int l = c->first_num_dense_layers; cfg_is_deepseek(c) && l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
