@@ -484,17 +484,20 @@ static float *hf_tensor(const StFile *f, const char *path, const char *name, int
         for (int d = 0; d < t->ndim; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
         die("load_hf: '%s': tensor '%s' has shape [%s], this config needs [%s]", path, name, got, want);
     }
-    if (t->dtype == ST_F32) return (float *)t->data;
-    if (t->dtype != ST_BF16) die("load_hf: '%s': tensor '%s' is %s; F32 and BF16 are read", path, name, st_dtype_name(t->dtype));
-    size_t n = t->nbytes / 2;
+    if (t->dtype != ST_F32 && t->dtype != ST_BF16)
+        die("load_hf: '%s': tensor '%s' is %s; F32 and BF16 are read", path, name, st_dtype_name(t->dtype));
+    size_t n = t->nbytes / (t->dtype == ST_F32 ? 4 : 2);
     float *w = realloc(*scratch, sizeof(float) * (n ? n : 1));
-    if (!w) die("load_hf: out of memory");
-    const uint16_t *b = t->data;
-    for (size_t i = 0; i < n; i++) {
+    if (!w) die("load_hf: out of host memory for '%s' (%zu values)", name, n);
+    *scratch = w;
+    st_read_at(f, t, 0, w, t->nbytes);   // the file's bytes: n floats, or n bf16 values in the first half
+    if (t->dtype == ST_F32) return w;
+    const uint16_t *b = (const uint16_t *)(void *)w;
+    for (size_t i = n; i-- > 0;) {   // widened in place from the end: value i's 2 bytes precede its 4
         uint32_t u = (uint32_t)b[i] << 16;
         memcpy(&w[i], &u, 4);
     }
-    return *scratch = w;
+    return w;
 }
 
 // config.json must say what the run's config says, key by key.
@@ -539,12 +542,14 @@ int hf_load(Model *m, const char *dir) {
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
     if (access(path, R_OK) && !access(index, R_OK))
         die("load_hf: %s holds a sharded model (%s); load_hf reads a single model.safetensors", dir, index);
-    StFile *f = st_open_try(path, err, sizeof err);
+    // The headers only: each tensor is read when it is needed, so that a device holds one
+    // tensor of the file at a time, not the whole file (every device of a mesh reads it).
+    StFile *f = st_open_header_try(path, err, sizeof err);
     if (!f) die("load_hf: %s", err);
-    float *scratch = NULL;
+    float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
-    StFile *side = access(spath, R_OK) ? NULL : st_open_try(spath, err, sizeof err);
+    StFile *side = access(spath, R_OK) ? NULL : st_open_header_try(spath, err, sizeof err);
     int used = 0, expected = 0;
     for (int i = 0; i < m->ntensors; i++) {   // each weight made whole on the host (dst), then its part here copied
         const ParamSpec *s = &m->specs[i];
@@ -560,9 +565,13 @@ int hf_load(Model *m, const char *dir) {
         if (!is_gqa_query(c, r)) { upload_weight(m, i, dst); continue; }
         const StTensor *exact = side ? st_get(side, s->name) : NULL;
         int match = exact && exact->dtype == ST_F32 && exact->nbytes == n * sizeof(float);
+        if (match) {
+            if (!(kernel = realloc(kernel, exact->nbytes))) die("load_hf: out of host memory for %s", s->name);
+            st_read_at(side, exact, 0, kernel, exact->nbytes);
+        }
         for (size_t j = 0; match && j < n; j++)   // still the kernel q_proj was made from?
-            match = (float)((double)((const float *)exact->data)[j] * query_scale(c)) == dst[j];
-        if (match) { memcpy(dst, exact->data, exact->nbytes); used++; }
+            match = (float)((double)kernel[j] * query_scale(c)) == dst[j];
+        if (match) { memcpy(dst, kernel, exact->nbytes); used++; }
         else for (size_t j = 0; j < n; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
         upload_weight(m, i, dst);
     }
@@ -580,6 +589,7 @@ int hf_load(Model *m, const char *dir) {
         die("load_hf: %s holds %d tensors, this config maps to %d: it was written for another model", path,
             st_count(f), expected);
     free(scratch);
+    free(kernel);
     if (side) st_close(side);
     st_close(f);
     return used;
