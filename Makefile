@@ -1,5 +1,5 @@
 # meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
-# make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip, make gpu-carry
+# make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip, make gpu-mpi, make hip-mpi, make gpu-carry
 CC      ?= gcc
 OPT     ?= -O2 -march=native
 CFLAGS  ?= $(OPT)
