@@ -372,6 +372,7 @@ hip-mpi: train_hip_mpi
 # and the CPU's references for tests/gpu.sh, made by this machine's ./train (tests/gpu_ref.sh).
 gpu-ref: train
 	bash tests/gpu_ref.sh build/gpu_ref
-gpu-carry: gpu gpu-ref
-	@du -ch train_gpu build/conformance_gpu build/products_gpu build/gpu_ref | sed 's/^/carry: /'
+# (./train_gpu_mpi too where OpenMPI's mpicc is: tests/gpu.sh runs it where the GPU machine has MPI.)
+gpu-carry: gpu gpu-ref $(if $(shell command -v $(MPICC) 2>/dev/null),train_gpu_mpi)
+	@du -ch train_gpu build/conformance_gpu build/products_gpu build/gpu_ref $(wildcard train_gpu_mpi) | sed 's/^/carry: /'
 

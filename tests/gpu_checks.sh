@@ -15,6 +15,8 @@
 #   resume      acceptance 5: a CPU checkpoint resumed on the GPU, a GPU one on the CPU
 #   memcheck    acceptance 4: compute-sanitizer memcheck, 2 steps of each family
 #   racecheck   acceptance 4: compute-sanitizer racecheck, 1 step of deepseek-tiny
+#   mpi         ./train_gpu_mpi (docs/mpi.md#gpus-over-processes) over 2 processes on this
+#               machine's GPUs: ./train_gpu's losses and grad norms on the same global mesh
 #   jax         acceptance 6: tests/parity/run_parity.sh (make parity) with the GPU trainer
 # GPU_CHECKS_DEVICE=cpu runs the same command lines with device=cpu in place of device=gpu:
 # how the checks themselves are tried out on a machine without a GPU (every comparison
@@ -226,6 +228,38 @@ racecheck() {
     summary
 }
 
+# The GPU trainer over processes (make gpu-mpi, carried when mpicc was there): 2 processes,
+# each with its devices on this machine's GPUs (both on one GPU where there is one), against
+# ./train_gpu on the same global mesh in one process: the same losses and grad norms, bit
+# for bit (the GPU's meshes are bit-identical: the mesh check). tests/gpu.sh runs it only
+# where ./train_gpu_mpi starts (OpenMPI's library there) and mpirun is found.
+MPI_RUN="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 per_device_batch_size=2 log_period=100 num_threads=1"
+losses_in() { grep -o '"loss_bits": "[^"]*"' "$1" 2>/dev/null | tr '\n' ' '; }
+norms_in() { grep -o '"grad_norm": [^,]*' "$1" 2>/dev/null | tr '\n' ' '; }
+mpi() {
+    while read -r name preset dcn ici; do
+        dcn=${dcn//,/ }; ici=${ici//,/ }
+        rm -f "$W/mpi-$name-"*.jsonl
+        echo "-- $name: mpirun -np 2 ./train_gpu_mpi configs/$preset.yml $MPI_RUN $dcn device=$DEV"
+        gpu_run "$name one process" "$W/mpi-$name-one.log" configs/$preset.yml $MPI_RUN $ici device=$DEV \
+            metrics_file="$W/mpi-$name-one.jsonl" || continue
+        timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 ./train_gpu_mpi configs/$preset.yml $MPI_RUN $dcn \
+            device=$DEV metrics_file="$W/mpi-$name-two.jsonl" < /dev/null > "$W/mpi-$name-two.log" 2>&1
+        local rc=$?
+        grep -E '^device [0-9]+ GPU memory' "$W/mpi-$name-two.log" | sed 's/^/     /'
+        local a b na nb
+        a=$(losses_in "$W/mpi-$name-one.jsonl"); b=$(losses_in "$W/mpi-$name-two.jsonl")
+        na=$(norms_in "$W/mpi-$name-one.jsonl"); nb=$(norms_in "$W/mpi-$name-two.jsonl")
+        check "$name over 2 processes (exit $rc): ./train_gpu's losses and grad norms on $ici: $b" \
+            sh -c '[ "$1" -eq 0 ] && [ -n "$2" ] && [ "$2" = "$3" ] && [ "$4" = "$5" ]' _ $rc "$b" "$a" "$nb" "$na"
+        [ $rc -eq 0 ] || tail -6 "$W/mpi-$name-two.log" | sed 's/^/         | /'
+    done <<'RUNS'
+mixtral-dcn-data      mixtral-tiny  dcn_data_parallelism=2,ici_fsdp_parallelism=2 ici_data_parallelism=2,ici_fsdp_parallelism=2
+deepseek-dcn-fsdp-ep  deepseek-tiny dcn_fsdp_parallelism=2,ici_expert_parallelism=2 ici_fsdp_parallelism=2,ici_expert_parallelism=2
+RUNS
+    summary
+}
+
 # Acceptance 6: the JAX parity cases with the GPU trainer, JAX on the same GPU, with the
 # machine's own Python (no network there; PYTHON chooses another); PARITY_ONLY (default:
 # every case) picks cases.
@@ -251,6 +285,6 @@ jax() {
 }
 
 case $CHECK in
-    probe|parity|peaks|mesh|resume|memcheck|racecheck|jax) "$CHECK" ;;
+    probe|parity|peaks|mesh|resume|memcheck|racecheck|mpi|jax) "$CHECK" ;;
     *) echo "tests/gpu_checks.sh: no check '$CHECK'"; exit 2 ;;
 esac

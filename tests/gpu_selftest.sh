@@ -17,7 +17,10 @@ export GPU_ONLY='mixtral-sparse|deepseek-bf16|deepseek-bf16\+megablox|mixtral-fs
 out=$(bash tests/gpu_ref.sh "$T/ref" 2>&1); rc=$?
 check "tests/gpu_ref.sh made the references (exit $rc): $(printf '%s' "$out" | tail -1)" test $rc -eq 0
 last() { printf '%s\n' "$1" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1; }
-for c in parity peaks resume; do
+checks="parity peaks resume"
+# the GPU trainer over processes, where OpenMPI is here (make gpu-mpi)
+command -v mpicc > /dev/null && command -v mpirun > /dev/null && make -s gpu-mpi > /dev/null 2>&1 && checks="$checks mpi"
+for c in $checks; do
     out=$(bash tests/gpu_checks.sh $c "$T/w" 2>&1); rc=$?
     [ $rc -ne 0 ] && printf '%s\n' "$out" | grep -E 'FAIL|\|' | head -10
     check "gpu_checks.sh $c with device=cpu against ./train's references: exit $rc, $(last "$out")" \
