@@ -136,22 +136,10 @@ while IFS='|' read -r name preset dcn ici how; do
     fi
     check "$preset $name over 2 processes, $how: ./train's losses and grad norms ($ici): $(bits many | sed 's/"loss_bits": //g')" \
         same_run many one
-    # The checkpoint saved from the devices' memory: ./train's tensors and step, byte for
-    # byte (the config in its metadata records the device and the dcn mesh).
-    check "  ... its checkpoint, saved by the 2 processes: ./train's tensors and step" \
-        python3 - $T/ck-one.safetensors $T/ck-many.safetensors <<'PY'
-import json, struct, sys
-def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    t = {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
-    return t, h["__metadata__"]["step"]
-(a, sa), (b, sb) = tensors(sys.argv[1]), tensors(sys.argv[2])
-diff = [k for k in a if a[k] != b.get(k)]
-print(f"       {len(a)} tensors, {len(diff)} differ {diff[:3]}; step {sa} and {sb}")
-sys.exit(not a or sorted(a) != sorted(b) or bool(diff) or sa != sb)
-PY
+    # The checkpoint saved from the devices' memory: ./train's tensors, byte for byte
+    # (tests/st_tool.py same: the config in its metadata records the device and the dcn mesh).
+    r=$(python3 tests/st_tool.py same $T/ck-one.safetensors $T/ck-many.safetensors 2>&1)
+    check "  ... its checkpoint, saved by the 2 processes: ./train's tensors: $r" grep -q "the same bytes" <<<"$r"
     rm -f $T/ck-one.safetensors $T/ck-many.safetensors
 done <<'MESHES'
 dcn fsdp=2,ici expert=2 | deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 | ./train_mpi device=cpu_strict
