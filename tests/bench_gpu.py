@@ -26,7 +26,7 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
                  last, when the time budget has room for it
 The peers build the model from `./train describe CONFIG` (the config and every tensor's
 shape), with drawn weights and a random batch of the same shape as meshmoe's.
-Per system: the median step time over every step but the first, tokens/s, the allocator's
+Per system: the median step time over its steps after the first WARMUP (3), tokens/s, the allocator's
 peak GPU memory, and MFU = model FLOPs per step / (step time x the GPU's dense bf16 peak),
 model FLOPs by tests/bench.py's formula (printed). Then, time permitting, where meshmoe's
 step goes by kernel family (`profile=true`), each family next to its floor: its FLOPs at
@@ -34,7 +34,7 @@ cuBLAS's rate or its bytes at the copy bandwidth, both measured on the same GPU 
 and the matmul family by product form and shape; then ncu's view of the attention and norm
 kernels (tests/ncu_kernels.py: throughput, occupancy, what the warps wait for).
 
-Environment: BUDGET (seconds for everything, default 420), STEPS (default 5), PRESETS,
+Environment: BUDGET (seconds for everything, default 420), STEPS (default 8), PRESETS,
 TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
 MESHMOE_ARGS (key=value for meshmoe; default "gpu_matmul=cublas_bf16 gpu_attention=tensor_cores").
 """
@@ -53,7 +53,10 @@ from bench import FLOPS_FORMULA, floor_table, model_flops  # noqa: E402  (make b
 import ncu_kernels  # noqa: E402  (Nsight Compute's view of the attention and norm kernels)
 
 TRAIN = os.environ.get("TRAIN", "./train_gpu")
-STEPS = int(os.environ.get("STEPS", "5"))
+STEPS = int(os.environ.get("STEPS", "8"))
+# Steps not counted: the first takes cuBLAS's and the pool's set-up, and runs on 16-bit
+# temporaries shortened over their first four or five steps on an H200 (docs/performance-gpu.md).
+WARMUP = 3
 PRESETS = os.environ.get("PRESETS", "mixtral-medium deepseek-medium").split()
 PEERS = os.environ.get("PEERS", "python3")
 EXTRA = os.environ.get("MESHMOE_ARGS", "gpu_matmul=cublas_bf16 gpu_attention=tensor_cores").split()
@@ -89,6 +92,12 @@ def run(cmd, limit, env=None):
         return out + f"\nTIMEOUT after {min(limit, left):.0f} s", 124, time.time() - t0
 
 
+def counted(steps):
+    """The steps the median is taken over: those after the first WARMUP, or, of a run stopped
+    before it had more, every step but the first."""
+    return steps[WARMUP:] if len(steps) > WARMUP else steps[1:]
+
+
 def last_line(out):
     lines = [x for x in out.strip().splitlines() if x.strip()]
     return lines[-1][:140] if lines else "(no output)"
@@ -111,7 +120,7 @@ def meshmoe(preset, extra=(), limit=120, env=None):
     if (rc != 0 and rc != 124) or len(ms) < 2:
         return {"why": f"failed (exit {rc}): {last_line(out)}"}
     stopped = f" (stopped at the limit after {len(ms)} steps)" if rc == 124 else ""
-    return {"s": [m / 1000 for m in ms[1:]], "peak": peak[1] if peak else "?",
+    return {"s": [m / 1000 for m in counted(ms)], "peak": peak[1] if peak else "?",
             "loss": f"{loss[0]} -> {loss[-1]}{stopped}", "out": out}
 
 
@@ -126,7 +135,7 @@ def peer(which, describe, limit):
     if (rc != 0 and rc != 124) or len(s) < 2:
         return {"why": f"failed (exit {rc}): {last_line(out)}"}
     stopped = f" (stopped at the limit after {len(s)} steps)" if rc == 124 else ""
-    return {"s": s[1:], "peak": f"{int(peak[1]) / 2**30:.2f} GiB" if peak else "?",
+    return {"s": counted(s), "peak": f"{int(peak[1]) / 2**30:.2f} GiB" if peak else "?",
             "loss": f"{loss[0]} -> {loss[-1]}{stopped}"}
 
 
@@ -262,7 +271,7 @@ def main():
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
-              f"first not counted) | | | | | | |")
+              f"first {WARMUP} not counted) | | | | | | |")
     print()
     # Where meshmoe's step goes (report/profile.c's tables): each family
     # against its floor, its FLOPs at cuBLAS's measured rate (bf16 where meshmoe's products

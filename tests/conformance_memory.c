@@ -90,6 +90,26 @@ static void one_size(Seen *s, size_t n) {
     free(back);
 }
 
+// Requests whose sizes differ by under 1/32 of their size, each freed before the next (an
+// expert's temporaries, its rows changing from step to step): a pool meets them with at
+// most 2 pieces (its size classes, gpu/pool.cu), where one keeping pieces for their exact
+// size only would take new memory for each. The count of distinct addresses.
+static int varying_sizes(void) {
+    const MemoryOps *m = UNDER_TEST->mem;
+    enum { ROUNDS = 24 };
+    void *seen[ROUNDS];
+    int distinct = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        size_t n = (size_t)3000000 + (size_t)(r * 7919 % 90000) / 64 * 64;
+        void *p = m->alloc(n);
+        int known = 0;
+        for (int i = 0; i < distinct; i++) known |= seen[i] == p;
+        if (!known) seen[distinct++] = p;
+        m->free(p, n);
+    }
+    return distinct;
+}
+
 static void *device_thread(void *arg) {
     Seen *s = arg;
     hook_bind(s->device);
@@ -148,6 +168,13 @@ void test_memory(void) {
     Seen one = {.device = 0};
     device_thread(&one);   // on this thread, as a one-device mesh runs
     check_seen(&one, "device 0 on the main thread");
+#ifdef MESHMOE_CONFORMANCE_GPU
+    hook_bind(0);
+    int pieces = varying_sizes();
+    hook_unbind();
+    check(pieces <= 2, "memory: 24 requests of 3.00-3.09 MB, each freed before the next, met by %d pieces (at most "
+          "2: the pool's size classes)", pieces);
+#endif
     Seen seen[NDEV];
     pthread_t th[NDEV];
     for (int d = 0; d < NDEV; d++) {
