@@ -2,8 +2,9 @@
 // kernels/cpu/cast.c; the rounding is gpu/gpu.h:bf16_round_dev, the same bits as kernels/bf16.h.
 //
 // Launch geometry: one thread per element, GPU_THREADS per block; the rounding in place, the
-// step's most frequent pass over activations, takes four elements a thread (one 16-byte load
-// and store) where the array allows.
+// step's most frequent pass over activations, the rounded copy, the packing and unpacking
+// take four elements a thread (16-byte accesses to floats, 8-byte ones to bits) where the
+// arrays' alignment allows.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
@@ -45,6 +46,25 @@ __global__ static void unpack_kernel(float *x, const uint16_t *h, size_t n) {
     if (i < n) x[i] = __uint_as_float((uint32_t)h[i] << 16);
 }
 
+// Four elements a thread: a 16-byte load of floats and an 8-byte store of their bits, or
+// the other way round (the pack and unpack ran at half the copy bandwidth one element a
+// thread, 2.1 TB/s on an H200).
+__global__ static void pack4_kernel(uint2 *h, const float4 *x, size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 v = x[i];
+    h[i] = make_uint2(bf16_bits_dev(v.x) | (uint32_t)bf16_bits_dev(v.y) << 16,
+                      bf16_bits_dev(v.z) | (uint32_t)bf16_bits_dev(v.w) << 16);
+}
+
+__global__ static void unpack4_kernel(float4 *x, const uint2 *h, size_t n4) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    uint2 b = h[i];
+    x[i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
+                       __uint_as_float(b.y & 0xffff0000u));
+}
+
 // x (n) = rb(x), in place.
 // (x 16-byte aligned: its whole quads four at a time, the last 0-3 elements one at a time;
 // otherwise all one at a time.)
@@ -78,17 +98,32 @@ static void round_copy_bf16(float *out, const float *x, size_t n) {
 }
 
 // h (n) = the bf16 bits of x (n).
+// (four at a time where x is 16-byte aligned and h 8-byte aligned, as round_copy_bf16)
 static void pack_bf16(uint16_t *h, const float *x, size_t n) {
     if (n == 0) return;
-    GPU_LAUNCH(pack_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(h, x, n);
-    GPU_CHECK_LAUNCH();
+    size_t quads = (uintptr_t)x % 16 || (uintptr_t)h % 8 ? 0 : n / 4, done = 4 * quads;
+    if (quads) {
+        GPU_LAUNCH(pack4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((uint2 *)h, (const float4 *)x, quads);
+        GPU_CHECK_LAUNCH();
+    }
+    if (done < n) {
+        GPU_LAUNCH(pack_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(h + done, x + done, n - done);
+        GPU_CHECK_LAUNCH();
+    }
 }
 
-// x (n) = the floats of the bf16 bits h (n).
+// x (n) = the floats of the bf16 bits h (n) (four at a time likewise).
 static void unpack_bf16(float *x, const uint16_t *h, size_t n) {
     if (n == 0) return;
-    GPU_LAUNCH(unpack_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(x, h, n);
-    GPU_CHECK_LAUNCH();
+    size_t quads = (uintptr_t)x % 16 || (uintptr_t)h % 8 ? 0 : n / 4, done = 4 * quads;
+    if (quads) {
+        GPU_LAUNCH(unpack4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((float4 *)x, (const uint2 *)h, quads);
+        GPU_CHECK_LAUNCH();
+    }
+    if (done < n) {
+        GPU_LAUNCH(unpack_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(x + done, h + done, n - done);
+        GPU_CHECK_LAUNCH();
+    }
 }
 
 #if GPU_HOST_PASS

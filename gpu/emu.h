@@ -271,6 +271,11 @@ struct uint4 {
     unsigned x, y, z, w;
 };
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+// And of two: 8 bytes (four bf16 values).
+struct uint2 {
+    unsigned x, y;
+};
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 
 // bf16 as the GPU's __nv_bfloat16: a float rounded to nearest even (NaN kept a quiet NaN).
 struct __nv_bfloat16 {

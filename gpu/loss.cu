@@ -2,15 +2,16 @@
 // kernels/cpu/loss.c.
 //
 // The sums keep the CPU's order: a token's sum of exponentials is added over its columns
-// in order by one thread, the loss leaf over its tokens in order (in double) by one thread.
+// in order by one thread (the block having made the exponentials), the loss leaf over its tokens in order (in double) by one thread.
 // The row max is the one parallel reduction (a max is exact in any order): one block per
 // row, each thread a strided part of the row, then the warps' maxima through shuffles.
 // expf and logf are the device's (CUDA: within 2 and 1 ulp; glibc's within 1): an
 // exponential, a log-sum-exp and the gradient may differ from the CPU's by a few ulp.
 //
-// Launch geometry: row max, one block of GPU_THREADS per token; sum of exponentials,
-// target logit and lse, one thread per token; the loss leaf, one thread in all (len adds);
-// the backward and the tile moves, one thread per element.
+// Launch geometry: row max, one block of GPU_THREADS per token; sum of exponentials, one
+// block of GPU_THREADS per SUM_ROWS tokens; target logit and lse, one thread per token; the
+// loss leaf, one thread in all (len adds); the backward and the tile moves, one thread per
+// element.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
@@ -28,13 +29,28 @@ __global__ static void row_max_kernel(float *m, const float *logits, int V) {
     }
 }
 
+// A block of SUM_ROWS tokens: its threads bring a tile of SUM_ROWS rows x SUM_COLS columns
+// into shared memory as exponentials, a warp reading consecutive columns of a row (one
+// thread walking its own row read a column of 32 rows at a time, a 32-byte sector for each
+// 4 bytes: 245 GB/s on an H200, 4.3 ms a step for mixtral-medium's head); then thread r
+// adds row r's tile to its sum in column order, the order of the CPU's loop.
+enum { SUM_ROWS = 32, SUM_COLS = 128 };
 __global__ static void sum_exp_kernel(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
-    int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= T) return;
-    const float *z = logits + (size_t)t * V + (size_t)c0;
+    __shared__ float e[SUM_ROWS][SUM_COLS + 1];   // (+1: thread r's reads of row r fall in different banks)
+    int t0 = blockIdx.x * SUM_ROWS, rows = T - t0 < SUM_ROWS ? T - t0 : SUM_ROWS;
     float s = 0.0f;
-    for (int i = 0; i < Vc; i++) s += expf(z[i] - m[t]);
-    piece[t] = s;
+    for (int j0 = 0; j0 < Vc; j0 += SUM_COLS) {
+        int cols = Vc - j0 < SUM_COLS ? Vc - j0 : SUM_COLS;
+        for (int k = threadIdx.x; k < SUM_ROWS * SUM_COLS; k += blockDim.x) {
+            int r = k / SUM_COLS, j = k % SUM_COLS;
+            if (r < rows && j < cols) e[r][j] = expf(logits[(size_t)(t0 + r) * V + c0 + j0 + j] - m[t0 + r]);
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < rows)
+            for (int j = 0; j < cols; j++) s += e[threadIdx.x][j];
+        __syncthreads();
+    }
+    if ((int)threadIdx.x < rows) piece[t0 + threadIdx.x] = s;
 }
 
 __global__ static void target_logit_kernel(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
@@ -96,8 +112,7 @@ static void loss_row_max(float *m, const float *logits, int T, int V) {
 // piece (T) = sum over columns c0 .. c0+Vc-1 of exp(logits - m), in column order.
 static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
     if (T <= 0) return;
-    GPU_LAUNCH(sum_exp_kernel, blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0)(
-        piece, logits, m, T, V, c0, Vc);
+    GPU_LAUNCH(sum_exp_kernel, blocks_for((size_t)T, SUM_ROWS), GPU_THREADS, 0)(piece, logits, m, T, V, c0, Vc);
     GPU_CHECK_LAUNCH();
 }
 

@@ -13,11 +13,11 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
                  cuBLAS call for all the experts, or a call per expert), first of the variants
   meshmoe, MESHMOE_ATTN_SCORES=smem  the tensor-core attention's kernels with their scores
                  through shared memory (the default keeps them in registers), when there is time
-  meshmoe, MESHMOE_WEIGHTS16=1  the weights' bf16 copy stored as 16-bit numbers, the products
+  meshmoe, MESHMOE_WEIGHTS16=1, profile=true  the weights' bf16 copy stored as 16-bit numbers, the products
                  that read a weight on it (kernels/matmul16.h), their activation packed per
                  product: bf16 storage's step 2 before step 3 makes the activations 16-bit
                  (docs/performance-gpu.md), when there is time
-  meshmoe, MESHMOE_CUBLAS_BF16=convert  the weight products' operands converted to bf16 by
+  meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true  the weight products' operands converted to bf16 by
                  gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
                  converted inside cuBLAS's kernels), when there is time
   torch.compile  the PyTorch peer compiled, when the time budget has room for it
@@ -208,11 +208,13 @@ def limits():
     return got
 
 
-CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert"  # the operands converted before cuBLAS (gpu/matmul.cu)
+# The two 16-bit variants run with profile=true (CUDA events around each kernel, read at the
+# step's end), which cost the default 2.4% of its step on an H200 (318.7 against 311.1 ms).
+CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true"  # the operands converted before cuBLAS (gpu/matmul.cu)
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
 SCORES_SMEM = "meshmoe, MESHMOE_ATTN_SCORES=smem"  # attention's scores through shared memory (gpu/attn_mma.cu)
-WEIGHTS16 = "meshmoe, MESHMOE_WEIGHTS16=1"        # the weights' copy as 16-bit numbers (model/weights16.h)
+WEIGHTS16 = "meshmoe, MESHMOE_WEIGHTS16=1, profile=true"  # the weights' copy as 16-bit numbers (model/weights16.h)
 
 
 def megablox_flipped(preset):
@@ -250,9 +252,9 @@ def main():
         for preset in PRESETS:
             results[preset][SCORES_SMEM] = meshmoe(preset, env={"MESHMOE_ATTN_SCORES": "smem"})
         for preset in PRESETS:
-            results[preset][WEIGHTS16] = meshmoe(preset, env={"MESHMOE_WEIGHTS16": "1"})
+            results[preset][WEIGHTS16] = meshmoe(preset, ("profile=true",), env={"MESHMOE_WEIGHTS16": "1"})
         for preset in PRESETS:
-            results[preset][CONVERT] = meshmoe(preset, env={"MESHMOE_CUBLAS_BF16": "convert"})
+            results[preset][CONVERT] = meshmoe(preset, ("profile=true",), env={"MESHMOE_CUBLAS_BF16": "convert"})
         for preset in PRESETS:
             results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
         for preset in PRESETS:
@@ -280,16 +282,19 @@ def main():
     if lim:
         print(f"the GPU's limits ({lim['on']}): cuBLAS via torch.mm (n = 8192 on a GPU): bf16 {lim['bf16']} TFLOP/s, fp32 "
               f"{lim['fp32']} TFLOP/s; copy {lim['copy']} GB/s; the floors below at the {kind} rate")
+    # The default's profile, then the 16-bit variants' (each ran with profile=true: CUDA events,
+    # no waits, so their step times are unprofiled ones): which kernels their time moved to.
     for preset in PRESETS:
-        res = results[preset]["profile"]
-        if "out" not in res:
-            print(f"meshmoe {preset}, profile=true: {res['why']}")
-            continue
-        head = re.search(r"^profile: .*$", res["out"], re.M)
-        table = floor_table(res["out"], lim[kind] * 1e3, lim["copy"]) if lim else None
-        if table is None:   # no limits: the tables as printed
-            table = re.findall(r"^(?:products: .*|\|.*\|)$", res["out"], re.M)
-        print(f"meshmoe {preset}, profile=true: " + (head[0] if head else "") + "\n" + "\n".join(table))
+        for system, name in (("profile", "meshmoe, profile=true"), (WEIGHTS16, WEIGHTS16), (CONVERT, CONVERT)):
+            res = results[preset][system]
+            if "out" not in res:
+                print(f"{preset}, {name}: {res['why']}")
+                continue
+            head = re.search(r"^profile: .*$", res["out"], re.M)
+            table = floor_table(res["out"], lim[kind] * 1e3, lim["copy"]) if lim else None
+            if table is None:   # no limits: the tables as printed
+                table = re.findall(r"^(?:products: .*|\|.*\|)$", res["out"], re.M)
+            print(f"{preset}, {name}: " + (head[0] if head else "") + "\n" + "\n".join(table))
     for preset in PRESETS:
         res = results[preset].get("ncu", {"why": "not run"})
         print(f"\nncu, {preset} (tests/ncu_kernels.py: the first launch of each kernel in one step of "

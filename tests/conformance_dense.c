@@ -704,6 +704,31 @@ void test_elementwise(void) {
         free(part);
         dev_free(d_part);
     }
+    // the packing and unpacking of parts of a length not a multiple of 4, from element 1 (off
+    // a 16-byte boundary: one at a time) and from element 4 (on one: four at a time, then
+    // the rest), into poisoned arrays whose elements around the part stay poisoned
+    for (long first = 1; first <= 4; first += 3) {
+        long len = n - first - 3;
+        uint16_t *d_b = dev_poisoned(sizeof(uint16_t) * n);
+        float *d_u = dev_poisoned(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+        UNDER_TEST->cast->pack_bf16(d_b + first, d_h1 + first, (size_t)len);
+        UNDER_TEST->cast->unpack_bf16(d_u + first, d_b + first, (size_t)len);
+        uint16_t *got = dev_fetch(d_b, sizeof(uint16_t) * n);
+        size_t wrong = 0;
+        memset(want, 0xff, sizeof(float) * n);
+        for (long i = 0; i < n; i++) {
+            int inside = i >= first && i < first + len;
+            wrong += got[i] != (inside ? bits[i] : 0xffffu);
+            if (inside) want[i] = unpacked[i];
+        }
+        char what[64];
+        snprintf(what, sizeof what, "pack_bf16 of %ld elements from %ld", len, first);
+        check(wrong == 0, "%s %s: %zu of %ld differ", what, shape, wrong, n);
+        snprintf(what, sizeof what, "unpack_bf16 of %ld elements from %ld", len, first);
+        check_dev_floats(what, shape, want, d_u, n, 0, 0);
+        free(got); free(want);
+        dev_free(d_b); dev_free(d_u);
+    }
     uint16_t *got_bits = dev_fetch(d_bits, sizeof(uint16_t) * n);
     size_t bad = 0;
     for (long i = 0; i < n; i++) bad += got_bits[i] != bits[i];

@@ -95,6 +95,7 @@ static void test_loss_case(int T, int V) {   // T >= 8: the tile moves take rows
 void test_loss(void) {
     test_loss_case(13, 50);
     test_loss_case(9, 1000);   // rows wider than a block: the row max's reduction over warps
+    test_loss_case(70, 300);   // the sum of exponentials over 3 blocks of 32 tokens, the last partial, and tiles of 128 columns
 }
 
 // ---------------------------------------------------------------- moe
