@@ -36,33 +36,30 @@ __global__ static void round_copy4_kernel(float4 *out, const float4 *x, size_t n
     out[i] = make_float4(bf16_round_dev(v.x), bf16_round_dev(v.y), bf16_round_dev(v.z), bf16_round_dev(v.w));
 }
 
-__global__ static void pack_kernel(uint16_t *h, const float *x, size_t n) {
+// Between floats x and their bf16 bits h, one element a thread: h = bits(x) when pack, else
+// x = the floats of h.
+__global__ static void bits_kernel(uint16_t *h, float *x, size_t n, int pack) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) h[i] = bf16_bits_dev(x[i]);
+    if (i >= n) return;
+    if (pack) h[i] = bf16_bits_dev(x[i]);
+    else x[i] = __uint_as_float((uint32_t)h[i] << 16);
 }
 
-__global__ static void unpack_kernel(float *x, const uint16_t *h, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = __uint_as_float((uint32_t)h[i] << 16);
-}
-
-// Four elements a thread: a 16-byte load of floats and an 8-byte store of their bits, or
-// the other way round (the pack and unpack ran at half the copy bandwidth one element a
-// thread, 2.1 TB/s on an H200).
-__global__ static void pack4_kernel(uint2 *h, const float4 *x, size_t n4) {
+// The same four elements a thread: a 16-byte access to the floats and an 8-byte one to their
+// bits (one element a thread, the packing and unpacking ran at half the copy bandwidth, 2.1
+// TB/s on an H200).
+__global__ static void bits4_kernel(uint2 *h, float4 *x, size_t n4, int pack) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 v = x[i];
-    h[i] = make_uint2(bf16_bits_dev(v.x) | (uint32_t)bf16_bits_dev(v.y) << 16,
-                      bf16_bits_dev(v.z) | (uint32_t)bf16_bits_dev(v.w) << 16);
-}
-
-__global__ static void unpack4_kernel(float4 *x, const uint2 *h, size_t n4) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n4) return;
-    uint2 b = h[i];
-    x[i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
-                       __uint_as_float(b.y & 0xffff0000u));
+    if (pack) {
+        float4 v = x[i];
+        h[i] = make_uint2(bf16_bits_dev(v.x) | (uint32_t)bf16_bits_dev(v.y) << 16,
+                          bf16_bits_dev(v.z) | (uint32_t)bf16_bits_dev(v.w) << 16);
+    } else {
+        uint2 b = h[i];
+        x[i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),
+                           __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xffff0000u));
+    }
 }
 
 // x (n) = rb(x), in place.
@@ -97,34 +94,26 @@ static void round_copy_bf16(float *out, const float *x, size_t n) {
     }
 }
 
-// h (n) = the bf16 bits of x (n).
-// (four at a time where x is 16-byte aligned and h 8-byte aligned, as round_copy_bf16)
-static void pack_bf16(uint16_t *h, const float *x, size_t n) {
+// h (n) = bits(x (n)) when pack, else x = the floats of h: four at a time where x is 16-byte
+// aligned and h 8-byte aligned, as round_copy_bf16, the rest one at a time.
+static void move_bits(uint16_t *h, float *x, size_t n, int pack) {
     if (n == 0) return;
     size_t quads = (uintptr_t)x % 16 || (uintptr_t)h % 8 ? 0 : n / 4, done = 4 * quads;
     if (quads) {
-        GPU_LAUNCH(pack4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((uint2 *)h, (const float4 *)x, quads);
+        GPU_LAUNCH(bits4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((uint2 *)h, (float4 *)x, quads, pack);
         GPU_CHECK_LAUNCH();
     }
     if (done < n) {
-        GPU_LAUNCH(pack_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(h + done, x + done, n - done);
+        GPU_LAUNCH(bits_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(h + done, x + done, n - done, pack);
         GPU_CHECK_LAUNCH();
     }
 }
 
-// x (n) = the floats of the bf16 bits h (n) (four at a time likewise).
-static void unpack_bf16(float *x, const uint16_t *h, size_t n) {
-    if (n == 0) return;
-    size_t quads = (uintptr_t)x % 16 || (uintptr_t)h % 8 ? 0 : n / 4, done = 4 * quads;
-    if (quads) {
-        GPU_LAUNCH(unpack4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((float4 *)x, (const uint2 *)h, quads);
-        GPU_CHECK_LAUNCH();
-    }
-    if (done < n) {
-        GPU_LAUNCH(unpack_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(x + done, h + done, n - done);
-        GPU_CHECK_LAUNCH();
-    }
-}
+// h (n) = the bf16 bits of x (n) (x only read).
+static void pack_bf16(uint16_t *h, const float *x, size_t n) { move_bits(h, (float *)x, n, 1); }
+
+// x (n) = the floats of the bf16 bits h (n) (h only read).
+static void unpack_bf16(float *x, const uint16_t *h, size_t n) { move_bits((uint16_t *)h, x, n, 0); }
 
 #if GPU_HOST_PASS
 extern "C" const CastKernels cast_cuda = {round_to_bf16, round_copy_bf16, pack_bf16, unpack_bf16};

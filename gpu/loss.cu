@@ -2,7 +2,8 @@
 // kernels/cpu/loss.c.
 //
 // The sums keep the CPU's order: a token's sum of exponentials is added over its columns
-// in order by one thread (the block having made the exponentials), the loss leaf over its tokens in order (in double) by one thread.
+// in order by one thread (the block having made the exponentials), the loss leaf over its
+// tokens in order (in double) by one thread.
 // The row max is the one parallel reduction (a max is exact in any order): one block per
 // row, each thread a strided part of the row, then the warps' maxima through shuffles.
 // expf and logf are the device's (CUDA: within 2 and 1 ulp; glibc's within 1): an

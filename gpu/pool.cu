@@ -17,9 +17,10 @@
 // exact size only would take new memory for them at every step (the experts' 16-bit
 // activations under MESHMOE_WEIGHTS16=1 on an H200: steps of 583, 386, 348, 346 and 294 ms
 // where the default's were flat; emulated, the pool's chunks grew with the steps). The
-// classes bound the sizes there are, at a cost of at most a sixteenth of a buffer's bytes. The pool keeps no header in the memory it hands
-// out: the allocator's records (tag, size, name) are on the host (base/memory.c), and the
-// pool's own (its chunks and freed pieces) are host arrays here.
+// classes bound the sizes there are, at a cost of at most a sixteenth of a buffer's bytes.
+// The pool keeps no header in the memory it hands out: the allocator's records (tag, size,
+// name) are on the host (base/memory.c), and the pool's own (its chunks and freed pieces)
+// are host arrays here.
 //
 // One pool per mesh device (pool_attach at the thread's start, gpu/runtime.cu); a device's
 // FSDP prefetch thread (sharding/overlap.c) shares it, hence the lock. A thread that was
