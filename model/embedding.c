@@ -55,6 +55,8 @@ void embedding_forward_onehot(float *out, const int *ids, const float *table, in
 void embedding_backward_onehot(float *dtable, const float *dout, const int *ids, int T, int D, int V, int v0,
                                Leaves leaf) {
     float *oh = onehot_of(ids, T, V, v0);        // (T,V)
-    matmul_backward(NULL, dtable, dout, oh, NULL, T, V, D, leaf);   // dtable (V,D) += onehot^T @ dout
+    // dtable (V,D) += onehot^T @ dout, the general product: dout, the residual stream's
+    // gradient, is a float32 sum in bf16 mode too, not bf16-valued (model/precision.h)
+    matmul_backward_float32(NULL, dtable, dout, oh, NULL, T, V, D, leaf);
     mem_free(oh);
 }

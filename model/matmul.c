@@ -27,8 +27,10 @@ int matmul_rows_independent(void) { return rows_independent; }
 // kernel's 16-bit twin (kernels/matmul16.h) on that copy and on its other operand, a bf16-
 // valued activation or gradient, packed into a 16-bit temporary for the call (until the
 // activations are stored as 16-bit numbers themselves: docs/performance-gpu.md's step 3).
-// Exact, so the float32 product's bits. The weight gradients' products read no weight and
-// stay as they are.
+// The weight gradients' products, which read no weight, run on 16-bit operands too under
+// MESHMOE_WEIGHTS16=1, both packed for the call (on an H200 a product on bf16 storage took
+// 0.29-0.33 of the time of its float32 operands converted inside cuBLAS, packing each
+// operand a fraction of that). Exact, so the float32 products' bits.
 static uint16_t *packed(const float *x, size_t n) {
     uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (n ? n : 1),
                                    "a product's activation, 16-bit (MESHMOE_WEIGHTS16)");
@@ -62,16 +64,25 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
 void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto) {
     if (C == 0 || OC == 0) return;
     count_flops(C, OC, len);
-    kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto);
+    if (!weights16_on()) { kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto); return; }
+    uint16_t *a = packed(inp, (size_t)len * C), *d = packed(dout, (size_t)len * OC);
+    kern()->matmul16->matmul_backward_dw(g, a, d, len, C, OC, onto);
+    mem_free(d);
+    mem_free(a);
 }
 
 // A block of gradient still holding the step's zeros (base/fresh.h) is written onto 0.0f
-// rather than read back and added to: the same bits.
+// rather than read back and added to: the same bits. The leaves' rows are 0 .. off[n]-1
+// (off[0] = 0), packed whole under MESHMOE_WEIGHTS16=1.
 void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C, int OC) {
     if (C == 0 || OC == 0 || n <= 0) return;
     count_flops(C, OC, off[n]);
     int fresh = fresh_claim(dw, (size_t)C * OC);
-    kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh);
+    if (!weights16_on()) { kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh); return; }
+    uint16_t *a = packed(inp, (size_t)off[n] * C), *d = packed(dout, (size_t)off[n] * OC);
+    kern()->matmul16->matmul_backward_dw_leaves(dw, a, d, off, n, C, OC, !fresh);
+    mem_free(d);
+    mem_free(a);
 }
 
 // dw (C,OC) += the leaves' products along the tree, in one call where the leaves are one
@@ -209,5 +220,13 @@ void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, co
     if (C == 0 || OC == 0 || n <= 0 || G <= 0) return;
     count_flops(C, OC, off[(size_t)G * n]);
     int fresh = fresh_claim(dw, (size_t)G * C * OC);
-    kern()->matmul->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, !fresh);
+    if (!weights16_on()) {
+        kern()->matmul->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, !fresh);
+        return;
+    }
+    size_t rows = (size_t)off[(size_t)G * n];   // every group's leaves, from row 0
+    uint16_t *a = packed(inp, rows * C), *d = packed(dout, rows * OC);
+    kern()->matmul16->matmul_backward_dw_leaves_grouped(dw, a, d, off, n, G, C, OC, !fresh);
+    mem_free(d);
+    mem_free(a);
 }

@@ -1,7 +1,8 @@
 // model/matmul.h: the one matrix multiply every layer uses, with its backward.
 // Weights are stored as MaxText kernels: w is (C, OC) row-major and out = inp @ w.
 // A weight with a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h) is multiplied as
-// that copy through the 16-bit kernels (kernels/matmul16.h), with the same bits.
+// that copy through the 16-bit kernels (kernels/matmul16.h), with the same bits; so are the
+// weight gradients' products under it, their operands packed for the call.
 // Every product is a kernel (kernels/matmul.h): on the CPU the ordered GEMM, where each
 // output element is one fused multiply-add chain over k in order, whatever the shapes
 // around it (kernels/cpu/gemm.c); with matmul_impl=openblas OpenBLAS does the work instead
