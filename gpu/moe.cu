@@ -5,7 +5,8 @@
 // thread per element; the gather, the scatter-adds, combine_forward and combine_backward's dy
 // one thread per element too, a block per row's piece of columns (row_grid); combine_forward's
 // thread orders its token's K slots by expert and adds them in that order; combine_backward's
-// dw one thread per assignment, which adds its dot product over d in order.
+// dw a block per 32 assignments, one thread of it adding an assignment's products over d in
+// order.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
@@ -131,8 +132,8 @@ __global__ static void combine_forward_kernel(float *out, const float *y, const 
 }
 
 // combine_backward in two kernels: dy's rows a block per assignment's piece of columns (the
-// writes of a warp consecutive), then dw one thread per assignment (its dot product one
-// in-order sum, as the CPU's).
+// writes of a warp consecutive), then dw (its dot products each one in-order sum, as the
+// CPU's).
 __global__ static void combine_dy_kernel(float *dy, const float *dout, const float *w, const int *assign_row, int D,
                                          int K) {
     size_t a = blockIdx.x;
@@ -140,13 +141,32 @@ __global__ static void combine_dy_kernel(float *dy, const float *dout, const flo
     if (d < D) dy[(size_t)assign_row[a] * D + d] = w[a] * dout[(a / K) * D + d];
 }
 
+// dw (A): a block of DW_ROWS assignments brings the products dout[t][d] * y[row][d] of a tile
+// of DW_COLS columns into shared memory, a warp reading a row's consecutive columns (a
+// thread walking its own two rows read 32 rows' columns at a time: 610-870 GB/s on an
+// H200), then thread r adds its row's products in column order, as the CPU's loop does.
+enum { DW_ROWS = 32, DW_COLS = 128 };
 __global__ static void combine_dw_kernel(float *dw, const float *dout, const float *y, const float *w,
                                          const float *top_w, const int *assign_row, size_t A, int D, int K) {
-    size_t a = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (a >= A) return;
-    const float *dt = dout + (a / K) * D, *ya = y + (size_t)assign_row[a] * D;
+    __shared__ float prod[DW_ROWS][DW_COLS + 1];   // (+1: thread r's reads of row r fall in different banks)
+    size_t a0 = (size_t)blockIdx.x * DW_ROWS;
+    int rows = A - a0 < (size_t)DW_ROWS ? (int)(A - a0) : DW_ROWS;
     float dot = 0.0f;
-    for (int d = 0; d < D; d++) dot += dt[d] * ya[d];
+    for (int d0 = 0; d0 < D; d0 += DW_COLS) {
+        int cols = D - d0 < DW_COLS ? D - d0 : DW_COLS;
+        for (int k = threadIdx.x; k < DW_ROWS * DW_COLS; k += blockDim.x) {
+            int r = k / DW_COLS, j = k % DW_COLS;
+            if (r >= rows || j >= cols) continue;
+            size_t a = a0 + r;
+            prod[r][j] = dout[(a / K) * D + d0 + j] * y[(size_t)assign_row[a] * D + d0 + j];
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < rows)
+            for (int j = 0; j < cols; j++) dot += prod[threadIdx.x][j];
+        __syncthreads();
+    }
+    if ((int)threadIdx.x >= rows) return;
+    size_t a = a0 + threadIdx.x;
     // w = top_w * keep: a dropped assignment (keep 0) passes no gradient to top_w
     dw[a] = (w[a] == 0.0f && top_w[a] != 0.0f) ? 0.0f : dot;
 }
@@ -217,8 +237,7 @@ static void combine_backward(float *dy, float *dw, const float *dout, const floa
     if (A == 0 || D <= 0) return;
     GPU_LAUNCH(combine_dy_kernel, row_grid(A, D), GPU_THREADS, 0)(dy, dout, w, assign_row, D, K);
     GPU_CHECK_LAUNCH();
-    GPU_LAUNCH(combine_dw_kernel, blocks_for(A, GPU_THREADS), GPU_THREADS, 0)(dw, dout, y, w, top_w, assign_row, A, D,
-                                                                               K);
+    GPU_LAUNCH(combine_dw_kernel, blocks_for(A, DW_ROWS), GPU_THREADS, 0)(dw, dout, y, w, top_w, assign_row, A, D, K);
     GPU_CHECK_LAUNCH();
 }
 

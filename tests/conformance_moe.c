@@ -95,7 +95,7 @@ static void test_loss_case(int T, int V) {   // T >= 8: the tile moves take rows
 void test_loss(void) {
     test_loss_case(13, 50);
     test_loss_case(9, 1000);   // rows wider than a block: the row max's reduction over warps
-    test_loss_case(70, 300);   // the sum of exponentials over 3 blocks of 32 tokens, the last partial, and tiles of 128 columns
+    test_loss_case(70, 300);   // the sum of exponentials: 3 blocks of 32 tokens (the last partial), 128-column tiles
 }
 
 // ---------------------------------------------------------------- moe
@@ -250,6 +250,7 @@ void test_moe(void) {
     test_moe_case(11, 6, 2, 19, 0, 0);
     test_moe_case(11, 6, 3, 19, 1, 1);
     test_moe_case(7, 4, 4, 8, 0, 1);
+    test_moe_case(40, 8, 2, 300, 0, 0);   // combine_backward dw: 80 assignments in 3 blocks, 300 columns in 3 tiles
     // Many assignments: the GPU's sort_rows walks them in tiles of 256 (gpu/moe.cu).
     test_moe_case(1500, 64, 6, 4, 0, 0);
     test_moe_case(3001, 8, 2, 4, 1, 1);
