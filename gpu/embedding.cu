@@ -18,13 +18,40 @@ __global__ static void embedding_forward_kernel(float *out, const int *ids, cons
     out[k] = row >= 0 && row < V ? table[(size_t)row * D + i] : 0.0f;
 }
 
+// One thread per column, walking the leaf's tokens in order EMB_RUN at a time. A run whose
+// rows (on this device) are distinct reads all their gradient rows first and then writes
+// them, each element added to once, as in order; a run with a repeated row adds one token
+// at a time. (One token at a time throughout, each read of dtable waited for the write
+// before it: 0.87 ms a call on an H200, a few thousand cycles' latency a token.)
+enum { EMB_RUN = 8 };
 __global__ static void embedding_backward_leaf_kernel(float *dtable, const float *dout, const int *ids, long t0,
                                                       long len, int D, int V, int v0) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= D) return;
-    for (long t = t0; t < t0 + len; t++) {
-        if (ids[t] < v0 || ids[t] >= v0 + V) continue;   // another device's row
-        dtable[(size_t)(ids[t] - v0) * D + i] += dout[(size_t)t * D + i];
+    for (long t = t0; t < t0 + len; t += EMB_RUN) {
+        int row[EMB_RUN], distinct = 1;   // row k: token t+k's row here, or -1 (past the leaf, or another device's)
+#pragma unroll
+        for (int k = 0; k < EMB_RUN; k++) {
+            int id = t + k < t0 + len ? ids[t + k] : v0 - 1;
+            row[k] = id >= v0 && id < v0 + V ? id - v0 : -1;
+#pragma unroll
+            for (int j = 0; j < k; j++) distinct &= row[k] < 0 || row[k] != row[j];
+        }
+        if (distinct) {
+            float cur[EMB_RUN], add[EMB_RUN];
+#pragma unroll
+            for (int k = 0; k < EMB_RUN; k++)
+                if (row[k] >= 0) {
+                    cur[k] = dtable[(size_t)row[k] * D + i];
+                    add[k] = dout[(size_t)(t + k) * D + i];
+                }
+#pragma unroll
+            for (int k = 0; k < EMB_RUN; k++)
+                if (row[k] >= 0) dtable[(size_t)row[k] * D + i] = cur[k] + add[k];
+        } else {
+            for (int k = 0; k < EMB_RUN; k++)
+                if (row[k] >= 0) dtable[(size_t)row[k] * D + i] += dout[(size_t)(t + k) * D + i];
+        }
     }
 }
 

@@ -526,10 +526,11 @@ void test_rope(void) {
 }
 
 // ---------------------------------------------------------------- embedding
-void test_embedding(void) {
-    int T = 23, D = 17, V = 11, v0 = 5;
-    int *ids = rand_ints(T, 0, 20);   // some ids outside this device's rows v0 .. v0+V-1
-    ids[1] = ids[2] = v0 + 3;         // a repeated id: its gradient rows add in token order
+// T tokens with ids drawn from 0 .. idmax (some outside this device's rows v0 .. v0+V-1),
+// two of them the same row (rep, rep2): its gradient rows add in token order.
+static void test_embedding_case(int T, int D, int V, int v0, int idmax, int rep, int rep2) {
+    int *ids = rand_ints(T, 0, idmax);
+    ids[rep] = ids[rep2] = v0 + 3;
     float *table = rand_floats((size_t)V * D, -1, 1), *dout = rand_floats((size_t)T * D, -1, 1);
     float *dt0 = rand_floats((size_t)V * D, -1, 1), *out = malloc(sizeof(float) * T * D);
     float *dt = copy_of(dt0, sizeof(float) * V * D), *oh = calloc((size_t)T * V, sizeof(float));
@@ -554,12 +555,18 @@ void test_embedding(void) {
     UNDER_TEST->embedding->embedding_forward(d_out, d_ids, d_table, T, D, V, v0);
     UNDER_TEST->embedding->embedding_backward_leaf(d_dt, d_dout, d_ids, t0, len, D, V, v0);
     UNDER_TEST->embedding->embedding_onehot(d_oh, d_ids, T, V, v0);
-    const char *shape = "T=23 D=17 V=11 v0=5";
+    char shape[64];
+    snprintf(shape, sizeof shape, "T=%d D=%d V=%d v0=%d", T, D, V, v0);
     check_dev_floats("embedding_forward", shape, out, d_out, (size_t)T * D, 0, 0);
     check_dev_floats("embedding_backward_leaf", shape, dt, d_dt, (size_t)V * D, 0, 0);
     check_dev_floats("embedding_onehot", shape, oh, d_oh, (size_t)T * V, 0, 0);
     free(ids); free(table); free(dout); free(dt0); free(out); free(dt); free(oh); free(zeros);
     dev_free(d_ids); dev_free(d_table); dev_free(d_dout); dev_free(d_out); dev_free(d_dt); dev_free(d_oh);
+}
+
+void test_embedding(void) {
+    test_embedding_case(23, 17, 11, 5, 20, 1, 2);      // few rows: most runs of 8 tokens repeat one
+    test_embedding_case(61, 300, 400, 7, 420, 10, 13);  // many rows: most runs distinct, one not; 2 blocks
 }
 
 // ---------------------------------------------------------------- mla
