@@ -4,48 +4,112 @@
 // result may differ from the CPU's by a few ulp; everything else is IEEE and unfused
 // (the Makefile builds gpu/ with --fmad=false).
 //
-// Launch geometry: one thread per element, GPU_THREADS per block.
+// Launch geometry: four elements a thread (16-byte accesses) where the arrays are 16-byte
+// aligned, else one, GPU_THREADS per block.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
 __device__ static inline float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-__global__ static void swiglu_forward_kernel(float *act, const float *h0, const float *h1, long n, int bf16) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float a = h0[i] * sigmoid_dev(h0[i]) * h1[i];
-    act[i] = bf16 ? bf16_round_dev(a) : a;   // cast point 11
+// One element: silu(z) * u, rounded to bf16 when bf16 (cast point 11).
+__device__ static inline float swiglu_dev(float z, float u, int bf16) {
+    float a = z * sigmoid_dev(z) * u;
+    return bf16 ? bf16_round_dev(a) : a;
 }
 
-// d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z))); act (where asked) from the same sigmoid.
+// One element's gradients from d = dact: d silu(z)/dz = sig(z) * (1 + z * (1 - sig(z))); the
+// activation (where a is not NULL) from the same sigmoid.
+__device__ static inline void swiglu_grad_dev(float z, float u, float d, int bf16, float *a, float *g0, float *g1) {
+    float sg = sigmoid_dev(z), silu = z * sg;
+    if (a) {
+        float v = silu * u;
+        *a = bf16 ? bf16_round_dev(v) : v;   // cast point 11
+    }
+    *g1 = d * silu;
+    *g0 = d * u * sg * (1.0f + z * (1.0f - sg));
+}
+
+__global__ static void swiglu_forward_kernel(float *act, const float *h0, const float *h1, size_t n, int bf16) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) act[i] = swiglu_dev(h0[i], h1[i], bf16);
+}
+
 // dact[i] is read before dh1[i] is written: dh1 may be dact.
 __global__ static void swiglu_backward_kernel(float *act, float *dh0, float *dh1, const float *dact, const float *h0,
-                                              const float *h1, long n, int bf16) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+                                              const float *h1, size_t n, int bf16) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float z = h0[i], d = dact[i], sg = sigmoid_dev(z), silu = z * sg;
-    if (act) {
-        float a = silu * h1[i];
-        act[i] = bf16 ? bf16_round_dev(a) : a;   // cast point 11
-    }
-    dh1[i] = d * silu;
-    dh0[i] = d * h1[i] * sg * (1.0f + z * (1.0f - sg));
+    float a, g0, g1;
+    swiglu_grad_dev(h0[i], h1[i], dact[i], bf16, act ? &a : NULL, &g0, &g1);
+    if (act) act[i] = a;
+    dh1[i] = g1;
+    dh0[i] = g0;
+}
+
+// The same four elements a thread, 16-byte accesses (one element a thread, the forward ran at
+// 2.3 TB/s on an H200).
+__global__ static void swiglu_forward4_kernel(float4 *act, const float4 *h0, const float4 *h1, size_t n4, int bf16) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 z = h0[i], u = h1[i];
+    act[i] = make_float4(swiglu_dev(z.x, u.x, bf16), swiglu_dev(z.y, u.y, bf16), swiglu_dev(z.z, u.z, bf16),
+                         swiglu_dev(z.w, u.w, bf16));
+}
+
+__global__ static void swiglu_backward4_kernel(float4 *act, float4 *dh0, float4 *dh1, const float4 *dact,
+                                               const float4 *h0, const float4 *h1, size_t n4, int bf16) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 z = h0[i], u = h1[i], d = dact[i], a, g0, g1;   // (dact read whole before dh1 is written)
+    int keep = act != NULL;
+    swiglu_grad_dev(z.x, u.x, d.x, bf16, keep ? &a.x : NULL, &g0.x, &g1.x);
+    swiglu_grad_dev(z.y, u.y, d.y, bf16, keep ? &a.y : NULL, &g0.y, &g1.y);
+    swiglu_grad_dev(z.z, u.z, d.z, bf16, keep ? &a.z : NULL, &g0.z, &g1.z);
+    swiglu_grad_dev(z.w, u.w, d.w, bf16, keep ? &a.w : NULL, &g0.w, &g1.w);
+    if (keep) act[i] = a;
+    dh1[i] = g1;
+    dh0[i] = g0;
+}
+
+// The elements four at a time where every array is 16-byte aligned, the rest (or all) one at a time.
+static size_t quads_of(size_t n, const void *a, const void *b, const void *c, const void *d, const void *e,
+                       const void *f) {
+    uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e | (uintptr_t)f;
+    return any % 16 ? 0 : n / 4;
 }
 
 // act (n) = silu(h0) * h1; bf16: rounded to bf16.
 static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
     if (n <= 0) return;
-    GPU_LAUNCH(swiglu_forward_kernel, blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0)(act, h0, h1, n, bf16);
-    GPU_CHECK_LAUNCH();
+    size_t q = quads_of((size_t)n, act, h0, h1, NULL, NULL, NULL), done = 4 * q, rest = (size_t)n - done;
+    if (q) {
+        GPU_LAUNCH(swiglu_forward4_kernel, blocks_for(q, GPU_THREADS), GPU_THREADS, 0)(
+            (float4 *)act, (const float4 *)h0, (const float4 *)h1, q, bf16);
+        GPU_CHECK_LAUNCH();
+    }
+    if (rest) {
+        GPU_LAUNCH(swiglu_forward_kernel, blocks_for(rest, GPU_THREADS), GPU_THREADS, 0)(act + done, h0 + done,
+                                                                                     h1 + done, rest, bf16);
+        GPU_CHECK_LAUNCH();
+    }
 }
 
 // dh0, dh1 (n) from dact (n), and act where asked.
 static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
                             long n, int bf16) {
     if (n <= 0) return;
-    GPU_LAUNCH(swiglu_backward_kernel, blocks_for((size_t)n, GPU_THREADS), GPU_THREADS, 0)(act, dh0, dh1, dact,
-                                                                                                  h0, h1, n, bf16);
-    GPU_CHECK_LAUNCH();
+    size_t q = quads_of((size_t)n, act, dh0, dh1, dact, h0, h1), done = 4 * q, rest = (size_t)n - done;
+    if (q) {
+        GPU_LAUNCH(swiglu_backward4_kernel, blocks_for(q, GPU_THREADS), GPU_THREADS, 0)(
+            (float4 *)act, (float4 *)dh0, (float4 *)dh1, (const float4 *)dact, (const float4 *)h0, (const float4 *)h1,
+            q, bf16);
+        GPU_CHECK_LAUNCH();
+    }
+    if (rest) {
+        GPU_LAUNCH(swiglu_backward_kernel, blocks_for(rest, GPU_THREADS), GPU_THREADS, 0)(
+            act ? act + done : NULL, dh0 + done, dh1 + done, dact + done, h0 + done, h1 + done, rest, bf16);
+        GPU_CHECK_LAUNCH();
+    }
 }
 
 #if GPU_HOST_PASS

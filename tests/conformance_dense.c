@@ -711,6 +711,51 @@ void test_elementwise(void) {
         free(part);
         dev_free(d_part);
     }
+    // SwiGLU on parts of a length not a multiple of 4, from element 1 (off a 16-byte
+    // boundary: one at a time) and from element 4 (four at a time, then the rest), the
+    // backward in place over dact as the layers call it; the elements around a part poisoned
+    for (long first = 1; first <= 4; first += 3) {
+        long len = n - first - 3;
+        float *d_a = dev_poisoned(sizeof(float) * n), *d_g0 = dev_poisoned(sizeof(float) * n);
+        float *d_g1 = dev_copy(dact, sizeof(float) * n), *d_f = dev_poisoned(sizeof(float) * n);
+        UNDER_TEST->mlp->swiglu_forward(d_f + first, d_h0 + first, d_h1 + first, len, 1);
+        UNDER_TEST->mlp->swiglu_backward(d_a + first, d_g0 + first, d_g1 + first, d_g1 + first, d_h0 + first,
+                                         d_h1 + first, len, 1);
+        float *wf = malloc(sizeof(float) * n), *wa = malloc(sizeof(float) * n), *w0 = malloc(sizeof(float) * n);
+        float *w1 = copy_of(dact, sizeof(float) * n);
+        memset(wf, 0xff, sizeof(float) * n);
+        memset(wa, 0xff, sizeof(float) * n);
+        memset(w0, 0xff, sizeof(float) * n);
+        for (long i = first; i < first + len; i++) {
+            wf[i] = actb[i];
+            wa[i] = actbw[i];
+            w0[i] = dh0[i];
+            w1[i] = dh1[i];
+        }
+        char what[80];
+        snprintf(what, sizeof what, "swiglu_forward bf16 of %ld elements from %ld", len, first);
+        check_dev_floats(what, shape, wf, d_f, n, tol(BF16_ULPS), 0);
+        snprintf(what, sizeof what, "swiglu_backward act of %ld elements from %ld", len, first);
+        check_dev_floats(what, shape, wa, d_a, n, tol(BF16_ULPS), 0);
+        snprintf(what, sizeof what, "swiglu_backward dh0 of %ld elements from %ld", len, first);
+        check_dev_floats(what, shape, w0, d_g0, n, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
+        snprintf(what, sizeof what, "swiglu_backward dh1 over dact, %ld elements from %ld", len, first);
+        check_dev_floats(what, shape, w1, d_g1, n, tol(EXP_ULPS), 0);
+        free(wf); free(wa); free(w0); free(w1);
+        dev_free(d_a); dev_free(d_g0); dev_free(d_g1); dev_free(d_f);
+    }
+    // the residual add on parts of a length not a multiple of 4, from element 1 and from 4
+    for (long first = 1; first <= 4; first += 3) {
+        long len = n - first - 3;
+        float *d_acc = dev_copy(h0, sizeof(float) * n), *want = copy_of(h0, sizeof(float) * n);
+        UNDER_TEST->sum->residual_add(d_acc + first, d_h1 + first, (size_t)len);
+        for (long i = first; i < first + len; i++) want[i] = sum[i];
+        char what[64];
+        snprintf(what, sizeof what, "residual_add of %ld elements from %ld", len, first);
+        check_dev_floats(what, shape, want, d_acc, n, 0, 0);
+        free(want);
+        dev_free(d_acc);
+    }
     // the packing and unpacking of parts of a length not a multiple of 4, from element 1 (off
     // a 16-byte boundary: one at a time) and from element 4 (on one: four at a time, then
     // the rest), into poisoned arrays whose elements around the part stay poisoned
