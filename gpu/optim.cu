@@ -83,25 +83,40 @@ __global__ static void ema_kernel(float *ema, const float *p, size_t n, float d)
     if (i < n) ema[i] = d * ema[i] + (1.0f - d) * p[i];
 }
 
-// parts (4) += hi, mid, low and the flag of x (n), as kernels/cpu/optim.c:squares_add
-// splits each square. Each thread adds the parts of its elements (a grid-strided run), the
-// block adds its threads' parts in shared memory, and one thread adds the block's into
-// parts: one set of atomics per block, not one per element (a whole gradient, billions of
-// elements, through three counters). Integers, so the total is the same in any grouping.
+// One element's square into a thread's hi, mid and low parts, or its flag, as
+// kernels/cpu/optim.c:squares_add splits it.
+__device__ static inline void add_square(float v, unsigned long long *h, unsigned long long *mid,
+                                         unsigned long long *low, int *bad) {
+    double sq = (double)v * v * SQUARES_SCALE;   // exact (a power-of-two scale)
+    if (!(sq < 0x1p100)) { *bad = 1; return; }   // non-finite or absurdly large
+    unsigned long long hk = (unsigned long long)(sq * 0x1p-64);
+    unsigned long long r = (unsigned long long)(sq - (double)hk * 0x1p64);
+    *h += hk;
+    *mid += r >> 32;
+    *low += r & 0xffffffffull;
+}
+
+// parts (4) += hi, mid, low and the flag of x (n). Each thread adds the parts of its elements
+// (a grid-strided run, four elements a load where x is 16-byte aligned: one a load, the
+// kernel read 2.0 TB/s on an H200), the block adds its threads' parts in shared memory, and
+// one thread adds the block's into parts: one set of atomics per block, not one per element
+// (a whole gradient, billions of elements, through three counters). Integers, so the total
+// is the same in any grouping.
 __global__ static void squares_kernel(unsigned long long *parts, const float *x, size_t n) {
     __shared__ unsigned long long part[3][GPU_THREADS];
     __shared__ int flag[GPU_THREADS];
     unsigned long long h = 0, mid = 0, low = 0;
     int bad = 0;
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
-        double sq = (double)x[k] * x[k] * SQUARES_SCALE;   // exact (a power-of-two scale)
-        if (!(sq < 0x1p100)) { bad = 1; continue; }          // non-finite or absurdly large
-        unsigned long long hk = (unsigned long long)(sq * 0x1p-64);
-        unsigned long long r = (unsigned long long)(sq - (double)hk * 0x1p64);
-        h += hk;
-        mid += r >> 32;
-        low += r & 0xffffffffull;
+    size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    size_t quads = (uintptr_t)x % 16 ? 0 : n / 4;
+    for (size_t k = first; k < quads; k += stride) {
+        float4 v = ((const float4 *)x)[k];
+        add_square(v.x, &h, &mid, &low, &bad);
+        add_square(v.y, &h, &mid, &low, &bad);
+        add_square(v.z, &h, &mid, &low, &bad);
+        add_square(v.w, &h, &mid, &low, &bad);
     }
+    for (size_t k = 4 * quads + first; k < n; k += stride) add_square(x[k], &h, &mid, &low, &bad);
     int t = threadIdx.x;
     part[0][t] = h; part[1][t] = mid; part[2][t] = low; flag[t] = bad;
     __syncthreads();

@@ -90,6 +90,7 @@ static void one_size(Seen *s, size_t n) {
     free(back);
 }
 
+#ifdef MESHMOE_CONFORMANCE_GPU
 // Requests whose sizes differ by under 1/32 of their size, each freed before the next (an
 // expert's temporaries, its rows changing from step to step): a pool meets them with at
 // most 2 pieces (its size classes, gpu/pool.cu), where one keeping pieces for their exact
@@ -109,6 +110,7 @@ static int varying_sizes(void) {
     }
     return distinct;
 }
+#endif
 
 static void *device_thread(void *arg) {
     Seen *s = arg;

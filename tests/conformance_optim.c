@@ -119,7 +119,9 @@ static void test_optim_elementwise(void) {
 // truncation is checked through (fixed128)). n = 10000, and a length past what one grid of
 // the GPU's squares_kernel covers at once (1024 blocks of 256 threads), so that its threads
 // run strided loops and the last block is partial; the infinite element sits near the end.
-static void test_squares_n(size_t n) {
+// The GPU takes four elements a load where x is 16-byte aligned: x starts `first` floats into
+// its buffer (1: one at a time), and n not a multiple of 4 leaves a tail.
+static void test_squares_n(size_t n, size_t first) {
     float *x = rand_floats(n, -3, 3);
     fixed128 want = 0, got = 5;   // got starts at 5: the kernel adds to it
     int want_bad = 0, got_bad = 0;
@@ -127,28 +129,31 @@ static void test_squares_n(size_t n) {
     else for (size_t i = 0; i < n; i++) want += (fixed128)((double)x[i] * x[i] * SQUARES_SCALE);
     want += 5;
     // The sum and the flag are device memory, like x.
-    float *d_x = dev_copy(x, sizeof(float) * n);
+    float *d_buf = dev_poisoned(sizeof(float) * (n + first)), *d_x = d_buf + first;
+    dev_upload(d_x, x, sizeof(float) * n);
     fixed128 *d_sum = dev_copy(&got, sizeof got);
     int *d_bad = dev_copy(&got_bad, sizeof got_bad);
     UNDER_TEST->optim->squares_add(d_sum, d_bad, d_x, n);
     dev_download(&got, d_sum, sizeof got);
     dev_download(&got_bad, d_bad, sizeof got_bad);
-    check(got == want && !got_bad, "squares_add n=%zu: got %.17g (bad %d), want %.17g", n,
+    check(got == want && !got_bad, "squares_add n=%zu from %zu: got %.17g (bad %d), want %.17g", n, first,
           (double)got / SQUARES_SCALE, got_bad, (double)want / SQUARES_SCALE);
     x[n - 3] = INFINITY;   // a non-finite square sets the flag
     dev_upload(d_x, x, sizeof(float) * n);
     UNDER_TEST->optim->squares_add(d_sum, d_bad, d_x, n);
     dev_download(&got_bad, d_bad, sizeof got_bad);
-    check(got_bad, "squares_add n=%zu: an infinite element sets the flag", n);
+    check(got_bad, "squares_add n=%zu from %zu: an infinite element sets the flag", n, first);
     free(x);
-    dev_free(d_x);
+    dev_free(d_buf);
     dev_free(d_sum);
     dev_free(d_bad);
 }
 
 static void test_squares(void) {
-    test_squares_n(10000);
-    test_squares_n((size_t)2 * 1024 * 256 + 777);
+    test_squares_n(10000, 0);
+    test_squares_n((size_t)2 * 1024 * 256 + 777, 0);
+    test_squares_n(10001, 1);
+    test_squares_n((size_t)4 * 1024 * 256 * 4 + 3, 0);   // every thread four quads and a tail
 }
 
 // Adafactor's factored second moment over a 3-d tensor (L=3 leading, rows along dim 2,
