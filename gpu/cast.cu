@@ -67,7 +67,7 @@ __global__ static void bits4_kernel(uint2 *h, float4 *x, size_t n4, int pack) {
 // otherwise all one at a time.)
 static void round_to_bf16(float *x, size_t n) {
     if (n == 0) return;
-    size_t quads = (uintptr_t)x % 16 ? 0 : n / 4, done = 4 * quads;
+    size_t quads = quads_of(n, (uintptr_t)x), done = 4 * quads;
     if (quads) {
         GPU_LAUNCH(round4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((float4 *)x, quads);
         GPU_CHECK_LAUNCH();
@@ -81,7 +81,7 @@ static void round_to_bf16(float *x, size_t n) {
 // out (n) = rb(x (n)): as round_to_bf16, four at a time where both arrays are 16-byte aligned.
 static void round_copy_bf16(float *out, const float *x, size_t n) {
     if (n == 0) return;
-    size_t quads = ((uintptr_t)x | (uintptr_t)out) % 16 ? 0 : n / 4, done = 4 * quads;
+    size_t quads = quads_of(n, (uintptr_t)x | (uintptr_t)out), done = 4 * quads;
     if (quads) {
         GPU_LAUNCH(round_copy4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((float4 *)out,
                                                                                     (const float4 *)x, quads);
@@ -98,7 +98,8 @@ static void round_copy_bf16(float *out, const float *x, size_t n) {
 // aligned and h 8-byte aligned, as round_copy_bf16, the rest one at a time.
 static void move_bits(uint16_t *h, float *x, size_t n, int pack) {
     if (n == 0) return;
-    size_t quads = (uintptr_t)x % 16 || (uintptr_t)h % 8 ? 0 : n / 4, done = 4 * quads;
+    // (h's 8-byte alignment asked as that of h * 2: the bits hold half the floats' bytes)
+    size_t quads = quads_of(n, (uintptr_t)x | (uintptr_t)h * 2), done = 4 * quads;
     if (quads) {
         GPU_LAUNCH(bits4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((uint2 *)h, (float4 *)x, quads, pack);
         GPU_CHECK_LAUNCH();

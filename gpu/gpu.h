@@ -129,6 +129,10 @@ static inline unsigned blocks_for(size_t n, unsigned threads) {
 }
 // The threads of a one-dimensional launch; 256 is a good default on every GPU we target.
 enum { GPU_THREADS = 256 };
+// The whole quads of n elements that a pass four elements a thread may take (16-byte loads
+// and stores): n / 4 when every array it touches is 16-byte aligned (`addresses`: their
+// addresses or'ed together), else 0, the pass then one element at a time throughout.
+__host__ __device__ static inline size_t quads_of(size_t n, uintptr_t addresses) { return addresses % 16 ? 0 : n / 4; }
 
 // The stream this host thread launches on (gpu/runtime.cu): one per thread, created on first use.
 cudaStream_t gpu_stream(void);

@@ -71,17 +71,11 @@ __global__ static void swiglu_backward4_kernel(float4 *act, float4 *dh0, float4 
     dh0[i] = g0;
 }
 
-// The elements four at a time where every array is 16-byte aligned, the rest (or all) one at a time.
-static size_t quads_of(size_t n, const void *a, const void *b, const void *c, const void *d, const void *e,
-                       const void *f) {
-    uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e | (uintptr_t)f;
-    return any % 16 ? 0 : n / 4;
-}
-
 // act (n) = silu(h0) * h1; bf16: rounded to bf16.
 static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
     if (n <= 0) return;
-    size_t q = quads_of((size_t)n, act, h0, h1, NULL, NULL, NULL), done = 4 * q, rest = (size_t)n - done;
+    size_t q = quads_of((size_t)n, (uintptr_t)act | (uintptr_t)h0 | (uintptr_t)h1), done = 4 * q;
+    size_t rest = (size_t)n - done;
     if (q) {
         GPU_LAUNCH(swiglu_forward4_kernel, blocks_for(q, GPU_THREADS), GPU_THREADS, 0)(
             (float4 *)act, (const float4 *)h0, (const float4 *)h1, q, bf16);
@@ -98,7 +92,8 @@ static void swiglu_forward(float *act, const float *h0, const float *h1, long n,
 static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
                             long n, int bf16) {
     if (n <= 0) return;
-    size_t q = quads_of((size_t)n, act, dh0, dh1, dact, h0, h1), done = 4 * q, rest = (size_t)n - done;
+    uintptr_t all = (uintptr_t)act | (uintptr_t)dh0 | (uintptr_t)dh1 | (uintptr_t)dact | (uintptr_t)h0 | (uintptr_t)h1;
+    size_t q = quads_of((size_t)n, all), done = 4 * q, rest = (size_t)n - done;
     if (q) {
         GPU_LAUNCH(swiglu_backward4_kernel, blocks_for(q, GPU_THREADS), GPU_THREADS, 0)(
             (float4 *)act, (float4 *)dh0, (float4 *)dh1, (const float4 *)dact, (const float4 *)h0, (const float4 *)h1,

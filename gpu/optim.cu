@@ -108,7 +108,7 @@ __global__ static void squares_kernel(unsigned long long *parts, const float *x,
     unsigned long long h = 0, mid = 0, low = 0;
     int bad = 0;
     size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    size_t quads = (uintptr_t)x % 16 ? 0 : n / 4;
+    size_t quads = quads_of(n, (uintptr_t)x);
     for (size_t k = first; k < quads; k += stride) {
         float4 v = ((const float4 *)x)[k];
         add_square(v.x, &h, &mid, &low, &bad);
@@ -231,7 +231,7 @@ static void adamw_update(float *p, const float *g, float *m, float *v, size_t n,
     AdamW a = {lr, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), b1, b2, eps, wd, clip};
     // The whole quads four at a time when the four arrays are 16-byte aligned (a device's
     // shard: the buffers' starts), the last 0-3 elements (or all) one at a time.
-    size_t quads = ((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) % 16 ? 0 : n / 4, done = 4 * quads;
+    size_t quads = quads_of(n, (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v), done = 4 * quads;
     if (quads) {
         GPU_LAUNCH(adamw4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
             (float4 *)p, (const float4 *)g, (float4 *)m, (float4 *)v, quads, a);

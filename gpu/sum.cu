@@ -23,7 +23,7 @@ __global__ static void add4_kernel(float4 *acc, const float4 *x, size_t n4) {
 // Four at a time where both arrays are 16-byte aligned, the rest (or all) one at a time.
 static void add_arrays(float *acc, const float *x, size_t n) {
     if (n == 0) return;
-    size_t quads = ((uintptr_t)acc | (uintptr_t)x) % 16 ? 0 : n / 4, done = 4 * quads;
+    size_t quads = quads_of(n, (uintptr_t)acc | (uintptr_t)x), done = 4 * quads;
     if (quads) {
         GPU_LAUNCH(add4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)((float4 *)acc, (const float4 *)x,
                                                                              quads);

@@ -625,6 +625,20 @@ void test_mla(void) {
 
 // ---------------------------------------------------------------- mlp, cast, sum
 
+// The part first .. first+len-1 of the device array got (n): want's values there (`inside`),
+// `around`'s elsewhere (NULL: the poison, 0xff bytes, never written).
+static void check_part(const char *kernel, const char *shape, const float *around, const float *inside,
+                       const float *got, long n, long first, long len, int ulps, float abs) {
+    float *want = malloc(sizeof(float) * n);
+    if (around) memcpy(want, around, sizeof(float) * n);
+    else memset(want, 0xff, sizeof(float) * n);
+    memcpy(want + first, inside + first, sizeof(float) * len);
+    char what[96];
+    snprintf(what, sizeof what, "%s of %ld elements from %ld", kernel, len, first);
+    check_dev_floats(what, shape, want, got, n, ulps, abs);
+    free(want);
+}
+
 void test_elementwise(void) {
     long n = 5000;
     float *h0 = rand_floats(n, -6, 6), *h1 = rand_floats(n, -2, 2), *dact = rand_floats(n, -1, 1);
@@ -689,96 +703,43 @@ void test_elementwise(void) {
     for (long first = 0; first <= 1; first++) {
         float *d_src = dev_copy(h1, sizeof(float) * n), *d_out = dev_poisoned(sizeof(float) * n);
         UNDER_TEST->cast->round_copy_bf16(d_out + first, d_src + first, (size_t)(n - first));
-        float *want = copy_of(r, sizeof(float) * n);
-        if (first) memset(want, 0xff, sizeof(float));   // (element 0 not written: the poison)
-        char what[64];
-        snprintf(what, sizeof what, "round_copy_bf16 of %ld elements from %ld", n - first, first);
-        check_dev_floats(what, shape, want, d_out, n, 0, 0);
+        check_part("round_copy_bf16", shape, NULL, r, d_out, n, first, n - first, 0, 0);
         check_dev_floats("round_copy_bf16's source", shape, h1, d_src, n, 0, 0);
-        free(want);
         dev_free(d_src); dev_free(d_out);
     }
-    // and on parts whose length is not a multiple of 4, from element 1 (off a 16-byte
-    // boundary) and from element 4 (on one): the elements around a part untouched
+    // The kernels that go four elements a thread where their arrays are 16-byte aligned, on
+    // parts of a length not a multiple of 4: from element 1 (off a 16-byte boundary: one at a
+    // time) and from element 4 (on one: four at a time, then the rest); the elements around
+    // a part untouched (or still poisoned). SwiGLU's backward in place over dact, as the
+    // layers call it.
     for (long first = 1; first <= 4; first += 3) {
         long len = n - first - 3;
-        float *part = copy_of(h1, sizeof(float) * n), *d_part = dev_copy(h1, sizeof(float) * n);
-        for (long i = first; i < first + len; i++) part[i] = r[i];
+        float *d_part = dev_copy(h1, sizeof(float) * n), *d_acc = dev_copy(h0, sizeof(float) * n);
         UNDER_TEST->cast->round_to_bf16(d_part + first, (size_t)len);
-        char what[64];
-        snprintf(what, sizeof what, "round_to_bf16 of %ld elements from %ld", len, first);
-        check_dev_floats(what, shape, part, d_part, n, 0, 0);
-        free(part);
-        dev_free(d_part);
-    }
-    // SwiGLU on parts of a length not a multiple of 4, from element 1 (off a 16-byte
-    // boundary: one at a time) and from element 4 (four at a time, then the rest), the
-    // backward in place over dact as the layers call it; the elements around a part poisoned
-    for (long first = 1; first <= 4; first += 3) {
-        long len = n - first - 3;
+        UNDER_TEST->sum->residual_add(d_acc + first, d_h1 + first, (size_t)len);
+        check_part("round_to_bf16", shape, h1, r, d_part, n, first, len, 0, 0);
+        check_part("residual_add", shape, h0, sum, d_acc, n, first, len, 0, 0);
         float *d_a = dev_poisoned(sizeof(float) * n), *d_g0 = dev_poisoned(sizeof(float) * n);
         float *d_g1 = dev_copy(dact, sizeof(float) * n), *d_f = dev_poisoned(sizeof(float) * n);
         UNDER_TEST->mlp->swiglu_forward(d_f + first, d_h0 + first, d_h1 + first, len, 1);
         UNDER_TEST->mlp->swiglu_backward(d_a + first, d_g0 + first, d_g1 + first, d_g1 + first, d_h0 + first,
                                          d_h1 + first, len, 1);
-        float *wf = malloc(sizeof(float) * n), *wa = malloc(sizeof(float) * n), *w0 = malloc(sizeof(float) * n);
-        float *w1 = copy_of(dact, sizeof(float) * n);
-        memset(wf, 0xff, sizeof(float) * n);
-        memset(wa, 0xff, sizeof(float) * n);
-        memset(w0, 0xff, sizeof(float) * n);
-        for (long i = first; i < first + len; i++) {
-            wf[i] = actb[i];
-            wa[i] = actbw[i];
-            w0[i] = dh0[i];
-            w1[i] = dh1[i];
-        }
-        char what[80];
-        snprintf(what, sizeof what, "swiglu_forward bf16 of %ld elements from %ld", len, first);
-        check_dev_floats(what, shape, wf, d_f, n, tol(BF16_ULPS), 0);
-        snprintf(what, sizeof what, "swiglu_backward act of %ld elements from %ld", len, first);
-        check_dev_floats(what, shape, wa, d_a, n, tol(BF16_ULPS), 0);
-        snprintf(what, sizeof what, "swiglu_backward dh0 of %ld elements from %ld", len, first);
-        check_dev_floats(what, shape, w0, d_g0, n, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
-        snprintf(what, sizeof what, "swiglu_backward dh1 over dact, %ld elements from %ld", len, first);
-        check_dev_floats(what, shape, w1, d_g1, n, tol(EXP_ULPS), 0);
-        free(wf); free(wa); free(w0); free(w1);
-        dev_free(d_a); dev_free(d_g0); dev_free(d_g1); dev_free(d_f);
-    }
-    // the residual add on parts of a length not a multiple of 4, from element 1 and from 4
-    for (long first = 1; first <= 4; first += 3) {
-        long len = n - first - 3;
-        float *d_acc = dev_copy(h0, sizeof(float) * n), *want = copy_of(h0, sizeof(float) * n);
-        UNDER_TEST->sum->residual_add(d_acc + first, d_h1 + first, (size_t)len);
-        for (long i = first; i < first + len; i++) want[i] = sum[i];
-        char what[64];
-        snprintf(what, sizeof what, "residual_add of %ld elements from %ld", len, first);
-        check_dev_floats(what, shape, want, d_acc, n, 0, 0);
-        free(want);
-        dev_free(d_acc);
-    }
-    // the packing and unpacking of parts of a length not a multiple of 4, from element 1 (off
-    // a 16-byte boundary: one at a time) and from element 4 (on one: four at a time, then
-    // the rest), into poisoned arrays whose elements around the part stay poisoned
-    for (long first = 1; first <= 4; first += 3) {
-        long len = n - first - 3;
+        check_part("swiglu_forward bf16", shape, NULL, actb, d_f, n, first, len, tol(BF16_ULPS), 0);
+        check_part("swiglu_backward act", shape, NULL, actbw, d_a, n, first, len, tol(BF16_ULPS), 0);
+        check_part("swiglu_backward dh0", shape, NULL, dh0, d_g0, n, first, len, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
+        check_part("swiglu_backward dh1 over dact", shape, dact, dh1, d_g1, n, first, len, tol(EXP_ULPS), 0);
+        // the packing into a poisoned array (its bits around the part stay 0xffff), then back
         uint16_t *d_b = dev_poisoned(sizeof(uint16_t) * n);
-        float *d_u = dev_poisoned(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+        float *d_u = dev_poisoned(sizeof(float) * n);
         UNDER_TEST->cast->pack_bf16(d_b + first, d_h1 + first, (size_t)len);
         UNDER_TEST->cast->unpack_bf16(d_u + first, d_b + first, (size_t)len);
         uint16_t *got = dev_fetch(d_b, sizeof(uint16_t) * n);
         size_t wrong = 0;
-        memset(want, 0xff, sizeof(float) * n);
-        for (long i = 0; i < n; i++) {
-            int inside = i >= first && i < first + len;
-            wrong += got[i] != (inside ? bits[i] : 0xffffu);
-            if (inside) want[i] = unpacked[i];
-        }
-        char what[64];
-        snprintf(what, sizeof what, "pack_bf16 of %ld elements from %ld", len, first);
-        check(wrong == 0, "%s %s: %zu of %ld differ", what, shape, wrong, n);
-        snprintf(what, sizeof what, "unpack_bf16 of %ld elements from %ld", len, first);
-        check_dev_floats(what, shape, want, d_u, n, 0, 0);
-        free(got); free(want);
+        for (long i = 0; i < n; i++) wrong += got[i] != (i >= first && i < first + len ? bits[i] : 0xffffu);
+        check(wrong == 0, "pack_bf16 of %ld elements from %ld %s: %zu of %ld differ", len, first, shape, wrong, n);
+        check_part("unpack_bf16", shape, NULL, unpacked, d_u, n, first, len, 0, 0);
+        free(got);
+        dev_free(d_part); dev_free(d_acc); dev_free(d_a); dev_free(d_g0); dev_free(d_g1); dev_free(d_f);
         dev_free(d_b); dev_free(d_u);
     }
     uint16_t *got_bits = dev_fetch(d_bits, sizeof(uint16_t) * n);
