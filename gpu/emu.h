@@ -44,6 +44,7 @@ static inline const char *cudaGetErrorString(cudaError_t) { return "emulated"; }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 #define __global__
 #define __device__
+#define __launch_bounds__(...)   // (a register budget for the compiler: nothing to do here)
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static thread_local   // one block at a time on each host thread
@@ -168,6 +169,9 @@ static inline void __syncthreads(void) {
     e.state[e.current] = 1;
     if (!_setjmp(e.at[e.current].jb)) _longjmp(e.scheduler, 1);
 }
+// A warp's barrier: the block's here, so every thread of the block must meet it as often,
+// which the kernels that use it arrange (gpu/grouped16.cu).
+static inline void __syncwarp(void) { __syncthreads(); }
 static inline void emu_fiber_start(void) {
     emu_block.body(emu_block.arg);
     emu_block.state[emu_block.current] = 2;
@@ -303,7 +307,8 @@ struct row_major {};
 struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
-    float x[16 * 16];   // element (r, c) at x[r * 16 + c], as float (bf16 values exactly)
+    enum { num_elements = 16 * 16 };   // (a GPU thread holds 8 of a tile's 256; here the first holds them all)
+    float x[16 * 16] = {};             // element (r, c) at x[r * 16 + c], as float (bf16 values exactly)
 };
 static inline bool emu_lane0(void) { return threadIdx.x % WARP_SIZE == 0; }
 template <class Use, class T, class L> static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {

@@ -135,6 +135,10 @@ static int check_bf16 = 0;   // read at start-up, with gpu_matmul=cublas_bf16
 // MESHMOE_CUBLAS_BF16=convert, and MESHMOE_CHECK_BF16=1 whose count is the conversion's,
 // convert both operands with to_bf16_kernel first and multiply bf16 copies.
 static int fast_bf16 = 0;
+
+// How the experts' products on bf16 storage go under cuBLAS (MESHMOE_GROUPED16, read at
+// start-up; gpu/matmul_cublas.h): GROUPED16_AUTO, GROUPED16_KERNEL or GROUPED16_CUBLAS.
+static int grouped16_way = GROUPED16_AUTO;
 __device__ unsigned long long bf16_converted, bf16_inexact;
 
 // One operand as stored: rows of `cols` floats, `ld` apart (a piece of a wider matrix has ld > cols).
@@ -295,8 +299,10 @@ static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, c
             if (st == CUBLAS_STATUS_SUCCESS) break;
             // Only the first call may be refused (a later one takes what the first took).
             if (p0 > 0 || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)) CUBLAS_CHECK(st);
+            const char *then = kind == WAYS_STORED_BF16 ? ": the experts' 16-bit products go to gpu/grouped16.cu's kernel"
+                                                        : ": the experts' products go one call each";
             fprintf(stderr, "meshmoe: cuBLAS's grouped product refused compute type %d (status %d)%s\n", (int)ways[*w],
-                    (int)st, *w + 1 < nways ? ", trying the next" : ": the experts' products go one call each");
+                    (int)st, *w + 1 < nways ? ", trying the next" : then);
             (*w)++;
         }
     }
@@ -333,6 +339,16 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
         exit(1);
     }
     fast_bf16 = use_cublas == 2 && !check_bf16 && !(how && !strcmp(how, "convert"));
+    const char *grouped = getenv("MESHMOE_GROUPED16");
+    static const char *const grouped_ways[] = {"auto", "kernel", "cublas"};
+    grouped16_way = GROUPED16_AUTO;
+    for (int i = 0; grouped && i < 3; i++)
+        if (!strcmp(grouped, grouped_ways[i])) grouped16_way = i;
+    if (grouped && strcmp(grouped, grouped_ways[grouped16_way])) {
+        fprintf(stderr, "meshmoe: MESHMOE_GROUPED16 is 'auto' (the default), 'kernel' or 'cublas', not '%s'\n",
+                grouped);
+        exit(1);
+    }
     return use_cublas != 0;
 #else
     *why = "this is a HIP build: Debian's HIP has no BLAS, the ordered GEMM is the only product";
@@ -510,6 +526,7 @@ static int dw_grouped_cublas(const int *off, int n, int G, int C, int OC, const 
 
 // ---- What gpu/matmul16.cu calls (gpu/matmul_cublas.h): the same cuBLAS calls on bf16 storage.
 int gpu_matmul_mode(void) { return use_cublas; }
+int gpu_grouped16_way(void) { return grouped16_way; }
 
 void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                    int accumulate, float *C, int ldc) {

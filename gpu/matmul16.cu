@@ -6,7 +6,7 @@
 // values exact, float32 sums in cuBLAS's order; no conversion, and half the bytes of the
 // float32 products' operands read. The chunked products and a gradient's leaves are one
 // product over the whole contraction, as gpu/matmul.cu does under cuBLAS; the experts'
-// products one grouped call.
+// products one grouped call (cuBLAS's, or the backend's own kernel where cuBLAS refuses it).
 // With the ordered GEMM (the default; HIP's only product): each operand widened to float32 in
 // a scratch buffer of the stream's own (cudaMallocAsync, freed in stream order once the product
 // has read it; GPU-only and inside the call, as gpu/matmul.cu's scratch), then matmul_cuda's
@@ -14,6 +14,7 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 #include "gpu/matmul_cublas.h"
+#include "gpu/grouped16.h"          // the grouped products' own kernel, where cuBLAS refuses them
 #include "kernels/grouped_loop.h"   // the grouped products a group at a time
 
 #if GPU_HOST_PASS
@@ -96,17 +97,40 @@ static void matmul_backward_dw_leaves(float *dw, const uint16_t *inp, const uint
     release(x); release(d);
 }
 
-// ---- The experts' grouped products: under cuBLAS in grouped calls, else (or where this
-// cuBLAS has no grouped call) a group at a time through the kernels above.
+// ---- The experts' grouped products: under cuBLAS in grouped calls (MESHMOE_GROUPED16,
+// gpu/matmul_cublas.h: cuBLAS's, or where it refuses them the backend's own tensor-core kernel,
+// gpu/grouped16.cu), else (the ordered GEMM, or cuBLAS alone refusing) a group at a time
+// through the kernels above.
+#if GPU_HAVE_CUBLAS
+// Which ways a grouped product may take: cuBLAS's grouped call (bit 1), the own kernel (bit 2);
+// none where cuBLAS was not chosen.
+static int grouped_ways(void) {
+    int way = gpu_grouped16_way();
+    if (gpu_matmul_mode() == 0) return 0;
+    return (way != GROUPED16_KERNEL ? 1 : 0) | (way != GROUPED16_CUBLAS ? 2 : 0);
+}
+
 static int grouped_rows_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B,
                                float *C, int accumulate) {
-#if GPU_HAVE_CUBLAS
-    return rows_grouped16_cublas(transB, rows, G, N, K, A, B, C, accumulate);   // (0 unless cuBLAS)
-#else
-    (void)transB; (void)rows; (void)G; (void)N; (void)K; (void)A; (void)B; (void)C; (void)accumulate;
-    return 0;
-#endif
+    int ways = grouped_ways();
+    return ((ways & 1) && rows_grouped16_cublas(transB, rows, G, N, K, A, B, C, accumulate)) ||
+           ((ways & 2) && rows_grouped16_tc(transB, rows, G, N, K, A, B, C, accumulate));
 }
+
+static int grouped_dw_cublas(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout,
+                             float *dw, int accumulate) {
+    int ways = grouped_ways();
+    return ((ways & 1) && dw_grouped16_cublas(off, n, G, C, OC, inp, dout, dw, accumulate)) ||
+           ((ways & 2) && dw_grouped16_tc(off, n, G, C, OC, inp, dout, dw, accumulate));
+}
+#else
+static int grouped_rows_cublas(int, const int *, int, int, int, const uint16_t *, const uint16_t *, float *, int) {
+    return 0;   // (HIP: no cuBLAS, a group at a time through the ordered GEMM)
+}
+static int grouped_dw_cublas(const int *, int, int, int, int, const uint16_t *, const uint16_t *, float *, int) {
+    return 0;
+}
+#endif
 
 static void matmul_forward_grouped(float *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G, int C,
                                    int OC, int accumulate) {
@@ -128,9 +152,7 @@ static void gemm_chunked_grouped(int transB, const int *rows, int G, int N, int 
 
 static void matmul_backward_dw_leaves_grouped(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off,
                                               int n, int G, int C, int OC, int accumulate) {
-#if GPU_HAVE_CUBLAS
-    if (dw_grouped16_cublas(off, n, G, C, OC, inp, dout, dw, accumulate)) return;   // (0 unless cuBLAS)
-#endif
+    if (grouped_dw_cublas(off, n, G, C, OC, inp, dout, dw, accumulate)) return;
     dw_leaves_grouped_loop16(&matmul16_cuda, dw, inp, dout, off, n, G, C, OC, accumulate);
 }
 

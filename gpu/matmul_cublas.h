@@ -10,6 +10,14 @@
 int gpu_matmul_mode(void);
 
 #if GPU_HAVE_CUBLAS
+// How the experts' products on bf16 storage go under cuBLAS, MESHMOE_GROUPED16 at start-up:
+// cuBLAS's grouped call, and where it refuses them (cuBLAS 13.0 takes bf16 operands there only
+// with a bf16 result) the backend's own tensor-core kernel, gpu/grouped16.cu (auto, the
+// default); that kernel always (kernel); cuBLAS alone, its grouped call or else a call per
+// group (cublas). tests/products_gpu.c times the kernel against cuBLAS alone.
+enum { GROUPED16_AUTO, GROUPED16_KERNEL, GROUPED16_CUBLAS };
+int gpu_grouped16_way(void);
+
 // C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate; A and B bf16 as stored,
 // the products on tensor cores (cublasGemmEx, CUDA_R_16BF operands, CUBLAS_COMPUTE_32F: each
 // product of two bf16 values exact, the sums float32 in cuBLAS's order). Mode 1 or 2 only.

@@ -24,6 +24,7 @@ typedef struct {
     const int *rows;
     int *off;   // G*nl+1: each group's nl leaves (G_DW)
     int b16;    // 1: the 16-bit twin, its operands X and Y as bf16 bits
+    const char *way;   // the 16-bit twin under cuBLAS: MESHMOE_GROUPED16 (NULL: the default)
 } Case;
 
 // The floats of the first operand X, the second Y and the result Z.
@@ -105,11 +106,14 @@ static void run_case(const Case *k, int mode) {
     for (size_t i = 0; i < ny; i++) Y16[i] = bf16_bits(Y[i]);
     uint16_t *dX16 = dev_copy(X16, sizeof(uint16_t) * nx), *dY16 = dev_copy(Y16, sizeof(uint16_t) * ny);
     char shape[128];
-    snprintf(shape, sizeof shape, "%s%s G=%d rows=%d C=%d OC=%d acc=%d transB=%d chunks=%d leaves=%d",
-             k->b16 ? "16-bit operands " : "", mode == 2 ? "cublas_bf16" : mode == 1 ? "cublas" : "", k->G, k->rows[k->G], k->C, k->OC, k->acc, k->tb,
-             k->chunks, k->nl);
+    snprintf(shape, sizeof shape, "%s%s%s%s G=%d rows=%d C=%d OC=%d acc=%d transB=%d chunks=%d leaves=%d",
+             k->b16 ? "16-bit operands " : "", mode == 2 ? "cublas_bf16" : mode == 1 ? "cublas" : "",
+             k->way ? " MESHMOE_GROUPED16=" : "", k->way ? k->way : "", k->G, k->rows[k->G], k->C, k->OC, k->acc,
+             k->tb, k->chunks, k->nl);
 #ifdef MESHMOE_CONFORMANCE_GPU
     const char *why = NULL;
+    if (k->way) setenv("MESHMOE_GROUPED16", k->way, 1);   // read by the start-up call below
+    else unsetenv("MESHMOE_GROUPED16");
     if (mode && !gpu_matmul_use_cublas(mode, &why)) {
         printf("  %s %s: SKIPPED (%s)\n", kind_names[k->kind], shape, why);
         mode = -1;
@@ -159,27 +163,42 @@ static int *leaf_offsets(const int *rows, int G, int nl) {
     return off;
 }
 
-// Every kind, on the float32 kernels (b16 0) or their 16-bit twins (1).
-static void grouped_cases(int b16) {
-    static const int rows[] = {0, 37, 37, 42, 106, 107, 127};   // 6 groups: 37, 0 (empty), 5, 64, 1, 20 rows
-    int G = 6, nl = 3, *off = leaf_offsets(rows, G, nl);
-    int modes = 1;
+// Every kind on the groups `rows` (G+1) with widths C, OC, on the float32 kernels (b16 0) or
+// their 16-bit twins (1); under cuBLAS the 16-bit twins also by each of MESHMOE_GROUPED16's
+// ways (gpu/matmul_cublas.h), or (kernel_only) by the tensor-core kernel alone.
+static void grouped_cases(int b16, const int *rows, int G, int C, int OC, int kernel_only) {
+    int nl = 3, *off = leaf_offsets(rows, G, nl);
+    static const char *const ways[] = {NULL, "kernel", "cublas"};
+    int modes = 1, nways = 1;
 #ifdef MESHMOE_CONFORMANCE_GPU
-    modes = 3;
+    modes = kernel_only ? 2 : 3;
+    nways = b16 ? 3 : 1;
 #endif
-    for (int mode = 0; mode < modes; mode++) {
-        for (int acc = 0; acc < 2; acc++) {
-            run_case(&(Case){G_FORWARD, G, 40, 56, acc, 0, 0, 0, rows, NULL, b16}, mode);
-            run_case(&(Case){G_DW, G, 40, 56, acc, 0, 0, nl, rows, off, b16}, mode);
+    for (int mode = 0; mode < modes; mode++)
+        for (int w = 0; w < (mode ? nways : 1); w++) {
+            const char *way = ways[w];
+            if (mode && kernel_only && (!way || strcmp(way, "kernel"))) continue;
+            for (int acc = 0; acc < 2; acc++) {
+                run_case(&(Case){G_FORWARD, G, C, OC, acc, 0, 0, 0, rows, NULL, b16, way}, mode);
+                run_case(&(Case){G_DW, G, C, OC, acc, 0, 0, nl, rows, off, b16, way}, mode);
+            }
+            run_case(&(Case){G_DINP, G, C, OC, 1, 0, 0, 0, rows, NULL, b16, way}, mode);
+            for (int tb = 0; tb < 2; tb++) {   // (C + 20, OC - 23: a tree of 3 pieces that is not complete)
+                run_case(&(Case){G_CHUNKED, G, C + 20, OC - 23, 0, tb, 3, 0, rows, NULL, b16, way}, mode);
+                run_case(&(Case){G_CHUNKED, G, C + 24, OC - 8, 0, tb, 1, 0, rows, NULL, b16, way}, mode);
+            }
         }
-        run_case(&(Case){G_DINP, G, 40, 56, 1, 0, 0, 0, rows, NULL, b16}, mode);
-        for (int tb = 0; tb < 2; tb++) {
-            run_case(&(Case){G_CHUNKED, G, 60, 33, 0, tb, 3, 0, rows, NULL, b16}, mode);   // a tree that is not complete
-            run_case(&(Case){G_CHUNKED, G, 64, 48, 0, tb, 1, 0, rows, NULL, b16}, mode);
-        }
-    }
     free(off);
 }
 
-void test_grouped(void) { grouped_cases(0); }
-void test_grouped16(void) { grouped_cases(1); }
+// 6 groups: 37, 0 (empty), 5, 64, 1, 20 rows, widths off 16-byte alignment; and, for the
+// tensor-core kernel's tiles of 128 x 128 (gpu/grouped16.cu), 3 groups of 200, 0 and 133 rows
+// with widths of two and three tiles, each with a part tile.
+static const int small_rows[] = {0, 37, 37, 42, 106, 107, 127}, tile_rows[] = {0, 200, 200, 333};
+
+void test_grouped(void) { grouped_cases(0, small_rows, 6, 40, 56, 0); }
+void test_grouped16(void) {
+    grouped_cases(1, small_rows, 6, 40, 56, 0);
+    grouped_cases(1, tile_rows, 3, 136, 264, 1);
+}
+

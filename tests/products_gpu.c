@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "kernels/bf16.h"
 #include "gpu/backend.h"
+#include "gpu/grouped16.h"   // the own tensor-core kernel, timed beside cuBLAS
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,30 +28,31 @@ static const char *const forms[] = {"x @ w", "dy @ w^T", "x^T @ dy", "x @ w, gro
 typedef struct {
     const char *what;
     int form, M, N, K, G;
+    int own;   // 1: timed by the own kernel too (the second table)
 } Shape;
 
 static const Shape medium[] = {
-    {"mixtral-medium: attention q", FORWARD, 8192, 2048, 2048, 1},
-    {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1},
-    {"mixtral-medium: head, input gradient", DINP, 8192, 2048, 32000, 1},
-    {"mixtral-medium: attention q, weight gradient", DW, 2048, 2048, 8192, 1},
-    {"mixtral-medium: experts wi_0", GROUPED, 16384, 7168, 2048, 8},
-    {"mixtral-medium: experts wo", GROUPED, 16384, 2048, 7168, 8},
-    {"mixtral-medium: experts wi_0, input gradient", GROUPED_DINP, 16384, 2048, 7168, 8},
-    {"mixtral-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 7168, 16384, 8},
-    {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64},
-    {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64},
-    {"deepseek-medium: experts wi_0, input gradient", GROUPED_DINP, 49152, 2048, 1024, 64},
-    {"deepseek-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 1024, 49152, 64},
-    {"deepseek-medium: MLA wkv_b", FORWARD, 8192, 4096, 512, 1},
+    {"mixtral-medium: attention q", FORWARD, 8192, 2048, 2048, 1, 1},
+    {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1, 0},
+    {"mixtral-medium: head, input gradient", DINP, 8192, 2048, 32000, 1, 0},
+    {"mixtral-medium: attention q, weight gradient", DW, 2048, 2048, 8192, 1, 1},
+    {"mixtral-medium: experts wi_0", GROUPED, 16384, 7168, 2048, 8, 1},
+    {"mixtral-medium: experts wo", GROUPED, 16384, 2048, 7168, 8, 1},
+    {"mixtral-medium: experts wi_0, input gradient", GROUPED_DINP, 16384, 2048, 7168, 8, 1},
+    {"mixtral-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 7168, 16384, 8, 1},
+    {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64, 1},
+    {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64, 1},
+    {"deepseek-medium: experts wi_0, input gradient", GROUPED_DINP, 49152, 2048, 1024, 64, 1},
+    {"deepseek-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 1024, 49152, 64, 1},
+    {"deepseek-medium: MLA wkv_b", FORWARD, 8192, 4096, 512, 1, 0},
 };
 static const Shape small[] = {
-    {"small: forward", FORWARD, 48, 40, 32, 1},
-    {"small: input gradient", DINP, 48, 32, 40, 1},
-    {"small: weight gradient", DW, 32, 40, 48, 1},
-    {"small: grouped", GROUPED, 64, 40, 32, 4},
-    {"small: grouped input gradient", GROUPED_DINP, 64, 32, 40, 4},
-    {"small: grouped weight gradient", GROUPED_DW, 32, 40, 64, 4},
+    {"small: forward", FORWARD, 48, 40, 32, 1, 1},
+    {"small: input gradient", DINP, 48, 32, 40, 1, 1},
+    {"small: weight gradient", DW, 32, 40, 48, 1, 1},
+    {"small: grouped", GROUPED, 64, 40, 32, 4, 1},
+    {"small: grouped input gradient", GROUPED_DINP, 64, 32, 40, 4, 1},
+    {"small: grouped weight gradient", GROUPED_DW, 32, 40, 64, 4, 1},
 };
 
 // n random bf16 values in [-0.5, 0.5) on the device, as floats (*f) and as bits (*h).
@@ -113,14 +115,26 @@ static void product(const Shape *s, int b16, const float *A, const float *B, con
     }
 }
 
+// The same product on bf16 storage by the backend's own tensor-core kernel (gpu/grouped16.cu):
+// each form as a grouped call, a dense product one group of all the rows.
+static void own_kernel(const Shape *s, const uint16_t *A16, const uint16_t *B16, float *C, const int *rows) {
+    int all[2] = {0, s->form == DW || s->form == GROUPED_DW ? s->K : s->M}, G = s->G;
+    const int *r = s->G > 1 ? rows : all;
+    if (s->form == FORWARD || s->form == GROUPED) rows_grouped16_tc(0, r, G, s->N, s->K, A16, B16, C, 0);
+    if (s->form == DINP || s->form == GROUPED_DINP) rows_grouped16_tc(1, r, G, s->N, s->K, A16, B16, C, 1);
+    if (s->form == DW || s->form == GROUPED_DW) dw_grouped16_tc(r, 1, G, s->M, s->N, A16, B16, C, 0);
+}
+
 // Milliseconds a call takes, the mean of `reps` calls after one to warm up: the float32
-// product (which 0), the bf16 one (1), or A packed into 16 bits (2).
+// product (which 0), the bf16 one (1), A packed into 16 bits (2), or the bf16 one by the own
+// kernel (3).
 static double time_ms(const Shape *s, int which, int reps, const float *A, const float *B, const uint16_t *A16,
                       const uint16_t *B16, float *C, uint16_t *P, const int *rows) {
     void *t0 = NULL;
     for (int r = 0; r <= reps; r++) {
         if (r == 1) t0 = backend_cuda.mark();
         if (which == 2) backend_cuda.cast->pack_bf16(P, A, size_a(s));
+        else if (which == 3) own_kernel(s, A16, B16, C, rows);
         else product(s, which, A, B, A16, B16, C, rows);
     }
     double ms = backend_cuda.elapsed_ms(t0, backend_cuda.mark()) / reps;
@@ -128,12 +142,13 @@ static double time_ms(const Shape *s, int which, int reps, const float *A, const
     return ms;
 }
 
-// The product's result from a zeroed C, on the host (the caller frees it).
+// The product's result from a zeroed C, on the host (the caller frees it): b16 as time_ms's which.
 static float *result(const Shape *s, int b16, const float *A, const float *B, const uint16_t *A16, const uint16_t *B16,
                      float *C, const int *rows) {
     size_t nc = size_c(s);
     gpu_fill_bytes(C, 0, sizeof(float) * nc);
-    product(s, b16, A, B, A16, B16, C, rows);
+    if (b16 == 3) own_kernel(s, A16, B16, C, rows);
+    else product(s, b16, A, B, A16, B16, C, rows);
     float *host = malloc(sizeof(float) * nc);
     if (!host) { fprintf(stderr, "products_gpu: out of host memory\n"); exit(1); }
     gpu_download(host, C, sizeof(float) * nc);
@@ -157,6 +172,49 @@ static void cell(char *out, size_t size, double ms, double flops) {
     if (ms > 0 && flops > 0) snprintf(out, size, "%.3f | %.1f", ms, flops / ms * 1e-9);
     else if (ms > 0) snprintf(out, size, "%.3f", ms);
     else snprintf(out, size, flops > 0 ? "- | -" : "-");
+}
+
+// The own kernel against cuBLAS on the same bf16 operands, shape by shape (those marked own):
+// a grouped form is what the experts' 16-bit products run by default where cuBLAS refuses the
+// grouped call (MESHMOE_GROUPED16, gpu/matmul_cublas.h), a dense one says how far the kernel
+// is from cuBLAS.
+static void own_kernel_table(const Shape *shapes, int n, int reps) {
+    printf("\nThe same products on bf16 storage: cuBLAS (its grouped call, or a call per group where it refuses "
+           "that) against the backend's own tensor-core kernel (gpu/grouped16.cu); apart: the two results' "
+           "largest difference over their largest value.\n\n");
+    printf("| product | form | M x N x K | cuBLAS ms | cuBLAS TFLOP/s | own kernel ms | own kernel TFLOP/s "
+           "| own / cuBLAS time | apart |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n; i++) {
+        const Shape *s = &shapes[i];
+        if (!s->own) continue;
+        float *A, *B, *C;
+        uint16_t *A16, *B16;
+        operand(size_a(s), &A, &A16);
+        operand(size_b(s), &B, &B16);
+        C = gpu_alloc(sizeof(float) * size_c(s));
+        int *rows = malloc(sizeof(int) * (s->G + 1)), R = s->form == GROUPED_DW ? s->K : s->M;
+        for (int g = 0; g <= s->G; g++) rows[g] = (int)((long)R * g / s->G);
+        setenv("MESHMOE_GROUPED16", "cublas", 1);   // cuBLAS alone: its grouped call, else a call a group
+        const char *why;
+        gpu_matmul_use_cublas(2, &why);
+        float *rc = result(s, 1, A, B, A16, B16, C, rows), *rk = result(s, 3, A, B, A16, B16, C, rows);
+        double d = apart(rc, rk, size_c(s));
+        free(rc); free(rk);
+        double c = time_ms(s, 1, reps, A, B, A16, B16, C, NULL, rows);
+        double k = time_ms(s, 3, reps, A, B, A16, B16, C, NULL, rows);
+        unsetenv("MESHMOE_GROUPED16");
+        gpu_matmul_use_cublas(2, &why);
+        double flops = 2.0 * s->M * s->N * s->K;
+        char dims[64], cc[48], kc[48], ratio[16];
+        snprintf(dims, sizeof dims, s->G > 1 ? "%d x %d x %d (%d groups)" : "%d x %d x %d", s->M, s->N, s->K, s->G);
+        cell(cc, sizeof cc, c, flops);
+        cell(kc, sizeof kc, k, flops);
+        snprintf(ratio, sizeof ratio, c > 0 ? "%.2f" : "-", c > 0 ? k / c : 0.0);
+        printf("| %s | %s | %s | %s | %s | %s | %.1e |\n", s->what, forms[s->form], dims, cc, kc, ratio, d);
+        fflush(stdout);
+        free(rows);
+        gpu_free(A); gpu_free(B); gpu_free(A16); gpu_free(B16); gpu_free(C);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -208,6 +266,7 @@ int main(int argc, char **argv) {
         free(rows);
         gpu_free(A); gpu_free(B); gpu_free(A16); gpu_free(B16); gpu_free(C); gpu_free(P);
     }
+    own_kernel_table(shapes, n, reps);
     backend_cuda.sync();
     if (wsp) { gpu_matmul_set_workspace(NULL, 0); gpu_free(wsp); }
     gpu_matmul_use_cublas(0, &why);
