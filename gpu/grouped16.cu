@@ -1,16 +1,19 @@
-// gpu/grouped16.cu: the experts' grouped products on bf16 storage by a kernel of our own, on
-// tensor cores (nvcuda::wmma: 16 x 16 x 16 tiles, bf16 operands, float32 sums), for a cuBLAS
-// whose grouped call refuses them: cuBLAS 13.0's cublasGemmGroupedBatchedEx takes bf16
-// operands only with a bf16 result, and these products' results are float32 (a sum of
-// leaves, an input gradient added onto others). Without it each expert's product is a call
-// of its own (deepseek-medium: 64 small products where one launch could run them all).
+// gpu/grouped16.cu: the experts' grouped products in bf16 by a kernel of our own, on tensor
+// cores (nvcuda::wmma: 16 x 16 x 16 tiles, bf16 operands, float32 sums), where cuBLAS's grouped
+// call refuses them: cuBLAS 13.0's cublasGemmGroupedBatchedEx takes bf16 operands only with a
+// bf16 result (these products' results are float32: a sum of leaves, an input gradient added
+// onto others), and float32 operands not with CUBLAS_COMPUTE_32F_FAST_16BF (only in tf32, at
+// half the rate). Without it the 16-bit products went a call per expert (deepseek-medium: 64
+// small products where one launch could run them all) and the float32 ones ran in tf32.
 //
 // One launch runs every group's products: the output of each group is cut into tiles of
 // BM x BN, and block b computes the b-th tile of the list (group by group, row of tiles by
 // row of tiles), so all the experts' tiles fill the GPU at once. A block's 8 warps each hold
 // 64 x 32 of the tile's sums in registers (4 x 2 fragments); the operands come through
 // shared memory BK of the contraction at a time, two buffers, the next slice loaded into
-// registers while the warps multiply the present one.
+// registers while the warps multiply the present one. Operands stored as float32 (holding
+// bf16 values, as the layers give them in bf16 mode) become bf16 on their way to shared
+// memory, exactly.
 //
 // The two forms (gpu/grouped16.h): rows, C_g = A_g @ op(B_g) on each group's rows (A and C
 // packed by rows, B one (K,N) or (N,K) matrix per group), and dw, dw_g = inp_g^T @ dout_g over
@@ -45,9 +48,10 @@ struct Parts {
     int n, tile[MAX_PARTS + 1], g[MAX_PARTS], r0[MAX_PARTS], len[MAX_PARTS];
 };
 
-// One product as a block sees it: C (M,N) (+)= op(A) (M,K) @ op(B) (K,N), row strides as stored.
-struct Product {
-    const bf16 *A, *B;
+// One product as a block sees it: C (M,N) (+)= op(A) (M,K) @ op(B) (K,N), row strides as stored;
+// A and B stored as T: bf16, or float32 (converted to bf16 on their way to shared memory).
+template <class T> struct Product {
+    const T *A, *B;
     float *C;
     int M, N, K, lda, ldb, ldc;
 };
@@ -60,27 +64,40 @@ struct Shape {
 };
 
 // Part i's product.
-__device__ static Product product_of(const Parts &p, int i, const Shape &s, const bf16 *A, const bf16 *B, float *C) {
+template <class T>
+__device__ static Product<T> product_of(const Parts &p, int i, const Shape &s, const T *A, const T *B, float *C) {
     size_t r0 = (size_t)p.r0[i], g = (size_t)p.g[i];
-    if (s.dw) return Product{A + r0 * s.N1, B + r0 * s.N2, C + g * s.N1 * s.N2, s.N1, s.N2, p.len[i], s.N1, s.N2, s.N2};
-    return Product{A + r0 * s.K, B + g * s.K * s.N1, C + r0 * s.N1, p.len[i], s.N1, s.K, s.K, s.transB ? s.K : s.N1,
-                   s.N1};
+    if (s.dw)
+        return Product<T>{A + r0 * s.N1, B + r0 * s.N2, C + g * s.N1 * s.N2, s.N1, s.N2, p.len[i], s.N1, s.N2, s.N2};
+    return Product<T>{A + r0 * s.K, B + g * s.K * s.N1, C + r0 * s.N1, p.len[i], s.N1, s.K, s.K, s.transB ? s.K : s.N1,
+                      s.N1};
 }
 
 // The piece of 8 values that this thread moves for piece c (0 .. 511) of a slice of `rows` x
 // `width` values of a row-major matrix (row stride ld, rows_valid x cols_valid of it exist)
-// starting at (row0, col0): a 16-byte load where the 8 lie inside and are aligned, else one
-// value at a time, zeros outside.
-__device__ static uint4 load_piece(const bf16 *src, int ld, int row0, int col0, int rows_valid, int cols_valid,
-                                   int width, int c) {
-    int r = row0 + c / (width / 8), col = col0 + c % (width / 8) * 8;
-    const bf16 *p = src + (size_t)r * ld + col;
-    if (r < rows_valid && col + 8 <= cols_valid && (uintptr_t)p % 16 == 0) return *(const uint4 *)p;
+// starting at (row0, col0), as bf16: 16 bytes at once where the 8 lie inside and are aligned
+// (32, two loads, for float32), else one value at a time, zeros outside. A float32 value is
+// rounded to bf16 (nearest even), exact for the bf16 values the layers give in bf16 mode, as
+// cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF converts them.
+__device__ static uint16_t bits_of(bf16 x) { return *(const uint16_t *)&x; }
+__device__ static uint16_t bits_of(float x) { return bits_of(__float2bfloat16(x)); }
+__device__ static uint4 whole_piece(const bf16 *p) { return *(const uint4 *)p; }
+__device__ static uint4 whole_piece(const float *p) {
+    float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     union { uint4 v; uint16_t h[8]; } u;
-    for (int j = 0; j < 8; j++) {
-        bf16 x = r < rows_valid && col + j < cols_valid ? p[j] : __float2bfloat16(0.0f);
-        u.h[j] = *(const uint16_t *)&x;
-    }
+    for (int j = 0; j < 8; j++) u.h[j] = bits_of(f[j]);
+    return u.v;
+}
+template <class T>
+__device__ static uint4 load_piece(const T *src, int ld, int row0, int col0, int rows_valid, int cols_valid, int width,
+                                   int c) {
+    int r = row0 + c / (width / 8), col = col0 + c % (width / 8) * 8;
+    const T *p = src + (size_t)r * ld + col;
+    if (r < rows_valid && col + 8 <= cols_valid && (uintptr_t)p % 16 == 0)
+        return whole_piece(p);
+    union { uint4 v; uint16_t h[8]; } u;
+    for (int j = 0; j < 8; j++) u.h[j] = r < rows_valid && col + j < cols_valid ? bits_of(p[j]) : 0;   // (0: +0.0)
     return u.v;
 }
 
@@ -89,12 +106,14 @@ __device__ static uint4 load_piece(const bf16 *src, int ld, int row0, int col0, 
 // A is read transposed (TA), (BK,BM); B (BK,BN) or, TB, (BN,BK).
 template <bool TA, bool TB> struct Slices {
     uint4 a[2], b[2];
-    __device__ void load(const Product &q, int m0, int n0, int k0) {
+    template <class T> __device__ void load(const Product<T> &q, int m0, int n0, int k0) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             int c = threadIdx.x + i * THREADS;
-            a[i] = TA ? load_piece(q.A, q.lda, k0, m0, q.K, q.M, BM, c) : load_piece(q.A, q.lda, m0, k0, q.M, q.K, BK, c);
-            b[i] = TB ? load_piece(q.B, q.ldb, n0, k0, q.N, q.K, BK, c) : load_piece(q.B, q.ldb, k0, n0, q.K, q.N, BN, c);
+            a[i] = TA ? load_piece(q.A, q.lda, k0, m0, q.K, q.M, BM, c)    // A^T's slice: (BK,BM) as stored
+                      : load_piece(q.A, q.lda, m0, k0, q.M, q.K, BK, c);   // (BM,BK)
+            b[i] = TB ? load_piece(q.B, q.ldb, n0, k0, q.N, q.K, BK, c)    // B^T's slice: (BN,BK) as stored
+                      : load_piece(q.B, q.ldb, k0, n0, q.K, q.N, BN, c);   // (BK,BN)
         }
     }
     __device__ void store(bf16 *sa, bf16 *sb) const {
@@ -123,12 +142,14 @@ __device__ static void multiply(Acc (&acc)[4][2], const bf16 *sa, const bf16 *sb
 #pragma unroll
         for (int i = 0; i < 4; i++) {   // op(A)'s rows wm+16i .., columns kk ..
             int m = wm + 16 * i;
-            wmma::load_matrix_sync(fa[i], TA ? sa + kk * (BM + PAD) + m : sa + m * (BK + PAD) + kk, TA ? BM + PAD : BK + PAD);
+            const bf16 *a = TA ? sa + kk * (BM + PAD) + m : sa + m * (BK + PAD) + kk;
+            wmma::load_matrix_sync(fa[i], a, TA ? BM + PAD : BK + PAD);
         }
 #pragma unroll
         for (int j = 0; j < 2; j++) {   // op(B)'s rows kk .., columns wn+16j ..
             int n = wn + 16 * j;
-            wmma::load_matrix_sync(fb[j], TB ? sb + n * (BK + PAD) + kk : sb + kk * (BN + PAD) + n, TB ? BK + PAD : BN + PAD);
+            const bf16 *b = TB ? sb + n * (BK + PAD) + kk : sb + kk * (BN + PAD) + n;
+            wmma::load_matrix_sync(fb[j], b, TB ? BK + PAD : BN + PAD);
         }
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -141,7 +162,9 @@ __device__ static void multiply(Acc (&acc)[4][2], const bf16 *sa, const bf16 *sb
 // registers (the old values read into them first when accumulate); a fragment over C's edge
 // through the warp's 16 x 16 floats of shared memory, element by element, only those inside
 // C. Every warp meets the same warp barriers whichever way its fragments go.
-__device__ static void write_tile(Acc (&acc)[4][2], const Product &q, int m0, int n0, int accumulate, float *scratch) {
+template <class T>
+__device__ static void write_tile(Acc (&acc)[4][2], const Product<T> &q, int m0, int n0, int accumulate,
+                                 float *scratch) {
     int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     int wm = m0 + warp / 4 * WM, wn = n0 + warp % 4 * WN;
     float *s = scratch + warp * 256;
@@ -172,13 +195,13 @@ __device__ static void write_tile(Acc (&acc)[4][2], const Product &q, int m0, in
 }
 
 // One block: tile blockIdx.x of the launch's list.
-template <bool TA, bool TB>
+template <bool TA, bool TB, class T>
 __global__ static void __launch_bounds__(THREADS, 2)
-grouped16_kernel(Parts p, Shape s, const bf16 *A, const bf16 *B, float *C, int accumulate) {
+grouped16_kernel(Parts p, Shape s, const T *A, const T *B, float *C, int accumulate) {
     GPU_SHARED(bf16, smem);   // two slices of A, then two of B
     int t = blockIdx.x, i = 0;
     while (t >= p.tile[i + 1]) i++;   // (at most MAX_PARTS steps, the same for the whole block)
-    Product q = product_of(p, i, s, A, B, C);
+    Product<T> q = product_of(p, i, s, A, B, C);
     int tiles_n = (q.N + BN - 1) / BN, m0 = (t - p.tile[i]) / tiles_n * BM, n0 = (t - p.tile[i]) % tiles_n * BN;
     int warp = threadIdx.x / WARP_SIZE;
     Acc acc[4][2];
@@ -203,19 +226,22 @@ grouped16_kernel(Parts p, Shape s, const bf16 *A, const bf16 *B, float *C, int a
 }
 
 // The launch of up to MAX_PARTS parts through the kernel of their orientation.
-static void launch(const Parts &p, const Shape &s, const uint16_t *A, const uint16_t *B, float *C, int accumulate) {
+template <class T>
+static void launch(const Parts &p, const Shape &s, const T *a, const T *b, float *C, int accumulate) {
     size_t smem = sizeof(bf16) * 4 * SLICE;   // 40 KiB: no opt-in beyond 48
-    static_assert(sizeof(bf16) * 4 * SLICE >= sizeof(float) * 256 * (THREADS / WARP_SIZE), "the edge tiles' scratch fits");
-    const bf16 *a = (const bf16 *)A, *b = (const bf16 *)B;
-    if (s.dw) GPU_LAUNCH((grouped16_kernel<true, false>), p.tile[p.n], THREADS, smem)(p, s, a, b, C, accumulate);
-    else if (s.transB) GPU_LAUNCH((grouped16_kernel<false, true>), p.tile[p.n], THREADS, smem)(p, s, a, b, C, accumulate);
-    else GPU_LAUNCH((grouped16_kernel<false, false>), p.tile[p.n], THREADS, smem)(p, s, a, b, C, accumulate);
+    static_assert(sizeof(bf16) * 4 * SLICE >= sizeof(float) * 256 * (THREADS / WARP_SIZE),
+                  "the edge tiles' scratch fits");
+    int tiles = p.tile[p.n];
+    if (s.dw) GPU_LAUNCH((grouped16_kernel<true, false, T>), tiles, THREADS, smem)(p, s, a, b, C, accumulate);
+    else if (s.transB) GPU_LAUNCH((grouped16_kernel<false, true, T>), tiles, THREADS, smem)(p, s, a, b, C, accumulate);
+    else GPU_LAUNCH((grouped16_kernel<false, false, T>), tiles, THREADS, smem)(p, s, a, b, C, accumulate);
     GPU_CHECK_LAUNCH();
 }
 
 // Every group with rows (r0 = first[g], len = first[g+1] - first[g] where first is strided
 // by `stride`), its output tiles_m x tiles_n tiles, MAX_PARTS groups a launch.
-static void run(const int *first, size_t stride, int G, const Shape &s, const uint16_t *A, const uint16_t *B, float *C,
+template <class T>
+static void run(const int *first, size_t stride, int G, const Shape &s, const T *A, const T *B, float *C,
                 int accumulate) {
     Parts p;
     p.n = 0;
@@ -231,23 +257,45 @@ static void run(const int *first, size_t stride, int G, const Shape &s, const ui
     if (p.n) launch(p, s, A, B, C, accumulate);
 }
 
-int rows_grouped16_tc(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                      int accumulate) {
+// The rows form on operands stored as bf16 (fp32 0) or float32 (fp32 1).
+static int rows_form(int transB, const int *rows, int G, int N, int K, const void *A, const void *B, float *C,
+                     int accumulate, int fp32) {
     if (N == 0) return 1;
     if (K == 0) return 0;   // a product over nothing: the loop's (zeros, or nothing added)
     Shape s = {0, N, 0, K, transB};
-    run(rows, 1, G, s, A, B, C, accumulate);
+    if (fp32) run(rows, 1, G, s, (const float *)A, (const float *)B, C, accumulate);
+    else run(rows, 1, G, s, (const bf16 *)A, (const bf16 *)B, C, accumulate);
     return 1;
 }
 
-int dw_grouped16_tc(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout, float *dw,
-                    int accumulate) {
+static int dw_form(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
+                   int accumulate, int fp32) {
     if (C == 0 || OC == 0) return 1;
     Shape s = {1, C, OC, 0, 0};
-    run(off, (size_t)n, G, s, inp, dout, dw, accumulate);
+    if (fp32) run(off, (size_t)n, G, s, (const float *)inp, (const float *)dout, dw, accumulate);
+    else run(off, (size_t)n, G, s, (const bf16 *)inp, (const bf16 *)dout, dw, accumulate);
     return 1;
+}
+
+int rows_grouped16_tc(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
+                      int accumulate) {
+    return rows_form(transB, rows, G, N, K, A, B, C, accumulate, 0);
+}
+int dw_grouped16_tc(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout, float *dw,
+                    int accumulate) {
+    return dw_form(off, n, G, C, OC, inp, dout, dw, accumulate, 0);
+}
+int rows_grouped_bf16_tc(int transB, const int *rows, int G, int N, int K, const float *A, const float *B, float *C,
+                         int accumulate) {
+    return rows_form(transB, rows, G, N, K, A, B, C, accumulate, 1);
+}
+int dw_grouped_bf16_tc(const int *off, int n, int G, int C, int OC, const float *inp, const float *dout, float *dw,
+                       int accumulate) {
+    return dw_form(off, n, G, C, OC, inp, dout, dw, accumulate, 1);
 }
 #else
 int rows_grouped16_tc(int, const int *, int, int, int, const uint16_t *, const uint16_t *, float *, int) { return 0; }
 int dw_grouped16_tc(const int *, int, int, int, int, const uint16_t *, const uint16_t *, float *, int) { return 0; }
+int rows_grouped_bf16_tc(int, const int *, int, int, int, const float *, const float *, float *, int) { return 0; }
+int dw_grouped_bf16_tc(const int *, int, int, int, int, const float *, const float *, float *, int) { return 0; }
 #endif

@@ -29,6 +29,7 @@
 #include "gpu/matmul_cublas.h"   // what gpu/matmul16.cu calls
 #include "kernels/piece_tree.h"   // the chunked product as separate products
 #include "kernels/grouped_loop.h" // the experts' grouped products, a call per expert
+#include "gpu/grouped16.h"          // the experts' grouped products in bf16 by the own kernel
 #if GPU_HAVE_CUBLAS
 #include <string.h>
 #if defined(GPU_EMULATE)
@@ -136,9 +137,15 @@ static int check_bf16 = 0;   // read at start-up, with gpu_matmul=cublas_bf16
 // convert both operands with to_bf16_kernel first and multiply bf16 copies.
 static int fast_bf16 = 0;
 
-// How the experts' products on bf16 storage go under cuBLAS (MESHMOE_GROUPED16, read at
-// start-up; gpu/matmul_cublas.h): GROUPED16_AUTO, GROUPED16_KERNEL or GROUPED16_CUBLAS.
-static int grouped16_way = GROUPED16_AUTO;
+// How the experts' grouped products in bf16 go under cuBLAS (on bf16 storage, and on float32
+// operands under cublas_bf16), MESHMOE_GROUPED at start-up: cuBLAS's grouped call, and where
+// it refuses them in bf16 (cuBLAS 13.0 takes bf16 operands there only with a bf16 result, and
+// float32 ones only in tf32) the backend's own tensor-core kernel, gpu/grouped16.cu (auto, the
+// default); that kernel always (kernel); cuBLAS alone, its grouped call (in tf32 where bf16 is
+// refused) or else a call per group (cublas). tests/products_gpu.c times the kernel against
+// cuBLAS alone, and make bench-gpu trains with MESHMOE_GROUPED=cublas beside the default.
+enum { GROUPED_AUTO, GROUPED_KERNEL, GROUPED_CUBLAS };
+static int grouped_way = GROUPED_AUTO;
 __device__ unsigned long long bf16_converted, bf16_inexact;
 
 // One operand as stored: rows of `cols` floats, `ld` apart (a piece of a wider matrix has ld > cols).
@@ -289,7 +296,8 @@ static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, c
     int kind = type == CUDA_R_16BF ? WAYS_STORED_BF16 : use_cublas == 2 ? WAYS_FAST_BF16 : WAYS_F32;
     if (!cublas.gemm_grouped || (kind == WAYS_FAST_BF16 && !fast_bf16)) return 0;
     const cublasComputeType_t *ways = kind == WAYS_FAST_BF16 ? bf16_ways : f32_ways;
-    int nways = kind == WAYS_FAST_BF16 ? 2 : 1, *w = &way[kind];
+    // tf32 only for cuBLAS alone: by default the own kernel takes what cuBLAS refuses in bf16
+    int nways = kind == WAYS_FAST_BF16 && grouped_way == GROUPED_CUBLAS ? 2 : 1, *w = &way[kind];
     for (int p0 = 0; p0 < np; p0 += PARTS_PER_CALL) {
         int n = np - p0 < PARTS_PER_CALL ? np - p0 : PARTS_PER_CALL;
         for (;;) {
@@ -299,8 +307,9 @@ static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, c
             if (st == CUBLAS_STATUS_SUCCESS) break;
             // Only the first call may be refused (a later one takes what the first took).
             if (p0 > 0 || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)) CUBLAS_CHECK(st);
-            const char *then = kind == WAYS_STORED_BF16 ? ": the experts' 16-bit products go to gpu/grouped16.cu's kernel"
-                                                        : ": the experts' products go one call each";
+            const char *then = kind != WAYS_F32 && grouped_way != GROUPED_CUBLAS
+                                   ? ": the experts' products go to gpu/grouped16.cu's kernel"
+                                   : ": the experts' products go one call each";
             fprintf(stderr, "meshmoe: cuBLAS's grouped product refused compute type %d (status %d)%s\n", (int)ways[*w],
                     (int)st, *w + 1 < nways ? ", trying the next" : then);
             (*w)++;
@@ -339,13 +348,13 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
         exit(1);
     }
     fast_bf16 = use_cublas == 2 && !check_bf16 && !(how && !strcmp(how, "convert"));
-    const char *grouped = getenv("MESHMOE_GROUPED16");
+    const char *grouped = getenv("MESHMOE_GROUPED");
     static const char *const grouped_ways[] = {"auto", "kernel", "cublas"};
-    grouped16_way = GROUPED16_AUTO;
+    grouped_way = GROUPED_AUTO;
     for (int i = 0; grouped && i < 3; i++)
-        if (!strcmp(grouped, grouped_ways[i])) grouped16_way = i;
-    if (grouped && strcmp(grouped, grouped_ways[grouped16_way])) {
-        fprintf(stderr, "meshmoe: MESHMOE_GROUPED16 is 'auto' (the default), 'kernel' or 'cublas', not '%s'\n",
+        if (!strcmp(grouped, grouped_ways[i])) grouped_way = i;
+    if (grouped && strcmp(grouped, grouped_ways[grouped_way])) {
+        fprintf(stderr, "meshmoe: MESHMOE_GROUPED is 'auto' (the default), 'kernel' or 'cublas', not '%s'\n",
                 grouped);
         exit(1);
     }
@@ -489,13 +498,34 @@ static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *
 // a group, as above), else a call of the plain kernel per group (kernels/grouped_loop.h), whose
 // bits are the CPU's.
 #if GPU_HAVE_CUBLAS
+// 1 when the grouped products go in bf16 (operands stored so, or converted as cuBLAS's
+// FAST_16BF would, not counted one by one by MESHMOE_CHECK_BF16), so that the own kernel may take them.
+static int grouped_in_bf16(int bf16_stored) { return bf16_stored || (use_cublas == 2 && fast_bf16); }
+
+// The own kernel (gpu/grouped16.cu) on the operands as stored: bf16, or float32 holding bf16 values.
+static int rows_grouped_tc(int transB, const int *rows, int G, int N, int K, const void *A, const void *B, float *C,
+                           int accumulate, int bf16_stored) {
+    if (bf16_stored)
+        return rows_grouped16_tc(transB, rows, G, N, K, (const uint16_t *)A, (const uint16_t *)B, C, accumulate);
+    return rows_grouped_bf16_tc(transB, rows, G, N, K, (const float *)A, (const float *)B, C, accumulate);
+}
+static int dw_grouped_tc(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
+                         int accumulate, int bf16_stored) {
+    if (bf16_stored)
+        return dw_grouped16_tc(off, n, G, C, OC, (const uint16_t *)inp, (const uint16_t *)dout, dw, accumulate);
+    return dw_grouped_bf16_tc(off, n, G, C, OC, (const float *)inp, (const float *)dout, dw, accumulate);
+}
+
 // Under cuBLAS, C_g (n_g,N) = A_g (n_g,K) @ op(B_g) (+ C_g when accumulate) on each group's rows
 // in grouped calls: A (R,K) and C (R,N) packed, B_g the g-th of G stacked (K,N), or (N,K) when
-// transB, A and B float32, or bf16 when bf16_stored; 0 when not done (not cuBLAS, or no
-// grouped call for it: the caller loops).
+// transB, A and B float32, or bf16 when bf16_stored; cuBLAS's call or the own kernel as
+// MESHMOE_GROUPED says; 0 when not done (not cuBLAS, or neither takes it: the caller loops).
 static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K, const void *A, const void *B,
                                float *C, int accumulate, int bf16_stored) {
     if (!use_cublas) return 0;
+    int own = grouped_in_bf16(bf16_stored) && grouped_way != GROUPED_CUBLAS;
+    if (own && grouped_way == GROUPED_KERNEL)
+        return rows_grouped_tc(transB, rows, G, N, K, A, B, C, accumulate, bf16_stored);
     Part *pt = parts_for(G);
     int np = 0;
     for (int g = 0; g < G; g++)
@@ -504,14 +534,18 @@ static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K,
     int done = gemm_grouped_cublas(0, transB, pt, np, A, K, B, transB ? K : N, C, N, accumulate,
                                    bf16_stored ? CUDA_R_16BF : CUDA_R_32F);
     free(pt);
-    return done;
+    return done || (own && rows_grouped_tc(transB, rows, G, N, K, A, B, C, accumulate, bf16_stored));
 }
 
 // Under cuBLAS as matmul_backward_dw_leaves: a group's leaves one product over its rows, dw_g
-// (C,OC) = inp_g^T @ dout_g (+= when accumulate), the groups in grouped calls; 0 when not done.
+// (C,OC) = inp_g^T @ dout_g (+= when accumulate), the groups in grouped calls or the own
+// kernel; 0 when not done.
 static int dw_grouped_cublas(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
                              int accumulate, int bf16_stored) {
     if (!use_cublas) return 0;
+    int own = grouped_in_bf16(bf16_stored) && grouped_way != GROUPED_CUBLAS;
+    if (own && grouped_way == GROUPED_KERNEL)
+        return dw_grouped_tc(off, n, G, C, OC, inp, dout, dw, accumulate, bf16_stored);
     Part *pt = parts_for(G);
     int np = 0;
     for (int g = 0; g < G; g++) {
@@ -521,12 +555,11 @@ static int dw_grouped_cublas(const int *off, int n, int G, int C, int OC, const 
     int done = gemm_grouped_cublas(1, 0, pt, np, inp, C, dout, OC, dw, OC, accumulate,
                                    bf16_stored ? CUDA_R_16BF : CUDA_R_32F);
     free(pt);
-    return done;
+    return done || (own && dw_grouped_tc(off, n, G, C, OC, inp, dout, dw, accumulate, bf16_stored));
 }
 
 // ---- What gpu/matmul16.cu calls (gpu/matmul_cublas.h): the same cuBLAS calls on bf16 storage.
 int gpu_matmul_mode(void) { return use_cublas; }
-int gpu_grouped16_way(void) { return grouped16_way; }
 
 void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                    int accumulate, float *C, int ldc) {

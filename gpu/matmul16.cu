@@ -14,7 +14,6 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 #include "gpu/matmul_cublas.h"
-#include "gpu/grouped16.h"          // the grouped products' own kernel, where cuBLAS refuses them
 #include "kernels/grouped_loop.h"   // the grouped products a group at a time
 
 #if GPU_HOST_PASS
@@ -97,31 +96,17 @@ static void matmul_backward_dw_leaves(float *dw, const uint16_t *inp, const uint
     release(x); release(d);
 }
 
-// ---- The experts' grouped products: under cuBLAS in grouped calls (MESHMOE_GROUPED16,
-// gpu/matmul_cublas.h: cuBLAS's, or where it refuses them the backend's own tensor-core kernel,
-// gpu/grouped16.cu), else (the ordered GEMM, or cuBLAS alone refusing) a group at a time
-// through the kernels above.
+// ---- The experts' grouped products: under cuBLAS in grouped calls (cuBLAS's, or where it
+// refuses them the backend's own tensor-core kernel: MESHMOE_GROUPED, gpu/matmul_cublas.h),
+// else (the ordered GEMM, or cuBLAS alone refusing) a group at a time through the kernels above.
 #if GPU_HAVE_CUBLAS
-// Which ways a grouped product may take: cuBLAS's grouped call (bit 1), the own kernel (bit 2);
-// none where cuBLAS was not chosen.
-static int grouped_ways(void) {
-    int way = gpu_grouped16_way();
-    if (gpu_matmul_mode() == 0) return 0;
-    return (way != GROUPED16_KERNEL ? 1 : 0) | (way != GROUPED16_CUBLAS ? 2 : 0);
-}
-
 static int grouped_rows_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B,
                                float *C, int accumulate) {
-    int ways = grouped_ways();
-    return ((ways & 1) && rows_grouped16_cublas(transB, rows, G, N, K, A, B, C, accumulate)) ||
-           ((ways & 2) && rows_grouped16_tc(transB, rows, G, N, K, A, B, C, accumulate));
+    return rows_grouped16_cublas(transB, rows, G, N, K, A, B, C, accumulate);   // (0 unless cuBLAS)
 }
-
 static int grouped_dw_cublas(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout,
                              float *dw, int accumulate) {
-    int ways = grouped_ways();
-    return ((ways & 1) && dw_grouped16_cublas(off, n, G, C, OC, inp, dout, dw, accumulate)) ||
-           ((ways & 2) && dw_grouped16_tc(off, n, G, C, OC, inp, dout, dw, accumulate));
+    return dw_grouped16_cublas(off, n, G, C, OC, inp, dout, dw, accumulate);
 }
 #else
 static int grouped_rows_cublas(int, const int *, int, int, int, const uint16_t *, const uint16_t *, float *, int) {

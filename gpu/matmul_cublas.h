@@ -10,24 +10,19 @@
 int gpu_matmul_mode(void);
 
 #if GPU_HAVE_CUBLAS
-// How the experts' products on bf16 storage go under cuBLAS, MESHMOE_GROUPED16 at start-up:
-// cuBLAS's grouped call, and where it refuses them (cuBLAS 13.0 takes bf16 operands there only
-// with a bf16 result) the backend's own tensor-core kernel, gpu/grouped16.cu (auto, the
-// default); that kernel always (kernel); cuBLAS alone, its grouped call or else a call per
-// group (cublas). tests/products_gpu.c times the kernel against cuBLAS alone.
-enum { GROUPED16_AUTO, GROUPED16_KERNEL, GROUPED16_CUBLAS };
-int gpu_grouped16_way(void);
 
 // C (M,N) = op(A) (M,K) @ op(B) (K,N), or C += ... when accumulate; A and B bf16 as stored,
 // the products on tensor cores (cublasGemmEx, CUDA_R_16BF operands, CUBLAS_COMPUTE_32F: each
 // product of two bf16 values exact, the sums float32 in cuBLAS's order). Mode 1 or 2 only.
 void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                    int accumulate, float *C, int ldc);
-// The experts' products in grouped calls (cublasGemmGroupedBatchedEx) on bf16 storage:
+// The experts' products in grouped calls (cublasGemmGroupedBatchedEx, or the own kernel as
+// MESHMOE_GROUPED says) on bf16 storage:
 // C_g (n_g,N) = A_g (n_g,K) @ op(B_g) (+= when accumulate) on group g's rows (rows: G+1 host
 // ints; A (R,K) and C (R,N) packed; B (G,K,N), or (G,N,K) when transB); and dw_g (C,OC) =
 // inp_g^T @ dout_g over group g's rows off[g*n] .. off[g*n+n] (+= when accumulate). 0 when not
-// done (a cuBLAS without the grouped call, or none it accepts): the caller then loops.
+// done (a cuBLAS without the grouped call, or none it accepts and not the own kernel): the
+// caller then loops.
 int rows_grouped16_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B,
                           float *C, int accumulate);
 int dw_grouped16_cublas(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout,

@@ -11,6 +11,10 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
   meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
                  cuBLAS call for all the experts, or a call per expert), first of the variants
+  meshmoe, MESHMOE_GROUPED=cublas  the experts' grouped products by cuBLAS alone (in tf32 where
+                 its grouped call refuses bf16), where the default takes what cuBLAS refuses in
+                 bf16 to the backend's own tensor-core kernel (gpu/grouped16.cu); for the
+                 presets with megablox=true, second of the variants
   meshmoe, MESHMOE_ATTN_SCORES=smem  the tensor-core attention's kernels with their scores
                  through shared memory (the default keeps them in registers), when there is time
   meshmoe, MESHMOE_WEIGHTS16=1, profile=true  the weights' bf16 copy stored as 16-bit numbers, the products
@@ -215,13 +219,18 @@ TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
 SCORES_SMEM = "meshmoe, MESHMOE_ATTN_SCORES=smem"  # attention's scores through shared memory (gpu/attn_mma.cu)
 WEIGHTS16 = "meshmoe, MESHMOE_WEIGHTS16=1, profile=true"  # the weights' copy as 16-bit numbers (model/weights16.h)
+GROUPED_CUBLAS = "meshmoe, MESHMOE_GROUPED=cublas"  # the experts' grouped products by cuBLAS alone (gpu/matmul.cu)
+
+
+def megablox_on(preset):
+    """The preset's megablox (false unless it says true)."""
+    with open(f"configs/{preset}.yml") as f:
+        return re.search(r"^megablox:\s*true\s*$", f.read(), re.M) is not None
 
 
 def megablox_flipped(preset):
-    """The megablox=... argument that flips the preset's value (false unless it says true)."""
-    with open(f"configs/{preset}.yml") as f:
-        on = re.search(r"^megablox:\s*true\s*$", f.read(), re.M) is not None
-    return f"megablox={'false' if on else 'true'}"
+    """The megablox=... argument that flips the preset's value."""
+    return f"megablox={'false' if megablox_on(preset) else 'true'}"
 
 
 def main():
@@ -250,6 +259,9 @@ def main():
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
         for preset in PRESETS:
+            results[preset][GROUPED_CUBLAS] = (meshmoe(preset, env={"MESHMOE_GROUPED": "cublas"}) if megablox_on(preset)
+                                               else {"why": "not run: no grouped products (megablox=false)"})
+        for preset in PRESETS:
             results[preset][SCORES_SMEM] = meshmoe(preset, env={"MESHMOE_ATTN_SCORES": "smem"})
         for preset in PRESETS:
             results[preset][WEIGHTS16] = meshmoe(preset, ("profile=true",), env={"MESHMOE_WEIGHTS16": "1"})
@@ -268,8 +280,8 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, SCORES_SMEM, WEIGHTS16, CONVERT,
-                       TILES, "meshmoe, ordered GEMM"):
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, GROUPED_CUBLAS, SCORES_SMEM,
+                       WEIGHTS16, CONVERT, TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "

@@ -24,7 +24,7 @@ typedef struct {
     const int *rows;
     int *off;   // G*nl+1: each group's nl leaves (G_DW)
     int b16;    // 1: the 16-bit twin, its operands X and Y as bf16 bits
-    const char *way;   // the 16-bit twin under cuBLAS: MESHMOE_GROUPED16 (NULL: the default)
+    const char *way;   // under cuBLAS: MESHMOE_GROUPED (NULL: the default)
 } Case;
 
 // The floats of the first operand X, the second Y and the result Z.
@@ -108,12 +108,12 @@ static void run_case(const Case *k, int mode) {
     char shape[128];
     snprintf(shape, sizeof shape, "%s%s%s%s G=%d rows=%d C=%d OC=%d acc=%d transB=%d chunks=%d leaves=%d",
              k->b16 ? "16-bit operands " : "", mode == 2 ? "cublas_bf16" : mode == 1 ? "cublas" : "",
-             k->way ? " MESHMOE_GROUPED16=" : "", k->way ? k->way : "", k->G, k->rows[k->G], k->C, k->OC, k->acc,
+             k->way ? " MESHMOE_GROUPED=" : "", k->way ? k->way : "", k->G, k->rows[k->G], k->C, k->OC, k->acc,
              k->tb, k->chunks, k->nl);
 #ifdef MESHMOE_CONFORMANCE_GPU
     const char *why = NULL;
-    if (k->way) setenv("MESHMOE_GROUPED16", k->way, 1);   // read by the start-up call below
-    else unsetenv("MESHMOE_GROUPED16");
+    if (k->way) setenv("MESHMOE_GROUPED", k->way, 1);   // read by the start-up call below
+    else unsetenv("MESHMOE_GROUPED");
     if (mode && !gpu_matmul_use_cublas(mode, &why)) {
         printf("  %s %s: SKIPPED (%s)\n", kind_names[k->kind], shape, why);
         mode = -1;
@@ -164,20 +164,20 @@ static int *leaf_offsets(const int *rows, int G, int nl) {
 }
 
 // Every kind on the groups `rows` (G+1) with widths C, OC, on the float32 kernels (b16 0) or
-// their 16-bit twins (1); under cuBLAS the 16-bit twins also by each of MESHMOE_GROUPED16's
-// ways (gpu/matmul_cublas.h), or (kernel_only) by the tensor-core kernel alone.
+// their 16-bit twins (1); where the products are bf16 under cuBLAS (cublas_bf16, or 16-bit
+// operands) also by each of MESHMOE_GROUPED's ways (gpu/matmul.cu), or (kernel_only) only
+// by the backend's own tensor-core kernel (gpu/grouped16.cu) and the backend's own products.
 static void grouped_cases(int b16, const int *rows, int G, int C, int OC, int kernel_only) {
     int nl = 3, *off = leaf_offsets(rows, G, nl);
     static const char *const ways[] = {NULL, "kernel", "cublas"};
-    int modes = 1, nways = 1;
+    int modes = 1;
 #ifdef MESHMOE_CONFORMANCE_GPU
-    modes = kernel_only ? 2 : 3;
-    nways = b16 ? 3 : 1;
+    modes = 3;
 #endif
     for (int mode = 0; mode < modes; mode++)
-        for (int w = 0; w < (mode ? nways : 1); w++) {
+        for (int w = 0; w < (mode == 2 || (mode && b16) ? 3 : 1); w++) {
             const char *way = ways[w];
-            if (mode && kernel_only && (!way || strcmp(way, "kernel"))) continue;
+            if (kernel_only && mode && (mode != 2 || !way || strcmp(way, "kernel"))) continue;
             for (int acc = 0; acc < 2; acc++) {
                 run_case(&(Case){G_FORWARD, G, C, OC, acc, 0, 0, 0, rows, NULL, b16, way}, mode);
                 run_case(&(Case){G_DW, G, C, OC, acc, 0, 0, nl, rows, off, b16, way}, mode);
@@ -196,7 +196,10 @@ static void grouped_cases(int b16, const int *rows, int G, int C, int OC, int ke
 // with widths of two and three tiles, each with a part tile.
 static const int small_rows[] = {0, 37, 37, 42, 106, 107, 127}, tile_rows[] = {0, 200, 200, 333};
 
-void test_grouped(void) { grouped_cases(0, small_rows, 6, 40, 56, 0); }
+void test_grouped(void) {
+    grouped_cases(0, small_rows, 6, 40, 56, 0);
+    grouped_cases(0, tile_rows, 3, 136, 264, 1);
+}
 void test_grouped16(void) {
     grouped_cases(1, small_rows, 6, 40, 56, 0);
     grouped_cases(1, tile_rows, 3, 136, 264, 1);

@@ -115,26 +115,32 @@ static void product(const Shape *s, int b16, const float *A, const float *B, con
     }
 }
 
-// The same product on bf16 storage by the backend's own tensor-core kernel (gpu/grouped16.cu):
-// each form as a grouped call, a dense product one group of all the rows.
-static void own_kernel(const Shape *s, const uint16_t *A16, const uint16_t *B16, float *C, const int *rows) {
+// The same product in bf16 by the backend's own tensor-core kernel (gpu/grouped16.cu), on the
+// operands stored as bf16 (fp32 0) or as float32 (1): each form as a grouped call, a dense
+// product one group of all the rows.
+static void own_kernel(const Shape *s, int fp32, const float *A, const float *B, const uint16_t *A16,
+                       const uint16_t *B16, float *C, const int *rows) {
     int all[2] = {0, s->form == DW || s->form == GROUPED_DW ? s->K : s->M}, G = s->G;
     const int *r = s->G > 1 ? rows : all;
-    if (s->form == FORWARD || s->form == GROUPED) rows_grouped16_tc(0, r, G, s->N, s->K, A16, B16, C, 0);
-    if (s->form == DINP || s->form == GROUPED_DINP) rows_grouped16_tc(1, r, G, s->N, s->K, A16, B16, C, 1);
-    if (s->form == DW || s->form == GROUPED_DW) dw_grouped16_tc(r, 1, G, s->M, s->N, A16, B16, C, 0);
+    int form = s->form == DINP || s->form == GROUPED_DINP ? DINP
+               : s->form == DW || s->form == GROUPED_DW   ? DW
+                                                          : FORWARD;
+    if (form == DW && fp32) dw_grouped_bf16_tc(r, 1, G, s->M, s->N, A, B, C, 0);
+    if (form == DW && !fp32) dw_grouped16_tc(r, 1, G, s->M, s->N, A16, B16, C, 0);
+    if (form != DW && fp32) rows_grouped_bf16_tc(form == DINP, r, G, s->N, s->K, A, B, C, form == DINP);
+    if (form != DW && !fp32) rows_grouped16_tc(form == DINP, r, G, s->N, s->K, A16, B16, C, form == DINP);
 }
 
 // Milliseconds a call takes, the mean of `reps` calls after one to warm up: the float32
-// product (which 0), the bf16 one (1), A packed into 16 bits (2), or the bf16 one by the own
-// kernel (3).
+// product (which 0), the bf16 one (1), A packed into 16 bits (2), or the own kernel on bf16
+// storage (3) or on the float32 operands (4).
 static double time_ms(const Shape *s, int which, int reps, const float *A, const float *B, const uint16_t *A16,
                       const uint16_t *B16, float *C, uint16_t *P, const int *rows) {
     void *t0 = NULL;
     for (int r = 0; r <= reps; r++) {
         if (r == 1) t0 = backend_cuda.mark();
         if (which == 2) backend_cuda.cast->pack_bf16(P, A, size_a(s));
-        else if (which == 3) own_kernel(s, A16, B16, C, rows);
+        else if (which >= 3) own_kernel(s, which == 4, A, B, A16, B16, C, rows);
         else product(s, which, A, B, A16, B16, C, rows);
     }
     double ms = backend_cuda.elapsed_ms(t0, backend_cuda.mark()) / reps;
@@ -147,7 +153,7 @@ static float *result(const Shape *s, int b16, const float *A, const float *B, co
                      float *C, const int *rows) {
     size_t nc = size_c(s);
     gpu_fill_bytes(C, 0, sizeof(float) * nc);
-    if (b16 == 3) own_kernel(s, A16, B16, C, rows);
+    if (b16 >= 3) own_kernel(s, b16 == 4, A, B, A16, B16, C, rows);
     else product(s, b16, A, B, A16, B16, C, rows);
     float *host = malloc(sizeof(float) * nc);
     if (!host) { fprintf(stderr, "products_gpu: out of host memory\n"); exit(1); }
@@ -174,16 +180,19 @@ static void cell(char *out, size_t size, double ms, double flops) {
     else snprintf(out, size, flops > 0 ? "- | -" : "-");
 }
 
-// The own kernel against cuBLAS on the same bf16 operands, shape by shape (those marked own):
-// a grouped form is what the experts' 16-bit products run by default where cuBLAS refuses the
-// grouped call (MESHMOE_GROUPED16, gpu/matmul_cublas.h), a dense one says how far the kernel
-// is from cuBLAS.
+// The own kernel against cuBLAS alone on the same operands, shape by shape (those marked
+// own): bf16 storage (the 16-bit products), and float32 operands holding bf16 values, which
+// cuBLAS's grouped call takes only in tf32 (the float32 products under cublas_bf16). A grouped
+// form is what the experts' products run by default where cuBLAS refuses the grouped call in
+// bf16 (MESHMOE_GROUPED, gpu/matmul.cu); a dense one says how far the kernel is from cuBLAS.
 static void own_kernel_table(const Shape *shapes, int n, int reps) {
-    printf("\nThe same products on bf16 storage: cuBLAS (its grouped call, or a call per group where it refuses "
-           "that) against the backend's own tensor-core kernel (gpu/grouped16.cu); apart: the two results' "
-           "largest difference over their largest value.\n\n");
-    printf("| product | form | M x N x K | cuBLAS ms | cuBLAS TFLOP/s | own kernel ms | own kernel TFLOP/s "
-           "| own / cuBLAS time | apart |\n|---|---|---|---|---|---|---|---|---|\n");
+    printf("\nThe same products by cuBLAS alone (its grouped call, in tf32 where it refuses bf16 for float32 "
+           "operands, or a call per group where it refuses that) against the backend's own tensor-core kernel "
+           "(gpu/grouped16.cu), on bf16 storage and on the float32 operands; apart: the largest difference of "
+           "the own kernel's results (both ways the same) from cuBLAS's on bf16 storage, over their largest "
+           "value.\n\n");
+    printf("| product | form | M x N x K | cuBLAS bf16 ms | TFLOP/s | own bf16 ms | TFLOP/s | cuBLAS float32 ms "
+           "| TFLOP/s | own float32 ms | TFLOP/s | apart |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         const Shape *s = &shapes[i];
         if (!s->own) continue;
@@ -194,23 +203,21 @@ static void own_kernel_table(const Shape *shapes, int n, int reps) {
         C = gpu_alloc(sizeof(float) * size_c(s));
         int *rows = malloc(sizeof(int) * (s->G + 1)), R = s->form == GROUPED_DW ? s->K : s->M;
         for (int g = 0; g <= s->G; g++) rows[g] = (int)((long)R * g / s->G);
-        setenv("MESHMOE_GROUPED16", "cublas", 1);   // cuBLAS alone: its grouped call, else a call a group
-        const char *why;
-        gpu_matmul_use_cublas(2, &why);
         float *rc = result(s, 1, A, B, A16, B16, C, rows), *rk = result(s, 3, A, B, A16, B16, C, rows);
-        double d = apart(rc, rk, size_c(s));
-        free(rc); free(rk);
-        double c = time_ms(s, 1, reps, A, B, A16, B16, C, NULL, rows);
-        double k = time_ms(s, 3, reps, A, B, A16, B16, C, NULL, rows);
-        unsetenv("MESHMOE_GROUPED16");
-        gpu_matmul_use_cublas(2, &why);
+        float *rf = result(s, 4, A, B, A16, B16, C, rows);
+        double d = apart(rc, rk, size_c(s)), df = apart(rk, rf, size_c(s));
+        free(rc); free(rk); free(rf);
+        static const int ways[4] = {1, 3, 0, 4};   // the table's order: cuBLAS bf16, own bf16, cuBLAS float32, own
+        double ms[4];
+        for (int j = 0; j < 4; j++) ms[j] = time_ms(s, ways[j], reps, A, B, A16, B16, C, NULL, rows);
         double flops = 2.0 * s->M * s->N * s->K;
-        char dims[64], cc[48], kc[48], ratio[16];
+        char dims[64], cells[4][48], ap[64];
         snprintf(dims, sizeof dims, s->G > 1 ? "%d x %d x %d (%d groups)" : "%d x %d x %d", s->M, s->N, s->K, s->G);
-        cell(cc, sizeof cc, c, flops);
-        cell(kc, sizeof kc, k, flops);
-        snprintf(ratio, sizeof ratio, c > 0 ? "%.2f" : "-", c > 0 ? k / c : 0.0);
-        printf("| %s | %s | %s | %s | %s | %s | %.1e |\n", s->what, forms[s->form], dims, cc, kc, ratio, d);
+        for (int j = 0; j < 4; j++) cell(cells[j], sizeof cells[j], ms[j], flops);
+        if (df == 0) snprintf(ap, sizeof ap, "%.1e", d);
+        else snprintf(ap, sizeof ap, "%.1e (float32 operands: %.1e)", d, df);
+        printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", s->what, forms[s->form], dims, cells[0], cells[1],
+               cells[2], cells[3], ap);
         fflush(stdout);
         free(rows);
         gpu_free(A); gpu_free(B); gpu_free(A16); gpu_free(B16); gpu_free(C);
@@ -223,7 +230,10 @@ int main(int argc, char **argv) {
     int n = tiny ? (int)(sizeof small / sizeof small[0]) : (int)(sizeof medium / sizeof medium[0]), reps = tiny ? 2 : 10;
     if (gpu_device_count() == 0) return 1;
     const char *why;
-    if (!gpu_matmul_use_cublas(2, &why)) {   // gpu_matmul=cublas_bf16, as the bench's meshmoe runs
+    // gpu_matmul=cublas_bf16, as the bench's meshmoe runs, its products cuBLAS's alone: the own
+    // kernel (the default for the experts' products where cuBLAS refuses them in bf16) is timed apart.
+    setenv("MESHMOE_GROUPED", "cublas", 1);
+    if (!gpu_matmul_use_cublas(2, &why)) {
         printf("products_gpu: no cuBLAS here: %s\n", why);
         return 1;
     }
