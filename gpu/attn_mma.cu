@@ -296,11 +296,9 @@ __global__ static void mma_forward_regs_kernel(float *o, float *stats, Heads H, 
         Acc s[MKF / 16];
         RowA p[MKF / 16];
 #pragma unroll
-        for (int c = 0; c < MKF / 16; c++) {   // S = Q K^T
-            wmma::fill_fragment(s[c], 0.0f);
-            mma_onto<wmma::row_major, wmma::col_major>(s[c], S.Q + y0 * ldq, ldq, 16, S.K + 16 * c * ldq, ldq, 16,
-                                                       G.Dqk);
-        }
+        for (int c = 0; c < MKF / 16; c++) wmma::fill_fragment(s[c], 0.0f);
+        mma_onto_each<MKF / 16, wmma::row_major, wmma::col_major>(s, S.Q + y0 * ldq, ldq, 16, S.K, ldq, 16, 16 * ldq,
+                                                                  G.Dqk);   // S = Q K^T, 16 keys a fragment
         softmax_regs(s, m, l, a, G, i0, y0, rows, j0, nk);
 #pragma unroll
         for (int c = 0; c < MKF / 16; c++) acc_to_a(p[c], s[c]);

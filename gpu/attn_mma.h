@@ -56,6 +56,54 @@ __device__ __forceinline__ static void mma_onto(Acc &fc, const bf16 *a, int lda,
         wmma::mma_sync(fc, fa, fb, fc);
     }
 }
+// s[c] += a b_c over kdim for each c < N: one a against N b's (b_c = b + c * bnext), a's
+// fragment loaded once for each 16 of kdim and the N products made one after another, none
+// waiting for the one before (a tensor-core product's result takes tens of cycles: a chain
+// of them, each onto the last, keeps the warp waiting). Each s[c] adds its steps in the order
+// mma_onto does: the same sums.
+template <int N, class LA, class LB>
+__device__ __forceinline__ static void mma_onto_each(Acc (&s)[N], const bf16 *a, int lda, int astep, const bf16 *b,
+                                                     int ldb, int bstep, int bnext, int kdim) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LB> fb;
+    for (int kk = 0; kk < kdim / 16; kk++) {
+        wmma::load_matrix_sync(fa, a + kk * astep, lda);
+#pragma unroll
+        for (int c = 0; c < N; c++) {
+            wmma::load_matrix_sync(fb, b + c * bnext + kk * bstep, ldb);
+            wmma::mma_sync(s[c], fa, fb, s[c]);
+        }
+    }
+}
+
+// One product's operands for mma_onto_pair: a (16 x kdim) and b (kdim x 16), as mma_onto's.
+struct MmaOperands {
+    const bf16 *a;
+    int lda, astep;
+    const bf16 *b;
+    int ldb, bstep, kdim;
+};
+// f1 += x.a x.b and f2 += y.a y.b, step by step side by side (the shorter done first), so
+// that one's product is made while the other's is on its way; each sum in mma_onto's order.
+template <class LA, class LB>
+__device__ __forceinline__ static void mma_onto_pair(Acc &f1, MmaOperands x, Acc &f2, MmaOperands y) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LB> fb;
+    int steps = (x.kdim > y.kdim ? x.kdim : y.kdim) / 16;
+    for (int kk = 0; kk < steps; kk++) {
+        if (kk < x.kdim / 16) {
+            wmma::load_matrix_sync(fa, x.a + kk * x.astep, x.lda);
+            wmma::load_matrix_sync(fb, x.b + kk * x.bstep, x.ldb);
+            wmma::mma_sync(f1, fa, fb, f1);
+        }
+        if (kk < y.kdim / 16) {
+            wmma::load_matrix_sync(fa, y.a + kk * y.astep, y.lda);
+            wmma::load_matrix_sync(fb, y.b + kk * y.bstep, y.ldb);
+            wmma::mma_sync(f2, fa, fb, f2);
+        }
+    }
+}
+
 // c (16 x 16 floats, row stride ldc) = a b over kdim, the operands as mma_onto's.
 template <class LA, class LB>
 __device__ static void mma_tile(float *c, int ldc, const bf16 *a, int lda, int astep, const bf16 *b, int ldb,

@@ -156,8 +156,9 @@ __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots,
             Acc s, dp;
             wmma::fill_fragment(s, 0.0f);
             wmma::fill_fragment(dp, 0.0f);
-            mma_onto<wmma::row_major, wmma::col_major>(s, S.Q + y0 * ldq, ldq, 16, S.K + 16 * c * ldq, ldq, 16, G.Dqk);
-            mma_onto<wmma::row_major, wmma::col_major>(dp, S.dO + y0 * ldv, ldv, 16, S.V + 16 * c * ldv, ldv, 16, G.Dv);
+            mma_onto_pair<wmma::row_major, wmma::col_major>(
+                s, MmaOperands{S.Q + y0 * ldq, ldq, 16, S.K + 16 * c * ldq, ldq, 16, G.Dqk},          // S = Q K^T
+                dp, MmaOperands{S.dO + y0 * ldv, ldv, 16, S.V + 16 * c * ldv, ldv, 16, G.Dv});      // dP = dO V^T
             elems_apply2(s, dp, [&](int r, int cc, float sc, float dpv) {
                 int y = y0 + r, nv = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
                 if (16 * c + cc >= nv) return 0.0f;
@@ -276,10 +277,9 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const
                 Acc st, dpt;
                 wmma::fill_fragment(st, 0.0f);
                 wmma::fill_fragment(dpt, 0.0f);
-                mma_onto<wmma::row_major, wmma::col_major>(st, S.K + x0 * ldq, ldq, 16, S.Q + 16 * c * ldq, ldq, 16,
-                                                           G.Dqk);   // S^T = K Q^T
-                mma_onto<wmma::row_major, wmma::col_major>(dpt, S.V + x0 * ldv, ldv, 16, S.dO + 16 * c * ldv, ldv, 16,
-                                                           G.Dv);    // dP^T = V dO^T
+                mma_onto_pair<wmma::row_major, wmma::col_major>(
+                    st, MmaOperands{S.K + x0 * ldq, ldq, 16, S.Q + 16 * c * ldq, ldq, 16, G.Dqk},     // S^T = K Q^T
+                    dpt, MmaOperands{S.V + x0 * ldv, ldv, 16, S.dO + 16 * c * ldv, ldv, 16, G.Dv});  // dP^T = V dO^T
                 elems_apply(st, [&](int r, int cc, float s) {   // p^T
                     int y = 16 * c + cc;
                     if (!sees(x0 + r, y)) return 0.0f;
