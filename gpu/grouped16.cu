@@ -73,8 +73,8 @@ __device__ static Product<T> product_of(const Parts &p, int i, const Shape &s, c
                       s.N1};
 }
 
-// The piece of 8 values that this thread moves for piece c (0 .. 511) of a slice of `rows` x
-// `width` values of a row-major matrix (row stride ld, rows_valid x cols_valid of it exist)
+// The piece of 8 values that this thread moves for piece c (0 .. 511) of a slice `width`
+// values wide of a row-major matrix (row stride ld, rows_valid x cols_valid of it exist)
 // starting at (row0, col0), as bf16: 16 bytes at once where the 8 lie inside and are aligned
 // (32, two loads, for float32), else one value at a time, zeros outside. A float32 value is
 // rounded to bf16 (nearest even), exact for the bf16 values the layers give in bf16 mode, as

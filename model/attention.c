@@ -13,6 +13,7 @@
 #include "model/attn_parts.h"
 #include "model/rope.h"
 #include "model/precision.h"
+#include "model/matmul.h"          // matmul_share: x and each gradient read by several products
 #include "base/tensor.h"
 #include "model/tensor_parallel.h"
 #include "base/context.h"
@@ -35,13 +36,16 @@ void attention_proj_forward(const Config *c, const LocalDims *ld, const Attentio
     int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
     float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
 
-    // Projections, one GEMM per sequence (see attn_matmul_forward in model/attn_core.h).
+    // Projections, one GEMM per sequence (see attn_matmul_forward in model/attn_core.h), all
+    // three reading x (model/matmul.h: matmul_share).
     s->q = mem_floats(MEM_ACTIVATIONS, (size_t)T * N * Dh, "attention q");     // (B,S,N,Dh)
     s->k = mem_floats(MEM_ACTIVATIONS, (size_t)T * Nkv * Dh, "attention k");   // (B,S,Nkv,Dh)
     s->v = mem_floats(MEM_ACTIVATIONS, (size_t)T * Nkv * Dh, "attention v");   // (B,S,Nkv,Dh)
+    matmul_share(x, (size_t)T * D);
     attn_matmul_forward(s->q, x, p->wq, B, S, D, N * Dh);
     attn_matmul_forward(s->k, x, p->wk, B, S, D, Nkv * Dh);
     attn_matmul_forward(s->v, x, p->wv, B, S, D, Nkv * Dh);
+    matmul_unshare(x, (size_t)T * D);
     prec_round(c, s->q, (size_t)T * N * Dh);     // bf16 matmul outputs (model/precision.h)
     prec_round(c, s->k, (size_t)T * Nkv * Dh);
     prec_round(c, s->v, (size_t)T * Nkv * Dh);
@@ -74,6 +78,16 @@ void attention_core_forward(const Config *c, const LocalDims *ld, const Attentio
     act_pack(c, &s->k, (size_t)T * Nkv * Dh);
     act_pack(c, &s->v, (size_t)T * Nkv * Dh);
     act_pack(c, &s->o, (size_t)T * N * Dh);
+}
+
+// A column-parallel projection's backward: dw += x^T d and dx += d w^T (a sum over the
+// projection's tensor-split columns), both reading d (T,OC).
+static void projection_backward(const Config *c, float *dx, float *dw, const float *d, const float *x, const float *w,
+                                int B, int S, int D, int OC, Leaves leaf) {
+    matmul_share(d, (size_t)B * S * OC);
+    attn_matmul_backward(NULL, dw, d, x, w, B, S, D, OC, leaf);
+    tp_colpar_dinp(c, dx, d, w, B * S, D, OC);
+    matmul_unshare(d, (size_t)B * S * OC);
 }
 
 void attention_backward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionParams *g,
@@ -110,12 +124,11 @@ void attention_backward(const Config *c, const LocalDims *ld, const AttentionPar
 
     // q = x Wq, k = x Wk, v = x Wv:  dW += x^T d(.),  dx += dq Wq^T + dk Wk^T + dv Wv^T
     // (each a sum over heads, split over the tensor axis)
-    attn_matmul_backward(NULL, g->wq, dq, x, p->wq, B, S, D, N * Dh, leaf);
-    attn_matmul_backward(NULL, g->wk, dk, x, p->wk, B, S, D, Nkv * Dh, leaf);
-    attn_matmul_backward(NULL, g->wv, dv, x, p->wv, B, S, D, Nkv * Dh, leaf);
-    tp_colpar_dinp(c, dx, dq, p->wq, T, D, N * Dh);
-    tp_colpar_dinp(c, dx, dk, p->wk, T, D, Nkv * Dh);
-    tp_colpar_dinp(c, dx, dv, p->wv, T, D, Nkv * Dh);
+    matmul_share(x, (size_t)T * D);
+    projection_backward(c, dx, g->wq, dq, x, p->wq, B, S, D, N * Dh, leaf);
+    projection_backward(c, dx, g->wk, dk, x, p->wk, B, S, D, Nkv * Dh, leaf);
+    projection_backward(c, dx, g->wv, dv, x, p->wv, B, S, D, Nkv * Dh, leaf);
+    matmul_unshare(x, (size_t)T * D);
     mem_free(dq);
     mem_free(dk);
     mem_free(dv);

@@ -83,6 +83,8 @@ void attn_matmul_forward(float *out, const float *inp, const float *w, int B, in
 
 void attn_matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                           int B, int S, int C, int OC, Leaves leaf) {
+    size_t n = (size_t)B * S * OC;
+    if (dinp && dw) matmul_share(dout, n);   // read by both products
     if (dinp && matmul_rows_independent())
         matmul_backward(dinp, NULL, dout, NULL, w, B * S, C, OC, leaf);
     else if (dinp)
@@ -90,4 +92,5 @@ void attn_matmul_backward(float *dinp, float *dw, const float *dout, const float
             matmul_backward(dinp + (size_t)b * S * C, NULL, dout + (size_t)b * S * OC, NULL, w, S, C, OC, leaf);
     // The weight gradient is already summed leaf by leaf, whatever B is.
     if (dw) matmul_backward(NULL, dw, dout, inp, w, B * S, C, OC, leaf);
+    if (dinp && dw) matmul_unshare(dout, n);
 }

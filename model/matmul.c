@@ -31,11 +31,57 @@ int matmul_rows_independent(void) { return rows_independent; }
 // MESHMOE_WEIGHTS16=1, both packed for the call (on an H200 a product on bf16 storage took
 // 0.29-0.33 of the time of its float32 operands converted inside cuBLAS, packing each
 // operand a fraction of that). Exact, so the float32 products' bits.
-static uint16_t *packed(const float *x, size_t n) {
-    uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (n ? n : 1),
-                                   "a product's activation, 16-bit (MESHMOE_WEIGHTS16)");
+static uint16_t *packed_copy(const float *x, size_t n, const char *name) {
+    uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (n ? n : 1), name);
     kern()->cast->pack_bf16(h, x, n);
     return h;
+}
+
+// The operands shared by several products (matmul_share): the device's own (each device is a
+// thread), a few at a time; an operand shared again inside its sharing (a layer's, then a
+// product's own) counts its users.
+enum { SHARED_MAX = 4 };
+static _Thread_local struct { const float *x; size_t n; uint16_t *h; int users; } shared[SHARED_MAX];
+
+void matmul_share(const float *x, size_t n) {
+    if (!weights16_on() || !x) return;
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].h && shared[i].x == x && shared[i].n == n) { shared[i].users++; return; }
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (!shared[i].h) {
+            shared[i].x = x;
+            shared[i].n = n;
+            shared[i].users = 1;
+            shared[i].h = packed_copy(x, n, "an operand of several products, 16-bit (MESHMOE_WEIGHTS16)");
+            return;
+        }
+    die("internal: more than %d operands shared by products at once", SHARED_MAX);
+}
+
+void matmul_unshare(const float *x, size_t n) {
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].h && shared[i].x == x && shared[i].n == n && --shared[i].users == 0) {
+            mem_free(shared[i].h);
+            shared[i].x = NULL;
+            shared[i].h = NULL;
+        }
+}
+
+// The n floats at x packed: inside a shared operand, that operand's 16-bit numbers; else a
+// new temporary, which packed_free frees.
+static uint16_t *packed(const float *x, size_t n) {
+    uintptr_t a = (uintptr_t)x;
+    for (int i = 0; i < SHARED_MAX; i++) {
+        uintptr_t s = (uintptr_t)shared[i].x;
+        if (shared[i].h && a >= s && (a - s) % sizeof(float) == 0 && (a - s) / sizeof(float) + n <= shared[i].n)
+            return shared[i].h + (a - s) / sizeof(float);
+    }
+    return packed_copy(x, n, "a product's activation, 16-bit (MESHMOE_WEIGHTS16)");
+}
+static void packed_free(uint16_t *h) {
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].h && h >= shared[i].h && h < shared[i].h + (shared[i].n ? shared[i].n : 1)) return;
+    mem_free(h);
 }
 
 // The device's flop count (2 M N K per product), which the planner counts too.
@@ -58,7 +104,7 @@ void matmul_forward(float *out, const float *inp, const float *w, int T, int C, 
     if (!w16) { kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate); return; }
     uint16_t *a = packed(inp, (size_t)T * C);
     kern()->matmul16->matmul_forward(out, a, w16, T, C, OC, accumulate);
-    mem_free(a);
+    packed_free(a);
 }
 
 void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto) {
@@ -67,8 +113,8 @@ void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int 
     if (!weights16_on()) { kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto); return; }
     uint16_t *a = packed(inp, (size_t)len * C), *d = packed(dout, (size_t)len * OC);
     kern()->matmul16->matmul_backward_dw(g, a, d, len, C, OC, onto);
-    mem_free(d);
-    mem_free(a);
+    packed_free(d);
+    packed_free(a);
 }
 
 // A block of gradient still holding the step's zeros (base/fresh.h) is written onto 0.0f
@@ -81,8 +127,8 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
     if (!weights16_on()) { kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh); return; }
     uint16_t *a = packed(inp, (size_t)off[n] * C), *d = packed(dout, (size_t)off[n] * OC);
     kern()->matmul16->matmul_backward_dw_leaves(dw, a, d, off, n, C, OC, !fresh);
-    mem_free(d);
-    mem_free(a);
+    packed_free(d);
+    packed_free(a);
 }
 
 // dw (C,OC) += the leaves' products along the tree, in one call where the leaves are one
@@ -119,7 +165,7 @@ static void dinp_product(float *dinp, const float *dout, const float *w, int T, 
     if (!w16) { kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC); return; }
     uint16_t *d = packed(dout, (size_t)T * OC);
     kern()->matmul16->matmul_backward_dinp(dinp, d, w16, T, C, OC);
-    mem_free(d);
+    packed_free(d);
 }
 
 // dinp (T,C) += dout (T,OC) @ w^T in float32 (dout not bf16-valued): the weight's 16-bit copy
@@ -144,7 +190,9 @@ static void backward(float *dinp, float *dw, const float *dout, const float *inp
 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int T, int C, int OC, Leaves leaf) {
+    if (dinp && dw) matmul_share(dout, (size_t)T * OC);   // read by both products
     backward(dinp, dw, dout, inp, w, T, C, OC, leaf, 1);
+    if (dinp && dw) matmul_unshare(dout, (size_t)T * OC);
 }
 
 void matmul_backward_float32(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
@@ -163,7 +211,7 @@ static void chunked_product(float *out, const float *A, const float *Bm, int tra
     if (!b16) { kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N); return; }
     uint16_t *a = packed(A, (size_t)T * K);
     kern()->matmul16->gemm_chunked(transB, T, N, K, chunks, a, K, b16, transB ? K : N, out, N);
-    mem_free(a);
+    packed_free(a);
 }
 
 void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
@@ -181,7 +229,7 @@ void matmul_forward_grouped(float *out, const float *inp, const float *w, const 
     if (!w16) { kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0); return; }
     uint16_t *a = packed(inp, (size_t)rows[G] * C);
     kern()->matmul16->matmul_forward_grouped(out, a, w16, rows, G, C, OC, 0);
-    mem_free(a);
+    packed_free(a);
 }
 
 void matmul_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {
@@ -190,7 +238,7 @@ void matmul_dinp_grouped(float *dinp, const float *dout, const float *w, const i
     if (!w16) { kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC); return; }
     uint16_t *d = packed(dout, (size_t)rows[G] * OC);
     kern()->matmul16->matmul_backward_dinp_grouped(dinp, d, w16, rows, G, C, OC);
-    mem_free(d);
+    packed_free(d);
 }
 
 static void chunked_grouped(float *out, const float *A, const float *Bm, int transB, const int *rows, int G, int N,
@@ -202,7 +250,7 @@ static void chunked_grouped(float *out, const float *A, const float *Bm, int tra
     if (!b16) { kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out); return; }
     uint16_t *a = packed(A, (size_t)rows[G] * K);
     kern()->matmul16->gemm_chunked_grouped(transB, rows, G, N, K, chunks, a, b16, out);
-    mem_free(a);
+    packed_free(a);
 }
 
 void matmul_forward_chunked_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C,
@@ -227,6 +275,6 @@ void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, co
     size_t rows = (size_t)off[(size_t)G * n];   // every group's leaves, from row 0
     uint16_t *a = packed(inp, rows * C), *d = packed(dout, rows * OC);
     kern()->matmul16->matmul_backward_dw_leaves_grouped(dw, a, d, off, n, G, C, OC, !fresh);
-    mem_free(d);
-    mem_free(a);
+    packed_free(d);
+    packed_free(a);
 }

@@ -39,6 +39,16 @@ void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int 
 // merges the leaves tile by tile (kernels/matmul.h:matmul_backward_dw_leaves).
 void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C, int OC);
 
+// An operand that several products read in turn (the input of attention's q, k and v; of the
+// MLP's and the experts' wi_0 and wi_1 and their weight gradients; a gradient read by its
+// input's and its weight's products): under MESHMOE_WEIGHTS16, whose products take 16-bit
+// operands, packed once by matmul_share for every product that reads it (or rows of it)
+// until matmul_unshare (the same x and n), where each product packed its own copy. x must
+// not change between the two. Elsewhere both do nothing; the products are the same, so are
+// the bits.
+void matmul_share(const float *x, size_t n);
+void matmul_unshare(const float *x, size_t n);
+
 // "ordered" (default), "openblas" or "plain" (config key matmul_impl; plain's kernels are a
 // backend of their own, kernels/cpu/backend.c), the CPU backend's choice made
 // once at start-up; dies on anything else. gpu_cublas: the GPU runs cuBLAS (gpu_matmul=cublas or

@@ -21,6 +21,7 @@
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 #include "model/precision.h"
+#include "model/matmul.h"      // matmul_share: x and the gradients read by several products
 #include "base/treesum.h"
 #include "base/tensor.h"
 #include "model/tensor_parallel.h"
@@ -56,6 +57,7 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
 
     // ---- query: q (T, N*Qk) ----
     // (Every buffer below is written whole by the product, norm, copy or assembly that fills it.)
+    matmul_share(x, (size_t)T * D);   // read by the query's and the keys' first products
     s->q = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * N * Qk, "mla q");   // (B,S,N,Qk)
     if (Q > 0) {
         s->qa = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * Q, "mla q down");          // (T,Q)
@@ -80,6 +82,7 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     // ckv (T, R+Dr) = x Wkv_a: per token the latent, then the shared k_rope.
     float *ckv = mem_floats_uninit(MEM_TEMP, (size_t)T * (R + Dr), "mla kv down");   // (T,R+Dr)
     attn_matmul_forward(ckv, x, p->wkv_a, B, S, D, R + Dr);
+    matmul_unshare(x, (size_t)T * D);
     prec_round(c, ckv, (size_t)T * (R + Dr));
     rope_forward(ckv + R, B, S, p0, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));   // one rope head per token
     // The latent is strided inside ckv: copy it out so RMSNorm sees contiguous rows.
@@ -163,8 +166,10 @@ static void mla_kv_backward(const Config *c, const LocalDims *ld, const MLAParam
     rope_backward(dckv + R, B, S, p0, 1, R + Dr, Dr, c->rope_min_timescale, c->rope_max_timescale, cfg_bf16(c));
     // kv = latn Wkv_b, latn = RMSNorm_kv(latent)
     float *dlatn = mem_floats(MEM_TEMP, (size_t)T * R, "mla d kv_norm out");   // (T,R)
+    matmul_share(dkv, (size_t)T * N * (Dn + Dv));   // read by both products
     attn_matmul_backward(NULL, g->wkv_b, dkv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv), leaf);
     tp_colpar_dinp(c, dlatn, dkv, p->wkv_b, T, R, N * (Dn + Dv));   // a sum over heads (tensor-split)
+    matmul_unshare(dkv, (size_t)T * N * (Dn + Dv));
     prec_round(c, dlatn, (size_t)T * R);
     mem_free(dkv);
     float *dlat = mem_floats(MEM_TEMP, (size_t)T * R, "mla d latent");         // (T,R)
@@ -190,11 +195,13 @@ static void mla_query_backward(const Config *c, const LocalDims *ld, const MLAPa
     prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
     rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, c->rope_min_timescale, c->rope_max_timescale, cfg_bf16(c));
     prec_round(c, dq, (size_t)T * N * Qk);
+    matmul_share(dq, (size_t)T * N * Qk);   // read by its weight's and its input's products
     if (Q > 0) {
         // q = qn Wq_b, qn = RMSNorm_q(qa), qa = x Wq_a
         float *dqn = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q_norm out");   // (T,Q)
         attn_matmul_backward(NULL, g->wq_b, dq, s->qn, p->wq_b, B, S, Q, N * Qk, leaf);
         tp_colpar_dinp(c, dqn, dq, p->wq_b, T, Q, N * Qk);   // a sum over heads (tensor-split)
+        matmul_unshare(dq, (size_t)T * N * Qk);
         float *dqa = mem_floats(MEM_TEMP, (size_t)T * Q, "mla d q down");       // (T,Q)
         prec_round(c, dqn, (size_t)T * Q);
         rmsnorm_backward_cfg(c, dqa, g->q_norm, dqn, s->qa, p->q_norm, s->qn_scale, s->qa_rstd, T, Q, leaf);
@@ -205,6 +212,7 @@ static void mla_query_backward(const Config *c, const LocalDims *ld, const MLAPa
     } else {
         attn_matmul_backward(NULL, g->wq, dq, x, p->wq, B, S, D, N * Qk, leaf);
         tp_colpar_dinp(c, dx, dq, p->wq, T, D, N * Qk);   // a sum over heads (tensor-split)
+        matmul_unshare(dq, (size_t)T * N * Qk);
     }
     mem_free(dq);
 }
@@ -238,8 +246,10 @@ void mla_backward(const Config *c, const LocalDims *ld, const MLAParams *p, MLAP
     mem_free(s->q); mem_free(s->k); mem_free(s->v); mem_free(s->o); mem_free(s->stats);
     s->q = s->k = s->v = s->o = s->stats = NULL;
 
+    matmul_share(x, (size_t)T * D);   // read by both weight gradients below
     mla_kv_backward(c, ld, p, g, s, dx, dk, dv, x, B, S);   // dx  = d(x Wkv_a)
     mla_query_backward(c, ld, p, g, s, dx, dq, x, B, S);    // dx += d(x Wq), or d(x Wq_a)
+    matmul_unshare(x, (size_t)T * D);
     mla_saved_free(s);
 }
 

@@ -27,8 +27,10 @@ static void mlp_output(const Config *c, const MlpParams *p, float *out, const Ml
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
     s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F), written whole below
     s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
+    matmul_share(x, (size_t)T * D);   // read by both products
     matmul_forward(s->h0, x, p->wi_0, T, D, F, 0);
     matmul_forward(s->h1, x, p->wi_1, T, D, F, 0);
+    matmul_unshare(x, (size_t)T * D);
     prec_round(c, s->h0, (size_t)T * F);
     prec_round(c, s->h1, (size_t)T * F);
     if (out) mlp_output(c, p, out, s, T, D, F);
@@ -46,6 +48,7 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
 static void output_backward(const Config *c, const MlpParams *p, MlpParams *g, const MlpSaved *s, const float *dout,
                             int T, int D, int F, Leaves leaf, float **dh0, float **dh1) {
     size_t n = (size_t)T * F;
+    matmul_share(dout, (size_t)T * D);   // read by wo's input and weight gradients
     if (leaf.nchunks == 1) {
         float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F), then d h1
         matmul_backward(dact, NULL, dout, NULL, p->wo, T, F, D, leaf);
@@ -68,8 +71,19 @@ static void output_backward(const Config *c, const MlpParams *p, MlpParams *g, c
         kern()->mlp->swiglu_backward(NULL, *dh0, *dh1, dact, s->h0, s->h1, (long)n, 0);
         mem_free(dact);
     }
+    matmul_unshare(dout, (size_t)T * D);
     prec_round(c, *dh0, n);
     prec_round(c, *dh1, n);
+}
+
+// h = x w (w column-parallel): dw += x^T dh and dx += dh w^T (a sum over F, split over the
+// tensor axis), both reading dh (T,F).
+static void input_backward(const Config *c, float *dx, float *dw, const float *dh, const float *x, const float *w,
+                           int T, int D, int F, Leaves leaf) {
+    matmul_share(dh, (size_t)T * F);
+    matmul_backward(NULL, dw, dh, x, w, T, D, F, leaf);
+    tp_colpar_dinp(c, dx, dh, w, T, D, F);
+    matmul_unshare(dh, (size_t)T * F);
 }
 
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
@@ -79,10 +93,10 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
     float *dh0, *dh1;
     output_backward(c, p, g, s, dout, T, D, F, leaf, &dh0, &dh1);
     mlp_saved_free(s);
-    matmul_backward(NULL, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);
-    matmul_backward(NULL, g->wi_1, dh1, x, p->wi_1, T, D, F, leaf);
-    tp_colpar_dinp(c, dx, dh0, p->wi_0, T, D, F);   // sums over F, split over the tensor axis
-    tp_colpar_dinp(c, dx, dh1, p->wi_1, T, D, F);
+    matmul_share(x, (size_t)T * D);   // read by both weight gradients
+    input_backward(c, dx, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);
+    input_backward(c, dx, g->wi_1, dh1, x, p->wi_1, T, D, F, leaf);
+    matmul_unshare(x, (size_t)T * D);
     mem_free(dh0);
     mem_free(dh1);
 }

@@ -153,8 +153,10 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
                      float *h0, float *h1, float *y) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     size_t n = (size_t)er.n, cap = (size_t)er.cap, w0 = (size_t)e0 * D * H;
+    matmul_share(xs, n * D);   // read by both products
     experts_product(er, h0, xs, p->wi_0 + w0, D, H);
     experts_product(er, h1, xs, p->wi_1 + w0, D, H);
+    matmul_unshare(xs, n * D);
     prec_round(c, h0, n * H);
     prec_round(c, h1, n * H);
     float *act = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert activation");   // (n,H) of (cap,H)
@@ -188,6 +190,7 @@ static void experts_swiglu_backward(const Config *c, ExpertRows er, float *dwo, 
                                     const float *h1, const float *dye, const int *rt, int H, int D, Leaves leaf,
                                     float **dh0, float **dh1) {
     size_t n = (size_t)er.n, cap = (size_t)er.cap;
+    matmul_share(dye, n * D);   // read by wo's input and weight gradients
     if (c->moe_skip_redundant_cast && leaf.nchunks == 1) {
         float *dact = experts_dact(c, er, wo, dye, H, D);
         float *act = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert activation");   // (n,H) recomputed
@@ -211,8 +214,19 @@ static void experts_swiglu_backward(const Config *c, ExpertRows er, float *dwo, 
         intermediate_cast_free(dactc, dact);
         mem_free(dact);
     }
+    matmul_unshare(dye, n * D);
     prec_round(c, *dh0, n * H);
     prec_round(c, *dh1, n * H);
+}
+
+// h = xs w (w column-parallel): dxs += dh w^T (a sum over H, tensor-split) and dw += xs^T dh,
+// both reading dh (n,H).
+static void experts_input_backward(const Config *c, ExpertRows er, float *dxs, float *dw, const float *dh,
+                                   const float *xs, const float *w, const int *rt, int D, int H, Leaves leaf) {
+    matmul_share(dh, (size_t)er.n * H);
+    experts_colpar(c, er, dxs, dh, w, D, H);
+    experts_dw(er, dw, xs, dh, rt, D, H, leaf);
+    matmul_unshare(dh, (size_t)er.n * H);
 }
 
 void experts_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, int e0, ExpertRows er,
@@ -225,9 +239,9 @@ void experts_backward(const Config *c, const LocalDims *ld, const MoeParams *p, 
     experts_swiglu_backward(c, er, g->wo + w0, p->wo + w0, h0, h1, dye, rt, H, D, leaf, &dh0, &dh1);
     // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
     mem_zero(dxs, sizeof(float) * (size_t)er.n * D);
-    experts_colpar(c, er, dxs, dh0, wi0, D, H);   // sums over H (tensor-split)
-    experts_colpar(c, er, dxs, dh1, wi1, D, H);
-    experts_dw(er, g->wi_0 + w0, xs, dh0, rt, D, H, leaf);
-    experts_dw(er, g->wi_1 + w0, xs, dh1, rt, D, H, leaf);
+    matmul_share(xs, (size_t)er.n * D);   // read by both weight gradients
+    experts_input_backward(c, er, dxs, g->wi_0 + w0, dh0, xs, wi0, rt, D, H, leaf);
+    experts_input_backward(c, er, dxs, g->wi_1 + w0, dh1, xs, wi1, rt, D, H, leaf);
+    matmul_unshare(xs, (size_t)er.n * D);
     mem_free(dh0); mem_free(dh1);
 }
