@@ -257,45 +257,25 @@ static void run(const int *first, size_t stride, int G, const Shape &s, const T 
     if (p.n) launch(p, s, A, B, C, accumulate);
 }
 
-// The rows form on operands stored as bf16 (fp32 0) or float32 (fp32 1).
-static int rows_form(int transB, const int *rows, int G, int N, int K, const void *A, const void *B, float *C,
-                     int accumulate, int fp32) {
+int rows_grouped_tc(int transB, const int *rows, int G, int N, int K, const void *A, const void *B, float *C,
+                    int accumulate, int bf16_stored) {
     if (N == 0) return 1;
     if (K == 0) return 0;   // a product over nothing: the loop's (zeros, or nothing added)
     Shape s = {0, N, 0, K, transB};
-    if (fp32) run(rows, 1, G, s, (const float *)A, (const float *)B, C, accumulate);
-    else run(rows, 1, G, s, (const bf16 *)A, (const bf16 *)B, C, accumulate);
+    if (bf16_stored) run(rows, 1, G, s, (const bf16 *)A, (const bf16 *)B, C, accumulate);
+    else run(rows, 1, G, s, (const float *)A, (const float *)B, C, accumulate);
     return 1;
 }
 
-static int dw_form(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
-                   int accumulate, int fp32) {
+int dw_grouped_tc(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
+                  int accumulate, int bf16_stored) {
     if (C == 0 || OC == 0) return 1;
     Shape s = {1, C, OC, 0, 0};
-    if (fp32) run(off, (size_t)n, G, s, (const float *)inp, (const float *)dout, dw, accumulate);
-    else run(off, (size_t)n, G, s, (const bf16 *)inp, (const bf16 *)dout, dw, accumulate);
+    if (bf16_stored) run(off, (size_t)n, G, s, (const bf16 *)inp, (const bf16 *)dout, dw, accumulate);
+    else run(off, (size_t)n, G, s, (const float *)inp, (const float *)dout, dw, accumulate);
     return 1;
 }
-
-int rows_grouped16_tc(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                      int accumulate) {
-    return rows_form(transB, rows, G, N, K, A, B, C, accumulate, 0);
-}
-int dw_grouped16_tc(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout, float *dw,
-                    int accumulate) {
-    return dw_form(off, n, G, C, OC, inp, dout, dw, accumulate, 0);
-}
-int rows_grouped_bf16_tc(int transB, const int *rows, int G, int N, int K, const float *A, const float *B, float *C,
-                         int accumulate) {
-    return rows_form(transB, rows, G, N, K, A, B, C, accumulate, 1);
-}
-int dw_grouped_bf16_tc(const int *off, int n, int G, int C, int OC, const float *inp, const float *dout, float *dw,
-                       int accumulate) {
-    return dw_form(off, n, G, C, OC, inp, dout, dw, accumulate, 1);
-}
 #else
-int rows_grouped16_tc(int, const int *, int, int, int, const uint16_t *, const uint16_t *, float *, int) { return 0; }
-int dw_grouped16_tc(const int *, int, int, int, int, const uint16_t *, const uint16_t *, float *, int) { return 0; }
-int rows_grouped_bf16_tc(int, const int *, int, int, int, const float *, const float *, float *, int) { return 0; }
-int dw_grouped_bf16_tc(const int *, int, int, int, int, const float *, const float *, float *, int) { return 0; }
+int rows_grouped_tc(int, const int *, int, int, int, const void *, const void *, float *, int, int) { return 0; }
+int dw_grouped_tc(const int *, int, int, int, int, const void *, const void *, float *, int, int) { return 0; }
 #endif

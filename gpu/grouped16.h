@@ -6,9 +6,9 @@
 //         host ints; A (R,K) and C (R,N) packed; B (G,K,N), or (G,N,K) when transB);
 //   dw:   dw_g (C,OC) = inp_g^T @ dout_g over group g's rows off[g*n] .. off[g*n+n] (+= when
 //         accumulate); a group without rows is left as it is.
-// The operands stored as bf16 (*16*), or as float32 holding bf16 values (*_bf16_*: each
-// rounded to bf16 as it is read, which changes none of them). 1 when done; 0 when this build
-// has no warp matrix products (HIP) or for a product over K = 0.
+// A and B (inp and dout) stored as bf16 (bf16_stored 1), or as float32 holding bf16 values
+// (0: each rounded to bf16 as it is read, which changes none of them). 1 when done; 0 when
+// this build has no warp matrix products (HIP) or for a product over K = 0.
 #ifndef MESHMOE_GPU_GROUPED16_H
 #define MESHMOE_GPU_GROUPED16_H
 #include <stdint.h>
@@ -16,14 +16,10 @@
 extern "C" {   // (tests/products_gpu.c, C, times the kernel beside cuBLAS)
 #endif
 
-int rows_grouped16_tc(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B, float *C,
-                      int accumulate);
-int dw_grouped16_tc(const int *off, int n, int G, int C, int OC, const uint16_t *inp, const uint16_t *dout, float *dw,
-                    int accumulate);
-int rows_grouped_bf16_tc(int transB, const int *rows, int G, int N, int K, const float *A, const float *B, float *C,
-                         int accumulate);
-int dw_grouped_bf16_tc(const int *off, int n, int G, int C, int OC, const float *inp, const float *dout, float *dw,
-                       int accumulate);
+int rows_grouped_tc(int transB, const int *rows, int G, int N, int K, const void *A, const void *B, float *C,
+                    int accumulate, int bf16_stored);
+int dw_grouped_tc(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
+                  int accumulate, int bf16_stored);
 
 #ifdef __cplusplus
 }

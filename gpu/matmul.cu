@@ -502,20 +502,6 @@ static void matmul_backward_dw_leaves(float *dw, const float *inp, const float *
 // FAST_16BF would, not counted one by one by MESHMOE_CHECK_BF16), so that the own kernel may take them.
 static int grouped_in_bf16(int bf16_stored) { return bf16_stored || (use_cublas == 2 && fast_bf16); }
 
-// The own kernel (gpu/grouped16.cu) on the operands as stored: bf16, or float32 holding bf16 values.
-static int rows_grouped_tc(int transB, const int *rows, int G, int N, int K, const void *A, const void *B, float *C,
-                           int accumulate, int bf16_stored) {
-    if (bf16_stored)
-        return rows_grouped16_tc(transB, rows, G, N, K, (const uint16_t *)A, (const uint16_t *)B, C, accumulate);
-    return rows_grouped_bf16_tc(transB, rows, G, N, K, (const float *)A, (const float *)B, C, accumulate);
-}
-static int dw_grouped_tc(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
-                         int accumulate, int bf16_stored) {
-    if (bf16_stored)
-        return dw_grouped16_tc(off, n, G, C, OC, (const uint16_t *)inp, (const uint16_t *)dout, dw, accumulate);
-    return dw_grouped_bf16_tc(off, n, G, C, OC, (const float *)inp, (const float *)dout, dw, accumulate);
-}
-
 // Under cuBLAS, C_g (n_g,N) = A_g (n_g,K) @ op(B_g) (+ C_g when accumulate) on each group's rows
 // in grouped calls: A (R,K) and C (R,N) packed, B_g the g-th of G stacked (K,N), or (N,K) when
 // transB, A and B float32, or bf16 when bf16_stored; cuBLAS's call or the own kernel as

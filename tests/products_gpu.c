@@ -125,10 +125,9 @@ static void own_kernel(const Shape *s, int fp32, const float *A, const float *B,
     int form = s->form == DINP || s->form == GROUPED_DINP ? DINP
                : s->form == DW || s->form == GROUPED_DW   ? DW
                                                           : FORWARD;
-    if (form == DW && fp32) dw_grouped_bf16_tc(r, 1, G, s->M, s->N, A, B, C, 0);
-    if (form == DW && !fp32) dw_grouped16_tc(r, 1, G, s->M, s->N, A16, B16, C, 0);
-    if (form != DW && fp32) rows_grouped_bf16_tc(form == DINP, r, G, s->N, s->K, A, B, C, form == DINP);
-    if (form != DW && !fp32) rows_grouped16_tc(form == DINP, r, G, s->N, s->K, A16, B16, C, form == DINP);
+    const void *a = fp32 ? (const void *)A : (const void *)A16, *b = fp32 ? (const void *)B : (const void *)B16;
+    if (form == DW) dw_grouped_tc(r, 1, G, s->M, s->N, a, b, C, 0, !fp32);
+    else rows_grouped_tc(form == DINP, r, G, s->N, s->K, a, b, C, form == DINP, !fp32);
 }
 
 // Milliseconds a call takes, the mean of `reps` calls after one to warm up: the float32
