@@ -52,9 +52,7 @@ __global__ static void bits4_kernel(uint2 *h, float4 *x, size_t n4, int pack) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
     if (pack) {
-        float4 v = x[i];
-        h[i] = make_uint2(bf16_bits_dev(v.x) | (uint32_t)bf16_bits_dev(v.y) << 16,
-                          bf16_bits_dev(v.z) | (uint32_t)bf16_bits_dev(v.w) << 16);
+        h[i] = bf16_bits4_dev(x[i]);
     } else {
         uint2 b = h[i];
         x[i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),

@@ -154,5 +154,11 @@ __device__ static inline float bf16_round_dev(float f) {
 __device__ static inline uint16_t bf16_bits_dev(float f) {
     return (uint16_t)(__float_as_uint(bf16_round_dev(f)) >> 16);
 }
+// Four floats' bf16 bits in one 8-byte word, the first in the low half (the order of four
+// consecutive uint16_t in memory).
+__device__ static inline uint2 bf16_bits4_dev(float4 v) {
+    return make_uint2(bf16_bits_dev(v.x) | (uint32_t)bf16_bits_dev(v.y) << 16,
+                      bf16_bits_dev(v.z) | (uint32_t)bf16_bits_dev(v.w) << 16);
+}
 
 #endif

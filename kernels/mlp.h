@@ -2,6 +2,7 @@
 // (model/mlp.c) and by every MoE expert (model/moe.c).
 #ifndef MESHMOE_KERNELS_MLP_H
 #define MESHMOE_KERNELS_MLP_H
+#include <stdint.h>
 
 typedef struct MlpKernels {
     // act (n) = silu(h0) * h1, silu(z) = z * sigmoid(z); h0, h1 (n).
@@ -13,6 +14,14 @@ typedef struct MlpKernels {
     // recomputes the activation takes each exponential once.
     void (*swiglu_backward)(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
                             long n, int bf16);
+    // The same in bf16 mode, its outputs written as 16-bit numbers (bf16 bits, kernels/bf16.h)
+    // for the products that read them (under MESHMOE_WEIGHTS16=1, kernels/matmul16.h): act
+    // rounded (cast point 11), dh0 and dh1 rounded as the layers round the float32 forms'
+    // (a rounding then a packing, in one pass). h0, h1 and dact are floats, bf16-valued.
+    // dh0, dh1 must not overlap dact.
+    void (*swiglu_forward_packed)(uint16_t *act, const float *h0, const float *h1, long n);
+    void (*swiglu_backward_packed)(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const float *h0,
+                                   const float *h1, long n);
 } MlpKernels;
 
 extern const MlpKernels mlp_cpu;   // kernels/cpu/mlp.c

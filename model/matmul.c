@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 #include "base/memory.h"
 #include "core/common.h"
+#include <sys/mman.h>
 
 // 1 while every product's row is a function of its own operand rows alone (the ordered
 // GEMM, the plain loop, the GPU's ordered GEMM); 0 under OpenBLAS or cuBLAS. Set at start-up.
@@ -25,8 +26,9 @@ int matmul_rows_independent(void) { return rows_independent; }
 
 // A product whose weight has a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h) runs the
 // kernel's 16-bit twin (kernels/matmul16.h) on that copy and on its other operand, a bf16-
-// valued activation or gradient, packed into a 16-bit temporary for the call (until the
-// activations are stored as 16-bit numbers themselves: docs/performance-gpu.md's step 3).
+// valued activation or gradient: one made 16-bit by its kernel (matmul_packed) read in
+// place, any other packed into a 16-bit temporary for the call (docs/performance-gpu.md's
+// step 3 makes more of them 16-bit where they are made).
 // The weight gradients' products, which read no weight, run on 16-bit operands too under
 // MESHMOE_WEIGHTS16=1, both packed for the call (on an H200 a product on bf16 storage took
 // 0.29-0.33 of the time of its float32 operands converted inside cuBLAS, packing each
@@ -37,28 +39,48 @@ static uint16_t *packed_copy(const float *x, size_t n, const char *name) {
     return h;
 }
 
-// The operands shared by several products (matmul_share): the device's own (each device is a
-// thread), a few at a time; an operand shared again inside its sharing (a layer's, then a
-// product's own) counts its users.
-enum { SHARED_MAX = 4 };
-static _Thread_local struct { const float *x; size_t n; uint16_t *h; int users; } shared[SHARED_MAX];
+// The operands shared by several products (matmul_share), and those made 16-bit by their
+// kernel (matmul_packed: `borrowed`, h the caller's, x a reserved range): the device's own
+// (each device is a thread), a few at a time; an operand shared again inside its sharing (a
+// layer's, then a product's own) counts its users.
+enum { SHARED_MAX = 6 };
+static _Thread_local struct {
+    const float *x;
+    size_t n;
+    uint16_t *h;
+    int users, borrowed;
+} shared[SHARED_MAX];
 
-void matmul_share(const float *x, size_t n) {
-    if (!weights16_on() || !x) return;
+static int free_slot(void) {
     for (int i = 0; i < SHARED_MAX; i++)
-        if (shared[i].h && shared[i].x == x && shared[i].n == n) { shared[i].users++; return; }
-    for (int i = 0; i < SHARED_MAX; i++)
-        if (!shared[i].h) {
-            shared[i].x = x;
-            shared[i].n = n;
-            shared[i].users = 1;
-            shared[i].h = packed_copy(x, n, "an operand of several products, 16-bit (MESHMOE_WEIGHTS16)");
-            return;
-        }
+        if (!shared[i].h) return i;
     die("internal: more than %d operands shared by products at once", SHARED_MAX);
 }
 
+// The 16-bit operand (matmul_packed) whose range holds x, or -1.
+static int borrowed_at(const float *x) {
+    uintptr_t a = (uintptr_t)x;
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].h && shared[i].borrowed && a >= (uintptr_t)shared[i].x &&
+            a < (uintptr_t)(shared[i].x + (shared[i].n ? shared[i].n : 1)))
+            return i;
+    return -1;
+}
+
+void matmul_share(const float *x, size_t n) {
+    if (!weights16_on() || !x || borrowed_at(x) >= 0) return;
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].h && shared[i].x == x && shared[i].n == n) { shared[i].users++; return; }
+    int i = free_slot();
+    shared[i].x = x;
+    shared[i].n = n;
+    shared[i].users = 1;
+    shared[i].borrowed = 0;
+    shared[i].h = packed_copy(x, n, "an operand of several products, 16-bit (MESHMOE_WEIGHTS16)");
+}
+
 void matmul_unshare(const float *x, size_t n) {
+    if (!x || borrowed_at(x) >= 0) return;
     for (int i = 0; i < SHARED_MAX; i++)
         if (shared[i].h && shared[i].x == x && shared[i].n == n && --shared[i].users == 0) {
             mem_free(shared[i].h);
@@ -67,21 +89,67 @@ void matmul_unshare(const float *x, size_t n) {
         }
 }
 
-// The n floats at x packed: inside a shared operand, that operand's 16-bit numbers; else a
-// new temporary, which packed_free frees.
-static uint16_t *packed(const float *x, size_t n) {
+const float *matmul_packed(uint16_t *h, size_t n) {
+    if (!weights16_on()) die("internal: a 16-bit operand without MESHMOE_WEIGHTS16");
+    size_t bytes = sizeof(float) * (n ? n : 1);
+    void *r = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) die("could not reserve %zu bytes of addresses for a 16-bit operand", bytes);
+    int i = free_slot();
+    shared[i].x = r;
+    shared[i].n = n;
+    shared[i].h = h;
+    shared[i].users = 1;
+    shared[i].borrowed = 1;
+    return r;
+}
+
+void matmul_packed_free(const float *p) {
+    if (!p) return;
+    int i = borrowed_at(p);
+    if (i < 0) { mem_free((void *)p); return; }
+    if (shared[i].x != p) die("internal: matmul_packed_free inside a 16-bit operand, not at its start");
+    munmap((void *)p, sizeof(float) * (shared[i].n ? shared[i].n : 1));
+    mem_free(shared[i].h);
+    shared[i].x = NULL;
+    shared[i].h = NULL;
+}
+
+const float *matmul_packed_copy(const float *p, size_t cap, const char *name) {
+    int i = borrowed_at(p);
+    if (i < 0 || shared[i].x != p) die("internal: matmul_packed_copy of an operand not from matmul_packed");
+    size_t n = shared[i].n;
+    uint16_t *h = mem_alloc(MEM_TEMP, sizeof(uint16_t) * (cap ? cap : 1), name);
+    mem_copy(h, shared[i].h, sizeof(uint16_t) * n);
+    return matmul_packed(h, n);
+}
+
+// The shared operand whose range holds the n floats at x (n may be 0: a leaf without rows,
+// at most at the range's end), or -1.
+static int shared_of(const float *x, size_t n) {
     uintptr_t a = (uintptr_t)x;
     for (int i = 0; i < SHARED_MAX; i++) {
         uintptr_t s = (uintptr_t)shared[i].x;
         if (shared[i].h && a >= s && (a - s) % sizeof(float) == 0 && (a - s) / sizeof(float) + n <= shared[i].n)
-            return shared[i].h + (a - s) / sizeof(float);
+            return i;
     }
+    return -1;
+}
+
+// The n floats at x packed: inside a shared operand, that operand's 16-bit numbers; else a
+// new temporary, which packed_free(h, x, n) frees (the same x and n: the same decision).
+static uint16_t *packed(const float *x, size_t n) {
+    int i = shared_of(x, n);
+    if (i >= 0) return shared[i].h + ((uintptr_t)x - (uintptr_t)shared[i].x) / sizeof(float);
     return packed_copy(x, n, "a product's activation, 16-bit (MESHMOE_WEIGHTS16)");
 }
-static void packed_free(uint16_t *h) {
-    for (int i = 0; i < SHARED_MAX; i++)
-        if (shared[i].h && h >= shared[i].h && h < shared[i].h + (shared[i].n ? shared[i].n : 1)) return;
-    mem_free(h);
+static void packed_free(uint16_t *h, const float *x, size_t n) {
+    if (shared_of(x, n) < 0) mem_free(h);
+}
+
+// A product about to read x as floats: x must not be a 16-bit operand's (matmul_packed).
+static void floats_at(const float *x) {
+    if (borrowed_at(x) >= 0)
+        die("internal: a 16-bit operand given to a product on float32 operands (its weight has no 16-bit copy)");
 }
 
 // The device's flop count (2 M N K per product), which the planner counts too.
@@ -95,16 +163,22 @@ void gemm(int transA, int transB, int M, int N, int K, float alpha, const float 
     if (M == 0 || N == 0) return;
     if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) die("internal: gemm takes alpha 1 and beta 0 or 1");
     count_flops(M, N, K);
+    floats_at(A);
+    floats_at(B);
     kern()->matmul->gemm(transA, transB, M, N, K, A, lda, B, ldb, beta != 0.0f, C, ldc);
 }
 
 void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {
     count_flops(T, OC, C);
     const uint16_t *w16 = weights16_find(w, (size_t)C * OC);
-    if (!w16) { kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate); return; }
+    if (!w16) {
+        floats_at(inp);
+        kern()->matmul->matmul_forward(out, inp, w, T, C, OC, accumulate);
+        return;
+    }
     uint16_t *a = packed(inp, (size_t)T * C);
     kern()->matmul16->matmul_forward(out, a, w16, T, C, OC, accumulate);
-    packed_free(a);
+    packed_free(a, inp, (size_t)T * C);
 }
 
 void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int C, int OC, int onto) {
@@ -113,8 +187,8 @@ void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int 
     if (!weights16_on()) { kern()->matmul->matmul_backward_dw(g, inp, dout, len, C, OC, onto); return; }
     uint16_t *a = packed(inp, (size_t)len * C), *d = packed(dout, (size_t)len * OC);
     kern()->matmul16->matmul_backward_dw(g, a, d, len, C, OC, onto);
-    packed_free(d);
-    packed_free(a);
+    packed_free(d, dout, (size_t)len * OC);
+    packed_free(a, inp, (size_t)len * C);
 }
 
 // A block of gradient still holding the step's zeros (base/fresh.h) is written onto 0.0f
@@ -127,8 +201,8 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
     if (!weights16_on()) { kern()->matmul->matmul_backward_dw_leaves(dw, inp, dout, off, n, C, OC, !fresh); return; }
     uint16_t *a = packed(inp, (size_t)off[n] * C), *d = packed(dout, (size_t)off[n] * OC);
     kern()->matmul16->matmul_backward_dw_leaves(dw, a, d, off, n, C, OC, !fresh);
-    packed_free(d);
-    packed_free(a);
+    packed_free(d, dout, (size_t)off[n] * OC);
+    packed_free(a, inp, (size_t)off[n] * C);
 }
 
 // dw (C,OC) += the leaves' products along the tree, in one call where the leaves are one
@@ -162,10 +236,14 @@ static void backward_dw(float *dw, const float *dout, const float *inp, int C, i
 static void dinp_product(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
     count_flops(T, C, OC);
     const uint16_t *w16 = weights16_find(w, (size_t)C * OC);
-    if (!w16) { kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC); return; }
+    if (!w16) {
+        floats_at(dout);
+        kern()->matmul->matmul_backward_dinp(dinp, dout, w, T, C, OC);
+        return;
+    }
     uint16_t *d = packed(dout, (size_t)T * OC);
     kern()->matmul16->matmul_backward_dinp(dinp, d, w16, T, C, OC);
-    packed_free(d);
+    packed_free(d, dout, (size_t)T * OC);
 }
 
 // dinp (T,C) += dout (T,OC) @ w^T in float32 (dout not bf16-valued): the weight's 16-bit copy
@@ -208,10 +286,14 @@ static void chunked_product(float *out, const float *A, const float *Bm, int tra
     count_flops(T, N, K);
     if (T == 0 || N == 0) return;
     const uint16_t *b16 = weights16_find(Bm, (size_t)K * N);
-    if (!b16) { kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N); return; }
+    if (!b16) {
+        floats_at(A);
+        kern()->matmul->gemm_chunked(transB, T, N, K, chunks, A, K, Bm, transB ? K : N, out, N);
+        return;
+    }
     uint16_t *a = packed(A, (size_t)T * K);
     kern()->matmul16->gemm_chunked(transB, T, N, K, chunks, a, K, b16, transB ? K : N, out, N);
-    packed_free(a);
+    packed_free(a, A, (size_t)T * K);
 }
 
 void matmul_forward_chunked(float *out, const float *inp, const float *w, int T, int C, int OC, int chunks) {
@@ -226,19 +308,27 @@ void matmul_dinp_chunked(float *dinp, const float *dout, const float *w, int T, 
 void matmul_forward_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C, int OC) {
     count_flops(rows[G], OC, C);
     const uint16_t *w16 = weights16_find(w, (size_t)G * C * OC);
-    if (!w16) { kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0); return; }
+    if (!w16) {
+        floats_at(inp);
+        kern()->matmul->matmul_forward_grouped(out, inp, w, rows, G, C, OC, 0);
+        return;
+    }
     uint16_t *a = packed(inp, (size_t)rows[G] * C);
     kern()->matmul16->matmul_forward_grouped(out, a, w16, rows, G, C, OC, 0);
-    packed_free(a);
+    packed_free(a, inp, (size_t)rows[G] * C);
 }
 
 void matmul_dinp_grouped(float *dinp, const float *dout, const float *w, const int *rows, int G, int C, int OC) {
     count_flops(rows[G], C, OC);
     const uint16_t *w16 = weights16_find(w, (size_t)G * C * OC);
-    if (!w16) { kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC); return; }
+    if (!w16) {
+        floats_at(dout);
+        kern()->matmul->matmul_backward_dinp_grouped(dinp, dout, w, rows, G, C, OC);
+        return;
+    }
     uint16_t *d = packed(dout, (size_t)rows[G] * OC);
     kern()->matmul16->matmul_backward_dinp_grouped(dinp, d, w16, rows, G, C, OC);
-    packed_free(d);
+    packed_free(d, dout, (size_t)rows[G] * OC);
 }
 
 static void chunked_grouped(float *out, const float *A, const float *Bm, int transB, const int *rows, int G, int N,
@@ -247,10 +337,14 @@ static void chunked_grouped(float *out, const float *A, const float *Bm, int tra
     count_flops(rows[G], N, K);
     if (rows[G] == 0 || N == 0) return;
     const uint16_t *b16 = weights16_find(Bm, (size_t)G * K * N);
-    if (!b16) { kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out); return; }
+    if (!b16) {
+        floats_at(A);
+        kern()->matmul->gemm_chunked_grouped(transB, rows, G, N, K, chunks, A, Bm, out);
+        return;
+    }
     uint16_t *a = packed(A, (size_t)rows[G] * K);
     kern()->matmul16->gemm_chunked_grouped(transB, rows, G, N, K, chunks, a, b16, out);
-    packed_free(a);
+    packed_free(a, A, (size_t)rows[G] * K);
 }
 
 void matmul_forward_chunked_grouped(float *out, const float *inp, const float *w, const int *rows, int G, int C,
@@ -275,6 +369,6 @@ void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, co
     size_t rows = (size_t)off[(size_t)G * n];   // every group's leaves, from row 0
     uint16_t *a = packed(inp, rows * C), *d = packed(dout, rows * OC);
     kern()->matmul16->matmul_backward_dw_leaves_grouped(dw, a, d, off, n, G, C, OC, !fresh);
-    packed_free(d);
-    packed_free(a);
+    packed_free(d, dout, rows * OC);
+    packed_free(a, inp, rows * C);
 }

@@ -49,6 +49,20 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
 void matmul_share(const float *x, size_t n);
 void matmul_unshare(const float *x, size_t n);
 
+// An operand made as 16-bit numbers by its kernel (kernels/mlp.h's packed forms, under
+// MESHMOE_WEIGHTS16=1): matmul_packed(h, n) returns the `const float *` that the layers hand
+// on to the products like any operand, rows of it included (element i at p + i), and the
+// products read h's numbers in place. That pointer lies in an address range reserved for
+// it and never mapped, where no array can be: a read of it as floats faults at once. A
+// product whose weight has no 16-bit copy dies on it; matmul_share and matmul_unshare leave
+// it as it is. matmul_packed_free(p) ends it and frees h; given any other array it frees
+// that (mem_free), so that a layer frees its operands one way whichever they are.
+const float *matmul_packed(uint16_t *h, size_t n);
+void matmul_packed_free(const float *p);
+// A copy of the 16-bit operand p's numbers, in a new MEM_TEMP array `name` of room for cap,
+// as a 16-bit operand of its own.
+const float *matmul_packed_copy(const float *p, size_t cap, const char *name);
+
 // "ordered" (default), "openblas" or "plain" (config key matmul_impl; plain's kernels are a
 // backend of their own, kernels/cpu/backend.c), the CPU backend's choice made
 // once at start-up; dies on anything else. gpu_cublas: the GPU runs cuBLAS (gpu_matmul=cublas or

@@ -7,6 +7,7 @@
 // column-parallel and wo row-parallel (base/tensor.h).
 #include "model/mlp.h"
 #include "model/matmul.h"
+#include "model/weights16.h"   // weights16_on: the products on 16-bit operands
 #include "model/precision.h"
 #include "base/tensor.h"
 #include "model/tensor_parallel.h"
@@ -14,14 +15,60 @@
 #include "kernels/kernels.h"
 #include "core/common.h"
 
+int swiglu_packed(const Config *c) { return weights16_on() && cfg_bf16(c); }
+
+const float *swiglu_activation(const Config *c, const float *h0, const float *h1, size_t n, size_t cap,
+                               const char *name) {
+    if (swiglu_packed(c)) {
+        uint16_t *a = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (cap ? cap : 1), name);
+        kern()->mlp->swiglu_forward_packed(a, h0, h1, (long)n);
+        return matmul_packed(a, n);
+    }
+    float *act = mem_floats_uninit(MEM_TEMP, cap, name);
+    kern()->mlp->swiglu_forward(act, h0, h1, (long)n, cfg_bf16(c));
+    return act;
+}
+
+// swiglu_gradients under swiglu_packed: three 16-bit operands (two without act).
+static void packed_gradients(const float **act, const float **dh0, const float **dh1, float *dact, const float *h0,
+                             const float *h1, size_t n, size_t cap, const char *const names[3]) {
+    size_t bytes = sizeof(uint16_t) * (cap ? cap : 1);
+    uint16_t *a = act ? mem_alloc_uninit(MEM_TEMP, bytes, names[0]) : NULL;
+    uint16_t *g0 = mem_alloc_uninit(MEM_TEMP, bytes, names[1]);
+    uint16_t *g1 = mem_alloc_uninit(MEM_TEMP, bytes, names[2]);
+    kern()->mlp->swiglu_backward_packed(a, g0, g1, dact, h0, h1, (long)n);
+    if (act) {
+        *act = matmul_packed(a, n);
+        mem_free(dact);
+    }
+    *dh0 = matmul_packed(g0, n);
+    *dh1 = matmul_packed(g1, n);
+}
+
+void swiglu_gradients(const Config *c, const float **act, const float **dh0, const float **dh1, float *dact,
+                      const float *h0, const float *h1, size_t n, size_t cap, const char *const names[3]) {
+    if (swiglu_packed(c)) {
+        packed_gradients(act, dh0, dh1, dact, h0, h1, n, cap, names);
+        return;
+    }
+    float *a = act ? mem_floats_uninit(MEM_TEMP, cap, names[0]) : NULL;
+    float *g0 = mem_floats_uninit(MEM_TEMP, cap, names[1]);   // written whole (its n)
+    float *g1 = act ? dact : mem_floats_uninit(MEM_TEMP, cap, names[2]);
+    kern()->mlp->swiglu_backward(a, g0, g1, dact, h0, h1, (long)n, cfg_bf16(c) && act);
+    prec_round(c, g0, n);
+    prec_round(c, g1, n);
+    if (act) *act = a;
+    *dh0 = g0;
+    *dh1 = g1;
+}
+
 // out (T,D) = SwiGLU(h0, h1) @ wo: the part of the forward whose result only the next layer
 // reads (the backward recomputes the activation from h0, h1 and needs neither it nor out).
 static void mlp_output(const Config *c, const MlpParams *p, float *out, const MlpSaved *s, int T, int D, int F) {
-    float *act = mem_floats_uninit(MEM_TEMP, (size_t)T * F, "mlp activation");  // (T,F), a temporary
-    kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)T * F, cfg_bf16(c));
+    const float *act = swiglu_activation(c, s->h0, s->h1, (size_t)T * F, (size_t)T * F, "mlp activation");
     tp_rowpar_forward(c, out, act, p->wo, T, F, D);   // a sum over F, split over the tensor axis
     prec_round(c, out, (size_t)T * D);
-    mem_free(act);
+    matmul_packed_free(act);
 }
 
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
@@ -38,42 +85,38 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     act_pack(c, &s->h1, (size_t)T * F);
 }
 
+static const char *const names[3] = {"mlp activation", "mlp d h0", "mlp d h1"};
+
 // out = act wo, act = silu(h0) * h1 recomputed:  dwo += act^T dout, and the gradients dh0, dh1
-// (T,F) of h0 and h1, returned. Where dwo's leaves go in one call, which takes no buffers of
-// its own (leaf.nchunks == 1), dact = dout wo^T comes first and act comes out of the
-// gradients' pass, one sigmoid per element for the three (dh1 written over dact): act, dact
-// and dh0 are held during dwo's product, three buffers, as many as the gradients' pass holds
-// either way. Otherwise dwo's leaf sums take buffers of their own, and act is recomputed in
-// a pass of its own first, so that only act and dact are held beside them.
+// (T,F) of h0 and h1, returned, rounded in bf16 as act was. Where dwo's leaves go in one
+// call, which takes no buffers of its own (leaf.nchunks == 1), dact = dout wo^T comes first
+// and act comes out of the gradients' pass, one sigmoid per element for the three (as floats,
+// dh1 written over dact): act, dact and dh0 are held during dwo's product, three buffers, as
+// many as the gradients' pass holds either way. Otherwise dwo's leaf sums take buffers of
+// their own, and act is recomputed in a pass of its own first, so that only act and dact are
+// held beside them.
 static void output_backward(const Config *c, const MlpParams *p, MlpParams *g, const MlpSaved *s, const float *dout,
-                            int T, int D, int F, Leaves leaf, float **dh0, float **dh1) {
+                            int T, int D, int F, Leaves leaf, const float **dh0, const float **dh1) {
     size_t n = (size_t)T * F;
     matmul_share(dout, (size_t)T * D);   // read by wo's input and weight gradients
     if (leaf.nchunks == 1) {
         float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F), then d h1
         matmul_backward(dact, NULL, dout, NULL, p->wo, T, F, D, leaf);
         prec_round(c, dact, n);   // bf16: act was rounded, so is its gradient
-        float *act = mem_floats_uninit(MEM_TEMP, n, "mlp activation");   // (T,F) recomputed
-        *dh0 = mem_floats_uninit(MEM_TEMP, n, "mlp d h0");                // (T,F), written whole
-        *dh1 = dact;
-        kern()->mlp->swiglu_backward(act, *dh0, *dh1, dact, s->h0, s->h1, (long)n, cfg_bf16(c));
+        const float *act;   // (T,F) recomputed
+        swiglu_gradients(c, &act, dh0, dh1, dact, s->h0, s->h1, n, n, names);   // (dact taken over)
         matmul_backward(NULL, g->wo, dout, act, NULL, T, F, D, leaf);
-        mem_free(act);
+        matmul_packed_free(act);
     } else {
-        float *act = mem_floats_uninit(MEM_TEMP, n, "mlp activation");   // (T,F) recomputed
-        kern()->mlp->swiglu_forward(act, s->h0, s->h1, (long)n, cfg_bf16(c));
+        const float *act = swiglu_activation(c, s->h0, s->h1, n, n, "mlp activation");   // (T,F) recomputed
         float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F)
         matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
         prec_round(c, dact, n);
-        mem_free(act);
-        *dh0 = mem_floats_uninit(MEM_TEMP, n, "mlp d h0");   // (T,F), written whole
-        *dh1 = mem_floats_uninit(MEM_TEMP, n, "mlp d h1");
-        kern()->mlp->swiglu_backward(NULL, *dh0, *dh1, dact, s->h0, s->h1, (long)n, 0);
+        matmul_packed_free(act);
+        swiglu_gradients(c, NULL, dh0, dh1, dact, s->h0, s->h1, n, n, names);
         mem_free(dact);
     }
     matmul_unshare(dout, (size_t)T * D);
-    prec_round(c, *dh0, n);
-    prec_round(c, *dh1, n);
 }
 
 // h = x w (w column-parallel): dw += x^T dh and dx += dh w^T (a sum over F, split over the
@@ -90,15 +133,15 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
                   const float *x, int T, int D, int F, Leaves leaf) {
     act_unpack(c, &s->h0, (size_t)T * F);
     act_unpack(c, &s->h1, (size_t)T * F);
-    float *dh0, *dh1;
+    const float *dh0, *dh1;
     output_backward(c, p, g, s, dout, T, D, F, leaf, &dh0, &dh1);
     mlp_saved_free(s);
     matmul_share(x, (size_t)T * D);   // read by both weight gradients
     input_backward(c, dx, g->wi_0, dh0, x, p->wi_0, T, D, F, leaf);
     input_backward(c, dx, g->wi_1, dh1, x, p->wi_1, T, D, F, leaf);
     matmul_unshare(x, (size_t)T * D);
-    mem_free(dh0);
-    mem_free(dh1);
+    matmul_packed_free(dh0);
+    matmul_packed_free(dh1);
 }
 
 void mlp_saved_free(MlpSaved *s) {

@@ -20,4 +20,21 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
 // Free what mlp_forward saved (safe on a cleared struct): a forward without a backward.
 void mlp_saved_free(MlpSaved *s);
 
+// SwiGLU's results as the products' operands, for the dense MLP and the MoE experts alike.
+// Under MESHMOE_WEIGHTS16=1 in bf16 mode (swiglu_packed) the activation and the gradients
+// dh0, dh1, which only products read, are made as 16-bit numbers by the packed kernels
+// (kernels/mlp.h), rounded, and the products read them in place (model/matmul.h:
+// matmul_packed), where a float32 array would be rounded and packed again for each
+// product: the same numbers. Either kind is freed by matmul_packed_free.
+int swiglu_packed(const Config *c);
+// act (n of room cap) = silu(h0) * h1 (bf16: rounded, cast point 11), a MEM_TEMP array `name`.
+const float *swiglu_activation(const Config *c, const float *h0, const float *h1, size_t n, size_t cap,
+                               const char *name);
+// dh0, dh1 (n of room cap) from dact (n floats, bf16-valued), rounded in bf16, MEM_TEMP arrays
+// named names[1], names[2]; and, where act is not NULL, act (names[0]) from the same sigmoids.
+// With act, dact is taken over (freed, or, as floats, written over by dh1); without, it is
+// only read.
+void swiglu_gradients(const Config *c, const float **act, const float **dh0, const float **dh1, float *dact,
+                      const float *h0, const float *h1, size_t n, size_t cap, const char *const names[3]);
+
 #endif

@@ -12,6 +12,7 @@
 #include "model/moe_experts.h"
 #include "model/matmul.h"          // the products, one expert's or grouped
 #include "model/precision.h"       // prec_round: the bf16 points
+#include "model/mlp.h"             // SwiGLU's results as the products' operands
 #include "model/tensor_parallel.h" // the expert width split over `tensor`
 #include "base/treesum.h"          // LeafSum: a weight gradient's leaves over several chunks
 #include "base/memory.h"           // mem_floats: tagged buffers
@@ -138,15 +139,17 @@ static void experts_dw(ExpertRows er, float *dw, const float *inp, const float *
 // (and autodiff casts its gradient back); with float32 activations both casts are no-ops,
 // and the skip drops them. Without it each cast writes a copy (MEM_TEMP) that the next
 // op reads while the uncast buffer is still held: one more (rows,H) buffer, same bits.
-// Like the other temporaries it is allocated for `cap` rows; n are copied.
-static float *intermediate_cast(const Config *c, float *x, size_t n, size_t cap, const char *name) {
+// Like the other temporaries it is allocated for `cap` rows; n are copied. A 16-bit
+// operand (model/mlp.h: swiglu_packed) is copied as its 16-bit numbers.
+static const float *intermediate_cast(const Config *c, const float *x, size_t n, size_t cap, const char *name) {
     if (c->moe_skip_redundant_cast) return x;
+    if (swiglu_packed(c)) return matmul_packed_copy(x, cap, name);
     float *copy = mem_floats(MEM_TEMP, cap, name);
     mem_copy(copy, x, sizeof(float) * n);
     return copy;
 }
-static void intermediate_cast_free(float *copy, const float *x) {
-    if (copy != x) mem_free(copy);
+static void intermediate_cast_free(const float *copy, const float *x) {
+    if (copy != x) matmul_packed_free(copy);
 }
 
 void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, int e0, ExpertRows er, const float *xs,
@@ -159,13 +162,12 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
     matmul_unshare(xs, n * D);
     prec_round(c, h0, n * H);
     prec_round(c, h1, n * H);
-    float *act = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert activation");   // (n,H) of (cap,H)
-    kern()->mlp->swiglu_forward(act, h0, h1, (long)(n * H), cfg_bf16(c));
-    float *actc = intermediate_cast(c, act, n * H, cap * H, "moe expert activation, cast (a no-op copy)");
+    const float *act = swiglu_activation(c, h0, h1, n * H, cap * H, "moe expert activation");   // (n,H) of (cap,H)
+    const float *actc = intermediate_cast(c, act, n * H, cap * H, "moe expert activation, cast (a no-op copy)");
     experts_rowpar(c, er, y, actc, p->wo + w0, H, D);   // a sum over H (tensor-split)
     prec_round(c, y, n * D);
     intermediate_cast_free(actc, act);
-    mem_free(act);
+    matmul_packed_free(act);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -180,43 +182,43 @@ static float *experts_dact(const Config *c, ExpertRows er, const float *wo, cons
     return dact;
 }
 
+static const char *const names[3] = {"moe expert activation", "moe expert d h0", "moe expert d h1"};
+
 // The SwiGLU backward: dwo += act^T dy, and the gradients dh0, dh1 (n,H of cap,H) of
 // act = silu(h0) * h1, returned; act is recomputed from h0 and h1. As model/mlp.c's
 // output_backward: where dwo's leaves go in one call (no buffers of their own) and without
 // the cast copies (moe_skip_redundant_cast, the default), act comes out of the gradients'
-// pass, one sigmoid per element for the three, dh1 written over dact; otherwise act first,
-// its copy (with the casts) read by the wo product, then the gradients from dact's copy.
+// pass, one sigmoid per element for the three, dh1 written over dact (as floats); otherwise
+// act first, its copy (with the casts) read by the wo product, then the gradients from
+// dact's copy. Rounded in bf16, as act was.
 static void experts_swiglu_backward(const Config *c, ExpertRows er, float *dwo, const float *wo, const float *h0,
                                     const float *h1, const float *dye, const int *rt, int H, int D, Leaves leaf,
-                                    float **dh0, float **dh1) {
+                                    const float **dh0, const float **dh1) {
     size_t n = (size_t)er.n, cap = (size_t)er.cap;
     matmul_share(dye, n * D);   // read by wo's input and weight gradients
     if (c->moe_skip_redundant_cast && leaf.nchunks == 1) {
         float *dact = experts_dact(c, er, wo, dye, H, D);
-        float *act = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert activation");   // (n,H) recomputed
-        *dh0 = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert d h0");            // (n,H) of (cap,H)
-        *dh1 = dact;
-        kern()->mlp->swiglu_backward(act, *dh0, *dh1, dact, h0, h1, (long)(n * H), cfg_bf16(c));
+        const float *act;   // (n,H) recomputed
+        swiglu_gradients(c, &act, dh0, dh1, dact, h0, h1, n * H, cap * H, names);   // (dact taken over)
         experts_dw(er, dwo, act, dye, rt, H, D, leaf);
-        mem_free(act);
+        matmul_packed_free(act);
     } else {
-        float *act = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert activation");   // (n,H) recomputed
-        kern()->mlp->swiglu_forward(act, h0, h1, (long)(n * H), cfg_bf16(c));
+        const float *act = swiglu_activation(c, h0, h1, n * H, cap * H, names[0]);   // (n,H) recomputed
         float *dact = experts_dact(c, er, wo, dye, H, D);
-        float *actc = intermediate_cast(c, act, n * H, cap * H, "moe expert activation, cast (a no-op copy)");
+        const float *actc = intermediate_cast(c, act, n * H, cap * H, "moe expert activation, cast (a no-op copy)");
         experts_dw(er, dwo, actc, dye, rt, H, D, leaf);
         intermediate_cast_free(actc, act);
-        mem_free(act);
-        *dh0 = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert d h0");
-        *dh1 = mem_floats_uninit(MEM_TEMP, cap * H, "moe expert d h1");
-        float *dactc = intermediate_cast(c, dact, n * H, cap * H, "moe expert d activation, cast back (a no-op copy)");
-        kern()->mlp->swiglu_backward(NULL, *dh0, *dh1, dactc, h0, h1, (long)(n * H), 0);
-        intermediate_cast_free(dactc, dact);
+        matmul_packed_free(act);
+        float *dactc = dact;   // dact's cast copy (floats: a product's output)
+        if (!c->moe_skip_redundant_cast) {
+            dactc = mem_floats(MEM_TEMP, cap * H, "moe expert d activation, cast back (a no-op copy)");
+            mem_copy(dactc, dact, sizeof(float) * n * H);
+        }
+        swiglu_gradients(c, NULL, dh0, dh1, dactc, h0, h1, n * H, cap * H, names);
+        if (dactc != dact) mem_free(dactc);
         mem_free(dact);
     }
     matmul_unshare(dye, n * D);
-    prec_round(c, *dh0, n * H);
-    prec_round(c, *dh1, n * H);
 }
 
 // h = xs w (w column-parallel): dxs += dh w^T (a sum over H, tensor-split) and dw += xs^T dh,
@@ -235,7 +237,7 @@ void experts_backward(const Config *c, const LocalDims *ld, const MoeParams *p, 
     int D = c->base_emb_dim, H = ld->expert_dim;
     size_t w0 = (size_t)e0 * D * H;
     const float *wi0 = p->wi_0 + w0, *wi1 = p->wi_1 + w0;
-    float *dh0, *dh1;   // y = act wo, act = silu(h0) * h1
+    const float *dh0, *dh1;   // y = act wo, act = silu(h0) * h1
     experts_swiglu_backward(c, er, g->wo + w0, p->wo + w0, h0, h1, dye, rt, H, D, leaf, &dh0, &dh1);
     // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
     mem_zero(dxs, sizeof(float) * (size_t)er.n * D);
@@ -243,5 +245,6 @@ void experts_backward(const Config *c, const LocalDims *ld, const MoeParams *p, 
     experts_input_backward(c, er, dxs, g->wi_0 + w0, dh0, xs, wi0, rt, D, H, leaf);
     experts_input_backward(c, er, dxs, g->wi_1 + w0, dh1, xs, wi1, rt, D, H, leaf);
     matmul_unshare(xs, (size_t)er.n * D);
-    mem_free(dh0); mem_free(dh1);
+    matmul_packed_free(dh0);
+    matmul_packed_free(dh1);
 }

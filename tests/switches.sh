@@ -143,14 +143,18 @@ check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak 
 # values are the float32 copy's, so the losses are bit-identical, on the paths that reach
 # each reader (dense and per-expert products, the experts' grouped ones, tensor-parallel
 # pieces and MLA's norms, FSDP's gathered weights over microbatches, the dense MoE; the
-# unrounded float32 gate, the einsum form of the norms' scale, the one-hot embedding); and
-# the copy's bytes halve: the params peak, the copy of the largest unit (a layer), drops by
+# unrounded float32 gate, the einsum form of the norms' scale, the one-hot embedding;
+# SwiGLU's activation and gradients made as 16-bit numbers and read in place by the
+# products (model/mlp.h: swiglu_packed), with the weight gradients' leaves in several
+# chunks, some of an expert's leaves without rows, and the cast copies); and the copy's
+# bytes halve: the params peak, the copy of the largest unit (a layer), drops by
 # 2 bytes a weight of it, counted here from the shapes; the planner counts what the run does.
 P16_CASES=("mx16 configs/mixtral-tiny.yml"
            "ds16 configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2"
            "mxga16 configs/mixtral-tiny.yml gradient_accumulation_steps=2 ici_fsdp_parallelism=2 num_devices=2"
            "mxdense16 configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0"
-           "mxgate16 configs/mixtral-tiny.yml float32_gate_logits=true rmsnorm_fused_scale=false use_iota_embed=true")
+           "mxgate16 configs/mixtral-tiny.yml float32_gate_logits=true rmsnorm_fused_scale=false use_iota_embed=true"
+           "dsleaf16 configs/deepseek-tiny.yml context_reduce_chunks=2 moe_skip_redundant_cast=false")
 for c in "${P16_CASES[@]}"; do
     set -- $c
     name=$1; shift

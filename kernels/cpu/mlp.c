@@ -9,47 +9,43 @@
 
 static inline float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-// The forward goes in blocks of BLOCK elements: e = expf(-z) for the block in one expf_n
-// call (kernels/cpu/expf16.h), then sigmoid(z) = 1 / (1 + e) and the rest lane by lane, so
-// that the divisions of a block overlap (one expf16 call per 16 elements, each followed by
-// its division, took 1.5x as long: 4M elements, one thread). The backward, with more work
-// per 16 elements around the same call, measured no faster in blocks and keeps the call
-// per 16. The tail past the last 16 takes the scalar formula.
+// Each kernel goes in blocks of BLOCK elements, the blocks shared among the threads. In the
+// forward, e = expf(-z) for a block's whole multiple of 16 in one expf_n call, then sigmoid(z)
+// = 1 / (1 + e) and the rest lane by lane, so that the divisions of a block overlap (one
+// expf16 call per 16 elements, each followed by its division, took 1.5x as long: 4M
+// elements, one thread). The backward, with more work per 16 elements around the same call,
+// measured no faster that way and keeps the call per 16. A block's tail past its last 16
+// takes the scalar formula, which gives the lanes' bits.
 enum { BLOCK = 512 };
-static long block_len(long i0, long n16) { return n16 - i0 < BLOCK ? n16 - i0 : BLOCK; }
-static void exp_neg(float *e, const float *z, long len) {
+static long block_len(long i0, long n) { return n - i0 < BLOCK ? n - i0 : BLOCK; }
+
+// e (len) = expf(-z (len)), len a multiple of 16 (apart: inlined, GCC takes e for unwritten).
+__attribute__((noinline)) static void exp_neg(float *e, const float *z, long len) {
     for (long i = 0; i < len; i += 16) vst(e + i, -vld(z + i));
     expf_n(e, e, len);
 }
 
-// act (n) = silu(h0) * h1 = h0 * sigmoid(h0) * h1, elementwise.
-static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
-    long n16 = n / 16 * 16;
-    #pragma omp parallel for if (n > 65536)
-    for (long i0 = 0; i0 < n16; i0 += BLOCK) {
-        float e[BLOCK] __attribute__((aligned(64)));
-        long len = block_len(i0, n16);
-        exp_neg(e, h0 + i0, len);
-        for (long i = 0; i < len; i += 16) {
-            V16 z = vld(h0 + i0 + i), sg = 1.0f / (1.0f + vld(e + i));
-            vst(act + i0 + i, z * sg * vld(h1 + i0 + i));
-        }
+// act (len) = silu(h0) * h1 on one block; bf16: rounded (cast point 11).
+static void forward_block(float *act, const float *h0, const float *h1, long len, int bf16) {
+    float e[BLOCK] __attribute__((aligned(64)));
+    long len16 = len / 16 * 16;
+    exp_neg(e, h0, len16);
+    for (long i = 0; i < len16; i += 16) {
+        V16 z = vld(h0 + i), sg = 1.0f / (1.0f + vld(e + i));
+        vst(act + i, z * sg * vld(h1 + i));
     }
-    for (long i = n16; i < n; i++) act[i] = h0[i] * sigmoidf(h0[i]) * h1[i];
-    if (bf16) {   // cast point 11
-        #pragma omp parallel for if (n > 65536)
-        for (long i = 0; i < n; i++) act[i] = bf16_round(act[i]);
-    }
+    for (long i = len16; i < len; i++) act[i] = h0[i] * sigmoidf(h0[i]) * h1[i];
+    if (bf16)
+        for (long i = 0; i < len; i++) act[i] = bf16_round(act[i]);
 }
 
 // dh1 = dact * silu(h0); dh0 = dact * h1 * silu'(h0), silu'(z) = sig(z) * (1 + z * (1 - sig(z)));
-// act = silu(h0) * h1 where asked, the forward's formula on the same sigmoid. dact is read
-// into a register before dh1 is written, so dh1 may be dact.
-static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
-                            long n, int bf16) {
-    long n16 = n / 16 * 16;
-    #pragma omp parallel for if (n > 65536)
-    for (long k = 0; k < n16; k += 16) {
+// act = silu(h0) * h1 where asked, the forward's formula on the same sigmoid; one block. dact
+// is read into a register before dh1 is written, so dh1 may be dact.
+static void backward_block(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
+                           long len, int bf16) {
+    long len16 = len / 16 * 16;
+    for (long k = 0; k < len16; k += 16) {
         V16 z = vld(h0 + k), d = vld(dact + k), u = vld(h1 + k), e = -z;
         expf16((float *)&e, (const float *)&e);
         V16 sg = 1.0f / (1.0f + e), silu = z * sg;
@@ -57,16 +53,57 @@ static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dac
         vst(dh1 + k, d * silu);
         vst(dh0 + k, d * u * sg * (1.0f + z * (1.0f - sg)));
     }
-    for (long i = n16; i < n; i++) {
+    for (long i = len16; i < len; i++) {
         float z = h0[i], d = dact[i], sg = sigmoidf(z), silu = z * sg;
         if (act) act[i] = silu * h1[i];
         dh1[i] = d * silu;
         dh0[i] = d * h1[i] * sg * (1.0f + z * (1.0f - sg));
     }
-    if (act && bf16) {   // cast point 11, as swiglu_forward
-        #pragma omp parallel for if (n > 65536)
-        for (long i = 0; i < n; i++) act[i] = bf16_round(act[i]);
+    if (act && bf16)   // cast point 11, as the forward
+        for (long i = 0; i < len; i++) act[i] = bf16_round(act[i]);
+}
+
+static void swiglu_forward(float *act, const float *h0, const float *h1, long n, int bf16) {
+    #pragma omp parallel for if (n > 65536)
+    for (long i0 = 0; i0 < n; i0 += BLOCK) forward_block(act + i0, h0 + i0, h1 + i0, block_len(i0, n), bf16);
+}
+
+static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
+                            long n, int bf16) {
+    #pragma omp parallel for if (n > 65536)
+    for (long i0 = 0; i0 < n; i0 += BLOCK)
+        backward_block(act ? act + i0 : NULL, dh0 + i0, dh1 + i0, dact + i0, h0 + i0, h1 + i0, block_len(i0, n),
+                       bf16);
+}
+
+// The packed forms: a block's results made as floats on the stack, then packed (bf16_bits
+// rounds: a packed gradient is the rounded one).
+static void pack_block(uint16_t *h, const float *x, long len) {
+    for (long i = 0; i < len; i++) h[i] = bf16_bits(x[i]);
+}
+
+static void swiglu_forward_packed(uint16_t *act, const float *h0, const float *h1, long n) {
+    #pragma omp parallel for if (n > 65536)
+    for (long i0 = 0; i0 < n; i0 += BLOCK) {
+        float a[BLOCK] __attribute__((aligned(64)));
+        long len = block_len(i0, n);
+        forward_block(a, h0 + i0, h1 + i0, len, 0);
+        pack_block(act + i0, a, len);
     }
 }
 
-const MlpKernels mlp_cpu = {swiglu_forward, swiglu_backward};
+static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const float *h0,
+                                   const float *h1, long n) {
+    #pragma omp parallel for if (n > 65536)
+    for (long i0 = 0; i0 < n; i0 += BLOCK) {
+        float a[BLOCK] __attribute__((aligned(64))), g0[BLOCK] __attribute__((aligned(64)));
+        float g1[BLOCK] __attribute__((aligned(64)));
+        long len = block_len(i0, n);
+        backward_block(act ? a : NULL, g0, g1, dact + i0, h0 + i0, h1 + i0, len, 0);
+        if (act) pack_block(act + i0, a, len);
+        pack_block(dh0 + i0, g0, len);
+        pack_block(dh1 + i0, g1, len);
+    }
+}
+
+const MlpKernels mlp_cpu = {swiglu_forward, swiglu_backward, swiglu_forward_packed, swiglu_backward_packed};
