@@ -107,39 +107,46 @@ static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dac
     }
 }
 
-// The packed forms (kernels/mlp.h): the same elements' formulas, their results written as
-// bf16 bits (bf16_bits_dev rounds, so a packed gradient is the rounded one; the activation,
-// rounded first as cast point 11 asks, has the same bits).
-__global__ static void swiglu_forward_packed_kernel(uint16_t *act, const float *h0, const float *h1, size_t n) {
+// The packed forms (kernels/mlp.h): the same elements' formulas on h0, h1 as bf16 bits,
+// their results written as bf16 bits (bf16_bits_dev rounds, so a packed gradient is the
+// rounded one; the activation, rounded first as cast point 11 asks, has the same bits).
+__device__ static inline float bits_float_dev(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+// Four bf16 values from one 8-byte word, the first in its low half.
+__device__ static inline float4 bits4_float_dev(uint2 b) {
+    return make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
+                       __uint_as_float(b.y & 0xffff0000u));
+}
+
+__global__ static void swiglu_forward_packed_kernel(uint16_t *act, const uint16_t *h0, const uint16_t *h1, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) act[i] = bf16_bits_dev(swiglu_dev(h0[i], h1[i], 1));
+    if (i < n) act[i] = bf16_bits_dev(swiglu_dev(bits_float_dev(h0[i]), bits_float_dev(h1[i]), 1));
 }
 
 __global__ static void swiglu_backward_packed_kernel(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact,
-                                                     const float *h0, const float *h1, size_t n) {
+                                                     const uint16_t *h0, const uint16_t *h1, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float a, g0, g1;
-    swiglu_grad_dev(h0[i], h1[i], dact[i], 1, act ? &a : NULL, &g0, &g1);
+    swiglu_grad_dev(bits_float_dev(h0[i]), bits_float_dev(h1[i]), dact[i], 1, act ? &a : NULL, &g0, &g1);
     if (act) act[i] = bf16_bits_dev(a);
     dh1[i] = bf16_bits_dev(g1);
     dh0[i] = bf16_bits_dev(g0);
 }
 
-// Four elements a thread: 16-byte reads of the floats, 8-byte writes of the bits.
-__global__ static void swiglu_forward_packed4_kernel(uint2 *act, const float4 *h0, const float4 *h1, size_t n4) {
+// Four elements a thread: 8-byte accesses to the bits, 16-byte reads of dact.
+__global__ static void swiglu_forward_packed4_kernel(uint2 *act, const uint2 *h0, const uint2 *h1, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 z = h0[i], u = h1[i];
+    float4 z = bits4_float_dev(h0[i]), u = bits4_float_dev(h1[i]);
     act[i] = bf16_bits4_dev(make_float4(swiglu_dev(z.x, u.x, 1), swiglu_dev(z.y, u.y, 1), swiglu_dev(z.z, u.z, 1),
                                         swiglu_dev(z.w, u.w, 1)));
 }
 
 __global__ static void swiglu_backward_packed4_kernel(uint2 *act, uint2 *dh0, uint2 *dh1, const float4 *dact,
-                                                      const float4 *h0, const float4 *h1, size_t n4) {
+                                                      const uint2 *h0, const uint2 *h1, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 z = h0[i], u = h1[i], d = dact[i], a, g0, g1;
+    float4 z = bits4_float_dev(h0[i]), u = bits4_float_dev(h1[i]), d = dact[i], a, g0, g1;
     int keep = act != NULL;
     swiglu_grad_dev(z.x, u.x, d.x, 1, keep ? &a.x : NULL, &g0.x, &g1.x);
     swiglu_grad_dev(z.y, u.y, d.y, 1, keep ? &a.y : NULL, &g0.y, &g1.y);
@@ -150,15 +157,15 @@ __global__ static void swiglu_backward_packed4_kernel(uint2 *act, uint2 *dh0, ui
     dh0[i] = bf16_bits4_dev(g0);
 }
 
-// act (n) = the bits of rb(silu(h0) * h1). Four at a time where the floats are 16-byte
-// aligned and the bits 8-byte aligned (asked as the bits' address * 2), the rest one at a time.
-static void swiglu_forward_packed(uint16_t *act, const float *h0, const float *h1, long n) {
+// act (n) = the bits of rb(silu(h0) * h1). Four at a time where the bits are 8-byte aligned
+// (asked as their addresses * 2), the rest one at a time.
+static void swiglu_forward_packed(uint16_t *act, const uint16_t *h0, const uint16_t *h1, long n) {
     if (n <= 0) return;
-    size_t q = quads_of((size_t)n, (uintptr_t)act * 2 | (uintptr_t)h0 | (uintptr_t)h1), done = 4 * q;
+    size_t q = quads_of((size_t)n, ((uintptr_t)act | (uintptr_t)h0 | (uintptr_t)h1) * 2), done = 4 * q;
     size_t rest = (size_t)n - done;
     if (q) {
         GPU_LAUNCH(swiglu_forward_packed4_kernel, blocks_for(q, GPU_THREADS), GPU_THREADS, 0)(
-            (uint2 *)act, (const float4 *)h0, (const float4 *)h1, q);
+            (uint2 *)act, (const uint2 *)h0, (const uint2 *)h1, q);
         GPU_CHECK_LAUNCH();
     }
     if (rest) {
@@ -168,16 +175,16 @@ static void swiglu_forward_packed(uint16_t *act, const float *h0, const float *h
     }
 }
 
-// dh0, dh1 (n) as bits from dact (n), and act where asked.
-static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const float *h0,
-                                   const float *h1, long n) {
+// dh0, dh1 (n) as bits from dact (n), and act where asked; dact 16-byte aligned as well for
+// four at a time.
+static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const uint16_t *h0,
+                                   const uint16_t *h1, long n) {
     if (n <= 0) return;
-    uintptr_t all = ((uintptr_t)act | (uintptr_t)dh0 | (uintptr_t)dh1) * 2 | (uintptr_t)dact | (uintptr_t)h0 |
-                    (uintptr_t)h1;
-    size_t q = quads_of((size_t)n, all), done = 4 * q, rest = (size_t)n - done;
+    uintptr_t bits = (uintptr_t)act | (uintptr_t)dh0 | (uintptr_t)dh1 | (uintptr_t)h0 | (uintptr_t)h1;
+    size_t q = quads_of((size_t)n, bits * 2 | (uintptr_t)dact), done = 4 * q, rest = (size_t)n - done;
     if (q) {
         GPU_LAUNCH(swiglu_backward_packed4_kernel, blocks_for(q, GPU_THREADS), GPU_THREADS, 0)(
-            (uint2 *)act, (uint2 *)dh0, (uint2 *)dh1, (const float4 *)dact, (const float4 *)h0, (const float4 *)h1, q);
+            (uint2 *)act, (uint2 *)dh0, (uint2 *)dh1, (const float4 *)dact, (const uint2 *)h0, (const uint2 *)h1, q);
         GPU_CHECK_LAUNCH();
     }
     if (rest) {

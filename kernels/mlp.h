@@ -14,14 +14,15 @@ typedef struct MlpKernels {
     // recomputes the activation takes each exponential once.
     void (*swiglu_backward)(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
                             long n, int bf16);
-    // The same in bf16 mode, its outputs written as 16-bit numbers (bf16 bits, kernels/bf16.h)
-    // for the products that read them (under MESHMOE_WEIGHTS16=1, kernels/matmul16.h): act
-    // rounded (cast point 11), dh0 and dh1 rounded as the layers round the float32 forms'
-    // (a rounding then a packing, in one pass). h0, h1 and dact are floats, bf16-valued.
-    // dh0, dh1 must not overlap dact.
-    void (*swiglu_forward_packed)(uint16_t *act, const float *h0, const float *h1, long n);
-    void (*swiglu_backward_packed)(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const float *h0,
-                                   const float *h1, long n);
+    // The same in bf16 mode on 16-bit numbers (bf16 bits, kernels/bf16.h), the arrays as
+    // stored under MESHMOE_WEIGHTS16=1, whose products read 16-bit operands
+    // (kernels/matmul16.h): h0 and h1 as the layers keep them; act rounded (cast point 11)
+    // and dh0, dh1 rounded as the layers round the float32 forms' (a rounding and a packing
+    // in one pass). dact, a product's output, is floats, bf16-valued. dh0, dh1 must not
+    // overlap dact.
+    void (*swiglu_forward_packed)(uint16_t *act, const uint16_t *h0, const uint16_t *h1, long n);
+    void (*swiglu_backward_packed)(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const uint16_t *h0,
+                                   const uint16_t *h1, long n);
 } MlpKernels;
 
 extern const MlpKernels mlp_cpu;   // kernels/cpu/mlp.c

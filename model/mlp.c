@@ -17,11 +17,28 @@
 
 int swiglu_packed(const Config *c) { return weights16_on() && cfg_bf16(c); }
 
+static size_t input_bytes(const Config *c) { return swiglu_packed(c) ? sizeof(uint16_t) : sizeof(float); }
+
+float *swiglu_input_alloc(const Config *c, size_t n, int zeroed, const char *name) {
+    size_t bytes = input_bytes(c) * (n ? n : 1);
+    return zeroed ? mem_alloc(MEM_ACTIVATIONS, bytes, name) : mem_alloc_uninit(MEM_ACTIVATIONS, bytes, name);
+}
+
+float *swiglu_input_at(const Config *c, float *h, size_t i) { return (float *)(void *)((char *)h + input_bytes(c) * i); }
+
+void swiglu_input_round(const Config *c, float *h, const float *hf, size_t n) {
+    if (hf) kern()->cast->pack_bf16((uint16_t *)(void *)h, hf, n);   // (pack_bf16 rounds)
+    else prec_round(c, h, n);
+}
+
+// h0, h1 as the packed kernels read them (swiglu_packed).
+static const uint16_t *bits(const float *h) { return (const uint16_t *)(const void *)h; }
+
 const float *swiglu_activation(const Config *c, const float *h0, const float *h1, size_t n, size_t cap,
                                const char *name) {
     if (swiglu_packed(c)) {
         uint16_t *a = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (cap ? cap : 1), name);
-        kern()->mlp->swiglu_forward_packed(a, h0, h1, (long)n);
+        kern()->mlp->swiglu_forward_packed(a, bits(h0), bits(h1), (long)n);
         return matmul_packed(a, n);
     }
     float *act = mem_floats_uninit(MEM_TEMP, cap, name);
@@ -36,7 +53,7 @@ static void packed_gradients(const float **act, const float **dh0, const float *
     uint16_t *a = act ? mem_alloc_uninit(MEM_TEMP, bytes, names[0]) : NULL;
     uint16_t *g0 = mem_alloc_uninit(MEM_TEMP, bytes, names[1]);
     uint16_t *g1 = mem_alloc_uninit(MEM_TEMP, bytes, names[2]);
-    kern()->mlp->swiglu_backward_packed(a, g0, g1, dact, h0, h1, (long)n);
+    kern()->mlp->swiglu_backward_packed(a, g0, g1, dact, bits(h0), bits(h1), (long)n);
     if (act) {
         *act = matmul_packed(a, n);
         mem_free(dact);
@@ -72,17 +89,22 @@ static void mlp_output(const Config *c, const MlpParams *p, float *out, const Ml
 }
 
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
-    s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_0 out");   // (T,F), written whole below
-    s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * F, "mlp wi_1 out");   // (T,F)
+    size_t n = (size_t)T * F;
+    s->h0 = swiglu_input_alloc(c, n, 0, "mlp wi_0 out");   // (T,F), written whole below
+    s->h1 = swiglu_input_alloc(c, n, 0, "mlp wi_1 out");   // (T,F)
+    // The products' outputs: h0 and h1 themselves, or (swiglu_packed) a float32 temporary.
+    float *hf = swiglu_packed(c) ? mem_floats_uninit(MEM_TEMP, n, "mlp wi out (float32, then 16-bit)") : NULL;
     matmul_share(x, (size_t)T * D);   // read by both products
-    matmul_forward(s->h0, x, p->wi_0, T, D, F, 0);
-    matmul_forward(s->h1, x, p->wi_1, T, D, F, 0);
+    matmul_forward(hf ? hf : s->h0, x, p->wi_0, T, D, F, 0);
+    swiglu_input_round(c, s->h0, hf, n);
+    matmul_forward(hf ? hf : s->h1, x, p->wi_1, T, D, F, 0);
+    swiglu_input_round(c, s->h1, hf, n);
     matmul_unshare(x, (size_t)T * D);
-    prec_round(c, s->h0, (size_t)T * F);
-    prec_round(c, s->h1, (size_t)T * F);
+    mem_free(hf);
     if (out) mlp_output(c, p, out, s, T, D, F);
-    act_pack(c, &s->h0, (size_t)T * F);   // kept as 16-bit numbers in bf16 mode
-    act_pack(c, &s->h1, (size_t)T * F);
+    if (swiglu_packed(c)) return;   // (16-bit already)
+    act_pack(c, &s->h0, n);   // kept as 16-bit numbers in bf16 mode
+    act_pack(c, &s->h1, n);
 }
 
 static const char *const names[3] = {"mlp activation", "mlp d h0", "mlp d h1"};
@@ -131,8 +153,10 @@ static void input_backward(const Config *c, float *dx, float *dw, const float *d
 
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, Leaves leaf) {
-    act_unpack(c, &s->h0, (size_t)T * F);
-    act_unpack(c, &s->h1, (size_t)T * F);
+    if (!swiglu_packed(c)) {   // (16-bit, the packed kernels' inputs)
+        act_unpack(c, &s->h0, (size_t)T * F);
+        act_unpack(c, &s->h1, (size_t)T * F);
+    }
     const float *dh0, *dh1;
     output_backward(c, p, g, s, dout, T, D, F, leaf, &dh0, &dh1);
     mlp_saved_free(s);

@@ -155,8 +155,8 @@ static void experts_forward_parallel(const Config *c, const LocalDims *ld, const
     ExpertDispatch *d = s->ep = ep_plan(row_start, s->row_token, c->num_experts, c->num_experts_per_tok, T);
     size_t n = (size_t)d->cap;   // the receive bound (base/expert.h), not nrecv: see expert_forward
     d->x = mem_floats(MEM_ACTIVATIONS, n * D, "moe received rows (expert parallel)");   // (nrecv,D)
-    d->h0 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_0 out");
-    d->h1 = mem_floats(MEM_ACTIVATIONS, n * H, "moe expert wi_1 out");
+    d->h0 = swiglu_input_alloc(c, n * H, 1, "moe expert wi_0 out");   // (model/mlp.h: floats or 16-bit)
+    d->h1 = swiglu_input_alloc(c, n * H, 1, "moe expert wi_1 out");
     ep_send(d, rows, d->x, D);
     mem_free(rows);
     float *y = mem_floats(MEM_TEMP, n * D, "moe expert out (expert parallel)");   // (nrecv,D)
@@ -168,7 +168,8 @@ static void experts_forward_parallel(const Config *c, const LocalDims *ld, const
             int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
             if (m > 0)
                 experts_forward(c, ld, p, e, expert_rows_one(m, d->ep * T), d->x + (size_t)r0 * D,
-                                d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H, y + (size_t)r0 * D);
+                                swiglu_input_at(c, d->h0, (size_t)r0 * H), swiglu_input_at(c, d->h1, (size_t)r0 * H),
+                                y + (size_t)r0 * D);
         }
     }
     ep_return(d, y, s->y, D);
@@ -194,7 +195,8 @@ static void experts_backward_parallel(const Config *c, const LocalDims *ld, cons
             int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
             if (m > 0)
                 experts_backward(c, ld, p, g, e, expert_rows_one(m, d->ep * B * S), d->x + (size_t)r0 * D,
-                                 d->h0 + (size_t)r0 * H, d->h1 + (size_t)r0 * H, dye + (size_t)r0 * D,
+                                 swiglu_input_at(c, d->h0, (size_t)r0 * H), swiglu_input_at(c, d->h1, (size_t)r0 * H),
+                                 dye + (size_t)r0 * D,
                                  d->row_token + r0, group, dxs + (size_t)r0 * D);
         }
     }
@@ -224,7 +226,7 @@ static void experts_local(const Config *c, const LocalDims *ld, const MoeParams 
         if (n == 0) continue;
         float *xs = experts_input(x, s->row_token, r0, n, c->megablox ? R : T, D);
         ExpertRows er = c->megablox ? (ExpertRows){row_start, E, R, R} : expert_rows_one(n, T);
-        float *h0 = s->h0 + (size_t)r0 * H, *h1 = s->h1 + (size_t)r0 * H;
+        float *h0 = swiglu_input_at(c, s->h0, (size_t)r0 * H), *h1 = swiglu_input_at(c, s->h1, (size_t)r0 * H);
         if (g)
             experts_backward(c, ld, p, g, e, er, xs, h0, h1, dy + (size_t)r0 * D, row_token + r0, leaf,
                              dxs + (size_t)r0 * D);
@@ -294,8 +296,8 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
         experts_forward_parallel(c, ld, p, s, row_start, x, T);
     } else {
         // (R,H) each, every row written by its expert's product below
-        s->h0 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_0 out");
-        s->h1 = mem_floats_uninit(MEM_ACTIVATIONS, R * H, "moe expert wi_1 out");
+        s->h0 = swiglu_input_alloc(c, R * H, 0, "moe expert wi_0 out");   // (model/mlp.h: floats or 16-bit)
+        s->h1 = swiglu_input_alloc(c, R * H, 0, "moe expert wi_1 out");
         experts_local(c, ld, p, NULL, s, row_start, NULL, NULL, NULL, x, T, (Leaves){0});
     }
 
@@ -396,18 +398,20 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
     s->ep = NULL;
 }
 
-// bf16 mode: the experts' saved rows as 16-bit numbers (pack) or back to floats (unpack).
+// bf16 mode: the experts' saved rows as 16-bit numbers (pack) or back to floats (unpack);
+// under swiglu_packed h0 and h1 are 16-bit from the start and stay so (model/mlp.h).
 static void moe_saved_pack(const Config *c, const LocalDims *ld, MoeSaved *s, int pack) {
     void (*f)(const Config *, float **, size_t) = pack ? act_pack : act_unpack;
     size_t D = (size_t)c->base_emb_dim, H = (size_t)ld->expert_dim, R = (size_t)s->nrows;
+    int h = !swiglu_packed(c);
     f(c, &s->y, R * D);
-    f(c, &s->h0, R * H);
-    f(c, &s->h1, R * H);
+    if (h) f(c, &s->h0, R * H);
+    if (h) f(c, &s->h1, R * H);
     if (s->ep) {
         size_t n = (size_t)s->ep->cap;
         f(c, &s->ep->x, n * D);
-        f(c, &s->ep->h0, n * H);
-        f(c, &s->ep->h1, n * H);
+        if (h) f(c, &s->ep->h0, n * H);
+        if (h) f(c, &s->ep->h1, n * H);
     }
 }
 

@@ -655,19 +655,24 @@ static void check_packed_part(const char *kernel, const char *shape, const float
     dev_free(d_f);
 }
 
-// SwiGLU's packed forms against the float32 forms' results (actb, actbw: rounded by the
-// kernel; dh0, dh1: rounded here, as the layers round them), from element 0 of each array (on
-// a GPU four at a time, then the rest) and from element 1 (one at a time). dh0's bound:
-// the float32 check's absolute floor plus a bf16 step, which is under ABS_FLOOR wherever
-// the floor is what passes.
-static void test_swiglu_packed(const float *h0, const float *h1, const float *dact, const float *actb,
-                               const float *actbw, const float *dh0, const float *dh1, long n) {
-    float *g0 = malloc(sizeof(float) * n), *g1 = malloc(sizeof(float) * n);
+// SwiGLU's packed forms on h0, h1 as 16-bit numbers (rounded here), against the per-element
+// formulas on those values rounded as the layers round (the CPU's bits: its float32 forms
+// meet the same loops with a tolerance of 0 above), from element 0 of each array (on a GPU
+// four at a time, then the rest) and from element 1 (one at a time). dh0's bound: the float32
+// check's absolute floor plus a bf16 step, which is under ABS_FLOOR wherever the floor is
+// what passes.
+static void test_swiglu_packed(const float *h0, const float *h1, const float *dact, long n) {
+    uint16_t *b0 = malloc(sizeof(uint16_t) * n), *b1 = malloc(sizeof(uint16_t) * n);
+    float *act = malloc(sizeof(float) * n), *g0 = malloc(sizeof(float) * n), *g1 = malloc(sizeof(float) * n);
     for (long i = 0; i < n; i++) {
-        g0[i] = bf16_round(dh0[i]);
-        g1[i] = bf16_round(dh1[i]);
+        b0[i] = bf16_bits(h0[i]);
+        b1[i] = bf16_bits(h1[i]);
+        float z = bf16_float(b0[i]), u = bf16_float(b1[i]), sg = ref_sigmoid(z);
+        act[i] = bf16_round(z * sg * u);
+        g1[i] = bf16_round(dact[i] * (z * sg));
+        g0[i] = bf16_round(dact[i] * u * sg * (1.0f + z * (1.0f - sg)));
     }
-    float *d_h0 = dev_copy(h0, sizeof(float) * n), *d_h1 = dev_copy(h1, sizeof(float) * n);
+    uint16_t *d_h0 = dev_copy(b0, sizeof(uint16_t) * n), *d_h1 = dev_copy(b1, sizeof(uint16_t) * n);
     float *d_dact = dev_copy(dact, sizeof(float) * n);
     const char *shape = "n=5000";
     for (long first = 0; first <= 1; first++) {
@@ -675,20 +680,21 @@ static void test_swiglu_packed(const float *h0, const float *h1, const float *da
         uint16_t *d_a = dev_poisoned(sizeof(uint16_t) * n), *d_b = dev_poisoned(sizeof(uint16_t) * n);
         uint16_t *d_g0 = dev_poisoned(sizeof(uint16_t) * n), *d_g1 = dev_poisoned(sizeof(uint16_t) * n);
         uint16_t *d_g0b = dev_poisoned(sizeof(uint16_t) * n), *d_g1b = dev_poisoned(sizeof(uint16_t) * n);
-        const float *z = d_h0 + first, *u = d_h1 + first, *d = d_dact + first;
+        const uint16_t *z = d_h0 + first, *u = d_h1 + first;
+        const float *d = d_dact + first;
         UNDER_TEST->mlp->swiglu_forward_packed(d_a + first, z, u, len);
         UNDER_TEST->mlp->swiglu_backward_packed(d_b + first, d_g0 + first, d_g1 + first, d, z, u, len);
         UNDER_TEST->mlp->swiglu_backward_packed(NULL, d_g0b + first, d_g1b + first, d, z, u, len);
         float abs0 = ORACLE ? 2 * ABS_FLOOR : 0;
-        check_packed_part("swiglu_forward_packed", shape, actb, d_a, n, first, len, tol(BF16_ULPS), 0);
-        check_packed_part("swiglu_backward_packed act", shape, actbw, d_b, n, first, len, tol(BF16_ULPS), 0);
+        check_packed_part("swiglu_forward_packed", shape, act, d_a, n, first, len, tol(BF16_ULPS), 0);
+        check_packed_part("swiglu_backward_packed act", shape, act, d_b, n, first, len, tol(BF16_ULPS), 0);
         check_packed_part("swiglu_backward_packed dh0", shape, g0, d_g0, n, first, len, tol(BF16_ULPS), abs0);
         check_packed_part("swiglu_backward_packed dh1", shape, g1, d_g1, n, first, len, tol(BF16_ULPS), 0);
         check_packed_part("swiglu_backward_packed dh0, no act", shape, g0, d_g0b, n, first, len, tol(BF16_ULPS), abs0);
         check_packed_part("swiglu_backward_packed dh1, no act", shape, g1, d_g1b, n, first, len, tol(BF16_ULPS), 0);
         dev_free(d_a); dev_free(d_b); dev_free(d_g0); dev_free(d_g1); dev_free(d_g0b); dev_free(d_g1b);
     }
-    free(g0); free(g1);
+    free(b0); free(b1); free(act); free(g0); free(g1);
     dev_free(d_h0); dev_free(d_h1); dev_free(d_dact);
 }
 
@@ -802,7 +808,7 @@ void test_elementwise(void) {
     check_dev_floats("unpack_bf16", shape, unpacked, d_unpacked, n, 0, 0);
     check_dev_floats("tree_add", shape, sum, d_sum, n, 0, 0);
     check_dev_floats("residual_add", shape, sum, d_res, n, 0, 0);
-    test_swiglu_packed(h0, h1, dact, actb, actbw, dh0, dh1, n);
+    test_swiglu_packed(h0, h1, dact, n);
     free(h0); free(h1); free(dact); free(act); free(actb); free(dh0); free(dh1); free(r); free(sum); free(bits);
     free(unpacked); free(got_bits);
     dev_free(d_h0); dev_free(d_h1); dev_free(d_dact); dev_free(d_act); dev_free(d_actb); dev_free(d_dh0);

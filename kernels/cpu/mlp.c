@@ -76,30 +76,39 @@ static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dac
                        bf16);
 }
 
-// The packed forms: a block's results made as floats on the stack, then packed (bf16_bits
-// rounds: a packed gradient is the rounded one).
+// The packed forms: a block's inputs widened and its results made as floats on the stack,
+// then packed (bf16_bits rounds: a packed gradient is the rounded one).
+static void widen_block(float *x, const uint16_t *h, long len) {
+    for (long i = 0; i < len; i++) x[i] = bf16_float(h[i]);
+}
 static void pack_block(uint16_t *h, const float *x, long len) {
     for (long i = 0; i < len; i++) h[i] = bf16_bits(x[i]);
 }
 
-static void swiglu_forward_packed(uint16_t *act, const float *h0, const float *h1, long n) {
+static void swiglu_forward_packed(uint16_t *act, const uint16_t *h0, const uint16_t *h1, long n) {
     #pragma omp parallel for if (n > 65536)
     for (long i0 = 0; i0 < n; i0 += BLOCK) {
+        float z[BLOCK] __attribute__((aligned(64))), u[BLOCK] __attribute__((aligned(64)));
         float a[BLOCK] __attribute__((aligned(64)));
         long len = block_len(i0, n);
-        forward_block(a, h0 + i0, h1 + i0, len, 0);
+        widen_block(z, h0 + i0, len);
+        widen_block(u, h1 + i0, len);
+        forward_block(a, z, u, len, 0);
         pack_block(act + i0, a, len);
     }
 }
 
-static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const float *h0,
-                                   const float *h1, long n) {
+static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact,
+                                   const uint16_t *h0, const uint16_t *h1, long n) {
     #pragma omp parallel for if (n > 65536)
     for (long i0 = 0; i0 < n; i0 += BLOCK) {
+        float z[BLOCK] __attribute__((aligned(64))), u[BLOCK] __attribute__((aligned(64)));
         float a[BLOCK] __attribute__((aligned(64))), g0[BLOCK] __attribute__((aligned(64)));
         float g1[BLOCK] __attribute__((aligned(64)));
         long len = block_len(i0, n);
-        backward_block(act ? a : NULL, g0, g1, dact + i0, h0 + i0, h1 + i0, len, 0);
+        widen_block(z, h0 + i0, len);
+        widen_block(u, h1 + i0, len);
+        backward_block(act ? a : NULL, g0, g1, dact + i0, z, u, len, 0);
         if (act) pack_block(act + i0, a, len);
         pack_block(dh0 + i0, g0, len);
         pack_block(dh1 + i0, g1, len);
