@@ -83,6 +83,12 @@ __global__ static void gather_rows_kernel(float *xs, const float *x, const int *
     if (d < D) xs[i * D + d] = x[(size_t)row_token[r0 + i] * D + d];
 }
 
+__global__ static void gather_rows_packed_kernel(uint16_t *xs, const float *x, const int *row_token, int r0, int D) {
+    size_t i = blockIdx.x;
+    int d = row_col();
+    if (d < D) xs[i * D + d] = bf16_bits_dev(x[(size_t)row_token[r0 + i] * D + d]);
+}
+
 // The n rows belong to one expert: their tokens are distinct, so no two threads add into one element.
 __global__ static void scatter_add_rows_kernel(float *dx, const float *dxs, const int *row_token, int r0, int D) {
     size_t i = blockIdx.x;
@@ -198,6 +204,13 @@ static void gather_rows(float *xs, const float *x, const int *row_token, int r0,
     GPU_CHECK_LAUNCH();
 }
 
+// xs (n,D) = the bf16 bits of those rows.
+static void gather_rows_packed(uint16_t *xs, const float *x, const int *row_token, int r0, int n, int D) {
+    if (n <= 0 || D <= 0) return;
+    GPU_LAUNCH(gather_rows_packed_kernel, row_grid(n, D), GPU_THREADS, 0)(xs, x, row_token, r0, D);
+    GPU_CHECK_LAUNCH();
+}
+
 // dx (T,D) += dxs rows r0 .. r0+n-1, each into its token's row.
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
     if (n <= 0 || D <= 0) return;
@@ -250,7 +263,7 @@ static void add_shared(float *out, const float *shared, size_t n) {
 
 #if GPU_HOST_PASS
 extern "C" const MoeKernels moe_cuda = {
-    sort_rows, dense_rows, gather_rows, scatter_add_rows, scatter_add_tokens,
+    sort_rows, dense_rows, gather_rows, gather_rows_packed, scatter_add_rows, scatter_add_tokens,
     combine_forward, combine_backward, add_shared,
 };
 #endif

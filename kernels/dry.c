@@ -106,6 +106,7 @@ static void dense_rows(int *row_start, int *row_token, int *assign_row, const in
     for (int e = 0; e <= E; e++) row_start[e] = e * T;
 }
 static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {}
+static void gather_rows_packed(uint16_t *xs, const float *x, const int *row_token, int r0, int n, int D) {}
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {}
 static void scatter_add_tokens(float *dx, const float *dxs, const int *assign_row, int T, int K, int D) {}
 static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
@@ -114,7 +115,7 @@ static void combine_backward(float *dy, float *dw, const float *dout, const floa
                              const float *top_w, const int *assign_row, size_t A, int D, int K) {}
 static void add_shared(float *out, const float *shared, size_t n) {}
 static const MoeKernels moe_dry = {
-    sort_rows, dense_rows, gather_rows, scatter_add_rows, scatter_add_tokens,
+    sort_rows, dense_rows, gather_rows, gather_rows_packed, scatter_add_rows, scatter_add_tokens,
     combine_forward, combine_backward, add_shared,
 };
 

@@ -9,6 +9,7 @@
 #ifndef MESHMOE_KERNELS_MOE_H
 #define MESHMOE_KERNELS_MOE_H
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct MoeKernels {
     // The sparse path's rows (R = A): a counting sort of the assignments by expert, keeping
@@ -23,6 +24,9 @@ typedef struct MoeKernels {
     void (*dense_rows)(int *row_start, int *row_token, int *assign_row, const int *top_idx, int T, int E, int K);
     // xs (n,D) = the x (T,D) rows of the tokens of rows [r0, r0+n); row_token (R).
     void (*gather_rows)(float *xs, const float *x, const int *row_token, int r0, int n, int D);
+    // The same rows as 16-bit numbers, xs (n,D) their bf16 bits (kernels/bf16.h: rounded; exact
+    // for the bf16-valued rows of bf16 mode), for products that read 16-bit operands.
+    void (*gather_rows_packed)(uint16_t *xs, const float *x, const int *row_token, int r0, int n, int D);
     // dx (T,D) += dxs rows [r0, r0+n) (R,D), each into the row of its token; the n rows
     // belong to one expert, so their tokens are distinct.
     void (*scatter_add_rows)(float *dx, const float *dxs, const int *row_token, int r0, int n, int D);

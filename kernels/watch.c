@@ -439,6 +439,9 @@ static void dense_rows(int *row_start, int *row_token, int *assign_row, const in
 static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
     WATCHED(FAMILY_MOE, INNER(moe)->gather_rows(xs, x, row_token, r0, n, D), 0, 2.0 * n * D + n);
 }
+static void gather_rows_packed(uint16_t *xs, const float *x, const int *row_token, int r0, int n, int D) {
+    WATCHED(FAMILY_MOE, INNER(moe)->gather_rows_packed(xs, x, row_token, r0, n, D), 0, 1.5 * n * D + n);
+}
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
     WATCHED(FAMILY_MOE, INNER(moe)->scatter_add_rows(dx, dxs, row_token, r0, n, D), (double)n * D, 3.0 * n * D + n);
 }
@@ -462,6 +465,7 @@ static void add_shared(float *out, const float *shared, size_t n) {
 static const MoeKernels moe_watched = {.sort_rows = sort_rows,
                                        .dense_rows = dense_rows,
                                        .gather_rows = gather_rows,
+                                       .gather_rows_packed = gather_rows_packed,
                                        .scatter_add_rows = scatter_add_rows,
                                        .scatter_add_tokens = scatter_add_tokens,
                                        .combine_forward = combine_forward,

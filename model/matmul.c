@@ -43,7 +43,7 @@ static uint16_t *packed_copy(const float *x, size_t n, const char *name) {
 // kernel (matmul_packed: `borrowed`, h the caller's, x a reserved range): the device's own
 // (each device is a thread), a few at a time; an operand shared again inside its sharing (a
 // layer's, then a product's own) counts its users.
-enum { SHARED_MAX = 6 };
+enum { SHARED_MAX = 8 };
 static _Thread_local struct {
     const float *x;
     size_t n;

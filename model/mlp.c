@@ -7,7 +7,6 @@
 // column-parallel and wo row-parallel (base/tensor.h).
 #include "model/mlp.h"
 #include "model/matmul.h"
-#include "model/weights16.h"   // weights16_on: the products on 16-bit operands
 #include "model/precision.h"
 #include "base/tensor.h"
 #include "model/tensor_parallel.h"
@@ -15,9 +14,7 @@
 #include "kernels/kernels.h"
 #include "core/common.h"
 
-int swiglu_packed(const Config *c) { return weights16_on() && cfg_bf16(c); }
-
-static size_t input_bytes(const Config *c) { return swiglu_packed(c) ? sizeof(uint16_t) : sizeof(float); }
+static size_t input_bytes(const Config *c) { return packed_operands(c) ? sizeof(uint16_t) : sizeof(float); }
 
 float *swiglu_input_alloc(const Config *c, size_t n, int zeroed, const char *name) {
     size_t bytes = input_bytes(c) * (n ? n : 1);
@@ -31,12 +28,12 @@ void swiglu_input_round(const Config *c, float *h, const float *hf, size_t n) {
     else prec_round(c, h, n);
 }
 
-// h0, h1 as the packed kernels read them (swiglu_packed).
+// h0, h1 as the packed kernels read them (packed_operands).
 static const uint16_t *bits(const float *h) { return (const uint16_t *)(const void *)h; }
 
 const float *swiglu_activation(const Config *c, const float *h0, const float *h1, size_t n, size_t cap,
                                const char *name) {
-    if (swiglu_packed(c)) {
+    if (packed_operands(c)) {
         uint16_t *a = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (cap ? cap : 1), name);
         kern()->mlp->swiglu_forward_packed(a, bits(h0), bits(h1), (long)n);
         return matmul_packed(a, n);
@@ -46,7 +43,7 @@ const float *swiglu_activation(const Config *c, const float *h0, const float *h1
     return act;
 }
 
-// swiglu_gradients under swiglu_packed: three 16-bit operands (two without act).
+// swiglu_gradients under packed_operands: three 16-bit operands (two without act).
 static void packed_gradients(const float **act, const float **dh0, const float **dh1, float *dact, const float *h0,
                              const float *h1, size_t n, size_t cap, const char *const names[3]) {
     size_t bytes = sizeof(uint16_t) * (cap ? cap : 1);
@@ -64,7 +61,7 @@ static void packed_gradients(const float **act, const float **dh0, const float *
 
 void swiglu_gradients(const Config *c, const float **act, const float **dh0, const float **dh1, float *dact,
                       const float *h0, const float *h1, size_t n, size_t cap, const char *const names[3]) {
-    if (swiglu_packed(c)) {
+    if (packed_operands(c)) {
         packed_gradients(act, dh0, dh1, dact, h0, h1, n, cap, names);
         return;
     }
@@ -92,8 +89,8 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     size_t n = (size_t)T * F;
     s->h0 = swiglu_input_alloc(c, n, 0, "mlp wi_0 out");   // (T,F), written whole below
     s->h1 = swiglu_input_alloc(c, n, 0, "mlp wi_1 out");   // (T,F)
-    // The products' outputs: h0 and h1 themselves, or (swiglu_packed) a float32 temporary.
-    float *hf = swiglu_packed(c) ? mem_floats_uninit(MEM_TEMP, n, "mlp wi out (float32, then 16-bit)") : NULL;
+    // The products' outputs: h0 and h1 themselves, or (packed_operands) a float32 temporary.
+    float *hf = packed_operands(c) ? mem_floats_uninit(MEM_TEMP, n, "mlp wi out (float32, then 16-bit)") : NULL;
     matmul_share(x, (size_t)T * D);   // read by both products
     matmul_forward(hf ? hf : s->h0, x, p->wi_0, T, D, F, 0);
     swiglu_input_round(c, s->h0, hf, n);
@@ -102,7 +99,7 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     matmul_unshare(x, (size_t)T * D);
     mem_free(hf);
     if (out) mlp_output(c, p, out, s, T, D, F);
-    if (swiglu_packed(c)) return;   // (16-bit already)
+    if (packed_operands(c)) return;   // (16-bit already)
     act_pack(c, &s->h0, n);   // kept as 16-bit numbers in bf16 mode
     act_pack(c, &s->h1, n);
 }
@@ -153,7 +150,7 @@ static void input_backward(const Config *c, float *dx, float *dw, const float *d
 
 void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s, float *dx, const float *dout,
                   const float *x, int T, int D, int F, Leaves leaf) {
-    if (!swiglu_packed(c)) {   // (16-bit, the packed kernels' inputs)
+    if (!packed_operands(c)) {   // (16-bit, the packed kernels' inputs)
         act_unpack(c, &s->h0, (size_t)T * F);
         act_unpack(c, &s->h1, (size_t)T * F);
     }

@@ -205,9 +205,18 @@ static void experts_backward_parallel(const Config *c, const LocalDims *ld, cons
     mem_free(dxs);
 }
 
-// xs (n,D of cap,D) = the x (T,D) rows of the tokens of rows [r0, r0+n).
-static float *experts_input(const float *x, const int *row_token, int r0, int n, int cap, int D) {
-    float *xs = mem_floats_uninit(MEM_TEMP, (size_t)cap * D, "moe expert input");
+// xs (n,D of cap,D) = the x (T,D) rows of the tokens of rows [r0, r0+n), which only the
+// experts' products read: floats, or (packed_operands, model/precision.h) 16-bit numbers that
+// the products read in place (model/matmul.h: matmul_packed). Freed by matmul_packed_free.
+static const float *experts_input(const Config *c, const float *x, const int *row_token, int r0, int n, int cap,
+                                  int D) {
+    size_t room = (size_t)cap * D;
+    if (packed_operands(c)) {
+        uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * MM_MAX(room, 1), "moe expert input");
+        kern()->moe->gather_rows_packed(h, x, row_token, r0, n, D);
+        return matmul_packed(h, (size_t)n * D);
+    }
+    float *xs = mem_floats_uninit(MEM_TEMP, room, "moe expert input");
     kern()->moe->gather_rows(xs, x, row_token, r0, n, D);
     return xs;
 }
@@ -224,7 +233,7 @@ static void experts_local(const Config *c, const LocalDims *ld, const MoeParams 
     for (int e = 0; e < E; e++) {
         int r0 = c->megablox ? 0 : row_start[e], n = c->megablox ? R : row_start[e + 1] - r0;
         if (n == 0) continue;
-        float *xs = experts_input(x, s->row_token, r0, n, c->megablox ? R : T, D);
+        const float *xs = experts_input(c, x, s->row_token, r0, n, c->megablox ? R : T, D);
         ExpertRows er = c->megablox ? (ExpertRows){row_start, E, R, R} : expert_rows_one(n, T);
         float *h0 = swiglu_input_at(c, s->h0, (size_t)r0 * H), *h1 = swiglu_input_at(c, s->h1, (size_t)r0 * H);
         if (g)
@@ -232,7 +241,7 @@ static void experts_local(const Config *c, const LocalDims *ld, const MoeParams 
                              dxs + (size_t)r0 * D);
         else
             experts_forward(c, ld, p, e, er, xs, h0, h1, s->y + (size_t)r0 * D);
-        mem_free(xs);
+        matmul_packed_free(xs);
         if (c->megablox) break;   // (e = 0: all of them at once)
     }
 }
@@ -399,11 +408,11 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
 }
 
 // bf16 mode: the experts' saved rows as 16-bit numbers (pack) or back to floats (unpack);
-// under swiglu_packed h0 and h1 are 16-bit from the start and stay so (model/mlp.h).
+// under packed_operands h0 and h1 are 16-bit from the start and stay so (model/mlp.h).
 static void moe_saved_pack(const Config *c, const LocalDims *ld, MoeSaved *s, int pack) {
     void (*f)(const Config *, float **, size_t) = pack ? act_pack : act_unpack;
     size_t D = (size_t)c->base_emb_dim, H = (size_t)ld->expert_dim, R = (size_t)s->nrows;
-    int h = !swiglu_packed(c);
+    int h = !packed_operands(c);
     f(c, &s->y, R * D);
     if (h) f(c, &s->h0, R * H);
     if (h) f(c, &s->h1, R * H);

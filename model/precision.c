@@ -1,6 +1,7 @@
 // model/precision.c: where bf16 rounding applies and the 16-bit storage of saved
 // activations; the loops over the values are kernels (kernels/cast.h).
 #include "model/precision.h"
+#include "model/weights16.h"
 #include "kernels/kernels.h"
 #include "base/memory.h"
 #include "core/common.h"
@@ -39,3 +40,5 @@ void act_unpack_if_packed(const Config *c, float **p, size_t n) {
 void act_pack_if_float(const Config *c, float **p, size_t n) {
     if (*p && mem_size(*p) >= sizeof(float) * MM_MAX(n, 1)) act_pack(c, p, n);
 }
+
+int packed_operands(const Config *c) { return weights16_on() && cfg_bf16(c); }

@@ -198,6 +198,16 @@ static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
     UNDER_TEST->moe->combine_forward(d_out, d_y, d_w, d_idx, d_ar_want, T, D, K, bf16_sum, bf16);
     UNDER_TEST->moe->combine_backward(d_dy, d_dw, d_dout, d_y, d_w, d_top_w, d_ar_want, A, D, K);
     check_dev_floats("gather_rows", shape, xs, d_xs, R * D, 0, 0);
+    // the packed gather of the rows from 1 on, into a poisoned array: each value the bf16 bits
+    // of the row's (exact: the rounding is the one of kernels/bf16.h), the first row untouched
+    uint16_t *d_xs16 = dev_poisoned(sizeof(uint16_t) * R * D);
+    UNDER_TEST->moe->gather_rows_packed(d_xs16 + D, d_x, d_rt_want, 1, (int)R - 1, D);
+    uint16_t *xs16 = dev_fetch(d_xs16, sizeof(uint16_t) * R * D);
+    size_t bad16 = 0;
+    for (size_t i = 0; i < R * D; i++) bad16 += xs16[i] != (i < (size_t)D ? 0xffffu : bf16_bits(xs[i]));
+    check(bad16 == 0, "gather_rows_packed %s: %zu of %zu values differ", shape, bad16, R * D);
+    free(xs16);
+    dev_free(d_xs16);
     check_dev_floats("scatter_add_rows expert 1", shape, dx, d_dx, (size_t)T * D, 0, 0);
     // every expert's rows at once, against the test's loop adding them expert by expert
     float *all = copy_of(dx0, sizeof(float) * T * D), *d_all = dev_copy(dx0, sizeof(float) * T * D);

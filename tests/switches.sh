@@ -145,7 +145,7 @@ check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak 
 # pieces and MLA's norms, FSDP's gathered weights over microbatches, the dense MoE; the
 # unrounded float32 gate, the einsum form of the norms' scale, the one-hot embedding;
 # SwiGLU's activation and gradients made as 16-bit numbers and read in place by the
-# products (model/mlp.h: swiglu_packed), with the weight gradients' leaves in several
+# products (model/mlp.h), with the weight gradients' leaves in several
 # chunks, some of an expert's leaves without rows, and the cast copies); and the copy's
 # bytes halve: the params peak, the copy of the largest unit (a layer), drops by
 # 2 bytes a weight of it, counted here from the shapes; the planner counts what the run does.

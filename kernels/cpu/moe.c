@@ -32,6 +32,14 @@ static void gather_rows(float *xs, const float *x, const int *row_token, int r0,
         memcpy(xs + (size_t)i * D, x + (size_t)row_token[r0 + i] * D, sizeof(float) * D);
 }
 
+static void gather_rows_packed(uint16_t *xs, const float *x, const int *row_token, int r0, int n, int D) {
+    #pragma omp parallel for if ((long)n * D > 65536)
+    for (int i = 0; i < n; i++) {
+        const float *a = x + (size_t)row_token[r0 + i] * D;
+        for (int d = 0; d < D; d++) xs[(size_t)i * D + d] = bf16_bits(a[d]);
+    }
+}
+
 static void scatter_add_rows(float *dx, const float *dxs, const int *row_token, int r0, int n, int D) {
     #pragma omp parallel for if ((long)n * D > 65536)
     for (int i = 0; i < n; i++) {
@@ -138,6 +146,6 @@ static void add_shared(float *out, const float *shared, size_t n) {
 }
 
 const MoeKernels moe_cpu = {
-    sort_rows, dense_rows, gather_rows, scatter_add_rows, scatter_add_tokens,
+    sort_rows, dense_rows, gather_rows, gather_rows_packed, scatter_add_rows, scatter_add_tokens,
     combine_forward, combine_backward, add_shared,
 };
