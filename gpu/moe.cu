@@ -115,7 +115,14 @@ __global__ static void scatter_add_tokens_kernel(float *dx, const float *dxs, co
     dx[id] = o;
 }
 
-__global__ static void combine_forward_kernel(float *out, const float *y, const float *w, const int *top_idx,
+// The experts' outputs y as floats or as bf16 bits (the packed forms), and dy written either way.
+__device__ static inline float y_at(const float *y, size_t i) { return y[i]; }
+__device__ static inline float y_at(const uint16_t *y, size_t i) { return __uint_as_float((uint32_t)y[i] << 16); }
+__device__ static inline void dy_put(float *dy, size_t i, float v) { dy[i] = v; }
+__device__ static inline void dy_put(uint16_t *dy, size_t i, float v) { dy[i] = bf16_bits_dev(v); }
+
+template <class Y>
+__global__ static void combine_forward_kernel(float *out, const Y *y, const float *w, const int *top_idx,
                                               const int *assign_row, int D, int K, int bf16_sum, int bf16) {
     size_t t = blockIdx.x;
     int d = row_col();
@@ -131,7 +138,7 @@ __global__ static void combine_forward_kernel(float *out, const float *y, const 
     float o = 0.0f;
     for (int k = 0; k < K; k++) {
         size_t a = t * K + ord[k];
-        float ya = y[(size_t)assign_row[a] * D + d], wa = w[a];
+        float ya = y_at(y, (size_t)assign_row[a] * D + d), wa = w[a];
         o = bf16_sum ? bf16_round_dev(o + bf16_round_dev(wa * ya)) : o + wa * ya;   // cast point 14
     }
     out[id] = !bf16_sum && bf16 ? bf16_round_dev(o) : o;   // float32_weight_sum: one rounding
@@ -140,11 +147,11 @@ __global__ static void combine_forward_kernel(float *out, const float *y, const 
 // combine_backward in two kernels: dy's rows a block per assignment's piece of columns (the
 // writes of a warp consecutive), then dw (its dot products each one in-order sum, as the
 // CPU's).
-__global__ static void combine_dy_kernel(float *dy, const float *dout, const float *w, const int *assign_row, int D,
-                                         int K) {
+template <class Y>
+__global__ static void combine_dy_kernel(Y *dy, const float *dout, const float *w, const int *assign_row, int D, int K) {
     size_t a = blockIdx.x;
     int d = row_col();
-    if (d < D) dy[(size_t)assign_row[a] * D + d] = w[a] * dout[(a / K) * D + d];
+    if (d < D) dy_put(dy, (size_t)assign_row[a] * D + d, w[a] * dout[(a / K) * D + d]);
 }
 
 // dw (A): a block of DW_ROWS assignments brings the products dout[t][d] * y[row][d] of a tile
@@ -152,8 +159,9 @@ __global__ static void combine_dy_kernel(float *dy, const float *dout, const flo
 // thread walking its own two rows read 32 rows' columns at a time: 610-870 GB/s on an
 // H200), then thread r adds its row's products in column order, as the CPU's loop does.
 enum { DW_ROWS = 32, DW_COLS = 128 };
-__global__ static void combine_dw_kernel(float *dw, const float *dout, const float *y, const float *w,
-                                         const float *top_w, const int *assign_row, size_t A, int D, int K) {
+template <class Y>
+__global__ static void combine_dw_kernel(float *dw, const float *dout, const Y *y, const float *w, const float *top_w,
+                                         const int *assign_row, size_t A, int D, int K) {
     __shared__ float prod[DW_ROWS][DW_COLS + 1];   // (+1: thread r's reads of row r fall in different banks)
     size_t a0 = (size_t)blockIdx.x * DW_ROWS;
     int rows = A - a0 < (size_t)DW_ROWS ? (int)(A - a0) : DW_ROWS;
@@ -164,7 +172,7 @@ __global__ static void combine_dw_kernel(float *dw, const float *dout, const flo
             int r = k / DW_COLS, j = k % DW_COLS;
             if (r >= rows || j >= cols) continue;
             size_t a = a0 + r;
-            prod[r][j] = dout[(a / K) * D + d0 + j] * y[(size_t)assign_row[a] * D + d0 + j];
+            prod[r][j] = dout[(a / K) * D + d0 + j] * y_at(y, (size_t)assign_row[a] * D + d0 + j);
         }
         __syncthreads();
         if ((int)threadIdx.x < rows)
@@ -230,28 +238,47 @@ static void scatter_add_tokens(float *dx, const float *dxs, const int *assign_ro
     GPU_CHECK_LAUNCH();
 }
 
-// out (T,D) = sum_k w * y, slots in ascending expert order.
-static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
-                            int T, int D, int K, int bf16_sum, int bf16) {
+// out (T,D) = sum_k w * y, slots in ascending expert order; y floats or bits.
+template <class Y>
+static void combine_forward_any(float *out, const Y *y, const float *w, const int *top_idx, const int *assign_row,
+                                int T, int D, int K, int bf16_sum, int bf16) {
     if (K > MOE_MAX_K) {
         fprintf(stderr, "meshmoe: the GPU's combine_forward takes at most %d experts per token, not %d\n",
                 MOE_MAX_K, K);
         exit(1);
     }
     if (T <= 0 || D <= 0) return;
-    GPU_LAUNCH(combine_forward_kernel, row_grid(T, D), GPU_THREADS, 0)(out, y, w, top_idx, assign_row, D, K,
-                                                                        bf16_sum, bf16);
+    GPU_LAUNCH(combine_forward_kernel<Y>, row_grid(T, D), GPU_THREADS, 0)(out, y, w, top_idx, assign_row, D, K,
+                                                                           bf16_sum, bf16);
     GPU_CHECK_LAUNCH();
 }
+static void combine_forward(float *out, const float *y, const float *w, const int *top_idx, const int *assign_row,
+                            int T, int D, int K, int bf16_sum, int bf16) {
+    combine_forward_any(out, y, w, top_idx, assign_row, T, D, K, bf16_sum, bf16);
+}
+static void combine_forward_packed(float *out, const uint16_t *y, const float *w, const int *top_idx,
+                                   const int *assign_row, int T, int D, int K, int bf16_sum, int bf16) {
+    combine_forward_any(out, y, w, top_idx, assign_row, T, D, K, bf16_sum, bf16);
+}
 
-// dy rows and dw (A) from dout (T,D).
+// dy rows and dw (A) from dout (T,D); y and dy floats, or both bits.
+template <class Y>
+static void combine_backward_any(Y *dy, float *dw, const float *dout, const Y *y, const float *w, const float *top_w,
+                                 const int *assign_row, size_t A, int D, int K) {
+    if (A == 0 || D <= 0) return;
+    GPU_LAUNCH(combine_dy_kernel<Y>, row_grid(A, D), GPU_THREADS, 0)(dy, dout, w, assign_row, D, K);
+    GPU_CHECK_LAUNCH();
+    GPU_LAUNCH(combine_dw_kernel<Y>, blocks_for(A, DW_ROWS), GPU_THREADS, 0)(dw, dout, y, w, top_w, assign_row, A, D,
+                                                                              K);
+    GPU_CHECK_LAUNCH();
+}
 static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
                              const float *top_w, const int *assign_row, size_t A, int D, int K) {
-    if (A == 0 || D <= 0) return;
-    GPU_LAUNCH(combine_dy_kernel, row_grid(A, D), GPU_THREADS, 0)(dy, dout, w, assign_row, D, K);
-    GPU_CHECK_LAUNCH();
-    GPU_LAUNCH(combine_dw_kernel, blocks_for(A, DW_ROWS), GPU_THREADS, 0)(dw, dout, y, w, top_w, assign_row, A, D, K);
-    GPU_CHECK_LAUNCH();
+    combine_backward_any(dy, dw, dout, y, w, top_w, assign_row, A, D, K);
+}
+static void combine_backward_packed(uint16_t *dy, float *dw, const float *dout, const uint16_t *y, const float *w,
+                                    const float *top_w, const int *assign_row, size_t A, int D, int K) {
+    combine_backward_any(dy, dw, dout, y, w, top_w, assign_row, A, D, K);
 }
 
 // out (n) += shared (n).
@@ -264,6 +291,6 @@ static void add_shared(float *out, const float *shared, size_t n) {
 #if GPU_HOST_PASS
 extern "C" const MoeKernels moe_cuda = {
     sort_rows, dense_rows, gather_rows, gather_rows_packed, scatter_add_rows, scatter_add_tokens,
-    combine_forward, combine_backward, add_shared,
+    combine_forward, combine_backward, combine_forward_packed, combine_backward_packed, add_shared,
 };
 #endif

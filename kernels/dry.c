@@ -113,10 +113,14 @@ static void combine_forward(float *out, const float *y, const float *w, const in
                             int T, int D, int K, int bf16_sum, int bf16) {}
 static void combine_backward(float *dy, float *dw, const float *dout, const float *y, const float *w,
                              const float *top_w, const int *assign_row, size_t A, int D, int K) {}
+static void combine_forward_packed(float *out, const uint16_t *y, const float *w, const int *top_idx,
+                                   const int *assign_row, int T, int D, int K, int bf16_sum, int bf16) {}
+static void combine_backward_packed(uint16_t *dy, float *dw, const float *dout, const uint16_t *y, const float *w,
+                                    const float *top_w, const int *assign_row, size_t A, int D, int K) {}
 static void add_shared(float *out, const float *shared, size_t n) {}
 static const MoeKernels moe_dry = {
     sort_rows, dense_rows, gather_rows, gather_rows_packed, scatter_add_rows, scatter_add_tokens,
-    combine_forward, combine_backward, add_shared,
+    combine_forward, combine_backward, combine_forward_packed, combine_backward_packed, add_shared,
 };
 
 // mlp

@@ -46,6 +46,13 @@ typedef struct MoeKernels {
     // Rows that no assignment uses are left as they are.
     void (*combine_backward)(float *dy, float *dw, const float *dout, const float *y, const float *w,
                              const float *top_w, const int *assign_row, size_t A, int D, int K);
+    // The same two with y as 16-bit numbers (bf16 bits, kernels/bf16.h: the experts' outputs
+    // as the layer keeps them when its products read 16-bit operands), and dy written so too,
+    // each value rounded (as the layer rounds dy): the same sums and products.
+    void (*combine_forward_packed)(float *out, const uint16_t *y, const float *w, const int *top_idx,
+                                   const int *assign_row, int T, int D, int K, int bf16_sum, int bf16);
+    void (*combine_backward_packed)(uint16_t *dy, float *dw, const float *dout, const uint16_t *y, const float *w,
+                                    const float *top_w, const int *assign_row, size_t A, int D, int K);
     // out (n) += shared (n): the shared experts' output added to the routed one.
     void (*add_shared)(float *out, const float *shared, size_t n);
 } MoeKernels;

@@ -459,6 +459,17 @@ static void combine_backward(float *dy, float *dw, const float *dout, const floa
     WATCHED(FAMILY_MOE, INNER(moe)->combine_backward(dy, dw, dout, y, w, top_w, assign_row, A, D, K), 3.0 * A * D,
           2.0 * A * D + (double)A / K * D + 4.0 * A);
 }
+// The packed forms: y read (and dy written) at 2 bytes a value.
+static void combine_forward_packed(float *out, const uint16_t *y, const float *w, const int *top_idx,
+                                   const int *assign_row, int T, int D, int K, int bf16_sum, int bf16) {
+    WATCHED(FAMILY_MOE, INNER(moe)->combine_forward_packed(out, y, w, top_idx, assign_row, T, D, K, bf16_sum, bf16),
+          2.0 * T * K * D, (double)T * D + 0.5 * T * K * D + 3.0 * T * K);
+}
+static void combine_backward_packed(uint16_t *dy, float *dw, const float *dout, const uint16_t *y, const float *w,
+                                    const float *top_w, const int *assign_row, size_t A, int D, int K) {
+    WATCHED(FAMILY_MOE, INNER(moe)->combine_backward_packed(dy, dw, dout, y, w, top_w, assign_row, A, D, K),
+          3.0 * A * D, 1.0 * A * D + (double)A / K * D + 4.0 * A);
+}
 static void add_shared(float *out, const float *shared, size_t n) {
     WATCHED(FAMILY_MOE, INNER(moe)->add_shared(out, shared, n), n, 3.0 * n);
 }
@@ -470,6 +481,8 @@ static const MoeKernels moe_watched = {.sort_rows = sort_rows,
                                        .scatter_add_tokens = scatter_add_tokens,
                                        .combine_forward = combine_forward,
                                        .combine_backward = combine_backward,
+                                       .combine_forward_packed = combine_forward_packed,
+                                       .combine_backward_packed = combine_backward_packed,
                                        .add_shared = add_shared};
 
 // ---- mlp: SwiGLU, elementwise

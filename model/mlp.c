@@ -14,20 +14,6 @@
 #include "kernels/kernels.h"
 #include "core/common.h"
 
-static size_t input_bytes(const Config *c) { return packed_operands(c) ? sizeof(uint16_t) : sizeof(float); }
-
-float *swiglu_input_alloc(const Config *c, size_t n, int zeroed, const char *name) {
-    size_t bytes = input_bytes(c) * (n ? n : 1);
-    return zeroed ? mem_alloc(MEM_ACTIVATIONS, bytes, name) : mem_alloc_uninit(MEM_ACTIVATIONS, bytes, name);
-}
-
-float *swiglu_input_at(const Config *c, float *h, size_t i) { return (float *)(void *)((char *)h + input_bytes(c) * i); }
-
-void swiglu_input_round(const Config *c, float *h, const float *hf, size_t n) {
-    if (hf) kern()->cast->pack_bf16((uint16_t *)(void *)h, hf, n);   // (pack_bf16 rounds)
-    else prec_round(c, h, n);
-}
-
 // h0, h1 as the packed kernels read them (packed_operands).
 static const uint16_t *bits(const float *h) { return (const uint16_t *)(const void *)h; }
 
@@ -87,15 +73,15 @@ static void mlp_output(const Config *c, const MlpParams *p, float *out, const Ml
 
 void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, const float *x, int T, int D, int F) {
     size_t n = (size_t)T * F;
-    s->h0 = swiglu_input_alloc(c, n, 0, "mlp wi_0 out");   // (T,F), written whole below
-    s->h1 = swiglu_input_alloc(c, n, 0, "mlp wi_1 out");   // (T,F)
+    s->h0 = packed_alloc(c, n, 0, "mlp wi_0 out");   // (T,F), written whole below
+    s->h1 = packed_alloc(c, n, 0, "mlp wi_1 out");   // (T,F)
     // The products' outputs: h0 and h1 themselves, or (packed_operands) a float32 temporary.
     float *hf = packed_operands(c) ? mem_floats_uninit(MEM_TEMP, n, "mlp wi out (float32, then 16-bit)") : NULL;
     matmul_share(x, (size_t)T * D);   // read by both products
     matmul_forward(hf ? hf : s->h0, x, p->wi_0, T, D, F, 0);
-    swiglu_input_round(c, s->h0, hf, n);
+    packed_round(c, s->h0, hf, n);
     matmul_forward(hf ? hf : s->h1, x, p->wi_1, T, D, F, 0);
-    swiglu_input_round(c, s->h1, hf, n);
+    packed_round(c, s->h1, hf, n);
     matmul_unshare(x, (size_t)T * D);
     mem_free(hf);
     if (out) mlp_output(c, p, out, s, T, D, F);

@@ -23,19 +23,12 @@ void mlp_saved_free(MlpSaved *s);
 // SwiGLU's arrays in bf16 mode under MESHMOE_WEIGHTS16=1 (model/precision.h: packed_operands), for the dense MLP
 // and the MoE experts alike: 16-bit numbers from where they are made. Its inputs h0, h1 (the
 // products' outputs, rounded: cast point 4), kept from the forward to the backward pass,
-// are packed as they are rounded, and the packed kernels (kernels/mlp.h) read them so; the
-// layers hold them in float pointers (never read as floats), as act_pack's saved arrays.
+// are packed as they are rounded (model/precision.h: packed_alloc, packed_round), and the
+// packed kernels (kernels/mlp.h) read them so.
 // Its results, the activation and the gradients dh0, dh1, which only products read, are
 // written as 16-bit numbers, rounded, and the products read them in place (model/matmul.h:
 // matmul_packed), where float32 arrays would be rounded and packed again for each product.
 // The same numbers either way. A result of either kind is freed by matmul_packed_free.
-// An array for h0 or h1 of n elements (MEM_ACTIVATIONS, named `name`, zeroed where asked):
-// floats, or 16-bit numbers under packed_operands; and h from its element i on.
-float *swiglu_input_alloc(const Config *c, size_t n, int zeroed, const char *name);
-float *swiglu_input_at(const Config *c, float *h, size_t i);
-// h (n) = the product's output hf (n floats) rounded in bf16: under packed_operands packed from
-// hf into h, else (hf NULL: the product wrote h) rounded in place.
-void swiglu_input_round(const Config *c, float *h, const float *hf, size_t n);
 // act (n of room cap) = silu(h0) * h1 (bf16: rounded, cast point 11), a MEM_TEMP array `name`.
 const float *swiglu_activation(const Config *c, const float *h0, const float *h1, size_t n, size_t cap,
                                const char *name);

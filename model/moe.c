@@ -36,6 +36,10 @@
 #include "core/common.h"           // die
 
 static void moe_saved_pack(const Config *c, const LocalDims *ld, MoeSaved *s, int pack);
+// The experts' outputs y kept as 16-bit numbers from their products on (packed_operands,
+// model/precision.h), read so by the combine and its backward; under expert parallelism they
+// come back from their owners as floats, packed after the layer as before.
+static int y_packed(const Config *c) { return packed_operands(c) && ep_size() == 1; }
 
 // bf16 mode: the gate logits and the router's scores are rounded unless float32_gate_logits.
 static int gate_rounds(const Config *c) { return cfg_bf16(c) && !c->float32_gate_logits; }
@@ -155,21 +159,21 @@ static void experts_forward_parallel(const Config *c, const LocalDims *ld, const
     ExpertDispatch *d = s->ep = ep_plan(row_start, s->row_token, c->num_experts, c->num_experts_per_tok, T);
     size_t n = (size_t)d->cap;   // the receive bound (base/expert.h), not nrecv: see expert_forward
     d->x = mem_floats(MEM_ACTIVATIONS, n * D, "moe received rows (expert parallel)");   // (nrecv,D)
-    d->h0 = swiglu_input_alloc(c, n * H, 1, "moe expert wi_0 out");   // (model/mlp.h: floats or 16-bit)
-    d->h1 = swiglu_input_alloc(c, n * H, 1, "moe expert wi_1 out");
+    d->h0 = packed_alloc(c, n * H, 1, "moe expert wi_0 out");   // (model/precision.h: floats or 16-bit)
+    d->h1 = packed_alloc(c, n * H, 1, "moe expert wi_1 out");
     ep_send(d, rows, d->x, D);
     mem_free(rows);
     float *y = mem_floats(MEM_TEMP, n * D, "moe expert out (expert parallel)");   // (nrecv,D)
     if (c->megablox) {   // the local experts at once, temporaries for all that can arrive
         ExpertRows er = {d->row_start, d->El, d->nrecv, d->cap};
-        experts_forward(c, ld, p, 0, er, d->x, d->h0, d->h1, y);
+        experts_forward(c, ld, p, 0, er, d->x, d->h0, d->h1, y, 0);
     } else {
         for (int e = 0; e < d->El; e++) {
             int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
             if (m > 0)
                 experts_forward(c, ld, p, e, expert_rows_one(m, d->ep * T), d->x + (size_t)r0 * D,
-                                swiglu_input_at(c, d->h0, (size_t)r0 * H), swiglu_input_at(c, d->h1, (size_t)r0 * H),
-                                y + (size_t)r0 * D);
+                                packed_at(c, d->h0, (size_t)r0 * H), packed_at(c, d->h1, (size_t)r0 * H),
+                                y + (size_t)r0 * D, 0);
         }
     }
     ep_return(d, y, s->y, D);
@@ -195,7 +199,7 @@ static void experts_backward_parallel(const Config *c, const LocalDims *ld, cons
             int r0 = d->row_start[e], m = d->row_start[e + 1] - r0;
             if (m > 0)
                 experts_backward(c, ld, p, g, e, expert_rows_one(m, d->ep * B * S), d->x + (size_t)r0 * D,
-                                 swiglu_input_at(c, d->h0, (size_t)r0 * H), swiglu_input_at(c, d->h1, (size_t)r0 * H),
+                                 packed_at(c, d->h0, (size_t)r0 * H), packed_at(c, d->h1, (size_t)r0 * H),
                                  dye + (size_t)r0 * D,
                                  d->row_token + r0, group, dxs + (size_t)r0 * D);
         }
@@ -235,12 +239,12 @@ static void experts_local(const Config *c, const LocalDims *ld, const MoeParams 
         if (n == 0) continue;
         const float *xs = experts_input(c, x, s->row_token, r0, n, c->megablox ? R : T, D);
         ExpertRows er = c->megablox ? (ExpertRows){row_start, E, R, R} : expert_rows_one(n, T);
-        float *h0 = swiglu_input_at(c, s->h0, (size_t)r0 * H), *h1 = swiglu_input_at(c, s->h1, (size_t)r0 * H);
+        float *h0 = packed_at(c, s->h0, (size_t)r0 * H), *h1 = packed_at(c, s->h1, (size_t)r0 * H);
         if (g)
             experts_backward(c, ld, p, g, e, er, xs, h0, h1, dy + (size_t)r0 * D, row_token + r0, leaf,
                              dxs + (size_t)r0 * D);
         else
-            experts_forward(c, ld, p, e, er, xs, h0, h1, s->y + (size_t)r0 * D);
+            experts_forward(c, ld, p, e, er, xs, h0, h1, packed_at(c, s->y, (size_t)r0 * D), packed_operands(c));
         matmul_packed_free(xs);
         if (c->megablox) break;   // (e = 0: all of them at once)
     }
@@ -300,20 +304,24 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     size_t R = (size_t)s->nrows;
     // (R,D), written whole: each row by its expert (or, under expert parallelism, by its
     // return from the expert's owner); the dense path runs every expert on every token.
-    s->y = mem_floats_uninit(MEM_ACTIVATIONS, R * D, "moe expert out");
+    s->y = ep_size() > 1 ? mem_floats_uninit(MEM_ACTIVATIONS, R * D, "moe expert out")
+                         : packed_alloc(c, R * D, 0, "moe expert out");   // (model/precision.h: floats or 16-bit)
     if (ep_size() > 1) {
         experts_forward_parallel(c, ld, p, s, row_start, x, T);
     } else {
         // (R,H) each, every row written by its expert's product below
-        s->h0 = swiglu_input_alloc(c, R * H, 0, "moe expert wi_0 out");   // (model/mlp.h: floats or 16-bit)
-        s->h1 = swiglu_input_alloc(c, R * H, 0, "moe expert wi_1 out");
+        s->h0 = packed_alloc(c, R * H, 0, "moe expert wi_0 out");   // (model/precision.h: floats or 16-bit)
+        s->h1 = packed_alloc(c, R * H, 0, "moe expert wi_1 out");
         experts_local(c, ld, p, NULL, s, row_start, NULL, NULL, NULL, x, T, (Leaves){0});
     }
 
     // Combine, each token's experts in ascending expert order (the order of the dense
     // path's sum over E), so both paths add the same terms in the same order.
     int bf16_sum = cfg_bf16(c) && !c->float32_weight_sum;   // cast point 14
-    if (out)
+    if (out && y_packed(c))
+        kern()->moe->combine_forward_packed(out, (const uint16_t *)(const void *)s->y, s->w_eff, s->top_idx,
+                                            s->assign_row, T, D, K, bf16_sum, cfg_bf16(c));
+    else if (out)
         kern()->moe->combine_forward(out, s->y, s->w_eff, s->top_idx, s->assign_row, T, D, K, bf16_sum,
                                      cfg_bf16(c));
 
@@ -334,6 +342,29 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
 
 // ---------------------------------------------------------------------------------------
 // Backward
+
+// dy (R,D): y's gradient, rounded in bf16, for the experts' products (the sparse path's rows
+// are the assignments, each written; the dense path's rows of tokens an expert was not chosen
+// for stay zero); *dw (A, a new array) the routing weights'. Under y_packed both y and dy are 16-bit
+// numbers, dy an operand the products read in place (model/matmul.h: matmul_packed); freed by
+// matmul_packed_free either way.
+static const float *combine_backward(const Config *c, const MoeSaved *s, float **dw, const float *dout, size_t R,
+                                     size_t A, int D, int K) {
+    const char *name = "moe d expert out";
+    if (y_packed(c)) {
+        size_t bytes = sizeof(uint16_t) * MM_MAX(R * D, 1);
+        uint16_t *dy = c->sparse_matmul ? mem_alloc_uninit(MEM_TEMP, bytes, name) : mem_alloc(MEM_TEMP, bytes, name);
+        *dw = mem_floats(MEM_TEMP, A, "moe d routing weights");   // (T,K)
+        kern()->moe->combine_backward_packed(dy, *dw, dout, (const uint16_t *)(const void *)s->y, s->w_eff, s->top_w,
+                                             s->assign_row, A, D, K);
+        return matmul_packed(dy, R * D);
+    }
+    float *dy = c->sparse_matmul ? mem_floats_uninit(MEM_TEMP, R * D, name) : mem_floats(MEM_TEMP, R * D, name);
+    *dw = mem_floats(MEM_TEMP, A, "moe d routing weights");
+    kern()->moe->combine_backward(dy, *dw, dout, s->y, s->w_eff, s->top_w, s->assign_row, A, D, K);
+    prec_round(c, dy, R * D);
+    return dy;
+}
 
 // dlogits (T,E) += the routing weights' gradient dw (T,K) pulled back through the router.
 static void router_backward(const Config *c, float *dlogits, const float *dw, const MoeSaved *s, int T) {
@@ -362,14 +393,9 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
 
     // Combine: out[t] = sum_k w_eff[t,k] y[row(t,k)]
     //   dy[row] = w_eff * dout[t];  dw[t,k] = dout[t] . y[row]  (0 where the assignment was dropped)
-    // dy (R,D): the sparse path's rows are the assignments, each written below; the dense
-    // path's rows of tokens an expert was not chosen for stay zero.
-    float *dy = c->sparse_matmul ? mem_floats_uninit(MEM_TEMP, R * D, "moe d expert out")
-                                 : mem_floats(MEM_TEMP, R * D, "moe d expert out");
-    float *dw = mem_floats(MEM_TEMP, A, "moe d routing weights");  // (T,K)
-    kern()->moe->combine_backward(dy, dw, dout, s->y, s->w_eff, s->top_w, s->assign_row, A, D, K);
-    prec_round(c, dy, R * D);   // bf16: y and the weights were rounded, so are their gradients
-    prec_round(c, dw, A);
+    float *dw;
+    const float *dy = combine_backward(c, s, &dw, dout, R, A, D, K);
+    prec_round(c, dw, A);   // bf16: y and the weights were rounded, so are their gradients
 
     // Experts; each row's input gradient is added into dx in row order (ascending expert).
     float *dxs = mem_floats_uninit(MEM_TEMP, R * D, "moe expert d input");   // (R,D), each expert's rows written by it
@@ -386,7 +412,7 @@ void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeP
         for (int e = 0; e < E; e++)
             kern()->moe->scatter_add_rows(dx, dxs, s->row_token, row_start[e], row_start[e + 1] - row_start[e], D);
     mem_free(dxs);
-    mem_free(dy);
+    matmul_packed_free(dy);
 
     // Router and load-balance loss to the gate logits, then the gate matmul.
     float *dlogits = mem_floats(MEM_TEMP, (size_t)T * E, "moe d gate logits");   // (T,E)
@@ -413,7 +439,7 @@ static void moe_saved_pack(const Config *c, const LocalDims *ld, MoeSaved *s, in
     void (*f)(const Config *, float **, size_t) = pack ? act_pack : act_unpack;
     size_t D = (size_t)c->base_emb_dim, H = (size_t)ld->expert_dim, R = (size_t)s->nrows;
     int h = !packed_operands(c);
-    f(c, &s->y, R * D);
+    if (!y_packed(c)) f(c, &s->y, R * D);
     if (h) f(c, &s->h0, R * H);
     if (h) f(c, &s->h1, R * H);
     if (s->ep) {

@@ -153,7 +153,7 @@ static void intermediate_cast_free(const float *copy, const float *x) {
 }
 
 void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, int e0, ExpertRows er, const float *xs,
-                     float *h0, float *h1, float *y) {
+                     float *h0, float *h1, float *y, int y16) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     size_t n = (size_t)er.n, cap = (size_t)er.cap, w0 = (size_t)e0 * D * H;
     // The products' outputs: h0 and h1 themselves, or (packed_operands, model/mlp.h) a float32
@@ -162,15 +162,17 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
                                  : NULL;
     matmul_share(xs, n * D);   // read by both products
     experts_product(er, hf ? hf : h0, xs, p->wi_0 + w0, D, H);
-    swiglu_input_round(c, h0, hf, n * H);
+    packed_round(c, h0, hf, n * H);
     experts_product(er, hf ? hf : h1, xs, p->wi_1 + w0, D, H);
-    swiglu_input_round(c, h1, hf, n * H);
+    packed_round(c, h1, hf, n * H);
     matmul_unshare(xs, n * D);
     mem_free(hf);
     const float *act = swiglu_activation(c, h0, h1, n * H, cap * H, "moe expert activation");   // (n,H) of (cap,H)
     const float *actc = intermediate_cast(c, act, n * H, cap * H, "moe expert activation, cast (a no-op copy)");
-    experts_rowpar(c, er, y, actc, p->wo + w0, H, D);   // a sum over H (tensor-split)
-    prec_round(c, y, n * D);
+    float *yf = y16 ? mem_floats_uninit(MEM_TEMP, cap * D, "moe expert out (float32, then 16-bit)") : NULL;
+    experts_rowpar(c, er, yf ? yf : y, actc, p->wo + w0, H, D);   // a sum over H (tensor-split)
+    packed_round(c, y, yf, n * D);
+    mem_free(yf);
     intermediate_cast_free(actc, act);
     matmul_packed_free(act);
 }

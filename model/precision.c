@@ -42,3 +42,17 @@ void act_pack_if_float(const Config *c, float **p, size_t n) {
 }
 
 int packed_operands(const Config *c) { return weights16_on() && cfg_bf16(c); }
+
+static size_t element_bytes(const Config *c) { return packed_operands(c) ? sizeof(uint16_t) : sizeof(float); }
+
+float *packed_alloc(const Config *c, size_t n, int zeroed, const char *name) {
+    size_t bytes = element_bytes(c) * MM_MAX(n, 1);
+    return zeroed ? mem_alloc(MEM_ACTIVATIONS, bytes, name) : mem_alloc_uninit(MEM_ACTIVATIONS, bytes, name);
+}
+
+float *packed_at(const Config *c, float *p, size_t i) { return (float *)(void *)((char *)p + element_bytes(c) * i); }
+
+void packed_round(const Config *c, float *h, const float *hf, size_t n) {
+    if (hf) kern()->cast->pack_bf16((uint16_t *)(void *)h, hf, n);   // (pack_bf16 rounds)
+    else prec_round(c, h, n);
+}

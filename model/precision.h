@@ -66,5 +66,13 @@ void act_pack_if_float(const Config *c, float **p, size_t n);
 // model/mlp.h; the experts' gathered input rows, model/moe.c), where float32 arrays were
 // rounded, then packed (docs/performance-gpu.md, step 3 of bf16 storage).
 int packed_operands(const Config *c);
+// An array of n elements that is kept so (MEM_ACTIVATIONS, named `name`, zeroed where asked):
+// floats, or under packed_operands 16-bit numbers, held in a float pointer as act_pack's
+// arrays are and never read as floats; and p from its element i on.
+float *packed_alloc(const Config *c, size_t n, int zeroed, const char *name);
+float *packed_at(const Config *c, float *p, size_t i);
+// h (n) = a product's output hf (n floats) rounded in bf16 (cast point 4): under
+// packed_operands packed from hf into h; else (hf NULL: the product wrote h) rounded in place.
+void packed_round(const Config *c, float *h, const float *hf, size_t n);
 
 #endif

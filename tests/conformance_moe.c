@@ -145,6 +145,49 @@ static int *distinct_experts(int T, int E, int K) {   // K distinct experts per 
     return top_idx;
 }
 
+// combine_forward_packed and combine_backward_packed on y's bits (y rounded here), against the
+// float32 forms' results on the rounded y (the oracle's, or the loops'), dy's bits the
+// rounded dy's: exact, as the float32 forms are on the GPU.
+static void test_combine_packed(const float *y, const float *w, const float *top_w, const float *dout,
+                                const int *top_idx, const int *row_token, const int *assign_row, int T, int E, int K,
+                                int D, int bf16_sum, int bf16) {
+    size_t A = (size_t)T * K, R = A;
+    uint16_t *y16 = malloc(sizeof(uint16_t) * R * D);
+    float *yr = malloc(sizeof(float) * R * D), *out = malloc(sizeof(float) * T * D);
+    float *dy = malloc(sizeof(float) * R * D), *dw = malloc(sizeof(float) * A);
+    for (size_t i = 0; i < R * D; i++) {
+        y16[i] = bf16_bits(y[i]);
+        yr[i] = bf16_float(y16[i]);
+    }
+    if (ORACLE) {
+        ORACLE->moe->combine_forward(out, yr, w, top_idx, assign_row, T, D, K, bf16_sum, bf16);
+        ORACLE->moe->combine_backward(dy, dw, dout, yr, w, top_w, assign_row, A, D, K);
+    } else {
+        float *xs = malloc(sizeof(float) * R * D), *dx = calloc((size_t)T * D, sizeof(float));
+        ref_moe(xs, dx, out, dy, dw, dx, yr, w, top_w, dout, top_idx, row_token, assign_row, T, E, K, D, 0, 0,
+                bf16_sum, bf16);
+        free(xs); free(dx);
+    }
+    uint16_t *d_y16 = dev_copy(y16, sizeof(uint16_t) * R * D), *d_dy = dev_poisoned(sizeof(uint16_t) * R * D);
+    float *d_w = dev_copy(w, sizeof(float) * A), *d_top_w = dev_copy(top_w, sizeof(float) * A);
+    float *d_dout = dev_copy(dout, sizeof(float) * T * D), *d_out = dev_poisoned(sizeof(float) * T * D);
+    float *d_dw = dev_poisoned(sizeof(float) * A);
+    int *d_idx = dev_copy(top_idx, sizeof(int) * A), *d_ar = dev_copy(assign_row, sizeof(int) * A);
+    UNDER_TEST->moe->combine_forward_packed(d_out, d_y16, d_w, d_idx, d_ar, T, D, K, bf16_sum, bf16);
+    UNDER_TEST->moe->combine_backward_packed(d_dy, d_dw, d_dout, d_y16, d_w, d_top_w, d_ar, A, D, K);
+    char shape[96];
+    snprintf(shape, sizeof shape, "T=%d E=%d K=%d D=%d bf16_sum=%d bf16=%d", T, E, K, D, bf16_sum, bf16);
+    check_dev_floats("combine_forward_packed", shape, out, d_out, (size_t)T * D, 0, 0);
+    check_dev_floats("combine_backward_packed dw", shape, dw, d_dw, A, 0, 0);
+    uint16_t *got = dev_fetch(d_dy, sizeof(uint16_t) * R * D);
+    size_t bad = 0;
+    for (size_t i = 0; i < R * D; i++) bad += got[i] != bf16_bits(dy[i]);
+    check(bad == 0, "combine_backward_packed dy %s: %zu of %zu values differ", shape, bad, R * D);
+    free(got); free(y16); free(yr); free(out); free(dy); free(dw);
+    dev_free(d_y16); dev_free(d_dy); dev_free(d_w); dev_free(d_top_w); dev_free(d_dout); dev_free(d_out);
+    dev_free(d_dw); dev_free(d_idx); dev_free(d_ar);
+}
+
 static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
     size_t A = (size_t)T * K, R = A;
     int *top_idx = distinct_experts(T, E, K);
@@ -220,6 +263,7 @@ static void test_moe_case(int T, int E, int K, int D, int bf16_sum, int bf16) {
     check_dev_floats("combine_forward", shape, out, d_out, (size_t)T * D, 0, 0);
     check_dev_floats("combine_backward dy", shape, dy, d_dy, R * D, 0, 0);
     check_dev_floats("combine_backward dw", shape, dw, d_dw, A, 0, 0);
+    test_combine_packed(y, w, top_w, dout, top_idx, row_token, assign_row, T, E, K, D, bf16_sum, bf16);
     free(top_idx); free(row_start); free(row_token); free(assign_row); free(x); free(y); free(w); free(top_w);
     free(dout); free(xs); free(dx0); free(dx); free(out); free(dy); free(dw);
     dev_free(d_idx); dev_free(d_rs); dev_free(d_rt); dev_free(d_ar); dev_free(d_rt_want); dev_free(d_ar_want);
