@@ -122,18 +122,21 @@ __global__ static void swiglu_forward_packed_kernel(uint16_t *act, const uint16_
     if (i < n) act[i] = bf16_bits_dev(swiglu_dev(bits_float_dev(h0[i]), bits_float_dev(h1[i]), 1));
 }
 
-__global__ static void swiglu_backward_packed_kernel(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact,
-                                                     const uint16_t *h0, const uint16_t *h1, size_t n) {
+// dact[i] is read before dh1[i] is written: dh1 may be dact.
+__global__ static void swiglu_backward_packed_kernel(uint16_t *act, uint16_t *dh0, uint16_t *dh1,
+                                                     const uint16_t *dact, const uint16_t *h0, const uint16_t *h1,
+                                                     size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float a, g0, g1;
-    swiglu_grad_dev(bits_float_dev(h0[i]), bits_float_dev(h1[i]), dact[i], 1, act ? &a : NULL, &g0, &g1);
+    swiglu_grad_dev(bits_float_dev(h0[i]), bits_float_dev(h1[i]), bits_float_dev(dact[i]), 1, act ? &a : NULL, &g0,
+                    &g1);
     if (act) act[i] = bf16_bits_dev(a);
     dh1[i] = bf16_bits_dev(g1);
     dh0[i] = bf16_bits_dev(g0);
 }
 
-// Four elements a thread: 8-byte accesses to the bits, 16-byte reads of dact.
+// Four elements a thread: 8-byte accesses to the bits.
 __global__ static void swiglu_forward_packed4_kernel(uint2 *act, const uint2 *h0, const uint2 *h1, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
@@ -142,11 +145,11 @@ __global__ static void swiglu_forward_packed4_kernel(uint2 *act, const uint2 *h0
                                         swiglu_dev(z.w, u.w, 1)));
 }
 
-__global__ static void swiglu_backward_packed4_kernel(uint2 *act, uint2 *dh0, uint2 *dh1, const float4 *dact,
+__global__ static void swiglu_backward_packed4_kernel(uint2 *act, uint2 *dh0, uint2 *dh1, const uint2 *dact,
                                                       const uint2 *h0, const uint2 *h1, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 z = bits4_float_dev(h0[i]), u = bits4_float_dev(h1[i]), d = dact[i], a, g0, g1;
+    float4 z = bits4_float_dev(h0[i]), u = bits4_float_dev(h1[i]), d = bits4_float_dev(dact[i]), a, g0, g1;
     int keep = act != NULL;
     swiglu_grad_dev(z.x, u.x, d.x, 1, keep ? &a.x : NULL, &g0.x, &g1.x);
     swiglu_grad_dev(z.y, u.y, d.y, 1, keep ? &a.y : NULL, &g0.y, &g1.y);
@@ -175,16 +178,15 @@ static void swiglu_forward_packed(uint16_t *act, const uint16_t *h0, const uint1
     }
 }
 
-// dh0, dh1 (n) as bits from dact (n), and act where asked; dact 16-byte aligned as well for
-// four at a time.
-static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const uint16_t *h0,
-                                   const uint16_t *h1, long n) {
+// dh0, dh1 (n) as bits from dact (n), and act where asked.
+static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const uint16_t *dact,
+                                   const uint16_t *h0, const uint16_t *h1, long n) {
     if (n <= 0) return;
-    uintptr_t bits = (uintptr_t)act | (uintptr_t)dh0 | (uintptr_t)dh1 | (uintptr_t)h0 | (uintptr_t)h1;
-    size_t q = quads_of((size_t)n, bits * 2 | (uintptr_t)dact), done = 4 * q, rest = (size_t)n - done;
+    uintptr_t bits = (uintptr_t)act | (uintptr_t)dh0 | (uintptr_t)dh1 | (uintptr_t)dact | (uintptr_t)h0 | (uintptr_t)h1;
+    size_t q = quads_of((size_t)n, bits * 2), done = 4 * q, rest = (size_t)n - done;
     if (q) {
         GPU_LAUNCH(swiglu_backward_packed4_kernel, blocks_for(q, GPU_THREADS), GPU_THREADS, 0)(
-            (uint2 *)act, (uint2 *)dh0, (uint2 *)dh1, (const float4 *)dact, (const uint2 *)h0, (const uint2 *)h1, q);
+            (uint2 *)act, (uint2 *)dh0, (uint2 *)dh1, (const uint2 *)dact, (const uint2 *)h0, (const uint2 *)h1, q);
         GPU_CHECK_LAUNCH();
     }
     if (rest) {

@@ -128,8 +128,8 @@ static void swiglu_forward(float *act, const float *h0, const float *h1, long n,
 static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
                             long n, int bf16) {}
 static void swiglu_forward_packed(uint16_t *act, const uint16_t *h0, const uint16_t *h1, long n) {}
-static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const uint16_t *h0,
-                                   const uint16_t *h1, long n) {}
+static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const uint16_t *dact,
+                                   const uint16_t *h0, const uint16_t *h1, long n) {}
 static const MlpKernels mlp_dry = {swiglu_forward, swiglu_backward, swiglu_forward_packed, swiglu_backward_packed};
 // matmul
 static void matmul_forward(float *out, const float *inp, const float *w, int T, int C, int OC, int accumulate) {}

@@ -16,13 +16,12 @@ typedef struct MlpKernels {
                             long n, int bf16);
     // The same in bf16 mode on 16-bit numbers (bf16 bits, kernels/bf16.h), the arrays as
     // stored under MESHMOE_WEIGHTS16=1, whose products read 16-bit operands
-    // (kernels/matmul16.h): h0 and h1 as the layers keep them; act rounded (cast point 11)
-    // and dh0, dh1 rounded as the layers round the float32 forms' (a rounding and a packing
-    // in one pass). dact, a product's output, is floats, bf16-valued. dh0, dh1 must not
-    // overlap dact.
+    // (kernels/matmul16.h): h0, h1 and dact as the layers keep them; act rounded (cast point
+    // 11) and dh0, dh1 rounded as the layers round the float32 forms' (a rounding and a
+    // packing in one pass). dh1 may be dact (each element read before it is written).
     void (*swiglu_forward_packed)(uint16_t *act, const uint16_t *h0, const uint16_t *h1, long n);
-    void (*swiglu_backward_packed)(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const uint16_t *h0,
-                                   const uint16_t *h1, long n);
+    void (*swiglu_backward_packed)(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const uint16_t *dact,
+                                   const uint16_t *h0, const uint16_t *h1, long n);
 } MlpKernels;
 
 extern const MlpKernels mlp_cpu;   // kernels/cpu/mlp.c

@@ -498,10 +498,10 @@ static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dac
 static void swiglu_forward_packed(uint16_t *act, const uint16_t *h0, const uint16_t *h1, long n) {
     WATCHED(FAMILY_MLP, INNER(mlp)->swiglu_forward_packed(act, h0, h1, n), 5.0 * n, 1.5 * n);
 }
-static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact, const uint16_t *h0,
-                                   const uint16_t *h1, long n) {
+static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const uint16_t *dact,
+                                   const uint16_t *h0, const uint16_t *h1, long n) {
     WATCHED(FAMILY_MLP, INNER(mlp)->swiglu_backward_packed(act, dh0, dh1, dact, h0, h1, n), (act ? 12.0 : 10.0) * n,
-            (act ? 3.5 : 3.0) * n);
+            (act ? 3.0 : 2.5) * n);
 }
 static const MlpKernels mlp_watched = {.swiglu_forward = swiglu_forward,
                                        .swiglu_backward = swiglu_backward,

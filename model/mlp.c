@@ -29,18 +29,27 @@ const float *swiglu_activation(const Config *c, const float *h0, const float *h1
     return act;
 }
 
-// swiglu_gradients under packed_operands: three 16-bit operands (two without act).
+float *swiglu_dact(const Config *c, float *df, size_t n, size_t cap, const char *name) {
+    if (!packed_operands(c)) {
+        prec_round(c, df, n);
+        return df;
+    }
+    uint16_t *d = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * MM_MAX(cap, 1), name);
+    kern()->cast->pack_bf16(d, df, n);   // (pack_bf16 rounds)
+    mem_free(df);
+    return (float *)(void *)d;
+}
+
+// swiglu_gradients under packed_operands: three 16-bit operands (two without act), dh1 over
+// dact with act.
 static void packed_gradients(const float **act, const float **dh0, const float **dh1, float *dact, const float *h0,
                              const float *h1, size_t n, size_t cap, const char *const names[3]) {
     size_t bytes = sizeof(uint16_t) * (cap ? cap : 1);
     uint16_t *a = act ? mem_alloc_uninit(MEM_TEMP, bytes, names[0]) : NULL;
     uint16_t *g0 = mem_alloc_uninit(MEM_TEMP, bytes, names[1]);
-    uint16_t *g1 = mem_alloc_uninit(MEM_TEMP, bytes, names[2]);
-    kern()->mlp->swiglu_backward_packed(a, g0, g1, dact, bits(h0), bits(h1), (long)n);
-    if (act) {
-        *act = matmul_packed(a, n);
-        mem_free(dact);
-    }
+    uint16_t *g1 = act ? (uint16_t *)(void *)dact : mem_alloc_uninit(MEM_TEMP, bytes, names[2]);
+    kern()->mlp->swiglu_backward_packed(a, g0, g1, bits(dact), bits(h0), bits(h1), (long)n);
+    if (act) *act = matmul_packed(a, n);
     *dh0 = matmul_packed(g0, n);
     *dh1 = matmul_packed(g1, n);
 }
@@ -107,7 +116,7 @@ static void output_backward(const Config *c, const MlpParams *p, MlpParams *g, c
     if (leaf.nchunks == 1) {
         float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F), then d h1
         matmul_backward(dact, NULL, dout, NULL, p->wo, T, F, D, leaf);
-        prec_round(c, dact, n);   // bf16: act was rounded, so is its gradient
+        dact = swiglu_dact(c, dact, n, n, "mlp d activation");   // bf16: act was rounded, so is its gradient
         const float *act;   // (T,F) recomputed
         swiglu_gradients(c, &act, dh0, dh1, dact, s->h0, s->h1, n, n, names);   // (dact taken over)
         matmul_backward(NULL, g->wo, dout, act, NULL, T, F, D, leaf);
@@ -116,7 +125,7 @@ static void output_backward(const Config *c, const MlpParams *p, MlpParams *g, c
         const float *act = swiglu_activation(c, s->h0, s->h1, n, n, "mlp activation");   // (T,F) recomputed
         float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F)
         matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
-        prec_round(c, dact, n);
+        dact = swiglu_dact(c, dact, n, n, "mlp d activation");
         matmul_packed_free(act);
         swiglu_gradients(c, NULL, dh0, dh1, dact, s->h0, s->h1, n, n, names);
         mem_free(dact);

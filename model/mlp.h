@@ -32,10 +32,13 @@ void mlp_saved_free(MlpSaved *s);
 // act (n of room cap) = silu(h0) * h1 (bf16: rounded, cast point 11), a MEM_TEMP array `name`.
 const float *swiglu_activation(const Config *c, const float *h0, const float *h1, size_t n, size_t cap,
                                const char *name);
-// dh0, dh1 (n of room cap) from dact (n floats, bf16-valued), rounded in bf16, MEM_TEMP arrays
+// dact (n of room cap): the product's output df (floats) rounded in bf16 (the gradient of the
+// rounded act): under packed_operands packed into a new 16-bit MEM_TEMP array `name`, df
+// freed; else df rounded in place. What swiglu_gradients takes.
+float *swiglu_dact(const Config *c, float *df, size_t n, size_t cap, const char *name);
+// dh0, dh1 (n of room cap) from dact (n, swiglu_dact's), rounded in bf16, MEM_TEMP arrays
 // named names[1], names[2]; and, where act is not NULL, act (names[0]) from the same sigmoids.
-// With act, dact is taken over (freed, or, as floats, written over by dh1); without, it is
-// only read.
+// With act, dact is taken over (written over by dh1); without, it is only read.
 void swiglu_gradients(const Config *c, const float **act, const float **dh0, const float **dh1, float *dact,
                       const float *h0, const float *h1, size_t n, size_t cap, const char *const names[3]);
 

@@ -185,8 +185,7 @@ static float *experts_dact(const Config *c, ExpertRows er, const float *wo, cons
     float *dact = mem_floats_uninit(MEM_TEMP, (size_t)er.cap * H, "moe expert d activation");
     mem_zero(dact, sizeof(float) * (size_t)er.n * H);   // its n rows, which the product adds into
     experts_dinp(er, dact, dye, wo, H, D);
-    prec_round(c, dact, (size_t)er.n * H);
-    return dact;
+    return swiglu_dact(c, dact, (size_t)er.n * H, (size_t)er.cap * H, "moe expert d activation");
 }
 
 static const char *const names[3] = {"moe expert activation", "moe expert d h0", "moe expert d h1"};
@@ -216,10 +215,11 @@ static void experts_swiglu_backward(const Config *c, ExpertRows er, float *dwo, 
         experts_dw(er, dwo, actc, dye, rt, H, D, leaf);
         intermediate_cast_free(actc, act);
         matmul_packed_free(act);
-        float *dactc = dact;   // dact's cast copy (floats: a product's output)
+        float *dactc = dact;   // dact's cast copy (as dact: floats or 16-bit numbers)
         if (!c->moe_skip_redundant_cast) {
-            dactc = mem_floats(MEM_TEMP, cap * H, "moe expert d activation, cast back (a no-op copy)");
-            mem_copy(dactc, dact, sizeof(float) * n * H);
+            size_t eb = packed_operands(c) ? sizeof(uint16_t) : sizeof(float);
+            dactc = mem_alloc(MEM_TEMP, eb * cap * H, "moe expert d activation, cast back (a no-op copy)");
+            mem_copy(dactc, dact, eb * n * H);
         }
         swiglu_gradients(c, NULL, dh0, dh1, dactc, h0, h1, n * H, cap * H, names);
         if (dactc != dact) mem_free(dactc);

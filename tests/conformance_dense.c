@@ -655,46 +655,47 @@ static void check_packed_part(const char *kernel, const char *shape, const float
     dev_free(d_f);
 }
 
-// SwiGLU's packed forms on h0, h1 as 16-bit numbers (rounded here), against the per-element
-// formulas on those values rounded as the layers round (the CPU's bits: its float32 forms
-// meet the same loops with a tolerance of 0 above), from element 0 of each array (on a GPU
-// four at a time, then the rest) and from element 1 (one at a time). dh0's bound: the float32
-// check's absolute floor plus a bf16 step, which is under ABS_FLOOR wherever the floor is
-// what passes.
+// SwiGLU's packed forms on h0, h1 and dact as 16-bit numbers (rounded here), against the
+// per-element formulas on those values rounded as the layers round (the CPU's bits: its
+// float32 forms meet the same loops with a tolerance of 0 above), from element 0 of each
+// array (on a GPU four at a time, then the rest) and from element 1 (one at a time); the
+// backward also with dh1 written over dact. dh0's bound: the float32 check's absolute floor
+// plus a bf16 step, which is under ABS_FLOOR wherever the floor is what passes.
 static void test_swiglu_packed(const float *h0, const float *h1, const float *dact, long n) {
-    uint16_t *b0 = malloc(sizeof(uint16_t) * n), *b1 = malloc(sizeof(uint16_t) * n);
+    uint16_t *b0 = malloc(sizeof(uint16_t) * n), *b1 = malloc(sizeof(uint16_t) * n), *bd = malloc(sizeof(uint16_t) * n);
     float *act = malloc(sizeof(float) * n), *g0 = malloc(sizeof(float) * n), *g1 = malloc(sizeof(float) * n);
     for (long i = 0; i < n; i++) {
         b0[i] = bf16_bits(h0[i]);
         b1[i] = bf16_bits(h1[i]);
-        float z = bf16_float(b0[i]), u = bf16_float(b1[i]), sg = ref_sigmoid(z);
+        bd[i] = bf16_bits(dact[i]);
+        float z = bf16_float(b0[i]), u = bf16_float(b1[i]), d = bf16_float(bd[i]), sg = ref_sigmoid(z);
         act[i] = bf16_round(z * sg * u);
-        g1[i] = bf16_round(dact[i] * (z * sg));
-        g0[i] = bf16_round(dact[i] * u * sg * (1.0f + z * (1.0f - sg)));
+        g1[i] = bf16_round(d * (z * sg));
+        g0[i] = bf16_round(d * u * sg * (1.0f + z * (1.0f - sg)));
     }
     uint16_t *d_h0 = dev_copy(b0, sizeof(uint16_t) * n), *d_h1 = dev_copy(b1, sizeof(uint16_t) * n);
-    float *d_dact = dev_copy(dact, sizeof(float) * n);
+    uint16_t *d_dact = dev_copy(bd, sizeof(uint16_t) * n);
     const char *shape = "n=5000";
     for (long first = 0; first <= 1; first++) {
         long len = n - first - 3;
         uint16_t *d_a = dev_poisoned(sizeof(uint16_t) * n), *d_b = dev_poisoned(sizeof(uint16_t) * n);
         uint16_t *d_g0 = dev_poisoned(sizeof(uint16_t) * n), *d_g1 = dev_poisoned(sizeof(uint16_t) * n);
-        uint16_t *d_g0b = dev_poisoned(sizeof(uint16_t) * n), *d_g1b = dev_poisoned(sizeof(uint16_t) * n);
-        const uint16_t *z = d_h0 + first, *u = d_h1 + first;
-        const float *d = d_dact + first;
+        uint16_t *d_g0b = dev_poisoned(sizeof(uint16_t) * n), *d_over = dev_poisoned(sizeof(uint16_t) * n);
+        const uint16_t *z = d_h0 + first, *u = d_h1 + first, *d = d_dact + first;
         UNDER_TEST->mlp->swiglu_forward_packed(d_a + first, z, u, len);
         UNDER_TEST->mlp->swiglu_backward_packed(d_b + first, d_g0 + first, d_g1 + first, d, z, u, len);
-        UNDER_TEST->mlp->swiglu_backward_packed(NULL, d_g0b + first, d_g1b + first, d, z, u, len);
+        dev_upload(d_over + first, bd + first, sizeof(uint16_t) * len);   // dact's copy, then dh1 over it
+        UNDER_TEST->mlp->swiglu_backward_packed(NULL, d_g0b + first, d_over + first, d_over + first, z, u, len);
         float abs0 = ORACLE ? 2 * ABS_FLOOR : 0;
         check_packed_part("swiglu_forward_packed", shape, act, d_a, n, first, len, tol(BF16_ULPS), 0);
         check_packed_part("swiglu_backward_packed act", shape, act, d_b, n, first, len, tol(BF16_ULPS), 0);
         check_packed_part("swiglu_backward_packed dh0", shape, g0, d_g0, n, first, len, tol(BF16_ULPS), abs0);
         check_packed_part("swiglu_backward_packed dh1", shape, g1, d_g1, n, first, len, tol(BF16_ULPS), 0);
         check_packed_part("swiglu_backward_packed dh0, no act", shape, g0, d_g0b, n, first, len, tol(BF16_ULPS), abs0);
-        check_packed_part("swiglu_backward_packed dh1, no act", shape, g1, d_g1b, n, first, len, tol(BF16_ULPS), 0);
-        dev_free(d_a); dev_free(d_b); dev_free(d_g0); dev_free(d_g1); dev_free(d_g0b); dev_free(d_g1b);
+        check_packed_part("swiglu_backward_packed dh1 over dact", shape, g1, d_over, n, first, len, tol(BF16_ULPS), 0);
+        dev_free(d_a); dev_free(d_b); dev_free(d_g0); dev_free(d_g1); dev_free(d_g0b); dev_free(d_over);
     }
-    free(b0); free(b1); free(act); free(g0); free(g1);
+    free(b0); free(b1); free(bd); free(act); free(g0); free(g1);
     dev_free(d_h0); dev_free(d_h1); dev_free(d_dact);
 }
 

@@ -98,17 +98,18 @@ static void swiglu_forward_packed(uint16_t *act, const uint16_t *h0, const uint1
     }
 }
 
-static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const float *dact,
+static void swiglu_backward_packed(uint16_t *act, uint16_t *dh0, uint16_t *dh1, const uint16_t *dact,
                                    const uint16_t *h0, const uint16_t *h1, long n) {
     #pragma omp parallel for if (n > 65536)
     for (long i0 = 0; i0 < n; i0 += BLOCK) {
         float z[BLOCK] __attribute__((aligned(64))), u[BLOCK] __attribute__((aligned(64)));
-        float a[BLOCK] __attribute__((aligned(64))), g0[BLOCK] __attribute__((aligned(64)));
-        float g1[BLOCK] __attribute__((aligned(64)));
+        float d[BLOCK] __attribute__((aligned(64))), a[BLOCK] __attribute__((aligned(64)));
+        float g0[BLOCK] __attribute__((aligned(64))), g1[BLOCK] __attribute__((aligned(64)));
         long len = block_len(i0, n);
         widen_block(z, h0 + i0, len);
         widen_block(u, h1 + i0, len);
-        backward_block(act ? a : NULL, g0, g1, dact + i0, z, u, len, 0);
+        widen_block(d, dact + i0, len);   // (all of the block read before dh1 is written)
+        backward_block(act ? a : NULL, g0, g1, d, z, u, len, 0);
         if (act) pack_block(act + i0, a, len);
         pack_block(dh0 + i0, g0, len);
         pack_block(dh1 + i0, g1, len);
