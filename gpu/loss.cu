@@ -91,6 +91,20 @@ __global__ static void backward_kernel(float *dz, const float *lse, const int *t
     dz[k] = g;
 }
 
+// The same into dz's bits, the logits only read.
+__global__ static void backward_packed_kernel(uint16_t *dz, const float *logits, const float *lse, const int *targets,
+                                              int T, int V, int v0, float zmul, float scale) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= (size_t)T * V) return;
+    size_t t = k / V;
+    int i = (int)(k % V);
+    if (targets[t] < 0) { dz[k] = 0; return; }   // (+0.0)
+    float coef = 1.0f + 2.0f * zmul * lse[t];
+    float g = scale * (expf(logits[k] - lse[t]) * coef);
+    if (i == targets[t] - v0) g -= scale;
+    dz[k] = bf16_bits_dev(g);
+}
+
 __global__ static void move_rows_kernel(float *dst, const float *src, long dst_row0, long src_row0, int len, int w) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= (size_t)len * w) return;
@@ -149,6 +163,15 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
     GPU_CHECK_LAUNCH();
 }
 
+// dz (T,V) = the bits of scale * dl/dz, from the logits.
+static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
+                                 int v0, float zmul, float scale) {
+    if ((size_t)T * V == 0) return;
+    GPU_LAUNCH(backward_packed_kernel, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
+        dz, logits, lse, targets, T, V, v0, zmul, scale);
+    GPU_CHECK_LAUNCH();
+}
+
 // dst (len,w) = rows t0 .. t0+len-1 of src (T,w).
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
     if ((size_t)len * w == 0) return;
@@ -173,6 +196,7 @@ static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
 }
 
 #if GPU_HOST_PASS
-extern "C" const LossKernels loss_cuda = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum,
-                                          loss_backward, tile_gather_rows, tile_scatter_rows, tile_gather_targets};
+extern "C" const LossKernels loss_cuda = {loss_row_max,     loss_sum_exp,         loss_target_logit, loss_lse,
+                                          loss_leaf_sum,    loss_backward,        loss_backward_packed,
+                                          tile_gather_rows, tile_scatter_rows,    tile_gather_targets};
 #endif

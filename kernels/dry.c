@@ -197,8 +197,11 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {}
 static void tile_scatter_rows(float *dst, const float *src, long t0, int len, int w) {}
 static void tile_gather_targets(int *dst, const int *src, long t0, int len) {}
+static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
+                                 int v0, float zmul, float scale) {}
 static const LossKernels loss_dry = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum,
-                                     loss_backward, tile_gather_rows, tile_scatter_rows, tile_gather_targets};
+                                     loss_backward, loss_backward_packed, tile_gather_rows, tile_scatter_rows,
+                                     tile_gather_targets};
 
 // cast
 static void round_to_bf16(float *x, size_t n) {}

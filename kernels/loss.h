@@ -6,6 +6,7 @@
 // a token without a target.
 #ifndef MESHMOE_KERNELS_LOSS_H
 #define MESHMOE_KERNELS_LOSS_H
+#include <stdint.h>
 
 typedef struct LossKernels {
     // m (T) = max over the V logits of each token (a max is exact in any order).
@@ -27,6 +28,10 @@ typedef struct LossKernels {
     // dl/dz = softmax(z) * (1 + 2*zmul*lse) - onehot(target); zero for a token without a target.
     void (*loss_backward)(float *logits_to_dlogits, const float *lse, const int *targets, int T, int V, int v0,
                           float zmul, float scale);
+    // The same written into dz (T,V) as 16-bit numbers, each rounded (kernels/bf16.h), the
+    // logits (T,V) only read: the gradient for products that read 16-bit operands.
+    void (*loss_backward_packed)(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
+                                 int v0, float zmul, float scale);
 
     // Vocabulary tiling (num_vocab_tiling) moves one leaf's rows at a time between a
     // (T,w) array and the (R,w) rows of a tile.

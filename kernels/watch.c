@@ -531,6 +531,11 @@ static void loss_backward(float *logits_to_dlogits, const float *lse, const int 
     WATCHED(FAMILY_LOSS, INNER(loss)->loss_backward(logits_to_dlogits, lse, targets, T, V, v0, zmul, scale),
           4.0 * T * V, 2.0 * T * V + 2.0 * T);
 }
+static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
+                                 int v0, float zmul, float scale) {
+    WATCHED(FAMILY_LOSS, INNER(loss)->loss_backward_packed(dz, logits, lse, targets, T, V, v0, zmul, scale),
+          4.0 * T * V, 1.5 * T * V + 2.0 * T);
+}
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
     WATCHED(FAMILY_LOSS, INNER(loss)->tile_gather_rows(dst, src, t0, len, w), 0, 2.0 * len * w);
 }
@@ -546,6 +551,7 @@ static const LossKernels loss_watched = {.loss_row_max = loss_row_max,
                                          .loss_lse = loss_lse,
                                          .loss_leaf_sum = loss_leaf_sum,
                                          .loss_backward = loss_backward,
+                                         .loss_backward_packed = loss_backward_packed,
                                          .tile_gather_rows = tile_gather_rows,
                                          .tile_scatter_rows = tile_scatter_rows,
                                          .tile_gather_targets = tile_gather_targets};

@@ -81,6 +81,20 @@ static void test_loss_case(int T, int V) {   // T >= 8: the tile moves take rows
     compare_doubles("loss_leaf_sum", shape, &leaf, &got_leaf, 1, 0.0);
     // softmax * coef - onehot: the target column is a difference of two values near scale
     check_dev_floats("loss_backward", shape, dz, d_dz, (size_t)T * V, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);
+    // the packed form, the logits left as they are: dz rounded, within a bf16 step (and the
+    // float32 check's floor plus one, a step there being under it) of the rounded dz
+    uint16_t *d_dz16 = dev_poisoned(sizeof(uint16_t) * T * V);
+    UNDER_TEST->loss->loss_backward_packed(d_dz16, d_logits, d_lse_want, d_targets, T, V, v0, zmul, scale);
+    uint16_t *dz16 = dev_fetch(d_dz16, sizeof(uint16_t) * T * V);
+    float *dzr = malloc(sizeof(float) * T * V), *got16 = malloc(sizeof(float) * T * V);
+    for (size_t i = 0; i < (size_t)T * V; i++) {
+        dzr[i] = bf16_round(dz[i]);
+        got16[i] = bf16_float(dz16[i]);
+    }
+    compare_floats("loss_backward_packed", shape, dzr, got16, (size_t)T * V, tol(BF16_ULPS), ORACLE ? 2 * ABS_FLOOR : 0);
+    check_dev_floats("loss_backward_packed's logits", shape, logits, d_logits, (size_t)T * V, 0, 0);
+    free(dz16); free(dzr); free(got16);
+    dev_free(d_dz16);
     check_dev_floats("tile_gather_rows", shape, tile, d_tile, (size_t)5 * V, 0, 0);
     check_dev_ints("tile_gather_targets", shape, tt, d_tt, 5);
     float *back = dev_fetch(d_back, sizeof(float) * T * V);   // rows 3..7 back in place, the rest poisoned

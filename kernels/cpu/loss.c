@@ -2,6 +2,7 @@
 // moves of vocabulary tiling (kernels/loss.h).
 #include "kernels/loss.h"
 #include "kernels/cpu/expf16.h"
+#include "kernels/bf16.h"
 #include <stddef.h>
 #include <string.h>
 #include <math.h>
@@ -74,6 +75,32 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
     }
 }
 
+// The same a piece of BLOCK columns at a time through a buffer, each value then packed
+// (bf16_bits rounds): the same element formulas, so the rounded float32 form's bits.
+enum { BLOCK = 512 };
+static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
+                                 int v0, float zmul, float scale) {
+    #pragma omp parallel for if (T * V > 65536)
+    for (int t = 0; t < T; t++) {
+        uint16_t *d = dz + (size_t)t * V;
+        const float *z = logits + (size_t)t * V;
+        float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
+        int y = targets[t] - v0;
+        for (int i0 = 0; i0 < V; i0 += BLOCK) {
+            float g[BLOCK];
+            int len = V - i0 < BLOCK ? V - i0 : BLOCK;
+            if (targets[t] < 0) {
+                for (int i = 0; i < len; i++) d[i0 + i] = 0;   // (+0.0)
+                continue;
+            }
+            exp_shifted(g, z + i0, lse[t], len);
+            for (int i = 0; i < len; i++) g[i] = scale * (g[i] * coef);
+            if (y >= i0 && y < i0 + len) g[y - i0] -= scale;
+            for (int i = 0; i < len; i++) d[i0 + i] = bf16_bits(g[i]);
+        }
+    }
+}
+
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
     for (int r = 0; r < len; r++) memcpy(dst + (size_t)r * w, src + (size_t)(t0 + r) * w, sizeof(float) * w);
 }
@@ -87,4 +114,5 @@ static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
 }
 
 const LossKernels loss_cpu = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum, loss_backward,
+                              loss_backward_packed,
                               tile_gather_rows, tile_scatter_rows, tile_gather_targets};
