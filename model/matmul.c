@@ -40,15 +40,18 @@ static uint16_t *packed_copy(const float *x, size_t n, const char *name) {
 }
 
 // The operands shared by several products (matmul_share), and those made 16-bit by their
-// kernel (matmul_packed: `borrowed`, h the caller's, x a reserved range): the device's own
-// (each device is a thread), a few at a time; an operand shared again inside its sharing (a
-// layer's, then a product's own) counts its users.
+// kernel (matmul_packed: `borrowed`, h the caller's, x in the slot's reserved range): the
+// device's own (each device is a thread), a few at a time; an operand shared again inside
+// its sharing (a layer's, then a product's own) counts its users. A slot keeps its reserved
+// range for the next operand that fits (no system call a step once the ranges have grown).
 enum { SHARED_MAX = 8 };
 static _Thread_local struct {
     const float *x;
     size_t n;
     uint16_t *h;
     int users, borrowed;
+    void *range;          // addresses reserved, never mapped (matmul_packed)
+    size_t range_bytes;
 } shared[SHARED_MAX];
 
 static int free_slot(void) {
@@ -89,12 +92,21 @@ void matmul_unshare(const float *x, size_t n) {
         }
 }
 
-const float *matmul_packed(uint16_t *h, size_t n) {
-    if (!weights16_on()) die("internal: a 16-bit operand without MESHMOE_WEIGHTS16");
-    size_t bytes = sizeof(float) * (n ? n : 1);
+// Slot i's reserved range, at least `bytes` long.
+static void *reserved(int i, size_t bytes) {
+    if (shared[i].range_bytes >= bytes) return shared[i].range;
+    if (shared[i].range) munmap(shared[i].range, shared[i].range_bytes);
     void *r = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) die("could not reserve %zu bytes of addresses for a 16-bit operand", bytes);
+    shared[i].range = r;
+    shared[i].range_bytes = bytes;
+    return r;
+}
+
+const float *matmul_packed(uint16_t *h, size_t n) {
+    if (!weights16_on()) die("internal: a 16-bit operand without MESHMOE_WEIGHTS16");
     int i = free_slot();
+    void *r = reserved(i, sizeof(float) * (n ? n : 1));
     shared[i].x = r;
     shared[i].n = n;
     shared[i].h = h;
@@ -108,7 +120,6 @@ void matmul_packed_free(const float *p) {
     int i = borrowed_at(p);
     if (i < 0) { mem_free((void *)p); return; }
     if (shared[i].x != p) die("internal: matmul_packed_free inside a 16-bit operand, not at its start");
-    munmap((void *)p, sizeof(float) * (shared[i].n ? shared[i].n : 1));
     mem_free(shared[i].h);
     shared[i].x = NULL;
     shared[i].h = NULL;

@@ -53,7 +53,8 @@ void matmul_unshare(const float *x, size_t n);
 // MESHMOE_WEIGHTS16=1): matmul_packed(h, n) returns the `const float *` that the layers hand
 // on to the products like any operand, rows of it included (element i at p + i), and the
 // products read h's numbers in place. That pointer lies in an address range reserved for
-// it and never mapped, where no array can be: a read of it as floats faults at once. A
+// such operands and never mapped, where no array can be: a read of it as floats faults at
+// once. A
 // product whose weight has no 16-bit copy dies on it; matmul_share and matmul_unshare leave
 // it as it is. matmul_packed_free(p) ends it and frees h; given any other array it frees
 // that (mem_free), so that a layer frees its operands one way whichever they are.
