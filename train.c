@@ -99,6 +99,15 @@ static void read_config(Config *c, int argc, char **argv) {
                                                c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
     if (cublas == 2 && c->dtype != DTYPE_BFLOAT16)
         die("gpu_matmul=cublas_bf16 multiplies bf16 operands: it needs dtype=bfloat16 (in float32: gpu_matmul=cublas)");
+    // The experiments that choose among cuBLAS's ways (gpu/matmul.cu) do nothing on a GPU run
+    // without cuBLAS: said, not ignored (a CPU run, the GPU runs' reference, takes no notice).
+    const char *how = getenv("MESHMOE_CUBLAS_BF16"), *grouped = getenv("MESHMOE_GROUPED");
+    if (c->device == DEVICE_GPU && how && *how && cublas != 2)
+        die("MESHMOE_CUBLAS_BF16 chooses how cuBLAS's bf16 products take float32 operands: it needs "
+            "gpu_matmul=cublas_bf16");
+    if (c->device == DEVICE_GPU && grouped && *grouped && !cublas)
+        die("MESHMOE_GROUPED chooses between cuBLAS's grouped call and the backend's own kernel: it needs "
+            "gpu_matmul=cublas or cublas_bf16");
     int attention = gpu_attention_kind(c);
     if (attention != 1 && c->device != DEVICE_GPU)
         die("gpu_attention=%s chooses device=gpu's attention kernels: this run is device=%s",

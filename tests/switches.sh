@@ -185,6 +185,13 @@ expect_error "MESHMOE_WEIGHTS16 in float32" "it needs dtype=bfloat16" \
     env MESHMOE_WEIGHTS16=1 ./train configs/mixtral-tiny.yml steps=1
 expect_error "MESHMOE_WEIGHTS16=2" "MESHMOE_WEIGHTS16 is 0 or 1, not '2'" \
     env MESHMOE_WEIGHTS16=2 ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16
+# The experiments among cuBLAS's ways (gpu/matmul.cu) stop a GPU run whose products are not
+# cuBLAS's (the dry run of device=gpu takes the same start-up checks, with no GPU here).
+expect_error "MESHMOE_GROUPED without cuBLAS" "MESHMOE_GROUPED chooses between cuBLAS's grouped call" \
+    env MESHMOE_GROUPED=kernel ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16 device=gpu dry_run=true
+expect_error "MESHMOE_CUBLAS_BF16 without cublas_bf16" "it needs gpu_matmul=cublas_bf16" \
+    env MESHMOE_CUBLAS_BF16=convert ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16 device=gpu \
+    gpu_matmul=cublas dry_run=true
 
 expect_error "a bad switch value" "wants true or false" ./train configs/mixtral-tiny.yml rmsnorm_fused_scale=maybe
 expect_error "a negative eval batch" "eval_per_device_batch_size must be >= 0" \
