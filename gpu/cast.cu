@@ -42,7 +42,7 @@ __global__ static void bits_kernel(uint16_t *h, float *x, size_t n, int pack) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if (pack) h[i] = bf16_bits_dev(x[i]);
-    else x[i] = __uint_as_float((uint32_t)h[i] << 16);
+    else x[i] = bf16_float_dev(h[i]);
 }
 
 // The same four elements a thread: a 16-byte access to the floats and an 8-byte one to their
@@ -54,9 +54,7 @@ __global__ static void bits4_kernel(uint2 *h, float4 *x, size_t n4, int pack) {
     if (pack) {
         h[i] = bf16_bits4_dev(x[i]);
     } else {
-        uint2 b = h[i];
-        x[i] = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u),
-                           __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xffff0000u));
+        x[i] = bf16_float4_dev(h[i]);
     }
 }
 

@@ -160,5 +160,11 @@ __device__ static inline uint2 bf16_bits4_dev(float4 v) {
     return make_uint2(bf16_bits_dev(v.x) | (uint32_t)bf16_bits_dev(v.y) << 16,
                       bf16_bits_dev(v.z) | (uint32_t)bf16_bits_dev(v.w) << 16);
 }
+// And back: bf16 bits as a float (exact), one or four from an 8-byte word.
+__device__ static inline float bf16_float_dev(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ static inline float4 bf16_float4_dev(uint2 b) {
+    return make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
+                       __uint_as_float(b.y & 0xffff0000u));
+}
 
 #endif

@@ -78,31 +78,29 @@ __global__ static void leaf_sum_kernel(double *sum, const float *lse, const floa
     *sum = s;
 }
 
+// Element k of scale * dl/dz from its logit z: softmax * (1 + 2*zmul*lse) - onehot, 0 for a
+// token without a target.
+__device__ static inline float dz_dev(float z, size_t k, const float *lse, const int *targets, int V, int v0,
+                                      float zmul, float scale) {
+    size_t t = k / V;
+    if (targets[t] < 0) return 0.0f;
+    float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
+    float g = scale * (expf(z - lse[t]) * coef);
+    if ((int)(k % V) == targets[t] - v0) g -= scale;
+    return g;
+}
+
 __global__ static void backward_kernel(float *dz, const float *lse, const int *targets, int T, int V, int v0,
                                        float zmul, float scale) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= (size_t)T * V) return;
-    size_t t = k / V;
-    int i = (int)(k % V);
-    if (targets[t] < 0) { dz[k] = 0.0f; return; }
-    float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
-    float g = scale * (expf(dz[k] - lse[t]) * coef);
-    if (i == targets[t] - v0) g -= scale;
-    dz[k] = g;
+    if (k < (size_t)T * V) dz[k] = dz_dev(dz[k], k, lse, targets, V, v0, zmul, scale);
 }
 
 // The same into dz's bits, the logits only read.
 __global__ static void backward_packed_kernel(uint16_t *dz, const float *logits, const float *lse, const int *targets,
                                               int T, int V, int v0, float zmul, float scale) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= (size_t)T * V) return;
-    size_t t = k / V;
-    int i = (int)(k % V);
-    if (targets[t] < 0) { dz[k] = 0; return; }   // (+0.0)
-    float coef = 1.0f + 2.0f * zmul * lse[t];
-    float g = scale * (expf(logits[k] - lse[t]) * coef);
-    if (i == targets[t] - v0) g -= scale;
-    dz[k] = bf16_bits_dev(g);
+    if (k < (size_t)T * V) dz[k] = bf16_bits_dev(dz_dev(logits[k], k, lse, targets, V, v0, zmul, scale));
 }
 
 __global__ static void move_rows_kernel(float *dst, const float *src, long dst_row0, long src_row0, int len, int w) {

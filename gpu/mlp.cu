@@ -110,16 +110,9 @@ static void swiglu_backward(float *act, float *dh0, float *dh1, const float *dac
 // The packed forms (kernels/mlp.h): the same elements' formulas on h0, h1 as bf16 bits,
 // their results written as bf16 bits (bf16_bits_dev rounds, so a packed gradient is the
 // rounded one; the activation, rounded first as cast point 11 asks, has the same bits).
-__device__ static inline float bits_float_dev(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-// Four bf16 values from one 8-byte word, the first in its low half.
-__device__ static inline float4 bits4_float_dev(uint2 b) {
-    return make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
-                       __uint_as_float(b.y & 0xffff0000u));
-}
-
 __global__ static void swiglu_forward_packed_kernel(uint16_t *act, const uint16_t *h0, const uint16_t *h1, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) act[i] = bf16_bits_dev(swiglu_dev(bits_float_dev(h0[i]), bits_float_dev(h1[i]), 1));
+    if (i < n) act[i] = bf16_bits_dev(swiglu_dev(bf16_float_dev(h0[i]), bf16_float_dev(h1[i]), 1));
 }
 
 // dact[i] is read before dh1[i] is written: dh1 may be dact.
@@ -129,7 +122,7 @@ __global__ static void swiglu_backward_packed_kernel(uint16_t *act, uint16_t *dh
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float a, g0, g1;
-    swiglu_grad_dev(bits_float_dev(h0[i]), bits_float_dev(h1[i]), bits_float_dev(dact[i]), 1, act ? &a : NULL, &g0,
+    swiglu_grad_dev(bf16_float_dev(h0[i]), bf16_float_dev(h1[i]), bf16_float_dev(dact[i]), 1, act ? &a : NULL, &g0,
                     &g1);
     if (act) act[i] = bf16_bits_dev(a);
     dh1[i] = bf16_bits_dev(g1);
@@ -140,7 +133,7 @@ __global__ static void swiglu_backward_packed_kernel(uint16_t *act, uint16_t *dh
 __global__ static void swiglu_forward_packed4_kernel(uint2 *act, const uint2 *h0, const uint2 *h1, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 z = bits4_float_dev(h0[i]), u = bits4_float_dev(h1[i]);
+    float4 z = bf16_float4_dev(h0[i]), u = bf16_float4_dev(h1[i]);
     act[i] = bf16_bits4_dev(make_float4(swiglu_dev(z.x, u.x, 1), swiglu_dev(z.y, u.y, 1), swiglu_dev(z.z, u.z, 1),
                                         swiglu_dev(z.w, u.w, 1)));
 }
@@ -149,7 +142,7 @@ __global__ static void swiglu_backward_packed4_kernel(uint2 *act, uint2 *dh0, ui
                                                       const uint2 *h0, const uint2 *h1, size_t n4) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 z = bits4_float_dev(h0[i]), u = bits4_float_dev(h1[i]), d = bits4_float_dev(dact[i]), a, g0, g1;
+    float4 z = bf16_float4_dev(h0[i]), u = bf16_float4_dev(h1[i]), d = bf16_float4_dev(dact[i]), a, g0, g1;
     int keep = act != NULL;
     swiglu_grad_dev(z.x, u.x, d.x, 1, keep ? &a.x : NULL, &g0.x, &g1.x);
     swiglu_grad_dev(z.y, u.y, d.y, 1, keep ? &a.y : NULL, &g0.y, &g1.y);

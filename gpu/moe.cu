@@ -117,7 +117,7 @@ __global__ static void scatter_add_tokens_kernel(float *dx, const float *dxs, co
 
 // The experts' outputs y as floats or as bf16 bits (the packed forms), and dy written either way.
 __device__ static inline float y_at(const float *y, size_t i) { return y[i]; }
-__device__ static inline float y_at(const uint16_t *y, size_t i) { return __uint_as_float((uint32_t)y[i] << 16); }
+__device__ static inline float y_at(const uint16_t *y, size_t i) { return bf16_float_dev(y[i]); }
 __device__ static inline void dy_put(float *dy, size_t i, float v) { dy[i] = v; }
 __device__ static inline void dy_put(uint16_t *dy, size_t i, float v) { dy[i] = bf16_bits_dev(v); }
 

@@ -34,10 +34,10 @@ float *swiglu_dact(const Config *c, float *df, size_t n, size_t cap, const char 
         prec_round(c, df, n);
         return df;
     }
-    uint16_t *d = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * MM_MAX(cap, 1), name);
-    kern()->cast->pack_bf16(d, df, n);   // (pack_bf16 rounds)
+    float *d = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * MM_MAX(cap, 1), name);
+    packed_round(c, d, df, n);
     mem_free(df);
-    return (float *)(void *)d;
+    return d;
 }
 
 // swiglu_gradients under packed_operands: three 16-bit operands (two without act), dh1 over

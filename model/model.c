@@ -509,45 +509,48 @@ void model_head_unpack(Model *m, int T) {
     act_unpack(&m->cfg, &m->nf, (size_t)T * m->cfg.base_emb_dim);
 }
 
-// The head's backward without vocabulary tiling under packed_operands (model/precision.h):
-// d logits written as rounded 16-bit numbers, which the head's products read in place
-// (model/matmul.h: matmul_packed), the logits freed at once; where a float32 d logits was
-// written over them, rounded in place and packed for the products.
-static float *head_backward_packed(Model *m, int T, int D, int V, float scale, Leaves leaf) {
+// Without vocabulary tiling, under packed_operands (model/precision.h) and without the
+// logits' constraint copies, d logits are rounded 16-bit numbers that the head's products
+// read in place (model/matmul.h: matmul_packed), the float32 logits freed at once; else they
+// are written over the logits as float32 and rounded in place.
+static int head_packed(const Config *c) { return packed_operands(c) && !constraint_copies(c, &SPEC_LOGITS); }
+
+// d logits (T,V), the operand of the head's products; head_dlogits_end releases it.
+static const float *head_dlogits(Model *m, int T, int V, float scale) {
     const Config *c = &m->cfg;
-    uint16_t *dz = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (size_t)T * V, "d logits (16-bit)");
-    kern()->loss->loss_backward_packed(dz, m->logits, m->lse, m->targets, T, V, m->dims.vocab_first,
-                                       c->z_loss_multiplier, scale);
-    mem_free(m->logits);
-    m->logits = NULL;
-    float *dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-    const float *d = matmul_packed(dz, (size_t)T * V);
-    matmul_backward(NULL, m->grads.logits, d, m->nf, m->params.logits, T, D, V, leaf);
-    tp_colpar_dinp(c, dnf, d, m->params.logits, T, D, V);   // a sum over the vocabulary
-    matmul_packed_free(d);
-    return dnf;
+    int v0 = m->dims.vocab_first;
+    if (head_packed(c)) {
+        uint16_t *dz = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (size_t)T * V, "d logits (16-bit)");
+        kern()->loss->loss_backward_packed(dz, m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);
+        mem_free(m->logits);
+        m->logits = NULL;
+        return matmul_packed(dz, (size_t)T * V);
+    }
+    loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
+    // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
+    // transposes a cast); here and at each such point in the layers' backward.
+    prec_round(c, m->logits, (size_t)T * V);
+    // The logits' constraint transposed: one on d logits (model/constraint.h).
+    return constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
+}
+static void head_dlogits_end(Model *m, const float *d) {
+    if (head_packed(&m->cfg)) matmul_packed_free(d);
+    else constraint_end(d, m->logits);
 }
 
 float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out) {
     const Config *c = &m->cfg;
-    int T = B * S, D = c->base_emb_dim, V = m->dims.vocab_size, v0 = m->dims.vocab_first;
+    int T = B * S, D = c->base_emb_dim, V = m->dims.vocab_size;
     Leaves leaf = leaves_of(c, B, S);   // this device's tokens in the canonical tree (base/context.h)
     float *dnf;
     if (vocab_tiled(c)) {
         dnf = vocab_tiled_head_backward(m, B, S, scale);   // the same, tile by tile (model/vocab_tiling.h)
-    } else if (packed_operands(c) && !constraint_copies(c, &SPEC_LOGITS)) {
-        dnf = head_backward_packed(m, T, D, V, scale, leaf);
     } else {
-        loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
-        // bf16: where the forward rounded a value, its gradient is rounded too (as autodiff
-        // transposes a cast); here and at each such point in the layers' backward.
-        prec_round(c, m->logits, (size_t)T * V);
+        const float *d = head_dlogits(m, T, V, scale);
         dnf = mem_floats(MEM_TEMP, (size_t)T * D, "d final norm out");
-        // The logits' constraint transposed: one on d logits (model/constraint.h).
-        const float *dlc = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
-        matmul_backward(NULL, m->grads.logits, dlc, m->nf, m->params.logits, T, D, V, leaf);
-        tp_colpar_dinp(c, dnf, dlc, m->params.logits, T, D, V);   // a sum over the vocabulary
-        constraint_end(dlc, m->logits);
+        matmul_backward(NULL, m->grads.logits, d, m->nf, m->params.logits, T, D, V, leaf);
+        tp_colpar_dinp(c, dnf, d, m->params.logits, T, D, V);   // a sum over the vocabulary
+        head_dlogits_end(m, d);
     }
     prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");

@@ -244,7 +244,7 @@ static void experts_local(const Config *c, const LocalDims *ld, const MoeParams 
             experts_backward(c, ld, p, g, e, er, xs, h0, h1, dy + (size_t)r0 * D, row_token + r0, leaf,
                              dxs + (size_t)r0 * D);
         else
-            experts_forward(c, ld, p, e, er, xs, h0, h1, packed_at(c, s->y, (size_t)r0 * D), packed_operands(c));
+            experts_forward(c, ld, p, e, er, xs, h0, h1, packed_at(c, s->y, (size_t)r0 * D), y_packed(c));
         matmul_packed_free(xs);
         if (c->megablox) break;   // (e = 0: all of them at once)
     }

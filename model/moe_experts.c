@@ -140,7 +140,7 @@ static void experts_dw(ExpertRows er, float *dw, const float *inp, const float *
 // and the skip drops them. Without it each cast writes a copy (MEM_TEMP) that the next
 // op reads while the uncast buffer is still held: one more (rows,H) buffer, same bits.
 // Like the other temporaries it is allocated for `cap` rows; n are copied. A 16-bit
-// operand (model/mlp.h: packed_operands) is copied as its 16-bit numbers.
+// operand (model/precision.h: packed_operands) is copied as its 16-bit numbers.
 static const float *intermediate_cast(const Config *c, const float *x, size_t n, size_t cap, const char *name) {
     if (c->moe_skip_redundant_cast) return x;
     if (packed_operands(c)) return matmul_packed_copy(x, cap, name);
@@ -156,7 +156,7 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
                      float *h0, float *h1, float *y, int y16) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     size_t n = (size_t)er.n, cap = (size_t)er.cap, w0 = (size_t)e0 * D * H;
-    // The products' outputs: h0 and h1 themselves, or (packed_operands, model/mlp.h) a float32
+    // The products' outputs: h0 and h1 themselves, or (packed_operands, model/precision.h) a float32
     // temporary that each is packed from.
     float *hf = packed_operands(c) ? mem_floats_uninit(MEM_TEMP, cap * H, "moe expert wi out (float32, then 16-bit)")
                                  : NULL;

@@ -61,6 +61,14 @@ static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const 
     *sum = s;
 }
 
+// g (len) = scale * dl/dz of one token's columns i0 .. i0+len-1 from their logits z (len):
+// softmax * coef - onehot, coef = 1 + 2*zmul*lse, y the target's column; g may be z.
+static void dz_piece(float *g, const float *z, int i0, int len, float lse, float coef, float scale, int y) {
+    exp_shifted(g, z, lse, len);
+    for (int i = 0; i < len; i++) g[i] = scale * (g[i] * coef);
+    if (y >= i0 && y < i0 + len) g[y - i0] -= scale;
+}
+
 static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
                           float scale) {
     #pragma omp parallel for if (T * V > 65536)
@@ -68,10 +76,7 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
         float *z = dz + (size_t)t * V;
         if (targets[t] < 0) { memset(z, 0, sizeof(float) * V); continue; }
         float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
-        exp_shifted(z, z, lse[t], V);
-        for (int i = 0; i < V; i++) z[i] = scale * (z[i] * coef);
-        int y = targets[t] - v0;
-        if (y >= 0 && y < V) z[y] -= scale;
+        dz_piece(z, z, 0, V, lse[t], coef, scale, targets[t] - v0);
     }
 }
 
@@ -83,19 +88,12 @@ static void loss_backward_packed(uint16_t *dz, const float *logits, const float 
     #pragma omp parallel for if (T * V > 65536)
     for (int t = 0; t < T; t++) {
         uint16_t *d = dz + (size_t)t * V;
-        const float *z = logits + (size_t)t * V;
-        float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
-        int y = targets[t] - v0;
+        if (targets[t] < 0) { memset(d, 0, sizeof(uint16_t) * V); continue; }   // (+0.0)
+        float coef = 1.0f + 2.0f * zmul * lse[t];
         for (int i0 = 0; i0 < V; i0 += BLOCK) {
             float g[BLOCK];
             int len = V - i0 < BLOCK ? V - i0 : BLOCK;
-            if (targets[t] < 0) {
-                for (int i = 0; i < len; i++) d[i0 + i] = 0;   // (+0.0)
-                continue;
-            }
-            exp_shifted(g, z + i0, lse[t], len);
-            for (int i = 0; i < len; i++) g[i] = scale * (g[i] * coef);
-            if (y >= i0 && y < i0 + len) g[y - i0] -= scale;
+            dz_piece(g, logits + (size_t)t * V + i0, i0, len, lse[t], coef, scale, targets[t] - v0);
             for (int i = 0; i < len; i++) d[i0 + i] = bf16_bits(g[i]);
         }
     }
