@@ -303,13 +303,13 @@ build/train_emu_mpi: $(BUILD)/mpi/train.o $(BUILD)/mpi/net_mpi.o $(filter-out $(
 # -ffp-contract=off: as the GPU builds, no multiply and add fused that the source keeps apart.
 EMU_SRC := gpu/attention.cu gpu/attn_tiles.cu gpu/attn_mma.cu gpu/attn_mma_bwd.cu
 build/test_gpu_attention: tests/test_gpu_attention.cpp gpu/emu.h tests/attn_cases.h tests/test.h $(EMU_SRC) gpu/gpu.h \
-                          gpu/attention.h gpu/backend.h $(LIB_OBJ)
+                          gpu/attention.h gpu/attn_mma.h gpu/backend.h $(LIB_OBJ)
 	$(CXX) $(OPT) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE \
 	    -fopenmp -I. -x c++ $(EMU_SRC) -x none $< $(LIB_OBJ) -o $@ $(LDLIBS)
 # The same under AddressSanitizer and UBSan (the kernels' sources only): a read or write past
 # a shared-memory layout or an array is reported (`--quick`: a fifth of the cases).
 build/asan/test_gpu_attention: tests/test_gpu_attention.cpp gpu/emu.h tests/attn_cases.h tests/test.h \
-                               $(EMU_SRC) gpu/gpu.h gpu/attention.h gpu/backend.h $(LIB_OBJ)
+                               $(EMU_SRC) gpu/gpu.h gpu/attention.h gpu/attn_mma.h gpu/backend.h $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) -O1 -g $(SAN) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE \
 	    -DGPU_EMULATE -fopenmp -I. -x c++ $(EMU_SRC) -x none $< $(LIB_OBJ) -o $@ $(LDLIBS)

@@ -170,33 +170,22 @@ __global__ static void mma_forward_kernel(float *o, float *stats, Heads H, Geom 
 // MKF keys (MKF / 16 accumulator tiles), the online softmax on the elements where they lie
 // (the rows' maxima and sums over the four lanes that share a row, by shuffles), the
 // exponentials turned into the matrix_a fragments of O = a O + P V, and O itself. The block's
-// barriers only bracket the K and V tiles' loads. Under the emulation (a warp's fragments held
+// barriers only order the copies of the K and V tiles, which run under the products (below),
+// and the products that read them. Under the emulation (a warp's fragments held
 // by its first thread, which then holds every column of a row) the sums are the CPU's, in
 // column order, and the results mma_forward_kernel's bit for bit; on a GPU a row's sum of
 // exponentials adds the four lanes' parts.
 
-// The per-row state a thread keeps: on a GPU a lane's elements lie in two rows (r and r + 8
-// of the warp's 16; slot (e / 2) % 2 of element e), under the emulation the warp's first
-// thread holds all 16 rows (slot r). fn(r, c, slot, x) over a tile's elements; slot_row(s):
-// the row of slot s; quad_max, quad_sum: over the lanes that share a row; row_add: an
-// exponential onto the row's sum (the emulation's sum in column order) or the lane's part.
+// The per-row state a thread keeps, by row slot (gpu/attn_mma.h: slots_apply): quad_max,
+// quad_sum over the lanes that share a row; row_add: an exponential onto the row's sum (the
+// emulation's sum in column order) or the lane's part; slot_writer: whether this thread
+// writes its slots' rows out.
 #if defined(GPU_EMULATE)
-enum { LANE_ROWS = 16 };
-template <class F> __device__ static void slots_apply(Acc &f, F fn) {
-    if (threadIdx.x % WARP_SIZE) return;
-    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, i % 16, i / 16, f.x[i]);
-}
-__device__ static int slot_row(int s) { return s; }
 __device__ static int slot_writer(void) { return threadIdx.x % WARP_SIZE == 0; }
 __device__ static float quad_max(float x) { return x; }
 __device__ static void row_add(float &l, float &, float e) { l += e; }
 __device__ static float row_total(float l, float) { return l; }
 #else
-enum { LANE_ROWS = 2 };
-template <class F> __device__ static void slots_apply(Acc &f, F fn) {
-    for (int e = 0; e < f.num_elements; e++) f.x[e] = fn(acc_row(e), acc_col(e), e / 2 % 2, f.x[e]);
-}
-__device__ static int slot_row(int s) { return threadIdx.x % 32 / 4 + 8 * s; }
 __device__ static int slot_writer(void) { return threadIdx.x % 4 == 0; }
 __device__ static float quad_max(float x) {
     float y = warp_shfl_xor(x, 1);
@@ -225,18 +214,22 @@ __host__ __device__ static size_t fwd_regs_layout(const Geom &G, uintptr_t base,
 }
 
 // The tile's online softmax on this warp's scores s (MKF / 16 tiles of its rows), m, l, a
-// per slot: the visible scores rounded as the CPU's, the rows' new maxima and rescales a (l
-// rescaled), then the exponentials (rounded as the CPU's; 0 where a row does not see a key)
-// over the scores and added onto l.
+// per row slot: the visible scores rounded as the CPU's, the rows' new maxima and rescales a
+// (l rescaled), then the exponentials (rounded as the CPU's; 0 where a row does not see a
+// key) over the scores and added onto l. Each slot's count of visible keys once a tile.
 __device__ static void softmax_regs(Acc *s, float *m, float *l, float *a, const Geom &G, int i0, int y0, int rows,
                                     int j0, int nk) {
-    auto sees = [&](int y, int col) { return y < rows && col < imin(nk, keys_scanned(G, i0 + y) - j0); };
+    int nv[LANE_ROWS];   // the row's keys of this tile: columns 0 .. nv-1
     float pm[LANE_ROWS], part[LANE_ROWS];
-    for (int q = 0; q < LANE_ROWS; q++) pm[q] = ATTN_MASK_VALUE;
+    for (int q = 0; q < LANE_ROWS; q++) {
+        int y = y0 + slot_row(q);
+        nv[q] = y < rows ? imin(nk, keys_scanned(G, i0 + y) - j0) : 0;
+        pm[q] = ATTN_MASK_VALUE;
+    }
 #pragma unroll
     for (int c = 0; c < MKF / 16; c++)
-        slots_apply(s[c], [&](int r, int cc, int q, float x) {
-            if (!sees(y0 + r, 16 * c + cc)) return x;
+        slots_apply(s[c], [&](int q, int cs, float x) {
+            if (16 * c + slot_col(cs) >= nv[q]) return x;
             if (G.rnd.scores) x = bf16_round_dev(x);
             if (x > pm[q]) pm[q] = x;
             return x;
@@ -253,8 +246,8 @@ __device__ static void softmax_regs(Acc *s, float *m, float *l, float *a, const 
     }
 #pragma unroll
     for (int c = 0; c < MKF / 16; c++)
-        slots_apply(s[c], [&](int r, int cc, int q, float x) {
-            if (!sees(y0 + r, 16 * c + cc)) return 0.0f;
+        slots_apply(s[c], [&](int q, int cs, float x) {
+            if (16 * c + slot_col(cs) >= nv[q]) return 0.0f;
             float e = expf(x - m[q]);
             if (G.rnd.probs) e = bf16_round_dev(e);
             row_add(l[q], part[q], e);
@@ -264,6 +257,9 @@ __device__ static void softmax_regs(Acc *s, float *m, float *l, float *a, const 
 }
 
 // grid (N, tiles of MQ rows, B), the last tile first; OT: the most tiles of O a warp holds (Dv / 16).
+// The tiles of K and V come in while the block computes, as FlashAttention-2 schedules them
+// (one buffer each): V of a tile is copied while its scores are made, K of the next tile while
+// its P V is; each product waits only for its own operand.
 template <int OT>
 __global__ static void mma_forward_regs_kernel(float *o, float *stats, Heads H, Geom G, int begin, int end) {
     GPU_SHARED(float, sh);
@@ -271,7 +267,10 @@ __global__ static void mma_forward_regs_kernel(float *o, float *stats, Heads H, 
     fwd_regs_layout(G, (uintptr_t)sh, &S);
     int i0 = heavy_first() * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv), y0 = threadIdx.x / 32 * 16;
     int rows = imin(MQ, G.S - i0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, nt = G.Dv / 16;
-    tile_copy(S.Q, ldq, query_tile(H.q, G, H, b, h, i0, G.Dqk), rows, MQ, G.Dqk);
+    int kmax = keys_scanned(G, i0 + rows - 1);
+    tile_copy_async(S.Q, ldq, query_tile(H.q, G, H, b, h, i0, G.Dqk), rows, MQ, G.Dqk);
+    if (kmax > 0) tile_copy_async(S.K, ldq, key_tile(H.k, G, b, g, 0, G.Dqk), imin(MKF, kmax), MKF, G.Dqk);
+    cp_async_commit();
     QueryRows row{G, b, h, i0};
     float *st = stats + (((size_t)b * G.N + h) * G.S + i0) * 2;   // (the block's rows' m, l pairs)
     float m[LANE_ROWS], l[LANE_ROWS], a[LANE_ROWS];
@@ -284,14 +283,14 @@ __global__ static void mma_forward_regs_kernel(float *o, float *stats, Heads H, 
 #pragma unroll
     for (int t = 0; t < OT; t++) {
         if (t >= nt) break;
-        row_tile_apply(O[t], y0, t, [&](int y, int c, float) { return y < rows && !begin ? o[row(y) * G.Dv + c] : 0.0f; });
+        row_tile_apply(O[t], y0, t,
+                       [&](int y, int c, float) { return y < rows && !begin ? o[row(y) * G.Dv + c] : 0.0f; });
     }
-    int kmax = keys_scanned(G, i0 + rows - 1);
     for (int j0 = 0; j0 < kmax; j0 += MKF) {
         int nk = imin(MKF, kmax - j0);
-        __syncthreads();   // (Q written; the previous tile's products done with K and V)
-        tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MKF, G.Dqk);
-        tile_copy(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MKF, G.Dv);
+        tile_copy_async(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MKF, G.Dv);   // (V free: see below)
+        cp_async_commit();
+        cp_async_wait<1>();   // (Q and this tile's K: all but V's group)
         __syncthreads();
         Acc s[MKF / 16];
         RowA p[MKF / 16];
@@ -299,26 +298,34 @@ __global__ static void mma_forward_regs_kernel(float *o, float *stats, Heads H, 
         for (int c = 0; c < MKF / 16; c++) wmma::fill_fragment(s[c], 0.0f);
         mma_onto_each<MKF / 16, wmma::row_major, wmma::col_major>(s, S.Q + y0 * ldq, ldq, 16, S.K, ldq, 16, 16 * ldq,
                                                                   G.Dqk);   // S = Q K^T, 16 keys a fragment
+        __syncthreads();   // (every warp done with K)
+        if (j0 + MKF < kmax)
+            tile_copy_async(S.K, ldq, key_tile(H.k, G, b, g, j0 + MKF, G.Dqk), imin(MKF, kmax - j0 - MKF), MKF, G.Dqk);
+        cp_async_commit();
         softmax_regs(s, m, l, a, G, i0, y0, rows, j0, nk);
 #pragma unroll
         for (int c = 0; c < MKF / 16; c++) acc_to_a(p[c], s[c]);
+        cp_async_wait<1>();   // (V: all but the next K's group)
+        __syncthreads();
         wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
 #pragma unroll
         for (int t = 0; t < OT; t++) {   // O = a O + P V
             if (t >= nt) break;
-            slots_apply(O[t], [&](int, int, int q, float x) { return x * a[q]; });
+            slots_apply(O[t], [&](int q, int, float x) { return x * a[q]; });
             for (int c = 0; c < MKF / 16; c++) {
                 wmma::load_matrix_sync(fv, S.V + 16 * c * ldv + 16 * t, ldv);
                 wmma::mma_sync(O[t], p[c], fv, O[t]);
             }
         }
+        __syncthreads();   // (every warp done with V, which the next tile's copy overwrites)
     }
+    cp_async_wait<0>();   // (a block without keys: Q's copy)
     AttnRounding rnd = G.rnd;
 #pragma unroll
     for (int t = 0; t < OT; t++) {
         if (t >= nt) break;
         if (end)
-            slots_apply(O[t], [&](int, int, int q, float x) {
+            slots_apply(O[t], [&](int q, int, float x) {
                 float num = rnd.probs ? bf16_round_dev(x) : x;
                 return rnd.out ? bf16_round_dev(num / l[q]) : num / l[q];
             });

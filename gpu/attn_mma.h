@@ -193,6 +193,21 @@ __device__ static void tile_copy(bf16 *xs, int ld, const bf16 *x, int n, int nma
     }
 }
 
+// a[u] of a two-buffer pair, u = 0 or 1 (a select: an array indexed at run time would be put
+// in local memory, with the struct that holds it).
+template <class T> __device__ __forceinline__ static T *stage_of(T *const (&a)[2], int u) { return u ? a[1] : a[0]; }
+
+// tile_copy's rows as copies that run while the block computes (cp_async16, gpu/gpu.h), rows
+// past n written as zeros by the copies themselves; the caller closes the group, waits for it
+// and meets a barrier before any thread reads xs.
+__device__ static void tile_copy_async(bf16 *xs, int ld, const bf16 *x, int n, int nmax, int D) {
+    int per = D / 8, total = nmax * per;
+    for (int t = threadIdx.x; t < total; t += MMA_THREADS) {
+        int r = t / per, c = t % per * 8;
+        cp_async16(xs + r * ld + c, r < n ? x + (size_t)r * D + c : x, r < n);
+    }
+}
+
 // The call's operands as Heads, in one buffer of the stream's own (*base, for cudaFreeAsync):
 // q and dout (NULL: none) for the query rows lo .. lo+rows-1, k and v for the W keys.
 static inline Heads heads_make(const float *q, const float *dout, const float *k, const float *v, const Geom &G, int lo,
@@ -346,6 +361,39 @@ template <class F> __device__ static void rows_apply(Acc &f, F fn) {
 template <class F> __device__ static void row_tile_apply(Acc &x, int y0, int t, F fn) {
     elems_apply(x, [&](int r, int c, float v) { return fn(y0 + r, 16 * t + c, v); });
 }
+
+// A lane's elements of an accumulator tile by slots, for the kernels with their scores in
+// registers: what depends only on an element's row (a query's max, sum, visible keys) or only
+// on its column is made once a tile per slot, not once per element. On a GPU (the layout
+// above) element e of a lane lies in row slot e / 2 % 2 and column slot e % 2 + 2 (e / 4),
+// two rows and four columns; under the emulation the warp's first thread holds the whole
+// tile, its row and column slots the rows and columns. slot_row, slot_col: a slot's row and
+// column in the tile.
+#if defined(GPU_EMULATE)
+enum { LANE_ROWS = 16, LANE_COLS = 16 };
+template <class F> __device__ static void slots_apply(Acc &f, F fn) {   // x = fn(row slot, column slot, x)
+    if (threadIdx.x % WARP_SIZE) return;
+    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, i % 16, f.x[i]);
+}
+template <class F> __device__ static void slots_apply2(Acc &d, const Acc &x, F fn) {   // d = fn(rs, cs, d, x)
+    if (threadIdx.x % WARP_SIZE) return;
+    for (int i = 0; i < 256; i++) d.x[i] = fn(i / 16, i % 16, d.x[i], x.x[i]);
+}
+__device__ static inline int slot_row(int s) { return s; }
+__device__ static inline int slot_col(int s) { return s; }
+#else
+enum { LANE_ROWS = 2, LANE_COLS = 4 };
+template <class F> __device__ __forceinline__ static void slots_apply(Acc &f, F fn) {
+#pragma unroll
+    for (int e = 0; e < f.num_elements; e++) f.x[e] = fn(e / 2 % 2, e % 2 + 2 * (e / 4), f.x[e]);
+}
+template <class F> __device__ __forceinline__ static void slots_apply2(Acc &d, const Acc &x, F fn) {
+#pragma unroll
+    for (int e = 0; e < d.num_elements; e++) d.x[e] = fn(e / 2 % 2, e % 2 + 2 * (e / 4), d.x[e], x.x[e]);
+}
+__device__ static inline int slot_row(int s) { return threadIdx.x % 32 / 4 + 8 * s; }
+__device__ static inline int slot_col(int s) { return threadIdx.x % 4 * 2 + s % 2 + 8 * (s / 2); }
+#endif
 
 // Whether the fragment layouts above hold on this GPU (gpu/attn_mma.cu, checked once per
 // process): which = 0 the accumulator's rows (the forward), 1 its columns and matrix_a's too

@@ -112,15 +112,30 @@ __global__ static void mma_dq_kernel(float *dq, Heads H, const float *dots, cons
 // ---- dq with its scores in registers ----
 // mma_dq_kernel's sums, each warp taking its own 16 of the block's MQ query rows, without
 // shared memory between the products: S = Q K^T and dP = dO V^T into the warp's accumulator
-// tiles, p and dS made element by element where they lie (elems_apply2: each element's row
-// and column by the fragment layout), dS turned in registers into the matrix_a fragments of
-// dQ += dS K (acc_to_a), and dQ's tiles (the warp's rows) read from and written to device
-// memory element by element. The block's barriers only bracket the K and V tiles' loads.
-// The same operations in the same order as mma_dq_kernel: the same results. Its shared
-// memory: bwd_layout without the scores' arrays.
+// tiles, p and dS made element by element where they lie (slots_apply2: each row slot's m, l,
+// D and visible keys made once, gpu/attn_mma.h), dS turned in registers into the matrix_a
+// fragments of dQ += dS K (acc_to_a), and dQ's tiles (the warp's rows) read from and written
+// to device memory element by element. The tiles of K and V come in while the block computes:
+// K in two buffers, the next tile's copied while this one's is read; V in one, the next
+// tile's copied once every warp has made its dP. The same operations in the same order as
+// mma_dq_kernel: the same results.
 
 enum { KEY_SLABS = MK / 16 };   // a key tile's 16-key slabs
 
+struct DqRegs {
+    bf16 *Q, *dO, *K[2], *V;   // (MQ, Dqk), (MQ, Dv), two of (MK, Dqk), (MK, Dv)
+};
+__host__ __device__ static size_t dq_regs_layout(const Geom &G, uintptr_t base, DqRegs *s) {
+    Carve c = {base, 0};
+    DqRegs f;
+    f.Q = c.take<bf16>(MQ * (G.Dqk + PAD_H));
+    f.dO = c.take<bf16>(MQ * (G.Dv + PAD_H));
+    f.K[0] = c.take<bf16>(MK * (G.Dqk + PAD_H));
+    f.K[1] = c.take<bf16>(MK * (G.Dqk + PAD_H));
+    f.V = c.take<bf16>(MK * (G.Dv + PAD_H));
+    if (s) *s = f;
+    return c.used;
+}
 
 // grid (N, tiles of MQ of the rows r0 .. r1-1, B), the last tile first; QT: the most dQ tiles
 // of a warp (Dqk / 16).
@@ -128,11 +143,26 @@ template <int QT>
 __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0,
                                           int r1, int zero) {
     GPU_SHARED(float, sh);
-    MmaBwd S;
-    bwd_layout(G, (uintptr_t)sh, &S, 0);
+    DqRegs S;
+    dq_regs_layout(G, (uintptr_t)sh, &S);
     int ia = r0 + heavy_first() * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, nt = G.Dqk / 16, y0 = threadIdx.x / 32 * 16;
-    load_queries(S, G, H, dots, stats, b, h, ia, nr);
+    int kmax = keys_scanned(G, ia + nr - 1);
+    tile_copy_async(S.Q, ldq, query_tile(H.q, G, H, b, h, ia, G.Dqk), nr, MQ, G.Dqk);
+    tile_copy_async(S.dO, ldv, query_tile(H.dout, G, H, b, h, ia, G.Dv), nr, MQ, G.Dv);
+    if (kmax > 0) {
+        tile_copy_async(S.K[0], ldq, key_tile(H.k, G, b, g, 0, G.Dqk), imin(MK, kmax), MK, G.Dqk);
+        tile_copy_async(S.V, ldv, key_tile(H.v, G, b, g, 0, G.Dv), imin(MK, kmax), MK, G.Dv);
+    }
+    cp_async_commit();
+    float m[LANE_ROWS], l[LANE_ROWS], D[LANE_ROWS];   // each row slot's max, sum and dO . o
+    for (int q = 0; q < LANE_ROWS; q++) {
+        int y = y0 + slot_row(q);
+        size_t r = ((size_t)b * G.N + h) * G.S + ia + y;
+        m[q] = y < nr ? stats[2 * r] : 0.0f;
+        l[q] = y < nr ? stats[2 * r + 1] : 1.0f;
+        D[q] = y < nr ? dots[r] : 0.0f;
+    }
     QueryRows row{G, b, h, ia};
     Acc dQ[QT];   // this warp's rows' dq sums, tile t its columns 16 t ..
 #pragma unroll
@@ -142,14 +172,19 @@ __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots,
         if (!zero)
             row_tile_apply(dQ[t], y0, t, [&](int y, int c, float) { return y < nr ? dq[row(y) * G.Dqk + c] : 0.0f; });
     }
-    const float *m = S.m, *l = S.l, *D = S.D;
-    int kmax = keys_scanned(G, ia + nr - 1);
-    for (int j0 = 0; j0 < kmax; j0 += MK) {
-        int nk = imin(MK, kmax - j0);
-        __syncthreads();   // (the rows' statistics written; the previous tile's products done with K and V)
-        tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK, G.Dqk);
-        tile_copy(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MK, G.Dv);
-        __syncthreads();
+    for (int j0 = 0, u = 0; j0 < kmax; j0 += MK, u ^= 1) {
+        int nk = imin(MK, kmax - j0), next = j0 + MK < kmax;
+        cp_async_wait<0>();
+        __syncthreads();   // (this tile's K and V there; every warp done with the tile before, and K[u ^ 1])
+        int nnext = imin(MK, kmax - j0 - MK);   // (the next tile's keys)
+        if (next) tile_copy_async(stage_of(S.K, u ^ 1), ldq, key_tile(H.k, G, b, g, j0 + MK, G.Dqk), nnext, MK, G.Dqk);
+        cp_async_commit();
+        const bf16 *K = stage_of(S.K, u);
+        int nv[LANE_ROWS];   // the row slot's keys of this tile: columns 0 .. nv-1
+        for (int q = 0; q < LANE_ROWS; q++) {
+            int y = y0 + slot_row(q);
+            nv[q] = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
+        }
         RowA dS[KEY_SLABS];
 #pragma unroll
         for (int c = 0; c < KEY_SLABS; c++) {   // the slab's S and dP, then p and dS where they lie
@@ -157,29 +192,32 @@ __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots,
             wmma::fill_fragment(s, 0.0f);
             wmma::fill_fragment(dp, 0.0f);
             mma_onto_pair<wmma::row_major, wmma::col_major>(
-                s, MmaOperands{S.Q + y0 * ldq, ldq, 16, S.K + 16 * c * ldq, ldq, 16, G.Dqk},          // S = Q K^T
+                s, MmaOperands{S.Q + y0 * ldq, ldq, 16, K + 16 * c * ldq, ldq, 16, G.Dqk},            // S = Q K^T
                 dp, MmaOperands{S.dO + y0 * ldv, ldv, 16, S.V + 16 * c * ldv, ldv, 16, G.Dv});      // dP = dO V^T
-            elems_apply2(s, dp, [&](int r, int cc, float sc, float dpv) {
-                int y = y0 + r, nv = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
-                if (16 * c + cc >= nv) return 0.0f;
+            slots_apply2(s, dp, [&](int q, int cs, float sc, float dpv) {
+                if (16 * c + slot_col(cs) >= nv[q]) return 0.0f;
                 if (G.rnd.scores) sc = bf16_round_dev(sc);
-                float e = expf(sc - m[y]);
+                float e = expf(sc - m[q]);
                 if (G.rnd.probs) e = bf16_round_dev(e);
-                float p = e / l[y];
-                return p * (dpv - D[y]);
+                float p = e / l[q];
+                return p * (dpv - D[q]);
             });
             acc_to_a(dS[c], s);
         }
+        __syncthreads();   // (every warp done with V)
+        if (next) tile_copy_async(S.V, ldv, key_tile(H.v, G, b, g, j0 + MK, G.Dv), nnext, MK, G.Dv);
+        cp_async_commit();
 #pragma unroll
         for (int t = 0; t < QT; t++) {   // dQ += dS K
             if (t >= nt) break;
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fk;
             for (int c = 0; c < KEY_SLABS; c++) {
-                wmma::load_matrix_sync(fk, S.K + 16 * c * ldq + 16 * t, ldq);
+                wmma::load_matrix_sync(fk, K + 16 * c * ldq + 16 * t, ldq);
                 wmma::mma_sync(dQ[t], dS[c], fk, dQ[t]);
             }
         }
     }
+    cp_async_wait<0>();   // (a block without keys: Q's and dO's copies)
 #pragma unroll
     for (int t = 0; t < QT; t++) {
         if (t >= nt) break;
@@ -225,12 +263,60 @@ __global__ static void mma_dkdv_kernel(float *dk, float *dv, Heads H, const floa
 // mma_dkdv_kernel's sums with the scores transposed, as FlashAttention-2's backward makes them:
 // each warp takes 16 of the block's MK2 keys, and for each tile of MQ query rows makes S^T =
 // K Q^T and dP^T = V dO^T 16 queries at a time in its accumulator tiles, p^T and dS^T element
-// by element where they lie (an element's row a key, its column a query), turned in registers
-// into the matrix_a fragments of dV += P^T dO and dK += dS^T Q. dK and dV, the warp's keys',
-// stay in its fragments for the whole kernel, read and written element by element. The
-// block's barriers only bracket the query tiles' loads. The products and roundings of
-// mma_dkdv_kernel, each key's in the same order.
+// by element where they lie (an element's row a key, its column a query: each column slot's
+// count of visible keys made once a slab), turned in registers into the matrix_a fragments of
+// dV += P^T dO and dK += dS^T Q. dK and dV, the warp's keys', stay in its fragments for the
+// whole kernel, read and written element by element. The query tiles come in while the block
+// computes: with two stages (where two blocks a multiprocessor still fit) the next tile's Q,
+// dO and statistics are copied into the second buffers while this one's are read; with one,
+// after. The products and roundings of mma_dkdv_kernel, each key's in the same order.
 enum { MK2 = 64 };   // keys of a block, 16 a warp
+
+struct DkdvRegs {
+    bf16 *K, *V, *Q[2], *dO[2];   // (MK2, Dqk), (MK2, Dv); per stage (MQ, Dqk), (MQ, Dv)
+    float *m[2], *l[2], *D[2];    // per stage (MQ): each query row's max, sum and dO . o
+};
+__host__ __device__ static size_t dkdv_regs_layout(const Geom &G, uintptr_t base, DkdvRegs *s, int stages) {
+    Carve c = {base, 0};
+    DkdvRegs f;
+    f.K = c.take<bf16>(MK2 * (G.Dqk + PAD_H));
+    f.V = c.take<bf16>(MK2 * (G.Dv + PAD_H));
+    for (int u = 0; u < 2; u++) {
+        if (u >= stages) {
+            f.Q[u] = f.Q[0], f.dO[u] = f.dO[0], f.m[u] = f.m[0], f.l[u] = f.l[0], f.D[u] = f.D[0];
+            continue;
+        }
+        f.Q[u] = c.take<bf16>(MQ * (G.Dqk + PAD_H));
+        f.dO[u] = c.take<bf16>(MQ * (G.Dv + PAD_H));
+        f.m[u] = c.take<float>(MQ);
+        f.l[u] = c.take<float>(MQ);
+        f.D[u] = c.take<float>(MQ);
+    }
+    if (s) *s = f;
+    return c.used;
+}
+
+// The block's query tiles: tile i is rows ia(i) .. ia(i) + rows(i) - 1 of head head(i), for
+// each head of kv group g the rows from the first that sees the block's keys to r1.
+struct QueryTiles {
+    int g, group, first, r1, per_head;
+    __device__ int count() const { return per_head * group; }
+    __device__ int head(int i) const { return g * group + i / per_head; }
+    __device__ int ia(int i) const { return first + i % per_head * MQ; }
+    __device__ int rows(int i) const { return imin(MQ, r1 - ia(i)); }
+};
+// Query tile i's Q and dO, and each row's m, l and D, copied into stage u (cp_async16, cp_async4).
+__device__ static void query_tile_async(DkdvRegs &S, const QueryTiles &T, int i, int u, const Geom &G, const Heads &H,
+                                        const float *dots, const float *stats, int b) {
+    int h = T.head(i), ia = T.ia(i), nr = T.rows(i), y = threadIdx.x;
+    tile_copy_async(stage_of(S.Q, u), G.Dqk + PAD_H, query_tile(H.q, G, H, b, h, ia, G.Dqk), nr, MQ, G.Dqk);
+    tile_copy_async(stage_of(S.dO, u), G.Dv + PAD_H, query_tile(H.dout, G, H, b, h, ia, G.Dv), nr, MQ, G.Dv);
+    if (y >= MQ) return;
+    size_t r = ((size_t)b * G.N + h) * G.S + ia + (y < nr ? y : 0);
+    cp_async4(stage_of(S.m, u) + y, stats + 2 * r, y < nr);
+    cp_async4(stage_of(S.l, u) + y, stats + 2 * r + 1, y < nr);
+    cp_async4(stage_of(S.D, u) + y, dots + r, y < nr);
+}
 
 // x = fn(k, column, x) over tile t of this warp's dK or dV (keys x0 ..), k the block's key.
 template <class F> __device__ static void key_tile_apply(Acc &x, int x0, int t, F fn) {
@@ -238,17 +324,22 @@ template <class F> __device__ static void key_tile_apply(Acc &x, int x0, int t, 
 }
 
 // grid (Nkv, tiles of MK2 of the W keys, B), the first keys first; KT, VT: the most tiles of
-// dK (Dqk / 16) and dV (Dv / 16) a warp holds.
+// dK (Dqk / 16) and dV (Dv / 16) a warp holds; stages: 1 or 2 (dkdv_regs_layout).
 template <int KT, int VT>
 __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const float *dots, const float *stats,
-                                            Geom G, int r0, int r1) {
+                                            Geom G, int r0, int r1, int stages) {
     GPU_SHARED(float, sh);
-    MmaBwd S;
-    bwd_layout(G, (uintptr_t)sh, &S, 0, MK2);
+    DkdvRegs S;
+    dkdv_regs_layout(G, (uintptr_t)sh, &S, stages);
     int j0 = blockIdx.y * MK2, g = blockIdx.x, b = blockIdx.z, group = G.N / G.Nkv, x0 = threadIdx.x / 32 * 16;
     int nk = imin(MK2, G.W - j0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, ntk = G.Dqk / 16, ntv = G.Dv / 16;
-    tile_copy(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK2, G.Dqk);
-    tile_copy(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MK2, G.Dv);
+    int first = j0 + G.k0 - G.q0;   // the first row that sees key j0
+    if (first < r0) first = r0;
+    QueryTiles T = {g, group, first, r1, first < r1 ? (r1 - first + MQ - 1) / MQ : 0};
+    tile_copy_async(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK2, G.Dqk);
+    tile_copy_async(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MK2, G.Dv);
+    if (T.count() > 0) query_tile_async(S, T, 0, 0, G, H, dots, stats, b);
+    cp_async_commit();
     KeyRows key{G, b, g, j0};
     Acc dK[KT], dV[VT];
 #pragma unroll
@@ -261,55 +352,60 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const
         if (t >= ntv) break;
         key_tile_apply(dV[t], x0, t, [&](int x, int c, float) { return x < nk ? dv[key(x) * G.Dv + c] : 0.0f; });
     }
-    int first = j0 + G.k0 - G.q0;   // the first row that sees key j0
-    if (first < r0) first = r0;
-    const float *m = S.m, *l = S.l, *D = S.D;
-    for (int h = g * group; h < (g + 1) * group; h++)
-        for (int ia = first; ia < r1; ia += MQ) {
-            int nr = imin(MQ, r1 - ia);
-            __syncthreads();   // (the previous tile's products have read Q and dO)
-            load_queries(S, G, H, dots, stats, b, h, ia, nr);
-            __syncthreads();
-            // whether query y (of the tile) sees key x (of the block)
-            auto sees = [&](int x, int y) { return y < nr && x < imin(nk, keys_scanned(G, ia + y) - j0); };
+    for (int i = 0; i < T.count(); i++) {
+        int u = stages == 2 ? i % 2 : 0, ia = T.ia(i), nr = T.rows(i);
+        if (stages == 2 && i + 1 < T.count()) query_tile_async(S, T, i + 1, u ^ 1, G, H, dots, stats, b);
+        cp_async_commit();
+        cp_async_wait<1>();   // (this tile's copies: all but the group just closed)
+        __syncthreads();
+        const bf16 *Q = stage_of(S.Q, u), *dO = stage_of(S.dO, u);
+        const float *m = stage_of(S.m, u), *l = stage_of(S.l, u), *D = stage_of(S.D, u);
 #pragma unroll
-            for (int c = 0; c < MQ / 16; c++) {   // 16 queries at a time
-                Acc st, dpt;
-                wmma::fill_fragment(st, 0.0f);
-                wmma::fill_fragment(dpt, 0.0f);
-                mma_onto_pair<wmma::row_major, wmma::col_major>(
-                    st, MmaOperands{S.K + x0 * ldq, ldq, 16, S.Q + 16 * c * ldq, ldq, 16, G.Dqk},     // S^T = K Q^T
-                    dpt, MmaOperands{S.V + x0 * ldv, ldv, 16, S.dO + 16 * c * ldv, ldv, 16, G.Dv});  // dP^T = V dO^T
-                elems_apply(st, [&](int r, int cc, float s) {   // p^T
-                    int y = 16 * c + cc;
-                    if (!sees(x0 + r, y)) return 0.0f;
-                    if (G.rnd.scores) s = bf16_round_dev(s);
-                    float e = expf(s - m[y]);
-                    if (G.rnd.probs) e = bf16_round_dev(e);
-                    return e / l[y];
-                });
-                elems_apply2(dpt, st, [&](int r, int cc, float dp, float p) {   // dS^T
-                    int y = 16 * c + cc;
-                    return sees(x0 + r, y) ? p * (dp - D[y]) : 0.0f;
-                });
-                RowA pa, dsa;
-                acc_to_a(pa, st);
-                acc_to_a(dsa, dpt);
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+        for (int c = 0; c < MQ / 16; c++) {   // 16 queries at a time
+            int lim[LANE_COLS];   // the column slot's query sees keys 0 .. lim-1 of the block
+            for (int k = 0; k < LANE_COLS; k++) {
+                int y = 16 * c + slot_col(k);
+                lim[k] = y < nr ? imin(nk, keys_scanned(G, ia + y) - j0) : 0;
+            }
+            Acc st, dpt;
+            wmma::fill_fragment(st, 0.0f);
+            wmma::fill_fragment(dpt, 0.0f);
+            mma_onto_pair<wmma::row_major, wmma::col_major>(
+                st, MmaOperands{S.K + x0 * ldq, ldq, 16, Q + 16 * c * ldq, ldq, 16, G.Dqk},     // S^T = K Q^T
+                dpt, MmaOperands{S.V + x0 * ldv, ldv, 16, dO + 16 * c * ldv, ldv, 16, G.Dv});  // dP^T = V dO^T
+            slots_apply(st, [&](int rs, int k, float s) {   // p^T
+                if (x0 + slot_row(rs) >= lim[k]) return 0.0f;
+                if (G.rnd.scores) s = bf16_round_dev(s);
+                int y = 16 * c + slot_col(k);
+                float e = expf(s - m[y]);
+                if (G.rnd.probs) e = bf16_round_dev(e);
+                return e / l[y];
+            });
+            slots_apply2(dpt, st, [&](int rs, int k, float dp, float p) {   // dS^T
+                return x0 + slot_row(rs) < lim[k] ? p * (dp - D[16 * c + slot_col(k)]) : 0.0f;
+            });
+            RowA pa, dsa;
+            acc_to_a(pa, st);
+            acc_to_a(dsa, dpt);
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
 #pragma unroll
-                for (int t = 0; t < VT; t++) {   // dV += P^T dO
-                    if (t >= ntv) break;
-                    wmma::load_matrix_sync(fb, S.dO + 16 * c * ldv + 16 * t, ldv);
-                    wmma::mma_sync(dV[t], pa, fb, dV[t]);
-                }
+            for (int t = 0; t < VT; t++) {   // dV += P^T dO
+                if (t >= ntv) break;
+                wmma::load_matrix_sync(fb, dO + 16 * c * ldv + 16 * t, ldv);
+                wmma::mma_sync(dV[t], pa, fb, dV[t]);
+            }
 #pragma unroll
-                for (int t = 0; t < KT; t++) {   // dK += dS^T Q
-                    if (t >= ntk) break;
-                    wmma::load_matrix_sync(fb, S.Q + 16 * c * ldq + 16 * t, ldq);
-                    wmma::mma_sync(dK[t], dsa, fb, dK[t]);
-                }
+            for (int t = 0; t < KT; t++) {   // dK += dS^T Q
+                if (t >= ntk) break;
+                wmma::load_matrix_sync(fb, Q + 16 * c * ldq + 16 * t, ldq);
+                wmma::mma_sync(dK[t], dsa, fb, dK[t]);
             }
         }
+        __syncthreads();   // (every warp done with this tile's buffers)
+        if (stages == 1 && i + 1 < T.count()) query_tile_async(S, T, i + 1, 0, G, H, dots, stats, b);
+        cp_async_commit();
+    }
+    cp_async_wait<0>();   // (a block without query tiles: K's and V's copies)
 #pragma unroll
     for (int t = 0; t < KT; t++) {
         if (t >= ntk) break;
@@ -339,18 +435,38 @@ static void dq_regs_go(float *dq, Heads H, const float *dots, const float *stats
 }
 static void dq_regs_launch(float *dq, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1, int zero,
                            dim3 grid) {
-    size_t bytes = bwd_layout(G, 0, NULL, 0);
+    size_t bytes = dq_regs_layout(G, 0, NULL);
     if (G.Dqk <= 128) dq_regs_go<128 / 16>(dq, H, dots, stats, G, r0, r1, zero, grid, bytes);
+    else if (G.Dqk <= 192) dq_regs_go<192 / 16>(dq, H, dots, stats, G, r0, r1, zero, grid, bytes);   // (MLA's)
     else dq_regs_go<MMA_MAX_D / 16>(dq, H, dots, stats, G, r0, r1, zero, grid, bytes);
 }
 
+// Two stages where two blocks with them still fit a multiprocessor's shared memory (each
+// block also takes 1 KiB of the system's), else one; MESHMOE_ATTN_STAGES=1 or 2 chooses (2
+// where a block's shared memory allows), to compare them.
+static int dkdv_stages(const Geom &G) {
+    const char *want = getenv("MESHMOE_ATTN_STAGES");
+    if (want && strcmp(want, "1") && strcmp(want, "2")) {
+        fprintf(stderr, "meshmoe: MESHMOE_ATTN_STAGES is 1 or 2 (unset: by the shared memory), not '%s'\n", want);
+        exit(1);
+    }
+    int dev = 0, per_sm = 0, per_block = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    GPU_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    GPU_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    size_t two = dkdv_regs_layout(G, 0, NULL, 2);
+    if (two > (size_t)per_block) return 1;
+    if (want) return want[0] - '0';
+    return 2 * (two + 1024) <= (size_t)per_sm ? 2 : 1;
+}
 template <int KT, int VT>
 static void dkdv_regs_go(float *dk, float *dv, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1) {
-    size_t bytes = bwd_layout(G, 0, NULL, 0, MK2);
+    int stages = dkdv_stages(G);
+    size_t bytes = dkdv_regs_layout(G, 0, NULL, stages);
     dim3 grid(G.Nkv, (G.W + MK2 - 1) / MK2, G.B);
     GPU_CHECK(cudaFuncSetAttribute(mma_dkdv_regs_kernel<KT, VT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bytes));
-    GPU_LAUNCH((mma_dkdv_regs_kernel<KT, VT>), grid, MMA_THREADS, bytes)(dk, dv, H, dots, stats, G, r0, r1);
+    GPU_LAUNCH((mma_dkdv_regs_kernel<KT, VT>), grid, MMA_THREADS, bytes)(dk, dv, H, dots, stats, G, r0, r1, stages);
     GPU_CHECK_LAUNCH();
 }
 // Heads up to 128 wide (fewer registers), or MLA's 192-wide queries and keys with 128-wide
@@ -360,6 +476,7 @@ static int dkdv_regs_launch(float *dk, float *dv, Heads H, const float *dots, co
                             int r1) {
     if (G.Dv > 128) return 0;
     if (G.Dqk <= 128) dkdv_regs_go<8, 8>(dk, dv, H, dots, stats, G, r0, r1);
+    else if (G.Dqk <= 192) dkdv_regs_go<12, 8>(dk, dv, H, dots, stats, G, r0, r1);   // (MLA's heads: 128 + 64)
     else dkdv_regs_go<16, 8>(dk, dv, H, dots, stats, G, r0, r1);
     return 1;
 }

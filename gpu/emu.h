@@ -151,6 +151,9 @@ struct EmuBlock {
     jmp_buf scheduler;
     int current = 0, fibers = 0, barriers = 0;   // barriers: some thread reached one
     std::vector<float> swap;                     // warp shuffles' values, one per thread
+    struct Copy { void *dst; const void *src; int bytes, group; };
+    std::vector<std::vector<Copy>> copies;       // each thread's asynchronous copies not yet made
+    std::vector<int> commits;                    // and how many groups of them it has closed
     void (*body)(void *) = nullptr;
     void *arg = nullptr;
     std::vector<float> shared;
@@ -172,8 +175,10 @@ static inline void __syncthreads(void) {
 // A warp's barrier: the block's here, so every thread of the block must meet it as often,
 // which the kernels that use it arrange (gpu/grouped16.cu).
 static inline void __syncwarp(void) { __syncthreads(); }
+static inline void emu_copies_check(int t);
 static inline void emu_fiber_start(void) {
     emu_block.body(emu_block.arg);
+    emu_copies_check(emu_block.current);
     emu_block.state[emu_block.current] = 2;
     _longjmp(emu_block.scheduler, 1);
 }
@@ -188,6 +193,46 @@ static inline float emu_shfl_xor(float v, int lane_mask) {
     float r = e.swap[t ^ lane_mask];
     __syncthreads();
     return r;
+}
+
+// Asynchronous copies from device to shared memory (cp.async: gpu/gpu.h's cp_async16,
+// cp_async4, cp_async_commit, cp_async_wait). A GPU may make a copy at any time between its
+// issue and the wait that covers it; the emulation makes it at the latest, in that wait, and
+// fills its destination with NaNs at the issue, so that a kernel reading a buffer before its
+// wait (or before the barrier after another thread's wait) reads NaNs, and one writing it
+// early loses the write. A copy with valid = 0 writes zeros (cp.async's zero fill). A thread
+// that ends with copies not waited for stops the program.
+static inline int emu_thread(void) {
+    return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
+static inline void emu_cp_async(void *dst, const void *src, int bytes, int valid) {
+    EmuBlock &e = emu_block;
+    int t = emu_thread();
+    memset(dst, 0xff, bytes);
+    e.copies[t].push_back(EmuBlock::Copy{dst, valid ? src : nullptr, bytes, e.commits[t]});
+}
+static inline void cp_async_commit(void) { emu_block.commits[emu_thread()]++; }
+template <int N> static inline void cp_async_wait(void) {
+    EmuBlock &e = emu_block;
+    int t = emu_thread();
+    std::vector<EmuBlock::Copy> &c = e.copies[t], left;
+    for (const EmuBlock::Copy &x : c) {
+        if (x.group >= e.commits[t] - N) {
+            left.push_back(x);
+            continue;
+        }
+        if (x.src) memcpy(x.dst, x.src, x.bytes);
+        else memset(x.dst, 0, x.bytes);
+    }
+    c.swap(left);
+}
+static inline void cp_async16(void *dst, const void *src, int valid) { emu_cp_async(dst, src, 16, valid); }
+static inline void cp_async4(void *dst, const void *src, int valid) { emu_cp_async(dst, src, 4, valid); }
+static inline void emu_copies_check(int t) {
+    if (emu_block.copies[t].empty()) return;
+    fprintf(stderr, "gpu/emu.h: block (%u,%u,%u) thread %d ended with %zu asynchronous copies not waited for\n",
+            blockIdx.x, blockIdx.y, blockIdx.z, t, emu_block.copies[t].size());
+    exit(1);
 }
 
 // Fiber t with its stack, to start at emu_fiber_start (apart: getcontext returns twice).
@@ -222,6 +267,8 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
     e.fibers = 1;
     e.barriers = 0;
     e.swap.assign(n, 0.0f);
+    e.copies.assign(n, {});
+    e.commits.assign(n, 0);
     e.start.resize(n);
     e.at.resize(n);
     e.stack.resize(n);
@@ -239,6 +286,7 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                         int t = emu_order ? n - 1 - s : s;
                         threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
                         body(arg);
+                        emu_copies_check(t);
                     }
                     continue;
                 }
@@ -355,11 +403,16 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
 
 // The opt-in for more than 48 KiB of shared memory a block: nothing to do here.
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrComputeCapabilityMajor };
+enum cudaDeviceAttr {
+    cudaDevAttrMaxSharedMemoryPerBlockOptin,
+    cudaDevAttrComputeCapabilityMajor,
+    cudaDevAttrMaxSharedMemoryPerMultiprocessor
+};
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 static inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
-    *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : 227 * 1024;   // (an H100's)
+    if (a == cudaDevAttrComputeCapabilityMajor) *v = 9;   // (an H100's)
+    else *v = a == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 * 1024 : 227 * 1024;
     return cudaSuccess;
 }
 

@@ -88,6 +88,24 @@ __device__ static inline float warp_shfl_xor(float v, int lane_mask) { return __
 __device__ static inline float warp_shfl_xor(float v, int lane_mask) {
     return __shfl_xor_sync(0xffffffffu, v, lane_mask);
 }
+// Copies from device to shared memory that run while the thread goes on (cp.async, sm_80 and
+// later; the emulation's, which checks their use, in gpu/emu.h): cp_async16 (cp_async4) copies
+// 16 (4) aligned bytes, or writes zeros there where valid is 0 (src is then not read);
+// cp_async_commit closes the group of this thread's copies issued since the last one;
+// cp_async_wait<N> waits until at most the N groups closed last are still under way. Another
+// thread may read a copy's bytes after a barrier that follows the wait.
+__device__ static inline void cp_async16(void *dst, const void *src, int valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ static inline void cp_async4(void *dst, const void *src, int valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ static inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ static inline void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 #endif
 
 // kernel<<<grid, block, smem, stream>>>(args), written GPU_LAUNCH(kernel, grid, block, smem)(args)
