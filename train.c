@@ -166,16 +166,17 @@ static void autotune_blocks(Config *c) {
 }
 
 // 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
-// MESHMOE_WEIGHTS16=1, an experiment (docs/performance-gpu.md, "What bf16 storage takes"):
-// the weights' bf16 compute copy stored as 16-bit numbers (model/weights16.h), in bf16 mode
-// only; 0 or unset: as float32 numbers.
+// MESHMOE_WEIGHTS16=1 or per_unit, an experiment (docs/performance-gpu.md, "What bf16 storage
+// takes"): the weights' bf16 compute copy stored as 16-bit numbers (model/weights16.h), kept
+// from update to update where it can be (1) or made for each use of a unit (per_unit), in
+// bf16 mode only; 0 or unset: as float32 numbers, for each use of a unit.
 static int weights16_from_env(const Config *c) {
     const char *v = getenv("MESHMOE_WEIGHTS16");
-    if (!v || !strcmp(v, "0")) return 0;
-    if (strcmp(v, "1")) die("MESHMOE_WEIGHTS16 is 0 or 1, not '%s'", v);
+    if (!v || !strcmp(v, "0")) return WEIGHTS16_OFF;
+    if (strcmp(v, "1") && strcmp(v, "per_unit")) die("MESHMOE_WEIGHTS16 is 0, 1 or per_unit, not '%s'", v);
     if (c->dtype != DTYPE_BFLOAT16)
-        die("MESHMOE_WEIGHTS16=1 stores the weights' bf16 copy as 16-bit numbers: it needs dtype=bfloat16");
-    return 1;
+        die("MESHMOE_WEIGHTS16=%s stores the weights' bf16 copy as 16-bit numbers: it needs dtype=bfloat16", v);
+    return strcmp(v, "1") ? WEIGHTS16_PER_UNIT : WEIGHTS16_KEPT;
 }
 
 // that starts from saved weights has them checked against the config here, before training.
@@ -254,7 +255,9 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     printf("kernels: %s backend, matmul_impl=%s%s%s%s%s\n", kern()->name, matmul_impl_name(c->matmul_impl), gk,
            c->device == DEVICE_CPU_STRICT && !c->dry_run ? ", device=cpu_strict (device memory closed outside the kernels)" : "",
            c->profile ? ", each kernel timed (profile=true)" : "",
-           weights16_on() ? ", the weights' bf16 copy as 16-bit numbers (MESHMOE_WEIGHTS16=1)" : "");
+           !weights16_on()          ? ""
+           : model_copy16_kept(&d->m) ? ", the weights' bf16 copy as 16-bit numbers, kept from update to update"
+                                      : ", the weights' bf16 copy as 16-bit numbers, made for each use of a unit");
     int most = mesh_threads_of(mesh, 0), least = mesh_threads_of(mesh, mesh->ndev - 1);   // (the first get more)
     if (most > least) snprintf(nt, sizeof nt, "%d or %d", most, least);
     else snprintf(nt, sizeof nt, "%d", most);

@@ -49,13 +49,17 @@ __device__ static inline void adamw_one(float &p, float g, float &m, float &v, c
     p = p + (-a.lr) * u;                     // scale_by_learning_rate, apply_updates
 }
 
-__global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, AdamW a) {
+// p16, unless NULL: the updated p's bf16 bits (the weights' 16-bit copy, kernels/optim.h).
+__global__ static void adamw_kernel(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, AdamW a) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) adamw_one(p[i], g[i], m[i], v[i], a);
+    if (i >= n) return;
+    adamw_one(p[i], g[i], m[i], v[i], a);
+    if (p16) p16[i] = bf16_bits_dev(p[i]);
 }
 
-// Four elements a thread, each array read and written 16 bytes at a time.
-__global__ static void adamw4_kernel(float4 *p, const float4 *g, float4 *m, float4 *v, size_t n4, AdamW a) {
+// Four elements a thread, each array read and written 16 bytes at a time (the copy 8).
+__global__ static void adamw4_kernel(float4 *p, uint2 *p16, const float4 *g, float4 *m, float4 *v, size_t n4,
+                                     AdamW a) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
     float4 P = p[i], G = g[i], M = m[i], V = v[i];
@@ -66,6 +70,7 @@ __global__ static void adamw4_kernel(float4 *p, const float4 *g, float4 *m, floa
     p[i] = P;
     m[i] = M;
     v[i] = V;
+    if (p16) p16[i] = bf16_bits4_dev(P);
 }
 
 __global__ static void sgd_kernel(float *p, const float *g, size_t n, float lr, GradClip clip) {
@@ -225,21 +230,24 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
 }
 
 // p, m, v (n) updated by AdamW at 1-based step t from g (n), clipped on the way.
-static void adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr, int t, float b1, float b2,
-                         float eps, float wd, GradClip clip) {
+// p16 (n), unless NULL, the updated p's bf16 bits.
+static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr, int t,
+                         float b1, float b2, float eps, float wd, GradClip clip) {
     if (n == 0) return;
     AdamW a = {lr, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), b1, b2, eps, wd, clip};
     // The whole quads four at a time when the four arrays are 16-byte aligned (a device's
-    // shard: the buffers' starts), the last 0-3 elements (or all) one at a time.
-    size_t quads = quads_of(n, (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v), done = 4 * quads;
+    // shard: the buffers' starts) and the copy 8-byte aligned, the last 0-3 elements (or all)
+    // one at a time.
+    uintptr_t at = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v | ((uintptr_t)p16 % 8 != 0);
+    size_t quads = quads_of(n, at), done = 4 * quads;
     if (quads) {
         GPU_LAUNCH(adamw4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
-            (float4 *)p, (const float4 *)g, (float4 *)m, (float4 *)v, quads, a);
+            (float4 *)p, (uint2 *)p16, (const float4 *)g, (float4 *)m, (float4 *)v, quads, a);
         GPU_CHECK_LAUNCH();
     }
     if (done < n) {
-        GPU_LAUNCH(adamw_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(p + done, g + done, m + done,
-                                                                                 v + done, n - done, a);
+        GPU_LAUNCH(adamw_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(
+            p + done, p16 ? p16 + done : NULL, g + done, m + done, v + done, n - done, a);
         GPU_CHECK_LAUNCH();
     }
 }

@@ -5,6 +5,7 @@
 #ifndef MESHMOE_KERNELS_OPTIM_H
 #define MESHMOE_KERNELS_OPTIM_H
 #include <stddef.h>
+#include <stdint.h>
 
 // A sum of squares that does not depend on the order of its terms: each square, a float32
 // squared and so exact in double, is scaled by 2^64 (SQUARES_SCALE) and truncated to an
@@ -24,8 +25,10 @@ typedef struct { int on; float norm, threshold; } GradClip;
 typedef struct OptimKernels {
     // AdamW as optax chains it (clip_by_global_norm, scale_by_adam, add_decayed_weights,
     // scale_by_learning_rate), at 1-based update t: m, v (n) the first and second moments,
-    // updated; p (n) -= lr * u. p, g, m, v (n).
-    void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, float lr, int t,
+    // updated; p (n) -= lr * u. p, g, m, v (n). p16 (n), unless NULL: the updated p as bf16
+    // bits (rounded to nearest even, as kernels/cast.h's pack_bf16), the weights' 16-bit copy
+    // written in the same pass (model/model.c: copy16_current).
+    void (*adamw_update)(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr, int t,
                          float b1, float b2, float eps, float weight_decay, GradClip clip);
     // Plain SGD (optax.sgd without momentum): p (n) += -lr * g (n), g clipped as above.
     void (*sgd_update)(float *p, const float *g, size_t n, float lr, GradClip clip);

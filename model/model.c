@@ -34,8 +34,9 @@
 // 1 of model/precision.h), made here and dropped after: the master copy, its gradient and
 // the optimizer state stay float32. The gate kernel stays unrounded with float32_gate_logits.
 // The copy is float32 numbers, which the layers' weight pointers are bound to; or, with
-// MESHMOE_WEIGHTS16=1, 16-bit ones, recorded tensor by tensor for the layers' products and
-// norms to find (model/weights16.h), the pointers left on the float32 weights.
+// MESHMOE_WEIGHTS16, 16-bit ones, recorded tensor by tensor for the layers' products and
+// norms to find (model/weights16.h), the pointers left on the float32 weights; those are
+// kept from one update to the next where the device holds whole units (copy16_current).
 static int rounded(const Config *c, const ParamSpec *s) {
     return !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel"));
 }
@@ -44,6 +45,41 @@ static int rounded(const Config *c, const ParamSpec *s) {
 // table's copy; the gather reads the float32 table and rounds the rows it takes
 // (model_embed_forward), so without use_iota_embed the table gets no 16-bit copy.
 static int copy16_needed(const Config *c, int u) { return u != 0 || c->use_iota_embed; }
+
+int model_copy16_kept(const Model *m) {
+    return weights16_mode() == WEIGHTS16_KEPT && cfg_bf16(&m->cfg) && m->shard.F == 1 &&
+           !m->cfg.parameter_memory_host_offload;
+}
+
+// Unit u's weights w packed into its 16-bit copy (laid out as w), tensor by tensor.
+static void unit_pack16(Model *m, int u, uint16_t *copy, const float *w) {
+    const Config *c = &m->cfg;
+    for (int i = 0; i < m->ntensors; i++) {
+        const ParamSpec *s = &m->specs[i];
+        if (model_unit_of(c, s->name) != u || !rounded(c, s)) continue;   // the float32 gate: no copy
+        size_t at = s->offset - m->shard.unit_off[u];
+        kern()->cast->pack_bf16(copy + at, w + at, s->size);
+    }
+}
+
+// The kept 16-bit copy of every unit (model_copy16_kept), laid out as params_mem: made at
+// the first use and again at the first use after each update of the weights (the optimizer
+// moves m->step; a run that starts from saved weights starts with no copy). Each update
+// thus costs one pass over the weights, where a copy per use of a unit costs two a step (the
+// forward's and the backward's), for 2 bytes a weight kept.
+static uint16_t *copy16_current(Model *m) {
+    const StateShard *sh = &m->shard;
+    if (!m->copy16_kept)
+        m->copy16_kept = mem_alloc_uninit(MEM_PARAMS, sizeof(uint16_t) * (sh->local_n ? sh->local_n : 1),
+                                          "bf16 weights kept between updates (16-bit storage)");
+    if (m->copy16_step != m->step) {
+        for (int u = 0; u < sh->nunits; u++)
+            if (sh->here[u] && copy16_needed(&m->cfg, u))
+                unit_pack16(m, u, m->copy16_kept + sh->local_off[u], m->params_mem + sh->local_off[u]);
+        m->copy16_step = m->step;
+    }
+    return m->copy16_kept;
+}
 
 void model_unit_acquire(Model *m, int u) {
     if (m->hooks && m->hooks->gather) m->hooks->gather(m, u);
@@ -54,12 +90,16 @@ void model_unit_acquire(Model *m, int u) {
     size_t n = sh->unit_size[u];
     if (weights16_on()) {
         if (!copy16_needed(c, u)) return;
-        uint16_t *copy = mem_alloc_uninit(MEM_PARAMS, sizeof(uint16_t) * n, "bf16 weights of one unit (16-bit storage)");
-        for (int i = 0; i < m->ntensors; i++) {
+        uint16_t *copy;
+        if (model_copy16_kept(m)) copy = copy16_current(m) + sh->local_off[u];
+        else {
+            copy = mem_alloc_uninit(MEM_PARAMS, sizeof(uint16_t) * n, "bf16 weights of one unit (16-bit storage)");
+            unit_pack16(m, u, copy, w);
+        }
+        for (int i = 0; i < m->ntensors; i++) {   // each tensor's copy recorded for its readers
             const ParamSpec *s = &m->specs[i];
-            if (model_unit_of(c, s->name) != u || !rounded(c, s)) continue;   // the float32 gate: no copy
+            if (model_unit_of(c, s->name) != u || !rounded(c, s)) continue;
             size_t at = s->offset - sh->unit_off[u];
-            kern()->cast->pack_bf16(copy + at, w + at, s->size);
             weights16_add(w + at, s->size, copy + at);
         }
         m->copy16[u] = copy;
@@ -79,7 +119,7 @@ void model_unit_acquire(Model *m, int u) {
 void model_unit_release(Model *m, int u) {
     if (m->copy16[u]) {
         weights16_drop(m->copy16[u], m->shard.unit_size[u]);
-        mem_free(m->copy16[u]);
+        if (!model_copy16_kept(m)) mem_free(m->copy16[u]);   // (a kept copy stays for the next use)
         m->copy16[u] = NULL;
     }
     if (m->bf16_copy[u]) {

@@ -319,6 +319,7 @@ void model_init_weights(Model *m) {
     m->gathered = calloc((size_t)sh->nunits * 2, sizeof(float *));
     m->bf16_copy = calloc((size_t)sh->nunits, sizeof(float *));
     m->copy16 = calloc((size_t)sh->nunits, sizeof(uint16_t *));
+    m->copy16_step = -1;
     if (sh->F == 1)   // whole units on this device: bind once (FSDP binds at each gather)
         for (int u = 0; u < sh->nunits; u++)
             if (sh->here[u]) model_bind_unit(m, &m->params, u, m->params_mem + sh->local_off[u]);
@@ -345,6 +346,7 @@ void model_free(Model *m) {
     mem_free(m->v_mem);
     mem_free(m->router_bias);
     mem_free(m->ema);
+    mem_free(m->copy16_kept);
     free(m->params.layers);
     free(m->grads.layers);
     free(m->acts);

@@ -4,12 +4,13 @@
 #include "kernels/kernels.h" // kern()->cast->unpack_bf16
 #include "core/common.h"     // die
 
-static int on = 0;
-void weights16_use(int yes) { on = yes; }
-int weights16_on(void) { return on; }
+static int mode = WEIGHTS16_OFF;
+void weights16_use(int m) { mode = m; }
+int weights16_on(void) { return mode != WEIGHTS16_OFF; }
+int weights16_mode(void) { return mode; }
 
 // A unit has at most a dozen tensors (a MoE layer with shared experts and MLA: 14), and
-// model_unit_acquire holds one unit at a time: a short list, searched in order.
+// model_unit_acquire records one unit at a time: a short list, searched in order.
 enum { RECORDS = 64 };
 typedef struct { const float *w; size_t n; const uint16_t *h; } Record;
 static _Thread_local Record records[RECORDS];

@@ -21,9 +21,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// MESHMOE_WEIGHTS16=1 (train.c, at start-up, bf16 mode only).
-void weights16_use(int on);
-int weights16_on(void);
+// MESHMOE_WEIGHTS16 (train.c, at start-up, bf16 mode only): 1, the copy kept from one update
+// of the weights to the next where the device holds whole units (no FSDP, the weights in
+// device memory: model/model.c), else made for each use of a unit; per_unit, made for each
+// use of a unit always (the least memory: one unit's copy at a time).
+enum { WEIGHTS16_OFF, WEIGHTS16_KEPT, WEIGHTS16_PER_UNIT };
+void weights16_use(int mode);
+int weights16_on(void);     // either way
+int weights16_mode(void);
 
 // The tensor at w (n floats) has its 16-bit copy at h (n values).
 void weights16_add(const float *w, size_t n, const uint16_t *h);

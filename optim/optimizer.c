@@ -55,13 +55,15 @@ void optimizer_state_alloc(Model *m) {
     }
 }
 
-// AdamW (or SGD) on n weights of the local layout from `at`, their moments from `mo`.
-static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float lr, int t, GradClip clip) {
+// AdamW (or SGD) on n weights of the local layout from `at`, their moments from `mo`; p16:
+// AdamW also writes the weights' kept 16-bit copy there (update_shard), or NULL.
+static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float lr, int t, GradClip clip,
+                       uint16_t *p16) {
     const Config *c = &m->cfg;
     float *p = m->params_mem + at;
     const float *g = m->grads_mem + at;
     if (sgd) kern()->optim->sgd_update(p, g, n, lr, clip);
-    else kern()->optim->adamw_update(p, g, m->m_mem + mo, m->v_mem + mo, n, lr, t, c->adam_b1, c->adam_b2,
+    else kern()->optim->adamw_update(p, p16, g, m->m_mem + mo, m->v_mem + mo, n, lr, t, c->adam_b1, c->adam_b2,
                                      c->adam_eps, c->adam_weight_decay, clip);
 }
 
@@ -69,15 +71,20 @@ static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float 
 // (shard_optimizer_over_data, sharding/fsdp.h): this data rank holds the moments of piece
 // zrank of each unit's shard and updates that piece; the data replicas then all-gather
 // their pieces, so that all hold the whole updated shard again.
+// With the weights' 16-bit copy kept (MESHMOE_WEIGHTS16=1, model/model.c) and the whole
+// shard updated here, AdamW writes the copy of the updated weights as it goes: one pass
+// fewer over the weights than packing them after, and the copy is then that of update t.
 static void update_shard(Model *m, int sgd, float lr, int t, GradClip clip) {
     const StateShard *s = &m->shard;
     if (s->Z == 1) {
-        update_run(m, sgd, 0, 0, s->local_n, lr, t, clip);
+        uint16_t *p16 = !sgd && m->copy16_kept && model_copy16_kept(m) ? m->copy16_kept : NULL;
+        update_run(m, sgd, 0, 0, s->local_n, lr, t, clip, p16);
+        if (p16) m->copy16_step = t;   // (apply_update moves m->step to t)
         return;
     }
     for (int u = 0; u < s->nunits; u++) {
         size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off), at = s->local_off[u] + off;
-        update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t, clip);
+        update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t, clip, NULL);
         // In place: piece q of every member lands at piece q of this shard; this member's
         // own piece is already there (each member writes only the pieces it does not send).
         coll_all_gather(s->data, m->params_mem + at, m->params_mem + s->local_off[u], sizeof(float) * piece);

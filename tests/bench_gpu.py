@@ -17,10 +17,10 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
                  presets with megablox=true, second of the variants
   meshmoe, MESHMOE_ATTN_SCORES=smem  the tensor-core attention's kernels with their scores
                  through shared memory (the default keeps them in registers), when there is time
-  meshmoe, MESHMOE_WEIGHTS16=1, profile=true  the weights' bf16 copy stored as 16-bit numbers, the products
-                 that read a weight on it (kernels/matmul16.h), their activation packed per
-                 product: bf16 storage's step 2 before step 3 makes the activations 16-bit
-                 (docs/performance-gpu.md), when there is time
+  meshmoe, MESHMOE_WEIGHTS16=1, profile=true  the weights' bf16 copy stored as 16-bit numbers (kept
+                 from update to update, written by AdamW), the products that read a weight on
+                 it (kernels/matmul16.h), the activations 16-bit where step 3 of bf16 storage
+                 has reached (docs/performance-gpu.md), when there is time
   meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true  the weight products' operands converted to bf16 by
                  gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
                  converted inside cuBLAS's kernels), when there is time

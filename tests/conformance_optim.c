@@ -1,6 +1,7 @@
 // tests/conformance_optim.c: the conformance tests (tests/conformance.h) of the optimizer's
 // kernels and of the parameters' initialisation.
 #include "tests/conformance.h"
+#include "kernels/bf16.h"   // bf16_bits: the 16-bit copy AdamW may write
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +9,16 @@
 #include <string.h>
 
 // ---------------------------------------------------------------- optim
+// The device's 16-bit array dev (n) against want: each value as an int, compare_ints's check.
+static void check_dev_bits16(const char *kernel, const char *shape, const uint16_t *want, const uint16_t *dev,
+                             size_t n) {
+    uint16_t *got = dev_fetch(dev, sizeof(uint16_t) * n);
+    int *w = malloc(sizeof(int) * n), *g = malloc(sizeof(int) * n);
+    for (size_t i = 0; i < n; i++) w[i] = want[i], g[i] = got[i];
+    compare_ints(kernel, shape, w, g, n);
+    free(got); free(w); free(g);
+}
+
 static void test_optim_elementwise(void) {
     size_t n = 3000;
     float *p0 = rand_floats(n, -1, 1), *g = rand_floats(n, -1, 1), *m0 = rand_floats(n, -0.1f, 0.1f);
@@ -24,9 +35,9 @@ static void test_optim_elementwise(void) {
     int t = 7;
     if (ORACLE) {
         const OptimKernels *o = ORACLE->optim;
-        o->adamw_update(p, g, m, v, n, lr, t, b1, b2, eps, wd, off);
+        o->adamw_update(p, NULL, g, m, v, n, lr, t, b1, b2, eps, wd, off);
         o->sgd_update(sgd, g, n, lr, off);
-        o->adamw_update(pc, g, mc, vc, n, lr, t, b1, b2, eps, wd, on);
+        o->adamw_update(pc, NULL, g, mc, vc, n, lr, t, b1, b2, eps, wd, on);
         o->sgd_update(sgdc, g, n, lr, on);
         o->clip_scale(clip, n, 3.5f, 1.0f);
         o->ema_update(ema, p0, n, 0.99f);
@@ -64,9 +75,10 @@ static void test_optim_elementwise(void) {
     float *d_af_v = dev_copy(v0, sizeof(float) * n);
     float *d_pc = dev_copy(p0, sizeof(float) * n), *d_mc = dev_copy(m0, sizeof(float) * n);
     float *d_vc = dev_copy(v0, sizeof(float) * n), *d_sgdc = dev_copy(p0, sizeof(float) * n);
-    u->adamw_update(d_p, d_g, d_m, d_v, n, lr, t, b1, b2, eps, wd, off);
+    u->adamw_update(d_p, NULL, d_g, d_m, d_v, n, lr, t, b1, b2, eps, wd, off);
     u->sgd_update(d_sgd, d_g, n, lr, off);
-    u->adamw_update(d_pc, d_g, d_mc, d_vc, n, lr, t, b1, b2, eps, wd, on);
+    uint16_t *d_pc16 = dev_poisoned(sizeof(uint16_t) * n);   // (the clipped update also writes the 16-bit copy)
+    u->adamw_update(d_pc, d_pc16, d_g, d_mc, d_vc, n, lr, t, b1, b2, eps, wd, on);
     u->sgd_update(d_sgdc, d_g, n, lr, on);
     u->clip_scale(d_clip, n, 3.5f, 1.0f);
     u->ema_update(d_ema, d_p0, n, 0.99f);
@@ -80,6 +92,11 @@ static void test_optim_elementwise(void) {
     check_dev_floats("adamw_update clipped p", shape, pc, d_pc, n, 0, 0);
     check_dev_floats("adamw_update clipped m", shape, mc, d_mc, n, 0, 0);
     check_dev_floats("adamw_update clipped v", shape, vc, d_vc, n, 0, 0);
+    uint16_t *pc16 = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++) pc16[i] = bf16_bits(pc[i]);
+    check_dev_bits16("adamw_update clipped p16 (the updated p's bf16 bits)", shape, pc16, d_pc16, n);
+    free(pc16);
+    dev_free(d_pc16);
     check_dev_floats("sgd_update clipped", shape, sgdc, d_sgdc, n, 0, 0);
     check_dev_floats("g untouched by the clipped updates", shape, g, d_g, n, 0, 0);
     // AdamW on parts: from element 1 (the arrays off 16 bytes: one element a thread) and from
@@ -93,13 +110,21 @@ static void test_optim_elementwise(void) {
         memcpy(e_v + first, v + first, sizeof(float) * len);
         float *q_p = dev_copy(p0, sizeof(float) * n), *q_m = dev_copy(m0, sizeof(float) * n);
         float *q_v = dev_copy(v0, sizeof(float) * n);
-        u->adamw_update(q_p + first, d_g + first, q_m + first, q_v + first, len, lr, t, b1, b2, eps, wd, off);
+        uint16_t *e16 = malloc(sizeof(uint16_t) * n);   // the copy: the part's bits, 0x7e57 around it
+        for (size_t i = 0; i < n; i++) e16[i] = i >= first && i < first + len ? bf16_bits(e_p[i]) : 0x7e57;
+        uint16_t *fill = malloc(sizeof(uint16_t) * n);
+        for (size_t i = 0; i < n; i++) fill[i] = 0x7e57;
+        uint16_t *q16 = dev_copy(fill, sizeof(uint16_t) * n);
+        u->adamw_update(q_p + first, q16 + first, d_g + first, q_m + first, q_v + first, len, lr, t, b1, b2, eps, wd,
+                        off);
         char part[48];
         snprintf(part, sizeof part, "n=%zu from %zu", len, first);
         check_dev_floats("adamw_update p", part, e_p, q_p, n, 0, 0);
         check_dev_floats("adamw_update m", part, e_m, q_m, n, 0, 0);
         check_dev_floats("adamw_update v", part, e_v, q_v, n, 0, 0);
-        free(e_p); free(e_m); free(e_v);
+        check_dev_bits16("adamw_update p16", part, e16, q16, n);
+        free(e_p); free(e_m); free(e_v); free(e16); free(fill);
+        dev_free(q16);
         dev_free(q_p); dev_free(q_m); dev_free(q_v);
     }
     check_dev_floats("clip_scale", shape, clip, d_clip, n, 0, 0);

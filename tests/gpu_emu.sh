@@ -135,7 +135,8 @@ for k in ds-cbk:ds-cbg ds-w16k:ds-w16cb; do
     check "$name: $n_emu of 2 steps' losses within 1e-2 of ./train's bf16 run (worst relative difference $worst)" \
         awk -v w="$worst" -v n="$n_emu" 'BEGIN { exit !(n == 2 && w + 0 <= 1e-2) }'
 done
-n16=$(cat $T/ds-w16-cpu.out $T/ds-w16-emu.out $T/ds-w16cb-emu.out 2>/dev/null | grep -c 'MESHMOE_WEIGHTS16=1')
+n16=$(cat $T/ds-w16-cpu.out $T/ds-w16-emu.out $T/ds-w16cb-emu.out 2>/dev/null |
+    grep -c "the weights' bf16 copy as 16-bit")
 check "ds-w16, ds-w16cb: each run says its weights' copy was 16-bit ($n16 of 3)" test "$n16" -eq 3
 echo "== build/products_emu small: the product timer of tests/gpu_bench.sh, emulated"
 # table N's rows of `| small: ` in file F, and their last column ("apart")

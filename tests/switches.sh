@@ -146,9 +146,13 @@ check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak 
 # unrounded float32 gate, the einsum form of the norms' scale, the one-hot embedding;
 # SwiGLU's activation and gradients made as 16-bit numbers and read in place by the
 # products (model/mlp.h), with the weight gradients' leaves in several
-# chunks, some of an expert's leaves without rows, and the cast copies); and the copy's
-# bytes halve: the params peak, the copy of the largest unit (a layer), drops by
-# 2 bytes a weight of it, counted here from the shapes; the planner counts what the run does.
+# chunks, some of an expert's leaves without rows, and the cast copies). Where the device
+# holds whole units the copy is kept from one update to the next (every case but the FSDP
+# one): the params peak is then 6 bytes a weight (the float32 weights and the whole copy)
+# where it was 4 and the largest unit's float32 copy; made for each use of a unit
+# (MESHMOE_WEIGHTS16=per_unit), that copy's bytes halve: the params peak, the copy of the
+# largest unit (a layer), drops by 2 bytes a weight of it. Both counted here from the shapes;
+# the planner counts what the run does.
 P16_CASES=("mx16 configs/mixtral-tiny.yml"
            "ds16 configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2"
            "mxga16 configs/mixtral-tiny.yml gradient_accumulation_steps=2 ici_fsdp_parallelism=2 num_devices=2"
@@ -166,14 +170,25 @@ for c in "${P16_CASES[@]}"; do
         test "$said" -eq 1 -a "$quiet" -eq 0
     check "MESHMOE_WEIGHTS16=1, $name: losses bit-identical ($(bits "$name-w16"))" same_bits "$name" "$name-w16"
 done
+MESHMOE_WEIGHTS16=per_unit run mx16-unit configs/mixtral-tiny.yml $TINY dtype=bfloat16
+check "MESHMOE_WEIGHTS16=per_unit, mx16: losses bit-identical ($(bits mx16-unit))" same_bits mx16 mx16-unit
+check "MESHMOE_WEIGHTS16=per_unit: said at start-up" grep -q "made for each use of a unit" "$dir/mx16-unit.out"
+check "MESHMOE_WEIGHTS16=1 with whole units: said at start-up" grep -q "kept from update to update" "$dir/mx16-w16.out"
 # A layer's weights: attention's four kernels, two norm scales, the gate, the experts' three.
 layer=$((D * N * Dh + 2 * D * Nkv * Dh + N * Dh * D + 2 * D + D * E + 3 * E * D * H))
 halved() {
-    local a b; a=$(field mx16 peak_bytes_by_tag params); b=$(field mx16-w16 peak_bytes_by_tag params)
+    local a b; a=$(field mx16 peak_bytes_by_tag params); b=$(field mx16-unit peak_bytes_by_tag params)
     echo "       peak_bytes_by_tag.params: $a -> $b (-$((a - b)), a layer's copy: 4 -> 2 bytes x $layer weights)"
     [ $((a - b)) -eq $((2 * layer)) ]
 }
-check "MESHMOE_WEIGHTS16=1: the params peak drops by half the largest unit's copy" halved
+check "MESHMOE_WEIGHTS16=per_unit: the params peak drops by half the largest unit's copy" halved
+kept6() {   # default: 4 bytes a weight and a layer's float32 copy; kept: 4 + 2 bytes a weight
+    local a b w; a=$(field mx16 peak_bytes_by_tag params); b=$(field mx16-w16 peak_bytes_by_tag params)
+    w=$(((a - 4 * layer) / 4))
+    echo "       peak_bytes_by_tag.params: $a -> $b ($w weights: 4 x $w + 4 x $layer -> 6 x $w)"
+    [ $((a - 4 * layer)) -eq $((4 * w)) ] && [ "$b" -eq $((6 * w)) ]
+}
+check "MESHMOE_WEIGHTS16=1: the params peak is 6 bytes a weight with the copy kept" kept6
 peaks16() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' "$dir/$1.json"; }
 MESHMOE_WEIGHTS16=1 run ds16-dry configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
     $TINY dtype=bfloat16 steps=1 dry_run=true
@@ -183,7 +198,7 @@ plan_same() { [ -n "$(peaks16 ds16-one)" ] && [ "$(peaks16 ds16-dry)" = "$(peaks
 check "MESHMOE_WEIGHTS16=1: the planner's peaks by tag are the run's, every device" plan_same
 expect_error "MESHMOE_WEIGHTS16 in float32" "it needs dtype=bfloat16" \
     env MESHMOE_WEIGHTS16=1 ./train configs/mixtral-tiny.yml steps=1
-expect_error "MESHMOE_WEIGHTS16=2" "MESHMOE_WEIGHTS16 is 0 or 1, not '2'" \
+expect_error "MESHMOE_WEIGHTS16=2" "MESHMOE_WEIGHTS16 is 0, 1 or per_unit, not '2'" \
     env MESHMOE_WEIGHTS16=2 ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16
 # The experiments among cuBLAS's ways (gpu/matmul.cu) stop a GPU run whose products are not
 # cuBLAS's (the dry run of device=gpu takes the same start-up checks, with no GPU here).
