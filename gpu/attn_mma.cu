@@ -171,21 +171,14 @@ __global__ static void mma_forward_kernel(float *o, float *stats, Heads H, Geom 
 // (the rows' maxima and sums over the four lanes that share a row, by shuffles), the
 // exponentials turned into the matrix_a fragments of O = a O + P V, and O itself. The block's
 // barriers only order the copies of the K and V tiles, which run under the products (below),
-// and the products that read them. Under the emulation (a warp's fragments held
-// by its first thread, which then holds every column of a row) the sums are the CPU's, in
-// column order, and the results mma_forward_kernel's bit for bit; on a GPU a row's sum of
-// exponentials adds the four lanes' parts.
+// and the products that read them. A row's sum of exponentials adds the parts of the four
+// lanes that share the row, where mma_forward_kernel adds them in column order: the same
+// numbers within a float32 rounding of the sum.
 
-// The per-row state a thread keeps, by row slot (gpu/attn_mma.h: slots_apply): quad_max,
-// quad_sum over the lanes that share a row; row_add: an exponential onto the row's sum (the
-// emulation's sum in column order) or the lane's part; slot_writer: whether this thread
-// writes its slots' rows out.
-#if defined(GPU_EMULATE)
-__device__ static int slot_writer(void) { return threadIdx.x % WARP_SIZE == 0; }
-__device__ static float quad_max(float x) { return x; }
-__device__ static void row_add(float &l, float &, float e) { l += e; }
-__device__ static float row_total(float l, float) { return l; }
-#else
+// The per-row state a thread keeps, by row slot (gpu/attn_mma.h: slots_apply): quad_max
+// over the four lanes that share a row; row_add: an exponential onto the lane's part of the
+// row's sum; row_total: the four parts onto the row's sum; slot_writer: whether this thread
+// writes its slots' rows out (the first of the four).
 __device__ static int slot_writer(void) { return threadIdx.x % 4 == 0; }
 __device__ static float quad_max(float x) {
     float y = warp_shfl_xor(x, 1);
@@ -198,7 +191,6 @@ __device__ static float row_total(float l, float part) {
     part += warp_shfl_xor(part, 1);
     return l + (part + warp_shfl_xor(part, 2));
 }
-#endif
 
 struct FwdRegs {
     bf16 *Q, *K, *V;   // (MQ, Dqk), (MKF, Dqk), (MKF, Dv)
@@ -362,12 +354,10 @@ __global__ static void frag_layout_kernel(int *bad) {
         cells += x != (float)(16 * r + c);
         return x;
     });
-#if !defined(GPU_EMULATE)   // (the emulation's fragments hold their tile in order)
     RowA a;
     wmma::load_matrix_sync(a, tile_b, 16);
     cells += a.num_elements != f.num_elements;
     for (int e = 0; e < a.num_elements; e++) cells += __bfloat162float(a.x[e]) != (float)(16 * acc_row(e) + acc_col(e));
-#endif
     if (rows) atomicAdd(&bad[0], rows);
     if (cells) atomicAdd(&bad[1], cells);
 }

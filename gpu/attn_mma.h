@@ -323,24 +323,6 @@ __device__ static inline int heavy_first(void) { return (int)(gridDim.y - 1 - bl
 // forward goes to the tiles (gpu/attn_tiles.cu); where the columns and matrix_a do not, dq
 // goes to the kernel that passes its scores through shared memory.
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> RowA;
-#if defined(GPU_EMULATE)
-// (the emulation's fragment is the whole tile, held by the warp's first thread: element i is
-// at row i / 16, column i % 16, in every kind of fragment)
-template <class F> __device__ static void elems_apply(Acc &f, F fn) {
-    if (threadIdx.x % WARP_SIZE) return;
-    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, i % 16, f.x[i]);
-}
-// d = fn(r, c, d, x), element by element over two accumulator tiles.
-template <class F> __device__ static void elems_apply2(Acc &d, const Acc &x, F fn) {
-    if (threadIdx.x % WARP_SIZE) return;
-    for (int i = 0; i < 256; i++) d.x[i] = fn(i / 16, i % 16, d.x[i], x.x[i]);
-}
-// a = c rounded to bf16, element by element.
-__device__ static inline void acc_to_a(RowA &a, const Acc &c) {
-    if (threadIdx.x % WARP_SIZE) return;
-    for (int i = 0; i < 256; i++) a.x[i] = __bfloat162float(__float2bfloat16(c.x[i]));
-}
-#else
 __device__ static inline int acc_row(int e) { return threadIdx.x % 32 / 4 + 8 * (e / 2 % 2); }
 __device__ static inline int acc_col(int e) { return threadIdx.x % 4 * 2 + e % 2 + 8 * (e / 4); }
 template <class F> __device__ static void elems_apply(Acc &f, F fn) {
@@ -349,10 +331,10 @@ template <class F> __device__ static void elems_apply(Acc &f, F fn) {
 template <class F> __device__ static void elems_apply2(Acc &d, const Acc &x, F fn) {
     for (int e = 0; e < d.num_elements; e++) d.x[e] = fn(acc_row(e), acc_col(e), d.x[e], x.x[e]);
 }
+// a = c rounded to bf16, element by element.
 __device__ static inline void acc_to_a(RowA &a, const Acc &c) {
     for (int e = 0; e < a.num_elements; e++) a.x[e] = __float2bfloat16(c.x[e]);
 }
-#endif
 template <class F> __device__ static void rows_apply(Acc &f, F fn) {
     elems_apply(f, [&](int r, int, float x) { return fn(r, x); });
 }
@@ -364,24 +346,9 @@ template <class F> __device__ static void row_tile_apply(Acc &x, int y0, int t, 
 
 // A lane's elements of an accumulator tile by slots, for the kernels with their scores in
 // registers: what depends only on an element's row (a query's max, sum, visible keys) or only
-// on its column is made once a tile per slot, not once per element. On a GPU (the layout
-// above) element e of a lane lies in row slot e / 2 % 2 and column slot e % 2 + 2 (e / 4),
-// two rows and four columns; under the emulation the warp's first thread holds the whole
-// tile, its row and column slots the rows and columns. slot_row, slot_col: a slot's row and
-// column in the tile.
-#if defined(GPU_EMULATE)
-enum { LANE_ROWS = 16, LANE_COLS = 16 };
-template <class F> __device__ static void slots_apply(Acc &f, F fn) {   // x = fn(row slot, column slot, x)
-    if (threadIdx.x % WARP_SIZE) return;
-    for (int i = 0; i < 256; i++) f.x[i] = fn(i / 16, i % 16, f.x[i]);
-}
-template <class F> __device__ static void slots_apply2(Acc &d, const Acc &x, F fn) {   // d = fn(rs, cs, d, x)
-    if (threadIdx.x % WARP_SIZE) return;
-    for (int i = 0; i < 256; i++) d.x[i] = fn(i / 16, i % 16, d.x[i], x.x[i]);
-}
-__device__ static inline int slot_row(int s) { return s; }
-__device__ static inline int slot_col(int s) { return s; }
-#else
+// on its column is made once a tile per slot, not once per element. Element e of a lane (the
+// layout above) lies in row slot e / 2 % 2 and column slot e % 2 + 2 (e / 4), two rows and
+// four columns; slot_row, slot_col: a slot's row and column in the tile.
 enum { LANE_ROWS = 2, LANE_COLS = 4 };
 template <class F> __device__ __forceinline__ static void slots_apply(Acc &f, F fn) {
 #pragma unroll
@@ -393,7 +360,6 @@ template <class F> __device__ __forceinline__ static void slots_apply2(Acc &d, c
 }
 __device__ static inline int slot_row(int s) { return threadIdx.x % 32 / 4 + 8 * s; }
 __device__ static inline int slot_col(int s) { return threadIdx.x % 4 * 2 + s % 2 + 8 * (s / 2); }
-#endif
 
 // Whether the fragment layouts above hold on this GPU (gpu/attn_mma.cu, checked once per
 // process): which = 0 the accumulator's rows (the forward), 1 its columns and matrix_a's too

@@ -4,8 +4,9 @@
 // includes it in place of the CUDA runtime when GPU_EMULATE is defined; nothing else does.
 //
 // A launch runs the grid's blocks one after another. A block's threads are fibers on the
-// calling thread: each runs until it reaches __syncthreads or its end, then the next one
-// runs, so no thread passes a barrier before every thread of its block has reached it.
+// calling thread: each runs until it reaches __syncthreads, __syncwarp or its end, then the
+// next one runs, so no thread passes a barrier before every thread of its block (of its
+// warp, for __syncwarp) has reached it.
 // Between two barriers the threads run one after another, in the order emu_order says
 // (ascending or descending thread index): a kernel whose threads read what another thread
 // writes between the same two barriers gives different results in the two orders, which is
@@ -13,7 +14,8 @@
 // before the block starts (a read of what no thread wrote shows); device memory is host
 // memory; streams and events are ignored (every call is done when it returns), and so is
 // atomicity (the threads of a launch run one at a time). Every thread of a block must reach
-// the same barriers (a block whose threads diverge at a barrier stops the program). A
+// the same __syncthreads, and of a warp the same __syncwarp (a block whose threads wait at
+// barriers that can never all be met stops the program). A
 // kernel whose first block reached no barrier runs its other blocks' threads one after
 // another without fibers (kernels here reach their barriers whatever the data).
 #ifndef MESHMOE_GPU_EMU_H
@@ -142,15 +144,19 @@ inline int emu_order_from_env(void) {
 }
 inline thread_local int emu_order = emu_order_from_env();
 
+// A fiber's state: not started, waiting at __syncthreads or at __syncwarp, let through its
+// barrier (to resume), ended.
+enum { EMU_NEW, EMU_AT_BLOCK, EMU_ENDED, EMU_AT_WARP, EMU_GO };
 struct EmuBlock {
     std::vector<ucontext_t> start;        // each fiber's first entry
     struct Jump { jmp_buf jb; };
     std::vector<Jump> at;                 // where each fiber waits at a barrier
     std::vector<std::vector<char>> stack;
-    std::vector<int> state;               // 0 not started, 1 waiting at a barrier, 2 ended
+    std::vector<int> state;               // EMU_* below
     jmp_buf scheduler;
     int current = 0, fibers = 0, barriers = 0;   // barriers: some thread reached one
     std::vector<float> swap;                     // warp shuffles' values, one per thread
+    std::vector<float> mma;                      // warp matrix products' operands, 3 tiles a warp
     struct Copy { void *dst; const void *src; int bytes, group; };
     std::vector<std::vector<Copy>> copies;       // each thread's asynchronous copies not yet made
     std::vector<int> commits;                    // and how many groups of them it has closed
@@ -162,36 +168,37 @@ inline thread_local EmuBlock emu_block;
 
 // A fiber switch is _setjmp/_longjmp (no signal mask saved: no system call); ucontext only
 // gives each fiber its stack and first entry.
-static inline void __syncthreads(void) {
+static inline void emu_wait(int state) {
     EmuBlock &e = emu_block;
     if (!e.fibers) {
-        fprintf(stderr, "gpu/emu.h: __syncthreads in a block after the first reached none (run without fibers)\n");
+        fprintf(stderr, "gpu/emu.h: a barrier in a block after the first reached none (run without fibers)\n");
         exit(1);
     }
     e.barriers = 1;
-    e.state[e.current] = 1;
+    e.state[e.current] = state;
     if (!_setjmp(e.at[e.current].jb)) _longjmp(e.scheduler, 1);
 }
-// A warp's barrier: the block's here, so every thread of the block must meet it as often,
-// which the kernels that use it arrange (gpu/grouped16.cu).
-static inline void __syncwarp(void) { __syncthreads(); }
+static inline void __syncthreads(void) { emu_wait(EMU_AT_BLOCK); }
+// A warp's barrier: the threads of this one warp (those that have not ended) wait for each
+// other; the block's other warps go their own ways.
+static inline void __syncwarp(void) { emu_wait(EMU_AT_WARP); }
 static inline void emu_copies_check(int t);
 static inline void emu_fiber_start(void) {
     emu_block.body(emu_block.arg);
     emu_copies_check(emu_block.current);
-    emu_block.state[emu_block.current] = 2;
+    emu_block.state[emu_block.current] = EMU_ENDED;
     _longjmp(emu_block.scheduler, 1);
 }
 static inline void *emu_shared(void) { return emu_block.shared.data(); }
-// A warp shuffle (every thread of the block calls it at the same point): each thread's value
-// through the exchange buffer, with a barrier before the reads and one after.
+// A warp shuffle (every thread of the warp calls it at the same point): each thread's value
+// through the exchange buffer, with a warp barrier before the reads and one after.
 static inline float emu_shfl_xor(float v, int lane_mask) {
     EmuBlock &e = emu_block;
     int t = (int)threadIdx.x;
     e.swap[t] = v;
-    __syncthreads();
+    __syncwarp();
     float r = e.swap[t ^ lane_mask];
-    __syncthreads();
+    __syncwarp();
     return r;
 }
 
@@ -239,7 +246,7 @@ static inline void emu_copies_check(int t) {
 __attribute__((noinline)) static void emu_fiber_init(int t) {
     EmuBlock &e = emu_block;
     e.stack[t].resize(1 << 17);
-    e.state[t] = 0;
+    e.state[t] = EMU_NEW;
     getcontext(&e.start[t]);
     e.start[t].uc_stack.ss_sp = e.stack[t].data();
     e.start[t].uc_stack.ss_size = e.stack[t].size();
@@ -253,9 +260,53 @@ __attribute__((noinline)) static void emu_resume(int t) {
     EmuBlock &e = emu_block;
     e.current = t;
     if (!_setjmp(e.scheduler)) {
-        if (e.state[t] == 1) _longjmp(e.at[t].jb, 1);
+        if (e.state[t] == EMU_GO) _longjmp(e.at[t].jb, 1);
         setcontext(&e.start[t]);
     }
+}
+
+// Warp w's threads (w0 .. w1-1), each that may run, to its next barrier or its end, in
+// emu_order; again while they all (those not ended) then wait at __syncwarp, let through it.
+// So a warp runs as far as it can before the next one starts, the order of warps in which a
+// race between them shows (the two orders of the tests, one warp first or last).
+static inline void emu_run_warp(int w0, int w1, dim3 block) {
+    EmuBlock &e = emu_block;
+    for (;;) {
+        for (int s = w0; s < w1; s++) {
+            int t = emu_order ? w1 - 1 - (s - w0) : s;
+            if (e.state[t] != EMU_NEW && e.state[t] != EMU_GO) continue;
+            threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
+            emu_resume(t);
+        }
+        int waiting = 0, stopped = 0;
+        for (int t = w0; t < w1; t++) {
+            waiting += e.state[t] == EMU_AT_WARP;
+            stopped += e.state[t] != EMU_AT_WARP && e.state[t] != EMU_ENDED;
+        }
+        if (!waiting || stopped) return;
+        for (int t = w0; t < w1; t++)
+            if (e.state[t] == EMU_AT_WARP) e.state[t] = EMU_GO;
+    }
+}
+
+// After every warp has run as far as it can: lets the block through __syncthreads when every
+// thread waits there and returns 1; returns 0 when every thread has ended; else (some ended
+// while others wait, or a warp's threads wait at different barriers) stops the program.
+static inline int emu_release(dim3 b, int n) {
+    EmuBlock &e = emu_block;
+    int ended = 0, at_block = 0;
+    for (int t = 0; t < n; t++) {
+        ended += e.state[t] == EMU_ENDED;
+        at_block += e.state[t] == EMU_AT_BLOCK;
+    }
+    if (ended == n) return 0;
+    if (at_block == n) {
+        for (int t = 0; t < n; t++) e.state[t] = EMU_GO;
+        return 1;
+    }
+    fprintf(stderr, "gpu/emu.h: block (%u,%u,%u): %d threads ended, %d wait at __syncthreads, %d at __syncwarp: "
+            "the barriers can never all be met\n", b.x, b.y, b.z, ended, at_block, n - ended - at_block);
+    exit(1);
 }
 
 // Runs body(arg) as every thread of every block of the grid: the first block's threads as
@@ -267,6 +318,7 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
     e.fibers = 1;
     e.barriers = 0;
     e.swap.assign(n, 0.0f);
+    e.mma.assign((size_t)(n + WARP_SIZE - 1) / WARP_SIZE * 3 * 256, 0.0f);
     e.copies.assign(n, {});
     e.commits.assign(n, 0);
     e.start.resize(n);
@@ -292,23 +344,13 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                 }
                 e.shared.assign((smem + sizeof(float) - 1) / sizeof(float), NAN);   // (exactly: ASan sees past it)
                 for (int t = 0; t < n; t++) emu_fiber_init(t);
-                for (int finished = 0; finished < n;) {   // one round: every thread to its next barrier
-                    int ended = 0, waiting = 0;
-                    for (int s = 0; s < n; s++) {
-                        int t = emu_order ? n - 1 - s : s;
-                        if (e.state[t] == 2) continue;
-                        threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
-                        emu_resume(t);
-                        if (e.state[t] == 2) ended++;
-                        else waiting++;
+                int warps = (n + WARP_SIZE - 1) / WARP_SIZE;
+                do {   // one round: each warp as far as it can, to __syncthreads or its end
+                    for (int s = 0; s < warps; s++) {
+                        int w0 = (emu_order ? warps - 1 - s : s) * WARP_SIZE;
+                        emu_run_warp(w0, w0 + WARP_SIZE < n ? w0 + WARP_SIZE : n, block);
                     }
-                    if (ended && waiting) {
-                        fprintf(stderr, "gpu/emu.h: block (%u,%u,%u): %d threads ended while %d wait at __syncthreads\n",
-                                bx, by, bz, ended, waiting);
-                        exit(1);
-                    }
-                    finished += ended;
-                }
+                } while (emu_release(blockIdx, n));
                 if (!e.barriers) e.fibers = 0;
             }
 }
@@ -342,10 +384,14 @@ static inline __nv_bfloat16 __float2bfloat16(float f) {
 static inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((uint32_t)h.bits << 16); }
 
 // The warp matrix products (CUDA's nvcuda::wmma) of 16 x 16 x 16 tiles: bf16 operands, float32
-// sums. Each is one operation of the whole warp (the GPU spreads a tile over the warp's
-// threads and sums in an order of its own): here the warp's first thread holds the whole tile
-// and does the whole operation, the others nothing, so a load, product and store that adds to
-// a tile in shared memory adds once. (The kernels read a fragment only through these.)
+// sums. Each fragment is spread over the warp's 32 threads as on sm_80 and sm_90 (two of
+// mma.sync's 16 x 8 tiles side by side): element e of lane L at row L / 4 + 8 ((e / 2) % 2)
+// and column 2 (L % 4) + e % 2 + 8 (e / 4), the layout the kernels' element-wise code assumes
+// (gpu/attn_mma.h) and checks on a GPU; every kind of fragment here, matrix_b's and
+// col_major's too, holds its tile so (the GPU's own layouts of those, which the kernels never
+// read element by element, may differ). A product gathers the warp's fragments into shared
+// scratch between two warp barriers, each lane then making its own 8 sums, each its tile's
+// c plus the 16 products a b in k order: every lane of the warp must reach it, as on a GPU.
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -355,48 +401,65 @@ struct row_major {};
 struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
-    enum { num_elements = 16 * 16 };   // (a GPU thread holds 8 of a tile's 256; here the first holds them all)
-    float x[16 * 16] = {};             // element (r, c) at x[r * 16 + c], as float (bf16 values exactly)
+    static constexpr int num_elements = 8;
+    T x[8];
 };
-static inline bool emu_lane0(void) { return threadIdx.x % WARP_SIZE == 0; }
+static inline int emu_lane(void) { return (int)threadIdx.x % WARP_SIZE; }
+static inline int emu_frag_row(int e) { return emu_lane() / 4 + 8 * (e / 2 % 2); }
+static inline int emu_frag_col(int e) { return emu_lane() % 4 * 2 + e % 2 + 8 * (e / 4); }
+static inline float emu_value(float x) { return x; }
+static inline float emu_value(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <class Use, class T, class L> static inline void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, float v) {
-    if (!emu_lane0()) return;
-    for (int i = 0; i < 256; i++) f.x[i] = v;
+    for (int e = 0; e < 8; e++) f.x[e] = (T)v;
+}
+template <class Use, class L>
+static inline void fill_fragment(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, float v) {
+    for (int e = 0; e < 8; e++) f.x[e] = __float2bfloat16(v);
 }
 template <class Use, class L>
 static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, const __nv_bfloat16 *p,
                                     unsigned ldm) {
     const bool col = std::is_same<L, col_major>::value;
-    if (!emu_lane0()) return;
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = __bfloat162float(col ? p[c * ldm + r] : p[r * ldm + c]);
+    for (int e = 0; e < 8; e++) {
+        int r = emu_frag_row(e), c = emu_frag_col(e);
+        f.x[e] = col ? p[c * ldm + r] : p[r * ldm + c];
+    }
 }
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
                                     layout_t l) {
-    if (!emu_lane0()) return;
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+    for (int e = 0; e < 8; e++) {
+        int r = emu_frag_row(e), c = emu_frag_col(e);
+        f.x[e] = l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+    }
 }
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
                                      layout_t l) {
-    if (!emu_lane0()) return;
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * 16 + c];
+    for (int e = 0; e < 8; e++) {
+        int r = emu_frag_row(e), c = emu_frag_col(e);
+        (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[e];
+    }
+}
+// This lane's elements of fragment f into its warp's 16 x 16 tile t.
+template <class F> static inline void emu_spread(float *t, const F &f) {
+    for (int e = 0; e < 8; e++) t[emu_frag_row(e) * 16 + emu_frag_col(e)] = emu_value(f.x[e]);
 }
 template <class LA, class LB>
 static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                             const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
                             const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
                             const fragment<accumulator, 16, 16, 16, float> &c) {
-    if (!emu_lane0()) return;
-    float out[256];
-    for (int r = 0; r < 16; r++)
-        for (int col = 0; col < 16; col++) {
-            float s = c.x[r * 16 + col];
-            for (int k = 0; k < 16; k++) s += a.x[r * 16 + k] * b.x[k * 16 + col];
-            out[r * 16 + col] = s;
-        }
-    memcpy(d.x, out, sizeof out);
+    float *t = emu_block.mma.data() + (size_t)threadIdx.x / WARP_SIZE * 3 * 256, *ta = t, *tb = t + 256, *tc = t + 512;
+    emu_spread(ta, a);
+    emu_spread(tb, b);
+    emu_spread(tc, c);
+    __syncwarp();
+    for (int e = 0; e < 8; e++) {
+        int r = emu_frag_row(e), col = emu_frag_col(e);
+        float s = tc[r * 16 + col];
+        for (int k = 0; k < 16; k++) s += ta[r * 16 + k] * tb[k * 16 + col];
+        d.x[e] = s;
+    }
+    __syncwarp();   // (every lane has read the scratch before the next product writes it)
 }
 }  // namespace wmma
 }  // namespace nvcuda
