@@ -147,21 +147,6 @@ __device__ static const bf16 *key_tile(const bf16 *x, const Geom &G, int b, int 
     return x + (((size_t)b * G.Nkv + g) * G.W + j) * D;
 }
 
-// dst (B, heads, n, D) = src's rows as bf16 (round to nearest even, as __float2bfloat16
-// everywhere): query rows lo + i of head hh (keys = 0), or keys i of kv head hh (keys = 1);
-// 8 values a thread (D a multiple of 16).
-__global__ static void heads_bf16_kernel(bf16 *dst, const float *src, Geom G, int keys, int lo, int n, int D) {
-    int heads = keys ? G.Nkv : G.N, per = D / 8;
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)G.B * heads * n * per;
-    if (t >= total) return;
-    size_t r = t / per;
-    int c = (int)(t % per) * 8, i = (int)(r % n), hh = (int)(r / n % heads), b = (int)(r / n / heads);
-    size_t row = keys ? key_row(G, b, i) * G.Nkv + hh : ((size_t)b * G.S + lo + i) * G.N + hh;
-    const float *x = src + row * D + c;
-    bf16 *y = dst + r * D + c;
-    for (int u = 0; u < 8; u++) y[u] = __float2bfloat16(x[u]);
-}
-
 // 16 bytes from device or shared memory, and back (the emulation copies: its bf16 is a struct).
 #if defined(GPU_EMULATE)
 __device__ static uint4 load16(const void *p) { uint4 v; memcpy(&v, p, 16); return v; }
@@ -170,6 +155,30 @@ __device__ static void store16(void *p, uint4 v) { memcpy(p, &v, 16); }
 __device__ static uint4 load16(const void *p) { return *(const uint4 *)p; }
 __device__ static void store16(void *p, uint4 v) { *(uint4 *)p = v; }
 #endif
+
+// dst (B, heads, n, D) = src's rows as bf16 (round to nearest even, as __float2bfloat16
+// everywhere): query rows lo + i of head hh (keys = 0), or keys i of kv head hh (keys = 1);
+// 8 values a thread (D a multiple of 16), read 16 bytes at a time where src is 16-byte
+// aligned (vec) and written 16 bytes at a time.
+__global__ static void heads_bf16_kernel(bf16 *dst, const float *src, Geom G, int keys, int lo, int n, int D, int vec) {
+    int heads = keys ? G.Nkv : G.N, per = D / 8;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)G.B * heads * n * per;
+    if (t >= total) return;
+    size_t r = t / per;
+    int c = (int)(t % per) * 8, i = (int)(r % n), hh = (int)(r / n % heads), b = (int)(r / n / heads);
+    size_t row = keys ? key_row(G, b, i) * G.Nkv + hh : ((size_t)b * G.S + lo + i) * G.N + hh;
+    const float *x = src + row * D + c;
+    float f[8];
+    if (vec) {
+        float4 a = ((const float4 *)x)[0], z = ((const float4 *)x)[1];
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = z.x, f[5] = z.y, f[6] = z.z, f[7] = z.w;
+    } else {
+        for (int u = 0; u < 8; u++) f[u] = x[u];
+    }
+    union { uint4 v; bf16 h[8]; } y;
+    for (int u = 0; u < 8; u++) y.h[u] = __float2bfloat16(f[u]);
+    store16(dst + r * D + c, y.v);
+}
 
 // Rows 0 .. n-1 of a tile (rows of D bf16 values, one after another from x) into xs (nmax rows,
 // stride ld), rows past n as zeros. Each thread issues LOADS 16-byte loads before it stores the
@@ -224,7 +233,7 @@ static inline Heads heads_make(const float *q, const float *dout, const float *k
     for (int x = 0; x < 4; x++) {
         if (!sizes[x]) continue;
         GPU_LAUNCH(heads_bf16_kernel, blocks_for(sizes[x] / 8, GPU_THREADS), GPU_THREADS, 0)(
-            *base + at[x], src[x], G, keys[x], lo, n[x], D[x]);
+            *base + at[x], src[x], G, keys[x], lo, n[x], D[x], (uintptr_t)src[x] % 16 == 0);
         GPU_CHECK_LAUNCH();
     }
     Heads H = {*base + at[0], dout ? *base + at[1] : NULL, *base + at[2], *base + at[3], lo, rows};
