@@ -23,39 +23,22 @@ static inline void adamw_element(float *p, float *m, float *v, size_t i, float g
     p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
 }
 
-// Elements lo .. hi-1, on this thread.
-static void adamw_block(float *p, const float *g, float *m, float *v, size_t lo, size_t hi, float lr, float b1,
-                        float b2, float c1, float c2, float eps, float wd, GradClip clip) {
-    if (clip.on) {
-        #pragma omp simd
-        for (size_t i = lo; i < hi; i++) adamw_element(p, m, v, i, CLIPPED(g[i], clip), lr, b1, b2, c1, c2, eps, wd);
-    } else {
-        #pragma omp simd
-        for (size_t i = lo; i < hi; i++) adamw_element(p, m, v, i, g[i], lr, b1, b2, c1, c2, eps, wd);
-    }
-}
-
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr, int t,
                          float b1, float b2, float eps, float wd, GradClip clip) {
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
     // Element by element, so vector instructions (IEEE division and square root, exactly
     // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
-    if (p16) {   // in blocks, each block's copy written while it is in the cache
-        #pragma omp parallel for if (n > 65536)
-        for (size_t lo = 0; lo < n; lo += 4096) {
-            size_t hi = lo + 4096 < n ? lo + 4096 : n;
-            adamw_block(p, g, m, v, lo, hi, lr, b1, b2, c1, c2, eps, wd, clip);
-            for (size_t i = lo; i < hi; i++) p16[i] = bf16_bits(p[i]);
-        }
-        return;
-    }
     if (clip.on) {
         #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) adamw_element(p, m, v, i, CLIPPED(g[i], clip), lr, b1, b2, c1, c2, eps, wd);
     } else {
         #pragma omp parallel for simd if (n > 65536)
         for (size_t i = 0; i < n; i++) adamw_element(p, m, v, i, g[i], lr, b1, b2, c1, c2, eps, wd);
+    }
+    if (p16) {   // the updated weights' 16-bit copy (a second pass here; the GPU's is one)
+        #pragma omp parallel for if (n > 65536)
+        for (size_t i = 0; i < n; i++) p16[i] = bf16_bits(p[i]);
     }
 }
 
