@@ -28,7 +28,7 @@ __device__ static inline size_t key_row(const Geom &G, int b, int j) {
 }
 // How many keys row i scans: up to its own position, or all of them when a mask decides.
 // Without a mask these are exactly the keys row i sees: j < keys_scanned(G, i).
-__device__ static inline int keys_scanned(const Geom &G, int i) {
+__host__ __device__ static inline int keys_scanned(const Geom &G, int i) {
     if (G.mask) return G.W;
     int n = G.q0 + i - G.k0 + 1;
     return n < 0 ? 0 : n > G.W ? G.W : n;

@@ -137,6 +137,45 @@ __host__ __device__ static size_t dq_regs_layout(const Geom &G, uintptr_t base, 
     return c.used;
 }
 
+// A warp's dQ tiles (its 16 rows from y0 of the block's nr, tile t columns 16 t ..) from dq
+// (zeros where zero), and back.
+template <int QT>
+__device__ __forceinline__ static void dq_tiles_load(Acc *dQ, const float *dq, QueryRows row, const Geom &G, int y0,
+                                                     int nr, int zero) {
+#pragma unroll
+    for (int t = 0; t < QT; t++) {
+        if (t >= G.Dqk / 16) break;
+        wmma::fill_fragment(dQ[t], 0.0f);
+        if (!zero)
+            row_tile_apply(dQ[t], y0, t, [&](int y, int c, float) { return y < nr ? dq[row(y) * G.Dqk + c] : 0.0f; });
+    }
+}
+// dQ += dS K for a key tile of SLABS x 16 keys: a[c] this warp's rows of dS, keys 16 c ..;
+// K (keys, Dqk) with rows ldq apart; each tile's slabs in key order.
+template <int QT, int SLABS, class FragA>
+__device__ __forceinline__ static void dq_add_products(Acc *dQ, const FragA *a, const bf16 *K, int ldq, int nt) {
+#pragma unroll
+    for (int t = 0; t < QT; t++) {
+        if (t >= nt) break;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fk;
+        for (int c = 0; c < SLABS; c++) {
+            wmma::load_matrix_sync(fk, K + 16 * c * ldq + 16 * t, ldq);
+            wmma::mma_sync(dQ[t], a[c], fk, dQ[t]);
+        }
+    }
+}
+template <int QT>
+__device__ __forceinline__ static void dq_tiles_store(float *dq, Acc *dQ, QueryRows row, const Geom &G, int y0, int nr) {
+#pragma unroll
+    for (int t = 0; t < QT; t++) {
+        if (t >= G.Dqk / 16) break;
+        row_tile_apply(dQ[t], y0, t, [&](int y, int c, float v) {
+            if (y < nr) dq[row(y) * G.Dqk + c] = v;
+            return v;
+        });
+    }
+}
+
 // grid (N, tiles of MQ of the rows r0 .. r1-1, B), the last tile first; QT: the most dQ tiles
 // of a warp (Dqk / 16).
 template <int QT>
@@ -165,13 +204,7 @@ __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots,
     }
     QueryRows row{G, b, h, ia};
     Acc dQ[QT];   // this warp's rows' dq sums, tile t its columns 16 t ..
-#pragma unroll
-    for (int t = 0; t < QT; t++) {
-        if (t >= nt) break;
-        wmma::fill_fragment(dQ[t], 0.0f);
-        if (!zero)
-            row_tile_apply(dQ[t], y0, t, [&](int y, int c, float) { return y < nr ? dq[row(y) * G.Dqk + c] : 0.0f; });
-    }
+    dq_tiles_load<QT>(dQ, dq, row, G, y0, nr, zero);
     for (int j0 = 0, u = 0; j0 < kmax; j0 += MK, u ^= 1) {
         int nk = imin(MK, kmax - j0), next = j0 + MK < kmax;
         cp_async_wait<0>();
@@ -207,25 +240,10 @@ __global__ static void mma_dq_regs_kernel(float *dq, Heads H, const float *dots,
         __syncthreads();   // (every warp done with V)
         if (next) tile_copy_async(S.V, ldv, key_tile(H.v, G, b, g, j0 + MK, G.Dv), nnext, MK, G.Dv);
         cp_async_commit();
-#pragma unroll
-        for (int t = 0; t < QT; t++) {   // dQ += dS K
-            if (t >= nt) break;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fk;
-            for (int c = 0; c < KEY_SLABS; c++) {
-                wmma::load_matrix_sync(fk, K + 16 * c * ldq + 16 * t, ldq);
-                wmma::mma_sync(dQ[t], dS[c], fk, dQ[t]);
-            }
-        }
+        dq_add_products<QT, KEY_SLABS>(dQ, dS, K, ldq, nt);   // dQ += dS K
     }
     cp_async_wait<0>();   // (a block without keys: Q's and dO's copies)
-#pragma unroll
-    for (int t = 0; t < QT; t++) {
-        if (t >= nt) break;
-        row_tile_apply(dQ[t], y0, t, [&](int y, int c, float v) {
-            if (y < nr) dq[row(y) * G.Dqk + c] = v;
-            return v;
-        });
-    }
+    dq_tiles_store<QT>(dq, dQ, row, G, y0, nr);
 }
 
 // grid (Nkv, tiles of MK of the W keys, B), the first keys (seen by the most rows) first: dk,
@@ -270,7 +288,27 @@ __global__ static void mma_dkdv_kernel(float *dk, float *dv, Heads H, const floa
 // computes: with two stages (where two blocks a multiprocessor still fit) the next tile's Q,
 // dO and statistics are copied into the second buffers while this one's are read; with one,
 // after. The products and roundings of mma_dkdv_kernel, each key's in the same order.
-enum { MK2 = 64 };   // keys of a block, 16 a warp
+enum { MK2 = 64, KEY_SLABS2 = MK2 / 16 };   // keys of a block, 16 a warp; its 16-key slabs
+
+// dS through device memory (MESHMOE_ATTN_DQ=ds, below): the dk, dv kernel writes each tile of
+// dS^T it makes (MK2 keys x MQ queries, bf16, the values dK's product reads) and dq reads them
+// back, where it would make S, dP and dS again. Query tile iq is the rows r0 + MQ iq .. of the
+// call's rows r0 .. r1-1; it sees key tiles 0 .. ds_tiles_of(iq) - 1, stored one after another,
+// after those of the query tiles before it, for each (sequence, head) in turn.
+__host__ __device__ static inline int ds_tiles_of(const Geom &G, int r0, int r1, int iq) {
+    int last = imin(r0 + MQ * (iq + 1), r1) - 1;
+    return (keys_scanned(G, last) + MK2 - 1) / MK2;
+}
+__host__ __device__ static inline size_t ds_tiles_before(const Geom &G, int r0, int r1, int iq) {
+    size_t n = 0;
+    for (int i = 0; i < iq; i++) n += ds_tiles_of(G, r0, r1, i);
+    return n;
+}
+// The first dS^T tile of query tile iq of head h of sequence b.
+__device__ static inline bf16 *ds_tile(bf16 *ds, const Geom &G, int r0, int r1, int b, int h, int iq) {
+    size_t per_head = ds_tiles_before(G, r0, r1, (r1 - r0 + MQ - 1) / MQ);
+    return ds + (((size_t)b * G.N + h) * per_head + ds_tiles_before(G, r0, r1, iq)) * (MK2 * MQ);
+}
 
 struct DkdvRegs {
     bf16 *K, *V, *Q[2], *dO[2];   // (MK2, Dqk), (MK2, Dv); per stage (MQ, Dqk), (MQ, Dv)
@@ -325,9 +363,12 @@ template <class F> __device__ static void key_tile_apply(Acc &x, int x0, int t, 
 
 // grid (Nkv, tiles of MK2 of the W keys, B), the first keys first; KT, VT: the most tiles of
 // dK (Dqk / 16) and dV (Dv / 16) a warp holds; stages: 1 or 2 (dkdv_regs_layout).
+// ds: NULL, or where dS^T's tiles go (ds_tile); then the query tiles are dq's, from r0 in steps
+// of MQ (the first may begin before the first row that sees the block's keys: its rows
+// before that row see none of them, and add zeros to dK and dV).
 template <int KT, int VT>
-__global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const float *dots, const float *stats,
-                                            Geom G, int r0, int r1, int stages) {
+__global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, bf16 *ds, Heads H, const float *dots,
+                                            const float *stats, Geom G, int r0, int r1, int stages) {
     GPU_SHARED(float, sh);
     DkdvRegs S;
     dkdv_regs_layout(G, (uintptr_t)sh, &S, stages);
@@ -335,6 +376,7 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const
     int nk = imin(MK2, G.W - j0), ldq = G.Dqk + PAD_H, ldv = G.Dv + PAD_H, ntk = G.Dqk / 16, ntv = G.Dv / 16;
     int first = j0 + G.k0 - G.q0;   // the first row that sees key j0
     if (first < r0) first = r0;
+    if (ds && first < r1) first = r0 + (first - r0) / MQ * MQ;
     QueryTiles T = {g, group, first, r1, first < r1 ? (r1 - first + MQ - 1) / MQ : 0};
     tile_copy_async(S.K, ldq, key_tile(H.k, G, b, g, j0, G.Dqk), nk, MK2, G.Dqk);
     tile_copy_async(S.V, ldv, key_tile(H.v, G, b, g, j0, G.Dv), nk, MK2, G.Dv);
@@ -360,6 +402,7 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const
         __syncthreads();
         const bf16 *Q = stage_of(S.Q, u), *dO = stage_of(S.dO, u);
         const float *m = stage_of(S.m, u), *l = stage_of(S.l, u), *D = stage_of(S.D, u);
+        bf16 *dst = ds ? ds_tile(ds, G, r0, r1, b, T.head(i), (ia - r0) / MQ) + blockIdx.y * (MK2 * MQ) : NULL;
 #pragma unroll
         for (int c = 0; c < MQ / 16; c++) {   // 16 queries at a time
             int lim[LANE_COLS];   // the column slot's query sees keys 0 .. lim-1 of the block
@@ -387,6 +430,9 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const
             RowA pa, dsa;
             acc_to_a(pa, st);
             acc_to_a(dsa, dpt);
+            if (dst)   // (key x0 + r, query 16 c + col; zeros where the query does not see the key)
+                for (int e = 0; e < dpt.num_elements; e++)
+                    dst[(x0 + acc_row(e)) * MQ + 16 * c + acc_col(e)] = __float2bfloat16(dpt.x[e]);
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
 #pragma unroll
             for (int t = 0; t < VT; t++) {   // dV += P^T dO
@@ -422,6 +468,67 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, Heads H, const
             return v;
         });
     }
+}
+
+// ---- dq from dS in device memory ----
+// dQ = dS K with the dk, dv kernel's tiles of dS^T (MESHMOE_ATTN_DQ=ds): a product a key tile,
+// without S, dP or the softmax. Each warp takes 16 of the block's MQ query rows, its dQ tiles
+// in registers for the whole kernel as mma_dq_regs_kernel's; each key tile's K and dS^T come in
+// while the tile before is multiplied (two buffers of each). The keys in the same order, each
+// 16-key slab's products onto the sums in turn, as mma_dq_regs_kernel adds them.
+
+struct DqDs {
+    bf16 *K[2], *dS[2];   // two of (MK2, Dqk) and of (MK2, MQ): dS^T, a row a key
+};
+__host__ __device__ static size_t dq_ds_layout(const Geom &G, uintptr_t base, DqDs *s) {
+    Carve c = {base, 0};
+    DqDs f;
+    for (int u = 0; u < 2; u++) {
+        f.K[u] = c.take<bf16>(MK2 * (G.Dqk + PAD_H));
+        f.dS[u] = c.take<bf16>(MK2 * (MQ + PAD_H));
+    }
+    if (s) *s = f;
+    return c.used;
+}
+// Key tile j's K and dS^T of this block's query tile into buffers u.
+__device__ static void dq_ds_tile_async(DqDs &S, int u, int j, const bf16 *dst, const Geom &G, const Heads &H, int b,
+                                        int g) {
+    int nk = imin(MK2, G.W - j * MK2);
+    tile_copy_async(stage_of(S.K, u), G.Dqk + PAD_H, key_tile(H.k, G, b, g, j * MK2, G.Dqk), nk, MK2, G.Dqk);
+    tile_copy_async(stage_of(S.dS, u), MQ + PAD_H, dst + (size_t)j * (MK2 * MQ), MK2, MK2, MQ);
+}
+
+// grid (N, tiles of MQ of the rows r0 .. r1-1, B), the last tile first; QT: the most dQ tiles
+// of a warp (Dqk / 16).
+template <int QT>
+__global__ static void mma_dq_ds_kernel(float *dq, const bf16 *ds, Heads H, Geom G, int r0, int r1, int zero) {
+    GPU_SHARED(float, sh);
+    DqDs S;
+    dq_ds_layout(G, (uintptr_t)sh, &S);
+    int iq = heavy_first(), ia = r0 + iq * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv);
+    int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, lds = MQ + PAD_H, nt = G.Dqk / 16, y0 = threadIdx.x / 32 * 16;
+    int tiles = ds_tiles_of(G, r0, r1, iq);
+    const bf16 *dst = ds_tile((bf16 *)ds, G, r0, r1, b, h, iq);
+    if (tiles > 0) dq_ds_tile_async(S, 0, 0, dst, G, H, b, g);
+    cp_async_commit();
+    QueryRows row{G, b, h, ia};
+    Acc dQ[QT];   // this warp's rows' dq sums, tile t its columns 16 t ..
+    dq_tiles_load<QT>(dQ, dq, row, G, y0, nr, zero);
+    for (int j = 0; j < tiles; j++) {
+        int u = j % 2;
+        cp_async_wait<0>();
+        __syncthreads();   // (this tile there; every warp done with the tile before, in buffers u ^ 1)
+        if (j + 1 < tiles) dq_ds_tile_async(S, u ^ 1, j + 1, dst, G, H, b, g);
+        cp_async_commit();
+        const bf16 *K = stage_of(S.K, u), *dS = stage_of(S.dS, u);
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> a[KEY_SLABS2];
+#pragma unroll
+        for (int c = 0; c < KEY_SLABS2; c++)   // this warp's rows of dS, keys 16 c .. (stored as dS^T)
+            wmma::load_matrix_sync(a[c], dS + 16 * c * lds + y0, lds);
+        dq_add_products<QT, KEY_SLABS2>(dQ, a, K, ldq, nt);   // dQ += dS K
+    }
+    cp_async_wait<0>();
+    dq_tiles_store<QT>(dq, dQ, row, G, y0, nr);
 }
 
 // ---- the call ----
@@ -460,25 +567,58 @@ static int dkdv_stages(const Geom &G) {
     return 2 * (two + 1024) <= (size_t)per_sm ? 2 : 1;
 }
 template <int KT, int VT>
-static void dkdv_regs_go(float *dk, float *dv, Heads H, const float *dots, const float *stats, Geom G, int r0, int r1) {
+static void dkdv_regs_go(float *dk, float *dv, bf16 *ds, Heads H, const float *dots, const float *stats, Geom G, int r0,
+                         int r1) {
     int stages = dkdv_stages(G);
     size_t bytes = dkdv_regs_layout(G, 0, NULL, stages);
     dim3 grid(G.Nkv, (G.W + MK2 - 1) / MK2, G.B);
     GPU_CHECK(cudaFuncSetAttribute(mma_dkdv_regs_kernel<KT, VT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)bytes));
-    GPU_LAUNCH((mma_dkdv_regs_kernel<KT, VT>), grid, MMA_THREADS, bytes)(dk, dv, H, dots, stats, G, r0, r1, stages);
+    GPU_LAUNCH((mma_dkdv_regs_kernel<KT, VT>), grid, MMA_THREADS, bytes)(dk, dv, ds, H, dots, stats, G, r0, r1,
+                                                                         stages);
     GPU_CHECK_LAUNCH();
 }
 // Heads up to 128 wide (fewer registers), or MLA's 192-wide queries and keys with 128-wide
 // values; 0 (not launched) for values wider than 128, whose 16 tiles of dV a warp would spill
-// registers (ptxas on sm_90): the kernel through shared memory takes those.
-static int dkdv_regs_launch(float *dk, float *dv, Heads H, const float *dots, const float *stats, Geom G, int r0,
-                            int r1) {
+// registers (ptxas on sm_90): the kernel through shared memory takes those. ds: as
+// mma_dkdv_regs_kernel's.
+static int dkdv_regs_launch(float *dk, float *dv, bf16 *ds, Heads H, const float *dots, const float *stats, Geom G,
+                            int r0, int r1) {
     if (G.Dv > 128) return 0;
-    if (G.Dqk <= 128) dkdv_regs_go<8, 8>(dk, dv, H, dots, stats, G, r0, r1);
-    else if (G.Dqk <= 192) dkdv_regs_go<12, 8>(dk, dv, H, dots, stats, G, r0, r1);   // (MLA's heads: 128 + 64)
-    else dkdv_regs_go<16, 8>(dk, dv, H, dots, stats, G, r0, r1);
+    if (G.Dqk <= 128) dkdv_regs_go<8, 8>(dk, dv, ds, H, dots, stats, G, r0, r1);
+    else if (G.Dqk <= 192) dkdv_regs_go<12, 8>(dk, dv, ds, H, dots, stats, G, r0, r1);   // (MLA's heads: 128 + 64)
+    else dkdv_regs_go<16, 8>(dk, dv, ds, H, dots, stats, G, r0, r1);
     return 1;
+}
+
+template <int QT>
+static void dq_ds_go(float *dq, const bf16 *ds, Heads H, Geom G, int r0, int r1, int zero, dim3 grid) {
+    size_t bytes = dq_ds_layout(G, 0, NULL);
+    GPU_CHECK(cudaFuncSetAttribute(mma_dq_ds_kernel<QT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    GPU_LAUNCH(mma_dq_ds_kernel<QT>, grid, MMA_THREADS, bytes)(dq, ds, H, G, r0, r1, zero);
+    GPU_CHECK_LAUNCH();
+}
+static void dq_ds_launch(float *dq, const bf16 *ds, Heads H, Geom G, int r0, int r1, int zero, dim3 grid) {
+    if (G.Dqk <= 128) dq_ds_go<128 / 16>(dq, ds, H, G, r0, r1, zero, grid);
+    else if (G.Dqk <= 192) dq_ds_go<192 / 16>(dq, ds, H, G, r0, r1, zero, grid);
+    else dq_ds_go<MMA_MAX_D / 16>(dq, ds, H, G, r0, r1, zero, grid);
+}
+
+// The bytes of a call's dS^T tiles where dq reads them from memory (MESHMOE_ATTN_DQ=ds, the
+// default, or unset), else 0 (=scores: dq makes S, dP and dS again). Through memory only with
+// the scores in registers, values up to 128 wide (the dk, dv kernel that writes them) and at
+// most DS_MOST bytes (mixtral-medium's call: 4 x 16 heads x 528 tiles of 8 KiB, 264 MiB).
+enum { DS_MOST_MIB = 1024 };
+static size_t ds_bytes(const Geom &G, int r0, int r1, int regs) {
+    const char *how = getenv("MESHMOE_ATTN_DQ");
+    if (how && strcmp(how, "ds") && strcmp(how, "scores")) {
+        fprintf(stderr, "meshmoe: MESHMOE_ATTN_DQ is 'ds' (the default) or 'scores', not '%s'\n", how);
+        exit(1);
+    }
+    if ((how && !strcmp(how, "scores")) || !regs || G.Dv > 128 || G.W <= 0 || r1 <= r0) return 0;
+    size_t tiles = (size_t)G.B * G.N * ds_tiles_before(G, r0, r1, (r1 - r0 + MQ - 1) / MQ);
+    size_t bytes = tiles * MK2 * MQ * sizeof(bf16);
+    return bytes <= ((size_t)DS_MOST_MIB << 20) ? bytes : 0;
 }
 
 int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
@@ -500,12 +640,19 @@ int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const 
     Heads H = heads_make(q, dout, k, v, G, r0, r1 - r0, &base);
     dim3 rows(G.N, (r1 - r0 + MQ - 1) / MQ, G.B), keys(G.Nkv, (G.W + MK - 1) / MK, G.B);
     int regs = attn_scores_in_registers();
-    if (regs) dq_regs_launch(dq, H, dots, stats, G, r0, r1, zero_dq, rows);
+    size_t nds = ds_bytes(G, r0, r1, regs);
+    if (nds) {   // dk, dv first, writing dS^T; then dq from it
+        bf16 *ds;
+        GPU_CHECK(cudaMallocAsync((void **)&ds, nds, gpu_stream()));
+        dkdv_regs_launch(dk, dv, ds, H, dots, stats, G, r0, r1);
+        dq_ds_launch(dq, ds, H, G, r0, r1, zero_dq, rows);
+        GPU_CHECK(cudaFreeAsync(ds, gpu_stream()));
+    } else if (regs) dq_regs_launch(dq, H, dots, stats, G, r0, r1, zero_dq, rows);
     else {
         GPU_LAUNCH(mma_dq_kernel, rows, MMA_THREADS, bytes)(dq, H, dots, stats, G, r0, r1, zero_dq);
         GPU_CHECK_LAUNCH();
     }
-    if (G.W > 0 && !(regs && dkdv_regs_launch(dk, dv, H, dots, stats, G, r0, r1))) {
+    if (!nds && G.W > 0 && !(regs && dkdv_regs_launch(dk, dv, NULL, H, dots, stats, G, r0, r1))) {
         GPU_LAUNCH(mma_dkdv_kernel, keys, MMA_THREADS, bytes)(dk, dv, H, dots, stats, G, r0, r1);
         GPU_CHECK_LAUNCH();
     }

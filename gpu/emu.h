@@ -61,7 +61,13 @@ static inline cudaError_t cudaMalloc(void **p, size_t n) {   // 256-byte aligned
 static inline cudaError_t cudaFree(void *p) { free(p); return 0; }
 static inline cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
 static inline cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
-static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+// The stream's scratch comes poisoned (every byte 0xff: a NaN as float32 or bf16), so that a
+// kernel reading what no kernel wrote shows it.
+static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) {
+    cudaError_t e = cudaMalloc(p, n);
+    if (!e) memset(*p, 0xff, n);
+    return e;
+}
 template <class T> static inline cudaError_t cudaMallocAsync(T **p, size_t n, cudaStream_t s) {
     return cudaMallocAsync((void **)p, n, s);   // (CUDA's typed overload)
 }

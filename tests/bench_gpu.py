@@ -9,18 +9,20 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
-  meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
-                 cuBLAS call for all the experts, or a call per expert), first of the variants
-  meshmoe, MESHMOE_GROUPED=cublas  the experts' grouped products by cuBLAS alone (in tf32 where
-                 its grouped call refuses bf16), where the default takes what cuBLAS refuses in
-                 bf16 to the backend's own tensor-core kernel (gpu/grouped16.cu); for the
-                 presets with megablox=true, second of the variants
-  meshmoe, MESHMOE_ATTN_SCORES=smem  the tensor-core attention's kernels with their scores
-                 through shared memory (the default keeps them in registers), when there is time
   meshmoe, MESHMOE_WEIGHTS16=1, profile=true  the weights' bf16 copy stored as 16-bit numbers (kept
                  from update to update, written by AdamW), the products that read a weight on
                  it (kernels/matmul16.h), the activations 16-bit where step 3 of bf16 storage
-                 has reached (docs/performance-gpu.md), when there is time
+                 has reached (docs/performance-gpu.md), first of the variants: whether it
+                 becomes bf16's default
+  meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
+                 cuBLAS call for all the experts, or a call per expert)
+  meshmoe, MESHMOE_GROUPED=cublas  the experts' grouped products by cuBLAS alone (in tf32 where
+                 its grouped call refuses bf16), where the default takes what cuBLAS refuses in
+                 bf16 to the backend's own tensor-core kernel (gpu/grouped16.cu); for the
+                 presets with megablox=true
+  meshmoe, MESHMOE_ATTN_DQ=scores  the tensor-core attention's dq kernel making S, dP and dS
+                 again (the default reads the dS that the dk, dv kernel wrote to device memory),
+                 when there is time
   meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true  the weight products' operands converted to bf16 by
                  gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
                  converted inside cuBLAS's kernels), when there is time
@@ -217,7 +219,7 @@ def limits():
 CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true"  # the operands converted before cuBLAS (gpu/matmul.cu)
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
-SCORES_SMEM = "meshmoe, MESHMOE_ATTN_SCORES=smem"  # attention's scores through shared memory (gpu/attn_mma.cu)
+DQ_SCORES = "meshmoe, MESHMOE_ATTN_DQ=scores"  # attention's dq making its scores again (gpu/attn_mma_bwd.cu)
 WEIGHTS16 = "meshmoe, MESHMOE_WEIGHTS16=1, profile=true"  # the weights' copy as 16-bit numbers (model/weights16.h)
 GROUPED_CUBLAS = "meshmoe, MESHMOE_GROUPED=cublas"  # the experts' grouped products by cuBLAS alone (gpu/matmul.cu)
 
@@ -255,16 +257,17 @@ def main():
         # Then why the slowest kernels are slow (ncu, one or two layers of each preset).
         for preset in PRESETS:
             results[preset]["ncu"] = ncu(preset)
-        # Then meshmoe's variants that decide its next defaults, torch.compile, the ordered GEMM.
+        # Then meshmoe's variants that decide its next defaults (the 16-bit weights first: whether
+        # they become bf16's default), torch.compile, the ordered GEMM.
+        for preset in PRESETS:
+            results[preset][WEIGHTS16] = meshmoe(preset, ("profile=true",), env={"MESHMOE_WEIGHTS16": "1"})
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
         for preset in PRESETS:
             results[preset][GROUPED_CUBLAS] = (meshmoe(preset, env={"MESHMOE_GROUPED": "cublas"}) if megablox_on(preset)
                                                else {"why": "not run: no grouped products (megablox=false)"})
         for preset in PRESETS:
-            results[preset][SCORES_SMEM] = meshmoe(preset, env={"MESHMOE_ATTN_SCORES": "smem"})
-        for preset in PRESETS:
-            results[preset][WEIGHTS16] = meshmoe(preset, ("profile=true",), env={"MESHMOE_WEIGHTS16": "1"})
+            results[preset][DQ_SCORES] = meshmoe(preset, env={"MESHMOE_ATTN_DQ": "scores"})
         for preset in PRESETS:
             results[preset][CONVERT] = meshmoe(preset, ("profile=true",), env={"MESHMOE_CUBLAS_BF16": "convert"})
         for preset in PRESETS:
@@ -280,7 +283,7 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, GROUPED_CUBLAS, SCORES_SMEM,
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, GROUPED_CUBLAS, DQ_SCORES,
                        WEIGHTS16, CONVERT, TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)

@@ -382,11 +382,12 @@ static void tensor_cores_within(Shape A) {
 #endif
 
 #ifdef MESHMOE_CONFORMANCE_GPU
-// The tensor cores' two dq kernels (gpu/attn_mma.cu: the scores in registers, the default,
-// and through shared memory, MESHMOE_ATTN_SCORES=smem) make the same products and roundings in
-// the same order: dq bit for bit the same from both. (Their dk and dv kernels make S^T = K Q^T
-// where the other makes S = Q K^T, whose sums the tensor cores may add in another order:
-// tensor_cores_within checks each way's against the CPU.)
+// The tensor cores' two dq kernels that make S and dP themselves (gpu/attn_mma_bwd.cu: the
+// scores in registers and through shared memory, MESHMOE_ATTN_SCORES=smem, both with
+// MESHMOE_ATTN_DQ=scores) make the same products and roundings in the same order: dq bit for
+// bit the same from both. (The dk and dv kernels make S^T = K Q^T where these make S = Q K^T,
+// whose sums the tensor cores may add in another order, and by default dq reads the dS^T that
+// the dk, dv kernel wrote: tensor_cores_within checks each way's against the CPU.)
 static void dq_kernels_equal(Shape A) {
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
     float *q = bf16_random(nq * A.Dqk, 1.5f), *k = bf16_random(nk * A.Dqk, 1.5f);
@@ -398,6 +399,7 @@ static void dq_kernels_equal(Shape A) {
     gpu_attention_use(GPU_ATTENTION_KIND_TENSOR_CORES);
     const AttentionKernels *u = UNDER_TEST->attention;
     u->dot_forward(d_o, d_st, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
+    setenv("MESHMOE_ATTN_DQ", "scores", 1);
     for (int way = 0; way < 2; way++) {
         if (way) setenv("MESHMOE_ATTN_SCORES", "smem", 1);
         float *d_dq = dev_poisoned(sizeof(float) * nq * A.Dqk), *d_dk = dev_alloc(sizeof(float) * nk * A.Dqk);
@@ -410,6 +412,7 @@ static void dq_kernels_equal(Shape A) {
         dev_free(d_dq); dev_free(d_dk); dev_free(d_dv);
     }
     unsetenv("MESHMOE_ATTN_SCORES");
+    unsetenv("MESHMOE_ATTN_DQ");
     gpu_attention_use(GPU_ATTENTION_KIND_TILES);
     char shape[96];
     snprintf(shape, sizeof shape, "B=%d S=%d N=%d Nkv=%d Dqk=%d Dv=%d, registers against smem", A.B, A.S, A.N, A.Nkv,
@@ -455,11 +458,15 @@ void test_attention(void) {
                   {1, 70, 0, 4, 4, 192, 128, 1, bf_f32}, {2, 40, 0, 4, 2, 64, 64, 1, bf},
                   {1, 70, 0, 2, 1, 64, 192, 1, bf}};
     if (gpu_attention_tensor_cores()) {
-        for (int way = 0; way < 2; way++) {   // the backward's scores in registers, then through shared memory
-            if (way) setenv("MESHMOE_ATTN_SCORES", "smem", 1);
+        // the backward's scores in registers (dq from dS in memory, then made again), then through
+        // shared memory
+        for (int way = 0; way < 3; way++) {
+            if (way == 1) setenv("MESHMOE_ATTN_DQ", "scores", 1);
+            if (way == 2) setenv("MESHMOE_ATTN_SCORES", "smem", 1);
             for (size_t x = 0; x < sizeof tc / sizeof tc[0]; x++) tensor_cores_within(tc[x]);
         }
         unsetenv("MESHMOE_ATTN_SCORES");
+        unsetenv("MESHMOE_ATTN_DQ");
         dq_kernels_equal(tc[0]);
         dq_kernels_equal(tc[1]);   // MLA's heads: the 16 tiles of dq a warp
     } else

@@ -13,8 +13,8 @@
 # in another order: its losses must stay within 1e-2 relative of ./train's bf16 run (measured
 # here, 2 steps: at most 4.2e-4 on mixtral-tiny and 8.3e-5 on deepseek-tiny; 8.9e-4 at the
 # third step), its two kernels (scores in registers, and through shared memory) must give
-# the same bits, and the run must differ from the CPU's somewhere (else the tensor-core
-# kernels did not run). The
+# the same bits, as must dq read from the dS in memory and dq made again, and the run must
+# differ from the CPU's somewhere (else the tensor-core kernels did not run). The
 # cuBLAS paths run on the emulation's cuBLAS (gpu/emu_cublas.h): gpu_matmul=cublas_bf16 within
 # the same bound, every operand it multiplied bf16-valued (MESHMOE_CHECK_BF16's count), and
 # megablox's grouped calls the per-expert calls' bits (each part the same product). The
@@ -56,10 +56,12 @@ both ds-ft     deepseek-tiny dtype=bfloat16 megablox=true ici_fsdp_parallelism=2
 both mx-ep     mixtral-tiny dtype=bfloat16 megablox=true ici_expert_parallelism=2 num_devices=2
 both ds-cp     deepseek-tiny attention=flash ici_context_parallelism=2 num_devices=2
 MESHMOE_WEIGHTS16=1 both ds-w16 deepseek-tiny dtype=bfloat16 megablox=true ici_tensor_parallelism=2 num_devices=2
-echo "== the tensor-core attention (bf16), scores in registers and through shared memory"
+echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
+    "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
 both ds-tc     deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
 MESHMOE_ATTN_SCORES=smem both ds-tcs deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
+MESHMOE_ATTN_DQ=scores both ds-tcq deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
 echo "== cuBLAS (gpu/emu_cublas.h): the weight products on bf16 operands, the experts' grouped call"
 MESHMOE_CHECK_BF16=1 both mx-cb mixtral-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
 both ds-cbg    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true ici_expert_parallelism=2 num_devices=2
@@ -91,9 +93,10 @@ done
 for name in mx-tc ds-tc mx-cb dsm; do
     ok_run $name || continue
     if [ $name = ds-tc ]; then
-        ok_run ${name}s || continue
+        ok_run ${name}s && ok_run ${name}q || continue
         check "$name: the two tensor-core kernels give the same loss bits: $(bits $name-emu)" \
             same $name-emu ${name}s-emu
+        check "$name: dq from dS in memory and dq made again give the same loss bits" same $name-emu ${name}q-emu
     fi
     check "$name: the tensor-core kernels ran (loss bits not ./train's)" \
         test -n "$(bits $name-emu)" -a "$(bits $name-emu)" != "$(bits $name-cpu)"

@@ -24,10 +24,11 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The kernels asked about: attention on tensor cores (gpu/attn_mma.cu, gpu/attn_mma_bwd.cu: the
-# backward's kernels with their scores in registers, or through shared memory) and the RMS norm
-# (gpu/norm.cu).
-KERNELS = ["mma_forward_kernel", "mma_dq_regs_kernel", "mma_dkdv_regs_kernel", "mma_dq_kernel", "mma_dkdv_kernel",
-           "row_dots_kernel", "rmsnorm_forward_kernel", "rmsnorm_backward_dx_kernel", "rmsnorm_dscale_leaf_kernel"]
+# backward's kernels with their scores in registers, dq from the dS in memory, or through shared
+# memory) and the RMS norm (gpu/norm.cu).
+KERNELS = ["mma_forward_kernel", "mma_dq_ds_kernel", "mma_dq_regs_kernel", "mma_dkdv_regs_kernel", "mma_dq_kernel",
+           "mma_dkdv_kernel", "row_dots_kernel", "rmsnorm_forward_kernel", "rmsnorm_backward_dx_kernel",
+           "rmsnorm_dscale_leaf_kernel"]
 # One or two layers (deepseek's first is dense): every layer launches the same kernels.
 LAYERS = {"mixtral-medium": ["base_num_decoder_layers=1"],
           "deepseek-medium": ["base_num_decoder_layers=2", "first_num_dense_layers=1"]}

@@ -41,7 +41,8 @@ static const AttnWays ways = {4, use, way_names, 3, way_pairs};
 // on bf16-valued q, k, v and dO (as bf16 training gives them), every output's largest
 // difference relative to the largest magnitude of the CPU's (for dk and dv, of what the call
 // added to their starting values); and the two thread orders bit for bit (a race), the first
-// with the dk, dv kernel's query tiles in two stages, the second in one (MESHMOE_ATTN_STAGES).
+// with the dk, dv kernel's query tiles in two stages, the second in one (MESHMOE_ATTN_STAGES);
+// and dq from dS in memory against dq made again (MESHMOE_ATTN_DQ), bit for bit.
 struct TcWorst { double o, m, l, dq, dk, dv; };
 
 static float *bf16_random(size_t n, float scale) {
@@ -55,7 +56,8 @@ static double rel_diff(const float *want, const float *got, const float *base, s
     for (size_t i = 0; i < n; i++) {
         double w = want[i] - (base ? base[i] : 0.0f), g = got[i] - (base ? base[i] : 0.0f);
         if (fabs(w) > top) top = fabs(w);
-        if (!(fabs(g - w) <= diff)) diff = fabs(g - w);   // (a NaN makes it NaN)
+        if (!(fabs(g - w) <= diff)) diff = fabs(g - w);
+        if (isnan(diff)) break;   // (a NaN makes it NaN, whatever follows)
     }
     return top > 0 ? diff / top : diff;
 }
@@ -113,14 +115,18 @@ static void tc_compare(const AttnShape *s, AttnRounding rnd, TcWorst *worst) {
     float *q = bf16_random(nq * Dqk, 1.5f), *k = bf16_random(nk * Dqk, 1.5f), *v = bf16_random(nk * Dv, 1.0f);
     float *dout = bf16_random(nq * Dv, 1.0f), *dk0 = attn_random(nk * Dqk, 0.5f), *dv0 = attn_random(nk * Dv, 0.5f);
     for (int ring = 0; ring < 2; ring++) {
-        TcRun cpu, tc[2];
+        TcRun cpu, tc[3];
         tc_run(&attention_cpu_plain, s, rnd, ring, q, k, v, dout, dk0, dv0, NULL, NULL, &cpu);
-        for (int order = 0; order < 2; order++) {   // (dk, dv's query tiles in two stages, then one)
+        for (int run = 0; run < 3; run++) {   // (dk, dv's query tiles in two stages, then one; then dq recomputed)
             gpu_attention_use(GPU_ATTENTION_KIND_TENSOR_CORES);
-            emu_order = order;
-            setenv("MESHMOE_ATTN_STAGES", order ? "1" : "2", 1);
-            tc_run(&attention_cuda, s, rnd, ring, q, k, v, dout, dk0, dv0, cpu.o, cpu.st, &tc[order]);
+            emu_order = run == 1;
+            setenv("MESHMOE_ATTN_STAGES", run == 1 ? "1" : "2", 1);
+            if (run == 2) setenv("MESHMOE_ATTN_DQ", "scores", 1);
+            uint32_t rng = attn_rng;   // (the third run's draws leave the later cases' inputs as they were)
+            tc_run(&attention_cuda, s, rnd, ring, q, k, v, dout, dk0, dv0, cpu.o, cpu.st, &tc[run]);
+            if (run == 2) attn_rng = rng;
             unsetenv("MESHMOE_ATTN_STAGES");
+            unsetenv("MESHMOE_ATTN_DQ");
         }
         emu_order = 0;
         const char *what = ring ? "ring blocks" : "dot product";
@@ -133,6 +139,14 @@ static void tc_compare(const AttnShape *s, AttnRounding rnd, TcWorst *worst) {
             size_t i = attn_first_diff(got[x], again[x], n[x]);
             CHECK(i == n[x],
                   "tensor cores %s %s rnd=%d%d%d: %s: ascending in two stages, descending in one differ at %zu",
+                  s->name, what, rnd.scores, rnd.probs, rnd.out, names[x], i);
+        }
+        // dq from the dk, dv kernel's dS in memory, or made again from S and dP: here the same
+        // bits (the emulated products add in the same order either way; on a GPU they need not)
+        float *recomputed[3] = {tc[2].dq, tc[2].dk, tc[2].dv};
+        for (int x = 2; x < 5; x++) {
+            size_t i = attn_first_diff(got[x], recomputed[x - 2], n[x]);
+            CHECK(i == n[x], "tensor cores %s %s rnd=%d%d%d: %s: dq from dS in memory and dq made again differ at %zu",
                   s->name, what, rnd.scores, rnd.probs, rnd.out, names[x], i);
         }
         // m and l apart: stats holds (m, l) pairs
@@ -148,7 +162,7 @@ static void tc_compare(const AttnShape *s, AttnRounding rnd, TcWorst *worst) {
         for (int x = 0; x < 6; x++)   // (a NaN stays: no later case may take its place)
             if (!(e[x] <= *wp[x]) && !isnan(*wp[x])) *wp[x] = e[x];
         free(mw); free(mg); free(lw); free(lg);
-        tc_free(&cpu); tc_free(&tc[0]); tc_free(&tc[1]);
+        tc_free(&cpu); tc_free(&tc[0]); tc_free(&tc[1]); tc_free(&tc[2]);
     }
     free(q); free(k); free(v); free(dout); free(dk0); free(dv0);
 }
