@@ -8,9 +8,9 @@
 //
 // Launch geometry of the forward and backward: one block of NORM_THREADS per token (row). The
 // block's threads first make the row's terms (squares; the backward's products) into shared
-// memory, each its own elements, then thread 0 adds them in element order (the same
-// roundings as the CPU's loop: products are rounded before they are added, --fmad=false), and
-// then each thread takes elements i = threadIdx.x, threadIdx.x + blockDim.x, ... A row wider
+// memory, each its own elements (four at a time where the row allows), then thread 0 adds them
+// in element order (the same roundings as the CPU's loop: products are rounded before they are
+// added, --fmad=false), and then each thread takes its elements again for the outputs. A row wider
 // than NORM_TERMS_MAX (shared memory's 48 KiB) has thread 0 make the terms as it adds them,
 // reading device memory one element after another: the same sum, far slower.
 // The serial sum is each row's critical path (D dependent adds), so the blocks are small
@@ -26,32 +26,83 @@ enum { NORM_TERMS_MAX = 12288, NORM_THREADS = 64 };
 // The shared memory a row's terms take: D floats, or none for a row too wide.
 static size_t terms_bytes(int D) { return D <= NORM_TERMS_MAX ? sizeof(float) * (size_t)D : 0; }
 
+// Rows whose every array starts on 16 bytes and whose width is a multiple of 4 are read and
+// written four elements at a time (float4), each element's arithmetic as it is alone.
+__device__ static inline int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+__device__ static inline float4 load4(const float *p) { return *(const float4 *)p; }
+__device__ static inline void store4(float *p, float4 v) { *(float4 *)p = v; }
+
+// a[0] + a[1] + ... + a[n-1], one add after another (a: the block's terms, 16-byte aligned),
+// four terms a shared-memory load, so that the loads run ahead of the chain of adds.
+__device__ static float sum_in_order(const float *a, int n) {
+    float s = 0.0f;
+    int i = 0;
+#pragma unroll 4
+    for (; i + 4 <= n; i += 4) {
+        float4 v = load4(a + i);
+        s += v.x;
+        s += v.y;
+        s += v.z;
+        s += v.w;
+    }
+    for (; i < n; i++) s += a[i];
+    return s;
+}
+
+// An output element: (x * r) * scale, in bf16 each product rounded (cast point 3).
+__device__ static inline float norm_out(float x, float sc, float r, int bf16) {
+    return bf16 ? bf16_round_dev(bf16_round_dev(x * r) * sc) : (x * r) * sc;
+}
+
 __global__ static void rmsnorm_forward_kernel(float *out, float *rstd, const float *x, const float *scale,
                                               size_t scale_stride, int D, float eps, int bf16) {
     GPU_SHARED(float, terms);   // (D) the squares, when the row fits
     int t = blockIdx.x, held = D <= NORM_TERMS_MAX;
     const float *xt = x + (size_t)t * D, *sc = scale + (size_t)t * scale_stride;
     float *ot = out + (size_t)t * D;
+    int vec = D % 4 == 0 && aligned16(xt) && aligned16(sc) && aligned16(ot), step = vec ? 4 : 1;
     __shared__ float r;
     if (held) {
-        for (int i = threadIdx.x; i < D; i += blockDim.x) terms[i] = xt[i] * xt[i];
+        for (int i = step * threadIdx.x; i < D; i += step * blockDim.x) {
+            if (!vec) {
+                terms[i] = xt[i] * xt[i];
+                continue;
+            }
+            float4 v = load4(xt + i);
+            store4(terms + i, make_float4(v.x * v.x, v.y * v.y, v.z * v.z, v.w * v.w));
+        }
         __syncthreads();
     }
     if (threadIdx.x == 0) {
         float ss = 0.0f;   // mean of squares, float32, in element order
-        for (int i = 0; i < D; i++) ss += held ? terms[i] : xt[i] * xt[i];
+        if (held) ss = sum_in_order(terms, D);
+        else
+            for (int i = 0; i < D; i++) ss += xt[i] * xt[i];
         r = 1.0f / sqrtf(ss / D + eps);
         rstd[t] = r;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        ot[i] = bf16 ? bf16_round_dev(bf16_round_dev(xt[i] * r) * sc[i]) : (xt[i] * r) * sc[i];   // cast point 3
+    for (int i = step * threadIdx.x; i < D; i += step * blockDim.x) {
+        if (!vec) {
+            ot[i] = norm_out(xt[i], sc[i], r, bf16);
+            continue;
+        }
+        float4 v = load4(xt + i), s = load4(sc + i);
+        store4(ot + i, make_float4(norm_out(v.x, s.x, r, bf16), norm_out(v.y, s.y, r, bf16),
+                                   norm_out(v.z, s.z, r, bf16), norm_out(v.w, s.w, r, bf16)));
+    }
 }
 
-// The backward's term i: g * n with g = dy * scale (bf16: g rounded), n = x * r.
-__device__ static float dx_term(const float *dyt, const float *xt, const float *sc, float r, int i, int bf16) {
-    float g = bf16 ? bf16_round_dev(dyt[i] * sc[i]) : dyt[i] * sc[i];
-    return g * (xt[i] * r);
+// The backward's g = dy * scale (bf16: rounded), and its term g * n, n = x * r.
+__device__ static inline float grad_of(float dy, float sc, int bf16) {
+    return bf16 ? bf16_round_dev(dy * sc) : dy * sc;
+}
+__device__ static inline float dx_term(float dy, float x, float sc, float r, int bf16) {
+    return grad_of(dy, sc, bf16) * (x * r);
+}
+// dx's element: dx + r (g - n mean(g n)).
+__device__ static inline float dx_add(float dx, float dy, float x, float sc, float r, float dot, int bf16) {
+    return dx + r * (grad_of(dy, sc, bf16) - (x * r) * dot);
 }
 
 // dx = r * (g - n * mean(g * n)), n = x * r, g = dy * scale (bf16: g rounded).
@@ -60,21 +111,39 @@ __global__ static void rmsnorm_backward_dx_kernel(float *dx, const float *dout, 
     GPU_SHARED(float, terms);   // (D) g * n, when the row fits
     int t = blockIdx.x, held = D <= NORM_TERMS_MAX;
     const float *xt = x + (size_t)t * D, *dyt = dout + (size_t)t * D, *sc = scale + (size_t)t * scale_stride;
-    float r = rstd[t];
+    float *dxt = dx + (size_t)t * D, r = rstd[t];
+    int vec = D % 4 == 0 && aligned16(xt) && aligned16(dyt) && aligned16(sc) && aligned16(dxt), step = vec ? 4 : 1;
     __shared__ float dot;
     if (held) {
-        for (int i = threadIdx.x; i < D; i += blockDim.x) terms[i] = dx_term(dyt, xt, sc, r, i, bf16);
+        for (int i = step * threadIdx.x; i < D; i += step * blockDim.x) {
+            if (!vec) {
+                terms[i] = dx_term(dyt[i], xt[i], sc[i], r, bf16);
+                continue;
+            }
+            float4 g = load4(dyt + i), v = load4(xt + i), s = load4(sc + i);
+            store4(terms + i, make_float4(dx_term(g.x, v.x, s.x, r, bf16), dx_term(g.y, v.y, s.y, r, bf16),
+                                          dx_term(g.z, v.z, s.z, r, bf16), dx_term(g.w, v.w, s.w, r, bf16)));
+        }
         __syncthreads();
     }
     if (threadIdx.x == 0) {
         float s = 0.0f;
-        for (int i = 0; i < D; i++) s += held ? terms[i] : dx_term(dyt, xt, sc, r, i, bf16);
+        if (held) s = sum_in_order(terms, D);
+        else
+            for (int i = 0; i < D; i++) s += dx_term(dyt[i], xt[i], sc[i], r, bf16);
         dot = s / D;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        float g = bf16 ? bf16_round_dev(dyt[i] * sc[i]) : dyt[i] * sc[i];
-        dx[(size_t)t * D + i] += r * (g - (xt[i] * r) * dot);
+    for (int i = step * threadIdx.x; i < D; i += step * blockDim.x) {
+        if (!vec) {
+            dxt[i] = dx_add(dxt[i], dyt[i], xt[i], sc[i], r, dot, bf16);
+            continue;
+        }
+        float4 a = load4(dxt + i), g = load4(dyt + i), v = load4(xt + i), s = load4(sc + i);
+        store4(dxt + i, make_float4(dx_add(a.x, g.x, v.x, s.x, r, dot, bf16),
+                                    dx_add(a.y, g.y, v.y, s.y, r, dot, bf16),
+                                    dx_add(a.z, g.z, v.z, s.z, r, dot, bf16),
+                                    dx_add(a.w, g.w, v.w, s.w, r, dot, bf16)));
     }
 }
 

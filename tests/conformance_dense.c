@@ -415,7 +415,16 @@ static void ref_rmsnorm_backward_dx(float *dx, const float *dout, const float *x
     }
 }
 
-static void test_norm_case(int T, int D, int per_token_scale, int bf16) {
+// A device copy of h (n floats; NULL: poisoned) that begins `shift` floats into its allocation
+// (free it at p - shift): shift 1 puts every row of a 4-multiple width off 16 bytes.
+static float *dev_shifted(const float *h, size_t n, int shift) {
+    float *d = (float *)dev_poisoned(sizeof(float) * (n + shift)) + shift;
+    if (h) dev_upload(d, h, sizeof(float) * n);
+    return d;
+}
+
+// shift: the device's x, scale, dout, out and dx that many floats off their allocations.
+static void test_norm_case(int T, int D, int per_token_scale, int bf16, int shift) {
     size_t n = (size_t)T * D, ss = per_token_scale ? (size_t)D : 0;
     float *x = rand_floats(n, -2, 2), *scale = rand_floats(per_token_scale ? n : (size_t)D, 0.5f, 1.5f);
     float *dout = rand_floats(n, -1, 1), *dx0 = rand_floats(n, -1, 1), *ds0 = rand_floats(D, -1, 1);
@@ -437,13 +446,13 @@ static void test_norm_case(int T, int D, int per_token_scale, int bf16) {
             }
         for (size_t k = 0; k < n; k++) bc[k] = scale[k % D];
     }
-    float *d_x = dev_copy(x, sizeof(float) * n), *d_scale = dev_copy(scale, sizeof(float) * (ss ? n : (size_t)D));
-    float *d_dout = dev_copy(dout, sizeof(float) * n), *d_out = dev_poisoned(sizeof(float) * n);
-    float *d_rstd = dev_poisoned(sizeof(float) * T), *d_dx = dev_copy(dx0, sizeof(float) * n);
+    float *d_x = dev_shifted(x, n, shift), *d_scale = dev_shifted(scale, ss ? n : (size_t)D, shift);
+    float *d_dout = dev_shifted(dout, n, shift), *d_out = dev_shifted(NULL, n, shift);
+    float *d_rstd = dev_poisoned(sizeof(float) * T), *d_dx = dev_shifted(dx0, n, shift);
     float *d_ds = dev_copy(ds0, sizeof(float) * D), *d_bc = dev_poisoned(sizeof(float) * n);
     UNDER_TEST->norm->rmsnorm_forward(d_out, d_rstd, d_x, d_scale, ss, T, D, 1e-6f, bf16);
     char shape[64];
-    snprintf(shape, sizeof shape, "T=%d D=%d scale_stride=%zu bf16=%d", T, D, ss, bf16);
+    snprintf(shape, sizeof shape, "T=%d D=%d scale_stride=%zu bf16=%d shift=%d", T, D, ss, bf16, shift);
     check_dev_floats("rmsnorm_forward out", shape, out, d_out, n, 0, 0);
     check_dev_floats("rmsnorm_forward rstd", shape, rstd, d_rstd, T, 0, 0);
     float *d_rstd_cpu = dev_copy(rstd, sizeof(float) * T);   // the backward from the same rstd
@@ -454,18 +463,20 @@ static void test_norm_case(int T, int D, int per_token_scale, int bf16) {
     check_dev_floats("rmsnorm_dscale_leaf", shape, ds, d_ds, D, 0, 0);
     check_dev_floats("broadcast_rows", shape, bc, d_bc, n, 0, 0);
     free(x); free(scale); free(dout); free(dx0); free(ds0); free(out); free(rstd); free(dx); free(ds); free(bc);
-    dev_free(d_x); dev_free(d_scale); dev_free(d_dout); dev_free(d_out); dev_free(d_rstd); dev_free(d_dx);
-    dev_free(d_ds); dev_free(d_bc); dev_free(d_rstd_cpu);
+    dev_free(d_x - shift); dev_free(d_scale - shift); dev_free(d_dout - shift); dev_free(d_out - shift);
+    dev_free(d_rstd); dev_free(d_dx - shift); dev_free(d_ds); dev_free(d_bc); dev_free(d_rstd_cpu);
 }
 
 void test_norm(void) {
-    test_norm_case(9, 300, 0, 0);
-    test_norm_case(9, 300, 0, 1);
-    test_norm_case(5, 64, 1, 0);
-    test_norm_case(5, 64, 1, 1);
-    test_norm_case(3, 12300, 0, 1);   // wider than gpu/norm.cu's terms in shared memory
-    test_norm_case(600, 37, 0, 1);    // dscale: a leaf of 300 tokens, over gpu/norm.cu's tiles of 128,
-    test_norm_case(600, 300, 1, 0);   // and columns not a multiple of its 16
+    // (widths of 4-multiples: gpu/norm.cu's rows four elements at a time; 37 and shift 1: one)
+    test_norm_case(9, 300, 0, 0, 0);
+    test_norm_case(9, 300, 0, 1, 0);
+    test_norm_case(9, 300, 1, 1, 1);
+    test_norm_case(5, 64, 1, 0, 0);
+    test_norm_case(5, 64, 1, 1, 0);
+    test_norm_case(3, 12300, 0, 1, 0);   // wider than gpu/norm.cu's terms in shared memory
+    test_norm_case(600, 37, 0, 1, 0);    // dscale: a leaf of 300 tokens, over gpu/norm.cu's tiles of 128,
+    test_norm_case(600, 300, 1, 0, 0);   // and columns not a multiple of its 16
 }
 
 // ---------------------------------------------------------------- rope
