@@ -1,10 +1,9 @@
 // kernels/matmul16.h: the matrix products of kernels/matmul.h with 16-bit operands: both
 // inputs of every product stored as bf16 bits (uint16_t, kernels/bf16.h), the sums and the
-// output float32. What bf16 storage is built on (docs/performance-gpu.md, "What bf16 storage
-// takes"): in bf16 mode the operands of the layers' products are bf16-valued already (the
-// weights' rounded copy, the activations rounded at the cast points, the gradients rounded
-// where the forward rounded), so storing them as 16-bit numbers loses nothing, and half the
-// bytes move.
+// output float32. What bf16 storage is built on (docs/bf16-storage.md): in bf16 mode the
+// operands of the layers' products are bf16-valued already (the weights' rounded copy, the
+// activations rounded at the cast points, the gradients rounded where the forward rounded),
+// so storing them as 16-bit numbers loses nothing, and half the bytes move.
 //
 // The contract is the float32 table's, kernel by kernel, on the widened operands: a bf16
 // value widened to float32 is exact, so each kernel here gives the bits its float32 twin

@@ -64,7 +64,7 @@ void act_pack_if_float(const Config *c, float **p, size_t n);
 // (model/weights16.h): then the arrays that only products read, and those that the layers
 // keep for their backward pass, are made as 16-bit numbers where they are made (SwiGLU's,
 // model/mlp.h; the experts' gathered input rows, model/moe.c), where float32 arrays were
-// rounded, then packed (docs/performance-gpu.md, step 3 of bf16 storage).
+// rounded, then packed (docs/bf16-storage.md, step 3).
 int packed_operands(const Config *c);
 // An array of n elements that is kept so (MEM_ACTIVATIONS, named `name`, zeroed where asked):
 // floats, or under packed_operands 16-bit numbers, held in a float pointer as act_pack's

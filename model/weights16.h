@@ -1,5 +1,5 @@
 // model/weights16.h: the weights' compute copy as 16-bit numbers (bf16 mode with
-// MESHMOE_WEIGHTS16=1: step 2 of bf16 storage, docs/performance-gpu.md#what-bf16-storage-takes).
+// MESHMOE_WEIGHTS16=1: step 2 of bf16 storage, docs/bf16-storage.md).
 //
 // In bf16 mode the layers compute with the weights rounded to bf16 (cast point 1 of
 // model/precision.h). By default model_unit_acquire writes that copy as float32 and points

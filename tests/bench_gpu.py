@@ -12,7 +12,7 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   meshmoe, MESHMOE_WEIGHTS16=1, profile=true  the weights' bf16 copy stored as 16-bit numbers (kept
                  from update to update, written by AdamW), the products that read a weight on
                  it (kernels/matmul16.h), the activations 16-bit where step 3 of bf16 storage
-                 has reached (docs/performance-gpu.md), first of the variants: whether it
+                 has reached (docs/bf16-storage.md), first of the variants: whether it
                  becomes bf16's default
   meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
                  cuBLAS call for all the experts, or a call per expert)

@@ -5,7 +5,7 @@
 // (kernels/matmul16.h). For the -medium presets' largest product shapes this times, on the
 // GPU with CUDA events, each product both ways on the same values, and what packing one
 // float32 operand into 16 bits costs (what a product pays while only its other operand is
-// 16-bit: docs/performance-gpu.md, "What bf16 storage takes", step 2).
+// 16-bit: docs/bf16-storage.md, step 2).
 //
 // usage: build/products_gpu [small]   (small: tiny shapes, to check the program itself,
 // e.g. under the emulation: build/products_emu small). Prints one markdown table.

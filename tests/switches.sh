@@ -136,7 +136,7 @@ smaller_eval() { [ -n "$(eval_peak evalb)" ] && [ "$(eval_peak evalb)" -lt "$(ev
 check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak evalb) bytes" smaller_eval
 
 # MESHMOE_WEIGHTS16=1, an experiment (an environment variable, not a config key:
-# docs/performance-gpu.md, "What bf16 storage takes"): in bf16 mode the weights' compute copy
+# docs/bf16-storage.md): in bf16 mode the weights' compute copy
 # is stored as 16-bit numbers (model/weights16.h); the products that read a weight run on it
 # through the 16-bit kernels (kernels/matmul16.h), their other operand packed; the norms,
 # the router's float32 backward and the embedding's gather read it widened or rounded. The
