@@ -470,14 +470,37 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
 }  // namespace wmma
 }  // namespace nvcuda
 
-// The opt-in for more than 48 KiB of shared memory a block: nothing to do here.
+// The opt-in for more than 48 KiB of dynamic shared memory a block, as a GPU checks it: a
+// launch asking more than its kernel was opted into (48 KiB without), or an opt-in past an
+// H100's 227 KiB, fails. Kept per host thread (each emulated device launches from its own,
+// setting the attribute before the launch).
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum { EMU_SMEM_DEFAULT = 48 * 1024, EMU_SMEM_MOST = 227 * 1024 };
+struct EmuOptIn {
+    const void *kernel;
+    int bytes;
+};
+static thread_local std::vector<EmuOptIn> emu_optins;
+static inline int emu_smem_allowed(const void *kernel) {
+    for (const EmuOptIn &o : emu_optins)
+        if (o.kernel == kernel) return o.bytes > EMU_SMEM_DEFAULT ? o.bytes : EMU_SMEM_DEFAULT;
+    return EMU_SMEM_DEFAULT;
+}
 enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerBlockOptin,
     cudaDevAttrComputeCapabilityMajor,
     cudaDevAttrMaxSharedMemoryPerMultiprocessor
 };
-template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+template <class F> static inline cudaError_t cudaFuncSetAttribute(F f, cudaFuncAttribute, int bytes) {
+    if (bytes < 0 || bytes > EMU_SMEM_MOST) return 1;   // (cudaErrorInvalidValue)
+    for (EmuOptIn &o : emu_optins)
+        if (o.kernel == (const void *)f) {
+            o.bytes = bytes;
+            return cudaSuccess;
+        }
+    emu_optins.push_back({(const void *)f, bytes});
+    return cudaSuccess;
+}
 static inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     if (a == cudaDevAttrComputeCapabilityMajor) *v = 9;   // (an H100's)
@@ -495,6 +518,12 @@ template <class... P> struct EmuLaunch {
             auto *c = static_cast<std::pair<void (*)(P...), std::tuple<A...>> *>(p);
             std::apply([&](A... x) { c->first(x...); }, c->second);
         };
+        if (smem > (size_t)emu_smem_allowed((const void *)kernel)) {
+            fprintf(stderr, "emulated GPU: a launch asks %zu bytes of dynamic shared memory, more than its kernel "
+                    "may have (%d: cudaFuncSetAttribute's opt-in, or 48 KiB): a GPU refuses it\n", smem,
+                    emu_smem_allowed((const void *)kernel));
+            exit(1);
+        }
         std::pair<void (*)(P...), std::tuple<A...>> call(kernel, std::tuple<A...>(a...));
         emu_run(grid, block, smem, run, &call);
     }
