@@ -1,8 +1,9 @@
 // gpu/attn_mma_bwd.cu: the causal attention core's backward on tensor cores
 // (gpu_attention=tensor_cores; gpu/attn_mma.cu describes the kernels, gpu/attn_mma.h holds
-// what the forward and backward share): dq per tile of query rows and dk, dv per tile of
-// keys, each with its scores in registers where the GPU's fragment layout allows, else
-// through shared memory.
+// what the forward and backward share): dk, dv per tile of keys and dq per tile of query
+// rows, each with its scores in registers where the GPU's fragment layout allows, else
+// through shared memory; by default dk, dv first, writing the dS it made to device memory,
+// and dq from that dS (MESHMOE_ATTN_DQ).
 #include "gpu/attn_mma.h"
 
 #if GPU_HAVE_WMMA
