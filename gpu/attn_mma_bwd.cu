@@ -305,10 +305,10 @@ __host__ __device__ static inline size_t ds_tiles_before(const Geom &G, int r0, 
     for (int i = 0; i < iq; i++) n += ds_tiles_of(G, r0, r1, i);
     return n;
 }
-// The first dS^T tile of query tile iq of head h of sequence b.
-__device__ static inline bf16 *ds_tile(bf16 *ds, const Geom &G, int r0, int r1, int b, int h, int iq) {
+// Where the first dS^T tile of query tile iq of head h of sequence b begins, in elements.
+__device__ static inline size_t ds_tile_at(const Geom &G, int r0, int r1, int b, int h, int iq) {
     size_t per_head = ds_tiles_before(G, r0, r1, (r1 - r0 + MQ - 1) / MQ);
-    return ds + (((size_t)b * G.N + h) * per_head + ds_tiles_before(G, r0, r1, iq)) * (MK2 * MQ);
+    return (((size_t)b * G.N + h) * per_head + ds_tiles_before(G, r0, r1, iq)) * (MK2 * MQ);
 }
 
 struct DkdvRegs {
@@ -403,7 +403,7 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, bf16 *ds, Head
         __syncthreads();
         const bf16 *Q = stage_of(S.Q, u), *dO = stage_of(S.dO, u);
         const float *m = stage_of(S.m, u), *l = stage_of(S.l, u), *D = stage_of(S.D, u);
-        bf16 *dst = ds ? ds_tile(ds, G, r0, r1, b, T.head(i), (ia - r0) / MQ) + blockIdx.y * (MK2 * MQ) : NULL;
+        bf16 *dst = ds ? ds + ds_tile_at(G, r0, r1, b, T.head(i), (ia - r0) / MQ) + blockIdx.y * (MK2 * MQ) : NULL;
 #pragma unroll
         for (int c = 0; c < MQ / 16; c++) {   // 16 queries at a time
             int lim[LANE_COLS];   // the column slot's query sees keys 0 .. lim-1 of the block
@@ -509,7 +509,7 @@ __global__ static void mma_dq_ds_kernel(float *dq, const bf16 *ds, Heads H, Geom
     int iq = heavy_first(), ia = r0 + iq * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, lds = MQ + PAD_H, nt = G.Dqk / 16, y0 = threadIdx.x / 32 * 16;
     int tiles = ds_tiles_of(G, r0, r1, iq);
-    const bf16 *dst = ds_tile((bf16 *)ds, G, r0, r1, b, h, iq);
+    const bf16 *dst = ds + ds_tile_at(G, r0, r1, b, h, iq);
     if (tiles > 0) dq_ds_tile_async(S, 0, 0, dst, G, H, b, g);
     cp_async_commit();
     QueryRows row{G, b, h, ia};
