@@ -339,8 +339,8 @@ __global__ static void mma_forward_regs_kernel(float *o, float *stats, Heads H, 
 // 16 r + c) loaded into an accumulator and a matrix_a fragment, each element's value against
 // its row (bad[0]) and its row and column (bad[1]).
 __global__ static void frag_layout_kernel(int *bad) {
-    __shared__ float tile[256];
-    __shared__ bf16 tile_b[256];
+    alignas(32) __shared__ float tile[256];   // (a warp matrix load's 32 bytes)
+    alignas(32) __shared__ bf16 tile_b[256];
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
         tile[i] = (float)i;
         tile_b[i] = __float2bfloat16((float)i);   // (integers up to 256: exact in bf16)

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
+#include <new>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -153,6 +154,17 @@ inline thread_local int emu_order = emu_order_from_env();
 // A fiber's state: not started, waiting at __syncthreads or at __syncwarp, let through its
 // barrier (to resume), ended.
 enum { EMU_NEW, EMU_AT_BLOCK, EMU_ENDED, EMU_AT_WARP, EMU_GO };
+// Storage on 128 bytes, as a GPU aligns a block's dynamic shared memory (gpu/gpu.h's
+// GPU_SHARED), of exactly the size asked (AddressSanitizer sees an access past it).
+template <class T> struct EmuAligned {
+    typedef T value_type;
+    EmuAligned() = default;
+    template <class U> EmuAligned(const EmuAligned<U> &) {}
+    T *allocate(size_t n) { return (T *)::operator new(n * sizeof(T), std::align_val_t(128)); }
+    void deallocate(T *p, size_t) { ::operator delete(p, std::align_val_t(128)); }
+    template <class U> bool operator==(const EmuAligned<U> &) const { return true; }
+    template <class U> bool operator!=(const EmuAligned<U> &) const { return false; }
+};
 struct EmuBlock {
     std::vector<ucontext_t> start;        // each fiber's first entry
     struct Jump { jmp_buf jb; };
@@ -168,7 +180,7 @@ struct EmuBlock {
     std::vector<int> commits;                    // and how many groups of them it has closed
     void (*body)(void *) = nullptr;
     void *arg = nullptr;
-    std::vector<float> shared;
+    std::vector<float, EmuAligned<float>> shared;
 };
 inline thread_local EmuBlock emu_block;
 
@@ -218,9 +230,20 @@ static inline float emu_shfl_xor(float v, int lane_mask) {
 static inline int emu_thread(void) {
     return (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
 }
+// An access a GPU refuses as misaligned (cp.async's source and destination on their size, a
+// warp matrix load or store on 32 bytes with rows a multiple of 16 bytes apart) stops the
+// program, naming it.
+static inline void emu_aligned(const void *p, size_t to, size_t row_bytes, const char *what) {
+    if ((uintptr_t)p % to == 0 && row_bytes % 16 == 0) return;
+    fprintf(stderr, "emulated GPU: %s at %p (rows %zu bytes apart) is not aligned as a GPU requires\n", what, p,
+            row_bytes);
+    exit(1);
+}
 static inline void emu_cp_async(void *dst, const void *src, int bytes, int valid) {
     EmuBlock &e = emu_block;
     int t = emu_thread();
+    emu_aligned(dst, bytes, 16, "an asynchronous copy's destination");
+    emu_aligned(src, bytes, 16, "an asynchronous copy's source");
     memset(dst, 0xff, bytes);
     e.copies[t].push_back(EmuBlock::Copy{dst, valid ? src : nullptr, bytes, e.commits[t]});
 }
@@ -426,6 +449,7 @@ template <class Use, class L>
 static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f, const __nv_bfloat16 *p,
                                     unsigned ldm) {
     const bool col = std::is_same<L, col_major>::value;
+    emu_aligned(p, 32, ldm * sizeof *p, "a warp matrix load");
     for (int e = 0; e < 8; e++) {
         int r = emu_frag_row(e), c = emu_frag_col(e);
         f.x[e] = col ? p[c * ldm + r] : p[r * ldm + c];
@@ -433,6 +457,7 @@ static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> 
 }
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm,
                                     layout_t l) {
+    emu_aligned(p, 32, ldm * sizeof *p, "a warp matrix load");
     for (int e = 0; e < 8; e++) {
         int r = emu_frag_row(e), c = emu_frag_col(e);
         f.x[e] = l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
@@ -440,6 +465,7 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
 }
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
                                      layout_t l) {
+    emu_aligned(p, 32, ldm * sizeof *p, "a warp matrix store");
     for (int e = 0; e < 8; e++) {
         int r = emu_frag_row(e), c = emu_frag_col(e);
         (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[e];
@@ -532,6 +558,6 @@ template <class... P> EmuLaunch<P...> emu_launch(dim3 grid, dim3 block, size_t s
     return EmuLaunch<P...>{grid, block, smem, kernel};
 }
 #define GPU_LAUNCH(kernel, grid, block, smem) emu_launch(grid, block, smem, kernel)
-#define GPU_SHARED(type, name) type *name = (type *)emu_shared()   // (a vector's storage: 16-byte aligned)
+#define GPU_SHARED(type, name) type *name = (type *)emu_shared()   // (on 128 bytes: EmuAligned)
 
 #endif
