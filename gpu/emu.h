@@ -384,18 +384,19 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
             }
 }
 
-// CUDA's vector of four floats (a 16-byte load or store when aligned).
-struct float4 {
+// CUDA's vectors, aligned as CUDA declares them (a misaligned access is a fault on a GPU;
+// here UBSan's, in the sanitizer builds). Four floats: a 16-byte load or store.
+struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 // And of four unsigned ints: 16 bytes of any data.
-struct uint4 {
+struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 // And of two: 8 bytes (four bf16 values).
-struct uint2 {
+struct alignas(8) uint2 {
     unsigned x, y;
 };
 static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
