@@ -432,8 +432,10 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, bf16 *ds, Head
             acc_to_a(pa, st);
             acc_to_a(dsa, dpt);
             if (dst)   // (key x0 + r, query 16 c + col; zeros where the query does not see the key)
-                for (int e = 0; e < dpt.num_elements; e++)
-                    dst[(x0 + acc_row(e)) * MQ + 16 * c + acc_col(e)] = __float2bfloat16(dpt.x[e]);
+                elems_apply(dpt, [&](int r, int col, float v) {
+                    dst[(x0 + r) * MQ + 16 * c + col] = __float2bfloat16(v);
+                    return v;
+                });
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
 #pragma unroll
             for (int t = 0; t < VT; t++) {   // dV += P^T dO
