@@ -89,6 +89,26 @@ static Rate gflops(int how, int tA, int tB, int M, int N, int K, int reps) {
     return (Rate){f / best, f / best_cpu};
 }
 
+// The chunked product C (M,N) = A (M,K) @ B^T, B (N,K), in `chunks` pieces: the input
+// gradient of a product whose contraction is long (the head's, over the vocabulary). Best of
+// `reps`, 2 M N K flops.
+static Rate chunked(int M, int N, int K, int chunks, int reps) {
+    float *A = filled((size_t)M * K), *B = filled((size_t)N * K), *C = filled((size_t)M * N);
+    double best = 1e30, best_cpu = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        if (evict)
+            for (size_t i = 0; i < EVICT_FLOATS; i += 16) evict[i] += 1.0f;
+        double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+        ordered_gemm_chunked(1, M, N, K, chunks, A, K, B, K, C, N);
+        double t = now(CLOCK_MONOTONIC) - t0, c = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        if (r > 0 && t < best) best = t;
+        if (r > 0 && c < best_cpu) best_cpu = c;
+    }
+    free(A); free(B); free(C);
+    double f = 2.0 * M * N * K / 1e9;
+    return (Rate){f / best, f / best_cpu};
+}
+
 // A weight gradient's n leaves of `len` rows each, dw (M,N) += their tree: one by one as
 // base/treesum.c adds them (a product per leaf, an odd leaf onto the one before, the merges
 // and the add onto dw in passes over (M,N)), or in one call (ordered_gemm_leaves). Best of
@@ -248,5 +268,27 @@ int main(int argc, char **argv) {
             printf("leaves threads=2 dw (512,%d) += 8 leaves of %3d rows: one by one GFLOP/s %5.1f per-CPU-second "
                    "%5.1f; in one call GFLOP/s %5.1f per-CPU-second %5.1f\n", N, lens[r], a.wall, a.cpu, b.wall, b.cpu);
         }
+    // Chunked products whose pieces are longer than a K block (1024): the tiles' tree against
+    // each piece its own blocked product (kernels/cpu/gemm_tree.c: chunked_long), in the
+    // order tree, pieces, pieces, tree, the better of each kept, 2 threads: the head's input
+    // gradient over a vocabulary of 32000 (the medium presets') in one piece and in 4
+    // (tensor_reduce_chunks=4), and an expert's input gradient over a width of 7168.
+    struct { const char *what; int M, N, K, chunks; } lshapes[] = {
+        {"head dinp, one piece (256,32000)@(512,32000)^T", 256, 512, 32000, 1},
+        {"head dinp, 4 pieces (256,32000)@(512,32000)^T", 256, 512, 32000, 4},
+        {"expert dinp, one piece (256,7168)@(2048,7168)^T", 256, 2048, 7168, 1},
+    };
+    for (size_t s = 0; s < sizeof lshapes / sizeof lshapes[0]; s++) {
+        Rate r[4];
+        for (int v = 0; v < 4; v++) {
+            gemm_set_long_pieces(v == 1 || v == 2);
+            r[v] = chunked(lshapes[s].M, lshapes[s].N, lshapes[s].K, lshapes[s].chunks, 3);
+        }
+        gemm_set_long_pieces(1);
+        Rate tree = r[0].wall > r[3].wall ? r[0] : r[3], own = r[1].wall > r[2].wall ? r[1] : r[2];
+        printf("long pieces threads=2 %-48s: tiles' tree GFLOP/s %5.1f per-CPU-second %5.1f; a product a piece "
+               "GFLOP/s %5.1f per-CPU-second %5.1f (%.2fx)\n", lshapes[s].what, tree.wall, tree.cpu, own.wall, own.cpu,
+               own.wall / tree.wall);
+    }
     return 0;
 }

@@ -223,15 +223,22 @@ static void chunked_case(int tB, int M, int N, int K, int chunks, float scale, i
     plain_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
     CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "plain, chunked: M=%d N=%d K=%d chunks=%d transB=%d: not the "
           "reference bits", M, N, K, chunks, tB);
-    for (int v = 0; v < TREE_VARIANTS; v++) {
-        if ((b16 && v % 3) || !tree_variant(v)) continue;   // 16-bit: every panel packed, so the kernel sets only
-        memcpy(got, C0, sizeof(float) * nc);
-        if (b16) ordered_gemm_chunked16(tB, M, N, K, chunks, A16, lda, B16, ldb, got, ldc);
-        else ordered_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
-        CHECK(memcmp(got, want, sizeof(float) * nc) == 0, "%s, chunked%s: M=%d N=%d K=%d chunks=%d transB=%d: not the "
-              "reference bits (C's padding included)", gemm_kernel_name(),
-              b16 ? ", 16-bit operands" : v % 3 == 1 ? " (B not copied)" : "", M, N, K, chunks, tB);
+    // Pieces longer than a K block: their own products (chunked_long), and the tiles' tree too.
+    for (int tiles = 0; tiles <= (kc > 1024); tiles++) {
+        gemm_set_long_pieces(!tiles);
+        for (int v = 0; v < TREE_VARIANTS; v++) {
+            if ((b16 && v % 3) || !tree_variant(v)) continue;   // 16-bit: every panel packed, so the kernel sets only
+            memcpy(got, C0, sizeof(float) * nc);
+            if (b16) ordered_gemm_chunked16(tB, M, N, K, chunks, A16, lda, B16, ldb, got, ldc);
+            else ordered_gemm_chunked(tB, M, N, K, chunks, A, lda, B, ldb, got, ldc);
+            CHECK(memcmp(got, want, sizeof(float) * nc) == 0,
+                  "%s, chunked%s%s: M=%d N=%d K=%d chunks=%d transB=%d: not the reference bits (C's padding included)",
+                  gemm_kernel_name(),
+                  b16 ? ", 16-bit operands" : v % 3 == 1 ? " (B not copied)" : "", tiles ? ", the tiles' tree" : "",
+                  M, N, K, chunks, tB);
+        }
     }
+    gemm_set_long_pieces(1);
     tree_variant(-1);
     free(A); free(B); free(P); free(C0); free(want); free(got); free(A16); free(B16);
 }
@@ -322,10 +329,14 @@ int main(void) {
     printf("  largest error against double precision: %.3f of the bound (K+1) u sum|a b| + u |C|\n", worst);
     // The chunked product: pieces of 1 to 8 (3 and 5: trees that are not complete), the
     // register tiles' remainders, threads splitting uneven column panels (300 x 160), a K
-    // longer than the packed block (2100: fewer rows at a time).
+    // longer than the packed block (2100: fewer rows at a time); pieces longer than a K
+    // block, each its own blocked product (gemm_tree.c: chunked_long): one (2100, and 1030
+    // with a ragged last block), two, three (a right subtree of one piece) and five, with
+    // N not a multiple of 8.
     int cshapes[][4] = {
         {1, 1, 4, 4}, {13, 47, 36, 4}, {37, 45, 120, 3}, {37, 45, 120, 5}, {12, 32, 64, 1}, {100, 300, 384, 4},
         {300, 160, 96, 4}, {781, 37, 192, 8}, {50, 70, 2100, 4}, {96, 512, 512, 2},
+        {30, 70, 2100, 1}, {13, 45, 1030, 1}, {29, 37, 4200, 2}, {13, 40, 3300, 3}, {7, 21, 5150, 5},
     };
     for (size_t s = 0; s < sizeof cshapes / sizeof cshapes[0]; s++)
         for (int tB = 0; tB < 2; tB++)
@@ -335,6 +346,8 @@ int main(void) {
     // tree's sum added onto a zeroed output.
     chunked_case(0, 13, 40, 16, 4, 0x1p-80f, 0);
     chunked_case(1, 13, 40, 16, 4, 0x1p-80f, 1);
+    chunked_case(0, 13, 40, 2100, 1, 0x1p-80f, 0);
+    chunked_case(1, 13, 40, 3300, 3, 0x1p-80f, 1);
     // A weight gradient's leaves: one leaf, a pair, trees that are not complete (3, 5, 9),
     // empty leaves first, inside and last, every leaf empty, leaves of uneven length as an
     // expert's rows per sequence are, the register tiles' remainders, enough work for all

@@ -791,7 +791,7 @@ static void empty_chains(int M, int N, int accumulate, float *C, int ldc) {
 }
 
 // The blocked product: every operand packed, block by block (the top of this file).
-static void gemm_blocked(const KernelInfo *kn, const GemmArgs *g, int par) {
+void gemm_blocked(const KernelInfo *kn, const GemmArgs *g, int par) {
     int M = g->M, N = g->N, K = g->K, accumulate = g->accumulate, ldc = g->ldc;
     int mr = kn->mr, nr = kn->nr, kmax = imin(K, KC), nmax = imin(N, NC), split = K > KC;
     // Row blocks: about 4 per thread when M is small (never fewer rows than a tile).

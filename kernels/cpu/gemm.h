@@ -87,6 +87,11 @@ void gemm_set_copy_b(int on);
 // default, where the kernel set has the tile for it, AVX-512's and AVX2's; 0 packs it, so
 // that a test runs both and a benchmark compares them). The same bits.
 void gemm_set_a_in_place(int on);
+// Whether a chunked product whose pieces are longer than a K block (1024) runs each piece as
+// a blocked product of its own, the pieces merged in passes (on: 1, by default; the tiles'
+// tree of gemm_tree.c packs op(B) again for every few rows at such a K: build/gemm_bench's
+// "long pieces" lines); 0 keeps the tiles' tree, so that a test runs both. The same bits.
+void gemm_set_long_pieces(int on);
 
 // P (kc, w) k-major: P[k*w + r] = X[r*ld + k] for r < rows, 0 for rows <= r < w; lines of
 // X laid out k-major, as the ordered GEMM packs op(A) (16 x 16 at a time in registers on

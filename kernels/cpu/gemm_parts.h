@@ -110,6 +110,9 @@ static inline void onto_zero(float *c, const float *t, int n) {
 
 // The kernel set this CPU runs (or the one a test forced).
 const KernelInfo *gemm_kernel_pick(void);
+// The product g by the blocked path (gemm.c): every operand packed, K in blocks of KC, each
+// chain going on from block to block. par: the threads share it.
+void gemm_blocked(const KernelInfo *kn, const GemmArgs *g, int par);
 // An aligned host buffer of the GEMM's own (kernels/cpu/gemm.c says why outside the allocator).
 float *gemm_buffer(size_t floats);
 // Bp (kc, nr) k-major: Bp[k*nr + c] = op(B)(k0+k, j0+c), 0 for c >= cols; op(B)(k, j) = B[k*bk + j*bj].

@@ -174,6 +174,63 @@ static int *even_pieces(int K, int chunks) {
     return off;
 }
 
+// Pieces longer than a K block (the head's input gradient: one piece of the vocabulary,
+// 32000 long) take separate products: gemm_tree packs op(A) for all of K, so a long K leaves
+// it a few rows a chunk (MS x KC floats), and packs each column panel's K x nr again for
+// every chunk (op(B) packed 85 times over at 1024 x 2048 x 32000). The blocked path runs
+// each piece's chains through K blocks, the same chains, and the pieces are merged as
+// kernels/piece_tree.h merges them, in passes over M x N partial sums: a few passes of
+// M x N against a product of M x N x K.
+
+static int long_pieces = 1;   // gemm_set_long_pieces
+void gemm_set_long_pieces(int on) { long_pieces = on; }
+
+// C (M,N, row stride ldc) = piece k0 .. k0+kc-1 of the product g (op(A) = A), or, with
+// accumulate, C's values + the piece's finished chains.
+static void piece_blocked(const GemmArgs *g, int k0, int kc, int accumulate, float *C, int ldc, int par) {
+    GemmArgs p = *g;
+    p.K = kc, p.accumulate = accumulate, p.C = C, p.ldc = ldc, p.stream = 0;
+    if (p.A) p.A += (size_t)k0 * p.ak;
+    if (p.A16) p.A16 += (size_t)k0 * p.ak;
+    if (p.B) p.B += (size_t)k0 * p.bk;
+    if (p.B16) p.B16 += (size_t)k0 * p.bk;
+    gemm_blocked(gemm_kernel_pick(), &p, par);
+}
+
+// C (M,N, row stride ldc) = the tree over pieces lo .. lo+n-1 of g, each kc long, merged left
+// += right with the left subtree the largest power of two below n (kernels/piece_tree.h); a
+// right subtree of one piece is added onto the left by its product (old + finished chain,
+// the one add a merge makes), others go through S (M x N a level, row stride N).
+static void pieces_tree(const GemmArgs *g, int kc, int lo, int n, float *C, int ldc, float *S, int par) {
+    if (n == 1) {
+        piece_blocked(g, lo * kc, kc, 0, C, ldc, par);
+        return;
+    }
+    int h = tree_left(n), M = g->M, N = g->N;
+    pieces_tree(g, kc, lo, h, C, ldc, S, par);
+    if (n - h == 1) {
+        piece_blocked(g, (lo + h) * kc, kc, 1, C, ldc, par);
+        return;
+    }
+    pieces_tree(g, kc, lo + h, n - h, S, N, S + (size_t)M * N, par);
+    #pragma omp parallel for schedule(static) if (par)
+    for (int i = 0; i < M; i++) onto_old(C + (size_t)i * ldc, S + (size_t)i * N, N);
+}
+
+// The chunked product g of long pieces: the tree's root in C itself (one piece) or in a
+// partial sum of the kernel's own, then onto 0.0f.
+static void chunked_long(const GemmArgs *g, int chunks, int par) {
+    int M = g->M, N = g->N, levels = piece_tree_levels(chunks);
+    float *R = chunks > 1 ? malloc(sizeof(float) * (size_t)M * N * (size_t)levels) : NULL;
+    if (chunks > 1 && !R) die("out of host memory for a chunked product's partial sums (%d x %d x %d)", M, N, levels);
+    float *root = R ? R : g->C;
+    int ldr = R ? N : g->ldc;
+    pieces_tree(g, g->K / chunks, 0, chunks, root, ldr, R ? R + (size_t)M * N : NULL, par);
+    #pragma omp parallel for schedule(static) if (par)
+    for (int i = 0; i < M; i++) onto_zero(g->C + (size_t)i * g->ldc, root + (size_t)i * ldr, N);
+    free(R);
+}
+
 // The chunked product g (op(A) = A, g->accumulate 0) in `chunks` pieces of K.
 static void chunked(GemmArgs *g, int chunks) {
     int M = g->M, N = g->N, K = g->K;
@@ -184,8 +241,13 @@ static void chunked(GemmArgs *g, int chunks) {
             for (int j = 0; j < N; j++) g->C[(size_t)i * g->ldc + j] = 0.0f;
         return;
     }
+    int par = (double)M * N * K > 1e6;
+    if (long_pieces && K / chunks > KC) {
+        chunked_long(g, chunks, par);
+        return;
+    }
     int *off = even_pieces(K, chunks);
-    gemm_tree(gemm_kernel_pick(), g, off, chunks, (double)M * N * K > 1e6);
+    gemm_tree(gemm_kernel_pick(), g, off, chunks, par);
     free(off);
 }
 
