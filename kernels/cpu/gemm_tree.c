@@ -177,7 +177,7 @@ static int *even_pieces(int K, int chunks) {
 // Pieces longer than a K block (the head's input gradient: one piece of the vocabulary,
 // 32000 long) take separate products: gemm_tree packs op(A) for all of K, so a long K leaves
 // it a few rows a chunk (MS x KC floats), and packs each column panel's K x nr again for
-// every chunk (op(B) packed 85 times over at 1024 x 2048 x 32000). The blocked path runs
+// every chunk (op(B) packed 43 times over at 1024 x 2048 x 32000). The blocked path runs
 // each piece's chains through K blocks, the same chains, and the pieces are merged as
 // kernels/piece_tree.h merges them, in passes over M x N partial sums: a few passes of
 // M x N against a product of M x N x K.
