@@ -25,7 +25,7 @@
 #include "model/model.h"        // Model: the decoder stack
 #include "trainer/step.h"       // train_step, step_init, eval_loss: one training step
 #include "model/matmul.h"       // matmul_set_impl (matmul_impl)
-#include "model/weights16.h"    // weights16_use: MESHMOE_WEIGHTS16
+#include "model/weights16.h"    // weights16_use: bf16_storage
 #include "kernels/cpu/gemm.h"   // gemm_kernel_from_env, gemm_kernel_name: the GEMM's micro-kernel
 #include "trainer/checkpoint.h" // save and load checkpoints
 #include "trainer/dump.h"       // parity_dump: the JAX comparison
@@ -165,20 +165,18 @@ static void autotune_blocks(Config *c) {
     }
 }
 
-// 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
-// MESHMOE_WEIGHTS16=1 or per_unit, an experiment (docs/performance-gpu.md, "What bf16 storage
-// takes"): the weights' bf16 compute copy stored as 16-bit numbers (model/weights16.h), kept
-// from update to update where it can be (1) or made for each use of a unit (per_unit), in
-// bf16 mode only; 0 or unset: as float32 numbers, for each use of a unit.
-static int weights16_from_env(const Config *c) {
-    const char *v = getenv("MESHMOE_WEIGHTS16");
-    if (!v || !strcmp(v, "0")) return WEIGHTS16_OFF;
-    if (strcmp(v, "1") && strcmp(v, "per_unit")) die("MESHMOE_WEIGHTS16 is 0, 1 or per_unit, not '%s'", v);
+// bf16_storage (model/weights16.h): the weights' bf16 compute copy and the activations at the
+// cast points as 16-bit numbers, the copy kept from update to update where it can be (kept) or
+// made for each use of a unit (per_unit); off: as float32 numbers holding bf16 values.
+static int weights16_mode_of(const Config *c) {
+    if (c->bf16_storage == BF16_STORAGE_OFF) return WEIGHTS16_OFF;
     if (c->dtype != DTYPE_BFLOAT16)
-        die("MESHMOE_WEIGHTS16=%s stores the weights' bf16 copy as 16-bit numbers: it needs dtype=bfloat16", v);
-    return strcmp(v, "1") ? WEIGHTS16_PER_UNIT : WEIGHTS16_KEPT;
+        die("bf16_storage=%s stores bf16 mode's values as 16-bit numbers: it needs dtype=bfloat16 (in float32: "
+            "bf16_storage=off)", bf16_storage_name(c->bf16_storage));
+    return c->bf16_storage == BF16_STORAGE_KEPT ? WEIGHTS16_KEPT : WEIGHTS16_PER_UNIT;
 }
 
+// 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
 // that starts from saved weights has them checked against the config here, before training.
 static void start_mesh(Mesh *mesh, const Config *c) {
     mesh_init(mesh, c);
@@ -191,7 +189,7 @@ static void start_mesh(Mesh *mesh, const Config *c) {
     // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).
     blas_set_threads(1);
     matmul_set_impl(matmul_impl_name(c->matmul_impl), c->device == DEVICE_GPU && c->gpu_matmul != GPU_MATMUL_ORDERED);
-    weights16_use(weights16_from_env(c));
+    weights16_use(weights16_mode_of(c));
     gemm_kernel_from_env();
 }
 

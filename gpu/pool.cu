@@ -15,7 +15,7 @@
 // every request is met by a freed piece. Not quite the same sizes: an expert's temporaries
 // hold its rows, which change from step to step, and a pool that kept a freed piece for its
 // exact size only would take new memory for them at every step (the experts' 16-bit
-// activations under MESHMOE_WEIGHTS16=1 on an H200: steps of 583, 386, 348, 346 and 294 ms
+// activations under bf16_storage=kept on an H200: steps of 583, 386, 348, 346 and 294 ms
 // where the default's were flat; emulated, the pool's chunks grew with the steps). The
 // classes bound the sizes there are, at a cost of at most a sixteenth of a buffer's bytes.
 // The pool keeps no header in the memory it hands out: the allocator's records (tag, size,

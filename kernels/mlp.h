@@ -15,7 +15,7 @@ typedef struct MlpKernels {
     void (*swiglu_backward)(float *act, float *dh0, float *dh1, const float *dact, const float *h0, const float *h1,
                             long n, int bf16);
     // The same in bf16 mode on 16-bit numbers (bf16 bits, kernels/bf16.h), the arrays as
-    // stored under MESHMOE_WEIGHTS16=1, whose products read 16-bit operands
+    // stored under bf16_storage, whose products read 16-bit operands
     // (kernels/matmul16.h): h0, h1 and dact as the layers keep them; act rounded (cast point
     // 11) and dh0, dh1 rounded as the layers round the float32 forms' (a rounding and a
     // packing in one pass). dh1 may be dact (each element read before it is written).

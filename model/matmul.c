@@ -24,13 +24,13 @@ void matmul_set_impl(const char *impl, int gpu_cublas) {
 
 int matmul_rows_independent(void) { return rows_independent; }
 
-// A product whose weight has a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h) runs the
+// A product whose weight has a 16-bit copy (bf16_storage, model/weights16.h) runs the
 // kernel's 16-bit twin (kernels/matmul16.h) on that copy and on its other operand, a bf16-
 // valued activation or gradient: one made 16-bit by its kernel (matmul_packed) read in
 // place, any other packed into a 16-bit temporary for the call (docs/performance-gpu.md's
 // step 3 makes more of them 16-bit where they are made).
 // The weight gradients' products, which read no weight, run on 16-bit operands too under
-// MESHMOE_WEIGHTS16=1, both packed for the call (on an H200 a product on bf16 storage took
+// bf16_storage, both packed for the call (on an H200 a product on bf16 storage took
 // 0.29-0.33 of the time of its float32 operands converted inside cuBLAS, packing each
 // operand a fraction of that). Exact, so the float32 products' bits.
 static uint16_t *packed_copy(const float *x, size_t n, const char *name) {
@@ -79,7 +79,7 @@ void matmul_share(const float *x, size_t n) {
     shared[i].n = n;
     shared[i].users = 1;
     shared[i].borrowed = 0;
-    shared[i].h = packed_copy(x, n, "an operand of several products, 16-bit (MESHMOE_WEIGHTS16)");
+    shared[i].h = packed_copy(x, n, "an operand of several products, 16-bit (bf16_storage)");
 }
 
 void matmul_unshare(const float *x, size_t n) {
@@ -104,7 +104,7 @@ static void *reserved(int i, size_t bytes) {
 }
 
 const float *matmul_packed(uint16_t *h, size_t n) {
-    if (!weights16_on()) die("internal: a 16-bit operand without MESHMOE_WEIGHTS16");
+    if (!weights16_on()) die("internal: a 16-bit operand without bf16_storage");
     int i = free_slot();
     void *r = reserved(i, sizeof(float) * (n ? n : 1));
     shared[i].x = r;
@@ -151,7 +151,7 @@ static int shared_of(const float *x, size_t n) {
 static uint16_t *packed(const float *x, size_t n) {
     int i = shared_of(x, n);
     if (i >= 0) return shared[i].h + ((uintptr_t)x - (uintptr_t)shared[i].x) / sizeof(float);
-    return packed_copy(x, n, "a product's activation, 16-bit (MESHMOE_WEIGHTS16)");
+    return packed_copy(x, n, "a product's activation, 16-bit (bf16_storage)");
 }
 static void packed_free(uint16_t *h, const float *x, size_t n) {
     if (shared_of(x, n) < 0) mem_free(h);
@@ -204,7 +204,7 @@ void matmul_dw_leaf(float *g, const float *inp, const float *dout, int len, int 
 
 // A block of gradient still holding the step's zeros (base/fresh.h) is written onto 0.0f
 // rather than read back and added to: the same bits. The leaves' rows are 0 .. off[n]-1
-// (off[0] = 0), packed whole under MESHMOE_WEIGHTS16=1.
+// (off[0] = 0), packed whole under bf16_storage.
 void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int *off, int n, int C, int OC) {
     if (C == 0 || OC == 0 || n <= 0) return;
     count_flops(C, OC, off[n]);
@@ -260,7 +260,7 @@ static void dinp_product(float *dinp, const float *dout, const float *w, int T, 
 // dinp (T,C) += dout (T,OC) @ w^T in float32 (dout not bf16-valued): the weight's 16-bit copy
 // widened first where it has one.
 static void dinp_float32(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
-    float *wf = weights16_widened(w, (size_t)C * OC, "a weight widened from its 16-bit copy (MESHMOE_WEIGHTS16)");
+    float *wf = weights16_widened(w, (size_t)C * OC, "a weight widened from its 16-bit copy (bf16_storage)");
     gemm(0, 1, T, C, OC, 1.0f, dout, OC, wf ? wf : w, OC, 1.0f, dinp, C);
     mem_free(wf);
 }

@@ -1,6 +1,6 @@
 // model/matmul.h: the one matrix multiply every layer uses, with its backward.
 // Weights are stored as MaxText kernels: w is (C, OC) row-major and out = inp @ w.
-// A weight with a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h) is multiplied as
+// A weight with a 16-bit copy (bf16_storage, model/weights16.h) is multiplied as
 // that copy through the 16-bit kernels (kernels/matmul16.h), with the same bits; so are the
 // weight gradients' products under it, their operands packed for the call.
 // Every product is a kernel (kernels/matmul.h): on the CPU the ordered GEMM, where each
@@ -41,7 +41,7 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
 
 // An operand that several products read in turn (the input of attention's q, k and v; of the
 // MLP's and the experts' wi_0 and wi_1 and their weight gradients; a gradient read by its
-// input's and its weight's products): under MESHMOE_WEIGHTS16, whose products take 16-bit
+// input's and its weight's products): under bf16_storage, whose products take 16-bit
 // operands, packed once by matmul_share for every product that reads it (or rows of it)
 // until matmul_unshare (the same x and n), where each product packed its own copy. x must
 // not change between the two. Elsewhere both do nothing; the products are the same, so are
@@ -50,7 +50,7 @@ void matmul_share(const float *x, size_t n);
 void matmul_unshare(const float *x, size_t n);
 
 // An operand made as 16-bit numbers by its kernel (kernels/mlp.h's packed forms, under
-// MESHMOE_WEIGHTS16=1): matmul_packed(h, n) returns the `const float *` that the layers hand
+// bf16_storage): matmul_packed(h, n) returns the `const float *` that the layers hand
 // on to the products like any operand, rows of it included (element i at p + i), and the
 // products read h's numbers in place. That pointer lies in an address range reserved for
 // such operands and never mapped, where no array can be: a read of it as floats faults at

@@ -20,7 +20,7 @@ void mlp_backward(const Config *c, const MlpParams *p, MlpParams *g, MlpSaved *s
 // Free what mlp_forward saved (safe on a cleared struct): a forward without a backward.
 void mlp_saved_free(MlpSaved *s);
 
-// SwiGLU's arrays in bf16 mode under MESHMOE_WEIGHTS16=1 (model/precision.h: packed_operands), for the dense MLP
+// SwiGLU's arrays in bf16 mode under bf16_storage (model/precision.h: packed_operands), for the dense MLP
 // and the MoE experts alike: 16-bit numbers from where they are made. Its inputs h0, h1 (the
 // products' outputs, rounded: cast point 4), kept from the forward to the backward pass,
 // are packed as they are rounded (model/precision.h: packed_alloc, packed_round), and the

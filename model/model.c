@@ -20,7 +20,7 @@
 #include "model/vocab_tiling.h"    // the head and loss in token tiles (num_vocab_tiling)
 #include "model/tensor_parallel.h" // tp_colpar_dinp: the head's input gradient, a sum over the vocabulary
 #include "model/constraint.h"      // constraint_apply/end: sharding constraints
-#include "model/weights16.h"       // the weights' copy as 16-bit numbers (MESHMOE_WEIGHTS16=1)
+#include "model/weights16.h"       // the weights' copy as 16-bit numbers (bf16_storage)
 #include "base/tensor.h"           // tp_all_reduce, tp_local_chunks
 #include "base/context.h"          // leaves_of: this device's tokens in the canonical tree
 #include "base/memory.h"           // mem_floats, mem_phase: tagged buffers, the timeline
@@ -33,15 +33,15 @@
 // bf16 mode the layers use a copy of the unit's master weights rounded to bf16 (cast point
 // 1 of model/precision.h), made here and dropped after: the master copy, its gradient and
 // the optimizer state stay float32. The gate kernel stays unrounded with float32_gate_logits.
-// The copy is float32 numbers, which the layers' weight pointers are bound to; or, with
-// MESHMOE_WEIGHTS16, 16-bit ones, recorded tensor by tensor for the layers' products and
+// The copy is float32 numbers, which the layers' weight pointers are bound to; or, under
+// bf16_storage, 16-bit ones, recorded tensor by tensor for the layers' products and
 // norms to find (model/weights16.h), the pointers left on the float32 weights; those are
 // kept from one update to the next where the device holds whole units (copy16_current).
 static int rounded(const Config *c, const ParamSpec *s) {
     return !(c->float32_gate_logits && strstr(s->name, "MoeBlock_0/gate/kernel"));
 }
 
-// With MESHMOE_WEIGHTS16=1 only the one-hot embedding (use_iota_embed) reads the embedding
+// Under bf16_storage only the one-hot embedding (use_iota_embed) reads the embedding
 // table's copy; the gather reads the float32 table and rounds the rows it takes
 // (model_embed_forward), so without use_iota_embed the table gets no 16-bit copy.
 static int copy16_needed(const Config *c, int u) { return u != 0 || c->use_iota_embed; }
@@ -276,7 +276,7 @@ void model_embed_forward(Model *m, float *x, const int *ids, int T) {
     if (iota_embed(m, T)) embedding_forward_onehot(x, ids, m->params.embedding, T, D, V, v0);   // (T,D)
     else {
         embedding_forward(x, ids, m->params.embedding, T, D, V, v0);
-        // The gather reads the float32 table; with the weights' copy 16-bit (MESHMOE_WEIGHTS16=1),
+        // The gather reads the float32 table; with the weights' copy 16-bit (bf16_storage),
         // that is the unrounded one: its rows rounded here are what the copy's rows would be.
         if (weights16_on() && cfg_bf16(&m->cfg)) kern()->cast->round_to_bf16(x, (size_t)T * D);
     }

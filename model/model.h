@@ -74,7 +74,7 @@ typedef struct Model {
     int grad_partial;       // 1: grad_dst is a microbatch's, per chunk slot (sharding/fsdp.h)
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
     float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
-    uint16_t **copy16;      // (units) the same as 16-bit numbers with MESHMOE_WEIGHTS16=1 (model/weights16.h), or NULL
+    uint16_t **copy16;      // (units) the same as 16-bit numbers under bf16_storage (model/weights16.h), or NULL
     uint16_t *copy16_kept;  // (shard.local_n) every unit's 16-bit copy where model_copy16_kept, or NULL
     int copy16_step;        // the step whose weights copy16_kept holds (-1: none yet)
     struct Prefetch *prefetch; // overlap_collectives: the unit gathered in the background (sharding/overlap.h)
@@ -159,7 +159,7 @@ void model_discard(Model *m);
 // rounded copy the layers compute with (model/precision.h).
 void model_unit_acquire(Model *m, int u);
 void model_unit_release(Model *m, int u);
-// Whether the 16-bit copy of the weights (MESHMOE_WEIGHTS16=1) is kept from one update to the
+// Whether the 16-bit copy of the weights (bf16_storage=kept) is kept from one update to the
 // next: the device holds whole units (no FSDP) in device memory (no parameter offload).
 int model_copy16_kept(const Model *m);
 // Around unit u's backward piece: the strategy's gradient buffers and reduction (ShardHooks).

@@ -60,7 +60,7 @@ void act_unpack_if_packed(const Config *c, float **p, size_t n);
 // act_pack unless *p is already 16-bit (packed by an earlier forward, kept for a recomputation).
 void act_pack_if_float(const Config *c, float **p, size_t n);
 
-// 1 in bf16 mode under MESHMOE_WEIGHTS16=1, whose products read 16-bit operands
+// 1 in bf16 mode under bf16_storage, whose products read 16-bit operands
 // (model/weights16.h): then the arrays that only products read, and those that the layers
 // keep for their backward pass, are made as 16-bit numbers where they are made (SwiGLU's,
 // model/mlp.h; the experts' gathered input rows, model/moe.c), where float32 arrays were

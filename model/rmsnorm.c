@@ -62,10 +62,10 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
 // scale, and since it is an operand of the product, autodiff keeps it for the backward
 // product dy * scale: one (T,D) buffer per norm call, saved from the forward pass to the
 // backward pass (MEM_ACTIVATIONS). The same products, so the same bits.
-// The scale is a weight: where it has a 16-bit copy (MESHMOE_WEIGHTS16=1, model/weights16.h)
+// The scale is a weight: where it has a 16-bit copy (bf16_storage, model/weights16.h)
 // the norm reads that, widened into a temporary of D floats, as it reads the float32 copy.
 static float *scale16(const float *scale, int D) {
-    return weights16_widened(scale, (size_t)D, "an RMSNorm scale widened from its 16-bit copy (MESHMOE_WEIGHTS16)");
+    return weights16_widened(scale, (size_t)D, "an RMSNorm scale widened from its 16-bit copy (bf16_storage)");
 }
 
 float *rmsnorm_forward_cfg(const Config *c, float *out, float *rstd, const float *x, const float *scale, int T, int D) {

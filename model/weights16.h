@@ -1,9 +1,9 @@
-// model/weights16.h: the weights' compute copy as 16-bit numbers (bf16 mode with
-// MESHMOE_WEIGHTS16=1: step 2 of bf16 storage, docs/bf16-storage.md).
+// model/weights16.h: the weights' compute copy as 16-bit numbers (bf16 mode under
+// bf16_storage: step 2 of bf16 storage, docs/bf16-storage.md).
 //
 // In bf16 mode the layers compute with the weights rounded to bf16 (cast point 1 of
 // model/precision.h). By default model_unit_acquire writes that copy as float32 and points
-// the layers' weights at it. With MESHMOE_WEIGHTS16=1 it writes the copy as 16-bit numbers,
+// the layers' weights at it. Under bf16_storage it writes the copy as 16-bit numbers,
 // half the bytes, and records here, tensor by tensor, which 16-bit copy belongs to which
 // float32 tensor; the layers' weight pointers stay on the float32 weights (the master, or
 // FSDP's gathered unit), and what reads a weight asks for its copy:
@@ -21,10 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// MESHMOE_WEIGHTS16 (train.c, at start-up, bf16 mode only): 1, the copy kept from one update
-// of the weights to the next where the device holds whole units (no FSDP, the weights in
-// device memory: model/model.c), else made for each use of a unit; per_unit, made for each
-// use of a unit always (the least memory: one unit's copy at a time).
+// The config key bf16_storage (train.c, at start-up, bf16 mode only): kept, the copy kept from
+// one update of the weights to the next where the device holds whole units (no FSDP, the
+// weights in device memory: model/model.c), else made for each use of a unit; per_unit, made
+// for each use of a unit always (the least memory: one unit's copy at a time).
 enum { WEIGHTS16_OFF, WEIGHTS16_KEPT, WEIGHTS16_PER_UNIT };
 void weights16_use(int mode);
 int weights16_on(void);     // either way

@@ -71,7 +71,7 @@ static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float 
 // (shard_optimizer_over_data, sharding/fsdp.h): this data rank holds the moments of piece
 // zrank of each unit's shard and updates that piece; the data replicas then all-gather
 // their pieces, so that all hold the whole updated shard again.
-// With the weights' 16-bit copy kept (MESHMOE_WEIGHTS16=1, model/model.c) and the whole
+// With the weights' 16-bit copy kept (bf16_storage=kept, model/model.c) and the whole
 // shard updated here, AdamW writes the copy of the updated weights as it goes: one pass
 // fewer over the weights than packing them after, and the copy is then that of update t.
 static void update_shard(Model *m, int sgd, float lr, int t, GradClip clip) {

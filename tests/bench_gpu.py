@@ -9,7 +9,7 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
-  meshmoe, MESHMOE_WEIGHTS16=1, profile=true  the weights' bf16 copy stored as 16-bit numbers (kept
+  meshmoe, bf16_storage=kept, profile=true  the weights' bf16 copy stored as 16-bit numbers (kept
                  from update to update, written by AdamW), the products that read a weight on
                  it (kernels/matmul16.h), the activations 16-bit where step 3 of bf16 storage
                  has reached (docs/bf16-storage.md), first of the variants: whether it
@@ -220,7 +220,7 @@ CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true"  # the operands c
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
 DQ_SCORES = "meshmoe, MESHMOE_ATTN_DQ=scores"  # attention's dq making its scores again (gpu/attn_mma_bwd.cu)
-WEIGHTS16 = "meshmoe, MESHMOE_WEIGHTS16=1, profile=true"  # the weights' copy as 16-bit numbers (model/weights16.h)
+WEIGHTS16 = "meshmoe, bf16_storage=kept, profile=true"  # the weights' copy as 16-bit numbers (model/weights16.h)
 GROUPED_CUBLAS = "meshmoe, MESHMOE_GROUPED=cublas"  # the experts' grouped products by cuBLAS alone (gpu/matmul.cu)
 
 
@@ -260,7 +260,7 @@ def main():
         # Then meshmoe's variants that decide its next defaults (the 16-bit weights first: whether
         # they become bf16's default), torch.compile, the ordered GEMM.
         for preset in PRESETS:
-            results[preset][WEIGHTS16] = meshmoe(preset, ("profile=true",), env={"MESHMOE_WEIGHTS16": "1"})
+            results[preset][WEIGHTS16] = meshmoe(preset, ("bf16_storage=kept", "profile=true"))
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
         for preset in PRESETS:

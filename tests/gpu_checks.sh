@@ -109,22 +109,22 @@ parity() {
     # (the products are exact only if none), and says so. -tca: make bench-gpu's path, the
     # default (cuBLAS converting inside its kernels) with the attention core on tensor cores
     # too (gpu_attention=tensor_cores, gpu/attn_mma.cu). -w16: the same with
-    # MESHMOE_WEIGHTS16=1, the products on bf16 storage (kernels/matmul16.h; the experts'
+    # bf16_storage=kept, the products on bf16 storage (kernels/matmul16.h; the experts'
     # grouped ones by gpu/grouped16.cu where cuBLAS refuses them), the candidate default.
-    local suffix tc
+    local suffix tc w16
     for suffix in tc tca w16; do
         tc=gpu_matmul=cublas_bf16
         [ "$suffix" != tc ] && tc="$tc gpu_attention=tensor_cores"
         [ "$DEV" = gpu ] || tc=
         if [ "$suffix" = tc ]; then export MESHMOE_CHECK_BF16=1; else unset MESHMOE_CHECK_BF16; fi
-        if [ "$suffix" = w16 ]; then export MESHMOE_WEIGHTS16=1; else unset MESHMOE_WEIGHTS16; fi
+        w16=; [ "$suffix" = w16 ] && w16=bf16_storage=kept
         while read -r name preset dtype args; do
             local run=$name-$suffix
-            echo "-- $run: ./train_gpu configs/$preset.yml $PARITY_COMMON $args $tc device=$DEV" \
-                "(MESHMOE_CHECK_BF16=${MESHMOE_CHECK_BF16:-unset}, MESHMOE_WEIGHTS16=${MESHMOE_WEIGHTS16:-unset})"
+            echo "-- $run: ./train_gpu configs/$preset.yml $PARITY_COMMON $args $tc $w16 device=$DEV" \
+                "(MESHMOE_CHECK_BF16=${MESHMOE_CHECK_BF16:-unset})"
             local dump=$BULK/parity/$run failed_before=$FAILED
             gpu_run "$run" "$W/parity-$run.log" configs/$preset.yml dump_parity="$dump" $PARITY_COMMON $args \
-                $tc device=$DEV || continue
+                $tc $w16 device=$DEV || continue
             if [ -n "$tc" ] && [ "$suffix" = tc ]; then
                 local said; said=$(grep -m1 '^cublas_bf16 check:' "$W/parity-$run.log")
                 check "$run: every operand converted for the tensor cores was bf16-valued: ${said:-no check line}" \
@@ -137,7 +137,7 @@ parity() {
             rm -rf "$dump"
         done < <(cases "$TENSOR_CORE_CASES")
     done
-    unset MESHMOE_CHECK_BF16 MESHMOE_WEIGHTS16
+    unset MESHMOE_CHECK_BF16
     summary
 }
 

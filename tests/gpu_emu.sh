@@ -18,7 +18,7 @@
 # cuBLAS paths run on the emulation's cuBLAS (gpu/emu_cublas.h): gpu_matmul=cublas_bf16 within
 # the same bound, every operand it multiplied bf16-valued (MESHMOE_CHECK_BF16's count), and
 # megablox's grouped calls the per-expert calls' bits (each part the same product). The
-# weights' copy as 16-bit numbers (MESHMOE_WEIGHTS16=1): ./train's bits and peaks on the
+# weights' copy as 16-bit numbers (bf16_storage=kept): ./train's bits and peaks on the
 # ordered GEMM, cuBLAS's on bf16 storage; the experts' products by the backend's own
 # tensor-core kernel (MESHMOE_GROUPED=kernel, both operand kinds) within the attention's bound. Last,
 # tests/gpu_bench.sh's product timer (tests/products_gpu.c) on small shapes: its bf16-stored
@@ -55,7 +55,7 @@ both mx-offl   mixtral-tiny remat_policy=minimal_offloaded optimizer_memory_host
 both ds-ft     deepseek-tiny dtype=bfloat16 megablox=true ici_fsdp_parallelism=2 ici_tensor_parallelism=2 num_devices=4
 both mx-ep     mixtral-tiny dtype=bfloat16 megablox=true ici_expert_parallelism=2 num_devices=2
 both ds-cp     deepseek-tiny attention=flash ici_context_parallelism=2 num_devices=2
-MESHMOE_WEIGHTS16=1 both ds-w16 deepseek-tiny dtype=bfloat16 megablox=true ici_tensor_parallelism=2 num_devices=2
+both ds-w16 deepseek-tiny dtype=bfloat16 bf16_storage=kept megablox=true ici_tensor_parallelism=2 num_devices=2
 echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
     "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
@@ -66,13 +66,13 @@ echo "== cuBLAS (gpu/emu_cublas.h): the weight products on bf16 operands, the ex
 MESHMOE_CHECK_BF16=1 both mx-cb mixtral-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
 both ds-cbg    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true ici_expert_parallelism=2 num_devices=2
 both ds-cbl    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=false ici_expert_parallelism=2 num_devices=2
-MESHMOE_WEIGHTS16=1 both ds-w16cb deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true \
+both ds-w16cb deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16 megablox=true \
     ici_expert_parallelism=2 num_devices=2
 # The experts' products by the backend's own tensor-core kernel (gpu/grouped16.cu), what they
 # run where cuBLAS refuses its grouped call in bf16: on float32 operands and on bf16 storage.
 MESHMOE_GROUPED=kernel both ds-cbk deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true \
     ici_expert_parallelism=2 num_devices=2
-MESHMOE_WEIGHTS16=1 MESHMOE_GROUPED=kernel both ds-w16k deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 \
+MESHMOE_GROUPED=kernel both ds-w16k deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16 \
     megablox=true ici_expert_parallelism=2 num_devices=2
 # deepseek-medium as make bench-gpu trains it (64 experts in 8 groups, megablox, MLA's heads of
 # 192 and 128, cuBLAS and the tensor cores), narrower, on 2 layers of 128 tokens.
@@ -118,7 +118,7 @@ if ok_run ds-cbg && ok_run ds-cbl; then
         same ds-cbg-emu ds-cbl-emu
     check "ds-cbg: cuBLAS ran (loss bits not ./train's)" test -n "$(bits ds-cbg-emu)" -a "$(bits ds-cbg-emu)" != "$(bits ds-cbg-cpu)"
 fi
-# MESHMOE_WEIGHTS16=1 under cuBLAS: the weights' products on bf16 storage (CUDA_R_16BF) where
+# bf16_storage=kept under cuBLAS: the weights' products on bf16 storage (CUDA_R_16BF) where
 # ds-cbg's hand cuBLAS float32 arrays; the emulated cuBLAS sums each element in double either way, so
 # the same loss bits.
 if ok_run ds-cbg && ok_run ds-w16cb; then

@@ -2,7 +2,7 @@
 # tests/switches.sh: the "temporaries and fused ops" switches of docs/optimizations.md
 # (rmsnorm_fused_scale, implicit_causal_mask, moe_skip_redundant_cast, moe_reshard_io, megablox,
 # skip_noop_grad_cast, shard_variables_at_init, donate_buffers, eval_per_device_batch_size), and
-# the experiment MESHMOE_WEIGHTS16. For each: 3 steps with the switch at its default and flipped, on a
+# bf16_storage. For each: 3 steps with the switch at its default and flipped, on a
 # tiny preset; the loss trajectories must be bit-identical, and the costlier side's
 # measured peak must exceed the default's by at least the buffer it adds, worked out here
 # from the test's own shapes (not from the code under test).
@@ -135,8 +135,7 @@ eval_peak() { sed -n 's/^eval peak \([0-9]*\) bytes.*/\1/p' "$dir/$1.out"; }
 smaller_eval() { [ -n "$(eval_peak evalb)" ] && [ "$(eval_peak evalb)" -lt "$(eval_peak base)" ]; }
 check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak evalb) bytes" smaller_eval
 
-# MESHMOE_WEIGHTS16=1, an experiment (an environment variable, not a config key:
-# docs/bf16-storage.md): in bf16 mode the weights' compute copy
+# bf16_storage=kept (docs/bf16-storage.md): in bf16 mode the weights' compute copy
 # is stored as 16-bit numbers (model/weights16.h); the products that read a weight run on it
 # through the 16-bit kernels (kernels/matmul16.h), their other operand packed; the norms,
 # the router's float32 backward and the embedding's gather read it widened or rounded. The
@@ -150,7 +149,7 @@ check "eval_per_device_batch_size=1: eval peak $(eval_peak base) -> $(eval_peak 
 # holds whole units the copy is kept from one update to the next (every case but the FSDP
 # one): the params peak is then 6 bytes a weight (the float32 weights and the whole copy)
 # where it was 4 and the largest unit's float32 copy; made for each use of a unit
-# (MESHMOE_WEIGHTS16=per_unit), that copy's bytes halve: the params peak, the copy of the
+# (bf16_storage=per_unit), that copy's bytes halve: the params peak, the copy of the
 # largest unit (a layer), drops by 2 bytes a weight of it. Both counted here from the shapes;
 # the planner counts what the run does.
 P16_CASES=("mx16 configs/mixtral-tiny.yml"
@@ -163,17 +162,17 @@ for c in "${P16_CASES[@]}"; do
     set -- $c
     name=$1; shift
     run "$name" "$@" $TINY dtype=bfloat16
-    MESHMOE_WEIGHTS16=1 run "$name-w16" "$@" $TINY dtype=bfloat16
+    run "$name-w16" "$@" $TINY dtype=bfloat16 bf16_storage=kept
     said=$(grep -c "the weights' bf16 copy as 16-bit numbers" "$dir/$name-w16.out")
     quiet=$(grep -c "the weights' bf16 copy as 16-bit numbers" "$dir/$name.out")
-    check "MESHMOE_WEIGHTS16=1, $name: said at start-up ($said line), not without it ($quiet)" \
+    check "bf16_storage=kept, $name: said at start-up ($said line), not without it ($quiet)" \
         test "$said" -eq 1 -a "$quiet" -eq 0
-    check "MESHMOE_WEIGHTS16=1, $name: losses bit-identical ($(bits "$name-w16"))" same_bits "$name" "$name-w16"
+    check "bf16_storage=kept, $name: losses bit-identical ($(bits "$name-w16"))" same_bits "$name" "$name-w16"
 done
-MESHMOE_WEIGHTS16=per_unit run mx16-unit configs/mixtral-tiny.yml $TINY dtype=bfloat16
-check "MESHMOE_WEIGHTS16=per_unit, mx16: losses bit-identical ($(bits mx16-unit))" same_bits mx16 mx16-unit
-check "MESHMOE_WEIGHTS16=per_unit: said at start-up" grep -q "made for each use of a unit" "$dir/mx16-unit.out"
-check "MESHMOE_WEIGHTS16=1 with whole units: said at start-up" grep -q "kept from update to update" "$dir/mx16-w16.out"
+run mx16-unit configs/mixtral-tiny.yml $TINY dtype=bfloat16 bf16_storage=per_unit
+check "bf16_storage=per_unit, mx16: losses bit-identical ($(bits mx16-unit))" same_bits mx16 mx16-unit
+check "bf16_storage=per_unit: said at start-up" grep -q "made for each use of a unit" "$dir/mx16-unit.out"
+check "bf16_storage=kept with whole units: said at start-up" grep -q "kept from update to update" "$dir/mx16-w16.out"
 # A layer's weights: attention's four kernels, two norm scales, the gate, the experts' three.
 layer=$((D * N * Dh + 2 * D * Nkv * Dh + N * Dh * D + 2 * D + D * E + 3 * E * D * H))
 halved() {
@@ -181,25 +180,26 @@ halved() {
     echo "       peak_bytes_by_tag.params: $a -> $b (-$((a - b)), a layer's copy: 4 -> 2 bytes x $layer weights)"
     [ $((a - b)) -eq $((2 * layer)) ]
 }
-check "MESHMOE_WEIGHTS16=per_unit: the params peak drops by half the largest unit's copy" halved
+check "bf16_storage=per_unit: the params peak drops by half the largest unit's copy" halved
 kept6() {   # default: 4 bytes a weight and a layer's float32 copy; kept: 4 + 2 bytes a weight
     local a b w; a=$(field mx16 peak_bytes_by_tag params); b=$(field mx16-w16 peak_bytes_by_tag params)
     w=$(((a - 4 * layer) / 4))
     echo "       peak_bytes_by_tag.params: $a -> $b ($w weights: 4 x $w + 4 x $layer -> 6 x $w)"
     [ $((a - 4 * layer)) -eq $((4 * w)) ] && [ "$b" -eq $((6 * w)) ]
 }
-check "MESHMOE_WEIGHTS16=1: the params peak is 6 bytes a weight with the copy kept" kept6
+check "bf16_storage=kept: the params peak is 6 bytes a weight with the copy kept" kept6
 peaks16() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' "$dir/$1.json"; }
-MESHMOE_WEIGHTS16=1 run ds16-dry configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
-    $TINY dtype=bfloat16 steps=1 dry_run=true
-MESHMOE_WEIGHTS16=1 run ds16-one configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
-    $TINY dtype=bfloat16 steps=1
+run ds16-dry configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
+    $TINY dtype=bfloat16 bf16_storage=kept steps=1 dry_run=true
+run ds16-one configs/deepseek-tiny.yml megablox=true ici_tensor_parallelism=2 num_devices=2 \
+    $TINY dtype=bfloat16 bf16_storage=kept steps=1
 plan_same() { [ -n "$(peaks16 ds16-one)" ] && [ "$(peaks16 ds16-dry)" = "$(peaks16 ds16-one)" ]; }
-check "MESHMOE_WEIGHTS16=1: the planner's peaks by tag are the run's, every device" plan_same
-expect_error "MESHMOE_WEIGHTS16 in float32" "it needs dtype=bfloat16" \
-    env MESHMOE_WEIGHTS16=1 ./train configs/mixtral-tiny.yml steps=1
-expect_error "MESHMOE_WEIGHTS16=2" "MESHMOE_WEIGHTS16 is 0, 1 or per_unit, not '2'" \
-    env MESHMOE_WEIGHTS16=2 ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16
+check "bf16_storage=kept: the planner's peaks by tag are the run's, every device" plan_same
+expect_error "bf16_storage in float32" \
+    "bf16_storage=kept stores bf16 mode's values as 16-bit numbers: it needs dtype=bfloat16" \
+    ./train configs/mixtral-tiny.yml steps=1 bf16_storage=kept
+expect_error "bf16_storage=2" "bf16_storage must be 'off', 'kept' or 'per_unit', got '2'" \
+    ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16 bf16_storage=2
 # The experiments among cuBLAS's ways (gpu/matmul.cu) stop a GPU run whose products are not
 # cuBLAS's (the dry run of device=gpu takes the same start-up checks, with no GPU here).
 expect_error "MESHMOE_GROUPED without cuBLAS" "MESHMOE_GROUPED chooses between cuBLAS's grouped call" \

@@ -152,6 +152,13 @@ static const SweepRow ROWS[] = {
      "T*K rows at once, where one expert's call held T",
      "the experts' temporaries live inside one layer's call; the step's peak is set where the saved "
      "activations are largest"},
+    {"36", "bf16_storage", "kept,per_unit", "dtype=bfloat16", SW_BIT,
+     "bf16 mode's weights' compute copy and the activations at the cast points as 16-bit numbers: kept, the "
+     "copy of every unit held from update to update (2 bytes a weight, where the default holds one unit's "
+     "float32 copy at a time); per_unit, one unit's 16-bit copy at a time; the packed activations half the bytes",
+     "the peak moves both ways: the params tag by the weights' copy (kept: up, 2 bytes a weight less one unit's "
+     "float32 copy), the activations and temporaries down where SwiGLU's arrays, the experts' rows and the "
+     "logits' gradient are 16-bit"},
 };
 
 const SweepRow *sweep_rows(int *n) {
