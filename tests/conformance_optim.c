@@ -276,6 +276,27 @@ void test_init(void) {
                          tol(1), 0);
         dev_free(d_x);
     }
+    // A piece large enough that the CPU splits its elements over threads: (300,400) at (1,1)
+    // of a (600,800) tensor, every element against the loop above.
+    {
+        int bshape[2] = {300, 400}, blindex[2] = {1, 1}, bgshape[2] = {600, 800};
+        size_t bn = 300 * 400;
+        float *want = malloc(sizeof(float) * bn), *d_x = dev_poisoned(sizeof(float) * bn);
+        if (ORACLE) ORACLE->init->param_init(want, 0, bn, hash, seed, 0.02f, 0.0f, 1, bshape, blindex, bgshape, 2);
+        else {
+            uint64_t key = ref_mix64(hash ^ ref_mix64((uint64_t)seed + 0x1234567ull));
+            for (size_t li = 0; li < bn; li++) {
+                size_t g = (size_t)(300 + li / 400) * 800 + 400 + li % 400;
+                float z = ref_normal(key, g, 0);
+                for (uint64_t d = 1; fabsf(z) > 2.0f; d++) z = ref_normal(key, g, d);
+                want[li] = 0.02f * z;
+            }
+        }
+        UNDER_TEST->init->param_init(d_x, 0, bn, hash, seed, 0.02f, 0.0f, 1, bshape, blindex, bgshape, 2);
+        check_dev_floats("param_init", "(300,400) of (600,800) truncated, over threads", want, d_x, bn, tol(1), 0);
+        dev_free(d_x);
+        free(want);
+    }
     float c[6], *d_c = dev_poisoned(sizeof c);
     for (int i = 0; i < 6; i++) c[i] = 1.0f;
     UNDER_TEST->init->param_init(d_c, 0, 6, hash, seed, 0.0f, 1.0f, 0, shape, lindex, gshape, 2);

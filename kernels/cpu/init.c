@@ -18,9 +18,12 @@ static float normal_at(uint64_t key, uint64_t i, uint64_t draw) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
+// Each element is a function of (key, its global index) alone, so the threads may split the
+// elements any way: the same values on any thread count.
 static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int seed, float std, float constant,
                        int truncated, const int *shape, const int *lindex, const int *gshape, int ndim) {
     uint64_t key = mix64(name_hash ^ mix64((uint64_t)seed + 0x1234567ull));
+    #pragma omp parallel for schedule(static) if (n >= 65536)
     for (size_t li = i0; li < i0 + n; li++) {
         size_t i = global_index(shape, lindex, gshape, ndim, li), at = li - i0;
         if (std == 0.0f) { x[at] = constant; continue; }
