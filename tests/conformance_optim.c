@@ -276,24 +276,27 @@ void test_init(void) {
                          tol(1), 0);
         dev_free(d_x);
     }
-    // A piece large enough that the CPU splits its elements over threads: (300,400) at (1,1)
-    // of a (600,800) tensor, every element against the loop above.
-    {
-        int bshape[2] = {300, 400}, blindex[2] = {1, 1}, bgshape[2] = {600, 800};
+    // Tensors large enough that the CPU splits their elements over threads, every element
+    // against the loop above: a (300,400) piece at (1,1) of a (600,800) tensor, and a whole
+    // (300,400) tensor (each element's global index its own).
+    for (int whole = 0; whole < 2; whole++) {
+        int bshape[2] = {300, 400}, blindex[2] = {!whole, !whole}, bgshape[2] = {whole ? 300 : 600, whole ? 400 : 800};
         size_t bn = 300 * 400;
         float *want = malloc(sizeof(float) * bn), *d_x = dev_poisoned(sizeof(float) * bn);
         if (ORACLE) ORACLE->init->param_init(want, 0, bn, hash, seed, 0.02f, 0.0f, 1, bshape, blindex, bgshape, 2);
         else {
             uint64_t key = ref_mix64(hash ^ ref_mix64((uint64_t)seed + 0x1234567ull));
             for (size_t li = 0; li < bn; li++) {
-                size_t g = (size_t)(300 + li / 400) * 800 + 400 + li % 400;
+                size_t g = whole ? li : (size_t)(300 + li / 400) * 800 + 400 + li % 400;
                 float z = ref_normal(key, g, 0);
                 for (uint64_t d = 1; fabsf(z) > 2.0f; d++) z = ref_normal(key, g, d);
                 want[li] = 0.02f * z;
             }
         }
         UNDER_TEST->init->param_init(d_x, 0, bn, hash, seed, 0.02f, 0.0f, 1, bshape, blindex, bgshape, 2);
-        check_dev_floats("param_init", "(300,400) of (600,800) truncated, over threads", want, d_x, bn, tol(1), 0);
+        const char *what = whole ? "(300,400) whole, truncated, over threads"
+                                 : "(300,400) of (600,800) truncated, over threads";
+        check_dev_floats("param_init", what, want, d_x, bn, tol(1), 0);
         dev_free(d_x);
         free(want);
     }

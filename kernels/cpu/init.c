@@ -23,9 +23,11 @@ static float normal_at(uint64_t key, uint64_t i, uint64_t draw) {
 static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int seed, float std, float constant,
                        int truncated, const int *shape, const int *lindex, const int *gshape, int ndim) {
     uint64_t key = mix64(name_hash ^ mix64((uint64_t)seed + 0x1234567ull));
+    int whole = 1;   // the device holds the whole tensor: an element's global index is its own
+    for (int d = 0; d < ndim; d++) whole &= shape[d] == gshape[d];
     #pragma omp parallel for schedule(static) if (n >= 65536)
     for (size_t li = i0; li < i0 + n; li++) {
-        size_t i = global_index(shape, lindex, gshape, ndim, li), at = li - i0;
+        size_t i = whole ? li : global_index(shape, lindex, gshape, ndim, li), at = li - i0;
         if (std == 0.0f) { x[at] = constant; continue; }
         float z = normal_at(key, i, 0);
         for (uint64_t d = 1; truncated && fabsf(z) > 2.0f; d++) z = normal_at(key, i, d);
