@@ -168,12 +168,11 @@ static void autotune_blocks(Config *c) {
 // bf16_storage (model/weights16.h): the weights' bf16 compute copy and the activations at the
 // cast points as 16-bit numbers, the copy kept from update to update where it can be (kept) or
 // made for each use of a unit (per_unit); off: as float32 numbers holding bf16 values.
-static int weights16_mode_of(const Config *c) {
-    if (c->bf16_storage == BF16_STORAGE_OFF) return WEIGHTS16_OFF;
-    if (c->dtype != DTYPE_BFLOAT16)
+static Bf16Storage bf16_storage_checked(const Config *c) {
+    if (c->bf16_storage != BF16_STORAGE_OFF && c->dtype != DTYPE_BFLOAT16)
         die("bf16_storage=%s stores bf16 mode's values as 16-bit numbers: it needs dtype=bfloat16 (in float32: "
             "bf16_storage=off)", bf16_storage_name(c->bf16_storage));
-    return c->bf16_storage == BF16_STORAGE_KEPT ? WEIGHTS16_KEPT : WEIGHTS16_PER_UNIT;
+    return c->bf16_storage;
 }
 
 // 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
@@ -189,7 +188,7 @@ static void start_mesh(Mesh *mesh, const Config *c) {
     // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).
     blas_set_threads(1);
     matmul_set_impl(matmul_impl_name(c->matmul_impl), c->device == DEVICE_GPU && c->gpu_matmul != GPU_MATMUL_ORDERED);
-    weights16_use(weights16_mode_of(c));
+    weights16_use(bf16_storage_checked(c));
     gemm_kernel_from_env();
 }
 

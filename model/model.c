@@ -47,7 +47,7 @@ static int rounded(const Config *c, const ParamSpec *s) {
 static int copy16_needed(const Config *c, int u) { return u != 0 || c->use_iota_embed; }
 
 int model_copy16_kept(const Model *m) {
-    return weights16_mode() == WEIGHTS16_KEPT && cfg_bf16(&m->cfg) && m->shard.F == 1 &&
+    return weights16_mode() == BF16_STORAGE_KEPT && cfg_bf16(&m->cfg) && m->shard.F == 1 &&
            !m->cfg.parameter_memory_host_offload;
 }
 

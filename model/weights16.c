@@ -4,10 +4,10 @@
 #include "kernels/kernels.h" // kern()->cast->unpack_bf16
 #include "core/common.h"     // die
 
-static int mode = WEIGHTS16_OFF;
-void weights16_use(int m) { mode = m; }
-int weights16_on(void) { return mode != WEIGHTS16_OFF; }
-int weights16_mode(void) { return mode; }
+static Bf16Storage mode = BF16_STORAGE_OFF;
+void weights16_use(Bf16Storage m) { mode = m; }
+int weights16_on(void) { return mode != BF16_STORAGE_OFF; }
+Bf16Storage weights16_mode(void) { return mode; }
 
 // A unit has at most a dozen tensors (a MoE layer with shared experts and MLA: 14), and
 // model_unit_acquire records one unit at a time: a short list, searched in order.

@@ -18,6 +18,7 @@
 // The records are the calling device's (each device is a thread), one unit's at a time.
 #ifndef MESHMOE_WEIGHTS16_H
 #define MESHMOE_WEIGHTS16_H
+#include "base/config.h"   // Bf16Storage
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,10 +26,9 @@
 // one update of the weights to the next where the device holds whole units (no FSDP, the
 // weights in device memory: model/model.c), else made for each use of a unit; per_unit, made
 // for each use of a unit always (the least memory: one unit's copy at a time).
-enum { WEIGHTS16_OFF, WEIGHTS16_KEPT, WEIGHTS16_PER_UNIT };
-void weights16_use(int mode);
-int weights16_on(void);     // either way
-int weights16_mode(void);
+void weights16_use(Bf16Storage mode);
+int weights16_on(void);     // kept or per_unit
+Bf16Storage weights16_mode(void);
 
 // The tensor at w (n floats) has its 16-bit copy at h (n values).
 void weights16_add(const float *w, size_t n, const uint16_t *h);
