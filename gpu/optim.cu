@@ -13,6 +13,7 @@
 // block into three 64-bit device counters, then one thread folding them into the 128-bit sum.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
+#include "kernels/bf16.h"   // b1 rounded to bf16 on the host (a bf16 first moment)
 #include <math.h>
 #include <string.h>
 
@@ -35,13 +36,16 @@ static Shape4 shape4(const int *shape, int ndim) {
 __device__ static inline float clipped(float g, GradClip c) { return c.on ? (g / c.norm) * c.threshold : g; }
 
 // AdamW's constants for one call: the step size, the bias corrections 1 - b^t (on the host,
-// with the C library's powf, as the CPU computes them), the decays, epsilon, the weight decay.
-typedef struct { float lr, c1, c2, b1, b2, eps, wd; GradClip clip; } AdamW;
+// with the C library's powf, as the CPU computes them), the decays (b1m: b1 rounded to bf16,
+// the decay of a bf16 first moment), epsilon, the weight decay.
+typedef struct { float lr, c1, c2, b1, b1m, b2, eps, wd; GradClip clip; } AdamW;
 
-// One element's update, the CPU's expressions in its order.
+// One element's update, the CPU's expressions in its order; mu16: the old first moment m
+// read from bf16, b1 m a bf16 product (kernels/optim.h), the new m rounded by the caller.
+template <bool mu16 = false>
 __device__ static inline void adamw_one(float &p, float g, float &m, float &v, const AdamW &a) {
     float gi = clipped(g, a.clip);
-    m = (1.0f - a.b1) * gi + a.b1 * m;
+    m = mu16 ? (1.0f - a.b1) * gi + bf16_round_dev(a.b1m * m) : (1.0f - a.b1) * gi + a.b1 * m;
     v = (1.0f - a.b2) * (gi * gi) + a.b2 * v;
     float mhat = m / a.c1, vhat = v / a.c2;
     float u = mhat / (sqrtf(vhat) + a.eps);   // scale_by_adam
@@ -69,6 +73,33 @@ __global__ static void adamw4_kernel(float4 *p, uint2 *p16, const float4 *g, flo
     adamw_one(P.w, G.w, M.w, V.w, a);
     p[i] = P;
     m[i] = M;
+    v[i] = V;
+    if (p16) p16[i] = bf16_bits4_dev(P);
+}
+
+// The first moment as bf16 bits (mu_dtype=bfloat16): read exactly, stored rounded.
+__global__ static void adamw_mu16_kernel(float *p, uint16_t *p16, const float *g, uint16_t *m16, float *v, size_t n,
+                                         AdamW a) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float m = bf16_float_dev(m16[i]);
+    adamw_one<true>(p[i], g[i], m, v[i], a);
+    m16[i] = bf16_bits_dev(m);
+    if (p16) p16[i] = bf16_bits_dev(p[i]);
+}
+
+// Four elements a thread, the moment's four bf16 8 bytes at a time.
+__global__ static void adamw4_mu16_kernel(float4 *p, uint2 *p16, const float4 *g, uint2 *m16, float4 *v, size_t n4,
+                                          AdamW a) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 P = p[i], G = g[i], M = bf16_float4_dev(m16[i]), V = v[i];
+    adamw_one<true>(P.x, G.x, M.x, V.x, a);
+    adamw_one<true>(P.y, G.y, M.y, V.y, a);
+    adamw_one<true>(P.z, G.z, M.z, V.z, a);
+    adamw_one<true>(P.w, G.w, M.w, V.w, a);
+    p[i] = P;
+    m16[i] = bf16_bits4_dev(M);
     v[i] = V;
     if (p16) p16[i] = bf16_bits4_dev(P);
 }
@@ -229,23 +260,33 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
     p[j] = p[j] - u;         // scale(-1), apply_updates
 }
 
-// p, m, v (n) updated by AdamW at 1-based step t from g (n), clipped on the way.
-// p16 (n), unless NULL, the updated p's bf16 bits.
-static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr, int t,
-                         float b1, float b2, float eps, float wd, GradClip clip) {
+// p, m, v (n) updated by AdamW at 1-based step t from g (n), clipped on the way; m16 in
+// place of m: the first moment as bf16 bits. p16 (n), unless NULL, the updated p's bf16 bits.
+static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
+                         float lr, int t, float b1, float b2, float eps, float wd, GradClip clip) {
     if (n == 0) return;
-    AdamW a = {lr, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), b1, b2, eps, wd, clip};
-    // The whole quads four at a time when the four arrays are 16-byte aligned (a device's
-    // shard: the buffers' starts) and the copy 8-byte aligned, the last 0-3 elements (or all)
-    // one at a time.
-    uintptr_t at = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v | ((uintptr_t)p16 % 8 != 0);
+    float b1m = m16 ? bf16_float(bf16_bits(b1)) : b1;
+    AdamW a = {lr, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), b1, b1m, b2, eps, wd, clip};
+    // The whole quads four at a time when the float arrays are 16-byte aligned (a device's
+    // shard: the buffers' starts) and the 16-bit ones 8-byte aligned, the last 0-3 elements
+    // (or all) one at a time.
+    uintptr_t at = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v | ((uintptr_t)p16 % 8 != 0) |
+                   ((uintptr_t)m16 % 8 != 0);
     size_t quads = quads_of(n, at), done = 4 * quads;
-    if (quads) {
+    if (quads && m16) {
+        GPU_LAUNCH(adamw4_mu16_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
+            (float4 *)p, (uint2 *)p16, (const float4 *)g, (uint2 *)m16, (float4 *)v, quads, a);
+        GPU_CHECK_LAUNCH();
+    } else if (quads) {
         GPU_LAUNCH(adamw4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
             (float4 *)p, (uint2 *)p16, (const float4 *)g, (float4 *)m, (float4 *)v, quads, a);
         GPU_CHECK_LAUNCH();
     }
-    if (done < n) {
+    if (done < n && m16) {
+        GPU_LAUNCH(adamw_mu16_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(
+            p + done, p16 ? p16 + done : NULL, g + done, m16 + done, v + done, n - done, a);
+        GPU_CHECK_LAUNCH();
+    } else if (done < n) {
         GPU_LAUNCH(adamw_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(
             p + done, p16 ? p16 + done : NULL, g + done, m + done, v + done, n - done, a);
         GPU_CHECK_LAUNCH();

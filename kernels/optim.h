@@ -28,8 +28,13 @@ typedef struct OptimKernels {
     // updated; p (n) -= lr * u. p, g, m, v (n). p16 (n), unless NULL: the updated p as bf16
     // bits (rounded to nearest even, as kernels/cast.h's pack_bf16), the weights' 16-bit copy
     // written in the same pass (model/model.c: copy16_current).
-    void (*adamw_update)(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, float lr, int t,
-                         float b1, float b2, float eps, float weight_decay, GradClip clip);
+    // m16 (n), unless NULL (m is then NULL): the first moment kept as bf16 bits
+    // (mu_dtype=bfloat16), as optax keeps it in JAX: the old moment decays as a bf16 array
+    // times a Python float does, a bf16 product (b1 rounded to bf16, 0.9 -> 0.8984375, and
+    // the product rounded to bf16); the new moment, the float32 sum of that and (1 - b1) g,
+    // makes this update and is stored rounded to nearest even.
+    void (*adamw_update)(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
+                         float lr, int t, float b1, float b2, float eps, float weight_decay, GradClip clip);
     // Plain SGD (optax.sgd without momentum): p (n) += -lr * g (n), g clipped as above.
     void (*sgd_update)(float *p, const float *g, size_t n, float lr, GradClip clip);
     // optax.clip_by_global_norm's scaling on its own (Adafactor's updates read g more than

@@ -343,6 +343,7 @@ void model_free(Model *m) {
     mem_free(m->params_mem);
     mem_free(m->grads_mem);
     mem_free(m->m_mem);
+    mem_free(m->m16_mem);
     mem_free(m->v_mem);
     mem_free(m->router_bias);
     mem_free(m->ema);

@@ -55,13 +55,15 @@ void state_offload_init(Model *m) {
 
 void state_optimizer_in(Model *m) {
     if (!m->cfg.optimizer_memory_host_offload) return;
-    m->m_mem = mem_to_device(m->m_mem);
+    if (m->m_mem) m->m_mem = mem_to_device(m->m_mem);
+    if (m->m16_mem) m->m16_mem = mem_to_device(m->m16_mem);
     m->v_mem = mem_to_device(m->v_mem);
 }
 
 void state_optimizer_out(Model *m) {
     if (!m->cfg.optimizer_memory_host_offload) return;
-    m->m_mem = mem_to_host(m->m_mem);
+    if (m->m_mem) m->m_mem = mem_to_host(m->m_mem);
+    if (m->m16_mem) m->m16_mem = mem_to_host(m->m16_mem);
     m->v_mem = mem_to_host(m->v_mem);
 }
 

@@ -46,7 +46,10 @@ void optimizer_state_alloc(Model *m) {
     const StateShard *sh = &m->shard;
     switch (optimizer_state_floats(&m->cfg)) {
     case 2:   // adamw's moments, one of each per weight of this device's shard (or ZeRO-1 piece)
-        m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
+        if (m->cfg.mu_dtype == MU_DTYPE_BFLOAT16)
+            m->m16_mem = mem_alloc(MEM_OPTIMIZER, sizeof(uint16_t) * (sh->local_n / sh->Z), "adam mu (bf16)");
+        else
+            m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam mu");
         m->v_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "adam nu");
         break;
     case 1:   // adafactor, per tensor: row and column means, or one per element
@@ -63,8 +66,9 @@ static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float 
     float *p = m->params_mem + at;
     const float *g = m->grads_mem + at;
     if (sgd) kern()->optim->sgd_update(p, g, n, lr, clip);
-    else kern()->optim->adamw_update(p, p16, g, m->m_mem + mo, m->v_mem + mo, n, lr, t, c->adam_b1, c->adam_b2,
-                                     c->adam_eps, c->adam_weight_decay, clip);
+    else kern()->optim->adamw_update(p, p16, g, m->m_mem ? m->m_mem + mo : NULL, m->m16_mem ? m->m16_mem + mo : NULL,
+                                     m->v_mem + mo, n, lr, t, c->adam_b1, c->adam_b2, c->adam_eps,
+                                     c->adam_weight_decay, clip);
 }
 
 // The elementwise optimizers (adamw, sgd) over this device's shard of every unit. ZeRO-1

@@ -27,8 +27,11 @@ GradClip grad_clip_of(float norm, float threshold);
 // for adafactor (at most one: its state is per tensor, sized by adafactor_state_floats,
 // optim/adafactor.h). Dies on an opt_type that names no optimizer here.
 int optimizer_state_floats(const Config *c);
-// This device's optimizer state (MEM_OPTIMIZER), zero: adamw's moments m_mem and v_mem
-// (its shard, or its ZeRO-1 piece), adafactor's v_mem, nothing for sgd (model_init).
+// Bytes of AdamW's first moment per weight: 2 with mu_dtype=bfloat16, else 4.
+static inline size_t optimizer_mu_bytes(const Config *c) { return c->mu_dtype == MU_DTYPE_BFLOAT16 ? 2 : 4; }
+// This device's optimizer state (MEM_OPTIMIZER), zero: adamw's moments m_mem (m16_mem with
+// mu_dtype=bfloat16) and v_mem (its shard, or its ZeRO-1 piece), adafactor's v_mem, nothing
+// for sgd (model_init).
 void optimizer_state_alloc(struct Model *m);
 // One update of this device's parameters from its gradients with the optimizer opt_type
 // names; t is the 1-based update count; the gradient is clipped by grad_norm, its global

@@ -11,6 +11,7 @@
 #include "data/safetensors.h"
 #include "base/collectives.h"
 #include "base/net.h"
+#include "kernels/bf16.h"
 #include "core/common.h"
 #include <errno.h>
 #include <limits.h>
@@ -117,20 +118,24 @@ static void each_run(const ParamSpec *s, size_t a, size_t b, RunFn fn, void *ctx
     }
 }
 
-// The buffer an entry's elements live in on this device, its ZeRO-1 pieces, and the mesh
-// axes its pieces are split over (for choosing the one device that writes each element).
+// The buffer an entry's elements live in on this device (buf16 in place of buf: AdamW's
+// first moment as bf16 bits, mu_dtype=bfloat16, which the file holds as float32, exactly),
+// its ZeRO-1 pieces, and the mesh axes its pieces are split over (for choosing the one
+// device that writes each element).
 typedef struct {
     float *buf;
+    uint16_t *buf16;
     int Z, zr;
     unsigned split;
 } Place;
 
 static Place place_of(const Model *m, const Entry *e) {
     const ParamSpec *s = &m->specs[e->spec];
-    Place p = {m->params_mem, 1, 0, 0};
+    Place p = {m->params_mem, NULL, 1, 0, 0};
     for (int d = 0; d < s->ndim; d++) p.split |= s->part.axes[d];
     if (e->kind == E_MU || e->kind == E_NU) {
         p.buf = e->kind == E_MU ? m->m_mem : m->v_mem;
+        if (e->kind == E_MU) p.buf16 = m->m16_mem;
         p.Z = m->shard.Z;
         p.zr = m->shard.zrank;
         if (p.Z > 1) p.split |= AXIS_BIT(AX_DATA);
@@ -168,10 +173,13 @@ static float *factored_block(const Model *m, const Entry *e, int *drop, int *kee
 // ---------------------------------------------------------------------------------------
 // Saving.
 
-typedef struct { float *dst; const float *src; size_t a; } PutCtx;
+typedef struct { float *dst; const float *src; const uint16_t *src16; size_t a; } PutCtx;
 static void put_run(void *ctx, size_t g, size_t li, size_t n) {
     PutCtx *p = (PutCtx *)ctx;
-    mem_download(p->dst + g, p->src + (li - p->a), sizeof(float) * n);
+    if (!p->src16) { mem_download(p->dst + g, p->src + (li - p->a), sizeof(float) * n); return; }
+    uint16_t *bits = mem_host_copy(p->src16 + (li - p->a), sizeof(uint16_t) * n);
+    for (size_t j = 0; j < n; j++) p->dst[g + j] = bf16_float(bits[j]);
+    free(bits);
 }
 
 // This device's elements of entry e into dst (the entry's place in the image), if it holds
@@ -202,7 +210,7 @@ static void put_entry(const Model *m, const Entry *e, float *dst) {
         return;
     }
     if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
-    PutCtx ctx = {dst, p.buf + at, a};
+    PutCtx ctx = {dst, p.buf16 ? NULL : p.buf + at, p.buf16 ? p.buf16 + at : NULL, a};
     each_run(s, a, b, put_run, &ctx);
 }
 
@@ -318,10 +326,29 @@ static void read_to_device(const StFile *f, const StTensor *t, size_t byte_off, 
     free(host);
 }
 
-typedef struct { const StFile *f; const StTensor *t; float *dst; size_t a; } GetCtx;
+// n floats of tensor t from element g on, rounded to bf16 bits (nearest even) into device
+// memory dst, in pieces as read_to_device's.
+static void read_to_device16(const StFile *f, const StTensor *t, size_t g, uint16_t *dst, size_t n) {
+    size_t piece = READ_PIECE / sizeof(float);
+    float *host = malloc(sizeof(float) * MM_MIN(n, piece) + 1);
+    uint16_t *bits = malloc(sizeof(uint16_t) * MM_MIN(n, piece) + 1);
+    if (!host || !bits) die("load_checkpoint: out of host memory for a read buffer");
+    for (size_t done = 0; done < n;) {
+        size_t k = MM_MIN(n - done, piece);
+        st_read_at(f, t, sizeof(float) * (g + done), host, sizeof(float) * k);
+        for (size_t j = 0; j < k; j++) bits[j] = bf16_bits(host[j]);
+        mem_upload(dst + done, bits, sizeof(uint16_t) * k);
+        done += k;
+    }
+    free(host);
+    free(bits);
+}
+
+typedef struct { const StFile *f; const StTensor *t; float *dst; uint16_t *dst16; size_t a; } GetCtx;
 static void get_run(void *ctx, size_t g, size_t li, size_t n) {
     GetCtx *p = (GetCtx *)ctx;
-    read_to_device(p->f, p->t, sizeof(float) * g, p->dst + (li - p->a), sizeof(float) * n);
+    if (p->dst16) read_to_device16(p->f, p->t, g, p->dst16 + (li - p->a), n);
+    else read_to_device(p->f, p->t, sizeof(float) * g, p->dst + (li - p->a), sizeof(float) * n);
 }
 
 // This device's elements of entry e from the file.
@@ -356,7 +383,7 @@ static void get_entry(Model *m, const StFile *f, const Entry *e) {
     }
     size_t a, b, at;
     if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
-    GetCtx ctx = {f, t, p.buf + at, a};
+    GetCtx ctx = {f, t, p.buf16 ? NULL : p.buf + at, p.buf16 ? p.buf16 + at : NULL, a};
     each_run(s, a, b, get_run, &ctx);
 }
 

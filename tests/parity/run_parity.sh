@@ -256,6 +256,13 @@ run_case deepseek-softmax "$DEEPSEEK" sparse_matmul=true routed_score_func=softm
 # (dims 128/256) take the factored path, the rest the full second moment.
 run_case mixtral-adafactor  "$MIXTRAL"  sparse_matmul=true opt_type=adafactor
 run_case deepseek-adafactor "$DEEPSEEK" sparse_matmul=true opt_type=adafactor
+# mu_dtype=bfloat16 (optax.adamw's mu_dtype): AdamW's first moment kept as bf16, the float32
+# cases' bounds. Its decay is a bf16 product, as JAX computes b1 * mu on a bf16 array: with
+# the product in float32 instead, C's free-running step losses left JAX's by 2.2e-3 (step 7,
+# mixtral); as built, by at most 6.1e-7, what gradient noise of 2^-22 moves JAX's own by
+# (spread.py --ulp-bits 22, 6 seeds: 6.1e-7).
+run_case mixtral-mu16  "$MIXTRAL"  sparse_matmul=true mu_dtype=bfloat16
+run_case deepseek-mu16 "$DEEPSEEK" sparse_matmul=true mu_dtype=bfloat16
 run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
 run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
 wait
