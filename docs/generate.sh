@@ -41,7 +41,7 @@ declare -A ROWS=(
     [moe-dispatch]="7 10 30 35"
     [attention]="25 29 31"
     [pipeline]="8 9 33"
-    [precision]="1 27 36"
+    [precision]="1 27 36 37"
 )
 PRESETS="mixtral-tiny deepseek-tiny"
 REMAT="none minimal save_dot_except_mlp save_qkv_proj save_out_proj full minimal_offloaded qkv_proj_offloaded"

@@ -117,6 +117,7 @@ lane_b() {
     run_part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
     run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
     run_part "adafactor (opt_type=adafactor: bits across meshes, state bytes from shapes)" bash tests/adafactor.sh
+    run_part "mu_dtype=bfloat16 (AdamW's bf16 first moment: bits across meshes, state bytes, resume)" bash tests/mu_dtype.sh
     run_part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
     run_part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
     run_part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
