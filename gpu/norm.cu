@@ -21,7 +21,9 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-enum { NORM_TERMS_MAX = 12288, NORM_THREADS = 64 };
+// (12256: 48 KiB less the 128 bytes of static shared memory the kernels' own variables take,
+// GPU_SHARED's alignment, so that a launch never needs the opt-in past 48 KiB.)
+enum { NORM_TERMS_MAX = 12256, NORM_THREADS = 64 };
 
 // The shared memory a row's terms take: D floats, or none for a row too wide.
 static size_t terms_bytes(int D) { return D <= NORM_TERMS_MAX ? sizeof(float) * (size_t)D : 0; }
