@@ -12,50 +12,49 @@
 // AVX2 (the division cannot be done speculatively without AVX-512's masks).
 #define CLIPPED(g, c) (((g) / (c).norm) * (c).threshold)
 
-// AdamW on element i with the gradient gi and the first moment *mi, updated.
-static inline void adamw_element(float *p, float *mi, float *v, size_t i, float gi, float lr, float b1, float b2,
-                                 float c1, float c2, float eps, float wd) {
-    *mi = (1.0f - b1) * gi + b1 * *mi;
-    v[i] = (1.0f - b2) * (gi * gi) + b2 * v[i];
-    float mhat = *mi / c1, vhat = v[i] / c2;
-    float u = mhat / (sqrtf(vhat) + eps);   // scale_by_adam
-    u = u + wd * p[i];                      // add_decayed_weights
-    p[i] = p[i] + (-lr) * u;                // scale_by_learning_rate, apply_updates
+// AdamW's constants for one call: the step size, the decays (b1m: b1 rounded to bf16), the
+// bias corrections c1 = 1 - b1^t and c2 = 1 - b2^t, epsilon, the weight decay.
+typedef struct { float lr, b1, b1m, b2, c1, c2, eps, wd; } AdamWConst;
+
+// AdamW on element i with the gradient gi; decayed is b1 times the old first moment (a
+// float32 product, or for a bf16 moment a bf16 one, kernels/optim.h). Returns the new moment.
+static inline float adamw_element(float *p, float *v, size_t i, float gi, float decayed, AdamWConst k) {
+    float mi = (1.0f - k.b1) * gi + decayed;
+    v[i] = (1.0f - k.b2) * (gi * gi) + k.b2 * v[i];
+    float mhat = mi / k.c1, vhat = v[i] / k.c2;
+    float u = mhat / (sqrtf(vhat) + k.eps);   // scale_by_adam
+    u = u + k.wd * p[i];                      // add_decayed_weights
+    p[i] = p[i] + (-k.lr) * u;                // scale_by_learning_rate, apply_updates
+    return mi;
 }
 
-// The same with the first moment as bf16 bits m16[i] (kernels/optim.h): b1 m a bf16
-// product, b1m = b1 rounded to bf16; the new moment stored rounded.
-static inline void adamw_element16(float *p, uint16_t *m16, float *v, size_t i, float gi, float lr, float b1,
-                                   float b1m, float b2, float c1, float c2, float eps, float wd) {
-    float mi = (1.0f - b1) * gi + bf16_round(b1m * bf16_float(m16[i]));
-    v[i] = (1.0f - b2) * (gi * gi) + b2 * v[i];
-    float mhat = mi / c1, vhat = v[i] / c2;
-    float u = mhat / (sqrtf(vhat) + eps);
-    u = u + wd * p[i];
-    p[i] = p[i] + (-lr) * u;
-    m16[i] = bf16_bits(mi);
+// A float32 first moment m[i]: b1 m[i] a float32 product.
+static inline void adamw_m32(float *p, float *m, float *v, size_t i, float gi, AdamWConst k) {
+    m[i] = adamw_element(p, v, i, gi, k.b1 * m[i], k);
+}
+// A bf16 first moment m16[i]: b1 m16[i] a bf16 product, the new moment stored rounded.
+static inline void adamw_m16(float *p, uint16_t *m16, float *v, size_t i, float gi, AdamWConst k) {
+    m16[i] = bf16_bits(adamw_element(p, v, i, gi, bf16_round(k.b1m * bf16_float(m16[i])), k));
 }
 
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
                          float lr, int t, float b1, float b2, float eps, float wd, GradClip clip) {
-    float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t), b1m = bf16_round(b1);
+    AdamWConst k = {lr, b1, bf16_round(b1), b2, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), eps, wd};
     // Element by element, so vector instructions (IEEE division and square root, exactly
     // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
     if (m16 && clip.on) {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            adamw_element16(p, m16, v, i, CLIPPED(g[i], clip), lr, b1, b1m, b2, c1, c2, eps, wd);
+        for (size_t i = 0; i < n; i++) adamw_m16(p, m16, v, i, CLIPPED(g[i], clip), k);
     } else if (m16) {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) adamw_element16(p, m16, v, i, g[i], lr, b1, b1m, b2, c1, c2, eps, wd);
+        for (size_t i = 0; i < n; i++) adamw_m16(p, m16, v, i, g[i], k);
     } else if (clip.on) {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            adamw_element(p, &m[i], v, i, CLIPPED(g[i], clip), lr, b1, b2, c1, c2, eps, wd);
+        for (size_t i = 0; i < n; i++) adamw_m32(p, m, v, i, CLIPPED(g[i], clip), k);
     } else {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) adamw_element(p, &m[i], v, i, g[i], lr, b1, b2, c1, c2, eps, wd);
+        for (size_t i = 0; i < n; i++) adamw_m32(p, m, v, i, g[i], k);
     }
     if (p16) {   // the updated weights' 16-bit copy (a second pass here; the GPU's is one)
         #pragma omp parallel for if (n > 65536)
