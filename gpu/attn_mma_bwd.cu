@@ -305,10 +305,14 @@ __host__ __device__ static inline size_t ds_tiles_before(const Geom &G, int r0, 
     for (int i = 0; i < iq; i++) n += ds_tiles_of(G, r0, r1, i);
     return n;
 }
-// Where the first dS^T tile of query tile iq of head h of sequence b begins, in elements.
-__device__ static inline size_t ds_tile_at(const Geom &G, int r0, int r1, int b, int h, int iq) {
-    size_t per_head = ds_tiles_before(G, r0, r1, (r1 - r0 + MQ - 1) / MQ);
-    return (((size_t)b * G.N + h) * per_head + ds_tiles_before(G, r0, r1, iq)) * (MK2 * MQ);
+// The dS^T tiles of one (sequence, head): those of all the call's query tiles.
+__device__ static inline size_t ds_tiles_per_head(const Geom &G, int r0, int r1) {
+    return ds_tiles_before(G, r0, r1, (r1 - r0 + MQ - 1) / MQ);
+}
+// Where the first dS^T tile of a query tile of head h of sequence b begins, in elements:
+// before, the tiles of the head's query tiles before it; per_head, ds_tiles_per_head's.
+__device__ static inline size_t ds_tile_at(const Geom &G, int b, int h, size_t per_head, size_t before) {
+    return (((size_t)b * G.N + h) * per_head + before) * (MK2 * MQ);
 }
 
 struct DkdvRegs {
@@ -395,15 +399,22 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, bf16 *ds, Head
         if (t >= ntv) break;
         key_tile_apply(dV[t], x0, t, [&](int x, int c, float) { return x < nk ? dv[key(x) * G.Dv + c] : 0.0f; });
     }
+    // dS^T's place: the head's tiles before query tile i, summed as i goes (the tiles of a
+    // head in order, from the block's first query tile), where they were summed from the
+    // call's first query tile for every tile (a loop over up to S / 64 of them).
+    size_t ds_per_head = ds ? ds_tiles_per_head(G, r0, r1) : 0, ds_first = 0, ds_before = 0;
+    if (ds && T.count() > 0) ds_first = ds_tiles_before(G, r0, r1, (first - r0) / MQ);
     for (int i = 0; i < T.count(); i++) {
         int u = stages == 2 ? i % 2 : 0, ia = T.ia(i), nr = T.rows(i);
+        if (i % T.per_head == 0) ds_before = ds_first;
         if (stages == 2 && i + 1 < T.count()) query_tile_async(S, T, i + 1, u ^ 1, G, H, dots, stats, b);
         cp_async_commit();
         cp_async_wait<1>();   // (this tile's copies: all but the group just closed)
         __syncthreads();
         const bf16 *Q = stage_of(S.Q, u), *dO = stage_of(S.dO, u);
         const float *m = stage_of(S.m, u), *l = stage_of(S.l, u), *D = stage_of(S.D, u);
-        bf16 *dst = ds ? ds + ds_tile_at(G, r0, r1, b, T.head(i), (ia - r0) / MQ) + blockIdx.y * (MK2 * MQ) : NULL;
+        bf16 *dst = ds ? ds + ds_tile_at(G, b, T.head(i), ds_per_head, ds_before) + blockIdx.y * (MK2 * MQ) : NULL;
+        if (ds) ds_before += ds_tiles_of(G, r0, r1, (ia - r0) / MQ);
 #pragma unroll
         for (int c = 0; c < MQ / 16; c++) {   // 16 queries at a time
             int lim[LANE_COLS];   // the column slot's query sees keys 0 .. lim-1 of the block
@@ -511,7 +522,7 @@ __global__ static void mma_dq_ds_kernel(float *dq, const bf16 *ds, Heads H, Geom
     int iq = heavy_first(), ia = r0 + iq * MQ, h = blockIdx.x, b = blockIdx.z, g = h / (G.N / G.Nkv);
     int nr = imin(MQ, r1 - ia), ldq = G.Dqk + PAD_H, lds = MQ + PAD_H, nt = G.Dqk / 16, y0 = threadIdx.x / 32 * 16;
     int tiles = ds_tiles_of(G, r0, r1, iq);
-    const bf16 *dst = ds + ds_tile_at(G, r0, r1, b, h, iq);
+    const bf16 *dst = ds + ds_tile_at(G, b, h, ds_tiles_per_head(G, r0, r1), ds_tiles_before(G, r0, r1, iq));
     if (tiles > 0) dq_ds_tile_async(S, 0, 0, dst, G, H, b, g);
     cp_async_commit();
     QueryRows row{G, b, h, ia};
