@@ -5,7 +5,8 @@
 # same bits on every mesh that shards the state (fsdp, ZeRO-1, tensor, expert, pipeline) and
 # with the state offloaded to the host; the optimizer bytes are 6 a weight where float32's are
 # 8, the weights counted here from the preset's shapes; the planner plans the run's peaks; a
-# checkpoint round trip gives the uninterrupted run's bits; bad combinations (a resume with
+# checkpoint round trip gives the uninterrupted run's bits (also under device=cpu_strict,
+# resumed with the state offloaded); bad combinations (a resume with
 # another mu_dtype among them) give one clear message.
 set -u
 cd "$(dirname "$0")/.."
@@ -60,6 +61,14 @@ for preset in mixtral-tiny deepseek-tiny; do
     run rt-$preset $preset per_device_batch_size=4 $MU load_checkpoint=$T/$preset.st
     check "$preset: fsdp=2 saved, 1 device resumed: $(bits rt-$preset)" same rt-$preset $ref
 done
+# Under device=cpu_strict (the host's code kept off device memory: the checkpoint's reads and
+# writes of the 16-bit moment go through the allocator's copies), resumed with the state
+# offloaded to the host.
+run strict mixtral-tiny per_device_batch_size=2 ici_fsdp_parallelism=2 $MU device=cpu_strict run_steps=2 \
+    save_checkpoint=$T/strict.st
+run strict mixtral-tiny per_device_batch_size=2 ici_fsdp_parallelism=2 $MU device=cpu_strict \
+    optimizer_memory_host_offload=true load_checkpoint=$T/strict.st
+check "device=cpu_strict, fsdp=2, resumed with the state offloaded: $(bits strict)" same strict one
 run from32 mixtral-tiny per_device_batch_size=4 run_steps=2 save_checkpoint=$T/f32.st
 
 echo "== bad combinations: one clear message"
