@@ -37,8 +37,8 @@ __device__ static inline float clipped(float g, GradClip c) { return c.on ? (g /
 
 // AdamW's constants for one call: the step size, the bias corrections 1 - b^t (on the host,
 // with the C library's powf, as the CPU computes them), the decays (b1m: b1 rounded to bf16,
-// the decay of a bf16 first moment), epsilon, the weight decay.
-typedef struct { float lr, c1, c2, b1, b1m, b2, eps, wd; GradClip clip; } AdamW;
+// the decay of a bf16 first moment), epsilon and eps_root, the weight decay.
+typedef struct { float lr, c1, c2, b1, b1m, b2, eps, eps_root, wd; GradClip clip; } AdamW;
 
 // One element's update, the CPU's expressions in its order; mu16: the old first moment m
 // read from bf16, b1 m a bf16 product (kernels/optim.h), the new m rounded by the caller.
@@ -48,7 +48,7 @@ __device__ static inline void adamw_one(float &p, float g, float &m, float &v, c
     m = mu16 ? (1.0f - a.b1) * gi + bf16_round_dev(a.b1m * m) : (1.0f - a.b1) * gi + a.b1 * m;
     v = (1.0f - a.b2) * (gi * gi) + a.b2 * v;
     float mhat = m / a.c1, vhat = v / a.c2;
-    float u = mhat / (sqrtf(vhat) + a.eps);   // scale_by_adam
+    float u = mhat / (sqrtf(vhat + a.eps_root) + a.eps);   // scale_by_adam
     u = u + a.wd * p;                        // add_decayed_weights
     p = p + (-a.lr) * u;                     // scale_by_learning_rate, apply_updates
 }
@@ -263,10 +263,11 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
 // p, m, v (n) updated by AdamW at 1-based step t from g (n), clipped on the way; m16 in
 // place of m: the first moment as bf16 bits. p16 (n), unless NULL, the updated p's bf16 bits.
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
-                         float lr, int t, float b1, float b2, float eps, float wd, GradClip clip) {
+                         AdamWParams h, GradClip clip) {
     if (n == 0) return;
-    float b1m = m16 ? bf16_float(bf16_bits(b1)) : b1;
-    AdamW a = {lr, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), b1, b1m, b2, eps, wd, clip};
+    float b1m = m16 ? bf16_float(bf16_bits(h.b1)) : h.b1;
+    AdamW a = {h.lr, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t), h.b1, b1m, h.b2, h.eps, h.eps_root,
+               h.weight_decay, clip};
     // The whole quads four at a time when the float arrays are 16-byte aligned (a device's
     // shard: the buffers' starts) and the 16-bit ones 8-byte aligned, the last 0-3 elements
     // (or all) one at a time.

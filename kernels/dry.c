@@ -213,7 +213,7 @@ static const CastKernels cast_dry = {round_to_bf16, round_copy_bf16, pack_bf16, 
 
 // optim
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
-                         float lr, int t, float b1, float b2, float eps, float weight_decay, GradClip clip) {}
+                         AdamWParams h, GradClip clip) {}
 static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {}
 static void clip_scale(float *g, size_t n, float norm, float threshold) {}
 static void ema_update(float *ema, const float *p, size_t n, float decay) {}

@@ -22,10 +22,15 @@ typedef struct { fixed128 sum; int bad; } Squares;   // a sum and its flag
 // gradient fewer than scaling it first.
 typedef struct { int on; float norm, threshold; } GradClip;
 
+// AdamW's hyperparameters for one update: the step size, the 1-based update count t, the
+// decays, epsilon outside and inside the square root (optax's eps and eps_root: MaxText's
+// adam_eps, adam_eps_root), the decoupled weight decay.
+typedef struct { float lr; int t; float b1, b2, eps, eps_root, weight_decay; } AdamWParams;
+
 typedef struct OptimKernels {
     // AdamW as optax chains it (clip_by_global_norm, scale_by_adam, add_decayed_weights,
-    // scale_by_learning_rate), at 1-based update t: m, v (n) the first and second moments,
-    // updated; p (n) -= lr * u. p, g, m, v (n). p16 (n), unless NULL: the updated p as bf16
+    // scale_by_learning_rate), at update h.t: m, v (n) the first and second moments, updated;
+    // u = mhat / (sqrt(vhat + eps_root) + eps) + weight_decay p; p (n) -= lr * u. p, g, m, v (n). p16 (n), unless NULL: the updated p as bf16
     // bits (rounded to nearest even, as kernels/cast.h's pack_bf16), the weights' 16-bit copy
     // written in the same pass (model/model.c: copy16_current).
     // m16 (n), unless NULL (m is then NULL): the first moment kept as bf16 bits
@@ -34,7 +39,7 @@ typedef struct OptimKernels {
     // the product rounded to bf16); the new moment, the float32 sum of that and (1 - b1) g,
     // makes this update and is stored rounded to nearest even.
     void (*adamw_update)(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
-                         float lr, int t, float b1, float b2, float eps, float weight_decay, GradClip clip);
+                         AdamWParams h, GradClip clip);
     // Plain SGD (optax.sgd without momentum): p (n) += -lr * g (n), g clipped as above.
     void (*sgd_update)(float *p, const float *g, size_t n, float lr, GradClip clip);
     // optax.clip_by_global_norm's scaling on its own (Adafactor's updates read g more than

@@ -586,8 +586,8 @@ static size_t elements(const int *shape, int ndim) {
     return n;
 }
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
-                         float lr, int t, float b1, float b2, float eps, float weight_decay, GradClip clip) {
-    WATCHED(FAMILY_OPTIM, INNER(optim)->adamw_update(p, p16, g, m, m16, v, n, lr, t, b1, b2, eps, weight_decay, clip),
+                         AdamWParams h, GradClip clip) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->adamw_update(p, p16, g, m, m16, v, n, h, clip),
             (clip.on ? 17.0 : 15.0) * n, (7.0 - (m16 ? 1.0 : 0.0) + (p16 ? 0.5 : 0.0)) * n);   // (bf16: 2 bytes)
 }
 static void sgd_update(float *p, const float *g, size_t n, float lr, GradClip clip) {

@@ -33,11 +33,12 @@ static void test_optim_elementwise(void) {
     float *af_g = copy_of(g, sizeof(float) * n), *af_v = copy_of(v0, sizeof(float) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 7;
+    AdamWParams h = {lr, t, b1, b2, eps, 0.0f, wd};
     if (ORACLE) {
         const OptimKernels *o = ORACLE->optim;
-        o->adamw_update(p, NULL, g, m, NULL, v, n, lr, t, b1, b2, eps, wd, off);
+        o->adamw_update(p, NULL, g, m, NULL, v, n, h, off);
         o->sgd_update(sgd, g, n, lr, off);
-        o->adamw_update(pc, NULL, g, mc, NULL, vc, n, lr, t, b1, b2, eps, wd, on);
+        o->adamw_update(pc, NULL, g, mc, NULL, vc, n, h, on);
         o->sgd_update(sgdc, g, n, lr, on);
         o->clip_scale(clip, n, 3.5f, 1.0f);
         o->ema_update(ema, p0, n, 0.99f);
@@ -75,10 +76,10 @@ static void test_optim_elementwise(void) {
     float *d_af_v = dev_copy(v0, sizeof(float) * n);
     float *d_pc = dev_copy(p0, sizeof(float) * n), *d_mc = dev_copy(m0, sizeof(float) * n);
     float *d_vc = dev_copy(v0, sizeof(float) * n), *d_sgdc = dev_copy(p0, sizeof(float) * n);
-    u->adamw_update(d_p, NULL, d_g, d_m, NULL, d_v, n, lr, t, b1, b2, eps, wd, off);
+    u->adamw_update(d_p, NULL, d_g, d_m, NULL, d_v, n, h, off);
     u->sgd_update(d_sgd, d_g, n, lr, off);
     uint16_t *d_pc16 = dev_poisoned(sizeof(uint16_t) * n);   // (the clipped update also writes the 16-bit copy)
-    u->adamw_update(d_pc, d_pc16, d_g, d_mc, NULL, d_vc, n, lr, t, b1, b2, eps, wd, on);
+    u->adamw_update(d_pc, d_pc16, d_g, d_mc, NULL, d_vc, n, h, on);
     u->sgd_update(d_sgdc, d_g, n, lr, on);
     u->clip_scale(d_clip, n, 3.5f, 1.0f);
     u->ema_update(d_ema, d_p0, n, 0.99f);
@@ -115,8 +116,7 @@ static void test_optim_elementwise(void) {
         uint16_t *fill = malloc(sizeof(uint16_t) * n);
         for (size_t i = 0; i < n; i++) fill[i] = 0x7e57;
         uint16_t *q16 = dev_copy(fill, sizeof(uint16_t) * n);
-        u->adamw_update(q_p + first, q16 + first, d_g + first, q_m + first, NULL, q_v + first, len, lr, t, b1, b2,
-                        eps, wd, off);
+        u->adamw_update(q_p + first, q16 + first, d_g + first, q_m + first, NULL, q_v + first, len, h, off);
         char part[48];
         snprintf(part, sizeof part, "n=%zu from %zu", len, first);
         check_dev_floats("adamw_update p", part, e_p, q_p, n, 0, 0);
@@ -239,8 +239,9 @@ static void test_adafactor_factored(void) {
 // update as JAX runs it on a bf16 moment (without XLA's excess precision, as
 // tests/parity/reference.py runs it): b1, a Python float, times the moment is a bf16 product
 // (b1 rounded to bf16, the product rounded), added to (1 - b1) g in float32; the float32
-// moment makes the update, the bf16 one is kept.
-static void test_adamw_mu16_part(size_t n, size_t first, size_t len, GradClip clip, int copy) {
+// moment makes the update, the bf16 one is kept. eps_root (optax's, inside the square root) as
+// given: 0, or one of the size of the second moments here.
+static void test_adamw_mu16_part(size_t n, size_t first, size_t len, GradClip clip, int copy, float eps_root) {
     float *p = rand_floats(n, -1, 1), *g = rand_floats(n, -1, 1), *v = rand_floats(n, 0, 0.01f);
     float *m0 = rand_floats(n, -0.1f, 0.1f);
     uint16_t *m16 = malloc(sizeof(uint16_t) * n), *p16 = malloc(sizeof(uint16_t) * n);
@@ -250,9 +251,10 @@ static void test_adamw_mu16_part(size_t n, size_t first, size_t len, GradClip cl
     uint16_t *d_m16 = dev_copy(m16, sizeof(uint16_t) * n), *d_p16 = dev_copy(p16, sizeof(uint16_t) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 3;
+    AdamWParams h = {lr, t, b1, b2, eps, eps_root, wd};
     if (ORACLE) {
         ORACLE->optim->adamw_update(p + first, copy ? p16 + first : NULL, g + first, NULL, m16 + first, v + first,
-                                    len, lr, t, b1, b2, eps, wd, clip);
+                                    len, h, clip);
     } else {
         float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
         float b1_bf16 = bf16_float(bf16_bits(b1));   // 0.8984375
@@ -260,16 +262,17 @@ static void test_adamw_mu16_part(size_t n, size_t first, size_t len, GradClip cl
             float gi = clip.on ? (g[i] / clip.norm) * clip.threshold : g[i];
             float mi = (1.0f - b1) * gi + bf16_round(b1_bf16 * bf16_float(m16[i]));
             v[i] = (1.0f - b2) * (gi * gi) + b2 * v[i];
-            float u = (mi / c1) / (sqrtf(v[i] / c2) + eps);
+            float u = (mi / c1) / (sqrtf(v[i] / c2 + eps_root) + eps);
             p[i] = p[i] + (-lr) * (u + wd * p[i]);
             m16[i] = bf16_bits(mi);
             if (copy) p16[i] = bf16_bits(p[i]);
         }
     }
     UNDER_TEST->optim->adamw_update(d_p + first, copy ? d_p16 + first : NULL, d_g + first, NULL, d_m16 + first,
-                                    d_v + first, len, lr, t, b1, b2, eps, wd, clip);
-    char shape[64];
-    snprintf(shape, sizeof shape, "n=%zu from %zu, clip %d, copy %d", len, first, clip.on, copy);
+                                    d_v + first, len, h, clip);
+    char shape[80];
+    snprintf(shape, sizeof shape, "n=%zu from %zu, clip %d, copy %d, eps_root %g", len, first, clip.on, copy,
+             eps_root);
     check_dev_floats("adamw_update (mu bf16) p", shape, p, d_p, n, 0, 0);
     check_dev_floats("adamw_update (mu bf16) v", shape, v, d_v, n, 0, 0);
     check_dev_bits16("adamw_update (mu bf16) mu's bits", shape, m16, d_m16, n);
@@ -278,13 +281,14 @@ static void test_adamw_mu16_part(size_t n, size_t first, size_t len, GradClip cl
     dev_free(d_p); dev_free(d_g); dev_free(d_v); dev_free(d_m16); dev_free(d_p16);
 }
 
-// Whole (four at a time on a GPU), off 16 bytes (one at a time), and with a tail of 3.
+// Whole (four at a time on a GPU), off 16 bytes (one at a time), and with a tail of 3; eps_root
+// on the second and fourth.
 static void test_adamw_mu16(void) {
     GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
-    test_adamw_mu16_part(3000, 0, 3000, off, 0);
-    test_adamw_mu16_part(3000, 0, 3000, on, 1);
-    test_adamw_mu16_part(3000, 1, 2998, off, 1);
-    test_adamw_mu16_part(3000, 4, 2995, on, 0);
+    test_adamw_mu16_part(3000, 0, 3000, off, 0, 0.0f);
+    test_adamw_mu16_part(3000, 0, 3000, on, 1, 1e-3f);
+    test_adamw_mu16_part(3000, 1, 2998, off, 1, 0.0f);
+    test_adamw_mu16_part(3000, 4, 2995, on, 0, 1e-3f);
 }
 
 void test_optim(void) {

@@ -13,8 +13,8 @@
 #define CLIPPED(g, c) (((g) / (c).norm) * (c).threshold)
 
 // AdamW's constants for one call: the step size, the decays (b1m: b1 rounded to bf16), the
-// bias corrections c1 = 1 - b1^t and c2 = 1 - b2^t, epsilon, the weight decay.
-typedef struct { float lr, b1, b1m, b2, c1, c2, eps, wd; } AdamWConst;
+// bias corrections c1 = 1 - b1^t and c2 = 1 - b2^t, epsilon and eps_root, the weight decay.
+typedef struct { float lr, b1, b1m, b2, c1, c2, eps, eps_root, wd; } AdamWConst;
 
 // AdamW on element i with the gradient gi; decayed is b1 times the old first moment (a
 // float32 product, or for a bf16 moment a bf16 one, kernels/optim.h). Returns the new moment.
@@ -22,7 +22,7 @@ static inline float adamw_element(float *p, float *v, size_t i, float gi, float 
     float mi = (1.0f - k.b1) * gi + decayed;
     v[i] = (1.0f - k.b2) * (gi * gi) + k.b2 * v[i];
     float mhat = mi / k.c1, vhat = v[i] / k.c2;
-    float u = mhat / (sqrtf(vhat) + k.eps);   // scale_by_adam
+    float u = mhat / (sqrtf(vhat + k.eps_root) + k.eps);   // scale_by_adam
     u = u + k.wd * p[i];                      // add_decayed_weights
     p[i] = p[i] + (-k.lr) * u;                // scale_by_learning_rate, apply_updates
     return mi;
@@ -38,8 +38,9 @@ static inline void adamw_m16(float *p, uint16_t *m16, float *v, size_t i, float 
 }
 
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
-                         float lr, int t, float b1, float b2, float eps, float wd, GradClip clip) {
-    AdamWConst k = {lr, b1, bf16_round(b1), b2, 1.0f - powf(b1, (float)t), 1.0f - powf(b2, (float)t), eps, wd};
+                         AdamWParams h, GradClip clip) {
+    AdamWConst k = {h.lr, h.b1, bf16_round(h.b1), h.b2, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t),
+                    h.eps, h.eps_root, h.weight_decay};
     // Element by element, so vector instructions (IEEE division and square root, exactly
     // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).

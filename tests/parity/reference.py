@@ -595,7 +595,7 @@ def make_optimizer(cfg):
     optax.adafactor with its defaults when the config says opt_type=adafactor.
 
     optax.adamw: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t);
-    vhat = v/(1-b2^t); p += -lr * (mhat/(sqrt(vhat)+eps) + wd*p). No mask: every trained
+    vhat = v/(1-b2^t); p += -lr * (mhat/(sqrt(vhat+eps_root)+eps) + wd*p). No mask: every trained
     parameter decays. The routing bias is not an optax parameter. mu_dtype (MaxText's key,
     optax's argument): the dtype m is kept in between updates ("" = the weights').
     """
@@ -605,7 +605,8 @@ def make_optimizer(cfg):
     else:
         mu_dtype = {"": None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}[cfg.get("mu_dtype", "")]
         adamw = optax.adamw(lr_schedule(cfg), b1=cfg["adam_b1"], b2=cfg["adam_b2"], eps=cfg["adam_eps"],
-                            weight_decay=cfg["adam_weight_decay"], mu_dtype=mu_dtype)
+                            eps_root=cfg.get("adam_eps_root", 0.0), weight_decay=cfg["adam_weight_decay"],
+                            mu_dtype=mu_dtype)
     thr = cfg["gradient_clipping_threshold"]
     if thr > 0:
         return optax.chain(optax.clip_by_global_norm(thr), adamw)

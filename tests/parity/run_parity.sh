@@ -262,6 +262,9 @@ run_case deepseek-adafactor "$DEEPSEEK" sparse_matmul=true opt_type=adafactor
 # mixtral); as built, by at most 6.1e-7, what gradient noise of 2^-22 moves JAX's own by
 # (spread.py --ulp-bits 22, 6 seeds: 6.1e-7).
 run_case mixtral-mu16  "$MIXTRAL"  sparse_matmul=true mu_dtype=bfloat16
+# adam_eps_root (optax's eps_root, inside the square root), as large as the second moments
+# here, so that an update without it would leave JAX's losses by far more than the bounds.
+run_case mixtral-epsroot "$MIXTRAL" sparse_matmul=true adam_eps_root=1e-5
 run_case deepseek-mu16 "$DEEPSEEK" sparse_matmul=true mu_dtype=bfloat16
 run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
 run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
