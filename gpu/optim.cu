@@ -53,53 +53,43 @@ __device__ static inline void adamw_one(float &p, float g, float &m, float &v, c
     p = p + (-a.lr) * u;                     // scale_by_learning_rate, apply_updates
 }
 
+// The first moment as stored: float32, or bf16 bits (mu_dtype=bfloat16), read exactly and
+// stored rounded; one element (float, uint16_t) or four (float4, uint2).
+__device__ static inline float moment_load(float m) { return m; }
+__device__ static inline float moment_load(uint16_t m) { return bf16_float_dev(m); }
+__device__ static inline float4 moment_load(float4 m) { return m; }
+__device__ static inline float4 moment_load(uint2 m) { return bf16_float4_dev(m); }
+__device__ static inline void moment_store(float &m, float x) { m = x; }
+__device__ static inline void moment_store(uint16_t &m, float x) { m = bf16_bits_dev(x); }
+__device__ static inline void moment_store(float4 &m, float4 x) { m = x; }
+__device__ static inline void moment_store(uint2 &m, float4 x) { m = bf16_bits4_dev(x); }
+
 // p16, unless NULL: the updated p's bf16 bits (the weights' 16-bit copy, kernels/optim.h).
-__global__ static void adamw_kernel(float *p, uint16_t *p16, const float *g, float *m, float *v, size_t n, AdamW a) {
+// M: the moment's storage, float or uint16_t.
+template <class M>
+__global__ static void adamw_kernel(float *p, uint16_t *p16, const float *g, M *m, float *v, size_t n, AdamW a) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    adamw_one(p[i], g[i], m[i], v[i], a);
+    float mi = moment_load(m[i]);
+    adamw_one<sizeof(M) == 2>(p[i], g[i], mi, v[i], a);
+    moment_store(m[i], mi);
     if (p16) p16[i] = bf16_bits_dev(p[i]);
 }
 
-// Four elements a thread, each array read and written 16 bytes at a time (the copy 8).
-__global__ static void adamw4_kernel(float4 *p, uint2 *p16, const float4 *g, float4 *m, float4 *v, size_t n4,
-                                     AdamW a) {
+// Four elements a thread, each float array read and written 16 bytes at a time (the copy and
+// a bf16 moment 8). M4: the moment's four, float4 or uint2.
+template <class M4>
+__global__ static void adamw4_kernel(float4 *p, uint2 *p16, const float4 *g, M4 *m, float4 *v, size_t n4, AdamW a) {
+    constexpr bool mu16 = sizeof(M4) == 8;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n4) return;
-    float4 P = p[i], G = g[i], M = m[i], V = v[i];
-    adamw_one(P.x, G.x, M.x, V.x, a);
-    adamw_one(P.y, G.y, M.y, V.y, a);
-    adamw_one(P.z, G.z, M.z, V.z, a);
-    adamw_one(P.w, G.w, M.w, V.w, a);
+    float4 P = p[i], G = g[i], M = moment_load(m[i]), V = v[i];
+    adamw_one<mu16>(P.x, G.x, M.x, V.x, a);
+    adamw_one<mu16>(P.y, G.y, M.y, V.y, a);
+    adamw_one<mu16>(P.z, G.z, M.z, V.z, a);
+    adamw_one<mu16>(P.w, G.w, M.w, V.w, a);
     p[i] = P;
-    m[i] = M;
-    v[i] = V;
-    if (p16) p16[i] = bf16_bits4_dev(P);
-}
-
-// The first moment as bf16 bits (mu_dtype=bfloat16): read exactly, stored rounded.
-__global__ static void adamw_mu16_kernel(float *p, uint16_t *p16, const float *g, uint16_t *m16, float *v, size_t n,
-                                         AdamW a) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float m = bf16_float_dev(m16[i]);
-    adamw_one<true>(p[i], g[i], m, v[i], a);
-    m16[i] = bf16_bits_dev(m);
-    if (p16) p16[i] = bf16_bits_dev(p[i]);
-}
-
-// Four elements a thread, the moment's four bf16 8 bytes at a time.
-__global__ static void adamw4_mu16_kernel(float4 *p, uint2 *p16, const float4 *g, uint2 *m16, float4 *v, size_t n4,
-                                          AdamW a) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n4) return;
-    float4 P = p[i], G = g[i], M = bf16_float4_dev(m16[i]), V = v[i];
-    adamw_one<true>(P.x, G.x, M.x, V.x, a);
-    adamw_one<true>(P.y, G.y, M.y, V.y, a);
-    adamw_one<true>(P.z, G.z, M.z, V.z, a);
-    adamw_one<true>(P.w, G.w, M.w, V.w, a);
-    p[i] = P;
-    m16[i] = bf16_bits4_dev(M);
+    moment_store(m[i], M);
     v[i] = V;
     if (p16) p16[i] = bf16_bits4_dev(P);
 }
@@ -260,38 +250,35 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
     p[j] = p[j] - u;         // scale(-1), apply_updates
 }
 
+// The whole quads four at a time when the float arrays are 16-byte aligned (a device's shard:
+// the buffers' starts) and the 16-bit ones 8-byte aligned, the last 0-3 elements (or all)
+// one at a time. M, M4: the moment's storage (float, float4 or uint16_t, uint2).
+template <class M, class M4>
+static void adamw_launch(float *p, uint16_t *p16, const float *g, M *m, float *v, size_t n, const AdamW &a) {
+    uintptr_t at = (uintptr_t)p | (uintptr_t)g | (uintptr_t)v | ((uintptr_t)p16 % 8 != 0) |
+                   (sizeof(M) == 2 ? (uintptr_t)m % 8 != 0 : (uintptr_t)m);
+    size_t quads = quads_of(n, at), done = 4 * quads;
+    if (quads) {
+        GPU_LAUNCH(adamw4_kernel<M4>, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
+            (float4 *)p, (uint2 *)p16, (const float4 *)g, (M4 *)m, (float4 *)v, quads, a);
+        GPU_CHECK_LAUNCH();
+    }
+    if (done < n) {
+        GPU_LAUNCH(adamw_kernel<M>, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(
+            p + done, p16 ? p16 + done : NULL, g + done, m + done, v + done, n - done, a);
+        GPU_CHECK_LAUNCH();
+    }
+}
+
 // p, m, v (n) updated by AdamW at 1-based step t from g (n), clipped on the way; m16 in
 // place of m: the first moment as bf16 bits. p16 (n), unless NULL, the updated p's bf16 bits.
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
                          AdamWParams h, GradClip clip) {
     if (n == 0) return;
-    float b1m = m16 ? bf16_float(bf16_bits(h.b1)) : h.b1;
-    AdamW a = {h.lr, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t), h.b1, b1m, h.b2, h.eps, h.eps_root,
-               h.weight_decay, clip};
-    // The whole quads four at a time when the float arrays are 16-byte aligned (a device's
-    // shard: the buffers' starts) and the 16-bit ones 8-byte aligned, the last 0-3 elements
-    // (or all) one at a time.
-    uintptr_t at = (uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v | ((uintptr_t)p16 % 8 != 0) |
-                   ((uintptr_t)m16 % 8 != 0);
-    size_t quads = quads_of(n, at), done = 4 * quads;
-    if (quads && m16) {
-        GPU_LAUNCH(adamw4_mu16_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
-            (float4 *)p, (uint2 *)p16, (const float4 *)g, (uint2 *)m16, (float4 *)v, quads, a);
-        GPU_CHECK_LAUNCH();
-    } else if (quads) {
-        GPU_LAUNCH(adamw4_kernel, blocks_for(quads, GPU_THREADS), GPU_THREADS, 0)(
-            (float4 *)p, (uint2 *)p16, (const float4 *)g, (float4 *)m, (float4 *)v, quads, a);
-        GPU_CHECK_LAUNCH();
-    }
-    if (done < n && m16) {
-        GPU_LAUNCH(adamw_mu16_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(
-            p + done, p16 ? p16 + done : NULL, g + done, m16 + done, v + done, n - done, a);
-        GPU_CHECK_LAUNCH();
-    } else if (done < n) {
-        GPU_LAUNCH(adamw_kernel, blocks_for(n - done, GPU_THREADS), GPU_THREADS, 0)(
-            p + done, p16 ? p16 + done : NULL, g + done, m + done, v + done, n - done, a);
-        GPU_CHECK_LAUNCH();
-    }
+    AdamW a = {h.lr, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t), h.b1, bf16_round(h.b1), h.b2,
+               h.eps, h.eps_root, h.weight_decay, clip};
+    if (m16) adamw_launch<uint16_t, uint2>(p, p16, g, m16, v, n, a);
+    else adamw_launch<float, float4>(p, p16, g, m, v, n, a);
 }
 
 // p (n) += -lr * g (n), g clipped on the way.
