@@ -3,16 +3,17 @@
 # own checks and a line "N passed, N failed"; this script adds them up and prints the total
 # the same way.
 #
-# The parts run in two lanes at once, then a tail one at a time. A part (a trainer on a tiny
+# The parts run in two lanes at once, then the MPI part alone. A part (a trainer on a tiny
 # preset, a build, a sanitizer run) keeps about 1.5 of 2 cores busy: two at a time finish
 # sooner (tests/e2e.sh and tests/mesh.sh: 59 s together, 74 s one after the other), and
-# every part's result is the same (bits and counts, not times). Each lane runs its parts in
-# order; a part's output is printed whole when it ends, under a lock, so that the two lanes'
-# lines never mix. The parts that build share no build directory with the other lane (lane A
+# every part's result is the same (bits and counts, not times). Each lane runs its own parts
+# in order, then takes the next of the shared parts (the fuzzers, the parity and Hugging Face
+# checks) that no lane has taken yet, so that neither lane waits while the other works; a
+# part's output is printed whole when it ends, under a lock, so that the two lanes' lines
+# never mix. The parts that build share no build directory with the other lane (lane A
 # builds build/gpu, build/hip, build/port, build/asan, build/tsan; lane B build/plant,
-# build/peak; the fuzzers' lane, below, build/fuzz); the MPI part, which times its
-# processes' exits, and the parity and Hugging Face checks, which keep both cores busy, run
-# alone at the end.
+# build/peak; the fuzzers build/fuzz). The MPI part, whose SIGTERM check gives a step and a
+# save 3 s, runs alone at the end.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that wait by sleeping, not spinning: on a machine with other work (or more
@@ -25,10 +26,9 @@ trap 'rm -rf "$RUN"' EXIT
 # The Python environments of the parity and Hugging Face checks, made on first use (pip: a
 # few minutes, mostly waiting for downloads), are made in the background while the builds
 # and the C tests run. Their interpreters' paths and pip's messages go to $RUN.
-bash tests/parity/ensure_venv.sh > "$RUN/parity" 2> "$RUN/parity.log" &
-venv_parity=$!
-bash tests/hf/ensure_venv.sh > "$RUN/hf" 2> "$RUN/hf.log" &
-venv_hf=$!
+# Each writes its exit status to $RUN/NAME.rc when it ends (the lanes wait for that file).
+(bash tests/parity/ensure_venv.sh > "$RUN/parity" 2> "$RUN/parity.log"; echo $? > "$RUN/parity.rc") &
+(bash tests/hf/ensure_venv.sh > "$RUN/hf" 2> "$RUN/hf.log"; echo $? > "$RUN/hf.rc") &
 # What the tests run, built on every core (Makefile: test-builds). A failed build ends the
 # run (after the environments are made: nothing of make test runs on after it).
 if ! make test-builds; then
@@ -58,21 +58,50 @@ run_part() {   # run_part NAME COMMAND...
     echo "$pass $fail $why" >> "$RUN/counts"
 }
 
-# The fuzzers (about 135 s) go to the lane that would end first: lane B's parts take about
-# 860 s on 2 cores, lane A's about 640 without nvcc (as on CI's machine) and 910 with make gpu.
 NVCC_HERE=$([ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ] && echo 1 || echo 0)
-fuzz_part() {
-    run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" make -s fuzz FUZZ_SECONDS=30
+
+# The shared parts, longest first (on 2 cores: parity about 180 s, the fuzzers 85, the
+# Hugging Face check 60). A lane takes one by making its directory (mkdir is atomic: one lane
+# gets it); a check whose Python environment is still being made is passed over for the
+# next, and waited for when it is the last one left.
+venv_ready() { [ -f "$RUN/$1.rc" ]; }
+shared_part() {   # shared_part NAME: runs it, or says why it is skipped
+    case $1 in
+    parity | hf)
+        if [ "$(cat "$RUN/$1.rc")" -ne 0 ]; then say "SKIPPED: $1 ($(tail -1 "$RUN/$1.log"))"
+        elif [ "$1" = parity ]; then
+            run_part "parity against JAX (make parity)" env PYTHON="$(cat "$RUN/parity")" bash tests/parity/run_parity.sh
+        else
+            run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$(cat "$RUN/hf")" bash tests/hf/check.sh
+        fi ;;
+    fuzz)
+        run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" \
+            make -s fuzz FUZZ_SECONDS=30 ;;
+    esac
+}
+shared_parts() {
+    local p waiting
+    while :; do
+        waiting=0
+        for p in parity fuzz hf; do
+            [ -d "$RUN/taken-$p" ] && continue
+            if [ $p != fuzz ] && ! venv_ready $p; then waiting=1; continue; fi
+            mkdir "$RUN/taken-$p" 2> /dev/null && shared_part $p
+            continue 2   # then look again, from the longest
+        done
+        [ $waiting = 1 ] || return 0
+        sleep 1
+    done
 }
 
 # Lane A: the GPU backend's emulation and builds, the portable build (it reuses build/port,
-# which make gpu and make hip fill), the sanitizers; the fuzzers without nvcc.
+# which make gpu and make hip fill), the sanitizers.
 lane_a() {
     # The GPU backend's kernels emulated on the CPU (gpu/emu.h): the conformance test, with
     # each block's threads run in ascending and in descending order between barriers (a
     # thread that reads what another writes between the same two barriers gets other
-    # numbers), and under AddressSanitizer and UBSan (fibers switch stacks: ASan warns once
-    # that it may report falsely).
+    # numbers), and under AddressSanitizer and UBSan (its fibers' frames kept as they are
+    # across a switch: gpu/emu.h's emu_jump).
     run_part "the GPU backend emulated: conformance" ./build/conformance_emu
     run_part "the GPU backend emulated: conformance, threads in descending order" \
         env GPU_EMU_ORDER=descending ./build/conformance_emu
@@ -99,9 +128,9 @@ lane_a() {
     run_part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
     run_part "sanitizers (make asan)" make -s asan
     run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
-    [ "$NVCC_HERE" = 1 ] || fuzz_part
+    shared_parts
 }
-# Lane B: the unit tests, the trainer's features, the strict mode; the fuzzers with nvcc.
+# Lane B: the unit tests, the trainer's features, the strict mode.
 lane_b() {
     for t in build/test_*; do run_part "$t" "./$t"; done
     run_part "end-to-end" bash tests/e2e.sh
@@ -133,14 +162,14 @@ lane_b() {
     run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
     run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
     run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
-    [ "$NVCC_HERE" = 0 ] || fuzz_part
+    shared_parts
 }
 lane_a & lane_a_pid=$!
 lane_b & lane_b_pid=$!
 wait $lane_a_pid
 wait $lane_b_pid
 
-# The tail, one part at a time.
+# The tail: the MPI part alone.
 # The mesh over processes needs OpenMPI (Debian: libopenmpi-dev openmpi-bin, .ci/run installs them).
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
     say "SKIPPED: mpi (mpicc or mpirun not found: install libopenmpi-dev and openmpi-bin)"
@@ -149,16 +178,6 @@ elif ! make -s -j"$(nproc)" mpi > "$RUN/mpi-build.log" 2>&1; then   # OpenMPI is
     broken "mpi (make mpi failed: $(tail -1 "$RUN/mpi-build.log"))"
 else
     run_part "mesh over MPI processes, bit-identical to one process (./train_mpi)" bash tests/mpi.sh
-fi
-if wait $venv_parity; then
-    run_part "parity against JAX (make parity)" env PYTHON="$(cat "$RUN/parity")" bash tests/parity/run_parity.sh
-else
-    say "SKIPPED: parity ($(tail -1 "$RUN/parity.log"))"
-fi
-if wait $venv_hf; then
-    run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$(cat "$RUN/hf")" bash tests/hf/check.sh
-else
-    say "SKIPPED: hf-check ($(tail -1 "$RUN/hf.log"))"
 fi
 echo "===="
 total_pass=0; total_fail=0
