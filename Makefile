@@ -264,8 +264,9 @@ build/conformance_hip: $(CONF_SRC:%.c=build/hip/%.o) $(GPU_SRC:gpu/%.cu=build/hi
 # build/conformance_emu (part of `make test`; no GPU, no nvcc): the conformance test against
 # the GPU backend's sources as they are, compiled by g++ against gpu/emu.h, a CPU
 # emulation of the CUDA they use (docs/gpu.md): every kernel family's logic checked where no
-# GPU is; build/emu-asan/ the same under AddressSanitizer and UBSan.
-EMU_CXXFLAGS := -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE -I.
+# GPU is; build/emu-asan/ the same under AddressSanitizer and UBSan. -mfma: the kernels'
+# fmaf as one instruction, where it is a library call without (the same result: both round once).
+EMU_CXXFLAGS := -std=c++17 -ffp-contract=off -mfma -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE -I.
 EMU_OBJ      := $(GPU_SRC:gpu/%.cu=build/emu/%.o)
 build/emu/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)

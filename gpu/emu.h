@@ -35,7 +35,7 @@
 
 struct dim3 {
     unsigned x, y, z;
-    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+    constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 typedef int cudaError_t;
 typedef void *cudaStream_t;
@@ -143,13 +143,16 @@ static inline float __uint_as_float(uint32_t u) {
 
 // The running fiber's coordinates (fibers share one OS thread: set before each switch).
 inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
-// 0: threads in ascending index between barriers, 1: descending; GPU_EMU_ORDER=descending in
-// the environment starts every host thread with 1.
+// 0: threads in ascending index between barriers, 1: descending; -1, every host thread's
+// start: as the environment says (GPU_EMU_ORDER=descending: 1). Initialised by a constant, as
+// emu_here below is, for the same reason.
 inline int emu_order_from_env(void) {
     const char *o = getenv("GPU_EMU_ORDER");
     return o && !strcmp(o, "descending");
 }
-inline thread_local int emu_order = emu_order_from_env();
+inline const int emu_order_env = emu_order_from_env();
+inline thread_local int emu_order = -1;
+static inline int emu_descending(void) { return emu_order < 0 ? emu_order_env : emu_order; }
 
 // A fiber's state: not started, waiting at __syncthreads or at __syncwarp, let through its
 // barrier (to resume), ended.
@@ -165,11 +168,15 @@ template <class T> struct EmuAligned {
     template <class U> bool operator==(const EmuAligned<U> &) const { return true; }
     template <class U> bool operator!=(const EmuAligned<U> &) const { return false; }
 };
+// A fiber, once made, lives as long as its host thread: at the end of a block's thread it
+// parks, and the same fiber runs that thread of every later block of any launch (making one
+// costs getcontext, makecontext and setcontext, two system calls, a block's thread each).
 struct EmuBlock {
     std::vector<ucontext_t> start;        // each fiber's first entry
     struct Jump { jmp_buf jb; };
-    std::vector<Jump> at;                 // where each fiber waits at a barrier
+    std::vector<Jump> at;                 // where each fiber waits at a barrier, or parks
     std::vector<std::vector<char>> stack;
+    std::vector<int> made;                // 1: fiber t exists (and parks between blocks)
     std::vector<int> state;               // EMU_* below
     jmp_buf scheduler;
     int current = 0, fibers = 0, barriers = 0;   // barriers: some thread reached one
@@ -182,7 +189,16 @@ struct EmuBlock {
     void *arg = nullptr;
     std::vector<float, EmuAligned<float>> shared;
 };
-inline thread_local EmuBlock emu_block;
+// The block this host thread runs, made at its first launch (emu_run). Reached through a
+// pointer with a constant initial value: a thread_local object with a constructor, such as
+// EmuBlock, is checked for its initialisation by a call at every use (a fiber switch, a
+// warp's shuffle and product), a tenth of an emulated training run's time.
+inline thread_local EmuBlock *emu_here = nullptr;
+struct EmuBlockOwner {   // frees the thread's block when the thread ends
+    EmuBlock *block = nullptr;
+    ~EmuBlockOwner() { delete block; }
+};
+inline thread_local EmuBlockOwner emu_owner;
 
 // A fiber switch is _setjmp/_longjmp (no signal mask saved: no system call); ucontext only
 // gives each fiber its stack and first entry.
@@ -206,7 +222,7 @@ static inline void emu_jump(jmp_buf to) { emu_longjmp(to, 1); }
 static inline void emu_jump(jmp_buf to) { _longjmp(to, 1); }
 #endif
 static inline void emu_wait(int state) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     if (!e.fibers) {
         fprintf(stderr, "gpu/emu.h: a barrier in a block after the first reached none (run without fibers)\n");
         exit(1);
@@ -220,17 +236,20 @@ static inline void __syncthreads(void) { emu_wait(EMU_AT_BLOCK); }
 // other; the block's other warps go their own ways.
 static inline void __syncwarp(void) { emu_wait(EMU_AT_WARP); }
 static inline void emu_copies_check(int t);
+// A fiber's life: each time it is resumed in state EMU_NEW, one thread of a block.
 static inline void emu_fiber_start(void) {
-    emu_block.body(emu_block.arg);
-    emu_copies_check(emu_block.current);
-    emu_block.state[emu_block.current] = EMU_ENDED;
-    emu_jump(emu_block.scheduler);
+    for (;;) {
+        emu_here->body(emu_here->arg);
+        emu_copies_check(emu_here->current);
+        emu_here->state[emu_here->current] = EMU_ENDED;
+        if (!_setjmp(emu_here->at[emu_here->current].jb)) emu_jump(emu_here->scheduler);
+    }
 }
-static inline void *emu_shared(void) { return emu_block.shared.data(); }
+static inline void *emu_shared(void) { return emu_here->shared.data(); }
 // A warp shuffle (every thread of the warp calls it at the same point): each thread's value
 // through the exchange buffer, with a warp barrier before the reads and one after.
 static inline float emu_shfl_xor(float v, int lane_mask) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     int t = (int)threadIdx.x;
     e.swap[t] = v;
     __syncwarp();
@@ -259,16 +278,16 @@ static inline void emu_aligned(const void *p, size_t to, size_t row_bytes, const
     exit(1);
 }
 static inline void emu_cp_async(void *dst, const void *src, int bytes, int valid) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     int t = emu_thread();
     emu_aligned(dst, bytes, 16, "an asynchronous copy's destination");
     emu_aligned(src, bytes, 16, "an asynchronous copy's source");
     memset(dst, 0xff, bytes);
     e.copies[t].push_back(EmuBlock::Copy{dst, valid ? src : nullptr, bytes, e.commits[t]});
 }
-static inline void cp_async_commit(void) { emu_block.commits[emu_thread()]++; }
+static inline void cp_async_commit(void) { emu_here->commits[emu_thread()]++; }
 template <int N> static inline void cp_async_wait(void) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     int t = emu_thread();
     std::vector<EmuBlock::Copy> &c = e.copies[t], left;
     for (const EmuBlock::Copy &x : c) {
@@ -284,17 +303,16 @@ template <int N> static inline void cp_async_wait(void) {
 static inline void cp_async16(void *dst, const void *src, int valid) { emu_cp_async(dst, src, 16, valid); }
 static inline void cp_async4(void *dst, const void *src, int valid) { emu_cp_async(dst, src, 4, valid); }
 static inline void emu_copies_check(int t) {
-    if (emu_block.copies[t].empty()) return;
+    if (emu_here->copies[t].empty()) return;
     fprintf(stderr, "gpu/emu.h: block (%u,%u,%u) thread %d ended with %zu asynchronous copies not waited for\n",
-            blockIdx.x, blockIdx.y, blockIdx.z, t, emu_block.copies[t].size());
+            blockIdx.x, blockIdx.y, blockIdx.z, t, emu_here->copies[t].size());
     exit(1);
 }
 
 // Fiber t with its stack, to start at emu_fiber_start (apart: getcontext returns twice).
 __attribute__((noinline)) static void emu_fiber_init(int t) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     e.stack[t].resize(1 << 17);
-    e.state[t] = EMU_NEW;
     getcontext(&e.start[t]);
     e.start[t].uc_stack.ss_sp = e.stack[t].data();
     e.start[t].uc_stack.ss_size = e.stack[t].size();
@@ -305,11 +323,15 @@ __attribute__((noinline)) static void emu_fiber_init(int t) {
 // Runs fiber t until its next barrier or its end (apart, so that no local of the scheduler's
 // loop lives across the jump).
 __attribute__((noinline)) static void emu_resume(int t) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     e.current = t;
     if (!_setjmp(e.scheduler)) {
-        if (e.state[t] == EMU_GO) emu_jump(e.at[t].jb);
-        else setcontext(&e.start[t]);
+        if (e.state[t] == EMU_GO || e.made[t]) {   // at a barrier, or parked
+            emu_jump(e.at[t].jb);
+        } else {
+            e.made[t] = 1;
+            setcontext(&e.start[t]);
+        }
     }
 }
 
@@ -318,10 +340,10 @@ __attribute__((noinline)) static void emu_resume(int t) {
 // So a warp runs as far as it can before the next one starts, the order of warps in which a
 // race between them shows (the two orders of the tests, one warp first or last).
 static inline void emu_run_warp(int w0, int w1, dim3 block) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     for (;;) {
         for (int s = w0; s < w1; s++) {
-            int t = emu_order ? w1 - 1 - (s - w0) : s;
+            int t = emu_descending() ? w1 - 1 - (s - w0) : s;
             if (e.state[t] != EMU_NEW && e.state[t] != EMU_GO) continue;
             threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
             emu_resume(t);
@@ -341,7 +363,7 @@ static inline void emu_run_warp(int w0, int w1, dim3 block) {
 // thread waits there and returns 1; returns 0 when every thread has ended; else (some ended
 // while others wait, or a warp's threads wait at different barriers) stops the program.
 static inline int emu_release(dim3 b, int n) {
-    EmuBlock &e = emu_block;
+    EmuBlock &e = *emu_here;
     int ended = 0, at_block = 0;
     for (int t = 0; t < n; t++) {
         ended += e.state[t] == EMU_ENDED;
@@ -361,7 +383,8 @@ static inline int emu_release(dim3 b, int n) {
 // fibers, and so the others' too if a thread of the first reached a barrier; else one after
 // another on this stack.
 static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void *), void *arg) {
-    EmuBlock &e = emu_block;
+    if (!emu_here) emu_here = emu_owner.block = new EmuBlock();
+    EmuBlock &e = *emu_here;
     int n = (int)(block.x * block.y * block.z);
     e.fibers = 1;
     e.barriers = 0;
@@ -369,10 +392,13 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
     e.mma.assign((size_t)(n + WARP_SIZE - 1) / WARP_SIZE * 3 * 256, 0.0f);
     e.copies.assign(n, {});
     e.commits.assign(n, 0);
-    e.start.resize(n);
-    e.at.resize(n);
-    e.stack.resize(n);
-    e.state.assign(n, 0);
+    if ((int)e.made.size() < n) {   // (never fewer: the fibers beyond n live on)
+        e.start.resize(n);
+        e.at.resize(n);
+        e.stack.resize(n);
+        e.made.resize(n, 0);
+    }
+    e.state.assign(n, EMU_NEW);
     e.body = body;
     e.arg = arg;
     gridDim = grid;
@@ -383,7 +409,7 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                 blockIdx = dim3(bx, by, bz);
                 if (!e.fibers) {
                     for (int s = 0; s < n; s++) {
-                        int t = emu_order ? n - 1 - s : s;
+                        int t = emu_descending() ? n - 1 - s : s;
                         threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
                         body(arg);
                         emu_copies_check(t);
@@ -391,11 +417,13 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                     continue;
                 }
                 e.shared.assign((smem + sizeof(float) - 1) / sizeof(float), NAN);   // (exactly: ASan sees past it)
-                for (int t = 0; t < n; t++) emu_fiber_init(t);
+                for (int t = 0; t < n; t++)
+                    if (!e.made[t]) emu_fiber_init(t);
+                e.state.assign(n, EMU_NEW);
                 int warps = (n + WARP_SIZE - 1) / WARP_SIZE;
                 do {   // one round: each warp as far as it can, to __syncthreads or its end
                     for (int s = 0; s < warps; s++) {
-                        int w0 = (emu_order ? warps - 1 - s : s) * WARP_SIZE;
+                        int w0 = (emu_descending() ? warps - 1 - s : s) * WARP_SIZE;
                         emu_run_warp(w0, w0 + WARP_SIZE < n ? w0 + WARP_SIZE : n, block);
                     }
                 } while (emu_release(blockIdx, n));
@@ -500,7 +528,7 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                             const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
                             const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
                             const fragment<accumulator, 16, 16, 16, float> &c) {
-    float *t = emu_block.mma.data() + (size_t)threadIdx.x / WARP_SIZE * 3 * 256, *ta = t, *tb = t + 256, *tc = t + 512;
+    float *t = emu_here->mma.data() + (size_t)threadIdx.x / WARP_SIZE * 3 * 256, *ta = t, *tb = t + 256, *tc = t + 512;
     emu_spread(ta, a);
     emu_spread(tb, b);
     emu_spread(tc, c);
