@@ -7,13 +7,13 @@
 # preset, a build, a sanitizer run) keeps about 1.5 of 2 cores busy: two at a time finish
 # sooner (tests/e2e.sh and tests/mesh.sh: 59 s together, 74 s one after the other), and
 # every part's result is the same (bits and counts, not times). Each lane runs its own parts
-# in order, then takes the next of the shared parts (the fuzzers, the parity and Hugging Face
-# checks) that no lane has taken yet, so that neither lane waits while the other works; a
-# part's output is printed whole when it ends, under a lock, so that the two lanes' lines
-# never mix. The parts that build share no build directory with the other lane (lane A
-# builds build/gpu, build/hip, build/port, build/asan, build/tsan; lane B build/plant,
-# build/peak; the fuzzers build/fuzz). The MPI part, whose SIGTERM check gives a step and a
-# save 3 s, runs alone at the end.
+# in order, then takes the next of the shared parts (the parity and Hugging Face checks, the
+# strict mode, the fuzzers) that no lane has taken yet, so that neither lane waits while the
+# other works; a part's output is printed whole when it ends, under a lock, so that the two
+# lanes' lines never mix. The parts that build share no build directory with the other lane
+# (lane A builds build/gpu, build/hip, build/port, build/asan, build/tsan; lane B
+# build/plant, build/peak; the fuzzers build/fuzz). The MPI part, whose SIGTERM check gives
+# a step and a save 3 s, runs alone at the end.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that wait by sleeping, not spinning: on a machine with other work (or more
@@ -60,8 +60,8 @@ run_part() {   # run_part NAME COMMAND...
 
 NVCC_HERE=$([ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ] && echo 1 || echo 0)
 
-# The shared parts, longest first (on 2 cores: parity about 180 s, the fuzzers 85, the
-# Hugging Face check 60). A lane takes one by making its directory (mkdir is atomic: one lane
+# The shared parts, longest first (on 2 cores: parity about 220 s, the strict mode 125, the
+# fuzzers 105, the Hugging Face check 25). A lane takes one by making its directory (mkdir is atomic: one lane
 # gets it); a check whose Python environment is still being made is passed over for the
 # next, and waited for when it is the last one left.
 venv_ready() { [ -f "$RUN/$1.rc" ]; }
@@ -74,6 +74,9 @@ shared_part() {   # shared_part NAME: runs it, or says why it is skipped
         else
             run_part "Hugging Face transformers runs the exports (make hf-check)" env PYTHON="$(cat "$RUN/hf")" bash tests/hf/check.sh
         fi ;;
+    strict)
+        run_part "device=cpu_strict: host code kept off device memory (e2e, mesh, pipeline, checkpoint under it;\
+ planted accesses caught)" bash tests/strict.sh ;;
     fuzz)
         run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" \
             make -s fuzz FUZZ_SECONDS=30 ;;
@@ -83,9 +86,9 @@ shared_parts() {
     local p waiting
     while :; do
         waiting=0
-        for p in parity fuzz hf; do
+        for p in parity strict fuzz hf; do
             [ -d "$RUN/taken-$p" ] && continue
-            if [ $p != fuzz ] && ! venv_ready $p; then waiting=1; continue; fi
+            if { [ $p = parity ] || [ $p = hf ]; } && ! venv_ready $p; then waiting=1; continue; fi
             mkdir "$RUN/taken-$p" 2> /dev/null && shared_part $p
             continue 2   # then look again, from the longest
         done
@@ -130,7 +133,7 @@ lane_a() {
     run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
     shared_parts
 }
-# Lane B: the unit tests, the trainer's features, the strict mode.
+# Lane B: the unit tests, the trainer's features.
 lane_b() {
     for t in build/test_*; do run_part "$t" "./$t"; done
     run_part "end-to-end" bash tests/e2e.sh
@@ -138,7 +141,6 @@ lane_b() {
     run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh
     run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
     run_part "checkpoints: saved on one mesh, resumed on another, metadata checked" bash tests/checkpoint.sh
-    run_part "device=cpu_strict: host code kept off device memory (e2e, mesh, pipeline, checkpoint under it; planted accesses caught)" bash tests/strict.sh
     run_part "sweep: the optimization table" bash tests/sweep.sh
     run_part "figures: ./train figure from real runs" bash tests/figures.sh
     run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
