@@ -1,4 +1,4 @@
-# meshmoe: make (build ./train), make run, make test, make asan, make tsan, make parity, make bench,
+# meshmoe: make (build ./train), make run, make test, make asan, make emu-asan, make tsan, make parity, make bench,
 # make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip, make gpu-mpi, make hip-mpi, make gpu-carry
 CC      ?= gcc
 OPT     ?= -O2 -march=native
@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c)) build/test_gpu_attention
 
-.PHONY: all run test test-builds unit asan tsan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-mpi hip-mpi gpu-ref gpu-carry
+.PHONY: all run test test-builds unit asan tsan emu-asan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-mpi hip-mpi gpu-ref gpu-carry
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -291,6 +291,13 @@ build/emu-asan/conformance_emu: $(CONF_SRC:%.c=build/emu/%.o) $(EMU_OBJ:build/em
 # (tests/gpu_emu.sh compares its runs with ./train's, bit for bit).
 build/train_emu: $(BUILD)/train.o $(filter-out $(BUILD)/kernels/no_gpu.o,$(LIB_OBJ)) $(EMU_OBJ)
 	$(CXX) -fopenmp $^ -o $@ $(LDLIBS)
+# build/emu-asan/train_emu: the same under AddressSanitizer and UBSan, its C objects those of
+# `make asan` (tests/gpu_emu.sh runs a few of its runs so). Made by `make emu-asan`.
+build/emu-asan/train_emu: $(BUILD)/train.o $(filter-out $(BUILD)/kernels/no_gpu.o,$(LIB_OBJ)) \
+                          $(EMU_OBJ:build/emu/%=build/emu-asan/%)
+	$(CXX) $(SAN) -fopenmp $^ -o $@ $(LDLIBS)
+emu-asan:
+	$(MAKE) -s -j$(TEST_JOBS) build/emu-asan/train_emu BUILD=build/asan OPT="$(SAN)"
 # build/train_emu_mpi (tests/mpi.sh): ./train_mpi with the emulated GPU backend of
 # build/train_emu, so that device=gpu over processes runs here: the devices' buffers staged
 # through host memory between processes as a GPU's are (base/span.c).

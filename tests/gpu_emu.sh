@@ -168,4 +168,40 @@ grouped=$(rows_of 1 $T/products-refused.out | grep -c '^| small: grouped')
 apart=$(rows_of 1 $T/products-refused.out | grep '^| small: grouped' | aparts)
 check "products_emu, grouped bf16 refused: exit $rc, said $said time(s), $grouped grouped rows a call each ($apart)" \
     test "$rc" -eq 0 -a "$said" -eq 1 -a "$grouped" -eq 3 -a "$apart" = "0.0e+00 "
+echo "== under AddressSanitizer and UBSan (build/emu-asan/train_emu, make emu-asan): no report"
+# The backend's host code as a training run drives it (the pool, the kernels' scratch, the
+# experts' rows read back, offload, the collectives' staging) and its kernels on the shapes
+# of a step: runs that between them take every path above, two at a time. Any report ends
+# the run with exit 23 (UBSan's first too), and each must log both steps. Inside a chunk of
+# the backend's pool AddressSanitizer sees only the chunk's bounds: all but two of the runs
+# take one allocation a buffer (MESHMOE_GPU_POOL=off), so that a kernel's access past its
+# buffer is seen.
+if make -s emu-asan > $T/emu-asan.log 2>&1; then
+    export ASAN_OPTIONS=detect_stack_use_after_return=0:detect_leaks=1:exitcode=23
+    export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    asan_run() {   # asan_run NAME PRESET ARGS...
+        local name=$1 preset=$2; shift 2
+        while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
+        (build/emu-asan/train_emu configs/$preset.yml $FAST "$@" device=gpu metrics_file=$T/$name.jsonl \
+            > $T/$name.out 2>&1; echo $? > $T/$name.rc) &
+    }
+    asan_run as-offl mixtral-tiny remat_policy=minimal_offloaded optimizer_memory_host_offload=true mu_dtype=bfloat16
+    export MESHMOE_GPU_POOL=off
+    asan_run as-ft deepseek-tiny dtype=bfloat16 megablox=true ici_fsdp_parallelism=2 ici_tensor_parallelism=2 \
+        num_devices=4
+    asan_run as-tc deepseek-tiny dtype=bfloat16 gpu_attention=tensor_cores megablox=true
+    MESHMOE_GROUPED=kernel asan_run as-w16k deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16 \
+        megablox=true ici_expert_parallelism=2 num_devices=2
+    asan_run as-cb mixtral-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 gpu_attention=tensor_cores bf16_storage=kept
+    unset MESHMOE_GPU_POOL
+    asan_run as-cp deepseek-tiny attention=flash ici_context_parallelism=2 num_devices=2
+    wait
+    for name in as-offl as-ft as-tc as-w16k as-cp as-cb; do
+        rc=$(cat $T/$name.rc 2>/dev/null || echo none) n=$(losses $T/$name.jsonl 2>/dev/null | wc -l)
+        report=$(grep -m1 -E 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error' $T/$name.out)
+        check "$name: exit $rc, $n of 2 steps logged${report:+: $report}" test "$rc" = 0 -a "$n" -eq 2
+    done
+else
+    fail "make emu-asan failed: $(tail -3 $T/emu-asan.log)"
+fi
 summary
