@@ -9,7 +9,8 @@
 # every part's result is the same (bits and counts, not times). Each lane runs its own parts
 # in order, then takes the next of the shared parts (the parity and Hugging Face checks, the
 # strict mode, the fuzzers) that no lane has taken yet, so that neither lane waits while the
-# other works; a part's output is printed whole when it ends, under a lock, so that the two
+# other works; the longest, the parity check, is taken between a lane's own parts as soon as
+# its Python environment is ready; a part's output is printed whole when it ends, under a lock, so that the two
 # lanes' lines never mix. The parts that build share no build directory with the other lane
 # (lane A builds build/gpu, build/hip, build/port, build/asan, build/tsan; lane B
 # build/plant, build/peak; the fuzzers build/fuzz). The MPI part, whose SIGTERM check gives
@@ -82,6 +83,13 @@ shared_part() {   # shared_part NAME: runs it, or says why it is skipped
             make -s fuzz FUZZ_SECONDS=30 ;;
     esac
 }
+# part NAME COMMAND...: a lane's own part, after the parity check if no lane has taken it and
+# its Python environment is ready: the longest part starts as early as it can, and the lanes'
+# short parts fill the end.
+part() {
+    venv_ready parity && mkdir "$RUN/taken-parity" 2> /dev/null && shared_part parity
+    run_part "$@"
+}
 shared_parts() {
     local p waiting
     while :; do
@@ -105,65 +113,65 @@ lane_a() {
     # thread that reads what another writes between the same two barriers gets other
     # numbers), and under AddressSanitizer and UBSan (its fibers' frames kept as they are
     # across a switch: gpu/emu.h's emu_jump).
-    run_part "the GPU backend emulated: conformance" ./build/conformance_emu
-    run_part "the GPU backend emulated: conformance, threads in descending order" \
+    part "the GPU backend emulated: conformance" ./build/conformance_emu
+    part "the GPU backend emulated: conformance, threads in descending order" \
         env GPU_EMU_ORDER=descending ./build/conformance_emu
-    run_part "the GPU backend emulated: conformance under ASan and UBSan" \
+    part "the GPU backend emulated: conformance under ASan and UBSan" \
         env ASAN_OPTIONS=detect_stack_use_after_return=0 ./build/emu-asan/conformance_emu
     # The whole trainer on the emulated GPU backend (build/train_emu device=gpu): ./train's
     # loss bits and peaks on one device and on meshes, the tensor-core attention within its bound.
-    run_part "the GPU backend emulated: training, ./train's bits and peaks" bash tests/gpu_emu.sh
+    part "the GPU backend emulated: training, ./train's bits and peaks" bash tests/gpu_emu.sh
     # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without
     # warnings; run on a GPU by tests/gpu.sh. The conformance test's CPU build is
     # build/test_conformance (lane B).
     if [ "$NVCC_HERE" = 1 ]; then
-        run_part "make gpu: the CUDA backend, its conformance binary and ./train_gpu build" bash tests/gpu_build.sh gpu
-        run_part "tests/gpu.sh's checks tried without a GPU (device=cpu), planted differences caught" \
+        part "make gpu: the CUDA backend, its conformance binary and ./train_gpu build" bash tests/gpu_build.sh gpu
+        part "tests/gpu.sh's checks tried without a GPU (device=cpu), planted differences caught" \
             bash tests/gpu_selftest.sh
     else
         say "SKIPPED: gpu build (no nvcc)"
     fi
     if command -v "${HIPCC:-hipcc}" > /dev/null; then
-        run_part "make hip: the same sources built with hipcc, and ./train_hip" bash tests/gpu_build.sh hip
+        part "make hip: the same sources built with hipcc, and ./train_hip" bash tests/gpu_build.sh hip
     else
         say "SKIPPED: hip build (no hipcc)"
     fi
-    run_part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
-    run_part "sanitizers (make asan)" make -s asan
-    run_part "thread sanitizer, 8 devices (make tsan)" make -s tsan
+    part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
+    part "sanitizers (make asan)" make -s asan
+    part "thread sanitizer, 8 devices (make tsan)" make -s tsan
     shared_parts
 }
 # Lane B: the unit tests, the trainer's features.
 lane_b() {
-    for t in build/test_*; do run_part "$t" "./$t"; done
-    run_part "end-to-end" bash tests/e2e.sh
-    run_part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
-    run_part "model state per device: fp32 AdamW closed form" bash tests/state.sh
-    run_part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
-    run_part "checkpoints: saved on one mesh, resumed on another, metadata checked" bash tests/checkpoint.sh
-    run_part "sweep: the optimization table" bash tests/sweep.sh
-    run_part "figures: ./train figure from real runs" bash tests/figures.sh
-    run_part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
-    run_part "planner: one device per class equals every device planned" bash tests/plan_classes.sh
-    run_part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
-    run_part "remat, host offload, EMA, opt_type" bash tests/remat.sh
-    run_part "adafactor (opt_type=adafactor: bits across meshes, state bytes from shapes)" bash tests/adafactor.sh
-    run_part "mu_dtype=bfloat16 (AdamW's bf16 first moment: bits across meshes, state bytes, resume)" bash tests/mu_dtype.sh
-    run_part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
-    run_part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
-    run_part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
-    run_part "sharding constraints and shard_mode" bash tests/specs.sh
-    run_part "describe" bash tests/describe.sh
-    run_part "vocabulary tiling and the one-hot embedding" bash tests/vocab.sh
-    run_part "flash attention: tolerance, block sizes, context parallelism, memory" bash tests/flash.sh
-    run_part "ring attention (context_parallel_strategy)" bash tests/ring.sh
-    run_part "profile=true: same bits, FLOP tallies agree, rows add up; the bench's limits" bash tests/profile.sh
-    run_part "OpenBLAS runs kernels as wide as the CPU's vectors" bash tests/blas_kernels.sh
-    run_part "function lengths: none over 80 lines" bash tests/funclen.sh
-    run_part "layers: no include points up (README.md#layers-and-a-reading-order)" bash tests/layers.sh
-    run_part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
-    run_part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
-    run_part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
+    for t in build/test_*; do part "$t" "./$t"; done
+    part "end-to-end" bash tests/e2e.sh
+    part "mesh: bit-identical losses across meshes" bash tests/mesh.sh
+    part "model state per device: fp32 AdamW closed form" bash tests/state.sh
+    part "pipeline: bit-identical losses over stages" bash tests/pipeline.sh
+    part "checkpoints: saved on one mesh, resumed on another, metadata checked" bash tests/checkpoint.sh
+    part "sweep: the optimization table" bash tests/sweep.sh
+    part "figures: ./train figure from real runs" bash tests/figures.sh
+    part "planner: dry-run plan equals measurement; memory trace and SVG" bash tests/planner.sh
+    part "planner: one device per class equals every device planned" bash tests/plan_classes.sh
+    part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
+    part "remat, host offload, EMA, opt_type" bash tests/remat.sh
+    part "adafactor (opt_type=adafactor: bits across meshes, state bytes from shapes)" bash tests/adafactor.sh
+    part "mu_dtype=bfloat16 (AdamW's bf16 first moment: bits across meshes, state bytes, resume)" bash tests/mu_dtype.sh
+    part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
+    part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
+    part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
+    part "sharding constraints and shard_mode" bash tests/specs.sh
+    part "describe" bash tests/describe.sh
+    part "vocabulary tiling and the one-hot embedding" bash tests/vocab.sh
+    part "flash attention: tolerance, block sizes, context parallelism, memory" bash tests/flash.sh
+    part "ring attention (context_parallel_strategy)" bash tests/ring.sh
+    part "profile=true: same bits, FLOP tallies agree, rows add up; the bench's limits" bash tests/profile.sh
+    part "OpenBLAS runs kernels as wide as the CPU's vectors" bash tests/blas_kernels.sh
+    part "function lengths: none over 80 lines" bash tests/funclen.sh
+    part "layers: no include points up (README.md#layers-and-a-reading-order)" bash tests/layers.sh
+    part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
+    part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
+    part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
     shared_parts
 }
 lane_a & lane_a_pid=$!
