@@ -400,7 +400,6 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
         e.stack.resize(n);
         e.made.resize(n, 0);
     }
-    e.state.assign(n, EMU_NEW);
     e.body = body;
     e.arg = arg;
     gridDim = grid;
@@ -421,7 +420,7 @@ static inline void emu_run(dim3 grid, dim3 block, size_t smem, void (*body)(void
                 e.shared.assign((smem + sizeof(float) - 1) / sizeof(float), NAN);   // (exactly: ASan sees past it)
                 for (int t = 0; t < n; t++)
                     if (!e.made[t]) emu_fiber_init(t);
-                e.state.assign(n, EMU_NEW);
+                e.state.assign(n, EMU_NEW);   // each block's threads start anew
                 int warps = (n + WARP_SIZE - 1) / WARP_SIZE;
                 do {   // one round: each warp as far as it can, to __syncthreads or its end
                     for (int s = 0; s < warps; s++) {

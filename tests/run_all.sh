@@ -10,11 +10,11 @@
 # in order, then takes the next of the shared parts (the parity and Hugging Face checks, the
 # strict mode, the fuzzers) that no lane has taken yet, so that neither lane waits while the
 # other works; the longest, the parity check, is taken between a lane's own parts as soon as
-# its Python environment is ready; a part's output is printed whole when it ends, under a lock, so that the two
-# lanes' lines never mix. The parts that build share no build directory with the other lane
-# (lane A builds build/gpu, build/hip, build/port, build/asan, build/tsan; lane B
-# build/plant, build/peak; the fuzzers build/fuzz). The MPI part, whose SIGTERM check gives
-# a step and a save 3 s, runs alone at the end.
+# its Python environment is ready. A part's output is printed whole when it ends, under a
+# lock, so that the two lanes' lines never mix. The parts that build share no build
+# directory with the other lane (lane A builds build/gpu, build/hip, build/port, build/asan,
+# build/tsan; lane B build/plant, build/peak; the fuzzers build/fuzz). The MPI part, whose
+# SIGTERM check gives a step and a save 3 s, runs alone at the end.
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that wait by sleeping, not spinning: on a machine with other work (or more
@@ -62,9 +62,9 @@ run_part() {   # run_part NAME COMMAND...
 NVCC_HERE=$([ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ] && echo 1 || echo 0)
 
 # The shared parts, longest first (on 2 cores: parity about 220 s, the strict mode 125, the
-# fuzzers 105, the Hugging Face check 25). A lane takes one by making its directory (mkdir is atomic: one lane
-# gets it); a check whose Python environment is still being made is passed over for the
-# next, and waited for when it is the last one left.
+# fuzzers 105, the Hugging Face check 25). A lane takes one by making its directory (mkdir
+# is atomic: one lane gets it); a check whose Python environment is still being made is
+# passed over for the next, and waited for when it is the last one left.
 venv_ready() { [ -f "$RUN/$1.rc" ]; }
 shared_part() {   # shared_part NAME: runs it, or says why it is skipped
     case $1 in
