@@ -26,6 +26,9 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true  the weight products' operands converted to bf16 by
                  gpu/matmul.cu's kernel before cuBLAS (the default hands them over as float32,
                  converted inside cuBLAS's kernels), when there is time
+  PyTorch's SDPA the attention core alone by torch's scaled_dot_product_attention backends
+                 (FlashAttention-2, cuDNN, memory-efficient) on each preset's shapes, after the
+                 profiles (tests/attention_peer.py), set beside meshmoe's attention family
   torch.compile  the PyTorch peer compiled, when the time budget has room for it
   meshmoe, gpu_attention=tiles  the attention core on CUDA cores, when there is time
   meshmoe, ordered GEMM  gpu_matmul=ordered (the default: the CPU's bits, no tensor cores),
@@ -155,6 +158,35 @@ def ncu(preset, limit=90):
     return {"lines": lines} if lines else {"why": f"no kernel measured: {last_line(out)}"}
 
 
+def attention_peer(path, limit=60):
+    """tests/attention_peer.py's lines for a preset's describe file: its attention core by
+    PyTorch's scaled_dot_product_attention, each backend, on the same GPU."""
+    out, rc, _ = run([PEERS, os.path.join(ROOT, "tests", "attention_peer.py"), path], limit)
+    print(f"==== attention peer {path}\n{out}", file=LOG, flush=True)
+    lines = re.findall(r"^(?:shapes|layer_tflop|sdpa) .*$", out, re.M)
+    return {"lines": lines} if rc == 0 and lines else {"why": f"failed (exit {rc}): {last_line(out)}"}
+
+
+def attention_beside(preset, res, peer_res):
+    """meshmoe's attention family (its profile) beside the fastest SDPA backend's forward and
+    backward of every layer, on the same shapes and GPU."""
+    if "lines" not in peer_res:
+        return f"attention by PyTorch's SDPA, {preset}: {peer_res['why']}"
+    layers = res["cfg"]["base_num_decoder_layers"]
+    timed = [(float(fb), name) for name, fb in
+             (re.match(r"sdpa (\w+) forward_ms [\d.]+ forward_backward_ms ([\d.]+)", x).groups()
+              for x in peer_res["lines"] if "forward_backward_ms" in x)]
+    text = [f"attention by PyTorch's SDPA, {preset} (tests/attention_peer.py: one layer, bf16, causal, the "
+            f"best of 5):"] + peer_res["lines"]
+    fam = re.search(r"^\| attention \|\s*(\d+)\s*\|\s*([\d.]+)\s*\|", res["profile"].get("out", ""), re.M)
+    if timed and fam:
+        fb, name = min(timed)
+        text.append(f"{layers} layers' forward and backward by `{name}`: {layers * fb:.1f} ms a step; meshmoe's "
+                    f"attention family in its profile: {float(fam[2]):.1f} ms ({fam[1]} calls), "
+                    f"{float(fam[2]) / (layers * fb):.2f} times as long")
+    return "\n".join(text)
+
+
 def describe(preset, path):
     r = subprocess.run([TRAIN, "describe", f"configs/{preset}.yml", *EXTRA], cwd=ROOT, capture_output=True, text=True)
     if r.returncode:
@@ -254,6 +286,10 @@ def main():
         lim = limits()
         for preset in PRESETS:
             results[preset]["profile"] = meshmoe(preset, ("steps=3", "profile=true"), 120)
+        # Then the attention core by tuned kernels (PyTorch's SDPA backends) on the same shapes:
+        # what meshmoe's attention family could take on this GPU.
+        for preset in PRESETS:
+            results[preset]["sdpa"] = attention_peer(os.path.join(tmp, preset + ".json"))
         # Then why the slowest kernels are slow (ncu, one or two layers of each preset).
         for preset in PRESETS:
             results[preset]["ncu"] = ncu(preset)
@@ -310,6 +346,7 @@ def main():
             if table is None:   # no limits: the tables as printed
                 table = re.findall(r"^(?:products: .*|\|.*\|)$", res["out"], re.M)
             print(f"{preset}, {name}: " + (head[0] if head else "") + "\n" + "\n".join(table))
+        print(attention_beside(preset, results[preset], results[preset].get("sdpa", {"why": "not run"})))
     for preset in PRESETS:
         res = results[preset].get("ncu", {"why": "not run"})
         print(f"\nncu, {preset} (tests/ncu_kernels.py: the first launch of each kernel in one step of "

@@ -7,7 +7,8 @@
 #      the -medium presets' largest products with float32 operands and with bf16 storage
 #      (tests/products_gpu.c), what bf16 storage would save in them
 #   3. tests/bench_gpu.py (BUDGET, default 300 s): meshmoe, PyTorch eager, JAX jit and
-#      torch.compile on the -medium presets, side by side, then meshmoe's profile
+#      torch.compile on the -medium presets, side by side, then meshmoe's profile beside the
+#      attention core by PyTorch's SDPA on the same shapes (tests/attention_peer.py)
 # The full log goes to OUTDIR/bench.log, the table to OUTDIR/table.md and, last, to stdout.
 set -u
 cd "$(dirname "$0")/.."

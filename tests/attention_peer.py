@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The attention core of a preset by PyTorch's scaled_dot_product_attention, for `make bench-gpu`.
+
+Usage:  attention_peer.py DESCRIBE.json [REPS]
+
+DESCRIBE.json is what `./train describe CONFIG` prints. On the same shapes as meshmoe's
+attention family (batch x query heads x sequence x head width, causal, the config's key and
+value heads and widths: GQA's shared heads, MLA's 192-wide queries and keys with 128-wide
+values), in bf16, this times one layer's forward and forward + backward by each backend of
+torch's scaled_dot_product_attention that accepts them (FlashAttention-2, cuDNN's fused
+attention, the memory-efficient kernel), the best of REPS (default 5) after a warm-up, so
+that the bench can set meshmoe's attention family beside what tuned kernels take on the same
+GPU. Prints, per backend:
+
+    sdpa BACKEND forward_ms F forward_backward_ms T
+    sdpa BACKEND refused: REASON
+
+and first `shapes ...` and `layer_tflop X` (one layer's FLOPs forward and backward, the causal
+half of the scores' and values' products: 3.5 times the forward's 2 B N S^2 (Dqk + Dv) / 2).
+Without a GPU it runs on the CPU at 1/8 of the sequence (a check of the script, not a timing).
+"""
+import json
+import sys
+import time
+
+
+def shapes(cfg):
+    """(B, Nq, Nkv, S, Dqk, Dv) of the config's attention core."""
+    n = cfg["base_num_query_heads"]
+    if cfg.get("attention_type") == "mla":
+        return (cfg["per_device_batch_size"], n, n, cfg["max_target_length"],
+                cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"], cfg["v_head_dim"])
+    d = cfg["head_dim"]
+    return cfg["per_device_batch_size"], n, cfg.get("base_num_kv_heads", n), cfg["max_target_length"], d, d
+
+
+def best(fn, sync, reps):
+    """The shortest of reps timed calls of fn, after one untimed."""
+    fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main():
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    cfg = json.load(open(sys.argv[1]))["config"]
+    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    B, Nq, Nkv, S, Dqk, Dv = shapes(cfg)
+    if dev == "cpu":
+        S = max(64, S // 8)
+    print(f"shapes B {B} query_heads {Nq} kv_heads {Nkv} S {S} Dqk {Dqk} Dv {Dv} on {dev}")
+    print(f"layer_tflop {3.5 * 2 * B * Nq * S * S * (Dqk + Dv) / 2 / 1e12:.4f}")
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def draw(*shape):
+        return torch.randn(*shape, device=dev, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    q, k, v = draw(B, Nq, S, Dqk), draw(B, Nkv, S, Dqk), draw(B, Nkv, S, Dv)
+    dout = torch.randn(B, Nq, S, Dv, device=dev, dtype=torch.bfloat16, generator=gen)
+    gqa = {"enable_gqa": True} if Nkv != Nq else {}
+
+    def forward():
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+
+    def forward_backward():
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+        torch.autograd.backward(o, dout)
+        q.grad = k.grad = v.grad = None
+
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+    if dev == "cpu":
+        backends = [("math", SDPBackend.MATH)]
+    for name, backend in backends:
+        try:
+            with sdpa_kernel(backend):
+                f = best(forward, sync, reps)
+                fb = best(forward_backward, sync, reps)
+            print(f"sdpa {name} forward_ms {f * 1e3:.3f} forward_backward_ms {fb * 1e3:.3f}", flush=True)
+        except Exception as e:   # a backend that does not take these shapes (or this GPU) says why
+            why = " ".join(str(e).split())[:160]
+            print(f"sdpa {name} refused: {type(e).__name__}: {why}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
