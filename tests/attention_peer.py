@@ -64,9 +64,13 @@ def main():
 
     def draw(*shape):
         return torch.randn(*shape, device=dev, dtype=torch.bfloat16, generator=gen).requires_grad_()
-    q, k, v = draw(B, Nq, S, Dqk), draw(B, Nkv, S, Dqk), draw(B, Nkv, S, Dv)
+    # GQA's shared key and value heads as torch 2.5 and later take them (enable_gqa); an older
+    # torch gets each shared head repeated for its queries, the same products.
+    old_torch = tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 5)
+    kv_heads = Nq if old_torch else Nkv
+    q, k, v = draw(B, Nq, S, Dqk), draw(B, kv_heads, S, Dqk), draw(B, kv_heads, S, Dv)
     dout = torch.randn(B, Nq, S, Dv, device=dev, dtype=torch.bfloat16, generator=gen)
-    gqa = {"enable_gqa": True} if Nkv != Nq else {}
+    gqa = {"enable_gqa": True} if kv_heads != Nq else {}
 
     def forward():
         with torch.no_grad():
