@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """The attention core of a preset by PyTorch's scaled_dot_product_attention, for `make bench-gpu`.
 
-Usage:  attention_peer.py DESCRIBE.json [REPS]
+Usage:  attention_peer.py DESCRIBE.json [DESCRIBE.json ...]
 
-DESCRIBE.json is what `./train describe CONFIG` prints. On the same shapes as meshmoe's
+Each DESCRIBE.json is what `./train describe CONFIG` prints (one process for all, so torch
+starts once). On the same shapes as meshmoe's
 attention family (batch x query heads x sequence x head width, causal, the config's key and
 value heads and widths: GQA's shared heads, MLA's 192-wide queries and keys with 128-wide
 values), in bf16, this times one layer's forward and forward + backward by each backend of
 torch's scaled_dot_product_attention that accepts them (FlashAttention-2, cuDNN's fused
-attention, the memory-efficient kernel), the best of REPS (default 5) after a warm-up, so
+attention, the memory-efficient kernel), the best of REPS (environment, default 5) after a warm-up, so
 that the bench can set meshmoe's attention family beside what tuned kernels take on the same
-GPU. Prints, per backend:
+GPU. Prints, per file, `describe PATH`, then per backend:
 
     sdpa BACKEND forward_ms F forward_backward_ms T
     sdpa BACKEND refused: REASON
@@ -20,6 +21,7 @@ half of the scores' and values' products: 3.5 times the forward's 2 B N S^2 (Dqk
 Without a GPU it runs on the CPU at 1/8 of the sequence (a check of the script, not a timing).
 """
 import json
+import os
 import sys
 import time
 
@@ -49,10 +51,19 @@ def best(fn, sync, reps):
 
 def main():
     import torch
+    reps = int(os.environ.get("REPS", "5"))
+    for path in sys.argv[1:]:
+        print(f"describe {path}", flush=True)
+        try:
+            one_config(torch, json.load(open(path))["config"], reps)
+        except Exception as e:   # (out of memory, say): the next config still runs
+            print(f"failed: {type(e).__name__}: {' '.join(str(e).split())[:160]}", flush=True)
+
+
+def one_config(torch, cfg, reps):
+    """The lines above for one config."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    cfg = json.load(open(sys.argv[1]))["config"]
-    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     B, Nq, Nkv, S, Dqk, Dv = shapes(cfg)

@@ -158,13 +158,19 @@ def ncu(preset, limit=90):
     return {"lines": lines} if lines else {"why": f"no kernel measured: {last_line(out)}"}
 
 
-def attention_peer(path, limit=60):
-    """tests/attention_peer.py's lines for a preset's describe file: its attention core by
-    PyTorch's scaled_dot_product_attention, each backend, on the same GPU."""
-    out, rc, _ = run([PEERS, os.path.join(ROOT, "tests", "attention_peer.py"), path], limit)
-    print(f"==== attention peer {path}\n{out}", file=LOG, flush=True)
-    lines = re.findall(r"^(?:shapes|layer_tflop|sdpa) .*$", out, re.M)
-    return {"lines": lines} if rc == 0 and lines else {"why": f"failed (exit {rc}): {last_line(out)}"}
+def attention_peer(paths, limit=90):
+    """{path: tests/attention_peer.py's lines for that describe file, or why there are none}:
+    each preset's attention core by PyTorch's scaled_dot_product_attention, each backend, on
+    the same GPU (one process for all, torch started once)."""
+    out, rc, _ = run([PEERS, os.path.join(ROOT, "tests", "attention_peer.py"), *paths], limit)
+    print(f"==== attention peer\n{out}", file=LOG, flush=True)
+    got = {}
+    for block in re.split(r"^describe ", out, flags=re.M)[1:]:
+        path, _, rest = block.partition("\n")
+        lines = re.findall(r"^(?:shapes|layer_tflop|sdpa|failed:) .*$", rest, re.M)
+        got[path.strip()] = {"lines": lines} if lines else {"why": "no lines"}
+    why = {"why": f"not measured (exit {rc}): {last_line(out)}"}
+    return {p: got.get(p, why) for p in paths}
 
 
 def attention_beside(preset, res, peer_res):
@@ -288,8 +294,9 @@ def main():
             results[preset]["profile"] = meshmoe(preset, ("steps=3", "profile=true"), 120)
         # Then the attention core by tuned kernels (PyTorch's SDPA backends) on the same shapes:
         # what meshmoe's attention family could take on this GPU.
+        sdpa = attention_peer([os.path.join(tmp, preset + ".json") for preset in PRESETS])
         for preset in PRESETS:
-            results[preset]["sdpa"] = attention_peer(os.path.join(tmp, preset + ".json"))
+            results[preset]["sdpa"] = sdpa[os.path.join(tmp, preset + ".json")]
         # Then why the slowest kernels are slow (ncu, one or two layers of each preset).
         for preset in PRESETS:
             results[preset]["ncu"] = ncu(preset)
