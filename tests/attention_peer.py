@@ -4,13 +4,13 @@
 Usage:  attention_peer.py DESCRIBE.json [DESCRIBE.json ...]
 
 Each DESCRIBE.json is what `./train describe CONFIG` prints (one process for all, so torch
-starts once). On the same shapes as meshmoe's
-attention family (batch x query heads x sequence x head width, causal, the config's key and
-value heads and widths: GQA's shared heads, MLA's 192-wide queries and keys with 128-wide
-values), in bf16, this times one layer's forward and forward + backward by each backend of
-torch's scaled_dot_product_attention that accepts them (FlashAttention-2, cuDNN's fused
-attention, the memory-efficient kernel), the best of REPS (environment, default 5) after a warm-up, so
-that the bench can set meshmoe's attention family beside what tuned kernels take on the same
+starts once). On the same shapes as meshmoe's attention family (batch x query heads x
+sequence x head width, causal, the config's key and value heads and widths: GQA's shared
+heads, MLA's 192-wide queries and keys with 128-wide values), in bf16, this times one layer's
+forward and forward + backward by each backend of torch's scaled_dot_product_attention that
+accepts them (FlashAttention-2, cuDNN's fused attention, the memory-efficient kernel), the
+best of REPS (environment, default 5) after a warm-up, so that the bench can set meshmoe's
+attention family beside what tuned kernels take on the same
 GPU. Prints, per file, `describe PATH`, then per backend:
 
     sdpa BACKEND forward_ms F forward_backward_ms T
