@@ -121,6 +121,9 @@ lane_a() {
     # The whole trainer on the emulated GPU backend (build/train_emu device=gpu): ./train's
     # loss bits and peaks on one device and on meshes, the tensor-core attention within its bound.
     part "the GPU backend emulated: training, ./train's bits and peaks" bash tests/gpu_emu.sh
+    # make bench-gpu's report from stand-ins of the programs it runs on a GPU machine.
+    part "make bench-gpu's report tried without a GPU (stand-in programs, figures by hand)" \
+        bash tests/bench_gpu_selftest.sh
     # The GPU backend (gpu/, docs/gpu.md): built here with nvcc and with hipcc, without
     # warnings; run on a GPU by tests/gpu.sh. The conformance test's CPU build is
     # build/test_conformance (lane B).

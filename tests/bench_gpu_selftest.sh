@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# tests/bench_gpu_selftest.sh: `make bench-gpu`'s report (tests/bench_gpu.py) tried here, without
+# a GPU (make test), so that the script a scarce GPU session runs for its last minutes is known
+# to read what the programs print and to write every row. The programs are stand-ins that
+# print what their GPU runs print, with step times chosen here: the trainer (./train's own
+# `describe` for the configs, canned step lines, peak and profile otherwise), the peers'
+# python (the GPU's limits, PyTorch's and JAX's steps, PyTorch's SDPA lines) and
+# nvidia-smi (an H200). The expected figures are worked out by hand from those times below;
+# the model FLOPs per step are the ones docs/performance-gpu.md gives for the two presets.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+T=$(mktemp -d /tmp/meshmoe-benchself.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+[ -x ./train ] || { fail "no ./train: run make first"; summary; exit 1; }
+
+# The trainer: 8 steps, the first 900 ms, the others 300 ms (200 under bf16_storage=kept,
+# 900 with the attention on tiles); profile=true adds the family table; peak 50 GiB.
+cat > "$T/train" << 'EOF'
+#!/usr/bin/env bash
+[ "$1" = describe ] && exec "$REAL_TRAIN" "$@"
+ms=300.0 steps=8 profile=0
+for a; do
+    case $a in
+        steps=*) steps=${a#steps=} ;;
+        bf16_storage=kept) ms=200.0 ;;
+        gpu_attention=tiles) ms=900.0 ;;
+        profile=true) profile=1 ;;
+    esac
+done
+for ((i = 0; i < steps; i++)); do
+    t=$ms; [ $i -eq 0 ] && t=900.0
+    printf 'step %5d | loss %.4f | aux 0.0000 | lr 3.00e-04 | grad norm 1.000 | %7.1f ms |  27307 tok/s |\n' \
+        $i "$((10 - i)).5" $t
+done
+if [ $profile = 1 ]; then
+    echo "profile: device 0, mean of $((steps - 1)) steps after the first, $ms ms per step"
+    echo "| kernel family | calls/step | ms/step | % of step | GFLOP/step | GB/step | GFLOP/s | GB/s |"
+    echo "|---|---|---|---|---|---|---|---|"
+    echo "| matmul | 760 | 148.20 | 49.4% | 42830.0 | 120.0 | 289000.0 | 809.7 |"
+    echo "| attention | 16 | 49.20 | 16.4% | 1920.0 | 10.0 | 39024.4 | 203.3 |"
+    echo "| cast | 853 | 45.80 | 15.3% | 0.0 | 146.6 | 0.0 | 3200.9 |"
+fi
+echo "device 0 peak 50.00 GiB: params 11.37 GiB grads 11.37 GiB"
+EOF
+# The peers' python: -c (the limits), -u bench_peers.py WHICH DESCRIBE STEPS (a peer's steps:
+# the first 5 s, then torch 0.5 s, torch.compile 0.45, jax 0.4), attention_peer.py FILES.
+cat > "$T/python" << 'EOF'
+#!/usr/bin/env bash
+case $1 in
+    -c) printf 'matmul bf16 TFLOP/s 778.1\nmatmul fp32 TFLOP/s 51.2\ncopy GB/s 4136.0\non stand-in GPU\n' ;;
+    -u) case $3 in torch) s=0.5 ;; torch-compile) s=0.45 ;; *) s=0.4 ;; esac
+        for ((i = 0; i < $5; i++)); do t=$s; [ $i -eq 0 ] && t=5.0; echo "step $i seconds $t loss 10.5"; done
+        printf 'params 3050000000\npeak_bytes 53687091200\n' ;;
+    *attention_peer.py) shift
+        for p; do
+            printf 'describe %s\nshapes B 4\nlayer_tflop 0.2405\n' "$p"
+            echo "sdpa flash forward_ms 1.000 forward_backward_ms 3.000"
+            echo "sdpa cudnn forward_ms 0.800 forward_backward_ms 2.500"
+            echo "sdpa efficient refused: RuntimeError: no kernel for these shapes"
+        done ;;
+esac
+EOF
+printf '#!/bin/sh\necho "NVIDIA H200"\n' > "$T/nvidia-smi"
+chmod +x "$T/train" "$T/python" "$T/nvidia-smi"
+
+out=$(PATH="$T:$PATH" REAL_TRAIN=./train TRAIN="$T/train" PEERS="$T/python" NCU=/nonexistent BUDGET=300 \
+      BENCH_LOG="$T/bench.log" python3 tests/bench_gpu.py 2>&1); rc=$?
+check "tests/bench_gpu.py exits 0 without a traceback (exit $rc)" \
+    sh -c '[ "$1" -eq 0 ] && ! printf "%s" "$2" | grep -q Traceback' _ $rc "$out"
+[ $rc -ne 0 ] && printf '%s\n' "$out" | tail -15
+has() {   # has DESCRIPTION LINE: the report holds LINE exactly
+    check "$1: $2" sh -c 'printf "%s\n" "$1" | grep -qxF -- "$2"' _ "$out" "$2"
+}
+has "the GPU and its peak" "GPU: NVIDIA H200; dense bf16 peak 989.4 TFLOP/s"
+# mixtral-medium, 46.11 TFLOP a step of 8192 tokens: 300 ms is 27307 tokens/s and 46.11 /
+# 0.3 / 989.4 = 15.5% MFU; PyTorch's 0.5 s 16384 and 9.3%, 1.67 times meshmoe's step;
+# torch.compile 0.45 s 18204, 10.4%, 1.50; JAX 0.4 s 20480, 11.7%, 1.33; the 16-bit
+# variant's 200 ms 40960, 23.3%, 0.67.
+M="| mixtral-medium"
+has "meshmoe's row" "$M | meshmoe gpu_matmul=cublas_bf16 gpu_attention=tensor_cores | 0.300 | 27307 | 50.00 GiB | 15.5% | 1.00 | 10.5000 -> 3.5000 |"
+has "PyTorch's row" "$M | PyTorch eager | 0.500 | 16384 | 50.00 GiB | 9.3% | 1.67 | 10.5 -> 10.5 |"
+has "torch.compile's row" "$M | torch.compile | 0.450 | 18204 | 50.00 GiB | 10.4% | 1.50 | 10.5 -> 10.5 |"
+has "JAX's row" "$M | JAX jit | 0.400 | 20480 | 50.00 GiB | 11.7% | 1.33 | 10.5 -> 10.5 |"
+has "the 16-bit variant's row" \
+    "$M | meshmoe, bf16_storage=kept, profile=true | 0.200 | 40960 | 50.00 GiB | 23.3% | 0.67 | 10.5000 -> 3.5000 |"
+has "the tiles' row" "$M | meshmoe, gpu_attention=tiles | 0.900 | 9102 | 50.00 GiB | 5.2% | 3.00 | 10.5000 -> 3.5000 |"
+# deepseek-medium, 29.50 TFLOP a step: 29.50 / 0.3 / 989.4 = 9.9%.
+has "deepseek-medium's meshmoe row" \
+    "| deepseek-medium | meshmoe gpu_matmul=cublas_bf16 gpu_attention=tensor_cores | 0.300 | 27307 | 50.00 GiB | 9.9% | 1.00 | 10.5000 -> 3.5000 |"
+has "the model FLOPs of mixtral-medium" \
+    "|  | (mixtral-medium: 46.11 TFLOP per step, 8192 tokens, 8 steps a system, the first 3 not counted) | | | | | | |"
+rows=$(printf '%s\n' "$out" | grep -c '^| mixtral-medium |')
+check "every system has its mixtral-medium row: $rows of 11" test "$rows" -eq 11
+# The attention family's floor: 1920 GFLOP at 778.1 TFLOP/s is 2.47 ms, 5% of its 49.20.
+has "the attention family against its floor" \
+    "| attention | 16 | 49.20 | 16.4% | 39024.4 | 203.3 | 2.47 (FLOPs) | 5% |"
+# SDPA: the fastest backend (cuDNN's 2.5 ms a layer) times 8 layers is 20.0 ms; 49.2 / 20.0.
+has "PyTorch's SDPA beside the attention family" \
+    "8 layers' forward and backward by \`cudnn\`: 20.0 ms a step; meshmoe's attention family in its profile: 49.2 ms (16 calls), 2.46 times as long"
+has "a backend that refused says so" "sdpa efficient refused: RuntimeError: no kernel for these shapes"
+summary
