@@ -99,4 +99,14 @@ has "the attention family against its floor" \
 has "PyTorch's SDPA beside the attention family" \
     "8 layers' forward and backward by \`cudnn\`: 20.0 ms a step; meshmoe's attention family in its profile: 49.2 ms (16 calls), 2.46 times as long"
 has "a backend that refused says so" "sdpa efficient refused: RuntimeError: no kernel for these shapes"
+
+# The wrapper the GPU session calls (tests/gpu_bench.sh OUTDIR), on the same stand-ins: its
+# table last on stdout and in OUTDIR/table.md, the log beside it.
+out=$(PATH="$T:$PATH" REAL_TRAIN=./train TRAIN="$T/train" PEERS="$T/python" NCU=/nonexistent BUDGET=300 \
+      bash tests/gpu_bench.sh "$T/out" 2>&1); rc=$?
+check "tests/gpu_bench.sh exits 0 (exit $rc)" test $rc -eq 0
+has "its table's meshmoe row on stdout" \
+    "$M | meshmoe gpu_matmul=cublas_bf16 gpu_attention=tensor_cores | 0.300 | 27307 | 50.00 GiB | 15.5% | 1.00 | 10.5000 -> 3.5000 |"
+check "the same table in OUTDIR/table.md, the log in OUTDIR/bench.log" \
+    sh -c 'grep -q "^| deepseek-medium | JAX jit | 0.400 |" "$1/table.md" && grep -q "^==== probe" "$1/bench.log"' _ "$T/out"
 summary
