@@ -40,8 +40,8 @@ peak GPU memory, and MFU = model FLOPs per step / (step time x the GPU's dense b
 model FLOPs by tests/bench.py's formula (printed). Then, time permitting, where meshmoe's
 step goes by kernel family (`profile=true`), each family next to its floor: its FLOPs at
 cuBLAS's rate or its bytes at the copy bandwidth, both measured on the same GPU (LIMITS),
-and the matmul family by product form and shape; then ncu's view of the attention and norm
-kernels (tests/ncu_kernels.py: throughput, occupancy, what the warps wait for).
+and the matmul family by product form and shape; then ncu's view of the attention, norm and
+grouped-product kernels (tests/ncu_kernels.py: throughput, occupancy, what the warps wait for).
 
 Environment: BUDGET (seconds for everything, default 420), STEPS (default 8), PRESETS,
 TRAIN (default ./train_gpu), PEERS (python with torch/jax/transformers; default python3),
@@ -59,7 +59,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from bench import FLOPS_FORMULA, floor_table, model_flops  # noqa: E402  (make bench's formula and floors)
-import ncu_kernels  # noqa: E402  (Nsight Compute's view of the attention and norm kernels)
+import ncu_kernels  # noqa: E402  (Nsight Compute's view of chosen kernels)
 
 TRAIN = os.environ.get("TRAIN", "./train_gpu")
 STEPS = int(os.environ.get("STEPS", "8"))
