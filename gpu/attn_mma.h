@@ -344,13 +344,13 @@ template <class F> __device__ static void elems_apply2(Acc &d, const Acc &x, F f
 __device__ static inline void acc_to_a(RowA &a, const Acc &c) {
     for (int e = 0; e < a.num_elements; e++) a.x[e] = __float2bfloat16(c.x[e]);
 }
-// The accumulator c rounded to bf16 bits into the row-major 16 x 16 tile t (leading dimension
-// ld, even; t 4-byte aligned): a lane's elements e and e + 1 are neighbours in one row, so
-// each pair goes as one 4-byte store, the first in the low half.
-__device__ static inline void acc_store_bf16(uint16_t *t, int ld, const Acc &c) {
-    for (int e = 0; e < c.num_elements; e += 2) {
+// A row-major matrix_a fragment's bf16 numbers (laid out as an accumulator's, above) into the
+// row-major 16 x 16 tile t (leading dimension ld, even; t 4-byte aligned): a lane's elements
+// e and e + 1 are neighbours in one row, so each pair goes as one 4-byte store.
+__device__ static inline void a_store(uint16_t *t, int ld, const RowA &a) {
+    for (int e = 0; e < a.num_elements; e += 2) {
         uint32_t *pair = (uint32_t *)(t + (size_t)acc_row(e) * ld + acc_col(e));
-        *pair = bf16_bits_dev(c.x[e]) | (uint32_t)bf16_bits_dev(c.x[e + 1]) << 16;
+        *pair = __bfloat16_as_ushort(a.x[e]) | (uint32_t)__bfloat16_as_ushort(a.x[e + 1]) << 16;
     }
 }
 template <class F> __device__ static void rows_apply(Acc &f, F fn) {

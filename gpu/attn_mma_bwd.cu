@@ -442,8 +442,9 @@ __global__ static void mma_dkdv_regs_kernel(float *dk, float *dv, bf16 *ds, Head
             RowA pa, dsa;
             acc_to_a(pa, st);
             acc_to_a(dsa, dpt);
-            if (dst)   // (keys from x0, queries from 16 c; zeros where the query does not see the key)
-                acc_store_bf16((uint16_t *)dst + x0 * MQ + 16 * c, MQ, dpt);
+            // dS^T for dq, the very numbers dK's product reads (keys from x0, queries from 16 c;
+            // zeros where the query does not see the key)
+            if (dst) a_store((uint16_t *)dst + x0 * MQ + 16 * c, MQ, dsa);
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
 #pragma unroll
             for (int t = 0; t < VT; t++) {   // dV += P^T dO

@@ -460,6 +460,7 @@ static inline __nv_bfloat16 __float2bfloat16(float f) {
     return __nv_bfloat16{(uint16_t)(u >> 16)};
 }
 static inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((uint32_t)h.bits << 16); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
 
 // The warp matrix products (CUDA's nvcuda::wmma) of 16 x 16 x 16 tiles: bf16 operands, float32
 // sums. Each fragment is spread over the warp's 32 threads as on sm_80 and sm_90 (two of
