@@ -25,15 +25,14 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import attention_dims  # noqa: E402  (make bench's reading of the config's heads)
+
 
 def shapes(cfg):
     """(B, Nq, Nkv, S, Dqk, Dv) of the config's attention core."""
-    n = cfg["base_num_query_heads"]
-    if cfg.get("attention_type") == "mla":
-        return (cfg["per_device_batch_size"], n, n, cfg["max_target_length"],
-                cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"], cfg["v_head_dim"])
-    d = cfg["head_dim"]
-    return cfg["per_device_batch_size"], n, cfg.get("base_num_kv_heads", n), cfg["max_target_length"], d, d
+    nq, nkv, dqk, dv = attention_dims(cfg)
+    return cfg["per_device_batch_size"], nq, nkv, cfg["max_target_length"], dqk, dv
 
 
 def best(fn, sync, reps):

@@ -81,21 +81,28 @@ def read_config(preset):
     return cfg
 
 
+def attention_dims(c):
+    """(query heads, key and value heads, Dqk, Dv) of a config's attention core: MLA's heads
+    each have their own keys, queries and keys nope + rope wide."""
+    N = c["base_num_query_heads"]
+    if c.get("attention_type") == "mla":
+        return N, N, c["qk_nope_head_dim"] + c["qk_rope_head_dim"], c["v_head_dim"]
+    return N, c.get("base_num_kv_heads", N), c["head_dim"], c["head_dim"]
+
+
 def model_flops(c):
     """FLOPS_FORMULA for a preset's config (defaults where the preset leaves a key out)."""
-    D, N, L = c["base_emb_dim"], c["base_num_query_heads"], c["base_num_decoder_layers"]
+    D, L = c["base_emb_dim"], c["base_num_decoder_layers"]
     B, S, V = c["per_device_batch_size"], c["max_target_length"], c["vocab_size"]
     E, K = c["num_experts"], c["num_experts_per_tok"]
+    N, Nkv, dqk, dv = attention_dims(c)
     if c.get("attention_type") == "mla":
-        dn, dr, dv = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+        dn, dr = c["qk_nope_head_dim"], c["qk_rope_head_dim"]
         qr, kr = c.get("q_lora_rank", 0), c["kv_lora_rank"]
         q = D * qr + qr * N * (dn + dr) if qr else D * N * (dn + dr)
         attn_w = q + D * (kr + dr) + kr * N * (dn + dv) + N * dv * D
-        dqk = dn + dr
     else:
-        hd, Nkv = c["head_dim"], c.get("base_num_kv_heads", N)
-        attn_w = D * N * hd * 2 + D * Nkv * hd * 2
-        dqk = dv = hd
+        attn_w = D * N * dqk * 2 + D * Nkv * dqk * 2
     # the experts' width: base_moe_mlp_dim for DeepSeek, base_mlp_dim for Mixtral (model/dims.c)
     moe_h = c["base_moe_mlp_dim"] if c.get("decoder_block") == "deepseek" else c["base_mlp_dim"]
     dense = c.get("first_num_dense_layers", 0)
