@@ -72,10 +72,11 @@ static double emu_operand(const void *x, size_t i, cudaDataType type, cublasComp
     return f;
 }
 
-// One product, column-major: C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C.
+// One product, column-major: C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C; C float32, or
+// bf16 bits (ct CUDA_R_16BF: the result rounded to nearest even, as cuBLAS's output conversion).
 static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                                const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt, int ldb,
-                               float beta, float *C, int ldc, cublasComputeType_t compute) {
+                               float beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t compute) {
     if (m < 0 || n < 0 || k < 0 || lda < (ta == CUBLAS_OP_N ? m : k) || lda < 1 ||
         ldb < (tb == CUBLAS_OP_N ? k : n) || ldb < 1 || ldc < m || ldc < 1)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -87,7 +88,13 @@ static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m
                 size_t ib = tb == CUBLAS_OP_N ? p + (size_t)j * ldb : j + (size_t)p * ldb;
                 s += emu_operand(A, ia, at, compute) * emu_operand(B, ib, bt, compute);
             }
-            float *c = C + i + (size_t)j * ldc;
+            size_t ic = i + (size_t)j * ldc;
+            if (ct == CUDA_R_16BF) {
+                uint16_t *c = (uint16_t *)C + ic;
+                *c = bf16_bits(beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * bf16_float(*c)));
+                continue;
+            }
+            float *c = (float *)C + ic;
             *c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * *c);
         }
     return CUBLAS_STATUS_SUCCESS;
@@ -96,7 +103,7 @@ static cublasStatus_t emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m
 static cublasStatus_t emu_cublas_sgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                        const float *alpha, const float *A, int lda, const float *B, int ldb,
                                        const float *beta, float *C, int ldc) {
-    return emu_gemm(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, *beta, C, ldc,
+    return emu_gemm(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, *beta, C, CUDA_R_32F, ldc,
                     CUBLAS_COMPUTE_32F);
 }
 
@@ -104,9 +111,10 @@ static cublasStatus_t emu_cublas_gemm_ex(cublasHandle_t, cublasOperation_t ta, c
                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
                                          const void *B, cudaDataType bt, int ldb, const void *beta, void *C,
                                          cudaDataType ct, int ldc, cublasComputeType_t compute, cublasGemmAlgo_t) {
-    if (ct != CUDA_R_32F || at != bt) return CUBLAS_STATUS_NOT_SUPPORTED;   // (what gpu/matmul.cu asks for)
-    return emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta,
-                    (float *)C, ldc, compute);
+    // (what gpu/matmul.cu asks for: a float32 result, or a bf16 one of bf16 operands)
+    if (at != bt || (ct != CUDA_R_32F && !(ct == CUDA_R_16BF && at == CUDA_R_16BF))) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta, C, ct, ldc,
+                    compute);
 }
 
 // Group g: group_size[g] products with its operations, sizes, scalars and leading
@@ -117,7 +125,8 @@ static cublasStatus_t emu_cublas_gemm_grouped(cublasHandle_t, const cublasOperat
                                               const void *const *Barray, cudaDataType bt, const int *ldb,
                                               const void *beta, void *const *Carray, cudaDataType ct, const int *ldc,
                                               int group_count, const int *group_size, cublasComputeType_t compute) {
-    if (ct != CUDA_R_32F || at != bt || group_count < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (at != bt || group_count < 0 || (ct != CUDA_R_32F && !(ct == CUDA_R_16BF && at == CUDA_R_16BF)))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     // EMU_CUBLAS_REFUSE_GROUPED_BF16=1: refuse bf16 operands here, as a cuBLAS whose grouped
     // call lacks that combination would, so that the callers' fallback runs (tests/gpu_emu.sh).
     const char *refuse = getenv("EMU_CUBLAS_REFUSE_GROUPED_BF16");
@@ -125,7 +134,7 @@ static cublasStatus_t emu_cublas_gemm_grouped(cublasHandle_t, const cublasOperat
     for (int g = 0, p = 0; g < group_count; g++)
         for (int i = 0; i < group_size[g]; i++, p++) {
             cublasStatus_t st = emu_gemm(ta[g], tb[g], m[g], n[g], k[g], ((const float *)alpha)[g], Aarray[p], at,
-                                         lda[g], Barray[p], bt, ldb[g], ((const float *)beta)[g], (float *)Carray[p],
+                                         lda[g], Barray[p], bt, ldb[g], ((const float *)beta)[g], Carray[p], ct,
                                          ldc[g], compute);
             if (st != CUBLAS_STATUS_SUCCESS) return st;
         }

@@ -232,7 +232,7 @@ enum { PARTS_PER_CALL = 128 };
 typedef struct {
     const char *a, *b;
     char *c;
-    int n, ab_bytes;   // the bytes of a value of A and B (4, or 2 for bf16); C's are float32
+    int n, ab_bytes, c_bytes;   // the bytes of a value of A and B, and of C (4, or 2 for bf16)
     size_t oa[PARTS_PER_CALL], ob[PARTS_PER_CALL], oc[PARTS_PER_CALL];
 } PartPointers;
 
@@ -242,7 +242,7 @@ __global__ static void part_pointers_kernel(const void **ptr, PartPointers p) {
     if (i >= p.n) return;
     ptr[i] = p.a + p.oa[i] * p.ab_bytes;
     ptr[p.n + i] = p.b + p.ob[i] * p.ab_bytes;
-    ptr[2 * p.n + i] = p.c + p.oc[i] * sizeof(float);
+    ptr[2 * p.n + i] = p.c + p.oc[i] * p.c_bytes;
 }
 
 // How a grouped call computes, found by the thread's first call: in float32 (gpu_matmul=cublas);
@@ -256,13 +256,15 @@ static const cublasComputeType_t f32_ways[] = {CUBLAS_COMPUTE_32F};
 static const cublasComputeType_t bf16_ways[] = {CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_COMPUTE_32F_FAST_TF32};
 static thread_local int way[WAY_KINDS];
 
-// type: how A and B are stored (CUDA_R_32F or CUDA_R_16BF); C is float32.
+// type: how A and B are stored (CUDA_R_32F or CUDA_R_16BF); ctype: C's (float32, or bf16 for
+// the rounded products).
 static cublasStatus_t grouped_call(int transA, int transB, const Part *pt, int n, const void *A, int lda,
-                                   const void *B, int ldb, float *C, int ldc, int accumulate, cudaDataType_t type,
-                                   cublasComputeType_t compute) {
+                                   const void *B, int ldb, void *C, int ldc, int accumulate, cudaDataType_t type,
+                                   cudaDataType_t ctype, cublasComputeType_t compute) {
     PartPointers pp;
     pp.a = (const char *)A; pp.b = (const char *)B; pp.c = (char *)C; pp.n = n;
     pp.ab_bytes = type == CUDA_R_16BF ? 2 : 4;
+    pp.c_bytes = ctype == CUDA_R_16BF ? 2 : 4;
     cublasOperation_t ta[PARTS_PER_CALL], tb[PARTS_PER_CALL];
     int m[PARTS_PER_CALL], nn[PARTS_PER_CALL], k[PARTS_PER_CALL], la[PARTS_PER_CALL], lb[PARTS_PER_CALL],
         lc[PARTS_PER_CALL], one[PARTS_PER_CALL];
@@ -282,7 +284,7 @@ static cublasStatus_t grouped_call(int transA, int transB, const Part *pt, int n
     GPU_CHECK_LAUNCH();
     cublasStatus_t st = cublas.gemm_grouped(my_handle(), ta, tb, m, nn, k, alpha, (const void *const *)ptr + n,
                                             type, la, (const void *const *)ptr, type, lb, beta,
-                                            (void *const *)(ptr + 2 * n), CUDA_R_32F, lc, n, one, compute);
+                                            (void *const *)(ptr + 2 * n), ctype, lc, n, one, compute);
     GPU_CHECK(cudaFreeAsync(ptr, gpu_stream()));
     return st;
 }
@@ -303,7 +305,7 @@ static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, c
         for (;;) {
             if (*w >= nways) return 0;
             cublasStatus_t st = grouped_call(transA, transB, pt + p0, n, A, lda, B, ldb, C, ldc, accumulate, type,
-                                             ways[*w]);
+                                             CUDA_R_32F, ways[*w]);
             if (st == CUBLAS_STATUS_SUCCESS) break;
             // Only the first call may be refused (a later one takes what the first took).
             if (p0 > 0 || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)) CUBLAS_CHECK(st);
@@ -553,6 +555,42 @@ void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 N, M, K, &one, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm16_round_cublas(int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                         uint16_t *C, int ldc) {
+    float one = 1.0f, zero = 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
+    CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B,
+                                CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &zero, C, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+}
+
+// Whether this thread's cuBLAS refused a grouped call with bf16 results (said once, then not asked again).
+static thread_local int round16_refused;
+
+int rows_grouped16_round_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A,
+                                const uint16_t *B, uint16_t *C) {
+    if (!use_cublas || !cublas.gemm_grouped || round16_refused || grouped_way == GROUPED_KERNEL) return 0;
+    Part *pt = parts_for(G);
+    int np = 0;
+    for (int g = 0; g < G; g++)
+        if (rows[g + 1] > rows[g])
+            pt[np++] = Part{rows[g + 1] - rows[g], N, K, (size_t)rows[g] * K, (size_t)g * K * N, (size_t)rows[g] * N};
+    for (int p0 = 0; p0 < np; p0 += PARTS_PER_CALL) {
+        int n = np - p0 < PARTS_PER_CALL ? np - p0 : PARTS_PER_CALL;
+        cublasStatus_t st = grouped_call(0, transB, pt + p0, n, A, K, B, transB ? K : N, C, N, 0, CUDA_R_16BF,
+                                         CUDA_R_16BF, CUBLAS_COMPUTE_32F);
+        if (st == CUBLAS_STATUS_SUCCESS) continue;
+        // Only the first call may be refused (a later one takes what the first took).
+        if (p0 > 0 || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)) CUBLAS_CHECK(st);
+        fprintf(stderr, "meshmoe: cuBLAS's grouped product refused bf16 results (status %d): the experts' rounded "
+                "products go through float32 sums, then rounded\n", (int)st);
+        round16_refused = 1;
+        free(pt);
+        return 0;
+    }
+    free(pt);
+    return 1;
 }
 
 int rows_grouped16_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A, const uint16_t *B,

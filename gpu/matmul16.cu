@@ -1,5 +1,6 @@
 // gpu/matmul16.cu: the GPU's 16-bit products (kernels/matmul16.h), the twin of
-// kernels/cpu/matmul16.c: both operands bf16 as stored, the sums and the output float32.
+// kernels/cpu/matmul16.c: both operands bf16 as stored, the sums and the output float32 (or,
+// in the *_round16 forms, the output rounded to bf16 and stored so).
 //
 // Under cuBLAS (gpu_matmul=cublas or cublas_bf16): the operands go to cuBLAS as they lie
 // (cublasGemmEx with CUDA_R_16BF, gpu/matmul_cublas.h): tensor cores, each product of two bf16
@@ -141,6 +142,73 @@ static void matmul_backward_dw_leaves_grouped(float *dw, const uint16_t *inp, co
     dw_leaves_grouped_loop16(&matmul16_cuda, dw, inp, dout, off, n, G, C, OC, accumulate);
 }
 
+// ---- The rounded forms (*_round16): under cuBLAS the sums converted to bf16 by the product
+// itself (D as CUDA_R_16BF, beta 0; the experts' groups in a grouped call where cuBLAS takes
+// bf16 results); otherwise the float32-output form above into the stream's scratch, packed
+// after (cast_cuda.pack_bf16): with the ordered GEMM the CPU's bits.
+static void cublas16_round(int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                           uint16_t *C, int ldc) {
+#if GPU_HAVE_CUBLAS
+    gemm16_round_cublas(transB, M, N, K, A, lda, B, ldb, C, ldc);
+#else
+    (void)transB; (void)M; (void)N; (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)C; (void)ldc;
+    fprintf(stderr, "meshmoe: internal: a cuBLAS product in a build without cuBLAS\n");
+    exit(1);
+#endif
+}
+static int grouped_round_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A,
+                                const uint16_t *B, uint16_t *C) {
+#if GPU_HAVE_CUBLAS
+    return rows_grouped16_round_cublas(transB, rows, G, N, K, A, B, C);
+#else
+    (void)transB; (void)rows; (void)G; (void)N; (void)K; (void)A; (void)B; (void)C;
+    return 0;
+#endif
+}
+
+// n float32 sums in the stream's scratch (zeros where zeroed: the dinp forms add onto them).
+static float *sums(size_t n, int zeroed) {
+    float *s;
+    GPU_CHECK(cudaMallocAsync((void **)&s, sizeof(float) * (n ? n : 1), gpu_stream()));
+    if (zeroed) GPU_CHECK(cudaMemsetAsync(s, 0, sizeof(float) * n, gpu_stream()));
+    return s;
+}
+static void packed_from(uint16_t *out, float *s, size_t n) {
+    cast_cuda.pack_bf16(out, s, n);
+    release(s);
+}
+
+static void matmul_forward_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC) {
+    if (on_cublas(T, OC, C)) { cublas16_round(0, T, OC, C, inp, C, w, OC, out, OC); return; }
+    float *s = sums((size_t)T * OC, 0);
+    matmul_forward(s, inp, w, T, C, OC, 0);
+    packed_from(out, s, (size_t)T * OC);
+}
+
+static void matmul_backward_dinp_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int T, int C,
+                                         int OC) {
+    if (on_cublas(T, C, OC)) { cublas16_round(1, T, C, OC, dout, OC, w, OC, dinp, C); return; }
+    float *s = sums((size_t)T * C, 1);
+    matmul_backward_dinp(s, dout, w, T, C, OC);
+    packed_from(dinp, s, (size_t)T * C);
+}
+
+static void matmul_forward_grouped_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const int *rows,
+                                           int G, int C, int OC) {
+    if (grouped_round_cublas(0, rows, G, OC, C, inp, w, out)) return;
+    float *s = sums((size_t)rows[G] * OC, 0);
+    matmul_forward_grouped(s, inp, w, rows, G, C, OC, 0);
+    packed_from(out, s, (size_t)rows[G] * OC);
+}
+
+static void matmul_backward_dinp_grouped_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
+                                                 const int *rows, int G, int C, int OC) {
+    if (grouped_round_cublas(1, rows, G, C, OC, dout, w, dinp)) return;
+    float *s = sums((size_t)rows[G] * C, 1);
+    matmul_backward_dinp_grouped(s, dout, w, rows, G, C, OC);
+    packed_from(dinp, s, (size_t)rows[G] * C);
+}
+
 extern "C" const Matmul16Kernels matmul16_cuda = {matmul_forward,
                                                   matmul_backward_dinp,
                                                   matmul_backward_dw,
@@ -149,5 +217,9 @@ extern "C" const Matmul16Kernels matmul16_cuda = {matmul_forward,
                                                   matmul_forward_grouped,
                                                   matmul_backward_dinp_grouped,
                                                   gemm_chunked_grouped,
-                                                  matmul_backward_dw_leaves_grouped};
+                                                  matmul_backward_dw_leaves_grouped,
+                                                  matmul_forward_round16,
+                                                  matmul_backward_dinp_round16,
+                                                  matmul_forward_grouped_round16,
+                                                  matmul_backward_dinp_grouped_round16};
 #endif

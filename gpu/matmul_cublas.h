@@ -16,6 +16,15 @@ int gpu_matmul_mode(void);
 // product of two bf16 values exact, the sums float32 in cuBLAS's order). Mode 1 or 2 only.
 void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                    int accumulate, float *C, int ldc);
+// C (M,N) = bf16(A (M,K) @ op(B) (K,N)), A, B and C bf16 as stored (kernels/matmul16.h's
+// *_round16): cublasGemmEx with D as CUDA_R_16BF, the float32 sums converted by cuBLAS, beta 0.
+void gemm16_round_cublas(int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                         uint16_t *C, int ldc);
+// The same on the experts' groups of rows (as rows_grouped16_cublas, accumulate 0) in grouped
+// calls with bf16 results; 0 when not done (a cuBLAS without the grouped call or refusing bf16
+// results, or MESHMOE_GROUPED=kernel): the caller then rounds float32 sums.
+int rows_grouped16_round_cublas(int transB, const int *rows, int G, int N, int K, const uint16_t *A,
+                                const uint16_t *B, uint16_t *C);
 // The experts' products in grouped calls (cublasGemmGroupedBatchedEx, or the own kernel as
 // MESHMOE_GROUPED says) on bf16 storage:
 // C_g (n_g,N) = A_g (n_g,K) @ op(B_g) (+= when accumulate) on group g's rows (rows: G+1 host

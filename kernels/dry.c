@@ -168,9 +168,17 @@ static void chunked_grouped16(int transB, const int *rows, int G, int N, int K, 
                               const uint16_t *B, float *out) {}
 static void dw_leaves_grouped16(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off, int n, int G,
                                 int C, int OC, int accumulate) {}
+static void forward_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC) {}
+static void dinp_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {}
+static void forward_grouped_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G,
+                                    int C, int OC) {}
+static void dinp_grouped_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, const int *rows, int G,
+                                 int C, int OC) {}
 static const Matmul16Kernels matmul16_dry = {forward16,         dinp16,         dw16,
                                              chunked16,         dw_leaves16,    forward_grouped16,
-                                             dinp_grouped16,    chunked_grouped16, dw_leaves_grouped16};
+                                             dinp_grouped16,    chunked_grouped16, dw_leaves_grouped16,
+                                             forward_round16,   dinp_round16,   forward_grouped_round16,
+                                             dinp_grouped_round16};
 
 // rope
 static void rope_table(float *sn, float *cs, int S, int pos0, int Dr, float min_ts, float max_ts, int bf16) {}

@@ -112,4 +112,23 @@ static inline void dw_leaves_grouped_loop16(const Matmul16Kernels *k, float *dw,
     free(local);
 }
 
+// The rounded forms (kernels/matmul16.h: *_round16) a group at a time.
+static inline void forward_grouped_loop_round16(const Matmul16Kernels *k, uint16_t *out, const uint16_t *inp,
+                                                const uint16_t *w, const int *rows, int G, int C, int OC) {
+    for (int g = 0; g < G; g++) {
+        int r0 = rows[g], n = rows[g + 1] - r0;
+        if (n > 0)
+            k->matmul_forward_round16(out + (size_t)r0 * OC, inp + (size_t)r0 * C, w + (size_t)g * C * OC, n, C, OC);
+    }
+}
+static inline void dinp_grouped_loop_round16(const Matmul16Kernels *k, uint16_t *dinp, const uint16_t *dout,
+                                             const uint16_t *w, const int *rows, int G, int C, int OC) {
+    for (int g = 0; g < G; g++) {
+        int r0 = rows[g], n = rows[g + 1] - r0;
+        if (n > 0)
+            k->matmul_backward_dinp_round16(dinp + (size_t)r0 * C, dout + (size_t)r0 * OC, w + (size_t)g * C * OC, n,
+                                            C, OC);
+    }
+}
+
 #endif

@@ -39,6 +39,21 @@ typedef struct Matmul16Kernels {
                                  const uint16_t *B, float *out);
     void (*matmul_backward_dw_leaves_grouped)(float *dw, const uint16_t *inp, const uint16_t *dout, const int *off,
                                               int n, int G, int C, int OC, int accumulate);
+
+    // The products whose result the layer rounds at once (cast point 4 of model/precision.h)
+    // and keeps as 16-bit numbers: the output too is bf16 bits, each the float32 form's sum
+    // rounded to nearest even (kernels/bf16.h), with no float32 result in between. On the CPU
+    // the bits of the float32 form followed by pack_bf16; on the GPU under cuBLAS the rounding
+    // is the product's own output conversion (D as CUDA_R_16BF).
+    // out (T,OC) = bf16(inp (T,C) @ w (C,OC)).
+    void (*matmul_forward_round16)(uint16_t *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC);
+    // dinp (T,C) = bf16(dout (T,OC) @ w^T), written: matmul_backward_dinp onto zeros, rounded.
+    void (*matmul_backward_dinp_round16)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC);
+    // The same on the experts' groups of rows (rows: G+1 host ints), w (G,C,OC).
+    void (*matmul_forward_grouped_round16)(uint16_t *out, const uint16_t *inp, const uint16_t *w, const int *rows,
+                                           int G, int C, int OC);
+    void (*matmul_backward_dinp_grouped_round16)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
+                                                 const int *rows, int G, int C, int OC);
 } Matmul16Kernels;
 
 // kernels/cpu/matmul16.c: matmul_cpu's products, the ordered GEMM widening the operands into

@@ -173,7 +173,37 @@ static void matmul16_backward_dw_leaves_grouped(float *dw, const uint16_t *inp, 
             INNER(matmul16)->matmul_backward_dw_leaves_grouped(dw, inp, dout, off, n, G, C, OC, accumulate),
             2.0 * K * C * OC, 0.5 * (K * C + K * OC) + (accumulate ? 2.0 : 1.0) * G * C * OC);
 }
+// The rounded forms: the output 2 bytes a value too, written once.
+static void matmul16_forward_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC) {
+    watch_product = (WatchProduct){"x @ w, bf16 out", T, OC, C};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_forward_round16(out, inp, w, T, C, OC), 2.0 * T * C * OC,
+            0.5 * ((double)T * C + (double)C * OC + (double)T * OC));
+}
+static void matmul16_backward_dinp_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int T, int C,
+                                           int OC) {
+    watch_product = (WatchProduct){"dy @ w^T, bf16 out", T, C, OC};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_backward_dinp_round16(dinp, dout, w, T, C, OC), 2.0 * T * C * OC,
+            0.5 * ((double)T * OC + (double)C * OC + (double)T * C));
+}
+static void matmul16_forward_grouped_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const int *rows,
+                                             int G, int C, int OC) {
+    double R = rows[G];
+    watch_product = (WatchProduct){"x @ w, grouped, bf16 out", rows[G], OC, C};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_forward_grouped_round16(out, inp, w, rows, G, C, OC),
+            2.0 * R * C * OC, 0.5 * (R * C + (double)G * C * OC + R * OC));
+}
+static void matmul16_backward_dinp_grouped_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
+                                                   const int *rows, int G, int C, int OC) {
+    double R = rows[G];
+    watch_product = (WatchProduct){"dy @ w^T, grouped, bf16 out", rows[G], C, OC};
+    WATCHED(FAMILY_MATMUL, INNER(matmul16)->matmul_backward_dinp_grouped_round16(dinp, dout, w, rows, G, C, OC),
+            2.0 * R * C * OC, 0.5 * (R * OC + (double)G * C * OC + R * C));
+}
 static const Matmul16Kernels matmul16_watched = {
+    .matmul_forward_round16 = matmul16_forward_round16,
+    .matmul_backward_dinp_round16 = matmul16_backward_dinp_round16,
+    .matmul_forward_grouped_round16 = matmul16_forward_grouped_round16,
+    .matmul_backward_dinp_grouped_round16 = matmul16_backward_dinp_grouped_round16,
     .matmul_forward = matmul16_forward,
     .matmul_backward_dinp = matmul16_backward_dinp,
     .matmul_backward_dw = matmul16_backward_dw,

@@ -383,3 +383,49 @@ void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, co
     packed_free(d, dout, rows * OC);
     packed_free(a, inp, rows * C);
 }
+
+// ---- The rounded products: out = bf16(x @ w) (forward: x (R,C), out (R,OC)) or bf16(x @ w^T)
+// (dinp: x the gradient (R,OC), out (R,C)) on R = T rows, or on the experts' groups of rows
+// (rows != NULL: R = rows[G], w (G,C,OC)). A weight with no 16-bit copy: the float32 form into
+// a temporary (zeroed: dinp adds onto it), packed after (what the layers did before these
+// kernels, the same numbers).
+static void round16(int dinp, float *out, const float *x, const float *w, const int *rows, int G, int T, int C,
+                    int OC) {
+    size_t R = rows ? (size_t)rows[G] : (size_t)T, nw = (size_t)(rows ? G : 1) * C * OC;
+    size_t nx = R * (dinp ? OC : C), nout = R * (dinp ? C : OC);
+    uint16_t *o = (uint16_t *)(void *)out;
+    const uint16_t *w16 = weights16_find(w, nw);
+    if (!w16) {
+        float *f = mem_floats(MEM_TEMP, nout, "a product's output (float32, then 16-bit)");
+        if (dinp && rows) matmul_dinp_grouped(f, x, w, rows, G, C, OC);
+        if (dinp && !rows) dinp_product(f, x, w, T, C, OC);
+        if (!dinp && rows) matmul_forward_grouped(f, x, w, rows, G, C, OC);
+        if (!dinp && !rows) matmul_forward(f, x, w, T, C, OC, 0);
+        kern()->cast->pack_bf16(o, f, nout);
+        mem_free(f);
+        return;
+    }
+    count_flops((int)R, dinp ? C : OC, dinp ? OC : C);
+    uint16_t *a = packed(x, nx);
+    const Matmul16Kernels *k = kern()->matmul16;
+    if (dinp && rows) k->matmul_backward_dinp_grouped_round16(o, a, w16, rows, G, C, OC);
+    if (dinp && !rows) k->matmul_backward_dinp_round16(o, a, w16, T, C, OC);
+    if (!dinp && rows) k->matmul_forward_grouped_round16(o, a, w16, rows, G, C, OC);
+    if (!dinp && !rows) k->matmul_forward_round16(o, a, w16, T, C, OC);
+    packed_free(a, x, nx);
+}
+
+void matmul_forward_round16(float *out, const float *inp, const float *w, int T, int C, int OC) {
+    round16(0, out, inp, w, NULL, 0, T, C, OC);
+}
+void matmul_dinp_round16(float *dinp, const float *dout, const float *w, int T, int C, int OC) {
+    round16(1, dinp, dout, w, NULL, 0, T, C, OC);
+}
+void matmul_forward_grouped_round16(float *out, const float *inp, const float *w, const int *rows, int G, int C,
+                                    int OC) {
+    round16(0, out, inp, w, rows, G, 0, C, OC);
+}
+void matmul_dinp_grouped_round16(float *dinp, const float *dout, const float *w, const int *rows, int G, int C,
+                                 int OC) {
+    round16(1, dinp, dout, w, rows, G, 0, C, OC);
+}

@@ -104,6 +104,22 @@ void matmul_dinp_chunked_grouped(float *dinp, const float *dout, const float *w,
 void matmul_dw_leaves_grouped(float *dw, const float *inp, const float *dout, const int *off, int n, int G, int C,
                               int OC);
 
+// The products whose result is rounded to bf16 at once and kept as 16-bit numbers (under
+// bf16_storage: SwiGLU's inputs h0, h1 and the gradient of its activation, model/mlp.h): out
+// holds T*OC (dinp T*C) 16-bit numbers, as packed_alloc makes them (model/precision.h), each
+// the product's sum rounded (kernels/matmul16.h: the *_round16 kernels), with no float32
+// output in between; the bits of the float32 product followed by packing. A weight without a
+// 16-bit copy takes that way itself: its product into a float32 temporary, then packed.
+// out = bf16(inp (T,C) @ w (C,OC)).
+void matmul_forward_round16(float *out, const float *inp, const float *w, int T, int C, int OC);
+// dinp = bf16(dout (T,OC) @ w^T), written (matmul_backward's dinp onto zeros, then rounded).
+void matmul_dinp_round16(float *dinp, const float *dout, const float *w, int T, int C, int OC);
+// The same on the experts' groups of rows, as matmul_forward_grouped and matmul_dinp_grouped.
+void matmul_forward_grouped_round16(float *out, const float *inp, const float *w, const int *rows, int G, int C,
+                                    int OC);
+void matmul_dinp_grouped_round16(float *dinp, const float *dout, const float *w, const int *rows, int G, int C,
+                                 int OC);
+
 // The raw GEMM: C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X or X^T.
 // alpha must be 1 and beta 0 or 1 (all the model needs).
 // lda/ldb/ldc are the row strides of A, B, C as stored.

@@ -84,15 +84,19 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
     size_t n = (size_t)T * F;
     s->h0 = packed_alloc(c, n, 0, "mlp wi_0 out");   // (T,F), written whole below
     s->h1 = packed_alloc(c, n, 0, "mlp wi_1 out");   // (T,F)
-    // The products' outputs: h0 and h1 themselves, or (packed_operands) a float32 temporary.
-    float *hf = packed_operands(c) ? mem_floats_uninit(MEM_TEMP, n, "mlp wi out (float32, then 16-bit)") : NULL;
+    // h0, h1 rounded (cast point 4): as 16-bit numbers by the products themselves under
+    // packed_operands, else rounded in place.
     matmul_share(x, (size_t)T * D);   // read by both products
-    matmul_forward(hf ? hf : s->h0, x, p->wi_0, T, D, F, 0);
-    packed_round(c, s->h0, hf, n);
-    matmul_forward(hf ? hf : s->h1, x, p->wi_1, T, D, F, 0);
-    packed_round(c, s->h1, hf, n);
+    if (packed_operands(c)) {
+        matmul_forward_round16(s->h0, x, p->wi_0, T, D, F);
+        matmul_forward_round16(s->h1, x, p->wi_1, T, D, F);
+    } else {
+        matmul_forward(s->h0, x, p->wi_0, T, D, F, 0);
+        prec_round(c, s->h0, n);
+        matmul_forward(s->h1, x, p->wi_1, T, D, F, 0);
+        prec_round(c, s->h1, n);
+    }
     matmul_unshare(x, (size_t)T * D);
-    mem_free(hf);
     if (out) mlp_output(c, p, out, s, T, D, F);
     if (packed_operands(c)) return;   // (16-bit already)
     act_pack(c, &s->h0, n);   // kept as 16-bit numbers in bf16 mode
@@ -100,6 +104,20 @@ void mlp_forward(const Config *c, const MlpParams *p, MlpSaved *s, float *out, c
 }
 
 static const char *const names[3] = {"mlp activation", "mlp d h0", "mlp d h1"};
+
+// dact (T,F) = dout wo^T, rounded in bf16 (act was rounded, so is its gradient): as 16-bit
+// numbers by the product itself under packed_operands (swiglu_dact's form), else floats.
+static float *mlp_dact(const Config *c, const float *wo, const float *dout, int T, int D, int F) {
+    size_t n = (size_t)T * F;
+    if (packed_operands(c)) {
+        float *d = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * MM_MAX(n, 1), "mlp d activation");
+        matmul_dinp_round16(d, dout, wo, T, F, D);
+        return d;
+    }
+    float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");
+    matmul_backward(dact, NULL, dout, NULL, wo, T, F, D, (Leaves){0});   // (no weight gradient: no leaves)
+    return swiglu_dact(c, dact, n, n, "mlp d activation");
+}
 
 // out = act wo, act = silu(h0) * h1 recomputed:  dwo += act^T dout, and the gradients dh0, dh1
 // (T,F) of h0 and h1, returned, rounded in bf16 as act was. Where dwo's leaves go in one
@@ -114,18 +132,15 @@ static void output_backward(const Config *c, const MlpParams *p, MlpParams *g, c
     size_t n = (size_t)T * F;
     matmul_share(dout, (size_t)T * D);   // read by wo's input and weight gradients
     if (leaf.nchunks == 1) {
-        float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F), then d h1
-        matmul_backward(dact, NULL, dout, NULL, p->wo, T, F, D, leaf);
-        dact = swiglu_dact(c, dact, n, n, "mlp d activation");   // bf16: act was rounded, so is its gradient
+        float *dact = mlp_dact(c, p->wo, dout, T, D, F);   // (T,F), then d h1
         const float *act;   // (T,F) recomputed
         swiglu_gradients(c, &act, dh0, dh1, dact, s->h0, s->h1, n, n, names);   // (dact taken over)
         matmul_backward(NULL, g->wo, dout, act, NULL, T, F, D, leaf);
         matmul_packed_free(act);
     } else {
         const float *act = swiglu_activation(c, s->h0, s->h1, n, n, "mlp activation");   // (T,F) recomputed
-        float *dact = mem_floats(MEM_TEMP, n, "mlp d activation");   // (T,F)
-        matmul_backward(dact, g->wo, dout, act, p->wo, T, F, D, leaf);
-        dact = swiglu_dact(c, dact, n, n, "mlp d activation");
+        float *dact = mlp_dact(c, p->wo, dout, T, D, F);   // (T,F)
+        matmul_backward(NULL, g->wo, dout, act, NULL, T, F, D, leaf);
         matmul_packed_free(act);
         swiglu_gradients(c, NULL, dh0, dh1, dact, s->h0, s->h1, n, n, names);
         mem_free(dact);

@@ -34,6 +34,12 @@ static void experts_product(ExpertRows er, float *out, const float *inp, const f
     else matmul_forward(out, inp, w, er.n, C, OC, 0);
 }
 
+// out (n,OC) = bf16(inp (n,C) @ w_e), stored as 16-bit numbers (packed_operands).
+static void experts_product_round16(ExpertRows er, float *out, const float *inp, const float *w, int C, int OC) {
+    if (er.rows) matmul_forward_grouped_round16(out, inp, w, er.rows, er.G, C, OC);
+    else matmul_forward_round16(out, inp, w, er.n, C, OC);
+}
+
 // dinp (n,C) += dout (n,OC) @ w_e^T.
 static void experts_dinp(ExpertRows er, float *dinp, const float *dout, const float *w, int C, int OC) {
     if (er.rows) matmul_dinp_grouped(dinp, dout, w, er.rows, er.G, C, OC);
@@ -156,17 +162,19 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
                      float *h0, float *h1, float *y, int y16) {
     int D = c->base_emb_dim, H = ld->expert_dim;
     size_t n = (size_t)er.n, cap = (size_t)er.cap, w0 = (size_t)e0 * D * H;
-    // The products' outputs: h0 and h1 themselves, or (packed_operands, model/precision.h) a float32
-    // temporary that each is packed from.
-    float *hf = packed_operands(c) ? mem_floats_uninit(MEM_TEMP, cap * H, "moe expert wi out (float32, then 16-bit)")
-                                 : NULL;
+    // h0, h1 rounded (cast point 4): as 16-bit numbers by the products themselves under
+    // packed_operands (model/precision.h), else rounded in place.
     matmul_share(xs, n * D);   // read by both products
-    experts_product(er, hf ? hf : h0, xs, p->wi_0 + w0, D, H);
-    packed_round(c, h0, hf, n * H);
-    experts_product(er, hf ? hf : h1, xs, p->wi_1 + w0, D, H);
-    packed_round(c, h1, hf, n * H);
+    if (packed_operands(c)) {
+        experts_product_round16(er, h0, xs, p->wi_0 + w0, D, H);
+        experts_product_round16(er, h1, xs, p->wi_1 + w0, D, H);
+    } else {
+        experts_product(er, h0, xs, p->wi_0 + w0, D, H);
+        prec_round(c, h0, n * H);
+        experts_product(er, h1, xs, p->wi_1 + w0, D, H);
+        prec_round(c, h1, n * H);
+    }
     matmul_unshare(xs, n * D);
-    mem_free(hf);
     const float *act = swiglu_activation(c, h0, h1, n * H, cap * H, "moe expert activation");   // (n,H) of (cap,H)
     const float *actc = intermediate_cast(c, act, n * H, cap * H, "moe expert activation, cast (a no-op copy)");
     float *yf = y16 ? mem_floats_uninit(MEM_TEMP, cap * D, "moe expert out (float32, then 16-bit)") : NULL;
@@ -182,6 +190,13 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
 
 // dact (n,H of cap,H) = dy wo^T, the gradient of y = act wo's input (rounded in bf16, as act was).
 static float *experts_dact(const Config *c, ExpertRows er, const float *wo, const float *dye, int H, int D) {
+    if (packed_operands(c)) {   // 16-bit numbers, rounded by the product (swiglu_dact's form)
+        float *d = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * MM_MAX((size_t)er.cap * H, 1),
+                                    "moe expert d activation");
+        if (er.rows) matmul_dinp_grouped_round16(d, dye, wo, er.rows, er.G, H, D);
+        else matmul_dinp_round16(d, dye, wo, er.n, H, D);
+        return d;
+    }
     float *dact = mem_floats_uninit(MEM_TEMP, (size_t)er.cap * H, "moe expert d activation");
     mem_zero(dact, sizeof(float) * (size_t)er.n * H);   // its n rows, which the product adds into
     experts_dinp(er, dact, dye, wo, H, D);

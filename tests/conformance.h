@@ -101,6 +101,7 @@ void test_matmul(void);
 void test_grouped(void);     // the experts' grouped products (tests/conformance_grouped.c)
 void test_matmul16(void);    // the products on 16-bit operands (tests/conformance_matmul16.c)
 void test_grouped16(void);   // their grouped twins (tests/conformance_grouped.c)
+void test_matmul16_round(void);   // the rounded 16-bit products (tests/conformance_round16.c)
 void test_norm(void);
 void test_rope(void);
 void test_embedding(void);

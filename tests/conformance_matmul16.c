@@ -5,7 +5,8 @@
 // float32 twin on the float operands, also bit for bit: widening a bf16 value is exact, so
 // the 16-bit kernel computes what the float32 one does. On the GPU also under cuBLAS (fp32 and
 // bf16 modes: the 16-bit operands go to the tensor cores as they are), within the bound of a
-// dot product's sums in another order. The grouped twins: tests/conformance_grouped.c.
+// dot product's sums in another order. The grouped twins: tests/conformance_grouped.c; the
+// rounded forms (*_round16): tests/conformance_round16.c.
 #include "tests/conformance.h"
 #include <math.h>
 #include <stdio.h>
@@ -187,5 +188,6 @@ void test_matmul16(void) {
             run_prod(&(Prod){P_CHUNKED, 40, 16, 33, 0, tb, 1, 0, NULL}, mode);
         }
     }
-    test_grouped16();   // the experts' grouped twins, the same family
+    test_grouped16();        // the experts' grouped twins, the same family
+    test_matmul16_round();   // the rounded forms
 }

@@ -168,6 +168,17 @@ grouped=$(rows_of 1 $T/products-refused.out | grep -c '^| small: grouped')
 apart=$(rows_of 1 $T/products-refused.out | grep '^| small: grouped' | aparts)
 check "products_emu, grouped bf16 refused: exit $rc, said $said time(s), $grouped grouped rows a call each ($apart)" \
     test "$rc" -eq 0 -a "$said" -eq 1 -a "$grouped" -eq 3 -a "$apart" = "0.0e+00 "
+# Its third table, the products with bf16 results (kernels/matmul16.h's *_round16) against the
+# float32 results packed after: the emulated cuBLAS rounds its double sums to float32 either
+# way, then to bf16, so the two agree exactly; with the grouped call refusing bf16 results too
+# (said once), the grouped rows' float32 sums are rounded after, the same numbers.
+rows=$(rows_of 3 $T/products.out | wc -l) apart=$(rows_of 3 $T/products.out | aparts)
+check "products_emu: $rows of 4 shapes with bf16 results, as the float32 results packed ($apart)" \
+    test "$rows" -eq 4 -a "$apart" = "0.0e+00 "
+said=$(grep -c "refused bf16 results" $T/products-refused.err)
+rows=$(rows_of 3 $T/products-refused.out | wc -l) apart=$(rows_of 3 $T/products-refused.out | aparts)
+check "products_emu, grouped bf16 refused: said $said time(s), $rows of 4 shapes with bf16 results ($apart)" \
+    test "$said" -eq 1 -a "$rows" -eq 4 -a "$apart" = "0.0e+00 "
 echo "== under AddressSanitizer and UBSan (build/emu-asan/train_emu, make emu-asan): no report"
 # The backend's host code as a training run drives it (the pool, the kernels' scratch, the
 # experts' rows read back, offload, the collectives' staging) and its kernels on the shapes

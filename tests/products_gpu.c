@@ -5,7 +5,9 @@
 // (kernels/matmul16.h). For the -medium presets' largest product shapes this times, on the
 // GPU with CUDA events, each product both ways on the same values, and what packing one
 // float32 operand into 16 bits costs (what a product pays while only its other operand is
-// 16-bit: docs/bf16-storage.md, step 2).
+// 16-bit: docs/bf16-storage.md, step 2); then the backend's own grouped kernel against cuBLAS,
+// and the products whose result is kept 16-bit, their float32 result packed after against
+// their result written as bf16 by the product.
 //
 // usage: build/products_gpu [small]   (small: tiny shapes, to check the program itself,
 // e.g. under the emulation: build/products_emu small). Prints one markdown table.
@@ -28,31 +30,35 @@ static const char *const forms[] = {"x @ w", "dy @ w^T", "x^T @ dy", "x @ w, gro
 typedef struct {
     const char *what;
     int form, M, N, K, G;
-    int own;   // 1: timed by the own kernel too (the second table)
+    int own;     // 1: timed by the own kernel too (the second table)
+    int round;   // 1: timed with bf16 results too (the third table; forward and input gradient forms)
 } Shape;
 
 static const Shape medium[] = {
-    {"mixtral-medium: attention q", FORWARD, 8192, 2048, 2048, 1, 1},
-    {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1, 0},
-    {"mixtral-medium: head, input gradient", DINP, 8192, 2048, 32000, 1, 0},
-    {"mixtral-medium: attention q, weight gradient", DW, 2048, 2048, 8192, 1, 1},
-    {"mixtral-medium: experts wi_0", GROUPED, 16384, 7168, 2048, 8, 1},
-    {"mixtral-medium: experts wo", GROUPED, 16384, 2048, 7168, 8, 1},
-    {"mixtral-medium: experts wi_0, input gradient", GROUPED_DINP, 16384, 2048, 7168, 8, 1},
-    {"mixtral-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 7168, 16384, 8, 1},
-    {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64, 1},
-    {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64, 1},
-    {"deepseek-medium: experts wi_0, input gradient", GROUPED_DINP, 49152, 2048, 1024, 64, 1},
-    {"deepseek-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 1024, 49152, 64, 1},
-    {"deepseek-medium: MLA wkv_b", FORWARD, 8192, 4096, 512, 1, 0},
+    {"mixtral-medium: attention q", FORWARD, 8192, 2048, 2048, 1, 1, 0},
+    {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1, 0, 0},
+    {"mixtral-medium: head, input gradient", DINP, 8192, 2048, 32000, 1, 0, 0},
+    {"mixtral-medium: attention q, weight gradient", DW, 2048, 2048, 8192, 1, 1, 0},
+    {"mixtral-medium: experts wi_0", GROUPED, 16384, 7168, 2048, 8, 1, 1},
+    {"mixtral-medium: experts wo", GROUPED, 16384, 2048, 7168, 8, 1, 0},
+    {"mixtral-medium: experts wi_0, input gradient", GROUPED_DINP, 16384, 2048, 7168, 8, 1, 0},
+    {"mixtral-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 7168, 16384, 8, 1, 0},
+    {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64, 1, 1},
+    {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64, 1, 0},
+    {"deepseek-medium: experts wi_0, input gradient", GROUPED_DINP, 49152, 2048, 1024, 64, 1, 0},
+    {"deepseek-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 1024, 49152, 64, 1, 0},
+    {"deepseek-medium: MLA wkv_b", FORWARD, 8192, 4096, 512, 1, 0, 0},
+    {"mixtral-medium: experts d activation", GROUPED_DINP, 16384, 7168, 2048, 8, 0, 1},
+    {"deepseek-medium: experts d activation", GROUPED_DINP, 49152, 1024, 2048, 64, 0, 1},
+    {"deepseek-medium: dense MLP wi_0", FORWARD, 8192, 8192, 2048, 1, 0, 1},
 };
 static const Shape small[] = {
-    {"small: forward", FORWARD, 48, 40, 32, 1, 1},
-    {"small: input gradient", DINP, 48, 32, 40, 1, 1},
-    {"small: weight gradient", DW, 32, 40, 48, 1, 1},
-    {"small: grouped", GROUPED, 64, 40, 32, 4, 1},
-    {"small: grouped input gradient", GROUPED_DINP, 64, 32, 40, 4, 1},
-    {"small: grouped weight gradient", GROUPED_DW, 32, 40, 64, 4, 1},
+    {"small: forward", FORWARD, 48, 40, 32, 1, 1, 1},
+    {"small: input gradient", DINP, 48, 32, 40, 1, 1, 1},
+    {"small: weight gradient", DW, 32, 40, 48, 1, 1, 0},
+    {"small: grouped", GROUPED, 64, 40, 32, 4, 1, 1},
+    {"small: grouped input gradient", GROUPED_DINP, 64, 32, 40, 4, 1, 1},
+    {"small: grouped weight gradient", GROUPED_DW, 32, 40, 64, 4, 1, 0},
 };
 
 // n random bf16 values in [-0.5, 0.5) on the device, as floats (*f) and as bits (*h).
@@ -223,6 +229,81 @@ static void own_kernel_table(const Shape *shapes, int n, int reps) {
     }
 }
 
+// The shape's product with bf16 results (kernels/matmul16.h's *_round16) into R16.
+static void product_round16(const Shape *s, const uint16_t *A16, const uint16_t *B16, uint16_t *R16,
+                            const int *rows) {
+    const Matmul16Kernels *h = backend_cuda.matmul16;
+    if (s->form == FORWARD) h->matmul_forward_round16(R16, A16, B16, s->M, s->K, s->N);
+    if (s->form == DINP) h->matmul_backward_dinp_round16(R16, A16, B16, s->M, s->N, s->K);
+    if (s->form == GROUPED) h->matmul_forward_grouped_round16(R16, A16, B16, rows, s->G, s->K, s->N);
+    if (s->form == GROUPED_DINP) h->matmul_backward_dinp_grouped_round16(R16, A16, B16, rows, s->G, s->N, s->K);
+}
+
+// Milliseconds a call takes (as time_ms): the float32 result then packed (round 0), or the
+// result written as bf16 by the product (1).
+static double time_round_ms(const Shape *s, int round, int reps, const uint16_t *A16, const uint16_t *B16, float *C,
+                            uint16_t *R16, const int *rows) {
+    void *t0 = NULL;
+    for (int r = 0; r <= reps; r++) {
+        if (r == 1) t0 = backend_cuda.mark();
+        if (round) product_round16(s, A16, B16, R16, rows);
+        else {
+            product(s, 1, NULL, NULL, A16, B16, C, rows);
+            backend_cuda.cast->pack_bf16(R16, C, size_c(s));
+        }
+    }
+    double ms = backend_cuda.elapsed_ms(t0, backend_cuda.mark()) / reps;
+    backend_cuda.marks_release();
+    return ms;
+}
+
+// The products whose result the trainer keeps 16-bit (SwiGLU's inputs, its activation's
+// gradient), both ways on bf16 storage: float32 results packed after, as the layers did,
+// against results written as bf16 by cuBLAS (D as CUDA_R_16BF; a grouped call with bf16
+// results). apart: the largest difference of the two ways' bf16 results over the largest value.
+static void round_table(const Shape *shapes, int n, int reps) {
+    printf("\nThe products whose result is kept as bf16 (under bf16_storage=kept): the float32 result packed after "
+           "(pack_bf16), against the result written as bf16 by the product itself (kernels/matmul16.h, *_round16); "
+           "apart: the largest difference of the two over their largest value.\n\n");
+    printf("| product | form | M x N x K | float32, packed ms | TFLOP/s | bf16 results ms | TFLOP/s | bf16 / packed time "
+           "| apart |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n; i++) {
+        const Shape *s = &shapes[i];
+        if (!s->round) continue;
+        float *A, *B, *C;
+        uint16_t *A16, *B16, *R16;
+        operand(size_a(s), &A, &A16);
+        operand(size_b(s), &B, &B16);
+        C = gpu_alloc(sizeof(float) * size_c(s));
+        R16 = gpu_alloc(sizeof(uint16_t) * size_c(s));
+        int *rows = malloc(sizeof(int) * (s->G + 1));
+        for (int g = 0; g <= s->G; g++) rows[g] = (int)((long)s->M * g / s->G);
+        size_t nc = size_c(s);
+        float *packed = result(s, 1, A, B, A16, B16, C, rows), *direct = malloc(sizeof(float) * nc);
+        uint16_t *bits = malloc(sizeof(uint16_t) * nc);
+        if (!direct || !bits) { fprintf(stderr, "products_gpu: out of host memory\n"); exit(1); }
+        product_round16(s, A16, B16, R16, rows);
+        gpu_download(bits, R16, sizeof(uint16_t) * nc);
+        for (size_t j = 0; j < nc; j++) {
+            direct[j] = bf16_float(bits[j]);
+            packed[j] = bf16_round(packed[j]);
+        }
+        double d = apart(packed, direct, nc);
+        free(packed); free(direct); free(bits);
+        double p = time_round_ms(s, 0, reps, A16, B16, C, R16, rows), r = time_round_ms(s, 1, reps, A16, B16, C, R16, rows);
+        double flops = 2.0 * s->M * s->N * s->K;
+        char dims[64], pc[48], rc[48], ratio[16];
+        snprintf(dims, sizeof dims, s->G > 1 ? "%d x %d x %d (%d groups)" : "%d x %d x %d", s->M, s->N, s->K, s->G);
+        cell(pc, sizeof pc, p, flops);
+        cell(rc, sizeof rc, r, flops);
+        snprintf(ratio, sizeof ratio, p > 0 ? "%.2f" : "-", p > 0 ? r / p : 0.0);
+        printf("| %s | %s | %s | %s | %s | %s | %.1e |\n", s->what, forms[s->form], dims, pc, rc, ratio, d);
+        fflush(stdout);
+        free(rows);
+        gpu_free(A); gpu_free(B); gpu_free(A16); gpu_free(B16); gpu_free(C); gpu_free(R16);
+    }
+}
+
 int main(int argc, char **argv) {
     int tiny = argc > 1 && !strcmp(argv[1], "small");
     const Shape *shapes = tiny ? small : medium;
@@ -276,6 +357,10 @@ int main(int argc, char **argv) {
         gpu_free(A); gpu_free(B); gpu_free(A16); gpu_free(B16); gpu_free(C); gpu_free(P);
     }
     own_kernel_table(shapes, n, reps);
+    setenv("MESHMOE_GROUPED", "auto", 1);   // (the trainer's default: cuBLAS's grouped call, bf16 results)
+    gpu_matmul_use_cublas(2, &why);
+    if (wsp) gpu_matmul_set_workspace(wsp, ws);
+    round_table(shapes, n, reps);
     backend_cuda.sync();
     if (wsp) { gpu_matmul_set_workspace(NULL, 0); gpu_free(wsp); }
     gpu_matmul_use_cublas(0, &why);

@@ -7,13 +7,17 @@
 //     whole into a float32 copy, then the float32 kernel of the same backend. The copies are
 //     the product's own working memory, freed before it returns (as OpenBLAS's partial sums
 //     in kernels/cpu/matmul.c), not the tagged allocator's.
+// The rounded forms (*_round16) run the float32-output form into a scratch of their own, a
+// block of columns at a time, and pack each block (round_cols).
 #include "kernels/matmul16.h"
 #include "kernels/matmul.h"        // the float32 kernels, matmul_cpu_uses_openblas
 #include "kernels/cpu/gemm.h"      // ordered_gemm16, ordered_gemm_chunked16, ordered_gemm_leaves16
 #include "kernels/cast.h"          // cast_cpu.unpack_bf16: the widening
 #include "kernels/grouped_loop.h"  // the grouped products, a group at a time
+#include "kernels/bf16.h"          // bf16_bits: the rounding of the *_round16 forms
 #include "core/common.h"           // die
 #include <stdlib.h>
+#include <string.h>
 
 // x (n floats) = the bf16 values h (n), in a new buffer the caller frees.
 static float *widened(const uint16_t *h, size_t n) {
@@ -70,6 +74,34 @@ static void dw_leaves16(const MatmulKernels *k, float *dw, const uint16_t *inp, 
     free(x); free(d);
 }
 
+// ---- The rounded forms: C (M,N) = bf16(A (M,K) @ op(B)), op(B) = B (K,N) or B^T with B
+// (N,K) when transB, as table k's gemm16 gives it (onto zeros when onto_zeros: the dinp
+// form's one add of the chain to 0.0f), each sum then rounded to its 16-bit number. The
+// float32 sums go through a scratch of ROUND_COLS columns (the ordered GEMM's column block,
+// so no panel is packed more often than in one call over all of N; its bits do not depend on
+// the block, nor the plain loops'), or of all N for OpenBLAS, whose blocking follows the
+// shape: the bits of one float32 call and then pack_bf16. The scratch is the product's own
+// working memory, as the widened copies above.
+enum { ROUND_COLS = 1024 };
+static void round_cols(const MatmulKernels *k, int transB, int M, int N, int K, const uint16_t *A,
+                       const uint16_t *B, int onto_zeros, uint16_t *C) {
+    if (M == 0 || N == 0) return;
+    int step = k == &matmul_cpu && matmul_cpu_uses_openblas() ? N : ROUND_COLS;
+    int width = N < step ? N : step;
+    float *s = malloc(sizeof(float) * (size_t)M * width);
+    if (!s) die("out of host memory for a rounded product's sums (%d x %d)", M, width);
+    for (int j0 = 0; j0 < N; j0 += step) {
+        int nc = N - j0 < step ? N - j0 : step;
+        if (onto_zeros) memset(s, 0, sizeof(float) * (size_t)M * nc);
+        const uint16_t *b = transB ? B + (size_t)j0 * K : B + j0;   // op(B)'s columns j0 ..
+        gemm16(k, 0, transB, M, nc, K, A, K, b, transB ? K : N, onto_zeros, s, nc);
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < nc; j++) C[(size_t)i * N + j0 + j] = bf16_bits(s[(size_t)i * nc + j]);
+    }
+    free(s);
+}
+
 // ---- matmul16_cpu: the products of kernels/cpu/matmul.c in their 16-bit forms; the grouped
 // products a group at a time, as matmul_cpu's.
 static void forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
@@ -105,9 +137,26 @@ static void dw_leaves_grouped(float *dw, const uint16_t *inp, const uint16_t *do
     dw_leaves_grouped_loop16(&matmul16_cpu, dw, inp, dout, off, n, G, C, OC, accumulate);
 }
 
+static void forward_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC) {
+    round_cols(&matmul_cpu, 0, T, OC, C, inp, w, 0, out);
+}
+static void dinp_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
+    round_cols(&matmul_cpu, 1, T, C, OC, dout, w, 1, dinp);
+}
+static void forward_grouped_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const int *rows, int G,
+                                    int C, int OC) {
+    forward_grouped_loop_round16(&matmul16_cpu, out, inp, w, rows, G, C, OC);
+}
+static void dinp_grouped_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, const int *rows, int G,
+                                 int C, int OC) {
+    dinp_grouped_loop_round16(&matmul16_cpu, dinp, dout, w, rows, G, C, OC);
+}
+
 const Matmul16Kernels matmul16_cpu = {forward,         dinp,         dw,
                                       chunked,         dw_leaves,    forward_grouped,
-                                      dinp_grouped,    chunked_grouped, dw_leaves_grouped};
+                                      dinp_grouped,    chunked_grouped, dw_leaves_grouped,
+                                      forward_round16, dinp_round16, forward_grouped_round16,
+                                      dinp_grouped_round16};
 
 // ---- matmul16_cpu_plain: the same through matmul_cpu_plain (matmul_impl=plain).
 static void plain_forward(float *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC, int accumulate) {
@@ -144,6 +193,23 @@ static void plain_dw_leaves_grouped(float *dw, const uint16_t *inp, const uint16
     dw_leaves_grouped_loop16(&matmul16_cpu_plain, dw, inp, dout, off, n, G, C, OC, accumulate);
 }
 
+static void plain_forward_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, int T, int C, int OC) {
+    round_cols(&matmul_cpu_plain, 0, T, OC, C, inp, w, 0, out);
+}
+static void plain_dinp_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int T, int C, int OC) {
+    round_cols(&matmul_cpu_plain, 1, T, C, OC, dout, w, 1, dinp);
+}
+static void plain_forward_grouped_round16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const int *rows,
+                                          int G, int C, int OC) {
+    forward_grouped_loop_round16(&matmul16_cpu_plain, out, inp, w, rows, G, C, OC);
+}
+static void plain_dinp_grouped_round16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, const int *rows,
+                                       int G, int C, int OC) {
+    dinp_grouped_loop_round16(&matmul16_cpu_plain, dinp, dout, w, rows, G, C, OC);
+}
+
 const Matmul16Kernels matmul16_cpu_plain = {plain_forward,         plain_dinp,           plain_dw,
                                             plain_chunked,         plain_dw_leaves,      plain_forward_grouped,
-                                            plain_dinp_grouped,    plain_chunked_grouped, plain_dw_leaves_grouped};
+                                            plain_dinp_grouped,    plain_chunked_grouped, plain_dw_leaves_grouped,
+                                            plain_forward_round16, plain_dinp_round16,   plain_forward_grouped_round16,
+                                            plain_dinp_grouped_round16};
