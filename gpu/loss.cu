@@ -1,5 +1,6 @@
 // gpu/loss.cu: softmax cross-entropy and z-loss on the GPU (kernels/loss.h), the twin of
-// kernels/cpu/loss.c.
+// kernels/cpu/loss.c. The forward's reads take the logits as floats or as bf16 bits (the
+// 16-bit forms), one template each.
 //
 // The sums keep the CPU's order: a token's sum of exponentials is added over its columns
 // in order by one thread (the block having made the exponentials), the loss leaf over its
@@ -16,10 +17,14 @@
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-__global__ static void row_max_kernel(float *m, const float *logits, int V) {
-    const float *z = logits + (size_t)blockIdx.x * V;
-    float mx = z[0];
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, z[i]);
+// A logit as float32, from logits stored as floats or (the 16-bit forms) as bf16 bits.
+__device__ static inline float logit_at(const float *z, size_t i) { return z[i]; }
+__device__ static inline float logit_at(const uint16_t *z, size_t i) { return bf16_float_dev(z[i]); }
+
+template <class L> __global__ static void row_max_kernel(float *m, const L *logits, int V) {
+    const L *z = logits + (size_t)blockIdx.x * V;
+    float mx = logit_at(z, 0);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, logit_at(z, i));
     for (int lanes = WARP_SIZE / 2; lanes > 0; lanes /= 2) mx = fmaxf(mx, warp_shfl_xor(mx, lanes));
     __shared__ float warp_max[GPU_THREADS / WARP_SIZE];
     if (threadIdx.x % WARP_SIZE == 0) warp_max[threadIdx.x / WARP_SIZE] = mx;
@@ -36,7 +41,8 @@ __global__ static void row_max_kernel(float *m, const float *logits, int V) {
 // 4 bytes: 245 GB/s on an H200, 4.3 ms a step for mixtral-medium's head); then thread r
 // adds row r's tile to its sum in column order, the order of the CPU's loop.
 enum { SUM_ROWS = 32, SUM_COLS = 128 };
-__global__ static void sum_exp_kernel(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+template <class L>
+__global__ static void sum_exp_kernel(float *piece, const L *logits, const float *m, int T, int V, int c0, int Vc) {
     __shared__ float e[SUM_ROWS][SUM_COLS + 1];   // (+1: thread r's reads of row r fall in different banks)
     int t0 = blockIdx.x * SUM_ROWS, rows = T - t0 < SUM_ROWS ? T - t0 : SUM_ROWS;
     float s = 0.0f;
@@ -44,7 +50,7 @@ __global__ static void sum_exp_kernel(float *piece, const float *logits, const f
         int cols = Vc - j0 < SUM_COLS ? Vc - j0 : SUM_COLS;
         for (int k = threadIdx.x; k < SUM_ROWS * SUM_COLS; k += blockDim.x) {
             int r = k / SUM_COLS, j = k % SUM_COLS;
-            if (r < rows && j < cols) e[r][j] = expf(logits[(size_t)(t0 + r) * V + c0 + j0 + j] - m[t0 + r]);
+            if (r < rows && j < cols) e[r][j] = expf(logit_at(logits, (size_t)(t0 + r) * V + c0 + j0 + j) - m[t0 + r]);
         }
         __syncthreads();
         if ((int)threadIdx.x < rows)
@@ -54,11 +60,12 @@ __global__ static void sum_exp_kernel(float *piece, const float *logits, const f
     if ((int)threadIdx.x < rows) piece[t0 + threadIdx.x] = s;
 }
 
-__global__ static void target_logit_kernel(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
+template <class L>
+__global__ static void target_logit_kernel(float *zt, const L *logits, const int *targets, int T, int V, int v0) {
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     int y = targets[t] - v0;
-    zt[t] = targets[t] >= 0 && y >= 0 && y < V ? logits[(size_t)t * V + y] : 0.0f;
+    zt[t] = targets[t] >= 0 && y >= 0 && y < V ? logit_at(logits, (size_t)t * V + y) : 0.0f;
 }
 
 __global__ static void lse_kernel(float *lse, const float *m, const float *sum, int T) {
@@ -103,6 +110,13 @@ __global__ static void backward_packed_kernel(uint16_t *dz, const float *logits,
     if (k < (size_t)T * V) dz[k] = bf16_bits_dev(dz_dev(logits[k], k, lse, targets, V, v0, zmul, scale));
 }
 
+// The same from the logits' bits, written over them.
+__global__ static void backward16_kernel(uint16_t *dz, const float *lse, const int *targets, int T, int V, int v0,
+                                         float zmul, float scale) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < (size_t)T * V) dz[k] = bf16_bits_dev(dz_dev(bf16_float_dev(dz[k]), k, lse, targets, V, v0, zmul, scale));
+}
+
 __global__ static void move_rows_kernel(float *dst, const float *src, long dst_row0, long src_row0, int len, int w) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= (size_t)len * w) return;
@@ -115,26 +129,41 @@ __global__ static void gather_targets_kernel(int *dst, const int *src, long t0, 
     if (r < len) dst[r] = src[t0 + r];
 }
 
-// m (T) = the max of each token's V logits.
-static void loss_row_max(float *m, const float *logits, int T, int V) {
+// m (T) = the max of each token's V logits (L: float, or uint16_t for the bf16 bits).
+template <class L> static void row_max(float *m, const L *logits, int T, int V) {
     if (T <= 0) return;
-    GPU_LAUNCH(row_max_kernel, T, GPU_THREADS, 0)(m, logits, V);
+    GPU_LAUNCH(row_max_kernel<L>, T, GPU_THREADS, 0)(m, logits, V);
     GPU_CHECK_LAUNCH();
 }
 
 // piece (T) = sum over columns c0 .. c0+Vc-1 of exp(logits - m), in column order.
-static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+template <class L> static void sum_exp(float *piece, const L *logits, const float *m, int T, int V, int c0, int Vc) {
     if (T <= 0) return;
-    GPU_LAUNCH(sum_exp_kernel, blocks_for((size_t)T, SUM_ROWS), GPU_THREADS, 0)(piece, logits, m, T, V, c0, Vc);
+    GPU_LAUNCH(sum_exp_kernel<L>, blocks_for((size_t)T, SUM_ROWS), GPU_THREADS, 0)(piece, logits, m, T, V, c0, Vc);
     GPU_CHECK_LAUNCH();
 }
 
 // zt (T) = the target's logit where this device holds it, else 0.
-static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
+template <class L> static void target_logit(float *zt, const L *logits, const int *targets, int T, int V, int v0) {
     if (T <= 0) return;
-    GPU_LAUNCH(target_logit_kernel, blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0)(
+    GPU_LAUNCH(target_logit_kernel<L>, blocks_for((size_t)T, GPU_THREADS), GPU_THREADS, 0)(
         zt, logits, targets, T, V, v0);
     GPU_CHECK_LAUNCH();
+}
+
+static void loss_row_max(float *m, const float *logits, int T, int V) { row_max(m, logits, T, V); }
+static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+    sum_exp(piece, logits, m, T, V, c0, Vc);
+}
+static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
+    target_logit(zt, logits, targets, T, V, v0);
+}
+static void loss_row_max16(float *m, const uint16_t *logits, int T, int V) { row_max(m, logits, T, V); }
+static void loss_sum_exp16(float *piece, const uint16_t *logits, const float *m, int T, int V, int c0, int Vc) {
+    sum_exp(piece, logits, m, T, V, c0, Vc);
+}
+static void loss_target_logit16(float *zt, const uint16_t *logits, const int *targets, int T, int V, int v0) {
+    target_logit(zt, logits, targets, T, V, v0);
 }
 
 // lse (T) = m + log(sum).
@@ -170,6 +199,15 @@ static void loss_backward_packed(uint16_t *dz, const float *logits, const float 
     GPU_CHECK_LAUNCH();
 }
 
+// dz (T,V) = the bits of scale * dl/dz, written over the logits' bits.
+static void loss_backward16(uint16_t *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
+                            float scale) {
+    if ((size_t)T * V == 0) return;
+    GPU_LAUNCH(backward16_kernel, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
+        dz, lse, targets, T, V, v0, zmul, scale);
+    GPU_CHECK_LAUNCH();
+}
+
 // dst (len,w) = rows t0 .. t0+len-1 of src (T,w).
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
     if ((size_t)len * w == 0) return;
@@ -196,5 +234,7 @@ static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
 #if GPU_HOST_PASS
 extern "C" const LossKernels loss_cuda = {loss_row_max,     loss_sum_exp,         loss_target_logit, loss_lse,
                                           loss_leaf_sum,    loss_backward,        loss_backward_packed,
-                                          tile_gather_rows, tile_scatter_rows,    tile_gather_targets};
+                                          tile_gather_rows, tile_scatter_rows,    tile_gather_targets,
+                                          loss_row_max16,   loss_sum_exp16,       loss_target_logit16,
+                                          loss_backward16};
 #endif

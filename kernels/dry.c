@@ -207,9 +207,15 @@ static void tile_scatter_rows(float *dst, const float *src, long t0, int len, in
 static void tile_gather_targets(int *dst, const int *src, long t0, int len) {}
 static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
                                  int v0, float zmul, float scale) {}
+static void loss_row_max16(float *m, const uint16_t *logits, int T, int V) {}
+static void loss_sum_exp16(float *piece, const uint16_t *logits, const float *m, int T, int V, int c0, int Vc) {}
+static void loss_target_logit16(float *zt, const uint16_t *logits, const int *targets, int T, int V, int v0) {}
+static void loss_backward16(uint16_t *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
+                            float scale) {}
 static const LossKernels loss_dry = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum,
                                      loss_backward, loss_backward_packed, tile_gather_rows, tile_scatter_rows,
-                                     tile_gather_targets};
+                                     tile_gather_targets, loss_row_max16, loss_sum_exp16, loss_target_logit16,
+                                     loss_backward16};
 
 // cast
 static void round_to_bf16(float *x, size_t n) {}

@@ -41,6 +41,18 @@ typedef struct LossKernels {
     void (*tile_scatter_rows)(float *dst, const float *src, long t0, int len, int w);
     // dst (len) = src[t0 .. t0+len-1] (the targets of a tile's leaf).
     void (*tile_gather_targets)(int *dst, const int *src, long t0, int len);
+
+    // The logits stored as 16-bit numbers (bf16 bits, kernels/bf16.h), as the head's product
+    // writes them under bf16_storage (their values rounded to bf16 already, cast point 16):
+    // the forward's three reads, each value widened exactly, so the float32 forms' results on
+    // the same values.
+    void (*loss_row_max16)(float *m, const uint16_t *logits, int T, int V);
+    void (*loss_sum_exp16)(float *piece, const uint16_t *logits, const float *m, int T, int V, int c0, int Vc);
+    void (*loss_target_logit16)(float *zt, const uint16_t *logits, const int *targets, int T, int V, int v0);
+    // loss_backward_packed from them, in place: each element's logit read, then its gradient's
+    // bits written over it.
+    void (*loss_backward16)(uint16_t *logits_to_dlogits, const float *lse, const int *targets, int T, int V, int v0,
+                            float zmul, float scale);
 } LossKernels;
 
 extern const LossKernels loss_cpu;   // kernels/cpu/loss.c

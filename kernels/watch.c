@@ -575,7 +575,27 @@ static void tile_scatter_rows(float *dst, const float *src, long t0, int len, in
 static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
     WATCHED(FAMILY_LOSS, INNER(loss)->tile_gather_targets(dst, src, t0, len), 0, 2.0 * len);
 }
-static const LossKernels loss_watched = {.loss_row_max = loss_row_max,
+// The 16-bit logits: half a float a value.
+static void loss_row_max16(float *m, const uint16_t *logits, int T, int V) {
+    WATCHED(FAMILY_LOSS, INNER(loss)->loss_row_max16(m, logits, T, V), 0, 0.5 * T * V + T);
+}
+static void loss_sum_exp16(float *piece, const uint16_t *logits, const float *m, int T, int V, int c0, int Vc) {
+    WATCHED(FAMILY_LOSS, INNER(loss)->loss_sum_exp16(piece, logits, m, T, V, c0, Vc), 2.0 * T * Vc,
+            0.5 * T * Vc + 2.0 * T);
+}
+static void loss_target_logit16(float *zt, const uint16_t *logits, const int *targets, int T, int V, int v0) {
+    WATCHED(FAMILY_LOSS, INNER(loss)->loss_target_logit16(zt, logits, targets, T, V, v0), 0, 2.5 * T);
+}
+static void loss_backward16(uint16_t *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
+                            float scale) {
+    WATCHED(FAMILY_LOSS, INNER(loss)->loss_backward16(dz, lse, targets, T, V, v0, zmul, scale), 4.0 * T * V,
+            1.0 * T * V + 2.0 * T);
+}
+static const LossKernels loss_watched = {.loss_row_max16 = loss_row_max16,
+                                         .loss_sum_exp16 = loss_sum_exp16,
+                                         .loss_target_logit16 = loss_target_logit16,
+                                         .loss_backward16 = loss_backward16,
+                                         .loss_row_max = loss_row_max,
                                          .loss_sum_exp = loss_sum_exp,
                                          .loss_target_logit = loss_target_logit,
                                          .loss_lse = loss_lse,

@@ -8,14 +8,16 @@
 #include "base/memory.h"
 #include "core/common.h"
 
-void loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
+void loss_forward(float *lse, double *leaf_sums, const float *logits, int logits16, const int *targets,
                   int T, int V, int v0, int chunks, float zmul, Leaves leaf) {
     if (chunks < 1 || V % chunks) die("internal: %d logits cannot be cut into %d pieces", V, chunks);
     const LossKernels *k = kern()->loss;
     int Vc = V / chunks;
     // m = max over the whole vocabulary (a max is exact in any order).
     float *m = mem_floats(MEM_TEMP, (size_t)T, "loss max");              // (T)
-    k->loss_row_max(m, logits, T, V);
+    const uint16_t *z16 = logits16 ? (const uint16_t *)(const void *)logits : NULL;
+    if (z16) k->loss_row_max16(m, z16, T, V);
+    else k->loss_row_max(m, logits, T, V);
     tp_all_reduce_max(m, (size_t)T);
     // sum_i exp(z_i - m): piece by piece, the pieces along the canonical tree, then over
     // the devices that share the vocabulary.
@@ -24,14 +26,16 @@ void loss_forward(float *lse, double *leaf_sums, const float *logits, const int 
     treesum_begin(&ts, (size_t)T, MEM_TEMP, "loss piece sums");
     for (int r = 0; r < chunks; r++) {
         float *piece = treesum_leaf(&ts);   // (T)
-        k->loss_sum_exp(piece, logits, m, T, V, r * Vc, Vc);
+        if (z16) k->loss_sum_exp16(piece, z16, m, T, V, r * Vc, Vc);
+        else k->loss_sum_exp(piece, logits, m, T, V, r * Vc, Vc);
         treesum_push(&ts);
     }
     treesum_end(&ts, sum);
     tp_all_reduce(sum, (size_t)T);
     // The target's logit, from the device that holds it (the others add an exact zero).
     float *zt = mem_floats(MEM_TEMP, (size_t)T, "loss target logit");   // (T)
-    k->loss_target_logit(zt, logits, targets, T, V, v0);
+    if (z16) k->loss_target_logit16(zt, z16, targets, T, V, v0);
+    else k->loss_target_logit(zt, logits, targets, T, V, v0);
     tp_all_reduce(zt, (size_t)T);
     k->loss_lse(lse, m, sum, T);
     // Per-leaf sums in token order (double), so they do not depend on the thread count.

@@ -9,12 +9,13 @@
 #include "base/context.h"
 
 // Per token with target >= 0: l = lse(z) - z_target + zmul * lse^2. Saves lse (T).
-// logits (T,V) are this device's columns v0 .. v0+V-1; chunks must divide V.
+// logits (T,V) are this device's columns v0 .. v0+V-1, floats or (logits16) 16-bit numbers
+// held in a float pointer (model/precision.h: packed_alloc); chunks must divide V.
 // leaf_sums (leaf.n) = the sum of l over each leaf, in tree order (base/context.h), each
 // in token order, in double; the caller adds the leaves along the canonical tree
 // (tree_sum_double), so the total does not depend on how the batch was split. The tokens
 // with a target are counted by the caller, from its batch (trainer/step.c).
-void loss_forward(float *lse, double *leaf_sums, const float *logits, const int *targets,
+void loss_forward(float *lse, double *leaf_sums, const float *logits, int logits16, const int *targets,
                   int T, int V, int v0, int chunks, float zmul, Leaves leaf);
 // dlogits (T,V) = scale * dl/dz, written in place over the logits (they are not needed after).
 // dl/dz = softmax(z) * (1 + 2*zmul*lse) - onehot(target); zero for ignored tokens.

@@ -512,6 +512,14 @@ void model_layer_free(Model *m, int l, LayerActs *a) {
     a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = a->scale1 = a->scale2 = NULL;
 }
 
+// Without vocabulary tiling, under packed_operands (model/precision.h) and without the
+// logits' constraint copies, the logits are made as 16-bit numbers (the head's product
+// rounded, kernels/matmul16.h) and the loss reads them so; in the backward pass d logits are
+// written over them, 16-bit numbers that the head's products read in place
+// (model/matmul.h: matmul_packed). Else both are float32, d logits written over the logits
+// and rounded in place.
+static int head_packed(const Config *c) { return packed_operands(c) && !constraint_copies(c, &SPEC_LOGITS); }
+
 void model_head_forward(Model *m, float *x, int T) {
     const Config *c = &m->cfg;
     int D = c->base_emb_dim, V = m->dims.vocab_size;
@@ -521,9 +529,16 @@ void model_head_forward(Model *m, float *x, int T) {
     m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
     m->scalef = rmsnorm_constrained(c, m->nf, m->rstdf, x, m->params.final_norm, T, D, "constraint copy: decoder output");
     if (vocab_tiled(c)) return;   // num_vocab_tiling: the logits come tile by tile with the loss (model/vocab_tiling.h)
+    // Cast point 16: the logits rounded to bf16, kept as 16-bit numbers where head_packed.
+    m->logits16 = head_packed(c);
+    if (m->logits16) {
+        m->logits = packed_alloc(c, (size_t)T * V, 0, "logits");
+        matmul_forward_round16(m->logits, m->nf, m->params.logits, T, D, V);
+        return;
+    }
     m->logits = mem_floats(MEM_ACTIVATIONS, (size_t)T * V, "logits");
     matmul_forward(m->logits, m->nf, m->params.logits, T, D, V, 0);
-    round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // cast point 16; the loss reads them as float32
+    round_bf16(m->logits, (size_t)T * V, cfg_bf16(c));   // the loss reads them as float32
 }
 
 void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st) {
@@ -539,8 +554,8 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
     // Sharding constraint on the logits as the loss reads them ((T, V/tensor) on a device).
     int V = m->dims.vocab_size;
     const float *z = constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: logits");
-    loss_forward(m->lse, st->loss_leaf, z, targets, T, V, m->dims.vocab_first, tp_local_chunks(c), c->z_loss_multiplier,
-                 leaves_of(c, B, S));
+    loss_forward(m->lse, st->loss_leaf, z, m->logits16, targets, T, V, m->dims.vocab_first, tp_local_chunks(c),
+                 c->z_loss_multiplier, leaves_of(c, B, S));
     constraint_end(z, m->logits);
 }
 
@@ -549,21 +564,15 @@ void model_head_unpack(Model *m, int T) {
     act_unpack(&m->cfg, &m->nf, (size_t)T * m->cfg.base_emb_dim);
 }
 
-// Without vocabulary tiling, under packed_operands (model/precision.h) and without the
-// logits' constraint copies, d logits are rounded 16-bit numbers that the head's products
-// read in place (model/matmul.h: matmul_packed), the float32 logits freed at once; else they
-// are written over the logits as float32 and rounded in place.
-static int head_packed(const Config *c) { return packed_operands(c) && !constraint_copies(c, &SPEC_LOGITS); }
 
 // d logits (T,V), the operand of the head's products; head_dlogits_end releases it.
 static const float *head_dlogits(Model *m, int T, int V, float scale) {
     const Config *c = &m->cfg;
     int v0 = m->dims.vocab_first;
-    if (head_packed(c)) {
-        uint16_t *dz = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (size_t)T * V, "d logits (16-bit)");
-        kern()->loss->loss_backward_packed(dz, m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);
-        mem_free(m->logits);
-        m->logits = NULL;
+    if (m->logits16) {
+        uint16_t *dz = (uint16_t *)(void *)m->logits;   // logits := d logits, the operand's numbers
+        kern()->loss->loss_backward16(dz, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);
+        m->logits = NULL;   // now matmul_packed's, freed by head_dlogits_end
         return matmul_packed(dz, (size_t)T * V);
     }
     loss_backward(m->logits, m->lse, m->targets, T, V, v0, c->z_loss_multiplier, scale);  // logits := dlogits
@@ -574,7 +583,7 @@ static const float *head_dlogits(Model *m, int T, int V, float scale) {
     return constraint_apply(c, m->logits, (size_t)T * V, &SPEC_LOGITS, "constraint copy: d logits");
 }
 static void head_dlogits_end(Model *m, const float *d) {
-    if (head_packed(&m->cfg)) matmul_packed_free(d);
+    if (m->logits16) matmul_packed_free(d);
     else constraint_end(d, m->logits);
 }
 
@@ -602,6 +611,14 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
 void model_head_free(Model *m) {
     mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse); mem_free(m->scalef);
     m->xL = m->nf = m->rstdf = m->logits = m->lse = m->scalef = NULL;
+}
+
+float *model_logits_rows(const Model *m, size_t t0, size_t n) {
+    size_t V = (size_t)m->dims.vocab_size;
+    float *z = mem_floats(MEM_TEMP, n * V, "logits as floats");
+    if (m->logits16) kern()->cast->unpack_bf16(z, (const uint16_t *)(const void *)m->logits + t0 * V, n * V);
+    else mem_copy(z, m->logits + t0 * V, sizeof(float) * n * V);
+    return z;
 }
 
 // ---------------------------------------------------------------------------------------

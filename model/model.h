@@ -93,6 +93,7 @@ typedef struct Model {
     float *xL, *nf, *rstdf; // (T,D) final residual, final norm output, (T)
     float *scalef;          // the final norm's broadcast scale (rmsnorm_fused_scale=false), or NULL
     float *logits;          // (T,V) logits, overwritten by dlogits in the backward pass (NULL with num_vocab_tiling > 1)
+    int logits16;           // 1: logits holds T*V 16-bit numbers (bf16 bits, under bf16_storage), never read as floats
     float *lse;             // (T)
 } Model;
 
@@ -205,6 +206,9 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
 void model_head_unpack(Model *m, int T);
 float *model_head_backward(Model *m, int B, int S, float scale, float **dnf);
 void model_head_free(Model *m);
+// Rows t0 .. t0+n-1 of this device's logits (n, V/tensor) as floats, 16-bit ones widened: a
+// new MEM_TEMP array for the caller to free (sampling and the parity dump read them).
+float *model_logits_rows(const Model *m, size_t t0, size_t n);
 // Coefficient of sum_{b,e} f*Pbar for the load-balance loss (0 when off); global_seqs:
 // sequences in the whole step.
 float model_lb_coef(const Config *c, int global_seqs);

@@ -98,7 +98,7 @@ void vocab_tiled_loss_forward(Model *m, const int *targets, int B, int S, FwdSta
         float *z = tile_logits(m, &t, nf);                                                     // (R,V)
         float *lse = mem_floats(MEM_TEMP, (size_t)t.R, "logsumexp of one vocab tile");         // (R)
         // The tile's leaves are leaves l0.. of the device: their sums go to those places.
-        loss_forward(lse, st->loss_leaf + t.l0, z, tg, t.R, V, m->dims.vocab_first, tp_local_chunks(c),
+        loss_forward(lse, st->loss_leaf + t.l0, z, 0, tg, t.R, V, m->dims.vocab_first, tp_local_chunks(c),
                      c->z_loss_multiplier, leaves_flat(t.R, lv.len));
         tile_scatter(&t, m->lse, lse, 1);
         mem_free(lse); mem_free(z); mem_free(tg); mem_free(own);

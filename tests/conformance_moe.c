@@ -106,7 +106,63 @@ static void test_loss_case(int T, int V) {   // T >= 8: the tile moves take rows
     dev_free(d_zt_want); dev_free(d_dz);
 }
 
+// The 16-bit logits' forms against the float32 forms of the backend under test on the same
+// values (logits rounded to bf16, as the head's product writes them): the same arithmetic on
+// exactly widened values, so equal bits, for the max, the sum of exponentials, the target's
+// logit and the gradient, which is written over its input.
+static void test_loss16_case(int T, int V) {
+    int v0 = 7, c0 = V / 5, Vc = V / 2;
+    float zmul = 1e-3f, scale = 0.5f;
+    size_t n = (size_t)T * V;
+    float *logits = rand_floats(n, -6, 6);
+    uint16_t *h = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = bf16_bits(logits[i]);
+        logits[i] = bf16_float(h[i]);
+    }
+    // row 1 all negative, its max (-96) in column 3 (-100 elsewhere)
+    for (int i = 0; i < V; i++) logits[V + i] = bf16_float(h[V + i] = i == 3 ? 0xc2c0 : 0xc2c8);
+    int *targets = rand_ints(T, v0 - 4, v0 + V + 4);
+    targets[0] = -1;
+    float *lse = rand_floats(T, 2, 9);
+    float *d_f = dev_copy(logits, sizeof(float) * n), *d_lse = dev_copy(lse, sizeof(float) * T);
+    uint16_t *d_h = dev_copy(h, sizeof(uint16_t) * n);
+    int *d_tg = dev_copy(targets, sizeof(int) * T);
+    float *d_m = dev_poisoned(sizeof(float) * T), *d_m16 = dev_poisoned(sizeof(float) * T);
+    float *d_p = dev_poisoned(sizeof(float) * T), *d_p16 = dev_poisoned(sizeof(float) * T);
+    float *d_zt = dev_poisoned(sizeof(float) * T), *d_zt16 = dev_poisoned(sizeof(float) * T);
+    uint16_t *d_dz = dev_poisoned(sizeof(uint16_t) * n);
+    const LossKernels *k = UNDER_TEST->loss;
+    k->loss_row_max(d_m, d_f, T, V);
+    k->loss_row_max16(d_m16, d_h, T, V);
+    k->loss_sum_exp(d_p, d_f, d_m, T, V, c0, Vc);
+    k->loss_sum_exp16(d_p16, d_h, d_m, T, V, c0, Vc);
+    k->loss_target_logit(d_zt, d_f, d_tg, T, V, v0);
+    k->loss_target_logit16(d_zt16, d_h, d_tg, T, V, v0);
+    k->loss_backward_packed(d_dz, d_f, d_lse, d_tg, T, V, v0, zmul, scale);
+    k->loss_backward16(d_h, d_lse, d_tg, T, V, v0, zmul, scale);
+    char shape[64];
+    snprintf(shape, sizeof shape, "T=%d V=%d v0=%d columns %d..%d (16-bit logits)", T, V, v0, c0, c0 + Vc - 1);
+    float *m = dev_fetch(d_m, sizeof(float) * T), *m16 = dev_fetch(d_m16, sizeof(float) * T);
+    float *p = dev_fetch(d_p, sizeof(float) * T), *p16 = dev_fetch(d_p16, sizeof(float) * T);
+    float *zt = dev_fetch(d_zt, sizeof(float) * T), *zt16 = dev_fetch(d_zt16, sizeof(float) * T);
+    uint16_t *dz = dev_fetch(d_dz, sizeof(uint16_t) * n), *dz16 = dev_fetch(d_h, sizeof(uint16_t) * n);
+    compare_floats("loss_row_max16", shape, m, m16, T, 0, 0);
+    compare_floats("loss_sum_exp16", shape, p, p16, T, 0, 0);
+    compare_floats("loss_target_logit16", shape, zt, zt16, T, 0, 0);
+    size_t i = 0;
+    while (i < n && dz[i] == dz16[i]) i++;
+    check(i == n, "loss_backward16 %s: the bits differ from loss_backward_packed's; first at [%zu]: 0x%04x, 0x%04x",
+          shape, i, i < n ? dz[i] : 0, i < n ? dz16[i] : 0);
+    free(logits); free(h); free(targets); free(lse); free(m); free(m16); free(p); free(p16); free(zt); free(zt16);
+    free(dz); free(dz16);
+    dev_free(d_f); dev_free(d_lse); dev_free(d_h); dev_free(d_tg); dev_free(d_m); dev_free(d_m16); dev_free(d_p);
+    dev_free(d_p16); dev_free(d_zt); dev_free(d_zt16); dev_free(d_dz);
+}
+
 void test_loss(void) {
+    test_loss16_case(13, 50);
+    test_loss16_case(70, 1100);   // rows wider than a block of the packed gradient and of the row max
     test_loss_case(13, 50);
     test_loss_case(9, 1000);   // rows wider than a block: the row max's reduction over warps
     test_loss_case(70, 300);   // the sum of exponentials: 3 blocks of 32 tokens (the last partial), 128-column tiles

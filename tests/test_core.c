@@ -156,7 +156,7 @@ static double ce_loss(void *ctx) {
     float lse[T];
     double sums[T / LEAF];
     float zmul = *(float *)ctx;
-    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAVES);
+    loss_forward(lse, sums, LOGITS, 0, TGT, T, V, 0, 1, zmul, LEAVES);
     return sums[0] + sums[1];
 }
 
@@ -190,7 +190,7 @@ static void test_layers(void) {
         matmul_forward(LOGITS, X, W, T, D, V, 0);
         float lse[T], dz[T * V];
         double sums[T / LEAF];
-        loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, zmul, LEAVES);
+        loss_forward(lse, sums, LOGITS, 0, TGT, T, V, 0, 1, zmul, LEAVES);
         memcpy(dz, LOGITS, sizeof dz);
         loss_backward(dz, lse, TGT, T, V, 0, zmul, 1.0f);
         int zero = 1;
@@ -202,7 +202,7 @@ static void test_layers(void) {
     memset(LOGITS, 0, sizeof LOGITS);
     float lse[T];
     double sums[T / LEAF];
-    loss_forward(lse, sums, LOGITS, TGT, T, V, 0, 1, 0.0f, LEAVES);
+    loss_forward(lse, sums, LOGITS, 0, TGT, T, V, 0, 1, 0.0f, LEAVES);
     CHECK_CLOSE((sums[0] + sums[1]) / 5, log(11.0), 1e-6, "uniform logits give log(V)");
 }
 

@@ -68,7 +68,7 @@ static Result run_layers(const Backend *b) {
     embedding_forward_onehot(emb1, ids, table, T, C, V, 0);
     embedding_backward(dtab, demb, ids, T, C, V, 0, lv);
     for (int l = 0; l < T / LEAF; l++) sums[l] = -1.0;   // no leaf's sum (the losses are positive)
-    loss_forward(lse, sums, logits, tg, T, V, 0, 1, 0.0f, lv);
+    loss_forward(lse, sums, logits, 0, tg, T, V, 0, 1, 0.0f, lv);
     for (int l = 0; l < T / LEAF; l++) res.leaves += sums[l] != -1.0;
     loss_backward(dz, lse, tg, T, V, 0, 0.0f, 1.0f);
     kern()->loss->tile_gather_rows(rows, inp, 2, ROWS, C);       // rows (ROWS,C) = inp rows 2..5

@@ -25,7 +25,11 @@ static void capture(Model *m, int mb, void *ctx) {
     const Config *c = cp->c;
     size_t T = (size_t)cp->B * cp->S, nseq_all = (size_t)c->gradient_accumulation_steps * cp->B;
     int V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
-    if (cp->t == 0) mem_download(cp->logits + mb * T * V, m->logits, sizeof(float) * T * V);
+    if (cp->t == 0) {
+        float *z = model_logits_rows(m, 0, T);   // (T,V), widened where they are 16-bit
+        mem_download(cp->logits + mb * T * V, z, sizeof(float) * T * V);
+        mem_free(z);
+    }
     for (int l = c->first_num_dense_layers, j = 0; l < c->base_num_decoder_layers; l++, j++) {
         const MoeSaved *s = &m->acts[l].moe;
         // first token of this microbatch of step t in layer j

@@ -157,8 +157,8 @@ static const SweepRow ROWS[] = {
      "copy of every unit held from update to update (2 bytes a weight, where the default holds one unit's "
      "float32 copy at a time); per_unit, one unit's 16-bit copy at a time; the packed activations half the bytes",
      "the peak moves both ways: the params tag by the weights' copy (kept: up, 2 bytes a weight less one unit's "
-     "float32 copy), the activations and temporaries down where SwiGLU's arrays, the experts' rows and the "
-     "logits' gradient are 16-bit"},
+     "float32 copy), the activations and temporaries down where SwiGLU's arrays, the experts' rows, the "
+     "logits and their gradient are 16-bit"},
     {"37", "mu_dtype", "bfloat16", "", SW_TOL,
      "AdamW's first moment kept as bf16 (optax's mu_dtype): 2 bytes a weight fewer in the optimizer state and in "
      "each update's traffic; each update rounds the moment it keeps",

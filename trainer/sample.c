@@ -55,8 +55,10 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         // The last position's logits over the whole vocabulary (gathered from the tensor
         // devices when the vocabulary is split over them).
         float *zd = mem_floats(MEM_TEMP, (size_t)V, "sample logits");
-        tp_all_gather(m->logits + (size_t)(ctx - 1) * m->dims.vocab_size, zd, (size_t)m->dims.vocab_size);
+        float *row = model_logits_rows(m, (size_t)(ctx - 1), 1);
+        tp_all_gather(row, zd, (size_t)m->dims.vocab_size);
         mem_download(z, zd, sizeof(float) * (size_t)V);
+        mem_free(row);
         mem_free(zd);
         float mx = z[0];
         for (int v = 1; v < V; v++) mx = fmaxf(mx, z[v]);

@@ -81,10 +81,15 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
 }
 
 // The same a piece of BLOCK columns at a time through a buffer, each value then packed
-// (bf16_bits rounds): the same element formulas, so the rounded float32 form's bits.
+// (bf16_bits rounds): the same element formulas, so the rounded float32 form's bits. The
+// logits are floats (zf) or 16-bit numbers (zh, widened exactly; dz may be zh: each piece is
+// read before it is written).
 enum { BLOCK = 512 };
-static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
-                                 int v0, float zmul, float scale) {
+static void widen(float *x, const uint16_t *h, int n) {
+    for (int i = 0; i < n; i++) x[i] = bf16_float(h[i]);
+}
+static void backward_packed_rows(uint16_t *dz, const float *zf, const uint16_t *zh, const float *lse,
+                                 const int *targets, int T, int V, int v0, float zmul, float scale) {
     #pragma omp parallel for if (T * V > 65536)
     for (int t = 0; t < T; t++) {
         uint16_t *d = dz + (size_t)t * V;
@@ -93,10 +98,57 @@ static void loss_backward_packed(uint16_t *dz, const float *logits, const float 
         for (int i0 = 0; i0 < V; i0 += BLOCK) {
             float g[BLOCK];
             int len = V - i0 < BLOCK ? V - i0 : BLOCK;
-            dz_piece(g, logits + (size_t)t * V + i0, i0, len, lse[t], coef, scale, targets[t] - v0);
+            size_t at = (size_t)t * V + i0;
+            if (zf) memcpy(g, zf + at, sizeof(float) * len);
+            else widen(g, zh + at, len);
+            dz_piece(g, g, i0, len, lse[t], coef, scale, targets[t] - v0);
             for (int i = 0; i < len; i++) d[i0 + i] = bf16_bits(g[i]);
         }
     }
+}
+static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
+                                 int v0, float zmul, float scale) {
+    backward_packed_rows(dz, logits, NULL, lse, targets, T, V, v0, zmul, scale);
+}
+
+// ---- The logits as 16-bit numbers: each widened (exact), then the float32 forms' arithmetic
+// on the same values, so their bits.
+static void loss_row_max16(float *m, const uint16_t *logits, int T, int V) {
+    #pragma omp parallel for if (T * V > 65536)
+    for (int t = 0; t < T; t++) {
+        const uint16_t *z = logits + (size_t)t * V;
+        float mx = bf16_float(z[0]);
+        for (int i = 1; i < V; i++) mx = fmaxf(mx, bf16_float(z[i]));
+        m[t] = mx;
+    }
+}
+
+static void loss_sum_exp16(float *piece, const uint16_t *logits, const float *m, int T, int V, int c0, int Vc) {
+    enum { CHUNK = 256 };
+    #pragma omp parallel for if (T * Vc > 65536)
+    for (int t = 0; t < T; t++) {
+        const uint16_t *z = logits + (size_t)t * V + (size_t)c0;
+        float s = 0.0f, e[CHUNK];
+        for (int i0 = 0; i0 < Vc; i0 += CHUNK) {
+            int n = Vc - i0 < CHUNK ? Vc - i0 : CHUNK;
+            widen(e, z + i0, n);
+            exp_shifted(e, e, m[t], n);
+            for (int i = 0; i < n; i++) s += e[i];
+        }
+        piece[t] = s;
+    }
+}
+
+static void loss_target_logit16(float *zt, const uint16_t *logits, const int *targets, int T, int V, int v0) {
+    for (int t = 0; t < T; t++) {
+        int y = targets[t] - v0;
+        zt[t] = targets[t] >= 0 && y >= 0 && y < V ? bf16_float(logits[(size_t)t * V + y]) : 0.0f;
+    }
+}
+
+static void loss_backward16(uint16_t *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
+                            float scale) {
+    backward_packed_rows(dz, NULL, dz, lse, targets, T, V, v0, zmul, scale);
 }
 
 static void tile_gather_rows(float *dst, const float *src, long t0, int len, int w) {
@@ -113,4 +165,5 @@ static void tile_gather_targets(int *dst, const int *src, long t0, int len) {
 
 const LossKernels loss_cpu = {loss_row_max, loss_sum_exp, loss_target_logit, loss_lse, loss_leaf_sum, loss_backward,
                               loss_backward_packed,
-                              tile_gather_rows, tile_scatter_rows, tile_gather_targets};
+                              tile_gather_rows, tile_scatter_rows, tile_gather_targets,
+                              loss_row_max16, loss_sum_exp16, loss_target_logit16, loss_backward16};
