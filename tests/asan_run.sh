@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/asan_run.sh BINARY: a short training of both presets (both MoE paths, with
 # checkpoint save + resume and gradient accumulation, and a checkpoint saved on one
-# 4-device mesh and resumed on another; flash and ring attention) under AddressSanitizer + UBSan;
+# 4-device mesh and resumed on another; flash and ring attention; bf16_storage=kept) under AddressSanitizer + UBSan;
 # then a dry run.
 # Any report makes the run exit non-zero.
 set -u
@@ -37,6 +37,11 @@ check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance lo
     pipeline_schedule=1f1b pipeline_shift_impl=slice load_balance_loss_weight=0.01
 check "asan: pipeline, deepseek 3 stages, gpipe" \
     $BIN configs/deepseek-tiny.yml $A steps=2 ici_pipeline_parallelism=3 num_pipeline_microbatches=6
+check "asan: bf16_storage=kept, mixtral over tensor=2, z-loss, sampling (the 16-bit weights' copy, SwiGLU's arrays, the logits)" \
+    $BIN configs/mixtral-tiny.yml $A steps=2 dtype=bfloat16 bf16_storage=kept ici_tensor_parallelism=2 z_loss_multiplier=1e-4
+check "asan: bf16_storage=kept, deepseek's grouped experts over 3 pipeline stages" \
+    $BIN configs/deepseek-tiny.yml $A steps=2 dtype=bfloat16 bf16_storage=kept megablox=true ici_pipeline_parallelism=3 \
+    num_pipeline_microbatches=3
 # 4096 sequences of 8 tokens: the per-sequence sums (aux loss, 4 layers x 4096 doubles) are
 # 128 KiB, large enough that the dry run gives them overlapping addresses (base/memory.c, the
 # void), which its collectives and the pipeline must never memcpy between.
