@@ -36,7 +36,7 @@ typedef struct {
 
 static const Shape medium[] = {
     {"mixtral-medium: attention q", FORWARD, 8192, 2048, 2048, 1, 1, 0},
-    {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1, 0, 0},
+    {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1, 0, 1},
     {"mixtral-medium: head, input gradient", DINP, 8192, 2048, 32000, 1, 0, 0},
     {"mixtral-medium: attention q, weight gradient", DW, 2048, 2048, 8192, 1, 1, 0},
     {"mixtral-medium: experts wi_0", GROUPED, 16384, 7168, 2048, 8, 1, 1},
