@@ -506,7 +506,7 @@ void model_layer_free(Model *m, int l, LayerActs *a) {
     else attention_saved_free(&a->attn);
     if (cfg_layer_is_moe(&m->cfg, l)) moe_saved_free(&a->moe);
     else mlp_saved_free(&a->mlp);
-    mem_free(a->x); mem_free(a->n1); mem_free(a->rstd1);
+    mem_free(a->x); matmul_packed_free(a->n1); mem_free(a->rstd1);   // (n1: perhaps act_for_products')
     mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
     mem_free(a->scale1); mem_free(a->scale2);
     a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = a->scale1 = a->scale2 = NULL;
@@ -560,8 +560,12 @@ void model_loss_forward(Model *m, const int *targets, int B, int S, FwdStats *st
 }
 
 void model_head_unpack(Model *m, int T) {
-    act_unpack(&m->cfg, &m->xL, (size_t)T * m->cfg.base_emb_dim);
-    act_unpack(&m->cfg, &m->nf, (size_t)T * m->cfg.base_emb_dim);
+    const Config *c = &m->cfg;
+    act_unpack(c, &m->xL, (size_t)T * c->base_emb_dim);
+    // nf: read by the head's weight gradient alone, a product, but for vocabulary tiling's
+    // row copies
+    if (vocab_tiled(c)) act_unpack(c, &m->nf, (size_t)T * c->base_emb_dim);
+    else act_for_products(c, &m->nf, (size_t)T * c->base_emb_dim);
 }
 
 
@@ -600,6 +604,10 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
         matmul_backward(NULL, m->grads.logits, d, m->nf, m->params.logits, T, D, V, leaf);
         tp_colpar_dinp(c, dnf, d, m->params.logits, T, D, V);   // a sum over the vocabulary
         head_dlogits_end(m, d);
+        if (packed_operands(c)) {   // nf, 16-bit (act_for_products), is not read again
+            matmul_packed_free(m->nf);
+            m->nf = NULL;
+        }
     }
     prec_round(c, dnf, (size_t)T * D);
     float *dx = mem_floats(MEM_TEMP, (size_t)T * D, "d x");
@@ -609,7 +617,8 @@ float *model_head_backward(Model *m, int B, int S, float scale, float **dnf_out)
 }
 
 void model_head_free(Model *m) {
-    mem_free(m->xL); mem_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse); mem_free(m->scalef);
+    mem_free(m->xL); matmul_packed_free(m->nf); mem_free(m->rstdf); mem_free(m->logits); mem_free(m->lse);
+    mem_free(m->scalef);
     m->xL = m->nf = m->rstdf = m->logits = m->lse = m->scalef = NULL;
 }
 

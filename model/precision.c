@@ -2,6 +2,7 @@
 // activations; the loops over the values are kernels (kernels/cast.h).
 #include "model/precision.h"
 #include "model/weights16.h"
+#include "model/matmul.h"
 #include "kernels/kernels.h"
 #include "base/memory.h"
 #include "core/common.h"
@@ -42,6 +43,12 @@ void act_pack_if_float(const Config *c, float **p, size_t n) {
 }
 
 int packed_operands(const Config *c) { return weights16_on() && cfg_bf16(c); }
+
+void act_for_products(const Config *c, float **p, size_t n) {
+    if (!*p || mem_size(*p) >= sizeof(float) * MM_MAX(n, 1)) return;   // floats (a recomputation's)
+    if (packed_operands(c)) *p = (float *)matmul_packed((uint16_t *)(void *)*p, n);
+    else act_unpack(c, p, n);
+}
 
 static size_t element_bytes(const Config *c) { return packed_operands(c) ? sizeof(uint16_t) : sizeof(float); }
 

@@ -59,6 +59,12 @@ void act_unpack(const Config *c, float **p, size_t n);
 void act_unpack_if_packed(const Config *c, float **p, size_t n);
 // act_pack unless *p is already 16-bit (packed by an earlier forward, kept for a recomputation).
 void act_pack_if_float(const Config *c, float **p, size_t n);
+// A saved activation that in the backward pass only products read (the pre-attention norm's
+// output n1 and the final norm's nf, model/model.c): where act_pack left it as n 16-bit
+// numbers and under packed_operands, handed to the products as those numbers
+// (model/matmul.h: matmul_packed, read in place; matmul_packed_free ends it); elsewhere as
+// act_unpack_if_packed, floats.
+void act_for_products(const Config *c, float **p, size_t n);
 
 // 1 in bf16 mode under bf16_storage, whose products read 16-bit operands
 // (model/weights16.h): then the arrays that only products read, and those that the layers

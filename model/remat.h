@@ -27,7 +27,8 @@ RematPlan remat_plan(const Config *c);
 // Right after layer l's forward: drop or offload what the plan says.
 void remat_after_forward(Model *m, int l, LayerActs *a);
 // Inside layer l's backward (weights in place), just before each half needs its tensors:
-// offloaded ones back to the device, 16-bit ones unpacked, dropped ones recomputed (no
+// offloaded ones back to the device, 16-bit ones unpacked (but n1 under packed_operands,
+// which the products read as it is: model/precision.h's act_for_products), dropped ones recomputed (no
 // statistics counted again). The FFN half first: it recomputes the attention block too
 // when h was dropped (full; save_qkv_proj: only the core and out projection, from the kept
 // q, k, v); with h kept (save_out_proj) attention is recomputed only when its half of the

@@ -59,6 +59,8 @@ both ds-ft     deepseek-tiny dtype=bfloat16 megablox=true ici_fsdp_parallelism=2
 both mx-ep     mixtral-tiny dtype=bfloat16 megablox=true ici_expert_parallelism=2 num_devices=2
 both ds-cp     deepseek-tiny attention=flash ici_context_parallelism=2 num_devices=2
 both ds-w16 deepseek-tiny dtype=bfloat16 bf16_storage=kept megablox=true ici_tensor_parallelism=2 num_devices=2
+# (every layer's tensors kept: the saved norm outputs n1 and nf read by the products as 16-bit numbers)
+both mx-w16n mixtral-tiny dtype=bfloat16 bf16_storage=kept remat_policy=none
 echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
     "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
@@ -84,7 +86,7 @@ both dsm       deepseek-medium gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
     max_target_length=128 per_device_batch_size=1
 wait
 
-for name in mx-offl ds-ft mx-ep ds-cp ds-w16; do
+for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n; do
     ok_run $name || continue
     check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then
