@@ -506,7 +506,7 @@ void model_layer_free(Model *m, int l, LayerActs *a) {
     else attention_saved_free(&a->attn);
     if (cfg_layer_is_moe(&m->cfg, l)) moe_saved_free(&a->moe);
     else mlp_saved_free(&a->mlp);
-    mem_free(a->x); matmul_packed_free(a->n1); mem_free(a->rstd1);   // (n1: perhaps act_for_products')
+    mem_free(a->x); matmul_packed_free(a->n1); mem_free(a->rstd1);   // n1: perhaps a 16-bit operand (act_for_products)
     mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
     mem_free(a->scale1); mem_free(a->scale2);
     a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = a->scale1 = a->scale2 = NULL;
@@ -567,7 +567,6 @@ void model_head_unpack(Model *m, int T) {
     if (vocab_tiled(c)) act_unpack(c, &m->nf, (size_t)T * c->base_emb_dim);
     else act_for_products(c, &m->nf, (size_t)T * c->base_emb_dim);
 }
-
 
 // d logits (T,V), the operand of the head's products; head_dlogits_end releases it.
 static const float *head_dlogits(Model *m, int T, int V, float scale) {
