@@ -173,6 +173,14 @@ run mx16-unit configs/mixtral-tiny.yml $TINY dtype=bfloat16 bf16_storage=per_uni
 check "bf16_storage=per_unit, mx16: losses bit-identical ($(bits mx16-unit))" same_bits mx16 mx16-unit
 check "bf16_storage=per_unit: said at start-up" grep -q "made for each use of a unit" "$dir/mx16-unit.out"
 check "bf16_storage=kept with whole units: said at start-up" grep -q "kept from update to update" "$dir/mx16-w16.out"
+# Sampling reads the logits: under bf16_storage=kept 16-bit numbers, widened (model_logits_rows),
+# else floats; the same text, each device's columns gathered over tensor=2.
+sample_of() { sed -n '/^---- sample/,/^----$/p' "$dir/$1.out"; }
+run smp16 configs/mixtral-tiny.yml $TINY steps=2 sample_length=16 dtype=bfloat16 ici_tensor_parallelism=2
+run smp16-w16 configs/mixtral-tiny.yml $TINY steps=2 sample_length=16 dtype=bfloat16 bf16_storage=kept \
+    ici_tensor_parallelism=2
+same_sample() { [ -n "$(sample_of smp16)" ] && [ "$(sample_of smp16)" = "$(sample_of smp16-w16)" ]; }
+check "bf16_storage=kept: the sample's text as without it ($(sample_of smp16-w16 | sed -n 2p | head -c 40))" same_sample
 # A layer's weights: attention's four kernels, two norm scales, the gate, the experts' three.
 layer=$((D * N * Dh + 2 * D * Nkv * Dh + N * Dh * D + 2 * D + D * E + 3 * E * D * H))
 halved() {
