@@ -528,9 +528,9 @@ void model_head_forward(Model *m, float *x, int T) {
     m->nf = mem_floats(MEM_ACTIVATIONS, (size_t)T * D, "final norm out");
     m->rstdf = mem_floats(MEM_ACTIVATIONS, (size_t)T, "final norm rstd");
     m->scalef = rmsnorm_constrained(c, m->nf, m->rstdf, x, m->params.final_norm, T, D, "constraint copy: decoder output");
-    if (vocab_tiled(c)) return;   // num_vocab_tiling: the logits come tile by tile with the loss (model/vocab_tiling.h)
     // Cast point 16: the logits rounded to bf16, kept as 16-bit numbers where head_packed.
-    m->logits16 = head_packed(c);
+    m->logits16 = !vocab_tiled(c) && head_packed(c);
+    if (vocab_tiled(c)) return;   // num_vocab_tiling: the logits come tile by tile with the loss (model/vocab_tiling.h)
     if (m->logits16) {
         m->logits = packed_alloc(c, (size_t)T * V, 0, "logits");
         matmul_forward_round16(m->logits, m->nf, m->params.logits, T, D, V);
