@@ -103,18 +103,13 @@ __global__ static void backward_kernel(float *dz, const float *lse, const int *t
     if (k < (size_t)T * V) dz[k] = dz_dev(dz[k], k, lse, targets, V, v0, zmul, scale);
 }
 
-// The same into dz's bits, the logits only read.
-__global__ static void backward_packed_kernel(uint16_t *dz, const float *logits, const float *lse, const int *targets,
+// The same rounded to bf16 bits, from logits stored as floats or as bf16 bits (L); dz may be
+// the logits' bits themselves (loss_backward16): each thread reads its element, then writes it.
+template <class L>
+__global__ static void backward_packed_kernel(uint16_t *dz, const L *logits, const float *lse, const int *targets,
                                               int T, int V, int v0, float zmul, float scale) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k < (size_t)T * V) dz[k] = bf16_bits_dev(dz_dev(logits[k], k, lse, targets, V, v0, zmul, scale));
-}
-
-// The same from the logits' bits, written over them.
-__global__ static void backward16_kernel(uint16_t *dz, const float *lse, const int *targets, int T, int V, int v0,
-                                         float zmul, float scale) {
-    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k < (size_t)T * V) dz[k] = bf16_bits_dev(dz_dev(bf16_float_dev(dz[k]), k, lse, targets, V, v0, zmul, scale));
+    if (k < (size_t)T * V) dz[k] = bf16_bits_dev(dz_dev(logit_at(logits, k), k, lse, targets, V, v0, zmul, scale));
 }
 
 __global__ static void move_rows_kernel(float *dst, const float *src, long dst_row0, long src_row0, int len, int w) {
@@ -190,22 +185,22 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
     GPU_CHECK_LAUNCH();
 }
 
-// dz (T,V) = the bits of scale * dl/dz, from the logits.
-static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
-                                 int v0, float zmul, float scale) {
+// dz (T,V) = the bits of scale * dl/dz, from logits as floats or as bf16 bits (L).
+template <class L>
+static void backward_packed(uint16_t *dz, const L *logits, const float *lse, const int *targets, int T, int V, int v0,
+                            float zmul, float scale) {
     if ((size_t)T * V == 0) return;
-    GPU_LAUNCH(backward_packed_kernel, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
+    GPU_LAUNCH(backward_packed_kernel<L>, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
         dz, logits, lse, targets, T, V, v0, zmul, scale);
     GPU_CHECK_LAUNCH();
 }
-
-// dz (T,V) = the bits of scale * dl/dz, written over the logits' bits.
+static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,
+                                 int v0, float zmul, float scale) {
+    backward_packed(dz, logits, lse, targets, T, V, v0, zmul, scale);
+}
 static void loss_backward16(uint16_t *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
                             float scale) {
-    if ((size_t)T * V == 0) return;
-    GPU_LAUNCH(backward16_kernel, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
-        dz, lse, targets, T, V, v0, zmul, scale);
-    GPU_CHECK_LAUNCH();
+    backward_packed(dz, (const uint16_t *)dz, lse, targets, T, V, v0, zmul, scale);   // written over the logits
 }
 
 // dst (len,w) = rows t0 .. t0+len-1 of src (T,w).

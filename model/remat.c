@@ -250,7 +250,7 @@ void remat_restore_attn(Model *m, int l, LayerActs *a, int B, int S) {
     move_all(q, attn_ptrs(c, a, q), 0);
     a->x = mem_to_device(a->x);
     unpack(c, &a->x, n);
-    if (!packed_operands(c)) unpack(c, &a->n1, n);
+    if (!packed_operands(c)) unpack(c, &a->n1, n);   // else act_for_products, below
     if (attn_gone(c, a) || ctx_gone(c, a)) attn_recompute(m, l, a, B, S);
     if (!a->n1) norm_recompute(c, &a->n1, &a->rstd1, &a->scale1, a->x, m->params.layers[l].pre_norm, T);
     act_for_products(c, &a->n1, n);   // only the projections' weight gradients read n1

@@ -23,19 +23,31 @@ static void exp_shifted(float *e, const float *z, float shift, int n) {
     expf_n(e, e, n);
 }
 
-static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+// The n logits from element at as floats: zf's own, or zh's widened into e (exact).
+static const float *chunk_floats(float *e, const float *zf, const uint16_t *zh, size_t at, int n) {
+    if (zf) return zf + at;
+    for (int i = 0; i < n; i++) e[i] = bf16_float(zh[at + i]);
+    return e;
+}
+
+// piece (T) from logits as floats (zf) or as 16-bit numbers (zh).
+static void sum_exp_rows(float *piece, const float *zf, const uint16_t *zh, const float *m, int T, int V, int c0,
+                         int Vc) {
     enum { CHUNK = 256 };
     #pragma omp parallel for if (T * Vc > 65536)
     for (int t = 0; t < T; t++) {
-        const float *z = logits + (size_t)t * V + (size_t)c0;
+        size_t row = (size_t)t * V + (size_t)c0;
         float s = 0.0f, e[CHUNK];
         for (int i0 = 0; i0 < Vc; i0 += CHUNK) {   // the exps of a chunk, then their sum in order
             int n = Vc - i0 < CHUNK ? Vc - i0 : CHUNK;
-            exp_shifted(e, z + i0, m[t], n);
+            exp_shifted(e, chunk_floats(e, zf, zh, row + i0, n), m[t], n);
             for (int i = 0; i < n; i++) s += e[i];
         }
         piece[t] = s;
     }
+}
+static void loss_sum_exp(float *piece, const float *logits, const float *m, int T, int V, int c0, int Vc) {
+    sum_exp_rows(piece, logits, NULL, m, T, V, c0, Vc);
 }
 
 static void loss_target_logit(float *zt, const float *logits, const int *targets, int T, int V, int v0) {
@@ -85,9 +97,6 @@ static void loss_backward(float *dz, const float *lse, const int *targets, int T
 // logits are floats (zf) or 16-bit numbers (zh, widened exactly; dz may be zh: each piece is
 // read before it is written).
 enum { BLOCK = 512 };
-static void widen(float *x, const uint16_t *h, int n) {
-    for (int i = 0; i < n; i++) x[i] = bf16_float(h[i]);
-}
 static void backward_packed_rows(uint16_t *dz, const float *zf, const uint16_t *zh, const float *lse,
                                  const int *targets, int T, int V, int v0, float zmul, float scale) {
     #pragma omp parallel for if (T * V > 65536)
@@ -98,10 +107,8 @@ static void backward_packed_rows(uint16_t *dz, const float *zf, const uint16_t *
         for (int i0 = 0; i0 < V; i0 += BLOCK) {
             float g[BLOCK];
             int len = V - i0 < BLOCK ? V - i0 : BLOCK;
-            size_t at = (size_t)t * V + i0;
-            if (zf) memcpy(g, zf + at, sizeof(float) * len);
-            else widen(g, zh + at, len);
-            dz_piece(g, g, i0, len, lse[t], coef, scale, targets[t] - v0);
+            dz_piece(g, chunk_floats(g, zf, zh, (size_t)t * V + i0, len), i0, len, lse[t], coef, scale,
+                     targets[t] - v0);
             for (int i = 0; i < len; i++) d[i0 + i] = bf16_bits(g[i]);
         }
     }
@@ -124,19 +131,7 @@ static void loss_row_max16(float *m, const uint16_t *logits, int T, int V) {
 }
 
 static void loss_sum_exp16(float *piece, const uint16_t *logits, const float *m, int T, int V, int c0, int Vc) {
-    enum { CHUNK = 256 };
-    #pragma omp parallel for if (T * Vc > 65536)
-    for (int t = 0; t < T; t++) {
-        const uint16_t *z = logits + (size_t)t * V + (size_t)c0;
-        float s = 0.0f, e[CHUNK];
-        for (int i0 = 0; i0 < Vc; i0 += CHUNK) {
-            int n = Vc - i0 < CHUNK ? Vc - i0 : CHUNK;
-            widen(e, z + i0, n);
-            exp_shifted(e, e, m[t], n);
-            for (int i = 0; i < n; i++) s += e[i];
-        }
-        piece[t] = s;
-    }
+    sum_exp_rows(piece, NULL, logits, m, T, V, c0, Vc);
 }
 
 static void loss_target_logit16(float *zt, const uint16_t *logits, const int *targets, int T, int V, int v0) {
