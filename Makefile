@@ -211,9 +211,13 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvc
 HIPCC     ?= hipcc
 GPU_SRC   := $(wildcard gpu/*.cu)
 GPU_HDRS  := $(wildcard gpu/*.h) $(wildcard kernels/*.h)
+# The kernels' code compressed in the binary (--compress-mode=size, nvcc 12.8 and later; read by the
+# driver that the CUDA 13 runtime needs anyway, 580 or later): 5-6 times fewer bytes of device code,
+# so that the binaries a GPU session carries fit its 64 MiB with room (docs/gpu-session.md).
+NVCOMPRESS = $(shell $(NVCC) --help 2>/dev/null | grep -q -- --compress-mode && echo --compress-mode=size)
 NVFLAGS   := -O2 -std=c++17 --fmad=false -I. -Xcompiler -Wall,-Wextra \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-             -gencode arch=compute_90,code=compute_90
+             -gencode arch=compute_90,code=compute_90 $(NVCOMPRESS)
 HIPFLAGS  := -O2 -std=c++17 -ffp-contract=off -I. -Wall -Wextra --offload-arch=gfx90a --offload-arch=gfx940 \
              -Xarch_device -Wno-unused-function
 # The CPU backend as the oracle, built portably (no -march=native: the binary runs on the GPU

@@ -72,13 +72,16 @@ step() {
 skip() { ROWS+=("$1|SKIPPED|-|0|$2"); echo "==== $1: SKIPPED ($2)" >> "$LOG"; }
 checks() { step "$1" "$2" bash tests/gpu_checks.sh "$1" "$W"; }
 
-# The carried binaries start here? If not (or the driver is older than their runtime), build
-# them with this machine's nvcc (docs/gpu.md: a CUDA 12 toolkit for a driver older than 580).
+# The carried binaries start here? If not (or the driver is older than their runtime, or cannot
+# load their device code, which the Makefile compresses: NVCOMPRESS), build them with this
+# machine's nvcc (docs/gpu.md: a CUDA 12 toolkit for a driver older than 580), uncompressed.
 starts() { ./train_gpu --help > /dev/null 2>&1; }
-driver_too_old() {   # (a machine with no driver at all gets the same runtime error: not that)
+cannot_run_kernels() {   # (a machine with no driver at all gets the same runtime error: not that)
     local msg; msg=$(timeout 30 ./train_gpu configs/mixtral-tiny.yml device=gpu steps=1 eval_steps=1 sample_length=0 \
         max_target_length=16 per_device_batch_size=1 2>&1)
-    [[ $msg == *"driver version is insufficient"* && $msg != *"no GPU driver is installed"* ]]
+    [[ $msg != *"no GPU driver is installed"* ]] || return 1
+    [[ $msg == *"driver version is insufficient"* || $msg == *"kernel image"* ]] &&
+        echo "-- the carried ./train_gpu cannot run its kernels here: ${msg##*meshmoe: }" >> "$LOG"
 }
 rebuild() {
     echo "-- the carried binaries: $(ls -l train_gpu build/conformance_gpu 2>&1 | tr '\n' ' ')"
@@ -86,7 +89,7 @@ rebuild() {
     [ -n "$nvcc" ] || { echo "no nvcc on this machine: cannot rebuild"; return 1; }
     "$nvcc" --version | tail -2
     mv train_gpu train_gpu.carried; mv build/conformance_gpu build/conformance_gpu.carried
-    if ! make -j"$(nproc)" gpu NVCC="$nvcc" > "$W/rebuild.log" 2>&1; then
+    if ! make -j"$(nproc)" gpu NVCC="$nvcc" NVCOMPRESS= > "$W/rebuild.log" 2>&1; then
         tail -20 "$W/rebuild.log"
         mv train_gpu.carried train_gpu; mv build/conformance_gpu.carried build/conformance_gpu   # as they were
         return 1
@@ -101,7 +104,7 @@ mkdir -p "$W"
 checks probe 30
 if [ ! -e ./train_gpu ] || [ ! -e build/conformance_gpu ]; then
     skip rebuild "no ./train_gpu or build/conformance_gpu: run make gpu-carry and carry them (docs/gpu.md)"
-elif ! starts || driver_too_old; then
+elif ! starts || cannot_run_kernels; then
     step rebuild 150 bash -c rebuild
 fi
 

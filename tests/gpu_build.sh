@@ -38,9 +38,17 @@ if [ "$target" = gpu ]; then
         check "without a GPU build/products_gpu stops (exit $rc) saying so: $(printf '%s' "$msg" | grep -m1 'no GPU')" \
             sh -c "[ $rc -ne 0 ] && printf '%s' \"\$1\" | grep -q 'no GPU'" _ "$msg"
     fi
-    for arch in sm_80 sm_90; do
-        check "the objects hold $arch machine code" grep -q "$arch" build/gpu/gemm.o
+    # the device code by the fat binary's entry headers (tests/fatbin.py): machine code for
+    # sm_80 and sm_90 and sm_90's PTX, compressed where nvcc can (the Makefile's NVCOMPRESS)
+    code=$(python3 tests/fatbin.py train_gpu 2>&1)
+    for entry in "elf sm_80" "elf sm_90" "ptx sm_90"; do
+        check "./train_gpu holds $entry code: $(printf '%s\n' "$code" | grep -c "^$entry") objects" \
+            sh -c "printf '%s\n' \"\$1\" | grep -q '^$entry'" _ "$code"
     done
+    if [ -n "$(make -s -f Makefile --eval 'print-nvcompress: ; @echo $(NVCOMPRESS)' print-nvcompress)" ]; then
+        plain=$(for o in build/gpu/*.o; do python3 tests/fatbin.py "$o"; done 2>&1 | grep -vc ' compressed$')
+        check "build/gpu/*.o's device code compressed (--compress-mode=size): $plain entries not" test "$plain" -eq 0
+    fi
 else
     for arch in gfx90a gfx940; do
         check "$bin holds $arch code" grep -q "amdgcn-amd-amdhsa--$arch" "$bin"
