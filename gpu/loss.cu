@@ -12,8 +12,8 @@
 //
 // Launch geometry: row max, one block of GPU_THREADS per token; sum of exponentials, one
 // block of GPU_THREADS per SUM_ROWS tokens; target logit and lse, one thread per token; the
-// loss leaf, one thread in all (len adds); the backward and the tile moves, one thread per
-// element.
+// loss leaf, one thread in all (len adds); the backward, one thread per column of a block's
+// rows (loss_grid); the tile moves, one thread per element.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
@@ -85,22 +85,36 @@ __global__ static void leaf_sum_kernel(double *sum, const float *lse, const floa
     *sum = s;
 }
 
-// Element k of scale * dl/dz from its logit z: softmax * (1 + 2*zmul*lse) - onehot, 0 for a
-// token without a target.
-__device__ static inline float dz_dev(float z, size_t k, const float *lse, const int *targets, int V, int v0,
-                                      float zmul, float scale) {
-    size_t t = k / V;
+// Element (t, c) of scale * dl/dz from its logit z: softmax * (1 + 2*zmul*lse) - onehot, 0 for
+// a token without a target.
+__device__ static inline float dz_dev(float z, int t, int c, const float *lse, const int *targets, int v0, float zmul,
+                                      float scale) {
     if (targets[t] < 0) return 0.0f;
     float coef = 1.0f + 2.0f * zmul * lse[t];   // d(lse + zmul*lse^2)/d lse
     float g = scale * (expf(z - lse[t]) * coef);
-    if ((int)(k % V) == targets[t] - v0) g -= scale;
+    if (c == targets[t] - v0) g -= scale;
     return g;
+}
+
+// The backward's grid (loss_grid): x across a row's columns, y down the rows, each block then
+// taking rows blockIdx.y, blockIdx.y + gridDim.y, ... (LOSS_GRID_ROWS in y at most: CUDA allows
+// 65535; a medium preset's 8192 tokens make 8 rows a block, 125 x 1024 blocks). An element's row
+// and column come from the grid, not from a flat index: a division of that index by V (and its
+// remainder) is a routine of tens of integer instructions on a GPU, which has no divide
+// instruction, for each of those 262 million logits, whose bf16 bits are read and written once.
+enum { LOSS_GRID_ROWS = 1024 };
+static dim3 loss_grid(int T, int V) {
+    return dim3(blocks_for((size_t)V, GPU_THREADS), T < LOSS_GRID_ROWS ? T : LOSS_GRID_ROWS);
 }
 
 __global__ static void backward_kernel(float *dz, const float *lse, const int *targets, int T, int V, int v0,
                                        float zmul, float scale) {
-    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k < (size_t)T * V) dz[k] = dz_dev(dz[k], k, lse, targets, V, v0, zmul, scale);
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= V) return;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        size_t k = (size_t)t * V + c;
+        dz[k] = dz_dev(dz[k], t, c, lse, targets, v0, zmul, scale);
+    }
 }
 
 // The same rounded to bf16 bits, from logits stored as floats or as bf16 bits (L); dz may be
@@ -108,8 +122,12 @@ __global__ static void backward_kernel(float *dz, const float *lse, const int *t
 template <class L>
 __global__ static void backward_packed_kernel(uint16_t *dz, const L *logits, const float *lse, const int *targets,
                                               int T, int V, int v0, float zmul, float scale) {
-    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k < (size_t)T * V) dz[k] = bf16_bits_dev(dz_dev(logit_at(logits, k), k, lse, targets, V, v0, zmul, scale));
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= V) return;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        size_t k = (size_t)t * V + c;
+        dz[k] = bf16_bits_dev(dz_dev(logit_at(logits, k), t, c, lse, targets, v0, zmul, scale));
+    }
 }
 
 __global__ static void move_rows_kernel(float *dst, const float *src, long dst_row0, long src_row0, int len, int w) {
@@ -180,8 +198,7 @@ static void loss_leaf_sum(double *sum, const float *lse, const float *zt, const 
 static void loss_backward(float *dz, const float *lse, const int *targets, int T, int V, int v0, float zmul,
                           float scale) {
     if ((size_t)T * V == 0) return;
-    GPU_LAUNCH(backward_kernel, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
-        dz, lse, targets, T, V, v0, zmul, scale);
+    GPU_LAUNCH(backward_kernel, loss_grid(T, V), GPU_THREADS, 0)(dz, lse, targets, T, V, v0, zmul, scale);
     GPU_CHECK_LAUNCH();
 }
 
@@ -190,8 +207,8 @@ template <class L>
 static void backward_packed(uint16_t *dz, const L *logits, const float *lse, const int *targets, int T, int V, int v0,
                             float zmul, float scale) {
     if ((size_t)T * V == 0) return;
-    GPU_LAUNCH(backward_packed_kernel<L>, blocks_for((size_t)T * V, GPU_THREADS), GPU_THREADS, 0)(
-        dz, logits, lse, targets, T, V, v0, zmul, scale);
+    GPU_LAUNCH(backward_packed_kernel<L>, loss_grid(T, V), GPU_THREADS, 0)(dz, logits, lse, targets, T, V, v0, zmul,
+                                                                           scale);
     GPU_CHECK_LAUNCH();
 }
 static void loss_backward_packed(uint16_t *dz, const float *logits, const float *lse, const int *targets, int T, int V,

@@ -163,9 +163,11 @@ static void test_loss16_case(int T, int V) {
 void test_loss(void) {
     test_loss16_case(13, 50);
     test_loss16_case(70, 1100);   // rows wider than a block of the packed gradient and of the row max
+    test_loss16_case(1030, 3);   // more rows than the backward's grid holds, as test_loss_case
     test_loss_case(13, 50);
     test_loss_case(9, 1000);   // rows wider than a block: the row max's reduction over warps
     test_loss_case(70, 300);   // the sum of exponentials: 3 blocks of 32 tokens (the last partial), 128-column tiles
+    test_loss_case(1030, 3);   // more rows than the backward's grid holds (1024, gpu/loss.cu): blocks take a second
 }
 
 // ---------------------------------------------------------------- moe
