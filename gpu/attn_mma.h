@@ -206,28 +206,13 @@ __device__ static void tile_copy(bf16 *xs, int ld, const bf16 *x, int n, int nma
 // in local memory, with the struct that holds it).
 template <class T> __device__ __forceinline__ static T *stage_of(T *const (&a)[2], int u) { return u ? a[1] : a[0]; }
 
-// A thread's walk over a tile's 16-byte pieces t = t0, t0 + step, ...: piece t is piece t % per
-// of row t / per. The row and piece advance by the step's own quotient and remainder, found
-// once: a GPU has no divide instruction, and dividing by a number known only at run time (per
-// is D / 8) costs a routine of integer instructions at every piece of every tile.
-struct PieceWalk {
-    int row, piece, drow, dpiece, per;
-    __device__ PieceWalk(int t0, int step, int n) : row(t0 / n), piece(t0 % n), drow(step / n), dpiece(step % n), per(n) {}
-    __device__ void next() {
-        row += drow;
-        piece += dpiece;
-        if (piece >= per) piece -= per, row++;
-    }
-};
-
 // tile_copy's rows as copies that run while the block computes (cp_async16, gpu/gpu.h), rows
 // past n written as zeros by the copies themselves; the caller closes the group, waits for it
 // and meets a barrier before any thread reads xs.
 __device__ static void tile_copy_async(bf16 *xs, int ld, const bf16 *x, int n, int nmax, int D) {
     int per = D / 8, total = nmax * per;
-    PieceWalk w(threadIdx.x, MMA_THREADS, per);
-    for (int t = threadIdx.x; t < total; t += MMA_THREADS, w.next()) {
-        int r = w.row, c = w.piece * 8;
+    for (int t = threadIdx.x; t < total; t += MMA_THREADS) {
+        int r = t / per, c = t % per * 8;
         cp_async16(xs + r * ld + c, r < n ? x + (size_t)r * D + c : x, r < n);
     }
 }
