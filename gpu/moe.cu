@@ -4,13 +4,14 @@
 // Launch geometry: sort_rows runs one block per expert (below); dense_rows and add_shared one
 // thread per element; the gather, the scatter-adds, combine_forward and combine_backward's dy
 // one thread per element too, a block per row's piece of columns (row_grid); combine_forward's
-// thread orders its token's K slots by expert and adds them in that order; combine_backward's
+// block orders its token's K slots by expert once (token_order) and each thread adds them in
+// that order; combine_backward's
 // dw a block per 32 assignments, one thread of it adding an assignment's products over d in
 // order.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 
-// The most experts per token combine_forward sorts in registers (the presets use 2 to 8).
+// The most experts per token the combine and the scatter-add sort (the presets use 2 to 8).
 enum { MOE_MAX_K = 32 };
 
 // The CPU's counting sort in parallel, with its result: block e (of E) places the rows of
@@ -96,22 +97,34 @@ __global__ static void scatter_add_rows_kernel(float *dx, const float *dxs, cons
     if (d < D) dx[(size_t)row_token[r0 + i] * D + d] += dxs[((size_t)r0 + i) * D + d];
 }
 
+// ord[0..K) = one token's slots 0 .. K-1 in ascending order of key[slot] (a stable insertion
+// sort), made in the block's shared memory by its first thread, then the barrier: once a block,
+// where each thread sorted them for its own column (an array indexed at run time, which the GPU
+// keeps in local memory, at every element of the (T,D) output).
+__device__ static void token_order(int *ord, const int *key, int K) {
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < K; k++) {
+            int j = k;
+            for (; j > 0 && key[ord[j - 1]] > key[k]; j--) ord[j] = ord[j - 1];
+            ord[j] = k;
+        }
+    }
+    __syncthreads();
+}
+
 // One thread per element of dx (a block per token's piece of columns): its token's K rows in
 // ascending row order, added one after another onto the element (no two threads write one
 // element).
 __global__ static void scatter_add_tokens_kernel(float *dx, const float *dxs, const int *assign_row, int K, int D) {
+    __shared__ int ord[MOE_MAX_K];   // the token's slots by row
     size_t t = blockIdx.x;
     int d = row_col();
+    const int *rows = assign_row + t * K;
+    token_order(ord, rows, K);
     if (d >= D) return;
     size_t id = t * D + d;
-    int rows[MOE_MAX_K];
-    for (int k = 0; k < K; k++) {   // insertion sort of the token's rows
-        int r = assign_row[t * K + k], j = k;
-        for (; j > 0 && rows[j - 1] > r; j--) rows[j] = rows[j - 1];
-        rows[j] = r;
-    }
     float o = dx[id];
-    for (int k = 0; k < K; k++) o += dxs[(size_t)rows[k] * D + d];
+    for (int k = 0; k < K; k++) o += dxs[(size_t)rows[ord[k]] * D + d];
     dx[id] = o;
 }
 
@@ -124,17 +137,12 @@ __device__ static inline void dy_put(uint16_t *dy, size_t i, float v) { dy[i] = 
 template <class Y>
 __global__ static void combine_forward_kernel(float *out, const Y *y, const float *w, const int *top_idx,
                                               const int *assign_row, int D, int K, int bf16_sum, int bf16) {
+    __shared__ int ord[MOE_MAX_K];   // the token's slots by expert index
     size_t t = blockIdx.x;
     int d = row_col();
+    token_order(ord, top_idx + t * K, K);
     if (d >= D) return;
     size_t id = t * D + d;
-    const int *idx = top_idx + t * K;
-    int ord[MOE_MAX_K];
-    for (int k = 0; k < K; k++) ord[k] = k;
-    for (int i = 1; i < K; i++)   // insertion sort of the slots by expert index
-        for (int j = i; j > 0 && idx[ord[j]] < idx[ord[j - 1]]; j--) {
-            int tmp = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = tmp;
-        }
     float o = 0.0f;
     for (int k = 0; k < K; k++) {
         size_t a = t * K + ord[k];
