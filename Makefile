@@ -215,7 +215,9 @@ GPU_HDRS  := $(wildcard gpu/*.h) $(wildcard kernels/*.h)
 # driver that the CUDA 13 runtime needs anyway, 580 or later): 5-6 times fewer bytes of device code,
 # so that the binaries a GPU session carries fit its 64 MiB with room (docs/gpu-session.md).
 NVCOMPRESS = $(shell $(NVCC) --help 2>/dev/null | grep -q -- --compress-mode && echo --compress-mode=size)
-NVFLAGS   := -O2 -std=c++17 --fmad=false -I. -Xcompiler -Wall,-Wextra \
+# -Xptxas -v: each object's log (%.o.log) holds every kernel's registers, stack frame and spills,
+# which tests/gpu_build.sh checks against tests/gpu_spills.txt (tests/ptxas_report.py).
+NVFLAGS   := -O2 -std=c++17 --fmad=false -I. -Xcompiler -Wall,-Wextra -Xptxas -v \
              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90 $(NVCOMPRESS)
 HIPFLAGS  := -O2 -std=c++17 -ffp-contract=off -I. -Wall -Wextra --offload-arch=gfx90a --offload-arch=gfx940 \

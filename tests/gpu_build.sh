@@ -38,6 +38,12 @@ if [ "$target" = gpu ]; then
         check "without a GPU build/products_gpu stops (exit $rc) saying so: $(printf '%s' "$msg" | grep -m1 'no GPU')" \
             sh -c "[ $rc -ne 0 ] && printf '%s' \"\$1\" | grep -q 'no GPU'" _ "$msg"
     fi
+    # every kernel's registers in registers: no stack frame or spill on sm_90 beyond the list
+    # (ptxas -v in the objects' logs; tests/ptxas_report.py prints them all without --check)
+    spills=$(python3 tests/ptxas_report.py --check tests/gpu_spills.txt build/gpu/*.o.log 2>&1); rc=$?
+    check "no GPU function spills or keeps a stack frame beyond tests/gpu_spills.txt: $(printf '%s' "$spills" | head -1)" \
+        test $rc -eq 0
+    [ $rc -ne 0 ] && printf '%s\n' "$spills" | tail -n +2 | head -10
     # the device code by the fat binary's entry headers (tests/fatbin.py): machine code for
     # sm_80 and sm_90 and sm_90's PTX, compressed where nvcc can (the Makefile's NVCOMPRESS)
     code=$(python3 tests/fatbin.py train_gpu 2>&1)
