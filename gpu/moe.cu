@@ -5,9 +5,8 @@
 // thread per element; the gather, the scatter-adds, combine_forward and combine_backward's dy
 // one thread per element too, a block per row's piece of columns (row_grid); combine_forward's
 // block orders its token's K slots by expert once (token_order) and each thread adds them in
-// that order; combine_backward's
-// dw a block per 32 assignments, one thread of it adding an assignment's products over d in
-// order.
+// that order; combine_backward's dw a block per 32 assignments, one thread of it adding an
+// assignment's products over d in order.
 #include "gpu/gpu.h"
 #include "gpu/backend.h"
 

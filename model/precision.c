@@ -34,18 +34,21 @@ void act_unpack(const Config *c, float **p, size_t n) {
     *p = f;
 }
 
+// 1 when p holds its n elements as 16-bit numbers (act_pack's), 0 when as floats.
+static int is_packed(const float *p, size_t n) { return mem_size(p) < sizeof(float) * MM_MAX(n, 1); }
+
 void act_unpack_if_packed(const Config *c, float **p, size_t n) {
-    if (*p && mem_size(*p) < sizeof(float) * MM_MAX(n, 1)) act_unpack(c, p, n);
+    if (*p && is_packed(*p, n)) act_unpack(c, p, n);
 }
 
 void act_pack_if_float(const Config *c, float **p, size_t n) {
-    if (*p && mem_size(*p) >= sizeof(float) * MM_MAX(n, 1)) act_pack(c, p, n);
+    if (*p && !is_packed(*p, n)) act_pack(c, p, n);
 }
 
 int packed_operands(const Config *c) { return weights16_on() && cfg_bf16(c); }
 
 void act_for_products(const Config *c, float **p, size_t n) {
-    if (!*p || mem_size(*p) >= sizeof(float) * MM_MAX(n, 1)) return;   // floats (a recomputation's)
+    if (!*p || !is_packed(*p, n)) return;   // floats (a recomputation's)
     if (packed_operands(c)) *p = (float *)matmul_packed((uint16_t *)(void *)*p, n);
     else act_unpack(c, p, n);
 }
