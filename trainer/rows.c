@@ -12,10 +12,10 @@
 
 static const SweepRow ROWS[] = {
     {"1", "float32_weight_sum", "true,false", "dtype=bfloat16", SW_TOL,
-     "false sums the MoE combine in bf16 (every product and partial sum rounded) instead of from float32 copies "
-     "of the bf16 operands: saves the float32 temporaries of the combine, changes rounding",
-     "the combine's float32 copies live inside one layer call and are freed before the step's peak, which the "
-     "saved activations of the backward pass set"},
+     "false sums the MoE combine in bf16 (every product and partial sum rounded) instead of in float32 rounded "
+     "once: changes rounding only",
+     "the float32 sum accumulates in the output row itself (no float32 copies of the operands, which XLA makes), "
+     "so neither setting allocates anything"},
     {"2", "skip_trivial_specs", "true,false", "", SW_BIT,
      "a sharding constraint whose spec is all-unsharded emits no copy; off, it materialises a copy as XLA does",
      "the constraint copies are temporaries freed before the peak"},
