@@ -507,7 +507,8 @@ static void sample(DeviceRun *d) {
     }
 }
 
-// 6. The end of a run: the final eval (its own peak, next to the last step's), the
+// 6. The end of a run: the final eval (its own peak, next to the last step's as the step
+// reported it: the device's peak since that step began holds the eval too), the
 // checkpoint, a sample.
 static void run_end(DeviceRun *d) {
     const Config *c = &d->c;
@@ -518,7 +519,7 @@ static void run_end(DeviceRun *d) {
         printf("step %5d | eval loss %.4f (first %.4f)\n", d->m.step, last_eval, d->first_eval);
         printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device; "
                "last training step peak %zu bytes\n", dev->mark_total, dev->mark[MEM_TEMP],
-               dev->mark[MEM_ACTIVATIONS], d->Be, dev->peak_total);
+               dev->mark[MEM_ACTIVATIONS], d->Be, d->stats[d->id].peak_total);
     }
     if (c->save_checkpoint[0]) {
         checkpoint_save(&d->m, c->save_checkpoint);
