@@ -38,8 +38,8 @@ static const SweepRow ROWS[] = {
      "no copy of the expert intermediate for a dtype cast that changes nothing; off, one [tokens,H] copy",
      "the [tokens,H] copy is a temporary freed before the peak"},
     {"8", "pipeline_shift_impl", "ppermute,slice", "ici_pipeline_parallelism=@stages", SW_BIT,
-     "slice rotates the stacked stage outputs by a local slice/pad; ppermute sends them by a collective whose "
-     "send and receive buffers are held in the loop state",
+     "slice sends each stage output straight into the neighbour's new row and frees it (MaxText's slice and pad "
+     "of the stacked state); ppermute sends it through send and receive buffers held in the loop state",
      "the shift buffers are one microbatch's activations, small next to the saved activations that set the "
      "peak, and the receive buffer is reused by the next iteration's input"},
     {"9", "pipeline_save_decoder_layer_input", "true,false", "ici_pipeline_parallelism=@stages", SW_BIT,
