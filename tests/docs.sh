@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/docs.sh: the documentation points at things that exist. Every markdown link and
 # every `docs/NAME.md#section` cited from code, scripts or docs names a file of the
-# repository and a heading in it; every `file.c:function` that the docs cite names a
+# repository and a heading in it; every `file.c:function` (or .h, .cu) that the docs cite names a
 # function defined in that file; no doc cites code by line number; every key of the
 # sweep's table (trainer/rows.c) has its section in docs/optimizations.md; and the key table
 # of docs/config.md is what ./train --help-config --markdown prints (the one check that
@@ -46,17 +46,18 @@ done < <(printf '%s\n' "$FILES" | grep -vE '\.(bin|png|svg|safetensors)$' | xarg
          sed -E 's/^([^:]*):(docs\/[a-z_-]+\.md)#(.*)$/\1:\2:\3/')
 check "$n citations of docs/NAME.md#section name a heading that exists: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
 
-# 3. Code cited as file:function in the docs: the function is defined (or declared) in the file.
+# 3. Code cited as file:function in the docs (C and CUDA files): the function is defined (or
+# declared) in the file.
 DOCS="README.md $(printf '%s\n' $MD | grep '^docs/')"
 bad=(); n=0
 while IFS=: read -r src fn; do
     n=$((n + 1))
     [ -f "$src" ] && grep -qE "^[^ /#].*\b$fn\(" "$src" || bad+=("$src:$fn")
-done < <(grep -vh '^|' $DOCS | grep -oE '\b[a-z_]+(/[a-z_]+)*\.[ch]:[a-z_][a-z_0-9]*' | sort -u)
+done < <(grep -vh '^|' $DOCS | grep -oE '\b[a-z_0-9]+(/[a-z_0-9]+)*\.(c|h|cu):[a-z_][a-z_0-9]*' | sort -u)
 check "$n file:function citations in README.md and docs/ name a function of that file: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
 
 # 4. No citation by line number in the docs (outside the measured tables).
-lines=$(grep -nHE '\.[ch]:[0-9]+|\blines? [0-9]+' $DOCS | grep -vE '^[^:]+:[0-9]+:\|' || true)
+lines=$(grep -nHE '\.(c|h|cu):[0-9]+|\blines? [0-9]+' $DOCS | grep -vE '^[^:]+:[0-9]+:\|' || true)
 check "README.md and docs/ cite code by function, not by line number${lines:+: $lines}" [ -z "$lines" ]
 
 # 5. Every key of the sweep's table has its section in the catalog.
