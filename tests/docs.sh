@@ -47,13 +47,22 @@ done < <(printf '%s\n' "$FILES" | grep -vE '\.(bin|png|svg|safetensors)$' | xarg
 check "$n citations of docs/NAME.md#section name a heading that exists: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
 
 # 3. Code cited as file:function in the docs (C and CUDA files): the function is defined (or
-# declared) in the file.
+# declared) in the file. A list after the citation on the same line ("f.c:a, b and c") names
+# functions of the same file; of its further names, those with an underscore are checked
+# (a plain word there may be prose).
+cited_functions() {
+    grep -vh '^|' "$@" |
+        grep -oE '\b[a-z_0-9]+(/[a-z_0-9]+)*\.(c|h|cu):[a-z_][a-z_0-9]*((,| and|, and| /| or|, or) [a-z_][a-z_0-9]*_[a-z_0-9]*)*' |
+        while read -r m; do
+            for fn in $(printf '%s\n' "${m#*:}" | sed -E 's/(,|\band\b|\bor\b|\/)/ /g'); do echo "${m%%:*}:$fn"; done
+        done
+}
 DOCS="README.md $(printf '%s\n' $MD | grep '^docs/')"
 bad=(); n=0
 while IFS=: read -r src fn; do
     n=$((n + 1))
     [ -f "$src" ] && grep -qE "^[^ /#].*\b$fn\(" "$src" || bad+=("$src:$fn")
-done < <(grep -vh '^|' $DOCS | grep -oE '\b[a-z_0-9]+(/[a-z_0-9]+)*\.(c|h|cu):[a-z_][a-z_0-9]*' | sort -u)
+done < <(cited_functions $DOCS | sort -u)
 check "$n file:function citations in README.md and docs/ name a function of that file: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
 
 # 4. No citation by line number in the docs (outside the measured tables).
