@@ -44,7 +44,7 @@ declare -A ROWS=(
     [precision]="1 27 36 37"
 )
 PRESETS="mixtral-tiny deepseek-tiny"
-REMAT="none minimal save_dot_except_mlp save_qkv_proj save_out_proj full minimal_offloaded qkv_proj_offloaded"
+REMAT="none minimal_with_context minimal save_dot_except_mlp save_qkv_proj save_out_proj full minimal_offloaded qkv_proj_offloaded"
 FSDP="1 2 4 8"
 ONE_STEP="steps=1 eval_steps=1 eval_interval=0 sample_length=0 max_target_length=64"
 

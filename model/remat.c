@@ -11,13 +11,19 @@
 //
 //   policy               x      norms  q,k,v   context  h (out_proj)  FFN
 //   none                 device device device  device   device        device
-//   minimal              device remat  device  device   device        device
-//   save_dot_except_mlp  device remat  device  device   device        remat
+//   minimal              device remat  device  remat    device        device
+//   minimal_with_context device remat  device  device   device        device
+//   save_dot_except_mlp  device remat  device  remat    device        remat
+//   save_dot_with_context_except_mlp  (save_dot_except_mlp with context on the device)
 //   save_qkv_proj        device remat  device  remat    remat         remat
 //   save_out_proj        device remat  remat   remat    device        remat
 //   full (MaxText's default) device remat remat remat  remat         remat
-//   minimal_offloaded    device remat  host    host     host          host
+//   minimal_offloaded    device remat  host    remat    host          host
 //   qkv_proj_offloaded   device remat  host    remat    remat         remat
+//
+// MaxText's names and meanings, but for `none`: MaxText still wraps each layer in
+// jax.checkpoint, without a policy, which recomputes everything as `full`; here `none`
+// keeps everything.
 //   custom               decoder_layer_input, query_proj.., context, out_proj, mlpwi.. = device/offload/remat
 //
 // q,k,v (query_proj, key_proj, value_proj) are what attention's projections leave, RoPE
@@ -27,7 +33,7 @@
 // reads; keeping only q, k, v would mean recomputing that chain, i.e. the projections.
 // context is the attention core's output o and its softmax statistics. With q, k, v kept
 // and context dropped, the backward recomputes only the core and the out projection (h),
-// from the kept q, k, v: with context parallelism through the same gather or ring as the
+// from the kept q, k, v (where h was kept, as under minimal, the recomputed one is dropped): with context parallelism through the same gather or ring as the
 // forward (model_attn_core_forward); the pre-norm's output n1, the projections' input, is
 // recomputed as with minimal.
 #include "model/remat.h"
@@ -46,12 +52,14 @@ RematPlan remat_plan(const Config *c) {
     //             x            norms      qkv          attn         h            ffn
     RematPlan r = {KEEP_DEVICE, RECOMPUTE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, c->remat_nested_block};
     if (p == REMAT_NONE) r.norms = KEEP_DEVICE;
-    else if (p == REMAT_MINIMAL) {}
-    else if (p == REMAT_SAVE_DOT_EXCEPT_MLP) r.ffn = RECOMPUTE;
+    else if (p == REMAT_MINIMAL) r.attn = RECOMPUTE;
+    else if (p == REMAT_MINIMAL_WITH_CONTEXT) {}
+    else if (p == REMAT_SAVE_DOT_EXCEPT_MLP) r.attn = r.ffn = RECOMPUTE;
+    else if (p == REMAT_SAVE_DOT_WITH_CONTEXT_EXCEPT_MLP) r.ffn = RECOMPUTE;
     else if (p == REMAT_SAVE_QKV_PROJ) r.attn = r.h = r.ffn = RECOMPUTE;
     else if (p == REMAT_SAVE_OUT_PROJ) r.qkv = r.attn = r.ffn = RECOMPUTE;
     else if (p == REMAT_FULL) r.qkv = r.attn = r.h = r.ffn = RECOMPUTE;
-    else if (p == REMAT_MINIMAL_OFFLOADED) r.qkv = r.attn = r.h = r.ffn = KEEP_HOST;
+    else if (p == REMAT_MINIMAL_OFFLOADED) { r.qkv = r.h = r.ffn = KEEP_HOST; r.attn = RECOMPUTE; }
     else if (p == REMAT_QKV_PROJ_OFFLOADED) { r.qkv = KEEP_HOST; r.attn = r.h = r.ffn = RECOMPUTE; }
     else if (p == REMAT_CUSTOM) {
         r.x = keep_of(c->decoder_layer_input);
@@ -161,7 +169,7 @@ void remat_after_forward(Model *m, int l, LayerActs *a) {
         if (r.qkv == KEEP_HOST) move_all(p, qkv_ptrs(c, a, p), 1);
         int n = ctx_ptrs(c, a, p);
         for (int i = 0; i < n; i++)
-            if (r.attn == RECOMPUTE) free_ptr((float **)p[i]);   // save_qkv_proj: o and stats
+            if (r.attn == RECOMPUTE) free_ptr((float **)p[i]);   // o and stats: recomputed from q, k, v
         if (r.attn == KEEP_HOST) move_all(p, n, 1);
     }
     if (r.h == RECOMPUTE) free_ptr(&a->h);

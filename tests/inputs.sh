@@ -126,7 +126,7 @@ refused "a preset with 'decoder_block: mistral' on line 2" \
     "name.yml:2: decoder_block must be 'mixtral' or 'deepseek', got 'mistral'" $TRAIN "$T/name.yml"
 refused "routed_score_func=topk" "routed_score_func must be \"\", 'softmax' or 'sigmoid', got 'topk'" \
     $TRAIN $C $FAST routed_score_func=topk
-refused "remat_policy=ful" "remat_policy must be 'none', 'minimal', 'save_dot_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full', 'minimal_offloaded', 'qkv_proj_offloaded' or 'custom', got 'ful' (did you mean 'full'?)" \
+refused "remat_policy=ful" "remat_policy must be 'none', 'minimal', 'minimal_with_context', 'save_dot_except_mlp', 'save_dot_with_context_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full', 'minimal_offloaded', 'qkv_proj_offloaded' or 'custom', got 'ful' (did you mean 'full'?)" \
     $TRAIN $C $FAST remat_policy=ful
 refused "opt_type=muon" "opt_type=muon is MaxText's but not implemented here" $TRAIN $C $FAST opt_type=muon
 refused "MESHMOE_GEMM_KERNEL=avx1024 (environment)" "MESHMOE_GEMM_KERNEL='avx1024' is not one of: avx512, avx2, scalar" \

@@ -32,7 +32,8 @@ moved() { last "$1" | grep -o "\"$2\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset: every policy gives the losses of remat_policy=none, bit for bit"
     run none_$preset $preset remat_policy=none
-    for p in minimal save_dot_except_mlp save_out_proj full minimal_offloaded; do
+    for p in minimal minimal_with_context save_dot_except_mlp save_dot_with_context_except_mlp save_out_proj \
+             full minimal_offloaded; do
         run ${p}_$preset $preset remat_policy=$p
         check "$preset remat_policy=$p: $(bits ${p}_$preset)" same ${p}_$preset none_$preset
     done
@@ -48,6 +49,13 @@ for preset in mixtral-tiny deepseek-tiny; do
     a_nest=$(dev_tag nested_$preset activations); a_sop=$(dev_tag save_out_proj_$preset activations)
     check "activations $a_none > $a_min > $a_sdem > $a_full" \
         test "$a_none" -gt "$a_min" -a "$a_min" -gt "$a_sdem" -a "$a_sdem" -gt "$a_full"
+    # MaxText's minimal and save_dot_except_mlp recompute the attention core's output
+    # (context); their _with_context twins keep it, o and its statistics per layer.
+    a_minc=$(dev_tag minimal_with_context_$preset activations)
+    a_sdemc=$(dev_tag save_dot_with_context_except_mlp_$preset activations)
+    check "context kept: minimal_with_context $a_minc > minimal $a_min" test "$a_minc" -gt "$a_min"
+    check "context kept: save_dot_with_context_except_mlp $a_sdemc > save_dot_except_mlp $a_sdem" \
+        test "$a_sdemc" -gt "$a_sdem"
     # Nested blocks drop the layer inputs inside a block, but the backward of a block's
     # second layer first runs the block's first layer again, whole, for that input: with 4
     # layers in blocks of 2 the two peaks come out equal, with 8 the inputs saved show.
@@ -101,7 +109,7 @@ check "sgd and adamw differ after the first update" test "$(bits sgd)" != "$(bit
 
 echo "== bad values: one clear message"
 expect_error "unknown policy" "remat_policy must be" $TRAIN configs/mixtral-tiny.yml remat_policy=most
-expect_error "MaxText policy not implemented" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal_with_context
+expect_error "MaxText policy not implemented" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=save_dot_except_mlpwi
 expect_error "custom value" "must be 'device', 'offload' or 'remat'" $TRAIN configs/mixtral-tiny.yml remat_policy=custom mlpwi=host
 expect_error "custom block mismatch" "same value" $TRAIN configs/mixtral-tiny.yml remat_policy=custom query_proj=device
 expect_error "nested block without full" "needs remat_policy=full" $TRAIN configs/mixtral-tiny.yml remat_nested_block=2 remat_policy=none

@@ -65,7 +65,9 @@ static const SweepRow ROWS[] = {
     {"14", "shard_optimizer_over_data", "true,false", "ici_data_parallelism=2", SW_BIT,
      "ZeRO-1: the AdamW moments sharded over 'data' as well, halving optimizer bytes per device on data=2",
      ""},
-    {"15", "remat_policy", "full,minimal,save_dot_except_mlp,save_qkv_proj,save_out_proj,none", "", SW_BIT,
+    {"15", "remat_policy",
+     "full,minimal,minimal_with_context,save_dot_except_mlp,save_dot_with_context_except_mlp,save_qkv_proj,"
+     "save_out_proj,none", "", SW_BIT,
      "what the backward pass keeps vs recomputes (MaxText's named checkpoints): fewer saved activations, more "
      "recomputation",
      "the policy's saved tensors are not the ones at the peak"},
