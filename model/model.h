@@ -28,7 +28,7 @@ typedef struct {
     PartSpec part;      // the partition spec those names give on this mesh
     size_t offset;      // in floats, from the start of the flat buffer
     size_t size;        // floats
-    float init_std;     // > 0: truncated normal(0, std) (normal for the embedding); 0: constant
+    float init_std;     // > 0: truncated normal with this std (normal(0, std) for the embedding); 0: constant
     float init_const;   // the constant (1 for norm scales)
     int truncated;      // 1: truncated to +-2 std
 } ParamSpec;

@@ -110,7 +110,7 @@ static float *take(Walk *w, float std, float cst, int ndim, const int *shape, co
 
 #define SHAPE(...) (int[]){__VA_ARGS__}
 #define AXES(...) (const char *const[]){__VA_ARGS__}
-// A kernel whose input width is fan_in: truncated normal with std 1/sqrt(fan_in).
+// A kernel whose input width is fan_in: truncated normal with std 1/sqrt(fan_in) (init_tensor).
 #define KERNEL(w, fan_in, axes, name_fmt, ndim, ...) \
     take(w, 1.0f / sqrtf((float)(fan_in)), 0.0f, ndim, SHAPE(__VA_ARGS__), axes, name_fmt, l)
 #define SCALE(w, n, name_fmt) take(w, 0.0f, 1.0f, 1, SHAPE(n), AXES("norm"), name_fmt, l)
@@ -255,9 +255,15 @@ size_t model_global_index(const ParamSpec *s, size_t i) {
     return global_index(s->shape, s->lindex, s->gshape, s->ndim, i);
 }
 
+// A standard normal cut at +-2 (and drawn again beyond) has this standard deviation; the
+// draws are divided by it so that a truncated tensor's spread is its init_std, as JAX's
+// variance_scaling(1.0, "fan_in", "truncated_normal") makes MaxText's kernels.
+#define TRUNCATED_NORMAL_STD 0.87962566103423978
+
 // Local elements [i0, i1) of tensor s into x[0 .. i1-i0) (kernels/init.h).
 static void init_tensor(float *x, const ParamSpec *s, int seed, size_t i0, size_t i1) {
-    kern()->init->param_init(x, i0, i1 - i0, hash_name(s->key), seed, s->init_std, s->init_const, s->truncated,
+    float std = s->truncated ? (float)(s->init_std / TRUNCATED_NORMAL_STD) : s->init_std;
+    kern()->init->param_init(x, i0, i1 - i0, hash_name(s->key), seed, std, s->init_const, s->truncated,
                              s->shape, s->lindex, s->gshape, s->ndim);
 }
 
