@@ -20,11 +20,11 @@
 //   full (MaxText's default) device remat remat remat  remat         remat
 //   minimal_offloaded    device remat  host    remat    host          host
 //   qkv_proj_offloaded   device remat  host    remat    remat         remat
+//   custom               decoder_layer_input, query_proj.., context, out_proj, mlpwi.. = device/offload/remat
 //
 // MaxText's names and meanings, but for `none`: MaxText still wraps each layer in
 // jax.checkpoint, without a policy, which recomputes everything as `full`; here `none`
 // keeps everything.
-//   custom               decoder_layer_input, query_proj.., context, out_proj, mlpwi.. = device/offload/remat
 //
 // q,k,v (query_proj, key_proj, value_proj) are what attention's projections leave, RoPE
 // applied (the same bytes as the projections: RoPE is a rotation in place). For MLA they
@@ -33,9 +33,10 @@
 // reads; keeping only q, k, v would mean recomputing that chain, i.e. the projections.
 // context is the attention core's output o and its softmax statistics. With q, k, v kept
 // and context dropped, the backward recomputes only the core and the out projection (h),
-// from the kept q, k, v (where h was kept, as under minimal, the recomputed one is dropped): with context parallelism through the same gather or ring as the
-// forward (model_attn_core_forward); the pre-norm's output n1, the projections' input, is
-// recomputed as with minimal.
+// from the kept q, k, v (where h was kept, as under minimal, the recomputed h is dropped):
+// with context parallelism through the same gather or ring as the forward
+// (model_attn_core_forward); the pre-norm's output n1, the projections' input, is
+// recomputed as the norms are.
 #include "model/remat.h"
 #include "model/rmsnorm.h"
 #include "model/precision.h"
