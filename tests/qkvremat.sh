@@ -84,5 +84,5 @@ expect_error "nested blocks keep only layer inputs" "needs remat_policy=full" $T
     remat_policy=save_qkv_proj remat_nested_block=2
 expect_error "pipeline keeps its own remat" "the pipeline has its own remat" $TRAIN configs/mixtral-tiny.yml \
     remat_policy=qkv_proj_offloaded ici_pipeline_parallelism=2
-expect_error "other single-product policies" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal_with_context
+expect_error "other single-product policies" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal_flash
 summary
