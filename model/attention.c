@@ -70,9 +70,12 @@ void attention_core_forward(const Config *c, const LocalDims *ld, const Attentio
     // keeping only per-row statistics for the backward pass.
     attn_parts_forward(c, &s->o, &s->stats, s->q, s->k, s->v, B, S, N, Nkv, Dh, Dh, &names);
 
-    // out = o Wo, Wo (N*Dh, D): a sum over heads, split over the tensor axis
-    tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dh, D);
-    prec_round(c, out, (size_t)T * D);
+    // out = o Wo, Wo (N*Dh, D): a sum over heads, split over the tensor axis (out NULL: a
+    // recomputation for a backward that kept the block's output needs o alone)
+    if (out) {
+        tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dh, D);
+        prec_round(c, out, (size_t)T * D);
+    }
     // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
     act_pack(c, &s->q, (size_t)T * N * Dh);
     act_pack(c, &s->k, (size_t)T * Nkv * Dh);

@@ -114,8 +114,10 @@ void mla_core_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     // ---- attention (every query head has its own kv head) and the out projection ----
     // o = softmax(mask(q k^T)) v over every part of the sequence (model/attn_parts.h).
     attn_parts_forward(c, &s->o, &s->stats, s->q, s->k, s->v, B, S, N, N, Qk, Dv, &names);
-    tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
-    prec_round(c, out, (size_t)T * D);
+    if (out) {   // (NULL: a recomputation that needs o alone, attention_core_forward)
+        tp_rowpar_forward(c, out, s->o, p->wo, T, N * Dv, D);   // a sum over heads (tensor-split)
+        prec_round(c, out, (size_t)T * D);
+    }
     // What the backward pass reads, kept as 16-bit numbers in bf16 mode (the low-rank
     // intermediates are 16-bit already when this is a recomputation from them).
     act_pack_if_float(c, &s->qa, (size_t)T * Q);

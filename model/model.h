@@ -181,6 +181,7 @@ float *model_layer_forward(Model *m, int l, LayerActs *a, float *x, int B, int S
 float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S);
 // The attention block's second part alone: h = x + Wo attention(q, k, v) from the q, k, v
 // (and MLA's intermediates) that `a` kept (remat_policy=save_qkv_proj); sets o and stats.
+// x NULL (the policy kept h: minimal, save_dot_except_mlp): o and stats alone, returns NULL.
 float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S);
 float *model_ffn_block_forward(Model *m, int l, LayerActs *a, const float *h, int B, int S, float lb_coef,
                                FwdStats *st);

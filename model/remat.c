@@ -32,11 +32,10 @@
 // latent, kv_rstd, latn (and the norms' broadcast scales) that the projections' backward
 // reads; keeping only q, k, v would mean recomputing that chain, i.e. the projections.
 // context is the attention core's output o and its softmax statistics. With q, k, v kept
-// and context dropped, the backward recomputes only the core and the out projection (h),
-// from the kept q, k, v (where h was kept, as under minimal, the recomputed h is dropped):
-// with context parallelism through the same gather or ring as the forward
-// (model_attn_core_forward); the pre-norm's output n1, the projections' input, is
-// recomputed as the norms are.
+// and context dropped, the backward recomputes only the core, and the out projection (h)
+// where h was not kept, from the kept q, k, v: with context parallelism through the same
+// gather or ring as the forward (model_attn_core_forward); the pre-norm's output n1, the
+// projections' input, is recomputed as the norms are.
 #include "model/remat.h"
 #include "model/rmsnorm.h"
 #include "model/precision.h"
@@ -208,21 +207,21 @@ static int attn_gone(const Config *c, const LayerActs *a) { return cfg_is_mla(c)
 static int ctx_gone(const Config *c, const LayerActs *a) { return cfg_is_mla(c) ? !a->mla.o : !a->attn.o; }
 
 // The attention block recomputed from x (x on the device, as floats): its norm output,
-// attention's tensors and h; or with q, k, v kept (save_qkv_proj) only the core and out
-// projection, from them. h is kept when out_proj was saved (the recomputed copy is the same).
+// attention's tensors and h (where out_proj was saved, h is kept: the recomputed copy is the
+// same); or with q, k, v kept only the core, and the out projection if h was not kept.
 static void attn_recompute(Model *m, int l, LayerActs *a, int B, int S) {
     const Config *c = &m->cfg;
-    float *h;
     if (attn_gone(c, a)) {
         free_ptr(&a->n1); free_ptr(&a->rstd1); free_ptr(&a->scale1);
-        h = model_attn_block_forward(m, l, a, a->x, B, S);
+        float *h = model_attn_block_forward(m, l, a, a->x, B, S);
+        if (a->h) mem_free(h);
+        else a->h = h;
     } else {
         void *q[16];
         move_all(q, qkv_ptrs(c, a, q), 0);   // qkv_proj_offloaded: back from the host
-        h = model_attn_core_forward(m, l, a, a->x, B, S);
+        float *h = model_attn_core_forward(m, l, a, a->h ? NULL : a->x, B, S);
+        if (h) a->h = h;
     }
-    if (a->h) mem_free(h);
-    else a->h = h;
 }
 
 void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coef) {
