@@ -28,19 +28,27 @@ static const char *const MAY_DIFFER[] = {
     "num_layers_per_pipeline_stage", "pipeline_schedule", "num_threads", "hbm_capacity",
     // remat_policy=custom's parts (tests/remat.sh, tests/qkvremat.sh: the same bits)
     "decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi", "mlpwo",
+    // the flash kernel's query rows a block (tests/flash.sh: the same bits at any value)
+    "attn_block_q",
     // evaluation and output: what the run prints and writes, not what it trains
     "eval_interval", "eval_steps", "log_period", "metrics_file", "save_checkpoint", "load_checkpoint",
     "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "dump_parity", "parity_steps",
     "print_sharding", "dry_run", "profile", "memory_trace", "sweep_steps", "sweep_only", "sweep_num_devices",
 };
 
-// Keys a user changes on purpose when resuming (a lower learning rate after a loss that
-// went non-finite, as train.c's message advises; a CPU checkpoint taken on to a GPU or back,
-// the same math with a few functions rounded differently: docs/gpu.md; the GPU's attention
-// kernels, whose tensor cores round differently from the tiles, which keep the per-row
-// kernels' bits): allowed, and said at start-up, since the resumed run then leaves the
-// uninterrupted run's trajectory (tiles and rows aside).
-static const char *const MAY_CHANGE[] = { "learning_rate", "device", "gpu_attention" };
+// Keys a user changes on purpose when resuming: a lower learning rate after a loss that
+// went non-finite, as train.c's message advises; and the keys that choose how the same math
+// is computed, which change only where products and sums round: the device (a CPU
+// checkpoint taken on to a GPU or back, docs/gpu.md), the products' and attention's kernels
+// (cuBLAS on tensor cores for a checkpoint the ordered GEMM made, OpenBLAS, flash attention
+// and its key blocks, the ring), and the order of the canonical sums (tensor_reduce_chunks,
+// reduce_leaf_tokens; context_reduce_chunks, below). Allowed, and said at start-up, since
+// the resumed run then leaves the uninterrupted run's trajectory in the last bits (but for
+// the values that keep them: tiles and rows, ordered and plain).
+static const char *const MAY_CHANGE[] = {
+    "learning_rate", "device", "gpu_attention", "gpu_matmul", "matmul_impl", "attention", "attn_block_kv",
+    "attn_block_autotune", "context_parallel_strategy", "tensor_reduce_chunks", "reduce_leaf_tokens",
+};
 
 static int listed(const char *const *list, size_t n, const char *key) {
     for (size_t i = 0; i < n; i++)
@@ -111,9 +119,12 @@ void checkpoint_check_config(const Config *ck, const Config *run, const char *pa
             "(gradient_accumulation_steps %d x per_device_batch_size %d x %d devices), %ld in this run (%d x %d x %d)",
             path, gck, ck->gradient_accumulation_steps, ck->per_device_batch_size, devices_of(ck), grun,
             run->gradient_accumulation_steps, run->per_device_batch_size, devices_of(run));
-    // The chunks every sum over a sequence's tokens is cut into (0 = one per context device).
+    // The chunks every sum over a sequence's tokens is cut into (0 = one per context device):
+    // a mesh with another context size changes them by default, and one with more context
+    // devices than the checkpoint's chunks cannot keep them, so this run goes on, and says so.
     if (cfg_context_chunks(ck) != cfg_context_chunks(run))
-        die("load_checkpoint %s: sums over tokens use %d chunk(s) per sequence in the checkpoint, %d in this run "
-            "(context_reduce_chunks; its 0 means one per context device)", path, cfg_context_chunks(ck),
-            cfg_context_chunks(run));
+        printf("load_checkpoint %s: sums over tokens use %d chunk(s) per sequence in the checkpoint; this run "
+               "continues with %d (context_reduce_chunks, whose 0 means one per context device: the losses leave "
+               "the uninterrupted run's in the last bits; context_reduce_chunks=%d keeps them where the mesh allows)\n",
+               path, cfg_context_chunks(ck), cfg_context_chunks(run), cfg_context_chunks(ck));
 }
