@@ -33,8 +33,8 @@ int matmul_rows_independent(void) { return rows_independent; }
 // bf16_storage, both packed for the call (on an H200 a product on bf16 storage took
 // 0.29-0.33 of the time of its float32 operands converted inside cuBLAS, packing each
 // operand a fraction of that). Exact, so the float32 products' bits.
-static uint16_t *packed_copy(const float *x, size_t n, const char *name) {
-    uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (n ? n : 1), name);
+static uint16_t *packed_copy(const float *x, size_t n, size_t cap, const char *name) {
+    uint16_t *h = mem_alloc_uninit(MEM_TEMP, sizeof(uint16_t) * (cap ? cap : 1), name);
     kern()->cast->pack_bf16(h, x, n);
     return h;
 }
@@ -70,7 +70,9 @@ static int borrowed_at(const float *x) {
     return -1;
 }
 
-void matmul_share(const float *x, size_t n) {
+void matmul_share(const float *x, size_t n) { matmul_share_cap(x, n, n); }
+
+void matmul_share_cap(const float *x, size_t n, size_t cap) {
     if (!weights16_on() || !x || borrowed_at(x) >= 0) return;
     for (int i = 0; i < SHARED_MAX; i++)
         if (shared[i].h && shared[i].x == x && shared[i].n == n) { shared[i].users++; return; }
@@ -79,7 +81,7 @@ void matmul_share(const float *x, size_t n) {
     shared[i].n = n;
     shared[i].users = 1;
     shared[i].borrowed = 0;
-    shared[i].h = packed_copy(x, n, "an operand of several products, 16-bit (bf16_storage)");
+    shared[i].h = packed_copy(x, n, MM_MAX(n, cap), "an operand of several products, 16-bit (bf16_storage)");
 }
 
 void matmul_unshare(const float *x, size_t n) {
@@ -151,7 +153,7 @@ static int shared_of(const float *x, size_t n) {
 static uint16_t *packed(const float *x, size_t n) {
     int i = shared_of(x, n);
     if (i >= 0) return shared[i].h + ((uintptr_t)x - (uintptr_t)shared[i].x) / sizeof(float);
-    return packed_copy(x, n, "a product's activation, 16-bit (bf16_storage)");
+    return packed_copy(x, n, n, "a product's activation, 16-bit (bf16_storage)");
 }
 static void packed_free(uint16_t *h, const float *x, size_t n) {
     if (shared_of(x, n) < 0) mem_free(h);

@@ -45,8 +45,12 @@ void matmul_dw_leaves(float *dw, const float *inp, const float *dout, const int 
 // operands, packed once by matmul_share for every product that reads it (or rows of it)
 // until matmul_unshare (the same x and n), where each product packed its own copy. x must
 // not change between the two. Elsewhere both do nothing; the products are the same, so are
-// the bits.
+// the bits. matmul_share_cap allocates the copy for cap elements, of which it packs n: an
+// operand whose rows follow the routing (an expert's, under expert parallelism) takes the
+// bytes of their bound, as the operand itself does, so that a step's memory does not
+// depend on the routing (the planner routes otherwise than the step: kernels/dry.c).
 void matmul_share(const float *x, size_t n);
+void matmul_share_cap(const float *x, size_t n, size_t cap);
 void matmul_unshare(const float *x, size_t n);
 
 // An operand made as 16-bit numbers by its kernel (kernels/mlp.h's packed forms, under

@@ -164,7 +164,7 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
     size_t n = (size_t)er.n, cap = (size_t)er.cap, w0 = (size_t)e0 * D * H;
     // h0, h1 rounded (cast point 4): as 16-bit numbers by the products themselves under
     // packed_operands (model/precision.h), else rounded in place.
-    matmul_share(xs, n * D);   // read by both products
+    matmul_share_cap(xs, n * D, cap * D);   // read by both products
     if (packed_operands(c)) {
         experts_product_round16(er, h0, xs, p->wi_0 + w0, D, H);
         experts_product_round16(er, h1, xs, p->wi_1 + w0, D, H);
@@ -216,7 +216,7 @@ static void experts_swiglu_backward(const Config *c, ExpertRows er, float *dwo, 
                                     const float *h1, const float *dye, const int *rt, int H, int D, Leaves leaf,
                                     const float **dh0, const float **dh1) {
     size_t n = (size_t)er.n, cap = (size_t)er.cap;
-    matmul_share(dye, n * D);   // read by wo's input and weight gradients
+    matmul_share_cap(dye, n * D, cap * D);   // read by wo's input and weight gradients
     if (c->moe_skip_redundant_cast && leaf.nchunks == 1) {
         float *dact = experts_dact(c, er, wo, dye, H, D);
         const float *act;   // (n,H) recomputed
@@ -247,7 +247,7 @@ static void experts_swiglu_backward(const Config *c, ExpertRows er, float *dwo, 
 // both reading dh (n,H).
 static void experts_input_backward(const Config *c, ExpertRows er, float *dxs, float *dw, const float *dh,
                                    const float *xs, const float *w, const int *rt, int D, int H, Leaves leaf) {
-    matmul_share(dh, (size_t)er.n * H);
+    matmul_share_cap(dh, (size_t)er.n * H, (size_t)er.cap * H);
     experts_colpar(c, er, dxs, dh, w, D, H);
     experts_dw(er, dw, xs, dh, rt, D, H, leaf);
     matmul_unshare(dh, (size_t)er.n * H);
@@ -263,7 +263,7 @@ void experts_backward(const Config *c, const LocalDims *ld, const MoeParams *p, 
     experts_swiglu_backward(c, er, g->wo + w0, p->wo + w0, h0, h1, dye, rt, H, D, leaf, &dh0, &dh1);
     // h0 = xs wi_0, h1 = xs wi_1:  dxs = dh0 wi_0^T + dh1 wi_1^T;  dwi += xs^T dh
     mem_zero(dxs, sizeof(float) * (size_t)er.n * D);
-    matmul_share(xs, (size_t)er.n * D);   // read by both weight gradients
+    matmul_share_cap(xs, (size_t)er.n * D, (size_t)er.cap * D);   // read by both weight gradients
     experts_input_backward(c, er, dxs, g->wi_0 + w0, dh0, xs, wi0, rt, D, H, leaf);
     experts_input_backward(c, er, dxs, g->wi_1 + w0, dh1, xs, wi1, rt, D, H, leaf);
     matmul_unshare(xs, (size_t)er.n * D);

@@ -40,6 +40,8 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/mixtral-tiny.yml remat_policy=none parameter_memory_host_offload=true opt_type=sgd" \
             "configs/deepseek-tiny.yml scan_layers=false ici_expert_parallelism=2 per_device_batch_size=4" \
             "configs/deepseek-tiny.yml megablox=true dtype=bfloat16" \
+            "configs/mixtral-tiny.yml dtype=bfloat16 bf16_storage=kept ici_expert_parallelism=2 per_device_batch_size=4" \
+            "configs/deepseek-tiny.yml dtype=bfloat16 bf16_storage=per_unit ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2" \
             "configs/mixtral-tiny.yml megablox=true ici_expert_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2" \
             "configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4 overlap_collectives=true" \
             "configs/deepseek-tiny.yml ici_tensor_parallelism=2 per_device_batch_size=4 skip_trivial_specs=false remove_size_one_mesh_axis=false shard_mode=explicit" \
