@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c)) build/test_gpu_attention
 
-.PHONY: all run test test-builds unit asan tsan emu-asan parity hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-mpi hip-mpi gpu-ref gpu-carry
+.PHONY: all run test test-builds unit asan tsan emu-asan parity combos hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-mpi hip-mpi gpu-ref gpu-carry
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -134,6 +134,14 @@ fuzz:
 
 parity: train
 	bash tests/parity/run_parity.sh
+
+# Random combinations of model options, meshes and bit-keeping switches (tests/combos.py):
+# bits against one device, resumes across meshes, the planner against the measured step.
+# make test runs 10 a mode; this, COMBOS_N a mode from COMBOS_SEED.
+COMBOS_N ?= 100
+COMBOS_SEED ?= 1
+combos: train
+	python3 tests/combos.py --n $(COMBOS_N) --seed $(COMBOS_SEED)
 
 # Export both tiny presets to Hugging Face transformers and compare its logits and expert
 # choices with meshmoe's (creates .venv-hf with torch and transformers on first use).

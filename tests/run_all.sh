@@ -175,6 +175,8 @@ lane_b() {
     part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
     part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
     part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
+    part "random combinations of options, meshes and switches: bits, resumes, plans (make combos: more)" \
+        python3 tests/combos.py --n 10 --seed 1
     shared_parts
 }
 lane_a & lane_a_pid=$!

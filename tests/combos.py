@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""tests/combos.py: random combinations of the model's options, the meshes and the switches.
+
+The hand-written tests pair each mesh or switch with a few model options; this one draws
+combinations of them (a seed makes the draw, so a run is repeatable) and checks, for each:
+
+  mesh    the model options on one device, then with a mesh and switches that keep the bits
+          (trainer/rows.c's "bit" rows, remat, offload, scan, shard_mode, ...): the losses and
+          grad norms of 3 steps bit-identical;
+  resume  2 of 4 steps on one mesh with switches, saved, then 2 more resumed on another mesh
+          with other switches: the 4 losses and grad norms those of one device's 4 steps;
+  plan    the dry-run planner (dry_run=true) against the measured step: every device's peak
+          bytes, peak by tag and live bytes by tag, byte for byte;
+  gpu     (not in "all"; --gpu-train build/train_emu, or ./train_gpu on a GPU) the same
+          combination trained by ./train and with device=gpu (the ordered GEMM and the default
+          attention): 2 steps' losses and grad norms bit-identical, and every device's peaks.
+
+A combination the trainer refuses must be refused before training with one message naming
+what it refuses ("meshmoe: ..."), a non-zero exit and no crash; it counts as neither pass nor
+fail. Usage:
+
+  python3 tests/combos.py [--mode mesh|resume|plan|all|gpu] [--seed S] [--n N] [--train ./train]
+                          [--gpu-train build/train_emu]
+
+`make combos` runs every mode on many draws (COMBOS_N, COMBOS_SEED); `make test` a few.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+FAST = "sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100".split()
+GLOBAL_BATCH = 8   # sequences per optimizer step, on every mesh
+
+MESHES = [   # (axes, devices)
+    ({"ici_data_parallelism": 2}, 2), ({"ici_fsdp_parallelism": 2}, 2), ({"ici_fsdp_parallelism": 4}, 4),
+    ({"ici_tensor_parallelism": 2}, 2), ({"ici_expert_parallelism": 2}, 2), ({"ici_expert_parallelism": 4}, 4),
+    ({"ici_data_parallelism": 2, "ici_tensor_parallelism": 2}, 4),
+    ({"ici_fsdp_parallelism": 2, "ici_expert_parallelism": 2}, 4),
+    ({"ici_fsdp_parallelism": 2, "ici_tensor_parallelism": 2}, 4),
+    ({"ici_fsdp_parallelism": 2, "ici_tensor_parallelism": 2, "ici_expert_parallelism": 2}, 8),
+    ({"ici_data_parallelism": 2, "shard_optimizer_over_data": "true"}, 2),
+    ({"ici_pipeline_parallelism": 2}, 2), ({"ici_pipeline_parallelism": 4}, 4),
+    ({"ici_pipeline_parallelism": 2, "ici_fsdp_parallelism": 2}, 4),
+    ({"ici_pipeline_parallelism": 2, "ici_tensor_parallelism": 2}, 4),
+    ({"ici_pipeline_parallelism": 2, "ici_expert_parallelism": 2}, 4),
+]
+# Switches that keep every bit (each checked on its own by tests/sweep.sh, remat.sh, ...).
+SWITCHES = [
+    ("remat_policy", ["none", "full", "minimal", "minimal_with_context", "save_dot_except_mlp",
+                      "save_dot_with_context_except_mlp", "save_qkv_proj", "save_out_proj", "minimal_offloaded",
+                      "qkv_proj_offloaded"]),
+    ("scan_layers", ["false"]), ("overlap_collectives", ["true"]), ("skip_trivial_specs", ["false"]),
+    ("remove_size_one_mesh_axis", ["false"]), ("rmsnorm_fused_scale", ["false"]), ("use_iota_embed", ["true"]),
+    ("implicit_causal_mask", ["false"]), ("moe_skip_redundant_cast", ["false"]), ("donate_buffers", ["false"]),
+    ("shard_mode", ["explicit"]), ("optimizer_memory_host_offload", ["true"]),
+    ("parameter_memory_host_offload", ["true"]), ("moe_reshard_io", ["true"]), ("shard_variables_at_init", ["true"]),
+    ("skip_noop_grad_cast", ["false"]), ("megablox", ["true"]), ("pipeline_schedule", ["1f1b"]),
+    ("pipeline_shift_impl", ["slice"]), ("pipeline_save_decoder_layer_input", ["false"]),
+    ("pipeline_fsdp_ag_once", ["true"]), ("matmul_impl", ["plain"]), ("attn_block_q", ["16"]),
+]
+REMAT_PARTS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi", "mlpwo")
+
+
+def model_options(rng):
+    """A preset and options that change the math (the same on both sides of a comparison)."""
+    preset = rng.choice(["mixtral-tiny", "deepseek-tiny"])
+    o = {}
+    if rng.random() < 0.5:
+        o["dtype"] = "bfloat16"
+        o["bf16_storage"] = rng.choice(["off", "kept", "per_unit"])
+        if rng.random() < 0.2: o["float32_weight_sum"] = "false"
+    o["opt_type"] = rng.choice(["adamw", "adamw", "adafactor", "sgd"])
+    if o["opt_type"] == "adamw" and rng.random() < 0.3: o["mu_dtype"] = "bfloat16"
+    if rng.random() < 0.3:
+        o["sparse_matmul"] = "false"
+        if rng.random() < 0.5: o["capacity_factor"] = "1.0"
+    for key, value, p in (("attention", "flash", 0.3), ("num_vocab_tiling", "2", 0.3),
+                          ("load_balance_loss_weight", "0.01", 0.3), ("z_loss_multiplier", "1e-4", 0.2),
+                          ("ema_decay", "0.9", 0.2), ("float32_logits", "true", 0.2),
+                          ("float32_qk_product", "true", 0.15), ("reduce_leaf_tokens", "16", 0.15),
+                          ("tensor_reduce_chunks", "2", 0.15)):
+        if rng.random() < p: o[key] = value
+    if preset == "deepseek-tiny":
+        if rng.random() < 0.2: o["q_lora_rank"] = "0"
+        if rng.random() < 0.2: o.update(n_routing_groups="-1", topk_routing_group="-1")
+        if rng.random() < 0.2: o["shared_experts"] = "2"
+        if rng.random() < 0.2: o["routed_bias"] = "false"
+        if rng.random() < 0.2: o["first_num_dense_layers"] = rng.choice(["0", "2"])
+    elif rng.random() < 0.2:
+        o["num_experts_per_tok"] = rng.choice(["1", "3"])
+    if rng.random() < 0.15:
+        o["remat_policy"] = "custom"
+        qkv = rng.choice(["device", "offload", "remat"])
+        o.update(decoder_layer_input=rng.choice(["device", "offload"]), query_proj=qkv, key_proj=qkv, value_proj=qkv,
+                 context=rng.choice([qkv, "remat"]), out_proj=rng.choice(["device", "offload", "remat"]))
+        o["mlpwi"] = o["mlpwo"] = rng.choice(["device", "offload", "remat"])
+    return preset, o
+
+
+def draw_mesh(rng, preset, o, ga, context):
+    """A mesh, its per-device batch and bit-keeping switches for these options."""
+    axes, devices = rng.choice(MESHES)
+    axes = dict(axes)
+    sw = dict(rng.sample([(k, rng.choice(v)) for k, v in SWITCHES], rng.randint(0, 4)))
+    pipeline = axes.get("ici_pipeline_parallelism", 1)
+    if o.get("opt_type") == "adafactor" and ("ici_tensor_parallelism" in axes or "ici_expert_parallelism" in axes):
+        axes, devices = {"ici_fsdp_parallelism": 2}, 2   # (adafactor wants whole rows and columns)
+        pipeline = 1
+    if "ici_expert_parallelism" in axes and o.get("sparse_matmul") == "false":
+        axes, devices, pipeline = {"ici_data_parallelism": 2}, 2, 1   # (experts apart: the sparse path)
+    if pipeline > 1:
+        if context or o.get("remat_policy") == "custom":
+            axes, devices, pipeline = {"ici_fsdp_parallelism": 2}, 2, 1
+        else:
+            sw.pop("remat_policy", None)
+            sw.pop("scan_layers", None)
+            if rng.random() < 0.3: sw["num_pipeline_microbatches"] = str(2 * pipeline)
+            if pipeline == 2 and rng.random() < 0.2: sw["num_pipeline_repeats"] = "2"
+    if pipeline == 1:
+        for k in ("pipeline_schedule", "num_pipeline_microbatches"): sw.pop(k, None)
+    if o.get("remat_policy") == "custom": sw.pop("remat_policy", None)
+    if context:
+        axes["ici_context_parallelism"] = 2
+        devices *= 2
+    while devices * ga > GLOBAL_BATCH:   # (a device runs at least one sequence)
+        axes, devices = ({"ici_context_parallelism": 2}, 2) if context else ({}, 1)
+    pdb = GLOBAL_BATCH // devices // ga
+    return [f"{k}={v}" for k, v in axes.items()] + [f"{k}={v}" for k, v in sw.items()] + [f"per_device_batch_size={pdb}"]
+
+
+class Trainer:
+    def __init__(self, train, tmp):
+        self.train, self.tmp, self.count = train, tmp, 0
+
+    def run(self, args):
+        """(metrics rows, None) or (None, why): why is the refusal's message, or 'CRASH ...'."""
+        self.count += 1
+        m = os.path.join(self.tmp, f"{self.count}.jsonl")
+        p = subprocess.run([self.train] + args + [f"metrics_file={m}"], capture_output=True, text=True, timeout=1800)
+        if p.returncode != 0:   # a refusal: exit 1 and its message last, on stderr
+            last = (p.stderr.strip().splitlines() or [""])[-1]
+            if p.returncode != 1 or not last.startswith("meshmoe: "):
+                return None, f"CRASH (exit {p.returncode}): {(p.stdout + p.stderr).strip()[-400:]}"
+            return None, last
+        with open(m) as f:
+            return [json.loads(l) for l in f if l.strip()], None
+
+
+def steps(rows):
+    return [(r["loss_bits"], r["grad_norm"]) for r in rows if "loss_bits" in r]
+
+
+PEAK = re.compile(r'"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": \{[^}]*\}, '
+                  r'"live_bytes_by_tag": \{[^}]*\}')
+
+
+def peaks(rows):
+    return PEAK.findall("\n".join(json.dumps(r) for r in rows))
+
+
+def one_gpu(rng, t, gpu):
+    """./train against device=gpu on one combination."""
+    preset, o = model_options(rng)
+    ga = rng.choice([1, 1, 2])
+    context = rng.random() < 0.2
+    if context: o["context_reduce_chunks"] = "2"
+    args = ([f"configs/{preset}.yml"] + [f"{k}={v}" for k, v in o.items()] + [f"gradient_accumulation_steps={ga}"]
+            + [a for a in draw_mesh(rng, preset, o, ga, context) if not a.startswith("matmul_impl")]
+            + ["steps=2"] + FAST)
+    desc = " ".join(args[:-len(FAST)])
+    cpu, why = t.run(args)
+    if cpu is None: return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
+    dev, why = Trainer(gpu, t.tmp).run(args + ["device=gpu"])
+    if dev is None: return "FAIL", desc, "device=gpu: " + why
+    if steps(cpu) != steps(dev) or len(steps(cpu)) != 2:
+        return "FAIL", desc, f"./train    {steps(cpu)}\n      device=gpu {steps(dev)}"
+    if peaks(cpu) != peaks(dev):
+        return "FAIL", desc, "peaks differ:\n      " + "\n      ".join(
+            f"{x}\n      {y}" for x, y in zip(peaks(cpu), peaks(dev)) if x != y)
+    return "ok", desc, ""
+
+
+def one(mode, rng, t, tmp):
+    """Draws and checks one combination: ('ok' | 'FAIL' | 'refused', description, detail)."""
+    preset, o = model_options(rng)
+    ga = rng.choice([1, 1, 2])
+    context = rng.random() < 0.2
+    if context: o["context_reduce_chunks"] = "2"
+    model = [f"configs/{preset}.yml"] + [f"{k}={v}" for k, v in o.items()] + [f"gradient_accumulation_steps={ga}"]
+    mesh = draw_mesh(rng, preset, o, ga, context)
+    desc = " ".join(model + mesh)
+    if mode == "plan":
+        step1 = model + mesh + ["steps=1", "eval_steps=1", "sample_length=0", "max_target_length=32"]
+        plan, why = t.run(step1 + ["dry_run=true"])
+        real, why2 = (t.run(step1) if plan is not None else (None, why))
+        if plan is None or real is None:
+            return ("FAIL" if (why or why2).startswith("CRASH") else "refused"), desc, why or why2
+        a, b = peaks(plan), peaks(real)
+        if a and a == b: return "ok", desc, f"{len(a)} devices"
+        diff = [f"plan {x}\n      measured {y}" for x, y in zip(a, b) if x != y][:2]
+        return "FAIL", desc, "\n      ".join(diff) or "no peaks written"
+    n = 4 if mode == "resume" else 3
+    base, why = t.run(model + [f"steps={n}", f"per_device_batch_size={GLOBAL_BATCH // ga}"] + FAST)
+    if base is None:
+        return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
+    if mode == "mesh":
+        got, why = t.run(model + mesh + [f"steps={n}"] + FAST)
+    else:
+        ck = os.path.join(tmp, f"ck{t.count}.st")
+        first, why = t.run(model + mesh + [f"steps={n}", "run_steps=2", f"save_checkpoint={ck}"] + FAST)
+        got = None
+        if first is not None:
+            mesh2 = draw_mesh(rng, preset, o, ga, context)
+            desc += " | resumed on " + " ".join(mesh2)
+            second, why = t.run(model + mesh2 + [f"steps={n}", f"load_checkpoint={ck}"] + FAST)
+            got = first + second if second is not None else None
+    if got is None:
+        return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
+    a, b = steps(base), steps(got)
+    if len(a) == n and a == b: return "ok", desc, " ".join(x for x, _ in b)
+    return "FAIL", desc, f"one device {a}\n      this       {b}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", default="all", choices=["mesh", "resume", "plan", "all", "gpu"])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--n", type=int, default=20, help="combinations per mode")
+    ap.add_argument("--train", default="./train")
+    ap.add_argument("--gpu-train", default="build/train_emu", help="the device=gpu trainer of --mode gpu")
+    args = ap.parse_args()
+    modes = ["mesh", "resume", "plan"] if args.mode == "all" else [args.mode]
+    passed = failed = refused = 0
+    with tempfile.TemporaryDirectory(prefix="meshmoe-combos.") as tmp:
+        t = Trainer(args.train, tmp)
+        for mode in modes:
+            rng = random.Random(f"{args.seed}-{mode}")
+            print(f"== {mode}: {args.n} combinations, seed {args.seed}")
+            for i in range(args.n):
+                status, desc, detail = one_gpu(rng, t, args.gpu_train) if mode == "gpu" else one(mode, rng, t, tmp)
+                print(f"  {status:7} [{i}] {desc}\n      {detail}" if status != "ok" else f"  ok      [{i}] {desc}")
+                sys.stdout.flush()
+                passed += status == "ok"
+                failed += status == "FAIL"
+                refused += status == "refused"
+    print(f"({refused} refused before training, each with one message)")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
