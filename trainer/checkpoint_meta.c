@@ -43,8 +43,9 @@ static const char *const MAY_DIFFER[] = {
 // (cuBLAS on tensor cores for a checkpoint the ordered GEMM made, OpenBLAS, flash attention
 // and its key blocks, the ring), and the order of the canonical sums (tensor_reduce_chunks,
 // reduce_leaf_tokens; context_reduce_chunks, below). Allowed, and said at start-up, since
-// the resumed run then leaves the uninterrupted run's trajectory in the last bits (but for
-// the values that keep them: tiles and rows, ordered and plain).
+// the resumed run then leaves the uninterrupted run's trajectory, by rounding for the
+// kernels and the sums (but for the values that keep the bits: tiles and rows, ordered
+// and plain).
 static const char *const MAY_CHANGE[] = {
     "learning_rate", "device", "gpu_attention", "gpu_matmul", "matmul_impl", "attention", "attn_block_kv",
     "attn_block_autotune", "context_parallel_strategy", "tensor_reduce_chunks", "reduce_leaf_tokens",
@@ -125,6 +126,6 @@ void checkpoint_check_config(const Config *ck, const Config *run, const char *pa
     if (cfg_context_chunks(ck) != cfg_context_chunks(run))
         printf("load_checkpoint %s: sums over tokens use %d chunk(s) per sequence in the checkpoint; this run "
                "continues with %d (context_reduce_chunks, whose 0 means one per context device: the losses leave "
-               "the uninterrupted run's in the last bits; context_reduce_chunks=%d keeps them where the mesh allows)\n",
+               "the uninterrupted run's by rounding; context_reduce_chunks=%d keeps its bits where the mesh allows)\n",
                path, cfg_context_chunks(ck), cfg_context_chunks(run), cfg_context_chunks(ck));
 }
