@@ -15,9 +15,9 @@ combinations of them (a seed makes the draw, so a run is repeatable) and checks,
           combination trained by ./train and with device=gpu (the ordered GEMM and the default
           attention): 2 steps' losses and grad norms bit-identical, and every device's peaks.
 
-A combination the trainer refuses must be refused before training with one message naming
-what it refuses ("meshmoe: ..."), a non-zero exit and no crash; it counts as neither pass nor
-fail. Usage:
+A combination the trainer refuses must be refused before its first training step, with one
+message naming what it refuses ("meshmoe: ...", last), exit status 1 and no crash; it counts
+as neither pass nor fail. Usage:
 
   python3 tests/combos.py [--mode mesh|resume|plan|all|gpu] [--seed S] [--n N] [--train ./train]
                           [--gpu-train build/train_emu]
@@ -146,6 +146,8 @@ class Trainer:
             last = (p.stderr.strip().splitlines() or [""])[-1]
             if p.returncode != 1 or not last.startswith("meshmoe: "):
                 return None, f"CRASH (exit {p.returncode}): {(p.stdout + p.stderr).strip()[-400:]}"
+            if re.search(r"^step +[0-9]+ \| loss ", p.stdout, re.M):
+                return None, f"CRASH (refused after a training step): {last}"
             return None, last
         with open(m) as f:
             return [json.loads(l) for l in f if l.strip()], None
