@@ -40,6 +40,7 @@
 #include "pipeline/pipeline.h"  // the pipeline's schedule, printed
 #include "sweep/sweep.h"        // ./train sweep and ./train figure
 #include "model/attn_flash.h"   // attn_block_autotune
+#include "model/vocab_tiling.h" // vocab_tiling_check: num_vocab_tiling against the batches
 #include "report/plan.h"        // the planner's printout and memory trace
 #include "report/profile.h"     // profile=true: where the steps' time went
 #include "kernels/strict.h"     // device=cpu_strict: device memory the host cannot touch
@@ -292,6 +293,8 @@ static void load_weights(DeviceRun *d) {
     }
 }
 
+static int eval_batch(const DeviceRun *d);
+
 // 4. The model on this device: initialised from global coordinates, then loaded if asked.
 static void model_start(DeviceRun *d, Run *run, int dev_id) {
     memset(d, 0, sizeof *d);
@@ -304,6 +307,10 @@ static void model_start(DeviceRun *d, Run *run, int dev_id) {
     step_init(&d->m, &d->c);
     size_t init_peak = d->dev->mark_total, init_temp = d->dev->mark[MEM_TEMP];
     batch_shape(d);
+    // The head's tiles against the batches it will see (a pipeline's microbatches of the
+    // training batch; the eval batch), before a checkpoint's load and the first step.
+    vocab_tiling_check(&d->c, d->B / pipeline_microbatches(&d->c), d->Sl);
+    if (d->c.eval_per_device_batch_size > 0) vocab_tiling_check(&d->c, eval_batch(d), d->Sl);
     if (d->talk) print_start(d, init_peak, init_temp);
     load_weights(d);
 }

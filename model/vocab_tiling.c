@@ -28,6 +28,10 @@ static Leaves tiled_leaves(const Config *c, int B, int S) {
     return lv;
 }
 
+void vocab_tiling_check(const Config *c, int B, int S) {
+    if (vocab_tiled(c)) tiled_leaves(c, B, S);
+}
+
 // One tile: leaves [l0, l0+nl) in tree order, R = nl*len rows; row r is token
 // leaf_token(lv, l0 + r/len) + r%len, so each leaf's len rows are consecutive on both
 // sides. Contiguous when all the tile's tokens are consecutive rows (always without context

@@ -16,6 +16,10 @@
 
 // 1: the head runs tiled (num_vocab_tiling > 1).
 int vocab_tiled(const Config *c);
+// Dies unless num_vocab_tiling divides the leaves of B sequences of S tokens on this device
+// (the head's tiles are whole leaves): train.c asks it at start-up for the batches the head
+// will see, before a checkpoint's load and the first step.
+void vocab_tiling_check(const Config *c, int B, int S);
 // Logits and loss of the final norm output m->nf (T,D), tile by tile, against targets (T):
 // m->lse (T) kept for the backward, the leaves' loss sums into st. Acquires the head's
 // weights itself (under FSDP a second all-gather of them: model_head_forward released them).

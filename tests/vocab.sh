@@ -80,6 +80,14 @@ out=$($TRAIN configs/mixtral-tiny.yml $FAST num_vocab_tiling=4 steps=1 sample_le
 check "sampling with num_vocab_tiling=4 runs" grep -q -- '---- sample' <<< "$out"
 expect_error "tiling that does not divide the leaves" "num_vocab_tiling (3) must divide this device's 4 leaves" \
     $TRAIN configs/mixtral-tiny.yml $FAST num_vocab_tiling=3
+# A pipeline's microbatches of one sequence (one leaf each): said at start-up, before the
+# model's lines, a checkpoint's load or the schedule, not at the head's first use.
+expect_error "tiling against a pipeline's microbatches" "num_vocab_tiling (2) must divide this device's 1 leaves" \
+    $TRAIN configs/mixtral-tiny.yml $FAST num_vocab_tiling=2 ici_pipeline_parallelism=2 base_num_decoder_layers=2 \
+    per_device_batch_size=1
+out=$($TRAIN configs/mixtral-tiny.yml $FAST num_vocab_tiling=2 ici_pipeline_parallelism=2 base_num_decoder_layers=2 \
+    per_device_batch_size=1 2> /dev/null)
+check "... with nothing printed before it (stdout: ${out:-empty})" [ -z "$out" ]
 expect_error "num_vocab_tiling=0" "num_vocab_tiling must be >= 1" $TRAIN configs/mixtral-tiny.yml $FAST num_vocab_tiling=0
 expect_error "parity dump with tiling" "run the dump with num_vocab_tiling=1" \
     $TRAIN configs/mixtral-tiny.yml $FAST num_vocab_tiling=2 dump_parity=$T/dump
