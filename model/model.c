@@ -313,6 +313,7 @@ static void attn_core_residual(Model *m, int l, LayerActs *a, float *h, const fl
     LayerParams *p = &m->params.layers[l];
     if (cfg_is_mla(c)) mla_core_forward(c, &m->dims, &p->mla, &a->mla, h, B, S);
     else attention_core_forward(c, &m->dims, &p->attn, &a->attn, h, B, S);
+    if (!h) return;   // (h kept: o and its statistics alone)
     kern()->sum->residual_add(h, x, n);
     round_bf16(h, n, cfg_bf16(c));   // residual (cast point 10)
 }
@@ -359,13 +360,8 @@ float *model_attn_block_forward(Model *m, int l, LayerActs *a, const float *x, i
 }
 
 float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, int B, int S) {
-    if (!x) {   // h kept: o and its statistics alone
-        LayerParams *p = &m->params.layers[l];
-        if (cfg_is_mla(&m->cfg)) mla_core_forward(&m->cfg, &m->dims, &p->mla, &a->mla, NULL, B, S);
-        else attention_core_forward(&m->cfg, &m->dims, &p->attn, &a->attn, NULL, B, S);
-        return NULL;
-    }
-    float *h = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)B * S * m->cfg.base_emb_dim, "h (after attention)");
+    float *h = x ? mem_floats_uninit(MEM_ACTIVATIONS, (size_t)B * S * m->cfg.base_emb_dim, "h (after attention)")
+                 : NULL;   // (h kept: o and its statistics alone)
     attn_core_residual(m, l, a, h, x, B, S);
     return h;
 }

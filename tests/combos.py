@@ -102,6 +102,16 @@ def model_options(rng):
     return preset, o
 
 
+def draw_model(rng):
+    """Model options, gradient accumulation, and whether the mesh has a context axis."""
+    preset, o = model_options(rng)
+    ga = rng.choice([1, 1, 2])
+    context = rng.random() < 0.2
+    if context: o["context_reduce_chunks"] = "2"
+    model = [f"configs/{preset}.yml"] + [f"{k}={v}" for k, v in o.items()] + [f"gradient_accumulation_steps={ga}"]
+    return preset, o, ga, context, model
+
+
 def draw_mesh(rng, preset, o, ga, context):
     """A mesh, its per-device batch and bit-keeping switches for these options."""
     axes, devices = rng.choice(MESHES)
@@ -167,12 +177,8 @@ def peaks(rows):
 
 def one_gpu(rng, t, gpu):
     """./train against device=gpu on one combination."""
-    preset, o = model_options(rng)
-    ga = rng.choice([1, 1, 2])
-    context = rng.random() < 0.2
-    if context: o["context_reduce_chunks"] = "2"
-    args = ([f"configs/{preset}.yml"] + [f"{k}={v}" for k, v in o.items()] + [f"gradient_accumulation_steps={ga}"]
-            + [a for a in draw_mesh(rng, preset, o, ga, context) if not a.startswith("matmul_impl")]
+    preset, o, ga, context, model = draw_model(rng)
+    args = (model + [a for a in draw_mesh(rng, preset, o, ga, context) if not a.startswith("matmul_impl")]
             + ["steps=2"] + FAST)
     desc = " ".join(args[:-len(FAST)])
     cpu, why = t.run(args)
@@ -189,11 +195,7 @@ def one_gpu(rng, t, gpu):
 
 def one(mode, rng, t, tmp):
     """Draws and checks one combination: ('ok' | 'FAIL' | 'refused', description, detail)."""
-    preset, o = model_options(rng)
-    ga = rng.choice([1, 1, 2])
-    context = rng.random() < 0.2
-    if context: o["context_reduce_chunks"] = "2"
-    model = [f"configs/{preset}.yml"] + [f"{k}={v}" for k, v in o.items()] + [f"gradient_accumulation_steps={ga}"]
+    preset, o, ga, context, model = draw_model(rng)
     mesh = draw_mesh(rng, preset, o, ga, context)
     desc = " ".join(model + mesh)
     if mode == "plan":
