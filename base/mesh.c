@@ -43,6 +43,17 @@ int mesh_rank(const Mesh *mesh, int dev, unsigned mask) {
     return r;
 }
 
+int mesh_member(const Mesh *mesh, int dev, unsigned mask, int rank) {
+    int coord[MESH_NAXES];
+    for (int a = MESH_NAXES - 1; a >= 0; a--) {
+        coord[a] = mesh_coord(mesh, dev, (MeshAxis)a);
+        if (mask & AXIS_BIT(a)) { coord[a] = rank % mesh->size[a]; rank /= mesh->size[a]; }
+    }
+    int id = 0;
+    for (int a = 0; a < MESH_NAXES; a++) id = id * mesh->size[a] + coord[a];
+    return id;
+}
+
 Group *mesh_group(const Mesh *mesh, int dev, unsigned mask) {
     return mesh->groups[(size_t)mask * mesh->ndev + dev];
 }

@@ -66,6 +66,8 @@ int mesh_coord(const Mesh *mesh, int dev, MeshAxis axis);
 // The group of `dev` along the axes in `mask`, and dev's rank in it.
 Group *mesh_group(const Mesh *mesh, int dev, unsigned mask);
 int mesh_rank(const Mesh *mesh, int dev, unsigned mask);
+// The member of dev's group along `mask` whose rank in it is `rank` (mesh_rank's inverse).
+int mesh_member(const Mesh *mesh, int dev, unsigned mask, int rank);
 // The same members as the fsdp group of dev, but a group of its own: the helper threads of
 // overlap_collectives gather over it, so their all-gathers never share a barrier with the
 // collectives the device threads run meanwhile (a reduce-scatter over fsdp, say).

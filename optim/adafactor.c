@@ -13,13 +13,7 @@
 #define AF_MIN_SCALE 1e-3f      // scale_by_param_block_rms's floor on RMS(param)
 
 void adafactor_check(const Config *c) {
-    if (c->opt_type != OPT_ADAFACTOR) return;
-    if (c->ici_tensor_parallelism > 1 || c->ici_expert_parallelism > 1)
-        die("opt_type=adafactor with ici_tensor_parallelism=%d ici_expert_parallelism=%d: the factored second "
-            "moment needs each tensor's rows and columns whole, and tensor/expert pieces are not gathered for it "
-            "here; use data, fsdp, context or pipeline parallelism", c->ici_tensor_parallelism,
-            c->ici_expert_parallelism);
-    if (c->shard_optimizer_over_data)
+    if (c->opt_type == OPT_ADAFACTOR && c->shard_optimizer_over_data)
         die("opt_type=adafactor with shard_optimizer_over_data=true: adafactor's state is kept per tensor (row and "
             "column means), not as the flat per-weight pieces ZeRO-1 splits; use fsdp to shard it");
 }
@@ -38,19 +32,29 @@ int adafactor_factored_dims(const int *shape, int ndim, int *drow, int *dcol) {
     return 1;
 }
 
-// One tensor as this device sees it: its whole shape and the part [k0, k1) of its
-// elements (row-major) in this device's shard, at local offset `at` of the flat buffers.
+// The mesh axes that really cut a weight (base/partition.h): a device holds a piece of it.
+#define AF_CUT_AXES (AXIS_BIT(AX_TENSOR) | AXIS_BIT(AX_EXPERT))
+
+// One tensor as this device sees it: its piece (the whole tensor unless tensor or expert
+// parallelism cuts it) and the part [k0, k1) of the piece's elements (row-major in its local
+// shape) in this device's shard, at local offset `at` of the flat buffers. A factored
+// tensor's moments are kept for a box: the piece's indices along the lead dimensions, every
+// row and every column.
 typedef struct {
     const ParamSpec *sp;
     int unit;
     size_t k0, k1, at;
+    size_t gsize;        // elements of the whole tensor
     int factored, drow, dcol;
-    size_t R, C, lead;   // factored: rows (dim drow), columns (dim dcol), product of the other dims
+    size_t R, C, lead;   // factored: rows (dim drow) and columns (dim dcol) whole, the piece's product of the other dims
+    size_t Rl, Cl, r0, c0;   // the piece's rows [r0, r0 + Rl) and columns [c0, c0 + Cl)
+    unsigned cut;        // the mesh axes that cut the rows or the columns: the box is gathered over them
 } TensorPart;
 
 static int tensor_part(const Model *m, int i, TensorPart *t) {
     const StateShard *s = &m->shard;
     const ParamSpec *sp = &m->specs[i];
+    memset(t, 0, sizeof *t);
     t->sp = sp;
     t->unit = model_unit_of(&m->cfg, sp->name);
     size_t g0 = shard_first(s, t->unit), g1 = g0 + shard_len(s, t->unit);
@@ -59,10 +63,18 @@ static int tensor_part(const Model *m, int i, TensorPart *t) {
     t->k0 = a - sp->offset;
     t->k1 = b - sp->offset;
     t->at = s->local_off[t->unit] + (a - g0);
+    t->gsize = 1;
+    for (int d = 0; d < sp->ndim; d++) t->gsize *= (size_t)sp->gshape[d];
     t->factored = adafactor_factored_dims(sp->gshape, sp->ndim, &t->drow, &t->dcol);
-    t->R = t->factored ? (size_t)sp->gshape[t->drow] : 0;
-    t->C = t->factored ? (size_t)sp->gshape[t->dcol] : 0;
-    t->lead = t->factored ? sp->size / (t->R * t->C) : 0;
+    if (!t->factored) return 1;
+    t->R = (size_t)sp->gshape[t->drow];
+    t->C = (size_t)sp->gshape[t->dcol];
+    t->Rl = (size_t)sp->shape[t->drow];
+    t->Cl = (size_t)sp->shape[t->dcol];
+    t->r0 = (size_t)sp->lindex[t->drow] * t->Rl;
+    t->c0 = (size_t)sp->lindex[t->dcol] * t->Cl;
+    t->lead = sp->size / (t->Rl * t->Cl);
+    t->cut = (sp->part.axes[t->drow] | sp->part.axes[t->dcol]) & AF_CUT_AXES;
     return 1;
 }
 
@@ -109,8 +121,48 @@ static Parts parts_of(const Model *m) {
     return ps;
 }
 
-// 1. The row and column means of unit u's factored tensors, from their whole gradients
-//    (gathered over fsdp: every fsdp device takes part in the same gathers).
+// The shape of a factored tensor's box (its piece, with every row and every column).
+static void box_shape(const TensorPart *tp, int *shape) {
+    for (int d = 0; d < tp->sp->ndim; d++) shape[d] = tp->sp->shape[d];
+    shape[tp->drow] = (int)tp->R;
+    shape[tp->dcol] = (int)tp->C;
+}
+
+// The gradient of a factored tensor's box (lead, R, C in its dims' order; MEM_COMM, to
+// free), from `piece` (this device's piece, whole) and the pieces of the devices along
+// tp->cut, which hold the same lead indices and the other rows or columns: each member's
+// piece placed at its rows and columns, a run along its last dimension at a time.
+static float *box_gathered(const TensorPart *tp, const float *piece) {
+    const Mesh *mesh = mesh_current();
+    const ParamSpec *sp = tp->sp;
+    int dev = mesh_device_id(), nd = sp->ndim, n = 1, bshape[4];
+    for (int a = 0; a < MESH_NAXES; a++)
+        if (tp->cut & AXIS_BIT(a)) n *= mesh->size[a];
+    float *all = mem_floats(MEM_COMM, sp->size * (size_t)n, "adafactor: tensor pieces gathered");
+    coll_all_gather(mesh_group(mesh, dev, tp->cut), piece, all, sizeof(float) * sp->size);
+    float *box = mem_floats(MEM_COMM, tp->lead * tp->R * tp->C, "adafactor: the tensor's rows and columns whole");
+    box_shape(tp, bshape);
+    size_t run = (size_t)sp->shape[nd - 1], runs = sp->size / run;
+    for (int k = 0; k < n; k++) {
+        int member = mesh_member(mesh, dev, tp->cut, k);
+        size_t shift[4] = {0, 0, 0, 0}, coord[4];
+        shift[tp->drow] = (size_t)partition_local_index(mesh, member, &sp->part, tp->drow) * tp->Rl;
+        shift[tp->dcol] = (size_t)partition_local_index(mesh, member, &sp->part, tp->dcol) * tp->Cl;
+        for (size_t o = 0; o < runs; o++) {
+            size_t rest = o, at = 0;
+            coord[nd - 1] = 0;
+            for (int d = nd - 2; d >= 0; d--) { coord[d] = rest % (size_t)sp->shape[d]; rest /= (size_t)sp->shape[d]; }
+            for (int d = 0; d < nd; d++) at = at * (size_t)bshape[d] + coord[d] + shift[d];
+            mem_copy(box + at, all + (size_t)k * sp->size + o * run, sizeof(float) * run);
+        }
+    }
+    mem_free(all);
+    return box;
+}
+
+// 1. The row and column means of unit u's factored tensors, from their boxes' gradients
+//    (the unit gathered over fsdp: every fsdp device takes part in the same gathers; a
+//    tensor's box over the axes that cut its rows or columns).
 static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
     const StateShard *s = &m->shard;
     int any = 0;
@@ -131,15 +183,43 @@ static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
     for (int i = 0; i < ps->n; i++) {
         const TensorPart *tp = &ps->parts[i];
         if (!ps->has[i] || tp->unit != u || !tp->factored) continue;
+        const float *piece = unit_g + (tp->sp->offset - s->unit_off[u]);
+        float *box = tp->cut ? box_gathered(tp, piece) : NULL;
+        int bshape[4];
+        box_shape(tp, bshape);
         size_t LR = tp->lead * tp->R;
         double *sums = mem_alloc(MEM_TEMP, sizeof(double) * (LR + tp->lead * tp->C), "adafactor: row and column sums");
         float *vrow = m->v_mem + ps->soff[i];
-        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR,
-                                                  unit_g + (tp->sp->offset - s->unit_off[u]), tp->sp->gshape,
+        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR, box ? box : piece, bshape,
                                                   tp->sp->ndim, tp->drow, tp->dcol, decay, AF_EPS);
         mem_free(sums);
+        mem_free(box);
     }
     mem_free(full);
+}
+
+// The factors of the piece's own rows and columns (lead * (Rl + Cl), MEM_TEMP, to free),
+// cut from the box's f (lead * (R + C)).
+static float *piece_factors(const TensorPart *tp, const float *f) {
+    float *fl = mem_floats(MEM_TEMP, tp->lead * (tp->Rl + tp->Cl), "adafactor: the piece's row and column factors");
+    for (size_t l = 0; l < tp->lead; l++) {
+        mem_copy(fl + l * tp->Rl, f + l * tp->R + tp->r0, sizeof(float) * tp->Rl);
+        mem_copy(fl + tp->lead * tp->Rl + l * tp->Cl, f + tp->lead * tp->R + l * tp->C + tp->c0, sizeof(float) * tp->Cl);
+    }
+    return fl;
+}
+
+// Whether this device adds tensor i's squares to the sums (sums_on_host adds them over
+// fsdp, tensor and expert): one device for each element, coordinate 0 along the tensor and
+// expert axes that hold copies of the tensor (as the gradient norm, sharding/fsdp.c).
+static int owns_squares(const ParamSpec *sp) {
+    const Mesh *mesh = mesh_current();
+    if (!mesh) return 1;
+    unsigned split = 0;
+    for (int d = 0; d < sp->ndim; d++) split |= sp->part.axes[d];
+    int dev = mesh_device_id();
+    return ((split & AXIS_BIT(AX_TENSOR)) || mesh_coord(mesh, dev, AX_TENSOR) == 0) &&
+           ((split & AXIS_BIT(AX_EXPERT)) || mesh_coord(mesh, dev, AX_EXPERT) == 0);
 }
 
 // 2. Each tensor's update for the elements held here, written over the gradient, and the
@@ -153,31 +233,40 @@ static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares
         if (tp->factored) {
             float *f = mem_floats(MEM_TEMP, part_state(tp), "adafactor: row and column factors");
             kern()->optim->adafactor_factors(f, st, st + tp->lead * tp->R, tp->lead, tp->R, tp->C);
-            kern()->optim->adafactor_scale_factored(g, f, tp->k0, cnt, tp->sp->gshape, tp->sp->ndim, tp->drow, tp->dcol);
+            float *fl = tp->cut ? piece_factors(tp, f) : NULL;
+            kern()->optim->adafactor_scale_factored(g, fl ? fl : f, tp->k0, cnt, tp->sp->shape, tp->sp->ndim,
+                                                    tp->drow, tp->dcol);
+            mem_free(fl);
             mem_free(f);
         } else {
             kern()->optim->adafactor_scale_full(g, st, cnt, decay, AF_EPS);
         }
+        if (!owns_squares(tp->sp)) continue;
         kern()->optim->squares_add(&mine[i].u, &mine[i].bad, g, cnt);
         kern()->optim->squares_add(&mine[i].p, &mine[i].bad, p, cnt);
     }
 }
 
-// 3. The sums over the fsdp devices (the data/context replicas hold the same ones), read
-//    back to the host, where each tensor's scales are decided: (n) host entries, to free.
-static TensorSquares *sums_on_host(Model *m, TensorSquares *mine, int n) {
-    const StateShard *s = &m->shard;
-    size_t all_n = (size_t)n * (size_t)s->F;
+// 3. The sums over the fsdp, tensor and expert devices (the data and context replicas hold
+//    the same ones), read back to the host, where each tensor's scales are decided: (n)
+//    host entries, to free.
+static TensorSquares *sums_on_host(TensorSquares *mine, int n) {
+    const Mesh *mesh = mesh_current();
+    unsigned over = AXIS_BIT(AX_FSDP) | AF_CUT_AXES;
+    int members = 1;
+    for (int a = 0; mesh && a < MESH_NAXES; a++)
+        if (over & AXIS_BIT(a)) members *= mesh->size[a];
+    size_t all_n = (size_t)n * (size_t)members;
     TensorSquares *all = mine;
-    if (s->F > 1) {
-        all = mem_alloc(MEM_COMM, sizeof(TensorSquares) * all_n, "adafactor: sums of every fsdp device");
-        coll_all_gather(s->fsdp, mine, all, sizeof(TensorSquares) * (size_t)n);
+    if (members > 1) {
+        all = mem_alloc(MEM_COMM, sizeof(TensorSquares) * all_n, "adafactor: sums of every fsdp, tensor and expert device");
+        coll_all_gather(mesh_group(mesh, mesh_device_id(), over), mine, all, sizeof(TensorSquares) * (size_t)n);
     }
     TensorSquares *sq = malloc(sizeof(TensorSquares) * all_n);
     if (!sq) die("host out of memory (adafactor sums)");
     mem_download(sq, all, sizeof(TensorSquares) * all_n);
     if (all != mine) mem_free(all);
-    for (int q = 1; q < s->F; q++)
+    for (int q = 1; q < members; q++)
         for (int i = 0; i < n; i++) {
             const TensorSquares *o = &sq[(size_t)q * n + i];
             sq[i].u += o->u;
@@ -195,12 +284,12 @@ void adafactor_update(Model *m, float lr, int t) {
         if (s->here[u]) unit_moments(m, &ps, u, decay);
     TensorSquares *mine = mem_alloc(MEM_COMM, sizeof(TensorSquares) * (size_t)ps.n, "adafactor: sums of squares");
     scaled_updates(m, &ps, decay, mine);
-    TensorSquares *sq = sums_on_host(m, mine, ps.n);
+    TensorSquares *sq = sums_on_host(mine, ps.n);
     // 4. Clip each tensor's update to RMS 1, scale by lr and by the parameter's RMS, apply.
     for (int i = 0; i < ps.n; i++) {
         if (!ps.has[i]) continue;
         const TensorPart *tp = &ps.parts[i];
-        double N = (double)tp->sp->size;
+        double N = (double)tp->gsize;
         float rms_u = (float)sqrt((double)sq[i].u / SQUARES_SCALE / N);
         float rms_p = (float)sqrt((double)sq[i].p / SQUARES_SCALE / N);
         if (sq[i].bad) rms_u = rms_p = NAN;   // a non-finite update: the loss shows it

@@ -4,16 +4,18 @@
 // for the others; decay 1 - t^-0.8 at update t; each tensor's update clipped to RMS 1,
 // times the learning rate, times max(RMS(param), 1e-3).
 //
-// The state is kept per tensor, on the devices that hold part of it: a factored tensor's
-// row and column means whole (lead * (R + C) floats, replicated over fsdp), a full one's
-// running mean only for the elements this device holds. Every per-tensor reduction covers
-// the whole tensor and gives the same bits on any mesh: the row and column sums are taken
-// over the tensor's gradient gathered whole (fsdp), in index order; the RMS of the update
-// and of the parameter add each device's squares in 128-bit fixed point (exact, like the
-// gradient norm in sharding/fsdp.c). Under fsdp the update gathers, one unit at a time, the
-// gradient of each unit holding a factored tensor (MEM_COMM, one padded unit), and a device
-// holding part of a factored tensor keeps its whole row/column state. Supported meshes: data, fsdp, context, stage (and
-// their mixes); tensor and expert parallelism and ZeRO-1 are refused in trainer/step.c:step_check_config.
+// The state is kept per tensor, on the devices that hold part of it. A factored tensor keeps
+// its row and column means for a box: the leading indices of the device's piece (all of
+// them unless tensor or expert parallelism cuts a leading dim: an expert stack's experts,
+// attention's heads), every row and every column (lead * (R + C) floats, replicated over
+// fsdp and over the axes that cut the rows or columns); a full one keeps its running mean
+// only for the elements this device holds. Every per-tensor reduction gives the same bits
+// on any mesh: the row and column sums are taken in index order over the box's gradient,
+// gathered whole (over fsdp, one unit at a time, MEM_COMM, and over the tensor or expert
+// axes that cut the rows or columns, one tensor at a time); the RMS of the update and of
+// the parameter add each device's squares in 128-bit fixed point (exact, like the gradient
+// norm in sharding/fsdp.c). Supported meshes: every axis; ZeRO-1
+// (shard_optimizer_over_data) is refused by adafactor_check.
 #ifndef MESHMOE_ADAFACTOR_H
 #define MESHMOE_ADAFACTOR_H
 #include <stddef.h>
@@ -21,7 +23,7 @@
 
 struct Model;
 
-// Checks the mesh keys for opt_type=adafactor (called from config validation).
+// Refuses shard_optimizer_over_data under opt_type=adafactor (called from config validation).
 void adafactor_check(const Config *c);
 // Which two dimensions optax factors over: *drow (the second largest, ties to the later
 // index) and *dcol (the largest); 0 if the tensor keeps a full second moment.
@@ -31,8 +33,9 @@ size_t adafactor_state_floats(const struct Model *m);
 // Where tensor i's state lies in this device's m->v_mem (checkpoints read and write it):
 // 0 if the device holds no element of the tensor. Factored: lead*(R+C) floats from `off`,
 // the row means v_row[l*R + r] then the column means v_col[l*C + c], where l runs over
-// the dimensions other than drow and dcol in order; otherwise the running mean of elements
-// [k0, k1) of the tensor (row-major over its whole shape), one float each, from `off`.
+// the piece's indices of the dimensions other than drow and dcol in order (R and C are
+// whole); otherwise the running mean of elements [k0, k1) of the piece (row-major over its
+// local shape, ParamSpec.shape), one float each, from `off`.
 typedef struct { size_t off, k0, k1, R, C, lead; int factored, drow, dcol; } AdafactorSlot;
 int adafactor_slot(const struct Model *m, int i, AdafactorSlot *slot);
 // One update of this device's parameters (m->v_mem holds the state); t is 1-based.

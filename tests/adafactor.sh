@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tests/adafactor.sh: opt_type=adafactor (optim/adafactor.c, docs/optimizations.md#opt_type).
 # The loss goes down; the losses are the same bits on one device, fsdp=2, data=2,
-# data=2 x fsdp=2, context=2, 2 pipeline stages and with the state offloaded to the host; the optimizer bytes of every
-# device equal what optax's rule gives from the tensors' shapes (a factored tensor keeps
-# lead * (rows + cols) floats, the rest one per element), computed here from the shapes
-# and fsdp's even split of each padded unit; bad combinations give one clear message.
+# data=2 x fsdp=2, context=2, 2 pipeline stages, tensor=2, expert=2, their mixes, and with
+# the state offloaded to the host; the optimizer bytes of every device equal what optax's
+# rule gives from the tensors' shapes (a factored tensor keeps lead * (rows + cols) floats,
+# the rest one per element), computed here from the shapes and fsdp's even split of each
+# padded unit, and under tensor and expert parallelism from each device's piece (every row
+# and column, its part of the other dims); ZeRO-1 gives one clear message.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -25,6 +27,10 @@ run dfsdp mixtral-tiny per_device_batch_size=1 ici_data_parallelism=2 ici_fsdp_p
 run off mixtral-tiny per_device_batch_size=4 optimizer_memory_host_offload=true
 run ctx mixtral-tiny per_device_batch_size=2 ici_context_parallelism=2
 run pp mixtral-tiny per_device_batch_size=2 ici_pipeline_parallelism=2
+run tp mixtral-tiny per_device_batch_size=2 ici_tensor_parallelism=2
+run ep mixtral-tiny per_device_batch_size=2 ici_expert_parallelism=2
+run tpfsdp mixtral-tiny per_device_batch_size=1 ici_tensor_parallelism=2 ici_fsdp_parallelism=2
+run tpep mixtral-tiny per_device_batch_size=1 ici_tensor_parallelism=2 ici_expert_parallelism=2
 first=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | head -1 | grep -o '[0-9.]*$')
 lastl=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | tail -1 | grep -o '[0-9.]*$')
 check "loss $first -> $lastl over 3 steps" awk -v a="$first" -v b="$lastl" 'BEGIN { exit !(b < a - 0.3) }'
@@ -34,6 +40,13 @@ check "data=2 x fsdp=2" same dfsdp one
 check "optimizer_memory_host_offload" same off one
 check "context=2" same ctx one
 check "pipeline stages=2" same pp one
+check "tensor=2 (the experts' columns, the head's vocabulary cut: their moments gathered)" same tp one
+check "expert=2 (the experts cut along their leading dim: moments of their own)" same ep one
+check "tensor=2 x fsdp=2" same tpfsdp one
+check "tensor=2 x expert=2" same tpep one
+run wide mixtral-tiny per_device_batch_size=4 base_emb_dim=256 base_mlp_dim=128
+run wide_tp mixtral-tiny per_device_batch_size=1 base_emb_dim=256 base_mlp_dim=128 ici_tensor_parallelism=2 ici_fsdp_parallelism=2
+check "emb 256, mlp 128 on tensor=2 x fsdp=2 (the experts' rows cut: their moments gathered)" same wide_tp wide
 run adamw mixtral-tiny per_device_batch_size=4 opt_type=adamw
 check "adafactor and adamw differ" test "$(bits one)" != "$(bits adamw)"
 
@@ -79,15 +92,43 @@ for d in 0 1; do
     check "fsdp=2 device $d: optimizer $a B = $e B from the shapes" test -n "$a" -a "$a" = "$e"
 done
 
-echo "== deepseek-tiny (MLA, shared expert, dense first layer, routing bias): the same bits on 1 device, fsdp=2, data=2"
+echo "== mixtral-tiny on tensor=2 x expert=2: optimizer bytes from each device's piece"
+# The layout with each tensor's global shape, then its piece on a device of tensor=2 x
+# expert=2 (the rules: vocab, heads, kv_heads and mlp cut by tensor, exp by expert).
+layout_te() {
+    echo "256 128 : 128 128"                                # token_embedder/embedding
+    for l in 1 2 3 4; do
+        echo "128 : 128"; echo "128 4 32 : 128 2 32"; echo "128 2 32 : 128 1 32"; echo "128 2 32 : 128 1 32"
+        echo "4 32 128 : 2 32 128"; echo "128 : 128"; echo "128 4 : 128 4"
+        echo "4 128 256 : 2 128 128"; echo "4 128 256 : 2 128 128"; echo "4 256 128 : 2 128 128"
+    done
+    echo "128 : 128"; echo "128 256 : 128 128"              # decoder_norm, logits_dense
+}
+# A factored tensor keeps, for its piece's leading indices, every row's and every column's
+# mean: (piece size / (piece rows * piece cols)) * (R + C); another, one float per element.
+expected_te() {
+    layout_te | awk -F' : ' '
+    { nd = split($1, g, " "); split($2, l, " "); n = 1; for (i = 1; i <= nd; i++) n *= l[i]
+      c = 1; for (i = 2; i <= nd; i++) if (g[i] >= g[c]) c = i
+      r = (c == 1) ? 2 : 1; for (i = 1; i <= nd; i++) if (i != c && g[i] >= g[r]) r = i
+      total += (nd >= 2 && g[r] >= 128) ? n / (l[r] * l[c]) * (g[r] + g[c]) : n }
+    END { print total * 4 }'
+}
+e=$(expected_te)
+for d in 0 1 2 3; do
+    a=$(opt_bytes tpep $d)
+    check "tensor=2 x expert=2 device $d: optimizer $a B = $e B from its piece" test -n "$a" -a "$a" = "$e"
+done
+
+echo "== deepseek-tiny (MLA, shared expert, dense first layer, routing bias): the same bits on 1 device, fsdp=2, data=2, tensor=2 x expert=2"
 run ds deepseek-tiny per_device_batch_size=4
 run ds_fsdp deepseek-tiny per_device_batch_size=2 ici_fsdp_parallelism=2
 run ds_data deepseek-tiny per_device_batch_size=2 ici_data_parallelism=2
 check "deepseek fsdp=2: $(bits ds_fsdp)" same ds_fsdp ds
 check "deepseek data=2" same ds_data ds
+run ds_te deepseek-tiny per_device_batch_size=1 ici_tensor_parallelism=2 ici_expert_parallelism=2
+check "deepseek tensor=2 x expert=2" same ds_te ds
 
-echo "== bad combinations: one clear message"
-expect_error "tensor parallelism" "ici_tensor_parallelism=2" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor ici_tensor_parallelism=2
-expect_error "expert parallelism" "ici_expert_parallelism=2" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor ici_expert_parallelism=2
+echo "== ZeRO-1: one clear message"
 expect_error "ZeRO-1" "shard_optimizer_over_data" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor ici_data_parallelism=2 shard_optimizer_over_data=true
 summary

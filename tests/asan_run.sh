@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/asan_run.sh BINARY: a short training of both presets (both MoE paths, with
 # checkpoint save + resume and gradient accumulation, and a checkpoint saved on one
-# 4-device mesh and resumed on another; flash and ring attention; bf16_storage=kept) under AddressSanitizer + UBSan;
+# 4-device mesh and resumed on another; adafactor over tensor and expert pieces; flash and ring attention; bf16_storage=kept) under AddressSanitizer + UBSan;
 # then a dry run.
 # Any report makes the run exit non-zero.
 set -u
@@ -26,6 +26,11 @@ check "asan: deepseek saved on fsdp=2 x tensor=2" $BIN configs/deepseek-tiny.yml
     ici_fsdp_parallelism=2 ici_tensor_parallelism=2 save_checkpoint=$T/mesh.safetensors
 check "asan: deepseek resumed on data=2 (ZeRO-1) x expert=2" $BIN configs/deepseek-tiny.yml $A steps=2 \
     ici_data_parallelism=2 shard_optimizer_over_data=true ici_expert_parallelism=2 load_checkpoint=$T/mesh.safetensors
+check "asan: adafactor saved on fsdp=2 x tensor=2 (the experts' and the head's moments gathered)" $BIN \
+    configs/mixtral-tiny.yml $A steps=2 run_steps=1 opt_type=adafactor ici_fsdp_parallelism=2 ici_tensor_parallelism=2 \
+    save_checkpoint=$T/af.safetensors
+check "asan: adafactor resumed on expert=2" $BIN configs/mixtral-tiny.yml $A steps=2 opt_type=adafactor per_device_batch_size=4 \
+    ici_expert_parallelism=2 load_checkpoint=$T/af.safetensors
 check "asan: attention=flash (the attention tiles' blocked path)" $BIN configs/mixtral-tiny.yml $A steps=2 \
     attention=flash attn_block_q=5 attn_block_kv=7
 check "asan: ring attention over context=2" $BIN configs/deepseek-tiny.yml $A steps=2 ici_context_parallelism=2 \

@@ -47,9 +47,15 @@ for preset in mixtral-tiny deepseek-tiny; do
     # device's (heads, 128) order: the file's layout is really reordered and back.
     af="opt_type=adafactor"
     [ $preset = mixtral-tiny ] && af="opt_type=adafactor head_dim=128"
-    echo "== $preset: $af, fsdp=2 -> 1 device"
+    echo "== $preset: $af, fsdp=2 -> 1 device; tensor=2 x expert=2 -> fsdp=2 x tensor=2"
     run $preset-ref-af $preset per_device_batch_size=4 $af
     REF=-af roundtrip $preset af-fsdp2-to-1 "ici_fsdp_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4" $af
+    # Tensor and expert pieces: each device keeps the means of its piece's leading indices
+    # (the experts, Mixtral's heads) over every row and column, and saves and loads those.
+    REF=-af roundtrip $preset af-te-to-fsdp2-tensor2 "ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1" \
+        "ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1" $af
+    same_file "$preset adafactor: tensors saved on tensor=2 x expert=2 = saved on fsdp=2" $preset-af-te-to-fsdp2-tensor2 \
+        $preset-af-fsdp2-to-1
 done
 
 echo "== mixtral-tiny: pipeline stage=2 -> 1 device; adafactor 1 device -> fsdp=2; sgd fsdp=2 -> 1 device"

@@ -118,9 +118,6 @@ def draw_mesh(rng, preset, o, ga, context):
     axes = dict(axes)
     sw = dict(rng.sample([(k, rng.choice(v)) for k, v in SWITCHES], rng.randint(0, 4)))
     pipeline = axes.get("ici_pipeline_parallelism", 1)
-    if o.get("opt_type") == "adafactor" and ("ici_tensor_parallelism" in axes or "ici_expert_parallelism" in axes):
-        axes, devices = {"ici_fsdp_parallelism": 2}, 2   # (adafactor wants whole rows and columns)
-        pipeline = 1
     if "ici_expert_parallelism" in axes and o.get("sparse_matmul") == "false":
         axes, devices, pipeline = {"ici_data_parallelism": 2}, 2, 1   # (experts apart: the sparse path)
     if pipeline > 1:

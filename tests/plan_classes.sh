@@ -93,5 +93,7 @@ mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 parameter_memory_h
 mixtral-tiny  ici_fsdp_parallelism=4 ici_data_parallelism=2 opt_type=adafactor per_device_batch_size=1
 # adafactor with stages, fsdp=3 and data
 mixtral-tiny  opt_type=adafactor ici_fsdp_parallelism=3 ici_data_parallelism=2 ici_pipeline_parallelism=2 num_pipeline_microbatches=2 per_device_batch_size=1
+# adafactor on tensor and expert pieces with fsdp: the rows and columns gathered
+deepseek-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=1
 MESHES
 summary

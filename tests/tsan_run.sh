@@ -33,6 +33,7 @@ done <<RUNS
 mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 run_steps=1 save_checkpoint=$T/ck.st
 deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true
 mixtral-tiny  ici_data_parallelism=2 ici_fsdp_parallelism=4 load_checkpoint=$T/ck.st
+mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=adafactor
 RUNS
 # The dry run's representatives (base/mesh.h:mesh_run_classes): one device per class walks
 # the step alone, as many at a time as there are cores, their collectives waiting for

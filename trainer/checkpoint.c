@@ -132,7 +132,10 @@ typedef struct {
 static Place place_of(const Model *m, const Entry *e) {
     const ParamSpec *s = &m->specs[e->spec];
     Place p = {m->params_mem, NULL, 1, 0, 0};
-    for (int d = 0; d < s->ndim; d++) p.split |= s->part.axes[d];
+    int drow = -1, dcol = -1;
+    if (e->kind == E_V_ROW || e->kind == E_V_COL) adafactor_factored_dims(s->gshape, s->ndim, &drow, &dcol);
+    for (int d = 0; d < s->ndim; d++)   // a factored mean is whole along its rows and columns
+        if (d != drow && d != dcol) p.split |= s->part.axes[d];
     if (e->kind == E_MU || e->kind == E_NU) {
         p.buf = e->kind == E_MU ? m->m_mem : m->v_mem;
         if (e->kind == E_MU) p.buf16 = m->m16_mem;
@@ -145,7 +148,9 @@ static Place place_of(const Model *m, const Entry *e) {
 }
 
 // Where element j of a factored mean in the file (optax's layout: the tensor's dims without
-// `drop`, in order) lies in the device's block (leading index major, dim `keep` last).
+// `drop`, in order) lies in the device's block (leading index major, dim `keep` last and
+// whole; the leading dims only the device's piece of them, optim/adafactor.h), or SIZE_MAX
+// where j's leading indices are another piece's.
 static size_t factored_pos(const ParamSpec *s, int drop, int keep, size_t j) {
     size_t coord[4] = {0};
     for (int d = s->ndim - 1; d >= 0; d--) {
@@ -154,19 +159,24 @@ static size_t factored_pos(const ParamSpec *s, int drop, int keep, size_t j) {
         j /= (size_t)s->gshape[d];
     }
     size_t lead = 0;
-    for (int d = 0; d < s->ndim; d++)
-        if (d != drop && d != keep) lead = lead * (size_t)s->gshape[d] + coord[d];
+    for (int d = 0; d < s->ndim; d++) {
+        if (d == drop || d == keep) continue;
+        size_t lo = (size_t)s->lindex[d] * (size_t)s->shape[d];
+        if (coord[d] < lo || coord[d] >= lo + (size_t)s->shape[d]) return SIZE_MAX;
+        lead = lead * (size_t)s->shape[d] + (coord[d] - lo);
+    }
     return lead * (size_t)s->gshape[keep] + coord[keep];
 }
 
-// A factored entry's block on this device (NULL if it holds none of the tensor), and its
-// drop/keep dims; *first: whether the device holds the tensor's first element.
-static float *factored_block(const Model *m, const Entry *e, int *drop, int *keep, int *first) {
+// A factored entry's block on this device (NULL if it holds none of the tensor), its floats
+// (*n) and its drop/keep dims; *first: whether the device holds the first element of its piece.
+static float *factored_block(const Model *m, const Entry *e, size_t *n, int *drop, int *keep, int *first) {
     AdafactorSlot sl;
     if (!adafactor_slot(m, e->spec, &sl)) return NULL;
     *first = sl.k0 == 0;
     *drop = e->kind == E_V_ROW ? sl.dcol : sl.drow;
     *keep = e->kind == E_V_ROW ? sl.drow : sl.dcol;
+    *n = sl.lead * (e->kind == E_V_ROW ? sl.R : sl.C);
     return m->v_mem + sl.off + (e->kind == E_V_COL ? sl.lead * sl.R : 0);
 }
 
@@ -194,19 +204,25 @@ static void put_entry(const Model *m, const Entry *e, float *dst) {
     const ParamSpec *s = &m->specs[e->spec];
     Place p = place_of(m, e);
     if (!shard_first_copy(mesh, dev, p.split)) return;
-    if (e->kind == E_V_ROW || e->kind == E_V_COL) {   // whole on every device holding part of the tensor
+    if (e->kind == E_V_ROW || e->kind == E_V_COL) {   // on every device holding part of the piece
         int drop, keep, first;
-        const float *block = factored_block(m, e, &drop, &keep, &first);
+        size_t n;
+        const float *block = factored_block(m, e, &n, &drop, &keep, &first);
         if (!block || !first) return;
-        float *whole = mem_host_copy(block, sizeof(float) * e->n);   // the block holds the e->n means, reordered
-        for (size_t j = 0; j < e->n; j++) dst[j] = whole[factored_pos(s, drop, keep, j)];
-        free(whole);
+        float *mine = mem_host_copy(block, sizeof(float) * n);   // the piece's means, reordered
+        for (size_t j = 0; j < e->n; j++) {
+            size_t at = factored_pos(s, drop, keep, j);
+            if (at != SIZE_MAX) dst[j] = mine[at];
+        }
+        free(mine);
         return;
     }
     size_t a, b, at;
-    if (e->kind == E_V) {   // adafactor keeps no tensor/expert cuts: local = global
+    if (e->kind == E_V) {   // one mean per element held, in the order of the parameters' elements
         AdafactorSlot sl;
-        if (adafactor_slot(m, e->spec, &sl)) mem_download(dst + sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
+        if (!adafactor_slot(m, e->spec, &sl)) return;
+        PutCtx ctx = {dst, p.buf + sl.off, NULL, sl.k0};
+        each_run(s, sl.k0, sl.k1, put_run, &ctx);
         return;
     }
     if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
@@ -362,23 +378,28 @@ static void get_entry(Model *m, const StFile *f, const Entry *e) {
     Place p = place_of(m, e);
     if (e->kind == E_V_ROW || e->kind == E_V_COL) {
         int drop, keep, first;
-        float *block = factored_block(m, e, &drop, &keep, &first);
+        size_t n;
+        float *block = factored_block(m, e, &n, &drop, &keep, &first);
         if (!block) return;
         float *whole = malloc(sizeof(float) * e->n);
         if (!whole) die("out of host memory");
-        float *placed = malloc(sizeof(float) * e->n);
+        float *placed = malloc(sizeof(float) * n);
         if (!placed) die("out of host memory");
         st_read_at(f, t, 0, whole, sizeof(float) * e->n);
-        for (size_t j = 0; j < e->n; j++) placed[factored_pos(s, drop, keep, j)] = whole[j];
-        mem_upload(block, placed, sizeof(float) * e->n);   // the block holds the e->n means, reordered
+        for (size_t j = 0; j < e->n; j++) {
+            size_t at = factored_pos(s, drop, keep, j);
+            if (at != SIZE_MAX) placed[at] = whole[j];
+        }
+        mem_upload(block, placed, sizeof(float) * n);   // the piece's means, reordered
         free(whole);
         free(placed);
         return;
     }
     if (e->kind == E_V) {
         AdafactorSlot sl;
-        if (adafactor_slot(m, e->spec, &sl))
-            read_to_device(f, t, sizeof(float) * sl.k0, p.buf + sl.off, sizeof(float) * (sl.k1 - sl.k0));
+        if (!adafactor_slot(m, e->spec, &sl)) return;
+        GetCtx ctx = {f, t, p.buf + sl.off, NULL, sl.k0};
+        each_run(s, sl.k0, sl.k1, get_run, &ctx);
         return;
     }
     size_t a, b, at;
