@@ -37,6 +37,7 @@
 // gather or ring as the forward (model_attn_core_forward); the pre-norm's output n1, the
 // projections' input, is recomputed as the norms are.
 #include "model/remat.h"
+#include "base/expert.h"
 #include "model/rmsnorm.h"
 #include "model/precision.h"
 #include "base/memory.h"
@@ -89,9 +90,6 @@ RematPlan remat_plan(const Config *c) {
     if (r.block > 1 && keeps_more)
         die("remat_nested_block=%d needs remat_policy=full (or custom with every checkpoint remat): only the "
             "block's first input is kept, and each layer is recomputed from its input", r.block);
-    if (r.ffn == KEEP_HOST && c->ici_expert_parallelism > 1)
-        die("offloading the FFN's tensors (mlpwi/mlpwo=offload, minimal_offloaded) with expert parallelism is not "
-            "supported: the exchange plan stays on the device; use ici_expert_parallelism=1 or mlpwi=mlpwo=remat");
     if (c->ici_pipeline_parallelism > 1 && (p != REMAT_FULL || r.block > 1))
         die("remat_policy=%s%s with ici_pipeline_parallelism=%d: the pipeline has its own remat (iteration_input, "
             "pipeline_save_decoder_layer_input); keep remat_policy=full and remat_nested_block=0", remat_policy_name(p),
@@ -129,6 +127,7 @@ static int attn_ptrs(const Config *c, LayerActs *a, void **p) {
     return n + ctx_ptrs(c, a, p + n);
 }
 
+#define FFN_PTRS_MAX 24   // the most buffers a group has (a MoE layer under expert parallelism: 20)
 static int ffn_ptrs(const Config *c, int l, LayerActs *a, void **p) {
     int n = 0;
     if (cfg_layer_is_moe(c, l)) {
@@ -136,6 +135,9 @@ static int ffn_ptrs(const Config *c, int l, LayerActs *a, void **p) {
         void *q[] = {&s->logits, &s->scores, &s->top_idx, &s->top_w, &s->w_eff, &s->probs, &s->lb_f, &s->row_start,
                      &s->row_token, &s->assign_row, &s->h0, &s->h1, &s->y, &s->shared.h0, &s->shared.h1};
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) p[n++] = q[i];
+        if (s->ep) {   // expert parallelism: the rows this device's experts ran on, and where they go back
+            p[n++] = &s->ep->x; p[n++] = &s->ep->h0; p[n++] = &s->ep->h1; p[n++] = &s->ep->from; p[n++] = &s->ep->to;
+        }
     } else {
         p[n++] = &a->mlp.h0;
         p[n++] = &a->mlp.h1;
@@ -157,7 +159,7 @@ void remat_after_forward(Model *m, int l, LayerActs *a) {
     const Config *c = &m->cfg;
     if (!m->training) return;   // eval and sampling: no backward follows, model_discard frees all
     RematPlan r = remat_plan(c);
-    void *p[16];
+    void *p[FFN_PTRS_MAX];
     if (r.norms == RECOMPUTE) {   // with each norm its broadcast scale (rmsnorm_fused_scale=false)
         free_ptr(&a->n1); free_ptr(&a->rstd1); free_ptr(&a->scale1);
         free_ptr(&a->n2); free_ptr(&a->rstd2); free_ptr(&a->scale2);
@@ -228,7 +230,7 @@ void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coe
     const Config *c = &m->cfg;
     int T = B * S;
     size_t n = (size_t)T * c->base_emb_dim;
-    void *q[16];
+    void *q[FFN_PTRS_MAX];
     move_all(q, ffn_ptrs(c, l, a, q), 0);   // offloaded tensors back (a no-op for those that stayed)
     a->h = mem_to_device(a->h);
     unpack(c, &a->h, n);

@@ -35,6 +35,8 @@ check "asan: attention=flash (the attention tiles' blocked path)" $BIN configs/m
     attention=flash attn_block_q=5 attn_block_kv=7
 check "asan: ring attention over context=2" $BIN configs/deepseek-tiny.yml $A steps=2 ici_context_parallelism=2 \
     context_parallel_strategy=ring
+check "asan: minimal_offloaded on expert=2 (the experts' rows and plan to the host and back)" $BIN \
+    configs/deepseek-tiny.yml $A steps=2 remat_policy=minimal_offloaded ici_expert_parallelism=2 dtype=bfloat16
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0
 check "asan: load-balance and z-loss" $BIN configs/mixtral-tiny.yml $A steps=2 load_balance_loss_weight=0.01 z_loss_multiplier=1e-4
 check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance loss" \

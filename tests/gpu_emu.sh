@@ -63,6 +63,8 @@ both ds-w16 deepseek-tiny dtype=bfloat16 bf16_storage=kept megablox=true ici_ten
 both mx-w16n mixtral-tiny dtype=bfloat16 bf16_storage=kept remat_policy=none
 # (adafactor's moments over tensor and expert pieces: the rows and columns gathered on the device)
 both mx-af mixtral-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_expert_parallelism=2 num_devices=4
+# (the experts' received rows and their plan moved to the host and back: minimal_offloaded on expert=2)
+both mx-offep mixtral-tiny remat_policy=minimal_offloaded ici_expert_parallelism=2 num_devices=2
 echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
     "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
@@ -88,7 +90,7 @@ both dsm       deepseek-medium gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
     max_target_length=128 per_device_batch_size=1
 wait
 
-for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af; do
+for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep; do
     ok_run $name || continue
     check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then

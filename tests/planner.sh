@@ -36,6 +36,7 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/mixtral-tiny.yml sparse_matmul=false capacity_factor=1.0" \
             "configs/deepseek-tiny.yml rmsnorm_fused_scale=false implicit_causal_mask=false moe_skip_redundant_cast=false moe_reshard_io=true skip_noop_grad_cast=false donate_buffers=false" \
             "configs/deepseek-tiny.yml remat_policy=minimal_offloaded rmsnorm_fused_scale=false" \
+            "configs/deepseek-tiny.yml remat_policy=minimal_offloaded ici_expert_parallelism=2 per_device_batch_size=4 dtype=bfloat16" \
             "configs/mixtral-tiny.yml remat_policy=full remat_nested_block=2 optimizer_memory_host_offload=true ema_decay=0.99 ema_host_offload=true" \
             "configs/mixtral-tiny.yml remat_policy=none parameter_memory_host_offload=true opt_type=sgd" \
             "configs/deepseek-tiny.yml scan_layers=false ici_expert_parallelism=2 per_device_batch_size=4" \
