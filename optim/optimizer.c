@@ -67,7 +67,7 @@ static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float 
     const float *g = m->grads_mem + at;
     if (sgd) kern()->optim->sgd_update(p, g, n, lr, clip);
     else {
-        AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay};
+        AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay, 0};
         kern()->optim->adamw_update(p, p16, g, m->m_mem ? m->m_mem + mo : NULL, m->m16_mem ? m->m16_mem + mo : NULL,
                                     m->v_mem + mo, n, h, clip);
     }
