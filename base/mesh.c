@@ -92,7 +92,7 @@ void mesh_init(Mesh *mesh, const Config *c) {
     for (int a = 0; a < MESH_NAXES; a++) mesh->size[a] = want[a];
     mesh->ndev = n;
     mesh->num_threads = c->num_threads;
-    mesh->adafactor = c->opt_type == OPT_ADAFACTOR;
+    mesh->per_tensor_state = c->opt_type == OPT_ADAFACTOR || c->opt_type == OPT_MUON;
     mesh_hybrid_init(mesh, c);
     mesh->devices = calloc((size_t)n, sizeof(Device));
     for (int d = 0; d < n; d++) device_init(&mesh->devices[d], d, (size_t)c->hbm_capacity);
@@ -241,8 +241,9 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
 //   data, fsdp  choose the device's sequences and its slice of each unit, which is padded to
 //               a multiple of fsdp x data so that every slice has the same length
 //               (sharding/fsdp.c shard_init); ZeRO-1's piece of the slice likewise; but
-//               adafactor keeps state per tensor that meets the slice (optim/adafactor.c), so
-//               with opt_type=adafactor the fsdp rank changes its size;
+//               adafactor and muon keep state per tensor that meets the slice
+//               (optim/adafactor.c; muon's AdamW half, optim/muon.c), so with them
+//               the fsdp rank changes its size;
 //   tensor      chooses its heads, widths and vocabulary slice, all of one size since the
 //               mesh must divide every split dimension (model/model.c);
 // so these change which bytes, never how many, and devices that differ only there share a
@@ -258,7 +259,7 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
 // figure and the memory trace, event by event.
 static int class_rep(const Mesh *mesh, int d) {
     unsigned apart = AXIS_BIT(AX_STAGE) | AXIS_BIT(AX_EXPERT) | AXIS_BIT(AX_CONTEXT) |
-                     (mesh->adafactor ? AXIS_BIT(AX_FSDP) : 0);
+                     (mesh->per_tensor_state ? AXIS_BIT(AX_FSDP) : 0);
     int id = 0;
     for (int a = 0; a < MESH_NAXES; a++)
         id = id * mesh->size[a] + (apart & AXIS_BIT(a) ? mesh_coord(mesh, d, (MeshAxis)a) : 0);

@@ -1,11 +1,12 @@
 // gpu/optim.cu: the optimizer's arithmetic on the GPU (kernels/optim.h), the twin of
 // kernels/cpu/optim.c.
 //
-// Element-wise updates (AdamW, SGD, clipping, EMA, Adafactor's scaling and apply) are the
-// CPU's expressions in the CPU's order, IEEE division and square root, no fused operations:
-// the CPU's bits. AdamW's bias corrections 1 - b^t are computed once on the host with the
-// C library's powf, as the CPU does. The sum of squares is a sum of integers (kernels/optim.h),
-// so the blocks add them with atomics in any order and get the CPU's integer exactly.
+// Element-wise updates (AdamW, SGD, clipping, EMA, Adafactor's scaling and apply, Muon's
+// moment and sums) are the CPU's expressions in the CPU's order, IEEE division and square
+// root, no fused operations: the CPU's bits. AdamW's and Muon's bias corrections 1 - b^t are
+// computed once on the host with the C library's powf, as the CPU does. The sum of squares
+// is a sum of integers (kernels/optim.h), so the blocks add them with atomics in any order
+// and get the CPU's integer exactly.
 // Adafactor's row and column sums are in double and in element order, one thread per sum.
 //
 // Launch geometry: one thread per element, per row sum or per column sum; squares_add at
@@ -37,17 +38,19 @@ __device__ static inline float clipped(float g, GradClip c) { return c.on ? (g /
 
 // AdamW's constants for one call: the step size, the bias corrections 1 - b^t (on the host,
 // with the C library's powf, as the CPU computes them), the decays (b1m: b1 rounded to bf16,
-// the decay of a bf16 first moment), epsilon and eps_root, the weight decay.
-typedef struct { float lr, c1, c2, b1, b1m, b2, eps, eps_root, wd; GradClip clip; } AdamW;
+// the decay of a bf16 first moment), epsilon and eps_root, the weight decay; nesterov (optax's
+// adamw(nesterov=True)) with c1n = 1 - b1^(t+1), also from the host's powf.
+typedef struct { float lr, c1, c2, b1, b1m, b2, eps, eps_root, wd, c1n; int nesterov; GradClip clip; } AdamW;
 
 // One element's update, the CPU's expressions in its order; mu16: the old first moment m
 // read from bf16, b1 m a bf16 product (kernels/optim.h), the new m rounded by the caller.
+// Nesterov's first moment reads the new m before that rounding, as the CPU's does.
 template <bool mu16 = false>
 __device__ static inline void adamw_one(float &p, float g, float &m, float &v, const AdamW &a) {
     float gi = clipped(g, a.clip);
     m = mu16 ? (1.0f - a.b1) * gi + bf16_round_dev(a.b1m * m) : (1.0f - a.b1) * gi + a.b1 * m;
     v = (1.0f - a.b2) * (gi * gi) + a.b2 * v;
-    float mhat = m / a.c1, vhat = v / a.c2;
+    float mhat = a.nesterov ? a.b1 * (m / a.c1n) + (1.0f - a.b1) * (gi / a.c1) : m / a.c1, vhat = v / a.c2;
     float u = mhat / (sqrtf(vhat + a.eps_root) + a.eps);   // scale_by_adam
     u = u + a.wd * p;                        // add_decayed_weights
     p = p + (-a.lr) * u;                     // scale_by_learning_rate, apply_updates
@@ -250,6 +253,36 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
     p[j] = p[j] - u;         // scale(-1), apply_updates
 }
 
+// Muon's moment on element i (kernels/cpu/optim.c:muon_element): mu = (1 - beta) g + beta mu,
+// mu_hat = beta mu / c1n + (1 - beta) g / c1 with c1 = 1 - beta^t, c1n = 1 - beta^(t+1).
+__global__ static void muon_moment_kernel(float *mu, float *mu_hat, const float *g, size_t n, float beta, float c1,
+                                          float c1n, GradClip clip) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gi = clipped(g[i], clip), m = (1.0f - beta) * gi + beta * mu[i];
+    mu[i] = m;
+    mu_hat[i] = beta * (m / c1n) + (1.0f - beta) * (gi / c1);
+}
+
+__global__ static void muon_divide_kernel(float *x, size_t n, float d) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] / d;
+}
+
+// out = a x + y, or a x where y is NULL; out may be y (each thread reads its y before writing).
+__global__ static void muon_axpy_kernel(float *out, float a, const float *x, const float *y, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = y ? a * x[i] + y[i] : a * x[i];
+}
+
+__global__ static void muon_apply_kernel(float *p, const float *o, size_t n, float scale, float wd, float lr) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float u = scale * o[i];   // scale_by_shape
+    u = u + wd * p[i];        // add_decayed_weights
+    p[i] = p[i] + u * (-lr);  // scale_by_learning_rate, apply_updates
+}
+
 // The whole quads four at a time when the float arrays are 16-byte aligned (a device's shard:
 // the buffers' starts) and the 16-bit ones 8-byte aligned, the last 0-3 elements (or all)
 // one at a time. M, M4: the moment's storage (float, float4 or uint16_t, uint2).
@@ -276,7 +309,7 @@ static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint
                          AdamWParams h, GradClip clip) {
     if (n == 0) return;
     AdamW a = {h.lr, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t), h.b1, bf16_round(h.b1), h.b2,
-               h.eps, h.eps_root, h.weight_decay, clip};
+               h.eps, h.eps_root, h.weight_decay, 1.0f - powf(h.b1, (float)(h.t + 1)), h.nesterov, clip};
     if (m16) adamw_launch<uint16_t, uint2>(p, p16, g, m16, v, n, a);
     else adamw_launch<float, float4>(p, p16, g, m, v, n, a);
 }
@@ -385,8 +418,40 @@ static void adafactor_apply(float *p, const float *g, size_t n, float clip, floa
     GPU_CHECK_LAUNCH();
 }
 
+// Muon's momentum at update t >= 1: mu (n) updated from g (n), clipped on the way; mu_hat
+// (n) its Nesterov moment. The bias corrections on the host with powf, as the CPU's.
+static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {
+    if (n == 0) return;
+    float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1));
+    GPU_LAUNCH(muon_moment_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(mu, mu_hat, g, n, beta, c1, c1n,
+                                                                                     clip);
+    GPU_CHECK_LAUNCH();
+}
+
+// x (n) = x / d.
+static void muon_divide(float *x, size_t n, float d) {
+    if (n == 0) return;
+    GPU_LAUNCH(muon_divide_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(x, n, d);
+    GPU_CHECK_LAUNCH();
+}
+
+// out (n) = a * x + y, or a * x where y is NULL; out may be y.
+static void muon_axpy(float *out, float a, const float *x, const float *y, size_t n) {
+    if (n == 0) return;
+    GPU_LAUNCH(muon_axpy_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(out, a, x, y, n);
+    GPU_CHECK_LAUNCH();
+}
+
+// p (n) += -lr * (scale * o + weight_decay * p), in optax's order.
+static void muon_apply(float *p, const float *o, size_t n, float scale, float weight_decay, float lr) {
+    if (n == 0) return;
+    GPU_LAUNCH(muon_apply_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(p, o, n, scale, weight_decay, lr);
+    GPU_CHECK_LAUNCH();
+}
+
 #if GPU_HOST_PASS
 extern "C" const OptimKernels optim_cuda = {adamw_update, sgd_update, clip_scale, ema_update, squares_add,
                                             adafactor_factored_moments, adafactor_factors, adafactor_scale_factored,
-                                            adafactor_scale_full, adafactor_apply};
+                                            adafactor_scale_full, adafactor_apply, muon_moment, muon_divide,
+                                            muon_axpy, muon_apply};
 #endif

@@ -239,9 +239,14 @@ static void adafactor_scale_factored(float *g, const float *f, size_t k0, size_t
                                      int drow, int dcol) {}
 static void adafactor_scale_full(float *g, float *v, size_t n, float decay, float eps) {}
 static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float param_scale) {}
+static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {}
+static void muon_divide(float *x, size_t n, float d) {}
+static void muon_axpy(float *out, float a, const float *x, const float *y, size_t n) {}
+static void muon_apply(float *p, const float *o, size_t n, float scale, float weight_decay, float lr) {}
 static const OptimKernels optim_dry = {adamw_update, sgd_update, clip_scale, ema_update, squares_add,
                                        adafactor_factored_moments, adafactor_factors, adafactor_scale_factored,
-                                       adafactor_scale_full, adafactor_apply};
+                                       adafactor_scale_full, adafactor_apply, muon_moment, muon_divide, muon_axpy,
+                                       muon_apply};
 
 // sum
 static void tree_add(float *left, const float *right, size_t n) {}

@@ -24,8 +24,10 @@ typedef struct { int on; float norm, threshold; } GradClip;
 
 // AdamW's hyperparameters for one update: the step size, the 1-based update count t, the
 // decays, epsilon outside and inside the square root (optax's eps and eps_root: MaxText's
-// adam_eps, adam_eps_root), the decoupled weight decay.
-typedef struct { float lr; int t; float b1, b2, eps, eps_root, weight_decay; } AdamWParams;
+// adam_eps, adam_eps_root), the decoupled weight decay; nesterov (optax's adamw(nesterov=
+// True), the AdamW half of opt_type=muon): the first moment used is b1 m / (1 - b1^(t+1)) +
+// (1 - b1) g / (1 - b1^t), not m / (1 - b1^t).
+typedef struct { float lr; int t; float b1, b2, eps, eps_root, weight_decay; int nesterov; } AdamWParams;
 
 typedef struct OptimKernels {
     // AdamW as optax chains it (clip_by_global_norm, scale_by_adam, add_decayed_weights,
@@ -72,6 +74,21 @@ typedef struct OptimKernels {
     // p (n) -= g / clip * lr * param_scale (clip_by_block_rms, scale_by_learning_rate,
     // scale_by_param_block_rms, in optax's order); g (n) the scaled update.
     void (*adafactor_apply)(float *p, const float *g, size_t n, float clip, float lr, float param_scale);
+
+    // Muon (optim/muon.h): optax.contrib.muon's scale_by_muon with Nesterov momentum, at
+    // update t >= 1. mu (n) = (1 - beta) g + beta mu, g (n) clipped as adamw_update reads it;
+    // mu_hat (n) = beta mu / (1 - beta^(t+1)) + (1 - beta) g / (1 - beta^t), what the
+    // Newton-Schulz iteration orthogonalizes.
+    void (*muon_moment)(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip);
+    // x (n) = x / d (the iteration's start: the moment over its Frobenius norm plus eps).
+    void (*muon_divide)(float *x, size_t n, float d);
+    // out (n) = a * x + y, or a * x where y is NULL (the iteration's sums, in its order:
+    // B = b A + (c A) @ A, X = a X + B @ X); out may be y.
+    void (*muon_axpy)(float *out, float a, const float *x, const float *y, size_t n);
+    // p (n) += -lr * (scale * o + weight_decay * p): the orthogonalized moment o (n) scaled by
+    // its shape (scale_by_shape), the decoupled weight decay, the learning rate, in optax's
+    // order.
+    void (*muon_apply)(float *p, const float *o, size_t n, float scale, float weight_decay, float lr);
 } OptimKernels;
 
 extern const OptimKernels optim_cpu;    // kernels/cpu/optim.c

@@ -671,6 +671,19 @@ static void adafactor_scale_full(float *g, float *v, size_t n, float decay, floa
 static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float param_scale) {
     WATCHED(FAMILY_OPTIM, INNER(optim)->adafactor_apply(p, g, n, clip, lr, param_scale), 3.0 * n, 3.0 * n);
 }
+static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->muon_moment(mu, mu_hat, g, n, beta, t, clip), (clip.on ? 9.0 : 7.0) * n,
+            4.0 * n);
+}
+static void muon_divide(float *x, size_t n, float d) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->muon_divide(x, n, d), n, 2.0 * n);
+}
+static void muon_axpy(float *out, float a, const float *x, const float *y, size_t n) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->muon_axpy(out, a, x, y, n), (y ? 2.0 : 1.0) * n, (y ? 3.0 : 2.0) * n);
+}
+static void muon_apply(float *p, const float *o, size_t n, float scale, float weight_decay, float lr) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->muon_apply(p, o, n, scale, weight_decay, lr), 5.0 * n, 3.0 * n);
+}
 static const OptimKernels optim_watched = {.adamw_update = adamw_update,
                                            .sgd_update = sgd_update,
                                            .clip_scale = clip_scale,
@@ -680,7 +693,11 @@ static const OptimKernels optim_watched = {.adamw_update = adamw_update,
                                            .adafactor_factors = adafactor_factors,
                                            .adafactor_scale_factored = adafactor_scale_factored,
                                            .adafactor_scale_full = adafactor_scale_full,
-                                           .adafactor_apply = adafactor_apply};
+                                           .adafactor_apply = adafactor_apply,
+                                           .muon_moment = muon_moment,
+                                           .muon_divide = muon_divide,
+                                           .muon_axpy = muon_axpy,
+                                           .muon_apply = muon_apply};
 
 // ---- init
 static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int seed, float std, float constant,

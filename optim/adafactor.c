@@ -1,5 +1,6 @@
 // optim/adafactor.c: opt_type=adafactor (see adafactor.h for the math and the sharding).
 #include "optim/adafactor.h"
+#include "optim/tensor_box.h"
 #include "model/model.h"
 #include "base/memory.h"
 #include "base/collectives.h"
@@ -121,45 +122,6 @@ static Parts parts_of(const Model *m) {
     return ps;
 }
 
-// The shape of a factored tensor's box (its piece, with every row and every column).
-static void box_shape(const TensorPart *tp, int *shape) {
-    for (int d = 0; d < tp->sp->ndim; d++) shape[d] = tp->sp->shape[d];
-    shape[tp->drow] = (int)tp->R;
-    shape[tp->dcol] = (int)tp->C;
-}
-
-// The gradient of a factored tensor's box (lead, R, C in its dims' order; MEM_COMM, to
-// free), from `piece` (this device's piece, whole) and the pieces of the devices along
-// tp->cut, which hold the same lead indices and the other rows or columns: each member's
-// piece placed at its rows and columns, a run along its last dimension at a time.
-static float *box_gathered(const TensorPart *tp, const float *piece) {
-    const Mesh *mesh = mesh_current();
-    const ParamSpec *sp = tp->sp;
-    int dev = mesh_device_id(), nd = sp->ndim, n = 1, bshape[4];
-    for (int a = 0; a < MESH_NAXES; a++)
-        if (tp->cut & AXIS_BIT(a)) n *= mesh->size[a];
-    float *all = mem_floats(MEM_COMM, sp->size * (size_t)n, "adafactor: tensor pieces gathered");
-    coll_all_gather(mesh_group(mesh, dev, tp->cut), piece, all, sizeof(float) * sp->size);
-    float *box = mem_floats(MEM_COMM, tp->lead * tp->R * tp->C, "adafactor: the tensor's rows and columns whole");
-    box_shape(tp, bshape);
-    size_t run = (size_t)sp->shape[nd - 1], runs = sp->size / run;
-    for (int k = 0; k < n; k++) {
-        int member = mesh_member(mesh, dev, tp->cut, k);
-        size_t shift[4] = {0, 0, 0, 0}, coord[4];
-        shift[tp->drow] = (size_t)partition_local_index(mesh, member, &sp->part, tp->drow) * tp->Rl;
-        shift[tp->dcol] = (size_t)partition_local_index(mesh, member, &sp->part, tp->dcol) * tp->Cl;
-        for (size_t o = 0; o < runs; o++) {
-            size_t rest = o, at = 0;
-            coord[nd - 1] = 0;
-            for (int d = nd - 2; d >= 0; d--) { coord[d] = rest % (size_t)sp->shape[d]; rest /= (size_t)sp->shape[d]; }
-            for (int d = 0; d < nd; d++) at = at * (size_t)bshape[d] + coord[d] + shift[d];
-            mem_copy(box + at, all + (size_t)k * sp->size + o * run, sizeof(float) * run);
-        }
-    }
-    mem_free(all);
-    return box;
-}
-
 // 1. The row and column means of unit u's factored tensors, from their boxes' gradients
 //    (the unit gathered over fsdp: every fsdp device takes part in the same gathers; a
 //    tensor's box over the axes that cut its rows or columns).
@@ -184,13 +146,13 @@ static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
         const TensorPart *tp = &ps->parts[i];
         if (!ps->has[i] || tp->unit != u || !tp->factored) continue;
         const float *piece = unit_g + (tp->sp->offset - s->unit_off[u]);
-        float *box = tp->cut ? box_gathered(tp, piece) : NULL;
-        int bshape[4];
-        box_shape(tp, bshape);
+        TensorBox b;
+        tensor_box_init(&b, tp->sp, (1u << tp->drow) | (1u << tp->dcol));
+        float *box = b.cut ? tensor_box_gather(&b, piece) : NULL;
         size_t LR = tp->lead * tp->R;
         double *sums = mem_alloc(MEM_TEMP, sizeof(double) * (LR + tp->lead * tp->C), "adafactor: row and column sums");
         float *vrow = m->v_mem + ps->soff[i];
-        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR, box ? box : piece, bshape,
+        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR, box ? box : piece, b.shape,
                                                   tp->sp->ndim, tp->drow, tp->dcol, decay, AF_EPS);
         mem_free(sums);
         mem_free(box);

@@ -3,6 +3,7 @@
 #include "optim/optimizer.h"
 #include "model/model.h"
 #include "optim/adafactor.h"
+#include "optim/muon.h"
 #include "base/memory.h"
 #include "base/collectives.h"
 #include "optim/offload.h"
@@ -36,7 +37,7 @@ void grad_clip(float *g, size_t n, float norm, float threshold) {
 }
 
 int optimizer_state_floats(const Config *c) {
-    if (c->opt_type == OPT_ADAMW) return 2;
+    if (c->opt_type == OPT_ADAMW || c->opt_type == OPT_MUON) return 2;   // muon: nu for its AdamW half only
     if (c->opt_type == OPT_SGD) return 0;   // no state: that is what it saves
     if (c->opt_type == OPT_ADAFACTOR) return 1;   // at most one: per tensor (optim/adafactor.h)
     die("internal: opt_type %d has no state size", (int)c->opt_type);
@@ -44,6 +45,11 @@ int optimizer_state_floats(const Config *c) {
 
 void optimizer_state_alloc(Model *m) {
     const StateShard *sh = &m->shard;
+    if (m->cfg.opt_type == OPT_MUON) {   // mu per weight; nu for the tensors AdamW updates (optim/muon.h)
+        m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n, "muon mu");
+        m->v_mem = mem_floats(MEM_OPTIMIZER, muon_nu_floats(m), "muon's adamw nu");
+        return;
+    }
     switch (optimizer_state_floats(&m->cfg)) {
     case 2:   // adamw's moments, one of each per weight of this device's shard (or ZeRO-1 piece)
         if (m->cfg.mu_dtype == MU_DTYPE_BFLOAT16)
@@ -67,7 +73,7 @@ static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float 
     const float *g = m->grads_mem + at;
     if (sgd) kern()->optim->sgd_update(p, g, n, lr, clip);
     else {
-        AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay};
+        AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay, 0};
         kern()->optim->adamw_update(p, p16, g, m->m_mem ? m->m_mem + mo : NULL, m->m16_mem ? m->m16_mem + mo : NULL,
                                     m->v_mem + mo, n, h, clip);
     }
@@ -100,7 +106,9 @@ static void update_shard(Model *m, int sgd, float lr, int t, GradClip clip) {
 void optimizer_step(Model *m, float lr, int t, float grad_norm) {
     const Config *c = &m->cfg;
     state_optimizer_in(m);
-    if (c->opt_type == OPT_ADAFACTOR) {   // per tensor (optim/adafactor.c), on the clipped gradient
+    if (c->opt_type == OPT_MUON) {   // per tensor (optim/muon.c), each reading the gradient clipped
+        muon_update(m, lr, t, grad_clip_of(grad_norm, c->gradient_clipping_threshold));
+    } else if (c->opt_type == OPT_ADAFACTOR) {   // per tensor (optim/adafactor.c), on the clipped gradient
         grad_clip(m->grads_mem, m->shard.local_n, grad_norm, c->gradient_clipping_threshold);
         adafactor_update(m, lr, t);
     } else {   // elementwise: the update clips each gradient as it reads it

@@ -9,6 +9,7 @@
 #include "model/precision.h"
 #include "optim/optimizer.h"
 #include "optim/adafactor.h"
+#include "optim/muon.h"
 #include "core/common.h"
 
 // "(256, 128)"
@@ -94,11 +95,12 @@ void sharding_print_state(const Model *m) {
     // parameter-tagged state), grads, and AdamW's two moments.
     size_t bias = m->router_bias ? sizeof(float) * (size_t)m->cfg.base_num_decoder_layers * m->cfg.num_experts : 0;
     size_t pb = sizeof(float) * s->local_n + bias, gb = sizeof(float) * s->local_n;
-    int adafactor = m->cfg.opt_type == OPT_ADAFACTOR;
-    int adamw = optimizer_state_floats(&m->cfg) == 2;
+    int adafactor = m->cfg.opt_type == OPT_ADAFACTOR, muon = m->cfg.opt_type == OPT_MUON;
+    int adamw = m->cfg.opt_type == OPT_ADAMW;
     size_t ob = adafactor ? sizeof(float) * adafactor_state_floats(m)
+              : muon      ? sizeof(float) * (s->local_n + muon_nu_floats(m))
               : adamw     ? (optimizer_mu_bytes(&m->cfg) + sizeof(float)) * (s->local_n / s->Z) : 0;
-    const char *what = adafactor ? "adafactor v_row, v_col / v"
+    const char *what = adafactor ? "adafactor v_row, v_col / v" : muon ? "muon mu; nu of the AdamW tensors"
                      : !adamw ? "sgd: none" : optimizer_mu_bytes(&m->cfg) == 2 ? "AdamW mu (bf16), nu" : "AdamW mu, nu";
     printf("model state per device: params %s + grads %s + optimizer %s (%s) = %s\n", mem_fmt(pb, a, sizeof a),
            mem_fmt(gb, b, sizeof b), mem_fmt(ob, c, sizeof c), what, mem_fmt(pb + gb + ob, d, sizeof d));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/asan_run.sh BINARY: a short training of both presets (both MoE paths, with
 # checkpoint save + resume and gradient accumulation, and a checkpoint saved on one
-# 4-device mesh and resumed on another; adafactor over tensor and expert pieces; flash and ring attention; bf16_storage=kept) under AddressSanitizer + UBSan;
+# 4-device mesh and resumed on another; adafactor and muon over tensor and expert pieces; flash and ring attention; bf16_storage=kept) under AddressSanitizer + UBSan;
 # then a dry run.
 # Any report makes the run exit non-zero.
 set -u
@@ -35,6 +35,10 @@ check "asan: attention=flash (the attention tiles' blocked path)" $BIN configs/m
     attention=flash attn_block_q=5 attn_block_kv=7
 check "asan: ring attention over context=2" $BIN configs/deepseek-tiny.yml $A steps=2 ici_context_parallelism=2 \
     context_parallel_strategy=ring
+check "asan: muon on fsdp=2 x tensor=2 (matrices gathered and orthogonalized), saved" $BIN configs/deepseek-tiny.yml $A \
+    steps=2 run_steps=1 opt_type=muon ici_fsdp_parallelism=2 ici_tensor_parallelism=2 save_checkpoint=$T/mu.safetensors
+check "asan: muon resumed on expert=2" $BIN configs/deepseek-tiny.yml $A steps=2 opt_type=muon per_device_batch_size=4 \
+    ici_expert_parallelism=2 load_checkpoint=$T/mu.safetensors
 check "asan: minimal_offloaded on expert=2 (the experts' rows and plan to the host and back)" $BIN \
     configs/deepseek-tiny.yml $A steps=2 remat_policy=minimal_offloaded ici_expert_parallelism=2 dtype=bfloat16
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0

@@ -47,7 +47,7 @@ for preset in mixtral-tiny deepseek-tiny; do
     # device's (heads, 128) order: the file's layout is really reordered and back.
     af="opt_type=adafactor"
     [ $preset = mixtral-tiny ] && af="opt_type=adafactor head_dim=128"
-    echo "== $preset: $af, fsdp=2 -> 1 device; tensor=2 x expert=2 -> fsdp=2 x tensor=2"
+    echo "== $preset: $af, fsdp=2 -> 1 device; tensor=2 x expert=2 -> fsdp=2 x tensor=2; the same with muon"
     run $preset-ref-af $preset per_device_batch_size=4 $af
     REF=-af roundtrip $preset af-fsdp2-to-1 "ici_fsdp_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4" $af
     # Tensor and expert pieces: each device keeps the means of its piece's leading indices
@@ -56,6 +56,14 @@ for preset in mixtral-tiny deepseek-tiny; do
         "ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1" $af
     same_file "$preset adafactor: tensors saved on tensor=2 x expert=2 = saved on fsdp=2" $preset-af-te-to-fsdp2-tensor2 \
         $preset-af-fsdp2-to-1
+    # opt_type=muon: mu for every weight, nu for the AdamW tensors only (packed per tensor).
+    run $preset-ref-mu $preset per_device_batch_size=4 opt_type=muon
+    REF=-mu roundtrip $preset mu-te-to-fsdp2 "ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1" \
+        "ici_fsdp_parallelism=2 per_device_batch_size=2" opt_type=muon
+    REF=-mu roundtrip $preset mu-1-to-tensor2 "per_device_batch_size=4" "ici_tensor_parallelism=2 per_device_batch_size=2" \
+        opt_type=muon
+    same_file "$preset muon: tensors saved on tensor=2 x expert=2 = saved on 1 device" $preset-mu-te-to-fsdp2 \
+        $preset-mu-1-to-tensor2
 done
 
 echo "== mixtral-tiny: pipeline stage=2 -> 1 device; adafactor 1 device -> fsdp=2; sgd fsdp=2 -> 1 device"
@@ -141,6 +149,9 @@ expect_error "steps=8: another schedule length" "the learning-rate schedule's le
     $TRAIN $C steps=8 load_checkpoint=$CK
 expect_error "the optimizer" "load_checkpoint $CK: opt_type is adamw in the checkpoint, adafactor in this run" \
     $TRAIN $C opt_type=adafactor load_checkpoint=$CK
+$TRAIN $C opt_type=muon run_steps=1 save_checkpoint=$T/mu.st > /dev/null 2>&1
+expect_error "muon's momentum decay" "load_checkpoint $T/mu.st: muon_beta is 0.95 in the checkpoint, 0.9 in this run" \
+    $TRAIN $C opt_type=muon muon_beta=0.9 load_checkpoint=$T/mu.st
 expect_error "the global batch" "load_checkpoint $CK: the global batch is 4 sequences per step in the checkpoint" \
     $TRAIN $C ici_fsdp_parallelism=2 load_checkpoint=$CK
 $ST add-tensor $CK $T/extra.st opt_state/v/stray

@@ -33,7 +33,7 @@ static void test_optim_elementwise(void) {
     float *af_g = copy_of(g, sizeof(float) * n), *af_v = copy_of(v0, sizeof(float) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 7;
-    AdamWParams h = {lr, t, b1, b2, eps, 0.0f, wd};
+    AdamWParams h = {lr, t, b1, b2, eps, 0.0f, wd, 0};
     if (ORACLE) {
         const OptimKernels *o = ORACLE->optim;
         o->adamw_update(p, NULL, g, m, NULL, v, n, h, off);
@@ -233,67 +233,192 @@ static void test_adafactor_factored(void) {
     dev_free(d_vr_want); dev_free(d_vc_want); dev_free(d_f_want); dev_free(d_gs);
 }
 
-// AdamW with its first moment as bf16 bits (mu_dtype=bfloat16) on elements [first, first +
-// len) of n, clipped or not, with the weights' 16-bit copy or without: p, v, the moment's bits
-// and the copy's bits exact, the elements around the part untouched. The reference is optax's
-// update as JAX runs it on a bf16 moment (without XLA's excess precision, as
-// tests/parity/reference.py runs it): b1, a Python float, times the moment is a bf16 product
-// (b1 rounded to bf16, the product rounded), added to (1 - b1) g in float32; the float32
-// moment makes the update, the bf16 one is kept. eps_root (optax's, inside the square root) as
-// given: 0, or one of the size of the second moments here.
-static void test_adamw_mu16_part(size_t n, size_t first, size_t len, GradClip clip, int copy, float eps_root) {
+// AdamW on elements [first, first + len) of n: its first moment float32, or (mu16) bf16 bits
+// (mu_dtype=bfloat16); clipped or not; with the weights' 16-bit copy or without (copy);
+// Nesterov's first moment or not (optax's adamw(nesterov=True)); eps_root (optax's, inside
+// the square root) 0, or one of the size of the second moments here.
+typedef struct { int mu16, copy, nesterov; float eps_root; GradClip clip; } AdamWCase;
+
+// One case (AdamWCase): p, v, the moment (its bits where bf16) and the copy's bits exact, the
+// elements around the part untouched. The reference is optax's update as JAX runs it (without
+// XLA's excess precision, as tests/parity/reference.py runs it); on a bf16 moment b1, a
+// Python float, times the moment is a bf16 product (b1 rounded to bf16, the product rounded),
+// added to (1 - b1) g in float32; the float32 moment makes the update, the bf16 one is kept.
+// Nesterov's moment reads that float32 moment and g (clipped) with both bias corrections.
+static void test_adamw_part(size_t n, size_t first, size_t len, AdamWCase c) {
     float *p = rand_floats(n, -1, 1), *g = rand_floats(n, -1, 1), *v = rand_floats(n, 0, 0.01f);
-    float *m0 = rand_floats(n, -0.1f, 0.1f);
+    float *m = rand_floats(n, -0.1f, 0.1f);
     uint16_t *m16 = malloc(sizeof(uint16_t) * n), *p16 = malloc(sizeof(uint16_t) * n);
-    for (size_t i = 0; i < n; i++) m16[i] = bf16_bits(m0[i]), p16[i] = 0x7e57;
+    for (size_t i = 0; i < n; i++) m16[i] = bf16_bits(m[i]), p16[i] = 0x7e57;
     float *d_p = dev_copy(p, sizeof(float) * n), *d_g = dev_copy(g, sizeof(float) * n);
-    float *d_v = dev_copy(v, sizeof(float) * n);
+    float *d_v = dev_copy(v, sizeof(float) * n), *d_m = dev_copy(m, sizeof(float) * n);
     uint16_t *d_m16 = dev_copy(m16, sizeof(uint16_t) * n), *d_p16 = dev_copy(p16, sizeof(uint16_t) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 3;
-    AdamWParams h = {lr, t, b1, b2, eps, eps_root, wd};
+    AdamWParams h = {lr, t, b1, b2, eps, c.eps_root, wd, c.nesterov};
     if (ORACLE) {
-        ORACLE->optim->adamw_update(p + first, copy ? p16 + first : NULL, g + first, NULL, m16 + first, v + first,
-                                    len, h, clip);
+        ORACLE->optim->adamw_update(p + first, c.copy ? p16 + first : NULL, g + first, c.mu16 ? NULL : m + first,
+                                    c.mu16 ? m16 + first : NULL, v + first, len, h, c.clip);
     } else {
-        float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+        float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t), c1n = 1.0f - powf(b1, (float)(t + 1));
         float b1_bf16 = bf16_float(bf16_bits(b1));   // 0.8984375
         for (size_t i = first; i < first + len; i++) {
-            float gi = clip.on ? (g[i] / clip.norm) * clip.threshold : g[i];
-            float mi = (1.0f - b1) * gi + bf16_round(b1_bf16 * bf16_float(m16[i]));
+            float gi = c.clip.on ? (g[i] / c.clip.norm) * c.clip.threshold : g[i];
+            float mi = (1.0f - b1) * gi + (c.mu16 ? bf16_round(b1_bf16 * bf16_float(m16[i])) : b1 * m[i]);
             v[i] = (1.0f - b2) * (gi * gi) + b2 * v[i];
-            float u = (mi / c1) / (sqrtf(v[i] / c2 + eps_root) + eps);
+            float mhat = c.nesterov ? b1 * (mi / c1n) + (1.0f - b1) * (gi / c1) : mi / c1;
+            float u = mhat / (sqrtf(v[i] / c2 + c.eps_root) + eps);
             p[i] = p[i] + (-lr) * (u + wd * p[i]);
-            m16[i] = bf16_bits(mi);
-            if (copy) p16[i] = bf16_bits(p[i]);
+            if (c.mu16) m16[i] = bf16_bits(mi);
+            else m[i] = mi;
+            if (c.copy) p16[i] = bf16_bits(p[i]);
         }
     }
-    UNDER_TEST->optim->adamw_update(d_p + first, copy ? d_p16 + first : NULL, d_g + first, NULL, d_m16 + first,
-                                    d_v + first, len, h, clip);
-    char shape[80];
-    snprintf(shape, sizeof shape, "n=%zu from %zu, clip %d, copy %d, eps_root %g", len, first, clip.on, copy,
-             eps_root);
-    check_dev_floats("adamw_update (mu bf16) p", shape, p, d_p, n, 0, 0);
-    check_dev_floats("adamw_update (mu bf16) v", shape, v, d_v, n, 0, 0);
-    check_dev_bits16("adamw_update (mu bf16) mu's bits", shape, m16, d_m16, n);
-    check_dev_bits16("adamw_update (mu bf16) p16", shape, p16, d_p16, n);
-    free(p); free(g); free(v); free(m0); free(m16); free(p16);
-    dev_free(d_p); dev_free(d_g); dev_free(d_v); dev_free(d_m16); dev_free(d_p16);
+    UNDER_TEST->optim->adamw_update(d_p + first, c.copy ? d_p16 + first : NULL, d_g + first,
+                                    c.mu16 ? NULL : d_m + first, c.mu16 ? d_m16 + first : NULL, d_v + first, len, h,
+                                    c.clip);
+    char shape[96];
+    snprintf(shape, sizeof shape, "n=%zu from %zu, mu %s, clip %d, copy %d, nesterov %d, eps_root %g", len, first,
+             c.mu16 ? "bf16" : "f32", c.clip.on, c.copy, c.nesterov, c.eps_root);
+    check_dev_floats("adamw_update p", shape, p, d_p, n, 0, 0);
+    check_dev_floats("adamw_update v", shape, v, d_v, n, 0, 0);
+    if (c.mu16) check_dev_bits16("adamw_update mu's bits", shape, m16, d_m16, n);
+    else check_dev_floats("adamw_update mu", shape, m, d_m, n, 0, 0);
+    check_dev_bits16("adamw_update p16", shape, p16, d_p16, n);
+    check_dev_floats("adamw_update g untouched", shape, g, d_g, n, 0, 0);
+    free(p); free(g); free(v); free(m); free(m16); free(p16);
+    dev_free(d_p); dev_free(d_g); dev_free(d_v); dev_free(d_m); dev_free(d_m16); dev_free(d_p16);
 }
 
-// Whole (four at a time on a GPU), off 16 bytes (one at a time), and with a tail of 3; eps_root
-// on the second and fourth.
+// A bf16 moment: whole (four at a time on a GPU), off 16 bytes (one at a time), and with a
+// tail of 3; eps_root on the second and fourth.
 static void test_adamw_mu16(void) {
     GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
-    test_adamw_mu16_part(3000, 0, 3000, off, 0, 0.0f);
-    test_adamw_mu16_part(3000, 0, 3000, on, 1, 1e-3f);
-    test_adamw_mu16_part(3000, 1, 2998, off, 1, 0.0f);
-    test_adamw_mu16_part(3000, 4, 2995, on, 0, 1e-3f);
+    test_adamw_part(3000, 0, 3000, (AdamWCase){1, 0, 0, 0.0f, off});
+    test_adamw_part(3000, 0, 3000, (AdamWCase){1, 1, 0, 1e-3f, on});
+    test_adamw_part(3000, 1, 2998, (AdamWCase){1, 1, 0, 0.0f, off});
+    test_adamw_part(3000, 4, 2995, (AdamWCase){1, 0, 0, 1e-3f, on});
+}
+
+// Nesterov's AdamW on either moment, clipped and not: 1030 elements (257 quads and a tail of
+// 2 on a GPU), off 16 bytes (one at a time), and from 4 with a tail of 1. Then the flag is
+// shown to matter: the same inputs with and without it give other weights almost everywhere,
+// so a backend that ignored it could not pass the cases above.
+static void test_adamw_nesterov(void) {
+    GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
+    for (int mu16 = 0; mu16 < 2; mu16++) {
+        test_adamw_part(1030, 0, 1030, (AdamWCase){mu16, 1, 1, 0.0f, off});
+        test_adamw_part(1030, 0, 1030, (AdamWCase){mu16, 0, 1, 1e-3f, on});
+        test_adamw_part(1030, 1, 1028, (AdamWCase){mu16, 1, 1, 0.0f, on});
+        test_adamw_part(1030, 4, 1025, (AdamWCase){mu16, 0, 1, 0.0f, off});
+    }
+    size_t n = 1030, differ = 0;
+    float *p = rand_floats(n, -1, 1), *g = rand_floats(n, -1, 1), *m = rand_floats(n, -0.1f, 0.1f);
+    float *v = rand_floats(n, 0, 0.01f), *got[2];
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        AdamWParams h = {1e-3f, 3, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, nesterov};
+        float *d_p = dev_copy(p, sizeof(float) * n), *d_g = dev_copy(g, sizeof(float) * n);
+        float *d_m = dev_copy(m, sizeof(float) * n), *d_v = dev_copy(v, sizeof(float) * n);
+        UNDER_TEST->optim->adamw_update(d_p, NULL, d_g, d_m, NULL, d_v, n, h, off);
+        got[nesterov] = dev_fetch(d_p, sizeof(float) * n);
+        dev_free(d_p); dev_free(d_g); dev_free(d_m); dev_free(d_v);
+    }
+    for (size_t i = 0; i < n; i++) differ += memcmp(&got[0][i], &got[1][i], sizeof(float)) != 0;
+    check(differ > n * 9 / 10, "adamw_update nesterov=1 changes p: %zu of %zu elements differ from nesterov=0's",
+          differ, n);
+    free(p); free(g); free(m); free(v); free(got[0]); free(got[1]);
+}
+
+// Muon's momentum (muon_moment) on 1030 elements at update t, g clipped or not: mu and mu_hat
+// exact, g untouched. The reference: optax.tree.update_moment (order 1), then the Nesterov
+// moment beta mu / (1 - beta^(t+1)) + (1 - beta) g / (1 - beta^t).
+static void test_muon_moment(int t, GradClip clip) {
+    size_t n = 1030;
+    float beta = 0.95f;
+    float *g = rand_floats(n, -1, 1), *mu = rand_floats(n, -0.1f, 0.1f), *mu_hat = malloc(sizeof(float) * n);
+    float *d_g = dev_copy(g, sizeof(float) * n), *d_mu = dev_copy(mu, sizeof(float) * n);
+    float *d_hat = dev_poisoned(sizeof(float) * n);
+    if (ORACLE) ORACLE->optim->muon_moment(mu, mu_hat, g, n, beta, t, clip);
+    else {
+        float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1));
+        for (size_t i = 0; i < n; i++) {
+            float gi = clip.on ? (g[i] / clip.norm) * clip.threshold : g[i];
+            mu[i] = (1.0f - beta) * gi + beta * mu[i];
+            mu_hat[i] = beta * (mu[i] / c1n) + (1.0f - beta) * (gi / c1);
+        }
+    }
+    UNDER_TEST->optim->muon_moment(d_mu, d_hat, d_g, n, beta, t, clip);
+    char shape[48];
+    snprintf(shape, sizeof shape, "n=%zu, t=%d, clip %d", n, t, clip.on);
+    check_dev_floats("muon_moment mu", shape, mu, d_mu, n, 0, 0);
+    check_dev_floats("muon_moment mu_hat", shape, mu_hat, d_hat, n, 0, 0);
+    check_dev_floats("muon_moment g untouched", shape, g, d_g, n, 0, 0);
+    free(g); free(mu); free(mu_hat);
+    dev_free(d_g); dev_free(d_mu); dev_free(d_hat);
+}
+
+// The Newton-Schulz iteration's element-wise steps and the update on 1030 elements, each
+// exact: muon_divide; muon_axpy into a new array, in place on y (out == y) and without y;
+// muon_apply. a is one of the iteration's coefficients (3.4445, -4.7750, 2.0315).
+static void test_muon_steps(void) {
+    size_t n = 1030, bytes = sizeof(float) * n;
+    float d = 3.7f, a = -4.7750f, scale = 1.4142135f, wd = 0.1f, lr = 0.25f;   // (a large lr: p shows u's last bits)
+    float *x = rand_floats(n, -1, 1), *y = rand_floats(n, -1, 1), *p = rand_floats(n, -1, 1);
+    float *div = copy_of(x, bytes), *axpy = malloc(bytes), *inplace = copy_of(y, bytes), *ax = malloc(bytes);
+    float *apply = copy_of(p, bytes);
+    if (ORACLE) {
+        const OptimKernels *o = ORACLE->optim;
+        o->muon_divide(div, n, d);
+        o->muon_axpy(axpy, a, x, y, n);
+        o->muon_axpy(inplace, a, x, inplace, n);
+        o->muon_axpy(ax, a, x, NULL, n);
+        o->muon_apply(apply, x, n, scale, wd, lr);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            div[i] = x[i] / d;
+            axpy[i] = a * x[i] + y[i];
+            inplace[i] = a * x[i] + inplace[i];
+            ax[i] = a * x[i];
+            float u = scale * x[i];   // scale_by_shape, add_decayed_weights, the learning rate
+            u = u + wd * apply[i];
+            apply[i] = apply[i] + u * (-lr);
+        }
+    }
+    const OptimKernels *u = UNDER_TEST->optim;
+    float *d_x = dev_copy(x, bytes), *d_y = dev_copy(y, bytes), *d_div = dev_copy(x, bytes);
+    float *d_axpy = dev_poisoned(bytes), *d_inplace = dev_copy(y, bytes), *d_ax = dev_poisoned(bytes);
+    float *d_apply = dev_copy(p, bytes);
+    u->muon_divide(d_div, n, d);
+    u->muon_axpy(d_axpy, a, d_x, d_y, n);
+    u->muon_axpy(d_inplace, a, d_x, d_inplace, n);
+    u->muon_axpy(d_ax, a, d_x, NULL, n);
+    u->muon_apply(d_apply, d_x, n, scale, wd, lr);
+    // Each device array against its expected values (the inputs x and y: untouched), then freed.
+    struct { const char *kernel; const float *want; float *dev; } out[] = {
+        {"muon_divide", div, d_div},           {"muon_axpy", axpy, d_axpy}, {"muon_axpy out == y", inplace, d_inplace},
+        {"muon_axpy y NULL", ax, d_ax},        {"muon_apply", apply, d_apply},
+        {"muon_axpy x untouched", x, d_x},     {"muon_axpy y untouched", y, d_y}};
+    for (size_t k = 0; k < sizeof out / sizeof out[0]; k++) {
+        check_dev_floats(out[k].kernel, "n=1030", out[k].want, out[k].dev, n, 0, 0);
+        dev_free(out[k].dev);
+    }
+    free(x); free(y); free(p); free(div); free(axpy); free(inplace); free(ax); free(apply);
+}
+
+static void test_muon(void) {
+    GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
+    for (int t = 1; t <= 3; t += 2) {
+        test_muon_moment(t, off);
+        test_muon_moment(t, on);
+    }
+    test_muon_steps();
 }
 
 void test_optim(void) {
     test_optim_elementwise();
     test_adamw_mu16();
+    test_adamw_nesterov();
+    test_muon();
     test_squares();
     test_adafactor_factored();
 }

@@ -43,7 +43,8 @@ deepseek-fsdp2      deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4
 deepseek-expert2    deepseek-tiny ici_expert_parallelism=2 per_device_batch_size=4
 mixtral-fsdp2-overlap mixtral-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 overlap_collectives=true
 mixtral-offload     mixtral-tiny  per_device_batch_size=8 remat_policy=minimal_offloaded parameter_memory_host_offload=true optimizer_memory_host_offload=true
-deepseek-offload    deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 remat_policy=qkv_proj_offloaded optimizer_memory_host_offload=true'
+deepseek-offload    deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=4 remat_policy=qkv_proj_offloaded optimizer_memory_host_offload=true
+mixtral-muon        mixtral-tiny  ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 opt_type=muon'
 
 # Issue 22 item 3: cuBLAS's workspace under a tag of its own. The same mesh run with
 # gpu_matmul=cublas: every step's and device's peak under the tag `workspace` is cuBLAS's

@@ -65,6 +65,9 @@ both mx-w16n mixtral-tiny dtype=bfloat16 bf16_storage=kept remat_policy=none
 both mx-af mixtral-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_expert_parallelism=2 num_devices=4
 # (the experts' received rows and their plan moved to the host and back: minimal_offloaded on expert=2)
 both mx-offep mixtral-tiny remat_policy=minimal_offloaded ici_expert_parallelism=2 num_devices=2
+# (muon: each matrix gathered over tensor/expert pieces and fsdp, orthogonalized by the backend's products)
+both mx-muon mixtral-tiny opt_type=muon ici_tensor_parallelism=2 ici_expert_parallelism=2 num_devices=4
+both ds-muon deepseek-tiny opt_type=muon ici_fsdp_parallelism=2 optimizer_memory_host_offload=true num_devices=2
 echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
     "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
@@ -90,7 +93,7 @@ both dsm       deepseek-medium gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
     max_target_length=128 per_device_batch_size=1
 wait
 
-for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep; do
+for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-muon; do
     ok_run $name || continue
     check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then

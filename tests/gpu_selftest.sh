@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 source tests/lib.sh
 T=$(mktemp -d /tmp/meshmoe-gpuself.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-export GPU_ONLY='mixtral-sparse|deepseek-bf16|deepseek-bf16\+megablox|mixtral-fsdp2|mixtral-offload|deepseek-resume' GPU_REF=$T/ref GPU_CHECKS_DEVICE=cpu
+export GPU_ONLY='mixtral-sparse|deepseek-bf16|deepseek-bf16\+megablox|mixtral-fsdp2|mixtral-offload|mixtral-muon|deepseek-resume' GPU_REF=$T/ref GPU_CHECKS_DEVICE=cpu
 [ -x ./train_gpu ] || { fail "no ./train_gpu: run make gpu first"; summary; exit 1; }
 
 out=$(bash tests/gpu_ref.sh "$T/ref" 2>&1); rc=$?

@@ -46,6 +46,7 @@ dcn pipeline=2                 | 2 | mixtral-tiny               | dcn_pipeline_p
 dcn pipeline=2, 5 layers       | 2 | deepseek-tiny              | dcn_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5 | ici_pipeline_parallelism=2 per_device_batch_size=4 base_num_decoder_layers=5
 dcn tensor=2                   | 2 | mixtral-tiny               | dcn_tensor_parallelism=2 per_device_batch_size=4 | ici_tensor_parallelism=2 per_device_batch_size=4
 dcn tensor=2,ici expert=2 adafactor | 2 | mixtral-tiny deepseek-tiny | dcn_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 opt_type=adafactor | ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 opt_type=adafactor
+dcn fsdp=2,ici tensor=2 muon   | 2 | mixtral-tiny               | dcn_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 opt_type=muon | ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 opt_type=muon
 dcn context=2                  | 2 | mixtral-tiny               | dcn_context_parallelism=2 per_device_batch_size=4 | ici_context_parallelism=2 per_device_batch_size=4
 dcn data=2,ici fsdp=2          | 2 | mixtral-tiny deepseek-tiny | dcn_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 | ici_data_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2
 dcn fsdp=2,ici expert=2        | 2 | mixtral-tiny deepseek-tiny | dcn_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2 | ici_fsdp_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=2

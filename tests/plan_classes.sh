@@ -7,7 +7,7 @@
 # figures in the metrics file (timings masked) and the memory trace (every allocation, free
 # and phase of every device, in order). The number of devices that walked the step must be
 # the number of classes the definition gives: the product of the stage, expert and context
-# sizes, times the fsdp size under opt_type=adafactor. Without that count, a shortcut that
+# sizes, times the fsdp size under opt_type=adafactor or muon. Without that count, a shortcut that
 # planned every device would pass the comparisons untested.
 set -u
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ expected_classes() {
         case $a in
             ici_pipeline_parallelism=*|ici_expert_parallelism=*|ici_context_parallelism=*) n=$((n * ${a#*=})) ;;
             ici_fsdp_parallelism=*) fsdp=${a#*=} ;;
-            opt_type=adafactor) ada=1 ;;
+            opt_type=adafactor | opt_type=muon) ada=1 ;;
         esac
     done
     [ "$ada" = 1 ] && n=$((n * fsdp))
@@ -95,5 +95,7 @@ mixtral-tiny  ici_fsdp_parallelism=4 ici_data_parallelism=2 opt_type=adafactor p
 mixtral-tiny  opt_type=adafactor ici_fsdp_parallelism=3 ici_data_parallelism=2 ici_pipeline_parallelism=2 num_pipeline_microbatches=2 per_device_batch_size=1
 # adafactor on tensor and expert pieces with fsdp: the rows and columns gathered
 deepseek-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=1
+# muon: its AdamW half's nu, like adafactor's state, depends on the fsdp rank
+mixtral-tiny  opt_type=muon ici_fsdp_parallelism=4 ici_tensor_parallelism=2 per_device_batch_size=1
 MESHES
 summary

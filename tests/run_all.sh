@@ -159,6 +159,7 @@ lane_b() {
     part "temporaries and fused-op switches: same bits, measured buffers" bash tests/switches.sh
     part "remat, host offload, EMA, opt_type" bash tests/remat.sh
     part "adafactor (opt_type=adafactor: bits across meshes, state bytes from shapes)" bash tests/adafactor.sh
+    part "muon (opt_type=muon: bits across meshes, state bytes from shapes, refusals)" bash tests/muon.sh
     part "mu_dtype=bfloat16 (AdamW's bf16 first moment: bits across meshes, state bytes, resume)" bash tests/mu_dtype.sh
     part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
     part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh

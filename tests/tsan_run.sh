@@ -34,6 +34,7 @@ mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_paralle
 deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true
 mixtral-tiny  ici_data_parallelism=2 ici_fsdp_parallelism=4 load_checkpoint=$T/ck.st
 mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=adafactor
+deepseek-tiny ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=muon
 RUNS
 # The dry run's representatives (base/mesh.h:mesh_run_classes): one device per class walks
 # the step alone, as many at a time as there are cores, their collectives waiting for

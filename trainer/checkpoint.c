@@ -7,6 +7,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_meta.h"
 #include "optim/adafactor.h"
+#include "optim/muon.h"
 #include "optim/optimizer.h"
 #include "data/safetensors.h"
 #include "base/collectives.h"
@@ -49,14 +50,21 @@ static int add_entry(Entry *out, int k, EntryKind kind, int spec, const char *na
     return k + 1;
 }
 
+// Whether muon orthogonalizes tensor s (optim/muon.h), so that it keeps no nu.
+static int muon_is_matrix(const ParamSpec *s) {
+    int nbatch, nred;
+    return muon_matrix_dims(s->name, s->ndim, &nbatch, &nred);
+}
+
 // The file's tensors for config c and its layout, in file order (out NULL: only counted).
 // Names come from the layout (model/params.c); the routing bias of a MoE layer from
 // model/params.c:model_bias_name, under "state/".
 static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *out) {
-    int k = 0, adamw = optimizer_state_floats(c) == 2, adafactor = c->opt_type == OPT_ADAFACTOR;
+    int k = 0, adamw = c->opt_type == OPT_ADAMW, adafactor = c->opt_type == OPT_ADAFACTOR, muon = c->opt_type == OPT_MUON;
     for (int kind = E_PARAMS; kind <= E_NU; kind++)
-        for (int i = 0; i < n && (kind == E_PARAMS || adamw); i++)
-            k = add_entry(out, k, (EntryKind)kind, i, specs[i].name, specs[i].ndim, specs[i].gshape, -1);
+        for (int i = 0; i < n && (kind == E_PARAMS || adamw || muon); i++)
+            if (kind != E_NU || !muon || !muon_is_matrix(&specs[i]))   // muon: nu only for its AdamW tensors
+                k = add_entry(out, k, (EntryKind)kind, i, specs[i].name, specs[i].ndim, specs[i].gshape, -1);
     for (int i = 0; adafactor && i < n; i++) {
         const ParamSpec *s = &specs[i];
         int drow, dcol;
@@ -223,6 +231,12 @@ static void put_entry(const Model *m, const Entry *e, float *dst) {
         if (!adafactor_slot(m, e->spec, &sl)) return;
         PutCtx ctx = {dst, p.buf + sl.off, NULL, sl.k0};
         each_run(s, sl.k0, sl.k1, put_run, &ctx);
+        return;
+    }
+    if (e->kind == E_NU && m->cfg.opt_type == OPT_MUON) {   // muon's AdamW nu: one per element held, packed
+        if (!muon_nu_slot(m, e->spec, &at, &a, &b)) return;
+        PutCtx ctx = {dst, p.buf + at, NULL, a};
+        each_run(s, a, b, put_run, &ctx);
         return;
     }
     if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
@@ -403,6 +417,12 @@ static void get_entry(Model *m, const StFile *f, const Entry *e) {
         return;
     }
     size_t a, b, at;
+    if (e->kind == E_NU && m->cfg.opt_type == OPT_MUON) {   // muon's AdamW nu, packed (put_entry)
+        if (!muon_nu_slot(m, e->spec, &at, &a, &b)) return;
+        GetCtx ctx = {f, t, p.buf + at, NULL, a};
+        each_run(s, a, b, get_run, &ctx);
+        return;
+    }
     if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
     GetCtx ctx = {f, t, p.buf16 ? NULL : p.buf + at, p.buf16 ? p.buf16 + at : NULL, a};
     each_run(s, a, b, get_run, &ctx);

@@ -14,14 +14,15 @@
 
 // AdamW's constants for one call: the step size, the decays (b1m: b1 rounded to bf16), the
 // bias corrections c1 = 1 - b1^t and c2 = 1 - b2^t, epsilon and eps_root, the weight decay.
-typedef struct { float lr, b1, b1m, b2, c1, c2, eps, eps_root, wd; } AdamWConst;
+// nesterov: c1n = 1 - b1^(t+1), the first moment used b1 m / c1n + (1 - b1) g / c1.
+typedef struct { float lr, b1, b1m, b2, c1, c2, eps, eps_root, wd, c1n; int nesterov; } AdamWConst;
 
 // AdamW on element i with the gradient gi; decayed is b1 times the old first moment (a
 // float32 product, or for a bf16 moment a bf16 one, kernels/optim.h). Returns the new moment.
 static inline float adamw_element(float *p, float *v, size_t i, float gi, float decayed, AdamWConst k) {
     float mi = (1.0f - k.b1) * gi + decayed;
     v[i] = (1.0f - k.b2) * (gi * gi) + k.b2 * v[i];
-    float mhat = mi / k.c1, vhat = v[i] / k.c2;
+    float mhat = k.nesterov ? k.b1 * (mi / k.c1n) + (1.0f - k.b1) * (gi / k.c1) : mi / k.c1, vhat = v[i] / k.c2;
     float u = mhat / (sqrtf(vhat + k.eps_root) + k.eps);   // scale_by_adam
     u = u + k.wd * p[i];                      // add_decayed_weights
     p[i] = p[i] + (-k.lr) * u;                // scale_by_learning_rate, apply_updates
@@ -40,7 +41,7 @@ static inline void adamw_m16(float *p, uint16_t *m16, float *v, size_t i, float 
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
                          AdamWParams h, GradClip clip) {
     AdamWConst k = {h.lr, h.b1, bf16_round(h.b1), h.b2, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t),
-                    h.eps, h.eps_root, h.weight_decay};
+                    h.eps, h.eps_root, h.weight_decay, 1.0f - powf(h.b1, (float)(h.t + 1)), h.nesterov};
     // Element by element, so vector instructions (IEEE division and square root, exactly
     // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).
@@ -259,6 +260,49 @@ static void adafactor_apply(float *p, const float *g, size_t n, float clip, floa
     }
 }
 
+// ---- Muon
+
+static inline float muon_element(float *mu, size_t i, float gi, float beta, float c1, float c1n) {
+    mu[i] = (1.0f - beta) * gi + beta * mu[i];   // optax.tree.update_moment, order 1
+    return beta * (mu[i] / c1n) + (1.0f - beta) * (gi / c1);
+}
+
+static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {
+    float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1));
+    if (clip.on) {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_element(mu, i, CLIPPED(g[i], clip), beta, c1, c1n);
+    } else {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_element(mu, i, g[i], beta, c1, c1n);
+    }
+}
+
+static void muon_divide(float *x, size_t n, float d) {
+    #pragma omp parallel for simd if (n > 65536)
+    for (size_t i = 0; i < n; i++) x[i] = x[i] / d;
+}
+
+static void muon_axpy(float *out, float a, const float *x, const float *y, size_t n) {
+    if (y) {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) out[i] = a * x[i] + y[i];
+    } else {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) out[i] = a * x[i];
+    }
+}
+
+static void muon_apply(float *p, const float *o, size_t n, float scale, float weight_decay, float lr) {
+    #pragma omp parallel for simd if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        float u = scale * o[i];          // scale_by_shape
+        u = u + weight_decay * p[i];     // add_decayed_weights
+        p[i] = p[i] + u * (-lr);         // scale_by_learning_rate, apply_updates
+    }
+}
+
 const OptimKernels optim_cpu = {adamw_update, sgd_update, clip_scale, ema_update, squares_add,
                                 adafactor_factored_moments, adafactor_factors, adafactor_scale_factored,
-                                adafactor_scale_full, adafactor_apply};
+                                adafactor_scale_full, adafactor_apply, muon_moment, muon_divide, muon_axpy,
+                                muon_apply};

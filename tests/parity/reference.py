@@ -590,9 +590,27 @@ def lr_schedule(cfg):
     return schedule
 
 
+def muon_dimension_numbers(name):
+    """MaxText's muon dimension numbers for a parameter path (maxtext/utils/muon_utils.py's
+    transform_logic, its rules on the path's components): None for the tensors AdamW updates."""
+    mdn = optax.contrib.MuonDimensionNumbers
+    parts = name.split("/")
+    if any(p in parts for p in ("scale", "bias", "embedding", "logits_dense")):
+        return None
+    if "MoeBlock_0" in parts and any(p in parts for p in ("wi_0", "wi_1", "wo")):
+        return mdn((-2,), (-1,))
+    if "self_attention" in parts:
+        if "out" in parts:
+            return mdn((0, -2), (-1,))
+        if any(p in parts for p in ("query", "key", "value", "wq_b", "wkv_b")):
+            return mdn((0,), (-2, -1))
+    return mdn((0,), (-1,))
+
+
 def make_optimizer(cfg):
     """docs/model.md#optimizer-and-schedule: global-norm clipping, then AdamW (optax), or
-    optax.adafactor with its defaults when the config says opt_type=adafactor.
+    optax.adafactor with its defaults when the config says opt_type=adafactor, or
+    optax.contrib.muon as MaxText builds it for opt_type=muon.
 
     optax.adamw: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t);
     vhat = v/(1-b2^t); p += -lr * (mhat/(sqrt(vhat+eps_root)+eps) + wd*p). No mask: every trained
@@ -602,6 +620,15 @@ def make_optimizer(cfg):
     if cfg.get("opt_type", "adamw") == "adafactor":
         # MaxText's opt_type=adafactor: optax.adafactor(learning_rate=schedule), optax's defaults.
         adamw = optax.adafactor(learning_rate=lr_schedule(cfg))
+    elif cfg.get("opt_type") == "muon":
+        # MaxText's opt_type=muon (maxtext optimizers.get_optimizer): optax.contrib.muon with
+        # MaxText's per-parameter dimension numbers, eps = adam_eps, Nesterov (the default).
+        crms = cfg.get("muon_consistent_rms", 0.0)
+        adamw = optax.contrib.muon(
+            lr_schedule(cfg), eps=cfg["adam_eps"], beta=cfg["muon_beta"], weight_decay=cfg["muon_weight_decay"],
+            muon_weight_dimension_numbers=lambda params: {name: muon_dimension_numbers(name) for name in params},
+            consistent_rms=crms if crms > 0 else None, adam_b1=cfg["adam_b1"], adam_b2=cfg["adam_b2"],
+            adam_eps_root=cfg.get("adam_eps_root", 0.0), adam_weight_decay=cfg["adam_weight_decay"])
     else:
         mu_dtype = {"": None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}[cfg.get("mu_dtype", "")]
         adamw = optax.adamw(lr_schedule(cfg), b1=cfg["adam_b1"], b2=cfg["adam_b2"], eps=cfg["adam_eps"],

@@ -256,6 +256,12 @@ run_case deepseek-softmax "$DEEPSEEK" sparse_matmul=true routed_score_func=softm
 # (dims 128/256) take the factored path, the rest the full second moment.
 run_case mixtral-adafactor  "$MIXTRAL"  sparse_matmul=true opt_type=adafactor
 run_case deepseek-adafactor "$DEEPSEEK" sparse_matmul=true opt_type=adafactor
+# opt_type=muon (optax.contrib.muon, MaxText's dimension numbers): the weight matrices'
+# momentum orthogonalized (experts per expert, attention's q/k/v/out and MLA's as MaxText
+# reshapes them), Nesterov AdamW for the embedding, the head and the norms; and with
+# muon_consistent_rms and weight decay.
+run_case mixtral-muon  "$MIXTRAL"  sparse_matmul=true opt_type=muon
+run_case deepseek-muon "$DEEPSEEK" sparse_matmul=true opt_type=muon muon_consistent_rms=0.2 muon_weight_decay=0.1
 # mu_dtype=bfloat16 (optax.adamw's mu_dtype): AdamW's first moment kept as bf16, the float32
 # cases' bounds. Its decay is a bf16 product, as JAX computes b1 * mu on a bf16 array: with
 # the product in float32 instead, C's free-running step losses left JAX's by 2.2e-3 (step 7,

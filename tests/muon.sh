@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# tests/muon.sh: opt_type=muon (optim/muon.c, docs/optimizations.md#opt_type). The loss goes
+# down; the losses and grad norms are the same bits on one device and on fsdp, data,
+# tensor, expert, context, pipeline meshes and their mixes, with the state offloaded too (each
+# matrix is orthogonalized whole, the same numbers through the same products on every
+# device that holds part of it); the optimizer bytes of every device are what muon keeps,
+# computed here from the tensors' shapes and MaxText's dimension numbers: mu for every
+# weight held, nu for the embedding, the head and the norm scales (the tensors AdamW
+# updates); muon_consistent_rms and muon_weight_decay change the run; what is refused
+# gives one clear message. (Parity against optax.contrib.muon: tests/parity, cases *-muon.)
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+TRAIN=${TRAIN:-./train}
+T=$(mktemp -d /tmp/meshmoe-muon.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=32 opt_type=muon"
+norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }
+same_run() { same "$1" "$2" && [ -n "$(norms "$1")" ] && [ "$(norms "$1")" = "$(norms "$2")" ]; }
+# optimizer bytes of device D in the last line of NAME's metrics
+opt_bytes() { tail -1 "$T/$1.jsonl" | grep -o "\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {[^}]*}" |
+    grep -o '"optimizer": [0-9]*' | grep -o '[0-9]*$'; }
+
+for preset in mixtral-tiny deepseek-tiny; do
+    echo "== $preset: the loss goes down; the same bits and grad norms on every mesh"
+    run one $preset per_device_batch_size=4
+    run adamw $preset per_device_batch_size=4 opt_type=adamw
+    first=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | head -1 | grep -o '[0-9.]*$')
+    lastl=$(grep -o '"loss": [0-9.]*' $T/one.jsonl | tail -1 | grep -o '[0-9.]*$')
+    check "$preset: loss $first -> $lastl over 4 steps" awk -v a="$first" -v b="$lastl" 'BEGIN { exit !(b < a - 0.5) }'
+    check "$preset: muon and adamw differ after the first update" test "$(bits one)" != "$(bits adamw)"
+    while read -r name args; do
+        run x $preset $args
+        check "$preset $name: $(bits x | sed 's/"loss_bits": //g')" same_run x one
+    done <<'MESHES'
+fsdp=2                 ici_fsdp_parallelism=2 per_device_batch_size=2
+data=2                 ici_data_parallelism=2 per_device_batch_size=2
+tensor=2               ici_tensor_parallelism=2 per_device_batch_size=2
+expert=2               ici_expert_parallelism=2 per_device_batch_size=2
+fsdp=2,tensor=2        ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1
+tensor=2,expert=2      ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1
+fsdp=4                 ici_fsdp_parallelism=4 per_device_batch_size=1
+optimizer_offload      optimizer_memory_host_offload=true per_device_batch_size=4
+MESHES
+done
+# Context parallelism sums each sequence's gradient in 2 chunks (context_reduce_chunks follows
+# the context axis): against one device with the same chunks.
+run one_c2 mixtral-tiny per_device_batch_size=4 context_reduce_chunks=2
+run ctx mixtral-tiny ici_context_parallelism=2 per_device_batch_size=2
+check "mixtral-tiny context=2 (against 2 reduction chunks on 1 device)" same_run ctx one_c2
+run one5 deepseek-tiny per_device_batch_size=4 base_num_decoder_layers=5
+run pp deepseek-tiny ici_pipeline_parallelism=2 per_device_batch_size=2 base_num_decoder_layers=5
+check "deepseek-tiny pipeline=2 (5 layers)" same_run pp one5
+
+echo "== mixtral-tiny: optimizer bytes from the shapes (D=128 H=4 KV=2 hd=32 F=256 E=4 V=256 L=4)"
+# Every tensor: its element count, and whether AdamW updates it (MaxText's dimension numbers:
+# the embedding, the head and the norm scales); muon keeps mu for each weight and nu for those.
+layout() {
+    echo "32768 adam"                                            # token_embedder/embedding (256, 128)
+    for l in 1 2 3 4; do
+        echo "128 adam"; echo "16384 m"; echo "8192 m"; echo "8192 m"; echo "16384 m"   # norm, q, k, v, out
+        echo "128 adam"; echo "512 m"                            # post norm, router gate
+        echo "131072 m"; echo "131072 m"; echo "131072 m"         # wi_0, wi_1, wo
+    done
+    echo "128 adam"; echo "32768 adam"                           # decoder_norm, logits_dense
+}
+want=$(layout | awk '{ n += $1; if ($2 == "adam") a += $1 } END { print 4 * (n + a) }')
+run one mixtral-tiny per_device_batch_size=4
+check "1 device: optimizer $(opt_bytes one 0) B = $want B (mu for every weight, nu for the AdamW tensors)" \
+    test "$(opt_bytes one 0)" = "$want"
+run te mixtral-tiny ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1
+# tensor=2 x expert=2: each device holds a quarter of the experts' weights, half of
+# attention's, the embedding's and the head's, all of the norms' and the gate's.
+want_te=$(( 4 * ( (32768/2 + 4*(128 + 16384/2 + 8192/2 + 8192/2 + 16384/2 + 128 + 512 + 3*131072/4) + 128 + 32768/2) \
+    + (32768/2 + 4*(2*128) + 128 + 32768/2) ) ))
+for d in 0 1 2 3; do
+    check "tensor=2 x expert=2 device $d: optimizer $(opt_bytes te $d) B = $want_te B" test "$(opt_bytes te $d)" = "$want_te"
+done
+
+echo "== the keys change the run; refusals"
+run rms mixtral-tiny per_device_batch_size=4 muon_consistent_rms=0.2
+run wd mixtral-tiny per_device_batch_size=4 muon_weight_decay=0.1
+run beta mixtral-tiny per_device_batch_size=4 muon_beta=0.9
+for k in rms wd beta; do check "$k differs from the default" test "$(bits $k)" != "$(bits one)"; done
+expect_error "ZeRO-1" "shard_optimizer_over_data" $TRAIN configs/mixtral-tiny.yml opt_type=muon \
+    ici_data_parallelism=2 shard_optimizer_over_data=true
+expect_error "bf16 momentum" "mu_dtype=bfloat16" $TRAIN configs/mixtral-tiny.yml opt_type=muon mu_dtype=bfloat16
+expect_error "adam_pax" "adam_pax is MaxText's but not implemented" $TRAIN configs/mixtral-tiny.yml opt_type=adam_pax
+summary
