@@ -20,7 +20,10 @@
 // orthogonalized whole: its momentum is gathered over fsdp (a unit at a time) and over the
 // tensor or expert axes that cut its rows or columns (optim/tensor_box.h), then every device
 // holding part of it runs the iteration on the same numbers with the same products, so the
-// bits do not depend on the mesh. Refused: ZeRO-1 (shard_optimizer_over_data) and
+// bits do not depend on the mesh. The Frobenius norm adds the squares in fixed point
+// (kernels/optim.h squares_add, exact, so any device gets the same norm), where a square
+// under 2^-64 (an element under 2.3e-10) counts as 0; the host reads each norm back (on a
+// GPU, one synchronisation per matrix). Refused: ZeRO-1 (shard_optimizer_over_data) and
 // mu_dtype=bfloat16.
 #ifndef MESHMOE_MUON_H
 #define MESHMOE_MUON_H
