@@ -33,9 +33,6 @@ int adafactor_factored_dims(const int *shape, int ndim, int *drow, int *dcol) {
     return 1;
 }
 
-// The mesh axes that really cut a weight (base/partition.h): a device holds a piece of it.
-#define AF_CUT_AXES (AXIS_BIT(AX_TENSOR) | AXIS_BIT(AX_EXPERT))
-
 // One tensor as this device sees it: its piece (the whole tensor unless tensor or expert
 // parallelism cuts it) and the part [k0, k1) of the piece's elements (row-major in its local
 // shape) in this device's shard, at local offset `at` of the flat buffers. A factored
@@ -75,7 +72,9 @@ static int tensor_part(const Model *m, int i, TensorPart *t) {
     t->r0 = (size_t)sp->lindex[t->drow] * t->Rl;
     t->c0 = (size_t)sp->lindex[t->dcol] * t->Cl;
     t->lead = sp->size / (t->Rl * t->Cl);
-    t->cut = (sp->part.axes[t->drow] | sp->part.axes[t->dcol]) & AF_CUT_AXES;
+    TensorBox box;   // (optim/tensor_box.h: the axes to gather the rows and columns over)
+    tensor_box_init(&box, sp, (1u << t->drow) | (1u << t->dcol));
+    t->cut = box.cut;
     return 1;
 }
 
@@ -214,7 +213,7 @@ static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares
 //    host entries, to free.
 static TensorSquares *sums_on_host(TensorSquares *mine, int n) {
     const Mesh *mesh = mesh_current();
-    unsigned over = AXIS_BIT(AX_FSDP) | AF_CUT_AXES;
+    unsigned over = AXIS_BIT(AX_FSDP) | AXIS_BIT(AX_TENSOR) | AXIS_BIT(AX_EXPERT);
     int members = 1;
     for (int a = 0; mesh && a < MESH_NAXES; a++)
         if (over & AXIS_BIT(a)) members *= mesh->size[a];
