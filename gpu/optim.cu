@@ -308,8 +308,10 @@ static void adamw_launch(float *p, uint16_t *p16, const float *g, M *m, float *v
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
                          AdamWParams h, GradClip clip) {
     if (n == 0) return;
-    AdamW a = {h.lr, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t), h.b1, bf16_round(h.b1), h.b2,
-               h.eps, h.eps_root, h.weight_decay, 1.0f - powf(h.b1, (float)(h.t + 1)), h.nesterov, clip};
+    float c1 = h.uncorrected ? 1.0f : 1.0f - powf(h.b1, (float)h.t);   // (as the CPU's, kernels/cpu/optim.c)
+    float c2 = h.uncorrected ? 1.0f : 1.0f - powf(h.b2, (float)h.t);
+    AdamW a = {h.lr, c1, c2, h.b1, bf16_round(h.b1), h.b2, h.eps, h.eps_root, h.weight_decay,
+               1.0f - powf(h.b1, (float)(h.t + 1)), h.nesterov, clip};
     if (m16) adamw_launch<uint16_t, uint2>(p, p16, g, m16, v, n, a);
     else adamw_launch<float, float4>(p, p16, g, m, v, n, a);
 }

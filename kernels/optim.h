@@ -26,8 +26,9 @@ typedef struct { int on; float norm, threshold; } GradClip;
 // decays, epsilon outside and inside the square root (optax's eps and eps_root: MaxText's
 // adam_eps, adam_eps_root), the decoupled weight decay; nesterov (optax's adamw(nesterov=
 // True), the AdamW half of opt_type=muon): the first moment used is b1 m / (1 - b1^(t+1)) +
-// (1 - b1) g / (1 - b1^t), not m / (1 - b1^t).
-typedef struct { float lr; int t; float b1, b2, eps, eps_root, weight_decay; int nesterov; } AdamWParams;
+// (1 - b1) g / (1 - b1^t), not m / (1 - b1^t); uncorrected (opt_type=adam_pax, whose decays
+// b1, b2 of update t hold the bias correction): m and v used as they are, not divided.
+typedef struct { float lr; int t; float b1, b2, eps, eps_root, weight_decay; int nesterov, uncorrected; } AdamWParams;
 
 typedef struct OptimKernels {
     // AdamW as optax chains it (clip_by_global_norm, scale_by_adam, add_decayed_weights,

@@ -214,7 +214,7 @@ void muon_update(Model *m, float lr, int t, GradClip clip) {
     const StateShard *s = &m->shard;
     Part *ps = parts_of(m, NULL);
     // The AdamW half (optax.adamw with nesterov=True, muon's eps): tensor by tensor.
-    AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay, 1};
+    AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay, 1, 0};
     for (int i = 0; i < m->ntensors; i++) {
         const Part *p = &ps[i];
         if (p->has && !p->matrix)

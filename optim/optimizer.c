@@ -37,7 +37,8 @@ void grad_clip(float *g, size_t n, float norm, float threshold) {
 }
 
 int optimizer_state_floats(const Config *c) {
-    if (c->opt_type == OPT_ADAMW || c->opt_type == OPT_MUON) return 2;   // muon: nu for its AdamW half only
+    if (c->opt_type == OPT_ADAMW || c->opt_type == OPT_ADAM_PAX) return 2;
+    if (c->opt_type == OPT_MUON) return 2;   // nu for its AdamW half only (optim/muon.h)
     if (c->opt_type == OPT_SGD) return 0;   // no state: that is what it saves
     if (c->opt_type == OPT_ADAFACTOR) return 1;   // at most one: per tensor (optim/adafactor.h)
     die("internal: opt_type %d has no state size", (int)c->opt_type);
@@ -64,6 +65,17 @@ void optimizer_state_alloc(Model *m) {
     }
 }
 
+// opt_type=adam_pax (MaxText's Pax-style Adam): AdamW's update with the decays of update t
+// bias-corrected, b * (1 - b^(t-1)) / (1 - b^t) in float32 as JAX computes them (so the first
+// update's moments are g and g^2), and the moments then used as they are.
+static AdamWParams adam_pax_params(const Config *c, float lr, int t) {
+    float b1 = c->adam_b1, b2 = c->adam_b2, tf = (float)t;
+    AdamWParams h = {lr, t, b1 * (1.0f - powf(b1, tf - 1.0f)) / (1.0f - powf(b1, tf)),
+                     b2 * (1.0f - powf(b2, tf - 1.0f)) / (1.0f - powf(b2, tf)), c->adam_eps, c->adam_eps_root,
+                     c->adam_weight_decay, 0, 1};
+    return h;
+}
+
 // AdamW (or SGD) on n weights of the local layout from `at`, their moments from `mo`; p16:
 // AdamW also writes the weights' kept 16-bit copy there (update_shard), or NULL.
 static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float lr, int t, GradClip clip,
@@ -73,7 +85,8 @@ static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float 
     const float *g = m->grads_mem + at;
     if (sgd) kern()->optim->sgd_update(p, g, n, lr, clip);
     else {
-        AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay, 0};
+        AdamWParams h = {lr, t, c->adam_b1, c->adam_b2, c->adam_eps, c->adam_eps_root, c->adam_weight_decay, 0, 0};
+        if (c->opt_type == OPT_ADAM_PAX) h = adam_pax_params(c, lr, t);
         kern()->optim->adamw_update(p, p16, g, m->m_mem ? m->m_mem + mo : NULL, m->m16_mem ? m->m16_mem + mo : NULL,
                                     m->v_mem + mo, n, h, clip);
     }

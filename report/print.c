@@ -96,12 +96,13 @@ void sharding_print_state(const Model *m) {
     size_t bias = m->router_bias ? sizeof(float) * (size_t)m->cfg.base_num_decoder_layers * m->cfg.num_experts : 0;
     size_t pb = sizeof(float) * s->local_n + bias, gb = sizeof(float) * s->local_n;
     int adafactor = m->cfg.opt_type == OPT_ADAFACTOR, muon = m->cfg.opt_type == OPT_MUON;
-    int adamw = m->cfg.opt_type == OPT_ADAMW;
+    int adamw = m->cfg.opt_type == OPT_ADAMW || m->cfg.opt_type == OPT_ADAM_PAX;
     size_t ob = adafactor ? sizeof(float) * adafactor_state_floats(m)
               : muon      ? sizeof(float) * (s->local_n + muon_nu_floats(m))
               : adamw     ? (optimizer_mu_bytes(&m->cfg) + sizeof(float)) * (s->local_n / s->Z) : 0;
     const char *what = adafactor ? "adafactor v_row, v_col / v" : muon ? "muon mu; nu of the AdamW tensors"
-                     : !adamw ? "sgd: none" : optimizer_mu_bytes(&m->cfg) == 2 ? "AdamW mu (bf16), nu" : "AdamW mu, nu";
+                     : !adamw ? "sgd: none" : optimizer_mu_bytes(&m->cfg) == 2 ? "AdamW mu (bf16), nu"
+                     : adamw && m->cfg.opt_type == OPT_ADAM_PAX ? "adam_pax mu, nu" : "AdamW mu, nu";
     printf("model state per device: params %s + grads %s + optimizer %s (%s) = %s\n", mem_fmt(pb, a, sizeof a),
            mem_fmt(gb, b, sizeof b), mem_fmt(ob, c, sizeof c), what, mem_fmt(pb + gb + ob, d, sizeof d));
 }

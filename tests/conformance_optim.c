@@ -33,7 +33,7 @@ static void test_optim_elementwise(void) {
     float *af_g = copy_of(g, sizeof(float) * n), *af_v = copy_of(v0, sizeof(float) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 7;
-    AdamWParams h = {lr, t, b1, b2, eps, 0.0f, wd, 0};
+    AdamWParams h = {lr, t, b1, b2, eps, 0.0f, wd, 0, 0};
     if (ORACLE) {
         const OptimKernels *o = ORACLE->optim;
         o->adamw_update(p, NULL, g, m, NULL, v, n, h, off);
@@ -237,7 +237,7 @@ static void test_adafactor_factored(void) {
 // (mu_dtype=bfloat16); clipped or not; with the weights' 16-bit copy or without (copy);
 // Nesterov's first moment or not (optax's adamw(nesterov=True)); eps_root (optax's, inside
 // the square root) 0, or one of the size of the second moments here.
-typedef struct { int mu16, copy, nesterov; float eps_root; GradClip clip; } AdamWCase;
+typedef struct { int mu16, copy, nesterov; float eps_root; GradClip clip; int uncorrected; } AdamWCase;
 
 // One case (AdamWCase): p, v, the moment (its bits where bf16) and the copy's bits exact, the
 // elements around the part untouched. The reference is optax's update as JAX runs it (without
@@ -255,12 +255,13 @@ static void test_adamw_part(size_t n, size_t first, size_t len, AdamWCase c) {
     uint16_t *d_m16 = dev_copy(m16, sizeof(uint16_t) * n), *d_p16 = dev_copy(p16, sizeof(uint16_t) * n);
     float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     int t = 3;
-    AdamWParams h = {lr, t, b1, b2, eps, c.eps_root, wd, c.nesterov};
+    AdamWParams h = {lr, t, b1, b2, eps, c.eps_root, wd, c.nesterov, c.uncorrected};
     if (ORACLE) {
         ORACLE->optim->adamw_update(p + first, c.copy ? p16 + first : NULL, g + first, c.mu16 ? NULL : m + first,
                                     c.mu16 ? m16 + first : NULL, v + first, len, h, c.clip);
     } else {
         float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t), c1n = 1.0f - powf(b1, (float)(t + 1));
+        if (c.uncorrected) c1 = c2 = 1.0f;   // adam_pax: the moments as they are
         float b1_bf16 = bf16_float(bf16_bits(b1));   // 0.8984375
         for (size_t i = first; i < first + len; i++) {
             float gi = c.clip.on ? (g[i] / c.clip.norm) * c.clip.threshold : g[i];
@@ -278,8 +279,8 @@ static void test_adamw_part(size_t n, size_t first, size_t len, AdamWCase c) {
                                     c.mu16 ? NULL : d_m + first, c.mu16 ? d_m16 + first : NULL, d_v + first, len, h,
                                     c.clip);
     char shape[96];
-    snprintf(shape, sizeof shape, "n=%zu from %zu, mu %s, clip %d, copy %d, nesterov %d, eps_root %g", len, first,
-             c.mu16 ? "bf16" : "f32", c.clip.on, c.copy, c.nesterov, c.eps_root);
+    snprintf(shape, sizeof shape, "n=%zu from %zu, mu %s, clip %d, copy %d, nesterov %d, uncorrected %d, eps_root %g",
+             len, first, c.mu16 ? "bf16" : "f32", c.clip.on, c.copy, c.nesterov, c.uncorrected, c.eps_root);
     check_dev_floats("adamw_update p", shape, p, d_p, n, 0, 0);
     check_dev_floats("adamw_update v", shape, v, d_v, n, 0, 0);
     if (c.mu16) check_dev_bits16("adamw_update mu's bits", shape, m16, d_m16, n);
@@ -294,10 +295,10 @@ static void test_adamw_part(size_t n, size_t first, size_t len, AdamWCase c) {
 // tail of 3; eps_root on the second and fourth.
 static void test_adamw_mu16(void) {
     GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
-    test_adamw_part(3000, 0, 3000, (AdamWCase){1, 0, 0, 0.0f, off});
-    test_adamw_part(3000, 0, 3000, (AdamWCase){1, 1, 0, 1e-3f, on});
-    test_adamw_part(3000, 1, 2998, (AdamWCase){1, 1, 0, 0.0f, off});
-    test_adamw_part(3000, 4, 2995, (AdamWCase){1, 0, 0, 1e-3f, on});
+    test_adamw_part(3000, 0, 3000, (AdamWCase){1, 0, 0, 0.0f, off, 0});
+    test_adamw_part(3000, 0, 3000, (AdamWCase){1, 1, 0, 1e-3f, on, 0});
+    test_adamw_part(3000, 1, 2998, (AdamWCase){1, 1, 0, 0.0f, off, 0});
+    test_adamw_part(3000, 4, 2995, (AdamWCase){1, 0, 0, 1e-3f, on, 0});
 }
 
 // Nesterov's AdamW on either moment, clipped and not: 1030 elements (257 quads and a tail of
@@ -307,16 +308,16 @@ static void test_adamw_mu16(void) {
 static void test_adamw_nesterov(void) {
     GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
     for (int mu16 = 0; mu16 < 2; mu16++) {
-        test_adamw_part(1030, 0, 1030, (AdamWCase){mu16, 1, 1, 0.0f, off});
-        test_adamw_part(1030, 0, 1030, (AdamWCase){mu16, 0, 1, 1e-3f, on});
-        test_adamw_part(1030, 1, 1028, (AdamWCase){mu16, 1, 1, 0.0f, on});
-        test_adamw_part(1030, 4, 1025, (AdamWCase){mu16, 0, 1, 0.0f, off});
+        test_adamw_part(1030, 0, 1030, (AdamWCase){mu16, 1, 1, 0.0f, off, 0});
+        test_adamw_part(1030, 0, 1030, (AdamWCase){mu16, 0, 1, 1e-3f, on, 0});
+        test_adamw_part(1030, 1, 1028, (AdamWCase){mu16, 1, 1, 0.0f, on, 0});
+        test_adamw_part(1030, 4, 1025, (AdamWCase){mu16, 0, 1, 0.0f, off, 0});
     }
     size_t n = 1030, differ = 0;
     float *p = rand_floats(n, -1, 1), *g = rand_floats(n, -1, 1), *m = rand_floats(n, -0.1f, 0.1f);
     float *v = rand_floats(n, 0, 0.01f), *got[2];
     for (int nesterov = 0; nesterov < 2; nesterov++) {
-        AdamWParams h = {1e-3f, 3, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, nesterov};
+        AdamWParams h = {1e-3f, 3, 0.9f, 0.95f, 1e-8f, 0.0f, 0.1f, nesterov, 0};
         float *d_p = dev_copy(p, sizeof(float) * n), *d_g = dev_copy(g, sizeof(float) * n);
         float *d_m = dev_copy(m, sizeof(float) * n), *d_v = dev_copy(v, sizeof(float) * n);
         UNDER_TEST->optim->adamw_update(d_p, NULL, d_g, d_m, NULL, d_v, n, h, off);
@@ -327,6 +328,15 @@ static void test_adamw_nesterov(void) {
     check(differ > n * 9 / 10, "adamw_update nesterov=1 changes p: %zu of %zu elements differ from nesterov=0's",
           differ, n);
     free(p); free(g); free(m); free(v); free(got[0]); free(got[1]);
+}
+
+// The moments used as they are (adam_pax's update, its decays bias-corrected by the caller):
+// whole, off 16 bytes, with a tail; clipped or not; with the weights' 16-bit copy.
+static void test_adamw_uncorrected(void) {
+    GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
+    test_adamw_part(1030, 0, 1030, (AdamWCase){0, 1, 0, 0.0f, off, 1});
+    test_adamw_part(1030, 1, 1028, (AdamWCase){0, 0, 0, 1e-3f, on, 1});
+    test_adamw_part(1030, 4, 1025, (AdamWCase){0, 1, 0, 0.0f, on, 1});
 }
 
 // Muon's momentum (muon_moment) on 1030 elements at update t, g clipped or not: mu and mu_hat
@@ -418,6 +428,7 @@ void test_optim(void) {
     test_optim_elementwise();
     test_adamw_mu16();
     test_adamw_nesterov();
+    test_adamw_uncorrected();
     test_muon();
     test_squares();
     test_adafactor_factored();

@@ -128,10 +128,10 @@ refused "routed_score_func=topk" "routed_score_func must be \"\", 'softmax' or '
     $TRAIN $C $FAST routed_score_func=topk
 refused "remat_policy=ful" "remat_policy must be 'none', 'minimal', 'minimal_with_context', 'save_dot_except_mlp', 'save_dot_with_context_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full', 'minimal_offloaded', 'qkv_proj_offloaded' or 'custom', got 'ful' (did you mean 'full'?)" \
     $TRAIN $C $FAST remat_policy=ful
-refused "opt_type=adam_pax" "opt_type=adam_pax is MaxText's but not implemented here" $TRAIN $C $FAST opt_type=adam_pax
+refused "remat_policy=minimal_flash" "remat_policy=minimal_flash is MaxText's but not implemented here" $TRAIN $C $FAST remat_policy=minimal_flash
 refused "MESHMOE_GEMM_KERNEL=avx1024 (environment)" "MESHMOE_GEMM_KERNEL='avx1024' is not one of: avx512, avx2, scalar" \
     env MESHMOE_GEMM_KERNEL=avx1024 $TRAIN $C $FAST
-check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor, muon\]$'"
+check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor, muon, adam_pax\]$'"
 
 echo "-- checkpoint metadata"
 $TRAIN $C $FAST save_checkpoint=$T/ck.safetensors > /dev/null 2>&1

@@ -85,5 +85,4 @@ for k in rms wd beta; do check "$k differs from the default" test "$(bits $k)" !
 expect_error "ZeRO-1" "shard_optimizer_over_data" $TRAIN configs/mixtral-tiny.yml opt_type=muon \
     ici_data_parallelism=2 shard_optimizer_over_data=true
 expect_error "bf16 momentum" "mu_dtype=bfloat16" $TRAIN configs/mixtral-tiny.yml opt_type=muon mu_dtype=bfloat16
-expect_error "adam_pax" "adam_pax is MaxText's but not implemented" $TRAIN configs/mixtral-tiny.yml opt_type=adam_pax
 summary

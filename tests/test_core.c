@@ -295,7 +295,7 @@ static void test_optimizer(void) {
     // AdamW, one step from m = v = 0 with g = 0.5, p = 2, lr = 0.1, wd = 0.1:
     // mhat = g, vhat = g^2, u = g/(|g| + eps) ~= 1, p = 2 - 0.1*(1 + 0.2) = 1.88
     float p = 2.0f, g = 0.5f, m = 0, v = 0;
-    AdamWParams h = {0.1f, 1, c.adam_b1, c.adam_b2, c.adam_eps, c.adam_eps_root, c.adam_weight_decay, 0};
+    AdamWParams h = {0.1f, 1, c.adam_b1, c.adam_b2, c.adam_eps, c.adam_eps_root, c.adam_weight_decay, 0, 0};
     kern()->optim->adamw_update(&p, NULL, &g, &m, NULL, &v, 1, h, grad_clip_of(0.0f, 0.0f));
     CHECK_CLOSE(p, 1.88, 1e-6, "AdamW first step");
     CHECK_CLOSE(m, 0.05, 1e-7, "AdamW mu = (1-b1) g");

@@ -40,8 +40,10 @@ static inline void adamw_m16(float *p, uint16_t *m16, float *v, size_t i, float 
 
 static void adamw_update(float *p, uint16_t *p16, const float *g, float *m, uint16_t *m16, float *v, size_t n,
                          AdamWParams h, GradClip clip) {
-    AdamWConst k = {h.lr, h.b1, bf16_round(h.b1), h.b2, 1.0f - powf(h.b1, (float)h.t), 1.0f - powf(h.b2, (float)h.t),
-                    h.eps, h.eps_root, h.weight_decay, 1.0f - powf(h.b1, (float)(h.t + 1)), h.nesterov};
+    float c1 = h.uncorrected ? 1.0f : 1.0f - powf(h.b1, (float)h.t);   // (dividing by 1.0f changes no bit)
+    float c2 = h.uncorrected ? 1.0f : 1.0f - powf(h.b2, (float)h.t);
+    AdamWConst k = {h.lr, h.b1, bf16_round(h.b1), h.b2, c1, c2, h.eps, h.eps_root, h.weight_decay,
+                    1.0f - powf(h.b1, (float)(h.t + 1)), h.nesterov};
     // Element by element, so vector instructions (IEEE division and square root, exactly
     // rounded like the scalar ones) give the scalar loop's bits; the Makefile builds this
     // file with -fno-math-errno so that sqrtf needs no errno branch (its argument is >= 0).

@@ -607,10 +607,38 @@ def muon_dimension_numbers(name):
     return mdn((0,), (-1,))
 
 
+def adam_pax(schedule, b1, b2, eps, eps_root, weight_decay):
+    """MaxText's opt_type=adam_pax (maxtext optimizers.adam_pax, after praxis's sharded Adam),
+    written here from its formula: the decays of update t (1-based) bias-corrected,
+    d = b (1 - b^(t-1)) / (1 - b^t), mu = (1 - d1) g + d1 mu, nu = (1 - d2) g^2 + d2 nu, the
+    moments then used as they are: u = mu / (sqrt(nu + eps_root) + eps) + wd p, times -lr."""
+
+    def corrected(count, decay):
+        t = count.astype(jnp.float32) + 1.0
+        return decay * (1.0 - jnp.power(decay, t - 1.0)) / (1.0 - jnp.power(decay, t))
+
+    def init(params):
+        zeros = lambda: jax.tree_util.tree_map(jnp.zeros_like, params)
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros(), nu=zeros())
+
+    def update(updates, state, params=None):
+        d1, d2 = corrected(state.count, b1), corrected(state.count, b2)
+        mu = jax.tree_util.tree_map(lambda g, m: (1.0 - d1) * g + d1 * m, updates, state.mu)
+        nu = jax.tree_util.tree_map(lambda g, v: (1.0 - d2) * (g * g) + d2 * v, updates, state.nu)
+        u = jax.tree_util.tree_map(lambda m, v: m / (jnp.sqrt(v + eps_root) + eps), mu, nu)
+        if weight_decay > 0:
+            u = jax.tree_util.tree_map(lambda x, p: x + weight_decay * p, u, params)
+        step = -1.0 * schedule(state.count)
+        u = jax.tree_util.tree_map(lambda x: step * x, u)
+        return u, optax.ScaleByAdamState(count=state.count + 1, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(cfg):
     """docs/model.md#optimizer-and-schedule: global-norm clipping, then AdamW (optax), or
     optax.adafactor with its defaults when the config says opt_type=adafactor, or
-    optax.contrib.muon as MaxText builds it for opt_type=muon.
+    optax.contrib.muon as MaxText builds it for opt_type=muon, or MaxText's adam_pax.
 
     optax.adamw: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t);
     vhat = v/(1-b2^t); p += -lr * (mhat/(sqrt(vhat+eps_root)+eps) + wd*p). No mask: every trained
@@ -620,6 +648,9 @@ def make_optimizer(cfg):
     if cfg.get("opt_type", "adamw") == "adafactor":
         # MaxText's opt_type=adafactor: optax.adafactor(learning_rate=schedule), optax's defaults.
         adamw = optax.adafactor(learning_rate=lr_schedule(cfg))
+    elif cfg.get("opt_type") == "adam_pax":
+        adamw = adam_pax(lr_schedule(cfg), cfg["adam_b1"], cfg["adam_b2"], cfg["adam_eps"],
+                         cfg.get("adam_eps_root", 0.0), cfg["adam_weight_decay"])
     elif cfg.get("opt_type") == "muon":
         # MaxText's opt_type=muon (maxtext optimizers.get_optimizer): optax.contrib.muon with
         # MaxText's per-parameter dimension numbers, eps = adam_eps, Nesterov (the default).

@@ -262,6 +262,8 @@ run_case deepseek-adafactor "$DEEPSEEK" sparse_matmul=true opt_type=adafactor
 # muon_consistent_rms and weight decay.
 run_case mixtral-muon  "$MIXTRAL"  sparse_matmul=true opt_type=muon
 run_case deepseek-muon "$DEEPSEEK" sparse_matmul=true opt_type=muon muon_consistent_rms=0.2 muon_weight_decay=0.1
+# opt_type=adam_pax (MaxText's Pax-style Adam, its formula in tests/parity/reference.py).
+run_case mixtral-adam-pax "$MIXTRAL" sparse_matmul=true opt_type=adam_pax
 # mu_dtype=bfloat16 (optax.adamw's mu_dtype): AdamW's first moment kept as bf16, the float32
 # cases' bounds. Its decay is a bf16 product, as JAX computes b1 * mu on a bf16 array: with
 # the product in float32 instead, C's free-running step losses left JAX's by 2.2e-3 (step 7,
