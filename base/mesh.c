@@ -93,6 +93,7 @@ void mesh_init(Mesh *mesh, const Config *c) {
     mesh->ndev = n;
     mesh->num_threads = c->num_threads;
     mesh->per_tensor_state = c->opt_type == OPT_ADAFACTOR || c->opt_type == OPT_MUON;
+    mesh->zero1 = c->shard_optimizer_over_data;
     mesh_hybrid_init(mesh, c);
     mesh->devices = calloc((size_t)n, sizeof(Device));
     for (int d = 0; d < n; d++) device_init(&mesh->devices[d], d, (size_t)c->hbm_capacity);
@@ -243,7 +244,7 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
 //               (sharding/fsdp.c shard_init); ZeRO-1's piece of the slice likewise; but
 //               adafactor and muon keep state per tensor that meets the slice
 //               (optim/adafactor.c; muon's AdamW half, optim/muon.c), so with them
-//               the fsdp rank changes its size;
+//               the fsdp rank changes its size, and under ZeRO-1 (muon) the data rank;
 //   tensor      chooses its heads, widths and vocabulary slice, all of one size since the
 //               mesh must divide every split dimension (model/model.c);
 // so these change which bytes, never how many, and devices that differ only there share a
@@ -259,7 +260,8 @@ void mesh_run(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg) {
 // figure and the memory trace, event by event.
 static int class_rep(const Mesh *mesh, int d) {
     unsigned apart = AXIS_BIT(AX_STAGE) | AXIS_BIT(AX_EXPERT) | AXIS_BIT(AX_CONTEXT) |
-                     (mesh->per_tensor_state ? AXIS_BIT(AX_FSDP) : 0);
+                     (mesh->per_tensor_state ? AXIS_BIT(AX_FSDP) : 0) |
+                     (mesh->per_tensor_state && mesh->zero1 ? AXIS_BIT(AX_DATA) : 0);
     int id = 0;
     for (int a = 0; a < MESH_NAXES; a++)
         id = id * mesh->size[a] + (apart & AXIS_BIT(a) ? mesh_coord(mesh, d, (MeshAxis)a) : 0);

@@ -30,6 +30,7 @@ typedef struct Mesh {
     int nclasses;
     int solo;
     int per_tensor_state;     // opt_type=adafactor or muon: its state's size depends on the fsdp rank
+    int zero1;                // shard_optimizer_over_data: ... and, with per_tensor_state, on the data rank
     int num_threads;          // the num_threads key: OpenMP threads per device (0 = shared out)
     // Processes (base/hybrid.c, MaxText's hybrid mesh): dcn[a] processes along axis a, each
     // with size[a] / dcn[a] devices along it; this process's number, the count, and how many

@@ -14,9 +14,6 @@ static const float NS_COEFFS[3] = {3.4445f, -4.7750f, 2.0315f};   // optax's (a,
 
 void muon_check(const Config *c) {
     if (c->opt_type != OPT_MUON) return;
-    if (c->shard_optimizer_over_data)
-        die("opt_type=muon with shard_optimizer_over_data=true: muon orthogonalizes each weight matrix whole, and "
-            "its moments are not cut into ZeRO-1's flat pieces here; use fsdp to shard them");
     if (c->mu_dtype == MU_DTYPE_BFLOAT16)
         die("opt_type=muon with mu_dtype=bfloat16: muon keeps its momentum in float32 here (mu_dtype=\"\" or float32)");
 }
@@ -57,12 +54,14 @@ int muon_matrix_dims(const char *name, int ndim, int *nbatch, int *nred) {
     return 1;
 }
 
-// One tensor as this device sees it: the part [k0, k1) of its piece's elements in this
-// device's shard, at local offset `at`; a matrix (muon) or not; its nu at `nu` (not a matrix).
+// One tensor as this device sees it: the part [k0, k1) of its piece's elements that this
+// device updates (in its shard; under ZeRO-1 in its data rank's piece of the shard), at
+// local offset `at` of the parameters and gradients and `mo` of the first moments; a matrix
+// (muon) or not; its nu at `nu` (not a matrix).
 typedef struct {
     const ParamSpec *sp;
     int unit, has, matrix, nbatch, nred;
-    size_t k0, k1, at, nu;
+    size_t k0, k1, at, mo, nu;
 } Part;
 
 static Part *parts_of(const Model *m, size_t *nu_total) {
@@ -75,13 +74,14 @@ static Part *parts_of(const Model *m, size_t *nu_total) {
         t->sp = &m->specs[i];
         t->unit = model_unit_of(&m->cfg, t->sp->name);
         t->matrix = muon_matrix_dims(t->sp->name, t->sp->ndim, &t->nbatch, &t->nred);
-        size_t g0 = shard_first(s, t->unit), g1 = g0 + shard_len(s, t->unit);
-        size_t a = MM_MAX(g0, t->sp->offset), b = MM_MIN(g1, t->sp->offset + t->sp->size);
+        size_t g0 = shard_first(s, t->unit), off, n = shard_zero1_piece(s, shard_len(s, t->unit), &off);
+        size_t a = MM_MAX(g0 + off, t->sp->offset), b = MM_MIN(g0 + off + n, t->sp->offset + t->sp->size);
         t->has = a < b;
         if (!t->has) continue;
         t->k0 = a - t->sp->offset;
         t->k1 = b - t->sp->offset;
         t->at = s->local_off[t->unit] + (a - g0);
+        t->mo = s->local_off[t->unit] / (size_t)s->Z + (a - g0 - off);
         t->nu = nu;
         if (!t->matrix) nu += t->k1 - t->k0;
     }
@@ -186,14 +186,16 @@ static void unit_matrices(Model *m, const Part *ps, int u, float lr, int t, Grad
     int any = 0;
     for (int i = 0; i < m->ntensors; i++) any |= ps[i].unit == u && ps[i].matrix;
     if (!any) return;
-    size_t len = shard_len(s, u);
+    size_t len = shard_len(s, u), off, piece = shard_zero1_piece(s, len, &off);
     float *hat = mem_floats(MEM_TEMP, len, "muon: the unit's Nesterov moments");
     for (int i = 0; i < m->ntensors; i++) {
         const Part *p = &ps[i];
         if (p->unit != u || !p->has || !p->matrix) continue;
-        kern()->optim->muon_moment(m->m_mem + p->at, hat + (p->at - s->local_off[u]), m->grads_mem + p->at,
+        kern()->optim->muon_moment(m->m_mem + p->mo, hat + (p->at - s->local_off[u]), m->grads_mem + p->at,
                                    p->k1 - p->k0, m->cfg.muon_beta, t, clip);
     }
+    // ZeRO-1: each data replica made its piece's moments; in place, as update_shard's weights.
+    if (s->Z > 1) coll_all_gather(s->data, hat + off, hat, sizeof(float) * piece);
     const float *unit_hat = hat;   // (unit_pad) the unit's moments, whole
     float *full = NULL;
     if (s->F > 1) {
@@ -218,10 +220,16 @@ void muon_update(Model *m, float lr, int t, GradClip clip) {
     for (int i = 0; i < m->ntensors; i++) {
         const Part *p = &ps[i];
         if (p->has && !p->matrix)
-            kern()->optim->adamw_update(m->params_mem + p->at, NULL, m->grads_mem + p->at, m->m_mem + p->at, NULL,
+            kern()->optim->adamw_update(m->params_mem + p->at, NULL, m->grads_mem + p->at, m->m_mem + p->mo, NULL,
                                         m->v_mem + p->nu, p->k1 - p->k0, h, clip);
     }
     for (int u = 0; u < s->nunits; u++)
         if (s->here[u]) unit_matrices(m, ps, u, lr, t, clip);
+    for (int u = 0; s->Z > 1 && u < s->nunits; u++) {   // ZeRO-1: every replica's pieces of the weights, in place
+        if (!s->here[u]) continue;
+        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off);
+        coll_all_gather(s->data, m->params_mem + s->local_off[u] + off, m->params_mem + s->local_off[u],
+                        sizeof(float) * piece);
+    }
     free(ps);
 }

@@ -23,8 +23,10 @@
 // bits do not depend on the mesh. The Frobenius norm adds the squares in fixed point
 // (kernels/optim.h squares_add, exact, so any device gets the same norm), where a square
 // under 2^-64 (an element under 2.3e-10) counts as 0; the host reads each norm back (on a
-// GPU, one synchronisation per matrix). Refused: ZeRO-1 (shard_optimizer_over_data) and
-// mu_dtype=bfloat16.
+// GPU, one synchronisation per matrix). Under ZeRO-1 (shard_optimizer_over_data) a data
+// replica keeps the moments of its piece of each shard, makes that piece's Nesterov moment,
+// gathers the other pieces' before the iteration, updates its piece of the weights and
+// gathers the others' (as AdamW's ZeRO-1). Refused: mu_dtype=bfloat16.
 #ifndef MESHMOE_MUON_H
 #define MESHMOE_MUON_H
 #include <stddef.h>

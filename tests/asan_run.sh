@@ -37,8 +37,8 @@ check "asan: ring attention over context=2" $BIN configs/deepseek-tiny.yml $A st
     context_parallel_strategy=ring
 check "asan: muon on fsdp=2 x tensor=2 (matrices gathered and orthogonalized), saved" $BIN configs/deepseek-tiny.yml $A \
     steps=2 run_steps=1 opt_type=muon ici_fsdp_parallelism=2 ici_tensor_parallelism=2 save_checkpoint=$T/mu.safetensors
-check "asan: muon resumed on expert=2" $BIN configs/deepseek-tiny.yml $A steps=2 opt_type=muon per_device_batch_size=4 \
-    ici_expert_parallelism=2 load_checkpoint=$T/mu.safetensors
+check "asan: muon resumed on data=2 with ZeRO-1" $BIN configs/deepseek-tiny.yml $A steps=2 opt_type=muon \
+    per_device_batch_size=4 ici_data_parallelism=2 shard_optimizer_over_data=true load_checkpoint=$T/mu.safetensors
 check "asan: minimal_offloaded on expert=2 (the experts' rows and plan to the host and back)" $BIN \
     configs/deepseek-tiny.yml $A steps=2 remat_policy=minimal_offloaded ici_expert_parallelism=2 dtype=bfloat16
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0

@@ -62,6 +62,11 @@ for preset in mixtral-tiny deepseek-tiny; do
         "ici_fsdp_parallelism=2 per_device_batch_size=2" opt_type=muon
     REF=-mu roundtrip $preset mu-1-to-tensor2 "per_device_batch_size=4" "ici_tensor_parallelism=2 per_device_batch_size=2" \
         opt_type=muon
+    REF=-mu roundtrip $preset mu-zero1-to-expert2 \
+        "ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2" \
+        "ici_expert_parallelism=2 per_device_batch_size=2" opt_type=muon
+    same_file "$preset muon: tensors saved on data=2 with ZeRO-1 = saved on 1 device" $preset-mu-zero1-to-expert2 \
+        $preset-mu-1-to-tensor2
     same_file "$preset muon: tensors saved on tensor=2 x expert=2 = saved on 1 device" $preset-mu-te-to-fsdp2 \
         $preset-mu-1-to-tensor2
 done

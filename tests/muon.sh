@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/muon.sh: opt_type=muon (optim/muon.c, docs/optimizations.md#opt_type). The loss goes
-# down; the losses and grad norms are the same bits on one device and on fsdp, data,
-# tensor, expert, context, pipeline meshes and their mixes, with the state offloaded too (each
+# down; the losses and grad norms are the same bits on one device and on fsdp, data (ZeRO-1
+# too), tensor, expert, context, pipeline meshes and their mixes, with the state offloaded too (each
 # matrix is orthogonalized whole, the same numbers through the same products on every
 # device that holds part of it); the optimizer bytes of every device are what muon keeps,
 # computed here from the tensors' shapes and MaxText's dimension numbers: mu for every
@@ -40,6 +40,8 @@ expert=2               ici_expert_parallelism=2 per_device_batch_size=2
 fsdp=2,tensor=2        ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1
 tensor=2,expert=2      ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1
 fsdp=4                 ici_fsdp_parallelism=4 per_device_batch_size=1
+data=2+zero1           ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2
+data=2,fsdp=2+zero1    ici_data_parallelism=2 ici_fsdp_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=1
 optimizer_offload      optimizer_memory_host_offload=true per_device_batch_size=4
 MESHES
 done
@@ -77,12 +79,18 @@ for d in 0 1 2 3; do
     check "tensor=2 x expert=2 device $d: optimizer $(opt_bytes te $d) B = $want_te B" test "$(opt_bytes te $d)" = "$want_te"
 done
 
+# ZeRO-1 on data=2: each replica keeps mu for its half of the (padded) shard and nu for the
+# AdamW tensors' elements of that half; the two together hold one device's state and the padding.
+run z1 mixtral-tiny ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2
+pad=$(grep -o 'stored padded for fsdp=1 zero1=2: [0-9]*' $T/z1.out | grep -o '[0-9]*$')
+z1sum=$(( $(opt_bytes z1 0) + $(opt_bytes z1 1) ))
+check "data=2 ZeRO-1: optimizer $(opt_bytes z1 0) + $(opt_bytes z1 1) B = one device's $want B + 4 x ($pad - 1838208) B of padding" \
+    test "$z1sum" -eq $((want + 4 * (pad - 1838208)))
+
 echo "== the keys change the run; refusals"
 run rms mixtral-tiny per_device_batch_size=4 muon_consistent_rms=0.2
 run wd mixtral-tiny per_device_batch_size=4 muon_weight_decay=0.1
 run beta mixtral-tiny per_device_batch_size=4 muon_beta=0.9
 for k in rms wd beta; do check "$k differs from the default" test "$(bits $k)" != "$(bits one)"; done
-expect_error "ZeRO-1" "shard_optimizer_over_data" $TRAIN configs/mixtral-tiny.yml opt_type=muon \
-    ici_data_parallelism=2 shard_optimizer_over_data=true
 expect_error "bf16 momentum" "mu_dtype=bfloat16" $TRAIN configs/mixtral-tiny.yml opt_type=muon mu_dtype=bfloat16
 summary

@@ -7,7 +7,8 @@
 # figures in the metrics file (timings masked) and the memory trace (every allocation, free
 # and phase of every device, in order). The number of devices that walked the step must be
 # the number of classes the definition gives: the product of the stage, expert and context
-# sizes, times the fsdp size under opt_type=adafactor or muon. Without that count, a shortcut that
+# sizes, times the fsdp size under opt_type=adafactor or muon (and the data size with ZeRO-1).
+# Without that count, a shortcut that
 # planned every device would pass the comparisons untested.
 set -u
 cd "$(dirname "$0")/.."
@@ -17,15 +18,18 @@ trap 'rm -rf "$T"' EXIT
 
 # The classes the definition gives for these ici_* arguments (none of them -1).
 expected_classes() {
-    local n=1 fsdp=1 ada=0 a
+    local n=1 fsdp=1 data=1 ada=0 zero1=0 a
     for a in "$@"; do
         case $a in
             ici_pipeline_parallelism=*|ici_expert_parallelism=*|ici_context_parallelism=*) n=$((n * ${a#*=})) ;;
             ici_fsdp_parallelism=*) fsdp=${a#*=} ;;
+            ici_data_parallelism=*) data=${a#*=} ;;
+            shard_optimizer_over_data=true) zero1=1 ;;
             opt_type=adafactor | opt_type=muon) ada=1 ;;
         esac
     done
     [ "$ada" = 1 ] && n=$((n * fsdp))
+    [ "$ada" = 1 ] && [ "$zero1" = 1 ] && n=$((n * data))
     echo "$n"
 }
 figures() { sed -E 's/"ms": [^,]*, "tokens_per_s": [^,]*, "gflops": [^,]*,//' "$1"; }   # no timings
@@ -97,5 +101,7 @@ mixtral-tiny  opt_type=adafactor ici_fsdp_parallelism=3 ici_data_parallelism=2 i
 deepseek-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=1
 # muon: its AdamW half's nu, like adafactor's state, depends on the fsdp rank
 mixtral-tiny  opt_type=muon ici_fsdp_parallelism=4 ici_tensor_parallelism=2 per_device_batch_size=1
+# muon with ZeRO-1: the data rank's piece of each shard decides its nu too
+deepseek-tiny opt_type=muon ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=1
 MESHES
 summary
