@@ -13,12 +13,6 @@
 #define AF_CLIP 1.0f            // clipping_threshold on each tensor's update RMS
 #define AF_MIN_SCALE 1e-3f      // scale_by_param_block_rms's floor on RMS(param)
 
-void adafactor_check(const Config *c) {
-    if (c->opt_type == OPT_ADAFACTOR && c->shard_optimizer_over_data)
-        die("opt_type=adafactor with shard_optimizer_over_data=true: adafactor's state is kept per tensor (row and "
-            "column means), not as the flat per-weight pieces ZeRO-1 splits; use fsdp to shard it");
-}
-
 int adafactor_factored_dims(const int *shape, int ndim, int *drow, int *dcol) {
     if (ndim < 2) return 0;
     // np.argsort of the shape (stable for so few dims): the last of the largest is dcol,
@@ -55,8 +49,8 @@ static int tensor_part(const Model *m, int i, TensorPart *t) {
     memset(t, 0, sizeof *t);
     t->sp = sp;
     t->unit = model_unit_of(&m->cfg, sp->name);
-    size_t g0 = shard_first(s, t->unit), g1 = g0 + shard_len(s, t->unit);
-    size_t a = MM_MAX(g0, sp->offset), b = MM_MIN(g1, sp->offset + sp->size);
+    size_t g0 = shard_first(s, t->unit), off, n = shard_zero1_piece(s, shard_len(s, t->unit), &off);
+    size_t a = MM_MAX(g0 + off, sp->offset), b = MM_MIN(g0 + off + n, sp->offset + sp->size);
     if (a >= b) return 0;
     t->k0 = a - sp->offset;
     t->k1 = b - sp->offset;
@@ -133,12 +127,18 @@ static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
                adafactor_factored_dims(m->specs[i].gshape, m->specs[i].ndim, &r, &c);
     }
     if (!any) return;
-    const float *unit_g = m->grads_mem + s->local_off[u];   // (unit_pad) the unit's gradient, whole
-    float *full = NULL;
+    size_t len = shard_len(s, u), off, piece = shard_zero1_piece(s, len, &off);
+    const float *shard_g = m->grads_mem + s->local_off[u], *unit_g = shard_g;   // (unit_pad) the unit's gradient, whole
+    float *reduced = NULL, *full = NULL;
+    if (s->Z > 1) {   // ZeRO-1: each data replica holds its piece of the shard reduced; the rest gathered
+        reduced = mem_floats_uninit(MEM_COMM, len, "adafactor: the shard's gradient, every piece reduced");
+        mem_copy(reduced + off, shard_g + off, sizeof(float) * piece);
+        coll_all_gather(s->data, reduced + off, reduced, sizeof(float) * piece);
+        unit_g = shard_g = reduced;
+    }
     if (s->F > 1) {
-        size_t len = shard_len(s, u);
         full = mem_floats(MEM_COMM, len * (size_t)s->F, "adafactor: unit gradient gathered");
-        coll_all_gather(s->fsdp, m->grads_mem + s->local_off[u], full, sizeof(float) * len);
+        coll_all_gather(s->fsdp, shard_g, full, sizeof(float) * len);
         unit_g = full;
     }
     for (int i = 0; i < ps->n; i++) {
@@ -157,6 +157,7 @@ static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
         mem_free(box);
     }
     mem_free(full);
+    mem_free(reduced);
 }
 
 // The factors of the piece's own rows and columns (lead * (Rl + Cl), MEM_TEMP, to free),
@@ -208,12 +209,13 @@ static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares
     }
 }
 
-// 3. The sums over the fsdp, tensor and expert devices (the data and context replicas hold
-//    the same ones), read back to the host, where each tensor's scales are decided: (n)
+// 3. The sums over the fsdp, tensor and expert devices, and under ZeRO-1 the data replicas
+//    (each updates its piece of the shard; otherwise they, like the context replicas, hold
+//    the same sums), read back to the host, where each tensor's scales are decided: (n)
 //    host entries, to free.
-static TensorSquares *sums_on_host(TensorSquares *mine, int n) {
+static TensorSquares *sums_on_host(TensorSquares *mine, int n, int zero1) {
     const Mesh *mesh = mesh_current();
-    unsigned over = AXIS_BIT(AX_FSDP) | AXIS_BIT(AX_TENSOR) | AXIS_BIT(AX_EXPERT);
+    unsigned over = AXIS_BIT(AX_FSDP) | AXIS_BIT(AX_TENSOR) | AXIS_BIT(AX_EXPERT) | (zero1 ? AXIS_BIT(AX_DATA) : 0);
     int members = 1;
     for (int a = 0; mesh && a < MESH_NAXES; a++)
         if (over & AXIS_BIT(a)) members *= mesh->size[a];
@@ -245,7 +247,7 @@ void adafactor_update(Model *m, float lr, int t) {
         if (s->here[u]) unit_moments(m, &ps, u, decay);
     TensorSquares *mine = mem_alloc(MEM_COMM, sizeof(TensorSquares) * (size_t)ps.n, "adafactor: sums of squares");
     scaled_updates(m, &ps, decay, mine);
-    TensorSquares *sq = sums_on_host(mine, ps.n);
+    TensorSquares *sq = sums_on_host(mine, ps.n, s->Z > 1);
     // 4. Clip each tensor's update to RMS 1, scale by lr and by the parameter's RMS, apply.
     for (int i = 0; i < ps.n; i++) {
         if (!ps.has[i]) continue;
@@ -260,5 +262,11 @@ void adafactor_update(Model *m, float lr, int t) {
     }
     free(sq);
     mem_free(mine);
+    for (int u = 0; s->Z > 1 && u < s->nunits; u++) {   // ZeRO-1: every replica's pieces of the weights, in place
+        if (!s->here[u]) continue;
+        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off);
+        coll_all_gather(s->data, m->params_mem + s->local_off[u] + off, m->params_mem + s->local_off[u],
+                        sizeof(float) * piece);
+    }
     free(ps.parts); free(ps.has); free(ps.soff);
 }

@@ -14,8 +14,11 @@
 // gathered whole (over fsdp, one unit at a time, MEM_COMM, and over the tensor or expert
 // axes that cut the rows or columns, one tensor at a time); the RMS of the update and of
 // the parameter add each device's squares in 128-bit fixed point (exact, like the gradient
-// norm in sharding/fsdp.c). Supported meshes: every axis; ZeRO-1
-// (shard_optimizer_over_data) is refused by adafactor_check.
+// norm in sharding/fsdp.c). Supported meshes: every axis. Under ZeRO-1
+// (shard_optimizer_over_data) a data replica updates its piece of each shard: it keeps the
+// state of the tensors that meet its piece (a full one's for its elements), gathers the
+// other replicas' reduced gradient pieces for the row and column sums, and the updated
+// weights are gathered after (as AdamW's ZeRO-1).
 #ifndef MESHMOE_ADAFACTOR_H
 #define MESHMOE_ADAFACTOR_H
 #include <stddef.h>
@@ -23,8 +26,6 @@
 
 struct Model;
 
-// Refuses shard_optimizer_over_data under opt_type=adafactor (called from config validation).
-void adafactor_check(const Config *c);
 // Which two dimensions optax factors over: *drow (the second largest, ties to the later
 // index) and *dcol (the largest); 0 if the tensor keeps a full second moment.
 int adafactor_factored_dims(const int *shape, int ndim, int *drow, int *dcol);

@@ -6,14 +6,12 @@
 #include "base/memory.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
-#include "optim/adafactor.h"
 #include "optim/muon.h"
 #include "kernels/kernels.h"
 #include "core/common.h"
 
 void state_offload_check(const Config *c) {
     int moments = optimizer_state_floats(c);
-    adafactor_check(c);
     muon_check(c);
     if (!moments && c->optimizer_memory_host_offload)
         die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload",

@@ -6,7 +6,7 @@
 # rule gives from the tensors' shapes (a factored tensor keeps lead * (rows + cols) floats,
 # the rest one per element), computed here from the shapes and fsdp's even split of each
 # padded unit, and under tensor and expert parallelism from each device's piece (every row
-# and column, its part of the other dims); ZeRO-1 gives one clear message.
+# and column, its part of the other dims), and under ZeRO-1 from each data replica's piece.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -129,6 +129,18 @@ check "deepseek data=2" same ds_data ds
 run ds_te deepseek-tiny per_device_batch_size=1 ici_tensor_parallelism=2 ici_expert_parallelism=2
 check "deepseek tensor=2 x expert=2" same ds_te ds
 
-echo "== ZeRO-1: one clear message"
-expect_error "ZeRO-1" "shard_optimizer_over_data" $TRAIN configs/mixtral-tiny.yml opt_type=adafactor ici_data_parallelism=2 shard_optimizer_over_data=true
+echo "== ZeRO-1 (shard_optimizer_over_data): the same bits; each replica's state from its piece"
+run z1 mixtral-tiny per_device_batch_size=2 ici_data_parallelism=2 shard_optimizer_over_data=true
+run z1ft mixtral-tiny per_device_batch_size=1 ici_data_parallelism=2 ici_fsdp_parallelism=2 shard_optimizer_over_data=true
+run z1te mixtral-tiny per_device_batch_size=1 ici_data_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true
+check "data=2 + ZeRO-1" same z1 one
+check "data=2 x fsdp=2 + ZeRO-1" same z1ft one
+check "data=2 x tensor=2 + ZeRO-1" same z1te one
+# A replica keeps a full tensor's state for the elements of its piece and a factored
+# tensor's whole where its piece meets it: fsdp's rule with the replicas as the ranks, on
+# the shard cut into data=2 pieces (padded as fsdp=2 pads, to a multiple of 2 x 256).
+for d in 0 1; do
+    e=$(expected 2 $d); a=$(opt_bytes z1 $d)
+    check "data=2 ZeRO-1 device $d: optimizer $a B = $e B from the shapes" test -n "$a" -a "$a" = "$e"
+done
 summary

@@ -29,8 +29,8 @@ check "asan: deepseek resumed on data=2 (ZeRO-1) x expert=2" $BIN configs/deepse
 check "asan: adafactor saved on fsdp=2 x tensor=2 (the experts' and the head's moments gathered)" $BIN \
     configs/mixtral-tiny.yml $A steps=2 run_steps=1 opt_type=adafactor ici_fsdp_parallelism=2 ici_tensor_parallelism=2 \
     save_checkpoint=$T/af.safetensors
-check "asan: adafactor resumed on expert=2" $BIN configs/mixtral-tiny.yml $A steps=2 opt_type=adafactor per_device_batch_size=4 \
-    ici_expert_parallelism=2 load_checkpoint=$T/af.safetensors
+check "asan: adafactor resumed on data=2 with ZeRO-1" $BIN configs/mixtral-tiny.yml $A steps=2 opt_type=adafactor \
+    per_device_batch_size=4 ici_data_parallelism=2 shard_optimizer_over_data=true load_checkpoint=$T/af.safetensors
 check "asan: attention=flash (the attention tiles' blocked path)" $BIN configs/mixtral-tiny.yml $A steps=2 \
     attention=flash attn_block_q=5 attn_block_kv=7
 check "asan: ring attention over context=2" $BIN configs/deepseek-tiny.yml $A steps=2 ici_context_parallelism=2 \

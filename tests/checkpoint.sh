@@ -56,6 +56,10 @@ for preset in mixtral-tiny deepseek-tiny; do
         "ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=1" $af
     same_file "$preset adafactor: tensors saved on tensor=2 x expert=2 = saved on fsdp=2" $preset-af-te-to-fsdp2-tensor2 \
         $preset-af-fsdp2-to-1
+    REF=-af roundtrip $preset af-zero1-to-expert2 "ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2" \
+        "ici_expert_parallelism=2 per_device_batch_size=2" $af
+    same_file "$preset adafactor: tensors saved on data=2 with ZeRO-1 = saved on fsdp=2" $preset-af-zero1-to-expert2 \
+        $preset-af-fsdp2-to-1
     # opt_type=muon: mu for every weight, nu for the AdamW tensors only (packed per tensor).
     run $preset-ref-mu $preset per_device_batch_size=4 opt_type=muon
     REF=-mu roundtrip $preset mu-te-to-fsdp2 "ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1" \

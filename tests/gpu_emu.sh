@@ -62,7 +62,8 @@ both ds-w16 deepseek-tiny dtype=bfloat16 bf16_storage=kept megablox=true ici_ten
 # (every layer's tensors kept: the saved norm outputs n1 and nf read by the products as 16-bit numbers)
 both mx-w16n mixtral-tiny dtype=bfloat16 bf16_storage=kept remat_policy=none
 # (adafactor's moments over tensor and expert pieces: the rows and columns gathered on the device)
-both mx-af mixtral-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_expert_parallelism=2 num_devices=4
+both mx-af mixtral-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_data_parallelism=2 \
+    shard_optimizer_over_data=true num_devices=4
 # (the experts' received rows and their plan moved to the host and back: minimal_offloaded on expert=2)
 both mx-offep mixtral-tiny remat_policy=minimal_offloaded ici_expert_parallelism=2 num_devices=2
 # (muon: each matrix gathered over tensor/expert pieces and fsdp, orthogonalized by the backend's products)

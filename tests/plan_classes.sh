@@ -101,6 +101,8 @@ mixtral-tiny  opt_type=adafactor ici_fsdp_parallelism=3 ici_data_parallelism=2 i
 deepseek-tiny opt_type=adafactor ici_tensor_parallelism=2 ici_expert_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=1
 # muon: its AdamW half's nu, like adafactor's state, depends on the fsdp rank
 mixtral-tiny  opt_type=muon ici_fsdp_parallelism=4 ici_tensor_parallelism=2 per_device_batch_size=1
+# adafactor with ZeRO-1: the data rank's piece of each shard decides its state too
+mixtral-tiny  opt_type=adafactor ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_expert_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=1
 # muon with ZeRO-1: the data rank's piece of each shard decides its nu too
 deepseek-tiny opt_type=muon ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=1
 MESHES

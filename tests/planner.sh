@@ -56,6 +56,7 @@ for args in "configs/mixtral-tiny.yml" \
             "configs/deepseek-tiny.yml opt_type=muon ici_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2" \
             "configs/mixtral-tiny.yml opt_type=muon ici_expert_parallelism=2 optimizer_memory_host_offload=true per_device_batch_size=2" \
             "configs/mixtral-tiny.yml opt_type=muon ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2" \
+            "configs/deepseek-tiny.yml opt_type=adafactor ici_data_parallelism=2 ici_tensor_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2" \
             "configs/mixtral-tiny.yml remat_policy=save_qkv_proj ici_context_parallelism=2 dtype=bfloat16" \
             "configs/mixtral-tiny.yml remat_policy=qkv_proj_offloaded ici_fsdp_parallelism=2 per_device_batch_size=4" \
             "configs/deepseek-tiny.yml remat_policy=save_qkv_proj rmsnorm_fused_scale=false ici_tensor_parallelism=2 per_device_batch_size=4" \

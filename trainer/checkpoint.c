@@ -151,7 +151,10 @@ static Place place_of(const Model *m, const Entry *e) {
         p.zr = m->shard.zrank;
         if (p.Z > 1) p.split |= AXIS_BIT(AX_DATA);
     }
-    if (e->kind == E_V || e->kind == E_V_ROW || e->kind == E_V_COL) p.buf = m->v_mem;
+    if (e->kind == E_V || e->kind == E_V_ROW || e->kind == E_V_COL) {
+        p.buf = m->v_mem;
+        if (m->shard.Z > 1) p.split |= AXIS_BIT(AX_DATA);   // ZeRO-1: each replica holds its piece's state
+    }
     return p;
 }
 
