@@ -161,8 +161,11 @@ static void matrix_update(Model *m, const Part *t, const float *piece, float lr)
     for (int d = t->nbatch; d < sp->ndim; d++) whole |= 1u << d;
     TensorBox b;
     tensor_box_init(&b, sp, whole);
-    float *box = b.cut ? tensor_box_gather(&b, piece) : mem_floats_uninit(MEM_TEMP, b.size, "muon: a moment to orthogonalize");
-    if (!b.cut) mem_copy(box, piece, sizeof(float) * b.size);
+    float *box = b.cut ? tensor_box_gather(&b, piece) : NULL;   // (orthogonalized in place: a copy either way)
+    if (!box) {
+        box = mem_floats_uninit(MEM_TEMP, b.size, "muon: a moment to orthogonalize");
+        mem_copy(box, piece, sizeof(float) * b.size);
+    }
     size_t fi = 1, fo = 1, batch = 1;
     for (int d = 0; d < sp->ndim; d++) {
         size_t n = (size_t)b.shape[d];
@@ -180,7 +183,8 @@ static void matrix_update(Model *m, const Part *t, const float *piece, float lr)
 }
 
 // Unit u's matrices: their moments updated for the held elements, the Nesterov moments
-// gathered over fsdp (every fsdp device takes part), each matrix updated.
+// gathered over the data replicas' pieces (ZeRO-1) and over fsdp (every fsdp device takes
+// part), each matrix updated.
 static void unit_matrices(Model *m, const Part *ps, int u, float lr, int t, GradClip clip) {
     const StateShard *s = &m->shard;
     int any = 0;

@@ -60,7 +60,8 @@ static int muon_is_matrix(const ParamSpec *s) {
 // Names come from the layout (model/params.c); the routing bias of a MoE layer from
 // model/params.c:model_bias_name, under "state/".
 static int file_entries(const Config *c, const ParamSpec *specs, int n, Entry *out) {
-    int k = 0, adamw = c->opt_type == OPT_ADAMW || c->opt_type == OPT_ADAM_PAX, adafactor = c->opt_type == OPT_ADAFACTOR, muon = c->opt_type == OPT_MUON;
+    int k = 0, adamw = c->opt_type == OPT_ADAMW || c->opt_type == OPT_ADAM_PAX;
+    int adafactor = c->opt_type == OPT_ADAFACTOR, muon = c->opt_type == OPT_MUON;
     for (int kind = E_PARAMS; kind <= E_NU; kind++)
         for (int i = 0; i < n && (kind == E_PARAMS || adamw || muon); i++)
             if (kind != E_NU || !muon || !muon_is_matrix(&specs[i]))   // muon: nu only for its AdamW tensors
