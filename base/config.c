@@ -352,7 +352,7 @@ static void validate_model(const Config *c) {
         die("mu_dtype=bfloat16 with opt_type=adam_pax: MaxText's adam_pax keeps both moments as the weights' dtype "
             "(float32); use mu_dtype=\"\" or opt_type=adamw");
     if (c->mu_dtype == MU_DTYPE_BFLOAT16 && c->opt_type != OPT_ADAMW && c->opt_type != OPT_MUON &&
-        c->opt_type != OPT_ADAM_PAX)   // muon: optim/muon.c
+        c->opt_type != OPT_ADAM_PAX)
         die("mu_dtype=bfloat16 is the dtype of AdamW's first moment: opt_type=%s keeps none (use opt_type=adamw, "
             "or mu_dtype=\"\")", opt_type_name(c->opt_type));
     if (!c->scan_layers && c->ici_pipeline_parallelism > 1)

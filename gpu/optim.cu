@@ -255,12 +255,17 @@ __global__ static void adafactor_apply_kernel(float *p, const float *g, size_t n
 
 // Muon's moment on element i (kernels/cpu/optim.c:muon_element): mu = (1 - beta) g + beta mu,
 // mu_hat = beta mu / c1n + (1 - beta) g / c1 with c1 = 1 - beta^t, c1n = 1 - beta^(t+1).
-__global__ static void muon_moment_kernel(float *mu, float *mu_hat, const float *g, size_t n, float beta, float c1,
-                                          float c1n, GradClip clip) {
+// mu16, unless NULL (mu is then NULL): the momentum as bf16 bits, beta mu a bf16 product with
+// betam (beta rounded to bf16), stored rounded, as the CPU's muon_m16.
+__global__ static void muon_moment_kernel(float *mu, uint16_t *mu16, float *mu_hat, const float *g, size_t n,
+                                          float beta, float betam, float c1, float c1n, GradClip clip) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float gi = clipped(g[i], clip), m = (1.0f - beta) * gi + beta * mu[i];
-    mu[i] = m;
+    float gi = clipped(g[i], clip);
+    float decayed = mu16 ? bf16_round_dev(betam * bf16_float_dev(mu16[i])) : beta * mu[i];
+    float m = (1.0f - beta) * gi + decayed;
+    if (mu16) mu16[i] = bf16_bits_dev(m);
+    else mu[i] = m;
     mu_hat[i] = beta * (m / c1n) + (1.0f - beta) * (gi / c1);
 }
 
@@ -420,13 +425,14 @@ static void adafactor_apply(float *p, const float *g, size_t n, float clip, floa
     GPU_CHECK_LAUNCH();
 }
 
-// Muon's momentum at update t >= 1: mu (n) updated from g (n), clipped on the way; mu_hat
-// (n) its Nesterov moment. The bias corrections on the host with powf, as the CPU's.
-static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {
+// Muon's momentum at update t >= 1: mu (or mu16) (n) updated from g (n), clipped on the way;
+// mu_hat (n) its Nesterov moment. The bias corrections on the host with powf, as the CPU's.
+static void muon_moment(float *mu, uint16_t *mu16, float *mu_hat, const float *g, size_t n, float beta, int t,
+                        GradClip clip) {
     if (n == 0) return;
-    float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1));
-    GPU_LAUNCH(muon_moment_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(mu, mu_hat, g, n, beta, c1, c1n,
-                                                                                     clip);
+    float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1)), betam = bf16_round(beta);
+    GPU_LAUNCH(muon_moment_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(mu, mu16, mu_hat, g, n, beta, betam,
+                                                                                     c1, c1n, clip);
     GPU_CHECK_LAUNCH();
 }
 

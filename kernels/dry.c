@@ -239,7 +239,8 @@ static void adafactor_scale_factored(float *g, const float *f, size_t k0, size_t
                                      int drow, int dcol) {}
 static void adafactor_scale_full(float *g, float *v, size_t n, float decay, float eps) {}
 static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float param_scale) {}
-static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {}
+static void muon_moment(float *mu, uint16_t *mu16, float *mu_hat, const float *g, size_t n, float beta, int t,
+                        GradClip clip) {}
 static void muon_divide(float *x, size_t n, float d) {}
 static void muon_axpy(float *out, float a, const float *x, const float *y, size_t n) {}
 static void muon_apply(float *p, const float *o, size_t n, float scale, float weight_decay, float lr) {}

@@ -79,8 +79,11 @@ typedef struct OptimKernels {
     // Muon (optim/muon.h): optax.contrib.muon's scale_by_muon with Nesterov momentum, at
     // update t >= 1. mu (n) = (1 - beta) g + beta mu, g (n) clipped as adamw_update reads it;
     // mu_hat (n) = beta mu / (1 - beta^(t+1)) + (1 - beta) g / (1 - beta^t), what the
-    // Newton-Schulz iteration orthogonalizes.
-    void (*muon_moment)(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip);
+    // Newton-Schulz iteration orthogonalizes. mu16 (n), unless NULL (mu is then NULL): the
+    // momentum kept as bf16 bits (mu_dtype=bfloat16), as adamw_update keeps AdamW's: beta mu
+    // a bf16 product (beta rounded to bf16), the float32 sum makes mu_hat, stored rounded.
+    void (*muon_moment)(float *mu, uint16_t *mu16, float *mu_hat, const float *g, size_t n, float beta, int t,
+                        GradClip clip);
     // x (n) = x / d (the iteration's start: the moment over its Frobenius norm plus eps).
     void (*muon_divide)(float *x, size_t n, float d);
     // out (n) = a * x + y, or a * x where y is NULL (the iteration's sums, in its order:

@@ -671,9 +671,10 @@ static void adafactor_scale_full(float *g, float *v, size_t n, float decay, floa
 static void adafactor_apply(float *p, const float *g, size_t n, float clip, float lr, float param_scale) {
     WATCHED(FAMILY_OPTIM, INNER(optim)->adafactor_apply(p, g, n, clip, lr, param_scale), 3.0 * n, 3.0 * n);
 }
-static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {
-    WATCHED(FAMILY_OPTIM, INNER(optim)->muon_moment(mu, mu_hat, g, n, beta, t, clip), (clip.on ? 9.0 : 7.0) * n,
-            4.0 * n);
+static void muon_moment(float *mu, uint16_t *mu16, float *mu_hat, const float *g, size_t n, float beta, int t,
+                        GradClip clip) {
+    WATCHED(FAMILY_OPTIM, INNER(optim)->muon_moment(mu, mu16, mu_hat, g, n, beta, t, clip),
+            (clip.on ? 9.0 : 7.0) * n, (mu16 ? 3.0 : 4.0) * n);   // (bf16: 2 bytes read and written)
 }
 static void muon_divide(float *x, size_t n, float d) {
     WATCHED(FAMILY_OPTIM, INNER(optim)->muon_divide(x, n, d), n, 2.0 * n);

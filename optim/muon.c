@@ -12,12 +12,6 @@
 #define NS_STEPS 5
 static const float NS_COEFFS[3] = {3.4445f, -4.7750f, 2.0315f};   // optax's (a, b, c)
 
-void muon_check(const Config *c) {
-    if (c->opt_type != OPT_MUON) return;
-    if (c->mu_dtype == MU_DTYPE_BFLOAT16)
-        die("opt_type=muon with mu_dtype=bfloat16: muon keeps its momentum in float32 here (mu_dtype=\"\" or float32)");
-}
-
 // Whether one of the '/'-separated components of `name` is `part` (MaxText's test `x in path`).
 static int has_part(const char *name, const char *part) {
     size_t n = strlen(part);
@@ -195,8 +189,9 @@ static void unit_matrices(Model *m, const Part *ps, int u, float lr, int t, Grad
     for (int i = 0; i < m->ntensors; i++) {
         const Part *p = &ps[i];
         if (p->unit != u || !p->has || !p->matrix) continue;
-        kern()->optim->muon_moment(m->m_mem + p->mo, hat + (p->at - s->local_off[u]), m->grads_mem + p->at,
-                                   p->k1 - p->k0, m->cfg.muon_beta, t, clip);
+        kern()->optim->muon_moment(m->m_mem ? m->m_mem + p->mo : NULL, m->m16_mem ? m->m16_mem + p->mo : NULL,
+                                   hat + (p->at - s->local_off[u]), m->grads_mem + p->at, p->k1 - p->k0,
+                                   m->cfg.muon_beta, t, clip);
     }
     // ZeRO-1: each data replica made its piece's moments; in place, as update_shard's weights.
     if (s->Z > 1) coll_all_gather(s->data, hat + off, hat, sizeof(float) * piece);
@@ -224,7 +219,8 @@ void muon_update(Model *m, float lr, int t, GradClip clip) {
     for (int i = 0; i < m->ntensors; i++) {
         const Part *p = &ps[i];
         if (p->has && !p->matrix)
-            kern()->optim->adamw_update(m->params_mem + p->at, NULL, m->grads_mem + p->at, m->m_mem + p->mo, NULL,
+            kern()->optim->adamw_update(m->params_mem + p->at, NULL, m->grads_mem + p->at,
+                                        m->m_mem ? m->m_mem + p->mo : NULL, m->m16_mem ? m->m16_mem + p->mo : NULL,
                                         m->v_mem + p->nu, p->k1 - p->k0, h, clip);
     }
     for (int u = 0; u < s->nunits; u++)

@@ -26,7 +26,8 @@
 // GPU, one synchronisation per matrix). Under ZeRO-1 (shard_optimizer_over_data) a data
 // replica keeps the moments of its piece of each shard, makes that piece's Nesterov moment,
 // gathers the other pieces' before the iteration, updates its piece of the weights and
-// gathers the others' (as AdamW's ZeRO-1). Refused: mu_dtype=bfloat16.
+// gathers the others' (as AdamW's ZeRO-1). With mu_dtype=bfloat16 both halves keep their
+// first moment as bf16 bits (optax's mu_dtype, as AdamW keeps it: kernels/optim.h).
 #ifndef MESHMOE_MUON_H
 #define MESHMOE_MUON_H
 #include <stddef.h>
@@ -35,8 +36,6 @@
 
 struct Model;
 
-// Refuses what opt_type=muon does not support here (called from config validation).
-void muon_check(const Config *c);
 // Whether tensor `name` (MaxText's path, ndim dims) is orthogonalized: 1, with its rows the
 // dims [nbatch, nbatch + nred) and its columns the rest, the batch dims before them. Dies if
 // MaxText's dimension numbers give an order this layout does not have.

@@ -6,13 +6,11 @@
 #include "base/memory.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
-#include "optim/muon.h"
 #include "kernels/kernels.h"
 #include "core/common.h"
 
 void state_offload_check(const Config *c) {
     int moments = optimizer_state_floats(c);
-    muon_check(c);
     if (!moments && c->optimizer_memory_host_offload)
         die("optimizer_memory_host_offload=true with opt_type=%s: there is no optimizer state to offload",
             opt_type_name(c->opt_type));

@@ -47,7 +47,10 @@ int optimizer_state_floats(const Config *c) {
 void optimizer_state_alloc(Model *m) {
     const StateShard *sh = &m->shard;
     if (m->cfg.opt_type == OPT_MUON) {   // mu per weight; nu for the tensors AdamW updates (optim/muon.h)
-        m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "muon mu");
+        if (m->cfg.mu_dtype == MU_DTYPE_BFLOAT16)
+            m->m16_mem = mem_alloc(MEM_OPTIMIZER, sizeof(uint16_t) * (sh->local_n / sh->Z), "muon mu (bf16)");
+        else
+            m->m_mem = mem_floats(MEM_OPTIMIZER, sh->local_n / sh->Z, "muon mu");
         m->v_mem = mem_floats(MEM_OPTIMIZER, muon_nu_floats(m), "muon's adamw nu");
         return;
     }

@@ -98,7 +98,7 @@ void sharding_print_state(const Model *m) {
     int adafactor = m->cfg.opt_type == OPT_ADAFACTOR, muon = m->cfg.opt_type == OPT_MUON;
     int adamw = m->cfg.opt_type == OPT_ADAMW || m->cfg.opt_type == OPT_ADAM_PAX;
     size_t ob = adafactor ? sizeof(float) * adafactor_state_floats(m)
-              : muon      ? sizeof(float) * (s->local_n / s->Z + muon_nu_floats(m))
+              : muon      ? optimizer_mu_bytes(&m->cfg) * (s->local_n / s->Z) + sizeof(float) * muon_nu_floats(m)
               : adamw     ? (optimizer_mu_bytes(&m->cfg) + sizeof(float)) * (s->local_n / s->Z) : 0;
     const char *what = adafactor ? "adafactor v_row, v_col / v" : muon ? "muon mu; nu of the AdamW tensors"
                      : !adamw ? "sgd: none" : optimizer_mu_bytes(&m->cfg) == 2 ? "AdamW mu (bf16), nu"

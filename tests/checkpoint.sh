@@ -71,6 +71,9 @@ for preset in mixtral-tiny deepseek-tiny; do
         "ici_expert_parallelism=2 per_device_batch_size=2" opt_type=muon
     same_file "$preset muon: tensors saved on data=2 with ZeRO-1 = saved on 1 device" $preset-mu-zero1-to-expert2 \
         $preset-mu-1-to-tensor2
+    run $preset-ref-mu16 $preset per_device_batch_size=4 opt_type=muon mu_dtype=bfloat16
+    REF=-mu16 roundtrip $preset mu16-te-to-zero1 "ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1" \
+        "ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2" opt_type=muon mu_dtype=bfloat16
     same_file "$preset muon: tensors saved on tensor=2 x expert=2 = saved on 1 device" $preset-mu-te-to-fsdp2 \
         $preset-mu-1-to-tensor2
 done

@@ -339,32 +339,42 @@ static void test_adamw_uncorrected(void) {
     test_adamw_part(1030, 4, 1025, (AdamWCase){0, 1, 0, 0.0f, on, 1});
 }
 
-// Muon's momentum (muon_moment) on 1030 elements at update t, g clipped or not: mu and mu_hat
-// exact, g untouched. The reference: optax.tree.update_moment (order 1), then the Nesterov
-// moment beta mu / (1 - beta^(t+1)) + (1 - beta) g / (1 - beta^t).
-static void test_muon_moment(int t, GradClip clip) {
+// Muon's momentum (muon_moment) on 1030 elements at update t, g clipped or not, kept as
+// float32 or (mu16) as bf16 bits: the momentum (its bits) and mu_hat exact, g untouched. The
+// reference: optax.tree.update_moment (order 1), on a bf16 momentum beta mu a bf16 product
+// (beta rounded to bf16, the product rounded) added to (1 - beta) g in float32, then the
+// Nesterov moment beta mu / (1 - beta^(t+1)) + (1 - beta) g / (1 - beta^t) from that float32
+// sum; the bf16 momentum stored rounded.
+static void test_muon_moment(int t, GradClip clip, int mu16) {
     size_t n = 1030;
     float beta = 0.95f;
     float *g = rand_floats(n, -1, 1), *mu = rand_floats(n, -0.1f, 0.1f), *mu_hat = malloc(sizeof(float) * n);
+    uint16_t *m16 = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++) m16[i] = bf16_bits(mu[i]);
     float *d_g = dev_copy(g, sizeof(float) * n), *d_mu = dev_copy(mu, sizeof(float) * n);
+    uint16_t *d_m16 = dev_copy(m16, sizeof(uint16_t) * n);
     float *d_hat = dev_poisoned(sizeof(float) * n);
-    if (ORACLE) ORACLE->optim->muon_moment(mu, mu_hat, g, n, beta, t, clip);
+    if (ORACLE) ORACLE->optim->muon_moment(mu16 ? NULL : mu, mu16 ? m16 : NULL, mu_hat, g, n, beta, t, clip);
     else {
         float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1));
+        float beta_bf16 = bf16_float(bf16_bits(beta));   // 0.94921875
         for (size_t i = 0; i < n; i++) {
             float gi = clip.on ? (g[i] / clip.norm) * clip.threshold : g[i];
-            mu[i] = (1.0f - beta) * gi + beta * mu[i];
-            mu_hat[i] = beta * (mu[i] / c1n) + (1.0f - beta) * (gi / c1);
+            float m = (1.0f - beta) * gi + (mu16 ? bf16_round(beta_bf16 * bf16_float(m16[i])) : beta * mu[i]);
+            if (mu16) m16[i] = bf16_bits(m);
+            else mu[i] = m;
+            mu_hat[i] = beta * (m / c1n) + (1.0f - beta) * (gi / c1);
         }
     }
-    UNDER_TEST->optim->muon_moment(d_mu, d_hat, d_g, n, beta, t, clip);
+    UNDER_TEST->optim->muon_moment(mu16 ? NULL : d_mu, mu16 ? d_m16 : NULL, d_hat, d_g, n, beta, t, clip);
     char shape[48];
-    snprintf(shape, sizeof shape, "n=%zu, t=%d, clip %d", n, t, clip.on);
-    check_dev_floats("muon_moment mu", shape, mu, d_mu, n, 0, 0);
+    snprintf(shape, sizeof shape, "n=%zu, t=%d, clip %d, mu %s", n, t, clip.on, mu16 ? "bf16" : "f32");
+    if (mu16) check_dev_bits16("muon_moment mu's bits", shape, m16, d_m16, n);
+    else check_dev_floats("muon_moment mu", shape, mu, d_mu, n, 0, 0);
     check_dev_floats("muon_moment mu_hat", shape, mu_hat, d_hat, n, 0, 0);
     check_dev_floats("muon_moment g untouched", shape, g, d_g, n, 0, 0);
-    free(g); free(mu); free(mu_hat);
-    dev_free(d_g); dev_free(d_mu); dev_free(d_hat);
+    free(g); free(mu); free(mu_hat); free(m16);
+    dev_free(d_g); dev_free(d_mu); dev_free(d_hat); dev_free(d_m16);
 }
 
 // The Newton-Schulz iteration's element-wise steps and the update on 1030 elements, each
@@ -418,8 +428,10 @@ static void test_muon_steps(void) {
 static void test_muon(void) {
     GradClip off = {0, 0.0f, 0.0f}, on = {1, 3.5f, 1.0f};
     for (int t = 1; t <= 3; t += 2) {
-        test_muon_moment(t, off);
-        test_muon_moment(t, on);
+        for (int mu16 = 0; mu16 < 2; mu16++) {
+            test_muon_moment(t, off, mu16);
+            test_muon_moment(t, on, mu16);
+        }
     }
     test_muon_steps();
 }

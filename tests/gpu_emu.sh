@@ -69,7 +69,7 @@ both mx-offep mixtral-tiny remat_policy=minimal_offloaded ici_expert_parallelism
 # (muon: each matrix gathered over tensor/expert pieces and fsdp, orthogonalized by the backend's products)
 both mx-muon mixtral-tiny opt_type=muon ici_tensor_parallelism=2 ici_expert_parallelism=2 num_devices=4
 both ds-muon deepseek-tiny opt_type=muon ici_data_parallelism=2 shard_optimizer_over_data=true \
-    optimizer_memory_host_offload=true num_devices=2
+    optimizer_memory_host_offload=true mu_dtype=bfloat16 num_devices=2
 echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
     "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores

@@ -6,8 +6,8 @@
 # device that holds part of it); the optimizer bytes of every device are what muon keeps,
 # computed here from the tensors' shapes and MaxText's dimension numbers: mu for every
 # weight held, nu for the embedding, the head and the norm scales (the tensors AdamW
-# updates); muon_consistent_rms and muon_weight_decay change the run; what is refused
-# gives one clear message. (Parity against optax.contrib.muon: tests/parity, cases *-muon.)
+# updates), and with mu_dtype=bfloat16 2 bytes a weight fewer; muon_consistent_rms and
+# muon_weight_decay change the run. (Parity against optax.contrib.muon: tests/parity, cases *-muon.)
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -87,10 +87,19 @@ z1sum=$(( $(opt_bytes z1 0) + $(opt_bytes z1 1) ))
 check "data=2 ZeRO-1: optimizer $(opt_bytes z1 0) + $(opt_bytes z1 1) B = one device's $want B + 4 x ($pad - 1838208) B of padding" \
     test "$z1sum" -eq $((want + 4 * (pad - 1838208)))
 
-echo "== the keys change the run; refusals"
+echo "== mu_dtype=bfloat16: both halves' first moment as bf16; the same bits on every mesh; 2 bytes a weight fewer"
+run m16 mixtral-tiny per_device_batch_size=4 mu_dtype=bfloat16
+run m16_te mixtral-tiny ici_tensor_parallelism=2 ici_expert_parallelism=2 per_device_batch_size=1 mu_dtype=bfloat16
+run m16_z1 mixtral-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 shard_optimizer_over_data=true \
+    per_device_batch_size=1 mu_dtype=bfloat16
+check "mu_dtype=bfloat16 tensor=2 x expert=2" same_run m16_te m16
+check "mu_dtype=bfloat16 data=2 x fsdp=2 + ZeRO-1" same_run m16_z1 m16
+check "mu_dtype=bfloat16 differs from float32's momentum" test "$(bits m16)" != "$(bits one)"
+check "mu_dtype=bfloat16: optimizer $(opt_bytes m16 0) B = $want B - 2 x 1838208" test "$(opt_bytes m16 0)" -eq $((want - 2 * 1838208))
+
+echo "== the keys change the run"
 run rms mixtral-tiny per_device_batch_size=4 muon_consistent_rms=0.2
 run wd mixtral-tiny per_device_batch_size=4 muon_weight_decay=0.1
 run beta mixtral-tiny per_device_batch_size=4 muon_beta=0.9
 for k in rms wd beta; do check "$k differs from the default" test "$(bits $k)" != "$(bits one)"; done
-expect_error "bf16 momentum" "mu_dtype=bfloat16" $TRAIN configs/mixtral-tiny.yml opt_type=muon mu_dtype=bfloat16
 summary

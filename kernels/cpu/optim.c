@@ -264,19 +264,37 @@ static void adafactor_apply(float *p, const float *g, size_t n, float clip, floa
 
 // ---- Muon
 
-static inline float muon_element(float *mu, size_t i, float gi, float beta, float c1, float c1n) {
-    mu[i] = (1.0f - beta) * gi + beta * mu[i];   // optax.tree.update_moment, order 1
-    return beta * (mu[i] / c1n) + (1.0f - beta) * (gi / c1);
+// Element i's Nesterov moment from its new momentum m and its (clipped) gradient gi.
+static inline float muon_hat(float m, float gi, float beta, float c1, float c1n) {
+    return beta * (m / c1n) + (1.0f - beta) * (gi / c1);
+}
+// A float32 momentum: beta mu[i] a float32 product (optax.tree.update_moment, order 1).
+static inline float muon_m32(float *mu, size_t i, float gi, float beta, float c1, float c1n) {
+    mu[i] = (1.0f - beta) * gi + beta * mu[i];
+    return muon_hat(mu[i], gi, beta, c1, c1n);
+}
+// A bf16 momentum: beta mu16[i] a bf16 product (betam: beta rounded to bf16), stored rounded.
+static inline float muon_m16(uint16_t *mu16, size_t i, float gi, float beta, float betam, float c1, float c1n) {
+    float m = (1.0f - beta) * gi + bf16_round(betam * bf16_float(mu16[i]));
+    mu16[i] = bf16_bits(m);
+    return muon_hat(m, gi, beta, c1, c1n);
 }
 
-static void muon_moment(float *mu, float *mu_hat, const float *g, size_t n, float beta, int t, GradClip clip) {
-    float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1));
-    if (clip.on) {
+static void muon_moment(float *mu, uint16_t *mu16, float *mu_hat, const float *g, size_t n, float beta, int t,
+                        GradClip clip) {
+    float c1 = 1.0f - powf(beta, (float)t), c1n = 1.0f - powf(beta, (float)(t + 1)), betam = bf16_round(beta);
+    if (mu16 && clip.on) {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_element(mu, i, CLIPPED(g[i], clip), beta, c1, c1n);
+        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_m16(mu16, i, CLIPPED(g[i], clip), beta, betam, c1, c1n);
+    } else if (mu16) {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_m16(mu16, i, g[i], beta, betam, c1, c1n);
+    } else if (clip.on) {
+        #pragma omp parallel for simd if (n > 65536)
+        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_m32(mu, i, CLIPPED(g[i], clip), beta, c1, c1n);
     } else {
         #pragma omp parallel for simd if (n > 65536)
-        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_element(mu, i, g[i], beta, c1, c1n);
+        for (size_t i = 0; i < n; i++) mu_hat[i] = muon_m32(mu, i, g[i], beta, c1, c1n);
     }
 }
 

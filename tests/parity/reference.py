@@ -655,11 +655,12 @@ def make_optimizer(cfg):
         # MaxText's opt_type=muon (maxtext optimizers.get_optimizer): optax.contrib.muon with
         # MaxText's per-parameter dimension numbers, eps = adam_eps, Nesterov (the default).
         crms = cfg.get("muon_consistent_rms", 0.0)
+        mu_dtype = {"": None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}[cfg.get("mu_dtype", "")]
         adamw = optax.contrib.muon(
             lr_schedule(cfg), eps=cfg["adam_eps"], beta=cfg["muon_beta"], weight_decay=cfg["muon_weight_decay"],
             muon_weight_dimension_numbers=lambda params: {name: muon_dimension_numbers(name) for name in params},
             consistent_rms=crms if crms > 0 else None, adam_b1=cfg["adam_b1"], adam_b2=cfg["adam_b2"],
-            adam_eps_root=cfg.get("adam_eps_root", 0.0), adam_weight_decay=cfg["adam_weight_decay"])
+            adam_eps_root=cfg.get("adam_eps_root", 0.0), adam_weight_decay=cfg["adam_weight_decay"], mu_dtype=mu_dtype)
     else:
         mu_dtype = {"": None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}[cfg.get("mu_dtype", "")]
         adamw = optax.adamw(lr_schedule(cfg), b1=cfg["adam_b1"], b2=cfg["adam_b2"], eps=cfg["adam_eps"],

@@ -259,9 +259,11 @@ run_case deepseek-adafactor "$DEEPSEEK" sparse_matmul=true opt_type=adafactor
 # opt_type=muon (optax.contrib.muon, MaxText's dimension numbers): the weight matrices'
 # momentum orthogonalized (experts per expert, attention's q/k/v/out and MLA's as MaxText
 # reshapes them), Nesterov AdamW for the embedding, the head and the norms; and with
-# muon_consistent_rms and weight decay.
+# muon_consistent_rms and weight decay; and with mu_dtype=bfloat16 (both halves' first moment
+# as bf16, as optax casts it).
 run_case mixtral-muon  "$MIXTRAL"  sparse_matmul=true opt_type=muon
 run_case deepseek-muon "$DEEPSEEK" sparse_matmul=true opt_type=muon muon_consistent_rms=0.2 muon_weight_decay=0.1
+run_case mixtral-muon-mu16 "$MIXTRAL" sparse_matmul=true opt_type=muon mu_dtype=bfloat16
 # opt_type=adam_pax (MaxText's Pax-style Adam, its formula in tests/parity/reference.py).
 run_case mixtral-adam-pax "$MIXTRAL" sparse_matmul=true opt_type=adam_pax
 # mu_dtype=bfloat16 (optax.adamw's mu_dtype): AdamW's first moment kept as bf16, the float32
