@@ -75,7 +75,7 @@ def model_options(rng):
         o["bf16_storage"] = rng.choice(["off", "kept", "per_unit"])
         if rng.random() < 0.2: o["float32_weight_sum"] = "false"
     o["opt_type"] = rng.choice(["adamw", "adamw", "adafactor", "sgd", "muon", "adam_pax"])
-    if o["opt_type"] == "adamw" and rng.random() < 0.3: o["mu_dtype"] = "bfloat16"
+    if o["opt_type"] in ("adamw", "muon") and rng.random() < 0.3: o["mu_dtype"] = "bfloat16"
     if rng.random() < 0.3:
         o["sparse_matmul"] = "false"
         if rng.random() < 0.5: o["capacity_factor"] = "1.0"
