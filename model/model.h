@@ -69,7 +69,8 @@ typedef struct Model {
     size_t nparams;         // floats in the flat buffer
     StateShard shard;       // this device's share of the state (sharding/fsdp.h)
     float *params_mem, *grads_mem;   // (shard.local_n) each: nparams on one device
-    float *m_mem, *v_mem;   // (shard.local_n / shard.Z) AdamW moments; adafactor: v_mem only, per tensor (optim/adafactor.h)
+    float *m_mem, *v_mem;   // (shard.local_n / shard.Z) AdamW moments; adafactor: v_mem only, per tensor (optim/adafactor.h);
+                            // muon: m_mem as AdamW's, v_mem for its AdamW tensors only (optim/muon.h)
     uint16_t *m16_mem;      // (shard.local_n / shard.Z) mu_dtype=bfloat16: AdamW's first moment as bf16 bits, m_mem NULL
     float *grad_dst;        // where finished gradients go (grads_mem, or a microbatch's buffer)
     int grad_partial;       // 1: grad_dst is a microbatch's, per chunk slot (sharding/fsdp.h)

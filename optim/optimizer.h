@@ -1,5 +1,6 @@
-// optim/optimizer.h: the optimizer step (opt_type: AdamW as optax does it, plain SGD, or
-// Adafactor, optim/adafactor.h), the learning-rate schedule and global-norm clipping
+// optim/optimizer.h: the optimizer step (opt_type: AdamW as optax does it, plain SGD,
+// Adafactor, optim/adafactor.h, Muon, optim/muon.h, or MaxText's Pax-style Adam), the
+// learning-rate schedule and global-norm clipping
 // (docs/model.md#optimizer-and-schedule). The arithmetic is in kernels/optim.h.
 #ifndef MESHMOE_OPTIMIZER_H
 #define MESHMOE_OPTIMIZER_H
@@ -23,15 +24,16 @@ void grad_clip(float *g, size_t n, float norm, float threshold);
 // The same clipping as an update applies it while reading g (kernels/optim.h GradClip).
 GradClip grad_clip_of(float norm, float threshold);
 
-// The optimizer state kept per weight, in floats: 2 for adamw (mu and nu), 0 for sgd, 1
-// for adafactor (at most one: its state is per tensor, sized by adafactor_state_floats,
-// optim/adafactor.h). Dies on an opt_type that names no optimizer here.
+// The optimizer state kept per weight, in floats: 2 for adamw and adam_pax (mu and nu), 0
+// for sgd, 1 for adafactor (at most one: its state is per tensor, sized by
+// adafactor_state_floats, optim/adafactor.h), 2 for muon (at most: nu only for its AdamW
+// half, muon_nu_floats, optim/muon.h). Dies on an opt_type that names no optimizer here.
 int optimizer_state_floats(const Config *c);
 // Bytes of AdamW's first moment per weight: 2 with mu_dtype=bfloat16, else 4.
 static inline size_t optimizer_mu_bytes(const Config *c) { return c->mu_dtype == MU_DTYPE_BFLOAT16 ? 2 : 4; }
-// This device's optimizer state (MEM_OPTIMIZER), zero: adamw's moments m_mem (m16_mem with
-// mu_dtype=bfloat16) and v_mem (its shard, or its ZeRO-1 piece), adafactor's v_mem, nothing
-// for sgd (model_init).
+// This device's optimizer state (MEM_OPTIMIZER), zero: adamw's and adam_pax's moments m_mem
+// (m16_mem with mu_dtype=bfloat16) and v_mem (its shard, or its ZeRO-1 piece), adafactor's
+// v_mem, muon's m_mem (or m16_mem) and its AdamW half's v_mem, nothing for sgd (model_init).
 void optimizer_state_alloc(struct Model *m);
 // One update of this device's parameters from its gradients with the optimizer opt_type
 // names; t is the 1-based update count; the gradient is clipped by grad_norm, its global
