@@ -40,7 +40,7 @@ typedef struct {
     int factored, drow, dcol;
     size_t R, C, lead;   // factored: rows (dim drow) and columns (dim dcol) whole, the piece's product of the other dims
     size_t Rl, Cl, r0, c0;   // the piece's rows [r0, r0 + Rl) and columns [c0, c0 + Cl)
-    unsigned cut;        // the mesh axes that cut the rows or the columns: the box is gathered over them
+    TensorBox box;       // factored: the piece with every row and column (box.cut: the axes to gather them over)
 } TensorPart;
 
 static int tensor_part(const Model *m, int i, TensorPart *t) {
@@ -66,9 +66,7 @@ static int tensor_part(const Model *m, int i, TensorPart *t) {
     t->r0 = (size_t)sp->lindex[t->drow] * t->Rl;
     t->c0 = (size_t)sp->lindex[t->dcol] * t->Cl;
     t->lead = sp->size / (t->Rl * t->Cl);
-    TensorBox box;   // (optim/tensor_box.h: the axes to gather the rows and columns over)
-    tensor_box_init(&box, sp, (1u << t->drow) | (1u << t->dcol));
-    t->cut = box.cut;
+    tensor_box_init(&t->box, sp, (1u << t->drow) | (1u << t->dcol));
     return 1;
 }
 
@@ -145,13 +143,11 @@ static void unit_moments(Model *m, const Parts *ps, int u, float decay) {
         const TensorPart *tp = &ps->parts[i];
         if (!ps->has[i] || tp->unit != u || !tp->factored) continue;
         const float *piece = unit_g + (tp->sp->offset - s->unit_off[u]);
-        TensorBox b;
-        tensor_box_init(&b, tp->sp, (1u << tp->drow) | (1u << tp->dcol));
-        float *box = b.cut ? tensor_box_gather(&b, piece) : NULL;
+        float *box = tp->box.cut ? tensor_box_gather(&tp->box, piece) : NULL;
         size_t LR = tp->lead * tp->R;
         double *sums = mem_alloc(MEM_TEMP, sizeof(double) * (LR + tp->lead * tp->C), "adafactor: row and column sums");
         float *vrow = m->v_mem + ps->soff[i];
-        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR, box ? box : piece, b.shape,
+        kern()->optim->adafactor_factored_moments(vrow, vrow + LR, sums, sums + LR, box ? box : piece, tp->box.shape,
                                                   tp->sp->ndim, tp->drow, tp->dcol, decay, AF_EPS);
         mem_free(sums);
         mem_free(box);
@@ -172,16 +168,13 @@ static float *piece_factors(const TensorPart *tp, const float *f) {
 }
 
 // Whether this device adds tensor i's squares to the sums (sums_on_host adds them over
-// fsdp, tensor and expert): one device for each element, coordinate 0 along the tensor and
-// expert axes that hold copies of the tensor (as the gradient norm, sharding/fsdp.c).
+// fsdp, tensor and expert, and the data replicas under ZeRO-1): one device for each element,
+// coordinate 0 along the tensor and expert axes that hold copies of the tensor (as the
+// gradient norm, sharding/fsdp.c; data and context are not summed over, or hold pieces).
 static int owns_squares(const ParamSpec *sp) {
-    const Mesh *mesh = mesh_current();
-    if (!mesh) return 1;
-    unsigned split = 0;
+    unsigned split = AXIS_BIT(AX_DATA) | AXIS_BIT(AX_CONTEXT);
     for (int d = 0; d < sp->ndim; d++) split |= sp->part.axes[d];
-    int dev = mesh_device_id();
-    return ((split & AXIS_BIT(AX_TENSOR)) || mesh_coord(mesh, dev, AX_TENSOR) == 0) &&
-           ((split & AXIS_BIT(AX_EXPERT)) || mesh_coord(mesh, dev, AX_EXPERT) == 0);
+    return shard_first_copy(mesh_current(), mesh_device_id(), split);
 }
 
 // 2. Each tensor's update for the elements held here, written over the gradient, and the
@@ -195,7 +188,7 @@ static void scaled_updates(Model *m, const Parts *ps, float decay, TensorSquares
         if (tp->factored) {
             float *f = mem_floats(MEM_TEMP, part_state(tp), "adafactor: row and column factors");
             kern()->optim->adafactor_factors(f, st, st + tp->lead * tp->R, tp->lead, tp->R, tp->C);
-            float *fl = tp->cut ? piece_factors(tp, f) : NULL;
+            float *fl = tp->box.cut ? piece_factors(tp, f) : NULL;
             kern()->optim->adafactor_scale_factored(g, fl ? fl : f, tp->k0, cnt, tp->sp->shape, tp->sp->ndim,
                                                     tp->drow, tp->dcol);
             mem_free(fl);
@@ -262,11 +255,5 @@ void adafactor_update(Model *m, float lr, int t) {
     }
     free(sq);
     mem_free(mine);
-    for (int u = 0; s->Z > 1 && u < s->nunits; u++) {   // ZeRO-1: every replica's pieces of the weights, in place
-        if (!s->here[u]) continue;
-        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off);
-        coll_all_gather(s->data, m->params_mem + s->local_off[u] + off, m->params_mem + s->local_off[u],
-                        sizeof(float) * piece);
-    }
     free(ps.parts); free(ps.has); free(ps.soff);
 }

@@ -17,8 +17,8 @@
 // norm in sharding/fsdp.c). Supported meshes: every axis. Under ZeRO-1
 // (shard_optimizer_over_data) a data replica updates its piece of each shard: it keeps the
 // state of the tensors that meet its piece (a full one's for its elements), gathers the
-// other replicas' reduced gradient pieces for the row and column sums, and the updated
-// weights are gathered after (as AdamW's ZeRO-1).
+// other replicas' reduced gradient pieces for the row and column sums, and optimizer_step
+// gathers the updated weights after (as AdamW's ZeRO-1).
 #ifndef MESHMOE_ADAFACTOR_H
 #define MESHMOE_ADAFACTOR_H
 #include <stddef.h>
@@ -39,7 +39,8 @@ size_t adafactor_state_floats(const struct Model *m);
 // local shape, ParamSpec.shape), one float each, from `off`.
 typedef struct { size_t off, k0, k1, R, C, lead; int factored, drow, dcol; } AdafactorSlot;
 int adafactor_slot(const struct Model *m, int i, AdafactorSlot *slot);
-// One update of this device's parameters (m->v_mem holds the state); t is 1-based.
+// One update of this device's parameters (under ZeRO-1 its piece of them; m->v_mem holds the
+// state); t is 1-based.
 void adafactor_update(struct Model *m, float lr, int t);
 
 #endif

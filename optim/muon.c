@@ -193,7 +193,7 @@ static void unit_matrices(Model *m, const Part *ps, int u, float lr, int t, Grad
                                    hat + (p->at - s->local_off[u]), m->grads_mem + p->at, p->k1 - p->k0,
                                    m->cfg.muon_beta, t, clip);
     }
-    // ZeRO-1: each data replica made its piece's moments; in place, as update_shard's weights.
+    // ZeRO-1: each data replica made its piece's moments; in place, as optimizer.c's zero1_gather.
     if (s->Z > 1) coll_all_gather(s->data, hat + off, hat, sizeof(float) * piece);
     const float *unit_hat = hat;   // (unit_pad) the unit's moments, whole
     float *full = NULL;
@@ -225,11 +225,5 @@ void muon_update(Model *m, float lr, int t, GradClip clip) {
     }
     for (int u = 0; u < s->nunits; u++)
         if (s->here[u]) unit_matrices(m, ps, u, lr, t, clip);
-    for (int u = 0; s->Z > 1 && u < s->nunits; u++) {   // ZeRO-1: every replica's pieces of the weights, in place
-        if (!s->here[u]) continue;
-        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off);
-        coll_all_gather(s->data, m->params_mem + s->local_off[u] + off, m->params_mem + s->local_off[u],
-                        sizeof(float) * piece);
-    }
     free(ps);
 }

@@ -26,8 +26,9 @@
 // GPU, one synchronisation per matrix). Under ZeRO-1 (shard_optimizer_over_data) a data
 // replica keeps the moments of its piece of each shard, makes that piece's Nesterov moment,
 // gathers the other pieces' before the iteration, updates its piece of the weights and
-// gathers the others' (as AdamW's ZeRO-1). With mu_dtype=bfloat16 both halves keep their
-// first moment as bf16 bits (optax's mu_dtype, as AdamW keeps it: kernels/optim.h).
+// leaves the others' to optimizer_step's gather (as AdamW's ZeRO-1). With
+// mu_dtype=bfloat16 both halves keep their first moment as bf16 bits (optax's mu_dtype, as
+// AdamW keeps it: kernels/optim.h).
 #ifndef MESHMOE_MUON_H
 #define MESHMOE_MUON_H
 #include <stddef.h>
@@ -45,7 +46,8 @@ size_t muon_nu_floats(const struct Model *m);
 // Where tensor i's nu lies in this device's m->v_mem: 0 if the tensor is orthogonalized or
 // the device holds none of it; else elements [*k0, *k1) of its piece, one float each from *off.
 int muon_nu_slot(const struct Model *m, int i, size_t *off, size_t *k0, size_t *k1);
-// One update of this device's parameters; t is 1-based; the gradient clipped as `clip` says.
+// One update of this device's parameters (under ZeRO-1 its piece of them); t is 1-based; the
+// gradient clipped as `clip` says.
 void muon_update(struct Model *m, float lr, int t, GradClip clip);
 
 #endif

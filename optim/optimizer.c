@@ -97,8 +97,8 @@ static void update_run(Model *m, int sgd, size_t at, size_t mo, size_t n, float 
 
 // The elementwise optimizers (adamw, sgd) over this device's shard of every unit. ZeRO-1
 // (shard_optimizer_over_data, sharding/fsdp.h): this data rank holds the moments of piece
-// zrank of each unit's shard and updates that piece; the data replicas then all-gather
-// their pieces, so that all hold the whole updated shard again.
+// zrank of each unit's shard and updates that piece (zero1_gather then gives every replica
+// the whole updated shard).
 // With the weights' 16-bit copy kept (bf16_storage=kept, model/model.c) and the whole
 // shard updated here, AdamW writes the copy of the updated weights as it goes: one pass
 // fewer over the weights than packing them after, and the copy is then that of update t.
@@ -111,11 +111,21 @@ static void update_shard(Model *m, int sgd, float lr, int t, GradClip clip) {
         return;
     }
     for (int u = 0; u < s->nunits; u++) {
-        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off), at = s->local_off[u] + off;
-        update_run(m, sgd, at, s->local_off[u] / s->Z, piece, lr, t, clip, NULL);
-        // In place: piece q of every member lands at piece q of this shard; this member's
-        // own piece is already there (each member writes only the pieces it does not send).
-        coll_all_gather(s->data, m->params_mem + at, m->params_mem + s->local_off[u], sizeof(float) * piece);
+        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off);
+        update_run(m, sgd, s->local_off[u] + off, s->local_off[u] / s->Z, piece, lr, t, clip, NULL);
+    }
+}
+
+// ZeRO-1: every optimizer updated this data replica's piece of each unit's shard; the
+// replicas all-gather their pieces, so that all hold the whole updated shard again. In
+// place: piece q of every member lands at piece q of the shard, this member's own piece is
+// already there (each member writes only the pieces it does not send).
+static void zero1_gather(Model *m) {
+    const StateShard *s = &m->shard;
+    for (int u = 0; s->Z > 1 && u < s->nunits; u++) {
+        size_t off, piece = shard_zero1_piece(s, shard_len(s, u), &off);
+        coll_all_gather(s->data, m->params_mem + s->local_off[u] + off, m->params_mem + s->local_off[u],
+                        sizeof(float) * piece);
     }
 }
 
@@ -130,6 +140,7 @@ void optimizer_step(Model *m, float lr, int t, float grad_norm) {
     } else {   // elementwise: the update clips each gradient as it reads it
         update_shard(m, c->opt_type == OPT_SGD, lr, t, grad_clip_of(grad_norm, c->gradient_clipping_threshold));
     }
+    zero1_gather(m);
     state_optimizer_out(m);
 }
 

@@ -15,9 +15,6 @@ T=$(mktemp -d /tmp/meshmoe-adafactor.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=32 opt_type=adafactor"
 
-# optimizer bytes of device D in the last line of NAME's metrics
-opt_bytes() { tail -1 "$T/$1.jsonl" | grep -o "\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {[^}]*}" |
-    grep -o '"optimizer": [0-9]*' | grep -o '[0-9]*$'; }
 
 echo "== mixtral-tiny: the loss goes down; the same bits on every supported mesh"
 run one mixtral-tiny per_device_batch_size=4
@@ -51,16 +48,8 @@ run adamw mixtral-tiny per_device_batch_size=4 opt_type=adamw
 check "adafactor and adamw differ" test "$(bits one)" != "$(bits adamw)"
 
 echo "== mixtral-tiny: optimizer bytes from the shapes (D=128 H=4 KV=2 hd=32 F=256 E=4 V=256 L=4)"
-# The layout in order, one tensor a line: unit and shape (model/params.c, MaxText's names).
-layout() {
-    echo "0 256 128"                                      # token_embedder/embedding
-    for l in 1 2 3 4; do
-        echo "$l 128"; echo "$l 128 4 32"; echo "$l 128 2 32"; echo "$l 128 2 32"; echo "$l 4 32 128"  # norm, q, k, v, out
-        echo "$l 128"; echo "$l 128 4"                    # post norm, router gate
-        echo "$l 4 128 256"; echo "$l 4 128 256"; echo "$l 4 256 128"   # wi_0, wi_1, wo
-    done
-    echo "5 128"; echo "5 128 256"                        # decoder_norm, logits_dense
-}
+# The layout in order, one tensor a line: unit and shape (tests/lib.sh).
+layout() { mixtral_tiny_layout | cut -d' ' -f1,3-; }
 # expected F DEVICE: adafactor's state bytes on fsdp rank DEVICE of F. A unit is padded to a
 # multiple of F*256 floats (F > 1) and cut into F equal pieces; a factored tensor (its two
 # largest dims >= 128) keeps lead*(R+C) floats on every device holding part of it, another

@@ -51,3 +51,20 @@ run() {   # run NAME PRESET ARGS...: $TRAIN configs/PRESET.yml $FAST ARGS into $
 }
 bits() { grep -o '"loss_bits": "[^"]*"' "$T/$1.jsonl" | tr '\n' ' '; }   # every step's loss bits
 same() { [ -n "$(bits "$1")" ] && [ "$(bits "$1")" = "$(bits "$2")" ]; }   # the same loss bits, and some
+norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }   # every step's grad norm
+# The same loss bits and the same grad norms (the loss's rounding can hide the gradients' last bits).
+same_run() { same "$1" "$2" && [ -n "$(norms "$1")" ] && [ "$(norms "$1")" = "$(norms "$2")" ]; }
+# opt_bytes NAME DEVICE: the optimizer's peak bytes of DEVICE in the last line of NAME's metrics.
+opt_bytes() { tail -1 "$T/$1.jsonl" | grep -o "\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {[^}]*}" |
+    grep -o '"optimizer": [0-9]*' | grep -o '[0-9]*$'; }
+# mixtral-tiny's tensors in layout order (model/params.c, D=128 H=4 KV=2 hd=32 F=256 E=4 V=256
+# L=4), one a line: unit (0 the embedding, 1+l layer l, 5 the head), name, global shape.
+mixtral_tiny_layout() {
+    echo "0 embedding 256 128"
+    for l in 1 2 3 4; do
+        echo "$l norm 128"; echo "$l query 128 4 32"; echo "$l key 128 2 32"; echo "$l value 128 2 32"; echo "$l out 4 32 128"
+        echo "$l post_norm 128"; echo "$l gate 128 4"
+        echo "$l wi_0 4 128 256"; echo "$l wi_1 4 128 256"; echo "$l wo 4 256 128"
+    done
+    echo "5 decoder_norm 128"; echo "5 logits_dense 128 256"
+}

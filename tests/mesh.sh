@@ -20,7 +20,6 @@ run_losses() {   # run_losses NAME ARGS...: prints the loss bits of every step
     fi
     grep -o '"loss_bits": "[^"]*"' $T/$name.jsonl | cut -d'"' -f4 | tr '\n' ' '
 }
-norms() { grep -o '"grad_norm": [^,]*' $T/$1.jsonl 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }
 # same_as NAME GOT WANT WANT_NAME: the losses printed are equal and so are the grad norms.
 same_as() { [ "$2" = "$3" ] && [ -n "$(norms $1)" ] && [ "$(norms $1)" = "$(norms $4)" ]; }
 

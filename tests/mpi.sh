@@ -17,8 +17,6 @@ FAST="steps=5 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 
 # As root OpenMPI wants --allow-run-as-root; more processes than cores, --oversubscribe. One
 # OpenMP thread per device: the processes share the cores (the bits do not depend on it).
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self"
-norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }
-same_run() { same "$1" "$2" && [ -n "$(norms "$1")" ] && [ "$(norms "$1")" = "$(norms "$2")" ]; }
 mpi_run() {   # mpi_run NAME NPROC PRESET ARGS...
     local name=$1 np=$2 preset=$3; shift 3
     if ! timeout 120 $MPIRUN -np "$np" ./train_mpi configs/$preset.yml $FAST num_threads=1 "$@" \

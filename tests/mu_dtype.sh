@@ -17,9 +17,6 @@ trap 'rm -rf "$T"' EXIT
 FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=32"
 MU="mu_dtype=bfloat16"
 
-# the optimizer tag's bytes of device DEV in the last metrics line of NAME
-opt_bytes() { tail -1 "$T/$1.jsonl" | grep -o "\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {[^}]*}" |
-    grep -o '"optimizer": [0-9]*' | grep -o '[0-9]*$'; }
 nth_bits() { bits "$1" | awk -v k="$2" '{ print $(2 * k) }'; }   # the loss bits of step k (1-based)
 peaks() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' "$T/$1.jsonl"; }
 

@@ -15,11 +15,6 @@ TRAIN=${TRAIN:-./train}
 T=$(mktemp -d /tmp/meshmoe-muon.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=4 sample_length=0 eval_steps=1 eval_interval=0 log_period=100 max_target_length=32 opt_type=muon"
-norms() { grep -o '"grad_norm": [^,]*' "$T/$1.jsonl" 2>/dev/null | cut -d' ' -f2 | tr '\n' ' '; }
-same_run() { same "$1" "$2" && [ -n "$(norms "$1")" ] && [ "$(norms "$1")" = "$(norms "$2")" ]; }
-# optimizer bytes of device D in the last line of NAME's metrics
-opt_bytes() { tail -1 "$T/$1.jsonl" | grep -o "\"device\": $2, \"peak_bytes\": [0-9]*, \"peak_bytes_by_tag\": {[^}]*}" |
-    grep -o '"optimizer": [0-9]*' | grep -o '[0-9]*$'; }
 
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset: the loss goes down; the same bits and grad norms on every mesh"
@@ -55,18 +50,10 @@ run pp deepseek-tiny ici_pipeline_parallelism=2 per_device_batch_size=2 base_num
 check "deepseek-tiny pipeline=2 (5 layers)" same_run pp one5
 
 echo "== mixtral-tiny: optimizer bytes from the shapes (D=128 H=4 KV=2 hd=32 F=256 E=4 V=256 L=4)"
-# Every tensor: its element count, and whether AdamW updates it (MaxText's dimension numbers:
-# the embedding, the head and the norm scales); muon keeps mu for each weight and nu for those.
-layout() {
-    echo "32768 adam"                                            # token_embedder/embedding (256, 128)
-    for l in 1 2 3 4; do
-        echo "128 adam"; echo "16384 m"; echo "8192 m"; echo "8192 m"; echo "16384 m"   # norm, q, k, v, out
-        echo "128 adam"; echo "512 m"                            # post norm, router gate
-        echo "131072 m"; echo "131072 m"; echo "131072 m"         # wi_0, wi_1, wo
-    done
-    echo "128 adam"; echo "32768 adam"                           # decoder_norm, logits_dense
-}
-want=$(layout | awk '{ n += $1; if ($2 == "adam") a += $1 } END { print 4 * (n + a) }')
+# Every tensor (tests/lib.sh): its elements, and whether AdamW updates it (MaxText's dimension
+# numbers: the embedding, the head and the norm scales); muon keeps mu for each weight and nu for those.
+want=$(mixtral_tiny_layout | awk '{ n = 1; for (i = 3; i <= NF; i++) n *= $i; all += n }
+    $2 ~ /^(embedding|norm|post_norm|decoder_norm|logits_dense)$/ { adam += n } END { print 4 * (all + adam) }')
 run one mixtral-tiny per_device_batch_size=4
 check "1 device: optimizer $(opt_bytes one 0) B = $want B (mu for every weight, nu for the AdamW tensors)" \
     test "$(opt_bytes one 0)" = "$want"
