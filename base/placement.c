@@ -51,13 +51,11 @@ void pipeline_check(const Config *c, const int size[MESH_NAXES], int ndev) {
     int P = size[AX_STAGE];
     if (P == 1) return;
     PipeShape p = pipeline_shape(c, P);
-    if (size[AX_CONTEXT] > 1)
-        die("ici_pipeline_parallelism=%d with ici_context_parallelism=%d is not supported: the pipeline cuts the "
-            "batch into microbatches of whole sequences", P, size[AX_CONTEXT]);
-    if (cfg_context_chunks(c) > 1)
-        die("ici_pipeline_parallelism=%d with context_reduce_chunks=%d is not supported: the pipeline's gradient "
-            "tree has microbatches of whole sequences as its leaves; use context_reduce_chunks=1", P,
-            cfg_context_chunks(c));
+    if (cfg_context_chunks(c) > size[AX_CONTEXT])
+        die("ici_pipeline_parallelism=%d with context_reduce_chunks=%d on %d context device%s is not supported: the "
+            "pipeline's gradient tree has the microbatches as its leaves, so each device may hold one chunk of each "
+            "sequence; use context_reduce_chunks=0 (one chunk per context device)", P, cfg_context_chunks(c),
+            size[AX_CONTEXT], size[AX_CONTEXT] > 1 ? "s" : "");
     // The devices along `stage` share one batch: B sequences each (train.c's split).
     int nbatch = size[AX_DATA] * size[AX_FSDP] * size[AX_EXPERT];
     int Bg = c->per_device_batch_size * ndev, B = Bg / nbatch;

@@ -73,7 +73,7 @@ typedef struct Model {
                             // muon: m_mem as AdamW's, v_mem for its AdamW tensors only (optim/muon.h)
     uint16_t *m16_mem;      // (shard.local_n / shard.Z) mu_dtype=bfloat16: AdamW's first moment as bf16 bits, m_mem NULL
     float *grad_dst;        // where finished gradients go (grads_mem, or a microbatch's buffer)
-    int grad_partial;       // 1: grad_dst is a microbatch's, per chunk slot (sharding/fsdp.h)
+    int grad_partial;       // 1: the gradients are a microbatch's, per chunk slot; the sum over context waits (sharding/fsdp.h)
     float **gathered;       // (2*units) FSDP: all-gathered weights [2u] and full grads [2u+1] in use
     float **bf16_copy;      // (units) bf16 mode: the rounded weights of a unit in use, or NULL
     uint16_t **copy16;      // (units) the same as 16-bit numbers under bf16_storage (model/weights16.h), or NULL

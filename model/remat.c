@@ -90,10 +90,15 @@ RematPlan remat_plan(const Config *c) {
     if (r.block > 1 && keeps_more)
         die("remat_nested_block=%d needs remat_policy=full (or custom with every checkpoint remat): only the "
             "block's first input is kept, and each layer is recomputed from its input", r.block);
-    if (c->ici_pipeline_parallelism > 1 && (p != REMAT_FULL || r.block > 1))
-        die("remat_policy=%s%s with ici_pipeline_parallelism=%d: the pipeline has its own remat (iteration_input, "
-            "pipeline_save_decoder_layer_input); keep remat_policy=full and remat_nested_block=0", remat_policy_name(p),
-            r.block > 1 ? " and remat_nested_block" : "", c->ici_pipeline_parallelism);
+    if (c->ici_pipeline_parallelism > 1 && r.block > 1)
+        die("remat_nested_block=%d with ici_pipeline_parallelism=%d: the pipeline saves each iteration's input "
+            "(iteration_input) and recomputes its chunk of layers from it; use remat_nested_block=0", r.block,
+            c->ici_pipeline_parallelism);
+    if (c->ici_pipeline_parallelism > 1 && p != REMAT_FULL && !c->pipeline_save_decoder_layer_input)
+        die("pipeline_save_decoder_layer_input=false with remat_policy=%s: every layer keeps its input under a policy "
+            "other than full (where the policy's decoder_layer_input puts it); the switch chooses between saving the "
+            "layer inputs and recomputing them from iteration_input under remat_policy=full only",
+            remat_policy_name(p));
     return r;
 }
 

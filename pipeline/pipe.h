@@ -14,7 +14,9 @@
 //                    outputs wait there for their next pass (M - P ticks when M > P).
 //   iteration_input  the saved input of every job (remat: the backward recomputes the
 //                    chunk from it), and decoder_layer_input: every layer's input, saved
-//                    as well when pipeline_save_decoder_layer_input is on.
+//                    as well when pipeline_save_decoder_layer_input is on. Under a
+//                    remat_policy other than full, each layer's saved tensors instead
+//                    (pipeline/stage.c).
 #ifndef MESHMOE_PIPE_H
 #define MESHMOE_PIPE_H
 #include "pipeline/pipeline.h"
@@ -35,8 +37,9 @@ typedef struct {
     // Statistics of the batch (summed over `stage` at the end: every entry has one writer).
     long seq0, stride;      // microbatch k, row i is sequence seq0 + k*stride + i of the batch
     int nseq;               // sequences in the batch
-    long leaves_per_seq;
-    double *loss_leaf;      // (nseq * leaves_per_seq)
+    int crank;              // this device's chunk of every sequence (context parallelism)
+    long leaves_per_seq;    // of one chunk
+    double *loss_leaf;      // (nctx * nseq * leaves_per_seq): chunk, sequence, leaf (base/context.h)
     double *aux;            // (nmoe, nseq)
     long *counts;           // (L, E), or NULL
     // Per job and per microbatch (see above); NULL where nothing is held.
@@ -46,6 +49,8 @@ typedef struct {
     float **dli;            // (J * lps) decoder_layer_input
     float **state_io;       // (M)
     LayerActs *dense;       // (M * first_num_dense_layers) stage 0: the dense layers' activations
+    LayerActs *acts;        // (J * lps) what remat_policy keeps of each job's layers; NULL under
+                            // remat_policy=full (saved and dli instead)
     GradTree *tree;         // (units) the microbatch gradients of each unit this stage holds
     unsigned char *held;    // (units) gathered once for the whole loop (pipeline_fsdp_ag_once)
     Shift fwd, bwd;

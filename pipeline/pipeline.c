@@ -14,6 +14,7 @@
 // sends what, and the collectives pair up; idle ticks compute nothing (MaxText's SPMD loop
 // runs the bubble iterations on dummy data; the numbers it keeps are the same).
 #include "pipeline/pipe.h"
+#include "sharding/fsdp.h"
 #include "base/memory.h"
 #include "core/common.h"
 
@@ -113,7 +114,8 @@ static void run_loop(Pipe *P) {
 static void run_collect(Pipe *P, FwdStats *st, int nmoe, size_t nleaf, size_t ncount) {
     int nseq = P->nseq, J = P->p.M * P->p.R;
     for (int j = 0; j < J; j++)
-        if (P->shift_in[j] || P->grad_in[j] || P->saved[j]) die("internal: stage %d ends with job %d still held", P->s, j);
+        if (P->shift_in[j] || P->grad_in[j] || P->saved[j] || (P->acts && P->acts[(size_t)j * P->p.lps].x))
+            die("internal: stage %d ends with job %d still held", P->s, j);
     coll_all_reduce_double(P->stage, P->loss_leaf, nleaf);
     coll_all_reduce_double(P->stage, P->aux, (size_t)nmoe * nseq);
     if (P->counts) coll_all_reduce_long(P->stage, P->counts, ncount);
@@ -132,6 +134,7 @@ static void run_collect(Pipe *P, FwdStats *st, int nmoe, size_t nleaf, size_t nc
     mem_free(P->aux);
     mem_free(P->counts);
     free(P->shift_in); free(P->grad_in); free(P->saved); free(P->dli); free(P->state_io); free(P->dense);
+    free(P->acts);
     free(P->tree); free(P->held);
     schedule_free(&P->sc);
 }
@@ -166,9 +169,10 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
     P.seq0 = seq0_of_device;
     P.stride = train ? nseq / M : P.Bm;
     P.nseq = nseq;
+    P.crank = sh->crank;
     P.leaves_per_seq = S / cfg_leaf_tokens(c);
     int nmoe = MM_MAX(1, model_num_moe_layers(c));
-    size_t nleaf = (size_t)nseq * P.leaves_per_seq, ncount = (size_t)L * c->num_experts;
+    size_t nleaf = (size_t)sh->nctx * nseq * P.leaves_per_seq, ncount = (size_t)L * c->num_experts;
     P.loss_leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * nleaf, "pipeline loss per leaf");
     P.aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)nmoe * nseq, "pipeline aux per sequence");
     if (st->expert_counts) P.counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * ncount, "pipeline expert counts");
@@ -178,6 +182,7 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
     P.dli = calloc((size_t)J * P.p.lps, sizeof(float *));
     P.state_io = calloc((size_t)M, sizeof(float *));
     P.dense = calloc((size_t)M * MM_MAX(1, P.p.first), sizeof(LayerActs));
+    if (c->remat_policy != REMAT_FULL) P.acts = calloc((size_t)J * P.p.lps, sizeof(LayerActs));
     P.tree = calloc((size_t)sh->nunits, sizeof(GradTree));
     P.held = calloc((size_t)sh->nunits, 1);
     if (train)
@@ -190,6 +195,11 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
     // still reduced as soon as it is made, because the canonical tree adds the batch
     // devices' shares of a microbatch before the microbatches (pipeline.h). So the switch
     // trades the gathered weights' memory for the all-gathers' bytes and time.
+    // Context parallelism: the sum over `context` is the tree's outermost level, above the
+    // microbatches (base/context.h), so each microbatch's gradient is reduced over the batch
+    // devices only (as while accumulating: grad_partial), and over context after the loop.
+    int context_after = train && sh->nctx > 1;
+    if (context_after) m->grad_partial = 1;
     if (P.p.ag_once && sh->F > 1)
         for (int u = 1 + P.p.first; u <= L; u++)
             if (sh->here[u]) { model_unit_acquire(m, u); P.held[u] = 1; }
@@ -201,6 +211,9 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
         if (train && sh->here[u]) gradtree_end(&P.tree[u]);
     }
     if (train) model_set_grad_target(m, m->grad_dst);   // the leaves were bound in turn: back to the target
+    // Over context now, unless the step accumulates microbatches (trainer/step.c adds them
+    // first, then fsdp_grad_finish sums over context).
+    if (context_after && m->grad_dst == m->grads_mem) fsdp_grad_finish(m, m->grads_mem);
     run_collect(&P, st, nmoe, nleaf, ncount);
 }
 

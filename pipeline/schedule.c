@@ -126,11 +126,17 @@ void pipeline_print_schedule(const Config *c, int stages) {
     PipeShape p = pipeline_shape(c, stages);
     Schedule sc;
     schedule_build(&sc, p.schedule, p.nstages, p.M, p.R, 0);
+    // What a job keeps for its backward (pipeline/stage.c): under remat_policy=full the
+    // iteration input (and each layer's input), under any other policy what it keeps.
+    char saved[96];
+    if (c->remat_policy == REMAT_FULL)
+        snprintf(saved, sizeof saved, "iteration_input%s", p.save_dli ? " + decoder_layer_input" : "");
+    else
+        snprintf(saved, sizeof saved, "what remat_policy=%s keeps of each layer", remat_policy_name(c->remat_policy));
     printf("pipeline: %s, %d stages x %d layer%s per stage x %d repeat%s, %d microbatches, shift by %s, "
-           "saved: iteration_input%s: %d ticks (F forward, B backward, . idle; then the microbatch%s)\n",
+           "saved: %s: %d ticks (F forward, B backward, . idle; then the microbatch%s)\n",
            p.schedule == PP_1F1B ? "1f1b" : "gpipe", p.nstages, p.lps, p.lps > 1 ? "s" : "", p.R, p.R > 1 ? "s" : "",
-           p.M, p.shift == PP_SLICE ? "slice" : "ppermute", p.save_dli ? " + decoder_layer_input" : "",
-           sc.nticks, p.R > 1 ? " and the repeat" : "");
+           p.M, p.shift == PP_SLICE ? "slice" : "ppermute", saved, sc.nticks, p.R > 1 ? " and the repeat" : "");
     schedule_print(&sc, stdout);
     schedule_free(&sc);
 }

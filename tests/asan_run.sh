@@ -48,6 +48,11 @@ check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance lo
     pipeline_schedule=1f1b pipeline_shift_impl=slice load_balance_loss_weight=0.01
 check "asan: pipeline, deepseek 3 stages, gpipe" \
     $BIN configs/deepseek-tiny.yml $A steps=2 ici_pipeline_parallelism=3 num_pipeline_microbatches=6
+check "asan: pipeline under minimal_offloaded, mixtral 2 stages, 1f1b (each job's layers kept, some on the host)" \
+    $BIN configs/mixtral-tiny.yml $A steps=2 ici_pipeline_parallelism=2 num_pipeline_microbatches=4 \
+    pipeline_schedule=1f1b remat_policy=minimal_offloaded
+check "asan: pipeline under remat_policy=minimal, deepseek 3 stages, bf16" \
+    $BIN configs/deepseek-tiny.yml $A steps=2 ici_pipeline_parallelism=3 remat_policy=minimal dtype=bfloat16
 # (the 16-bit weights' copy, SwiGLU's arrays, the logits, the saved norm outputs read in place)
 check "asan: bf16_storage=kept, mixtral over tensor=2, z-loss, sampling, every tensor kept" \
     $BIN configs/mixtral-tiny.yml $A steps=2 dtype=bfloat16 bf16_storage=kept ici_tensor_parallelism=2 \

@@ -120,17 +120,15 @@ def draw_mesh(rng, preset, o, ga, context):
     pipeline = axes.get("ici_pipeline_parallelism", 1)
     if "ici_expert_parallelism" in axes and o.get("sparse_matmul") == "false":
         axes, devices, pipeline = {"ici_data_parallelism": 2}, 2, 1   # (experts apart: the sparse path)
+    if o.get("remat_policy") == "custom": sw.pop("remat_policy", None)
     if pipeline > 1:
-        if context or o.get("remat_policy") == "custom":
-            axes, devices, pipeline = {"ici_fsdp_parallelism": 2}, 2, 1
-        else:
-            sw.pop("remat_policy", None)
-            sw.pop("scan_layers", None)
-            if rng.random() < 0.3: sw["num_pipeline_microbatches"] = str(2 * pipeline)
-            if pipeline == 2 and rng.random() < 0.2: sw["num_pipeline_repeats"] = "2"
+        sw.pop("scan_layers", None)   # (refused with a pipeline)
+        if sw.get("remat_policy", o.get("remat_policy", "full")) != "full":   # (every layer keeps its input)
+            sw.pop("pipeline_save_decoder_layer_input", None)
+        if rng.random() < 0.3: sw["num_pipeline_microbatches"] = str(2 * pipeline)
+        if pipeline == 2 and rng.random() < 0.2: sw["num_pipeline_repeats"] = "2"
     if pipeline == 1:
         for k in ("pipeline_schedule", "num_pipeline_microbatches"): sw.pop(k, None)
-    if o.get("remat_policy") == "custom": sw.pop("remat_policy", None)
     if context:
         axes["ici_context_parallelism"] = 2
         devices *= 2

@@ -4,7 +4,9 @@
 # hex) as one device with the same global batch; across stage counts, microbatch counts
 # (M = P and 2P), repeats (R = 1 and 2), both rotations (ppermute, slice), both schedules
 # (gpipe, 1f1b), both remat save-lists, and stage=2 combined with fsdp=2 (and ag_once), with
-# expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation; in bf16 mode too.
+# expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation; in bf16 mode too; and
+# remat policies other than full inside the pipeline, with their saved bytes; and context
+# parallelism inside the pipeline (against one device with the same context chunks).
 # Then the printed schedule, each stage's share of the weights, and the configurations
 # the pipeline refuses, each with one clear message.
 set -u
@@ -87,6 +89,101 @@ P=2,M=4,R=2,gpipe,ppermute                   ici_pipeline_parallelism=2 per_devi
 P=2,fsdp=2,M=2,R=1,1f1b,slice,no-dli,ag_once ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 per_device_batch_size=2 num_pipeline_repeats=1 pipeline_schedule=1f1b pipeline_shift_impl=slice pipeline_save_decoder_layer_input=false pipeline_fsdp_ag_once=true
 RUNS
 
+# remat_policy inside the pipeline: each job's layers keep what the policy keeps (its
+# offloaded tensors on the host) until the job's backward, which recomputes the rest layer
+# by layer: the same numbers, and the saved activations ordered as the policies save.
+C=configs/mixtral-tiny.yml
+echo "== mixtral-tiny: remat policies inside the pipeline"
+base=$(run_losses base $C per_device_batch_size=8)
+echo "  1 device                                     $base"
+compare mixtral-remat "$base" $C ici_pipeline_parallelism=2 per_device_batch_size=4 <<'RUNS'
+none,M=4,R=2,gpipe                           remat_policy=none num_pipeline_microbatches=4
+minimal,M=2,R=2,1f1b,slice                   remat_policy=minimal pipeline_schedule=1f1b pipeline_shift_impl=slice
+save_qkv_proj,M=4,R=1,1f1b                   remat_policy=save_qkv_proj num_pipeline_microbatches=4 num_layers_per_pipeline_stage=2 num_pipeline_repeats=1 pipeline_schedule=1f1b
+save_out_proj,M=2,R=2,gpipe                  remat_policy=save_out_proj
+minimal_offloaded,M=4,R=2,gpipe              remat_policy=minimal_offloaded num_pipeline_microbatches=4
+custom,x+ffn-offloaded,M=2,R=2,1f1b         remat_policy=custom decoder_layer_input=offload mlpwi=offload mlpwo=offload out_proj=device pipeline_schedule=1f1b
+none,fsdp=2,ag_once,M=2,R=2,gpipe            remat_policy=none ici_fsdp_parallelism=2 per_device_batch_size=2 pipeline_fsdp_ag_once=true
+minimal,expert=2,M=4,R=2,1f1b                remat_policy=minimal ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 pipeline_schedule=1f1b
+qkv_proj_offloaded,tensor=2,M=2,R=2,gpipe    remat_policy=qkv_proj_offloaded ici_tensor_parallelism=2 per_device_batch_size=2
+RUNS
+C=configs/deepseek-tiny.yml
+base=$(run_losses base $C per_device_batch_size=6)
+echo "  deepseek-tiny, 1 device                      $base"
+compare deepseek-remat "$base" $C ici_pipeline_parallelism=3 per_device_batch_size=2 <<'RUNS'
+minimal,P=3,M=3,R=1,gpipe                    remat_policy=minimal
+none,P=3,M=6,R=1,1f1b                        remat_policy=none num_pipeline_microbatches=6 pipeline_schedule=1f1b
+RUNS
+# Device 0's activations peak in the first step (the stage with the embedding).
+acts_of() { sed -n 1p "$1" | grep -o '"device": 0, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' |
+            grep -o '"activations": [0-9]*' | grep -o '[0-9]*$'; }
+host_of() { grep -o 'device 0 peak.*host peak [0-9.]* [KMG]iB' "$1" | grep -o 'host peak.*'; }
+C=configs/mixtral-tiny.yml
+for pol in full none minimal save_qkv_proj minimal_offloaded; do
+    run_losses pol_$pol $C ici_pipeline_parallelism=2 per_device_batch_size=4 num_pipeline_microbatches=4 \
+        remat_policy=$pol > /dev/null
+done
+a_full=$(acts_of $T/pol_full.jsonl); a_none=$(acts_of $T/pol_none.jsonl); a_min=$(acts_of $T/pol_minimal.jsonl)
+a_qkv=$(acts_of $T/pol_save_qkv_proj.jsonl); a_off=$(acts_of $T/pol_minimal_offloaded.jsonl)
+echo "  stage 0's activations peak (bytes): full $a_full, save_qkv_proj $a_qkv, minimal $a_min, none $a_none," \
+     "minimal_offloaded $a_off"
+check "pipeline: none > minimal > save_qkv_proj > full in saved activations" \
+    [ "$a_none" -gt "$a_min" -a "$a_min" -gt "$a_qkv" -a "$a_qkv" -gt "$a_full" ]
+check "pipeline: minimal_offloaded keeps less on the device than full" [ "$a_off" -lt "$a_full" ]
+$TRAIN $C $FAST ici_pipeline_parallelism=2 per_device_batch_size=4 remat_policy=minimal_offloaded > $T/off.out 2>&1
+check "pipeline: minimal_offloaded's tensors go to the host and back ($(host_of $T/off.out))" \
+    grep -q "device 0 peak.*host peak [1-9][0-9.]* [KM]iB: activations.*copied to host [1-9]" $T/off.out
+check "pipeline: the schedule line names what the policy keeps" \
+    grep -q "saved: what remat_policy=minimal_offloaded keeps of each layer" $T/off.out
+
+# Context parallelism inside the pipeline: each device holds one chunk of every sequence;
+# a microbatch's gradient is summed over the batch devices, the microbatches along their
+# tree, and over context last (the tree's outermost level): the bits of one device with
+# context_reduce_chunks = the context size.
+C=configs/mixtral-tiny.yml
+echo "== mixtral-tiny: context parallelism inside the pipeline"
+base=$(run_losses base $C per_device_batch_size=8 context_reduce_chunks=2)
+echo "  1 device, context_reduce_chunks=2            $base"
+compare mixtral-context "$base" $C ici_context_parallelism=2 ici_pipeline_parallelism=2 <<'RUNS'
+context=2,M=2,R=2,gpipe                      per_device_batch_size=2
+context=2,M=4,R=2,1f1b,slice                 per_device_batch_size=2 num_pipeline_microbatches=4 pipeline_schedule=1f1b pipeline_shift_impl=slice
+context=2,fsdp=2,ag_once,M=2,R=2             per_device_batch_size=1 ici_fsdp_parallelism=2 pipeline_fsdp_ag_once=true
+context=2,accumulation=2,M=2,R=2             per_device_batch_size=1 gradient_accumulation_steps=2
+context=2,expert=2,minimal,M=2,R=2,1f1b      per_device_batch_size=1 ici_expert_parallelism=2 remat_policy=minimal pipeline_schedule=1f1b
+context=2,data=2,zero1,M=2,R=2               per_device_batch_size=1 ici_data_parallelism=2 shard_optimizer_over_data=true
+context=2,tensor=2,flash,M=2,R=2             per_device_batch_size=1 ici_tensor_parallelism=2 attention=flash
+RUNS
+base=$(run_losses base $C per_device_batch_size=8 context_reduce_chunks=4)
+echo "  1 device, context_reduce_chunks=4            $base"
+compare mixtral-context4 "$base" $C <<'RUNS'
+context=4,P=2,M=2,R=2                        ici_context_parallelism=4 ici_pipeline_parallelism=2 per_device_batch_size=1
+RUNS
+base=$(run_losses base $C per_device_batch_size=4 ici_context_parallelism=2 context_parallel_strategy=ring)
+echo "  context=2, ring, no pipeline                 $base"
+compare mixtral-ring "$base" $C context_parallel_strategy=ring <<'RUNS'
+context=2,ring,M=4,R=2,1f1b                  ici_context_parallelism=2 ici_pipeline_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 pipeline_schedule=1f1b
+RUNS
+base=$(run_losses base $C per_device_batch_size=8 context_reduce_chunks=2 dtype=bfloat16)
+echo "  bf16, 1 device, context_reduce_chunks=2      $base"
+compare mixtral-context-bf16 "$base" $C dtype=bfloat16 <<'RUNS'
+context=2,bf16,M=2,R=2                       ici_context_parallelism=2 ici_pipeline_parallelism=2 per_device_batch_size=2
+RUNS
+C=configs/deepseek-tiny.yml
+base=$(run_losses base $C per_device_batch_size=6 context_reduce_chunks=2)
+echo "  deepseek-tiny, 1 device, chunks=2            $base"
+compare deepseek-context "$base" $C ici_context_parallelism=2 ici_pipeline_parallelism=3 per_device_batch_size=1 <<'RUNS'
+context=2,P=3,M=3,gpipe                      num_pipeline_microbatches=3
+context=2,P=3,M=6,1f1b,none                  num_pipeline_microbatches=6 pipeline_schedule=1f1b remat_policy=none
+RUNS
+# The evaluation's loss too (the pipeline places each chunk's loss leaves itself).
+C=configs/mixtral-tiny.yml
+EV="steps=2 sample_length=0 eval_steps=1 eval_interval=2 max_target_length=32 log_period=100"
+$TRAIN $C $EV per_device_batch_size=8 context_reduce_chunks=2 > $T/ev1.out 2>&1
+$TRAIN $C $EV per_device_batch_size=2 ici_context_parallelism=2 ici_pipeline_parallelism=2 > $T/ev2.out 2>&1
+e1=$(grep -o 'eval loss [0-9.]*' $T/ev1.out | tr '\n' ' '); e2=$(grep -o 'eval loss [0-9.]*' $T/ev2.out | tr '\n' ' ')
+echo "  eval: 1 device $e1| context=2 x stage=2 $e2"
+check "context=2 x stage=2: the evaluation's losses are one device's (to the 4 decimals printed)" [ -n "$e1" -a "$e1" = "$e2" ]
+
 echo "== the printed schedule and each stage's weights"
 C=configs/mixtral-tiny.yml
 $TRAIN $C $FAST ici_pipeline_parallelism=4 per_device_batch_size=2 num_pipeline_microbatches=8 \
@@ -117,6 +214,12 @@ expect_error "batch into microbatches" "the 4 sequences each pipeline runs per s
     $TRAIN $C $FAST ici_pipeline_parallelism=4 per_device_batch_size=1 num_pipeline_microbatches=8
 expect_error "schedule name" "pipeline_schedule must be 'gpipe' or '1f1b', got 'zb'" \
     $TRAIN $C $FAST ici_pipeline_parallelism=2 pipeline_schedule=zb
+expect_error "layer inputs under a policy" "pipeline_save_decoder_layer_input=false with remat_policy=minimal" \
+    $TRAIN $C $FAST ici_pipeline_parallelism=2 remat_policy=minimal pipeline_save_decoder_layer_input=false
+expect_error "nested blocks" "remat_nested_block=2 with ici_pipeline_parallelism=2" \
+    $TRAIN $C $FAST ici_pipeline_parallelism=2 remat_nested_block=2
+expect_error "one chunk per context device" "context_reduce_chunks=4 on 2 context devices is not supported" \
+    $TRAIN $C $FAST ici_pipeline_parallelism=2 ici_context_parallelism=2 context_reduce_chunks=4
 expect_error "shift name" "pipeline_shift_impl must be 'ppermute' or 'slice', got 'psum'" \
     $TRAIN $C $FAST pipeline_shift_impl=psum
 summary

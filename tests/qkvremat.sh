@@ -82,7 +82,8 @@ expect_error "q/k/v on device, context offloaded" "context must equal them" $TRA
 expect_error "q/k/v disagree" "same value" $TRAIN configs/mixtral-tiny.yml remat_policy=custom query_proj=device key_proj=device
 expect_error "nested blocks keep only layer inputs" "needs remat_policy=full" $TRAIN configs/mixtral-tiny.yml \
     remat_policy=save_qkv_proj remat_nested_block=2
-expect_error "pipeline keeps its own remat" "the pipeline has its own remat" $TRAIN configs/mixtral-tiny.yml \
-    remat_policy=qkv_proj_offloaded ici_pipeline_parallelism=2
+expect_error "a policy in a pipeline keeps every layer input" "under remat_policy=full only" \
+    $TRAIN configs/mixtral-tiny.yml remat_policy=qkv_proj_offloaded ici_pipeline_parallelism=2 \
+    pipeline_save_decoder_layer_input=false
 expect_error "other single-product policies" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal_flash
 summary

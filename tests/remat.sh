@@ -145,7 +145,8 @@ expect_error "MaxText policy not implemented" "not implemented here" $TRAIN conf
 expect_error "custom value" "must be 'device', 'offload' or 'remat'" $TRAIN configs/mixtral-tiny.yml remat_policy=custom mlpwi=host
 expect_error "custom block mismatch" "same value" $TRAIN configs/mixtral-tiny.yml remat_policy=custom query_proj=device
 expect_error "nested block without full" "needs remat_policy=full" $TRAIN configs/mixtral-tiny.yml remat_nested_block=2 remat_policy=none
-expect_error "pipeline with a policy" "the pipeline has its own remat" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal ici_pipeline_parallelism=2
+expect_error "pipeline with nested blocks" "remat_nested_block=2 with ici_pipeline_parallelism=2" $TRAIN configs/mixtral-tiny.yml \
+    remat_nested_block=2 ici_pipeline_parallelism=2
 expect_error "ema host without ema" "needs an EMA" $TRAIN configs/mixtral-tiny.yml ema_host_offload=true
 expect_error "optimizer offload with sgd" "no optimizer state to offload" $TRAIN configs/mixtral-tiny.yml opt_type=sgd optimizer_memory_host_offload=true
 summary

@@ -35,6 +35,7 @@ deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_paralleli
 mixtral-tiny  ici_data_parallelism=2 ici_fsdp_parallelism=4 load_checkpoint=$T/ck.st
 mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=adafactor
 deepseek-tiny ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=muon
+mixtral-tiny  ici_pipeline_parallelism=2 ici_context_parallelism=2 ici_fsdp_parallelism=2 remat_policy=minimal_offloaded
 RUNS
 # The dry run's representatives (base/mesh.h:mesh_run_classes): one device per class walks
 # the step alone, as many at a time as there are cores, their collectives waiting for
@@ -48,5 +49,6 @@ while read -r preset mesh; do
 done <<RUNS
 deepseek-tiny ici_pipeline_parallelism=3 ici_expert_parallelism=2 ici_data_parallelism=2 num_pipeline_microbatches=3
 mixtral-tiny  ici_fsdp_parallelism=4 ici_context_parallelism=2 overlap_collectives=true
+mixtral-tiny  ici_pipeline_parallelism=2 ici_context_parallelism=2 ici_expert_parallelism=2
 RUNS
 summary
