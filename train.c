@@ -35,6 +35,7 @@
 #include "data/loader.h"        // DataLoader: the batches
 #include "base/memory.h"        // Device: each device's tagged allocator
 #include "base/mesh.h"          // Mesh: the device threads
+#include "base/context.h"       // leaves_of: the leaves a device's gradient block holds
 #include "report/print.h"       // print_sharding, the global parameter count
 #include "optim/offload.h"      // the model state to and from host memory
 #include "pipeline/pipeline.h"  // the pipeline's schedule, printed
@@ -235,6 +236,24 @@ static void batch_shape(DeviceRun *d) {
     d->Sl = d->S / d->m.shard.nctx;
 }
 
+// The canonical tree adds the leaves of a sum over tokens pairwise in blocks of powers of
+// two (base/treesum.h). A device's gradient block, the leaves of its sequences in one
+// microbatch and chunk, is a whole subtree of the step's tree only when it holds a power of
+// two of them; else, where the batch is split over devices or microbatches, the run's sums
+// cut across that tree and its losses can leave one device's in the last bits. Said once.
+static void print_tree_note(const DeviceRun *d) {
+    const Config *c = &d->c;
+    int M = pipeline_active() ? pipeline_microbatches(c) : 1;
+    Leaves lv = leaves_of(c, d->B, d->Sl);
+    long block = (long)(d->B / M) * (lv.chunk / lv.len);   // leaves of one sequence's chunk, each sequence
+    int split = d->m.shard.nbatch > 1 || d->A > 1 || M > 1;
+    if (!split || (block & (block - 1)) == 0) return;
+    printf("note: a gradient block here holds %ld leaves (%d sequences x %ld), not a power of two: the sums' "
+           "canonical tree (base/treesum.h) cuts across the devices or microbatches, so the losses can leave one "
+           "device's in the last bits (a power of two of sequences per device and microbatch keeps them)\n",
+           block, d->B / M, (long)(lv.chunk / lv.len));
+}
+
 // Device 0's start-up lines: the model, the BLAS, the mesh, the data, where the state lives.
 static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) {
     const Config *c = &d->c;
@@ -273,6 +292,7 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     }
     printf("data: %s, %zu tokens (%zu train / %zu eval), batch %d x %d x %d tokens\n", c->dataset_path,
            d->run->ntok, dl->train_end - dl->train_begin, dl->eval_end - dl->eval_begin, d->A, d->Bg, d->S);
+    print_tree_note(d);
     sharding_print_state(&d->m);
     printf("init peak %zu bytes (temp %zu)\n", init_peak, init_temp);
     if (c->print_sharding) sharding_print(&d->m, d->Bg, d->S);

@@ -396,6 +396,11 @@ static void validate_attention(const Config *c) {
                 c->base_num_kv_heads, c->base_num_query_heads);
         if (c->head_dim % 2) die("head_dim must be even (RoPE rotates pairs), got %d", c->head_dim);
     }
+    // yarn's table has a row per position up to max_position_embeddings (MaxText looks the
+    // positions up in it; a later position would read the last row).
+    if (c->rope_type == ROPE_YARN && c->max_target_length > c->max_position_embeddings)
+        die("rope_type=yarn: max_target_length %d is past max_position_embeddings %d (yarn's table has a row per "
+            "position); raise max_position_embeddings", c->max_target_length, c->max_position_embeddings);
 }
 
 // The experts, the routing groups and the dense layers.

@@ -184,7 +184,10 @@ static const Matmul16Kernels matmul16_dry = {forward16,         dinp16,         
 static void rope_table(float *sn, float *cs, int S, int pos0, int Dr, float min_ts, float max_ts, int bf16) {}
 static void rope_rotate(float *x, const float *sn, const float *cs, int B, int S, int H, int stride, int Dr,
                         int dir, int bf16) {}
-static const RopeKernels rope_dry = {rope_table, rope_rotate};
+static void rope_table_freq(float *sn, float *cs, int S, int pos0, int half, const float *freq, float scale) {}
+static void rope_rotate_pairs(float *dst, const float *src, const float *sn, const float *cs, int B, int S, int H,
+                              int stride, int Dr, int dir, int bf16) {}
+static const RopeKernels rope_dry = {rope_table, rope_rotate, rope_table_freq, rope_rotate_pairs};
 
 // embedding
 static void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {}

@@ -247,7 +247,16 @@ static void rope_rotate(float *x, const float *sn, const float *cs, int B, int S
     WATCHED(FAMILY_ROPE, INNER(rope)->rope_rotate(x, sn, cs, B, S, H, stride, Dr, dir, bf16), 3.0 * B * S * H * Dr,
           2.0 * B * S * H * Dr + (double)S * Dr);
 }
-static const RopeKernels rope_watched = {.rope_table = rope_table, .rope_rotate = rope_rotate};
+static void rope_table_freq(float *sn, float *cs, int S, int pos0, int half, const float *freq, float scale) {
+    WATCHED(FAMILY_ROPE, INNER(rope)->rope_table_freq(sn, cs, S, pos0, half, freq, scale), 0, 2.0 * S * half);
+}
+static void rope_rotate_pairs(float *dst, const float *src, const float *sn, const float *cs, int B, int S, int H,
+                              int stride, int Dr, int dir, int bf16) {
+    WATCHED(FAMILY_ROPE, INNER(rope)->rope_rotate_pairs(dst, src, sn, cs, B, S, H, stride, Dr, dir, bf16),
+            3.0 * B * S * H * Dr, 2.0 * B * S * H * Dr + (double)S * Dr);
+}
+static const RopeKernels rope_watched = {.rope_table = rope_table, .rope_rotate = rope_rotate,
+                                         .rope_table_freq = rope_table_freq, .rope_rotate_pairs = rope_rotate_pairs};
 
 // ---- embedding
 static void embedding_forward(float *out, const int *ids, const float *table, int T, int D, int V, int v0) {

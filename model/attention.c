@@ -34,7 +34,6 @@ void attention_proj_forward(const Config *c, const LocalDims *ld, const Attentio
                             const float *x, int B, int S) {
     int T = B * S, D = c->base_emb_dim;
     int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
-    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
 
     // Projections, one GEMM per sequence (see attn_matmul_forward in model/attn_core.h), all
     // three reading x (model/matmul.h: matmul_share).
@@ -52,8 +51,8 @@ void attention_proj_forward(const Config *c, const LocalDims *ld, const Attentio
     // Rotary position embedding over the whole head (Dr = Dh), on queries and keys, at the
     // global positions of this device's part.
     int p0 = cp_rank() * S;
-    rope_forward(s->q, B, S, p0, N, Dh, Dh, lo, hi, cfg_bf16(c));
-    rope_forward(s->k, B, S, p0, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
+    rope_forward(c, s->q, B, S, p0, N, Dh, Dh);
+    rope_forward(c, s->k, B, S, p0, Nkv, Dh, Dh);
 }
 
 void attention_core_forward(const Config *c, const LocalDims *ld, const AttentionParams *p, AttentionSaved *s,
@@ -97,7 +96,6 @@ void attention_backward(const Config *c, const LocalDims *ld, const AttentionPar
                         AttentionSaved *s, float *dx, const float *dout, const float *x, int B, int S) {
     int T = B * S, D = c->base_emb_dim, p0 = cp_rank() * S;
     int N = ld->num_query_heads, Nkv = ld->num_kv_heads, Dh = c->head_dim;
-    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
     Leaves leaf = leaves_of(c, B, S);
     act_unpack(c, &s->q, (size_t)T * N * Dh);
     act_unpack(c, &s->k, (size_t)T * Nkv * Dh);
@@ -120,8 +118,8 @@ void attention_backward(const Config *c, const LocalDims *ld, const AttentionPar
     prec_round(c, dq, (size_t)T * N * Dh);
     prec_round(c, dk, (size_t)T * Nkv * Dh);
     prec_round(c, dv, (size_t)T * Nkv * Dh);
-    rope_backward(dq, B, S, p0, N, Dh, Dh, lo, hi, cfg_bf16(c));
-    rope_backward(dk, B, S, p0, Nkv, Dh, Dh, lo, hi, cfg_bf16(c));
+    rope_backward(c, dq, B, S, p0, N, Dh, Dh);
+    rope_backward(c, dk, B, S, p0, Nkv, Dh, Dh);
     prec_round(c, dq, (size_t)T * N * Dh);
     prec_round(c, dk, (size_t)T * Nkv * Dh);
 

@@ -30,9 +30,17 @@
 #include "core/common.h"
 
 // The runtime query scale: MaxText's `self.qk_head_dim ** -0.5` is a Python double,
-// rounded once to float32 when it multiplies the float32 query.
+// rounded once to float32 when it multiplies the float32 query. Past the original context
+// (max_position_embeddings > original_max_position_embeddings, whatever rope_type) DeepSeek
+// and MaxText multiply it by mscale^2, mscale = 0.1 * mscale * ln(rope_factor) + 1, in
+// doubles too.
 static float mla_scale(const Config *c) {
-    float s = (float)pow((double)(c->qk_nope_head_dim + c->qk_rope_head_dim), -0.5);
+    double d = pow((double)(c->qk_nope_head_dim + c->qk_rope_head_dim), -0.5);
+    if (c->max_position_embeddings > c->original_max_position_embeddings) {
+        double m = 0.1 * c->mscale * log(c->rope_factor) + 1.0;
+        d = d * m * m;
+    }
+    float s = (float)d;
     return cfg_bf16(c) ? bf16_round(s) : s;   // bf16: the constant meets a bf16 array (cast point 7)
 }
 
@@ -51,7 +59,6 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     int T = B * S, D = c->base_emb_dim, N = ld->num_query_heads;
     int Q = c->q_lora_rank, R = c->kv_lora_rank;
     int Dn = c->qk_nope_head_dim, Dr = c->qk_rope_head_dim, Dv = c->v_head_dim, Qk = Dn + Dr;
-    float lo = c->rope_min_timescale, hi = c->rope_max_timescale;
     int p0 = cp_rank() * S;   // global position of this device's first token
     memset(s, 0, sizeof(*s));
 
@@ -73,7 +80,7 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     prec_round(c, s->q, (size_t)T * N * Qk);
     // RoPE on the last Dr entries of every head (the q_rope part), then the scale (bf16:
     // the constant is rounded too, cast point 7).
-    rope_forward(s->q + Dn, B, S, p0, N, Qk, Dr, lo, hi, cfg_bf16(c));
+    rope_forward(c, s->q + Dn, B, S, p0, N, Qk, Dr);
     float scale = mla_scale(c);
     kern()->mla->mla_apply_scale(s->q, (size_t)T * N * Qk, scale);
     prec_round(c, s->q, (size_t)T * N * Qk);
@@ -84,7 +91,7 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     attn_matmul_forward(ckv, x, p->wkv_a, B, S, D, R + Dr);
     matmul_unshare(x, (size_t)T * D);
     prec_round(c, ckv, (size_t)T * (R + Dr));
-    rope_forward(ckv + R, B, S, p0, 1, R + Dr, Dr, lo, hi, cfg_bf16(c));   // one rope head per token
+    rope_forward(c, ckv + R, B, S, p0, 1, R + Dr, Dr);   // one rope head per token
     // The latent is strided inside ckv: copy it out so RMSNorm sees contiguous rows.
     s->latent = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * R, "mla latent");       // (T,R)
     s->kv_rstd = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
@@ -165,7 +172,7 @@ static void mla_kv_backward(const Config *c, const LocalDims *ld, const MLAParam
     mla_k_rope_backward(c, dckv, dk, T, N);
     mem_free(dk);
     mem_free(dv);
-    rope_backward(dckv + R, B, S, p0, 1, R + Dr, Dr, c->rope_min_timescale, c->rope_max_timescale, cfg_bf16(c));
+    rope_backward(c, dckv + R, B, S, p0, 1, R + Dr, Dr);
     // kv = latn Wkv_b, latn = RMSNorm_kv(latent)
     float *dlatn = mem_floats(MEM_TEMP, (size_t)T * R, "mla d kv_norm out");   // (T,R)
     matmul_share(dkv, (size_t)T * N * (Dn + Dv));   // read by both products
@@ -195,7 +202,7 @@ static void mla_query_backward(const Config *c, const LocalDims *ld, const MLAPa
     // q = [q_nope, RoPE(q_rope)] * scale: undo the scale, then the rotation.
     kern()->mla->mla_apply_scale(dq, (size_t)T * N * Qk, mla_scale(c));
     prec_round(c, dq, (size_t)T * N * Qk);   // bf16: the rotated and projected q were rounded
-    rope_backward(dq + Dn, B, S, p0, N, Qk, Dr, c->rope_min_timescale, c->rope_max_timescale, cfg_bf16(c));
+    rope_backward(c, dq + Dn, B, S, p0, N, Qk, Dr);
     prec_round(c, dq, (size_t)T * N * Qk);
     matmul_share(dq, (size_t)T * N * Qk);   // read by its weight's and its input's products
     if (Q > 0) {

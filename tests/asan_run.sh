@@ -51,6 +51,9 @@ check "asan: pipeline, deepseek 3 stages, gpipe" \
 check "asan: pipeline under minimal_offloaded, mixtral 2 stages, 1f1b (each job's layers kept, some on the host)" \
     $BIN configs/mixtral-tiny.yml $A steps=2 ici_pipeline_parallelism=2 num_pipeline_microbatches=4 \
     pipeline_schedule=1f1b remat_policy=minimal_offloaded
+check "asan: rope_type=yarn, deepseek's interleaved pairs over context=2 (MLA's q from inside a row)" \
+    $BIN configs/deepseek-tiny.yml $A steps=2 rope_type=yarn original_max_position_embeddings=1024 \
+    max_position_embeddings=163840 ici_context_parallelism=2
 check "asan: pipeline under remat_policy=minimal, deepseek 3 stages, bf16" \
     $BIN configs/deepseek-tiny.yml $A steps=2 ici_pipeline_parallelism=3 remat_policy=minimal dtype=bfloat16
 # (the 16-bit weights' copy, SwiGLU's arrays, the logits, the saved norm outputs read in place)

@@ -85,6 +85,9 @@ def model_options(rng):
                           ("float32_qk_product", "true", 0.15), ("reduce_leaf_tokens", "16", 0.15),
                           ("tensor_reduce_chunks", "2", 0.15)):
         if rng.random() < p: o[key] = value
+    if rng.random() < 0.15:   # yarn's RoPE (its correction range inside the rotated dimensions)
+        o.update(rope_type="yarn", original_max_position_embeddings="1024", rope_factor="8",
+                 rope_interleave=rng.choice(["true", "false"]))
     if preset == "deepseek-tiny":
         if rng.random() < 0.2: o["q_lora_rank"] = "0"
         if rng.random() < 0.2: o.update(n_routing_groups="-1", topk_routing_group="-1")

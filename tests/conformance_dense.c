@@ -531,9 +531,69 @@ static void test_rope_case(int B, int S, int H, int stride, int Dr, int pos0, in
     dev_free(d_sn); dev_free(d_cs); dev_free(d_sn2); dev_free(d_cs2); dev_free(d_x);
 }
 
+// rope_type=yarn: the table of given frequencies (times a scale), and the interleaved
+// rotation +1 then -1 between separate arrays (x0 -> y -> z), against the loops below.
+static void test_rope_pairs_case(int B, int S, int H, int stride, int Dr, int pos0, float scale, int bf16) {
+    int half = Dr / 2;
+    size_t nt = (size_t)S * half, nx = (size_t)B * S * H * stride;
+    float *freq = rand_floats((size_t)half, 0.001f, 1.0f);
+    float *sn = malloc(sizeof(float) * nt), *cs = malloc(sizeof(float) * nt);
+    float *x0 = rand_floats(nx, -1, 1), *y = rand_floats(nx, -1, 1), *z = rand_floats(nx, -1, 1);
+    float *y0 = copy_of(y, sizeof(float) * nx), *z0 = copy_of(z, sizeof(float) * nx);   // (past Dr: kept)
+    if (ORACLE) {
+        ORACLE->rope->rope_table_freq(sn, cs, S, pos0, half, freq, scale);
+        ORACLE->rope->rope_rotate_pairs(y, x0, sn, cs, B, S, H, stride, Dr, +1, bf16);
+        ORACLE->rope->rope_rotate_pairs(z, y, sn, cs, B, S, H, stride, Dr, -1, 0);
+    } else {
+        for (int s = 0; s < S; s++)
+            for (int i = 0; i < half; i++) {
+                float th = (float)(pos0 + s) * freq[i];
+                sn[(size_t)s * half + i] = scale * sinf(th);
+                cs[(size_t)s * half + i] = scale * cosf(th);
+            }
+        for (size_t bsh = 0; bsh < (size_t)B * S * H; bsh++) {
+            int s = (int)(bsh / H % S);
+            const float *in = x0 + bsh * stride;
+            float *out = y + bsh * stride, *back = z + bsh * stride;
+            for (int i = 0; i < half; i++) {   // forward: pairs (2i, 2i+1) into the halves
+                float c = cs[(size_t)s * half + i], sg = sn[(size_t)s * half + i];
+                float o1 = in[2 * i] * c - in[2 * i + 1] * sg, o2 = in[2 * i + 1] * c + in[2 * i] * sg;
+                out[i] = bf16 ? bf16_round(o1) : o1;
+                out[half + i] = bf16 ? bf16_round(o2) : o2;
+            }
+            for (int i = 0; i < half; i++) {   // backward: the halves by -theta into the pairs
+                float c = cs[(size_t)s * half + i], sg = -sn[(size_t)s * half + i];
+                back[2 * i] = out[i] * c - out[half + i] * sg;
+                back[2 * i + 1] = out[half + i] * c + out[i] * sg;
+            }
+        }
+    }
+    char shape[112];
+    snprintf(shape, sizeof shape, "B=%d S=%d H=%d stride=%d Dr=%d pos0=%d scale=%g bf16=%d", B, S, H, stride, Dr, pos0,
+             scale, bf16);
+    float *d_freq = dev_copy(freq, sizeof(float) * half);
+    float *d_sn = dev_poisoned(sizeof(float) * nt), *d_cs = dev_poisoned(sizeof(float) * nt);
+    UNDER_TEST->rope->rope_table_freq(d_sn, d_cs, S, pos0, half, d_freq, scale);
+    float angle_abs = ORACLE ? 8 * (pos0 + S) * FLT_EPSILON : 0;   // the device's sinf, cosf (as above)
+    check_dev_floats("rope_table_freq sin", shape, sn, d_sn, nt, EXP_ULPS, angle_abs);
+    check_dev_floats("rope_table_freq cos", shape, cs, d_cs, nt, EXP_ULPS, angle_abs);
+    float *d_sn2 = dev_copy(sn, sizeof(float) * nt), *d_cs2 = dev_copy(cs, sizeof(float) * nt);
+    float *d_x = dev_copy(x0, sizeof(float) * nx), *d_y = dev_copy(y0, sizeof(float) * nx);
+    float *d_z = dev_copy(z0, sizeof(float) * nx);
+    UNDER_TEST->rope->rope_rotate_pairs(d_y, d_x, d_sn2, d_cs2, B, S, H, stride, Dr, +1, bf16);
+    check_dev_floats("rope_rotate_pairs +1", shape, y, d_y, nx, 0, 0);
+    UNDER_TEST->rope->rope_rotate_pairs(d_z, d_y, d_sn2, d_cs2, B, S, H, stride, Dr, -1, 0);
+    check_dev_floats("rope_rotate_pairs -1", shape, z, d_z, nx, 0, 0);
+    free(freq); free(sn); free(cs); free(x0); free(y); free(z); free(y0); free(z0);
+    dev_free(d_freq); dev_free(d_sn); dev_free(d_cs); dev_free(d_sn2); dev_free(d_cs2);
+    dev_free(d_x); dev_free(d_y); dev_free(d_z);
+}
+
 void test_rope(void) {
     test_rope_case(2, 7, 3, 10, 8, 5, 0);
     test_rope_case(1, 33, 2, 16, 16, 100, 1);
+    test_rope_pairs_case(2, 7, 3, 10, 8, 5, 1.0f, 0);     // entries 8, 9 of each head not rotated
+    test_rope_pairs_case(1, 33, 2, 16, 16, 100, 1.3f, 1);
 }
 
 // ---------------------------------------------------------------- embedding

@@ -70,6 +70,12 @@ both mx-offep mixtral-tiny remat_policy=minimal_offloaded ici_expert_parallelism
 both mx-muon mixtral-tiny opt_type=muon ici_tensor_parallelism=2 ici_expert_parallelism=2 num_devices=4
 both ds-muon deepseek-tiny opt_type=muon ici_data_parallelism=2 shard_optimizer_over_data=true \
     optimizer_memory_host_offload=true mu_dtype=bfloat16 num_devices=2
+# (rope_type=yarn: its frequencies uploaded and its table on the device; DeepSeek's interleaved
+# pairs rotated between two arrays, under context parallelism; Mixtral's over a pipeline)
+both ds-yarn deepseek-tiny rope_type=yarn original_max_position_embeddings=1024 max_position_embeddings=163840 \
+    ici_context_parallelism=2 num_devices=2
+both mx-yarn mixtral-tiny rope_type=yarn original_max_position_embeddings=1024 rope_factor=8 dtype=bfloat16 \
+    ici_pipeline_parallelism=2 remat_policy=minimal num_devices=2
 echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
     "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
@@ -95,7 +101,7 @@ both dsm       deepseek-medium gpu_matmul=cublas_bf16 gpu_attention=tensor_cores
     max_target_length=128 per_device_batch_size=1
 wait
 
-for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-muon; do
+for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-muon ds-yarn mx-yarn; do
     ok_run $name || continue
     check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then

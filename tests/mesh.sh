@@ -110,6 +110,18 @@ check "expert=2 fsdp=2: wi_0 [exp, embed_no_exp, mlp] -> (expert, fsdp, -), loca
 check "expert=2 fsdp=2: residual stream (8, 64, 128) -> (fsdp+expert, -, -), (2, 64, 128) per device" \
     grep -qF "(8, 64, 128) (fsdp+expert, -, -) (2, 64, 128)" <<<"$(row "residual stream x")"
 
+echo "== a device's share of the sum tree: a power of two of sequences, or a note"
+# 12 sequences over data=2: 6 a device, not a subtree of the 12's tree (8 + 4), said at
+# start-up; 8 over data=2 is silent. (The 12's losses do leave one device's here: at
+# learning_rate=0.0031, the second step's last bit.)
+C=configs/mixtral-tiny.yml
+$TRAIN $C $FAST steps=1 ici_data_parallelism=2 per_device_batch_size=6 > $T/six.out 2>&1
+check "6 sequences a device: the note names the block" grep -q "^note: a gradient block here holds 6 leaves (6 sequences x 1)" $T/six.out
+$TRAIN $C $FAST steps=1 ici_data_parallelism=2 per_device_batch_size=4 > $T/four.out 2>&1
+check "4 sequences a device: no note" bash -c "grep -q '^data:' $T/four.out && ! grep -q '^note: a gradient block' $T/four.out"
+$TRAIN $C $FAST steps=1 per_device_batch_size=12 > $T/one12.out 2>&1
+check "12 sequences on one device, nothing split: no note" bash -c "grep -q '^data:' $T/one12.out && ! grep -q '^note: a gradient block' $T/one12.out"
+
 echo "== impossible meshes and out-of-memory: one clear message"
 C=configs/mixtral-tiny.yml
 expect_error "axes do not multiply to num_devices" "multiply to 4 devices but num_devices is 8" \

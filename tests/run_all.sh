@@ -162,6 +162,7 @@ lane_b() {
     part "muon (opt_type=muon: bits across meshes, state bytes from shapes, refusals)" bash tests/muon.sh
     part "mu_dtype=bfloat16 (AdamW's bf16 first moment: bits across meshes, state bytes, resume)" bash tests/mu_dtype.sh
     part "remat_policy=save_qkv_proj, qkv_proj_offloaded" bash tests/qkvremat.sh
+    part "rope_type=yarn (bits across meshes, MLA's mscale, export and load_hf, refusals)" bash tests/yarn.sh
     part "scan_layers (scanned vs unrolled layers)" bash tests/scan.sh
     part "overlap_collectives (FSDP prefetch)" bash tests/overlap.sh
     part "sharding constraints and shard_mode" bash tests/specs.sh

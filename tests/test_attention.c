@@ -92,6 +92,7 @@ static void setup(Case *k, const char *name, int mla, int q_lora, int B, int S) 
         c->qk_rope_head_dim = 4;
         c->v_head_dim = 6;
         c->normalization_layer_epsilon = 1e-6f;
+        c->max_position_embeddings = c->original_max_position_embeddings;   // the scale without yarn's mscale
     }
     k->ld = local_dims(c, 1, 0);
     int N = c->base_num_query_heads, T = B * S;
@@ -286,15 +287,25 @@ static void ref_forward(const Case *k, double *out) {
 // ---------------------------------------------------------------------------------------
 // 1. RoPE
 
+// A config with RoPE's keys: the default frequencies, timescales 1 .. max_ts.
+static Config rope_config(float max_ts) {
+    Config c;
+    config_defaults(&c);
+    c.rope_min_timescale = 1.0f;
+    c.rope_max_timescale = max_ts;
+    return c;
+}
+
 static void test_rope(void) {
     printf("rope\n");
+    Config c4 = rope_config(10000.0f), c6 = rope_config(1e6f);
     enum { RB = 2, RS = 5, H = 3, STRIDE = 7, DR = 6 };   // entry 6 of each head is not rotated
     long n = (long)RB * RS * H * STRIDE;
     float *x = falloc(n), *y = falloc(n);
     uint64_t seed = 7;
     gc_fill(x, n, &seed, 1.0f);
     memcpy(y, x, sizeof(float) * n);
-    rope_forward(y, RB, RS, 0, H, STRIDE, DR, 1.0f, 10000.0f, 0);
+    rope_forward(&c4, y, RB, RS, 0, H, STRIDE, DR);
     double worst_norm = 0, worst_inv = 0;
     int untouched = 1;
     for (long hd = 0; hd < n / STRIDE; hd++) {
@@ -305,7 +316,7 @@ static void test_rope(void) {
         }
         untouched &= a[DR] == b[DR];
     }
-    rope_backward(y, RB, RS, 0, H, STRIDE, DR, 1.0f, 10000.0f, 0);
+    rope_backward(&c4, y, RB, RS, 0, H, STRIDE, DR);
     for (long i = 0; i < n; i++) worst_inv = fmax(worst_inv, fabs(y[i] - x[i]));
     printf("  pair norm rel change %.2e, backward(forward(x)) - x max %.2e\n", worst_norm, worst_inv);
     CHECK(worst_norm <= 1e-6, "rope changes a pair's norm by %.3e", worst_norm);
@@ -316,7 +327,7 @@ static void test_rope(void) {
     // By hand: Dr = 4, timescales 1 and 10000^(2/4) = 100; at position 1 the angles are 1
     // and 0.01. Position 0 is the identity.
     float h[2 * 4] = {1, 2, 3, 4, 1, 2, 3, 4};   // (B=1, S=2, H=1, 4)
-    rope_forward(h, 1, 2, 0, 1, 4, 4, 1.0f, 10000.0f, 0);
+    rope_forward(&c4, h, 1, 2, 0, 1, 4, 4);
     double want[4] = {1 * cos(1.0) - 3 * sin(1.0), 2 * cos(0.01) - 4 * sin(0.01),
                       3 * cos(1.0) + 1 * sin(1.0), 4 * cos(0.01) + 2 * sin(0.01)};
     CHECK(h[0] == 1 && h[1] == 2 && h[2] == 3 && h[3] == 4, "rope at position 0 is not the identity");
@@ -327,9 +338,53 @@ static void test_rope(void) {
     uint64_t s2 = 3;
     gc_fill(whole, 8 * 6, &s2, 1.0f);
     memcpy(part, whole + 5 * 6, sizeof part);
-    rope_forward(whole, 1, 8, 0, 1, 6, 6, 1.0f, 1e6f, 0);
-    rope_forward(part, 1, 3, 5, 1, 6, 6, 1.0f, 1e6f, 0);
+    rope_forward(&c6, whole, 1, 8, 0, 1, 6, 6);
+    rope_forward(&c6, part, 1, 3, 5, 1, 6, 6);
     CHECK(memcmp(part, whole + 5 * 6, sizeof part) == 0, "rope of positions 5.. differs from the whole sequence's");
+}
+
+// rope_type=yarn: the frequencies against the formula worked by hand, and the interleaved
+// rotation: pair (x[2i], x[2i+1]) lands in the halves, its backward puts it back.
+static void test_rope_yarn(void) {
+    printf("rope, yarn\n");
+    Config c = rope_config(10000.0f);
+    c.rope_type = ROPE_YARN;
+    c.original_max_position_embeddings = 1024;
+    c.rope_factor = 4.0f;
+    c.beta_fast = 32.0f;
+    c.beta_slow = 1.0f;
+    // Dr = 16, theta 10000: the correction range is 16 ln(1024 / (r 2 pi)) / (2 ln 10000)
+    // for r = 32 and 1, 1.41 and 4.42, rounded out to [1, 5]: dimension 0 and 1 keep their
+    // frequency, 5 and above are divided by 4, 2..4 are mixed with ramp (i - 1) / 4.
+    float f[8];
+    rope_yarn_freqs(&c, f, 16);
+    for (int i = 0; i < 8; i++) {
+        double base = pow(10000.0, -2.0 * i / 16), ramp = fmin(fmax((i - 1) / 4.0, 0.0), 1.0);
+        CHECK(fabs(f[i] - (base / 4 * ramp + base * (1 - ramp))) <= 1e-6 * base, "yarn frequency %d: %.9g", i, f[i]);
+    }
+    // The interleaved rotation at position 1: pair i = (x[2i], x[2i+1]) by the angle f[i],
+    // written to (out[i], out[4 + i]) of the 8 rotated entries; entry 8 not touched.
+    enum { STRIDE = 9, DR = 8 };
+    float x[2 * STRIDE], y[2 * STRIDE];   // (B=1, S=2, H=1, STRIDE)
+    uint64_t seed = 11;
+    gc_fill(x, 2 * STRIDE, &seed, 1.0f);
+    memcpy(y, x, sizeof x);
+    c.rope_interleave = 1;
+    rope_forward(&c, y, 1, 2, 0, 1, STRIDE, DR);
+    rope_yarn_freqs(&c, f, DR);
+    const float *x1 = x + STRIDE, *y1 = y + STRIDE;
+    for (int i = 0; i < DR / 2; i++) {
+        double a = x1[2 * i], b = x1[2 * i + 1], t = f[i];
+        CHECK(fabs(y1[i] - (a * cos(t) - b * sin(t))) <= 1e-6, "yarn interleaved rotation, pair %d, first", i);
+        CHECK(fabs(y1[DR / 2 + i] - (b * cos(t) + a * sin(t))) <= 1e-6, "yarn interleaved rotation, pair %d, second", i);
+        CHECK(y[i] == x[2 * i] && y[DR / 2 + i] == x[2 * i + 1], "yarn at position 0 moves pair %d unrotated", i);
+    }
+    CHECK(y1[DR] == x1[DR] && y[DR] == x[DR], "yarn touched an entry beyond Dr");
+    rope_backward(&c, y, 1, 2, 0, 1, STRIDE, DR);
+    double worst = 0;
+    for (int i = 0; i < 2 * STRIDE; i++) worst = fmax(worst, fabs(y[i] - x[i]));
+    printf("  backward(forward(x)) - x max %.2e (interleaved)\n", worst);
+    CHECK(worst <= 1e-6, "yarn rope_backward(rope_forward(x)) differs from x by %.3e", worst);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -590,6 +645,7 @@ int main(void) {
     device_init(&dev, 0, 0);
     mem_set_device(&dev);
     test_rope();
+    test_rope_yarn();
     test_case("gqa", 0, 0);
     test_case("mla q_lora=0", 1, 0);
     test_case("mla q_lora=6", 1, 6);

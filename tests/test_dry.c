@@ -62,8 +62,13 @@ static Result run_layers(const Backend *b) {
     matmul_forward(out, inp, w, T, C, OC, 0);
     matmul_backward(dinp, dw, dout, inp, w, T, C, OC, lv);
     gemm(1, 0, C, OC, T, 1.0f, inp, C, dout, OC, 0.0f, gc, OC);
-    rope_forward(rot, 1, T, 0, H, DR, DR, 1.0f, 10000.0f, 0);
-    rope_backward(drot, 1, T, 0, H, DR, DR, 1.0f, 10000.0f, 0);
+    Config rc;   // RoPE's keys: the default frequencies, then yarn's interleaved pairs
+    config_defaults(&rc);
+    rope_forward(&rc, rot, 1, T, 0, H, DR, DR);
+    rope_backward(&rc, drot, 1, T, 0, H, DR, DR);
+    rc.rope_type = ROPE_YARN;
+    rope_forward(&rc, rot, 1, T, 0, H, DR, DR);
+    rope_backward(&rc, drot, 1, T, 0, H, DR, DR);
     embedding_forward(emb, ids, table, T, C, V, 0);
     embedding_forward_onehot(emb1, ids, table, T, C, V, 0);
     embedding_backward(dtab, demb, ids, T, C, V, 0, lv);

@@ -28,6 +28,7 @@
 #include "data/safetensors.h"
 #include "base/memory.h"    // mem_upload: the routing biases onto the device
 #include "core/common.h"
+#include <math.h>
 #include <sys/stat.h>
 #include <errno.h>
 #include <unistd.h>
@@ -150,7 +151,7 @@ static int scale_is_exact(const Config *c) {   // sqrt(Dh) a power of two
 // ---------------------------------------------------------------------------------------
 // config.json: every key HF's config class reads that this model fixes. Values are JSON text.
 
-typedef struct { const char *key, *mm; char val[96]; } HfKey;   // HF key, meshmoe key(s), value
+typedef struct { const char *key, *mm; char val[512]; } HfKey;   // HF key, meshmoe key(s), value
 
 // The shortest decimal that reads back as the same float.
 static void fmt_float(char *buf, size_t cap, float x) {
@@ -165,6 +166,44 @@ static void refuse(const char *why, const char *key, const char *value) {
     die("this model has no Hugging Face counterpart: %s (%s=%s)", why, key, value);
 }
 
+// rope_parameters: the default frequencies, or yarn's with every number HF's yarn reads.
+// MLA's softmax scale grows by mscale^2 past the original context (model/mla.c); HF's
+// DeepseekV3 does so from yarn's mscale_all_dim only, so without yarn that is refused.
+// HF applies attention_factor to sin and cos: given here (1, or rope_attention_scaling's).
+static int hf_rope(const Config *c, HfKey *k) {
+    char theta[24], factor[24], fast[24], slow[24], att[24], ms[24];   // (fmt_float: 17 characters at most)
+    fmt_float(theta, sizeof theta, c->rope_max_timescale);
+    k->key = "rope_parameters";
+    int extended = cfg_is_mla(c) && c->max_position_embeddings > c->original_max_position_embeddings && c->mscale != 0;
+    if (c->rope_type != ROPE_YARN) {
+        if (extended)
+            refuse("past original_max_position_embeddings MLA's scale takes yarn's mscale^2, which HF's DeepseekV3 "
+                   "applies under yarn only (set max_position_embeddings <= original_max_position_embeddings, or "
+                   "rope_type=yarn)", "rope_type", "default");
+        k->mm = "rope_max_timescale";
+        snprintf(k->val, sizeof k->val, "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta);
+        return 1;
+    }
+    if (extended && c->rope_factor <= 1)
+        refuse("HF's mscale is 1 for a factor of 1 or less, where MLA's scale here still takes 0.1 mscale ln(factor) + 1",
+               "rope_factor", "<= 1");
+    fmt_float(factor, sizeof factor, c->rope_factor);
+    fmt_float(fast, sizeof fast, c->beta_fast);
+    fmt_float(slow, sizeof slow, c->beta_slow);
+    fmt_float(att, sizeof att, c->rope_attention_scaling && c->rope_factor > 1
+                                   ? (float)(0.1 * log(c->rope_factor) + 1.0) : 1.0f);
+    fmt_float(ms, sizeof ms, extended ? c->mscale : 0.0f);
+    k->mm = "rope_type=yarn: rope_max_timescale, rope_factor, original_max_position_embeddings, beta_fast, beta_slow, "
+            "rope_truncate, rope_attention_scaling, mscale";
+    snprintf(k->val, sizeof k->val,
+             "{\"rope_type\": \"yarn\", \"rope_theta\": %s, \"factor\": %s, \"original_max_position_embeddings\": %d, "
+             "\"beta_fast\": %s, \"beta_slow\": %s, \"truncate\": %s, \"attention_factor\": %s, \"mscale\": %s, "
+             "\"mscale_all_dim\": %s}",
+             theta, factor, c->original_max_position_embeddings, fast, slow, c->rope_truncate ? "true" : "false", att,
+             ms, ms);
+    return 1;
+}
+
 static int hf_config(const Config *c, HfKey *k) {
     int n = 0;
     char f[48];
@@ -172,7 +211,9 @@ static int hf_config(const Config *c, HfKey *k) {
 #define PUTF(name, mmkey, x) do { fmt_float(f, sizeof f, x); PUT(name, mmkey, "%s", f); } while (0)
     char v[48];
     fmt_float(v, sizeof v, c->rope_min_timescale);
-    if (c->rope_min_timescale != 1.0f) refuse("HF's RoPE has no minimum timescale (it is 1)", "rope_min_timescale", v);
+    int yarn = c->rope_type == ROPE_YARN;
+    if (!yarn && c->rope_min_timescale != 1.0f)
+        refuse("HF's RoPE has no minimum timescale (it is 1)", "rope_min_timescale", v);
     if (cfg_is_deepseek(c)) {
         if (!cfg_is_mla(c)) refuse("DeepseekV3 uses MLA", "attention_type", attention_type_name(c->attention_type));
         if (!cfg_sigmoid_router(c))
@@ -201,7 +242,8 @@ static int hf_config(const Config *c, HfKey *k) {
         PUT("topk_group", "topk_routing_group", "%d", c->n_routing_groups > 0 ? c->topk_routing_group : 1);
         PUT("first_k_dense_replace", "first_num_dense_layers", "%d", c->first_num_dense_layers);
         PUT("norm_topk_prob", "sigmoid weights are normalised", "true");
-        PUT("rope_interleave", "meshmoe's RoPE is half-split", "false");   // rotate_half, model/rope.c
+        PUT("rope_interleave", "rope_interleave (yarn's; half-split otherwise)", "%s",
+            yarn && c->rope_interleave ? "true" : "false");
         PUT("attention_bias", "meshmoe has no attention bias", "false");
     } else {
         if (cfg_is_mla(c))
@@ -218,6 +260,8 @@ static int hf_config(const Config *c, HfKey *k) {
         PUT("intermediate_size", "base_mlp_dim", "%d", cfg_expert_dim(c));
         PUT("num_key_value_heads", "base_num_kv_heads", "%d", c->base_num_kv_heads);
         PUT("head_dim", "head_dim", "%d", c->head_dim);
+        if (yarn && c->rope_interleave)
+            refuse("HF's Mixtral rotates half-split pairs only", "rope_interleave", "true");
         PUT("num_local_experts", "num_experts", "%d", c->num_experts);
         PUT("sliding_window", "meshmoe has no sliding window", "null");
         PUT("router_jitter_noise", "meshmoe has no router jitter", "0.0");
@@ -228,10 +272,9 @@ static int hf_config(const Config *c, HfKey *k) {
     PUT("num_attention_heads", "base_num_query_heads", "%d", c->base_num_query_heads);
     PUT("num_experts_per_tok", "num_experts_per_tok", "%d", c->num_experts_per_tok);
     PUT("hidden_act", "meshmoe's FFNs are SwiGLU", "\"silu\"");
-    PUT("max_position_embeddings", "max_target_length", "%d", c->max_target_length);
+    PUT("max_position_embeddings", "max_position_embeddings", "%d", c->max_position_embeddings);
     PUTF("rms_norm_eps", "normalization_layer_epsilon", c->normalization_layer_epsilon);
-    fmt_float(f, sizeof f, c->rope_max_timescale);
-    PUT("rope_parameters", "rope_max_timescale", "{\"rope_type\": \"default\", \"rope_theta\": %s}", f);
+    n += hf_rope(c, k + n);
     PUT("tie_word_embeddings", "meshmoe's head is untied", "false");
     PUT("attention_dropout", "meshmoe has no dropout", "0.0");
     PUT("dtype", "float32 weights", "\"float32\"");
@@ -508,7 +551,7 @@ static void check_config(const Config *c, const char *dir) {
     HfKey keys[64];
     int n = hf_config(c, keys);
     for (int i = 0; i < n; i++) {
-        char got[256];
+        char got[512];
         // The context length and the dtype the weights are used at are the run's own choice.
         if (!strcmp(keys[i].key, "max_position_embeddings") || !strcmp(keys[i].key, "dtype")) continue;
         if (!json_member(text, keys[i].key, got, sizeof got))

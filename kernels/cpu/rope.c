@@ -51,4 +51,35 @@ static void rope_rotate(float *x, const float *sn, const float *cs, int B, int S
         }
 }
 
-const RopeKernels rope_cpu = {rope_table, rope_rotate};
+static void rope_table_freq(float *sn, float *cs, int S, int pos0, int half, const float *freq, float scale) {
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < half; i++) {
+            float theta = (float)(pos0 + s) * freq[i];
+            sn[(size_t)s * half + i] = scale * sinf(theta);
+            cs[(size_t)s * half + i] = scale * cosf(theta);
+        }
+}
+
+// Pair i of a head: read from (2i, 2i+1) and written to (i, half + i) going forward, the
+// other way back. One head row (b, s, h) at a time, rows in parallel.
+static void rope_rotate_pairs(float *dst, const float *src, const float *sn, const float *cs, int B, int S, int H,
+                              int stride, int Dr, int dir, int bf16) {
+    int half = Dr / 2, pairs = dir > 0;
+    long rows = (long)B * S * H;
+    #pragma omp parallel for if (rows * Dr > 65536)
+    for (long row = 0; row < rows; row++) {
+        size_t t0 = (size_t)(row / H % S) * half;   // this position's angles
+        const float *in = src + (size_t)row * stride;
+        float *out = dst + (size_t)row * stride;
+        for (int i = 0; i < half; i++) {
+            float c = cs[t0 + i], sg = dir > 0 ? sn[t0 + i] : -sn[t0 + i];
+            float a = in[pairs ? 2 * i : i], bb = in[pairs ? 2 * i + 1 : half + i];
+            float o1 = a * c - bb * sg, o2 = bb * c + a * sg;
+            if (bf16 && dir > 0) { o1 = bf16_round(o1); o2 = bf16_round(o2); }   // cast point 6
+            out[pairs ? i : 2 * i] = o1;
+            out[pairs ? half + i : 2 * i + 1] = o2;
+        }
+    }
+}
+
+const RopeKernels rope_cpu = {rope_table, rope_rotate, rope_table_freq, rope_rotate_pairs};

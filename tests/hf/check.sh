@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/hf/check.sh: what `make hf-check` runs. For both tiny presets: train 3 steps
+# tests/hf/check.sh: what `make hf-check` runs. For both tiny presets, with the default RoPE
+# and with yarn's: train 3 steps
 # (DeepSeek with routed_bias_update_rate=0.05, so the routing biases are far from 0), export
 # with ./train export-hf, dump meshmoe's own logits and expert choices on one batch from the
 # same checkpoint (dump_parity, parity_steps=1), and let tests/hf/check.py run the export in
@@ -16,18 +17,24 @@ TRAIN=${TRAIN:-./train}
 T=$(mktemp -d /tmp/meshmoe-hfcheck.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 per_device_batch_size=2 log_period=100"
-for preset in mixtral-tiny deepseek-tiny; do
-    echo "== $preset"
+# rope_type=yarn as DeepSeek-V3 has it (config.json's rope_parameters; MLA's softmax scale
+# times mscale^2, the pairs interleaved) and half-split on Mixtral.
+YARN="rope_type=yarn original_max_position_embeddings=1024 rope_factor=8"
+for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
+    preset=${run%%:*}
+    echo "== $run"
     C=configs/$preset.yml
     extra=""; [ $preset = deepseek-tiny ] && extra="routed_bias_update_rate=0.05"
+    [ $run = mixtral-tiny:yarn ] && extra="$YARN rope_interleave=false"
+    [ $run = deepseek-tiny:yarn ] && extra="$extra $YARN max_position_embeddings=163840"
     if ! { $TRAIN $C $FAST $extra save_checkpoint=$T/ck.safetensors && $TRAIN export-hf $T/ck.safetensors $T/hf &&
            $TRAIN $C $FAST $extra load_checkpoint=$T/ck.safetensors dump_parity=$T/d parity_steps=1; } > $T/run.out 2>&1; then
-        fail "$preset: $(tail -1 $T/run.out)"; continue
+        fail "$run: $(tail -1 $T/run.out)"; continue
     fi
     out=$("$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors 2>&1)
     printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
-    [ -n "$line" ] || { fail "$preset: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; continue; }
+    [ -n "$line" ] || { fail "$run: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; continue; }
     PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
     rm -rf $T/hf $T/d
 done

@@ -39,10 +39,12 @@ Cast points in bfloat16 mode (`dtype == "bfloat16"`; rb = round to bf16)
     `float32_gate_logits` (then kept float32, with Wg unrounded: see 1).
     "gate dtype rounding" gd(v) below means rb(v) unless float32_gate_logits, else v.
  6. RoPE: cos and sin computed in float32 then rb(); out = rb(x*cos + rotate_half(x)*sin)
-    (both products and the sum in float32, one rounding).
+    (both products and the sum in float32, one rounding). rope_type=yarn: sin and cos
+    stay float32 (MaxText's complex64 table); out = rb(the complex product's parts).
  7. MLA query scale: q = rb(concat(q_nope, q_rope) * rb(scale)), scale =
     (qk_nope_head_dim + qk_rope_head_dim)^-0.5 (the constant itself is rounded to bf16,
-    as JAX's weak typing does for bf16_array * python_float). Splits, concatenations and
+    as JAX's weak typing does for bf16_array * python_float); past the original context
+    the scale times yarn's mscale^2 (mla_scale). Splits, concatenations and
     the broadcast of k_rope are exact.
  8. Attention scores: s = q.k accumulated in float32; s = rb(s) unless
     `float32_qk_product`.
@@ -182,6 +184,68 @@ def rope(x, min_timescale, max_timescale, c):
     return c.rb(x * cos + rot * sin)
 
 
+def yarn_freqs(cfg, Dr):
+    """docs/model.md#yarn: MaxText's YarnRotaryEmbedding frequencies (rope_type=yarn).
+
+    The default 1 / theta^(2i/Dr) in float32; the correction range [low, high] of
+    dimensions from beta_fast and beta_slow rotations over original_max_position_embeddings
+    (Python floats, floor and ceil under rope_truncate, clamped to [0, Dr-1]); a frequency
+    below the range divided by rope_factor, above it kept, mixed linearly inside.
+    """
+    half, theta = Dr // 2, cfg["rope_max_timescale"]
+    orig = cfg["original_max_position_embeddings"]
+
+    def corr(rotations):
+        return Dr * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = corr(cfg["beta_fast"]), corr(cfg["beta_slow"])
+    if cfg["rope_truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, Dr - 1)
+    if low == high:
+        high += 0.001
+    i = jnp.arange(half, dtype=jnp.float32)
+    freqs = 1.0 / (theta ** (2.0 * i / Dr))
+    keep = 1 - jnp.clip((i - low) / (high - low), 0, 1)
+    return freqs / cfg["rope_factor"] * (1 - keep) + freqs * keep
+
+
+def rope_yarn(x, cfg, c):
+    """docs/model.md#yarn: x [B, S, H, Dr] rotated by the angles pos * freq (float32), as
+    complex numbers: pairs (x[2i], x[2i+1]) under rope_interleave, else the halves; the
+    output always the halves [real | imag]; times 0.1 ln(rope_factor) + 1 under
+    rope_attention_scaling. bf16: the output rounded once (no rounding of sin and cos).
+    """
+    S, Dr = x.shape[1], x.shape[-1]
+    half = Dr // 2
+    theta = jnp.outer(jnp.arange(S, dtype=jnp.float32), yarn_freqs(cfg, Dr))
+    cis = jnp.exp(1j * theta)[None, :, None, :]
+    a, b = (x[..., 0::2], x[..., 1::2]) if cfg["rope_interleave"] else (x[..., :half], x[..., half:])
+    z = (a + 1j * b) * cis
+    out = jnp.concatenate([jnp.real(z), jnp.imag(z)], axis=-1).astype(c.base)
+    if cfg["rope_attention_scaling"] and cfg["rope_factor"] > 1:
+        out = out * (0.1 * math.log(cfg["rope_factor"]) + 1.0)
+    return c.rb(out)
+
+
+def rope_cfg(x, cfg, c):
+    """The RoPE of the config: yarn's or the default one."""
+    if cfg.get("rope_type", "default") == "yarn":
+        return rope_yarn(x, cfg, c)
+    return rope(x, cfg["rope_min_timescale"], cfg["rope_max_timescale"], c)
+
+
+def mla_scale(cfg):
+    """docs/model.md#mla: (nope + rope)^-0.5, times mscale^2 past the original context
+    (max_position_embeddings > original_max_position_embeddings), mscale = 0.1 * mscale *
+    ln(rope_factor) + 1 (Python floats, as MaxText's attention_mla.py)."""
+    scale = (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]) ** -0.5
+    if cfg.get("max_position_embeddings", 0) > cfg.get("original_max_position_embeddings", 0):
+        m = 0.1 * cfg["mscale"] * math.log(cfg["rope_factor"]) + 1.0
+        scale = scale * m * m
+    return scale
+
+
 def causal_attention(q, k, v, c):
     """docs/model.md#gqa-attention: causal softmax attention, split as MaxText does it.
 
@@ -213,8 +277,8 @@ def gqa_attention(x, p, pre, cfg, c):
     q = mm("bsd,dnh->bsnh", x, p[pre + "query/kernel"], c)
     k = mm("bsd,dnh->bsnh", x, p[pre + "key/kernel"], c)
     v = mm("bsd,dnh->bsnh", x, p[pre + "value/kernel"], c)
-    q = rope(q, cfg["rope_min_timescale"], cfg["rope_max_timescale"], c)
-    k = rope(k, cfg["rope_min_timescale"], cfg["rope_max_timescale"], c)
+    q = rope_cfg(q, cfg, c)
+    k = rope_cfg(k, cfg, c)
     group = N // Nkv
     k = jnp.repeat(k, group, axis=2)  # head h -> kv head h // group
     v = jnp.repeat(v, group, axis=2)
@@ -232,7 +296,6 @@ def mla_attention(x, p, pre, cfg, c):
     """
     nope, rdim = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
     kv_rank, eps = cfg["kv_lora_rank"], cfg["normalization_layer_epsilon"]
-    mn, mx = cfg["rope_min_timescale"], cfg["rope_max_timescale"]
     if cfg["q_lora_rank"] > 0:
         low = mm("bsd,dr->bsr", x, p[pre + "wq_a/kernel"], c)
         low = rms_norm(low, p[pre + "q_norm/scale"], eps, c)
@@ -240,8 +303,8 @@ def mla_attention(x, p, pre, cfg, c):
     else:
         q = mm("bsd,dnh->bsnh", x, p[pre + "query/kernel"], c)
     q_nope, q_rope = q[..., :nope], q[..., nope:]
-    q_rope = rope(q_rope, mn, mx, c)
-    scale = (nope + rdim) ** -0.5
+    q_rope = rope_cfg(q_rope, cfg, c)
+    scale = mla_scale(cfg)
     q = c.rb(jnp.concatenate([q_nope, q_rope], axis=-1) * c.rb(jnp.asarray(scale, c.base)))  # cast point 7
 
     ckv = mm("bsd,dr->bsr", x, p[pre + "wkv_a/kernel"], c)
@@ -249,7 +312,7 @@ def mla_attention(x, p, pre, cfg, c):
     latent = rms_norm(latent, p[pre + "kv_norm/scale"], eps, c)
     kv = mm("bsr,rnh->bsnh", latent, p[pre + "wkv_b/kernel"], c)
     k_nope, v = kv[..., :nope], kv[..., nope:]
-    k_rope = rope(k_rope[:, :, None, :], mn, mx, c)  # one head: [B, S, 1, rope]
+    k_rope = rope_cfg(k_rope[:, :, None, :], cfg, c)  # one head: [B, S, 1, rope]
     k_rope = jnp.broadcast_to(k_rope, k_nope.shape[:3] + (rdim,))
     k = jnp.concatenate([k_nope, k_rope], axis=-1)
     o = causal_attention(q, k, v, c)

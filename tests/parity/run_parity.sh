@@ -276,6 +276,16 @@ run_case mixtral-mu16  "$MIXTRAL"  sparse_matmul=true mu_dtype=bfloat16
 # here, so that an update without it would leave JAX's losses by far more than the bounds.
 run_case mixtral-epsroot "$MIXTRAL" sparse_matmul=true adam_eps_root=1e-5
 run_case deepseek-mu16 "$DEEPSEEK" sparse_matmul=true mu_dtype=bfloat16
+# rope_type=yarn (MaxText's YarnRotaryEmbedding, DeepSeek-V3's), its correction range inside
+# the rotated dimensions (an original context of 1024 positions: mixtral's dimensions 2-5
+# of 16 mixed, deepseek's 3-4 of 8): half-split and interleaved pairs, the rotated output
+# scaled (rope_attention_scaling), and MLA's softmax scale times mscale^2 (the default
+# 163840 positions past the original 1024), in float32 and bf16.
+YARN=(rope_type=yarn original_max_position_embeddings=1024)
+run_case mixtral-yarn    "$MIXTRAL"  sparse_matmul=true "${YARN[@]}" rope_factor=4 rope_interleave=false
+run_case mixtral-yarn-il "$MIXTRAL"  sparse_matmul=true "${YARN[@]}" rope_factor=8 rope_attention_scaling=true
+run_case deepseek-yarn   "$DEEPSEEK" sparse_matmul=true "${YARN[@]}" max_position_embeddings=163840
+run_case deepseek-yarn-bf16 "$DEEPSEEK" "${BF16[@]}" "${YARN[@]}" max_position_embeddings=163840 mscale=0.707
 run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
 run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
 wait
