@@ -464,9 +464,6 @@ static void validate_training(const Config *c) {
     // attention kernels and context parallelism
     if (c->attn_block_q < 1 || c->attn_block_kv < 1)
         die("attn_block_q and attn_block_kv must be >= 1, got %d and %d", c->attn_block_q, c->attn_block_kv);
-    if (c->context_parallel_strategy == CP_RING && c->attention == ATTENTION_FLASH)
-        die("context_parallel_strategy=ring with attention=flash is not supported: the ring already runs attention "
-            "block by block (one K/V block per ring step, merged by log-sum-exp); use attention=dot_product with ring");
 }
 
 void config_validate(const Config *c) {

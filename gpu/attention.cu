@@ -72,11 +72,12 @@ __device__ static void finish_row(float *oi, float l, const Geom &G) {
     }
 }
 
-// One thread per query row (b, h, i). bq, bkv > 0: flash's key blocks (each row merges the
-// blocks its query block reaches, in order); bq = 0: all keys in one merge (dot product).
-// begin: start from the empty state; end: divide by l. A ring block neither begins nor ends.
+// One thread per query row (b, h, i). bkv > 0: flash's key blocks (the row merges the keys
+// it sees bkv at a time, in order, from the first key of k); bkv = 0: all its keys in one
+// merge (dot product). begin: start from the empty state; end: divide by l. A ring block
+// neither begins nor ends.
 __global__ static void forward_kernel(float *o, float *stats, const float *q, const float *k, const float *v, Geom G,
-                                      int bq, int bkv, int begin, int end) {
+                                      int bkv, int begin, int end) {
     size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (id >= (size_t)G.B * G.N * G.S) return;
     int i = (int)(id % G.S), h = (int)(id / G.S % G.N), b = (int)(id / G.S / G.N), g = h / (G.N / G.Nkv);
@@ -87,17 +88,9 @@ __global__ static void forward_kernel(float *o, float *stats, const float *q, co
         st[0] = ATTN_MASK_VALUE;
         st[1] = 0.0f;
     }
-    if (bq <= 0) {
-        merge_keys_row(oi, st, q + row * G.Dqk, k, v, G, b, i, g, 0, keys_scanned(G, i));
-    } else {   // the key blocks of query block [i0, i1), cut at this row's position
-        int i0 = i / bq * bq, i1 = i0 + bq < G.S ? i0 + bq : G.S;
-        int kend = G.mask ? G.q0 + G.S : G.q0 + i1;
-        for (int j0 = 0; j0 < kend; j0 += bkv) {
-            int j1 = j0 + bkv < kend ? j0 + bkv : kend;
-            int jn = G.mask ? j1 : (j1 < G.q0 + i + 1 ? j1 : G.q0 + i + 1);
-            if (jn > j0) merge_keys_row(oi, st, q + row * G.Dqk, k, v, G, b, i, g, j0, jn);
-        }
-    }
+    int nj = keys_scanned(G, i), span = bkv > 0 ? bkv : nj;
+    for (int j0 = 0; j0 < nj; j0 += span)
+        merge_keys_row(oi, st, q + row * G.Dqk, k, v, G, b, i, g, j0, j0 + span < nj ? j0 + span : nj);
     if (end) finish_row(oi, st[1], G);
 }
 
@@ -191,14 +184,13 @@ static Geom geom(int B, int S, int q0, int k0, int N, int Nkv, int Dqk, int Dv, 
 }
 static unsigned grid(size_t n) { return blocks_for(n, GPU_THREADS); }
 
-static void forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int bq, int bkv,
+static void forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int bkv,
                     int begin, int end) {
     size_t rows = (size_t)G.B * G.N * G.S;
     if (rows == 0) return;
     if (attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES && attn_mma_forward(o, stats, q, k, v, G, begin, end)) return;
-    if (attention_kind != GPU_ATTENTION_KIND_ROWS && attn_tiles_forward(o, stats, q, k, v, G, bq > 0 ? bkv : 0, begin, end))
-        return;
-    GPU_LAUNCH(forward_kernel, grid(rows), GPU_THREADS, 0)(o, stats, q, k, v, G, bq, bkv, begin, end);
+    if (attention_kind != GPU_ATTENTION_KIND_ROWS && attn_tiles_forward(o, stats, q, k, v, G, bkv, begin, end)) return;
+    GPU_LAUNCH(forward_kernel, grid(rows), GPU_THREADS, 0)(o, stats, q, k, v, G, bkv, begin, end);
     GPU_CHECK_LAUNCH();
 }
 
@@ -233,7 +225,7 @@ static void dot_forward(float *o, float *stats, float *rows, const float *q, con
                         const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
                         AttnRounding rnd) {
     (void)rows;
-    forward(o, stats, q, k, v, geom(B, S, q0, 0, N, Nkv, Dqk, Dv, q0 + S, rnd, mask), 0, 0, 1, 1);
+    forward(o, stats, q, k, v, geom(B, S, q0, 0, N, Nkv, Dqk, Dv, q0 + S, rnd, mask), 0, 1, 1);
 }
 
 // dq rows r0 .. r1-1 written; dk, dv += their share.
@@ -243,12 +235,13 @@ static void dot_backward_rows(float *dq, float *dk, float *dv, const float *dout
     backward(dq, dk, dv, dout, q, k, v, o, stats, geom(B, S, q0, 0, N, Nkv, Dqk, Dv, q0 + S, rnd, mask), r0, r1, 1);
 }
 
-// As dot_forward, key block by key block (blocks: unused).
+// As dot_forward, key block by key block (blocks: unused; the query blocks of bq rows do not
+// change a row's key blocks).
 static void flash_forward(float *o, float *stats, float *blocks, const float *q, const float *k, const float *v,
                           const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
                           AttnRounding rnd, int bq, int bkv) {
-    (void)blocks;
-    forward(o, stats, q, k, v, geom(B, S, q0, 0, N, Nkv, Dqk, Dv, q0 + S, rnd, mask), bq, bkv, 1, 1);
+    (void)blocks; (void)bq;
+    forward(o, stats, q, k, v, geom(B, S, q0, 0, N, Nkv, Dqk, Dv, q0 + S, rnd, mask), bkv, 1, 1);
 }
 
 // The same sums in the same order as dot_backward_rows, whatever the blocks (Dblk: unused).
@@ -268,12 +261,13 @@ static void ring_begin(float *stats, int B, int S, int N) {
     GPU_CHECK_LAUNCH();
 }
 
-// The block kb, vb at positions k0 .. k0+S-1 merged into the running state (rows: unused).
+// The block kb, vb at positions k0 .. k0+S-1 merged into the running state, bkv keys at a
+// time when bkv > 0 (rows: unused).
 static void ring_block_forward(float *o, float *stats, float *rows, const float *q, const float *kb, const float *vb,
                                const unsigned char *mask, int B, int S, int q0, int k0, int N, int Nkv, int Dqk,
-                               int Dv, AttnRounding rnd) {
+                               int Dv, AttnRounding rnd, int bkv) {
     (void)rows;
-    forward(o, stats, q, kb, vb, geom(B, S, q0, k0, N, Nkv, Dqk, Dv, S, rnd, mask), 0, 0, 0, 0);
+    forward(o, stats, q, kb, vb, geom(B, S, q0, k0, N, Nkv, Dqk, Dv, S, rnd, mask), bkv, 0, 0);
 }
 
 // o = acc / l.

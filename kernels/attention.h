@@ -59,11 +59,13 @@ typedef struct AttentionKernels {
     // block, stats (B,N,S,2) = (mask value, 0) per row (the accumulator o is zeroed by the layer).
     void (*ring_begin)(float *stats, int B, int S, int N);
     // Merge the block kb (B,S,Nkv,Dqk), vb (B,S,Nkv,Dv) at positions k0 .. k0+S-1 into the
-    // running state: acc in o (B,S,N,Dv), (m, l) in stats, by the log-sum-exp rule.
-    // rows (B,N,S): scratch.
+    // running state: acc in o (B,S,N,Dv), (m, l) in stats, by the log-sum-exp rule. bkv = 0:
+    // the block's keys in one merge; bkv > 0 (attention=flash): in merges of bkv keys, in
+    // order, the block's first key starting the first (so with S a multiple of bkv, the
+    // blocks of flash_forward). rows (B,N,bkv > 0 ? min(bkv,S) : S): scratch.
     void (*ring_block_forward)(float *o, float *stats, float *rows, const float *q, const float *kb,
                                const float *vb, const unsigned char *mask, int B, int S, int q0, int k0, int N,
-                               int Nkv, int Dqk, int Dv, AttnRounding rnd);
+                               int Nkv, int Dqk, int Dv, AttnRounding rnd, int bkv);
     // o (B,S,N,Dv) = acc / l, rounded as dot_forward rounds its output.
     void (*ring_end)(float *o, const float *stats, int B, int S, int N, int Dv, AttnRounding rnd);
     // The block at k0: dq (B,S,N,Dqk) += its share, dkb (B,S,Nkv,Dqk), dvb (B,S,Nkv,Dv) += this

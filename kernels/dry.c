@@ -69,7 +69,7 @@ static void flash_backward_rows(float *dq, float *dk, float *dv, float *Dblk, co
 static void ring_begin(float *stats, int B, int S, int N) {}
 static void ring_block_forward(float *o, float *stats, float *rows, const float *q, const float *kb,
                                const float *vb, const unsigned char *mask, int B, int S, int q0, int k0, int N,
-                               int Nkv, int Dqk, int Dv, AttnRounding rnd) {}
+                               int Nkv, int Dqk, int Dv, AttnRounding rnd, int bkv) {}
 static void ring_end(float *o, const float *stats, int B, int S, int N, int Dv, AttnRounding rnd) {}
 static void ring_block_backward(float *dq, float *dkb, float *dvb, const float *dout, const float *q,
                                 const float *kb, const float *vb, const float *o, const float *stats,

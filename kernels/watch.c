@@ -329,9 +329,10 @@ static void ring_begin(float *stats, int B, int S, int N) {
 }
 static void ring_block_forward(float *o, float *stats, float *rows, const float *q, const float *kb, const float *vb,
                                const unsigned char *mask, int B, int S, int q0, int k0, int N, int Nkv, int Dqk,
-                               int Dv, AttnRounding rnd) {
+                               int Dv, AttnRounding rnd, int bkv) {
     WATCHED(FAMILY_ATTENTION,
-          INNER(attention)->ring_block_forward(o, stats, rows, q, kb, vb, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd),
+          INNER(attention)->ring_block_forward(o, stats, rows, q, kb, vb, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd,
+                                               bkv),
           FWD_FLOPS(visible(q0, k0, S, 0, S)), QO_FLOATS(S) + (double)B * S * N * Dv + KV_FLOATS(S));
 }
 static void ring_end(float *o, const float *stats, int B, int S, int N, int Dv, AttnRounding rnd) {

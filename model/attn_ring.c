@@ -16,17 +16,18 @@ static double pairs(int S, int q0, int k0) {
 }
 
 // The block kb (B,S,Nkv,Dqk), vb (B,S,Nkv,Dv) at positions k0.. into the running state of
-// every query row: acc in o (B,S,N,Dv), m and l in stats (B,N,S,2). rows: (B,N,S) scratch.
+// every query row: acc in o (B,S,N,Dv), m and l in stats (B,N,S,2), bkv keys at a time when
+// bkv > 0. rows: (B,N,span) scratch.
 static void block_forward(float *o, float *stats, float *rows, const float *q, const float *kb, const float *vb,
                           const unsigned char *mask, int B, int S, int q0, int k0, int N, int Nkv, int Dqk, int Dv,
-                          AttnRounding rnd) {
+                          AttnRounding rnd, int bkv) {
     mem_device()->flops += 2.0 * B * N * pairs(S, q0, k0) * (Dqk + Dv);
-    kern()->attention->ring_block_forward(o, stats, rows, q, kb, vb, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd);
+    kern()->attention->ring_block_forward(o, stats, rows, q, kb, vb, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd, bkv);
 }
 
 void attn_ring_forward(float *o, float *stats, const float *q, const float *k, const float *v,
                        const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
-                       AttnRounding rnd) {
+                       AttnRounding rnd, int bkv) {
     attn_check_heads(N, Nkv);
     int P = cp_size(), r = cp_rank();
     size_t nk = (size_t)B * S * Nkv * Dqk, nv = (size_t)B * S * Nkv * Dv;   // one block's floats
@@ -41,12 +42,14 @@ void attn_ring_forward(float *o, float *stats, const float *q, const float *k, c
         kbuf[x] = mem_floats(MEM_COMM, nk, "ring attention k block");   // (B,S,Nkv,Dqk)
         vbuf[x] = mem_floats(MEM_COMM, nv, "ring attention v block");   // (B,S,Nkv,Dv)
     }
-    float *rows = mem_floats(MEM_TEMP, (size_t)B * N * S, "ring attention score rows");   // (B,N,S)
+    // One range of scores per (sequence, head): the block's S keys, or flash's bkv of them.
+    int span = bkv > 0 && bkv < S ? bkv : S;
+    float *rows = mem_floats(MEM_TEMP, (size_t)B * N * span, "ring attention score rows");   // (B,N,span)
     const float *kc = k, *vc = v;   // the block in hand: this device's own first
     for (int t = 0; t < P; t++) {
         int p = (r - t + P) % P;   // whose block it is
         if (p <= r)   // causal: a later part's keys are all in the future
-            block_forward(o, stats, rows, q, kc, vc, mask, B, S, q0, p * S, N, Nkv, Dqk, Dv, rnd);
+            block_forward(o, stats, rows, q, kc, vc, mask, B, S, q0, p * S, N, Nkv, Dqk, Dv, rnd, bkv);
         if (t == P - 1) break;
         cp_ring_pass(kc, kbuf[t % nbuf], nk);
         cp_ring_pass(vc, vbuf[t % nbuf], nv);

@@ -28,6 +28,11 @@
 // kept (MaxText's load-balanced reordering of chunks is not done), so device P-1 computes
 // P blocks and device 0 one.
 //
+// attention=flash: within each block the keys are merged attn_block_kv at a time, as the
+// flash core merges its key blocks (in ring order: the own block first), and the score
+// scratch is (B,N,attn_block_kv) rather than a row of the block; the backward is the same
+// (flash's backward sums are the dot product's whatever the blocks).
+//
 // Numerics: the summation order of the softmax (running max, rescaled sums, blocks in ring
 // order r, r-1, .., 0) and of dQ, dK, dV differs from the all-gather path: equal within
 // float rounding, not bit for bit (tests/ring.sh states the tolerance). With one context
@@ -42,10 +47,11 @@ int attn_ring_on(const Config *c);
 
 // As attn_core_forward, but k (B,S,Nkv,Dqk) and v (B,S,Nkv,Dv) are this device's own
 // part only (positions q0..), the other parts arriving round the ring. o (B,S,N,Dv) and
-// stats (B,N,S,2) are written. mask: NULL or attn_causal_mask's (B,1,S,q0+S).
+// stats (B,N,S,2) are written. mask: NULL or attn_causal_mask's (B,1,S,q0+S). bkv: 0 (each
+// block in one merge) or flash's attn_block_kv.
 void attn_ring_forward(float *o, float *stats, const float *q, const float *k, const float *v,
                        const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv,
-                       AttnRounding rnd);
+                       AttnRounding rnd, int bkv);
 
 // As attn_core_backward, but k, v are this device's own part and dk (B,S,Nkv,Dqk), dv
 // (B,S,Nkv,Dv) receive the whole gradient of this device's own keys and values (every

@@ -130,10 +130,24 @@ static void attn_compare(const AttnShape *s, AttnRounding rnd, const unsigned ch
         EACH(K_->ring_begin(st[t_], B, S, N));
         for (int p = s->part; p >= 0; p--)
             EACH(K_->ring_block_forward(o[t_], st[t_], scratch, q, k + p * pk, v + p * pv, mask, B, S, q0, p * S, N,
-                                        Nkv, Dqk, Dv, rnd));
+                                        Nkv, Dqk, Dv, rnd, 0));
         EACH(K_->ring_end(o[t_], st[t_], B, S, N, Dv, rnd));
         SAME(o, nq * Dv, "ring_block_forward");
         SAME(st, nst, "ring_block_forward");
+        // attention=flash's ranges inside each block: of one key, dividing nothing, past the block
+        int spans[] = {1, 6, 1000};
+        for (size_t si = 0; si < sizeof spans / sizeof spans[0]; si++) {
+            char label[64];
+            snprintf(label, sizeof label, "ring_block_forward bkv=%d", spans[si]);
+            for (int t = 0; t < nw; t++) memset(o[t], 0, nq * Dv * sizeof(float));
+            EACH(K_->ring_begin(st[t_], B, S, N));
+            for (int p = s->part; p >= 0; p--)
+                EACH(K_->ring_block_forward(o[t_], st[t_], scratch, q, k + p * pk, v + p * pv, mask, B, S, q0, p * S,
+                                            N, Nkv, Dqk, Dv, rnd, spans[si]));
+            EACH(K_->ring_end(o[t_], st[t_], B, S, N, Dv, rnd));
+            SAME(o, nq * Dv, label);
+            SAME(st, nst, label);
+        }
         for (int p = s->part; p >= 0; p--)
             EACH(K_->ring_block_backward(dq[t_], dk[t_] + p * pk, dv[t_] + p * pv, dout, q, k + p * pk, v + p * pv,
                                          o[nw - 1], st[nw - 1], mask, B, S, q0, p * S, N, Nkv, Dqk, Dv, rnd));

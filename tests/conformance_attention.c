@@ -172,9 +172,10 @@ static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
 }
 
 // Two ring blocks (keys at 0 .. S-1, then the diagonal block S .. 2S-1) for queries at
-// positions S .. 2S-1: begin, merge both, end; then each block's backward. The oracle, or
+// positions S .. 2S-1: begin, merge both, end (each block in one merge, bkv = 0, or in
+// ranges of bkv keys as under attention=flash); then each block's backward. The oracle, or
 // (CPU build) the per-row definition against the tiles.
-static void test_ring(Shape A) {
+static void test_ring(Shape A, int bkv) {
     const AttentionKernels *want_k = ORACLE ? ORACLE->attention : &attention_cpu_plain, *u = UNDER_TEST->attention;
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
     float *q = rand_floats(nq * A.Dqk, -1, 1), *dout = rand_floats(nq * A.Dv, -1, 1);
@@ -195,13 +196,14 @@ static void test_ring(Shape A) {
         d_kb[blk] = dev_copy(kb[blk], sizeof(float) * nk * A.Dqk);
         d_vb[blk] = dev_copy(vb[blk], sizeof(float) * nk * A.Dv);
         want_k->ring_block_forward(o, stats, rows, q, kb[blk], vb[blk], NULL, A.B, A.S, q0, blk * A.S, A.N, A.Nkv,
-                                   A.Dqk, A.Dv, A.rnd);
+                                   A.Dqk, A.Dv, A.rnd, bkv);
         u->ring_block_forward(d_o, d_stats, d_rows, d_q, d_kb[blk], d_vb[blk], NULL, A.B, A.S, q0, blk * A.S, A.N,
-                              A.Nkv, A.Dqk, A.Dv, A.rnd);
+                              A.Nkv, A.Dqk, A.Dv, A.rnd, bkv);
     }
     want_k->ring_end(o, stats, A.B, A.S, A.N, A.Dv, A.rnd);
     u->ring_end(d_o, d_stats, A.B, A.S, A.N, A.Dv, A.rnd);
-    const char *shape = "two blocks of S=6, B=2 N=4 Nkv=2 Dqk=8 Dv=6";
+    char shape[80];
+    snprintf(shape, sizeof shape, "two blocks of S=6, B=2 N=4 Nkv=2 Dqk=8 Dv=6, bkv=%d", bkv);
     float vflip = fmaxf(prob_flip_tol(A.rnd, vb[0], nk * A.Dv), prob_flip_tol(A.rnd, vb[1], nk * A.Dv));
     check_dev_floats("ring_begin/block_forward/end o", shape, o, d_o, nq * A.Dv, bf16_tol(A.rnd.out, EXP_ULPS),
                      fmaxf(scale_tol(o, nq * A.Dv, ATTN_OUT_ULPS), vflip));
@@ -431,16 +433,19 @@ void test_attention(void) {
     A.rnd = all;
     test_attention_case(A, 0, 9, 3, 4);
     Shape R = {2, 6, 0, 4, 2, 8, 6, 1, none};
-    test_ring(R);
+    test_ring(R, 0);
+    test_ring(R, 4);   // ranges of 4 and 2 keys
     R.rnd = all;
-    test_ring(R);
+    test_ring(R, 0);
+    test_ring(R, 4);
     A.rnd = none;
     test_mask_and_fill(A);
 #ifdef MESHMOE_CONFORMANCE_GPU
     gpu_attention_use(GPU_ATTENTION_KIND_ROWS);   // the per-row kernels against the CPU as well
     test_attention_case(A, 2, 7, 4, 5);
     R.rnd = none;
-    test_ring(R);
+    test_ring(R, 0);
+    test_ring(R, 4);
     gpu_attention_use(GPU_ATTENTION_KIND_TILES);
     // the heads of the presets (mixtral-small's 64, the medium presets' 128, MLA's 192 and 128),
     // a ragged one with keys in two parts; flash blocks of a tile and of none

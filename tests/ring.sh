@@ -11,7 +11,9 @@
 #     (forward, its recompute under remat_policy=full, and in the backward K/V again and
 #     dK/dV home), the same total as the all-gathers and reduce-scatters they replace;
 #   - bf16 runs (looser tolerance), the materialised mask gives the ring's bits, a
-#     data x context mesh, and a bad value gives one clear message.
+#     data x context mesh, and a bad value gives one clear message;
+#   - attention=flash in the ring: a key block as wide as the ring's block gives the ring's
+#     bits, narrower ones agree with flash over the gathered keys within the tolerance.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -80,6 +82,18 @@ check "one device: ring is off, the same bits $(bits ring_1)" test "$(bits ring_
 
 expect_error "bad strategy" "context_parallel_strategy must be 'all_gather' or 'ring'" \
     $TRAIN configs/mixtral-tiny.yml context_parallel_strategy=ulysses steps=1
-expect_error "ring with attention=flash" "context_parallel_strategy=ring with attention=flash is not supported" \
-    $TRAIN configs/mixtral-tiny.yml ici_context_parallelism=2 context_parallel_strategy=ring attention=flash steps=1
+
+echo "== attention=flash inside the ring: each block's keys merged attn_block_kv at a time"
+# attn_block_kv = 64 >= a block's 16 keys: one merge per block, the ring's bits.
+run ringfl_64 mixtral-tiny ici_context_parallelism=2 context_parallel_strategy=ring attention=flash attn_block_kv=64
+check "attn_block_kv=64 over blocks of 16 keys: ring's bits $(bits ring_mixtral-tiny_2)" \
+    test "$(bits ringfl_64)" = "$(bits ring_mixtral-tiny_2)"
+# attn_block_kv = 4: four merges per block, against flash over the all-gathered keys.
+for preset in mixtral-tiny deepseek-tiny; do
+    run agfl_$preset $preset ici_context_parallelism=4 attention=flash attn_block_kv=4 attn_block_q=4
+    run ringfl_$preset $preset ici_context_parallelism=4 context_parallel_strategy=ring attention=flash \
+        attn_block_kv=4 attn_block_q=4
+    check "$preset context=4, attn_block_kv=4: ring within 1e-5 / 1e-4 of all_gather (both flash)" \
+        within ringfl_$preset agfl_$preset 1e-5 1e-4
+done
 summary

@@ -338,19 +338,22 @@ static void ring_begin(float *stats, int B, int S, int N) {
     }
 }
 
+// Each row merges the keys it sees in one range (bkv = 0) or in ranges of bkv keys.
 static void ring_block_forward(float *o, float *stats, float *rows, const float *q, const float *kb,
                                const float *vb, const unsigned char *mask, int B, int S, int q0, int k0, int N,
-                               int Nkv, int Dqk, int Dv, AttnRounding rnd) {
-    int group = N / Nkv;
+                               int Nkv, int Dqk, int Dv, AttnRounding rnd, int bkv) {
+    int group = N / Nkv, span = bkv > 0 ? imin(bkv, S) : S;
     #pragma omp parallel for collapse(2) schedule(static) if ((double)B * N * S * S * (Dqk + Dv) > 1e5)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < N; h++) {
             int g = h / group;
-            float *e = rows + ((size_t)b * N + h) * S;   // (S) this block's scores, then exp(s - m')
+            float *e = rows + ((size_t)b * N + h) * span;   // (span) a range's scores, then exp(s - m')
             for (int i = 0; i < S; i++) {
                 size_t row = ((size_t)b * S + i) * N + h;
-                merge_keys_row(o + row * Dv, stats + (((size_t)b * N + h) * S + i) * 2, e, q + row * Dqk, kb, vb,
-                               mask, b, i, 0, keys_scanned(mask, i, q0, k0, S), B, S, q0, k0, Nkv, g, Dqk, Dv, rnd);
+                int nj = keys_scanned(mask, i, q0, k0, S);
+                for (int j0 = 0; j0 < nj; j0 += span)
+                    merge_keys_row(o + row * Dv, stats + (((size_t)b * N + h) * S + i) * 2, e, q + row * Dqk, kb, vb,
+                                   mask, b, i, j0, imin(j0 + span, nj), B, S, q0, k0, Nkv, g, Dqk, Dv, rnd);
             }
         }
 }
@@ -500,9 +503,10 @@ static void flash_backward_tiles(float *dq, float *dk, float *dv, float *Dblk, c
 
 static void ring_block_forward_tiles(float *o, float *stats, float *rows, const float *q, const float *kb,
                                      const float *vb, const unsigned char *mask, int B, int S, int q0, int k0,
-                                     int N, int Nkv, int Dqk, int Dv, AttnRounding rnd) {
-    if (mask || !tiles_fit(Dqk, Dv) || S > TILE_MAX_KEYS) {
-        ring_block_forward(o, stats, rows, q, kb, vb, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd);
+                                     int N, int Nkv, int Dqk, int Dv, AttnRounding rnd, int bkv) {
+    int span = bkv > 0 ? imin(bkv, S) : S;
+    if (mask || !tiles_fit(Dqk, Dv) || span > TILE_MAX_KEYS) {
+        ring_block_forward(o, stats, rows, q, kb, vb, mask, B, S, q0, k0, N, Nkv, Dqk, Dv, rnd, bkv);
         return;
     }
     AttnGeom G = {B, S, q0, k0, N, Nkv, Dqk, Dv};
@@ -510,7 +514,9 @@ static void ring_block_forward_tiles(float *o, float *stats, float *rows, const 
     for (int b = 0; b < B; b++)
         for (int h = 0; h < N; h++)
             for (int i0 = 0; i0 < S; i0 += TILE_ROWS)
-                tile_merge_keys(o, stats, q, kb, vb, G, b, h, i0, imin(TILE_ROWS, S - i0), 0, S, rnd);
+                for (int j0 = 0; j0 < S; j0 += span)   // (a range past every row's keys does nothing)
+                    tile_merge_keys(o, stats, q, kb, vb, G, b, h, i0, imin(TILE_ROWS, S - i0), j0,
+                                    imin(j0 + span, S), rnd);
 }
 
 static void ring_block_backward_tiles(float *dq, float *dkb, float *dvb, const float *dout, const float *q,
