@@ -330,7 +330,8 @@ static void model_start(DeviceRun *d, Run *run, int dev_id) {
     // The head's tiles against the batches it will see (a pipeline's microbatches of the
     // training batch; the eval batch), before a checkpoint's load and the first step.
     vocab_tiling_check(&d->c, d->B / pipeline_microbatches(&d->c), d->Sl);
-    if (d->c.eval_per_device_batch_size > 0) vocab_tiling_check(&d->c, eval_batch(d), d->Sl);
+    if (d->c.eval_per_device_batch_size > 0)
+        vocab_tiling_check(&d->c, eval_batch(d) / pipeline_microbatches(&d->c), d->Sl);
     if (d->talk) print_start(d, init_peak, init_temp);
     load_weights(d);
 }
@@ -343,11 +344,15 @@ static int eval_batch(const DeviceRun *d) {
     const Mesh *mesh = d->run->mesh;
     if (c->eval_per_device_batch_size <= 0) return d->B;
     int Beg = c->eval_per_device_batch_size * mesh->ndev;
-    if (mesh->size[AX_STAGE] > 1) die("eval_per_device_batch_size is not supported with a pipeline (stage > 1)");
     if (Beg % d->m.shard.nbatch)
         die("eval_per_device_batch_size %d x %d devices = %d eval sequences do not split over the %d devices "
             "that share the batch", c->eval_per_device_batch_size, mesh->ndev, Beg, d->m.shard.nbatch);
-    return Beg / d->m.shard.nbatch;
+    int Be = Beg / d->m.shard.nbatch, M = pipeline_microbatches(c);   // a pipeline cuts the eval batch in M too
+    if (Be % M)
+        die("eval_per_device_batch_size %d x %d devices / %d devices sharing the batch = %d eval sequences per "
+            "pipeline, which do not split into num_pipeline_microbatches=%d", c->eval_per_device_batch_size,
+            mesh->ndev, d->m.shard.nbatch, Be, M);
+    return Be;
 }
 
 // What the loop needs: the batch buffers, the metrics file, the gathered figures.

@@ -6,7 +6,8 @@
 # (gpipe, 1f1b), both remat save-lists, and stage=2 combined with fsdp=2 (and ag_once), with
 # expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation; in bf16 mode too; and
 # remat policies other than full inside the pipeline, with their saved bytes; and context
-# parallelism inside the pipeline (against one device with the same context chunks).
+# parallelism inside the pipeline (against one device with the same context chunks); the
+# evaluation's loss, also with eval_per_device_batch_size.
 # Then the printed schedule, each stage's share of the weights, and the configurations
 # the pipeline refuses, each with one clear message.
 set -u
@@ -183,6 +184,27 @@ $TRAIN $C $EV per_device_batch_size=2 ici_context_parallelism=2 ici_pipeline_par
 e1=$(grep -o 'eval loss [0-9.]*' $T/ev1.out | tr '\n' ' '); e2=$(grep -o 'eval loss [0-9.]*' $T/ev2.out | tr '\n' ' ')
 echo "  eval: 1 device $e1| context=2 x stage=2 $e2"
 check "context=2 x stage=2: the evaluation's losses are one device's (to the 4 decimals printed)" [ -n "$e1" -a "$e1" = "$e2" ]
+# eval_per_device_batch_size inside the pipeline: the eval batch set apart from the training
+# batch (the same global eval batch as one device's) is cut in M microbatches too; its loss
+# is one device's, and its peak below the pipeline's eval of the whole training batch.
+EB="steps=2 sample_length=0 eval_steps=2 eval_interval=2 max_target_length=32 log_period=100"
+evals() { grep -o 'eval loss [0-9.]*' "$1" | tr '\n' ' '; }
+evalpeak() { sed -n 's/^eval peak \([0-9]*\) bytes.*/\1/p' "$1"; }
+$TRAIN $C $EB per_device_batch_size=8 eval_per_device_batch_size=4 > $T/eb1.out 2>&1
+$TRAIN $C $EB per_device_batch_size=2 ici_pipeline_parallelism=4 num_pipeline_microbatches=4 \
+    eval_per_device_batch_size=1 > $T/eb4.out 2>&1
+$TRAIN $C $EB per_device_batch_size=2 ici_pipeline_parallelism=4 num_pipeline_microbatches=4 > $T/ebw.out 2>&1
+echo "  eval batch 4: 1 device $(evals $T/eb1.out)| stage=4 M=4 $(evals $T/eb4.out)"
+check "eval_per_device_batch_size=1, stage=4, M=4: the evaluation's losses are one device's" \
+    [ -n "$(evals $T/eb1.out)" -a "$(evals $T/eb1.out)" = "$(evals $T/eb4.out)" ]
+check "eval_per_device_batch_size=1, stage=4: eval peak $(evalpeak $T/ebw.out) -> $(evalpeak $T/eb4.out) bytes" \
+    [ -n "$(evalpeak $T/eb4.out)" -a "$(evalpeak $T/eb4.out)" -lt "$(evalpeak $T/ebw.out)" ]
+D=configs/deepseek-tiny.yml
+$TRAIN $D $EB per_device_batch_size=6 eval_per_device_batch_size=3 > $T/ed1.out 2>&1
+$TRAIN $D $EB per_device_batch_size=2 ici_pipeline_parallelism=3 eval_per_device_batch_size=1 > $T/ed3.out 2>&1
+echo "  deepseek eval batch 3: 1 device $(evals $T/ed1.out)| stage=3 M=3 $(evals $T/ed3.out)"
+check "deepseek eval_per_device_batch_size=1, stage=3: the evaluation's losses are one device's" \
+    [ -n "$(evals $T/ed1.out)" -a "$(evals $T/ed1.out)" = "$(evals $T/ed3.out)" ]
 
 echo "== the printed schedule and each stage's weights"
 C=configs/mixtral-tiny.yml
@@ -212,6 +234,8 @@ expect_error "DeepSeek's pipelined layers are its MoE layers" "the 3 pipelined l
     $TRAIN configs/deepseek-tiny.yml $FAST ici_pipeline_parallelism=2
 expect_error "batch into microbatches" "the 4 sequences each pipeline runs per step (per_device_batch_size 1 x 4 devices / 1 devices sharing the batch) do not split into num_pipeline_microbatches=8" \
     $TRAIN $C $FAST ici_pipeline_parallelism=4 per_device_batch_size=1 num_pipeline_microbatches=8
+expect_error "eval batch into microbatches" "eval_per_device_batch_size 1 x 2 devices / 1 devices sharing the batch = 2 eval sequences per pipeline, which do not split into num_pipeline_microbatches=4" \
+    $TRAIN $C $FAST ici_pipeline_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 eval_per_device_batch_size=1
 expect_error "schedule name" "pipeline_schedule must be 'gpipe' or '1f1b', got 'zb'" \
     $TRAIN $C $FAST ici_pipeline_parallelism=2 pipeline_schedule=zb
 expect_error "layer inputs under a policy" "pipeline_save_decoder_layer_input=false with remat_policy=minimal" \
