@@ -99,9 +99,10 @@ static const SweepRow ROWS[] = {
     {"22", "donate_buffers", "true,false", "", SW_BIT,
      "parameters updated in place vs a new model-sized copy written each step",
      "the copy is made after the peak"},
-    {"23", "opt_type", "adamw,sgd,adafactor", "", SW_OTHER,
-     "another optimizer: its state size (AdamW two moments, SGD none, Adafactor factored second moments)",
-     "the optimizer state is not at the peak"},
+    {"23", "opt_type", "adamw,sgd,adafactor,muon,adam_pax", "", SW_OTHER,
+     "another optimizer: its state size (AdamW two moments, SGD none, Adafactor factored second moments, Muon "
+     "one momentum and AdamW's second moment for the embedding, head and norm scales only, adam_pax AdamW's two)",
+     "adam_pax keeps AdamW's two float32 moments, the same bytes"},
     {"24", "num_vocab_tiling", "4", "", SW_BIT,
      "cross-entropy in token chunks, never holding the [B,S,V] logits",
      "the logits are not at the peak"},
