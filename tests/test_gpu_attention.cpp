@@ -98,7 +98,7 @@ static void tc_run(const AttentionKernels *K, const AttnShape *s, AttnRounding r
         K->ring_begin(out->st, B, S, N);
         for (int p = s->part; p >= 0; p--)
             K->ring_block_forward(out->o, out->st, scratch, q, k + p * pk, v + p * pv, NULL, B, S, q0, p * S, N, Nkv,
-                                  Dqk, Dv, rnd);
+                                  Dqk, Dv, rnd, 0);
         K->ring_end(out->o, out->st, B, S, N, Dv, rnd);
         for (int p = s->part; p >= 0; p--)
             K->ring_block_backward(out->dq, out->dk + p * pk, out->dv + p * pv, dout, q, k + p * pk, v + p * pv,
