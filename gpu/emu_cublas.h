@@ -30,7 +30,8 @@ typedef enum {
     CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75, CUBLAS_COMPUTE_32F_FAST_TF32 = 77
 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
-struct EmuCublas { cudaStream_t stream; void *workspace; size_t workspace_bytes; };
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16 } cublasMath_t;
+struct EmuCublas { cudaStream_t stream; void *workspace; size_t workspace_bytes; cublasMath_t math; };
 typedef EmuCublas *cublasHandle_t;
 
 static cublasStatus_t emu_cublas_create(cublasHandle_t *h) {
@@ -50,6 +51,11 @@ static cublasStatus_t emu_cublas_set_stream(cublasHandle_t h, cudaStream_t s) {
 static cublasStatus_t emu_cublas_set_workspace(cublasHandle_t h, void *w, size_t bytes) {
     h->workspace = w;
     h->workspace_bytes = bytes;
+    return CUBLAS_STATUS_SUCCESS;
+}
+// (Recorded only: every sum here is rounded once, as the flag that forbids bf16 partial sums asks.)
+static cublasStatus_t emu_cublas_set_math_mode(cublasHandle_t h, cublasMath_t mode) {
+    h->math = mode;
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -49,6 +49,7 @@ static struct {
     cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
     cublasStatus_t (*set_workspace)(cublasHandle_t, void *, size_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
     cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
                             const float *, int, const float *, int, const float *, float *, int);
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
@@ -64,7 +65,7 @@ static struct {
 #if defined(GPU_EMULATE)
 static const char *load_cublas(void) {   // (the table's fields in their order)
     cublas = decltype(cublas){emu_cublas_create, emu_cublas_destroy, emu_cublas_set_stream, emu_cublas_set_workspace,
-                              emu_cublas_sgemm, emu_cublas_gemm_ex, emu_cublas_gemm_grouped};
+                              emu_cublas_set_math_mode, emu_cublas_sgemm, emu_cublas_gemm_ex, emu_cublas_gemm_grouped};
     return NULL;
 }
 #else
@@ -76,13 +77,14 @@ static const char *load_cublas(void) {
     cublas.destroy = (cublasStatus_t (*)(cublasHandle_t))dlsym(lib, "cublasDestroy_v2");
     cublas.set_stream = (cublasStatus_t (*)(cublasHandle_t, cudaStream_t))dlsym(lib, "cublasSetStream_v2");
     cublas.set_workspace = (cublasStatus_t (*)(cublasHandle_t, void *, size_t))dlsym(lib, "cublasSetWorkspace_v2");
+    cublas.set_math_mode = (cublasStatus_t (*)(cublasHandle_t, cublasMath_t))dlsym(lib, "cublasSetMathMode");
     *(void **)&cublas.sgemm = dlsym(lib, "cublasSgemm_v2");
     *(void **)&cublas.gemm_ex = dlsym(lib, "cublasGemmEx");
     *(void **)&cublas.gemm_grouped = dlsym(lib, "cublasGemmGroupedBatchedEx");
-    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.set_workspace || !cublas.sgemm ||
-        !cublas.gemm_ex)
+    if (!cublas.create || !cublas.destroy || !cublas.set_stream || !cublas.set_workspace || !cublas.set_math_mode ||
+        !cublas.sgemm || !cublas.gemm_ex)
         return "libcublas.so.13 lacks one of cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, "
-               "cublasSetWorkspace_v2, cublasSgemm_v2, cublasGemmEx";
+               "cublasSetWorkspace_v2, cublasSetMathMode, cublasSgemm_v2, cublasGemmEx";
     return NULL;
 }
 #endif
@@ -105,10 +107,16 @@ static thread_local cublasHandle_t handle;
 static thread_local void *workspace;
 static thread_local size_t workspace_size;
 
-// The thread's handle, made at its first product.
+// The thread's handle, made at its first product. A product with a bf16 result sums in
+// float32 and rounds once: cuBLAS may otherwise split a long sum (K over about a thousand, few
+// rows) and add the pieces in the result's type, bf16, rounding each (seen on an H200,
+// 2026-12-04: 9 x 1100 x 1100 off by two bf16 steps in 77 of 9900 sums; the conformance
+// test's round16 cases).
 static cublasHandle_t my_handle(void) {
     if (!handle) {
         CUBLAS_CHECK(cublas.create(&handle));
+        CUBLAS_CHECK(cublas.set_math_mode(handle, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                                 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
         CUBLAS_CHECK(cublas.set_stream(handle, gpu_stream()));   // (which resets the workspace: set it after)
         if (workspace) CUBLAS_CHECK(cublas.set_workspace(handle, workspace, workspace_size));
     }
@@ -140,10 +148,13 @@ static int fast_bf16 = 0;
 // How the experts' grouped products in bf16 go under cuBLAS (on bf16 storage, and on float32
 // operands under cublas_bf16), MESHMOE_GROUPED at start-up: cuBLAS's grouped call, and where
 // it refuses them in bf16 (cuBLAS 13.0 takes bf16 operands there only with a bf16 result, and
-// float32 ones only in tf32) the backend's own tensor-core kernel, gpu/grouped16.cu (auto, the
-// default); that kernel always (kernel); cuBLAS alone, its grouped call (in tf32 where bf16 is
-// refused) or else a call per group (cublas). tests/products_gpu.c times the kernel against
-// cuBLAS alone, and make bench-gpu trains with MESHMOE_GROUPED=cublas beside the default.
+// float32 ones only in tf32) a cuBLAS call per group, in bf16 (auto, the default); the
+// backend's own tensor-core kernel, gpu/grouped16.cu, always (kernel); cuBLAS alone, its
+// grouped call in tf32 where bf16 is refused (cublas). The call per group is the default
+// because it measured fastest (H200, 2026-12-04, deepseek-medium's 64 experts: 0.300 s a
+// step against 0.303 with tf32 grouped calls and 0.368 with the own kernel, which ran at
+// 150-160 TFLOP/s where cuBLAS's calls ran at 280-330). tests/products_gpu.c times the kernel
+// against cuBLAS, and make bench-gpu trains with MESHMOE_GROUPED=kernel beside the default.
 enum { GROUPED_AUTO, GROUPED_KERNEL, GROUPED_CUBLAS };
 static int grouped_way = GROUPED_AUTO;
 __device__ unsigned long long bf16_converted, bf16_inexact;
@@ -298,7 +309,7 @@ static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, c
     int kind = type == CUDA_R_16BF ? WAYS_STORED_BF16 : use_cublas == 2 ? WAYS_FAST_BF16 : WAYS_F32;
     if (!cublas.gemm_grouped || (kind == WAYS_FAST_BF16 && !fast_bf16)) return 0;
     const cublasComputeType_t *ways = kind == WAYS_FAST_BF16 ? bf16_ways : f32_ways;
-    // tf32 only for cuBLAS alone: by default the own kernel takes what cuBLAS refuses in bf16
+    // tf32 only for cuBLAS alone: by default what cuBLAS refuses in bf16 goes a call per group
     int nways = kind == WAYS_FAST_BF16 && grouped_way == GROUPED_CUBLAS ? 2 : 1, *w = &way[kind];
     for (int p0 = 0; p0 < np; p0 += PARTS_PER_CALL) {
         int n = np - p0 < PARTS_PER_CALL ? np - p0 : PARTS_PER_CALL;
@@ -309,11 +320,8 @@ static int gemm_grouped_cublas(int transA, int transB, const Part *pt, int np, c
             if (st == CUBLAS_STATUS_SUCCESS) break;
             // Only the first call may be refused (a later one takes what the first took).
             if (p0 > 0 || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)) CUBLAS_CHECK(st);
-            const char *then = kind != WAYS_F32 && grouped_way != GROUPED_CUBLAS
-                                   ? ": the experts' products go to gpu/grouped16.cu's kernel"
-                                   : ": the experts' products go one call each";
             fprintf(stderr, "meshmoe: cuBLAS's grouped product refused compute type %d (status %d)%s\n", (int)ways[*w],
-                    (int)st, *w + 1 < nways ? ", trying the next" : then);
+                    (int)st, *w + 1 < nways ? ", trying the next" : ": the experts' products go one call each");
             (*w)++;
         }
     }
@@ -507,12 +515,11 @@ static int grouped_in_bf16(int bf16_stored) { return bf16_stored || (use_cublas 
 // Under cuBLAS, C_g (n_g,N) = A_g (n_g,K) @ op(B_g) (+ C_g when accumulate) on each group's rows
 // in grouped calls: A (R,K) and C (R,N) packed, B_g the g-th of G stacked (K,N), or (N,K) when
 // transB, A and B float32, or bf16 when bf16_stored; cuBLAS's call or the own kernel as
-// MESHMOE_GROUPED says; 0 when not done (not cuBLAS, or neither takes it: the caller loops).
+// MESHMOE_GROUPED says; 0 when not done (not cuBLAS, or cuBLAS refused: the caller loops).
 static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K, const void *A, const void *B,
                                float *C, int accumulate, int bf16_stored) {
     if (!use_cublas) return 0;
-    int own = grouped_in_bf16(bf16_stored) && grouped_way != GROUPED_CUBLAS;
-    if (own && grouped_way == GROUPED_KERNEL)
+    if (grouped_in_bf16(bf16_stored) && grouped_way == GROUPED_KERNEL)
         return rows_grouped_tc(transB, rows, G, N, K, A, B, C, accumulate, bf16_stored);
     Part *pt = parts_for(G);
     int np = 0;
@@ -522,7 +529,7 @@ static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K,
     int done = gemm_grouped_cublas(0, transB, pt, np, A, K, B, transB ? K : N, C, N, accumulate,
                                    bf16_stored ? CUDA_R_16BF : CUDA_R_32F);
     free(pt);
-    return done || (own && rows_grouped_tc(transB, rows, G, N, K, A, B, C, accumulate, bf16_stored));
+    return done;
 }
 
 // Under cuBLAS as matmul_backward_dw_leaves: a group's leaves one product over its rows, dw_g
@@ -531,8 +538,7 @@ static int rows_grouped_cublas(int transB, const int *rows, int G, int N, int K,
 static int dw_grouped_cublas(const int *off, int n, int G, int C, int OC, const void *inp, const void *dout, float *dw,
                              int accumulate, int bf16_stored) {
     if (!use_cublas) return 0;
-    int own = grouped_in_bf16(bf16_stored) && grouped_way != GROUPED_CUBLAS;
-    if (own && grouped_way == GROUPED_KERNEL)
+    if (grouped_in_bf16(bf16_stored) && grouped_way == GROUPED_KERNEL)
         return dw_grouped_tc(off, n, G, C, OC, inp, dout, dw, accumulate, bf16_stored);
     Part *pt = parts_for(G);
     int np = 0;
@@ -543,7 +549,7 @@ static int dw_grouped_cublas(const int *off, int n, int G, int C, int OC, const 
     int done = gemm_grouped_cublas(1, 0, pt, np, inp, C, dout, OC, dw, OC, accumulate,
                                    bf16_stored ? CUDA_R_16BF : CUDA_R_32F);
     free(pt);
-    return done || (own && dw_grouped_tc(off, n, G, C, OC, inp, dout, dw, accumulate, bf16_stored));
+    return done;
 }
 
 // ---- What gpu/matmul16.cu calls (gpu/matmul_cublas.h): the same cuBLAS calls on bf16 storage.

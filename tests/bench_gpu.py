@@ -9,17 +9,17 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
-  meshmoe, bf16_storage=kept, profile=true  the weights' bf16 copy stored as 16-bit numbers (kept
-                 from update to update, written by AdamW), the products that read a weight on
-                 it (kernels/matmul16.h), the activations 16-bit where step 3 of bf16 storage
-                 has reached (docs/bf16-storage.md), first of the variants: whether it
-                 becomes bf16's default
+  meshmoe, bf16_storage=off, profile=true  the weights' bf16 copy and the activations at the
+                 cast points as float32 arrays holding bf16 values, where the presets keep them
+                 as 16-bit numbers (bf16_storage: kept, the weights' copy kept from update to
+                 update and written by AdamW, the products reading it as stored:
+                 docs/bf16-storage.md), first of the variants
   meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
                  cuBLAS call for all the experts, or a call per expert)
-  meshmoe, MESHMOE_GROUPED=cublas  the experts' grouped products by cuBLAS alone (in tf32 where
-                 its grouped call refuses bf16), where the default takes what cuBLAS refuses in
-                 bf16 to the backend's own tensor-core kernel (gpu/grouped16.cu); for the
-                 presets with megablox=true
+  meshmoe, MESHMOE_GROUPED=kernel  the experts' grouped products by the backend's own
+                 tensor-core kernel (gpu/grouped16.cu), where the default takes what cuBLAS's
+                 grouped call refuses in bf16 a cuBLAS call per expert; for the presets with
+                 megablox=true
   meshmoe, MESHMOE_ATTN_DQ=scores  the tensor-core attention's dq kernel making S, dP and dS
                  again (the default reads the dS that the dk, dv kernel wrote to device memory),
                  when there is time
@@ -258,8 +258,8 @@ CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true"  # the operands c
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
 DQ_SCORES = "meshmoe, MESHMOE_ATTN_DQ=scores"  # attention's dq making its scores again (gpu/attn_mma_bwd.cu)
-WEIGHTS16 = "meshmoe, bf16_storage=kept, profile=true"  # the weights' copy as 16-bit numbers (model/weights16.h)
-GROUPED_CUBLAS = "meshmoe, MESHMOE_GROUPED=cublas"  # the experts' grouped products by cuBLAS alone (gpu/matmul.cu)
+WEIGHTS16 = "meshmoe, bf16_storage=off, profile=true"  # the weights' copy as float32 arrays (model/weights16.h)
+GROUPED_KERNEL = "meshmoe, MESHMOE_GROUPED=kernel"  # the experts' grouped products by gpu/grouped16.cu
 
 
 def megablox_on(preset):
@@ -300,14 +300,14 @@ def main():
         # Then why the slowest kernels are slow (ncu, one or two layers of each preset).
         for preset in PRESETS:
             results[preset]["ncu"] = ncu(preset)
-        # Then meshmoe's variants that decide its next defaults (the 16-bit weights first: whether
-        # they become bf16's default), torch.compile, the ordered GEMM.
+        # Then meshmoe's variants that decide its next defaults (bf16 storage off first: what the
+        # presets' 16-bit storage gains), torch.compile, the ordered GEMM.
         for preset in PRESETS:
-            results[preset][WEIGHTS16] = meshmoe(preset, ("bf16_storage=kept", "profile=true"))
+            results[preset][WEIGHTS16] = meshmoe(preset, ("bf16_storage=off", "profile=true"))
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
         for preset in PRESETS:
-            results[preset][GROUPED_CUBLAS] = (meshmoe(preset, env={"MESHMOE_GROUPED": "cublas"}) if megablox_on(preset)
+            results[preset][GROUPED_KERNEL] = (meshmoe(preset, env={"MESHMOE_GROUPED": "kernel"}) if megablox_on(preset)
                                                else {"why": "not run: no grouped products (megablox=false)"})
         for preset in PRESETS:
             results[preset][DQ_SCORES] = meshmoe(preset, env={"MESHMOE_ATTN_DQ": "scores"})
@@ -326,7 +326,7 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, GROUPED_CUBLAS, DQ_SCORES,
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, GROUPED_KERNEL, DQ_SCORES,
                        WEIGHTS16, CONVERT, TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)

@@ -53,10 +53,16 @@ mixtral-muon        mixtral-tiny  ici_fsdp_parallelism=2 ici_expert_parallelism=
 WORKSPACE_CASES='mixtral-fsdp2  mixtral-tiny  ici_fsdp_parallelism=2 per_device_batch_size=4'
 
 # Acceptance 5: 4 steps with a checkpoint after 2 (run_steps=2), resumed for steps 2 and 3;
-# the references are ./train's resumed losses (CPU saved, CPU resumed).
+# the references are ./train's resumed losses (CPU saved, CPU resumed), within the bound of the
+# third column. deepseek-tiny's step 3 has a token whose routed experts flip under a change of a
+# few ulps in the weights, such as another backend's arithmetic makes: on the CPU alone, its
+# checkpoint's weights moved by 4e-6 relative (30% of them, four draws) moved step 3 by 8.6e-5
+# relative in one draw and under 1e-7 in three (an H200's checkpoint, 2026-12-04, by 8.63e-5);
+# what the check is for is far larger there: the checkpoint without its optimizer state moves
+# step 3 by 5.3e-4, without the router's bias step 2 by 2.0e-3. So 2e-4 for deepseek-tiny.
 RESUME_COMMON="steps=4 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100 per_device_batch_size=4"
-RESUME_CASES='mixtral-resume  mixtral-tiny
-deepseek-resume deepseek-tiny'
+RESUME_CASES='mixtral-resume  mixtral-tiny  1e-5
+deepseek-resume deepseek-tiny 2e-4'
 
 # cases LIST: the lines of LIST whose name matches the regular expression GPU_ONLY (default:
 # every line), e.g. GPU_ONLY='mixtral-sparse|mixtral-resume' (tests/gpu_selftest.sh).

@@ -176,23 +176,24 @@ mesh() {
 }
 
 # Acceptance 5: saved on one side after 2 of 4 steps, resumed on the other; steps 2 and 3
-# within acceptance 2's 1e-5 of ./train's own resumed run (made here, carried).
+# within the case's bound (acceptance 2's 1e-5, or what tests/gpu_cases.sh says) of ./train's
+# own resumed run (made here, carried).
 resume() {
     need_ref
     mkdir -p "$W/resume"
-    while read -r name preset; do
+    while read -r name preset tol; do
         local a=$W/resume/$name ck=$BULK/$name
         rm -f $a.*   # (a metrics file is appended to)
         echo "-- $name: saved by device=cpu, resumed by device=$DEV"
         gpu_run "$name cpu-save" "$a.cpu-save.log" configs/$preset.yml $RESUME_COMMON device=cpu run_steps=2 save_checkpoint=$ck.cpu.st &&
             gpu_run "$name gpu-load" "$a.gpu-load.log" configs/$preset.yml $RESUME_COMMON device=$DEV load_checkpoint=$ck.cpu.st \
                 metrics_file=$a.cpu2gpu.jsonl &&
-            compare losses "$REF/resume/$name.jsonl" $a.cpu2gpu.jsonl 1e-5
+            compare losses "$REF/resume/$name.jsonl" $a.cpu2gpu.jsonl "$tol"
         echo "-- $name: saved by device=$DEV, resumed by device=cpu"
         gpu_run "$name gpu-save" "$a.gpu-save.log" configs/$preset.yml $RESUME_COMMON device=$DEV run_steps=2 save_checkpoint=$ck.gpu.st &&
             gpu_run "$name cpu-load" "$a.cpu-load.log" configs/$preset.yml $RESUME_COMMON device=cpu load_checkpoint=$ck.gpu.st \
                 metrics_file=$a.gpu2cpu.jsonl &&
-            compare losses "$REF/resume/$name.jsonl" $a.gpu2cpu.jsonl 1e-5
+            compare losses "$REF/resume/$name.jsonl" $a.gpu2cpu.jsonl "$tol"
         rm -f $ck.*
     done < <(cases "$RESUME_CASES")
     summary

@@ -88,8 +88,12 @@ both ds-cbg    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true
 both ds-cbl    deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=false ici_expert_parallelism=2 num_devices=2
 both ds-w16cb deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16 megablox=true \
     ici_expert_parallelism=2 num_devices=2
-# The experts' products by the backend's own tensor-core kernel (gpu/grouped16.cu), what they
-# run where cuBLAS refuses its grouped call in bf16: on float32 operands and on bf16 storage.
+# Where cuBLAS's grouped call refuses bf16 operands (as cuBLAS 13.0 does with float32 results),
+# the default: a cuBLAS call per expert.
+EMU_CUBLAS_REFUSE_GROUPED_BF16=1 both ds-w16r deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16 \
+    megablox=true ici_expert_parallelism=2 num_devices=2
+# The experts' products by the backend's own tensor-core kernel (gpu/grouped16.cu), on float32
+# operands and on bf16 storage (MESHMOE_GROUPED=kernel).
 MESHMOE_GROUPED=kernel both ds-cbk deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true \
     ici_expert_parallelism=2 num_devices=2
 MESHMOE_GROUPED=kernel both ds-w16k deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16 \
@@ -143,6 +147,12 @@ fi
 # the same loss bits.
 if ok_run ds-cbg && ok_run ds-w16cb; then
     check "ds-w16cb: cuBLAS on bf16 storage gives ds-cbg's loss bits: $(bits ds-w16cb-emu)" same ds-cbg-emu ds-w16cb-emu
+fi
+# The grouped call refused, a call per expert: the same products, the same bits, said once.
+if ok_run ds-w16cb && ok_run ds-w16r; then
+    said=$(grep -c "refused compute type.*one call each" $T/ds-w16r-emu.out)
+    check "ds-w16r: cuBLAS's grouped call refused ($said time(s) said), a call per expert gives ds-w16cb's loss bits" \
+        test "$said" -ge 1 -a "$(bits ds-w16r-emu)" = "$(bits ds-w16cb-emu)" -a -n "$(bits ds-w16r-emu)"
 fi
 # The own kernel sums in float32 in its tiles' order, where the emulated cuBLAS sums in double:
 # other bits, and as the tensor-core attention's runs, every loss within 1e-2 relative of

@@ -30,7 +30,7 @@ done < <(cases "$PARITY_CASES")
 while read -r name preset args; do
     run "$T/$name.log" configs/$preset.yml $MESH_COMMON $args metrics_file="$DIR.new/mesh/$name.jsonl"
 done < <(cases "$MESH_CASES")
-while read -r name preset; do
+while read -r name preset _; do   # (the third column: the GPU check's bound)
     run "$T/$name.a.log" configs/$preset.yml $RESUME_COMMON run_steps=2 save_checkpoint=$T/$name.ck
     run "$T/$name.b.log" configs/$preset.yml $RESUME_COMMON load_checkpoint=$T/$name.ck \
         metrics_file="$DIR.new/resume/$name.jsonl"
