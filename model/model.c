@@ -366,6 +366,13 @@ float *model_attn_core_forward(Model *m, int l, LayerActs *a, const float *x, in
     return h;
 }
 
+// The MoE forward, or a recomputation that takes the kept expert outputs y (model/moe.h).
+static void moe_call(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s,
+                     float *out, const float *x, int B, int S, float lb_coef, double *lb, long *counts, float *y) {
+    if (y) moe_recompute(c, ld, p, bias, s, x, B, S, lb_coef, lb, counts, y);
+    else moe_forward(c, ld, p, bias, s, out, x, B, S, lb_coef, lb, counts);
+}
+
 // out (T,D) = MoE(n2) of layer l, with moe_reshard_io's copies around it (out == NULL:
 // the saved tensors only, moe_forward).
 static void moe_block_forward(Model *m, int l, LayerActs *a, float *out, const float *n2, int B, int S,
@@ -374,14 +381,16 @@ static void moe_block_forward(Model *m, int l, LayerActs *a, float *out, const f
     MoeParams *p = &m->params.layers[l].moe;
     long *counts = st->expert_counts ? st->expert_counts + (size_t)l * c->num_experts : NULL;
     double *lb = st->aux_seq + (size_t)(l - c->first_num_dense_layers) * st->aux_stride;
+    float *kept_y = out ? NULL : a->ffn_y;   // remat kept the expert outputs: the recomputation takes them
+    a->ffn_y = NULL;
     if (!moe_reshards(c, l)) {
-        moe_forward(c, &m->dims, p, bias_of(m, l), &a->moe, out, n2, B, S, lb_coef, lb, counts);
+        moe_call(c, &m->dims, p, bias_of(m, l), &a->moe, out, n2, B, S, lb_coef, lb, counts, kept_y);
         return;
     }
     size_t n = (size_t)B * S * c->base_emb_dim;
     float *in = reshard_copy(n2, n, "moe block input, resharded (a copy)");
     float *res = out ? mem_floats(MEM_TEMP, n, "moe block output, before its reshard") : NULL;
-    moe_forward(c, &m->dims, p, bias_of(m, l), &a->moe, res, in, B, S, lb_coef, lb, counts);
+    moe_call(c, &m->dims, p, bias_of(m, l), &a->moe, res, in, B, S, lb_coef, lb, counts, kept_y);
     if (out) mem_copy(out, res, sizeof(float) * n);
     mem_free(in);
     mem_free(res);
@@ -510,8 +519,8 @@ void model_layer_free(Model *m, int l, LayerActs *a) {
     else mlp_saved_free(&a->mlp);
     mem_free(a->x); matmul_packed_free(a->n1); mem_free(a->rstd1);   // n1: perhaps a 16-bit operand (act_for_products)
     mem_free(a->h); mem_free(a->n2); mem_free(a->rstd2);
-    mem_free(a->scale1); mem_free(a->scale2);
-    a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = a->scale1 = a->scale2 = NULL;
+    mem_free(a->scale1); mem_free(a->scale2); mem_free(a->ffn_y);
+    a->x = a->n1 = a->rstd1 = a->h = a->n2 = a->rstd2 = a->scale1 = a->scale2 = a->ffn_y = NULL;
 }
 
 // Without vocabulary tiling, under packed_operands (model/precision.h) and without the

@@ -44,6 +44,8 @@ typedef struct {
     float *scale1, *scale2;   // the norms' broadcast scales, rmsnorm_fused_scale=false only (model/rmsnorm.h)
     MlpSaved mlp;
     MoeSaved moe;
+    float *ffn_y;       // (nrows,D) a MoE layer's expert outputs, kept by remat while the rest of
+                        // its FFN is recomputed (mlpwo kept, mlpwi remat: model/remat.c), or NULL
 } LayerActs;
 
 // What a sharding strategy does around the model's walk over its units. The model does not

@@ -163,7 +163,8 @@ static void experts_forward_parallel(const Config *c, const LocalDims *ld, const
     d->h1 = packed_alloc(c, n * H, 1, "moe expert wi_1 out");
     ep_send(d, rows, d->x, D);
     mem_free(rows);
-    float *y = mem_floats(MEM_TEMP, n * D, "moe expert out (expert parallel)");   // (nrecv,D)
+    // (s->y NULL, a recomputation whose outputs remat kept: the wi products alone, nothing to return)
+    float *y = s->y ? mem_floats(MEM_TEMP, n * D, "moe expert out (expert parallel)") : NULL;   // (nrecv,D)
     if (c->megablox) {   // the local experts at once, temporaries for all that can arrive
         ExpertRows er = {d->row_start, d->El, d->nrecv, d->cap};
         experts_forward(c, ld, p, 0, er, d->x, d->h0, d->h1, y, 0);
@@ -173,10 +174,10 @@ static void experts_forward_parallel(const Config *c, const LocalDims *ld, const
             if (m > 0)
                 experts_forward(c, ld, p, e, expert_rows_one(m, d->ep * T), d->x + (size_t)r0 * D,
                                 packed_at(c, d->h0, (size_t)r0 * H), packed_at(c, d->h1, (size_t)r0 * H),
-                                y + (size_t)r0 * D, 0);
+                                y ? y + (size_t)r0 * D : NULL, 0);
         }
     }
-    ep_return(d, y, s->y, D);
+    if (y) ep_return(d, y, s->y, D);
     mem_free(y);
 }
 
@@ -244,7 +245,8 @@ static void experts_local(const Config *c, const LocalDims *ld, const MoeParams 
             experts_backward(c, ld, p, g, e, er, xs, h0, h1, dy + (size_t)r0 * D, row_token + r0, leaf,
                              dxs + (size_t)r0 * D);
         else
-            experts_forward(c, ld, p, e, er, xs, h0, h1, packed_at(c, s->y, (size_t)r0 * D), y_packed(c));
+            experts_forward(c, ld, p, e, er, xs, h0, h1, s->y ? packed_at(c, s->y, (size_t)r0 * D) : NULL,
+                            y_packed(c));
         matmul_packed_free(xs);
         if (c->megablox) break;   // (e = 0: all of them at once)
     }
@@ -273,8 +275,12 @@ static void rows_host_free(MoeSaved *s) {
     s->host_row_start = s->host_row_token = NULL;
 }
 
-void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
-                 const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts) {
+// moe_forward, and with kept_y (out NULL) moe_recompute: s->y stays NULL while the experts
+// run, so they stop after their wi products (experts_forward with y NULL), and takes kept_y
+// at the end, already in its saved form.
+static void moe_run(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s,
+                    float *out, const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts,
+                    float *kept_y) {
     int T = B * S, D = c->base_emb_dim, E = c->num_experts, K = c->num_experts_per_tok, H = ld->expert_dim;
     size_t A = (size_t)T * K;
     memset(s, 0, sizeof(*s));
@@ -304,8 +310,9 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     size_t R = (size_t)s->nrows;
     // (R,D), written whole: each row by its expert (or, under expert parallelism, by its
     // return from the expert's owner); the dense path runs every expert on every token.
-    s->y = ep_size() > 1 ? mem_floats_uninit(MEM_ACTIVATIONS, R * D, "moe expert out")
-                         : packed_alloc(c, R * D, 0, "moe expert out");   // (model/precision.h: floats or 16-bit)
+    if (!kept_y)
+        s->y = ep_size() > 1 ? mem_floats_uninit(MEM_ACTIVATIONS, R * D, "moe expert out")
+                             : packed_alloc(c, R * D, 0, "moe expert out");   // (model/precision.h: floats or 16-bit)
     if (ep_size() > 1) {
         experts_forward_parallel(c, ld, p, s, row_start, x, T);
     } else {
@@ -338,6 +345,17 @@ void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const
     }
     // What the backward pass reads, kept as 16-bit numbers in bf16 mode.
     moe_saved_pack(c, ld, s, 1);
+    if (kept_y) s->y = kept_y;
+}
+
+void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
+                 const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts) {
+    moe_run(c, ld, p, bias, s, out, x, B, S, lb_coef, lb_seq, expert_counts, NULL);
+}
+
+void moe_recompute(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s,
+                   const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts, float *y) {
+    moe_run(c, ld, p, bias, s, NULL, x, B, S, lb_coef, lb_seq, expert_counts, y);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -50,6 +50,12 @@ typedef struct {
 // update), or NULL.
 void moe_forward(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s, float *out,
                  const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts);
+// moe_forward's out == NULL pass when remat kept the expert outputs y (nrows,D, in their
+// saved form: MaxText's mlpwo under save_dot_except_mlpwi): the routing and the wi products
+// run again, the wo products (and, under expert parallelism, the outputs' return) do not;
+// s takes y.
+void moe_recompute(const Config *c, const LocalDims *ld, const MoeParams *p, const float *bias, MoeSaved *s,
+                   const float *x, int B, int S, float lb_coef, double *lb_seq, long *expert_counts, float *y);
 // dx (T,D) += ; g->* += gradients (canonical tree); frees the experts' saved buffers. The
 // routing arrays stay until moe_saved_free().
 void moe_backward(const Config *c, const LocalDims *ld, const MoeParams *p, MoeParams *g, MoeSaved *s, float *dx,

@@ -175,6 +175,7 @@ void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, i
         prec_round(c, h1, n * H);
     }
     matmul_unshare(xs, n * D);
+    if (!y) return;   // a recomputation whose outputs remat kept (model/moe.h: moe_recompute)
     const float *act = swiglu_activation(c, h0, h1, n * H, cap * H, "moe expert activation");   // (n,H) of (cap,H)
     const float *actc = intermediate_cast(c, act, n * H, cap * H, "moe expert activation, cast (a no-op copy)");
     float *yf = y16 ? mem_floats_uninit(MEM_TEMP, cap * D, "moe expert out (float32, then 16-bit)") : NULL;

@@ -25,6 +25,7 @@ ExpertRows expert_rows_one(int n, int cap);
 // Experts e0 .. e0+G-1 (their index in this device's share of the expert weights p):
 // h0, h1 (n,H) = xs wi_0, xs wi_1 (kept);  y (n,D) = (silu(h0) * h1) wo, each row by its expert,
 // rounded in bf16; y16: y as 16-bit numbers (model/precision.h: packed_round), else floats.
+// y NULL: h0 and h1 only (a recomputation whose outputs remat kept).
 void experts_forward(const Config *c, const LocalDims *ld, const MoeParams *p, int e0, ExpertRows er, const float *xs,
                      float *h0, float *h1, float *y, int y16);
 // Given dye (n,D): g's experts += their weight gradients, leaf by leaf over the leaves of the

@@ -15,10 +15,12 @@
 //   minimal_with_context device remat  device  device   device        device
 //   save_dot_except_mlp  device remat  device  remat    device        remat
 //   save_dot_with_context_except_mlp  (save_dot_except_mlp with context on the device)
+//   save_dot_except_mlpwi (save_dot_except_mlp with the experts' outputs y, mlpwo, on the device)
 //   save_qkv_proj        device remat  device  remat    remat         remat
 //   save_out_proj        device remat  remat   remat    device        remat
 //   full (MaxText's default) device remat remat remat  remat         remat
 //   minimal_offloaded    device remat  host    remat    host          host
+//   minimal_flash        (MaxText's older name of minimal_with_context)
 //   qkv_proj_offloaded   device remat  host    remat    remat         remat
 //   custom               decoder_layer_input, query_proj.., context, out_proj, mlpwi.. = device/offload/remat
 //
@@ -31,6 +33,11 @@
 // are the whole projection chain: q, k, v and the low-rank intermediates qa, qa_rstd, qn,
 // latent, kv_rstd, latn (and the norms' broadcast scales) that the projections' backward
 // reads; keeping only q, k, v would mean recomputing that chain, i.e. the projections.
+// mlpwo is a MoE layer's expert outputs y (nrows,D): the combine's backward reads them for
+// the routing weights' gradient, where the experts' own backward reads only h0 and h1. Kept
+// while the FFN's other tensors are recomputed (save_dot_except_mlpwi), the recomputation
+// runs the routing and the wi products and skips the wo products (model/moe.h:
+// moe_recompute). A dense MLP's output is read by no backward, so there it means nothing.
 // context is the attention core's output o and its softmax statistics. With q, k, v kept
 // and context dropped, the backward recomputes only the core, and the out projection (h)
 // where h was not kept, from the kept q, k, v: with context parallelism through the same
@@ -50,12 +57,12 @@ static Keep keep_of(CheckpointPlace v) {
 
 RematPlan remat_plan(const Config *c) {
     RematPolicy p = c->remat_policy;
-    //             x            norms      qkv          attn         h            ffn
-    RematPlan r = {KEEP_DEVICE, RECOMPUTE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, KEEP_DEVICE, c->remat_nested_block};
+    RematPlan r = {.x = KEEP_DEVICE, .norms = RECOMPUTE, .qkv = KEEP_DEVICE, .attn = KEEP_DEVICE, .h = KEEP_DEVICE,
+                   .ffn = KEEP_DEVICE, .y = KEEP_DEVICE, .block = c->remat_nested_block};
     if (p == REMAT_NONE) r.norms = KEEP_DEVICE;
     else if (p == REMAT_MINIMAL) r.attn = RECOMPUTE;
-    else if (p == REMAT_MINIMAL_WITH_CONTEXT) {}
-    else if (p == REMAT_SAVE_DOT_EXCEPT_MLP) r.attn = r.ffn = RECOMPUTE;
+    else if (p == REMAT_MINIMAL_WITH_CONTEXT || p == REMAT_MINIMAL_FLASH) {}
+    else if (p == REMAT_SAVE_DOT_EXCEPT_MLP || p == REMAT_SAVE_DOT_EXCEPT_MLPWI) r.attn = r.ffn = RECOMPUTE;
     else if (p == REMAT_SAVE_DOT_WITH_CONTEXT_EXCEPT_MLP) r.ffn = RECOMPUTE;
     else if (p == REMAT_SAVE_QKV_PROJ) r.attn = r.h = r.ffn = RECOMPUTE;
     else if (p == REMAT_SAVE_OUT_PROJ) r.qkv = r.attn = r.ffn = RECOMPUTE;
@@ -80,11 +87,15 @@ RematPlan remat_plan(const Config *c) {
             die("out_proj=remat recomputes the attention core, so context must be remat too (got %s)",
                 checkpoint_place_name(c->context));
         r.ffn = keep_of(c->mlpwi);
-        if (keep_of(c->mlpwo) != r.ffn)
-            die("mlpwi and mlpwo must have the same value (got %s, %s): this trainer keeps or recomputes the FFN as "
-                "one block", checkpoint_place_name(c->mlpwi), checkpoint_place_name(c->mlpwo));
+        r.y = keep_of(c->mlpwo);
+        if (r.y != r.ffn && r.ffn != RECOMPUTE)
+            die("mlpwo=%s with mlpwi=%s: mlpwo must equal mlpwi, or be kept (device or offload) with mlpwi remat; "
+                "recomputing the experts' outputs needs the wi products they are made from",
+                checkpoint_place_name(c->mlpwo), checkpoint_place_name(c->mlpwi));
     }
-    int keeps_more = r.norms != RECOMPUTE || r.qkv != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE || r.ffn != RECOMPUTE;
+    if (p != REMAT_CUSTOM) r.y = p == REMAT_SAVE_DOT_EXCEPT_MLPWI ? KEEP_DEVICE : r.ffn;
+    int keeps_more = r.norms != RECOMPUTE || r.qkv != RECOMPUTE || r.attn != RECOMPUTE || r.h != RECOMPUTE ||
+                     r.ffn != RECOMPUTE || r.y != RECOMPUTE;
     if (r.block == -1) r.block = (int)lround(sqrt((double)c->base_num_decoder_layers));   // sqrt(L) blocks of sqrt(L)
     if (r.block < -1) die("remat_nested_block must be >= 0 (layers per block) or -1 (sqrt of the layers), got %d", r.block);
     if (r.block > 1 && keeps_more)
@@ -182,8 +193,14 @@ void remat_after_forward(Model *m, int l, LayerActs *a) {
     if (r.h == RECOMPUTE) free_ptr(&a->h);
     else if (r.h == KEEP_HOST) a->h = mem_to_host(a->h);
     if (r.ffn == RECOMPUTE) {
-        if (cfg_layer_is_moe(c, l)) moe_saved_free(&a->moe);
-        else mlp_saved_free(&a->mlp);
+        if (cfg_layer_is_moe(c, l)) {
+            float *y = r.y == RECOMPUTE ? NULL : a->moe.y;   // mlpwo kept: taken out before the rest goes
+            if (y) a->moe.y = NULL;
+            moe_saved_free(&a->moe);
+            a->ffn_y = r.y == KEEP_HOST ? mem_to_host(y) : y;
+        } else {
+            mlp_saved_free(&a->mlp);
+        }
     } else if (r.ffn == KEEP_HOST) move_all(p, ffn_ptrs(c, l, a, p), 1);
     // Nested checkpointing: inside a block only its first layer's input stays.
     if (r.block > 1 && l % r.block) free_ptr(&a->x);
@@ -248,6 +265,7 @@ void remat_restore_ffn(Model *m, int l, LayerActs *a, int B, int S, float lb_coe
     int ffn_gone = cfg_layer_is_moe(c, l) ? !a->moe.logits : !a->mlp.h0;
     if (ffn_gone) {
         free_ptr(&a->n2); free_ptr(&a->rstd2); free_ptr(&a->scale2);
+        a->ffn_y = mem_to_device(a->ffn_y);   // mlpwo kept: taken by the recomputation (model/moe.h)
         double *aux = scratch_aux(c, B);
         FwdStats rs = {NULL, aux, B, NULL};
         model_ffn_block_saved(m, l, a, a->h, B, S, lb_coef, &rs);

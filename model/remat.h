@@ -17,7 +17,9 @@ typedef struct {
                   // intermediates of its projections, model/remat.c); == attn, or kept with attn remat
     Keep attn;    // context: attention's output o (before out_proj) and its softmax stats
     Keep h;       // out_proj: the residual after attention's out projection
-    Keep ffn;     // mlpwi, mlpwo: the FFN's products, routing and expert outputs
+    Keep ffn;     // mlpwi: the FFN's wi products and routing (and, when y == ffn, the rest)
+    Keep y;       // mlpwo: a MoE layer's expert outputs, which the routing weights' gradient
+                  // reads; == ffn, or kept with ffn remat (the recomputation skips wo)
     int block;    // remat_nested_block: layers per block (0 or 1: every layer input kept)
 } RematPlan;
 

@@ -41,6 +41,10 @@ check "asan: muon resumed on data=2 with ZeRO-1" $BIN configs/deepseek-tiny.yml 
     per_device_batch_size=4 ici_data_parallelism=2 shard_optimizer_over_data=true load_checkpoint=$T/mu.safetensors
 check "asan: minimal_offloaded on expert=2 (the experts' rows and plan to the host and back)" $BIN \
     configs/deepseek-tiny.yml $A steps=2 remat_policy=minimal_offloaded ici_expert_parallelism=2 dtype=bfloat16
+check "asan: save_dot_except_mlpwi on expert=2, bf16 (the experts' outputs kept, the wi products recomputed)" $BIN \
+    configs/deepseek-tiny.yml $A steps=2 remat_policy=save_dot_except_mlpwi ici_expert_parallelism=2 dtype=bfloat16
+check "asan: custom mlpwo=offload, mlpwi=remat (the experts' outputs to the host and back)" $BIN \
+    configs/mixtral-tiny.yml $A steps=2 remat_policy=custom mlpwi=remat mlpwo=offload
 check "asan: capacity dropping" $BIN configs/mixtral-tiny.yml $A steps=2 sparse_matmul=false capacity_factor=1.0
 check "asan: load-balance and z-loss" $BIN configs/mixtral-tiny.yml $A steps=2 load_balance_loss_weight=0.01 z_loss_multiplier=1e-4
 check "asan: pipeline, mixtral 2 stages, 2 repeats, 1f1b, slice, load-balance loss" \

@@ -126,9 +126,9 @@ refused "a preset with 'decoder_block: mistral' on line 2" \
     "name.yml:2: decoder_block must be 'mixtral' or 'deepseek', got 'mistral'" $TRAIN "$T/name.yml"
 refused "routed_score_func=topk" "routed_score_func must be \"\", 'softmax' or 'sigmoid', got 'topk'" \
     $TRAIN $C $FAST routed_score_func=topk
-refused "remat_policy=ful" "remat_policy must be 'none', 'minimal', 'minimal_with_context', 'save_dot_except_mlp', 'save_dot_with_context_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full', 'minimal_offloaded', 'qkv_proj_offloaded' or 'custom', got 'ful' (did you mean 'full'?)" \
+refused "remat_policy=ful" "remat_policy must be 'none', 'minimal', 'minimal_with_context', 'save_dot_except_mlp', 'save_dot_with_context_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full', 'minimal_offloaded', 'qkv_proj_offloaded', 'custom', 'save_dot_except_mlpwi' or 'minimal_flash', got 'ful' (did you mean 'full'?)" \
     $TRAIN $C $FAST remat_policy=ful
-refused "remat_policy=minimal_flash" "remat_policy=minimal_flash is MaxText's but not implemented here" $TRAIN $C $FAST remat_policy=minimal_flash
+refused "rope_type=llama3.1" "rope_type=llama3.1 is MaxText's but not implemented here" $TRAIN $C $FAST rope_type=llama3.1
 refused "MESHMOE_GEMM_KERNEL=avx1024 (environment)" "MESHMOE_GEMM_KERNEL='avx1024' is not one of: avx512, avx2, scalar" \
     env MESHMOE_GEMM_KERNEL=avx1024 $TRAIN $C $FAST
 check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor, muon, adam_pax\]$'"

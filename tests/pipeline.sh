@@ -107,12 +107,15 @@ custom,x+ffn-offloaded,M=2,R=2,1f1b         remat_policy=custom decoder_layer_in
 none,fsdp=2,ag_once,M=2,R=2,gpipe            remat_policy=none ici_fsdp_parallelism=2 per_device_batch_size=2 pipeline_fsdp_ag_once=true
 minimal,expert=2,M=4,R=2,1f1b                remat_policy=minimal ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4 pipeline_schedule=1f1b
 qkv_proj_offloaded,tensor=2,M=2,R=2,gpipe    remat_policy=qkv_proj_offloaded ici_tensor_parallelism=2 per_device_batch_size=2
+save_dot_except_mlpwi,M=4,R=2,1f1b           remat_policy=save_dot_except_mlpwi num_pipeline_microbatches=4 pipeline_schedule=1f1b
+custom,mlpwo-offloaded,expert=2,M=2,R=2      remat_policy=custom mlpwi=remat mlpwo=offload ici_expert_parallelism=2 per_device_batch_size=2
 RUNS
 C=configs/deepseek-tiny.yml
 base=$(run_losses base $C per_device_batch_size=6)
 echo "  deepseek-tiny, 1 device                      $base"
 compare deepseek-remat "$base" $C ici_pipeline_parallelism=3 per_device_batch_size=2 <<'RUNS'
 minimal,P=3,M=3,R=1,gpipe                    remat_policy=minimal
+save_dot_except_mlpwi,P=3,M=3,R=1,1f1b       remat_policy=save_dot_except_mlpwi pipeline_schedule=1f1b
 none,P=3,M=6,R=1,1f1b                        remat_policy=none num_pipeline_microbatches=6 pipeline_schedule=1f1b
 RUNS
 # Device 0's activations peak in the first step (the stage with the embedding).

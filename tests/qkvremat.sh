@@ -85,5 +85,4 @@ expect_error "nested blocks keep only layer inputs" "needs remat_policy=full" $T
 expect_error "a policy in a pipeline keeps every layer input" "under remat_policy=full only" \
     $TRAIN configs/mixtral-tiny.yml remat_policy=qkv_proj_offloaded ici_pipeline_parallelism=2 \
     pipeline_save_decoder_layer_input=false
-expect_error "other single-product policies" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=minimal_flash
 summary

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/remat.sh: rematerialisation, host offload, EMA and opt_type (model/remat.c,
 # optim/offload.c). Every remat policy, offload and nested block gives the losses of
-# remat_policy=none bit for bit (offload under expert parallelism too); the saved activations shrink in the expected order; offload
+# remat_policy=none bit for bit (offload under expert parallelism too); the saved activations
+# shrink in the expected order, save_dot_except_mlpwi's grow by the expert outputs it keeps
+# and its FLOPs drop by the products it skips; offload
 # really moves bytes to host memory (device peak down, host peak up, copies counted); the
 # EMA copy is model-sized on the device or the host; sgd keeps no optimizer state and its
 # losses do not depend on the mesh, nor do adam_pax's (AdamW's state, its bias correction in
@@ -33,14 +35,18 @@ moved() { last "$1" | grep -o "\"$2\": [0-9]*" | head -1 | grep -o '[0-9]*$'; }
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset: every policy gives the losses of remat_policy=none, bit for bit"
     run none_$preset $preset remat_policy=none
-    for p in minimal minimal_with_context save_dot_except_mlp save_dot_with_context_except_mlp save_out_proj \
-             full minimal_offloaded; do
+    for p in minimal minimal_with_context minimal_flash save_dot_except_mlp save_dot_except_mlpwi \
+             save_dot_with_context_except_mlp save_out_proj full minimal_offloaded; do
         run ${p}_$preset $preset remat_policy=$p
         check "$preset remat_policy=$p: $(bits ${p}_$preset)" same ${p}_$preset none_$preset
     done
     run custom_$preset $preset remat_policy=custom decoder_layer_input=offload query_proj=device key_proj=device \
         value_proj=device context=device out_proj=offload mlpwi=remat mlpwo=remat
     check "$preset custom (x, h offloaded, attention on device, FFN remat)" same custom_$preset none_$preset
+    run customwo_$preset $preset remat_policy=custom mlpwi=remat mlpwo=offload
+    check "$preset custom mlpwi=remat mlpwo=offload: host activations $(host_tag customwo_$preset activations) > 0" \
+        test "$(host_tag customwo_$preset activations)" -gt 0
+    check "$preset custom mlpwo=offload" same customwo_$preset none_$preset
     run nested_$preset $preset remat_nested_block=2
     check "$preset remat_nested_block=2" same nested_$preset none_$preset
 
@@ -57,6 +63,30 @@ for preset in mixtral-tiny deepseek-tiny; do
     check "context kept: minimal_with_context $a_minc > minimal $a_min" test "$a_minc" -gt "$a_min"
     check "context kept: save_dot_with_context_except_mlp $a_sdemc > save_dot_except_mlp $a_sdem" \
         test "$a_sdemc" -gt "$a_sdem"
+    # minimal_flash is MaxText's older name of minimal_with_context.
+    a_minf=$(dev_tag minimal_flash_$preset activations)
+    check "minimal_flash keeps minimal_with_context's bytes: $a_minf = $a_minc" test "$a_minf" -eq "$a_minc"
+    # save_dot_except_mlpwi keeps each MoE layer's expert outputs y (mlpwo: T*K rows of D
+    # floats, T = 8*64 tokens, K = 2) and so skips the wo products of the FFN's recomputation.
+    # The peak is the last MoE layer's recomputation, whose y is one of those kept: (nmoe-1)
+    # more rows (mixtral-tiny's 4 MoE layers, deepseek-tiny's 3 after its dense one).
+    nmoe=4; H=256; [ $preset = deepseek-tiny ] && { nmoe=3; H=96; }
+    a_sdemwi=$(dev_tag save_dot_except_mlpwi_$preset activations); y=$((512 * 2 * 128 * 4))
+    check "save_dot_except_mlpwi keeps mlpwo: $a_sdemwi = $a_sdem + ($nmoe-1) x $y" \
+        test "$a_sdemwi" -eq $((a_sdem + (nmoe - 1) * y))
+    # Each step's FLOPs are GFLOP/s x ms, both printed with 3 decimals: the bound on their
+    # product's rounding is worked out from the printed values (about 1e-4 GFLOP here).
+    check "save_dot_except_mlpwi saves the wo products: 2*T*K*H*D*nmoe = $((2 * 512 * 2 * H * 128 * nmoe)) FLOPs a step" \
+        python3 - $T/save_dot_except_mlp_$preset.jsonl $T/save_dot_except_mlpwi_$preset.jsonl $((2 * 512 * 2 * H * 128 * nmoe)) <<'PY'
+import json, sys
+def step(path):
+    m = json.loads(open(path).readlines()[-1])
+    return m["gflops"] * m["ms"] / 1e3, m["ms"] * 5e-7 + m["gflops"] * 5e-7
+(a, ea), (b, eb) = step(sys.argv[1]), step(sys.argv[2])
+want = int(sys.argv[3]) / 1e9
+print(f"       saved {a - b:.6f} GFLOP, expected {want:.6f}, bound {ea + eb:.6f}")
+sys.exit(abs((a - b) - want) > ea + eb)
+PY
     # Nested blocks drop the layer inputs inside a block, but the backward of a block's
     # second layer first runs the block's first layer again, whole, for that input: with 4
     # layers in blocks of 2 the two peaks come out equal, with 8 the inputs saved show.
@@ -78,10 +108,12 @@ done
 
 echo "== expert parallelism: minimal_offloaded moves the experts' received rows and their plan to the host too"
 for preset in mixtral-tiny deepseek-tiny; do
-    for p in none full minimal_offloaded; do run ep_${p}_$preset $preset remat_policy=$p ici_expert_parallelism=2; done
+    for p in none full minimal_offloaded save_dot_except_mlpwi; do run ep_${p}_$preset $preset remat_policy=$p ici_expert_parallelism=2; done
     check "$preset expert=2 minimal_offloaded: $(bits ep_minimal_offloaded_$preset)" \
         same ep_minimal_offloaded_$preset ep_none_$preset
     check "$preset expert=2 full" same ep_full_$preset ep_none_$preset
+    check "$preset expert=2 save_dot_except_mlpwi (y kept on the device that combines)" \
+        same ep_save_dot_except_mlpwi_$preset ep_none_$preset
     # Left on the device, the rows each device's experts ran on (x, h0, h1 of every MoE layer)
     # would keep minimal_offloaded's device activations far above full's (mixtral-tiny: 24.5
     # MB against 9.5 when measured that way; 8.7 with them moved).
@@ -93,7 +125,7 @@ done
 
 echo "== bfloat16 (16-bit saved activations, unpacked for the recomputation)"
 run bf_none mixtral-tiny dtype=bfloat16 remat_policy=none
-for p in full save_out_proj minimal_offloaded; do
+for p in full save_out_proj minimal_offloaded save_dot_except_mlpwi; do
     run bf_$p mixtral-tiny dtype=bfloat16 remat_policy=$p
     check "bf16 remat_policy=$p: $(bits bf_$p)" same bf_$p bf_none
 done
@@ -141,7 +173,7 @@ expect_error "adam_pax with a bf16 moment" "adam_pax keeps both moments" $TRAIN 
 
 echo "== bad values: one clear message"
 expect_error "unknown policy" "remat_policy must be" $TRAIN configs/mixtral-tiny.yml remat_policy=most
-expect_error "MaxText policy not implemented" "not implemented here" $TRAIN configs/mixtral-tiny.yml remat_policy=save_dot_except_mlpwi
+expect_error "mlpwo remat with mlpwi kept" "mlpwo must equal mlpwi" $TRAIN configs/mixtral-tiny.yml remat_policy=custom mlpwi=device mlpwo=remat
 expect_error "custom value" "must be 'device', 'offload' or 'remat'" $TRAIN configs/mixtral-tiny.yml remat_policy=custom mlpwi=host
 expect_error "custom block mismatch" "same value" $TRAIN configs/mixtral-tiny.yml remat_policy=custom query_proj=device
 expect_error "nested block without full" "needs remat_policy=full" $TRAIN configs/mixtral-tiny.yml remat_nested_block=2 remat_policy=none
