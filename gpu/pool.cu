@@ -5,10 +5,13 @@
 //
 //   alloc(bytes): rounded up to its size class (piece_bytes: 256 bytes, and above 64 KiB
 //                 a sixteenth of the power of two below it); a freed piece of that class
-//                 if there is one (the last freed first), else the next bytes of the newest
-//                 chunk, else a new chunk (POOL_CHUNK, or the request itself when larger);
-//   free(p, bytes): the piece is kept for the next request of the same size (once the
-//                 offload copy that reads it, if one does, is done: gpu/offload.cu);
+//                 if there is one (the last freed first); for a request larger than a chunk,
+//                 else the smallest freed piece of up to twice its size (lent: see below);
+//                 else the next bytes of the newest chunk, else a new chunk (POOL_CHUNK, or
+//                 the request itself when larger);
+//   free(p, bytes): the piece is kept for the next request of the same size, or of its own
+//                 size if it was lent (once the offload copy that reads it, if one does, is
+//                 done: gpu/offload.cu);
 //   the device's end: every chunk goes back to the driver.
 //
 // A step asks for the same sizes in the same order every time, so after the first step
@@ -18,6 +21,12 @@
 // activations under bf16_storage=kept on an H200: steps of 583, 386, 348, 346 and 294 ms
 // where the default's were flat; emulated, the pool's chunks grew with the steps). The
 // classes bound the sizes there are, at a cost of at most a sixteenth of a buffer's bytes.
+// Above a chunk's size each class is still a cudaMalloc of its own, which waits for the whole
+// GPU: mixtral-medium's experts' 16-bit temporaries (up to 117 MB, their rows changing with the
+// routing) under bf16_storage=kept took steps of 698, 336, 320, 191, 181, 220, 204 and 188 ms
+// on an H200 where the float32 ones' were flat. So such a request takes a larger freed piece,
+// up to twice its size, before it takes new memory; the pool remembers what it lent
+// (Pool.lent) so that the piece is kept under its own size when it comes back.
 // The pool keeps no header in the memory it hands out: the allocator's records (tag, size,
 // name) are on the host (base/memory.c), and the pool's own (its chunks and freed pieces)
 // are host arrays here.
@@ -47,6 +56,7 @@ typedef struct {
     int device, gpu;                 // the mesh device, the GPU it runs on
     Chunk *chunks; int nchunks;
     Piece *freed; int nfreed, capfreed;
+    Piece *lent; int nlent, caplent;  // pieces handed out for a smaller request, with their own size
     size_t reserved;                 // bytes taken from the driver
     size_t in_use, high;             // bytes handed out now, and at most
 } Pool;
@@ -140,10 +150,30 @@ static void keep_piece(Piece **list, int *n, int *cap, Piece piece) {
     (*list)[(*n)++] = piece;
 }
 
-// A piece of exactly `bytes` (a size class: piece_bytes), from the freed ones or a chunk.
-static void *take(Pool *p, size_t bytes) {
+// The smallest freed piece of more than `bytes` and at most twice as many, or -1.
+static int best_larger(Pool *p, size_t bytes) {
+    int best = -1;
+    for (int i = 0; i < p->nfreed; i++) {
+        size_t b = p->freed[i].bytes;
+        if (b > bytes && b / 2 <= bytes && (best < 0 || b < p->freed[best].bytes) && piece_free(&p->freed[i]))
+            best = i;
+    }
+    return best;
+}
+
+// A piece of `bytes` (a size class: piece_bytes), from the freed ones or a chunk; *got: its
+// size, more than `bytes` when a larger freed piece was lent (then recorded in p->lent).
+static void *take(Pool *p, size_t bytes, size_t *got) {
+    *got = bytes;
     for (int i = p->nfreed - 1; i >= 0; i--)
         if (p->freed[i].bytes == bytes && piece_free(&p->freed[i])) return take_piece(p->freed, &p->nfreed, i);
+    int i = bytes > POOL_CHUNK ? best_larger(p, bytes) : -1;
+    if (i >= 0) {
+        *got = p->freed[i].bytes;
+        char *at = take_piece(p->freed, &p->nfreed, i);
+        keep_piece(&p->lent, &p->nlent, &p->caplent, (Piece){at, *got, NULL});
+        return at;
+    }
     Chunk *c = p->nchunks ? &p->chunks[p->nchunks - 1] : NULL;
     if (!c || c->size - c->used < bytes) {
         if (!grow(p, bytes)) return NULL;
@@ -176,7 +206,7 @@ extern "C" void *pool_alloc(size_t bytes) {
     if (pool_off()) {
         if (cudaMalloc(&at, n) != cudaSuccess) { (void)cudaGetLastError(); at = NULL; }
     } else {
-        at = take(p, n);
+        at = take(p, n, &n);
     }
     if (at) {
         p->in_use += n;
@@ -191,6 +221,12 @@ extern "C" void pool_free(void *at, size_t bytes) {
     size_t n = piece_bytes(bytes);
     cudaEvent_t done = gpu_copy_reading(at);   // an offload copy from it still in flight?
     pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < p->nlent; i++)
+        if (p->lent[i].p == (char *)at) {   // a larger piece, lent: kept under its own size
+            n = p->lent[i].bytes;
+            take_piece(p->lent, &p->nlent, i);
+            break;
+        }
     p->in_use -= n;
     if (pool_off()) {
         if (done) { GPU_CHECK(cudaEventSynchronize(done)); GPU_CHECK(cudaEventDestroy(done)); }
@@ -238,6 +274,7 @@ extern "C" void pool_detach(void) {
         for (int i = 0; i < p->nchunks; i++) GPU_CHECK(cudaFree(p->chunks[i].base));
         free(p->chunks);
         free(p->freed);
+        free(p->lent);
         pthread_mutex_destroy(&p->lock);
         memset(p, 0, sizeof *p);
     }

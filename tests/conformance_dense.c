@@ -638,6 +638,7 @@ static void test_embedding_case(int T, int D, int V, int v0, int idmax, int rep,
 void test_embedding(void) {
     test_embedding_case(23, 17, 11, 5, 20, 1, 2);      // few rows: most runs of 8 tokens repeat one
     test_embedding_case(61, 300, 400, 7, 420, 10, 13);  // many rows: most runs distinct, one not; 2 blocks
+    test_embedding_case(4110, 5, 40, 3, 50, 9, 4000);   // a leaf of 4107 tokens: gpu/embedding.cu by columns
 }
 
 // ---------------------------------------------------------------- mla

@@ -188,8 +188,9 @@ static void cell(char *out, size_t size, double ms, double flops) {
 // The own kernel against cuBLAS alone on the same operands, shape by shape (those marked
 // own): bf16 storage (the 16-bit products), and float32 operands holding bf16 values, which
 // cuBLAS's grouped call takes only in tf32 (the float32 products under cublas_bf16). A grouped
-// form is what the experts' products run by default where cuBLAS refuses the grouped call in
-// bf16 (MESHMOE_GROUPED, gpu/matmul.cu); a dense one says how far the kernel is from cuBLAS.
+// form is what the experts' products run under MESHMOE_GROUPED=kernel (gpu/matmul.cu; by
+// default, a cuBLAS call per group where cuBLAS refuses the grouped call in bf16); a dense one
+// says how far the kernel is from cuBLAS.
 static void own_kernel_table(const Shape *shapes, int n, int reps) {
     printf("\nThe same products by cuBLAS alone (its grouped call, in tf32 where it refuses bf16 for float32 "
            "operands, or a call per group where it refuses that) against the backend's own tensor-core kernel "
@@ -311,7 +312,7 @@ int main(int argc, char **argv) {
     if (gpu_device_count() == 0) return 1;
     const char *why;
     // gpu_matmul=cublas_bf16, as the bench's meshmoe runs, its products cuBLAS's alone: the own
-    // kernel (the default for the experts' products where cuBLAS refuses them in bf16) is timed apart.
+    // kernel (MESHMOE_GROUPED=kernel) is timed apart.
     setenv("MESHMOE_GROUPED", "cublas", 1);
     if (!gpu_matmul_use_cublas(2, &why)) {
         printf("products_gpu: no cuBLAS here: %s\n", why);
