@@ -45,11 +45,19 @@ def ncu_path():
     return found or "ncu"
 
 
+# The kernel's time, asked for by name as well (the table had none from the H200's ncu,
+# 2026-12-04), and the DRAM throughput under either of the names ncu versions give it.
+DURATION = "gpu__time_duration.sum"
+DRAM = ["dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]
+# ncu's units of time, in either of its spellings.
+TIME_UNITS = {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+
+
 def command(train, preset, extra=()):
     # (unanchored: ncu's name may carry template arguments; no other kernel's name holds these)
     return [ncu_path(), "--kernel-name", "regex:(" + "|".join(KERNELS) + ")",
             "--launch-count", str(LAUNCHES), "--section", "SpeedOfLight", "--section", "Occupancy",
-            "--section", "WarpStateStats", "--page", "raw", "--csv",
+            "--section", "WarpStateStats", "--metrics", DURATION, "--page", "raw", "--csv",
             train, f"configs/{preset}.yml", "device=gpu", "steps=1", "eval_steps=1", "sample_length=0",
             *LAYERS.get(preset, []), *extra]
 
@@ -84,8 +92,8 @@ def parse(out):
         if not name or not r["ID"].isdigit() or name in seen:
             continue   # (a later launch of a kernel already kept)
         seen.add(name)
-        ns = number(r.get("gpu__time_duration.sum", "") or "")
-        scale = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(units.get("gpu__time_duration.sum"))
+        ns = number(r.get(DURATION, "") or "")
+        scale = TIME_UNITS.get((units.get(DURATION) or "").strip())
         rows.append(dict(r, kernel=name, ns=ns * scale if ns is not None and scale else None))
     return rows
 
@@ -115,7 +123,7 @@ def table(rows):
                      f"{ns / 1e3 if ns is not None else float('nan'):.1f} | "
                      f"{value(r, 'sm__throughput.avg.pct_of_peak_sustained_elapsed')} | "
                      f"{value(r, 'gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed')} | "
-                     f"{value(r, 'dram__throughput.avg.pct_of_peak_sustained_elapsed')} | "
+                     f"{next((value(r, k) for k in DRAM if number(r.get(k, '') or '') is not None), '?')} | "
                      f"{value(r, 'sm__warps_active.avg.pct_of_peak_sustained_active')} / "
                      f"{value(r, 'sm__maximum_warps_per_active_cycle_pct')} | "
                      f"{value(r, 'launch__registers_per_thread', '{:.0f}')} | {stalls(r)} |")
