@@ -25,11 +25,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The kernels asked about: attention on tensor cores (gpu/attn_mma.cu, gpu/attn_mma_bwd.cu: the
 # backward's kernels with their scores in registers, dq from the dS in memory, or through shared
-# memory), the RMS norm (gpu/norm.cu), and the experts' grouped products where cuBLAS refuses
-# them in bf16 (gpu/grouped16.cu: deepseek-medium's, megablox=true).
-KERNELS = ["mma_forward_kernel", "mma_dq_ds_kernel", "mma_dq_regs_kernel", "mma_dkdv_regs_kernel", "mma_dq_kernel",
+# memory; the forward's with its scores in registers, the default), the RMS norm (gpu/norm.cu),
+# the experts' grouped products by gpu/grouped16.cu (MESHMOE_GROUPED=kernel only, since
+# 2026-12-04) and the embedding's gradient (gpu/embedding.cu).
+KERNELS = ["mma_forward_kernel", "mma_forward_regs_kernel", "mma_dq_ds_kernel", "mma_dq_regs_kernel", "mma_dkdv_regs_kernel", "mma_dq_kernel",
            "mma_dkdv_kernel", "row_dots_kernel", "rmsnorm_forward_kernel", "rmsnorm_backward_dx_kernel",
-           "rmsnorm_dscale_leaf_kernel", "grouped16_kernel"]
+           "rmsnorm_dscale_leaf_kernel", "grouped16_kernel", "embedding_chains_kernel"]
 # One or two layers (deepseek's first is dense): every layer launches the same kernels.
 LAYERS = {"mixtral-medium": ["base_num_decoder_layers=1"],
           "deepseek-medium": ["base_num_decoder_layers=2", "first_num_dense_layers=1"]}
