@@ -176,6 +176,7 @@ __device__ static inline void dscale_load(float *g, float *v, float *s, const fl
 __global__ static void rmsnorm_dscale_leaf_kernel(float *dscale, const float *dout, const float *x,
                                                   const float *rstd, long t0, long len, int D, int bf16) {
     __shared__ float terms[DSCALE_TILE][DSCALE_COLS + 1];   // (+1: the adders' reads fall in distinct banks)
+    // (rows: the launch is GPU_THREADS threads a block)
     int c = threadIdx.x % DSCALE_COLS, r = threadIdx.x / DSCALE_COLS, rows = GPU_THREADS / DSCALE_COLS;
     int i = blockIdx.x * DSCALE_COLS + c;
     long end = t0 + len;
@@ -223,7 +224,7 @@ static void rmsnorm_backward_dx(float *dx, const float *dout, const float *x, co
 static void rmsnorm_dscale_leaf(float *dscale, const float *dout, const float *x, const float *rstd,
                                 long t0, long len, int D, int bf16) {
     if (D <= 0 || len <= 0) return;
-    GPU_LAUNCH(rmsnorm_dscale_leaf_kernel, blocks_for((size_t)D, DSCALE_COLS), GPU_THREADS, 0)(   // (GPU_THREADS: the loads' share)
+    GPU_LAUNCH(rmsnorm_dscale_leaf_kernel, blocks_for((size_t)D, DSCALE_COLS), GPU_THREADS, 0)(
         dscale, dout, x, rstd, t0, len, D, bf16);
     GPU_CHECK_LAUNCH();
 }

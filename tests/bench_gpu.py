@@ -258,7 +258,7 @@ CONVERT = "meshmoe, MESHMOE_CUBLAS_BF16=convert, profile=true"  # the operands c
 TILES = "meshmoe, gpu_attention=tiles"              # the attention core on CUDA cores
 MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the other way (model/moe_experts.c)
 DQ_SCORES = "meshmoe, MESHMOE_ATTN_DQ=scores"  # attention's dq making its scores again (gpu/attn_mma_bwd.cu)
-WEIGHTS16 = "meshmoe, bf16_storage=off, profile=true"  # the weights' copy as float32 arrays (model/weights16.h)
+STORAGE_OFF = "meshmoe, bf16_storage=off, profile=true"  # the weights' copy as float32 arrays (model/weights16.h)
 GROUPED_KERNEL = "meshmoe, MESHMOE_GROUPED=kernel"  # the experts' grouped products by gpu/grouped16.cu
 
 
@@ -303,7 +303,7 @@ def main():
         # Then meshmoe's variants that decide its next defaults (bf16 storage off first: what the
         # presets' 16-bit storage gains), torch.compile, the ordered GEMM.
         for preset in PRESETS:
-            results[preset][WEIGHTS16] = meshmoe(preset, ("bf16_storage=off", "profile=true"))
+            results[preset][STORAGE_OFF] = meshmoe(preset, ("bf16_storage=off", "profile=true"))
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
         for preset in PRESETS:
@@ -327,7 +327,7 @@ def main():
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
         for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, GROUPED_KERNEL, DQ_SCORES,
-                       WEIGHTS16, CONVERT, TILES, "meshmoe, ordered GEMM"):
+                       STORAGE_OFF, CONVERT, TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
@@ -343,7 +343,7 @@ def main():
     # The default's profile, then the 16-bit variants' (each ran with profile=true: CUDA events,
     # no waits, so their step times are unprofiled ones): which kernels their time moved to.
     for preset in PRESETS:
-        for system, name in (("profile", "meshmoe, profile=true"), (WEIGHTS16, WEIGHTS16), (CONVERT, CONVERT)):
+        for system, name in (("profile", "meshmoe, profile=true"), (STORAGE_OFF, STORAGE_OFF), (CONVERT, CONVERT)):
             res = results[preset][system]
             if "out" not in res:
                 print(f"{preset}, {name}: {res['why']}")

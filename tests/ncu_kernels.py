@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # memory; the forward's with its scores in registers, the default), the RMS norm (gpu/norm.cu),
 # the experts' grouped products by gpu/grouped16.cu (MESHMOE_GROUPED=kernel only, since
 # 2026-12-04) and the embedding's gradient (gpu/embedding.cu).
-KERNELS = ["mma_forward_kernel", "mma_forward_regs_kernel", "mma_dq_ds_kernel", "mma_dq_regs_kernel", "mma_dkdv_regs_kernel", "mma_dq_kernel",
+KERNELS = ["mma_forward_kernel", "mma_forward_regs_kernel", "mma_dq_ds_kernel", "mma_dq_regs_kernel",
+           "mma_dkdv_regs_kernel", "mma_dq_kernel",
            "mma_dkdv_kernel", "row_dots_kernel", "rmsnorm_forward_kernel", "rmsnorm_backward_dx_kernel",
            "rmsnorm_dscale_leaf_kernel", "grouped16_kernel", "embedding_chains_kernel"]
 # One or two layers (deepseek's first is dense): every layer launches the same kernels.
