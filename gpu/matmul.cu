@@ -30,6 +30,7 @@
 #include "kernels/piece_tree.h"   // the chunked product as separate products
 #include "kernels/grouped_loop.h" // the experts' grouped products, a call per expert
 #include "gpu/grouped16.h"          // the experts' grouped products in bf16 by the own kernel
+#include "gpu/matmul_lt.h"          // the 16-bit products through cuBLASLt, their algorithms kept
 #if GPU_HAVE_CUBLAS
 #include <string.h>
 #if defined(GPU_EMULATE)
@@ -343,6 +344,7 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
     if (!on) {
 #if GPU_HAVE_CUBLAS
         if (handle) { CUBLAS_CHECK(cublas.destroy(handle)); handle = NULL; }
+        lt_release();
 #endif
         use_cublas = 0;
         return 1;
@@ -350,6 +352,7 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
 #if GPU_HAVE_CUBLAS
     *why = load_cublas();
     use_cublas = *why == NULL ? on : 0;
+    if (use_cublas) lt_start();
     const char *check = getenv("MESHMOE_CHECK_BF16");
     check_bf16 = use_cublas == 2 && check && !strcmp(check, "1");
     const char *how = getenv("MESHMOE_CUBLAS_BF16");
@@ -394,6 +397,7 @@ extern "C" size_t gpu_matmul_workspace_bytes(void) {
 extern "C" void gpu_matmul_set_workspace(void *p, size_t bytes) {
 #if GPU_HAVE_CUBLAS
     if (handle) { CUBLAS_CHECK(cublas.destroy(handle)); handle = NULL; }
+    lt_release();
     workspace = p;
     workspace_size = bytes;
 #else
@@ -557,6 +561,7 @@ int gpu_matmul_mode(void) { return use_cublas; }
 
 void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                    int accumulate, float *C, int ldc) {
+    if (lt_gemm16(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, 0, ldc, workspace, workspace_size)) return;
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 N, M, K, &one, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc,
@@ -565,6 +570,7 @@ void gemm16_cublas(int transA, int transB, int M, int N, int K, const uint16_t *
 
 void gemm16_round_cublas(int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                          uint16_t *C, int ldc) {
+    if (lt_gemm16(0, transB, M, N, K, A, lda, B, ldb, 0, C, 1, ldc, workspace, workspace_size)) return;
     float one = 1.0f, zero = 0.0f;   // (row-major: the operands swapped, as sgemm_cublas)
     CUBLAS_CHECK(cublas.gemm_ex(my_handle(), transB ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B,
                                 CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &zero, C, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,

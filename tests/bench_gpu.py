@@ -9,11 +9,14 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
+  meshmoe, MESHMOE_CUBLAS_LT=off  the 16-bit products by cublasGemmEx, which asks cuBLAS's
+                 heuristic for each new shape, where the default keeps one cuBLASLt algorithm
+                 per class of shapes (gpu/matmul_lt.cu), first of the variants
   meshmoe, bf16_storage=off, profile=true  the weights' bf16 copy and the activations at the
                  cast points as float32 arrays holding bf16 values, where the presets keep them
                  as 16-bit numbers (bf16_storage: kept, the weights' copy kept from update to
                  update and written by AdamW, the products reading it as stored:
-                 docs/bf16-storage.md), first of the variants
+                 docs/bf16-storage.md)
   meshmoe, megablox=...  the experts' products the other way than the preset's (one grouped
                  cuBLAS call for all the experts, or a call per expert)
   meshmoe, MESHMOE_GROUPED=kernel  the experts' grouped products by the backend's own
@@ -260,6 +263,7 @@ MEGABLOX = "meshmoe, megablox flipped"             # the experts' products the o
 DQ_SCORES = "meshmoe, MESHMOE_ATTN_DQ=scores"  # attention's dq making its scores again (gpu/attn_mma_bwd.cu)
 STORAGE_OFF = "meshmoe, bf16_storage=off, profile=true"  # the weights' copy as float32 arrays (model/weights16.h)
 GROUPED_KERNEL = "meshmoe, MESHMOE_GROUPED=kernel"  # the experts' grouped products by gpu/grouped16.cu
+LT_OFF = "meshmoe, MESHMOE_CUBLAS_LT=off"  # the 16-bit products by cublasGemmEx, no algorithm kept (gpu/matmul_lt.cu)
 
 
 def megablox_on(preset):
@@ -300,8 +304,10 @@ def main():
         # Then why the slowest kernels are slow (ncu, one or two layers of each preset).
         for preset in PRESETS:
             results[preset]["ncu"] = ncu(preset)
-        # Then meshmoe's variants that decide its next defaults (bf16 storage off first: what the
-        # presets' 16-bit storage gains), torch.compile, the ordered GEMM.
+        # Then meshmoe's variants that decide its next defaults (cuBLASLt's kept algorithms off
+        # first, then bf16 storage off: what each gains), torch.compile, the ordered GEMM.
+        for preset in PRESETS:
+            results[preset][LT_OFF] = meshmoe(preset, env={"MESHMOE_CUBLAS_LT": "off"})
         for preset in PRESETS:
             results[preset][STORAGE_OFF] = meshmoe(preset, ("bf16_storage=off", "profile=true"))
         for preset in PRESETS:
@@ -326,8 +332,8 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", MEGABLOX, GROUPED_KERNEL, DQ_SCORES,
-                       STORAGE_OFF, CONVERT, TILES, "meshmoe, ordered GEMM"):
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", LT_OFF, MEGABLOX, GROUPED_KERNEL,
+                       DQ_SCORES, STORAGE_OFF, CONVERT, TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "

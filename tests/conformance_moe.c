@@ -77,7 +77,11 @@ static void test_loss_case(int T, int V) {   // T >= 8: the tile moves take rows
     UNDER_TEST->loss->tile_gather_targets(d_tt, d_targets, 3, 5);
     check_dev_floats("loss_sum_exp", shape, piece, d_piece, T, tol(EXP_ULPS), 0);
     check_dev_floats("loss_target_logit", shape, zt, d_zt, T, 0, 0);
-    check_dev_floats("loss_lse", shape, lse, d_lse, T, tol(EXP_ULPS), 0);
+    // m + log(sum): where the two nearly cancel, an ulp of log(sum) is many ulps of the small
+    // result (seen on an H200: 0.0862874985 against 0.0862873793, 16 ulps apart, 2^-23 apart:
+    // one ulp of a log(sum) in [1, 2)). So also within two ulps of log(sum) < 4 (sum < 40
+    // here), 2 x 2^-22 = 2^-21, logf's bound on each side.
+    check_dev_floats("loss_lse", shape, lse, d_lse, T, tol(EXP_ULPS), 0x1p-21f);
     compare_doubles("loss_leaf_sum", shape, &leaf, &got_leaf, 1, 0.0);
     // softmax * coef - onehot: the target column is a difference of two values near scale
     check_dev_floats("loss_backward", shape, dz, d_dz, (size_t)T * V, tol(EXP_ULPS), ORACLE ? ABS_FLOOR : 0);

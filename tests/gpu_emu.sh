@@ -90,8 +90,13 @@ both ds-w16cb deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_b
     ici_expert_parallelism=2 num_devices=2
 # Where cuBLAS's grouped call refuses bf16 operands (as cuBLAS 13.0 does with float32 results),
 # the default: a cuBLAS call per expert.
-EMU_CUBLAS_REFUSE_GROUPED_BF16=1 both ds-w16r deepseek-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16 \
-    megablox=true ici_expert_parallelism=2 num_devices=2
+# Those calls through cuBLASLt (gpu/matmul_lt.cu) with each algorithm refused for any shape but
+# its own (EMU_CUBLASLT=exact: each class asks again, then goes to cublasGemmEx); and with no
+# algorithm given (none: every product by cublasGemmEx).
+EMU_CUBLAS_REFUSE_GROUPED_BF16=1 EMU_CUBLASLT=exact both ds-w16r deepseek-tiny dtype=bfloat16 bf16_storage=kept \
+    gpu_matmul=cublas_bf16 megablox=true ici_expert_parallelism=2 num_devices=2
+both mx-w16l mixtral-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16
+EMU_CUBLASLT=none both mx-w16ln mixtral-tiny dtype=bfloat16 bf16_storage=kept gpu_matmul=cublas_bf16
 # The experts' products by the backend's own tensor-core kernel (gpu/grouped16.cu), on float32
 # operands and on bf16 storage (MESHMOE_GROUPED=kernel).
 MESHMOE_GROUPED=kernel both ds-cbk deepseek-tiny dtype=bfloat16 gpu_matmul=cublas_bf16 megablox=true \
@@ -153,6 +158,13 @@ if ok_run ds-w16cb && ok_run ds-w16r; then
     said=$(grep -c "refused compute type.*one call each" $T/ds-w16r-emu.out)
     check "ds-w16r: cuBLAS's grouped call refused ($said time(s) said), a call per expert gives ds-w16cb's loss bits" \
         test "$said" -ge 1 -a "$(bits ds-w16r-emu)" = "$(bits ds-w16cb-emu)" -a -n "$(bits ds-w16r-emu)"
+fi
+# cuBLASLt's kept algorithms, or none given and cublasGemmEx: the same products, the same bits
+# (the emulation sums each element in double either way), not ./train's.
+if ok_run mx-w16l && ok_run mx-w16ln; then
+    check "mx-w16l: cuBLASLt ran on bf16 storage (loss bits not ./train's): $(bits mx-w16l-emu)" \
+        test -n "$(bits mx-w16l-emu)" -a "$(bits mx-w16l-emu)" != "$(bits mx-w16l-cpu)"
+    check "mx-w16ln: no cuBLASLt algorithm, cublasGemmEx gives mx-w16l's loss bits" same mx-w16l-emu mx-w16ln-emu
 fi
 # The own kernel sums in float32 in its tiles' order, where the emulated cuBLAS sums in double:
 # other bits, and as the tensor-core attention's runs, every loss within 1e-2 relative of
