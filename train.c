@@ -110,6 +110,12 @@ static void read_config(Config *c, int argc, char **argv) {
     if (c->device == DEVICE_GPU && grouped && *grouped && !cublas)
         die("MESHMOE_GROUPED chooses between cuBLAS's grouped call and the backend's own kernel: it needs "
             "gpu_matmul=cublas or cublas_bf16");
+    const char *lt = getenv("MESHMOE_CUBLAS_LT");
+    if (c->device == DEVICE_GPU && lt && *lt && !cublas)
+        die("MESHMOE_CUBLAS_LT chooses how cuBLAS's 16-bit products find their kernels: it needs "
+            "gpu_matmul=cublas or cublas_bf16");
+    if (c->device == DEVICE_GPU && lt && *lt && strcmp(lt, "on") && strcmp(lt, "off"))
+        die("MESHMOE_CUBLAS_LT is 'on' (the default) or 'off', not '%s'", lt);
     int attention = gpu_attention_kind(c);
     if (attention != 1 && c->device != DEVICE_GPU)
         die("gpu_attention=%s chooses device=gpu's attention kernels: this run is device=%s",

@@ -179,6 +179,7 @@ static void test_squares(void) {
     test_squares_n((size_t)2 * 1024 * 256 + 777, 0);
     test_squares_n(10001, 1);
     test_squares_n((size_t)4 * 1024 * 256 * 4 + 3, 0);   // every thread four quads and a tail
+    test_squares_n((size_t)3 * 1024 * 256 * 4 + 5, 0);   // three quads a thread: two loads in flight, then one
 }
 
 // Adafactor's factored second moment over a 3-d tensor (L=3 leading, rows along dim 2,

@@ -215,6 +215,11 @@ expect_error "MESHMOE_GROUPED without cuBLAS" "MESHMOE_GROUPED chooses between c
 expect_error "MESHMOE_CUBLAS_BF16 without cublas_bf16" "it needs gpu_matmul=cublas_bf16" \
     env MESHMOE_CUBLAS_BF16=convert ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16 device=gpu \
     gpu_matmul=cublas dry_run=true
+expect_error "MESHMOE_CUBLAS_LT without cuBLAS" "MESHMOE_CUBLAS_LT chooses how cuBLAS's 16-bit products" \
+    env MESHMOE_CUBLAS_LT=off ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16 device=gpu dry_run=true
+expect_error "MESHMOE_CUBLAS_LT=maybe" "MESHMOE_CUBLAS_LT is 'on' (the default) or 'off', not 'maybe'" \
+    env MESHMOE_CUBLAS_LT=maybe ./train configs/mixtral-tiny.yml steps=1 dtype=bfloat16 device=gpu \
+    gpu_matmul=cublas_bf16 dry_run=true
 
 expect_error "a bad switch value" "wants true or false" ./train configs/mixtral-tiny.yml rmsnorm_fused_scale=maybe
 expect_error "a negative eval batch" "eval_per_device_batch_size must be >= 0" \
