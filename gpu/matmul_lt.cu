@@ -132,14 +132,14 @@ typedef struct {
 enum { KEPT_MAX = 1024 };   // classes a thread keeps (a model meets a few hundred); past it, cublasGemmEx
 static thread_local cublasLtHandle_t handle;
 static thread_local Kept *kept;
-static thread_local int nkept;
+static thread_local int nkept, last;   // (last: the entry find found last)
 
 void lt_release(void) {
     if (handle) LT_CHECK(lt.destroy(handle));
     handle = NULL;
     free(kept);
     kept = NULL;
-    nkept = 0;
+    nkept = last = 0;
 }
 
 static int log2_up(int x) {   // the smallest e with 2^e >= x
@@ -153,9 +153,12 @@ static int align_of(const void *p) {   // the largest power of two up to 256 div
     return a;
 }
 
+// The class's kept entry, or NULL; the last one found first (an expert's products come one
+// expert after another, mostly in one class).
 static Kept *find(const Class *c) {
+    if (last < nkept && !memcmp(&kept[last].c, c, sizeof *c)) return &kept[last];
     for (int i = 0; i < nkept; i++)
-        if (!memcmp(&kept[i].c, c, sizeof *c)) return &kept[i];
+        if (!memcmp(&kept[i].c, c, sizeof *c)) return &kept[last = i];
     return NULL;
 }
 

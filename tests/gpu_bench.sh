@@ -3,9 +3,10 @@
 # call of at most 8 minutes on a GPU machine (docs/gpu.md says how a session makes that call).
 # Nothing is built here: ./train_gpu comes from `make gpu` on a machine with nvcc, carried.
 #   1. probe (20 s): the GPU, its driver and clocks, the peers' python packages
-#   2. build/products_gpu (at most 60 s, its time taken from BUDGET; skipped if not carried):
-#      the -medium presets' largest products with float32 operands and with bf16 storage
-#      (tests/products_gpu.c), what bf16 storage would save in them
+#   2. build/products_gpu (at most 100 s, its time taken from BUDGET; skipped if not carried):
+#      the experts' 16-bit products on new shapes and met ones, with cuBLASLt's kept algorithms
+#      and with cublasGemmEx (fresh); the -medium presets' largest products with float32
+#      operands and with bf16 storage (tests/products_gpu.c), what bf16 storage would save in them
 #   3. tests/bench_gpu.py (BUDGET, default 300 s): meshmoe, PyTorch eager, JAX jit and
 #      torch.compile on the -medium presets, side by side, then meshmoe's profile beside the
 #      attention core by PyTorch's SDPA on the same shapes (tests/attention_peer.py)
@@ -34,8 +35,17 @@ BUDGET=${BUDGET:-300}
 if [ -x build/products_gpu ]; then
     t0=$(date +%s)
     echo "==== build/products_gpu $(date -u +%FT%TZ)" >> "$LOG"
-    timeout 60 build/products_gpu > "$OUT/products.md" 2>> "$LOG" ||
-        echo "(build/products_gpu exited $?: $(tail -1 "$LOG"))" >> "$OUT/products.md"
+    {
+        echo "The experts' 16-bit products on shapes new and met (build/products_gpu fresh: a call per"
+        echo "expert, rows drawn anew each round; ms a call by the host clock):"
+        echo
+        echo "| products by | shape | ms a call, shapes new | ms a call, shapes met | new less met |"
+        echo "|---|---|---|---|---|"
+        timeout 20 build/products_gpu fresh || echo "(build/products_gpu fresh exited $?)"
+        MESHMOE_CUBLAS_LT=off timeout 20 build/products_gpu fresh || echo "(build/products_gpu fresh exited $?)"
+        echo
+        timeout 60 build/products_gpu || echo "(build/products_gpu exited $?: $(tail -1 "$LOG"))"
+    } > "$OUT/products.md" 2>> "$LOG"
     { cat "$OUT/products.md"; echo; } >> "$OUT/table.md"
     BUDGET=$((BUDGET - ($(date +%s) - t0)))
 fi

@@ -187,6 +187,13 @@ echo "== build/products_emu small: the product timer of tests/gpu_bench.sh, emul
 # table N's rows of `| small: ` in file F, and their last column ("apart")
 rows_of() { awk -v n="$1" '/^\| product /{ t++ } t == n && /^\| small: /' "$2"; }
 aparts() { awk -F'|' '{ print $(NF-1) }' | tr -d ' ' | sort -u | tr '\n' ' '; }
+# Its first table: the experts' products on shapes new and met, with cuBLASLt's kept
+# algorithms and with cublasGemmEx: a row each (the emulation's times say nothing).
+fresh=$( { build/products_emu fresh small && MESHMOE_CUBLAS_LT=off build/products_emu fresh small; } 2>&1); rc=$?
+n=$(printf '%s\n' "$fresh" | grep -c '^| cuBLASLt, algorithms kept | 64 x 40 x 32, 4 experts, 24 rounds |')
+m=$(printf '%s\n' "$fresh" | grep -c '^| cublasGemmEx (MESHMOE_CUBLAS_LT=off) | 64 x 40 x 32, 4 experts, 24 rounds |')
+check "products_emu fresh: exit $rc, a row with cuBLASLt ($n) and one with cublasGemmEx ($m)" \
+    test "$rc" -eq 0 -a "$n" -eq 1 -a "$m" -eq 1
 build/products_emu small > $T/products.out 2>&1; rc=$?
 rows=$(rows_of 1 $T/products.out | wc -l) apart=$(rows_of 1 $T/products.out | aparts)
 check "products_emu: exit $rc, $rows of 6 shapes timed, each with the float32 products' results (apart: $apart)" \

@@ -11,6 +11,9 @@
 //
 // usage: build/products_gpu [small]   (small: tiny shapes, to check the program itself,
 // e.g. under the emulation: build/products_emu small). Prints one markdown table.
+//        build/products_gpu fresh [small]: what the experts' products pay for shapes cuBLAS
+// has not met (fresh_table, below); tests/gpu_bench.sh runs it with and without
+// MESHMOE_CUBLAS_LT=off.
 #include "kernels/kernels.h"
 #include "kernels/bf16.h"
 #include "gpu/backend.h"
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { FORWARD, DINP, DW, GROUPED, GROUPED_DINP, GROUPED_DW };
 static const char *const forms[] = {"x @ w", "dy @ w^T", "x^T @ dy", "x @ w, grouped", "dy @ w^T, grouped",
@@ -305,7 +309,61 @@ static void round_table(const Shape *shapes, int n, int reps) {
     }
 }
 
+// The host clock, in seconds.
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// The experts' 16-bit forward products a call per expert, as a layer of mixtral-medium makes
+// them (8 experts, 16384 rows in all, K 2048, N 7168; small: 4 experts, 64 rows, 32 x 40), over
+// ROUNDS rounds whose row counts are drawn anew each round, as the routing draws them at
+// every step and layer: ms a call by the host clock (the stream waited for at the end), the
+// rounds with their shapes new, then the same rounds again, their shapes met. What the
+// difference costs is the choosing of a kernel for a new shape (gpu/matmul_lt.cu: with its
+// kept algorithms, or cublasGemmEx's heuristic under MESHMOE_CUBLAS_LT=off).
+enum { ROUNDS = 24 };
+static void fresh_table(int tiny) {
+    int G = tiny ? 4 : 8, R = tiny ? 64 : 16384, K = tiny ? 32 : 2048, N = tiny ? 40 : 7168;
+    float *Af, *Bf, *C = gpu_alloc(sizeof(float) * R * N);
+    uint16_t *A, *B;
+    operand((size_t)R * K, &Af, &A);
+    operand((size_t)G * K * N, &Bf, &B);
+    int rows[ROUNDS][8];
+    unsigned long long x = 12345;
+    for (int r = 0; r < ROUNDS; r++) {   // G row counts summing to R, from 1/4 to 7/4 of the mean each
+        int left = R;
+        for (int g = 0; g < G - 1; g++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            int n = R / G / 4 + (int)((x >> 33) % (unsigned long long)(R / G * 3 / 2));
+            rows[r][g] = n < left ? n : left;
+            left -= rows[r][g];
+        }
+        rows[r][G - 1] = left;
+    }
+    const Matmul16Kernels *h = backend_cuda.matmul16;
+    double ms[2];
+    for (int pass = 0; pass < 2; pass++) {   // the shapes new, then met
+        backend_cuda.sync();
+        double t0 = seconds();
+        for (int r = 0; r < ROUNDS; r++)
+            for (int g = 0, r0 = 0; g < G; r0 += rows[r][g++])
+                if (rows[r][g] > 0)
+                    h->matmul_forward(C + (size_t)r0 * N, A + (size_t)r0 * K, B + (size_t)g * K * N, rows[r][g], K, N, 0);
+        backend_cuda.sync();
+        ms[pass] = 1e3 * (seconds() - t0) / (ROUNDS * G);
+    }
+    const char *lt = getenv("MESHMOE_CUBLAS_LT");
+    printf("| %s | %d x %d x %d, %d experts, %d rounds | %.4f | %.4f | %.4f |\n",
+           lt && !strcmp(lt, "off") ? "cublasGemmEx (MESHMOE_CUBLAS_LT=off)" : "cuBLASLt, algorithms kept", R, N, K,
+           G, ROUNDS, ms[0], ms[1], ms[0] - ms[1]);
+    gpu_free(Af); gpu_free(A); gpu_free(Bf); gpu_free(B); gpu_free(C);
+}
+
 int main(int argc, char **argv) {
+    int fresh = argc > 1 && !strcmp(argv[1], "fresh");
+    if (fresh) argc--, argv++;
     int tiny = argc > 1 && !strcmp(argv[1], "small");
     const Shape *shapes = tiny ? small : medium;
     int n = tiny ? (int)(sizeof small / sizeof small[0]) : (int)(sizeof medium / sizeof medium[0]), reps = tiny ? 2 : 10;
@@ -321,6 +379,13 @@ int main(int argc, char **argv) {
     size_t ws = gpu_matmul_workspace_bytes();   // cuBLAS's workspace, as a device thread gives it
     void *wsp = ws ? gpu_alloc(ws) : NULL;
     if (wsp) gpu_matmul_set_workspace(wsp, ws);
+    if (fresh) {
+        fresh_table(tiny);
+        backend_cuda.sync();
+        if (wsp) { gpu_matmul_set_workspace(NULL, 0); gpu_free(wsp); }
+        gpu_matmul_use_cublas(0, &why);
+        return 0;
+    }
     printf("Products on %s, float32 operands holding bf16 values (cuBLAS converting them, "
            "CUBLAS_COMPUTE_32F_FAST_16BF) against the same values stored as bf16 (kernels/matmul16.h, CUDA_R_16BF); "
            "ms a call, the mean of %d after one; pack: one float32 operand A made 16-bit (cast's pack_bf16); "
