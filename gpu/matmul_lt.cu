@@ -93,10 +93,16 @@ static const char *lt_load(void) {
 }
 #endif
 
-// LT_CHECK(call): a status other than success or a refusal (not supported, invalid value) is fatal.
-#define LT_CHECK(call) lt_check((call), #call, __FILE__, __LINE__)
-static cublasStatus_t lt_check(cublasStatus_t st, const char *what, const char *file, int line) {
-    if (st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) return st;
+// LT_CHECK(call): a status other than success or a refusal (not supported, invalid value, a
+// GPU without the kernels: each sends the class to cublasGemmEx) is fatal.
+// LT_MUST(call): anything but success is fatal (making and setting descriptors, handles).
+#define LT_CHECK(call) lt_check((call), 1, #call, __FILE__, __LINE__)
+#define LT_MUST(call) lt_check((call), 0, #call, __FILE__, __LINE__)
+static cublasStatus_t lt_check(cublasStatus_t st, int refusal_ok, const char *what, const char *file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS || (refusal_ok && (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+                                                       st == CUBLAS_STATUS_INVALID_VALUE ||
+                                                       st == CUBLAS_STATUS_ARCH_MISMATCH)))
+        return st;
     fprintf(stderr, "meshmoe: cuBLASLt error %d at %s:%d (%s)\n", (int)st, file, line, what);
     exit(1);
 }
@@ -135,7 +141,7 @@ static thread_local Kept *kept;
 static thread_local int nkept, last;   // (last: the entry find found last)
 
 void lt_release(void) {
-    if (handle) LT_CHECK(lt.destroy(handle));
+    if (handle) LT_MUST(lt.destroy(handle));
     handle = NULL;
     free(kept);
     kept = NULL;
@@ -169,39 +175,39 @@ typedef struct { cublasLtMatmulDesc_t desc; Layout a, b, c; } Call;
 
 static Call call_make(int transA, int transB, int M, int N, int K, int lda, int ldb, int c16, int ldc) {
     Call k;
-    LT_CHECK(lt.desc_create(&k.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_MUST(lt.desc_create(&k.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     int32_t ta = transB ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT_CHECK(lt.desc_set(k.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(lt.desc_set(k.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT_CHECK(lt.layout_create(&k.a, CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb));
-    LT_CHECK(lt.layout_create(&k.b, CUDA_R_16BF, transA ? M : K, transA ? K : M, lda));
-    LT_CHECK(lt.layout_create(&k.c, c16 ? CUDA_R_16BF : CUDA_R_32F, N, M, ldc));
+    LT_MUST(lt.desc_set(k.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_MUST(lt.desc_set(k.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_MUST(lt.layout_create(&k.a, CUDA_R_16BF, transB ? K : N, transB ? N : K, ldb));
+    LT_MUST(lt.layout_create(&k.b, CUDA_R_16BF, transA ? M : K, transA ? K : M, lda));
+    LT_MUST(lt.layout_create(&k.c, c16 ? CUDA_R_16BF : CUDA_R_32F, N, M, ldc));
     return k;
 }
 static void call_free(Call *k) {
-    LT_CHECK(lt.layout_destroy(k->a));
-    LT_CHECK(lt.layout_destroy(k->b));
-    LT_CHECK(lt.layout_destroy(k->c));
-    LT_CHECK(lt.desc_destroy(k->desc));
+    LT_MUST(lt.layout_destroy(k->a));
+    LT_MUST(lt.layout_destroy(k->b));
+    LT_MUST(lt.layout_destroy(k->c));
+    LT_MUST(lt.desc_destroy(k->desc));
 }
 
 // e's algorithm asked of the heuristic for this call's shape: 1 when one was given.
 static int choose(Kept *e, const Call *k) {
     cublasLtMatmulPreference_t pref;
-    LT_CHECK(lt.pref_create(&pref));
+    LT_MUST(lt.pref_create(&pref));
     uint64_t ws = (uint64_t)e->c.ws;
     uint32_t a = (uint32_t)e->c.ab, b = (uint32_t)e->c.aa, c = (uint32_t)e->c.ac;   // (its A is our B)
     uint32_t schemes = e->c.c16 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_MASK;
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a, sizeof a));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b, sizeof b));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c, sizeof c));
-    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c, sizeof c));
+    LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+    LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a, sizeof a));
+    LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b, sizeof b));
+    LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c, sizeof c));
+    LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c, sizeof c));
     cublasLtMatmulHeuristicResult_t r;
     int n = 0;
     cublasStatus_t st = LT_CHECK(lt.heuristic(handle, k->desc, k->a, k->b, k->c, k->c, pref, 1, &r, &n));
-    LT_CHECK(lt.pref_destroy(pref));
+    LT_MUST(lt.pref_destroy(pref));
     if (st != CUBLAS_STATUS_SUCCESS || n < 1 || r.state != CUBLAS_STATUS_SUCCESS) return 0;
     e->algo = r.algo;
     return 1;
@@ -221,7 +227,7 @@ int lt_gemm16(int transA, int transB, int M, int N, int K, const uint16_t *A, in
                align_of(A), align_of(B), align_of(C), ws ? (long)ws_bytes : 0};
     Kept *e = kept ? find(&c) : NULL;
     if (e && e->gemm_ex) return 0;
-    if (!handle) LT_CHECK(lt.create(&handle));
+    if (!handle) LT_MUST(lt.create(&handle));
     if (!kept) kept = (Kept *)calloc(KEPT_MAX, sizeof(Kept));
     if (!kept) { fprintf(stderr, "meshmoe: out of host memory (cuBLASLt's kept algorithms)\n"); exit(1); }
     Call k = call_make(transA, transB, M, N, K, lda, ldb, c16, ldc);
