@@ -27,11 +27,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # backward's kernels with their scores in registers, dq from the dS in memory, or through shared
 # memory; the forward's with its scores in registers, the default), the RMS norm (gpu/norm.cu),
 # the experts' grouped products by gpu/grouped16.cu (MESHMOE_GROUPED=kernel only, since
-# 2026-12-04) and the embedding's gradient (gpu/embedding.cu).
+# 2026-12-04), the embedding's gradient (gpu/embedding.cu), the MoE combine's backward and
+# packed gather (gpu/moe.cu: the sixth profile had them at 0.6-2 TB/s), and the optimizer's
+# gradient norm and AdamW (gpu/optim.cu: against the copy bandwidth).
 KERNELS = ["mma_forward_kernel", "mma_forward_regs_kernel", "mma_dq_ds_kernel", "mma_dq_regs_kernel",
            "mma_dkdv_regs_kernel", "mma_dq_kernel",
            "mma_dkdv_kernel", "row_dots_kernel", "rmsnorm_forward_kernel", "rmsnorm_backward_dx_kernel",
-           "rmsnorm_dscale_leaf_kernel", "grouped16_kernel", "embedding_chains_kernel"]
+           "rmsnorm_dscale_leaf_kernel", "grouped16_kernel", "embedding_chains_kernel", "combine_dw_kernel",
+           "combine_dy4_kernel", "gather_rows_packed4_kernel", "squares_kernel", "adamw4_kernel"]
 # One or two layers (deepseek's first is dense): every layer launches the same kernels.
 LAYERS = {"mixtral-medium": ["base_num_decoder_layers=1"],
           "deepseek-medium": ["base_num_decoder_layers=2", "first_num_dense_layers=1"]}
