@@ -226,19 +226,18 @@ int lt_gemm16(int transA, int transB, int M, int N, int K, const uint16_t *A, in
     Class c = {transA, transB, c16, accumulate, log2_up(M), log2_up(N), log2_up(K), lda, ldb, ldc,
                align_of(A), align_of(B), align_of(C), ws ? (long)ws_bytes : 0};
     Kept *e = kept ? find(&c) : NULL;
-    if (e && e->gemm_ex) return 0;
+    if ((e && e->gemm_ex) || (!e && nkept == KEPT_MAX)) return 0;
     if (!handle) LT_MUST(lt.create(&handle));
     if (!kept) kept = (Kept *)calloc(KEPT_MAX, sizeof(Kept));
     if (!kept) { fprintf(stderr, "meshmoe: out of host memory (cuBLASLt's kept algorithms)\n"); exit(1); }
     Call k = call_make(transA, transB, M, N, K, lda, ldb, c16, ldc);
     int done = 0;
-    if (!e && nkept < KEPT_MAX) {
+    if (!e) {   // (a new entry: calloc's zeros, never used before)
         e = &kept[nkept++];
-        memset(e, 0, sizeof *e);
         e->c = c;
         e->gemm_ex = !choose(e, &k);
     }
-    if (e && !e->gemm_ex) {
+    if (!e->gemm_ex) {
         done = run(e, &k, A, B, accumulate, C, ws) == CUBLAS_STATUS_SUCCESS;
         // refused: the heuristic again, for this shape; a second refusal sends the class to cublasGemmEx
         if (!done && ++e->refused < 2 && choose(e, &k))

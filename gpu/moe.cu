@@ -79,12 +79,14 @@ static dim3 row_grid(size_t rows, int D) { return dim3((unsigned)rows, (D + GPU_
 __device__ static int row_col(void) { return blockIdx.y * blockDim.x + threadIdx.x; }
 
 // The gather and combine_backward's dy four columns a thread (a 16-byte access to floats, 8
-// bytes to bf16 bits) where D is a multiple of 8 and the arrays 16-byte aligned, so that every
-// row starts aligned (quads): one element a thread, the packed gather ran at 1.3-2.0 TB/s on an
-// H200 (2026-12-04), as the casts did before they went four at a time (gpu/cast.cu).
-static int quads(int D, const void *a, const void *b, const void *c) {
-    return D % 8 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
-}
+// bytes to bf16 bits) where every row starts so aligned: D a multiple of 4 and the arrays'
+// addresses, a bf16 array's times 2 (as quads_of's callers give them, gpu/gpu.h), multiples
+// of 16. One element a thread, the packed gather ran at 1.3-2.0 TB/s on an H200
+// (2026-12-04), as the casts did before they went four at a time (gpu/cast.cu).
+static int quads(int D, uintptr_t addresses) { return D % 4 == 0 && addresses % 16 == 0; }
+// An array of Y's address, scaled as quads wants it: a float's as it is, bf16 bits' times 2.
+static uintptr_t quad_address(const float *x) { return (uintptr_t)x; }
+static uintptr_t quad_address(const uint16_t *h) { return (uintptr_t)h * 2; }
 __device__ static int row_quad(void) { return 4 * row_col(); }
 
 __global__ static void gather_rows_kernel(float *xs, const float *x, const int *row_token, int r0, int D) {
@@ -275,7 +277,7 @@ static void dense_rows(int *row_start, int *row_token, int *assign_row, const in
 // xs (n,D) = the x rows of rows r0 .. r0+n-1's tokens.
 static void gather_rows(float *xs, const float *x, const int *row_token, int r0, int n, int D) {
     if (n <= 0 || D <= 0) return;
-    if (quads(D, xs, x, xs))
+    if (quads(D, (uintptr_t)x | (uintptr_t)xs))
         GPU_LAUNCH(gather_rows4_kernel, row_grid(n, D / 4), GPU_THREADS, 0)(xs, x, row_token, r0, D);
     else
         GPU_LAUNCH(gather_rows_kernel, row_grid(n, D), GPU_THREADS, 0)(xs, x, row_token, r0, D);
@@ -285,7 +287,7 @@ static void gather_rows(float *xs, const float *x, const int *row_token, int r0,
 // xs (n,D) = the bf16 bits of those rows.
 static void gather_rows_packed(uint16_t *xs, const float *x, const int *row_token, int r0, int n, int D) {
     if (n <= 0 || D <= 0) return;
-    if (quads(D, xs, x, xs))
+    if (quads(D, (uintptr_t)x | (uintptr_t)xs * 2))
         GPU_LAUNCH(gather_rows_packed4_kernel, row_grid(n, D / 4), GPU_THREADS, 0)(xs, x, row_token, r0, D);
     else
         GPU_LAUNCH(gather_rows_packed_kernel, row_grid(n, D), GPU_THREADS, 0)(xs, x, row_token, r0, D);
@@ -339,7 +341,7 @@ template <class Y>
 static void combine_backward_any(Y *dy, float *dw, const float *dout, const Y *y, const float *w, const float *top_w,
                                  const int *assign_row, size_t A, int D, int K) {
     if (A == 0 || D <= 0) return;
-    if (quads(D, dy, dout, dout))
+    if (quads(D, (uintptr_t)dout | quad_address(dy)))
         GPU_LAUNCH(combine_dy4_kernel<Y>, row_grid(A, D / 4), GPU_THREADS, 0)(dy, dout, w, assign_row, D, K);
     else
         GPU_LAUNCH(combine_dy_kernel<Y>, row_grid(A, D), GPU_THREADS, 0)(dy, dout, w, assign_row, D, K);

@@ -124,11 +124,18 @@ __device__ static inline void add_square(float v, unsigned long long *h, unsigne
     *mid += r >> 32;
     *low += r & 0xffffffffull;
 }
+__device__ static inline void add_squares4(float4 v, unsigned long long *h, unsigned long long *mid,
+                                           unsigned long long *low, int *bad) {
+    add_square(v.x, h, mid, low, bad);
+    add_square(v.y, h, mid, low, bad);
+    add_square(v.z, h, mid, low, bad);
+    add_square(v.w, h, mid, low, bad);
+}
 
 // parts (4) += hi, mid, low and the flag of x (n). Each thread adds the parts of its elements
 // (a grid-strided run, four elements a load where x is 16-byte aligned, two loads in flight:
-// one element a load, the kernel read 2.0 TB/s on an H200, one quad 2.6), the block adds its threads' parts in shared memory, and
-// one thread adds the block's into parts: one set of atomics per block, not one per element
+// with one element a load the kernel read 2.0 TB/s on an H200, with one quad 2.6), the block
+// adds its threads' parts in shared memory, and one thread adds the block's into parts: one set of atomics per block, not one per element
 // (a whole gradient, billions of elements, through three counters). Integers, so the total
 // is the same in any grouping.
 __global__ static void squares_kernel(unsigned long long *parts, const float *x, size_t n) {
@@ -140,23 +147,11 @@ __global__ static void squares_kernel(unsigned long long *parts, const float *x,
     size_t quads = quads_of(n, (uintptr_t)x), k = first;
     for (; k + stride < quads; k += 2 * stride) {   // two loads in flight before the adds
         float4 v = ((const float4 *)x)[k], u = ((const float4 *)x)[k + stride];
-        add_square(v.x, &h, &mid, &low, &bad);
-        add_square(v.y, &h, &mid, &low, &bad);
-        add_square(v.z, &h, &mid, &low, &bad);
-        add_square(v.w, &h, &mid, &low, &bad);
-        add_square(u.x, &h, &mid, &low, &bad);
-        add_square(u.y, &h, &mid, &low, &bad);
-        add_square(u.z, &h, &mid, &low, &bad);
-        add_square(u.w, &h, &mid, &low, &bad);
+        add_squares4(v, &h, &mid, &low, &bad);
+        add_squares4(u, &h, &mid, &low, &bad);
     }
-    if (k < quads) {
-        float4 v = ((const float4 *)x)[k];
-        add_square(v.x, &h, &mid, &low, &bad);
-        add_square(v.y, &h, &mid, &low, &bad);
-        add_square(v.z, &h, &mid, &low, &bad);
-        add_square(v.w, &h, &mid, &low, &bad);
-    }
-    for (size_t k = 4 * quads + first; k < n; k += stride) add_square(x[k], &h, &mid, &low, &bad);
+    if (k < quads) add_squares4(((const float4 *)x)[k], &h, &mid, &low, &bad);
+    for (size_t i = 4 * quads + first; i < n; i += stride) add_square(x[i], &h, &mid, &low, &bad);
     int t = threadIdx.x;
     part[0][t] = h; part[1][t] = mid; part[2][t] = low; flag[t] = bad;
     __syncthreads();

@@ -381,7 +381,8 @@ void test_moe(void) {
     test_moe_case(11, 6, 3, 19, 1, 1);
     test_moe_case(7, 4, 4, 8, 0, 1);
     test_moe_case(40, 8, 2, 300, 0, 0);   // combine_backward dw: 80 assignments in 3 blocks, 300 columns in 3 tiles
-    // D a multiple of 8: the gather and dy four columns a thread (gpu/moe.cu), 274 quads a row in two blocks
+    // the gather and dy four columns a thread (gpu/moe.cu: D a multiple of 4, as 300 and 4 here
+    // too), 274 quads a row in two blocks; 19 above one at a time
     test_moe_case(13, 5, 2, 1096, 0, 1);
     // Many assignments: the GPU's sort_rows walks them in tiles of 256 (gpu/moe.cu).
     test_moe_case(1500, 64, 6, 4, 0, 0);
