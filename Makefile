@@ -245,6 +245,23 @@ KEEP_LOG = > $@.log 2>&1 || { cat $@.log; exit 1; }; cat $@.log
 build/gpu/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@ $(KEEP_LOG)
+# cuDNN's fused flash attention (gpu/attn_cudnn.cu, gpu_attention=cudnn) is written against
+# cuDNN's frontend, a header-only C++ library that PyPI ships in the wheel nvidia-cudnn-frontend
+# (pinned here; its headers only, into build/cudnn_frontend/include). Where pip cannot fetch it,
+# the object is built without cuDNN and gpu_attention=cudnn says so at start-up. -isystem: the
+# library's own warnings are not the project's (tests/gpu_build.sh counts the project's).
+CUDNN_FE_VERSION := 1.32.0
+CUDNN_FE         := build/cudnn_frontend
+$(CUDNN_FE)/fetched:
+	@mkdir -p $(CUDNN_FE)
+	@python3 -m pip download -q --no-deps --only-binary=:all: -d $(CUDNN_FE)/wheel \
+	    nvidia-cudnn-frontend==$(CUDNN_FE_VERSION) && python3 tests/wheel_headers.py $(CUDNN_FE)/wheel $(CUDNN_FE) \
+	    || echo "make: cuDNN's frontend headers could not be fetched: gpu_attention=cudnn is left out of this build"
+	@touch $@
+build/gpu/attn_cudnn.o: gpu/attn_cudnn.cu $(GPU_HDRS) $(CUDNN_FE)/fetched
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $$(test -f $(CUDNN_FE)/include/cudnn_frontend.h && echo -DMESHMOE_CUDNN -isystem \
+	    $(CUDNN_FE)/include) -c $< -o $@ $(KEEP_LOG)
 build/hip/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(HIPCC) -x hip $(HIPFLAGS) -c $< -o $@ $(KEEP_LOG)

@@ -78,9 +78,14 @@ static int gpu_matmul_mode(const Config *c) {
     return c->gpu_matmul == GPU_MATMUL_CUBLAS ? 1 : c->gpu_matmul == GPU_MATMUL_CUBLAS_BF16 ? 2 : 0;
 }
 
-// gpu_attention as backend_gpu takes it (gpu/backend.h): 0 rows, 1 tiles, 2 tensor cores.
+// gpu_attention as backend_gpu takes it (gpu/backend.h): 0 rows, 1 tiles, 2 tensor cores, 3 cuDNN.
 static int gpu_attention_kind(const Config *c) {
-    return c->gpu_attention == GPU_ATTENTION_ROWS ? 0 : c->gpu_attention == GPU_ATTENTION_TENSOR_CORES ? 2 : 1;
+    switch (c->gpu_attention) {
+    case GPU_ATTENTION_ROWS: return 0;
+    case GPU_ATTENTION_TENSOR_CORES: return 2;
+    case GPU_ATTENTION_CUDNN: return 3;
+    default: return 1;
+    }
 }
 
 // 1. The config: the preset file, then the key=value overrides, checked before any work.
@@ -117,12 +122,13 @@ static void read_config(Config *c, int argc, char **argv) {
     if (c->device == DEVICE_GPU && lt && *lt && strcmp(lt, "on") && strcmp(lt, "off"))
         die("MESHMOE_CUBLAS_LT is 'on' (the default) or 'off', not '%s'", lt);
     int attention = gpu_attention_kind(c);
+    const char *attention_name[] = {"rows", "tiles", "tensor_cores", "cudnn"};
     if (attention != 1 && c->device != DEVICE_GPU)
         die("gpu_attention=%s chooses device=gpu's attention kernels: this run is device=%s",
-            attention ? "tensor_cores" : "rows", c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
-    if (attention == 2 && c->dtype != DTYPE_BFLOAT16)
-        die("gpu_attention=tensor_cores multiplies bf16 operands: it needs dtype=bfloat16 (in float32: "
-            "gpu_attention=tiles)");
+            attention_name[attention], c->device == DEVICE_CPU ? "cpu" : "cpu_strict");
+    if (attention >= 2 && c->dtype != DTYPE_BFLOAT16)
+        die("gpu_attention=%s multiplies bf16 operands: it needs dtype=bfloat16 (in float32: gpu_attention=tiles)",
+            attention_name[attention]);
     if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, attention, &why)) die("device=gpu: %s", why);
 }
 

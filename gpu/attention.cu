@@ -2,7 +2,8 @@
 // kernels/cpu/attention.c's per-row loops (attention_cpu_plain, which defines every sum
 // and its order). The calls without a mask whose heads fit shared memory run on the tiles
 // of gpu/attn_tiles.cu instead (the same sums in the same order), unless gpu_attention=rows;
-// under gpu_attention=tensor_cores the bf16 calls that fit run on gpu/attn_mma.cu's.
+// under gpu_attention=tensor_cores the bf16 calls that fit run on gpu/attn_mma.cu's; under
+// gpu_attention=cudnn those that cuDNN takes on gpu/attn_cudnn.cu's, the rest as tensor_cores.
 //
 // Every sum keeps the CPU's order: a score is one in-order dot product; a row's softmax
 // merges its keys in key order (the online log-sum-exp merge, kernels/cpu/attention.c:
@@ -188,7 +189,9 @@ static void forward(float *o, float *stats, const float *q, const float *k, cons
                     int begin, int end) {
     size_t rows = (size_t)G.B * G.N * G.S;
     if (rows == 0) return;
-    if (attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES && attn_mma_forward(o, stats, q, k, v, G, begin, end)) return;
+    int tc = attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES || attention_kind == GPU_ATTENTION_KIND_CUDNN;
+    if (attention_kind == GPU_ATTENTION_KIND_CUDNN && attn_cudnn_forward(o, stats, q, k, v, G, begin, end)) return;
+    if (tc && attn_mma_forward(o, stats, q, k, v, G, begin, end)) return;
     if (attention_kind != GPU_ATTENTION_KIND_ROWS && attn_tiles_forward(o, stats, q, k, v, G, bkv, begin, end)) return;
     GPU_LAUNCH(forward_kernel, grid(rows), GPU_THREADS, 0)(o, stats, q, k, v, G, bkv, begin, end);
     GPU_CHECK_LAUNCH();
@@ -199,9 +202,11 @@ static void backward(float *dq, float *dk, float *dv, const float *dout, const f
                      const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
     size_t rows = (size_t)G.B * G.N * (r1 - r0), keys = (size_t)G.B * G.Nkv * G.W;
     if (rows == 0) return;
-    if (attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES &&
-        attn_mma_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq))
+    int tc = attention_kind == GPU_ATTENTION_KIND_TENSOR_CORES || attention_kind == GPU_ATTENTION_KIND_CUDNN;
+    if (attention_kind == GPU_ATTENTION_KIND_CUDNN &&
+        attn_cudnn_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq))
         return;
+    if (tc && attn_mma_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq)) return;
     if (attention_kind != GPU_ATTENTION_KIND_ROWS &&
         attn_tiles_backward(dq, dk, dv, dout, q, k, v, o, stats, G, r0, r1, zero_dq))
         return;

@@ -56,4 +56,11 @@ int attn_mma_forward(float *o, float *stats, const float *q, const float *k, con
                      int end);
 int attn_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                       const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq);
+// The same calls by cuDNN's fused flash attention (gpu/attn_cudnn.cu, gpu_attention=cudnn): whole
+// bf16 causal calls without a mask, q0 = 0 (the backward of all rows at once), heads multiples
+// of 8 up to 256 wide, in shapes cuDNN accepts; the forward's stats (m, l) are (LSE, 1).
+int attn_cudnn_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
+                       int end);
+int attn_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                        const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq);
 #endif

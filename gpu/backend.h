@@ -40,10 +40,15 @@ int gpu_matmul_use_cublas(int on, const char **why);
 // Attention (config key gpu_attention): ROWS every call by the per-row kernels
 // (gpu/attention.cu); TILES the calls that fit on tiles in shared memory (gpu/attn_tiles.cu, the
 // default; the same bits); TENSOR_CORES the bf16 calls that fit with their products on tensor
-// cores (gpu/attn_mma.cu; CUDA only), the others as TILES.
-enum { GPU_ATTENTION_KIND_ROWS, GPU_ATTENTION_KIND_TILES, GPU_ATTENTION_KIND_TENSOR_CORES };
+// cores (gpu/attn_mma.cu; CUDA only), the others as TILES; CUDNN the calls that fit by cuDNN's
+// fused flash attention (gpu/attn_cudnn.cu; CUDA only), the others as TENSOR_CORES.
+enum { GPU_ATTENTION_KIND_ROWS, GPU_ATTENTION_KIND_TILES, GPU_ATTENTION_KIND_TENSOR_CORES, GPU_ATTENTION_KIND_CUDNN };
 void gpu_attention_use(int kind);
 int gpu_attention_tensor_cores(void);   // 1: this build has TENSOR_CORES (CUDA's warp matrix products)
+// 1 when CUDNN can run here (this build has it and cuDNN 9 loads), else 0 with the reason in *why;
+// and the calls cuDNN has run in this process (the conformance test checks that it took some).
+int gpu_attention_cudnn(const char **why);
+long attn_cudnn_calls(void);
 // cuBLAS's workspace (Backend.workspace_bytes, set_workspace): the bytes the calling thread's
 // products want (0 with the ordered GEMM), and the device buffer they use (NULL: taken back).
 size_t gpu_matmul_workspace_bytes(void);

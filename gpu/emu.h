@@ -130,6 +130,7 @@ template <class T> static inline T atomicOr(T *p, T v) { T old = *p; *p |= v; re
 #define GPU_BACKEND_NAME "emulated"
 #define GPU_HAVE_CUBLAS 1   // (gpu/emu_cublas.h)
 #define GPU_HAVE_WMMA 1
+#define GPU_HAVE_CUDNN 0   // (cuDNN has no emulation: gpu_attention=cudnn is a GPU's)
 #define WARP_SIZE 32
 
 static inline uint32_t __float_as_uint(float f) {

@@ -74,6 +74,7 @@ static inline float warp_shfl_xor(float v, int lane_mask) { return emu_shfl_xor(
 // No warp matrix products (nvcuda::wmma; AMD's are rocWMMA, which Debian does not package):
 // gpu_attention=tensor_cores is CUDA's.
 #define GPU_HAVE_WMMA 0
+#define GPU_HAVE_CUDNN 0   // (gpu_attention=cudnn is CUDA's)
 // AMD's data-centre GPUs (gfx90a, gfx940) run wavefronts of 64 lanes.
 #define WARP_SIZE 64
 __device__ static inline float warp_shfl_xor(float v, int lane_mask) { return __shfl_xor(v, lane_mask); }
@@ -84,6 +85,13 @@ __device__ static inline float warp_shfl_xor(float v, int lane_mask) { return __
 #define GPU_BACKEND_NAME "cuda"
 #define GPU_HAVE_CUBLAS 1
 #define GPU_HAVE_WMMA 1   // nvcuda::wmma's bf16 products (sm_80 and later)
+// cuDNN's fused flash attention (gpu/attn_cudnn.cu): built where the Makefile found cuDNN's
+// frontend headers, which define MESHMOE_CUDNN.
+#if defined(MESHMOE_CUDNN)
+#define GPU_HAVE_CUDNN 1
+#else
+#define GPU_HAVE_CUDNN 0
+#endif
 #define WARP_SIZE 32
 __device__ static inline float warp_shfl_xor(float v, int lane_mask) {
     return __shfl_xor_sync(0xffffffffu, v, lane_mask);

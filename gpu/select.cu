@@ -9,11 +9,17 @@
 #include "gpu/backend.h"
 
 extern "C" const Backend *backend_gpu(int use_cublas, int attention_kind, const char **why) {
-    static char reason[256];
+    static char reason[512];
     const char *err = NULL;
     if (gpu_devices(&err) > 0) {
         if (!gpu_matmul_use_cublas(use_cublas, &err)) {   // (cuBLAS is loaded here, before any work)
             snprintf(reason, sizeof reason, "gpu_matmul=cublas: %s", err);
+            *why = reason;
+            return NULL;
+        }
+        if (attention_kind == GPU_ATTENTION_KIND_CUDNN && !gpu_attention_cudnn(&err)) {
+            snprintf(reason, sizeof reason, "gpu_attention=cudnn: %s; gpu_attention=tensor_cores runs the "
+                     "attention core on the backend's own tensor-core kernels", err);
             *why = reason;
             return NULL;
         }

@@ -137,7 +137,7 @@ void kern_sync(void);
 // ./train_hip) in ./train_gpu, after checking that a GPU can run it (gpu/select.cu), with its
 // products by cuBLAS when use_cublas is 1 (config key gpu_matmul=cublas; 2: cublas_bf16, the
 // forward weight products on tensor cores), else the ordered GEMM; its attention core by the
-// kernels attention_kind names (config key gpu_attention: 0 rows, 1 tiles, 2 tensor_cores;
+// kernels attention_kind names (config key gpu_attention: 0 rows, 1 tiles, 2 tensor_cores, 3 cudnn;
 // gpu/backend.h); none in ./train, which links kernels/no_gpu.c instead.
 const Backend *backend_gpu(int use_cublas, int attention_kind, const char **why);
 

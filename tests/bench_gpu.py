@@ -9,9 +9,13 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
   JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
+  meshmoe, gpu_attention=cudnn, profile=true  the attention core by cuDNN's fused flash
+                 attention (gpu/attn_cudnn.cu) where the default runs the backend's own
+                 tensor-core kernels (gpu/attn_mma.cu), first of the variants, its kernel table
+                 beside the default's
   meshmoe, MESHMOE_CUBLAS_LT=off  the 16-bit products by cublasGemmEx, which asks cuBLAS's
                  heuristic for each new shape, where the default keeps one cuBLASLt algorithm
-                 per class of shapes (gpu/matmul_lt.cu), first of the variants
+                 per class of shapes (gpu/matmul_lt.cu)
   meshmoe, bf16_storage=off, profile=true  the weights' bf16 copy and the activations at the
                  cast points as float32 arrays holding bf16 values, where the presets keep them
                  as 16-bit numbers (bf16_storage: kept, the weights' copy kept from update to
@@ -264,6 +268,7 @@ DQ_SCORES = "meshmoe, MESHMOE_ATTN_DQ=scores"  # attention's dq making its score
 STORAGE_OFF = "meshmoe, bf16_storage=off, profile=true"  # the weights' copy as float32 arrays (model/weights16.h)
 GROUPED_KERNEL = "meshmoe, MESHMOE_GROUPED=kernel"  # the experts' grouped products by gpu/grouped16.cu
 LT_OFF = "meshmoe, MESHMOE_CUBLAS_LT=off"  # the 16-bit products by cublasGemmEx, no algorithm kept (gpu/matmul_lt.cu)
+CUDNN = "meshmoe, gpu_attention=cudnn, profile=true"  # the attention core by cuDNN (gpu/attn_cudnn.cu)
 
 
 def megablox_on(preset):
@@ -304,8 +309,11 @@ def main():
         # Then why the slowest kernels are slow (ncu, one or two layers of each preset).
         for preset in PRESETS:
             results[preset]["ncu"] = ncu(preset)
-        # Then meshmoe's variants that decide its next defaults (cuBLASLt's kept algorithms off
-        # first, then bf16 storage off: what each gains), torch.compile, the ordered GEMM.
+        # Then meshmoe's variants that decide its next defaults (cuDNN's attention first, then
+        # cuBLASLt's kept algorithms off, then bf16 storage off: what each gains), torch.compile,
+        # the ordered GEMM.
+        for preset in PRESETS:
+            results[preset][CUDNN] = meshmoe(preset, ("gpu_attention=cudnn", "profile=true"))
         for preset in PRESETS:
             results[preset][LT_OFF] = meshmoe(preset, env={"MESHMOE_CUBLAS_LT": "off"})
         for preset in PRESETS:
@@ -332,7 +340,7 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", LT_OFF, MEGABLOX, GROUPED_KERNEL,
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", CUDNN, LT_OFF, MEGABLOX, GROUPED_KERNEL,
                        DQ_SCORES, STORAGE_OFF, CONVERT, TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
@@ -349,7 +357,8 @@ def main():
     # The default's profile, then the 16-bit variants' (each ran with profile=true: CUDA events,
     # no waits, so their step times are unprofiled ones): which kernels their time moved to.
     for preset in PRESETS:
-        for system, name in (("profile", "meshmoe, profile=true"), (STORAGE_OFF, STORAGE_OFF), (CONVERT, CONVERT)):
+        for system, name in (("profile", "meshmoe, profile=true"), (CUDNN, CUDNN), (STORAGE_OFF, STORAGE_OFF),
+                             (CONVERT, CONVERT)):
             res = results[preset][system]
             if "out" not in res:
                 print(f"{preset}, {name}: {res['why']}")

@@ -15,7 +15,8 @@ trap 'rm -rf "$T"' EXIT
 [ -x ./train ] || { fail "no ./train: run make first"; summary; exit 1; }
 
 # The trainer: 8 steps, the first 900 ms, the others 300 ms (450 under bf16_storage=off,
-# 900 with the attention on tiles); profile=true adds the family table; peak 50 GiB.
+# 900 with the attention on tiles, 250 with it by cuDNN); profile=true adds the family table;
+# peak 50 GiB.
 cat > "$T/train" << 'EOF'
 #!/usr/bin/env bash
 [ "$1" = describe ] && exec "$REAL_TRAIN" "$@"
@@ -25,6 +26,7 @@ for a; do
         steps=*) steps=${a#steps=} ;;
         bf16_storage=off) ms=450.0 ;;
         gpu_attention=tiles) ms=900.0 ;;
+        gpu_attention=cudnn) ms=250.0 ;;
         profile=true) profile=1 ;;
     esac
 done
@@ -85,13 +87,17 @@ has "JAX's row" "$M | JAX jit | 0.400 | 20480 | 50.00 GiB | 11.7% | 1.33 | 10.5 
 has "the variant without 16-bit storage" \
     "$M | meshmoe, bf16_storage=off, profile=true | 0.450 | 18204 | 50.00 GiB | 10.4% | 1.50 | 10.5000 -> 3.5000 |"
 has "the tiles' row" "$M | meshmoe, gpu_attention=tiles | 0.900 | 9102 | 50.00 GiB | 5.2% | 3.00 | 10.5000 -> 3.5000 |"
+# cuDNN's attention: 250 ms is 32768 tokens/s, 46.11 / 0.25 / 989.4 = 18.6%, 0.83 of meshmoe's step.
+has "cuDNN's attention row" \
+    "$M | meshmoe, gpu_attention=cudnn, profile=true | 0.250 | 32768 | 50.00 GiB | 18.6% | 0.83 | 10.5000 -> 3.5000 |"
+has "cuDNN's attention's kernel table" "mixtral-medium, meshmoe, gpu_attention=cudnn, profile=true: profile: device 0, mean of 7 steps after the first, 250.0 ms per step"
 # deepseek-medium, 29.50 TFLOP a step: 29.50 / 0.3 / 989.4 = 9.9%.
 has "deepseek-medium's meshmoe row" \
     "| deepseek-medium | meshmoe gpu_matmul=cublas_bf16 gpu_attention=tensor_cores | 0.300 | 27307 | 50.00 GiB | 9.9% | 1.00 | 10.5000 -> 3.5000 |"
 has "the model FLOPs of mixtral-medium" \
     "|  | (mixtral-medium: 46.11 TFLOP per step, 8192 tokens, 8 steps a system, the first 3 not counted) | | | | | | |"
 rows=$(printf '%s\n' "$out" | grep -c '^| mixtral-medium |')
-check "every system has its mixtral-medium row: $rows of 12" test "$rows" -eq 12
+check "every system has its mixtral-medium row: $rows of 13" test "$rows" -eq 13
 # The attention family's floor: 1920 GFLOP at 778.1 TFLOP/s is 2.47 ms, 5% of its 49.20.
 has "the attention family against its floor" \
     "| attention | 16 | 49.20 | 16.4% | 39024.4 | 203.3 | 2.47 (FLOPs) | 5% |"

@@ -341,7 +341,10 @@ static float *bf16_random(size_t n, float scale) {
 // q, k, v and dO, as bf16 training gives them: not the same bits (its keys merged 64 at a
 // time, p and dS rounded to bf16 for their products, float32 sums in the tensor cores' order),
 // within the bounds build/test_gpu_attention states and justifies by what its emulation measured.
-static void tensor_cores_within(Shape A) {
+// kind GPU_ATTENTION_KIND_CUDNN: cuDNN's fused attention (gpu/attn_cudnn.cu) within the same
+// bounds (its scores unrounded, dq, dk and dv rounded to bf16 once: within them by the analysis
+// in docs/gpu.md, not yet by a measurement), its stats (LSE, 1) checked as m + log(l).
+static void attention_within(Shape A, int kind) {
     size_t nq = (size_t)A.B * A.S * A.N, nk = (size_t)A.P * A.B * A.S * A.Nkv, ns = (size_t)A.B * A.N * A.S * 2;
     float *q = bf16_random(nq * A.Dqk, 1.5f), *k = bf16_random(nk * A.Dqk, 1.5f);
     float *v = bf16_random(nk * A.Dv, 1.0f), *dout = bf16_random(nq * A.Dv, 1.0f);
@@ -359,7 +362,7 @@ static void tensor_cores_within(Shape A) {
     float *d_ow = dev_copy(o, sizeof(float) * nq * A.Dv), *d_stw = dev_copy(st, sizeof(float) * ns);
     float *d_dq = dev_poisoned(sizeof(float) * nq * A.Dqk), *d_dk = dev_copy(dk0, sizeof(float) * nk * A.Dqk);
     float *d_dv = dev_copy(dv0, sizeof(float) * nk * A.Dv), *d_scratch = dev_alloc(sizeof(float) * A.B * A.N * (A.q0 + A.S) * 2);
-    gpu_attention_use(GPU_ATTENTION_KIND_TENSOR_CORES);
+    gpu_attention_use(kind);
     const AttentionKernels *u = UNDER_TEST->attention;
     u->dot_forward(d_o, d_st, d_scratch, d_q, d_k, d_v, NULL, A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd);
     u->dot_backward_rows(d_dq, d_dk, d_dv, d_dout, d_q, d_k, d_v, d_ow, d_stw, NULL, A.B, A.S, A.q0, 0, A.S, A.N,
@@ -368,14 +371,20 @@ static void tensor_cores_within(Shape A) {
     float *go = dev_fetch(d_o, sizeof(float) * nq * A.Dv), *gst = dev_fetch(d_st, sizeof(float) * ns);
     float *gdq = dev_fetch(d_dq, sizeof(float) * nq * A.Dqk), *gdk = dev_fetch(d_dk, sizeof(float) * nk * A.Dqk);
     float *gdv = dev_fetch(d_dv, sizeof(float) * nk * A.Dv);
+    if (kind == GPU_ATTENTION_KIND_CUDNN)   // (m, l) as (m + log(l), 1), both sides
+        for (size_t r = 0; r < ns; r += 2) {
+            st[r] += logf(st[r + 1]), st[r + 1] = 1.0f;
+            gst[r] += logf(gst[r + 1]), gst[r + 1] = 1.0f;
+        }
     double e_o = rel_diff(o, go, NULL, nq * A.Dv, 1), e_m = rel_diff(st, gst, NULL, ns, 2);
     double e_l = rel_diff(st + 1, gst + 1, NULL, ns - 1, 2), e_dq = rel_diff(dq, gdq, NULL, nq * A.Dqk, 1);
     double e_dk = rel_diff(dk, gdk, dk0, nk * A.Dqk, 1), e_dv = rel_diff(dv, gdv, dv0, nk * A.Dv, 1);
     check(e_o <= 2e-2 && e_m <= 1e-3 && e_l <= 2e-3 && e_dq <= 8e-3 && e_dk <= 8e-3 && e_dv <= 8e-3,
-          "attention on tensor cores within bounds of the CPU's bf16 (relative to each array's largest value): "
-          "B=%d S=%d q0=%d N=%d Nkv=%d Dqk=%d Dv=%d rounding=%d%d%d: o %.2e (2e-2), m %.2e (1e-3), l %.2e (2e-3), "
-          "dq %.2e, dk %.2e, dv %.2e (8e-3)", A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd.scores, A.rnd.probs,
-          A.rnd.out, e_o, e_m, e_l, e_dq, e_dk, e_dv);
+          "attention on %s within bounds of the CPU's bf16 (relative to each array's largest value): "
+          "B=%d S=%d q0=%d N=%d Nkv=%d Dqk=%d Dv=%d rounding=%d%d%d: o %.2e (2e-2), %s %.2e (1e-3), l %.2e (2e-3), "
+          "dq %.2e, dk %.2e, dv %.2e (8e-3)", kind == GPU_ATTENTION_KIND_CUDNN ? "cuDNN" : "tensor cores",
+          A.B, A.S, A.q0, A.N, A.Nkv, A.Dqk, A.Dv, A.rnd.scores, A.rnd.probs, A.rnd.out, e_o,
+          kind == GPU_ATTENTION_KIND_CUDNN ? "m + log(l)" : "m", e_m, e_l, e_dq, e_dk, e_dv);
     free(q); free(k); free(v); free(dout); free(dk0); free(dv0); free(scratch); free(o); free(st); free(dq);
     free(dk); free(dv); free(go); free(gst); free(gdq); free(gdk); free(gdv);
     dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_o); dev_free(d_st); dev_free(d_ow);
@@ -468,7 +477,7 @@ void test_attention(void) {
         for (int way = 0; way < 3; way++) {
             if (way == 1) setenv("MESHMOE_ATTN_DQ", "scores", 1);
             if (way == 2) setenv("MESHMOE_ATTN_SCORES", "smem", 1);
-            for (size_t x = 0; x < sizeof tc / sizeof tc[0]; x++) tensor_cores_within(tc[x]);
+            for (size_t x = 0; x < sizeof tc / sizeof tc[0]; x++) attention_within(tc[x], GPU_ATTENTION_KIND_TENSOR_CORES);
         }
         unsetenv("MESHMOE_ATTN_SCORES");
         unsetenv("MESHMOE_ATTN_DQ");
@@ -476,5 +485,18 @@ void test_attention(void) {
         dq_kernels_equal(tc[1]);   // MLA's heads: the 16 tiles of dq a warp
     } else
         printf("  attention on tensor cores: SKIPPED (this build has none)\n");
+    // cuDNN's fused attention on the first four shapes of tc (the last, values wider than the
+    // keys, is left to the tensor cores), each call cuDNN's own: two more calls run by it a shape
+    const char *why = NULL;
+    if (gpu_attention_cudnn(&why)) {
+        for (size_t x = 0; x < 4; x++) {
+            long before = attn_cudnn_calls();
+            attention_within(tc[x], GPU_ATTENTION_KIND_CUDNN);
+            check(attn_cudnn_calls() == before + 2, "cuDNN ran the forward and the backward of B=%d S=%d N=%d Nkv=%d "
+                  "Dqk=%d Dv=%d (%ld calls of 2; its refusal is on stderr)", tc[x].B, tc[x].S, tc[x].N, tc[x].Nkv,
+                  tc[x].Dqk, tc[x].Dv, attn_cudnn_calls() - before);
+        }
+    } else
+        printf("  attention by cuDNN: SKIPPED (%s)\n", why);
 #endif
 }

@@ -45,6 +45,7 @@ W=$OUT/work
 : > "$LOG"
 ROWS=()   # "step|result|checks|seconds|note"
 export OMP_WAIT_POLICY=passive
+source tests/gpu_libs.sh >> "$LOG"   # (cuDNN for gpu_attention=cudnn, where the machine has it)
 
 # step NAME LIMIT COMMAND...: the command under min(LIMIT, what is left), its output into
 # the log and OUTDIR/NAME.out; PASS when it exits 0, FAIL otherwise, TIMEOUT past the

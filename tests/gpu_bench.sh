@@ -25,6 +25,7 @@ for m in ("torch", "jax", "transformers", "optax", "safetensors"):
     try: print(m, importlib.import_module(m).__version__)
     except Exception as e: print(m, "missing:", e)'
     ldd "$TRAIN" 2>&1 | grep -E "not found|cuda|blas|gomp" || true
+    source tests/gpu_libs.sh   # (cuDNN for the gpu_attention=cudnn variant)
 } > "$LOG" 2>&1
 if [ ! -x "$TRAIN" ]; then
     echo "bench-gpu: $TRAIN is not built (make gpu, on a machine with nvcc)" | tee -a "$LOG" "$OUT/table.md"

@@ -30,6 +30,10 @@ if [ "$target" = gpu ]; then
     cuda_libs=$(ldd "$bin" 2>/dev/null | grep -ciE 'cuda|cublas')
     check "$bin needs no CUDA shared library (static runtime, cuBLAS loaded on demand): $cuda_libs" \
         test "$cuda_libs" -eq 0
+    # cuDNN's attention (gpu/attn_cudnn.cu) built in, with the frontend's headers the Makefile
+    # fetched: the binary names the cuDNN functions it looks up when gpu_attention=cudnn asks
+    check "./train_gpu has cuDNN's attention built in (it names cudnnBackendExecute, looked up at run time)" \
+        grep -q cudnnBackendExecute train_gpu
     # the bench's product timer (tests/products_gpu.c) travels too
     check "build/products_gpu built, needing no CUDA shared library" \
         sh -c '[ -x build/products_gpu ] && ! ldd build/products_gpu 2>/dev/null | grep -qiE "cuda|cublas"'

@@ -110,14 +110,16 @@ parity() {
     # default (cuBLAS converting inside its kernels) with the attention core on tensor cores
     # too (gpu_attention=tensor_cores, gpu/attn_mma.cu). -w16: the same with
     # bf16_storage=kept, the products on bf16 storage (kernels/matmul16.h; the experts'
-    # grouped ones by gpu/grouped16.cu where cuBLAS refuses them), the candidate default.
+    # grouped ones by gpu/grouped16.cu where cuBLAS refuses them), the presets' way. -cdn: that
+    # with the attention core by cuDNN (gpu_attention=cudnn, gpu/attn_cudnn.cu).
     local suffix tc w16
-    for suffix in tc tca w16; do
+    for suffix in tc tca w16 cdn; do
         tc=gpu_matmul=cublas_bf16
         [ "$suffix" != tc ] && tc="$tc gpu_attention=tensor_cores"
+        [ "$suffix" = cdn ] && tc="gpu_matmul=cublas_bf16 gpu_attention=cudnn"
         [ "$DEV" = gpu ] || tc=
         if [ "$suffix" = tc ]; then export MESHMOE_CHECK_BF16=1; else unset MESHMOE_CHECK_BF16; fi
-        w16=; [ "$suffix" = w16 ] && w16=bf16_storage=kept
+        w16=; if [ "$suffix" = w16 ] || [ "$suffix" = cdn ]; then w16=bf16_storage=kept; fi
         while read -r name preset dtype args; do
             local run=$name-$suffix
             echo "-- $run: ./train_gpu configs/$preset.yml $PARITY_COMMON $args $tc $w16 device=$DEV" \

@@ -183,6 +183,16 @@ done
 n16=$(cat $T/ds-w16-cpu.out $T/ds-w16-emu.out $T/ds-w16cb-emu.out 2>/dev/null |
     grep -c "the weights' bf16 copy as 16-bit")
 check "ds-w16, ds-w16cb: each run says its weights' copy was 16-bit ($n16 of 3)" test "$n16" -eq 3
+# gpu_attention=cudnn where the build has no cuDNN (the emulation never has): one message naming
+# the key and why, before any step; and in float32, one naming the dtype it needs.
+out=$(build/train_emu configs/mixtral-tiny.yml device=gpu dtype=bfloat16 gpu_attention=cudnn $FAST 2>&1); rc=$?
+check "gpu_attention=cudnn without cuDNN: exit $rc, no step, said: ${out##*meshmoe: }" \
+    bash -c '[ "$1" -ne 0 ] && [[ "$2" == *"gpu_attention=cudnn: this build (emulated) has no cuDNN"* ]] &&
+        [[ "$2" != *"step "* ]]' _ "$rc" "$out"
+out=$(build/train_emu configs/mixtral-tiny.yml device=gpu gpu_attention=cudnn $FAST 2>&1); rc=$?
+check "gpu_attention=cudnn in float32: exit $rc, said: ${out##*meshmoe: }" \
+    bash -c '[ "$1" -ne 0 ] && [[ "$2" == *"gpu_attention=cudnn multiplies bf16 operands: it needs dtype=bfloat16"* ]]' \
+    _ "$rc" "$out"
 echo "== build/products_emu small: the product timer of tests/gpu_bench.sh, emulated"
 # table N's rows of `| small: ` in file F, and their last column ("apart")
 rows_of() { awk -v n="$1" '/^\| product /{ t++ } t == n && /^\| small: /' "$2"; }

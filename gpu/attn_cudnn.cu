@@ -1,0 +1,331 @@
+// gpu/attn_cudnn.cu: the attention core by cuDNN's fused flash attention (config key
+// gpu_attention=cudnn; dtype=bfloat16, CUDA builds that found cuDNN's frontend headers),
+// behind the same kernel names as gpu/attn_mma.cu's own kernels, which stay the readable
+// ones and take every call this file does not.
+//
+// What it takes: a whole causal call without a materialised mask, queries and keys at the
+// same positions (q0 = 0: no context parallelism's earlier keys, no ring block), the backward
+// of all rows at once, heads multiples of 8 up to 256 wide. For such a call it converts q, k, v
+// (and o, dO) to bf16 (they hold bf16 values in bf16 training: exact), runs cuDNN's graph, and
+// widens its bf16 results back into the float32 arrays the layers hand over. cuDNN computes
+// what the CPU's bf16 attention computes within bf16 tolerances, not its bits: the scores in
+// float32 (not rounded to bf16), the softmax merged in its own tiles, P and dS rounded to bf16
+// for their products, dq, dk and dv rounded to bf16 once at the end.
+//
+// The statistics. cuDNN's forward keeps one number a row, the log of its sum of exponentials,
+// LSE = m + log(l); stats (B,N,S,2) holds (m, l) (kernels/attention.h). The forward writes
+// (LSE, 1), which is the same softmax (exp(s - LSE) / 1 = exp(s - m) / l), so the own
+// kernels' backward reads it as well; the backward gives cuDNN m + log(l) from any forward.
+//
+// The graphs. One per call shape and direction, built on first use by cuDNN's frontend (the
+// heuristics' first engine: cuDNN's own Hopper or Ampere flash kernels) and kept per host
+// thread, with the thread's cuDNN handle (a mesh device is a host thread with its own
+// stream). The backward asks for cuDNN's deterministic algorithm (the same dq every run)
+// and takes the other where it is refused, saying so. A shape cuDNN refuses is said once and
+// left to the own kernels. cuDNN is loaded with dlopen (libcudnn.so.9) when chosen, as
+// cuBLAS is: the binaries run where there is none, and say so when gpu_attention=cudnn asks.
+#include "gpu/gpu.h"
+#include "gpu/attention.h"
+#include "gpu/backend.h"
+
+#if GPU_HAVE_CUDNN
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#include <cudnn_frontend.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fe = cudnn_frontend;
+void *cudnn_frontend::cudnn_dlhandle = nullptr;   // where the frontend looks up cuDNN's functions
+
+// ---- the conversions ----
+
+__global__ static void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = bf16_bits_dev(src[i]);
+}
+// dst = src widened, or dst += it (add).
+__global__ static void from_bf16_kernel(float *dst, const uint16_t *src, size_t n, int add) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = (add ? dst[i] : 0.0f) + bf16_float_dev(src[i]);
+}
+// Per row: stats (m, l) = (lse, 1), the forward's; and lse = m + log(l), the backward's.
+__global__ static void stats_of_lse_kernel(float *stats, const float *lse, size_t rows) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    stats[2 * r] = lse[r];
+    stats[2 * r + 1] = 1.0f;
+}
+__global__ static void lse_of_stats_kernel(float *lse, const float *stats, size_t rows) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) lse[r] = stats[2 * r] + logf(stats[2 * r + 1]);
+}
+static void to_bf16(uint16_t *dst, const float *src, size_t n) {
+    GPU_LAUNCH(to_bf16_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, src, n);
+    GPU_CHECK_LAUNCH();
+}
+static void from_bf16(float *dst, const uint16_t *src, size_t n, int add) {
+    GPU_LAUNCH(from_bf16_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, src, n, add);
+    GPU_CHECK_LAUNCH();
+}
+static void stats_of_lse(float *stats, const float *lse, size_t rows) {
+    GPU_LAUNCH(stats_of_lse_kernel, blocks_for(rows, GPU_THREADS), GPU_THREADS, 0)(stats, lse, rows);
+    GPU_CHECK_LAUNCH();
+}
+static void lse_of_stats(float *lse, const float *stats, size_t rows) {
+    GPU_LAUNCH(lse_of_stats_kernel, blocks_for(rows, GPU_THREADS), GPU_THREADS, 0)(lse, stats, rows);
+    GPU_CHECK_LAUNCH();
+}
+
+// ---- loading cuDNN ----
+
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static int load_tried = 0;
+static char load_why[256];   // empty: loaded
+
+static void load(void) {
+    void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(load_why, sizeof load_why, "libcudnn.so.9 not found (cuDNN 9: put its folder on LD_LIBRARY_PATH, "
+                 "e.g. the nvidia-cudnn-cu13 wheel's nvidia/cudnn/lib)");
+        return;
+    }
+    cudnn_frontend::cudnn_dlhandle = lib;
+    try {
+        int64_t version = (int64_t)fe::detail::get_backend_version();
+        if (version < 90000)
+            snprintf(load_why, sizeof load_why, "cuDNN %lld found, 9.0 or later needed", (long long)version);
+    } catch (const std::exception &e) {
+        snprintf(load_why, sizeof load_why, "cuDNN could not be asked its version: %s", e.what());
+    }
+}
+// NULL when cuDNN is there to use, else why not.
+static const char *loaded(void) {
+    pthread_mutex_lock(&load_lock);
+    if (!load_tried) { load_tried = 1; load(); }
+    pthread_mutex_unlock(&load_lock);
+    return load_why[0] ? load_why : NULL;
+}
+
+// ---- the graphs ----
+
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
+
+// A call's shape and direction; a graph built for it, or refused (graph NULL).
+struct Entry {
+    int backward, B, S, N, Nkv, Dqk, Dv;
+    std::shared_ptr<fe::graph::Graph> graph;
+    int64_t workspace;
+};
+struct Thread {
+    cudnnHandle_t handle = nullptr;
+    std::vector<Entry> graphs;
+    ~Thread() { if (handle) fe::detail::destroy_handle(handle); }
+};
+static thread_local Thread thread_state;
+static long calls_taken = 0;   // the calls cuDNN ran, all threads (attn_cudnn_calls)
+
+// A (B, H, S, D) view of an array laid out (B,S,H,D), as the layers hold q, k, v and o.
+static fe::graph::Tensor_attributes bshd(const char *name, int64_t uid, int64_t B, int64_t H, int64_t S, int64_t D) {
+    return fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({B, H, S, D}).set_stride(
+        {S * H * D, D, H * D, 1});
+}
+static fe::graph::Tensor_attributes rows_of(const char *name, int64_t uid, int64_t B, int64_t N, int64_t S) {
+    return fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({B, N, S, 1}).set_stride(
+        {N * S, S, 1, 1}).set_data_type(fe::DataType_t::FLOAT);
+}
+
+static std::shared_ptr<fe::graph::Graph> new_graph(void) {
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    return g;
+}
+
+// O (B,S,N,Dv) and the rows' LSE from Q (B,S,N,Dqk), K (B,S,Nkv,Dqk), V (B,S,Nkv,Dv): causal,
+// scale 1 (the layers scale q before the core).
+static std::shared_ptr<fe::graph::Graph> forward_graph(const Entry &e) {
+    auto g = new_graph();
+    auto Q = g->tensor(bshd("q", UID_Q, e.B, e.N, e.S, e.Dqk));
+    auto K = g->tensor(bshd("k", UID_K, e.B, e.Nkv, e.S, e.Dqk));
+    auto V = g->tensor(bshd("v", UID_V, e.B, e.Nkv, e.S, e.Dv));
+    auto opts = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_causal_mask(true)
+                    .set_attn_scale(1.0f);
+    auto [O, L] = g->sdpa(Q, K, V, opts);
+    O->set_output(true).set_uid(UID_O).set_dim({e.B, e.N, e.S, e.Dv}).set_stride(
+        {(int64_t)e.S * e.N * e.Dv, e.Dv, (int64_t)e.N * e.Dv, 1});
+    L->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT).set_dim({e.B, e.N, e.S, 1})
+        .set_stride({(int64_t)e.N * e.S, e.S, 1, 1});
+    return g;
+}
+
+// dQ, dK, dV from Q, K, V, O, dO and the rows' LSE.
+static std::shared_ptr<fe::graph::Graph> backward_graph(const Entry &e, bool deterministic) {
+    auto g = new_graph();
+    auto Q = g->tensor(bshd("q", UID_Q, e.B, e.N, e.S, e.Dqk));
+    auto K = g->tensor(bshd("k", UID_K, e.B, e.Nkv, e.S, e.Dqk));
+    auto V = g->tensor(bshd("v", UID_V, e.B, e.Nkv, e.S, e.Dv));
+    auto O = g->tensor(bshd("o", UID_O, e.B, e.N, e.S, e.Dv));
+    auto dO = g->tensor(bshd("do", UID_DO, e.B, e.N, e.S, e.Dv));
+    auto L = g->tensor(rows_of("lse", UID_STATS, e.B, e.N, e.S));
+    auto opts = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_causal_mask(true)
+                    .set_attn_scale(1.0f).set_deterministic_algorithm(deterministic);
+    auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, L, opts);
+    dQ->set_output(true).set_uid(UID_DQ).set_dim({e.B, e.N, e.S, e.Dqk}).set_stride(
+        {(int64_t)e.S * e.N * e.Dqk, e.Dqk, (int64_t)e.N * e.Dqk, 1});
+    dK->set_output(true).set_uid(UID_DK).set_dim({e.B, e.Nkv, e.S, e.Dqk}).set_stride(
+        {(int64_t)e.S * e.Nkv * e.Dqk, e.Dqk, (int64_t)e.Nkv * e.Dqk, 1});
+    dV->set_output(true).set_uid(UID_DV).set_dim({e.B, e.Nkv, e.S, e.Dv}).set_stride(
+        {(int64_t)e.S * e.Nkv * e.Dv, e.Dv, (int64_t)e.Nkv * e.Dv, 1});
+    return g;
+}
+
+// The graph built, or NULL with cuDNN's reason in why.
+static std::shared_ptr<fe::graph::Graph> build(const Entry &e, bool deterministic, std::string &why) {
+    try {
+        auto g = e.backward ? backward_graph(e, deterministic) : forward_graph(e);
+        auto err = g->build(thread_state.handle, {fe::HeurMode_t::A});
+        if (err.is_good()) return g;
+        why = err.get_message();
+    } catch (const std::exception &x) {
+        why = x.what();
+    }
+    return nullptr;
+}
+
+// The thread's graph for this call, built on first use; NULL when cuDNN refuses the shape.
+static const Entry *graph_for(int backward, const Geom &G) {
+    Thread &t = thread_state;
+    for (const Entry &e : t.graphs)
+        if (e.backward == backward && e.B == G.B && e.S == G.S && e.N == G.N && e.Nkv == G.Nkv && e.Dqk == G.Dqk &&
+            e.Dv == G.Dv)
+            return e.graph ? &e : NULL;
+    if (!t.handle && fe::detail::create_handle(&t.handle) != CUDNN_STATUS_SUCCESS) {
+        fprintf(stderr, "meshmoe: gpu_attention=cudnn: cudnnCreate failed\n");
+        exit(1);
+    }
+    Entry e = {backward, G.B, G.S, G.N, G.Nkv, G.Dqk, G.Dv, nullptr, 0};
+    std::string why;
+    e.graph = build(e, true, why);
+    if (!e.graph && backward) {
+        std::string why2;
+        e.graph = build(e, false, why2);
+        if (e.graph)
+            fprintf(stderr, "meshmoe: gpu_attention=cudnn: no deterministic backward for B=%d S=%d N=%d Nkv=%d "
+                    "Dqk=%d Dv=%d (%s); cuDNN's other one runs it\n", G.B, G.S, G.N, G.Nkv, G.Dqk, G.Dv, why.c_str());
+    }
+    if (e.graph) {
+        if (!e.graph->get_workspace_size(e.workspace).is_good()) e.workspace = 0;
+    } else
+        fprintf(stderr, "meshmoe: gpu_attention=cudnn: cuDNN refused the %s of B=%d S=%d N=%d Nkv=%d Dqk=%d Dv=%d "
+                "(%s); those calls run on the tensor-core kernels\n", backward ? "backward" : "forward", G.B, G.S,
+                G.N, G.Nkv, G.Dqk, G.Dv, why.c_str());
+    t.graphs.push_back(e);
+    return t.graphs.back().graph ? &t.graphs.back() : NULL;
+}
+
+static void run(const Entry *e, std::unordered_map<int64_t, void *> &pack) {
+    void *ws = NULL;
+    if (e->workspace > 0) GPU_CHECK(cudaMallocAsync(&ws, (size_t)e->workspace, gpu_stream()));
+    fe::detail::set_stream(thread_state.handle, gpu_stream());
+    auto err = e->graph->execute(thread_state.handle, pack, ws);
+    if (!err.is_good()) {
+        fprintf(stderr, "meshmoe: gpu_attention=cudnn: cuDNN's %s failed: %s\n", e->backward ? "backward" : "forward",
+                err.get_message().c_str());
+        exit(1);
+    }
+    if (ws) GPU_CHECK(cudaFreeAsync(ws, gpu_stream()));
+    __atomic_add_fetch(&calls_taken, 1, __ATOMIC_RELAXED);
+}
+
+// Scratch for the bf16 copies: n arrays of the given element counts, each 256-byte aligned.
+static uint16_t *carve(void **base, const size_t *count, uint16_t **out, int n) {
+    size_t bytes = 0, at[8];
+    for (int i = 0; i < n; i++) { at[i] = bytes; bytes += (count[i] * 2 + 255) / 256 * 256; }
+    GPU_CHECK(cudaMallocAsync(base, bytes, gpu_stream()));
+    for (int i = 0; i < n; i++) out[i] = (uint16_t *)((char *)*base + at[i]);
+    return out[0];
+}
+
+// Whether a call is one cuDNN's graphs describe (see the top of the file).
+static int fits(const Geom &G) {
+    return !G.mask && G.rnd.out && G.q0 == 0 && G.k0 == 0 && G.W == G.S && G.S > 0 && G.N % G.Nkv == 0 &&
+           G.Dqk % 8 == 0 && G.Dv % 8 == 0 && G.Dqk <= 256 && G.Dv <= 256;
+}
+
+int attn_cudnn_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
+                       int end) {
+    if (!begin || !end || !fits(G) || loaded()) return 0;
+    const Entry *e = graph_for(0, G);
+    if (!e) return 0;
+    size_t nq = (size_t)G.B * G.S * G.N, nk = (size_t)G.B * G.S * G.Nkv, rows = (size_t)G.B * G.N * G.S;
+    size_t count[4] = {nq * G.Dqk, nk * G.Dqk, nk * G.Dv, nq * G.Dv};
+    uint16_t *h[4];   // q, k, v, o as bf16
+    void *base;
+    carve(&base, count, h, 4);
+    float *lse;
+    GPU_CHECK(cudaMallocAsync((void **)&lse, sizeof(float) * rows, gpu_stream()));
+    to_bf16(h[0], q, count[0]);
+    to_bf16(h[1], k, count[1]);
+    to_bf16(h[2], v, count[2]);
+    std::unordered_map<int64_t, void *> pack = {
+        {UID_Q, h[0]}, {UID_K, h[1]}, {UID_V, h[2]}, {UID_O, h[3]}, {UID_STATS, lse}};
+    run(e, pack);
+    from_bf16(o, h[3], count[3], 0);
+    stats_of_lse(stats, lse, rows);
+    GPU_CHECK(cudaFreeAsync(lse, gpu_stream()));
+    GPU_CHECK(cudaFreeAsync(base, gpu_stream()));
+    return 1;
+}
+
+int attn_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                        const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
+    if (r0 != 0 || r1 != G.S || !fits(G) || loaded()) return 0;
+    const Entry *e = graph_for(1, G);
+    if (!e) return 0;
+    size_t nq = (size_t)G.B * G.S * G.N, nk = (size_t)G.B * G.S * G.Nkv, rows = (size_t)G.B * G.N * G.S;
+    size_t count[8] = {nq * G.Dqk, nk * G.Dqk, nk * G.Dv, nq * G.Dv, nq * G.Dv, nq * G.Dqk, nk * G.Dqk, nk * G.Dv};
+    uint16_t *h[8];   // q, k, v, o, dO in; dq, dk, dv out
+    void *base;
+    carve(&base, count, h, 8);
+    float *lse;
+    GPU_CHECK(cudaMallocAsync((void **)&lse, sizeof(float) * rows, gpu_stream()));
+    const float *in[5] = {q, k, v, o, dout};
+    for (int i = 0; i < 5; i++) to_bf16(h[i], in[i], count[i]);
+    lse_of_stats(lse, stats, rows);
+    std::unordered_map<int64_t, void *> pack = {{UID_Q, h[0]},  {UID_K, h[1]},  {UID_V, h[2]},
+                                                {UID_O, h[3]},  {UID_DO, h[4]}, {UID_STATS, lse},
+                                                {UID_DQ, h[5]}, {UID_DK, h[6]}, {UID_DV, h[7]}};
+    run(e, pack);
+    from_bf16(dq, h[5], count[5], !zero_dq);
+    from_bf16(dk, h[6], count[6], 1);
+    from_bf16(dv, h[7], count[7], 1);
+    GPU_CHECK(cudaFreeAsync(lse, gpu_stream()));
+    GPU_CHECK(cudaFreeAsync(base, gpu_stream()));
+    return 1;
+}
+
+int gpu_attention_cudnn(const char **why) {
+    const char *err = loaded();
+    if (err) *why = err;
+    return err == NULL;
+}
+long attn_cudnn_calls(void) { return __atomic_load_n(&calls_taken, __ATOMIC_RELAXED); }
+
+#else   // built without cuDNN's frontend (the emulation, HIP, or no headers found)
+
+int attn_cudnn_forward(float *, float *, const float *, const float *, const float *, Geom, int, int) { return 0; }
+int attn_cudnn_backward(float *, float *, float *, const float *, const float *, const float *, const float *,
+                        const float *, const float *, Geom, int, int, int) {
+    return 0;
+}
+int gpu_attention_cudnn(const char **why) {
+    *why = "this build (" GPU_BACKEND_NAME ") has no cuDNN (make gpu builds it with cuDNN's frontend headers, "
+           "which it fetches from PyPI: nvidia-cudnn-frontend)";
+    return 0;
+}
+long attn_cudnn_calls(void) { return 0; }
+#endif
