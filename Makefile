@@ -340,7 +340,7 @@ build/train_emu_mpi: $(BUILD)/mpi/train.o $(BUILD)/mpi/net_mpi.o $(filter-out $(
 # gpu/attention.cu and gpu/attn_tiles.cu as they are, compiled by g++ against a CPU emulation
 # of the CUDA they use (gpu/emu.h), compared with each other and with the CPU's loops.
 # -ffp-contract=off: as the GPU builds, no multiply and add fused that the source keeps apart.
-EMU_SRC := gpu/attention.cu gpu/attn_tiles.cu gpu/attn_mma.cu gpu/attn_mma_bwd.cu
+EMU_SRC := gpu/attention.cu gpu/attn_tiles.cu gpu/attn_mma.cu gpu/attn_mma_bwd.cu gpu/attn_cudnn.cu
 build/test_gpu_attention: tests/test_gpu_attention.cpp gpu/emu.h tests/attn_cases.h tests/test.h $(EMU_SRC) gpu/gpu.h \
                           gpu/attention.h gpu/attn_mma.h gpu/backend.h $(LIB_OBJ)
 	$(CXX) $(OPT) -std=c++17 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -D_GNU_SOURCE -DGPU_EMULATE \
