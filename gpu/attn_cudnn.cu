@@ -42,14 +42,11 @@ void *cudnn_frontend::cudnn_dlhandle = nullptr;   // where the frontend looks up
 
 // ---- the conversions ----
 
-__global__ static void to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
+// The packing and the plain widening are gpu/cast.cu's (cast_cuda); cuDNN's dk and dv (and dq
+// after a first piece) are added onto what the layer holds: dst += src widened.
+__global__ static void add_bf16_kernel(float *dst, const uint16_t *src, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = bf16_bits_dev(src[i]);
-}
-// dst = src widened, or dst += it (add).
-__global__ static void from_bf16_kernel(float *dst, const uint16_t *src, size_t n, int add) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = (add ? dst[i] : 0.0f) + bf16_float_dev(src[i]);
+    if (i < n) dst[i] += bf16_float_dev(src[i]);
 }
 // Per row: stats (m, l) = (lse, 1), the forward's; and lse = m + log(l), the backward's.
 __global__ static void stats_of_lse_kernel(float *stats, const float *lse, size_t rows) {
@@ -62,12 +59,14 @@ __global__ static void lse_of_stats_kernel(float *lse, const float *stats, size_
     size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (r < rows) lse[r] = stats[2 * r] + logf(stats[2 * r + 1]);
 }
-static void to_bf16(uint16_t *dst, const float *src, size_t n) {
-    GPU_LAUNCH(to_bf16_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, src, n);
-    GPU_CHECK_LAUNCH();
-}
+static void to_bf16(uint16_t *dst, const float *src, size_t n) { cast_cuda.pack_bf16(dst, src, n); }
+// dst = src widened, or dst += it (add).
 static void from_bf16(float *dst, const uint16_t *src, size_t n, int add) {
-    GPU_LAUNCH(from_bf16_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, src, n, add);
+    if (!add) {
+        cast_cuda.unpack_bf16(dst, src, n);
+        return;
+    }
+    GPU_LAUNCH(add_bf16_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, src, n);
     GPU_CHECK_LAUNCH();
 }
 static void stats_of_lse(float *stats, const float *lse, size_t rows) {
