@@ -385,7 +385,7 @@ static void loop_begin(DeviceRun *d) {
 }
 
 static void loop_end(DeviceRun *d) {
-    if (d->metrics) fclose(d->metrics);
+    if (d->metrics) metrics_close(d->metrics);
     free(d->stats);
     if (d->eval_ids != d->ids) { mem_free(d->eval_ids); mem_free(d->eval_targets); }
     mem_free(d->ids);
@@ -507,7 +507,8 @@ static int train_loop(DeviceRun *d) {
         metrics_gather(d->run->mesh, d->dev, &r, d->stats);
         for (int i = 0; i < d->run->mesh->ndev; i++) stop_sig = MM_MAX(stop_sig, d->stats[i].stop);
         log_step(d, step, &r, t);
-        if (c->eval_interval > 0 && m->step % c->eval_interval == 0 && m->step < c->steps) {
+        if (m->step == stop) continue;   // the last step's eval and save are run_end's
+        if (c->eval_interval > 0 && m->step % c->eval_interval == 0) {
             float e = evaluate(d);
             if (d->talk) printf("step %5d | eval loss %.4f\n", m->step, e);
         }
@@ -627,7 +628,7 @@ static void write_dry_metrics(const Config *c, const Mesh *mesh, const DryStep *
     for (int d = 0; d < mesh->ndev; d++) stats[d] = dry->stats[mesh->rep[d]];
     metrics_write(f, c->metrics_file, dry->step, &dry->r, dry->t, stats, mesh->ndev);
     free(stats);
-    fclose(f);
+    metrics_close(f);
 }
 
 // 7. What the run measured: the memory trace if asked, then each device's memory report,

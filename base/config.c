@@ -141,7 +141,7 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
     case K_INT: {
         errno = 0;
         long x = strtol(v, &end, 10);
-        if (*v == '\0' || *end != '\0' || errno || x < -2147483647L || x > 2147483647L)
+        if (*v == '\0' || isspace((unsigned char)*v) || *end != '\0' || errno || x < -2147483647L || x > 2147483647L)
             die("%s: key '%s' wants an integer, got '%s'", where, k->name, v);
         *(int *)field = (int)x;
         break;
@@ -149,7 +149,7 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
     case K_FLOAT: {   // a 32-bit float: a value it cannot hold is refused, never rounded to inf or 0
         errno = 0;
         double x = strtod(v, &end);
-        if (*v == '\0' || *end != '\0' || isnan(x))
+        if (*v == '\0' || isspace((unsigned char)*v) || *end != '\0' || isnan(x))
             die("%s: key '%s' wants a number, got '%s'", where, k->name, v);
         if ((errno == ERANGE && x != 0) || fabs(x) > FLT_MAX)
             die("%s: key '%s' = %s is too large for a 32-bit float (largest %g)", where, k->name, v, (double)FLT_MAX);
@@ -172,8 +172,10 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
         int u = -1;
         for (int i = 0; i < 10; i++)
             if (!strcmp(end, units[i])) u = i;
-        if (*v == '\0' || u < 0 || errno || !(x >= 0) || x * mult[u] > 9e18)
+        if (*v == '\0' || isspace((unsigned char)*v) || u < 0 || errno || !(x >= 0) || x * mult[u] > 9e18)
             die("%s: key '%s' wants a byte count such as 80GB, 512MiB or 1000000, got '%s'", where, k->name, v);
+        if (x * mult[u] != floor(x * mult[u]))
+            die("%s: key '%s' = %s is not a whole number of bytes", where, k->name, v);
         *(int64_t *)field = (int64_t)(x * mult[u]);
         break;
     }
@@ -318,7 +320,7 @@ void config_load_text(Config *c, const char *text, size_t n, const char *path) {
 }
 
 void config_load_file(Config *c, const char *path) {
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen_input(path);
     if (!f) die("cannot open config file '%s': %s", path, strerror(errno));
     struct stat st;
     const size_t max = 1 << 20;
@@ -457,6 +459,9 @@ static void validate_training(const Config *c) {
     if (c->eval_per_device_batch_size < 0)
         die("eval_per_device_batch_size must be >= 0 (0 = per_device_batch_size), got %d", c->eval_per_device_batch_size);
     if (c->learning_rate < 0) die("learning_rate must be >= 0, got %g", c->learning_rate);
+    if (c->checkpoint_period > 0 && !c->save_checkpoint[0])
+        die("checkpoint_period=%d saves every %d steps to save_checkpoint, which is not set: give "
+            "save_checkpoint=PATH, or leave checkpoint_period at 0", c->checkpoint_period, c->checkpoint_period);
     if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
     if (c->num_vocab_tiling < 1)
@@ -577,17 +582,26 @@ int config_to_json(const Config *c, char *buf, int cap) {
     return len;
 }
 
+// config_to_json writes every key once: one missing (an edited file; another version's) would
+// silently take its default, and one given twice would be read either way.
+static void json_keys_check(const char *seen, const char *where) {
+    for (int i = 0; i < NKEYS; i++)
+        if (!seen[i])
+            die("%s: config metadata has no key '%s' (written by another version of meshmoe, or edited?)", where,
+                KEYS[i].name);
+}
+
 // Reads the flat object written by config_to_json: "key": value pairs, values are numbers,
-// true/false or strings with \" \\ \uXXXX escapes.
+// true/false or strings with \" \\ \uXXXX escapes; every key once.
 void config_from_json(Config *c, const char *json, const char *where) {
     const char *p = json;
-    char key[128], val[CFG_STR + 8];
+    char key[128], val[CFG_STR + 8], seen[NKEYS] = {0};
     while (*p && *p != '{') p++;
     if (*p != '{') die("%s: config metadata is not a JSON object", where);
     p++;
     for (;;) {
         while (isspace((unsigned char)*p) || *p == ',') p++;
-        if (*p == '}') return;
+        if (*p == '}') { json_keys_check(seen, where); return; }
         if (*p != '"') die("%s: malformed config metadata near '%.20s'", where, p);
         int n = 0;
         for (p++; *p && *p != '"'; p++) if (n < 127) key[n++] = *p;
@@ -622,6 +636,7 @@ void config_from_json(Config *c, const char *json, const char *where) {
         val[n] = '\0';
         const KeyDef *k = find_key(key);
         if (!k) die("%s: config metadata has unknown key '%s' (written by another version of meshmoe?)", where, key);
+        if (seen[k - KEYS]++) die("%s: config metadata gives key '%s' twice", where, key);
         set_value(c, k, val, where);
     }
 }

@@ -120,7 +120,15 @@ void config_check_sizes(const Config *c) {
     // Tokens of one microbatch on one device: the global batch (per_device_batch_size per
     // device) is split over data, fsdp and expert only, so tensor and stage devices each hold
     // more sequences; context cuts sequences and multiplies them by the same factor.
-    int64_t T = (int64_t)c->per_device_batch_size * c->max_target_length * tp * stage;
+    // The eval batch (eval_per_device_batch_size, at the start and end of every run) splits the
+    // same way through the same forward: the larger of the two batches sizes the tensors.
+    int batch = c->per_device_batch_size;
+    const char *batch_key = "per_device_batch_size";
+    if (c->eval_per_device_batch_size > batch) {
+        batch = c->eval_per_device_batch_size;
+        batch_key = "eval_per_device_batch_size";
+    }
+    int64_t T = (int64_t)batch * c->max_target_length * tp * stage;
     // A pipeline runs the step in microbatches of T / M tokens; only its state of every
     // microbatch's [tokens, emb] activations spans all T.
     int64_t M = c->num_pipeline_microbatches > 0 ? c->num_pipeline_microbatches : stage;
@@ -142,10 +150,10 @@ void config_check_sizes(const Config *c) {
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (t[i].n > INT_MAX)
             die("%s would have %lld elements on one device (%lld tokens per device per microbatch = "
-                "per_device_batch_size %d x max_target_length %d x tensor %lld x stage %lld): more than the "
-                "2147483647 that this trainer's int indices reach; lower per_device_batch_size or max_target_length",
-                t[i].what, (long long)t[i].n, (long long)T, c->per_device_batch_size, c->max_target_length,
-                (long long)tp, (long long)stage);
+                "%s %d x max_target_length %d x tensor %lld x stage %lld): more than the 2147483647 that "
+                "this trainer's int indices reach; lower %s or max_target_length",
+                t[i].what, (long long)t[i].n, (long long)T, batch_key, batch, c->max_target_length, (long long)tp,
+                (long long)stage, batch_key);
         if (t[i].n > largest) { largest = t[i].n; largest_what = t[i].what; }
     }
     if ((int64_t)c->num_threads * ndev > 4096)

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 
 const char *const MEM_TAG_NAMES[MEM_NTAGS] = {"params", "grads", "optimizer", "activations", "temp", "comm",
                                               "workspace"};
@@ -255,6 +257,35 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
     return n;
 }
 
+// The bytes all devices hold in this host's memory (the CPU backend's device buffers and every
+// device's host buffers), against the host's physical memory: Linux hands out memory it does
+// not have, and a run whose buffers outgrow it would be ended by the kernel's out-of-memory
+// killer without a word, so it stops here naming the buffer. MESHMOE_HOST_MEMORY (bytes)
+// stands in for the physical size (tests/inputs.sh).
+static _Atomic size_t host_held;
+
+static size_t host_memory(void) {
+    static _Atomic size_t known;
+    size_t n = known;
+    if (n) return n;
+    const char *env = getenv("MESHMOE_HOST_MEMORY");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    n = env && *env ? (size_t)strtoull(env, NULL, 10) : pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+    known = n ? n : SIZE_MAX;
+    return known;
+}
+
+static void host_take(size_t bytes, MemTag tag, const char *name) {
+    size_t held = atomic_fetch_add(&host_held, bytes) + bytes;
+    if (held <= host_memory()) return;
+    atomic_fetch_sub(&host_held, bytes);
+    char a[32], b[32], c[32];
+    die("host out of memory: '%s' (%s, %s) would bring what the devices hold in this host's memory to %s, more "
+        "than its %s (the simulated devices are threads sharing it); lower per_device_batch_size or "
+        "eval_per_device_batch_size, or plan the run with dry_run=true", name, MEM_TAG_NAMES[tag],
+        mem_fmt(bytes, a, sizeof a), mem_fmt(held, b, sizeof b), mem_fmt(host_memory(), c, sizeof c));
+}
+
 // A buffer handed out unzeroed (mem_alloc_uninit) is filled with 0xff bytes in the
 // sanitizer builds and under MESHMOE_POISON_UNINIT: every float a NaN, every int -1, so a
 // read before the first write turns the loss non-finite and the run stops on it.
@@ -274,6 +305,7 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, i
     size_t rounded = host_bytes(bytes);
     int in_void = dry && bytes >= DRY_REAL_BELOW;
     const MemoryOps *ops = kern()->mem;
+    if (!in_void && (host || ops == &memory_cpu)) host_take(host_bytes(bytes), tag, name);
     MemBlock *m = malloc(sizeof *m);
     char *data = in_void ? NULL : host ? ops->alloc_host(rounded) : ops->alloc(rounded);
     if (!m || (!in_void && !data))
@@ -391,6 +423,7 @@ static void free_block(MemBlock *m) {
     if (m->next) m->next->prev = m->prev;
     if (d->hook) d->hook(d, -1, m->tag, m->bytes, m->name);
     table_remove(m);   // before its slot in the void can be handed out again
+    if (!m->slot && (m->host || m->ops == &memory_cpu)) atomic_fetch_sub(&host_held, host_bytes(m->bytes));
     if (m->slot) {
         pthread_mutex_lock(&void_lock);
         void_free[void_nfree++] = m->slot - 1;

@@ -80,62 +80,107 @@ void check_output_dir(const char *key, const char *path) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The save in flight: its target and temporary names, read by the signal handler.
+// The saves in flight: their targets and temporary names, read by the signal handler. One
+// file is open at a time; a set saved together (atomic_file_hold) keeps its written files
+// here, under their temporary names, until atomic_files_commit renames them all.
 
+enum { SAVES = 4 };
 static struct {
     char path[PATH_MAX], tmp[PATH_MAX + 16];
-    FILE *f;
-} save;
-static atomic_int save_active;
+    FILE *f;            // open while it is written, NULL once written out
+} save[SAVES];
+static atomic_int save_active[SAVES];   // slot in use: its temporary file exists
+static int nsaves;                      // slots in use, in order
 
-static void remove_tmp(void *unused) {
+static void remove_tmps(void *unused) {
     (void)unused;
-    if (atomic_exchange(&save_active, 0)) {
-        if (save.f) fclose(save.f);
-        unlink(save.tmp);
-    }
+    for (int i = 0; i < SAVES; i++)
+        if (atomic_exchange(&save_active[i], 0)) {
+            if (save[i].f) fclose(save[i].f);
+            save[i].f = NULL;
+            unlink(save[i].tmp);
+        }
+    nsaves = 0;
 }
 
 FILE *atomic_file_open(const char *path) {
-    if (atomic_load(&save_active)) die("internal: a save of '%s' is already in flight", save.path);
+    if (nsaves > 0 && save[nsaves - 1].f) die("internal: a save of '%s' is already being written", save[nsaves - 1].path);
+    if (nsaves == SAVES) die("internal: more than %d files saved together", SAVES);
     if (strlen(path) + 16 >= PATH_MAX) die("cannot write '%.64s...': the path is too long", path);
-    snprintf(save.path, sizeof save.path, "%s", path);
+    int slot = nsaves;
+    char *target = save[slot].path, *tmp = save[slot].tmp;
+    memcpy(target, path, strlen(path) + 1);
     // A link is followed: the file it points to is replaced, the link stays.
     struct stat st;
     char real[PATH_MAX];
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real)) snprintf(save.path, sizeof save.path, "%s", real);
-    int exists = stat(save.path, &st) == 0;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real)) snprintf(target, PATH_MAX, "%s", real);
+    int exists = stat(target, &st) == 0;
     if (exists && !S_ISREG(st.st_mode))
         die("cannot write '%s': it exists and is not a regular file (a directory, device, pipe or socket)", path);
-    snprintf(save.tmp, sizeof save.tmp, "%s.tmp.XXXXXX", save.path);
-    int fd = mkstemp(save.tmp);
+    size_t n = strlen(target);   // tmp = target ".tmp.XXXXXX" (tmp has room for 16 more)
+    memcpy(tmp, target, n);
+    memcpy(tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    int fd = mkstemp(tmp);
     if (fd < 0) die("cannot write '%s': cannot create a temporary file beside it: %s", path, strerror(errno));
     // mkstemp makes the file 0600; the saved file gets the target's mode, or the usual one.
     mode_t um = umask(0);
     umask(um);
     fchmod(fd, exists ? (st.st_mode & 07777) : (0666 & ~um));
-    save.f = fdopen(fd, "wb");
-    if (!save.f) { close(fd); unlink(save.tmp); die("cannot write '%s': %s", path, strerror(errno)); }
-    atomic_store(&save_active, 1);
-    die_set_cleanup(remove_tmp, NULL);
-    return save.f;
+    save[slot].f = fdopen(fd, "wb");
+    if (!save[slot].f) { close(fd); unlink(tmp); die("cannot write '%s': %s", path, strerror(errno)); }
+    nsaves++;
+    atomic_store(&save_active[slot], 1);
+    die_set_cleanup(remove_tmps, NULL);
+    return save[slot].f;
+}
+
+// The directory holding path synced, so that a rename into it is durable.
+static void sync_dir_of(const char *path) {
+    char dir[PATH_MAX];
+    dir_of(path, dir, sizeof dir);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+}
+
+void atomic_file_hold(FILE *f) {
+    int slot = nsaves - 1;
+    if (slot < 0 || f != save[slot].f) die("internal: atomic_file_hold without atomic_file_open");
+    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int err = errno;
+    save[slot].f = NULL;
+    if (fclose(f) != 0 && ok) { ok = 0; err = errno; }
+    if (!ok) die("cannot write '%s': %s", save[slot].path, strerror(err ? err : EIO));
+}
+
+void atomic_files_commit(void) {
+    if (nsaves == 0 || save[nsaves - 1].f) die("internal: atomic_files_commit with a file still being written");
+    for (int i = 0; i < nsaves; i++)
+        if (rename(save[i].tmp, save[i].path) != 0)
+            die("cannot rename '%s' to '%s': %s", save[i].tmp, save[i].path, strerror(errno));
+        else
+            atomic_store(&save_active[i], 0);
+    for (int i = 0; i < nsaves; i++) sync_dir_of(save[i].path);
+    nsaves = 0;
+    die_set_cleanup(NULL, NULL);
 }
 
 void atomic_file_commit(FILE *f) {
-    if (!atomic_load(&save_active) || f != save.f) die("internal: atomic_file_commit without atomic_file_open");
-    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    save.f = NULL;
-    if (fclose(f) != 0 && ok) { ok = 0; err = errno; }
-    if (!ok) die("cannot write '%s': %s", save.path, strerror(err ? err : EIO));
-    if (rename(save.tmp, save.path) != 0) die("cannot rename '%s' to '%s': %s", save.tmp, save.path, strerror(errno));
-    atomic_store(&save_active, 0);
-    die_set_cleanup(NULL, NULL);
-    // The rename is durable once the directory itself is synced.
-    char dir[PATH_MAX];
-    dir_of(save.path, dir, sizeof dir);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    atomic_file_hold(f);
+    atomic_files_commit();
+}
+
+void atomic_file_publish(FILE *f) {
+    int slot = nsaves - 1;
+    if (slot < 0 || f != save[slot].f) die("internal: atomic_file_publish without atomic_file_open");
+    if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0)
+        die("cannot write '%s': %s", save[slot].path, strerror(errno ? errno : EIO));
+    if (rename(save[slot].tmp, save[slot].path) != 0)
+        die("cannot rename '%s' to '%s': %s", save[slot].tmp, save[slot].path, strerror(errno));
+    atomic_store(&save_active[slot], 0);
+    save[slot].f = NULL;   // the caller's now
+    sync_dir_of(save[slot].path);
+    nsaves--;
+    if (nsaves == 0) die_set_cleanup(NULL, NULL);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -155,13 +200,16 @@ static void say(const char *a, const char *b, const char *c) {
 
 static void on_signal(int sig) {
     const char *name = signal_name(sig);
-    if (atomic_load(&save_active)) {
-        unlink(save.tmp);
+    int saving = 0;
+    for (int i = 0; i < SAVES; i++) {
+        if (!atomic_load(&save_active[i])) continue;
+        unlink(save[i].tmp);
+        saving = 1;
         say("meshmoe: interrupted by ", name, " while saving '");
-        say(save.path, "': the unfinished temporary file was removed and '", save.path);
+        say(save[i].path, "': the unfinished temporary file was removed and '", save[i].path);
         say("' is as it was\n", NULL, NULL);
-        _exit(128 + sig);
     }
+    if (saving) _exit(128 + sig);
     if (atomic_load(&stop_armed) && !atomic_exchange(&stop_sig, sig)) {
         say("(", name, " received: stopping after this step; send it again to stop at once)\n");
         return;

@@ -13,9 +13,14 @@
 // directory (mkstemp: two writers never share it), and atomic_file_commit flushes it, fsyncs
 // it, renames it over the target and fsyncs the directory. Until the rename the target is
 // untouched; any error dies naming the path and the reason, and removes the temporary.
-// One save is in flight at a time.
+// One file is written at a time. Files saved together (an export's config and weights) are
+// each written out by atomic_file_hold, which keeps them under their temporary names, and
+// renamed by atomic_files_commit once all are written: a failure while any of them is being
+// written leaves every target as it was. A file that grows after its first complete part
+// (the metrics file, a line a step) is renamed by atomic_file_publish once that part is
+// written; its stream stays open, the caller's to write on and to fclose.
 //
-// Signals (signals_install): SIGINT or SIGTERM during a save removes the temporary file and
+// Signals (signals_install): SIGINT or SIGTERM during a save removes the temporary files and
 // exits with a message (status 128 + the signal). During training (signals_allow_stop) the
 // first one asks the loop to stop after the current step (train.c saves the checkpoint if
 // save_checkpoint is set, then exits 128 + the signal); a second one exits at once. At any
@@ -32,6 +37,9 @@ void check_output_dir(const char *key, const char *path);
 
 FILE *atomic_file_open(const char *path);
 void atomic_file_commit(FILE *f);
+void atomic_file_hold(FILE *f);
+void atomic_files_commit(void);
+void atomic_file_publish(FILE *f);
 
 void signals_install(void);
 void signals_allow_stop(int on);

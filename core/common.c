@@ -3,6 +3,9 @@
 #include <stdatomic.h>
 #include <unistd.h>
 #include <stdarg.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <errno.h>
 
 static void (*cleanup_fn)(void *);
 static void *cleanup_arg;
@@ -62,4 +65,39 @@ void die(const char *fmt, ...) {
     }
     if (die_end) die_end(1);
     exit(1);
+}
+
+int open_input(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+FILE *fopen_input(const char *path) {
+    int fd = open_input(path);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
+FILE *fopen_regular(const char *path, const char *prefix) {
+    FILE *f = fopen_input(path);
+    if (!f) die("%s: cannot open '%s': %s", prefix, path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) die("%s: cannot read '%s': %s", prefix, path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) die("%s: '%s' is a directory, not a file", prefix, path);
+    if (!S_ISREG(st.st_mode)) die("%s: '%s' is not a regular file (a device, pipe or socket)", prefix, path);
+    return f;
 }

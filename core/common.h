@@ -45,6 +45,16 @@ void die_set_process(int process, void (*end)(int code));
 // it chose from the machine's wake-up, or the environment's choice.
 const char *omp_wait_describe(char *buf, size_t n);
 
+// open_input, fopen_input: path opened for reading without waiting. open() of a FIFO waits
+// for a writer, forever where there is none; opened non-blocking and then set back to
+// blocking reads, the caller's fstat sees the FIFO and refuses it by name, as it does a
+// directory or a device. -1 (NULL) with errno set when the path cannot be opened.
+int open_input(const char *path);
+FILE *fopen_input(const char *path);
+// fopen_regular: fopen_input of a path that must be a regular file, else die() with the
+// caller's prefix ("load_hf", "plot") and the path.
+FILE *fopen_regular(const char *path, const char *prefix);
+
 #define MM_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MM_MAX(a, b) ((a) > (b) ? (a) : (b))
 

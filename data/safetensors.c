@@ -110,7 +110,8 @@ static void buf_json_string(Buf *b, const char *s) {
     buf_put(b, "\"", 1);
 }
 
-void st_write_file(StWriter *w, const char *path) {
+// The file's bytes (the header's length, the header, the tensors) onto fp.
+static void write_stream(const StWriter *w, FILE *fp) {
     Buf h = {0};
     buf_put(&h, "{", 1);
     if (w->nm) {
@@ -139,15 +140,25 @@ void st_write_file(StWriter *w, const char *path) {
     buf_put(&h, "}", 1);
     while (h.n % 8) buf_put(&h, " ", 1);   // the data starts 8-byte aligned
 
-    FILE *fp = atomic_file_open(path);
     uint64_t hn = h.n;
     unsigned char le[8];
     for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hn >> (8 * i));
     fwrite(le, 1, 8, fp);
     fwrite(h.s, 1, h.n, fp);
     for (int i = 0; i < w->nt; i++) fwrite(w->t[i].data, 1, wtensor_bytes(&w->t[i]), fp);
-    atomic_file_commit(fp);   // checks every write above: the stream's error flag is sticky
     free(h.s);
+}
+
+void st_write_file(StWriter *w, const char *path) {
+    FILE *fp = atomic_file_open(path);
+    write_stream(w, fp);
+    atomic_file_commit(fp);   // checks every write: the stream's error flag is sticky
+}
+
+void st_write_file_held(StWriter *w, const char *path) {
+    FILE *fp = atomic_file_open(path);
+    write_stream(w, fp);
+    atomic_file_hold(fp);
 }
 
 void st_writer_free(StWriter *w) {
@@ -372,7 +383,7 @@ static int parse_header(Parser *ps, StFile *f, size_t data_size) {
 
 StFile *st_open_try(const char *path, char *err, size_t cap) {
     err[0] = 0;
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = fopen_input(path);
     if (!fp) { snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
     struct stat st;
     if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -436,7 +447,7 @@ void st_close(StFile *f) {
 
 StFile *st_open_header_try(const char *path, char *err, size_t cap) {
     err[0] = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = open_input(path);
     if (fd < 0) { snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
     StFile *f = xmalloc(sizeof *f);
     memset(f, 0, sizeof *f);
@@ -446,6 +457,9 @@ StFile *st_open_header_try(const char *path, char *err, size_t cap) {
     unsigned char le[8];
     uint64_t hn = 0;
     if (fstat(fd, &sb) != 0) snprintf(err, cap, "cannot read '%s': %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        snprintf(err, cap, "'%s' is %s, not a safetensors file", path,
+                 S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
     else if (sb.st_size < 8 || pread(fd, le, 8, 0) != 8)
         snprintf(err, cap, "'%s' is not a safetensors file (%lld bytes, too short)", path, (long long)sb.st_size);
     else {

@@ -30,6 +30,9 @@ void st_writer_add(StWriter *w, const char *name, StDtype dtype, int ndim, const
 // Writes PATH atomically (base/paths.h: a unique temporary beside it, fsync, rename). On any
 // error or signal it stops with a message and leaves neither a temporary nor a partial PATH.
 void st_write_file(StWriter *w, const char *path);
+// The same, held under its temporary name until atomic_files_commit (base/paths.h) renames
+// it with the other files of its set.
+void st_write_file_held(StWriter *w, const char *path);
 void st_writer_free(StWriter *w);
 
 // ---- reading ----

@@ -14,7 +14,7 @@ static uint16_t *alloc_tokens(size_t n) {
 }
 
 static FILE *open_data(const char *path) {
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = fopen_input(path);
     if (!fp) die("cannot open data file '%s': %s", path, strerror(errno));
     return fp;
 }

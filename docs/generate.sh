@@ -183,11 +183,11 @@ figures() {
             "Figure: the $preset table above as bars: each mesh's per-device peak and each tag's own peak (left), and the bytes all devices sent per step (right). Drawn by \`make docs\` from the sweep's output with \`./train figure meshes\`."
     done
     figure pipeline-gpipe pipeline "The gpipe schedule" \
-        "Figure: \`./train figure schedule $pipe\`: the gpipe schedule the trainer runs (pipeline/schedule.c:build_gpipe), every forward, the head, then every backward."
+        "Figure: \`./train figure schedule pipeline-gpipe.svg $pipe\`: the gpipe schedule the trainer runs (pipeline/schedule.c:build_gpipe), every forward, the head, then every backward."
     figure pipeline-1f1b pipeline "The 1f1b schedule" \
         "Figure: the same with \`pipeline_schedule=1f1b\` (pipeline/schedule.c:build_1f1b): as many idle ticks, but a stage holds at most P - s microbatches at once."
     figure pipeline-circular pipeline "The circular schedule" \
-        "Figure: \`./train figure schedule $circ\`: two repeats (a circular pipeline); the bubble falls to (P-1)/(R*M+P-1)."
+        "Figure: \`./train figure schedule pipeline-circular.svg $circ\`: two repeats (a circular pipeline); the bubble falls to (P-1)/(R*M+P-1)."
     end
 }
 

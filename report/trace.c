@@ -3,7 +3,16 @@
 #include "core/common.h"
 #include <errno.h>
 
-// One CSV line: device,index,event,tag,bytes,<tags...>,total,"name". Returns the device or -1.
+// A field that must be a whole decimal number (digits only): 1 and *x, or 0.
+static int count_field(const char *s, unsigned long long *x) {
+    if (!*s || strspn(s, "0123456789") != strlen(s)) return 0;
+    errno = 0;
+    *x = strtoull(s, NULL, 10);
+    return errno == 0;
+}
+
+// One CSV line: device,index,event,tag,bytes,<tags...>,total,"name". Returns the device or -1
+// (also for a count or device that is not a number).
 static int parse_line(const char *line, TraceEvent *e) {
     // The 6 + MEM_NTAGS fields before the name, comma-separated (the tag is empty for phases).
     char field[6 + MEM_NTAGS][32];
@@ -19,16 +28,20 @@ static int parse_line(const char *line, TraceEvent *e) {
     size_t k = 0;
     for (p++; *p && *p != '"' && k + 1 < sizeof e->name; p++) e->name[k++] = *p;
     e->name[k] = '\0';
-    for (int t = 0; t < MEM_NTAGS; t++) e->live[t] = strtoull(field[5 + t], NULL, 10);
-    e->total = strtoull(field[5 + MEM_NTAGS], NULL, 10);
+    unsigned long long x, dev;
+    for (int t = 0; t < MEM_NTAGS; t++) {
+        if (!count_field(field[5 + t], &x)) return -1;
+        e->live[t] = x;
+    }
+    if (!count_field(field[5 + MEM_NTAGS], &x) || !count_field(field[0], &dev) || dev > 1u << 20) return -1;
+    e->total = x;
     e->ev = !strcmp(field[2], "alloc") ? 1 : !strcmp(field[2], "free") ? -1 : 0;
-    return atoi(field[0]);
+    return (int)dev;
 }
 
 void trace_read(Trace *t, const char *path) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "r");
-    if (!f) die("plot: cannot open trace '%s': %s", path, strerror(errno));
+    FILE *f = fopen_regular(path, "plot");
     char line[1024];
     if (!fgets(line, sizeof line, f) || strncmp(line, "device,index,event", 18))
         die("plot: '%s' is not a memory_trace file (no 'device,index,event,...' header)", path);

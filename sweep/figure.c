@@ -110,8 +110,7 @@ static int cells(char *line, char **cell, int cap) {
 
 static void fig_meshes(int argc, char **argv) {
     if (argc != 6) die("usage: ./train figure meshes OUT.svg TITLE SWEEP.md (the output of ./train sweep)");
-    FILE *f = fopen(argv[5], "r");
-    if (!f) die("figure meshes: cannot open '%s': %s", argv[5], strerror(errno));
+    FILE *f = fopen_regular(argv[5], "figure meshes");
     char line[4096], head[512] = "", *cell[16];
     BarRow rows[MAX_PANELS];
     int n = 0, in = 0;

@@ -304,6 +304,9 @@ static int selected(const char *only, const SweepRow *row) {
 static void check_only(const char *only, const SweepRow *rows, int nrows) {
     char buf[CFG_STR];
     snprintf(buf, sizeof buf, "%.*s", CFG_STR - 1, only);
+    if (only[0] && strspn(only, ", ") == strlen(only))
+        die("sweep_only: '%s' names no row: give the keys, catalog row numbers (1-34) or 'mesh', comma-separated, "
+            "or leave it empty for every row", only);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int found = 0;
         for (int i = 0; i < nrows; i++) found |= !strcmp(t, rows[i].key) || !strcmp(t, rows[i].num);

@@ -89,6 +89,13 @@ head -c 3000 README.md > "$T/text.txt"
 $TRAIN prepare "$T/text.txt" "$T/tok.bin" > /dev/null
 cp "$T/tok.bin" "$T/stray.bin"; printf 'x' >> "$T/stray.bin"
 refused "dataset_path=TOKENS+1 byte" "an odd number" $TRAIN $C $FAST dataset_path=$T/stray.bin
+# A FIFO: opening one waits for a writer; the trainer opens without waiting and refuses it.
+mkfifo "$T/fifo"
+refused "./train FIFO (a named pipe as the config)" "config file '$T/fifo' is not a regular file" timeout 20 $TRAIN "$T/fifo"
+refused "dataset_path=FIFO" "data file '$T/fifo' is not a regular file" timeout 20 $TRAIN $C $FAST dataset_path=$T/fifo
+refused "load_checkpoint=FIFO" "'$T/fifo' is not a regular file, not a safetensors file" \
+    timeout 20 $TRAIN $C $FAST load_checkpoint=$T/fifo
+refused "plot FIFO DIR" "plot: '$T/fifo' is not a regular file" timeout 20 $TRAIN plot "$T/fifo" "$OUT/plots"
 
 echo "-- preset files"
 printf '\xef\xbb\xbfsteps: 0\n' > "$T/bom.yml"
@@ -118,6 +125,17 @@ refused "dry_run=true per_device_batch_size=4096 max_target_length=65536" "int i
 # 256 devices each holding an 8 GB tensor (the routed rows, 2^31 - 1 elements at most): 2 TB in all.
 refused "ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262144" "more than this host's" \
     $TRAIN $C ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262144
+refused "eval_per_device_batch_size=600000" "lower eval_per_device_batch_size or max_target_length" \
+    $TRAIN $C $FAST eval_per_device_batch_size=600000
+# The devices' buffers against the host's memory (here said to be 2 GB): the eval batch's
+# forward needs about 60 GB, stopped with a message at the buffer that would pass it, where
+# the kernel's out-of-memory killer would end the run without one.
+refused "eval_per_device_batch_size=100000, a host of 2 GB" "host out of memory: " \
+    env MESHMOE_HOST_MEMORY=2000000000 $TRAIN $C $FAST eval_per_device_batch_size=100000
+refused "hbm_capacity=0.5" "is not a whole number of bytes" $TRAIN $C $FAST hbm_capacity=0.5
+refused "'steps= 3' (a blank before the number)" "key 'steps' wants an integer, got ' 3'" $TRAIN $C $FAST "steps= 3"
+refused "checkpoint_period=1 without save_checkpoint" "save_checkpoint, which is not set" $TRAIN $C $FAST checkpoint_period=1
+refused "sweep sweep_only=," "sweep_only: ',' names no row" $TRAIN sweep $C sweep_only=,
 check "--help-config gives every numeric key a range" bash -c "! $TRAIN --help-config | grep -q 'range: none declared'"
 
 echo "-- names (the enum-valued keys: base/config_keys.def)"
@@ -135,25 +153,40 @@ check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help
 
 echo "-- checkpoint metadata"
 $TRAIN $C $FAST save_checkpoint=$T/ck.safetensors > /dev/null 2>&1
-set_step() {   # set_step IN OUT VALUE: a copy of checkpoint IN whose step metadata is VALUE
+set_meta() {   # set_meta IN OUT KEY VALUE: a copy of checkpoint IN whose metadata KEY is VALUE
+               # (KEY config/NAME: VALUE "-" drops NAME from the config metadata)
     python3 - "$@" <<'EOF'
 import json, struct, sys
-src, dst, step = sys.argv[1:]
+src, dst, key, value = sys.argv[1:]
 b = open(src, 'rb').read()
 n = struct.unpack('<Q', b[:8])[0]
 h = json.loads(b[8:8 + n])
-h['__metadata__']['step'] = step
+if key.startswith('config/'):
+    config = json.loads(h['__metadata__']['config'])
+    config.pop(key[7:])
+    h['__metadata__']['config'] = json.dumps(config)
+else:
+    h['__metadata__'][key] = value
 j = json.dumps(h, separators=(',', ':')).encode()
 j += b' ' * (-len(j) % 8)
 open(dst, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
 EOF
 }
+set_step() { set_meta "$1" "$2" step "$3"; }
 set_step "$T/ck.safetensors" "$T/neg.safetensors" -5
 set_step "$T/ck.safetensors" "$T/abc.safetensors" abc
 refused "checkpoint step '-5'" "metadata key 'step' must be a non-negative integer" $TRAIN $C $FAST load_checkpoint=$T/neg.safetensors
 refused "checkpoint step 'abc'" "metadata key 'step' must be a non-negative integer" $TRAIN $C $FAST load_checkpoint=$T/abc.safetensors
 set_step "$T/ck.safetensors" "$T/late.safetensors" 50
 refused "checkpoint at step 50, steps=1" "step 50 is past this run's steps (1)" $TRAIN $C $FAST load_checkpoint=$T/late.safetensors
+set_meta "$T/ck.safetensors" "$T/format.safetensors" format "other 9"
+refused "checkpoint format 'other 9'" "metadata 'format' is 'other 9', not 'meshmoe checkpoint 1'" \
+    $TRAIN $C $FAST load_checkpoint=$T/format.safetensors
+set_meta "$T/ck.safetensors" "$T/nokey.safetensors" config/rope_max_timescale -
+refused "checkpoint config without rope_max_timescale" "config metadata has no key 'rope_max_timescale'" \
+    $TRAIN $C $FAST load_checkpoint=$T/nokey.safetensors
+refused "export-hf of that checkpoint" "config metadata has no key 'rope_max_timescale'" \
+    $TRAIN export-hf "$T/nokey.safetensors" "$OUT/hf"
 
 echo "-- one command's paths against each other: no output is an input or another output"
 # By file identity: the same path spelled ./x, x or d/../x, a symbolic link, a hard link.
@@ -199,6 +232,30 @@ refused "export-hf DIR/model.safetensors DIR" "model.safetensors of export-hf OU
     $TRAIN export-hf "$ID/hf/model.safetensors" "$ID/hf"
 refused "resume with steps=2 from a checkpoint of steps=1" "set learning_rate_schedule_steps=1 to keep the checkpoint's schedule" \
     $TRAIN $C $FAST steps=2 load_checkpoint="$ID/ck.safetensors"
+
+echo "-- inputs and outputs of the other commands"
+# An export writes its files as a set: with config.json blocked by a directory, the weights
+# already there are not replaced either (their time and size unchanged: refused's listing).
+cp -r "$ID/hf" "$T/hfx"; rm "$T/hfx/config.json"; mkdir "$T/hfx/config.json"
+refused "export-hf into a DIR whose config.json is a directory" "cannot write '$T/hfx/config.json': it exists and is not a regular file" \
+    $TRAIN export-hf "$ID/ck.safetensors" "$T/hfx"
+cp -r "$ID/hf" "$T/hfdup"
+sed -i 's/"rms_norm_eps": \([^,]*\),/"rms_norm_eps": \1, "rms_norm_eps": 5,/' "$T/hfdup/config.json"
+refused "load_hf=DIR whose config.json gives rms_norm_eps twice" "config.json gives \"rms_norm_eps\" twice" \
+    $TRAIN $C $FAST load_hf="$T/hfdup"
+sed '3s/,[0-9]*,"/,zz,"/' "$ID/trace.csv" > "$T/badtrace.csv"
+refused "plot TRACE whose line 3 has 'zz' for its total" "badtrace.csv line 3 is not a trace row" \
+    $TRAIN plot "$T/badtrace.csv" "$OUT/plots"
+# A fresh run writes its metrics file beside the path and renames it there after its first
+# step: one that fails before leaves an earlier file as it was.
+printf '{"step": 0, "an": "earlier run"}\n' > "$T/m.jsonl"
+h0=$(sha256sum < "$T/m.jsonl")
+$TRAIN $C $FAST metrics_file="$T/m.jsonl" load_balance_loss_weight=1e38 > /dev/null 2>&1; rc=$?
+check "a run failing at step 0 (exit $rc, non-finite loss) leaves the earlier metrics file as it was, no temporary beside it" \
+    test "$rc" -eq 1 -a "$(sha256sum < "$T/m.jsonl")" = "$h0" -a "$(ls "$T" | grep -c '^m\.jsonl\.tmp')" -eq 0
+$TRAIN $C $FAST steps=2 metrics_file="$T/m.jsonl" > /dev/null 2>&1
+check "  ...and one that trains replaces it: $(grep -c . "$T/m.jsonl") lines" \
+    test "$(grep -c '"loss_bits"' "$T/m.jsonl")" -eq 2
 
 echo "-- save_checkpoint = load_checkpoint: resumed and saved in place, the one pair allowed"
 # SIGKILL in the middle of that save (raised in its fsync, every byte of the temporary written):

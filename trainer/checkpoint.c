@@ -281,7 +281,7 @@ void checkpoint_save(const Model *m, const char *path) {
         st_writer_meta(w, "config", json);
         snprintf(step, sizeof step, "%d", m->step);
         st_writer_meta(w, "step", step);
-        st_writer_meta(w, "format", "meshmoe checkpoint 1");
+        st_writer_meta(w, "format", CHECKPOINT_FORMAT);
         for (int k = 0; k < ne; k++) st_writer_add(w, e[k].name, ST_F32, e[k].ndim, e[k].shape, image + e[k].off);
         st_write_file(w, path);
         st_writer_free(w);
@@ -295,12 +295,20 @@ void checkpoint_save(const Model *m, const char *path) {
 // ---------------------------------------------------------------------------------------
 // Checking (before the devices start) and loading (on every device).
 
+void checkpoint_check_meta(const StFile *f, const char *who, const char *path) {
+    const char *format = st_meta(f, "format");
+    if (!st_meta(f, "step") || !st_meta(f, "config") || !format)
+        die("%s %s: a safetensors file but not a meshmoe checkpoint (no format/step/config metadata)", who, path);
+    if (strcmp(format, CHECKPOINT_FORMAT))
+        die("%s %s: metadata 'format' is '%.64s', not '%s' (written by another version of meshmoe?)", who, path,
+            format, CHECKPOINT_FORMAT);
+}
+
 static StFile *open_checkpoint(const char *path) {
     char err[512];
     StFile *f = st_open_header_try(path, err, sizeof err);
     if (!f) die("load_checkpoint: %s", err);
-    if (!st_meta(f, "step") || !st_meta(f, "config"))
-        die("load_checkpoint %s: a safetensors file but not a meshmoe checkpoint (no step/config metadata)", path);
+    checkpoint_check_meta(f, "load_checkpoint", path);
     return f;
 }
 

@@ -22,6 +22,13 @@
 #ifndef MESHMOE_CHECKPOINT_H
 #define MESHMOE_CHECKPOINT_H
 #include "model/model.h"
+#include "data/safetensors.h"
+
+// The metadata a checkpoint carries: "format" (this), "step" and "config" (every key).
+#define CHECKPOINT_FORMAT "meshmoe checkpoint 1"
+// Checks that f has the three and that "format" is CHECKPOINT_FORMAT, else dies naming who
+// (the key or command: "load_checkpoint", "export-hf") and path.
+void checkpoint_check_meta(const StFile *f, const char *who, const char *path);
 
 // Every device calls it (a collective): each copies the elements it owns (one copy of each
 // replicated element) into a host image of the file's tensors, then device 0 writes PATH

@@ -26,6 +26,7 @@
 #include "trainer/checkpoint.h"   // checkpoint_load_param: a device's part of a whole tensor
 #include "model/model.h"
 #include "data/safetensors.h"
+#include "base/paths.h"     // atomic_file_open, _hold, atomic_files_commit: the export's files as a set
 #include "base/memory.h"    // mem_upload: the routing biases onto the device
 #include "core/common.h"
 #include <math.h>
@@ -328,6 +329,18 @@ static int json_member(const char *obj, const char *key, char *out, size_t cap) 
     return 0;
 }
 
+// The top-level members of the object at obj each named once, else dies naming the key: JSON
+// readers differ on a repeated one (Python's json takes the last, json_member the first).
+static void json_members_unique(const char *obj, const char *path) {
+    const char *p = strchr(obj, '{'), *k0, *v0, *v1, *q, *k1, *w0, *w1;
+    int klen, k1len;
+    if (!p) return;
+    for (p++; next_member(&p, &k0, &klen, &v0, &v1);)
+        for (q = p; next_member(&q, &k1, &k1len, &w0, &w1);)
+            if (k1len == klen && !strncmp(k0, k1, (size_t)klen))
+                die("load_hf: %s gives \"%.*s\" twice", path, klen, k0);
+}
+
 // Whether the raw JSON values a (wanted) and b (found) mean the same: numbers as floats,
 // objects member by member of a, the rest as text without blanks.
 static int json_same(const char *a, const char *b) {
@@ -354,8 +367,7 @@ static int json_same(const char *a, const char *b) {
 }
 
 static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die("load_hf: cannot open '%s': %s", path, strerror(errno));
+    FILE *f = fopen_regular(path, "load_hf");
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -369,14 +381,11 @@ static char *read_text(const char *path) {
 // ---------------------------------------------------------------------------------------
 // Export
 
-static void write_text_atomic(const char *path, const char *text) {
-    char tmp[CFG_STR + 80];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) die("export-hf: cannot write '%s': %s", tmp, strerror(errno));
-    int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path)) { unlink(tmp); die("export-hf: cannot write '%s': %s", path, strerror(errno)); }
+// text written to path's temporary file, held until the export's files are all written.
+static void write_text_held(const char *path, const char *text) {
+    FILE *f = atomic_file_open(path);
+    fputs(text, f);
+    atomic_file_hold(f);   // checks the write: the stream's error flag is sticky
 }
 
 // One HF tensor being assembled.
@@ -405,13 +414,13 @@ static const float *ckpt_tensor(const StFile *f, const char *path, const char *n
 }
 
 void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
-    static const char *const WRITTEN[] = {"config.json", "config.json.tmp", "model.safetensors", SIDECAR};
+    static const char *const WRITTEN[] = {"config.json", "model.safetensors", SIDECAR};
     static const char *const READ[] = {"config.json", "model.safetensors", SIDECAR, "model.safetensors.index.json"};
-    if (written) runfiles_output_dir(r, key, dir, WRITTEN, 4);
+    if (written) runfiles_output_dir(r, key, dir, WRITTEN, 3);
     else runfiles_inputs_in(r, key, dir, READ, 4);
 }
 
-// config.json: the HF config's keys, one per line, written atomically to path.
+// config.json: the HF config's keys, one per line, held with the export's other files.
 static void write_config_json(const char *path, const HfKey *keys, int nkeys) {
     char text[8192];
     int len = snprintf(text, sizeof text, "{\n");
@@ -419,7 +428,7 @@ static void write_config_json(const char *path, const HfKey *keys, int nkeys) {
         len += snprintf(text + len, sizeof text - (size_t)len, "  \"%s\": %s%s\n", keys[i].key, keys[i].val,
                         i + 1 < nkeys ? "," : "");
     snprintf(text + len, sizeof text - (size_t)len, "}\n");
-    write_text_atomic(path, text);
+    write_text_held(path, text);
 }
 
 // export-hf's files compared by identity (base/runfiles.h): none written is one read.
@@ -437,8 +446,8 @@ int hf_export(const char *ckpt, const char *dir) {
     char err[512];
     StFile *f = st_open_try(ckpt, err, sizeof err);
     if (!f) die("export-hf: %s", err);
+    checkpoint_check_meta(f, "export-hf", ckpt);
     const char *json = st_meta(f, "config");
-    if (!json) die("export-hf: '%s' is not a meshmoe checkpoint (no config metadata)", ckpt);
     Config c;
     config_defaults(&c);
     config_from_json(&c, json, ckpt);
@@ -492,12 +501,14 @@ int hf_export(const char *ckpt, const char *dir) {
     for (int i = 0; i < nout; i++) st_writer_add(w, outs[i].name, ST_F32, outs[i].ndim, outs[i].shape, outs[i].data);
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st_write_file(w, path);
+    st_write_file_held(w, path);
     snprintf(path, sizeof path, "%s/%s", dir, SIDECAR);
-    if (nside) st_write_file(side, path);
-    else unlink(path);   // (an older export's, which would no longer match)
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    write_config_json(path, keys, nkeys);
+    if (nside) st_write_file_held(side, path);
+    char config_path[CFG_STR + 64];
+    snprintf(config_path, sizeof config_path, "%s/config.json", dir);
+    write_config_json(config_path, keys, nkeys);
+    atomic_files_commit();   // all three written: none replaces its target before then
+    if (!nside) unlink(path);   // (an older export's, which would no longer match)
     printf("exported %s (%s, step %s) to %s: config.json, model.safetensors (%d tensors)%s\n", ckpt,
            cfg_is_deepseek(&c) ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", st_meta(f, "step") ? st_meta(f, "step") : "?",
            dir, nout, nside ? ", " SIDECAR " (the exact query kernels)" : "");
@@ -548,6 +559,7 @@ static void check_config(const Config *c, const char *dir) {
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = read_text(path);
+    json_members_unique(text, path);
     HfKey keys[64];
     int n = hf_config(c, keys);
     for (int i = 0; i < n; i++) {

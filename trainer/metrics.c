@@ -34,10 +34,20 @@ size_t metrics_peak(const DevStats *all, int ndev) {
     return peak;
 }
 
+// A fresh run's file, until its first line is written: a temporary beside the path
+// (base/paths.h), so that a run failing before it leaves an earlier file as it was.
+static FILE *unpublished;
+
 FILE *metrics_open(const char *path, int first_step) {
-    FILE *f = fopen(path, first_step ? "a" : "w");
+    if (first_step == 0) return unpublished = atomic_file_open(path);
+    FILE *f = fopen(path, "a");
     if (!f) die("cannot open metrics_file '%s': %s", path, strerror(errno));
     return f;
+}
+
+void metrics_close(FILE *f) {
+    if (f == unpublished) { atomic_file_publish(f); unpublished = NULL; }
+    fclose(f);
 }
 
 // The body of a JSON object of byte counts: "name": bytes, ... (n entries).
@@ -83,4 +93,5 @@ void metrics_write(FILE *f, const char *path, int step, const StepResult *r, Ste
         die("cannot write metrics_file '%s': %s (stopped at step %d; the lines of earlier steps are kept)", path,
             strerror(err), step);
     }
+    if (f == unpublished) { atomic_file_publish(f); unpublished = NULL; }
 }

@@ -28,9 +28,12 @@ void metrics_device(const Device *dev, const StepResult *r, DevStats *s);
 void metrics_gather(const Mesh *mesh, const Device *dev, const StepResult *r, DevStats *all);
 // The highest peak over the ndev devices of all.
 size_t metrics_peak(const DevStats *all, int ndev);
-// The metrics file of a run whose first step is first_step: written anew, or appended to
-// when the run resumes. Dies naming the path when it cannot be opened.
+// The metrics file of a run whose first step is first_step: written anew (beside the path,
+// renamed over it once its first line is written: a run that fails before leaves an earlier
+// file as it was), or appended to when the run resumes. Dies naming the path when it cannot
+// be opened. metrics_close ends it (a run of no steps: an empty file).
 FILE *metrics_open(const char *path, int first_step);
+void metrics_close(FILE *f);
 // One JSON line for step. A write that fails (a full disk, `ulimit -f`) stops the run
 // naming the path and the reason, and the unfinished line is cut off: the file keeps
 // whole lines.
