@@ -80,17 +80,20 @@ void check_output_dir(const char *key, const char *path) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The saves in flight: their targets and temporary names, read by the signal handler. One
-// file is open at a time; a set saved together (atomic_file_hold) keeps its written files
-// here, under their temporary names, until atomic_files_commit renames them all.
+// The files in flight, their targets and temporary names, read by the signal handler: the
+// saves (one written at a time; a set saved together keeps its written files here, under
+// their temporary names, until atomic_files_commit renames them all), and apart from them a
+// stream not yet published (the metrics file before its first line).
+
+typedef struct {
+    char path[PATH_MAX], tmp[PATH_MAX + 16];
+    FILE *f;   // open while it is written (a save), NULL once written out
+} Pending;
 
 enum { SAVES = 4 };
-static struct {
-    char path[PATH_MAX], tmp[PATH_MAX + 16];
-    FILE *f;            // open while it is written, NULL once written out
-} save[SAVES];
-static atomic_int save_active[SAVES];   // slot in use: its temporary file exists
-static int nsaves;                      // slots in use, in order
+static Pending save[SAVES], stream;
+static atomic_int save_active[SAVES], stream_active;   // its temporary file exists
+static int nsaves;                                     // save slots in use, in order
 
 static void remove_tmps(void *unused) {
     (void)unused;
@@ -101,36 +104,47 @@ static void remove_tmps(void *unused) {
             unlink(save[i].tmp);
         }
     nsaves = 0;
+    if (atomic_exchange(&stream_active, 0)) unlink(stream.tmp);
 }
 
-FILE *atomic_file_open(const char *path) {
-    if (nsaves > 0 && save[nsaves - 1].f) die("internal: a save of '%s' is already being written", save[nsaves - 1].path);
-    if (nsaves == SAVES) die("internal: more than %d files saved together", SAVES);
+// The clean-up hook while any temporary file exists.
+static void cleanup_update(void) {
+    die_set_cleanup(nsaves > 0 || atomic_load(&stream_active) ? remove_tmps : NULL, NULL);
+}
+
+// A fresh temporary file beside path's target (a link followed: the file it points to is
+// replaced, the link stays), with the target's mode or the usual one; p's names set.
+static FILE *open_beside(const char *path, Pending *p) {
     if (strlen(path) + 16 >= PATH_MAX) die("cannot write '%.64s...': the path is too long", path);
-    int slot = nsaves;
-    char *target = save[slot].path, *tmp = save[slot].tmp;
-    memcpy(target, path, strlen(path) + 1);
-    // A link is followed: the file it points to is replaced, the link stays.
+    memcpy(p->path, path, strlen(path) + 1);
     struct stat st;
     char real[PATH_MAX];
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real)) snprintf(target, PATH_MAX, "%s", real);
-    int exists = stat(target, &st) == 0;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real)) snprintf(p->path, PATH_MAX, "%s", real);
+    int exists = stat(p->path, &st) == 0;
     if (exists && !S_ISREG(st.st_mode))
         die("cannot write '%s': it exists and is not a regular file (a directory, device, pipe or socket)", path);
-    size_t n = strlen(target);   // tmp = target ".tmp.XXXXXX" (tmp has room for 16 more)
-    memcpy(tmp, target, n);
-    memcpy(tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
-    int fd = mkstemp(tmp);
+    size_t n = strlen(p->path);   // tmp = path ".tmp.XXXXXX" (tmp has room for 16 more)
+    memcpy(p->tmp, p->path, n);
+    memcpy(p->tmp + n, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    int fd = mkstemp(p->tmp);
     if (fd < 0) die("cannot write '%s': cannot create a temporary file beside it: %s", path, strerror(errno));
     // mkstemp makes the file 0600; the saved file gets the target's mode, or the usual one.
     mode_t um = umask(0);
     umask(um);
     fchmod(fd, exists ? (st.st_mode & 07777) : (0666 & ~um));
-    save[slot].f = fdopen(fd, "wb");
-    if (!save[slot].f) { close(fd); unlink(tmp); die("cannot write '%s': %s", path, strerror(errno)); }
+    FILE *f = fdopen(fd, "wb");
+    if (!f) { close(fd); unlink(p->tmp); die("cannot write '%s': %s", path, strerror(errno)); }
+    return f;
+}
+
+FILE *atomic_file_open(const char *path) {
+    if (nsaves > 0 && save[nsaves - 1].f) die("internal: a save of '%s' is already being written", save[nsaves - 1].path);
+    if (nsaves == SAVES) die("internal: more than %d files saved together", SAVES);
+    int slot = nsaves;
+    save[slot].f = open_beside(path, &save[slot]);
     nsaves++;
     atomic_store(&save_active[slot], 1);
-    die_set_cleanup(remove_tmps, NULL);
+    cleanup_update();
     return save[slot].f;
 }
 
@@ -154,14 +168,14 @@ void atomic_file_hold(FILE *f) {
 
 void atomic_files_commit(void) {
     if (nsaves == 0 || save[nsaves - 1].f) die("internal: atomic_files_commit with a file still being written");
-    for (int i = 0; i < nsaves; i++)
+    for (int i = 0; i < nsaves; i++) {
         if (rename(save[i].tmp, save[i].path) != 0)
             die("cannot rename '%s' to '%s': %s", save[i].tmp, save[i].path, strerror(errno));
-        else
-            atomic_store(&save_active[i], 0);
+        atomic_store(&save_active[i], 0);
+    }
     for (int i = 0; i < nsaves; i++) sync_dir_of(save[i].path);
     nsaves = 0;
-    die_set_cleanup(NULL, NULL);
+    cleanup_update();
 }
 
 void atomic_file_commit(FILE *f) {
@@ -169,18 +183,24 @@ void atomic_file_commit(FILE *f) {
     atomic_files_commit();
 }
 
-void atomic_file_publish(FILE *f) {
-    int slot = nsaves - 1;
-    if (slot < 0 || f != save[slot].f) die("internal: atomic_file_publish without atomic_file_open");
+FILE *atomic_stream_open(const char *path) {
+    if (atomic_load(&stream_active)) die("internal: a stream to '%s' is already waiting", stream.path);
+    stream.f = open_beside(path, &stream);
+    atomic_store(&stream_active, 1);
+    cleanup_update();
+    return stream.f;
+}
+
+void atomic_stream_publish(FILE *f) {
+    if (!atomic_load(&stream_active) || f != stream.f) die("internal: atomic_stream_publish without atomic_stream_open");
     if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0)
-        die("cannot write '%s': %s", save[slot].path, strerror(errno ? errno : EIO));
-    if (rename(save[slot].tmp, save[slot].path) != 0)
-        die("cannot rename '%s' to '%s': %s", save[slot].tmp, save[slot].path, strerror(errno));
-    atomic_store(&save_active[slot], 0);
-    save[slot].f = NULL;   // the caller's now
-    sync_dir_of(save[slot].path);
-    nsaves--;
-    if (nsaves == 0) die_set_cleanup(NULL, NULL);
+        die("cannot write '%s': %s", stream.path, strerror(errno ? errno : EIO));
+    if (rename(stream.tmp, stream.path) != 0)
+        die("cannot rename '%s' to '%s': %s", stream.tmp, stream.path, strerror(errno));
+    atomic_store(&stream_active, 0);
+    stream.f = NULL;   // the caller's now
+    sync_dir_of(stream.path);
+    cleanup_update();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -209,11 +229,12 @@ static void on_signal(int sig) {
         say(save[i].path, "': the unfinished temporary file was removed and '", save[i].path);
         say("' is as it was\n", NULL, NULL);
     }
-    if (saving) _exit(128 + sig);
-    if (atomic_load(&stop_armed) && !atomic_exchange(&stop_sig, sig)) {
+    if (!saving && atomic_load(&stop_armed) && !atomic_exchange(&stop_sig, sig)) {
         say("(", name, " received: stopping after this step; send it again to stop at once)\n");
         return;
     }
+    if (atomic_load(&stream_active)) unlink(stream.tmp);   // a fresh metrics file, not yet begun
+    if (saving) _exit(128 + sig);
     say("meshmoe: interrupted by ", name, "\n");
     _exit(128 + sig);
 }

@@ -17,8 +17,9 @@
 // each written out by atomic_file_hold, which keeps them under their temporary names, and
 // renamed by atomic_files_commit once all are written: a failure while any of them is being
 // written leaves every target as it was. A file that grows after its first complete part
-// (the metrics file, a line a step) is renamed by atomic_file_publish once that part is
-// written; its stream stays open, the caller's to write on and to fclose.
+// (the metrics file, a line a step) is opened by atomic_stream_open, beside any saves, and
+// renamed by atomic_stream_publish once that part is written; its stream stays open, the
+// caller's to write on and to fclose.
 //
 // Signals (signals_install): SIGINT or SIGTERM during a save removes the temporary files and
 // exits with a message (status 128 + the signal). During training (signals_allow_stop) the
@@ -39,7 +40,8 @@ FILE *atomic_file_open(const char *path);
 void atomic_file_commit(FILE *f);
 void atomic_file_hold(FILE *f);
 void atomic_files_commit(void);
-void atomic_file_publish(FILE *f);
+FILE *atomic_stream_open(const char *path);
+void atomic_stream_publish(FILE *f);
 
 void signals_install(void);
 void signals_allow_stop(int on);

@@ -39,14 +39,14 @@ size_t metrics_peak(const DevStats *all, int ndev) {
 static FILE *unpublished;
 
 FILE *metrics_open(const char *path, int first_step) {
-    if (first_step == 0) return unpublished = atomic_file_open(path);
+    if (first_step == 0) return unpublished = atomic_stream_open(path);
     FILE *f = fopen(path, "a");
     if (!f) die("cannot open metrics_file '%s': %s", path, strerror(errno));
     return f;
 }
 
 void metrics_close(FILE *f) {
-    if (f == unpublished) { atomic_file_publish(f); unpublished = NULL; }
+    if (f == unpublished) { atomic_stream_publish(f); unpublished = NULL; }
     fclose(f);
 }
 
@@ -93,5 +93,5 @@ void metrics_write(FILE *f, const char *path, int step, const StepResult *r, Ste
         die("cannot write metrics_file '%s': %s (stopped at step %d; the lines of earlier steps are kept)", path,
             strerror(err), step);
     }
-    if (f == unpublished) { atomic_file_publish(f); unpublished = NULL; }
+    if (f == unpublished) { atomic_stream_publish(f); unpublished = NULL; }
 }
