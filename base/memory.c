@@ -305,7 +305,7 @@ static void *alloc_block(MemTag tag, size_t bytes, const char *name, int host, i
     size_t rounded = host_bytes(bytes);
     int in_void = dry && bytes >= DRY_REAL_BELOW;
     const MemoryOps *ops = kern()->mem;
-    if (!in_void && (host || ops == &memory_cpu)) host_take(host_bytes(bytes), tag, name);
+    if (!in_void && (host || ops == &memory_cpu)) host_take(rounded, tag, name);
     MemBlock *m = malloc(sizeof *m);
     char *data = in_void ? NULL : host ? ops->alloc_host(rounded) : ops->alloc(rounded);
     if (!m || (!in_void && !data))

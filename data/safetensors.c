@@ -381,14 +381,18 @@ static int parse_header(Parser *ps, StFile *f, size_t data_size) {
     return ps->p == ps->end ? 1 : fail(ps, "trailing bytes after the header object");
 }
 
+// The error of a path that is no regular file (a directory, a FIFO, a device).
+static void not_a_file(char *err, size_t cap, const char *path, mode_t mode) {
+    snprintf(err, cap, "'%s' is %s, not a safetensors file", path, S_ISDIR(mode) ? "a directory" : "not a regular file");
+}
+
 StFile *st_open_try(const char *path, char *err, size_t cap) {
     err[0] = 0;
     FILE *fp = fopen_input(path);
     if (!fp) { snprintf(err, cap, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
     struct stat st;
     if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, cap, "'%s' is %s, not a safetensors file", path,
-                 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+        not_a_file(err, cap, path, st.st_mode);
         fclose(fp);
         return NULL;
     }
@@ -457,9 +461,7 @@ StFile *st_open_header_try(const char *path, char *err, size_t cap) {
     unsigned char le[8];
     uint64_t hn = 0;
     if (fstat(fd, &sb) != 0) snprintf(err, cap, "cannot read '%s': %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        snprintf(err, cap, "'%s' is %s, not a safetensors file", path,
-                 S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+    else if (!S_ISREG(sb.st_mode)) not_a_file(err, cap, path, sb.st_mode);
     else if (sb.st_size < 8 || pread(fd, le, 8, 0) != 8)
         snprintf(err, cap, "'%s' is not a safetensors file (%lld bytes, too short)", path, (long long)sb.st_size);
     else {

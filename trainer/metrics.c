@@ -38,6 +38,13 @@ size_t metrics_peak(const DevStats *all, int ndev) {
 // (base/paths.h), so that a run failing before it leaves an earlier file as it was.
 static FILE *unpublished;
 
+// f renamed over its path if it is that waiting file.
+static void publish_if_waiting(FILE *f) {
+    if (f != unpublished) return;
+    atomic_stream_publish(f);
+    unpublished = NULL;
+}
+
 FILE *metrics_open(const char *path, int first_step) {
     if (first_step == 0) return unpublished = atomic_stream_open(path);
     FILE *f = fopen(path, "a");
@@ -46,7 +53,7 @@ FILE *metrics_open(const char *path, int first_step) {
 }
 
 void metrics_close(FILE *f) {
-    if (f == unpublished) { atomic_stream_publish(f); unpublished = NULL; }
+    publish_if_waiting(f);
     fclose(f);
 }
 
@@ -93,5 +100,5 @@ void metrics_write(FILE *f, const char *path, int step, const StepResult *r, Ste
         die("cannot write metrics_file '%s': %s (stopped at step %d; the lines of earlier steps are kept)", path,
             strerror(err), step);
     }
-    if (f == unpublished) { atomic_stream_publish(f); unpublished = NULL; }
+    publish_if_waiting(f);
 }
