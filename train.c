@@ -167,7 +167,7 @@ static void autotune_blocks(Config *c) {
     // attn_block_autotune (docs/optimizations.md#attn_block_autotune): the block sizes, chosen
     // before the mesh starts so that every device uses the same ones (over several
     // processes, process 0 chooses for all).
-    if (c->attn_block_autotune && c->attention == ATTENTION_FLASH && !c->dry_run) {
+    if (c->attn_block_autotune && cfg_attention_flash(c) && !c->dry_run) {
         const Net *net = net_current();
         if (!net || net->process == 0) attn_block_autotune(c);
         if (net && net->nprocess > 1) {

@@ -51,11 +51,35 @@ static const KeyDef KEYS[] = {
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
-static const KeyDef *find_key(const char *name) {
+// MaxText's earlier names of keys, read as the key's present name.
+typedef struct {
+    const char *old, *name;
+} Renamed;
+static const Renamed RENAMES[] = {
+#define RENAMED(old, name) {#old, #name},
+#include "base/config_keys.def"
+};
+
+static const KeyDef *find_key_named(const char *name) {
     for (int i = 0; i < NKEYS; i++)
         if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
     return NULL;
 }
+
+// The key of a name: its own, or the key an earlier name of it stands for.
+static const KeyDef *find_key(const char *name) {
+    const KeyDef *k = find_key_named(name);
+    for (size_t i = 0; !k && i < sizeof RENAMES / sizeof RENAMES[0]; i++)
+        if (strcmp(RENAMES[i].old, name) == 0) k = find_key_named(RENAMES[i].name);
+    return k;
+}
+
+// Keys that checkpoint metadata written before them lacks; their defaults do what those
+// versions did.
+static const char *const SINCE_FORMAT_1_KEYS[] = {
+#define SINCE_FORMAT_1(name) #name,
+#include "base/config_keys.def"
+};
 
 // Edit distance, to suggest the closest valid key for a typo.
 static int edit_distance(const char *a, const char *b) {
@@ -294,9 +318,12 @@ static void load_line(Config *c, char *line, const char *path, int lineno, int *
     char *key = trim(s), *val = trim(colon + 1);
     const KeyDef *k = find_key(key);
     if (!k) die_unknown_key(where, key);
-    if (seen[k - KEYS])
-        die("%s: key '%s' is set twice in this file, on lines %d and %d (a preset sets each key once; "
-            "the command line may override it)", path, key, seen[k - KEYS], lineno);
+    if (seen[k - KEYS]) {
+        char as[128] = "";   // the second line may name the key by its earlier name
+        if (strcmp(key, k->name)) snprintf(as, sizeof as, " (line %d as '%.60s', its earlier name)", lineno, key);
+        die("%s: key '%s' is set twice in this file, on lines %d and %d%s (a preset sets each key once; "
+            "the command line may override it)", path, k->name, seen[k - KEYS], lineno, as);
+    }
     seen[k - KEYS] = lineno;
     set_value(c, k, val, where);
 }
@@ -464,6 +491,11 @@ static void validate_training(const Config *c) {
             "save_checkpoint=PATH, or leave checkpoint_period at 0", c->checkpoint_period, c->checkpoint_period);
     if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+    int len = cfg_lr_schedule_length(c), warm = cfg_lr_warmup_steps(c), decay = cfg_lr_wsd_decay_steps(c);
+    if (c->lr_schedule_type == LR_SCHEDULE_WSD && warm + decay > len)
+        die("lr_schedule_type=wsd: warmup_steps_fraction (%g: %d steps) and wsd_decay_steps_fraction (%g: %d steps) "
+            "leave no room in the schedule's %d steps: their sum must be at most 1", c->warmup_steps_fraction, warm,
+            c->wsd_decay_steps_fraction, decay, len);
     if (c->num_vocab_tiling < 1)
         die("num_vocab_tiling must be >= 1 (1 = the whole logits at once), got %d", c->num_vocab_tiling);
     // attention kernels and context parallelism
@@ -513,6 +545,11 @@ void config_print_help(int markdown) {
         const KeyDef *k = &KEYS[i];
         const char *dflt = k->dflt[0] ? k->dflt : "\"\"";
         values_text(k, values, sizeof values);
+        for (size_t j = 0; j < sizeof RENAMES / sizeof RENAMES[0]; j++)   // an earlier name is read too
+            if (!strcmp(RENAMES[j].name, k->name)) {
+                size_t n = strlen(values);
+                snprintf(values + n, sizeof values - n, "%searlier name %s, also read", n ? "; " : "", RENAMES[j].old);
+            }
         if (markdown) {
             printf("| `%s` | %s | `%s` | ", k->name, type_names[k->type], dflt);
             print_markdown_text(k->help);
@@ -585,10 +622,14 @@ int config_to_json(const Config *c, char *buf, int cap) {
 // config_to_json writes every key once: one missing (an edited file; another version's) would
 // silently take its default, and one given twice would be read either way.
 static void json_keys_check(const char *seen, const char *where) {
-    for (int i = 0; i < NKEYS; i++)
-        if (!seen[i])
+    for (int i = 0; i < NKEYS; i++) {
+        int later = 0;
+        for (size_t j = 0; j < sizeof SINCE_FORMAT_1_KEYS / sizeof SINCE_FORMAT_1_KEYS[0]; j++)
+            later |= !strcmp(SINCE_FORMAT_1_KEYS[j], KEYS[i].name);
+        if (!seen[i] && !later)
             die("%s: config metadata has no key '%s' (written by another version of meshmoe, or edited?)", where,
                 KEYS[i].name);
+    }
 }
 
 // Reads the flat object written by config_to_json: "key": value pairs, values are numbers,
@@ -636,7 +677,7 @@ void config_from_json(Config *c, const char *json, const char *where) {
         val[n] = '\0';
         const KeyDef *k = find_key(key);
         if (!k) die("%s: config metadata has unknown key '%s' (written by another version of meshmoe?)", where, key);
-        if (seen[k - KEYS]++) die("%s: config metadata gives key '%s' twice", where, key);
+        if (seen[k - KEYS]++) die("%s: config metadata gives key '%s' twice", where, k->name);
         set_value(c, k, val, where);
     }
 }

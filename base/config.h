@@ -102,5 +102,21 @@ static inline int cfg_chunk_tokens(const Config *c) {
 static inline int cfg_leaf_tokens(const Config *c) {
     return c->reduce_leaf_tokens > 0 ? c->reduce_leaf_tokens : cfg_chunk_tokens(c);
 }
+// attention=flash, or autoselected over sequences of 128 tokens or more (MaxText's
+// attention_op: dot_product below 128, flash from there).
+static inline int cfg_attention_flash(const Config *c) {
+    return c->attention == ATTENTION_FLASH || (c->attention == ATTENTION_AUTOSELECTED && c->max_target_length >= 128);
+}
+// The learning-rate schedule's length L (learning_rate_schedule_steps, or steps when it is
+// -1), its warm-up's steps and lr_schedule_type=wsd's decay steps (optim/optimizer.h).
+static inline int cfg_lr_schedule_length(const Config *c) {
+    return c->learning_rate_schedule_steps > 0 ? c->learning_rate_schedule_steps : c->steps;
+}
+static inline int cfg_lr_warmup_steps(const Config *c) {
+    return (int)(c->warmup_steps_fraction * cfg_lr_schedule_length(c));
+}
+static inline int cfg_lr_wsd_decay_steps(const Config *c) {
+    return (int)(c->wsd_decay_steps_fraction * cfg_lr_schedule_length(c));
+}
 
 #endif

@@ -94,6 +94,8 @@ enum { SAVES = 4 };
 static Pending save[SAVES], stream;
 static atomic_int save_active[SAVES], stream_active;   // its temporary file exists
 static int nsaves;                                     // save slots in use, in order
+static char made_dir[PATH_MAX];                        // output_dir_make's directory,
+static atomic_int made_dir_active;                     // until files are committed into it
 
 static void remove_tmps(void *unused) {
     (void)unused;
@@ -105,11 +107,13 @@ static void remove_tmps(void *unused) {
         }
     nsaves = 0;
     if (atomic_exchange(&stream_active, 0)) unlink(stream.tmp);
+    if (atomic_exchange(&made_dir_active, 0)) rmdir(made_dir);   // only if empty
 }
 
 // The clean-up hook while any temporary file exists.
 static void cleanup_update(void) {
-    die_set_cleanup(nsaves > 0 || atomic_load(&stream_active) ? remove_tmps : NULL, NULL);
+    int any = nsaves > 0 || atomic_load(&stream_active) || atomic_load(&made_dir_active);
+    die_set_cleanup(any ? remove_tmps : NULL, NULL);
 }
 
 // A fresh temporary file beside path's target (a link followed: the file it points to is
@@ -175,7 +179,21 @@ void atomic_files_commit(void) {
     }
     for (int i = 0; i < nsaves; i++) sync_dir_of(save[i].path);
     nsaves = 0;
+    atomic_store(&made_dir_active, 0);   // it holds the files now
     cleanup_update();
+}
+
+void output_dir_make(const char *key, const char *dir) {
+    if (strlen(dir) >= PATH_MAX) die("%s: the path '%.64s...' is too long", key, dir);
+    if (mkdir(dir, 0777) == 0) {
+        memcpy(made_dir, dir, strlen(dir) + 1);
+        atomic_store(&made_dir_active, 1);
+        cleanup_update();
+    } else if (errno != EEXIST) {
+        die("%s: cannot create directory '%s': %s", key, dir, strerror(errno));
+    }
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK)) die("%s: '%s' is not a writable directory", key, dir);
 }
 
 void atomic_file_commit(FILE *f) {

@@ -19,7 +19,9 @@
 // written leaves every target as it was. A file that grows after its first complete part
 // (the metrics file, a line a step) is opened by atomic_stream_open, beside any saves, and
 // renamed by atomic_stream_publish once that part is written; its stream stays open, the
-// caller's to write on and to fclose.
+// caller's to write on and to fclose. A directory made for a set of files (export-hf's
+// OUT_DIR) is made by output_dir_make, which removes it again if the command dies before
+// atomic_files_commit has put the files in it.
 //
 // Signals (signals_install): SIGINT or SIGTERM during a save removes the temporary files and
 // exits with a message (status 128 + the signal). During training (signals_allow_stop) the
@@ -40,6 +42,7 @@ FILE *atomic_file_open(const char *path);
 void atomic_file_commit(FILE *f);
 void atomic_file_hold(FILE *f);
 void atomic_files_commit(void);
+void output_dir_make(const char *key, const char *dir);
 FILE *atomic_stream_open(const char *path);
 void atomic_stream_publish(FILE *f);
 

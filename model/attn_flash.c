@@ -54,11 +54,9 @@ void attn_flash_backward(float *dq, float *dk, float *dv, const float *dout,
     mem_free(Dblk);
 }
 
-static int is_flash(const Config *c) { return c->attention == ATTENTION_FLASH; }
-
 void attn_forward_cfg(const Config *c, float *o, float *stats, const float *q, const float *k, const float *v,
                       const unsigned char *mask, int B, int S, int q0, int N, int Nkv, int Dqk, int Dv) {
-    if (is_flash(c))
+    if (cfg_attention_flash(c))
         attn_flash_forward(o, stats, q, k, v, mask, B, S, q0, N, Nkv, Dqk, Dv, attn_rounding(c), c->attn_block_q,
                            c->attn_block_kv);
     else
@@ -69,7 +67,7 @@ void attn_backward_cfg(const Config *c, float *dq, float *dk, float *dv, const f
                        const float *q, const float *k, const float *v, const float *o, const float *stats,
                        const unsigned char *mask, int B, int S, int q0, int P, int chunk, int N, int Nkv, int Dqk,
                        int Dv) {
-    if (is_flash(c))
+    if (cfg_attention_flash(c))
         attn_flash_backward(dq, dk, dv, dout, q, k, v, o, stats, mask, B, S, q0, P, chunk, N, Nkv, Dqk, Dv,
                             attn_rounding(c), c->attn_block_q, c->attn_block_kv);
     else

@@ -20,7 +20,7 @@ void attn_parts_forward(const Config *c, float **o, float **stats, const float *
     unsigned char *mask = attn_causal_mask(c, B, S, p0);   // NULL unless implicit_causal_mask=false
     if (ring)
         attn_ring_forward(*o, *stats, q, k, v, mask, B, S, p0, N, Nkv, Dqk, Dv, attn_rounding(c),
-                          c->attention == ATTENTION_FLASH ? c->attn_block_kv : 0);
+                          cfg_attention_flash(c) ? c->attn_block_kv : 0);
     else attn_forward_cfg(c, *o, *stats, q, k_all, v_all, mask, B, S, p0, N, Nkv, Dqk, Dv);
     mem_free(mask);
     cp_gather_free((float *)k_all, k);

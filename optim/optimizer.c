@@ -10,21 +10,36 @@
 #include "kernels/kernels.h"
 #include "core/common.h"
 
-int lr_schedule_length(const Config *c) {
-    return c->learning_rate_schedule_steps > 0 ? c->learning_rate_schedule_steps : c->steps;
+// optax.linear_schedule(from, to, transition_steps = n - 1) at step k of its piece: from
+// `from` to `to` in n steps, the last one reaching `to`; a piece of one step stays at
+// `from` (optax's schedule for transition_steps <= 0). The arithmetic is optax's.
+static float linear_piece(float from, float to, int n, int k) {
+    if (n <= 1) return from;
+    float frac = 1.0f - (float)MM_MIN(k, n - 1) / (float)(n - 1);
+    return (from - to) * frac + to;
+}
+
+// MaxText's cosine piece: from `from` to `to` over n steps, the last one reaching `to`
+// (a piece of one step is `to`).
+static float cosine_piece(float from, float to, int n, int k) {
+    float pct = n > 1 ? (float)MM_MIN(k, n - 1) / (float)(n - 1) : 1.0f;
+    float a = 0.5f * (cosf((float)M_PI * pct) + 1.0f);
+    return from * a + to * (1.0f - a);
 }
 
 float lr_schedule(const Config *c, int step) {
-    float lr = c->learning_rate;
-    int len = lr_schedule_length(c);
+    float lr = c->learning_rate, final = c->learning_rate_final_fraction * lr;
+    int len = cfg_lr_schedule_length(c);
     if (step >= len && step < c->steps) return 0.0f;   // MaxText's constant-zero piece, up to steps
-    int warmup = (int)(c->warmup_steps_fraction * len);
-    if (step < warmup) return lr * (float)step / (float)warmup;   // optax.linear_schedule from 0
-    int n = len - warmup, k = step - warmup;
-    float pct = n > 1 ? (float)k / (float)(n - 1) : 0.0f;
-    if (pct > 1.0f) pct = 1.0f;
-    float a = 0.5f * (cosf((float)M_PI * pct) + 1.0f);
-    return lr * a + c->cosine_learning_rate_final_fraction * lr * (1.0f - a);
+    int warmup = cfg_lr_warmup_steps(c);
+    if (step < warmup) return linear_piece(0.0f, lr, warmup, step);
+    int k = step - warmup;
+    if (c->lr_schedule_type == LR_SCHEDULE_COSINE) return cosine_piece(lr, final, len - warmup, k);
+    int decay = cfg_lr_wsd_decay_steps(c), stable = len - warmup - decay;   // config_validate: stable >= 0
+    if (k < stable) return lr;
+    k -= stable;
+    if (c->wsd_decay_style == WSD_DECAY_LINEAR) return linear_piece(lr, final, decay, k);
+    return cosine_piece(lr, final, decay, k);
 }
 
 GradClip grad_clip_of(float norm, float threshold) {

@@ -10,14 +10,18 @@
 
 struct Model;
 
-// Learning rate for optimizer update number `step` (0-based): linear warm-up from 0, then
-// cosine down to cosine_learning_rate_final_fraction * learning_rate, over the schedule's
-// length (lr_schedule_length: learning_rate_schedule_steps, or steps when it is -1); from
-// there to steps, 0 (MaxText's constant-zero piece). Below steps, a step's rate depends on
+// Learning rate for optimizer update number `step` (0-based), MaxText's schedule over the
+// schedule's length L (cfg_lr_schedule_length: learning_rate_schedule_steps, or steps when
+// it is -1), as optax.join_schedules joins its pieces:
+//   warm-up, W = int(warmup_steps_fraction * L) steps: linear from 0, step W-1 at the peak;
+//   lr_schedule_type=cosine: a cosine over the other L - W steps from the peak down to
+//     learning_rate_final_fraction of it, reached at step L-1;
+//   lr_schedule_type=wsd: the peak held, then over the last D = int(wsd_decay_steps_fraction
+//     * L) steps a decay (wsd_decay_style linear or cosine) to the same final rate;
+// from L to steps, 0 (MaxText's constant-zero piece). Below steps, a step's rate depends on
 // the schedule's length and not on steps, so a resume that raises steps with the length
 // kept takes the same rates as one run of the higher steps (trainer/checkpoint_meta.c).
 float lr_schedule(const Config *c, int step);
-int lr_schedule_length(const Config *c);
 
 // optax.clip_by_global_norm: if norm >= threshold, g (n) = g / norm * threshold.
 void grad_clip(float *g, size_t n, float norm, float threshold);

@@ -11,6 +11,7 @@
 #     attention buffer comes near the [B,N,S,S]*4 bytes of materialised scores (both
 #     computed here from the shapes); the dot-product path holds one row of W keys per
 #     (sequence, head), B*N*S*4 bytes (it never held [B,N,S,S] either);
+#   - attention=autoselected is dot_product below 128 tokens and flash from 128, bit for bit;
 #   - attn_block_autotune prints its table and picks one of its candidates;
 #   - bad values give one clear message.
 set -u
@@ -84,6 +85,23 @@ run bdot mixtral-tiny dtype=bfloat16
 run bfl mixtral-tiny dtype=bfloat16 attention=flash attn_block_q=16 attn_block_kv=16
 check "bf16 flash 16x16 vs dot_product: $(close bfl bdot 2e-2 2e-2)" closeq bfl bdot 2e-2 2e-2
 
+echo "== attention=autoselected (MaxText's rule: dot_product below 128 tokens, flash from 128)"
+# A run's identity: every step's loss bits and printed gradient norm (the losses of flash
+# 16x24 and dot_product can agree to the bit over three steps where the norms do not).
+ident() { printf '%s %s' "$(bits "$1")" "$(gnorms "$T/$1.jsonl" | tr '\n' ' ')"; }
+same_ident() { [ -n "$(bits "$1")" ] && [ "$(ident "$1")" = "$(ident "$2")" ]; }
+run auto64 mixtral-tiny attention=autoselected attn_block_q=16 attn_block_kv=24
+check "autoselected at S=$S = dot_product (losses and gradient norms), not flash 16x24: $(gnorms $T/auto64.jsonl | tr '\n' ' ')" \
+    same_ident auto64 dot_mixtral-tiny
+run auto128 mixtral-tiny attention=autoselected attn_block_q=16 attn_block_kv=24 max_target_length=128
+run f128 mixtral-tiny attention=flash attn_block_q=16 attn_block_kv=24 max_target_length=128
+run dot128 mixtral-tiny attention=dot_product max_target_length=128
+check "autoselected at S=128 = flash 16x24 (losses and gradient norms): $(gnorms $T/auto128.jsonl | tr '\n' ' ')" \
+    same_ident auto128 f128
+check "... and flash 16x24 at S=128 is not dot_product there (dot_product's norms: $(gnorms $T/dot128.jsonl | tr '\n' ' '))" \
+    test "$(ident f128)" != "$(ident dot128)"
+check "... nor is flash 16x24 at S=$S dot_product there" test "$(ident f16_mixtral-tiny)" != "$(ident dot_mixtral-tiny)"
+
 echo "== attn_block_autotune"
 run tune mixtral-tiny attention=flash attn_block_autotune=true steps=1
 rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+$' $T/tune.out)
@@ -92,7 +110,7 @@ check "autotune printed $rows candidate rows and picked '$pick', one of them" \
     bash -c "[ $rows -ge 3 ] && grep -qE '^ +${pick% *} +${pick#* } +[0-9.]+$' $T/tune.out"
 
 echo "== bad values"
-expect_error "attention=foo" "attention must be 'dot_product' or 'flash'" \
+expect_error "attention=foo" "attention must be 'dot_product', 'flash' or 'autoselected'" \
     $TRAIN configs/mixtral-tiny.yml attention=foo
 expect_error "attn_block_q=0" "attn_block_q and attn_block_kv must be >= 1" \
     $TRAIN configs/mixtral-tiny.yml attention=flash attn_block_q=0

@@ -102,6 +102,12 @@ printf '\xef\xbb\xbfsteps: 0\n' > "$T/bom.yml"
 refused "a preset starting with a UTF-8 BOM, then 'steps: 0'" "steps must be positive, got 0" $TRAIN "$T/bom.yml"
 printf 'steps: 5\nseed: 1\nsteps: 6\n' > "$T/dup.yml"
 refused "a preset setting 'steps' on lines 1 and 3" "set twice in this file, on lines 1 and 3" $TRAIN "$T/dup.yml"
+printf 'learning_rate_final_fraction: 0.1\nsteps: 5\ncosine_learning_rate_final_fraction: 0.2\n' > "$T/dupname.yml"
+refused "a preset setting learning_rate_final_fraction and its earlier name" \
+    "key 'learning_rate_final_fraction' is set twice in this file, on lines 1 and 3 (line 3 as 'cosine_learning_rate_final_fraction', its earlier name)" \
+    $TRAIN "$T/dupname.yml"
+refused "lr_schedule_type=wsd with warm-up 0.6 and decay 0.5" "their sum must be at most 1" \
+    $TRAIN $C $FAST steps=10 lr_schedule_type=wsd warmup_steps_fraction=0.6 wsd_decay_steps_fraction=0.5
 printf 'steps: 5\n' > "$T/five.yml"
 check "the command line may override a preset's key" $TRAIN "$T/five.yml" dry_run=true steps=3 > /dev/null
 cp "$T/text.txt" "$T/a#b.txt"
@@ -154,7 +160,7 @@ check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help
 echo "-- checkpoint metadata"
 $TRAIN $C $FAST save_checkpoint=$T/ck.safetensors > /dev/null 2>&1
 set_meta() {   # set_meta IN OUT KEY VALUE: a copy of checkpoint IN whose metadata KEY is VALUE
-               # (KEY config/NAME: VALUE "-" drops NAME from the config metadata)
+               # (KEY config/NAME: the config metadata's NAME is the JSON VALUE; "-" drops NAME)
     python3 - "$@" <<'EOF'
 import json, struct, sys
 src, dst, key, value = sys.argv[1:]
@@ -163,7 +169,10 @@ n = struct.unpack('<Q', b[:8])[0]
 h = json.loads(b[8:8 + n])
 if key.startswith('config/'):
     config = json.loads(h['__metadata__']['config'])
-    config.pop(key[7:])
+    if value == '-':
+        config.pop(key[7:])
+    else:
+        config[key[7:]] = json.loads(value)
     h['__metadata__']['config'] = json.dumps(config)
 else:
     h['__metadata__'][key] = value
@@ -187,6 +196,30 @@ refused "checkpoint config without rope_max_timescale" "config metadata has no k
     $TRAIN $C $FAST load_checkpoint=$T/nokey.safetensors
 refused "export-hf of that checkpoint" "config metadata has no key 'rope_max_timescale'" \
     $TRAIN export-hf "$T/nokey.safetensors" "$OUT/hf"
+# A checkpoint without one of its tensors: export-hf makes OUT_DIR, then finds the tensor
+# missing; the directory it made goes again (refused checks that nothing is left in $OUT).
+python3 - "$T/ck.safetensors" "$T/notensor.safetensors" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h.pop('params/decoder/decoder_norm/scale')
+j = json.dumps(h, separators=(',', ':')).encode()
+j += b' ' * (-len(j) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
+EOF
+refused "export-hf of a checkpoint without decoder_norm/scale into a new directory" "decoder/decoder_norm/scale" \
+    $TRAIN export-hf "$T/notensor.safetensors" "$OUT/hf"
+# Metadata as versions before the wsd schedule wrote it: the final fraction under its earlier
+# name (MaxText's cosine_learning_rate_final_fraction), no lr_schedule_type nor wsd keys.
+set_meta "$T/ck.safetensors" "$T/old1.safetensors" config/learning_rate_final_fraction -
+set_meta "$T/old1.safetensors" "$T/old2.safetensors" config/cosine_learning_rate_final_fraction 0.1
+set_meta "$T/old2.safetensors" "$T/old3.safetensors" config/lr_schedule_type -
+set_meta "$T/old3.safetensors" "$T/old4.safetensors" config/wsd_decay_steps_fraction -
+set_meta "$T/old4.safetensors" "$T/old.safetensors" config/wsd_decay_style -
+out=$($TRAIN $C $FAST steps=2 learning_rate_schedule_steps=1 load_checkpoint=$T/old.safetensors 2>&1)
+check "a checkpoint of the earlier keys (cosine_learning_rate_final_fraction, no wsd keys) resumes: \
+$(printf '%s\n' "$out" | grep -m1 '| loss' | cut -c1-60)" [ "$(printf '%s\n' "$out" | grep -c '| loss')" -eq 1 ]
 
 echo "-- one command's paths against each other: no output is an input or another output"
 # By file identity: the same path spelled ./x, x or d/../x, a symbolic link, a hard link.

@@ -274,7 +274,7 @@ static void test_row_stable_matmul(void) {
 static void test_optimizer(void) {
     Config c;
     config_defaults(&c);
-    c.learning_rate = 1.0f; c.steps = 11; c.warmup_steps_fraction = 0.1f; c.cosine_learning_rate_final_fraction = 0.1f;
+    c.learning_rate = 1.0f; c.steps = 11; c.warmup_steps_fraction = 0.1f; c.learning_rate_final_fraction = 0.1f;
     // warmup = int(0.1*11) = 1 step: lr(0) = 0. Cosine over n = 10 steps, k = step-1,
     // pct = k/9: lr(1) = 1 (a = 1), lr(10) = 0.1 (a = 0), lr(5.5...) midpoint:
     CHECK_CLOSE(lr_schedule(&c, 0), 0.0, 0, "lr at step 0 (warm-up starts at 0)");
@@ -291,7 +291,44 @@ static void test_optimizer(void) {
     CHECK_CLOSE(lr_schedule(&c, 10), 0.1, 1e-7, "schedule of 11 steps in a run of 22: its final lr");
     CHECK_CLOSE(lr_schedule(&c, 11), 0.0, 0, "schedule of 11 steps in a run of 22: 0 after it");
     CHECK_CLOSE(lr_schedule(&c, 21), 0.0, 0, "schedule of 11 steps in a run of 22: 0 at the last step");
-    c.learning_rate_schedule_steps = -1; c.steps = 11;
+    c.learning_rate_schedule_steps = -1;
+    // MaxText's warm-up is optax.linear_schedule(0, lr, transition_steps = W - 1): its last
+    // step reaches the peak. steps = 10, fraction 0.3: W = 3, lr 0, 0.5, 1; then the cosine
+    // over n = 7 steps, k = step - 3: step 5 has pct 2/6 = 1/3 (0.775), step 9 the final rate.
+    c.steps = 10; c.warmup_steps_fraction = 0.3f;
+    CHECK_CLOSE(lr_schedule(&c, 1), 0.5, 1e-7, "warm-up of 3 steps: step 1 halfway");
+    CHECK_CLOSE(lr_schedule(&c, 2), 1.0, 1e-7, "warm-up of 3 steps: its last step at the peak");
+    CHECK_CLOSE(lr_schedule(&c, 3), 1.0, 1e-7, "cosine's first step at the peak");
+    CHECK_CLOSE(lr_schedule(&c, 5), 0.775, 1e-6, "cosine of 7 steps at pct 1/3");
+    CHECK_CLOSE(lr_schedule(&c, 9), 0.1, 1e-7, "cosine of 7 steps: final lr");
+    // A cosine of one step is MaxText's pct = 1: the final rate (fraction 0.9: W = 9, n = 1).
+    c.warmup_steps_fraction = 0.9f;
+    CHECK_CLOSE(lr_schedule(&c, 8), 1.0, 1e-7, "warm-up of 9 steps: its last step at the peak");
+    CHECK_CLOSE(lr_schedule(&c, 9), 0.1, 1e-7, "cosine of one step: the final rate");
+    // lr_schedule_type=wsd, steps = 10: warm-up W = 2 (0, 1), decay D = int(0.4*10) = 4 over
+    // steps 6..9, the peak held over the 4 steps between. Linear: 1, 0.7, 0.4, 0.1; cosine:
+    // pct 1/3 gives 0.775, 2/3 gives a = 0.25, 0.25 + 0.1*0.75 = 0.325.
+    c.lr_schedule_type = LR_SCHEDULE_WSD; c.warmup_steps_fraction = 0.2f; c.wsd_decay_steps_fraction = 0.4f;
+    c.wsd_decay_style = WSD_DECAY_LINEAR;
+    CHECK_CLOSE(lr_schedule(&c, 1), 1.0, 1e-7, "wsd: warm-up of 2 steps at the peak");
+    CHECK_CLOSE(lr_schedule(&c, 2), 1.0, 0, "wsd: stable");
+    CHECK_CLOSE(lr_schedule(&c, 5), 1.0, 0, "wsd: stable's last step");
+    CHECK_CLOSE(lr_schedule(&c, 6), 1.0, 1e-7, "wsd linear: decay's first step");
+    CHECK_CLOSE(lr_schedule(&c, 7), 0.7, 1e-6, "wsd linear: decay's second step");
+    CHECK_CLOSE(lr_schedule(&c, 8), 0.4, 1e-6, "wsd linear: decay's third step");
+    CHECK_CLOSE(lr_schedule(&c, 9), 0.1, 1e-7, "wsd linear: the final rate");
+    c.wsd_decay_style = WSD_DECAY_COSINE;
+    CHECK_CLOSE(lr_schedule(&c, 7), 0.775, 1e-6, "wsd cosine: pct 1/3");
+    CHECK_CLOSE(lr_schedule(&c, 8), 0.325, 1e-6, "wsd cosine: pct 2/3");
+    CHECK_CLOSE(lr_schedule(&c, 9), 0.1, 1e-7, "wsd cosine: the final rate");
+    // A decay of one step (D = 1): optax's linear schedule of transition_steps 0 stays at the
+    // peak, the cosine of one step is the final rate.
+    c.warmup_steps_fraction = 0.0f; c.wsd_decay_steps_fraction = 0.1f;
+    CHECK_CLOSE(lr_schedule(&c, 9), 0.1, 1e-7, "wsd cosine of one step: the final rate");
+    c.wsd_decay_style = WSD_DECAY_LINEAR;
+    CHECK_CLOSE(lr_schedule(&c, 9), 1.0, 0, "wsd linear of one step: the peak (optax's transition_steps 0)");
+    CHECK_CLOSE(lr_schedule(&c, 0), 1.0, 0, "no warm-up: the peak from step 0");
+    c.lr_schedule_type = LR_SCHEDULE_COSINE; c.warmup_steps_fraction = 0.1f; c.steps = 11;
     // AdamW, one step from m = v = 0 with g = 0.5, p = 2, lr = 0.1, wd = 0.1:
     // mhat = g, vhat = g^2, u = g/(|g| + eps) ~= 1, p = 2 - 0.1*(1 + 0.2) = 1.88
     float p = 2.0f, g = 0.5f, m = 0, v = 0;

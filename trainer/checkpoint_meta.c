@@ -88,7 +88,7 @@ static int devices_of(const Config *c) {
 // learning-rate schedule keeps its length: a step's rate depends on that length and not on
 // steps (optim/optimizer.h), so the steps taken are the ones an uninterrupted run takes.
 static void check_schedule(const Config *ck, const Config *run, const char *path) {
-    int lck = lr_schedule_length(ck), lrun = lr_schedule_length(run);
+    int lck = cfg_lr_schedule_length(ck), lrun = cfg_lr_schedule_length(run);
     if (lck == lrun) return;
     die("load_checkpoint %s: the learning-rate schedule's length is %d in the checkpoint "
         "(learning_rate_schedule_steps %d, steps %d), %d in this run (learning_rate_schedule_steps %d, steps %d): "

@@ -454,10 +454,7 @@ int hf_export(const char *ckpt, const char *dir) {
     step_check_config(&c);
     HfKey keys[64];
     int nkeys = hf_config(&c, keys);   // refuses a model HF cannot express, before anything is written
-    if (mkdir(dir, 0777) && errno != EEXIST) die("export-hf: cannot create directory '%s': %s", dir, strerror(errno));
-    struct stat st;
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK))
-        die("export-hf: '%s' is not a writable directory", dir);
+    output_dir_make("export-hf", dir);   // removed again if the export fails before its files are in
 
     int nt = model_layout(&c, NULL, NULL);
     ParamSpec *specs = calloc((size_t)nt, sizeof(ParamSpec));

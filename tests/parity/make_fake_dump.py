@@ -48,7 +48,7 @@ COMMON = {
     "rope_min_timescale": 1,
     "learning_rate": 1e-3,
     "warmup_steps_fraction": 0.25,
-    "cosine_learning_rate_final_fraction": 0.1,
+    "learning_rate_final_fraction": 0.1,
     "steps": 8,
     "adam_b1": 0.9,
     "adam_b2": 0.95,

@@ -629,28 +629,56 @@ def loss_fn(params, state, inputs, targets, cfg, base=jnp.float32):
 # Optimizer
 # ----------------------------------------------------------------------------------------
 def lr_schedule(cfg):
-    """docs/model.md#optimizer-and-schedule: linear warm-up then cosine.
+    """docs/model.md#optimizer-and-schedule: MaxText's schedule, its pieces joined by
+    optax.join_schedules as maxtext_utils.create_learning_rate_schedule joins them.
 
-    warmup = int(warmup_steps_fraction * steps); step k < warmup: lr * k / warmup;
-    then n = steps - warmup, k' = k - warmup, pct = k'/(n-1) (0 if n == 1),
-    a = 0.5*(cos(pi*pct)+1), lr_k = lr*a + final_fraction*lr*(1-a).
+    L = learning_rate_schedule_steps (steps when -1 or absent), W = int(L *
+    warmup_steps_fraction): optax.linear_schedule(0, lr, W - 1) over steps 0..W-1; then
+    lr_schedule_type cosine: over the other L - W steps, pct = k/(n-1) (1 if n == 1),
+    a = 0.5*(cos(pi*pct)+1), lr*a + final*(1-a); or wsd: lr held, then over the last
+    D = int(L * wsd_decay_steps_fraction) steps optax.linear_schedule(lr, final, D - 1) or
+    the cosine piece; from L to steps, 0. final = learning_rate_final_fraction * lr.
     optax calls it with the update count t = 0, 1, ... (update t uses lr(t)).
     """
     lr = float(cfg["learning_rate"])
     steps = int(cfg["steps"])
-    warm = int(cfg["warmup_steps_fraction"] * steps)
-    n = steps - warm
-    final = float(cfg["cosine_learning_rate_final_fraction"]) * lr
+    length = int(cfg.get("learning_rate_schedule_steps", -1))
+    length = steps if length <= 0 else length
+    final = float(cfg["learning_rate_final_fraction"]) * lr
+    warm = int(length * cfg["warmup_steps_fraction"])
 
-    def schedule(count):
-        k = jnp.asarray(count, jnp.float32)
-        warm_lr = lr * k / max(warm, 1)
-        pct = (k - warm) / (n - 1) if n > 1 else jnp.zeros_like(k)
-        a = 0.5 * (jnp.cos(jnp.pi * pct) + 1.0)
-        cos_lr = lr * a + final * (1.0 - a)
-        return jnp.where(k < warm, warm_lr, cos_lr)
+    def cosine(n):
+        def piece(k):   # k: optax's update count (an int32 array) less the piece's start
+            k = jnp.asarray(k, jnp.float32)
+            pct = k / (n - 1) if n > 1 else jnp.ones_like(k)
+            a = 0.5 * (jnp.cos(jnp.pi * pct) + 1.0)
+            return lr * a + final * (1.0 - a)
+        return piece
 
-    return schedule
+    pieces, ends = [], []
+    if warm > 0:
+        pieces.append(optax.linear_schedule(0.0, lr, warm - 1))
+        ends.append(warm)
+    if cfg.get("lr_schedule_type", "cosine") == "cosine":
+        if length - warm > 0:
+            pieces.append(cosine(length - warm))
+            ends.append(length)
+    else:
+        decay = int(length * cfg["wsd_decay_steps_fraction"])
+        stable = length - warm - decay
+        if stable > 0:
+            pieces.append(optax.constant_schedule(lr))
+            ends.append(warm + stable)
+        if decay > 0:
+            if cfg["wsd_decay_style"] == "linear":
+                pieces.append(optax.linear_schedule(lr, final, decay - 1))
+            else:
+                pieces.append(cosine(decay))
+            ends.append(length)
+    if steps > length:
+        pieces.append(optax.constant_schedule(0.0))
+        ends.append(steps)
+    return optax.join_schedules(pieces, ends[:-1])
 
 
 def muon_dimension_numbers(name):

@@ -245,6 +245,10 @@ run_case mixtral-capacity "$MIXTRAL"  sparse_matmul=false capacity_factor=1.0
 run_case mixtral-lb       "$MIXTRAL"  sparse_matmul=true load_balance_loss_weight=0.01
 run_case mixtral-zloss    "$MIXTRAL"  sparse_matmul=true z_loss_multiplier=1e-3
 run_case mixtral-ga2      "$MIXTRAL"  sparse_matmul=true gradient_accumulation_steps=2
+# MaxText's warm-up-stable-decay schedule: 3 warm-up steps (0, lr/2, lr), 3 at the peak and a
+# linear decay over the last 4 (lr, 0.7 lr, 0.4 lr, 0.1 lr), against optax's pieces.
+run_case mixtral-wsd      "$MIXTRAL"  sparse_matmul=true lr_schedule_type=wsd warmup_steps_fraction=0.3 \
+    wsd_decay_steps_fraction=0.4 wsd_decay_style=linear
 run_case deepseek-dense   "$DEEPSEEK" sparse_matmul=false
 run_case deepseek-qlora0  "$DEEPSEEK" sparse_matmul=true q_lora_rank=0
 run_case deepseek-ga2-lb  "$DEEPSEEK" sparse_matmul=true gradient_accumulation_steps=2 load_balance_loss_weight=0.01

@@ -204,23 +204,48 @@ def test_ga():
 def test_optimizer():
     print("7. schedule and optimizer")
     ok = True
-    for steps, frac, n_check in ((10, 0.1, 10), (8, 0.25, 8), (5, 0.0, 5), (5, 0.8, 5), (1, 0.0, 1)):
-        cfg = {"learning_rate": 3e-3, "steps": steps, "warmup_steps_fraction": frac,
-               "cosine_learning_rate_final_fraction": 0.1}
-        sched = ref.lr_schedule(cfg)
-        warm = int(frac * steps)
-        n = steps - warm
-        for k in range(n_check):
-            if k < warm:
-                want = 3e-3 * k / warm
-            else:
-                pct = (k - warm) / (n - 1) if n > 1 else 0.0
-                a = 0.5 * (math.cos(math.pi * pct) + 1)
-                want = 3e-3 * a + 0.1 * 3e-3 * (1 - a)
-            ok &= abs(float(sched(k)) - want) <= 1e-6 * 3e-3
-    check("lr schedule matches the formula (incl. warmup 0, n == 1)", bool(ok))
+    # MaxText's pieces written out: the warm-up reaches the peak at its last step (W - 1
+    # transitions; a warm-up of one step is 0), the cosine's last step is the final rate (a
+    # cosine of one step is), the wsd's linear decay of one step stays at the peak.
+    def want_lr(cfg, k):
+        lr, steps = cfg["learning_rate"], cfg["steps"]
+        length = cfg.get("learning_rate_schedule_steps", steps)
+        final = 0.1 * lr
+        warm = int(cfg["warmup_steps_fraction"] * length)
+        if k >= length:
+            return 0.0
+        if k < warm:
+            return lr * k / (warm - 1) if warm > 1 else 0.0
 
-    cfg = {"learning_rate": 1e-2, "steps": 4, "warmup_steps_fraction": 0.25, "cosine_learning_rate_final_fraction": 0.1,
+        def cos_piece(n, j):
+            a = 0.5 * (math.cos(math.pi * (j / (n - 1) if n > 1 else 1.0)) + 1)
+            return lr * a + final * (1 - a)
+        if cfg.get("lr_schedule_type", "cosine") == "cosine":
+            return cos_piece(length - warm, k - warm)
+        decay = int(cfg["wsd_decay_steps_fraction"] * length)
+        j = k - (length - decay)
+        if j < 0:
+            return lr
+        if cfg["wsd_decay_style"] == "cosine":
+            return cos_piece(decay, j)
+        return lr + (final - lr) * j / (decay - 1) if decay > 1 else lr
+
+    cases = [dict(steps=10, warmup_steps_fraction=0.1), dict(steps=8, warmup_steps_fraction=0.25),
+             dict(steps=5, warmup_steps_fraction=0.0), dict(steps=5, warmup_steps_fraction=0.8),
+             dict(steps=1, warmup_steps_fraction=0.0), dict(steps=10, warmup_steps_fraction=0.3),
+             dict(steps=12, warmup_steps_fraction=0.25, learning_rate_schedule_steps=8)]
+    for style in ("linear", "cosine"):
+        for warm, decay in ((0.2, 0.4), (0.0, 0.1), (0.3, 0.7), (0.1, 0.0)):
+            cases.append(dict(steps=10, warmup_steps_fraction=warm, lr_schedule_type="wsd",
+                              wsd_decay_steps_fraction=decay, wsd_decay_style=style))
+    for case in cases:
+        cfg = dict(case, learning_rate=3e-3, learning_rate_final_fraction=0.1)
+        sched = ref.lr_schedule(cfg)
+        for k in range(cfg["steps"]):
+            ok &= abs(float(sched(k)) - want_lr(cfg, k)) <= 1e-6 * 3e-3
+    check(f"lr schedule matches MaxText's pieces ({len(cases)} schedules: cosine, wsd linear and cosine, warm-up of 0 and 1 step, pieces of one step, a schedule shorter than the run)", bool(ok))
+
+    cfg = {"learning_rate": 1e-2, "steps": 4, "warmup_steps_fraction": 0.25, "learning_rate_final_fraction": 0.1,
            "adam_b1": 0.9, "adam_b2": 0.95, "adam_eps": 1e-8, "adam_weight_decay": 0.1,
            "gradient_clipping_threshold": 1.0}
     rng = np.random.default_rng(7)
