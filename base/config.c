@@ -51,7 +51,7 @@ static const KeyDef KEYS[] = {
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
-// MaxText's earlier names of keys, read as the key's present name.
+// Earlier names of keys, read as the key's present name.
 typedef struct {
     const char *old, *name;
 } Renamed;
@@ -108,9 +108,22 @@ static const char *closest_key(const char *name) {
     return bestname;
 }
 
-// An unknown key: the closest valid one is suggested when the name could be a key at all
-// (lowercase letters, digits and '_'), so that a stray byte is not compared with every key.
+// MaxText's keys that are something else here, and what.
+typedef struct {
+    const char *key, *here;
+} Elsewhere;
+static const Elsewhere ELSEWHERES[] = {
+#define ELSEWHERE(key, here) {#key, here},
+#include "base/config_keys.def"
+};
+
+// An unknown key: a MaxText key says what does its work here; for any other the closest
+// valid one is suggested when the name could be a key at all (lowercase letters, digits
+// and '_'), so that a stray byte is not compared with every key.
 static void die_unknown_key(const char *where, const char *key) {
+    for (size_t i = 0; i < sizeof ELSEWHERES / sizeof ELSEWHERES[0]; i++)
+        if (!strcmp(ELSEWHERES[i].key, key))
+            die("%s: '%s' is a MaxText key that meshmoe does not have: %s", where, key, ELSEWHERES[i].here);
     size_t n = strlen(key);
     if (n > 0 && n < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_") == n)
         die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)", where, key,

@@ -308,7 +308,7 @@ void model_init_weights(Model *m) {
             if (model_unit_of(c, s->name) != u || a >= b) continue;
             float *dst = m->params_mem + sh->local_off[u] + (a - g0);
             if (!c->shard_variables_at_init) {
-                init_tensor(dst, s, c->seed, a - s->offset, b - s->offset);
+                init_tensor(dst, s, c->init_weights_seed, a - s->offset, b - s->offset);
                 continue;
             }
             // shard_variables_at_init (docs/optimizations.md#shard_variables_at_init), read here only: a sharding
@@ -317,7 +317,7 @@ void model_init_weights(Model *m) {
             // this device keeps into place: one whole variable (MEM_TEMP) at a time on top of
             // the state, so the init-time peak grows by the largest one. Same values.
             float *whole = mem_floats(MEM_TEMP, s->size, "variable at creation, before its sharding constraint");
-            init_tensor(whole, s, c->seed, 0, s->size);
+            init_tensor(whole, s, c->init_weights_seed, 0, s->size);
             mem_copy(dst, whole + (a - s->offset), sizeof(float) * (b - a));
             mem_free(whole);
         }

@@ -156,6 +156,17 @@ refused "rope_type=llama3.1" "rope_type=llama3.1 is MaxText's but not implemente
 refused "MESHMOE_GEMM_KERNEL=avx1024 (environment)" "MESHMOE_GEMM_KERNEL='avx1024' is not one of: avx512, avx2, scalar" \
     env MESHMOE_GEMM_KERNEL=avx1024 $TRAIN $C $FAST
 check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor, muon, adam_pax\]$'"
+refused "hardware=gpu (a MaxText key that is device here)" \
+    "'hardware' is a MaxText key that meshmoe does not have: use device=cpu, cpu_strict or gpu" $TRAIN $C $FAST hardware=gpu
+printf 'steps: 5\nload_parameters_path: gs://bucket/ckpt\n' > "$T/maxtext.yml"
+refused "a preset with MaxText's load_parameters_path on line 2" \
+    "maxtext.yml:2: 'load_parameters_path' is a MaxText key that meshmoe does not have: use load_checkpoint" $TRAIN "$T/maxtext.yml"
+# (one path for the three: the checkpoint's config names it)
+$TRAIN $C $FAST seed=7 save_checkpoint=$T/seed.safetensors > /dev/null 2>&1 && mv $T/seed.safetensors $T/seed7.safetensors
+$TRAIN $C $FAST init_weights_seed=7 save_checkpoint=$T/seed.safetensors > /dev/null 2>&1 && mv $T/seed.safetensors $T/iws7.safetensors
+check "seed=7, the earlier name, is init_weights_seed=7: the same checkpoint, bit for bit" cmp -s $T/seed7.safetensors $T/iws7.safetensors
+$TRAIN $C $FAST save_checkpoint=$T/seed.safetensors > /dev/null 2>&1
+check "... and not init_weights_seed=0's (the seed reaches the weights)" bash -c "! cmp -s $T/seed.safetensors $T/iws7.safetensors"
 
 echo "-- checkpoint metadata"
 $TRAIN $C $FAST save_checkpoint=$T/ck.safetensors > /dev/null 2>&1

@@ -36,7 +36,7 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
     mem_upload(seq, seq_h, sizeof(int) * (size_t)prompt);
     double *leaf_sums = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)(S / leaf + 1), "sample loss");
     double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(1, model_num_moe_layers(c)), "sample aux");
-    uint64_t rng = 0x5eed1234u + (uint64_t)c->seed;
+    uint64_t rng = 0x5eed1234u + (uint64_t)c->init_weights_seed;
     if (talk()) printf("---- sample (prompt from the held-out text, then %d generated tokens, temperature %.2f) ----\n",
            len, temperature);
     for (int i = 0; i < prompt; i++) print_token(seq_h[i], V);
