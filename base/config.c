@@ -492,6 +492,20 @@ static void validate_sums(const Config *c) {
             "%d / %d = %d: a leaf never spans two chunks", leaf, c->max_target_length, chunks, cfg_chunk_tokens(c));
 }
 
+// The decimal a float key was written as (the shortest that reads back as the float kept),
+// as a double: what MaxText's Python computes with. A count truncated from a product needs
+// it: 0.21 x 300 is 63.0 in double, where the float's product is 62.99999.
+double cfg_decimal(float value) {
+    char text[32];
+    for (int digits = 1; digits <= 9; digits++) {   // 9 digits give back any float
+        snprintf(text, sizeof text, "%.*g", digits, (double)value);
+        if (strtof(text, NULL) == value) break;
+    }
+    return strtod(text, NULL);
+}
+
+int cfg_steps_fraction(float fraction, int n) { return (int)(cfg_decimal(fraction) * n); }
+
 // Evaluation, the schedule, vocabulary tiling and the attention kernels.
 static void validate_training(const Config *c) {
     if (c->eval_fraction <= 0 || c->eval_fraction >= 1)

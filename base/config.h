@@ -112,11 +112,13 @@ static inline int cfg_attention_flash(const Config *c) {
 static inline int cfg_lr_schedule_length(const Config *c) {
     return c->learning_rate_schedule_steps > 0 ? c->learning_rate_schedule_steps : c->steps;
 }
+double cfg_decimal(float value);              // the decimal a float key was written as
+int cfg_steps_fraction(float fraction, int n);   // int(n * fraction) of that decimal, as Python
 static inline int cfg_lr_warmup_steps(const Config *c) {
-    return (int)(c->warmup_steps_fraction * cfg_lr_schedule_length(c));
+    return cfg_steps_fraction(c->warmup_steps_fraction, cfg_lr_schedule_length(c));
 }
 static inline int cfg_lr_wsd_decay_steps(const Config *c) {
-    return (int)(c->wsd_decay_steps_fraction * cfg_lr_schedule_length(c));
+    return cfg_steps_fraction(c->wsd_decay_steps_fraction, cfg_lr_schedule_length(c));
 }
 
 #endif

@@ -80,9 +80,12 @@ static void route(const Config *c, MoeSaved *s, const float *bias, int T) {
     }
 }
 
+// MaxText's int(max(ceil(S K / E) * capacity_factor, capacity_factor)), with the factor as
+// written (cfg_decimal: 0.7 x 10 is 7 in MaxText's double, 6.99999 with the float).
 int moe_capacity(const Config *c, int S) {
     double per_expert = ceil((double)S * c->num_experts_per_tok / c->num_experts);
-    return (int)fmax(per_expert * c->capacity_factor, c->capacity_factor);
+    double factor = cfg_decimal(c->capacity_factor);
+    return (int)fmax(per_expert * factor, factor);
 }
 
 void capacity_mask(int *keep, const int *top_idx, int B, int S, int E, int K, int capacity, const int *before) {

@@ -15,6 +15,7 @@
 #include "model/precision.h"
 #include "base/collectives.h"
 #include "model/dims.h"
+#include "model/moe.h"
 #include "kernels/kernels.h"
 #include "base/memory.h"
 #include "base/context.h"
@@ -329,6 +330,16 @@ static void test_optimizer(void) {
     CHECK_CLOSE(lr_schedule(&c, 9), 1.0, 0, "wsd linear of one step: the peak (optax's transition_steps 0)");
     CHECK_CLOSE(lr_schedule(&c, 0), 1.0, 0, "no warm-up: the peak from step 0");
     c.lr_schedule_type = LR_SCHEDULE_COSINE; c.warmup_steps_fraction = 0.1f; c.steps = 11;
+    // Step counts of a fraction are MaxText's int(n * fraction) of the decimal written, in
+    // double: 0.21 x 300 = 63 and 0.13 x 900 = 117, where the floats' product gives 62 and 116.
+    CHECK(cfg_steps_fraction(0.21f, 300) == 63, "int(0.21 x 300) = 63, as Python computes it");
+    CHECK(cfg_steps_fraction(0.13f, 900) == 117, "int(0.13 x 900) = 117, as Python computes it");
+    CHECK(cfg_steps_fraction(0.1f, 5) == 0 && cfg_steps_fraction(1.0f, 7) == 7, "int(0.1 x 5) = 0, int(1 x 7) = 7");
+    // The MoE capacity likewise: S K / E = 10 (S = 20, K = 2, E = 4), factor 0.7: MaxText's 7.
+    Config mc;
+    config_defaults(&mc);
+    mc.num_experts = 4; mc.num_experts_per_tok = 2; mc.capacity_factor = 0.7f;
+    CHECK(moe_capacity(&mc, 20) == 7, "capacity int(ceil(20 x 2 / 4) x 0.7) = 7 (the float's product: 6)");
     // AdamW, one step from m = v = 0 with g = 0.5, p = 2, lr = 0.1, wd = 0.1:
     // mhat = g, vhat = g^2, u = g/(|g| + eps) ~= 1, p = 2 - 0.1*(1 + 0.2) = 1.88
     float p = 2.0f, g = 0.5f, m = 0, v = 0;

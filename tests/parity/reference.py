@@ -399,6 +399,7 @@ def capacity_keep(idx, E, cf):
     order, s-major; keep it if that 1-based position is <= C. Returns keep [B, S, K].
     """
     B, S, K = idx.shape
+    cf = float(str(np.float32(cf)))   # the decimal written, where the dump has the float's 9 digits
     cap = int(max(math.ceil(S * K / E) * cf, cf))
     onehot = jax.nn.one_hot(idx.reshape(B, S * K), E, dtype=jnp.int32)  # [B, S*K, E]
     position = jnp.sum(jnp.cumsum(onehot, axis=1) * onehot, axis=-1)  # 1-based, [B, S*K]
@@ -645,7 +646,10 @@ def lr_schedule(cfg):
     length = int(cfg.get("learning_rate_schedule_steps", -1))
     length = steps if length <= 0 else length
     final = float(cfg["learning_rate_final_fraction"]) * lr
-    warm = int(length * cfg["warmup_steps_fraction"])
+
+    def steps_of(key):   # int(n * fraction) of the decimal the user wrote, as MaxText's Python
+        return int(length * float(str(np.float32(cfg[key]))))   # the dump has the float's 9 digits
+    warm = steps_of("warmup_steps_fraction")
 
     def cosine(n):
         def piece(k):   # k: optax's update count (an int32 array) less the piece's start
@@ -664,7 +668,7 @@ def lr_schedule(cfg):
             pieces.append(cosine(length - warm))
             ends.append(length)
     else:
-        decay = int(length * cfg["wsd_decay_steps_fraction"])
+        decay = steps_of("wsd_decay_steps_fraction")
         stable = length - warm - decay
         if stable > 0:
             pieces.append(optax.constant_schedule(lr))

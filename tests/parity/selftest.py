@@ -233,7 +233,8 @@ def test_optimizer():
     cases = [dict(steps=10, warmup_steps_fraction=0.1), dict(steps=8, warmup_steps_fraction=0.25),
              dict(steps=5, warmup_steps_fraction=0.0), dict(steps=5, warmup_steps_fraction=0.8),
              dict(steps=1, warmup_steps_fraction=0.0), dict(steps=10, warmup_steps_fraction=0.3),
-             dict(steps=12, warmup_steps_fraction=0.25, learning_rate_schedule_steps=8)]
+             dict(steps=12, warmup_steps_fraction=0.25, learning_rate_schedule_steps=8),
+             dict(steps=300, warmup_steps_fraction=0.21)]   # int(0.21 * 300) = 63, the float32's 62.99999
     for style in ("linear", "cosine"):
         for warm, decay in ((0.2, 0.4), (0.0, 0.1), (0.3, 0.7), (0.1, 0.0)):
             cases.append(dict(steps=10, warmup_steps_fraction=warm, lr_schedule_type="wsd",
