@@ -81,6 +81,12 @@ static const char *const SINCE_FORMAT_1_KEYS[] = {
 #include "base/config_keys.def"
 };
 
+static int since_format_1(const char *name) {
+    for (size_t i = 0; i < sizeof SINCE_FORMAT_1_KEYS / sizeof SINCE_FORMAT_1_KEYS[0]; i++)
+        if (!strcmp(SINCE_FORMAT_1_KEYS[i], name)) return 1;
+    return 0;
+}
+
 // Edit distance, to suggest the closest valid key for a typo.
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b);
@@ -649,14 +655,10 @@ int config_to_json(const Config *c, char *buf, int cap) {
 // config_to_json writes every key once: one missing (an edited file; another version's) would
 // silently take its default, and one given twice would be read either way.
 static void json_keys_check(const char *seen, const char *where) {
-    for (int i = 0; i < NKEYS; i++) {
-        int later = 0;
-        for (size_t j = 0; j < sizeof SINCE_FORMAT_1_KEYS / sizeof SINCE_FORMAT_1_KEYS[0]; j++)
-            later |= !strcmp(SINCE_FORMAT_1_KEYS[j], KEYS[i].name);
-        if (!seen[i] && !later)
+    for (int i = 0; i < NKEYS; i++)
+        if (!seen[i] && !since_format_1(KEYS[i].name))
             die("%s: config metadata has no key '%s' (written by another version of meshmoe, or edited?)", where,
                 KEYS[i].name);
-    }
 }
 
 // Reads the flat object written by config_to_json: "key": value pairs, values are numbers,
