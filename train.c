@@ -617,6 +617,13 @@ static void run_devices(Run *run) {
     printf("dry run: one training step's allocations, nothing computed (the MoE routing is replaced by a "
            "balanced one; every routing-dependent buffer is allocated for its bound, so the plan equals a "
            "real step's measured peaks)\n");
+    // device=gpu with cuBLAS's products: each device also holds cuBLAS's workspace, Hopper's.
+    if (c->device == DEVICE_GPU && gpu_matmul_mode(c)) {
+        dry_plan_workspace(cublas_workspace_bytes(9));
+        printf("dry run: each device holds cuBLAS's workspace, %zu MiB as a CUDA build takes it on Hopper and later "
+               "(%zu MiB on earlier GPUs), under the tag workspace\n", cublas_workspace_bytes(9) >> 20,
+               cublas_workspace_bytes(8) >> 20);
+    }
     run->dry.stats = calloc((size_t)mesh->ndev, sizeof(DevStats));
     mesh_run_classes(mesh, device_main, run, c->dry_run_all_devices);
 }

@@ -378,15 +378,15 @@ extern "C" int gpu_matmul_use_cublas(int on, const char **why) {
 #endif
 }
 
-// The workspace cuBLAS's documentation recommends (cublasSetWorkspace): 32 MiB on Hopper
-// (compute capability 9) and later, 4 MiB before; none for the ordered GEMM, nor in a HIP build.
+// The workspace cuBLAS's documentation recommends (kernels/kernels.h: cublas_workspace_bytes,
+// which the planner counts too); none for the ordered GEMM, nor in a HIP build.
 extern "C" size_t gpu_matmul_workspace_bytes(void) {
 #if GPU_HAVE_CUBLAS
     if (!use_cublas) return 0;
     int gpu = 0, major = 0;
     GPU_CHECK(cudaGetDevice(&gpu));
     GPU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu));
-    return (size_t)(major >= 9 ? 32 : 4) << 20;
+    return cublas_workspace_bytes(major);
 #else
     return 0;
 #endif

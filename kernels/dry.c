@@ -262,6 +262,13 @@ static void param_init(float *x, size_t i0, size_t n, uint64_t name_hash, int se
                        int truncated, const int *shape, const int *lindex, const int *gshape, int ndim) {}
 static const InitKernels init_dry = {param_init};
 
+// The library workspace a device takes before its step (base/mesh.c:workspace_begin): the
+// bytes dry_plan_workspace set, allocated under MEM_WORKSPACE as a GPU run allocates cuBLAS's.
+static size_t planned_workspace;
+void dry_plan_workspace(size_t bytes) { planned_workspace = bytes; }
+static size_t workspace_bytes(void) { return planned_workspace; }
+static void set_workspace(void *p, size_t bytes) {}
+
 const Backend backend_dry = {
     .name = "dry",
     .mem = &memory_cpu,
@@ -280,4 +287,6 @@ const Backend backend_dry = {
     .sum = &sum_dry,
     .optim = &optim_dry,
     .init = &init_dry,
+    .workspace_bytes = workspace_bytes,
+    .set_workspace = set_workspace,
 };

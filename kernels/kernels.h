@@ -115,6 +115,13 @@ extern const Backend backend_cpu;     // kernels/cpu/backend.c
 // backend_cpu with the plain GEMM and attention's per-row loops (matmul_impl=plain; same bits).
 const Backend *backend_cpu_plain(void);
 extern const Backend backend_dry;     // kernels/dry.c
+// The library workspace the planner counts on each device (backend_dry's workspace_bytes):
+// a dry run of device=gpu with cuBLAS's products plans cublas_workspace_bytes(9), Hopper's
+// (train.c); 0, the default, for the CPU and the ordered GEMM.
+void dry_plan_workspace(size_t bytes);
+// cuBLAS's workspace as its documentation recommends it (cublasSetWorkspace) for a GPU of
+// compute capability cc_major: 32 MiB on Hopper (9) and later, 4 MiB before (gpu/matmul.cu).
+static inline size_t cublas_workspace_bytes(int cc_major) { return (size_t)(cc_major >= 9 ? 32 : 4) << 20; }
 
 // The backend of the calling device (thread), or the process's default when the thread
 // has not chosen one.

@@ -42,6 +42,8 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
                  last, when the time budget has room for it
 The peers build the model from `./train describe CONFIG` (the config and every tensor's
 shape), with drawn weights and a random batch of the same shape as meshmoe's.
+Before the runs, the planner's peak for meshmoe's run (dry_run=true hbm_capacity=80GB, the
+same keys), printed under the table beside the peak the run measured.
 Per system: the median step time over its steps after the first WARMUP (3), tokens/s, the allocator's
 peak GPU memory, and MFU = model FLOPs per step / (step time x the GPU's dense bf16 peak),
 model FLOPs by tests/bench.py's formula (printed). Then, time permitting, where meshmoe's
@@ -210,6 +212,16 @@ def describe(preset, path):
     return json.loads(r.stdout)["config"]
 
 
+def plan(preset):
+    """The planner's verdict on meshmoe's run (dry_run=true hbm_capacity=80GB, the same keys),
+    made before any run: "FITS: largest device peak N B (X GiB) ...", or why there is none."""
+    r = subprocess.run([TRAIN, f"configs/{preset}.yml", "device=gpu", "dry_run=true", "hbm_capacity=80GB", *EXTRA],
+                       cwd=ROOT, capture_output=True, text=True)
+    print(f"==== plan {preset}\n{r.stdout}{r.stderr}", file=LOG, flush=True)
+    found = re.search(r"^plan: (.*)$", r.stdout, re.M)
+    return found[1] if r.returncode == 0 and found else f"failed (exit {r.returncode}): {last_line(r.stdout + r.stderr)}"
+
+
 def row(preset, name, res, flops, tokens, peak_tflops, base):
     if "s" not in res:
         print(f"| {preset} | {name} | {res['why']} | | | | | |")
@@ -294,7 +306,8 @@ def main():
         for preset in PRESETS:
             path = os.path.join(tmp, preset + ".json")
             cfg = describe(preset, path)
-            results[preset] = {"cfg": cfg, "meshmoe": meshmoe(preset), "PyTorch eager": peer("torch", path, 120),
+            results[preset] = {"cfg": cfg, "plan": plan(preset), "meshmoe": meshmoe(preset),
+                               "PyTorch eager": peer("torch", path, 120),
                                "JAX jit": peer("jax", path, 150)}
         # Then where meshmoe's step goes (profile=true), before the variants: the variants
         # only inform the next defaults, the profile says where the time of this one goes.
@@ -346,6 +359,12 @@ def main():
             row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
               f"first {WARMUP} not counted) | | | | | | |")
+    # The planner's peak, made before the runs, beside the one meshmoe's run measured.
+    print()
+    for preset in PRESETS:
+        res = results[preset]
+        print(f"{preset}: the planner (dry_run=true hbm_capacity=80GB, before the runs): {res['plan']}; "
+              f"meshmoe's run measured: {res['meshmoe'].get('peak', 'no run')}")
     print()
     # Where meshmoe's step goes (report/profile.c's tables): each family
     # against its floor, its FLOPs at cuBLAS's measured rate (bf16 where meshmoe's products

@@ -20,6 +20,7 @@ trap 'rm -rf "$T"' EXIT
 cat > "$T/train" << 'EOF'
 #!/usr/bin/env bash
 [ "$1" = describe ] && exec "$REAL_TRAIN" "$@"
+for a; do [ "$a" = dry_run=true ] && exec "$REAL_TRAIN" "$@"; done   # (the planner: ./train's own)
 ms=300.0 steps=8 profile=0
 for a; do
     case $a in
@@ -104,6 +105,10 @@ has "the attention family against its floor" \
 # SDPA: the fastest backend (cuDNN's 2.5 ms a layer) times 8 layers is 20.0 ms; 49.2 / 20.0.
 has "PyTorch's SDPA beside the attention family" \
     "8 layers' forward and backward by \`cudnn\`: 20.0 ms a step; meshmoe's attention family in its profile: 49.2 ms (16 calls), 2.46 times as long"
+# The planner's line, ./train's own plan of meshmoe's run (58.15 GiB: the peak the sixth GPU run
+# measured for mixtral-medium with these keys, docs/performance-gpu.md), beside the stand-in's peak.
+has "the planner beside the measured peak" \
+    "mixtral-medium: the planner (dry_run=true hbm_capacity=80GB, before the runs): FITS: largest device peak 62440641632 B (58.15 GiB) <= hbm_capacity 80000000000 B (74.51 GiB); meshmoe's run measured: 50.00 GiB"
 has "a backend that refused says so" "sdpa efficient refused: RuntimeError: no kernel for these shapes"
 
 # The wrapper the GPU session calls (tests/gpu_bench.sh OUTDIR), on the same stand-ins: its

@@ -105,9 +105,10 @@ MESHMOE_GROUPED=kernel both ds-w16k deepseek-tiny dtype=bfloat16 bf16_storage=ke
     megablox=true ici_expert_parallelism=2 num_devices=2
 # deepseek-medium as make bench-gpu trains it (64 experts in 8 groups, megablox, MLA's heads of
 # 192 and 128, cuBLAS and the tensor cores), narrower, on 2 layers of 128 tokens.
-both dsm       deepseek-medium gpu_matmul=cublas_bf16 gpu_attention=tensor_cores base_num_decoder_layers=2 \
-    base_emb_dim=256 base_mlp_dim=512 base_moe_mlp_dim=64 q_lora_rank=96 kv_lora_rank=64 vocab_size=512 \
-    max_target_length=128 per_device_batch_size=1
+dsm_args=(gpu_matmul=cublas_bf16 gpu_attention=tensor_cores base_num_decoder_layers=2 base_emb_dim=256
+          base_mlp_dim=512 base_moe_mlp_dim=64 q_lora_rank=96 kv_lora_rank=64 vocab_size=512 max_target_length=128
+          per_device_batch_size=1)
+both dsm       deepseek-medium "${dsm_args[@]}"
 wait
 
 for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-muon ds-yarn mx-yarn; do
@@ -136,6 +137,17 @@ for name in mx-tc ds-tc mx-cb dsm; do
     check "$name: every step's loss within 1e-2 of ./train's bf16 run (worst relative difference $worst)" \
         awk -v w="$worst" 'BEGIN { exit !(w + 0 <= 1e-2) }'
 done
+# The planner of a device=gpu run with cuBLAS's products (./train dry_run=true, no GPU) counts
+# cuBLAS's workspace as the GPU backend allocates it (Hopper's 32 MiB, which the emulation's
+# device reports): every tag's peak the emulated run's, byte for byte.
+./train configs/deepseek-medium.yml $FAST "${dsm_args[@]}" device=gpu dry_run=true metrics_file=$T/dsm-dry.jsonl \
+    > $T/dsm-dry.out 2>&1 || fail "dsm's dry run failed: $(tail -1 $T/dsm-dry.out)"
+tag_peaks() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' "$1" | tail -1; }
+if ok_run dsm; then
+    planned=$(tag_peaks $T/dsm-dry.jsonl) measured=$(tag_peaks $T/dsm-emu.jsonl)
+    check "dsm: the planner's peaks by tag, cuBLAS's 32 MiB workspace among them, are the emulated GPU run's" \
+        test -n "$measured" -a "$planned" = "$measured" -a -n "$(echo "$planned" | grep '"workspace": 33554432')"
+fi
 # MESHMOE_CHECK_BF16=1: cuBLAS's operands converted by the backend's own kernel, which counts
 # those that were not bf16-valued: none may be (the cast points make every one bf16-valued).
 line=$(grep -m1 '^cublas_bf16 check:' $T/mx-cb-emu.out)
