@@ -668,7 +668,7 @@ static int cmd_prepare(int argc, char **argv) {
     runfiles_check(&files);
     runfiles_free(&files);
     size_t n;
-    uint16_t *tok = text_read_bytes(argv[2], &n);
+    uint32_t *tok = text_read_bytes(argv[2], &n);
     tokfile_write(argv[3], tok, n);
     printf("wrote %zu tokens (byte-level, vocab 256) to %s\n", n, argv[3]);
     free(tok);
@@ -717,7 +717,7 @@ int main(int argc, char **argv) {
     Mesh mesh;
     start_mesh(&mesh, &c);                                                // 2
     size_t ntok;
-    uint16_t *tokens = data_load(c.dataset_path, &ntok);                  // 3
+    uint32_t *tokens = data_load(c.dataset_path, &ntok);                  // 3
     data_check_vocab(tokens, ntok, c.vocab_size, c.dataset_path);
     DataLoader dl;
     loader_init(&dl, tokens, ntok, c.max_target_length, c.eval_fraction);

@@ -123,6 +123,39 @@ static const Elsewhere ELSEWHERES[] = {
 #include "base/config_keys.def"
 };
 
+// Whether word is one of the space-separated words of list.
+static int has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; n > 0 && (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+// MaxText's keys with one meaning here (ONLY in base/config_keys.def).
+typedef struct {
+    const char *key, *values, *why;
+} Only;
+static const Only ONLYS[] = {
+#define ONLY(key, values, why) {#key, values, why},
+#include "base/config_keys.def"
+};
+
+// 1 if key is one of them and v one of its values (blanks and quotes left out: MaxText's
+// files write ["silu","linear"]); dies naming the key if v is not; 0 for any other key.
+static int only_value(const char *where, const char *key, const char *v) {
+    for (size_t i = 0; i < sizeof ONLYS / sizeof ONLYS[0]; i++) {
+        if (strcmp(ONLYS[i].key, key)) continue;
+        char bare[256];
+        size_t n = 0;
+        for (const char *p = v; *p && n + 1 < sizeof bare; p++)
+            if (!isspace((unsigned char)*p) && *p != '"' && *p != '\'') bare[n++] = *p;
+        bare[n] = '\0';
+        if (has_word(ONLYS[i].values, bare)) return 1;
+        die("%s: %s=%.200s is MaxText's but not implemented here: %s", where, key, v, ONLYS[i].why);
+    }
+    return 0;
+}
+
 // An unknown key: a MaxText key says what does its work here; for any other the closest
 // valid one is suggested when the name could be a key at all (lowercase letters, digits
 // and '_'), so that a stray byte is not compared with every key.
@@ -149,14 +182,6 @@ static void names_text(const KeyDef *k, char *buf, size_t cap) {
     }
 }
 
-// Whether word is one of the space-separated words of list.
-static int has_word(const char *list, const char *word) {
-    size_t n = strlen(word);
-    for (const char *p = list; n > 0 && (p = strstr(p, word)) != NULL; p += n)
-        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
-    return 0;
-}
-
 // The enum value that name v stands for; dies naming the key and its names.
 static int enum_value(const KeyDef *k, const char *v, const char *where) {
     for (int i = 0; i < k->nnames; i++)
@@ -177,15 +202,29 @@ static int enum_value(const KeyDef *k, const char *v, const char *where) {
     die("%s: %s must be %s, got '%.200s'", where, k->name, names, v);
 }
 
-static void set_value(Config *c, const KeyDef *k, const char *v, const char *where) {
-    char *end;
+// A number as MaxText's YAML files may write it, its digits grouped by '_' (1_000_000): the
+// text without those underscores, each one between two digits (any other '_' stays, for the
+// parse to refuse). A text too long for buf is returned as it is.
+static const char *ungrouped(const char *v, char *buf, size_t cap) {
+    if (!strchr(v, '_') || strlen(v) >= cap) return v;
+    size_t n = 0;
+    for (const char *p = v; *p; p++)
+        if (!(*p == '_' && p > v && isdigit((unsigned char)p[-1]) && isdigit((unsigned char)p[1]))) buf[n++] = *p;
+    buf[n] = '\0';
+    return buf;
+}
+
+static void set_value(Config *c, const KeyDef *k, const char *text, const char *where) {
+    char *end, digits[64];
     void *field = (char *)c + k->offset;
+    const char *v = k->type == K_INT || k->type == K_FLOAT || k->type == K_BYTES ? ungrouped(text, digits, sizeof digits)
+                                                                                   : text;
     switch (k->type) {
     case K_INT: {
         errno = 0;
         long x = strtol(v, &end, 10);
         if (*v == '\0' || isspace((unsigned char)*v) || *end != '\0' || errno || x < -2147483647L || x > 2147483647L)
-            die("%s: key '%s' wants an integer, got '%s'", where, k->name, v);
+            die("%s: key '%s' wants an integer, got '%s'", where, k->name, text);
         *(int *)field = (int)x;
         break;
     }
@@ -193,11 +232,11 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
         errno = 0;
         double x = strtod(v, &end);
         if (*v == '\0' || isspace((unsigned char)*v) || *end != '\0' || isnan(x))
-            die("%s: key '%s' wants a number, got '%s'", where, k->name, v);
+            die("%s: key '%s' wants a number, got '%s'", where, k->name, text);
         if ((errno == ERANGE && x != 0) || fabs(x) > FLT_MAX)
-            die("%s: key '%s' = %s is too large for a 32-bit float (largest %g)", where, k->name, v, (double)FLT_MAX);
+            die("%s: key '%s' = %s is too large for a 32-bit float (largest %g)", where, k->name, text, (double)FLT_MAX);
         if (errno == ERANGE || (x != 0 && fabs(x) < FLT_MIN))
-            die("%s: key '%s' = %s is too small for a 32-bit float (smallest nonzero %g)", where, k->name, v,
+            die("%s: key '%s' = %s is too small for a 32-bit float (smallest nonzero %g)", where, k->name, text,
                 (double)FLT_MIN);
         *(float *)field = (float)x;
         break;
@@ -205,7 +244,7 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
     case K_BOOL:
         if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) *(int *)field = 1;
         else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) *(int *)field = 0;
-        else die("%s: key '%s' wants true or false, got '%s'", where, k->name, v);
+        else die("%s: key '%s' wants true or false, got '%s'", where, k->name, text);
         break;
     case K_BYTES: {   // a count of bytes, with an optional KB/MB/GB (1e3) or KiB/MiB/GiB (2^10) suffix
         errno = 0;
@@ -216,9 +255,9 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
         for (int i = 0; i < 10; i++)
             if (!strcmp(end, units[i])) u = i;
         if (*v == '\0' || isspace((unsigned char)*v) || u < 0 || errno || !(x >= 0) || x * mult[u] > 9e18)
-            die("%s: key '%s' wants a byte count such as 80GB, 512MiB or 1000000, got '%s'", where, k->name, v);
+            die("%s: key '%s' wants a byte count such as 80GB, 512MiB or 1000000, got '%s'", where, k->name, text);
         if (x * mult[u] != floor(x * mult[u]))
-            die("%s: key '%s' = %s is not a whole number of bytes", where, k->name, v);
+            die("%s: key '%s' = %s is not a whole number of bytes", where, k->name, text);
         *(int64_t *)field = (int64_t)(x * mult[u]);
         break;
     }
@@ -239,6 +278,7 @@ static void set_value(Config *c, const KeyDef *k, const char *v, const char *whe
 
 void config_set(Config *c, const char *key, const char *value, const char *where) {
     const KeyDef *k = find_key(key);
+    if (!k && only_value(where, key, value)) return;
     if (!k) die_unknown_key(where, key);
     set_value(c, k, value, where);
 }
@@ -336,6 +376,7 @@ static void load_line(Config *c, char *line, const char *path, int lineno, int *
     *colon = '\0';
     char *key = trim(s), *val = trim(colon + 1);
     const KeyDef *k = find_key(key);
+    if (!k && only_value(where, key, val)) return;
     if (!k) die_unknown_key(where, key);
     if (seen[k - KEYS]) {
         char as[128] = "";   // the second line may name the key by its earlier name
@@ -422,9 +463,6 @@ static void validate_model(const Config *c) {
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v <= 0) die("%s must be positive, got %d", pos[i].name, pos[i].v);
-    // (a dry run reads no tokens: the planner takes DeepSeek-V3's 129280)
-    if (c->vocab_size > 65536 && !c->dry_run)
-        die("vocab_size %d does not fit uint16 token files (max 65536); only dry_run=true plans such a model", c->vocab_size);
 }
 
 // GQA or MLA: head counts and widths RoPE can rotate.

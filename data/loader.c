@@ -2,7 +2,7 @@
 #include "data/loader.h"
 #include "core/common.h"
 
-void loader_init(DataLoader *dl, const uint16_t *tokens, size_t n, int S, double eval_fraction) {
+void loader_init(DataLoader *dl, const uint32_t *tokens, size_t n, int S, double eval_fraction) {
     size_t n_eval = (size_t)((double)n * eval_fraction);
     size_t need = (size_t)S + 1;
     if (n_eval < need || n - n_eval < need)

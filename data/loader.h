@@ -14,14 +14,14 @@
 #include <stdint.h>
 
 typedef struct {
-    const uint16_t *tokens;
+    const uint32_t *tokens;
     size_t ntok;
     int S;
     size_t train_begin, train_end;   // [begin, end) token ranges
     size_t eval_begin, eval_end;
 } DataLoader;
 
-void loader_init(DataLoader *dl, const uint16_t *tokens, size_t n, int S, double eval_fraction);
+void loader_init(DataLoader *dl, const uint32_t *tokens, size_t n, int S, double eval_fraction);
 int64_t loader_num_train_windows(const DataLoader *dl);
 // ids, targets: (S). Sequence g of the training stream.
 void loader_train_sequence(const DataLoader *dl, int64_t g, int *ids, int *targets);

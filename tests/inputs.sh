@@ -88,7 +88,7 @@ refused "load_checkpoint=MISSING" "No such file or directory" $TRAIN $C $FAST lo
 head -c 3000 README.md > "$T/text.txt"
 $TRAIN prepare "$T/text.txt" "$T/tok.bin" > /dev/null
 cp "$T/tok.bin" "$T/stray.bin"; printf 'x' >> "$T/stray.bin"
-refused "dataset_path=TOKENS+1 byte" "an odd number" $TRAIN $C $FAST dataset_path=$T/stray.bin
+refused "dataset_path=TOKENS+1 byte" "not a multiple of 2" $TRAIN $C $FAST dataset_path=$T/stray.bin
 # A FIFO: opening one waits for a writer; the trainer opens without waiting and refuses it.
 mkfifo "$T/fifo"
 refused "./train FIFO (a named pipe as the config)" "config file '$T/fifo' is not a regular file" timeout 20 $TRAIN "$T/fifo"
@@ -161,6 +161,100 @@ refused "hardware=gpu (a MaxText key that is device here)" \
 printf 'steps: 5\nload_parameters_path: gs://bucket/ckpt\n' > "$T/maxtext.yml"
 refused "a preset with MaxText's load_parameters_path on line 2" \
     "maxtext.yml:2: 'load_parameters_path' is a MaxText key that meshmoe does not have: use load_checkpoint" $TRAIN "$T/maxtext.yml"
+echo "-- MaxText's model files (their YAML: lists, quoted names, True/False, digits grouped by '_')"
+# Mixtral 8x7B's and DeepSeek-V3's dimensions written as MaxText's model files write them,
+# beside the same dimensions in meshmoe's plain form: `describe` (every key's value and every
+# tensor's shape) is the same for both.
+cat > "$T/mixtral-mt.yml" << 'EOF'
+# Mixtral 8x7B, MaxText's way
+base_emb_dim: 4096
+base_num_query_heads: 32
+base_num_kv_heads: 8
+base_mlp_dim: 14336
+base_moe_mlp_dim: 14336
+base_num_decoder_layers: 32
+head_dim: 128
+mlp_activations: ["silu","linear"]
+vocab_size: 32000
+enable_dropout: False
+logits_via_embedding: False
+normalization_layer_epsilon: 1.0e-5
+num_experts: 8
+num_experts_per_tok: 2
+rope_max_timescale: 1_000_000
+decoder_block: "mixtral"
+EOF
+printf '%s\n' base_emb_dim:4096 base_num_query_heads:32 base_num_kv_heads:8 base_mlp_dim:14336 \
+    base_moe_mlp_dim:14336 base_num_decoder_layers:32 head_dim:128 vocab_size:32000 \
+    normalization_layer_epsilon:0.00001 num_experts:8 num_experts_per_tok:2 rope_max_timescale:1000000 \
+    decoder_block:mixtral > "$T/mixtral-plain.yml"
+cat > "$T/deepseek-mt.yml" << 'EOF'
+base_emb_dim: 7168
+base_num_query_heads: 128
+base_num_kv_heads: 128
+base_mlp_dim: 18432
+base_moe_mlp_dim: 2048
+base_num_decoder_layers: 61
+first_num_dense_layers: 3
+mlp_activations: [ 'silu', 'linear' ]
+vocab_size: 129280
+enable_dropout: True
+dropout_rate: 0.0
+logits_via_embedding: False
+normalization_layer_epsilon: 1.0e-6
+num_experts: 256
+num_experts_per_tok: 8
+shared_experts: 1
+routed_scaling_factor: 2.5
+routed_score_func: "sigmoid"
+routed_bias: True
+decoder_block: "deepseek"
+attention_type: "mla"
+q_lora_rank: 1536
+kv_lora_rank: 512
+qk_nope_head_dim: 128
+qk_rope_head_dim: 64
+v_head_dim: 128
+mscale: 1.0
+rope_type: "yarn"
+rope_max_timescale: 10_000 # the rope theta
+max_position_embeddings: 163_840
+original_max_position_embeddings: 4096
+rope_factor: 40
+beta_fast: 32
+rope_interleave: True
+rope_truncate: True
+rope_attention_scaling: False
+EOF
+grep -v -e mlp_activations -e dropout -e logits_via_embedding "$T/deepseek-mt.yml" |
+    sed -e 's/10_000 # the rope theta/10000/' -e 's/163_840/163840/' -e 's/"//g' -e 's/True/true/; s/False/false/' \
+    > "$T/deepseek-plain.yml"
+for m in mixtral deepseek; do
+    $TRAIN describe "$T/$m-mt.yml" > "$T/$m-mt.json" 2> "$T/$m-mt.err"; r1=$?
+    $TRAIN describe "$T/$m-plain.yml" > "$T/$m-plain.json" 2>&1; r2=$?
+    check "$m: MaxText's model file loads as a preset and describes the plain file's model (exit $r1 and $r2, $(wc -c < "$T/$m-mt.json") bytes) $(head -c 160 "$T/$m-mt.err")" \
+        bash -c "[ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ -s $T/$m-mt.json ] && cmp -s $T/$m-mt.json $T/$m-plain.json"
+done
+check "... and the values reached the model (DeepSeek-V3: 256 experts, rope theta 10000, 61 layers)" \
+    bash -c "grep -q '\"num_experts\": 256' $T/deepseek-mt.json && grep -q '\"rope_max_timescale\": 10000' $T/deepseek-mt.json && grep -q '\"base_num_decoder_layers\": 61' $T/deepseek-mt.json"
+refused "mlp_activations: [\"gelu\",\"linear\"] (GeGLU)" \
+    "mlp_activations=[\"gelu\",\"linear\"] is MaxText's but not implemented here: the dense MLPs and the experts are SwiGLU" \
+    $TRAIN $C $FAST 'mlp_activations=["gelu","linear"]'
+refused "logits_via_embedding: True (tied embeddings)" \
+    "logits_via_embedding=True is MaxText's but not implemented here: the output head is a weight of its own" \
+    $TRAIN $C $FAST logits_via_embedding=True
+refused "dropout_rate=0.1" "dropout_rate=0.1 is MaxText's but not implemented here: there is no dropout" \
+    $TRAIN $C $FAST dropout_rate=0.1
+refused "steps=1__0 (a '_' not between two digits)" "key 'steps' wants an integer, got '1__0'" $TRAIN $C $FAST steps=1__0
+refused "rope_max_timescale=_10000" "key 'rope_max_timescale' wants a number, got '_10000'" \
+    $TRAIN $C $FAST rope_max_timescale=_10000
+printf 'base_config: "base.yml"\nsteps: 5\n' > "$T/mt-train.yml"
+refused "a MaxText training file's base_config" \
+    "mt-train.yml:1: 'base_config' is a MaxText key that meshmoe does not have: a preset is one flat file" \
+    $TRAIN "$T/mt-train.yml"
+refused "logical_axis_rules (MaxText's sharding rules)" \
+    "'logical_axis_rules' is a MaxText key that meshmoe does not have: each tensor's sharding over the mesh axes is fixed here" \
+    $TRAIN $C $FAST "logical_axis_rules=[['embed', ['fsdp']]]"
 # (one path for the three: the checkpoint's config names it)
 $TRAIN $C $FAST seed=7 save_checkpoint=$T/seed.safetensors > /dev/null 2>&1 && mv $T/seed.safetensors $T/seed7.safetensors
 $TRAIN $C $FAST init_weights_seed=7 save_checkpoint=$T/seed.safetensors > /dev/null 2>&1 && mv $T/seed.safetensors $T/iws7.safetensors

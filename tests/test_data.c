@@ -204,7 +204,7 @@ static void write_into_missing_dir(const void *arg) {
 static void test_tokfile(void) {
     char path[256];
     path_in(path, sizeof path, "tok.bin");
-    uint16_t tok[5] = {1, 65535, 0, 256, 42};
+    uint32_t tok[5] = {1, 65535, 0, 256, 42};
     tokfile_write(path, tok, 5);
     // The header by hand: int32 magic, version, count at offsets 0, 4, 8; tokens at 1024.
     FILE *f = fopen(path, "rb");
@@ -217,7 +217,7 @@ static void test_tokfile(void) {
     CHECK(magic == 20240520 && version == 1 && count == 5, "header %d %d %d", magic, version, count);
     CHECK(raw[1024] == 1 && raw[1025] == 0 && raw[1026] == 0xff && raw[1027] == 0xff, "tokens little-endian uint16");
     size_t n;
-    uint16_t *back = tokfile_read(path, &n);
+    uint32_t *back = tokfile_read(path, &n);
     CHECK(n == 5 && !memcmp(back, tok, sizeof tok), "token file round trip");
     free(back);
     // data_load picks the token reader by the magic, whatever the name says.
@@ -226,6 +226,23 @@ static void test_tokfile(void) {
     rename(path, renamed);
     back = data_load(renamed, &n);
     CHECK(n == 5 && back[1] == 65535, "data_load reads a token file by its magic");
+    free(back);
+    // A token over 65535 (DeepSeek-V3's vocabulary is 129280): written in llm.c's uint32
+    // format (magic 20240801, version 7), 4 bytes a token from offset 1024, and read back.
+    path_in(path, sizeof path, "tok32.bin");
+    uint32_t wide[3] = {129279, 7, 65536};
+    tokfile_write(path, wide, 3);
+    unsigned char raw32[1024 + 13];
+    f = fopen(path, "rb");
+    got = fread(raw32, 1, sizeof raw32, f);
+    fclose(f);
+    memcpy(&magic, raw32, 4); memcpy(&version, raw32 + 4, 4); memcpy(&count, raw32 + 8, 4);
+    CHECK(got == 1024 + 12 && magic == 20240801 && version == 7 && count == 3, "uint32 file: %zu bytes, header %d %d %d",
+          got, magic, version, count);
+    CHECK(raw32[1024] == 0xff && raw32[1025] == 0xf8 && raw32[1026] == 0x01 && raw32[1027] == 0 && raw32[1032] == 0 &&
+          raw32[1034] == 1, "tokens little-endian uint32");
+    back = data_load(path, &n);
+    CHECK(n == 3 && !memcmp(back, wide, sizeof wide), "uint32 token file round trip");
     free(back);
     // A text file: every byte a token.
     char text[256];
@@ -236,10 +253,10 @@ static void test_tokfile(void) {
     free(back);
 }
 
-static char bad_magic[256], truncated[256], longer[256], empty[256];
+static char bad_magic[256], truncated[256], longer[256], empty[256], cut32[256], mixed[256];
 static void load_path(const void *p) { size_t n; data_load((const char *)p, &n); }
 static void check_vocab_fails(const void *p) {
-    uint16_t t[3] = {1, 300, 2};
+    uint32_t t[3] = {1, 300, 2};
     data_check_vocab(t, 3, 256, (const char *)p);
 }
 
@@ -255,6 +272,14 @@ static void make_bad_tokfiles(void) {
     hdr[2] = 50;
     memcpy(buf, hdr, 1024);
     write_bytes(longer, buf, 1024 + 200);
+    path_in(cut32, sizeof cut32, "cut32.bin");   // uint32 tokens, the last one cut
+    hdr[0] = 20240801; hdr[1] = 7;
+    memcpy(buf, hdr, 1024);
+    write_bytes(cut32, buf, 1024 + 198);
+    path_in(mixed, sizeof mixed, "mixed.bin");   // the uint32 format's magic with the uint16 one's version
+    hdr[1] = 1;
+    memcpy(buf, hdr, 1024);
+    write_bytes(mixed, buf, 1024 + 200);
     path_in(bad_magic, sizeof bad_magic, "magic.bin");
     hdr[0] = 1234;
     memcpy(buf, hdr, 1024);
@@ -266,24 +291,24 @@ static void make_bad_tokfiles(void) {
 // ---- synthetic corpus ----
 static void test_synthetic(void) {
     size_t n1, n2;
-    uint16_t *a = synthetic_tokens(200000, 0x5eedULL, &n1), *b = data_load("synthetic", &n2);
-    CHECK(n1 == 200000 && n2 == n1 && !memcmp(a, b, n1 * 2), "synthetic corpus is deterministic (%zu tokens)", n1);
+    uint32_t *a = synthetic_tokens(200000, 0x5eedULL, &n1), *b = data_load("synthetic", &n2);
+    CHECK(n1 == 200000 && n2 == n1 && !memcmp(a, b, n1 * sizeof *a), "synthetic corpus is deterministic (%zu tokens)", n1);
     int ascii = 1, hist[128] = {0};
     for (size_t i = 0; i < n1; i++) { ascii &= a[i] < 128; if (a[i] < 128) hist[a[i]]++; }
     int distinct = 0;
     for (int i = 0; i < 128; i++) distinct += hist[i] > 0;
     CHECK(ascii && distinct > 15 && distinct < 40, "ASCII text with a small alphabet (%d symbols)", distinct);
     size_t n3;
-    uint16_t *c = synthetic_tokens(1000, 99, &n3);
-    CHECK(memcmp(a, c, 1000 * 2) != 0, "another seed gives another text");
+    uint32_t *c = synthetic_tokens(1000, 99, &n3);
+    CHECK(memcmp(a, c, 1000 * sizeof *a) != 0, "another seed gives another text");
     free(a); free(b); free(c);
 }
 
 // ---- loader ----
 static void test_loader(void) {
     enum { N = 1000, S = 16 };
-    uint16_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (uint16_t)i;
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)i;
     DataLoader dl;
     loader_init(&dl, tok, N, S, 0.2);
     CHECK(dl.train_end == 800 && dl.eval_begin == 800 && dl.eval_end == 1000, "split 800/200");
@@ -314,12 +339,12 @@ static void test_loader(void) {
     loader_train_sequence(&dl, 12345, ids2, tg2);
     CHECK(!memcmp(ids, ids2, sizeof ids) && !memcmp(tg, tg2, sizeof tg), "sequence g is a pure function of g");
     loader_eval_sequence(&dl, 2, ids, tg);
-    CHECK(ids[0] == tok[800 + 2 * S] && tg[S - 1] == tok[800 + 3 * S], "eval window 2 is tokens [832, 849)");
+    CHECK(ids[0] == (int)tok[800 + 2 * S] && tg[S - 1] == (int)tok[800 + 3 * S], "eval window 2 is tokens [832, 849)");
 }
 
 static void loader_too_small(const void *arg) {
     (void)arg;
-    static uint16_t tok[50];
+    static uint32_t tok[50];
     DataLoader dl;
     loader_init(&dl, tok, 50, 32, 0.1);
 }
@@ -336,6 +361,8 @@ int main(void) {
     expect_die("wrong magic", load_path, bad_magic, "magic number 1234");
     expect_die("truncated token file", load_path, truncated, "truncated: the header says 100 tokens, the file holds 75");
     expect_die("token file longer than its header", load_path, longer, "longer than its header");
+    expect_die("uint32 token file cut inside a token", load_path, cut32, "198 bytes after its header, not a multiple of 4");
+    expect_die("uint32 magic with the uint16 version", load_path, mixed, "has version 1; this reader knows version 1 with magic 20240520");
     expect_die("missing data file", load_path, "/nonexistent/data.txt", "cannot open data file '/nonexistent/data.txt'");
     expect_die("empty text file", load_path, empty, "is empty");
     expect_die("token outside the vocabulary", check_vocab_fails, "v.bin", "token 300 at position 1");

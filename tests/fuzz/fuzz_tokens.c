@@ -4,7 +4,7 @@
 #include "fuzz.h"
 #include "data/tokens.h"
 
-static uint16_t *tok;
+static uint32_t *tok;
 
 static void free_tok(void *unused) { (void)unused; free(tok); tok = NULL; }
 
