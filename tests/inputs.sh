@@ -237,6 +237,21 @@ for m in mixtral deepseek; do
 done
 check "... and the values reached the model (DeepSeek-V3: 256 experts, rope theta 10000, 61 layers)" \
     bash -c "grep -q '\"num_experts\": 256' $T/deepseek-mt.json && grep -q '\"rope_max_timescale\": 10000' $T/deepseek-mt.json && grep -q '\"base_num_decoder_layers\": 61' $T/deepseek-mt.json"
+# ... and trains: DeepSeek-V3's file at small widths (its vocabulary of 129280 kept) on a token
+# file in llm.c's uint32 format, tokens up to 129279.
+python3 -c "
+import struct, sys
+n = 4000
+toks = [(i * 7919) % 129280 if i % 5 == 0 else i % 256 for i in range(n)]
+open(sys.argv[1], 'wb').write(struct.pack('<256i', 20240801, 7, n, *[0] * 253) + struct.pack('<%dI' % n, *toks))
+" "$T/wide.bin"
+$TRAIN "$T/deepseek-mt.yml" dataset_path="$T/wide.bin" base_emb_dim=64 base_num_query_heads=4 base_num_kv_heads=4 \
+    base_mlp_dim=64 base_moe_mlp_dim=64 base_num_decoder_layers=4 num_experts=16 q_lora_rank=32 kv_lora_rank=16 \
+    qk_nope_head_dim=16 qk_rope_head_dim=8 v_head_dim=16 steps=2 max_target_length=32 per_device_batch_size=2 \
+    eval_steps=1 sample_length=0 log_period=1 metrics_file="$T/wide.jsonl" > "$T/wide.out" 2>&1
+finite=$(losses "$T/wide.jsonl" | grep -cE '^[0-9]+\.[0-9]+$')
+check "a vocabulary of 129280 trains on uint32 tokens: 2 steps, finite losses ($(losses $T/wide.jsonl | tr '\n' ' ')$(tail -1 $T/wide.out | grep meshmoe))" \
+    test "$finite" -eq 2
 refused "mlp_activations: [\"gelu\",\"linear\"] (GeGLU)" \
     "mlp_activations=[\"gelu\",\"linear\"] is MaxText's but not implemented here: the dense MLPs and the experts are SwiGLU" \
     $TRAIN $C $FAST 'mlp_activations=["gelu","linear"]'
