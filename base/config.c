@@ -150,7 +150,7 @@ static int only_value(const char *where, const char *key, const char *v) {
         for (const char *p = v; *p && n + 1 < sizeof bare; p++)
             if (!isspace((unsigned char)*p) && *p != '"' && *p != '\'') bare[n++] = *p;
         bare[n] = '\0';
-        if (has_word(ONLYS[i].values, bare)) return 1;
+        if (has_word(ONLYS[i].values, n ? bare : "\"\"")) return 1;   // (the empty value listed as "")
         die("%s: %s=%.200s is MaxText's but not implemented here: %s", where, key, v, ONLYS[i].why);
     }
     return 0;

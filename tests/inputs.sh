@@ -200,6 +200,8 @@ mlp_activations: [ 'silu', 'linear' ]
 vocab_size: 129280
 enable_dropout: True
 dropout_rate: 0.0
+quantization: ""
+packing: True
 logits_via_embedding: False
 normalization_layer_epsilon: 1.0e-6
 num_experts: 256
@@ -226,7 +228,7 @@ rope_interleave: True
 rope_truncate: True
 rope_attention_scaling: False
 EOF
-grep -v -e mlp_activations -e dropout -e logits_via_embedding "$T/deepseek-mt.yml" |
+grep -v -e mlp_activations -e dropout -e logits_via_embedding -e quantization -e packing "$T/deepseek-mt.yml" |
     sed -e 's/10_000 # the rope theta/10000/' -e 's/163_840/163840/' -e 's/"//g' -e 's/True/true/; s/False/false/' \
     > "$T/deepseek-plain.yml"
 for m in mixtral deepseek; do
@@ -258,6 +260,11 @@ refused "mlp_activations: [\"gelu\",\"linear\"] (GeGLU)" \
 refused "logits_via_embedding: True (tied embeddings)" \
     "logits_via_embedding=True is MaxText's but not implemented here: the output head is a weight of its own" \
     $TRAIN $C $FAST logits_via_embedding=True
+refused "quantization=int8" "quantization=int8 is MaxText's but not implemented here: the products run in float32 or bf16" \
+    $TRAIN $C $FAST quantization=int8
+refused "attention=cudnn_flash_te (MaxText's GPU attention)" \
+    "attention=cudnn_flash_te is MaxText's but not implemented here: MaxText's attention by cuDNN's fused flash kernels is attention=flash with device=gpu gpu_attention=cudnn here" \
+    $TRAIN $C $FAST attention=cudnn_flash_te
 refused "dropout_rate=0.1" "dropout_rate=0.1 is MaxText's but not implemented here: there is no dropout" \
     $TRAIN $C $FAST dropout_rate=0.1
 refused "steps=1__0 (a '_' not between two digits)" "key 'steps' wants an integer, got '1__0'" $TRAIN $C $FAST steps=1__0
