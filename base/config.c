@@ -151,7 +151,7 @@ static int only_value(const char *where, const char *key, const char *v) {
             if (!isspace((unsigned char)*p) && *p != '"' && *p != '\'') bare[n++] = *p;
         bare[n] = '\0';
         if (has_word(ONLYS[i].values, n ? bare : "\"\"")) return 1;   // (the empty value listed as "")
-        die("%s: %s=%.200s is MaxText's but not implemented here: %s", where, key, v, ONLYS[i].why);
+        die("%s: %s=%.200s is MaxText's, which meshmoe does not have: %s", where, key, v, ONLYS[i].why);
     }
     return 0;
 }
@@ -190,7 +190,7 @@ static int enum_value(const KeyDef *k, const char *v, const char *where) {
     names_text(k, names, sizeof names);
     for (size_t i = 0; i < sizeof NOT_HERES / sizeof NOT_HERES[0]; i++)
         if (NOT_HERES[i].names == k->names && has_word(NOT_HERES[i].refused, v))
-            die("%s: %s=%s is MaxText's but not implemented here: %s; use %s", where, k->name, v, NOT_HERES[i].why,
+            die("%s: %s=%s is MaxText's, which meshmoe does not have: %s; use %s", where, k->name, v, NOT_HERES[i].why,
                 names);
     int best = 3, near = -1;   // a name within two edits is suggested
     for (int i = 0; i < k->nnames; i++) {

@@ -152,7 +152,7 @@ refused "routed_score_func=topk" "routed_score_func must be \"\", 'softmax' or '
     $TRAIN $C $FAST routed_score_func=topk
 refused "remat_policy=ful" "remat_policy must be 'none', 'minimal', 'minimal_with_context', 'save_dot_except_mlp', 'save_dot_with_context_except_mlp', 'save_qkv_proj', 'save_out_proj', 'full', 'minimal_offloaded', 'qkv_proj_offloaded', 'custom', 'save_dot_except_mlpwi' or 'minimal_flash', got 'ful' (did you mean 'full'?)" \
     $TRAIN $C $FAST remat_policy=ful
-refused "rope_type=llama3.1" "rope_type=llama3.1 is MaxText's but not implemented here" $TRAIN $C $FAST rope_type=llama3.1
+refused "rope_type=llama3.1" "rope_type=llama3.1 is MaxText's, which meshmoe does not have" $TRAIN $C $FAST rope_type=llama3.1
 refused "MESHMOE_GEMM_KERNEL=avx1024 (environment)" "MESHMOE_GEMM_KERNEL='avx1024' is not one of: avx512, avx2, scalar" \
     env MESHMOE_GEMM_KERNEL=avx1024 $TRAIN $C $FAST
 check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor, muon, adam_pax\]$'"
@@ -255,17 +255,17 @@ finite=$(losses "$T/wide.jsonl" | grep -cE '^[0-9]+\.[0-9]+$')
 check "a vocabulary of 129280 trains on uint32 tokens: 2 steps, finite losses ($(losses $T/wide.jsonl | tr '\n' ' ')$(tail -1 $T/wide.out | grep meshmoe))" \
     test "$finite" -eq 2
 refused "mlp_activations: [\"gelu\",\"linear\"] (GeGLU)" \
-    "mlp_activations=[\"gelu\",\"linear\"] is MaxText's but not implemented here: the dense MLPs and the experts are SwiGLU" \
+    "mlp_activations=[\"gelu\",\"linear\"] is MaxText's, which meshmoe does not have: the dense MLPs and the experts are SwiGLU" \
     $TRAIN $C $FAST 'mlp_activations=["gelu","linear"]'
 refused "logits_via_embedding: True (tied embeddings)" \
-    "logits_via_embedding=True is MaxText's but not implemented here: the output head is a weight of its own" \
+    "logits_via_embedding=True is MaxText's, which meshmoe does not have: the output head is a weight of its own" \
     $TRAIN $C $FAST logits_via_embedding=True
-refused "quantization=int8" "quantization=int8 is MaxText's but not implemented here: the products run in float32 or bf16" \
+refused "quantization=int8" "quantization=int8 is MaxText's, which meshmoe does not have: the products run in float32 or bf16" \
     $TRAIN $C $FAST quantization=int8
 refused "attention=cudnn_flash_te (MaxText's GPU attention)" \
-    "attention=cudnn_flash_te is MaxText's but not implemented here: MaxText's attention by cuDNN's fused flash kernels is attention=flash with device=gpu gpu_attention=cudnn here" \
+    "attention=cudnn_flash_te is MaxText's, which meshmoe does not have: MaxText's attention by cuDNN's fused flash kernels is attention=flash with device=gpu gpu_attention=cudnn here" \
     $TRAIN $C $FAST attention=cudnn_flash_te
-refused "dropout_rate=0.1" "dropout_rate=0.1 is MaxText's but not implemented here: there is no dropout" \
+refused "dropout_rate=0.1" "dropout_rate=0.1 is MaxText's, which meshmoe does not have: there is no dropout" \
     $TRAIN $C $FAST dropout_rate=0.1
 refused "steps=1__0 (a '_' not between two digits)" "key 'steps' wants an integer, got '1__0'" $TRAIN $C $FAST steps=1__0
 refused "rope_max_timescale=_10000" "key 'rope_max_timescale' wants a number, got '_10000'" \

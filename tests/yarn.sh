@@ -78,7 +78,7 @@ check "load_hf of the export gives back every weight: $r" grep -q "bit-identical
 echo "== refused, with one message"
 expect_error "a position past yarn's table" "max_target_length 32 is past max_position_embeddings 16" \
     $TRAIN configs/mixtral-tiny.yml $FAST rope_type=yarn max_position_embeddings=16
-expect_error "Llama 3.1's RoPE" "rope_type=llama3.1 is MaxText's but not implemented here" \
+expect_error "Llama 3.1's RoPE" "rope_type=llama3.1 is MaxText's, which meshmoe does not have" \
     $TRAIN configs/mixtral-tiny.yml $FAST rope_type=llama3.1
 expect_error "load_hf into another RoPE" "rope_interleave" \
     $TRAIN $C $FAST $Y rope_interleave=false load_hf=$T/hf
