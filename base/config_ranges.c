@@ -4,11 +4,12 @@
 // range and the value (`adam_eps must be > 0, got 0`). `./train --help-config` prints
 // each key's range.
 #include "base/config.h"
+#include "base/memory.h"   // mem_host_share: this process's share of the host's memory
+#include "base/net.h"      // the run's processes: this one holds a slice of the devices
 #include "core/common.h"
 #include <float.h>
 #include <limits.h>
 #include <stddef.h>
-#include <unistd.h>
 
 typedef enum { R_INT, R_FLOAT, R_BOOL, R_STR, R_BYTES } RangeType;
 
@@ -160,12 +161,22 @@ void config_check_sizes(const Config *c) {
         die("num_threads %d x %lld devices = %lld compute threads: more than the 4096 this trainer starts "
             "(0 shares the cores out over the devices)", c->num_threads, (long long)ndev,
             (long long)c->num_threads * ndev);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    int64_t host = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
-    int64_t need = largest * (int64_t)sizeof(float) * ndev;
-    if (!c->dry_run && host > 0 && need > host)
-        die("%s alone would take %lld bytes on each of the %lld devices, %lld bytes in all: more than this host's "
-            "%lld bytes of memory (the simulated devices are threads sharing it); dry_run=true plans such a run "
-            "without computing it", largest_what, (long long)(largest * (int64_t)sizeof(float)), (long long)ndev,
-            (long long)need, (long long)host);
+    // Under ./train_mpi the ici sizes are the global mesh's by now (base/hybrid.c); this
+    // process holds its slice's devices only, an equal part of them.
+    const Net *net = net_current();
+    int64_t nlocal = net && net->nprocess > 1 && ndev % net->nprocess == 0 ? ndev / net->nprocess : ndev;
+    int nproc;
+    size_t share = mem_host_share(NULL, &nproc);
+    int64_t need = largest * (int64_t)sizeof(float) * nlocal;
+    char limit[160];   // what `share` is: the host's memory, or this process's part of it
+    if (nproc > 1)
+        snprintf(limit, sizeof limit, "%zu bytes, this process's 1/%d of this host's memory (%d processes of the run "
+                 "share it)", share, nproc, nproc);
+    else
+        snprintf(limit, sizeof limit, "this host's %zu bytes of memory", share);
+    if (!c->dry_run && share < SIZE_MAX && (uint64_t)need > share)
+        die("%s alone would take %lld bytes on each of %s%lld devices, %lld bytes in all: more than %s (the "
+            "simulated devices are threads sharing it); dry_run=true plans such a run without computing it",
+            largest_what, (long long)(largest * (int64_t)sizeof(float)), nlocal < ndev ? "this process's " : "the ",
+            (long long)nlocal, (long long)need, limit);
 }

@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"   // MemoryOps: where the backend's device buffers live
 #include "kernels/strict.h"    // strict_bind_device: the strict mode's region of the calling device
 #include "core/common.h"
+#include "base/net.h"           // the run's processes on this host share its memory
 #include <stdarg.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -258,32 +259,43 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
 }
 
 // The bytes all devices hold in this host's memory (the CPU backend's device buffers and every
-// device's host buffers), against the host's physical memory: Linux hands out memory it does
-// not have, and a run whose buffers outgrow it would be ended by the kernel's out-of-memory
-// killer without a word, so it stops here naming the buffer. MESHMOE_HOST_MEMORY (bytes)
-// stands in for the physical size (tests/inputs.sh).
+// device's host buffers), against this process's share of the host's physical memory: Linux
+// hands out memory it does not have, and a run whose buffers outgrow it would be ended by the
+// kernel's out-of-memory killer without a word, so it stops here naming the buffer.
 static _Atomic size_t host_held;
 
-static size_t host_memory(void) {
+size_t mem_host_share(size_t *whole, int *nproc) {
     static _Atomic size_t known;
     size_t n = known;
-    if (n) return n;
-    const char *env = getenv("MESHMOE_HOST_MEMORY");
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    n = env && *env ? (size_t)strtoull(env, NULL, 10) : pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
-    known = n ? n : SIZE_MAX;
-    return known;
+    if (!n) {
+        const char *env = getenv("MESHMOE_HOST_MEMORY");
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        n = env && *env ? (size_t)strtoull(env, NULL, 10) : pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+        known = n = n ? n : SIZE_MAX;
+    }
+    const Net *net = net_current();
+    int k = net && net->host_nprocess > 1 ? net->host_nprocess : 1;
+    if (whole) *whole = n;
+    if (nproc) *nproc = k;
+    return n == SIZE_MAX ? n : n / (size_t)k;
 }
 
 static void host_take(size_t bytes, MemTag tag, const char *name) {
     size_t held = atomic_fetch_add(&host_held, bytes) + bytes;
-    if (held <= host_memory()) return;
+    int k;
+    size_t share = mem_host_share(NULL, &k);
+    if (held <= share) return;
     atomic_fetch_sub(&host_held, bytes);
-    char a[32], b[32], c[32];
+    char a[32], b[32], c[32], limit[160];   // limit: what `share` is, the host's memory or this process's part
+    if (k > 1)
+        snprintf(limit, sizeof limit, "%s, this process's 1/%d of this host's memory (%d processes of the run share "
+                 "it)", mem_fmt(share, c, sizeof c), k, k);
+    else
+        snprintf(limit, sizeof limit, "its %s", mem_fmt(share, c, sizeof c));
     die("host out of memory: '%s' (%s, %s) would bring what the devices hold in this host's memory to %s, more "
-        "than its %s (the simulated devices are threads sharing it); lower per_device_batch_size or "
+        "than %s (the simulated devices are threads sharing it); lower per_device_batch_size or "
         "eval_per_device_batch_size, or plan the run with dry_run=true", name, MEM_TAG_NAMES[tag],
-        mem_fmt(bytes, a, sizeof a), mem_fmt(held, b, sizeof b), mem_fmt(host_memory(), c, sizeof c));
+        mem_fmt(bytes, a, sizeof a), mem_fmt(held, b, sizeof b), limit);
 }
 
 // A buffer handed out unzeroed (mem_alloc_uninit) is filled with 0xff bytes in the

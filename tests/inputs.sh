@@ -134,9 +134,12 @@ refused "ici_data_parallelism=256 per_device_batch_size=15 max_target_length=262
 refused "eval_per_device_batch_size=600000" "lower eval_per_device_batch_size or max_target_length" \
     $TRAIN $C $FAST eval_per_device_batch_size=600000
 # The devices' buffers against the host's memory (here said to be 2 GB): the eval batch's
-# forward needs about 60 GB, stopped with a message at the buffer that would pass it, where
-# the kernel's out-of-memory killer would end the run without one.
-refused "eval_per_device_batch_size=100000, a host of 2 GB" "host out of memory: " \
+# forward needs about 18 GB, stopped with a message at the buffer that would pass it, where
+# the kernel's out-of-memory killer would end the run without one; with a batch whose largest
+# tensor alone (3.3 GB) passes it, before the mesh starts.
+refused "eval_per_device_batch_size=30000, a host of 2 GB" "host out of memory: " \
+    env MESHMOE_HOST_MEMORY=2000000000 $TRAIN $C $FAST eval_per_device_batch_size=30000
+refused "eval_per_device_batch_size=100000, a host of 2 GB" "more than this host's 2000000000 bytes of memory" \
     env MESHMOE_HOST_MEMORY=2000000000 $TRAIN $C $FAST eval_per_device_batch_size=100000
 refused "hbm_capacity=0.5" "is not a whole number of bytes" $TRAIN $C $FAST hbm_capacity=0.5
 refused "'steps= 3' (a blank before the number)" "key 'steps' wants an integer, got ' 3'" $TRAIN $C $FAST "steps= 3"

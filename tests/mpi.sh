@@ -152,12 +152,13 @@ MESHES
 expect_error "./train refuses a mesh over processes" "./train_mpi" \
     $TRAIN configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
 # mpi_fails NAME PHRASE MAXLINES NPROC ARGS...: the job ends non-zero within 60 s, with at
-# most MAXLINES "meshmoe:" lines, each with PHRASE, and no training step.
+# most MAXLINES "meshmoe:" lines, each with PHRASE, and no training step (the model's line at
+# start-up, "meshmoe: mixtral model, ...", is not counted).
 mpi_fails() {
     local name=$1 phrase=$2 most=$3 np=$4; shift 4
     local t0=$SECONDS rc
     timeout 60 $MPIRUN -np "$np" "$@" < /dev/null > $T/fail.out 2>&1; rc=$?
-    local msgs; msgs=$(grep '^meshmoe:' $T/fail.out | grep -v 'interrupted by SIGTERM')
+    local msgs; msgs=$(grep '^meshmoe:' $T/fail.out | grep -v 'interrupted by SIGTERM' | grep -v '^meshmoe: [a-z]* model, ')
     local n; n=$(printf '%s\n' "$msgs" | grep -c .)
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$n" -ge 1 ] && [ "$n" -le "$most" ] &&
        [ "$(printf '%s\n' "$msgs" | grep -cF -- "$phrase")" -eq "$n" ] && ! grep -q '^step' $T/fail.out; then
@@ -199,6 +200,19 @@ mpi_fails "a dataset missing on one host stops every process, with that host's m
 mpi_fails "a device out of memory on one process ends the job, with its message" "process 1: device 1 out of memory" 1 \
     1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 $FAST : \
     -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 per_device_batch_size=4 $FAST hbm_capacity=20MiB
+
+# Processes on one host share its memory (here said to be 80 MB, and 5 GB): each compares
+# what its devices hold with its part of it, half for two. One device's run (about 50 MB)
+# fits the whole host, not half of it: stopped at the buffer that passes 40 MB. A run whose
+# largest tensor (3.3 GB on each device) fits 5 GB, not 2.5: refused before the mesh starts.
+fits_whole() { env MESHMOE_HOST_MEMORY=80000000 $TRAIN configs/mixtral-tiny.yml $FAST > /dev/null 2>&1; }
+check "one device's run fits a host of 80 MB (MESHMOE_HOST_MEMORY): the run that 2 processes make next" fits_whole
+mpi_fails "2 processes on a host of 80 MB: each stops at its half, naming it" "this process's 1/2 of this host's memory" 2 \
+    2 -x MESHMOE_HOST_MEMORY=80000000 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
+mpi_fails "2 processes on a host of 5 GB, 3.3 GB tensors: refused before the mesh starts, said once" \
+    "on each of this process's 1 devices, 3276800000 bytes in all: more than 2500000000 bytes, this process's 1/2" 1 \
+    2 -x MESHMOE_HOST_MEMORY=5000000000 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST \
+    eval_per_device_batch_size=25000
 
 # A process killed (SIGKILL) in the middle of training: the job ends within 30 s, and
 # mpirun names the process.
