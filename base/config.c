@@ -560,8 +560,11 @@ static void validate_training(const Config *c) {
     if (c->checkpoint_period > 0 && !c->save_checkpoint[0])
         die("checkpoint_period=%d saves every %d steps to save_checkpoint, which is not set: give "
             "save_checkpoint=PATH, or leave checkpoint_period at 0", c->checkpoint_period, c->checkpoint_period);
-    if (c->warmup_steps_fraction < 0 || c->warmup_steps_fraction > 1)
+    // Both fractions are in range before they become step counts below (int of a product).
+    if (!(c->warmup_steps_fraction >= 0 && c->warmup_steps_fraction <= 1))
         die("warmup_steps_fraction must be in [0,1], got %g", c->warmup_steps_fraction);
+    if (!(c->wsd_decay_steps_fraction >= 0 && c->wsd_decay_steps_fraction <= 1))
+        die("wsd_decay_steps_fraction must be in [0,1], got %g", c->wsd_decay_steps_fraction);
     int len = cfg_lr_schedule_length(c), warm = cfg_lr_warmup_steps(c), decay = cfg_lr_wsd_decay_steps(c);
     if (c->lr_schedule_type == LR_SCHEDULE_WSD && warm + decay > len)
         die("lr_schedule_type=wsd: warmup_steps_fraction (%g: %d steps) and wsd_decay_steps_fraction (%g: %d steps) "

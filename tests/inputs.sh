@@ -108,6 +108,10 @@ refused "a preset setting learning_rate_final_fraction and its earlier name" \
     $TRAIN "$T/dupname.yml"
 refused "lr_schedule_type=wsd with warm-up 0.6 and decay 0.5" "their sum must be at most 1" \
     $TRAIN $C $FAST steps=10 lr_schedule_type=wsd warmup_steps_fraction=0.6 wsd_decay_steps_fraction=0.5
+# Found by the preset fuzzer: the decay's share made a step count (int of the share x steps)
+# before its range was checked, a float-to-int overflow.
+refused "wsd_decay_steps_fraction=2147483647748" "wsd_decay_steps_fraction must be in [0,1], got 2.14748e+12" \
+    $TRAIN $C $FAST wsd_decay_steps_fraction=2147483647748
 printf 'steps: 5\n' > "$T/five.yml"
 check "the command line may override a preset's key" $TRAIN "$T/five.yml" dry_run=true steps=3 > /dev/null
 cp "$T/text.txt" "$T/a#b.txt"
