@@ -132,21 +132,31 @@ static void read_config(Config *c, int argc, char **argv) {
     if (c->device == DEVICE_GPU && !c->dry_run && !backend_gpu(cublas, attention, &why)) die("device=gpu: %s", why);
 }
 
-// 1, over several processes: every process reads and checks the config, quietly (die()
-// jumps back here), and then they agree: one message, from the first process that failed
-// (base/net.h). So an error every process finds is said once, and a file missing on one
-// host stops every process with that host's message.
-static void read_config_agreed(Config *c, int argc, char **argv) {
+// Over several processes, fn(arg) runs in every process quietly (die() jumps back here), and
+// then they agree: one message, from the first process that failed (base/net.h). So an error
+// every process finds (a config key, a checkpoint's batch) is said once, and a file missing
+// on one host stops every process with that host's message.
+static void agreed(void (*fn)(void *), void *arg) {
     const Net *net = net_current();
-    if (!net || net->nprocess == 1) { read_config(c, argc, argv); return; }
+    if (!net || net->nprocess == 1) { fn(arg); return; }
     jmp_buf jump;
     int failed = setjmp(jump);
     if (!failed) {
         die_set_jump(&jump, 1);
-        read_config(c, argc, argv);
+        fn(arg);
     }
     die_set_jump(NULL, 0);
     net->agree(failed, die_last_message());
+}
+
+typedef struct { Config *c; int argc; char **argv; } ConfigArgs;
+static void read_config_of(void *arg) {
+    ConfigArgs *a = arg;
+    read_config(a->c, a->argc, a->argv);
+}
+static void read_config_agreed(Config *c, int argc, char **argv) {
+    ConfigArgs a = {c, argc, argv};
+    agreed(read_config_of, &a);
 }
 
 // A dry run over several processes: process 0 plans the global mesh alone, every device of
@@ -191,12 +201,18 @@ static Bf16Storage bf16_storage_checked(const Config *c) {
 
 // 2. The mesh: one thread per device, each with its own allocator (base/mesh.h). A run
 // that starts from saved weights has them checked against the config here, before training.
+typedef struct { Mesh *mesh; const Config *c; } MeshArgs;
+static void check_start(void *arg) {
+    const MeshArgs *a = arg;
+    model_check_mesh(a->c, a->mesh);
+    if (a->c->load_hf[0] && a->c->load_checkpoint[0])
+        die("load_hf and load_checkpoint both given: a run starts from one of them");
+    if (a->c->load_checkpoint[0]) checkpoint_check(a->c, a->c->load_checkpoint);   // its metadata and tensors
+}
 static void start_mesh(Mesh *mesh, const Config *c) {
     mesh_init(mesh, c);
-    model_check_mesh(c, mesh);
-    if (c->load_hf[0] && c->load_checkpoint[0])
-        die("load_hf and load_checkpoint both given: a run starts from one of them");
-    if (c->load_checkpoint[0]) checkpoint_check(c, c->load_checkpoint);   // its metadata and tensors
+    MeshArgs a = {mesh, c};
+    agreed(check_start, &a);   // over several processes, said once (or by the host that failed)
     // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
     // in parallel with OpenMP; OpenBLAS's own threads on top would contend with those for
     // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).

@@ -397,7 +397,7 @@ refused "figure schedule CONFIG.yml CONFIG.yml" "is the same file as figure CONF
     $TRAIN figure schedule "$ID/preset.yml" "$ID/preset.yml" ici_pipeline_parallelism=2
 refused "export-hf DIR/model.safetensors DIR" "model.safetensors of export-hf OUT_DIR" \
     $TRAIN export-hf "$ID/hf/model.safetensors" "$ID/hf"
-refused "resume with steps=2 from a checkpoint of steps=1" "set learning_rate_schedule_steps=1 to keep the checkpoint's schedule" \
+refused "resume with steps=2 from a checkpoint of steps=1" "set learning_rate_schedule_steps=1 to keep the checkpoint's schedule, whose rate is 0 from step 1 on" \
     $TRAIN $C $FAST steps=2 load_checkpoint="$ID/ck.safetensors"
 
 echo "-- inputs and outputs of the other commands"

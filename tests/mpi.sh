@@ -171,6 +171,11 @@ mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" 
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
 mpi_fails "dump_parity over processes is refused (not yet supported), said once" "dump_parity is not supported" 1 \
     2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dump_parity=$T/dump $FAST
+# A checkpoint every process checks alike, before training: its mismatch said once too.
+mpi_fails "a checkpoint of another global batch (8 sequences a step, 4 here): said once" \
+    "the global batch is 8 sequences per step in the checkpoint" 1 \
+    2 ./train_mpi configs/deepseek-tiny.yml dcn_fsdp_parallelism=2 per_device_batch_size=2 $FAST \
+    load_checkpoint=$T/ck.safetensors steps=8
 
 # memory_trace over processes: each writes its devices' events, process 0 the file; on dcn
 # fsdp=2 x ici data=2 process 0 holds devices 0 and 2. The file is ./train's, byte for byte.

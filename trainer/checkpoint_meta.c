@@ -90,10 +90,15 @@ static int devices_of(const Config *c) {
 static void check_schedule(const Config *ck, const Config *run, const char *path) {
     int lck = cfg_lr_schedule_length(ck), lrun = cfg_lr_schedule_length(run);
     if (lck == lrun) return;
+    char after[320] = "";   // what keeping it means for a run past its end
+    if (run->steps > lck)
+        snprintf(after, sizeof after, ", whose rate is 0 from step %d on (MaxText's constant-zero piece); to train on "
+                 "from these weights with a new schedule, export them (./train export-hf %s DIR) and start from "
+                 "load_hf=DIR", lck, path);
     die("load_checkpoint %s: the learning-rate schedule's length is %d in the checkpoint "
         "(learning_rate_schedule_steps %d, steps %d), %d in this run (learning_rate_schedule_steps %d, steps %d): "
-        "set learning_rate_schedule_steps=%d to keep the checkpoint's schedule", path, lck,
-        ck->learning_rate_schedule_steps, ck->steps, lrun, run->learning_rate_schedule_steps, run->steps, lck);
+        "set learning_rate_schedule_steps=%d to keep the checkpoint's schedule%s", path, lck,
+        ck->learning_rate_schedule_steps, ck->steps, lrun, run->learning_rate_schedule_steps, run->steps, lck, after);
 }
 
 void checkpoint_check_config(const Config *ck, const Config *run, const char *path) {
