@@ -62,15 +62,16 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// A run over several processes (./train_mpi, docs/mpi.md) leaves out, for now, the parity
-// dump, which gathers whole tensors on one device outside the collectives. (A dry run is
-// planned by process 0 alone: plan_alone.)
+// The parity dump runs on one device (the parity test's tool, below in main), and a run over
+// several processes (./train_mpi, docs/mpi.md) has a device in each at least: said before the
+// mesh starts. (A dry run is planned by process 0 alone: plan_alone.)
 static void check_processes(const Config *c) {
     const Net *net = net_current();
     if (!net || net->nprocess == 1) return;
     if (c->dump_parity[0])
-        die("dump_parity is not supported over several processes yet (dcn_*_parallelism > 1): run it with ./train on "
-            "the same global mesh (ici_<axis>_parallelism = dcn x ici)");
+        die("dump_parity runs on one device (the parity test's tool), and %d processes (dcn_*_parallelism) hold "
+            "%d devices at least: run it with ./train, without the dcn_* and ici_* keys", net->nprocess,
+            net->nprocess);
 }
 
 // gpu_matmul as backend_gpu takes it: 0 the ordered GEMM, 1 cuBLAS, 2 cuBLAS with bf16 forward products.
