@@ -38,6 +38,9 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
                  profiles (tests/attention_peer.py), set beside meshmoe's attention family
   torch.compile  the PyTorch peer compiled, after the first two variants, when the time budget
                  has room for it
+  meshmoe, per_device_batch_size=8  twice the preset's tokens a step (the optimizer's pass and
+                 the products' fixed costs shared by twice the tokens), its MFU of its own FLOPs
+                 and its time per token beside the default's, when there is time
   meshmoe, gpu_attention=tiles  the attention core on CUDA cores, when there is time
   meshmoe, ordered GEMM  gpu_matmul=ordered (the default: the CPU's bits, no tensor cores),
                  last, when the time budget has room for it
@@ -223,13 +226,16 @@ def plan(preset):
     return found[1] if r.returncode == 0 and found else f"failed (exit {r.returncode}): {last_line(r.stdout + r.stderr)}"
 
 
-def row(preset, name, res, flops, tokens, peak_tflops, base):
+def row(preset, name, res, flops, tokens, peak_tflops, base, times=1):
+    """A system's row; `times` the step's batch over the preset's (its FLOPs and tokens that many
+    times the preset's, its ratio to meshmoe's taken per token)."""
     if "s" not in res:
         print(f"| {preset} | {name} | {res['why']} | | | | | |")
         return
     s = statistics.median(res["s"])
+    flops, tokens = flops * times, tokens * times
     mfu = f"{100 * flops / s / (peak_tflops * 1e12):.1f}%" if peak_tflops else "-"
-    ratio = f"{s / base:.2f}" if base else "-"
+    ratio = f"{s / times / base:.2f}" if base else "-"
     print(f"| {preset} | {name} | {s:.3f} | {tokens / s:.0f} | {res['peak']} | {mfu} | {ratio} | {res['loss']} |")
 
 
@@ -282,6 +288,10 @@ STORAGE_OFF = "meshmoe, bf16_storage=off, profile=true"  # the weights' copy as 
 GROUPED_KERNEL = "meshmoe, MESHMOE_GROUPED=kernel"  # the experts' grouped products by gpu/grouped16.cu
 LT_OFF = "meshmoe, MESHMOE_CUBLAS_LT=off"  # the 16-bit products by cublasGemmEx, no algorithm kept (gpu/matmul_lt.cu)
 CUDNN = "meshmoe, gpu_attention=cudnn, profile=true"  # the attention core by cuDNN (gpu/attn_cudnn.cu)
+# Twice the preset's sequences a step (the planner: 65.14 and 67.19 GiB with cuBLAS's workspace,
+# both within an 80 GB GPU): the optimizer's pass over 3 billion parameters (about 92 GB of
+# traffic, 22-29 ms) and each expert product's fixed costs shared by twice the tokens.
+BATCH2 = "meshmoe, per_device_batch_size=8 (2 x the tokens; step time / meshmoe's per token)"
 
 
 def megablox_on(preset):
@@ -334,6 +344,8 @@ def main():
         for preset in PRESETS:
             results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
         for preset in PRESETS:
+            results[preset][BATCH2] = meshmoe(preset, ("per_device_batch_size=8",))
+        for preset in PRESETS:
             results[preset][STORAGE_OFF] = meshmoe(preset, ("bf16_storage=off", "profile=true"))
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
@@ -355,10 +367,11 @@ def main():
         res = results[preset]
         flops, tokens = model_flops(res["cfg"])
         base = statistics.median(res["meshmoe"]["s"]) if "s" in res["meshmoe"] else None
-        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", CUDNN, LT_OFF, MEGABLOX, GROUPED_KERNEL,
-                       DQ_SCORES, STORAGE_OFF, CONVERT, TILES, "meshmoe, ordered GEMM"):
+        for system in ("meshmoe", "PyTorch eager", "torch.compile", "JAX jit", CUDNN, LT_OFF, BATCH2, MEGABLOX,
+                       GROUPED_KERNEL, DQ_SCORES, STORAGE_OFF, CONVERT, TILES, "meshmoe, ordered GEMM"):
             name = f"meshmoe, {megablox_flipped(preset)}" if system == MEGABLOX else system
-            row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base)
+            row(preset, MESHMOE if system == "meshmoe" else name, res[system], flops, tokens, peak_tflops, base,
+                2 if system == BATCH2 else 1)
         print(f"|  | ({preset}: {flops / 1e12:.2f} TFLOP per step, {tokens} tokens, {STEPS} steps a system, the "
               f"first {WARMUP} not counted) | | | | | | |")
     # The planner's peak, made before the runs, beside the one meshmoe's run measured.

@@ -98,7 +98,10 @@ has "deepseek-medium's meshmoe row" \
 has "the model FLOPs of mixtral-medium" \
     "|  | (mixtral-medium: 46.11 TFLOP per step, 8192 tokens, 8 steps a system, the first 3 not counted) | | | | | | |"
 rows=$(printf '%s\n' "$out" | grep -c '^| mixtral-medium |')
-check "every system has its mixtral-medium row: $rows of 13" test "$rows" -eq 13
+check "every system has its mixtral-medium row: $rows of 14" test "$rows" -eq 14
+# Twice the tokens a step in the same 0.300 s: twice the FLOPs and tokens/s, half the time a token.
+has "the batch of twice the tokens: its own FLOPs, its time per token" \
+    "| mixtral-medium | meshmoe, per_device_batch_size=8 (2 x the tokens; step time / meshmoe's per token) | 0.300 | 54613 | 50.00 GiB | 31.1% | 0.50 | 10.5000 -> 3.5000 |"
 # The attention family's floor: 1920 GFLOP at 778.1 TFLOP/s is 2.47 ms, 5% of its 49.20.
 has "the attention family against its floor" \
     "| attention | 16 | 49.20 | 16.4% | 39024.4 | 203.3 | 2.47 (FLOPs) | 5% |"
