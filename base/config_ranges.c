@@ -166,7 +166,7 @@ void config_check_sizes(const Config *c) {
     const Net *net = net_current();
     int64_t nlocal = net && net->nprocess > 1 && ndev % net->nprocess == 0 ? ndev / net->nprocess : ndev;
     int nproc;
-    size_t share = mem_host_share(NULL, &nproc);
+    size_t share = mem_host_share(&nproc);
     int64_t need = largest * (int64_t)sizeof(float) * nlocal;
     char limit[160];   // what `share` is: the host's memory, or this process's part of it
     if (nproc > 1)

@@ -264,7 +264,7 @@ int mem_largest_live(const Device *d, int k, const char **name, MemTag *tag, siz
 // kernel's out-of-memory killer without a word, so it stops here naming the buffer.
 static _Atomic size_t host_held;
 
-size_t mem_host_share(size_t *whole, int *nproc) {
+size_t mem_host_share(int *nproc) {
     static _Atomic size_t known;
     size_t n = known;
     if (!n) {
@@ -275,15 +275,14 @@ size_t mem_host_share(size_t *whole, int *nproc) {
     }
     const Net *net = net_current();
     int k = net && net->host_nprocess > 1 ? net->host_nprocess : 1;
-    if (whole) *whole = n;
-    if (nproc) *nproc = k;
+    *nproc = k;
     return n == SIZE_MAX ? n : n / (size_t)k;
 }
 
 static void host_take(size_t bytes, MemTag tag, const char *name) {
     size_t held = atomic_fetch_add(&host_held, bytes) + bytes;
     int k;
-    size_t share = mem_host_share(NULL, &k);
+    size_t share = mem_host_share(&k);
     if (held <= share) return;
     atomic_fetch_sub(&host_held, bytes);
     char a[32], b[32], c[32], limit[160];   // limit: what `share` is, the host's memory or this process's part

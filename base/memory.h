@@ -82,9 +82,9 @@ void mem_hold(void *p);
 void mem_release_held(void);
 // The bytes of this host's memory that this process's devices may hold: its physical memory
 // (MESHMOE_HOST_MEMORY, in bytes, stands in for it), shared out equally among the run's
-// processes on this host (./train_mpi; each runs a slice of as many devices). *whole gets
-// the host's bytes and *nproc the processes sharing them (either may be NULL).
-size_t mem_host_share(size_t *whole, int *nproc);
+// processes on this host (./train_mpi; each runs a slice of as many devices). *nproc gets
+// the number of processes sharing it.
+size_t mem_host_share(int *nproc);
 // The same in the device's host memory (pinned host RAM next to the accelerator).
 void *mem_alloc_host(MemTag tag, size_t bytes, const char *name);
 // Move a buffer to host memory / back to the device: a new buffer of the same tag, name and

@@ -90,7 +90,7 @@ static int devices_of(const Config *c) {
 static void check_schedule(const Config *ck, const Config *run, const char *path) {
     int lck = cfg_lr_schedule_length(ck), lrun = cfg_lr_schedule_length(run);
     if (lck == lrun) return;
-    char after[320] = "";   // what keeping it means for a run past its end
+    char after[CFG_STR + 256] = "";   // what keeping it means for a run past its end (path: CFG_STR)
     if (run->steps > lck)
         snprintf(after, sizeof after, ", whose rate is 0 from step %d on (MaxText's constant-zero piece); to train on "
                  "from these weights with a new schedule, export them (./train export-hf %s DIR) and start from "
