@@ -102,10 +102,11 @@ static int edit_distance(const char *a, const char *b) {
     return d[la][lb];
 }
 
+// The key nearest name, if it is near enough to be a typo of it (at most a third of its
+// letters changed, or two): NULL otherwise, where any suggestion would be a stray key.
 static const char *closest_key(const char *name) {
-    int best = 1 << 30;
-    const char *bestname = KEYS[0].name;
-    int n = (int)strlen(name);
+    int n = (int)strlen(name), best = MM_MAX(2, n / 3) + 1;
+    const char *bestname = NULL;
     for (int i = 0; i < NKEYS; i++) {
         if (abs(n - (int)strlen(KEYS[i].name)) >= best) continue;   // the distance is at least that
         int d = edit_distance(name, KEYS[i].name);
@@ -158,15 +159,20 @@ static int only_value(const char *where, const char *key, const char *v) {
 
 // An unknown key: a MaxText key says what does its work here; for any other the closest
 // valid one is suggested when the name could be a key at all (lowercase letters, digits
-// and '_'), so that a stray byte is not compared with every key.
+// and '_'), so that a stray byte is not compared with every key, and when it is near enough
+// to be a typo ('bogus' is no misspelt 'steps').
 static void die_unknown_key(const char *where, const char *key) {
     for (size_t i = 0; i < sizeof ELSEWHERES / sizeof ELSEWHERES[0]; i++)
         if (!strcmp(ELSEWHERES[i].key, key))
             die("%s: '%s' is a MaxText key that meshmoe does not have: %s", where, key, ELSEWHERES[i].here);
     size_t n = strlen(key);
-    if (n > 0 && n < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_") == n)
-        die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)", where, key,
-            closest_key(key));
+    if (n > 0 && n < 64 && strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_") == n) {
+        const char *near = closest_key(key);
+        if (near)
+            die("%s: unknown config key '%s' (did you mean '%s'? ./train --help-config lists them all)", where, key,
+                near);
+        die("%s: unknown config key '%s' (./train --help-config lists them all)", where, key);
+    }
     die("%s: unknown config key '%.100s' (keys are lowercase letters, digits and '_'; ./train --help-config lists "
         "them all)", where, key);
 }

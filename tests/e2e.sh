@@ -89,6 +89,8 @@ check "token file and raw text give the same losses" \
 echo "== bad input: one clear message, exit 1, nothing half-written"
 C=configs/mixtral-tiny.yml
 expect_error "unknown key" "did you mean 'num_experts_per_tok'" $TRAIN $C num_expert_per_tok=2
+expect_error "unknown key far from every key: no suggestion" "unknown config key 'bogus' (./train --help-config lists them all)" \
+    $TRAIN $C bogus=1
 expect_error "unknown key in a preset" "did you mean 'base_emb_dim'" bash -c "printf 'base_emb_dims: 64\n' > $T/bad.yml; $TRAIN $T/bad.yml"
 expect_error "wrong value type" "wants an integer" $TRAIN $C base_emb_dim=big
 expect_error "wrong bool" "wants true or false" $TRAIN $C sparse_matmul=maybe
