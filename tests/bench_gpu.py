@@ -8,7 +8,10 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
                  MESHMOE_ARGS replaces those keys)
   PyTorch eager  transformers' MixtralForCausalLM / DeepseekV3ForCausalLM with the same
                  config, bf16 autocast over float32 masters, fused AdamW (tests/bench_peers.py)
-  JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax
+  JAX jit        tests/parity/reference.py's model, bf16 compute over float32 masters, optax;
+                 under the table, how many of its jax.lax.ragged_dot ops (the sparse experts)
+                 XLA kept as grouped products: the others it expands to dense products over
+                 every expert, zeros padded in (num_experts / experts_per_tok times the FLOPs)
   meshmoe, gpu_attention=cudnn, profile=true  the attention core by cuDNN's fused flash
                  attention (gpu/attn_cudnn.cu) where the default runs the backend's own
                  tensor-core kernels (gpu/attn_mma.cu), first of the variants, its kernel table
@@ -147,7 +150,11 @@ def meshmoe(preset, extra=(), limit=120, env=None):
 
 
 def peer(which, describe, limit):
-    out, rc, _ = run([PEERS, "-u", os.path.join(ROOT, "tests", "bench_peers.py"), which, describe, str(STEPS)], limit)
+    env = None
+    if which == "jax":   # XLA's HLO of the step, to say how it lowered the experts' ragged_dot
+        env = {"BENCH_XLA_DUMP": tempfile.mkdtemp(prefix="meshmoe-xla.", dir=os.path.dirname(describe))}
+    out, rc, _ = run([PEERS, "-u", os.path.join(ROOT, "tests", "bench_peers.py"), which, describe, str(STEPS)], limit,
+                     env)
     print(f"==== {which}\n{out}", file=LOG, flush=True)
     s = [float(x) for x in re.findall(r"^step \d+ seconds ([\d.]+)", out, re.M)]
     loss = re.findall(r"^step \d+ seconds [\d.]+ loss (\S+)", out, re.M)
@@ -157,8 +164,9 @@ def peer(which, describe, limit):
     if (rc != 0 and rc != 124) or len(s) < 2:
         return {"why": f"failed (exit {rc}): {last_line(out)}"}
     stopped = f" (stopped at the limit after {len(s)} steps)" if rc == 124 else ""
+    ragged = re.search(r"^xla ragged_dot: (.*)$", out, re.M)
     return {"s": counted(s), "peak": f"{int(peak[1]) / 2**30:.2f} GiB" if peak else "?",
-            "loss": f"{loss[0]} -> {loss[-1]}{stopped}"}
+            "loss": f"{loss[0]} -> {loss[-1]}{stopped}", **({"ragged": ragged[1]} if ragged else {})}
 
 
 def ncu(preset, limit=90):
@@ -380,6 +388,11 @@ def main():
         res = results[preset]
         print(f"{preset}: the planner (dry_run=true hbm_capacity=80GB, before the runs): {res['plan']}; "
               f"meshmoe's run measured: {res['meshmoe'].get('peak', 'no run')}")
+    # How XLA lowered the JAX peer's sparse experts (jax.lax.ragged_dot): expanded to dense
+    # products over every expert, its row pays num_experts / experts_per_tok times their FLOPs.
+    for preset in PRESETS:
+        if "ragged" in results[preset]["JAX jit"]:
+            print(f"{preset}, JAX jit: {results[preset]['JAX jit']['ragged']}")
     print()
     # Where meshmoe's step goes (report/profile.c's tables): each family
     # against its floor, its FLOPs at cuBLAS's measured rate (bf16 where meshmoe's products

@@ -54,7 +54,9 @@ case $1 in
     -c) printf 'matmul bf16 TFLOP/s 778.1\nmatmul fp32 TFLOP/s 51.2\ncopy GB/s 4136.0\non stand-in GPU\n' ;;
     -u) case $3 in torch) s=0.5 ;; torch-compile) s=0.45 ;; *) s=0.4 ;; esac
         for ((i = 0; i < $5; i++)); do t=$s; [ $i -eq 0 ] && t=5.0; echo "step $i seconds $t loss 10.5"; done
-        printf 'params 3050000000\npeak_bytes 53687091200\n' ;;
+        printf 'params 3050000000\npeak_bytes 53687091200\n'
+        [ "$3" = jax ] && [ -d "${BENCH_XLA_DUMP:-}" ] && echo "xla ragged_dot: 2 of 9 stand-in ops in $BENCH_XLA_DUMP"
+        true ;;
     *attention_peer.py) shift
         for p; do
             printf 'describe %s\nshapes B 4\nlayer_tflop 0.2405\n' "$p"
@@ -99,6 +101,23 @@ has "the model FLOPs of mixtral-medium" \
     "|  | (mixtral-medium: 46.11 TFLOP per step, 8192 tokens, 8 steps a system, the first 3 not counted) | | | | | | |"
 rows=$(printf '%s\n' "$out" | grep -c '^| mixtral-medium |')
 check "every system has its mixtral-medium row: $rows of 14" test "$rows" -eq 14
+# The JAX peer is given a directory for XLA's dumps, and its lowering of ragged_dot is reported.
+check "how XLA lowered the JAX peer's ragged_dot, under the table" \
+    sh -c 'printf "%s\n" "$1" | grep -q "^mixtral-medium, JAX jit: 2 of 9 stand-in ops in .*/meshmoe-xla\."' _ "$out"
+# bench_peers.py's reading of XLA's dumps, on dumps written here: the step's module before
+# and after XLA's optimizations (9 ragged-dot before, 3 after), other modules not counted.
+mkdir -p "$T/xla"
+for i in 1 2 3 4 5 6 7 8 9; do echo "  %r$i = bf16[8,4] ragged-dot(%a, %b, %g)"; done > "$T/xla/module_0007.jit_step.before_optimizations.txt"
+for i in 1 2 3; do echo "  %r$i = bf16[8,4] ragged-dot(%a, %b, %g)"; done > "$T/xla/module_0007.jit_step.sm_9.0_gpu_after_optimizations.txt"
+echo "  %x = bf16[8,4] ragged-dot(%a, %b, %g)" > "$T/xla/module_0003.jit_other.before_optimizations.txt"
+mkdir -p "$T/xla0"; echo "  %d = f32[8,4] dot(%a, %b)" > "$T/xla0/module_0001.jit_step.before_optimizations.txt"
+cp "$T/xla0/module_0001.jit_step.before_optimizations.txt" "$T/xla0/module_0001.jit_step.cpu_after_optimizations.txt"
+got0=$(cd tests && python3 -c 'import sys, bench_peers; print(bench_peers.ragged_dots(sys.argv[1]))' "$T/xla0" 2>&1)
+check "  ... and says when the step's HLO has none: $got0" \
+    test "$got0" = "xla ragged_dot: the step's HLO holds no ragged-dot op: JAX lowered jax.lax.ragged_dot itself"
+got=$(cd tests && python3 -c 'import sys, bench_peers; print(bench_peers.ragged_dots(sys.argv[1]))' "$T/xla" 2>&1)
+check "bench_peers.py counts the step's ragged_dot ops in XLA's dumps: $got" \
+    test "$got" = "xla ragged_dot: 3 of the step's 9 ragged_dot ops kept as grouped products after XLA's optimizations, 6 expanded to zero-padded dense products"
 # Twice the tokens a step in the same 0.300 s: twice the FLOPs and tokens/s, half the time a token.
 has "the batch of twice the tokens: its own FLOPs, its time per token" \
     "| mixtral-medium | meshmoe, per_device_batch_size=8 (2 x the tokens; step time / meshmoe's per token) | 0.300 | 54613 | 50.00 GiB | 31.1% | 0.50 | 10.5000 -> 3.5000 |"

@@ -109,6 +109,10 @@ def run_jax(cfg, params, state, inputs, targets, steps):
     # one more 36.94 GiB buffer than that left (an H200, 2026-11-30); the other peers may use
     # the whole GPU too.
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+    dump = os.environ.get("BENCH_XLA_DUMP")   # (make bench-gpu: how XLA lowered the experts' products)
+    if dump:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_module_re=.*jit_step.*").strip()
     import jax
     import jax.numpy as jnp
     import optax
@@ -141,7 +145,29 @@ def run_jax(cfg, params, state, inputs, targets, steps):
         losses.append(float(loss))   # (waits for the step)
         times.append(time.perf_counter() - t0)
     peak = jax.devices()[0].memory_stats().get("peak_bytes_in_use") if gpu else None
+    if dump:
+        print(ragged_dots(dump))
     return times, losses, sum(int(v.size) for v in params.values()), peak
+
+
+def ragged_dots(dump):
+    """How XLA lowered the step's jax.lax.ragged_dot ops (the sparse experts' products and their
+    gradients), from its HLO dumps: those left ragged-dot after its optimizations became grouped
+    products (cuDNN's fusion on NVIDIA GPUs); the others it expanded to dense products over
+    operands padded with zeros to every expert, num_experts / experts_per_tok times the FLOPs."""
+    import glob
+
+    def count(kind):
+        names = sorted(glob.glob(os.path.join(dump, f"*jit_step*{kind}.txt")))
+        return sum(open(n, errors="replace").read().count(" ragged-dot(") for n in names[-1:]) if names else None
+
+    before, after = count("before_optimizations"), count("after_optimizations")
+    if before is None or after is None:
+        return f"xla ragged_dot: no HLO dump of the step in {dump}"
+    if before == 0:   # (JAX on a CPU, or a JAX that does not hand XLA the instruction)
+        return "xla ragged_dot: the step's HLO holds no ragged-dot op: JAX lowered jax.lax.ragged_dot itself"
+    return (f"xla ragged_dot: {after} of the step's {before} ragged_dot ops kept as grouped products after XLA's "
+            f"optimizations, {before - after} expanded to zero-padded dense products")
 
 
 def draw_jax(shapes, state_shapes):
