@@ -223,6 +223,16 @@ static void start_mesh(Mesh *mesh, const Config *c) {
     gemm_kernel_from_env();
 }
 
+// 3. The data: the token file, checked against the vocabulary, and cut into the training and
+// eval splits (over several processes, a file too short is said once, like the config).
+typedef struct { const Config *c; uint32_t *tokens; size_t ntok; DataLoader dl; } Data;
+static void load_data(void *arg) {
+    Data *d = arg;
+    d->tokens = data_load(d->c->dataset_path, &d->ntok);
+    data_check_vocab(d->tokens, d->ntok, d->c->vocab_size, d->c->dataset_path);
+    loader_init(&d->dl, d->tokens, d->ntok, d->c->max_target_length, d->c->eval_fraction);
+}
+
 // A dry run's step: device 0's result and each planned device's figures after the step,
 // for main to write once every device has its plan (base/mesh.h, mesh_run_classes).
 typedef struct { int step; StepResult r; StepTime t; DevStats *stats; } DryStep;
@@ -733,17 +743,14 @@ int main(int argc, char **argv) {
     autotune_blocks(&c);
     Mesh mesh;
     start_mesh(&mesh, &c);                                                // 2
-    size_t ntok;
-    uint32_t *tokens = data_load(c.dataset_path, &ntok);                  // 3
-    data_check_vocab(tokens, ntok, c.vocab_size, c.dataset_path);
-    DataLoader dl;
-    loader_init(&dl, tokens, ntok, c.max_target_length, c.eval_fraction);
-    Run run = {&c, &mesh, &dl, ntok, {0}};
+    Data data = {.c = &c};
+    agreed(load_data, &data);                                             // 3
+    Run run = {&c, &mesh, &data.dl, data.ntok, {0}};
     run_devices(&run);                                                    // 4-6
     report(&run);                                                         // 7
     free(run.dry.stats);
     mesh_free(&mesh);
-    free(tokens);
+    free(data.tokens);
     int sig = signals_stop_requested();
     return sig ? 128 + sig : 0;
 }

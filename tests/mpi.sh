@@ -171,6 +171,10 @@ mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" 
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
 mpi_fails "dump_parity over processes (it runs on one device) is refused, said once" "dump_parity runs on one device" 1 \
     2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dump_parity=$T/dump $FAST
+# A data file every process finds too short: said once.
+printf 'To be, or not to be' > $T/short.txt
+mpi_fails "a data file too short for a train and an eval split: said once" "the data set has 19 tokens: too few" 1 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dataset_path=$T/short.txt $FAST
 # A checkpoint every process checks alike, before training: its mismatch said once too.
 mpi_fails "a checkpoint of another global batch (8 sequences a step, 4 here): said once" \
     "the global batch is 8 sequences per step in the checkpoint" 1 \
