@@ -155,9 +155,30 @@ static void read_config_of(void *arg) {
     ConfigArgs *a = arg;
     read_config(a->c, a->argc, a->argv);
 }
+// Every process of a run trains process 0's config: mpirun's MPMD form (`-np 1 ./train_mpi
+// A : -np 1 ./train_mpi B`) can give each its own, and a key that differs would have the
+// replicas' updates part ways, or one process wait forever for a step the others never take.
+// num_threads and hbm_capacity describe a host's machine, and may differ.
+static void check_same_config(void *arg) {
+    const Config *c = arg;
+    Config zero = *c;
+    net_current()->share(&zero, sizeof zero);   // (the same program: the same layout)
+    for (int i = 0; i < config_num_keys(); i++) {
+        const char *key = config_key_name(i);
+        if (!strcmp(key, "num_threads") || !strcmp(key, "hbm_capacity") || config_key_equal(c, &zero, key)) continue;
+        char here[CFG_STR + 16], there[CFG_STR + 16];
+        config_format_value(c, key, here, sizeof here);
+        config_format_value(&zero, key, there, sizeof there);
+        die("%s is %s here and %s on process 0: every process of a run trains the same config (num_threads and "
+            "hbm_capacity aside)", key, here, there);
+    }
+}
+
 static void read_config_agreed(Config *c, int argc, char **argv) {
     ConfigArgs a = {c, argc, argv};
     agreed(read_config_of, &a);
+    const Net *net = net_current();
+    if (net && net->nprocess > 1) agreed(check_same_config, c);
 }
 
 // A dry run over several processes: process 0 plans the global mesh alone, every device of

@@ -204,6 +204,13 @@ mpi_fails "a dataset missing on one host stops every process, with that host's m
     1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
     -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=$T/missing.bin
 
+# Processes given different configs (mpirun's MPMD form): before, a learning rate of its own
+# trained on with the replicas parting ways, and other steps left one process waiting forever.
+mpi_fails "process 1 with its own learning_rate: refused before training, naming the key" \
+    "process 1: learning_rate is 0.01 here and 0.003 on process 0" 1 \
+    1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
+    -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST learning_rate=0.01
+
 # A fault that one process finds once the devices run (here device 1, on process 1, out of
 # its hbm_capacity): die() there aborts the whole job, with that process's message.
 mpi_fails "a device out of memory on one process ends the job, with its message" "process 1: device 1 out of memory" 1 \
