@@ -211,6 +211,16 @@ mpi_fails "process 1 with its own learning_rate: refused before training, naming
     1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
     -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST learning_rate=0.01
 
+# Two hosts whose copies of the data file differ (here two working directories, each with its
+# d.txt, the second's bytes one later): refused before training, by the host that differs.
+mkdir -p $T/h1 $T/h2
+printf 'It was the best of times, it was the worst of times, it was the age of wisdom, %.0s' $(seq 40) > $T/h1/d.txt
+cut -c2- $T/h1/d.txt > $T/h2/d.txt; printf x >> $T/h2/d.txt
+mpi_fails "two hosts' copies of dataset_path differ: refused, naming the path" \
+    "process 1: dataset_path 'd.txt' holds other tokens here than on process 0" 1 \
+    1 --wdir $T/h1 $PWD/train_mpi $PWD/configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=d.txt : \
+    -np 1 --wdir $T/h2 $PWD/train_mpi $PWD/configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=d.txt
+
 # A fault that one process finds once the devices run (here device 1, on process 1, out of
 # its hbm_capacity): die() there aborts the whole job, with that process's message.
 mpi_fails "a device out of memory on one process ends the job, with its message" "process 1: device 1 out of memory" 1 \
