@@ -245,21 +245,25 @@ static void start_mesh(Mesh *mesh, const Config *c) {
 }
 
 // 3. The data: the token file, checked against the vocabulary, and cut into the training and
-// eval splits (over several processes, a file too short is said once, like the config; and
-// each host's copy of the file must hold process 0's tokens, or the replicas would train on
-// batches no single run has: its count and an FNV-1a hash of its tokens compared).
+// eval splits (over several processes, a file too short is said once, like the config).
 typedef struct { const Config *c; uint32_t *tokens; size_t ntok; DataLoader dl; } Data;
 static void load_data(void *arg) {
     Data *d = arg;
     d->tokens = data_load(d->c->dataset_path, &d->ntok);
     data_check_vocab(d->tokens, d->ntok, d->c->vocab_size, d->c->dataset_path);
     loader_init(&d->dl, d->tokens, d->ntok, d->c->max_target_length, d->c->eval_fraction);
-    const Net *net = net_current();
-    if (!net || net->nprocess == 1) return;
+}
+
+// Over several processes, once every one has loaded its data: each host's copy of the file
+// must hold process 0's tokens, or the replicas would train on batches no single run has
+// (its count and an FNV-1a hash of its tokens compared; the sharing, a step every process
+// takes, comes before anything that may fail).
+static void check_same_data(void *arg) {
+    const Data *d = arg;
     uint64_t mine[2] = {d->ntok, 14695981039346656037ull}, zero[2];
     for (size_t i = 0; i < d->ntok; i++) mine[1] = (mine[1] ^ d->tokens[i]) * 1099511628211ull;
     memcpy(zero, mine, sizeof zero);
-    net->share(zero, sizeof zero);
+    net_current()->share(zero, sizeof zero);
     if (mine[0] != zero[0] || mine[1] != zero[1])
         die("dataset_path '%s' holds other tokens here than on process 0 (%zu tokens, hash %016llx; there %llu, "
             "%016llx): every host needs the same data file", d->c->dataset_path, d->ntok,
@@ -778,6 +782,7 @@ int main(int argc, char **argv) {
     start_mesh(&mesh, &c);                                                // 2
     Data data = {.c = &c};
     agreed(load_data, &data);                                             // 3
+    if (mesh.nprocess > 1) agreed(check_same_data, &data);
     Run run = {&c, &mesh, &data.dl, data.ntok, {0}};
     run_devices(&run);                                                    // 4-6
     report(&run);                                                         // 7

@@ -221,6 +221,11 @@ mpi_fails "two hosts' copies of dataset_path differ: refused, naming the path" \
     1 --wdir $T/h1 $PWD/train_mpi $PWD/configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=d.txt : \
     -np 1 --wdir $T/h2 $PWD/train_mpi $PWD/configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=d.txt
 
+printf 'short' > $T/h2/s.txt; cp $T/h1/d.txt $T/h1/s.txt
+mpi_fails "a data file too short on one host only: said by that host" "process 1: the data set has 5 tokens: too few" 1 \
+    1 --wdir $T/h1 $PWD/train_mpi $PWD/configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=s.txt : \
+    -np 1 --wdir $T/h2 $PWD/train_mpi $PWD/configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST dataset_path=s.txt
+
 # A fault that one process finds once the devices run (here device 1, on process 1, out of
 # its hbm_capacity): die() there aborts the whole job, with that process's message.
 mpi_fails "a device out of memory on one process ends the job, with its message" "process 1: device 1 out of memory" 1 \
