@@ -256,12 +256,11 @@ static void load_data(void *arg) {
 
 // Over several processes, once every one has loaded its data: each host's copy of the file
 // must hold process 0's tokens, or the replicas would train on batches no single run has
-// (its count and an FNV-1a hash of its tokens compared; the sharing, a step every process
-// takes, comes before anything that may fail).
+// (its count and a hash of its tokens compared; the sharing, a step every process takes,
+// comes before anything that may fail).
 static void check_same_data(void *arg) {
     const Data *d = arg;
-    uint64_t mine[2] = {d->ntok, 14695981039346656037ull}, zero[2];
-    for (size_t i = 0; i < d->ntok; i++) mine[1] = (mine[1] ^ d->tokens[i]) * 1099511628211ull;
+    uint64_t mine[2] = {d->ntok, data_hash(d->tokens, d->ntok)}, zero[2];
     memcpy(zero, mine, sizeof zero);
     net_current()->share(zero, sizeof zero);
     if (mine[0] != zero[0] || mine[1] != zero[1])

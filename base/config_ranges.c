@@ -168,15 +168,10 @@ void config_check_sizes(const Config *c) {
     int nproc;
     size_t share = mem_host_share(&nproc);
     int64_t need = largest * (int64_t)sizeof(float) * nlocal;
-    char limit[160];   // what `share` is: the host's memory, or this process's part of it
-    if (nproc > 1)
-        snprintf(limit, sizeof limit, "%zu bytes, this process's 1/%d of this host's memory (%d processes of the run "
-                 "share it)", share, nproc, nproc);
-    else
-        snprintf(limit, sizeof limit, "this host's %zu bytes of memory", share);
+    char limit[160];
     if (!c->dry_run && share < SIZE_MAX && (uint64_t)need > share)
         die("%s alone would take %lld bytes on each of %s%lld devices, %lld bytes in all: more than %s (the "
             "simulated devices are threads sharing it); dry_run=true plans such a run without computing it",
             largest_what, (long long)(largest * (int64_t)sizeof(float)), nlocal < ndev ? "this process's " : "the ",
-            (long long)nlocal, (long long)need, limit);
+            (long long)nlocal, (long long)need, mem_host_share_text(limit, sizeof limit));
 }

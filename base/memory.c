@@ -279,18 +279,25 @@ size_t mem_host_share(int *nproc) {
     return n == SIZE_MAX ? n : n / (size_t)k;
 }
 
+const char *mem_host_share_text(char *buf, size_t cap) {
+    int k;
+    char b[32];
+    const char *share = mem_fmt(mem_host_share(&k), b, sizeof b);
+    if (k > 1)
+        snprintf(buf, cap, "%s, this process's 1/%d of this host's memory (%d processes of the run share it)", share, k,
+                 k);
+    else
+        snprintf(buf, cap, "this host's %s of memory", share);
+    return buf;
+}
+
 static void host_take(size_t bytes, MemTag tag, const char *name) {
     size_t held = atomic_fetch_add(&host_held, bytes) + bytes;
     int k;
-    size_t share = mem_host_share(&k);
-    if (held <= share) return;
+    if (held <= mem_host_share(&k)) return;
     atomic_fetch_sub(&host_held, bytes);
-    char a[32], b[32], c[32], limit[160];   // limit: what `share` is, the host's memory or this process's part
-    if (k > 1)
-        snprintf(limit, sizeof limit, "%s, this process's 1/%d of this host's memory (%d processes of the run share "
-                 "it)", mem_fmt(share, c, sizeof c), k, k);
-    else
-        snprintf(limit, sizeof limit, "its %s", mem_fmt(share, c, sizeof c));
+    char a[32], b[32], limit[160];
+    mem_host_share_text(limit, sizeof limit);
     die("host out of memory: '%s' (%s, %s) would bring what the devices hold in this host's memory to %s, more "
         "than %s (the simulated devices are threads sharing it); lower per_device_batch_size or "
         "eval_per_device_batch_size, or plan the run with dry_run=true", name, MEM_TAG_NAMES[tag],

@@ -85,6 +85,9 @@ void mem_release_held(void);
 // processes on this host (./train_mpi; each runs a slice of as many devices). *nproc gets
 // the number of processes sharing it.
 size_t mem_host_share(int *nproc);
+// What mem_host_share's bytes are, for a message: "this host's 1.86 GiB of memory", or
+// "1.86 GiB, this process's 1/2 of this host's memory (2 processes of the run share it)".
+const char *mem_host_share_text(char *buf, size_t cap);
 // The same in the device's host memory (pinned host RAM next to the accelerator).
 void *mem_alloc_host(MemTag tag, size_t bytes, const char *name);
 // Move a buffer to host memory / back to the device: a new buffer of the same tag, name and

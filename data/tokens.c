@@ -188,3 +188,9 @@ void data_check_vocab(const uint32_t *tok, size_t n, int vocab, const char *path
         if (tok[i] >= (uint32_t)vocab)
             die("'%s': token %u at position %zu is outside the vocabulary (vocab_size=%d)", path, tok[i], i, vocab);
 }
+
+uint64_t data_hash(const uint32_t *tok, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ tok[i]) * 1099511628211ull;
+    return h;
+}

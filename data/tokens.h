@@ -32,5 +32,7 @@ uint32_t *synthetic_tokens(size_t n_target, uint64_t seed, size_t *n);
 uint32_t *data_load(const char *dataset_path, size_t *n);
 // Dies if any token is >= vocab (naming the first such token and where it is).
 void data_check_vocab(const uint32_t *tok, size_t n, int vocab, const char *path);
+// An FNV-1a hash of the n tokens' values: two copies of a data set compared without sending it.
+uint64_t data_hash(const uint32_t *tok, size_t n);
 
 #endif

@@ -21,7 +21,7 @@ ROWS=$T/rows.md
 row() {
     local msg input=${1//$T/DIR}
     msg=$(printf '%s' "${3//$T/DIR}" | sed -e 's/after step [0-9]* of/after step N of/' \
-          -e "s/this host's [0-9]* bytes/this host's HOST bytes/" -e 's/^meshmoe: device [0-9]* out/meshmoe: device D out/')
+          -e "s/this host's [0-9.]* [A-Za-z]*B of memory/this host's HOST of memory/" -e 's/^meshmoe: device [0-9]* out/meshmoe: device D out/')
     printf '| `%s` | %s | `%s` |\n' "${input//|/\\|}" "$2" "${msg//|/\\|}" >> "$ROWS"
 }
 
@@ -143,7 +143,7 @@ refused "eval_per_device_batch_size=600000" "lower eval_per_device_batch_size or
 # tensor alone (3.3 GB) passes it, before the mesh starts.
 refused "eval_per_device_batch_size=30000, a host of 2 GB" "host out of memory: " \
     env MESHMOE_HOST_MEMORY=2000000000 $TRAIN $C $FAST eval_per_device_batch_size=30000
-refused "eval_per_device_batch_size=100000, a host of 2 GB" "more than this host's 2000000000 bytes of memory" \
+refused "eval_per_device_batch_size=100000, a host of 2 GB" "more than this host's 1.86 GiB of memory" \
     env MESHMOE_HOST_MEMORY=2000000000 $TRAIN $C $FAST eval_per_device_batch_size=100000
 refused "hbm_capacity=0.5" "is not a whole number of bytes" $TRAIN $C $FAST hbm_capacity=0.5
 refused "'steps= 3' (a blank before the number)" "key 'steps' wants an integer, got ' 3'" $TRAIN $C $FAST "steps= 3"

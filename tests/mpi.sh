@@ -241,7 +241,7 @@ check "one device's run fits a host of 80 MB (MESHMOE_HOST_MEMORY): the run that
 mpi_fails "2 processes on a host of 80 MB: each stops at its half, naming it" "this process's 1/2 of this host's memory" 2 \
     2 -x MESHMOE_HOST_MEMORY=80000000 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
 mpi_fails "2 processes on a host of 5 GB, 3.3 GB tensors: refused before the mesh starts, said once" \
-    "on each of this process's 1 devices, 3276800000 bytes in all: more than 2500000000 bytes, this process's 1/2" 1 \
+    "on each of this process's 1 devices, 3276800000 bytes in all: more than 2.33 GiB, this process's 1/2" 1 \
     2 -x MESHMOE_HOST_MEMORY=5000000000 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST \
     eval_per_device_batch_size=25000
 
