@@ -1,4 +1,4 @@
-# meshmoe: make (build ./train), make run, make test, make asan, make emu-asan, make tsan, make parity, make bench,
+# meshmoe: make (build ./train), make run, make test, make asan, make emu-asan, make tsan, make tsan-mpi, make parity, make bench,
 # make sweep, make docs, make hf-check, make fuzz, make mpi (./train_mpi), make gpu, make hip, make gpu-mpi, make hip-mpi, make gpu-carry
 CC      ?= gcc
 OPT     ?= -O2 -march=native
@@ -31,7 +31,7 @@ HDRS    := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h) $(wildcard $(d)/*.def))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(patsubst tests/%.c,build/%,$(wildcard tests/test_*.c)) build/test_gpu_attention
 
-.PHONY: all run test test-builds unit asan tsan emu-asan parity combos hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi gpu hip gpu-mpi hip-mpi gpu-ref gpu-carry
+.PHONY: all run test test-builds unit asan tsan emu-asan parity combos hf-check bench bench-gpu bench-peers clean corpus sweep docs plots fuzz mpi tsan-mpi gpu hip gpu-mpi hip-mpi gpu-ref gpu-carry
 all: train
 
 $(BUILD)/%.o: %.c $(HDRS)
@@ -112,6 +112,14 @@ TSAN := -O2 -march=native -g -fsanitize=thread
 tsan:
 	$(MAKE) -s -j$(TEST_JOBS) train BUILD=build/tsan OUT=build/tsan/train OPT="$(TSAN)"
 	bash tests/tsan_run.sh build/tsan/train
+# The same over processes: ./train_mpi from make tsan's objects, linked by mpicc, 2 steps
+# over 2 and 4 processes (tests/tsan_mpi.sh says how OpenMPI's own threads are left out).
+tsan-mpi:
+	$(MAKE) -s -j$(TEST_JOBS) build/tsan/train_mpi BUILD=build/tsan OPT="$(TSAN)"
+	bash tests/tsan_mpi.sh build/tsan/train_mpi
+# (made with BUILD=build/tsan, as tsan-mpi does, so that its objects are the sanitizer's)
+build/tsan/train_mpi: $(BUILD)/mpi/train.o $(BUILD)/mpi/net_mpi.o $(LIB_OBJ)
+	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # libFuzzer harnesses (tests/fuzz/) for the preset parser and overrides, the config JSON of
 # checkpoints, token files and safetensors headers, built with clang, ASan and UBSan; each

@@ -195,6 +195,7 @@ elif ! make -s -j"$(nproc)" mpi > "$RUN/mpi-build.log" 2>&1; then   # OpenMPI is
     broken "mpi (make mpi failed: $(tail -1 "$RUN/mpi-build.log"))"
 else
     run_part "mesh over MPI processes, bit-identical to one process (./train_mpi)" bash tests/mpi.sh
+    run_part "thread sanitizer over MPI processes (make tsan-mpi)" make -s tsan-mpi
 fi
 echo "===="
 total_pass=0; total_fail=0
