@@ -21,9 +21,13 @@
 // heuristics' first engine: cuDNN's own Hopper or Ampere flash kernels) and kept per host
 // thread, with the thread's cuDNN handle (a mesh device is a host thread with its own
 // stream). The backward asks for cuDNN's deterministic algorithm (the same dq every run)
-// and takes the other where it is refused, saying so. A shape cuDNN refuses is said once and
-// left to the own kernels. cuDNN is loaded with dlopen (libcudnn.so.9) when chosen, as
-// cuBLAS is: the binaries run where there is none, and say so when gpu_attention=cudnn asks.
+// and takes the other where it is refused, saying so. A shape cuDNN refuses (its graph not
+// built, its workspace not sized, its execution failed) is said once and left to the own
+// kernels, as are all of a thread's calls when its handle cannot be made or given the stream;
+// nothing is written before cuDNN has run, so a refused call starts again on the own kernels.
+// What each thread's calls went through is said when it leaves the GPU (attn_cudnn_report).
+// cuDNN is loaded with dlopen (libcudnn.so.9) when chosen, as cuBLAS is: the binaries run
+// where there is none, and say so when gpu_attention=cudnn asks.
 #include "gpu/gpu.h"
 #include "gpu/attention.h"
 #include "gpu/backend.h"
@@ -87,8 +91,9 @@ static char load_why[256];   // empty: loaded
 static void load(void) {
     void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        snprintf(load_why, sizeof load_why, "libcudnn.so.9 not found (cuDNN 9: put its folder on LD_LIBRARY_PATH, "
-                 "e.g. the nvidia-cudnn-cu13 wheel's nvidia/cudnn/lib)");
+        const char *err = dlerror();
+        snprintf(load_why, sizeof load_why, "libcudnn.so.9 could not be loaded (%s; cuDNN 9: put its folder on "
+                 "LD_LIBRARY_PATH, e.g. the nvidia-cudnn-cu13 wheel's nvidia/cudnn/lib)", err ? err : "not found");
         return;
     }
     cudnn_frontend::cudnn_dlhandle = lib;
@@ -120,11 +125,24 @@ struct Entry {
 };
 struct Thread {
     cudnnHandle_t handle = nullptr;
+    bool unusable = false;   // the handle could not be made, or given the stream: said once
     std::vector<Entry> graphs;
-    ~Thread() { if (handle) fe::detail::destroy_handle(handle); }
+    long ran = 0, declined = 0;   // this thread's calls run by cuDNN, and left to the own kernels
+    ~Thread() {
+        graphs.clear();   // (their plans before the handle they were built with)
+        if (handle) fe::detail::destroy_handle(handle);
+    }
 };
 static thread_local Thread thread_state;
 static long calls_taken = 0;   // the calls cuDNN ran, all threads (attn_cudnn_calls)
+
+static const char *status_text(cudnnStatus_t st) {
+    try {
+        return fe::detail::get_error_string(st);
+    } catch (const std::exception &) {
+        return "(no text)";
+    }
+}
 
 // A (B, H, S, D) view of an array laid out (B,S,H,D), as the layers hold q, k, v and o.
 static fe::graph::Tensor_attributes bshd(const char *name, int64_t uid, int64_t B, int64_t H, int64_t S, int64_t D) {
@@ -196,16 +214,33 @@ static std::shared_ptr<fe::graph::Graph> build(const Entry &e, bool deterministi
 }
 
 // The thread's graph for this call, built on first use; NULL when cuDNN refuses the shape.
+// The thread's handle, on the thread's stream: 0 (said once) when cuDNN will not give one.
+static int handle_ready(void) {
+    Thread &t = thread_state;
+    if (t.unusable) return 0;
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    if (!t.handle) st = fe::detail::create_handle(&t.handle);
+    if (st == CUDNN_STATUS_SUCCESS) st = fe::detail::set_stream(t.handle, gpu_stream());
+    if (st == CUDNN_STATUS_SUCCESS) return 1;
+    fprintf(stderr, "meshmoe: gpu_attention=cudnn: cuDNN's handle could not be made or given the stream (%s); "
+            "this device's attention runs on the tensor-core kernels\n", status_text(st));
+    t.unusable = true;
+    return 0;
+}
+
+static void refuse(Entry &e, const char *what, const std::string &why) {
+    fprintf(stderr, "meshmoe: gpu_attention=cudnn: cuDNN %s the %s of B=%d S=%d N=%d Nkv=%d Dqk=%d Dv=%d (%s); "
+            "those calls run on the tensor-core kernels\n", what, e.backward ? "backward" : "forward", e.B, e.S, e.N,
+            e.Nkv, e.Dqk, e.Dv, why.c_str());
+    e.graph = nullptr;
+}
+
 static const Entry *graph_for(int backward, const Geom &G) {
     Thread &t = thread_state;
     for (const Entry &e : t.graphs)
         if (e.backward == backward && e.B == G.B && e.S == G.S && e.N == G.N && e.Nkv == G.Nkv && e.Dqk == G.Dqk &&
             e.Dv == G.Dv)
             return e.graph ? &e : NULL;
-    if (!t.handle && fe::detail::create_handle(&t.handle) != CUDNN_STATUS_SUCCESS) {
-        fprintf(stderr, "meshmoe: gpu_attention=cudnn: cudnnCreate failed\n");
-        exit(1);
-    }
     Entry e = {backward, G.B, G.S, G.N, G.Nkv, G.Dqk, G.Dv, nullptr, 0};
     std::string why;
     e.graph = build(e, true, why);
@@ -215,29 +250,38 @@ static const Entry *graph_for(int backward, const Geom &G) {
         if (e.graph)
             fprintf(stderr, "meshmoe: gpu_attention=cudnn: no deterministic backward for B=%d S=%d N=%d Nkv=%d "
                     "Dqk=%d Dv=%d (%s); cuDNN's other one runs it\n", G.B, G.S, G.N, G.Nkv, G.Dqk, G.Dv, why.c_str());
+        else
+            why += "; without determinism: " + why2;
     }
-    if (e.graph) {
-        if (!e.graph->get_workspace_size(e.workspace).is_good()) e.workspace = 0;
-    } else
-        fprintf(stderr, "meshmoe: gpu_attention=cudnn: cuDNN refused the %s of B=%d S=%d N=%d Nkv=%d Dqk=%d Dv=%d "
-                "(%s); those calls run on the tensor-core kernels\n", backward ? "backward" : "forward", G.B, G.S,
-                G.N, G.Nkv, G.Dqk, G.Dv, why.c_str());
+    if (!e.graph)
+        refuse(e, "refused", why);
+    else if (!e.graph->get_workspace_size(e.workspace).is_good())
+        refuse(e, "could not size the workspace of", "get_workspace_size failed");
     t.graphs.push_back(e);
     return t.graphs.back().graph ? &t.graphs.back() : NULL;
 }
 
-static void run(const Entry *e, std::unordered_map<int64_t, void *> &pack) {
+// The graph run on the thread's stream: 1 when cuDNN took it; 0 when it failed (said once, the
+// shape refused from now on: the caller runs the own kernels, nothing having been written).
+static int run(const Entry *e, std::unordered_map<int64_t, void *> &pack) {
     void *ws = NULL;
     if (e->workspace > 0) GPU_CHECK(cudaMallocAsync(&ws, (size_t)e->workspace, gpu_stream()));
-    fe::detail::set_stream(thread_state.handle, gpu_stream());
     auto err = e->graph->execute(thread_state.handle, pack, ws);
-    if (!err.is_good()) {
-        fprintf(stderr, "meshmoe: gpu_attention=cudnn: cuDNN's %s failed: %s\n", e->backward ? "backward" : "forward",
-                err.get_message().c_str());
-        exit(1);
-    }
     if (ws) GPU_CHECK(cudaFreeAsync(ws, gpu_stream()));
+    if (!err.is_good()) {
+        GPU_CHECK(cudaGetLastError());   // (a fault of the GPU's own stops the run here)
+        refuse(*const_cast<Entry *>(e), "failed to run", err.get_message());
+        return 0;
+    }
     __atomic_add_fetch(&calls_taken, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+// ran, counted: a call cuDNN failed to run goes to the own kernels.
+static int counted(int ran) {
+    if (ran) thread_state.ran++;
+    else thread_state.declined++;
+    return ran;
 }
 
 // Scratch for the bf16 copies: n arrays of the given element counts, each 256-byte aligned.
@@ -255,10 +299,17 @@ static int fits(const Geom &G) {
            G.Dqk % 8 == 0 && G.Dv % 8 == 0 && G.Dqk <= 256 && G.Dv <= 256;
 }
 
+// The graph for a call of this shape and direction, where cuDNN takes it; NULL (counted) where
+// the own kernels run it.
+static const Entry *taken(int backward, const Geom &G, int whole) {
+    const Entry *e = whole && fits(G) && !loaded() && handle_ready() ? graph_for(backward, G) : NULL;
+    if (!e) thread_state.declined++;
+    return e;
+}
+
 int attn_cudnn_forward(float *o, float *stats, const float *q, const float *k, const float *v, Geom G, int begin,
                        int end) {
-    if (!begin || !end || !fits(G) || loaded()) return 0;
-    const Entry *e = graph_for(0, G);
+    const Entry *e = taken(0, G, begin && end);
     if (!e) return 0;
     size_t nq = (size_t)G.B * G.S * G.N, nk = (size_t)G.B * G.S * G.Nkv, rows = (size_t)G.B * G.N * G.S;
     size_t count[4] = {nq * G.Dqk, nk * G.Dqk, nk * G.Dv, nq * G.Dv};
@@ -272,18 +323,19 @@ int attn_cudnn_forward(float *o, float *stats, const float *q, const float *k, c
     to_bf16(h[2], v, count[2]);
     std::unordered_map<int64_t, void *> pack = {
         {UID_Q, h[0]}, {UID_K, h[1]}, {UID_V, h[2]}, {UID_O, h[3]}, {UID_STATS, lse}};
-    run(e, pack);
-    from_bf16(o, h[3], count[3], 0);
-    stats_of_lse(stats, lse, rows);
+    int ran = run(e, pack);
+    if (ran) {
+        from_bf16(o, h[3], count[3], 0);
+        stats_of_lse(stats, lse, rows);
+    }
     GPU_CHECK(cudaFreeAsync(lse, gpu_stream()));
     GPU_CHECK(cudaFreeAsync(base, gpu_stream()));
-    return 1;
+    return counted(ran);
 }
 
 int attn_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *o, const float *stats, Geom G, int r0, int r1, int zero_dq) {
-    if (r0 != 0 || r1 != G.S || !fits(G) || loaded()) return 0;
-    const Entry *e = graph_for(1, G);
+    const Entry *e = taken(1, G, r0 == 0 && r1 == G.S);
     if (!e) return 0;
     size_t nq = (size_t)G.B * G.S * G.N, nk = (size_t)G.B * G.S * G.Nkv, rows = (size_t)G.B * G.N * G.S;
     size_t count[8] = {nq * G.Dqk, nk * G.Dqk, nk * G.Dv, nq * G.Dv, nq * G.Dv, nq * G.Dqk, nk * G.Dqk, nk * G.Dv};
@@ -298,13 +350,15 @@ int attn_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, cons
     std::unordered_map<int64_t, void *> pack = {{UID_Q, h[0]},  {UID_K, h[1]},  {UID_V, h[2]},
                                                 {UID_O, h[3]},  {UID_DO, h[4]}, {UID_STATS, lse},
                                                 {UID_DQ, h[5]}, {UID_DK, h[6]}, {UID_DV, h[7]}};
-    run(e, pack);
-    from_bf16(dq, h[5], count[5], !zero_dq);
-    from_bf16(dk, h[6], count[6], 1);
-    from_bf16(dv, h[7], count[7], 1);
+    int ran = run(e, pack);
+    if (ran) {
+        from_bf16(dq, h[5], count[5], !zero_dq);
+        from_bf16(dk, h[6], count[6], 1);
+        from_bf16(dv, h[7], count[7], 1);
+    }
     GPU_CHECK(cudaFreeAsync(lse, gpu_stream()));
     GPU_CHECK(cudaFreeAsync(base, gpu_stream()));
-    return 1;
+    return counted(ran);
 }
 
 int gpu_attention_cudnn(const char **why) {
@@ -313,6 +367,15 @@ int gpu_attention_cudnn(const char **why) {
     return err == NULL;
 }
 long attn_cudnn_calls(void) { return __atomic_load_n(&calls_taken, __ATOMIC_RELAXED); }
+
+void attn_cudnn_report(int device) {
+    Thread &t = thread_state;
+    if (!t.ran && !t.declined) return;
+    printf("device %d: gpu_attention=cudnn: cuDNN ran %ld attention calls, the tensor-core kernels %ld\n", device,
+           t.ran, t.declined);
+    fflush(stdout);
+    t.ran = t.declined = 0;
+}
 
 #else   // built without cuDNN's frontend (the emulation, HIP, or no headers found)
 
@@ -327,4 +390,5 @@ int gpu_attention_cudnn(const char **why) {
     return 0;
 }
 long attn_cudnn_calls(void) { return 0; }
+void attn_cudnn_report(int) {}
 #endif

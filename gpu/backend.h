@@ -56,6 +56,12 @@ void gpu_matmul_set_workspace(void *p, size_t bytes);
 // MESHMOE_CHECK_BF16=1 with gpu_matmul=cublas_bf16: the operand values converted to bf16 so
 // far on this thread's GPU, and how many were not bf16-valued, printed (gpu/matmul.cu).
 void gpu_matmul_bf16_report(void);
+// What the calling thread's work went through, a line each on stdout for mesh device `device`
+// where it had any (gpu_unbind): its 16-bit products by cuBLASLt or by cublasGemmEx, with the
+// heuristic's queries and the refusals of kept algorithms (gpu/matmul_lt.cu); its attention
+// calls by cuDNN or by the own kernels under gpu_attention=cudnn (gpu/attn_cudnn.cu).
+void gpu_lt_report(int device);
+void attn_cudnn_report(int device);
 
 // Device memory (gpu/runtime.cu): what the conformance test and the allocator use.
 int gpu_devices(const char **why);          // the GPUs there are; 0 with the runtime's reason in *why

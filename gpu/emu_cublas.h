@@ -23,7 +23,8 @@
 #include "kernels/bf16.h"   // bf16_float, bf16_round
 
 typedef enum {
-    CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_ARCH_MISMATCH = 8,
+    CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_ALLOC_FAILED = 3, CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_ARCH_MISMATCH = 8,
     CUBLAS_STATUS_EXECUTION_FAILED = 13,
     CUBLAS_STATUS_NOT_SUPPORTED = 15
 } cublasStatus_t;
@@ -159,7 +160,8 @@ static inline cublasStatus_t emu_cublas_gemm_grouped(cublasHandle_t, const cubla
 // gpu/matmul_lt.cu treats as fatal: the emulated runs show its classes never do that.
 // EMU_CUBLASLT=none: the heuristic gives no algorithm (the callers' cublasGemmEx fallback);
 // EMU_CUBLASLT=exact: an algorithm runs only the shape it was chosen for, refusing others
-// (the refused class asking again). tests/gpu_emu.sh runs both.
+// (the refused call asking again for its own); EMU_CUBLASLT=second: the heuristic's first
+// answer is one that it says will not run, its second the algorithm. tests/gpu_emu.sh runs each.
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4 } cublasLtMatmulDescAttributes_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,
@@ -268,12 +270,15 @@ static inline cublasStatus_t emu_lt_heuristic(cublasLtHandle_t, cublasLtMatmulDe
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     const char *mode = getenv("EMU_CUBLASLT");
     if (mode && !strcmp(mode, "none")) return CUBLAS_STATUS_NOT_SUPPORTED;
-    memset(r, 0, sizeof *r);
+    // second: the first answer one the heuristic says will not run (its state), the second the algorithm
+    int first = mode && !strcmp(mode, "second") && requested > 1;
+    memset(r, 0, sizeof *r * (size_t)(first + 1));
     uint64_t rec[8] = {EMU_LT_MAGIC, m, n, k, p->align[0], p->align[1], p->align[2] < p->align[3] ? p->align[2] :
                        p->align[3], p->schemes};
-    memcpy(r->algo.data, rec, sizeof rec);
-    r->state = CUBLAS_STATUS_SUCCESS;
-    *returned = 1;
+    r[0].state = CUBLAS_STATUS_NOT_SUPPORTED;
+    memcpy(r[first].algo.data, rec, sizeof rec);
+    r[first].state = CUBLAS_STATUS_SUCCESS;
+    *returned = first + 1;
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -15,9 +15,13 @@
 // rounded up to a power of two, the three leading dimensions, each pointer's alignment up to
 // 256 bytes (cuBLASLt assumes 256 unless told: an algorithm chosen for aligned operands may
 // not run on others), and the workspace's size. The first call of a class asks the heuristic
-// with its own dimensions; the class's later calls run the algorithm it gave. A call that
-// cuBLASLt refuses with the kept algorithm asks again for its own shape and keeps that; a
-// class refused twice, or given no algorithm, goes back to cublasGemmEx (lt_gemm16 returns 0).
+// with its own dimensions; the class's later calls run the algorithm it gave. cuBLASLt checks
+// an algorithm against the call it is given (cublasLtMatmul refuses a configuration the
+// algorithm cannot run, or a workspace smaller than it needs: NOT_SUPPORTED, INVALID_VALUE);
+// a refused call asks the heuristic for its own shape and runs that algorithm once, the class
+// keeping its own, or goes to cublasGemmEx (lt_gemm16 returns 0) if that is refused too. A
+// class given no algorithm, or refused REFUSALS_MAX times, goes to cublasGemmEx for good.
+// What each thread did is counted and said when it leaves the GPU (gpu_lt_report).
 //
 // The sums: float32 (CUBLAS_COMPUTE_32F, alpha 1, beta 0 or 1); a bf16 result's split sums
 // added in float32 (the reduction schemes allowed: none, or in the compute type), as the
@@ -94,14 +98,16 @@ static const char *lt_load(void) {
 #endif
 
 // LT_CHECK(call): a status other than success or a refusal (not supported, invalid value, a
-// GPU without the kernels: each sends the class to cublasGemmEx) is fatal.
+// GPU without the kernels; for the heuristic, no memory to load its kernels, which its
+// documentation warns of on a full GPU) is fatal.
 // LT_MUST(call): anything but success is fatal (making and setting descriptors, handles).
 #define LT_CHECK(call) lt_check((call), 1, #call, __FILE__, __LINE__)
 #define LT_MUST(call) lt_check((call), 0, #call, __FILE__, __LINE__)
 static cublasStatus_t lt_check(cublasStatus_t st, int refusal_ok, const char *what, const char *file, int line) {
     if (st == CUBLAS_STATUS_SUCCESS || (refusal_ok && (st == CUBLAS_STATUS_NOT_SUPPORTED ||
                                                        st == CUBLAS_STATUS_INVALID_VALUE ||
-                                                       st == CUBLAS_STATUS_ARCH_MISMATCH)))
+                                                       st == CUBLAS_STATUS_ARCH_MISMATCH ||
+                                                       st == CUBLAS_STATUS_ALLOC_FAILED)))
         return st;
     fprintf(stderr, "meshmoe: cuBLASLt error %d at %s:%d (%s)\n", (int)st, file, line, what);
     exit(1);
@@ -135,10 +141,15 @@ typedef struct {
     int gemm_ex;   // 1: the class goes to cublasGemmEx
     cublasLtMatmulAlgo_t algo;
 } Kept;
-enum { KEPT_MAX = 1024 };   // classes a thread keeps (a model meets a few hundred); past it, cublasGemmEx
+enum { KEPT_MAX = 1024 };    // classes a thread keeps (a model meets a few hundred); past it, cublasGemmEx
+enum { REFUSALS_MAX = 8 };   // a class refused this often asks the heuristic as often as cublasGemmEx would
+enum { ASKED = 4 };          // the heuristic's answers looked at: the first that it says runs is kept
 static thread_local cublasLtHandle_t handle;
 static thread_local Kept *kept;
 static thread_local int nkept, last;   // (last: the entry find found last)
+// The thread's counts since it began: products run by cuBLASLt, the heuristic's answers asked
+// for, calls that refused a kept algorithm, and products given back to cublasGemmEx.
+static thread_local long n_run, n_asked, n_refused, n_gemm_ex;
 
 void lt_release(void) {
     if (handle) LT_MUST(lt.destroy(handle));
@@ -191,8 +202,9 @@ static void call_free(Call *k) {
     LT_MUST(lt.desc_destroy(k->desc));
 }
 
-// e's algorithm asked of the heuristic for this call's shape: 1 when one was given.
-static int choose(Kept *e, const Call *k) {
+// An algorithm for this call's shape and e's class, asked of the heuristic, into *algo: 1 when
+// one was given.
+static int choose(const Kept *e, const Call *k, cublasLtMatmulAlgo_t *algo) {
     cublasLtMatmulPreference_t pref;
     LT_MUST(lt.pref_create(&pref));
     uint64_t ws = (uint64_t)e->c.ws;
@@ -204,25 +216,41 @@ static int choose(Kept *e, const Call *k) {
     LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b, sizeof b));
     LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &c, sizeof c));
     LT_MUST(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &c, sizeof c));
-    cublasLtMatmulHeuristicResult_t r;
+    cublasLtMatmulHeuristicResult_t r[ASKED];
     int n = 0;
-    cublasStatus_t st = LT_CHECK(lt.heuristic(handle, k->desc, k->a, k->b, k->c, k->c, pref, 1, &r, &n));
+    cublasStatus_t st = LT_CHECK(lt.heuristic(handle, k->desc, k->a, k->b, k->c, k->c, pref, ASKED, r, &n));
     LT_MUST(lt.pref_destroy(pref));
-    if (st != CUBLAS_STATUS_SUCCESS || n < 1 || r.state != CUBLAS_STATUS_SUCCESS) return 0;
-    e->algo = r.algo;
-    return 1;
+    n_asked++;
+    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < n; i++)
+        if (r[i].state == CUBLAS_STATUS_SUCCESS) {
+            *algo = r[i].algo;
+            return 1;
+        }
+    return 0;
 }
 
-static cublasStatus_t run(const Kept *e, const Call *k, const void *A, const void *B, int accumulate, void *C,
-                          void *ws) {
+// The product by algo: 1 when cuBLASLt ran it, 0 when it refused.
+static int run(const Kept *e, const cublasLtMatmulAlgo_t *algo, const Call *k, const void *A, const void *B,
+               int accumulate, void *C, void *ws) {
     float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    return LT_CHECK(lt.matmul(handle, k->desc, &one, B, k->a, A, k->b, &beta, C, k->c, C, k->c, &e->algo,
-                              e->c.ws ? ws : NULL, (size_t)e->c.ws, gpu_stream()));
+    cublasStatus_t st = LT_CHECK(lt.matmul(handle, k->desc, &one, B, k->a, A, k->b, &beta, C, k->c, C, k->c, algo,
+                                           e->c.ws ? ws : NULL, (size_t)e->c.ws, gpu_stream()));
+    return st == CUBLAS_STATUS_SUCCESS;
 }
 
-int lt_gemm16(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-              int accumulate, void *C, int c16, int ldc, void *ws, size_t ws_bytes) {
-    if (!lt_on || M <= 0 || N <= 0 || K <= 0 || (c16 && accumulate)) return 0;
+// The product by cuBLASLt: the class's algorithm, or one for this shape where that is refused.
+static int lt_run(Kept *e, const Call *k, const void *A, const void *B, int accumulate, void *C, void *ws) {
+    if (run(e, &e->algo, k, A, B, accumulate, C, ws)) return 1;
+    n_refused++;
+    if (++e->refused >= REFUSALS_MAX) e->gemm_ex = 1;
+    cublasLtMatmulAlgo_t own;
+    return choose(e, k, &own) && run(e, &own, k, A, B, accumulate, C, ws);
+}
+
+// The product by cuBLASLt, with the class's kept algorithm (asked for on the class's first
+// call): 1 when done, 0 when it is cublasGemmEx's.
+static int lt_try(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                  int accumulate, void *C, int c16, int ldc, void *ws, size_t ws_bytes) {
     Class c = {transA, transB, c16, accumulate, log2_up(M), log2_up(N), log2_up(K), lda, ldb, ldc,
                align_of(A), align_of(B), align_of(C), ws ? (long)ws_bytes : 0};
     Kept *e = kept ? find(&c) : NULL;
@@ -231,20 +259,32 @@ int lt_gemm16(int transA, int transB, int M, int N, int K, const uint16_t *A, in
     if (!kept) kept = (Kept *)calloc(KEPT_MAX, sizeof(Kept));
     if (!kept) { fprintf(stderr, "meshmoe: out of host memory (cuBLASLt's kept algorithms)\n"); exit(1); }
     Call k = call_make(transA, transB, M, N, K, lda, ldb, c16, ldc);
-    int done = 0;
     if (!e) {   // (a new entry: calloc's zeros, never used before)
         e = &kept[nkept++];
         e->c = c;
-        e->gemm_ex = !choose(e, &k);
+        e->gemm_ex = !choose(e, &k, &e->algo);
     }
-    if (!e->gemm_ex) {
-        done = run(e, &k, A, B, accumulate, C, ws) == CUBLAS_STATUS_SUCCESS;
-        // refused: the heuristic again, for this shape; a second refusal sends the class to cublasGemmEx
-        if (!done && ++e->refused < 2 && choose(e, &k))
-            done = run(e, &k, A, B, accumulate, C, ws) == CUBLAS_STATUS_SUCCESS;
-        if (!done) e->gemm_ex = 1;
-    }
+    int done = !e->gemm_ex && lt_run(e, &k, A, B, accumulate, C, ws);
     call_free(&k);
     return done;
 }
+
+int lt_gemm16(int transA, int transB, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+              int accumulate, void *C, int c16, int ldc, void *ws, size_t ws_bytes) {
+    if (!lt_on || M <= 0 || N <= 0 || K <= 0 || (c16 && accumulate)) return 0;
+    int done = lt_try(transA, transB, M, N, K, A, lda, B, ldb, accumulate, C, c16, ldc, ws, ws_bytes);
+    if (done) n_run++;
+    else n_gemm_ex++;
+    return done;
+}
+
+void gpu_lt_report(int device) {
+    if (!n_run && !n_gemm_ex) return;
+    printf("device %d: cuBLASLt ran %ld of its 16-bit products, cublasGemmEx %ld; its heuristic asked %ld times, "
+           "%ld calls refused a kept algorithm\n", device, n_run, n_gemm_ex, n_asked, n_refused);
+    fflush(stdout);
+    n_run = n_asked = n_refused = n_gemm_ex = 0;
+}
+#else
+void gpu_lt_report(int) {}   // (HIP: no cuBLAS)
 #endif

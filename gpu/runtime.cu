@@ -9,6 +9,7 @@
 // thread makes it in gpu_bind; another thread (a test's) on first use.
 static thread_local cudaStream_t stream;
 static thread_local int made;
+static thread_local int bound = -1;   // the mesh device this thread works for (gpu_bind)
 
 cudaStream_t gpu_stream(void) {
     if (!made) {
@@ -75,6 +76,7 @@ extern "C" void gpu_bind(int device, int slot) {
     enable_peers(gpu, n);
     (void)gpu_stream();   // created on `gpu`
     pool_attach(device, gpu);
+    bound = device;
 }
 
 // Everything this thread queued (kernels, copies) is done.
@@ -120,6 +122,8 @@ extern "C" void gpu_unbind(void) {
     gpu_sync();
     marks_destroy();
     gpu_matmul_bf16_report();
+    gpu_lt_report(bound);
+    attn_cudnn_report(bound);
     gpu_copies_end();
     pool_detach();
     if (made) GPU_CHECK(cudaStreamDestroy(stream));

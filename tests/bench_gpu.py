@@ -145,8 +145,10 @@ def meshmoe(preset, extra=(), limit=120, env=None):
     if (rc != 0 and rc != 124) or len(ms) < 2:
         return {"why": f"failed (exit {rc}): {last_line(out)}"}
     stopped = f" (stopped at the limit after {len(ms)} steps)" if rc == 124 else ""
+    # which way its products and attention calls went (gpu/matmul_lt.cu, gpu/attn_cudnn.cu)
+    ways = re.findall(r"^device 0: (cuBLASLt ran .*|gpu_attention=cudnn: .*)$", out, re.M)
     return {"s": [m / 1000 for m in counted(ms)], "peak": peak[1] if peak else "?",
-            "loss": f"{loss[0]} -> {loss[-1]}{stopped}", "out": out}
+            "loss": f"{loss[0]} -> {loss[-1]}{stopped}", "out": out, "ways": ways}
 
 
 def peer(which, describe, limit):
@@ -393,6 +395,12 @@ def main():
     for preset in PRESETS:
         if "ragged" in results[preset]["JAX jit"]:
             print(f"{preset}, JAX jit: {results[preset]['JAX jit']['ragged']}")
+    # Which way meshmoe's 16-bit products and attention calls went in each of its rows: a row
+    # named for cuBLASLt or cuDNN timed them only where these lines say so.
+    for preset in PRESETS:
+        for system in ("meshmoe", CUDNN, LT_OFF):
+            for way in results[preset].get(system, {}).get("ways", []):
+                print(f"{preset}, {MESHMOE if system == 'meshmoe' else system}: {way}")
     print()
     # Where meshmoe's step goes (report/profile.c's tables): each family
     # against its floor, its FLOPs at cuBLAS's measured rate (bf16 where meshmoe's products

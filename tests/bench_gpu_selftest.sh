@@ -45,6 +45,10 @@ if [ $profile = 1 ]; then
     echo "| cast | 853 | 45.80 | 15.3% | 0.0 | 146.6 | 0.0 | 3200.9 |"
 fi
 echo "device 0 peak 50.00 GiB: params 11.37 GiB grads 11.37 GiB"
+case " $* " in *" gpu_attention=cudnn "*)
+    echo "device 0: gpu_attention=cudnn: cuDNN ran 112 attention calls, the tensor-core kernels 0" ;; esac
+lt=1216; [ "${MESHMOE_CUBLAS_LT:-on}" = off ] && lt=0
+echo "device 0: cuBLASLt ran $lt of its 16-bit products, cublasGemmEx $((1216 - lt)); its heuristic asked 40 times, 0 calls refused a kept algorithm"
 EOF
 # The peers' python: -c (the limits), -u bench_peers.py WHICH DESCRIBE STEPS (a peer's steps:
 # the first 5 s, then torch 0.5 s, torch.compile 0.45, jax 0.4), attention_peer.py FILES.
@@ -132,6 +136,13 @@ has "PyTorch's SDPA beside the attention family" \
 has "the planner beside the measured peak" \
     "mixtral-medium: the planner (dry_run=true hbm_capacity=80GB, before the runs): FITS: largest device peak 62440641632 B (58.15 GiB) <= hbm_capacity 80000000000 B (74.51 GiB); meshmoe's run measured: 50.00 GiB"
 has "a backend that refused says so" "sdpa efficient refused: RuntimeError: no kernel for these shapes"
+# Which way each row's products and attention calls went, as the trainer said it.
+has "the default's products by cuBLASLt, under the table" \
+    "mixtral-medium, meshmoe gpu_matmul=cublas_bf16 gpu_attention=tensor_cores: cuBLASLt ran 1216 of its 16-bit products, cublasGemmEx 0; its heuristic asked 40 times, 0 calls refused a kept algorithm"
+has "the cuDNN row's attention calls by cuDNN" \
+    "deepseek-medium, meshmoe, gpu_attention=cudnn, profile=true: gpu_attention=cudnn: cuDNN ran 112 attention calls, the tensor-core kernels 0"
+has "the cublasGemmEx row's products by cublasGemmEx" \
+    "mixtral-medium, meshmoe, MESHMOE_CUBLAS_LT=off: cuBLASLt ran 0 of its 16-bit products, cublasGemmEx 1216; its heuristic asked 40 times, 0 calls refused a kept algorithm"
 
 # The wrapper the GPU session calls (tests/gpu_bench.sh OUTDIR), on the same stand-ins: its
 # table last on stdout and in OUTDIR/table.md, the log beside it.

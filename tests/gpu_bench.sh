@@ -38,12 +38,16 @@ if [ -x build/products_gpu ]; then
     echo "==== build/products_gpu $(date -u +%FT%TZ)" >> "$LOG"
     {
         echo "The experts' 16-bit products on shapes new and met (build/products_gpu fresh: a call per"
-        echo "expert, rows drawn anew each round; ms a call by the host clock):"
+        echo "expert, rows drawn anew each round; ms a call by the host clock; apart: the last round's"
+        echo "results against cublasGemmEx converting float32 operands, over their largest value):"
         echo
-        echo "| products by | shape | ms a call, shapes new | ms a call, shapes met | new less met |"
-        echo "|---|---|---|---|---|"
-        timeout 20 build/products_gpu fresh || echo "(build/products_gpu fresh exited $?)"
-        MESHMOE_CUBLAS_LT=off timeout 20 build/products_gpu fresh || echo "(build/products_gpu fresh exited $?)"
+        echo "| products by | shape | ms a call, shapes new | ms a call, shapes met | new less met | apart |"
+        echo "|---|---|---|---|---|---|"
+        kept=$(timeout 20 build/products_gpu fresh 2>&1 || echo "(build/products_gpu fresh exited $?)")
+        ex=$(MESHMOE_CUBLAS_LT=off timeout 20 build/products_gpu fresh 2>&1 || echo "(build/products_gpu fresh exited $?)")
+        printf '%s\n%s\n' "$kept" "$ex" | grep '^|'
+        echo
+        printf '%s\n%s\n' "$kept" "$ex" | grep -v '^|'   # each run's products by way, and anything it said
         echo
         timeout 60 build/products_gpu || echo "(build/products_gpu exited $?: $(tail -1 "$LOG"))"
     } > "$OUT/products.md" 2>> "$LOG"

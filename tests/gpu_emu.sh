@@ -178,6 +178,32 @@ if ok_run mx-w16l && ok_run mx-w16ln; then
         test -n "$(bits mx-w16l-emu)" -a "$(bits mx-w16l-emu)" != "$(bits mx-w16l-cpu)"
     check "mx-w16ln: no cuBLASLt algorithm, cublasGemmEx gives mx-w16l's loss bits" same mx-w16l-emu mx-w16ln-emu
 fi
+# What each device's products went through, said when it leaves the GPU (gpu/matmul_lt.cu:
+# gpu_lt_report): "device D: cuBLASLt ran R of its 16-bit products, cublasGemmEx G; its heuristic
+# asked A times, F calls refused a kept algorithm", as "R G A F".
+lt_counts() {
+    sed -n 's/^device 0: cuBLASLt ran \([0-9]*\) of its 16-bit products, cublasGemmEx \([0-9]*\); its heuristic asked \([0-9]*\) times, \([0-9]*\) calls refused.*/\1 \2 \3 \4/p' "$1" | head -1
+}
+if ok_run mx-w16l && ok_run mx-w16ln; then
+    read -r r g a f <<<"$(lt_counts $T/mx-w16l-emu.out)"
+    check "mx-w16l: cuBLASLt ran every 16-bit product (${r:-?} of them, cublasGemmEx ${g:-?}, ${a:-?} classes asked, ${f:-?} refusals)" \
+        test "${r:-0}" -gt 0 -a "${g:-1}" -eq 0 -a "${f:-1}" -eq 0 -a "${a:-0}" -gt 0 -a "${a:-0}" -lt "${r:-0}"
+    read -r r g a f <<<"$(lt_counts $T/mx-w16ln-emu.out)"
+    check "mx-w16ln: with no algorithm given, cublasGemmEx ran them all (${g:-?}; cuBLASLt ${r:-?})" \
+        test "${r:-1}" -eq 0 -a "${g:-0}" -gt 0
+fi
+if ok_run ds-w16r; then
+    read -r r g a f <<<"$(lt_counts $T/ds-w16r-emu.out)"
+    check "ds-w16r: kept algorithms refused off their own shapes (${f:-?} calls), those calls run by the heuristic's answer for them or by cublasGemmEx (cuBLASLt ${r:-?}, cublasGemmEx ${g:-?})" \
+        test "${f:-0}" -gt 0 -a "${r:-0}" -gt 0 -a "${g:-0}" -gt 0
+fi
+# The heuristic's first answer one it says will not run (EMU_CUBLASLT=second): the second is kept,
+# so no call is refused and cuBLASLt runs them all (taking the first would refuse every call).
+out=$(EMU_CUBLASLT=second build/conformance_emu 2>&1); rc=$?
+printf '%s\n' "$out" > $T/conf-second.out
+read -r r g a f <<<"$(lt_counts $T/conf-second.out)"
+check "conformance_emu with the heuristic's first answer unusable: $(printf '%s\n' "$out" | tail -1); cuBLASLt ran ${r:-?}, cublasGemmEx ${g:-?}, ${f:-?} refusals" \
+    test "$rc" -eq 0 -a "${r:-0}" -gt 0 -a "${g:-1}" -eq 0 -a "${f:-1}" -eq 0
 # The own kernel sums in float32 in its tiles' order, where the emulated cuBLAS sums in double:
 # other bits, and as the tensor-core attention's runs, every loss within 1e-2 relative of
 # ./train's bf16 run (measured here, 2 steps: 1.7e-4 from ds-w16cb's at the second).
@@ -212,10 +238,15 @@ aparts() { awk -F'|' '{ print $(NF-1) }' | tr -d ' ' | sort -u | tr '\n' ' '; }
 # Its first table: the experts' products on shapes new and met, with cuBLASLt's kept
 # algorithms and with cublasGemmEx: a row each (the emulation's times say nothing).
 fresh=$( { build/products_emu fresh small && MESHMOE_CUBLAS_LT=off build/products_emu fresh small; } 2>&1); rc=$?
-n=$(printf '%s\n' "$fresh" | grep -c '^| cuBLASLt, algorithms kept | 64 x 40 x 32, 4 experts, 24 rounds |')
-m=$(printf '%s\n' "$fresh" | grep -c '^| cublasGemmEx (MESHMOE_CUBLAS_LT=off) | 64 x 40 x 32, 4 experts, 24 rounds |')
-check "products_emu fresh: exit $rc, a row with cuBLASLt ($n) and one with cublasGemmEx ($m)" \
-    test "$rc" -eq 0 -a "$n" -eq 1 -a "$m" -eq 1
+# Each row's last column: its last round's results against cublasGemmEx on float32 operands,
+# which the emulation sums in double as it does cuBLASLt's: 0 (an alpha of 1.001 planted in
+# gpu/matmul_lt.cu gave 1.0e-03). The kept row's run says it went through cuBLASLt.
+n=$(printf '%s\n' "$fresh" | grep -c '^| cuBLASLt, algorithms kept | 64 x 40 x 32, 4 experts, 24 rounds | .* | 0.0e+00 |$')
+m=$(printf '%s\n' "$fresh" | grep -c '^| cublasGemmEx (MESHMOE_CUBLAS_LT=off) | 64 x 40 x 32, 4 experts, 24 rounds | .* | 0.0e+00 |$')
+printf '%s\n' "$fresh" > $T/fresh.out
+read -r r g a f <<<"$(lt_counts $T/fresh.out)"
+check "products_emu fresh: exit $rc, a row with cuBLASLt ($n) and one with cublasGemmEx ($m), each 0 apart from cublasGemmEx on float32 operands; cuBLASLt ran ${r:-?}, cublasGemmEx ${g:-?}" \
+    test "$rc" -eq 0 -a "$n" -eq 1 -a "$m" -eq 1 -a "${r:-0}" -gt 0 -a "${g:-1}" -eq 0
 build/products_emu small > $T/products.out 2>&1; rc=$?
 rows=$(rows_of 1 $T/products.out | wc -l) apart=$(rows_of 1 $T/products.out | aparts)
 check "products_emu: exit $rc, $rows of 6 shapes timed, each with the float32 products' results (apart: $apart)" \

@@ -1,8 +1,10 @@
 # tests/gpu_libs.sh, sourced by tests/gpu.sh and tests/gpu_bench.sh: the GPU machine's cuDNN 9
 # and CUDA 13 runtime on LD_LIBRARY_PATH where the loader does not find them by name.
 # ./train_gpu loads cuDNN with dlopen when gpu_attention=cudnn asks (gpu/attn_cudnn.cu), and
-# cuDNN's frontend loads libcudart.so.13 for the few runtime calls it makes itself; a machine
-# with PyTorch has both in its python's wheels (nvidia-cudnn-cu13, nvidia-cuda-runtime).
+# cuDNN's frontend loads libcudart.so.13 for the few runtime calls it makes itself; cuDNN
+# compiles some of its attention kernels at run time with NVRTC (libnvrtc.so.13), without
+# which it finds no engine for them; a machine with PyTorch has all three in its python's
+# wheels (nvidia-cudnn-cu13, nvidia-cuda-runtime, nvidia-cuda-nvrtc).
 gpu_lib_dirs() {
     ${PEERS:-python3} - "$@" << 'PY' 2> /dev/null
 import ctypes, glob, os, site, sys
@@ -18,7 +20,7 @@ for name in sys.argv[1:]:
         print(os.path.dirname(sorted(hits)[0]))
 PY
 }
-for dir in $(gpu_lib_dirs libcudnn.so.9 libcudart.so.13); do
+for dir in $(gpu_lib_dirs libcudnn.so.9 libcudart.so.13 libnvrtc.so.13); do
     case ":${LD_LIBRARY_PATH:-}:" in *":$dir:"*) ;; *) export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
 done
-echo "gpu_libs: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} (cuDNN 9 and the CUDA 13 runtime for gpu_attention=cudnn)"
+echo "gpu_libs: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} (cuDNN 9, the CUDA 13 runtime and NVRTC for gpu_attention=cudnn)"

@@ -354,11 +354,28 @@ static void fresh_table(int tiny) {
         backend_cuda.sync();
         ms[pass] = 1e3 * (seconds() - t0) / (ROUNDS * G);
     }
+    // The last round's results (C holds them) against the same products by another path: cuBLAS
+    // converting the float32 operands itself (cublasGemmEx, gpu_matmul=cublas_bf16's float32
+    // products), the same bf16 values summed in float32 in its own order: an algorithm kept from
+    // another shape that ran this one wrongly would stand out of the rounding.
+    float *ref = gpu_alloc(sizeof(float) * R * N), *got = malloc(sizeof(float) * R * N),
+          *want = malloc(sizeof(float) * R * N);
+    if (!got || !want) { fprintf(stderr, "products_gpu: out of host memory\n"); exit(1); }
+    for (int g = 0, r0 = 0; g < G; r0 += rows[ROUNDS - 1][g++])
+        if (rows[ROUNDS - 1][g] > 0)
+            backend_cuda.matmul->matmul_forward(ref + (size_t)r0 * N, Af + (size_t)r0 * K, Bf + (size_t)g * K * N,
+                                                rows[ROUNDS - 1][g], K, N, 0);
+    backend_cuda.sync();
+    gpu_download(got, C, sizeof(float) * R * N);
+    gpu_download(want, ref, sizeof(float) * R * N);
+    double d = apart(got, want, (size_t)R * N);
     const char *lt = getenv("MESHMOE_CUBLAS_LT");
-    printf("| %s | %d x %d x %d, %d experts, %d rounds | %.4f | %.4f | %.4f |\n",
+    printf("| %s | %d x %d x %d, %d experts, %d rounds | %.4f | %.4f | %.4f | %.1e |\n",
            lt && !strcmp(lt, "off") ? "cublasGemmEx (MESHMOE_CUBLAS_LT=off)" : "cuBLASLt, algorithms kept", R, N, K,
-           G, ROUNDS, ms[0], ms[1], ms[0] - ms[1]);
-    gpu_free(Af); gpu_free(A); gpu_free(Bf); gpu_free(B); gpu_free(C);
+           G, ROUNDS, ms[0], ms[1], ms[0] - ms[1], d);
+    gpu_lt_report(0);   // what went through cuBLASLt, the heuristic's queries, the refusals
+    free(got); free(want);
+    gpu_free(ref); gpu_free(Af); gpu_free(A); gpu_free(Bf); gpu_free(B); gpu_free(C);
 }
 
 int main(int argc, char **argv) {
