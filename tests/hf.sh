@@ -48,6 +48,15 @@ for preset in mixtral-tiny deepseek-tiny; do
     if [ $preset = deepseek-tiny ]; then
         r=$(compare $T/ck.safetensors state/ $T/d/dump.safetensors state/ 2>&1)
         check "$preset: and every routing bias: $r" grep -q "bit-identical" <<<"$r"
+        # A sharded model (as transformers writes one over its max_shard_size): the tensors in
+        # 3 files and model.safetensors.index.json's weight_map naming each one's file.
+        cp -r $T/hf $T/hfs && python3 tests/st_tool.py shard $T/hfs 3
+        $TRAIN $C $FAST $extra load_hf=$T/hfs dump_parity=$T/ds parity_steps=1 > $T/load.out 2>&1 ||
+            fail "$preset: load_hf sharded: $(tail -1 $T/load.out)"
+        r="$(compare $T/ck.safetensors params/ $T/ds/dump.safetensors param/ 2>&1); $(compare $T/ck.safetensors state/ $T/ds/dump.safetensors state/ 2>&1)"
+        check "$preset: a model in 3 shards with an index loads every weight and routing bias: $r" \
+            sh -c '[ "$(printf "%s" "$1" | grep -o "bit-identical" | wc -l)" -eq 2 ]' _ "$r"
+        rm -rf $T/hfs $T/ds
         # A bfloat16 model (as many published ones are): every tensor cut to its top 16 bits.
         python3 - $T/hf/model.safetensors <<'EOF2'
 import json, struct, sys
@@ -97,6 +106,24 @@ expect_error "a Mixtral export loaded as DeepSeek" '"architectures"' $TRAIN conf
 expect_error "no such directory" "$T/none/config.json" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/none
 expect_error "load_hf with load_checkpoint" "load_hf and load_checkpoint" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/hf load_checkpoint=$T/mx.safetensors
+# Sharded models: the index's files are plain names beside it, each there, each tensor in one.
+shards() {   # shards NAME: a copy of the export in 2 shards, at $T/NAME
+    rm -rf $T/$1 && cp -r $T/hf $T/$1 && python3 tests/st_tool.py shard $T/$1 2
+}
+shards s1 && rm $T/s1/model-00002-of-00002.safetensors
+expect_error "a shard the index names is missing" "model-00002-of-00002.safetensors" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s1
+shards s2 && sed -i '0,/"model-00001-of-00002.safetensors"/s//"..\/model-00001-of-00002.safetensors"/' $T/s2/model.safetensors.index.json
+expect_error "an index naming a file outside its folder" "a shard is a file name beside the index" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s2
+shards s3 && cp $T/s3/model-00001-of-00002.safetensors $T/s3/extra.safetensors &&
+    sed -i 's/"weight_map": {/"weight_map": {"extra": "extra.safetensors",/' $T/s3/model.safetensors.index.json
+expect_error "a tensor in two shards" "this config maps to" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s3
+shards s4
+expect_error "a save over a shard of the model being loaded" "model-00002-of-00002.safetensors" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s4 save_checkpoint=$T/s4/model-00002-of-00002.safetensors
+check "  ... and the shard is as it was" python3 tests/st_tool.py same $T/s4/model-00002-of-00002.safetensors \
+    $T/s2/model-00002-of-00002.safetensors
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 rope_min_timescale=2 save_checkpoint=$T/r.safetensors > /dev/null 2>&1
 expect_error "a model HF cannot express" "rope_min_timescale=2" $TRAIN export-hf $T/r.safetensors $T/r
 check "  ... and nothing written for it" [ ! -e $T/r ]

@@ -11,11 +11,16 @@ tests/hf.sh).
                                     prints the count
   st_tool.py set-meta IN OUT K V    write IN with metadata key K set to V as OUT
   st_tool.py add-tensor IN OUT N    write IN with one more tensor N (F32, shape [1]) as OUT
+  st_tool.py shard DIR N            split DIR/model.safetensors into N files named as
+                                    transformers names its shards (model-00001-of-0000N...),
+                                    the tensors dealt out in turn, with the index
+                                    model.safetensors.index.json; the file removed
   st_tool.py factored FILE          check that every opt_state/v_row and v_col pair is laid
                                     out as optax's FactoredState (below); prints the largest
                                     relative difference found
 """
 import json
+import os
 import struct
 import sys
 
@@ -104,6 +109,27 @@ def add_tensor(src, dst, name):
     return write(dst, header, data + struct.pack("<f", 1.0))
 
 
+def shard(folder, n):
+    header, data = read(f"{folder}/model.safetensors")
+    header.pop("__metadata__", None)
+    names = [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    parts = [({}, bytearray()) for _ in range(n)]
+    weight_map = {}
+    for k, name in enumerate(sorted(header)):
+        h, d = parts[k % n]
+        b, e = header[name]["data_offsets"]
+        h[name] = {"dtype": header[name]["dtype"], "shape": header[name]["shape"],
+                   "data_offsets": [len(d), len(d) + e - b]}
+        d += data[b:e]
+        weight_map[name] = names[k % n]
+    for (h, d), name in zip(parts, names):
+        write(f"{folder}/{name}", h, bytes(d))
+    with open(f"{folder}/model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {"total_size": len(data)}, "weight_map": weight_map}, f, indent=2)
+    os.remove(f"{folder}/model.safetensors")
+    return 0
+
+
 def factored(path):
     """optax.scale_by_factored_rms keeps, for a tensor whose two largest dims (argsort of
     the shape: d_row the second largest, d_col the largest) are >= 128, v_row of shape
@@ -157,6 +183,8 @@ if __name__ == "__main__":
         sys.exit(match(*sys.argv[2:6], *(int(u) for u in sys.argv[6:])))
     if len(sys.argv) == 5 and sys.argv[1] == "add-tensor":
         sys.exit(add_tensor(*sys.argv[2:]))
+    if len(sys.argv) == 4 and sys.argv[1] == "shard":
+        sys.exit(shard(sys.argv[2], int(sys.argv[3])))
     if len(sys.argv) == 6 and sys.argv[1] == "set-meta":
         sys.exit(set_meta(*sys.argv[2:]))
     sys.exit(__doc__)

@@ -316,17 +316,22 @@ static int next_member(const char **p, const char **k0, int *klen, const char **
     return 1;
 }
 
-// The value of member `key` of the object at obj, copied into out (raw text); 0 if absent.
-static int json_member(const char *obj, const char *key, char *out, size_t cap) {
-    const char *p = strchr(obj, '{'), *k0, *v0, *v1;
+// Where the value of member `key` of the object at obj lies, [*v0, *v1); 0 if absent.
+static int json_member_at(const char *obj, const char *key, const char **v0, const char **v1) {
+    const char *p = strchr(obj, '{'), *k0;
     int klen;
     if (!p) return 0;
-    for (p++; next_member(&p, &k0, &klen, &v0, &v1);)
-        if ((size_t)klen == strlen(key) && !strncmp(k0, key, (size_t)klen)) {
-            snprintf(out, cap, "%.*s", (int)(v1 - v0), v0);
-            return 1;
-        }
+    for (p++; next_member(&p, &k0, &klen, v0, v1);)
+        if ((size_t)klen == strlen(key) && !strncmp(k0, key, (size_t)klen)) return 1;
     return 0;
+}
+
+// The value of member `key` of the object at obj, copied into out (raw text); 0 if absent.
+static int json_member(const char *obj, const char *key, char *out, size_t cap) {
+    const char *v0, *v1;
+    if (!json_member_at(obj, key, &v0, &v1)) return 0;
+    snprintf(out, cap, "%.*s", (int)(v1 - v0), v0);
+    return 1;
 }
 
 // The top-level members of the object at obj each named once, else dies naming the key: JSON
@@ -413,11 +418,63 @@ static const float *ckpt_tensor(const StFile *f, const char *path, const char *n
     return (const float *)t->data;
 }
 
+// ---- a sharded model: model.safetensors.index.json's "weight_map" (tensor -> file) ----
+
+#define INDEX "model.safetensors.index.json"
+
+// The index's text and the names read so far: freed by die() too (the fuzz harness reads
+// many indexes in one process).
+typedef struct { char *text; char **names; int n; } Shards;
+static void shards_free(void *p) {
+    Shards *s = p;
+    for (int i = 0; i < s->n; i++) free(s->names[i]);
+    free(s->names);
+    free(s->text);
+}
+
+char **hf_shard_names(const char *path, int *n) {
+    Shards s = {read_text(path), NULL, 0};
+    die_set_cleanup(shards_free, &s);
+    json_members_unique(s.text, path);
+    const char *v0, *v1, *p, *k0, *f0, *f1;
+    int klen, cap = 0;
+    if (!json_member_at(s.text, "weight_map", &v0, &v1) || *v0 != '{')
+        die("load_hf: %s has no \"weight_map\" object (tensor name -> file)", path);
+    for (p = v0 + 1; next_member(&p, &k0, &klen, &f0, &f1);) {
+        int len = (int)(f1 - f0) - 2, known = 0;
+        if (*f0 != '"' || f1[-1] != '"' || len < 1 || memchr(f0 + 1, '/', (size_t)len) ||
+            memchr(f0 + 1, '\\', (size_t)len) || memchr(f0 + 1, '"', (size_t)len) || f0[1] == '.')
+            die("load_hf: %s maps \"%.*s\" to %.*s: a shard is a file name beside the index", path, klen, k0,
+                (int)(f1 - f0), f0);
+        for (int i = 0; i < s.n && !known; i++) known = (int)strlen(s.names[i]) == len && !strncmp(s.names[i], f0 + 1, (size_t)len);
+        if (known) continue;
+        if (s.n == cap && !(s.names = realloc(s.names, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 8))))
+            die("load_hf: out of host memory for %s", path);
+        if (!(s.names[s.n] = strndup(f0 + 1, (size_t)len))) die("load_hf: out of host memory for %s", path);
+        s.n++;
+    }
+    if (s.n == 0) die("load_hf: %s maps no tensor to a file", path);
+    die_set_cleanup(NULL, NULL);
+    free(s.text);
+    *n = s.n;
+    return s.names;
+}
+
 void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
     static const char *const WRITTEN[] = {"config.json", "model.safetensors", SIDECAR};
-    static const char *const READ[] = {"config.json", "model.safetensors", SIDECAR, "model.safetensors.index.json"};
-    if (written) runfiles_output_dir(r, key, dir, WRITTEN, 3);
-    else runfiles_inputs_in(r, key, dir, READ, 4);
+    static const char *const READ[] = {"config.json", "model.safetensors", SIDECAR, INDEX};
+    if (written) { runfiles_output_dir(r, key, dir, WRITTEN, 3); return; }
+    runfiles_inputs_in(r, key, dir, READ, 4);
+    char index[CFG_STR + 64], single[CFG_STR + 64];
+    snprintf(index, sizeof index, "%s/%s", dir, INDEX);
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    if (access(single, F_OK) && !access(index, R_OK)) {   // the shards are inputs too
+        int n;
+        char **names = hf_shard_names(index, &n);
+        runfiles_inputs_in(r, key, dir, (const char *const *)names, n);
+        for (int i = 0; i < n; i++) free(names[i]);
+        free(names);
+    }
 }
 
 // config.json: the HF config's keys, one per line, held with the export's other files.
@@ -521,12 +578,63 @@ int hf_export(const char *ckpt, const char *dir) {
 // ---------------------------------------------------------------------------------------
 // Load
 
+// The model's weight files: model.safetensors, or the shards its index names (as transformers
+// writes a model larger than its max_shard_size); their headers only, each tensor read when
+// it is needed. `what` names them in messages.
+typedef struct {
+    int n;
+    StFile **f;
+    char **path;
+    char what[CFG_STR + 96];
+} Weights;
+
+static Weights weights_open(const char *dir) {
+    Weights w = {0};
+    char single[CFG_STR + 64], index[CFG_STR + 64], err[512];
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    snprintf(index, sizeof index, "%s/%s", dir, INDEX);
+    char **names = NULL;
+    if (access(single, F_OK) && !access(index, R_OK)) {
+        names = hf_shard_names(index, &w.n);
+        snprintf(w.what, sizeof w.what, "%s (%d files)", index, w.n);
+    } else {
+        w.n = 1;
+        snprintf(w.what, sizeof w.what, "%s", single);
+    }
+    w.f = calloc((size_t)w.n, sizeof(StFile *));
+    w.path = calloc((size_t)w.n, sizeof(char *));
+    if (!w.f || !w.path) die("load_hf: out of host memory for %s", w.what);
+    for (int i = 0; i < w.n; i++) {
+        if (!(w.path[i] = malloc(CFG_STR + 64))) die("load_hf: out of host memory for %s", w.what);
+        snprintf(w.path[i], CFG_STR + 64, "%s/%s", dir, names ? names[i] : "model.safetensors");
+        if (!(w.f[i] = st_open_header_try(w.path[i], err, sizeof err))) die("load_hf: %s", err);
+        if (names) free(names[i]);
+    }
+    free(names);
+    return w;
+}
+
+static int weights_count(const Weights *w) {
+    int n = 0;
+    for (int i = 0; i < w->n; i++) n += st_count(w->f[i]);
+    return n;
+}
+
+static void weights_close(Weights *w) {
+    for (int i = 0; i < w->n; i++) { st_close(w->f[i]); free(w->path[i]); }
+    free(w->f);
+    free(w->path);
+}
+
 // The float32 data of HF tensor `name`, checked against the shape the mapping gives; a
 // bfloat16 tensor (as many published models are) is widened, exactly, into `scratch`.
-static float *hf_tensor(const StFile *f, const char *path, const char *name, int ndim, const int64_t *shape,
-                        float **scratch) {
-    const StTensor *t = st_get(f, name);
-    if (!t) die("load_hf: '%s' has no tensor '%s': it was written for another model or config", path, name);
+static float *hf_tensor(const Weights *w, const char *name, int ndim, const int64_t *shape, float **scratch) {
+    const StTensor *t = NULL;
+    int at = 0;
+    for (; at < w->n && !(t = st_get(w->f[at], name)); at++) {}
+    if (!t) die("load_hf: %s has no tensor '%s': it was written for another model or config", w->what, name);
+    const StFile *f = w->f[at];
+    const char *path = w->path[at];
     int same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
@@ -538,17 +646,17 @@ static float *hf_tensor(const StFile *f, const char *path, const char *name, int
     if (t->dtype != ST_F32 && t->dtype != ST_BF16)
         die("load_hf: '%s': tensor '%s' is %s; F32 and BF16 are read", path, name, st_dtype_name(t->dtype));
     size_t n = t->nbytes / (t->dtype == ST_F32 ? 4 : 2);
-    float *w = realloc(*scratch, sizeof(float) * (n ? n : 1));
-    if (!w) die("load_hf: out of host memory for '%s' (%zu values)", name, n);
-    *scratch = w;
-    st_read_at(f, t, 0, w, t->nbytes);   // the file's bytes: n floats, or n bf16 values in the first half
-    if (t->dtype == ST_F32) return w;
-    const uint16_t *b = (const uint16_t *)(void *)w;
+    float *x = realloc(*scratch, sizeof(float) * (n ? n : 1));
+    if (!x) die("load_hf: out of host memory for '%s' (%zu values)", name, n);
+    *scratch = x;
+    st_read_at(f, t, 0, x, t->nbytes);   // the file's bytes: n floats, or n bf16 values in the first half
+    if (t->dtype == ST_F32) return x;
+    const uint16_t *b = (const uint16_t *)(void *)x;
     for (size_t i = n; i-- > 0;) {   // widened in place from the end: value i's 2 bytes precede its 4
         uint32_t u = (uint32_t)b[i] << 16;
-        memcpy(&w[i], &u, 4);
+        memcpy(&x[i], &u, 4);
     }
-    return w;
+    return x;
 }
 
 // config.json must say what the run's config says, key by key.
@@ -588,16 +696,10 @@ static size_t global_size(const ParamSpec *s) {
 int hf_load(Model *m, const char *dir) {
     const Config *c = &m->cfg;
     check_config(c, dir);
-    char path[CFG_STR + 64], err[512], hf[128];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    char index[CFG_STR + 64];
-    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
-    if (access(path, R_OK) && !access(index, R_OK))
-        die("load_hf: %s holds a sharded model (%s); load_hf reads a single model.safetensors", dir, index);
+    char err[512], hf[128];
     // The headers only: each tensor is read when it is needed, so that a device holds one
-    // tensor of the file at a time, not the whole file (every device of a mesh reads it).
-    StFile *f = st_open_header_try(path, err, sizeof err);
-    if (!f) die("load_hf: %s", err);
+    // tensor of the files at a time, not the whole model (every device of a mesh reads it).
+    Weights w = weights_open(dir);
     float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
@@ -608,7 +710,7 @@ int hf_load(Model *m, const char *dir) {
         const Rule *r = rule_for(s->key, hf, sizeof hf);
         int64_t shape[4];
         int nd = hf_shape(s, r, shape);
-        float *src = hf_tensor(f, path, hf, nd, shape, &scratch);
+        float *src = hf_tensor(&w, hf, nd, shape, &scratch);
         size_t n = global_size(s);
         float *dst = malloc(sizeof(float) * n);
         if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
@@ -630,19 +732,19 @@ int hf_load(Model *m, const char *dir) {
     for (int l = c->first_num_dense_layers; cfg_is_deepseek(c) && l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
-        const float *b = hf_tensor(f, path, hf, 1, shape, &scratch);
+        const float *b = hf_tensor(&w, hf, 1, shape, &scratch);
         expected++;
         if (m->router_bias) { mem_upload(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
         for (int e = 0; e < c->num_experts; e++)
             if (b[e] != 0.0f) die("load_hf: %s has a nonzero e_score_correction_bias in layer %d, and this run has "
-                                  "routed_bias=false: set routed_bias=true", path, l);
+                                  "routed_bias=false: set routed_bias=true", w.what, l);
     }
-    if (st_count(f) != expected)
-        die("load_hf: %s holds %d tensors, this config maps to %d: it was written for another model", path,
-            st_count(f), expected);
+    if (weights_count(&w) != expected)
+        die("load_hf: %s holds %d tensors, this config maps to %d: it was written for another model", w.what,
+            weights_count(&w), expected);
     free(scratch);
     free(kernel);
     if (side) st_close(side);
-    st_close(f);
+    weights_close(&w);
     return used;
 }

@@ -16,4 +16,8 @@ int hf_load(Model *m, const char *dir);
 // The files of an export in directory dir (none when dir is empty), added to r under key:
 // the ones export-hf writes (written = 1: dir is an output directory) or load_hf reads.
 void hf_files(RunFiles *r, const char *key, const char *dir, int written);
+// The files a sharded model's index (model.safetensors.index.json at path) names in its
+// "weight_map", each once, in the order first named (malloc'd, *n >= 1 of them); dies naming
+// the index for a name that is not a plain file name beside it (a '/', a '\\', a leading '.').
+char **hf_shard_names(const char *path, int *n);
 #endif

@@ -1,8 +1,32 @@
 // tests/fuzz/fuzz_json.c: the config JSON of checkpoint metadata (config_from_json). When an
 // input is accepted, the property checked is the round trip: writing the config back as JSON
-// and reading that gives the same JSON again.
+// and reading that gives the same JSON again. The same bytes are then read as a sharded Hugging
+// Face model's index (trainer/hf.c: hf_shard_names, whose JSON reader also reads config.json):
+// what it accepts is at least one name, each a plain file name (no '/', no '\\', no leading
+// '.'), none twice.
 #include "fuzz.h"
 #include "base/config.h"
+#include "trainer/hf.h"
+
+static void check_shard_names(const uint8_t *data, size_t size) {
+    jmp_buf jump;
+    if (setjmp(jump)) { die_set_jump(NULL, 0); return; }
+    die_set_jump(&jump, 1);
+    int n = 0;
+    char **names = hf_shard_names(fuzz_file(data, size), &n);
+    die_set_jump(NULL, 0);
+    if (n < 1) abort();
+    for (int i = 0; i < n; i++) {
+        if (!names[i][0] || names[i][0] == '.' || strchr(names[i], '/') || strchr(names[i], '\\')) {
+            fprintf(stderr, "an index's file name accepted: '%s'\n", names[i]);
+            abort();
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(names[i], names[j])) { fprintf(stderr, "'%s' named twice\n", names[i]); abort(); }
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
 
 static char json1[65536], json2[65536];
 
@@ -26,5 +50,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     die_set_jump(NULL, 0);
     free(s);
+    check_shard_names(data, size);
     return 0;
 }

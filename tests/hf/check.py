@@ -1,7 +1,7 @@
 """tests/hf/check.py: a meshmoe model exported with `./train export-hf`, run by Hugging Face
 transformers, against meshmoe's own results on the same batch.
 
-    check.py HF_DIR DUMP.safetensors
+    check.py HF_DIR DUMP.safetensors [SAVE_DIR]
 
 HF_DIR is what export-hf wrote; DUMP is `./train CONFIG load_checkpoint=CKPT dump_parity=DIR
 parity_steps=1` from the same checkpoint: the batch (`batch/inputs`), meshmoe's logits of
@@ -10,7 +10,9 @@ it (`c/logits`) and the experts each token chose in each MoE layer
 compares; it computes nothing on meshmoe's side.
 
 Passes when the logits agree within TOL and every token chose the same set of experts in
-every MoE layer. Prints one line per check and `N passed, N failed`.
+every MoE layer. Prints one line per check and `N passed, N failed`. With SAVE_DIR, the model
+is then saved there by transformers itself (save_pretrained, in shards of at most 1 MB with
+their index), for tests/hf/check.sh to load with meshmoe's load_hf.
 """
 import sys
 
@@ -64,6 +66,8 @@ def main():
         b = np.sort(chosen[i].reshape(a.shape), axis=1)
         differ = int(np.sum(np.any(a != b, axis=1)))
         check(differ == 0, f"{name}: layer {i}: the same experts for {a.shape[0] - differ} of {a.shape[0]} tokens")
+    if len(sys.argv) > 3:
+        model.save_pretrained(sys.argv[3], max_shard_size="1MB")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -4,7 +4,11 @@
 # (DeepSeek with routed_bias_update_rate=0.05, so the routing biases are far from 0), export
 # with ./train export-hf, dump meshmoe's own logits and expert choices on one batch from the
 # same checkpoint (dump_parity, parity_steps=1), and let tests/hf/check.py run the export in
-# transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare.
+# transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare. Then
+# transformers saves the model (save_pretrained: its own config.json and shards of at most 1 MB
+# with their index), and meshmoe's load_hf reads that back: every weight and routing bias the
+# checkpoint's (mixtral-tiny's query kernels within 1 ulp: HF's q_proj is the kernel times
+# sqrt(32), and transformers does not keep meshmoe's exact kernels beside it).
 # PYTHON: an interpreter with torch, transformers, safetensors (default: the .venv-hf that
 # tests/hf/ensure_venv.sh creates). Ends with `N passed, N failed`.
 set -u
@@ -31,11 +35,23 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
            $TRAIN $C $FAST $extra load_checkpoint=$T/ck.safetensors dump_parity=$T/d parity_steps=1; } > $T/run.out 2>&1; then
         fail "$run: $(tail -1 $T/run.out)"; continue
     fi
-    out=$("$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors 2>&1)
+    out=$("$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors $T/saved 2>&1)
     printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
     [ -n "$line" ] || { fail "$run: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; continue; }
     PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
-    rm -rf $T/hf $T/d
+    shards=$(ls $T/saved 2>/dev/null | grep -c '^model-.*\.safetensors$')
+    if $TRAIN $C $FAST $extra load_hf=$T/saved dump_parity=$T/l parity_steps=1 > $T/load.out 2>&1; then
+        ulps=0; [ $preset = mixtral-tiny ] && ulps=1
+        r=$(python3 tests/st_tool.py match $T/ck.safetensors params/ $T/l/dump.safetensors param/ $ulps 2>&1)
+        [ $preset = deepseek-tiny ] && r="$r; biases: $(python3 tests/st_tool.py match $T/ck.safetensors state/ $T/l/dump.safetensors state/ 2>&1)"
+        check "$run: transformers' save_pretrained ($shards shards and their index) read back by load_hf: $r" \
+            sh -c '[ "$2" -gt 1 ] && ! printf "%s" "$1" | grep -qi "differ\|missing\|no tensor" &&
+                   [ "$(printf "%s" "$1" | grep -o "bit-identical\|at most [01] ulp" | wc -l)" -eq "$3" ]' \
+            _ "$r" "$shards" "$([ $preset = deepseek-tiny ] && echo 2 || echo 1)"
+    else
+        fail "$run: load_hf of transformers' save_pretrained: $(grep meshmoe: $T/load.out | tail -1)"
+    fi
+    rm -rf $T/hf $T/d $T/saved $T/l
 done
 summary
