@@ -42,11 +42,8 @@ done <<JOBS
 2||mixtral-tiny|dcn_data_parallelism=2 ici_fsdp_parallelism=2
 2|$TCP|mixtral-tiny|dcn_pipeline_parallelism=2 ici_fsdp_parallelism=2
 2|$TCP|deepseek-tiny|dcn_expert_parallelism=2 ici_tensor_parallelism=2
-2|$TCP|mixtral-tiny|dcn_context_parallelism=2 ici_expert_parallelism=2 memory_trace=$T/trace.json
-2|$TCP|mixtral-tiny|dcn_context_parallelism=2 ici_data_parallelism=2 context_parallel_strategy=ring
+2|$TCP|mixtral-tiny|dcn_context_parallelism=2 ici_expert_parallelism=2 context_parallel_strategy=ring
 2|$TCP|deepseek-tiny|dcn_fsdp_parallelism=2 ici_fsdp_parallelism=2 overlap_collectives=true
 4|$TCP|deepseek-tiny|dcn_data_parallelism=2 dcn_fsdp_parallelism=2 shard_optimizer_over_data=true
-2|$TCP|mixtral-tiny|dcn_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=adafactor
-2|$TCP|deepseek-tiny|dcn_data_parallelism=2 ici_pipeline_parallelism=2 base_num_decoder_layers=5 dry_run=true
 JOBS
 summary
