@@ -9,6 +9,7 @@
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
 //   ./train figure KIND OUT.svg ...      the figures of docs/ (sweep/figure.c)
 //   ./train export-hf CKPT OUT_DIR       a checkpoint as a Hugging Face model (trainer/hf.h)
+//   ./train hf-preset HF_DIR             a preset's model keys for a Hugging Face model
 //
 // A training run, in the order of the functions below (main, at the end, calls them):
 // 1. read the config (preset file, then overrides) and check it, every path included;
@@ -744,6 +745,9 @@ static int subcommand(int argc, char **argv, int *rc) {
     else if (!strcmp(argv[1], "export-hf")) {
         if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
         *rc = hf_export(argv[2], argv[3]);
+    } else if (!strcmp(argv[1], "hf-preset")) {
+        if (argc != 3) die("usage: ./train hf-preset HF_DIR (prints a preset's model keys for load_hf=HF_DIR)");
+        *rc = hf_preset(argv[2]);
     } else if (!strcmp(argv[1], "sweep")) *rc = cmd_sweep(argc, argv);
     else if (!strcmp(argv[1], "describe")) *rc = describe_main(argc, argv);
     else if (!strcmp(argv[1], "figure")) *rc = cmd_figure(argc, argv);
@@ -764,6 +768,7 @@ int main(int argc, char **argv) {
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
                "       ./train figure timelines|peaks|schedule|meshes OUT.svg ...\n"
                "       ./train export-hf CKPT.safetensors OUT_DIR\n"
+               "       ./train hf-preset HF_DIR > PRESET.yml\n"
                "       ./train describe CONFIG.yml [key=value ...]\n"
                "       ./train --help-config\n");
         return argc < 2;

@@ -29,6 +29,23 @@ for preset in mixtral-tiny deepseek-tiny; do
     $TRAIN $C $FAST $extra load_hf=$T/hf dump_parity=$T/d parity_steps=1 > $T/load.out 2>&1 || fail "$preset: load_hf: $(tail -1 $T/load.out)"
     r=$(compare $T/ck.safetensors params/ $T/d/dump.safetensors param/ 2>&1)
     check "$preset: load_hf gives back every weight: $r" grep -q "bit-identical" <<<"$r"
+    # ./train hf-preset: the model keys from config.json alone; that preset loads the export
+    # and describes the same tensors as the preset it was trained with.
+    if $TRAIN hf-preset $T/hf > $T/gen.yml 2> $T/gen.err &&
+       $TRAIN $T/gen.yml $FAST load_hf=$T/hf dump_parity=$T/dg parity_steps=1 > $T/load.out 2>&1; then
+        r=$(compare $T/ck.safetensors params/ $T/dg/dump.safetensors param/ 2>&1)
+        same=$(python3 - <(./train describe $C) <(./train describe $T/gen.yml) <<'EOF2'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print("the same tensors" if (a["params"], a["state"]) == (b["params"], b["state"]) else "other tensors")
+EOF2
+)
+        check "$preset: ./train hf-preset's $(grep -vc '^#' $T/gen.yml) keys load the export ($r) and describe $same" \
+            sh -c 'printf "%s" "$1" | grep -q bit-identical && [ "$2" = "the same tensors" ]' _ "$r" "$same"
+    else
+        fail "$preset: hf-preset: $(cat $T/gen.err | tail -1; grep meshmoe: $T/load.out | tail -1)"
+    fi
+    rm -rf $T/dg
     # On a sharded mesh each device takes its own part of each tensor (its shard, tensor and
     # expert pieces, stage): saved again after a step that moves nothing (learning rate 0,
     # no routing-bias update), the checkpoint's weights and biases bit for bit.
@@ -124,6 +141,14 @@ expect_error "a save over a shard of the model being loaded" "model-00002-of-000
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s4 save_checkpoint=$T/s4/model-00002-of-00002.safetensors
 check "  ... and the shard is as it was" python3 tests/st_tool.py same $T/s4/model-00002-of-00002.safetensors \
     $T/s2/model-00002-of-00002.safetensors
+# hf-preset: what meshmoe cannot express, named.
+mkdir -p $T/p1 $T/p2 $T/p3
+sed 's/"mixtral"/"llama"/' $T/hf/config.json > $T/p1/config.json
+expect_error "hf-preset of another kind of model" 'model_type "llama"' $TRAIN hf-preset $T/p1
+sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' $T/hf/config.json > $T/p2/config.json
+expect_error "hf-preset of tied embeddings" '"tie_word_embeddings": true' $TRAIN hf-preset $T/p2
+sed 's/"rope_type": "default"/"rope_type": "llama3"/' $T/hf/config.json > $T/p3/config.json
+expect_error "hf-preset of another RoPE" 'rope type "llama3"' $TRAIN hf-preset $T/p3
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 rope_min_timescale=2 save_checkpoint=$T/r.safetensors > /dev/null 2>&1
 expect_error "a model HF cannot express" "rope_min_timescale=2" $TRAIN export-hf $T/r.safetensors $T/r
 check "  ... and nothing written for it" [ ! -e $T/r ]

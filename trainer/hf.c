@@ -29,6 +29,7 @@
 #include "base/paths.h"     // atomic_file_open, _hold, atomic_files_commit: the export's files as a set
 #include "base/memory.h"    // mem_upload: the routing biases onto the device
 #include "core/common.h"
+#include "trainer/hf_json.h"   // config.json and the index, read
 #include <math.h>
 #include <sys/stat.h>
 #include <errno.h>
@@ -284,105 +285,6 @@ static int hf_config(const Config *c, HfKey *k) {
     return n;
 }
 
-// ---- a small reader for config.json: the raw text of a member of an object ----
-
-// p at a JSON value: returns the character after it (strings, numbers, literals, nesting).
-static const char *skip_value(const char *p) {
-    int depth = 0;
-    do {
-        if (*p == '"') {
-            for (p++; *p && *p != '"'; p++) if (*p == '\\' && p[1]) p++;
-            if (*p) p++;
-        } else if (*p == '{' || *p == '[') { depth++; p++; }
-        else if (*p == '}' || *p == ']') { depth--; p++; }
-        else if (depth == 0) { while (*p && !strchr(",}] \t\r\n", *p)) p++; }
-        else p++;
-    } while (*p && depth > 0);
-    return p;
-}
-
-// The next member of an object: *p inside the object (after '{' or a member); sets the
-// key's text (k0, klen) and the value's (v0, v1). 0 at the end.
-static int next_member(const char **p, const char **k0, int *klen, const char **v0, const char **v1) {
-    const char *q = *p;
-    while (*q && strchr(" \t\r\n,", *q)) q++;
-    if (*q != '"') return 0;
-    const char *e = skip_value(q);
-    *k0 = q + 1;
-    *klen = (int)(e - q - 2);
-    while (*e && strchr(" \t\r\n:", *e)) e++;
-    *v0 = e;
-    *p = *v1 = skip_value(e);
-    return 1;
-}
-
-// Where the value of member `key` of the object at obj lies, [*v0, *v1); 0 if absent.
-static int json_member_at(const char *obj, const char *key, const char **v0, const char **v1) {
-    const char *p = strchr(obj, '{'), *k0;
-    int klen;
-    if (!p) return 0;
-    for (p++; next_member(&p, &k0, &klen, v0, v1);)
-        if ((size_t)klen == strlen(key) && !strncmp(k0, key, (size_t)klen)) return 1;
-    return 0;
-}
-
-// The value of member `key` of the object at obj, copied into out (raw text); 0 if absent.
-static int json_member(const char *obj, const char *key, char *out, size_t cap) {
-    const char *v0, *v1;
-    if (!json_member_at(obj, key, &v0, &v1)) return 0;
-    snprintf(out, cap, "%.*s", (int)(v1 - v0), v0);
-    return 1;
-}
-
-// The top-level members of the object at obj each named once, else dies naming the key: JSON
-// readers differ on a repeated one (Python's json takes the last, json_member the first).
-static void json_members_unique(const char *obj, const char *path) {
-    const char *p = strchr(obj, '{'), *k0, *v0, *v1, *q, *k1, *w0, *w1;
-    int klen, k1len;
-    if (!p) return;
-    for (p++; next_member(&p, &k0, &klen, &v0, &v1);)
-        for (q = p; next_member(&q, &k1, &k1len, &w0, &w1);)
-            if (k1len == klen && !strncmp(k0, k1, (size_t)klen))
-                die("load_hf: %s gives \"%.*s\" twice", path, klen, k0);
-}
-
-// Whether the raw JSON values a (wanted) and b (found) mean the same: numbers as floats,
-// objects member by member of a, the rest as text without blanks.
-static int json_same(const char *a, const char *b) {
-    if (*a == '{') {
-        const char *p = a + 1, *k0, *v0, *v1;
-        int klen;
-        while (next_member(&p, &k0, &klen, &v0, &v1)) {
-            char key[64], va[128], vb[128];
-            snprintf(key, sizeof key, "%.*s", klen, k0);
-            snprintf(va, sizeof va, "%.*s", (int)(v1 - v0), v0);
-            if (!json_member(b, key, vb, sizeof vb) || !json_same(va, vb)) return 0;
-        }
-        return 1;
-    }
-    char *ea, *eb;
-    double x = strtod(a, &ea), y = strtod(b, &eb);
-    if (ea != a && eb != b && !*ea && !*eb) return (float)x == (float)y;
-    char ca[256], cb[256];
-    int i = 0, j = 0;
-    for (; *a && i < 255; a++) if (!strchr(" \t\r\n", *a)) ca[i++] = *a;
-    for (; *b && j < 255; b++) if (!strchr(" \t\r\n", *b)) cb[j++] = *b;
-    ca[i] = cb[j] = '\0';
-    return !strcmp(ca, cb);
-}
-
-static char *read_text(const char *path) {
-    FILE *f = fopen_regular(path, "load_hf");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (!s || fread(s, 1, (size_t)n, f) != (size_t)n) die("load_hf: cannot read '%s'", path);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 // ---------------------------------------------------------------------------------------
 // Export
 
@@ -433,14 +335,14 @@ static void shards_free(void *p) {
 }
 
 char **hf_shard_names(const char *path, int *n) {
-    Shards s = {read_text(path), NULL, 0};
+    Shards s = {json_read_text(path, "load_hf"), NULL, 0};
     die_set_cleanup(shards_free, &s);
-    json_members_unique(s.text, path);
+    json_members_unique(s.text, path, "load_hf");
     const char *v0, *v1, *p, *k0, *f0, *f1;
     int klen, cap = 0;
     if (!json_member_at(s.text, "weight_map", &v0, &v1) || *v0 != '{')
         die("load_hf: %s has no \"weight_map\" object (tensor name -> file)", path);
-    for (p = v0 + 1; next_member(&p, &k0, &klen, &f0, &f1);) {
+    for (p = v0 + 1; json_next_member(&p, &k0, &klen, &f0, &f1);) {
         int len = (int)(f1 - f0) - 2, known = 0;
         if (*f0 != '"' || f1[-1] != '"' || len < 1 || memchr(f0 + 1, '/', (size_t)len) ||
             memchr(f0 + 1, '\\', (size_t)len) || memchr(f0 + 1, '"', (size_t)len) || f0[1] == '.')
@@ -659,12 +561,11 @@ static float *hf_tensor(const Weights *w, const char *name, int ndim, const int6
     return x;
 }
 
-// config.json must say what the run's config says, key by key.
-static void check_config(const Config *c, const char *dir) {
+void hf_check_config(const Config *c, const char *dir, const char *who) {
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = read_text(path);
-    json_members_unique(text, path);
+    char *text = json_read_text(path, who);
+    json_members_unique(text, path, who);
     HfKey keys[64];
     int n = hf_config(c, keys);
     for (int i = 0; i < n; i++) {
@@ -672,9 +573,10 @@ static void check_config(const Config *c, const char *dir) {
         // The context length and the dtype the weights are used at are the run's own choice.
         if (!strcmp(keys[i].key, "max_position_embeddings") || !strcmp(keys[i].key, "dtype")) continue;
         if (!json_member(text, keys[i].key, got, sizeof got))
-            die("load_hf: %s has no \"%s\"; this run's config (%s) gives %s", path, keys[i].key, keys[i].mm, keys[i].val);
+            die("%s: %s has no \"%s\"; this run's config (%s) gives %s", who, path, keys[i].key, keys[i].mm,
+                keys[i].val);
         if (!json_same(keys[i].val, got))
-            die("load_hf: %s says \"%s\": %s, this run's config gives %s (%s)", path, keys[i].key, got,
+            die("%s: %s says \"%s\": %s, this run's config gives %s (%s)", who, path, keys[i].key, got,
                 keys[i].val, keys[i].mm);
     }
     free(text);
@@ -695,7 +597,7 @@ static size_t global_size(const ParamSpec *s) {
 
 int hf_load(Model *m, const char *dir) {
     const Config *c = &m->cfg;
-    check_config(c, dir);
+    hf_check_config(c, dir, "load_hf");
     char err[512], hf[128];
     // The headers only: each tensor is read when it is needed, so that a device holds one
     // tensor of the files at a time, not the whole model (every device of a mesh reads it).

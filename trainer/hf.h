@@ -13,6 +13,13 @@ int hf_export(const char *ckpt, const char *dir);
 // config.json says what m's config says, key by key. The optimizer state stays as init.
 // Returns how many query kernels came exactly from meshmoe_query_kernels.safetensors.
 int hf_load(Model *m, const char *dir);
+// DIR/config.json must say what c says, key by key (every key HF's config class reads that
+// meshmoe's export writes, but the context length and the dtype, the run's own choice); else
+// dies "WHO: ..." naming the first that differs, with the meshmoe key behind it.
+void hf_check_config(const Config *c, const char *dir, const char *who);
+// ./train hf-preset DIR: the model keys of a preset for the Hugging Face model in DIR (its
+// config.json), printed as YAML: what `load_hf=DIR` then accepts (trainer/hf_preset.c).
+int hf_preset(const char *dir);
 // The files of an export in directory dir (none when dir is empty), added to r under key:
 // the ones export-hf writes (written = 1: dir is an output directory) or load_hf reads.
 void hf_files(RunFiles *r, const char *key, const char *dir, int written);

@@ -6,7 +6,8 @@
 # same checkpoint (dump_parity, parity_steps=1), and let tests/hf/check.py run the export in
 # transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare. Then
 # transformers saves the model (save_pretrained: its own config.json and shards of at most 1 MB
-# with their index), and meshmoe's load_hf reads that back: every weight and routing bias the
+# with their index), and meshmoe reads that back with a preset made from that config.json
+# (./train hf-preset) and load_hf: every weight and routing bias the
 # checkpoint's (mixtral-tiny's query kernels within 1 ulp: HF's q_proj is the kernel times
 # sqrt(32), and transformers does not keep meshmoe's exact kernels beside it).
 # PYTHON: an interpreter with torch, transformers, safetensors (default: the .venv-hf that
@@ -41,11 +42,13 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
     [ -n "$line" ] || { fail "$run: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; continue; }
     PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
     shards=$(ls $T/saved 2>/dev/null | grep -c '^model-.*\.safetensors$')
-    if $TRAIN $C $FAST $extra load_hf=$T/saved dump_parity=$T/l parity_steps=1 > $T/load.out 2>&1; then
+    # (its preset from transformers' own config.json: ./train hf-preset)
+    if $TRAIN hf-preset $T/saved > $T/gen.yml 2> $T/load.out &&
+       $TRAIN $T/gen.yml $FAST load_hf=$T/saved dump_parity=$T/l parity_steps=1 > $T/load.out 2>&1; then
         ulps=0; [ $preset = mixtral-tiny ] && ulps=1
         r=$(python3 tests/st_tool.py match $T/ck.safetensors params/ $T/l/dump.safetensors param/ $ulps 2>&1)
         [ $preset = deepseek-tiny ] && r="$r; biases: $(python3 tests/st_tool.py match $T/ck.safetensors state/ $T/l/dump.safetensors state/ 2>&1)"
-        check "$run: transformers' save_pretrained ($shards shards and their index) read back by load_hf: $r" \
+        check "$run: transformers' save_pretrained ($shards shards and their index) read back by ./train hf-preset's preset and load_hf: $r" \
             sh -c '[ "$2" -gt 1 ] && ! printf "%s" "$1" | grep -qi "differ\|missing\|no tensor" &&
                    [ "$(printf "%s" "$1" | grep -o "bit-identical\|at most [01] ulp" | wc -l)" -eq "$3" ]' \
             _ "$r" "$shards" "$([ $preset = deepseek-tiny ] && echo 2 || echo 1)"

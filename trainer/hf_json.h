@@ -1,0 +1,21 @@
+// trainer/hf_json.h: a small reader for Hugging Face's JSON files (trainer/hf_json.c).
+#ifndef MESHMOE_HF_JSON_H
+#define MESHMOE_HF_JSON_H
+#include <stddef.h>
+
+// The whole file at path, NUL-terminated (malloc'd); dies "WHO: ..." when it cannot be read.
+char *json_read_text(const char *path, const char *who);
+// The next member of an object: *p inside the object (after '{' or a member); sets the key's
+// text (k0, klen) and the value's [v0, v1). 0 at the end.
+int json_next_member(const char **p, const char **k0, int *klen, const char **v0, const char **v1);
+// Where the value of member `key` of the object at obj lies, [*v0, *v1); 0 if absent.
+int json_member_at(const char *obj, const char *key, const char **v0, const char **v1);
+// The value of member `key` of the object at obj, copied into out (raw text); 0 if absent.
+int json_member(const char *obj, const char *key, char *out, size_t cap);
+// The top-level members of the object at obj each named once, else dies "WHO: PATH gives ..."
+// naming the key: JSON readers differ on a repeated one (Python's takes the last).
+void json_members_unique(const char *obj, const char *path, const char *who);
+// Whether the raw JSON values a (wanted) and b (found) mean the same: numbers as floats,
+// objects member by member of a, the rest as text without blanks.
+int json_same(const char *a, const char *b);
+#endif
