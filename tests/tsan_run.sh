@@ -37,6 +37,18 @@ mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_paralle
 deepseek-tiny ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=muon
 mixtral-tiny  ici_pipeline_parallelism=2 ici_context_parallelism=2 ici_fsdp_parallelism=2 remat_policy=minimal_offloaded
 RUNS
+# load_hf of a model in shards (the first run's checkpoint exported, then split in two): every
+# device reads the index and the shards' headers, and takes its part of each tensor.
+if $BIN export-hf $T/ck.st $T/hf > /dev/null 2>&1 && python3 tests/st_tool.py shard $T/hf 2; then
+    out=$($BIN configs/mixtral-tiny.yml ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 \
+          load_hf=$T/hf $A 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -A20 -m1 'WARNING: ThreadSanitizer' | sed 's/^/    /'
+    loaded=$(printf '%s\n' "$out" | grep -c '^loaded the Hugging Face model')
+    check "tsan: mixtral-tiny, 8 devices, load_hf of a model in 2 shards, no report (exit $rc, loaded: $loaded)" \
+        [ "$rc" -eq 0 -a "$loaded" -eq 1 ]
+else
+    fail "tsan: the checkpoint could not be exported and split for load_hf"
+fi
 # The dry run's representatives (base/mesh.h:mesh_run_classes): one device per class walks
 # the step alone, as many at a time as there are cores, their collectives waiting for
 # nobody while they write their slots of groups they share (stages, experts, the fsdp

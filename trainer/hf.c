@@ -324,42 +324,57 @@ static const float *ckpt_tensor(const StFile *f, const char *path, const char *n
 
 #define INDEX "model.safetensors.index.json"
 
-// The index's text and the names read so far: freed by die() too (the fuzz harness reads
-// many indexes in one process).
-typedef struct { char *text; char **names; int n; } Shards;
-static void shards_free(void *p) {
-    Shards *s = p;
-    for (int i = 0; i < s->n; i++) free(s->names[i]);
-    free(s->names);
-    free(s->text);
-}
-
-char **hf_shard_names(const char *path, int *n) {
-    Shards s = {json_read_text(path, "load_hf"), NULL, 0};
-    die_set_cleanup(shards_free, &s);
-    json_members_unique(s.text, path, "load_hf");
+// The names the index's text names (*n of them, malloc'd), or NULL with why: nothing is
+// allocated when it fails, so that its caller frees the text before dying (die() may jump
+// back to a fuzz harness, which counts what is left as a leak; a clean-up hook would be one
+// for the whole process, and every device reads the index).
+static char **shard_names_in(const char *text, const char *path, int *n, char *why, size_t cap) {
     const char *v0, *v1, *p, *k0, *f0, *f1;
-    int klen, cap = 0;
-    if (!json_member_at(s.text, "weight_map", &v0, &v1) || *v0 != '{')
-        die("load_hf: %s has no \"weight_map\" object (tensor name -> file)", path);
+    int klen, count = 0, room = 0;
+    char **names = NULL;
+    if (json_repeated_member(text, &k0, &klen)) {
+        snprintf(why, cap, "load_hf: %s gives \"%.*s\" twice", path, klen, k0);
+        return NULL;
+    }
+    if (!json_member_at(text, "weight_map", &v0, &v1) || *v0 != '{') {
+        snprintf(why, cap, "load_hf: %s has no \"weight_map\" object (tensor name -> file)", path);
+        return NULL;
+    }
     for (p = v0 + 1; json_next_member(&p, &k0, &klen, &f0, &f1);) {
         int len = (int)(f1 - f0) - 2, known = 0;
         if (*f0 != '"' || f1[-1] != '"' || len < 1 || memchr(f0 + 1, '/', (size_t)len) ||
-            memchr(f0 + 1, '\\', (size_t)len) || memchr(f0 + 1, '"', (size_t)len) || f0[1] == '.')
-            die("load_hf: %s maps \"%.*s\" to %.*s: a shard is a file name beside the index", path, klen, k0,
-                (int)(f1 - f0), f0);
-        for (int i = 0; i < s.n && !known; i++) known = (int)strlen(s.names[i]) == len && !strncmp(s.names[i], f0 + 1, (size_t)len);
+            memchr(f0 + 1, '\\', (size_t)len) || memchr(f0 + 1, '"', (size_t)len) || f0[1] == '.') {
+            snprintf(why, cap, "load_hf: %s maps \"%.*s\" to %.*s: a shard is a file name beside the index", path,
+                     klen, k0, (int)(f1 - f0), f0);
+            break;
+        }
+        for (int i = 0; i < count && !known; i++) known = (int)strlen(names[i]) == len && !strncmp(names[i], f0 + 1, (size_t)len);
         if (known) continue;
-        if (s.n == cap && !(s.names = realloc(s.names, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 8))))
-            die("load_hf: out of host memory for %s", path);
-        if (!(s.names[s.n] = strndup(f0 + 1, (size_t)len))) die("load_hf: out of host memory for %s", path);
-        s.n++;
+        char **more = count < room ? names : realloc(names, sizeof(char *) * (size_t)(room = room ? 2 * room : 8));
+        if (!more || !(more[count] = strndup(f0 + 1, (size_t)len))) {
+            snprintf(why, cap, "load_hf: out of host memory for %s", path);
+            names = more ? more : names;
+            break;
+        }
+        names = more;
+        count++;
     }
-    if (s.n == 0) die("load_hf: %s maps no tensor to a file", path);
-    die_set_cleanup(NULL, NULL);
-    free(s.text);
-    *n = s.n;
-    return s.names;
+    if (!*why && count == 0) snprintf(why, cap, "load_hf: %s maps no tensor to a file", path);
+    if (*why) {
+        for (int i = 0; i < count; i++) free(names[i]);
+        free(names);
+        return NULL;
+    }
+    *n = count;
+    return names;
+}
+
+char **hf_shard_names(const char *path, int *n) {
+    char *text = json_read_text(path, "load_hf"), why[CFG_STR + 512] = "";
+    char **names = shard_names_in(text, path, n, why, sizeof why);
+    free(text);
+    if (!names) die("%s", why);
+    return names;
 }
 
 void hf_files(RunFiles *r, const char *key, const char *dir, int written) {

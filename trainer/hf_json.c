@@ -54,16 +54,24 @@ int json_member(const char *obj, const char *key, char *out, size_t cap) {
     return 1;
 }
 
-// The top-level members of the object at obj each named once, else dies naming the key: JSON
-// readers differ on a repeated one (Python's json takes the last, json_member the first).
-void json_members_unique(const char *obj, const char *path, const char *who) {
+int json_repeated_member(const char *obj, const char **key, int *klen) {
     const char *p = strchr(obj, '{'), *k0, *v0, *v1, *q, *k1, *w0, *w1;
-    int klen, k1len;
-    if (!p) return;
-    for (p++; json_next_member(&p, &k0, &klen, &v0, &v1);)
+    int len, k1len;
+    if (!p) return 0;
+    for (p++; json_next_member(&p, &k0, &len, &v0, &v1);)
         for (q = p; json_next_member(&q, &k1, &k1len, &w0, &w1);)
-            if (k1len == klen && !strncmp(k0, k1, (size_t)klen))
-                die("%s: %s gives \"%.*s\" twice", who, path, klen, k0);
+            if (k1len == len && !strncmp(k0, k1, (size_t)len)) {
+                *key = k0;
+                *klen = len;
+                return 1;
+            }
+    return 0;
+}
+
+void json_members_unique(const char *obj, const char *path, const char *who) {
+    const char *k;
+    int klen;
+    if (json_repeated_member(obj, &k, &klen)) die("%s: %s gives \"%.*s\" twice", who, path, klen, k);
 }
 
 // Whether the raw JSON values a (wanted) and b (found) mean the same: numbers as floats,

@@ -12,8 +12,11 @@ int json_next_member(const char **p, const char **k0, int *klen, const char **v0
 int json_member_at(const char *obj, const char *key, const char **v0, const char **v1);
 // The value of member `key` of the object at obj, copied into out (raw text); 0 if absent.
 int json_member(const char *obj, const char *key, char *out, size_t cap);
-// The top-level members of the object at obj each named once, else dies "WHO: PATH gives ..."
-// naming the key: JSON readers differ on a repeated one (Python's takes the last).
+// The first top-level member of the object at obj that is named again later: 1 with its key's
+// text (key, klen), 0 when each is named once. JSON readers differ on a repeated one (Python's
+// takes the last, json_member the first), so the readers here refuse them.
+int json_repeated_member(const char *obj, const char **key, int *klen);
+// The same, dying "WHO: PATH gives "KEY" twice" for a repeated member.
 void json_members_unique(const char *obj, const char *path, const char *who);
 // Whether the raw JSON values a (wanted) and b (found) mean the same: numbers as floats,
 // objects member by member of a, the rest as text without blanks.
