@@ -46,6 +46,23 @@ EOF2
         fail "$preset: hf-preset: $(cat $T/gen.err | tail -1; grep meshmoe: $T/load.out | tail -1)"
     fi
     rm -rf $T/dg
+    if [ $preset = mixtral-tiny ]; then
+        # config.json as older files give it (Mixtral-8x7B's): no head_dim (hidden / heads), no
+        # router_jitter_noise or sliding_window (the class's 0.0 and null), rope_theta in place of
+        # rope_parameters. Read as transformers reads it: the same preset, the same weights.
+        cp -r $T/hf $T/old && python3 tests/st_tool.py older-config $T/old/config.json
+        if $TRAIN hf-preset $T/old > $T/old.yml 2> $T/gen.err &&
+           $TRAIN $T/old.yml $FAST load_hf=$T/old dump_parity=$T/dg parity_steps=1 > $T/load.out 2>&1; then
+            r=$(compare $T/ck.safetensors params/ $T/dg/dump.safetensors param/ 2>&1)
+            # (the same config, key by key: ./train describe prints every key's value)
+            check "$preset: an older config.json (no head_dim, rope_parameters, router_jitter_noise, sliding_window) gives the same config and loads: $r" \
+                bash -c 'printf "%s" "$1" | grep -q bit-identical && cmp -s <(./train describe $2) <(./train describe $3)' \
+                _ "$r" $T/gen.yml $T/old.yml
+        else
+            fail "$preset: an older config.json: $(tail -1 $T/gen.err; grep meshmoe: $T/load.out | tail -1)"
+        fi
+        rm -rf $T/old $T/dg
+    fi
     # On a sharded mesh each device takes its own part of each tensor (its shard, tensor and
     # expert pieces, stage): saved again after a step that moves nothing (learning rate 0,
     # no routing-bias update), the checkpoint's weights and biases bit for bit.

@@ -15,6 +15,9 @@ tests/hf.sh).
                                     transformers names its shards (model-00001-of-0000N...),
                                     the tensors dealt out in turn, with the index
                                     model.safetensors.index.json; the file removed
+  st_tool.py older-config FILE      rewrite a Mixtral export's config.json as older files give
+                                    it (Mixtral-8x7B's): rope_theta for rope_parameters, no
+                                    head_dim, router_jitter_noise or sliding_window
   st_tool.py factored FILE          check that every opt_state/v_row and v_col pair is laid
                                     out as optax's FactoredState (below); prints the largest
                                     relative difference found
@@ -130,6 +133,17 @@ def shard(folder, n):
     return 0
 
 
+def older_config(path):
+    with open(path) as f:
+        c = json.load(f)
+    c["rope_theta"] = c.pop("rope_parameters")["rope_theta"]
+    for k in ("head_dim", "router_jitter_noise", "sliding_window"):
+        c.pop(k)
+    with open(path, "w") as f:
+        json.dump(c, f, indent=2)
+    return 0
+
+
 def factored(path):
     """optax.scale_by_factored_rms keeps, for a tensor whose two largest dims (argsort of
     the shape: d_row the second largest, d_col the largest) are >= 128, v_row of shape
@@ -183,6 +197,8 @@ if __name__ == "__main__":
         sys.exit(match(*sys.argv[2:6], *(int(u) for u in sys.argv[6:])))
     if len(sys.argv) == 5 and sys.argv[1] == "add-tensor":
         sys.exit(add_tensor(*sys.argv[2:]))
+    if len(sys.argv) == 3 and sys.argv[1] == "older-config":
+        sys.exit(older_config(sys.argv[2]))
     if len(sys.argv) == 4 and sys.argv[1] == "shard":
         sys.exit(shard(sys.argv[2], int(sys.argv[3])))
     if len(sys.argv) == 6 and sys.argv[1] == "set-meta":

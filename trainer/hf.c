@@ -587,7 +587,7 @@ void hf_check_config(const Config *c, const char *dir, const char *who) {
         char got[512];
         // The context length and the dtype the weights are used at are the run's own choice.
         if (!strcmp(keys[i].key, "max_position_embeddings") || !strcmp(keys[i].key, "dtype")) continue;
-        if (!json_member(text, keys[i].key, got, sizeof got))
+        if (!hf_config_value(text, keys[i].key, got, sizeof got))   // (given, or transformers' default)
             die("%s: %s has no \"%s\"; this run's config (%s) gives %s", who, path, keys[i].key, keys[i].mm,
                 keys[i].val);
         if (!json_same(keys[i].val, got))

@@ -21,4 +21,10 @@ void json_members_unique(const char *obj, const char *path, const char *who);
 // Whether the raw JSON values a (wanted) and b (found) mean the same: numbers as floats,
 // objects member by member of a, the rest as text without blanks.
 int json_same(const char *a, const char *b);
+
+// The value transformers' config class reads for `key` from config.json's text (raw JSON, into
+// out): the file's, else the class's default for its model_type, null heads made from the
+// others, RoPE's parameters gathered from a file of any age (trainer/hf_defaults.c). 0 when
+// the file leaves it out and the class has no default.
+int hf_config_value(const char *text, const char *key, char *out, size_t cap);
 #endif

@@ -6,7 +6,8 @@
 //   ./train my.yml load_hf=hf/ dataset_path=my.bin steps=1000
 //
 // Each key is read from its HF counterpart (PAIRS below, the inverse of trainer/hf.c's
-// hf_config; RoPE's from rope_parameters). The config made so is then checked against
+// hf_config), as transformers reads it: a key the file leaves out takes its config class's
+// default (trainer/hf_defaults.c), RoPE's parameters come from a file of any age. The config made so is then checked against
 // config.json key by key, as load_hf checks it (hf_check_config): what this prints is what
 // load_hf accepts, and a config.json that meshmoe cannot express is refused, naming the key.
 // The run's own keys (batch, sequence, steps, data, mesh) are left to the user.
@@ -59,26 +60,39 @@ static void put(Preset *p, const char *key, const char *val) {
     snprintf(p->set[p->n++].val, sizeof p->set[0].val, "%s", val);
 }
 
-// The raw JSON value of member `name` of obj as config_set's text (a string unquoted, null as
-// `null`): 0 when absent.
-static int value_of(const char *obj, const char *name, char *out, size_t cap) {
-    char raw[256];
-    if (!json_member(obj, name, raw, sizeof raw)) return 0;
+// A raw JSON value as config_set's text (a string unquoted, null as `null`) into out.
+static void unquote(const char *name, const char *raw, char *out, size_t cap) {
     size_t n = strlen(raw);
     int quoted = n >= 2 && raw[0] == '"' && raw[n - 1] == '"';
     if (n - 2 * (size_t)quoted >= cap) die("hf-preset: \"%s\"'s value is longer than meshmoe's keys take: %s", name, raw);
     snprintf(out, cap, "%.*s", (int)(n - 2 * (size_t)quoted), raw + quoted);
+}
+
+// The value transformers reads for config.json's key `name` (the file's or the class's
+// default: trainer/hf_defaults.c), as config_set's text: 0 when there is none.
+static int value_of(const char *text, const char *name, char *out, size_t cap) {
+    char raw[1024];
+    if (!hf_config_value(text, name, raw, sizeof raw)) return 0;
+    unquote(name, raw, out, cap);
     return 1;
 }
 
-// RoPE: transformers 5's rope_parameters, or the older rope_theta beside rope_scaling.
+// Member `name` of a JSON object (RoPE's parameters), as config_set's text: 0 when absent.
+static int member_of(const char *obj, const char *name, char *out, size_t cap) {
+    char raw[256];
+    if (!json_member(obj, name, raw, sizeof raw)) return 0;
+    unquote(name, raw, out, cap);
+    return 1;
+}
+
+// RoPE, from its parameters as transformers gathers them (rope_parameters, or the older
+// rope_theta and rope_scaling, or the class's default: hf_config_value).
 static void put_rope(Preset *p, const char *text, int deepseek) {
-    char rope[1024] = "", v[64], kind[32] = "default";
-    if (!json_member(text, "rope_parameters", rope, sizeof rope) || rope[0] != '{')
-        if (!json_member(text, "rope_scaling", rope, sizeof rope) || rope[0] != '{') rope[0] = '\0';
-    if (rope[0] && !value_of(rope, "rope_type", kind, sizeof kind)) value_of(rope, "type", kind, sizeof kind);
-    if ((rope[0] && value_of(rope, "rope_theta", v, sizeof v)) || value_of(text, "rope_theta", v, sizeof v))
-        put(p, "rope_max_timescale", v);
+    char rope[1024], v[64], kind[32] = "";
+    if (!hf_config_value(text, "rope_parameters", rope, sizeof rope))
+        die("hf-preset: %s: RoPE's parameters could not be read", p->path);
+    member_of(rope, "rope_type", kind, sizeof kind);
+    if (member_of(rope, "rope_theta", v, sizeof v)) put(p, "rope_max_timescale", v);
     if (!strcmp(kind, "default")) return;
     if (strcmp(kind, "yarn"))
         die("hf-preset: %s: rope type \"%s\": meshmoe's RoPE is the default or yarn", p->path, kind);
@@ -88,9 +102,9 @@ static void put_rope(Preset *p, const char *text, int deepseek) {
                                           {"beta_fast", "beta_fast"}, {"beta_slow", "beta_slow"},
                                           {"truncate", "rope_truncate"}};
     for (int i = 0; i < 5; i++)
-        if (value_of(rope, YARN[i][0], v, sizeof v)) put(p, YARN[i][1], v);
-    if (deepseek && value_of(rope, "mscale", v, sizeof v)) put(p, "mscale", v);
-    if (value_of(rope, "attention_factor", v, sizeof v) && strtod(v, NULL) != 1.0)
+        if (member_of(rope, YARN[i][0], v, sizeof v)) put(p, YARN[i][1], v);
+    if (deepseek && member_of(rope, "mscale", v, sizeof v)) put(p, "mscale", v);
+    if (member_of(rope, "attention_factor", v, sizeof v) && strtod(v, NULL) != 1.0)
         put(p, "rope_attention_scaling", "true");   // 0.1 ln(factor) + 1, which hf_check_config checks
     if (!deepseek) put(p, "rope_interleave", "false");   // HF's Mixtral rotates half-split pairs
 }
@@ -103,15 +117,8 @@ static void put_model(Preset *p, const char *text, int deepseek) {
     if (deepseek) put(p, "routed_bias", "true");   // (e_score_correction_bias: every V3 model has one)
     for (int i = 0; i < NPAIRS; i++) {
         if (PAIRS[i].block != BOTH && PAIRS[i].block != (deepseek ? DEEPSEEK : MIXTRAL)) continue;
-        if (!value_of(text, PAIRS[i].hf, v, sizeof v) || !strcmp(v, "null")) {
-            if (!strcmp(PAIRS[i].key, "q_lora_rank")) put(p, "q_lora_rank", "0");
-            continue;   // (absent: hf_check_config names it if the model needs it)
-        }
-        put(p, PAIRS[i].key, v);
-    }
-    if (!deepseek && (!value_of(text, "head_dim", v, sizeof v) || !strcmp(v, "null"))) {   // older configs
-        snprintf(v, sizeof v, "%d", p->c.base_emb_dim / (p->c.base_num_query_heads ? p->c.base_num_query_heads : 1));
-        put(p, "head_dim", v);
+        if (!value_of(text, PAIRS[i].hf, v, sizeof v)) continue;   // (hf_check_config names it if needed)
+        put(p, PAIRS[i].key, strcmp(v, "null") ? v : "0");   // (DeepSeek's q_lora_rank null: no low-rank path)
     }
     if (deepseek && value_of(text, "n_group", groups, sizeof groups) && atoi(groups) > 1 &&
         value_of(text, "topk_group", topk, sizeof topk)) {   // one group is the groups off

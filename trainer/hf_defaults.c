@@ -1,0 +1,103 @@
+// trainer/hf_defaults.c: the value transformers' config classes (MixtralConfig, DeepseekV3Config,
+// as transformers 5.23 has them) take for a key of config.json, whether the file gives it or
+// leaves it out: a key left out takes the class's default, a `head_dim` or
+// `num_key_value_heads` of null is made from the others, and RoPE's parameters are gathered as
+// transformers 5 does it from a file of any age (`rope_parameters`, or the older `rope_scaling`
+// beside `rope_theta`, or nothing: the default RoPE at the class's base wavelength). Published
+// models' files often leave keys out (Mixtral-8x7B's has no head_dim, rope_parameters or
+// router_jitter_noise), and load_hf and hf-preset read them as transformers would.
+#include "trainer/hf_json.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { const char *key, *mixtral, *deepseek; } Default;   // NULL: the class has none
+static const Default DEFAULTS[] = {
+    {"vocab_size", "32000", "129280"},
+    {"hidden_size", "4096", "7168"},
+    {"intermediate_size", "14336", "18432"},
+    {"moe_intermediate_size", NULL, "2048"},
+    {"num_hidden_layers", "32", "61"},
+    {"num_attention_heads", "32", "128"},
+    {"num_key_value_heads", "8", "128"},
+    {"num_experts_per_tok", "2", "8"},
+    {"num_local_experts", "8", NULL},
+    {"n_routed_experts", NULL, "256"},
+    {"n_shared_experts", NULL, "1"},
+    {"routed_scaling_factor", NULL, "2.5"},
+    {"kv_lora_rank", NULL, "512"},
+    {"q_lora_rank", NULL, "1536"},
+    {"qk_rope_head_dim", NULL, "64"},
+    {"qk_nope_head_dim", NULL, "128"},
+    {"v_head_dim", NULL, "128"},
+    {"n_group", NULL, "8"},
+    {"topk_group", NULL, "4"},
+    {"first_k_dense_replace", NULL, "3"},
+    {"norm_topk_prob", NULL, "true"},
+    {"rope_interleave", NULL, "true"},
+    {"attention_bias", NULL, "false"},
+    {"max_position_embeddings", "131072", "4096"},
+    {"rms_norm_eps", "1e-05", "1e-06"},
+    {"hidden_act", "\"silu\"", "\"silu\""},
+    {"tie_word_embeddings", "false", "false"},
+    {"attention_dropout", "0.0", "0.0"},
+    {"sliding_window", "null", NULL},
+    {"router_jitter_noise", "0.0", NULL},
+};
+#define NDEFAULTS ((int)(sizeof DEFAULTS / sizeof DEFAULTS[0]))
+
+static int copy(char *out, size_t cap, const char *s) {
+    return (size_t)snprintf(out, cap, "%s", s) < cap;
+}
+
+// The class's default for key, 0 when it has none.
+static int class_default(int deepseek, const char *key, char *out, size_t cap) {
+    for (int i = 0; i < NDEFAULTS; i++)
+        if (!strcmp(DEFAULTS[i].key, key)) {
+            const char *v = deepseek ? DEFAULTS[i].deepseek : DEFAULTS[i].mixtral;
+            return v && copy(out, cap, v);
+        }
+    return 0;
+}
+
+// The value as given, 0 when left out or (for the keys made from others) null.
+static int given(const char *text, const char *key, char *out, size_t cap, int null_is_unset) {
+    if (!json_member(text, key, out, cap)) return 0;
+    return !(null_is_unset && !strcmp(out, "null"));
+}
+
+// RoPE's parameters as transformers 5 gathers them: rope_parameters, else rope_scaling, else
+// none; their rope_type (or the older `type`), "default" if none; their rope_theta, else the
+// file's, else the class's (Mixtral's 1e6, DeepSeek's the base class's 10000).
+static int rope(const char *text, int deepseek, char *out, size_t cap) {
+    char dict[1024] = "", kind[64] = "\"default\"", theta[64];
+    if (!json_member(text, "rope_parameters", dict, sizeof dict) || dict[0] != '{')
+        if (!json_member(text, "rope_scaling", dict, sizeof dict) || dict[0] != '{') dict[0] = '\0';
+    if (dict[0] && !json_member(dict, "rope_type", kind, sizeof kind)) json_member(dict, "type", kind, sizeof kind);
+    if (!(dict[0] && json_member(dict, "rope_theta", theta, sizeof theta)) &&
+        !json_member(text, "rope_theta", theta, sizeof theta))
+        copy(theta, sizeof theta, deepseek ? "10000.0" : "1000000.0");
+    if (!strcmp(kind, "\"default\""))
+        return (size_t)snprintf(out, cap, "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta) < cap;
+    // Other kinds as given, with their type and base wavelength where the file put them apart.
+    char *body = dict[0] ? strchr(dict, '{') + 1 : (char *)"}";
+    return (size_t)snprintf(out, cap, "{\"rope_type\": %s, \"rope_theta\": %s%s%s", kind, theta,
+                            strspn(body, " \t\r\n}") == strlen(body) ? "" : ", ", body) < cap;
+}
+
+int hf_config_value(const char *text, const char *key, char *out, size_t cap) {
+    char kind[64] = "";
+    json_member(text, "model_type", kind, sizeof kind);
+    int deepseek = !strcmp(kind, "\"deepseek_v3\"");
+    if (!strcmp(key, "rope_parameters")) return rope(text, deepseek, out, cap);
+    if (!strcmp(key, "num_key_value_heads") && json_member(text, key, out, cap) && !strcmp(out, "null"))
+        return hf_config_value(text, "num_attention_heads", out, cap);   // null: one per query head
+    if (!strcmp(key, "head_dim") && !deepseek && !given(text, key, out, cap, 1)) {   // hidden / heads
+        char d[64], h[64];
+        if (!hf_config_value(text, "hidden_size", d, sizeof d) || !hf_config_value(text, "num_attention_heads", h, sizeof h))
+            return 0;
+        long heads = atol(h);
+        return heads > 0 && (size_t)snprintf(out, cap, "%ld", atol(d) / heads) < cap;
+    }
+    return json_member(text, key, out, cap) || class_default(deepseek, key, out, cap);
+}
