@@ -3,10 +3,11 @@
 // and reading that gives the same JSON again. The same bytes are then read as a sharded Hugging
 // Face model's index (trainer/hf.c: hf_shard_names, whose JSON reader also reads config.json):
 // what it accepts is at least one name, each a plain file name (no '/', no '\\', no leading
-// '.'), none twice.
+// '.'), none twice; and as a config.json, the values transformers would read from it.
 #include "fuzz.h"
 #include "base/config.h"
 #include "trainer/hf.h"
+#include "trainer/hf_json.h"
 
 static void check_shard_names(const uint8_t *data, size_t size) {
     jmp_buf jump;
@@ -49,7 +50,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     die_set_jump(NULL, 0);
-    free(s);
     check_shard_names(data, size);
+    // And as a config.json, the values transformers would read (trainer/hf_defaults.c: the
+    // file's, a class's default, RoPE's parameters gathered): never a fault, whatever the text.
+    static const char *const KEYS[] = {"rope_parameters", "head_dim", "num_key_value_heads", "vocab_size", "n_group"};
+    char out[512];
+    for (int i = 0; i < 5; i++) hf_config_value(s, KEYS[i], out, sizeof out);
+    free(s);
     return 0;
 }
