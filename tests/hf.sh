@@ -131,6 +131,22 @@ EOF2
     rm -rf $T/hf $T/d
 done
 
+echo "== DeepSeek-V3's older config.json: yarn as rope_scaling, without truncate or attention_factor"
+YARN="rope_type=yarn original_max_position_embeddings=1024 rope_factor=8 max_position_embeddings=163840"
+if $TRAIN configs/deepseek-tiny.yml $FAST steps=1 $YARN save_checkpoint=$T/dy.st > $T/train.out 2>&1 &&
+   $TRAIN export-hf $T/dy.st $T/dy > /dev/null 2>&1 && cp -r $T/dy $T/dyold &&
+   python3 tests/st_tool.py older-config $T/dyold/config.json &&
+   $TRAIN hf-preset $T/dy > $T/dy.yml 2> $T/gen.err && $TRAIN hf-preset $T/dyold > $T/dyold.yml 2>> $T/gen.err &&
+   $TRAIN $T/dyold.yml $FAST load_hf=$T/dyold dump_parity=$T/dg parity_steps=1 > $T/load.out 2>&1; then
+    r=$(compare $T/dy.st params/ $T/dg/dump.safetensors param/ 2>&1)
+    check "deepseek-tiny, yarn: the older config.json gives the same config as the export's and loads: $r" \
+        bash -c 'printf "%s" "$1" | grep -q bit-identical && cmp -s <(./train describe $2) <(./train describe $3)' \
+        _ "$r" $T/dy.yml $T/dyold.yml
+else
+    fail "deepseek-tiny, yarn, an older config.json: $(tail -1 $T/gen.err; grep meshmoe: $T/train.out $T/load.out | tail -1)"
+fi
+rm -rf $T/dy $T/dyold $T/dg
+
 echo "== refusals: one clear message, exit 1"
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/mx.safetensors > /dev/null 2>&1
 $TRAIN export-hf $T/mx.safetensors $T/hf > /dev/null 2>&1

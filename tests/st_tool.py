@@ -15,9 +15,11 @@ tests/hf.sh).
                                     transformers names its shards (model-00001-of-0000N...),
                                     the tensors dealt out in turn, with the index
                                     model.safetensors.index.json; the file removed
-  st_tool.py older-config FILE      rewrite a Mixtral export's config.json as older files give
-                                    it (Mixtral-8x7B's): rope_theta for rope_parameters, no
-                                    head_dim, router_jitter_noise or sliding_window
+  st_tool.py older-config FILE      rewrite an export's config.json as older files give it:
+                                    Mixtral-8x7B's (rope_theta for rope_parameters, no head_dim,
+                                    router_jitter_noise or sliding_window), or DeepSeek-V3's
+                                    (yarn's rope_scaling with `type`, no truncate or
+                                    attention_factor, rope_theta beside it)
   st_tool.py factored FILE          check that every opt_state/v_row and v_col pair is laid
                                     out as optax's FactoredState (below); prints the largest
                                     relative difference found
@@ -136,9 +138,15 @@ def shard(folder, n):
 def older_config(path):
     with open(path) as f:
         c = json.load(f)
-    c["rope_theta"] = c.pop("rope_parameters")["rope_theta"]
-    for k in ("head_dim", "router_jitter_noise", "sliding_window"):
-        c.pop(k)
+    rope = c.pop("rope_parameters")
+    c["rope_theta"] = rope.pop("rope_theta")
+    if c["model_type"] == "mixtral":
+        for k in ("head_dim", "router_jitter_noise", "sliding_window"):
+            c.pop(k)
+    elif rope.pop("rope_type") == "yarn":
+        rope.pop("truncate")
+        rope.pop("attention_factor")
+        c["rope_scaling"] = {"type": "yarn", **rope}
     with open(path, "w") as f:
         json.dump(c, f, indent=2)
     return 0

@@ -3,10 +3,12 @@
 // leaves it out: a key left out takes the class's default, a `head_dim` or
 // `num_key_value_heads` of null is made from the others, and RoPE's parameters are gathered as
 // transformers 5 does it from a file of any age (`rope_parameters`, or the older `rope_scaling`
-// beside `rope_theta`, or nothing: the default RoPE at the class's base wavelength). Published
-// models' files often leave keys out (Mixtral-8x7B's has no head_dim, rope_parameters or
-// router_jitter_noise), and load_hf and hf-preset read them as transformers would.
+// beside `rope_theta`, with yarn's defaults, or nothing: the default RoPE at the class's base
+// wavelength). Published models' files often leave keys out (Mixtral-8x7B's has no head_dim,
+// rope_parameters or router_jitter_noise; DeepSeek-V3's yarn no truncate or attention_factor),
+// and load_hf and hf-preset read them as transformers would.
 #include "trainer/hf_json.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +68,24 @@ static int given(const char *text, const char *key, char *out, size_t cap, int n
     return !(null_is_unset && !strcmp(out, "null"));
 }
 
+// What transformers' yarn takes for members its parameters leave out (older files, such as
+// DeepSeek-V3's rope_scaling, give neither truncate nor attention_factor), as ", KEY: VALUE"
+// members into extra: truncate true, beta_fast 32, beta_slow 1, and the attention factor made
+// from factor and, where both are given and nonzero, mscale and mscale_all_dim (HF's get_mscale).
+static void yarn_defaults(const char *dict, char *extra, size_t cap) {
+    char v[64], m[64], a[64];
+    size_t at = 0;
+    if (!json_member(dict, "truncate", v, sizeof v)) at += (size_t)snprintf(extra + at, cap - at, ", \"truncate\": true");
+    if (!json_member(dict, "beta_fast", v, sizeof v)) at += (size_t)snprintf(extra + at, cap - at, ", \"beta_fast\": 32");
+    if (!json_member(dict, "beta_slow", v, sizeof v)) at += (size_t)snprintf(extra + at, cap - at, ", \"beta_slow\": 1");
+    if (json_member(dict, "attention_factor", v, sizeof v) || !json_member(dict, "factor", v, sizeof v)) return;
+    double f = strtod(v, NULL), att = 1.0;
+    double ms = json_member(dict, "mscale", m, sizeof m) ? strtod(m, NULL) : 0;
+    double all = json_member(dict, "mscale_all_dim", a, sizeof a) ? strtod(a, NULL) : 0;
+    if (f > 1) att = ms != 0 && all != 0 ? (0.1 * ms * log(f) + 1.0) / (0.1 * all * log(f) + 1.0) : 0.1 * log(f) + 1.0;
+    snprintf(extra + at, cap - at, ", \"attention_factor\": %.17g", att);
+}
+
 // RoPE's parameters as transformers 5 gathers them: rope_parameters, else rope_scaling, else
 // none; their rope_type (or the older `type`), "default" if none; their rope_theta, else the
 // file's, else the class's (Mixtral's 1e6, DeepSeek's the base class's 10000).
@@ -79,9 +99,11 @@ static int rope(const char *text, int deepseek, char *out, size_t cap) {
         copy(theta, sizeof theta, deepseek ? "10000.0" : "1000000.0");
     if (!strcmp(kind, "\"default\""))
         return (size_t)snprintf(out, cap, "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta) < cap;
-    // Other kinds as given, with their type and base wavelength where the file put them apart.
-    char *body = dict[0] ? strchr(dict, '{') + 1 : (char *)"}";
-    return (size_t)snprintf(out, cap, "{\"rope_type\": %s, \"rope_theta\": %s%s%s", kind, theta,
+    // Other kinds as given, with their type and base wavelength where the file put them apart,
+    // and yarn's members taken by default where they are left out.
+    char *body = dict[0] ? strchr(dict, '{') + 1 : (char *)"}", extra[256] = "";
+    if (!strcmp(kind, "\"yarn\"")) yarn_defaults(dict, extra, sizeof extra);
+    return (size_t)snprintf(out, cap, "{\"rope_type\": %s, \"rope_theta\": %s%s%s%s", kind, theta, extra,
                             strspn(body, " \t\r\n}") == strlen(body) ? "" : ", ", body) < cap;
 }
 

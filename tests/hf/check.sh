@@ -36,10 +36,11 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
            $TRAIN $C $FAST $extra load_checkpoint=$T/ck.safetensors dump_parity=$T/d parity_steps=1; } > $T/run.out 2>&1; then
         fail "$run: $(tail -1 $T/run.out)"; continue
     fi
-    if [ $run = mixtral-tiny ]; then
+    if [ $run = mixtral-tiny -o $run = deepseek-tiny:yarn ]; then
         # config.json as older files give it (Mixtral-8x7B's: no head_dim, router_jitter_noise,
-        # sliding_window or rope_parameters, but rope_theta): transformers reads the same model
-        # from it, as trainer/hf_defaults.c says (tests/hf.sh: meshmoe does).
+        # sliding_window or rope_parameters, but rope_theta; DeepSeek-V3's: yarn as rope_scaling
+        # without truncate or attention_factor): transformers reads the same model from it, as
+        # trainer/hf_defaults.c says (tests/hf.sh: meshmoe does).
         python3 tests/st_tool.py older-config $T/hf/config.json
         echo "  (config.json in the older form)"
     fi
