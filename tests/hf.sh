@@ -18,6 +18,23 @@ FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 
 
 # compare A PREFIX_A B PREFIX_B [ulps]: tests/st_tool.py's `match` (see there).
 compare() { python3 tests/st_tool.py match "$@"; }
+# older WHAT HF CKPT: HF's config.json rewritten as older files give it (tests/st_tool.py
+# older-config) gives hf-preset the same config as the original (./train describe prints every
+# key's value), and loads CKPT's weights bit for bit.
+older() {
+    local what=$1 hf=$2 ck=$3 r
+    rm -rf $T/old $T/dg && cp -r $hf $T/old && python3 tests/st_tool.py older-config $T/old/config.json
+    if $TRAIN hf-preset $hf > $T/new.yml 2> $T/gen.err && $TRAIN hf-preset $T/old > $T/old.yml 2>> $T/gen.err &&
+       $TRAIN $T/old.yml $FAST load_hf=$T/old dump_parity=$T/dg parity_steps=1 > $T/load.out 2>&1; then
+        r=$(compare $ck params/ $T/dg/dump.safetensors param/ 2>&1)
+        check "$what gives the same config and loads: $r" \
+            bash -c 'printf "%s" "$1" | grep -q bit-identical && cmp -s <(./train describe $2) <(./train describe $3)' \
+            _ "$r" $T/new.yml $T/old.yml
+    else
+        fail "$what: $(tail -1 $T/gen.err; grep meshmoe: $T/load.out | tail -1)"
+    fi
+    rm -rf $T/old $T/dg
+}
 
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset"
@@ -50,18 +67,8 @@ EOF2
         # config.json as older files give it (Mixtral-8x7B's): no head_dim (hidden / heads), no
         # router_jitter_noise or sliding_window (the class's 0.0 and null), rope_theta in place of
         # rope_parameters. Read as transformers reads it: the same preset, the same weights.
-        cp -r $T/hf $T/old && python3 tests/st_tool.py older-config $T/old/config.json
-        if $TRAIN hf-preset $T/old > $T/old.yml 2> $T/gen.err &&
-           $TRAIN $T/old.yml $FAST load_hf=$T/old dump_parity=$T/dg parity_steps=1 > $T/load.out 2>&1; then
-            r=$(compare $T/ck.safetensors params/ $T/dg/dump.safetensors param/ 2>&1)
-            # (the same config, key by key: ./train describe prints every key's value)
-            check "$preset: an older config.json (no head_dim, rope_parameters, router_jitter_noise, sliding_window) gives the same config and loads: $r" \
-                bash -c 'printf "%s" "$1" | grep -q bit-identical && cmp -s <(./train describe $2) <(./train describe $3)' \
-                _ "$r" $T/gen.yml $T/old.yml
-        else
-            fail "$preset: an older config.json: $(tail -1 $T/gen.err; grep meshmoe: $T/load.out | tail -1)"
-        fi
-        rm -rf $T/old $T/dg
+        older "$preset: an older config.json (no head_dim, rope_parameters, router_jitter_noise, sliding_window)" \
+            $T/hf $T/ck.safetensors
     fi
     # On a sharded mesh each device takes its own part of each tensor (its shard, tensor and
     # expert pieces, stage): saved again after a step that moves nothing (learning rate 0,
@@ -134,18 +141,12 @@ done
 echo "== DeepSeek-V3's older config.json: yarn as rope_scaling, without truncate or attention_factor"
 YARN="rope_type=yarn original_max_position_embeddings=1024 rope_factor=8 max_position_embeddings=163840"
 if $TRAIN configs/deepseek-tiny.yml $FAST steps=1 $YARN save_checkpoint=$T/dy.st > $T/train.out 2>&1 &&
-   $TRAIN export-hf $T/dy.st $T/dy > /dev/null 2>&1 && cp -r $T/dy $T/dyold &&
-   python3 tests/st_tool.py older-config $T/dyold/config.json &&
-   $TRAIN hf-preset $T/dy > $T/dy.yml 2> $T/gen.err && $TRAIN hf-preset $T/dyold > $T/dyold.yml 2>> $T/gen.err &&
-   $TRAIN $T/dyold.yml $FAST load_hf=$T/dyold dump_parity=$T/dg parity_steps=1 > $T/load.out 2>&1; then
-    r=$(compare $T/dy.st params/ $T/dg/dump.safetensors param/ 2>&1)
-    check "deepseek-tiny, yarn: the older config.json gives the same config as the export's and loads: $r" \
-        bash -c 'printf "%s" "$1" | grep -q bit-identical && cmp -s <(./train describe $2) <(./train describe $3)' \
-        _ "$r" $T/dy.yml $T/dyold.yml
+   $TRAIN export-hf $T/dy.st $T/dy > /dev/null 2>&1; then
+    older "deepseek-tiny, yarn: an older config.json" $T/dy $T/dy.st
 else
-    fail "deepseek-tiny, yarn, an older config.json: $(tail -1 $T/gen.err; grep meshmoe: $T/train.out $T/load.out | tail -1)"
+    fail "deepseek-tiny, yarn: $(grep meshmoe: $T/train.out | tail -1)"
 fi
-rm -rf $T/dy $T/dyold $T/dg
+rm -rf $T/dy
 
 echo "== refusals: one clear message, exit 1"
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/mx.safetensors > /dev/null 2>&1
