@@ -56,6 +56,7 @@ static void put(Preset *p, const char *key, const char *val) {
     config_set(&p->c, key, val, p->path);
     for (int i = 0; i < p->n; i++)
         if (!strcmp(p->set[i].key, key)) { snprintf(p->set[i].val, sizeof p->set[i].val, "%s", val); return; }
+    if (p->n == (int)(sizeof p->set / sizeof p->set[0])) die("internal: hf-preset sets more keys than it holds");
     snprintf(p->set[p->n].key, sizeof p->set[0].key, "%s", key);
     snprintf(p->set[p->n++].val, sizeof p->set[0].val, "%s", val);
 }
