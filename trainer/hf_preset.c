@@ -53,9 +53,7 @@ typedef struct { Config c; Set set[64]; int n; char path[CFG_STR + 64]; } Preset
 
 static void put(Preset *p, const char *key, const char *val) {
     if (strlen(val) >= sizeof p->set[0].val) die("hf-preset: %s: %s's value is too long: %s", p->path, key, val);
-    config_set(&p->c, key, val, p->path);
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->set[i].key, key)) { snprintf(p->set[i].val, sizeof p->set[i].val, "%s", val); return; }
+    config_set(&p->c, key, val, p->path);   // (each key is set once: the pairs and RoPE's are apart)
     if (p->n == (int)(sizeof p->set / sizeof p->set[0])) die("internal: hf-preset sets more keys than it holds");
     snprintf(p->set[p->n].key, sizeof p->set[0].key, "%s", key);
     snprintf(p->set[p->n++].val, sizeof p->set[0].val, "%s", val);
