@@ -383,9 +383,11 @@ static void load_weights(DeviceRun *d) {
         if (d->talk) printf("resumed from %s at step %d\n", c->load_checkpoint, d->m.step);
     }
     if (c->load_hf[0]) {
-        int exact = hf_load(&d->m, c->load_hf);
-        if (d->talk) printf("loaded the Hugging Face model %s%s\n", c->load_hf,
-                            exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "");
+        char said[512];
+        int exact = hf_load(&d->m, c->load_hf, said, sizeof said);
+        if (d->talk) printf("loaded the Hugging Face model %s%s%s%s\n", c->load_hf,
+                            exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "",
+                            said[0] ? ": " : "", said);
     }
 }
 

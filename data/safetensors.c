@@ -10,8 +10,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-static const char *DTYPE_NAMES[ST_NDTYPES] = {"F32", "I32", "BF16", "F16", "I64", "F64", "U8", "I8", "U16", "I16"};
-static const size_t DTYPE_SIZES[ST_NDTYPES] = {4, 4, 2, 2, 8, 8, 1, 1, 2, 2};
+static const char *DTYPE_NAMES[ST_NDTYPES] = {"F32", "I32", "BF16", "F16", "I64", "F64", "U8", "I8", "U16", "I16", "F8_E4M3"};
+static const size_t DTYPE_SIZES[ST_NDTYPES] = {4, 4, 2, 2, 8, 8, 1, 1, 2, 2, 1};
 
 size_t st_dtype_size(StDtype d) { return DTYPE_SIZES[d]; }
 const char *st_dtype_name(StDtype d) { return DTYPE_NAMES[d]; }

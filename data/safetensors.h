@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { ST_F32, ST_I32, ST_BF16, ST_F16, ST_I64, ST_F64, ST_U8, ST_I8, ST_U16, ST_I16, ST_NDTYPES } StDtype;
+typedef enum { ST_F32, ST_I32, ST_BF16, ST_F16, ST_I64, ST_F64, ST_U8, ST_I8, ST_U16, ST_I16, ST_F8_E4M3, ST_NDTYPES } StDtype;
 
 // Bytes per element and the format's dtype name ("F32", ...).
 size_t st_dtype_size(StDtype d);

@@ -6,7 +6,9 @@
 # checkpoint's, bit for bit. mixtral-tiny's head_dim 32 makes HF's query kernel inexact
 # (times sqrt(32)), so this also covers the exact kernels written beside it; without them
 # load_hf divides, and the kernels come back within 1 ulp. DeepSeek's export is also cut to
-# bfloat16 (as published models often are) and loaded. Then the refusals.
+# bfloat16 (as published models often are) and loaded; both rewritten in the other forms
+# published checkpoints have (tests/hf_forms.py: a tensor per expert, FP8 with block scales,
+# DeepSeek's multi-token prediction layer) load the same weights. Then the refusals.
 # Needs python3 (standard library only). Does not need transformers: make hf-check does.
 set -u
 cd "$(dirname "$0")/.."
@@ -36,6 +38,39 @@ older() {
     rm -rf $T/old $T/dg
 }
 
+# published PRESET HF CK: the forms published checkpoints have (tests/hf_forms.py) load the
+# same weights: a tensor per expert and projection (Mixtral-8x7B's names, DeepSeek-V3's), with
+# DeepSeek's multi-token prediction layer after the last (left out, as transformers does); and
+# FP8 weights with a float32 scale per block of 16 x 24, ragged at the edges of every
+# projection here, which must load as the F32 values Python decodes them to (hf_forms.py's
+# own decoding, written beside the FP8 files), bit for bit.
+published() {
+    local preset=$1 hf=$2 ck=$3 r form
+    rm -rf $T/pe && cp -r $hf $T/pe && python3 tests/hf_forms.py per-expert $T/pe
+    [ $preset = deepseek-tiny ] && python3 tests/hf_forms.py mtp $T/pe
+    if $TRAIN configs/$preset.yml $FAST load_hf=$T/pe dump_parity=$T/dp parity_steps=1 > $T/load.out 2>&1; then
+        r="$(compare $ck params/ $T/dp/dump.safetensors param/ 2>&1); $(grep -o 'loaded the Hugging Face.*' $T/load.out)"
+        check "$preset: a tensor per expert$([ $preset = deepseek-tiny ] && echo ' and the MTP layer'): $r" \
+            sh -c 'printf "%s" "$1" | grep -q "bit-identical.*experts'"'"' tensors stacked" &&
+                   { [ $2 = mixtral-tiny ] || printf "%s" "$1" | grep -q "multi-token prediction layer from 4 left out"; }' \
+            _ "$r" $preset
+    else
+        fail "$preset: load_hf of a tensor per expert: $(grep meshmoe: $T/load.out | tail -1)"
+    fi
+    # FP8: the fused experts (3-D, a scale grid per expert) for Mixtral, the per-expert ones for DeepSeek.
+    form=$hf; [ $preset = deepseek-tiny ] && form=$T/pe
+    rm -rf $T/q $T/deq && mkdir $T/q && cp -r $form $T/deq && python3 tests/hf_forms.py fp8 $T/deq $T/q 16 24
+    if $TRAIN configs/$preset.yml $FAST load_hf=$T/q dump_parity=$T/dq parity_steps=1 > $T/load.out 2>&1 &&
+       $TRAIN configs/$preset.yml $FAST load_hf=$T/deq dump_parity=$T/dd parity_steps=1 > $T/deq.out 2>&1; then
+        r="$(compare $T/dd/dump.safetensors param/ $T/dq/dump.safetensors param/ 2>&1); $(grep -o 'loaded the Hugging Face.*' $T/load.out)"
+        check "$preset: FP8 with 16x24 blocks' scales, the values Python decodes: $r" \
+            sh -c 'printf "%s" "$1" | grep -q "bit-identical.*FP8 tensors dequantized by their 16x24"' _ "$r"
+    else
+        fail "$preset: load_hf of FP8: $(grep meshmoe: $T/load.out $T/deq.out | tail -1)"
+    fi
+    rm -rf $T/dp $T/dq $T/dd $T/deq
+}
+
 for preset in mixtral-tiny deepseek-tiny; do
     echo "== $preset"
     C=configs/$preset.yml
@@ -63,6 +98,7 @@ EOF2
         fail "$preset: hf-preset: $(cat $T/gen.err | tail -1; grep meshmoe: $T/load.out | tail -1)"
     fi
     rm -rf $T/dg
+    published $preset $T/hf $T/ck.safetensors
     if [ $preset = mixtral-tiny ]; then
         # config.json as older files give it (Mixtral-8x7B's): no head_dim (hidden / heads), no
         # router_jitter_noise or sliding_window (the class's 0.0 and null), rope_theta in place of
@@ -169,12 +205,34 @@ expect_error "an index naming a file outside its folder" "a shard is a file name
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s2
 shards s3 && cp $T/s3/model-00001-of-00002.safetensors $T/s3/extra.safetensors &&
     sed -i 's/"weight_map": {/"weight_map": {"extra": "extra.safetensors",/' $T/s3/model.safetensors.index.json
-expect_error "a tensor in two shards" "this config maps to" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s3
+expect_error "a tensor in two shards" "is in both" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s3
 shards s4
 expect_error "a save over a shard of the model being loaded" "model-00002-of-00002.safetensors" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s4 save_checkpoint=$T/s4/model-00002-of-00002.safetensors
 check "  ... and the shard is as it was" python3 tests/st_tool.py same $T/s4/model-00002-of-00002.safetensors \
     $T/s2/model-00002-of-00002.safetensors
+# The published forms: what is missing or left over, named.
+rm -rf $T/m1 && cp -r $T/hf $T/m1 && python3 tests/hf_forms.py per-expert $T/m1 &&
+    python3 tests/hf_forms.py drop $T/m1 model.layers.1.block_sparse_moe.experts.2.w3.weight
+expect_error "a tensor per expert, one missing" "'model.layers.1.block_sparse_moe.experts.2.w3.weight'" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m1
+rm -rf $T/m2 && cp -r $T/hf $T/m2 && python3 tests/st_tool.py add-tensor $T/hf/model.safetensors $T/m2/model.safetensors \
+    model.layers.0.mlp.extra.weight
+expect_error "a tensor the model does not read" "'model.layers.0.mlp.extra.weight', which this config does not read" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m2
+rm -rf $T/m3 $T/m4 $T/m5 $T/m6 $T/deq && mkdir $T/m3 && cp -r $T/hf $T/deq && python3 tests/hf_forms.py fp8 $T/deq $T/m3 16 16
+cp -r $T/m3 $T/m4 && python3 tests/hf_forms.py drop $T/m4 model.layers.2.self_attn.o_proj.weight_scale_inv
+expect_error "FP8 without its scales" "'model.layers.2.self_attn.o_proj.weight_scale_inv'" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m4
+cp -r $T/m3 $T/m5 && python3 - $T/m5/config.json <<'EOF2'
+import json, sys
+c = json.load(open(sys.argv[1])); del c["quantization_config"]; json.dump(c, open(sys.argv[1], "w"))
+EOF2
+expect_error "FP8 without quantization_config" "is F8_E4M3 and config.json has no quantization_config" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m5
+cp -r $T/m3 $T/m6 && sed -i 's/"quant_method": "fp8"/"quant_method": "bitsandbytes"/' $T/m6/config.json
+expect_error "another quantization" 'quant_method "bitsandbytes"' $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m6
+rm -rf $T/m1 $T/m2 $T/m3 $T/m4 $T/m5 $T/m6 $T/deq
 # hf-preset: what meshmoe cannot express, named.
 mkdir -p $T/p1 $T/p2 $T/p3
 sed 's/"mixtral"/"llama"/' $T/hf/config.json > $T/p1/config.json

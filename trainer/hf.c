@@ -29,7 +29,8 @@
 #include "base/paths.h"     // atomic_file_open, _hold, atomic_files_commit: the export's files as a set
 #include "base/memory.h"    // mem_upload: the routing biases onto the device
 #include "core/common.h"
-#include "trainer/hf_json.h"   // config.json and the index, read
+#include "trainer/hf_json.h"   // config.json, read
+#include "trainer/hf_weights.h"   // the files' tensors in any of their forms
 #include <math.h>
 #include <sys/stat.h>
 #include <errno.h>
@@ -320,70 +321,13 @@ static const float *ckpt_tensor(const StFile *f, const char *path, const char *n
     return (const float *)t->data;
 }
 
-// ---- a sharded model: model.safetensors.index.json's "weight_map" (tensor -> file) ----
-
-#define INDEX "model.safetensors.index.json"
-
-// The names the index's text names (*n of them, malloc'd), or NULL with why: nothing is
-// allocated when it fails, so that its caller frees the text before dying (die() may jump
-// back to a fuzz harness, which counts what is left as a leak; a clean-up hook would be one
-// for the whole process, and every device reads the index).
-static char **shard_names_in(const char *text, const char *path, int *n, char *why, size_t cap) {
-    const char *v0, *v1, *p, *k0, *f0, *f1;
-    int klen, count = 0, room = 0;
-    char **names = NULL;
-    if (json_repeated_member(text, &k0, &klen)) {
-        snprintf(why, cap, "load_hf: %s gives \"%.*s\" twice", path, klen, k0);
-        return NULL;
-    }
-    if (!json_member_at(text, "weight_map", &v0, &v1) || *v0 != '{') {
-        snprintf(why, cap, "load_hf: %s has no \"weight_map\" object (tensor name -> file)", path);
-        return NULL;
-    }
-    for (p = v0 + 1; json_next_member(&p, &k0, &klen, &f0, &f1);) {
-        int len = (int)(f1 - f0) - 2, known = 0;
-        if (*f0 != '"' || f1[-1] != '"' || len < 1 || memchr(f0 + 1, '/', (size_t)len) ||
-            memchr(f0 + 1, '\\', (size_t)len) || memchr(f0 + 1, '"', (size_t)len) || f0[1] == '.') {
-            snprintf(why, cap, "load_hf: %s maps \"%.*s\" to %.*s: a shard is a file name beside the index", path,
-                     klen, k0, (int)(f1 - f0), f0);
-            break;
-        }
-        for (int i = 0; i < count && !known; i++) known = (int)strlen(names[i]) == len && !strncmp(names[i], f0 + 1, (size_t)len);
-        if (known) continue;
-        char **more = count < room ? names : realloc(names, sizeof(char *) * (size_t)(room = room ? 2 * room : 8));
-        if (!more || !(more[count] = strndup(f0 + 1, (size_t)len))) {
-            snprintf(why, cap, "load_hf: out of host memory for %s", path);
-            names = more ? more : names;
-            break;
-        }
-        names = more;
-        count++;
-    }
-    if (!*why && count == 0) snprintf(why, cap, "load_hf: %s maps no tensor to a file", path);
-    if (*why) {
-        for (int i = 0; i < count; i++) free(names[i]);
-        free(names);
-        return NULL;
-    }
-    *n = count;
-    return names;
-}
-
-char **hf_shard_names(const char *path, int *n) {
-    char *text = json_read_text(path, "load_hf"), why[CFG_STR + 512] = "";
-    char **names = shard_names_in(text, path, n, why, sizeof why);
-    free(text);
-    if (!names) die("%s", why);
-    return names;
-}
-
 void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
     static const char *const WRITTEN[] = {"config.json", "model.safetensors", SIDECAR};
-    static const char *const READ[] = {"config.json", "model.safetensors", SIDECAR, INDEX};
+    static const char *const READ[] = {"config.json", "model.safetensors", SIDECAR, HF_INDEX};
     if (written) { runfiles_output_dir(r, key, dir, WRITTEN, 3); return; }
     runfiles_inputs_in(r, key, dir, READ, 4);
     char index[CFG_STR + 64], single[CFG_STR + 64];
-    snprintf(index, sizeof index, "%s/%s", dir, INDEX);
+    snprintf(index, sizeof index, "%s/%s", dir, HF_INDEX);
     snprintf(single, sizeof single, "%s/model.safetensors", dir);
     if (access(single, F_OK) && !access(index, R_OK)) {   // the shards are inputs too
         int n;
@@ -495,87 +439,6 @@ int hf_export(const char *ckpt, const char *dir) {
 // ---------------------------------------------------------------------------------------
 // Load
 
-// The model's weight files: model.safetensors, or the shards its index names (as transformers
-// writes a model larger than its max_shard_size); their headers only, each tensor read when
-// it is needed. `what` names them in messages.
-typedef struct {
-    int n;
-    StFile **f;
-    char **path;
-    char what[CFG_STR + 96];
-} Weights;
-
-static Weights weights_open(const char *dir) {
-    Weights w = {0};
-    char single[CFG_STR + 64], index[CFG_STR + 64], err[512];
-    snprintf(single, sizeof single, "%s/model.safetensors", dir);
-    snprintf(index, sizeof index, "%s/%s", dir, INDEX);
-    char **names = NULL;
-    if (access(single, F_OK) && !access(index, R_OK)) {
-        names = hf_shard_names(index, &w.n);
-        snprintf(w.what, sizeof w.what, "%s (%d files)", index, w.n);
-    } else {
-        w.n = 1;
-        snprintf(w.what, sizeof w.what, "%s", single);
-    }
-    w.f = calloc((size_t)w.n, sizeof(StFile *));
-    w.path = calloc((size_t)w.n, sizeof(char *));
-    if (!w.f || !w.path) die("load_hf: out of host memory for %s", w.what);
-    for (int i = 0; i < w.n; i++) {
-        if (!(w.path[i] = malloc(CFG_STR + 64))) die("load_hf: out of host memory for %s", w.what);
-        snprintf(w.path[i], CFG_STR + 64, "%s/%s", dir, names ? names[i] : "model.safetensors");
-        if (!(w.f[i] = st_open_header_try(w.path[i], err, sizeof err))) die("load_hf: %s", err);
-        if (names) free(names[i]);
-    }
-    free(names);
-    return w;
-}
-
-static int weights_count(const Weights *w) {
-    int n = 0;
-    for (int i = 0; i < w->n; i++) n += st_count(w->f[i]);
-    return n;
-}
-
-static void weights_close(Weights *w) {
-    for (int i = 0; i < w->n; i++) { st_close(w->f[i]); free(w->path[i]); }
-    free(w->f);
-    free(w->path);
-}
-
-// The float32 data of HF tensor `name`, checked against the shape the mapping gives; a
-// bfloat16 tensor (as many published models are) is widened, exactly, into `scratch`.
-static float *hf_tensor(const Weights *w, const char *name, int ndim, const int64_t *shape, float **scratch) {
-    const StTensor *t = NULL;
-    int at = 0;
-    for (; at < w->n && !(t = st_get(w->f[at], name)); at++) {}
-    if (!t) die("load_hf: %s has no tensor '%s': it was written for another model or config", w->what, name);
-    const StFile *f = w->f[at];
-    const char *path = w->path[at];
-    int same = t->ndim == ndim;
-    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
-    if (!same) {
-        char want[64] = "", got[64] = "";
-        for (int d = 0; d < ndim; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)shape[d]);
-        for (int d = 0; d < t->ndim; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
-        die("load_hf: '%s': tensor '%s' has shape [%s], this config needs [%s]", path, name, got, want);
-    }
-    if (t->dtype != ST_F32 && t->dtype != ST_BF16)
-        die("load_hf: '%s': tensor '%s' is %s; F32 and BF16 are read", path, name, st_dtype_name(t->dtype));
-    size_t n = t->nbytes / (t->dtype == ST_F32 ? 4 : 2);
-    float *x = realloc(*scratch, sizeof(float) * (n ? n : 1));
-    if (!x) die("load_hf: out of host memory for '%s' (%zu values)", name, n);
-    *scratch = x;
-    st_read_at(f, t, 0, x, t->nbytes);   // the file's bytes: n floats, or n bf16 values in the first half
-    if (t->dtype == ST_F32) return x;
-    const uint16_t *b = (const uint16_t *)(void *)x;
-    for (size_t i = n; i-- > 0;) {   // widened in place from the end: value i's 2 bytes precede its 4
-        uint32_t u = (uint32_t)b[i] << 16;
-        memcpy(&x[i], &u, 4);
-    }
-    return x;
-}
-
 void hf_check_config(const Config *c, const char *dir, const char *who) {
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -610,28 +473,27 @@ static size_t global_size(const ParamSpec *s) {
     return n;
 }
 
-int hf_load(Model *m, const char *dir) {
+int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     const Config *c = &m->cfg;
     hf_check_config(c, dir, "load_hf");
     char err[512], hf[128];
     // The headers only: each tensor is read when it is needed, so that a device holds one
     // tensor of the files at a time, not the whole model (every device of a mesh reads it).
-    Weights w = weights_open(dir);
+    HfWeights *w = hfw_open(dir);
     float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
     StFile *side = access(spath, R_OK) ? NULL : st_open_header_try(spath, err, sizeof err);
-    int used = 0, expected = 0;
+    int used = 0;
     for (int i = 0; i < m->ntensors; i++) {   // each weight made whole on the host (dst), then its part here copied
         const ParamSpec *s = &m->specs[i];
         const Rule *r = rule_for(s->key, hf, sizeof hf);
         int64_t shape[4];
         int nd = hf_shape(s, r, shape);
-        float *src = hf_tensor(&w, hf, nd, shape, &scratch);
+        float *src = hfw_tensor(w, hf, nd, shape, &scratch);
         size_t n = global_size(s);
         float *dst = malloc(sizeof(float) * n);
         if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
-        expected += r->part == 0;
         move_tensor(dst, src, s, r, 0);
         if (!is_gqa_query(c, r)) { upload_weight(m, i, dst); continue; }
         const StTensor *exact = side ? st_get(side, s->name) : NULL;
@@ -649,19 +511,16 @@ int hf_load(Model *m, const char *dir) {
     for (int l = c->first_num_dense_layers; cfg_is_deepseek(c) && l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
-        const float *b = hf_tensor(&w, hf, 1, shape, &scratch);
-        expected++;
+        const float *b = hfw_tensor(w, hf, 1, shape, &scratch);
         if (m->router_bias) { mem_upload(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
         for (int e = 0; e < c->num_experts; e++)
             if (b[e] != 0.0f) die("load_hf: %s has a nonzero e_score_correction_bias in layer %d, and this run has "
-                                  "routed_bias=false: set routed_bias=true", w.what, l);
+                                  "routed_bias=false: set routed_bias=true", hfw_what(w), l);
     }
-    if (weights_count(&w) != expected)
-        die("load_hf: %s holds %d tensors, this config maps to %d: it was written for another model", w.what,
-            weights_count(&w), expected);
+    hfw_all_read(w, said, cap);
     free(scratch);
     free(kernel);
     if (side) st_close(side);
-    weights_close(&w);
+    hfw_close(w);
     return used;
 }

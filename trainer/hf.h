@@ -4,15 +4,18 @@
 #define MESHMOE_HF_H
 #include "model/model.h"
 #include "base/runfiles.h"
+#include "trainer/hf_weights.h"   // hf_shard_names
 
 // ./train export-hf CKPT DIR: the checkpoint's weights (and DeepSeek's routing biases) in
 // HF's names and layouts. Dies, before writing anything, naming the key, for a model HF's
 // classes cannot express.
 int hf_export(const char *ckpt, const char *dir);
 // load_hf=DIR: m's weights (and routing biases) from DIR, after checking that its
-// config.json says what m's config says, key by key. The optimizer state stays as init.
-// Returns how many query kernels came exactly from meshmoe_query_kernels.safetensors.
-int hf_load(Model *m, const char *dir);
+// config.json says what m's config says, key by key. The optimizer state stays as init. The
+// files may hold the tensors in any form trainer/hf_weights.c reads; said gets what they held
+// beyond one tensor per name in transformers 5's layout ("" if nothing). Returns how many
+// query kernels came exactly from meshmoe_query_kernels.safetensors.
+int hf_load(Model *m, const char *dir, char *said, size_t cap);
 // DIR/config.json must say what c says, key by key (every key HF's config class reads that
 // meshmoe's export writes, but the context length and the dtype, the run's own choice); else
 // dies "WHO: ..." naming the first that differs, with the meshmoe key behind it.
@@ -23,8 +26,4 @@ int hf_preset(const char *dir);
 // The files of an export in directory dir (none when dir is empty), added to r under key:
 // the ones export-hf writes (written = 1: dir is an output directory) or load_hf reads.
 void hf_files(RunFiles *r, const char *key, const char *dir, int written);
-// The files a sharded model's index (model.safetensors.index.json at path) names in its
-// "weight_map", each once, in the order first named (malloc'd, *n >= 1 of them); dies naming
-// the index for a name that is not a plain file name beside it (a '/', a '\\', a leading '.').
-char **hf_shard_names(const char *path, int *n);
 #endif

@@ -1,7 +1,7 @@
 // tests/fuzz/fuzz_json.c: the config JSON of checkpoint metadata (config_from_json). When an
 // input is accepted, the property checked is the round trip: writing the config back as JSON
 // and reading that gives the same JSON again. The same bytes are then read as a sharded Hugging
-// Face model's index (trainer/hf.c: hf_shard_names, whose JSON reader also reads config.json):
+// Face model's index (trainer/hf_weights.c: hf_shard_names, whose JSON reader also reads config.json):
 // what it accepts is at least one name, each a plain file name (no '/', no '\\', no leading
 // '.'), none twice; and as a config.json, the values transformers would read from it.
 #include "fuzz.h"

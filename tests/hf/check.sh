@@ -9,7 +9,10 @@
 # with their index), and meshmoe reads that back with a preset made from that config.json
 # (./train hf-preset) and load_hf: every weight and routing bias the
 # checkpoint's (mixtral-tiny's query kernels within 1 ulp: HF's q_proj is the kernel times
-# sqrt(32), and transformers does not keep meshmoe's exact kernels beside it).
+# sqrt(32), and transformers does not keep meshmoe's exact kernels beside it). For the two
+# presets without yarn, also the forms published checkpoints have: a tensor per expert, FP8
+# weights with their blocks' scales, DeepSeek's multi-token prediction layer (tests/hf_forms.py),
+# run by transformers and by meshmoe's load_hf.
 # PYTHON: an interpreter with torch, transformers, safetensors (default: the .venv-hf that
 # tests/hf/ensure_venv.sh creates). Ends with `N passed, N failed`.
 set -u
@@ -49,6 +52,27 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
     [ -n "$line" ] || { fail "$run: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; continue; }
     PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
+    if [ $run = mixtral-tiny -o $run = deepseek-tiny ]; then
+        # The forms published checkpoints have (tests/hf_forms.py): a tensor per expert and
+        # projection as Mixtral-8x7B and DeepSeek-V3 are published, DeepSeek's multi-token
+        # prediction layer after the last, every projection FP8 with a float32 scale per 16 x 16
+        # block (transformers needs blocks that divide the weights). transformers stacks and
+        # dequantizes them itself; meshmoe's load_hf of the same files must give its logits.
+        rm -rf $T/pub $T/deq && cp -r $T/hf $T/deq && mkdir $T/pub && python3 tests/hf_forms.py per-expert $T/deq
+        [ $preset = deepseek-tiny ] && python3 tests/hf_forms.py mtp $T/deq
+        python3 tests/hf_forms.py fp8 $T/deq $T/pub 16 16
+        if $TRAIN $C $FAST $extra load_hf=$T/pub dump_parity=$T/dpub parity_steps=1 > $T/load.out 2>&1; then
+            echo "  (published forms: $(grep -o 'loaded the Hugging Face model [^:]*: .*' $T/load.out | sed 's/^[^:]*: //'))"
+            out=$("$PYTHON" tests/hf/check.py $T/pub $T/dpub/dump.safetensors 2>&1)
+            printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
+            line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
+            if [ -n "$line" ]; then PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
+            else fail "$run, published forms: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; fi
+        else
+            fail "$run: load_hf of the published forms: $(grep meshmoe: $T/load.out | tail -1)"
+        fi
+        rm -rf $T/pub $T/deq $T/dpub
+    fi
     shards=$(ls $T/saved 2>/dev/null | grep -c '^model-.*\.safetensors$')
     # (its preset from transformers' own config.json: ./train hf-preset)
     if $TRAIN hf-preset $T/saved > $T/gen.yml 2> $T/load.out &&

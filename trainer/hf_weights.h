@@ -1,0 +1,32 @@
+// trainer/hf_weights.h: the tensors of a Hugging Face model directory, read by their names in
+// transformers 5's layout, whatever form the files hold them in (trainer/hf_weights.c).
+#ifndef MESHMOE_HF_WEIGHTS_H
+#define MESHMOE_HF_WEIGHTS_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct HfWeights HfWeights;
+
+// DIR's model.safetensors, or the shards its model.safetensors.index.json names (headers
+// only), and config.json's quantization_config; dies "load_hf: ..." naming the file or key.
+HfWeights *hfw_open(const char *dir);
+// The float32 values of tensor `name` (transformers 5's name) of the shape given: the file's
+// tensor of that name, or its experts' tensors one by one as published checkpoints hold them;
+// BF16 widened, FP8 dequantized. Dies naming the tensor and file for a shape or dtype this
+// cannot take. The values are in *scratch (realloc'd), which the caller frees.
+float *hfw_tensor(HfWeights *w, const char *name, int ndim, const int64_t *shape, float **scratch);
+// Every tensor of the files must have been read by now but for DeepSeek's multi-token
+// prediction layers (config.json's num_nextn_predict_layers, after num_hidden_layers), which
+// are left out; dies naming the first other one left unread. Writes into said what the files
+// held beyond one tensor per name (the per-expert form, FP8, the layers left out), "" if nothing.
+void hfw_all_read(HfWeights *w, char *said, size_t cap);
+// "DIR/model.safetensors" or "DIR/model.safetensors.index.json (N files)", for messages.
+const char *hfw_what(const HfWeights *w);
+void hfw_close(HfWeights *w);
+
+// The files a sharded model's index (model.safetensors.index.json at path) names in its
+// "weight_map", each once, in the order first named (malloc'd, *n >= 1 of them); dies naming
+// the index for a name that is not a plain file name beside it (a '/', a '\\', a leading '.').
+char **hf_shard_names(const char *path, int *n);
+#define HF_INDEX "model.safetensors.index.json"
+#endif
