@@ -42,8 +42,8 @@ older() {
 # same weights: a tensor per expert and projection (Mixtral-8x7B's names, DeepSeek-V3's), with
 # DeepSeek's multi-token prediction layer after the last (left out, as transformers does); and
 # FP8 weights with a float32 scale per block of 16 x 24, ragged at the edges of every
-# projection here, which must load as the F32 values Python decodes them to (hf_forms.py's
-# own decoding, written beside the FP8 files), bit for bit.
+# projection here, and (Mixtral) every tensor F16, which must load as the F32 values Python
+# decodes them to (hf_forms.py's own decoding, written beside those files), bit for bit.
 published() {
     local preset=$1 hf=$2 ck=$3 r form
     rm -rf $T/pe && cp -r $hf $T/pe && python3 tests/hf_forms.py per-expert $T/pe
@@ -68,7 +68,15 @@ published() {
     else
         fail "$preset: load_hf of FP8: $(grep meshmoe: $T/load.out $T/deq.out | tail -1)"
     fi
-    rm -rf $T/dp $T/dq $T/dd $T/deq
+    if [ $preset = mixtral-tiny ]; then   # F16 (half precision), the values Python widens
+        rm -rf $T/q $T/deq && mkdir $T/q && cp -r $hf $T/deq && python3 tests/hf_forms.py f16 $T/deq $T/q
+        $TRAIN configs/$preset.yml $FAST load_hf=$T/q dump_parity=$T/dq parity_steps=1 > $T/load.out 2>&1 &&
+            $TRAIN configs/$preset.yml $FAST load_hf=$T/deq dump_parity=$T/dd parity_steps=1 > $T/deq.out 2>&1
+        r=$(compare $T/dd/dump.safetensors param/ $T/dq/dump.safetensors param/ 2>&1)
+        check "$preset: F16 tensors, the values Python widens them to: $r$(grep -h meshmoe: $T/load.out $T/deq.out | grep -v model,)" \
+            grep -q "bit-identical" <<<"$r"
+    fi
+    rm -rf $T/dp $T/dq $T/dd $T/deq $T/q
 }
 
 for preset in mixtral-tiny deepseek-tiny; do

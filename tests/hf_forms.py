@@ -18,6 +18,8 @@ load_hf (trainer/hf_weights.c) and transformers can both be given them. Standard
                                     DeepSeek-V3 is published; DIR's weights then rewritten as
                                     the F32 values the FP8 ones stand for: each FP8 number
                                     (decoded here) times its block's scale, rounded to float32
+  hf_forms.py f16 DIR OUT           OUT: DIR with every tensor as F16 (rounded to nearest);
+                                    DIR's then rewritten as the F32 values of those halves
   hf_forms.py drop DIR NAME         DIR's model.safetensors without tensor NAME
 """
 import json
@@ -157,6 +159,20 @@ def fp8(folder, out, br, bc):
     return save(f"{out}/model.safetensors", q)
 
 
+def f16(folder, out):
+    t = load(f"{folder}/model.safetensors")
+    halves = {}
+    for name, (dt, shape, raw) in t.items():
+        w = struct.unpack(f"<{len(raw) // 4}f", raw)
+        h = struct.pack(f"<{len(w)}e", *w)   # Python rounds to the nearest half, ties to even
+        halves[name] = ("F16", shape, h)
+        t[name] = ("F32", shape, struct.pack(f"<{len(w)}f", *struct.unpack(f"<{len(w)}e", h)))
+    save(f"{folder}/model.safetensors", t)
+    with open(f"{out}/config.json", "w") as f:
+        json.dump(config(folder), f, indent=2)
+    return save(f"{out}/model.safetensors", halves)
+
+
 def drop(folder, name):
     t = load(f"{folder}/model.safetensors")
     del t[name]
@@ -170,6 +186,8 @@ if __name__ == "__main__":
         sys.exit(mtp(sys.argv[2]))
     if len(sys.argv) == 6 and sys.argv[1] == "fp8":
         sys.exit(fp8(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
+    if len(sys.argv) == 4 and sys.argv[1] == "f16":
+        sys.exit(f16(sys.argv[2], sys.argv[3]))
     if len(sys.argv) == 4 and sys.argv[1] == "drop":
         sys.exit(drop(sys.argv[2], sys.argv[3]))
     sys.exit(__doc__)

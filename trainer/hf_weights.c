@@ -2,7 +2,7 @@
 // transformers 5's layout whatever form the files hold them in:
 //
 //   - one model.safetensors, or the shards that model.safetensors.index.json names;
-//   - F32; BF16, widened (exact); FP8 (F8_E4M3) with a float32 scale for each block of
+//   - F32; BF16 or F16, widened (exact); FP8 (F8_E4M3) with a float32 scale for each block of
 //     config.json's quantization_config.weight_block_size in the tensor `NAME_scale_inv`
 //     beside it, as DeepSeek-V3 is published: the value is the FP8 number times its block's
 //     scale, one float32 product, as transformers dequantizes it;
@@ -197,6 +197,13 @@ static float e4m3(uint8_t b) {
     return b & 0x80 ? -v : v;
 }
 
+// An IEEE half (F16) as a float: exact.
+static float half(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexpf(1.0f + (float)m / 1024, e - 15) : ldexpf((float)m / 1024, -14);
+    return h & 0x8000 ? -v : v;
+}
+
 // x (the FP8 tensor t's n bytes, read into its first n bytes) made floats in place, each times
 // its block's scale: the last two dimensions (R, C) are cut into blocks of block[0] x block[1],
 // the scales `NAME_scale_inv` of shape [..., ceil(R / block[0]), ceil(C / block[1])].
@@ -235,8 +242,9 @@ static void dequantize(HfWeights *w, int at, const StTensor *t, const char *name
 // The values of the file tensor t (of the shape given) into x, as floats.
 static void read_values(HfWeights *w, int at, const StTensor *t, const char *name, int ndim, const int64_t *shape, float *x) {
     check_shape(w, at, t, name, ndim, shape);
-    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F8_E4M3)
-        die("load_hf: '%s': tensor '%s' is %s; F32, BF16 and F8_E4M3 are read", w->path[at], name, st_dtype_name(t->dtype));
+    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16 && t->dtype != ST_F8_E4M3)
+        die("load_hf: '%s': tensor '%s' is %s; F32, BF16, F16 and F8_E4M3 are read", w->path[at], name,
+            st_dtype_name(t->dtype));
     size_t n = t->nbytes / st_dtype_size(t->dtype);
     st_read_at(w->f[at], t, 0, x, t->nbytes);   // n floats, or the first 2n or n bytes of them
     if (t->dtype == ST_F8_E4M3) { dequantize(w, at, t, name, x, n); return; }
@@ -244,7 +252,8 @@ static void read_values(HfWeights *w, int at, const StTensor *t, const char *nam
     const uint16_t *b = (const uint16_t *)(void *)x;
     for (size_t i = n; i-- > 0;) {   // widened in place from the end: value i's 2 bytes precede its 4
         uint32_t u = (uint32_t)b[i] << 16;
-        memcpy(&x[i], &u, 4);
+        if (t->dtype == ST_F16) x[i] = half(b[i]);
+        else memcpy(&x[i], &u, 4);
     }
 }
 
