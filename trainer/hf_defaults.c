@@ -35,6 +35,7 @@ static const Default DEFAULTS[] = {
     {"n_group", NULL, "8"},
     {"topk_group", NULL, "4"},
     {"first_k_dense_replace", NULL, "3"},
+    {"num_nextn_predict_layers", NULL, "1"},   // (num_mtp_layers): the layers load_hf leaves out
     {"norm_topk_prob", NULL, "true"},
     {"rope_interleave", NULL, "true"},
     {"attention_bias", NULL, "false"},
