@@ -12,7 +12,8 @@
 # sqrt(32), and transformers does not keep meshmoe's exact kernels beside it). For the two
 # presets without yarn, also the forms published checkpoints have: a tensor per expert, FP8
 # weights with their blocks' scales, DeepSeek's multi-token prediction layer (tests/hf_forms.py),
-# run by transformers and by meshmoe's load_hf.
+# run by transformers and by meshmoe's load_hf. Then tests/hf/tokens.sh: data/hf_tokens.py's
+# token files from a Hugging Face tokenizer, read by the trainer.
 # PYTHON: an interpreter with torch, transformers, safetensors (default: the .venv-hf that
 # tests/hf/ensure_venv.sh creates). Ends with `N passed, N failed`.
 set -u
@@ -89,4 +90,10 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
     fi
     rm -rf $T/hf $T/d $T/saved $T/l
 done
+echo "== data/hf_tokens.py: a text as a model's tokens (tests/hf/tokens.sh)"
+out=$(PYTHON="$PYTHON" TRAIN="$TRAIN" bash tests/hf/tokens.sh 2>&1)
+printf '%s\n' "$out" | grep -E '^  (ok|FAIL) '
+line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
+if [ -n "$line" ]; then PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
+else fail "tests/hf/tokens.sh did not finish: $(printf '%s\n' "$out" | tail -1)"; fi
 summary
