@@ -476,7 +476,7 @@ static size_t global_size(const ParamSpec *s) {
 int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     const Config *c = &m->cfg;
     hf_check_config(c, dir, "load_hf");
-    char err[512], hf[128];
+    char err[512], hf[128], last[128] = "";
     // The headers only: each tensor is read when it is needed, so that a device holds one
     // tensor of the files at a time, not the whole model (every device of a mesh reads it).
     HfWeights *w = hfw_open(dir);
@@ -490,7 +490,9 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
         const Rule *r = rule_for(s->key, hf, sizeof hf);
         int64_t shape[4];
         int nd = hf_shape(s, r, shape);
-        float *src = hfw_tensor(w, hf, nd, shape, &scratch);
+        // (wi_0 and wi_1 are halves of one HF tensor, gate_up_proj: read once for both)
+        float *src = strcmp(hf, last) ? hfw_tensor(w, hf, nd, shape, &scratch) : scratch;
+        snprintf(last, sizeof last, "%s", hf);
         size_t n = global_size(s);
         float *dst = malloc(sizeof(float) * n);
         if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
