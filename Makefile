@@ -122,7 +122,8 @@ build/tsan/train_mpi: $(BUILD)/mpi/train.o $(BUILD)/mpi/net_mpi.o $(LIB_OBJ)
 	$(MPICC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # libFuzzer harnesses (tests/fuzz/) for the preset parser and overrides, the config JSON of
-# checkpoints, token files and safetensors headers, built with clang, ASan and UBSan; each
+# checkpoints, token files, safetensors headers and a Hugging Face directory's tensors
+# (load_hf), built with clang, ASan and UBSan; each
 # runs FUZZ_SECONDS from its committed seeds (tests/fuzz/run.sh). The library is built
 # without OpenMP and BLAS: the parsers use neither.
 FUZZ_SECONDS ?= 60

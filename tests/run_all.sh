@@ -79,7 +79,7 @@ shared_part() {   # shared_part NAME: runs it, or says why it is skipped
         run_part "device=cpu_strict: host code kept off device memory (e2e, mesh, pipeline, checkpoint under it;\
  planted accesses caught)" bash tests/strict.sh ;;
     fuzz)
-        run_part "fuzzing: preset, config JSON, token files, safetensors (30 s each, two at a time)" \
+        run_part "fuzzing: preset, config JSON, token files, safetensors, a Hugging Face model's tensors (30 s each, two at a time)" \
             make -s fuzz FUZZ_SECONDS=30 ;;
     esac
 }

@@ -120,31 +120,54 @@ static void read_config(HfWeights *w, const char *dir) {
     free(text);
 }
 
+// What hfw_open had made when it failed freed (the names from `from` on too), then the death:
+// a fuzz harness that catches die() finds nothing left behind.
+static void open_failed(HfWeights *w, char **names, int from, const char *why) {
+    char msg[CFG_STR + 640];
+    snprintf(msg, sizeof msg, "%s", why);
+    for (int i = from; names && i < w->n; i++) free(names[i]);
+    free(names);
+    hfw_close(w);
+    die("%s", msg);
+}
+
 HfWeights *hfw_open(const char *dir) {
-    HfWeights *w = calloc(1, sizeof *w);
-    if (!w) die("load_hf: out of host memory");
-    char single[CFG_STR + 64], index[CFG_STR + 64], err[512];
+    HfWeights c = {0};
+    read_config(&c, dir);   // first: it dies with nothing allocated
+    char single[CFG_STR + 64], index[CFG_STR + 64], err[512], why[CFG_STR + 600];
     snprintf(single, sizeof single, "%s/model.safetensors", dir);
     snprintf(index, sizeof index, "%s/%s", dir, HF_INDEX);
-    read_config(w, dir);
     char **names = NULL;
     if (access(single, F_OK) && !access(index, R_OK)) {
-        names = hf_shard_names(index, &w->n);
-        snprintf(w->what, sizeof w->what, "%s (%d files)", index, w->n);
+        names = hf_shard_names(index, &c.n);   // (dies with nothing allocated)
+        snprintf(c.what, sizeof c.what, "%s (%d files)", index, c.n);
     } else {
-        w->n = 1;
-        snprintf(w->what, sizeof w->what, "%s", single);
+        c.n = 1;
+        snprintf(c.what, sizeof c.what, "%s", single);
     }
-    w->f = calloc((size_t)w->n, sizeof(StFile *));
-    w->path = calloc((size_t)w->n, sizeof(char *));
-    w->read = calloc((size_t)w->n, sizeof(unsigned char *));
-    if (!w->f || !w->path || !w->read) die("load_hf: out of host memory for %s", w->what);
+    HfWeights *w = malloc(sizeof *w);
+    if (w) {
+        *w = c;
+        w->f = calloc((size_t)w->n, sizeof(StFile *));
+        w->path = calloc((size_t)w->n, sizeof(char *));
+        w->read = calloc((size_t)w->n, sizeof(unsigned char *));
+    }
+    snprintf(why, sizeof why, "load_hf: out of host memory for %s", c.what);
+    if (!w) {
+        for (int i = 0; names && i < c.n; i++) free(names[i]);
+        free(names);
+        die("%s", why);
+    }
+    if (!w->f || !w->path || !w->read) open_failed(w, names, 0, why);
     for (int i = 0; i < w->n; i++) {
-        if (!(w->path[i] = malloc(CFG_STR + 64))) die("load_hf: out of host memory for %s", w->what);
+        if (!(w->path[i] = malloc(CFG_STR + 64))) open_failed(w, names, i, why);
         snprintf(w->path[i], CFG_STR + 64, "%s/%s", dir, names ? names[i] : "model.safetensors");
-        if (!(w->f[i] = st_open_header_try(w->path[i], err, sizeof err))) die("load_hf: %s", err);
-        if (!(w->read[i] = calloc((size_t)st_count(w->f[i]) + 1, 1))) die("load_hf: out of host memory for %s", w->what);
-        if (names) free(names[i]);
+        if (names) { free(names[i]); names[i] = NULL; }
+        if (!(w->f[i] = st_open_header_try(w->path[i], err, sizeof err))) {
+            snprintf(why, sizeof why, "load_hf: %s", err);
+            open_failed(w, names, i + 1, why);
+        }
+        if (!(w->read[i] = calloc((size_t)st_count(w->f[i]) + 1, 1))) open_failed(w, names, i + 1, why);
     }
     free(names);
     return w;
@@ -153,7 +176,11 @@ HfWeights *hfw_open(const char *dir) {
 const char *hfw_what(const HfWeights *w) { return w->what; }
 
 void hfw_close(HfWeights *w) {
-    for (int i = 0; i < w->n; i++) { st_close(w->f[i]); free(w->path[i]); free(w->read[i]); }
+    for (int i = 0; i < w->n; i++) {   // (any of the arrays may be missing after a failed open)
+        if (w->f) st_close(w->f[i]);
+        if (w->path) free(w->path[i]);
+        if (w->read) free(w->read[i]);
+    }
     free(w->f);
     free(w->path);
     free(w->read);
