@@ -187,6 +187,22 @@ YARN="rope_type=yarn original_max_position_embeddings=1024 rope_factor=8 max_pos
 if $TRAIN configs/deepseek-tiny.yml $FAST steps=1 $YARN save_checkpoint=$T/dy.st > $T/train.out 2>&1 &&
    $TRAIN export-hf $T/dy.st $T/dy > /dev/null 2>&1; then
     older "deepseek-tiny, yarn: an older config.json" $T/dy $T/dy.st
+    # transformers' yarn takes `beta_fast or 32`, `beta_slow or 1` and makes a null
+    # attention_factor from the others (modeling_rope_utils.py): such a file is the same model.
+    rm -rf $T/dz && cp -r $T/dy $T/dz && python3 - $T/dz/config.json <<'EOF2'
+import json, sys
+c = json.load(open(sys.argv[1])); r = c["rope_parameters"]
+assert (r["beta_fast"], r["beta_slow"]) == (32, 1), r
+r.update(beta_fast=0, beta_slow=None, attention_factor=None)
+json.dump(c, open(sys.argv[1], "w"))
+EOF2
+    if $TRAIN hf-preset $T/dy > $T/y1.yml 2> $T/gen.err && $TRAIN hf-preset $T/dz > $T/y2.yml 2>> $T/gen.err &&
+       $TRAIN $T/y2.yml $FAST load_hf=$T/dz steps=1 > $T/load.out 2>&1; then
+        check "deepseek-tiny, yarn: beta_fast 0, beta_slow and attention_factor null read as transformers reads them (the same config, and it loads)" \
+            cmp -s <(./train describe $T/y1.yml) <(./train describe $T/y2.yml)
+    else
+        fail "deepseek-tiny, yarn, beta_fast 0: $(tail -1 $T/gen.err; grep meshmoe: $T/load.out | tail -1)"
+    fi
 else
     fail "deepseek-tiny, yarn: $(grep meshmoe: $T/train.out | tail -1)"
 fi

@@ -73,13 +73,24 @@ static int given(const char *text, const char *key, char *out, size_t cap, int n
 // DeepSeek-V3's rope_scaling, give neither truncate nor attention_factor), as ", KEY: VALUE"
 // members into extra: truncate true, beta_fast 32, beta_slow 1, and the attention factor made
 // from factor and, where both are given and nonzero, mscale and mscale_all_dim (HF's get_mscale).
+// transformers takes `beta_fast or 32`: a 0, a null or a false is the default too, put before
+// the file's member so that it is the one read (a reader takes a key's first member).
+static int falsy(const char *v) {
+    char *end;
+    double x = strtod(v, &end);
+    return !strcmp(v, "null") || !strcmp(v, "false") || (end != v && *end == '\0' && x == 0);
+}
+
 static void yarn_defaults(const char *dict, char *extra, size_t cap) {
     char v[64], m[64], a[64];
     size_t at = 0;
     if (!json_member(dict, "truncate", v, sizeof v)) at += (size_t)snprintf(extra + at, cap - at, ", \"truncate\": true");
-    if (!json_member(dict, "beta_fast", v, sizeof v)) at += (size_t)snprintf(extra + at, cap - at, ", \"beta_fast\": 32");
-    if (!json_member(dict, "beta_slow", v, sizeof v)) at += (size_t)snprintf(extra + at, cap - at, ", \"beta_slow\": 1");
-    if (json_member(dict, "attention_factor", v, sizeof v) || !json_member(dict, "factor", v, sizeof v)) return;
+    if (!json_member(dict, "beta_fast", v, sizeof v) || falsy(v))
+        at += (size_t)snprintf(extra + at, cap - at, ", \"beta_fast\": 32");
+    if (!json_member(dict, "beta_slow", v, sizeof v) || falsy(v))
+        at += (size_t)snprintf(extra + at, cap - at, ", \"beta_slow\": 1");
+    if ((json_member(dict, "attention_factor", v, sizeof v) && strcmp(v, "null")) || !json_member(dict, "factor", v, sizeof v))
+        return;   // (a null attention_factor is made from the others, as transformers makes it)
     double f = strtod(v, NULL), att = 1.0;
     double ms = json_member(dict, "mscale", m, sizeof m) ? strtod(m, NULL) : 0;
     double all = json_member(dict, "mscale_all_dim", a, sizeof a) ? strtod(a, NULL) : 0;
