@@ -385,7 +385,7 @@ static void load_weights(DeviceRun *d) {
     if (c->load_hf[0]) {
         char said[512];
         int exact = hf_load(&d->m, c->load_hf, said, sizeof said);
-        if (d->talk) printf("loaded the Hugging Face model %s%s%s%s\n", c->load_hf,
+        if (d->talk) printf("%s the Hugging Face model %s%s%s%s\n", c->dry_run ? "checked" : "loaded", c->load_hf,
                             exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "",
                             said[0] ? ": " : "", said);
     }

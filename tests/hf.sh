@@ -57,6 +57,8 @@ published() {
     else
         fail "$preset: load_hf of a tensor per expert: $(grep meshmoe: $T/load.out | tail -1)"
     fi
+    r=$($TRAIN configs/$preset.yml $FAST load_hf=$T/pe dry_run=true 2>&1 | grep -o 'checked the Hugging Face model [^:]*: .*')
+    check "$preset: a dry run checks them and reads no value: ${r#*: }" grep -q "to stack.*a dry run: the tensors' names" <<<"$r"
     # FP8: the fused experts (3-D, a scale grid per expert) for Mixtral, the per-expert ones for DeepSeek.
     form=$hf; [ $preset = deepseek-tiny ] && form=$T/pe
     rm -rf $T/q $T/deq && mkdir $T/q && cp -r $form $T/deq && python3 tests/hf_forms.py fp8 $T/deq $T/q 16 24
@@ -240,6 +242,8 @@ rm -rf $T/m1 && cp -r $T/hf $T/m1 && python3 tests/hf_forms.py per-expert $T/m1 
     python3 tests/hf_forms.py drop $T/m1 model.layers.1.block_sparse_moe.experts.2.w3.weight
 expect_error "a tensor per expert, one missing" "'model.layers.1.block_sparse_moe.experts.2.w3.weight'" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m1
+expect_error "  ... and in a dry run" "'model.layers.1.block_sparse_moe.experts.2.w3.weight'" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m1 dry_run=true
 rm -rf $T/m2 && cp -r $T/hf $T/m2 && python3 tests/st_tool.py add-tensor $T/hf/model.safetensors $T/m2/model.safetensors \
     model.layers.0.mlp.extra.weight
 expect_error "a tensor the model does not read" "'model.layers.0.mlp.extra.weight', which this config does not read" \

@@ -479,7 +479,8 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     char err[512], hf[128], last[128] = "";
     // The headers only: each tensor is read when it is needed, so that a device holds one
     // tensor of the files at a time, not the whole model (every device of a mesh reads it).
-    HfWeights *w = hfw_open(dir);
+    // A dry run checks every tensor's name, shape and dtype, and reads no value.
+    HfWeights *w = hfw_open(dir, c->dry_run);
     float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
@@ -493,6 +494,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
         // (wi_0 and wi_1 are halves of one HF tensor, gate_up_proj: read once for both)
         float *src = strcmp(hf, last) ? hfw_tensor(w, hf, nd, shape, &scratch) : scratch;
         snprintf(last, sizeof last, "%s", hf);
+        if (!src) continue;   // (a dry run)
         size_t n = global_size(s);
         float *dst = malloc(sizeof(float) * n);
         if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
@@ -514,6 +516,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
         int64_t shape[1] = {c->num_experts};
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
         const float *b = hfw_tensor(w, hf, 1, shape, &scratch);
+        if (!b) continue;   // (a dry run)
         if (m->router_bias) { mem_upload(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
         for (int e = 0; e < c->num_experts; e++)
             if (b[e] != 0.0f) die("load_hf: %s has a nonzero e_score_correction_bias in layer %d, and this run has "

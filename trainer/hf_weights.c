@@ -34,6 +34,7 @@ struct HfWeights {
     int block[2];            // FP8's block of rows and columns (0: the files hold no FP8)
     int layers, mtp;         // num_hidden_layers, num_nextn_predict_layers (DeepSeek's, else 0)
     int per_expert, fp8;     // whether tensors were read in those forms
+    int headers_only;        // a dry run: names, shapes and dtypes checked, no value read
 };
 
 // ---- a sharded model: model.safetensors.index.json's "weight_map" (tensor -> file) ----
@@ -131,8 +132,8 @@ static void open_failed(HfWeights *w, char **names, int from, const char *why) {
     die("%s", msg);
 }
 
-HfWeights *hfw_open(const char *dir) {
-    HfWeights c = {0};
+HfWeights *hfw_open(const char *dir, int headers_only) {
+    HfWeights c = {.headers_only = headers_only};
     read_config(&c, dir);   // first: it dies with nothing allocated
     char single[CFG_STR + 64], index[CFG_STR + 64], err[512], why[CFG_STR + 600];
     snprintf(single, sizeof single, "%s/model.safetensors", dir);
@@ -251,6 +252,8 @@ static void dequantize(HfWeights *w, int at, const StTensor *t, const char *name
     shape[t->ndim - 1] = (C + w->block[1] - 1) / w->block[1];
     check_shape(w, sat, s, sname, t->ndim, shape);
     if (s->dtype != ST_F32) die("load_hf: '%s': the scales '%s' are %s; F32 is read", w->path[sat], sname, st_dtype_name(s->dtype));
+    w->fp8 = 1;
+    if (w->headers_only) return;
     size_t ns = s->nbytes / 4;
     float *scale = malloc(sizeof(float) * (ns ? ns : 1));
     if (!scale) die("load_hf: out of host memory for '%s'", sname);
@@ -263,7 +266,6 @@ static void dequantize(HfWeights *w, int at, const StTensor *t, const char *name
         x[i] = e4m3(q[i]) * sc;
     }
     free(scale);
-    w->fp8 = 1;
 }
 
 // The values of the file tensor t (of the shape given) into x, as floats.
@@ -273,9 +275,9 @@ static void read_values(HfWeights *w, int at, const StTensor *t, const char *nam
         die("load_hf: '%s': tensor '%s' is %s; F32, BF16, F16 and F8_E4M3 are read", w->path[at], name,
             st_dtype_name(t->dtype));
     size_t n = t->nbytes / st_dtype_size(t->dtype);
-    st_read_at(w->f[at], t, 0, x, t->nbytes);   // n floats, or the first 2n or n bytes of them
+    if (!w->headers_only) st_read_at(w->f[at], t, 0, x, t->nbytes);   // n floats, or the first 2n or n bytes of them
     if (t->dtype == ST_F8_E4M3) { dequantize(w, at, t, name, x, n); return; }
-    if (t->dtype == ST_F32) return;
+    if (t->dtype == ST_F32 || w->headers_only) return;
     const uint16_t *b = (const uint16_t *)(void *)x;
     for (size_t i = n; i-- > 0;) {   // widened in place from the end: value i's 2 bytes precede its 4
         uint32_t u = (uint32_t)b[i] << 16;
@@ -321,7 +323,7 @@ static int per_expert(HfWeights *w, const char *name, const int64_t *shape, floa
                 const StTensor *t = find(w, each, &at);
                 if (!t) die("load_hf: %s has no tensor '%s': the experts of layer %d are one tensor each, and %lld are needed",
                             w->what, each, l, (long long)shape[0]);
-                read_values(w, at, t, each, 2, one, x + ((size_t)e * (size_t)(gate_up + 1) + (size_t)h) * size);
+                read_values(w, at, t, each, 2, one, x ? x + ((size_t)e * (size_t)(gate_up + 1) + (size_t)h) * size : NULL);
             }
         w->per_expert = 1;
         return 1;
@@ -340,9 +342,11 @@ static const StTensor *find_router(HfWeights *w, const char *name, int *at, char
 float *hfw_tensor(HfWeights *w, const char *name, int ndim, const int64_t *shape, float **scratch) {
     size_t n = 1;
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
-    float *x = realloc(*scratch, sizeof(float) * (n ? n : 1));
-    if (!x) die("load_hf: out of host memory for '%s' (%zu values)", name, n);
-    *scratch = x;
+    float *x = NULL;
+    if (!w->headers_only) {
+        if (!(x = realloc(*scratch, sizeof(float) * (n ? n : 1)))) die("load_hf: out of host memory for '%s' (%zu values)", name, n);
+        *scratch = x;
+    }
     int at;
     char held[160];
     const StTensor *t = find(w, name, &at);
@@ -377,11 +381,15 @@ void hfw_all_read(HfWeights *w, char *said, size_t cap) {
                 w->path[i], name);
         }
     said[0] = 0;
+    const char *stacked = w->headers_only ? "to stack" : "stacked", *fp8 = w->headers_only ? "with" : "dequantized by";
     if (w->per_expert)
-        snprintf(said + strlen(said), cap - strlen(said), "%s%d experts' tensors stacked", said[0] ? "; " : "", experts);
+        snprintf(said + strlen(said), cap - strlen(said), "%s%d experts' tensors %s", said[0] ? "; " : "", experts, stacked);
     if (w->fp8)
-        snprintf(said + strlen(said), cap - strlen(said), "%s%d FP8 tensors dequantized by their %dx%d blocks' scales",
-                 said[0] ? "; " : "", scales, w->block[0], w->block[1]);
+        snprintf(said + strlen(said), cap - strlen(said), "%s%d FP8 tensors %s their %dx%d blocks' scales",
+                 said[0] ? "; " : "", scales, fp8, w->block[0], w->block[1]);
+    if (w->headers_only)
+        snprintf(said + strlen(said), cap - strlen(said), "%sa dry run: the tensors' names, shapes and dtypes checked, "
+                 "no value read", said[0] ? "; " : "");
     if (mtp)
         snprintf(said + strlen(said), cap - strlen(said),
                  "%s%d tensors of the multi-token prediction layer%s from %d left out, as transformers does",

@@ -9,11 +9,13 @@ typedef struct HfWeights HfWeights;
 
 // DIR's model.safetensors, or the shards its model.safetensors.index.json names (headers
 // only), and config.json's quantization_config; dies "load_hf: ..." naming the file or key.
-HfWeights *hfw_open(const char *dir);
+// With headers_only (a dry run) every check below is made but no value is read.
+HfWeights *hfw_open(const char *dir, int headers_only);
 // The float32 values of tensor `name` (transformers 5's name) of the shape given: the file's
 // tensor of that name, or its experts' tensors one by one as published checkpoints hold them;
-// BF16 widened, FP8 dequantized. Dies naming the tensor and file for a shape or dtype this
-// cannot take. The values are in *scratch (realloc'd), which the caller frees.
+// BF16 and F16 widened, FP8 dequantized. Dies naming the tensor and file for a shape or dtype
+// this cannot take. The values are in *scratch (realloc'd), which the caller frees; NULL
+// under headers_only.
 float *hfw_tensor(HfWeights *w, const char *name, int ndim, const int64_t *shape, float **scratch);
 // Every tensor of the files must have been read by now but for DeepSeek's multi-token
 // prediction layers (config.json's num_nextn_predict_layers, after num_hidden_layers), which

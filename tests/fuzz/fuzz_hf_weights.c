@@ -50,13 +50,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     scratch = NULL;
     if (!setjmp(jump)) {
         die_set_jump(&jump, 1);
-        w = hfw_open(dir);
+        w = hfw_open(dir, size % 7 == 3);   // (a dry run's check now and then)
         for (int i = 0; i < NWANT; i++) {
             const float *x = hfw_tensor(w, WANT[i].name, WANT[i].ndim, WANT[i].shape, &scratch);
             size_t n = 1;
             for (int d = 0; d < WANT[i].ndim; d++) n *= (size_t)WANT[i].shape[d];
             volatile float sum = 0;   // every value asked for is there (ASan: inside the buffer)
-            for (size_t k = 0; k < n; k++) sum += x[k];
+            for (size_t k = 0; x && k < n; k++) sum += x[k];
             (void)sum;
         }
         char said[256];
