@@ -93,11 +93,16 @@ def encode(folder, src, dst):
     if not text:
         die(f"{src} is empty")
     ids = tok.encode(text).ids
+    if not ids or len(ids) >= 2 ** 31:
+        die(f"{src} makes {len(ids)} tokens: a token file holds 1 to 2^31 - 1")
     high = max(ids)
     if high >= vocab:
         die(f"token {high} at {ids.index(high)} is outside config.json's vocab_size {vocab}: "
             f"the tokenizer is not this model's")
-    width = write_tokens(dst, ids)
+    try:
+        width = write_tokens(dst, ids)
+    except OSError as e:
+        die(f"{dst}: {e}")
     print(f"wrote {len(ids)} tokens of {src} ({len(text)} characters) to {dst}, "
           f"{width * 8}-bit, the largest {high} of vocab_size {vocab}")
 

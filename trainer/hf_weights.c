@@ -94,15 +94,23 @@ char **hf_shard_names(const char *path, int *n) {
 
 // ---- config.json: what it says of the files ----
 
+// A count of layers as config.json gives it, 0 if it is not one (the run's own config is
+// checked against config.json by hf_check_config; this only says which layers are MTP's).
+static int count(const char *v) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    return end != v && *end == '\0' && x > 0 && x < 1000000 ? (int)x : 0;
+}
+
 // quantization_config (absent: no FP8 tensors expected) and the multi-token prediction layers.
 static void read_config(HfWeights *w, const char *dir) {
     char path[CFG_STR + 64], v[512], kind[64] = "";
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = json_read_text(path, "load_hf");
     json_member(text, "model_type", kind, sizeof kind);
-    if (hf_config_value(text, "num_hidden_layers", v, sizeof v)) w->layers = atoi(v);
+    if (hf_config_value(text, "num_hidden_layers", v, sizeof v)) w->layers = count(v);
     if (!strcmp(kind, "\"deepseek_v3\"") && hf_config_value(text, "num_nextn_predict_layers", v, sizeof v))
-        w->mtp = atoi(v);
+        w->mtp = count(v);
     const char *q0, *q1;
     if (json_member_at(text, "quantization_config", &q0, &q1) && *q0 == '{') {
         char method[64] = "", fmt[64] = "\"e4m3\"", blocks[64] = "";
