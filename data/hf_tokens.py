@@ -102,7 +102,7 @@ def encode(folder, src, dst):
     try:
         width = write_tokens(dst, ids)
     except OSError as e:
-        die(f"{dst}: {e}")
+        die(f"cannot write {dst}: {e.strerror}")
     print(f"wrote {len(ids)} tokens of {src} ({len(text)} characters) to {dst}, "
           f"{width * 8}-bit, the largest {high} of vocab_size {vocab}")
 
