@@ -8,7 +8,7 @@
 //   ./train CONFIG.yml dry_run=true      the memory plan of one step, nothing computed
 //   ./train plot TRACE.csv OUT_DIR       draw a memory_trace as one SVG per device
 //   ./train figure KIND OUT.svg ...      the figures of docs/ (sweep/figure.c)
-//   ./train export-hf CKPT OUT_DIR       a checkpoint as a Hugging Face model (trainer/hf.h)
+//   ./train export-hf CKPT OUT_DIR [per-expert]   a checkpoint as a Hugging Face model (trainer/hf.h)
 //   ./train hf-preset HF_DIR             a preset's model keys for a Hugging Face model
 //
 // A training run, in the order of the functions below (main, at the end, calls them):
@@ -745,8 +745,9 @@ static int cmd_prepare(int argc, char **argv) {
 static int subcommand(int argc, char **argv, int *rc) {
     if (!strcmp(argv[1], "prepare")) *rc = cmd_prepare(argc, argv);
     else if (!strcmp(argv[1], "export-hf")) {
-        if (argc != 4) die("usage: ./train export-hf CKPT.safetensors OUT_DIR");
-        *rc = hf_export(argv[2], argv[3]);
+        if (argc != 4 && (argc != 5 || strcmp(argv[4], "per-expert")))
+            die("usage: ./train export-hf CKPT.safetensors OUT_DIR [per-expert]");
+        *rc = hf_export(argv[2], argv[3], argc == 5);
     } else if (!strcmp(argv[1], "hf-preset")) {
         if (argc != 3) die("usage: ./train hf-preset HF_DIR (prints a preset's model keys for load_hf=HF_DIR)");
         *rc = hf_preset(argv[2]);
@@ -769,7 +770,7 @@ int main(int argc, char **argv) {
         printf("usage: ./train CONFIG.yml [key=value ...]\n       ./train prepare IN.txt OUT.bin\n"
                "       ./train sweep CONFIG.yml [key=value ...]\n       ./train plot TRACE.csv OUT_DIR\n"
                "       ./train figure timelines|peaks|schedule|meshes OUT.svg ...\n"
-               "       ./train export-hf CKPT.safetensors OUT_DIR\n"
+               "       ./train export-hf CKPT.safetensors OUT_DIR [per-expert]\n"
                "       ./train hf-preset HF_DIR > PRESET.yml\n"
                "       ./train describe CONFIG.yml [key=value ...]\n"
                "       ./train --help-config\n");

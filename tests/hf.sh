@@ -46,7 +46,15 @@ older() {
 # decodes them to (hf_forms.py's own decoding, written beside those files), bit for bit.
 published() {
     local preset=$1 hf=$2 ck=$3 r form
-    rm -rf $T/pe && cp -r $hf $T/pe && python3 tests/hf_forms.py per-expert $T/pe
+    rm -rf $T/pe $T/pe2 && cp -r $hf $T/pe && python3 tests/hf_forms.py per-expert $T/pe
+    # export-hf's own per-expert form: the tensors hf_forms.py makes from the fused export.
+    $TRAIN export-hf $ck $T/pe2 per-expert > $T/exp.out 2>&1 || fail "$preset: export-hf per-expert: $(tail -1 $T/exp.out)"
+    r=$(python3 tests/st_tool.py same $T/pe/model.safetensors $T/pe2/model.safetensors 2>&1)
+    said=$(grep -o '[0-9]* tensors, a tensor per expert' $T/exp.out)
+    check "$preset: export-hf CKPT DIR per-expert writes them: $r (it says: $said)" \
+        sh -c 'printf "%s" "$1" | grep -q "the same bytes" && [ "${1%% *}" = "${4%% *}" ] && cmp -s $2/config.json $3/config.json' \
+        _ "$r" $T/pe $T/pe2 "$said"
+    rm -rf $T/pe2
     [ $preset = deepseek-tiny ] && python3 tests/hf_forms.py mtp $T/pe
     if $TRAIN configs/$preset.yml $FAST load_hf=$T/pe dump_parity=$T/dp parity_steps=1 > $T/load.out 2>&1; then
         r="$(compare $ck params/ $T/dp/dump.safetensors param/ 2>&1); $(grep -o 'loaded the Hugging Face.*' $T/load.out)"

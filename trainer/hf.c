@@ -359,7 +359,35 @@ static void export_files_check(const char *ckpt, const char *dir) {
     runfiles_free(&files);
 }
 
-int hf_export(const char *ckpt, const char *dir) {
+// Out tensor o added to w as the published checkpoints hold it: a layer's experts one tensor
+// per expert and projection (rows of o's data, which st_writer_add does not copy), Mixtral's
+// router under its older name; every other tensor as it is. Returns the tensors added.
+static int add_per_expert(StWriter *w, const Out *o, int mixtral) {
+    int l, end = 0, n = 0;
+    char part[32] = "", name[160];
+    if (sscanf(o->name, "model.layers.%d.mlp.%31[a-z_.]%n", &l, part, &end) != 2 || o->name[end]) part[0] = 0;
+    if (mixtral && !strcmp(part, "gate.weight")) {
+        snprintf(name, sizeof name, "model.layers.%d." HF_MIXTRAL_ROUTER, l);
+        st_writer_add(w, name, ST_F32, o->ndim, o->shape, o->data);
+        return 1;
+    }
+    int gate_up = !strcmp(part, "experts.gate_up_proj");
+    if (!gate_up && strcmp(part, "experts.down_proj")) {
+        st_writer_add(w, o->name, ST_F32, o->ndim, o->shape, o->data);
+        return 1;
+    }
+    int64_t rows = gate_up ? o->shape[1] / 2 : o->shape[1], shape[2] = {rows, o->shape[2]};
+    size_t size = (size_t)rows * (size_t)o->shape[2];
+    for (int e = 0; e < o->shape[0]; e++)
+        for (int h = 0; h <= gate_up; h++) {   // gate_up_proj: the gate's rows, then the up projection's
+            hf_expert_name(name, sizeof name, mixtral, l, e, gate_up ? h : 2);
+            st_writer_add(w, name, ST_F32, 2, shape, o->data + ((size_t)e * (size_t)(gate_up + 1) + (size_t)h) * size);
+            n++;
+        }
+    return n;
+}
+
+int hf_export(const char *ckpt, const char *dir, int per_expert) {
     export_files_check(ckpt, dir);   // nothing is read or written before the paths are checked
     char err[512];
     StFile *f = st_open_try(ckpt, err, sizeof err);
@@ -413,7 +441,11 @@ int hf_export(const char *ckpt, const char *dir) {
     }
     StWriter *w = st_writer_new();
     st_writer_meta(w, "format", "pt");
-    for (int i = 0; i < nout; i++) st_writer_add(w, outs[i].name, ST_F32, outs[i].ndim, outs[i].shape, outs[i].data);
+    int written = 0;
+    for (int i = 0; i < nout; i++) {
+        if (per_expert) written += add_per_expert(w, &outs[i], !cfg_is_deepseek(&c));
+        else st_writer_add(w, outs[i].name, ST_F32, outs[i].ndim, outs[i].shape, outs[i].data), written++;
+    }
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_write_file_held(w, path);
@@ -424,9 +456,9 @@ int hf_export(const char *ckpt, const char *dir) {
     write_config_json(config_path, keys, nkeys);
     atomic_files_commit();   // all three written: none replaces its target before then
     if (!nside) unlink(path);   // (an older export's, which would no longer match)
-    printf("exported %s (%s, step %s) to %s: config.json, model.safetensors (%d tensors)%s\n", ckpt,
+    printf("exported %s (%s, step %s) to %s: config.json, model.safetensors (%d tensors%s)%s\n", ckpt,
            cfg_is_deepseek(&c) ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", st_meta(f, "step") ? st_meta(f, "step") : "?",
-           dir, nout, nside ? ", " SIDECAR " (the exact query kernels)" : "");
+           dir, written, per_expert ? ", a tensor per expert" : "", nside ? ", " SIDECAR " (the exact query kernels)" : "");
     for (int i = 0; i < nout; i++) free(outs[i].data);
     free(outs);
     free(specs);

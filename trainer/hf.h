@@ -6,10 +6,12 @@
 #include "base/runfiles.h"
 #include "trainer/hf_weights.h"   // hf_shard_names
 
-// ./train export-hf CKPT DIR: the checkpoint's weights (and DeepSeek's routing biases) in
-// HF's names and layouts. Dies, before writing anything, naming the key, for a model HF's
-// classes cannot express.
-int hf_export(const char *ckpt, const char *dir);
+// ./train export-hf CKPT DIR [per-expert]: the checkpoint's weights (and DeepSeek's routing
+// biases) in HF's names and layouts, transformers 5's (a layer's experts two 3-D tensors), or
+// with per_expert a tensor per expert and projection as the published checkpoints have them
+// (older transformers, and tools that read those, take that form). Dies, before writing
+// anything, naming the key, for a model HF's classes cannot express.
+int hf_export(const char *ckpt, const char *dir, int per_expert);
 // load_hf=DIR: m's weights (and routing biases) from DIR, after checking that its
 // config.json says what m's config says, key by key. The optimizer state stays as init. The
 // files may hold the tensors in any form trainer/hf_weights.c reads; said gets what they held

@@ -305,6 +305,12 @@ static const PerExpert FORMS[] = {
 };
 #define NFORMS ((int)(sizeof FORMS / sizeof FORMS[0]))
 
+void hf_expert_name(char *out, size_t cap, int mixtral, int layer, int expert, int which) {
+    const PerExpert *f = &FORMS[mixtral ? 0 : 1];
+    int at = snprintf(out, cap, "model.layers.%d.", layer);
+    snprintf(out + at, cap - (size_t)at, which == 0 ? f->gate : which == 1 ? f->up : f->down, expert);
+}
+
 // name "model.layers.<l>.mlp.experts.gate_up_proj" [E, 2H, D] or "...down_proj" [E, D, H]
 // assembled into x from its experts' tensors (gate_proj's rows, then up_proj's): 1 if the
 // files hold them so, 0 if not.
@@ -343,7 +349,7 @@ static int per_expert(HfWeights *w, const char *name, const int64_t *shape, floa
 static const StTensor *find_router(HfWeights *w, const char *name, int *at, char *held, size_t cap) {
     int l, n = 0;
     if (sscanf(name, "model.layers.%d.mlp.gate.weight%n", &l, &n) != 1 || name[n]) return NULL;
-    snprintf(held, cap, "model.layers.%d.block_sparse_moe.gate.weight", l);
+    snprintf(held, cap, "model.layers.%d." HF_MIXTRAL_ROUTER, l);
     return find(w, held, at);
 }
 

@@ -26,6 +26,12 @@ void hfw_all_read(HfWeights *w, char *said, size_t cap);
 const char *hfw_what(const HfWeights *w);
 void hfw_close(HfWeights *w);
 
+// The published name of expert `expert`'s projection `which` (0 gate, 1 up, 2 down) in layer
+// `layer`: Mixtral-8x7B's block_sparse_moe.experts.<e>.w1 / w3 / w2 (mixtral), else
+// DeepSeek-V3's mlp.experts.<e>.gate_proj / up_proj / down_proj (".weight" after each).
+void hf_expert_name(char *out, size_t cap, int mixtral, int layer, int expert, int which);
+#define HF_MIXTRAL_ROUTER "block_sparse_moe.gate.weight"   // Mixtral-8x7B's router, after "model.layers.<l>."
+
 // The files a sharded model's index (model.safetensors.index.json at path) names in its
 // "weight_map", each once, in the order first named (malloc'd, *n >= 1 of them); dies naming
 // the index for a name that is not a plain file name beside it (a '/', a '\\', a leading '.').
