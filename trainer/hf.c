@@ -1,10 +1,12 @@
 // trainer/hf.c: Hugging Face transformers' layout of the same model, both ways.
 //
 //   ./train export-hf CKPT.safetensors OUT_DIR   -> OUT_DIR/config.json, OUT_DIR/model.safetensors
-//   ./train CONFIG.yml load_hf=DIR               start training from such a directory
+//   ./train CONFIG.yml load_hf=DIR               start training from such a directory, or from a
+//                                                published one (trainer/hf_weights.c reads its forms)
 //
 // Mixtral exports as `MixtralForCausalLM`, DeepSeek as `DeepseekV3ForCausalLM` (transformers
-// 5.x: the experts of a layer are two fused 3-D tensors). meshmoe stores kernels as MaxText
+// 5.x: the experts of a layer are two fused 3-D tensors; `per-expert` after OUT_DIR writes
+// them a tensor per expert and projection, as the published checkpoints hold them). meshmoe stores kernels as MaxText
 // does, [in, out] and used as x @ kernel; torch's Linear stores [out, in]. So almost every
 // tensor is a transpose: the kernel viewed as (R, C) (R the product of its input dimensions,
 // C of its output ones, per expert for expert stacks) becomes (C, R). Transposes are exact,
@@ -443,8 +445,9 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
     st_writer_meta(w, "format", "pt");
     int written = 0;
     for (int i = 0; i < nout; i++) {
-        if (per_expert) written += add_per_expert(w, &outs[i], !cfg_is_deepseek(&c));
-        else st_writer_add(w, outs[i].name, ST_F32, outs[i].ndim, outs[i].shape, outs[i].data), written++;
+        if (per_expert) { written += add_per_expert(w, &outs[i], !cfg_is_deepseek(&c)); continue; }
+        st_writer_add(w, outs[i].name, ST_F32, outs[i].ndim, outs[i].shape, outs[i].data);
+        written++;
     }
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
