@@ -44,6 +44,13 @@ static float mla_scale(const Config *c) {
     return cfg_bf16(c) ? bf16_round(s) : s;   // bf16: the constant meets a bf16 array (cast point 7)
 }
 
+// The epsilon of the query and key-value latents' RMSNorms: mla_norm_epsilon where it is set
+// (DeepSeek's own code and transformers take 1e-6 there whatever rms_norm_eps is), else the
+// layers' normalization_layer_epsilon, as MaxText has it.
+static float latent_eps(const Config *c) {
+    return c->mla_norm_epsilon > 0 ? c->mla_norm_epsilon : c->normalization_layer_epsilon;
+}
+
 // The buffers' names in the memory report.
 static const AttnPartsNames names = {"mla k, all parts", "mla v, all parts", "mla o", "mla stats",
                                      "mla d q", "mla d k", "mla d v"};
@@ -72,7 +79,7 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
         s->qn = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * Q, "mla q_norm out");      // (T,Q)
         attn_matmul_forward(s->qa, x, p->wq_a, B, S, D, Q);
         prec_round(c, s->qa, (size_t)T * Q);
-        s->qn_scale = rmsnorm_forward_cfg(c, s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q);
+        s->qn_scale = rmsnorm_forward_eps(c, latent_eps(c), s->qn, s->qa_rstd, s->qa, p->q_norm, T, Q);
         attn_matmul_forward(s->q, s->qn, p->wq_b, B, S, Q, N * Qk);
     } else {
         attn_matmul_forward(s->q, x, p->wq, B, S, D, N * Qk);
@@ -97,7 +104,7 @@ void mla_proj_forward(const Config *c, const LocalDims *ld, const MLAParams *p, 
     s->kv_rstd = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T, "mla kv_norm rstd");    // (T)
     s->latn = mem_floats_uninit(MEM_ACTIVATIONS, (size_t)T * R, "mla kv_norm out");    // (T,R)
     kern()->mla->mla_copy_cols(s->latent, R, ckv, R + Dr, T, R);
-    s->kvn_scale = rmsnorm_forward_cfg(c, s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R);
+    s->kvn_scale = rmsnorm_forward_eps(c, latent_eps(c), s->latn, s->kv_rstd, s->latent, p->kv_norm, T, R);
     // kv (T, N*(Dn+Dv)) = latn Wkv_b: per head k_nope then v.
     float *kv = mem_floats_uninit(MEM_TEMP, (size_t)T * N * (Dn + Dv), "mla kv up");   // (T,N,Dn+Dv)
     attn_matmul_forward(kv, s->latn, p->wkv_b, B, S, R, N * (Dn + Dv));

@@ -69,7 +69,12 @@ static float *scale16(const float *scale, int D) {
 }
 
 float *rmsnorm_forward_cfg(const Config *c, float *out, float *rstd, const float *x, const float *scale, int T, int D) {
-    float eps = c->normalization_layer_epsilon, *s16 = scale16(scale, D), *bcast = NULL;
+    return rmsnorm_forward_eps(c, c->normalization_layer_epsilon, out, rstd, x, scale, T, D);
+}
+
+float *rmsnorm_forward_eps(const Config *c, float eps, float *out, float *rstd, const float *x, const float *scale,
+                           int T, int D) {
+    float *s16 = scale16(scale, D), *bcast = NULL;
     if (s16) scale = s16;
     if (c->rmsnorm_fused_scale) rmsnorm_forward_rows(out, rstd, x, scale, 0, T, D, eps, cfg_bf16(c));
     else {

@@ -14,6 +14,9 @@ void rmsnorm_backward(float *dx, float *dscale, const float *dout, const float *
 // returns NULL (fused), or the broadcast (T,D) scale the einsum form multiplied by, which
 // the backward reads (MEM_ACTIVATIONS; pass it to rmsnorm_backward_cfg, then mem_free it).
 float *rmsnorm_forward_cfg(const Config *c, float *out, float *rstd, const float *x, const float *scale, int T, int D);
+// The same with another epsilon (MLA's latent norms: mla_norm_epsilon, model/mla.c).
+float *rmsnorm_forward_eps(const Config *c, float eps, float *out, float *rstd, const float *x, const float *scale,
+                           int T, int D);
 void rmsnorm_backward_cfg(const Config *c, float *dx, float *dscale, const float *dout, const float *x,
                           const float *scale, const float *bcast, const float *rstd, int T, int D, Leaves leaf);
 #endif

@@ -20,6 +20,11 @@ load_hf (trainer/hf_weights.c) and transformers can both be given them. Standard
                                     (decoded here) times its block's scale, rounded to float32
   hf_forms.py f16 DIR OUT           OUT: DIR with every tensor as F16 (rounded to nearest);
                                     DIR's then rewritten as the F32 values of those halves
+  hf_forms.py interleave DIR        DeepSeek without yarn: rope_interleave true in config.json, and
+                                    the rows of q_b_proj (q_proj) and kv_a_proj_with_mqa that
+                                    make the rotated parts reordered from half-split pairs (x[i],
+                                    x[i + Dr/2]) to interleaved ones (x[2i], x[2i+1]): the same
+                                    model, as transformers' DeepseekV3 runs it
   hf_forms.py drop DIR NAME         DIR's model.safetensors without tensor NAME
 """
 import json
@@ -173,6 +178,32 @@ def f16(folder, out):
     return save(f"{out}/model.safetensors", halves)
 
 
+def interleave(folder):
+    c = config(folder)
+    dn, dr, rank, heads = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["kv_lora_rank"], c["num_attention_heads"]
+    t = load(f"{folder}/model.safetensors")
+
+    def reorder(name, starts):   # rows [s, s + dr) of each start: row s + 2i <- s + i, s + 2i + 1 <- s + i + dr/2
+        dt, shape, raw = t[name]
+        cols = shape[1]
+        rows = [raw[r * cols * 4:(r + 1) * cols * 4] for r in range(shape[0])]
+        for s0 in starts:
+            half = rows[s0:s0 + dr]
+            for i in range(dr // 2):
+                rows[s0 + 2 * i], rows[s0 + 2 * i + 1] = half[i], half[i + dr // 2]
+        t[name] = (dt, shape, b"".join(rows))
+
+    for name in list(t):
+        if name.endswith(("self_attn.q_b_proj.weight", "self_attn.q_proj.weight")):
+            reorder(name, [h * (dn + dr) + dn for h in range(heads)])
+        elif name.endswith("self_attn.kv_a_proj_with_mqa.weight"):
+            reorder(name, [rank])
+    c["rope_interleave"] = True
+    with open(f"{folder}/config.json", "w") as f:
+        json.dump(c, f, indent=2)
+    return save(f"{folder}/model.safetensors", t)
+
+
 def drop(folder, name):
     t = load(f"{folder}/model.safetensors")
     del t[name]
@@ -188,6 +219,8 @@ if __name__ == "__main__":
         sys.exit(fp8(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
     if len(sys.argv) == 4 and sys.argv[1] == "f16":
         sys.exit(f16(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 3 and sys.argv[1] == "interleave":
+        sys.exit(interleave(sys.argv[2]))
     if len(sys.argv) == 4 and sys.argv[1] == "drop":
         sys.exit(drop(sys.argv[2], sys.argv[3]))
     sys.exit(__doc__)

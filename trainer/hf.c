@@ -225,10 +225,11 @@ static int hf_config(const Config *c, HfKey *k) {
             refuse("DeepseekV3 routes by sigmoid scores", "routed_score_func", score_func_name(c->routed_score_func));
         snprintf(v, sizeof v, "%d", c->shared_experts);
         if (c->shared_experts < 1) refuse("DeepseekV3 has at least one shared expert", "shared_experts", v);
-        fmt_float(v, sizeof v, c->normalization_layer_epsilon);
-        if (c->normalization_layer_epsilon != 1e-6f)
-            refuse("DeepseekV3's q_a_layernorm and kv_a_layernorm use epsilon 1e-6 whatever the config",
-                   "normalization_layer_epsilon", v);
+        float latent = c->mla_norm_epsilon > 0 ? c->mla_norm_epsilon : c->normalization_layer_epsilon;
+        fmt_float(v, sizeof v, latent);
+        if (latent != 1e-6f)
+            refuse("DeepseekV3's q_a_layernorm and kv_a_layernorm use epsilon 1e-6 whatever rms_norm_eps is",
+                   c->mla_norm_epsilon > 0 ? "mla_norm_epsilon" : "normalization_layer_epsilon", v);
         PUT("architectures", "decoder_block", "[\"DeepseekV3ForCausalLM\"]");
         PUT("model_type", "decoder_block", "\"deepseek_v3\"");
         PUT("intermediate_size", "base_mlp_dim", "%d", c->base_mlp_dim);
@@ -474,6 +475,48 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
 // ---------------------------------------------------------------------------------------
 // Load
 
+// DeepSeek without yarn: meshmoe's default RoPE rotates half-split pairs (x[i], x[i + Dr/2]), as
+// MaxText's does; HF's DeepseekV3 rotates interleaved ones (x[2i], x[2i+1]) where config.json
+// says rope_interleave (the class's default). A rotated part's entries are only ever rotated
+// and then multiplied by the same part of the other side (q_rope . k_rope), so the same model
+// is the kernels whose rotated output columns are reordered from pairs to halves
+// (pairs_to_halves): load_hf takes either file, exactly, and export-hf writes half-split pairs.
+static int pairs_made_halves(const Config *c) {
+    return cfg_is_deepseek(c) && c->rope_type != ROPE_YARN;
+}
+
+static int file_interleaves(const char *dir) {
+    char path[CFG_STR + 64], v[64] = "";
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = json_read_text(path, "load_hf");
+    int yes = hf_config_value(text, "rope_interleave", v, sizeof v) && !strcmp(v, "true");
+    free(text);
+    return yes;
+}
+
+// k (n floats) as rows of `width` columns, the last Dr of each a rotated part: HF's
+// interleaved pairs (x[2i], x[2i+1]) made half-split ones (x[i], x[i + Dr/2]). Exact.
+static void pairs_to_halves(float *k, size_t n, int width, int Dr) {
+    float *tmp = malloc(sizeof(float) * (size_t)(Dr > 0 ? Dr : 1));
+    if (!tmp) die("load_hf: out of host memory");
+    for (size_t row = 0; row + (size_t)width <= n; row += (size_t)width) {
+        float *x = k + row + width - Dr;
+        memcpy(tmp, x, sizeof(float) * (size_t)Dr);
+        for (int i = 0; i < Dr / 2; i++) { x[i] = tmp[2 * i]; x[i + Dr / 2] = tmp[2 * i + 1]; }
+    }
+    free(tmp);
+}
+
+// The kernels whose outputs are rotated (MLA's query, and the key's rope part that wkv_a
+// makes beside the latent), reordered from HF's interleaved pairs.
+static void rotated_to_halves(const Config *c, const Rule *r, float *dst, size_t n) {
+    int Dr = c->qk_rope_head_dim;
+    if (!strcmp(r->maxtext, "self_attention/wq_b/kernel") || !strcmp(r->maxtext, "self_attention/query/kernel"))
+        pairs_to_halves(dst, n, c->qk_nope_head_dim + Dr, Dr);
+    else if (!strcmp(r->maxtext, "self_attention/wkv_a/kernel"))
+        pairs_to_halves(dst, n, c->kv_lora_rank + Dr, Dr);
+}
+
 void hf_check_config(const Config *c, const char *dir, const char *who) {
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -485,6 +528,7 @@ void hf_check_config(const Config *c, const char *dir, const char *who) {
         char got[512];
         // The context length and the dtype the weights are used at are the run's own choice.
         if (!strcmp(keys[i].key, "max_position_embeddings") || !strcmp(keys[i].key, "dtype")) continue;
+        if (!strcmp(keys[i].key, "rope_interleave") && pairs_made_halves(c)) continue;   // (either is read)
         if (!hf_config_value(text, keys[i].key, got, sizeof got))   // (given, or transformers' default)
             die("%s: %s has no \"%s\"; this run's config (%s) gives %s", who, path, keys[i].key, keys[i].mm,
                 keys[i].val);
@@ -516,6 +560,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     // tensor of the files at a time, not the whole model (every device of a mesh reads it).
     // A dry run checks every tensor's name, shape and dtype, and reads no value.
     HfWeights *w = hfw_open(dir, c->dry_run);
+    int halves = pairs_made_halves(c) && file_interleaves(dir);   // (the rotated columns reordered)
     float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
@@ -534,6 +579,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
         float *dst = malloc(sizeof(float) * n);
         if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
         move_tensor(dst, src, s, r, 0);
+        if (halves) rotated_to_halves(c, r, dst, n);
         if (!is_gqa_query(c, r)) { upload_weight(m, i, dst); continue; }
         const StTensor *exact = side ? st_get(side, s->name) : NULL;
         int match = exact && exact->dtype == ST_F32 && exact->nbytes == n * sizeof(float);
@@ -558,6 +604,9 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
                                   "routed_bias=false: set routed_bias=true", hfw_what(w), l);
     }
     hfw_all_read(w, said, cap);
+    if (halves)
+        snprintf(said + strlen(said), cap - strlen(said), "%sthe rotary pairs of the query and key kernels from "
+                 "interleaved (rope_interleave) to half-split", said[0] ? "; " : "");
     free(scratch);
     free(kernel);
     if (side) st_close(side);

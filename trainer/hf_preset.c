@@ -92,7 +92,10 @@ static void put_rope(Preset *p, const char *text, int deepseek) {
         die("hf-preset: %s: RoPE's parameters could not be read", p->path);
     member_of(rope, "rope_type", kind, sizeof kind);
     if (member_of(rope, "rope_theta", v, sizeof v)) put(p, "rope_max_timescale", v);
-    if (!strcmp(kind, "default")) return;
+    if (!strcmp(kind, "default")) {   // HF's DeepseekV3 takes no mscale^2 off yarn: the whole context is "original"
+        if (deepseek && value_of(text, "max_position_embeddings", v, sizeof v)) put(p, "original_max_position_embeddings", v);
+        return;
+    }
     if (strcmp(kind, "yarn"))
         die("hf-preset: %s: rope type \"%s\": meshmoe's RoPE is the default or yarn", p->path, kind);
     put(p, "rope_type", "yarn");
@@ -114,6 +117,8 @@ static void put_model(Preset *p, const char *text, int deepseek) {
     put(p, "attention_type", deepseek ? "mla" : "global");
     put(p, "routed_score_func", deepseek ? "sigmoid" : "");
     if (deepseek) put(p, "routed_bias", "true");   // (e_score_correction_bias: every V3 model has one)
+    if (deepseek && value_of(text, "rms_norm_eps", v, sizeof v) && strtod(v, NULL) != 1e-6)
+        put(p, "mla_norm_epsilon", "1e-06");   // (q_a_layernorm, kv_a_layernorm: 1e-6 in HF's class, whatever rms_norm_eps)
     for (int i = 0; i < NPAIRS; i++) {
         if (PAIRS[i].block != BOTH && PAIRS[i].block != (deepseek ? DEEPSEEK : MIXTRAL)) continue;
         if (!value_of(text, PAIRS[i].hf, v, sizeof v)) continue;   // (hf_check_config names it if needed)

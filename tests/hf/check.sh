@@ -29,13 +29,16 @@ FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 
 # rope_type=yarn as DeepSeek-V3 has it (config.json's rope_parameters; MLA's softmax scale
 # times mscale^2, the pairs interleaved) and half-split on Mixtral.
 YARN="rope_type=yarn original_max_position_embeddings=1024 rope_factor=8"
-for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
+for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deepseek-tiny:interleave deepseek-tiny:eps; do
     preset=${run%%:*}
     echo "== $run"
     C=configs/$preset.yml
     extra=""; [ $preset = deepseek-tiny ] && extra="routed_bias_update_rate=0.05"
     [ $run = mixtral-tiny:yarn ] && extra="$YARN rope_interleave=false"
     [ $run = deepseek-tiny:yarn ] && extra="$extra $YARN max_position_embeddings=163840"
+    # rms_norm_eps far from the MLA latent norms' 1e-6, which transformers takes whatever it is
+    # (a latent epsilon of 0.01 there moves the logits by 0.88; of 1e-5, by only 2e-5).
+    [ $run = deepseek-tiny:eps ] && extra="$extra normalization_layer_epsilon=0.01 mla_norm_epsilon=1e-6"
     if ! { $TRAIN $C $FAST $extra save_checkpoint=$T/ck.safetensors && $TRAIN export-hf $T/ck.safetensors $T/hf &&
            $TRAIN $C $FAST $extra load_checkpoint=$T/ck.safetensors dump_parity=$T/d parity_steps=1; } > $T/run.out 2>&1; then
         fail "$run: $(tail -1 $T/run.out)"; continue
@@ -47,6 +50,13 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn; do
         # trainer/hf_defaults.c says (tests/hf.sh: meshmoe does).
         python3 tests/st_tool.py older-config $T/hf/config.json
         echo "  (config.json in the older form)"
+    fi
+    if [ $run = deepseek-tiny:interleave ]; then
+        # HF's DeepseekV3 rotates interleaved pairs where config.json says rope_interleave (its
+        # class's default): the same model with the rotated rows of q_b_proj and
+        # kv_a_proj_with_mqa reordered (tests/hf_forms.py interleave), which load_hf reorders back.
+        python3 tests/hf_forms.py interleave $T/hf
+        echo "  (rope_interleave true, the rotated rows reordered)"
     fi
     out=$("$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors $T/saved 2>&1)
     printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5

@@ -295,7 +295,7 @@ def mla_attention(x, p, pre, cfg, c):
     q = concat(q_nope, q_rope) * (nope + rope)^-0.5; k = concat(k_nope, k_rope).
     """
     nope, rdim = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
-    kv_rank, eps = cfg["kv_lora_rank"], cfg["normalization_layer_epsilon"]
+    kv_rank, eps = cfg["kv_lora_rank"], cfg.get("mla_norm_epsilon") or cfg["normalization_layer_epsilon"]
     if cfg["q_lora_rank"] > 0:
         low = mm("bsd,dr->bsr", x, p[pre + "wq_a/kernel"], c)
         low = rms_norm(low, p[pre + "q_norm/scale"], eps, c)
