@@ -141,6 +141,14 @@ EOF2
             _ "$r" "$([ $preset = deepseek-tiny ] && echo 2 || echo 1)"
     done
     if [ $preset = deepseek-tiny ]; then
+        # HF's interleaved rotary pairs (rope_interleave true, the rows making them reordered:
+        # tests/hf_forms.py interleave; make hf-check runs it in transformers) reordered back.
+        rm -rf $T/il && cp -r $T/hf $T/il && python3 tests/hf_forms.py interleave $T/il
+        $TRAIN $C $FAST $extra load_hf=$T/il dump_parity=$T/dil parity_steps=1 > $T/load.out 2>&1 ||
+            fail "$preset: load_hf of interleaved pairs: $(grep meshmoe: $T/load.out | tail -1)"
+        r="$(compare $T/ck.safetensors params/ $T/dil/dump.safetensors param/ 2>&1); $(grep -o 'the rotary pairs.*' $T/load.out)"
+        check "$preset: rope_interleave true, the rotated rows interleaved: $r" grep -q "bit-identical.*to half-split" <<<"$r"
+        rm -rf $T/il $T/dil
         r=$(compare $T/ck.safetensors state/ $T/d/dump.safetensors state/ 2>&1)
         check "$preset: and every routing bias: $r" grep -q "bit-identical" <<<"$r"
         # A sharded model (as transformers writes one over its max_shard_size): the tensors in
