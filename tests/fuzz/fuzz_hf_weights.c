@@ -32,14 +32,21 @@ static void write_all(const char *path, const uint8_t *data, size_t n) {
 // Statics, not locals: their values after die()'s longjmp are the ones last stored.
 static HfWeights *w;
 static float *scratch;
+static char dir[64] = "", config[96], weights[96];
+
+static void remove_dir(void) {   // (at exit: the directory and its two files)
+    unlink(config);
+    unlink(weights);
+    rmdir(dir);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static char dir[64] = "", config[96], weights[96];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "/tmp/meshmoe-fuzz-hf.XXXXXX");
         if (!mkdtemp(dir)) { perror("mkdtemp"); abort(); }
         snprintf(config, sizeof config, "%s/config.json", dir);
         snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+        atexit(remove_dir);
     }
     const uint8_t *nul = memchr(data, 0, size);
     size_t nc = nul ? (size_t)(nul - data) : size;
