@@ -69,10 +69,6 @@ static int given(const char *text, const char *key, char *out, size_t cap, int n
     return !(null_is_unset && !strcmp(out, "null"));
 }
 
-// What transformers' yarn takes for members its parameters leave out (older files, such as
-// DeepSeek-V3's rope_scaling, give neither truncate nor attention_factor), as ", KEY: VALUE"
-// members into extra: truncate true, beta_fast 32, beta_slow 1, and the attention factor made
-// from factor and, where both are given and nonzero, mscale and mscale_all_dim (HF's get_mscale).
 // transformers takes `beta_fast or 32`: a 0, a null or a false is the default too, put before
 // the file's member so that it is the one read (a reader takes a key's first member).
 static int falsy(const char *v) {
@@ -81,6 +77,11 @@ static int falsy(const char *v) {
     return !strcmp(v, "null") || !strcmp(v, "false") || (end != v && *end == '\0' && x == 0);
 }
 
+// What transformers' yarn takes for members its parameters leave out (older files, such as
+// DeepSeek-V3's rope_scaling, give neither truncate nor attention_factor), as ", KEY: VALUE"
+// members into extra: truncate true, beta_fast 32, beta_slow 1, and the attention factor made
+// from factor and, where both are given and nonzero, mscale and mscale_all_dim (HF's get_mscale).
+// A falsy beta (falsy above) or a null attention_factor counts as left out, as transformers reads it.
 static void yarn_defaults(const char *dict, char *extra, size_t cap) {
     char v[64], m[64], a[64];
     size_t at = 0;

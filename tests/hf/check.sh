@@ -29,6 +29,16 @@ FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 
 # rope_type=yarn as DeepSeek-V3 has it (config.json's rope_parameters; MLA's softmax scale
 # times mscale^2, the pairs interleaved) and half-split on Mixtral.
 YARN="rope_type=yarn original_max_position_embeddings=1024 rope_factor=8"
+# tally WHAT COMMAND...: the command's ok and FAIL lines shown, its `N passed, N failed` added
+# to this script's; 1 (and a failure) when it did not get that far.
+tally() {
+    local what=$1 out line f; shift
+    out=$("$@" 2>&1)
+    printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
+    [ -n "$line" ] || { fail "$what: did not finish: $(printf '%s\n' "$out" | tail -1)"; return 1; }
+    PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
+}
 for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deepseek-tiny:interleave deepseek-tiny:eps; do
     preset=${run%%:*}
     echo "== $run"
@@ -58,11 +68,7 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
         python3 tests/hf_forms.py interleave $T/hf
         echo "  (rope_interleave true, the rotated rows reordered)"
     fi
-    out=$("$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors $T/saved 2>&1)
-    printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
-    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
-    [ -n "$line" ] || { fail "$run: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; continue; }
-    PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
+    tally "$run" "$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors $T/saved || continue
     if [ $run = mixtral-tiny -o $run = deepseek-tiny ]; then
         # The forms published checkpoints have (tests/hf_forms.py): a tensor per expert and
         # projection as Mixtral-8x7B and DeepSeek-V3 are published, DeepSeek's multi-token
@@ -74,11 +80,7 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
         python3 tests/hf_forms.py fp8 $T/deq $T/pub 16 16
         if $TRAIN $C $FAST $extra load_hf=$T/pub dump_parity=$T/dpub parity_steps=1 > $T/load.out 2>&1; then
             echo "  (published forms: $(grep -o 'loaded the Hugging Face model [^:]*: .*' $T/load.out | sed 's/^[^:]*: //'))"
-            out=$("$PYTHON" tests/hf/check.py $T/pub $T/dpub/dump.safetensors 2>&1)
-            printf '%s\n' "$out" | grep -E '^  (ok|FAIL) ' || printf '%s\n' "$out" | tail -5
-            line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
-            if [ -n "$line" ]; then PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
-            else fail "$run, published forms: check.py did not finish: $(printf '%s\n' "$out" | tail -1)"; fi
+            tally "$run, published forms" "$PYTHON" tests/hf/check.py $T/pub $T/dpub/dump.safetensors
         else
             fail "$run: load_hf of the published forms: $(grep meshmoe: $T/load.out | tail -1)"
         fi
@@ -101,9 +103,5 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
     rm -rf $T/hf $T/d $T/saved $T/l
 done
 echo "== data/hf_tokens.py: a text as a model's tokens (tests/hf/tokens.sh)"
-out=$(PYTHON="$PYTHON" TRAIN="$TRAIN" bash tests/hf/tokens.sh 2>&1)
-printf '%s\n' "$out" | grep -E '^  (ok|FAIL) '
-line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$')
-if [ -n "$line" ]; then PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
-else fail "tests/hf/tokens.sh did not finish: $(printf '%s\n' "$out" | tail -1)"; fi
+PYTHON="$PYTHON" TRAIN="$TRAIN" tally "tests/hf/tokens.sh" bash tests/hf/tokens.sh
 summary
