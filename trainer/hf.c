@@ -390,6 +390,20 @@ static int add_per_expert(StWriter *w, const Out *o, int mixtral) {
     return n;
 }
 
+// DeepSeek's routing bias of every MoE layer, from the checkpoint's state (zeros without routed_bias).
+static void add_routed_biases(const Config *c, StFile *f, const char *ckpt, Out *outs, int *nout) {
+    char name[160], hf[128];
+    for (int l = c->first_num_dense_layers; l < c->base_num_decoder_layers; l++) {
+        int64_t shape[1] = {c->num_experts};
+        snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
+        Out *o = out_tensor(outs, nout, hf, 1, shape);
+        if (c->routed_bias) {
+            model_bias_name(c, l, "state/", name, sizeof name);
+            memcpy(o->data, ckpt_tensor(f, ckpt, name, NULL), sizeof(float) * c->num_experts);
+        }
+    }
+}
+
 int hf_export(const char *ckpt, const char *dir, int per_expert) {
     export_files_check(ckpt, dir);   // nothing is read or written before the paths are checked
     char err[512];
@@ -433,15 +447,7 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
             }
         }
     }
-    for (int l = c.first_num_dense_layers; cfg_is_deepseek(&c) && l < c.base_num_decoder_layers; l++) {
-        int64_t shape[1] = {c.num_experts};
-        snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
-        Out *o = out_tensor(outs, &nout, hf, 1, shape);   // zeros without routed_bias
-        if (c.routed_bias) {
-            model_bias_name(&c, l, "state/", name, sizeof name);
-            memcpy(o->data, ckpt_tensor(f, ckpt, name, NULL), sizeof(float) * c.num_experts);
-        }
-    }
+    if (cfg_is_deepseek(&c)) add_routed_biases(&c, f, ckpt, outs, &nout);
     StWriter *w = st_writer_new();
     st_writer_meta(w, "format", "pt");
     int written = 0;
