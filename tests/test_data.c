@@ -168,6 +168,44 @@ static void test_safetensors_pieces(void) {
     st_close(r);
 }
 
+// A file of many tensors (a published checkpoint's shard holds hundreds, a whole one ninety
+// thousand): st_get finds each by name, whole file or header only, and no name it lacks.
+static void test_safetensors_many(void) {
+    enum { N = 20000 };
+    char path[256], name[32], err[256];
+    path_in(path, sizeof path, "many.safetensors");
+    StWriter *w = st_writer_new();
+    static float v[N];
+    for (int i = 0; i < N; i++) {
+        int k = (int)((i * 7919L) % N);   // the file's order is not the names' order
+        v[i] = (float)k;
+        snprintf(name, sizeof name, "layers.%d.w", k);
+        st_writer_add(w, name, ST_F32, 0, NULL, &v[i]);
+    }
+    st_write_file(w, path);
+    st_writer_free(w);
+    for (int headers = 0; headers < 2; headers++) {
+        StFile *r = headers ? st_open_header_try(path, err, sizeof err) : st_open_try(path, err, sizeof err);
+        CHECK(r != NULL, "many.safetensors: %s", err);
+        if (!r) return;
+        int found = 0;
+        for (int k = 0; k < N; k++) {
+            snprintf(name, sizeof name, "layers.%d.w", k);
+            const StTensor *t = st_get(r, name);
+            float x = -1;
+            if (t && headers) st_read_at(r, t, 0, &x, sizeof x);
+            else if (t) memcpy(&x, t->data, sizeof x);
+            found += t && !strcmp(t->name, name) && x == (float)k;
+        }
+        CHECK(found == N, "%s: %d of %d tensors found by name with their values", headers ? "header" : "whole", found, N);
+        const char *absent[] = {"", "layers.", "layers.20000.w", "layers.0.w ", "a", "z"};
+        int none = 1;
+        for (int i = 0; i < 6; i++) none &= st_get(r, absent[i]) == NULL;
+        CHECK(none, "names the file lacks are not found");
+        st_close(r);
+    }
+}
+
 static void test_safetensors_malformed(void) {
     check_refused("short.st", "abc", 3, "too short");
     unsigned char big[16] = {0xff, 0xff, 0xff, 0, 0, 0, 0, 0, '{', '}'};
@@ -178,8 +216,10 @@ static void test_safetensors_malformed(void) {
         {"{\"x\": {\"dtype\": \"F32\", \"shape\": [1] \"data_offsets\": [0, 4]}}", "expected"},
         {"{\"x\": {\"dtype\": \"F32\", \"shape\": [1]}}", "lacks"},
         {"{\"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", "offsets"},
+        {"{\"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
+         "\"x\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [0, 4]}}", "tensor 'x' named twice"},
     };
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         unsigned char buf[256] = {0};
         size_t n = strlen(texts[i][0]);
         for (int k = 0; k < 8; k++) buf[k] = (unsigned char)(n >> (8 * k));
@@ -354,6 +394,7 @@ int main(void) {
     test_safetensors_roundtrip();
     test_safetensors_by_hand();
     test_safetensors_malformed();
+    test_safetensors_many();
     test_safetensors_pieces();
     expect_die("writing into a missing directory", write_into_missing_dir, NULL, "cannot write");
     test_tokfile();
