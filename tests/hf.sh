@@ -226,6 +226,64 @@ else
 fi
 rm -rf $T/dy
 
+echo "== DeepSeek-V2 (routed_score_func=softmax): DeepseekV2ForCausalLM, its pairs interleaved"
+# HF's DeepseekV2 routes by a softmax over all experts (topk_method greedy, the k
+# probabilities times routed_scaling_factor, no selection bias) and rotates interleaved pairs
+# always: export-hf reorders the rotated rows (meshmoe's default RoPE rotates halves) and
+# load_hf reorders them back. make hf-check runs these exports in transformers.
+V2="routed_score_func=softmax routed_bias=false n_routing_groups=-1 topk_routing_group=-1"
+if $TRAIN configs/deepseek-tiny.yml $FAST $V2 save_checkpoint=$T/v2.st > $T/train.out 2>&1 &&
+   $TRAIN export-hf $T/v2.st $T/v2 > $T/exp.out 2>&1; then
+    r=$(python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c["architectures"][0], c["model_type"], c["topk_method"], c["norm_topk_prob"], "rope_interleave" in c)' $T/v2/config.json)
+    check "deepseek-tiny, softmax routing: exported as $r (no rope_interleave key)" [ "$r" = "DeepseekV2ForCausalLM deepseek_v2 greedy False False" ]
+    $TRAIN configs/deepseek-tiny.yml $FAST $V2 load_hf=$T/v2 dump_parity=$T/dv2 parity_steps=1 > $T/load.out 2>&1 ||
+        fail "deepseek-tiny, V2: load_hf: $(grep meshmoe: $T/load.out | tail -1)"
+    r="$(compare $T/v2.st params/ $T/dv2/dump.safetensors param/ 2>&1); $(grep -o 'the rotary pairs.*' $T/load.out)"
+    check "deepseek-tiny, V2: load_hf gives back every weight, its rotated rows reordered: $r" grep -q "bit-identical.*to half-split" <<<"$r"
+    if $TRAIN hf-preset $T/v2 > $T/v2.yml 2> $T/gen.err &&
+       $TRAIN $T/v2.yml $FAST load_hf=$T/v2 dump_parity=$T/dv3 parity_steps=1 > $T/load.out 2>&1; then
+        r=$(compare $T/v2.st params/ $T/dv3/dump.safetensors param/ 2>&1)
+        same=$(python3 -c 'import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:3]); print("the same tensors" if (a["params"], a["state"]) == (b["params"], b["state"]) else "other tensors")' \
+            <(./train describe configs/deepseek-tiny.yml $V2) <(./train describe $T/v2.yml))
+        check "deepseek-tiny, V2: hf-preset (routed_score_func: $(grep -o 'routed_score_func: .*' $T/v2.yml | cut -d' ' -f2)) loads the export ($r) and describes $same" \
+            sh -c 'printf "%s" "$1" | grep -q bit-identical && [ "$2" = "the same tensors" ]' _ "$r" "$same"
+    else
+        fail "deepseek-tiny, V2: hf-preset: $(tail -1 $T/gen.err; grep meshmoe: $T/load.out | tail -1)"
+    fi
+    rm -rf $T/v2p && cp -r $T/v2 $T/v2p && python3 tests/hf_forms.py per-expert $T/v2p
+    $TRAIN configs/deepseek-tiny.yml $FAST $V2 load_hf=$T/v2p dump_parity=$T/dv4 parity_steps=1 > $T/load.out 2>&1
+    r=$(compare $T/v2.st params/ $T/dv4/dump.safetensors param/ 2>&1)
+    check "deepseek-tiny, V2: a tensor per expert (DeepSeek-V2's published form): $r" grep -q "bit-identical" <<<"$r"
+    # A config.json as DeepSeek-V2-Lite publishes it (yarn as rope_scaling, q_lora_rank null,
+    # n_group 1 with topk_method greedy, keys transformers does not read): its preset plans the
+    # model of 15,706,484,224 parameters that its model card gives as 15.7B.
+    mkdir -p $T/lite && python3 - $T/v2/config.json $T/lite/config.json <<'EOF2'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(hidden_size=2048, intermediate_size=10944, kv_lora_rank=512, max_position_embeddings=163840,
+         moe_intermediate_size=1408, moe_layer_freq=1, n_group=1, topk_group=1, n_routed_experts=64, n_shared_experts=2,
+         num_attention_heads=16, num_experts_per_tok=6, num_hidden_layers=27, num_key_value_heads=16, q_lora_rank=None,
+         qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, routed_scaling_factor=1.0, scoring_func="softmax",
+         seq_aux=True, aux_loss_alpha=0.001, vocab_size=102400, rope_theta=10000, torch_dtype="bfloat16",
+         rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                       "original_max_position_embeddings": 4096, "type": "yarn"})
+for k in ("rope_parameters", "dtype"):
+    c.pop(k)
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+EOF2
+    if $TRAIN hf-preset $T/lite > $T/lite.yml 2> $T/gen.err; then
+        r=$($TRAIN $T/lite.yml dry_run=true max_target_length=64 per_device_batch_size=1 2>&1 | grep -o '^parameters: [0-9]*')
+        check "DeepSeek-V2-Lite's config.json: hf-preset's model has $r" [ "$r" = "parameters: 15706484224" ]
+    else
+        fail "DeepSeek-V2-Lite's config.json: hf-preset: $(tail -1 $T/gen.err)"
+    fi
+    sed 's/"topk_method": "greedy"/"topk_method": "group_limited_greedy"/' $T/lite/config.json > $T/lite/c2 && mv $T/lite/c2 $T/lite/config.json
+    expect_error "hf-preset of DeepSeek-V2's group_limited_greedy" 'topk_method "group_limited_greedy"' $TRAIN hf-preset $T/lite
+else
+    fail "deepseek-tiny, V2: $(grep meshmoe: $T/train.out $T/exp.out | tail -1)"
+fi
+rm -rf $T/v2 $T/v2p $T/lite $T/dv2 $T/dv3 $T/dv4
+
 echo "== refusals: one clear message, exit 1"
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/mx.safetensors > /dev/null 2>&1
 $TRAIN export-hf $T/mx.safetensors $T/hf > /dev/null 2>&1

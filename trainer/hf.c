@@ -4,7 +4,8 @@
 //   ./train CONFIG.yml load_hf=DIR               start training from such a directory, or from a
 //                                                published one (trainer/hf_weights.c reads its forms)
 //
-// Mixtral exports as `MixtralForCausalLM`, DeepSeek as `DeepseekV3ForCausalLM` (transformers
+// Mixtral exports as `MixtralForCausalLM`, DeepSeek as `DeepseekV3ForCausalLM`, or with softmax
+// routing (routed_score_func=softmax, DeepSeek-V2's) as `DeepseekV2ForCausalLM` (transformers
 // 5.x: the experts of a layer are two fused 3-D tensors; `per-expert` after OUT_DIR writes
 // them a tensor per expert and projection, as the published checkpoints hold them). meshmoe stores kernels as MaxText
 // does, [in, out] and used as x @ kernel; torch's Linear stores [out, in]. So almost every
@@ -209,69 +210,96 @@ static int hf_rope(const Config *c, HfKey *k) {
     return 1;
 }
 
-static int hf_config(const Config *c, HfKey *k) {
-    int n = 0;
-    char f[48];
+// The transformers class that runs this model.
+static const char *hf_class(const Config *c) {
+    return !cfg_is_deepseek(c) ? "MixtralForCausalLM" : cfg_softmax_router(c) ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM";
+}
+
+// PUT: one key of config.json into k[n], its value formatted as printf does.
 #define PUT(name, mmkey, ...) do { k[n].key = name; k[n].mm = mmkey; snprintf(k[n].val, sizeof k[n].val, __VA_ARGS__); n++; } while (0)
 #define PUTF(name, mmkey, x) do { fmt_float(f, sizeof f, x); PUT(name, mmkey, "%s", f); } while (0)
+
+// DeepSeek's keys: DeepseekV3 routes by sigmoid scores (with its selection bias and expert
+// groups), DeepseekV2 by a softmax over all experts (routed_score_func=softmax: its "greedy"
+// top k, weighted by their probabilities times routed_scaling_factor, unnormalised). HF's
+// DeepseekV2 rotates interleaved pairs always; export-hf writes them so (halves_to_pairs).
+static int hf_deepseek_keys(const Config *c, HfKey *k, int yarn) {
+    int n = 0, v2 = cfg_softmax_router(c);
+    char f[48], v[48];
+    if (!cfg_is_mla(c)) refuse("DeepSeek uses MLA", "attention_type", attention_type_name(c->attention_type));
+    if (!cfg_sigmoid_router(c) && !v2)
+        refuse("DeepseekV3 routes by sigmoid scores, DeepseekV2 by a softmax over all experts", "routed_score_func",
+               score_func_name(c->routed_score_func));
+    snprintf(v, sizeof v, "%d", c->shared_experts);
+    if (c->shared_experts < 1) refuse("DeepSeek has at least one shared expert", "shared_experts", v);
+    float latent = c->mla_norm_epsilon > 0 ? c->mla_norm_epsilon : c->normalization_layer_epsilon;
+    fmt_float(v, sizeof v, latent);
+    if (latent != 1e-6f)
+        refuse("DeepSeek's q_a_layernorm and kv_a_layernorm use epsilon 1e-6 whatever rms_norm_eps is",
+               c->mla_norm_epsilon > 0 ? "mla_norm_epsilon" : "normalization_layer_epsilon", v);
+    PUT("architectures", "decoder_block", "[\"%s\"]", hf_class(c));
+    PUT("model_type", "decoder_block", v2 ? "\"deepseek_v2\"" : "\"deepseek_v3\"");
+    PUT("intermediate_size", "base_mlp_dim", "%d", c->base_mlp_dim);
+    PUT("moe_intermediate_size", "base_moe_mlp_dim", "%d", cfg_expert_dim(c));
+    PUT("num_key_value_heads", "base_num_query_heads", "%d", c->base_num_query_heads);
+    PUT("n_shared_experts", "shared_experts", "%d", c->shared_experts);
+    PUT("n_routed_experts", "num_experts", "%d", c->num_experts);
+    PUTF("routed_scaling_factor", "routed_scaling_factor", c->routed_scaling_factor);
+    PUT("kv_lora_rank", "kv_lora_rank", "%d", c->kv_lora_rank);
+    if (c->q_lora_rank > 0) PUT("q_lora_rank", "q_lora_rank", "%d", c->q_lora_rank);
+    else PUT("q_lora_rank", "q_lora_rank", "null");
+    PUT("qk_rope_head_dim", "qk_rope_head_dim", "%d", c->qk_rope_head_dim);
+    PUT("qk_nope_head_dim", "qk_nope_head_dim", "%d", c->qk_nope_head_dim);
+    PUT("v_head_dim", "v_head_dim", "%d", c->v_head_dim);
+    PUT("first_k_dense_replace", "first_num_dense_layers", "%d", c->first_num_dense_layers);
+    if (v2) {
+        PUT("topk_method", "routed_score_func=softmax", "\"greedy\"");
+        PUT("norm_topk_prob", "softmax weights are not normalised", "false");
+    } else {
+        PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups > 0 ? c->n_routing_groups : 1);   // groups off: one group
+        PUT("topk_group", "topk_routing_group", "%d", c->n_routing_groups > 0 ? c->topk_routing_group : 1);
+        PUT("norm_topk_prob", "sigmoid weights are normalised", "true");
+        PUT("rope_interleave", "rope_interleave (yarn's; half-split otherwise)", "%s",
+            yarn && c->rope_interleave ? "true" : "false");
+    }
+    PUT("attention_bias", "meshmoe has no attention bias", "false");
+    return n;
+}
+
+// Mixtral's keys: grouped-query attention, the top k of the gate logits, no shared experts.
+static int hf_mixtral_keys(const Config *c, HfKey *k, int yarn) {
+    int n = 0;
     char v[48];
+    if (cfg_is_mla(c))
+        refuse("Mixtral uses grouped-query attention", "attention_type", attention_type_name(c->attention_type));
+    if (c->routed_score_func != SCORE_FUNC_MIXTRAL || c->routed_bias)
+        refuse("Mixtral weights the top-k experts by a softmax of their logits (routed_score_func \"\")",
+               "routed_score_func", score_func_name(c->routed_score_func));
+    snprintf(v, sizeof v, "%d", c->shared_experts);
+    if (c->shared_experts) refuse("Mixtral has no shared experts", "shared_experts", v);
+    snprintf(v, sizeof v, "%d", c->first_num_dense_layers);
+    if (c->first_num_dense_layers) refuse("every Mixtral layer is MoE", "first_num_dense_layers", v);
+    PUT("architectures", "decoder_block", "[\"MixtralForCausalLM\"]");
+    PUT("model_type", "decoder_block", "\"mixtral\"");
+    PUT("intermediate_size", "base_mlp_dim", "%d", cfg_expert_dim(c));
+    PUT("num_key_value_heads", "base_num_kv_heads", "%d", c->base_num_kv_heads);
+    PUT("head_dim", "head_dim", "%d", c->head_dim);
+    if (yarn && c->rope_interleave)
+        refuse("HF's Mixtral rotates half-split pairs only", "rope_interleave", "true");
+    PUT("num_local_experts", "num_experts", "%d", c->num_experts);
+    PUT("sliding_window", "meshmoe has no sliding window", "null");
+    PUT("router_jitter_noise", "meshmoe has no router jitter", "0.0");
+    return n;
+}
+
+static int hf_config(const Config *c, HfKey *k) {
+    int n = 0;
+    char f[48], v[48];
     fmt_float(v, sizeof v, c->rope_min_timescale);
     int yarn = c->rope_type == ROPE_YARN;
     if (!yarn && c->rope_min_timescale != 1.0f)
         refuse("HF's RoPE has no minimum timescale (it is 1)", "rope_min_timescale", v);
-    if (cfg_is_deepseek(c)) {
-        if (!cfg_is_mla(c)) refuse("DeepseekV3 uses MLA", "attention_type", attention_type_name(c->attention_type));
-        if (!cfg_sigmoid_router(c))
-            refuse("DeepseekV3 routes by sigmoid scores", "routed_score_func", score_func_name(c->routed_score_func));
-        snprintf(v, sizeof v, "%d", c->shared_experts);
-        if (c->shared_experts < 1) refuse("DeepseekV3 has at least one shared expert", "shared_experts", v);
-        float latent = c->mla_norm_epsilon > 0 ? c->mla_norm_epsilon : c->normalization_layer_epsilon;
-        fmt_float(v, sizeof v, latent);
-        if (latent != 1e-6f)
-            refuse("DeepseekV3's q_a_layernorm and kv_a_layernorm use epsilon 1e-6 whatever rms_norm_eps is",
-                   c->mla_norm_epsilon > 0 ? "mla_norm_epsilon" : "normalization_layer_epsilon", v);
-        PUT("architectures", "decoder_block", "[\"DeepseekV3ForCausalLM\"]");
-        PUT("model_type", "decoder_block", "\"deepseek_v3\"");
-        PUT("intermediate_size", "base_mlp_dim", "%d", c->base_mlp_dim);
-        PUT("moe_intermediate_size", "base_moe_mlp_dim", "%d", cfg_expert_dim(c));
-        PUT("num_key_value_heads", "base_num_query_heads", "%d", c->base_num_query_heads);
-        PUT("n_shared_experts", "shared_experts", "%d", c->shared_experts);
-        PUT("n_routed_experts", "num_experts", "%d", c->num_experts);
-        PUTF("routed_scaling_factor", "routed_scaling_factor", c->routed_scaling_factor);
-        PUT("kv_lora_rank", "kv_lora_rank", "%d", c->kv_lora_rank);
-        if (c->q_lora_rank > 0) PUT("q_lora_rank", "q_lora_rank", "%d", c->q_lora_rank);
-        else PUT("q_lora_rank", "q_lora_rank", "null");
-        PUT("qk_rope_head_dim", "qk_rope_head_dim", "%d", c->qk_rope_head_dim);
-        PUT("qk_nope_head_dim", "qk_nope_head_dim", "%d", c->qk_nope_head_dim);
-        PUT("v_head_dim", "v_head_dim", "%d", c->v_head_dim);
-        PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups > 0 ? c->n_routing_groups : 1);   // groups off: one group
-        PUT("topk_group", "topk_routing_group", "%d", c->n_routing_groups > 0 ? c->topk_routing_group : 1);
-        PUT("first_k_dense_replace", "first_num_dense_layers", "%d", c->first_num_dense_layers);
-        PUT("norm_topk_prob", "sigmoid weights are normalised", "true");
-        PUT("rope_interleave", "rope_interleave (yarn's; half-split otherwise)", "%s",
-            yarn && c->rope_interleave ? "true" : "false");
-        PUT("attention_bias", "meshmoe has no attention bias", "false");
-    } else {
-        if (cfg_is_mla(c))
-            refuse("Mixtral uses grouped-query attention", "attention_type", attention_type_name(c->attention_type));
-        if (c->routed_score_func != SCORE_FUNC_MIXTRAL || c->routed_bias)
-            refuse("Mixtral weights the top-k experts by a softmax of their logits (routed_score_func \"\")",
-                   "routed_score_func", score_func_name(c->routed_score_func));
-        snprintf(v, sizeof v, "%d", c->shared_experts);
-        if (c->shared_experts) refuse("Mixtral has no shared experts", "shared_experts", v);
-        snprintf(v, sizeof v, "%d", c->first_num_dense_layers);
-        if (c->first_num_dense_layers) refuse("every Mixtral layer is MoE", "first_num_dense_layers", v);
-        PUT("architectures", "decoder_block", "[\"MixtralForCausalLM\"]");
-        PUT("model_type", "decoder_block", "\"mixtral\"");
-        PUT("intermediate_size", "base_mlp_dim", "%d", cfg_expert_dim(c));
-        PUT("num_key_value_heads", "base_num_kv_heads", "%d", c->base_num_kv_heads);
-        PUT("head_dim", "head_dim", "%d", c->head_dim);
-        if (yarn && c->rope_interleave)
-            refuse("HF's Mixtral rotates half-split pairs only", "rope_interleave", "true");
-        PUT("num_local_experts", "num_experts", "%d", c->num_experts);
-        PUT("sliding_window", "meshmoe has no sliding window", "null");
-        PUT("router_jitter_noise", "meshmoe has no router jitter", "0.0");
-    }
+    n += cfg_is_deepseek(c) ? hf_deepseek_keys(c, k + n, yarn) : hf_mixtral_keys(c, k + n, yarn);
     PUT("vocab_size", "vocab_size", "%d", c->vocab_size);
     PUT("hidden_size", "base_emb_dim", "%d", c->base_emb_dim);
     PUT("num_hidden_layers", "base_num_decoder_layers", "%d", c->base_num_decoder_layers);
@@ -287,6 +315,60 @@ static int hf_config(const Config *c, HfKey *k) {
 #undef PUT
 #undef PUTF
     return n;
+}
+
+// ---------------------------------------------------------------------------------------
+// Rotary pairs
+
+// meshmoe's DeepSeek RoPE rotates half-split pairs (x[i], x[i + Dr/2]), as MaxText's does, but
+// under yarn with rope_interleave (DeepSeek's own checkpoints' interleaved pairs (x[2i],
+// x[2i+1])). HF's DeepseekV3 rotates interleaved pairs where config.json says rope_interleave
+// (the class's default), HF's DeepseekV2 always. A rotated part's entries are only ever rotated
+// and then multiplied by the same part of the other side (q_rope . k_rope), so the same model
+// is the kernels whose rotated output columns are reordered. Where they are: DeepseekV3 without
+// yarn (load_hf takes either kind of file, exactly; export-hf writes rope_interleave false; under
+// yarn the file's rope_interleave must be the run's), and DeepseekV2 wherever meshmoe rotates
+// halves (export-hf writes interleaved pairs, load_hf makes them halves again).
+static int reorders_pairs(const Config *c) {
+    if (!cfg_is_deepseek(c)) return 0;
+    if (cfg_softmax_router(c)) return !(c->rope_type == ROPE_YARN && c->rope_interleave);
+    return c->rope_type != ROPE_YARN;
+}
+
+static int file_interleaves(const char *dir) {
+    char path[CFG_STR + 64], v[64] = "", kind[64] = "";
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = json_read_text(path, "load_hf");
+    json_member(text, "model_type", kind, sizeof kind);
+    int yes = !strcmp(kind, "\"deepseek_v2\"") || (hf_config_value(text, "rope_interleave", v, sizeof v) && !strcmp(v, "true"));
+    free(text);
+    return yes;
+}
+
+// k (n floats) as rows of `width` columns, the last Dr of each a rotated part: interleaved pairs
+// made half-split ones (to_halves), or half-split made interleaved. Exact.
+static void reorder_pairs(float *k, size_t n, int width, int Dr, int to_halves) {
+    float *tmp = malloc(sizeof(float) * (size_t)(Dr > 0 ? Dr : 1));
+    if (!tmp) die("out of host memory");
+    for (size_t row = 0; row + (size_t)width <= n; row += (size_t)width) {
+        float *x = k + row + width - Dr;
+        memcpy(tmp, x, sizeof(float) * (size_t)Dr);
+        for (int i = 0; i < Dr / 2; i++) {
+            if (to_halves) { x[i] = tmp[2 * i]; x[i + Dr / 2] = tmp[2 * i + 1]; }
+            else { x[2 * i] = tmp[i]; x[2 * i + 1] = tmp[i + Dr / 2]; }
+        }
+    }
+    free(tmp);
+}
+
+// The kernels whose outputs are rotated (MLA's query, and the key's rope part that wkv_a makes
+// beside the latent), in meshmoe's layout (n floats), reordered.
+static void reorder_rotated(const Config *c, const Rule *r, float *k, size_t n, int to_halves) {
+    int Dr = c->qk_rope_head_dim;
+    if (!strcmp(r->maxtext, "self_attention/wq_b/kernel") || !strcmp(r->maxtext, "self_attention/query/kernel"))
+        reorder_pairs(k, n, c->qk_nope_head_dim + Dr, Dr, to_halves);
+    else if (!strcmp(r->maxtext, "self_attention/wkv_a/kernel"))
+        reorder_pairs(k, n, c->kv_lora_rank + Dr, Dr, to_halves);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -404,6 +486,34 @@ static void add_routed_biases(const Config *c, StFile *f, const char *ckpt, Out 
     }
 }
 
+// One weight of the checkpoint into its HF tensor (outs): transposed, GQA's query scaled (its
+// exact kernel into side, returning 1, where the scaling cannot be undone), DeepseekV2's
+// rotated columns made interleaved pairs.
+static int export_param(const Config *c, StFile *f, const char *ckpt, const ParamSpec *s, Out *outs, int *nout,
+                        StWriter *side) {
+    char name[160], hf[128];
+    const Rule *r = rule_for(s->key, hf, sizeof hf);
+    snprintf(name, sizeof name, "params/%s", s->name);
+    float *src = (float *)ckpt_tensor(f, ckpt, name, s), *pairs = NULL;
+    int64_t shape[4];
+    int nd = hf_shape(s, r, shape);
+    Out *o = out_tensor(outs, nout, hf, nd, shape);
+    if (cfg_softmax_router(c) && reorders_pairs(c)) {   // (DeepseekV2: the mapped file left as it is)
+        if (!(pairs = malloc(sizeof(float) * s->size))) die("export-hf: out of host memory");
+        memcpy(pairs, src, sizeof(float) * s->size);
+        reorder_rotated(c, r, pairs, s->size, 0);
+    }
+    move_tensor(pairs ? pairs : src, o->data, s, r, 1);
+    free(pairs);
+    if (!is_gqa_query(c, r)) return 0;
+    for (size_t j = 0; j < s->size; j++) o->data[j] = (float)((double)o->data[j] * query_scale(c));
+    if (scale_is_exact(c)) return 0;
+    int64_t sh[4];   // the exact kernel beside it (see the top of this file)
+    for (int d = 0; d < s->ndim; d++) sh[d] = s->gshape[d];
+    st_writer_add(side, s->name, ST_F32, s->ndim, sh, src);
+    return 1;
+}
+
 int hf_export(const char *ckpt, const char *dir, int per_expert) {
     export_files_check(ckpt, dir);   // nothing is read or written before the paths are checked
     char err[512];
@@ -426,28 +536,8 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
     int nout = 0;
     StWriter *side = st_writer_new();
     int nside = 0;
-    char name[160], hf[128];
-    for (int i = 0; i < nt; i++) {
-        const ParamSpec *s = &specs[i];
-        const Rule *r = rule_for(s->key, hf, sizeof hf);
-        snprintf(name, sizeof name, "params/%s", s->name);
-        float *src = (float *)ckpt_tensor(f, ckpt, name, s);
-        int64_t shape[4];
-        int nd = hf_shape(s, r, shape);
-        Out *o = out_tensor(outs, &nout, hf, nd, shape);
-        move_tensor(src, o->data, s, r, 1);
-        if (is_gqa_query(&c, r)) {
-            size_t n = s->size;
-            for (size_t j = 0; j < n; j++) o->data[j] = (float)((double)o->data[j] * query_scale(&c));
-            if (!scale_is_exact(&c)) {   // the exact kernel beside it (see the top of this file)
-                int64_t sh[4];
-                for (int d = 0; d < s->ndim; d++) sh[d] = s->gshape[d];
-                st_writer_add(side, s->name, ST_F32, s->ndim, sh, src);
-                nside++;
-            }
-        }
-    }
-    if (cfg_is_deepseek(&c)) add_routed_biases(&c, f, ckpt, outs, &nout);
+    for (int i = 0; i < nt; i++) nside += export_param(&c, f, ckpt, &specs[i], outs, &nout, side);
+    if (cfg_sigmoid_router(&c)) add_routed_biases(&c, f, ckpt, outs, &nout);   // (DeepseekV3's)
     StWriter *w = st_writer_new();
     st_writer_meta(w, "format", "pt");
     int written = 0;
@@ -467,7 +557,7 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
     atomic_files_commit();   // all three written: none replaces its target before then
     if (!nside) unlink(path);   // (an older export's, which would no longer match)
     printf("exported %s (%s, step %s) to %s: config.json, model.safetensors (%d tensors%s)%s\n", ckpt,
-           cfg_is_deepseek(&c) ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", st_meta(f, "step") ? st_meta(f, "step") : "?",
+           hf_class(&c), st_meta(f, "step") ? st_meta(f, "step") : "?",
            dir, written, per_expert ? ", a tensor per expert" : "", nside ? ", " SIDECAR " (the exact query kernels)" : "");
     for (int i = 0; i < nout; i++) free(outs[i].data);
     free(outs);
@@ -481,48 +571,6 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
 // ---------------------------------------------------------------------------------------
 // Load
 
-// DeepSeek without yarn: meshmoe's default RoPE rotates half-split pairs (x[i], x[i + Dr/2]), as
-// MaxText's does; HF's DeepseekV3 rotates interleaved ones (x[2i], x[2i+1]) where config.json
-// says rope_interleave (the class's default). A rotated part's entries are only ever rotated
-// and then multiplied by the same part of the other side (q_rope . k_rope), so the same model
-// is the kernels whose rotated output columns are reordered from pairs to halves
-// (pairs_to_halves): load_hf takes either file, exactly, and export-hf writes half-split pairs.
-static int pairs_made_halves(const Config *c) {
-    return cfg_is_deepseek(c) && c->rope_type != ROPE_YARN;
-}
-
-static int file_interleaves(const char *dir) {
-    char path[CFG_STR + 64], v[64] = "";
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = json_read_text(path, "load_hf");
-    int yes = hf_config_value(text, "rope_interleave", v, sizeof v) && !strcmp(v, "true");
-    free(text);
-    return yes;
-}
-
-// k (n floats) as rows of `width` columns, the last Dr of each a rotated part: HF's
-// interleaved pairs (x[2i], x[2i+1]) made half-split ones (x[i], x[i + Dr/2]). Exact.
-static void pairs_to_halves(float *k, size_t n, int width, int Dr) {
-    float *tmp = malloc(sizeof(float) * (size_t)(Dr > 0 ? Dr : 1));
-    if (!tmp) die("load_hf: out of host memory");
-    for (size_t row = 0; row + (size_t)width <= n; row += (size_t)width) {
-        float *x = k + row + width - Dr;
-        memcpy(tmp, x, sizeof(float) * (size_t)Dr);
-        for (int i = 0; i < Dr / 2; i++) { x[i] = tmp[2 * i]; x[i + Dr / 2] = tmp[2 * i + 1]; }
-    }
-    free(tmp);
-}
-
-// The kernels whose outputs are rotated (MLA's query, and the key's rope part that wkv_a
-// makes beside the latent), reordered from HF's interleaved pairs.
-static void rotated_to_halves(const Config *c, const Rule *r, float *dst, size_t n) {
-    int Dr = c->qk_rope_head_dim;
-    if (!strcmp(r->maxtext, "self_attention/wq_b/kernel") || !strcmp(r->maxtext, "self_attention/query/kernel"))
-        pairs_to_halves(dst, n, c->qk_nope_head_dim + Dr, Dr);
-    else if (!strcmp(r->maxtext, "self_attention/wkv_a/kernel"))
-        pairs_to_halves(dst, n, c->kv_lora_rank + Dr, Dr);
-}
-
 void hf_check_config(const Config *c, const char *dir, const char *who) {
     char path[CFG_STR + 64];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -534,7 +582,7 @@ void hf_check_config(const Config *c, const char *dir, const char *who) {
         char got[512];
         // The context length and the dtype the weights are used at are the run's own choice.
         if (!strcmp(keys[i].key, "max_position_embeddings") || !strcmp(keys[i].key, "dtype")) continue;
-        if (!strcmp(keys[i].key, "rope_interleave") && pairs_made_halves(c)) continue;   // (either is read)
+        if (!strcmp(keys[i].key, "rope_interleave") && reorders_pairs(c)) continue;   // (either is read)
         if (!hf_config_value(text, keys[i].key, got, sizeof got))   // (given, or transformers' default)
             die("%s: %s has no \"%s\"; this run's config (%s) gives %s", who, path, keys[i].key, keys[i].mm,
                 keys[i].val);
@@ -566,7 +614,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     // tensor of the files at a time, not the whole model (every device of a mesh reads it).
     // A dry run checks every tensor's name, shape and dtype, and reads no value.
     HfWeights *w = hfw_open(dir, c->dry_run);
-    int halves = pairs_made_halves(c) && file_interleaves(dir);   // (the rotated columns reordered)
+    int halves = reorders_pairs(c) && file_interleaves(dir);   // (the rotated columns reordered)
     float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
     snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
@@ -585,7 +633,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
         float *dst = malloc(sizeof(float) * n);
         if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
         move_tensor(dst, src, s, r, 0);
-        if (halves) rotated_to_halves(c, r, dst, n);
+        if (halves) reorder_rotated(c, r, dst, n, 1);
         if (!is_gqa_query(c, r)) { upload_weight(m, i, dst); continue; }
         const StTensor *exact = side ? st_get(side, s->name) : NULL;
         int match = exact && exact->dtype == ST_F32 && exact->nbytes == n * sizeof(float);
@@ -599,7 +647,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
         else for (size_t j = 0; j < n; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
         upload_weight(m, i, dst);
     }
-    for (int l = c->first_num_dense_layers; cfg_is_deepseek(c) && l < c->base_num_decoder_layers; l++) {
+    for (int l = c->first_num_dense_layers; cfg_sigmoid_router(c) && l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
         const float *b = hfw_tensor(w, hf, 1, shape, &scratch);
@@ -612,7 +660,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     hfw_all_read(w, said, cap);
     if (halves)
         snprintf(said + strlen(said), cap - strlen(said), "%sthe rotary pairs of the query and key kernels from "
-                 "interleaved (rope_interleave) to half-split", said[0] ? "; " : "");
+                 "interleaved (as the file rotates them) to half-split", said[0] ? "; " : "");
     free(scratch);
     free(kernel);
     if (side) st_close(side);

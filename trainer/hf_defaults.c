@@ -1,5 +1,5 @@
 // trainer/hf_defaults.c: the value transformers' config classes (MixtralConfig, DeepseekV3Config,
-// as transformers 5.23 has them) take for a key of config.json, whether the file gives it or
+// DeepseekV2Config, as transformers 5.23 has them) take for a key of config.json, whether the file gives it or
 // leaves it out: a key left out takes the class's default, a `head_dim` or
 // `num_key_value_heads` of null is made from the others, and RoPE's parameters are gathered as
 // transformers 5 does it from a file of any age (`rope_parameters`, or the older `rope_scaling`
@@ -13,39 +13,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { const char *key, *mixtral, *deepseek; } Default;   // NULL: the class has none
+typedef struct { const char *key, *mixtral, *deepseek, *v2; } Default;   // NULL: the class has none
 static const Default DEFAULTS[] = {
-    {"vocab_size", "32000", "129280"},
-    {"hidden_size", "4096", "7168"},
-    {"intermediate_size", "14336", "18432"},
-    {"moe_intermediate_size", NULL, "2048"},
-    {"num_hidden_layers", "32", "61"},
-    {"num_attention_heads", "32", "128"},
-    {"num_key_value_heads", "8", "128"},
-    {"num_experts_per_tok", "2", "8"},
-    {"num_local_experts", "8", NULL},
-    {"n_routed_experts", NULL, "256"},
-    {"n_shared_experts", NULL, "1"},
-    {"routed_scaling_factor", NULL, "2.5"},
-    {"kv_lora_rank", NULL, "512"},
-    {"q_lora_rank", NULL, "1536"},
-    {"qk_rope_head_dim", NULL, "64"},
-    {"qk_nope_head_dim", NULL, "128"},
-    {"v_head_dim", NULL, "128"},
-    {"n_group", NULL, "8"},
-    {"topk_group", NULL, "4"},
-    {"first_k_dense_replace", NULL, "3"},
-    {"num_nextn_predict_layers", NULL, "1"},   // (num_mtp_layers): the layers load_hf leaves out
-    {"norm_topk_prob", NULL, "true"},
-    {"rope_interleave", NULL, "true"},
-    {"attention_bias", NULL, "false"},
-    {"max_position_embeddings", "131072", "4096"},
-    {"rms_norm_eps", "1e-05", "1e-06"},
-    {"hidden_act", "\"silu\"", "\"silu\""},
-    {"tie_word_embeddings", "false", "false"},
-    {"attention_dropout", "0.0", "0.0"},
-    {"sliding_window", "null", NULL},
-    {"router_jitter_noise", "0.0", NULL},
+    {"vocab_size", "32000", "129280", "102400"},
+    {"hidden_size", "4096", "7168", "4096"},
+    {"intermediate_size", "14336", "18432", "11008"},
+    {"moe_intermediate_size", NULL, "2048", "1407"},
+    {"num_hidden_layers", "32", "61", "32"},
+    {"num_attention_heads", "32", "128", "32"},
+    {"num_key_value_heads", "8", "128", NULL},   // (V2's None: one per query head)
+    {"num_experts_per_tok", "2", "8", NULL},     // (V2's None: a file must give it)
+    {"num_local_experts", "8", NULL, NULL},
+    {"n_routed_experts", NULL, "256", "64"},
+    {"n_shared_experts", NULL, "1", "2"},
+    {"routed_scaling_factor", NULL, "2.5", "1.0"},
+    {"kv_lora_rank", NULL, "512", "512"},
+    {"q_lora_rank", NULL, "1536", "1536"},
+    {"qk_rope_head_dim", NULL, "64", "64"},
+    {"qk_nope_head_dim", NULL, "128", "128"},
+    {"v_head_dim", NULL, "128", "128"},
+    {"n_group", NULL, "8", "null"},
+    {"topk_group", NULL, "4", "null"},
+    {"topk_method", NULL, NULL, "\"greedy\""},
+    {"first_k_dense_replace", NULL, "3", "0"},
+    {"num_nextn_predict_layers", NULL, "1", NULL},   // (num_mtp_layers): the layers load_hf leaves out
+    {"norm_topk_prob", NULL, "true", "false"},
+    {"rope_interleave", NULL, "true", NULL},   // (V2 rotates interleaved pairs always)
+    {"attention_bias", NULL, "false", "false"},
+    {"max_position_embeddings", "131072", "4096", "2048"},
+    {"rms_norm_eps", "1e-05", "1e-06", "1e-06"},
+    {"hidden_act", "\"silu\"", "\"silu\"", "\"silu\""},
+    {"tie_word_embeddings", "false", "false", "false"},
+    {"attention_dropout", "0.0", "0.0", "0.0"},
+    {"sliding_window", "null", NULL, NULL},
+    {"router_jitter_noise", "0.0", NULL, NULL},
 };
 #define NDEFAULTS ((int)(sizeof DEFAULTS / sizeof DEFAULTS[0]))
 
@@ -53,11 +54,18 @@ static int copy(char *out, size_t cap, const char *s) {
     return (size_t)snprintf(out, cap, "%s", s) < cap;
 }
 
+enum { MIXTRAL, DEEPSEEK_V3, DEEPSEEK_V2 };
+static int class_of(const char *text) {
+    char kind[64] = "";
+    json_member(text, "model_type", kind, sizeof kind);
+    return !strcmp(kind, "\"deepseek_v3\"") ? DEEPSEEK_V3 : !strcmp(kind, "\"deepseek_v2\"") ? DEEPSEEK_V2 : MIXTRAL;
+}
+
 // The class's default for key, 0 when it has none.
-static int class_default(int deepseek, const char *key, char *out, size_t cap) {
+static int class_default(int cls, const char *key, char *out, size_t cap) {
     for (int i = 0; i < NDEFAULTS; i++)
         if (!strcmp(DEFAULTS[i].key, key)) {
-            const char *v = deepseek ? DEFAULTS[i].deepseek : DEFAULTS[i].mixtral;
+            const char *v = cls == DEEPSEEK_V3 ? DEFAULTS[i].deepseek : cls == DEEPSEEK_V2 ? DEFAULTS[i].v2 : DEFAULTS[i].mixtral;
             return v && copy(out, cap, v);
         }
     return 0;
@@ -101,7 +109,7 @@ static void yarn_defaults(const char *dict, char *extra, size_t cap) {
 
 // RoPE's parameters as transformers 5 gathers them: rope_parameters, else rope_scaling, else
 // none; their rope_type (or the older `type`), "default" if none; their rope_theta, else the
-// file's, else the class's (Mixtral's 1e6, DeepSeek's the base class's 10000).
+// file's, else the class's (Mixtral's 1e6, DeepSeek's (V2 and V3) the base class's 10000).
 static int rope(const char *text, int deepseek, char *out, size_t cap) {
     char dict[1024] = "", kind[64] = "\"default\"", theta[64];
     if (!json_member(text, "rope_parameters", dict, sizeof dict) || dict[0] != '{')
@@ -121,12 +129,11 @@ static int rope(const char *text, int deepseek, char *out, size_t cap) {
 }
 
 int hf_config_value(const char *text, const char *key, char *out, size_t cap) {
-    char kind[64] = "";
-    json_member(text, "model_type", kind, sizeof kind);
-    int deepseek = !strcmp(kind, "\"deepseek_v3\"");
+    int cls = class_of(text), deepseek = cls != MIXTRAL;
     if (!strcmp(key, "rope_parameters")) return rope(text, deepseek, out, cap);
-    if (!strcmp(key, "num_key_value_heads") && json_member(text, key, out, cap) && !strcmp(out, "null"))
-        return hf_config_value(text, "num_attention_heads", out, cap);   // null: one per query head
+    if (!strcmp(key, "num_key_value_heads") && !given(text, key, out, cap, 1) &&
+        (cls == DEEPSEEK_V2 || json_member(text, key, out, cap)))   // null (V2's default too): one per query head
+        return hf_config_value(text, "num_attention_heads", out, cap);
     if (!strcmp(key, "head_dim") && !deepseek && !given(text, key, out, cap, 1)) {   // hidden / heads
         char d[64], h[64];
         if (!hf_config_value(text, "hidden_size", d, sizeof d) || !hf_config_value(text, "num_attention_heads", h, sizeof h))
@@ -134,5 +141,5 @@ int hf_config_value(const char *text, const char *key, char *out, size_t cap) {
         long heads = atol(h);
         return heads > 0 && (size_t)snprintf(out, cap, "%ld", atol(d) / heads) < cap;
     }
-    return json_member(text, key, out, cap) || class_default(deepseek, key, out, cap);
+    return json_member(text, key, out, cap) || class_default(cls, key, out, cap);
 }

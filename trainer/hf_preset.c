@@ -1,5 +1,5 @@
 // trainer/hf_preset.c: ./train hf-preset DIR, the model keys of a preset for the Hugging Face
-// model in DIR (its config.json: MixtralForCausalLM or DeepseekV3ForCausalLM), so that a model
+// model in DIR (its config.json: MixtralForCausalLM, DeepseekV3ForCausalLM or DeepseekV2ForCausalLM), so that a model
 // from the Hub, or from transformers' save_pretrained, trains here:
 //
 //   ./train hf-preset hf/ > my.yml
@@ -111,20 +111,35 @@ static void put_rope(Preset *p, const char *text, int deepseek) {
     if (!deepseek) put(p, "rope_interleave", "false");   // HF's Mixtral rotates half-split pairs
 }
 
-static void put_model(Preset *p, const char *text, int deepseek) {
+// DeepSeek-V2 routes by a softmax over all experts, its top k weighted by their probabilities
+// times routed_scaling_factor (routed_score_func=softmax here): `greedy`. Its
+// group_limited_greedy ranks the groups by their best probability, where meshmoe's groups are
+// V3's (sigmoid scores, a group ranked by its two best): refused, naming the key.
+static void check_v2_routing(const Preset *p, const char *text) {
+    char v[64] = "";
+    value_of(text, "topk_method", v, sizeof v);
+    if (strcmp(v, "greedy"))
+        die("hf-preset: %s: topk_method \"%s\": meshmoe routes DeepSeek-V2 models by \"greedy\" (the top k of a "
+            "softmax over all experts); its expert groups are DeepSeek-V3's (sigmoid scores, a group ranked by its "
+            "two best), not group_limited_greedy's", p->path, v);
+}
+
+static void put_model(Preset *p, const char *text, int deepseek, int v2) {
     char v[64], groups[64], topk[64];
     put(p, "decoder_block", deepseek ? "deepseek" : "mixtral");
     put(p, "attention_type", deepseek ? "mla" : "global");
-    put(p, "routed_score_func", deepseek ? "sigmoid" : "");
-    if (deepseek) put(p, "routed_bias", "true");   // (e_score_correction_bias: every V3 model has one)
+    put(p, "routed_score_func", v2 ? "softmax" : deepseek ? "sigmoid" : "");
+    if (v2) check_v2_routing(p, text);
+    if (deepseek && !v2) put(p, "routed_bias", "true");   // (e_score_correction_bias: every V3 model has one)
     if (deepseek && value_of(text, "rms_norm_eps", v, sizeof v) && strtod(v, NULL) != 1e-6)
         put(p, "mla_norm_epsilon", "1e-06");   // (q_a_layernorm, kv_a_layernorm: 1e-6 in HF's class, whatever rms_norm_eps)
     for (int i = 0; i < NPAIRS; i++) {
         if (PAIRS[i].block != BOTH && PAIRS[i].block != (deepseek ? DEEPSEEK : MIXTRAL)) continue;
+        if (v2 && !strcmp(PAIRS[i].hf, "rope_interleave")) continue;   // (V2's pairs are interleaved whatever it says)
         if (!value_of(text, PAIRS[i].hf, v, sizeof v)) continue;   // (hf_check_config names it if needed)
         put(p, PAIRS[i].key, strcmp(v, "null") ? v : "0");   // (DeepSeek's q_lora_rank null: no low-rank path)
     }
-    if (deepseek && value_of(text, "n_group", groups, sizeof groups) && atoi(groups) > 1 &&
+    if (deepseek && !v2 && value_of(text, "n_group", groups, sizeof groups) && atoi(groups) > 1 &&
         value_of(text, "topk_group", topk, sizeof topk)) {   // one group is the groups off
         put(p, "n_routing_groups", groups);
         put(p, "topk_routing_group", topk);
@@ -141,17 +156,17 @@ int hf_preset(const char *dir) {
     json_members_unique(text, p.path, "hf-preset");
     char kind[64] = "";
     value_of(text, "model_type", kind, sizeof kind);
-    int deepseek = !strcmp(kind, "deepseek_v3");
+    int v2 = !strcmp(kind, "deepseek_v2"), deepseek = v2 || !strcmp(kind, "deepseek_v3");
     if (!deepseek && strcmp(kind, "mixtral"))
-        die("hf-preset: %s: model_type \"%s\": meshmoe trains Mixtral (\"mixtral\") and DeepSeek-V3 "
-            "(\"deepseek_v3\") models", p.path, kind);
-    put_model(&p, text, deepseek);
+        die("hf-preset: %s: model_type \"%s\": meshmoe trains Mixtral (\"mixtral\"), DeepSeek-V3 "
+            "(\"deepseek_v3\") and DeepSeek-V2 (\"deepseek_v2\") models", p.path, kind);
+    put_model(&p, text, deepseek, v2);
     free(text);
     config_validate(&p.c);
     hf_check_config(&p.c, dir, "hf-preset");   // what load_hf will check, checked now
     printf("# The model of %s (%s), as meshmoe's keys: ./train hf-preset %s\n"
            "# Train it from its weights: ./train THIS.yml load_hf=%s dataset_path=...\n",
-           p.path, deepseek ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", dir, dir);
+           p.path, v2 ? "DeepseekV2ForCausalLM" : deepseek ? "DeepseekV3ForCausalLM" : "MixtralForCausalLM", dir, dir);
     for (int i = 0; i < p.n; i++)
         printf("%s: %s\n", p.set[i].key, p.set[i].val[0] ? p.set[i].val : "\"\"");
     return 0;

@@ -4,7 +4,8 @@
 # (DeepSeek with routed_bias_update_rate=0.05, so the routing biases are far from 0), export
 # with ./train export-hf, dump meshmoe's own logits and expert choices on one batch from the
 # same checkpoint (dump_parity, parity_steps=1), and let tests/hf/check.py run the export in
-# transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare. Then
+# transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare (and
+# DeepseekV2ForCausalLM: deepseek-tiny with softmax routing, default RoPE and yarn's). Then
 # transformers saves the model (save_pretrained: its own config.json and shards of at most 1 MB
 # with their index), and meshmoe reads that back with a preset made from that config.json
 # (./train hf-preset) and load_hf: every weight and routing bias the
@@ -39,11 +40,18 @@ tally() {
     [ -n "$line" ] || { fail "$what: did not finish: $(printf '%s\n' "$out" | tail -1)"; return 1; }
     PASSED=$((PASSED + ${line%% *})); f=${line#* passed, }; FAILED=$((FAILED + ${f%% *}))
 }
-for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deepseek-tiny:interleave deepseek-tiny:eps; do
+V2="routed_score_func=softmax routed_bias=false n_routing_groups=-1 topk_routing_group=-1"
+for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deepseek-tiny:interleave deepseek-tiny:eps \
+           deepseek-tiny:v2 deepseek-tiny:v2yarn; do
     preset=${run%%:*}
     echo "== $run"
     C=configs/$preset.yml
     extra=""; [ $preset = deepseek-tiny ] && extra="routed_bias_update_rate=0.05"
+    biases=0; [ $preset = deepseek-tiny ] && biases=1
+    # DeepseekV2ForCausalLM: softmax routing, no selection bias, interleaved pairs (rotated
+    # halves reordered by export-hf with the default RoPE; as they are under yarn's rope_interleave).
+    case $run in *:v2*) extra=$V2; biases=0;; esac
+    [ $run = deepseek-tiny:v2yarn ] && extra="$extra $YARN max_position_embeddings=163840"
     [ $run = mixtral-tiny:yarn ] && extra="$YARN rope_interleave=false"
     [ $run = deepseek-tiny:yarn ] && extra="$extra $YARN max_position_embeddings=163840"
     # rms_norm_eps far from the MLA latent norms' 1e-6, which transformers takes whatever it is
@@ -92,11 +100,11 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
        $TRAIN $T/gen.yml $FAST load_hf=$T/saved dump_parity=$T/l parity_steps=1 > $T/load.out 2>&1; then
         ulps=0; [ $preset = mixtral-tiny ] && ulps=1
         r=$(python3 tests/st_tool.py match $T/ck.safetensors params/ $T/l/dump.safetensors param/ $ulps 2>&1)
-        [ $preset = deepseek-tiny ] && r="$r; biases: $(python3 tests/st_tool.py match $T/ck.safetensors state/ $T/l/dump.safetensors state/ 2>&1)"
+        [ $biases = 1 ] && r="$r; biases: $(python3 tests/st_tool.py match $T/ck.safetensors state/ $T/l/dump.safetensors state/ 2>&1)"
         check "$run: transformers' save_pretrained ($shards shards and their index) read back by ./train hf-preset's preset and load_hf: $r" \
             sh -c '[ "$2" -gt 1 ] && ! printf "%s" "$1" | grep -qi "differ\|missing\|no tensor" &&
                    [ "$(printf "%s" "$1" | grep -o "bit-identical\|at most [01] ulp" | wc -l)" -eq "$3" ]' \
-            _ "$r" "$shards" "$([ $preset = deepseek-tiny ] && echo 2 || echo 1)"
+            _ "$r" "$shards" "$((1 + biases))"
     else
         fail "$run: load_hf of transformers' save_pretrained: $(grep meshmoe: $T/load.out | tail -1)"
     fi
