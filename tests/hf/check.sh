@@ -13,7 +13,9 @@
 # sqrt(32), and transformers does not keep meshmoe's exact kernels beside it). For the two
 # presets without yarn, also the forms published checkpoints have: a tensor per expert, FP8
 # weights with their blocks' scales, DeepSeek's multi-token prediction layer (tests/hf_forms.py),
-# run by transformers and by meshmoe's load_hf. Then tests/hf/tokens.sh: data/hf_tokens.py's
+# run by transformers and by meshmoe's load_hf. Then the defaults load_hf takes for keys a
+# config.json leaves out, against transformers' classes (tests/hf/defaults.py), and
+# tests/hf/tokens.sh: data/hf_tokens.py's
 # token files from a Hugging Face tokenizer, read by the trainer.
 # PYTHON: an interpreter with torch, transformers, safetensors (default: the .venv-hf that
 # tests/hf/ensure_venv.sh creates). Ends with `N passed, N failed`.
@@ -110,6 +112,8 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
     fi
     rm -rf $T/hf $T/d $T/saved $T/l
 done
+echo "== trainer/hf_defaults.c: the config classes' defaults, as transformers has them (tests/hf/defaults.py)"
+tally "tests/hf/defaults.py" "$PYTHON" tests/hf/defaults.py trainer/hf_defaults.c
 echo "== data/hf_tokens.py: a text as a model's tokens (tests/hf/tokens.sh)"
 PYTHON="$PYTHON" TRAIN="$TRAIN" tally "tests/hf/tokens.sh" bash tests/hf/tokens.sh
 summary
