@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { const char *key, *mixtral, *deepseek, *v2; } Default;   // NULL: the class has none
+typedef struct { const char *key, *mixtral, *v3, *v2; } Default;   // MixtralConfig, DeepseekV3Config, DeepseekV2Config; NULL: none
 static const Default DEFAULTS[] = {
     {"vocab_size", "32000", "129280", "102400"},
     {"hidden_size", "4096", "7168", "4096"},
@@ -65,7 +65,7 @@ static int class_of(const char *text) {
 static int class_default(int cls, const char *key, char *out, size_t cap) {
     for (int i = 0; i < NDEFAULTS; i++)
         if (!strcmp(DEFAULTS[i].key, key)) {
-            const char *v = cls == DEEPSEEK_V3 ? DEFAULTS[i].deepseek : cls == DEEPSEEK_V2 ? DEFAULTS[i].v2 : DEFAULTS[i].mixtral;
+            const char *v = cls == DEEPSEEK_V3 ? DEFAULTS[i].v3 : cls == DEEPSEEK_V2 ? DEFAULTS[i].v2 : DEFAULTS[i].mixtral;
             return v && copy(out, cap, v);
         }
     return 0;

@@ -51,9 +51,10 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
     extra=""; [ $preset = deepseek-tiny ] && extra="routed_bias_update_rate=0.05"
     biases=0; [ $preset = deepseek-tiny ] && biases=1
     # DeepseekV2ForCausalLM: softmax routing, no selection bias, interleaved pairs (rotated
-    # halves reordered by export-hf with the default RoPE; as they are under yarn's rope_interleave).
+    # halves reordered by export-hf with the default RoPE; as they are under yarn's
+    # rope_interleave), and under yarn a full-rank query (q_proj), as DeepSeek-V2-Lite has.
     case $run in *:v2*) extra=$V2; biases=0;; esac
-    [ $run = deepseek-tiny:v2yarn ] && extra="$extra $YARN max_position_embeddings=163840"
+    [ $run = deepseek-tiny:v2yarn ] && extra="$extra $YARN max_position_embeddings=163840 q_lora_rank=0"
     [ $run = mixtral-tiny:yarn ] && extra="$YARN rope_interleave=false"
     [ $run = deepseek-tiny:yarn ] && extra="$extra $YARN max_position_embeddings=163840"
     # rms_norm_eps far from the MLA latent norms' 1e-6, which transformers takes whatever it is
