@@ -53,9 +53,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_shard_names(data, size);
     // And as a config.json, the values transformers would read (trainer/hf_defaults.c: the
     // file's, a class's default, RoPE's parameters gathered): never a fault, whatever the text.
-    static const char *const KEYS[] = {"rope_parameters", "head_dim", "num_key_value_heads", "vocab_size", "n_group"};
+    static const char *const KEYS[] = {"rope_parameters", "head_dim", "num_key_value_heads", "vocab_size", "n_group",
+                                       "topk_method"};
     char out[512];
-    for (int i = 0; i < 5; i++) hf_config_value(s, KEYS[i], out, sizeof out);
+    for (int i = 0; i < 6; i++) hf_config_value(s, KEYS[i], out, sizeof out);
     free(s);
     return 0;
 }
