@@ -222,7 +222,7 @@ static const char *hf_class(const Config *c) {
 // DeepSeek's keys: DeepseekV3 routes by sigmoid scores (with its selection bias and expert
 // groups), DeepseekV2 by a softmax over all experts (routed_score_func=softmax: its "greedy"
 // top k, weighted by their probabilities times routed_scaling_factor, unnormalised). HF's
-// DeepseekV2 rotates interleaved pairs always; export-hf writes them so (halves_to_pairs).
+// DeepseekV2 rotates interleaved pairs always; export-hf writes them so (reorder_rotated).
 static int hf_deepseek_keys(const Config *c, HfKey *k, int yarn) {
     int n = 0, v2 = cfg_softmax_router(c);
     char f[48], v[48];
