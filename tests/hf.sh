@@ -20,6 +20,11 @@ FAST="steps=3 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 
 
 # compare A PREFIX_A B PREFIX_B [ulps]: tests/st_tool.py's `match` (see there).
 compare() { python3 tests/st_tool.py match "$@"; }
+# same_tensors A B: "the same tensors" when ./train describe's JSON files A and B list the same
+# parameters and state, "other tensors" otherwise.
+same_tensors() {
+    python3 -c 'import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:3]); print("the same tensors" if (a["params"], a["state"]) == (b["params"], b["state"]) else "other tensors")' "$1" "$2"
+}
 # older WHAT HF CKPT: HF's config.json rewritten as older files give it (tests/st_tool.py
 # older-config) gives hf-preset the same config as the original (./train describe prints every
 # key's value), and loads CKPT's weights bit for bit.
@@ -104,12 +109,7 @@ for preset in mixtral-tiny deepseek-tiny; do
     if $TRAIN hf-preset $T/hf > $T/gen.yml 2> $T/gen.err &&
        $TRAIN $T/gen.yml $FAST load_hf=$T/hf dump_parity=$T/dg parity_steps=1 > $T/load.out 2>&1; then
         r=$(compare $T/ck.safetensors params/ $T/dg/dump.safetensors param/ 2>&1)
-        same=$(python3 - <(./train describe $C) <(./train describe $T/gen.yml) <<'EOF2'
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-print("the same tensors" if (a["params"], a["state"]) == (b["params"], b["state"]) else "other tensors")
-EOF2
-)
+        same=$(same_tensors <(./train describe $C) <(./train describe $T/gen.yml))
         check "$preset: ./train hf-preset's $(grep -vc '^#' $T/gen.yml) keys load the export ($r) and describe $same" \
             sh -c 'printf "%s" "$1" | grep -q bit-identical && [ "$2" = "the same tensors" ]' _ "$r" "$same"
     else
@@ -243,8 +243,7 @@ if $TRAIN configs/deepseek-tiny.yml $FAST $V2 save_checkpoint=$T/v2.st > $T/trai
     if $TRAIN hf-preset $T/v2 > $T/v2.yml 2> $T/gen.err &&
        $TRAIN $T/v2.yml $FAST load_hf=$T/v2 dump_parity=$T/dv3 parity_steps=1 > $T/load.out 2>&1; then
         r=$(compare $T/v2.st params/ $T/dv3/dump.safetensors param/ 2>&1)
-        same=$(python3 -c 'import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:3]); print("the same tensors" if (a["params"], a["state"]) == (b["params"], b["state"]) else "other tensors")' \
-            <(./train describe configs/deepseek-tiny.yml $V2) <(./train describe $T/v2.yml))
+        same=$(same_tensors <(./train describe configs/deepseek-tiny.yml $V2) <(./train describe $T/v2.yml))
         check "deepseek-tiny, V2: hf-preset (routed_score_func: $(grep -o 'routed_score_func: .*' $T/v2.yml | cut -d' ' -f2)) loads the export ($r) and describes $same" \
             sh -c 'printf "%s" "$1" | grep -q bit-identical && [ "$2" = "the same tensors" ]' _ "$r" "$same"
     else

@@ -336,11 +336,11 @@ static int reorders_pairs(const Config *c) {
 }
 
 static int file_interleaves(const char *dir) {
-    char path[CFG_STR + 64], v[64] = "", kind[64] = "";
+    char path[CFG_STR + 64], v[64] = "";
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = json_read_text(path, "load_hf");
-    json_member(text, "model_type", kind, sizeof kind);
-    int yes = !strcmp(kind, "\"deepseek_v2\"") || (hf_config_value(text, "rope_interleave", v, sizeof v) && !strcmp(v, "true"));
+    int yes = hf_model_class(text) == HF_DEEPSEEK_V2 ||
+              (hf_config_value(text, "rope_interleave", v, sizeof v) && !strcmp(v, "true"));
     free(text);
     return yes;
 }
@@ -361,14 +361,19 @@ static void reorder_pairs(float *k, size_t n, int width, int Dr, int to_halves) 
     free(tmp);
 }
 
-// The kernels whose outputs are rotated (MLA's query, and the key's rope part that wkv_a makes
-// beside the latent), in meshmoe's layout (n floats), reordered.
-static void reorder_rotated(const Config *c, const Rule *r, float *k, size_t n, int to_halves) {
-    int Dr = c->qk_rope_head_dim;
+// The row width of a kernel whose outputs are rotated (MLA's query; the key's rope part, which
+// wkv_a makes beside the latent), the last qk_rope_head_dim of each row; 0 for the others.
+static int rotated_width(const Config *c, const Rule *r) {
     if (!strcmp(r->maxtext, "self_attention/wq_b/kernel") || !strcmp(r->maxtext, "self_attention/query/kernel"))
-        reorder_pairs(k, n, c->qk_nope_head_dim + Dr, Dr, to_halves);
-    else if (!strcmp(r->maxtext, "self_attention/wkv_a/kernel"))
-        reorder_pairs(k, n, c->kv_lora_rank + Dr, Dr, to_halves);
+        return c->qk_nope_head_dim + c->qk_rope_head_dim;
+    if (!strcmp(r->maxtext, "self_attention/wkv_a/kernel")) return c->kv_lora_rank + c->qk_rope_head_dim;
+    return 0;
+}
+
+// Such a kernel in meshmoe's layout (n floats), reordered; the others left as they are.
+static void reorder_rotated(const Config *c, const Rule *r, float *k, size_t n, int to_halves) {
+    int width = rotated_width(c, r);
+    if (width) reorder_pairs(k, n, width, c->qk_rope_head_dim, to_halves);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -498,7 +503,7 @@ static int export_param(const Config *c, StFile *f, const char *ckpt, const Para
     int64_t shape[4];
     int nd = hf_shape(s, r, shape);
     Out *o = out_tensor(outs, nout, hf, nd, shape);
-    if (cfg_softmax_router(c) && reorders_pairs(c)) {   // (DeepseekV2: the mapped file left as it is)
+    if (cfg_softmax_router(c) && reorders_pairs(c) && rotated_width(c, r)) {   // (DeepseekV2; a copy: the file is mapped)
         if (!(pairs = malloc(sizeof(float) * s->size))) die("export-hf: out of host memory");
         memcpy(pairs, src, sizeof(float) * s->size);
         reorder_rotated(c, r, pairs, s->size, 0);

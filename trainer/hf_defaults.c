@@ -54,18 +54,19 @@ static int copy(char *out, size_t cap, const char *s) {
     return (size_t)snprintf(out, cap, "%s", s) < cap;
 }
 
-enum { MIXTRAL, DEEPSEEK_V3, DEEPSEEK_V2 };
-static int class_of(const char *text) {
+int hf_model_class(const char *text) {
     char kind[64] = "";
     json_member(text, "model_type", kind, sizeof kind);
-    return !strcmp(kind, "\"deepseek_v3\"") ? DEEPSEEK_V3 : !strcmp(kind, "\"deepseek_v2\"") ? DEEPSEEK_V2 : MIXTRAL;
+    return !strcmp(kind, "\"mixtral\"") ? HF_MIXTRAL : !strcmp(kind, "\"deepseek_v3\"") ? HF_DEEPSEEK_V3
+         : !strcmp(kind, "\"deepseek_v2\"") ? HF_DEEPSEEK_V2 : HF_OTHER;
 }
 
-// The class's default for key, 0 when it has none.
+// The class's default for key, 0 when it has none (another model_type's: Mixtral's, which
+// hf-preset refuses by name).
 static int class_default(int cls, const char *key, char *out, size_t cap) {
     for (int i = 0; i < NDEFAULTS; i++)
         if (!strcmp(DEFAULTS[i].key, key)) {
-            const char *v = cls == DEEPSEEK_V3 ? DEFAULTS[i].v3 : cls == DEEPSEEK_V2 ? DEFAULTS[i].v2 : DEFAULTS[i].mixtral;
+            const char *v = cls == HF_DEEPSEEK_V3 ? DEFAULTS[i].v3 : cls == HF_DEEPSEEK_V2 ? DEFAULTS[i].v2 : DEFAULTS[i].mixtral;
             return v && copy(out, cap, v);
         }
     return 0;
@@ -129,10 +130,10 @@ static int rope(const char *text, int deepseek, char *out, size_t cap) {
 }
 
 int hf_config_value(const char *text, const char *key, char *out, size_t cap) {
-    int cls = class_of(text), deepseek = cls != MIXTRAL;
+    int cls = hf_model_class(text), deepseek = cls == HF_DEEPSEEK_V3 || cls == HF_DEEPSEEK_V2;
     if (!strcmp(key, "rope_parameters")) return rope(text, deepseek, out, cap);
     if (!strcmp(key, "num_key_value_heads") && !given(text, key, out, cap, 1) &&
-        (cls == DEEPSEEK_V2 || json_member(text, key, out, cap)))   // null (V2's default too): one per query head
+        (cls == HF_DEEPSEEK_V2 || json_member(text, key, out, cap)))   // null (V2's default too): one per query head
         return hf_config_value(text, "num_attention_heads", out, cap);
     if (!strcmp(key, "head_dim") && !deepseek && !given(text, key, out, cap, 1)) {   // hidden / heads
         char d[64], h[64];

@@ -27,4 +27,7 @@ int json_same(const char *a, const char *b);
 // others, RoPE's parameters gathered from a file of any age (trainer/hf_defaults.c). 0 when
 // the file leaves it out and the class has no default.
 int hf_config_value(const char *text, const char *key, char *out, size_t cap);
+// The config class config.json's model_type names: mixtral, deepseek_v3, deepseek_v2, or another.
+enum { HF_MIXTRAL, HF_DEEPSEEK_V3, HF_DEEPSEEK_V2, HF_OTHER };
+int hf_model_class(const char *text);
 #endif

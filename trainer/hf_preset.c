@@ -156,8 +156,8 @@ int hf_preset(const char *dir) {
     json_members_unique(text, p.path, "hf-preset");
     char kind[64] = "";
     value_of(text, "model_type", kind, sizeof kind);
-    int v2 = !strcmp(kind, "deepseek_v2"), deepseek = v2 || !strcmp(kind, "deepseek_v3");
-    if (!deepseek && strcmp(kind, "mixtral"))
+    int cls = hf_model_class(text), v2 = cls == HF_DEEPSEEK_V2, deepseek = v2 || cls == HF_DEEPSEEK_V3;
+    if (cls == HF_OTHER)
         die("hf-preset: %s: model_type \"%s\": meshmoe trains Mixtral (\"mixtral\"), DeepSeek-V3 "
             "(\"deepseek_v3\") and DeepSeek-V2 (\"deepseek_v2\") models", p.path, kind);
     put_model(&p, text, deepseek, v2);

@@ -104,12 +104,11 @@ static int count(const char *v) {
 
 // quantization_config (absent: no FP8 tensors expected) and the multi-token prediction layers.
 static void read_config(HfWeights *w, const char *dir) {
-    char path[CFG_STR + 64], v[512], kind[64] = "";
+    char path[CFG_STR + 64], v[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = json_read_text(path, "load_hf");
-    json_member(text, "model_type", kind, sizeof kind);
     if (hf_config_value(text, "num_hidden_layers", v, sizeof v)) w->layers = count(v);
-    if (!strcmp(kind, "\"deepseek_v3\"") && hf_config_value(text, "num_nextn_predict_layers", v, sizeof v))
+    if (hf_model_class(text) == HF_DEEPSEEK_V3 && hf_config_value(text, "num_nextn_predict_layers", v, sizeof v))
         w->mtp = count(v);
     const char *q0, *q1;
     if (json_member_at(text, "quantization_config", &q0, &q1) && *q0 == '{') {
