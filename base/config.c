@@ -506,10 +506,11 @@ static void validate_moe(const Config *c) {
     if (c->first_num_dense_layers > 0 && c->base_mlp_dim <= 0)
         die("dense layers need base_mlp_dim > 0, got %d", c->base_mlp_dim);
     if (c->n_routing_groups > 0) {
-        if (!cfg_sigmoid_router(c)) die("n_routing_groups needs routed_score_func=sigmoid (DeepSeek routing)");
+        if (!cfg_sigmoid_router(c) && !cfg_softmax_router(c))
+            die("n_routing_groups needs routed_score_func=sigmoid (DeepSeek-V3's groups) or softmax (DeepSeek-V2's)");
         if (c->num_experts % c->n_routing_groups)
             die("n_routing_groups (%d) must divide num_experts (%d)", c->n_routing_groups, c->num_experts);
-        if (c->num_experts / c->n_routing_groups < 2)
+        if (cfg_sigmoid_router(c) && c->num_experts / c->n_routing_groups < 2)
             die("each routing group needs at least 2 experts (group score = sum of its top 2); "
                 "num_experts %d / n_routing_groups %d < 2", c->num_experts, c->n_routing_groups);
         if (c->topk_routing_group <= 0 || c->topk_routing_group > c->n_routing_groups)

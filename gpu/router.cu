@@ -58,30 +58,16 @@ __device__ static void softmax_row(float *p, const float *l, int E) {
     for (int e = 0; e < E; e++) p[e] /= z;
 }
 
-__global__ static void route_softmax_kernel(int *top_idx, float *top_w, float *scores, const float *logits, int T,
-                                            int E, int K, int scaled, float rsf) {
-    int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= T) return;
-    float *p = scores + (size_t)t * E, *w = top_w + (size_t)t * K;
-    int *idx = top_idx + (size_t)t * K;
-    softmax_row(p, logits + (size_t)t * E, E);
-    topk_desc(p, E, K, idx);
-    if (scaled) {
-        for (int k = 0; k < K; k++) w[k] = p[idx[k]] * rsf;
-    } else {
-        float sum = 0.0f;
-        for (int k = 0; k < K; k++) { w[k] = expf(p[idx[k]] - p[idx[0]]); sum += w[k]; }
-        for (int k = 0; k < K; k++) w[k] /= sum;
-    }
-}
-
-// masked (E): s' with the experts of the groups outside the best keep_groups set to -inf.
-__device__ static void keep_best_groups(float *masked, const float *sel, int E, int G, int keep_groups) {
-    int per = E / G, top2[2], best[ROUTER_MAX_G];
+// masked (E) = sel (E), with the experts of the groups outside the keep_groups best set to
+// -inf; a group's score is the sum of its n_best best entries (1: DeepSeek-V2, 2: V3).
+__device__ static void keep_best_groups(float *masked, const float *sel, int E, int G, int keep_groups, int n_best) {
+    for (int e = 0; e < E; e++) masked[e] = sel[e];
+    if (G <= 0) return;   // groups off: every expert eligible
+    int per = E / G, top[2], best[ROUTER_MAX_G];
     float gscore[ROUTER_MAX_G];
     for (int g = 0; g < G; g++) {
-        topk_desc(sel + g * per, per, 2, top2);
-        gscore[g] = sel[g * per + top2[0]] + sel[g * per + top2[1]];
+        topk_desc(sel + g * per, per, n_best, top);
+        gscore[g] = n_best == 1 ? sel[g * per + top[0]] : sel[g * per + top[0]] + sel[g * per + top[1]];
     }
     topk_desc(gscore, G, keep_groups, best);
     for (int g = 0; g < G; g++) {
@@ -89,6 +75,25 @@ __device__ static void keep_best_groups(float *masked, const float *sel, int E, 
         for (int j = 0; j < keep_groups; j++) kept |= best[j] == g;
         if (!kept)
             for (int e = g * per; e < (g + 1) * per; e++) masked[e] = -INFINITY;
+    }
+}
+
+__global__ static void route_softmax_kernel(int *top_idx, float *top_w, float *scores, const float *logits, int T,
+                                            int E, int K, int G, int keep_groups, int scaled, float rsf) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    float masked[ROUTER_MAX_E];
+    float *p = scores + (size_t)t * E, *w = top_w + (size_t)t * K;
+    int *idx = top_idx + (size_t)t * K;
+    softmax_row(p, logits + (size_t)t * E, E);
+    keep_best_groups(masked, p, E, G, keep_groups, 1);   // DeepSeek-V2's group_limited_greedy
+    topk_desc(masked, E, K, idx);
+    if (scaled) {
+        for (int k = 0; k < K; k++) w[k] = p[idx[k]] * rsf;
+    } else {
+        float sum = 0.0f;
+        for (int k = 0; k < K; k++) { w[k] = expf(p[idx[k]] - p[idx[0]]); sum += w[k]; }
+        for (int k = 0; k < K; k++) w[k] /= sum;
     }
 }
 
@@ -106,9 +111,8 @@ __global__ static void route_deepseek_kernel(int *top_idx, float *top_w, float *
         if (gr) s[e] = bf16_round_dev(s[e]);
         float b = bias ? (gr ? bf16_round_dev(bias[e]) : bias[e]) : 0.0f;
         sel[e] = gr ? bf16_round_dev(s[e] + b) : s[e] + b;
-        masked[e] = sel[e];
     }
-    if (G > 0) keep_best_groups(masked, sel, E, G, keep_groups);
+    keep_best_groups(masked, sel, E, G, keep_groups, 2);   // DeepSeek-V3's noaux_tc
     topk_desc(masked, E, K, idx);
     float sum = 0.0f;
     for (int k = 0; k < K; k++) { w[k] = s[idx[k]]; sum += w[k]; }
@@ -258,11 +262,11 @@ static void route_mixtral(int *top_idx, float *top_w, float *scores, const float
 }
 
 static void route_softmax(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K,
-                          int scaled, float routed_scaling_factor) {
-    check_router_dims("route_softmax", E, K, 0);
+                          int G, int keep_groups, int scaled, float routed_scaling_factor) {
+    check_router_dims("route_softmax", E, K, G);
     if (T <= 0) return;
-    GPU_LAUNCH(route_softmax_kernel, grid(T), GPU_THREADS, 0)(top_idx, top_w, scores, logits, T, E, K, scaled,
-                                                                    routed_scaling_factor);
+    GPU_LAUNCH(route_softmax_kernel, grid(T), GPU_THREADS, 0)(top_idx, top_w, scores, logits, T, E, K, G,
+                                                                    keep_groups, scaled, routed_scaling_factor);
     GPU_CHECK_LAUNCH();
 }
 

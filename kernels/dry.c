@@ -25,7 +25,7 @@ static const NormKernels norm_dry = {rmsnorm_forward, rmsnorm_backward_dx, rmsno
 // router
 static void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K) {}
 static void route_softmax(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K,
-                          int scaled, float routed_scaling_factor) {}
+                          int G, int keep_groups, int scaled, float routed_scaling_factor) {}
 static void route_deepseek(int *top_idx, float *top_w, float *scores, const float *logits, const float *bias,
                            int T, int E, int K, int G, int keep_groups, float routed_scaling_factor,
                            int gate_round, int bf16) {}

@@ -14,14 +14,17 @@ typedef struct RouterKernels {
     // scores (T,E) = logits (T,E).
     void (*route_mixtral)(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K);
     // routed_score_func=softmax: scores (T,E) = p = softmax(logits) over all E experts;
-    // top_idx (T,K) = the K largest p; top_w (T,K) = softmax of the K chosen p, or (scaled=1,
-    // decoder_block=deepseek) the K chosen p times routed_scaling_factor.
+    // with G > 0 groups of E/G experts only the keep_groups groups with the best single p stay
+    // eligible (DeepSeek-V2's group_limited_greedy); top_idx (T,K) = the K largest eligible p;
+    // top_w (T,K) = softmax of the K chosen p, or (scaled=1, decoder_block=deepseek) the K
+    // chosen p times routed_scaling_factor.
     void (*route_softmax)(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K,
-                          int scaled, float routed_scaling_factor);
+                          int G, int keep_groups, int scaled, float routed_scaling_factor);
     // routed_score_func=sigmoid (DeepSeek): s = sigmoid(logits); scores (T,E) = s + bias
     // (bias (E) or NULL); with G > 0 groups of E/G experts only the keep_groups groups with
-    // the best sums of their two best scores stay eligible; top_idx (T,K) = the K best eligible
-    // scores; top_w (T,K) = their unbiased s, normalised, times routed_scaling_factor.
+    // the best sums of their two best scores stay eligible (DeepSeek-V3's noaux_tc);
+    // top_idx (T,K) = the K best eligible scores; top_w (T,K) = their unbiased s, normalised,
+    // times routed_scaling_factor.
     // gate_round: s, the bias and the scores are rounded to bf16 (cast point 13); bf16: so is top_w.
     void (*route_deepseek)(int *top_idx, float *top_w, float *scores, const float *logits, const float *bias,
                            int T, int E, int K, int G, int keep_groups, float routed_scaling_factor,

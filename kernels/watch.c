@@ -389,10 +389,11 @@ static void route_mixtral(int *top_idx, float *top_w, float *scores, const float
           2.0 * T * E + 2.0 * T * K);
 }
 static void route_softmax(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K,
-                          int scaled, float routed_scaling_factor) {
+                          int G, int keep_groups, int scaled, float routed_scaling_factor) {
     WATCHED(FAMILY_ROUTER,
-          INNER(router)->route_softmax(top_idx, top_w, scores, logits, T, E, K, scaled, routed_scaling_factor), 0,
-          2.0 * T * E + 2.0 * T * K);
+          INNER(router)->route_softmax(top_idx, top_w, scores, logits, T, E, K, G, keep_groups, scaled,
+                                     routed_scaling_factor),
+          0, 2.0 * T * E + 2.0 * T * K);
 }
 static void route_deepseek(int *top_idx, float *top_w, float *scores, const float *logits, const float *bias, int T,
                            int E, int K, int G, int keep_groups, float routed_scaling_factor, int gate_round,

@@ -56,7 +56,8 @@ void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logit
 
 void route_softmax(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits, int T) {
     kern()->router->route_softmax(top_idx, top_w, scores, logits, T, c->num_experts, c->num_experts_per_tok,
-                                  cfg_is_deepseek(c), c->routed_scaling_factor);
+                                  c->n_routing_groups, c->topk_routing_group, cfg_is_deepseek(c),
+                                  c->routed_scaling_factor);
 }
 
 void route_deepseek(const Config *c, int *top_idx, float *top_w, float *scores, const float *logits,

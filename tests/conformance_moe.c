@@ -414,6 +414,25 @@ static void ref_softmax(float *p, const float *l, int E) {
 // A routing rule as the test runs it: which router, and its switches.
 typedef struct { const char *name; int which, scaled, G, keep, gate_round, bf16; } Route;
 
+// masked (E) = sel (E), the experts of the groups outside the keep best (a group ranked by
+// the sum of its n_best best entries) set to -inf.
+static void ref_keep_groups(float *masked, const float *sel, int E, int G, int keep, int n_best) {
+    int per = E / G, top[2], best[16];
+    float gs[16];
+    memcpy(masked, sel, sizeof(float) * E);
+    if (G <= 0) return;
+    for (int g = 0; g < G; g++) {
+        ref_topk(sel + g * per, per, n_best, top);
+        gs[g] = n_best == 1 ? sel[g * per + top[0]] : sel[g * per + top[0]] + sel[g * per + top[1]];
+    }
+    ref_topk(gs, G, keep, best);
+    for (int g = 0; g < G; g++) {
+        int kept = 0;
+        for (int j = 0; j < keep; j++) kept |= best[j] == g;
+        for (int e = g * per; e < (g + 1) * per && !kept; e++) masked[e] = -INFINITY;
+    }
+}
+
 // The three routers' forward (kernels/router.h's rules) in plain loops.
 static void ref_route(const Route *r, int *idx, float *w, float *sc, const float *logits, const float *bias, int T,
                       int E, int K, float rsf) {
@@ -426,32 +445,23 @@ static void ref_route(const Route *r, int *idx, float *w, float *sc, const float
             ref_topk(l, E, K, it);
             for (int k = 0; k < K; k++) { wt[k] = expf(l[it[k]] - l[it[0]]); sum += wt[k]; }
             for (int k = 0; k < K; k++) wt[k] /= sum;
-        } else if (r->which == 1) {   // softmax over all, the top-k probabilities scaled or re-normalised
+        } else if (r->which == 1) {   // softmax over all (V2's groups: by their best), the top-k scaled or re-normalised
             ref_softmax(p, l, E);
-            ref_topk(p, E, K, it);
+            memcpy(masked, p, sizeof(float) * E);
+            if (r->G) ref_keep_groups(masked, p, E, r->G, r->keep, 1);
+            ref_topk(masked, E, K, it);
             for (int k = 0; k < K; k++) {
                 wt[k] = r->scaled ? p[it[k]] * rsf : expf(p[it[k]] - p[it[0]]);
                 sum += wt[k];
             }
             for (int k = 0; k < K && !r->scaled; k++) wt[k] /= sum;
-        } else {   // deepseek: sigmoid + bias, the best groups, weights from the unbiased s
+        } else {   // deepseek: sigmoid + bias, the best groups (by their two best), weights from the unbiased s
             for (int e = 0; e < E; e++) {
                 s[e] = gr ? bf16_round(ref_sigmoid(l[e])) : ref_sigmoid(l[e]);
                 float b = gr ? bf16_round(bias[e]) : bias[e];
                 p[e] = masked[e] = gr ? bf16_round(s[e] + b) : s[e] + b;
             }
-            int per = r->G ? E / r->G : E, top2[2], best[16];
-            float gs[16];
-            for (int g = 0; g < r->G; g++) {
-                ref_topk(p + g * per, per, 2, top2);
-                gs[g] = p[g * per + top2[0]] + p[g * per + top2[1]];
-            }
-            ref_topk(gs, r->G, r->keep, best);
-            for (int g = 0; g < r->G; g++) {
-                int kept = 0;
-                for (int j = 0; j < r->keep; j++) kept |= best[j] == g;
-                for (int e = g * per; e < (g + 1) * per && !kept; e++) masked[e] = -INFINITY;
-            }
+            if (r->G) ref_keep_groups(masked, p, E, r->G, r->keep, 2);
             ref_topk(masked, E, K, it);
             for (int k = 0; k < K; k++) { wt[k] = s[it[k]]; sum += wt[k]; }
             for (int k = 0; k < K; k++) wt[k] = wt[k] / (sum + 1e-20f) * rsf;
@@ -463,7 +473,7 @@ static void ref_route(const Route *r, int *idx, float *w, float *sc, const float
 static void run_route(const RouterKernels *rk, const Route *r, int *idx, float *w, float *sc, const float *logits,
                       const float *bias, int T, int E, int K, float rsf) {
     if (r->which == 0) rk->route_mixtral(idx, w, sc, logits, T, E, K);
-    else if (r->which == 1) rk->route_softmax(idx, w, sc, logits, T, E, K, r->scaled, rsf);
+    else if (r->which == 1) rk->route_softmax(idx, w, sc, logits, T, E, K, r->G, r->keep, r->scaled, rsf);
     else rk->route_deepseek(idx, w, sc, logits, bias, T, E, K, r->G, r->keep, rsf, r->gate_round, r->bf16);
 }
 
@@ -664,6 +674,7 @@ void test_router(void) {
         {"route_mixtral", 0, 0, 0, 0, 0, 0},
         {"route_softmax (scaled)", 1, 1, 0, 0, 0, 0},
         {"route_softmax (re-normalised)", 1, 0, 0, 0, 0, 0},
+        {"route_softmax (scaled, 4 groups ranked by their best, keep 2)", 1, 1, 4, 2, 0, 0},
         {"route_deepseek (4 groups, keep 2)", 2, 0, 4, 2, 0, 0},
         {"route_deepseek (no groups, gate rounding, bf16)", 2, 0, 0, 0, 1, 1},
     };

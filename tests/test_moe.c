@@ -75,6 +75,27 @@ static void test_routing(void) {
         route_softmax(&cs, i4, w4, p4, l4, 1);
         CHECK_CLOSE(w4[1], 2.5 * p2, 1e-6, "softmax routing, deepseek block: the probability, scaled");
     }
+    // DeepSeek-V2's groups (softmax scores): 8 experts in 4 groups of 2, keep 1, top-2.
+    // logits g0 {2, -5}, g1 {1.8, 1.8}, g2 {0, 0}, g3 {-1, -1}. A group's score is its best p:
+    // g0 (e^2) beats g1 (e^1.8), so experts 0 and 1 are chosen; by the sum of the two best
+    // (V3's rule) g1 would win (2 e^1.8 > e^2 + e^-5), and without groups experts 0 and 2.
+    {
+        Config cs;
+        config_defaults(&cs);
+        cs.decoder_block = DECODER_DEEPSEEK; cs.routed_score_func = SCORE_FUNC_SOFTMAX;
+        cs.num_experts = 8; cs.num_experts_per_tok = 2; cs.routed_scaling_factor = 2.5f;
+        cs.n_routing_groups = 4; cs.topk_routing_group = 1;
+        float l8[8] = {2, -5, 1.8f, 1.8f, 0, 0, -1, -1}, w8[2], p8[8];
+        int i8[2];
+        double Z = exp(2) + exp(-5) + 2 * exp(1.8) + 2 + 2 * exp(-1);
+        route_softmax(&cs, i8, w8, p8, l8, 1);
+        CHECK(i8[0] == 0 && i8[1] == 1, "softmax routing, V2 groups: idx %d %d, want 0 1", i8[0], i8[1]);
+        CHECK_CLOSE(w8[1], 2.5 * exp(-5) / Z, 1e-9, "softmax routing, V2 groups: the masked-in probability, scaled");
+        CHECK_CLOSE(p8[2], exp(1.8) / Z, 1e-7, "softmax routing, V2 groups: the scores stay unmasked");
+        cs.n_routing_groups = -1;
+        route_softmax(&cs, i8, w8, p8, l8, 1);
+        CHECK(i8[0] == 0 && i8[1] == 2, "softmax routing, no groups: idx %d %d, want 0 2", i8[0], i8[1]);
+    }
     // Capacity: C = int(max(ceil(S*K/E) * cf, cf)).
     c.num_experts = 2; c.num_experts_per_tok = 1; c.capacity_factor = 1.0f;
     CHECK(moe_capacity(&c, 4) == 2, "capacity S=4 K=1 E=2 cf=1: %d, want 2", moe_capacity(&c, 4));
@@ -163,7 +184,7 @@ static void moe_case(const char *name, int deepseek, const char *router, int spa
         C.shared_experts = 1;
     }
     if (router) config_set(&C, "routed_score_func", router, "test");
-    if (router && strcmp(router, "sigmoid")) C.n_routing_groups = -1;   // groups need sigmoid scores
+    if (router && !strcmp(router, "")) C.n_routing_groups = -1;   // groups need sigmoid or softmax scores
     LB_COEF = lb;
     uint64_t seed = 42;
     memset(&P, 0, sizeof P); memset(&G, 0, sizeof G);
@@ -313,7 +334,7 @@ int main(void) {
     moe_case("deepseek dense + load-balance", 1, NULL, 0, -1, 0.5f);
     moe_case("mixtral sparse, softmax over all experts", 0, "softmax", 1, -1, 0);
     moe_case("mixtral dense, softmax over all experts + load-balance", 0, "softmax", 0, -1, 0.5f);
-    moe_case("deepseek sparse, softmax over all experts (shared)", 1, "softmax", 1, -1, 0);
+    moe_case("deepseek sparse, softmax over all experts (DeepSeek-V2's groups, shared)", 1, "softmax", 1, -1, 0);
     test_dense_equals_sparse(0);
     test_dense_equals_sparse(1);
     CHECK(dev.live_total == 0, "leaked %zu bytes of device memory", dev.live_total);

@@ -19,6 +19,27 @@ static void topk_desc(const float *v, int n, int k, int *idx) {
     }
 }
 
+// masked (E) = sel (E), except that the experts of every group outside the keep_groups best
+// are -inf. The E experts are G groups of E/G in order; a group's score is the sum of its
+// n_best best entries of sel (n_best = 1: its best, DeepSeek-V2; 2: DeepSeek-V3).
+static void keep_best_groups(float *masked, const float *sel, int E, int G, int keep_groups, int n_best) {
+    for (int e = 0; e < E; e++) masked[e] = sel[e];
+    if (G <= 0) return;   // groups off: every expert eligible
+    int per = E / G, top[2], best[G];
+    float gscore[G];
+    for (int g = 0; g < G; g++) {
+        topk_desc(sel + g * per, per, n_best, top);
+        gscore[g] = n_best == 1 ? sel[g * per + top[0]] : sel[g * per + top[0]] + sel[g * per + top[1]];
+    }
+    topk_desc(gscore, G, keep_groups, best);
+    for (int g = 0; g < G; g++) {
+        int kept = 0;
+        for (int j = 0; j < keep_groups; j++) kept |= best[j] == g;
+        if (!kept)
+            for (int e = g * per; e < (g + 1) * per; e++) masked[e] = -INFINITY;
+    }
+}
+
 static void route_mixtral(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K) {
     for (int t = 0; t < T; t++) {
         const float *l = logits + (size_t)t * E;
@@ -34,17 +55,21 @@ static void route_mixtral(int *top_idx, float *top_w, float *scores, const float
 }
 
 static void route_softmax(int *top_idx, float *top_w, float *scores, const float *logits, int T, int E, int K,
-                          int scaled, float routed_scaling_factor) {
+                          int G, int keep_groups, int scaled, float routed_scaling_factor) {
+    float masked[E];
     for (int t = 0; t < T; t++) {
         const float *l = logits + (size_t)t * E;
         float *p = scores + (size_t)t * E, *w = top_w + (size_t)t * K;
         int *idx = top_idx + (size_t)t * K;
-        // p = softmax over all E experts; the K largest p are chosen
+        // p = softmax over all E experts; the K largest eligible p are chosen
         float m = l[0], z = 0.0f;
         for (int e = 1; e < E; e++) m = fmaxf(m, l[e]);
         for (int e = 0; e < E; e++) { p[e] = expf(l[e] - m); z += p[e]; }
         for (int e = 0; e < E; e++) p[e] /= z;
-        topk_desc(p, E, K, idx);
+        // with G > 0 groups (DeepSeek-V2's group_limited_greedy), only the keep_groups groups
+        // with the best single p stay eligible
+        keep_best_groups(masked, p, E, G, keep_groups, 1);
+        topk_desc(masked, E, K, idx);
         if (scaled) {   // the chosen probabilities, scaled
             for (int k = 0; k < K; k++) w[k] = p[idx[k]] * routed_scaling_factor;
         } else {        // a softmax over the K chosen probabilities; the first is the largest
@@ -72,25 +97,10 @@ static void route_deepseek(int *top_idx, float *top_w, float *scores, const floa
             if (gr) s[e] = bf16_round(s[e]);
             float b = bias ? (gr ? bf16_round(bias[e]) : bias[e]) : 0.0f;
             sel[e] = gr ? bf16_round(s[e] + b) : s[e] + b;
-            masked[e] = sel[e];
         }
-        // 2. Group-limited routing: a group's score is the sum of its two best s'; only the
-        //    best keep_groups groups stay eligible.
-        if (G > 0) {
-            int per = E / G, top2[2], best[G];
-            float gscore[G];
-            for (int g = 0; g < G; g++) {
-                topk_desc(sel + g * per, per, 2, top2);
-                gscore[g] = sel[g * per + top2[0]] + sel[g * per + top2[1]];
-            }
-            topk_desc(gscore, G, keep_groups, best);
-            for (int g = 0; g < G; g++) {
-                int kept = 0;
-                for (int j = 0; j < keep_groups; j++) kept |= best[j] == g;
-                if (!kept)
-                    for (int e = g * per; e < (g + 1) * per; e++) masked[e] = -INFINITY;
-            }
-        }
+        // 2. Group-limited routing (DeepSeek-V3): a group's score is the sum of its two best
+        //    s'; only the best keep_groups groups stay eligible.
+        keep_best_groups(masked, sel, E, G, keep_groups, 2);
         // 3. The K best eligible experts; weights from the unbiased s, normalised, scaled.
         topk_desc(masked, E, K, idx);
         float sum = 0.0f;

@@ -68,24 +68,26 @@ def diffs(c, j):
     return d, (d / scale if scale > 0 else (0.0 if d == 0 else float("inf")))
 
 
-def group_score(row, e, G):
-    """DeepSeek group score of expert e's group: sum of the top-2 selection scores."""
+def group_score(row, e, groups):
+    """DeepSeek group score of expert e's group: the sum of its n_best best selection scores
+    (groups = (G, n_best): 2 for V3's sigmoid scores, 1 for V2's probabilities)."""
+    G, n_best = groups
     E = row.shape[-1]
     g = row.reshape(G, E // G)[e // (E // G)]
-    return float(np.sum(np.sort(g)[-2:]))
+    return float(np.sum(np.sort(g)[-n_best:]))
 
 
 def close(a, b):
     return abs(a - b) <= TIE_RTOL * max(abs(a), abs(b), 1e-30)
 
 
-def is_tie(scores_rows, a, b, G):
+def is_tie(scores_rows, a, b, groups):
     """Experts a (chosen by C only) and b (chosen by JAX only) tie in either side's scores,
     directly or (group-limited routing) through equal group scores."""
     for row in scores_rows:
         if close(float(row[a]), float(row[b])):
             return True
-        if G > 0 and close(group_score(row, a, G), group_score(row, b, G)):
+        if groups[0] > 0 and close(group_score(row, a, groups), group_score(row, b, groups)):
             return True
     return False
 
@@ -110,10 +112,12 @@ class Table:
 
 
 def routing_groups(cfg):
-    return int(cfg.get("n_routing_groups", -1)) if cfg.get("routed_score_func") == "sigmoid" else -1
+    """(G, n_best) of group-limited routing: G = -1 with the groups off."""
+    n_best = {"sigmoid": 2, "softmax": 1}.get(cfg.get("routed_score_func"))
+    return (int(cfg.get("n_routing_groups", -1)), n_best) if n_best else (-1, 0)
 
 
-def set_diffs(ci, ji, cs, js, G):
+def set_diffs(ci, ji, cs, js, groups):
     """Per token, whether C's and JAX's expert sets agree; counts of tokens whose sets
     differ and of those that differ only at ties. cs (C's scores) may be None."""
     K = ci.shape[-1]
@@ -129,7 +133,7 @@ def set_diffs(ci, ji, cs, js, G):
             continue
         n_diff += 1
         rows = [rows_j[n]] + ([rows_c[n]] if rows_c is not None else [])
-        if all(is_tie(rows, a, b, G) for a in sc - sj for b in sj - sc):
+        if all(is_tie(rows, a, b, groups) for a in sc - sj for b in sj - sc):
             n_tie += 1
     return same, n_diff, n_tie
 

@@ -345,15 +345,33 @@ def route_mixtral(logits, K, c):
     return w, idx, logits
 
 
+def keep_best_groups(sel, cfg, n_best):
+    """Group-limited routing: sel [.., E] reshaped to [G, E/G]; a group's score is the sum of
+    its n_best best entries (2: DeepSeek-V3, 1: V2's group_limited_greedy); the experts outside
+    the best `topk_routing_group` groups become -inf. sel unchanged with the groups off."""
+    E, G, topg = sel.shape[-1], cfg["n_routing_groups"], cfg["topk_routing_group"]
+    if G <= 0:
+        return sel
+    grouped = sel.reshape(sel.shape[:-1] + (G, E // G))
+    best, _ = jax.lax.top_k(grouped, n_best)
+    group_score = jnp.sum(best, axis=-1)  # [.., G]
+    _, gidx = jax.lax.top_k(group_score, topg)
+    gmask = jnp.sum(jax.nn.one_hot(gidx, G, dtype=jnp.float32), axis=-2) > 0  # [.., G]
+    emask = jnp.repeat(gmask, E // G, axis=-1)  # [.., E]
+    return jnp.where(emask, sel, -jnp.inf)
+
+
 def route_softmax(logits, cfg, c):
     """MaxText's routed_score_func = "softmax": a softmax over all experts before the top-k.
 
-    p = softmax(logits) in float32; idx = top_k(p, K); the weights are, for the Mixtral
-    block, a softmax over the K chosen p, and for the DeepSeek block the K chosen p times
-    routed_scaling_factor. Returns (weights, idx, p). bf16: cast point 12 on the weights.
+    p = softmax(logits) in float32; with routing groups, DeepSeek-V2's group_limited_greedy
+    (a group ranked by its best p); idx = top_k of the eligible p; the weights are, for the
+    Mixtral block, a softmax over the K chosen p, and for the DeepSeek block the K chosen p
+    times routed_scaling_factor. Returns (weights, idx, p). bf16: cast point 12 on the weights.
     """
     p = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-    top, idx = jax.lax.top_k(p, cfg["num_experts_per_tok"])
+    _, idx = jax.lax.top_k(jax.lax.stop_gradient(keep_best_groups(p, cfg, 1)), cfg["num_experts_per_tok"])
+    top = jnp.take_along_axis(p, idx, axis=-1)
     if cfg["decoder_block"] == "deepseek":
         w = top * cfg["routed_scaling_factor"]
     else:
@@ -364,27 +382,16 @@ def route_softmax(logits, cfg, c):
 def route_deepseek(logits, bias, cfg, c):
     """docs/model.md#moe-routing, DeepSeek routing (routed_score_func = sigmoid).
 
-    s = sigmoid(logits); s' = s + b (selection only, no gradient through b);
-    group-limited: reshape s' to [G, E/G], group score = sum of top-2, keep the best
-    `topk_routing_group` groups (others -inf); idx = top_k(s', K); w = s[idx] (unbiased,
+    s = sigmoid(logits); s' = s + b (selection only, no gradient through b); the groups
+    ranked by their two best s'; idx = top_k of the eligible s'; w = s[idx] (unbiased,
     gradient flows through s); w = w / (sum(w) + 1e-20) * routed_scaling_factor.
     Returns (weights, idx, selection scores s'). bf16: cast point 13.
     """
-    E, K = logits.shape[-1], cfg["num_experts_per_tok"]
+    K = cfg["num_experts_per_tok"]
     s = c.gate(jax.nn.sigmoid(logits))
     sel = c.gate(s + c.gate(jax.lax.stop_gradient(bias)))
     sel = jax.lax.stop_gradient(sel)  # selection is not differentiated
-    G, topg = cfg["n_routing_groups"], cfg["topk_routing_group"]
-    masked = sel
-    if G > 0:
-        grouped = sel.reshape(sel.shape[:-1] + (G, E // G))
-        top2, _ = jax.lax.top_k(grouped, 2)
-        group_score = jnp.sum(top2, axis=-1)  # [.., G]
-        _, gidx = jax.lax.top_k(group_score, topg)
-        gmask = jnp.sum(jax.nn.one_hot(gidx, G, dtype=c.base), axis=-2) > 0  # [.., G]
-        emask = jnp.repeat(gmask, E // G, axis=-1)  # [.., E]
-        masked = jnp.where(emask, sel, -jnp.inf)
-    _, idx = jax.lax.top_k(masked, K)
+    _, idx = jax.lax.top_k(keep_best_groups(sel, cfg, 2), K)
     w = jnp.take_along_axis(s, idx, axis=-1)
     w = w / (jnp.sum(w, axis=-1, keepdims=True) + 1e-20)
     w = c.rb(w * cfg["routed_scaling_factor"])
@@ -491,9 +498,7 @@ def moe_block(x, p, master, state, moe_pre, cfg, c):
     wg = c.gate(master[mb + "gate/kernel"])  # cast point 1 exception / 5
     logits = c.gate(jnp.einsum("bsd,de->bse", x, wg, precision=HIGHEST, preferred_element_type=c.base))
     if cfg["routed_score_func"] == "sigmoid":
-        bias = state.get(mb + "gate/bias")  # state/<...>/MoeBlock_0/gate/bias, absent -> 0
-        if bias is None:
-            bias = jnp.zeros((E,), c.base)
+        bias = state.get(mb + "gate/bias", jnp.zeros((E,), c.base))  # state/<...>/MoeBlock_0/gate/bias
         w, idx, scores = route_deepseek(logits, bias, cfg, c)
     elif cfg["routed_score_func"] == "softmax":
         w, idx, scores = route_softmax(logits, cfg, c)

@@ -120,6 +120,19 @@ def test_group_routing():
             ww = s[np.asarray(idx[b, t])]
             ok &= np.allclose(ww / ww.sum() * 2.5, np.asarray(w[b, t]), rtol=1e-5)
     check("selection and weights", bool(ok))
+    # DeepSeek-V2's group_limited_greedy: softmax probabilities, a group ranked by its best
+    cfg.update(decoder_block="deepseek", num_experts_per_tok=2, topk_routing_group=1)
+    w, idx, p = ref.route_softmax(jnp.asarray(logits), cfg, c)
+    ok = True
+    for b in range(2):
+        for t in range(16):
+            pr = np.exp(logits[b, t].astype(np.float64))
+            pr /= pr.sum()
+            group = int(np.argmax(pr.reshape(4, 2).max(1)))
+            chosen = sorted(range(2 * group, 2 * group + 2), key=lambda e: -pr[e])
+            ok &= chosen == np.asarray(idx[b, t]).tolist()
+            ok &= np.allclose(pr[chosen] * 2.5, np.asarray(w[b, t]), rtol=1e-5)
+    check("softmax scores, groups ranked by their best (DeepSeek-V2): selection and weights", bool(ok))
 
 
 def fd_check(label, preset, overrides, bias_std=0.0, n_per_tensor=2, h=1e-6):
