@@ -276,12 +276,35 @@ EOF2
     else
         fail "DeepSeek-V2-Lite's config.json: hf-preset: $(tail -1 $T/gen.err)"
     fi
-    sed 's/"topk_method": "greedy"/"topk_method": "group_limited_greedy"/' $T/lite/config.json > $T/lite/c2 && mv $T/lite/c2 $T/lite/config.json
-    expect_error "hf-preset of DeepSeek-V2's group_limited_greedy" 'topk_method "group_limited_greedy"' $TRAIN hf-preset $T/lite
+    # DeepSeek-V2 (236B) as published: 160 experts in 8 groups, 3 kept, 6 per token
+    # (group_limited_greedy), one dense layer first. 235,741,434,880 parameters: the sizes of
+    # its tensors added up from these keys by hand (embedding and head 2 x 102400 x 5120, the
+    # final norm 5120; per layer MLA 149,227,520 and 2 norms of 5120; 59 MoE FFNs of
+    # 3,822,878,720 and one dense of 188,743,680), which its model card rounds to 236B.
+    mkdir -p $T/v2full && python3 - $T/lite/config.json $T/v2full/config.json <<'EOF2'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536, n_routed_experts=160, n_group=8,
+         topk_group=3, topk_method="group_limited_greedy", num_attention_heads=128, num_key_value_heads=128,
+         num_hidden_layers=60, first_k_dense_replace=1, q_lora_rank=1536, routed_scaling_factor=16.0)
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+EOF2
+    if $TRAIN hf-preset $T/v2full > $T/v2full.yml 2> $T/gen.err; then
+        r=$($TRAIN $T/v2full.yml dry_run=true max_target_length=64 per_device_batch_size=1 2>&1 | grep -o '^parameters: [0-9]*')
+        g=$(grep -E '^(n_routing_groups|topk_routing_group):' $T/v2full.yml | tr '\n' ' ')
+        check "DeepSeek-V2's config.json (group_limited_greedy): hf-preset's model has $r, ${g% }" \
+            [ "$r ${g% }" = "parameters: 235741434880 n_routing_groups: 8 topk_routing_group: 3" ]
+    else
+        fail "DeepSeek-V2's config.json: hf-preset: $(tail -1 $T/gen.err)"
+    fi
+    sed 's/"topk_method": "greedy"/"topk_method": "noaux_tc"/' $T/lite/config.json > $T/lite/c2 && mv $T/lite/c2 $T/lite/config.json
+    expect_error "hf-preset of a DeepSeek-V2 model routed by V3's noaux_tc" 'topk_method "noaux_tc"' $TRAIN hf-preset $T/lite
+    sed 's/"n_group": 8/"n_group": null/' $T/v2full/config.json > $T/v2full/c2 && mv $T/v2full/c2 $T/v2full/config.json
+    expect_error "hf-preset of group_limited_greedy without its groups" 'needs n_group and topk_group' $TRAIN hf-preset $T/v2full
 else
     fail "deepseek-tiny, V2: $(grep meshmoe: $T/train.out $T/exp.out | tail -1)"
 fi
-rm -rf $T/v2 $T/v2p $T/lite $T/dv2 $T/dv3 $T/dv4
+rm -rf $T/v2 $T/v2p $T/lite $T/v2full $T/dv2 $T/dv3 $T/dv4
 
 echo "== refusals: one clear message, exit 1"
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/mx.safetensors > /dev/null 2>&1

@@ -221,7 +221,8 @@ static const char *hf_class(const Config *c) {
 
 // DeepSeek's keys: DeepseekV3 routes by sigmoid scores (with its selection bias and expert
 // groups), DeepseekV2 by a softmax over all experts (routed_score_func=softmax: its "greedy"
-// top k, weighted by their probabilities times routed_scaling_factor, unnormalised). HF's
+// top k, or with groups its "group_limited_greedy", weighted by their probabilities times
+// routed_scaling_factor, unnormalised). HF's
 // DeepseekV2 rotates interleaved pairs always; export-hf writes them so (reorder_rotated).
 static int hf_deepseek_keys(const Config *c, HfKey *k, int yarn) {
     int n = 0, v2 = cfg_softmax_router(c);
@@ -252,8 +253,14 @@ static int hf_deepseek_keys(const Config *c, HfKey *k, int yarn) {
     PUT("qk_nope_head_dim", "qk_nope_head_dim", "%d", c->qk_nope_head_dim);
     PUT("v_head_dim", "v_head_dim", "%d", c->v_head_dim);
     PUT("first_k_dense_replace", "first_num_dense_layers", "%d", c->first_num_dense_layers);
+    if (v2 && c->n_routing_groups > 0) {   // groups ranked by their best probability
+        PUT("topk_method", "routed_score_func=softmax, n_routing_groups", "\"group_limited_greedy\"");
+        PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups);
+        PUT("topk_group", "topk_routing_group", "%d", c->topk_routing_group);
+    } else if (v2) {
+        PUT("topk_method", "routed_score_func=softmax, n_routing_groups=-1", "\"greedy\"");
+    }
     if (v2) {
-        PUT("topk_method", "routed_score_func=softmax", "\"greedy\"");
         PUT("norm_topk_prob", "softmax weights are not normalised", "false");
     } else {
         PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups > 0 ? c->n_routing_groups : 1);   // groups off: one group

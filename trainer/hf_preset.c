@@ -112,16 +112,16 @@ static void put_rope(Preset *p, const char *text, int deepseek) {
 }
 
 // DeepSeek-V2 routes by a softmax over all experts, its top k weighted by their probabilities
-// times routed_scaling_factor (routed_score_func=softmax here): `greedy`. Its
-// group_limited_greedy ranks the groups by their best probability, where meshmoe's groups are
-// V3's (sigmoid scores, a group ranked by its two best): refused, naming the key.
-static void check_v2_routing(const Preset *p, const char *text) {
+// times routed_scaling_factor (routed_score_func=softmax here): `greedy`, or with expert
+// groups ranked by their best probability `group_limited_greedy` (n_routing_groups). 1 when
+// its groups are read (n_group, topk_group), 0 when it has none; another method is refused.
+static int v2_groups(const Preset *p, const char *text) {
     char v[64] = "";
     value_of(text, "topk_method", v, sizeof v);
-    if (strcmp(v, "greedy"))
-        die("hf-preset: %s: topk_method \"%s\": meshmoe routes DeepSeek-V2 models by \"greedy\" (the top k of a "
-            "softmax over all experts); its expert groups are DeepSeek-V3's (sigmoid scores, a group ranked by its "
-            "two best), not group_limited_greedy's", p->path, v);
+    if (!strcmp(v, "greedy")) return 0;
+    if (!strcmp(v, "group_limited_greedy")) return 1;
+    die("hf-preset: %s: topk_method \"%s\": meshmoe routes DeepSeek-V2 models by \"greedy\" or "
+        "\"group_limited_greedy\" (the top k of a softmax over all experts, or of the best groups')", p->path, v);
 }
 
 static void put_model(Preset *p, const char *text, int deepseek, int v2) {
@@ -129,7 +129,6 @@ static void put_model(Preset *p, const char *text, int deepseek, int v2) {
     put(p, "decoder_block", deepseek ? "deepseek" : "mixtral");
     put(p, "attention_type", deepseek ? "mla" : "global");
     put(p, "routed_score_func", v2 ? "softmax" : deepseek ? "sigmoid" : "");
-    if (v2) check_v2_routing(p, text);
     if (deepseek && !v2) put(p, "routed_bias", "true");   // (e_score_correction_bias: every V3 model has one)
     if (deepseek && value_of(text, "rms_norm_eps", v, sizeof v) && strtod(v, NULL) != 1e-6)
         put(p, "mla_norm_epsilon", "1e-06");   // (q_a_layernorm, kv_a_layernorm: 1e-6 in HF's class, whatever rms_norm_eps)
@@ -139,8 +138,15 @@ static void put_model(Preset *p, const char *text, int deepseek, int v2) {
         if (!value_of(text, PAIRS[i].hf, v, sizeof v)) continue;   // (hf_check_config names it if needed)
         put(p, PAIRS[i].key, strcmp(v, "null") ? v : "0");   // (DeepSeek's q_lora_rank null: no low-rank path)
     }
-    if (deepseek && !v2 && value_of(text, "n_group", groups, sizeof groups) && atoi(groups) > 1 &&
-        value_of(text, "topk_group", topk, sizeof topk)) {   // one group is the groups off
+    if (deepseek && v2 && v2_groups(p, text)) {   // (group_limited_greedy: its groups, one or more)
+        if (!value_of(text, "n_group", groups, sizeof groups) || !value_of(text, "topk_group", topk, sizeof topk) ||
+            atoi(groups) < 1 || atoi(topk) < 1)
+            die("hf-preset: %s: topk_method \"group_limited_greedy\" needs n_group and topk_group of 1 or more "
+                "(n_routing_groups, topk_routing_group)", p->path);
+        put(p, "n_routing_groups", groups);
+        put(p, "topk_routing_group", topk);
+    } else if (deepseek && !v2 && value_of(text, "n_group", groups, sizeof groups) && atoi(groups) > 1 &&
+               value_of(text, "topk_group", topk, sizeof topk)) {   // (V3's: one group is the groups off)
         put(p, "n_routing_groups", groups);
         put(p, "topk_routing_group", topk);
     }

@@ -5,7 +5,8 @@
 # with ./train export-hf, dump meshmoe's own logits and expert choices on one batch from the
 # same checkpoint (dump_parity, parity_steps=1), and let tests/hf/check.py run the export in
 # transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare (and
-# DeepseekV2ForCausalLM: deepseek-tiny with softmax routing, default RoPE and yarn's). Then
+# DeepseekV2ForCausalLM: deepseek-tiny with softmax routing, default RoPE and yarn's with
+# expert groups). Then
 # transformers saves the model (save_pretrained: its own config.json and shards of at most 1 MB
 # with their index), and meshmoe reads that back with a preset made from that config.json
 # (./train hf-preset) and load_hf: every weight and routing bias the
@@ -44,7 +45,7 @@ tally() {
 }
 V2="routed_score_func=softmax routed_bias=false n_routing_groups=-1 topk_routing_group=-1"
 for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deepseek-tiny:interleave deepseek-tiny:eps \
-           deepseek-tiny:v2 deepseek-tiny:v2yarn; do
+           deepseek-tiny:v2 deepseek-tiny:v2yarn-groups; do
     preset=${run%%:*}
     echo "== $run"
     C=configs/$preset.yml
@@ -52,9 +53,13 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
     biases=0; [ $preset = deepseek-tiny ] && biases=1
     # DeepseekV2ForCausalLM: softmax routing, no selection bias, interleaved pairs (rotated
     # halves reordered by export-hf with the default RoPE; as they are under yarn's
-    # rope_interleave), and under yarn a full-rank query (q_proj), as DeepSeek-V2-Lite has.
+    # rope_interleave), and under yarn a full-rank query (q_proj), as DeepSeek-V2-Lite has, and
+    # deepseek-tiny's 4 expert groups ranked by their best probability (DeepSeek-V2 236B's
+    # topk_method group_limited_greedy), one kept: as many kept as experts per token would
+    # always keep the groups of the top k, the same experts as without groups.
     case $run in *:v2*) extra=$V2; biases=0;; esac
-    [ $run = deepseek-tiny:v2yarn ] && extra="$extra $YARN max_position_embeddings=163840 q_lora_rank=0"
+    [ $run = deepseek-tiny:v2yarn-groups ] && extra="routed_score_func=softmax routed_bias=false topk_routing_group=1"
+    [ $run = deepseek-tiny:v2yarn-groups ] && extra="$extra $YARN max_position_embeddings=163840 q_lora_rank=0"
     [ $run = mixtral-tiny:yarn ] && extra="$YARN rope_interleave=false"
     [ $run = deepseek-tiny:yarn ] && extra="$extra $YARN max_position_embeddings=163840"
     # rms_norm_eps far from the MLA latent norms' 1e-6, which transformers takes whatever it is

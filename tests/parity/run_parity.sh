@@ -254,9 +254,10 @@ run_case deepseek-qlora0  "$DEEPSEEK" sparse_matmul=true q_lora_rank=0
 run_case deepseek-ga2-lb  "$DEEPSEEK" sparse_matmul=true gradient_accumulation_steps=2 load_balance_loss_weight=0.01
 # routed_score_func=softmax (MaxText's: a softmax over all experts before the top-k), in
 # both blocks; DeepSeek's without the bias (sigmoid scores only) and with deepseek-tiny's 4
-# groups, keep 2, ranked by their best probability (DeepSeek-V2's group_limited_greedy).
+# groups ranked by their best probability (DeepSeek-V2's group_limited_greedy), one kept: with
+# as many kept as experts per token the groups of the top k are always among them.
 run_case mixtral-softmax  "$MIXTRAL"  sparse_matmul=true routed_score_func=softmax
-run_case deepseek-softmax "$DEEPSEEK" sparse_matmul=true routed_score_func=softmax routed_bias=false
+run_case deepseek-softmax "$DEEPSEEK" sparse_matmul=true routed_score_func=softmax routed_bias=false topk_routing_group=1
 # opt_type=adafactor (optax.adafactor): mixtral-tiny's embedding, logits and expert kernels
 # (dims 128/256) take the factored path, the rest the full second moment.
 run_case mixtral-adafactor  "$MIXTRAL"  sparse_matmul=true opt_type=adafactor
