@@ -149,13 +149,33 @@ static void write_stream(const StWriter *w, FILE *fp) {
     free(h.s);
 }
 
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// Refuses a header that would name a tensor or a metadata key twice (st_open refuses to read
+// one), before PATH or its temporary is made.
+static void check_unique(const StWriter *w, const char *path) {
+    int n = w->nt > w->nm ? w->nt : w->nm;
+    char **names = xmalloc(sizeof(char *) * (size_t)(n ? n : 1));
+    for (int pass = 0; pass < 2; pass++) {
+        int k = pass ? w->nm : w->nt;
+        for (int i = 0; i < k; i++) names[i] = pass ? w->keys[i] : w->t[i].name;
+        qsort(names, (size_t)k, sizeof *names, name_cmp);
+        for (int i = 1; i < k; i++)
+            if (!strcmp(names[i - 1], names[i]))
+                die("safetensors: %s: %s '%s' named twice", path, pass ? "metadata key" : "tensor", names[i]);
+    }
+    free(names);
+}
+
 void st_write_file(StWriter *w, const char *path) {
+    check_unique(w, path);
     FILE *fp = atomic_file_open(path);
     write_stream(w, fp);
     atomic_file_commit(fp);   // checks every write: the stream's error flag is sticky
 }
 
 void st_write_file_held(StWriter *w, const char *path) {
+    check_unique(w, path);
     FILE *fp = atomic_file_open(path);
     write_stream(w, fp);
     atomic_file_hold(fp);

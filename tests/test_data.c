@@ -240,6 +240,20 @@ static void write_into_missing_dir(const void *arg) {
     st_write_file(w, "/nonexistent-dir/ckpt.safetensors");
 }
 
+// A tensor (or metadata key) named twice is refused before the file is made: none is left.
+static void write_name_twice(const void *arg) {
+    static float v[2] = {1.0f, 2.0f};
+    StWriter *w = st_writer_new();
+    st_writer_meta(w, "step", "1");
+    st_writer_add(w, "a", ST_F32, 0, NULL, &v[0]);
+    st_writer_add(w, "b", ST_F32, 0, NULL, &v[1]);
+    if (*(const int *)arg) st_writer_meta(w, "step", "2");
+    else st_writer_add(w, "a", ST_F32, 0, NULL, &v[1]);
+    char path[600];
+    snprintf(path, sizeof path, "%s/twice.safetensors", dir);
+    st_write_file(w, path);
+}
+
 // ---- token files ----
 static void test_tokfile(void) {
     char path[256];
@@ -397,6 +411,12 @@ int main(void) {
     test_safetensors_many();
     test_safetensors_pieces();
     expect_die("writing into a missing directory", write_into_missing_dir, NULL, "cannot write");
+    static const int tensor = 0, key = 1;
+    expect_die("writing a tensor named twice", write_name_twice, &tensor, "twice.safetensors: tensor 'a' named twice");
+    expect_die("writing a metadata key named twice", write_name_twice, &key, "metadata key 'step' named twice");
+    char twice[600];
+    snprintf(twice, sizeof twice, "%s/twice.safetensors", dir);
+    CHECK(access(twice, F_OK) != 0, "no file left by the refused writes (%s)", twice);
     test_tokfile();
     make_bad_tokfiles();
     expect_die("wrong magic", load_path, bad_magic, "magic number 1234");
