@@ -294,6 +294,9 @@ EOF2
         g=$(grep -E '^(n_routing_groups|topk_routing_group):' $T/v2full.yml | tr '\n' ' ')
         check "DeepSeek-V2's config.json (group_limited_greedy): hf-preset's model has $r, ${g% }" \
             [ "$r ${g% }" = "parameters: 235741434880 n_routing_groups: 8 topk_routing_group: 3" ]
+        same=$(same_tensors <(./train describe configs/deepseek-v2-236b.yml) <(./train describe $T/v2full.yml))
+        check "configs/deepseek-v2-236b.yml and the preset of DeepSeek-V2's config.json describe $same" \
+            [ "$same" = "the same tensors" ]
     else
         fail "DeepSeek-V2's config.json: hf-preset: $(tail -1 $T/gen.err)"
     fi
