@@ -257,10 +257,9 @@ static int hf_deepseek_keys(const Config *c, HfKey *k, int yarn) {
         PUT("topk_method", "routed_score_func=softmax, n_routing_groups", "\"group_limited_greedy\"");
         PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups);
         PUT("topk_group", "topk_routing_group", "%d", c->topk_routing_group);
+        PUT("norm_topk_prob", "softmax weights are not normalised", "false");
     } else if (v2) {
         PUT("topk_method", "routed_score_func=softmax, n_routing_groups=-1", "\"greedy\"");
-    }
-    if (v2) {
         PUT("norm_topk_prob", "softmax weights are not normalised", "false");
     } else {
         PUT("n_group", "n_routing_groups", "%d", c->n_routing_groups > 0 ? c->n_routing_groups : 1);   // groups off: one group
