@@ -171,17 +171,46 @@ template <class T> struct EmuAligned {
     template <class U> bool operator==(const EmuAligned<U> &) const { return true; }
     template <class U> bool operator!=(const EmuAligned<U> &) const { return false; }
 };
+// A fiber switch saves where a fiber waits (emu_setjmp) and jumps to where another waits
+// (emu_jump); ucontext only gives each fiber its stack and first entry. It is GCC's
+// __builtin_setjmp/__builtin_longjmp: the frame, stack pointer and resume address only (the
+// compiler keeps every other register in memory across the setjmp), where the C library's
+// _setjmp/_longjmp also walk the thread's cleanup handlers on every jump (a fifth of an
+// emulated training run's time).
+#if defined(__SANITIZE_ADDRESS__)
+// Under AddressSanitizer a jump that does not return (_longjmp's interceptor, and the call GCC
+// adds before any call that does not return, __builtin_longjmp too) asks the kernel for the
+// signal stack (sigaltstack) to clear the shadow of the frames it leaves: a system call every
+// switch, a third of the emulated conformance run's time under ASan. A fiber's frames are not
+// left but resumed later, their shadow still right; so a switch calls the C library's own
+// _longjmp, through a pointer whose type says nothing of not returning.
+#include <dlfcn.h>
+typedef jmp_buf EmuJmp;
+typedef void (*EmuJump)(struct __jmp_buf_tag *, int);
+inline EmuJump emu_libc_longjmp(void) {
+    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    void *f = libc ? dlsym(libc, "_longjmp") : nullptr;
+    return f ? (EmuJump)f : (EmuJump)_longjmp;
+}
+inline const EmuJump emu_longjmp = emu_libc_longjmp();
+#define emu_setjmp(b) _setjmp(b)
+static inline void emu_jump(EmuJmp to) { emu_longjmp(to, 1); }
+#else
+typedef void *EmuJmp[5];
+#define emu_setjmp(b) __builtin_setjmp(b)
+#define emu_jump(b) __builtin_longjmp(b, 1)
+#endif
 // A fiber, once made, lives as long as its host thread: at the end of a block's thread it
 // parks, and the same fiber runs that thread of every later block of any launch (making one
 // costs getcontext, makecontext and setcontext, two system calls, a block's thread each).
 struct EmuBlock {
     std::vector<ucontext_t> start;        // each fiber's first entry
-    struct Jump { jmp_buf jb; };
+    struct Jump { EmuJmp jb; };
     std::vector<Jump> at;                 // where each fiber waits at a barrier, or parks
     std::vector<std::vector<char>> stack;
     std::vector<int> made;                // 1: fiber t exists (and parks between blocks)
     std::vector<int> state;               // EMU_* below
-    jmp_buf scheduler;
+    EmuJmp scheduler;
     int current = 0, fibers = 0, barriers = 0;   // barriers: some thread reached one
     std::vector<float> swap;                     // warp shuffles' values, one per thread
     std::vector<float> mma;                      // warp matrix products' operands, 3 tiles a warp
@@ -203,27 +232,6 @@ struct EmuBlockOwner {   // frees the thread's block when the thread ends
 };
 inline thread_local EmuBlockOwner emu_owner;
 
-// A fiber switch is _setjmp/_longjmp (no signal mask saved: no system call); ucontext only
-// gives each fiber its stack and first entry.
-#if defined(__SANITIZE_ADDRESS__)
-// Under AddressSanitizer a _longjmp (its interceptor, and the call GCC adds before a call that
-// does not return) asks the kernel for the signal stack (sigaltstack) to clear the shadow of
-// the frames it leaves: a system call every switch, a third of the emulated conformance run's
-// time under ASan. A fiber's frames are not left but resumed later, their shadow still right;
-// so a switch calls the C library's own _longjmp, through a pointer whose type says nothing
-// of not returning.
-#include <dlfcn.h>
-typedef void (*EmuJump)(struct __jmp_buf_tag *, int);
-inline EmuJump emu_libc_longjmp(void) {
-    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    void *f = libc ? dlsym(libc, "_longjmp") : nullptr;
-    return f ? (EmuJump)f : (EmuJump)_longjmp;
-}
-inline const EmuJump emu_longjmp = emu_libc_longjmp();
-static inline void emu_jump(jmp_buf to) { emu_longjmp(to, 1); }
-#else
-static inline void emu_jump(jmp_buf to) { _longjmp(to, 1); }
-#endif
 static inline void emu_wait(int state) {
     EmuBlock &e = *emu_here;
     if (!e.fibers) {
@@ -232,7 +240,7 @@ static inline void emu_wait(int state) {
     }
     e.barriers = 1;
     e.state[e.current] = state;
-    if (!_setjmp(e.at[e.current].jb)) emu_jump(e.scheduler);
+    if (!emu_setjmp(e.at[e.current].jb)) emu_jump(e.scheduler);
 }
 static inline void __syncthreads(void) { emu_wait(EMU_AT_BLOCK); }
 // A warp's barrier: the threads of this one warp (those that have not ended) wait for each
@@ -245,7 +253,7 @@ static inline void emu_fiber_start(void) {
         emu_here->body(emu_here->arg);
         emu_copies_check(emu_here->current);
         emu_here->state[emu_here->current] = EMU_ENDED;
-        if (!_setjmp(emu_here->at[emu_here->current].jb)) emu_jump(emu_here->scheduler);
+        if (!emu_setjmp(emu_here->at[emu_here->current].jb)) emu_jump(emu_here->scheduler);
     }
 }
 static inline void *emu_shared(void) { return emu_here->shared.data(); }
@@ -328,7 +336,7 @@ __attribute__((noinline)) static void emu_fiber_init(int t) {
 __attribute__((noinline)) static void emu_resume(int t) {
     EmuBlock &e = *emu_here;
     e.current = t;
-    if (!_setjmp(e.scheduler)) {
+    if (!emu_setjmp(e.scheduler)) {
         if (e.state[t] == EMU_GO || e.made[t]) {   // at a barrier, or parked
             emu_jump(e.at[t].jb);
         } else {
