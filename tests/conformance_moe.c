@@ -417,10 +417,10 @@ typedef struct { const char *name; int which, scaled, G, keep, gate_round, bf16;
 // masked (E) = sel (E), the experts of the groups outside the keep best (a group ranked by
 // the sum of its n_best best entries) set to -inf.
 static void ref_keep_groups(float *masked, const float *sel, int E, int G, int keep, int n_best) {
-    int per = E / G, top[2], best[16];
-    float gs[16];
     memcpy(masked, sel, sizeof(float) * E);
     if (G <= 0) return;
+    int per = E / G, top[2], best[16];
+    float gs[16];
     for (int g = 0; g < G; g++) {
         ref_topk(sel + g * per, per, n_best, top);
         gs[g] = n_best == 1 ? sel[g * per + top[0]] : sel[g * per + top[0]] + sel[g * per + top[1]];
@@ -447,8 +447,7 @@ static void ref_route(const Route *r, int *idx, float *w, float *sc, const float
             for (int k = 0; k < K; k++) wt[k] /= sum;
         } else if (r->which == 1) {   // softmax over all (V2's groups: by their best), the top-k scaled or re-normalised
             ref_softmax(p, l, E);
-            memcpy(masked, p, sizeof(float) * E);
-            if (r->G) ref_keep_groups(masked, p, E, r->G, r->keep, 1);
+            ref_keep_groups(masked, p, E, r->G, r->keep, 1);
             ref_topk(masked, E, K, it);
             for (int k = 0; k < K; k++) {
                 wt[k] = r->scaled ? p[it[k]] * rsf : expf(p[it[k]] - p[it[0]]);
@@ -459,9 +458,9 @@ static void ref_route(const Route *r, int *idx, float *w, float *sc, const float
             for (int e = 0; e < E; e++) {
                 s[e] = gr ? bf16_round(ref_sigmoid(l[e])) : ref_sigmoid(l[e]);
                 float b = gr ? bf16_round(bias[e]) : bias[e];
-                p[e] = masked[e] = gr ? bf16_round(s[e] + b) : s[e] + b;
+                p[e] = gr ? bf16_round(s[e] + b) : s[e] + b;
             }
-            if (r->G) ref_keep_groups(masked, p, E, r->G, r->keep, 2);
+            ref_keep_groups(masked, p, E, r->G, r->keep, 2);
             ref_topk(masked, E, K, it);
             for (int k = 0; k < K; k++) { wt[k] = s[it[k]]; sum += wt[k]; }
             for (int k = 0; k < K; k++) wt[k] = wt[k] / (sum + 1e-20f) * rsf;
