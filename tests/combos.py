@@ -93,7 +93,9 @@ def model_options(rng):
         if rng.random() < 0.2: o.update(n_routing_groups="-1", topk_routing_group="-1")
         if rng.random() < 0.2: o["shared_experts"] = "2"
         if rng.random() < 0.2: o["routed_bias"] = "false"
-        if rng.random() < 0.2: o["first_num_dense_layers"] = rng.choice(["0", "2"])
+        # (deepseek-tiny's 4 layers, the first dense: its 3 others split into no pipeline's
+        # stages, so 0 or 2 dense layers half the time, 4 or 2 layers that do)
+        if rng.random() < 0.5: o["first_num_dense_layers"] = rng.choice(["0", "2"])
     elif rng.random() < 0.2:
         o["num_experts_per_tok"] = rng.choice(["1", "3"])
     if rng.random() < 0.15:
@@ -102,6 +104,7 @@ def model_options(rng):
         o.update(decoder_layer_input=rng.choice(["device", "offload"]), query_proj=qkv, key_proj=qkv, value_proj=qkv,
                  context=rng.choice([qkv, "remat"]), out_proj=rng.choice(["device", "offload", "remat"]))
         o["mlpwi"] = o["mlpwo"] = rng.choice(["device", "offload", "remat"])
+        if o["out_proj"] == "remat": o["context"] = "remat"   # (recomputing out_proj recomputes the core)
     return preset, o
 
 
@@ -115,11 +118,22 @@ def draw_model(rng):
     return preset, o, ga, context, model
 
 
+def pipelined_layers(preset, o):
+    """The layers a pipeline's stages share (deepseek-tiny's dense ones stay out of it)."""
+    if preset != "deepseek-tiny": return 4
+    return 4 - int(o.get("first_num_dense_layers", "1"))
+
+
 def draw_mesh(rng, preset, o, ga, context):
-    """A mesh, its per-device batch and bit-keeping switches for these options."""
-    axes, devices = rng.choice(MESHES)
+    """A mesh, its per-device batch and bit-keeping switches for these options: a mesh whose
+    pipeline's stages cannot share the layers is drawn again (the trainer's refusal of it is
+    tested by tests/pipeline.sh), and no switch names what these options do not have."""
+    while True:
+        axes, devices = rng.choice(MESHES)
+        if pipelined_layers(preset, o) % axes.get("ici_pipeline_parallelism", 1) == 0: break
     axes = dict(axes)
     sw = dict(rng.sample([(k, rng.choice(v)) for k, v in SWITCHES], rng.randint(0, 4)))
+    if o["opt_type"] == "sgd": sw.pop("optimizer_memory_host_offload", None)   # (SGD has no state)
     pipeline = axes.get("ici_pipeline_parallelism", 1)
     if "ici_expert_parallelism" in axes and o.get("sparse_matmul") == "false":
         axes, devices, pipeline = {"ici_data_parallelism": 2}, 2, 1   # (experts apart: the sparse path)
@@ -129,7 +143,7 @@ def draw_mesh(rng, preset, o, ga, context):
         if sw.get("remat_policy", o.get("remat_policy", "full")) != "full":   # (every layer keeps its input)
             sw.pop("pipeline_save_decoder_layer_input", None)
         if rng.random() < 0.3: sw["num_pipeline_microbatches"] = str(2 * pipeline)
-        if pipeline == 2 and rng.random() < 0.2: sw["num_pipeline_repeats"] = "2"
+        if pipelined_layers(preset, o) % (2 * pipeline) == 0 and rng.random() < 0.2: sw["num_pipeline_repeats"] = "2"
     if pipeline == 1:
         for k in ("pipeline_schedule", "num_pipeline_microbatches"): sw.pop(k, None)
     if context:

@@ -101,10 +101,10 @@ check "  ... resumed by 2 processes (dcn fsdp=2) for steps 5-7: losses and grad 
     same_run res2 res1
 
 # SIGTERM to mpirun: mpirun passes it on to every process odls_base_sigkill_timeout seconds
-# later (and SIGKILL as long after that, so a step and the save must fit: 3 s here); each
-# finishes its step, all stop after the same one (the signal travels in the gathered
-# figures) and save the checkpoint together.
-$MPIRUN --mca odls_base_sigkill_timeout 3 -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 \
+# later (and SIGKILL as long after that, so a step and the save must fit: 5 s here, room for
+# a machine busy with make test's other lane); each finishes its step, all stop after the
+# same one (the signal travels in the gathered figures) and save the checkpoint together.
+$MPIRUN --mca odls_base_sigkill_timeout 5 -np 2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 \
     per_device_batch_size=4 num_threads=1 steps=100000 log_period=1 eval_interval=0 sample_length=0 \
     save_checkpoint=$T/sig.safetensors metrics_file=$T/sig.jsonl < /dev/null > $T/sig.out 2>&1 &
 job=$!

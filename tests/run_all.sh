@@ -3,7 +3,7 @@
 # own checks and a line "N passed, N failed"; this script adds them up and prints the total
 # the same way.
 #
-# The parts run in two lanes at once, then the MPI part alone. A part (a trainer on a tiny
+# The parts run in two lanes at once. A part (a trainer on a tiny
 # preset, a build, a sanitizer run) keeps about 1.5 of 2 cores busy: two at a time finish
 # sooner (tests/e2e.sh and tests/mesh.sh: 59 s together, 74 s one after the other), and
 # every part's result is the same (bits and counts, not times). Each lane runs its own parts
@@ -13,8 +13,8 @@
 # its Python environment is ready. A part's output is printed whole when it ends, under a
 # lock, so that the two lanes' lines never mix. The parts that build share no build
 # directory with the other lane (lane A builds build/gpu, build/hip, build/port, build/asan,
-# build/tsan; lane B build/plant, build/peak; the fuzzers build/fuzz). The MPI part, whose
-# SIGTERM check gives a step and a save 3 s, runs alone at the end.
+# build/tsan, and make tsan-mpi after make tsan, whose objects it links; lane B build/plant,
+# build/peak; the fuzzers build/fuzz; the MPI part build/mpi).
 set -u
 cd "$(dirname "$0")/.."
 # OpenMP threads that wait by sleeping, not spinning: on a machine with other work (or more
@@ -59,12 +59,14 @@ run_part() {   # run_part NAME COMMAND...
     echo "$pass $fail $why" >> "$RUN/counts"
 }
 
+# The mesh over processes needs OpenMPI (Debian: libopenmpi-dev openmpi-bin, .ci/run installs them).
+MPI_HERE=$(command -v mpicc > /dev/null && command -v mpirun > /dev/null && echo 1 || echo 0)
 NVCC_HERE=$([ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ] && echo 1 || echo 0)
 
 # The shared parts, longest first (on 2 cores: parity about 220 s, the strict mode 125, the
-# fuzzers 105, the Hugging Face check 25). A lane takes one by making its directory (mkdir
-# is atomic: one lane gets it); a check whose Python environment is still being made is
-# passed over for the next, and waited for when it is the last one left.
+# fuzzers 105, the MPI part 80, the Hugging Face check 25). A lane takes one by making its
+# directory (mkdir is atomic: one lane gets it); a check whose Python environment is still
+# being made is passed over for the next, and waited for when it is the last one left.
 venv_ready() { [ -f "$RUN/$1.rc" ]; }
 shared_part() {   # shared_part NAME: runs it, or says why it is skipped
     case $1 in
@@ -78,6 +80,15 @@ shared_part() {   # shared_part NAME: runs it, or says why it is skipped
     strict)
         run_part "device=cpu_strict: host code kept off device memory (e2e, mesh, pipeline, checkpoint under it;\
  planted accesses caught)" bash tests/strict.sh ;;
+    mpi)
+        if [ "$MPI_HERE" = 0 ]; then
+            say "SKIPPED: mpi (mpicc or mpirun not found: install libopenmpi-dev and openmpi-bin)"
+        elif ! make -s -j2 mpi > "$RUN/mpi-build.log" 2>&1; then   # OpenMPI is there: a failed build fails
+            say "$(cat "$RUN/mpi-build.log")"
+            broken "mpi (make mpi failed: $(tail -1 "$RUN/mpi-build.log"))"
+        else
+            run_part "mesh over MPI processes, bit-identical to one process (./train_mpi)" bash tests/mpi.sh
+        fi ;;
     fuzz)
         run_part "fuzzing: preset, config JSON, token files, safetensors, a Hugging Face model's tensors (30 s each, two at a time)" \
             make -s fuzz FUZZ_SECONDS=30 ;;
@@ -94,7 +105,7 @@ shared_parts() {
     local p waiting
     while :; do
         waiting=0
-        for p in parity strict fuzz hf; do
+        for p in parity strict fuzz mpi hf; do
             [ -d "$RUN/taken-$p" ] && continue
             if { [ $p = parity ] || [ $p = hf ]; } && ! venv_ready $p; then waiting=1; continue; fi
             mkdir "$RUN/taken-$p" 2> /dev/null && shared_part $p
@@ -142,6 +153,7 @@ lane_a() {
     part "portable build (x86-64-v3, AVX2): the native bits" bash tests/portable.sh
     part "sanitizers (make asan)" make -s asan
     part "thread sanitizer, 8 devices (make tsan)" make -s tsan
+    [ "$MPI_HERE" = 1 ] && part "thread sanitizer over MPI processes (make tsan-mpi)" make -s tsan-mpi
     shared_parts
 }
 # Lane B: the unit tests, the trainer's features.
@@ -186,17 +198,6 @@ lane_b & lane_b_pid=$!
 wait $lane_a_pid
 wait $lane_b_pid
 
-# The tail: the MPI part alone.
-# The mesh over processes needs OpenMPI (Debian: libopenmpi-dev openmpi-bin, .ci/run installs them).
-if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
-    say "SKIPPED: mpi (mpicc or mpirun not found: install libopenmpi-dev and openmpi-bin)"
-elif ! make -s -j"$(nproc)" mpi > "$RUN/mpi-build.log" 2>&1; then   # OpenMPI is there: a failed build fails
-    cat "$RUN/mpi-build.log"
-    broken "mpi (make mpi failed: $(tail -1 "$RUN/mpi-build.log"))"
-else
-    run_part "mesh over MPI processes, bit-identical to one process (./train_mpi)" bash tests/mpi.sh
-    run_part "thread sanitizer over MPI processes (make tsan-mpi)" make -s tsan-mpi
-fi
 echo "===="
 total_pass=0; total_fail=0
 while read -r pass fail why; do
