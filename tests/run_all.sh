@@ -55,7 +55,9 @@ run_part() {   # run_part NAME COMMAND...
         pass=$(echo "$line" | cut -d' ' -f1); fail=$(echo "$line" | cut -d' ' -f3)
         if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=1; why="$name (exit $rc)"; fi
     fi
-    say "$(printf '==== %s\n%s\n(took %d s)' "$name" "$out" $((SECONDS - t0)))"
+    # (when it ended, counted from the start of make test: how busy each lane kept to the end)
+    say "$(printf '==== %s\n%s\n(took %d s; ended %d s into make test, lane %s)' "$name" "$out" $((SECONDS - t0)) \
+        $SECONDS "${LANE:-}")"
     echo "$pass $fail $why" >> "$RUN/counts"
 }
 
@@ -193,8 +195,8 @@ lane_b() {
         python3 tests/combos.py --n 10 --seed 1
     shared_parts
 }
-lane_a & lane_a_pid=$!
-lane_b & lane_b_pid=$!
+LANE=A lane_a & lane_a_pid=$!
+LANE=B lane_b & lane_b_pid=$!
 wait $lane_a_pid
 wait $lane_b_pid
 
@@ -204,5 +206,6 @@ while read -r pass fail why; do
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
     [ -n "$why" ] && echo "broken: $why"
 done < "$RUN/counts"
+echo "make test: $SECONDS s"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]
