@@ -152,6 +152,10 @@ def draw_mesh(rng, preset, o, ga, context):
     while devices * ga > GLOBAL_BATCH:   # (a device runs at least one sequence)
         axes, devices = ({"ici_context_parallelism": 2}, 2) if context else ({}, 1)
     pdb = GLOBAL_BATCH // devices // ga
+    # (a pipeline's microbatches split the sequences of the devices the batch is split over)
+    shards = 1
+    for k in ("ici_data_parallelism", "ici_fsdp_parallelism", "ici_expert_parallelism"): shards *= axes.get(k, 1)
+    if pdb * devices // shards % int(sw.get("num_pipeline_microbatches", 1)): sw.pop("num_pipeline_microbatches")
     return [f"{k}={v}" for k, v in axes.items()] + [f"{k}={v}" for k, v in sw.items()] + [f"per_device_batch_size={pdb}"]
 
 
