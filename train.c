@@ -296,6 +296,7 @@ typedef struct {
     StepProfile prof;                // profile=true: this device's kernels, steps after the first
     DevStats *stats;                 // (ndev) every device's figures after the step
     float first_eval;
+    int first_eval_done;             // 0: no step was run, and run_end's eval is the first
 } DeviceRun;
 
 // The step's batch: the global batch is per_device_batch_size * num_devices sequences (as in
@@ -551,10 +552,12 @@ static void log_step(const DeviceRun *d, int step, const StepResult *r, StepTime
 static int train_loop(DeviceRun *d) {
     const Config *c = &d->c;
     Model *m = &d->m;
-    d->first_eval = c->dry_run ? 0.0f : evaluate(d);
-    if (d->talk && !c->dry_run) printf("step %5d | eval loss %.4f\n", m->step, d->first_eval);
     int stop = c->run_steps > 0 ? MM_MIN(c->steps, m->step + c->run_steps) : c->steps;
     if (c->dry_run) stop = m->step + 1;
+    // (a run with no step to make, a checkpoint's eval and sample, evaluates once, in run_end)
+    d->first_eval_done = !c->dry_run && m->step < stop;
+    d->first_eval = d->first_eval_done ? evaluate(d) : 0.0f;
+    if (d->talk && d->first_eval_done) printf("step %5d | eval loss %.4f\n", m->step, d->first_eval);
     int first = m->step, stop_sig = 0;
     // The first device of each process arms the stop (over several processes each has its own).
     const Mesh *mesh = d->run->mesh;
@@ -605,12 +608,15 @@ static void stop_on_signal(const DeviceRun *d, int sig) {
 static void sample(DeviceRun *d) {
     const Config *c = &d->c;
     if (c->sample_length <= 0) return;
+    // (a checkpoint loaded where it can run, with no step left to make, is evaluated and sampled)
+    const char *elsewhere = "; a checkpoint of this run samples on a mesh without it, loaded with steps at its "
+                            "step (load_checkpoint, steps, learning_rate_schedule_steps)";
     if (d->run->mesh->size[AX_STAGE] > 1) {
         if (d->talk) printf("sample: skipped (sampling runs the whole stack on every device; a pipeline stage holds "
-                            "only its layers)\n");
+                            "only its layers)%s\n", elsewhere);
     } else if (d->m.shard.nctx > 1) {
         if (d->talk) printf("sample: skipped under context parallelism (ici_context_parallelism=%d): sampling runs "
-                            "one growing sequence; use sample_length=0 to silence this\n", d->m.shard.nctx);
+                            "one growing sequence%s; sample_length=0 silences this\n", d->m.shard.nctx, elsewhere);
     } else {
         state_params_in(&d->m);   // weights kept in host memory come to the device to sample
         sample_print(&d->m, d->run->dl, c->sample_length, c->sample_temperature);
@@ -626,6 +632,7 @@ static void run_end(DeviceRun *d) {
     Device *dev = d->dev;
     mem_mark_reset(dev);
     float last_eval = evaluate(d);
+    if (!d->first_eval_done) d->first_eval = last_eval;
     if (d->talk) {
         printf("step %5d | eval loss %.4f (first %.4f)\n", d->m.step, last_eval, d->first_eval);
         printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device; "

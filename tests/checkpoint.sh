@@ -82,6 +82,18 @@ echo "== mixtral-tiny: pipeline stage=2 -> 1 device; adafactor 1 device -> fsdp=
 roundtrip mixtral-tiny stage2-to-1 "ici_pipeline_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4"
 same_file "mixtral-tiny: tensors saved on stage=2 = saved on 1 device" mixtral-tiny-1-to-fsdp2-tensor2 \
     mixtral-tiny-stage2-to-1
+# A pipeline does not sample (a stage holds only its layers): its checkpoint, loaded on one device
+# with no step left to make (steps at the checkpoint's step, its schedule kept), is evaluated
+# once and sampled: the eval loss and the text of the one-device run stopped at that step.
+sample() { sed -n '/^---- sample/,/^----$/p' "$T/$1.out"; }
+evals() { grep -o 'eval loss [0-9.]*' "$T/$1.out" | tail -1; }
+run sample-ref mixtral-tiny per_device_batch_size=4 run_steps=2 sample_length=24
+run sample-ck mixtral-tiny per_device_batch_size=4 steps=2 learning_rate_schedule_steps=4 sample_length=24 \
+    load_checkpoint=$T/mixtral-tiny-stage2-to-1.st
+check "mixtral-tiny: the stage=2 checkpoint sampled on 1 device, no step made: one eval ($(evals sample-ck)), \
+the text and eval loss of the run stopped there" \
+    test -n "$(sample sample-ck)" -a "$(sample sample-ck)" = "$(sample sample-ref)" \
+    -a "$(evals sample-ck)" = "$(evals sample-ref)" -a "$(grep -c 'eval loss' $T/sample-ck.out)" -eq 1
 REF=-af roundtrip mixtral-tiny af-1-to-fsdp2 "per_device_batch_size=4" "ici_fsdp_parallelism=2 per_device_batch_size=2" \
     opt_type=adafactor head_dim=128
 same_file "mixtral-tiny adafactor: tensors saved on fsdp=2 = saved on 1 device" mixtral-tiny-af-1-to-fsdp2 \
