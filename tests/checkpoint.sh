@@ -94,6 +94,15 @@ check "mixtral-tiny: the stage=2 checkpoint sampled on 1 device, no step made: o
 the text and eval loss of the run stopped there" \
     test -n "$(sample sample-ck)" -a "$(sample sample-ck)" = "$(sample sample-ref)" \
     -a "$(evals sample-ck)" = "$(evals sample-ref)" -a "$(grep -c 'eval loss' $T/sample-ck.out)" -eq 1
+# A run that started from a Hugging Face export (load_hf: where the first weights came from, not
+# what the run trains) resumes from its own checkpoint, on another mesh, without load_hf: the
+# 4 losses of the run from the export that was never stopped.
+./train export-hf $T/mixtral-tiny-stage2-to-1.st $T/hf > $T/export.out 2>&1 || fail "export-hf: $(tail -1 $T/export.out)"
+run hf-ref mixtral-tiny per_device_batch_size=4 load_hf=$T/hf
+run hf-2-to-fsdp2 mixtral-tiny per_device_batch_size=4 load_hf=$T/hf run_steps=2 save_checkpoint=$T/hf.st
+run hf-2-to-fsdp2 mixtral-tiny ici_fsdp_parallelism=2 per_device_batch_size=2 load_checkpoint=$T/hf.st
+check "mixtral-tiny from load_hf, saved after 2 steps, resumed on fsdp=2 without it: the 4 losses of the run from \
+load_hf, bit for bit: $(bits hf-2-to-fsdp2)" same_run hf-2-to-fsdp2 hf-ref
 REF=-af roundtrip mixtral-tiny af-1-to-fsdp2 "per_device_batch_size=4" "ici_fsdp_parallelism=2 per_device_batch_size=2" \
     opt_type=adafactor head_dim=128
 same_file "mixtral-tiny adafactor: tensors saved on fsdp=2 = saved on 1 device" mixtral-tiny-af-1-to-fsdp2 \

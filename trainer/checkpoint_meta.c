@@ -30,6 +30,8 @@ static const char *const MAY_DIFFER[] = {
     "decoder_layer_input", "query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi", "mlpwo",
     // the flash kernel's query rows a block (tests/flash.sh: the same bits at any value)
     "attn_block_q",
+    // where the first step's weights came from: a resumed run takes them from the checkpoint
+    "load_hf",
     // evaluation and output: what the run prints and writes, not what it trains
     "eval_interval", "eval_steps", "log_period", "metrics_file", "save_checkpoint", "load_checkpoint",
     "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "dump_parity", "parity_steps",
