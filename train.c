@@ -228,9 +228,14 @@ typedef struct { Mesh *mesh; const Config *c; } MeshArgs;
 static void check_start(void *arg) {
     const MeshArgs *a = arg;
     model_check_mesh(a->c, a->mesh);
-    if (a->c->load_hf[0] && a->c->load_checkpoint[0])
-        die("load_hf and load_checkpoint both given: a run starts from one of them");
+    const char *given[3], *keys[3] = {"load_checkpoint", "load_parameters_path", "load_hf"};
+    const char *paths[3] = {a->c->load_checkpoint, a->c->load_parameters_path, a->c->load_hf};
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (paths[i][0]) given[n++] = keys[i];
+    if (n > 1) die("%s and %s both given: a run starts from one of them", given[0], given[1]);
     if (a->c->load_checkpoint[0]) checkpoint_check(a->c, a->c->load_checkpoint);   // its metadata and tensors
+    if (a->c->load_parameters_path[0]) checkpoint_check_params(a->c, a->c->load_parameters_path);
 }
 static void start_mesh(Mesh *mesh, const Config *c) {
     mesh_init(mesh, c);
@@ -376,12 +381,17 @@ static void print_start(const DeviceRun *d, size_t init_peak, size_t init_temp) 
     if (mesh->size[AX_STAGE] > 1) pipeline_print_schedule(c, mesh->size[AX_STAGE]);
 }
 
-// Weights from a checkpoint or a Hugging Face export (every device takes its own slices).
+// Weights from a checkpoint (with its optimizer and step, or the weights alone) or a Hugging
+// Face export (every device takes its own slices).
 static void load_weights(DeviceRun *d) {
     const Config *c = &d->c;
     if (c->load_checkpoint[0] && !c->dry_run) {
         checkpoint_load(&d->m, c->load_checkpoint);
         if (d->talk) printf("resumed from %s at step %d\n", c->load_checkpoint, d->m.step);
+    }
+    if (c->load_parameters_path[0] && !c->dry_run) {
+        checkpoint_load_params(&d->m, c->load_parameters_path);
+        if (d->talk) printf("loaded the weights of %s (step 0 here, a fresh optimizer)\n", c->load_parameters_path);
     }
     if (c->load_hf[0]) {
         char said[512];

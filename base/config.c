@@ -649,6 +649,7 @@ void config_print_help(int markdown) {
 void config_check_paths(const Config *c) {
     if (strcmp(c->dataset_path, "synthetic")) check_input_file("dataset_path", c->dataset_path);
     if (c->load_checkpoint[0]) check_input_file("load_checkpoint", c->load_checkpoint);
+    if (c->load_parameters_path[0]) check_input_file("load_parameters_path", c->load_parameters_path);
     if (c->save_checkpoint[0]) check_output_path("save_checkpoint", c->save_checkpoint);
     if (c->metrics_file[0]) check_output_path("metrics_file", c->metrics_file);
     if (c->memory_trace[0]) check_output_path("memory_trace", c->memory_trace);

@@ -103,6 +103,37 @@ run hf-2-to-fsdp2 mixtral-tiny per_device_batch_size=4 load_hf=$T/hf run_steps=2
 run hf-2-to-fsdp2 mixtral-tiny ici_fsdp_parallelism=2 per_device_batch_size=2 load_checkpoint=$T/hf.st
 check "mixtral-tiny from load_hf, saved after 2 steps, resumed on fsdp=2 without it: the 4 losses of the run from \
 load_hf, bit for bit: $(bits hf-2-to-fsdp2)" same_run hf-2-to-fsdp2 hf-ref
+
+echo "== load_parameters_path: a checkpoint's weights alone (step 0, a fresh optimizer, another schedule and mesh)"
+# The start that load_hf makes from the checkpoint's export (tests/hf.sh ties an export and its
+# load_hf to the checkpoint's tensors, bit for bit): the losses and grad norms bit for bit;
+# DeepSeek's with its routing biases, trained for 2 steps, which decide its experts.
+P="steps=3 opt_type=adafactor learning_rate=1e-3"
+run lp-mixtral-hf mixtral-tiny per_device_batch_size=4 $P load_hf=$T/hf
+run lp-mixtral mixtral-tiny ici_fsdp_parallelism=2 per_device_batch_size=2 $P \
+    load_parameters_path=$T/mixtral-tiny-stage2-to-1.st
+check "mixtral-tiny: the stage=2 checkpoint's weights on fsdp=2, Adafactor, 3 steps of a new schedule: load_hf's \
+losses from its export, bit for bit: $(bits lp-mixtral)" same_run lp-mixtral lp-mixtral-hf
+./train export-hf $T/deepseek-tiny-fsdp4-to-1.st $T/hf-ds > $T/export.out 2>&1 || fail "export-hf: $(tail -1 $T/export.out)"
+run lp-deepseek-hf deepseek-tiny per_device_batch_size=4 $P load_hf=$T/hf-ds
+run lp-deepseek deepseek-tiny ici_expert_parallelism=2 per_device_batch_size=2 $P \
+    load_parameters_path=$T/deepseek-tiny-fsdp4-to-1.st
+check "deepseek-tiny: the fsdp=4 checkpoint's weights and routing biases on expert=2: load_hf's losses from its \
+export, bit for bit: $(bits lp-deepseek)" same_run lp-deepseek lp-deepseek-hf
+LP="$TRAIN configs/mixtral-tiny.yml $FAST"
+expect_error "load_parameters_path with load_checkpoint" "load_checkpoint and load_parameters_path both given" \
+    $LP load_parameters_path=$T/hf.st load_checkpoint=$T/hf.st
+expect_error "load_parameters_path: another model's weights" \
+    "load_parameters_path $T/hf.st: tensor 'params/token_embedder/embedding' is F32 [256,128], this run needs F32 [256,64]" \
+    $LP load_parameters_path=$T/hf.st base_emb_dim=64
+expect_error "load_parameters_path: routing biases this run does not have" \
+    "is not one of this model's (a model's with routed_bias; this run has routed_bias=false)" \
+    $TRAIN configs/deepseek-tiny.yml $FAST load_parameters_path=$T/deepseek-tiny-fsdp4-to-1.st routed_bias=false
+expect_error "load_parameters_path: a safetensors file that is no checkpoint" \
+    "load_parameters_path $T/hf/model.safetensors: a safetensors file but not a meshmoe checkpoint" \
+    $LP load_parameters_path=$T/hf/model.safetensors
+expect_error "load_parameters_path: saved over" "save_checkpoint '$T/hf.st' is the same file as load_parameters_path" \
+    $LP load_parameters_path=$T/hf.st save_checkpoint=$T/hf.st
 REF=-af roundtrip mixtral-tiny af-1-to-fsdp2 "per_device_batch_size=4" "ici_fsdp_parallelism=2 per_device_batch_size=2" \
     opt_type=adafactor head_dim=128
 same_file "mixtral-tiny adafactor: tensors saved on fsdp=2 = saved on 1 device" mixtral-tiny-af-1-to-fsdp2 \

@@ -165,9 +165,9 @@ refused "MESHMOE_GEMM_KERNEL=avx1024 (environment)" "MESHMOE_GEMM_KERNEL='avx102
 check "--help-config lists every name-valued key's names" bash -c "$TRAIN --help-config | grep -q '^opt_type .*\[values: adamw, sgd, adafactor, muon, adam_pax\]$'"
 refused "hardware=gpu (a MaxText key that is device here)" \
     "'hardware' is a MaxText key that meshmoe does not have: use device=cpu, cpu_strict or gpu" $TRAIN $C $FAST hardware=gpu
-printf 'steps: 5\nload_parameters_path: gs://bucket/ckpt\n' > "$T/maxtext.yml"
-refused "a preset with MaxText's load_parameters_path on line 2" \
-    "maxtext.yml:2: 'load_parameters_path' is a MaxText key that meshmoe does not have: use load_checkpoint" $TRAIN "$T/maxtext.yml"
+printf 'steps: 5\nload_full_state_path: gs://bucket/ckpt\n' > "$T/maxtext.yml"
+refused "a preset with MaxText's load_full_state_path on line 2" \
+    "maxtext.yml:2: 'load_full_state_path' is a MaxText key that meshmoe does not have: use load_checkpoint" $TRAIN "$T/maxtext.yml"
 echo "-- MaxText's model files (their YAML: lists, quoted names, True/False, digits grouped by '_')"
 # Mixtral 8x7B's and DeepSeek-V3's dimensions written as MaxText's model files write them,
 # beside the same dimensions in meshmoe's plain form: `describe` (every key's value and every

@@ -304,16 +304,43 @@ void checkpoint_check_meta(const StFile *f, const char *who, const char *path) {
             format, CHECKPOINT_FORMAT);
 }
 
-static StFile *open_checkpoint(const char *path) {
+static StFile *open_checkpoint(const char *who, const char *path) {
     char err[512];
     StFile *f = st_open_header_try(path, err, sizeof err);
-    if (!f) die("load_checkpoint: %s", err);
-    checkpoint_check_meta(f, "load_checkpoint", path);
+    if (!f) die("%s: %s", who, err);
+    checkpoint_check_meta(f, who, path);
     return f;
 }
 
+// Tensor e of this run in f, as float32 with its global shape; else dies naming it.
+static void check_entry(const StFile *f, const Entry *e, const char *who, const char *path) {
+    const StTensor *t = st_get(f, e->name);
+    if (!t) die("%s %s: no tensor '%s'", who, path, e->name);
+    int same = t->dtype == ST_F32 && t->ndim == e->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == e->shape[d];
+    if (same) return;
+    char want[64] = "", got[64] = "";
+    for (int d = 0; d < e->ndim; d++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)e->shape[d]);
+    for (int d = 0; d < t->ndim; d++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    die("%s %s: tensor '%s' is %s [%s], this run needs F32 [%s]", who, path, e->name, st_dtype_name(t->dtype), got,
+        want);
+}
+
+// The file's tensors for config c (its layout made here, without a mesh).
+static Entry *run_entries(const Config *c, int *count) {
+    int n = model_layout(c, NULL, NULL);
+    ParamSpec *specs = calloc((size_t)n, sizeof(ParamSpec));
+    if (!specs) die("out of host memory");
+    model_layout(c, specs, NULL);
+    Entry *e = entries_of(c, specs, n, count);
+    free(specs);
+    return e;
+}
+
 void checkpoint_check(const Config *c, const char *path) {
-    StFile *f = open_checkpoint(path);
+    StFile *f = open_checkpoint("load_checkpoint", path);
     int step = checkpoint_parse_step(st_meta(f, "step"), path);
     Config ck;
     config_defaults(&ck);
@@ -323,25 +350,9 @@ void checkpoint_check(const Config *c, const char *path) {
     checkpoint_check_config(&ck, c, path);
     if (step > c->steps) die("load_checkpoint %s: step %d is past this run's steps (%d)", path, step, c->steps);
     // The global layout (no mesh here): every tensor of this model, with its global shape.
-    int n = model_layout(c, NULL, NULL), ne;
-    ParamSpec *specs = calloc((size_t)n, sizeof(ParamSpec));
-    model_layout(c, specs, NULL);
-    Entry *e = entries_of(c, specs, n, &ne);
-    for (int k = 0; k < ne; k++) {
-        const StTensor *t = st_get(f, e[k].name);
-        if (!t) die("load_checkpoint %s: no tensor '%s'", path, e[k].name);
-        int same = t->dtype == ST_F32 && t->ndim == e[k].ndim;
-        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == e[k].shape[d];
-        if (!same) {
-            char want[64] = "", got[64] = "";
-            for (int d = 0; d < e[k].ndim; d++)
-                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)e[k].shape[d]);
-            for (int d = 0; d < t->ndim; d++)
-                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
-            die("load_checkpoint %s: tensor '%s' is %s [%s], this run needs F32 [%s]", path, e[k].name,
-                st_dtype_name(t->dtype), got, want);
-        }
-    }
+    int ne;
+    Entry *e = run_entries(c, &ne);
+    for (int k = 0; k < ne; k++) check_entry(f, &e[k], "load_checkpoint", path);
     for (int i = 0; st_count(f) != ne && i < st_count(f); i++) {   // one the run has no use for
         const char *name = st_tensor(f, i)->name;
         int known = 0;
@@ -349,7 +360,31 @@ void checkpoint_check(const Config *c, const char *path) {
         if (!known) die("load_checkpoint %s: tensor '%s' is not one of this run's (opt_type=%s)", path, name, opt_type_name(c->opt_type));
     }
     free(e);
-    free(specs);
+    st_close(f);
+}
+
+// What load_parameters_path reads of a checkpoint: the weights and the routing biases.
+static int is_weight(const Entry *e) { return e->kind == E_PARAMS || e->kind == E_BIAS; }
+
+void checkpoint_check_params(const Config *c, const char *path) {
+    const char *who = "load_parameters_path";
+    StFile *f = open_checkpoint(who, path);
+    int ne;
+    Entry *e = run_entries(c, &ne);
+    for (int k = 0; k < ne; k++)
+        if (is_weight(&e[k])) check_entry(f, &e[k], who, path);
+    for (int i = 0; i < st_count(f); i++) {   // a weight this model has no use for: the file holds another model
+        const char *name = st_tensor(f, i)->name;
+        if (strncmp(name, PREFIX[E_PARAMS], strlen(PREFIX[E_PARAMS])) && strncmp(name, PREFIX[E_BIAS], strlen(PREFIX[E_BIAS])))
+            continue;   // (the optimizer's state, which is left)
+        int known = 0;
+        for (int k = 0; k < ne && !known; k++) known = is_weight(&e[k]) && !strcmp(e[k].name, name);
+        if (!known)
+            die("%s %s: tensor '%s' is not one of this model's (%s)", who, path, name,
+                strncmp(name, PREFIX[E_BIAS], strlen(PREFIX[E_BIAS])) ? "a checkpoint of another model"
+                                                                      : "a model's with routed_bias; this run has routed_bias=false");
+    }
+    free(e);
     st_close(f);
 }
 
@@ -453,8 +488,19 @@ void checkpoint_load_param(Model *m, int i, const float *whole) {
     each_run(&m->specs[i], a, b, whole_run, &ctx);
 }
 
+void checkpoint_load_params(Model *m, const char *path) {
+    StFile *f = open_checkpoint("load_parameters_path", path);
+    int ne;
+    Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
+    for (int k = 0; k < ne; k++)
+        if (is_weight(&e[k])) get_entry(m, f, &e[k]);
+    if (m->ema) mem_transfer(m->ema, m->params_mem, sizeof(float) * m->shard.local_n);   // starts from them
+    free(e);
+    st_close(f);
+}
+
 void checkpoint_load(Model *m, const char *path) {
-    StFile *f = open_checkpoint(path);
+    StFile *f = open_checkpoint("load_checkpoint", path);
     int ne;
     Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
     for (int k = 0; k < ne; k++) get_entry(m, f, &e[k]);

@@ -41,6 +41,13 @@ void checkpoint_check(const Config *c, const char *path);
 // Every device calls it on its initialised model: reads its own slices of each tensor (its
 // shard, piece and stage) from PATH and the step. checkpoint_check has passed.
 void checkpoint_load(Model *m, const char *path);
+// load_parameters_path: before the devices start, checks that PATH is a checkpoint holding each
+// of this model's weights (and routing biases) with its global shape, and no weight of
+// another model; any optimizer's state may be there, and is not read. Dies naming the file.
+void checkpoint_check_params(const Config *c, const char *path);
+// Every device calls it on its initialised model: its own slices of the weights and routing
+// biases of PATH; the step, the optimizer's state and the data position stay the run's own.
+void checkpoint_load_params(Model *m, const char *path);
 // Every device calls it: its own elements of parameter i (its shard, tensor or expert piece,
 // stage; none where it holds none) from `whole`, the tensor in host memory with its global
 // shape, as checkpoint_load takes them from a file (load_hf).

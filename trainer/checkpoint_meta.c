@@ -31,7 +31,7 @@ static const char *const MAY_DIFFER[] = {
     // the flash kernel's query rows a block (tests/flash.sh: the same bits at any value)
     "attn_block_q",
     // where the first step's weights came from: a resumed run takes them from the checkpoint
-    "load_hf",
+    "load_hf", "load_parameters_path",
     // evaluation and output: what the run prints and writes, not what it trains
     "eval_interval", "eval_steps", "log_period", "metrics_file", "save_checkpoint", "load_checkpoint",
     "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "dump_parity", "parity_steps",
@@ -95,8 +95,7 @@ static void check_schedule(const Config *ck, const Config *run, const char *path
     char after[CFG_STR + 256] = "";   // what keeping it means for a run past its end (path: CFG_STR)
     if (run->steps > lck)
         snprintf(after, sizeof after, ", whose rate is 0 from step %d on (MaxText's constant-zero piece); to train on "
-                 "from these weights with a new schedule, export them (./train export-hf %s DIR) and start from "
-                 "load_hf=DIR", lck, path);
+                 "from these weights with a new schedule and optimizer, start from load_parameters_path=%s", lck, path);
     die("load_checkpoint %s: the learning-rate schedule's length is %d in the checkpoint "
         "(learning_rate_schedule_steps %d, steps %d), %d in this run (learning_rate_schedule_steps %d, steps %d): "
         "set learning_rate_schedule_steps=%d to keep the checkpoint's schedule%s", path, lck,

@@ -10,6 +10,7 @@ void train_files_check(const Config *c, const char *config_file) {
     runfiles_input(&r, "config file", config_file);
     if (strcmp(c->dataset_path, "synthetic")) runfiles_input(&r, "dataset_path", c->dataset_path);
     runfiles_input(&r, "load_checkpoint", c->load_checkpoint);
+    runfiles_input(&r, "load_parameters_path", c->load_parameters_path);
     hf_files(&r, "load_hf", c->load_hf, 0);
     runfiles_output(&r, "save_checkpoint", c->save_checkpoint);
     runfiles_output(&r, "metrics_file", c->metrics_file);
