@@ -228,8 +228,8 @@ typedef struct { Mesh *mesh; const Config *c; } MeshArgs;
 static void check_start(void *arg) {
     const MeshArgs *a = arg;
     model_check_mesh(a->c, a->mesh);
-    const char *given[3], *keys[3] = {"load_checkpoint", "load_parameters_path", "load_hf"};
-    const char *paths[3] = {a->c->load_checkpoint, a->c->load_parameters_path, a->c->load_hf};
+    const char *given[3], *keys[3] = {"load_hf", "load_checkpoint", "load_parameters_path"};
+    const char *paths[3] = {a->c->load_hf, a->c->load_checkpoint, a->c->load_parameters_path};
     int n = 0;
     for (int i = 0; i < 3; i++)
         if (paths[i][0]) given[n++] = keys[i];
