@@ -76,6 +76,10 @@ both ds-yarn deepseek-tiny rope_type=yarn original_max_position_embeddings=1024 
     ici_context_parallelism=2 num_devices=2
 both mx-yarn mixtral-tiny rope_type=yarn original_max_position_embeddings=1024 rope_factor=8 dtype=bfloat16 \
     ici_pipeline_parallelism=2 remat_policy=minimal num_devices=2
+# (load_parameters_path: a checkpoint's weights and routing biases onto the devices, read in pieces)
+./train configs/deepseek-tiny.yml $FAST steps=1 save_checkpoint=$T/ds.st > $T/ds-save.out 2>&1 \
+    || fail "the checkpoint for ds-lp: $(tail -1 $T/ds-save.out)"
+both ds-lp deepseek-tiny load_parameters_path=$T/ds.st ici_expert_parallelism=2 opt_type=sgd num_devices=2
 echo "== the tensor-core attention (bf16), scores in registers (dq from dS in memory, or made again) and through" \
     "shared memory"
 both mx-tc     mixtral-tiny dtype=bfloat16 gpu_attention=tensor_cores
@@ -111,7 +115,7 @@ dsm_args=(gpu_matmul=cublas_bf16 gpu_attention=tensor_cores base_num_decoder_lay
 both dsm       deepseek-medium "${dsm_args[@]}"
 wait
 
-for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-muon ds-yarn mx-yarn; do
+for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-muon ds-yarn mx-yarn ds-lp; do
     ok_run $name || continue
     check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then
