@@ -39,13 +39,17 @@ void state_params_out(Model *m) {
     rebind(m);
 }
 
+void ema_restart(Model *m) {
+    if (m->ema) mem_transfer(m->ema, m->params_mem, sizeof(float) * m->shard.local_n);
+}
+
 void state_offload_init(Model *m) {
     const Config *c = &m->cfg;
     size_t n = m->shard.local_n;
     if (c->ema_decay > 0) {   // the EMA starts at the initial weights
         m->ema = c->ema_host_offload ? mem_alloc_host(MEM_PARAMS, sizeof(float) * n, "ema params")
                                      : mem_floats(MEM_PARAMS, n, "ema params");
-        mem_transfer(m->ema, m->params_mem, sizeof(float) * n);
+        ema_restart(m);
     }
     state_params_out(m);
     state_optimizer_out(m);

@@ -21,4 +21,6 @@ void state_optimizer_in(struct Model *m);
 void state_optimizer_out(struct Model *m);
 // ema = ema_decay * ema + (1 - ema_decay) * params, after an update (a no-op when off).
 void ema_update(struct Model *m);
+// ema = params: after weights are loaded, the EMA starts from them (a no-op when off).
+void ema_restart(struct Model *m);
 #endif

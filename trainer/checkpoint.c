@@ -9,6 +9,7 @@
 #include "optim/adafactor.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
+#include "optim/offload.h"     // ema_restart
 #include "data/safetensors.h"
 #include "base/collectives.h"
 #include "base/net.h"
@@ -494,7 +495,7 @@ void checkpoint_load_params(Model *m, const char *path) {
     Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
     for (int k = 0; k < ne; k++)
         if (is_weight(&e[k])) get_entry(m, f, &e[k]);
-    if (m->ema) mem_transfer(m->ema, m->params_mem, sizeof(float) * m->shard.local_n);   // starts from them
+    ema_restart(m);   // (the EMA starts from them)
     free(e);
     st_close(f);
 }
@@ -505,7 +506,7 @@ void checkpoint_load(Model *m, const char *path) {
     Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
     for (int k = 0; k < ne; k++) get_entry(m, f, &e[k]);
     m->step = checkpoint_parse_step(st_meta(f, "step"), path);
-    if (m->ema) mem_transfer(m->ema, m->params_mem, sizeof(float) * m->shard.local_n);   // restarts from the loaded weights
+    ema_restart(m);   // (the EMA restarts from the loaded weights)
     free(e);
     st_close(f);
 }
