@@ -396,7 +396,6 @@ static void load_weights(DeviceRun *d) {
     if (c->load_hf[0]) {
         char said[512];
         int exact = hf_load(&d->m, c->load_hf, said, sizeof said);
-        if (!c->dry_run) ema_restart(&d->m);   // (the EMA starts from the loaded weights, not the initial ones)
         if (d->talk) printf("%s the Hugging Face model %s%s%s%s\n", c->dry_run ? "checked" : "loaded", c->load_hf,
                             exact ? " (the query kernels exactly, from meshmoe_query_kernels.safetensors)" : "",
                             said[0] ? ": " : "", said);

@@ -366,6 +366,7 @@ void checkpoint_check(const Config *c, const char *path) {
 
 // What load_parameters_path reads of a checkpoint: the weights and the routing biases.
 static int is_weight(const Entry *e) { return e->kind == E_PARAMS || e->kind == E_BIAS; }
+static int named_as(const char *name, EntryKind kind) { return !strncmp(name, PREFIX[kind], strlen(PREFIX[kind])); }
 
 void checkpoint_check_params(const Config *c, const char *path) {
     const char *who = "load_parameters_path";
@@ -376,14 +377,13 @@ void checkpoint_check_params(const Config *c, const char *path) {
         if (is_weight(&e[k])) check_entry(f, &e[k], who, path);
     for (int i = 0; i < st_count(f); i++) {   // a weight this model has no use for: the file holds another model
         const char *name = st_tensor(f, i)->name;
-        if (strncmp(name, PREFIX[E_PARAMS], strlen(PREFIX[E_PARAMS])) && strncmp(name, PREFIX[E_BIAS], strlen(PREFIX[E_BIAS])))
-            continue;   // (the optimizer's state, which is left)
+        if (!named_as(name, E_PARAMS) && !named_as(name, E_BIAS)) continue;   // (the optimizer's state, which is left)
         int known = 0;
         for (int k = 0; k < ne && !known; k++) known = is_weight(&e[k]) && !strcmp(e[k].name, name);
         if (!known)
             die("%s %s: tensor '%s' is not one of this model's (%s)", who, path, name,
-                strncmp(name, PREFIX[E_BIAS], strlen(PREFIX[E_BIAS])) ? "a checkpoint of another model"
-                                                                      : "a model's with routed_bias; this run has routed_bias=false");
+                named_as(name, E_BIAS) ? "a model's with routed_bias; this run has routed_bias=false"
+                                       : "a checkpoint of another model");
     }
     free(e);
     st_close(f);

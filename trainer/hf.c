@@ -27,6 +27,7 @@
 #include "trainer/step.h"
 #include "trainer/hf.h"
 #include "trainer/checkpoint.h"   // checkpoint_load_param: a device's part of a whole tensor
+#include "optim/offload.h"        // ema_restart
 #include "model/model.h"
 #include "data/safetensors.h"
 #include "base/paths.h"     // atomic_file_open, _hold, atomic_files_commit: the export's files as a set
@@ -676,5 +677,6 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     free(kernel);
     if (side) st_close(side);
     hfw_close(w);
+    if (!c->dry_run) ema_restart(m);   // (the EMA starts from the loaded weights, as from a checkpoint's)
     return used;
 }
