@@ -1,13 +1,13 @@
 // tests/products_gpu.c (build/products_gpu, made by `make gpu`; run by tests/gpu_bench.sh):
-// what bf16 storage would save in the matrix products, measured. The trainer's products in
-// bf16 mode take float32 arrays holding bf16 values and cuBLAS converts them inside its
-// kernels (gpu_matmul=cublas_bf16); bf16 storage would hand it the 16-bit arrays
-// (kernels/matmul16.h). For the -medium presets' largest product shapes this times, on the
-// GPU with CUDA events, each product both ways on the same values, and what packing one
+// the matrix products of the -medium presets' largest shapes, timed on the GPU with CUDA
+// events. First the backend's own grouped kernel (gpu/grouped16.cu) against cuBLAS, deepseek's
+// experts first (a run cut by its time limit still has them); then what bf16 storage saves:
+// the trainer's products in bf16 mode take float32 arrays holding bf16 values, which cuBLAS
+// converts inside its kernels (gpu_matmul=cublas_bf16), where bf16 storage hands it the 16-bit
+// arrays (kernels/matmul16.h): each product both ways on the same values, and what packing one
 // float32 operand into 16 bits costs (what a product pays while only its other operand is
-// 16-bit: docs/bf16-storage.md, step 2); then the backend's own grouped kernel against cuBLAS,
-// and the products whose result is kept 16-bit, their float32 result packed after against
-// their result written as bf16 by the product.
+// 16-bit: docs/bf16-storage.md, step 2); last the products whose result is kept 16-bit, their
+// float32 result packed after against their result written as bf16 by the product.
 //
 // usage: build/products_gpu [small]   (small: tiny shapes, to check the program itself,
 // e.g. under the emulation: build/products_emu small). Prints one markdown table.
@@ -38,7 +38,11 @@ typedef struct {
     int round;   // 1: timed with bf16 results too (the third table; forward and input gradient forms)
 } Shape;
 
-static const Shape medium[] = {
+static const Shape medium[] = {   // (deepseek's experts first: the shapes the own kernel is for)
+    {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64, 1, 1},
+    {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64, 1, 0},
+    {"deepseek-medium: experts wi_0, input gradient", GROUPED_DINP, 49152, 2048, 1024, 64, 1, 0},
+    {"deepseek-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 1024, 49152, 64, 1, 0},
     {"mixtral-medium: attention q", FORWARD, 8192, 2048, 2048, 1, 1, 0},
     {"mixtral-medium: head", FORWARD, 8192, 32000, 2048, 1, 0, 1},
     {"mixtral-medium: head, input gradient", DINP, 8192, 2048, 32000, 1, 0, 0},
@@ -47,10 +51,6 @@ static const Shape medium[] = {
     {"mixtral-medium: experts wo", GROUPED, 16384, 2048, 7168, 8, 1, 0},
     {"mixtral-medium: experts wi_0, input gradient", GROUPED_DINP, 16384, 2048, 7168, 8, 1, 0},
     {"mixtral-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 7168, 16384, 8, 1, 0},
-    {"deepseek-medium: experts wi_0", GROUPED, 49152, 1024, 2048, 64, 1, 1},
-    {"deepseek-medium: experts wo", GROUPED, 49152, 2048, 1024, 64, 1, 0},
-    {"deepseek-medium: experts wi_0, input gradient", GROUPED_DINP, 49152, 2048, 1024, 64, 1, 0},
-    {"deepseek-medium: experts wi_0, weight gradient", GROUPED_DW, 2048, 1024, 49152, 64, 1, 0},
     {"deepseek-medium: MLA wkv_b", FORWARD, 8192, 4096, 512, 1, 0, 0},
     {"mixtral-medium: experts d activation", GROUPED_DINP, 16384, 7168, 2048, 8, 0, 1},
     {"deepseek-medium: experts d activation", GROUPED_DINP, 49152, 1024, 2048, 64, 0, 1},
@@ -196,11 +196,11 @@ static void cell(char *out, size_t size, double ms, double flops) {
 // default, a cuBLAS call per group where cuBLAS refuses the grouped call in bf16); a dense one
 // says how far the kernel is from cuBLAS.
 static void own_kernel_table(const Shape *shapes, int n, int reps) {
-    printf("\nThe same products by cuBLAS alone (its grouped call, in tf32 where it refuses bf16 for float32 "
+    printf("Products on %s by cuBLAS alone (its grouped call, in tf32 where it refuses bf16 for float32 "
            "operands, or a call per group where it refuses that) against the backend's own tensor-core kernel "
            "(gpu/grouped16.cu), on bf16 storage and on the float32 operands; apart: the largest difference of "
            "the own kernel's results (both ways the same) from cuBLAS's on bf16 storage, over their largest "
-           "value.\n\n");
+           "value.\n\n", gpu_device_name());
     printf("| product | form | M x N x K | cuBLAS bf16 ms | TFLOP/s | own bf16 ms | TFLOP/s | cuBLAS float32 ms "
            "| TFLOP/s | own float32 ms | TFLOP/s | apart |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
@@ -403,11 +403,12 @@ int main(int argc, char **argv) {
         gpu_matmul_use_cublas(0, &why);
         return 0;
     }
-    printf("Products on %s, float32 operands holding bf16 values (cuBLAS converting them, "
+    own_kernel_table(shapes, n, reps);   // (first: the table a cut run most needs)
+    printf("\nThe same shapes' products on float32 operands holding bf16 values (cuBLAS converting them, "
            "CUBLAS_COMPUTE_32F_FAST_16BF) against the same values stored as bf16 (kernels/matmul16.h, CUDA_R_16BF); "
            "ms a call, the mean of %d after one; pack: one float32 operand A made 16-bit (cast's pack_bf16); "
            "apart: the largest difference of the two results over their largest value.\n\n",
-           gpu_device_name(), reps);
+           reps);
     printf("| product | form | M x N x K | float32 ms | float32 TFLOP/s | bf16 ms | bf16 TFLOP/s | bf16 / float32 time "
            "| pack A ms | apart |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
@@ -439,7 +440,6 @@ int main(int argc, char **argv) {
         free(rows);
         gpu_free(A); gpu_free(B); gpu_free(A16); gpu_free(B16); gpu_free(C); gpu_free(P);
     }
-    own_kernel_table(shapes, n, reps);
     setenv("MESHMOE_GROUPED", "auto", 1);   // (the trainer's default: cuBLAS's grouped call, bf16 results)
     gpu_matmul_use_cublas(2, &why);
     if (wsp) gpu_matmul_set_workspace(wsp, ws);
