@@ -614,24 +614,12 @@ static void stop_on_signal(const DeviceRun *d, int sig) {
             c->save_checkpoint);
 }
 
-// A sample from the model, where the whole stack runs on one device with whole sequences.
+// A sample from the model (trainer/sample.c: on every mesh, one device's text).
 static void sample(DeviceRun *d) {
-    const Config *c = &d->c;
-    if (c->sample_length <= 0) return;
-    // (a checkpoint loaded where it can run, with no step left to make, is evaluated and sampled)
-    const char *elsewhere = "; a checkpoint of this run samples on a mesh without it, loaded with steps at its "
-                            "step (load_checkpoint, steps, learning_rate_schedule_steps)";
-    if (d->run->mesh->size[AX_STAGE] > 1) {
-        if (d->talk) printf("sample: skipped (sampling runs the whole stack on every device; a pipeline stage holds "
-                            "only its layers)%s\n", elsewhere);
-    } else if (d->m.shard.nctx > 1) {
-        if (d->talk) printf("sample: skipped under context parallelism (ici_context_parallelism=%d): sampling runs "
-                            "one growing sequence%s; sample_length=0 silences this\n", d->m.shard.nctx, elsewhere);
-    } else {
-        state_params_in(&d->m);   // weights kept in host memory come to the device to sample
-        sample_print(&d->m, d->run->dl, c->sample_length, c->sample_temperature);
-        state_params_out(&d->m);
-    }
+    if (d->c.sample_length <= 0) return;
+    state_params_in(&d->m);   // weights kept in host memory come to the device to sample
+    sample_print(&d->m, d->run->dl, d->c.sample_length, d->c.sample_temperature);
+    state_params_out(&d->m);
 }
 
 // 6. The end of a run: the final eval (its own peak, next to the last step's as the step

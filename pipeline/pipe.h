@@ -42,6 +42,9 @@ typedef struct {
     double *loss_leaf;      // (nctx * nseq * leaves_per_seq): chunk, sequence, leaf (base/context.h)
     double *aux;            // (nmoe, nseq)
     long *counts;           // (L, E), or NULL
+    float *logits;          // sampling: (V / tensor) the last stage's logits of row logits_at of
+    int logits_at;          // microbatch 0, this device's part of the vocabulary (-1: no row
+                            // here); NULL otherwise
     // Per job and per microbatch (see above); NULL where nothing is held.
     float **shift_in;       // (J) activations that arrived (shift, or circ_storage on stage 0)
     float **grad_in;        // (J) gradients that arrived (or the loss gradient on the last stage)

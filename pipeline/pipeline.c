@@ -142,7 +142,7 @@ static void run_collect(Pipe *P, FwdStats *st, int nmoe, size_t nleaf, size_t nc
 // Set up, run, and hand the results over: gradients into m->grad_dst, statistics summed
 // over `stage` into st.
 static void run(Model *m, const int *ids, const int *targets, int B, int S, int train, float scale,
-                float lb_coef, FwdStats *st, long seq0_of_device, int nseq) {
+                float lb_coef, FwdStats *st, long seq0_of_device, int nseq, float *logits, int logits_at) {
     const Mesh *mesh = mesh_current();
     const Config *c = &m->cfg;
     const StateShard *sh = &m->shard;
@@ -154,6 +154,9 @@ static void run(Model *m, const int *ids, const int *targets, int B, int S, int 
     P.s = mesh_coord(mesh, dev, AX_STAGE);
     P.stage = mesh_group(mesh, dev, AXIS_BIT(AX_STAGE));
     P.train = train;
+    P.logits = logits;
+    P.logits_at = logits_at;
+    if (logits) P.p.M = B;   // sampling: B copies of one sequence, a microbatch each
     schedule_build(&P.sc, train ? P.p.schedule : PP_GPIPE, P.p.nstages, P.p.M, P.p.R, !train);
     int M = P.p.M, J = M * P.p.R;
     P.Bm = B / M;
@@ -221,10 +224,27 @@ void pipeline_train(Model *m, const int *ids, const int *targets, int B, int S, 
                     FwdStats *st) {
     const StateShard *sh = &m->shard;
     int M = pipeline_microbatches(&m->cfg);
-    run(m, ids, targets, B, S, 1, scale, lb_coef, st, (long)sh->brank * (B / M), B * sh->nbatch);
+    run(m, ids, targets, B, S, 1, scale, lb_coef, st, (long)sh->brank * (B / M), B * sh->nbatch, NULL, -1);
 }
 
 void pipeline_eval(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st) {
     const StateShard *sh = &m->shard;
-    run(m, ids, targets, B, S, 0, 0.0f, lb_coef, st, (long)sh->brank * B, B * sh->nbatch);
+    run(m, ids, targets, B, S, 0, 0.0f, lb_coef, st, (long)sh->brank * B, B * sh->nbatch, NULL, -1);
+}
+
+int pipeline_sample_copies(const Config *c, int stages) {
+    return pipeline_shape(c, stages).R > 1 ? stages : 1;
+}
+
+void pipeline_sample_logits(Model *m, const int *ids, const int *targets, int S, int at, float *row) {
+    const StateShard *sh = &m->shard;
+    int B = pipeline_sample_copies(&m->cfg, mesh_current()->size[AX_STAGE]);
+    int nmoe = MM_MAX(1, model_num_moe_layers(&m->cfg)), nseq = B * sh->nbatch;
+    size_t nleaf = (size_t)sh->nctx * nseq * (S / cfg_leaf_tokens(&m->cfg));
+    double *leaf = (double *)mem_alloc(MEM_TEMP, sizeof(double) * nleaf, "sample loss per leaf");
+    double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)nmoe * nseq, "sample aux");
+    FwdStats st = {leaf, aux, nseq, NULL};
+    run(m, ids, targets, B, S, 0, 0.0f, 0.0f, &st, (long)sh->brank * B, nseq, row, at);
+    mem_free(leaf);
+    mem_free(aux);
 }

@@ -45,6 +45,16 @@ void pipeline_train(Model *m, const int *ids, const int *targets, int B, int S, 
 // Forward only (eval): this device's B sequences are brank*B + i of the eval batch.
 void pipeline_eval(Model *m, const int *ids, const int *targets, int B, int S, float lb_coef, FwdStats *st);
 
+// Forward only, for sampling: one sequence through the pipeline, given as
+// pipeline_sample_copies rows of ids and targets (S tokens each, this device's part under
+// context parallelism): one, or on a circular pipeline (num_pipeline_repeats > 1) one a
+// stage, since a microbatch's next repeat needs a microbatch a stage before it. The last
+// stage writes into `row` its tensor part of the logits of row `at` of the first copy (at -1:
+// none on this device), as model_logits_rows gives them; the other devices leave `row` as
+// they were given it (zeros, by trainer/sample.c).
+int pipeline_sample_copies(const Config *c, int stages);
+void pipeline_sample_logits(Model *m, const int *ids, const int *targets, int S, int at, float *row);
+
 // Prints the schedule (per stage one row of F/B/idle per tick) and the bubble fraction
 // measured next to (P-1)/(R*M+P-1).
 void pipeline_print_schedule(const Config *c, int stages);

@@ -108,6 +108,11 @@ float *stage_head(Pipe *P, int mb, float *y) {
     model_head_forward(m, y, T);
     model_unit_release(m, L + 1);
     model_loss_forward(m, P->targets + (size_t)mb * T, P->Bm, P->S, &st);
+    if (P->logits && P->logits_at >= 0 && mb == 0) {   // sampling: the next token's logits
+        float *row = model_logits_rows(m, (size_t)P->logits_at, 1);
+        mem_copy(P->logits, row, sizeof(float) * (size_t)m->dims.vocab_size);
+        mem_free(row);
+    }
     float *dx = NULL;
     if (P->train) {
         model_head_unpack(m, T);

@@ -82,9 +82,10 @@ echo "== mixtral-tiny: pipeline stage=2 -> 1 device; adafactor 1 device -> fsdp=
 roundtrip mixtral-tiny stage2-to-1 "ici_pipeline_parallelism=2 per_device_batch_size=2" "per_device_batch_size=4"
 same_file "mixtral-tiny: tensors saved on stage=2 = saved on 1 device" mixtral-tiny-1-to-fsdp2-tensor2 \
     mixtral-tiny-stage2-to-1
-# A pipeline does not sample (a stage holds only its layers): its checkpoint, loaded on one device
-# with no step left to make (steps at the checkpoint's step, its schedule kept), is evaluated
-# once and sampled: the eval loss and the text of the one-device run stopped at that step.
+# A checkpoint loaded with no step left to make (steps at the checkpoint's step, its schedule
+# kept) is evaluated once and sampled (how a context mesh's run, which skips the sample, gets
+# its text): the stage=2 checkpoint on one device, the eval loss and the text of the one-device
+# run stopped at that step.
 sample() { sed -n '/^---- sample/,/^----$/p' "$T/$1.out"; }
 evals() { grep -o 'eval loss [0-9.]*' "$T/$1.out" | tail -1; }
 run sample-ref mixtral-tiny per_device_batch_size=4 run_steps=2 sample_length=24

@@ -6,7 +6,7 @@ combinations of them (a seed makes the draw, so a run is repeatable) and checks,
 
   mesh    the model options on one device, then with a mesh and switches that keep the bits
           (trainer/rows.c's "bit" rows, remat, offload, scan, shard_mode, ...): the losses and
-          grad norms of 3 steps bit-identical;
+          grad norms of 3 steps bit-identical, and the sample's text one device's;
   resume  2 of 4 steps on one mesh with switches, saved, then 2 more resumed on another mesh
           with other switches: the 4 losses and grad norms those of one device's 4 steps;
   plan    the dry-run planner (dry_run=true) against the measured step: every device's peak
@@ -168,6 +168,7 @@ class Trainer:
         self.count += 1
         m = os.path.join(self.tmp, f"{self.count}.jsonl")
         p = subprocess.run([self.train] + args + [f"metrics_file={m}"], capture_output=True, text=True, timeout=1800)
+        self.out = p.stdout
         if p.returncode != 0:   # a refusal: exit 1 and its message last, on stderr
             last = (p.stderr.strip().splitlines() or [""])[-1]
             if p.returncode != 1 or not last.startswith("meshmoe: "):
@@ -177,6 +178,12 @@ class Trainer:
             return None, last
         with open(m) as f:
             return [json.loads(l) for l in f if l.strip()], None
+
+
+def sample_text(out):
+    """The sample's text in a run's output (the line after its header), or None."""
+    m = re.search(r"^---- sample [^\n]*\n([^\n]*)\n", out, re.M)
+    return m.group(1) if m else None
 
 
 def steps(rows):
@@ -225,11 +232,19 @@ def one(mode, rng, t, tmp):
         diff = [f"plan {x}\n      measured {y}" for x, y in zip(a, b) if x != y][:2]
         return "FAIL", desc, "\n      ".join(diff) or "no peaks written"
     n = 4 if mode == "resume" else 3
-    base, why = t.run(model + [f"steps={n}", f"per_device_batch_size={GLOBAL_BATCH // ga}"] + FAST)
+    # mesh mode samples too: on every mesh the text is one device's, but where the dense path
+    # drops assignments under context parallelism (capacity counted over the padded sequence,
+    # docs/pipeline.md#the-sample)
+    sample = ["sample_length=12"] if mode == "mesh" else []
+    base, why = t.run(model + [f"steps={n}", f"per_device_batch_size={GLOBAL_BATCH // ga}"] + FAST + sample)
     if base is None:
         return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
+    text = sample_text(t.out)
     if mode == "mesh":
-        got, why = t.run(model + mesh + [f"steps={n}"] + FAST)
+        got, why = t.run(model + mesh + [f"steps={n}"] + FAST + sample)
+        same_text = sample_text(t.out) == text or (context and "capacity_factor" in o)
+        if got is not None and (text is None or not same_text):
+            return "FAIL", desc, f"sample: one device {text!r}\n      this       {sample_text(t.out)!r}"
     else:
         ck = os.path.join(tmp, f"ck{t.count}.st")
         first, why = t.run(model + mesh + [f"steps={n}", "run_steps=2", f"save_checkpoint={ck}"] + FAST)

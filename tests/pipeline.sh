@@ -7,7 +7,8 @@
 # expert=2, tensor=2, data=2 with ZeRO-1, and gradient accumulation; in bf16 mode too; and
 # remat policies other than full inside the pipeline, with their saved bytes; and context
 # parallelism inside the pipeline (against one device with the same context chunks); the
-# evaluation's loss, also with eval_per_device_batch_size.
+# evaluation's loss, also with eval_per_device_batch_size; the sample's text, on context
+# meshes too.
 # Then the printed schedule, each stage's share of the weights, and the configurations
 # the pipeline refuses, each with one clear message.
 set -u
@@ -208,6 +209,55 @@ $TRAIN $D $EB per_device_batch_size=2 ici_pipeline_parallelism=3 eval_per_device
 echo "  deepseek eval batch 3: 1 device $(evals $T/ed1.out)| stage=3 M=3 $(evals $T/ed3.out)"
 check "deepseek eval_per_device_batch_size=1, stage=3: the evaluation's losses are one device's" \
     [ -n "$(evals $T/ed1.out)" -a "$(evals $T/ed1.out)" = "$(evals $T/ed3.out)" ]
+
+# The sample on pipeline and context meshes: the stages run the growing sequence in turn (a
+# copy of it a stage on a circular pipeline, whose repeats need a microbatch a stage); the
+# context devices each run their part of it, padded to a whole number of parts; the logits
+# of the last real position reach every device. The text is one device's, character for
+# character (the same weights, bit for bit: a context mesh against one device with its
+# context_reduce_chunks; the same logits).
+echo "== the sample on pipeline and context meshes"
+SM="steps=5 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100 sample_length=40"
+sample_of() { $TRAIN "$@" $SM > $T/sample.out 2>&1 && sed -n '/^---- sample/{n;p;}' $T/sample.out; }
+same_sample() {   # same_sample LABEL BASE_TEXT ARGS...
+    local label=$1 base=$2; shift 2
+    local got; got=$(sample_of "$@")
+    printf '  %-44s %s\n' "$label" "$got"
+    check "sample on $label: one device's text (40 tokens)" [ -n "$base" -a "$got" = "$base" ]
+}
+C=configs/mixtral-tiny.yml
+base=$(sample_of $C per_device_batch_size=8)
+printf '  %-44s %s\n' "mixtral-tiny, 1 device" "$base"
+same_sample "mixtral-tiny P=2,M=2,R=2,gpipe" "$base" $C ici_pipeline_parallelism=2 per_device_batch_size=4
+same_sample "mixtral-tiny P=4,R=1,1f1b" "$base" $C ici_pipeline_parallelism=4 per_device_batch_size=2 \
+    pipeline_schedule=1f1b
+same_sample "mixtral-tiny P=2,tensor=2,M=4,R=2" "$base" $C ici_pipeline_parallelism=2 ici_tensor_parallelism=2 \
+    per_device_batch_size=2 num_pipeline_microbatches=4
+same_sample "mixtral-tiny P=2,fsdp=2,ag_once" "$base" $C ici_pipeline_parallelism=2 ici_fsdp_parallelism=2 \
+    per_device_batch_size=2 pipeline_fsdp_ag_once=true
+for k in 2 4; do
+    base=$(sample_of $C per_device_batch_size=8 context_reduce_chunks=$k)
+    same_sample "mixtral-tiny context=$k" "$base" $C ici_context_parallelism=$k per_device_batch_size=$((8 / k))
+done
+base=$(sample_of $C per_device_batch_size=8 context_reduce_chunks=2)
+same_sample "mixtral-tiny context=2,ring" "$base" $C ici_context_parallelism=2 per_device_batch_size=4 \
+    context_parallel_strategy=ring
+same_sample "mixtral-tiny context=2,fsdp=2,tensor=2" "$base" $C ici_context_parallelism=2 ici_fsdp_parallelism=2 \
+    ici_tensor_parallelism=2 per_device_batch_size=1
+same_sample "mixtral-tiny context=2,P=2,M=2,R=2" "$base" $C ici_context_parallelism=2 ici_pipeline_parallelism=2 \
+    per_device_batch_size=2
+base=$(sample_of $C dtype=bfloat16 per_device_batch_size=8)
+same_sample "mixtral-tiny bf16 P=2,M=4,R=2" "$base" $C dtype=bfloat16 ici_pipeline_parallelism=2 \
+    per_device_batch_size=4 num_pipeline_microbatches=4
+D=configs/deepseek-tiny.yml
+base=$(sample_of $D per_device_batch_size=6)
+same_sample "deepseek-tiny P=3 (dense layer on stage 0)" "$base" $D ici_pipeline_parallelism=3 per_device_batch_size=2
+base=$(sample_of $D base_num_decoder_layers=5 per_device_batch_size=8)
+same_sample "deepseek-5 P=2,expert=2,R=2" "$base" $D base_num_decoder_layers=5 ici_pipeline_parallelism=2 \
+    ici_expert_parallelism=2 per_device_batch_size=2 num_pipeline_microbatches=4
+base=$(sample_of $D per_device_batch_size=4 context_reduce_chunks=2)
+same_sample "deepseek-tiny context=2,expert=2 (MLA)" "$base" $D ici_context_parallelism=2 ici_expert_parallelism=2 \
+    per_device_batch_size=1
 
 echo "== the printed schedule and each stage's weights"
 C=configs/mixtral-tiny.yml

@@ -1,14 +1,23 @@
 // trainer/sample.c: autoregressive sampling. Each new token re-runs the forward pass over
 // the last max_target_length tokens (no KV cache: this is a trainer, and the point is to
 // show what was learned, not to be fast).
+//
+// Every device of a mesh runs the sampling loop (the forward pass is a collective under FSDP
+// and tensor parallelism) and draws the same token; only device 0 prints. Under context
+// parallelism the sequence is padded to a whole number of parts (token 0, no target: a
+// causal model's last real position does not see what follows it) and each device runs its
+// part; on a pipeline mesh the stages run it in turn. The device that makes the logits of the
+// last real position gives them to the others, so every mesh draws one device's tokens.
 #include "trainer/sample.h"
+#include "base/collectives.h"
+#include "base/context.h"
 #include "base/memory.h"
 #include "base/mesh.h"
+#include "base/placement.h"
 #include "base/tensor.h"
 #include "core/common.h"
+#include "pipeline/pipeline.h"
 
-// Every device of a mesh runs the sampling loop (the forward pass is a collective under
-// FSDP); only device 0 prints.
 static int talk(void) { return mesh_device_id() == 0; }
 
 static void print_token(int tok, int vocab) {
@@ -18,44 +27,76 @@ static void print_token(int tok, int vocab) {
     else printf("\\x%02x", tok);
 }
 
+// The logits of the last of the ctx tokens ids_h (on the host), this device's part of the
+// vocabulary, on every device (the caller frees them). leaf_sums and aux: room for the forward
+// pass's statistics of one sequence.
+static float *last_logits(Model *m, const int *ids_h, int ctx, double *leaf_sums, double *aux) {
+    const Mesh *mesh = mesh_current();
+    int c = cp_size(), Sl = (ctx + c - 1) / c;   // this device's part: positions cp_rank()*Sl ..
+    int mine = cp_rank() == (ctx - 1) / Sl ? (ctx - 1) % Sl : -1;   // the last position's row here, or -1
+    int copies = pipeline_active() ? pipeline_sample_copies(&m->cfg, mesh->size[AX_STAGE]) : 1;
+    size_t n = (size_t)copies * Sl, V = (size_t)m->dims.vocab_size;
+    int *host = malloc(sizeof(int) * 2 * n);   // ids, then targets (none)
+    if (!host) die("host out of memory for sampling");
+    for (size_t i = 0; i < n; i++) {
+        int pos = cp_rank() * Sl + (int)(i % (size_t)Sl);
+        host[i] = pos < ctx ? ids_h[pos] : 0;
+        host[n + i] = -1;
+    }
+    int *ids = (int *)mem_alloc(MEM_TEMP, sizeof(int) * 2 * n, "sample tokens");
+    mem_upload(ids, host, sizeof(int) * 2 * n);
+    free(host);
+    // The forward pass wants a whole number of chunks and leaves: one of each a device.
+    Config saved = m->cfg;
+    m->cfg.reduce_leaf_tokens = Sl;
+    m->cfg.context_reduce_chunks = c;
+    m->cfg.num_vocab_tiling = 1;   // sampling reads the whole logits
+    float *row = mem_floats(MEM_TEMP, V, "sample logits (this device's part)");
+    if (pipeline_active()) {
+        pipeline_sample_logits(m, ids, ids + n, Sl, mine, row);
+    } else {
+        FwdStats st = {leaf_sums, aux, 1, NULL};
+        model_forward(m, ids, ids + n, 1, Sl, 0.0f, &st);
+        if (mine >= 0) {
+            float *z = model_logits_rows(m, (size_t)mine, 1);
+            mem_copy(row, z, sizeof(float) * V);
+            mem_free(z);
+        }
+        model_discard(m);
+    }
+    m->cfg = saved;
+    mem_free(ids);
+    // One device of the context and stage axes made the row, the others hold zeros: their sum
+    // is the row, exactly, on all of them.
+    if (c > 1 || pipeline_active())
+        coll_all_reduce(mesh_group(mesh, mesh_device_id(), AXIS_BIT(AX_STAGE) | AXIS_BIT(AX_CONTEXT)), row, V);
+    return row;
+}
+
 void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
     const Config *c = &m->cfg;
-    int S = c->max_target_length, V = c->vocab_size, leaf = cfg_leaf_tokens(c);
+    int S = c->max_target_length, V = c->vocab_size;
     int prompt = MM_MIN(S / 2, 32);
     int total = prompt + len;
-    int *seq = (int *)mem_alloc(MEM_TEMP, sizeof(int) * (size_t)total, "sample tokens");
-    int *tg = (int *)mem_alloc(MEM_TEMP, sizeof(int) * (size_t)S, "sample targets");
-    // The tokens on the host (seq_h, what is printed and sampled from), copied to the device's
-    // seq as they come; the host's work on the logits on a copy of the last row (z, p).
-    int *seq_h = malloc(sizeof(int) * (size_t)MM_MAX(total, S));
+    // The tokens on the host (what is printed and sampled from); the host's work on the
+    // logits on a copy of the last row (z, p).
+    int *seq = malloc(sizeof(int) * (size_t)total);
     float *p = malloc(sizeof(float) * (size_t)V), *z = malloc(sizeof(float) * (size_t)V);
-    if (!seq_h || !p || !z) die("host out of memory for sampling");
-    for (int i = 0; i < S; i++) seq_h[i] = -1;   // no loss is needed
-    mem_upload(tg, seq_h, sizeof(int) * (size_t)S);
-    for (int i = 0; i < prompt; i++) seq_h[i] = dl->tokens[dl->eval_begin + i];
-    mem_upload(seq, seq_h, sizeof(int) * (size_t)prompt);
-    double *leaf_sums = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)(S / leaf + 1), "sample loss");
+    if (!seq || !p || !z) die("host out of memory for sampling");
+    for (int i = 0; i < prompt; i++) seq[i] = dl->tokens[dl->eval_begin + i];
+    double *leaf_sums = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)(S + 1), "sample loss");
     double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(1, model_num_moe_layers(c)), "sample aux");
     uint64_t rng = 0x5eed1234u + (uint64_t)c->init_weights_seed;
     if (talk()) printf("---- sample (prompt from the held-out text, then %d generated tokens, temperature %.2f) ----\n",
            len, temperature);
-    for (int i = 0; i < prompt; i++) print_token(seq_h[i], V);
+    for (int i = 0; i < prompt; i++) print_token(seq[i], V);
     if (talk()) printf("%s", V == 256 ? "" : " |");
     for (int n = prompt; n < total; n++) {
-        int ctx = MM_MIN(n, S), start = n - ctx;
-        FwdStats st = {leaf_sums, aux, 1, NULL};
-        // The forward pass wants a whole number of chunks and leaves: one of each, of ctx
-        // tokens (positions 0..ctx-1).
-        Config saved = m->cfg;
-        m->cfg.reduce_leaf_tokens = ctx;
-        m->cfg.context_reduce_chunks = 1;
-        m->cfg.num_vocab_tiling = 1;   // sampling reads the whole logits
-        model_forward(m, seq + start, tg, 1, ctx, 0.0f, &st);
-        m->cfg = saved;
+        int ctx = MM_MIN(n, S);
+        float *row = last_logits(m, seq + n - ctx, ctx, leaf_sums, aux);
         // The last position's logits over the whole vocabulary (gathered from the tensor
         // devices when the vocabulary is split over them).
         float *zd = mem_floats(MEM_TEMP, (size_t)V, "sample logits");
-        float *row = model_logits_rows(m, (size_t)(ctx - 1), 1);
         tp_all_gather(row, zd, (size_t)m->dims.vocab_size);
         mem_download(z, zd, sizeof(float) * (size_t)V);
         mem_free(row);
@@ -64,17 +105,15 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         for (int v = 1; v < V; v++) mx = fmaxf(mx, z[v]);
         double sum = 0;
         for (int v = 0; v < V; v++) { p[v] = expf((z[v] - mx) / fmaxf(temperature, 1e-6f)); sum += p[v]; }
-        model_discard(m);
         // xorshift64 for a uniform draw
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
         double u = (rng >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
         int tok = V - 1;
         for (int v = 0; v < V; v++) { acc += p[v]; if (u < acc) { tok = v; break; } }
-        seq_h[n] = tok;
-        mem_upload(seq + n, &tok, sizeof(int));
+        seq[n] = tok;
         print_token(tok, V);
     }
     if (talk()) printf("\n----\n");
-    mem_free(seq); mem_free(tg); mem_free(leaf_sums); mem_free(aux);
-    free(seq_h); free(p); free(z);
+    mem_free(leaf_sums); mem_free(aux);
+    free(seq); free(p); free(z);
 }
