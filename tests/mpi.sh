@@ -69,6 +69,17 @@ check "dcn data=2 x ici fsdp=2, per device: reduce-scatter bytes sent $rs, betwe
 check "  ... process 0 reports all 4 devices, each with its bytes between processes" \
     test "$(grep -c '^device [0-3] peak .*| between processes: sent' $T/net.out)" -eq 4
 
+# The sample over processes: a pipeline's stages and a context's parts on two processes, the
+# logits of the last real position given to every device (trainer/sample.c): ./train's text
+# on the same global mesh.
+text() { sed -n '/^---- sample/{n;p;}' "$T/$1.out"; }
+for mesh in pipeline context; do
+    run s1-$mesh mixtral-tiny ici_${mesh}_parallelism=2 per_device_batch_size=4 sample_length=24
+    mpi_run s2-$mesh 2 mixtral-tiny dcn_${mesh}_parallelism=2 per_device_batch_size=4 sample_length=24
+    check "sample over 2 processes (dcn $mesh=2): ./train's text on ici $mesh=2 ($(text s2-$mesh))" \
+        test -n "$(text s1-$mesh)" -a "$(text s2-$mesh)" = "$(text s1-$mesh)"
+done
+
 # load_hf over processes: each process reads the export on its host, each device takes its
 # part of every tensor; the run is ./train's load_hf on the same global mesh.
 $TRAIN configs/deepseek-tiny.yml $FAST steps=2 per_device_batch_size=2 save_checkpoint=$T/hfck.safetensors > $T/hfck.out 2>&1
