@@ -26,8 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The kernels asked about: attention on tensor cores (gpu/attn_mma.cu, gpu/attn_mma_bwd.cu: the
 # backward's kernels with their scores in registers, dq from the dS in memory, or through shared
 # memory; the forward's with its scores in registers, the default), the RMS norm (gpu/norm.cu),
-# the experts' grouped products by gpu/grouped16.cu (MESHMOE_GROUPED=kernel only, since
-# 2026-12-04), the embedding's gradient (gpu/embedding.cu), the MoE combine's backward and
+# the experts' grouped products by gpu/grouped16.cu (run() asks for them with
+# MESHMOE_GROUPED=kernel where the products are cuBLAS's: the default takes cuBLAS's calls
+# since 2026-12-04, so that ncu sees the kernel), the embedding's gradient (gpu/embedding.cu), the MoE combine's backward and
 # packed gather (gpu/moe.cu: the sixth profile had them at 0.6-2 TB/s), and the optimizer's
 # gradient norm and AdamW (gpu/optim.cu: against the copy bandwidth).
 KERNELS = ["mma_forward_kernel", "mma_forward_regs_kernel", "mma_dq_ds_kernel", "mma_dq_regs_kernel",
@@ -140,8 +141,11 @@ def run(train, preset, extra=(), limit=90):
     cmd = command(train, preset, extra)
     if not shutil.which(cmd[0]):
         return None, f"{cmd[0]} not found"
+    env = dict(os.environ)
+    if any(a.startswith("gpu_matmul=cublas") for a in extra):   # (MESHMOE_GROUPED wants cuBLAS's products)
+        env.setdefault("MESHMOE_GROUPED", "kernel")
     try:
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit)
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit, env=env)
         out = r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
         out = (e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or "") + f"\nTIMEOUT after {limit} s"
