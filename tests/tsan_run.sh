@@ -3,7 +3,8 @@
 # fsdp=2 tensor=2 expert=2 (the experts' all-to-all) for 1 step, saving a checkpoint (every
 # device copies its slices into the host image of the file), then resuming it on data=2
 # fsdp=4 for the second (every device reads its slices); DeepSeek on data=2 fsdp=2 tensor=2
-# with ZeRO-1. The devices are threads that share the data, the config and the collectives'
+# with ZeRO-1; pipeline x context x fsdp, sampling after its steps (the stages and context parts
+# hand the logits of the last position to every device). The devices are threads that share the data, the config and the collectives'
 # slots: any data race between them is reported, and a report stops the run with exit
 # code 66 (a failed check). Then two dry runs planned by class.
 #
@@ -24,7 +25,7 @@ A="per_device_batch_size=1 max_target_length=32 steps=2 eval_steps=1 eval_interv
    log_period=1 num_threads=1"
 while read -r preset mesh; do
     t0=$(date +%s)
-    out=$($BIN configs/$preset.yml $mesh $A 2>&1); rc=$?
+    out=$($BIN configs/$preset.yml $A $mesh 2>&1); rc=$?   # (the mesh's keys last: they may set A's)
     printf '%s\n' "$out" | grep -E '^(mesh:|step) ' | sed 's/^/    /'
     printf '%s\n' "$out" | grep -A20 -m1 'WARNING: ThreadSanitizer' | sed 's/^/    /'
     check "tsan: $preset, 8 devices, $(sed 's/ici_//g; s/_parallelism//g; s#=/[^ ]*/#=#g' <<<"$mesh"), no report (exit $rc, $(($(date +%s) - t0)) s)" \
@@ -35,7 +36,7 @@ deepseek-tiny ici_data_parallelism=2 ici_fsdp_parallelism=2 ici_tensor_paralleli
 mixtral-tiny  ici_data_parallelism=2 ici_fsdp_parallelism=4 load_checkpoint=$T/ck.st
 mixtral-tiny  ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=adafactor
 deepseek-tiny ici_fsdp_parallelism=2 ici_tensor_parallelism=2 ici_expert_parallelism=2 opt_type=muon
-mixtral-tiny  ici_pipeline_parallelism=2 ici_context_parallelism=2 ici_fsdp_parallelism=2 remat_policy=minimal_offloaded
+mixtral-tiny  ici_pipeline_parallelism=2 ici_context_parallelism=2 ici_fsdp_parallelism=2 remat_policy=minimal_offloaded sample_length=6
 RUNS
 # load_hf of a model in shards (the first run's checkpoint exported, then split in two): every
 # device reads the index and the shards' headers, and takes its part of each tensor.
