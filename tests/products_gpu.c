@@ -10,7 +10,7 @@
 // float32 result packed after against their result written as bf16 by the product.
 //
 // usage: build/products_gpu [small]   (small: tiny shapes, to check the program itself,
-// e.g. under the emulation: build/products_emu small). Prints one markdown table.
+// e.g. under the emulation: build/products_emu small). Prints its tables in markdown.
 //        build/products_gpu fresh [small]: what the experts' products pay for shapes cuBLAS
 // has not met (fresh_table, below); tests/gpu_bench.sh runs it with and without
 // MESHMOE_CUBLAS_LT=off.
@@ -34,7 +34,7 @@ static const char *const forms[] = {"x @ w", "dy @ w^T", "x^T @ dy", "x @ w, gro
 typedef struct {
     const char *what;
     int form, M, N, K, G;
-    int own;     // 1: timed by the own kernel too (the second table)
+    int own;     // 1: timed by the own kernel too (the first table)
     int round;   // 1: timed with bf16 results too (the third table; forward and input gradient forms)
 } Shape;
 
