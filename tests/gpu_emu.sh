@@ -72,10 +72,12 @@ both ds-muon deepseek-tiny opt_type=muon ici_data_parallelism=2 shard_optimizer_
     optimizer_memory_host_offload=true mu_dtype=bfloat16 num_devices=2
 # (rope_type=yarn: its frequencies uploaded and its table on the device; DeepSeek's interleaved
 # pairs rotated between two arrays, under context parallelism; Mixtral's over a pipeline)
+# (these two sample 16 tokens after their steps: the context parts and the pipeline's stages
+# through the GPU's kernels, the text ./train's)
 both ds-yarn deepseek-tiny rope_type=yarn original_max_position_embeddings=1024 max_position_embeddings=163840 \
-    ici_context_parallelism=2 num_devices=2
+    ici_context_parallelism=2 num_devices=2 sample_length=16
 both mx-yarn mixtral-tiny rope_type=yarn original_max_position_embeddings=1024 rope_factor=8 dtype=bfloat16 \
-    ici_pipeline_parallelism=2 remat_policy=minimal num_devices=2
+    ici_pipeline_parallelism=2 remat_policy=minimal num_devices=2 sample_length=16
 # (load_parameters_path: a checkpoint's weights and routing biases onto the devices, read in pieces)
 ./train configs/deepseek-tiny.yml $FAST steps=1 save_checkpoint=$T/ds.st > $T/ds-save.out 2>&1 \
     || fail "the checkpoint for ds-lp: $(tail -1 $T/ds-save.out)"
@@ -115,9 +117,14 @@ dsm_args=(gpu_matmul=cublas_bf16 gpu_attention=tensor_cores base_num_decoder_lay
 both dsm       deepseek-medium "${dsm_args[@]}"
 wait
 
+text_of() { sed -n '/^---- sample/{n;p;}' "$T/$1.out"; }
 for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-muon ds-yarn mx-yarn ds-lp; do
     ok_run $name || continue
     check "$name: loss bits as ./train's: $(bits $name-emu)" same $name-cpu $name-emu
+    if [ "$name" = ds-yarn -o "$name" = mx-yarn ]; then
+        check "$name: the sample's text as ./train's ($(text_of $name-emu))" \
+            test -n "$(text_of $name-cpu)" -a "$(text_of $name-emu)" = "$(text_of $name-cpu)"
+    fi
     if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then
         pass "$name: peak bytes by tag as ./train's ($(peaks_of $name-emu | wc -l) lines)"
     else

@@ -113,7 +113,14 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         seq[n] = tok;
         print_token(tok, V);
     }
-    if (talk()) printf("\n----\n");
+    if (talk()) {
+        printf("\n----\n");
+        fflush(stdout);
+    }
+    // The other devices wait for the text to be out before they go on to print their own
+    // lines (a GPU device's memory line when its thread ends), which could cut into it.
+    const Mesh *mesh = mesh_current();
+    if (mesh && mesh->ndev > 1) coll_barrier(mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1));
     mem_free(leaf_sums); mem_free(aux);
     free(seq); free(p); free(z);
 }
