@@ -14,6 +14,7 @@
 typedef enum { AX_DATA, AX_STAGE, AX_FSDP, AX_CONTEXT, AX_TENSOR, AX_EXPERT, MESH_NAXES } MeshAxis;
 extern const char *const MESH_AXIS_NAMES[MESH_NAXES];   // "data", "stage", "fsdp", ...
 #define AXIS_BIT(a) (1u << (a))
+#define MESH_ALL_AXES ((1u << MESH_NAXES) - 1)   // the mask of every axis: the whole mesh's group
 
 typedef struct Group Group;   // defined in collectives.c
 

@@ -190,7 +190,7 @@ float fsdp_grad_norm(Model *m) {
         run_n = b - a;
     }
     if (run) kern()->optim->squares_add(&mine->sum, &mine->bad, run, run_n);
-    if (n > 1) coll_all_gather(mesh_group(mesh, dev, (1u << MESH_NAXES) - 1), mine, each, sizeof(Squares));
+    if (n > 1) coll_all_gather(mesh_group(mesh, dev, MESH_ALL_AXES), mine, each, sizeof(Squares));
     Squares *host = malloc(sizeof(Squares) * (size_t)n);
     if (!host) die("host out of memory (grad norm sums)");
     mem_download(host, each, sizeof(Squares) * (size_t)n);

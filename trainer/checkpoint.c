@@ -261,7 +261,7 @@ void checkpoint_save(const Model *m, const char *path) {
     const Mesh *mesh = mesh_current();
     int dev = mesh ? mesh_device_id() : 0;
     int first_here = !mesh || dev == mesh_device_of(mesh, mesh->process, 0);
-    Group *all = mesh && mesh->ndev > 1 ? mesh_group(mesh, dev, (1u << MESH_NAXES) - 1) : NULL;
+    Group *all = mesh && mesh->ndev > 1 ? mesh_group(mesh, dev, MESH_ALL_AXES) : NULL;
     int ne;
     Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
     size_t total = ne ? e[ne - 1].off + e[ne - 1].n : 0;

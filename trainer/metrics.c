@@ -22,7 +22,7 @@ void metrics_device(const Device *dev, const StepResult *r, DevStats *s) {
 }
 
 void metrics_gather(const Mesh *mesh, const Device *dev, const StepResult *r, DevStats *all) {
-    Group *g = mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1);
+    Group *g = mesh_group(mesh, mesh_device_id(), MESH_ALL_AXES);
     DevStats mine;
     metrics_device(dev, r, &mine);
     coll_all_gather(g, &mine, all, sizeof mine);

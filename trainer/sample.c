@@ -120,7 +120,7 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
     // The other devices wait for the text to be out before they go on to print their own
     // lines (a GPU device's memory line when its thread ends), which could cut into it.
     const Mesh *mesh = mesh_current();
-    if (mesh && mesh->ndev > 1) coll_barrier(mesh_group(mesh, mesh_device_id(), (1u << MESH_NAXES) - 1));
+    if (mesh && mesh->ndev > 1) coll_barrier(mesh_group(mesh, mesh_device_id(), MESH_ALL_AXES));
     mem_free(leaf_sums); mem_free(aux);
     free(seq); free(p); free(z);
 }
