@@ -49,6 +49,11 @@ Leaves leaves_flat(int T, int len) {
 static _Thread_local size_t grad_slot_stride;
 void cp_set_grad_slots(size_t stride) { grad_slot_stride = stride; }
 
+// The sequence's real length when a caller padded it (sampling), else 0.
+static _Thread_local int sequence_length;
+void cp_set_sequence_length(int len) { sequence_length = len; }
+int cp_sequence_length(int S) { return sequence_length > 0 ? sequence_length : S * cp_size(); }
+
 void leafsum_begin(LeafSum *s, Leaves lv, float *dst, size_t n, const char *name) {
     memset(s, 0, sizeof *s);
     s->lv = lv;

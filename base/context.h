@@ -138,5 +138,11 @@ void cp_chunk_tree(double *out, const double *part, int B, int nchunks, int m);
 // before (n) = the sum of `mine` (n) over the context devices of lower rank (integers,
 // exact): e.g. how many tokens of each sequence the earlier parts sent to each expert.
 void cp_counts_before(int *before, const int *mine, size_t n);
+// The length of the whole sequence whose part of S tokens this device holds: S * cp_size(),
+// or the real length a caller set with cp_set_sequence_length (sampling pads the growing
+// sequence with token 0 to a whole number of parts; the MoE capacity counts the real tokens,
+// as one device's pass over them does). 0 sets it back.
+int cp_sequence_length(int S);
+void cp_set_sequence_length(int len);
 
 #endif

@@ -105,7 +105,7 @@ static void drop_over_capacity(const Config *c, MoeSaved *s, int B, int S) {
     int *before = (int *)mem_alloc(MEM_TEMP, sizeof(int) * B * E, "moe capacity counts before");
     kern()->router->count_sequence_assignments(mine, s->top_idx, B, S, E, K);
     cp_counts_before(before, mine, (size_t)B * E);
-    capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, S * cp_size()), before);
+    capacity_mask(keep, s->top_idx, B, S, E, K, moe_capacity(c, cp_sequence_length(S)), before);
     kern()->router->drop_weights(s->w_eff, keep, A);
     mem_free(keep);
     mem_free(mine);

@@ -213,8 +213,8 @@ check "deepseek eval_per_device_batch_size=1, stage=3: the evaluation's losses a
 # The sample on pipeline and context meshes: the stages run the growing sequence in turn (a
 # copy of it a stage on a circular pipeline, whose repeats need a microbatch a stage); the
 # context devices each run their part of it, padded to a whole number of parts; the logits
-# of the last real position reach every device. The text is one device's, character for
-# character (the same weights, bit for bit: a context mesh against one device with its
+# of the last real position reach every device (the MoE capacity counted over the real
+# tokens). The text is one device's, character for character (the same weights, bit for bit: a context mesh against one device with its
 # context_reduce_chunks; the same logits).
 echo "== the sample on pipeline and context meshes"
 SM="steps=5 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100 sample_length=40"
@@ -246,6 +246,14 @@ same_sample "mixtral-tiny context=2,fsdp=2,tensor=2" "$base" $C ici_context_para
     ici_tensor_parallelism=2 per_device_batch_size=1
 same_sample "mixtral-tiny context=2,P=2,M=2,R=2" "$base" $C ici_context_parallelism=2 ici_pipeline_parallelism=2 \
     per_device_batch_size=2
+# The dense path dropping assignments (capacity_factor): the capacity counts the real
+# tokens, not the padding (with it counted, context=4 kept assignments one device dropped at
+# these four factors: 0.5, 1.0, 1.25 and 1.5 tried, each a different text).
+for cf in 1.0 1.5; do
+    base=$(sample_of $C per_device_batch_size=8 context_reduce_chunks=4 sparse_matmul=false capacity_factor=$cf)
+    same_sample "mixtral-tiny context=4,capacity_factor=$cf" "$base" $C ici_context_parallelism=4 \
+        per_device_batch_size=2 sparse_matmul=false capacity_factor=$cf
+done
 base=$(sample_of $C dtype=bfloat16 per_device_batch_size=8)
 same_sample "mixtral-tiny bf16 P=2,M=4,R=2" "$base" $C dtype=bfloat16 ici_pipeline_parallelism=2 \
     per_device_batch_size=4 num_pipeline_microbatches=4

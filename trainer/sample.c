@@ -5,9 +5,10 @@
 // Every device of a mesh runs the sampling loop (the forward pass is a collective under FSDP
 // and tensor parallelism) and draws the same token; only device 0 prints. Under context
 // parallelism the sequence is padded to a whole number of parts (token 0, no target: a
-// causal model's last real position does not see what follows it) and each device runs its
-// part; on a pipeline mesh the stages run it in turn. The device that makes the logits of the
-// last real position gives them to the others, so every mesh draws one device's tokens.
+// causal model's last real position does not see what follows it, and the MoE capacity is
+// counted over the real tokens) and each device runs its part; on a pipeline mesh the
+// stages run it in turn. The device that makes the logits of the last real position gives
+// them to the others, so every mesh draws one device's tokens.
 #include "trainer/sample.h"
 #include "base/collectives.h"
 #include "base/context.h"
@@ -51,6 +52,7 @@ static float *last_logits(Model *m, const int *ids_h, int ctx, double *leaf_sums
     m->cfg.reduce_leaf_tokens = Sl;
     m->cfg.context_reduce_chunks = c;
     m->cfg.num_vocab_tiling = 1;   // sampling reads the whole logits
+    cp_set_sequence_length(ctx);   // the MoE capacity counts the real tokens, not the padding
     float *row = mem_floats(MEM_TEMP, V, "sample logits (this device's part)");
     if (pipeline_active()) {
         pipeline_sample_logits(m, ids, ids + n, Sl, mine, row);
@@ -65,6 +67,7 @@ static float *last_logits(Model *m, const int *ids_h, int ctx, double *leaf_sums
         model_discard(m);
     }
     m->cfg = saved;
+    cp_set_sequence_length(0);
     mem_free(ids);
     // One device of the context and stage axes made the row, the others hold zeros: their sum
     // is the row, exactly, on all of them.
