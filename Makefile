@@ -146,7 +146,8 @@ parity: train
 
 # Random combinations of model options, meshes and bit-keeping switches (tests/combos.py):
 # bits against one device, resumes across meshes, the planner against the measured step.
-# make test runs 10 a mode; this, COMBOS_N a mode from COMBOS_SEED.
+# make test runs 10 a mode; this, COMBOS_N a mode from COMBOS_SEED. Two more modes run alone:
+# --mode gpu (device=gpu against ./train) and --mode mpi (./train_mpi over 2 processes).
 COMBOS_N ?= 100
 COMBOS_SEED ?= 1
 combos: train

@@ -14,13 +14,17 @@ combinations of them (a seed makes the draw, so a run is repeatable) and checks,
   gpu     (not in "all"; --gpu-train build/train_emu, or ./train_gpu on a GPU) the same
           combination trained by ./train and with device=gpu (the ordered GEMM and the default
           attention): 2 steps' losses and grad norms bit-identical, and every device's peaks.
+  mpi     (not in "all"; ./train_mpi under mpirun, make mpi) the mesh mode's combination with
+          one of its axes cut in two between 2 processes (dcn_X=2, ici_X halved): 3 steps'
+          losses and grad norms bit-identical to ./train on the same global mesh, and the
+          sample's text the same.
 
 A combination the trainer refuses must be refused before its first training step, with one
 message naming what it refuses ("meshmoe: ...", last), exit status 1 and no crash; it counts
 as neither pass nor fail. Usage:
 
-  python3 tests/combos.py [--mode mesh|resume|plan|all|gpu] [--seed S] [--n N] [--train ./train]
-                          [--gpu-train build/train_emu]
+  python3 tests/combos.py [--mode mesh|resume|plan|all|gpu|mpi] [--seed S] [--n N] [--train ./train]
+                          [--gpu-train build/train_emu] [--mpi-train ./train_mpi]
 
 `make combos` runs every mode on many draws (COMBOS_N, COMBOS_SEED); `make test` a few.
 """
@@ -160,14 +164,15 @@ def draw_mesh(rng, preset, o, ga, context):
 
 
 class Trainer:
-    def __init__(self, train, tmp):
-        self.train, self.tmp, self.count = train, tmp, 0
+    def __init__(self, train, tmp, launcher=()):
+        self.train, self.tmp, self.count, self.launcher = train, tmp, 0, list(launcher)
 
     def run(self, args):
         """(metrics rows, None) or (None, why): why is the refusal's message, or 'CRASH ...'."""
         self.count += 1
         m = os.path.join(self.tmp, f"{self.count}.jsonl")
-        p = subprocess.run([self.train] + args + [f"metrics_file={m}"], capture_output=True, text=True, timeout=1800)
+        p = subprocess.run(self.launcher + [self.train] + args + [f"metrics_file={m}"], capture_output=True,
+                           text=True, timeout=1800, stdin=subprocess.DEVNULL)
         self.out = p.stdout
         if p.returncode != 0:   # a refusal: exit 1 and its message last, on stderr
             last = (p.stderr.strip().splitlines() or [""])[-1]
@@ -216,6 +221,54 @@ def one_gpu(rng, t, gpu):
     return "ok", desc, ""
 
 
+# Over processes: every process prints what it refuses, mpirun's own lines may follow, and
+# its exit status is the first failing process's; --mca btl tcp,self sends the bytes through
+# sockets, so that they really leave the process (as tests/mpi.sh).
+MPIRUN = "mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self -np 2".split()
+ICI_AXES = ("data", "fsdp", "tensor", "expert", "context", "pipeline")
+
+
+def axes_to_cut(mesh):
+    """The mesh's axes of 2 or more devices."""
+    sizes = dict(a.split("=", 1) for a in mesh)
+    return [x for x in ICI_AXES if int(sizes.get(f"ici_{x}_parallelism", "1")) >= 2]
+
+
+def over_processes(rng, mesh):
+    """The mesh's keys with one of its axes of 2 or more devices cut in two between 2
+    processes: dcn_X=2, ici_X halved."""
+    sizes = dict(a.split("=", 1) for a in mesh)
+    x = rng.choice(axes_to_cut(mesh))
+    sizes[f"ici_{x}_parallelism"] = str(int(sizes[f"ici_{x}_parallelism"]) // 2)
+    sizes[f"dcn_{x}_parallelism"] = "2"
+    return [f"{k}={v}" for k, v in sizes.items() if not (k == f"ici_{x}_parallelism" and v == "1")]
+
+
+def one_mpi(rng, t, mpi):
+    """./train on a mesh against ./train_mpi over 2 processes on the same global mesh."""
+    preset, o, ga, context, model = draw_model(rng)
+    mesh = draw_mesh(rng, preset, o, ga, context)
+    while not axes_to_cut(mesh):   # (a mesh of one device: nothing to cut)
+        mesh = draw_mesh(rng, preset, o, ga, context)
+    split = over_processes(rng, mesh)
+    desc = " ".join(model + mesh) + " | over 2 processes: " + " ".join(a for a in split if a.startswith("dcn_"))
+    run = model + ["steps=3"] + FAST + ["sample_length=12"]
+    one_process, why = t.run(run + mesh)
+    if one_process is None: return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
+    text = sample_text(t.out)
+    tm = Trainer(mpi, t.tmp, MPIRUN)
+    tm.count = t.count = t.count + 1
+    many, why = tm.run(run + split + ["num_threads=1"])
+    if many is None:
+        # (refused over processes alone: said before training, one message, as on one)
+        return ("FAIL" if why.startswith("CRASH") else "refused"), desc, "./train_mpi: " + why
+    if steps(one_process) != steps(many) or len(steps(many)) != 3:
+        return "FAIL", desc, f"./train     {steps(one_process)}\n      ./train_mpi {steps(many)}"
+    if text is None or sample_text(tm.out) != text:
+        return "FAIL", desc, f"sample: ./train {text!r}\n      ./train_mpi {sample_text(tm.out)!r}"
+    return "ok", desc, ""
+
+
 def one(mode, rng, t, tmp):
     """Draws and checks one combination: ('ok' | 'FAIL' | 'refused', description, detail)."""
     preset, o, ga, context, model = draw_model(rng)
@@ -260,11 +313,12 @@ def one(mode, rng, t, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", default="all", choices=["mesh", "resume", "plan", "all", "gpu"])
+    ap.add_argument("--mode", default="all", choices=["mesh", "resume", "plan", "all", "gpu", "mpi"])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--n", type=int, default=20, help="combinations per mode")
     ap.add_argument("--train", default="./train")
     ap.add_argument("--gpu-train", default="build/train_emu", help="the device=gpu trainer of --mode gpu")
+    ap.add_argument("--mpi-train", default="./train_mpi", help="the trainer over processes of --mode mpi")
     args = ap.parse_args()
     modes = ["mesh", "resume", "plan"] if args.mode == "all" else [args.mode]
     passed = failed = refused = 0
@@ -274,7 +328,8 @@ def main():
             rng = random.Random(f"{args.seed}-{mode}")
             print(f"== {mode}: {args.n} combinations, seed {args.seed}")
             for i in range(args.n):
-                status, desc, detail = one_gpu(rng, t, args.gpu_train) if mode == "gpu" else one(mode, rng, t, tmp)
+                status, desc, detail = (one_gpu(rng, t, args.gpu_train) if mode == "gpu" else
+                                        one_mpi(rng, t, args.mpi_train) if mode == "mpi" else one(mode, rng, t, tmp))
                 print(f"  {status:7} [{i}] {desc}\n      {detail}" if status != "ok" else f"  ok      [{i}] {desc}")
                 sys.stdout.flush()
                 passed += status == "ok"

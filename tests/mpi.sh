@@ -275,4 +275,11 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 check "process 1 killed after step 2 (pid ${victim:-none}): the job ends in $ms ms (exit $rc), naming it: $(grep -o 'process rank 1 [^(]*' $T/kill.out | head -1)" \
     test -n "$victim" -a "$ms" -lt 30000 -a "$rc" -ne 0 -a -n "$(grep 'process rank 1 ' $T/kill.out)"
 
+# Random combinations of the model's options, meshes and switches, one axis cut between 2
+# processes (tests/combos.py --mode mpi; more draws: --n and --seed): ./train's bits and text.
+combos=$(python3 tests/combos.py --mode mpi --n 2 --seed 1 2>&1)
+printf '%s\n' "$combos" | sed -n 's/^  \(ok\|FAIL\|refused\) /  combos: \1 /p'
+check "random combinations over 2 processes: $(printf '%s\n' "$combos" | tail -1)" \
+    test -n "$(printf '%s\n' "$combos" | grep -x '[1-9][0-9]* passed, 0 failed')"
+
 summary
