@@ -17,7 +17,8 @@ combinations of them (a seed makes the draw, so a run is repeatable) and checks,
   mpi     (not in "all"; ./train_mpi under mpirun, make mpi) the mesh mode's combination with
           one of its axes cut in two between 2 processes (dcn_X=2, ici_X halved): 3 steps'
           losses and grad norms bit-identical to ./train on the same global mesh, and the
-          sample's text the same.
+          sample's text the same; or (every other draw) the resume mode's, its first 2 steps
+          over the processes and saved, the next 2 resumed by ./train on another mesh.
 
 A combination the trainer refuses must be refused before its first training step, with one
 message naming what it refuses ("meshmoe: ...", last), exit status 1 and no crash; it counts
@@ -245,27 +246,45 @@ def over_processes(rng, mesh):
 
 
 def one_mpi(rng, t, mpi):
-    """./train on a mesh against ./train_mpi over 2 processes on the same global mesh."""
+    """./train against ./train_mpi over 2 processes on the same global mesh; or, for every other
+    draw, 2 of 4 steps over the processes, saved, and 2 more resumed by ./train on another mesh,
+    against one device's 4 steps."""
     preset, o, ga, context, model = draw_model(rng)
     mesh = draw_mesh(rng, preset, o, ga, context)
     while not axes_to_cut(mesh):   # (a mesh of one device: nothing to cut)
         mesh = draw_mesh(rng, preset, o, ga, context)
     split = over_processes(rng, mesh)
+    resume = rng.random() < 0.5
     desc = " ".join(model + mesh) + " | over 2 processes: " + " ".join(a for a in split if a.startswith("dcn_"))
-    run = model + ["steps=3"] + FAST + ["sample_length=12"]
-    one_process, why = t.run(run + mesh)
-    if one_process is None: return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
+    if not hasattr(t, "mpi"):   # (its own folder: the two trainers count their metrics files apart)
+        os.mkdir(os.path.join(t.tmp, "mpi"))
+        t.mpi = Trainer(mpi, os.path.join(t.tmp, "mpi"), MPIRUN)
+    n = 4 if resume else 3
+    sample = [] if resume else ["sample_length=12"]
+    base, why = (t.run(model + [f"steps={n}", f"per_device_batch_size={GLOBAL_BATCH // ga}"] + FAST) if resume
+                 else t.run(model + mesh + [f"steps={n}"] + FAST + sample))
+    if base is None: return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
     text = sample_text(t.out)
-    tm = Trainer(mpi, t.tmp, MPIRUN)
-    tm.count = t.count = t.count + 1
-    many, why = tm.run(run + split + ["num_threads=1"])
+    if resume:
+        ck = os.path.join(t.tmp, f"ck-mpi{t.count}.st")
+        first, why = t.mpi.run(model + split + [f"steps={n}", "run_steps=2", f"save_checkpoint={ck}", "num_threads=1"]
+                               + FAST)
+        if first is None:   # (refused over processes alone: said before training, one message, as on one)
+            return ("FAIL" if why.startswith("CRASH") else "refused"), desc, "./train_mpi: " + why
+        mesh2 = draw_mesh(rng, preset, o, ga, context)
+        desc += " | resumed by ./train on " + " ".join(mesh2)
+        second, why = t.run(model + mesh2 + [f"steps={n}", f"load_checkpoint={ck}"] + FAST)
+        if second is None: return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
+        a, b = steps(base), steps(first + second)
+        if len(a) == n and a == b: return "ok", desc, ""
+        return "FAIL", desc, f"one device  {a}\n      resumed     {b}"
+    many, why = t.mpi.run(model + split + [f"steps={n}", "num_threads=1"] + FAST + sample)
     if many is None:
-        # (refused over processes alone: said before training, one message, as on one)
         return ("FAIL" if why.startswith("CRASH") else "refused"), desc, "./train_mpi: " + why
-    if steps(one_process) != steps(many) or len(steps(many)) != 3:
-        return "FAIL", desc, f"./train     {steps(one_process)}\n      ./train_mpi {steps(many)}"
-    if text is None or sample_text(tm.out) != text:
-        return "FAIL", desc, f"sample: ./train {text!r}\n      ./train_mpi {sample_text(tm.out)!r}"
+    if steps(base) != steps(many) or len(steps(many)) != n:
+        return "FAIL", desc, f"./train     {steps(base)}\n      ./train_mpi {steps(many)}"
+    if text is None or sample_text(t.mpi.out) != text:
+        return "FAIL", desc, f"sample: ./train {text!r}\n      ./train_mpi {sample_text(t.mpi.out)!r}"
     return "ok", desc, ""
 
 

@@ -276,8 +276,9 @@ check "process 1 killed after step 2 (pid ${victim:-none}): the job ends in $ms 
     test -n "$victim" -a "$ms" -lt 30000 -a "$rc" -ne 0 -a -n "$(grep 'process rank 1 ' $T/kill.out)"
 
 # Random combinations of the model's options, meshes and switches, one axis cut between 2
-# processes (tests/combos.py --mode mpi; more draws: --n and --seed): ./train's bits and text.
-combos=$(python3 tests/combos.py --mode mpi --n 2 --seed 1 2>&1)
+# processes (tests/combos.py --mode mpi; more draws: --n and --seed): ./train's bits and text,
+# or a checkpoint saved by the processes and resumed by ./train on another mesh.
+combos=$(python3 tests/combos.py --mode mpi --n 3 --seed 3 2>&1)   # (two on the mesh, one resumed)
 printf '%s\n' "$combos" | sed -n 's/^  \(ok\|FAIL\|refused\) /  combos: \1 /p'
 check "random combinations over 2 processes: $(printf '%s\n' "$combos" | tail -1)" \
     test -n "$(printf '%s\n' "$combos" | grep -x '[1-9][0-9]* passed, 0 failed')"
