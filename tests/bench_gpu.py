@@ -39,8 +39,8 @@ for one 80 GB GPU), in one run on the same GPU, side by side:
   PyTorch's SDPA the attention core alone by torch's scaled_dot_product_attention backends
                  (FlashAttention-2, cuDNN, memory-efficient) on each preset's shapes, after the
                  profiles (tests/attention_peer.py), set beside meshmoe's attention family
-  torch.compile  the PyTorch peer compiled, after the first two variants, when the time budget
-                 has room for it
+  torch.compile  the PyTorch peer compiled, after the first three variants (cuDNN, cuBLASLt off,
+                 the own grouped kernel), when the time budget has room for it
   meshmoe, per_device_batch_size=8  twice the preset's tokens a step (the optimizer's pass and
                  the products' fixed costs shared by twice the tokens), its MFU of its own FLOPs
                  and its time per token beside the default's, when there is time
@@ -344,21 +344,22 @@ def main():
         for preset in PRESETS:
             results[preset]["ncu"] = ncu(preset)
         # Then meshmoe's variants that decide its next defaults (cuDNN's attention first, then
-        # cuBLASLt's kept algorithms off), torch.compile (a peer the acceptance counts, which no
-        # run has yet reached for deepseek-medium), twice the batch, the own grouped kernel
-        # (rewritten since its last run, a candidate default), then the variants measured in
-        # earlier runs (megablox flipped, bf16 storage off, ...) and the ordered GEMM.
+        # cuBLASLt's kept algorithms off, then the own grouped kernel, rewritten since its last
+        # run and a candidate default: each a meshmoe run of about 20 s), torch.compile (a peer
+        # the acceptance counts, which no run has yet reached for deepseek-medium: up to 150 s
+        # each), twice the batch, then the variants measured in earlier runs (megablox flipped,
+        # bf16 storage off, ...) and the ordered GEMM.
         for preset in PRESETS:
             results[preset][CUDNN] = meshmoe(preset, ("gpu_attention=cudnn", "profile=true"))
         for preset in PRESETS:
             results[preset][LT_OFF] = meshmoe(preset, env={"MESHMOE_CUBLAS_LT": "off"})
         for preset in PRESETS:
+            results[preset][GROUPED_KERNEL] = (meshmoe(preset, env={"MESHMOE_GROUPED": "kernel"}) if megablox_on(preset)
+                                               else {"why": "not run: no grouped products (megablox=false)"})
+        for preset in PRESETS:
             results[preset]["torch.compile"] = peer("torch-compile", os.path.join(tmp, preset + ".json"), 150)
         for preset in PRESETS:
             results[preset][BATCH2] = meshmoe(preset, ("per_device_batch_size=8",))
-        for preset in PRESETS:
-            results[preset][GROUPED_KERNEL] = (meshmoe(preset, env={"MESHMOE_GROUPED": "kernel"}) if megablox_on(preset)
-                                               else {"why": "not run: no grouped products (megablox=false)"})
         for preset in PRESETS:
             results[preset][MEGABLOX] = meshmoe(preset, (megablox_flipped(preset),))
         for preset in PRESETS:
