@@ -252,12 +252,19 @@ static void start_mesh(Mesh *mesh, const Config *c) {
 
 // 3. The data: the token file, checked against the vocabulary, and cut into the training and
 // eval splits (over several processes, a file too short is said once, like the config).
-typedef struct { const Config *c; uint32_t *tokens; size_t ntok; DataLoader dl; } Data;
+// The sample's prompt is read here too, as the data's tokens (trainer/sampling.h).
+typedef struct { const Config *c; uint32_t *tokens; size_t ntok; DataLoader dl; int *prompt, nprompt; } Data;
 static void load_data(void *arg) {
     Data *d = arg;
     d->tokens = data_load(d->c->dataset_path, &d->ntok);
     data_check_vocab(d->tokens, d->ntok, d->c->vocab_size, d->c->dataset_path);
     loader_init(&d->dl, d->tokens, d->ntok, d->c->max_target_length, d->c->eval_fraction);
+    // (a token file of vocab_size 256 holds bytes too, as ./train prepare writes them)
+    int bytes = data_tokens_are_bytes(d->c->dataset_path) || d->c->vocab_size == 256;
+    d->nprompt = sampling_prompt(d->c->prompt, d->c->vocab_size, bytes, NULL);
+    d->prompt = malloc(sizeof(int) * (size_t)(d->nprompt + 1));
+    if (!d->prompt) die("host out of memory for the prompt");
+    sampling_prompt(d->c->prompt, d->c->vocab_size, bytes, d->prompt);
 }
 
 // Over several processes, once every one has loaded its data: each host's copy of the file
@@ -281,7 +288,10 @@ typedef struct { int step; StepResult r; StepTime t; DevStats *stats; } DryStep;
 
 // What main hands every device: the config, the mesh, the data (3); in a dry run, what the
 // devices leave for main to write.
-typedef struct { const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; DryStep dry; } Run;
+typedef struct {
+    const Config *c; Mesh *mesh; const DataLoader *dl; size_t ntok; DryStep dry;
+    const int *prompt; int nprompt;   // the sample's prompt, if the prompt key gives one
+} Run;
 
 // One device's run (4-6): its model, its share of the batch, and where it reports.
 typedef struct {
@@ -618,7 +628,8 @@ static void stop_on_signal(const DeviceRun *d, int sig) {
 static void sample(DeviceRun *d) {
     if (d->c.sample_length <= 0) return;
     state_params_in(&d->m);   // weights kept in host memory come to the device to sample
-    sample_print(&d->m, d->run->dl, d->c.sample_length, d->c.sample_temperature);
+    SamplingRule rule = sampling_rule(&d->c);
+    sample_print(&d->m, d->run->dl, d->run->prompt, d->run->nprompt, d->c.sample_length, &rule);
     state_params_out(&d->m);
 }
 
@@ -795,12 +806,13 @@ int main(int argc, char **argv) {
     Data data = {.c = &c};
     agreed(load_data, &data);                                             // 3
     if (mesh.nprocess > 1) agreed(check_same_data, &data);
-    Run run = {&c, &mesh, &data.dl, data.ntok, {0}};
+    Run run = {&c, &mesh, &data.dl, data.ntok, {0}, data.prompt, data.nprompt};
     run_devices(&run);                                                    // 4-6
     report(&run);                                                         // 7
     free(run.dry.stats);
     mesh_free(&mesh);
     free(data.tokens);
+    free(data.prompt);
     int sig = signals_stop_requested();
     return sig ? 128 + sig : 0;
 }

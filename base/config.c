@@ -584,12 +584,34 @@ static void validate_training(const Config *c) {
         die("attn_block_q and attn_block_kv must be >= 1, got %d and %d", c->attn_block_q, c->attn_block_kv);
 }
 
+// The sample's choice of tokens: each of its keys only with the strategy that reads it.
+static void validate_sample(const Config *c) {
+    int strategy = c->decode_sampling_strategy;
+    if (strategy == SAMPLING_TOPK && (c->decode_sampling_top_k < 1 || c->decode_sampling_top_k > c->vocab_size))
+        die("decode_sampling_strategy=topk draws among the decode_sampling_top_k largest logits: it must be in [1, "
+            "vocab_size = %d], got %d", c->vocab_size, c->decode_sampling_top_k);
+    if (strategy != SAMPLING_TOPK && c->decode_sampling_top_k != 0)
+        die("decode_sampling_top_k=%d is read only by decode_sampling_strategy=topk, and the strategy is %s: set "
+            "decode_sampling_strategy=topk, or leave decode_sampling_top_k at 0", c->decode_sampling_top_k,
+            decode_sampling_strategy_name(c->decode_sampling_strategy));
+    if (strategy == SAMPLING_NUCLEUS && !(c->decode_sampling_nucleus_p > 0))
+        die("decode_sampling_strategy=nucleus draws among the largest logits that hold decode_sampling_nucleus_p of "
+            "the probability: it must be in (0, 1], got %g", c->decode_sampling_nucleus_p);
+    if (strategy != SAMPLING_NUCLEUS && c->decode_sampling_nucleus_p != -1.0f)
+        die("decode_sampling_nucleus_p=%g is read only by decode_sampling_strategy=nucleus, and the strategy is %s: "
+            "set decode_sampling_strategy=nucleus, or leave decode_sampling_nucleus_p at -1",
+            c->decode_sampling_nucleus_p, decode_sampling_strategy_name(c->decode_sampling_strategy));
+    if (c->prompt[0] && c->sample_length == 0)
+        die("prompt is the sample's, and sample_length=0 prints none: give sample_length > 0, or leave prompt empty");
+}
+
 void config_validate(const Config *c) {
     validate_model(c);   // the checks in this order: the first failing one names its key
     validate_attention(c);
     validate_moe(c);
     validate_sums(c);
     validate_training(c);
+    validate_sample(c);
     config_check_ranges(c);   // every numeric key inside its range (base/config_ranges.c)
     config_check_sizes(c);
 }

@@ -4,6 +4,7 @@
 
     python3 data/hf_tokens.py encode HF_DIR IN.txt OUT.bin
     python3 data/hf_tokens.py decode HF_DIR "[1][415] |[2936]..."  (what sample_length prints)
+    python3 data/hf_tokens.py ids HF_DIR TEXT   (TEXT's ids as the prompt key reads them: [1][415])
 
 HF_DIR holds the model's tokenizer.json (Mixtral-8x7B and DeepSeek-V3 publish one) and its
 config.json. `encode` reads IN.txt as one document (UTF-8), encodes it with the tokenizer's
@@ -126,10 +127,25 @@ def decode(folder, printed):
     print(" | ".join(parts))
 
 
+def ids(folder, text):
+    """text as the tokenizer's ids (with its special tokens, as `encode`), written as the prompt
+    key reads them and the sample prints them: "[1][415][2936]"."""
+    tok, _ = tokenizer(folder)
+    vocab = vocab_size(folder)
+    got = tok.encode(text).ids
+    if not got:
+        die(f"{text[:40]!r} makes no tokens")
+    if max(got) >= vocab:
+        die(f"token {max(got)} is outside config.json's vocab_size {vocab}: the tokenizer is not this model's")
+    print("".join(f"[{i}]" for i in got))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "encode":
         encode(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "decode":
         decode(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "ids":
+        ids(*sys.argv[2:])
     else:
         sys.exit(__doc__)

@@ -172,15 +172,23 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-uint32_t *data_load(const char *dataset_path, size_t *n) {
-    if (!strcmp(dataset_path, "synthetic")) return synthetic_tokens(200000, 0x5eedULL, n);
-    FILE *fp = open_data(dataset_path);
+// A token file starts with either magic, or its name ends in .bin.
+static int is_token_file(const char *path) {
+    FILE *fp = open_data(path);
     int32_t magic = 0;
     size_t got = fread(&magic, sizeof magic, 1, fp);
     fclose(fp);
-    if ((got == 1 && (magic == TOKFILE_MAGIC || magic == TOKFILE_MAGIC32)) || ends_with(dataset_path, ".bin"))
-        return tokfile_read(dataset_path, n);
+    return (got == 1 && (magic == TOKFILE_MAGIC || magic == TOKFILE_MAGIC32)) || ends_with(path, ".bin");
+}
+
+uint32_t *data_load(const char *dataset_path, size_t *n) {
+    if (!strcmp(dataset_path, "synthetic")) return synthetic_tokens(200000, 0x5eedULL, n);
+    if (is_token_file(dataset_path)) return tokfile_read(dataset_path, n);
     return text_read_bytes(dataset_path, n);
+}
+
+int data_tokens_are_bytes(const char *dataset_path) {
+    return !strcmp(dataset_path, "synthetic") || !is_token_file(dataset_path);
 }
 
 void data_check_vocab(const uint32_t *tok, size_t n, int vocab, const char *path) {

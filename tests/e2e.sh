@@ -30,6 +30,42 @@ for preset in mixtral-tiny deepseek-tiny; do
         bash -c '[ "$1" -eq 0 ] && printf "%s" "$2" | awk "/^---- sample/ { s = 1 } s && /^----\$/ { e = 1 } END { exit !e }"' _ "$rc" "$out"
 done
 
+echo "== the sample's prompt and strategies (MaxText's decode keys), from a saved model without training"
+C=configs/mixtral-tiny.yml
+$TRAIN $C $FAST steps=30 learning_rate=1e-2 save_checkpoint=$T/sm.safetensors > /dev/null 2>&1
+# text_of ARGS...: the sample's text (its lines between the header and "----"), sampled from
+# the checkpoint (steps at its step: nothing trained), and its header in $T/header.
+text_of() {
+    $TRAIN $C $FAST steps=30 learning_rate=1e-2 load_checkpoint=$T/sm.safetensors sample_length=40 "$@" > $T/s.out 2>&1
+    sed -n '/^---- sample/p' $T/s.out > $T/header
+    sed -n '/^---- sample/,/^----$/{/^----/d;p;}' $T/s.out
+}
+romeo=$(text_of 'prompt=ROMEO:\n')
+check "prompt=ROMEO:\\n: the sample starts with it: $(printf '%s' "$romeo" | head -2 | tr '\n' '/')" \
+    bash -c '[ "$(printf "%s\n" "$1" | head -1)" = "ROMEO:" ] && grep -q "the prompt key.s 7 tokens, then 40 generated" $2' \
+    _ "$romeo" $T/header
+ids=$(text_of 'prompt=[82][79][77][69][79][58][10]')
+check "the same prompt as token ids: the same text" [ -n "$ids" -a "$ids" = "$romeo" ]
+greedy=$(text_of 'prompt=ROMEO:\n' decode_sampling_strategy=greedy)
+check "greedy: $(printf '%s' "$greedy" | tail -1 | cut -c1-40)..., a text of its own" [ -n "$greedy" -a "$greedy" != "$romeo" ]
+hot=$(text_of 'prompt=ROMEO:\n' decode_sampling_strategy=greedy sample_temperature=5)
+check "greedy reads no temperature: the same text at 5" [ "$hot" = "$greedy" ]
+k1=$(text_of 'prompt=ROMEO:\n' decode_sampling_strategy=topk decode_sampling_top_k=1 sample_temperature=5)
+check "topk 1 at temperature 5: greedy's text" [ "$k1" = "$greedy" ]
+p0=$(text_of 'prompt=ROMEO:\n' decode_sampling_strategy=nucleus decode_sampling_nucleus_p=1e-6 sample_temperature=5)
+check "nucleus 1e-6 at temperature 5: greedy's text" [ "$p0" = "$greedy" ]
+all=$(text_of 'prompt=ROMEO:\n' decode_sampling_strategy=nucleus decode_sampling_nucleus_p=1)
+check "nucleus 1 (every token): weighted's text" [ "$all" = "$romeo" ]
+k8=$(text_of 'prompt=ROMEO:\n' decode_sampling_strategy=topk decode_sampling_top_k=8 sample_temperature=5)
+check "topk 8 at temperature 5: a text of its own, header '$(cut -c1-110 $T/header)'" \
+    bash -c '[ -n "$1" ] && [ "$1" != "$2" ] && grep -q "topk among the 8 largest logits at temperature 5.00" $3' _ "$k8" "$greedy" $T/header
+# On a mesh: every device draws the same token, one device's text.
+for args in "ici_fsdp_parallelism=2 ici_tensor_parallelism=2" "ici_expert_parallelism=4"; do
+    got=$(text_of 'prompt=ROMEO:\n' decode_sampling_strategy=topk decode_sampling_top_k=8 sample_temperature=5 $args \
+          num_devices=4 per_device_batch_size=1)   # (the checkpoint's 4 sequences a step)
+    check "topk 8 on $args: one device's text" [ "$got" = "$k8" ]
+done
+
 echo "== checkpoint: resume gives a bit-identical loss trajectory"
 for preset in mixtral-tiny deepseek-tiny; do
     $TRAIN configs/$preset.yml $FAST steps=8 metrics_file=$T/full.jsonl >/dev/null 2>&1

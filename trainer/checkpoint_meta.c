@@ -34,7 +34,8 @@ static const char *const MAY_DIFFER[] = {
     "load_hf", "load_parameters_path",
     // evaluation and output: what the run prints and writes, not what it trains
     "eval_interval", "eval_steps", "log_period", "metrics_file", "save_checkpoint", "load_checkpoint",
-    "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "dump_parity", "parity_steps",
+    "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "prompt", "decode_sampling_strategy",
+    "decode_sampling_top_k", "decode_sampling_nucleus_p", "dump_parity", "parity_steps",
     "print_sharding", "dry_run", "profile", "memory_trace", "sweep_steps", "sweep_only", "sweep_num_devices",
 };
 

@@ -10,6 +10,7 @@
 // stages run it in turn. The device that makes the logits of the last real position gives
 // them to the others, so every mesh draws one device's tokens.
 #include "trainer/sample.h"
+#include "trainer/sampling.h"
 #include "base/collectives.h"
 #include "base/context.h"
 #include "base/memory.h"
@@ -76,22 +77,32 @@ static float *last_logits(Model *m, const int *ids_h, int ctx, double *leaf_sums
     return row;
 }
 
-void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
+// What the sample's first line says of its prompt and its choice of tokens.
+static void print_header(int from_key, int prompt, int len, const SamplingRule *r) {
+    if (!talk()) return;
+    printf("---- sample (prompt: %s %d tokens, then %d generated, %s", from_key ? "the prompt key's" :
+           "the held-out text's first", prompt, len, decode_sampling_strategy_name(r->strategy));
+    if (r->strategy == SAMPLING_TOPK) printf(" among the %d largest logits", r->top_k);
+    if (r->strategy == SAMPLING_NUCLEUS) printf(" among the largest logits holding %g of the probability", r->nucleus_p);
+    if (r->strategy != SAMPLING_GREEDY) printf(" at temperature %.2f", r->temperature);
+    printf(") ----\n");
+}
+
+void sample_print(Model *m, const DataLoader *dl, const int *prompt_ids, int nprompt, int len, const SamplingRule *rule) {
     const Config *c = &m->cfg;
     int S = c->max_target_length, V = c->vocab_size;
-    int prompt = MM_MIN(S / 2, 32);
+    int prompt = nprompt > 0 ? nprompt : MM_MIN(S / 2, 32);
     int total = prompt + len;
     // The tokens on the host (what is printed and sampled from); the host's work on the
     // logits on a copy of the last row (z, p).
     int *seq = malloc(sizeof(int) * (size_t)total);
     float *p = malloc(sizeof(float) * (size_t)V), *z = malloc(sizeof(float) * (size_t)V);
     if (!seq || !p || !z) die("host out of memory for sampling");
-    for (int i = 0; i < prompt; i++) seq[i] = dl->tokens[dl->eval_begin + i];
+    for (int i = 0; i < prompt; i++) seq[i] = nprompt > 0 ? prompt_ids[i] : (int)dl->tokens[dl->eval_begin + i];
     double *leaf_sums = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)(S + 1), "sample loss");
     double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(1, model_num_moe_layers(c)), "sample aux");
     uint64_t rng = 0x5eed1234u + (uint64_t)c->init_weights_seed;
-    if (talk()) printf("---- sample (prompt from the held-out text, then %d generated tokens, temperature %.2f) ----\n",
-           len, temperature);
+    print_header(nprompt > 0, prompt, len, rule);
     for (int i = 0; i < prompt; i++) print_token(seq[i], V);
     if (talk()) printf("%s", V == 256 ? "" : " |");
     for (int n = prompt; n < total; n++) {
@@ -104,15 +115,9 @@ void sample_print(Model *m, const DataLoader *dl, int len, float temperature) {
         mem_download(z, zd, sizeof(float) * (size_t)V);
         mem_free(row);
         mem_free(zd);
-        float mx = z[0];
-        for (int v = 1; v < V; v++) mx = fmaxf(mx, z[v]);
-        double sum = 0;
-        for (int v = 0; v < V; v++) { p[v] = expf((z[v] - mx) / fmaxf(temperature, 1e-6f)); sum += p[v]; }
-        // xorshift64 for a uniform draw
+        // xorshift64 for a uniform draw in [0, 1), taken for every token (greedy reads none)
         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        double u = (rng >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
-        int tok = V - 1;
-        for (int v = 0; v < V; v++) { acc += p[v]; if (u < acc) { tok = v; break; } }
+        int tok = sampling_choose(z, V, rule, (rng >> 11) * (1.0 / 9007199254740992.0), p);
         seq[n] = tok;
         print_token(tok, V);
     }

@@ -15,7 +15,9 @@
 # presets without yarn, also the forms published checkpoints have: a tensor per expert, FP8
 # weights with their blocks' scales, DeepSeek's multi-token prediction layer (tests/hf_forms.py),
 # run by transformers and by meshmoe's load_hf. Then the defaults load_hf takes for keys a
-# config.json leaves out, against transformers' classes (tests/hf/defaults.py), and
+# config.json leaves out, against transformers' classes (tests/hf/defaults.py); meshmoe's greedy
+# sample (decode_sampling_strategy=greedy, prompt=ROMEO:\n) against transformers' greedy
+# decoding of the export, 57 tokens of each family (tests/hf/generate.py); and
 # tests/hf/tokens.sh: data/hf_tokens.py's
 # token files from a Hugging Face tokenizer, read by the trainer.
 # PYTHON: an interpreter with torch, transformers, safetensors (default: the .venv-hf that
@@ -117,6 +119,24 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
         fail "$run: load_hf of transformers' save_pretrained: $(grep meshmoe: $T/load.out | tail -1)"
     fi
     rm -rf $T/hf $T/d $T/saved $T/l
+done
+echo "== greedy generation: meshmoe's sample against transformers' greedy decoding (tests/hf/generate.py)"
+# 30 steps at a high rate (logits far from flat, few near ties), then the sample from the saved
+# model with the prompt ROMEO:\n and greedy choices, 57 tokens: with the prompt's 7, the
+# whole sequence is meshmoe's context (max_target_length 64) as it is transformers'.
+for preset in mixtral-tiny deepseek-tiny; do
+    C=configs/$preset.yml
+    G="steps=30 learning_rate=1e-2"
+    if $TRAIN $C $FAST $G save_checkpoint=$T/g.safetensors > $T/run.out 2>&1 &&
+       $TRAIN export-hf $T/g.safetensors $T/ghf >> $T/run.out 2>&1 &&
+       $TRAIN $C $FAST $G load_checkpoint=$T/g.safetensors sample_length=57 'prompt=ROMEO:\n' \
+           decode_sampling_strategy=greedy > $T/run.out 2>&1; then
+        sed -n '/^---- sample/,/^----$/{/^----/d;p;}' $T/run.out > $T/greedy.txt
+        tally "$preset greedy" "$PYTHON" tests/hf/generate.py $T/ghf 82,79,77,69,79,58,10 $T/greedy.txt
+    else
+        fail "$preset greedy: $(grep meshmoe: $T/run.out | tail -1)"
+    fi
+    rm -rf $T/g.safetensors $T/ghf
 done
 echo "== trainer/hf_defaults.c: the config classes' defaults, as transformers has them (tests/hf/defaults.py)"
 tally "tests/hf/defaults.py" "$PYTHON" tests/hf/defaults.py trainer/hf_defaults.c

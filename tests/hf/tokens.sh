@@ -10,7 +10,8 @@
 # the file holds the tokenizer's ids (read here with struct) and they decode to the text; the
 # trainer trains on it (hf-preset, load_hf, dataset_path) and every row of its first batch
 # (the parity dump's batch/inputs) is a run of those ids; sample_length's printed ids decode
-# with `decode` to a piece of the text. Then the refusals. Ends with `N passed, N failed`.
+# with `decode` to a piece of the text, and a piece of it made ids by `ids` prompts the sample.
+# Then the refusals. Ends with `N passed, N failed`.
 set -u
 cd "$(dirname "$0")/../.."
 source tests/lib.sh
@@ -92,6 +93,15 @@ EOF
         check "$name: sample_length's ids decode, the prompt a piece of the text: '${said:0:70}'" \
             "$PYTHON" -c 'import sys; sys.exit(not sys.argv[1] or sys.argv[1] not in open(sys.argv[2], encoding="utf-8").read())' \
             "$prompt" $text
+        # The other way: a text of the same tokens as the prompt key's ids (hf_tokens.py ids),
+        # the sample starting with them, and decoding back to that text.
+        piece=$(head -c 300 $text | tr -s ' \n' ' ' | cut -d' ' -f3-6)
+        ids=$("$PYTHON" data/hf_tokens.py ids $d "$piece" 2>&1)
+        $TRAIN $T/gen.yml $FAST steps=1 load_hf=$d dataset_path=$T/$name.bin sample_length=4 "prompt=$ids" > $T/run.out 2>&1
+        printed=$(grep -A1 -- '---- sample' $T/run.out | tail -1)
+        said=$("$PYTHON" data/hf_tokens.py decode $d "${printed%% |*}" 2>&1)
+        check "$name: prompt=$ids ('$piece', hf_tokens.py ids): the sample starts with them, decoding to '$said'" \
+            bash -c '[ -n "$2" ] && [ "${1%% |*}" = "$2" ] && [ "${3%$4}" != "$3" ]' _ "$printed" "$ids" "$said" "$piece"
     else
         fail "$name: training on it: $(cat $T/gen.err; grep meshmoe: $T/run.out | tail -1)"
     fi
