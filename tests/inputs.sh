@@ -364,14 +364,19 @@ EOF
 refused "export-hf of a checkpoint without decoder_norm/scale into a new directory" "decoder/decoder_norm/scale" \
     $TRAIN export-hf "$T/notensor.safetensors" "$OUT/hf"
 # Metadata as versions before the wsd schedule wrote it: the final fraction under its earlier
-# name (MaxText's cosine_learning_rate_final_fraction), no lr_schedule_type nor wsd keys.
+# name (MaxText's cosine_learning_rate_final_fraction), no lr_schedule_type nor wsd keys, and
+# none of the sample's decode keys (prompt, decode_sampling_*).
 set_meta "$T/ck.safetensors" "$T/old1.safetensors" config/learning_rate_final_fraction -
 set_meta "$T/old1.safetensors" "$T/old2.safetensors" config/cosine_learning_rate_final_fraction 0.1
 set_meta "$T/old2.safetensors" "$T/old3.safetensors" config/lr_schedule_type -
 set_meta "$T/old3.safetensors" "$T/old4.safetensors" config/wsd_decay_steps_fraction -
-set_meta "$T/old4.safetensors" "$T/old.safetensors" config/wsd_decay_style -
+set_meta "$T/old4.safetensors" "$T/old5.safetensors" config/wsd_decay_style -
+set_meta "$T/old5.safetensors" "$T/old6.safetensors" config/prompt -
+set_meta "$T/old6.safetensors" "$T/old7.safetensors" config/decode_sampling_strategy -
+set_meta "$T/old7.safetensors" "$T/old8.safetensors" config/decode_sampling_top_k -
+set_meta "$T/old8.safetensors" "$T/old.safetensors" config/decode_sampling_nucleus_p -
 out=$($TRAIN $C $FAST steps=2 learning_rate_schedule_steps=1 load_checkpoint=$T/old.safetensors 2>&1)
-check "a checkpoint of the earlier keys (cosine_learning_rate_final_fraction, no wsd keys) resumes: \
+check "a checkpoint of the earlier keys (cosine_learning_rate_final_fraction, no wsd or decode keys) resumes: \
 $(printf '%s\n' "$out" | grep -m1 '| loss' | cut -c1-60)" [ "$(printf '%s\n' "$out" | grep -c '| loss')" -eq 1 ]
 
 echo "-- one command's paths against each other: no output is an input or another output"
