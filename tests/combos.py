@@ -6,7 +6,8 @@ combinations of them (a seed makes the draw, so a run is repeatable) and checks,
 
   mesh    the model options on one device, then with a mesh and switches that keep the bits
           (trainer/rows.c's "bit" rows, remat, offload, scan, shard_mode, ...): the losses and
-          grad norms of 3 steps bit-identical, and the sample's text one device's;
+          grad norms of 3 steps bit-identical, and the sample's text one device's (a drawn
+          decode strategy, temperature and prompt: draw_sample);
   resume  2 of 4 steps on one mesh with switches, saved, then 2 more resumed on another mesh
           with other switches: the 4 losses and grad norms those of one device's 4 steps;
   plan    the dry-run planner (dry_run=true) against the measured step: every device's peak
@@ -187,9 +188,23 @@ class Trainer:
 
 
 def sample_text(out):
-    """The sample's text in a run's output (the line after its header), or None."""
-    m = re.search(r"^---- sample [^\n]*\n([^\n]*)\n", out, re.M)
+    """The sample's text in a run's output (its lines between the header and "----"), or None."""
+    m = re.search(r"^---- sample [^\n]*\n(.*?)\n----$", out, re.M | re.S)
     return m.group(1) if m else None
+
+
+def draw_sample(desc):
+    """The sample's keys for a combination: 12 tokens by one of MaxText's decode strategies at a
+    drawn temperature, after a prompt or the held-out text's start. Drawn from desc, the
+    combination's own text, so that the main draws (and what a seed tests) stay as they were."""
+    srng = random.Random(desc)
+    s = ["sample_length=12", f"sample_temperature={srng.choice(['0.5', '0.8', '2'])}"]
+    strategy = srng.choice(["weighted", "greedy", "topk", "nucleus"])
+    s.append(f"decode_sampling_strategy={strategy}")
+    if strategy == "topk": s.append(f"decode_sampling_top_k={srng.choice([1, 2, 5, 40])}")
+    if strategy == "nucleus": s.append(f"decode_sampling_nucleus_p={srng.choice(['0.3', '0.9', '1'])}")
+    prompt = srng.choice([None, "prompt=ROMEO:\\n", "prompt=[84][104][101][32]"])
+    return s + ([prompt] if prompt else [])
 
 
 def steps(rows):
@@ -260,7 +275,8 @@ def one_mpi(rng, t, mpi):
         os.mkdir(os.path.join(t.tmp, "mpi"))
         t.mpi = Trainer(mpi, os.path.join(t.tmp, "mpi"), MPIRUN)
     n = 4 if resume else 3
-    sample = [] if resume else ["sample_length=12"]
+    sample = [] if resume else draw_sample(desc)
+    if sample: desc += " | sample: " + " ".join(sample[1:])
     base, why = (t.run(model + [f"steps={n}", f"per_device_batch_size={GLOBAL_BATCH // ga}"] + FAST) if resume
                  else t.run(model + mesh + [f"steps={n}"] + FAST + sample))
     if base is None: return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
@@ -305,7 +321,8 @@ def one(mode, rng, t, tmp):
         return "FAIL", desc, "\n      ".join(diff) or "no peaks written"
     n = 4 if mode == "resume" else 3
     # mesh mode samples too: on every mesh the text is one device's (docs/pipeline.md#the-sample)
-    sample = ["sample_length=12"] if mode == "mesh" else []
+    sample = draw_sample(desc) if mode == "mesh" else []
+    if sample: desc += " | sample: " + " ".join(sample[1:])
     base, why = t.run(model + [f"steps={n}", f"per_device_batch_size={GLOBAL_BATCH // ga}"] + FAST + sample)
     if base is None:
         return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
