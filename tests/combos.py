@@ -14,7 +14,8 @@ combinations of them (a seed makes the draw, so a run is repeatable) and checks,
           bytes, peak by tag and live bytes by tag, byte for byte;
   gpu     (not in "all"; --gpu-train build/train_emu, or ./train_gpu on a GPU) the same
           combination trained by ./train and with device=gpu (the ordered GEMM and the default
-          attention): 2 steps' losses and grad norms bit-identical, and every device's peaks.
+          attention): 2 steps' losses and grad norms bit-identical, every device's peaks, and the
+          sample's text (a drawn decode strategy, as mesh's).
   mpi     (not in "all"; ./train_mpi under mpirun, make mpi) the mesh mode's combination with
           one of its axes cut in two between 2 processes (dcn_X=2, ici_X halved): 3 steps'
           losses and grad norms bit-identical to ./train on the same global mesh, and the
@@ -220,17 +221,23 @@ def peaks(rows):
 
 
 def one_gpu(rng, t, gpu):
-    """./train against device=gpu on one combination."""
+    """./train against device=gpu on one combination: the losses, the peaks and the sample's text."""
     preset, o, ga, context, model = draw_model(rng)
     args = (model + [a for a in draw_mesh(rng, preset, o, ga, context) if not a.startswith("matmul_impl")]
             + ["steps=2"] + FAST)
     desc = " ".join(args[:-len(FAST)])
-    cpu, why = t.run(args)
+    sample = draw_sample(desc)
+    desc += " | sample: " + " ".join(sample[1:])
+    cpu, why = t.run(args + sample)
     if cpu is None: return ("FAIL" if why.startswith("CRASH") else "refused"), desc, why
-    dev, why = Trainer(gpu, t.tmp).run(args + ["device=gpu"])
+    text = sample_text(t.out)
+    g = Trainer(gpu, t.tmp)
+    dev, why = g.run(args + sample + ["device=gpu"])
     if dev is None: return "FAIL", desc, "device=gpu: " + why
     if steps(cpu) != steps(dev) or len(steps(cpu)) != 2:
         return "FAIL", desc, f"./train    {steps(cpu)}\n      device=gpu {steps(dev)}"
+    if text is None or sample_text(g.out) != text:
+        return "FAIL", desc, f"sample: ./train    {text!r}\n      device=gpu {sample_text(g.out)!r}"
     if peaks(cpu) != peaks(dev):
         return "FAIL", desc, "peaks differ:\n      " + "\n      ".join(
             f"{x}\n      {y}" for x, y in zip(peaks(cpu), peaks(dev)) if x != y)
