@@ -82,7 +82,7 @@ build/corpus.txt: $(wildcard README.md *.c $(foreach d,$(SRC_DIRS),$(d)/*.[ch]))
 corpus: build/corpus.txt
 
 run: train build/corpus.txt
-	./train configs/mixtral-tiny.yml dataset_path=build/corpus.txt
+	./train configs/mixtral-tiny.yml dataset_path=build/corpus.txt save_checkpoint=build/run.safetensors
 
 unit: $(TESTS)
 	@for t in $(TESTS); do echo "== $$t"; ./$$t || exit 1; done
