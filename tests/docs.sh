@@ -3,9 +3,9 @@
 # every `docs/NAME.md#section` cited from code, scripts or docs names a file of the
 # repository and a heading in it; every `file.c:function` (or .h, .cu) that the docs cite names a
 # function defined in that file; no doc cites code by line number; every key of the
-# sweep's table (trainer/rows.c) has its section in docs/optimizations.md; and the key table
-# of docs/config.md is what ./train --help-config --markdown prints (the one check that
-# needs the build).
+# sweep's table (trainer/rows.c) has its section in docs/optimizations.md; the key table of
+# docs/config.md is what ./train --help-config --markdown prints; and every ./train command of
+# the course's exercises runs as its text says (the two checks that need the build).
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -77,6 +77,23 @@ for key in $(grep -oE '^    \{"[0-9]+", "[a-z0-9_]+"' trainer/rows.c | sed -E 's
 done
 check "every key of trainer/rows.c has a section in docs/optimizations.md: ${missing[*]:-all do}" [ ${#missing[@]} -eq 0 ]
 
+# exercises FILE...: the ./train commands of each file's "## Exercises" section, a line each:
+# FILE, "refused" where the text goes on to say the trainer refuses it (else "runs"), COMMAND.
+exercises() {
+    python3 - "$@" <<'PY'
+import re, sys
+for f in sys.argv[1:]:
+    text = open(f).read()
+    at = text.find("\n## Exercises")
+    if at < 0: continue
+    section = text[at + 1:].split("\n## ")[0]   # to the next section, or the end
+    flat = re.sub(r"\s+", " ", section)
+    for m in re.finditer(r"`(\./train [^`]*)`", flat):
+        refused = "refuses" in flat[m.end():m.end() + 80]
+        print(f"{f}\t{'refused' if refused else 'runs'}\t{m.group(1)}")
+PY
+}
+
 # 6. The key table of docs/config.md, from base/config_keys.def through the binary.
 TRAIN=${TRAIN:-./train}
 written=$(awk '$0 == "<!-- /keys -->" { on = 0 } on { print } $0 == "<!-- keys -->" { on = 1 }' docs/config.md)
@@ -84,5 +101,24 @@ printed=$($TRAIN --help-config --markdown 2>&1)
 first=$(diff <(printf '%s\n' "$written") <(printf '%s\n' "$printed") | grep -m2 '^[<>]' | cut -c1-160 | tr '\n' ' ')
 check "docs/config.md's key table is what $TRAIN --help-config --markdown prints (DOCS_PARTS=keys make docs rewrites it)${first:+: $first}" \
     [ -n "$printed" -a "$written" = "$printed" ]
+
+# 7. Every ./train command the course's exercises give runs as the text says: status 0, or
+# where the text says the trainer refuses it, one "meshmoe:" message and status 1. Their
+# /tmp/ paths go to a scratch folder (a _IMPL placeholder: one of its values, ppermute).
+EX=$(mktemp -d /tmp/meshmoe-exercises.XXXXXX)
+bad=(); n=0
+while IFS=$'\t' read -r f want cmd; do
+    n=$((n + 1))
+    cmd=${cmd//\/tmp\//$EX/}; cmd=${cmd//_IMPL/_ppermute}; cmd=${cmd/#.\/train/$TRAIN}
+    out=$(timeout 120 bash -c "$cmd" 2>&1 < /dev/null); rc=$?
+    msgs=$(printf '%s\n' "$out" | grep -c '^meshmoe: .*\(refuse\|must\|set \|only\)' || true)
+    case $want in
+    runs) [ $rc -eq 0 ] || bad+=("$f: '$cmd' exited $rc: $(printf '%s\n' "$out" | grep 'meshmoe:' | tail -1)") ;;
+    refused) [ $rc -eq 1 ] && [ "$msgs" -eq 1 ] || bad+=("$f: '$cmd' should be refused with one message: exit $rc, $msgs") ;;
+    esac
+done < <(exercises $(printf '%s\n' $MD | grep '^docs/'))
+rm -rf "$EX"
+check "the course's $n exercise commands run as their text says (or are refused where it says so): ${bad[*]:-all do}" \
+    [ $n -gt 0 -a ${#bad[@]} -eq 0 ]
 
 summary

@@ -188,7 +188,7 @@ lane_b() {
     part "OpenBLAS runs kernels as wide as the CPU's vectors" bash tests/blas_kernels.sh
     part "function lengths: none over 80 lines" bash tests/funclen.sh
     part "layers: no include points up (README.md#layers-and-a-reading-order)" bash tests/layers.sh
-    part "docs: links, sections and file:function citations resolve" bash tests/docs.sh
+    part "docs: links, sections and file:function citations resolve; the course's exercises run" bash tests/docs.sh
     part "Hugging Face export and load_hf: bit-for-bit round trip" bash tests/hf.sh
     part "bad inputs, saves, signals, full disks (docs/reliability.md)" bash tests/inputs.sh
     part "random combinations of options, meshes and switches: bits, resumes, plans (make combos: more)" \
