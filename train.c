@@ -256,11 +256,11 @@ static void start_mesh(Mesh *mesh, const Config *c) {
 typedef struct { const Config *c; uint32_t *tokens; size_t ntok; DataLoader dl; int *prompt, nprompt; } Data;
 static void load_data(void *arg) {
     Data *d = arg;
-    d->tokens = data_load(d->c->dataset_path, &d->ntok);
+    int bytes;
+    d->tokens = data_load_as(d->c->dataset_path, &d->ntok, &bytes);
     data_check_vocab(d->tokens, d->ntok, d->c->vocab_size, d->c->dataset_path);
     loader_init(&d->dl, d->tokens, d->ntok, d->c->max_target_length, d->c->eval_fraction);
-    // (a token file of vocab_size 256 holds bytes too, as ./train prepare writes them)
-    int bytes = data_tokens_are_bytes(d->c->dataset_path) || d->c->vocab_size == 256;
+    bytes = bytes || d->c->vocab_size == 256;   // (a token file of vocab 256 holds bytes, as ./train prepare writes)
     d->nprompt = sampling_prompt(d->c->prompt, d->c->vocab_size, bytes, NULL);
     d->prompt = malloc(sizeof(int) * (size_t)(d->nprompt + 1));
     if (!d->prompt) die("host out of memory for the prompt");

@@ -181,15 +181,14 @@ static int is_token_file(const char *path) {
     return (got == 1 && (magic == TOKFILE_MAGIC || magic == TOKFILE_MAGIC32)) || ends_with(path, ".bin");
 }
 
-uint32_t *data_load(const char *dataset_path, size_t *n) {
+uint32_t *data_load_as(const char *dataset_path, size_t *n, int *bytes) {
+    int text = !strcmp(dataset_path, "synthetic") || !is_token_file(dataset_path);
+    if (bytes) *bytes = text;
     if (!strcmp(dataset_path, "synthetic")) return synthetic_tokens(200000, 0x5eedULL, n);
-    if (is_token_file(dataset_path)) return tokfile_read(dataset_path, n);
-    return text_read_bytes(dataset_path, n);
+    return text ? text_read_bytes(dataset_path, n) : tokfile_read(dataset_path, n);
 }
 
-int data_tokens_are_bytes(const char *dataset_path) {
-    return !strcmp(dataset_path, "synthetic") || !is_token_file(dataset_path);
-}
+uint32_t *data_load(const char *dataset_path, size_t *n) { return data_load_as(dataset_path, n, NULL); }
 
 void data_check_vocab(const uint32_t *tok, size_t n, int vocab, const char *path) {
     for (size_t i = 0; i < n; i++)

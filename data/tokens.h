@@ -30,8 +30,9 @@ uint32_t *synthetic_tokens(size_t n_target, uint64_t seed, size_t *n);
 // dataset_path as the config gives it: "synthetic", a token file (starts with either
 // magic or ends in .bin), or else a byte-level text.
 uint32_t *data_load(const char *dataset_path, size_t *n);
-// Whether dataset_path's tokens are bytes (a text, or the synthetic corpus), not a token file's ids.
-int data_tokens_are_bytes(const char *dataset_path);
+// The same, and *bytes (if not NULL): 1 where the tokens are bytes (a text, or the synthetic
+// corpus), 0 for a token file's ids.
+uint32_t *data_load_as(const char *dataset_path, size_t *n, int *bytes);
 // Dies if any token is >= vocab (naming the first such token and where it is).
 void data_check_vocab(const uint32_t *tok, size_t n, int vocab, const char *path);
 // An FNV-1a hash of the n tokens' values: two copies of a data set compared without sending it.

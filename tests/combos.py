@@ -196,8 +196,8 @@ def sample_text(out):
 
 def draw_sample(desc):
     """The sample's keys for a combination: 12 tokens by one of MaxText's decode strategies at a
-    drawn temperature, after a prompt or the held-out text's start. Drawn from desc, the
-    combination's own text, so that the main draws (and what a seed tests) stay as they were."""
+    drawn temperature, after a prompt or the held-out text's start. Drawn from a generator seeded
+    with desc, the combination's own text: the combination's draws do not depend on them."""
     srng = random.Random(desc)
     s = ["sample_length=12", f"sample_temperature={srng.choice(['0.5', '0.8', '2'])}"]
     strategy = srng.choice(["weighted", "greedy", "topk", "nucleus"])

@@ -111,7 +111,7 @@ while IFS=$'\t' read -r f want cmd; do
     n=$((n + 1))
     cmd=${cmd//\/tmp\//$EX/}; cmd=${cmd//_IMPL/_ppermute}; cmd=${cmd/#.\/train/$TRAIN}
     out=$(timeout 120 bash -c "$cmd" 2>&1 < /dev/null); rc=$?
-    msgs=$(printf '%s\n' "$out" | grep -c '^meshmoe: .*\(refuse\|must\|set \|only\)' || true)
+    msgs=$(printf '%s\n' "$out" | grep -c '^meshmoe: ' || true)
     case $want in
     runs) [ $rc -eq 0 ] || bad+=("$f: '$cmd' exited $rc: $(printf '%s\n' "$out" | grep 'meshmoe:' | tail -1)") ;;
     refused) [ $rc -eq 1 ] && [ "$msgs" -eq 1 ] || bad+=("$f: '$cmd' should be refused with one message: exit $rc, $msgs") ;;

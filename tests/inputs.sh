@@ -153,11 +153,13 @@ refused "sweep sweep_only=," "sweep_only: ',' names no row" $TRAIN sweep $C swee
 echo "-- the sample's prompt and decode keys (trainer/sampling.h)"
 refused "prompt=[300]" "prompt: token 300, at position 1, is outside the vocabulary (vocab_size=256)" \
     $TRAIN $C $FAST sample_length=8 "prompt=[300]"
+refused "prompt=[65][99999999999999999999]" "prompt: token 99999999999999999999, at position 2, is outside the vocabulary" \
+    $TRAIN $C $FAST sample_length=8 "prompt=[65][99999999999999999999]"
 printf 'ROMEO:\nWhat light through yonder window breaks?\n%.0s' $(seq 1 200) > "$T/play.txt"
 $TRAIN prepare "$T/play.txt" "$T/play.bin" > /dev/null
 refused "prompt=ROMEO with a token file and vocab_size=300" "is a text, and this data's tokens are not bytes" \
     $TRAIN $C $FAST sample_length=8 dataset_path="$T/play.bin" vocab_size=300 prompt=ROMEO
-refused "vocab_size=128 prompt=é" "prompt: byte 0xc3 at character 1 is outside the vocabulary (vocab_size=128)" \
+refused "vocab_size=128 prompt=é" "prompt: byte 0xc3, its token 1, is outside the vocabulary (vocab_size=128)" \
     $TRAIN $C $FAST sample_length=8 dataset_path="$T/play.txt" vocab_size=128 prompt=é
 refused "prompt=ROMEO sample_length=0" "sample_length=0 prints none" $TRAIN $C $FAST prompt=ROMEO
 refused "decode_sampling_strategy=topk" "it must be in [1, vocab_size = 256], got 0" \
@@ -165,6 +167,9 @@ refused "decode_sampling_strategy=topk" "it must be in [1, vocab_size = 256], go
 refused "decode_sampling_top_k=5" "decode_sampling_top_k=5 is read only by decode_sampling_strategy=topk" \
     $TRAIN $C $FAST decode_sampling_top_k=5
 refused "decode_sampling_strategy=nucleus" "it must be in (0, 1], got -1" $TRAIN $C $FAST decode_sampling_strategy=nucleus
+refused "decode_sampling_strategy=composite (MaxText's top-k then nucleus)" \
+    "decode_sampling_strategy=composite is MaxText's, which meshmoe does not have" \
+    $TRAIN $C $FAST decode_sampling_strategy=composite
 refused "decode_sampling_strategy=nucleus decode_sampling_nucleus_p=1.5" \
     "decode_sampling_nucleus_p must be in [-1, 1] (-1 = not set; nucleus needs it in (0, 1]), got 1.5" \
     $TRAIN $C $FAST decode_sampling_strategy=nucleus decode_sampling_nucleus_p=1.5

@@ -73,6 +73,19 @@ static void test_nucleus(void) {
     const double ut[] = {0.5, 0.7, 0.999};
     const int kept[] = {0, 1, 2};
     expect("nucleus 0.6 with a tie at its edge: both kept", SAMPLING_NUCLEUS, 0, 0.6f, 1, tie, ut, kept, 3);
+    // A mass reached exactly: logits 0 -200 -200 -200, whose softmax in double is 1 then 3e-87
+    // each; the running sum is 1 at the first, which meets p = 1 (MaxText counts the sums below
+    // p), so only token 0 is kept, where at temperature 100 all four would weigh 1, 0.14 each.
+    const float far[4] = {0, -200, -200, -200};
+    const double uf[] = {0.5, 0.999};
+    const int first0[] = {0, 0};
+    expect("nucleus 1 reached exactly at the first logit: it alone", SAMPLING_NUCLEUS, 0, 1.0f, 100, far, uf, first0, 2);
+    // A NaN among the logits (a diverged model) is ranked below every number: tokens 2 and 3
+    // kept, weights 1 and e^-1 in index order, running sums 0.731, 1.
+    const float nan4[4] = {NAN, 1, 3, 2};
+    const double un[] = {0.3, 0.8};
+    const int top2n[] = {2, 3};
+    expect("topk 2 with a NaN logit: the two largest numbers", SAMPLING_TOPK, 2, -1, 1, nan4, un, top2n, 2);
 }
 
 // Draws at 1000 evenly spaced u: each token chosen in proportion to its probability, exactly.

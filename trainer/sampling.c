@@ -11,8 +11,10 @@
 #include "trainer/sampling.h"
 #include "core/common.h"
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 SamplingRule sampling_rule(const Config *c) {
     SamplingRule r = {c->decode_sampling_strategy, c->decode_sampling_top_k, c->decode_sampling_nucleus_p,
@@ -22,10 +24,12 @@ SamplingRule sampling_rule(const Config *c) {
 
 typedef struct { float z; int i; } Logit;
 
-// Largest first; on a tie, the lower index first.
+// Largest first; on a tie, the lower index first; a NaN (a diverged model's) below every
+// number, so that the order is total, as qsort needs.
 static int larger_first(const void *a, const void *b) {
     const Logit *x = a, *y = b;
-    if (x->z != y->z) return x->z < y->z ? 1 : -1;
+    float zx = isnan(x->z) ? -INFINITY : x->z, zy = isnan(y->z) ? -INFINITY : y->z;
+    if (zx != zy) return zx < zy ? 1 : -1;
     return x->i - y->i;
 }
 
@@ -102,9 +106,11 @@ static int prompt_ids(const char *text, int vocab, int *out) {
     int n = 0;
     for (const char *t = text; *t; t++) {
         if (*t != '[') continue;
-        long id = strtol(t + 1, NULL, 10);   // (digits only: is_ids checked)
+        int digits = (int)strspn(t + 1, "0123456789");   // (digits only: is_ids checked)
+        long id = digits > 9 ? LONG_MAX : strtol(t + 1, NULL, 10);
         if (id >= vocab)
-            die("prompt: token %ld, at position %d, is outside the vocabulary (vocab_size=%d)", id, n + 1, vocab);
+            die("prompt: token %.*s, at position %d, is outside the vocabulary (vocab_size=%d)", digits, t + 1, n + 1,
+                vocab);
         if (out) out[n] = (int)id;
         n++;
     }
@@ -120,8 +126,7 @@ static int prompt_bytes(const char *text, int vocab, int *out) {
             b = *t == 'n' ? '\n' : *t == 't' ? '\t' : '\\';
         }
         if (b >= vocab)
-            die("prompt: byte 0x%02x at character %d is outside the vocabulary (vocab_size=%d)", b,
-                (int)((const char *)t - text) + 1, vocab);
+            die("prompt: byte 0x%02x, its token %d, is outside the vocabulary (vocab_size=%d)", b, n + 1, vocab);
         if (out) out[n] = b;
         n++;
     }
