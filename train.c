@@ -261,10 +261,9 @@ static void load_data(void *arg) {
     data_check_vocab(d->tokens, d->ntok, d->c->vocab_size, d->c->dataset_path);
     loader_init(&d->dl, d->tokens, d->ntok, d->c->max_target_length, d->c->eval_fraction);
     bytes = bytes || d->c->vocab_size == 256;   // (a token file of vocab 256 holds bytes, as ./train prepare writes)
-    d->nprompt = sampling_prompt(d->c->prompt, d->c->vocab_size, bytes, NULL);
-    d->prompt = malloc(sizeof(int) * (size_t)(d->nprompt + 1));
+    d->prompt = malloc(sizeof(int) * (strlen(d->c->prompt) + 1));   // (a token a character at most)
     if (!d->prompt) die("host out of memory for the prompt");
-    sampling_prompt(d->c->prompt, d->c->vocab_size, bytes, d->prompt);
+    d->nprompt = sampling_prompt(d->c->prompt, d->c->vocab_size, bytes, d->prompt);
 }
 
 // Over several processes, once every one has loaded its data: each host's copy of the file

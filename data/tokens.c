@@ -182,9 +182,9 @@ static int is_token_file(const char *path) {
 }
 
 uint32_t *data_load_as(const char *dataset_path, size_t *n, int *bytes) {
-    int text = !strcmp(dataset_path, "synthetic") || !is_token_file(dataset_path);
+    int synthetic = !strcmp(dataset_path, "synthetic"), text = synthetic || !is_token_file(dataset_path);
     if (bytes) *bytes = text;
-    if (!strcmp(dataset_path, "synthetic")) return synthetic_tokens(200000, 0x5eedULL, n);
+    if (synthetic) return synthetic_tokens(200000, 0x5eedULL, n);
     return text ? text_read_bytes(dataset_path, n) : tokfile_read(dataset_path, n);
 }
 
