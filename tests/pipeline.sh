@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/pipeline.sh: pipeline parallelism over 'stage' (pipeline/) must not change the math:
-# 5 training steps on pipelined meshes give every step's loss with the same bits (float32,
+# 5 training steps (MESH_STEPS) on pipelined meshes give every step's loss with the same bits (float32,
 # hex) as one device with the same global batch; across stage counts, microbatch counts
 # (M = P and 2P), repeats (R = 1 and 2), both rotations (ppermute, slice), both schedules
 # (gpipe, 1f1b), both remat save-lists, and stage=2 combined with fsdp=2 (and ag_once), with
@@ -17,7 +17,8 @@ source tests/lib.sh
 TRAIN=train_with_args   # $TRAIN (./train) with $TRAIN_ARGS (tests/lib.sh)
 T=$(mktemp -d /tmp/meshmoe-pp.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-FAST="steps=5 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100"
+STEPS=${MESH_STEPS:-5}   # steps per run (tests/strict.sh runs fewer: a host access shows in any step)
+FAST="steps=$STEPS sample_length=0 eval_steps=1 eval_interval=0 max_target_length=32 log_period=100"
 
 run_losses() {   # run_losses NAME ARGS...: prints the loss bits of every step
     local name=$1; shift
@@ -33,7 +34,7 @@ compare() {   # compare LABEL BASE_LOSSES ARGS... (read from stdin: NAME ARGS pe
         [ -z "$name" ] && continue
         got=$(run_losses x "$@" $args)
         printf '  %-44s %s\n' "$name" "$got"
-        check "$label $name: 5 losses bit-identical to 1 device" [ "$got" = "$base" ]
+        check "$label $name: $STEPS losses bit-identical to 1 device" [ "$got" = "$base" ]
     done
 }
 

@@ -45,8 +45,10 @@ say() { { flock 9; printf '%s\n' "$1"; } 9> "$RUN/lock"; }
 broken() { echo "0 1 $1" >> "$RUN/counts"; }
 run_part() {   # run_part NAME COMMAND...
     local name=$1; shift
-    local out rc t0=$SECONDS
-    out=$("$@" 2>&1); rc=$?
+    local out rc t0=$SECONDS cpu TIMEFORMAT='%U %S'
+    # (bash's time: the part's user and system seconds, its child processes' included)
+    out=$( { time "$@" 2>&1; } 2> "$RUN/cpu.${LANE:-x}" ); rc=$?
+    cpu=$(awk '{printf "%.0f", $1 + $2}' "$RUN/cpu.${LANE:-x}" 2> /dev/null)
     local line pass=0 fail=0 why=""
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1)
     if [ -z "$line" ]; then
@@ -56,8 +58,8 @@ run_part() {   # run_part NAME COMMAND...
         if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=1; why="$name (exit $rc)"; fi
     fi
     # (when it ended, counted from the start of make test: how busy each lane kept to the end)
-    say "$(printf '==== %s\n%s\n(took %d s; ended %d s into make test, lane %s)' "$name" "$out" $((SECONDS - t0)) \
-        $SECONDS "${LANE:-}")"
+    say "$(printf '==== %s\n%s\n(took %d s, %s s of CPU; ended %d s into make test, lane %s)' "$name" "$out" \
+        $((SECONDS - t0)) "${cpu:-?}" $SECONDS "${LANE:-}")"
     echo "$pass $fail $why" >> "$RUN/counts"
 }
 
@@ -207,5 +209,10 @@ while read -r pass fail why; do
     [ -n "$why" ] && echo "broken: $why"
 done < "$RUN/counts"
 echo "make test: $SECONDS s"
+# (every process it started, the builds included: user and system seconds, and the mean
+# number of cores kept busy)
+times > "$RUN/times"   # (in this shell: a pipeline's subshell would count its own children)
+tail -1 "$RUN/times" | awk -v wall=$SECONDS '{u = $1; s = $2; gsub(/s/, "", u); gsub(/s/, "", s); split(u, a, "m"); split(s, b, "m");
+    c = a[1] * 60 + a[2] + b[1] * 60 + b[2]; printf "CPU: %.0f s user, %.0f s system, %.2f cores busy\n", a[1] * 60 + a[2], b[1] * 60 + b[2], wall ? c / wall : 0}'
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

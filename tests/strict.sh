@@ -88,7 +88,7 @@ planted memcpy "read|wrote" "all-reduce pieces" ici_data_parallelism=2 num_devic
 echo "== the end-to-end, mesh, pipeline and checkpoint tests under device=cpu_strict"
 for s in e2e mesh pipeline checkpoint; do
     t0=$SECONDS
-    # MESH_STEPS: the mesh test's runs take 2 steps rather than 5 here; the second step already
+    # MESH_STEPS: the mesh and pipeline tests' runs take 2 steps rather than 5 here; the second step already
     # runs every kernel and collective the later ones do.
     MESH_STEPS=2 TRAIN_ARGS=device=cpu_strict bash tests/$s.sh > $T/$s.txt 2>&1
     rc=$?
