@@ -259,6 +259,9 @@ static void load_data(void *arg) {
     int bytes;
     d->tokens = data_load_as(d->c->dataset_path, &d->ntok, &bytes);
     data_check_vocab(d->tokens, d->ntok, d->c->vocab_size, d->c->dataset_path);
+    uint64_t hash = data_hash(d->tokens, d->ntok);
+    checkpoint_set_dataset(d->ntok, hash);   // (the "dataset" metadata of this run's saves)
+    if (d->c->load_checkpoint[0] && !d->c->dry_run) checkpoint_check_dataset(d->c, d->c->load_checkpoint, d->ntok, hash);
     loader_init(&d->dl, d->tokens, d->ntok, d->c->max_target_length, d->c->eval_fraction);
     bytes = bytes || d->c->vocab_size == 256;   // (a token file of vocab 256 holds bytes, as ./train prepare writes)
     d->prompt = malloc(sizeof(int) * (strlen(d->c->prompt) + 1));   // (a token a character at most)
@@ -618,9 +621,13 @@ static void stop_on_signal(const DeviceRun *d, int sig) {
     if (c->save_checkpoint[0]) checkpoint_save(&d->m, c->save_checkpoint);   // every device (a collective)
     if (!d->talk) return;
     fflush(stdout);
-    fprintf(stderr, "meshmoe: stopped by %s after step %d of %d; %s%s\n", signal_name(sig), d->m.step, c->steps,
-            c->save_checkpoint[0] ? "checkpoint saved to " : "no checkpoint saved (save_checkpoint is not set)",
-            c->save_checkpoint);
+    // (m.step: the steps done, the next one's number in the log's count from 0)
+    if (c->save_checkpoint[0])
+        fprintf(stderr, "meshmoe: stopped by %s after %d of %d steps; checkpoint saved to %s (a resume goes on at step %d)\n",
+                signal_name(sig), d->m.step, c->steps, c->save_checkpoint, d->m.step);
+    else
+        fprintf(stderr, "meshmoe: stopped by %s after %d of %d steps; no checkpoint saved (save_checkpoint is not set)\n",
+                signal_name(sig), d->m.step, c->steps);
 }
 
 // A sample from the model (trainer/sample.c: on every mesh, one device's text).
@@ -643,13 +650,18 @@ static void run_end(DeviceRun *d) {
     if (!d->first_eval_done) d->first_eval = last_eval;
     if (d->talk) {
         printf("step %5d | eval loss %.4f (first %.4f)\n", d->m.step, last_eval, d->first_eval);
-        printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device; "
-               "last training step peak %zu bytes\n", dev->mark_total, dev->mark[MEM_TEMP],
-               dev->mark[MEM_ACTIVATIONS], d->Be, d->stats[d->id].peak_total);
+        printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device",
+               dev->mark_total, dev->mark[MEM_TEMP], dev->mark[MEM_ACTIVATIONS], d->Be);
+        if (d->first_eval_done) printf("; last training step peak %zu bytes", d->stats[d->id].peak_total);
+        printf("\n");
     }
     if (c->save_checkpoint[0]) {
         checkpoint_save(&d->m, c->save_checkpoint);
         if (d->talk) printf("saved checkpoint %s (step %d)\n", c->save_checkpoint, d->m.step);
+    } else if (d->talk && c->load_checkpoint[0] && d->first_eval_done) {
+        // (a resumed run trains on a checkpoint: without a save, what it trained is gone)
+        printf("no checkpoint saved (save_checkpoint is not set): %s still holds its own step\n",
+               c->load_checkpoint);
     }
     sample(d);
 }
@@ -721,7 +733,8 @@ static void write_dry_metrics(const Config *c, const Mesh *mesh, const DryStep *
 
 // 7. What the run measured: the memory trace if asked, then each device's memory report,
 // or the plan of a dry run (with its metrics line).
-static void report(const Run *run) {
+// Returns 0 for a dry run whose plan does not fit hbm_capacity (main's exit status 2), else 1.
+static int report(const Run *run) {
     const Config *c = run->c;
     Mesh *mesh = run->mesh;
     if (c->memory_trace[0]) {
@@ -732,10 +745,12 @@ static void report(const Run *run) {
     }
     if (c->dry_run && c->metrics_file[0]) write_dry_metrics(c, mesh, &run->dry);
     mesh_collect_devices(mesh);   // over several processes, process 0 reports every device
-    if (c->dry_run) plan_print(mesh, (size_t)c->hbm_capacity);
+    int fits = 1;
+    if (c->dry_run) fits = plan_print(mesh, (size_t)c->hbm_capacity);
     else if (mesh->process == 0)
         for (int d = 0; d < mesh->ndev; d++) mem_print_report(&mesh->devices[d]);
     plan_free(mesh);
+    return fits;
 }
 
 static int cmd_prepare(int argc, char **argv) {
@@ -807,11 +822,11 @@ int main(int argc, char **argv) {
     if (mesh.nprocess > 1) agreed(check_same_data, &data);
     Run run = {&c, &mesh, &data.dl, data.ntok, {0}, data.prompt, data.nprompt};
     run_devices(&run);                                                    // 4-6
-    report(&run);                                                         // 7
+    int fits = report(&run);                                              // 7
     free(run.dry.stats);
     mesh_free(&mesh);
     free(data.tokens);
     free(data.prompt);
     int sig = signals_stop_requested();
-    return sig ? 128 + sig : 0;
+    return sig ? 128 + sig : fits ? 0 : 2;   // (2: a plan over hbm_capacity, for a script to tell)
 }

@@ -229,8 +229,10 @@ static void set_value(Config *c, const KeyDef *k, const char *text, const char *
     case K_INT: {
         errno = 0;
         long x = strtol(v, &end, 10);
-        if (*v == '\0' || isspace((unsigned char)*v) || *end != '\0' || errno || x < -2147483647L || x > 2147483647L)
+        if (*v == '\0' || isspace((unsigned char)*v) || *end != '\0' || (errno && errno != ERANGE))
             die("%s: key '%s' wants an integer, got '%s'", where, k->name, text);
+        if (errno == ERANGE || x < -2147483647L || x > 2147483647L)
+            die("%s: key '%s' = %s is too large: an integer key holds at most 2147483647", where, k->name, text);
         *(int *)field = (int)x;
         break;
     }

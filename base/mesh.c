@@ -317,7 +317,8 @@ void mesh_run_classes(Mesh *mesh, void (*fn)(int dev, void *arg), void *arg, int
     pthread_mutex_unlock(&t.lock);
     for (int k = 0; k < total; k++) pthread_join(th[k], NULL);
     if (all_devices) fprintf(stderr, "dry run: all %d devices planned in %.1f s\n", n, seconds() - t0);
-    else fprintf(stderr, "dry run: %d classes of devices (%d devices) planned in %.1f s\n", total, n, seconds() - t0);
+    else fprintf(stderr, "dry run: %d class%s of devices (%d device%s) planned in %.1f s\n", total, total == 1 ? "" : "es",
+                 n, n == 1 ? "" : "s", seconds() - t0);
     mesh->solo = 0;
     // Every device of a class gets its representative's figures; the blocks stay with it.
     for (int d = 0; d < n; d++) {

@@ -22,6 +22,11 @@ static void check_path_length(const char *key, const char *path) {
     if (strlen(path) + 32 >= PATH_MAX) die("%s '%.64s...' is too long (%zu bytes)", key, path, strlen(path));
 }
 
+int path_join(char *out, size_t cap, const char *dir, const char *name) {
+    size_t n = strlen(dir);
+    return snprintf(out, cap, "%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name);
+}
+
 void check_input_file(const char *key, const char *path) {
     struct stat st;
     check_path_length(key, path);

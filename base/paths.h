@@ -34,6 +34,10 @@
 
 #include <stdio.h>
 
+// DIR/NAME into out (cap bytes, as snprintf, whose count it returns), with one '/' between
+// them where DIR ends in one already ("hf/" and "hf" give "hf/config.json").
+int path_join(char *out, size_t cap, const char *dir, const char *name);
+
 void check_input_file(const char *key, const char *path);
 void check_output_path(const char *key, const char *path);
 void check_output_dir(const char *key, const char *path);

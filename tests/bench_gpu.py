@@ -228,12 +228,13 @@ def describe(preset, path):
 
 def plan(preset):
     """The planner's verdict on meshmoe's run (dry_run=true hbm_capacity=80GB, the same keys),
-    made before any run: "FITS: largest device peak N B (X GiB) ...", or why there is none."""
+    made before any run: "FITS: largest device peak N B (X GiB) ...", "DOES NOT FIT: ..." (exit
+    status 2), or why there is none."""
     r = subprocess.run([TRAIN, f"configs/{preset}.yml", "device=gpu", "dry_run=true", "hbm_capacity=80GB", *EXTRA],
                        cwd=ROOT, capture_output=True, text=True)
     print(f"==== plan {preset}\n{r.stdout}{r.stderr}", file=LOG, flush=True)
     found = re.search(r"^plan: (.*)$", r.stdout, re.M)
-    return found[1] if r.returncode == 0 and found else f"failed (exit {r.returncode}): {last_line(r.stdout + r.stderr)}"
+    return found[1] if r.returncode in (0, 2) and found else f"failed (exit {r.returncode}): {last_line(r.stdout + r.stderr)}"
 
 
 def row(preset, name, res, flops, tokens, peak_tflops, base, times=1):

@@ -6,7 +6,8 @@
 # same tensors, bit for bit (their config metadata names the mesh, so the tensors are
 # compared, by tests/st_tool.py). A run resumed with more steps than it was saved with (the
 # schedule's length kept by learning_rate_schedule_steps) must equal one run of all of them.
-# Then the metadata a load refuses, each with one message.
+# Then the metadata a load refuses, each with one message, and the data: a resume must read
+# the tokens the checkpoint was trained on, under any name (their count and hash are kept).
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -206,6 +207,10 @@ expect_error "step abc" "load_checkpoint $T/abc.st: metadata key 'step' must be 
     $TRAIN $C load_checkpoint=$T/abc.st
 expect_error "step past the run's steps" "load_checkpoint $T/big.st: step 99 is past this run's steps (4)" \
     $TRAIN $C load_checkpoint=$T/big.st
+# (steps=1 also shortens the schedule, the next check's refusal: the step's comes first, as
+# the one to fix)
+expect_error "steps=1 on a checkpoint of step 2 of 4" "load_checkpoint $CK: step 2 is past this run's steps (1): steps is the whole run's length" \
+    $TRAIN $C load_checkpoint=$CK steps=1
 expect_error "a shape key" "load_checkpoint $CK: base_emb_dim is 128 in the checkpoint, 64 in this run" \
     $TRAIN $C base_emb_dim=64 load_checkpoint=$CK
 expect_error "a math key that keeps the shapes" "load_checkpoint $CK: z_loss_multiplier is 0 in the checkpoint, 0.001 in this run" \
@@ -223,4 +228,34 @@ $ST add-tensor $CK $T/extra.st opt_state/v/stray
 expect_error "a tensor the run has no use for" "load_checkpoint $T/extra.st: tensor 'opt_state/v/stray' is not one of this run's (opt_type=adamw)" \
     $TRAIN $C load_checkpoint=$T/extra.st
 expect_error "a missing file" "cannot open load_checkpoint '$T/nope.st'" $TRAIN $C load_checkpoint=$T/nope.st
+
+echo "== the data a checkpoint was trained on: its tokens, wherever dataset_path finds them"
+# A text (its bytes the tokens: vocab 256) and its token file hold the same tokens; another
+# file put where the first was holds others.
+mkdir -p $T/d1 $T/d2
+awk 'BEGIN { srand(7); for (i = 0; i < 2500; i++) printf "%s%s", substr("the a of to in and MoE expert router", 1 + int(rand() * 30), 1 + int(rand() * 6)), (i % 11 ? " " : ".\n") }' > $T/d1/text.txt
+head -c 6000 $T/d1/text.txt > $T/d2/text.txt
+./train prepare $T/d1/text.txt $T/d1/data.bin > /dev/null && ./train prepare $T/d2/text.txt $T/d2/data.bin > /dev/null
+run data-ref mixtral-tiny per_device_batch_size=4 dataset_path=$T/d1/data.bin
+run data-text mixtral-tiny per_device_batch_size=4 dataset_path=$T/d1/data.bin run_steps=2 save_checkpoint=$T/data.st
+run data-text mixtral-tiny per_device_batch_size=4 dataset_path=$T/d2/../d1/text.txt load_checkpoint=$T/data.st
+check "saved on d1/data.bin, resumed on the text it was made from, named another way: 2 + 2 steps = 4 losses of the run on d1/data.bin, bit for bit" \
+    same data-text data-ref
+mv $T/d1 $T/d1-was && mv $T/d2 $T/d1
+expect_error "another file at the checkpoint's dataset_path" \
+    "load_checkpoint $T/data.st: trained on $(wc -c < $T/d1-was/text.txt | tr -d ' ') tokens (hash " \
+    $TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 dataset_path=$T/d1/data.bin load_checkpoint=$T/data.st
+mv $T/d1 $T/d2 && mv $T/d1-was $T/d1
+# A checkpoint without the "dataset" metadata (meshmoe's before it kept one): dataset_path's text.
+$ST del-meta $T/data.st $T/data-old.st dataset
+expect_error "no 'dataset' metadata: dataset_path compared as text" \
+    "load_checkpoint $T/data-old.st: dataset_path is $T/d1/data.bin in the checkpoint, $T/d1/text.txt in this run" \
+    $TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 dataset_path=$T/d1/text.txt load_checkpoint=$T/data-old.st
+$TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 dataset_path=$T/d1/data.bin load_checkpoint=$T/data-old.st \
+    > $T/data-old.out 2>&1
+check "no 'dataset' metadata, the same dataset_path: resumed (exit $?)" grep -q "^resumed from $T/data-old.st at step 2$" $T/data-old.out
+$ST set-meta $T/data.st $T/data-bad.st dataset "6000 not-hex"
+expect_error "a 'dataset' metadata that is not a count and a hash" \
+    "load_checkpoint $T/data-bad.st: metadata 'dataset' is '6000 not-hex', not a token count and a hexadecimal hash" \
+    $TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 dataset_path=$T/d1/data.bin load_checkpoint=$T/data-bad.st
 summary

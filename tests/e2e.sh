@@ -65,19 +65,44 @@ for args in "ici_fsdp_parallelism=2 ici_tensor_parallelism=2" "ici_expert_parall
           num_devices=4 per_device_batch_size=1)   # (the checkpoint's 4 sequences a step)
     check "topk 8 on $args: one device's text" [ "$got" = "$k8" ]
 done
+# On a terminal (script gives the trainer one) the prompt is printed in bold; NO_COLOR=1, plain.
+if command -v script > /dev/null; then
+    on_tty() {
+        env "$@" script -qec "./train $C $FAST steps=30 learning_rate=1e-2 load_checkpoint=$T/sm.safetensors \
+            sample_length=40 'prompt=ROMEO:\n' ${TRAIN_ARGS:-}" /dev/null | tr -d '\r'
+    }
+    out=$(on_tty)
+    plain=$(printf '%s\n' "$out" | sed -n '/^---- sample/,/^----$/{/^----/d;p;}' | sed "s/$(printf '\033')\[[01]m//g")
+    check "on a terminal: the prompt in bold (ESC[1m ROMEO:\\n ESC[0m), the same text within, and the header says so" \
+        bash -c 'e=$(printf "\033"); printf "%s\n" "$1" | grep -q "^$e\[1mROMEO:\$" && printf "%s\n" "$1" | grep -q "^$e\[0m" &&
+                 printf "%s\n" "$1" | grep -q "the prompt key.s 7 tokens in bold, then 40" && [ "$2" = "$3" ]' _ "$out" "$plain" "$romeo"
+    out=$(on_tty NO_COLOR=1)
+    check "on a terminal with NO_COLOR=1: no escape codes" \
+        bash -c 'printf "%s" "$1" | grep -q "^---- sample (prompt: the prompt key.s 7 tokens, then" && ! printf "%s" "$1" | grep -q $'"'"'\x1b'"'"'' _ "$out"
+else
+    echo "  (no script command: the terminal's bold prompt not tried)"
+fi
 
 echo "== checkpoint: resume gives a bit-identical loss trajectory"
 for preset in mixtral-tiny deepseek-tiny; do
     $TRAIN configs/$preset.yml $FAST steps=8 metrics_file=$T/full.jsonl >/dev/null 2>&1
     $TRAIN configs/$preset.yml $FAST steps=8 run_steps=4 save_checkpoint=$T/ck.safetensors \
         metrics_file=$T/part.jsonl >/dev/null 2>&1
-    $TRAIN configs/$preset.yml $FAST steps=8 load_checkpoint=$T/ck.safetensors \
-        metrics_file=$T/part.jsonl >/dev/null 2>&1
+    # (saved over the checkpoint it resumed from, as the README's example does)
+    $TRAIN configs/$preset.yml $FAST steps=8 load_checkpoint=$T/ck.safetensors save_checkpoint=$T/ck.safetensors \
+        metrics_file=$T/part.jsonl > $T/resumed.out 2>&1
     check "$preset: 8 losses of the resumed run equal the uninterrupted run's (to the last digit of %.9g)" \
         cmp -s <(losses $T/full.jsonl) <(losses $T/part.jsonl)
     check "$preset: resumed run has all 8 steps" [ "$(losses $T/part.jsonl | wc -l)" -eq 8 ]
+    check "$preset: saved over the checkpoint it resumed from: $(grep '^saved checkpoint' $T/resumed.out)" \
+        grep -q "^saved checkpoint $T/ck.safetensors (step 8)$" $T/resumed.out
     check "$preset: no temporary file left" [ ! -e $T/ck.safetensors.tmp ]
 done
+# A resumed run without save_checkpoint trains, and says that what it trained is not kept.
+$TRAIN configs/deepseek-tiny.yml $FAST steps=8 run_steps=6 save_checkpoint=$T/ck6.safetensors > /dev/null 2>&1
+$TRAIN configs/deepseek-tiny.yml $FAST steps=8 load_checkpoint=$T/ck6.safetensors > $T/nosave.out 2>&1
+check "resumed without save_checkpoint: $(grep '^no checkpoint saved' $T/nosave.out)" \
+    grep -q "^no checkpoint saved (save_checkpoint is not set): $T/ck6.safetensors still holds its own step$" $T/nosave.out
 if [ -n "${PYTHON:-}" ] && "$PYTHON" -c 'import safetensors' 2>/dev/null; then
     check "checkpoint readable by Python safetensors" "$PYTHON" -c "
 from safetensors.numpy import load_file; from safetensors import safe_open

@@ -20,7 +20,7 @@ ROWS=$T/rows.md
 # step a signal stopped at N, this host's memory HOST, the device that reported first D.
 row() {
     local msg input=${1//$T/DIR}
-    msg=$(printf '%s' "${3//$T/DIR}" | sed -e 's/after step [0-9]* of/after step N of/' \
+    msg=$(printf '%s' "${3//$T/DIR}" | sed -e 's/after [0-9]* of/after N of/' -e 's/goes on at step [0-9]*/goes on at step N/' \
           -e "s/this host's [0-9.]* [A-Za-z]*B of memory/this host's HOST of memory/" -e 's/^meshmoe: device [0-9]* out/meshmoe: device D out/')
     printf '| `%s` | %s | `%s` |\n' "${input//|/\\|}" "$2" "${msg//|/\\|}" >> "$ROWS"
 }
@@ -299,6 +299,8 @@ refused "attention=cudnn_flash_te (MaxText's GPU attention)" \
 refused "dropout_rate=0.1" "dropout_rate=0.1 is MaxText's, which meshmoe does not have: there is no dropout" \
     $TRAIN $C $FAST dropout_rate=0.1
 refused "steps=1__0 (a '_' not between two digits)" "key 'steps' wants an integer, got '1__0'" $TRAIN $C $FAST steps=1__0
+refused "steps=99999999999999 (past a 32-bit integer)" "key 'steps' = 99999999999999 is too large: an integer key holds at most 2147483647" \
+    $TRAIN $C $FAST steps=99999999999999
 refused "rope_max_timescale=_10000" "key 'rope_max_timescale' wants a number, got '_10000'" \
     $TRAIN $C $FAST rope_max_timescale=_10000
 printf 'base_config: "base.yml"\nsteps: 5\n' > "$T/mt-train.yml"
@@ -521,7 +523,7 @@ pid=$!
 for _ in $(seq 1 600); do grep -q '| loss' "$T/sig.out" && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
 msg=$(grep '^meshmoe:' "$T/sig.err")
-at=$(sed -n 's/.*stopped by SIGINT after step \([0-9]*\).*/\1/p' "$T/sig.err")
+at=$(sed -n 's/.*stopped by SIGINT after \([0-9]*\) of .*goes on at step \1)$/\1/p' "$T/sig.err")
 check "SIGINT during training: exit $rc (130): ${msg:0:150}" test "$rc" -eq 130 -a -n "$at"
 row "SIGINT during training, save_checkpoint set" "between steps" "$msg"
 check "  ...and the saved checkpoint resumes at step $at" \

@@ -122,7 +122,7 @@ job=$!
 for _ in $(seq 300); do [ "$(cat $T/sig.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.1; done
 kill -TERM $job
 wait $job
-stopped=$(grep -o 'stopped by SIGTERM after step [0-9]*' $T/sig.out)
+stopped=$(grep -o 'stopped by SIGTERM after [0-9]* of [0-9]* steps' $T/sig.out)
 $TRAIN configs/mixtral-tiny.yml steps=100000 run_steps=1 eval_steps=1 sample_length=0 load_checkpoint=$T/sig.safetensors \
     > $T/sig1.out 2>&1
 check "SIGTERM to mpirun during training: every process stops after the same step and the checkpoint is saved (${stopped:-no message}), and ./train resumes from it" \

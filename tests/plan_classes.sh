@@ -46,7 +46,7 @@ classes_equal_all_devices() {   # classes_equal_all_devices ARGS...
     plan cls "$@"
     plan all "$@" dry_run_all_devices=true
     local walked ndev want
-    walked=$(sed -n 's/^dry run: \([0-9]*\) classes of devices (\([0-9]*\) devices).*/\1 \2/p' "$T/cls.err")
+    walked=$(sed -n 's/^dry run: \([0-9]*\) class\(es\)\? of devices (\([0-9]*\) devices\?).*/\1 \3/p' "$T/cls.err")
     ndev=${walked#* }; walked=${walked% *}
     want=$(expected_classes "$@")
     local r=0

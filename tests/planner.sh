@@ -66,10 +66,11 @@ for args in "configs/mixtral-tiny.yml" \
 done
 
 # The plan says whether it fits, with the bytes.
-out=$(./train configs/mixtral-tiny.yml dry_run=true hbm_capacity=40MiB 2>&1)
-check "a plan over hbm_capacity says by how many bytes" grep -q '^plan: DOES NOT FIT: .* by [0-9]* bytes' <<< "$out"
-out=$(./train configs/mixtral-tiny.yml dry_run=true hbm_capacity=1GiB 2>&1)
-check "a plan under hbm_capacity says it fits" grep -q '^plan: FITS' <<< "$out"
+out=$(./train configs/mixtral-tiny.yml dry_run=true hbm_capacity=40MiB 2>&1); rc=$?
+check "a plan over hbm_capacity says by how many bytes, exit status 2 ($rc)" \
+    bash -c '[ "$1" -eq 2 ] && grep -q "^plan: DOES NOT FIT: .* by [0-9]* bytes" <<< "$2"' _ "$rc" "$out"
+out=$(./train configs/mixtral-tiny.yml dry_run=true hbm_capacity=1GiB 2>&1); rc=$?
+check "a plan under hbm_capacity says it fits, exit status 0 ($rc)" bash -c '[ "$1" -eq 0 ] && grep -q "^plan: FITS" <<< "$2"' _ "$rc" "$out"
 
 # memory_trace and the SVG, mixtral-tiny on fsdp=2.
 ./train configs/mixtral-tiny.yml ici_fsdp_parallelism=2 per_device_batch_size=4 steps=1 eval_steps=1 sample_length=0 \

@@ -10,6 +10,7 @@ tests/hf.sh).
                                     float32 values at most U units in the last place apart);
                                     prints the count
   st_tool.py set-meta IN OUT K V    write IN with metadata key K set to V as OUT
+  st_tool.py del-meta IN OUT K      write IN without metadata key K as OUT
   st_tool.py add-tensor IN OUT N    write IN with one more tensor N (F32, shape [1]) as OUT
   st_tool.py shard DIR N            split DIR/model.safetensors into N files named as
                                     transformers names its shards (model-00001-of-0000N...),
@@ -105,6 +106,12 @@ def write(dst, header, data):
 def set_meta(src, dst, key, value):
     header, data = read(src)
     header.setdefault("__metadata__", {})[key] = value
+    return write(dst, header, data)
+
+
+def del_meta(src, dst, key):
+    header, data = read(src)
+    del header["__metadata__"][key]
     return write(dst, header, data)
 
 
@@ -211,4 +218,6 @@ if __name__ == "__main__":
         sys.exit(shard(sys.argv[2], int(sys.argv[3])))
     if len(sys.argv) == 6 and sys.argv[1] == "set-meta":
         sys.exit(set_meta(*sys.argv[2:]))
+    if len(sys.argv) == 5 and sys.argv[1] == "del-meta":
+        sys.exit(del_meta(*sys.argv[2:]))
     sys.exit(__doc__)

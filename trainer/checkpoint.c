@@ -257,6 +257,12 @@ static void put_entry(const Model *m, const Entry *e, float *dst) {
 // exactly one device, so the joined image is the one-process image, bit for bit.
 static float *image;
 
+// The run's data (checkpoint_set_dataset), for the "dataset" metadata.
+static int dataset_known;
+static size_t dataset_ntok;
+static uint64_t dataset_hash;
+void checkpoint_set_dataset(size_t ntok, uint64_t hash) { dataset_known = 1, dataset_ntok = ntok, dataset_hash = hash; }
+
 void checkpoint_save(const Model *m, const char *path) {
     const Mesh *mesh = mesh_current();
     int dev = mesh ? mesh_device_id() : 0;
@@ -283,6 +289,11 @@ void checkpoint_save(const Model *m, const char *path) {
         snprintf(step, sizeof step, "%d", m->step);
         st_writer_meta(w, "step", step);
         st_writer_meta(w, "format", CHECKPOINT_FORMAT);
+        if (dataset_known) {
+            char data[64];
+            snprintf(data, sizeof data, "%zu %016llx", dataset_ntok, (unsigned long long)dataset_hash);
+            st_writer_meta(w, "dataset", data);
+        }
         for (int k = 0; k < ne; k++) st_writer_add(w, e[k].name, ST_F32, e[k].ndim, e[k].shape, image + e[k].off);
         st_write_file(w, path);
         st_writer_free(w);
@@ -348,8 +359,16 @@ void checkpoint_check(const Config *c, const char *path) {
     char where[CFG_STR + 64];
     snprintf(where, sizeof where, "load_checkpoint %s: metadata 'config'", path);
     config_from_json(&ck, st_meta(f, "config"), where);
+    // (first: a steps that is too small also changes the schedule's length, the next check's)
+    if (step > c->steps)
+        die("load_checkpoint %s: step %d is past this run's steps (%d): steps is the whole run's length, the "
+            "checkpoint's steps included, not the steps to add", path, step, c->steps);
     checkpoint_check_config(&ck, c, path);
-    if (step > c->steps) die("load_checkpoint %s: step %d is past this run's steps (%d)", path, step, c->steps);
+    // (with the "dataset" metadata, the tokens are compared once loaded: checkpoint_check_dataset)
+    if (!st_meta(f, "dataset") && strcmp(ck.dataset_path, c->dataset_path))
+        die("load_checkpoint %s: dataset_path is %s in the checkpoint, %s in this run (a key that changes the math must "
+            "keep the checkpoint's value; the mesh and the switches that keep the bits may differ)", path,
+            ck.dataset_path, c->dataset_path);
     // The global layout (no mesh here): every tensor of this model, with its global shape.
     int ne;
     Entry *e = run_entries(c, &ne);
@@ -361,6 +380,31 @@ void checkpoint_check(const Config *c, const char *path) {
         if (!known) die("load_checkpoint %s: tensor '%s' is not one of this run's (opt_type=%s)", path, name, opt_type_name(c->opt_type));
     }
     free(e);
+    st_close(f);
+}
+
+// The "dataset" metadata: "COUNT HEX", as checkpoint_save writes it.
+static void parse_dataset(const char *value, const char *path, unsigned long long *ntok, unsigned long long *hash) {
+    int used = 0;
+    if (sscanf(value, "%llu %llx%n", ntok, hash, &used) != 2 || value[used] != '\0' || value[0] == '-')
+        die("load_checkpoint %s: metadata 'dataset' is '%.64s', not a token count and a hexadecimal hash", path, value);
+}
+
+void checkpoint_check_dataset(const Config *c, const char *path, size_t ntok, uint64_t hash) {
+    StFile *f = open_checkpoint("load_checkpoint", path);
+    const char *value = st_meta(f, "dataset");
+    if (value) {
+        unsigned long long n, h;
+        parse_dataset(value, path, &n, &h);
+        if (n != ntok || h != hash) {
+            Config ck;
+            config_defaults(&ck);
+            config_from_json(&ck, st_meta(f, "config"), path);
+            die("load_checkpoint %s: trained on %llu tokens (hash %016llx, dataset_path '%s' then), but dataset_path "
+                "'%s' holds %zu tokens (hash %016llx): a resume reads the same tokens, to take the batches the whole "
+                "run would have", path, n, h, ck.dataset_path, c->dataset_path, ntok, (unsigned long long)hash);
+        }
+    }
     st_close(f);
 }
 

@@ -12,9 +12,11 @@
 //   state/<gate>/bias          DeepSeek's routing bias of each MoE layer, named after the
 //                              layer's gate kernel (.../gate/kernel -> .../gate/bias)
 // (opt_type=sgd keeps no optimizer state) and the metadata: "config" (the run's config as
-// JSON), "step" (optimizer updates done) and "format". The data position is a pure function
-// of the step (data/loader.h), so resuming continues with exactly the batches it would have
-// seen. FSDP's padding, ZeRO-1's pieces, tensor/expert cuts and pipeline stages are layouts
+// JSON), "step" (optimizer updates done), "format", and "dataset" (the count of the data's
+// tokens and their hash, data/tokens.h's data_hash, as "COUNT HEX"). The data position is a
+// pure function of the step (data/loader.h), so resuming on the same tokens continues with
+// exactly the batches it would have seen; the tokens, not dataset_path's text, are checked
+// (a file moved or named another way resumes, another file with the name does not). FSDP's padding, ZeRO-1's pieces, tensor/expert cuts and pipeline stages are layouts
 // of the devices only: the file's tensors are the same bytes from every mesh.
 //
 // The EMA copy of the weights (ema_decay) is not saved: a resumed run restarts it from the
@@ -52,4 +54,12 @@ void checkpoint_load_params(Model *m, const char *path);
 // stage; none where it holds none) from `whole`, the tensor in host memory with its global
 // shape, as checkpoint_load takes them from a file (load_hf).
 void checkpoint_load_param(Model *m, int i, const float *whole);
+// The run's data (its token count and data_hash), once loaded: checkpoint_save writes them
+// as the "dataset" metadata (not written before this is called).
+void checkpoint_set_dataset(size_t ntok, uint64_t hash);
+// Once the data is loaded, before training: a checkpoint with the "dataset" metadata must
+// have been trained on these tokens (count and hash), wherever dataset_path now finds them;
+// one without it (written before meshmoe kept it) was checked by its dataset_path's text in
+// checkpoint_check. Dies naming the file, both paths and both counts.
+void checkpoint_check_dataset(const Config *c, const char *path, size_t ntok, uint64_t hash);
 #endif

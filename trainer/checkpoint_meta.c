@@ -109,6 +109,7 @@ void checkpoint_check_config(const Config *ck, const Config *run, const char *pa
     for (int i = 0; i < config_num_keys(); i++) {
         const char *key = config_key_name(i);
         if (!strcmp(key, "steps") || !strcmp(key, "learning_rate_schedule_steps")) continue;   // check_schedule
+        if (!strcmp(key, "dataset_path")) continue;   // by its tokens, or its text (trainer/checkpoint.c)
         if (checkpoint_key_may_differ(key) || config_key_equal(ck, run, key)) continue;
         config_format_value(ck, key, a, sizeof a);
         config_format_value(run, key, b, sizeof b);

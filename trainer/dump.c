@@ -2,6 +2,7 @@
 // must agree with. The dump's buffers are host-side copies for the file (plain malloc),
 // not device memory.
 #include "trainer/dump.h"
+#include "base/paths.h"
 #include "trainer/step.h"
 #include "data/safetensors.h"
 #include "base/memory.h"
@@ -233,7 +234,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     add_losses(w, scal, step_losses, step_gnorms, P);
     add_router(w, &cp, nseq);
     char path[CFG_STR + 32];
-    snprintf(path, sizeof path, "%s/dump.safetensors", dir);
+    path_join(path, sizeof path, dir, "dump.safetensors");
     st_write_file(w, path);
     st_writer_free(w);
     printf("wrote %s (%d steps, loss %.9g -> %.9g)\n", path, P, step_losses[0], step_losses[P - 1]);

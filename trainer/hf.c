@@ -344,7 +344,7 @@ static int reorders_pairs(const Config *c) {
 
 static int file_interleaves(const char *dir) {
     char path[CFG_STR + 64], v[64] = "";
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    path_join(path, sizeof path, dir, "config.json");
     char *text = json_read_text(path, "load_hf");
     int yes = hf_model_class(text) == HF_DEEPSEEK_V2 ||
               (hf_config_value(text, "rope_interleave", v, sizeof v) && !strcmp(v, "true"));
@@ -424,8 +424,8 @@ void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
     if (written) { runfiles_output_dir(r, key, dir, WRITTEN, 3); return; }
     runfiles_inputs_in(r, key, dir, READ, 4);
     char index[CFG_STR + 64], single[CFG_STR + 64];
-    snprintf(index, sizeof index, "%s/%s", dir, HF_INDEX);
-    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    path_join(index, sizeof index, dir, HF_INDEX);
+    path_join(single, sizeof single, dir, "model.safetensors");
     if (access(single, F_OK) && !access(index, R_OK)) {   // the shards are inputs too
         int n;
         char **names = hf_shard_names(index, &n);
@@ -559,12 +559,12 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
         written++;
     }
     char path[CFG_STR + 64];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    path_join(path, sizeof path, dir, "model.safetensors");
     st_write_file_held(w, path);
-    snprintf(path, sizeof path, "%s/%s", dir, SIDECAR);
+    path_join(path, sizeof path, dir, SIDECAR);
     if (nside) st_write_file_held(side, path);
     char config_path[CFG_STR + 64];
-    snprintf(config_path, sizeof config_path, "%s/config.json", dir);
+    path_join(config_path, sizeof config_path, dir, "config.json");
     write_config_json(config_path, keys, nkeys);
     atomic_files_commit();   // all three written: none replaces its target before then
     if (!nside) unlink(path);   // (an older export's, which would no longer match)
@@ -585,7 +585,7 @@ int hf_export(const char *ckpt, const char *dir, int per_expert) {
 
 void hf_check_config(const Config *c, const char *dir, const char *who) {
     char path[CFG_STR + 64];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    path_join(path, sizeof path, dir, "config.json");
     char *text = json_read_text(path, who);
     json_members_unique(text, path, who);
     HfKey keys[64];
@@ -629,7 +629,7 @@ int hf_load(Model *m, const char *dir, char *said, size_t cap) {
     int halves = reorders_pairs(c) && file_interleaves(dir);   // (the rotated columns reordered)
     float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
-    snprintf(spath, sizeof spath, "%s/%s", dir, SIDECAR);
+    path_join(spath, sizeof spath, dir, SIDECAR);
     StFile *side = access(spath, R_OK) ? NULL : st_open_header_try(spath, err, sizeof err);
     int used = 0;
     for (int i = 0; i < m->ntensors; i++) {   // each weight made whole on the host (dst), then its part here copied

@@ -12,6 +12,7 @@
 // load_hf accepts, and a config.json that meshmoe cannot express is refused, naming the key.
 // The run's own keys (batch, sequence, steps, data, mesh) are left to the user.
 #include "trainer/hf.h"
+#include "base/paths.h"
 #include "trainer/hf_json.h"
 #include "base/config.h"
 #include "core/common.h"
@@ -157,7 +158,7 @@ int hf_preset(const char *dir) {
     static Preset p;   // (large: the config and the keys set)
     config_defaults(&p.c);
     p.n = 0;
-    snprintf(p.path, sizeof p.path, "%s/config.json", dir);
+    path_join(p.path, sizeof p.path, dir, "config.json");
     char *text = json_read_text(p.path, "hf-preset");
     json_members_unique(text, p.path, "hf-preset");
     char kind[64] = "";

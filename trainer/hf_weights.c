@@ -17,6 +17,7 @@
 // exception: transformers' DeepseekV3ForCausalLM does not read them either (they train a
 // second prediction head that this model does not have), so they are left out and said.
 #include "trainer/hf_weights.h"
+#include "base/paths.h"
 #include "trainer/hf_json.h"
 #include "data/safetensors.h"
 #include "base/config.h"   // CFG_STR: a path's room
@@ -105,7 +106,7 @@ static int count(const char *v) {
 // quantization_config (absent: no FP8 tensors expected) and the multi-token prediction layers.
 static void read_config(HfWeights *w, const char *dir) {
     char path[CFG_STR + 64], v[512];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    path_join(path, sizeof path, dir, "config.json");
     char *text = json_read_text(path, "load_hf");
     if (hf_config_value(text, "num_hidden_layers", v, sizeof v)) w->layers = count(v);
     if (hf_model_class(text) == HF_DEEPSEEK_V3 && hf_config_value(text, "num_nextn_predict_layers", v, sizeof v))
@@ -143,8 +144,8 @@ HfWeights *hfw_open(const char *dir, int headers_only) {
     HfWeights c = {.headers_only = headers_only};
     read_config(&c, dir);   // first: it dies with nothing allocated
     char single[CFG_STR + 64], index[CFG_STR + 64], err[512], why[CFG_STR + 600];
-    snprintf(single, sizeof single, "%s/model.safetensors", dir);
-    snprintf(index, sizeof index, "%s/%s", dir, HF_INDEX);
+    path_join(single, sizeof single, dir, "model.safetensors");
+    path_join(index, sizeof index, dir, HF_INDEX);
     char **names = NULL;
     if (access(single, F_OK) && !access(index, R_OK)) {
         names = hf_shard_names(index, &c.n);   // (dies with nothing allocated)
@@ -169,7 +170,7 @@ HfWeights *hfw_open(const char *dir, int headers_only) {
     if (!w->f || !w->path || !w->read) open_failed(w, names, 0, why);
     for (int i = 0; i < w->n; i++) {
         if (!(w->path[i] = malloc(CFG_STR + 64))) open_failed(w, names, i, why);
-        snprintf(w->path[i], CFG_STR + 64, "%s/%s", dir, names ? names[i] : "model.safetensors");
+        path_join(w->path[i], CFG_STR + 64, dir, names ? names[i] : "model.safetensors");
         if (names) { free(names[i]); names[i] = NULL; }
         if (!(w->f[i] = st_open_header_try(w->path[i], err, sizeof err))) {
             snprintf(why, sizeof why, "load_hf: %s", err);

@@ -15,12 +15,24 @@
 #include "base/context.h"
 #include "base/memory.h"
 #include "base/mesh.h"
+#include "base/net.h"
 #include "base/placement.h"
 #include "base/tensor.h"
 #include "core/common.h"
 #include "pipeline/pipeline.h"
+#include <stdlib.h>
+#include <unistd.h>
 
 static int talk(void) { return mesh_device_id() == 0; }
+
+// On a terminal the prompt is printed in bold, so that what the model wrote stands apart
+// from what it was given (plain where NO_COLOR is set and not empty, the no-color.org
+// convention); into a file or a pipe, the tokens alone. Not over MPI processes: mpirun
+// gives them a terminal of its own whatever its output goes to.
+static int bold_prompt(void) {
+    const char *no = getenv("NO_COLOR");
+    return talk() && !net_current() && isatty(STDOUT_FILENO) && !(no && no[0]);
+}
 
 static void print_token(int tok, int vocab) {
     if (!talk()) return;
@@ -78,10 +90,10 @@ static float *last_logits(Model *m, const int *ids_h, int ctx, double *leaf_sums
 }
 
 // What the sample's first line says of its prompt and its choice of tokens.
-static void print_header(int from_key, int prompt, int len, const SamplingRule *r) {
+static void print_header(int from_key, int prompt, int len, const SamplingRule *r, int bold) {
     if (!talk()) return;
-    printf("---- sample (prompt: %s %d tokens, then %d generated, %s", from_key ? "the prompt key's" :
-           "the held-out text's first", prompt, len, decode_sampling_strategy_name(r->strategy));
+    printf("---- sample (prompt: %s %d tokens%s, then %d generated, %s", from_key ? "the prompt key's" :
+           "the held-out text's first", prompt, bold ? " in bold" : "", len, decode_sampling_strategy_name(r->strategy));
     if (r->strategy == SAMPLING_TOPK) printf(" among the %d largest logits", r->top_k);
     if (r->strategy == SAMPLING_NUCLEUS) printf(" among the largest logits holding %g of the probability", r->nucleus_p);
     if (r->strategy != SAMPLING_GREEDY) printf(" at temperature %.2f", r->temperature);
@@ -102,8 +114,11 @@ void sample_print(Model *m, const DataLoader *dl, const int *prompt_ids, int npr
     double *leaf_sums = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)(S + 1), "sample loss");
     double *aux = (double *)mem_alloc(MEM_TEMP, sizeof(double) * (size_t)MM_MAX(1, model_num_moe_layers(c)), "sample aux");
     uint64_t rng = 0x5eed1234u + (uint64_t)c->init_weights_seed;
-    print_header(nprompt > 0, prompt, len, rule);
+    int bold = bold_prompt();
+    print_header(nprompt > 0, prompt, len, rule, bold);
+    if (bold) printf("\033[1m");
     for (int i = 0; i < prompt; i++) print_token(seq[i], V);
+    if (bold) printf("\033[0m");
     if (talk()) printf("%s", V == 256 ? "" : " |");
     for (int n = prompt; n < total; n++) {
         int ctx = MM_MIN(n, S);
