@@ -268,10 +268,11 @@ $(CUDNN_FE)/fetched:
 	    nvidia-cudnn-frontend==$(CUDNN_FE_VERSION) && python3 tests/wheel_headers.py $(CUDNN_FE)/wheel $(CUDNN_FE) \
 	    || echo "make: cuDNN's frontend headers could not be fetched: gpu_attention=cudnn is left out of this build"
 	@touch $@
+# (the frontend's headers include cuDNN's own, <cudnn.h>: without them too, no cuDNN either)
 build/gpu/attn_cudnn.o: gpu/attn_cudnn.cu $(GPU_HDRS) $(CUDNN_FE)/fetched
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) $$(test -f $(CUDNN_FE)/include/cudnn_frontend.h && echo -DMESHMOE_CUDNN -isystem \
-	    $(CUDNN_FE)/include) -c $< -o $@ $(KEEP_LOG)
+	$(NVCC) $(NVFLAGS) $$(test -f $(CUDNN_FE)/include/cudnn_frontend.h && echo '#include <cudnn.h>' | \
+	    $(NVCC) -E -x cu - > /dev/null 2>&1 && echo -DMESHMOE_CUDNN -isystem $(CUDNN_FE)/include) -c $< -o $@ $(KEEP_LOG)
 build/hip/%.o: gpu/%.cu $(GPU_HDRS)
 	@mkdir -p $(dir $@)
 	$(HIPCC) -x hip $(HIPFLAGS) -c $< -o $@ $(KEEP_LOG)

@@ -97,6 +97,13 @@ static void load(void) {
         return;
     }
     cudnn_frontend::cudnn_dlhandle = lib;
+    // The frontend loads a CUDA runtime of its own for its calls, libcudart.so.12 first where
+    // both are found; this build's is 13: that one, where it can be loaded (else its search).
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (rt) {
+        setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", "libcudart.so.13", 0);
+        dlclose(rt);
+    }
     try {
         int64_t version = (int64_t)fe::detail::get_backend_version();
         if (version < 90000)
@@ -130,7 +137,10 @@ struct Thread {
     long ran = 0, declined = 0;   // this thread's calls run by cuDNN, and left to the own kernels
     ~Thread() {
         graphs.clear();   // (their plans before the handle they were built with)
-        if (handle) fe::detail::destroy_handle(handle);
+        try {   // (the frontend throws where a library it loads is missing: never out of a destructor)
+            if (handle) fe::detail::destroy_handle(handle);
+        } catch (const std::exception &) {
+        }
     }
 };
 static thread_local Thread thread_state;
@@ -219,11 +229,17 @@ static int handle_ready(void) {
     Thread &t = thread_state;
     if (t.unusable) return 0;
     cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-    if (!t.handle) st = fe::detail::create_handle(&t.handle);
-    if (st == CUDNN_STATUS_SUCCESS) st = fe::detail::set_stream(t.handle, gpu_stream());
-    if (st == CUDNN_STATUS_SUCCESS) return 1;
+    std::string why;
+    try {   // (the frontend throws where a library or symbol it loads is missing)
+        if (!t.handle) st = fe::detail::create_handle(&t.handle);
+        if (st == CUDNN_STATUS_SUCCESS) st = fe::detail::set_stream(t.handle, gpu_stream());
+        if (st == CUDNN_STATUS_SUCCESS) return 1;
+        why = status_text(st);
+    } catch (const std::exception &x) {
+        why = x.what();
+    }
     fprintf(stderr, "meshmoe: gpu_attention=cudnn: cuDNN's handle could not be made or given the stream (%s); "
-            "this device's attention runs on the tensor-core kernels\n", status_text(st));
+            "this device's attention runs on the tensor-core kernels\n", why.c_str());
     t.unusable = true;
     return 0;
 }
@@ -265,12 +281,27 @@ static const Entry *graph_for(int backward, const Geom &G) {
 // shape refused from now on: the caller runs the own kernels, nothing having been written).
 static int run(const Entry *e, std::unordered_map<int64_t, void *> &pack) {
     void *ws = NULL;
-    if (e->workspace > 0) GPU_CHECK(cudaMallocAsync(&ws, (size_t)e->workspace, gpu_stream()));
-    auto err = e->graph->execute(thread_state.handle, pack, ws);
+    // (the deterministic backward's workspace is about 0.5 GiB at the -medium presets' shapes,
+    // outside the planner's figures: where the GPU has no room for it, the own kernels run)
+    if (e->workspace > 0 && cudaMallocAsync(&ws, (size_t)e->workspace, gpu_stream()) != cudaSuccess) {
+        cudaGetLastError();   // (cleared: the failed allocation is not a fault of the stream)
+        refuse(*const_cast<Entry *>(e), "found no room for the workspace of",
+               std::to_string((long long)e->workspace) + " bytes");
+        return 0;
+    }
+    std::string why;
+    bool good = false;
+    try {
+        auto err = e->graph->execute(thread_state.handle, pack, ws);
+        good = err.is_good();
+        if (!good) why = err.get_message();
+    } catch (const std::exception &x) {
+        why = x.what();
+    }
     if (ws) GPU_CHECK(cudaFreeAsync(ws, gpu_stream()));
-    if (!err.is_good()) {
+    if (!good) {
         GPU_CHECK(cudaGetLastError());   // (a fault of the GPU's own stops the run here)
-        refuse(*const_cast<Entry *>(e), "failed to run", err.get_message());
+        refuse(*const_cast<Entry *>(e), "failed to run", why);
         return 0;
     }
     __atomic_add_fetch(&calls_taken, 1, __ATOMIC_RELAXED);
