@@ -245,6 +245,12 @@ mv $T/d1 $T/d1-was && mv $T/d2 $T/d1
 expect_error "another file at the checkpoint's dataset_path" \
     "load_checkpoint $T/data.st: trained on $(wc -c < $T/d1-was/text.txt | tr -d ' ') tokens (hash " \
     $TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 dataset_path=$T/d1/data.bin load_checkpoint=$T/data.st
+# With steps at the checkpoint's step no step is taken: its eval and sample may read other data.
+$TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 steps=2 dataset_path=$T/d1/data.bin \
+    load_checkpoint=$T/data.st > $T/data-eval.out 2>&1
+check "steps=2 on the step-2 checkpoint, other data: evaluated, and said (exit $?): $(grep -o 'no step to take.*(6000 tokens)' $T/data-eval.out)" \
+    bash -c 'grep -q "^load_checkpoint .*: no step to take: the eval and the sample read dataset_path .* (6000 tokens), not the" $1 &&
+             grep -q "^step     2 | eval loss" $1' _ $T/data-eval.out
 mv $T/d1 $T/d2 && mv $T/d1-was $T/d1
 # A checkpoint without the "dataset" metadata (meshmoe's before it kept one): dataset_path's text.
 $ST del-meta $T/data.st $T/data-old.st dataset

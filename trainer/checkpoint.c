@@ -363,9 +363,10 @@ void checkpoint_check(const Config *c, const char *path) {
     if (step > c->steps)
         die("load_checkpoint %s: step %d is past this run's steps (%d): steps is the whole run's length, the "
             "checkpoint's steps included, not the steps to add", path, step, c->steps);
-    checkpoint_check_config(&ck, c, path);
-    // (with the "dataset" metadata, the tokens are compared once loaded: checkpoint_check_dataset)
-    if (!st_meta(f, "dataset") && strcmp(ck.dataset_path, c->dataset_path))
+    checkpoint_check_config(&ck, c, path, step);
+    // (with the "dataset" metadata, the tokens are compared once loaded: checkpoint_check_dataset;
+    // a run that takes no step, to evaluate and sample, may read any data)
+    if (!st_meta(f, "dataset") && step < c->steps && strcmp(ck.dataset_path, c->dataset_path))
         die("load_checkpoint %s: dataset_path is %s in the checkpoint, %s in this run (a key that changes the math must "
             "keep the checkpoint's value; the mesh and the switches that keep the bits may differ)", path,
             ck.dataset_path, c->dataset_path);
@@ -393,17 +394,24 @@ static void parse_dataset(const char *value, const char *path, unsigned long lon
 void checkpoint_check_dataset(const Config *c, const char *path, size_t ntok, uint64_t hash) {
     StFile *f = open_checkpoint("load_checkpoint", path);
     const char *value = st_meta(f, "dataset");
-    if (value) {
-        unsigned long long n, h;
-        parse_dataset(value, path, &n, &h);
-        if (n != ntok || h != hash) {
-            Config ck;
-            config_defaults(&ck);
-            config_from_json(&ck, st_meta(f, "config"), path);
+    unsigned long long n, h;
+    if (value) parse_dataset(value, path, &n, &h);
+    if (value && (n != ntok || h != hash)) {
+        Config ck;
+        config_defaults(&ck);
+        config_from_json(&ck, st_meta(f, "config"), path);
+        // A run that takes no step (steps at the checkpoint's) evaluates and samples the
+        // weights: on any data, said.
+        if (checkpoint_parse_step(st_meta(f, "step"), path) >= c->steps) {
+            if (!net_current() || net_current()->process == 0)   // (said once over processes)
+                printf("load_checkpoint %s: no step to take: the eval and the sample read dataset_path '%s' (%zu "
+                       "tokens), not the %llu tokens it was trained on (dataset_path '%s' then)\n", path,
+                       c->dataset_path, ntok, n, ck.dataset_path);
+        } else
             die("load_checkpoint %s: trained on %llu tokens (hash %016llx, dataset_path '%s' then), but dataset_path "
                 "'%s' holds %zu tokens (hash %016llx): a resume reads the same tokens, to take the batches the whole "
-                "run would have", path, n, h, ck.dataset_path, c->dataset_path, ntok, (unsigned long long)hash);
-        }
+                "run would have (a run with steps at the checkpoint's step takes none, and may evaluate other data)",
+                path, n, h, ck.dataset_path, c->dataset_path, ntok, (unsigned long long)hash);
     }
     st_close(f);
 }

@@ -60,6 +60,7 @@ void checkpoint_set_dataset(size_t ntok, uint64_t hash);
 // Once the data is loaded, before training: a checkpoint with the "dataset" metadata must
 // have been trained on these tokens (count and hash), wherever dataset_path now finds them;
 // one without it (written before meshmoe kept it) was checked by its dataset_path's text in
-// checkpoint_check. Dies naming the file, both paths and both counts.
+// checkpoint_check. Dies naming the file, both paths and both counts; a run that takes no
+// step (steps at the checkpoint's step: its eval and sample) may read other data, and says so.
 void checkpoint_check_dataset(const Config *c, const char *path, size_t ntok, uint64_t hash);
 #endif

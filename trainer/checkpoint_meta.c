@@ -103,9 +103,9 @@ static void check_schedule(const Config *ck, const Config *run, const char *path
         ck->learning_rate_schedule_steps, ck->steps, lrun, run->learning_rate_schedule_steps, run->steps, lck, after);
 }
 
-void checkpoint_check_config(const Config *ck, const Config *run, const char *path) {
+void checkpoint_check_config(const Config *ck, const Config *run, const char *path, int step) {
     char a[CFG_STR + 16], b[CFG_STR + 16];
-    check_schedule(ck, run, path);
+    if (step < run->steps) check_schedule(ck, run, path);
     for (int i = 0; i < config_num_keys(); i++) {
         const char *key = config_key_name(i);
         if (!strcmp(key, "steps") || !strcmp(key, "learning_rate_schedule_steps")) continue;   // check_schedule

@@ -21,8 +21,10 @@ int checkpoint_parse_step(const char *value, const char *path);
 int checkpoint_key_may_differ(const char *key);
 // Dies naming the first key (or derived quantity: the global batch) whose value in the
 // checkpoint's config `ck` differs from the run's config `run` and that changes the math;
-// names on stdout the keys that change only the rounding (and the reduction chunks).
-void checkpoint_check_config(const Config *ck, const Config *run, const char *path);
+// names on stdout the keys that change only the rounding (and the reduction chunks). step:
+// the checkpoint's; a run that takes no step from it (steps = step: its eval and sample)
+// reads no learning rate, and its schedule's length is not compared.
+void checkpoint_check_config(const Config *ck, const Config *run, const char *path, int step);
 // The config as a checkpoint's metadata records it (JSON into buf): the mesh is the global
 // one, in the ici_* keys (base/hybrid.c made them dcn x ici), with every dcn_* key 1, as the
 // one-process run of that mesh writes it; so N processes save the bytes one process saves.
