@@ -68,8 +68,8 @@ static const SweepRow ROWS[] = {
     {"15", "remat_policy",
      "full,minimal,minimal_with_context,save_dot_except_mlp,save_dot_with_context_except_mlp,save_qkv_proj,"
      "save_out_proj,none", "", SW_BIT,
-     "what the backward pass keeps vs recomputes (MaxText's named checkpoints): fewer saved activations, more "
-     "recomputation",
+     "what the backward pass keeps vs recomputes (MaxText's named checkpoints): full, the baseline, recomputes "
+     "each layer from its input; the others keep more activations and recompute less",
      "the policy's saved tensors are not the ones at the peak"},
     {"16", "remat_policy", "minimal_offloaded,qkv_proj_offloaded", "", SW_BIT,
      "saved activations moved to host memory after the forward pass and back before the backward pass",
