@@ -237,7 +237,9 @@ static void check_start(void *arg) {
     if (a->c->load_checkpoint[0]) checkpoint_check(a->c, a->c->load_checkpoint);   // its metadata and tensors
     if (a->c->load_parameters_path[0]) checkpoint_check_params(a->c, a->c->load_parameters_path);
 }
+static void check_mesh(void *arg) { mesh_check(arg); }
 static void start_mesh(Mesh *mesh, const Config *c) {
+    agreed(check_mesh, (void *)c);   // (its sizes: over several processes, said once)
     mesh_init(mesh, c);
     MeshArgs a = {mesh, c};
     agreed(check_start, &a);   // over several processes, said once (or by the host that failed)

@@ -22,7 +22,9 @@ void mesh_hybrid_config(Config *c) {
                             &c->ici_context_parallelism, &c->ici_tensor_parallelism, &c->ici_expert_parallelism};
     const Net *net = net_current();
     int nproc = net ? net->nprocess : 1, known = 1, fill = -1;
-    for (int a = 0; a < MESH_NAXES; a++) {
+    for (int a = 0; a < MESH_NAXES; a++) {   // (the keys' ranges, checked here before they are used)
+        if (*dcn[a] != -1 && (*dcn[a] < 1 || *dcn[a] > 256))
+            die("%s must be in [1, 256], or -1 (-1 = the processes left over), got %d", DCN_KEYS[a], *dcn[a]);
         if (*dcn[a] != -1) { known *= *dcn[a]; continue; }
         if (fill >= 0) die("only one dcn axis may be -1 (fill the rest): %s and %s both are", DCN_KEYS[fill], DCN_KEYS[a]);
         fill = a;

@@ -416,8 +416,8 @@ int attn_cudnn_backward(float *, float *, float *, const float *, const float *,
     return 0;
 }
 int gpu_attention_cudnn(const char **why) {
-    *why = "this build (" GPU_BACKEND_NAME ") has no cuDNN (make gpu builds it with cuDNN's frontend headers, "
-           "which it fetches from PyPI: nvidia-cudnn-frontend)";
+    *why = "this build (" GPU_BACKEND_NAME ") has no cuDNN (make gpu builds it where cuDNN 9's headers, cudnn.h, "
+           "are on the compiler's path and pip fetches cuDNN's frontend headers from PyPI: nvidia-cudnn-frontend)";
     return 0;
 }
 long attn_cudnn_calls(void) { return 0; }

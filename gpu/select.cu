@@ -13,7 +13,7 @@ extern "C" const Backend *backend_gpu(int use_cublas, int attention_kind, const 
     const char *err = NULL;
     if (gpu_devices(&err) > 0) {
         if (!gpu_matmul_use_cublas(use_cublas, &err)) {   // (cuBLAS is loaded here, before any work)
-            snprintf(reason, sizeof reason, "gpu_matmul=cublas: %s", err);
+            snprintf(reason, sizeof reason, "gpu_matmul=%s: %s", use_cublas == 2 ? "cublas_bf16" : "cublas", err);
             *why = reason;
             return NULL;
         }

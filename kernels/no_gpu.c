@@ -6,7 +6,8 @@
 const Backend *backend_gpu(int use_cublas, int attention_kind, const char **why) {
     (void)use_cublas;
     (void)attention_kind;
-    *why = "this binary (./train) has the CPU backend only; build ./train_gpu (make gpu, CUDA) or ./train_hip "
-           "(make hip) and run that (docs/gpu.md)";
+    *why = "this binary (./train, or ./train_mpi) has the CPU backend only; build ./train_gpu (make gpu, CUDA) or "
+           "./train_hip (make hip), over MPI ./train_gpu_mpi (make gpu-mpi) or ./train_hip_mpi (make hip-mpi), and run "
+           "that (docs/gpu.md)";
     return NULL;
 }

@@ -182,6 +182,13 @@ mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" 
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
 mpi_fails "dump_parity over processes (it runs on one device) is refused, said once" "dump_parity runs on one device" 1 \
     2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dump_parity=$T/dump $FAST
+# The ici sizes that do not make num_devices, which every process finds alike: said once, with
+# what the global figures are.
+mpi_fails "ici_fsdp_parallelism=2 and num_devices=4 a process, over dcn data=2: said once, the figures explained" \
+    "(over the 2 processes: each ici_* value and num_devices times its dcn_* axis)" 1 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 ici_fsdp_parallelism=2 num_devices=4 $FAST
+mpi_fails "dcn_data_parallelism=0: its range, said once" "dcn_data_parallelism must be in [1, 256], or -1" 1 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=0 $FAST
 # A data file every process finds too short: said once.
 printf 'To be, or not to be' > $T/short.txt
 mpi_fails "a data file too short for a train and an eval split: said once" "the data set has 19 tokens: too few" 1 \
