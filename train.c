@@ -652,10 +652,10 @@ static void run_end(DeviceRun *d) {
     if (!d->first_eval_done) d->first_eval = last_eval;
     if (d->talk) {
         printf("step %5d | eval loss %.4f (first %.4f)\n", d->m.step, last_eval, d->first_eval);
-        printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device",
-               dev->mark_total, dev->mark[MEM_TEMP], dev->mark[MEM_ACTIVATIONS], d->Be);
-        if (d->first_eval_done) printf("; last training step peak %zu bytes", d->stats[d->id].peak_total);
-        printf("\n");
+        char last[64] = "";   // (one printf: other device threads print lines of their own meanwhile)
+        if (d->first_eval_done) snprintf(last, sizeof last, "; last training step peak %zu bytes", d->stats[d->id].peak_total);
+        printf("eval peak %zu bytes (temp %zu, activations %zu) with %d eval sequences per device%s\n",
+               dev->mark_total, dev->mark[MEM_TEMP], dev->mark[MEM_ACTIVATIONS], d->Be, last);
     }
     if (c->save_checkpoint[0]) {
         checkpoint_save(&d->m, c->save_checkpoint);
