@@ -255,15 +255,18 @@ static void start_mesh(Mesh *mesh, const Config *c) {
 // 3. The data: the token file, checked against the vocabulary, and cut into the training and
 // eval splits (over several processes, a file too short is said once, like the config).
 // The sample's prompt is read here too, as the data's tokens (trainer/sampling.h).
-typedef struct { const Config *c; uint32_t *tokens; size_t ntok; DataLoader dl; int *prompt, nprompt; } Data;
+typedef struct {
+    const Config *c; uint32_t *tokens; size_t ntok; DataLoader dl; int *prompt, nprompt;
+    uint64_t hash;   // data_hash of the tokens: a checkpoint's "dataset", and the processes' comparison
+} Data;
 static void load_data(void *arg) {
     Data *d = arg;
     int bytes;
     d->tokens = data_load_as(d->c->dataset_path, &d->ntok, &bytes);
     data_check_vocab(d->tokens, d->ntok, d->c->vocab_size, d->c->dataset_path);
-    uint64_t hash = data_hash(d->tokens, d->ntok);
-    checkpoint_set_dataset(d->ntok, hash);   // (the "dataset" metadata of this run's saves)
-    if (d->c->load_checkpoint[0] && !d->c->dry_run) checkpoint_check_dataset(d->c, d->c->load_checkpoint, d->ntok, hash);
+    d->hash = data_hash(d->tokens, d->ntok);
+    checkpoint_set_dataset(d->ntok, d->hash);   // (the "dataset" metadata of this run's saves)
+    if (d->c->load_checkpoint[0] && !d->c->dry_run) checkpoint_check_dataset(d->c, d->c->load_checkpoint, d->ntok, d->hash);
     loader_init(&d->dl, d->tokens, d->ntok, d->c->max_target_length, d->c->eval_fraction);
     bytes = bytes || d->c->vocab_size == 256;   // (a token file of vocab 256 holds bytes, as ./train prepare writes)
     d->prompt = malloc(sizeof(int) * (strlen(d->c->prompt) + 1));   // (a token a character at most)
@@ -277,7 +280,7 @@ static void load_data(void *arg) {
 // comes before anything that may fail).
 static void check_same_data(void *arg) {
     const Data *d = arg;
-    uint64_t mine[2] = {d->ntok, data_hash(d->tokens, d->ntok)}, zero[2];
+    uint64_t mine[2] = {d->ntok, d->hash}, zero[2];
     memcpy(zero, mine, sizeof zero);
     net_current()->share(zero, sizeof zero);
     if (mine[0] != zero[0] || mine[1] != zero[1])
