@@ -18,11 +18,12 @@
 # PARITY_TENSOR_CORES=1 (a GPU trainer, tests/gpu_checks.sh): two more bf16 cases, on tensor
 # cores; PARITY_ONLY and PARITY_SECONDS: at run_case below.
 # PARITY_JOBS=N runs N cases at a time (default: the machine's cores, at most 4; 1 runs them
-# one after the other; the self-tests are one more job). A case is a trainer and a few
-# Python processes, mostly JAX compiling, each on one core or a little more: on 2 cores two
-# at a time gain a tenth, on more cores the more. Each case writes into its own files; its
-# output is printed whole, in the order the cases started, as soon as it and every case
-# before it are done.
+# one after the other): N workers (tests/parity/worker.py, each one Python process that runs
+# case after case: the trainer as a child, the reference and the comparison in the worker),
+# one of which first runs the self-tests (their own process: they compute in float64). A case
+# is mostly JAX compiling, on one core or a little more: on 2 cores two at a time gain a
+# tenth, on more cores the more. Each case writes into its own files; its output is printed
+# whole, in the list's order, as soon as it and every case before it are done.
 set -u
 cd "$(dirname "$0")/../.."
 
@@ -66,70 +67,35 @@ passed=0
 failed=0
 failed_names=()
 
-# A job ends by writing its result, "PASS seconds" or "FAIL reason", into $TMP/NAME.result;
-# the parent counts it when it prints the job's output (show_done below).
+# A case ends by writing its result, "PASS seconds", "FAIL reason" or "LATE" (not started:
+# PARITY_SECONDS), into $TMP/NAME.result (tests/parity/worker.py; the self-tests here); the
+# parent counts it when it prints the case's output (show_done below).
 pass() { echo "PASS $2" > "$TMP/$1.result"; }
 fail() { echo "FAIL $2" > "$TMP/$1.result"; }
 
-# Counts the (token, slot) assignments that capacity dropping removes in step 0 of a dump
-# (from the C side's router choices, docs/model.md#dense-path-and-capacity-dropping); fails if none,
-# so that the capacity case really exercises dropping.
-count_drops() {
-    "$PYTHON" - "$1" <<'EOF'
-import json, math, sys
-import numpy as np
-from safetensors import safe_open
-with safe_open(sys.argv[1], framework="numpy") as f:
-    cfg = json.loads(f.metadata()["config"])
-    idx = [f.get_tensor(k) for k in f.keys() if k.startswith("c/router/") and k.endswith("/indices")]
-E, K, S, cf = cfg["num_experts"], cfg["num_experts_per_tok"], cfg["max_target_length"], cfg["capacity_factor"]
-cap = int(max(math.ceil(S * K / E) * cf, cf))
-dropped = total = 0
-for a in idx:                                   # [A*B, S, K] per MoE layer
-    for seq in a:
-        counts = np.bincount(seq.reshape(-1), minlength=E)
-        dropped += int(np.sum(np.maximum(counts - cap, 0)))
-        total += seq.size
-print(f"capacity {cap} per expert and sequence: {dropped} of {total} assignments dropped in step 0")
-sys.exit(0 if dropped > 0 else 1)
-EOF
-}
-
-# run_case NAME CONFIG [key=value ...]; with PARITY_ONLY=REGEX only the cases whose name
-# matches run (and the self-tests are skipped), e.g. PARITY_ONLY=adafactor. With
-# PARITY_SECONDS=N no case starts after N seconds (a GPU call's clock, tests/gpu.sh): the
-# ones left are named at the end as not started, neither passed nor failed.
+# run_case NAME CONFIG [key=value ...]: a case into the list the workers take from
+# ($TMP/cases: its name and the trainer's command, separated by tabs). With
+# PARITY_ONLY=REGEX only the cases whose name matches run (and the self-tests are skipped),
+# e.g. PARITY_ONLY=adafactor. With PARITY_SECONDS=N no case starts after N seconds (a GPU
+# call's clock, tests/gpu.sh): the ones left are named at the end as not started, neither
+# passed nor failed.
 not_started=()
 run_case() {
-    local name=$1
+    local name=$1 cfg=$2
+    shift 2
     if [ -n "${PARITY_ONLY:-}" ] && ! [[ "$name" =~ $PARITY_ONLY ]]; then return; fi
-    if [ -n "${PARITY_SECONDS:-}" ] && [ "$SECONDS" -ge "$PARITY_SECONDS" ]; then
-        show_done
-        echo "== $name: not started (PARITY_SECONDS=$PARITY_SECONDS reached)"
-        not_started+=("$name")
-        return
-    fi
-    start_job "$name" case_body "$@"
+    { printf '%s\t' "$name" "$TRAIN" "$cfg" "${COMMON[@]}" "$@" | sed 's/\t$//'; echo; } >> "$TMP/cases"
+    order+=("$name")
 }
 
-# The jobs, in the order they started; shown: how many of them are printed and counted.
+# The cases (and the self-tests, first), in the list's order; shown: how many of them are
+# printed and counted.
 order=()
 shown=0
-# start_job NAME COMMAND...: COMMAND in the background, its output into $TMP/NAME.out, once
-# fewer than JOBS jobs are running.
-start_job() {
-    local name=$1; shift
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do
-        wait -n
-        show_done
-    done
-    order+=("$name")
-    "$@" > "$TMP/$name.out" 2>&1 &
-    [ "$JOBS" -eq 1 ] && { wait; show_done; }
-}
-# Prints and counts the finished jobs at the head of the order. A job that left no result
-# stops the printing there, but with "all" (every job has ended: it was killed or crashed)
-# it counts as failed, and with "stopped" (after a signal) it is named as stopped.
+# Prints and counts the finished cases at the head of the order. A case that left no result
+# stops the printing there, but with "all" (every worker has ended: one was killed or
+# crashed) it counts as failed, and with "stopped" (after a signal) it is named as stopped,
+# or as not started if no worker had taken it.
 stopped_names=()
 show_done() {
     local name result why
@@ -138,13 +104,21 @@ show_done() {
         shown=$((shown + 1))
         if [ ! -f "$TMP/$name.result" ]; then
             case ${1:-} in
-                all) echo "FAIL the job ended without a result" > "$TMP/$name.result" ;;
-                stopped) stopped_names+=("$name"); continue ;;
+                all) echo "FAIL its worker ended without a result" > "$TMP/$name.result" ;;
+                stopped)
+                    if [ -d "$TMP/$name.taken" ] || [ "$name" = selftest ]; then stopped_names+=("$name")
+                    else not_started+=("$name"); fi
+                    continue ;;
                 *) shown=$((shown - 1)); break ;;
             esac
         fi
-        cat "$TMP/$name.out"
         read -r result why < "$TMP/$name.result"
+        if [ "$result" = LATE ]; then
+            echo "== $name: not started (PARITY_SECONDS=$PARITY_SECONDS reached)"
+            not_started+=("$name")
+            continue
+        fi
+        cat "$TMP/$name.out" 2> /dev/null
         if [ "$result" = PASS ]; then
             passed=$((passed + 1)); echo "== $name: PASS ($why s)"
         else
@@ -156,7 +130,7 @@ show_done() {
 
 summary() {
     echo "parity: $((SECONDS - ${start:-0})) s${failed_names[*]:+; failed: ${failed_names[*]}}"
-    [ ${#not_started[@]} -gt 0 ] && echo "${#not_started[@]} cases not started (PARITY_SECONDS): ${not_started[*]}"
+    [ ${#not_started[@]} -gt 0 ] && echo "${#not_started[@]} cases not started: ${not_started[*]}"
     echo "$passed passed, $failed failed"
 }
 # After a signal: the running jobs stopped, the finished ones printed and counted.
@@ -167,37 +141,6 @@ stopped() {
     show_done stopped
     echo "== stopped by a signal: ${#stopped_names[@]} case(s) running then, neither passed nor failed: ${stopped_names[*]}"
     summary
-}
-
-# case_body NAME CONFIG [key=value ...]: one case, start to end (a job).
-case_body() {
-    local name=$1 cfg=$2
-    shift 2
-    local dir=$TMP/$name t0=$SECONDS
-    echo "== $name: $TRAIN $cfg ${COMMON[*]} $*"
-    if ! "$TRAIN" "$cfg" dump_parity="$dir" "${COMMON[@]}" "$@" >"$TMP/$name.train.log" 2>&1; then
-        tail -5 "$TMP/$name.train.log"
-        fail "$name" "$TRAIN failed"
-        return
-    fi
-    grep -E '^(parity step|wrote)' "$TMP/$name.train.log" | sed -n '1p;$p'
-    if [[ "$name" == *capacity* ]] && ! count_drops "$dir/dump.safetensors"; then
-        fail "$name" "no assignment was dropped: lower capacity_factor"
-        return
-    fi
-    if ! "$PYTHON" tests/parity/reference.py "$dir/dump.safetensors" "$dir/jax.safetensors"; then
-        fail "$name" "reference.py failed"
-        return
-    fi
-    # Step-0 losses of both sides, for the float32_weight_sum comparison below.
-    "$PYTHON" -c 'import sys; from safetensors.numpy import load_file as l; c, j = l(sys.argv[1]), l(sys.argv[2]); print(float(c["c/loss"]), float(j["jax/loss"]))' \
-        "$dir/dump.safetensors" "$dir/jax.safetensors" > "$TMP/$name.losses"
-    if "$PYTHON" tests/parity/compare.py "$dir/dump.safetensors" "$dir/jax.safetensors" --case "$name"; then
-        pass "$name" $((SECONDS - t0))
-    else
-        fail "$name" "compare.py: tensors beyond tolerance, see the table"
-    fi
-    rm -rf "$dir"
 }
 
 # XLA's LLVM back end at optimization level PARITY_XLA_OPT (default 0; empty: XLA's own
@@ -220,8 +163,9 @@ selftest() {
     local t0=$SECONDS
     if "$PYTHON" tests/parity/selftest.py; then pass selftest $((SECONDS - t0)); else fail selftest "self-tests of the reference"; fi
 }
+: > "$TMP/cases"
 if [ -n "${PARITY_ONLY:-}" ]; then echo "== selftest: skipped (PARITY_ONLY=$PARITY_ONLY)"
-else start_job selftest selftest; fi
+else order+=(selftest); fi
 
 # bfloat16: the MoE combine in float32 (float32_weight_sum=true, the default) or in bf16.
 # Both presets, both settings; the flag must move C and JAX the same way.
@@ -294,6 +238,22 @@ run_case deepseek-yarn   "$DEEPSEEK" sparse_matmul=true "${YARN[@]}" max_positio
 run_case deepseek-yarn-bf16 "$DEEPSEEK" "${BF16[@]}" "${YARN[@]}" max_position_embeddings=163840 mscale=0.707
 run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
 run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
+# The workers: the first runs the self-tests before it takes a case (or without PARITY_ONLY's
+# self-tests, a case first like the others). The cases' output is printed as they end.
+export PARITY_START=$(($(date +%s) - SECONDS))   # (PARITY_SECONDS counts from this script's start)
+workers=()
+for w in $(seq "$JOBS"); do
+    if [ "$w" = 1 ] && [ "${order[0]:-}" = selftest ]; then
+        { selftest > "$TMP/selftest.out" 2>&1; "$PYTHON" tests/parity/worker.py "$TMP"; } &
+    else
+        "$PYTHON" tests/parity/worker.py "$TMP" &
+    fi
+    workers+=($!)
+done
+while [ -n "$(jobs -rp)" ]; do
+    sleep 1
+    show_done
+done
 wait
 show_done all
 echo "== float32_weight_sum: step-0 loss with the float32 combine minus with the bf16 combine"
