@@ -33,6 +33,31 @@
 #include "gpu/backend.h"
 
 #if GPU_HAVE_CUDNN
+// ---- the conversions ----
+
+// The packing and the plain widening are gpu/cast.cu's (cast_cuda); cuDNN's dk and dv (and dq
+// after a first piece) are added onto what the layer holds: dst += src widened.
+// (The three kernels are not static, unlike the other files' kernels: the GPU architectures'
+// passes see no caller of them, see below, and would warn of unused static functions.)
+__global__ void attn_cudnn_add_bf16_kernel(float *dst, const uint16_t *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += bf16_float_dev(src[i]);
+}
+// Per row: stats (m, l) = (lse, 1), the forward's; and lse = m + log(l), the backward's.
+__global__ void attn_cudnn_stats_of_lse_kernel(float *stats, const float *lse, size_t rows) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    stats[2 * r] = lse[r];
+    stats[2 * r + 1] = 1.0f;
+}
+__global__ void attn_cudnn_lse_of_stats_kernel(float *lse, const float *stats, size_t rows) {
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) lse[r] = stats[2 * r] + logf(stats[2 * r + 1]);
+}
+// The rest is host code. nvcc reads a file once for the host and again for each GPU target of
+// NVFLAGS; the targets' passes compile the three kernels above only, so that the frontend's
+// headers (much C++) are read once (the object: 101 s of CPU where it took 240).
+#ifndef __CUDA_ARCH__
 #define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
@@ -44,25 +69,6 @@
 namespace fe = cudnn_frontend;
 void *cudnn_frontend::cudnn_dlhandle = nullptr;   // where the frontend looks up cuDNN's functions
 
-// ---- the conversions ----
-
-// The packing and the plain widening are gpu/cast.cu's (cast_cuda); cuDNN's dk and dv (and dq
-// after a first piece) are added onto what the layer holds: dst += src widened.
-__global__ static void add_bf16_kernel(float *dst, const uint16_t *src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += bf16_float_dev(src[i]);
-}
-// Per row: stats (m, l) = (lse, 1), the forward's; and lse = m + log(l), the backward's.
-__global__ static void stats_of_lse_kernel(float *stats, const float *lse, size_t rows) {
-    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    stats[2 * r] = lse[r];
-    stats[2 * r + 1] = 1.0f;
-}
-__global__ static void lse_of_stats_kernel(float *lse, const float *stats, size_t rows) {
-    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < rows) lse[r] = stats[2 * r] + logf(stats[2 * r + 1]);
-}
 static void to_bf16(uint16_t *dst, const float *src, size_t n) { cast_cuda.pack_bf16(dst, src, n); }
 // dst = src widened, or dst += it (add).
 static void from_bf16(float *dst, const uint16_t *src, size_t n, int add) {
@@ -70,15 +76,15 @@ static void from_bf16(float *dst, const uint16_t *src, size_t n, int add) {
         cast_cuda.unpack_bf16(dst, src, n);
         return;
     }
-    GPU_LAUNCH(add_bf16_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, src, n);
+    GPU_LAUNCH(attn_cudnn_add_bf16_kernel, blocks_for(n, GPU_THREADS), GPU_THREADS, 0)(dst, src, n);
     GPU_CHECK_LAUNCH();
 }
 static void stats_of_lse(float *stats, const float *lse, size_t rows) {
-    GPU_LAUNCH(stats_of_lse_kernel, blocks_for(rows, GPU_THREADS), GPU_THREADS, 0)(stats, lse, rows);
+    GPU_LAUNCH(attn_cudnn_stats_of_lse_kernel, blocks_for(rows, GPU_THREADS), GPU_THREADS, 0)(stats, lse, rows);
     GPU_CHECK_LAUNCH();
 }
 static void lse_of_stats(float *lse, const float *stats, size_t rows) {
-    GPU_LAUNCH(lse_of_stats_kernel, blocks_for(rows, GPU_THREADS), GPU_THREADS, 0)(lse, stats, rows);
+    GPU_LAUNCH(attn_cudnn_lse_of_stats_kernel, blocks_for(rows, GPU_THREADS), GPU_THREADS, 0)(lse, stats, rows);
     GPU_CHECK_LAUNCH();
 }
 
@@ -408,6 +414,7 @@ void attn_cudnn_report(int device) {
     t.ran = t.declined = 0;
 }
 
+#endif  // !__CUDA_ARCH__
 #else   // built without cuDNN's frontend (the emulation, HIP, or no headers found)
 
 int attn_cudnn_forward(float *, float *, const float *, const float *, const float *, Geom, int, int) { return 0; }
