@@ -37,10 +37,16 @@ void mesh_hybrid_config(Config *c) {
         die("%s: ./train is one process; build ./train_mpi (make mpi) and start it with mpirun -np %d (docs/mpi.md)",
             msg, known);
     if (known != nproc) die("%s", msg);
-    // From here on the ici_* sizes (and num_devices) are the global mesh's: dcn x ici.
+    // From here on the ici_* sizes (and num_devices) are the global mesh's: dcn x ici. A
+    // message that names them says so.
     for (int a = 0; a < MESH_NAXES; a++)
         if (*ici[a] > 0) *ici[a] *= *dcn[a];
     if (c->num_devices > 0) c->num_devices *= known;
+    static const char *const words[] = {"ici_", "num_devices", NULL};
+    static char note[160];
+    snprintf(note, sizeof note, " (over the %d processes: each ici_* value and num_devices here is the whole mesh's, "
+             "the value given times its dcn_* axis)", known);
+    if (known > 1) die_set_note(words, note);
 }
 
 void mesh_hybrid_init(Mesh *mesh, const Config *c) {

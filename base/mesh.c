@@ -60,25 +60,12 @@ Group *mesh_group(const Mesh *mesh, int dev, unsigned mask) {
 
 Group *mesh_prefetch_group(const Mesh *mesh, int dev) { return mesh->prefetch[dev]; }
 
-// Over several processes the ici_* sizes and num_devices are the global mesh's, each the
-// value given times its dcn_* axis (base/hybrid.c): the messages say so.
-static const char *over_processes(const Config *c, char *buf, size_t cap) {
-    int np = c->dcn_data_parallelism * c->dcn_pipeline_parallelism * c->dcn_fsdp_parallelism *
-             c->dcn_context_parallelism * c->dcn_tensor_parallelism * c->dcn_expert_parallelism;
-    buf[0] = '\0';
-    if (np > 1)
-        snprintf(buf, cap, " (over the %d processes: each ici_* value and num_devices times its dcn_* axis)", np);
-    return buf;
-}
-
 // The axes' sizes (want, -1 filled) and the device count, or a message naming the numbers.
 static int mesh_sizes(const Config *c, int want[MESH_NAXES]) {
     const int given[MESH_NAXES] = {c->ici_data_parallelism, c->ici_pipeline_parallelism, c->ici_fsdp_parallelism,
                                    c->ici_context_parallelism, c->ici_tensor_parallelism, c->ici_expert_parallelism};
     const char *keys[MESH_NAXES] = {"ici_data_parallelism", "ici_pipeline_parallelism", "ici_fsdp_parallelism",
                                     "ici_context_parallelism", "ici_tensor_parallelism", "ici_expert_parallelism"};
-    char note[160];
-    over_processes(c, note, sizeof note);
     int known = 1, fill = -1;
     for (int a = 0; a < MESH_NAXES; a++) {
         want[a] = given[a];
@@ -94,15 +81,15 @@ static int mesh_sizes(const Config *c, int want[MESH_NAXES]) {
     int n = c->num_devices > 0 ? c->num_devices : known;
     if (fill >= 0) {
         if (c->num_devices <= 0) die("%s=-1 needs num_devices to say how many devices there are", keys[fill]);
-        if (n % known) die("num_devices (%d) is not a multiple of the other axes' product (%d), so %s=-1 cannot fill it%s",
-                           n, known, keys[fill], note);
+        if (n % known) die("num_devices (%d) is not a multiple of the other axes' product (%d), so %s=-1 cannot fill it",
+                           n, known, keys[fill]);
         want[fill] = n / known;
     } else if (n != known) {
-        die("the mesh axes multiply to %d devices but num_devices is %d%s", known, n, note);
+        die("the mesh axes multiply to %d devices but num_devices is %d", known, n);
     }
     cp_check(c, want[AX_CONTEXT]);
     pipeline_check(c, want, n);
-    if (n > 256) die("num_devices (%d) is more than this simulator runs (256 threads)%s", n, note);
+    if (n > 256) die("num_devices (%d) is more than this simulator runs (256 threads)", n);
     return n;
 }
 

@@ -31,6 +31,14 @@ void die_set_process(int process, void (*end)(int code)) {
     die_end = end;
 }
 
+static const char *const *note_words;
+static const char *note_text;
+
+void die_set_note(const char *const *words, const char *note) {
+    note_words = words;
+    note_text = note;
+}
+
 void die_claim(void) {
     if (claimed) return;
     if (atomic_exchange(&dying, 1)) for (;;) pause();
@@ -52,6 +60,12 @@ void die(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_line + at, sizeof last_line - at, fmt, ap);
     va_end(ap);
+    for (int w = 0; note_text && note_words[w]; w++)
+        if (strstr(last_line, note_words[w])) {
+            size_t n = strlen(last_line);
+            snprintf(last_line + n, sizeof last_line - n, "%s", note_text);
+            break;
+        }
     if (!die_jump || !die_quiet) fprintf(stderr, "%s\n", last_line);
     if (cleanup_fn) {
         void (*fn)(void *) = cleanup_fn;

@@ -36,6 +36,10 @@ void die_set_jump(jmp_buf *jump, int quiet);
 // checks its config under a jump, quietly, and the first process that failed prints it.
 const char *die_last_message(void);
 
+// die_set_note: every later message that contains one of `words` (a NULL-terminated list)
+// ends with `note`; a NULL note, none. A run over several processes (base/hybrid.c) notes that
+// the ici_* values and num_devices it names are the whole mesh's, not the ones given.
+void die_set_note(const char *const *words, const char *note);
 // A run over several processes (base/net.h): die() names the process in its message
 // ("meshmoe: process 1: ...") and ends with end(1) instead of exit(1), which stops every
 // process of the job, so that no peer waits forever for one that is gone.

@@ -185,8 +185,13 @@ mpi_fails "dump_parity over processes (it runs on one device) is refused, said o
 # The ici sizes that do not make num_devices, which every process finds alike: said once, with
 # what the global figures are.
 mpi_fails "ici_fsdp_parallelism=2 and num_devices=4 a process, over dcn data=2: said once, the figures explained" \
-    "(over the 2 processes: each ici_* value and num_devices times its dcn_* axis)" 1 \
+    "(over the 2 processes: each ici_* value and num_devices here is the whole mesh's, the value given times its dcn_* axis)" 1 \
     2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 ici_fsdp_parallelism=2 num_devices=4 $FAST
+# Any other message that names an ici_* value (here the whole tensor axis's 4, of ici 2 x dcn
+# 2) says the same.
+mpi_fails "ici_tensor_parallelism=2 over dcn tensor=2 against tensor_reduce_chunks=2: the 4 explained" \
+    "ici_tensor_parallelism=4 must divide tensor_reduce_chunks (2): each device adds a whole subtree of the pieces; raise tensor_reduce_chunks (a power of two) to a multiple of 4 (over the 2 processes: each ici_* value" 2 \
+    2 ./train_mpi configs/mixtral-tiny.yml dcn_tensor_parallelism=2 ici_tensor_parallelism=2 tensor_reduce_chunks=2 $FAST
 mpi_fails "dcn_data_parallelism=0: its range, said once" "dcn_data_parallelism must be in [1, 256], or -1" 1 \
     2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=0 $FAST
 # A data file every process finds too short: said once.
