@@ -370,6 +370,7 @@ def main():
         for mode in modes:
             rng = random.Random(f"{args.seed}-{mode}")
             print(f"== {mode}: {args.n} combinations, seed {args.seed}")
+            passed_before = passed
             for i in range(args.n):
                 status, desc, detail = (one_gpu(rng, t, args.gpu_train) if mode == "gpu" else
                                         one_mpi(rng, t, args.mpi_train) if mode == "mpi" else one(mode, rng, t, tmp))
@@ -378,6 +379,9 @@ def main():
                 passed += status == "ok"
                 failed += status == "FAIL"
                 refused += status == "refused"
+            if args.n > 0 and passed == passed_before:   # (refusals alone test nothing)
+                print(f"  FAIL    {mode}: none of the {args.n} combinations trained")
+                failed += 1
     print(f"({refused} refused before training, each with one message)")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

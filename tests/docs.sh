@@ -35,7 +35,7 @@ for f in $MD; do
         if [ -n "$anchor" ] && ! has_anchor "$full" "$anchor"; then bad+=("$f -> $target (no such heading)"); fi
     done < <(grep -oE '\]\([^) ]+\)' "$f" | sed 's/^](//; s/)$//' | grep -vE '^(https?|mailto):')
 done
-check "$n markdown links lead to a file of the repository (and a heading in it): ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
+check "$n markdown links lead to a file of the repository (and a heading in it): ${bad[*]:-all do}" [ $n -gt 0 -a ${#bad[@]} -eq 0 ]
 
 # 2. docs/NAME.md#anchor cited anywhere (comments, scripts, docs).
 bad=(); n=0
@@ -44,7 +44,7 @@ while IFS=: read -r f doc anchor; do
     has_anchor "$doc" "$anchor" || bad+=("$f cites $doc#$anchor")
 done < <(printf '%s\n' "$FILES" | grep -vE '\.(bin|png|svg|safetensors)$' | xargs grep -oE 'docs/[a-z_-]+\.md#[A-Za-z0-9_-]+' 2>/dev/null |
          sed -E 's/^([^:]*):(docs\/[a-z_-]+\.md)#(.*)$/\1:\2:\3/')
-check "$n citations of docs/NAME.md#section name a heading that exists: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
+check "$n citations of docs/NAME.md#section name a heading that exists: ${bad[*]:-all do}" [ $n -gt 0 -a ${#bad[@]} -eq 0 ]
 
 # 3. Code cited as file:function in the docs (C and CUDA files): the function is defined (or
 # declared) in the file. A list after the citation on the same line ("f.c:a, b and c") names
@@ -63,19 +63,21 @@ while IFS=: read -r src fn; do
     n=$((n + 1))
     [ -f "$src" ] && grep -qE "^[^ /#].*\b$fn\(" "$src" || bad+=("$src:$fn")
 done < <(cited_functions $DOCS | sort -u)
-check "$n file:function citations in README.md and docs/ name a function of that file: ${bad[*]:-all do}" [ ${#bad[@]} -eq 0 ]
+check "$n file:function citations in README.md and docs/ name a function of that file: ${bad[*]:-all do}" [ $n -gt 0 -a ${#bad[@]} -eq 0 ]
 
 # 4. No citation by line number in the docs (outside the measured tables).
 lines=$(grep -nHE '\.(c|h|cu):[0-9]+|\blines? [0-9]+' $DOCS | grep -vE '^[^:]+:[0-9]+:\|' || true)
 check "README.md and docs/ cite code by function, not by line number${lines:+: $lines}" [ -z "$lines" ]
 
 # 5. Every key of the sweep's table has its section in the catalog.
-missing=()
+missing=(); n=0
 for key in $(grep -oE '^    \{"[0-9]+", "[a-z0-9_]+"' trainer/rows.c | sed -E 's/.*"([a-z0-9_]+)"$/\1/' | sort -u); do
+    n=$((n + 1))
     [ "$key" = mesh ] && key=mesh-shape-sweep
     has_anchor docs/optimizations.md "$key" || missing+=("$key")
 done
-check "every key of trainer/rows.c has a section in docs/optimizations.md: ${missing[*]:-all do}" [ ${#missing[@]} -eq 0 ]
+check "every key of trainer/rows.c ($n) has a section in docs/optimizations.md: ${missing[*]:-all do}" \
+    [ $n -gt 0 -a ${#missing[@]} -eq 0 ]
 
 # exercises FILE...: the ./train commands of each file's "## Exercises" section, a line each:
 # FILE, "refused" where the text goes on to say the trainer refuses it (else "runs"), COMMAND.

@@ -125,7 +125,7 @@ for name in mx-offl ds-ft mx-ep ds-cp ds-w16 mx-w16n mx-af mx-offep mx-muon ds-m
         check "$name: the sample's text as ./train's ($(text_of $name-emu))" \
             test -n "$(text_of $name-cpu)" -a "$(text_of $name-emu)" = "$(text_of $name-cpu)"
     fi
-    if diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then
+    if [ -n "$(peaks_of $name-cpu)" ] && diff <(peaks_of $name-cpu) <(peaks_of $name-emu) > $T/$name.peaks; then
         pass "$name: peak bytes by tag as ./train's ($(peaks_of $name-emu | wc -l) lines)"
     else
         fail "$name: peak bytes by tag differ: $(head -4 $T/$name.peaks | tr '\n' ' ')"

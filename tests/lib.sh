@@ -68,3 +68,11 @@ mixtral_tiny_layout() {
     done
     echo "5 decoder_norm 128"; echo "5 logits_dense 128 256"
 }
+# mixtral_tiny_params SPLIT: "P P'": mixtral-tiny's parameter count, and the count stored when
+# each unit is split SPLIT ways (fsdp x zero1; model/params.c): each unit padded up to a
+# multiple of SPLIT x 256 elements, unpadded when SPLIT is 1. From the shapes above, not from
+# the trainer.
+mixtral_tiny_params() {
+    mixtral_tiny_layout | awk -v S="$1" '{ n = 1; for (i = 3; i <= NF; i++) n *= $i; used[$1] += n; P += n }
+        END { for (u in used) Pp += S > 1 ? int((used[u] + S * 256 - 1) / (S * 256)) * S * 256 : used[u]; print P, Pp }'
+}

@@ -69,7 +69,9 @@ done
 # ZeRO-1 on data=2: each replica keeps mu for its half of the (padded) shard and nu for the
 # AdamW tensors' elements of that half; the two together hold one device's state and the padding.
 run z1 mixtral-tiny ici_data_parallelism=2 shard_optimizer_over_data=true per_device_batch_size=2
-pad=$(grep -o 'stored padded for fsdp=1 zero1=2: [0-9]*' $T/z1.out | grep -o '[0-9]*$')
+pad=$(mixtral_tiny_params 2 | cut -d' ' -f2)   # (from the shapes, lib.sh)
+check "data=2 ZeRO-1: the trainer stores $pad weights, as the shapes padded for 2 say" \
+    grep -q "stored padded for fsdp=1 zero1=2: $pad)" $T/z1.out
 z1sum=$(( $(opt_bytes z1 0) + $(opt_bytes z1 1) ))
 check "data=2 ZeRO-1: optimizer $(opt_bytes z1 0) + $(opt_bytes z1 1) B = one device's $want B + 4 x ($pad - 1838208) B of padding" \
     test "$z1sum" -eq $((want + 4 * (pad - 1838208)))

@@ -22,11 +22,16 @@ FAST="steps=$STEPS sample_length=0 eval_steps=1 eval_interval=0 max_target_lengt
 
 run_losses() {   # run_losses NAME ARGS...: prints the loss bits of every step
     local name=$1; shift
+    rm -f $T/$name.jsonl   # (an earlier run's file is not this run's)
     if ! $TRAIN "$@" $FAST metrics_file=$T/$name.jsonl > $T/$name.out 2>&1; then
         echo "run failed: $(tail -1 $T/$name.out)"; return 1
     fi
     grep -o '"loss_bits": "[^"]*"' $T/$name.jsonl | cut -d'"' -f4 | tr '\n' ' '
 }
+
+# same_losses GOT BASE: both runs trained and printed the same loss bits (two runs that failed
+# alike print the same "run failed" line, and two without loss_bits print nothing).
+same_losses() { [ -n "$1" ] && [ "${1#run failed}" = "$1" ] && [ "$1" = "$2" ]; }
 
 compare() {   # compare LABEL BASE_LOSSES ARGS... (read from stdin: NAME ARGS per line)
     local label=$1 base=$2; shift 2
@@ -34,7 +39,7 @@ compare() {   # compare LABEL BASE_LOSSES ARGS... (read from stdin: NAME ARGS pe
         [ -z "$name" ] && continue
         got=$(run_losses x "$@" $args)
         printf '  %-44s %s\n' "$name" "$got"
-        check "$label $name: $STEPS losses bit-identical to 1 device" [ "$got" = "$base" ]
+        check "$label $name: $STEPS losses bit-identical to 1 device" same_losses "$got" "$base"
     done
 }
 

@@ -72,13 +72,13 @@ run ag_bf16 mixtral-tiny ici_context_parallelism=2 dtype=bfloat16
 run ring_bf16 mixtral-tiny ici_context_parallelism=2 dtype=bfloat16 context_parallel_strategy=ring
 check "bf16: ring within 1e-3 of all_gather: $(bits ring_bf16)/$(bits ag_bf16)" within ring_bf16 ag_bf16 1e-3 1e-3
 run ring_mask deepseek-tiny ici_context_parallelism=4 context_parallel_strategy=ring implicit_causal_mask=false
-check "implicit_causal_mask=false: the ring's bits $(bits ring_mask)" test "$(bits ring_mask)" = "$(bits ring_deepseek-tiny_4)"
+check "implicit_causal_mask=false: the ring's bits $(bits ring_mask)" same ring_mask ring_deepseek-tiny_4
 run ag_dp mixtral-tiny ici_context_parallelism=2 ici_data_parallelism=2 per_device_batch_size=1
 run ring_dp mixtral-tiny ici_context_parallelism=2 ici_data_parallelism=2 per_device_batch_size=1 context_parallel_strategy=ring
 check "data=2 x context=2: ring within 1e-5 / 1e-4 of all_gather" within ring_dp ag_dp 1e-5 1e-4
 run ag_1 mixtral-tiny
 run ring_1 mixtral-tiny context_parallel_strategy=ring
-check "one device: ring is off, the same bits $(bits ring_1)" test "$(bits ring_1)" = "$(bits ag_1)"
+check "one device: ring is off, the same bits $(bits ring_1)" same ring_1 ag_1
 
 expect_error "bad strategy" "context_parallel_strategy must be 'all_gather' or 'ring'" \
     $TRAIN configs/mixtral-tiny.yml context_parallel_strategy=ulysses steps=1
@@ -87,7 +87,7 @@ echo "== attention=flash inside the ring: each block's keys merged attn_block_kv
 # attn_block_kv = 64 >= a block's 16 keys: one merge per block, the ring's bits.
 run ringfl_64 mixtral-tiny ici_context_parallelism=2 context_parallel_strategy=ring attention=flash attn_block_kv=64
 check "attn_block_kv=64 over blocks of 16 keys: ring's bits $(bits ring_mixtral-tiny_2)" \
-    test "$(bits ringfl_64)" = "$(bits ring_mixtral-tiny_2)"
+    same ringfl_64 ring_mixtral-tiny_2
 # attn_block_kv = 4: four merges per block, against flash over the all-gathered keys.
 for preset in mixtral-tiny deepseek-tiny; do
     run agfl_$preset $preset ici_context_parallelism=4 attention=flash attn_block_kv=4 attn_block_q=4

@@ -45,7 +45,7 @@ grows() {
 same_peaks() {
     local a b; a=$(field "$1" peak_bytes); b=$(field "$2" peak_bytes)
     echo "       peak_bytes: $a -> $b"
-    [ "$a" = "$b" ]
+    [ -n "$a" ] && [ "$a" = "$b" ]
 }
 # copies NAME PATTERN: allocations on device 0 in run NAME's memory trace whose name matches
 trace() { run "$@" memory_trace="$dir/$1.csv"; }

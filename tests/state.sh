@@ -22,16 +22,17 @@ T=$(mktemp -d /tmp/meshmoe-state.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 FAST="steps=1 sample_length=0 eval_steps=1 eval_interval=0 max_target_length=64 log_period=100"
 
-# state NAME FORMULA ARGS...: FORMULA is an awk expression in P and Pp (P').
+# state NAME FORMULA SPLIT ARGS...: FORMULA is an awk expression in P and Pp (P'), both from
+# the shapes (lib.sh's mixtral_tiny_params, each unit split SPLIT = fsdp x zero1 ways); the
+# trainer's "parameters:" line must say the same.
 state() {
-    local name=$1 formula=$2; shift 2
+    local name=$1 formula=$2 split=$3; shift 3
     if ! $TRAIN configs/mixtral-tiny.yml "$@" $FAST metrics_file=$T/m.jsonl > $T/out 2>&1; then
         fail "$name: run failed: $(tail -1 $T/out)"; return
     fi
-    local line P Pp
-    line=$(grep '^parameters: ' $T/out)
-    P=$(sed -n 's/^parameters: \([0-9]*\) .*/\1/p' <<<"$line")
-    Pp=$(sed -n 's/.*: \([0-9]*\))$/\1/p' <<<"$line")
+    local P Pp
+    read -r P Pp <<<"$(mixtral_tiny_params $split)"
+    check "$name: the trainer counts P=$P, P'=$Pp as the shapes do" grep -q "^parameters: $P (stored padded for .*: $Pp)$" $T/out
     # One number per device: live params + grads + optimizer bytes.
     local got
     got=$(grep -o '"live_bytes_by_tag": {[^}]*}' $T/m.jsonl |
@@ -48,12 +49,12 @@ state() {
 }
 
 echo "== model state per device (params + grads + optimizer) = fp32 AdamW closed form, mixtral-tiny"
-state "data=4"                 "16*P"          ici_data_parallelism=4 per_device_batch_size=2
+state "data=4"                 "16*P"          1 ici_data_parallelism=4 per_device_batch_size=2
 # An unsplit layout is not padded.
-P=$(sed -n 's/^parameters: \([0-9]*\) .*/\1/p' $T/out)
+P=$(mixtral_tiny_params 1 | cut -d' ' -f1)
 check "data=4: P' = P = $P" grep -q "^parameters: $P (stored padded for fsdp=1 zero1=1: $P)" $T/out
-state "fsdp=4"                 "16*Pp/4"       ici_fsdp_parallelism=4 per_device_batch_size=2
-state "data=4+zero1"           "8*Pp + 8*Pp/4" ici_data_parallelism=4 shard_optimizer_over_data=true per_device_batch_size=2
-state "data=2,fsdp=2+zero1"    "8*Pp/2 + 8*Pp/4" ici_data_parallelism=2 ici_fsdp_parallelism=2 \
+state "fsdp=4"                 "16*Pp/4"       4 ici_fsdp_parallelism=4 per_device_batch_size=2
+state "data=4+zero1"           "8*Pp + 8*Pp/4" 4 ici_data_parallelism=4 shard_optimizer_over_data=true per_device_batch_size=2
+state "data=2,fsdp=2+zero1"    "8*Pp/2 + 8*Pp/4" 4 ici_data_parallelism=2 ici_fsdp_parallelism=2 \
     shard_optimizer_over_data=true per_device_batch_size=2
 summary

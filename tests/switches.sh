@@ -190,10 +190,10 @@ halved() {
 }
 check "bf16_storage=per_unit: the params peak drops by half the largest unit's copy" halved
 kept6() {   # default: 4 bytes a weight and a layer's float32 copy; kept: 4 + 2 bytes a weight
-    local a b w; a=$(field mx16 peak_bytes_by_tag params); b=$(field mx16-w16 peak_bytes_by_tag params)
-    w=$(((a - 4 * layer) / 4))
+    local a b w=$((2 * V * D + D + L * layer))   # (the embedding, the head, the final norm, the layers)
+    a=$(field mx16 peak_bytes_by_tag params); b=$(field mx16-w16 peak_bytes_by_tag params)
     echo "       peak_bytes_by_tag.params: $a -> $b ($w weights: 4 x $w + 4 x $layer -> 6 x $w)"
-    [ $((a - 4 * layer)) -eq $((4 * w)) ] && [ "$b" -eq $((6 * w)) ]
+    [ "$a" -eq $((4 * w + 4 * layer)) ] && [ "$b" -eq $((6 * w)) ]
 }
 check "bf16_storage=kept: the params peak is 6 bytes a weight with the copy kept" kept6
 peaks16() { grep -o '"device": [0-9]*, "peak_bytes": [0-9]*, "peak_bytes_by_tag": {[^}]*}' "$dir/$1.json"; }

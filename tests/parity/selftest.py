@@ -18,7 +18,8 @@ Usage:  selftest.py            (two to three minutes on 2 cores; tiny configs on
 9. bf16 mode: values are bf16-representable, the loss is close to float32, and
    float32_weight_sum changes the result.
 10. compare.py: PASS on a dump whose c/ results are the JAX ones, FAIL when perturbed;
-    the per-step bounds (teacher-forced and free-running, float32 and bfloat16).
+    the per-step bounds (teacher-forced and free-running, float32 and bfloat16); MISSING and
+    EXTRA rows fail.
 """
 
 import json
@@ -348,6 +349,8 @@ def check_step_bounds(py, dump, jout, meta, fake_c):
     check(f"bfloat16: ... off by {2 * free:.0e} FAILs", verdict("bfloat16", off("c/step_losses", 1, 2 * free))[:2] == one_fail)
     rc, _, out = verdict("bfloat16", {}, drop="c/steps/")
     check("bfloat16: C results without the teacher-forced steps FAIL (MISSING)", rc == 1 and " MISSING" in out)
+    rc, _, out = verdict("float32", {"c/grad/not_in_the_reference": np.zeros(4, np.float32)})
+    check("float32: a C result the reference did not write FAILs (EXTRA)", rc == 1 and " EXTRA" in out)
 
 
 def test_compare():
