@@ -49,6 +49,10 @@ float scale_tol(const float *want, size_t n, int ulps);
 // One check: counted, and printed as "FAIL ..." with the message when ok is 0.
 void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 extern int checks_passed, checks_failed;
+// A part that this machine or build cannot run (no cuBLAS, no cuDNN, no tensor cores): said as
+// "SKIPPED (why)"; a failure where CONFORMANCE_NO_SKIP is set (tests/gpu.sh on a GPU, where
+// every part must run).
+void skipped(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // The memory of the backend under test: host buffers, or the GPU's.
 void *dev_alloc(size_t bytes);

@@ -184,7 +184,7 @@ static void cublas_bf16_result(const char *what, const float *want, const float 
 // trainer's comes from the allocator, tag workspace: base/mesh.c), else in its own.
 static void test_gemm_cublas(int ta, int tb, int M, int N, int K, int own_workspace) {
     const char *why;
-    if (!gpu_matmul_use_cublas(1, &why)) { printf("  gemm cublas: SKIPPED (%s)\n", why); return; }
+    if (!gpu_matmul_use_cublas(1, &why)) { skipped("gemm cublas: SKIPPED (%s)", why); return; }
     size_t ws_bytes = own_workspace ? gpu_matmul_workspace_bytes() : 0;
     void *ws = ws_bytes ? dev_alloc(ws_bytes) : NULL;
     if (own_workspace)
@@ -229,7 +229,7 @@ enum { BF16_FORWARD, BF16_DINP, BF16_DW };
 static void test_weight_product_bf16(int which, int accumulate, int T, int C, int OC) {
     static const char *names[] = {"matmul_forward", "matmul_backward_dinp", "matmul_backward_dw"};
     const char *why;
-    if (!gpu_matmul_use_cublas(2, &why)) { printf("  %s cublas_bf16: SKIPPED (%s)\n", names[which], why); return; }
+    if (!gpu_matmul_use_cublas(2, &why)) { skipped("%s cublas_bf16: SKIPPED (%s)", names[which], why); return; }
     // The product as C (M,N) = op(A) (M,K) @ op(B) (K,N) with its operands' layouts.
     int ta = which == BF16_DW, tb = which == BF16_DINP;
     int M = which == BF16_DW ? C : T, N = which == BF16_DINP ? C : OC, K = which == BF16_FORWARD ? C : which == BF16_DINP ? OC : T;
@@ -271,7 +271,7 @@ static void test_weight_product_bf16(int which, int accumulate, int T, int C, in
 // 2 (K + chunks) u sum_k |a_ik b_kj| over the whole contraction.
 static void test_gemm_chunked_bf16(int tb, int M, int N, int K, int chunks) {
     const char *why;
-    if (!gpu_matmul_use_cublas(2, &why)) { printf("  gemm_chunked cublas_bf16: SKIPPED (%s)\n", why); return; }
+    if (!gpu_matmul_use_cublas(2, &why)) { skipped("gemm_chunked cublas_bf16: SKIPPED (%s)", why); return; }
     int lda = K + 8, ldb = (tb ? K : N) + 8, ldc = N + 8, kc = K / chunks;
     size_t nA = (size_t)M * lda, nB = (size_t)(tb ? N : K) * ldb, nC = (size_t)M * ldc;
     float *A = rand_floats(nA, -1, 1), *B = rand_floats(nB, -1, 1), *want = rand_floats(nC, -1, 1);
@@ -307,7 +307,7 @@ static void test_gemm_chunked_bf16(int tb, int M, int N, int K, int chunks) {
 // rounding, so |got - want| <= 2 (K + n + 1) u (|dw| + sum_k |a_ik b_kj|) over all K rows.
 static void test_dw_leaves_bf16(int C, int OC, const int *lens, int n, int accumulate) {
     const char *why;
-    if (!gpu_matmul_use_cublas(2, &why)) { printf("  matmul_backward_dw_leaves cublas_bf16: SKIPPED (%s)\n", why); return; }
+    if (!gpu_matmul_use_cublas(2, &why)) { skipped("matmul_backward_dw_leaves cublas_bf16: SKIPPED (%s)", why); return; }
     int off[17] = {0};
     for (int l = 0; l < n; l++) off[l + 1] = off[l] + lens[l];
     int K = off[n];
@@ -575,8 +575,8 @@ static void test_rope_pairs_case(int B, int S, int H, int stride, int Dr, int po
     float *d_sn = dev_poisoned(sizeof(float) * nt), *d_cs = dev_poisoned(sizeof(float) * nt);
     UNDER_TEST->rope->rope_table_freq(d_sn, d_cs, S, pos0, half, d_freq, scale);
     float angle_abs = ORACLE ? 8 * (pos0 + S) * FLT_EPSILON : 0;   // the device's sinf, cosf (as above)
-    check_dev_floats("rope_table_freq sin", shape, sn, d_sn, nt, EXP_ULPS, angle_abs);
-    check_dev_floats("rope_table_freq cos", shape, cs, d_cs, nt, EXP_ULPS, angle_abs);
+    check_dev_floats("rope_table_freq sin", shape, sn, d_sn, nt, tol(EXP_ULPS), angle_abs);
+    check_dev_floats("rope_table_freq cos", shape, cs, d_cs, nt, tol(EXP_ULPS), angle_abs);
     float *d_sn2 = dev_copy(sn, sizeof(float) * nt), *d_cs2 = dev_copy(cs, sizeof(float) * nt);
     float *d_x = dev_copy(x0, sizeof(float) * nx), *d_y = dev_copy(y0, sizeof(float) * nx);
     float *d_z = dev_copy(z0, sizeof(float) * nx);

@@ -115,7 +115,7 @@ static void run_case(const Case *k, int mode) {
     if (k->way) setenv("MESHMOE_GROUPED", k->way, 1);   // read by the start-up call below
     else unsetenv("MESHMOE_GROUPED");
     if (mode && !gpu_matmul_use_cublas(mode, &why)) {
-        printf("  %s %s: SKIPPED (%s)\n", kind_names[k->kind], shape, why);
+        skipped("%s %s: SKIPPED (%s)", kind_names[k->kind], shape, why);
         mode = -1;
     }
 #endif

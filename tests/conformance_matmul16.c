@@ -123,7 +123,7 @@ static void run_prod(const Prod *p, int mode) {
 #ifdef MESHMOE_CONFORMANCE_GPU
     const char *why = NULL;
     if (mode && !gpu_matmul_use_cublas(mode, &why)) {
-        printf("  %s %s: SKIPPED (%s)\n", names[p->kind], shape, why);
+        skipped("%s %s: SKIPPED (%s)", names[p->kind], shape, why);
         free(A); free(B); free(A16); free(B16); free(Z0); free(want);
         return;
     }

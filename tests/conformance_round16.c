@@ -113,7 +113,7 @@ static void run_case(const RCase *k, int mode) {
     if (k->way) setenv("MESHMOE_GROUPED", k->way, 1);   // read by the start-up call below
     else unsetenv("MESHMOE_GROUPED");
     if (mode && !gpu_matmul_use_cublas(mode, &why)) {
-        printf("  %s %s: SKIPPED (%s)\n", name_of(k), shape, why);
+        skipped("%s %s: SKIPPED (%s)", name_of(k), shape, why);
         mode = -1;
     }
 #endif

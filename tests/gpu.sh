@@ -61,6 +61,7 @@ step() {
     cat "$OUT/$name.out" >> "$LOG"
     local result=PASS note=""
     [ $rc -ne 0 ] && result=FAIL note="exit $rc"
+    grep -qE '^0 passed, 0 failed$' "$OUT/$name.out" && result=FAIL note="$note no check ran"
     [ $rc -eq 124 ] || [ $rc -eq 137 ] && result=TIMEOUT note="over ${limit}s"
     local checks; checks=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$OUT/$name.out" | tail -1)
     local first; first=$(grep -m1 -E 'FAIL|meshmoe:|ERROR SUMMARY: [1-9]|Error' "$OUT/$name.out" | cut -c1-120)
@@ -71,6 +72,8 @@ step() {
     echo "(exit $rc, $((SECONDS - t0)) s)" >> "$LOG"
 }
 skip() { ROWS+=("$1|SKIPPED|-|0|$2"); echo "==== $1: SKIPPED ($2)" >> "$LOG"; }
+# (what must run on a GPU and cannot: a failure, so that the call's exit says so)
+cannot() { ROWS+=("$1|FAIL|-|0|$2"); echo "==== $1: FAIL ($2)" >> "$LOG"; }
 checks() { step "$1" "$2" bash tests/gpu_checks.sh "$1" "$W"; }
 
 # The carried binaries start here? If not (or the driver is older than their runtime, or cannot
@@ -104,15 +107,15 @@ export W
 mkdir -p "$W"
 checks probe 30
 if [ ! -e ./train_gpu ] || [ ! -e build/conformance_gpu ]; then
-    skip rebuild "no ./train_gpu or build/conformance_gpu: run make gpu-carry and carry them (docs/gpu.md)"
+    cannot rebuild "no ./train_gpu or build/conformance_gpu: run make gpu-carry and carry them (docs/gpu.md)"
 elif ! starts || cannot_run_kernels; then
     step rebuild 150 bash -c rebuild
 fi
 
 if ! starts; then
-    skip checks "./train_gpu does not start here (see probe and rebuild)"
+    cannot checks "./train_gpu does not start here (see probe and rebuild)"
 else
-    step conformance 45 build/conformance_gpu
+    step conformance 45 env CONFORMANCE_NO_SKIP=1 build/conformance_gpu   # (every part must run on a GPU)
     checks parity 120
     checks peaks 90
     checks resume 60

@@ -257,7 +257,7 @@ mpi() {
         a=$(losses_in "$W/mpi-$name-one.jsonl"); b=$(losses_in "$W/mpi-$name-two.jsonl")
         na=$(norms_in "$W/mpi-$name-one.jsonl"); nb=$(norms_in "$W/mpi-$name-two.jsonl")
         check "$name over 2 processes (exit $rc): ./train_gpu's losses and grad norms on $ici: $b" \
-            sh -c '[ "$1" -eq 0 ] && [ -n "$2" ] && [ "$2" = "$3" ] && [ "$4" = "$5" ]' _ $rc "$b" "$a" "$nb" "$na"
+            sh -c '[ "$1" -eq 0 ] && [ -n "$2" ] && [ "$2" = "$3" ] && [ -n "$4" ] && [ "$4" = "$5" ]' _ $rc "$b" "$a" "$nb" "$na"
         [ $rc -eq 0 ] || tail -6 "$W/mpi-$name-two.log" | sed 's/^/         | /'
     done <<'RUNS'
 mixtral-dcn-data      mixtral-tiny  dcn_data_parallelism=2,ici_fsdp_parallelism=2 ici_data_parallelism=2,ici_fsdp_parallelism=2
@@ -278,8 +278,8 @@ jax() {
     # Every case, without the reference's self-tests (PARITY_ONLY=. skips them): they test
     # JAX's side alone, which make parity runs on the CPU, and took 138 s of the first GPU call.
     # On a GPU the bf16 cases also run on tensor cores (PARITY_TENSOR_CORES). Six cases at a
-    # time on the GPU machine's 16 cores (one at a time, a case took 25-30 s there: JAX
-    # compiling, each process on one or two cores; the GPU work of these tiny models is small).
+    # time on the GPU machine's 16 cores, six workers (one at a time, a case took 25-30 s
+    # there: JAX compiling on one or two cores; the GPU work of these tiny models is small).
     local tc=0 jobs=${PARITY_JOBS:-}
     [ "$DEV" = gpu ] && tc=1 && jobs=${jobs:-6}
     # XLA's own optimization level on the GPU (PARITY_XLA_OPT empty): level 0 is measured on

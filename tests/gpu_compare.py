@@ -115,7 +115,7 @@ def tensor(ref, got, name, tol, absolute):
     i = max(range(len(diff)), key=diff.__getitem__)
     scale = 1.0 if absolute else max(max(map(abs, r)), 1e-30)
     err = diff[i] / scale
-    bad = [k for k in range(len(diff)) if diff[k] / scale > tol]
+    bad = [k for k in range(len(diff)) if not diff[k] / scale <= tol]   # (a NaN is bad: NaN > tol is false)
     first = bad[0] if bad else i
     check(not bad, "%s %s: max diff %s %.2e <= %g (%s index %d: expected %.9g got %.9g; %d over)" % (
         name, "x".join(map(str, ref[name][1])), "abs" if absolute else "/ max|ref|", err, tol,
@@ -151,10 +151,12 @@ def peaks(ref_path, got_path):
     ref, got = metrics(ref_path), metrics(got_path)
     check(len(ref) == len(got), "%d metrics lines expected, %d got" % (len(ref), len(got)))
     for r, g in zip(ref, got):
+        check(len(r["devices"]) == len(g["devices"]), "step %d: %d devices expected, %d got" % (
+            r["step"], len(r["devices"]), len(g["devices"])))
         for dr, dg in zip(r["devices"], g["devices"]):
             for key in ("peak_bytes_by_tag", "host_peak_bytes_by_tag", "host_transfer_bytes"):
                 want, have = dr[key], dg[key]
-                diff = {t: (want[t], have.get(t)) for t in want if want[t] != have.get(t)}
+                diff = {t: (want.get(t), have.get(t)) for t in set(want) | set(have) if want.get(t) != have.get(t)}
                 check(not diff, "step %d device %d: %s equal to the CPU's (%d entries)%s" % (
                     r["step"], dr["device"], key, len(want), "; expected/got " + str(diff) if diff else ""))
 

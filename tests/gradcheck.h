@@ -48,7 +48,7 @@ static double gradcheck(const char *name, float *p, long n, const float *grad,
     for (long i = 0; i < n; i++) p[i] = saved[i];
     double num = (lp - lm) / (2 * h), ana = gc_dot(grad, d, n);
     double err = fabs(num - ana) / fmax(fabs(num) + fabs(ana), 1e-6);
-    worst = fmax(worst, err);
+    if (!(err <= worst)) worst = err;   // (a NaN is kept: fmax would drop it)
     printf("  gradcheck %-28s direction: analytic %+.6e numeric %+.6e rel err %.2e\n", name, ana, num, err);
     // 2. The three largest-|grad| coordinates.
     double gmax = 0;
@@ -69,8 +69,11 @@ static double gradcheck(const char *name, float *p, long n, const float *grad,
         double step = (double)(x0 + (float)h) - (double)(x0 - (float)h);
         num = (lp - lm) / step;
         err = fabs(num - grad[best]) / fmax(fabs(num) + fabs(grad[best]), 1e-3 * gmax + 1e-9);
-        worst = fmax(worst, err);
+        if (!(err <= worst)) worst = err;
     }
+    long nonfinite = 0;   // (a NaN gradient is neither the largest nor the direction's whole sum)
+    for (long i = 0; i < n; i++) nonfinite += !isfinite(grad[i]);
+    CHECK(nonfinite == 0, "gradcheck %s: %ld gradient entries are not finite", name, nonfinite);
     printf("  gradcheck %-28s largest coords: worst rel err %.2e\n", name, worst);
     CHECK(worst <= tol, "gradcheck %s: relative error %.3e > %.1e", name, worst, tol);
     free(saved); free(d);

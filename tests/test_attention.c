@@ -312,12 +312,12 @@ static void test_rope(void) {
         const float *a = x + hd * STRIDE, *b = y + hd * STRIDE;
         for (int i = 0; i < DR / 2; i++) {
             double na = hypot(a[i], a[i + DR / 2]), nb = hypot(b[i], b[i + DR / 2]);
-            worst_norm = fmax(worst_norm, fabs(na - nb) / fmax(na, 1e-30));
+            worst_norm = max_keep_nan(worst_norm, fabs(na - nb) / fmax(na, 1e-30));
         }
         untouched &= a[DR] == b[DR];
     }
     rope_backward(&c4, y, RB, RS, 0, H, STRIDE, DR);
-    for (long i = 0; i < n; i++) worst_inv = fmax(worst_inv, fabs(y[i] - x[i]));
+    for (long i = 0; i < n; i++) worst_inv = max_keep_nan(worst_inv, fabs(y[i] - x[i]));
     printf("  pair norm rel change %.2e, backward(forward(x)) - x max %.2e\n", worst_norm, worst_inv);
     CHECK(worst_norm <= 1e-6, "rope changes a pair's norm by %.3e", worst_norm);
     CHECK(worst_inv <= 1e-6, "rope_backward(rope_forward(x)) differs from x by %.3e", worst_inv);
@@ -382,7 +382,7 @@ static void test_rope_yarn(void) {
     CHECK(y1[DR] == x1[DR] && y[DR] == x[DR], "yarn touched an entry beyond Dr");
     rope_backward(&c, y, 1, 2, 0, 1, STRIDE, DR);
     double worst = 0;
-    for (int i = 0; i < 2 * STRIDE; i++) worst = fmax(worst, fabs(y[i] - x[i]));
+    for (int i = 0; i < 2 * STRIDE; i++) worst = max_keep_nan(worst, fabs(y[i] - x[i]));
     printf("  backward(forward(x)) - x max %.2e (interleaved)\n", worst);
     CHECK(worst <= 1e-6, "yarn rope_backward(rope_forward(x)) differs from x by %.3e", worst);
 }
@@ -403,7 +403,7 @@ static void test_case(const char *name, int mla, int q_lora) {
     forward(&k, out0, k.x, B, 0);
     ref_forward(&k, ref);
     double diff = 0, mag = 0;
-    for (int i = 0; i < T * D; i++) { diff = fmax(diff, fabs(out0[i] - ref[i])); mag = fmax(mag, fabs(ref[i])); }
+    for (int i = 0; i < T * D; i++) { diff = max_keep_nan(diff, fabs(out0[i] - ref[i])); mag = fmax(mag, fabs(ref[i])); }
     printf("  forward vs double reference: max abs diff %.2e (max |out| %.2f)\n", diff, mag);
     CHECK(diff <= 1e-5, "%s forward differs from the reference by %.3e", name, diff);
     free(ref);

@@ -39,6 +39,8 @@ int main(void) {
             continue;
         }
         families[i].test();
+        check(checks_passed + checks_failed > passed_before + failed_before, "family %s ran no check",
+              families[i].family);   // (a family whose cases all fell away tests nothing)
         printf("family %-13s %d passed, %d failed\n", families[i].family, checks_passed - passed_before,
                checks_failed - failed_before);
     }

@@ -36,14 +36,14 @@ static float *rnd_array(size_t n, float scale) {
 static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
 static double maxdiff(const float *a, const float *b, size_t n) {
     double m = 0;
-    for (size_t i = 0; i < n; i++) if (fabs((double)a[i] - b[i]) > m) m = fabs((double)a[i] - b[i]);
+    for (size_t i = 0; i < n; i++) m = max_keep_nan(m, fabs((double)a[i] - b[i]));
     return m;
 }
 static double lse_diff(const float *a, const float *b, size_t rows) {
     double m = 0;
     for (size_t r = 0; r < rows; r++) {
         double la = a[2 * r] + log(a[2 * r + 1]), lb = b[2 * r] + log(b[2 * r + 1]);
-        if (fabs(la - lb) > m) m = fabs(la - lb);
+        m = max_keep_nan(m, fabs(la - lb));
     }
     return m;
 }
