@@ -67,8 +67,9 @@ run_part() {   # run_part NAME COMMAND...
 MPI_HERE=$(command -v mpicc > /dev/null && command -v mpirun > /dev/null && echo 1 || echo 0)
 NVCC_HERE=$([ -x "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" ] && echo 1 || echo 0)
 
-# The shared parts, longest first (on 2 cores: parity about 220 s, the strict mode 125, the
-# fuzzers 105, the MPI part 80, the Hugging Face check 25). A lane takes one by making its
+# The shared parts, longest first (on 2 cores, 2026-12-07, wall seconds beside the other lane:
+# parity about 190, the strict mode 270, the fuzzers 130, the MPI part 125, the Hugging Face
+# check 110). A lane takes one by making its
 # directory (mkdir is atomic: one lane gets it); a check whose Python environment is still
 # being made is passed over for the next, and waited for when it is the last one left.
 venv_ready() { [ -f "$RUN/$1.rc" ]; }
