@@ -31,7 +31,7 @@ done
 for name in "${names[@]}"; do
     rc=$(cat build/fuzz/$name.rc)
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' build/fuzz/$name.log)
-    if [ "$rc" -eq 0 ] && [ -n "$execs" ]; then
+    if [ "$rc" -eq 0 ] && [ "${execs:-0}" -gt 0 ]; then
         pass "fuzz $name: $execs executions in $SECONDS_EACH s, 0 crashes"
     else
         fail "fuzz $name: exit $rc after ${execs:-?} executions; report:"
