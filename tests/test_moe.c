@@ -225,7 +225,7 @@ static void moe_case(const char *name, int deepseek, const char *router, int spa
     GC(wi_0, E * D * H);
     GC(wi_1, E * D * H);
     GC(wo, E * H * D);
-    if (deepseek) { GC(shared.wi_0, D * FS); GC(shared.wo, FS * D); }
+    if (deepseek) { GC(shared.wi_0, D * FS); GC(shared.wi_1, D * FS); GC(shared.wo, FS * D); }
     #undef GC
     free(P.gate); free(P.wi_0); free(P.wi_1); free(P.wo);
     free(G.gate); free(G.wi_0); free(G.wi_1); free(G.wo);
@@ -305,7 +305,27 @@ static void test_mixtral_router_in_block(void) {
     gc_fill(x, T * D, &seed, 1.0f);
     MoeSaved s;
     moe_forward(&C, one_device(), &P, NULL, &s, out, x, B, S, 0.0f, NULL, NULL);
-    int ok = 1;
+    // The saved logits are x @ gate (D x E), and the chosen experts their K largest: both from
+    // this test's own loop, so that the weights below rest on inputs checked here.
+    int ok = 1, logits_ok = 1, chosen_ok = 1;
+    for (int t = 0; t < T; t++) {
+        double lref[E];
+        for (int e = 0; e < E; e++) {
+            lref[e] = 0.0;
+            for (int d = 0; d < D; d++) lref[e] += (double)x[t * D + d] * P.gate[d * E + e];
+            logits_ok &= fabs(s.logits[t * E + e] - lref[e]) <= 1e-5 * (1.0 + fabs(lref[e]));
+        }
+        for (int k = 0; k < K; k++) {   // no expert outside the chosen beats a chosen one
+            int chosen = s.top_idx[t * K + k];
+            for (int e = 0; e < E; e++) {
+                int in = 0;
+                for (int j = 0; j < K; j++) in |= s.top_idx[t * K + j] == e;
+                if (!in && lref[e] > lref[chosen] + 1e-6) chosen_ok = 0;
+            }
+        }
+    }
+    CHECK(logits_ok, "Mixtral block: the saved gate logits are not x @ gate");
+    CHECK(chosen_ok, "Mixtral block: an expert left out has a larger logit than a chosen one");
     for (int t = 0; t < T; t++) {
         const float *l = s.logits + t * E;
         const int *idx = s.top_idx + t * K;
