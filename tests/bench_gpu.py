@@ -432,8 +432,14 @@ def main():
         print(f"\nncu, {preset} (tests/ncu_kernels.py: the first launch of each kernel in one step of "
               f"{' '.join(ncu_kernels.LAYERS.get(preset, []))}): " + ("\n" + "\n".join(res["lines"]) if "lines" in res
                                                                   else res["why"]))
+    # The tables are printed whatever failed; the exit status says whether meshmoe itself ran
+    # (a peer that failed is a row of the table, not a failure of the bench).
+    failed = [preset for preset in PRESETS if "out" not in results[preset]["meshmoe"]]
+    if failed:
+        print(f"\nbench-gpu: meshmoe's own run failed on {', '.join(failed)} (its row above says why)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
     LOG = open(os.environ.get("BENCH_LOG", os.devnull), "a")
-    main()
+    sys.exit(main())
