@@ -56,6 +56,10 @@ run_part() {   # run_part NAME COMMAND...
     else
         pass=$(echo "$line" | cut -d' ' -f1); fail=$(echo "$line" | cut -d' ' -f3)
         if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=1; why="$name (exit $rc)"; fi
+        # (a part that checked nothing is broken, unless it says why it skipped)
+        if [ "$pass" -eq 0 ] && [ "$fail" -eq 0 ] && ! printf '%s\n' "$out" | grep -q 'SKIPPED'; then
+            fail=1; why="$name (no check ran)"
+        fi
     fi
     # (when it ended, counted from the start of make test: how busy each lane kept to the end)
     say "$(printf '==== %s\n%s\n(took %d s, %s s of CPU; ended %d s into make test, lane %s)' "$name" "$out" \
