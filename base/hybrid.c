@@ -42,11 +42,13 @@ void mesh_hybrid_config(Config *c) {
     for (int a = 0; a < MESH_NAXES; a++)
         if (*ici[a] > 0) *ici[a] *= *dcn[a];
     if (c->num_devices > 0) c->num_devices *= known;
-    static const char *const words[] = {"ici_", "num_devices", NULL};
-    static char note[160];
-    snprintf(note, sizeof note, " (over the %d processes: each ici_* value and num_devices here is the whole mesh's, "
-             "the value given times its dcn_* axis)", known);
-    if (known > 1) die_set_note(words, note);
+    if (known > 1) {
+        static const char *const words[] = {"ici_", "num_devices", NULL};
+        static char note[160];
+        snprintf(note, sizeof note, " (over the %d processes: each ici_* value and num_devices here is the whole "
+                 "mesh's, the value given times its dcn_* axis)", known);
+        die_set_note(words, note);
+    }
 }
 
 void mesh_hybrid_init(Mesh *mesh, const Config *c) {

@@ -177,6 +177,18 @@ static void test_attention_case(Shape A, int r0, int r1, int bq, int bkv) {
     dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_scratch);
 }
 
+// max |got - want| / max |want|, over what the call added to base when base is given.
+static double rel_diff(const float *want, const float *got, const float *base, size_t n, size_t stride) {
+    double top = 0, diff = 0;
+    for (size_t i = 0; i < n; i += stride) {
+        double w = want[i] - (base ? base[i] : 0.0f), g = got[i] - (base ? base[i] : 0.0f);
+        if (fabs(w) > top) top = fabs(w);
+        if (!(fabs(g - w) <= diff)) diff = fabs(g - w);
+        if (isnan(diff)) break;   // (a NaN makes it NaN, whatever follows)
+    }
+    return top > 0 ? diff / top : diff;
+}
+
 // The expected ring (float32) against this file's own loops over both blocks' keys at once: one
 // softmax per row, where the ring merges two (begin, the merges and end are the same functions
 // on both sides of the CPU build, so only this sees them). The merge rescales the first
@@ -195,15 +207,9 @@ static void ring_against_one_softmax(const Shape *A, const float *o, const float
     }
     float *want = malloc(sizeof(float) * nq * A->Dv), *stats = malloc(sizeof(float) * nq * 2);
     ref_dot_forward(want, stats, q, k, v, NULL, &W);
-    double top = 0, diff = 0;
-    for (size_t i = 0; i < nq * A->Dv; i++) {
-        top = fmax(top, fabs(want[i]));
-        if (!(fabs(o[i] - want[i]) <= diff)) diff = fabs(o[i] - want[i]);
-        if (isnan(diff)) break;
-    }
-    check(diff <= 1e-6 * top, "the ring's two blocks against one softmax over their keys: max diff %.3g of max |o| "
-          "%.3g (bound 1e-6 of it)", diff, top);
-    printf("  ring's o against one softmax over both blocks: %.2g of max |o|\n", top > 0 ? diff / top : diff);
+    double rel = rel_diff(want, o, NULL, nq * A->Dv, 1);
+    check(rel <= 1e-6, "the ring's two blocks against one softmax over their keys: %.3g of max |o| (bound 1e-6)", rel);
+    printf("  ring's o against one softmax over both blocks: %.2g of max |o|\n", rel);
     free(k); free(v); free(want); free(stats);
 }
 
@@ -357,18 +363,6 @@ static void tiles_equal_rows(Shape A, int bq, int bkv) {
     }
     free(q); free(k); free(v); free(dout); free(dk0); free(dv0);
     dev_free(d_q); dev_free(d_k); dev_free(d_v); dev_free(d_dout); dev_free(d_scratch);
-}
-
-// max |got - want| / max |want|, over what the call added to base when base is given.
-static double rel_diff(const float *want, const float *got, const float *base, size_t n, size_t stride) {
-    double top = 0, diff = 0;
-    for (size_t i = 0; i < n; i += stride) {
-        double w = want[i] - (base ? base[i] : 0.0f), g = got[i] - (base ? base[i] : 0.0f);
-        if (fabs(w) > top) top = fabs(w);
-        if (!(fabs(g - w) <= diff)) diff = fabs(g - w);
-        if (isnan(diff)) break;   // (a NaN makes it NaN, whatever follows)
-    }
-    return top > 0 ? diff / top : diff;
 }
 
 // n random bf16 values, uniform in [-scale, scale) before the rounding.

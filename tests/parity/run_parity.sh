@@ -84,7 +84,8 @@ run_case() {
     local name=$1 cfg=$2
     shift 2
     if [ -n "${PARITY_ONLY:-}" ] && ! [[ "$name" =~ $PARITY_ONLY ]]; then return; fi
-    { printf '%s\t' "$name" "$TRAIN" "$cfg" "${COMMON[@]}" "$@" | sed 's/\t$//'; echo; } >> "$TMP/cases"
+    local line=("$name" "$TRAIN" "$cfg" "${COMMON[@]}" "$@")
+    (IFS=$'\t'; echo "${line[*]}") >> "$TMP/cases"
     order+=("$name")
 }
 
