@@ -662,7 +662,9 @@ static void run_end(DeviceRun *d) {
     }
     if (c->save_checkpoint[0]) {
         checkpoint_save(&d->m, c->save_checkpoint);
-        if (d->talk) printf("saved checkpoint %s (step %d)\n", c->save_checkpoint, d->m.step);
+        if (d->talk)
+            printf("saved checkpoint %s (step %d%s)\n", c->save_checkpoint, d->m.step,
+                   checkpoint_saves_loaded(d->m.step) ? ", no step taken: with the loaded checkpoint's config and data" : "");
     } else if (d->talk && c->load_checkpoint[0] && d->first_eval_done) {
         // (a resumed run trains on a checkpoint: without a save, what it trained is gone)
         printf("no checkpoint saved (save_checkpoint is not set): %s still holds its own step\n",

@@ -179,6 +179,22 @@ echo "== keys that change only the rounding may change on a resume, said at star
 roundtrip mixtral-tiny ordered-to-plain "per_device_batch_size=4" "per_device_batch_size=4 matmul_impl=plain"
 said=$(grep -m1 "matmul_impl is ordered in the checkpoint; this run continues with plain" $T/mixtral-tiny-ordered-to-plain.out)
 check "the change of matmul_impl said at start-up: ${said:-nothing}" [ -n "$said" ]
+# OpenBLAS rounds by the products' shapes: resumed on another mesh, which cuts other pieces,
+# the run says its losses leave by rounding; on the checkpoint's mesh it says nothing and
+# keeps the uninterrupted run's bits.
+if ldd ./train | grep -q openblas; then
+    run blas-ref deepseek-tiny per_device_batch_size=4 matmul_impl=openblas
+    run blas-1to1 deepseek-tiny per_device_batch_size=4 matmul_impl=openblas run_steps=2 save_checkpoint=$T/blas.st
+    run blas-1to1 deepseek-tiny per_device_batch_size=4 matmul_impl=openblas load_checkpoint=$T/blas.st
+    run blas-to-fsdp2 deepseek-tiny ici_fsdp_parallelism=2 per_device_batch_size=2 matmul_impl=openblas load_checkpoint=$T/blas.st
+    said=$(grep -m1 "this run cuts the step into other per-device pieces .* matmul_impl=openblas rounds by the shapes" \
+        $T/blas-to-fsdp2.out)
+    check "openblas, 1 device -> fsdp=2: the rounding by shape said at start-up: ${said:0:90}" [ -n "$said" ]
+    blas_same_mesh() { ! grep -q "other per-device pieces" $T/blas-1to1.out && same blas-1to1 blas-ref; }
+    check "openblas, 1 device -> 1 device: 2 + 2 steps = 4 losses of one run, bit for bit, and nothing said" blas_same_mesh
+else
+    echo "  (OpenBLAS's resume on another mesh: this build has no OpenBLAS)"
+fi
 # Saved on context=2 (2 chunks a sequence), resumed on context=4, which cannot keep 2 chunks
 # (each context device holds whole chunks): the sums' order changes, so the last 2 losses
 # may leave the uninterrupted run's in the last bits, and the run says so. (Measured: the same
@@ -251,6 +267,12 @@ $TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 steps=2 dataset_pa
 check "steps=2 on the step-2 checkpoint, other data: evaluated, and said (exit $?): $(grep -o 'no step to take.*(6000 tokens)' $T/data-eval.out)" \
     bash -c 'grep -q "^load_checkpoint .*: no step to take: the eval and the sample read dataset_path .* (6000 tokens), not the" $1 &&
              grep -q "^step     2 | eval loss" $1' _ $T/data-eval.out
+# Saved with no step taken, the state is the loaded one's, and so are its config and data: not
+# this run's other data and schedule length, which a resume of the copy would take for its own.
+$TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 steps=2 learning_rate_schedule_steps=3 \
+    dataset_path=$T/d1/data.bin load_checkpoint=$T/data.st save_checkpoint=$T/data-copy.st > $T/data-copy.out 2>&1
+check "the same, another schedule, saved with no step taken: the loaded file byte for byte (exit $?)" \
+    cmp $T/data.st $T/data-copy.st
 mv $T/d1 $T/d2 && mv $T/d1-was $T/d1
 # A checkpoint without the "dataset" metadata (meshmoe's before it kept one): dataset_path's text.
 $ST del-meta $T/data.st $T/data-old.st dataset

@@ -263,6 +263,24 @@ static size_t dataset_ntok;
 static uint64_t dataset_hash;
 void checkpoint_set_dataset(size_t ntok, uint64_t hash) { dataset_known = 1, dataset_ntok = ntok, dataset_hash = hash; }
 
+// The loaded checkpoint's step, config and "dataset" metadata (checkpoint_check): a save at
+// that step holds the very state the file held, the weights of that run, its schedule and
+// its data, and writes them so; this run's config and data (an eval of other text, a
+// schedule its no-step check let pass) would pass for the run that made them.
+static int loaded_step = -1;
+static char *loaded_config, *loaded_dataset;
+
+static void remember_loaded(const StFile *f, int step) {
+    free(loaded_config);
+    free(loaded_dataset);
+    loaded_step = step;
+    loaded_config = strdup(st_meta(f, "config"));
+    loaded_dataset = st_meta(f, "dataset") ? strdup(st_meta(f, "dataset")) : NULL;
+    if (!loaded_config || (st_meta(f, "dataset") && !loaded_dataset)) die("out of host memory");
+}
+
+int checkpoint_saves_loaded(int step) { return loaded_config && step == loaded_step; }
+
 void checkpoint_save(const Model *m, const char *path) {
     const Mesh *mesh = mesh_current();
     int dev = mesh ? mesh_device_id() : 0;
@@ -285,11 +303,14 @@ void checkpoint_save(const Model *m, const char *path) {
         char *json = malloc(65536), step[32];
         if (!json) die("out of host memory");
         checkpoint_config_json(&m->cfg, json, 65536);
-        st_writer_meta(w, "config", json);
+        int as_loaded = checkpoint_saves_loaded(m->step);
+        st_writer_meta(w, "config", as_loaded ? loaded_config : json);
         snprintf(step, sizeof step, "%d", m->step);
         st_writer_meta(w, "step", step);
         st_writer_meta(w, "format", CHECKPOINT_FORMAT);
-        if (dataset_known) {
+        if (as_loaded) {
+            if (loaded_dataset) st_writer_meta(w, "dataset", loaded_dataset);
+        } else if (dataset_known) {
             char data[64];
             snprintf(data, sizeof data, "%zu %016llx", dataset_ntok, (unsigned long long)dataset_hash);
             st_writer_meta(w, "dataset", data);
@@ -364,6 +385,7 @@ void checkpoint_check(const Config *c, const char *path) {
         die("load_checkpoint %s: step %d is past this run's steps (%d): steps is the whole run's length, the "
             "checkpoint's steps included, not the steps to add", path, step, c->steps);
     checkpoint_check_config(&ck, c, path, step);
+    remember_loaded(f, step);
     // (with the "dataset" metadata, the tokens are compared once loaded: checkpoint_check_dataset;
     // a run that takes no step, to evaluate and sample, may read any data)
     if (!st_meta(f, "dataset") && step < c->steps && strcmp(ck.dataset_path, c->dataset_path))

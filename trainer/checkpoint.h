@@ -36,6 +36,9 @@ void checkpoint_check_meta(const StFile *f, const char *who, const char *path);
 // replicated element) into a host image of the file's tensors, then device 0 writes PATH
 // through st_write_file (atomic: no half-written PATH).
 void checkpoint_save(const Model *m, const char *path);
+// 1 when a save at `step` writes the loaded checkpoint's state unchanged (no step taken since
+// the load): it then keeps that file's config and "dataset" metadata, not this run's.
+int checkpoint_saves_loaded(int step);
 // Before the devices start: opens PATH's header, checks the step and the config against the
 // run's (trainer/checkpoint_meta.h) and that the file holds exactly the tensors of this model
 // and optimizer, each with its global shape. Dies with one message naming the file.

@@ -87,16 +87,44 @@ static int devices_of(const Config *c) {
            c->ici_expert_parallelism * c->ici_context_parallelism * c->ici_pipeline_parallelism;
 }
 
+// 1 where the two configs cut the work into the same per-device pieces: the mesh's axes,
+// the device count, the batch per device and the microbatches a step.
+static int same_pieces(const Config *a, const Config *b) {
+    const int x[] = {devices_of(a), a->ici_data_parallelism, a->ici_fsdp_parallelism, a->ici_tensor_parallelism,
+                     a->ici_expert_parallelism, a->ici_context_parallelism, a->ici_pipeline_parallelism,
+                     a->per_device_batch_size, a->gradient_accumulation_steps};
+    const int y[] = {devices_of(b), b->ici_data_parallelism, b->ici_fsdp_parallelism, b->ici_tensor_parallelism,
+                     b->ici_expert_parallelism, b->ici_context_parallelism, b->ici_pipeline_parallelism,
+                     b->per_device_batch_size, b->gradient_accumulation_steps};
+    return !memcmp(x, y, sizeof x);
+}
+
+// The kernel of this run, if any, whose results depend on the shapes it is given, so that
+// other per-device pieces round otherwise (the ordered GEMM and the attention tiles and rows
+// keep one device's bits on any mesh); NULL for none.
+static const char *shape_rounding_kernel(const Config *c) {
+    if (c->device == DEVICE_GPU) {
+        if (c->gpu_matmul != GPU_MATMUL_ORDERED) return "gpu_matmul";
+        if (c->gpu_attention == GPU_ATTENTION_TENSOR_CORES || c->gpu_attention == GPU_ATTENTION_CUDNN)
+            return "gpu_attention";
+        return NULL;
+    }
+    return c->matmul_impl == MATMUL_OPENBLAS ? "matmul_impl" : NULL;
+}
+
 // steps may change on a resume (to train longer, or to stop sooner) as long as the
 // learning-rate schedule keeps its length: a step's rate depends on that length and not on
 // steps (optim/optimizer.h), so the steps taken are the ones an uninterrupted run takes.
 static void check_schedule(const Config *ck, const Config *run, const char *path) {
     int lck = cfg_lr_schedule_length(ck), lrun = cfg_lr_schedule_length(run);
     if (lck == lrun) return;
-    char after[CFG_STR + 256] = "";   // what keeping it means for a run past its end (path: CFG_STR)
+    char after[CFG_STR + 384] = "";   // what keeping it means for a run past its end (path: CFG_STR)
+    const char *bias = run->routed_bias && run->routed_bias_update_rate > 0
+                           ? "; the routing biases still move, by routed_bias_update_rate, which no schedule scales" : "";
     if (run->steps > lck)
-        snprintf(after, sizeof after, ", whose rate is 0 from step %d on (MaxText's constant-zero piece); to train on "
-                 "from these weights with a new schedule and optimizer, start from load_parameters_path=%s", lck, path);
+        snprintf(after, sizeof after, ", whose rate is 0 from step %d on (MaxText's constant-zero piece%s); to train on "
+                 "from these weights with a new schedule and optimizer, start from load_parameters_path=%s", lck, bias,
+                 path);
     die("load_checkpoint %s: the learning-rate schedule's length is %d in the checkpoint "
         "(learning_rate_schedule_steps %d, steps %d), %d in this run (learning_rate_schedule_steps %d, steps %d): "
         "set learning_rate_schedule_steps=%d to keep the checkpoint's schedule%s", path, lck,
@@ -128,6 +156,15 @@ void checkpoint_check_config(const Config *ck, const Config *run, const char *pa
             "(gradient_accumulation_steps %d x per_device_batch_size %d x %d devices), %ld in this run (%d x %d x %d)",
             path, gck, ck->gradient_accumulation_steps, ck->per_device_batch_size, devices_of(ck), grun,
             run->gradient_accumulation_steps, run->per_device_batch_size, devices_of(run));
+    // The same kernels on other per-device pieces: said where those kernels round by shape.
+    const char *kernel = shape_rounding_kernel(run);
+    if (kernel && step < run->steps && !same_pieces(ck, run) && config_key_equal(ck, run, kernel)) {
+        config_format_value(run, kernel, b, sizeof b);
+        printf("load_checkpoint %s: this run cuts the step into other per-device pieces than the checkpoint's (the "
+               "mesh, the batch per device or the microbatches), and %s=%s rounds by the shapes it is given: the "
+               "losses leave the uninterrupted run's by rounding (the ordered GEMM and the attention tiles keep one "
+               "device's bits on any mesh)\n", path, kernel, b);
+    }
     // The chunks every sum over a sequence's tokens is cut into (0 = one per context device):
     // a mesh with another context size changes them by default, and one with more context
     // devices than the checkpoint's chunks cannot keep them, so this run goes on, and says so.
