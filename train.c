@@ -573,7 +573,7 @@ static void log_step(const DeviceRun *d, int step, const StepResult *r, StepTime
 
 // 5. The training loop, from the model's step to run_steps or steps. A dry run (the planner,
 // report/plan.h) runs one step that makes every allocation of a real step and computes
-// nothing: no data, no evaluation; its figures are kept for main. SIGINT/SIGTERM during the
+// nothing: no data, no evaluation; its figures are kept for main. SIGINT/SIGTERM/SIGHUP during the
 // loop: the step finishes, and every device sees the signal in the same gathered figures, so
 // all stop after the same step (base/paths.h). Returns that signal, or 0.
 static int train_loop(DeviceRun *d) {

@@ -87,6 +87,7 @@ static void mpi_agree(int failed, const char *msg) {
     // mpirun stops the others once one has ended with 1: quietly, the message is said.
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     MPI_Finalize();
     exit(1);
 }

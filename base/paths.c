@@ -175,8 +175,15 @@ void atomic_file_hold(FILE *f) {
     if (!ok) die("cannot write '%s': %s", save[slot].path, strerror(err ? err : EIO));
 }
 
+// Set while the files saved together are renamed into place: a signal then waits for the
+// last rename (on_signal), so that the files are all the new ones or all the old ones.
+static atomic_int committing, commit_sig;
+static void on_signal(int sig);
+static void say(const char *a, const char *b, const char *c);
+
 void atomic_files_commit(void) {
     if (nsaves == 0 || save[nsaves - 1].f) die("internal: atomic_files_commit with a file still being written");
+    atomic_store(&committing, 1);
     for (int i = 0; i < nsaves; i++) {
         if (rename(save[i].tmp, save[i].path) != 0)
             die("cannot rename '%s' to '%s': %s", save[i].tmp, save[i].path, strerror(errno));
@@ -186,6 +193,12 @@ void atomic_files_commit(void) {
     nsaves = 0;
     atomic_store(&made_dir_active, 0);   // it holds the files now
     cleanup_update();
+    atomic_store(&committing, 0);
+    int sig = atomic_exchange(&commit_sig, 0);
+    if (sig) {   // as if it came now, with every file saved
+        say("meshmoe: ", signal_name(sig), " came while the saved files were put in place: they all are\n");
+        on_signal(sig);
+    }
 }
 
 void output_dir_make(const char *key, const char *dir) {
@@ -232,7 +245,7 @@ void atomic_stream_publish(FILE *f) {
 static atomic_int stop_armed, stop_sig;
 
 const char *signal_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
 static void say(const char *a, const char *b, const char *c) {
@@ -242,6 +255,10 @@ static void say(const char *a, const char *b, const char *c) {
 }
 
 static void on_signal(int sig) {
+    if (atomic_load(&committing)) {   // the renames finish first (atomic_files_commit)
+        atomic_store(&commit_sig, sig);
+        return;
+    }
     const char *name = signal_name(sig);
     int saving = 0;
     for (int i = 0; i < SAVES; i++) {
@@ -269,6 +286,7 @@ void signals_install(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);   // (a closed terminal or ssh session: as SIGTERM)
     signal(SIGXFSZ, SIG_IGN);
 }
 

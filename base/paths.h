@@ -23,8 +23,9 @@
 // OUT_DIR) is made by output_dir_make, which removes it again if the command dies before
 // atomic_files_commit has put the files in it.
 //
-// Signals (signals_install): SIGINT or SIGTERM during a save removes the temporary files and
-// exits with a message (status 128 + the signal). During training (signals_allow_stop) the
+// Signals (signals_install): SIGINT, SIGTERM or SIGHUP during a save removes the temporary files
+// and exits with a message (status 128 + the signal); one that comes while the files saved
+// together are renamed into place waits for the last rename, then acts as below. During training (signals_allow_stop) the
 // first one asks the loop to stop after the current step (train.c saves the checkpoint if
 // save_checkpoint is set, then exits 128 + the signal); a second one exits at once. At any
 // other time the signal exits at once with a message. SIGXFSZ is ignored, so a write past

@@ -522,6 +522,14 @@ rm -f "$OUT/ck.safetensors"
 err=$(MESHMOE_SHIM=term LD_PRELOAD=$T/shim.so $TRAIN prepare "$T/text.txt" "$OUT/tok.bin" 2>&1 >/dev/null); rc=$?
 check "SIGTERM during './train prepare': exit $rc (143), nothing left: '$(ls -A "$OUT")'" \
     test "$rc" -eq 143 -a -z "$(ls -A "$OUT")"
+# SIGTERM between the renames of files saved together (export-hf's three): the renames finish,
+# so the directory holds the new export whole, not part of each.
+$TRAIN export-hf "$T/ck.safetensors" "$OUT/hfa" > /dev/null && $TRAIN export-hf "$T/iws7.safetensors" "$OUT/hfb" > /dev/null
+mkdir -p "$OUT/hfa-old" && cp "$OUT"/hfa/* "$OUT/hfa-old"
+err=$(MESHMOE_SHIM=term_rename LD_PRELOAD=$T/shim.so $TRAIN export-hf "$T/iws7.safetensors" "$OUT/hfa" 2>&1 >/dev/null); rc=$?
+check "SIGTERM between export-hf's renames: exit $rc (143), the new export whole: ${err:0:120}" \
+    bash -c 'test "$1" -eq 143 && diff -r "$2/hfa" "$2/hfb" > /dev/null && ! diff -r "$2/hfa" "$2/hfa-old" > /dev/null' _ "$rc" "$OUT"
+rm -rf "$OUT/hfa" "$OUT/hfb" "$OUT/hfa-old"
 # SIGINT between steps: the step finishes, the checkpoint is saved, and a resume goes on from it.
 $TRAIN $C $FAST steps=100000 save_checkpoint=$OUT/stop.safetensors > "$T/sig.out" 2> "$T/sig.err" &
 pid=$!
@@ -534,6 +542,16 @@ row "SIGINT during training, save_checkpoint set" "between steps" "$msg"
 check "  ...and the saved checkpoint resumes at step $at" \
     grep -q "resumed from .* at step $at\$" <<< "$($TRAIN $C $FAST steps=100000 run_steps=1 load_checkpoint=$OUT/stop.safetensors 2>&1)"
 rm -f "$OUT/stop.safetensors"
+# SIGHUP (a closed terminal or ssh session) as SIGTERM: the step finishes and the checkpoint is saved.
+$TRAIN $C $FAST steps=100000 save_checkpoint=$OUT/hup.safetensors > "$T/hup.out" 2> "$T/hup.err" &
+pid=$!
+for _ in $(seq 1 600); do grep -q '| loss' "$T/hup.out" && break; sleep 0.1; done
+kill -HUP $pid; wait $pid; rc=$?
+msg=$(grep '^meshmoe:' "$T/hup.err")
+check "SIGHUP during training: exit $rc (129), saved, nothing else left: ${msg:0:120}" \
+    bash -c 'test "$1" -eq 129 && grep -q "stopped by SIGHUP after [0-9]* of .*checkpoint saved" "$2" && test "$(ls -A "$3")" = hup.safetensors' \
+    _ "$rc" "$T/hup.err" "$OUT"
+rm -f "$OUT/hup.safetensors"
 # Two runs saving to one path at once: each writes its own temporary file, and the path ends up
 # holding one of the two whole files.
 printf 'the first text, saved by one run.\n%.0s' $(seq 1 50) > "$T/one.txt"
