@@ -502,6 +502,14 @@ when_it_happens "metrics_file on a full disk" "cannot write metrics_file" \
 check "the metrics file keeps whole lines only ($(grep -c . "$OUT/m.jsonl") of them)" \
     python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]; assert open(sys.argv[1]).read().endswith('}\n')" "$OUT/m.jsonl"
 rm -f "$OUT/m.jsonl"
+# A resume that fails before its first step, with a metrics_file not there yet: none is left.
+cp "$T/ck.safetensors" "$OUT/nan.safetensors"
+printf '\xff\xff\xff\xff' | dd of="$OUT/nan.safetensors" bs=1 seek=3000000 conv=notrunc 2>/dev/null
+$TRAIN $C $FAST steps=3 learning_rate_schedule_steps=1 load_checkpoint="$OUT/nan.safetensors" \
+    metrics_file="$OUT/m-resume.jsonl" > "$T/nan.out" 2>&1; rc=$?
+check "a resume stopped by a non-finite loss (exit $rc): no metrics_file made, nothing left: '$(ls -A "$OUT")'" \
+    bash -c 'test "$1" -ne 0 && grep -q "non-finite loss" "$2" && test "$(ls -A "$3")" = nan.safetensors' _ "$rc" "$T/nan.out" "$OUT"
+rm -f "$OUT/nan.safetensors"
 when_it_happens "memory_trace on a full disk" "File too large" \
     bash -c "ulimit -f 8; exec $TRAIN $C $FAST memory_trace=$OUT/trace.csv"
 when_it_happens "save_checkpoint on a full disk" "File too large" \

@@ -45,8 +45,10 @@ static void publish_if_waiting(FILE *f) {
     unpublished = NULL;
 }
 
+// A resumed run appends to the file of the steps before; where there is none yet, its file
+// is a fresh one's, so that a resume failing before its first line leaves no empty file.
 FILE *metrics_open(const char *path, int first_step) {
-    if (first_step == 0) return unpublished = atomic_stream_open(path);
+    if (first_step == 0 || (access(path, F_OK) != 0 && errno == ENOENT)) return unpublished = atomic_stream_open(path);
     FILE *f = fopen(path, "a");
     if (!f) die("cannot open metrics_file '%s': %s", path, strerror(errno));
     return f;
