@@ -358,6 +358,11 @@ refused "checkpoint format 'other 9'" "metadata 'format' is 'other 9', not 'mesh
 set_meta "$T/ck.safetensors" "$T/nokey.safetensors" config/rope_max_timescale -
 refused "checkpoint config without rope_max_timescale" "config metadata has no key 'rope_max_timescale'" \
     $TRAIN $C $FAST load_checkpoint=$T/nokey.safetensors
+cp "$T/ck.safetensors" "$T/nan.safetensors"   # a NaN written into its data (meshmoe saves none)
+printf '\xff\xff\xff\xff' | dd of="$T/nan.safetensors" bs=1 seek=3000000 conv=notrunc 2>/dev/null
+refused "checkpoint with a NaN in a tensor" "holds -nan at element" $TRAIN $C $FAST steps=3 learning_rate_schedule_steps=1 \
+    load_checkpoint=$T/nan.safetensors
+refused "export-hf of that checkpoint" "holds -nan at element" $TRAIN export-hf "$T/nan.safetensors" "$OUT/hf"
 refused "export-hf of that checkpoint" "config metadata has no key 'rope_max_timescale'" \
     $TRAIN export-hf "$T/nokey.safetensors" "$OUT/hf"
 # A checkpoint without one of its tensors: export-hf makes OUT_DIR, then finds the tensor
@@ -502,9 +507,9 @@ when_it_happens "metrics_file on a full disk" "cannot write metrics_file" \
 check "the metrics file keeps whole lines only ($(grep -c . "$OUT/m.jsonl") of them)" \
     python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]; assert open(sys.argv[1]).read().endswith('}\n')" "$OUT/m.jsonl"
 rm -f "$OUT/m.jsonl"
-# A resume that fails before its first step, with a metrics_file not there yet: none is left.
-cp "$T/ck.safetensors" "$OUT/nan.safetensors"
-printf '\xff\xff\xff\xff' | dd of="$OUT/nan.safetensors" bs=1 seek=3000000 conv=notrunc 2>/dev/null
+# A resume that fails before its first step, with a metrics_file not there yet: none is left
+# (the head's weights all 3e38: finite, so loaded, and the logits overflow).
+python3 tests/st_tool.py fill "$T/ck.safetensors" "$OUT/nan.safetensors" params/decoder/logits_dense/kernel 3e38
 $TRAIN $C $FAST steps=3 learning_rate_schedule_steps=1 load_checkpoint="$OUT/nan.safetensors" \
     metrics_file="$OUT/m-resume.jsonl" > "$T/nan.out" 2>&1; rc=$?
 check "a resume stopped by a non-finite loss (exit $rc): no metrics_file made, nothing left: '$(ls -A "$OUT")'" \

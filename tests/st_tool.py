@@ -12,6 +12,7 @@ tests/hf.sh).
   st_tool.py set-meta IN OUT K V    write IN with metadata key K set to V as OUT
   st_tool.py del-meta IN OUT K      write IN without metadata key K as OUT
   st_tool.py add-tensor IN OUT N    write IN with one more tensor N (F32, shape [1]) as OUT
+  st_tool.py fill IN OUT N V        write IN with every value of F32 tensor N set to V as OUT
   st_tool.py shard DIR N            split DIR/model.safetensors into N files named as
                                     transformers names its shards (model-00001-of-0000N...),
                                     the tensors dealt out in turn, with the index
@@ -121,6 +122,12 @@ def add_tensor(src, dst, name):
     return write(dst, header, data + struct.pack("<f", 1.0))
 
 
+def fill(src, dst, name, value):
+    header, data = read(src)
+    b, e = header[name]["data_offsets"]
+    return write(dst, header, data[:b] + struct.pack("<f", float(value)) * ((e - b) // 4) + data[e:])
+
+
 def shard(folder, n):
     header, data = read(f"{folder}/model.safetensors")
     header.pop("__metadata__", None)
@@ -212,6 +219,8 @@ if __name__ == "__main__":
         sys.exit(match(*sys.argv[2:6], *(int(u) for u in sys.argv[6:])))
     if len(sys.argv) == 5 and sys.argv[1] == "add-tensor":
         sys.exit(add_tensor(*sys.argv[2:]))
+    if len(sys.argv) == 6 and sys.argv[1] == "fill":
+        sys.exit(fill(*sys.argv[2:]))
     if len(sys.argv) == 3 and sys.argv[1] == "older-config":
         sys.exit(older_config(sys.argv[2]))
     if len(sys.argv) == 4 and sys.argv[1] == "shard":

@@ -16,6 +16,7 @@
 #include "kernels/bf16.h"
 #include "core/common.h"
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 
 // What a tensor of the file holds.
@@ -463,15 +464,27 @@ void checkpoint_check_params(const Config *c, const char *path) {
     st_close(f);
 }
 
-// nbytes of tensor t from byte_off on into device memory dst: read into a host buffer and
-// copied to the device, in pieces of at most 4 MiB (no host copy of a whole shard).
+// Dies, naming what (the key and the file) and the tensor, where one of the n values read
+// from element g0 on is not finite: meshmoe saves none (a non-finite loss stops a run before
+// its update), so the file was damaged after it was written.
+static void check_finite(const float *x, size_t n, const char *what, const StTensor *t, size_t g0) {
+    for (size_t j = 0; j < n; j++)
+        if (!isfinite(x[j]))
+            die("%s: tensor '%s' holds %g at element %zu: a checkpoint holds finite values only, so the file was "
+                "damaged after it was saved", what, t->name, (double)x[j], g0 + j);
+}
+
+// nbytes of float32 tensor t from byte_off on into device memory dst: read into a host buffer
+// and copied to the device, in pieces of at most 4 MiB (no host copy of a whole shard).
 #define READ_PIECE ((size_t)4 << 20)
-static void read_to_device(const StFile *f, const StTensor *t, size_t byte_off, void *dst, size_t nbytes) {
-    char *host = malloc(MM_MIN(nbytes, READ_PIECE) + 1);
+static void read_to_device(const StFile *f, const StTensor *t, size_t byte_off, void *dst, size_t nbytes,
+                           const char *what) {
+    float *host = malloc(MM_MIN(nbytes, READ_PIECE) + 1);
     if (!host) die("load_checkpoint: out of host memory for a read buffer");
     for (size_t done = 0; done < nbytes;) {
         size_t n = MM_MIN(nbytes - done, READ_PIECE);
         st_read_at(f, t, byte_off + done, host, n);
+        check_finite(host, n / sizeof(float), what, t, (byte_off + done) / sizeof(float));
         mem_upload((char *)dst + done, host, n);
         done += n;
     }
@@ -480,7 +493,7 @@ static void read_to_device(const StFile *f, const StTensor *t, size_t byte_off, 
 
 // n floats of tensor t from element g on, rounded to bf16 bits (nearest even) into device
 // memory dst, in pieces as read_to_device's.
-static void read_to_device16(const StFile *f, const StTensor *t, size_t g, uint16_t *dst, size_t n) {
+static void read_to_device16(const StFile *f, const StTensor *t, size_t g, uint16_t *dst, size_t n, const char *what) {
     size_t piece = READ_PIECE / sizeof(float);
     float *host = malloc(sizeof(float) * MM_MIN(n, piece) + 1);
     uint16_t *bits = malloc(sizeof(uint16_t) * MM_MIN(n, piece) + 1);
@@ -488,6 +501,7 @@ static void read_to_device16(const StFile *f, const StTensor *t, size_t g, uint1
     for (size_t done = 0; done < n;) {
         size_t k = MM_MIN(n - done, piece);
         st_read_at(f, t, sizeof(float) * (g + done), host, sizeof(float) * k);
+        check_finite(host, k, what, t, g + done);
         for (size_t j = 0; j < k; j++) bits[j] = bf16_bits(host[j]);
         mem_upload(dst + done, bits, sizeof(uint16_t) * k);
         done += k;
@@ -496,18 +510,18 @@ static void read_to_device16(const StFile *f, const StTensor *t, size_t g, uint1
     free(bits);
 }
 
-typedef struct { const StFile *f; const StTensor *t; float *dst; uint16_t *dst16; size_t a; } GetCtx;
+typedef struct { const StFile *f; const StTensor *t; float *dst; uint16_t *dst16; size_t a; const char *what; } GetCtx;
 static void get_run(void *ctx, size_t g, size_t li, size_t n) {
     GetCtx *p = (GetCtx *)ctx;
-    if (p->dst16) read_to_device16(p->f, p->t, g, p->dst16 + (li - p->a), n);
-    else read_to_device(p->f, p->t, sizeof(float) * g, p->dst + (li - p->a), sizeof(float) * n);
+    if (p->dst16) read_to_device16(p->f, p->t, g, p->dst16 + (li - p->a), n, p->what);
+    else read_to_device(p->f, p->t, sizeof(float) * g, p->dst + (li - p->a), sizeof(float) * n, p->what);
 }
 
-// This device's elements of entry e from the file.
-static void get_entry(Model *m, const StFile *f, const Entry *e) {
+// This device's elements of entry e from the file (what: the key and the file, for messages).
+static void get_entry(Model *m, const StFile *f, const Entry *e, const char *what) {
     const StTensor *t = st_get(f, e->name);
     if (e->kind == E_BIAS) {
-        read_to_device(f, t, 0, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n);
+        read_to_device(f, t, 0, m->router_bias + (size_t)e->layer * m->cfg.num_experts, sizeof(float) * e->n, what);
         return;
     }
     const ParamSpec *s = &m->specs[e->spec];
@@ -522,6 +536,7 @@ static void get_entry(Model *m, const StFile *f, const Entry *e) {
         float *placed = malloc(sizeof(float) * n);
         if (!placed) die("out of host memory");
         st_read_at(f, t, 0, whole, sizeof(float) * e->n);
+        check_finite(whole, e->n, what, t, 0);
         for (size_t j = 0; j < e->n; j++) {
             size_t at = factored_pos(s, drop, keep, j);
             if (at != SIZE_MAX) placed[at] = whole[j];
@@ -534,19 +549,19 @@ static void get_entry(Model *m, const StFile *f, const Entry *e) {
     if (e->kind == E_V) {
         AdafactorSlot sl;
         if (!adafactor_slot(m, e->spec, &sl)) return;
-        GetCtx ctx = {f, t, p.buf + sl.off, NULL, sl.k0};
+        GetCtx ctx = {f, t, p.buf + sl.off, NULL, sl.k0, what};
         each_run(s, sl.k0, sl.k1, get_run, &ctx);
         return;
     }
     size_t a, b, at;
     if (e->kind == E_NU && m->cfg.opt_type == OPT_MUON) {   // muon's AdamW nu, packed (put_entry)
         if (!muon_nu_slot(m, e->spec, &at, &a, &b)) return;
-        GetCtx ctx = {f, t, p.buf + at, NULL, a};
+        GetCtx ctx = {f, t, p.buf + at, NULL, a, what};
         each_run(s, a, b, get_run, &ctx);
         return;
     }
     if (!held(m, e->spec, p.Z, p.zr, &a, &b, &at)) return;
-    GetCtx ctx = {f, t, p.buf16 ? NULL : p.buf + at, p.buf16 ? p.buf16 + at : NULL, a};
+    GetCtx ctx = {f, t, p.buf16 ? NULL : p.buf + at, p.buf16 ? p.buf16 + at : NULL, a, what};
     each_run(s, a, b, get_run, &ctx);
 }
 
@@ -567,8 +582,10 @@ void checkpoint_load_params(Model *m, const char *path) {
     StFile *f = open_checkpoint("load_parameters_path", path);
     int ne;
     Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
+    char what[CFG_STR + 32];
+    snprintf(what, sizeof what, "load_parameters_path %s", path);
     for (int k = 0; k < ne; k++)
-        if (is_weight(&e[k])) get_entry(m, f, &e[k]);
+        if (is_weight(&e[k])) get_entry(m, f, &e[k], what);
     ema_restart(m);   // (the EMA starts from them)
     free(e);
     st_close(f);
@@ -578,7 +595,9 @@ void checkpoint_load(Model *m, const char *path) {
     StFile *f = open_checkpoint("load_checkpoint", path);
     int ne;
     Entry *e = entries_of(&m->cfg, m->specs, m->ntensors, &ne);
-    for (int k = 0; k < ne; k++) get_entry(m, f, &e[k]);
+    char what[CFG_STR + 32];
+    snprintf(what, sizeof what, "load_checkpoint %s", path);
+    for (int k = 0; k < ne; k++) get_entry(m, f, &e[k], what);
     m->step = checkpoint_parse_step(st_meta(f, "step"), path);
     ema_restart(m);   // (the EMA restarts from the loaded weights)
     free(e);
