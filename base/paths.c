@@ -232,7 +232,7 @@ void atomic_stream_publish(FILE *f) {
 static atomic_int stop_armed, stop_sig;
 
 const char *signal_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
 static void say(const char *a, const char *b, const char *c) {
