@@ -20,6 +20,7 @@
 #include "base/config.h"
 #include "base/paths.h"
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <unistd.h>
 
@@ -83,7 +84,7 @@ static void make_dir(Sweep *sw) {
 static void remove_dir(void *dir) {
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));) {
-        char path[sizeof ((Sweep *)0)->dir + 256];
+        char path[PATH_MAX];
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && path_join(path, sizeof path, dir, e->d_name) <
             (int)sizeof path)
             unlink(path);
