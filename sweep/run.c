@@ -8,8 +8,43 @@
 #include "core/common.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+// ---- signals: SIGINT, SIGTERM or SIGHUP stop the running child ----
+// The handler only records the signal and sends SIGTERM to the child in flight (kill is
+// async-signal-safe); the sweep then waits for the child and removes its files itself.
+
+static atomic_int stop_sig, child_pid;
+static const int STOP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+#define NSTOP (sizeof STOP_SIGNALS / sizeof STOP_SIGNALS[0])
+
+static void on_signal(int sig) {
+    int none = 0;
+    atomic_compare_exchange_strong(&stop_sig, &none, sig);   // the first signal is the one named
+    int pid = atomic_load(&child_pid);
+    if (pid > 0) kill(pid, SIGTERM);   // again on a second signal: the child then stops at once
+}
+
+void sweep_signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < NSTOP; i++) sigaction(STOP_SIGNALS[i], &sa, NULL);
+}
+
+int sweep_stop_signal(void) { return atomic_load(&stop_sig); }
+
+// The stop signals blocked (on) or restored to how they were (off).
+static void block_stop_signals(int on, sigset_t *old) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < NSTOP; i++) sigaddset(&set, STOP_SIGNALS[i]);
+    sigprocmask(on ? SIG_BLOCK : SIG_SETMASK, on ? &set : old, on ? old : NULL);
+}
 
 // Pointer just after the first `key` in [p, end), or NULL.
 static const char *after(const char *p, const char *end, const char *key) {
@@ -134,9 +169,17 @@ void sweep_run(const char *exe, int argc, char **argv, const char *log, const ch
     unlink(metrics);
     fflush(stdout);
     fflush(stderr);
+    // The signals stay blocked from before the fork until the parent knows the child's pid, so
+    // that a signal in between is not lost: the child gets the default actions back before it
+    // runs, and the parent's handler, run once they are unblocked, finds the pid to stop.
+    sigset_t old;
+    block_stop_signals(1, &old);
     pid_t pid = fork();
-    if (pid < 0) die("sweep: cannot start a run: %s", strerror(errno));
+    if (pid < 0) { block_stop_signals(0, &old); die("sweep: cannot start a run: %s", strerror(errno)); }
     if (pid == 0) {
+        for (size_t i = 0; i < NSTOP; i++) signal(STOP_SIGNALS[i], SIG_DFL);
+        block_stop_signals(0, &old);
+        if (atomic_load(&stop_sig)) _exit(128 + atomic_load(&stop_sig));   // stopped before the fork
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
         (void)argc;
@@ -144,8 +187,12 @@ void sweep_run(const char *exe, int argc, char **argv, const char *log, const ch
         fprintf(stderr, "meshmoe: sweep: cannot run %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
+    atomic_store(&child_pid, pid);
+    block_stop_signals(0, &old);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    atomic_store(&child_pid, 0);
+    if (atomic_load(&stop_sig)) return;   // stopped: the caller removes the files and exits
     FILE *f = fopen(metrics, "r");
     if (f) {
         char *line = NULL;

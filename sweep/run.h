@@ -39,6 +39,12 @@ typedef struct {
 // and read `metrics`. The caller puts metrics_file=metrics among the arguments.
 void sweep_run(const char *exe, int argc, char **argv, const char *log, const char *metrics, RunResult *r);
 
+// SIGINT, SIGTERM and SIGHUP handled by the sweep: the run in flight is sent SIGTERM (again
+// on every further signal) and sweep_run returns once it has exited, its result unread.
+void sweep_signals_install(void);
+// The first of those signals received, 0 if none.
+int sweep_stop_signal(void);
+
 // Bytes sent per step by all devices (steps after the first), or 0 with one step.
 size_t run_comm_per_step(const RunResult *r);
 // Lowest step time over the steps (the least disturbed by other work on the machine).

@@ -18,6 +18,9 @@
 #include "sweep/sweep_int.h"
 #include "core/common.h"
 #include "base/config.h"
+#include "base/paths.h"
+#include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <unistd.h>
 
@@ -65,7 +68,45 @@ int sweep_args_known(const char *args, char *missing, size_t cap) {
     return 1;
 }
 
+// ---- the temporary directory, and a stop by a signal ----
+
+// The runs' files go in a fresh directory under TMPDIR (/tmp when it is not set).
+static void make_dir(Sweep *sw) {
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !tmp[0]) tmp = "/tmp";
+    if (path_join(sw->dir, sizeof sw->dir, tmp, "meshmoe-sweep.XXXXXX") >= (int)sizeof sw->dir)
+        die("sweep: TMPDIR '%.64s...' is too long for the runs' files", tmp);
+    if (!mkdtemp(sw->dir)) die("sweep: cannot make a temporary directory in '%s': %s", tmp, strerror(errno));
+}
+
+// Every file in the sweep's directory (the runs' logs and metrics, and a metrics file that a
+// stopped run left under its temporary name), then the directory. Also die()'s clean-up hook.
+static void remove_dir(void *dir) {
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[PATH_MAX];
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && path_join(path, sizeof path, dir, e->d_name) <
+            (int)sizeof path)
+            unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+// After SIGINT, SIGTERM or SIGHUP (the run in flight stopped and waited for by sweep_run):
+// the directory removed, one line said, and the exit status of a signal (128 + it).
+static void stop_if_signalled(Sweep *sw) {
+    int sig = sweep_stop_signal();
+    if (!sig) return;
+    remove_dir(sw->dir);
+    fflush(stdout);
+    fprintf(stderr, "meshmoe: sweep: interrupted by %s after %d of %d runs: the run in flight was stopped and "
+            "the temporary directory %s removed\n", signal_name(sig), sw->nruns, sw->progress.runs_total, sw->dir);
+    exit(128 + sig);
+}
+
 const RunResult *sweep_config(Sweep *sw, const char *args) {
+    stop_if_signalled(sw);
     for (int i = 0; i < sw->nruns; i++)
         if (!strcmp(sw->runs[i].args, args)) return &sw->runs[i].r;
     if (sw->nruns == SW_MAXRUNS) die("sweep: more than %d runs; use sweep_only to run fewer rows", SW_MAXRUNS);
@@ -82,7 +123,7 @@ const RunResult *sweep_config(Sweep *sw, const char *args) {
     run->r.ndev = ndev;
     run->r.batch = pdb * per;
 
-    char metrics[128], log[128], steps[32], mfile[160], pdbs[48];
+    char metrics[sizeof sw->dir + 32], log[sizeof sw->dir + 32], steps[32], mfile[sizeof metrics + 16], pdbs[48];
     snprintf(metrics, sizeof metrics, "%s/run%d.jsonl", sw->dir, sw->nruns);
     snprintf(log, sizeof log, "%s/run%d.log", sw->dir, sw->nruns);
     snprintf(steps, sizeof steps, "steps=%d", sw->cfg.sweep_steps);
@@ -107,6 +148,7 @@ const RunResult *sweep_config(Sweep *sw, const char *args) {
     fprintf(stderr, "sweep: run %d of %d: %s%s[%s, %d sequences]\n", sw->nruns + 1, sw->progress.runs_total, args,
             args[0] ? " " : "", mesh, run->r.batch);
     sweep_run(sw->exe, n, argv, log, metrics, &run->r);
+    stop_if_signalled(sw);
     unlink(metrics);
     unlink(log);
     sw->nruns++;
@@ -371,13 +413,32 @@ static int pipeline_stages(const Config *c) {
     return 0;
 }
 
-// The files every run of the sweep reads and writes (trainer/files.h), checked once here:
-// the runs load and save no checkpoint and write their metrics in the sweep's own directory.
+// The keys of a run's own files, which no run of the sweep can honour: the runs would write
+// one file in turn, each replacing the last, or stop before training, or start elsewhere than
+// their baselines. Refused, naming the first one set, before any run starts.
+static void refuse_run_files(const Config *c) {
+    const struct { const char *key, *value, *why; } keys[] = {
+        {"save_checkpoint", c->save_checkpoint, "the sweep's runs save nothing"},
+        {"load_checkpoint", c->load_checkpoint,
+         "every run of the sweep starts from fresh weights at step 0, as its baseline does"},
+        {"metrics_file", c->metrics_file,
+         "the sweep keeps each run's metrics in its own temporary directory and prints the table on stdout"},
+        {"memory_trace", c->memory_trace,
+         "every run of the sweep would write this file in turn, each replacing the last"},
+        {"dump_parity", c->dump_parity,
+         "a run with it writes the dump and exits without training, so every run would write the same dump "
+         "and the sweep would compare nothing"},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (keys[i].value[0]) die("sweep: %s=%s: %s; drop the key", keys[i].key, keys[i].value, keys[i].why);
+}
+
+// The files every run of the sweep reads (trainer/files.h), checked once here: the runs
+// write only their metrics and logs, in the sweep's own directory.
 static void sweep_files_check(const Config *cfg, const char *config_path) {
-    Config c = *cfg;
-    c.save_checkpoint[0] = c.load_checkpoint[0] = c.metrics_file[0] = '\0';
-    config_check_paths(&c);
-    train_files_check(&c, config_path);
+    refuse_run_files(cfg);
+    config_check_paths(cfg);
+    train_files_check(cfg, config_path);
 }
 
 int cmd_sweep(int argc, char **argv) {
@@ -417,8 +478,9 @@ int cmd_sweep(int argc, char **argv) {
     sw->global_batch = sw->cfg.per_device_batch_size * sw->cfg.gradient_accumulation_steps;
     sw->cfg.per_device_batch_size = 0;   // set per run
     sw->stages = pipeline_stages(&sw->cfg);
-    snprintf(sw->dir, sizeof sw->dir, "/tmp/meshmoe-sweep.XXXXXX");
-    if (!mkdtemp(sw->dir)) die("sweep: cannot make a temporary directory: %s", strerror(errno));
+    sweep_signals_install();   // before the directory exists: a signal from here on is seen by the next run
+    make_dir(sw);
+    die_set_cleanup(remove_dir, sw->dir);
 
     printf("## `./train sweep %s`: %d steps per run, %d sequences of %d tokens per step\n\n", sw->config_path,
            sw->cfg.sweep_steps, sw->global_batch, sw->cfg.max_target_length);
@@ -440,11 +502,13 @@ int cmd_sweep(int argc, char **argv) {
         else run_row(sw, &rows[i]);
         progress_item_end(&sw->progress, what, sw->nruns);
     }
+    stop_if_signalled(sw);
     if (sw->mesh_table) { printf("\n%s", sw->mesh_table); free(sw->mesh_table); }
     printf("\nsweep: %d comparisons run, %d rows not implemented in this build, %d refused by this build, "
            "%d failed (a bit row not bit-identical, or a run that failed)\n", sw->rows_run, sw->unimplemented,
            sw->refused, sw->failures);
-    rmdir(sw->dir);
+    die_set_cleanup(NULL, NULL);
+    remove_dir(sw->dir);
     free(sw->user);
     return sw->failures ? 1 : 0;
 }

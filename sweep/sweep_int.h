@@ -23,7 +23,7 @@ typedef struct {
     Config cfg;                // preset + command line
     int global_batch;          // sequences per optimizer step in every run
     int stages;                // stage count of the pipeline rows
-    char dir[64];              // temporary files of the runs
+    char dir[256];             // temporary files of the runs (under TMPDIR)
     SweepRun runs[SW_MAXRUNS]; // every configuration run so far (a baseline is shared by rows)
     int nruns;
     int rows_run, unimplemented, refused, failures;

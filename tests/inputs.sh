@@ -427,8 +427,9 @@ refused "memory_trace=config.json of load_hf=DIR" "is the same file as config.js
     $TRAIN $C $FAST load_hf="$ID/hf" memory_trace="$ID/hf/config.json"
 refused "save_checkpoint inside dump_parity's directory" "lies inside dump_parity" \
     $TRAIN $C $FAST dump_parity="$ID/dump" save_checkpoint="$ID/dump/ck.safetensors"
-refused "sweep: memory_trace=its dataset_path" "memory_trace '$ID/tok.bin' is the same file as dataset_path" \
-    $TRAIN sweep $C dataset_path="$ID/tok.bin" memory_trace="$ID/tok.bin"
+refused "sweep memory_trace=T (every run would write it in turn)" \
+    "sweep: memory_trace=$OUT/trace.csv: every run of the sweep would write this file in turn" \
+    $TRAIN sweep $C memory_trace="$OUT/trace.csv"
 refused "plot DIR/memory_device_0.svg DIR (the trace is a file the plot writes)" \
     "memory_device_0.svg of plot output directory" $TRAIN plot "$ID/plot/memory_device_0.svg" "$ID/plot"
 refused "figure timelines X TITLE a SYMLINK-TO-X" "figure OUT.svg '$ID/trace.csv' is the same file as figure TRACE.csv" \

@@ -2,7 +2,9 @@
 # tests/sweep.sh: `./train sweep` (sweep/sweep.c) on three rows that exist in this build:
 # the table has a line for each, each bit-identical to its baseline, and the sweep exits 0;
 # a row whose key the build lacks is printed as not implemented (and one that it has is
-# run); a bad sweep_only names the problem in one message.
+# run); a bad sweep_only names the problem in one message. The keys of a run's own files are
+# refused before any run, nothing written; a signal stops the run in flight and removes the
+# sweep's temporary directory.
 set -u
 cd "$(dirname "$0")/.."
 source tests/lib.sh
@@ -54,4 +56,43 @@ expect_error "bad sweep_only key" "sweep_only: 'fsdp_typo' is no row of the swee
     $TRAIN sweep configs/mixtral-tiny.yml sweep_only=ici_fsdp_parallelism,fsdp_typo
 expect_error "mesh keys are the rows' choice" "sets the mesh" \
     $TRAIN sweep configs/mixtral-tiny.yml ici_fsdp_parallelism=2
+
+# The keys of a run's own files: every run would write the same file in turn, stop without
+# training, or start elsewhere than its baseline. Each refused before the first run, naming
+# the key; nothing written.
+ONE="sweep_only=1 sweep_steps=1"
+expect_error "memory_trace refused" "sweep: memory_trace=$T/tr.csv: every run of the sweep would write" \
+    $TRAIN sweep configs/mixtral-tiny.yml $ONE memory_trace=$T/tr.csv
+expect_error "dump_parity refused" "sweep: dump_parity=$T/dp: a run with it writes the dump and exits without training" \
+    $TRAIN sweep configs/mixtral-tiny.yml $ONE dump_parity=$T/dp parity_steps=1
+expect_error "load_checkpoint refused, before its path is checked" "sweep: load_checkpoint=$T/nope.st: every run" \
+    $TRAIN sweep configs/mixtral-tiny.yml $ONE load_checkpoint=$T/nope.st
+expect_error "save_checkpoint refused" "sweep: save_checkpoint=$T/sv.st: the sweep's runs save nothing" \
+    $TRAIN sweep configs/mixtral-tiny.yml $ONE save_checkpoint=$T/sv.st
+expect_error "metrics_file refused" "sweep: metrics_file=$T/mf.jsonl: the sweep keeps each run's metrics" \
+    $TRAIN sweep configs/mixtral-tiny.yml $ONE metrics_file=$T/mf.jsonl
+for f in tr.csv dp sv.st mf.jsonl; do check "refused: no $f written" [ ! -e "$T/$f" ]; done
+
+# A signal (SIGINT to the process group, as a terminal's ^C sends it; SIGTERM or SIGHUP to
+# the sweep alone): the run in flight is stopped and waited for, the temporary directory
+# (read from the run's metrics_file argument) removed, one line said, exit 128 + the signal.
+mkdir -p "$T/tmp"
+for sig in INT:130 TERM:143 HUP:129; do
+    name=${sig%:*} want=${sig#*:} child= dir=
+    TMPDIR=$T/tmp setsid $TRAIN sweep configs/mixtral-tiny.yml sweep_only=1 sweep_steps=60 > /dev/null 2> "$T/sig.err" &
+    pid=$!
+    for _ in $(seq 100); do child=$(pgrep -P "$pid" | head -1); [ -n "$child" ] && break; sleep 0.1; done
+    [ -n "$child" ] && dir=$(tr '\0' '\n' < "/proc/$child/cmdline" | sed -n 's|^metrics_file=\(.*\)/run0.jsonl$|\1|p')
+    for _ in $(seq 100); do [ -e "$dir/run0.jsonl" ] && break; sleep 0.1; done   # its first step done: training
+    if [ "$name" = INT ]; then kill -INT -- "-$pid"; else kill "-$name" "$pid"; fi
+    wait "$pid"; rc=$?
+    check "SIG$name: the run and its directory were seen ('$dir')" [ -n "$child" -a -n "$dir" ]
+    check "SIG$name: exit $rc, wanted $want" [ "$rc" -eq "$want" ]
+    check "SIG$name: one line, 'interrupted by SIG$name'" bash -c "[ \$(grep -c '^meshmoe:' $T/sig.err) -eq 1 ] &&
+        grep -q '^meshmoe: sweep: interrupted by SIG$name' $T/sig.err"
+    check "SIG$name: the temporary directory is gone" [ -n "$dir" -a ! -e "$dir" ]
+    check "SIG$name: the run is gone" bash -c "[ -n '$child' ] && ! kill -0 '$child' 2>/dev/null"
+    [ -n "$child" ] && kill "$child" 2>/dev/null   # (a run left running would be ended here)
+done
+check "nothing left under TMPDIR" [ -z "$(ls -A "$T/tmp")" ]
 summary
