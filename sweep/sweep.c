@@ -431,6 +431,10 @@ static void refuse_run_files(const Config *c) {
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (keys[i].value[0]) die("sweep: %s=%s: %s; drop the key", keys[i].key, keys[i].value, keys[i].why);
+    if (c->dry_run)
+        die("sweep: dry_run=true: a dry run computes nothing, so every row would compare zeros; the planner of "
+            "each row is ./train CONFIG dry_run=true with that row's key");
+    if (c->prompt[0]) die("sweep: prompt=%s: the sweep's runs sample nothing (sample_length=0); drop the key", c->prompt);
 }
 
 // The files every run of the sweep reads (trainer/files.h), checked once here: the runs

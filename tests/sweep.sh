@@ -71,6 +71,10 @@ expect_error "save_checkpoint refused" "sweep: save_checkpoint=$T/sv.st: the swe
     $TRAIN sweep configs/mixtral-tiny.yml $ONE save_checkpoint=$T/sv.st
 expect_error "metrics_file refused" "sweep: metrics_file=$T/mf.jsonl: the sweep keeps each run's metrics" \
     $TRAIN sweep configs/mixtral-tiny.yml $ONE metrics_file=$T/mf.jsonl
+expect_error "dry_run refused" "sweep: dry_run=true: a dry run computes nothing" \
+    $TRAIN sweep configs/mixtral-tiny.yml $ONE dry_run=true
+expect_error "prompt refused" "sweep: prompt=hello: the sweep's runs sample nothing" \
+    $TRAIN sweep configs/mixtral-tiny.yml $ONE prompt=hello
 for f in tr.csv dp sv.st mf.jsonl; do check "refused: no $f written" [ ! -e "$T/$f" ]; done
 
 # A signal (SIGINT to the process group, as a terminal's ^C sends it; SIGTERM or SIGHUP to
