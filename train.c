@@ -234,10 +234,16 @@ static void check_start(void *arg) {
     for (int i = 0; i < 3; i++)
         if (paths[i][0]) given[n++] = keys[i];
     if (n > 1) die("%s and %s both given: a run starts from one of them", given[0], given[1]);
+    if (a->c->load_hf[0]) hf_check(a->c, a->c->load_hf);   // its config.json and its tensors' headers
     if (a->c->load_checkpoint[0]) checkpoint_check(a->c, a->c->load_checkpoint);   // its metadata and tensors
     if (a->c->load_parameters_path[0]) checkpoint_check_params(a->c, a->c->load_parameters_path);
 }
-static void check_mesh(void *arg) { mesh_check(arg); }
+// The mesh's sizes, and the parity dump's keys against its device count (trainer/dump.h).
+static void check_mesh(void *arg) {
+    const Config *c = arg;
+    int ndev = mesh_check(c);
+    if (c->dump_parity[0]) parity_dump_check(c, ndev);
+}
 static void start_mesh(Mesh *mesh, const Config *c) {
     agreed(check_mesh, (void *)c);   // (its sizes: over several processes, said once)
     mesh_init(mesh, c);
@@ -678,8 +684,6 @@ static void device_main(int dev_id, void *arg) {
     DeviceRun d;
     model_start(&d, (Run *)arg, dev_id);
     if (d.c.dump_parity[0]) {   // the parity test's tool (trainer/dump.h): its own steps and files
-        if (d.run->mesh->ndev > 1)
-            die("dump_parity runs on one device (it is the parity test's tool, not a checkpoint): drop the ici_* keys");
         parity_dump(&d.m, d.run->dl, d.c.dump_parity);
     } else {
         loop_begin(&d);

@@ -93,9 +93,9 @@ static int mesh_sizes(const Config *c, int want[MESH_NAXES]) {
     return n;
 }
 
-void mesh_check(const Config *c) {
+int mesh_check(const Config *c) {
     int want[MESH_NAXES];
-    mesh_sizes(c, want);
+    return mesh_sizes(c, want);
 }
 
 void mesh_init(Mesh *mesh, const Config *c) {

@@ -44,8 +44,8 @@ typedef struct Mesh {
 // message naming the numbers if they do not multiply to the device count.
 void mesh_init(Mesh *mesh, const Config *c);
 // mesh_init's checks of the sizes alone (no allocation): train.c runs them where every
-// process of a run agrees on one message (its agreed()).
-void mesh_check(const Config *c);
+// process of a run agrees on one message (its agreed()). Returns the device count.
+int mesh_check(const Config *c);
 
 // MaxText's hybrid mesh (base/hybrid.c). mesh_hybrid_config, right after the config is
 // read: checks that the dcn_<axis>_parallelism keys multiply to the run's processes (one

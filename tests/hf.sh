@@ -319,12 +319,21 @@ fi
 rm -rf $T/v2 $T/v2p $T/lite $T/v2full $T/dv2 $T/dv3 $T/dv4
 
 echo "== refusals: one clear message, exit 1"
+# early WHAT PHRASE COMMAND...: expect_error, said before the model is built (the run printed
+# no 'init peak' line, device 0's once its model is initialised) and with nothing created.
+early() {
+    local before after; before=$(find $T ! -path $T/early.out | sort)
+    EXPECT_STDOUT=$T/early.out expect_error "$@"
+    after=$(find $T ! -path $T/early.out | sort)
+    check "  ... before the model is built, nothing created" \
+        bash -c '! grep -q "^init peak" "$1" && [ "$2" = "$3" ]' _ $T/early.out "$before" "$after"
+}
 $TRAIN configs/mixtral-tiny.yml $FAST steps=1 save_checkpoint=$T/mx.safetensors > /dev/null 2>&1
 $TRAIN export-hf $T/mx.safetensors $T/hf > /dev/null 2>&1
-expect_error "config.json against the run's config" '"num_experts_per_tok": 2, this run' \
+early "config.json against the run's config" '"num_experts_per_tok": 2, this run' \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/hf num_experts_per_tok=1
-expect_error "a Mixtral export loaded as DeepSeek" '"architectures"' $TRAIN configs/deepseek-tiny.yml $FAST load_hf=$T/hf
-expect_error "no such directory" "$T/none/config.json" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/none
+early "a Mixtral export loaded as DeepSeek" '"architectures"' $TRAIN configs/deepseek-tiny.yml $FAST load_hf=$T/hf
+early "no such directory" "$T/none/config.json" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/none
 expect_error "load_hf with load_checkpoint" "load_hf and load_checkpoint" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/hf load_checkpoint=$T/mx.safetensors
 # Sharded models: the index's files are plain names beside it, each there, each tensor in one.
@@ -332,14 +341,14 @@ shards() {   # shards NAME: a copy of the export in 2 shards, at $T/NAME
     rm -rf $T/$1 && cp -r $T/hf $T/$1 && python3 tests/st_tool.py shard $T/$1 2
 }
 shards s1 && rm $T/s1/model-00002-of-00002.safetensors
-expect_error "a shard the index names is missing" "model-00002-of-00002.safetensors" \
+early "a shard the index names is missing" "model-00002-of-00002.safetensors" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s1
 shards s2 && sed -i '0,/"model-00001-of-00002.safetensors"/s//"..\/model-00001-of-00002.safetensors"/' $T/s2/model.safetensors.index.json
 expect_error "an index naming a file outside its folder" "a shard is a file name beside the index" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s2
 shards s3 && cp $T/s3/model-00001-of-00002.safetensors $T/s3/extra.safetensors &&
     sed -i 's/"weight_map": {/"weight_map": {"extra": "extra.safetensors",/' $T/s3/model.safetensors.index.json
-expect_error "a tensor in two shards" "is in both" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s3
+early "a tensor in two shards" "is in both" $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s3
 shards s4
 expect_error "a save over a shard of the model being loaded" "model-00002-of-00002.safetensors" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/s4 save_checkpoint=$T/s4/model-00002-of-00002.safetensors
@@ -348,26 +357,32 @@ check "  ... and the shard is as it was" python3 tests/st_tool.py same $T/s4/mod
 # The published forms: what is missing or left over, named.
 rm -rf $T/m1 && cp -r $T/hf $T/m1 && python3 tests/hf_forms.py per-expert $T/m1 &&
     python3 tests/hf_forms.py drop $T/m1 model.layers.1.block_sparse_moe.experts.2.w3.weight
-expect_error "a tensor per expert, one missing" "'model.layers.1.block_sparse_moe.experts.2.w3.weight'" \
+early "a tensor per expert, one missing" "'model.layers.1.block_sparse_moe.experts.2.w3.weight'" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m1
-expect_error "  ... and in a dry run" "'model.layers.1.block_sparse_moe.experts.2.w3.weight'" \
+early "  ... and in a dry run" "'model.layers.1.block_sparse_moe.experts.2.w3.weight'" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m1 dry_run=true
 rm -rf $T/m2 && cp -r $T/hf $T/m2 && python3 tests/st_tool.py add-tensor $T/hf/model.safetensors $T/m2/model.safetensors \
     model.layers.0.mlp.extra.weight
-expect_error "a tensor the model does not read" "'model.layers.0.mlp.extra.weight', which this config does not read" \
+early "a tensor the model does not read" "'model.layers.0.mlp.extra.weight', which this config does not read" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m2
+# Weights of another shape under a config.json that agrees with the run: their headers say so.
+$TRAIN configs/mixtral-tiny.yml $FAST steps=1 base_mlp_dim=128 save_checkpoint=$T/narrow.safetensors > /dev/null 2>&1
+rm -rf $T/m7 && $TRAIN export-hf $T/narrow.safetensors $T/m7 > /dev/null 2>&1 && cp $T/hf/config.json $T/m7/config.json
+early "a tensor of another shape" "'model.layers.0.mlp.experts.gate_up_proj' has shape [4,256,128], this config needs [4,512,128]" \
+    $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m7
+rm -rf $T/m7 $T/narrow.safetensors
 rm -rf $T/m3 $T/m4 $T/m5 $T/m6 $T/deq && mkdir $T/m3 && cp -r $T/hf $T/deq && python3 tests/hf_forms.py fp8 $T/deq $T/m3 16 16
 cp -r $T/m3 $T/m4 && python3 tests/hf_forms.py drop $T/m4 model.layers.2.self_attn.o_proj.weight_scale_inv
-expect_error "FP8 without its scales" "'model.layers.2.self_attn.o_proj.weight_scale_inv'" \
+early "FP8 without its scales" "'model.layers.2.self_attn.o_proj.weight_scale_inv'" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m4
 cp -r $T/m3 $T/m5 && python3 - $T/m5/config.json <<'EOF2'
 import json, sys
 c = json.load(open(sys.argv[1])); del c["quantization_config"]; json.dump(c, open(sys.argv[1], "w"))
 EOF2
-expect_error "FP8 without quantization_config" "is F8_E4M3 and config.json has no quantization_config" \
+early "FP8 without quantization_config" "is F8_E4M3 and config.json has no quantization_config" \
     $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m5
 cp -r $T/m3 $T/m6 && sed -i 's/"quant_method": "fp8"/"quant_method": "bitsandbytes"/' $T/m6/config.json
-expect_error "another quantization" 'quant_method "bitsandbytes"' $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m6
+early "another quantization" 'quant_method "bitsandbytes"' $TRAIN configs/mixtral-tiny.yml $FAST load_hf=$T/m6
 rm -rf $T/m1 $T/m2 $T/m3 $T/m4 $T/m5 $T/m6 $T/deq
 # hf-preset: what meshmoe cannot express, named.
 mkdir -p $T/p1 $T/p2 $T/p3

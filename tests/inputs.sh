@@ -38,23 +38,25 @@ hashes() {
 
 # refused INPUT PHRASE COMMAND...: exit 1, exactly one "meshmoe:" line containing PHRASE, no
 # step trained, nothing left in $OUT, and every file under $T as it was. INPUT is how the
-# table shows the case.
+# table shows the case. With EARLY=1 also before the model is built: no 'init peak' line
+# (device 0 prints it once its model is initialised, before any weights are loaded).
 refused() {
     local input=$1 phrase=$2; shift 2
-    local err rc before after
+    local err rc before after when="before training" built=0
     before=$(hashes "$@")
     err=$("$@" 2>&1 >"$T/stdout"); rc=$?
     after=$(hashes "$@")
     local msg; msg=$(printf '%s\n' "$err" | grep '^meshmoe:' | head -1)
     local lines; lines=$(printf '%s\n' "$err" | grep -c '^meshmoe:')
     local left; left=$(ls -A "$OUT")
+    if [ "${EARLY:-0}" -eq 1 ]; then when="before the model is built"; built=$(grep -c '^init peak' "$T/stdout"); fi
     if [ "$rc" -eq 1 ] && [ "$lines" -eq 1 ] && [[ "$msg" == *"$phrase"* ]] && ! grep -q '| loss' "$T/stdout" &&
-       [ -z "$left" ] && [ "$before" = "$after" ]; then
+       [ "$built" -eq 0 ] && [ -z "$left" ] && [ "$before" = "$after" ]; then
         pass "$input: ${msg:0:160}"
-        row "$input" "before training" "$msg"
+        row "$input" "$when" "$msg"
     else
         fail "$input: exit $rc, wanted 1; $lines messages, wanted one containing '$phrase'; trained: \
-$(grep -c '| loss' "$T/stdout") steps; left behind: '$left'; files changed: \
+$(grep -c '| loss' "$T/stdout") steps; model built: $built (wanted 0 with EARLY=1); left behind: '$left'; files changed: \
 '$(diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep '^[<>]' | tr '\n' ' ')'; stderr: $err"
         rm -rf "${OUT:?}"/* "$OUT"/.[!.]* 2>/dev/null
     fi
@@ -72,6 +74,22 @@ refused "metrics_file=$OUT/" "names a directory" $TRAIN $C $FAST metrics_file=$O
 refused "memory_trace=/nonexistent/trace.csv" "directory '/nonexistent' does not exist" \
     $TRAIN $C $FAST memory_trace=/nonexistent/trace.csv
 refused "dump_parity=/dev/null" "exists and is not a directory" $TRAIN $C $FAST dump_parity=/dev/null
+# What dump_parity cannot do, known from the config: said before the mesh and the model, and
+# its directory not made.
+EARLY=1 refused "dump_parity=DIR parity_steps=65536" "out of host memory for the parity dump: parity_steps=65536 snapshots" \
+    $TRAIN $C $FAST dump_parity=$OUT/dump parity_steps=65536
+EARLY=1 refused "dump_parity=DIR num_vocab_tiling=2" "run the dump with num_vocab_tiling=1" \
+    $TRAIN $C $FAST dump_parity=$OUT/dump num_vocab_tiling=2 per_device_batch_size=2
+EARLY=1 refused "dump_parity=DIR ici_data_parallelism=2" "dump_parity runs on one device" \
+    $TRAIN $C $FAST dump_parity=$OUT/dump ici_data_parallelism=2
+EARLY=1 refused "dump_parity=DIR dry_run=true" "a dry run computes none: drop dry_run=true" \
+    $TRAIN $C $FAST dump_parity=$OUT/dump dry_run=true
+for key in save_checkpoint=$OUT/ck.safetensors metrics_file=$OUT/m.jsonl memory_trace=$OUT/trace.csv; do
+    EARLY=1 refused "dump_parity=DIR ${key%%=*}=FILE" "$key is never written with dump_parity" \
+        $TRAIN $C $FAST dump_parity=$OUT/dump parity_steps=1 $key
+done
+EARLY=1 refused "dump_parity=DIR profile=true" "profile=true prints nothing with dump_parity" \
+    $TRAIN $C $FAST dump_parity=$OUT/dump parity_steps=1 profile=true
 # A read-only directory: root writes through permission bits, so as root a read-only mount.
 mkdir -p "$T/ro"
 if [ "$(id -u)" -ne 0 ]; then chmod 555 "$T/ro"; ro=1
@@ -449,8 +467,24 @@ refused "export-hf into a DIR whose config.json is a directory" "cannot write '$
     $TRAIN export-hf "$ID/ck.safetensors" "$T/hfx"
 cp -r "$ID/hf" "$T/hfdup"
 sed -i 's/"rms_norm_eps": \([^,]*\),/"rms_norm_eps": \1, "rms_norm_eps": 5,/' "$T/hfdup/config.json"
-refused "load_hf=DIR whose config.json gives rms_norm_eps twice" "config.json gives \"rms_norm_eps\" twice" \
+EARLY=1 refused "load_hf=DIR whose config.json gives rms_norm_eps twice" "config.json gives \"rms_norm_eps\" twice" \
     $TRAIN $C $FAST load_hf="$T/hfdup"
+# load_hf is checked with the other inputs, before the mesh and the model: the directory, its
+# config.json against the run's config, and its files' tensors by name, shape and dtype.
+mkdir -p "$T/hfempty"
+EARLY=1 refused "load_hf=MISSING" "load_hf: cannot open '$T/hfmissing/config.json'" \
+    $TRAIN $C $FAST load_hf="$T/hfmissing"
+EARLY=1 refused "load_hf=A-FILE" "load_hf: cannot open '$T/text.txt/config.json': Not a directory" \
+    $TRAIN $C $FAST load_hf="$T/text.txt"
+EARLY=1 refused "load_hf=AN-EMPTY-DIRECTORY" "load_hf: cannot open '$T/hfempty/config.json'" \
+    $TRAIN $C $FAST load_hf="$T/hfempty"
+EARLY=1 refused "load_hf=DIR of another model (base_mlp_dim)" \
+    "config.json says \"intermediate_size\": 256, this run's config gives 512 (base_mlp_dim)" \
+    $TRAIN $C $FAST base_mlp_dim=512 load_hf="$ID/hf"
+cp -r "$ID/hf" "$T/hfextra"
+python3 tests/st_tool.py add-tensor "$ID/hf/model.safetensors" "$T/hfextra/model.safetensors" model.layers.0.mlp.extra.weight
+EARLY=1 refused "load_hf=DIR whose weights hold a tensor the model does not read" \
+    "'model.layers.0.mlp.extra.weight', which this config does not read" $TRAIN $C $FAST load_hf="$T/hfextra"
 sed '3s/,[0-9]*,"/,zz,"/' "$ID/trace.csv" > "$T/badtrace.csv"
 refused "plot TRACE whose line 3 has 'zz' for its total" "badtrace.csv line 3 is not a trace row" \
     $TRAIN plot "$T/badtrace.csv" "$OUT/plots"
@@ -520,7 +554,16 @@ when_it_happens "memory_trace on a full disk" "File too large" \
     bash -c "ulimit -f 8; exec $TRAIN $C $FAST memory_trace=$OUT/trace.csv"
 when_it_happens "save_checkpoint on a full disk" "File too large" \
     bash -c "ulimit -f 1024; exec $TRAIN $C $FAST save_checkpoint=$OUT/ck.safetensors"
-check "nothing left behind by the failed saves: '$(ls -A "$OUT")'" test -z "$(ls -A "$OUT")"
+# The parity dump makes its directory only to write its file into, and removes it again when
+# that write fails; a directory that was there before stays.
+when_it_happens "dump_parity=NEW-DIR on a full disk" "File too large" \
+    bash -c "ulimit -f 64; exec $TRAIN $C $FAST dump_parity=$OUT/dump parity_steps=1"
+mkdir "$OUT/was"
+when_it_happens "dump_parity=A-DIRECTORY-THERE-BEFORE on a full disk" "File too large" \
+    bash -c "ulimit -f 64; exec $TRAIN $C $FAST dump_parity=$OUT/was parity_steps=1"
+check "nothing left behind by the failed saves but the directory there before: '$(ls -A "$OUT")'" \
+    test "$(ls -A "$OUT")" = was -a -z "$(ls -A "$OUT/was")"
+rmdir "$OUT/was"
 
 echo "-- signals and a second writer"
 # SIGTERM in the middle of a save (raised in its fsync, once every byte is written).

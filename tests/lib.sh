@@ -11,11 +11,12 @@ check() { # check DESCRIPTION COMMAND...: passes if the command succeeds
 }
 summary() { echo "$PASSED passed, $FAILED failed"; [ "$FAILED" -eq 0 ]; }
 # expect_error DESCRIPTION PHRASE COMMAND...: the command must exit non-zero, print exactly
-# one "meshmoe:" line on stderr containing PHRASE, and not crash (exit 1, no signal).
+# one "meshmoe:" line on stderr containing PHRASE, and not crash (exit 1, no signal). Its
+# stdout is kept in the file $EXPECT_STDOUT where that is set, for the caller to look into.
 expect_error() {
     local what=$1 phrase=$2; shift 2
     local err rc
-    err=$("$@" 2>&1 >/dev/null); rc=$?
+    err=$("$@" 2>&1 >"${EXPECT_STDOUT:-/dev/null}"); rc=$?
     local lines; lines=$(printf '%s\n' "$err" | grep -c '^meshmoe:')
     if [ "$rc" -eq 1 ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -qF -- "$phrase"; then
         pass "$what: $(printf '%s' "$err" | grep '^meshmoe:' | head -1 | cut -c1-150)"

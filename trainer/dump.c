@@ -7,8 +7,6 @@
 #include "data/safetensors.h"
 #include "base/memory.h"
 #include "core/common.h"
-#include <sys/stat.h>
-#include <errno.h>
 
 typedef struct {
     const Config *c;
@@ -163,15 +161,43 @@ static void add_router(StWriter *w, const Capture *cp, int nseq) {
     }
 }
 
+void parity_dump_check(const Config *c, int ndev) {
+    if (ndev > 1)
+        die("dump_parity runs on one device (it is the parity test's tool, not a checkpoint): drop the ici_* keys");
+    if (c->num_vocab_tiling > 1)   // the dump compares the whole (B,S,V) logits, which tiling never holds
+        die("the parity dump writes the logits, which num_vocab_tiling=%d never holds whole: run the dump with "
+            "num_vocab_tiling=1 (tiling gives the same losses and gradients bit for bit)", c->num_vocab_tiling);
+    if (c->dry_run)
+        die("dump_parity writes the values of parity_steps=%d steps, and a dry run computes none: drop dry_run=true",
+            c->parity_steps);
+    // The dump takes its own steps and writes its own file: what a training run's keys would
+    // have written or printed never is, so a key that asks for it is refused, not dropped.
+    const char *keys[] = {"save_checkpoint", "metrics_file", "memory_trace"};
+    const char *paths[] = {c->save_checkpoint, c->metrics_file, c->memory_trace};
+    for (int i = 0; i < 3; i++)
+        if (paths[i][0])
+            die("%s=%s is never written with dump_parity, which runs parity_steps=%d steps of its own and writes "
+                "dump.safetensors alone: drop %s (or run without dump_parity)", keys[i], paths[i], c->parity_steps, keys[i]);
+    if (c->profile)
+        die("profile=true prints nothing with dump_parity, which runs parity_steps=%d steps of its own: drop profile "
+            "(or run without dump_parity)", c->parity_steps);
+    size_t nparams;
+    model_layout(c, NULL, &nparams);   // (no mesh yet: the global count, one device's)
+    int nproc;
+    size_t snapshots = (size_t)c->parity_steps * nparams * sizeof(float);
+    if (snapshots > mem_host_share(&nproc)) {
+        char a[32], host[160];
+        die("out of host memory for the parity dump: parity_steps=%d snapshots of %zu weights take %s, more than %s: "
+            "lower parity_steps", c->parity_steps, nparams, mem_fmt(snapshots, a, sizeof a),
+            mem_host_share_text(host, sizeof host));
+    }
+}
+
 void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     const Config *c = &m->cfg;
     int A = c->gradient_accumulation_steps, B = c->per_device_batch_size, S = c->max_target_length;
     int P = c->parity_steps, V = c->vocab_size, E = c->num_experts;
     int L = c->base_num_decoder_layers, nseq = A * B;
-    if (c->num_vocab_tiling > 1)   // the dump compares the whole (B,S,V) logits, which tiling never holds
-        die("the parity dump writes the logits, which num_vocab_tiling=%d never holds whole: run the dump with "
-            "num_vocab_tiling=1 (tiling gives the same losses and gradients bit for bit)", c->num_vocab_tiling);
-    if (mkdir(dir, 0777) && errno != EEXIST) die("cannot create dump directory '%s': %s", dir, strerror(errno));
     size_t bias_n = (size_t)L * E;
 
     // Inputs: the weights as they are now, and the batches of the P steps.
@@ -235,6 +261,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     add_router(w, &cp, nseq);
     char path[CFG_STR + 32];
     path_join(path, sizeof path, dir, "dump.safetensors");
+    output_dir_make("dump_parity", dir);   // made now, and removed again if the write fails
     st_write_file(w, path);
     st_writer_free(w);
     printf("wrote %s (%d steps, loss %.9g -> %.9g)\n", path, P, step_losses[0], step_losses[P - 1]);

@@ -623,64 +623,87 @@ static size_t global_size(const ParamSpec *s) {
     return n;
 }
 
-int hf_load(Model *m, const char *dir, char *said, size_t cap) {
-    const Config *c = &m->cfg;
-    hf_check_config(c, dir, "load_hf");
+// Each weight of specs (and DeepSeek's routing biases) read from w by its HF name. With m,
+// made whole on the host and m's devices given their parts (returns how many query kernels
+// came exactly from the sidecar; halves: the rotated columns reordered); with w opened headers
+// only, each checked by name, shape and dtype, and nothing read or uploaded (m may be NULL).
+static int read_weights(const Config *c, const ParamSpec *specs, int n, Model *m, HfWeights *w, const char *dir,
+                        int halves) {
     char err[512], hf[128], last[128] = "";
-    // The headers only: each tensor is read when it is needed, so that a device holds one
-    // tensor of the files at a time, not the whole model (every device of a mesh reads it).
-    // A dry run checks every tensor's name, shape and dtype, and reads no value.
-    HfWeights *w = hfw_open(dir, c->dry_run);
-    int halves = reorders_pairs(c) && file_interleaves(dir);   // (the rotated columns reordered)
     float *scratch = NULL, *kernel = NULL;
     char spath[CFG_STR + 64];
     path_join(spath, sizeof spath, dir, SIDECAR);
-    StFile *side = access(spath, R_OK) ? NULL : st_open_header_try(spath, err, sizeof err);
+    StFile *side = m && !access(spath, R_OK) ? st_open_header_try(spath, err, sizeof err) : NULL;
     int used = 0;
-    for (int i = 0; i < m->ntensors; i++) {   // each weight made whole on the host (dst), then its part here copied
-        const ParamSpec *s = &m->specs[i];
+    for (int i = 0; i < n; i++) {   // each weight made whole on the host (dst), then its part here copied
+        const ParamSpec *s = &specs[i];
         const Rule *r = rule_for(s->key, hf, sizeof hf);
         int64_t shape[4];
         int nd = hf_shape(s, r, shape);
         // (wi_0 and wi_1 are halves of one HF tensor, gate_up_proj: read once for both)
         float *src = strcmp(hf, last) ? hfw_tensor(w, hf, nd, shape, &scratch) : scratch;
         snprintf(last, sizeof last, "%s", hf);
-        if (!src) continue;   // (a dry run)
-        size_t n = global_size(s);
-        float *dst = malloc(sizeof(float) * n);
-        if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, n);
+        if (!src) continue;   // (headers only)
+        size_t count = global_size(s);
+        float *dst = malloc(sizeof(float) * count);
+        if (!dst) die("load_hf: out of host memory for %s (%zu floats)", s->name, count);
         move_tensor(dst, src, s, r, 0);
-        if (halves) reorder_rotated(c, r, dst, n, 1);
+        if (halves) reorder_rotated(c, r, dst, count, 1);
         if (!is_gqa_query(c, r)) { upload_weight(m, i, dst); continue; }
         const StTensor *exact = side ? st_get(side, s->name) : NULL;
-        int match = exact && exact->dtype == ST_F32 && exact->nbytes == n * sizeof(float);
+        int match = exact && exact->dtype == ST_F32 && exact->nbytes == count * sizeof(float);
         if (match) {
             if (!(kernel = realloc(kernel, exact->nbytes))) die("load_hf: out of host memory for %s", s->name);
             st_read_at(side, exact, 0, kernel, exact->nbytes);
         }
-        for (size_t j = 0; match && j < n; j++)   // still the kernel q_proj was made from?
+        for (size_t j = 0; match && j < count; j++)   // still the kernel q_proj was made from?
             match = (float)((double)kernel[j] * query_scale(c)) == dst[j];
         if (match) { memcpy(dst, kernel, exact->nbytes); used++; }
-        else for (size_t j = 0; j < n; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
+        else for (size_t j = 0; j < count; j++) dst[j] = (float)((double)dst[j] / query_scale(c));
         upload_weight(m, i, dst);
     }
     for (int l = c->first_num_dense_layers; cfg_sigmoid_router(c) && l < c->base_num_decoder_layers; l++) {
         int64_t shape[1] = {c->num_experts};
         snprintf(hf, sizeof hf, "model.layers.%d.%s", l, HF_BIAS);
         const float *b = hfw_tensor(w, hf, 1, shape, &scratch);
-        if (!b) continue;   // (a dry run)
+        if (!b) continue;   // (headers only)
         if (m->router_bias) { mem_upload(m->router_bias + (size_t)l * c->num_experts, b, sizeof(float) * c->num_experts); continue; }
         for (int e = 0; e < c->num_experts; e++)
             if (b[e] != 0.0f) die("load_hf: %s has a nonzero e_score_correction_bias in layer %d, and this run has "
                                   "routed_bias=false: set routed_bias=true", hfw_what(w), l);
     }
+    free(scratch);
+    free(kernel);
+    if (side) st_close(side);
+    return used;
+}
+
+void hf_check(const Config *c, const char *dir) {
+    hf_check_config(c, dir, "load_hf");
+    int n = model_layout(c, NULL, NULL);   // (the global layout: no mesh here)
+    ParamSpec *specs = calloc((size_t)n, sizeof(ParamSpec));
+    if (!specs) die("out of host memory");
+    model_layout(c, specs, NULL);
+    HfWeights *w = hfw_open(dir, 1);
+    read_weights(c, specs, n, NULL, w, dir, 0);
+    char said[512];
+    hfw_all_read(w, said, sizeof said);
+    hfw_close(w);
+    free(specs);
+}
+
+int hf_load(Model *m, const char *dir, char *said, size_t cap) {
+    const Config *c = &m->cfg;
+    // The headers only: each tensor is read when it is needed, so that a device holds one
+    // tensor of the files at a time, not the whole model (every device of a mesh reads it).
+    // A dry run reads no value (hf_check has checked every tensor's name, shape and dtype).
+    HfWeights *w = hfw_open(dir, c->dry_run);
+    int halves = reorders_pairs(c) && file_interleaves(dir);
+    int used = read_weights(c, m->specs, m->ntensors, m, w, dir, halves);
     hfw_all_read(w, said, cap);
     if (halves)
         snprintf(said + strlen(said), cap - strlen(said), "%sthe rotary pairs of the query and key kernels from "
                  "interleaved (as the file rotates them) to half-split", said[0] ? "; " : "");
-    free(scratch);
-    free(kernel);
-    if (side) st_close(side);
     hfw_close(w);
     if (!c->dry_run) ema_restart(m);   // (the EMA starts from the loaded weights, as from a checkpoint's)
     return used;

@@ -12,8 +12,13 @@
 // (older transformers, and tools that read those, take that form). Dies, before writing
 // anything, naming the key, for a model HF's classes cannot express.
 int hf_export(const char *ckpt, const char *dir, int per_expert);
-// load_hf=DIR: m's weights (and routing biases) from DIR, after checking that its
-// config.json says what m's config says, key by key. The optimizer state stays as init. The
+// load_hf=DIR, checked before the devices start (every process of a run checks its own copy):
+// DIR's config.json says what c says (hf_check_config), and its files hold every tensor of
+// c's model by name, shape and dtype, and nothing else; else dies "load_hf: ..." naming the
+// file, key or tensor. Reads the headers only.
+void hf_check(const Config *c, const char *dir);
+// load_hf=DIR: m's weights (and routing biases) from DIR, which hf_check has checked against
+// m's config. The optimizer state stays as init. The
 // files may hold the tensors in any form trainer/hf_weights.c reads; said gets what they held
 // beyond one tensor per name in transformers 5's layout ("" if nothing). Returns how many
 // query kernels came exactly from meshmoe_query_kernels.safetensors.
