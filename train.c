@@ -244,11 +244,35 @@ static void check_mesh(void *arg) {
     int ndev = mesh_check(c);
     if (c->dump_parity[0]) parity_dump_check(c, ndev);
 }
+// Over several processes, the checkpoint each host starts from is the same file: its size and
+// hash against process 0's (copies at another step would part the replicas, or leave one
+// process waiting for steps the others do not take).
+static void check_same_start(void *arg) {
+    const Config *c = arg;
+    const char *keys[2] = {"load_checkpoint", "load_parameters_path"};
+    const char *paths[2] = {c->load_checkpoint, c->load_parameters_path};
+    for (int i = 0; i < 2; i++) {
+        if (!paths[i][0]) continue;
+        size_t size = 0;
+        uint64_t mine[3] = {0, 0, 0}, zero[3];   // hash, size, and 1 where unreadable here
+        mine[2] = !file_hash(paths[i], &mine[0], &size);
+        mine[1] = size;
+        memcpy(zero, mine, sizeof zero);
+        net_current()->share(zero, sizeof zero);   // (every process, before any may stop)
+        if (mine[2]) die("cannot read %s '%s'", keys[i], paths[i]);
+        if (memcmp(mine, zero, sizeof zero))
+            die("%s '%s' is another file here than on process 0 (%llu bytes, hash %016llx; there %llu, %016llx): "
+                "every host needs the same copy", keys[i], paths[i], (unsigned long long)mine[1],
+                (unsigned long long)mine[0], (unsigned long long)zero[1], (unsigned long long)zero[0]);
+    }
+}
+
 static void start_mesh(Mesh *mesh, const Config *c) {
     agreed(check_mesh, (void *)c);   // (its sizes: over several processes, said once)
     mesh_init(mesh, c);
     MeshArgs a = {mesh, c};
     agreed(check_start, &a);   // over several processes, said once (or by the host that failed)
+    if (mesh->nprocess > 1) agreed(check_same_start, (void *)c);
     // OpenBLAS runs single-threaded: our GEMMs are small row blocks, which the caller runs
     // in parallel with OpenMP; OpenBLAS's own threads on top would contend with those for
     // the same cores (steps about 2x slower on 2 cores, measured on mixtral-tiny).

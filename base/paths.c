@@ -22,6 +22,24 @@ static void check_path_length(const char *key, const char *path) {
     if (strlen(path) + 32 >= PATH_MAX) die("%s '%.64s...' is too long (%zu bytes)", key, path, strlen(path));
 }
 
+int file_hash(const char *path, uint64_t *hash, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    uint64_t h = 14695981039346656037ull;   // FNV-1a over 4-byte words, the tail zero-padded
+    uint32_t buf[16384];
+    size_t n, total = 0;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (n % 4) memset((char *)buf + n, 0, 4 - n % 4);
+        for (size_t i = 0; i < (n + 3) / 4; i++) h = (h ^ buf[i]) * 1099511628211ull;
+        total += n;
+    }
+    int ok = !ferror(f);
+    fclose(f);
+    *hash = h;
+    *size = total;
+    return ok;
+}
+
 int path_join(char *out, size_t cap, const char *dir, const char *name) {
     size_t n = strlen(dir);
     return snprintf(out, cap, "%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name);

@@ -33,11 +33,16 @@
 #ifndef MESHMOE_PATHS_H
 #define MESHMOE_PATHS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 // DIR/NAME into out (cap bytes, as snprintf, whose count it returns), with one '/' between
 // them where DIR ends in one already ("hf/" and "hf" give "hf/config.json").
 int path_join(char *out, size_t cap, const char *dir, const char *name);
+
+// The FNV-1a hash of the file at path and its size, for hosts to compare their copies; 0 where
+// it cannot be read (errno says why), else 1.
+int file_hash(const char *path, uint64_t *hash, size_t *size);
 
 void check_input_file(const char *key, const char *path);
 void check_output_path(const char *key, const char *path);

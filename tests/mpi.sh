@@ -203,6 +203,14 @@ mpi_fails "a checkpoint of another global batch (8 sequences a step, 4 here): sa
     "the global batch is 8 sequences per step in the checkpoint" 1 \
     2 ./train_mpi configs/deepseek-tiny.yml dcn_fsdp_parallelism=2 per_device_batch_size=2 $FAST \
     load_checkpoint=$T/ck.safetensors steps=8
+# Each host's own copy of the checkpoint, at another step on one of them (mpirun's MPMD form,
+# a working directory each): said before training, where the job hung after a step.
+mkdir -p $T/ca $T/cb
+$TRAIN configs/deepseek-tiny.yml $FAST steps=8 run_steps=2 per_device_batch_size=4 save_checkpoint=$T/ca/ck.st > /dev/null 2>&1
+$TRAIN configs/deepseek-tiny.yml $FAST steps=8 run_steps=3 per_device_batch_size=4 save_checkpoint=$T/cb/ck.st > /dev/null 2>&1
+MPMD="$PWD/train_mpi $PWD/configs/deepseek-tiny.yml $FAST steps=8 num_threads=1 dcn_data_parallelism=2 per_device_batch_size=2 load_checkpoint=ck.st"
+mpi_fails "another checkpoint at load_checkpoint's path on process 1: said once, before training" \
+    "load_checkpoint 'ck.st' is another file here than on process 0" 1 1 --wdir $T/ca $MPMD : -np 1 --wdir $T/cb $MPMD
 
 # memory_trace over processes: each writes its devices' events, process 0 the file; on dcn
 # fsdp=2 x ici data=2 process 0 holds devices 0 and 2. The file is ./train's, byte for byte.
