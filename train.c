@@ -806,8 +806,18 @@ static int cmd_prepare(int argc, char **argv) {
     return 0;
 }
 
+// A subcommand under mpirun with several processes: each would run it and write its files.
+static void one_process(void *name) {
+    die("'%s' runs as one process (it has no mesh to share): start it as ./train, or with mpirun -np 1",
+        (const char *)name);
+}
+
 // The subcommands other than training: 1 with *rc set when argv names one.
 static int subcommand(int argc, char **argv, int *rc) {
+    static const char *const NAMES[] = {"prepare", "export-hf", "hf-preset", "sweep", "describe", "figure", "plot"};
+    const Net *net = net_current();
+    for (size_t i = 0; net && net->nprocess > 1 && i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (!strcmp(argv[1], NAMES[i])) agreed(one_process, argv[1]);   // (said once)
     if (!strcmp(argv[1], "prepare")) *rc = cmd_prepare(argc, argv);
     else if (!strcmp(argv[1], "export-hf")) {
         if (argc != 4 && (argc != 5 || strcmp(argv[4], "per-expert")))

@@ -10,6 +10,7 @@
 #include "kernels/strict.h"    // strict_bind_device: the strict mode's region of the calling device
 #include "core/common.h"
 #include "base/net.h"           // the run's processes on this host share its memory
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -270,7 +271,16 @@ size_t mem_host_share(int *nproc) {
     if (!n) {
         const char *env = getenv("MESHMOE_HOST_MEMORY");
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        n = env && *env ? (size_t)strtoull(env, NULL, 10) : pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+        if (env && *env) {   // (tests set it: a byte count, nothing else)
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(env, &end, 10);
+            if (*env < '0' || *env > '9' || *end || errno || v == 0)
+                die("MESHMOE_HOST_MEMORY='%.64s' is not a byte count (a positive whole number of bytes)", env);
+            n = (size_t)v;
+        } else {
+            n = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+        }
         known = n = n ? n : SIZE_MAX;
     }
     const Net *net = net_current();

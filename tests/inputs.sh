@@ -164,6 +164,8 @@ refused "eval_per_device_batch_size=30000, a host of 2 GB" "host out of memory: 
     env MESHMOE_HOST_MEMORY=2000000000 $TRAIN $C $FAST eval_per_device_batch_size=30000
 refused "eval_per_device_batch_size=100000, a host of 2 GB" "more than this host's 1.86 GiB of memory" \
     env MESHMOE_HOST_MEMORY=2000000000 $TRAIN $C $FAST eval_per_device_batch_size=100000
+refused "MESHMOE_HOST_MEMORY=2GB (the tests' stand-in for the host's memory: a byte count)" \
+    "MESHMOE_HOST_MEMORY='2GB' is not a byte count" env MESHMOE_HOST_MEMORY=2GB $TRAIN $C $FAST
 refused "hbm_capacity=0.5" "is not a whole number of bytes" $TRAIN $C $FAST hbm_capacity=0.5
 refused "'steps= 3' (a blank before the number)" "key 'steps' wants an integer, got ' 3'" $TRAIN $C $FAST "steps= 3"
 refused "checkpoint_period=1 without save_checkpoint" "save_checkpoint, which is not set" $TRAIN $C $FAST checkpoint_period=1

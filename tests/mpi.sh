@@ -182,6 +182,9 @@ mpi_fails "3 processes for dcn_data_parallelism=2: one message, from process 0" 
     3 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
 mpi_fails "dump_parity over processes (it runs on one device) is refused, said once" "dump_parity runs on one device" 1 \
     2 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 dump_parity=$T/dump $FAST
+mpi_fails "export-hf under mpirun with 2 processes (each would write the export): refused, said once" \
+    "'export-hf' runs as one process" 1 2 ./train_mpi export-hf $T/hfck.safetensors $T/hf-twice
+check "  ...and nothing written" [ ! -e $T/hf-twice ]
 # The ici sizes that do not make num_devices, which every process finds alike: said once, with
 # what the global figures are.
 mpi_fails "ici_fsdp_parallelism=2 and num_devices=4 a process, over dcn data=2: said once, the figures explained" \
