@@ -267,6 +267,11 @@ static void check_same_start(void *arg) {
     }
 }
 
+static void gemm_kernel_env(void *unused) {
+    (void)unused;
+    gemm_kernel_from_env();
+}
+
 static void start_mesh(Mesh *mesh, const Config *c) {
     agreed(check_mesh, (void *)c);   // (its sizes: over several processes, said once)
     mesh_init(mesh, c);
@@ -279,7 +284,7 @@ static void start_mesh(Mesh *mesh, const Config *c) {
     blas_set_threads(1);
     matmul_set_impl(matmul_impl_name(c->matmul_impl), c->device == DEVICE_GPU && c->gpu_matmul != GPU_MATMUL_ORDERED);
     weights16_use(bf16_storage_checked(c));
-    gemm_kernel_from_env();
+    agreed(gemm_kernel_env, NULL);   // (a value every host has: said once)
 }
 
 // 3. The data: the token file, checked against the vocabulary, and cut into the training and

@@ -4,6 +4,7 @@
 // pair up in the order both sides run them.
 #include "base/net_mpi.h"
 #include "base/net.h"
+#include "base/paths.h"   // signals_note
 #include "core/common.h"
 #include <limits.h>
 #include <signal.h>
@@ -122,7 +123,12 @@ void net_mpi_start(int *argc, char ***argv) {
     mpi_net.share = mpi_share;
     mpi_net.gatherv = mpi_gatherv;
     mpi_net.agree = mpi_agree;
-    if (mpi_net.nprocess > 1) die_set_process(mpi_net.process, mpi_end);
+    if (mpi_net.nprocess > 1) {
+        die_set_process(mpi_net.process, mpi_end);
+        // mpirun stops every process with SIGTERM, for a signal given to it or for another
+        // process that ended with an error (whose message is then the one to read)
+        signals_note(" (from mpirun: a signal given to it, or another process that stopped with an error, which it names)");
+    }
     if (got < MPI_THREAD_MULTIPLE)
         die("this MPI library gives thread level %d, and ./train_mpi needs MPI_THREAD_MULTIPLE (%d): the devices "
             "of a process are threads that exchange at once", got, MPI_THREAD_MULTIPLE);

@@ -261,6 +261,9 @@ void atomic_stream_publish(FILE *f) {
 // Signals. The handler uses only async-signal-safe calls (write, unlink, _exit).
 
 static atomic_int stop_armed, stop_sig;
+static const char *signal_note = "";   // (signals_note)
+
+void signals_note(const char *note) { signal_note = note; }
 
 const char *signal_name(int sig) {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
@@ -293,7 +296,8 @@ static void on_signal(int sig) {
     }
     if (atomic_load(&stream_active)) unlink(stream.tmp);   // a fresh metrics file, not yet begun
     if (saving) _exit(128 + sig);
-    say("meshmoe: interrupted by ", name, "\n");
+    say("meshmoe: interrupted by ", name, signal_note);
+    say("\n", NULL, NULL);
     _exit(128 + sig);
 }
 

@@ -58,6 +58,9 @@ void atomic_stream_publish(FILE *f);
 
 void signals_install(void);
 void signals_allow_stop(int on);
+// Words said after "meshmoe: interrupted by SIG..." (a static string): where the signal may
+// come from (mpirun's, net_mpi.c).
+void signals_note(const char *note);
 int signals_stop_requested(void);   // the signal that asked the loop to stop, 0 if none
 const char *signal_name(int sig);
 

@@ -185,6 +185,8 @@ mpi_fails "dump_parity over processes (it runs on one device) is refused, said o
 mpi_fails "export-hf under mpirun with 2 processes (each would write the export): refused, said once" \
     "'export-hf' runs as one process" 1 2 ./train_mpi export-hf $T/hfck.safetensors $T/hf-twice
 check "  ...and nothing written" [ ! -e $T/hf-twice ]
+mpi_fails "an environment value every process has wrong: said once" "MESHMOE_GEMM_KERNEL='avx1024' is not one of" 1 \
+    2 -x MESHMOE_GEMM_KERNEL=avx1024 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST
 # The ici sizes that do not make num_devices, which every process finds alike: said once, with
 # what the global figures are.
 mpi_fails "ici_fsdp_parallelism=2 and num_devices=4 a process, over dcn data=2: said once, the figures explained" \
