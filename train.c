@@ -164,14 +164,19 @@ static void check_same_config(void *arg) {
     const Config *c = arg;
     Config zero = *c;
     net_current()->share(&zero, sizeof zero);   // (the same program: the same layout)
-    for (int i = 0; i < config_num_keys(); i++) {
-        const char *key = config_key_name(i);
-        if (!strcmp(key, "num_threads") || !strcmp(key, "hbm_capacity") || config_key_equal(c, &zero, key)) continue;
-        char here[CFG_STR + 16], there[CFG_STR + 16];
-        config_format_value(c, key, here, sizeof here);
-        config_format_value(&zero, key, there, sizeof there);
-        die("%s is %s here and %s on process 0: every process of a run trains the same config (num_threads and "
-            "hbm_capacity aside)", key, here, there);
+    // The dcn keys first: the ici sizes here are already multiplied by them (base/hybrid.c).
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < config_num_keys(); i++) {
+            const char *key = config_key_name(i);
+            if ((strncmp(key, "dcn_", 4) == 0) != (pass == 0)) continue;
+            if (!strcmp(key, "num_threads") || !strcmp(key, "hbm_capacity") || config_key_equal(c, &zero, key))
+                continue;
+            char here[CFG_STR + 16], there[CFG_STR + 16];
+            config_format_value(c, key, here, sizeof here);
+            config_format_value(&zero, key, there, sizeof there);
+            die("%s is %s here and %s on process 0: every process of a run trains the same config (num_threads "
+                "and hbm_capacity aside)", key, here, there);
+        }
     }
 }
 

@@ -246,6 +246,11 @@ mpi_fails "process 1 with its own learning_rate: refused before training, naming
     "process 1: learning_rate is 0.01 here and 0.003 on process 0" 1 \
     1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
     -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST learning_rate=0.01
+# Another dcn layout: the dcn key named, not the ici size that it multiplies.
+mpi_fails "process 1 with dcn_fsdp_parallelism where process 0 has dcn_data_parallelism: the dcn key named" \
+    "process 1: dcn_data_parallelism is 1 here and 2 on process 0" 1 \
+    1 ./train_mpi configs/mixtral-tiny.yml dcn_data_parallelism=2 $FAST : \
+    -np 1 ./train_mpi configs/mixtral-tiny.yml dcn_fsdp_parallelism=2 $FAST
 
 # Two hosts whose copies of the data file differ (here two working directories, each with its
 # d.txt, the second's bytes one later): refused before training, by the host that differs.
