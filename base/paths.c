@@ -295,6 +295,7 @@ static void on_signal(int sig) {
         return;
     }
     if (atomic_load(&stream_active)) unlink(stream.tmp);   // a fresh metrics file, not yet begun
+    if (atomic_load(&made_dir_active)) rmdir(made_dir);      // made for the files just removed (if empty)
     if (saving) _exit(128 + sig);
     say("meshmoe: interrupted by ", name, signal_note);
     say("\n", NULL, NULL);

@@ -581,6 +581,9 @@ rm -f "$OUT/ck.safetensors"
 err=$(MESHMOE_SHIM=term LD_PRELOAD=$T/shim.so $TRAIN prepare "$T/text.txt" "$OUT/tok.bin" 2>&1 >/dev/null); rc=$?
 check "SIGTERM during './train prepare': exit $rc (143), nothing left: '$(ls -A "$OUT")'" \
     test "$rc" -eq 143 -a -z "$(ls -A "$OUT")"
+err=$(MESHMOE_SHIM=term LD_PRELOAD=$T/shim.so $TRAIN export-hf "$T/ck.safetensors" "$OUT/hf-new" 2>&1 >/dev/null); rc=$?
+check "SIGTERM during export-hf into a new directory: exit $rc (143), the directory removed too: '$(ls -A "$OUT")'" \
+    test "$rc" -eq 143 -a -z "$(ls -A "$OUT")"
 # SIGTERM between the renames of files saved together (export-hf's three): the renames finish,
 # so the directory holds the new export whole, not part of each.
 $TRAIN export-hf "$T/ck.safetensors" "$OUT/hfa" > /dev/null && $TRAIN export-hf "$T/iws7.safetensors" "$OUT/hfb" > /dev/null
