@@ -52,6 +52,7 @@
 #include "base/runfiles.h"      // the same check for ./train prepare
 #include "trainer/describe.h"   // ./train describe: the model a config trains, as JSON
 #include "base/net.h"           // Net: the processes of a run over MPI (none for ./train)
+#include <errno.h>
 #include <time.h>               // clock_gettime: step times
 #ifdef MESHMOE_MPI
 #include "base/net_mpi.h"       // the MPI transport, in ./train_mpi only
@@ -261,10 +262,11 @@ static void check_same_start(void *arg) {
         size_t size = 0;
         uint64_t mine[3] = {0, 0, 0}, zero[3];   // hash, size, and 1 where unreadable here
         mine[2] = !file_hash(paths[i], &mine[0], &size);
+        int err = errno;
         mine[1] = size;
         memcpy(zero, mine, sizeof zero);
         net_current()->share(zero, sizeof zero);   // (every process, before any may stop)
-        if (mine[2]) die("cannot read %s '%s'", keys[i], paths[i]);
+        if (mine[2]) die("cannot read %s '%s': %s", keys[i], paths[i], strerror(err));
         if (memcmp(mine, zero, sizeof zero))
             die("%s '%s' is another file here than on process 0 (%llu bytes, hash %016llx; there %llu, %016llx): "
                 "every host needs the same copy", keys[i], paths[i], (unsigned long long)mine[1],

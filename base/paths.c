@@ -33,8 +33,9 @@ int file_hash(const char *path, uint64_t *hash, size_t *size) {
         for (size_t i = 0; i < (n + 3) / 4; i++) h = (h ^ buf[i]) * 1099511628211ull;
         total += n;
     }
-    int ok = !ferror(f);
+    int ok = !ferror(f), err = errno;
     fclose(f);
+    errno = err;
     *hash = h;
     *size = total;
     return ok;
@@ -193,29 +194,31 @@ void atomic_file_hold(FILE *f) {
     if (!ok) die("cannot write '%s': %s", save[slot].path, strerror(err ? err : EIO));
 }
 
-// Set while the files saved together are renamed into place: a signal then waits for the
-// last rename (on_signal), so that the files are all the new ones or all the old ones.
-static atomic_int committing, commit_sig;
+// While the files saved together are renamed into place, committing is 1, and 2 once a signal
+// came meanwhile (its number in commit_sig): the handler then leaves it to the commit's end, so
+// that the files are all the new ones or all the old ones (on_signal).
+static atomic_int committing, commit_sig, after_commit;
 static void on_signal(int sig);
-static void say(const char *a, const char *b, const char *c);
 
 void atomic_files_commit(void) {
     if (nsaves == 0 || save[nsaves - 1].f) die("internal: atomic_files_commit with a file still being written");
+    atomic_store(&commit_sig, 0);
     atomic_store(&committing, 1);
     for (int i = 0; i < nsaves; i++) {
-        if (rename(save[i].tmp, save[i].path) != 0)
-            die("cannot rename '%s' to '%s': %s", save[i].tmp, save[i].path, strerror(errno));
+        if (rename(save[i].tmp, save[i].path) != 0) {
+            int err = errno;
+            atomic_store(&committing, 0);   // (a signal during die's clean-up acts at once)
+            die("cannot rename '%s' to '%s': %s", save[i].tmp, save[i].path, strerror(err));
+        }
         atomic_store(&save_active[i], 0);
     }
     for (int i = 0; i < nsaves; i++) sync_dir_of(save[i].path);
     nsaves = 0;
     atomic_store(&made_dir_active, 0);   // it holds the files now
     cleanup_update();
-    atomic_store(&committing, 0);
-    int sig = atomic_exchange(&commit_sig, 0);
-    if (sig) {   // as if it came now, with every file saved
-        say("meshmoe: ", signal_name(sig), " came while the saved files were put in place: they all are\n");
-        on_signal(sig);
+    if (atomic_exchange(&committing, 0) == 2) {   // as if it came now, with every file saved
+        atomic_store(&after_commit, 1);
+        on_signal(atomic_load(&commit_sig));
     }
 }
 
@@ -258,7 +261,7 @@ void atomic_stream_publish(FILE *f) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Signals. The handler uses only async-signal-safe calls (write, unlink, _exit).
+// Signals. The handler uses only async-signal-safe calls (write, unlink, rmdir, _exit).
 
 static atomic_int stop_armed, stop_sig;
 static const char *signal_note = "";   // (signals_note)
@@ -278,7 +281,8 @@ static void say(const char *a, const char *b, const char *c) {
 static void on_signal(int sig) {
     if (atomic_load(&committing)) {   // the renames finish first (atomic_files_commit)
         atomic_store(&commit_sig, sig);
-        return;
+        int one = 1;
+        if (atomic_compare_exchange_strong(&committing, &one, 2) || one == 2) return;
     }
     const char *name = signal_name(sig);
     int saving = 0;
@@ -291,14 +295,16 @@ static void on_signal(int sig) {
         say("' is as it was\n", NULL, NULL);
     }
     if (!saving && atomic_load(&stop_armed) && !atomic_exchange(&stop_sig, sig)) {
-        say("(", name, " received: stopping after this step; send it again to stop at once)\n");
+        say("(", name, " received: stopping after this step; send it again to stop at once)");
+        say(signal_note, "\n", NULL);
         return;
     }
     if (atomic_load(&stream_active)) unlink(stream.tmp);   // a fresh metrics file, not yet begun
     if (atomic_load(&made_dir_active)) rmdir(made_dir);      // made for the files just removed (if empty)
     if (saving) _exit(128 + sig);
-    say("meshmoe: interrupted by ", name, signal_note);
-    say("\n", NULL, NULL);
+    const char *when = atomic_load(&after_commit) ? ", once the files being saved were all in place" : "";
+    say("meshmoe: interrupted by ", name, when);
+    say(signal_note, "\n", NULL);
     _exit(128 + sig);
 }
 

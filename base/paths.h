@@ -21,7 +21,7 @@
 // renamed by atomic_stream_publish once that part is written; its stream stays open, the
 // caller's to write on and to fclose. A directory made for a set of files (export-hf's
 // OUT_DIR) is made by output_dir_make, which removes it again if the command dies before
-// atomic_files_commit has put the files in it.
+// atomic_files_commit has put the files in it, or is stopped by a signal.
 //
 // Signals (signals_install): SIGINT, SIGTERM or SIGHUP during a save removes the temporary files
 // and exits with a message (status 128 + the signal); one that comes while the files saved

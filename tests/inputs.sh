@@ -378,13 +378,13 @@ refused "checkpoint format 'other 9'" "metadata 'format' is 'other 9', not 'mesh
 set_meta "$T/ck.safetensors" "$T/nokey.safetensors" config/rope_max_timescale -
 refused "checkpoint config without rope_max_timescale" "config metadata has no key 'rope_max_timescale'" \
     $TRAIN $C $FAST load_checkpoint=$T/nokey.safetensors
+refused "export-hf of that checkpoint" "config metadata has no key 'rope_max_timescale'" \
+    $TRAIN export-hf "$T/nokey.safetensors" "$OUT/hf"
 cp "$T/ck.safetensors" "$T/nan.safetensors"   # a NaN written into its data (meshmoe saves none)
 printf '\xff\xff\xff\xff' | dd of="$T/nan.safetensors" bs=1 seek=3000000 conv=notrunc 2>/dev/null
 refused "checkpoint with a NaN in a tensor" "holds -nan at element" $TRAIN $C $FAST steps=3 learning_rate_schedule_steps=1 \
     load_checkpoint=$T/nan.safetensors
-refused "export-hf of that checkpoint" "holds -nan at element" $TRAIN export-hf "$T/nan.safetensors" "$OUT/hf"
-refused "export-hf of that checkpoint" "config metadata has no key 'rope_max_timescale'" \
-    $TRAIN export-hf "$T/nokey.safetensors" "$OUT/hf"
+refused "export-hf of the checkpoint with a NaN" "holds -nan at element" $TRAIN export-hf "$T/nan.safetensors" "$OUT/hf"
 # A checkpoint without one of its tensors: export-hf makes OUT_DIR, then finds the tensor
 # missing; the directory it made goes again (refused checks that nothing is left in $OUT).
 python3 - "$T/ck.safetensors" "$T/notensor.safetensors" <<'EOF'
@@ -471,7 +471,7 @@ cp -r "$ID/hf" "$T/hfdup"
 sed -i 's/"rms_norm_eps": \([^,]*\),/"rms_norm_eps": \1, "rms_norm_eps": 5,/' "$T/hfdup/config.json"
 EARLY=1 refused "load_hf=DIR whose config.json gives rms_norm_eps twice" "config.json gives \"rms_norm_eps\" twice" \
     $TRAIN $C $FAST load_hf="$T/hfdup"
-# load_hf is checked with the other inputs, before the mesh and the model: the directory, its
+# load_hf is checked with the other inputs, before the model is built: the directory, its
 # config.json against the run's config, and its files' tensors by name, shape and dtype.
 mkdir -p "$T/hfempty"
 EARLY=1 refused "load_hf=MISSING" "load_hf: cannot open '$T/hfmissing/config.json'" \
@@ -546,12 +546,12 @@ check "the metrics file keeps whole lines only ($(grep -c . "$OUT/m.jsonl") of t
 rm -f "$OUT/m.jsonl"
 # A resume that fails before its first step, with a metrics_file not there yet: none is left
 # (the head's weights all 3e38: finite, so loaded, and the logits overflow).
-python3 tests/st_tool.py fill "$T/ck.safetensors" "$OUT/nan.safetensors" params/decoder/logits_dense/kernel 3e38
-$TRAIN $C $FAST steps=3 learning_rate_schedule_steps=1 load_checkpoint="$OUT/nan.safetensors" \
+python3 tests/st_tool.py fill "$T/ck.safetensors" "$OUT/big.safetensors" params/decoder/logits_dense/kernel 3e38
+$TRAIN $C $FAST steps=3 learning_rate_schedule_steps=1 load_checkpoint="$OUT/big.safetensors" \
     metrics_file="$OUT/m-resume.jsonl" > "$T/nan.out" 2>&1; rc=$?
 check "a resume stopped by a non-finite loss (exit $rc): no metrics_file made, nothing left: '$(ls -A "$OUT")'" \
-    bash -c 'test "$1" -ne 0 && grep -q "non-finite loss" "$2" && test "$(ls -A "$3")" = nan.safetensors' _ "$rc" "$T/nan.out" "$OUT"
-rm -f "$OUT/nan.safetensors"
+    bash -c 'test "$1" -ne 0 && grep -q "non-finite loss" "$2" && test "$(ls -A "$3")" = big.safetensors' _ "$rc" "$T/nan.out" "$OUT"
+rm -f "$OUT/big.safetensors"
 when_it_happens "memory_trace on a full disk" "File too large" \
     bash -c "ulimit -f 8; exec $TRAIN $C $FAST memory_trace=$OUT/trace.csv"
 when_it_happens "save_checkpoint on a full disk" "File too large" \

@@ -209,7 +209,8 @@ mpi_fails "a checkpoint of another global batch (8 sequences a step, 4 here): sa
     2 ./train_mpi configs/deepseek-tiny.yml dcn_fsdp_parallelism=2 per_device_batch_size=2 $FAST \
     load_checkpoint=$T/ck.safetensors steps=8
 # Each host's own copy of the checkpoint, at another step on one of them (mpirun's MPMD form,
-# a working directory each): said before training, where the job hung after a step.
+# a working directory each): said before training, since one process would wait for steps the
+# others never take.
 mkdir -p $T/ca $T/cb
 $TRAIN configs/deepseek-tiny.yml $FAST steps=8 run_steps=2 per_device_batch_size=4 save_checkpoint=$T/ca/ck.st > /dev/null 2>&1
 $TRAIN configs/deepseek-tiny.yml $FAST steps=8 run_steps=3 per_device_batch_size=4 save_checkpoint=$T/cb/ck.st > /dev/null 2>&1

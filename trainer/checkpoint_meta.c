@@ -87,15 +87,27 @@ static int devices_of(const Config *c) {
            c->ici_expert_parallelism * c->ici_context_parallelism * c->ici_pipeline_parallelism;
 }
 
-// 1 where the two configs cut the work into the same per-device pieces: the mesh's axes,
-// the device count, the batch per device and the microbatches a step.
+// The mesh's axes of c with a -1 axis (the devices left over) resolved, into ax[6].
+static void axes_of(const Config *c, int ax[6]) {
+    const int given[6] = {c->ici_data_parallelism, c->ici_fsdp_parallelism, c->ici_tensor_parallelism,
+                          c->ici_expert_parallelism, c->ici_context_parallelism, c->ici_pipeline_parallelism};
+    int known = 1, fill = -1;
+    for (int a = 0; a < 6; a++) {
+        ax[a] = given[a];
+        if (given[a] > 0) known *= given[a];
+        else fill = a;
+    }
+    if (fill >= 0) ax[fill] = devices_of(c) / (known > 0 ? known : 1);
+}
+
+// 1 where the two configs cut the work into the same per-device pieces: the mesh's axes, the
+// batch per device, the microbatches a step and a pipeline's.
 static int same_pieces(const Config *a, const Config *b) {
-    const int x[] = {devices_of(a), a->ici_data_parallelism, a->ici_fsdp_parallelism, a->ici_tensor_parallelism,
-                     a->ici_expert_parallelism, a->ici_context_parallelism, a->ici_pipeline_parallelism,
-                     a->per_device_batch_size, a->gradient_accumulation_steps};
-    const int y[] = {devices_of(b), b->ici_data_parallelism, b->ici_fsdp_parallelism, b->ici_tensor_parallelism,
-                     b->ici_expert_parallelism, b->ici_context_parallelism, b->ici_pipeline_parallelism,
-                     b->per_device_batch_size, b->gradient_accumulation_steps};
+    int x[9], y[9];
+    axes_of(a, x);
+    axes_of(b, y);
+    x[6] = a->per_device_batch_size, x[7] = a->gradient_accumulation_steps, x[8] = a->num_pipeline_microbatches;
+    y[6] = b->per_device_batch_size, y[7] = b->gradient_accumulation_steps, y[8] = b->num_pipeline_microbatches;
     return !memcmp(x, y, sizeof x);
 }
 

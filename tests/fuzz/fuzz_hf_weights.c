@@ -48,8 +48,8 @@ static float half_value(uint16_t h) {
 
 // Aborts unless x (n floats, the loader's values of `name`) are the file's tensor of that
 // name, where it holds one as F32, BF16 or F16; other dtypes and the per-expert form pass.
-static void check_values(const StFile *file, const char *name, const float *x, size_t n) {
-    const StTensor *t = file ? st_get(file, name) : NULL;
+static void check_values(const StFile *held, const char *name, const float *x, size_t n) {
+    const StTensor *t = held ? st_get(held, name) : NULL;
     if (!t || !(t->dtype == ST_F32 || t->dtype == ST_BF16 || t->dtype == ST_F16)) return;
     if (t->nbytes != n * st_dtype_size(t->dtype)) abort();   // the loader took another shape
     for (size_t k = 0; k < n; k++) {
