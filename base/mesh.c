@@ -98,6 +98,8 @@ int mesh_check(const Config *c) {
     return mesh_sizes(c, want);
 }
 
+int mesh_check_sizes(const Config *c, int sizes[MESH_NAXES]) { return mesh_sizes(c, sizes); }
+
 void mesh_init(Mesh *mesh, const Config *c) {
     memset(mesh, 0, sizeof *mesh);
     int want[MESH_NAXES];

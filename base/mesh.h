@@ -46,6 +46,8 @@ void mesh_init(Mesh *mesh, const Config *c);
 // mesh_init's checks of the sizes alone (no allocation): train.c runs them where every
 // process of a run agrees on one message (its agreed()). Returns the device count.
 int mesh_check(const Config *c);
+// The same, with each axis's size (a -1 axis filled) in sizes, in MESH_AXIS order.
+int mesh_check_sizes(const Config *c, int sizes[MESH_NAXES]);
 
 // MaxText's hybrid mesh (base/hybrid.c). mesh_hybrid_config, right after the config is
 // read: checks that the dcn_<axis>_parallelism keys multiply to the run's processes (one

@@ -464,14 +464,11 @@ void checkpoint_check_params(const Config *c, const char *path) {
     st_close(f);
 }
 
-// Dies, naming what (the key and the file) and the tensor, where one of the n values read
-// from element g0 on is not finite: meshmoe saves none (a non-finite loss stops a run before
-// its update), so the file was damaged after it was written.
-static void check_finite(const float *x, size_t n, const char *what, const StTensor *t, size_t g0) {
+void checkpoint_check_finite(const float *x, size_t n, const char *what, const char *name, size_t g0) {
     for (size_t j = 0; j < n; j++)
         if (!isfinite(x[j]))
             die("%s: tensor '%s' holds %g at element %zu: a checkpoint holds finite values only, so the file was "
-                "damaged after it was saved", what, t->name, (double)x[j], g0 + j);
+                "damaged after it was saved", what, name, (double)x[j], g0 + j);
 }
 
 // nbytes of float32 tensor t from byte_off on into device memory dst: read into a host buffer
@@ -484,7 +481,7 @@ static void read_to_device(const StFile *f, const StTensor *t, size_t byte_off, 
     for (size_t done = 0; done < nbytes;) {
         size_t n = MM_MIN(nbytes - done, READ_PIECE);
         st_read_at(f, t, byte_off + done, host, n);
-        check_finite(host, n / sizeof(float), what, t, (byte_off + done) / sizeof(float));
+        checkpoint_check_finite(host, n / sizeof(float), what, t->name, (byte_off + done) / sizeof(float));
         mem_upload((char *)dst + done, host, n);
         done += n;
     }
@@ -501,7 +498,7 @@ static void read_to_device16(const StFile *f, const StTensor *t, size_t g, uint1
     for (size_t done = 0; done < n;) {
         size_t k = MM_MIN(n - done, piece);
         st_read_at(f, t, sizeof(float) * (g + done), host, sizeof(float) * k);
-        check_finite(host, k, what, t, g + done);
+        checkpoint_check_finite(host, k, what, t->name, g + done);
         for (size_t j = 0; j < k; j++) bits[j] = bf16_bits(host[j]);
         mem_upload(dst + done, bits, sizeof(uint16_t) * k);
         done += k;
@@ -536,7 +533,7 @@ static void get_entry(Model *m, const StFile *f, const Entry *e, const char *wha
         float *placed = malloc(sizeof(float) * n);
         if (!placed) die("out of host memory");
         st_read_at(f, t, 0, whole, sizeof(float) * e->n);
-        check_finite(whole, e->n, what, t, 0);
+        checkpoint_check_finite(whole, e->n, what, t->name, 0);
         for (size_t j = 0; j < e->n; j++) {
             size_t at = factored_pos(s, drop, keep, j);
             if (at != SIZE_MAX) placed[at] = whole[j];

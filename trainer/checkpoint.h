@@ -39,6 +39,10 @@ void checkpoint_save(const Model *m, const char *path);
 // 1 when a save at `step` writes the loaded checkpoint's state unchanged (no step taken since
 // the load): it then keeps that file's config and "dataset" metadata, not this run's.
 int checkpoint_saves_loaded(int step);
+// Dies, naming what (the key or command and the file) and the tensor, where one of the n values
+// x (elements g0 on of tensor `name`) is not finite: meshmoe saves none (a non-finite loss stops
+// a run before its update), so such a file was damaged after it was written.
+void checkpoint_check_finite(const float *x, size_t n, const char *what, const char *name, size_t g0);
 // Before the devices start: opens PATH's header, checks the step and the config against the
 // run's (trainer/checkpoint_meta.h) and that the file holds exactly the tensors of this model
 // and optimizer, each with its global shape. Dies with one message naming the file.

@@ -3,6 +3,7 @@
 #include "trainer/checkpoint_meta.h"
 #include "trainer/rows.h"
 #include "optim/optimizer.h"
+#include "base/mesh.h"     // mesh_check_sizes
 #include "core/common.h"
 #include <errno.h>
 
@@ -87,27 +88,15 @@ static int devices_of(const Config *c) {
            c->ici_expert_parallelism * c->ici_context_parallelism * c->ici_pipeline_parallelism;
 }
 
-// The mesh's axes of c with a -1 axis (the devices left over) resolved, into ax[6].
-static void axes_of(const Config *c, int ax[6]) {
-    const int given[6] = {c->ici_data_parallelism, c->ici_fsdp_parallelism, c->ici_tensor_parallelism,
-                          c->ici_expert_parallelism, c->ici_context_parallelism, c->ici_pipeline_parallelism};
-    int known = 1, fill = -1;
-    for (int a = 0; a < 6; a++) {
-        ax[a] = given[a];
-        if (given[a] > 0) known *= given[a];
-        else fill = a;
-    }
-    if (fill >= 0) ax[fill] = devices_of(c) / (known > 0 ? known : 1);
-}
-
-// 1 where the two configs cut the work into the same per-device pieces: the mesh's axes, the
-// batch per device, the microbatches a step and a pipeline's.
+// 1 where the two configs cut the work into the same per-device pieces: the mesh's axes (a -1
+// axis filled), the batch per device, the microbatches a step and a pipeline's.
 static int same_pieces(const Config *a, const Config *b) {
-    int x[9], y[9];
-    axes_of(a, x);
-    axes_of(b, y);
-    x[6] = a->per_device_batch_size, x[7] = a->gradient_accumulation_steps, x[8] = a->num_pipeline_microbatches;
-    y[6] = b->per_device_batch_size, y[7] = b->gradient_accumulation_steps, y[8] = b->num_pipeline_microbatches;
+    int x[MESH_NAXES + 3], y[MESH_NAXES + 3];
+    mesh_check_sizes(a, x);
+    mesh_check_sizes(b, y);
+    x[MESH_NAXES] = a->per_device_batch_size, y[MESH_NAXES] = b->per_device_batch_size;
+    x[MESH_NAXES + 1] = a->gradient_accumulation_steps, y[MESH_NAXES + 1] = b->gradient_accumulation_steps;
+    x[MESH_NAXES + 2] = a->num_pipeline_microbatches, y[MESH_NAXES + 2] = b->num_pipeline_microbatches;
     return !memcmp(x, y, sizeof x);
 }
 

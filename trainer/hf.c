@@ -35,6 +35,7 @@
 #include "core/common.h"
 #include "trainer/hf_json.h"   // config.json, read
 #include "trainer/hf_weights.h"   // the files' tensors in any of their forms
+#include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <errno.h>
@@ -415,12 +416,10 @@ static const float *ckpt_tensor(const StFile *f, const char *path, const char *n
     for (int d = 0; s && d < s->ndim; d++) n *= (size_t)s->gshape[d];
     if (t->dtype != ST_F32 || (s && t->nbytes != n * sizeof(float)))
         die("export-hf: checkpoint '%s': tensor '%s' is not the float32 tensor its config describes", path, name);
-    const float *x = (const float *)t->data;
-    for (size_t j = 0; j < t->nbytes / sizeof(float); j++)   // (load_checkpoint refuses the same)
-        if (!isfinite(x[j]))
-            die("export-hf: checkpoint '%s': tensor '%s' holds %g at element %zu: a checkpoint holds finite values "
-                "only, so the file was damaged after it was saved", path, name, (double)x[j], j);
-    return x;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "export-hf: checkpoint '%s'", path);
+    checkpoint_check_finite((const float *)t->data, t->nbytes / sizeof(float), what, name, 0);
+    return (const float *)t->data;
 }
 
 void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
