@@ -31,6 +31,7 @@
 #include "trainer/checkpoint.h" // save and load checkpoints
 #include "trainer/dump.h"       // parity_dump: the JAX comparison
 #include "trainer/hf.h"         // export-hf and load_hf
+#include "trainer/same_start.h" // the files each host starts from, against process 0's
 #include "trainer/sample.h"     // sample_print: text from the trained model
 #include "data/tokens.h"        // token files: write, check the vocabulary
 #include "data/loader.h"        // DataLoader: the batches
@@ -52,7 +53,6 @@
 #include "base/runfiles.h"      // the same check for ./train prepare
 #include "trainer/describe.h"   // ./train describe: the model a config trains, as JSON
 #include "base/net.h"           // Net: the processes of a run over MPI (none for ./train)
-#include <errno.h>
 #include <time.h>               // clock_gettime: step times
 #ifdef MESHMOE_MPI
 #include "base/net_mpi.h"       // the MPI transport, in ./train_mpi only
@@ -250,28 +250,9 @@ static void check_mesh(void *arg) {
     int ndev = mesh_check(c);
     if (c->dump_parity[0]) parity_dump_check(c, ndev);
 }
-// Over several processes, the checkpoint each host starts from is the same file: its size and
-// hash against process 0's (copies at another step would part the replicas, or leave one
-// process waiting for steps the others do not take).
+// Over several processes, the files each host starts from are process 0's (trainer/same_start.h).
 static void check_same_start(void *arg) {
-    const Config *c = arg;
-    const char *keys[2] = {"load_checkpoint", "load_parameters_path"};
-    const char *paths[2] = {c->load_checkpoint, c->load_parameters_path};
-    for (int i = 0; i < 2; i++) {
-        if (!paths[i][0]) continue;
-        size_t size = 0;
-        uint64_t mine[3] = {0, 0, 0}, zero[3];   // hash, size, and 1 where unreadable here
-        mine[2] = !file_hash(paths[i], &mine[0], &size);
-        int err = errno;
-        mine[1] = size;
-        memcpy(zero, mine, sizeof zero);
-        net_current()->share(zero, sizeof zero);   // (every process, before any may stop)
-        if (mine[2]) die("cannot read %s '%s': %s", keys[i], paths[i], strerror(err));
-        if (memcmp(mine, zero, sizeof zero))
-            die("%s '%s' is another file here than on process 0 (%llu bytes, hash %016llx; there %llu, %016llx): "
-                "every host needs the same copy", keys[i], paths[i], (unsigned long long)mine[1],
-                (unsigned long long)mine[0], (unsigned long long)zero[1], (unsigned long long)zero[0]);
-    }
+    same_start_check(arg);
 }
 
 static void gemm_kernel_env(void *unused) {

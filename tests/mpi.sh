@@ -217,6 +217,28 @@ $TRAIN configs/deepseek-tiny.yml $FAST steps=8 run_steps=3 per_device_batch_size
 MPMD="$PWD/train_mpi $PWD/configs/deepseek-tiny.yml $FAST steps=8 num_threads=1 dcn_data_parallelism=2 per_device_batch_size=2 load_checkpoint=ck.st"
 mpi_fails "another checkpoint at load_checkpoint's path on process 1: said once, before training" \
     "load_checkpoint 'ck.st' is another file here than on process 0" 1 1 --wdir $T/ca $MPMD : -np 1 --wdir $T/cb $MPMD
+# The same for load_hf: each host's own copy of the export (hf/ in a working directory each).
+# Copies with the same files train; one whose weight file (a bit of its last value: the same
+# size), config.json (a key the run does not check) or list of files (2 shards and an index)
+# differs on process 1 is refused before training, naming the file.
+for h in ha hs hw hc hl; do rm -rf $T/$h && mkdir -p $T/$h && cp -r $T/hf $T/$h/hf; done
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-4] ^= 1; open(sys.argv[1], "wb").write(b)' \
+    $T/hw/hf/model.safetensors
+sed -i 's/"max_position_embeddings": 4096/"max_position_embeddings": 8192/' $T/hc/hf/config.json
+python3 tests/st_tool.py shard $T/hl/hf 2
+HF="$PWD/train_mpi $PWD/configs/deepseek-tiny.yml $FAST num_threads=1 dcn_fsdp_parallelism=2 ici_tensor_parallelism=2 per_device_batch_size=2 load_hf=hf"
+timeout 120 $MPIRUN -np 1 --wdir $T/ha $HF : -np 1 --wdir $T/hs $HF < /dev/null > $T/hfsame.out 2>&1; rc=$?
+check "two hosts' copies of load_hf's directory with the same files: compared, and trained (exit $rc)" \
+    test "$rc" -eq 0 -a -n "$(grep '^step' $T/hfsame.out)" -a -n "$(grep '^loaded the Hugging Face model' $T/hfsame.out)"
+mpi_fails "another model.safetensors in load_hf's directory on process 1: said once, before training" \
+    "process 1: load_hf 'hf': its file 'model.safetensors' is another file here than on process 0" 1 \
+    1 --wdir $T/ha $HF : -np 1 --wdir $T/hw $HF
+mpi_fails "another config.json in load_hf's directory on process 1: said once, before training" \
+    "process 1: load_hf 'hf': its file 'config.json' is another file here than on process 0" 1 \
+    1 --wdir $T/ha $HF : -np 1 --wdir $T/hc $HF
+mpi_fails "load_hf's directory in 2 shards on process 1, one file on process 0: the lists compared, said once" \
+    "process 1: load_hf 'hf' holds other files here than on process 0 (4 to read here, 2 there; file 2: 'model.safetensors.index.json' here, 'model.safetensors' there)" 1 \
+    1 --wdir $T/ha $HF : -np 1 --wdir $T/hl $HF
 
 # memory_trace over processes: each writes its devices' events, process 0 the file; on dcn
 # fsdp=2 x ici data=2 process 0 holds devices 0 and 2. The file is ./train's, byte for byte.

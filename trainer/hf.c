@@ -427,16 +427,30 @@ void hf_files(RunFiles *r, const char *key, const char *dir, int written) {
     static const char *const READ[] = {"config.json", "model.safetensors", SIDECAR, HF_INDEX};
     if (written) { runfiles_output_dir(r, key, dir, WRITTEN, 3); return; }
     runfiles_inputs_in(r, key, dir, READ, 4);
-    char index[CFG_STR + 64], single[CFG_STR + 64];
-    path_join(index, sizeof index, dir, HF_INDEX);
-    path_join(single, sizeof single, dir, "model.safetensors");
-    if (access(single, F_OK) && !access(index, R_OK)) {   // the shards are inputs too
-        int n;
-        char **names = hf_shard_names(index, &n);
-        runfiles_inputs_in(r, key, dir, (const char *const *)names, n);
-        for (int i = 0; i < n; i++) free(names[i]);
-        free(names);
-    }
+    int n;
+    char **shards = hf_dir_shards(dir, &n);   // the shards are inputs too
+    if (!shards) return;
+    runfiles_inputs_in(r, key, dir, (const char *const *)shards, n);
+    for (int i = 0; i < n; i++) free(shards[i]);
+    free(shards);
+}
+
+char **hf_read_names(const char *dir, int *n) {
+    int nweights;
+    char **shards = hf_dir_shards(dir, &nweights), side[CFG_STR + 64];
+    path_join(side, sizeof side, dir, SIDECAR);
+    int has_side = !access(side, R_OK), k = 0;   // (read_weights takes it where it can be read)
+    *n = 1 + (shards != NULL) + nweights + has_side;
+    char **names = calloc((size_t)*n, sizeof(char *));
+    if (!names) die("load_hf: out of host memory for the names of %s's files", dir);
+    names[k++] = strdup("config.json");
+    if (shards) names[k++] = strdup(HF_INDEX);
+    for (int i = 0; i < nweights; i++) names[k++] = shards ? shards[i] : strdup("model.safetensors");
+    if (has_side) names[k++] = strdup(SIDECAR);
+    free(shards);
+    for (int i = 0; i < k; i++)
+        if (!names[i]) die("load_hf: out of host memory for the names of %s's files", dir);
+    return names;
 }
 
 // config.json: the HF config's keys, one per line, held with the export's other files.

@@ -33,4 +33,8 @@ int hf_preset(const char *dir);
 // The files of an export in directory dir (none when dir is empty), added to r under key:
 // the ones export-hf writes (written = 1: dir is an output directory) or load_hf reads.
 void hf_files(RunFiles *r, const char *key, const char *dir, int written);
+// The files load_hf=DIR reads, by their names in DIR, in the order it reads them: config.json,
+// model.safetensors or the index and the shards it names, and the exact query kernels where
+// they are (*n names, each malloc'd, in a malloc'd array).
+char **hf_read_names(const char *dir, int *n);
 #endif

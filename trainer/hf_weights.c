@@ -93,6 +93,14 @@ char **hf_shard_names(const char *path, int *n) {
     return names;
 }
 
+char **hf_dir_shards(const char *dir, int *n) {
+    char single[CFG_STR + 64], index[CFG_STR + 64];
+    path_join(single, sizeof single, dir, "model.safetensors");
+    path_join(index, sizeof index, dir, HF_INDEX);
+    *n = 1;
+    return access(single, F_OK) && !access(index, R_OK) ? hf_shard_names(index, n) : NULL;
+}
+
 // ---- config.json: what it says of the files ----
 
 // A count of layers as config.json gives it, 0 if it is not one (the run's own config is
@@ -143,17 +151,10 @@ static void open_failed(HfWeights *w, char **names, int from, const char *why) {
 HfWeights *hfw_open(const char *dir, int headers_only) {
     HfWeights c = {.headers_only = headers_only};
     read_config(&c, dir);   // first: it dies with nothing allocated
-    char single[CFG_STR + 64], index[CFG_STR + 64], err[512], why[CFG_STR + 600];
-    path_join(single, sizeof single, dir, "model.safetensors");
-    path_join(index, sizeof index, dir, HF_INDEX);
-    char **names = NULL;
-    if (access(single, F_OK) && !access(index, R_OK)) {
-        names = hf_shard_names(index, &c.n);   // (dies with nothing allocated)
-        snprintf(c.what, sizeof c.what, "%s (%d files)", index, c.n);
-    } else {
-        c.n = 1;
-        snprintf(c.what, sizeof c.what, "%s", single);
-    }
+    char err[512], why[CFG_STR + 600];
+    char **names = hf_dir_shards(dir, &c.n);   // (dies with nothing allocated)
+    path_join(c.what, sizeof c.what, dir, names ? HF_INDEX : "model.safetensors");
+    if (names) snprintf(c.what + strlen(c.what), sizeof c.what - strlen(c.what), " (%d files)", c.n);
     HfWeights *w = malloc(sizeof *w);
     if (w) {
         *w = c;

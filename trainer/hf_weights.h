@@ -37,4 +37,8 @@ void hf_expert_name(char *out, size_t cap, int mixtral, int layer, int expert, i
 // the index for a name that is not a plain file name beside it (a '/', a '\\', a leading '.').
 char **hf_shard_names(const char *path, int *n);
 #define HF_INDEX "model.safetensors.index.json"
+// The shards load_hf=DIR reads: where DIR has no model.safetensors and its index can be read,
+// the files the index names (hf_shard_names: *n of them, malloc'd), else NULL (*n = 1: DIR's
+// model.safetensors alone).
+char **hf_dir_shards(const char *dir, int *n);
 #endif
