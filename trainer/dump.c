@@ -24,6 +24,7 @@ static void capture(Model *m, int mb, void *ctx) {
     const Config *c = cp->c;
     size_t T = (size_t)cp->B * cp->S, nseq_all = (size_t)c->gradient_accumulation_steps * cp->B;
     int V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
+    if (cp->t >= cp->P) return;   // (without snapshots, step 0's routing alone)
     if (cp->t == 0) {
         float *z = model_logits_rows(m, 0, T);   // (T,V), widened where they are 16-bit
         mem_download(cp->logits + mb * T * V, z, sizeof(float) * T * V);
@@ -39,7 +40,7 @@ static void capture(Model *m, int mb, void *ctx) {
     }
 }
 
-// The capture's host buffers for P steps of nseq sequences.
+// The capture's host buffers for P steps of nseq sequences (its routing; the logits are step 0's).
 static Capture capture_new(const Config *c, int B, int S, int P, int nseq) {
     int V = c->vocab_size, K = c->num_experts_per_tok, E = c->num_experts;
     size_t rtok = (size_t)model_num_moe_layers(c) * P * nseq * S;
@@ -139,9 +140,9 @@ static void add_losses(StWriter *w, const float *scal, const float *step_losses,
     st_writer_add(w, "c/steps/grad_norm", ST_F32, 1, pshape, step_gnorms);
 }
 
-// The router's captured choices in every MoE layer: step 0's (c/router/) and every step's
-// (c/steps/router/). (st_writer_add copies the names.)
-static void add_router(StWriter *w, const Capture *cp, int nseq) {
+// The router's captured choices in every MoE layer: step 0's (c/router/) and, with snapshots,
+// every step's (c/steps/router/). (st_writer_add copies the names.)
+static void add_router(StWriter *w, const Capture *cp, int nseq, int snapshots) {
     const Config *c = cp->c;
     int P = cp->P, S = cp->S, K = c->num_experts_per_tok, E = c->num_experts;
     int64_t rshape[4] = {P, nseq, S, K}, sshape[4] = {P, nseq, S, E};
@@ -154,6 +155,7 @@ static void add_router(StWriter *w, const Capture *cp, int nseq) {
         st_writer_add(w, name, ST_F32, 3, rshape + 1, cp->w + row * K);
         snprintf(name, sizeof name, "c/router/layers_%d/scores", l);
         st_writer_add(w, name, ST_F32, 3, sshape + 1, cp->scores + row * E);
+        if (!snapshots) continue;
         snprintf(name, sizeof name, "c/steps/router/layers_%d/indices", l);
         st_writer_add(w, name, ST_I32, 4, rshape, cp->idx + row * K);
         snprintf(name, sizeof name, "c/steps/router/layers_%d/scores", l);
@@ -184,7 +186,7 @@ void parity_dump_check(const Config *c, int ndev) {
     size_t nparams;
     model_layout(c, NULL, &nparams);   // (no mesh yet: the global count, one device's)
     int nproc;
-    size_t snapshots = (size_t)c->parity_steps * nparams * sizeof(float);
+    size_t snapshots = c->parity_snapshots ? (size_t)c->parity_steps * nparams * sizeof(float) : 0;
     if (snapshots > mem_host_share(&nproc)) {
         char a[32], host[160];
         die("out of host memory for the parity dump: parity_steps=%d snapshots of %zu weights take %s, more than %s: "
@@ -207,13 +209,14 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     read_batches(dl, P, nseq, S, &ids, &tg);
 
     // The P steps, each with the capture hook. Before each step its weights and routing
-    // bias are kept, so that the reference can recompute every step from the same
-    // starting point as C (teacher forcing) as well as run its own trajectory.
-    Capture cp = capture_new(c, B, S, P, nseq);
-    float *steps_params = malloc(sizeof(float) * (size_t)P * m->nparams);
-    float *steps_bias = m->router_bias ? malloc(sizeof(float) * (size_t)P * bias_n) : NULL;
+    // bias are kept (parity_snapshots), so that the reference can recompute every step from
+    // the same starting point as C (teacher forcing) as well as run its own trajectory.
+    int snap = c->parity_snapshots;
+    Capture cp = capture_new(c, B, S, snap ? P : 1, nseq);
+    float *steps_params = snap ? malloc(sizeof(float) * (size_t)P * m->nparams) : NULL;
+    float *steps_bias = snap && m->router_bias ? malloc(sizeof(float) * (size_t)P * bias_n) : NULL;
     float *grad0 = NULL, *step_losses = malloc(sizeof(float) * P), *step_gnorms = malloc(sizeof(float) * P);
-    if (!steps_params || (m->router_bias && !steps_bias) || !step_losses || !step_gnorms)
+    if ((snap && !steps_params) || (snap && m->router_bias && !steps_bias) || !step_losses || !step_gnorms)
         die("out of host memory for the parity dump (parity_steps=%d snapshots of %zu weights)", P, m->nparams);
     StepResult r0 = {0};
     long *counts = (long *)mem_alloc(MEM_TEMP, sizeof(long) * bias_n, "expert counts");   // and the step's batch, on the device
@@ -221,7 +224,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     int *tg_dev = (int *)mem_alloc(MEM_TEMP, sizeof(int) * (size_t)nseq * S, "parity batch targets");
     for (int t = 0; t < P; t++) {
         StepResult r;
-        snapshot_params(m, steps_params, P, t);
+        if (snap) snapshot_params(m, steps_params, P, t);
         for (int l = 0; steps_bias && l < L; l++)
             mem_download(steps_bias + ((size_t)l * P + t) * E, m->router_bias + (size_t)l * E, sizeof(float) * E);
         size_t off = (size_t)t * nseq * S;
@@ -248,7 +251,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     float *final = copy_floats(m->params_mem, m->nparams);
     float *final_bias = m->router_bias ? copy_floats(m->router_bias, bias_n) : NULL;
     add_params(w, m, final, "c/final/", names + 2 * m->ntensors);
-    add_stacked_params(w, m, steps_params, P, "steps/param/", names + 3 * m->ntensors);
+    if (snap) add_stacked_params(w, m, steps_params, P, "steps/param/", names + 3 * m->ntensors);
     add_biases(w, m, init_bias, 0, "state/", names + 4 * m->ntensors);
     add_biases(w, m, final_bias, 0, "c/final_state/", names + 4 * m->ntensors + L);
     add_biases(w, m, steps_bias, P, "steps/state/", names + 4 * m->ntensors + 2 * L);
@@ -258,7 +261,7 @@ void parity_dump(Model *m, const DataLoader *dl, const char *dir) {
     st_writer_add(w, "c/logits", ST_F32, 3, lshape, cp.logits);
     float scal[4] = {r0.loss, r0.ce_loss, r0.aux_loss, r0.grad_norm};
     add_losses(w, scal, step_losses, step_gnorms, P);
-    add_router(w, &cp, nseq);
+    add_router(w, &cp, nseq, snap);
     char path[CFG_STR + 32];
     path_join(path, sizeof path, dir, "dump.safetensors");
     output_dir_make("dump_parity", dir);   // made now, and removed again if the write fails

@@ -219,6 +219,10 @@ def main(argv=None):
     bf16 = dtype == "bfloat16"
     loss_tol = 1e-2 if bf16 else 1e-5
     step_tol = FREE_STEP_TOL_BF16 if bf16 else 1e-4
+    if cfg.get("parity_snapshots", True) is False:
+        print(f"case {args.case}: FAIL (the dump was written with parity_snapshots=false: it has no weights before "
+              f"each step for the teacher-forced rows; compare its trajectory with long_run.py)")
+        return 1
 
     print(f"== case {args.case}: {cfg.get('decoder_block')} dtype={dtype} sparse_matmul={cfg.get('sparse_matmul')} "
           f"capacity_factor={cfg.get('capacity_factor')} A={cfg.get('gradient_accumulation_steps')} "

@@ -238,6 +238,10 @@ run_case mixtral-yarn-il "$MIXTRAL"  sparse_matmul=true "${YARN[@]}" rope_factor
 run_case deepseek-yarn   "$DEEPSEEK" sparse_matmul=true "${YARN[@]}" max_position_embeddings=163840
 run_case deepseek-yarn-bf16 "$DEEPSEEK" "${BF16[@]}" "${YARN[@]}" max_position_embeddings=163840 mscale=0.707
 run_case mixtral-bf16-wsum16   "$MIXTRAL"  "${BF16[@]}" float32_weight_sum=false
+# A longer run, its free-running trajectory alone (parity_snapshots=false, no weights kept a
+# step): the dump's 60 step losses are a training run's bit for bit, and JAX's own trajectory
+# keeps every step within 1e-4 (worker.py:long_case; long_run.py for whole runs on real text).
+run_case deepseek-long "$DEEPSEEK" steps=60 parity_steps=60 parity_snapshots=false
 run_case deepseek-bf16-wsum16  "$DEEPSEEK" "${BF16[@]}" float32_weight_sum=false
 # The workers: the first runs the self-tests before it takes a case (or without PARITY_ONLY's
 # self-tests, a case first like the others). The cases' output is printed as they end.

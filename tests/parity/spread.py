@@ -37,20 +37,11 @@ ULP = 2.0 ** -8  # bf16 spacing relative to the value, at the bottom of an octav
 
 def trajectory(cfg, params, state, inputs, targets, grad_fn, update, rng, ulp=ULP):
     """The step losses of the free-running trajectory; gradient noise when rng is given."""
-    params = {k: jnp.asarray(v) for k, v in params.items()}
-    state = {k: jnp.asarray(v) for k, v in state.items()}
-    opt_state = R.make_optimizer(cfg).init(params)
-    losses = []
-    for t in range(int(cfg["parity_steps"])):
-        (loss, aux), grads = grad_fn(params, state, jnp.asarray(inputs[t]), jnp.asarray(targets[t]))
-        losses.append(float(loss))
-        if rng is not None:
-            grads = {k: g * (1.0 + ulp * rng.choice([-1.0, 1.0], size=g.shape).astype(np.float32))
-                     for k, g in grads.items()}
-        updates, opt_state = update(grads, opt_state, params)
-        params = {k: params[k] + updates[k] for k in params}
-        state = R.bias_update(state, aux["router"], cfg)
-    return np.asarray(losses, np.float64)
+    def noise(grads):
+        return {k: g * (1.0 + ulp * rng.choice([-1.0, 1.0], size=g.shape).astype(np.float32))
+                for k, g in grads.items()}
+    return R.free_running(cfg, params, state, inputs, targets, grad_fn, update, int(cfg["parity_steps"]),
+                          noise if rng is not None else None)[0]
 
 
 def main(argv=None):
