@@ -8,7 +8,7 @@ DUMP is a parity dump of many steps, usually without the per-step snapshots that
 teacher-forced comparison needs (`./train CONFIG dump_parity=DIR parity_steps=N
 parity_snapshots=false`; its step losses are a training run's of the same config, bit for
 bit). The reference trains its own trajectory of the N steps from the dump's initial weights
-and routing bias on the dump's batches (reference.py:free_running), and the two loss curves
+and routing bias on the dump's batches (spread.py:free_running), and the two loss curves
 are compared:
 
 - per step: |C - JAX| / |JAX| of the loss. Each side starts a step from its own weights, so
@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as R  # noqa: E402  (also sets XLA_FLAGS and the matmul precision)
+from spread import free_running, ulp_noise  # noqa: E402
 
 LEVELS = (1e-5, 1e-4, 1e-3, 1e-2)
 
@@ -73,18 +74,14 @@ def main(argv=None):
     grad_fn = jax.jit(jax.value_and_grad(lambda p, s, x, y: R.loss_fn(p, s, x, y, cfg), has_aux=True))
     update = jax.jit(R.make_optimizer(cfg).update)
     t0 = time.time()
-    j_loss, j_norm = R.free_running(cfg, params, state, inputs, targets, grad_fn, update, P)
+    j_loss, j_norm = free_running(cfg, params, state, inputs, targets, grad_fn, update, P)
     secs = time.time() - t0
     bits = args.control_bits or ([8] if cfg["dtype"] == "bfloat16" else [23, 20])
     controls = []   # (label, step losses)
     for u in (b for b in bits if b > 0):
         for seed in range(1, args.control_seeds + 1):
-            rng, ulp = np.random.default_rng(seed), 2.0 ** -u
-
-            def noise(grads):
-                return {k: g * (1.0 + ulp * rng.choice([-1.0, 1.0], size=g.shape).astype(np.float32))
-                        for k, g in grads.items()}
-            n_loss, _ = R.free_running(cfg, params, state, inputs, targets, grad_fn, update, P, noise)
+            noise = ulp_noise(np.random.default_rng(seed), 2.0 ** -u)
+            n_loss, _ = free_running(cfg, params, state, inputs, targets, grad_fn, update, P, noise)
             controls.append((f"control 2^-{u} seed {seed}", n_loss))
 
     w = args.window or max(1, P // 20)

@@ -851,26 +851,6 @@ def run_reference(cfg, params, state, inputs, targets, steps=None):
     return out
 
 
-def free_running(cfg, params, state, inputs, targets, grad_fn, update, steps, noise=None):
-    """The reference's own trajectory of `steps` clip + AdamW steps from the dump's weights:
-    (loss, gradient norm) of each step, float64 arrays. noise(grads) -> grads, where given,
-    perturbs each step's gradients before the update (spread.py)."""
-    params = {k: jnp.asarray(v) for k, v in params.items()}
-    state = {k: jnp.asarray(v) for k, v in state.items()}
-    opt_state = make_optimizer(cfg).init(params)
-    losses, norms = [], []
-    for t in range(steps):
-        (loss, aux), grads = grad_fn(params, state, jnp.asarray(inputs[t]), jnp.asarray(targets[t]))
-        losses.append(float(loss))
-        norms.append(float(optax.global_norm(grads)))
-        if noise is not None:
-            grads = noise(grads)
-        updates, opt_state = update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        state = bias_update(state, aux["router"], cfg)
-    return np.asarray(losses, np.float64), np.asarray(norms, np.float64)
-
-
 def dump_steps(tensors):
     """The dump's per-step C starting points: ({name: [P, ...]} weights, {name: [P, E]}
     routing biases) from `steps/param/...` and `steps/state/...`; None if the dump has none."""

@@ -28,6 +28,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as R  # noqa: E402  (also sets XLA_FLAGS and the matmul precision)
@@ -35,13 +36,38 @@ import reference as R  # noqa: E402  (also sets XLA_FLAGS and the matmul precisi
 ULP = 2.0 ** -8  # bf16 spacing relative to the value, at the bottom of an octave
 
 
-def trajectory(cfg, params, state, inputs, targets, grad_fn, update, rng, ulp=ULP):
-    """The step losses of the free-running trajectory; gradient noise when rng is given."""
+def ulp_noise(rng, ulp):
+    """Noise for free_running: each element of each gradient times (1 + r * ulp), r = +-1 at random."""
     def noise(grads):
         return {k: g * (1.0 + ulp * rng.choice([-1.0, 1.0], size=g.shape).astype(np.float32))
                 for k, g in grads.items()}
-    return R.free_running(cfg, params, state, inputs, targets, grad_fn, update, int(cfg["parity_steps"]),
-                          noise if rng is not None else None)[0]
+    return noise
+
+
+def free_running(cfg, params, state, inputs, targets, grad_fn, update, steps, noise=None):
+    """The reference's own trajectory of `steps` clip + AdamW steps from the dump's weights:
+    (loss, gradient norm) of each step, float64 arrays. noise(grads) -> grads, where given,
+    perturbs each step's gradients before the update."""
+    params = {k: jnp.asarray(v) for k, v in params.items()}
+    state = {k: jnp.asarray(v) for k, v in state.items()}
+    opt_state = R.make_optimizer(cfg).init(params)
+    losses, norms = [], []
+    for t in range(steps):
+        (loss, aux), grads = grad_fn(params, state, jnp.asarray(inputs[t]), jnp.asarray(targets[t]))
+        losses.append(float(loss))
+        norms.append(float(optax.global_norm(grads)))
+        if noise is not None:
+            grads = noise(grads)
+        updates, opt_state = update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        state = R.bias_update(state, aux["router"], cfg)
+    return np.asarray(losses, np.float64), np.asarray(norms, np.float64)
+
+
+def trajectory(cfg, params, state, inputs, targets, grad_fn, update, rng, ulp=ULP):
+    """The step losses of the free-running trajectory; gradient noise when rng is given."""
+    return free_running(cfg, params, state, inputs, targets, grad_fn, update, int(cfg["parity_steps"]),
+                        ulp_noise(rng, ulp) if rng is not None else None)[0]
 
 
 def main(argv=None):
