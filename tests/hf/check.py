@@ -1,7 +1,7 @@
 """tests/hf/check.py: a meshmoe model exported with `./train export-hf`, run by Hugging Face
 transformers, against meshmoe's own results on the same batch.
 
-    check.py HF_DIR DUMP.safetensors [SAVE_DIR]
+    check.py HF_DIR DUMP.safetensors [SAVE_DIR] [--grads F_D_DIR D_CKPT]
 
 HF_DIR is what export-hf wrote; DUMP is `./train CONFIG load_checkpoint=CKPT dump_parity=DIR
 parity_steps=1` from the same checkpoint: the batch (`batch/inputs`), meshmoe's logits of
@@ -10,7 +10,8 @@ it (`c/logits`) and the experts each token chose in each MoE layer
 compares; it computes nothing on meshmoe's side.
 
 Passes when the logits agree within TOL and every token chose the same set of experts in
-every MoE layer. Prints one line per check and `N passed, N failed`. With SAVE_DIR, the model
+every MoE layer. With --grads, also torch's gradients of the loss through the same forward
+pass against meshmoe's, by their inner products with a direction (tests/hf/grads.py). Prints one line per check and `N passed, N failed`. With SAVE_DIR, the model
 is then saved there by transformers itself (save_pretrained, in shards of at most 1 MB with
 their index), for tests/hf/check.sh to load with meshmoe's load_hf.
 """
@@ -21,6 +22,8 @@ import torch
 from safetensors.numpy import load_file
 from transformers import AutoModelForCausalLM
 
+import grads
+
 # Measured on both tiny presets after 3 training steps, float32 on both sides: 2.4e-6 to
 # 3.3e-6 (Mixtral), 2.3e-6 to 2.9e-6 (DeepSeek), 3.1e-6 and 3.8e-6 (DeepseekV2: the default
 # RoPE, and yarn's with q_proj), 4.8e-6 from DeepSeek's FP8 form (both sides
@@ -30,7 +33,12 @@ TOL = 1e-4
 
 
 def main():
-    hf_dir, dump_path = sys.argv[1], sys.argv[2]
+    argv = sys.argv[1:]
+    direction = None
+    if "--grads" in argv:
+        i = argv.index("--grads")
+        direction, argv = argv[i + 1:i + 3], argv[:i] + argv[i + 3:]
+    hf_dir, dump_path = argv[0], argv[1]
     dump = load_file(dump_path)
     ids = torch.from_numpy(dump["batch/inputs"][0].astype(np.int64))   # step 0's batch (B, S)
     want = dump["c/logits"]                                             # (B, S, V)
@@ -42,8 +50,9 @@ def main():
         gate = getattr(layer.mlp, "gate", None)
         if gate is not None and hasattr(gate, "top_k"):
             gate.register_forward_hook(lambda mod, inp, out, i=i: chosen.__setitem__(i, out[2].detach().numpy()))
-    with torch.no_grad():
-        got = model(input_ids=ids).logits.float().numpy()
+    with torch.set_grad_enabled(direction is not None):   # (the gradients take the same forward pass)
+        logits = model(input_ids=ids).logits
+    got = logits.detach().float().numpy()
     passed = failed = 0
 
     def check(ok, what):
@@ -68,8 +77,10 @@ def main():
         b = np.sort(chosen[i].reshape(a.shape), axis=1)
         differ = int(np.sum(np.any(a != b, axis=1)))
         check(differ == 0, f"{name}: layer {i}: the same experts for {a.shape[0] - differ} of {a.shape[0]} tokens")
-    if len(sys.argv) > 3:
-        model.save_pretrained(sys.argv[3], max_shard_size="1MB")
+    if direction:
+        passed += grads.gradients(model, logits, dump, direction[0], direction[1], check)
+    if len(argv) > 2:
+        model.save_pretrained(argv[2], max_shard_size="1MB")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -6,7 +6,8 @@
 # same checkpoint (dump_parity, parity_steps=1), and let tests/hf/check.py run the export in
 # transformers' MixtralForCausalLM / DeepseekV3ForCausalLM on that batch and compare (and
 # DeepseekV2ForCausalLM: deepseek-tiny with softmax routing, default RoPE and yarn's with
-# expert groups). Then
+# expert groups), and compare meshmoe's step-0 gradients with torch's autograd through the
+# same model, tensor by tensor (tests/hf/grads.py). Then
 # transformers saves the model (save_pretrained: its own config.json and shards of at most 1 MB
 # with their index), and meshmoe reads that back with a preset made from that config.json
 # (./train hf-preset) and load_hf: every weight and routing bias the
@@ -71,6 +72,14 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
            $TRAIN $C $FAST $extra load_checkpoint=$T/ck.safetensors dump_parity=$T/d parity_steps=1; } > $T/run.out 2>&1; then
         fail "$run: $(tail -1 $T/run.out)"; continue
     fi
+    # A random direction in meshmoe's layout, exported as the weights are: check.py compares
+    # meshmoe's gradients with torch's autograd through transformers' model by their inner
+    # products with it (tests/hf/grads.py).
+    rm -rf $T/dir.safetensors $T/hfd
+    if ! { "$PYTHON" tests/hf/grads.py $T/ck.safetensors $T/dir.safetensors 1 &&
+           $TRAIN export-hf $T/dir.safetensors $T/hfd; } > $T/run.out 2>&1; then
+        fail "$run: the direction's export: $(tail -1 $T/run.out)"; continue
+    fi
     if [ $run = mixtral-tiny -o $run = deepseek-tiny:yarn ]; then
         # config.json as older files give it (Mixtral-8x7B's: no head_dim, router_jitter_noise,
         # sliding_window or rope_parameters, but rope_theta; DeepSeek-V3's: yarn as rope_scaling
@@ -84,9 +93,11 @@ for run in mixtral-tiny deepseek-tiny mixtral-tiny:yarn deepseek-tiny:yarn deeps
         # class's default): the same model with the rotated rows of q_b_proj and
         # kv_a_proj_with_mqa reordered (tests/hf_forms.py interleave), which load_hf reorders back.
         python3 tests/hf_forms.py interleave $T/hf
+        python3 tests/hf_forms.py interleave $T/hfd
         echo "  (rope_interleave true, the rotated rows reordered)"
     fi
-    tally "$run" "$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors $T/saved || continue
+    tally "$run" "$PYTHON" tests/hf/check.py $T/hf $T/d/dump.safetensors $T/saved --grads $T/hfd $T/dir.safetensors ||
+        continue
     if [ $run = mixtral-tiny -o $run = deepseek-tiny ]; then
         # The forms published checkpoints have (tests/hf_forms.py): a tensor per expert and
         # projection as Mixtral-8x7B and DeepSeek-V3 are published, DeepSeek's multi-token
