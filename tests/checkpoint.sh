@@ -282,6 +282,12 @@ expect_error "no 'dataset' metadata: dataset_path compared as text" \
 $TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 dataset_path=$T/d1/data.bin load_checkpoint=$T/data-old.st \
     > $T/data-old.out 2>&1
 check "no 'dataset' metadata, the same dataset_path: resumed (exit $?)" grep -q "^resumed from $T/data-old.st at step 2$" $T/data-old.out
+# The parity dump's keys say what it writes, not what it trains: a dump from the checkpoint
+# without the per-step snapshots, where the checkpoint was saved with them (the default).
+$TRAIN configs/mixtral-tiny.yml $FAST per_device_batch_size=4 dataset_path=$T/d1/data.bin load_checkpoint=$T/data.st \
+    dump_parity=$T/pdump parity_steps=1 parity_snapshots=false > $T/pdump.out 2>&1
+check "the checkpoint's parity dump with parity_snapshots=false, saved with true: written (exit $?)" \
+    test -s $T/pdump/dump.safetensors
 $ST set-meta $T/data.st $T/data-bad.st dataset "6000 not-hex"
 expect_error "a 'dataset' metadata that is not a count and a hash" \
     "load_checkpoint $T/data-bad.st: metadata 'dataset' is '6000 not-hex', not a token count and a hexadecimal hash" \

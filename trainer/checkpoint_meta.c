@@ -36,7 +36,7 @@ static const char *const MAY_DIFFER[] = {
     // evaluation and output: what the run prints and writes, not what it trains
     "eval_interval", "eval_steps", "log_period", "metrics_file", "save_checkpoint", "load_checkpoint",
     "checkpoint_period", "run_steps", "sample_length", "sample_temperature", "prompt", "decode_sampling_strategy",
-    "decode_sampling_top_k", "decode_sampling_nucleus_p", "dump_parity", "parity_steps",
+    "decode_sampling_top_k", "decode_sampling_nucleus_p", "dump_parity", "parity_steps", "parity_snapshots",
     "print_sharding", "dry_run", "profile", "memory_trace", "sweep_steps", "sweep_only", "sweep_num_devices",
 };
 

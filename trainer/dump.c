@@ -190,7 +190,8 @@ void parity_dump_check(const Config *c, int ndev) {
     if (snapshots > mem_host_share(&nproc)) {
         char a[32], host[160];
         die("out of host memory for the parity dump: parity_steps=%d snapshots of %zu weights take %s, more than %s: "
-            "lower parity_steps", c->parity_steps, nparams, mem_fmt(snapshots, a, sizeof a),
+            "lower parity_steps, or drop the snapshots with parity_snapshots=false", c->parity_steps, nparams,
+            mem_fmt(snapshots, a, sizeof a),
             mem_host_share_text(host, sizeof host));
     }
 }

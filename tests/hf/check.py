@@ -10,8 +10,9 @@ it (`c/logits`) and the experts each token chose in each MoE layer
 compares; it computes nothing on meshmoe's side.
 
 Passes when the logits agree within TOL and every token chose the same set of experts in
-every MoE layer. With --grads, also torch's gradients of the loss through the same forward
-pass against meshmoe's, by their inner products with a direction (tests/hf/grads.py). Prints one line per check and `N passed, N failed`. With SAVE_DIR, the model
+every MoE layer. With --grads, also torch's gradients of the loss through the same
+forward pass against meshmoe's, by their inner products with a direction
+(tests/hf/grads.py). Prints one line per check and `N passed, N failed`. With SAVE_DIR, the model
 is then saved there by transformers itself (save_pretrained, in shards of at most 1 MB with
 their index), for tests/hf/check.sh to load with meshmoe's load_hf.
 """
@@ -38,6 +39,9 @@ def main():
     if "--grads" in argv:
         i = argv.index("--grads")
         direction, argv = argv[i + 1:i + 3], argv[:i] + argv[i + 3:]
+    if len(argv) not in (2, 3) or (direction is not None and len(direction) != 2):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
     hf_dir, dump_path = argv[0], argv[1]
     dump = load_file(dump_path)
     ids = torch.from_numpy(dump["batch/inputs"][0].astype(np.int64))   # step 0's batch (B, S)
@@ -78,7 +82,8 @@ def main():
         differ = int(np.sum(np.any(a != b, axis=1)))
         check(differ == 0, f"{name}: layer {i}: the same experts for {a.shape[0] - differ} of {a.shape[0]} tokens")
     if direction:
-        passed += grads.gradients(model, logits, dump, direction[0], direction[1], check)
+        good = grads.gradients(model, logits, dump, direction[0], direction[1], check)   # (after its own checks)
+        passed += good
     if len(argv) > 2:
         model.save_pretrained(argv[2], max_shard_size="1MB")
     print(f"{passed} passed, {failed} failed")
